@@ -1,0 +1,177 @@
+// The vaiq command line: parses arguments and calls libvaiq.
+//
+// Exit status: 0 success, 1 bad input or usage, 2 internal error.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+
+#include "pipeline/pipeline.hpp"
+#include "plugin/registry.hpp"
+#include "recipe/recipe.hpp"
+#include "util/progress.hpp"
+#include "vaiq/error.hpp"
+#include "vaiq/model.hpp"
+
+namespace fs = std::filesystem;
+using namespace vaiq;
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitBadInput = 1;
+constexpr int kExitInternal = 2;
+
+void setup_logging(const std::string& level, bool quiet) {
+    auto logger = spdlog::stderr_color_mt("vaiq");
+    logger->set_pattern("%^%l%$: %v");
+    spdlog::set_default_logger(logger);
+    spdlog::set_level(quiet ? spdlog::level::err : spdlog::level::from_str(level));
+}
+
+nlohmann::json plugin_json(const PluginInfo& p) {
+    nlohmann::json options = nlohmann::json::array();
+    for (const auto& o : p.options)
+        options.push_back({{"name", o.name}, {"type", option_type_name(o.type)}, {"default", o.default_value}, {"doc", o.doc}});
+    return {{"kind", kind_name(p.kind)}, {"name", p.name},       {"version", p.version},
+            {"summary", p.summary},      {"library", p.library.string()}, {"options", options}};
+}
+
+int list_plugins(const PluginRegistry& registry, bool as_json) {
+    const auto plugins = registry.list();
+    if (as_json) {
+        nlohmann::json out = nlohmann::json::array();
+        for (const auto* p : plugins) out.push_back(plugin_json(*p));
+        std::cout << out.dump(2) << '\n';
+        return kExitOk;
+    }
+    for (const auto* p : plugins) {
+        fmt::print("{:<11} {:<20} {:<8} {}\n", kind_name(p->kind), p->name, p->version, p->summary);
+        for (const auto& o : p->options)
+            fmt::print("    {} ({}, default {}): {}\n", o.name, option_type_name(o.type), o.default_value.dump(), o.doc);
+    }
+    if (plugins.empty()) fmt::print("no plugins found (searched {} and VAIQ_PLUGIN_PATH)\n", builtin_plugin_dir().string());
+    return kExitOk;
+}
+
+std::optional<Phase> parse_phase(const std::string& name) {
+    for (Phase p : {Phase::Load, Phase::Prepare, Phase::Plan, Phase::Calibrate, Phase::Parameters, Phase::Emit})
+        if (phase_name(p) == name) return p;
+    return std::nullopt;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"vaiq: post-training quantization of ONNX models", "vaiq"};
+    app.set_version_flag("--version", std::string(vaiq::version()));
+    app.require_subcommand(1);
+    std::string log_level = "info";
+    bool quiet = false;
+    app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
+        ->capture_default_str();
+    app.add_flag("-q,--quiet", quiet, "Only print errors");
+
+    std::string recipe_file, model_in, model_out, data, report, stop_after;
+    std::vector<std::string> sets;
+    bool as_json = false;
+    int64_t opset = 0;
+
+    auto* run = app.add_subcommand("run", "Quantize a model as a recipe says");
+    run->add_option("recipe", recipe_file, "The recipe (YAML)")->required();
+    run->add_option("--model", model_in, "The float model (overrides model_input)");
+    run->add_option("--output", model_out, "The quantized model to write (overrides model_output)");
+    run->add_option("--data", data, "Calibration data folder (overrides calibration_data_reader)");
+    run->add_option("--report", report, "The JSON report to write (overrides report)");
+    run->add_option("--set", sets, "Override a recipe setting: key.path=value (repeatable)");
+    run->add_option("--stop-after", stop_after, "Stop after this phase and write the model as it is then")
+        ->check(CLI::IsMember({"load", "prepare", "plan", "calibrate", "parameters", "emit"}));
+
+    auto* validate = app.add_subcommand("validate", "Check a recipe and the plugins it names");
+    validate->add_option("recipe", recipe_file, "The recipe (YAML)")->required();
+    validate->add_option("--set", sets, "Override a recipe setting: key.path=value (repeatable)");
+
+    auto* explain_cmd = app.add_subcommand("explain", "Print the resolved recipe and, with a model, what applies to each node");
+    explain_cmd->add_option("recipe", recipe_file, "The recipe (YAML)")->required();
+    explain_cmd->add_option("--model", model_in, "A model to explain the recipe against");
+    explain_cmd->add_option("--set", sets, "Override a recipe setting: key.path=value (repeatable)");
+
+    auto* plugins = app.add_subcommand("plugins", "List the installed plugins and their options");
+    plugins->add_flag("--json", as_json, "Print JSON");
+
+    auto* convert = app.add_subcommand("convert-opset", "Convert a model to another default-domain opset");
+    convert->add_option("input", model_in, "The model to convert")->required();
+    convert->add_option("output", model_out, "Where to write the converted model")->required();
+    convert->add_option("--opset", opset, "The target opset (13 recommended)")->required();
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        const int code = app.exit(e);
+        return code == 0 ? kExitOk : kExitBadInput;
+    }
+    setup_logging(log_level, quiet);
+
+    try {
+        PluginRegistry registry;
+        if (*plugins) {
+            registry.load_default_paths();
+            return list_plugins(registry, as_json);
+        }
+        if (*convert) {
+            const Model model = load_model(model_in, {.check_opset = false});
+            const Model converted = convert_opset(model, opset);
+            save_model(converted, model_out, {}, model_in);
+            spdlog::info("wrote {} (opset {} -> {})", model_out, model.opset(), converted.opset());
+            return kExitOk;
+        }
+
+        // The flags are shorthands for --set; an explicit --set of the same key comes later and wins.
+        std::vector<std::string> assignments;
+        auto flag = [&](const std::string& value, const char* key) {
+            if (!value.empty()) assignments.push_back(fmt::format("{}={}", key, fs::absolute(value).string()));
+        };
+        flag(model_in, "model_input");
+        flag(model_out, "model_output");
+        flag(data, "calibration_data_reader");
+        flag(report, "report");
+        assignments.insert(assignments.end(), sets.begin(), sets.end());
+        const Recipe recipe = load_recipe(recipe_file, assignments);
+        registry.load_default_paths();
+
+        if (*validate) {
+            const auto resolved = resolve_plugins(recipe, registry);
+            for (const auto& s : unsupported_settings(recipe, Phase::Save))
+                spdlog::warn("not supported yet by vaiq run: {}", s);
+            fmt::print("{}: valid (target {}, format {}, calibrator {}, {} pass{})\n", recipe_file,
+                       resolved.target.info->name, resolved.format.info->name, resolved.calibrator.info->name,
+                       resolved.passes.size(), resolved.passes.size() == 1 ? "" : "es");
+            return kExitOk;
+        }
+        if (*explain_cmd) {
+            const auto resolved = resolve_plugins(recipe, registry);
+            std::optional<Model> model;
+            if (!model_in.empty()) model = load_model(model_in);
+            std::cout << explain(recipe, resolved, registry, model ? &*model : nullptr);
+            return kExitOk;
+        }
+        RunOptions options;
+        options.progress = !quiet && stderr_is_terminal();
+        if (!stop_after.empty()) options.stop_after = parse_phase(stop_after);
+        const auto result = run_pipeline(recipe, registry, options);
+        spdlog::info("wrote {} and {}", result.output.string(), result.report.string());
+        if (!result.report_json["quantized"].get<bool>())
+            spdlog::warn("the output is not quantized: the run stopped after the {} phase",
+                         result.report_json["stopped_after"].get<std::string>());
+        return kExitOk;
+    } catch (const InputError& e) {
+        spdlog::error("{}", e.what());
+        return kExitBadInput;
+    } catch (const std::exception& e) {
+        spdlog::error("internal error: {}", e.what());
+        return kExitInternal;
+    }
+}

@@ -1,0 +1,111 @@
+/* vaiq/abi.h - the binary contract between the vaiq host and a plugin library.
+ *
+ * A plugin library exports exactly one C symbol, vaiq_plugin_entry, returning
+ * an array of descriptors. The host reads abi_version (always the first field)
+ * before anything else and refuses any value but its own: the C++ interfaces
+ * behind create() are only safe between identical SDK versions. The toolchain
+ * tag guards the C++ runtime those interfaces are compiled against.
+ *
+ * Rules for changing this file: bump VAIQ_ABI_VERSION on any change to this
+ * struct or to a virtual interface in the SDK. Never reorder fields.
+ */
+#ifndef VAIQ_ABI_H
+#define VAIQ_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+#include <cstddef> /* defines __GLIBCXX__ / _LIBCPP_VERSION for the tag below */
+#endif
+
+/** The ABI revision of this SDK; a plugin must carry exactly this number. */
+#define VAIQ_ABI_VERSION 1u
+
+/** Name of the one symbol a plugin library exports. */
+#define VAIQ_PLUGIN_ENTRY_NAME "vaiq_plugin_entry"
+
+#define VAIQ_STRINGIFY_(x) #x
+#define VAIQ_STRINGIFY(x) VAIQ_STRINGIFY_(x)
+
+/* The toolchain tag names what C++ objects crossing the boundary depend on:
+ * the C++ ABI, the standard library and its string/list ABI. GCC and Clang
+ * share the Itanium ABI and libstdc++ on Linux, so they may be mixed. */
+#if defined(_LIBCPP_VERSION)
+#define VAIQ_STDLIB "libc++"
+#elif defined(__GLIBCXX__)
+#if defined(_GLIBCXX_USE_CXX11_ABI) && _GLIBCXX_USE_CXX11_ABI
+#define VAIQ_STDLIB "libstdc++-cxx11"
+#else
+#define VAIQ_STDLIB "libstdc++-cxx98"
+#endif
+#else
+#define VAIQ_STDLIB "unknown-stdlib"
+#endif
+
+#if defined(_MSC_VER)
+#define VAIQ_CXX_ABI "msvc-" VAIQ_STRINGIFY(_MSC_VER)
+#elif defined(__GNUC__)
+#define VAIQ_CXX_ABI "itanium"
+#else
+#define VAIQ_CXX_ABI "unknown-abi"
+#endif
+
+/** Tag compared for equality by the host, e.g. "itanium/libstdc++-cxx11". */
+#define VAIQ_TOOLCHAIN_TAG VAIQ_CXX_ABI "/" VAIQ_STDLIB
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** What a plugin is; the host casts the object create() returns by this. */
+typedef enum vaiq_plugin_kind {
+    VAIQ_KIND_CALIBRATOR = 1, /**< observes tensors, returns ranges */
+    VAIQ_KIND_FORMAT = 2,     /**< writes a quantization plan into the graph */
+    VAIQ_KIND_TARGET = 3,     /**< what a device supports and requires */
+    VAIQ_KIND_PASS = 4        /**< a named graph rewrite */
+} vaiq_plugin_kind;
+
+/** Type of a plugin option. */
+typedef enum vaiq_option_type {
+    VAIQ_OPTION_BOOL = 1,
+    VAIQ_OPTION_INT = 2,
+    VAIQ_OPTION_FLOAT = 3,
+    VAIQ_OPTION_STRING = 4,
+    VAIQ_OPTION_STRING_LIST = 5
+} vaiq_option_type;
+
+/** One option a plugin accepts. The default is written as YAML ("true", "0.5", "[a, b]"). */
+typedef struct vaiq_option_descriptor {
+    const char* name;
+    uint32_t type; /**< a vaiq_option_type */
+    const char* default_value;
+    const char* doc; /**< one line */
+} vaiq_option_descriptor;
+
+/** Describes one plugin. A library may describe several. */
+typedef struct vaiq_plugin_descriptor {
+    uint32_t abi_version; /**< == VAIQ_ABI_VERSION; first field, never moves */
+    uint32_t struct_size; /**< sizeof(vaiq_plugin_descriptor) when the plugin was built */
+    const char* toolchain; /**< VAIQ_TOOLCHAIN_TAG when the plugin was built */
+    uint32_t kind;         /**< a vaiq_plugin_kind */
+    const char* name;      /**< unique within its kind: [a-z][a-z0-9_]* */
+    const char* version;   /**< the plugin's own version, MAJOR.MINOR.PATCH */
+    const char* summary;   /**< one line */
+    const vaiq_option_descriptor* options;
+    size_t option_count;
+    /** Creates an instance (a vaiq::Calibrator*, Format*, Target* or Pass* by kind).
+     *  Never throws: on failure returns NULL and writes a message into error. */
+    void* (*create)(char* error, size_t error_size);
+    /** Destroys an instance create() returned, in the module that allocated it. */
+    void (*destroy)(void* instance);
+} vaiq_plugin_descriptor;
+
+/** The exported entry: the library's descriptors and their count. */
+typedef const vaiq_plugin_descriptor* const* (*vaiq_plugin_entry_fn)(size_t* count);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* VAIQ_ABI_H */

@@ -1,0 +1,63 @@
+// vaiq/graph.hpp - reading and editing an ONNX graph safely.
+#pragma once
+
+#include <onnx/onnx_pb.h>
+
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "vaiq/export.hpp"
+
+namespace vaiq {
+
+/// Where a tensor is read: node index and input slot.
+struct Use {
+    int node;
+    int slot;
+};
+
+/// An index over a graph: who produces and who reads each tensor. It is a
+/// snapshot; rebuild it after editing the graph.
+class VAIQ_API GraphIndex {
+  public:
+    explicit GraphIndex(const onnx::GraphProto& graph);
+
+    /// Index of the node producing `tensor`, or -1 (graph input, initializer or unknown).
+    int producer(std::string_view tensor) const;
+    /// The nodes reading `tensor`, in node order.
+    const std::vector<Use>& consumers(std::string_view tensor) const;
+    /// The initializer named `tensor`, or nullptr.
+    const onnx::TensorProto* initializer(std::string_view tensor) const;
+    bool is_graph_input(std::string_view tensor) const;
+    bool is_graph_output(std::string_view tensor) const;
+
+  private:
+    std::unordered_map<std::string, int> producer_;
+    std::unordered_map<std::string, std::vector<Use>> consumers_;
+    std::unordered_map<std::string, const onnx::TensorProto*> initializers_;
+    std::unordered_set<std::string> inputs_;
+    std::unordered_set<std::string> outputs_;
+};
+
+/// Node indices in an order where every node follows its producers.
+/// Throws InputError naming a node on a cycle or reading an undefined tensor.
+VAIQ_API std::vector<int> topological_order(const onnx::GraphProto& graph);
+
+/// A tensor or node name not yet used in the graph: `base`, else `base_1`, `base_2`, ...
+VAIQ_API std::string unique_name(const onnx::GraphProto& graph, std::string_view base);
+
+/// Makes every node (and subgraph) reading `from` read `to` instead. Graph
+/// outputs are the model's interface and keep their names: when `from` is a graph
+/// output nothing changes and it returns false.
+VAIQ_API bool replace_all_uses(onnx::GraphProto& graph, std::string_view from, std::string_view to);
+
+/// Removes the nodes at the given indices, keeping the order of the rest.
+VAIQ_API void remove_nodes(onnx::GraphProto& graph, std::vector<int> indices);
+
+/// Removes initializers that no node, subgraph or output reads. Returns how many.
+VAIQ_API int remove_unused_initializers(onnx::GraphProto& graph);
+
+}  // namespace vaiq

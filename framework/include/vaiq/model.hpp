@@ -1,0 +1,75 @@
+// vaiq/model.hpp - an ONNX model in memory, and how it is read and written.
+#pragma once
+
+#include <onnx/onnx_pb.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string_view>
+
+#include "vaiq/export.hpp"
+
+namespace vaiq {
+
+/// The oldest default-domain opset vaiq quantizes.
+inline constexpr int64_t kMinimumOpset = 10;
+
+/// A loaded model. All tensor data is in memory: external data was read,
+/// validated and inlined by load_model().
+class VAIQ_API Model {
+  public:
+    Model() = default;
+    explicit Model(onnx::ModelProto proto, std::filesystem::path source = {});
+
+    onnx::ModelProto& proto() { return proto_; }
+    const onnx::ModelProto& proto() const { return proto_; }
+    onnx::GraphProto& graph() { return *proto_.mutable_graph(); }
+    const onnx::GraphProto& graph() const { return proto_.graph(); }
+    /// The file it was loaded from; empty for models built in memory.
+    const std::filesystem::path& source() const { return source_; }
+
+    /// The imported opset version of a domain ("" or "ai.onnx" is the default
+    /// domain); 0 when the domain is not imported.
+    int64_t opset(std::string_view domain = "") const;
+
+  private:
+    onnx::ModelProto proto_;
+    std::filesystem::path source_;
+};
+
+struct LoadOptions {
+    /// Refuse default-domain opsets below kMinimumOpset (with advice).
+    bool check_opset = true;
+};
+
+/// Reads a model and its external data. Throws InputError for a missing,
+/// truncated or corrupt file, external data that escapes the model's folder or
+/// does not match its tensor's declared size, and (by default) opset < 10.
+VAIQ_API Model load_model(const std::filesystem::path& path, const LoadOptions& options = {});
+
+struct SaveOptions {
+    /// Store tensors as external data in a file beside the model
+    /// (use_external_data_format). Required for models over 2 GB.
+    bool use_external_data_format = false;
+    /// Tensors smaller than this stay inline when writing external data.
+    size_t external_data_size_threshold = 1024;
+    /// Run the ONNX checker before writing.
+    bool check = true;
+};
+
+/// Writes a model atomically: to a temporary file in the destination folder,
+/// then renamed over the destination. Refuses to write over `protected_input`
+/// (the model that was read) and over the model's own source file.
+VAIQ_API void save_model(const Model& model,
+                         const std::filesystem::path& path,
+                         const SaveOptions& options = {},
+                         const std::filesystem::path& protected_input = {});
+
+/// Runs the ONNX checker (full check, with strict shape inference off).
+/// Throws InputError naming the first problem.
+VAIQ_API void check_model(const Model& model);
+
+/// Converts the default-domain opset with ONNX's version converter.
+VAIQ_API Model convert_opset(const Model& model, int64_t target_opset);
+
+}  // namespace vaiq

@@ -1,0 +1,75 @@
+// vaiq/quant.hpp - quantization types, specs, ranges and the plan formats write.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "vaiq/export.hpp"
+#include "vaiq/tensor.hpp"
+
+namespace vaiq {
+
+/// The documented quant types (QuantType / VitisQuantType).
+enum class QuantType { QInt8, QUInt8, QInt16, QUInt16, QInt32, QUInt32, QFloat16, QBFloat16 };
+
+/// Parses a documented name, with or without its prefix ("QuantType.QInt8",
+/// "vai_q_onnx.VitisQuantType.QInt16"); nullopt when it is not one.
+VAIQ_API std::optional<QuantType> parse_quant_type(std::string_view name);
+VAIQ_API std::string quant_type_name(QuantType type);
+/// The storage type of quantized values.
+VAIQ_API DataType storage_type(QuantType type);
+VAIQ_API bool is_integer(QuantType type);
+/// Integer range of a quant type: [qmin, qmax]. With `reduce_range` one bit fewer,
+/// with `symmetric` on signed types the range is [-qmax, qmax] (e.g. [-127, 127]).
+VAIQ_API std::pair<int64_t, int64_t> integer_range(QuantType type, bool symmetric = false, bool reduce_range = false);
+
+/// What a tensor is to the node that reads it.
+enum class TensorRole { Activation, Weight, Bias };
+VAIQ_API std::string role_name(TensorRole role);
+
+/// How one tensor is to be quantized.
+struct QuantSpec {
+    QuantType type = QuantType::QInt8;
+    bool symmetric = false;
+    bool reduce_range = false;
+    bool per_channel = false;
+    int axis = 0;               ///< channel axis when per_channel
+    bool power_of_two = false;  ///< scales restricted to 2^-k (NPU)
+};
+
+/// The observed float range of a tensor.
+struct TensorRange {
+    float min = 0.0f;
+    float max = 0.0f;
+};
+
+/// Scale and zero point per tensor (one entry) or per channel (one per channel).
+struct QuantParams {
+    QuantType type = QuantType::QInt8;
+    std::vector<float> scale;
+    std::vector<int64_t> zero_point;
+    int axis = -1;  ///< -1: per tensor
+};
+
+/// Scale and zero point for [rmin, rmax] as ONNX Runtime computes them: the range
+/// is widened to include 0, symmetric ranges are centred on 0, zero point rounded
+/// half to even. A degenerate range gets scale 1.
+VAIQ_API QuantParams compute_quant_params(TensorRange range, const QuantSpec& spec);
+
+/// One tensor of the plan.
+struct TensorQuant {
+    std::string tensor;
+    TensorRole role = TensorRole::Activation;
+    QuantSpec spec;
+    QuantParams params;
+};
+
+/// Everything a format needs to write a quantized model.
+struct QuantPlan {
+    std::vector<TensorQuant> tensors;
+    const TensorQuant* find(std::string_view tensor) const;
+};
+
+}  // namespace vaiq

@@ -1,0 +1,35 @@
+// vaiq/target.hpp - the target (device) plugin interface.
+#pragma once
+
+#include <onnx/onnx_pb.h>
+
+#include <string>
+#include <vector>
+
+#include "vaiq/options.hpp"
+#include "vaiq/plugin.hpp"
+#include "vaiq/quant.hpp"
+
+namespace vaiq {
+
+/// What a device supports and requires. `config` holds the recipe's resolved
+/// quantize_static settings under their documented names, with extra_options
+/// as "extra_options.<Key>" (e.g. config.get_bool("extra_options.ActivationSymmetric")).
+class VAIQ_API Target : public Plugin {
+  public:
+    using Interface = Target;
+    static constexpr PluginKind kKind = PluginKind::Target;
+
+    /// Whether this node's op type is quantized on the device.
+    virtual bool supports(const onnx::NodeProto& node) const = 0;
+    /// The default spec for a tensor in `role` under `config`.
+    virtual QuantSpec default_spec(TensorRole role, const Options& config) const = 0;
+    /// Rejects settings the device cannot honour: throws InputError naming the
+    /// setting and what the device needs instead. The default accepts everything.
+    virtual void check(const Options& config) const;
+    /// Names of pass plugins that legalise a graph for the device under `config`,
+    /// run in order in the prepare phase. The default is none.
+    virtual std::vector<std::string> legalization_passes(const Options& config) const;
+};
+
+}  // namespace vaiq

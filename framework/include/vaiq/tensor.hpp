@@ -1,0 +1,118 @@
+// vaiq/tensor.hpp - dense tensors and read-only views of them.
+#pragma once
+
+#include <onnx/onnx_pb.h>
+
+#include <cstddef>
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "vaiq/export.hpp"
+
+namespace vaiq {
+
+/// Element types, numbered as onnx::TensorProto::DataType.
+enum class DataType : int32_t {
+    Undefined = 0,
+    Float = 1,
+    UInt8 = 2,
+    Int8 = 3,
+    UInt16 = 4,
+    Int16 = 5,
+    Int32 = 6,
+    Int64 = 7,
+    String = 8,
+    Bool = 9,
+    Float16 = 10,
+    Double = 11,
+    UInt32 = 12,
+    UInt64 = 13,
+    BFloat16 = 16,
+};
+
+/// Bytes per element; 0 for String and Undefined.
+VAIQ_API size_t element_size(DataType type);
+/// "float", "uint8", ... as ONNX spells them.
+VAIQ_API std::string data_type_name(DataType type);
+/// Product of the dimensions; throws InputError on a negative dimension or overflow.
+VAIQ_API int64_t element_count(std::span<const int64_t> shape);
+
+template <typename T>
+constexpr DataType data_type_of();
+template <> constexpr DataType data_type_of<float>() { return DataType::Float; }
+template <> constexpr DataType data_type_of<double>() { return DataType::Double; }
+template <> constexpr DataType data_type_of<uint8_t>() { return DataType::UInt8; }
+template <> constexpr DataType data_type_of<int8_t>() { return DataType::Int8; }
+template <> constexpr DataType data_type_of<uint16_t>() { return DataType::UInt16; }
+template <> constexpr DataType data_type_of<int16_t>() { return DataType::Int16; }
+template <> constexpr DataType data_type_of<int32_t>() { return DataType::Int32; }
+template <> constexpr DataType data_type_of<uint32_t>() { return DataType::UInt32; }
+template <> constexpr DataType data_type_of<int64_t>() { return DataType::Int64; }
+template <> constexpr DataType data_type_of<uint64_t>() { return DataType::UInt64; }
+
+/// Checks that a tensor's stored data matches its declared shape and type
+/// (raw_data bytes or typed-field count), without copying it. Throws InputError.
+VAIQ_API void check_tensor_data(const onnx::TensorProto& proto);
+
+/// A read-only view of a batch of values, as calibrators receive them.
+template <typename T>
+struct TensorView {
+    std::span<const int64_t> shape;
+    std::span<const T> data;
+};
+
+/// An owning dense tensor in row-major order.
+class VAIQ_API Tensor {
+  public:
+    Tensor() = default;
+    Tensor(DataType type, std::vector<int64_t> shape);
+
+    /// Decodes an initializer (raw_data or the typed fields). External data must
+    /// already be resolved (the model loader does that). Throws InputError when
+    /// the data does not match the declared shape and type.
+    static Tensor from_proto(const onnx::TensorProto& proto);
+    /// Encodes as raw_data.
+    onnx::TensorProto to_proto(const std::string& name) const;
+
+    template <typename T>
+    static Tensor from_values(std::vector<int64_t> shape, std::span<const T> values) {
+        Tensor t(data_type_of<T>(), std::move(shape));
+        t.check_count(values.size());
+        std::memcpy(t.bytes_.data(), values.data(), values.size_bytes());
+        return t;
+    }
+
+    DataType type() const { return type_; }
+    const std::vector<int64_t>& shape() const { return shape_; }
+    int64_t size() const { return static_cast<int64_t>(bytes_.size() / std::max<size_t>(element_size(type_), 1)); }
+    std::span<const std::byte> bytes() const { return bytes_; }
+
+    template <typename T>
+    std::span<const T> data() const {
+        check_type(data_type_of<T>());
+        return {reinterpret_cast<const T*>(bytes_.data()), bytes_.size() / sizeof(T)};
+    }
+    template <typename T>
+    std::span<T> mutable_data() {
+        check_type(data_type_of<T>());
+        return {reinterpret_cast<T*>(bytes_.data()), bytes_.size() / sizeof(T)};
+    }
+    template <typename T>
+    TensorView<T> view() const {
+        return {shape_, data<T>()};
+    }
+
+  private:
+    void check_type(DataType wanted) const;
+    void check_count(size_t count) const;
+
+    DataType type_ = DataType::Undefined;
+    std::vector<int64_t> shape_;
+    std::vector<std::byte> bytes_;
+};
+
+}  // namespace vaiq

@@ -1,0 +1,247 @@
+// Reading, checking, converting and writing ONNX models.
+#include <fmt/format.h>
+#include <onnx/checker.h>
+#include <onnx/version_converter/convert.h>
+
+#include <fstream>
+#include <functional>
+#include <limits>
+
+#include "util/atomic_file.hpp"
+#include "vaiq/error.hpp"
+#include "vaiq/log.hpp"
+#include "vaiq/model.hpp"
+#include "vaiq/tensor.hpp"
+
+namespace fs = std::filesystem;
+
+namespace vaiq {
+
+Model::Model(onnx::ModelProto proto, fs::path source) : proto_(std::move(proto)), source_(std::move(source)) {}
+
+int64_t Model::opset(std::string_view domain) const {
+    for (const auto& op : proto_.opset_import()) {
+        const auto& d = op.domain();
+        const bool is_default = d.empty() || d == "ai.onnx";
+        if ((domain.empty() || domain == "ai.onnx") ? is_default : d == domain) return op.version();
+    }
+    return 0;
+}
+
+namespace {
+
+// Calls fn on every tensor stored in the graph: initializers, Constant-like
+// attributes, and the same inside subgraphs.
+void for_each_tensor(onnx::GraphProto& graph, const std::function<void(onnx::TensorProto&)>& fn) {
+    for (auto& t : *graph.mutable_initializer()) fn(t);
+    for (auto& node : *graph.mutable_node()) {
+        for (auto& attr : *node.mutable_attribute()) {
+            if (attr.has_t()) fn(*attr.mutable_t());
+            for (auto& t : *attr.mutable_tensors()) fn(t);
+            if (attr.has_g()) for_each_tensor(*attr.mutable_g(), fn);
+            for (auto& g : *attr.mutable_graphs()) for_each_tensor(g, fn);
+        }
+    }
+}
+
+bool is_within(const fs::path& child, const fs::path& parent) {
+    auto c = child.begin();
+    for (auto p = parent.begin(); p != parent.end(); ++p, ++c) {
+        if (c == child.end() || *c != *p) return false;
+    }
+    return true;
+}
+
+// Resolves one external-data tensor into raw_data. The location must stay
+// inside the model's folder: no absolute paths, no "..", no symlink out of it.
+void inline_external_data(onnx::TensorProto& tensor, const fs::path& model_dir, const fs::path& model_path) {
+    std::string location;
+    int64_t offset = 0;
+    int64_t length = -1;
+    for (const auto& entry : tensor.external_data()) {
+        try {
+            if (entry.key() == "location") location = entry.value();
+            else if (entry.key() == "offset") offset = std::stoll(entry.value());
+            else if (entry.key() == "length") length = std::stoll(entry.value());
+        } catch (const std::exception&) {
+            throw InputError(fmt::format("{}: tensor '{}' has a bad external data {} '{}'", model_path.string(),
+                                         tensor.name(), entry.key(), entry.value()));
+        }
+    }
+    const auto where = fmt::format("{}: tensor '{}'", model_path.string(), tensor.name());
+    if (location.empty()) throw InputError(fmt::format("{} is stored externally but names no location", where));
+    const fs::path rel(location);
+    if (rel.is_absolute() || rel.has_root_name() || rel.has_root_directory())
+        throw InputError(fmt::format("{} has an absolute external data location '{}'; it must be relative to the "
+                                     "model's folder", where, location));
+    for (const auto& part : rel)
+        if (part == "..")
+            throw InputError(fmt::format("{} has the external data location '{}', which leaves the model's folder",
+                                         where, location));
+    std::error_code ec;
+    const fs::path base = fs::weakly_canonical(model_dir, ec);
+    const fs::path file = fs::weakly_canonical(model_dir / rel, ec);
+    if (ec || !is_within(file, base))
+        throw InputError(fmt::format("{} has the external data location '{}', which resolves outside the model's "
+                                     "folder (through a symbolic link)", where, location));
+    if (!fs::is_regular_file(file, ec))
+        throw InputError(fmt::format("{} refers to the external data file '{}', which does not exist", where,
+                                     location));
+    const auto file_size = static_cast<int64_t>(fs::file_size(file, ec));
+    const int64_t count = element_count({tensor.dims().data(), static_cast<size_t>(tensor.dims_size())});
+    const auto elem = static_cast<int64_t>(element_size(static_cast<DataType>(tensor.data_type())));
+    if (elem == 0) throw InputError(fmt::format("{} has an element type that cannot be stored externally", where));
+    const int64_t bytes = count * elem;
+    if (length >= 0 && length != bytes)
+        throw InputError(fmt::format("{} declares {} elements ({} bytes) but its external data length is {}", where,
+                                     count, bytes, length));
+    if (offset < 0 || offset > file_size || bytes > file_size - offset)
+        throw InputError(fmt::format("{} needs {} bytes at offset {} of '{}', which holds only {} bytes", where, bytes,
+                                     offset, location, file_size));
+    std::ifstream in(file, std::ios::binary);
+    std::string data(static_cast<size_t>(bytes), '\0');
+    in.seekg(offset);
+    in.read(data.data(), bytes);
+    if (!in) throw InputError(fmt::format("{}: cannot read external data from '{}'", where, location));
+    tensor.clear_external_data();
+    tensor.set_data_location(onnx::TensorProto::DEFAULT);
+    tensor.set_raw_data(std::move(data));
+}
+
+void refuse_old_opset(const Model& model, const fs::path& path) {
+    const int64_t opset = model.opset();
+    if (opset == 0 || opset >= kMinimumOpset) return;
+    throw InputError(fmt::format(
+        "{} uses opset {} of the default domain; vaiq needs opset {} or newer (13 recommended). Re-export the "
+        "model from its framework with opset 10 or above, or convert it: vaiq convert-opset {} OUT.onnx --opset 13",
+        path.string(), opset, kMinimumOpset, path.string()));
+}
+
+}  // namespace
+
+Model load_model(const fs::path& path, const LoadOptions& options) {
+    std::error_code ec;
+    if (!fs::exists(path, ec)) throw InputError(fmt::format("{}: no such model file", path.string()));
+    if (!fs::is_regular_file(path, ec)) throw InputError(fmt::format("{}: not a regular file", path.string()));
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw InputError(fmt::format("{}: cannot open for reading", path.string()));
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (bytes.empty()) throw InputError(fmt::format("{}: the file is empty", path.string()));
+
+    onnx::ModelProto proto;
+    if (!proto.ParseFromString(bytes))
+        throw InputError(fmt::format("{}: not a valid ONNX model (the protobuf does not parse; truncated or corrupt?)",
+                                     path.string()));
+    if (proto.ir_version() <= 0 || !proto.has_graph() || proto.opset_import_size() == 0)
+        throw InputError(fmt::format("{}: not a valid ONNX model (no {}; truncated or corrupt?)", path.string(),
+                                     proto.ir_version() <= 0 ? "IR version"
+                                     : !proto.has_graph()    ? "graph"
+                                                             : "opset import"));
+    Model model(std::move(proto), path);
+    if (options.check_opset) refuse_old_opset(model, path);
+
+    const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+    for_each_tensor(model.graph(), [&](onnx::TensorProto& t) {
+        if (t.data_location() == onnx::TensorProto::EXTERNAL) inline_external_data(t, dir, path);
+        try {
+            check_tensor_data(t);
+        } catch (const InputError& e) {
+            throw InputError(fmt::format("{}: {}", path.string(), e.what()));
+        }
+    });
+    return model;
+}
+
+void check_model(const Model& model) {
+    try {
+        onnx::checker::check_model(model.proto());
+    } catch (const std::exception& e) {
+        std::string message = e.what();
+        if (auto nl = message.find('\n'); nl != std::string::npos) message.resize(nl);
+        throw InputError(fmt::format("the model fails the ONNX checker: {}", message));
+    }
+}
+
+Model convert_opset(const Model& model, int64_t target_opset) {
+    if (target_opset < 1) throw InputError(fmt::format("--opset {} is not an opset version", target_opset));
+    const int64_t current = model.opset();
+    if (current == 0) throw InputError("the model imports no default-domain opset to convert from");
+    try {
+        auto converted = onnx::version_conversion::ConvertVersion(model.proto(), static_cast<int>(target_opset));
+        return Model(std::move(converted));
+    } catch (const std::exception& e) {
+        std::string message = e.what();
+        if (auto nl = message.find('\n'); nl != std::string::npos) message.resize(nl);
+        throw InputError(fmt::format("cannot convert the model from opset {} to {}: {}", current, target_opset,
+                                     message));
+    }
+}
+
+namespace {
+
+bool same_file(const fs::path& a, const fs::path& b) {
+    if (a.empty() || b.empty()) return false;
+    std::error_code ec;
+    if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec);
+    return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
+}
+
+// Moves every tensor of at least `threshold` bytes into `data_path`, pointing
+// the tensor at it by file name (the data file sits beside the model).
+std::string externalize(onnx::ModelProto& proto, const fs::path& data_path, size_t threshold) {
+    std::string data;
+    for_each_tensor(*proto.mutable_graph(), [&](onnx::TensorProto& t) {
+        if (!t.has_raw_data() || t.raw_data().size() < threshold) return;
+        const size_t offset = data.size();
+        const size_t length = t.raw_data().size();
+        data += t.raw_data();
+        t.clear_raw_data();
+        t.set_data_location(onnx::TensorProto::EXTERNAL);
+        auto add = [&](const char* key, const std::string& value) {
+            auto* entry = t.add_external_data();
+            entry->set_key(key);
+            entry->set_value(value);
+        };
+        add("location", data_path.filename().string());
+        add("offset", std::to_string(offset));
+        add("length", std::to_string(length));
+    });
+    return data;
+}
+
+}  // namespace
+
+void save_model(const Model& model, const fs::path& path, const SaveOptions& options, const fs::path& protected_input) {
+    if (path.empty()) throw InputError("no output path was given");
+    for (const auto& input : {protected_input, model.source()})
+        if (same_file(path, input))
+            throw InputError(fmt::format("refusing to write over the input model {}; choose another output path",
+                                         input.string()));
+    if (options.check) check_model(model);
+
+    const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec))
+        throw InputError(fmt::format("{}: the output folder {} does not exist", path.string(), dir.string()));
+
+    if (!options.use_external_data_format) {
+        constexpr size_t kProtobufLimit = std::numeric_limits<int32_t>::max();
+        const size_t size = model.proto().ByteSizeLong();
+        if (size > kProtobufLimit)
+            throw InputError(fmt::format("the model is {:.2f} GB, over protobuf's 2 GB limit for one file; save it "
+                                         "with use_external_data_format", size / 1e9));
+        write_file_atomically(path, [&](std::ostream& out) {
+            if (!model.proto().SerializeToOstream(&out)) throw InternalError("protobuf failed to serialize the model");
+        });
+        return;
+    }
+    onnx::ModelProto proto = model.proto();
+    const fs::path data_path = fs::path(path.string() + ".data");
+    const std::string data = externalize(proto, data_path, options.external_data_size_threshold);
+    write_file_atomically(data_path, [&](std::ostream& out) { out.write(data.data(), static_cast<std::streamsize>(data.size())); });
+    write_file_atomically(path, [&](std::ostream& out) {
+        if (!proto.SerializeToOstream(&out)) throw InternalError("protobuf failed to serialize the model");
+    });
+}
+
+}  // namespace vaiq

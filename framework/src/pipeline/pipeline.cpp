@@ -1,0 +1,292 @@
+#include "pipeline/pipeline.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <fstream>
+
+#include "pipeline/selection.hpp"
+#include "util/atomic_file.hpp"
+#include "util/progress.hpp"
+#include "util/text.hpp"
+#include "vaiq/error.hpp"
+#include "vaiq/log.hpp"
+
+namespace fs = std::filesystem;
+
+namespace vaiq {
+
+namespace {
+
+// The phases this build carries out. The others are refused up front, before
+// the model is read, so that nothing claims to quantize until it really does.
+bool phase_implemented(Phase phase) {
+    switch (phase) {
+        case Phase::Setup:
+        case Phase::Load:
+        case Phase::Prepare:
+        case Phase::Check:
+        case Phase::Save: return true;
+        case Phase::Plan:
+        case Phase::Calibrate:
+        case Phase::Parameters:
+        case Phase::Emit: return false;
+    }
+    return false;
+}
+
+constexpr Phase kAllPhases[] = {Phase::Setup,      Phase::Load, Phase::Prepare, Phase::Plan, Phase::Calibrate,
+                                Phase::Parameters, Phase::Emit, Phase::Check,   Phase::Save};
+
+std::string who_needs(const Recipe& recipe, std::string_view key, const std::string& value) {
+    const auto& origin = recipe.setting(key).origin;
+    return origin == "default" ? fmt::format("{} {} (the default)", key, value)
+                               : fmt::format("{}: {} {}", origin, key, value);
+}
+
+// A plugin option named like a documented extra option (CalibMovingAverage,
+// DedicatedQDQPair, ...) takes the recipe's extra_options value, so a recipe
+// moved from a Python call needs no second spelling of it.
+PluginChoice choose(const Recipe& recipe, const PluginRegistry& registry, PluginKind kind, const std::string& name,
+                    std::string_view key) {
+    const auto& info = registry.require(kind, name, who_needs(recipe, key, recipe.value(key).get<std::string>()));
+    const std::string kind_str(kind_name(kind));
+    nlohmann::json given = recipe.plugin_options(kind_str);
+    std::map<std::string, std::string> origins;
+    for (const auto& spec : info.options) {
+        const std::string documented = "extra_options." + spec.name;
+        if (!find_key(documented)) continue;
+        if (given.contains(spec.name))
+            throw InputError(fmt::format("{}: {} is a documented extra option; set it under extra_options",
+                                         recipe.plugin_option_origin(kind_str, spec.name), spec.name));
+        if (recipe.value(documented).is_null()) continue;
+        given[spec.name] = recipe.value(documented);
+        origins[spec.name] = recipe.setting(documented).origin;
+    }
+    auto options = registry.resolve_options(info, given, [&](const std::string& option) {
+        auto it = origins.find(option);
+        return it != origins.end() ? it->second : recipe.plugin_option_origin(kind_str, option);
+    });
+    return {&info, std::move(options)};
+}
+
+bool truthy(const nlohmann::json& v) {
+    if (v.is_boolean()) return v.get<bool>();
+    if (v.is_array() || v.is_object() || v.is_string()) return !v.empty();
+    return false;
+}
+
+// Appends formatted lines to a string.
+struct Lines {
+    std::string& text;
+    template <typename... Args>
+    void operator()(fmt::format_string<Args...> format, Args&&... args) {
+        text += fmt::format(format, std::forward<Args>(args)...);
+        text += '\n';
+    }
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+ResolvedPlugins resolve_plugins(const Recipe& recipe, PluginRegistry& registry) {
+    for (const auto& p : recipe.value("plugin_paths")) {
+        const fs::path path = p.get<std::string>();
+        std::error_code ec;
+        if (fs::is_directory(path, ec)) registry.load_directory(path);
+        else if (fs::exists(path, ec)) registry.load_library(path);
+        else
+            throw InputError(fmt::format("{}: plugin_paths names {}, which does not exist",
+                                         recipe.setting("plugin_paths").origin, path.string()));
+    }
+    ResolvedPlugins out;
+    out.target = choose(recipe, registry, PluginKind::Target, recipe.value("target").get<std::string>(), "target");
+    out.format = choose(recipe, registry, PluginKind::Format, recipe.format_plugin(), "quant_format");
+    out.calibrator = choose(recipe, registry, PluginKind::Calibrator, recipe.calibrator_plugin(), "calibrate_method");
+    for (const auto& pass : recipe.value("passes")) {
+        const auto name = pass["name"].get<std::string>();
+        const auto origin = pass["origin"].get<std::string>();
+        const auto& info = registry.require(PluginKind::Pass, name, origin);
+        out.passes.push_back({&info, registry.resolve_options(info, pass["options"], [&](const std::string&) {
+                                  return origin;
+                              })});
+    }
+    return out;
+}
+
+std::vector<std::string> unsupported_settings(const Recipe& recipe, Phase last) {
+    std::vector<std::string> out;
+    for (const auto& spec : recipe_keys()) {
+        const auto& s = recipe.setting(spec.path);
+        if (spec.implemented || s.is_default() || spec.phase > last || !recipe.in_effect(spec.path)) continue;
+        out.push_back(fmt::format("{} ({})", spec.path, s.origin));
+    }
+    return out;
+}
+
+RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options) {
+    const Phase last = options.stop_after.value_or(Phase::Save);
+    std::vector<std::string> missing;
+    for (Phase p : kAllPhases)
+        if (p <= last && !phase_implemented(p)) missing.emplace_back(phase_name(p));
+    if (!missing.empty())
+        throw InputError(fmt::format("this vaiq cannot quantize yet: the {} phases are not implemented, so nothing "
+                                     "was written; --stop-after prepare writes the prepared float model",
+                                     join(missing)));
+    if (auto unsupported = unsupported_settings(recipe, last); !unsupported.empty())
+        throw InputError(fmt::format("not supported yet by this vaiq: {}", join(unsupported, "; ")));
+    for (const auto& spec : recipe_keys()) {
+        if (!spec.implemented && spec.phase <= last && recipe.setting(spec.path).is_default() &&
+            recipe.in_effect(spec.path) && truthy(recipe.value(spec.path)))
+            log_warn("{} is {} by default but not implemented yet; it has no effect", spec.path,
+                     recipe.value(spec.path).dump());
+    }
+
+    const auto& input = recipe.value("model_input");
+    const auto& output = recipe.value("model_output");
+    if (input.is_null()) throw InputError("no model to quantize: set model_input in the recipe or pass --model");
+    if (output.is_null()) throw InputError("no output path: set model_output in the recipe or pass --output");
+    const fs::path input_path = input.get<std::string>();
+    const fs::path output_path = output.get<std::string>();
+    const fs::path report_path = recipe.value("report").is_null()
+                                     ? fs::path(output_path).replace_extension(".report.json")
+                                     : fs::path(recipe.value("report").get<std::string>());
+
+    nlohmann::json report = {
+        {"vaiq_version", std::string(version())},
+        {"recipe", {{"files", nlohmann::json::array()}, {"name", recipe.value("name")}, {"settings", nlohmann::json::object()}}},
+        {"quantized", false},
+        {"stopped_after", std::string(phase_name(last))},
+        {"phases", nlohmann::json::array()},
+        {"passes", nlohmann::json::array()},
+    };
+    for (const auto& f : recipe.files) report["recipe"]["files"].push_back(f.string());
+    for (const auto& key : recipe.explicit_keys())
+        report["recipe"]["settings"][key] = {{"value", recipe.value(key)}, {"origin", recipe.setting(key).origin}};
+
+    int phases_run = 0;
+    for (Phase p : kAllPhases)
+        if (p <= last || p == Phase::Check || p == Phase::Save) ++phases_run;
+    Progress progress(phases_run, options.progress);
+    auto timed = [&](Phase phase, auto&& body) {
+        progress.step(phase_name(phase));
+        const auto start = std::chrono::steady_clock::now();
+        body();
+        const double s = seconds_since(start);
+        report["phases"].push_back({{"name", std::string(phase_name(phase))}, {"seconds", s}});
+        log_debug("phase {} took {:.3f} s", phase_name(phase), s);
+    };
+
+    ResolvedPlugins plugins;
+    PluginInstance<Target> target;
+    const Options config = recipe.quantize_config();
+    timed(Phase::Setup, [&] {
+        plugins = resolve_plugins(recipe, registry);
+        target = registry.create<Target>(plugins.target.info->name, plugins.target.options);
+        target->check(config);
+        report["plugins"] = nlohmann::json::array();
+        for (const auto* choice : {&plugins.target, &plugins.format, &plugins.calibrator})
+            report["plugins"].push_back({{"kind", kind_name(choice->info->kind)},
+                                         {"name", choice->info->name},
+                                         {"version", choice->info->version},
+                                         {"library", choice->info->library.string()}});
+    });
+
+    Model model;
+    timed(Phase::Load, [&] {
+        model = load_model(input_path);
+        report["model"] = {{"input", input_path.string()},
+                           {"output", output_path.string()},
+                           {"opset", model.opset()},
+                           {"nodes", model.graph().node_size()}};
+    });
+
+    if (last >= Phase::Prepare) {
+        timed(Phase::Prepare, [&] {
+            std::vector<PluginChoice> passes;
+            for (const auto& name : target->legalization_passes(config)) {
+                const auto& info = registry.require(PluginKind::Pass, name, "a legalisation the target asks for");
+                passes.push_back({&info, registry.resolve_options(info, nullptr)});
+            }
+            passes.insert(passes.end(), plugins.passes.begin(), plugins.passes.end());
+            for (const auto& choice : passes) {
+                const auto start = std::chrono::steady_clock::now();
+                auto pass = registry.create<Pass>(choice.info->name, choice.options);
+                const bool changed = pass->run(model);
+                if (changed) {
+                    try {
+                        check_model(model);
+                    } catch (const InputError& e) {
+                        throw InternalError(fmt::format("pass '{}' left an invalid model: {}", choice.info->name, e.what()));
+                    }
+                }
+                report["passes"].push_back(
+                    {{"name", choice.info->name}, {"changed", changed}, {"seconds", seconds_since(start)}});
+                log_info("pass {}: {}", choice.info->name, changed ? "changed the model" : "no change");
+            }
+        });
+    }
+
+    timed(Phase::Check, [&] { check_model(model); });
+    timed(Phase::Save, [&] {
+        SaveOptions save;
+        save.use_external_data_format = recipe.value("use_external_data_format").get<bool>();
+        save.check = false;  // the check phase just ran
+        save_model(model, output_path, save, input_path);
+        write_file_atomically(report_path, [&](std::ostream& out) { out << report.dump(2) << '\n'; });
+    });
+    progress.done();
+    return {output_path, report_path, report};
+}
+
+std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, const PluginRegistry& registry,
+                    const Model* model) {
+    std::string out;
+    Lines line{out};
+    std::vector<std::string> files;
+    for (const auto& f : recipe.files) files.push_back(f.string());
+    line("recipe: {}", join(files, " extends "));
+    for (const auto* choice : {&plugins.target, &plugins.format, &plugins.calibrator}) {
+        line("{:<11} {} {}  ({})", std::string(kind_name(choice->info->kind)) + ":", choice->info->name,
+             choice->info->version, choice->info->library.filename().string());
+        for (const auto& [name, value] : choice->options.values()) line("    {}: {}", name, value.dump());
+    }
+    for (const auto& pass : plugins.passes) {
+        line("pass:       {} {}", pass.info->name, pass.info->version);
+        for (const auto& [name, value] : pass.options.values()) line("    {}: {}", name, value.dump());
+    }
+    line("");
+    line("settings (value, then where it comes from):");
+    for (const auto& spec : recipe_keys()) {
+        const auto& s = recipe.setting(spec.path);
+        std::string note;
+        if (!recipe.in_effect(spec.path)) note = fmt::format("  [no effect: {} is off]", spec.enabled_by);
+        else if (!spec.implemented && !s.is_default()) note = "  [not supported yet]";
+        line("  {:<45} {:<28} {}{}", spec.path, s.value.dump(), s.origin, note);
+    }
+    if (!model) return out;
+
+    auto target = registry.create<Target>(plugins.target.info->name, plugins.target.options);
+    const auto decisions = decide_nodes(recipe, *model, *target);
+    int quantized = 0;
+    line("");
+    line("nodes ({} of the model):", decisions.size());
+    line("  {:<32} {:<20} {:<10} {:<10} {}", "node", "op_type", "activation", "weight", "");
+    for (const auto& d : decisions) {
+        if (!d.quantized) {
+            line("  {:<32} {:<20} {:<21} not quantized: {}", d.name, d.op_type, "-", d.reason);
+            continue;
+        }
+        ++quantized;
+        line("  {:<32} {:<20} {:<10} {:<10} {}", d.name, d.op_type,
+             d.settings.at("activation_type").value.get<std::string>(),
+             d.settings.at("weight_type").value.get<std::string>(), d.reason);
+    }
+    line("{} of {} nodes quantized", quantized, decisions.size());
+    return out;
+}
+
+}  // namespace vaiq

@@ -1,0 +1,64 @@
+// The quantization pipeline: fixed phases, plugins chosen by the recipe.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plugin/registry.hpp"
+#include "recipe/recipe.hpp"
+#include "vaiq/calibrator.hpp"
+#include "vaiq/format.hpp"
+#include "vaiq/pass.hpp"
+#include "vaiq/target.hpp"
+
+namespace vaiq {
+
+/// A plugin chosen by a recipe, with its checked options.
+struct PluginChoice {
+    const PluginInfo* info = nullptr;
+    Options options;
+};
+
+/// The plugins a recipe names, found and their options checked.
+struct ResolvedPlugins {
+    PluginChoice target;
+    PluginChoice format;
+    PluginChoice calibrator;
+    std::vector<PluginChoice> passes;  ///< the recipe's own passes, in order
+};
+
+/// Loads the recipe's plugin_paths into `registry`, then finds every plugin the
+/// recipe names and checks its options. Throws InputError at the recipe line.
+ResolvedPlugins resolve_plugins(const Recipe& recipe, PluginRegistry& registry);
+
+/// Recipe keys set explicitly (not defaults) that this build cannot honour yet
+/// in the phases up to and including `last`, as "key (file:line:col)".
+std::vector<std::string> unsupported_settings(const Recipe& recipe, Phase last);
+
+struct RunOptions {
+    /// Stop after this phase and write what exists then (e.g. Phase::Prepare).
+    std::optional<Phase> stop_after;
+    /// Show a progress bar on stderr.
+    bool progress = false;
+};
+
+struct RunResult {
+    std::filesystem::path output;
+    std::filesystem::path report;
+    nlohmann::json report_json;
+};
+
+/// Runs the pipeline. Writes the output model and its report atomically and
+/// never over the input. Throws InputError for bad input; nothing is written then.
+RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options);
+
+/// The resolved recipe as text: plugins, every setting with its origin; with a
+/// model, what applies to each node.
+std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, const PluginRegistry& registry,
+                    const Model* model);
+
+}  // namespace vaiq

@@ -1,0 +1,225 @@
+#include "recipe/schema.hpp"
+
+#include <algorithm>
+#include <string>
+
+namespace vaiq {
+
+std::string_view phase_name(Phase phase) {
+    switch (phase) {
+        case Phase::Setup: return "setup";
+        case Phase::Load: return "load";
+        case Phase::Prepare: return "prepare";
+        case Phase::Plan: return "plan";
+        case Phase::Calibrate: return "calibrate";
+        case Phase::Parameters: return "parameters";
+        case Phase::Emit: return "emit";
+        case Phase::Check: return "check";
+        case Phase::Save: return "save";
+    }
+    return "unknown";
+}
+
+namespace {
+using K = ValueKind;
+using P = Phase;
+constexpr bool yes = true;
+constexpr bool no = false;
+}  // namespace
+
+// Defaults and wording follow the Vitis AI ONNX quantizer reference
+// (quantize_static arguments and extra_options). `implemented` says whether
+// this build's pipeline honours the key; see Pipeline for how that is enforced.
+const std::vector<KeySpec>& recipe_keys() {
+    static const std::vector<KeySpec> keys = {
+        // --- the recipe itself --------------------------------------------------
+        {"recipe_version", K::SchemaVersion, "1", P::Setup, yes, "Recipe schema version; this vaiq reads version 1."},
+        {"name", K::String, "''", P::Setup, yes, "A short name for reports."},
+        {"description", K::String, "''", P::Setup, yes, "What the recipe is for."},
+        {"plugin_paths", K::PathList, "[]", P::Setup, yes,
+         "Extra plugin libraries or folders, relative to the recipe, loaded before the recipe's plugins are resolved."},
+        {"target", K::PluginName, "cpu", P::Setup, yes, "The target plugin: what the device supports and requires."},
+        {"passes", K::Passes, "[]", P::Prepare, yes,
+         "Pass plugins run in order in the prepare phase: a name, or {name, options}."},
+        {"overrides", K::Overrides, "[]", P::Plan, no,
+         "Ordered per-node and per-op-type settings and exclusions; the last matching entry wins per setting."},
+        {"report", K::OptionalPath, "null", P::Save, yes, "Where to write the JSON report (default: <model_output>.report.json)."},
+
+        // --- quantize_static arguments -------------------------------------------
+        {"model_input", K::OptionalPath, "null", P::Load, yes, "The float model to quantize."},
+        {"model_output", K::OptionalPath, "null", P::Save, yes, "Where to write the quantized model."},
+        {"calibration_data_reader", K::OptionalPath, "null", P::Calibrate, no,
+         "Calibration data: a folder of .npy or TensorProto .pb files; null uses random data."},
+        {"quant_format", K::QuantFormat, "QDQ", P::Emit, no,
+         "QDQ, QOperator, VitisQuantFormat.QDQ, VitisQuantFormat.FixNeuron, or the name of a format plugin."},
+        {"calibrate_method", K::CalibrateMethod, "MinMSE", P::Calibrate, no,
+         "MinMax, Entropy, Percentile (float scales), NonOverflow, MinMSE (power-of-two), or a calibrator plugin."},
+        {"input_nodes", K::StringList, "[]", P::Plan, no, "Start nodes: nodes before them are not quantized."},
+        {"output_nodes", K::StringList, "[]", P::Plan, no, "End nodes: nodes after them are not quantized."},
+        {"op_types_to_quantize", K::StringList, "[]", P::Plan, no,
+         "Only quantize these op types (empty: every op type the target supports)."},
+        {"random_data_reader_input_shape", K::ShapeSpec, "[]", P::Calibrate, no,
+         "Input shapes for the random data reader: [1, 3, 224, 224], [[...], [...]] or {name: [...]}."},
+        {"per_channel", K::Bool, "false", P::Plan, no, "Quantize weights per channel."},
+        {"reduce_range", K::Bool, "false", P::Plan, no, "Quantize weights with 7 bits."},
+        {"activation_type", K::QuantType, "QInt8", P::Plan, no, "Quant type of activations."},
+        {"weight_type", K::QuantType, "QInt8", P::Plan, no, "Quant type of weights."},
+        {"nodes_to_quantize", K::StringList, "[]", P::Plan, no, "Only quantize these nodes (empty: all)."},
+        {"nodes_to_exclude", K::StringList, "[]", P::Plan, no, "Never quantize these nodes."},
+        {"optimize_model", K::Bool, "true", P::Prepare, no, "Optimize the float model before quantizing."},
+        {"use_external_data_format", K::Bool, "false", P::Save, yes,
+         "Store tensors in a .data file beside the output model (required over 2 GB)."},
+        {"execution_providers", K::Providers, "[CPUExecutionProvider]", P::Calibrate, yes,
+         "vaiq calibrates on its own CPU executor: only CPUExecutionProvider is accepted."},
+        {"enable_dpu", K::Bool, "false", P::Prepare, no, "Apply the DPU/NPU transforms and limitations."},
+        {"convert_fp16_to_fp32", K::Bool, "false", P::Prepare, no, "Convert a float16 model to float32 first."},
+        {"convert_nchw_to_nhwc", K::Bool, "false", P::Prepare, no, "Convert an NCHW-input model to NHWC inputs first."},
+        {"include_cle", K::Bool, "false", P::Prepare, no, "Apply Cross Layer Equalization."},
+
+        // --- extra_options ------------------------------------------------------
+        {"extra_options.ActivationSymmetric", K::Bool, "false", P::Plan, no, "Symmetric activation ranges."},
+        {"extra_options.WeightSymmetric", K::Bool, "true", P::Plan, no, "Symmetric weight ranges."},
+        {"extra_options.UseUnsignedReLU", K::Bool, "false", P::Plan, no,
+         "Force outputs of ReLU and Clip with min 0 to be asymmetric."},
+        {"extra_options.QuantizeBias", K::Bool, "true", P::Plan, no, "Quantize biases as normal weights."},
+        {"extra_options.RemoveInputInit", K::Bool, "true", P::Prepare, no,
+         "Remove initializers from the graph inputs so they are treated as constants."},
+        {"extra_options.EnableSubgraph", K::Bool, "false", P::Plan, no, "Quantize subgraphs too."},
+        {"extra_options.ForceQuantizeNoInputCheck", K::Bool, "false", P::Plan, no,
+         "Quantize latent operators (MaxPool, Transpose, ...) even when their input is not quantized."},
+        {"extra_options.MatMulConstBOnly", K::Bool, "false", P::Plan, no, "Only quantize MatMuls whose B is constant."},
+        {"extra_options.AddQDQPairToWeight", K::Bool, "false", P::Emit, no,
+         "Keep weights float with a QuantizeLinear/DequantizeLinear pair instead of storing them quantized."},
+        {"extra_options.OpTypesToExcludeOutputQuantization", K::StringList, "[]", P::Plan, no,
+         "Op types whose outputs are not quantized."},
+        {"extra_options.DedicatedQDQPair", K::Bool, "false", P::Emit, no,
+         "Give every consumer its own QDQ pair instead of sharing one."},
+        {"extra_options.QDQOpTypePerChannelSupportToAxis", K::IntMap, "{}", P::Plan, no,
+         "Per-channel axis by op type, e.g. {MatMul: 1} (only with per_channel)."},
+        {"extra_options.UseQDQVitisCustomOps", K::Bool, "true", P::Emit, no,
+         "Run int8/uint8 Vitis Q/DQ through vaiq's custom ops (VitisQuantFormat.QDQ only)."},
+        {"extra_options.CalibTensorRangeSymmetric", K::Bool, "null", P::Calibrate, no,
+         "Make calibrated ranges symmetric around 0 (default: false; true for power-of-two methods)."},
+        {"extra_options.CalibMovingAverage", K::Bool, "false", P::Calibrate, no,
+         "Moving average of per-batch min/max (MinMax)."},
+        {"extra_options.CalibMovingAverageConstant", K::Float, "0.01", P::Calibrate, no,
+         "Smoothing constant of the moving average.", "extra_options.CalibMovingAverage"},
+        {"extra_options.RandomDataReaderInputDataRange", K::RangeMap, "null", P::Calibrate, no,
+         "Value range per input for the random data reader."},
+        {"extra_options.Int16Scale", K::Bool, "false", P::Parameters, no,
+         "Replace float scales by the nearest M/2^N with M and 2^N in int16 range."},
+        {"extra_options.MinMSEMode", K::Choice, "All", P::Calibrate, no,
+         "How MinMSE combines batches: All, MostCommon or Percentile.", {}, {"All", "MostCommon", "Percentile"}},
+        {"extra_options.ConvertBNToConv", K::Bool, "true", P::Prepare, no, "BatchNormalization to Conv.", "enable_dpu"},
+        {"extra_options.ConvertReduceMeanToGlobalAvgPool", K::Bool, "true", P::Prepare, no,
+         "ReduceMean to GlobalAveragePool.", "enable_dpu"},
+        {"extra_options.SplitLargeKernelPool", K::Bool, "true", P::Prepare, no,
+         "Split large-kernel global average pools.", "enable_dpu"},
+        {"extra_options.ConvertSplitToSlice", K::Bool, "true", P::Prepare, no, "Split to Slice.", "enable_dpu"},
+        {"extra_options.FuseInstanceNorm", K::Bool, "false", P::Prepare, no, "Fuse split instance norms.", "enable_dpu"},
+        {"extra_options.FuseL2Norm", K::Bool, "false", P::Prepare, no, "Fuse L2 norm patterns.", "enable_dpu"},
+        {"extra_options.ConvertClipToRelu", K::Bool, "false", P::Prepare, no, "Clip with min 0 to Relu."},
+        {"extra_options.SimulateDPU", K::Bool, "true", P::Emit, no,
+         "Replace some ops with the DPU's approximations.", "enable_dpu"},
+        {"extra_options.ConvertLeakyReluToDPUVersion", K::Bool, "true", P::Emit, no, "DPU LeakyRelu.",
+         "extra_options.SimulateDPU"},
+        {"extra_options.ConvertSigmoidToHardSigmoid", K::Bool, "true", P::Emit, no, "Sigmoid to HardSigmoid.",
+         "extra_options.SimulateDPU"},
+        {"extra_options.ConvertHardSigmoidToDPUVersion", K::Bool, "true", P::Emit, no, "DPU HardSigmoid.",
+         "extra_options.SimulateDPU"},
+        {"extra_options.ConvertAvgPoolToDPUVersion", K::Bool, "true", P::Emit, no, "DPU average pooling.",
+         "extra_options.SimulateDPU"},
+        {"extra_options.ConvertReduceMeanToDPUVersion", K::Bool, "true", P::Emit, no, "DPU ReduceMean.",
+         "extra_options.SimulateDPU"},
+        {"extra_options.ConvertSoftmaxToDPUVersion", K::Bool, "false", P::Emit, no, "DPU Softmax.",
+         "extra_options.SimulateDPU"},
+        {"extra_options.IPULimitationCheck", K::Bool, "true", P::Parameters, no,
+         "Adjust scales to the NPU's limitations.", "enable_dpu"},
+        {"extra_options.AdjustShiftCut", K::Bool, "true", P::Parameters, no, "Adjust shift cut.",
+         "extra_options.IPULimitationCheck"},
+        {"extra_options.AdjustShiftBias", K::Bool, "true", P::Parameters, no, "Adjust shift bias.",
+         "extra_options.IPULimitationCheck"},
+        {"extra_options.AdjustShiftRead", K::Bool, "true", P::Parameters, no, "Adjust shift read.",
+         "extra_options.IPULimitationCheck"},
+        {"extra_options.AdjustShiftWrite", K::Bool, "true", P::Parameters, no, "Adjust shift write.",
+         "extra_options.IPULimitationCheck"},
+        {"extra_options.AdjustHardSigmoid", K::Bool, "true", P::Parameters, no, "Adjust HardSigmoid positions.",
+         "extra_options.IPULimitationCheck"},
+        {"extra_options.AdjustShiftSwish", K::Bool, "true", P::Parameters, no, "Adjust shift swish.",
+         "extra_options.IPULimitationCheck"},
+        {"extra_options.AlignConcat", K::Bool, "true", P::Parameters, no, "Align Concat positions.",
+         "extra_options.IPULimitationCheck"},
+        {"extra_options.AlignPool", K::Bool, "true", P::Parameters, no, "Align pooling positions.",
+         "extra_options.IPULimitationCheck"},
+        {"extra_options.ReplaceClip6Relu", K::Bool, "false", P::Prepare, no, "Replace Clip(0, 6) with Relu."},
+        {"extra_options.CLESteps", K::Int, "1", P::Prepare, no, "Cross Layer Equalization steps; -1 is adaptive.",
+         "include_cle"},
+        {"extra_options.CLETotalLayerDiffThreshold", K::Float, "2e-7", P::Prepare, no,
+         "Adaptive CLE stops when the summed change across layers falls below this.", "include_cle"},
+        {"extra_options.CLEScaleAppendBias", K::Bool, "true", P::Prepare, no,
+         "Include the bias when computing CLE weight scales.", "include_cle"},
+        {"extra_options.RemoveQDQConvLeakyRelu", K::Bool, "false", P::Emit, no,
+         "Remove the QDQ between Conv and LeakyRelu.", "enable_dpu"},
+        {"extra_options.RemoveQDQConvPRelu", K::Bool, "false", P::Emit, no, "Remove the QDQ between Conv and PRelu.",
+         "enable_dpu"},
+    };
+    return keys;
+}
+
+const KeySpec* find_key(std::string_view path) {
+    for (const auto& k : recipe_keys())
+        if (k.path == path) return &k;
+    return nullptr;
+}
+
+namespace {
+constexpr std::string_view kPluginOptionSections[] = {"plugin_options.target", "plugin_options.format",
+                                                      "plugin_options.calibrator"};
+}
+
+bool is_plugin_options_section(std::string_view path) {
+    for (auto s : kPluginOptionSections)
+        if (s == path) return true;
+    return false;
+}
+
+bool is_section(std::string_view path) {
+    return path == "extra_options" || path == "plugin_options" || is_plugin_options_section(path);
+}
+
+std::vector<std::string> keys_in_section(std::string_view section) {
+    std::vector<std::string> out;
+    const std::string prefix = section.empty() ? std::string() : std::string(section) + ".";
+    auto direct_child = [&](std::string_view path) -> std::string {
+        if (path.substr(0, prefix.size()) != prefix) return {};
+        auto rest = path.substr(prefix.size());
+        return std::string(rest.substr(0, rest.find('.')));
+    };
+    for (const auto& k : recipe_keys()) {
+        auto child = direct_child(k.path);
+        if (!child.empty() && std::find(out.begin(), out.end(), child) == out.end()) out.push_back(child);
+    }
+    for (std::string_view s : {"extra_options", "plugin_options", "plugin_options.target", "plugin_options.format",
+                               "plugin_options.calibrator", "extends"}) {
+        auto child = direct_child(s);
+        if (!child.empty() && std::find(out.begin(), out.end(), child) == out.end()) out.push_back(child);
+    }
+    return out;
+}
+
+const std::vector<OverrideKey>& override_keys() {
+    static const std::vector<OverrideKey> keys = {
+        {"activation_type", "activation_type"},
+        {"weight_type", "weight_type"},
+        {"per_channel", "per_channel"},
+        {"reduce_range", "reduce_range"},
+        {"calibrate_method", "calibrate_method"},
+        {"ActivationSymmetric", "extra_options.ActivationSymmetric"},
+        {"WeightSymmetric", "extra_options.WeightSymmetric"},
+        {"UseUnsignedReLU", "extra_options.UseUnsignedReLU"},
+        {"QuantizeBias", "extra_options.QuantizeBias"},
+    };
+    return keys;
+}
+
+}  // namespace vaiq

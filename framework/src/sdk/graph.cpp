@@ -1,0 +1,183 @@
+#include "vaiq/graph.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <queue>
+
+#include "vaiq/error.hpp"
+
+namespace vaiq {
+
+namespace {
+const std::vector<Use> kNoUses;
+
+// Names a subgraph reads from its enclosing scope (If/Loop/Scan bodies):
+// they count as uses of the outer tensors.
+void collect_outer_reads(const onnx::GraphProto& graph, std::unordered_set<std::string>& reads) {
+    std::unordered_set<std::string> local;
+    for (const auto& i : graph.input()) local.insert(i.name());
+    for (const auto& i : graph.initializer()) local.insert(i.name());
+    for (const auto& node : graph.node()) {
+        for (const auto& in : node.input())
+            if (!in.empty() && !local.count(in)) reads.insert(in);
+        for (const auto& attr : node.attribute()) {
+            if (attr.has_g()) collect_outer_reads(attr.g(), reads);
+            for (const auto& g : attr.graphs()) collect_outer_reads(g, reads);
+        }
+        for (const auto& out : node.output()) local.insert(out);
+    }
+    for (const auto& o : graph.output())
+        if (!local.count(o.name())) reads.insert(o.name());
+}
+
+std::unordered_set<std::string> subgraph_reads(const onnx::NodeProto& node) {
+    std::unordered_set<std::string> reads;
+    for (const auto& attr : node.attribute()) {
+        if (attr.has_g()) collect_outer_reads(attr.g(), reads);
+        for (const auto& g : attr.graphs()) collect_outer_reads(g, reads);
+    }
+    return reads;
+}
+}  // namespace
+
+GraphIndex::GraphIndex(const onnx::GraphProto& graph) {
+    for (int n = 0; n < graph.node_size(); ++n) {
+        const auto& node = graph.node(n);
+        for (const auto& out : node.output())
+            if (!out.empty()) producer_[out] = n;
+        for (int s = 0; s < node.input_size(); ++s)
+            if (!node.input(s).empty()) consumers_[node.input(s)].push_back({n, s});
+        // A subgraph's reads of outer tensors count as uses (slot -1).
+        for (const auto& name : subgraph_reads(node)) consumers_[name].push_back({n, -1});
+    }
+    for (const auto& init : graph.initializer()) initializers_[init.name()] = &init;
+    for (const auto& in : graph.input()) inputs_.insert(in.name());
+    for (const auto& out : graph.output()) outputs_.insert(out.name());
+}
+
+int GraphIndex::producer(std::string_view tensor) const {
+    auto it = producer_.find(std::string(tensor));
+    return it == producer_.end() ? -1 : it->second;
+}
+
+const std::vector<Use>& GraphIndex::consumers(std::string_view tensor) const {
+    auto it = consumers_.find(std::string(tensor));
+    return it == consumers_.end() ? kNoUses : it->second;
+}
+
+const onnx::TensorProto* GraphIndex::initializer(std::string_view tensor) const {
+    auto it = initializers_.find(std::string(tensor));
+    return it == initializers_.end() ? nullptr : it->second;
+}
+
+bool GraphIndex::is_graph_input(std::string_view tensor) const {
+    return inputs_.count(std::string(tensor)) > 0;
+}
+
+bool GraphIndex::is_graph_output(std::string_view tensor) const {
+    return outputs_.count(std::string(tensor)) > 0;
+}
+
+std::vector<int> topological_order(const onnx::GraphProto& graph) {
+    const int count = graph.node_size();
+    std::unordered_map<std::string, int> producer;
+    for (int n = 0; n < count; ++n)
+        for (const auto& out : graph.node(n).output())
+            if (!out.empty()) producer[out] = n;
+
+    std::vector<int> pending(count, 0);
+    std::vector<std::vector<int>> dependents(count);
+    for (int n = 0; n < count; ++n) {
+        std::unordered_set<int> deps;
+        const auto& node = graph.node(n);
+        for (const auto& in : node.input())
+            if (auto it = producer.find(in); it != producer.end()) deps.insert(it->second);
+        for (const auto& name : subgraph_reads(node))
+            if (auto it = producer.find(name); it != producer.end()) deps.insert(it->second);
+        deps.erase(n);
+        pending[n] = static_cast<int>(deps.size());
+        for (int d : deps) dependents[d].push_back(n);
+    }
+    // Lowest index first keeps the original order where it is already valid.
+    std::priority_queue<int, std::vector<int>, std::greater<>> ready;
+    for (int n = 0; n < count; ++n)
+        if (pending[n] == 0) ready.push(n);
+    std::vector<int> order;
+    order.reserve(count);
+    while (!ready.empty()) {
+        int n = ready.top();
+        ready.pop();
+        order.push_back(n);
+        for (int d : dependents[n])
+            if (--pending[d] == 0) ready.push(d);
+    }
+    if (static_cast<int>(order.size()) != count) {
+        for (int n = 0; n < count; ++n)
+            if (pending[n] > 0)
+                throw InputError(fmt::format("the graph has a cycle through node '{}' ({})", graph.node(n).name(),
+                                             graph.node(n).op_type()));
+    }
+    return order;
+}
+
+std::string unique_name(const onnx::GraphProto& graph, std::string_view base) {
+    std::unordered_set<std::string> used;
+    for (const auto& node : graph.node()) {
+        used.insert(node.name());
+        for (const auto& o : node.output()) used.insert(o);
+    }
+    for (const auto& i : graph.input()) used.insert(i.name());
+    for (const auto& i : graph.initializer()) used.insert(i.name());
+    for (const auto& v : graph.value_info()) used.insert(v.name());
+    std::string name(base);
+    for (int k = 1; used.count(name); ++k) name = fmt::format("{}_{}", base, k);
+    return name;
+}
+
+namespace {
+void rename_reads(onnx::GraphProto& graph, std::string_view from, std::string_view to) {
+    for (auto& node : *graph.mutable_node()) {
+        for (auto& in : *node.mutable_input())
+            if (in == from) in = std::string(to);
+        // ONNX names are unique across scopes, so a subgraph naming `from` reads ours.
+        for (auto& attr : *node.mutable_attribute()) {
+            if (attr.has_g()) rename_reads(*attr.mutable_g(), from, to);
+            for (auto& g : *attr.mutable_graphs()) rename_reads(g, from, to);
+        }
+    }
+}
+}  // namespace
+
+bool replace_all_uses(onnx::GraphProto& graph, std::string_view from, std::string_view to) {
+    if (std::any_of(graph.output().begin(), graph.output().end(), [&](const auto& o) { return o.name() == from; }))
+        return false;
+    rename_reads(graph, from, to);
+    return true;
+}
+
+void remove_nodes(onnx::GraphProto& graph, std::vector<int> indices) {
+    std::sort(indices.begin(), indices.end());
+    indices.erase(std::unique(indices.begin(), indices.end()), indices.end());
+    auto* nodes = graph.mutable_node();
+    for (auto it = indices.rbegin(); it != indices.rend(); ++it) {
+        if (*it < 0 || *it >= nodes->size()) throw InternalError(fmt::format("no node at index {}", *it));
+        nodes->erase(nodes->begin() + *it);
+    }
+}
+
+int remove_unused_initializers(onnx::GraphProto& graph) {
+    std::unordered_set<std::string> used;
+    for (const auto& node : graph.node()) {
+        for (const auto& in : node.input()) used.insert(in);
+        for (const auto& name : subgraph_reads(node)) used.insert(name);
+    }
+    for (const auto& o : graph.output()) used.insert(o.name());
+    auto* inits = graph.mutable_initializer();
+    const int before = inits->size();
+    inits->erase(std::remove_if(inits->begin(), inits->end(), [&](const auto& t) { return !used.count(t.name()); }),
+                 inits->end());
+    return before - inits->size();
+}
+
+}  // namespace vaiq

@@ -1,0 +1,41 @@
+#include "vaiq/plugin.hpp"
+
+#include "vaiq/calibrator.hpp"
+#include "vaiq/format.hpp"
+#include "vaiq/pass.hpp"
+#include "vaiq/target.hpp"
+
+namespace vaiq {
+
+std::string_view kind_name(PluginKind kind) {
+    switch (kind) {
+        case PluginKind::Calibrator: return "calibrator";
+        case PluginKind::Format: return "format";
+        case PluginKind::Target: return "target";
+        case PluginKind::Pass: return "pass";
+    }
+    return "unknown";
+}
+
+std::optional<PluginKind> parse_kind(std::string_view name) {
+    for (auto kind : {PluginKind::Calibrator, PluginKind::Format, PluginKind::Target, PluginKind::Pass}) {
+        if (kind_name(kind) == name) return kind;
+    }
+    return std::nullopt;
+}
+
+std::string_view version() {
+    return VAIQ_VERSION_STRING;
+}
+
+Plugin::~Plugin() = default;
+void Plugin::configure(const Options&) {}
+
+RangeObserver::~RangeObserver() = default;
+
+void Target::check(const Options&) const {}
+std::vector<std::string> Target::legalization_passes(const Options&) const {
+    return {};
+}
+
+}  // namespace vaiq

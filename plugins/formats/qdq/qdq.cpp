@@ -1,0 +1,204 @@
+// qdq: writes a plan as ONNX QuantizeLinear/DequantizeLinear pairs, the layout
+// ONNX Runtime fuses into integer kernels. Weights are stored quantized and
+// read through a DequantizeLinear (or kept float with a Q/DQ pair when
+// AddQDQPairToWeight is set); activations get a Q/DQ pair shared by their
+// consumers (or one pair per consumer with DedicatedQDQPair).
+#include <vaiq/vaiq.hpp>
+
+#include <cmath>
+
+namespace {
+
+using vaiq::InputError;
+using vaiq::QuantType;
+using vaiq::TensorQuant;
+
+void check_params(const TensorQuant& t, int64_t opset) {
+    const auto& p = t.params;
+    const bool int32_bias = t.role == vaiq::TensorRole::Bias && p.type == QuantType::QInt32;
+    if (p.type != QuantType::QInt8 && p.type != QuantType::QUInt8 && !int32_bias)
+        throw InputError(fmt::format("format 'qdq' writes QInt8 and QUInt8 (and QInt32 biases), not {} for tensor '{}'; "
+                                     "use quant_format VitisQuantFormat.QDQ for wider types",
+                                     vaiq::quant_type_name(p.type), t.tensor));
+    if (p.scale.empty() || p.scale.size() != p.zero_point.size())
+        throw InputError(fmt::format("tensor '{}' has {} scales and {} zero points", t.tensor, p.scale.size(),
+                                     p.zero_point.size()));
+    for (float s : p.scale)
+        if (!(s > 0.0f) || !std::isfinite(s))
+            throw InputError(fmt::format("tensor '{}' has the scale {}; scales must be positive and finite", t.tensor, s));
+    const auto [qmin, qmax] = vaiq::integer_range(p.type);
+    for (int64_t z : p.zero_point)
+        if (z < qmin || z > qmax)
+            throw InputError(fmt::format("tensor '{}' has the zero point {}, outside [{}, {}]", t.tensor, z, qmin, qmax));
+    if (p.axis >= 0 && opset < 13)
+        throw InputError(fmt::format("tensor '{}' is quantized per channel, which needs opset 13 or newer (the model "
+                                     "has opset {})", t.tensor, opset));
+}
+
+// Scale and zero-point initializers: scalars per tensor, vectors per channel.
+std::pair<std::string, std::string> add_params(onnx::GraphProto& graph, const TensorQuant& t) {
+    const auto& p = t.params;
+    const std::vector<int64_t> shape = p.axis >= 0 ? std::vector<int64_t>{static_cast<int64_t>(p.scale.size())}
+                                                   : std::vector<int64_t>{};
+    const auto scale_name = vaiq::unique_name(graph, t.tensor + "_scale");
+    *graph.add_initializer() = vaiq::Tensor::from_values<float>(shape, p.scale).to_proto(scale_name);
+    const auto zp_name = vaiq::unique_name(graph, t.tensor + "_zero_point");
+    vaiq::Tensor zp(vaiq::storage_type(p.type), shape);
+    for (size_t i = 0; i < p.zero_point.size(); ++i) {
+        switch (p.type) {
+            case QuantType::QInt8: zp.mutable_data<int8_t>()[i] = static_cast<int8_t>(p.zero_point[i]); break;
+            case QuantType::QUInt8: zp.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(p.zero_point[i]); break;
+            default: zp.mutable_data<int32_t>()[i] = static_cast<int32_t>(p.zero_point[i]); break;
+        }
+    }
+    *graph.add_initializer() = zp.to_proto(zp_name);
+    return {scale_name, zp_name};
+}
+
+onnx::NodeProto& add_node(onnx::GraphProto& graph, const std::string& op, const std::string& input,
+                          const std::string& scale, const std::string& zp, const std::string& output, int axis) {
+    auto* n = graph.add_node();
+    n->set_op_type(op);
+    n->set_name(vaiq::unique_name(graph, output + "_node"));
+    n->add_input(input);
+    n->add_input(scale);
+    n->add_input(zp);
+    n->add_output(output);
+    if (axis >= 0) {
+        auto* a = n->add_attribute();
+        a->set_name("axis");
+        a->set_type(onnx::AttributeProto::INT);
+        a->set_i(axis);
+    }
+    return *n;
+}
+
+template <typename Q>
+void quantize_into(std::span<const float> in, std::span<Q> out, const vaiq::QuantParams& p, int64_t inner) {
+    const auto [qmin, qmax] = vaiq::integer_range(p.type);
+    const size_t channels = p.scale.size();
+    for (size_t i = 0; i < in.size(); ++i) {
+        const size_t c = channels == 1 ? 0 : (i / static_cast<size_t>(inner)) % channels;
+        const double q = std::nearbyint(static_cast<double>(in[i]) / p.scale[c]) + static_cast<double>(p.zero_point[c]);
+        out[i] = static_cast<Q>(std::clamp<double>(q, static_cast<double>(qmin), static_cast<double>(qmax)));
+    }
+}
+
+vaiq::Tensor quantize(const vaiq::Tensor& w, const TensorQuant& t) {
+    const auto& p = t.params;
+    int64_t inner = 1;
+    if (p.axis >= 0) {
+        const auto& shape = w.shape();
+        if (p.axis >= static_cast<int>(shape.size()) || shape[p.axis] != static_cast<int64_t>(p.scale.size()))
+            throw InputError(fmt::format("tensor '{}' has {} per-channel scales, which do not match axis {} of its shape",
+                                         t.tensor, p.scale.size(), p.axis));
+        for (size_t d = p.axis + 1; d < shape.size(); ++d) inner *= shape[d];
+    }
+    vaiq::Tensor q(vaiq::storage_type(p.type), w.shape());
+    const auto values = w.data<float>();
+    switch (p.type) {
+        case QuantType::QInt8: quantize_into(values, q.mutable_data<int8_t>(), p, inner); break;
+        case QuantType::QUInt8: quantize_into(values, q.mutable_data<uint8_t>(), p, inner); break;
+        default: quantize_into(values, q.mutable_data<int32_t>(), p, inner); break;
+    }
+    return q;
+}
+
+class Qdq final : public vaiq::Format {
+  public:
+    void configure(const vaiq::Options& options) override {
+        pair_to_weight_ = options.get_bool("AddQDQPairToWeight");
+        dedicated_pair_ = options.get_bool("DedicatedQDQPair");
+    }
+
+    void emit(vaiq::Model& model, const vaiq::QuantPlan& plan) const override {
+        auto& graph = model.graph();
+        for (const auto& t : plan.tensors) {
+            check_params(t, model.opset());
+            const vaiq::GraphIndex index(graph);
+            if (const auto* init = index.initializer(t.tensor)) emit_weight(graph, index, *init, t);
+            else emit_activation(graph, index, t);
+        }
+        // New nodes were appended; put every node after its producers again.
+        const auto order = vaiq::topological_order(graph);
+        google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+        for (int n : order) *nodes.Add() = graph.node(n);
+        graph.mutable_node()->Swap(&nodes);
+    }
+
+  private:
+    void emit_weight(onnx::GraphProto& graph, const vaiq::GraphIndex& index, const onnx::TensorProto& init,
+                     const TensorQuant& t) const {
+        if (index.is_graph_input(t.tensor) || index.is_graph_output(t.tensor))
+            throw InputError(fmt::format("weight '{}' is also a graph input or output, so it is not a constant", t.tensor));
+        const auto weight = vaiq::Tensor::from_proto(init);
+        if (weight.type() != vaiq::DataType::Float)
+            throw InputError(fmt::format("weight '{}' is {}, not float", t.tensor, vaiq::data_type_name(weight.type())));
+        const auto [scale, zp] = add_params(graph, t);
+        const auto dq_out = vaiq::unique_name(graph, t.tensor + "_DequantizeLinear_Output");
+        vaiq::replace_all_uses(graph, t.tensor, dq_out);
+        if (pair_to_weight_ && t.role != vaiq::TensorRole::Bias) {
+            const auto q_out = vaiq::unique_name(graph, t.tensor + "_QuantizeLinear_Output");
+            add_node(graph, "QuantizeLinear", t.tensor, scale, zp, q_out, t.params.axis);
+            add_node(graph, "DequantizeLinear", q_out, scale, zp, dq_out, t.params.axis);
+            return;
+        }
+        const auto q_name = vaiq::unique_name(graph, t.tensor + "_quantized");
+        *graph.add_initializer() = quantize(weight, t).to_proto(q_name);
+        add_node(graph, "DequantizeLinear", q_name, scale, zp, dq_out, t.params.axis);
+        vaiq::remove_unused_initializers(graph);
+    }
+
+    void emit_activation(onnx::GraphProto& graph, const vaiq::GraphIndex& index, const TensorQuant& t) const {
+        const int producer = index.producer(t.tensor);
+        if (producer < 0 && !index.is_graph_input(t.tensor))
+            throw InputError(fmt::format("the plan quantizes tensor '{}', which the model does not have", t.tensor));
+        const auto [scale, zp] = add_params(graph, t);
+        const int axis = t.params.axis;
+        if (index.is_graph_output(t.tensor)) {
+            // The output keeps its name: the float value is renamed and the DequantizeLinear writes the output.
+            if (producer < 0)
+                throw InputError(fmt::format("tensor '{}' is both a graph input and output; there is nothing to quantize",
+                                             t.tensor));
+            const auto float_name = vaiq::unique_name(graph, t.tensor + "_QuantizeLinear_Input");
+            // Only the producer changes: other readers keep reading the output's name, now the DequantizeLinear's.
+            for (auto& out : *graph.mutable_node(producer)->mutable_output())
+                if (out == t.tensor) out = float_name;
+            const auto q_out = vaiq::unique_name(graph, t.tensor + "_QuantizeLinear_Output");
+            add_node(graph, "QuantizeLinear", float_name, scale, zp, q_out, axis);
+            add_node(graph, "DequantizeLinear", q_out, scale, zp, t.tensor, axis);
+            return;
+        }
+        const auto& uses = index.consumers(t.tensor);
+        const bool dedicated = dedicated_pair_ && uses.size() > 1 &&
+                               std::none_of(uses.begin(), uses.end(), [](const auto& u) { return u.slot < 0; });
+        if (!dedicated) {
+            const auto q_out = vaiq::unique_name(graph, t.tensor + "_QuantizeLinear_Output");
+            const auto dq_out = vaiq::unique_name(graph, t.tensor + "_DequantizeLinear_Output");
+            vaiq::replace_all_uses(graph, t.tensor, dq_out);
+            add_node(graph, "QuantizeLinear", t.tensor, scale, zp, q_out, axis);
+            add_node(graph, "DequantizeLinear", q_out, scale, zp, dq_out, axis);
+            return;
+        }
+        for (const auto& use : uses) {
+            const auto q_out = vaiq::unique_name(graph, t.tensor + "_QuantizeLinear_Output");
+            const auto dq_out = vaiq::unique_name(graph, t.tensor + "_DequantizeLinear_Output");
+            graph.mutable_node(use.node)->set_input(use.slot, dq_out);
+            add_node(graph, "QuantizeLinear", t.tensor, scale, zp, q_out, axis);
+            add_node(graph, "DequantizeLinear", q_out, scale, zp, dq_out, axis);
+        }
+    }
+
+    bool pair_to_weight_ = false;
+    bool dedicated_pair_ = false;
+};
+
+const vaiq_option_descriptor kOptions[] = {
+    {"AddQDQPairToWeight", VAIQ_OPTION_BOOL, "false",
+     "Keep weights float behind a QuantizeLinear/DequantizeLinear pair instead of storing them quantized."},
+    {"DedicatedQDQPair", VAIQ_OPTION_BOOL, "false", "Give each consumer of an activation its own Q/DQ pair."},
+};
+
+}  // namespace
+
+VAIQ_PLUGINS(vaiq::describe<Qdq>("qdq", "0.1.0", "QuantizeLinear/DequantizeLinear pairs (QuantFormat.QDQ)", kOptions))

@@ -1,0 +1,147 @@
+#include <gtest/gtest.h>
+
+#include "test_support.hpp"
+#include "vaiq/error.hpp"
+#include "vaiq/format.hpp"
+#include "vaiq/graph.hpp"
+
+namespace {
+
+using vaiq::QuantType;
+using vaiq::TensorRole;
+
+vaiq::TensorQuant entry(std::string tensor, TensorRole role, QuantType type, std::vector<float> scale,
+                        std::vector<int64_t> zp, int axis = -1) {
+    vaiq::TensorQuant t;
+    t.tensor = std::move(tensor);
+    t.role = role;
+    t.params = {type, std::move(scale), std::move(zp), axis};
+    return t;
+}
+
+// x (uint8), w (int8), b (int32 at sx * sw) and the output y (uint8).
+vaiq::QuantPlan conv_plan() {
+    return {{entry("x", TensorRole::Activation, QuantType::QUInt8, {0.02f}, {128}),
+             entry("w", TensorRole::Weight, QuantType::QInt8, {0.01f}, {0}),
+             entry("b", TensorRole::Bias, QuantType::QInt32, {0.0002f}, {0}),
+             entry("y", TensorRole::Activation, QuantType::QUInt8, {0.05f}, {0})}};
+}
+
+void emit(vaiq::Model& model, const vaiq::QuantPlan& plan, const nlohmann::json& options = nullptr) {
+    auto registry = vaiq::test::registry_with_test_plugin();
+    const auto& info = registry.require(vaiq::PluginKind::Format, "qdq");
+    auto format = registry.create<vaiq::Format>("qdq", registry.resolve_options(info, options));
+    format->emit(model, plan);
+}
+
+int count_ops(const vaiq::Model& m, const std::string& op) {
+    int n = 0;
+    for (const auto& node : m.graph().node()) n += node.op_type() == op;
+    return n;
+}
+
+const onnx::TensorProto* initializer(const vaiq::Model& m, const std::string& name) {
+    return vaiq::GraphIndex(m.graph()).initializer(name);
+}
+
+TEST(Qdq, WritesAValidModelWithWeightsStoredQuantized) {
+    auto model = vaiq::test::conv_relu_model();
+    emit(model, conv_plan());
+    EXPECT_NO_THROW(vaiq::check_model(model));
+    EXPECT_EQ(count_ops(model, "QuantizeLinear"), 2);    // x and y
+    EXPECT_EQ(count_ops(model, "DequantizeLinear"), 4);  // x, w, b, y
+    EXPECT_EQ(initializer(model, "w"), nullptr) << "the float weight should be gone";
+    const auto* wq = initializer(model, "w_quantized");
+    ASSERT_NE(wq, nullptr);
+    EXPECT_EQ(wq->data_type(), onnx::TensorProto::INT8);
+    const auto w_tensor = vaiq::Tensor::from_proto(*wq);
+    const auto w = w_tensor.data<int8_t>();
+    // w starts at -0.5 with step 0.02: -0.5 / 0.01 = -50, -0.48 / 0.01 = -48.
+    EXPECT_EQ(w[0], -50);
+    EXPECT_EQ(w[1], -48);
+    const auto* bq = initializer(model, "b_quantized");
+    ASSERT_NE(bq, nullptr);
+    EXPECT_EQ(bq->data_type(), onnx::TensorProto::INT32);
+    EXPECT_EQ(vaiq::Tensor::from_proto(*bq).data<int32_t>()[0], 500);  // 0.1 / 0.0002
+}
+
+TEST(Qdq, GraphOutputKeepsItsName) {
+    auto model = vaiq::test::conv_relu_model();
+    emit(model, conv_plan());
+    ASSERT_EQ(model.graph().output_size(), 1);
+    EXPECT_EQ(model.graph().output(0).name(), "y");
+    const vaiq::GraphIndex index(model.graph());
+    const int producer = index.producer("y");
+    ASSERT_GE(producer, 0);
+    EXPECT_EQ(model.graph().node(producer).op_type(), "DequantizeLinear");
+}
+
+TEST(Qdq, NodesStayTopologicallyOrdered) {
+    auto model = vaiq::test::conv_relu_model();
+    emit(model, conv_plan());
+    const auto order = vaiq::topological_order(model.graph());
+    for (size_t i = 0; i < order.size(); ++i) EXPECT_EQ(order[i], static_cast<int>(i));
+}
+
+TEST(Qdq, PerChannelWeightsGetAnAxis) {
+    auto model = vaiq::test::conv_relu_model();
+    emit(model, {{entry("w", TensorRole::Weight, QuantType::QInt8, {0.01f, 0.02f, 0.04f}, {0, 0, 0}, 0)}});
+    EXPECT_NO_THROW(vaiq::check_model(model));
+    const auto w_tensor = vaiq::Tensor::from_proto(*initializer(model, "w_quantized"));
+    const auto w = w_tensor.data<int8_t>();
+    // Channel 1 starts at element 18: -0.5 + 18 * 0.02 = -0.14 -> -0.14 / 0.02 = -7.
+    EXPECT_EQ(w[18], -7);
+    bool has_axis = false;
+    for (const auto& n : model.graph().node())
+        if (n.op_type() == "DequantizeLinear")
+            for (const auto& a : n.attribute()) has_axis |= a.name() == "axis" && a.i() == 0;
+    EXPECT_TRUE(has_axis);
+}
+
+TEST(Qdq, PerChannelNeedsOpset13) {
+    auto model = vaiq::test::conv_relu_model(11);
+    EXPECT_THROW(emit(model, {{entry("w", TensorRole::Weight, QuantType::QInt8, {0.01f, 0.02f, 0.04f}, {0, 0, 0}, 0)}}),
+                 vaiq::InputError);
+}
+
+TEST(Qdq, RefusesTypesItCannotWrite) {
+    auto model = vaiq::test::conv_relu_model();
+    try {
+        emit(model, {{entry("x", TensorRole::Activation, QuantType::QInt16, {0.01f}, {0})}});
+        FAIL() << "QInt16 was accepted";
+    } catch (const vaiq::InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("VitisQuantFormat.QDQ"), std::string::npos) << e.what();
+    }
+}
+
+TEST(Qdq, RefusesATensorTheModelLacks) {
+    auto model = vaiq::test::conv_relu_model();
+    EXPECT_THROW(emit(model, {{entry("nope", TensorRole::Activation, QuantType::QUInt8, {0.1f}, {0})}}),
+                 vaiq::InputError);
+}
+
+TEST(Qdq, AddQDQPairToWeightKeepsTheFloatWeight) {
+    auto model = vaiq::test::conv_relu_model();
+    emit(model, {{entry("w", TensorRole::Weight, QuantType::QInt8, {0.01f}, {0})}}, {{"AddQDQPairToWeight", true}});
+    EXPECT_NE(initializer(model, "w"), nullptr);
+    EXPECT_EQ(count_ops(model, "QuantizeLinear"), 1);
+    EXPECT_EQ(count_ops(model, "DequantizeLinear"), 1);
+}
+
+TEST(Qdq, DedicatedQDQPairGivesEachConsumerItsOwnPair) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {4}).output("a", {4}).output("b", {4});
+    b.node("Relu", {"x"}, {"r"});
+    b.node("Sigmoid", {"r"}, {"a"});
+    b.node("Tanh", {"r"}, {"b"});
+    const vaiq::QuantPlan plan{{entry("r", TensorRole::Activation, QuantType::QUInt8, {0.1f}, {0})}};
+    auto shared = b.build();
+    emit(shared, plan);
+    EXPECT_EQ(count_ops(shared, "QuantizeLinear"), 1);
+    auto dedicated = b.build();
+    emit(dedicated, plan, {{"DedicatedQDQPair", true}});
+    EXPECT_EQ(count_ops(dedicated, "QuantizeLinear"), 2);
+    EXPECT_NO_THROW(vaiq::check_model(dedicated));
+}
+
+}  // namespace

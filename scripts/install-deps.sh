@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs every Debian package vaiq needs to build, test and install.
+# Idempotent and non-interactive; the only place the project downloads anything.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libonnx-dev libprotobuf-dev protobuf-compiler
+  libyaml-cpp-dev
+  libboost-dev libboost-filesystem-dev
+  libeigen3-dev
+  libdnnl-dev
+  libspdlog-dev libfmt-dev
+  libcli11-dev
+  nlohmann-json3-dev
+  googletest libgtest-dev libgmock-dev
+  libonnx-testdata
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,147 @@
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+
+namespace fs = std::filesystem;
+
+namespace vaiq::test {
+
+namespace {
+std::vector<std::string>& args() {
+    static std::vector<std::string> a;
+    return a;
+}
+
+// Removes the test's temporary folders when the process ends.
+struct TempRoot {
+    fs::path path;
+    TempRoot() {
+        std::random_device r;
+        path = fs::temp_directory_path() / ("vaiq-test-" + std::to_string(::getpid()) + "-" + std::to_string(r()));
+        fs::create_directories(path);
+    }
+    ~TempRoot() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+};
+}  // namespace
+
+const std::vector<std::string>& extra_args() {
+    return args();
+}
+
+PluginRegistry registry_with_test_plugin() {
+    if (args().empty()) throw std::runtime_error("this test needs the plugin library's path as its first argument");
+    PluginRegistry registry;
+    registry.load_library(args().front());
+    return registry;
+}
+
+fs::path temp_dir() {
+    static TempRoot root;
+    static int counter = 0;
+    auto dir = root.path / std::to_string(counter++);
+    fs::create_directories(dir);
+    return dir;
+}
+
+fs::path write_text(const fs::path& path, const std::string& text) {
+    fs::create_directories(path.parent_path());
+    std::ofstream(path) << text;
+    return path;
+}
+
+GraphBuilder::GraphBuilder(int64_t opset) {
+    proto_.set_ir_version(8);
+    proto_.set_producer_name("vaiq-tests");
+    auto* op = proto_.add_opset_import();
+    op->set_domain("");
+    op->set_version(opset);
+    proto_.mutable_graph()->set_name("test");
+}
+
+namespace {
+void fill_value_info(onnx::ValueInfoProto* info, const std::string& name, const std::vector<int64_t>& shape,
+                     DataType type) {
+    info->set_name(name);
+    auto* t = info->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(static_cast<int32_t>(type));
+    auto* s = t->mutable_shape();
+    for (auto d : shape) s->add_dim()->set_dim_value(d);
+}
+}  // namespace
+
+GraphBuilder& GraphBuilder::input(const std::string& name, std::vector<int64_t> shape, DataType type) {
+    fill_value_info(proto_.mutable_graph()->add_input(), name, shape, type);
+    return *this;
+}
+
+GraphBuilder& GraphBuilder::output(const std::string& name, std::vector<int64_t> shape, DataType type) {
+    fill_value_info(proto_.mutable_graph()->add_output(), name, shape, type);
+    return *this;
+}
+
+GraphBuilder& GraphBuilder::initializer(const std::string& name, const Tensor& value) {
+    *proto_.mutable_graph()->add_initializer() = value.to_proto(name);
+    return *this;
+}
+
+onnx::NodeProto& GraphBuilder::node(const std::string& op_type, std::vector<std::string> inputs,
+                                    std::vector<std::string> outputs, const std::string& name) {
+    auto* n = proto_.mutable_graph()->add_node();
+    n->set_op_type(op_type);
+    n->set_name(name.empty() ? op_type + "_" + std::to_string(proto_.graph().node_size()) : name);
+    for (auto& i : inputs) n->add_input(i);
+    for (auto& o : outputs) n->add_output(o);
+    return *n;
+}
+
+Model GraphBuilder::build() const {
+    return Model(proto_);
+}
+
+Tensor ramp(std::vector<int64_t> shape, float start, float step) {
+    Tensor t(DataType::Float, std::move(shape));
+    auto data = t.mutable_data<float>();
+    for (size_t i = 0; i < data.size(); ++i) data[i] = start + step * static_cast<float>(i);
+    return t;
+}
+
+void set_int_attribute(onnx::NodeProto& node, const std::string& name, int64_t value) {
+    auto* a = node.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(value);
+}
+
+void set_ints_attribute(onnx::NodeProto& node, const std::string& name, const std::vector<int64_t>& values) {
+    auto* a = node.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (auto v : values) a->add_ints(v);
+}
+
+Model conv_relu_model(int64_t opset) {
+    GraphBuilder b(opset);
+    b.input("x", {1, 2, 4, 4})
+        .output("y", {1, 3, 4, 4})
+        .initializer("w", ramp({3, 2, 3, 3}, -0.5f, 0.02f))
+        .initializer("b", ramp({3}, 0.1f, 0.1f));
+    auto& conv = b.node("Conv", {"x", "w", "b"}, {"conv_out"}, "conv");
+    set_ints_attribute(conv, "pads", {1, 1, 1, 1});
+    b.node("Relu", {"conv_out"}, {"y"}, "relu");
+    return b.build();
+}
+
+}  // namespace vaiq::test
+
+int main(int argc, char** argv) {
+    ::testing::InitGoogleTest(&argc, argv);
+    for (int i = 1; i < argc; ++i) vaiq::test::args().push_back(argv[i]);
+    return RUN_ALL_TESTS();
+}

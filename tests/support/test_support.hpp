@@ -1,0 +1,52 @@
+// Helpers shared by vaiq's tests: tiny models built in code, temporary folders,
+// and the plugin library a plugin test was given.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "plugin/registry.hpp"
+#include "vaiq/model.hpp"
+#include "vaiq/tensor.hpp"
+
+namespace vaiq::test {
+
+/// Arguments left after GoogleTest's own (a plugin test gets its library path first).
+const std::vector<std::string>& extra_args();
+
+/// A registry holding the plugin library this test was given.
+PluginRegistry registry_with_test_plugin();
+
+/// A fresh, empty folder under the system temp folder, removed at exit.
+std::filesystem::path temp_dir();
+
+/// Writes text to a file and returns its path.
+std::filesystem::path write_text(const std::filesystem::path& path, const std::string& text);
+
+/// Builds small ONNX graphs in code.
+class GraphBuilder {
+  public:
+    explicit GraphBuilder(int64_t opset = 13);
+    GraphBuilder& input(const std::string& name, std::vector<int64_t> shape, DataType type = DataType::Float);
+    GraphBuilder& output(const std::string& name, std::vector<int64_t> shape, DataType type = DataType::Float);
+    GraphBuilder& initializer(const std::string& name, const Tensor& value);
+    /// Adds a node; returns it for attributes.
+    onnx::NodeProto& node(const std::string& op_type, std::vector<std::string> inputs, std::vector<std::string> outputs,
+                          const std::string& name = "");
+    Model build() const;
+
+  private:
+    onnx::ModelProto proto_;
+};
+
+/// A float tensor with the given shape, filled with start, start+step, ...
+Tensor ramp(std::vector<int64_t> shape, float start = 0.0f, float step = 1.0f);
+
+void set_int_attribute(onnx::NodeProto& node, const std::string& name, int64_t value);
+void set_ints_attribute(onnx::NodeProto& node, const std::string& name, const std::vector<int64_t>& values);
+
+/// Conv(x, w, b) -> Relu -> y on a [1, 2, 4, 4] input, 3 output channels.
+Model conv_relu_model(int64_t opset = 13);
+
+}  // namespace vaiq::test
