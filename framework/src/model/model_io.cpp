@@ -104,7 +104,7 @@ void inline_external_data(onnx::TensorProto& tensor, const fs::path& model_dir, 
     in.read(data.data(), bytes);
     if (!in) throw InputError(fmt::format("{}: cannot read external data from '{}'", where, location));
     tensor.clear_external_data();
-    tensor.set_data_location(onnx::TensorProto::DEFAULT);
+    tensor.clear_data_location();
     tensor.set_raw_data(std::move(data));
 }
 

@@ -213,10 +213,10 @@ std::vector<std::string> PluginRegistry::names(PluginKind kind) const {
 const PluginInfo& PluginRegistry::require(PluginKind kind, std::string_view name, std::string_view needed_by) const {
     if (const auto* p = find(kind, name)) return *p;
     const auto installed = names(kind);
-    throw InputError(fmt::format("{}no {} plugin named '{}' is installed{} (installed {}s: {})",
+    const std::string plural = kind == PluginKind::Pass ? "passes" : std::string(kind_name(kind)) + "s";
+    throw InputError(fmt::format("{}no {} plugin named '{}' is installed{} (installed {}: {})",
                                  needed_by.empty() ? "" : fmt::format("{}: ", needed_by), kind_name(kind), name,
-                                 did_you_mean(name, installed), kind_name(kind),
-                                 installed.empty() ? "none" : join(installed)));
+                                 did_you_mean(name, installed), plural, installed.empty() ? "none" : join(installed)));
 }
 
 std::vector<const PluginInfo*> PluginRegistry::list(std::optional<PluginKind> kind) const {

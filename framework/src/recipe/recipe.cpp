@@ -57,6 +57,11 @@ std::string expand_variables(const std::string& text, const Source& src, const Y
     return out;
 }
 
+// YAML's nulls, and Python's None as a Python call would write it.
+bool is_null(const YAML::Node& node) {
+    return node.IsNull() || (node.IsScalar() && yaml_to_json(node).is_null());
+}
+
 std::string scalar_string(const YAML::Node& node, const Source& src, std::string_view key) {
     if (!node.IsScalar()) src.fail(node, fmt::format("{} must be a string", key));
     return expand_variables(node.Scalar(), src, node);
@@ -69,7 +74,7 @@ std::string resolve_path(const std::string& text, const Source& src) {
 }
 
 std::vector<std::string> string_list(const YAML::Node& node, const Source& src, std::string_view key) {
-    if (node.IsNull()) return {};
+    if (is_null(node)) return {};
     if (!node.IsSequence()) src.fail(node, fmt::format("{} must be a list of strings, e.g. [a, b]", key));
     std::vector<std::string> out;
     for (const auto& item : node) out.push_back(scalar_string(item, src, fmt::format("each item of {}", key)));
@@ -127,6 +132,13 @@ std::string normalize_calibrate_method(const YAML::Node& node, const Source& src
         if (is_plugin_name(s)) return s;
     }
     if (std::find(allowed.begin(), allowed.end(), s) != allowed.end()) return s;
+    auto in = [&](const std::vector<std::string>& family) {
+        return std::find(family.begin(), family.end(), s) != family.end();
+    };
+    if (in(kFloatMethods) || in(kPowerOfTwoMethods))
+        src.fail(node, fmt::format("calibrate_method '{}': {} is a {}; write {}.{}", raw, s,
+                                   in(kFloatMethods) ? "CalibrationMethod" : "PowerOfTwoMethod",
+                                   in(kFloatMethods) ? "CalibrationMethod" : "PowerOfTwoMethod", s));
     src.fail(node, fmt::format("calibrate_method '{}' is not a calibration method{} (choices: {}, or a calibrator "
                                "plugin's name)", raw, did_you_mean(s, allowed), join(allowed)));
 }
@@ -143,7 +155,7 @@ nlohmann::json shape(const YAML::Node& node, const Source& src) {
 }
 
 nlohmann::json shape_spec(const YAML::Node& node, const Source& src) {
-    if (node.IsNull()) return nlohmann::json::array();
+    if (is_null(node)) return nlohmann::json::array();
     if (node.IsMap()) {
         auto out = nlohmann::json::object();
         for (const auto& kv : node) out[kv.first.Scalar()] = shape(kv.second, src);
@@ -161,7 +173,7 @@ nlohmann::json shape_spec(const YAML::Node& node, const Source& src) {
 }
 
 nlohmann::json normalize_passes(const YAML::Node& node, const Source& src) {
-    if (node.IsNull()) return nlohmann::json::array();
+    if (is_null(node)) return nlohmann::json::array();
     if (!node.IsSequence()) src.fail(node, "passes must be a list of pass names or {name, options} maps");
     auto out = nlohmann::json::array();
     for (const auto& item : node) {
@@ -194,7 +206,7 @@ nlohmann::json normalize_passes(const YAML::Node& node, const Source& src) {
 nlohmann::json normalize(const KeySpec& spec, const YAML::Node& node, const Source& src);
 
 nlohmann::json normalize_overrides(const YAML::Node& node, const Source& src) {
-    if (node.IsNull()) return nlohmann::json::array();
+    if (is_null(node)) return nlohmann::json::array();
     if (!node.IsSequence()) src.fail(node, "overrides must be a list of {match, set} or {match, exclude} entries");
     std::vector<std::string> settable;
     for (const auto& k : override_keys()) settable.emplace_back(k.name);
@@ -285,10 +297,10 @@ nlohmann::json normalize(const KeySpec& spec, const YAML::Node& node, const Sour
         }
         case ValueKind::Int: return integer(node, src, key);
         case ValueKind::Float: return number(node, src, key);
-        case ValueKind::String: return node.IsNull() ? std::string() : scalar_string(node, src, key);
+        case ValueKind::String: return is_null(node) ? std::string() : scalar_string(node, src, key);
         case ValueKind::Path: return resolve_path(scalar_string(node, src, key), src);
         case ValueKind::OptionalPath:
-            if (node.IsNull()) return nullptr;
+            if (is_null(node)) return nullptr;
             return resolve_path(scalar_string(node, src, key), src);
         case ValueKind::PathList: {
             auto out = nlohmann::json::array();
@@ -323,14 +335,14 @@ nlohmann::json normalize(const KeySpec& spec, const YAML::Node& node, const Sour
         }
         case ValueKind::ShapeSpec: return shape_spec(node, src);
         case ValueKind::IntMap: {
-            if (node.IsNull()) return nlohmann::json::object();
+            if (is_null(node)) return nlohmann::json::object();
             if (!node.IsMap()) src.fail(node, fmt::format("{} must be a map of op type to axis, e.g. {{MatMul: 1}}", key));
             auto out = nlohmann::json::object();
             for (const auto& kv : node) out[kv.first.Scalar()] = integer(kv.second, src, "an axis");
             return out;
         }
         case ValueKind::RangeMap: {
-            if (node.IsNull()) return nullptr;
+            if (is_null(node)) return nullptr;
             if (!node.IsMap()) src.fail(node, fmt::format("{} must be a map of input name to [low, high]", key));
             auto out = nlohmann::json::object();
             for (const auto& kv : node) {

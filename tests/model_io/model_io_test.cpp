@@ -1,0 +1,196 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "test_support.hpp"
+#include "vaiq/error.hpp"
+#include "vaiq/graph.hpp"
+#include "vaiq/model.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using vaiq::InputError;
+using vaiq::test::temp_dir;
+
+// EXPECT that `body` throws InputError whose message contains `text`.
+template <typename F>
+void expect_input_error(F&& body, const std::string& text) {
+    try {
+        body();
+        ADD_FAILURE() << "no error; expected one containing: " << text;
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+    }
+}
+
+std::string read_bytes(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_bytes(const fs::path& p, const std::string& bytes) {
+    std::ofstream(p, std::ios::binary) << bytes;
+}
+
+// A model whose weight 'w' is stored externally in `data_name` with the given location.
+fs::path external_model(const fs::path& dir, const std::string& location, int64_t declared_length = -1) {
+    auto model = vaiq::test::conv_relu_model();
+    for (auto& init : *model.graph().mutable_initializer()) {
+        if (init.name() != "w") continue;
+        const std::string raw = init.raw_data();
+        init.clear_raw_data();
+        init.set_data_location(onnx::TensorProto::EXTERNAL);
+        auto add = [&](const char* k, const std::string& v) {
+            auto* e = init.add_external_data();
+            e->set_key(k);
+            e->set_value(v);
+        };
+        add("location", location);
+        add("offset", "0");
+        if (declared_length >= 0) add("length", std::to_string(declared_length));
+        if (location.find("..") == std::string::npos && location[0] != '/') write_bytes(dir / location, raw);
+    }
+    const auto path = dir / "model.onnx";
+    write_bytes(path, model.proto().SerializeAsString());
+    return path;
+}
+
+TEST(ModelIo, RoundTripKeepsTheModel) {
+    const auto dir = temp_dir();
+    const auto model = vaiq::test::conv_relu_model();
+    vaiq::save_model(model, dir / "m.onnx");
+    const auto loaded = vaiq::load_model(dir / "m.onnx");
+    EXPECT_EQ(loaded.proto().SerializeAsString(), model.proto().SerializeAsString());
+    EXPECT_EQ(loaded.opset(), 13);
+    EXPECT_EQ(loaded.source(), dir / "m.onnx");
+}
+
+TEST(ModelIo, ExternalDataRoundTrip) {
+    const auto dir = temp_dir();
+    const auto model = vaiq::test::conv_relu_model();
+    vaiq::SaveOptions options;
+    options.use_external_data_format = true;
+    options.external_data_size_threshold = 16;  // w (216 bytes) goes out, b (12 bytes) stays
+    vaiq::save_model(model, dir / "big.onnx", options);
+    ASSERT_TRUE(fs::exists(dir / "big.onnx.data"));
+    EXPECT_EQ(fs::file_size(dir / "big.onnx.data"), 3u * 2 * 3 * 3 * 4);
+    onnx::ModelProto on_disk;
+    ASSERT_TRUE(on_disk.ParseFromString(read_bytes(dir / "big.onnx")));
+    int external = 0;
+    for (const auto& t : on_disk.graph().initializer()) external += t.data_location() == onnx::TensorProto::EXTERNAL;
+    EXPECT_EQ(external, 1);
+    const auto loaded = vaiq::load_model(dir / "big.onnx");
+    EXPECT_EQ(loaded.proto().graph().SerializeAsString(), model.proto().graph().SerializeAsString());
+}
+
+TEST(ModelIo, ExternalDataBesideTheModelLoads) {
+    const auto dir = temp_dir();
+    const auto loaded = vaiq::load_model(external_model(dir, "weights.bin"));
+    const auto* w = vaiq::GraphIndex(loaded.graph()).initializer("w");
+    ASSERT_NE(w, nullptr);
+    EXPECT_EQ(w->data_location(), onnx::TensorProto::DEFAULT);
+    EXPECT_EQ(vaiq::Tensor::from_proto(*w).size(), 54);
+}
+
+TEST(ModelIo, RejectsAbsoluteExternalDataLocation) {
+    const auto dir = temp_dir();
+    expect_input_error([&] { vaiq::load_model(external_model(dir, "/etc/passwd")); }, "absolute external data location");
+}
+
+TEST(ModelIo, RejectsExternalDataOutsideTheFolder) {
+    const auto dir = temp_dir();
+    expect_input_error([&] { vaiq::load_model(external_model(dir, "../secret.bin")); }, "leaves the model's folder");
+}
+
+TEST(ModelIo, RejectsASymlinkOutOfTheFolder) {
+    const auto outside = temp_dir();
+    write_bytes(outside / "secret.bin", std::string(216, 'x'));
+    const auto dir = temp_dir();
+    fs::create_directory_symlink(outside, dir / "link");
+    expect_input_error([&] { vaiq::load_model(external_model(dir, "link/secret.bin")); }, "through a symbolic link");
+}
+
+TEST(ModelIo, RejectsExternalDataOfTheWrongLength) {
+    const auto dir = temp_dir();
+    expect_input_error([&] { vaiq::load_model(external_model(dir, "weights.bin", 100)); },
+                       "declares 54 elements (216 bytes) but its external data length is 100");
+}
+
+TEST(ModelIo, RejectsAShortExternalDataFile) {
+    const auto dir = temp_dir();
+    const auto path = external_model(dir, "weights.bin");
+    fs::resize_file(dir / "weights.bin", 50);
+    expect_input_error([&] { vaiq::load_model(path); }, "holds only 50 bytes");
+}
+
+TEST(ModelIo, RejectsATensorWhoseDataDoesNotMatchItsShape) {
+    const auto dir = temp_dir();
+    auto model = vaiq::test::conv_relu_model();
+    model.graph().mutable_initializer(0)->add_dims(2);  // w now claims twice its data
+    write_bytes(dir / "bad.onnx", model.proto().SerializeAsString());
+    expect_input_error([&] { vaiq::load_model(dir / "bad.onnx"); }, "declares 108 elements of float (432 bytes) but holds 216 bytes");
+}
+
+TEST(ModelIo, TruncatedAndCorruptFilesAreOneLineErrors) {
+    const auto dir = temp_dir();
+    vaiq::save_model(vaiq::test::conv_relu_model(), dir / "m.onnx");
+    const std::string bytes = read_bytes(dir / "m.onnx");
+    for (size_t keep : {bytes.size() / 2, size_t{7}, bytes.size() - 1}) {
+        write_bytes(dir / "cut.onnx", bytes.substr(0, keep));
+        try {
+            vaiq::load_model(dir / "cut.onnx");
+            ADD_FAILURE() << "a model cut to " << keep << " bytes loaded";
+        } catch (const InputError& e) {
+            EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+            EXPECT_NE(std::string(e.what()).find("cut.onnx"), std::string::npos) << e.what();
+        }
+    }
+    write_bytes(dir / "junk.onnx", "this is not a protobuf at all \xff\xff\xff");
+    expect_input_error([&] { vaiq::load_model(dir / "junk.onnx"); }, "not a valid ONNX model");
+    write_bytes(dir / "empty.onnx", "");
+    expect_input_error([&] { vaiq::load_model(dir / "empty.onnx"); }, "the file is empty");
+    expect_input_error([&] { vaiq::load_model(dir / "missing.onnx"); }, "no such model file");
+}
+
+TEST(ModelIo, RefusesOldOpsetsWithAdvice) {
+    const auto dir = temp_dir();
+    vaiq::save_model(vaiq::test::conv_relu_model(9), dir / "old.onnx");
+    expect_input_error([&] { vaiq::load_model(dir / "old.onnx"); }, "vaiq convert-opset");
+    EXPECT_NO_THROW(vaiq::load_model(dir / "old.onnx", {.check_opset = false}));
+}
+
+TEST(ModelIo, ConvertsOpsets) {
+    const auto old = vaiq::test::conv_relu_model(9);
+    const auto converted = vaiq::convert_opset(old, 13);
+    EXPECT_EQ(converted.opset(), 13);
+    EXPECT_NO_THROW(vaiq::check_model(converted));
+    EXPECT_THROW(vaiq::convert_opset(old, 0), InputError);
+}
+
+TEST(ModelIo, NeverWritesOverTheInput) {
+    const auto dir = temp_dir();
+    vaiq::save_model(vaiq::test::conv_relu_model(), dir / "in.onnx");
+    const auto before = read_bytes(dir / "in.onnx");
+    const auto model = vaiq::load_model(dir / "in.onnx");
+    expect_input_error([&] { vaiq::save_model(model, dir / "in.onnx"); }, "refusing to write over the input model");
+    expect_input_error([&] { vaiq::save_model(vaiq::Model(model.proto()), dir / "./in.onnx", {}, dir / "in.onnx"); },
+                       "refusing to write over the input model");
+    EXPECT_EQ(read_bytes(dir / "in.onnx"), before);
+}
+
+TEST(ModelIo, AFailedCheckWritesNothing) {
+    const auto dir = temp_dir();
+    auto model = vaiq::test::conv_relu_model();
+    model.graph().mutable_node(0)->set_input(0, "nowhere");
+    expect_input_error([&] { vaiq::save_model(model, dir / "out.onnx"); }, "fails the ONNX checker");
+    EXPECT_TRUE(fs::is_empty(dir));
+}
+
+TEST(ModelIo, OutputFolderMustExist) {
+    expect_input_error([&] { vaiq::save_model(vaiq::test::conv_relu_model(), temp_dir() / "no" / "such" / "m.onnx"); },
+                       "does not exist");
+}
+
+}  // namespace
