@@ -86,6 +86,16 @@ struct Lines {
     }
 };
 
+// A default that would switch behaviour on, in a phase that does not have it yet.
+void warn_unimplemented_defaults(const Recipe& recipe, Phase phase) {
+    for (const auto& spec : recipe_keys()) {
+        if (!spec.implemented && spec.phase == phase && recipe.setting(spec.path).is_default() &&
+            recipe.in_effect(spec.path) && truthy(recipe.value(spec.path)))
+            log_warn("{} is {} by default but not implemented yet; it has no effect", spec.path,
+                     recipe.value(spec.path).dump());
+    }
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -138,12 +148,6 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
                                      join(missing)));
     if (auto unsupported = unsupported_settings(recipe, last); !unsupported.empty())
         throw InputError(fmt::format("not supported yet by this vaiq: {}", join(unsupported, "; ")));
-    for (const auto& spec : recipe_keys()) {
-        if (!spec.implemented && spec.phase <= last && recipe.setting(spec.path).is_default() &&
-            recipe.in_effect(spec.path) && truthy(recipe.value(spec.path)))
-            log_warn("{} is {} by default but not implemented yet; it has no effect", spec.path,
-                     recipe.value(spec.path).dump());
-    }
 
     const auto& input = recipe.value("model_input");
     const auto& output = recipe.value("model_output");
@@ -173,6 +177,7 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
     Progress progress(phases_run, options.progress);
     auto timed = [&](Phase phase, auto&& body) {
         progress.step(phase_name(phase));
+        warn_unimplemented_defaults(recipe, phase);
         const auto start = std::chrono::steady_clock::now();
         body();
         const double s = seconds_since(start);

@@ -1,0 +1,199 @@
+// End to end: the vaiq executable, its exit codes and what it writes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <fstream>
+
+#include "test_support.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using vaiq::test::temp_dir;
+using vaiq::test::write_text;
+
+struct Result {
+    int exit_code;
+    std::string out;
+    std::string err;
+};
+
+std::string slurp(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+Result vaiq_cli(const std::string& args) {
+    const auto dir = temp_dir();
+    const std::string cmd = std::string(VAIQ_CLI) + " " + args + " > " + (dir / "out").string() + " 2> " +
+                            (dir / "err").string() + " < /dev/null";
+    const int status = std::system(cmd.c_str());
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "out"), slurp(dir / "err")};
+}
+
+size_t lines(const std::string& s) {
+    return static_cast<size_t>(std::count(s.begin(), s.end(), '\n'));
+}
+
+// Lines of stderr that report an error (warnings may precede them).
+size_t error_lines(const std::string& err) {
+    size_t n = 0;
+    for (size_t at = 0; (at = err.find("error: ", at)) != std::string::npos; at += 7) n += at == 0 || err[at - 1] == '\n';
+    return n;
+}
+
+fs::path example_model(const fs::path& dir) {
+    auto model = vaiq::test::conv_relu_model();
+    // An Identity for the pass to remove, so a prepared model differs from its input.
+    auto* relu = model.graph().mutable_node(1);
+    relu->set_output(0, "pre_y");
+    auto* id = model.graph().add_node();
+    id->set_op_type("Identity");
+    id->set_name("identity");
+    id->add_input("pre_y");
+    id->add_output("y");
+    vaiq::save_model(model, dir / "model.onnx");
+    return dir / "model.onnx";
+}
+
+TEST(Cli, VersionAndHelp) {
+    auto r = vaiq_cli("--version");
+    EXPECT_EQ(r.exit_code, 0);
+    EXPECT_EQ(r.out, "0.1.0\n");
+    for (const char* sub : {"run", "validate", "explain", "plugins", "convert-opset"}) {
+        r = vaiq_cli(std::string(sub) + " --help");
+        EXPECT_EQ(r.exit_code, 0) << sub;
+        EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub;
+    }
+}
+
+TEST(Cli, UsageErrorsExitOne) {
+    EXPECT_EQ(vaiq_cli("").exit_code, 1);
+    EXPECT_EQ(vaiq_cli("frobnicate").exit_code, 1);
+    EXPECT_EQ(vaiq_cli("run").exit_code, 1);
+}
+
+TEST(Cli, PluginsListsAllFourKinds) {
+    auto r = vaiq_cli("plugins --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto plugins = nlohmann::json::parse(r.out);
+    std::set<std::string> kinds;
+    for (const auto& p : plugins) {
+        kinds.insert(p["kind"].get<std::string>());
+        EXPECT_TRUE(p.contains("version") && p.contains("summary") && p.contains("options"));
+    }
+    EXPECT_EQ(kinds, (std::set<std::string>{"calibrator", "format", "target", "pass"}));
+    r = vaiq_cli("plugins");
+    EXPECT_NE(r.out.find("minmax"), std::string::npos);
+    EXPECT_NE(r.out.find("CalibMovingAverage (bool, default false)"), std::string::npos);
+}
+
+TEST(Cli, ValidateAcceptsShippedRecipesAndRejectsBadOnesOnOneLine) {
+    auto r = vaiq_cli("validate " VAIQ_SOURCE_DIR "/recipes/cpu.yaml");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("valid (target cpu, format qdq, calibrator minmax, 0 passes)"), std::string::npos) << r.out;
+    r = vaiq_cli("validate " VAIQ_SOURCE_DIR "/tests/recipes/bad/unknown_extra_option.yaml");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find("unknown_extra_option.yaml:7:3: unknown key 'ActivatonSymmetric'"), std::string::npos) << r.err;
+}
+
+TEST(Cli, ExplainShowsSettingsAndPerNodeDecisions) {
+    const auto dir = temp_dir();
+    const auto model = example_model(dir);
+    auto r = vaiq_cli("explain " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --model " + model.string() +
+                      " --set nodes_to_exclude=[relu]");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("activation_type"), std::string::npos);
+    EXPECT_NE(r.out.find("cpu.yaml:17:1"), std::string::npos) << "origins are shown";
+    EXPECT_NE(r.out.find("relu                             Relu"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("not quantized: in nodes_to_exclude"), std::string::npos);
+    EXPECT_NE(r.out.find("1 of 3 nodes quantized"), std::string::npos) << r.out;
+}
+
+TEST(Cli, RunRefusesToClaimQuantization) {
+    const auto dir = temp_dir();
+    const auto model = example_model(dir);
+    auto r = vaiq_cli("run " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --model " + model.string() + " --output " +
+                      (dir / "out.onnx").string());
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("cannot quantize yet"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(dir / "out.onnx"));
+}
+
+TEST(Cli, RunStopsAfterPrepareAndWritesModelAndReport) {
+    const auto dir = temp_dir();
+    const auto model = example_model(dir);
+    const auto before = slurp(model);
+    const auto recipe = write_text(dir / "prep.yaml", "recipe_version: 1\nextends: cpu.yaml\npasses: [eliminate_identity]\n");
+    auto r = vaiq_cli("run " + recipe.string() + " --stop-after prepare --model " + model.string() + " --output " +
+                      (dir / "out.onnx").string() + " --report " + (dir / "report.json").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("the output is not quantized"), std::string::npos) << r.err;
+    EXPECT_EQ(slurp(model), before) << "the input model changed";
+    const auto out = vaiq::load_model(dir / "out.onnx");
+    EXPECT_EQ(out.graph().node_size(), 2) << "the Identity should be gone";
+    const auto report = nlohmann::json::parse(slurp(dir / "report.json"));
+    EXPECT_EQ(report["quantized"], false);
+    EXPECT_EQ(report["stopped_after"], "prepare");
+    ASSERT_EQ(report["passes"].size(), 1u);
+    EXPECT_EQ(report["passes"][0]["name"], "eliminate_identity");
+    EXPECT_EQ(report["passes"][0]["changed"], true);
+    EXPECT_EQ(report["recipe"]["settings"]["activation_type"]["value"], "QUInt8");
+    // No temporary files are left behind.
+    for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().filename().string()[0] == '.', false) << e.path();
+}
+
+TEST(Cli, RunNeverOverwritesTheInput) {
+    const auto dir = temp_dir();
+    const auto model = example_model(dir);
+    const auto before = slurp(model);
+    auto r = vaiq_cli("run " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --stop-after prepare --model " + model.string() +
+                      " --output " + model.string());
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("refusing to write over the input model"), std::string::npos) << r.err;
+    EXPECT_EQ(slurp(model), before);
+}
+
+TEST(Cli, CorruptModelIsAOneLineErrorAndExitOne) {
+    const auto dir = temp_dir();
+    const auto model = example_model(dir);
+    const auto bytes = slurp(model);
+    std::ofstream(dir / "cut.onnx", std::ios::binary) << bytes.substr(0, bytes.size() / 3);
+    auto r = vaiq_cli("run " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --stop-after prepare --model " +
+                      (dir / "cut.onnx").string() + " --output " + (dir / "out.onnx").string());
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_EQ(error_lines(r.err), 1u) << r.err;
+    EXPECT_EQ(lines(r.err), 1u) << "nothing but the error is printed before the model loads: " << r.err;
+    EXPECT_NE(r.err.find("cut.onnx: not a valid ONNX model"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(dir / "out.onnx"));
+}
+
+TEST(Cli, MissingPluginIsAnError) {
+    const auto recipe = write_text(temp_dir() / "r.yaml", "recipe_version: 1\ntarget: npu_cnn\ncalibrate_method: MinMax\n");
+    auto r = vaiq_cli("validate " + recipe.string());
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("no target plugin named 'npu_cnn' is installed (installed targets: cpu)"), std::string::npos) << r.err;
+}
+
+TEST(Cli, BrokenPluginOnThePluginPathIsAnError) {
+    const auto dir = temp_dir();
+    write_text(dir / "libbroken.so", "not a library");
+    auto r = vaiq_cli("plugins 2>&1; VAIQ_PLUGIN_PATH=" + dir.string() + " " VAIQ_CLI " plugins");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("libbroken.so is not a loadable plugin library"), std::string::npos) << r.err;
+}
+
+TEST(Cli, ConvertOpset) {
+    const auto dir = temp_dir();
+    vaiq::save_model(vaiq::test::conv_relu_model(9), dir / "old.onnx");
+    auto r = vaiq_cli("explain " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --model " + (dir / "old.onnx").string());
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("vaiq convert-opset"), std::string::npos) << r.err;
+    r = vaiq_cli("convert-opset " + (dir / "old.onnx").string() + " " + (dir / "new.onnx").string() + " --opset 13");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(vaiq::load_model(dir / "new.onnx").opset(), 13);
+}
+
+}  // namespace
