@@ -104,13 +104,11 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 ResolvedPlugins resolve_plugins(const Recipe& recipe, PluginRegistry& registry) {
     for (const auto& p : recipe.value("plugin_paths")) {
-        const fs::path path = p.get<std::string>();
-        std::error_code ec;
-        if (fs::is_directory(path, ec)) registry.load_directory(path);
-        else if (fs::exists(path, ec)) registry.load_library(path);
-        else
-            throw InputError(fmt::format("{}: plugin_paths names {}, which does not exist",
-                                         recipe.setting("plugin_paths").origin, path.string()));
+        try {
+            registry.load_path(p.get<std::string>());
+        } catch (const InputError& e) {
+            throw InputError(fmt::format("{}: plugin_paths: {}", recipe.setting("plugin_paths").origin, e.what()));
+        }
     }
     ResolvedPlugins out;
     out.target = choose(recipe, registry, PluginKind::Target, recipe.value("target").get<std::string>(), "target");

@@ -3,12 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
 #include <cstddef>
-#include <cstdlib>
 #include <regex>
 
+#include "util/paths.hpp"
 #include "util/text.hpp"
 #include "util/yaml_json.hpp"
 #include "vaiq/error.hpp"
@@ -175,27 +174,25 @@ void PluginRegistry::load_directory(const fs::path& dir) {
 fs::path builtin_plugin_dir() {
     // The built-in plugins sit beside libvaiq in both the build tree and an
     // installation: <libdir>/libvaiq.so and <libdir>/vaiq/plugins/.
-    return fs::path(boost::dll::this_line_location().parent_path().string()) / "vaiq" / "plugins";
+    return library_dir() / "vaiq" / "plugins";
 }
 
 void PluginRegistry::load_default_paths() {
     load_directory(builtin_plugin_dir());
-    if (const char* env = std::getenv("VAIQ_PLUGIN_PATH")) {
-        std::string paths = env;
-        size_t start = 0;
-        while (start <= paths.size()) {
-            size_t end = paths.find(':', start);
-            if (end == std::string::npos) end = paths.size();
-            const fs::path p = paths.substr(start, end - start);
-            if (!p.empty()) {
-                std::error_code ec;
-                if (fs::is_directory(p, ec)) load_directory(p);
-                else if (fs::exists(p, ec)) load_library(p);
-                else throw InputError(fmt::format("VAIQ_PLUGIN_PATH names {}, which does not exist", p.string()));
-            }
-            start = end + 1;
+    for (const auto& p : path_list_from_env("VAIQ_PLUGIN_PATH")) {
+        try {
+            load_path(p);
+        } catch (const InputError& e) {
+            throw InputError(fmt::format("VAIQ_PLUGIN_PATH: {}", e.what()));
         }
     }
+}
+
+void PluginRegistry::load_path(const fs::path& path) {
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) load_directory(path);
+    else if (fs::exists(path, ec)) load_library(path);
+    else throw InputError(fmt::format("{} does not exist", path.string()));
 }
 
 const PluginInfo* PluginRegistry::find(PluginKind kind, std::string_view name) const {

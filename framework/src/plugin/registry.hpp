@@ -50,6 +50,9 @@ class PluginRegistry {
     /// Loads one library; a library already loaded (same file) is skipped.
     /// Throws InputError with one sentence naming the library and the problem.
     void load_library(const std::filesystem::path& file);
+    /// Loads a folder (every *.so in it) or one library. Throws InputError
+    /// "<path> does not exist" when it is neither.
+    void load_path(const std::filesystem::path& path);
     /// The default search path: the built-in plugin folder beside libvaiq, then
     /// the folders of VAIQ_PLUGIN_PATH (colon-separated).
     void load_default_paths();

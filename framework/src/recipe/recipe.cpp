@@ -7,6 +7,7 @@
 #include <regex>
 #include <set>
 
+#include "util/paths.hpp"
 #include "util/text.hpp"
 #include "util/yaml_json.hpp"
 #include "vaiq/error.hpp"
@@ -415,22 +416,6 @@ void flatten(const YAML::Node& map, const std::string& section, const Source& sr
             unknown_key(kv.first, key, section, src);
         }
     }
-}
-
-std::vector<fs::path> recipe_search_path() {
-    std::vector<fs::path> dirs;
-    if (const char* env = std::getenv("VAIQ_RECIPE_PATH")) {
-        std::string s = env;
-        for (size_t start = 0; start <= s.size();) {
-            size_t end = s.find(':', start);
-            if (end == std::string::npos) end = s.size();
-            if (end > start) dirs.emplace_back(s.substr(start, end - start));
-            start = end + 1;
-        }
-    }
-    dirs.emplace_back(VAIQ_SOURCE_RECIPES_DIR);
-    dirs.emplace_back(VAIQ_INSTALLED_RECIPES_DIR);
-    return dirs;
 }
 
 // A parent named relatively is looked for beside the recipe first, then on
