@@ -1,0 +1,165 @@
+// The SDK's building blocks: tensors, quantization arithmetic, graph editing.
+#include <gtest/gtest.h>
+
+#include "test_support.hpp"
+#include "vaiq/error.hpp"
+#include "vaiq/graph.hpp"
+#include "vaiq/options.hpp"
+#include "vaiq/quant.hpp"
+#include "vaiq/tensor.hpp"
+
+namespace {
+
+using vaiq::DataType;
+using vaiq::QuantType;
+
+TEST(Tensor, DecodesTypedFieldsAndRawData) {
+    onnx::TensorProto p;
+    p.set_data_type(onnx::TensorProto::INT8);
+    p.add_dims(3);
+    for (int v : {-128, 0, 127}) p.add_int32_data(v);
+    const auto t = vaiq::Tensor::from_proto(p);
+    EXPECT_EQ(t.type(), DataType::Int8);
+    EXPECT_EQ(std::vector<int8_t>(t.data<int8_t>().begin(), t.data<int8_t>().end()), (std::vector<int8_t>{-128, 0, 127}));
+    const auto round_trip = vaiq::Tensor::from_proto(t.to_proto("x"));
+    EXPECT_EQ(round_trip.data<int8_t>()[2], 127);
+    EXPECT_THROW((void)t.data<float>(), vaiq::InternalError);
+}
+
+TEST(Tensor, RejectsDataThatDoesNotMatchTheShape) {
+    onnx::TensorProto p;
+    p.set_name("w");
+    p.set_data_type(onnx::TensorProto::FLOAT);
+    p.add_dims(2);
+    p.add_dims(3);
+    p.add_float_data(1.0f);
+    EXPECT_THROW(vaiq::check_tensor_data(p), vaiq::InputError);
+    p.clear_float_data();
+    p.set_raw_data(std::string(23, '\0'));
+    try {
+        vaiq::check_tensor_data(p);
+        FAIL();
+    } catch (const vaiq::InputError& e) {
+        EXPECT_EQ(std::string(e.what()), "tensor 'w' declares 6 elements of float (24 bytes) but holds 23 bytes");
+    }
+    p.set_raw_data(std::string(24, '\0'));
+    EXPECT_NO_THROW(vaiq::check_tensor_data(p));
+}
+
+TEST(Tensor, ElementCountRefusesNegativeAndOverflowingShapes) {
+    EXPECT_EQ(vaiq::element_count(std::vector<int64_t>{2, 3, 4}), 24);
+    EXPECT_EQ(vaiq::element_count(std::vector<int64_t>{}), 1);
+    EXPECT_THROW(vaiq::element_count(std::vector<int64_t>{2, -1}), vaiq::InputError);
+    EXPECT_THROW(vaiq::element_count(std::vector<int64_t>{int64_t{1} << 40, int64_t{1} << 40}), vaiq::InputError);
+}
+
+TEST(Quant, ParsesEveryDocumentedSpelling) {
+    EXPECT_EQ(vaiq::parse_quant_type("QUInt8"), QuantType::QUInt8);
+    EXPECT_EQ(vaiq::parse_quant_type("QuantType.QInt8"), QuantType::QInt8);
+    EXPECT_EQ(vaiq::parse_quant_type("vai_q_onnx.VitisQuantType.QBFloat16"), QuantType::QBFloat16);
+    EXPECT_EQ(vaiq::parse_quant_type("Something.QInt8"), std::nullopt);
+    EXPECT_EQ(vaiq::parse_quant_type("QInt7"), std::nullopt);
+}
+
+TEST(Quant, IntegerRangesMatchOnnxRuntime) {
+    using R = std::pair<int64_t, int64_t>;
+    EXPECT_EQ(vaiq::integer_range(QuantType::QInt8), (R{-128, 127}));
+    EXPECT_EQ(vaiq::integer_range(QuantType::QInt8, true), (R{-127, 127}));
+    EXPECT_EQ(vaiq::integer_range(QuantType::QUInt8, true), (R{0, 254}));
+    EXPECT_EQ(vaiq::integer_range(QuantType::QInt8, false, true), (R{-64, 64}));
+    EXPECT_EQ(vaiq::integer_range(QuantType::QUInt8, false, true), (R{0, 127}));
+    EXPECT_EQ(vaiq::integer_range(QuantType::QInt16, true), (R{-32767, 32767}));
+    EXPECT_EQ(vaiq::integer_range(QuantType::QUInt32), (R{0, 4294967295}));
+    EXPECT_THROW(vaiq::integer_range(QuantType::QFloat16), vaiq::InternalError);
+}
+
+TEST(Quant, ScaleAndZeroPointAsOnnxRuntimeComputesThem) {
+    vaiq::QuantSpec u8{QuantType::QUInt8, false};
+    auto p = vaiq::compute_quant_params({-1.0f, 3.0f}, u8);
+    EXPECT_FLOAT_EQ(p.scale[0], 4.0f / 255.0f);
+    EXPECT_EQ(p.zero_point[0], 64);  // round(0 - (-1) / (4/255)) = round(63.75)
+    p = vaiq::compute_quant_params({0.5f, 2.0f}, u8);  // the range always includes 0
+    EXPECT_FLOAT_EQ(p.scale[0], 2.0f / 255.0f);
+    EXPECT_EQ(p.zero_point[0], 0);
+    vaiq::QuantSpec s8{QuantType::QInt8, true};
+    p = vaiq::compute_quant_params({-0.5f, 2.54f}, s8);
+    EXPECT_FLOAT_EQ(p.scale[0], 2.54f * 2 / 254.0f);
+    EXPECT_EQ(p.zero_point[0], 0);
+    p = vaiq::compute_quant_params({0.0f, 0.0f}, u8);  // degenerate: scale 1
+    EXPECT_FLOAT_EQ(p.scale[0], 1.0f);
+    EXPECT_THROW(vaiq::compute_quant_params({1.0f, -1.0f}, u8), vaiq::InputError);
+}
+
+TEST(Options, TypedAccess) {
+    vaiq::Options o;
+    o.set("flag", true);
+    o.set("count", 3);
+    o.set("names", {"a", "b"});
+    EXPECT_TRUE(o.get_bool("flag"));
+    EXPECT_EQ(o.get_int("count"), 3);
+    EXPECT_DOUBLE_EQ(o.get_float("count"), 3.0);
+    EXPECT_EQ(o.get_string_list("names"), (std::vector<std::string>{"a", "b"}));
+    EXPECT_THROW(o.get_int("flag"), vaiq::InternalError);
+    EXPECT_THROW(o.get_bool("missing"), vaiq::InternalError);
+}
+
+TEST(Graph, IndexKnowsProducersConsumersAndSubgraphReads) {
+    auto model = vaiq::test::conv_relu_model();
+    // An If whose branch reads "conv_out" from the outer graph.
+    onnx::GraphProto branch;
+    branch.set_name("then");
+    auto* n = branch.add_node();
+    n->set_op_type("Identity");
+    n->add_input("conv_out");
+    n->add_output("inner");
+    branch.add_output()->set_name("inner");
+    auto* if_node = model.graph().add_node();
+    if_node->set_op_type("If");
+    if_node->add_input("cond");
+    if_node->add_output("if_out");
+    auto* attr = if_node->add_attribute();
+    attr->set_name("then_branch");
+    attr->set_type(onnx::AttributeProto::GRAPH);
+    *attr->mutable_g() = branch;
+
+    const vaiq::GraphIndex index(model.graph());
+    EXPECT_EQ(index.producer("conv_out"), 0);
+    EXPECT_EQ(index.producer("x"), -1);
+    ASSERT_EQ(index.consumers("conv_out").size(), 2u);
+    EXPECT_EQ(index.consumers("conv_out")[1].slot, -1) << "a subgraph read";
+    EXPECT_NE(index.initializer("w"), nullptr);
+    EXPECT_TRUE(index.is_graph_input("x"));
+    EXPECT_TRUE(index.is_graph_output("y"));
+
+    // Renaming reaches into the subgraph.
+    EXPECT_TRUE(vaiq::replace_all_uses(model.graph(), "conv_out", "renamed"));
+    EXPECT_EQ(model.graph().node(2).attribute(0).g().node(0).input(0), "renamed");
+    EXPECT_FALSE(vaiq::replace_all_uses(model.graph(), "y", "x")) << "graph outputs keep their names";
+}
+
+TEST(Graph, TopologicalOrderRepairsAndDetectsCycles) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1}).output("y", {1});
+    b.node("Relu", {"a"}, {"y"}, "second");
+    b.node("Relu", {"x"}, {"a"}, "first");
+    auto model = b.build();
+    EXPECT_EQ(vaiq::topological_order(model.graph()), (std::vector<int>{1, 0}));
+    model.graph().mutable_node(1)->set_input(0, "y");
+    try {
+        vaiq::topological_order(model.graph());
+        FAIL();
+    } catch (const vaiq::InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("cycle"), std::string::npos);
+    }
+}
+
+TEST(Graph, UniqueNamesAndCleanup) {
+    auto model = vaiq::test::conv_relu_model();
+    EXPECT_EQ(vaiq::unique_name(model.graph(), "fresh"), "fresh");
+    EXPECT_EQ(vaiq::unique_name(model.graph(), "conv_out"), "conv_out_1");
+    EXPECT_EQ(vaiq::remove_unused_initializers(model.graph()), 0);
+    vaiq::remove_nodes(model.graph(), {0});
+    EXPECT_EQ(vaiq::remove_unused_initializers(model.graph()), 2);  // w and b
+}
+
+}  // namespace
