@@ -11,4 +11,4 @@ vaiq=build/release/bin/vaiq
 for recipe in recipes/*.yaml; do
   "$vaiq" validate "$recipe"
 done
-"$vaiq" explain recipes/cpu.yaml | head -n 20
+"$vaiq" explain recipes/cpu.yaml
