@@ -90,6 +90,7 @@ class VAIQ_API Tensor {
     const std::vector<int64_t>& shape() const { return shape_; }
     int64_t size() const { return static_cast<int64_t>(bytes_.size() / std::max<size_t>(element_size(type_), 1)); }
     std::span<const std::byte> bytes() const { return bytes_; }
+    std::span<std::byte> mutable_bytes() { return bytes_; }
 
     template <typename T>
     std::span<const T> data() const {

@@ -1,0 +1,180 @@
+#include "runtime/executor.hpp"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <optional>
+#include <set>
+
+#include "util/text.hpp"
+#include "vaiq/error.hpp"
+#include "vaiq/graph.hpp"
+
+namespace vaiq::runtime {
+
+struct Executor::Step {
+    int node;
+    const KernelFn* kernel;
+    int64_t opset;
+    std::vector<int> inputs;   ///< value ids, -1 for an omitted input
+    std::vector<int> outputs;  ///< value ids, -1 for an omitted output
+    std::vector<int> release;  ///< values no later step (nor the caller) needs
+    std::shared_ptr<void> state;
+};
+
+namespace {
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+    std::vector<std::string> dims;
+    for (auto d : shape) dims.push_back(std::to_string(d));
+    return "[" + join(dims) + "]";
+}
+
+int64_t domain_opset(const Model& model, const std::string& domain) {
+    const auto d = canonical_domain(domain);
+    return model.opset(d.empty() ? "" : d);
+}
+
+}  // namespace
+
+Executor::Executor(const Model& model, ExecutorOptions options) : model_(model), options_(options) {
+    const auto& graph = model.graph();
+    auto id_of = [&](const std::string& name) {
+        auto [it, inserted] = value_ids_.emplace(name, static_cast<int>(value_names_.size()));
+        if (inserted) value_names_.push_back(name);
+        return it->second;
+    };
+    std::set<std::string> initialized;
+    for (const auto& init : graph.initializer()) {
+        const int id = id_of(init.name());
+        constants_.resize(value_names_.size());
+        constants_[id] = Tensor::from_proto(init);
+        initialized.insert(init.name());
+    }
+    for (const auto& in : graph.input()) {
+        id_of(in.name());
+        if (!initialized.count(in.name())) input_names_.push_back(in.name());
+    }
+
+    std::vector<std::string> unsupported;
+    for (int n : topological_order(graph)) {
+        const auto& node = graph.node(n);
+        Step step{n, nullptr, domain_opset(model, node.domain()), {}, {}, {}, nullptr};
+        step.kernel = KernelRegistry::instance().find(node.domain(), node.op_type(), step.opset);
+        if (!step.kernel)
+            unsupported.push_back(fmt::format("{} ({}{}{}, opset {})", node.name().empty() ? "<unnamed>" : node.name(),
+                                              node.domain(), node.domain().empty() ? "" : ":", node.op_type(), step.opset));
+        for (const auto& in : node.input()) step.inputs.push_back(in.empty() ? -1 : id_of(in));
+        for (const auto& out : node.output()) step.outputs.push_back(out.empty() ? -1 : id_of(out));
+        steps_.push_back(std::move(step));
+    }
+    if (!unsupported.empty())
+        throw InputError(fmt::format("vaiq's executor has no kernel for {} node{}: {}", unsupported.size(),
+                                     unsupported.size() == 1 ? "" : "s", join(unsupported, "; ")));
+    for (const auto& out : graph.output()) {
+        output_names_.push_back(out.name());
+        id_of(out.name());
+    }
+    constants_.resize(value_names_.size());
+    is_constant_.assign(value_names_.size(), false);
+    for (const auto& name : initialized) is_constant_[value_ids_.at(name)] = true;
+
+    // Liveness: a value dies after the last step that reads it, unless the caller gets it.
+    std::vector<int> last_use(value_names_.size(), -1);
+    for (size_t s = 0; s < steps_.size(); ++s) {
+        for (int id : steps_[s].inputs)
+            if (id >= 0) last_use[id] = static_cast<int>(s);
+        for (int id : steps_[s].outputs)
+            if (id >= 0 && last_use[id] < static_cast<int>(s)) last_use[id] = static_cast<int>(s);
+    }
+    for (const auto& out : output_names_) last_use[value_ids_.at(out)] = -1;
+    for (size_t id = 0; id < last_use.size(); ++id)
+        if (last_use[id] >= 0 && !is_constant_[id]) steps_[last_use[id]].release.push_back(static_cast<int>(id));
+}
+
+Executor::~Executor() = default;
+
+int Executor::value_id(const std::string& name) const {
+    auto it = value_ids_.find(name);
+    return it == value_ids_.end() ? -1 : it->second;
+}
+
+void Executor::check_feed(const std::string& name, const Tensor& value) const {
+    for (const auto& in : model_.graph().input()) {
+        if (in.name() != name || !in.type().has_tensor_type()) continue;
+        const auto& t = in.type().tensor_type();
+        if (t.elem_type() != 0 && t.elem_type() != static_cast<int>(value.type()))
+            throw InputError(fmt::format("input '{}' is {}, but the model expects {}", name, data_type_name(value.type()),
+                                         data_type_name(static_cast<DataType>(t.elem_type()))));
+        if (!t.has_shape()) return;
+        const auto& dims = t.shape().dim();
+        bool ok = dims.size() == static_cast<int>(value.shape().size());
+        for (int d = 0; ok && d < dims.size(); ++d)
+            ok = !dims[d].has_dim_value() || dims[d].dim_value() == value.shape()[d];
+        if (!ok) {
+            std::vector<std::string> want;
+            for (const auto& d : dims)
+                want.push_back(d.has_dim_value() ? std::to_string(d.dim_value())
+                                                 : (d.dim_param().empty() ? "?" : d.dim_param()));
+            throw InputError(fmt::format("input '{}' has shape {}, but the model expects [{}]", name,
+                                         shape_string(value.shape()), join(want)));
+        }
+    }
+}
+
+std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, const std::vector<std::string>& taps,
+                                  const Tap& tap) {
+    if (options_.threads > 0) omp_set_num_threads(options_.threads);
+    std::vector<std::optional<Tensor>> values(value_names_.size());
+    auto value = [&](int id) -> const Tensor* {
+        if (is_constant_[id] && !values[id]) return &constants_[id];
+        return values[id] ? &*values[id] : nullptr;
+    };
+    for (const auto& [name, tensor] : feeds) {
+        const int id = value_id(name);
+        if (id < 0 || (std::find(input_names_.begin(), input_names_.end(), name) == input_names_.end() && !is_constant_[id]))
+            throw InputError(fmt::format("the model has no input '{}' (inputs: {})", name, join(input_names_)));
+        check_feed(name, tensor);
+        values[id] = tensor;
+    }
+    for (const auto& name : input_names_)
+        if (!feeds.count(name)) throw InputError(fmt::format("input '{}' was not given", name));
+
+    std::vector<bool> tapped(value_names_.size(), false);
+    for (const auto& t : taps) {
+        const int id = value_id(t);
+        if (id < 0) throw InputError(fmt::format("cannot tap '{}': the model has no such tensor", t));
+        tapped[id] = true;
+        if (tap && value(id)) tap(t, *value(id));
+    }
+
+    for (auto& step : steps_) {
+        const auto& node = model_.graph().node(step.node);
+        KernelContext ctx{node, step.opset, {}, Attributes(node), step.state};
+        for (int id : step.inputs) {
+            if (id >= 0 && !value(id))
+                throw InputError(fmt::format("node '{}' reads '{}', which nothing produced", node.name(), value_names_[id]));
+            ctx.inputs.push_back(id >= 0 ? value(id) : nullptr);
+        }
+        std::vector<Tensor> outputs(step.outputs.size());
+        (*step.kernel)(ctx, outputs);
+        for (size_t o = 0; o < step.outputs.size(); ++o) {
+            const int id = step.outputs[o];
+            if (id < 0) continue;
+            values[id] = std::move(outputs[o]);
+            if (tapped[id] && tap) tap(value_names_[id], *values[id]);
+        }
+        for (int id : step.release) values[id].reset();
+    }
+
+    std::vector<Tensor> results;
+    for (const auto& name : output_names_) {
+        const auto* v = value(value_ids_.at(name));
+        if (!v) throw InputError(fmt::format("output '{}' was never computed", name));
+        results.push_back(*v);
+    }
+    return results;
+}
+
+}  // namespace vaiq::runtime

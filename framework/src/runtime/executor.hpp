@@ -1,0 +1,61 @@
+// The CPU executor: runs float and quantized ONNX models node by node.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runtime/kernel.hpp"
+#include "vaiq/model.hpp"
+#include "vaiq/tensor.hpp"
+
+namespace vaiq::runtime {
+
+struct ExecutorOptions {
+    int threads = 0;  ///< 0: every core
+};
+
+/// Called with each tapped tensor as soon as it is computed; the value is
+/// released after the call unless a later node needs it.
+using Tap = std::function<void(const std::string& tensor, const Tensor& value)>;
+
+/// Compiles a model once (node order, kernels, when each value can be freed)
+/// and runs it on any number of input batches. Memory holds the constants plus
+/// the values live at one point of one run: nothing accumulates across runs.
+class Executor {
+  public:
+    /// Throws InputError listing every node whose op, domain or opset has no kernel.
+    explicit Executor(const Model& model, ExecutorOptions options = {});
+    ~Executor();
+    Executor(const Executor&) = delete;
+    Executor& operator=(const Executor&) = delete;
+
+    /// Graph inputs to feed (those without an initializer).
+    const std::vector<std::string>& input_names() const { return input_names_; }
+    const std::vector<std::string>& output_names() const { return output_names_; }
+
+    /// Runs one batch. Feeds are checked against the declared input types and
+    /// fixed dimensions. `taps` names intermediate (or input/output) tensors to
+    /// stream to `tap`. Returns the graph outputs in output order.
+    std::vector<Tensor> run(const std::map<std::string, Tensor>& feeds,
+                            const std::vector<std::string>& taps = {},
+                            const Tap& tap = {});
+
+  private:
+    struct Step;
+    int value_id(const std::string& name) const;
+    void check_feed(const std::string& name, const Tensor& value) const;
+
+    const Model& model_;
+    ExecutorOptions options_;
+    std::vector<std::string> value_names_;
+    std::map<std::string, int> value_ids_;
+    std::vector<Tensor> constants_;  ///< by value id; empty where not a constant
+    std::vector<bool> is_constant_;
+    std::vector<Step> steps_;
+    std::vector<std::string> input_names_;
+    std::vector<std::string> output_names_;
+};
+
+}  // namespace vaiq::runtime

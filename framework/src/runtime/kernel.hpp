@@ -1,0 +1,82 @@
+// Kernels: how the executor runs one node.
+#pragma once
+
+#include <onnx/onnx_pb.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "vaiq/tensor.hpp"
+
+namespace vaiq::runtime {
+
+/// Typed access to a node's attributes, with defaults.
+class Attributes {
+  public:
+    explicit Attributes(const onnx::NodeProto& node) : node_(node) {}
+    bool has(std::string_view name) const { return find(name) != nullptr; }
+    int64_t get_int(std::string_view name, int64_t fallback) const;
+    float get_float(std::string_view name, float fallback) const;
+    std::string get_string(std::string_view name, const std::string& fallback) const;
+    std::vector<int64_t> get_ints(std::string_view name, const std::vector<int64_t>& fallback = {}) const;
+    std::vector<float> get_floats(std::string_view name, const std::vector<float>& fallback = {}) const;
+    const onnx::TensorProto* get_tensor(std::string_view name) const;
+
+  private:
+    const onnx::AttributeProto* find(std::string_view name) const;
+    const onnx::NodeProto& node_;
+};
+
+/// Everything a kernel sees of its node for one run.
+struct KernelContext {
+    const onnx::NodeProto& node;
+    int64_t opset;                        ///< the opset of the node's domain
+    std::vector<const Tensor*> inputs;    ///< nullptr for an omitted optional input
+    Attributes attributes;
+    std::shared_ptr<void>& state;         ///< kept across runs (e.g. compiled primitives)
+
+    size_t input_count() const { return inputs.size(); }
+    bool has_input(size_t i) const { return i < inputs.size() && inputs[i] != nullptr; }
+    /// The i-th input; fails when it is missing.
+    const Tensor& input(size_t i) const;
+    /// Throws InputError naming the node, its op and opset.
+    [[noreturn]] void fail(const std::string& message) const;
+};
+
+/// Computes a node's outputs (one Tensor per node output, in order).
+using KernelFn = std::function<void(KernelContext&, std::vector<Tensor>& outputs)>;
+
+/// Kernels by (domain, op type, opset range).
+class KernelRegistry {
+  public:
+    static KernelRegistry& instance();
+    void add(std::string domain, std::string op, int since, int until, KernelFn fn);
+    /// nullptr when nothing covers this opset.
+    const KernelFn* find(std::string_view domain, std::string_view op, int64_t opset) const;
+    /// Whether any opset of the op has a kernel.
+    bool claims(std::string_view domain, std::string_view op) const;
+
+  private:
+    struct Entry {
+        std::string domain, op;
+        int since, until;
+        KernelFn fn;
+    };
+    std::vector<Entry> entries_;
+};
+
+/// Registers a kernel from a static initializer.
+struct KernelRegistration {
+    KernelRegistration(std::string domain, std::string op, int since, int until, KernelFn fn) {
+        KernelRegistry::instance().add(std::move(domain), std::move(op), since, until, std::move(fn));
+    }
+};
+
+/// "" and "ai.onnx" are the same domain.
+inline std::string canonical_domain(std::string_view domain) {
+    return domain == "ai.onnx" ? std::string() : std::string(domain);
+}
+
+}  // namespace vaiq::runtime

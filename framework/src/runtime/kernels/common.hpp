@@ -1,0 +1,127 @@
+// Helpers shared by kernels: type dispatch, broadcasting, index arithmetic.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "runtime/kernel.hpp"
+#include "vaiq/error.hpp"
+#include "vaiq/tensor.hpp"
+
+namespace vaiq::runtime {
+
+template <typename T>
+struct TypeTag {
+    using type = T;
+};
+
+/// Calls fn(TypeTag<T>{}) for the C++ numeric type of `type` (bool excluded);
+/// fails for other types.
+template <typename F>
+void dispatch_numeric(DataType type, const KernelContext& ctx, F&& fn) {
+    switch (type) {
+        case DataType::Float: return fn(TypeTag<float>{});
+        case DataType::Double: return fn(TypeTag<double>{});
+        case DataType::Int64: return fn(TypeTag<int64_t>{});
+        case DataType::Int32: return fn(TypeTag<int32_t>{});
+        case DataType::Int16: return fn(TypeTag<int16_t>{});
+        case DataType::Int8: return fn(TypeTag<int8_t>{});
+        case DataType::UInt64: return fn(TypeTag<uint64_t>{});
+        case DataType::UInt32: return fn(TypeTag<uint32_t>{});
+        case DataType::UInt16: return fn(TypeTag<uint16_t>{});
+        case DataType::UInt8: return fn(TypeTag<uint8_t>{});
+        default: break;
+    }
+    ctx.fail(fmt::format("element type {} is not supported", data_type_name(type)));
+}
+
+/// Like dispatch_numeric, bool included.
+template <typename F>
+void dispatch(DataType type, const KernelContext& ctx, F&& fn) {
+    if (type == DataType::Bool) return fn(TypeTag<bool>{});
+    dispatch_numeric(type, ctx, std::forward<F>(fn));
+}
+
+/// Like dispatch, for float and double only.
+template <typename F>
+void dispatch_float(DataType type, const KernelContext& ctx, F&& fn) {
+    if (type == DataType::Float) return fn(TypeTag<float>{});
+    if (type == DataType::Double) return fn(TypeTag<double>{});
+    ctx.fail(fmt::format("element type {} is not supported (float and double are)", data_type_name(type)));
+}
+
+template <typename T>
+DataType type_of() {
+    if constexpr (std::is_same_v<T, bool>) return DataType::Bool;
+    else return data_type_of<T>();
+}
+
+/// A new tensor of T with `shape`.
+template <typename T>
+Tensor make_tensor(std::vector<int64_t> shape) {
+    return Tensor(type_of<T>(), std::move(shape));
+}
+
+template <typename T>
+std::span<const T> view(const Tensor& t) {
+    if constexpr (std::is_same_v<T, bool>)
+        return {reinterpret_cast<const bool*>(t.bytes().data()), static_cast<size_t>(t.size())};
+    else return t.data<T>();
+}
+
+template <typename T>
+std::span<T> mutable_view(Tensor& t) {
+    if constexpr (std::is_same_v<T, bool>)
+        return {reinterpret_cast<bool*>(t.mutable_bytes().data()), static_cast<size_t>(t.size())};
+    else return t.mutable_data<T>();
+}
+
+/// Numpy broadcasting of two shapes; fails when they are incompatible.
+std::vector<int64_t> broadcast_shapes(const KernelContext& ctx, const std::vector<int64_t>& a,
+                                      const std::vector<int64_t>& b);
+
+/// For each output element, the index of the matching element of an input of
+/// `shape` broadcast to `out_shape`.
+std::vector<int64_t> broadcast_index(const std::vector<int64_t>& shape, const std::vector<int64_t>& out_shape);
+
+/// Row-major strides.
+std::vector<int64_t> strides_of(const std::vector<int64_t>& shape);
+
+/// An axis attribute in [-rank, rank) made non-negative; fails out of range.
+int64_t normalize_axis(const KernelContext& ctx, int64_t axis, int64_t rank);
+
+/// Reads an int64 (or int32) tensor as a list of int64.
+std::vector<int64_t> read_ints(const KernelContext& ctx, const Tensor& t);
+
+/// Reads a scalar of any numeric type as double.
+double read_scalar(const KernelContext& ctx, const Tensor& t);
+
+/// Elementwise f(a, b) -> R with broadcasting.
+template <typename T, typename R, typename F>
+Tensor broadcast_binary(const KernelContext& ctx, const Tensor& a, const Tensor& b, F f) {
+    const auto shape = broadcast_shapes(ctx, a.shape(), b.shape());
+    Tensor out = make_tensor<R>(shape);
+    auto o = mutable_view<R>(out);
+    const auto x = view<T>(a);
+    const auto y = view<T>(b);
+    if (a.shape() == b.shape()) {
+        for (size_t i = 0; i < o.size(); ++i) o[i] = f(x[i], y[i]);
+    } else if (y.size() == 1) {
+        const T s = y[0];
+        for (size_t i = 0; i < o.size(); ++i) o[i] = f(x[i], s);
+    } else if (x.size() == 1 && a.shape().size() <= shape.size()) {
+        const T s = x[0];
+        for (size_t i = 0; i < o.size(); ++i) o[i] = f(s, y[i]);
+    } else {
+        const auto ia = broadcast_index(a.shape(), shape);
+        const auto ib = broadcast_index(b.shape(), shape);
+        for (size_t i = 0; i < o.size(); ++i) o[i] = f(x[ia[i]], y[ib[i]]);
+    }
+    return out;
+}
+
+}  // namespace vaiq::runtime

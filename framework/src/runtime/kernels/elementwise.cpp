@@ -1,0 +1,344 @@
+// Elementwise kernels: arithmetic, comparison and logic with numpy
+// broadcasting, variadic folds, Where, and unary math.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "runtime/kernels/common.hpp"
+
+namespace vaiq::runtime {
+namespace {
+
+template <typename Op>
+void arithmetic(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& a = ctx.input(0);
+    const auto& b = ctx.input(1);
+    if (a.type() != b.type()) ctx.fail("the inputs have different element types");
+    dispatch_numeric(
+        a.type(), ctx,
+        [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            out[0] = broadcast_binary<T, T>(ctx, a, b, [](T x, T y) { return static_cast<T>(Op{}(x, y)); });
+        });
+}
+
+struct Divide {
+    template <typename T>
+    T operator()(T x, T y) const {
+        if constexpr (std::is_integral_v<T>) return y == 0 ? T{0} : static_cast<T>(x / y);
+        else return x / y;
+    }
+};
+
+void pow_kernel(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& base = ctx.input(0);
+    const auto& exponent = ctx.input(1);
+    dispatch_numeric(
+        base.type(), ctx,
+        [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            // The exponent may have its own type (opset 12): read it as double.
+            Tensor e(DataType::Double, exponent.shape());
+            dispatch(exponent.type(), ctx, [&](auto etag) {
+                using E = typename decltype(etag)::type;
+                auto src = view<E>(exponent);
+                auto dst = e.mutable_data<double>();
+                for (size_t i = 0; i < src.size(); ++i) dst[i] = static_cast<double>(src[i]);
+            });
+            Tensor b(DataType::Double, base.shape());
+            auto bsrc = view<T>(base);
+            auto bdst = b.mutable_data<double>();
+            for (size_t i = 0; i < bsrc.size(); ++i) bdst[i] = static_cast<double>(bsrc[i]);
+            Tensor d = broadcast_binary<double, double>(ctx, b, e, [](double x, double y) { return std::pow(x, y); });
+            out[0] = make_tensor<T>(d.shape());
+            auto o = mutable_view<T>(out[0]);
+            auto r = d.data<double>();
+            for (size_t i = 0; i < o.size(); ++i) o[i] = static_cast<T>(r[i]);
+        });
+}
+
+void mod_kernel(KernelContext& ctx, std::vector<Tensor>& out) {
+    const bool fmod = ctx.attributes.get_int("fmod", 0) != 0;
+    const auto& a = ctx.input(0);
+    dispatch_numeric(
+        a.type(), ctx,
+        [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            if constexpr (std::is_floating_point_v<T>) {
+                if (!fmod) ctx.fail("floating-point Mod needs fmod=1");
+                out[0] = broadcast_binary<T, T>(ctx, a, ctx.input(1), [](T x, T y) { return std::fmod(x, y); });
+            } else {
+                out[0] = broadcast_binary<T, T>(ctx, a, ctx.input(1), [fmod](T x, T y) -> T {
+                    if (y == 0) return 0;
+                    T r = static_cast<T>(x % y);
+                    // Python's modulo takes the divisor's sign; fmod the dividend's.
+                    if (!fmod && r != 0 && ((r < 0) != (y < 0))) r = static_cast<T>(r + y);
+                    return r;
+                });
+            }
+        });
+}
+
+template <typename Op>
+void comparison(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& a = ctx.input(0);
+    if (a.type() != ctx.input(1).type()) ctx.fail("the inputs have different element types");
+    dispatch(a.type(), ctx, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        out[0] = broadcast_binary<T, bool>(ctx, a, ctx.input(1), [](T x, T y) { return Op{}(x, y); });
+    });
+}
+
+template <typename Op>
+void logical(KernelContext& ctx, std::vector<Tensor>& out) {
+    if (ctx.input(0).type() != DataType::Bool || ctx.input(1).type() != DataType::Bool) ctx.fail("inputs must be bool");
+    out[0] = broadcast_binary<bool, bool>(ctx, ctx.input(0), ctx.input(1), [](bool x, bool y) { return Op{}(x, y); });
+}
+
+struct NotEqual {
+    bool operator()(bool x, bool y) const { return x != y; }
+};
+
+void not_kernel(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    if (x.type() != DataType::Bool) ctx.fail("input must be bool");
+    out[0] = make_tensor<bool>(x.shape());
+    auto o = mutable_view<bool>(out[0]);
+    auto i = view<bool>(x);
+    for (size_t k = 0; k < o.size(); ++k) o[k] = !i[k];
+}
+
+// Max, Min, Sum, Mean over any number of inputs, broadcasting pairwise.
+template <typename Fold, bool kMean = false>
+void variadic(KernelContext& ctx, std::vector<Tensor>& out) {
+    if (ctx.input_count() == 0) ctx.fail("needs at least one input");
+    dispatch_numeric(
+        ctx.input(0).type(), ctx,
+        [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            Tensor acc = ctx.input(0);
+            for (size_t i = 1; i < ctx.input_count(); ++i)
+                acc = broadcast_binary<T, T>(ctx, acc, ctx.input(i), [](T x, T y) { return static_cast<T>(Fold{}(x, y)); });
+            if constexpr (kMean) {
+                auto v = mutable_view<T>(acc);
+                for (auto& x : v) x = static_cast<T>(x / static_cast<T>(ctx.input_count()));
+            }
+            out[0] = std::move(acc);
+        });
+}
+
+struct Maximum {
+    template <typename T>
+    T operator()(T x, T y) const {
+        if constexpr (std::is_floating_point_v<T>)
+            if (std::isnan(x) || std::isnan(y)) return std::numeric_limits<T>::quiet_NaN();
+        return std::max(x, y);
+    }
+};
+struct Minimum {
+    template <typename T>
+    T operator()(T x, T y) const {
+        if constexpr (std::is_floating_point_v<T>)
+            if (std::isnan(x) || std::isnan(y)) return std::numeric_limits<T>::quiet_NaN();
+        return std::min(x, y);
+    }
+};
+
+void where_kernel(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& c = ctx.input(0);
+    const auto& x = ctx.input(1);
+    const auto& y = ctx.input(2);
+    if (c.type() != DataType::Bool) ctx.fail("the condition must be bool");
+    const auto shape = broadcast_shapes(ctx, broadcast_shapes(ctx, c.shape(), x.shape()), y.shape());
+    const auto ic = broadcast_index(c.shape(), shape);
+    const auto ix = broadcast_index(x.shape(), shape);
+    const auto iy = broadcast_index(y.shape(), shape);
+    dispatch(x.type(), ctx, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        out[0] = make_tensor<T>(shape);
+        auto o = mutable_view<T>(out[0]);
+        auto cv = view<bool>(c);
+        auto xv = view<T>(x);
+        auto yv = view<T>(y);
+        for (size_t i = 0; i < o.size(); ++i) o[i] = cv[ic[i]] ? xv[ix[i]] : yv[iy[i]];
+    });
+}
+
+// Unary kernels: F gets (value, attributes) and returns the new value.
+template <typename F>
+KernelFn unary_float(F f) {
+    return [f](KernelContext& ctx, std::vector<Tensor>& out) {
+        const auto& x = ctx.input(0);
+        dispatch_float(x.type(), ctx, [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            out[0] = make_tensor<T>(x.shape());
+            auto o = mutable_view<T>(out[0]);
+            auto i = view<T>(x);
+            for (size_t k = 0; k < o.size(); ++k) o[k] = static_cast<T>(f(static_cast<double>(i[k]), ctx.attributes));
+        });
+    };
+}
+
+template <typename F>
+KernelFn unary_numeric(F f) {
+    return [f](KernelContext& ctx, std::vector<Tensor>& out) {
+        const auto& x = ctx.input(0);
+        dispatch_numeric(
+            x.type(), ctx,
+            [&](auto tag) {
+                using T = typename decltype(tag)::type;
+                out[0] = make_tensor<T>(x.shape());
+                auto o = mutable_view<T>(out[0]);
+                auto i = view<T>(x);
+                for (size_t k = 0; k < o.size(); ++k) o[k] = f(i[k]);
+            });
+    };
+}
+
+void identity(KernelContext& ctx, std::vector<Tensor>& out) {
+    out[0] = ctx.input(0);
+}
+
+void is_nan(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    dispatch_float(x.type(), ctx, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        out[0] = make_tensor<bool>(x.shape());
+        auto o = mutable_view<bool>(out[0]);
+        auto i = view<T>(x);
+        for (size_t k = 0; k < o.size(); ++k) o[k] = std::isnan(i[k]);
+    });
+}
+
+void is_inf(KernelContext& ctx, std::vector<Tensor>& out) {
+    const bool neg = ctx.attributes.get_int("detect_negative", 1) != 0;
+    const bool pos = ctx.attributes.get_int("detect_positive", 1) != 0;
+    const auto& x = ctx.input(0);
+    dispatch_float(x.type(), ctx, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        out[0] = make_tensor<bool>(x.shape());
+        auto o = mutable_view<bool>(out[0]);
+        auto i = view<T>(x);
+        for (size_t k = 0; k < o.size(); ++k) o[k] = std::isinf(i[k]) && ((i[k] > 0 && pos) || (i[k] < 0 && neg));
+    });
+}
+
+void clip(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    dispatch_numeric(
+        x.type(), ctx,
+        [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            T lo = std::numeric_limits<T>::lowest();
+            T hi = std::numeric_limits<T>::max();
+            if (ctx.opset < 11) {
+                lo = static_cast<T>(ctx.attributes.get_float("min", -std::numeric_limits<float>::max()));
+                hi = static_cast<T>(ctx.attributes.get_float("max", std::numeric_limits<float>::max()));
+            } else {
+                if (ctx.has_input(1)) lo = view<T>(ctx.input(1))[0];
+                if (ctx.has_input(2)) hi = view<T>(ctx.input(2))[0];
+            }
+            out[0] = make_tensor<T>(x.shape());
+            auto o = mutable_view<T>(out[0]);
+            auto i = view<T>(x);
+            for (size_t k = 0; k < o.size(); ++k) o[k] = std::min(std::max(i[k], lo), hi);
+        });
+}
+
+void prelu(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    dispatch_numeric(
+        x.type(), ctx,
+        [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            out[0] = broadcast_binary<T, T>(ctx, x, ctx.input(1), [](T v, T s) { return v < 0 ? static_cast<T>(v * s) : v; });
+        });
+}
+
+double sigmoid(double x) {
+    return x >= 0 ? 1.0 / (1.0 + std::exp(-x)) : std::exp(x) / (1.0 + std::exp(x));
+}
+
+using A = const Attributes&;
+constexpr int kLatest = 21;
+
+const KernelRegistration kKernels[] = {
+    {"", "Add", 7, kLatest, arithmetic<std::plus<>>},
+    {"", "Sub", 7, kLatest, arithmetic<std::minus<>>},
+    {"", "Mul", 7, kLatest, arithmetic<std::multiplies<>>},
+    {"", "Div", 7, kLatest, arithmetic<Divide>},
+    {"", "Pow", 7, kLatest, pow_kernel},
+    {"", "Mod", 10, kLatest, mod_kernel},
+    {"", "Equal", 7, kLatest, comparison<std::equal_to<>>},
+    {"", "Less", 7, kLatest, comparison<std::less<>>},
+    {"", "Greater", 7, kLatest, comparison<std::greater<>>},
+    {"", "LessOrEqual", 12, kLatest, comparison<std::less_equal<>>},
+    {"", "GreaterOrEqual", 12, kLatest, comparison<std::greater_equal<>>},
+    {"", "And", 7, kLatest, logical<std::logical_and<>>},
+    {"", "Or", 7, kLatest, logical<std::logical_or<>>},
+    {"", "Xor", 7, kLatest, logical<NotEqual>},
+    {"", "Not", 1, kLatest, not_kernel},
+    {"", "Max", 8, kLatest, variadic<Maximum>},
+    {"", "Min", 8, kLatest, variadic<Minimum>},
+    {"", "Sum", 8, kLatest, variadic<std::plus<>>},
+    {"", "Mean", 8, kLatest, variadic<std::plus<>, true>},
+    {"", "Where", 9, kLatest, where_kernel},
+    {"", "Identity", 1, kLatest, identity},
+    {"", "IsNaN", 9, kLatest, is_nan},
+    {"", "IsInf", 10, kLatest, is_inf},
+    {"", "Clip", 6, kLatest, clip},
+    {"", "PRelu", 9, kLatest, prelu},
+    {"", "Relu", 6, kLatest, unary_numeric([](auto v) { return v < 0 ? decltype(v){0} : v; })},
+    {"", "Neg", 6, kLatest, unary_numeric([](auto v) { return static_cast<decltype(v)>(-v); })},
+    {"", "Abs", 6, kLatest, unary_numeric([](auto v) {
+         if constexpr (std::is_unsigned_v<decltype(v)>) return v;
+         else return static_cast<decltype(v)>(v < 0 ? -v : v);
+     })},
+    {"", "Sign", 9, kLatest, unary_numeric([](auto v) {
+         using T = decltype(v);
+         return static_cast<T>(v > T{0} ? 1 : (v < T{0} ? -1 : 0));
+     })},
+    {"", "Exp", 6, kLatest, unary_float([](double v, A) { return std::exp(v); })},
+    {"", "Log", 6, kLatest, unary_float([](double v, A) { return std::log(v); })},
+    {"", "Sqrt", 6, kLatest, unary_float([](double v, A) { return std::sqrt(v); })},
+    {"", "Reciprocal", 6, kLatest, unary_float([](double v, A) { return 1.0 / v; })},
+    {"", "Floor", 6, kLatest, unary_float([](double v, A) { return std::floor(v); })},
+    {"", "Ceil", 6, kLatest, unary_float([](double v, A) { return std::ceil(v); })},
+    {"", "Round", 11, kLatest, unary_float([](double v, A) { return std::nearbyint(v); })},
+    {"", "Erf", 9, kLatest, unary_float([](double v, A) { return std::erf(v); })},
+    {"", "Tanh", 6, kLatest, unary_float([](double v, A) { return std::tanh(v); })},
+    {"", "Sigmoid", 6, kLatest, unary_float([](double v, A) { return sigmoid(v); })},
+    {"", "Sin", 7, kLatest, unary_float([](double v, A) { return std::sin(v); })},
+    {"", "Cos", 7, kLatest, unary_float([](double v, A) { return std::cos(v); })},
+    {"", "Tan", 7, kLatest, unary_float([](double v, A) { return std::tan(v); })},
+    {"", "Asin", 7, kLatest, unary_float([](double v, A) { return std::asin(v); })},
+    {"", "Acos", 7, kLatest, unary_float([](double v, A) { return std::acos(v); })},
+    {"", "Atan", 7, kLatest, unary_float([](double v, A) { return std::atan(v); })},
+    {"", "Sinh", 9, kLatest, unary_float([](double v, A) { return std::sinh(v); })},
+    {"", "Cosh", 9, kLatest, unary_float([](double v, A) { return std::cosh(v); })},
+    {"", "Asinh", 9, kLatest, unary_float([](double v, A) { return std::asinh(v); })},
+    {"", "Acosh", 9, kLatest, unary_float([](double v, A) { return std::acosh(v); })},
+    {"", "Atanh", 9, kLatest, unary_float([](double v, A) { return std::atanh(v); })},
+    {"", "Softplus", 1, kLatest, unary_float([](double v, A) { return v > 0 ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v)); })},
+    {"", "Softsign", 1, kLatest, unary_float([](double v, A) { return v / (1.0 + std::abs(v)); })},
+    {"", "LeakyRelu", 6, kLatest, unary_float([](double v, A a) { return v < 0 ? v * a.get_float("alpha", 0.01f) : v; })},
+    {"", "Elu", 6, kLatest, unary_float([](double v, A a) { return v < 0 ? a.get_float("alpha", 1.0f) * std::expm1(v) : v; })},
+    {"", "Celu", 12, kLatest, unary_float([](double v, A a) {
+         const double alpha = a.get_float("alpha", 1.0f);
+         return std::max(0.0, v) + std::min(0.0, alpha * std::expm1(v / alpha));
+     })},
+    {"", "Selu", 6, kLatest, unary_float([](double v, A a) {
+         const double alpha = a.get_float("alpha", 1.67326319217681884765625f);
+         const double gamma = a.get_float("gamma", 1.05070102214813232421875f);
+         return gamma * (v > 0 ? v : alpha * std::expm1(v));
+     })},
+    {"", "ThresholdedRelu", 10, kLatest, unary_float([](double v, A a) { return v > a.get_float("alpha", 1.0f) ? v : 0.0; })},
+    {"", "HardSigmoid", 6, kLatest, unary_float([](double v, A a) {
+         return std::clamp(a.get_float("alpha", 0.2f) * v + a.get_float("beta", 0.5f), 0.0, 1.0);
+     })},
+    {"", "HardSwish", 14, kLatest, unary_float([](double v, A) { return v * std::clamp(v / 6.0 + 0.5, 0.0, 1.0); })},
+};
+
+}  // namespace
+}  // namespace vaiq::runtime

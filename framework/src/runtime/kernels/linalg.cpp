@@ -1,0 +1,98 @@
+// MatMul (numpy semantics, batch broadcasting) and Gemm, through Eigen.
+#include <Eigen/Core>
+
+#include "runtime/kernels/common.hpp"
+
+namespace vaiq::runtime {
+namespace {
+
+template <typename T>
+using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+void matmul(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& a = ctx.input(0);
+    const auto& b = ctx.input(1);
+    if (a.type() != b.type()) ctx.fail("the inputs have different element types");
+    if (a.shape().empty() || b.shape().empty()) ctx.fail("the inputs must have at least one dimension");
+    // 1-D operands become matrices and the added dimension is dropped again.
+    auto as = a.shape(), bs = b.shape();
+    const bool a_vector = as.size() == 1, b_vector = bs.size() == 1;
+    if (a_vector) as.insert(as.begin(), 1);
+    if (b_vector) bs.push_back(1);
+    const int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
+    if (bs[bs.size() - 2] != k) ctx.fail(fmt::format("inner dimensions differ: {} and {}", k, bs[bs.size() - 2]));
+    const std::vector<int64_t> a_batch(as.begin(), as.end() - 2), b_batch(bs.begin(), bs.end() - 2);
+    const auto batch = broadcast_shapes(ctx, a_batch, b_batch);
+    const auto ia = broadcast_index(a_batch, batch);
+    const auto ib = broadcast_index(b_batch, batch);
+    std::vector<int64_t> shape = batch;
+    if (!a_vector) shape.push_back(m);
+    if (!b_vector) shape.push_back(n);
+    dispatch_numeric(
+        a.type(), ctx,
+        [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            if constexpr (std::is_same_v<T, bool>) {
+                ctx.fail("bool MatMul is not supported");
+            } else {
+                out[0] = make_tensor<T>(shape);
+                auto o = mutable_view<T>(out[0]);
+                const auto av = view<T>(a);
+                const auto bv = view<T>(b);
+                for (size_t i = 0; i < ia.size(); ++i) {
+                    Eigen::Map<const RowMatrix<T>> x(av.data() + ia[i] * m * k, m, k);
+                    Eigen::Map<const RowMatrix<T>> y(bv.data() + ib[i] * k * n, k, n);
+                    Eigen::Map<RowMatrix<T>> z(o.data() + i * m * n, m, n);
+                    z.noalias() = x * y;
+                }
+            }
+        });
+}
+
+void gemm(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& a = ctx.input(0);
+    const auto& b = ctx.input(1);
+    if (a.shape().size() != 2 || b.shape().size() != 2) ctx.fail("A and B must be matrices");
+    const bool ta = ctx.attributes.get_int("transA", 0) != 0;
+    const bool tb = ctx.attributes.get_int("transB", 0) != 0;
+    const double alpha = ctx.attributes.get_float("alpha", 1.0f);
+    const double beta = ctx.attributes.get_float("beta", 1.0f);
+    const int64_t m = ta ? a.shape()[1] : a.shape()[0], k = ta ? a.shape()[0] : a.shape()[1];
+    const int64_t n = tb ? b.shape()[0] : b.shape()[1];
+    if ((tb ? b.shape()[1] : b.shape()[0]) != k) ctx.fail("the inner dimensions of A and B differ");
+    dispatch_numeric(
+        a.type(), ctx,
+        [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            if constexpr (std::is_same_v<T, bool>) {
+                ctx.fail("bool Gemm is not supported");
+            } else {
+                Eigen::Map<const RowMatrix<T>> x(view<T>(a).data(), a.shape()[0], a.shape()[1]);
+                Eigen::Map<const RowMatrix<T>> y(view<T>(b).data(), b.shape()[0], b.shape()[1]);
+                out[0] = make_tensor<T>({m, n});
+                Eigen::Map<RowMatrix<T>> z(mutable_view<T>(out[0]).data(), m, n);
+                if (ta && tb) z.noalias() = x.transpose() * y.transpose();
+                else if (ta) z.noalias() = x.transpose() * y;
+                else if (tb) z.noalias() = x * y.transpose();
+                else z.noalias() = x * y;
+                if (alpha != 1.0) z *= static_cast<T>(alpha);
+                if (ctx.has_input(2) && beta != 0.0) {
+                    const auto& c = ctx.input(2);
+                    const std::vector<int64_t> shape{m, n};
+                    if (broadcast_shapes(ctx, c.shape(), shape) != shape) ctx.fail("C does not broadcast to (M, N)");
+                    const auto index = broadcast_index(c.shape(), shape);
+                    const auto cv = view<T>(c);
+                    T* zp = z.data();
+                    for (size_t i = 0; i < index.size(); ++i) zp[i] = static_cast<T>(zp[i] + beta * cv[index[i]]);
+                }
+            }
+        });
+}
+
+const KernelRegistration kKernels[] = {
+    {"", "MatMul", 1, 21, matmul},
+    {"", "Gemm", 7, 21, gemm},
+};
+
+}  // namespace
+}  // namespace vaiq::runtime

@@ -1,0 +1,180 @@
+// BatchNormalization (inference), InstanceNormalization, LayerNormalization,
+// and the softmax family.
+#include <cmath>
+#include <limits>
+
+#include "runtime/kernels/common.hpp"
+
+namespace vaiq::runtime {
+namespace {
+
+// Inference uses the running statistics; training mode (opset 14+) normalises
+// with the batch's own and also returns the updated running statistics.
+void batch_norm(KernelContext& ctx, std::vector<Tensor>& out) {
+    const bool training = ctx.attributes.get_int("training_mode", 0) != 0;
+    const auto& x = ctx.input(0);
+    if (x.type() != DataType::Float) ctx.fail("only float is supported");
+    const double eps = ctx.attributes.get_float("epsilon", 1e-5f);
+    const double momentum = ctx.attributes.get_float("momentum", 0.9f);
+    const int64_t n = x.shape()[0], c = x.shape().size() > 1 ? x.shape()[1] : 1;
+    const int64_t inner = n * c != 0 ? x.size() / (n * c) : 0;
+    const auto scale = ctx.input(1).data<float>(), bias = ctx.input(2).data<float>();
+    const auto running_mean = ctx.input(3).data<float>(), running_var = ctx.input(4).data<float>();
+    const auto xv = x.data<float>();
+    std::vector<double> mean(running_mean.begin(), running_mean.end()), var(running_var.begin(), running_var.end());
+    if (training) {
+        for (int64_t ch = 0; ch < c; ++ch) {
+            double sum = 0, sq = 0;
+            for (int64_t b = 0; b < n; ++b)
+                for (int64_t i = 0; i < inner; ++i) sum += xv[(b * c + ch) * inner + i];
+            mean[ch] = sum / static_cast<double>(n * inner);
+            for (int64_t b = 0; b < n; ++b)
+                for (int64_t i = 0; i < inner; ++i) {
+                    const double d = xv[(b * c + ch) * inner + i] - mean[ch];
+                    sq += d * d;
+                }
+            var[ch] = sq / static_cast<double>(n * inner);
+        }
+    }
+    out[0] = Tensor(DataType::Float, x.shape());
+    auto y = out[0].mutable_data<float>();
+    for (int64_t ch = 0; ch < c; ++ch) {
+        const double s = scale[ch] / std::sqrt(var[ch] + eps);
+        const double t = bias[ch] - mean[ch] * s;
+        for (int64_t b = 0; b < n; ++b) {
+            const int64_t base = (b * c + ch) * inner;
+            for (int64_t i = 0; i < inner; ++i) y[base + i] = static_cast<float>(xv[base + i] * s + t);
+        }
+    }
+    for (size_t o = 1; o < out.size() && o < 3; ++o) {
+        const auto& batch = o == 1 ? mean : var;
+        const auto running = o == 1 ? running_mean : running_var;
+        out[o] = Tensor(DataType::Float, {c});
+        auto r = out[o].mutable_data<float>();
+        for (int64_t ch = 0; ch < c; ++ch) r[ch] = static_cast<float>(running[ch] * momentum + batch[ch] * (1 - momentum));
+    }
+}
+
+void instance_norm(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    if (x.type() != DataType::Float) ctx.fail("only float is supported");
+    const double eps = ctx.attributes.get_float("epsilon", 1e-5f);
+    const int64_t n = x.shape()[0], c = x.shape()[1], inner = x.size() / (n * c);
+    const auto scale = ctx.input(1).data<float>(), bias = ctx.input(2).data<float>();
+    out[0] = Tensor(DataType::Float, x.shape());
+    auto y = out[0].mutable_data<float>();
+    const auto xv = x.data<float>();
+    for (int64_t p = 0; p < n * c; ++p) {
+        const float* v = xv.data() + p * inner;
+        double mean = 0, sq = 0;
+        for (int64_t i = 0; i < inner; ++i) mean += v[i];
+        mean /= static_cast<double>(inner);
+        for (int64_t i = 0; i < inner; ++i) sq += (v[i] - mean) * (v[i] - mean);
+        const double inv = 1.0 / std::sqrt(sq / static_cast<double>(inner) + eps);
+        const int64_t ch = p % c;
+        for (int64_t i = 0; i < inner; ++i) y[p * inner + i] = static_cast<float>((v[i] - mean) * inv * scale[ch] + bias[ch]);
+    }
+}
+
+void layer_norm(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    if (x.type() != DataType::Float) ctx.fail("only float is supported");
+    const auto rank = static_cast<int64_t>(x.shape().size());
+    const int64_t axis = normalize_axis(ctx, ctx.attributes.get_int("axis", -1), rank);
+    const double eps = ctx.attributes.get_float("epsilon", 1e-5f);
+    int64_t outer = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= x.shape()[d];
+    const int64_t inner = outer ? x.size() / outer : 0;
+    const std::vector<int64_t> norm_shape(x.shape().begin() + axis, x.shape().end());
+    const auto& scale = ctx.input(1);
+    const auto si = broadcast_index(scale.shape(), norm_shape);
+    const auto sv = scale.data<float>();
+    std::vector<int64_t> bi;
+    std::span<const float> bv;
+    if (ctx.has_input(2)) {
+        bi = broadcast_index(ctx.input(2).shape(), norm_shape);
+        bv = ctx.input(2).data<float>();
+    }
+    std::vector<int64_t> stat_shape = x.shape();
+    for (int64_t d = axis; d < rank; ++d) stat_shape[d] = 1;
+    out[0] = Tensor(DataType::Float, x.shape());
+    Tensor mean_t(DataType::Float, stat_shape), inv_t(DataType::Float, stat_shape);
+    auto y = out[0].mutable_data<float>();
+    const auto xv = x.data<float>();
+    for (int64_t o = 0; o < outer; ++o) {
+        const float* v = xv.data() + o * inner;
+        double mean = 0, sq = 0;
+        for (int64_t i = 0; i < inner; ++i) mean += v[i];
+        mean /= static_cast<double>(inner);
+        for (int64_t i = 0; i < inner; ++i) sq += (v[i] - mean) * (v[i] - mean);
+        const double inv = 1.0 / std::sqrt(sq / static_cast<double>(inner) + eps);
+        for (int64_t i = 0; i < inner; ++i) {
+            double r = (v[i] - mean) * inv * sv[si[i]];
+            if (!bi.empty()) r += bv[bi[i]];
+            y[o * inner + i] = static_cast<float>(r);
+        }
+        mean_t.mutable_data<float>()[o] = static_cast<float>(mean);
+        inv_t.mutable_data<float>()[o] = static_cast<float>(inv);
+    }
+    if (out.size() > 1) out[1] = std::move(mean_t);
+    if (out.size() > 2) out[2] = std::move(inv_t);
+}
+
+enum class SoftmaxKind { Softmax, LogSoftmax, Hardmax };
+
+template <SoftmaxKind kKind>
+void softmax(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const auto rank = static_cast<int64_t>(x.shape().size());
+    const int64_t axis = normalize_axis(ctx, ctx.attributes.get_int("axis", ctx.opset >= 13 ? -1 : 1), rank);
+    // Before opset 13 the input is seen as 2-D, split at the axis.
+    int64_t outer = 1, inner = 1, n = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= x.shape()[d];
+    if (ctx.opset >= 13) {
+        n = x.shape()[axis];
+        for (int64_t d = axis + 1; d < rank; ++d) inner *= x.shape()[d];
+    } else {
+        n = outer ? x.size() / outer : 0;
+    }
+    dispatch_float(x.type(), ctx, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        out[0] = make_tensor<T>(x.shape());
+        auto y = mutable_view<T>(out[0]);
+        const auto xv = view<T>(x);
+        for (int64_t o = 0; o < outer; ++o) {
+            for (int64_t i = 0; i < inner; ++i) {
+                auto at = [&](int64_t j) { return (o * n + j) * inner + i; };
+                T best = -std::numeric_limits<T>::infinity();
+                int64_t best_j = 0;
+                for (int64_t j = 0; j < n; ++j)
+                    if (xv[at(j)] > best) {
+                        best = xv[at(j)];
+                        best_j = j;
+                    }
+                if constexpr (kKind == SoftmaxKind::Hardmax) {
+                    for (int64_t j = 0; j < n; ++j) y[at(j)] = j == best_j ? T{1} : T{0};
+                } else {
+                    double sum = 0;
+                    for (int64_t j = 0; j < n; ++j) sum += std::exp(static_cast<double>(xv[at(j)] - best));
+                    for (int64_t j = 0; j < n; ++j) {
+                        const double shifted = static_cast<double>(xv[at(j)] - best);
+                        y[at(j)] = static_cast<T>(kKind == SoftmaxKind::Softmax ? std::exp(shifted) / sum
+                                                                                : shifted - std::log(sum));
+                    }
+                }
+            }
+        }
+    });
+}
+
+const KernelRegistration kKernels[] = {
+    {"", "BatchNormalization", 9, 21, batch_norm},
+    {"", "InstanceNormalization", 6, 21, instance_norm},
+    {"", "LayerNormalization", 17, 21, layer_norm},
+    {"", "Softmax", 1, 21, softmax<SoftmaxKind::Softmax>},
+    {"", "LogSoftmax", 1, 21, softmax<SoftmaxKind::LogSoftmax>},
+    {"", "Hardmax", 1, 21, softmax<SoftmaxKind::Hardmax>},
+};
+
+}  // namespace
+}  // namespace vaiq::runtime

@@ -1,0 +1,148 @@
+// Pooling: MaxPool (with Indices), AveragePool, global pools, on float data.
+#include <cmath>
+#include <limits>
+
+#include "runtime/kernels/common.hpp"
+#include "runtime/kernels/window.hpp"
+
+namespace vaiq::runtime {
+namespace {
+
+// Visits every output position of every (n, c) plane; `fn(plane, out_index,
+// window_start)` with positions as flat spatial coordinates.
+struct PoolShape {
+    std::vector<int64_t> in, out;
+    int64_t planes;
+};
+
+template <typename F>
+void for_each_window(const PoolShape& s, F fn) {
+    const size_t rank = s.in.size();
+    std::vector<int64_t> pos(rank, 0);
+    const int64_t outs = element_count(s.out);
+    for (int64_t p = 0; p < s.planes; ++p) {
+        std::fill(pos.begin(), pos.end(), 0);
+        for (int64_t o = 0; o < outs; ++o) {
+            fn(p, o, pos);
+            for (int d = static_cast<int>(rank) - 1; d >= 0; --d) {
+                if (++pos[d] < s.out[d]) break;
+                pos[d] = 0;
+            }
+        }
+    }
+}
+
+template <typename T>
+void pool(KernelContext& ctx, std::vector<Tensor>& out, bool is_max) {
+    const auto& x = ctx.input(0);
+    if (x.shape().size() < 3) ctx.fail("the input must have a batch, a channel and spatial dimensions");
+    const std::vector<int64_t> in(x.shape().begin() + 2, x.shape().end());
+    const auto kernel = ctx.attributes.get_ints("kernel_shape");
+    const auto g = WindowGeometry::from(ctx, in, kernel, ctx.attributes.get_int("ceil_mode", 0) != 0);
+    const bool include_pad = ctx.attributes.get_int("count_include_pad", 0) != 0;
+    const bool column_major = ctx.attributes.get_int("storage_order", 0) != 0;
+    const size_t rank = in.size();
+    std::vector<int64_t> y_shape{x.shape()[0], x.shape()[1]};
+    y_shape.insert(y_shape.end(), g.out.begin(), g.out.end());
+    Tensor y = make_tensor<T>(y_shape);
+    Tensor indices(DataType::Int64, y_shape);
+    const auto xv = view<T>(x);
+    auto yv = mutable_view<T>(y);
+    auto iv = indices.mutable_data<int64_t>();
+    const int64_t plane_in = element_count(in), plane_out = element_count(g.out);
+    const auto strides = strides_of(in);
+    std::vector<int64_t> col_strides(rank, 1);  // storage_order=1 counts indices column-major
+    for (size_t d = 1; d < rank; ++d) col_strides[d] = col_strides[d - 1] * in[d - 1];
+    std::vector<int64_t> k(rank);
+    const int64_t window = element_count(kernel);
+    for_each_window({in, g.out, x.shape()[0] * x.shape()[1]}, [&](int64_t p, int64_t o, const std::vector<int64_t>& pos) {
+        T best = std::numeric_limits<T>::lowest();
+        int64_t best_index = -1;
+        double sum = 0.0;
+        int64_t count = 0, padded_count = 0;
+        std::fill(k.begin(), k.end(), 0);
+        for (int64_t w = 0; w < window; ++w) {
+            bool inside = true, inside_padded = true;
+            int64_t flat = 0, col = 0;
+            for (size_t d = 0; d < rank; ++d) {
+                const int64_t at = pos[d] * g.strides[d] - g.pad_begin[d] + k[d] * g.dilations[d];
+                inside &= at >= 0 && at < in[d];
+                inside_padded &= at < in[d] + g.declared_pad_end[d];
+                flat += at * strides[d];
+                col += at * col_strides[d];
+            }
+            if (inside) {
+                const T v = xv[p * plane_in + flat];
+                if (v > best || best_index < 0) {
+                    best = v;
+                    best_index = (p * plane_in) + (column_major ? col : flat);
+                }
+                sum += v;
+                ++count;
+            }
+            padded_count += inside_padded;
+            for (int d = static_cast<int>(rank) - 1; d >= 0; --d) {
+                if (++k[d] < kernel[d]) break;
+                k[d] = 0;
+            }
+        }
+        const int64_t at = p * plane_out + o;
+        if (is_max) {
+            yv[at] = best;
+            iv[at] = best_index;
+        } else {
+            const int64_t divisor = include_pad ? padded_count : count;
+            yv[at] = divisor > 0 ? static_cast<T>(sum / static_cast<double>(divisor)) : T{0};
+        }
+    });
+    out[0] = std::move(y);
+    if (out.size() > 1) out[1] = std::move(indices);
+}
+
+void global_pool(KernelContext& ctx, std::vector<Tensor>& out, bool is_max) {
+    const auto& x = ctx.input(0);
+    if (x.type() != DataType::Float) ctx.fail("only float pooling is supported");
+    if (x.shape().size() < 3) ctx.fail("the input must have a batch, a channel and spatial dimensions");
+    std::vector<int64_t> shape(x.shape().size(), 1);
+    shape[0] = x.shape()[0];
+    shape[1] = x.shape()[1];
+    Tensor y(DataType::Float, shape);
+    const int64_t planes = shape[0] * shape[1];
+    const int64_t plane = planes ? x.size() / planes : 0;
+    const auto xv = x.data<float>();
+    auto yv = y.mutable_data<float>();
+    for (int64_t p = 0; p < planes; ++p) {
+        const float* v = xv.data() + p * plane;
+        if (is_max) {
+            float best = -std::numeric_limits<float>::infinity();
+            for (int64_t i = 0; i < plane; ++i) best = std::max(best, v[i]);
+            yv[p] = best;
+        } else {
+            double sum = 0;
+            for (int64_t i = 0; i < plane; ++i) sum += v[i];
+            yv[p] = static_cast<float>(sum / static_cast<double>(plane));
+        }
+    }
+    out[0] = std::move(y);
+}
+
+const KernelRegistration kKernels[] = {
+    {"", "MaxPool", 8, 21, [](KernelContext& c, std::vector<Tensor>& o) {
+         // int8 and uint8 since opset 12.
+         switch (c.input(0).type()) {
+             case DataType::Float: return pool<float>(c, o, true);
+             case DataType::Double: return pool<double>(c, o, true);
+             case DataType::Int8: return pool<int8_t>(c, o, true);
+             case DataType::UInt8: return pool<uint8_t>(c, o, true);
+             default: c.fail("MaxPool supports float, double, int8 and uint8");
+         }
+     }},
+    {"", "AveragePool", 7, 21, [](KernelContext& c, std::vector<Tensor>& o) {
+         dispatch_float(c.input(0).type(), c, [&](auto tag) { pool<typename decltype(tag)::type>(c, o, false); });
+     }},
+    {"", "GlobalMaxPool", 1, 21, [](KernelContext& c, std::vector<Tensor>& o) { global_pool(c, o, true); }},
+    {"", "GlobalAveragePool", 1, 21, [](KernelContext& c, std::vector<Tensor>& o) { global_pool(c, o, false); }},
+};
+
+}  // namespace
+}  // namespace vaiq::runtime

@@ -1,0 +1,94 @@
+// QuantizeLinear and DequantizeLinear, per tensor and per axis, as the ONNX
+// spec and ONNX Runtime define them: round half to even, then saturate.
+#include <cmath>
+#include <limits>
+
+#include "runtime/kernels/common.hpp"
+
+namespace vaiq::runtime {
+namespace {
+
+// The scale/zero-point index of each element: 0 per tensor, else its channel on `axis`.
+struct Channels {
+    int64_t count = 1, inner = 1;
+    int64_t of(int64_t i) const { return count == 1 ? 0 : (i / inner) % count; }
+};
+
+Channels channels(KernelContext& ctx, const Tensor& x, const Tensor& scale) {
+    Channels c;
+    if (scale.size() == 1 && scale.shape().size() <= 1) return c;
+    if (scale.shape().size() != 1) ctx.fail("scale must be a scalar or a 1-D tensor");
+    const auto rank = static_cast<int64_t>(x.shape().size());
+    const int64_t axis = normalize_axis(ctx, ctx.attributes.get_int("axis", 1), rank);
+    if (x.shape()[axis] != scale.size())
+        ctx.fail(fmt::format("{} scales for axis {} of size {}", scale.size(), axis, x.shape()[axis]));
+    c.count = scale.size();
+    for (int64_t d = axis + 1; d < rank; ++d) c.inner *= x.shape()[d];
+    return c;
+}
+
+void quantize(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const auto& scale = ctx.input(1);
+    if (x.type() != DataType::Float || scale.type() != DataType::Float) ctx.fail("only float input and scale are supported");
+    const auto ch = channels(ctx, x, scale);
+    const DataType type = ctx.has_input(2) ? ctx.input(2).type() : DataType::UInt8;
+    dispatch_numeric(
+        type, ctx,
+        [&](auto tag) {
+            using Q = typename decltype(tag)::type;
+            if constexpr (std::is_floating_point_v<Q> || sizeof(Q) > 4) {
+                ctx.fail("the zero point must be a 8-, 16- or 32-bit integer");
+            } else {
+                const auto s = scale.data<float>();
+                const auto zp = ctx.has_input(2) ? view<Q>(ctx.input(2)) : std::span<const Q>();
+                out[0] = make_tensor<Q>(x.shape());
+                auto o = mutable_view<Q>(out[0]);
+                const auto xv = x.data<float>();
+                constexpr double lo = static_cast<double>(std::numeric_limits<Q>::min());
+                constexpr double hi = static_cast<double>(std::numeric_limits<Q>::max());
+                for (size_t i = 0; i < o.size(); ++i) {
+                    const int64_t c = ch.of(static_cast<int64_t>(i));
+                    const double q = std::nearbyint(static_cast<double>(xv[i]) / static_cast<double>(s[c])) +
+                                     (zp.empty() ? 0.0 : static_cast<double>(zp[c]));
+                    o[i] = static_cast<Q>(std::clamp(q, lo, hi));
+                }
+            }
+        });
+}
+
+void dequantize(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const auto& scale = ctx.input(1);
+    if (scale.type() != DataType::Float) ctx.fail("only float scales are supported");
+    const auto ch = channels(ctx, x, scale);
+    dispatch_numeric(
+        x.type(), ctx,
+        [&](auto tag) {
+            using Q = typename decltype(tag)::type;
+            if constexpr (std::is_floating_point_v<Q> || std::is_same_v<Q, bool>) {
+                ctx.fail("the input must be an integer tensor");
+            } else {
+                const auto s = scale.data<float>();
+                const auto zp = ctx.has_input(2) ? view<Q>(ctx.input(2)) : std::span<const Q>();
+                out[0] = Tensor(DataType::Float, x.shape());
+                auto o = out[0].mutable_data<float>();
+                const auto xv = view<Q>(x);
+                for (size_t i = 0; i < o.size(); ++i) {
+                    const int64_t c = ch.of(static_cast<int64_t>(i));
+                    const int64_t z = zp.empty() ? 0 : static_cast<int64_t>(zp[c]);
+                    o[i] = static_cast<float>(static_cast<int64_t>(xv[i]) - z) * s[c];
+                }
+            }
+        });
+}
+
+const KernelRegistration kKernels[] = {
+    {"", "QuantizeLinear", 10, 18, quantize},
+    {"", "DequantizeLinear", 10, 18, dequantize},
+    {"com.microsoft", "QuantizeLinear", 1, 1, quantize},
+    {"com.microsoft", "DequantizeLinear", 1, 1, dequantize},
+};
+
+}  // namespace
+}  // namespace vaiq::runtime

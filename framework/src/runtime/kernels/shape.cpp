@@ -1,0 +1,388 @@
+// Data-movement kernels. They copy bytes, so every element type works.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "runtime/kernels/common.hpp"
+
+namespace vaiq::runtime {
+namespace {
+
+constexpr int kLatest = 21;
+
+Tensor with_shape(const Tensor& t, std::vector<int64_t> shape) {
+    Tensor out(t.type(), std::move(shape));
+    std::memcpy(out.mutable_bytes().data(), t.bytes().data(), t.bytes().size());
+    return out;
+}
+
+Tensor int64_vector(const std::vector<int64_t>& values) {
+    return Tensor::from_values<int64_t>({static_cast<int64_t>(values.size())}, values);
+}
+
+void reshape(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    auto shape = read_ints(ctx, ctx.input(1));
+    const bool allow_zero = ctx.attributes.get_int("allowzero", 0) != 0;
+    int64_t known = 1;
+    int infer = -1;
+    for (size_t i = 0; i < shape.size(); ++i) {
+        if (shape[i] == 0 && !allow_zero) {
+            if (i >= x.shape().size()) ctx.fail("a 0 in the new shape has no matching input dimension");
+            shape[i] = x.shape()[i];
+        }
+        if (shape[i] == -1) {
+            if (infer >= 0) ctx.fail("the new shape has more than one -1");
+            infer = static_cast<int>(i);
+        } else {
+            known *= shape[i];
+        }
+    }
+    if (infer >= 0) {
+        if (known == 0 || x.size() % known != 0) ctx.fail("the -1 in the new shape cannot be inferred");
+        shape[infer] = x.size() / known;
+    }
+    if (element_count(shape) != x.size())
+        ctx.fail(fmt::format("cannot reshape {} elements to a shape of {}", x.size(), element_count(shape)));
+    out[0] = with_shape(x, shape);
+}
+
+void flatten(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const auto rank = static_cast<int64_t>(x.shape().size());
+    const int64_t axis = ctx.attributes.get_int("axis", 1);
+    const int64_t a = axis < 0 ? axis + rank : axis;
+    if (a < 0 || a > rank) ctx.fail(fmt::format("axis {} is out of range for rank {}", axis, rank));
+    int64_t outer = 1;
+    for (int64_t d = 0; d < a; ++d) outer *= x.shape()[d];
+    out[0] = with_shape(x, {outer, outer == 0 ? 0 : x.size() / std::max<int64_t>(outer, 1)});
+}
+
+std::vector<int64_t> axes_of(KernelContext& ctx, size_t input) {
+    // Opset 13 moved axes from an attribute to an optional input.
+    if (ctx.opset >= 13) return ctx.has_input(input) ? read_ints(ctx, ctx.input(input)) : std::vector<int64_t>{};
+    return ctx.attributes.get_ints("axes");
+}
+
+void squeeze(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const auto rank = static_cast<int64_t>(x.shape().size());
+    auto axes = axes_of(ctx, 1);
+    for (auto& a : axes) a = normalize_axis(ctx, a, rank);
+    std::vector<int64_t> shape;
+    for (int64_t d = 0; d < rank; ++d) {
+        const bool listed = std::find(axes.begin(), axes.end(), d) != axes.end();
+        if (listed && x.shape()[d] != 1) ctx.fail(fmt::format("cannot squeeze dimension {} of size {}", d, x.shape()[d]));
+        if (listed || (axes.empty() && x.shape()[d] == 1)) continue;
+        shape.push_back(x.shape()[d]);
+    }
+    out[0] = with_shape(x, shape);
+}
+
+void unsqueeze(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    auto axes = axes_of(ctx, 1);
+    const auto rank = static_cast<int64_t>(x.shape().size() + axes.size());
+    for (auto& a : axes) a = normalize_axis(ctx, a, rank);
+    std::sort(axes.begin(), axes.end());
+    if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) ctx.fail("axes repeat");
+    std::vector<int64_t> shape;
+    size_t next = 0;
+    for (int64_t d = 0; d < rank; ++d) {
+        if (std::binary_search(axes.begin(), axes.end(), d)) shape.push_back(1);
+        else shape.push_back(x.shape()[next++]);
+    }
+    out[0] = with_shape(x, shape);
+}
+
+void transpose(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const auto rank = x.shape().size();
+    std::vector<int64_t> perm(rank);
+    std::iota(perm.rbegin(), perm.rend(), 0);
+    perm = ctx.attributes.get_ints("perm", perm);
+    if (perm.size() != rank) ctx.fail("perm does not match the input's rank");
+    std::vector<int64_t> shape(rank);
+    for (size_t d = 0; d < rank; ++d) shape[d] = x.shape()[normalize_axis(ctx, perm[d], static_cast<int64_t>(rank))];
+    Tensor y(x.type(), shape);
+    const auto in_strides = strides_of(x.shape());
+    const size_t elem = element_size(x.type());
+    const auto* src = x.bytes().data();
+    auto* dst = y.mutable_bytes().data();
+    std::vector<int64_t> counter(rank, 0);
+    std::vector<int64_t> stride(rank);
+    for (size_t d = 0; d < rank; ++d) stride[d] = in_strides[perm[d]];
+    int64_t at = 0;
+    for (int64_t i = 0; i < y.size(); ++i) {
+        std::memcpy(dst + i * elem, src + at * elem, elem);
+        for (int d = static_cast<int>(rank) - 1; d >= 0; --d) {
+            if (++counter[d] < shape[d]) {
+                at += stride[d];
+                break;
+            }
+            at -= stride[d] * (shape[d] - 1);
+            counter[d] = 0;
+        }
+    }
+    out[0] = std::move(y);
+}
+
+void concat(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& first = ctx.input(0);
+    const auto rank = static_cast<int64_t>(first.shape().size());
+    const int64_t axis = normalize_axis(ctx, ctx.attributes.get_int("axis", 0), rank);
+    auto shape = first.shape();
+    shape[axis] = 0;
+    for (size_t i = 0; i < ctx.input_count(); ++i) {
+        const auto& t = ctx.input(i);
+        if (t.type() != first.type() || static_cast<int64_t>(t.shape().size()) != rank)
+            ctx.fail("inputs differ in element type or rank");
+        for (int64_t d = 0; d < rank; ++d)
+            if (d != axis && t.shape()[d] != first.shape()[d]) ctx.fail(fmt::format("inputs differ in dimension {}", d));
+        shape[axis] += t.shape()[axis];
+    }
+    Tensor y(first.type(), shape);
+    const size_t elem = element_size(first.type());
+    int64_t outer = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
+    int64_t inner = 1;
+    for (int64_t d = axis + 1; d < rank; ++d) inner *= shape[d];
+    auto* dst = y.mutable_bytes().data();
+    for (int64_t o = 0; o < outer; ++o) {
+        for (size_t i = 0; i < ctx.input_count(); ++i) {
+            const auto& t = ctx.input(i);
+            const size_t chunk = static_cast<size_t>(t.shape()[axis] * inner) * elem;
+            std::memcpy(dst, t.bytes().data() + o * chunk, chunk);
+            dst += chunk;
+        }
+    }
+    out[0] = std::move(y);
+}
+
+void shape_kernel(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& dims = ctx.input(0).shape();
+    const auto rank = static_cast<int64_t>(dims.size());
+    auto clamp = [&](int64_t v) { return std::clamp(v < 0 ? v + rank : v, int64_t{0}, rank); };
+    const int64_t start = clamp(ctx.attributes.get_int("start", 0));
+    const int64_t end = clamp(ctx.attributes.get_int("end", rank));
+    out[0] = int64_vector(std::vector<int64_t>(dims.begin() + start, dims.begin() + std::max(start, end)));
+}
+
+void size_kernel(KernelContext& ctx, std::vector<Tensor>& out) {
+    const int64_t n = ctx.input(0).size();
+    out[0] = Tensor::from_values<int64_t>({}, std::span<const int64_t>(&n, 1));
+}
+
+void gather(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& data = ctx.input(0);
+    const auto indices = read_ints(ctx, ctx.input(1));
+    const auto rank = static_cast<int64_t>(data.shape().size());
+    const int64_t axis = normalize_axis(ctx, ctx.attributes.get_int("axis", 0), rank);
+    const int64_t n = data.shape()[axis];
+    std::vector<int64_t> shape(data.shape().begin(), data.shape().begin() + axis);
+    shape.insert(shape.end(), ctx.input(1).shape().begin(), ctx.input(1).shape().end());
+    shape.insert(shape.end(), data.shape().begin() + axis + 1, data.shape().end());
+    Tensor y(data.type(), shape);
+    int64_t outer = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= data.shape()[d];
+    int64_t inner = 1;
+    for (int64_t d = axis + 1; d < rank; ++d) inner *= data.shape()[d];
+    const size_t chunk = static_cast<size_t>(inner) * element_size(data.type());
+    auto* dst = y.mutable_bytes().data();
+    for (int64_t o = 0; o < outer; ++o) {
+        for (int64_t idx : indices) {
+            const int64_t k = idx < 0 ? idx + n : idx;
+            if (k < 0 || k >= n) ctx.fail(fmt::format("index {} is out of range for a dimension of {}", idx, n));
+            std::memcpy(dst, data.bytes().data() + (o * n + k) * chunk, chunk);
+            dst += chunk;
+        }
+    }
+    out[0] = std::move(y);
+}
+
+void constant(KernelContext& ctx, std::vector<Tensor>& out) {
+    if (const auto* t = ctx.attributes.get_tensor("value")) {
+        out[0] = Tensor::from_proto(*t);
+    } else if (ctx.attributes.has("value_float")) {
+        const float v = ctx.attributes.get_float("value_float", 0);
+        out[0] = Tensor::from_values<float>({}, std::span<const float>(&v, 1));
+    } else if (ctx.attributes.has("value_floats")) {
+        const auto v = ctx.attributes.get_floats("value_floats");
+        out[0] = Tensor::from_values<float>({static_cast<int64_t>(v.size())}, v);
+    } else if (ctx.attributes.has("value_int")) {
+        const int64_t v = ctx.attributes.get_int("value_int", 0);
+        out[0] = Tensor::from_values<int64_t>({}, std::span<const int64_t>(&v, 1));
+    } else if (ctx.attributes.has("value_ints")) {
+        out[0] = int64_vector(ctx.attributes.get_ints("value_ints"));
+    } else {
+        ctx.fail("has no value attribute vaiq can read (sparse and string values are not supported)");
+    }
+}
+
+void constant_of_shape(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto shape = read_ints(ctx, ctx.input(0));
+    const auto* value = ctx.attributes.get_tensor("value");
+    const Tensor fill = value ? Tensor::from_proto(*value) : Tensor(DataType::Float, {1});
+    Tensor y(fill.type(), shape);
+    const size_t elem = element_size(fill.type());
+    for (int64_t i = 0; i < y.size(); ++i) std::memcpy(y.mutable_bytes().data() + i * elem, fill.bytes().data(), elem);
+    out[0] = std::move(y);
+}
+
+void expand(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const auto shape = broadcast_shapes(ctx, x.shape(), read_ints(ctx, ctx.input(1)));
+    const auto index = broadcast_index(x.shape(), shape);
+    Tensor y(x.type(), shape);
+    const size_t elem = element_size(x.type());
+    for (size_t i = 0; i < index.size(); ++i)
+        std::memcpy(y.mutable_bytes().data() + i * elem, x.bytes().data() + index[i] * elem, elem);
+    out[0] = std::move(y);
+}
+
+void tile(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const auto repeats = read_ints(ctx, ctx.input(1));
+    if (repeats.size() != x.shape().size()) ctx.fail("repeats does not match the input's rank");
+    std::vector<int64_t> shape(x.shape().size());
+    for (size_t d = 0; d < shape.size(); ++d) shape[d] = x.shape()[d] * repeats[d];
+    Tensor y(x.type(), shape);
+    const auto in_strides = strides_of(x.shape());
+    const size_t elem = element_size(x.type());
+    std::vector<int64_t> counter(shape.size(), 0);
+    for (int64_t i = 0; i < y.size(); ++i) {
+        int64_t src = 0;
+        for (size_t d = 0; d < shape.size(); ++d) src += (counter[d] % x.shape()[d]) * in_strides[d];
+        std::memcpy(y.mutable_bytes().data() + i * elem, x.bytes().data() + src * elem, elem);
+        for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
+            if (++counter[d] < shape[d]) break;
+            counter[d] = 0;
+        }
+    }
+    out[0] = std::move(y);
+}
+
+void slice(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const auto rank = static_cast<int64_t>(x.shape().size());
+    const auto starts = read_ints(ctx, ctx.input(1));
+    const auto ends = read_ints(ctx, ctx.input(2));
+    std::vector<int64_t> axes(starts.size());
+    std::iota(axes.begin(), axes.end(), 0);
+    if (ctx.has_input(3)) axes = read_ints(ctx, ctx.input(3));
+    std::vector<int64_t> steps(starts.size(), 1);
+    if (ctx.has_input(4)) steps = read_ints(ctx, ctx.input(4));
+    if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+        ctx.fail("starts, ends, axes and steps differ in length");
+    std::vector<int64_t> begin(rank, 0), step(rank, 1), shape = x.shape();
+    for (size_t i = 0; i < starts.size(); ++i) {
+        const int64_t a = normalize_axis(ctx, axes[i], rank);
+        const int64_t dim = x.shape()[a];
+        if (steps[i] == 0) ctx.fail("a step is 0");
+        int64_t s = starts[i] < 0 ? starts[i] + dim : starts[i];
+        int64_t e = ends[i] < 0 ? ends[i] + dim : ends[i];
+        if (steps[i] > 0) {
+            s = std::clamp<int64_t>(s, 0, dim);
+            e = std::clamp<int64_t>(e, 0, dim);
+            shape[a] = e > s ? (e - s + steps[i] - 1) / steps[i] : 0;
+        } else {
+            s = std::clamp<int64_t>(s, 0, dim - 1);
+            e = std::clamp<int64_t>(e, -1, dim - 1);
+            shape[a] = s > e ? (s - e - steps[i] - 1) / -steps[i] : 0;
+        }
+        begin[a] = s;
+        step[a] = steps[i];
+    }
+    Tensor y(x.type(), shape);
+    const auto in_strides = strides_of(x.shape());
+    const size_t elem = element_size(x.type());
+    std::vector<int64_t> counter(rank, 0);
+    for (int64_t i = 0; i < y.size(); ++i) {
+        int64_t src = 0;
+        for (int64_t d = 0; d < rank; ++d) src += (begin[d] + counter[d] * step[d]) * in_strides[d];
+        std::memcpy(y.mutable_bytes().data() + i * elem, x.bytes().data() + src * elem, elem);
+        for (int64_t d = rank - 1; d >= 0; --d) {
+            if (++counter[d] < shape[d]) break;
+            counter[d] = 0;
+        }
+    }
+    out[0] = std::move(y);
+}
+
+void split(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const auto rank = static_cast<int64_t>(x.shape().size());
+    const int64_t axis = normalize_axis(ctx, ctx.attributes.get_int("axis", 0), rank);
+    const int64_t dim = x.shape()[axis];
+    std::vector<int64_t> sizes;
+    if (ctx.opset >= 13) {
+        if (ctx.has_input(1)) sizes = read_ints(ctx, ctx.input(1));
+    } else {
+        sizes = ctx.attributes.get_ints("split");
+    }
+    const auto parts = static_cast<int64_t>(out.size());
+    if (sizes.empty()) {
+        // Equal parts; with num_outputs (opset 18) the last may be smaller.
+        const int64_t each = (dim + parts - 1) / parts;
+        for (int64_t p = 0; p < parts; ++p) sizes.push_back(std::min(each, dim - p * each));
+        if (ctx.opset < 18 && dim % parts != 0) ctx.fail(fmt::format("cannot split {} into {} equal parts", dim, parts));
+    }
+    if (static_cast<int64_t>(sizes.size()) != parts || std::accumulate(sizes.begin(), sizes.end(), int64_t{0}) != dim)
+        ctx.fail("the split sizes do not add up to the dimension");
+    int64_t outer = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= x.shape()[d];
+    int64_t inner = 1;
+    for (int64_t d = axis + 1; d < rank; ++d) inner *= x.shape()[d];
+    const size_t elem = element_size(x.type());
+    int64_t offset = 0;
+    for (int64_t p = 0; p < parts; ++p) {
+        auto shape = x.shape();
+        shape[axis] = sizes[p];
+        Tensor y(x.type(), shape);
+        const size_t chunk = static_cast<size_t>(sizes[p] * inner) * elem;
+        for (int64_t o = 0; o < outer; ++o)
+            std::memcpy(y.mutable_bytes().data() + o * chunk,
+                        x.bytes().data() + (o * dim + offset) * inner * elem, chunk);
+        offset += sizes[p];
+        out[p] = std::move(y);
+    }
+}
+
+void range(KernelContext& ctx, std::vector<Tensor>& out) {
+    dispatch_numeric(
+        ctx.input(0).type(), ctx,
+        [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            const T start = view<T>(ctx.input(0))[0];
+            const T limit = view<T>(ctx.input(1))[0];
+            const T delta = view<T>(ctx.input(2))[0];
+            if (delta == 0) ctx.fail("delta is 0");
+            const auto n = static_cast<int64_t>(
+                std::max(0.0, std::ceil((static_cast<double>(limit) - static_cast<double>(start)) / static_cast<double>(delta))));
+            out[0] = make_tensor<T>({n});
+            auto o = mutable_view<T>(out[0]);
+            for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(start + static_cast<T>(i) * delta);
+        });
+}
+
+const KernelRegistration kKernels[] = {
+    {"", "Reshape", 5, kLatest, reshape},
+    {"", "Flatten", 9, kLatest, flatten},
+    {"", "Squeeze", 1, kLatest, squeeze},
+    {"", "Unsqueeze", 1, kLatest, unsqueeze},
+    {"", "Transpose", 1, kLatest, transpose},
+    {"", "Concat", 4, kLatest, concat},
+    {"", "Shape", 1, kLatest, shape_kernel},
+    {"", "Size", 1, kLatest, size_kernel},
+    {"", "Gather", 1, kLatest, gather},
+    {"", "Constant", 9, kLatest, constant},
+    {"", "ConstantOfShape", 9, kLatest, constant_of_shape},
+    {"", "Expand", 8, kLatest, expand},
+    {"", "Tile", 6, kLatest, tile},
+    {"", "Slice", 10, kLatest, slice},
+    {"", "Split", 2, kLatest, split},
+    {"", "Range", 11, kLatest, range},
+};
+
+}  // namespace
+}  // namespace vaiq::runtime
