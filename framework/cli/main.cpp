@@ -11,6 +11,7 @@
 #include "pipeline/pipeline.hpp"
 #include "plugin/registry.hpp"
 #include "recipe/recipe.hpp"
+#include "runtime/infer.hpp"
 #include "util/progress.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/model.hpp"
@@ -107,6 +108,17 @@ int main(int argc, char** argv) {
     convert->add_option("output", model_out, "Where to write the converted model")->required();
     convert->add_option("--opset", opset, "The target opset (13 recommended)")->required();
 
+    std::vector<std::string> infer_inputs;
+    std::string output_dir;
+    int repeat = 1, threads = 0;
+    auto* infer_cmd = app.add_subcommand("infer", "Run a model on inputs from .npy or .pb files and time it");
+    infer_cmd->add_option("model", model_in, "The model")->required();
+    infer_cmd->add_option("-i,--input", infer_inputs, "NAME=FILE, or FILE for the next input in order (repeatable)");
+    infer_cmd->add_option("--output-dir", output_dir, "Write output i as DIR/output_<i>.npy");
+    infer_cmd->add_option("--repeat", repeat, "Runs to time")->check(CLI::PositiveNumber);
+    infer_cmd->add_option("--threads", threads, "Threads (0: every core)")->check(CLI::NonNegativeNumber);
+    infer_cmd->add_flag("--json", as_json, "Print the timings as one JSON object");
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -120,6 +132,23 @@ int main(int argc, char** argv) {
         if (*plugins) {
             registry.load_default_paths();
             return list_plugins(registry, as_json);
+        }
+        if (*infer_cmd) {
+            const auto r = runtime::infer(model_in, {infer_inputs, output_dir, repeat, threads});
+            if (as_json) {
+                nlohmann::json outputs = nlohmann::json::array();
+                for (size_t i = 0; i < r.outputs.size(); ++i)
+                    outputs.push_back({{"name", r.output_names[i]}, {"shape", r.outputs[i].shape()},
+                                       {"type", data_type_name(r.outputs[i].type())}});
+                std::cout << nlohmann::json{{"min_ms", r.min_ms}, {"median_ms", r.median_ms}, {"runs", repeat},
+                                            {"outputs", outputs}}.dump() << '\n';
+            } else {
+                for (size_t i = 0; i < r.outputs.size(); ++i)
+                    fmt::print("output {} '{}': {} {}\n", i, r.output_names[i], data_type_name(r.outputs[i].type()),
+                               nlohmann::json(r.outputs[i].shape()).dump());
+                fmt::print("{} run{}: min {:.3f} ms, median {:.3f} ms\n", repeat, repeat == 1 ? "" : "s", r.min_ms, r.median_ms);
+            }
+            return kExitOk;
         }
         if (*convert) {
             const Model model = load_model(model_in, {.check_opset = false});

@@ -1,0 +1,159 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "runtime/executor.hpp"
+#include "runtime/infer.hpp"
+#include "test_support.hpp"
+#include "util/npy.hpp"
+#include "vaiq/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using vaiq::DataType;
+using vaiq::Tensor;
+using vaiq::runtime::Executor;
+
+std::string error_of(const std::function<void()>& body) {
+    try {
+        body();
+    } catch (const vaiq::InputError& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+// Conv(pads 1) + bias + Relu computed directly, for conv_relu_model().
+std::vector<float> reference_conv_relu(const Tensor& x, const Tensor& w, const Tensor& b) {
+    std::vector<float> y(3 * 4 * 4);
+    const auto xv = x.data<float>(), wv = w.data<float>(), bv = b.data<float>();
+    for (int m = 0; m < 3; ++m)
+        for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 4; ++j) {
+                double acc = bv[m];
+                for (int c = 0; c < 2; ++c)
+                    for (int ki = 0; ki < 3; ++ki)
+                        for (int kj = 0; kj < 3; ++kj) {
+                            const int ii = i + ki - 1, jj = j + kj - 1;
+                            if (ii < 0 || ii >= 4 || jj < 0 || jj >= 4) continue;
+                            acc += xv[(c * 4 + ii) * 4 + jj] * wv[((m * 2 + c) * 3 + ki) * 3 + kj];
+                        }
+                y[(m * 4 + i) * 4 + j] = static_cast<float>(std::max(acc, 0.0));
+            }
+    return y;
+}
+
+TEST(Executor, ConvReluMatchesADirectComputation) {
+    const auto model = vaiq::test::conv_relu_model();
+    Executor executor(model, {.threads = 1});
+    EXPECT_EQ(executor.input_names(), (std::vector<std::string>{"x"}));
+    const Tensor x = vaiq::test::ramp({1, 2, 4, 4}, -1.0f, 0.0625f);
+    const auto out = executor.run({{"x", x}});
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].shape(), (std::vector<int64_t>{1, 3, 4, 4}));
+    const auto want = reference_conv_relu(x, Tensor::from_proto(model.graph().initializer(0)),
+                                          Tensor::from_proto(model.graph().initializer(1)));
+    const auto got = out[0].data<float>();
+    int positives = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+        positives += want[i] > 0;
+    }
+    EXPECT_GT(positives, 5) << "the test should exercise more than the Relu's zeros";
+}
+
+TEST(Executor, TapsStreamEachRequestedTensorOncePerRun) {
+    const auto model = vaiq::test::conv_relu_model();
+    Executor executor(model);
+    std::vector<std::pair<std::string, std::vector<int64_t>>> seen;
+    for (int batch = 0; batch < 3; ++batch)
+        executor.run({{"x", vaiq::test::ramp({1, 2, 4, 4}, static_cast<float>(batch))}}, {"x", "conv_out"},
+                     [&](const std::string& name, const Tensor& t) { seen.emplace_back(name, t.shape()); });
+    ASSERT_EQ(seen.size(), 6u);
+    EXPECT_EQ(seen[0].first, "x");
+    EXPECT_EQ(seen[1].first, "conv_out");
+    EXPECT_EQ(seen[1].second, (std::vector<int64_t>{1, 3, 4, 4}));
+    EXPECT_NE(error_of([&] { executor.run({{"x", vaiq::test::ramp({1, 2, 4, 4})}}, {"nope"}, {}); }).find("no such tensor"),
+              std::string::npos);
+}
+
+TEST(Executor, FeedsAreChecked) {
+    const auto model = vaiq::test::conv_relu_model();
+    Executor executor(model);
+    EXPECT_EQ(error_of([&] { executor.run({{"x", vaiq::test::ramp({1, 2, 4, 5})}}); }),
+              "input 'x' has shape [1, 2, 4, 5], but the model expects [1, 2, 4, 4]");
+    EXPECT_EQ(error_of([&] { executor.run({{"x", Tensor(DataType::Int64, {1, 2, 4, 4})}}); }),
+              "input 'x' is int64, but the model expects float");
+    EXPECT_EQ(error_of([&] { executor.run({}); }), "input 'x' was not given");
+    EXPECT_EQ(error_of([&] { executor.run({{"x", vaiq::test::ramp({1, 2, 4, 4})}, {"z", vaiq::test::ramp({1})}}); }),
+              "the model has no input 'z' (inputs: x)");
+}
+
+TEST(Executor, UnsupportedOpsAreListedUpFront) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {2}).output("y", {2});
+    b.node("FancyOp", {"x"}, {"t"}, "fancy").set_domain("com.example");
+    b.node("Relu", {"t"}, {"y"}, "relu");
+    const auto model = b.build();
+    EXPECT_EQ(error_of([&] { Executor e(model); }),
+              "vaiq's executor has no kernel for 1 node: fancy (com.example:FancyOp, opset 0)");
+}
+
+TEST(Executor, KernelErrorsNameTheNode) {
+    vaiq::test::GraphBuilder b;
+    b.input("a", {2, 3}).input("c", {4, 5}).output("y", {2, 5});
+    b.node("MatMul", {"a", "c"}, {"y"}, "mm");
+    const auto model = b.build();
+    Executor e(model);
+    EXPECT_EQ(error_of([&] { e.run({{"a", vaiq::test::ramp({2, 3})}, {"c", vaiq::test::ramp({4, 5})}}); }),
+              "node 'mm' (MatMul, opset 13): inner dimensions differ: 3 and 4");
+}
+
+TEST(Npy, ReadsTheFormatAsSpecified) {
+    // A (2, 3) int16 array as numpy writes it: magic, version 1.0, header, data.
+    std::string header = "{'descr': '<i2', 'fortran_order': False, 'shape': (2, 3), }";
+    header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');  // data starts 64-byte aligned
+    header += '\n';
+    std::string bytes = std::string("\x93NUMPY\x01\x00", 8) + static_cast<char>(header.size()) + '\0' + header;
+    for (int16_t v : {1, -2, 3, -4, 5, 300}) bytes.append(reinterpret_cast<const char*>(&v), 2);
+    const auto file = vaiq::test::temp_dir() / "a.npy";
+    std::ofstream(file, std::ios::binary) << bytes;
+    const Tensor t = vaiq::read_npy(file);
+    EXPECT_EQ(t.type(), DataType::Int16);
+    EXPECT_EQ(t.shape(), (std::vector<int64_t>{2, 3}));
+    EXPECT_EQ(t.data<int16_t>()[5], 300);
+    // And writes what it reads.
+    vaiq::write_npy(file.parent_path() / "b.npy", t);
+    const Tensor back = vaiq::read_npy(file.parent_path() / "b.npy");
+    EXPECT_EQ(back.shape(), t.shape());
+    EXPECT_TRUE(std::equal(back.bytes().begin(), back.bytes().end(), t.bytes().begin()));
+}
+
+TEST(Npy, RejectsBadFiles) {
+    const auto dir = vaiq::test::temp_dir();
+    std::ofstream(dir / "junk.npy") << "not numpy";
+    EXPECT_NE(error_of([&] { vaiq::read_npy(dir / "junk.npy"); }).find("not a .npy file"), std::string::npos);
+    vaiq::write_npy(dir / "f.npy", vaiq::test::ramp({4, 4}));
+    fs::resize_file(dir / "f.npy", fs::file_size(dir / "f.npy") - 8);
+    EXPECT_NE(error_of([&] { vaiq::read_npy(dir / "f.npy"); }).find("holds fewer values"), std::string::npos);
+}
+
+TEST(Infer, BindsInputsRunsAndWritesOutputs) {
+    const auto dir = vaiq::test::temp_dir();
+    vaiq::save_model(vaiq::test::conv_relu_model(), dir / "m.onnx");
+    vaiq::write_npy(dir / "x.npy", vaiq::test::ramp({1, 2, 4, 4}, -1.0f, 0.0625f));
+    const auto r = vaiq::runtime::infer(dir / "m.onnx", {{(dir / "x.npy").string()}, dir / "out", 3, 1});
+    EXPECT_LE(r.min_ms, r.median_ms);
+    const Tensor written = vaiq::read_npy(dir / "out" / "output_0.npy");
+    EXPECT_TRUE(std::equal(written.bytes().begin(), written.bytes().end(), r.outputs[0].bytes().begin()));
+    const auto named = vaiq::runtime::infer(dir / "m.onnx", {{"x=" + (dir / "x.npy").string()}, {}, 1, 1});
+    EXPECT_TRUE(std::equal(named.outputs[0].bytes().begin(), named.outputs[0].bytes().end(), r.outputs[0].bytes().begin()));
+    EXPECT_NE(error_of([&] {
+                  vaiq::runtime::infer(dir / "m.onnx", {{(dir / "x.npy").string(), (dir / "x.npy").string()}, {}, 1, 1});
+              }).find("one input too many"),
+              std::string::npos);
+}
+
+}  // namespace
