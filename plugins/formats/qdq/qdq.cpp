@@ -79,7 +79,8 @@ void quantize_into(std::span<const float> in, std::span<Q> out, const vaiq::Quan
     const size_t channels = p.scale.size();
     for (size_t i = 0; i < in.size(); ++i) {
         const size_t c = channels == 1 ? 0 : (i / static_cast<size_t>(inner)) % channels;
-        const double q = std::nearbyint(static_cast<double>(in[i]) / p.scale[c]) + static_cast<double>(p.zero_point[c]);
+        // float32 division, as ONNX Runtime's quantizer and QuantizeLinear do.
+        const double q = static_cast<double>(std::nearbyint(in[i] / p.scale[c])) + static_cast<double>(p.zero_point[c]);
         out[i] = static_cast<Q>(std::clamp<double>(q, static_cast<double>(qmin), static_cast<double>(qmax)));
     }
 }

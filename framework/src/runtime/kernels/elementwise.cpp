@@ -256,6 +256,25 @@ void prelu(KernelContext& ctx, std::vector<Tensor>& out) {
         });
 }
 
+// Cast between numeric types and bool (16-bit floats and strings come later).
+void cast(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const auto to = static_cast<DataType>(ctx.attributes.get_int("to", 0));
+    dispatch(x.type(), ctx, [&](auto from_tag) {
+        using From = typename decltype(from_tag)::type;
+        dispatch(to, ctx, [&](auto to_tag) {
+            using To = typename decltype(to_tag)::type;
+            out[0] = make_tensor<To>(x.shape());
+            auto o = mutable_view<To>(out[0]);
+            auto i = view<From>(x);
+            for (size_t k = 0; k < o.size(); ++k) {
+                if constexpr (std::is_same_v<To, bool>) o[k] = i[k] != From{0};
+                else o[k] = static_cast<To>(i[k]);
+            }
+        });
+    });
+}
+
 double sigmoid(double x) {
     return x >= 0 ? 1.0 / (1.0 + std::exp(-x)) : std::exp(x) / (1.0 + std::exp(x));
 }
@@ -285,6 +304,7 @@ const KernelRegistration kKernels[] = {
     {"", "Mean", 8, kLatest, variadic<std::plus<>, true>},
     {"", "Where", 9, kLatest, where_kernel},
     {"", "Identity", 1, kLatest, identity},
+    {"", "Cast", 6, kLatest, cast},
     {"", "IsNaN", 9, kLatest, is_nan},
     {"", "IsInf", 10, kLatest, is_inf},
     {"", "Clip", 6, kLatest, clip},

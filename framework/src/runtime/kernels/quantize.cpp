@@ -49,7 +49,8 @@ void quantize(KernelContext& ctx, std::vector<Tensor>& out) {
                 constexpr double hi = static_cast<double>(std::numeric_limits<Q>::max());
                 for (size_t i = 0; i < o.size(); ++i) {
                     const int64_t c = ch.of(static_cast<int64_t>(i));
-                    const double q = std::nearbyint(static_cast<double>(xv[i]) / static_cast<double>(s[c])) +
+                    // Divide in float32, as ONNX Runtime does, so ties round the same way.
+                    const double q = static_cast<double>(std::nearbyint(xv[i] / s[c])) +
                                      (zp.empty() ? 0.0 : static_cast<double>(zp[c]));
                     o[i] = static_cast<Q>(std::clamp(q, lo, hi));
                 }

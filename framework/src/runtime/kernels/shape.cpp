@@ -265,13 +265,16 @@ void tile(KernelContext& ctx, std::vector<Tensor>& out) {
 void slice(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     const auto rank = static_cast<int64_t>(x.shape().size());
-    const auto starts = read_ints(ctx, ctx.input(1));
-    const auto ends = read_ints(ctx, ctx.input(2));
+    // Before opset 10, starts, ends and axes are attributes and there are no steps.
+    const bool attrs = ctx.opset < 10;
+    const auto starts = attrs ? ctx.attributes.get_ints("starts") : read_ints(ctx, ctx.input(1));
+    const auto ends = attrs ? ctx.attributes.get_ints("ends") : read_ints(ctx, ctx.input(2));
     std::vector<int64_t> axes(starts.size());
     std::iota(axes.begin(), axes.end(), 0);
-    if (ctx.has_input(3)) axes = read_ints(ctx, ctx.input(3));
+    if (attrs) axes = ctx.attributes.get_ints("axes", axes);
+    else if (ctx.has_input(3)) axes = read_ints(ctx, ctx.input(3));
     std::vector<int64_t> steps(starts.size(), 1);
-    if (ctx.has_input(4)) steps = read_ints(ctx, ctx.input(4));
+    if (!attrs && ctx.has_input(4)) steps = read_ints(ctx, ctx.input(4));
     if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
         ctx.fail("starts, ends, axes and steps differ in length");
     std::vector<int64_t> begin(rank, 0), step(rank, 1), shape = x.shape();
@@ -283,7 +286,7 @@ void slice(KernelContext& ctx, std::vector<Tensor>& out) {
         int64_t e = ends[i] < 0 ? ends[i] + dim : ends[i];
         if (steps[i] > 0) {
             s = std::clamp<int64_t>(s, 0, dim);
-            e = std::clamp<int64_t>(e, 0, dim);
+            e = std::clamp<int64_t>(e, 0, dim);  // INT_MAX ends mean "to the end"
             shape[a] = e > s ? (e - s + steps[i] - 1) / steps[i] : 0;
         } else {
             s = std::clamp<int64_t>(s, 0, dim - 1);
@@ -365,7 +368,81 @@ void range(KernelContext& ctx, std::vector<Tensor>& out) {
         });
 }
 
+// Pads with a constant, or reflect/edge/wrap; negative pads crop.
+void pad(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const auto rank = static_cast<int64_t>(x.shape().size());
+    const std::string mode = ctx.attributes.get_string("mode", "constant");
+    std::vector<int64_t> pads;
+    if (ctx.opset < 11) {
+        pads = ctx.attributes.get_ints("pads");
+    } else {
+        const auto given = read_ints(ctx, ctx.input(1));
+        std::vector<int64_t> axes(given.size() / 2);
+        std::iota(axes.begin(), axes.end(), 0);
+        if (ctx.has_input(3)) axes = read_ints(ctx, ctx.input(3));
+        if (given.size() != 2 * axes.size()) ctx.fail("pads must hold two values per axis");
+        pads.assign(2 * rank, 0);
+        for (size_t i = 0; i < axes.size(); ++i) {
+            const int64_t a = normalize_axis(ctx, axes[i], rank);
+            pads[a] = given[i];
+            pads[a + rank] = given[i + axes.size()];
+        }
+    }
+    if (static_cast<int64_t>(pads.size()) != 2 * rank) ctx.fail("pads must hold two values per axis");
+    std::vector<int64_t> shape(rank);
+    for (int64_t d = 0; d < rank; ++d) {
+        shape[d] = x.shape()[d] + pads[d] + pads[d + rank];
+        if (shape[d] < 0) ctx.fail("negative pads remove more than the dimension holds");
+        if (mode != "constant" && x.shape()[d] == 0 && shape[d] > 0) ctx.fail("cannot " + mode + "-pad an empty dimension");
+    }
+    if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap")
+        ctx.fail("mode '" + mode + "' is not constant, reflect, edge or wrap");
+    Tensor y(x.type(), shape);
+    const size_t elem = element_size(x.type());
+    // The fill value, as the input's element type.
+    Tensor fill(x.type(), {1});
+    if (ctx.opset < 11) {
+        const float v = ctx.attributes.get_float("value", 0.0f);
+        dispatch(x.type(), ctx, [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            mutable_view<T>(fill)[0] = static_cast<T>(v);
+        });
+    } else if (ctx.has_input(2) && ctx.input(2).size() > 0) {
+        std::memcpy(fill.mutable_bytes().data(), ctx.input(2).bytes().data(), elem);
+    }
+    const auto in_strides = strides_of(x.shape());
+    std::vector<int64_t> counter(rank, 0);
+    for (int64_t i = 0; i < y.size(); ++i) {
+        int64_t src = 0;
+        bool outside = false;
+        for (int64_t d = 0; d < rank; ++d) {
+            int64_t at = counter[d] - pads[d];
+            const int64_t n = x.shape()[d];
+            if (at < 0 || at >= n) {
+                if (mode == "constant") outside = true;
+                else if (mode == "edge") at = std::clamp<int64_t>(at, 0, n - 1);
+                else if (mode == "wrap") at = ((at % n) + n) % n;
+                else {
+                    // reflect without repeating the edge; period 2(n-1)
+                    const int64_t period = std::max<int64_t>(2 * (n - 1), 1);
+                    at = ((at % period) + period) % period;
+                    if (at >= n) at = period - at;
+                }
+            }
+            src += at * in_strides[d];
+        }
+        std::memcpy(y.mutable_bytes().data() + i * elem, outside ? fill.bytes().data() : x.bytes().data() + src * elem, elem);
+        for (int64_t d = rank - 1; d >= 0; --d) {
+            if (++counter[d] < shape[d]) break;
+            counter[d] = 0;
+        }
+    }
+    out[0] = std::move(y);
+}
+
 const KernelRegistration kKernels[] = {
+    {"", "Pad", 2, kLatest, pad},
     {"", "Reshape", 5, kLatest, reshape},
     {"", "Flatten", 9, kLatest, flatten},
     {"", "Squeeze", 1, kLatest, squeeze},
@@ -379,7 +456,7 @@ const KernelRegistration kKernels[] = {
     {"", "ConstantOfShape", 9, kLatest, constant_of_shape},
     {"", "Expand", 8, kLatest, expand},
     {"", "Tile", 6, kLatest, tile},
-    {"", "Slice", 10, kLatest, slice},
+    {"", "Slice", 1, kLatest, slice},
     {"", "Split", 2, kLatest, split},
     {"", "Range", 11, kLatest, range},
 };
