@@ -111,6 +111,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> infer_inputs;
     std::string output_dir;
     int repeat = 1, threads = 0;
+    bool profile = false;
     auto* infer_cmd = app.add_subcommand("infer", "Run a model on inputs from .npy or .pb files and time it");
     infer_cmd->add_option("model", model_in, "The model")->required();
     infer_cmd->add_option("-i,--input", infer_inputs, "NAME=FILE, or FILE for the next input in order (repeatable)");
@@ -118,6 +119,7 @@ int main(int argc, char** argv) {
     infer_cmd->add_option("--repeat", repeat, "Runs to time")->check(CLI::PositiveNumber);
     infer_cmd->add_option("--threads", threads, "Threads (0: every core)")->check(CLI::NonNegativeNumber);
     infer_cmd->add_flag("--json", as_json, "Print the timings as one JSON object");
+    infer_cmd->add_flag("--profile", profile, "Report the time spent per op type");
 
     try {
         app.parse(argc, argv);
@@ -134,19 +136,25 @@ int main(int argc, char** argv) {
             return list_plugins(registry, as_json);
         }
         if (*infer_cmd) {
-            const auto r = runtime::infer(model_in, {infer_inputs, output_dir, repeat, threads});
+            const auto r = runtime::infer(model_in, {infer_inputs, output_dir, repeat, threads, profile});
+            nlohmann::json ops = nlohmann::json::array();
+            for (const auto& p : r.profile)
+                ops.push_back({{"op_type", p.op_type}, {"calls", p.calls}, {"ms", p.milliseconds}});
             if (as_json) {
                 nlohmann::json outputs = nlohmann::json::array();
                 for (size_t i = 0; i < r.outputs.size(); ++i)
                     outputs.push_back({{"name", r.output_names[i]}, {"shape", r.outputs[i].shape()},
                                        {"type", data_type_name(r.outputs[i].type())}});
-                std::cout << nlohmann::json{{"min_ms", r.min_ms}, {"median_ms", r.median_ms}, {"runs", repeat},
-                                            {"outputs", outputs}}.dump() << '\n';
+                nlohmann::json j{{"min_ms", r.min_ms}, {"median_ms", r.median_ms}, {"runs", repeat}, {"outputs", outputs}};
+                if (profile) j["profile"] = ops;
+                std::cout << j.dump() << '\n';
             } else {
                 for (size_t i = 0; i < r.outputs.size(); ++i)
                     fmt::print("output {} '{}': {} {}\n", i, r.output_names[i], data_type_name(r.outputs[i].type()),
                                nlohmann::json(r.outputs[i].shape()).dump());
                 fmt::print("{} run{}: min {:.3f} ms, median {:.3f} ms\n", repeat, repeat == 1 ? "" : "s", r.min_ms, r.median_ms);
+                for (const auto& p : r.profile)
+                    fmt::print("  {:<24} {:>6} calls {:>10.3f} ms\n", p.op_type, p.calls, p.milliseconds);
             }
             return kExitOk;
         }

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <set>
 
@@ -28,7 +29,7 @@ namespace {
 std::string shape_string(const std::vector<int64_t>& shape) {
     std::vector<std::string> dims;
     for (auto d : shape) dims.push_back(std::to_string(d));
-    return "[" + join(dims) + "]";
+    return fmt::format("[{}]", join(dims));
 }
 
 int64_t domain_opset(const Model& model, const std::string& domain) {
@@ -151,14 +152,22 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
 
     for (auto& step : steps_) {
         const auto& node = model_.graph().node(step.node);
-        KernelContext ctx{node, step.opset, {}, Attributes(node), step.state};
+        KernelContext ctx{node, step.opset, {}, {}, Attributes(node), step.state};
         for (int id : step.inputs) {
             if (id >= 0 && !value(id))
                 throw InputError(fmt::format("node '{}' reads '{}', which nothing produced", node.name(), value_names_[id]));
             ctx.inputs.push_back(id >= 0 ? value(id) : nullptr);
+            ctx.constant.push_back(id >= 0 && is_constant_[id] && !values[id]);
         }
         std::vector<Tensor> outputs(step.outputs.size());
+        const auto start = options_.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
         (*step.kernel)(ctx, outputs);
+        if (options_.profile) {
+            auto& p = profile_[node.op_type()];
+            p.op_type = node.op_type();
+            ++p.calls;
+            p.milliseconds += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        }
         for (size_t o = 0; o < step.outputs.size(); ++o) {
             const int id = step.outputs[o];
             if (id < 0) continue;
@@ -175,6 +184,13 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
         results.push_back(*v);
     }
     return results;
+}
+
+std::vector<OpProfile> Executor::profile() const {
+    std::vector<OpProfile> out;
+    for (const auto& [op, p] : profile_) out.push_back(p);
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.milliseconds > b.milliseconds; });
+    return out;
 }
 
 }  // namespace vaiq::runtime

@@ -13,7 +13,15 @@
 namespace vaiq::runtime {
 
 struct ExecutorOptions {
-    int threads = 0;  ///< 0: every core
+    int threads = 0;       ///< 0: every core
+    bool profile = false;  ///< time every node (see Executor::profile)
+};
+
+/// Time spent per op type over all runs, when profiling.
+struct OpProfile {
+    std::string op_type;
+    int64_t calls = 0;
+    double milliseconds = 0;
 };
 
 /// Called with each tapped tensor as soon as it is computed; the value is
@@ -42,6 +50,9 @@ class Executor {
                             const std::vector<std::string>& taps = {},
                             const Tap& tap = {});
 
+    /// Per op type, slowest first; empty unless ExecutorOptions::profile.
+    std::vector<OpProfile> profile() const;
+
   private:
     struct Step;
     int value_id(const std::string& name) const;
@@ -56,6 +67,7 @@ class Executor {
     std::vector<Step> steps_;
     std::vector<std::string> input_names_;
     std::vector<std::string> output_names_;
+    std::map<std::string, OpProfile> profile_;
 };
 
 }  // namespace vaiq::runtime

@@ -20,7 +20,7 @@ InferResult infer(const fs::path& model_path, const InferOptions& options) {
     if (options.repeat < 1) throw InputError("--repeat must be at least 1");
     // Running is not quantizing: any opset the kernels cover is fine here.
     const Model model = load_model(model_path, {.check_opset = false});
-    Executor executor(model, {options.threads});
+    Executor executor(model, {options.threads, options.profile});
     const auto& names = executor.input_names();
 
     std::map<std::string, Tensor> feeds;
@@ -51,6 +51,7 @@ InferResult infer(const fs::path& model_path, const InferOptions& options) {
         result.outputs = executor.run(feeds);
         times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
     }
+    result.profile = executor.profile();
     std::sort(times.begin(), times.end());
     result.min_ms = times.front();
     result.median_ms = times[times.size() / 2];

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/executor.hpp"
 #include "vaiq/tensor.hpp"
 
 namespace vaiq::runtime {
@@ -16,6 +17,7 @@ struct InferOptions {
     std::filesystem::path output_dir;
     int repeat = 1;
     int threads = 0;
+    bool profile = false;
 };
 
 struct InferResult {
@@ -23,6 +25,7 @@ struct InferResult {
     std::vector<Tensor> outputs;
     double min_ms = 0;
     double median_ms = 0;
+    std::vector<OpProfile> profile;  ///< with InferOptions::profile
 };
 
 InferResult infer(const std::filesystem::path& model, const InferOptions& options);

@@ -34,11 +34,13 @@ struct KernelContext {
     const onnx::NodeProto& node;
     int64_t opset;                        ///< the opset of the node's domain
     std::vector<const Tensor*> inputs;    ///< nullptr for an omitted optional input
+    std::vector<bool> constant;           ///< per input: an initializer, the same object every run
     Attributes attributes;
     std::shared_ptr<void>& state;         ///< kept across runs (e.g. compiled primitives)
 
     size_t input_count() const { return inputs.size(); }
     bool has_input(size_t i) const { return i < inputs.size() && inputs[i] != nullptr; }
+    bool is_constant(size_t i) const { return i < constant.size() && constant[i]; }
     /// The i-th input; fails when it is missing.
     const Tensor& input(size_t i) const;
     /// Throws InputError naming the node, its op and opset.

@@ -1,0 +1,48 @@
+#include "runtime/kernels/dnnl_util.hpp"
+
+namespace vaiq::runtime {
+
+using dnnl::memory;
+
+dnnl::engine& cpu_engine() {
+    static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    return engine;
+}
+
+memory::format_tag plain_tag(size_t rank, bool grouped) {
+    using t = memory::format_tag;
+    if (grouped) {
+        switch (rank) {
+            case 4: return t::goiw;
+            case 5: return t::goihw;
+            case 6: return t::goidhw;
+        }
+    }
+    switch (rank) {
+        case 1: return t::a;
+        case 2: return t::ab;
+        case 3: return t::abc;
+        case 4: return t::abcd;
+        case 5: return t::abcde;
+        case 6: return t::abcdef;
+    }
+    return t::undef;
+}
+
+memory::dims dims_of(const std::vector<int64_t>& shape) {
+    return memory::dims(shape.begin(), shape.end());
+}
+
+memory wrap(const memory::desc& desc, const Tensor& t) {
+    // oneDNN takes a non-const handle but only reads inputs.
+    return memory(desc, cpu_engine(), const_cast<std::byte*>(t.bytes().data()));
+}
+
+memory reordered(dnnl::stream& stream, memory src, const memory::desc& wanted) {
+    if (src.get_desc() == wanted) return src;
+    memory dst(wanted, cpu_engine());
+    dnnl::reorder(src, dst).execute(stream, src, dst);
+    return dst;
+}
+
+}  // namespace vaiq::runtime

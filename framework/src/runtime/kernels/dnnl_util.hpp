@@ -1,0 +1,23 @@
+// Shared oneDNN plumbing: one CPU engine, plain layouts, wrapping tensors.
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "runtime/kernels/common.hpp"
+
+namespace vaiq::runtime {
+
+dnnl::engine& cpu_engine();
+
+/// The row-major layout tag of a rank (a, ab, abc, ...), or goiw/goihw/goidhw for grouped weights.
+dnnl::memory::format_tag plain_tag(size_t rank, bool grouped = false);
+
+dnnl::memory::dims dims_of(const std::vector<int64_t>& shape);
+
+/// A memory object over a tensor's bytes (no copy).
+dnnl::memory wrap(const dnnl::memory::desc& desc, const Tensor& t);
+
+/// `src` in layout `wanted`: itself when it already is, else a reordered copy.
+dnnl::memory reordered(dnnl::stream& stream, dnnl::memory src, const dnnl::memory::desc& wanted);
+
+}  // namespace vaiq::runtime
