@@ -24,13 +24,18 @@ std::vector<int64_t> strides_of(const std::vector<int64_t>& shape) {
     return strides;
 }
 
-std::vector<int64_t> broadcast_index(const std::vector<int64_t>& shape, const std::vector<int64_t>& out_shape) {
+std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& shape, const std::vector<int64_t>& out_shape) {
     const size_t rank = out_shape.size();
     const size_t offset = rank - shape.size();
     const auto in_strides = strides_of(shape);
-    // Stride of each output dimension in the input (0 where broadcast).
     std::vector<int64_t> stride(rank, 0);
     for (size_t d = offset; d < rank; ++d) stride[d] = shape[d - offset] == 1 ? 0 : in_strides[d - offset];
+    return stride;
+}
+
+std::vector<int64_t> broadcast_index(const std::vector<int64_t>& shape, const std::vector<int64_t>& out_shape) {
+    const size_t rank = out_shape.size();
+    const auto stride = broadcast_strides(shape, out_shape);
     const int64_t total = element_count(out_shape);
     std::vector<int64_t> index(static_cast<size_t>(total));
     std::vector<int64_t> counter(rank, 0);

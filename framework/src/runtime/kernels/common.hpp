@@ -100,7 +100,15 @@ std::vector<int64_t> read_ints(const KernelContext& ctx, const Tensor& t);
 /// Reads a scalar of any numeric type as double.
 double read_scalar(const KernelContext& ctx, const Tensor& t);
 
-/// Elementwise f(a, b) -> R with broadcasting.
+/// Per output dimension, the stride of an input of `shape` broadcast to
+/// `out_shape` (0 where the input is broadcast).
+std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& shape, const std::vector<int64_t>& out_shape);
+
+/// Loops over big enough work in parallel (OpenMP, the executor's thread count).
+constexpr int64_t kParallelGrain = 1 << 14;
+
+/// Elementwise f(a, b) -> R with broadcasting. Rows of the last dimension are
+/// walked with fixed strides, so no per-element index is ever materialised.
 template <typename T, typename R, typename F>
 Tensor broadcast_binary(const KernelContext& ctx, const Tensor& a, const Tensor& b, F f) {
     const auto shape = broadcast_shapes(ctx, a.shape(), b.shape());
@@ -108,18 +116,40 @@ Tensor broadcast_binary(const KernelContext& ctx, const Tensor& a, const Tensor&
     auto o = mutable_view<R>(out);
     const auto x = view<T>(a);
     const auto y = view<T>(b);
+    const auto n = static_cast<int64_t>(o.size());
     if (a.shape() == b.shape()) {
-        for (size_t i = 0; i < o.size(); ++i) o[i] = f(x[i], y[i]);
-    } else if (y.size() == 1) {
+#pragma omp parallel for if (n > kParallelGrain)
+        for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+        return out;
+    }
+    if (y.size() == 1) {
         const T s = y[0];
-        for (size_t i = 0; i < o.size(); ++i) o[i] = f(x[i], s);
-    } else if (x.size() == 1 && a.shape().size() <= shape.size()) {
+#pragma omp parallel for if (n > kParallelGrain)
+        for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], s);
+        return out;
+    }
+    if (x.size() == 1) {
         const T s = x[0];
-        for (size_t i = 0; i < o.size(); ++i) o[i] = f(s, y[i]);
-    } else {
-        const auto ia = broadcast_index(a.shape(), shape);
-        const auto ib = broadcast_index(b.shape(), shape);
-        for (size_t i = 0; i < o.size(); ++i) o[i] = f(x[ia[i]], y[ib[i]]);
+#pragma omp parallel for if (n > kParallelGrain)
+        for (int64_t i = 0; i < n; ++i) o[i] = f(s, y[i]);
+        return out;
+    }
+    const auto sa = broadcast_strides(a.shape(), shape);
+    const auto sb = broadcast_strides(b.shape(), shape);
+    const size_t rank = shape.size();
+    const int64_t inner = shape.back(), ia = sa.back(), ib = sb.back();
+    const int64_t rows = inner ? n / inner : 0;
+#pragma omp parallel for if (n > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+        int64_t pa = 0, pb = 0, rest = r;
+        for (int d = static_cast<int>(rank) - 2; d >= 0; --d) {
+            const int64_t c = rest % shape[d];
+            rest /= shape[d];
+            pa += c * sa[d];
+            pb += c * sb[d];
+        }
+        R* row = o.data() + r * inner;
+        for (int64_t j = 0; j < inner; ++j) row[j] = f(x[pa + j * ia], y[pb + j * ib]);
     }
     return out;
 }

@@ -34,6 +34,26 @@ struct Divide {
 void pow_kernel(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& base = ctx.input(0);
     const auto& exponent = ctx.input(1);
+    if (base.type() == DataType::Float && exponent.size() == 1) {
+        // x^2 (variance in LayerNorm), x^0.5 and friends without pow().
+        const double e = read_scalar(ctx, exponent);
+        out[0] = Tensor(DataType::Float, base.shape());
+        auto o = out[0].mutable_data<float>();
+        const auto x = base.data<float>();
+        const auto n = static_cast<int64_t>(o.size());
+        if (e == 2.0) {
+#pragma omp parallel for if (n > kParallelGrain)
+            for (int64_t i = 0; i < n; ++i) o[i] = x[i] * x[i];
+        } else if (e == 0.5) {
+#pragma omp parallel for if (n > kParallelGrain)
+            for (int64_t i = 0; i < n; ++i) o[i] = std::sqrt(x[i]);
+        } else {
+            const float ef = static_cast<float>(e);
+#pragma omp parallel for if (n > kParallelGrain)
+            for (int64_t i = 0; i < n; ++i) o[i] = std::pow(x[i], ef);
+        }
+        return;
+    }
     dispatch_numeric(
         base.type(), ctx,
         [&](auto tag) {
@@ -165,34 +185,44 @@ void where_kernel(KernelContext& ctx, std::vector<Tensor>& out) {
     });
 }
 
-// Unary kernels: F gets (value, attributes) and returns the new value.
-template <typename F>
-KernelFn unary_float(F f) {
-    return [f](KernelContext& ctx, std::vector<Tensor>& out) {
+// Unary float kernels. `make` reads the node's attributes once and returns the
+// per-element function (computed in double, stored as T).
+template <typename Make>
+KernelFn unary_float(Make make) {
+    return [make](KernelContext& ctx, std::vector<Tensor>& out) {
         const auto& x = ctx.input(0);
+        const auto f = make(ctx.attributes);
         dispatch_float(x.type(), ctx, [&](auto tag) {
             using T = typename decltype(tag)::type;
             out[0] = make_tensor<T>(x.shape());
             auto o = mutable_view<T>(out[0]);
             auto i = view<T>(x);
-            for (size_t k = 0; k < o.size(); ++k) o[k] = static_cast<T>(f(static_cast<double>(i[k]), ctx.attributes));
+            const auto n = static_cast<int64_t>(o.size());
+#pragma omp parallel for if (n > kParallelGrain / 8)
+            for (int64_t k = 0; k < n; ++k) o[k] = static_cast<T>(f(static_cast<double>(i[k])));
         });
     };
+}
+
+// For functions without attributes.
+template <typename F>
+KernelFn unary_float_fn(F f) {
+    return unary_float([f](const Attributes&) { return f; });
 }
 
 template <typename F>
 KernelFn unary_numeric(F f) {
     return [f](KernelContext& ctx, std::vector<Tensor>& out) {
         const auto& x = ctx.input(0);
-        dispatch_numeric(
-            x.type(), ctx,
-            [&](auto tag) {
-                using T = typename decltype(tag)::type;
-                out[0] = make_tensor<T>(x.shape());
-                auto o = mutable_view<T>(out[0]);
-                auto i = view<T>(x);
-                for (size_t k = 0; k < o.size(); ++k) o[k] = f(i[k]);
-            });
+        dispatch_numeric(x.type(), ctx, [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            out[0] = make_tensor<T>(x.shape());
+            auto o = mutable_view<T>(out[0]);
+            auto i = view<T>(x);
+            const auto n = static_cast<int64_t>(o.size());
+#pragma omp parallel for if (n > kParallelGrain)
+            for (int64_t k = 0; k < n; ++k) o[k] = f(i[k]);
+        });
     };
 }
 
@@ -319,45 +349,55 @@ const KernelRegistration kKernels[] = {
          using T = decltype(v);
          return static_cast<T>(v > T{0} ? 1 : (v < T{0} ? -1 : 0));
      })},
-    {"", "Exp", 6, kLatest, unary_float([](double v, A) { return std::exp(v); })},
-    {"", "Log", 6, kLatest, unary_float([](double v, A) { return std::log(v); })},
-    {"", "Sqrt", 6, kLatest, unary_float([](double v, A) { return std::sqrt(v); })},
-    {"", "Reciprocal", 6, kLatest, unary_float([](double v, A) { return 1.0 / v; })},
-    {"", "Floor", 6, kLatest, unary_float([](double v, A) { return std::floor(v); })},
-    {"", "Ceil", 6, kLatest, unary_float([](double v, A) { return std::ceil(v); })},
-    {"", "Round", 11, kLatest, unary_float([](double v, A) { return std::nearbyint(v); })},
-    {"", "Erf", 9, kLatest, unary_float([](double v, A) { return std::erf(v); })},
-    {"", "Tanh", 6, kLatest, unary_float([](double v, A) { return std::tanh(v); })},
-    {"", "Sigmoid", 6, kLatest, unary_float([](double v, A) { return sigmoid(v); })},
-    {"", "Sin", 7, kLatest, unary_float([](double v, A) { return std::sin(v); })},
-    {"", "Cos", 7, kLatest, unary_float([](double v, A) { return std::cos(v); })},
-    {"", "Tan", 7, kLatest, unary_float([](double v, A) { return std::tan(v); })},
-    {"", "Asin", 7, kLatest, unary_float([](double v, A) { return std::asin(v); })},
-    {"", "Acos", 7, kLatest, unary_float([](double v, A) { return std::acos(v); })},
-    {"", "Atan", 7, kLatest, unary_float([](double v, A) { return std::atan(v); })},
-    {"", "Sinh", 9, kLatest, unary_float([](double v, A) { return std::sinh(v); })},
-    {"", "Cosh", 9, kLatest, unary_float([](double v, A) { return std::cosh(v); })},
-    {"", "Asinh", 9, kLatest, unary_float([](double v, A) { return std::asinh(v); })},
-    {"", "Acosh", 9, kLatest, unary_float([](double v, A) { return std::acosh(v); })},
-    {"", "Atanh", 9, kLatest, unary_float([](double v, A) { return std::atanh(v); })},
-    {"", "Softplus", 1, kLatest, unary_float([](double v, A) { return v > 0 ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v)); })},
-    {"", "Softsign", 1, kLatest, unary_float([](double v, A) { return v / (1.0 + std::abs(v)); })},
-    {"", "LeakyRelu", 6, kLatest, unary_float([](double v, A a) { return v < 0 ? v * a.get_float("alpha", 0.01f) : v; })},
-    {"", "Elu", 6, kLatest, unary_float([](double v, A a) { return v < 0 ? a.get_float("alpha", 1.0f) * std::expm1(v) : v; })},
-    {"", "Celu", 12, kLatest, unary_float([](double v, A a) {
-         const double alpha = a.get_float("alpha", 1.0f);
-         return std::max(0.0, v) + std::min(0.0, alpha * std::expm1(v / alpha));
+    {"", "Exp", 6, kLatest, unary_float_fn([](double v) { return std::exp(v); })},
+    {"", "Log", 6, kLatest, unary_float_fn([](double v) { return std::log(v); })},
+    {"", "Sqrt", 6, kLatest, unary_float_fn([](double v) { return std::sqrt(v); })},
+    {"", "Reciprocal", 6, kLatest, unary_float_fn([](double v) { return 1.0 / v; })},
+    {"", "Floor", 6, kLatest, unary_float_fn([](double v) { return std::floor(v); })},
+    {"", "Ceil", 6, kLatest, unary_float_fn([](double v) { return std::ceil(v); })},
+    {"", "Round", 11, kLatest, unary_float_fn([](double v) { return std::nearbyint(v); })},
+    {"", "Erf", 9, kLatest, unary_float_fn([](double v) { return std::erf(static_cast<float>(v)); })},
+    {"", "Tanh", 6, kLatest, unary_float_fn([](double v) { return std::tanh(v); })},
+    {"", "Sigmoid", 6, kLatest, unary_float_fn([](double v) { return sigmoid(v); })},
+    {"", "Sin", 7, kLatest, unary_float_fn([](double v) { return std::sin(v); })},
+    {"", "Cos", 7, kLatest, unary_float_fn([](double v) { return std::cos(v); })},
+    {"", "Tan", 7, kLatest, unary_float_fn([](double v) { return std::tan(v); })},
+    {"", "Asin", 7, kLatest, unary_float_fn([](double v) { return std::asin(v); })},
+    {"", "Acos", 7, kLatest, unary_float_fn([](double v) { return std::acos(v); })},
+    {"", "Atan", 7, kLatest, unary_float_fn([](double v) { return std::atan(v); })},
+    {"", "Sinh", 9, kLatest, unary_float_fn([](double v) { return std::sinh(v); })},
+    {"", "Cosh", 9, kLatest, unary_float_fn([](double v) { return std::cosh(v); })},
+    {"", "Asinh", 9, kLatest, unary_float_fn([](double v) { return std::asinh(v); })},
+    {"", "Acosh", 9, kLatest, unary_float_fn([](double v) { return std::acosh(v); })},
+    {"", "Atanh", 9, kLatest, unary_float_fn([](double v) { return std::atanh(v); })},
+    {"", "Softplus", 1, kLatest, unary_float_fn([](double v) { return v > 0 ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v)); })},
+    {"", "Softsign", 1, kLatest, unary_float_fn([](double v) { return v / (1.0 + std::abs(v)); })},
+    {"", "LeakyRelu", 6, kLatest, unary_float([](A a) {
+         const double alpha = a.get_float("alpha", 0.01f);
+         return [alpha](double v) { return v < 0 ? v * alpha : v; };
      })},
-    {"", "Selu", 6, kLatest, unary_float([](double v, A a) {
+    {"", "Elu", 6, kLatest, unary_float([](A a) {
+         const double alpha = a.get_float("alpha", 1.0f);
+         return [alpha](double v) { return v < 0 ? alpha * std::expm1(v) : v; };
+     })},
+    {"", "Celu", 12, kLatest, unary_float([](A a) {
+         const double alpha = a.get_float("alpha", 1.0f);
+         return [alpha](double v) { return std::max(0.0, v) + std::min(0.0, alpha * std::expm1(v / alpha)); };
+     })},
+    {"", "Selu", 6, kLatest, unary_float([](A a) {
          const double alpha = a.get_float("alpha", 1.67326319217681884765625f);
          const double gamma = a.get_float("gamma", 1.05070102214813232421875f);
-         return gamma * (v > 0 ? v : alpha * std::expm1(v));
+         return [alpha, gamma](double v) { return gamma * (v > 0 ? v : alpha * std::expm1(v)); };
      })},
-    {"", "ThresholdedRelu", 10, kLatest, unary_float([](double v, A a) { return v > a.get_float("alpha", 1.0f) ? v : 0.0; })},
-    {"", "HardSigmoid", 6, kLatest, unary_float([](double v, A a) {
-         return std::clamp(a.get_float("alpha", 0.2f) * v + a.get_float("beta", 0.5f), 0.0, 1.0);
+    {"", "ThresholdedRelu", 10, kLatest, unary_float([](A a) {
+         const double alpha = a.get_float("alpha", 1.0f);
+         return [alpha](double v) { return v > alpha ? v : 0.0; };
      })},
-    {"", "HardSwish", 14, kLatest, unary_float([](double v, A) { return v * std::clamp(v / 6.0 + 0.5, 0.0, 1.0); })},
+    {"", "HardSigmoid", 6, kLatest, unary_float([](A a) {
+         const double alpha = a.get_float("alpha", 0.2f), beta = a.get_float("beta", 0.5f);
+         return [alpha, beta](double v) { return std::clamp(alpha * v + beta, 0.0, 1.0); };
+     })},
+    {"", "HardSwish", 14, kLatest, unary_float_fn([](double v) { return v * std::clamp(v / 6.0 + 0.5, 0.0, 1.0); })},
 };
 
 }  // namespace

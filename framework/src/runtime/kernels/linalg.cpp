@@ -1,13 +1,78 @@
 // MatMul (numpy semantics, batch broadcasting) and Gemm, through Eigen.
 #include <Eigen/Core>
 
+#include <cstring>
+
 #include "runtime/kernels/common.hpp"
+#include "runtime/kernels/dnnl_util.hpp"
 
 namespace vaiq::runtime {
 namespace {
 
 template <typename T>
 using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+struct MatMulState {
+    std::vector<int64_t> a_shape, b_shape;
+    dnnl::matmul::primitive_desc pd;
+    dnnl::matmul primitive;
+    dnnl::memory::desc a, b, c;
+    const Tensor* cached_b_of = nullptr;  ///< a constant B, kept in the primitive's layout
+    dnnl::memory cached_b;
+};
+
+// Float MatMul through oneDNN: both operands brought to the same rank (batch
+// dimensions of 1 broadcast). A constant B is laid out as oneDNN prefers, once.
+void dnnl_matmul(KernelContext& ctx, const std::vector<int64_t>& as, const std::vector<int64_t>& bs,
+                 const std::vector<int64_t>& out_shape, std::vector<Tensor>& out) {
+    const auto& a = ctx.input(0);
+    const auto& b = ctx.input(1);
+    const bool constant_b = ctx.is_constant(1);
+    auto state = std::static_pointer_cast<MatMulState>(ctx.state);
+    if (!state || state->a_shape != a.shape() || state->b_shape != b.shape()) {
+        state = std::make_shared<MatMulState>();
+        state->a_shape = a.shape();
+        state->b_shape = b.shape();
+        const size_t rank = std::max(as.size(), bs.size());
+        auto pad = [&](std::vector<int64_t> s) {
+            s.insert(s.begin(), rank - s.size(), 1);
+            return s;
+        };
+        const auto pa = pad(as), pb = pad(bs);
+        auto pc = pa;
+        for (size_t d = 0; d + 2 < rank; ++d) pc[d] = std::max(pa[d], pb[d]);
+        pc[rank - 1] = pb[rank - 1];
+        using dnnl::memory;
+        state->a = memory::desc(dims_of(pa), memory::data_type::f32, plain_tag(rank));
+        state->b = memory::desc(dims_of(pb), memory::data_type::f32, plain_tag(rank));
+        state->c = memory::desc(dims_of(pc), memory::data_type::f32, plain_tag(rank));
+        const memory::desc b_any(dims_of(pb), memory::data_type::f32, memory::format_tag::any);
+        state->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(state->a, constant_b ? b_any : state->b, state->c),
+                                                 cpu_engine());
+        state->primitive = dnnl::matmul(state->pd);
+        ctx.state = state;
+    }
+    dnnl::stream stream(cpu_engine());
+    dnnl::memory weights;
+    if (constant_b && state->cached_b_of == &b) {
+        weights = state->cached_b;
+    } else {
+        weights = reordered(stream, wrap(state->b, b), state->pd.weights_desc());
+        if (constant_b) {
+            if (weights.get_data_handle() == b.bytes().data()) {
+                weights = dnnl::memory(state->pd.weights_desc(), cpu_engine());
+                std::memcpy(weights.get_data_handle(), b.bytes().data(), b.bytes().size());
+            }
+            state->cached_b_of = &b;
+            state->cached_b = weights;
+        }
+    }
+    Tensor y(DataType::Float, out_shape);
+    dnnl::memory c(state->c, cpu_engine(), y.mutable_bytes().data());
+    state->primitive.execute(stream, {{DNNL_ARG_SRC, wrap(state->a, a)}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c}});
+    stream.wait();
+    out[0] = std::move(y);
+}
 
 void matmul(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& a = ctx.input(0);
@@ -28,6 +93,7 @@ void matmul(KernelContext& ctx, std::vector<Tensor>& out) {
     std::vector<int64_t> shape = batch;
     if (!a_vector) shape.push_back(m);
     if (!b_vector) shape.push_back(n);
+    if (a.type() == DataType::Float && m > 0 && n > 0 && k > 0) return dnnl_matmul(ctx, as, bs, shape, out);
     dispatch_numeric(
         a.type(), ctx,
         [&](auto tag) {

@@ -136,6 +136,32 @@ void softmax(KernelContext& ctx, std::vector<Tensor>& out) {
     } else {
         n = outer ? x.size() / outer : 0;
     }
+    if (x.type() == DataType::Float && inner == 1 && kKind != SoftmaxKind::Hardmax) {
+        // Contiguous rows (the usual last-axis case): float math, rows in parallel.
+        out[0] = Tensor(DataType::Float, x.shape());
+        auto y = out[0].mutable_data<float>();
+        const auto xv = x.data<float>();
+#pragma omp parallel for if (x.size() > kParallelGrain)
+        for (int64_t o = 0; o < outer; ++o) {
+            const float* row = xv.data() + o * n;
+            float* dst = y.data() + o * n;
+            float best = -std::numeric_limits<float>::infinity();
+            for (int64_t j = 0; j < n; ++j) best = std::max(best, row[j]);
+            float sum = 0;
+            for (int64_t j = 0; j < n; ++j) {
+                dst[j] = std::exp(row[j] - best);
+                sum += dst[j];
+            }
+            if constexpr (kKind == SoftmaxKind::Softmax) {
+                const float inv = 1.0f / sum;
+                for (int64_t j = 0; j < n; ++j) dst[j] *= inv;
+            } else {
+                const float log_sum = std::log(sum);
+                for (int64_t j = 0; j < n; ++j) dst[j] = row[j] - best - log_sum;
+            }
+        }
+        return;
+    }
     dispatch_float(x.type(), ctx, [&](auto tag) {
         using T = typename decltype(tag)::type;
         out[0] = make_tensor<T>(x.shape());

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "runtime/kernels/common.hpp"
+#include "runtime/kernels/dnnl_util.hpp"
 #include "runtime/kernels/window.hpp"
 
 namespace vaiq::runtime {
@@ -32,6 +33,51 @@ void for_each_window(const PoolShape& s, F fn) {
     }
 }
 
+struct PoolState {
+    std::vector<int64_t> x_shape;
+    dnnl::pooling_v2_forward primitive;
+    dnnl::memory::desc src, dst;
+    std::vector<int64_t> y_shape;
+};
+
+// oneDNN handles float pooling without an Indices output, except an average
+// whose ceil_mode window reaches past the declared padding (oneDNN would count
+// that extension as padding). Returns false when it cannot.
+bool dnnl_pool(KernelContext& ctx, std::vector<Tensor>& out, bool is_max, const WindowGeometry& g,
+               const std::vector<int64_t>& kernel) {
+    const auto& x = ctx.input(0);
+    const bool include_pad = ctx.attributes.get_int("count_include_pad", 0) != 0;
+    if (x.type() != DataType::Float || out.size() > 1 || (!is_max && include_pad && g.pad_end != g.declared_pad_end))
+        return false;
+    auto state = std::static_pointer_cast<PoolState>(ctx.state);
+    if (!state || state->x_shape != x.shape()) {
+        state = std::make_shared<PoolState>();
+        state->x_shape = x.shape();
+        state->y_shape = {x.shape()[0], x.shape()[1]};
+        state->y_shape.insert(state->y_shape.end(), g.out.begin(), g.out.end());
+        using dnnl::memory;
+        state->src = memory::desc(dims_of(x.shape()), memory::data_type::f32, plain_tag(x.shape().size()));
+        state->dst = memory::desc(dims_of(state->y_shape), memory::data_type::f32, plain_tag(x.shape().size()));
+        memory::dims dilation;
+        for (auto d : g.dilations) dilation.push_back(d - 1);
+        const auto alg = is_max ? dnnl::algorithm::pooling_max
+                         : include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                                       : dnnl::algorithm::pooling_avg_exclude_padding;
+        dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, alg, state->src, state->dst,
+                                            dims_of(g.strides), dims_of(kernel), dilation, dims_of(g.pad_begin),
+                                            dims_of(g.pad_end));
+        state->primitive = dnnl::pooling_v2_forward(dnnl::pooling_v2_forward::primitive_desc(desc, cpu_engine()));
+        ctx.state = state;
+    }
+    Tensor y(DataType::Float, state->y_shape);
+    dnnl::stream stream(cpu_engine());
+    dnnl::memory dst(state->dst, cpu_engine(), y.mutable_bytes().data());
+    state->primitive.execute(stream, {{DNNL_ARG_SRC, wrap(state->src, x)}, {DNNL_ARG_DST, dst}});
+    stream.wait();
+    out[0] = std::move(y);
+    return true;
+}
+
 template <typename T>
 void pool(KernelContext& ctx, std::vector<Tensor>& out, bool is_max) {
     const auto& x = ctx.input(0);
@@ -39,6 +85,7 @@ void pool(KernelContext& ctx, std::vector<Tensor>& out, bool is_max) {
     const std::vector<int64_t> in(x.shape().begin() + 2, x.shape().end());
     const auto kernel = ctx.attributes.get_ints("kernel_shape");
     const auto g = WindowGeometry::from(ctx, in, kernel, ctx.attributes.get_int("ceil_mode", 0) != 0);
+    if (dnnl_pool(ctx, out, is_max, g, kernel)) return;
     const bool include_pad = ctx.attributes.get_int("count_include_pad", 0) != 0;
     const bool column_major = ctx.attributes.get_int("storage_order", 0) != 0;
     const size_t rank = in.size();

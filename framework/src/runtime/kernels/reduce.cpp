@@ -1,4 +1,5 @@
 // Reductions over axes (ReduceSum, ReduceMean, ...) and ArgMax/ArgMin.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -30,6 +31,32 @@ void reduce(KernelContext& ctx, std::vector<Tensor>& out, int axes_input_since) 
         kept_shape.push_back(reduced[d] ? 1 : x.shape()[d]);
         if (!reduced[d]) out_shape.push_back(x.shape()[d]);
         else if (keepdims) out_shape.push_back(1);
+    }
+    // Reducing trailing axes only (LayerNorm's ReduceMean): contiguous rows.
+    int64_t first_reduced = rank;
+    while (first_reduced > 0 && reduced[first_reduced - 1]) --first_reduced;
+    const bool trailing = std::none_of(reduced.begin(), reduced.begin() + first_reduced, [](bool r) { return r; });
+    if (trailing && x.type() == DataType::Float && first_reduced < rank &&
+        (kOp == Reduce::Sum || kOp == Reduce::Mean || kOp == Reduce::Max || kOp == Reduce::Min)) {
+        const int64_t rows = element_count(std::vector<int64_t>(x.shape().begin(), x.shape().begin() + first_reduced));
+        const int64_t len = rows ? x.size() / rows : 0;
+        out[0] = Tensor(DataType::Float, out_shape);
+        auto o = out[0].mutable_data<float>();
+        const auto xv = x.data<float>();
+#pragma omp parallel for if (x.size() > kParallelGrain)
+        for (int64_t r = 0; r < rows; ++r) {
+            const float* row = xv.data() + r * len;
+            double acc = kOp == Reduce::Max ? -std::numeric_limits<double>::infinity()
+                         : kOp == Reduce::Min ? std::numeric_limits<double>::infinity()
+                                              : 0.0;
+            for (int64_t j = 0; j < len; ++j) {
+                if constexpr (kOp == Reduce::Max) acc = std::max<double>(acc, row[j]);
+                else if constexpr (kOp == Reduce::Min) acc = std::min<double>(acc, row[j]);
+                else acc += row[j];
+            }
+            o[r] = static_cast<float>(kOp == Reduce::Mean ? acc / static_cast<double>(len) : acc);
+        }
+        return;
     }
     // Each input element adds to the output element at its broadcast position.
     const auto target = broadcast_index(kept_shape, x.shape());

@@ -95,6 +95,30 @@ void unsqueeze(KernelContext& ctx, std::vector<Tensor>& out) {
     out[0] = with_shape(x, shape);
 }
 
+// Copies `count` elements of `elem` bytes with a source stride (in elements).
+inline void strided_copy(std::byte* dst, const std::byte* src, int64_t count, int64_t stride, size_t elem) {
+    switch (elem) {
+        case 4: {
+            auto* d = reinterpret_cast<uint32_t*>(dst);
+            const auto* s = reinterpret_cast<const uint32_t*>(src);
+            for (int64_t j = 0; j < count; ++j) d[j] = s[j * stride];
+            return;
+        }
+        case 8: {
+            auto* d = reinterpret_cast<uint64_t*>(dst);
+            const auto* s = reinterpret_cast<const uint64_t*>(src);
+            for (int64_t j = 0; j < count; ++j) d[j] = s[j * stride];
+            return;
+        }
+        default:
+            if (stride == 1) {
+                std::memcpy(dst, src, static_cast<size_t>(count) * elem);
+                return;
+            }
+            for (int64_t j = 0; j < count; ++j) std::memcpy(dst + j * elem, src + j * stride * elem, elem);
+    }
+}
+
 void transpose(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     const auto rank = x.shape().size();
@@ -105,24 +129,25 @@ void transpose(KernelContext& ctx, std::vector<Tensor>& out) {
     std::vector<int64_t> shape(rank);
     for (size_t d = 0; d < rank; ++d) shape[d] = x.shape()[normalize_axis(ctx, perm[d], static_cast<int64_t>(rank))];
     Tensor y(x.type(), shape);
+    if (rank == 0 || y.size() == 0) {
+        out[0] = std::move(y);
+        return;
+    }
     const auto in_strides = strides_of(x.shape());
-    const size_t elem = element_size(x.type());
-    const auto* src = x.bytes().data();
-    auto* dst = y.mutable_bytes().data();
-    std::vector<int64_t> counter(rank, 0);
     std::vector<int64_t> stride(rank);
     for (size_t d = 0; d < rank; ++d) stride[d] = in_strides[perm[d]];
-    int64_t at = 0;
-    for (int64_t i = 0; i < y.size(); ++i) {
-        std::memcpy(dst + i * elem, src + at * elem, elem);
-        for (int d = static_cast<int>(rank) - 1; d >= 0; --d) {
-            if (++counter[d] < shape[d]) {
-                at += stride[d];
-                break;
-            }
-            at -= stride[d] * (shape[d] - 1);
-            counter[d] = 0;
+    const size_t elem = element_size(x.type());
+    const int64_t inner = shape.back(), rows = y.size() / inner;
+    const auto* src = x.bytes().data();
+    auto* dst = y.mutable_bytes().data();
+#pragma omp parallel for if (y.size() > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+        int64_t at = 0, rest = r;
+        for (int d = static_cast<int>(rank) - 2; d >= 0; --d) {
+            at += (rest % shape[d]) * stride[d];
+            rest /= shape[d];
         }
+        strided_copy(dst + r * inner * elem, src + at * elem, inner, stride[rank - 1], elem);
     }
     out[0] = std::move(y);
 }
@@ -297,17 +322,23 @@ void slice(KernelContext& ctx, std::vector<Tensor>& out) {
         step[a] = steps[i];
     }
     Tensor y(x.type(), shape);
+    if (rank == 0 || y.size() == 0) {
+        if (rank == 0) std::memcpy(y.mutable_bytes().data(), x.bytes().data(), x.bytes().size());
+        out[0] = std::move(y);
+        return;
+    }
+    // Row by row along the last dimension.
     const auto in_strides = strides_of(x.shape());
     const size_t elem = element_size(x.type());
-    std::vector<int64_t> counter(rank, 0);
-    for (int64_t i = 0; i < y.size(); ++i) {
-        int64_t src = 0;
-        for (int64_t d = 0; d < rank; ++d) src += (begin[d] + counter[d] * step[d]) * in_strides[d];
-        std::memcpy(y.mutable_bytes().data() + i * elem, x.bytes().data() + src * elem, elem);
-        for (int64_t d = rank - 1; d >= 0; --d) {
-            if (++counter[d] < shape[d]) break;
-            counter[d] = 0;
+    const int64_t inner = shape.back(), rows = y.size() / inner;
+    for (int64_t r = 0; r < rows; ++r) {
+        int64_t src = begin[rank - 1] * in_strides[rank - 1], rest = r;
+        for (int64_t d = rank - 2; d >= 0; --d) {
+            src += (begin[d] + (rest % shape[d]) * step[d]) * in_strides[d];
+            rest /= shape[d];
         }
+        strided_copy(y.mutable_bytes().data() + r * inner * elem, x.bytes().data() + src * elem, inner,
+                     step[rank - 1] * in_strides[rank - 1], elem);
     }
     out[0] = std::move(y);
 }
