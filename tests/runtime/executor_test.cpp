@@ -111,6 +111,46 @@ TEST(Executor, KernelErrorsNameTheNode) {
               "node 'mm' (MatMul, opset 13): inner dimensions differ: 3 and 4");
 }
 
+TEST(Executor, IfBranchesReadTheEnclosingScope) {
+    // y = If(c) { Relu(t) } else { Neg(t) } where t = x * 2 lives in the outer graph.
+    auto branch = [](const std::string& op, const std::string& out) {
+        onnx::GraphProto g;
+        g.set_name(op);
+        auto* n = g.add_node();
+        n->set_op_type(op);
+        n->add_input("t");
+        n->add_output(out);
+        auto* o = g.add_output();
+        o->set_name(out);
+        o->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+        return g;
+    };
+    vaiq::test::GraphBuilder b;
+    b.input("x", {3}).input("c", {}, DataType::Bool).output("y", {3});
+    b.initializer("two", Tensor::from_values<float>({}, std::vector<float>{2.0f}));
+    b.node("Mul", {"x", "two"}, {"t"}, "double");
+    auto& node = b.node("If", {"c"}, {"y"}, "choose");
+    for (auto [name, graph] : {std::pair{"then_branch", branch("Relu", "r")}, std::pair{"else_branch", branch("Neg", "n")}}) {
+        auto* a = node.add_attribute();
+        a->set_name(name);
+        a->set_type(onnx::AttributeProto::GRAPH);
+        *a->mutable_g() = graph;
+    }
+    const auto model = b.build();
+    Executor executor(model);
+    const Tensor x = Tensor::from_values<float>({3}, std::vector<float>{-1.0f, 0.5f, 2.0f});
+    auto run = [&](bool c) {
+        Tensor cond(DataType::Bool, {});
+        cond.mutable_bytes()[0] = std::byte{c};
+        return executor.run({{"x", x}, {"c", cond}})[0];
+    };
+    const auto then_out = run(true), else_out = run(false);
+    EXPECT_EQ(std::vector<float>(then_out.data<float>().begin(), then_out.data<float>().end()),
+              (std::vector<float>{0.0f, 1.0f, 4.0f}));
+    EXPECT_EQ(std::vector<float>(else_out.data<float>().begin(), else_out.data<float>().end()),
+              (std::vector<float>{2.0f, -1.0f, -4.0f}));
+}
+
 TEST(Npy, ReadsTheFormatAsSpecified) {
     // A (2, 3) int16 array as numpy writes it: magic, version 1.0, header, data.
     std::string header = "{'descr': '<i2', 'fortran_order': False, 'shape': (2, 3), }";

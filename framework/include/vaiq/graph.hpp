@@ -42,6 +42,10 @@ class VAIQ_API GraphIndex {
     std::unordered_set<std::string> outputs_;
 };
 
+/// Tensors a node's subgraphs (If branches, Loop and Scan bodies) read from
+/// the enclosing scope, sorted.
+VAIQ_API std::vector<std::string> outer_scope_reads(const onnx::NodeProto& node);
+
 /// Node indices in an order where every node follows its producers.
 /// Throws InputError naming a node on a cycle or reading an undefined tensor.
 VAIQ_API std::vector<int> topological_order(const onnx::GraphProto& graph);

@@ -34,6 +34,11 @@ enum class DataType : int32_t {
     BFloat16 = 16,
 };
 
+/// memcpy that accepts empty ranges (whose pointers may be null).
+inline void copy_bytes(void* dst, const void* src, size_t n) {
+    if (n > 0) std::memcpy(dst, src, n);
+}
+
 /// Bytes per element; 0 for String and Undefined.
 VAIQ_API size_t element_size(DataType type);
 /// "float", "uint8", ... as ONNX spells them.
@@ -82,7 +87,7 @@ class VAIQ_API Tensor {
     static Tensor from_values(std::vector<int64_t> shape, std::span<const T> values) {
         Tensor t(data_type_of<T>(), std::move(shape));
         t.check_count(values.size());
-        std::memcpy(t.bytes_.data(), values.data(), values.size_bytes());
+        vaiq::copy_bytes(t.bytes_.data(), values.data(), values.size_bytes());
         return t;
     }
 

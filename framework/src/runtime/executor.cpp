@@ -20,6 +20,7 @@ struct Executor::Step {
     int64_t opset;
     std::vector<int> inputs;   ///< value ids, -1 for an omitted input
     std::vector<int> outputs;  ///< value ids, -1 for an omitted output
+    std::vector<int> implicit; ///< outer-scope values its subgraphs read
     std::vector<int> release;  ///< values no later step (nor the caller) needs
     std::shared_ptr<void> state;
 };
@@ -61,13 +62,14 @@ Executor::Executor(const Model& model, ExecutorOptions options) : model_(model),
     std::vector<std::string> unsupported;
     for (int n : topological_order(graph)) {
         const auto& node = graph.node(n);
-        Step step{n, nullptr, domain_opset(model, node.domain()), {}, {}, {}, nullptr};
+        Step step{n, nullptr, domain_opset(model, node.domain()), {}, {}, {}, {}, nullptr};
         step.kernel = KernelRegistry::instance().find(node.domain(), node.op_type(), step.opset);
         if (!step.kernel)
             unsupported.push_back(fmt::format("{} ({}{}{}, opset {})", node.name().empty() ? "<unnamed>" : node.name(),
                                               node.domain(), node.domain().empty() ? "" : ":", node.op_type(), step.opset));
         for (const auto& in : node.input()) step.inputs.push_back(in.empty() ? -1 : id_of(in));
         for (const auto& out : node.output()) step.outputs.push_back(out.empty() ? -1 : id_of(out));
+        for (const auto& name : outer_scope_reads(node)) step.implicit.push_back(id_of(name));
         steps_.push_back(std::move(step));
     }
     if (!unsupported.empty())
@@ -83,13 +85,23 @@ Executor::Executor(const Model& model, ExecutorOptions options) : model_(model),
 
     // Liveness: a value dies after the last step that reads it, unless the caller gets it.
     std::vector<int> last_use(value_names_.size(), -1);
+    std::vector<bool> produced(value_names_.size(), false);
+    for (const auto& step : steps_)
+        for (int id : step.outputs)
+            if (id >= 0) produced[id] = true;
     for (size_t s = 0; s < steps_.size(); ++s) {
-        for (int id : steps_[s].inputs)
-            if (id >= 0) last_use[id] = static_cast<int>(s);
+        for (const auto* ids : {&steps_[s].inputs, &steps_[s].implicit})
+            for (int id : *ids)
+                if (id >= 0) last_use[id] = static_cast<int>(s);
         for (int id : steps_[s].outputs)
             if (id >= 0 && last_use[id] < static_cast<int>(s)) last_use[id] = static_cast<int>(s);
     }
     for (const auto& out : output_names_) last_use[value_ids_.at(out)] = -1;
+    for (size_t id = 0; id < value_names_.size(); ++id) {
+        const auto& name = value_names_[id];
+        const bool is_input = std::find(input_names_.begin(), input_names_.end(), name) != input_names_.end();
+        if (!produced[id] && !initialized.count(name) && !is_input) outer_names_.push_back(name);
+    }
     for (size_t id = 0; id < last_use.size(); ++id)
         if (last_use[id] >= 0 && !is_constant_[id]) steps_[last_use[id]].release.push_back(static_cast<int>(id));
 }
@@ -134,9 +146,11 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
     };
     for (const auto& [name, tensor] : feeds) {
         const int id = value_id(name);
-        if (id < 0 || (std::find(input_names_.begin(), input_names_.end(), name) == input_names_.end() && !is_constant_[id]))
+        const bool outer = std::find(outer_names_.begin(), outer_names_.end(), name) != outer_names_.end();
+        if (id < 0 || (!outer && std::find(input_names_.begin(), input_names_.end(), name) == input_names_.end() &&
+                       !is_constant_[id]))
             throw InputError(fmt::format("the model has no input '{}' (inputs: {})", name, join(input_names_)));
-        check_feed(name, tensor);
+        if (!outer) check_feed(name, tensor);
         values[id] = tensor;
     }
     for (const auto& name : input_names_)
@@ -152,7 +166,9 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
 
     for (auto& step : steps_) {
         const auto& node = model_.graph().node(step.node);
-        KernelContext ctx{node, step.opset, {}, {}, Attributes(node), step.state};
+        KernelContext ctx{model_, node, step.opset, {}, {}, Attributes(node), step.state, {}};
+        if (!step.implicit.empty())
+            ctx.lookup = [&](const std::string& name) { return value_id(name) >= 0 ? value(value_id(name)) : nullptr; };
         for (int id : step.inputs) {
             if (id >= 0 && !value(id))
                 throw InputError(fmt::format("node '{}' reads '{}', which nothing produced", node.name(), value_names_[id]));

@@ -42,6 +42,9 @@ class Executor {
     /// Graph inputs to feed (those without an initializer).
     const std::vector<std::string>& input_names() const { return input_names_; }
     const std::vector<std::string>& output_names() const { return output_names_; }
+    /// Tensors the graph reads without defining them: a subgraph's view of its
+    /// enclosing scope. run() accepts them as feeds, unchecked.
+    const std::vector<std::string>& outer_names() const { return outer_names_; }
 
     /// Runs one batch. Feeds are checked against the declared input types and
     /// fixed dimensions. `taps` names intermediate (or input/output) tensors to
@@ -67,6 +70,7 @@ class Executor {
     std::vector<Step> steps_;
     std::vector<std::string> input_names_;
     std::vector<std::string> output_names_;
+    std::vector<std::string> outer_names_;
     std::map<std::string, OpProfile> profile_;
 };
 

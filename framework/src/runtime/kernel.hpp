@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "vaiq/model.hpp"
 #include "vaiq/tensor.hpp"
 
 namespace vaiq::runtime {
@@ -31,12 +32,15 @@ class Attributes {
 
 /// Everything a kernel sees of its node for one run.
 struct KernelContext {
+    const Model& model;                   ///< the model the node belongs to (opsets, for subgraphs)
     const onnx::NodeProto& node;
     int64_t opset;                        ///< the opset of the node's domain
     std::vector<const Tensor*> inputs;    ///< nullptr for an omitted optional input
     std::vector<bool> constant;           ///< per input: an initializer, the same object every run
     Attributes attributes;
     std::shared_ptr<void>& state;         ///< kept across runs (e.g. compiled primitives)
+    /// A value of the enclosing scope by name (for subgraph ops); nullptr if none.
+    std::function<const Tensor*(const std::string&)> lookup;
 
     size_t input_count() const { return inputs.size(); }
     bool has_input(size_t i) const { return i < inputs.size() && inputs[i] != nullptr; }

@@ -41,6 +41,13 @@ std::unordered_set<std::string> subgraph_reads(const onnx::NodeProto& node) {
 }
 }  // namespace
 
+std::vector<std::string> outer_scope_reads(const onnx::NodeProto& node) {
+    const auto reads = subgraph_reads(node);
+    std::vector<std::string> out(reads.begin(), reads.end());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
 GraphIndex::GraphIndex(const onnx::GraphProto& graph) {
     for (int n = 0; n < graph.node_size(); ++n) {
         const auto& node = graph.node(n);

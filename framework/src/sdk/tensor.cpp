@@ -129,7 +129,7 @@ Tensor Tensor::from_proto(const onnx::TensorProto& proto) {
     const size_t bytes = static_cast<size_t>(element_count(t.shape_)) * element_size(type);
     if (proto.has_raw_data()) {
         t.bytes_.resize(bytes);
-        std::memcpy(t.bytes_.data(), proto.raw_data().data(), bytes);
+        vaiq::copy_bytes(t.bytes_.data(), proto.raw_data().data(), bytes);
         return t;
     }
     t.bytes_.resize(bytes);

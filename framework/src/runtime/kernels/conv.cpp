@@ -81,7 +81,7 @@ void conv(KernelContext& ctx, std::vector<Tensor>& out) {
             // An initializer lives as long as the executor: its reordered copy can be kept.
             if (weights.get_data_handle() == w.bytes().data()) {
                 weights = memory(state->pd.weights_desc(), cpu_engine());
-                std::memcpy(weights.get_data_handle(), w.bytes().data(), w.bytes().size());
+                vaiq::copy_bytes(weights.get_data_handle(), w.bytes().data(), w.bytes().size());
             }
             state->cached_weights_of = &w;
             state->cached_weights = weights;

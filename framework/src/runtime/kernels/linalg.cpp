@@ -61,7 +61,7 @@ void dnnl_matmul(KernelContext& ctx, const std::vector<int64_t>& as, const std::
         if (constant_b) {
             if (weights.get_data_handle() == b.bytes().data()) {
                 weights = dnnl::memory(state->pd.weights_desc(), cpu_engine());
-                std::memcpy(weights.get_data_handle(), b.bytes().data(), b.bytes().size());
+                vaiq::copy_bytes(weights.get_data_handle(), b.bytes().data(), b.bytes().size());
             }
             state->cached_b_of = &b;
             state->cached_b = weights;

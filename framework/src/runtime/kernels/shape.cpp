@@ -12,7 +12,7 @@ constexpr int kLatest = 21;
 
 Tensor with_shape(const Tensor& t, std::vector<int64_t> shape) {
     Tensor out(t.type(), std::move(shape));
-    std::memcpy(out.mutable_bytes().data(), t.bytes().data(), t.bytes().size());
+    vaiq::copy_bytes(out.mutable_bytes().data(), t.bytes().data(), t.bytes().size());
     return out;
 }
 
@@ -112,10 +112,10 @@ inline void strided_copy(std::byte* dst, const std::byte* src, int64_t count, in
         }
         default:
             if (stride == 1) {
-                std::memcpy(dst, src, static_cast<size_t>(count) * elem);
+                vaiq::copy_bytes(dst, src, static_cast<size_t>(count) * elem);
                 return;
             }
-            for (int64_t j = 0; j < count; ++j) std::memcpy(dst + j * elem, src + j * stride * elem, elem);
+            for (int64_t j = 0; j < count; ++j) vaiq::copy_bytes(dst + j * elem, src + j * stride * elem, elem);
     }
 }
 
@@ -177,7 +177,7 @@ void concat(KernelContext& ctx, std::vector<Tensor>& out) {
         for (size_t i = 0; i < ctx.input_count(); ++i) {
             const auto& t = ctx.input(i);
             const size_t chunk = static_cast<size_t>(t.shape()[axis] * inner) * elem;
-            std::memcpy(dst, t.bytes().data() + o * chunk, chunk);
+            vaiq::copy_bytes(dst, t.bytes().data() + o * chunk, chunk);
             dst += chunk;
         }
     }
@@ -218,7 +218,7 @@ void gather(KernelContext& ctx, std::vector<Tensor>& out) {
         for (int64_t idx : indices) {
             const int64_t k = idx < 0 ? idx + n : idx;
             if (k < 0 || k >= n) ctx.fail(fmt::format("index {} is out of range for a dimension of {}", idx, n));
-            std::memcpy(dst, data.bytes().data() + (o * n + k) * chunk, chunk);
+            vaiq::copy_bytes(dst, data.bytes().data() + (o * n + k) * chunk, chunk);
             dst += chunk;
         }
     }
@@ -250,7 +250,7 @@ void constant_of_shape(KernelContext& ctx, std::vector<Tensor>& out) {
     const Tensor fill = value ? Tensor::from_proto(*value) : Tensor(DataType::Float, {1});
     Tensor y(fill.type(), shape);
     const size_t elem = element_size(fill.type());
-    for (int64_t i = 0; i < y.size(); ++i) std::memcpy(y.mutable_bytes().data() + i * elem, fill.bytes().data(), elem);
+    for (int64_t i = 0; i < y.size(); ++i) vaiq::copy_bytes(y.mutable_bytes().data() + i * elem, fill.bytes().data(), elem);
     out[0] = std::move(y);
 }
 
@@ -261,7 +261,7 @@ void expand(KernelContext& ctx, std::vector<Tensor>& out) {
     Tensor y(x.type(), shape);
     const size_t elem = element_size(x.type());
     for (size_t i = 0; i < index.size(); ++i)
-        std::memcpy(y.mutable_bytes().data() + i * elem, x.bytes().data() + index[i] * elem, elem);
+        vaiq::copy_bytes(y.mutable_bytes().data() + i * elem, x.bytes().data() + index[i] * elem, elem);
     out[0] = std::move(y);
 }
 
@@ -278,7 +278,7 @@ void tile(KernelContext& ctx, std::vector<Tensor>& out) {
     for (int64_t i = 0; i < y.size(); ++i) {
         int64_t src = 0;
         for (size_t d = 0; d < shape.size(); ++d) src += (counter[d] % x.shape()[d]) * in_strides[d];
-        std::memcpy(y.mutable_bytes().data() + i * elem, x.bytes().data() + src * elem, elem);
+        vaiq::copy_bytes(y.mutable_bytes().data() + i * elem, x.bytes().data() + src * elem, elem);
         for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
             if (++counter[d] < shape[d]) break;
             counter[d] = 0;
@@ -323,7 +323,7 @@ void slice(KernelContext& ctx, std::vector<Tensor>& out) {
     }
     Tensor y(x.type(), shape);
     if (rank == 0 || y.size() == 0) {
-        if (rank == 0) std::memcpy(y.mutable_bytes().data(), x.bytes().data(), x.bytes().size());
+        if (rank == 0) vaiq::copy_bytes(y.mutable_bytes().data(), x.bytes().data(), x.bytes().size());
         out[0] = std::move(y);
         return;
     }
@@ -375,7 +375,7 @@ void split(KernelContext& ctx, std::vector<Tensor>& out) {
         Tensor y(x.type(), shape);
         const size_t chunk = static_cast<size_t>(sizes[p] * inner) * elem;
         for (int64_t o = 0; o < outer; ++o)
-            std::memcpy(y.mutable_bytes().data() + o * chunk,
+            vaiq::copy_bytes(y.mutable_bytes().data() + o * chunk,
                         x.bytes().data() + (o * dim + offset) * inner * elem, chunk);
         offset += sizes[p];
         out[p] = std::move(y);
@@ -440,7 +440,7 @@ void pad(KernelContext& ctx, std::vector<Tensor>& out) {
             mutable_view<T>(fill)[0] = static_cast<T>(v);
         });
     } else if (ctx.has_input(2) && ctx.input(2).size() > 0) {
-        std::memcpy(fill.mutable_bytes().data(), ctx.input(2).bytes().data(), elem);
+        vaiq::copy_bytes(fill.mutable_bytes().data(), ctx.input(2).bytes().data(), elem);
     }
     const auto in_strides = strides_of(x.shape());
     std::vector<int64_t> counter(rank, 0);
@@ -463,7 +463,7 @@ void pad(KernelContext& ctx, std::vector<Tensor>& out) {
             }
             src += at * in_strides[d];
         }
-        std::memcpy(y.mutable_bytes().data() + i * elem, outside ? fill.bytes().data() : x.bytes().data() + src * elem, elem);
+        vaiq::copy_bytes(y.mutable_bytes().data() + i * elem, outside ? fill.bytes().data() : x.bytes().data() + src * elem, elem);
         for (int64_t d = rank - 1; d >= 0; --d) {
             if (++counter[d] < shape[d]) break;
             counter[d] = 0;
