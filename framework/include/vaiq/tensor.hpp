@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -70,11 +71,32 @@ struct TensorView {
     std::span<const T> data;
 };
 
+/// Allocates without zero-filling, for buffers that are written in full anyway.
+template <typename T>
+struct DefaultInitAllocator : std::allocator<T> {
+    template <typename U>
+    struct rebind {
+        using other = DefaultInitAllocator<U>;
+    };
+    using std::allocator<T>::allocator;
+    template <typename U>
+    void construct(U* p) noexcept {
+        ::new (static_cast<void*>(p)) U;
+    }
+    template <typename U, typename... Args>
+    void construct(U* p, Args&&... args) {
+        ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+    }
+};
+
 /// An owning dense tensor in row-major order.
 class VAIQ_API Tensor {
   public:
     Tensor() = default;
+    /// Zero-filled.
     Tensor(DataType type, std::vector<int64_t> shape);
+    /// Contents undefined: for outputs a kernel writes in full.
+    static Tensor uninitialized(DataType type, std::vector<int64_t> shape);
 
     /// Decodes an initializer (raw_data or the typed fields). External data must
     /// already be resolved (the model loader does that). Throws InputError when
@@ -118,7 +140,7 @@ class VAIQ_API Tensor {
 
     DataType type_ = DataType::Undefined;
     std::vector<int64_t> shape_;
-    std::vector<std::byte> bytes_;
+    std::vector<std::byte, DefaultInitAllocator<std::byte>> bytes_;
 };
 
 }  // namespace vaiq

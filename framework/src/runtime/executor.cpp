@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 
+#include "runtime/layout.hpp"
 #include "util/text.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
@@ -22,6 +23,7 @@ struct Executor::Step {
     std::vector<int> outputs;  ///< value ids, -1 for an omitted output
     std::vector<int> implicit; ///< outer-scope values its subgraphs read
     std::vector<int> release;  ///< values no later step (nor the caller) needs
+    bool lazy = false;         ///< nothing reads its outputs: run only when one is tapped
     std::shared_ptr<void> state;
 };
 
@@ -40,7 +42,15 @@ int64_t domain_opset(const Model& model, const std::string& domain) {
 
 }  // namespace
 
-Executor::Executor(const Model& model, ExecutorOptions options) : model_(model), options_(options) {
+Executor::Executor(const Model& original, ExecutorOptions options) : model_(&original), options_(options) {
+    if (options.optimize_layout) {
+        onnx::ModelProto copy = original.proto();
+        if (optimize_layout(*copy.mutable_graph())) {
+            optimized_.emplace(std::move(copy), original.source());
+            model_ = &*optimized_;
+        }
+    }
+    const Model& model = *model_;
     const auto& graph = model.graph();
     auto id_of = [&](const std::string& name) {
         auto [it, inserted] = value_ids_.emplace(name, static_cast<int>(value_names_.size()));
@@ -62,7 +72,7 @@ Executor::Executor(const Model& model, ExecutorOptions options) : model_(model),
     std::vector<std::string> unsupported;
     for (int n : topological_order(graph)) {
         const auto& node = graph.node(n);
-        Step step{n, nullptr, domain_opset(model, node.domain()), {}, {}, {}, {}, nullptr};
+        Step step{n, nullptr, domain_opset(model, node.domain()), {}, {}, {}, {}, false, nullptr};
         step.kernel = KernelRegistry::instance().find(node.domain(), node.op_type(), step.opset);
         if (!step.kernel)
             unsupported.push_back(fmt::format("{} ({}{}{}, opset {})", node.name().empty() ? "<unnamed>" : node.name(),
@@ -104,6 +114,15 @@ Executor::Executor(const Model& model, ExecutorOptions options) : model_(model),
     }
     for (size_t id = 0; id < last_use.size(); ++id)
         if (last_use[id] >= 0 && !is_constant_[id]) steps_[last_use[id]].release.push_back(static_cast<int>(id));
+    // Steps whose outputs nobody reads (layout transposes kept for taps, dead nodes) run on demand.
+    std::vector<bool> read(value_names_.size(), false);
+    for (const auto& step : steps_)
+        for (const auto* ids : {&step.inputs, &step.implicit})
+            for (int id : *ids)
+                if (id >= 0) read[id] = true;
+    for (const auto& out : output_names_) read[value_ids_.at(out)] = true;
+    for (auto& step : steps_)
+        step.lazy = std::none_of(step.outputs.begin(), step.outputs.end(), [&](int id) { return id >= 0 && read[id]; });
 }
 
 Executor::~Executor() = default;
@@ -114,7 +133,7 @@ int Executor::value_id(const std::string& name) const {
 }
 
 void Executor::check_feed(const std::string& name, const Tensor& value) const {
-    for (const auto& in : model_.graph().input()) {
+    for (const auto& in : model_->graph().input()) {
         if (in.name() != name || !in.type().has_tensor_type()) continue;
         const auto& t = in.type().tensor_type();
         if (t.elem_type() != 0 && t.elem_type() != static_cast<int>(value.type()))
@@ -165,8 +184,12 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
     }
 
     for (auto& step : steps_) {
-        const auto& node = model_.graph().node(step.node);
-        KernelContext ctx{model_, node, step.opset, {}, {}, Attributes(node), step.state, {}};
+        if (step.lazy && std::none_of(step.outputs.begin(), step.outputs.end(), [&](int id) { return id >= 0 && tapped[id]; })) {
+            for (int id : step.release) values[id].reset();
+            continue;
+        }
+        const auto& node = model_->graph().node(step.node);
+        KernelContext ctx{*model_, node, step.opset, {}, {}, Attributes(node), step.state, {}};
         if (!step.implicit.empty())
             ctx.lookup = [&](const std::string& name) { return value_id(name) >= 0 ? value(value_id(name)) : nullptr; };
         for (int id : step.inputs) {

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@ namespace vaiq::runtime {
 struct ExecutorOptions {
     int threads = 0;       ///< 0: every core
     bool profile = false;  ///< time every node (see Executor::profile)
+    bool optimize_layout = true;  ///< run convolutions in NHWC (see runtime/layout.hpp)
 };
 
 /// Time spent per op type over all runs, when profiling.
@@ -61,7 +63,8 @@ class Executor {
     int value_id(const std::string& name) const;
     void check_feed(const std::string& name, const Tensor& value) const;
 
-    const Model& model_;
+    std::optional<Model> optimized_;  ///< the rewritten graph, when layout optimisation applied
+    const Model* model_;
     ExecutorOptions options_;
     std::vector<std::string> value_names_;
     std::map<std::string, int> value_ids_;

@@ -47,9 +47,17 @@ int64_t element_count(std::span<const int64_t> shape) {
     return count;
 }
 
-Tensor::Tensor(DataType type, std::vector<int64_t> shape) : type_(type), shape_(std::move(shape)) {
+Tensor::Tensor(DataType type, std::vector<int64_t> shape) : Tensor(uninitialized(type, std::move(shape))) {
+    std::fill(bytes_.begin(), bytes_.end(), std::byte{0});
+}
+
+Tensor Tensor::uninitialized(DataType type, std::vector<int64_t> shape) {
     if (element_size(type) == 0) throw InputError(fmt::format("tensors of {} are not supported", data_type_name(type)));
-    bytes_.resize(static_cast<size_t>(element_count(shape_)) * element_size(type));
+    Tensor t;
+    t.type_ = type;
+    t.shape_ = std::move(shape);
+    t.bytes_.resize(static_cast<size_t>(element_count(t.shape_)) * element_size(type));
+    return t;
 }
 
 void Tensor::check_type(DataType wanted) const {
@@ -65,8 +73,8 @@ void Tensor::check_count(size_t count) const {
 namespace {
 
 // Copies a typed repeated field into `out`, narrowing each value to T.
-template <typename T, typename Field>
-void copy_field(const Field& field, std::vector<std::byte>& out) {
+template <typename T, typename Field, typename Bytes>
+void copy_field(const Field& field, Bytes& out) {
     auto* dst = reinterpret_cast<T*>(out.data());
     for (int i = 0; i < field.size(); ++i) dst[i] = static_cast<T>(field.Get(i));
 }

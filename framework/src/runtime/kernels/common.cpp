@@ -24,6 +24,26 @@ std::vector<int64_t> strides_of(const std::vector<int64_t>& shape) {
     return strides;
 }
 
+Tensor permute4(const Tensor& t, const std::vector<int64_t>& perm) {
+    const auto& s = t.shape();
+    const auto in_strides = strides_of(s);
+    Tensor out(t.type(), {s[perm[0]], s[perm[1]], s[perm[2]], s[perm[3]]});
+    const auto& o = out.shape();
+    const size_t elem = element_size(t.type());
+    const auto* src = t.bytes().data();
+    auto* dst = out.mutable_bytes().data();
+    int64_t i = 0;
+    for (int64_t a = 0; a < o[0]; ++a)
+        for (int64_t b = 0; b < o[1]; ++b)
+            for (int64_t c = 0; c < o[2]; ++c)
+                for (int64_t d = 0; d < o[3]; ++d, ++i) {
+                    const int64_t at = a * in_strides[perm[0]] + b * in_strides[perm[1]] + c * in_strides[perm[2]] +
+                                       d * in_strides[perm[3]];
+                    copy_bytes(dst + i * elem, src + at * elem, elem);
+                }
+    return out;
+}
+
 std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& shape, const std::vector<int64_t>& out_shape) {
     const size_t rank = out_shape.size();
     const size_t offset = rank - shape.size();

@@ -60,10 +60,10 @@ DataType type_of() {
     else return data_type_of<T>();
 }
 
-/// A new tensor of T with `shape`.
+/// A new tensor of T with `shape`, not zero-filled: the kernel writes every element.
 template <typename T>
 Tensor make_tensor(std::vector<int64_t> shape) {
-    return Tensor(type_of<T>(), std::move(shape));
+    return Tensor::uninitialized(type_of<T>(), std::move(shape));
 }
 
 template <typename T>
@@ -99,6 +99,9 @@ std::vector<int64_t> read_ints(const KernelContext& ctx, const Tensor& t);
 
 /// Reads a scalar of any numeric type as double.
 double read_scalar(const KernelContext& ctx, const Tensor& t);
+
+/// A 4-D tensor with its dimensions permuted (any element type).
+Tensor permute4(const Tensor& t, const std::vector<int64_t>& perm);
 
 /// Per output dimension, the stride of an input of `shape` broadcast to
 /// `out_shape` (0 where the input is broadcast).

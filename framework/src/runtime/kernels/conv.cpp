@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "runtime/kernels/dnnl_util.hpp"
+#include "runtime/layout.hpp"
 #include "runtime/kernels/window.hpp"
 
 namespace vaiq::runtime {
@@ -12,7 +13,7 @@ using dnnl::memory;
 // The primitive for one input shape, and constant weights already in the
 // primitive's layout: both kept across runs.
 struct ConvState {
-    std::vector<int64_t> x_shape;
+    std::vector<int64_t> x_shape, y_shape;
     dnnl::convolution_forward::primitive_desc pd;
     dnnl::convolution_forward primitive;
     memory::desc user_src, user_weights, user_dst;
@@ -20,35 +21,43 @@ struct ConvState {
     memory cached_weights;
 };
 
-void conv(KernelContext& ctx, std::vector<Tensor>& out) {
+// With `nhwc` the input and output tensors are 4-D and channels-last
+// (NhwcConv, from the executor's layout optimisation); weights stay OIHW.
+void conv(KernelContext& ctx, std::vector<Tensor>& out, bool nhwc) {
     const auto& x = ctx.input(0);
     const auto& w = ctx.input(1);
     if (x.type() != DataType::Float || w.type() != DataType::Float) ctx.fail("only float convolution is supported");
-    if (x.shape().size() < 3 || x.shape().size() > 5 || w.shape().size() != x.shape().size())
+    if (x.shape().size() < 3 || x.shape().size() > 5 || w.shape().size() != x.shape().size() ||
+        (nhwc && x.shape().size() != 4))
         ctx.fail("input and weight must be 3-D, 4-D or 5-D of the same rank");
-    const size_t spatial = x.shape().size() - 2;
+    // The logical NCHW dimensions, whatever the layout.
+    std::vector<int64_t> dims = x.shape();
+    if (nhwc) dims = {x.shape()[0], x.shape()[3], x.shape()[1], x.shape()[2]};
+    const size_t spatial = dims.size() - 2;
     const int64_t group = ctx.attributes.get_int("group", 1);
-    const int64_t n = x.shape()[0], c = x.shape()[1], m = w.shape()[0];
+    const int64_t n = dims[0], c = dims[1], m = w.shape()[0];
     if (group < 1 || c % group != 0 || m % group != 0 || w.shape()[1] != c / group)
         ctx.fail("channels, weight shape and group do not agree");
-    const std::vector<int64_t> in(x.shape().begin() + 2, x.shape().end());
+    const std::vector<int64_t> in(dims.begin() + 2, dims.end());
     const std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
-    std::vector<int64_t> y_shape{n, m};
 
     auto state = std::static_pointer_cast<ConvState>(ctx.state);
     if (!state || state->x_shape != x.shape()) {
         const auto window = WindowGeometry::from(ctx, in, kernel, false);
         state = std::make_shared<ConvState>();
         state->x_shape = x.shape();
-        y_shape.insert(y_shape.end(), window.out.begin(), window.out.end());
-        state->user_src = memory::desc(dims_of(x.shape()), memory::data_type::f32, plain_tag(x.shape().size()));
+        std::vector<int64_t> y_dims{n, m};
+        y_dims.insert(y_dims.end(), window.out.begin(), window.out.end());
+        state->y_shape = nhwc ? std::vector<int64_t>{n, y_dims[2], y_dims[3], m} : y_dims;
+        const auto layout = nhwc ? memory::format_tag::nhwc : plain_tag(dims.size());
+        state->user_src = memory::desc(dims_of(dims), memory::data_type::f32, layout);
         auto w_dims = dims_of(w.shape());
         if (group > 1) {
             w_dims[0] = m / group;
             w_dims.insert(w_dims.begin(), group);
         }
         state->user_weights = memory::desc(w_dims, memory::data_type::f32, plain_tag(w_dims.size(), group > 1));
-        state->user_dst = memory::desc(dims_of(y_shape), memory::data_type::f32, plain_tag(y_shape.size()));
+        state->user_dst = memory::desc(dims_of(y_dims), memory::data_type::f32, layout);
         memory::dims dilation(spatial), pad_l(spatial), pad_r(spatial);
         for (size_t d = 0; d < spatial; ++d) {
             dilation[d] = window.dilations[d] - 1;  // oneDNN counts the gaps
@@ -67,8 +76,7 @@ void conv(KernelContext& ctx, std::vector<Tensor>& out) {
         state->primitive = dnnl::convolution_forward(state->pd);
         ctx.state = state;
     }
-    const auto& dst_dims = state->user_dst.dims();
-    y_shape.assign(dst_dims.begin(), dst_dims.end());
+    const auto& y_shape = state->y_shape;
 
     dnnl::stream stream(cpu_engine());
     const memory src = reordered(stream, wrap(state->user_src, x), state->pd.src_desc());
@@ -93,7 +101,7 @@ void conv(KernelContext& ctx, std::vector<Tensor>& out) {
     if (b.size() != m) ctx.fail("the bias length does not match the output channels");
     const memory bias = wrap({{m}, memory::data_type::f32, memory::format_tag::a}, b);
 
-    Tensor y(DataType::Float, y_shape);
+    Tensor y = Tensor::uninitialized(DataType::Float, y_shape);
     memory user_dst(state->user_dst, cpu_engine(), y.mutable_bytes().data());
     const bool direct = state->pd.dst_desc() == state->user_dst;
     memory dst = direct ? user_dst : memory(state->pd.dst_desc(), cpu_engine());
@@ -104,7 +112,8 @@ void conv(KernelContext& ctx, std::vector<Tensor>& out) {
 }
 
 const KernelRegistration kKernels[] = {
-    {"", "Conv", 1, 21, conv},
+    {"", "Conv", 1, 21, [](KernelContext& c, std::vector<Tensor>& o) { conv(c, o, false); }},
+    {kInternalDomain, "NhwcConv", 0, 1, [](KernelContext& c, std::vector<Tensor>& o) { conv(c, o, true); }},
 };
 
 }  // namespace

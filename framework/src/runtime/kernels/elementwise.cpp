@@ -272,7 +272,11 @@ void clip(KernelContext& ctx, std::vector<Tensor>& out) {
             out[0] = make_tensor<T>(x.shape());
             auto o = mutable_view<T>(out[0]);
             auto i = view<T>(x);
-            for (size_t k = 0; k < o.size(); ++k) o[k] = std::min(std::max(i[k], lo), hi);
+            const auto n = static_cast<int64_t>(o.size());
+            T* dst = o.data();
+            const T* src = i.data();
+#pragma omp parallel for if (n > kParallelGrain)
+            for (int64_t k = 0; k < n; ++k) dst[k] = std::min(std::max(src[k], lo), hi);
         });
 }
 

@@ -67,7 +67,7 @@ void dnnl_matmul(KernelContext& ctx, const std::vector<int64_t>& as, const std::
             state->cached_b = weights;
         }
     }
-    Tensor y(DataType::Float, out_shape);
+    Tensor y = Tensor::uninitialized(DataType::Float, out_shape);
     dnnl::memory c(state->c, cpu_engine(), y.mutable_bytes().data());
     state->primitive.execute(stream, {{DNNL_ARG_SRC, wrap(state->a, a)}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c}});
     stream.wait();

@@ -5,6 +5,7 @@
 #include "runtime/kernels/common.hpp"
 #include "runtime/kernels/dnnl_util.hpp"
 #include "runtime/kernels/window.hpp"
+#include "runtime/layout.hpp"
 
 namespace vaiq::runtime {
 namespace {
@@ -44,7 +45,7 @@ struct PoolState {
 // whose ceil_mode window reaches past the declared padding (oneDNN would count
 // that extension as padding). Returns false when it cannot.
 bool dnnl_pool(KernelContext& ctx, std::vector<Tensor>& out, bool is_max, const WindowGeometry& g,
-               const std::vector<int64_t>& kernel) {
+               const std::vector<int64_t>& kernel, bool nhwc) {
     const auto& x = ctx.input(0);
     const bool include_pad = ctx.attributes.get_int("count_include_pad", 0) != 0;
     if (x.type() != DataType::Float || out.size() > 1 || (!is_max && include_pad && g.pad_end != g.declared_pad_end))
@@ -53,11 +54,15 @@ bool dnnl_pool(KernelContext& ctx, std::vector<Tensor>& out, bool is_max, const 
     if (!state || state->x_shape != x.shape()) {
         state = std::make_shared<PoolState>();
         state->x_shape = x.shape();
-        state->y_shape = {x.shape()[0], x.shape()[1]};
-        state->y_shape.insert(state->y_shape.end(), g.out.begin(), g.out.end());
         using dnnl::memory;
-        state->src = memory::desc(dims_of(x.shape()), memory::data_type::f32, plain_tag(x.shape().size()));
-        state->dst = memory::desc(dims_of(state->y_shape), memory::data_type::f32, plain_tag(x.shape().size()));
+        const auto& s = x.shape();
+        const std::vector<int64_t> dims = nhwc ? std::vector<int64_t>{s[0], s[3], s[1], s[2]} : s;
+        std::vector<int64_t> y_dims{dims[0], dims[1]};
+        y_dims.insert(y_dims.end(), g.out.begin(), g.out.end());
+        state->y_shape = nhwc ? std::vector<int64_t>{y_dims[0], y_dims[2], y_dims[3], y_dims[1]} : y_dims;
+        const auto layout = nhwc ? memory::format_tag::nhwc : plain_tag(dims.size());
+        state->src = memory::desc(dims_of(dims), memory::data_type::f32, layout);
+        state->dst = memory::desc(dims_of(y_dims), memory::data_type::f32, layout);
         memory::dims dilation;
         for (auto d : g.dilations) dilation.push_back(d - 1);
         const auto alg = is_max ? dnnl::algorithm::pooling_max
@@ -69,7 +74,7 @@ bool dnnl_pool(KernelContext& ctx, std::vector<Tensor>& out, bool is_max, const 
         state->primitive = dnnl::pooling_v2_forward(dnnl::pooling_v2_forward::primitive_desc(desc, cpu_engine()));
         ctx.state = state;
     }
-    Tensor y(DataType::Float, state->y_shape);
+    Tensor y = Tensor::uninitialized(DataType::Float, state->y_shape);
     dnnl::stream stream(cpu_engine());
     dnnl::memory dst(state->dst, cpu_engine(), y.mutable_bytes().data());
     state->primitive.execute(stream, {{DNNL_ARG_SRC, wrap(state->src, x)}, {DNNL_ARG_DST, dst}});
@@ -79,13 +84,33 @@ bool dnnl_pool(KernelContext& ctx, std::vector<Tensor>& out, bool is_max, const 
 }
 
 template <typename T>
+void pool(KernelContext& ctx, std::vector<Tensor>& out, bool is_max);
+void max_pool(KernelContext& c, std::vector<Tensor>& o);
+void average_pool(KernelContext& c, std::vector<Tensor>& o);
+
+// NhwcMaxPool / NhwcAveragePool: 4-D channels-last, through oneDNN; other
+// element types go through the general kernel in NCHW.
+void nhwc_pool(KernelContext& ctx, std::vector<Tensor>& out, bool is_max) {
+    const auto& s = ctx.input(0).shape();
+    if (s.size() != 4) ctx.fail("expects a 4-D NHWC input");
+    const auto kernel = ctx.attributes.get_ints("kernel_shape");
+    const auto g = WindowGeometry::from(ctx, {s[1], s[2]}, kernel, ctx.attributes.get_int("ceil_mode", 0) != 0);
+    if (dnnl_pool(ctx, out, is_max, g, kernel, true)) return;
+    const Tensor nchw = permute4(ctx.input(0), {0, 3, 1, 2});
+    KernelContext sub = ctx;
+    sub.inputs[0] = &nchw;
+    is_max ? max_pool(sub, out) : average_pool(sub, out);
+    out[0] = permute4(out[0], {0, 2, 3, 1});
+}
+
+template <typename T>
 void pool(KernelContext& ctx, std::vector<Tensor>& out, bool is_max) {
     const auto& x = ctx.input(0);
     if (x.shape().size() < 3) ctx.fail("the input must have a batch, a channel and spatial dimensions");
     const std::vector<int64_t> in(x.shape().begin() + 2, x.shape().end());
     const auto kernel = ctx.attributes.get_ints("kernel_shape");
     const auto g = WindowGeometry::from(ctx, in, kernel, ctx.attributes.get_int("ceil_mode", 0) != 0);
-    if (dnnl_pool(ctx, out, is_max, g, kernel)) return;
+    if (dnnl_pool(ctx, out, is_max, g, kernel, false)) return;
     const bool include_pad = ctx.attributes.get_int("count_include_pad", 0) != 0;
     const bool column_major = ctx.attributes.get_int("storage_order", 0) != 0;
     const size_t rank = in.size();
@@ -173,20 +198,26 @@ void global_pool(KernelContext& ctx, std::vector<Tensor>& out, bool is_max) {
     out[0] = std::move(y);
 }
 
+void max_pool(KernelContext& c, std::vector<Tensor>& o) {
+    // int8 and uint8 since opset 12.
+    switch (c.input(0).type()) {
+        case DataType::Float: return pool<float>(c, o, true);
+        case DataType::Double: return pool<double>(c, o, true);
+        case DataType::Int8: return pool<int8_t>(c, o, true);
+        case DataType::UInt8: return pool<uint8_t>(c, o, true);
+        default: c.fail("MaxPool supports float, double, int8 and uint8");
+    }
+}
+
+void average_pool(KernelContext& c, std::vector<Tensor>& o) {
+    dispatch_float(c.input(0).type(), c, [&](auto tag) { pool<typename decltype(tag)::type>(c, o, false); });
+}
+
 const KernelRegistration kKernels[] = {
-    {"", "MaxPool", 8, 21, [](KernelContext& c, std::vector<Tensor>& o) {
-         // int8 and uint8 since opset 12.
-         switch (c.input(0).type()) {
-             case DataType::Float: return pool<float>(c, o, true);
-             case DataType::Double: return pool<double>(c, o, true);
-             case DataType::Int8: return pool<int8_t>(c, o, true);
-             case DataType::UInt8: return pool<uint8_t>(c, o, true);
-             default: c.fail("MaxPool supports float, double, int8 and uint8");
-         }
-     }},
-    {"", "AveragePool", 7, 21, [](KernelContext& c, std::vector<Tensor>& o) {
-         dispatch_float(c.input(0).type(), c, [&](auto tag) { pool<typename decltype(tag)::type>(c, o, false); });
-     }},
+    {"", "MaxPool", 8, 21, max_pool},
+    {"", "AveragePool", 7, 21, average_pool},
+    {kInternalDomain, "NhwcMaxPool", 0, 1, [](KernelContext& c, std::vector<Tensor>& o) { nhwc_pool(c, o, true); }},
+    {kInternalDomain, "NhwcAveragePool", 0, 1, [](KernelContext& c, std::vector<Tensor>& o) { nhwc_pool(c, o, false); }},
     {"", "GlobalMaxPool", 1, 21, [](KernelContext& c, std::vector<Tensor>& o) { global_pool(c, o, true); }},
     {"", "GlobalAveragePool", 1, 21, [](KernelContext& c, std::vector<Tensor>& o) { global_pool(c, o, false); }},
 };

@@ -128,7 +128,7 @@ void transpose(KernelContext& ctx, std::vector<Tensor>& out) {
     if (perm.size() != rank) ctx.fail("perm does not match the input's rank");
     std::vector<int64_t> shape(rank);
     for (size_t d = 0; d < rank; ++d) shape[d] = x.shape()[normalize_axis(ctx, perm[d], static_cast<int64_t>(rank))];
-    Tensor y(x.type(), shape);
+    Tensor y = Tensor::uninitialized(x.type(), shape);
     if (rank == 0 || y.size() == 0) {
         out[0] = std::move(y);
         return;

@@ -1,0 +1,174 @@
+#include "runtime/layout.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "vaiq/graph.hpp"
+
+namespace vaiq::runtime {
+
+namespace {
+
+const std::vector<int64_t> kToNhwc{0, 2, 3, 1};
+const std::vector<int64_t> kToNchw{0, 3, 1, 2};
+
+// Elementwise ops whose data input 0 may be in any layout (other inputs must
+// be scalars or absent).
+const std::set<std::string> kUnary = {"Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
+                                      "Elu", "Selu", "Softplus", "Softsign", "Exp", "Neg", "Abs", "Sqrt", "Erf",
+                                      "Identity", "Celu", "ThresholdedRelu"};
+// Elementwise binary ops: fine when both inputs share a layout, or one is a scalar.
+const std::set<std::string> kBinary = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum"};
+
+std::vector<int64_t> perm_of(const onnx::NodeProto& node) {
+    for (const auto& a : node.attribute())
+        if (a.name() == "perm") return {a.ints().begin(), a.ints().end()};
+    return {};
+}
+
+bool is_transpose(const onnx::NodeProto& node, const std::vector<int64_t>& perm) {
+    return node.op_type() == "Transpose" && node.domain().empty() && perm_of(node) == perm;
+}
+
+int64_t attribute_count(const onnx::NodeProto& node, const std::string& name) {
+    for (const auto& a : node.attribute())
+        if (a.name() == name) return a.ints_size();
+    return -1;
+}
+
+onnx::NodeProto make_transpose(const std::string& in, const std::string& out, const std::vector<int64_t>& perm,
+                               const std::string& name) {
+    onnx::NodeProto t;
+    t.set_op_type("Transpose");
+    t.set_name(name);
+    t.add_input(in);
+    t.add_output(out);
+    auto* a = t.add_attribute();
+    a->set_name("perm");
+    a->set_type(onnx::AttributeProto::INTS);
+    for (auto p : perm) a->add_ints(p);
+    return t;
+}
+
+// Tensors known to hold one element: scalar initializers and Constant nodes.
+std::set<std::string> scalar_constants(const onnx::GraphProto& graph) {
+    std::set<std::string> out;
+    auto one_element = [](const onnx::TensorProto& t) {
+        int64_t n = 1;
+        for (auto d : t.dims()) n *= d;
+        return n == 1;
+    };
+    for (const auto& init : graph.initializer())
+        if (one_element(init)) out.insert(init.name());
+    for (const auto& node : graph.node()) {
+        if (node.op_type() != "Constant" || !node.domain().empty() || node.output_size() != 1) continue;
+        for (const auto& a : node.attribute())
+            if ((a.name() == "value" && one_element(a.t())) || a.name() == "value_float" || a.name() == "value_int")
+                out.insert(node.output(0));
+    }
+    return out;
+}
+
+// Step 1: Conv and 2-D pools run in NHWC between a pair of transposes.
+bool wrap_nhwc_ops(onnx::GraphProto& graph) {
+    const GraphIndex index(graph);
+    google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+    bool changed = false;
+    for (const auto& node : graph.node()) {
+        bool wrap = false;
+        if (node.domain().empty() && node.op_type() == "Conv" && node.input_size() >= 2) {
+            const auto* w = index.initializer(node.input(1));
+            wrap = w && w->dims_size() == 4;  // 2-D convolution with constant weights
+        } else if (node.domain().empty() && (node.op_type() == "MaxPool" || node.op_type() == "AveragePool")) {
+            wrap = attribute_count(node, "kernel_shape") == 2 && (node.output_size() < 2 || node.output(1).empty());
+        }
+        if (!wrap) {
+            *nodes.Add() = node;
+            continue;
+        }
+        const std::string in_nhwc = unique_name(graph, node.input(0) + "_nhwc");
+        const std::string out_nhwc = unique_name(graph, node.output(0) + "_nhwc");
+        *nodes.Add() = make_transpose(node.input(0), in_nhwc, kToNhwc, unique_name(graph, node.name() + "_to_nhwc"));
+        onnx::NodeProto inner = node;
+        inner.set_op_type("Nhwc" + node.op_type());
+        inner.set_domain(kInternalDomain);
+        inner.set_input(0, in_nhwc);
+        inner.set_output(0, out_nhwc);
+        *nodes.Add() = inner;
+        *nodes.Add() = make_transpose(out_nhwc, node.output(0), kToNchw, unique_name(graph, node.name() + "_to_nchw"));
+        changed = true;
+        // unique_name looks at the graph: add the new names before the next node asks.
+        *graph.add_value_info() = onnx::ValueInfoProto();
+        graph.mutable_value_info()->rbegin()->set_name(in_nhwc);
+        *graph.add_value_info() = onnx::ValueInfoProto();
+        graph.mutable_value_info()->rbegin()->set_name(out_nhwc);
+    }
+    // Drop the placeholder value infos used for naming.
+    auto* infos = graph.mutable_value_info();
+    infos->erase(std::remove_if(infos->begin(), infos->end(), [](const auto& v) { return !v.has_type(); }), infos->end());
+    graph.mutable_node()->Swap(&nodes);
+    return changed;
+}
+
+// Step 2, one rewrite at a time; returns false when nothing applies.
+bool push_or_cancel_once(onnx::GraphProto& graph, const std::set<std::string>& scalars) {
+    const GraphIndex index(graph);
+    for (int n = 0; n < graph.node_size(); ++n) {
+        const auto& node = graph.node(n);
+        // Transpose(NCHW->NHWC) of Transpose(NHWC->NCHW)(z): read z directly.
+        if (is_transpose(node, kToNhwc)) {
+            const int p = index.producer(node.input(0));
+            if (p >= 0 && is_transpose(graph.node(p), kToNchw) && !index.is_graph_output(node.output(0))) {
+                if (replace_all_uses(graph, node.output(0), graph.node(p).input(0))) {
+                    remove_nodes(graph, {n});
+                    return true;
+                }
+            }
+        }
+        if (!node.domain().empty() || node.output_size() != 1) continue;
+        const bool unary = kUnary.count(node.op_type()) > 0;
+        const bool binary = kBinary.count(node.op_type()) > 0 && node.input_size() == 2;
+        if (!unary && !binary) continue;
+        // Which inputs come through a to-NCHW transpose, and are the others scalars?
+        std::vector<int> transposed;
+        bool ok = true;
+        for (int i = 0; i < node.input_size(); ++i) {
+            const int p = index.producer(node.input(i));
+            if (p >= 0 && is_transpose(graph.node(p), kToNchw) && (unary ? i == 0 : true)) {
+                transposed.push_back(i);
+            } else if (!node.input(i).empty() && !scalars.count(node.input(i))) {
+                ok = false;
+            }
+        }
+        if (!ok || transposed.empty() || (unary && transposed.front() != 0)) continue;
+        // op(T(a), ...) -> T(op(a, ...)): the op runs in NHWC, the transpose moves below it.
+        onnx::NodeProto moved = node;
+        for (int i : transposed) moved.set_input(i, graph.node(index.producer(node.input(i))).input(0));
+        const std::string nhwc_out = unique_name(graph, node.output(0) + "_nhwc");
+        moved.set_output(0, nhwc_out);
+        moved.set_name(unique_name(graph, node.name() + "_nhwc"));
+        const auto back = make_transpose(nhwc_out, node.output(0), kToNchw, unique_name(graph, node.name() + "_to_nchw"));
+        *graph.mutable_node(n) = moved;
+        *graph.add_node() = back;
+        return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+bool optimize_layout(onnx::GraphProto& graph) {
+    if (!wrap_nhwc_ops(graph)) return false;
+    const auto scalars = scalar_constants(graph);
+    for (int guard = 0; guard < 10 * graph.node_size() && push_or_cancel_once(graph, scalars); ++guard) {
+    }
+    // Keep every node after its producers.
+    const auto order = topological_order(graph);
+    google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+    for (int i : order) *nodes.Add() = graph.node(i);
+    graph.mutable_node()->Swap(&nodes);
+    return true;
+}
+
+}  // namespace vaiq::runtime
