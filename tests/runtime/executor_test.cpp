@@ -4,6 +4,7 @@
 
 #include "runtime/executor.hpp"
 #include "runtime/infer.hpp"
+#include "runtime/layout.hpp"
 #include "test_support.hpp"
 #include "util/npy.hpp"
 #include "vaiq/error.hpp"
@@ -149,6 +150,53 @@ TEST(Executor, IfBranchesReadTheEnclosingScope) {
               (std::vector<float>{0.0f, 1.0f, 4.0f}));
     EXPECT_EQ(std::vector<float>(else_out.data<float>().begin(), else_out.data<float>().end()),
               (std::vector<float>{2.0f, -1.0f, -4.0f}));
+}
+
+// x -> Conv -> Relu -> Conv -> Add(with the Relu output) -> MaxPool -> y
+vaiq::Model residual_block() {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 3, 8, 8}).output("y", {1, 3, 4, 4});
+    b.initializer("w1", vaiq::test::ramp({3, 3, 3, 3}, -0.4f, 0.01f));
+    b.initializer("w2", vaiq::test::ramp({3, 3, 1, 1}, 0.3f, -0.07f));
+    vaiq::test::set_ints_attribute(b.node("Conv", {"x", "w1"}, {"c1"}, "conv1"), "pads", {1, 1, 1, 1});
+    b.node("Relu", {"c1"}, {"r1"}, "relu1");
+    b.node("Conv", {"r1", "w2"}, {"c2"}, "conv2");
+    b.node("Add", {"c2", "r1"}, {"s"}, "add");
+    auto& pool = b.node("MaxPool", {"s"}, {"y"}, "pool");
+    vaiq::test::set_ints_attribute(pool, "kernel_shape", {2, 2});
+    vaiq::test::set_ints_attribute(pool, "strides", {2, 2});
+    return b.build();
+}
+
+TEST(Layout, TransposesBetweenConvolutionsCancel) {
+    auto model = residual_block();
+    ASSERT_TRUE(vaiq::runtime::optimize_layout(model.graph()));
+    int to_nhwc = 0, nhwc_ops = 0;
+    for (const auto& n : model.graph().node()) {
+        nhwc_ops += n.domain() == vaiq::runtime::kInternalDomain;
+        if (n.op_type() == "Transpose" && n.attribute(0).ints(1) == 2) ++to_nhwc;
+    }
+    EXPECT_EQ(nhwc_ops, 3);  // two convolutions and the pool
+    EXPECT_EQ(to_nhwc, 1) << "only the graph input is transposed into NHWC";
+}
+
+TEST(Layout, EveryTensorReadsTheSameWithAndWithoutIt) {
+    const auto model = residual_block();
+    Executor plain(model, {.threads = 1, .optimize_layout = false});
+    Executor nhwc(model, {.threads = 1, .optimize_layout = true});
+    const std::vector<std::string> taps{"c1", "r1", "c2", "s"};
+    std::map<std::string, Tensor> a, b;
+    const Tensor x = vaiq::test::ramp({1, 3, 8, 8}, -2.0f, 0.02f);
+    const auto ya = plain.run({{"x", x}}, taps, [&](const std::string& n, const Tensor& t) { a[n] = t; });
+    const auto yb = nhwc.run({{"x", x}}, taps, [&](const std::string& n, const Tensor& t) { b[n] = t; });
+    ASSERT_EQ(b.size(), taps.size());
+    a["y"] = ya[0];
+    b["y"] = yb[0];
+    for (const auto& [name, t] : a) {
+        ASSERT_EQ(b[name].shape(), t.shape()) << name;
+        const auto p = t.data<float>(), q = b[name].data<float>();
+        for (size_t i = 0; i < p.size(); ++i) ASSERT_NEAR(p[i], q[i], 1e-5f) << name << "[" << i << "]";
+    }
 }
 
 TEST(Npy, ReadsTheFormatAsSpecified) {
