@@ -291,9 +291,11 @@ void prelu(KernelContext& ctx, std::vector<Tensor>& out) {
 }
 
 // Cast between numeric types and bool (16-bit floats and strings come later).
+// CastLike takes the target type from its second input.
 void cast(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
-    const auto to = static_cast<DataType>(ctx.attributes.get_int("to", 0));
+    const auto to = ctx.node.op_type() == "CastLike" ? ctx.input(1).type()
+                                                     : static_cast<DataType>(ctx.attributes.get_int("to", 0));
     dispatch(x.type(), ctx, [&](auto from_tag) {
         using From = typename decltype(from_tag)::type;
         dispatch(to, ctx, [&](auto to_tag) {
@@ -339,6 +341,7 @@ const KernelRegistration kKernels[] = {
     {"", "Where", 9, kLatest, where_kernel},
     {"", "Identity", 1, kLatest, identity},
     {"", "Cast", 6, kLatest, cast},
+    {"", "CastLike", 15, kLatest, cast},
     {"", "IsNaN", 9, kLatest, is_nan},
     {"", "IsInf", 10, kLatest, is_inf},
     {"", "Clip", 6, kLatest, clip},

@@ -225,6 +225,37 @@ void gather(KernelContext& ctx, std::vector<Tensor>& out) {
     out[0] = std::move(y);
 }
 
+void gather_elements(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& data = ctx.input(0);
+    const auto& idx_t = ctx.input(1);
+    const auto indices = read_ints(ctx, idx_t);
+    const auto rank = static_cast<int64_t>(data.shape().size());
+    if (static_cast<int64_t>(idx_t.shape().size()) != rank) ctx.fail("indices must have the data's rank");
+    const int64_t axis = normalize_axis(ctx, ctx.attributes.get_int("axis", 0), rank);
+    const auto& shape = idx_t.shape();
+    const auto data_strides = strides_of(data.shape());
+    const int64_t n = data.shape()[axis];
+    Tensor y = Tensor::uninitialized(data.type(), shape);
+    const size_t elem = element_size(data.type());
+    std::vector<int64_t> counter(rank, 0);
+    for (int64_t i = 0; i < y.size(); ++i) {
+        int64_t k = indices[i];
+        if (k < -n || k >= n) ctx.fail(fmt::format("index {} is out of range for a dimension of {}", k, n));
+        if (k < 0) k += n;
+        int64_t src = 0;
+        for (int64_t d = 0; d < rank; ++d) {
+            if (d != axis && counter[d] >= data.shape()[d]) ctx.fail("indices exceed the data's shape");
+            src += (d == axis ? k : counter[d]) * data_strides[d];
+        }
+        copy_bytes(y.mutable_bytes().data() + i * elem, data.bytes().data() + src * elem, elem);
+        for (int64_t d = rank - 1; d >= 0; --d) {
+            if (++counter[d] < shape[d]) break;
+            counter[d] = 0;
+        }
+    }
+    out[0] = std::move(y);
+}
+
 void constant(KernelContext& ctx, std::vector<Tensor>& out) {
     if (const auto* t = ctx.attributes.get_tensor("value")) {
         out[0] = Tensor::from_proto(*t);
@@ -483,6 +514,7 @@ const KernelRegistration kKernels[] = {
     {"", "Shape", 1, kLatest, shape_kernel},
     {"", "Size", 1, kLatest, size_kernel},
     {"", "Gather", 1, kLatest, gather},
+    {"", "GatherElements", 11, kLatest, gather_elements},
     {"", "Constant", 9, kLatest, constant},
     {"", "ConstantOfShape", 9, kLatest, constant_of_shape},
     {"", "Expand", 8, kLatest, expand},
