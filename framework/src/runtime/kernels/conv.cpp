@@ -111,7 +111,142 @@ void conv(KernelContext& ctx, std::vector<Tensor>& out, bool nhwc) {
     out[0] = std::move(y);
 }
 
+struct DeconvState {
+    std::vector<int64_t> x_shape, y_shape;
+    std::vector<int64_t> computed_shape, offset;  ///< what oneDNN computes, and where it sits in y
+    dnnl::deconvolution_forward::primitive_desc pd;
+    dnnl::deconvolution_forward primitive;
+    memory::desc user_src, user_weights, user_dst;
+};
+
+memory::format_tag deconv_weights_tag(size_t spatial, bool grouped) {
+    // ONNX stores ConvTranspose weights input-channels first: [C, M/group, k...].
+    // In oneDNN's (g, o, i, k...) order that is the permutation "i before o".
+    using t = memory::format_tag;
+    if (grouped) return spatial == 1 ? t::acbd : spatial == 2 ? t::acbde : t::acbdef;
+    return spatial == 1 ? t::bac : spatial == 2 ? t::bacd : t::bacde;
+}
+
+void conv_transpose(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const auto& w = ctx.input(1);
+    if (x.type() != DataType::Float || w.type() != DataType::Float) ctx.fail("only float is supported");
+    if (x.shape().size() < 3 || x.shape().size() > 5 || w.shape().size() != x.shape().size())
+        ctx.fail("input and weight must be 3-D, 4-D or 5-D of the same rank");
+    const size_t spatial = x.shape().size() - 2;
+    const int64_t group = ctx.attributes.get_int("group", 1);
+    const int64_t n = x.shape()[0], c = x.shape()[1], m = w.shape()[1] * group;
+    if (group < 1 || c % group != 0 || w.shape()[0] != c) ctx.fail("channels, weight shape and group do not agree");
+    auto state = std::static_pointer_cast<DeconvState>(ctx.state);
+    if (!state || state->x_shape != x.shape()) {
+        const auto ones = std::vector<int64_t>(spatial, 1);
+        const auto strides = ctx.attributes.get_ints("strides", ones);
+        const auto dilations = ctx.attributes.get_ints("dilations", ones);
+        auto kernel = ctx.attributes.get_ints("kernel_shape", std::vector<int64_t>(w.shape().begin() + 2, w.shape().end()));
+        const auto out_pad = ctx.attributes.get_ints("output_padding", std::vector<int64_t>(spatial, 0));
+        auto pads = ctx.attributes.get_ints("pads", std::vector<int64_t>(2 * spatial, 0));
+        const auto output_shape = ctx.attributes.get_ints("output_shape");
+        const auto auto_pad = ctx.attributes.get_string("auto_pad", "NOTSET");
+        if (strides.size() != spatial || dilations.size() != spatial || kernel.size() != spatial ||
+            out_pad.size() != spatial || pads.size() != 2 * spatial)
+            ctx.fail("attributes do not match the input's rank");
+        std::vector<int64_t> y_dims{n, m};
+        for (size_t d = 0; d < spatial; ++d) {
+            const int64_t in = x.shape()[2 + d];
+            const int64_t full = strides[d] * (in - 1) + out_pad[d] + (kernel[d] - 1) * dilations[d] + 1;
+            int64_t target = -1;
+            if (!output_shape.empty()) target = output_shape[output_shape.size() - spatial + d];
+            else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") target = in * strides[d];
+            if (target >= 0) {
+                const int64_t total = full - target;
+                const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);  // floor, as the spec's Python
+                const bool upper = auto_pad == "SAME_UPPER";
+                pads[d] = upper ? half : total - half;
+                pads[d + spatial] = total - pads[d];
+            } else if (auto_pad == "VALID") {
+                pads[d] = pads[d + spatial] = 0;
+            }
+            y_dims.push_back(full - pads[d] - pads[d + spatial]);
+        }
+        state = std::make_shared<DeconvState>();
+        state->x_shape = x.shape();
+        state->y_shape = y_dims;
+        // A negative pad (output_shape beyond the full result) adds rows that get only the bias:
+        // oneDNN computes with the pad at 0 and the result is placed inside the larger output.
+        state->computed_shape = y_dims;
+        state->offset.assign(y_dims.size(), 0);
+        for (size_t d = 0; d < spatial; ++d) {
+            state->offset[2 + d] = std::max<int64_t>(0, -pads[d]);
+            state->computed_shape[2 + d] -= state->offset[2 + d] + std::max<int64_t>(0, -pads[d + spatial]);
+            pads[d] = std::max<int64_t>(0, pads[d]);
+            pads[d + spatial] = std::max<int64_t>(0, pads[d + spatial]);
+        }
+        state->user_src = memory::desc(dims_of(x.shape()), memory::data_type::f32, plain_tag(x.shape().size()));
+        state->user_dst = memory::desc(dims_of(state->computed_shape), memory::data_type::f32, plain_tag(y_dims.size()));
+        memory::dims w_dims{m, c};
+        if (group > 1) w_dims = {group, m / group, c / group};
+        w_dims.insert(w_dims.end(), w.shape().begin() + 2, w.shape().end());
+        state->user_weights = memory::desc(w_dims, memory::data_type::f32, deconv_weights_tag(spatial, group > 1));
+        memory::dims dil, pad_l, pad_r;
+        for (size_t d = 0; d < spatial; ++d) {
+            dil.push_back(dilations[d] - 1);
+            pad_l.push_back(pads[d]);
+            pad_r.push_back(pads[d + spatial]);
+        }
+        const auto any = memory::format_tag::any;
+        dnnl::deconvolution_forward::desc desc(
+            dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
+            memory::desc(state->user_src.dims(), memory::data_type::f32, any),
+            memory::desc(w_dims, memory::data_type::f32, any), memory::desc({m}, memory::data_type::f32, memory::format_tag::a),
+            memory::desc(state->user_dst.dims(), memory::data_type::f32, any), dims_of(strides), dil, pad_l, pad_r);
+        state->pd = dnnl::deconvolution_forward::primitive_desc(desc, cpu_engine());
+        state->primitive = dnnl::deconvolution_forward(state->pd);
+        ctx.state = state;
+    }
+    dnnl::stream stream(cpu_engine());
+    const memory src = reordered(stream, wrap(state->user_src, x), state->pd.src_desc());
+    const memory weights = reordered(stream, wrap(state->user_weights, w), state->pd.weights_desc());
+    Tensor zero_bias;
+    if (!ctx.has_input(2)) zero_bias = Tensor(DataType::Float, {m});
+    const Tensor& b = ctx.has_input(2) ? ctx.input(2) : zero_bias;
+    if (b.size() != m) ctx.fail("the bias length does not match the output channels");
+    Tensor y = Tensor::uninitialized(DataType::Float, state->computed_shape);
+    memory user_dst(state->user_dst, cpu_engine(), y.mutable_bytes().data());
+    const bool direct = state->pd.dst_desc() == state->user_dst;
+    memory dst = direct ? user_dst : memory(state->pd.dst_desc(), cpu_engine());
+    state->primitive.execute(stream, {{DNNL_ARG_SRC, src},
+                                      {DNNL_ARG_WEIGHTS, weights},
+                                      {DNNL_ARG_BIAS, wrap({{m}, memory::data_type::f32, memory::format_tag::a}, b)},
+                                      {DNNL_ARG_DST, dst}});
+    if (!direct) dnnl::reorder(dst, user_dst).execute(stream, dst, user_dst);
+    stream.wait();
+    if (state->computed_shape == state->y_shape) {
+        out[0] = std::move(y);
+        return;
+    }
+    Tensor full(DataType::Float, state->y_shape);
+    auto f = full.mutable_data<float>();
+    const auto bv = b.data<float>();
+    const int64_t plane = element_count(std::vector<int64_t>(state->y_shape.begin() + 2, state->y_shape.end()));
+    for (int64_t i = 0; i < full.size(); ++i) f[i] = bv[(i / plane) % m];
+    const auto fs = strides_of(state->y_shape);
+    const auto& cs = state->computed_shape;
+    const auto yv = y.data<float>();
+    std::vector<int64_t> at(cs.size(), 0);
+    for (int64_t i = 0; i < y.size(); ++i) {
+        int64_t dst_index = 0;
+        for (size_t d = 0; d < cs.size(); ++d) dst_index += (at[d] + state->offset[d]) * fs[d];
+        f[dst_index] = yv[i];
+        for (int d = static_cast<int>(cs.size()) - 1; d >= 0; --d) {
+            if (++at[d] < cs[d]) break;
+            at[d] = 0;
+        }
+    }
+    out[0] = std::move(full);
+}
+
 const KernelRegistration kKernels[] = {
+    {"", "ConvTranspose", 1, 21, conv_transpose},
     {"", "Conv", 1, 21, [](KernelContext& c, std::vector<Tensor>& o) { conv(c, o, false); }},
     {kInternalDomain, "NhwcConv", 0, 1, [](KernelContext& c, std::vector<Tensor>& o) { conv(c, o, true); }},
 };
