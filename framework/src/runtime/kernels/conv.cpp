@@ -17,8 +17,7 @@ struct ConvState {
     dnnl::convolution_forward::primitive_desc pd;
     dnnl::convolution_forward primitive;
     memory::desc user_src, user_weights, user_dst;
-    const Tensor* cached_weights_of = nullptr;
-    memory cached_weights;
+    ConstantOperand weights;
 };
 
 // With `nhwc` the input and output tensors are 4-D and channels-last
@@ -80,21 +79,8 @@ void conv(KernelContext& ctx, std::vector<Tensor>& out, bool nhwc) {
 
     dnnl::stream stream(cpu_engine());
     const memory src = reordered(stream, wrap(state->user_src, x), state->pd.src_desc());
-    memory weights;
-    if (ctx.is_constant(1) && state->cached_weights_of == &w) {
-        weights = state->cached_weights;
-    } else {
-        weights = reordered(stream, wrap(state->user_weights, w), state->pd.weights_desc());
-        if (ctx.is_constant(1)) {
-            // An initializer lives as long as the executor: its reordered copy can be kept.
-            if (weights.get_data_handle() == w.bytes().data()) {
-                weights = memory(state->pd.weights_desc(), cpu_engine());
-                vaiq::copy_bytes(weights.get_data_handle(), w.bytes().data(), w.bytes().size());
-            }
-            state->cached_weights_of = &w;
-            state->cached_weights = weights;
-        }
-    }
+    const memory weights =
+        operand(stream, w, ctx.is_constant(1), state->user_weights, state->pd.weights_desc(), state->weights);
     Tensor zero_bias;
     if (!ctx.has_input(2)) zero_bias = Tensor(DataType::Float, {m});
     const Tensor& b = ctx.has_input(2) ? ctx.input(2) : zero_bias;

@@ -45,4 +45,19 @@ memory reordered(dnnl::stream& stream, memory src, const memory::desc& wanted) {
     return dst;
 }
 
+memory operand(dnnl::stream& stream, const Tensor& t, bool constant, const memory::desc& user,
+               const memory::desc& wanted, ConstantOperand& cache) {
+    if (constant && cache.of == &t) return cache.memory;
+    memory m = reordered(stream, wrap(user, t), wanted);
+    if (!constant) return m;
+    // Keep a copy of our own: the cache must not alias a tensor it does not own.
+    if (m.get_data_handle() == t.bytes().data()) {
+        memory copy(wanted, cpu_engine());
+        copy_bytes(copy.get_data_handle(), t.bytes().data(), t.bytes().size());
+        m = copy;
+    }
+    cache = {&t, m};
+    return m;
+}
+
 }  // namespace vaiq::runtime

@@ -20,4 +20,16 @@ dnnl::memory wrap(const dnnl::memory::desc& desc, const Tensor& t);
 /// `src` in layout `wanted`: itself when it already is, else a reordered copy.
 dnnl::memory reordered(dnnl::stream& stream, dnnl::memory src, const dnnl::memory::desc& wanted);
 
+/// A constant operand (an initializer: same object every run) kept in a
+/// primitive's layout after its first reorder.
+struct ConstantOperand {
+    const Tensor* of = nullptr;
+    dnnl::memory memory;
+};
+
+/// `t` in layout `wanted`. When `constant`, the reordered copy is made once and
+/// kept in `cache`; otherwise it is made per call (or `t` is used in place).
+dnnl::memory operand(dnnl::stream& stream, const Tensor& t, bool constant, const dnnl::memory::desc& user,
+                     const dnnl::memory::desc& wanted, ConstantOperand& cache);
+
 }  // namespace vaiq::runtime

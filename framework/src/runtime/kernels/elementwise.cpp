@@ -148,20 +148,14 @@ void variadic(KernelContext& ctx, std::vector<Tensor>& out) {
         });
 }
 
-struct Maximum {
+// Max and Min, propagating NaN as the spec requires.
+template <bool kMax>
+struct Extreme {
     template <typename T>
     T operator()(T x, T y) const {
         if constexpr (std::is_floating_point_v<T>)
             if (std::isnan(x) || std::isnan(y)) return std::numeric_limits<T>::quiet_NaN();
-        return std::max(x, y);
-    }
-};
-struct Minimum {
-    template <typename T>
-    T operator()(T x, T y) const {
-        if constexpr (std::is_floating_point_v<T>)
-            if (std::isnan(x) || std::isnan(y)) return std::numeric_limits<T>::quiet_NaN();
-        return std::min(x, y);
+        return kMax ? std::max(x, y) : std::min(x, y);
     }
 };
 
@@ -334,8 +328,8 @@ const KernelRegistration kKernels[] = {
     {"", "Or", 7, kLatest, logical<std::logical_or<>>},
     {"", "Xor", 7, kLatest, logical<NotEqual>},
     {"", "Not", 1, kLatest, not_kernel},
-    {"", "Max", 8, kLatest, variadic<Maximum>},
-    {"", "Min", 8, kLatest, variadic<Minimum>},
+    {"", "Max", 8, kLatest, variadic<Extreme<true>>},
+    {"", "Min", 8, kLatest, variadic<Extreme<false>>},
     {"", "Sum", 8, kLatest, variadic<std::plus<>>},
     {"", "Mean", 8, kLatest, variadic<std::plus<>, true>},
     {"", "Where", 9, kLatest, where_kernel},

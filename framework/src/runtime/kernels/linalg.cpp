@@ -1,8 +1,6 @@
 // MatMul (numpy semantics, batch broadcasting) and Gemm, through Eigen.
 #include <Eigen/Core>
 
-#include <cstring>
-
 #include "runtime/kernels/common.hpp"
 #include "runtime/kernels/dnnl_util.hpp"
 
@@ -17,8 +15,7 @@ struct MatMulState {
     dnnl::matmul::primitive_desc pd;
     dnnl::matmul primitive;
     dnnl::memory::desc a, b, c;
-    const Tensor* cached_b_of = nullptr;  ///< a constant B, kept in the primitive's layout
-    dnnl::memory cached_b;
+    ConstantOperand cached_b;  ///< a constant B, kept in the primitive's layout
 };
 
 // Float MatMul through oneDNN: both operands brought to the same rank (batch
@@ -53,20 +50,7 @@ void dnnl_matmul(KernelContext& ctx, const std::vector<int64_t>& as, const std::
         ctx.state = state;
     }
     dnnl::stream stream(cpu_engine());
-    dnnl::memory weights;
-    if (constant_b && state->cached_b_of == &b) {
-        weights = state->cached_b;
-    } else {
-        weights = reordered(stream, wrap(state->b, b), state->pd.weights_desc());
-        if (constant_b) {
-            if (weights.get_data_handle() == b.bytes().data()) {
-                weights = dnnl::memory(state->pd.weights_desc(), cpu_engine());
-                vaiq::copy_bytes(weights.get_data_handle(), b.bytes().data(), b.bytes().size());
-            }
-            state->cached_b_of = &b;
-            state->cached_b = weights;
-        }
-    }
+    const dnnl::memory weights = operand(stream, b, constant_b, state->b, state->pd.weights_desc(), state->cached_b);
     Tensor y = Tensor::uninitialized(DataType::Float, out_shape);
     dnnl::memory c(state->c, cpu_engine(), y.mutable_bytes().data());
     state->primitive.execute(stream, {{DNNL_ARG_SRC, wrap(state->a, a)}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c}});
@@ -98,9 +82,7 @@ void matmul(KernelContext& ctx, std::vector<Tensor>& out) {
         a.type(), ctx,
         [&](auto tag) {
             using T = typename decltype(tag)::type;
-            if constexpr (std::is_same_v<T, bool>) {
-                ctx.fail("bool MatMul is not supported");
-            } else {
+            {
                 out[0] = make_tensor<T>(shape);
                 auto o = mutable_view<T>(out[0]);
                 const auto av = view<T>(a);
@@ -130,9 +112,7 @@ void gemm(KernelContext& ctx, std::vector<Tensor>& out) {
         a.type(), ctx,
         [&](auto tag) {
             using T = typename decltype(tag)::type;
-            if constexpr (std::is_same_v<T, bool>) {
-                ctx.fail("bool Gemm is not supported");
-            } else {
+            {
                 Eigen::Map<const RowMatrix<T>> x(view<T>(a).data(), a.shape()[0], a.shape()[1]);
                 Eigen::Map<const RowMatrix<T>> y(view<T>(b).data(), b.shape()[0], b.shape()[1]);
                 out[0] = make_tensor<T>({m, n});
