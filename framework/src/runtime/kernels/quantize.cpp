@@ -15,6 +15,7 @@ struct Channels {
 };
 
 Channels channels(KernelContext& ctx, const Tensor& x, const Tensor& scale) {
+    if (ctx.attributes.get_int("block_size", 0) != 0) ctx.fail("blocked quantization (block_size) is not supported yet");
     Channels c;
     if (scale.size() == 1 && scale.shape().size() <= 1) return c;
     if (scale.shape().size() != 1) ctx.fail("scale must be a scalar or a 1-D tensor");
@@ -32,7 +33,9 @@ void quantize(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& scale = ctx.input(1);
     if (x.type() != DataType::Float || scale.type() != DataType::Float) ctx.fail("only float input and scale are supported");
     const auto ch = channels(ctx, x, scale);
-    const DataType type = ctx.has_input(2) ? ctx.input(2).type() : DataType::UInt8;
+    // Opset 21 may name the type with output_dtype when there is no zero point.
+    const DataType type = ctx.has_input(2) ? ctx.input(2).type()
+                                           : static_cast<DataType>(ctx.attributes.get_int("output_dtype", 2));
     dispatch_numeric(
         type, ctx,
         [&](auto tag) {
@@ -85,8 +88,8 @@ void dequantize(KernelContext& ctx, std::vector<Tensor>& out) {
 }
 
 const KernelRegistration kKernels[] = {
-    {"", "QuantizeLinear", 10, 18, quantize},
-    {"", "DequantizeLinear", 10, 18, dequantize},
+    {"", "QuantizeLinear", 10, 21, quantize},
+    {"", "DequantizeLinear", 10, 21, dequantize},
     {"com.microsoft", "QuantizeLinear", 1, 1, quantize},
     {"com.microsoft", "DequantizeLinear", 1, 1, dequantize},
 };

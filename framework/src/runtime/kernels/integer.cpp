@@ -1,0 +1,225 @@
+// Integer-arithmetic ops of quantized models, exactly as the ONNX spec and
+// ONNX Runtime define them: int32 accumulation of (x - x_zero_point) *
+// (w - w_zero_point), requantization rounding half to even, then saturation.
+// Plain loops: exact first; the fast int8 paths come later.
+#include <cmath>
+#include <limits>
+
+#include "runtime/kernels/common.hpp"
+#include "runtime/kernels/window.hpp"
+
+namespace vaiq::runtime {
+namespace {
+
+// An 8-bit tensor's values as int32, with its zero point(s) subtracted along
+// `axis` (per-tensor when the zero point has one element).
+std::vector<int32_t> centred(KernelContext& ctx, const Tensor& t, const Tensor* zero_point, int64_t axis) {
+    std::vector<int32_t> out(static_cast<size_t>(t.size()));
+    std::vector<int32_t> zp{0};
+    if (zero_point) {
+        zp.clear();
+        dispatch_numeric(zero_point->type(), ctx, [&](auto tag) {
+            using Z = typename decltype(tag)::type;
+            for (auto v : view<Z>(*zero_point)) zp.push_back(static_cast<int32_t>(v));
+        });
+    }
+    int64_t inner = 1;
+    if (zp.size() > 1)
+        for (size_t d = static_cast<size_t>(axis) + 1; d < t.shape().size(); ++d) inner *= t.shape()[d];
+    dispatch_numeric(t.type(), ctx, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const auto v = view<T>(t);
+        for (size_t i = 0; i < v.size(); ++i) {
+            const size_t c = zp.size() == 1 ? 0 : (i / static_cast<size_t>(inner)) % zp.size();
+            out[i] = static_cast<int32_t>(v[i]) - zp[c];
+        }
+    });
+    return out;
+}
+
+std::vector<float> floats(const Tensor& t) {
+    const auto v = t.data<float>();
+    return {v.begin(), v.end()};
+}
+
+// Writes round(acc * multiplier) + zero point, saturated, into a tensor of the zero point's type.
+Tensor requantize(KernelContext& ctx, const std::vector<int64_t>& shape, const std::vector<int32_t>& acc,
+                  const std::vector<double>& multiplier, int64_t channel_inner, const Tensor& zero_point) {
+    Tensor y;
+    dispatch_numeric(zero_point.type(), ctx, [&](auto tag) {
+        using Q = typename decltype(tag)::type;
+        if constexpr (sizeof(Q) != 1) {
+            ctx.fail("the output zero point must be int8 or uint8");
+        } else {
+            y = make_tensor<Q>(shape);
+            auto o = mutable_view<Q>(y);
+            const double zp = static_cast<double>(view<Q>(zero_point)[0]);
+            for (size_t i = 0; i < acc.size(); ++i) {
+                const size_t c = multiplier.size() == 1 ? 0 : (i / static_cast<size_t>(channel_inner)) % multiplier.size();
+                // float32 multiply as ONNX Runtime does, then round half to even.
+                const float scaled = static_cast<float>(acc[i]) * static_cast<float>(multiplier[c]);
+                const double q = static_cast<double>(std::nearbyint(scaled)) + zp;
+                o[i] = static_cast<Q>(std::clamp(q, static_cast<double>(std::numeric_limits<Q>::min()),
+                                                 static_cast<double>(std::numeric_limits<Q>::max())));
+            }
+        }
+    });
+    return y;
+}
+
+// Batched (broadcast) integer matrix product of centred operands.
+std::vector<int32_t> int_matmul(KernelContext& ctx, const Tensor& a, const std::vector<int32_t>& av, const Tensor& b,
+                                const std::vector<int32_t>& bv, std::vector<int64_t>& shape) {
+    auto as = a.shape(), bs = b.shape();
+    const bool a_vector = as.size() == 1, b_vector = bs.size() == 1;
+    if (a_vector) as.insert(as.begin(), 1);
+    if (b_vector) bs.push_back(1);
+    const int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
+    if (bs[bs.size() - 2] != k) ctx.fail("inner dimensions differ");
+    const std::vector<int64_t> a_batch(as.begin(), as.end() - 2), b_batch(bs.begin(), bs.end() - 2);
+    const auto batch = broadcast_shapes(ctx, a_batch, b_batch);
+    const auto ia = broadcast_index(a_batch, batch), ib = broadcast_index(b_batch, batch);
+    shape = batch;
+    if (!a_vector) shape.push_back(m);
+    if (!b_vector) shape.push_back(n);
+    std::vector<int32_t> out(ia.size() * static_cast<size_t>(m * n), 0);
+    for (size_t p = 0; p < ia.size(); ++p)
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+                int32_t acc = 0;
+                for (int64_t q = 0; q < k; ++q)
+                    acc += av[(ia[p] * m + i) * k + q] * bv[(ib[p] * k + q) * n + j];
+                out[(p * m + i) * n + j] = acc;
+            }
+    return out;
+}
+
+void matmul_integer(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& a = ctx.input(0);
+    const auto& b = ctx.input(1);
+    const auto av = centred(ctx, a, ctx.has_input(2) ? &ctx.input(2) : nullptr, static_cast<int64_t>(a.shape().size()) - 2);
+    const auto bv = centred(ctx, b, ctx.has_input(3) ? &ctx.input(3) : nullptr, static_cast<int64_t>(b.shape().size()) - 1);
+    std::vector<int64_t> shape;
+    const auto acc = int_matmul(ctx, a, av, b, bv, shape);
+    out[0] = Tensor::from_values<int32_t>(shape, acc);
+}
+
+void qlinear_matmul(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& a = ctx.input(0);
+    const auto& b = ctx.input(3);
+    const auto av = centred(ctx, a, &ctx.input(2), static_cast<int64_t>(a.shape().size()) - 2);
+    const auto bv = centred(ctx, b, &ctx.input(5), static_cast<int64_t>(b.shape().size()) - 1);
+    std::vector<int64_t> shape;
+    const auto acc = int_matmul(ctx, a, av, b, bv, shape);
+    const auto sa = floats(ctx.input(1)), sb = floats(ctx.input(4)), sy = floats(ctx.input(6));
+    std::vector<double> multiplier;
+    for (float s : sb) multiplier.push_back(static_cast<double>(sa[0] * s / sy[0]));
+    out[0] = requantize(ctx, shape, acc, multiplier, 1, ctx.input(7));
+}
+
+// Integer convolution of centred input and weights: [N, M, out...] int32.
+std::vector<int32_t> int_conv(KernelContext& ctx, const Tensor& x, const std::vector<int32_t>& xv, const Tensor& w,
+                              const std::vector<int32_t>& wv, std::vector<int64_t>& shape) {
+    const size_t spatial = x.shape().size() - 2;
+    const int64_t group = ctx.attributes.get_int("group", 1);
+    const int64_t n = x.shape()[0], c = x.shape()[1], m = w.shape()[0], cg = c / group, mg = m / group;
+    if (group < 1 || c % group != 0 || m % group != 0 || w.shape()[1] != cg) ctx.fail("channels, weights and group disagree");
+    const std::vector<int64_t> in(x.shape().begin() + 2, x.shape().end()), kernel(w.shape().begin() + 2, w.shape().end());
+    const auto g = WindowGeometry::from(ctx, in, kernel, false);
+    shape = {n, m};
+    shape.insert(shape.end(), g.out.begin(), g.out.end());
+    const int64_t out_plane = element_count(g.out), in_plane = element_count(in), k_plane = element_count(kernel);
+    const auto in_strides = strides_of(in);
+    std::vector<int32_t> acc(static_cast<size_t>(n * m * out_plane), 0);
+    std::vector<int64_t> pos(spatial), k(spatial);
+    for (int64_t b = 0; b < n; ++b)
+        for (int64_t oc = 0; oc < m; ++oc) {
+            const int64_t grp = oc / mg;
+            for (int64_t o = 0; o < out_plane; ++o) {
+                int64_t rest = o;
+                for (int d = static_cast<int>(spatial) - 1; d >= 0; --d) {
+                    pos[d] = rest % g.out[d];
+                    rest /= g.out[d];
+                }
+                int32_t sum = 0;
+                for (int64_t ic = 0; ic < cg; ++ic)
+                    for (int64_t kk = 0; kk < k_plane; ++kk) {
+                        int64_t r = kk, flat = 0;
+                        bool inside = true;
+                        for (int d = static_cast<int>(spatial) - 1; d >= 0; --d) {
+                            k[d] = r % kernel[d];
+                            r /= kernel[d];
+                            const int64_t at = pos[d] * g.strides[d] - g.pad_begin[d] + k[d] * g.dilations[d];
+                            inside &= at >= 0 && at < in[d];
+                            flat += at * in_strides[d];
+                        }
+                        if (!inside) continue;
+                        sum += xv[(b * c + grp * cg + ic) * in_plane + flat] * wv[(oc * cg + ic) * k_plane + kk];
+                    }
+                acc[(b * m + oc) * out_plane + o] = sum;
+            }
+        }
+    return acc;
+}
+
+void conv_integer(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const auto& w = ctx.input(1);
+    const auto xv = centred(ctx, x, ctx.has_input(2) ? &ctx.input(2) : nullptr, 1);
+    const auto wv = centred(ctx, w, ctx.has_input(3) ? &ctx.input(3) : nullptr, 0);
+    std::vector<int64_t> shape;
+    const auto acc = int_conv(ctx, x, xv, w, wv, shape);
+    out[0] = Tensor::from_values<int32_t>(shape, acc);
+}
+
+void qlinear_conv(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const auto& w = ctx.input(3);
+    const auto xv = centred(ctx, x, &ctx.input(2), 1);
+    const auto wv = centred(ctx, w, &ctx.input(5), 0);
+    std::vector<int64_t> shape;
+    auto acc = int_conv(ctx, x, xv, w, wv, shape);
+    const int64_t m = shape[1], plane = element_count(std::vector<int64_t>(shape.begin() + 2, shape.end()));
+    if (ctx.has_input(8)) {
+        const auto bias = ctx.input(8).data<int32_t>();
+        for (size_t i = 0; i < acc.size(); ++i) acc[i] += bias[(i / static_cast<size_t>(plane)) % static_cast<size_t>(m)];
+    }
+    const auto sx = floats(ctx.input(1)), sw = floats(ctx.input(4)), sy = floats(ctx.input(6));
+    std::vector<double> multiplier;
+    for (float s : sw) multiplier.push_back(static_cast<double>(sx[0] * s / sy[0]));
+    out[0] = requantize(ctx, shape, acc, multiplier, plane, ctx.input(7));
+}
+
+// y = saturate(round(x / scale) + zero_point) with scale and zero point from x's
+// range (always including 0) mapped onto [0, 255].
+void dynamic_quantize(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    if (x.type() != DataType::Float) ctx.fail("the input must be float");
+    const auto v = x.data<float>();
+    float lo = 0.0f, hi = 0.0f;
+    for (float f : v) {
+        lo = std::min(lo, f);
+        hi = std::max(hi, f);
+    }
+    const float scale = (hi - lo) / 255.0f;
+    const float zp_float = scale == 0.0f ? 0.0f : std::nearbyint(std::clamp(0.0f - lo / scale, 0.0f, 255.0f));
+    out[0] = make_tensor<uint8_t>(x.shape());
+    auto o = mutable_view<uint8_t>(out[0]);
+    for (size_t i = 0; i < v.size(); ++i) {
+        const float q = scale == 0.0f ? zp_float : std::nearbyint(v[i] / scale) + zp_float;
+        o[i] = static_cast<uint8_t>(std::clamp(q, 0.0f, 255.0f));
+    }
+    out[1] = Tensor::from_values<float>({}, std::vector<float>{scale});
+    out[2] = Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{static_cast<uint8_t>(zp_float)});
+}
+
+const KernelRegistration kKernels[] = {
+    {"", "MatMulInteger", 10, 21, matmul_integer},
+    {"", "QLinearMatMul", 10, 20, qlinear_matmul},
+    {"", "ConvInteger", 10, 21, conv_integer},
+    {"", "QLinearConv", 10, 21, qlinear_conv},
+    {"", "DynamicQuantizeLinear", 11, 21, dynamic_quantize},
+};
+
+}  // namespace
+}  // namespace vaiq::runtime
