@@ -199,6 +199,33 @@ TEST(Layout, EveryTensorReadsTheSameWithAndWithoutIt) {
     }
 }
 
+TEST(Executor, QLinearAddRequantizesLikeOnnxRuntime) {
+    // a = (q - 128) * 0.5, b = (q - 0) * 0.25, c = round((a + b) / 1.0) + 10, saturated to uint8.
+    vaiq::test::GraphBuilder b;
+    b.input("a", {4}, DataType::UInt8).input("b", {4}, DataType::UInt8).output("c", {4}, DataType::UInt8);
+    auto scalar = [&](const std::string& name, auto v) {
+        using V = decltype(v);
+        b.initializer(name, Tensor::from_values<V>({}, std::vector<V>{v}));
+    };
+    scalar("sa", 0.5f);
+    scalar("za", uint8_t{128});
+    scalar("sb", 0.25f);
+    scalar("zb", uint8_t{0});
+    scalar("sc", 1.0f);
+    scalar("zc", uint8_t{10});
+    b.node("QLinearAdd", {"a", "sa", "za", "b", "sb", "zb", "sc", "zc"}, {"c"}, "add").set_domain("com.microsoft");
+    auto model = b.build();
+    auto* ms = model.proto().add_opset_import();
+    ms->set_domain("com.microsoft");
+    ms->set_version(1);
+    Executor e(model);
+    const auto out = e.run({{"a", Tensor::from_values<uint8_t>({4}, std::vector<uint8_t>{128, 130, 0, 255})},
+                            {"b", Tensor::from_values<uint8_t>({4}, std::vector<uint8_t>{0, 2, 4, 255})}})[0];
+    // 0 + 0 -> 10; 1 + 0.5 = 1.5 -> 2 (half to even) -> 12; -64 + 1 -> -63 -> 0 (saturated); 63.5 + 63.75 = 127.25 -> 137
+    EXPECT_EQ(std::vector<uint8_t>(out.data<uint8_t>().begin(), out.data<uint8_t>().end()),
+              (std::vector<uint8_t>{10, 12, 0, 137}));
+}
+
 TEST(Npy, ReadsTheFormatAsSpecified) {
     // A (2, 3) int16 array as numpy writes it: magic, version 1.0, header, data.
     std::string header = "{'descr': '<i2', 'fortran_order': False, 'shape': (2, 3), }";

@@ -1,0 +1,146 @@
+// The com.microsoft QLinear* ops ONNX Runtime's QOperator format writes:
+// each dequantizes its inputs, computes in float, and requantizes the result
+// (round half to even, saturate), as ONNX Runtime defines them.
+#include <cmath>
+#include <limits>
+
+#include "runtime/kernels/common.hpp"
+
+namespace vaiq::runtime {
+namespace {
+
+constexpr const char* kMicrosoft = "com.microsoft";
+
+struct QuantizedInput {
+    const Tensor* data;
+    float scale;
+    int32_t zero_point;
+};
+
+QuantizedInput quantized(KernelContext& ctx, size_t data, size_t scale, size_t zero_point) {
+    QuantizedInput q{&ctx.input(data), ctx.input(scale).data<float>()[0], 0};
+    if (ctx.has_input(zero_point)) q.zero_point = static_cast<int32_t>(read_scalar(ctx, ctx.input(zero_point)));
+    return q;
+}
+
+std::vector<float> dequantized(KernelContext& ctx, const QuantizedInput& q) {
+    std::vector<float> out(static_cast<size_t>(q.data->size()));
+    dispatch_numeric(q.data->type(), ctx, [&](auto tag) {
+        using Q = typename decltype(tag)::type;
+        const auto v = view<Q>(*q.data);
+        for (size_t i = 0; i < v.size(); ++i) out[i] = static_cast<float>(static_cast<int32_t>(v[i]) - q.zero_point) * q.scale;
+    });
+    return out;
+}
+
+// Quantizes float values with the output scale/zero point, in the zero point's type
+// (or the first input's type when there is no zero point).
+Tensor requantized(KernelContext& ctx, const std::vector<int64_t>& shape, const std::vector<float>& values,
+                   size_t scale_input, size_t zero_point_input, DataType fallback) {
+    const float scale = ctx.input(scale_input).data<float>()[0];
+    const DataType type = ctx.has_input(zero_point_input) ? ctx.input(zero_point_input).type() : fallback;
+    const double zp = ctx.has_input(zero_point_input) ? read_scalar(ctx, ctx.input(zero_point_input)) : 0.0;
+    Tensor y;
+    dispatch_numeric(type, ctx, [&](auto tag) {
+        using Q = typename decltype(tag)::type;
+        if constexpr (sizeof(Q) != 1) {
+            ctx.fail("outputs must be int8 or uint8");
+        } else {
+            y = make_tensor<Q>(shape);
+            auto o = mutable_view<Q>(y);
+            for (size_t i = 0; i < values.size(); ++i) {
+                const double q = static_cast<double>(std::nearbyint(values[i] / scale)) + zp;
+                o[i] = static_cast<Q>(std::clamp(q, static_cast<double>(std::numeric_limits<Q>::min()),
+                                                 static_cast<double>(std::numeric_limits<Q>::max())));
+            }
+        }
+    });
+    return y;
+}
+
+// QLinearAdd / QLinearMul: (A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp), broadcasting.
+template <typename Op>
+void qlinear_binary(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto a = quantized(ctx, 0, 1, 2);
+    const auto b = quantized(ctx, 3, 4, 5);
+    const auto av = dequantized(ctx, a), bv = dequantized(ctx, b);
+    const Tensor fa = Tensor::from_values<float>(a.data->shape(), av);
+    const Tensor fb = Tensor::from_values<float>(b.data->shape(), bv);
+    const Tensor sum = broadcast_binary<float, float>(ctx, fa, fb, [](float x, float y) { return Op{}(x, y); });
+    const auto s = sum.data<float>();
+    out[0] = requantized(ctx, sum.shape(), {s.begin(), s.end()}, 6, 7, a.data->type());
+}
+
+// QLinearLeakyRelu / QLinearSigmoid: (X, X_scale, X_zp, Y_scale, Y_zp).
+template <bool kSigmoid>
+void qlinear_unary(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto x = quantized(ctx, 0, 1, 2);
+    auto v = dequantized(ctx, x);
+    const float alpha = ctx.attributes.get_float("alpha", 0.01f);
+    for (auto& f : v) f = kSigmoid ? 1.0f / (1.0f + std::exp(-f)) : (f < 0 ? f * alpha : f);
+    out[0] = requantized(ctx, x.data->shape(), v, 3, 4, x.data->type());
+}
+
+// QLinearGlobalAveragePool: (X, x_scale, x_zp, y_scale, y_zp), NCHW or channels_last.
+void qlinear_global_average_pool(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto x = quantized(ctx, 0, 1, 2);
+    const auto& s = x.data->shape();
+    if (s.size() < 3) ctx.fail("the input needs batch, channel and spatial dimensions");
+    const bool channels_last = ctx.attributes.get_int("channels_last", 0) != 0;
+    const int64_t n = s[0], c = channels_last ? s.back() : s[1];
+    const int64_t plane = x.data->size() / (n * c);
+    const auto v = dequantized(ctx, x);
+    std::vector<float> mean(static_cast<size_t>(n * c), 0.0f);
+    for (int64_t b = 0; b < n; ++b)
+        for (int64_t ch = 0; ch < c; ++ch) {
+            double sum = 0;
+            for (int64_t i = 0; i < plane; ++i)
+                sum += channels_last ? v[(b * plane + i) * c + ch] : v[(b * c + ch) * plane + i];
+            mean[b * c + ch] = static_cast<float>(sum / static_cast<double>(plane));
+        }
+    std::vector<int64_t> shape(s.size(), 1);
+    shape[0] = n;
+    shape[channels_last ? s.size() - 1 : 1] = c;
+    out[0] = requantized(ctx, shape, mean, 3, 4, x.data->type());
+}
+
+// QLinearConcat: (Y_scale, Y_zp, X0, X0_scale, X0_zp, X1, ...), along `axis`.
+void qlinear_concat(KernelContext& ctx, std::vector<Tensor>& out) {
+    if (ctx.input_count() < 5 || (ctx.input_count() - 2) % 3 != 0) ctx.fail("expects Y_scale, Y_zp and triples of inputs");
+    const auto& first = ctx.input(2).shape();
+    const auto rank = static_cast<int64_t>(first.size());
+    const int64_t axis = normalize_axis(ctx, ctx.attributes.get_int("axis", 0), rank);
+    std::vector<std::vector<float>> parts;
+    std::vector<std::vector<int64_t>> shapes;
+    auto shape = first;
+    shape[axis] = 0;
+    for (size_t i = 2; i < ctx.input_count(); i += 3) {
+        const auto q = quantized(ctx, i, i + 1, i + 2);
+        parts.push_back(dequantized(ctx, q));
+        shapes.push_back(q.data->shape());
+        shape[axis] += q.data->shape()[axis];
+    }
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
+    for (int64_t d = axis + 1; d < rank; ++d) inner *= shape[d];
+    std::vector<float> values;
+    values.reserve(static_cast<size_t>(element_count(shape)));
+    for (int64_t o = 0; o < outer; ++o)
+        for (size_t p = 0; p < parts.size(); ++p) {
+            const int64_t chunk = shapes[p][axis] * inner;
+            values.insert(values.end(), parts[p].begin() + o * chunk, parts[p].begin() + (o + 1) * chunk);
+        }
+    out[0] = requantized(ctx, shape, values, 0, 1, ctx.input(2).type());
+}
+
+const KernelRegistration kKernels[] = {
+    {kMicrosoft, "QLinearAdd", 1, 1, qlinear_binary<std::plus<>>},
+    {kMicrosoft, "QLinearMul", 1, 1, qlinear_binary<std::multiplies<>>},
+    {kMicrosoft, "QLinearLeakyRelu", 1, 1, qlinear_unary<false>},
+    {kMicrosoft, "QLinearSigmoid", 1, 1, qlinear_unary<true>},
+    {kMicrosoft, "QLinearGlobalAveragePool", 1, 1, qlinear_global_average_pool},
+    {kMicrosoft, "QLinearConcat", 1, 1, qlinear_concat},
+};
+
+}  // namespace
+}  // namespace vaiq::runtime
