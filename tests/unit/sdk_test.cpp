@@ -157,6 +157,10 @@ TEST(Graph, UniqueNamesAndCleanup) {
     auto model = vaiq::test::conv_relu_model();
     EXPECT_EQ(vaiq::unique_name(model.graph(), "fresh"), "fresh");
     EXPECT_EQ(vaiq::unique_name(model.graph(), "conv_out"), "conv_out_1");
+    vaiq::UniqueNames names(model.graph());
+    EXPECT_EQ(names.fresh("conv_out"), "conv_out_1");
+    EXPECT_EQ(names.fresh("conv_out"), "conv_out_2") << "a name handed out is taken";
+    EXPECT_EQ(names.fresh("w"), "w_1");
     EXPECT_EQ(vaiq::remove_unused_initializers(model.graph()), 0);
     vaiq::remove_nodes(model.graph(), {0});
     EXPECT_EQ(vaiq::remove_unused_initializers(model.graph()), 2);  // w and b

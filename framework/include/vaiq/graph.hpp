@@ -50,7 +50,18 @@ VAIQ_API std::vector<std::string> outer_scope_reads(const onnx::NodeProto& node)
 /// Throws InputError naming a node on a cycle or reading an undefined tensor.
 VAIQ_API std::vector<int> topological_order(const onnx::GraphProto& graph);
 
-/// A tensor or node name not yet used in the graph: `base`, else `base_1`, `base_2`, ...
+/// Hands out names not used in a graph (nodes, tensors, initializers, value
+/// infos) nor handed out before: `base`, else `base_1`, `base_2`, ...
+class VAIQ_API UniqueNames {
+  public:
+    explicit UniqueNames(const onnx::GraphProto& graph);
+    std::string fresh(std::string_view base);
+
+  private:
+    std::unordered_set<std::string> used_;
+};
+
+/// A name not yet used in the graph (one-off; use UniqueNames for many).
 VAIQ_API std::string unique_name(const onnx::GraphProto& graph, std::string_view base);
 
 /// Makes every node (and subgraph) reading `from` read `to` instead. Graph

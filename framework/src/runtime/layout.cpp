@@ -71,7 +71,7 @@ std::set<std::string> scalar_constants(const onnx::GraphProto& graph) {
 }
 
 // Step 1: Conv and 2-D pools run in NHWC between a pair of transposes.
-bool wrap_nhwc_ops(onnx::GraphProto& graph) {
+bool wrap_nhwc_ops(onnx::GraphProto& graph, UniqueNames& names) {
     const GraphIndex index(graph);
     google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
     bool changed = false;
@@ -87,32 +87,24 @@ bool wrap_nhwc_ops(onnx::GraphProto& graph) {
             *nodes.Add() = node;
             continue;
         }
-        const std::string in_nhwc = unique_name(graph, node.input(0) + "_nhwc");
-        const std::string out_nhwc = unique_name(graph, node.output(0) + "_nhwc");
-        *nodes.Add() = make_transpose(node.input(0), in_nhwc, kToNhwc, unique_name(graph, node.name() + "_to_nhwc"));
+        const std::string in_nhwc = names.fresh(node.input(0) + "_nhwc");
+        const std::string out_nhwc = names.fresh(node.output(0) + "_nhwc");
+        *nodes.Add() = make_transpose(node.input(0), in_nhwc, kToNhwc, names.fresh(node.name() + "_to_nhwc"));
         onnx::NodeProto inner = node;
         inner.set_op_type("Nhwc" + node.op_type());
         inner.set_domain(kInternalDomain);
         inner.set_input(0, in_nhwc);
         inner.set_output(0, out_nhwc);
         *nodes.Add() = inner;
-        *nodes.Add() = make_transpose(out_nhwc, node.output(0), kToNchw, unique_name(graph, node.name() + "_to_nchw"));
+        *nodes.Add() = make_transpose(out_nhwc, node.output(0), kToNchw, names.fresh(node.name() + "_to_nchw"));
         changed = true;
-        // unique_name looks at the graph: add the new names before the next node asks.
-        *graph.add_value_info() = onnx::ValueInfoProto();
-        graph.mutable_value_info()->rbegin()->set_name(in_nhwc);
-        *graph.add_value_info() = onnx::ValueInfoProto();
-        graph.mutable_value_info()->rbegin()->set_name(out_nhwc);
     }
-    // Drop the placeholder value infos used for naming.
-    auto* infos = graph.mutable_value_info();
-    infos->erase(std::remove_if(infos->begin(), infos->end(), [](const auto& v) { return !v.has_type(); }), infos->end());
     graph.mutable_node()->Swap(&nodes);
     return changed;
 }
 
 // Step 2, one rewrite at a time; returns false when nothing applies.
-bool push_or_cancel_once(onnx::GraphProto& graph, const std::set<std::string>& scalars) {
+bool push_or_cancel_once(onnx::GraphProto& graph, const std::set<std::string>& scalars, UniqueNames& names) {
     const GraphIndex index(graph);
     for (int n = 0; n < graph.node_size(); ++n) {
         const auto& node = graph.node(n);
@@ -145,10 +137,10 @@ bool push_or_cancel_once(onnx::GraphProto& graph, const std::set<std::string>& s
         // op(T(a), ...) -> T(op(a, ...)): the op runs in NHWC, the transpose moves below it.
         onnx::NodeProto moved = node;
         for (int i : transposed) moved.set_input(i, graph.node(index.producer(node.input(i))).input(0));
-        const std::string nhwc_out = unique_name(graph, node.output(0) + "_nhwc");
+        const std::string nhwc_out = names.fresh(node.output(0) + "_nhwc");
         moved.set_output(0, nhwc_out);
-        moved.set_name(unique_name(graph, node.name() + "_nhwc"));
-        const auto back = make_transpose(nhwc_out, node.output(0), kToNchw, unique_name(graph, node.name() + "_to_nchw"));
+        moved.set_name(names.fresh(node.name() + "_nhwc"));
+        const auto back = make_transpose(nhwc_out, node.output(0), kToNchw, names.fresh(node.name() + "_to_nchw"));
         *graph.mutable_node(n) = moved;
         *graph.add_node() = back;
         return true;
@@ -159,9 +151,10 @@ bool push_or_cancel_once(onnx::GraphProto& graph, const std::set<std::string>& s
 }  // namespace
 
 bool optimize_layout(onnx::GraphProto& graph) {
-    if (!wrap_nhwc_ops(graph)) return false;
+    UniqueNames names(graph);
+    if (!wrap_nhwc_ops(graph, names)) return false;
     const auto scalars = scalar_constants(graph);
-    for (int guard = 0; guard < 10 * graph.node_size() && push_or_cancel_once(graph, scalars); ++guard) {
+    for (int guard = 0; guard < 10 * graph.node_size() && push_or_cancel_once(graph, scalars, names); ++guard) {
     }
     // Keep every node after its producers.
     const auto order = topological_order(graph);

@@ -128,18 +128,25 @@ std::vector<int> topological_order(const onnx::GraphProto& graph) {
     return order;
 }
 
-std::string unique_name(const onnx::GraphProto& graph, std::string_view base) {
-    std::unordered_set<std::string> used;
+UniqueNames::UniqueNames(const onnx::GraphProto& graph) {
     for (const auto& node : graph.node()) {
-        used.insert(node.name());
-        for (const auto& o : node.output()) used.insert(o);
+        used_.insert(node.name());
+        for (const auto& o : node.output()) used_.insert(o);
     }
-    for (const auto& i : graph.input()) used.insert(i.name());
-    for (const auto& i : graph.initializer()) used.insert(i.name());
-    for (const auto& v : graph.value_info()) used.insert(v.name());
+    for (const auto& i : graph.input()) used_.insert(i.name());
+    for (const auto& i : graph.initializer()) used_.insert(i.name());
+    for (const auto& v : graph.value_info()) used_.insert(v.name());
+}
+
+std::string UniqueNames::fresh(std::string_view base) {
     std::string name(base);
-    for (int k = 1; used.count(name); ++k) name = fmt::format("{}_{}", base, k);
+    for (int k = 1; used_.count(name); ++k) name = fmt::format("{}_{}", base, k);
+    used_.insert(name);
     return name;
+}
+
+std::string unique_name(const onnx::GraphProto& graph, std::string_view base) {
+    return UniqueNames(graph).fresh(base);
 }
 
 namespace {

@@ -36,13 +36,13 @@ void check_params(const TensorQuant& t, int64_t opset) {
 }
 
 // Scale and zero-point initializers: scalars per tensor, vectors per channel.
-std::pair<std::string, std::string> add_params(onnx::GraphProto& graph, const TensorQuant& t) {
+std::pair<std::string, std::string> add_params(onnx::GraphProto& graph, vaiq::UniqueNames& names, const TensorQuant& t) {
     const auto& p = t.params;
     const std::vector<int64_t> shape = p.axis >= 0 ? std::vector<int64_t>{static_cast<int64_t>(p.scale.size())}
                                                    : std::vector<int64_t>{};
-    const auto scale_name = vaiq::unique_name(graph, t.tensor + "_scale");
+    const auto scale_name = names.fresh(t.tensor + "_scale");
     *graph.add_initializer() = vaiq::Tensor::from_values<float>(shape, p.scale).to_proto(scale_name);
-    const auto zp_name = vaiq::unique_name(graph, t.tensor + "_zero_point");
+    const auto zp_name = names.fresh(t.tensor + "_zero_point");
     vaiq::Tensor zp(vaiq::storage_type(p.type), shape);
     for (size_t i = 0; i < p.zero_point.size(); ++i) {
         switch (p.type) {
@@ -55,11 +55,12 @@ std::pair<std::string, std::string> add_params(onnx::GraphProto& graph, const Te
     return {scale_name, zp_name};
 }
 
-onnx::NodeProto& add_node(onnx::GraphProto& graph, const std::string& op, const std::string& input,
-                          const std::string& scale, const std::string& zp, const std::string& output, int axis) {
+onnx::NodeProto& add_node(onnx::GraphProto& graph, vaiq::UniqueNames& names, const std::string& op,
+                          const std::string& input, const std::string& scale, const std::string& zp,
+                          const std::string& output, int axis) {
     auto* n = graph.add_node();
     n->set_op_type(op);
-    n->set_name(vaiq::unique_name(graph, output + "_node"));
+    n->set_name(names.fresh(output + "_node"));
     n->add_input(input);
     n->add_input(scale);
     n->add_input(zp);
@@ -114,11 +115,12 @@ class Qdq final : public vaiq::Format {
 
     void emit(vaiq::Model& model, const vaiq::QuantPlan& plan) const override {
         auto& graph = model.graph();
+        vaiq::UniqueNames names(graph);
         for (const auto& t : plan.tensors) {
             check_params(t, model.opset());
             const vaiq::GraphIndex index(graph);
-            if (const auto* init = index.initializer(t.tensor)) emit_weight(graph, index, *init, t);
-            else emit_activation(graph, index, t);
+            if (const auto* init = index.initializer(t.tensor)) emit_weight(graph, names, index, *init, t);
+            else emit_activation(graph, names, index, t);
         }
         // New nodes were appended; put every node after its producers again.
         const auto order = vaiq::topological_order(graph);
@@ -128,65 +130,66 @@ class Qdq final : public vaiq::Format {
     }
 
   private:
-    void emit_weight(onnx::GraphProto& graph, const vaiq::GraphIndex& index, const onnx::TensorProto& init,
-                     const TensorQuant& t) const {
+    void emit_weight(onnx::GraphProto& graph, vaiq::UniqueNames& names, const vaiq::GraphIndex& index,
+                     const onnx::TensorProto& init, const TensorQuant& t) const {
         if (index.is_graph_input(t.tensor) || index.is_graph_output(t.tensor))
             throw InputError(fmt::format("weight '{}' is also a graph input or output, so it is not a constant", t.tensor));
         const auto weight = vaiq::Tensor::from_proto(init);
         if (weight.type() != vaiq::DataType::Float)
             throw InputError(fmt::format("weight '{}' is {}, not float", t.tensor, vaiq::data_type_name(weight.type())));
-        const auto [scale, zp] = add_params(graph, t);
-        const auto dq_out = vaiq::unique_name(graph, t.tensor + "_DequantizeLinear_Output");
+        const auto [scale, zp] = add_params(graph, names, t);
+        const auto dq_out = names.fresh(t.tensor + "_DequantizeLinear_Output");
         vaiq::replace_all_uses(graph, t.tensor, dq_out);
         if (pair_to_weight_ && t.role != vaiq::TensorRole::Bias) {
-            const auto q_out = vaiq::unique_name(graph, t.tensor + "_QuantizeLinear_Output");
-            add_node(graph, "QuantizeLinear", t.tensor, scale, zp, q_out, t.params.axis);
-            add_node(graph, "DequantizeLinear", q_out, scale, zp, dq_out, t.params.axis);
+            const auto q_out = names.fresh(t.tensor + "_QuantizeLinear_Output");
+            add_node(graph, names, "QuantizeLinear", t.tensor, scale, zp, q_out, t.params.axis);
+            add_node(graph, names, "DequantizeLinear", q_out, scale, zp, dq_out, t.params.axis);
             return;
         }
-        const auto q_name = vaiq::unique_name(graph, t.tensor + "_quantized");
+        const auto q_name = names.fresh(t.tensor + "_quantized");
         *graph.add_initializer() = quantize(weight, t).to_proto(q_name);
-        add_node(graph, "DequantizeLinear", q_name, scale, zp, dq_out, t.params.axis);
+        add_node(graph, names, "DequantizeLinear", q_name, scale, zp, dq_out, t.params.axis);
         vaiq::remove_unused_initializers(graph);
     }
 
-    void emit_activation(onnx::GraphProto& graph, const vaiq::GraphIndex& index, const TensorQuant& t) const {
+    void emit_activation(onnx::GraphProto& graph, vaiq::UniqueNames& names, const vaiq::GraphIndex& index,
+                         const TensorQuant& t) const {
         const int producer = index.producer(t.tensor);
         if (producer < 0 && !index.is_graph_input(t.tensor))
             throw InputError(fmt::format("the plan quantizes tensor '{}', which the model does not have", t.tensor));
-        const auto [scale, zp] = add_params(graph, t);
+        const auto [scale, zp] = add_params(graph, names, t);
         const int axis = t.params.axis;
         if (index.is_graph_output(t.tensor)) {
             // The output keeps its name: the float value is renamed and the DequantizeLinear writes the output.
             if (producer < 0)
                 throw InputError(fmt::format("tensor '{}' is both a graph input and output; there is nothing to quantize",
                                              t.tensor));
-            const auto float_name = vaiq::unique_name(graph, t.tensor + "_QuantizeLinear_Input");
+            const auto float_name = names.fresh(t.tensor + "_QuantizeLinear_Input");
             // Only the producer changes: other readers keep reading the output's name, now the DequantizeLinear's.
             for (auto& out : *graph.mutable_node(producer)->mutable_output())
                 if (out == t.tensor) out = float_name;
-            const auto q_out = vaiq::unique_name(graph, t.tensor + "_QuantizeLinear_Output");
-            add_node(graph, "QuantizeLinear", float_name, scale, zp, q_out, axis);
-            add_node(graph, "DequantizeLinear", q_out, scale, zp, t.tensor, axis);
+            const auto q_out = names.fresh(t.tensor + "_QuantizeLinear_Output");
+            add_node(graph, names, "QuantizeLinear", float_name, scale, zp, q_out, axis);
+            add_node(graph, names, "DequantizeLinear", q_out, scale, zp, t.tensor, axis);
             return;
         }
         const auto& uses = index.consumers(t.tensor);
         const bool dedicated = dedicated_pair_ && uses.size() > 1 &&
                                std::none_of(uses.begin(), uses.end(), [](const auto& u) { return u.slot < 0; });
         if (!dedicated) {
-            const auto q_out = vaiq::unique_name(graph, t.tensor + "_QuantizeLinear_Output");
-            const auto dq_out = vaiq::unique_name(graph, t.tensor + "_DequantizeLinear_Output");
+            const auto q_out = names.fresh(t.tensor + "_QuantizeLinear_Output");
+            const auto dq_out = names.fresh(t.tensor + "_DequantizeLinear_Output");
             vaiq::replace_all_uses(graph, t.tensor, dq_out);
-            add_node(graph, "QuantizeLinear", t.tensor, scale, zp, q_out, axis);
-            add_node(graph, "DequantizeLinear", q_out, scale, zp, dq_out, axis);
+            add_node(graph, names, "QuantizeLinear", t.tensor, scale, zp, q_out, axis);
+            add_node(graph, names, "DequantizeLinear", q_out, scale, zp, dq_out, axis);
             return;
         }
         for (const auto& use : uses) {
-            const auto q_out = vaiq::unique_name(graph, t.tensor + "_QuantizeLinear_Output");
-            const auto dq_out = vaiq::unique_name(graph, t.tensor + "_DequantizeLinear_Output");
+            const auto q_out = names.fresh(t.tensor + "_QuantizeLinear_Output");
+            const auto dq_out = names.fresh(t.tensor + "_DequantizeLinear_Output");
             graph.mutable_node(use.node)->set_input(use.slot, dq_out);
-            add_node(graph, "QuantizeLinear", t.tensor, scale, zp, q_out, axis);
-            add_node(graph, "DequantizeLinear", q_out, scale, zp, dq_out, axis);
+            add_node(graph, names, "QuantizeLinear", t.tensor, scale, zp, q_out, axis);
+            add_node(graph, names, "DequantizeLinear", q_out, scale, zp, dq_out, axis);
         }
     }
 
