@@ -1,6 +1,9 @@
 // vaiq/quant.hpp - quantization types, specs, ranges and the plan formats write.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -57,6 +60,17 @@ struct QuantParams {
 /// is widened to include 0, symmetric ranges are centred on 0, zero point rounded
 /// half to even. A degenerate range gets scale 1.
 VAIQ_API QuantParams compute_quant_params(TensorRange range, const QuantSpec& spec);
+
+/// One quantized value: `scaled` (already divided by the scale, in float32 as
+/// ONNX Runtime computes it) rounded half to even, plus the zero point,
+/// saturated to Q's range. Formats and the executor's kernels all quantize
+/// through this, so what is written and what is simulated agree bit for bit.
+template <typename Q>
+Q quantize_value(float scaled, double zero_point) {
+    const double q = static_cast<double>(std::nearbyint(scaled)) + zero_point;
+    return static_cast<Q>(std::clamp(q, static_cast<double>(std::numeric_limits<Q>::min()),
+                                     static_cast<double>(std::numeric_limits<Q>::max())));
+}
 
 /// One tensor of the plan.
 struct TensorQuant {

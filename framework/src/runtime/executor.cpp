@@ -218,9 +218,11 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
 
     std::vector<Tensor> results;
     for (const auto& name : output_names_) {
-        const auto* v = value(value_ids_.at(name));
-        if (!v) throw InputError(fmt::format("output '{}' was never computed", name));
-        results.push_back(*v);
+        const int id = value_ids_.at(name);
+        if (!value(id)) throw InputError(fmt::format("output '{}' was never computed", name));
+        // Run values are the caller's now; constants (and an output listed twice) are copied.
+        const bool movable = values[id] && std::count(output_names_.begin(), output_names_.end(), name) == 1;
+        results.push_back(movable ? std::move(*values[id]) : *value(id));
     }
     return results;
 }

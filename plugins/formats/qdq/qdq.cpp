@@ -76,13 +76,10 @@ onnx::NodeProto& add_node(onnx::GraphProto& graph, vaiq::UniqueNames& names, con
 
 template <typename Q>
 void quantize_into(std::span<const float> in, std::span<Q> out, const vaiq::QuantParams& p, int64_t inner) {
-    const auto [qmin, qmax] = vaiq::integer_range(p.type);
     const size_t channels = p.scale.size();
     for (size_t i = 0; i < in.size(); ++i) {
         const size_t c = channels == 1 ? 0 : (i / static_cast<size_t>(inner)) % channels;
-        // float32 division, as ONNX Runtime's quantizer and QuantizeLinear do.
-        const double q = static_cast<double>(std::nearbyint(in[i] / p.scale[c])) + static_cast<double>(p.zero_point[c]);
-        out[i] = static_cast<Q>(std::clamp<double>(q, static_cast<double>(qmin), static_cast<double>(qmax)));
+        out[i] = vaiq::quantize_value<Q>(in[i] / p.scale[c], static_cast<double>(p.zero_point[c]));
     }
 }
 

@@ -3,13 +3,17 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <type_traits>
 #include <vector>
 
 #include "runtime/kernel.hpp"
 #include "vaiq/error.hpp"
+#include "vaiq/quant.hpp"
 #include "vaiq/tensor.hpp"
 
 namespace vaiq::runtime {

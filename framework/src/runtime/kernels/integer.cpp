@@ -56,11 +56,8 @@ Tensor requantize(KernelContext& ctx, const std::vector<int64_t>& shape, const s
             const double zp = static_cast<double>(view<Q>(zero_point)[0]);
             for (size_t i = 0; i < acc.size(); ++i) {
                 const size_t c = multiplier.size() == 1 ? 0 : (i / static_cast<size_t>(channel_inner)) % multiplier.size();
-                // float32 multiply as ONNX Runtime does, then round half to even.
-                const float scaled = static_cast<float>(acc[i]) * static_cast<float>(multiplier[c]);
-                const double q = static_cast<double>(std::nearbyint(scaled)) + zp;
-                o[i] = static_cast<Q>(std::clamp(q, static_cast<double>(std::numeric_limits<Q>::min()),
-                                                 static_cast<double>(std::numeric_limits<Q>::max())));
+                // float32 multiply as ONNX Runtime does.
+                o[i] = quantize_value<Q>(static_cast<float>(acc[i]) * static_cast<float>(multiplier[c]), zp);
             }
         }
     });

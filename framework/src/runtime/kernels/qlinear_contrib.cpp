@@ -48,11 +48,7 @@ Tensor requantized(KernelContext& ctx, const std::vector<int64_t>& shape, const 
         } else {
             y = make_tensor<Q>(shape);
             auto o = mutable_view<Q>(y);
-            for (size_t i = 0; i < values.size(); ++i) {
-                const double q = static_cast<double>(std::nearbyint(values[i] / scale)) + zp;
-                o[i] = static_cast<Q>(std::clamp(q, static_cast<double>(std::numeric_limits<Q>::min()),
-                                                 static_cast<double>(std::numeric_limits<Q>::max())));
-            }
+            for (size_t i = 0; i < values.size(); ++i) o[i] = quantize_value<Q>(values[i] / scale, zp);
         }
     });
     return y;

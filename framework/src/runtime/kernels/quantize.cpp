@@ -48,14 +48,9 @@ void quantize(KernelContext& ctx, std::vector<Tensor>& out) {
                 out[0] = make_tensor<Q>(x.shape());
                 auto o = mutable_view<Q>(out[0]);
                 const auto xv = x.data<float>();
-                constexpr double lo = static_cast<double>(std::numeric_limits<Q>::min());
-                constexpr double hi = static_cast<double>(std::numeric_limits<Q>::max());
                 for (size_t i = 0; i < o.size(); ++i) {
                     const int64_t c = ch.of(static_cast<int64_t>(i));
-                    // Divide in float32, as ONNX Runtime does, so ties round the same way.
-                    const double q = static_cast<double>(std::nearbyint(xv[i] / s[c])) +
-                                     (zp.empty() ? 0.0 : static_cast<double>(zp[c]));
-                    o[i] = static_cast<Q>(std::clamp(q, lo, hi));
+                    o[i] = quantize_value<Q>(xv[i] / s[c], zp.empty() ? 0.0 : static_cast<double>(zp[c]));
                 }
             }
         });
