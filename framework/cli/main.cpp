@@ -58,7 +58,8 @@ int list_plugins(const PluginRegistry& registry, bool as_json) {
 }
 
 std::optional<Phase> parse_phase(const std::string& name) {
-    for (Phase p : {Phase::Load, Phase::Prepare, Phase::Plan, Phase::Calibrate, Phase::Parameters, Phase::Emit})
+    for (Phase p : {Phase::Load, Phase::Prepare, Phase::Plan, Phase::Calibrate, Phase::Parameters, Phase::Emit,
+                    Phase::Check, Phase::Evaluate})
         if (phase_name(p) == name) return p;
     return std::nullopt;
 }

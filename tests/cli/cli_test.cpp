@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "test_support.hpp"
+#include "util/npy.hpp"
 
 namespace fs = std::filesystem;
 
@@ -112,13 +113,40 @@ TEST(Cli, ExplainShowsSettingsAndPerNodeDecisions) {
     EXPECT_NE(r.out.find("1 of 3 nodes quantized"), std::string::npos) << r.out;
 }
 
-TEST(Cli, RunRefusesToClaimQuantization) {
+TEST(Cli, RunQuantizesOnRandomDataAndReports) {
     const auto dir = temp_dir();
     const auto model = example_model(dir);
     auto r = vaiq_cli("run " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --model " + model.string() + " --output " +
                       (dir / "out.onnx").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("random data"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("SQNR"), std::string::npos) << "the terminal summary: " << r.err;
+    const auto out = vaiq::load_model(dir / "out.onnx");
+    int q = 0, dq = 0;
+    for (const auto& n : out.graph().node()) {
+        q += n.op_type() == "QuantizeLinear";
+        dq += n.op_type() == "DequantizeLinear";
+    }
+    EXPECT_EQ(q, 2) << "the input and the Relu output";
+    EXPECT_EQ(dq, 4) << "input, weight, bias, Relu output";
+    const auto report = nlohmann::json::parse(slurp(dir / "out.report.json"));
+    EXPECT_EQ(report["quantized"], true);
+    EXPECT_EQ(report["calibration"]["batches"], 1);
+    ASSERT_EQ(report["evaluation"]["outputs"].size(), 1u);
+    EXPECT_GT(report["evaluation"]["outputs"][0]["sqnr_db"].get<double>(), 20.0);
+}
+
+TEST(Cli, RunRejectsCalibrationDataOfTheWrongShape) {
+    const auto dir = temp_dir();
+    const auto model = example_model(dir);
+    fs::create_directories(dir / "data");
+    vaiq::write_npy(dir / "data" / "a.npy", vaiq::Tensor(vaiq::DataType::Float, {1, 3, 4, 4}));
+    auto r = vaiq_cli("run " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --model " + model.string() + " --output " +
+                      (dir / "out.onnx").string() + " --data " + (dir / "data").string());
     EXPECT_EQ(r.exit_code, 1);
-    EXPECT_NE(r.err.find("cannot quantize yet"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("a.npy"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("input 'x' has shape [1, 3, 4, 4], but the model expects [1, 2, 4, 4]"), std::string::npos)
+        << r.err;
     EXPECT_FALSE(fs::exists(dir / "out.onnx"));
 }
 

@@ -204,14 +204,18 @@ TEST(Recipes, SwitchesDecideWhetherDependentKeysTakeEffect) {
     EXPECT_FALSE(recipe_from("enable_dpu: true\nextra_options: {SimulateDPU: false}\n")
                      .in_effect("extra_options.ConvertSigmoidToHardSigmoid"));
     EXPECT_TRUE(recipe_from("enable_dpu: true\n").in_effect("extra_options.ConvertSigmoidToHardSigmoid"));
+    EXPECT_FALSE(recipe_from("").in_effect("extra_options.UseQDQVitisCustomOps"));
+    EXPECT_TRUE(recipe_from("quant_format: VitisQuantFormat.QDQ\n").in_effect("extra_options.UseQDQVitisCustomOps"));
 }
 
 TEST(Recipes, ExplicitUnimplementedSettingsAreReported) {
-    const Recipe r = recipe_from("optimize_model: false\nper_channel: true\nuse_external_data_format: true\n");
+    const Recipe r = recipe_from("optimize_model: false\nper_channel: true\nuse_external_data_format: true\n"
+                                 "extra_options: {Int16Scale: true}\n");
     const auto prepare = vaiq::unsupported_settings(r, vaiq::Phase::Prepare);
     ASSERT_EQ(prepare.size(), 1u);
     EXPECT_EQ(prepare[0].rfind("optimize_model (", 0), 0u) << prepare[0];
-    EXPECT_EQ(vaiq::unsupported_settings(r, vaiq::Phase::Save).size(), 2u);  // + per_channel; external data works
+    // + Int16Scale; per_channel and external data work.
+    EXPECT_EQ(vaiq::unsupported_settings(r, vaiq::Phase::Save).size(), 2u);
 }
 
 // Conv -> Relu -> Sigmoid on the decisions `explain --model` prints.

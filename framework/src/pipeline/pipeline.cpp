@@ -3,9 +3,15 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <fstream>
 
+#include "pipeline/calibration.hpp"
+#include "pipeline/data_reader.hpp"
+#include "pipeline/evaluation.hpp"
+#include "pipeline/planner.hpp"
 #include "pipeline/selection.hpp"
+#include "util/npy.hpp"
 #include "util/atomic_file.hpp"
 #include "util/progress.hpp"
 #include "util/text.hpp"
@@ -18,25 +24,8 @@ namespace vaiq {
 
 namespace {
 
-// The phases this build carries out. The others are refused up front, before
-// the model is read, so that nothing claims to quantize until it really does.
-bool phase_implemented(Phase phase) {
-    switch (phase) {
-        case Phase::Setup:
-        case Phase::Load:
-        case Phase::Prepare:
-        case Phase::Check:
-        case Phase::Save: return true;
-        case Phase::Plan:
-        case Phase::Calibrate:
-        case Phase::Parameters:
-        case Phase::Emit: return false;
-    }
-    return false;
-}
-
-constexpr Phase kAllPhases[] = {Phase::Setup,      Phase::Load, Phase::Prepare, Phase::Plan, Phase::Calibrate,
-                                Phase::Parameters, Phase::Emit, Phase::Check,   Phase::Save};
+constexpr Phase kAllPhases[] = {Phase::Setup, Phase::Load,  Phase::Prepare,  Phase::Plan, Phase::Calibrate,
+                                Phase::Parameters, Phase::Emit, Phase::Check, Phase::Evaluate, Phase::Save};
 
 std::string who_needs(const Recipe& recipe, std::string_view key, const std::string& value) {
     const auto& origin = recipe.setting(key).origin;
@@ -135,15 +124,55 @@ std::vector<std::string> unsupported_settings(const Recipe& recipe, Phase last) 
     return out;
 }
 
+namespace {
+
+// The readers the recipe asks for: files, or random data when none are given.
+std::unique_ptr<DataReader> calibration_reader(const Recipe& recipe, const Model& model) {
+    const auto& path = recipe.value("calibration_data_reader");
+    if (!path.is_null()) return open_data_reader(path.get<std::string>(), model);
+    log_info("no calibration data given: calibrating on random data (a quick test, not an accurate model)");
+    return random_data_reader(model, recipe.value("random_data_reader_input_shape"),
+                              recipe.value("extra_options.RandomDataReaderInputDataRange"), 1);
+}
+
+nlohmann::json params_json(const TensorQuant& t, const std::map<std::string, TensorRange>& ranges) {
+    nlohmann::json j = {{"tensor", t.tensor},
+                        {"role", role_name(t.role)},
+                        {"type", quant_type_name(t.params.type)},
+                        {"symmetric", t.spec.symmetric}};
+    if (t.params.axis >= 0) {
+        j["axis"] = t.params.axis;
+        j["channels"] = t.params.scale.size();
+        j["scale_min"] = *std::min_element(t.params.scale.begin(), t.params.scale.end());
+        j["scale_max"] = *std::max_element(t.params.scale.begin(), t.params.scale.end());
+    } else {
+        j["scale"] = t.params.scale[0];
+        j["zero_point"] = t.params.zero_point[0];
+    }
+    if (auto it = ranges.find(t.tensor); it != ranges.end()) j["range"] = {it->second.min, it->second.max};
+    return j;
+}
+
+std::string summary_line(const Evaluation& e) {
+    std::vector<std::string> parts;
+    for (const auto& o : e.outputs) {
+        std::string part = fmt::format("{}: SQNR {} dB, cosine {:.5f}, max |error| {:.4g}", o.name,
+                                       std::isinf(o.sqnr_db) ? std::string("inf") : fmt::format("{:.2f}", o.sqnr_db),
+                                       o.cosine, o.max_abs_error);
+        if (o.top1_agreement) part += fmt::format(", top-1 agreement {:.2f}%", 100 * *o.top1_agreement);
+        parts.push_back(part);
+    }
+    std::string line = fmt::format("{} samples; {}", e.samples, join(parts, "; "));
+    if (e.float_accuracy)
+        line += fmt::format("; accuracy float {:.2f}%, quantized {:.2f}%", 100 * *e.float_accuracy,
+                            100 * *e.quantized_accuracy);
+    return line;
+}
+
+}  // namespace
+
 RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options) {
     const Phase last = options.stop_after.value_or(Phase::Save);
-    std::vector<std::string> missing;
-    for (Phase p : kAllPhases)
-        if (p <= last && !phase_implemented(p)) missing.emplace_back(phase_name(p));
-    if (!missing.empty())
-        throw InputError(fmt::format("this vaiq cannot quantize yet: the {} phases are not implemented, so nothing "
-                                     "was written; --stop-after prepare writes the prepared float model",
-                                     join(missing)));
     if (auto unsupported = unsupported_settings(recipe, last); !unsupported.empty())
         throw InputError(fmt::format("not supported yet by this vaiq: {}", join(unsupported, "; ")));
 
@@ -233,12 +262,93 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
         });
     }
 
-    timed(Phase::Check, [&] { check_model(model); });
+    DraftPlan draft;
+    if (last >= Phase::Plan) {
+        timed(Phase::Plan, [&] {
+            const auto decisions = decide_nodes(recipe, model, *target);
+            draft = plan_tensors(recipe, model, *target, decisions);
+            int selected = 0;
+            for (const auto& d : decisions) selected += d.quantized;
+            report["plan"] = {{"nodes", decisions.size()}, {"nodes_selected", selected},
+                              {"tensors", draft.tensors.size()}, {"skipped", nlohmann::json::array()}};
+            for (const auto& [node, why] : draft.skipped)
+                report["plan"]["skipped"].push_back({{"node", node}, {"reason", why}});
+            if (draft.tensors.empty()) log_warn("the recipe selects nothing to quantize in this model");
+        });
+    }
+
+    CalibrationOutcome calibration;
+    std::unique_ptr<DataReader> data;
+    const int threads = 0;
+    if (last >= Phase::Calibrate) {
+        timed(Phase::Calibrate, [&] {
+            data = calibration_reader(recipe, model);
+            std::map<std::string, PluginInstance<Calibrator>> instances;
+            std::map<std::string, const Calibrator*> calibrators;
+            for (const auto& t : draft.tensors) {
+                if (t.calibrate_method.empty() || instances.count(t.calibrate_method)) continue;
+                const auto choice = t.calibrate_method == plugins.calibrator.info->name
+                                        ? plugins.calibrator
+                                        : choose(recipe, registry, PluginKind::Calibrator, t.calibrate_method,
+                                                 "calibrate_method");
+                auto instance = registry.create<Calibrator>(choice.info->name, choice.options);
+                calibrators[t.calibrate_method] = instance.get();
+                instances.emplace(t.calibrate_method, std::move(instance));
+            }
+            calibration = calibrate(model, draft, *data, calibrators, threads, [&](int batch) {
+                log_debug("calibration batch {} of {} files", batch, data->items());
+            });
+            drop_tensors(draft, calibration.not_float);
+            report["calibration"] = {{"batches", calibration.batches},
+                                     {"observed_tensors", calibration.results.size()},
+                                     {"not_float", calibration.not_float}};
+        });
+    }
+
+    QuantPlan plan;
+    std::map<std::string, TensorRange> ranges;
+    if (last >= Phase::Parameters) {
+        timed(Phase::Parameters, [&] {
+            plan = compute_parameters(model, draft, calibration, &ranges);
+            report["tensors"] = nlohmann::json::array();
+            for (const auto& t : plan.tensors) report["tensors"].push_back(params_json(t, ranges));
+        });
+    }
+
+    Model quantized = model;
+    if (last >= Phase::Emit) {
+        timed(Phase::Emit, [&] {
+            auto format = registry.create<Format>(plugins.format.info->name, plugins.format.options);
+            format->emit(quantized, plan);
+            report["quantized"] = true;
+            report["model"]["quantized_tensors"] = plan.tensors.size();
+            report["model"]["nodes_after"] = quantized.graph().node_size();
+        });
+    }
+
+    timed(Phase::Check, [&] { check_model(quantized); });
+
+    if (last >= Phase::Evaluate) {
+        timed(Phase::Evaluate, [&] {
+            std::unique_ptr<DataReader> eval_data;
+            if (!recipe.value("evaluation_data").is_null())
+                eval_data = open_data_reader(recipe.value("evaluation_data").get<std::string>(), model);
+            std::optional<Tensor> labels;
+            if (!recipe.value("evaluation_labels").is_null())
+                labels = read_tensor_file(recipe.value("evaluation_labels").get<std::string>());
+            const auto evaluation = evaluate(model, quantized, eval_data ? *eval_data : *data, labels ? &*labels : nullptr,
+                                             threads, static_cast<int>(recipe.value("evaluation_batches").get<int64_t>()));
+            report["evaluation"] = evaluation.to_json();
+            report["evaluation"]["data"] = eval_data ? "evaluation_data" : "calibration_data";
+            log_info("quantized vs float on {} data: {}", eval_data ? "evaluation" : "calibration", summary_line(evaluation));
+        });
+    }
+
     timed(Phase::Save, [&] {
         SaveOptions save;
         save.use_external_data_format = recipe.value("use_external_data_format").get<bool>();
         save.check = false;  // the check phase just ran
-        save_model(model, output_path, save, input_path);
+        save_model(quantized, output_path, save, input_path);
         write_file_atomically(report_path, [&](std::ostream& out) { out << report.dump(2) << '\n'; });
     });
     progress.done();

@@ -7,7 +7,7 @@
 namespace vaiq {
 
 /// The pipeline phases, in order (DESIGN.md). A key belongs to the phase that reads it.
-enum class Phase { Setup, Load, Prepare, Plan, Calibrate, Parameters, Emit, Check, Save };
+enum class Phase { Setup, Load, Prepare, Plan, Calibrate, Parameters, Emit, Check, Evaluate, Save };
 std::string_view phase_name(Phase phase);
 
 enum class ValueKind {

@@ -1,0 +1,158 @@
+#include "pipeline/calibration.hpp"
+
+#include <fmt/format.h>
+
+#include <set>
+
+#include "runtime/executor.hpp"
+#include "vaiq/error.hpp"
+#include "vaiq/graph.hpp"
+
+namespace vaiq {
+
+CalibrationOutcome calibrate(const Model& model, const DraftPlan& plan, DataReader& data,
+                             const std::map<std::string, const Calibrator*>& calibrators, int threads,
+                             const std::function<void(int)>& on_batch) {
+    CalibrationOutcome outcome;
+    const auto observed = plan.observed();
+    if (observed.empty()) return outcome;
+
+    // The method that observes a tensor: its own, or that of the tensor taking its range.
+    std::map<std::string, const PlannedTensor*> owner;
+    for (const auto& t : plan.tensors) {
+        if (t.calibrate_method.empty()) continue;
+        const auto& source = t.range_from.empty() ? t.tensor : t.range_from;
+        if (!owner.count(source) || source == t.tensor) owner[source] = &t;
+    }
+    std::map<std::string, std::unique_ptr<RangeObserver>> observers;
+    for (const auto& name : observed) {
+        const auto* t = owner.at(name);
+        auto it = calibrators.find(t->calibrate_method);
+        if (it == calibrators.end())
+            throw InternalError(fmt::format("no calibrator for method '{}'", t->calibrate_method));
+        observers[name] = it->second->make_observer(name, t->spec);
+    }
+
+    runtime::ExecutorOptions options;
+    options.threads = threads;
+    runtime::Executor executor(model, options);
+    std::set<std::string> not_float;
+    data.rewind();
+    while (auto batch = data.next()) {
+        try {
+            executor.run(batch->feeds, observed, [&](const std::string& name, const Tensor& value) {
+                if (value.type() != DataType::Float) {
+                    not_float.insert(name);
+                    return;
+                }
+                observers.at(name)->observe(value.view<float>());
+            });
+        } catch (const InputError& e) {
+            throw InputError(fmt::format("calibration data {}: {}", batch->source, e.what()));
+        }
+        ++outcome.batches;
+        if (on_batch) on_batch(outcome.batches);
+    }
+    if (outcome.batches == 0) throw InputError("the calibration data holds no batches");
+    for (auto& [name, observer] : observers)
+        if (!not_float.count(name)) outcome.results[name] = observer->result();
+    // A planned tensor is dropped when the value it is observed through is not float.
+    for (const auto& t : plan.tensors) {
+        const auto& source = t.range_from.empty() ? t.tensor : t.range_from;
+        if (!t.calibrate_method.empty() && not_float.count(source)) outcome.not_float.push_back(t.tensor);
+    }
+    return outcome;
+}
+
+namespace {
+
+// Per-channel (or whole-tensor) extremes of a constant.
+std::vector<TensorRange> constant_ranges(const Tensor& data, int axis) {
+    const auto values = data.data<float>();
+    const auto& shape = data.shape();
+    const int64_t channels = axis >= 0 ? shape[axis] : 1;
+    int64_t inner = 1;
+    if (axis >= 0)
+        for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+    std::vector<TensorRange> out(static_cast<size_t>(std::max<int64_t>(channels, 1)),
+                                 TensorRange{std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()});
+    for (size_t i = 0; i < values.size(); ++i) {
+        auto& r = out[axis >= 0 ? (i / inner) % channels : 0];
+        r.min = std::min(r.min, values[i]);
+        r.max = std::max(r.max, values[i]);
+    }
+    for (auto& r : out)
+        if (r.min > r.max) r = {0.0f, 0.0f};  // an empty tensor
+    return out;
+}
+
+}  // namespace
+
+QuantPlan compute_parameters(const Model& model, const DraftPlan& plan, const CalibrationOutcome& calibration,
+                             std::map<std::string, TensorRange>* ranges) {
+    const GraphIndex index(model.graph());
+    QuantPlan out;
+    std::map<std::string, size_t> position;
+    auto params_of = [&](const std::string& tensor) -> const QuantParams& {
+        auto it = position.find(tensor);
+        if (it == position.end()) throw InternalError(fmt::format("'{}' has no parameters yet", tensor));
+        return out.tensors[it->second].params;
+    };
+    // Biases depend on their input's and weight's parameters; do them last.
+    std::vector<const PlannedTensor*> order;
+    for (const auto& t : plan.tensors)
+        if (t.bias_input.empty()) order.push_back(&t);
+    for (const auto& t : plan.tensors)
+        if (!t.bias_input.empty()) order.push_back(&t);
+
+    for (const auto* t : order) {
+        TensorQuant q{t->tensor, t->role, t->spec, {}};
+        if (!t->bias_input.empty()) {
+            const auto& in = params_of(t->bias_input);
+            const auto& w = params_of(t->bias_weight);
+            q.params.type = t->spec.type;
+            for (float ws : w.scale) {
+                q.params.scale.push_back(in.scale[0] * ws);
+                q.params.zero_point.push_back(0);
+            }
+            q.params.axis = w.axis >= 0 ? 0 : -1;
+        } else if (!t->share_with.empty()) {
+            q.params = params_of(t->share_with);
+        } else if (t->constant) {
+            const auto data = Tensor::from_proto(*index.initializer(t->tensor));
+            const int rank = static_cast<int>(data.shape().size());
+            int axis = t->spec.per_channel ? t->spec.axis : -1;
+            if (axis < 0 && t->spec.per_channel) axis += rank;
+            if (axis >= rank) axis = -1;
+            const auto channel_ranges = constant_ranges(data, axis);
+            for (const auto& r : channel_ranges) {
+                const auto p = compute_quant_params(r, t->spec);
+                q.params.type = p.type;
+                q.params.scale.push_back(p.scale[0]);
+                q.params.zero_point.push_back(p.zero_point[0]);
+            }
+            q.params.axis = axis;
+            q.spec.per_channel = axis >= 0;
+            q.spec.axis = std::max(axis, 0);
+            if (ranges && axis < 0) (*ranges)[t->tensor] = channel_ranges[0];
+        } else {
+            TensorRange range;
+            if (t->fixed_range) {
+                range = *t->fixed_range;
+            } else {
+                const auto& source = t->range_from.empty() ? t->tensor : t->range_from;
+                auto it = calibration.results.find(source);
+                if (it == calibration.results.end())
+                    throw InternalError(fmt::format("tensor '{}' was planned but never calibrated", source));
+                range = it->second.range;
+            }
+            if (ranges) (*ranges)[t->tensor] = range;
+            q.params = compute_quant_params(range, t->spec);
+        }
+        position[t->tensor] = out.tensors.size();
+        out.tensors.push_back(std::move(q));
+    }
+    return out;
+}
+
+}  // namespace vaiq

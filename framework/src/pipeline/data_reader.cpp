@@ -1,0 +1,354 @@
+#include "pipeline/data_reader.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <set>
+
+#include "util/npy.hpp"
+#include "util/text.hpp"
+#include "vaiq/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace vaiq {
+
+std::vector<const onnx::ValueInfoProto*> feed_inputs(const onnx::GraphProto& graph) {
+    std::set<std::string> constants;
+    for (const auto& init : graph.initializer()) constants.insert(init.name());
+    std::vector<const onnx::ValueInfoProto*> out;
+    for (const auto& in : graph.input())
+        if (!constants.count(in.name())) out.push_back(&in);
+    return out;
+}
+
+namespace {
+
+// "sample_2" before "sample_10": digit runs compare as numbers.
+bool natural_less(const std::string& a, const std::string& b) {
+    size_t i = 0, j = 0;
+    while (i < a.size() && j < b.size()) {
+        if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
+            size_t ie = i, je = j;
+            while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie]))) ++ie;
+            while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je]))) ++je;
+            const auto na = a.substr(i, ie - i), nb = b.substr(j, je - j);
+            const auto ta = na.substr(std::min(na.find_first_not_of('0'), na.size()));
+            const auto tb = nb.substr(std::min(nb.find_first_not_of('0'), nb.size()));
+            if (ta.size() != tb.size()) return ta.size() < tb.size();
+            if (ta != tb) return ta < tb;
+            i = ie;
+            j = je;
+        } else {
+            if (a[i] != b[j]) return a[i] < b[j];
+            ++i;
+            ++j;
+        }
+    }
+    return a.size() - i < b.size() - j;
+}
+
+bool is_tensor_file(const fs::path& p) {
+    return fs::is_regular_file(p) && (p.extension() == ".npy" || p.extension() == ".pb");
+}
+
+std::vector<fs::path> sorted_entries(const fs::path& dir, bool folders) {
+    std::vector<fs::path> out;
+    for (const auto& e : fs::directory_iterator(dir))
+        if (folders ? e.is_directory() : is_tensor_file(e.path())) out.push_back(e.path());
+    std::sort(out.begin(), out.end(),
+              [](const fs::path& a, const fs::path& b) { return natural_less(a.filename().string(), b.filename().string()); });
+    return out;
+}
+
+// The declared dimensions of an input: a value, or nullopt when symbolic or unknown.
+std::optional<std::vector<std::optional<int64_t>>> declared_dims(const onnx::ValueInfoProto& input) {
+    if (!input.type().has_tensor_type() || !input.type().tensor_type().has_shape()) return std::nullopt;
+    std::vector<std::optional<int64_t>> dims;
+    for (const auto& d : input.type().tensor_type().shape().dim())
+        dims.push_back(d.has_dim_value() ? std::optional<int64_t>(d.dim_value()) : std::nullopt);
+    return dims;
+}
+
+// One sample: the file of each input.
+struct Item {
+    std::vector<std::pair<std::string, fs::path>> files;  // input name, file
+    std::string label;
+};
+
+class FileReader final : public DataReader {
+  public:
+    FileReader(std::vector<Item> items, const Model& model) : items_(std::move(items)) {
+        for (const auto* in : feed_inputs(model.graph())) inputs_[in->name()] = in;
+    }
+
+    std::optional<Batch> next() override {
+        while (chunk_ >= chunks_) {
+            if (item_ >= items_.size()) return std::nullopt;
+            load(items_[item_++]);
+        }
+        Batch batch;
+        batch.source = chunks_ > 1 ? fmt::format("{} (batch {} of {})", label_, chunk_ + 1, chunks_) : label_;
+        for (const auto& [name, tensor] : loaded_) batch.feeds[name] = chunks_ > 1 ? slice(tensor, chunk_) : tensor;
+        ++chunk_;
+        return batch;
+    }
+
+    void rewind() override {
+        item_ = 0;
+        chunk_ = chunks_ = 0;
+        loaded_.clear();
+    }
+
+    size_t items() const override { return items_.size(); }
+
+  private:
+    void load(const Item& item) {
+        loaded_.clear();
+        label_ = item.label;
+        chunks_ = 1;
+        chunk_ = 0;
+        std::optional<int64_t> common;
+        for (const auto& [name, file] : item.files) {
+            Tensor t;
+            try {
+                t = read_tensor_file(file);
+            } catch (const InputError& e) {
+                throw InputError(fmt::format("calibration data {}: {}", file.string(), e.what()));
+            }
+            const auto dims = declared_dims(*inputs_.at(name));
+            int64_t chunks = 1;
+            if (dims && !dims->empty()) {
+                const auto& shape = t.shape();
+                if (shape.size() + 1 == dims->size() && (!(*dims)[0] || *(*dims)[0] == 1)) {
+                    // One sample without its batch dimension.
+                    auto with_batch = shape;
+                    with_batch.insert(with_batch.begin(), 1);
+                    Tensor b(t.type(), with_batch);
+                    copy_bytes(b.mutable_bytes().data(), t.bytes().data(), t.bytes().size());
+                    t = std::move(b);
+                } else if (shape.size() == dims->size() && (*dims)[0] && !shape.empty() && shape[0] != *(*dims)[0] &&
+                           *(*dims)[0] > 0 && shape[0] % *(*dims)[0] == 0) {
+                    chunks = shape[0] / *(*dims)[0];
+                }
+            }
+            if (common && *common != chunks)
+                throw InputError(fmt::format("calibration data {}: input '{}' holds {} batches but the sample's other "
+                                             "inputs hold {}",
+                                             item.label, name, chunks, *common));
+            common = chunks;
+            loaded_.emplace_back(name, std::move(t));
+        }
+        chunks_ = common.value_or(1);
+    }
+
+    Tensor slice(const Tensor& t, size_t chunk) const {
+        auto shape = t.shape();
+        shape[0] /= static_cast<int64_t>(chunks_);
+        Tensor out = Tensor::uninitialized(t.type(), shape);
+        const size_t bytes = out.bytes().size();
+        copy_bytes(out.mutable_bytes().data(), t.bytes().data() + chunk * bytes, bytes);
+        return out;
+    }
+
+    std::vector<Item> items_;
+    std::map<std::string, const onnx::ValueInfoProto*> inputs_;
+    size_t item_ = 0;
+    std::string label_;
+    std::vector<std::pair<std::string, Tensor>> loaded_;
+    size_t chunk_ = 0;
+    size_t chunks_ = 0;
+};
+
+// Binds the files of one sample folder to the model's inputs.
+Item sample_folder(const fs::path& dir, const std::vector<std::string>& inputs) {
+    const auto files = sorted_entries(dir, false);
+    Item item{{}, dir.string()};
+    if (files.size() != inputs.size())
+        throw InputError(fmt::format("calibration data {}: holds {} tensor files, but the model has {} inputs ({})",
+                                     dir.string(), files.size(), inputs.size(), join(inputs)));
+    std::set<std::string> bound;
+    // By name first: "<input>.npy", or a .pb whose TensorProto names an input.
+    std::vector<fs::path> unnamed;
+    for (const auto& f : files) {
+        std::string name = f.stem().string();
+        if (f.extension() == ".pb" && std::find(inputs.begin(), inputs.end(), name) == inputs.end()) {
+            onnx::TensorProto proto;
+            std::ifstream in(f, std::ios::binary);
+            if (in && proto.ParseFromIstream(&in)) name = proto.name();
+        }
+        if (std::find(inputs.begin(), inputs.end(), name) != inputs.end() && !bound.count(name)) {
+            item.files.emplace_back(name, f);
+            bound.insert(name);
+        } else {
+            unnamed.push_back(f);
+        }
+    }
+    size_t next = 0;
+    for (const auto& input : inputs) {
+        if (bound.count(input)) continue;
+        item.files.emplace_back(input, unnamed[next++]);
+    }
+    return item;
+}
+
+}  // namespace
+
+std::unique_ptr<DataReader> open_data_reader(const fs::path& path, const Model& model) {
+    std::vector<std::string> inputs;
+    for (const auto* in : feed_inputs(model.graph())) inputs.push_back(in->name());
+    if (inputs.empty()) throw InputError("the model has no inputs to feed calibration data to");
+    std::error_code ec;
+    if (!fs::exists(path, ec)) throw InputError(fmt::format("calibration data {} does not exist", path.string()));
+    std::vector<Item> items;
+    if (fs::is_regular_file(path)) {
+        if (!is_tensor_file(path))
+            throw InputError(fmt::format("calibration data {} is not a .npy or .pb file", path.string()));
+        if (inputs.size() != 1)
+            throw InputError(fmt::format("calibration data {} is one file, but the model has {} inputs ({}); give a "
+                                         "folder with one folder per sample",
+                                         path.string(), inputs.size(), join(inputs)));
+        items.push_back({{{inputs[0], path}}, path.string()});
+    } else {
+        const auto folders = sorted_entries(path, true);
+        const auto files = sorted_entries(path, false);
+        if (!folders.empty() && !files.empty())
+            throw InputError(fmt::format("calibration data {} mixes tensor files and folders; use one folder per "
+                                         "sample or one file per sample",
+                                         path.string()));
+        for (const auto& f : folders) items.push_back(sample_folder(f, inputs));
+        if (!files.empty() && inputs.size() != 1)
+            throw InputError(fmt::format("calibration data {} holds tensor files, but the model has {} inputs ({}); "
+                                         "give one folder per sample with one file per input",
+                                         path.string(), inputs.size(), join(inputs)));
+        for (const auto& f : files) items.push_back({{{inputs[0], f}}, f.string()});
+    }
+    if (items.empty())
+        throw InputError(fmt::format("calibration data {} holds no .npy or .pb files", path.string()));
+    return std::make_unique<FileReader>(std::move(items), model);
+}
+
+namespace {
+
+class RandomReader final : public DataReader {
+  public:
+    // Batches are generated up front: random data is for quick tests, and small.
+    explicit RandomReader(std::vector<std::map<std::string, Tensor>> batches) : batches_(std::move(batches)) {}
+    std::optional<Batch> next() override {
+        if (index_ >= batches_.size()) return std::nullopt;
+        Batch b{batches_[index_], fmt::format("random batch {}", index_ + 1)};
+        ++index_;
+        return b;
+    }
+    void rewind() override { index_ = 0; }
+    size_t items() const override { return batches_.size(); }
+
+  private:
+    std::vector<std::map<std::string, Tensor>> batches_;
+    size_t index_ = 0;
+};
+
+std::vector<int64_t> json_shape(const nlohmann::json& j) {
+    std::vector<int64_t> out;
+    for (const auto& d : j) out.push_back(d.get<int64_t>());
+    return out;
+}
+
+template <typename T>
+void fill_random(Tensor& t, std::mt19937_64& rng, double lo, double hi, bool integral) {
+    auto data = t.mutable_data<T>();
+    if (integral) {
+        std::uniform_int_distribution<int64_t> dist(static_cast<int64_t>(std::ceil(lo)), static_cast<int64_t>(std::floor(hi)));
+        for (auto& v : data) v = static_cast<T>(dist(rng));
+    } else {
+        std::uniform_real_distribution<double> dist(lo, hi);
+        for (auto& v : data) v = static_cast<T>(dist(rng));
+    }
+}
+
+}  // namespace
+
+std::unique_ptr<DataReader> random_data_reader(const Model& model, const nlohmann::json& shapes,
+                                               const nlohmann::json& ranges, int batches, uint64_t seed) {
+    const auto inputs = feed_inputs(model.graph());
+    std::vector<std::string> names;
+    for (const auto* in : inputs) names.push_back(in->name());
+    std::map<std::string, std::vector<int64_t>> given;
+    if (shapes.is_object()) {
+        for (const auto& [name, s] : shapes.items()) {
+            if (std::find(names.begin(), names.end(), name) == names.end())
+                throw InputError(fmt::format("random_data_reader_input_shape names '{}', which is not an input of the "
+                                             "model (inputs: {}){}",
+                                             name, join(names), did_you_mean(name, names)));
+            given[name] = json_shape(s);
+        }
+    } else if (!shapes.empty() && shapes[0].is_array()) {
+        if (shapes.size() != names.size())
+            throw InputError(fmt::format("random_data_reader_input_shape gives {} shapes, but the model has {} inputs ({})",
+                                         shapes.size(), names.size(), join(names)));
+        for (size_t i = 0; i < names.size(); ++i) given[names[i]] = json_shape(shapes[i]);
+    } else if (!shapes.empty()) {
+        if (names.size() != 1)
+            throw InputError(fmt::format("random_data_reader_input_shape gives one shape, but the model has {} inputs "
+                                         "({}); give a list of shapes or a map of input name to shape",
+                                         names.size(), join(names)));
+        given[names[0]] = json_shape(shapes);
+    }
+    if (ranges.is_object())
+        for (const auto& [name, r] : ranges.items())
+            if (std::find(names.begin(), names.end(), name) == names.end())
+                throw InputError(fmt::format("RandomDataReaderInputDataRange names '{}', which is not an input of the "
+                                             "model (inputs: {}){}",
+                                             name, join(names), did_you_mean(name, names)));
+
+    std::mt19937_64 rng(seed);
+    std::vector<std::map<std::string, Tensor>> generated(static_cast<size_t>(std::max(batches, 0)));
+    for (int b = 0; b < batches; ++b) {
+        for (const auto* in : inputs) {
+            std::vector<int64_t> shape;
+            if (auto it = given.find(in->name()); it != given.end()) {
+                shape = it->second;
+            } else {
+                const auto dims = declared_dims(*in);
+                if (!dims) throw InputError(fmt::format("input '{}' has no declared shape; give it in "
+                                                        "random_data_reader_input_shape", in->name()));
+                for (size_t d = 0; d < dims->size(); ++d) {
+                    if ((*dims)[d]) shape.push_back(*(*dims)[d]);
+                    else if (d == 0) shape.push_back(1);  // the batch dimension, as documented
+                    else
+                        throw InputError(fmt::format("input '{}' has a dynamic dimension {}; give its shape in "
+                                                     "random_data_reader_input_shape",
+                                                     in->name(), d));
+                }
+            }
+            const auto type = static_cast<DataType>(in->type().tensor_type().elem_type());
+            Tensor t(type, shape);
+            double lo = 0, hi = 1;
+            if (ranges.is_object() && ranges.contains(in->name())) {
+                lo = ranges[in->name()][0].get<double>();
+                hi = ranges[in->name()][1].get<double>();
+            }
+            switch (type) {
+                case DataType::Float: fill_random<float>(t, rng, lo, hi, false); break;
+                case DataType::Double: fill_random<double>(t, rng, lo, hi, false); break;
+                case DataType::Int64: fill_random<int64_t>(t, rng, lo, hi, true); break;
+                case DataType::Int32: fill_random<int32_t>(t, rng, lo, hi, true); break;
+                case DataType::UInt8: fill_random<uint8_t>(t, rng, lo, hi, true); break;
+                case DataType::Int8: fill_random<int8_t>(t, rng, lo, hi, true); break;
+                case DataType::Bool:
+                    for (auto& v : t.mutable_bytes()) v = static_cast<std::byte>(rng() & 1);
+                    break;
+                default:
+                    throw InputError(fmt::format("the random data reader cannot make {} input '{}'",
+                                                 data_type_name(type), in->name()));
+            }
+            generated[b][in->name()] = std::move(t);
+        }
+    }
+    return std::make_unique<RandomReader>(std::move(generated));
+}
+
+}  // namespace vaiq

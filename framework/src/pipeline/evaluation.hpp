@@ -1,0 +1,41 @@
+// How close the quantized model is to the float one, measured by running both
+// on the same batches with vaiq's executor. Only running sums are kept.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipeline/data_reader.hpp"
+#include "vaiq/model.hpp"
+
+namespace vaiq {
+
+struct OutputMetrics {
+    std::string name;
+    int64_t elements = 0;
+    double sqnr_db = 0;           ///< 10 log10(sum f^2 / sum (f - q)^2); +inf when identical
+    double cosine = 0;            ///< cosine similarity of the flattened outputs
+    double max_abs_error = 0;
+    std::optional<double> top1_agreement;  ///< [N, C] outputs: rows whose argmax agrees
+};
+
+struct Evaluation {
+    int batches = 0;
+    int64_t samples = 0;  ///< rows of the first output
+    std::vector<OutputMetrics> outputs;
+    /// With labels: top-1 accuracy of output 0 for the float and quantized model.
+    std::optional<double> float_accuracy;
+    std::optional<double> quantized_accuracy;
+
+    nlohmann::json to_json() const;
+};
+
+/// Runs up to `max_batches` batches (0: all) through both models. `labels`, when
+/// given, holds one integer class per sample of the first output, in order.
+Evaluation evaluate(const Model& float_model, const Model& quantized, DataReader& data, const Tensor* labels,
+                    int threads, int max_batches = 0);
+
+}  // namespace vaiq

@@ -1,0 +1,295 @@
+#include "pipeline/planner.hpp"
+
+#include <fmt/format.h>
+
+#include <set>
+
+#include "util/text.hpp"
+#include "vaiq/error.hpp"
+#include "vaiq/graph.hpp"
+
+namespace vaiq {
+
+const PlannedTensor* DraftPlan::find(const std::string& tensor) const {
+    auto it = index.find(tensor);
+    return it == index.end() ? nullptr : &tensors[it->second];
+}
+
+std::vector<std::string> DraftPlan::observed() const {
+    std::set<std::string> out;
+    for (const auto& t : tensors) {
+        if (t.constant || t.role != TensorRole::Activation || !t.share_with.empty() || t.fixed_range) continue;
+        out.insert(t.range_from.empty() ? t.tensor : t.range_from);
+    }
+    return {out.begin(), out.end()};
+}
+
+namespace {
+
+// Ops that move data without changing values: the output takes the input's
+// parameters, and only when the input is quantized already (or forced).
+const std::set<std::string, std::less<>> kSameAsInput = {
+    "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "AveragePool", "MaxPool", "Slice",
+    "Resize",  "Split",     "Gather",  "GatherElements", "Pad", "DepthToSpace", "SpaceToDepth"};
+const std::set<std::string, std::less<>> kRemovableActivations = {"Relu", "Clip"};
+const std::set<std::string, std::less<>> kNormalizations = {"InstanceNormalization", "LayerNormalization",
+                                                            "BatchNormalization"};
+
+int attribute_int(const onnx::NodeProto& node, std::string_view name, int fallback) {
+    for (const auto& a : node.attribute())
+        if (a.name() == name) return static_cast<int>(a.i());
+    return fallback;
+}
+
+float attribute_float(const onnx::NodeProto& node, std::string_view name, float fallback) {
+    for (const auto& a : node.attribute())
+        if (a.name() == name) return a.f();
+    return fallback;
+}
+
+class Planner {
+  public:
+    Planner(const Recipe& recipe, const Model& model, const Target& target)
+        : recipe_(recipe), model_(model), target_(target), index_(model.graph()), base_(recipe.quantize_config()) {
+        for (const auto& t : recipe.value("extra_options.OpTypesToExcludeOutputQuantization"))
+            no_output_.insert(t.get<std::string>());
+        for (const auto& [op, axis] : recipe.value("extra_options.QDQOpTypePerChannelSupportToAxis").items())
+            axes_[op] = axis.get<int>();
+        force_ = recipe.value("extra_options.ForceQuantizeNoInputCheck").get<bool>();
+        const_b_only_ = recipe.value("extra_options.MatMulConstBOnly").get<bool>();
+    }
+
+    DraftPlan run(const std::vector<NodeDecision>& decisions) {
+        const auto& graph = model_.graph();
+        std::vector<const NodeDecision*> by_node(graph.node_size(), nullptr);
+        for (const auto& d : decisions) by_node[d.node] = &d;
+        find_absorbed(by_node);
+        for (int n : topological_order(graph)) {
+            const auto* d = by_node[n];
+            if (d && d->quantized) plan_node(graph.node(n), *d);
+        }
+        return std::move(plan_);
+    }
+
+  private:
+    Options node_config(const NodeDecision& d) const {
+        Options config = base_;
+        for (const auto& [key, setting] : d.settings) config.set(key, setting.value);
+        return config;
+    }
+
+    bool is_constant(const std::string& name) const { return index_.initializer(name) != nullptr; }
+
+    // Relu/Clip inputs that Q makes redundant: with asymmetric activations the
+    // quantized output range starts at the clip, so the producer's output needs
+    // no pair of its own (ONNX Runtime removes the activation; keeping it is
+    // equivalent and its kernels fuse DQ-Conv-Relu-Q all the same).
+    void find_absorbed(const std::vector<const NodeDecision*>& by_node) {
+        const auto& graph = model_.graph();
+        for (int n = 0; n < graph.node_size(); ++n) {
+            const auto& node = graph.node(n);
+            const auto* d = by_node[n];
+            if (!d || !d->quantized || !kRemovableActivations.count(node.op_type()) || node.input_size() == 0) continue;
+            const auto& in = node.input(0);
+            const int producer = index_.producer(in);
+            if (producer < 0 || index_.consumers(in).size() != 1 || index_.is_graph_output(in)) continue;
+            const auto* pd = by_node[producer];
+            if (!pd || !pd->quantized || no_output_.count(graph.node(producer).op_type()) ||
+                kSameAsInput.count(graph.node(producer).op_type()))
+                continue;
+            const auto spec = activation_spec(node, node_config(*d), true);
+            if (!spec.symmetric) absorbed_.insert(in);
+            else inherit_[in] = node.output(0);
+        }
+    }
+
+    QuantSpec activation_spec(const onnx::NodeProto& node, const Options& config, bool output) const {
+        auto spec = target_.default_spec(TensorRole::Activation, config);
+        if (output && kRemovableActivations.count(node.op_type()) &&
+            config.get_bool("extra_options.UseUnsignedReLU"))
+            spec.symmetric = false;
+        return spec;
+    }
+
+    PlannedTensor* add(const std::string& tensor, const onnx::NodeProto& node, TensorRole role, const QuantSpec& spec,
+                       const Options& config) {
+        if (tensor.empty() || absorbed_.count(tensor)) return nullptr;
+        if (auto it = plan_.index.find(tensor); it != plan_.index.end()) return nullptr;  // the first request wins
+        if (const auto* init = index_.initializer(tensor); init && init->data_type() != onnx::TensorProto::FLOAT)
+            return nullptr;  // shapes, indices, axes: not values to quantize
+        PlannedTensor t;
+        t.tensor = tensor;
+        t.role = role;
+        t.spec = spec;
+        t.constant = is_constant(tensor);
+        t.node = node.name().empty() ? node.op_type() : node.name();
+        if (role == TensorRole::Activation && !t.constant) {
+            std::string method = config.get_string("calibrate_method");
+            for (auto& c : method) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+            t.calibrate_method = method;
+        }
+        if (auto it = inherit_.find(tensor); it != inherit_.end()) t.range_from = it->second;
+        plan_.index[tensor] = plan_.tensors.size();
+        plan_.tensors.push_back(std::move(t));
+        return &plan_.tensors.back();
+    }
+
+    // An input read as an activation; an initializer there is stored quantized
+    // with the activation type, per tensor.
+    void add_activation(const std::string& tensor, const onnx::NodeProto& node, const Options& config) {
+        const auto spec = activation_spec(node, config, false);
+        add(tensor, node, is_constant(tensor) ? TensorRole::Weight : TensorRole::Activation, spec, config);
+    }
+
+    void add_outputs(const onnx::NodeProto& node, const Options& config) {
+        if (no_output_.count(node.op_type())) return;
+        for (const auto& out : node.output()) {
+            auto* t = add(out, node, TensorRole::Activation, activation_spec(node, config, true), config);
+            if (t && node.op_type() == "Softmax") t->fixed_range = TensorRange{0.0f, 1.0f};
+        }
+    }
+
+    void add_weight(const std::string& tensor, const onnx::NodeProto& node, const Options& config, int axis) {
+        if (!is_constant(tensor)) {
+            add_activation(tensor, node, config);
+            return;
+        }
+        auto spec = target_.default_spec(TensorRole::Weight, config);
+        if (spec.per_channel) {
+            if (axis < 0) spec.per_channel = false;
+            else {
+                if (model_.opset() < 13)
+                    throw InputError(fmt::format("per_channel needs opset 13 or later for DequantizeLinear's axis, and "
+                                                 "the model is opset {}; convert it first (vaiq convert-opset)",
+                                                 model_.opset()));
+                spec.axis = axis;
+            }
+        }
+        add(tensor, node, TensorRole::Weight, spec, config);
+    }
+
+    void add_bias(const onnx::NodeProto& node, int slot, const Options& config) {
+        if (node.input_size() <= slot || node.input(slot).empty()) return;
+        const auto& bias = node.input(slot);
+        const auto* weight = plan_.find(node.input(1));
+        if (!config.get_bool("extra_options.QuantizeBias") || !is_constant(bias)) return;
+        if (!plan_.find(node.input(0)) || !weight || !weight->constant) {
+            add_activation(bias, node, config);
+            return;
+        }
+        // An int32 bias takes input scale x weight scale; other types are quantized from their data.
+        auto* t = add(bias, node, TensorRole::Bias, target_.default_spec(TensorRole::Bias, config), config);
+        if (t && t->spec.type == QuantType::QInt32) {
+            t->bias_input = node.input(0);
+            t->bias_weight = node.input(1);
+        }
+    }
+
+    int per_channel_axis(const std::string& op, int fallback) const {
+        auto it = axes_.find(op);
+        return it == axes_.end() ? fallback : it->second;
+    }
+
+    int rank_of(const std::string& tensor) const {
+        const auto* init = index_.initializer(tensor);
+        return init ? init->dims_size() : 0;
+    }
+
+    void plan_node(const onnx::NodeProto& node, const NodeDecision& d) {
+        const auto config = node_config(d);
+        const auto& op = node.op_type();
+        if (op == "Conv" || op == "ConvTranspose") {
+            add_activation(node.input(0), node, config);
+            add_weight(node.input(1), node, config, per_channel_axis(op, op == "Conv" ? 0 : 1));
+            add_bias(node, 2, config);
+            add_outputs(node, config);
+        } else if (op == "Gemm") {
+            add_activation(node.input(0), node, config);
+            add_weight(node.input(1), node, config, per_channel_axis(op, attribute_int(node, "transB", 0) ? 0 : 1));
+            if (attribute_float(node, "beta", 1.0f) == 1.0f) add_bias(node, 2, config);
+            else if (node.input_size() > 2) add_activation(node.input(2), node, config);
+            add_outputs(node, config);
+        } else if (op == "MatMul") {
+            if (const_b_only_ && !is_constant(node.input(1))) {
+                plan_.skipped.emplace_back(d.name, "MatMulConstBOnly and B is not a constant");
+                return;
+            }
+            add_activation(node.input(0), node, config);
+            add_weight(node.input(1), node, config, per_channel_axis(op, std::max(rank_of(node.input(1)) - 1, 0)));
+            add_outputs(node, config);
+        } else if (kNormalizations.count(op)) {
+            add_activation(node.input(0), node, config);
+            if (node.input_size() > 1) add_weight(node.input(1), node, config, -1);
+            if (op != "BatchNormalization") add_bias(node, 2, config);
+            add_outputs(node, config);
+        } else if (kRemovableActivations.count(op)) {
+            add_activation(node.input(0), node, config);  // not Clip's min and max
+            add_outputs(node, config);
+        } else if (kSameAsInput.count(op)) {
+            const auto& in = node.input(0);
+            if (!plan_.find(in) && !force_) {
+                plan_.skipped.emplace_back(d.name, fmt::format("its input '{}' is not quantized (set "
+                                                               "ForceQuantizeNoInputCheck to quantize it anyway)", in));
+                return;
+            }
+            add_activation(in, node, config);
+            if (!plan_.find(in)) return;
+            if (no_output_.count(op)) return;
+            for (const auto& out : node.output()) {
+                auto* t = add(out, node, TensorRole::Activation, plan_.find(in)->spec, config);
+                if (t) t->share_with = in;
+            }
+        } else {
+            // Every other op: each float input and output on its own parameters.
+            for (const auto& in : node.input()) add_activation(in, node, config);
+            add_outputs(node, config);
+        }
+    }
+
+    const Recipe& recipe_;
+    const Model& model_;
+    const Target& target_;
+    GraphIndex index_;
+    Options base_;
+    std::set<std::string> no_output_;
+    std::map<std::string, int> axes_;
+    bool force_ = false;
+    bool const_b_only_ = false;
+    std::set<std::string> absorbed_;
+    std::map<std::string, std::string> inherit_;
+    DraftPlan plan_;
+};
+
+}  // namespace
+
+DraftPlan plan_tensors(const Recipe& recipe, const Model& model, const Target& target,
+                       const std::vector<NodeDecision>& decisions) {
+    return Planner(recipe, model, target).run(decisions);
+}
+
+void drop_tensors(DraftPlan& plan, const std::vector<std::string>& tensors) {
+    std::set<std::string> dropped(tensors.begin(), tensors.end());
+    // Anything that takes its parameters from a dropped tensor goes too.
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (const auto& t : plan.tensors) {
+            if (dropped.count(t.tensor)) continue;
+            for (const auto* dep : {&t.share_with, &t.bias_input, &t.bias_weight})
+                if (!dep->empty() && dropped.count(*dep)) {
+                    dropped.insert(t.tensor);
+                    changed = true;
+                }
+        }
+    }
+    std::vector<PlannedTensor> kept;
+    for (auto& t : plan.tensors) {
+        if (dropped.count(t.tensor)) continue;
+        if (!t.range_from.empty() && dropped.count(t.range_from)) t.range_from.clear();
+        kept.push_back(std::move(t));
+    }
+    plan.tensors = std::move(kept);
+    plan.index.clear();
+    for (size_t i = 0; i < plan.tensors.size(); ++i) plan.index[plan.tensors[i].tensor] = i;
+}
+
+}  // namespace vaiq

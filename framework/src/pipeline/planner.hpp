@@ -1,0 +1,52 @@
+// The plan phase: which tensors get quantized, in which role and spec, and
+// which take their parameters or range from another tensor. It follows ONNX
+// Runtime's QDQ quantizer: per op type, which inputs and outputs are quantized,
+// which ops pass their input's parameters through, which activations Q absorbs.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipeline/selection.hpp"
+#include "vaiq/quant.hpp"
+#include "vaiq/target.hpp"
+
+namespace vaiq {
+
+/// One tensor to quantize, before calibration.
+struct PlannedTensor {
+    std::string tensor;
+    TensorRole role = TensorRole::Activation;
+    QuantSpec spec;
+    bool constant = false;               ///< an initializer: parameters come from its data
+    std::string calibrate_method;        ///< calibrator plugin for activations
+    std::string share_with;              ///< parameters are this tensor's (data-movement ops)
+    std::string range_from;              ///< the calibrated range is this tensor's (Relu/Clip input)
+    std::optional<TensorRange> fixed_range;  ///< e.g. Softmax output [0, 1]
+    std::string bias_input, bias_weight; ///< bias: scale = input scale x weight scale
+    std::string node;                    ///< the node that asked for it first
+};
+
+struct DraftPlan {
+    std::vector<PlannedTensor> tensors;
+    std::map<std::string, size_t> index;  ///< tensor -> position in `tensors`
+    /// Nodes the recipe selected whose quantization depended on something that
+    /// did not hold (e.g. a Reshape whose input is not quantized), with why.
+    std::vector<std::pair<std::string, std::string>> skipped;
+
+    const PlannedTensor* find(const std::string& tensor) const;
+    /// Activations whose range must be observed during calibration.
+    std::vector<std::string> observed() const;
+};
+
+/// Plans every tensor of the quantized nodes. Throws InputError for a plan the
+/// settings make impossible (e.g. per-channel weights below opset 13).
+DraftPlan plan_tensors(const Recipe& recipe, const Model& model, const Target& target,
+                       const std::vector<NodeDecision>& decisions);
+
+/// Drops tensors that turned out not to be float (and whatever depended on them).
+void drop_tensors(DraftPlan& plan, const std::vector<std::string>& tensors);
+
+}  // namespace vaiq
