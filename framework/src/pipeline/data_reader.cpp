@@ -65,7 +65,8 @@ std::vector<fs::path> sorted_entries(const fs::path& dir, bool folders) {
 }
 
 // The declared dimensions of an input: a value, or nullopt when symbolic or unknown.
-std::optional<std::vector<std::optional<int64_t>>> declared_dims(const onnx::ValueInfoProto& input) {
+using Dims = std::optional<std::vector<std::optional<int64_t>>>;
+Dims declared_dims(const onnx::ValueInfoProto& input) {
     if (!input.type().has_tensor_type() || !input.type().tensor_type().has_shape()) return std::nullopt;
     std::vector<std::optional<int64_t>> dims;
     for (const auto& d : input.type().tensor_type().shape().dim())
@@ -82,7 +83,7 @@ struct Item {
 class FileReader final : public DataReader {
   public:
     FileReader(std::vector<Item> items, const Model& model) : items_(std::move(items)) {
-        for (const auto* in : feed_inputs(model.graph())) inputs_[in->name()] = in;
+        for (const auto* in : feed_inputs(model.graph())) dims_[in->name()] = declared_dims(*in);
     }
 
     std::optional<Batch> next() override {
@@ -119,7 +120,7 @@ class FileReader final : public DataReader {
             } catch (const InputError& e) {
                 throw InputError(fmt::format("calibration data {}: {}", file.string(), e.what()));
             }
-            const auto dims = declared_dims(*inputs_.at(name));
+            const auto& dims = dims_.at(name);
             int64_t chunks = 1;
             if (dims && !dims->empty()) {
                 const auto& shape = t.shape();
@@ -155,7 +156,7 @@ class FileReader final : public DataReader {
     }
 
     std::vector<Item> items_;
-    std::map<std::string, const onnx::ValueInfoProto*> inputs_;
+    std::map<std::string, Dims> dims_;  // copied: the reader may outlive the model
     size_t item_ = 0;
     std::string label_;
     std::vector<std::pair<std::string, Tensor>> loaded_;

@@ -1,0 +1,298 @@
+// The quantization phases on small graphs: data readers, the plan's placement
+// rules, calibration, parameters and the evaluation that lands in the report.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "pipeline/calibration.hpp"
+#include "pipeline/data_reader.hpp"
+#include "pipeline/evaluation.hpp"
+#include "pipeline/pipeline.hpp"
+#include "pipeline/planner.hpp"
+#include "test_support.hpp"
+#include "util/npy.hpp"
+#include "vaiq/error.hpp"
+
+namespace fs = std::filesystem;
+using vaiq::DataType;
+using vaiq::Tensor;
+using vaiq::test::GraphBuilder;
+using vaiq::test::ramp;
+using vaiq::test::temp_dir;
+using vaiq::test::write_text;
+
+namespace {
+
+template <typename F>
+std::string error_of(F&& f) {
+    try {
+        f();
+    } catch (const vaiq::InputError& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+vaiq::Recipe recipe_from(const std::string& yaml) {
+    return vaiq::load_recipe(write_text(temp_dir() / "r.yaml", "recipe_version: 1\ncalibrate_method: MinMax\n" + yaml));
+}
+
+void write_pb(const fs::path& file, const Tensor& t, const std::string& name) {
+    std::ofstream out(file, std::ios::binary);
+    t.to_proto(name).SerializeToOstream(&out);
+}
+
+std::vector<vaiq::Batch> all(vaiq::DataReader& reader) {
+    std::vector<vaiq::Batch> out;
+    while (auto b = reader.next()) out.push_back(std::move(*b));
+    return out;
+}
+
+vaiq::Model two_input_model() {
+    GraphBuilder b;
+    b.input("a", {1, 3}).input("b", {1, 3}).output("y", {1, 3});
+    b.node("Add", {"a", "b"}, {"y"}, "add");
+    return b.build();
+}
+
+// ---------------------------------------------------------------- data readers
+
+TEST(DataReader, ReadsTheOnnxTestDataLayoutByTensorName) {
+    const auto dir = temp_dir();
+    for (int s = 0; s < 2; ++s) {
+        const auto set = dir / ("test_data_set_" + std::to_string(s));
+        fs::create_directories(set);
+        // Named after the inputs but stored in the opposite order.
+        write_pb(set / "input_0.pb", Tensor::from_values<float>({1, 3}, std::vector<float>{1, 1, 1}), "b");
+        write_pb(set / "input_1.pb", Tensor::from_values<float>({1, 3}, std::vector<float>{2, 2, float(s)}), "a");
+    }
+    auto reader = vaiq::open_data_reader(dir, two_input_model());
+    const auto batches = all(*reader);
+    ASSERT_EQ(batches.size(), 2u);
+    EXPECT_EQ(batches[1].feeds.at("a").data<float>()[2], 1.0f);
+    EXPECT_EQ(batches[1].feeds.at("b").data<float>()[0], 1.0f);
+    reader->rewind();
+    EXPECT_EQ(all(*reader).size(), 2u) << "rewind starts again";
+}
+
+TEST(DataReader, BindsSampleFolderFilesByNameThenInOrder) {
+    const auto dir = temp_dir();
+    fs::create_directories(dir / "s1");
+    vaiq::write_npy(dir / "s1" / "b.npy", Tensor::from_values<float>({1, 3}, std::vector<float>{7, 7, 7}));
+    vaiq::write_npy(dir / "s1" / "z.npy", Tensor::from_values<float>({1, 3}, std::vector<float>{5, 5, 5}));
+    auto reader = vaiq::open_data_reader(dir, two_input_model());
+    const auto batches = all(*reader);
+    ASSERT_EQ(batches.size(), 1u);
+    EXPECT_EQ(batches[0].feeds.at("b").data<float>()[0], 7.0f);
+    EXPECT_EQ(batches[0].feeds.at("a").data<float>()[0], 5.0f) << "the unnamed file goes to the unbound input";
+}
+
+TEST(DataReader, SplitsFilesIntoTheModelsBatchAndAddsAMissingBatchDimension) {
+    const auto dir = temp_dir();
+    const auto model = vaiq::test::conv_relu_model();  // x: [1, 2, 4, 4]
+    vaiq::write_npy(dir / "s10.npy", ramp({3, 2, 4, 4}));
+    vaiq::write_npy(dir / "s2.npy", ramp({2, 4, 4}, 100.0f));
+    auto reader = vaiq::open_data_reader(dir, model);
+    const auto batches = all(*reader);
+    ASSERT_EQ(batches.size(), 4u);
+    EXPECT_EQ(batches[0].feeds.at("x").data<float>()[0], 100.0f) << "s2 sorts before s10";
+    EXPECT_EQ(batches[0].feeds.at("x").shape(), (std::vector<int64_t>{1, 2, 4, 4}));
+    EXPECT_EQ(batches[2].feeds.at("x").data<float>()[0], 32.0f) << "the second sample of s10";
+    EXPECT_NE(batches[3].source.find("batch 3 of 3"), std::string::npos) << batches[3].source;
+}
+
+TEST(DataReader, RefusesLayoutsItCannotBind) {
+    const auto dir = temp_dir();
+    vaiq::write_npy(dir / "a.npy", ramp({1, 3}));
+    EXPECT_NE(error_of([&] { vaiq::open_data_reader(dir, two_input_model()); }).find("one folder per sample"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { vaiq::open_data_reader(dir / "missing", two_input_model()); }).find("does not exist"),
+              std::string::npos);
+    const auto empty = temp_dir();
+    EXPECT_NE(error_of([&] { vaiq::open_data_reader(empty, two_input_model()); }).find("holds no .npy or .pb files"),
+              std::string::npos);
+}
+
+TEST(RandomDataReader, FollowsTheDocumentedShapeForms) {
+    GraphBuilder b;
+    b.input("x", {1, 3}).input("ids", {1, 4}, DataType::Int64).output("y", {1, 3});
+    b.node("Relu", {"x"}, {"y"});
+    auto model = b.build();
+    model.graph().mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)->set_dim_param("N");
+    auto reader = vaiq::random_data_reader(model, nlohmann::json::parse(R"({"x": [2, 3]})"), nullptr, 2);
+    const auto batches = all(*reader);
+    ASSERT_EQ(batches.size(), 2u);
+    EXPECT_EQ(batches[0].feeds.at("x").shape(), (std::vector<int64_t>{2, 3}));
+    for (float v : batches[0].feeds.at("x").data<float>()) EXPECT_TRUE(v >= 0.0f && v < 1.0f);
+    for (int64_t v : batches[0].feeds.at("ids").data<int64_t>()) EXPECT_TRUE(v == 0 || v == 1);
+
+    // The model's own shapes, with the dynamic batch dimension as 1; a data range.
+    reader = vaiq::random_data_reader(model, nlohmann::json::array(), nlohmann::json::parse(R"({"ids": [5, 9]})"), 1);
+    const auto one = all(*reader);
+    EXPECT_EQ(one[0].feeds.at("x").shape(), (std::vector<int64_t>{1, 3}));
+    for (int64_t v : one[0].feeds.at("ids").data<int64_t>()) EXPECT_TRUE(v >= 5 && v <= 9);
+
+    reader = vaiq::random_data_reader(model, nlohmann::json::parse("[[4, 3], [1, 4]]"), nullptr, 1);
+    EXPECT_EQ(all(*reader)[0].feeds.at("x").shape()[0], 4);
+
+    EXPECT_NE(error_of([&] { vaiq::random_data_reader(model, nlohmann::json::parse(R"({"xx": [1, 3]})"), nullptr, 1); })
+                  .find("'xx', which is not an input of the model (inputs: x, ids); did you mean 'x'?"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { vaiq::random_data_reader(model, nlohmann::json::parse("[1, 3]"), nullptr, 1); })
+                  .find("gives one shape, but the model has 2 inputs"),
+              std::string::npos);
+}
+
+// ------------------------------------------------------------------ the plan
+
+class Plan : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        registry_.load_default_paths();
+        target_ = registry_.create<vaiq::Target>("cpu", {});
+    }
+    vaiq::DraftPlan plan(const vaiq::Model& model, const std::string& yaml) {
+        const auto recipe = recipe_from(yaml);
+        return vaiq::plan_tensors(recipe, model, *target_, vaiq::decide_nodes(recipe, model, *target_));
+    }
+    vaiq::PluginRegistry registry_;
+    vaiq::PluginInstance<vaiq::Target> target_;
+};
+
+TEST_F(Plan, AsymmetricActivationsLetQuantizeAbsorbTheRelu) {
+    const auto p = plan(vaiq::test::conv_relu_model(), "activation_type: QUInt8\n");
+    EXPECT_EQ(p.find("conv_out"), nullptr) << "Conv -> Relu -> Q needs no pair between Conv and Relu";
+    ASSERT_NE(p.find("x"), nullptr);
+    EXPECT_EQ(p.find("w")->role, vaiq::TensorRole::Weight);
+    EXPECT_TRUE(p.find("w")->spec.symmetric) << "WeightSymmetric defaults to true";
+    EXPECT_EQ(p.find("b")->role, vaiq::TensorRole::Bias);
+    EXPECT_EQ(p.find("b")->bias_input, "x");
+    EXPECT_EQ(p.find("b")->bias_weight, "w");
+    EXPECT_EQ(p.find("y")->calibrate_method, "minmax");
+    EXPECT_EQ(p.observed(), (std::vector<std::string>{"x", "y"}));
+}
+
+TEST_F(Plan, SymmetricActivationsKeepThePairAndInheritTheReluRange) {
+    const auto p = plan(vaiq::test::conv_relu_model(), "extra_options: {ActivationSymmetric: true}\n");
+    ASSERT_NE(p.find("conv_out"), nullptr);
+    EXPECT_EQ(p.find("conv_out")->range_from, "y");
+    // UseUnsignedReLU makes the Relu output asymmetric, and then the pair is absorbed again.
+    const auto u = plan(vaiq::test::conv_relu_model(), "extra_options: {ActivationSymmetric: true, UseUnsignedReLU: true}\n");
+    EXPECT_EQ(u.find("conv_out"), nullptr);
+    EXPECT_FALSE(u.find("y")->spec.symmetric);
+    EXPECT_TRUE(u.find("x")->spec.symmetric);
+}
+
+vaiq::Model matmul_reshape_softmax() {
+    GraphBuilder b;
+    b.input("x", {2, 4}).input("k", {4, 4}).output("s", {1, 8}).output("t", {2, 4});
+    b.initializer("w", ramp({4, 4}, -1.0f, 0.1f)).initializer("shape", Tensor::from_values<int64_t>({2}, std::vector<int64_t>{1, 8}));
+    b.node("MatMul", {"x", "w"}, {"m"}, "mm_const");
+    b.node("MatMul", {"x", "k"}, {"t"}, "mm_dynamic");
+    b.node("Reshape", {"m", "shape"}, {"r"}, "reshape");
+    b.node("Softmax", {"r"}, {"s"}, "softmax");
+    return b.build();
+}
+
+TEST_F(Plan, DataMovementSharesParametersAndSoftmaxOutputIsZeroToOne) {
+    const auto p = plan(matmul_reshape_softmax(), "per_channel: true\n");
+    ASSERT_NE(p.find("r"), nullptr);
+    EXPECT_EQ(p.find("r")->share_with, "m");
+    EXPECT_EQ(p.find("shape"), nullptr) << "integer constants are not quantized";
+    ASSERT_TRUE(p.find("s")->fixed_range.has_value());
+    EXPECT_EQ(p.find("s")->fixed_range->max, 1.0f);
+    EXPECT_TRUE(p.find("w")->spec.per_channel);
+    EXPECT_EQ(p.find("w")->spec.axis, 1) << "MatMul weights are per output column";
+    EXPECT_EQ(p.find("k")->role, vaiq::TensorRole::Activation) << "a non-constant B is an activation";
+}
+
+TEST_F(Plan, ExtraOptionsNarrowThePlan) {
+    auto p = plan(matmul_reshape_softmax(), "extra_options: {MatMulConstBOnly: true, OpTypesToExcludeOutputQuantization: [Softmax]}\n");
+    EXPECT_EQ(p.find("k"), nullptr);
+    EXPECT_EQ(p.find("t"), nullptr);
+    EXPECT_EQ(p.find("s"), nullptr);
+    ASSERT_EQ(p.skipped.size(), 1u);
+    EXPECT_EQ(p.skipped[0].first, "mm_dynamic");
+    p = plan(matmul_reshape_softmax(), "op_types_to_quantize: [Reshape, Softmax]\n");
+    ASSERT_EQ(p.skipped.size(), 1u);
+    EXPECT_EQ(p.skipped[0].first, "reshape") << "Reshape's input is not quantized";
+    ASSERT_NE(p.find("r"), nullptr) << "Softmax quantizes its own input";
+    EXPECT_EQ(p.find("r")->share_with, "");
+    p = plan(matmul_reshape_softmax(), "op_types_to_quantize: [Reshape]\nextra_options: {ForceQuantizeNoInputCheck: true}\n");
+    ASSERT_NE(p.find("r"), nullptr);
+    EXPECT_EQ(p.find("r")->share_with, "m");
+}
+
+TEST_F(Plan, PerChannelBelowOpset13IsAClearError) {
+    EXPECT_NE(error_of([&] { plan(vaiq::test::conv_relu_model(11), "per_channel: true\n"); }).find("opset 13"),
+              std::string::npos);
+}
+
+// ------------------------------------------------- calibration and parameters
+
+TEST_F(Plan, CalibrationAndParametersFollowTheDocumentedFormulas) {
+    const auto model = vaiq::test::conv_relu_model();
+    auto draft = plan(model, "activation_type: QUInt8\nper_channel: true\n");
+    auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nlohmann::json::parse(R"({"x": [-2, 3]})"), 4);
+    auto calibrator = registry_.create<vaiq::Calibrator>("minmax", registry_.resolve_options(
+                                                                       registry_.require(vaiq::PluginKind::Calibrator, "minmax", ""), nullptr));
+    const auto outcome = vaiq::calibrate(model, draft, *data, {{"minmax", calibrator.get()}}, 1);
+    EXPECT_EQ(outcome.batches, 4);
+    const auto x = outcome.results.at("x").range;
+    EXPECT_LT(x.min, -1.5f);
+    EXPECT_GT(x.max, 2.5f);
+    std::map<std::string, vaiq::TensorRange> ranges;
+    const auto plan = vaiq::compute_parameters(model, draft, outcome, &ranges);
+    const auto* xq = plan.find("x");
+    ASSERT_NE(xq, nullptr);
+    EXPECT_FLOAT_EQ(xq->params.scale[0], static_cast<float>((double(x.max) - x.min) / 255.0));
+    EXPECT_EQ(xq->params.zero_point[0], static_cast<int64_t>(std::nearbyint(-x.min / ((double(x.max) - x.min) / 255.0))));
+    const auto* w = plan.find("w");
+    ASSERT_EQ(w->params.scale.size(), 3u) << "one scale per output channel";
+    EXPECT_EQ(w->params.axis, 0);
+    EXPECT_EQ(w->params.zero_point[0], 0) << "symmetric int8";
+    const auto* bias = plan.find("b");
+    ASSERT_EQ(bias->params.scale.size(), 3u);
+    for (int c = 0; c < 3; ++c) EXPECT_EQ(bias->params.scale[c], xq->params.scale[0] * w->params.scale[c]);
+    EXPECT_EQ(bias->params.type, vaiq::QuantType::QInt32);
+}
+
+TEST_F(Plan, TensorsThatTurnOutNotToBeFloatAreDropped) {
+    GraphBuilder b;
+    b.input("x", {1, 4}).output("y", {1}, DataType::Int64);
+    b.node("ArgMax", {"x"}, {"y"}, "argmax");
+    const auto model = b.build();
+    auto draft = plan(model, "");
+    ASSERT_NE(draft.find("y"), nullptr) << "planned before its type is known";
+    auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 1);
+    auto calibrator = registry_.create<vaiq::Calibrator>(
+        "minmax", registry_.resolve_options(registry_.require(vaiq::PluginKind::Calibrator, "minmax", ""), nullptr));
+    const auto outcome = vaiq::calibrate(model, draft, *data, {{"minmax", calibrator.get()}}, 1);
+    EXPECT_EQ(outcome.not_float, std::vector<std::string>{"y"});
+    vaiq::drop_tensors(draft, outcome.not_float);
+    EXPECT_EQ(draft.find("y"), nullptr);
+    EXPECT_NE(draft.find("x"), nullptr);
+}
+
+// ---------------------------------------------------------------- evaluation
+
+TEST(Evaluation, IdenticalModelsAgreeExactlyAndLabelsGiveAccuracy) {
+    GraphBuilder b;
+    b.input("x", {2, 3}).output("y", {2, 3});
+    b.node("Relu", {"x"}, {"y"});
+    const auto model = b.build();
+    const auto dir = temp_dir();
+    vaiq::write_npy(dir / "a.npy", Tensor::from_values<float>({2, 3}, std::vector<float>{0, 1, 5, 9, 2, 1}));
+    auto data = vaiq::open_data_reader(dir / "a.npy", model);
+    const auto labels = Tensor::from_values<int64_t>({2}, std::vector<int64_t>{2, 1});
+    const auto e = vaiq::evaluate(model, model, *data, &labels, 1);
+    ASSERT_EQ(e.outputs.size(), 1u);
+    EXPECT_TRUE(std::isinf(e.outputs[0].sqnr_db));
+    EXPECT_DOUBLE_EQ(e.outputs[0].cosine, 1.0);
+    EXPECT_EQ(e.outputs[0].top1_agreement, 1.0);
+    EXPECT_EQ(e.samples, 2);
+    EXPECT_EQ(e.float_accuracy, 0.5) << "row 0 argmax 2 is right, row 1 argmax 0 is wrong";
+    EXPECT_EQ(e.to_json()["outputs"][0]["sqnr_db"], "inf");
+}
+
+}  // namespace
