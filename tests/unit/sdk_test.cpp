@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "test_support.hpp"
+#include "vaiq/histogram.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/options.hpp"
@@ -167,3 +168,26 @@ TEST(Graph, UniqueNamesAndCleanup) {
 }
 
 }  // namespace
+
+TEST(Histogram, GrowsAtTheSameStrideThenMergesToStayBounded) {
+    vaiq::Histogram h(8, false);  // 4 bins each side of 0
+    const std::vector<float> first{-1.0f, -0.1f, 0.1f, 0.9f};
+    h.add(first);
+    EXPECT_DOUBLE_EQ(h.stride(), 0.25);
+    EXPECT_EQ(h.counts().size(), 8u);
+    EXPECT_DOUBLE_EQ(h.edge(0), -1.0);
+    h.add(std::vector<float>{1.6f});  // 3 more bins each side, same stride
+    EXPECT_DOUBLE_EQ(h.stride(), 0.25);
+    EXPECT_EQ(h.counts().size(), 14u);
+    EXPECT_EQ(h.counts()[13], 1.0);
+    h.add(std::vector<float>{-100.0f});  // would need 400 bins a side: pairs merge until <= 16
+    EXPECT_LE(h.counts().size(), 32u);
+    EXPECT_DOUBLE_EQ(h.edge(h.counts().size() / 2), 0.0) << "0 stays on an edge";
+    EXPECT_DOUBLE_EQ(h.total(), 6.0);
+    double sum = 0;
+    for (double c : h.counts()) sum += c;
+    EXPECT_DOUBLE_EQ(sum, 6.0) << "merging keeps every count";
+    EXPECT_EQ(h.counts().front(), 1.0);
+    EXPECT_FLOAT_EQ(h.min(), -100.0f);
+    EXPECT_THROW(h.add(std::vector<float>{std::nanf("")}), vaiq::InputError);
+}

@@ -6,6 +6,7 @@
 #include "vaiq/error.hpp"
 #include "vaiq/format.hpp"
 #include "vaiq/graph.hpp"
+#include "vaiq/histogram.hpp"
 #include "vaiq/log.hpp"
 #include "vaiq/model.hpp"
 #include "vaiq/options.hpp"
