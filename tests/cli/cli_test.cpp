@@ -202,7 +202,7 @@ TEST(Cli, MissingPluginIsAnError) {
     const auto recipe = write_text(temp_dir() / "r.yaml", "recipe_version: 1\ntarget: npu_cnn\ncalibrate_method: MinMax\n");
     auto r = vaiq_cli("validate " + recipe.string());
     EXPECT_EQ(r.exit_code, 1);
-    EXPECT_NE(r.err.find("no target plugin named 'npu_cnn' is installed (installed targets: cpu)"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("no target plugin named 'npu_cnn' is installed (installed targets: cpu,"), std::string::npos) << r.err;
 }
 
 TEST(Cli, BrokenPluginOnThePluginPathIsAnError) {

@@ -1,0 +1,69 @@
+// npu_transformer: transformer models on the NPU, as the documented "Transformers
+// on NPU" configuration quantizes them (QDQ, MinMax, int8 activations and
+// weights). The NPU computes per tensor with symmetric int8 weights and int32
+// biases; the op set is what transformer blocks are made of (projections,
+// attention, normalisation, activations) plus the data movement between them.
+#include <vaiq/vaiq.hpp>
+
+#include <set>
+
+namespace {
+
+bool is_eight_bit(vaiq::QuantType t) { return t == vaiq::QuantType::QInt8 || t == vaiq::QuantType::QUInt8; }
+
+class NpuTransformer final : public vaiq::Target {
+  public:
+    bool supports(const onnx::NodeProto& node) const override {
+        static const std::set<std::string, std::less<>> kOps = {
+            // compute
+            "MatMul", "Gemm", "Conv", "Add", "Sub", "Mul", "Div", "Softmax", "LayerNormalization",
+            "InstanceNormalization", "Gelu", "Relu", "Clip", "Sigmoid", "Tanh", "Erf", "LeakyRelu", "HardSigmoid",
+            "GlobalAveragePool", "AveragePool", "MaxPool", "ReduceMean",
+            // data movement
+            "Reshape", "Transpose", "Concat", "Slice", "Split", "Gather", "Squeeze", "Unsqueeze", "Flatten", "Resize",
+            "Pad", "Where", "Expand"};
+        return (node.domain().empty() || node.domain() == "ai.onnx") && kOps.count(node.op_type()) > 0;
+    }
+
+    vaiq::QuantSpec default_spec(vaiq::TensorRole role, const vaiq::Options& config) const override {
+        vaiq::QuantSpec spec;
+        switch (role) {
+            case vaiq::TensorRole::Activation:
+                spec.type = *vaiq::parse_quant_type(config.get_string("activation_type"));
+                spec.symmetric = config.get_bool("extra_options.ActivationSymmetric");
+                break;
+            case vaiq::TensorRole::Weight:
+                spec.type = *vaiq::parse_quant_type(config.get_string("weight_type"));
+                spec.symmetric = true;
+                break;
+            case vaiq::TensorRole::Bias:
+                spec.type = vaiq::QuantType::QInt32;
+                spec.symmetric = true;
+                break;
+        }
+        return spec;
+    }
+
+    void check(const vaiq::Options& config) const override {
+        auto refuse = [](const std::string& what) {
+            throw vaiq::InputError("target 'npu_transformer' " + what);
+        };
+        if (config.get_bool("enable_dpu"))
+            refuse("does not take enable_dpu: the DPU transforms are for CNNs (target: npu_cnn)");
+        if (config.get_bool("per_channel")) refuse("computes per tensor: set per_channel to false");
+        if (config.get_bool("reduce_range")) refuse("uses the full 8-bit weight range: set reduce_range to false");
+        if (!config.get_bool("extra_options.WeightSymmetric"))
+            refuse("needs symmetric weights: set extra_options.WeightSymmetric to true");
+        const auto weight = *vaiq::parse_quant_type(config.get_string("weight_type"));
+        if (weight != vaiq::QuantType::QInt8)
+            refuse(fmt::format("takes int8 weights (weight_type: QInt8), not {}", vaiq::quant_type_name(weight)));
+        const auto act = *vaiq::parse_quant_type(config.get_string("activation_type"));
+        if (!is_eight_bit(act))
+            refuse(fmt::format("takes 8-bit activations (QInt8 or QUInt8), not {}", vaiq::quant_type_name(act)));
+    }
+};
+
+}  // namespace
+
+VAIQ_PLUGINS(vaiq::describe<NpuTransformer>("npu_transformer", "0.1.0",
+                                            "NPU for transformers: per-tensor int8, symmetric weights, int32 bias"))
