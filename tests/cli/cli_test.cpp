@@ -136,6 +136,26 @@ TEST(Cli, RunQuantizesOnRandomDataAndReports) {
     EXPECT_GT(report["evaluation"]["outputs"][0]["sqnr_db"].get<double>(), 20.0);
 }
 
+TEST(Cli, QuantizesTheBundledExampleAndReportsAccuracy) {
+    const auto dir = temp_dir();
+    auto r = vaiq_cli("run " VAIQ_SOURCE_DIR "/examples/mnist/mnist_cpu.yaml --output " + (dir / "mnist.onnx").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto report = nlohmann::json::parse(slurp(dir / "mnist.report.json"));
+    const auto& e = report["evaluation"];
+    EXPECT_EQ(e["samples"], 1000);
+    EXPECT_EQ(e["data"], "evaluation_data");
+    EXPECT_GT(e["accuracy"]["float"].get<double>(), 0.95);
+    EXPECT_GT(e["accuracy"]["quantized"].get<double>(), 0.95);
+    EXPECT_GT(e["outputs"][0]["top1_agreement"].get<double>(), 0.98);
+    EXPECT_GT(e["outputs"][0]["sqnr_db"].get<double>(), 25.0);
+    // Every Conv and the Gemm read dequantized int8 weights.
+    const auto model = vaiq::load_model(dir / "mnist.onnx");
+    int weights = 0;
+    for (const auto& init : model.graph().initializer())
+        weights += init.data_type() == onnx::TensorProto::INT8 && init.dims_size() > 1;
+    EXPECT_EQ(weights, 4);
+}
+
 TEST(Cli, RunRejectsCalibrationDataOfTheWrongShape) {
     const auto dir = temp_dir();
     const auto model = example_model(dir);

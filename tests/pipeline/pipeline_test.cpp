@@ -223,6 +223,16 @@ TEST_F(Plan, ExtraOptionsNarrowThePlan) {
     EXPECT_EQ(p.find("r")->share_with, "m");
 }
 
+TEST_F(Plan, AnInitializerThatIsAlsoAnInputIsNotAConstant) {
+    auto model = vaiq::test::conv_relu_model();
+    auto* w = model.graph().add_input();
+    w->set_name("w");
+    w->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+    const auto p = plan(model, "");
+    EXPECT_EQ(p.find("w")->role, vaiq::TensorRole::Activation);
+    EXPECT_FALSE(p.find("w")->constant);
+}
+
 TEST_F(Plan, PerChannelBelowOpset13IsAClearError) {
     EXPECT_NE(error_of([&] { plan(vaiq::test::conv_relu_model(11), "per_channel: true\n"); }).find("opset 13"),
               std::string::npos);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <set>
 
 #include "pipeline/calibration.hpp"
 #include "pipeline/data_reader.hpp"
@@ -83,6 +84,22 @@ void warn_unimplemented_defaults(const Recipe& recipe, Phase phase) {
             log_warn("{} is {} by default but not implemented yet; it has no effect", spec.path,
                      recipe.value(spec.path).dump());
     }
+}
+
+// Initializers listed as graph inputs can be overridden by a caller, so they are
+// not constants; removing them from the inputs lets their values be quantized.
+int remove_initializer_inputs(Model& model) {
+    auto& graph = model.graph();
+    std::set<std::string> constants;
+    for (const auto& init : graph.initializer()) constants.insert(init.name());
+    google::protobuf::RepeatedPtrField<onnx::ValueInfoProto> kept;
+    int removed = 0;
+    for (const auto& in : graph.input()) {
+        if (constants.count(in.name())) ++removed;
+        else *kept.Add() = in;
+    }
+    graph.mutable_input()->Swap(&kept);
+    return removed;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -238,6 +255,11 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
 
     if (last >= Phase::Prepare) {
         timed(Phase::Prepare, [&] {
+            if (recipe.value("extra_options.RemoveInputInit").get<bool>()) {
+                const int removed = remove_initializer_inputs(model);
+                if (removed > 0) log_info("RemoveInputInit: {} initializers are no longer graph inputs", removed);
+                report["removed_initializer_inputs"] = removed;
+            }
             std::vector<PluginChoice> passes;
             for (const auto& name : target->legalization_passes(config)) {
                 const auto& info = registry.require(PluginKind::Pass, name, "a legalisation the target asks for");

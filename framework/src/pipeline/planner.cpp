@@ -78,7 +78,10 @@ class Planner {
         return config;
     }
 
-    bool is_constant(const std::string& name) const { return index_.initializer(name) != nullptr; }
+    // An initializer that is also a graph input can be fed a new value: not a constant.
+    bool is_constant(const std::string& name) const {
+        return index_.initializer(name) != nullptr && !index_.is_graph_input(name);
+    }
 
     // Relu/Clip inputs that Q makes redundant: with asymmetric activations the
     // quantized output range starts at the clip, so the producer's output needs

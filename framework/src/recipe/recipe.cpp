@@ -46,7 +46,7 @@ std::string expand_variables(const std::string& text, const Source& src, const Y
         out += text.substr(last, m.position() - last);
         const std::string name = m[1];
         if (name == "RECIPE_DIR") {
-            out += src.dir.string();
+            out += std::filesystem::absolute(src.dir).lexically_normal().string();
         } else if (const char* value = std::getenv(name.c_str())) {
             out += value;
         } else {

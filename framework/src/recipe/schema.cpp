@@ -88,7 +88,7 @@ const std::vector<KeySpec>& recipe_keys() {
         {"extra_options.UseUnsignedReLU", K::Bool, "false", P::Plan, yes,
          "Force outputs of ReLU and Clip with min 0 to be asymmetric."},
         {"extra_options.QuantizeBias", K::Bool, "true", P::Plan, yes, "Quantize biases as normal weights."},
-        {"extra_options.RemoveInputInit", K::Bool, "true", P::Prepare, no,
+        {"extra_options.RemoveInputInit", K::Bool, "true", P::Prepare, yes,
          "Remove initializers from the graph inputs so they are treated as constants."},
         {"extra_options.EnableSubgraph", K::Bool, "false", P::Plan, no, "Quantize subgraphs too."},
         {"extra_options.ForceQuantizeNoInputCheck", K::Bool, "false", P::Plan, yes,

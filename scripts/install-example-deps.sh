@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Debian packages that retraining the bundled example needs (not the build or tests).
+set -euo pipefail
+packages=(python3 python3-numpy python3-torch npm)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+$sudo apt-get update
+$sudo apt-get install -y --no-install-recommends "${missing[@]}"
