@@ -80,6 +80,21 @@ struct TensorQuant {
     QuantParams params;
 };
 
+/// Checks that parameters can be written: as many zero points as scales, scales
+/// positive and finite, zero points inside the type's range, per-channel only on
+/// opset >= 13. Throws InputError naming the tensor.
+VAIQ_API void check_quant_params(const TensorQuant& t, int64_t opset);
+
+/// The scale as a float tensor and the zero point in the storage type: scalars
+/// per tensor, vectors per channel, as QuantizeLinear/DequantizeLinear take them.
+VAIQ_API Tensor scale_tensor(const QuantParams& params);
+VAIQ_API Tensor zero_point_tensor(const QuantParams& params);
+
+/// Quantizes float values with `params` (per tensor, or along params.axis),
+/// through quantize_value. Throws InputError naming `tensor` when per-channel
+/// scales do not match the shape.
+VAIQ_API Tensor quantize_tensor(const Tensor& values, const QuantParams& params, std::string_view tensor);
+
 /// Everything a format needs to write a quantized model.
 struct QuantPlan {
     std::vector<TensorQuant> tensors;

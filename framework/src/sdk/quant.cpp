@@ -116,6 +116,85 @@ QuantParams compute_quant_params(TensorRange range, const QuantSpec& spec) {
     return params;
 }
 
+void check_quant_params(const TensorQuant& t, int64_t opset) {
+    const auto& p = t.params;
+    if (p.scale.empty() || p.scale.size() != p.zero_point.size())
+        throw InputError(fmt::format("tensor '{}' has {} scales and {} zero points", t.tensor, p.scale.size(),
+                                     p.zero_point.size()));
+    for (float s : p.scale)
+        if (!(s > 0.0f) || !std::isfinite(s))
+            throw InputError(fmt::format("tensor '{}' has the scale {}; scales must be positive and finite", t.tensor, s));
+    const auto [qmin, qmax] = integer_range(p.type);
+    for (int64_t z : p.zero_point)
+        if (z < qmin || z > qmax)
+            throw InputError(fmt::format("tensor '{}' has the zero point {}, outside [{}, {}]", t.tensor, z, qmin, qmax));
+    if (p.axis >= 0 && opset < 13)
+        throw InputError(fmt::format("tensor '{}' is quantized per channel, which needs opset 13 or newer (the model "
+                                     "has opset {})", t.tensor, opset));
+}
+
+namespace {
+
+std::vector<int64_t> params_shape(const QuantParams& p) {
+    return p.axis >= 0 ? std::vector<int64_t>{static_cast<int64_t>(p.scale.size())} : std::vector<int64_t>{};
+}
+
+template <typename Q>
+void fill_zero_points(Tensor& t, const QuantParams& p) {
+    auto out = t.mutable_data<Q>();
+    for (size_t i = 0; i < p.zero_point.size(); ++i) out[i] = static_cast<Q>(p.zero_point[i]);
+}
+
+template <typename Q>
+void quantize_into(std::span<const float> in, std::span<Q> out, const QuantParams& p, int64_t inner) {
+    const size_t channels = p.scale.size();
+    for (size_t i = 0; i < in.size(); ++i) {
+        const size_t c = channels == 1 ? 0 : (i / static_cast<size_t>(inner)) % channels;
+        out[i] = quantize_value<Q>(in[i] / p.scale[c], static_cast<double>(p.zero_point[c]));
+    }
+}
+
+// Calls f with a value of the storage type of `type` (int8_t, uint8_t, ...).
+template <typename F>
+void with_storage_type(QuantType type, F&& f) {
+    switch (type) {
+        case QuantType::QInt8: f(int8_t{}); break;
+        case QuantType::QUInt8: f(uint8_t{}); break;
+        case QuantType::QInt16: f(int16_t{}); break;
+        case QuantType::QUInt16: f(uint16_t{}); break;
+        case QuantType::QInt32: f(int32_t{}); break;
+        case QuantType::QUInt32: f(uint32_t{}); break;
+        default:
+            throw InputError(fmt::format("{} is not an integer quant type", quant_type_name(type)));
+    }
+}
+
+}  // namespace
+
+Tensor scale_tensor(const QuantParams& params) {
+    return Tensor::from_values<float>(params_shape(params), params.scale);
+}
+
+Tensor zero_point_tensor(const QuantParams& params) {
+    Tensor zp(storage_type(params.type), params_shape(params));
+    with_storage_type(params.type, [&](auto q) { fill_zero_points<decltype(q)>(zp, params); });
+    return zp;
+}
+
+Tensor quantize_tensor(const Tensor& values, const QuantParams& p, std::string_view tensor) {
+    int64_t inner = 1;
+    const auto& shape = values.shape();
+    if (p.axis >= 0) {
+        if (p.axis >= static_cast<int>(shape.size()) || shape[p.axis] != static_cast<int64_t>(p.scale.size()))
+            throw InputError(fmt::format("tensor '{}' has {} per-channel scales, which do not match axis {} of its shape",
+                                         tensor, p.scale.size(), p.axis));
+        for (size_t d = p.axis + 1; d < shape.size(); ++d) inner *= shape[d];
+    }
+    Tensor q = Tensor::uninitialized(storage_type(p.type), shape);
+    with_storage_type(p.type, [&](auto v) { quantize_into(values.data<float>(), q.mutable_data<decltype(v)>(), p, inner); });
+    return q;
+}
+
 const TensorQuant* QuantPlan::find(std::string_view tensor) const {
     for (const auto& t : tensors)
         if (t.tensor == tensor) return &t;

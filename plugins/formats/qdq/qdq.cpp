@@ -14,44 +14,20 @@ using vaiq::QuantType;
 using vaiq::TensorQuant;
 
 void check_params(const TensorQuant& t, int64_t opset) {
-    const auto& p = t.params;
-    const bool int32_bias = t.role == vaiq::TensorRole::Bias && p.type == QuantType::QInt32;
-    if (p.type != QuantType::QInt8 && p.type != QuantType::QUInt8 && !int32_bias)
+    const bool int32_bias = t.role == vaiq::TensorRole::Bias && t.params.type == QuantType::QInt32;
+    if (t.params.type != QuantType::QInt8 && t.params.type != QuantType::QUInt8 && !int32_bias)
         throw InputError(fmt::format("format 'qdq' writes QInt8 and QUInt8 (and QInt32 biases), not {} for tensor '{}'; "
                                      "use quant_format VitisQuantFormat.QDQ for wider types",
-                                     vaiq::quant_type_name(p.type), t.tensor));
-    if (p.scale.empty() || p.scale.size() != p.zero_point.size())
-        throw InputError(fmt::format("tensor '{}' has {} scales and {} zero points", t.tensor, p.scale.size(),
-                                     p.zero_point.size()));
-    for (float s : p.scale)
-        if (!(s > 0.0f) || !std::isfinite(s))
-            throw InputError(fmt::format("tensor '{}' has the scale {}; scales must be positive and finite", t.tensor, s));
-    const auto [qmin, qmax] = vaiq::integer_range(p.type);
-    for (int64_t z : p.zero_point)
-        if (z < qmin || z > qmax)
-            throw InputError(fmt::format("tensor '{}' has the zero point {}, outside [{}, {}]", t.tensor, z, qmin, qmax));
-    if (p.axis >= 0 && opset < 13)
-        throw InputError(fmt::format("tensor '{}' is quantized per channel, which needs opset 13 or newer (the model "
-                                     "has opset {})", t.tensor, opset));
+                                     vaiq::quant_type_name(t.params.type), t.tensor));
+    vaiq::check_quant_params(t, opset);
 }
 
 // Scale and zero-point initializers: scalars per tensor, vectors per channel.
 std::pair<std::string, std::string> add_params(onnx::GraphProto& graph, vaiq::UniqueNames& names, const TensorQuant& t) {
-    const auto& p = t.params;
-    const std::vector<int64_t> shape = p.axis >= 0 ? std::vector<int64_t>{static_cast<int64_t>(p.scale.size())}
-                                                   : std::vector<int64_t>{};
     const auto scale_name = names.fresh(t.tensor + "_scale");
-    *graph.add_initializer() = vaiq::Tensor::from_values<float>(shape, p.scale).to_proto(scale_name);
+    *graph.add_initializer() = vaiq::scale_tensor(t.params).to_proto(scale_name);
     const auto zp_name = names.fresh(t.tensor + "_zero_point");
-    vaiq::Tensor zp(vaiq::storage_type(p.type), shape);
-    for (size_t i = 0; i < p.zero_point.size(); ++i) {
-        switch (p.type) {
-            case QuantType::QInt8: zp.mutable_data<int8_t>()[i] = static_cast<int8_t>(p.zero_point[i]); break;
-            case QuantType::QUInt8: zp.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(p.zero_point[i]); break;
-            default: zp.mutable_data<int32_t>()[i] = static_cast<int32_t>(p.zero_point[i]); break;
-        }
-    }
-    *graph.add_initializer() = zp.to_proto(zp_name);
+    *graph.add_initializer() = vaiq::zero_point_tensor(t.params).to_proto(zp_name);
     return {scale_name, zp_name};
 }
 
@@ -72,35 +48,6 @@ onnx::NodeProto& add_node(onnx::GraphProto& graph, vaiq::UniqueNames& names, con
         a->set_i(axis);
     }
     return *n;
-}
-
-template <typename Q>
-void quantize_into(std::span<const float> in, std::span<Q> out, const vaiq::QuantParams& p, int64_t inner) {
-    const size_t channels = p.scale.size();
-    for (size_t i = 0; i < in.size(); ++i) {
-        const size_t c = channels == 1 ? 0 : (i / static_cast<size_t>(inner)) % channels;
-        out[i] = vaiq::quantize_value<Q>(in[i] / p.scale[c], static_cast<double>(p.zero_point[c]));
-    }
-}
-
-vaiq::Tensor quantize(const vaiq::Tensor& w, const TensorQuant& t) {
-    const auto& p = t.params;
-    int64_t inner = 1;
-    if (p.axis >= 0) {
-        const auto& shape = w.shape();
-        if (p.axis >= static_cast<int>(shape.size()) || shape[p.axis] != static_cast<int64_t>(p.scale.size()))
-            throw InputError(fmt::format("tensor '{}' has {} per-channel scales, which do not match axis {} of its shape",
-                                         t.tensor, p.scale.size(), p.axis));
-        for (size_t d = p.axis + 1; d < shape.size(); ++d) inner *= shape[d];
-    }
-    vaiq::Tensor q(vaiq::storage_type(p.type), w.shape());
-    const auto values = w.data<float>();
-    switch (p.type) {
-        case QuantType::QInt8: quantize_into(values, q.mutable_data<int8_t>(), p, inner); break;
-        case QuantType::QUInt8: quantize_into(values, q.mutable_data<uint8_t>(), p, inner); break;
-        default: quantize_into(values, q.mutable_data<int32_t>(), p, inner); break;
-    }
-    return q;
 }
 
 class Qdq final : public vaiq::Format {
@@ -144,7 +91,7 @@ class Qdq final : public vaiq::Format {
             return;
         }
         const auto q_name = names.fresh(t.tensor + "_quantized");
-        *graph.add_initializer() = quantize(weight, t).to_proto(q_name);
+        *graph.add_initializer() = vaiq::quantize_tensor(weight, t.params, t.tensor).to_proto(q_name);
         add_node(graph, names, "DequantizeLinear", q_name, scale, zp, dq_out, t.params.axis);
         vaiq::remove_unused_initializers(graph);
     }
