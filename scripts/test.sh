@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-release}"
+scripts/install-ort.sh
 scripts/build.sh "$preset"
 ctest --preset "$preset" -j "$(nproc)"

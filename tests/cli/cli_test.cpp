@@ -14,23 +14,10 @@ namespace {
 using vaiq::test::temp_dir;
 using vaiq::test::write_text;
 
-struct Result {
-    int exit_code;
-    std::string out;
-    std::string err;
-};
+using vaiq::test::slurp;
 
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-Result vaiq_cli(const std::string& args) {
-    const auto dir = temp_dir();
-    const std::string cmd = std::string(VAIQ_CLI) + " " + args + " > " + (dir / "out").string() + " 2> " +
-                            (dir / "err").string() + " < /dev/null";
-    const int status = std::system(cmd.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "out"), slurp(dir / "err")};
+vaiq::test::CommandResult vaiq_cli(const std::string& args) {
+    return vaiq::test::run_command(std::string(VAIQ_CLI) + " " + args);
 }
 
 size_t lines(const std::string& s) {

@@ -16,10 +16,7 @@ int shell(const std::string& command, const fs::path& log) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using vaiq::test::slurp;
 
 TEST(ExternalPlugin, BuildsAgainstTheInstalledSdkAndRunsInARecipe) {
     const auto work = vaiq::test::temp_dir();

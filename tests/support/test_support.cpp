@@ -1,6 +1,7 @@
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -9,6 +10,20 @@
 namespace fs = std::filesystem;
 
 namespace vaiq::test {
+
+std::string slurp(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+CommandResult run_command(const std::string& command) {
+    const auto dir = temp_dir();
+    const std::string cmd =
+        command + " > " + (dir / "out").string() + " 2> " + (dir / "err").string() + " < /dev/null";
+    const int status = std::system(cmd.c_str());
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "out"), slurp(dir / "err")};
+}
+
 
 namespace {
 std::vector<std::string>& args() {

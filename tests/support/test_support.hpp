@@ -21,6 +21,18 @@ PluginRegistry registry_with_test_plugin();
 /// A fresh, empty folder under the system temp folder, removed at exit.
 std::filesystem::path temp_dir();
 
+/// The whole content of a file ("" when it cannot be read).
+std::string slurp(const std::filesystem::path& path);
+
+/// What a shell command printed and how it exited.
+struct CommandResult {
+    int exit_code = -1;
+    std::string out;
+    std::string err;
+};
+/// Runs `command` through the shell with stdin closed, capturing its output.
+CommandResult run_command(const std::string& command);
+
 /// Writes text to a file and returns its path.
 std::filesystem::path write_text(const std::filesystem::path& path, const std::string& text);
 
