@@ -4,12 +4,21 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 
 namespace fs = std::filesystem;
 
 namespace vaiq::test {
+
+namespace {
+std::string join_strings(const std::vector<std::string>& items) {
+    std::string out;
+    for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i];
+    return out;
+}
+}  // namespace
 
 std::string slurp(const std::filesystem::path& path) {
     std::ifstream in(path, std::ios::binary);
@@ -139,6 +148,37 @@ void set_ints_attribute(onnx::NodeProto& node, const std::string& name, const st
     a->set_name(name);
     a->set_type(onnx::AttributeProto::INTS);
     for (auto v : values) a->add_ints(v);
+}
+
+std::string dump_graph(const Model& model) {
+    std::string out;
+    for (const auto& n : model.graph().node()) {
+        std::vector<std::string> ins(n.input().begin(), n.input().end());
+        std::vector<std::string> outs(n.output().begin(), n.output().end());
+        const std::string domain = n.domain().empty() ? "" : n.domain() + ".";
+        out += domain + n.op_type() + "(" + join_strings(ins) + ") -> " + join_strings(outs) + "\n";
+    }
+    std::vector<std::string> inits;
+    for (const auto& init : model.graph().initializer()) {
+        std::vector<std::string> dims;
+        for (auto d : init.dims()) dims.push_back(std::to_string(d));
+        inits.push_back(init.name() + ": " + data_type_name(static_cast<DataType>(init.data_type())) + "[" +
+                        join_strings(dims) + "]");
+    }
+    std::sort(inits.begin(), inits.end());
+    for (const auto& i : inits) out += i + "\n";
+    return out;
+}
+
+std::string compare_golden(const std::filesystem::path& golden, const std::string& actual) {
+    if (const char* update = std::getenv("VAIQ_UPDATE_GOLDEN"); update && std::string(update) == "1") {
+        write_text(golden, actual);
+        return "";
+    }
+    const auto expected = slurp(golden);
+    if (expected == actual) return "";
+    return "golden file " + golden.string() + " (set VAIQ_UPDATE_GOLDEN=1 to rewrite it)\nexpected:\n" + expected +
+           "actual:\n" + actual;
 }
 
 Model conv_relu_model(int64_t opset) {

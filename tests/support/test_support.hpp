@@ -58,6 +58,15 @@ Tensor ramp(std::vector<int64_t> shape, float start = 0.0f, float step = 1.0f);
 void set_int_attribute(onnx::NodeProto& node, const std::string& name, int64_t value);
 void set_ints_attribute(onnx::NodeProto& node, const std::string& name, const std::vector<int64_t>& values);
 
+/// The graph as text for golden files: nodes in order as
+/// "op(inputs) -> outputs", then initializers as "name: type[shape]", sorted.
+std::string dump_graph(const Model& model);
+
+/// Compares `actual` with the golden file; with VAIQ_UPDATE_GOLDEN=1 in the
+/// environment, rewrites the file instead. Returns "" when they agree, else
+/// both texts for the failure message.
+std::string compare_golden(const std::filesystem::path& golden, const std::string& actual);
+
 /// Conv(x, w, b) -> Relu -> y on a [1, 2, 4, 4] input, 3 output channels.
 Model conv_relu_model(int64_t opset = 13);
 

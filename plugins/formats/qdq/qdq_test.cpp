@@ -145,3 +145,19 @@ TEST(Qdq, DedicatedQDQPairGivesEachConsumerItsOwnPair) {
 }
 
 }  // namespace
+
+namespace {
+
+// The whole layout, node by node, against checked-in text.
+TEST(Qdq, LayoutMatchesTheGoldenDump) {
+    auto model = vaiq::test::conv_relu_model();
+    emit(model, conv_plan());
+    const auto diff = vaiq::test::compare_golden(VAIQ_QDQ_GOLDEN_DIR "/conv_relu.txt", vaiq::test::dump_graph(model));
+    EXPECT_EQ(diff, "");
+    auto pair = vaiq::test::conv_relu_model();
+    emit(pair, conv_plan(), {{"AddQDQPairToWeight", true}, {"DedicatedQDQPair", true}});
+    EXPECT_EQ(vaiq::test::compare_golden(VAIQ_QDQ_GOLDEN_DIR "/conv_relu_weight_pair.txt", vaiq::test::dump_graph(pair)),
+              "");
+}
+
+}  // namespace

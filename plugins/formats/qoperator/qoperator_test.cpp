@@ -128,3 +128,13 @@ TEST(QOperator, RefusesTypesItCannotWrite) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(QOperator, LayoutMatchesTheGoldenDump) {
+    auto model = chain();
+    emit(model, chain_plan());
+    EXPECT_EQ(vaiq::test::compare_golden(VAIQ_QOPERATOR_GOLDEN_DIR "/chain.txt", vaiq::test::dump_graph(model)), "");
+}
+
+}  // namespace
