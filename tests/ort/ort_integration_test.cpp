@@ -59,7 +59,8 @@ TEST_P(OnnxRuntime, RunsTheQuantizedExampleAndKeepsItsAccuracy) {
     for (const auto& t : report["tensors"])
         if (t["tensor"] == "logits") step = t["scale"].get<float>();
     ASSERT_GT(step, 0.0f);
-    vaiq::runtime::Executor executor(vaiq::load_model(model));
+    const auto quantized = vaiq::load_model(model);
+    vaiq::runtime::Executor executor(quantized);
     const auto ours = executor.run({{"pixels", vaiq::read_npy(kExample / "test_images.npy")}})[0];
     int64_t within = 0;
     for (int64_t i = 0; i < ours.size(); ++i)

@@ -1,11 +1,14 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <limits>
+#include <random>
 
 #include "runtime/executor.hpp"
 #include "runtime/infer.hpp"
 #include "runtime/layout.hpp"
 #include "test_support.hpp"
+#include "vaiq/quant.hpp"
 #include "util/npy.hpp"
 #include "vaiq/error.hpp"
 
@@ -269,6 +272,78 @@ TEST(Infer, BindsInputsRunsAndWritesOutputs) {
                   vaiq::runtime::infer(dir / "m.onnx", {{(dir / "x.npy").string(), (dir / "x.npy").string()}, {}, 1, 1});
               }).find("one input too many"),
               std::string::npos);
+}
+
+}  // namespace
+
+namespace {
+
+// QLinearConv on the int8 path against a brute-force loop, for uint8 and int8
+// inputs with a non-zero zero point, padding (filled with that zero point),
+// strides and groups: the integer sums must be exact.
+template <typename X>
+void check_qlinear_conv() {
+    const int64_t n = 2, c = 4, h = 7, w = 6, m = 6, group = 2, k = 3, stride = 2, pad = 1;
+    const int64_t oh = (h + 2 * pad - k) / stride + 1, ow = (w + 2 * pad - k) / stride + 1;
+    std::mt19937 rng(11);
+    std::uniform_int_distribution<int> any(std::numeric_limits<X>::min(), std::numeric_limits<X>::max());
+    std::uniform_int_distribution<int> weight(-127, 127);
+    std::vector<X> x(n * c * h * w);
+    std::vector<int8_t> wt(m * (c / group) * k * k);
+    std::vector<int32_t> bias(m);
+    for (auto& v : x) v = static_cast<X>(any(rng));
+    for (auto& v : wt) v = static_cast<int8_t>(weight(rng));
+    for (auto& v : bias) v = weight(rng) * 100;
+    const X zx = static_cast<X>(std::is_signed_v<X> ? -5 : 37);
+    const float sx = 0.02f, sw = 0.003f, sy = 0.05f;
+    const X zy = static_cast<X>(std::is_signed_v<X> ? 3 : 120);
+
+    vaiq::test::GraphBuilder b;
+    constexpr DataType xt = vaiq::data_type_of<X>();
+    b.input("x", {n, c, h, w}, xt).output("y", {n, m, oh, ow}, xt);
+    b.initializer("sx", Tensor::from_values<float>({}, std::vector<float>{sx}));
+    b.initializer("zx", Tensor::from_values<X>({}, std::vector<X>{zx}));
+    b.initializer("w", Tensor::from_values<int8_t>({m, c / group, k, k}, wt));
+    b.initializer("sw", Tensor::from_values<float>({}, std::vector<float>{sw}));
+    b.initializer("zw", Tensor::from_values<int8_t>({}, std::vector<int8_t>{0}));
+    b.initializer("sy", Tensor::from_values<float>({}, std::vector<float>{sy}));
+    b.initializer("zy", Tensor::from_values<X>({}, std::vector<X>{zy}));
+    b.initializer("bias", Tensor::from_values<int32_t>({m}, bias));
+    auto& conv = b.node("QLinearConv", {"x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "bias"}, {"y"}, "conv");
+    vaiq::test::set_ints_attribute(conv, "pads", {pad, pad, pad, pad});
+    vaiq::test::set_ints_attribute(conv, "strides", {stride, stride});
+    vaiq::test::set_int_attribute(conv, "group", group);
+    const auto model = b.build();
+    Executor e(model);
+    const Tensor y = e.run({{"x", Tensor::from_values<X>({n, c, h, w}, x)}})[0];
+    const auto got = y.template data<X>();
+
+    const float multiplier = sx * sw / sy;
+    const int64_t cg = c / group, mg = m / group;
+    size_t mismatches = 0;
+    for (int64_t bn = 0; bn < n; ++bn)
+        for (int64_t oc = 0; oc < m; ++oc)
+            for (int64_t i = 0; i < oh; ++i)
+                for (int64_t j = 0; j < ow; ++j) {
+                    int32_t acc = bias[oc];
+                    for (int64_t ic = 0; ic < cg; ++ic)
+                        for (int64_t ki = 0; ki < k; ++ki)
+                            for (int64_t kj = 0; kj < k; ++kj) {
+                                const int64_t r = i * stride - pad + ki, s = j * stride - pad + kj;
+                                if (r < 0 || r >= h || s < 0 || s >= w) continue;
+                                const int64_t channel = (oc / mg) * cg + ic;
+                                acc += (static_cast<int32_t>(x[((bn * c + channel) * h + r) * w + s]) - zx) *
+                                       wt[((oc * cg + ic) * k + ki) * k + kj];
+                            }
+                    const X want = vaiq::quantize_value<X>(static_cast<float>(acc) * multiplier, static_cast<double>(zy));
+                    mismatches += got[((bn * m + oc) * oh + i) * ow + j] != want;
+                }
+    EXPECT_EQ(mismatches, 0u) << "of " << got.size();
+}
+
+TEST(Executor, QLinearConvIsExactForUint8AndInt8Inputs) {
+    check_qlinear_conv<uint8_t>();
+    check_qlinear_conv<int8_t>();
 }
 
 }  // namespace

@@ -37,6 +37,8 @@ class Executor {
   public:
     /// Throws InputError listing every node whose op, domain or opset has no kernel.
     explicit Executor(const Model& model, ExecutorOptions options = {});
+    /// The executor reads the model it was given for its whole life: not a temporary.
+    explicit Executor(Model&& model, ExecutorOptions options = {}) = delete;
     ~Executor();
     Executor(const Executor&) = delete;
     Executor& operator=(const Executor&) = delete;

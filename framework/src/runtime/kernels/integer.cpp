@@ -4,8 +4,10 @@
 // Plain loops: exact first; the fast int8 paths come later.
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "runtime/kernels/common.hpp"
+#include "runtime/kernels/int8_conv.hpp"
 #include "runtime/kernels/window.hpp"
 
 namespace vaiq::runtime {
@@ -169,13 +171,33 @@ void conv_integer(KernelContext& ctx, std::vector<Tensor>& out) {
     out[0] = Tensor::from_values<int32_t>(shape, acc);
 }
 
+// Whether every zero point of an 8-bit tensor is 0.
+bool all_zero(KernelContext& ctx, const Tensor& zero_point) {
+    bool zero = true;
+    dispatch_numeric(zero_point.type(), ctx, [&](auto tag) {
+        using Z = typename decltype(tag)::type;
+        for (auto v : view<Z>(zero_point)) zero = zero && v == Z{};
+    });
+    return zero;
+}
+
+int32_t scalar_zero_point(KernelContext& ctx, const Tensor& zero_point) {
+    int32_t zp = 0;
+    dispatch_numeric(zero_point.type(), ctx, [&](auto tag) {
+        using Z = typename decltype(tag)::type;
+        zp = static_cast<int32_t>(view<Z>(zero_point)[0]);
+    });
+    return zp;
+}
+
 void qlinear_conv(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     const auto& w = ctx.input(3);
-    const auto xv = centred(ctx, x, &ctx.input(2), 1);
-    const auto wv = centred(ctx, w, &ctx.input(5), 0);
     std::vector<int64_t> shape;
-    auto acc = int_conv(ctx, x, xv, w, wv, shape);
+    std::optional<std::vector<int32_t>> fast;
+    if (ctx.input(2).size() == 1 && all_zero(ctx, ctx.input(5)))
+        fast = int8_conv(ctx, x, scalar_zero_point(ctx, ctx.input(2)), w, ctx.is_constant(3), ctx.state, shape);
+    auto acc = fast ? std::move(*fast) : int_conv(ctx, x, centred(ctx, x, &ctx.input(2), 1), w, centred(ctx, w, &ctx.input(5), 0), shape);
     const int64_t m = shape[1], plane = element_count(std::vector<int64_t>(shape.begin() + 2, shape.end()));
     if (ctx.has_input(8)) {
         const auto bias = ctx.input(8).data<int32_t>();
