@@ -9,6 +9,7 @@
 #include <set>
 
 #include "runtime/layout.hpp"
+#include "runtime/qdq_fusion.hpp"
 #include "util/text.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
@@ -43,9 +44,16 @@ int64_t domain_opset(const Model& model, const std::string& domain) {
 }  // namespace
 
 Executor::Executor(const Model& original, ExecutorOptions options) : model_(&original), options_(options) {
-    if (options.optimize_layout) {
+    if (options.optimize_layout || options.fuse_qdq) {
         onnx::ModelProto copy = original.proto();
-        if (optimize_layout(*copy.mutable_graph())) {
+        bool changed = false;
+        if (options.fuse_qdq) {
+            const auto gone = fuse_qdq(copy);
+            fused_away_.insert(gone.begin(), gone.end());
+            changed = !gone.empty();
+        }
+        if (options.optimize_layout) changed = optimize_layout(*copy.mutable_graph()) || changed;
+        if (changed) {
             optimized_.emplace(std::move(copy), original.source());
             model_ = &*optimized_;
         }
@@ -178,6 +186,10 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
     std::vector<bool> tapped(value_names_.size(), false);
     for (const auto& t : taps) {
         const int id = value_id(t);
+        if (fused_away_.count(t))
+            throw InputError(fmt::format("cannot tap '{}': it is computed inside an integer operator here (QDQ fusion); "
+                                         "turn the fusion off to see it",
+                                         t));
         if (id < 0) throw InputError(fmt::format("cannot tap '{}': the model has no such tensor", t));
         tapped[id] = true;
         if (tap && value(id)) tap(t, *value(id));

@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,10 @@ struct ExecutorOptions {
     int threads = 0;       ///< 0: every core
     bool profile = false;  ///< time every node (see Executor::profile)
     bool optimize_layout = true;  ///< run convolutions in NHWC (see runtime/layout.hpp)
+    /// Run DequantizeLinear -> op -> QuantizeLinear groups as the integer operators
+    /// ONNX Runtime fuses them into (see runtime/qdq_fusion.hpp). The op's float
+    /// output then no longer exists and cannot be tapped.
+    bool fuse_qdq = true;
 };
 
 /// Time spent per op type over all runs, when profiling.
@@ -77,6 +82,7 @@ class Executor {
     std::vector<std::string> output_names_;
     std::vector<std::string> outer_names_;
     std::map<std::string, OpProfile> profile_;
+    std::set<std::string> fused_away_;  ///< tensors the QDQ fusion removed
 };
 
 }  // namespace vaiq::runtime

@@ -77,6 +77,55 @@ void qlinear_unary(KernelContext& ctx, std::vector<Tensor>& out) {
     out[0] = requantized(ctx, x.data->shape(), v, 3, 4, x.data->type());
 }
 
+// The raw integer values of a quantized input as floats (zero point not subtracted).
+Tensor raw_floats(KernelContext& ctx, const Tensor& t) {
+    Tensor out = Tensor::uninitialized(DataType::Float, t.shape());
+    auto o = out.mutable_data<float>();
+    dispatch_numeric(t.type(), ctx, [&](auto tag) {
+        using Q = typename decltype(tag)::type;
+        const auto v = view<Q>(t);
+        for (size_t i = 0; i < v.size(); ++i) o[i] = static_cast<float>(v[i]);
+    });
+    return out;
+}
+
+// QLinearAdd with ONNX Runtime's x86 arithmetic: c = a * (sa/sc) + b * (sb/sc) +
+// (zc - (sa/sc) za - (sb/sc) zb) in float, with fused multiply-adds where its
+// kernels have them (a side that is one value per run is folded into the constant
+// first), rounded half to even. The order matters for the rare exact ties.
+void qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto a = quantized(ctx, 0, 1, 2);
+    const auto b = quantized(ctx, 3, 4, 5);
+    const float sc = ctx.input(6).data<float>()[0];
+    const float ratio_a = a.scale / sc, ratio_b = b.scale / sc;
+    const float zc = ctx.has_input(7) ? static_cast<float>(read_scalar(ctx, ctx.input(7))) : 0.0f;
+    const float fixed = zc - (ratio_a * static_cast<float>(a.zero_point) + ratio_b * static_cast<float>(b.zero_point));
+    const auto& as = a.data->shape();
+    const auto& bs = b.data->shape();
+    // Which side ONNX Runtime's broadcaster hands its kernel as a scalar: one that
+    // is a single value, or constant along the innermost axis while the other is not.
+    const bool a_scalar = a.data->size() == 1 || (!as.empty() && as.back() == 1 && !bs.empty() && bs.back() != 1);
+    const bool b_scalar = !a_scalar && (b.data->size() == 1 || (!bs.empty() && bs.back() == 1 && !as.empty() && as.back() != 1));
+    const Tensor fa = raw_floats(ctx, *a.data), fb = raw_floats(ctx, *b.data);
+    const Tensor sum = broadcast_binary<float, float>(ctx, fa, fb, [&](float x, float y) {
+        if (a_scalar) return std::fma(y, ratio_b, fixed + x * ratio_a);
+        if (b_scalar) return std::fma(x, ratio_a, fixed + y * ratio_b);
+        return std::fma(x, ratio_a, std::fma(y, ratio_b, fixed));
+    });
+    const DataType type = ctx.has_input(7) ? ctx.input(7).type() : a.data->type();
+    dispatch_numeric(type, ctx, [&](auto tag) {
+        using Q = typename decltype(tag)::type;
+        if constexpr (sizeof(Q) != 1) {
+            ctx.fail("outputs must be int8 or uint8");
+        } else {
+            out[0] = make_tensor<Q>(sum.shape());
+            auto o = mutable_view<Q>(out[0]);
+            const auto v = sum.data<float>();
+            for (size_t i = 0; i < v.size(); ++i) o[i] = quantize_value<Q>(v[i], 0.0);
+        }
+    });
+}
+
 // QLinearGlobalAveragePool: (X, x_scale, x_zp, y_scale, y_zp), NCHW or channels_last.
 void qlinear_global_average_pool(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto x = quantized(ctx, 0, 1, 2);
@@ -130,7 +179,7 @@ void qlinear_concat(KernelContext& ctx, std::vector<Tensor>& out) {
 }
 
 const KernelRegistration kKernels[] = {
-    {kMicrosoft, "QLinearAdd", 1, 1, qlinear_binary<std::plus<>>},
+    {kMicrosoft, "QLinearAdd", 1, 1, qlinear_add},
     {kMicrosoft, "QLinearMul", 1, 1, qlinear_binary<std::multiplies<>>},
     {kMicrosoft, "QLinearLeakyRelu", 1, 1, qlinear_unary<false>},
     {kMicrosoft, "QLinearSigmoid", 1, 1, qlinear_unary<true>},

@@ -1,0 +1,259 @@
+#include "runtime/qdq_fusion.hpp"
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "vaiq/graph.hpp"
+#include "vaiq/tensor.hpp"
+
+namespace vaiq::runtime {
+
+namespace {
+
+constexpr const char* kMicrosoft = "com.microsoft";
+
+// The integer form of each fusable op.
+const std::map<std::string, std::pair<const char*, const char*>, std::less<>> kFused = {
+    {"Conv", {"QLinearConv", ""}},
+    {"MatMul", {"QLinearMatMul", ""}},
+    {"Add", {"QLinearAdd", kMicrosoft}},
+    {"Mul", {"QLinearMul", kMicrosoft}},
+    {"Concat", {"QLinearConcat", kMicrosoft}},
+    {"GlobalAveragePool", {"QLinearGlobalAveragePool", kMicrosoft}},
+    {"LeakyRelu", {"QLinearLeakyRelu", kMicrosoft}},
+    {"Sigmoid", {"QLinearSigmoid", kMicrosoft}},
+};
+
+bool default_domain(const onnx::NodeProto& n) { return n.domain().empty() || n.domain() == "ai.onnx"; }
+
+// One DequantizeLinear (or QuantizeLinear) with constant parameters.
+struct QParams {
+    int node = -1;
+    std::string tensor, scale, zero_point;  ///< the integer tensor (DQ input / Q output) and its parameters
+    int elem_type = 0;                      ///< of the zero point: the integer type
+    bool per_tensor = true;
+    float scale_value = 0;
+    int64_t zero_point_value = 0;
+};
+
+class Fusion {
+  public:
+    explicit Fusion(onnx::GraphProto& graph) : graph_(graph), index_(graph) {}
+
+    std::vector<std::string> run(bool& uses_microsoft) {
+        std::map<int, onnx::NodeProto> replaced;
+        std::set<int> removed;
+        for (int n = 0; n < graph_.node_size(); ++n) {
+            const auto& node = graph_.node(n);
+            if (!default_domain(node) || !kFused.count(node.op_type()) || removed.count(n)) continue;
+            auto fused = fuse(n);
+            if (!fused) continue;
+            replaced[n] = std::move(fused->node);
+            for (int r : fused->removed_nodes) removed.insert(r);
+            gone_.insert(gone_.end(), fused->gone.begin(), fused->gone.end());
+            uses_microsoft = uses_microsoft || replaced[n].domain() == kMicrosoft;
+        }
+        if (replaced.empty()) return {};
+        google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+        for (int n = 0; n < graph_.node_size(); ++n) {
+            if (removed.count(n)) continue;
+            auto it = replaced.find(n);
+            *nodes.Add() = it != replaced.end() ? it->second : graph_.node(n);
+        }
+        graph_.mutable_node()->Swap(&nodes);
+        return gone_;
+    }
+
+  private:
+    struct Fused {
+        onnx::NodeProto node;
+        std::vector<int> removed_nodes;
+        std::vector<std::string> gone;
+    };
+
+    const onnx::TensorProto* constant(const std::string& name) const { return index_.initializer(name); }
+
+    // An initializer's value, or a Constant node's.
+    std::optional<Tensor> constant_value(const std::string& name) const {
+        if (const auto* init = constant(name)) return Tensor::from_proto(*init);
+        const int p = index_.producer(name);
+        if (p < 0 || graph_.node(p).op_type() != "Constant") return std::nullopt;
+        for (const auto& a : graph_.node(p).attribute())
+            if (a.name() == "value" && a.has_t()) return Tensor::from_proto(a.t());
+        return std::nullopt;
+    }
+
+    // The parameters of a Q or DQ node, when they are constants it can read.
+    std::optional<QParams> params_of(int n) const {
+        const auto& node = graph_.node(n);
+        if (node.input_size() != 3) return std::nullopt;
+        const auto* s = constant(node.input(1));
+        const auto* z = constant(node.input(2));
+        if (!s || !z || s->data_type() != onnx::TensorProto::FLOAT) return std::nullopt;
+        QParams p;
+        p.node = n;
+        p.tensor = node.op_type() == "DequantizeLinear" ? node.input(0) : node.output(0);
+        p.scale = node.input(1);
+        p.zero_point = node.input(2);
+        p.elem_type = z->data_type();
+        const auto scale = Tensor::from_proto(*s);
+        const auto zp = Tensor::from_proto(*z);
+        p.per_tensor = scale.size() == 1;
+        if (p.per_tensor) {
+            p.scale_value = scale.data<float>()[0];
+            switch (zp.type()) {
+                case DataType::UInt8: p.zero_point_value = zp.data<uint8_t>()[0]; break;
+                case DataType::Int8: p.zero_point_value = zp.data<int8_t>()[0]; break;
+                case DataType::Int32: p.zero_point_value = zp.data<int32_t>()[0]; break;
+                default: return std::nullopt;
+            }
+        }
+        return p;
+    }
+
+    std::optional<QParams> dequantized(const std::string& tensor) const {
+        const int p = index_.producer(tensor);
+        if (p < 0 || !default_domain(graph_.node(p)) || graph_.node(p).op_type() != "DequantizeLinear") return std::nullopt;
+        return params_of(p);
+    }
+
+    // The only reader of `tensor`, when there is exactly one and it is not a graph output.
+    int sole_consumer(const std::string& tensor) const {
+        const auto& uses = index_.consumers(tensor);
+        if (uses.size() != 1 || index_.is_graph_output(tensor)) return -1;
+        return uses[0].node;
+    }
+
+    // Whether Q's range makes a Relu/Clip between the op and it redundant, by
+    // ONNX Runtime's test: the clip bounds, quantized with Q's parameters (rounded),
+    // cover the whole uint8 range.
+    bool redundant_activation(const onnx::NodeProto& act, const QParams& q) const {
+        if (act.op_type() == "Relu") return q.zero_point_value == 0;
+        float lo = std::numeric_limits<float>::lowest(), hi = std::numeric_limits<float>::max();
+        for (const auto& a : act.attribute()) {
+            if (a.name() == "min") lo = a.f();
+            if (a.name() == "max") hi = a.f();
+        }
+        for (int i = 1; i < act.input_size() && i < 3; ++i) {
+            if (act.input(i).empty()) continue;
+            const auto v = constant_value(act.input(i));
+            if (!v || v->type() != DataType::Float || v->size() != 1) return false;
+            (i == 1 ? lo : hi) = v->data<float>()[0];
+        }
+        const double q_lo = std::rint(static_cast<double>(lo / q.scale_value)) + static_cast<double>(q.zero_point_value);
+        const double q_hi = std::rint(static_cast<double>(hi / q.scale_value)) + static_cast<double>(q.zero_point_value);
+        return q_lo <= 0.0 && q_hi >= 255.0;
+    }
+
+    std::optional<Fused> fuse(int n) {
+        const auto& node = graph_.node(n);
+        const auto& op = node.op_type();
+        if (node.output_size() != 1) return std::nullopt;
+        // Every input comes from a DequantizeLinear.
+        std::vector<QParams> in;
+        for (int i = 0; i < node.input_size(); ++i) {
+            if (node.input(i).empty()) return std::nullopt;
+            auto dq = dequantized(node.input(i));
+            if (!dq) return std::nullopt;
+            in.push_back(*dq);
+        }
+        const bool weighted = op == "Conv" || op == "MatMul";
+        for (size_t i = 0; i < in.size(); ++i) {
+            const bool weight = weighted && i == 1, bias = op == "Conv" && i == 2;
+            if (bias) {
+                if (in[i].elem_type != onnx::TensorProto::INT32) return std::nullopt;
+            } else if (weight) {
+                if (in[i].elem_type != onnx::TensorProto::INT8 && in[i].elem_type != onnx::TensorProto::UINT8)
+                    return std::nullopt;
+            } else if (in[i].elem_type != onnx::TensorProto::UINT8 || !in[i].per_tensor) {
+                return std::nullopt;  // ONNX Runtime on x86 fuses uint8 activations only
+            }
+        }
+        if (op == "Conv" && in.size() < 2) return std::nullopt;
+        if (op == "MatMul" && in.size() != 2) return std::nullopt;
+        // The output goes to one QuantizeLinear, through a redundant Relu/Clip for Conv.
+        Fused fused;
+        std::string out = node.output(0);
+        int consumer = sole_consumer(out);
+        if (consumer < 0) return std::nullopt;
+        fused.gone.push_back(out);
+        if (op == "Conv" && default_domain(graph_.node(consumer)) &&
+            (graph_.node(consumer).op_type() == "Relu" || graph_.node(consumer).op_type() == "Clip")) {
+            const int act = consumer;
+            out = graph_.node(act).output(0);
+            consumer = sole_consumer(out);
+            if (consumer < 0) return std::nullopt;
+            fused.removed_nodes.push_back(act);
+            fused.gone.push_back(out);
+        }
+        const auto& qnode = graph_.node(consumer);
+        if (!default_domain(qnode) || qnode.op_type() != "QuantizeLinear") return std::nullopt;
+        const auto q = params_of(consumer);
+        if (!q || !q->per_tensor || q->elem_type != onnx::TensorProto::UINT8) return std::nullopt;
+        if (fused.removed_nodes.size() == 1 && !redundant_activation(graph_.node(fused.removed_nodes[0]), *q))
+            return std::nullopt;
+        fused.removed_nodes.push_back(consumer);
+
+        const auto& [fused_op, domain] = kFused.at(op);
+        auto& f = fused.node;
+        f.set_op_type(fused_op);
+        f.set_domain(domain);
+        f.set_name(node.name());
+        *f.mutable_attribute() = node.attribute();
+        auto triple = [&](const QParams& p) {
+            f.add_input(p.tensor);
+            f.add_input(p.scale);
+            f.add_input(p.zero_point);
+        };
+        auto output_params = [&] {
+            f.add_input(q->scale);
+            f.add_input(q->zero_point);
+        };
+        if (op == "Conv" || op == "MatMul") {
+            triple(in[0]);
+            triple(in[1]);
+            output_params();
+            if (in.size() > 2) f.add_input(in[2].tensor);
+        } else if (op == "Concat") {
+            output_params();
+            for (const auto& p : in) triple(p);
+        } else {
+            for (const auto& p : in) triple(p);
+            output_params();
+            if (op == "GlobalAveragePool") {
+                auto* a = f.add_attribute();
+                a->set_name("channels_last");
+                a->set_type(onnx::AttributeProto::INT);
+                a->set_i(0);
+            }
+        }
+        f.add_output(q->tensor);
+        return fused;
+    }
+
+    onnx::GraphProto& graph_;
+    GraphIndex index_;
+    std::vector<std::string> gone_;
+};
+
+}  // namespace
+
+std::vector<std::string> fuse_qdq(onnx::ModelProto& model) {
+    bool uses_microsoft = false;
+    auto gone = Fusion(*model.mutable_graph()).run(uses_microsoft);
+    if (uses_microsoft) {
+        bool present = false;
+        for (const auto& o : model.opset_import()) present = present || o.domain() == kMicrosoft;
+        if (!present) {
+            auto* o = model.add_opset_import();
+            o->set_domain(kMicrosoft);
+            o->set_version(1);
+        }
+    }
+    return gone;
+}
+
+}  // namespace vaiq::runtime

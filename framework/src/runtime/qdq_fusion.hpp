@@ -1,0 +1,25 @@
+// The executor's QDQ fusion: DequantizeLinear -> op -> QuantizeLinear groups run
+// as the integer operators ONNX Runtime's CPU provider fuses them into, so that
+// vaiq computes a QDQ model the way it is deployed (integer accumulation and
+// requantization), not as float arithmetic between the Q/DQ pairs.
+#pragma once
+
+#include <onnx/onnx_pb.h>
+
+#include <string>
+#include <vector>
+
+namespace vaiq::runtime {
+
+/// Rewrites `model`'s main graph in place. Fused, as ONNX Runtime does on x86
+/// (uint8 activations only: it does not fuse int8 activations there):
+///  - Conv (with a Relu/Clip the Q makes redundant) -> QLinearConv,
+///  - MatMul -> QLinearMatMul,
+///  - Add, Mul -> com.microsoft QLinearAdd, QLinearMul,
+///  - Concat -> com.microsoft QLinearConcat,
+///  - GlobalAveragePool, LeakyRelu, Sigmoid -> their com.microsoft QLinear forms.
+/// Returns the tensors that no longer exist (the op's float output, a folded
+/// activation's output); every other tensor keeps its name and value.
+std::vector<std::string> fuse_qdq(onnx::ModelProto& model);
+
+}  // namespace vaiq::runtime
