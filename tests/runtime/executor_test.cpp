@@ -347,3 +347,64 @@ TEST(Executor, QLinearConvIsExactForUint8AndInt8Inputs) {
 }
 
 }  // namespace
+
+namespace {
+
+// x -> Q -> DQ -> Conv(DQ(w), DQ(b)) -> Clip(0, clip_max) -> Q -> DQ -> y, as the qdq format writes it.
+vaiq::Model qdq_conv(float clip_max) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 2, 5, 5}).output("y", {1, 3, 5, 5});
+    auto scalar = [&](const std::string& name, auto v) {
+        using V = decltype(v);
+        b.initializer(name, Tensor::from_values<V>({}, std::vector<V>{v}));
+    };
+    scalar("sx", 0.02f);
+    scalar("zx", uint8_t{128});
+    scalar("sw", 0.01f);
+    scalar("zw", int8_t{0});
+    scalar("sb", 0.0002f);
+    scalar("zb", int32_t{0});
+    scalar("sy", 6.0f / 255.0f);
+    scalar("zy", uint8_t{0});
+    scalar("lo", 0.0f);
+    scalar("hi", clip_max);
+    std::vector<int8_t> w(3 * 2 * 3 * 3);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<int8_t>(static_cast<int>(i * 7 % 61) - 30);
+    b.initializer("wq", Tensor::from_values<int8_t>({3, 2, 3, 3}, w));
+    b.initializer("bq", Tensor::from_values<int32_t>({3}, std::vector<int32_t>{500, -300, 1000}));
+    b.node("QuantizeLinear", {"x", "sx", "zx"}, {"xq"});
+    b.node("DequantizeLinear", {"xq", "sx", "zx"}, {"xd"});
+    b.node("DequantizeLinear", {"wq", "sw", "zw"}, {"wd"});
+    b.node("DequantizeLinear", {"bq", "sb", "zb"}, {"bd"});
+    vaiq::test::set_ints_attribute(b.node("Conv", {"xd", "wd", "bd"}, {"c"}, "conv"), "pads", {1, 1, 1, 1});
+    b.node("Clip", {"c", "lo", "hi"}, {"r"}, "clip");
+    b.node("QuantizeLinear", {"r", "sy", "zy"}, {"rq"});
+    b.node("DequantizeLinear", {"rq", "sy", "zy"}, {"y"});
+    return b.build();
+}
+
+std::string tap_error(Executor& e, const Tensor& x, const std::string& tensor) {
+    try {
+        e.run({{"x", x}}, {tensor}, [](const std::string&, const Tensor&) {});
+    } catch (const vaiq::InputError& err) {
+        return err.what();
+    }
+    return "";
+}
+
+TEST(QdqFusion, RunsDqConvClipQAsQLinearConvWhenQMakesTheClipRedundant) {
+    const auto x = vaiq::test::ramp({1, 2, 5, 5}, -2.0f, 0.07f);
+    const auto model = qdq_conv(6.0f);
+    Executor fused(model), plain(model, {.fuse_qdq = false});
+    EXPECT_NE(tap_error(fused, x, "c").find("inside an integer operator"), std::string::npos);
+    EXPECT_EQ(tap_error(plain, x, "c"), "");
+    // Same values as the integer kernel computes them: every element within one step.
+    const auto a = fused.run({{"x", x}})[0], b = plain.run({{"x", x}})[0];
+    for (int64_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a.data<float>()[i], b.data<float>()[i], 6.0f / 255.0f * 1.01f);
+    // A Clip that cuts inside Q's range is not redundant: nothing is fused.
+    const auto tight = qdq_conv(3.0f);
+    Executor kept(tight);
+    EXPECT_EQ(tap_error(kept, x, "c"), "");
+}
+
+}  // namespace
