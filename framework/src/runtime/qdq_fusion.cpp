@@ -23,6 +23,7 @@ const std::map<std::string, std::pair<const char*, const char*>, std::less<>> kF
     {"Mul", {"QLinearMul", kMicrosoft}},
     {"Concat", {"QLinearConcat", kMicrosoft}},
     {"GlobalAveragePool", {"QLinearGlobalAveragePool", kMicrosoft}},
+    {"AveragePool", {"QLinearAveragePool", kMicrosoft}},
     {"LeakyRelu", {"QLinearLeakyRelu", kMicrosoft}},
     {"Sigmoid", {"QLinearSigmoid", kMicrosoft}},
 };

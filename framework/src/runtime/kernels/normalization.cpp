@@ -38,12 +38,20 @@ void batch_norm(KernelContext& ctx, std::vector<Tensor>& out) {
     }
     out[0] = Tensor(DataType::Float, x.shape());
     auto y = out[0].mutable_data<float>();
+    // In float, in ONNX Runtime's order (scale and shift per channel, then one
+    // multiply and one add per value), so that quantized models whose Q follows a
+    // BatchNormalization round the same way.
+    const float epsilon = static_cast<float>(eps);
     for (int64_t ch = 0; ch < c; ++ch) {
-        const double s = scale[ch] / std::sqrt(var[ch] + eps);
-        const double t = bias[ch] - mean[ch] * s;
+        const float inv_std = 1.0f / std::sqrt(static_cast<float>(var[ch]) + epsilon);
+        const float s = inv_std * scale[ch];
+        const float t = bias[ch] - static_cast<float>(mean[ch]) * s;
         for (int64_t b = 0; b < n; ++b) {
             const int64_t base = (b * c + ch) * inner;
-            for (int64_t i = 0; i < inner; ++i) y[base + i] = static_cast<float>(xv[base + i] * s + t);
+            for (int64_t i = 0; i < inner; ++i) {
+                const float scaled = xv[base + i] * s;
+                y[base + i] = scaled + t;
+            }
         }
     }
     for (size_t o = 1; o < out.size() && o < 3; ++o) {

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "runtime/kernels/common.hpp"
+#include "runtime/kernels/window.hpp"
 
 namespace vaiq::runtime {
 namespace {
@@ -149,6 +150,49 @@ void qlinear_global_average_pool(KernelContext& ctx, std::vector<Tensor>& out) {
     out[0] = requantized(ctx, shape, mean, 3, 4, x.data->type());
 }
 
+// QLinearAveragePool: (X, x_scale, x_zp, y_scale, y_zp), 2-D NCHW. As ONNX Runtime
+// computes it: dequantize, sum each window in float in row order, divide by the
+// count, then round(y / y_scale + y_zp) with the zero point added before rounding.
+void qlinear_average_pool(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto x = quantized(ctx, 0, 1, 2);
+    const auto& s = x.data->shape();
+    if (s.size() != 4 || ctx.attributes.get_int("channels_last", 0) != 0) ctx.fail("only 2-D NCHW pooling is supported");
+    const auto kernel = ctx.attributes.get_ints("kernel_shape");
+    if (kernel.size() != 2) ctx.fail("kernel_shape must have 2 values");
+    const auto g = WindowGeometry::from(ctx, {s[2], s[3]}, kernel, ctx.attributes.get_int("ceil_mode", 0) != 0);
+    const bool include_pad = ctx.attributes.get_int("count_include_pad", 0) != 0;
+    const auto v = dequantized(ctx, x);
+    const float y_scale = ctx.input(3).data<float>()[0];
+    const float y_zp = ctx.has_input(4) ? static_cast<float>(read_scalar(ctx, ctx.input(4))) : 0.0f;
+    const int64_t planes = s[0] * s[1], h = s[2], w = s[3], oh = g.out[0], ow = g.out[1];
+    std::vector<float> y(static_cast<size_t>(planes * oh * ow));
+    for (int64_t p = 0; p < planes; ++p)
+        for (int64_t i = 0; i < oh; ++i) {
+            const int64_t h0 = std::max<int64_t>(i * g.strides[0] - g.pad_begin[0], 0);
+            const int64_t h1 = std::min(i * g.strides[0] - g.pad_begin[0] + kernel[0], h);
+            for (int64_t j = 0; j < ow; ++j) {
+                const int64_t w0 = std::max<int64_t>(j * g.strides[1] - g.pad_begin[1], 0);
+                const int64_t w1 = std::min(j * g.strides[1] - g.pad_begin[1] + kernel[1], w);
+                float sum = 0.0f;
+                for (int64_t r = h0; r < h1; ++r)
+                    for (int64_t c = w0; c < w1; ++c) sum += v[(p * h + r) * w + c];
+                const int64_t count = include_pad ? kernel[0] * kernel[1] : (h1 - h0) * (w1 - w0);
+                y[(p * oh + i) * ow + j] = sum / static_cast<float>(count) / y_scale + y_zp;
+            }
+        }
+    const DataType type = ctx.has_input(4) ? ctx.input(4).type() : x.data->type();
+    dispatch_numeric(type, ctx, [&](auto tag) {
+        using Q = typename decltype(tag)::type;
+        if constexpr (sizeof(Q) != 1) {
+            ctx.fail("outputs must be int8 or uint8");
+        } else {
+            out[0] = make_tensor<Q>({s[0], s[1], oh, ow});
+            auto o = mutable_view<Q>(out[0]);
+            for (size_t i = 0; i < y.size(); ++i) o[i] = quantize_value<Q>(y[i], 0.0);
+        }
+    });
+}
+
 // QLinearConcat: (Y_scale, Y_zp, X0, X0_scale, X0_zp, X1, ...), along `axis`.
 void qlinear_concat(KernelContext& ctx, std::vector<Tensor>& out) {
     if (ctx.input_count() < 5 || (ctx.input_count() - 2) % 3 != 0) ctx.fail("expects Y_scale, Y_zp and triples of inputs");
@@ -185,6 +229,7 @@ const KernelRegistration kKernels[] = {
     {kMicrosoft, "QLinearSigmoid", 1, 1, qlinear_unary<true>},
     {kMicrosoft, "QLinearGlobalAveragePool", 1, 1, qlinear_global_average_pool},
     {kMicrosoft, "QLinearConcat", 1, 1, qlinear_concat},
+    {kMicrosoft, "QLinearAveragePool", 1, 1, qlinear_average_pool},
 };
 
 }  // namespace
