@@ -408,3 +408,32 @@ TEST(QdqFusion, RunsDqConvClipQAsQLinearConvWhenQMakesTheClipRedundant) {
 }
 
 }  // namespace
+
+namespace {
+
+// DQ -> Pad(zeros) -> AveragePool -> Q: ONNX Runtime folds the Pad into the pool
+// (count_include_pad) and runs QLinearAveragePool; so does vaiq.
+TEST(QdqFusion, FoldsAZeroPadIntoQLinearAveragePool) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 2, 4, 4}).output("y", {1, 2, 3, 3});
+    b.initializer("s", Tensor::from_values<float>({}, std::vector<float>{0.05f}));
+    b.initializer("z", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{10}));
+    b.initializer("pads", Tensor::from_values<int64_t>({8}, std::vector<int64_t>{0, 0, 1, 1, 0, 0, 1, 1}));
+    b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
+    b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
+    b.node("Pad", {"xd", "pads"}, {"p"}, "pad");
+    auto& pool = b.node("AveragePool", {"p"}, {"a"}, "pool");
+    vaiq::test::set_ints_attribute(pool, "kernel_shape", {2, 2});
+    vaiq::test::set_ints_attribute(pool, "strides", {2, 2});
+    b.node("QuantizeLinear", {"a", "s", "z"}, {"aq"});
+    b.node("DequantizeLinear", {"aq", "s", "z"}, {"y"});
+    const auto model = b.build();
+    const auto x = vaiq::test::ramp({1, 2, 4, 4}, -0.3f, 0.05f);
+    Executor fused(model), plain(model, {.fuse_qdq = false});
+    EXPECT_NE(tap_error(fused, x, "p").find("inside an integer operator"), std::string::npos);
+    const auto a = fused.run({{"x", x}})[0], c = plain.run({{"x", x}})[0];
+    ASSERT_EQ(a.shape(), (std::vector<int64_t>{1, 2, 3, 3}));
+    for (int64_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a.data<float>()[i], c.data<float>()[i], 0.0501f) << i;
+}
+
+}  // namespace

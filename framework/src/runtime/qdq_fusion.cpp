@@ -1,5 +1,6 @@
 #include "runtime/qdq_fusion.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -149,15 +150,94 @@ class Fusion {
         return q_lo <= 0.0 && q_hi >= 255.0;
     }
 
+    // A Pad in constant mode with value 0 over the spatial axes of a 4-D tensor:
+    // `pads` receives its [top, left, bottom, right].
+    bool foldable_pad(int n, std::vector<int64_t>& pads) const {
+        const auto& pad = graph_.node(n);
+        if (!default_domain(pad) || pad.op_type() != "Pad" || pad.input_size() < 2) return false;
+        for (const auto& a : pad.attribute())
+            if (a.name() == "mode" && a.s() != "constant") return false;
+        if (pad.input_size() > 2 && !pad.input(2).empty()) {
+            const auto value = constant_value(pad.input(2));
+            if (!value || value->type() != DataType::Float || value->data<float>()[0] != 0.0f) return false;
+        }
+        if (pad.input_size() > 3 && !pad.input(3).empty()) return false;  // axes
+        const auto p = constant_value(pad.input(1));
+        if (!p || p->type() != DataType::Int64 || p->size() != 8) return false;
+        const auto v = p->data<int64_t>();
+        if (v[0] || v[1] || v[4] || v[5]) return false;  // batch and channel axes unpadded
+        for (int64_t x : v)
+            if (x < 0) return false;
+        pads = {v[2], v[3], v[6], v[7]};
+        return true;
+    }
+
+    // Whether padding can move into a pool: zero-valued cells counted as such need
+    // count_include_pad, which must not change the meaning of pads it already has.
+    static bool pads_fold_into(const onnx::NodeProto& pool, const std::vector<int64_t>& extra) {
+        bool counted = false, padded = false;
+        for (const auto& a : pool.attribute()) {
+            if (a.name() == "count_include_pad") counted = a.i() != 0;
+            if (a.name() == "pads")
+                for (auto x : a.ints()) padded = padded || x != 0;
+            if (a.name() == "auto_pad" && !a.s().empty() && a.s() != "NOTSET") return false;
+        }
+        const bool any = std::any_of(extra.begin(), extra.end(), [](int64_t x) { return x != 0; });
+        return !any || counted || !padded;
+    }
+
+    // Adds folded padding to a pool's pads; padded cells count as zeros.
+    static void fold_pads(onnx::NodeProto& f, const std::vector<int64_t>& extra) {
+        if (std::none_of(extra.begin(), extra.end(), [](int64_t x) { return x != 0; })) return;
+        std::vector<int64_t> pads(4, 0);
+        onnx::AttributeProto* pads_attr = nullptr;
+        for (auto& a : *f.mutable_attribute())
+            if (a.name() == "pads") {
+                pads_attr = &a;
+                for (int i = 0; i < a.ints_size() && i < 4; ++i) pads[i] = a.ints(i);
+            }
+        if (!pads_attr) {
+            pads_attr = f.add_attribute();
+            pads_attr->set_name("pads");
+            pads_attr->set_type(onnx::AttributeProto::INTS);
+        }
+        pads_attr->clear_ints();
+        for (int i = 0; i < 4; ++i) pads_attr->add_ints(pads[i] + extra[i]);
+        bool set = false;
+        for (auto& a : *f.mutable_attribute())
+            if (a.name() == "count_include_pad") {
+                a.set_i(1);
+                set = true;
+            }
+        if (!set) {
+            auto* a = f.add_attribute();
+            a->set_name("count_include_pad");
+            a->set_type(onnx::AttributeProto::INT);
+            a->set_i(1);
+        }
+    }
+
     std::optional<Fused> fuse(int n) {
         const auto& node = graph_.node(n);
         const auto& op = node.op_type();
         if (node.output_size() != 1) return std::nullopt;
-        // Every input comes from a DequantizeLinear.
+        // Every input comes from a DequantizeLinear; an AveragePool's may come through
+        // a zero-valued constant Pad, which ONNX Runtime folds into the pool's pads.
+        Fused fused;
         std::vector<QParams> in;
+        std::vector<int64_t> folded_pads;
         for (int i = 0; i < node.input_size(); ++i) {
             if (node.input(i).empty()) return std::nullopt;
             auto dq = dequantized(node.input(i));
+            if (!dq && op == "AveragePool" && i == 0) {
+                const int pad = index_.producer(node.input(0));
+                if (pad >= 0 && sole_consumer(node.input(0)) == n && foldable_pad(pad, folded_pads) &&
+                    pads_fold_into(node, folded_pads)) {
+                    dq = dequantized(graph_.node(pad).input(0));
+                    fused.removed_nodes.push_back(pad);
+                    fused.gone.push_back(node.input(0));
+                }
+            }
             if (!dq) return std::nullopt;
             in.push_back(*dq);
         }
@@ -176,7 +256,6 @@ class Fusion {
         if (op == "Conv" && in.size() < 2) return std::nullopt;
         if (op == "MatMul" && in.size() != 2) return std::nullopt;
         // The output goes to one QuantizeLinear, through a redundant Relu/Clip for Conv.
-        Fused fused;
         std::string out = node.output(0);
         int consumer = sole_consumer(out);
         if (consumer < 0) return std::nullopt;
@@ -194,7 +273,8 @@ class Fusion {
         if (!default_domain(qnode) || qnode.op_type() != "QuantizeLinear") return std::nullopt;
         const auto q = params_of(consumer);
         if (!q || !q->per_tensor || q->elem_type != onnx::TensorProto::UINT8) return std::nullopt;
-        if (fused.removed_nodes.size() == 1 && !redundant_activation(graph_.node(fused.removed_nodes[0]), *q))
+        if (op == "Conv" && fused.removed_nodes.size() == 1 &&
+            !redundant_activation(graph_.node(fused.removed_nodes[0]), *q))
             return std::nullopt;
         fused.removed_nodes.push_back(consumer);
 
@@ -231,6 +311,7 @@ class Fusion {
                 a->set_i(0);
             }
         }
+        if (!folded_pads.empty()) fold_pads(f, folded_pads);
         f.add_output(q->tensor);
         return fused;
     }
