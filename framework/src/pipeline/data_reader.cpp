@@ -82,7 +82,8 @@ struct Item {
 
 class FileReader final : public DataReader {
   public:
-    FileReader(std::vector<Item> items, const Model& model) : items_(std::move(items)) {
+    FileReader(std::vector<Item> items, const Model& model, std::string what)
+        : items_(std::move(items)), what_(std::move(what)) {
         for (const auto* in : feed_inputs(model.graph())) dims_[in->name()] = declared_dims(*in);
     }
 
@@ -118,7 +119,7 @@ class FileReader final : public DataReader {
             try {
                 t = read_tensor_file(file);
             } catch (const InputError& e) {
-                throw InputError(fmt::format("calibration data {}: {}", file.string(), e.what()));
+                throw InputError(fmt::format("{}: {}", what_, e.what()));
             }
             const auto& dims = dims_.at(name);
             int64_t chunks = 1;
@@ -137,9 +138,9 @@ class FileReader final : public DataReader {
                 }
             }
             if (common && *common != chunks)
-                throw InputError(fmt::format("calibration data {}: input '{}' holds {} batches but the sample's other "
+                throw InputError(fmt::format("{} {}: input '{}' holds {} batches but the sample's other "
                                              "inputs hold {}",
-                                             item.label, name, chunks, *common));
+                                             what_, item.label, name, chunks, *common));
             common = chunks;
             loaded_.emplace_back(name, std::move(t));
         }
@@ -156,6 +157,7 @@ class FileReader final : public DataReader {
     }
 
     std::vector<Item> items_;
+    std::string what_;  ///< "calibration data", "evaluation data": for messages
     std::map<std::string, Dims> dims_;  // copied: the reader may outlive the model
     size_t item_ = 0;
     std::string label_;
@@ -165,11 +167,11 @@ class FileReader final : public DataReader {
 };
 
 // Binds the files of one sample folder to the model's inputs.
-Item sample_folder(const fs::path& dir, const std::vector<std::string>& inputs) {
+Item sample_folder(const fs::path& dir, const std::vector<std::string>& inputs, const std::string& what) {
     const auto files = sorted_entries(dir, false);
     Item item{{}, dir.string()};
     if (files.size() != inputs.size())
-        throw InputError(fmt::format("calibration data {}: holds {} tensor files, but the model has {} inputs ({})",
+        throw InputError(fmt::format("{} {}: holds {} tensor files, but the model has {} inputs ({})", what,
                                      dir.string(), files.size(), inputs.size(), join(inputs)));
     std::set<std::string> bound;
     // By name first: "<input>.npy", or a .pb whose TensorProto names an input.
@@ -198,38 +200,38 @@ Item sample_folder(const fs::path& dir, const std::vector<std::string>& inputs) 
 
 }  // namespace
 
-std::unique_ptr<DataReader> open_data_reader(const fs::path& path, const Model& model) {
+std::unique_ptr<DataReader> open_data_reader(const fs::path& path, const Model& model, const std::string& what) {
     std::vector<std::string> inputs;
     for (const auto* in : feed_inputs(model.graph())) inputs.push_back(in->name());
-    if (inputs.empty()) throw InputError("the model has no inputs to feed calibration data to");
+    if (inputs.empty()) throw InputError(fmt::format("the model has no inputs to feed {} to", what));
     std::error_code ec;
-    if (!fs::exists(path, ec)) throw InputError(fmt::format("calibration data {} does not exist", path.string()));
+    if (!fs::exists(path, ec)) throw InputError(fmt::format("{} {} does not exist", what, path.string()));
     std::vector<Item> items;
     if (fs::is_regular_file(path)) {
         if (!is_tensor_file(path))
-            throw InputError(fmt::format("calibration data {} is not a .npy or .pb file", path.string()));
+            throw InputError(fmt::format("{} {} is not a .npy or .pb file", what, path.string()));
         if (inputs.size() != 1)
-            throw InputError(fmt::format("calibration data {} is one file, but the model has {} inputs ({}); give a "
+            throw InputError(fmt::format("{} {} is one file, but the model has {} inputs ({}); give a "
                                          "folder with one folder per sample",
-                                         path.string(), inputs.size(), join(inputs)));
+                                         what, path.string(), inputs.size(), join(inputs)));
         items.push_back({{{inputs[0], path}}, path.string()});
     } else {
         const auto folders = sorted_entries(path, true);
         const auto files = sorted_entries(path, false);
         if (!folders.empty() && !files.empty())
-            throw InputError(fmt::format("calibration data {} mixes tensor files and folders; use one folder per "
+            throw InputError(fmt::format("{} {} mixes tensor files and folders; use one folder per "
                                          "sample or one file per sample",
-                                         path.string()));
-        for (const auto& f : folders) items.push_back(sample_folder(f, inputs));
+                                         what, path.string()));
+        for (const auto& f : folders) items.push_back(sample_folder(f, inputs, what));
         if (!files.empty() && inputs.size() != 1)
-            throw InputError(fmt::format("calibration data {} holds tensor files, but the model has {} inputs ({}); "
+            throw InputError(fmt::format("{} {} holds tensor files, but the model has {} inputs ({}); "
                                          "give one folder per sample with one file per input",
-                                         path.string(), inputs.size(), join(inputs)));
+                                         what, path.string(), inputs.size(), join(inputs)));
         for (const auto& f : files) items.push_back({{{inputs[0], f}}, f.string()});
     }
     if (items.empty())
-        throw InputError(fmt::format("calibration data {} holds no .npy or .pb files", path.string()));
-    return std::make_unique<FileReader>(std::move(items), model);
+        throw InputError(fmt::format("{} {} holds no .npy or .pb files", what, path.string()));
+    return std::make_unique<FileReader>(std::move(items), model, what);
 }
 
 namespace {

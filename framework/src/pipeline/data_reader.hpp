@@ -47,7 +47,9 @@ class DataReader {
 /// A file whose leading dimension is a multiple of the model's fixed batch
 /// dimension is split into batches of that size; a file that lacks the batch
 /// dimension gets one.
-std::unique_ptr<DataReader> open_data_reader(const std::filesystem::path& path, const Model& model);
+/// `what` names the data in messages.
+std::unique_ptr<DataReader> open_data_reader(const std::filesystem::path& path, const Model& model,
+                                             const std::string& what = "calibration data");
 
 /// Random inputs, as the documented random data reader makes them. `shapes`:
 /// [] (the model's own shapes; a dynamic leading dimension becomes 1), one

@@ -354,7 +354,7 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
         timed(Phase::Evaluate, [&] {
             std::unique_ptr<DataReader> eval_data;
             if (!recipe.value("evaluation_data").is_null())
-                eval_data = open_data_reader(recipe.value("evaluation_data").get<std::string>(), model);
+                eval_data = open_data_reader(recipe.value("evaluation_data").get<std::string>(), model, "evaluation data");
             std::optional<Tensor> labels;
             if (!recipe.value("evaluation_labels").is_null())
                 labels = read_tensor_file(recipe.value("evaluation_labels").get<std::string>());
