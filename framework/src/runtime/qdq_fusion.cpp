@@ -25,6 +25,7 @@ const std::map<std::string, std::pair<const char*, const char*>, std::less<>> kF
     {"Concat", {"QLinearConcat", kMicrosoft}},
     {"GlobalAveragePool", {"QLinearGlobalAveragePool", kMicrosoft}},
     {"AveragePool", {"QLinearAveragePool", kMicrosoft}},
+    {"Softmax", {"QLinearSoftmax", kMicrosoft}},
     {"LeakyRelu", {"QLinearLeakyRelu", kMicrosoft}},
     {"Sigmoid", {"QLinearSigmoid", kMicrosoft}},
 };
@@ -43,7 +44,7 @@ struct QParams {
 
 class Fusion {
   public:
-    explicit Fusion(onnx::GraphProto& graph) : graph_(graph), index_(graph) {}
+    Fusion(onnx::GraphProto& graph, int64_t opset) : graph_(graph), index_(graph), opset_(opset) {}
 
     std::vector<std::string> run(bool& uses_microsoft) {
         std::map<int, onnx::NodeProto> replaced;
@@ -304,6 +305,12 @@ class Fusion {
         } else {
             for (const auto& p : in) triple(p);
             output_params();
+            if (op == "Softmax") {
+                auto* a = f.add_attribute();
+                a->set_name("opset");
+                a->set_type(onnx::AttributeProto::INT);
+                a->set_i(opset_);
+            }
             if (op == "GlobalAveragePool") {
                 auto* a = f.add_attribute();
                 a->set_name("channels_last");
@@ -318,6 +325,7 @@ class Fusion {
 
     onnx::GraphProto& graph_;
     GraphIndex index_;
+    int64_t opset_;  ///< of the default domain: QLinearSoftmax reads rows as Softmax did then
     std::vector<std::string> gone_;
 };
 
@@ -325,7 +333,10 @@ class Fusion {
 
 std::vector<std::string> fuse_qdq(onnx::ModelProto& model) {
     bool uses_microsoft = false;
-    auto gone = Fusion(*model.mutable_graph()).run(uses_microsoft);
+    int64_t opset = 0;
+    for (const auto& o : model.opset_import())
+        if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version();
+    auto gone = Fusion(*model.mutable_graph(), opset).run(uses_microsoft);
     if (uses_microsoft) {
         bool present = false;
         for (const auto& o : model.opset_import()) present = present || o.domain() == kMicrosoft;

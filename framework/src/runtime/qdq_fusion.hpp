@@ -17,7 +17,7 @@ namespace vaiq::runtime {
 ///  - MatMul -> QLinearMatMul,
 ///  - Add, Mul -> com.microsoft QLinearAdd, QLinearMul,
 ///  - Concat -> com.microsoft QLinearConcat,
-///  - AveragePool, GlobalAveragePool, LeakyRelu, Sigmoid -> their com.microsoft QLinear forms.
+///  - AveragePool, GlobalAveragePool, LeakyRelu, Sigmoid, Softmax -> their com.microsoft QLinear forms.
 /// Returns the tensors that no longer exist (the op's float output, a folded
 /// activation's output); every other tensor keeps its name and value.
 std::vector<std::string> fuse_qdq(onnx::ModelProto& model);

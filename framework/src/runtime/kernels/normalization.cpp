@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "runtime/kernels/common.hpp"
+#include "runtime/kernels/ort_softmax.hpp"
 
 namespace vaiq::runtime {
 namespace {
@@ -145,7 +146,8 @@ void softmax(KernelContext& ctx, std::vector<Tensor>& out) {
         n = outer ? x.size() / outer : 0;
     }
     if (x.type() == DataType::Float && inner == 1 && kKind != SoftmaxKind::Hardmax) {
-        // Contiguous rows (the usual last-axis case): float math, rows in parallel.
+        // Contiguous rows (the usual last-axis case), rows in parallel, with ONNX
+        // Runtime's exp and summation order (see ort_softmax.hpp).
         out[0] = Tensor(DataType::Float, x.shape());
         auto y = out[0].mutable_data<float>();
         const auto xv = x.data<float>();
@@ -153,13 +155,9 @@ void softmax(KernelContext& ctx, std::vector<Tensor>& out) {
         for (int64_t o = 0; o < outer; ++o) {
             const float* row = xv.data() + o * n;
             float* dst = y.data() + o * n;
-            float best = -std::numeric_limits<float>::infinity();
+            float best = std::numeric_limits<float>::lowest();
             for (int64_t j = 0; j < n; ++j) best = std::max(best, row[j]);
-            float sum = 0;
-            for (int64_t j = 0; j < n; ++j) {
-                dst[j] = std::exp(row[j] - best);
-                sum += dst[j];
-            }
+            const float sum = ort_sum_exp(row, dst, n, -best);
             if constexpr (kKind == SoftmaxKind::Softmax) {
                 const float inv = 1.0f / sum;
                 for (int64_t j = 0; j < n; ++j) dst[j] *= inv;

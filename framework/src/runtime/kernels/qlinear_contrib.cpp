@@ -193,6 +193,65 @@ void qlinear_average_pool(KernelContext& ctx, std::vector<Tensor>& out) {
     });
 }
 
+// QLinearSoftmax: (X, X_scale, X_zp, Y_scale, Y_zp), attributes axis and opset,
+// as ONNX Runtime computes it: exp from a 256-entry float table built in double
+// (shifted so that sums stay finite), a float sum per row in order, then
+// round(e * floor(1 / Y_scale) / sum) + Y_zp. The input zero point cancels out.
+void qlinear_softmax(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const bool is_signed = x.type() == DataType::Int8;
+    if (!is_signed && x.type() != DataType::UInt8) ctx.fail("the input must be int8 or uint8");
+    const int64_t opset = ctx.attributes.get_int("opset", 13);
+    const auto rank = static_cast<int64_t>(x.shape().size());
+    const int64_t axis = normalize_axis(ctx, ctx.attributes.get_int("axis", opset < 13 ? 1 : -1), rank);
+    // Rows of length d: the reduced axis (opset >= 13) or everything from it on.
+    int64_t outer = 1, d = 1, inner = 1;
+    for (int64_t i = 0; i < axis; ++i) outer *= x.shape()[i];
+    if (opset < 13) {
+        for (int64_t i = axis; i < rank; ++i) d *= x.shape()[i];
+    } else {
+        d = x.shape()[axis];
+        for (int64_t i = axis + 1; i < rank; ++i) inner *= x.shape()[i];
+    }
+    const double x_scale = ctx.input(1).data<float>()[0];
+    double shift = std::log(static_cast<double>(std::numeric_limits<float>::max()) / static_cast<double>(d));
+    shift = std::max(0.0, shift - 5.0) / x_scale;
+    float table[256];
+    for (int i = 0; i < 256; ++i) {
+        const auto index = static_cast<uint8_t>(is_signed ? i - 128 : i);
+        table[index] = static_cast<float>(std::exp((static_cast<double>(i) - 255.0 + shift) * x_scale));
+    }
+    const float y_scale = std::floor(1.0f / ctx.input(3).data<float>()[0]);
+    const int32_t y_zp = ctx.has_input(4) ? static_cast<int32_t>(read_scalar(ctx, ctx.input(4))) : 0;
+    out[0] = Tensor(x.type(), x.shape());
+    const auto* xv = reinterpret_cast<const uint8_t*>(x.bytes().data());
+    auto* yv = reinterpret_cast<uint8_t*>(out[0].mutable_bytes().data());
+    std::vector<uint8_t> row(static_cast<size_t>(d));
+    for (int64_t o = 0; o < outer; ++o)
+        for (int64_t in = 0; in < inner; ++in) {
+            auto at = [&](int64_t j) { return static_cast<size_t>((o * d + j) * inner + in); };
+            // Table indices: uint8 values shifted so the row's maximum reads entry 255
+            // (int8: bytes shifted so the maximum is 127).
+            int32_t top = 0;
+            for (int64_t j = 0; j < d; ++j) {
+                const int32_t v = is_signed ? static_cast<int8_t>(xv[at(j)]) : xv[at(j)];
+                top = j == 0 ? v : std::max(top, v);
+            }
+            for (int64_t j = 0; j < d; ++j) {
+                const int32_t v = is_signed ? static_cast<int8_t>(xv[at(j)]) : xv[at(j)];
+                row[j] = static_cast<uint8_t>(is_signed ? 127 - top + v : 255 - top + v);
+            }
+            float sum = 0.0f;
+            for (int64_t j = 0; j < d; ++j) sum += table[row[j]];
+            if (sum == 0.0f) continue;
+            for (int64_t j = 0; j < d; ++j) {
+                const int32_t q = static_cast<int32_t>(std::nearbyint(table[row[j]] * y_scale / sum)) + y_zp;
+                yv[at(j)] = is_signed ? static_cast<uint8_t>(static_cast<int8_t>(std::min(q, 127)))
+                                      : static_cast<uint8_t>(std::min(q, 255));
+            }
+        }
+}
+
 // QLinearConcat: (Y_scale, Y_zp, X0, X0_scale, X0_zp, X1, ...), along `axis`.
 void qlinear_concat(KernelContext& ctx, std::vector<Tensor>& out) {
     if (ctx.input_count() < 5 || (ctx.input_count() - 2) % 3 != 0) ctx.fail("expects Y_scale, Y_zp and triples of inputs");
@@ -230,6 +289,7 @@ const KernelRegistration kKernels[] = {
     {kMicrosoft, "QLinearGlobalAveragePool", 1, 1, qlinear_global_average_pool},
     {kMicrosoft, "QLinearConcat", 1, 1, qlinear_concat},
     {kMicrosoft, "QLinearAveragePool", 1, 1, qlinear_average_pool},
+    {kMicrosoft, "QLinearSoftmax", 1, 1, qlinear_softmax},
 };
 
 }  // namespace
