@@ -437,3 +437,58 @@ TEST(QdqFusion, FoldsAZeroPadIntoQLinearAveragePool) {
 }
 
 }  // namespace
+
+namespace {
+
+vaiq::Model contrib_model(vaiq::test::GraphBuilder& b) {
+    auto model = b.build();
+    auto* ms = model.proto().add_opset_import();
+    ms->set_domain("com.microsoft");
+    ms->set_version(1);
+    return model;
+}
+
+TEST(Executor, QGemmAddsTheInt32BiasAndRequantizesPerColumn) {
+    // A = [[130, 126]] (zp 128 -> [2, -2]), B^T = [[1, 2], [3, -4]] int8, C = [10, -10].
+    // Sums: [2*1 - 2*2 + 10, 2*3 + 2*4 - 10] = [8, 4]; scales 0.5 * [0.25, 0.5] / 0.125 -> [1, 2].
+    vaiq::test::GraphBuilder b;
+    b.input("a", {1, 2}, DataType::UInt8).output("y", {1, 2}, DataType::UInt8);
+    b.initializer("sa", Tensor::from_values<float>({}, std::vector<float>{0.5f}));
+    b.initializer("za", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{128}));
+    b.initializer("w", Tensor::from_values<int8_t>({2, 2}, std::vector<int8_t>{1, 2, 3, -4}));
+    b.initializer("sw", Tensor::from_values<float>({2}, std::vector<float>{0.25f, 0.5f}));
+    b.initializer("zw", Tensor::from_values<int8_t>({2}, std::vector<int8_t>{0, 0}));
+    b.initializer("c", Tensor::from_values<int32_t>({2}, std::vector<int32_t>{10, -10}));
+    b.initializer("sy", Tensor::from_values<float>({}, std::vector<float>{0.125f}));
+    b.initializer("zy", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{100}));
+    auto& g = b.node("QGemm", {"a", "sa", "za", "w", "sw", "zw", "c", "sy", "zy"}, {"y"}, "qgemm");
+    g.set_domain("com.microsoft");
+    vaiq::test::set_int_attribute(g, "transB", 1);
+    const auto model = contrib_model(b);
+    Executor e(model);
+    const auto y = e.run({{"a", Tensor::from_values<uint8_t>({1, 2}, std::vector<uint8_t>{130, 126})}})[0];
+    EXPECT_EQ(y.data<uint8_t>()[0], 108);  // 8 * 1 + 100
+    EXPECT_EQ(y.data<uint8_t>()[1], 108);  // 4 * 2 + 100
+}
+
+TEST(Executor, QLinearSoftmaxRowsSumToOneStep) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {2, 4}, DataType::UInt8).output("y", {2, 4}, DataType::UInt8);
+    b.initializer("sx", Tensor::from_values<float>({}, std::vector<float>{0.1f}));
+    b.initializer("zx", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{0}));
+    b.initializer("sy", Tensor::from_values<float>({}, std::vector<float>{1.0f / 256.0f}));
+    b.initializer("zy", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{0}));
+    auto& s = b.node("QLinearSoftmax", {"x", "sx", "zx", "sy", "zy"}, {"y"}, "softmax");
+    s.set_domain("com.microsoft");
+    vaiq::test::set_int_attribute(s, "opset", 13);
+    const auto model = contrib_model(b);
+    Executor e(model);
+    const auto y = e.run({{"x", Tensor::from_values<uint8_t>({2, 4}, std::vector<uint8_t>{0, 10, 20, 30, 5, 5, 5, 5})}})[0];
+    const auto v = y.data<uint8_t>();
+    // Row 2 is uniform: 256 / 4 = 64 each. Row 1: softmax([0, 1, 2, 3]) * 256, rounded.
+    for (int j = 4; j < 8; ++j) EXPECT_EQ(v[j], 64);
+    const double denom = 1 + std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
+    for (int j = 0; j < 4; ++j) EXPECT_NEAR(v[j], std::exp(double(j)) / denom * 256, 0.51) << j;
+}
+
+}  // namespace

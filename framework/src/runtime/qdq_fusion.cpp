@@ -20,6 +20,7 @@ constexpr const char* kMicrosoft = "com.microsoft";
 const std::map<std::string, std::pair<const char*, const char*>, std::less<>> kFused = {
     {"Conv", {"QLinearConv", ""}},
     {"MatMul", {"QLinearMatMul", ""}},
+    {"Gemm", {"QGemm", kMicrosoft}},
     {"Add", {"QLinearAdd", kMicrosoft}},
     {"Mul", {"QLinearMul", kMicrosoft}},
     {"Concat", {"QLinearConcat", kMicrosoft}},
@@ -242,9 +243,12 @@ class Fusion {
             if (!dq) return std::nullopt;
             in.push_back(*dq);
         }
-        const bool weighted = op == "Conv" || op == "MatMul";
+        const bool weighted = op == "Conv" || op == "MatMul" || op == "Gemm";
+        if (op == "Gemm")
+            for (const auto& a : node.attribute())
+                if (a.name() == "beta" && a.f() != 1.0f && node.input_size() > 2) return std::nullopt;
         for (size_t i = 0; i < in.size(); ++i) {
-            const bool weight = weighted && i == 1, bias = op == "Conv" && i == 2;
+            const bool weight = weighted && i == 1, bias = (op == "Conv" || op == "Gemm") && i == 2;
             if (bias) {
                 if (in[i].elem_type != onnx::TensorProto::INT32) return std::nullopt;
             } else if (weight) {
@@ -299,6 +303,15 @@ class Fusion {
             triple(in[1]);
             output_params();
             if (in.size() > 2) f.add_input(in[2].tensor);
+        } else if (op == "Gemm") {
+            triple(in[0]);
+            triple(in[1]);
+            f.add_input(in.size() > 2 ? in[2].tensor : std::string());
+            output_params();
+            // QGemm has no beta: an int32 C is added as it is.
+            auto* attrs = f.mutable_attribute();
+            for (int i = attrs->size() - 1; i >= 0; --i)
+                if (attrs->Get(i).name() == "beta") attrs->DeleteSubrange(i, 1);
         } else if (op == "Concat") {
             output_params();
             for (const auto& p : in) triple(p);

@@ -14,7 +14,7 @@ namespace vaiq::runtime {
 /// Rewrites `model`'s main graph in place. Fused, as ONNX Runtime does on x86
 /// (uint8 activations only: it does not fuse int8 activations there):
 ///  - Conv (with a Relu/Clip the Q makes redundant) -> QLinearConv,
-///  - MatMul -> QLinearMatMul,
+///  - MatMul -> QLinearMatMul, Gemm -> com.microsoft QGemm,
 ///  - Add, Mul -> com.microsoft QLinearAdd, QLinearMul,
 ///  - Concat -> com.microsoft QLinearConcat,
 ///  - AveragePool, GlobalAveragePool, LeakyRelu, Sigmoid, Softmax -> their com.microsoft QLinear forms.

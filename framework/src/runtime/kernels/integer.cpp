@@ -116,6 +116,59 @@ void qlinear_matmul(KernelContext& ctx, std::vector<Tensor>& out) {
     out[0] = requantize(ctx, shape, acc, multiplier, 1, ctx.input(7));
 }
 
+// A 2-D matrix of centred values, transposed when `trans`.
+std::vector<int32_t> oriented(const std::vector<int32_t>& v, const std::vector<int64_t>& shape, bool trans) {
+    if (!trans) return v;
+    const int64_t rows = shape[0], cols = shape[1];
+    std::vector<int32_t> t(v.size());
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = v[r * cols + c];
+    return t;
+}
+
+// com.microsoft QGemm: (A, a_scale, a_zp, B, b_scale, b_zp, [C int32], [y_scale, y_zp]),
+// alpha, transA, transB. Integer sums plus C, requantized with (alpha a_scale b_scale) / y_scale
+// per output column, as ONNX Runtime does; float output without y_scale.
+void qgemm(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& a = ctx.input(0);
+    const auto& b = ctx.input(3);
+    if (a.shape().size() != 2 || b.shape().size() != 2) ctx.fail("A and B must be 2-D");
+    const bool ta = ctx.attributes.get_int("transA", 0) != 0, tb = ctx.attributes.get_int("transB", 0) != 0;
+    const float alpha = ctx.attributes.get_float("alpha", 1.0f);
+    const auto av = oriented(centred(ctx, a, &ctx.input(2), 0), a.shape(), ta);
+    // Per-column zero points of B run along its N axis: axis 0 when transposed.
+    const auto bv = oriented(centred(ctx, b, &ctx.input(5), tb ? 0 : 1), b.shape(), tb);
+    const int64_t m = ta ? a.shape()[1] : a.shape()[0], k = ta ? a.shape()[0] : a.shape()[1];
+    const int64_t n = tb ? b.shape()[0] : b.shape()[1];
+    if ((tb ? b.shape()[1] : b.shape()[0]) != k) ctx.fail("inner dimensions differ");
+    const Tensor a2 = Tensor::uninitialized(DataType::Int32, {m, k}), b2 = Tensor::uninitialized(DataType::Int32, {k, n});
+    std::vector<int64_t> shape;
+    auto acc = int_matmul(ctx, a2, av, b2, bv, shape);
+    if (ctx.has_input(6)) {
+        const auto& c = ctx.input(6);
+        if (c.type() != DataType::Int32) ctx.fail("C must be int32");
+        const auto cv = c.data<int32_t>();
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+                const size_t at = c.size() == 1 ? 0 : c.size() == n ? static_cast<size_t>(j) : static_cast<size_t>(i * n + j);
+                acc[i * n + j] += cv[at];
+            }
+    }
+    const auto sa = floats(ctx.input(1)), sb = floats(ctx.input(4));
+    if (!ctx.has_input(7)) {
+        out[0] = Tensor::uninitialized(DataType::Float, shape);
+        auto y = out[0].mutable_data<float>();
+        for (size_t i = 0; i < acc.size(); ++i)
+            y[i] = static_cast<float>(acc[i]) * (alpha * sa[0] * sb[sb.size() == 1 ? 0 : i % sb.size()]);
+        return;
+    }
+    const float sy = ctx.input(7).data<float>()[0];
+    std::vector<double> multiplier;
+    for (float s : sb) multiplier.push_back(static_cast<double>(alpha * sa[0] * s / sy));
+    if (!ctx.has_input(8)) ctx.fail("y_zero_point is required with y_scale");
+    out[0] = requantize(ctx, shape, acc, multiplier, 1, ctx.input(8));
+}
+
 // Integer convolution of centred input and weights: [N, M, out...] int32.
 std::vector<int32_t> int_conv(KernelContext& ctx, const Tensor& x, const std::vector<int32_t>& xv, const Tensor& w,
                               const std::vector<int32_t>& wv, std::vector<int64_t>& shape) {
@@ -235,6 +288,7 @@ void dynamic_quantize(KernelContext& ctx, std::vector<Tensor>& out) {
 const KernelRegistration kKernels[] = {
     {"", "MatMulInteger", 10, 21, matmul_integer},
     {"", "QLinearMatMul", 10, 20, qlinear_matmul},
+    {"com.microsoft", "QGemm", 1, 1, qgemm},
     {"", "ConvInteger", 10, 21, conv_integer},
     {"", "QLinearConv", 10, 21, qlinear_conv},
     {"", "DynamicQuantizeLinear", 11, 21, dynamic_quantize},
