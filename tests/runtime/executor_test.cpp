@@ -5,6 +5,7 @@
 #include <random>
 
 #include "runtime/executor.hpp"
+#include "runtime/kernels/ort_softmax.hpp"
 #include "runtime/infer.hpp"
 #include "runtime/layout.hpp"
 #include "test_support.hpp"
@@ -489,6 +490,31 @@ TEST(Executor, QLinearSoftmaxRowsSumToOneStep) {
     for (int j = 4; j < 8; ++j) EXPECT_EQ(v[j], 64);
     const double denom = 1 + std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
     for (int j = 0; j < 4; ++j) EXPECT_NEAR(v[j], std::exp(double(j)) / denom * 256, 0.51) << j;
+}
+
+}  // namespace
+
+namespace {
+
+// The fast exp path against a plain transcription of the same MLAS steps with
+// std::ldexp for the final scaling, over the whole reduced range.
+TEST(OrtSoftmax, FastScalingEqualsLdexpEverywhere) {
+    std::vector<float> in;
+    for (float v = -110.0f; v <= 0.0f; v += 0.0137f) in.push_back(v);
+    std::vector<float> out(in.size());
+    vaiq::runtime::ort_sum_exp(in.data(), out.data(), static_cast<int64_t>(in.size()), 0.0f);
+    size_t differ = 0;
+    for (size_t i = 0; i < in.size(); ++i) {
+        float x = std::max(-103.9720840454f, in[i]);
+        const float m = std::fma(x, 1.44269504088896341f, 12582912.0f) - 12582912.0f;
+        x = std::fma(m, -6.93145752e-1f, x);
+        x = std::fma(m, -1.42860677e-6f, x);
+        float p = 0x1.694000p-10f;
+        for (float c : {0x1.125edcp-7f, 0x1.555b5ap-5f, 0x1.555450p-3f, 0x1.fffff6p-2f, 1.0f, 1.0f}) p = std::fma(p, x, c);
+        differ += std::ldexp(p, static_cast<int>(m)) != out[i];
+    }
+    EXPECT_EQ(differ, 0u) << "of " << in.size();
+    EXPECT_NEAR(out.back(), std::exp(in.back()), 1e-6f);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "runtime/kernels/ort_softmax.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 
 namespace vaiq::runtime {
@@ -33,17 +35,21 @@ constexpr float kPoly56 = 0x1.000000p+0f;
     p = std::fma(p, x, kPoly4);
     p = std::fma(p, x, kPoly56);
     p = std::fma(p, x, kPoly56);
-    return std::ldexp(p, static_cast<int>(m));  // vscalefps
+    // vscalefps: p * 2^m with one rounding. m is in [-150, 0]; scaling by 2^(m + 64)
+    // is exact, and the final 2^-64 rounds once if the result is subnormal.
+    const auto biased = static_cast<uint32_t>(static_cast<int32_t>(m) + 64 + 127) << 23;
+    return (p * std::bit_cast<float>(biased)) * 0x1p-64f;
 }
 
 [[gnu::always_inline]] inline float sum_exp(const float* in, float* out, int64_t n, float negative_maximum) {
     // Element j adds into lane j % 16, in order; then the lanes fold as the kernel's
     // reduction does: halves, then pairs within 128-bit lanes, then the two quads.
+    for (int64_t j = 0; j < n; ++j) out[j] = exp_lane(in[j], negative_maximum);
     float acc[16] = {};
-    for (int64_t j = 0; j < n; ++j) {
-        out[j] = exp_lane(in[j], negative_maximum);
-        acc[j % 16] += out[j];
-    }
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; ++l) acc[l] += out[j + l];
+    for (int l = 0; j + l < n; ++l) acc[l] += out[j + l];
     float a[8];
     for (int i = 0; i < 8; ++i) a[i] = acc[i + 8] + acc[i];
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
