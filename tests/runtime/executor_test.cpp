@@ -518,3 +518,48 @@ TEST(OrtSoftmax, FastScalingEqualsLdexpEverywhere) {
 }
 
 }  // namespace
+
+namespace {
+
+// int8 activations: ONNX Runtime on x86 turns int8 Q/DQ pairs into uint8 ones
+// (zero point + 128, same values) and then fuses as for uint8. A pair whose
+// DequantizeLinear has several readers is left alone.
+TEST(QdqFusion, Int8PairsBecomeUint8AndFuse) {
+    auto build = [](bool shared) {
+        vaiq::test::GraphBuilder b;
+        b.input("x", {1, 2, 4, 4}).output("y", {1, 3, 4, 4});
+        if (shared) b.output("xd_out", {1, 2, 4, 4});
+        auto scalar = [&](const std::string& name, auto v) {
+            using V = decltype(v);
+            b.initializer(name, Tensor::from_values<V>({}, std::vector<V>{v}));
+        };
+        scalar("sx", 0.02f);
+        scalar("zx", int8_t{3});
+        scalar("sw", 0.01f);
+        scalar("zw", int8_t{0});
+        scalar("sy", 0.05f);
+        scalar("zy", int8_t{-5});
+        std::vector<int8_t> w(3 * 2 * 3 * 3);
+        for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<int8_t>(static_cast<int>(i * 11 % 51) - 25);
+        b.initializer("wq", Tensor::from_values<int8_t>({3, 2, 3, 3}, w));
+        b.node("QuantizeLinear", {"x", "sx", "zx"}, {"xq"});
+        b.node("DequantizeLinear", {"xq", "sx", "zx"}, {"xd"});
+        if (shared) b.node("Identity", {"xd"}, {"xd_out"});
+        b.node("DequantizeLinear", {"wq", "sw", "zw"}, {"wd"});
+        vaiq::test::set_ints_attribute(b.node("Conv", {"xd", "wd"}, {"c"}, "conv"), "pads", {1, 1, 1, 1});
+        b.node("QuantizeLinear", {"c", "sy", "zy"}, {"cq"});
+        b.node("DequantizeLinear", {"cq", "sy", "zy"}, {"y"});
+        return b.build();
+    };
+    const auto x = vaiq::test::ramp({1, 2, 4, 4}, -1.0f, 0.06f);
+    const auto single = build(false);
+    Executor fused(single), plain(single, {.fuse_qdq = false});
+    EXPECT_NE(tap_error(fused, x, "c").find("inside an integer operator"), std::string::npos);
+    const auto a = fused.run({{"x", x}})[0], c = plain.run({{"x", x}})[0];
+    for (int64_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a.data<float>()[i], c.data<float>()[i], 0.0501f) << i;
+    const auto shared = build(true);
+    Executor kept(shared);
+    EXPECT_EQ(tap_error(kept, x, "c"), "") << "the input pair stays int8, so the Conv stays float";
+}
+
+}  // namespace

@@ -344,7 +344,42 @@ class Fusion {
 
 }  // namespace
 
+namespace {
+
+// ONNX Runtime's QDQS8ToU8Transformer on x86: an int8 QuantizeLinear read only by
+// a DequantizeLinear with the same zero point becomes uint8, the zero point moved
+// by 128; the values the pair stands for are unchanged. It runs after ONNX
+// Runtime gives every reader of a shared DequantizeLinear its own copy, so only a
+// pair whose DequantizeLinear has at most one reading node is converted.
+void int8_pairs_to_uint8(onnx::GraphProto& graph) {
+    const GraphIndex index(graph);
+    UniqueNames names(graph);
+    for (int n = 0; n < graph.node_size(); ++n) {
+        auto& q = *graph.mutable_node(n);
+        if (!default_domain(q) || q.op_type() != "QuantizeLinear" || q.input_size() != 3) continue;
+        const auto& uses = index.consumers(q.output(0));
+        if (uses.size() != 1 || index.is_graph_output(q.output(0))) continue;
+        auto& dq = *graph.mutable_node(uses[0].node);
+        if (!default_domain(dq) || dq.op_type() != "DequantizeLinear" || dq.input_size() != 3) continue;
+        if (index.consumers(dq.output(0)).size() > 1) continue;
+        const auto* qz = index.initializer(q.input(2));
+        const auto* dz = index.initializer(dq.input(2));
+        if (!qz || !dz || qz->data_type() != onnx::TensorProto::INT8 || dz->data_type() != onnx::TensorProto::INT8)
+            continue;
+        const auto qv = Tensor::from_proto(*qz), dv = Tensor::from_proto(*dz);
+        if (qv.size() != 1 || dv.size() != 1 || qv.data<int8_t>()[0] != dv.data<int8_t>()[0]) continue;
+        const auto zp = static_cast<uint8_t>(static_cast<int>(qv.data<int8_t>()[0]) + 128);
+        const auto name = names.fresh(q.input(2) + "_u8");
+        *graph.add_initializer() = Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{zp}).to_proto(name);
+        q.set_input(2, name);
+        dq.set_input(2, name);
+    }
+}
+
+}  // namespace
+
 std::vector<std::string> fuse_qdq(onnx::ModelProto& model) {
+    int8_pairs_to_uint8(*model.mutable_graph());
     bool uses_microsoft = false;
     int64_t opset = 0;
     for (const auto& o : model.opset_import())
