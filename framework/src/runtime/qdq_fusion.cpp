@@ -357,6 +357,10 @@ void int8_pairs_to_uint8(onnx::GraphProto& graph) {
     for (int n = 0; n < graph.node_size(); ++n) {
         auto& q = *graph.mutable_node(n);
         if (!default_domain(q) || q.op_type() != "QuantizeLinear" || q.input_size() != 3) continue;
+        // A QuantizeLinear of a constant is folded into a quantized initializer first,
+        // which leaves a lone int8 DequantizeLinear: not a pair.
+        const int source = index.producer(q.input(0));
+        if (index.initializer(q.input(0)) || (source >= 0 && graph.node(source).op_type() == "Constant")) continue;
         const auto& uses = index.consumers(q.output(0));
         if (uses.size() != 1 || index.is_graph_output(q.output(0))) continue;
         auto& dq = *graph.mutable_node(uses[0].node);
