@@ -254,10 +254,14 @@ class Fusion {
             } else if (weight) {
                 if (in[i].elem_type != onnx::TensorProto::INT8 && in[i].elem_type != onnx::TensorProto::UINT8)
                     return std::nullopt;
-            } else if (in[i].elem_type != onnx::TensorProto::UINT8 || !in[i].per_tensor) {
-                return std::nullopt;  // ONNX Runtime on x86 fuses uint8 activations only
+            } else if (!in[i].per_tensor || (in[i].elem_type != onnx::TensorProto::UINT8 &&
+                                             (weighted || in[i].elem_type != onnx::TensorProto::INT8))) {
+                // On x86 ONNX Runtime fuses Conv, MatMul and Gemm for uint8 activations only
+                // (int8 pairs reach them converted); the other ops take int8 as well.
+                return std::nullopt;
             }
         }
+        const int activation_type = in[0].elem_type;
         if (op == "Conv" && in.size() < 2) return std::nullopt;
         if (op == "MatMul" && in.size() != 2) return std::nullopt;
         // The output goes to one QuantizeLinear, through a redundant Relu/Clip for Conv.
@@ -277,7 +281,9 @@ class Fusion {
         const auto& qnode = graph_.node(consumer);
         if (!default_domain(qnode) || qnode.op_type() != "QuantizeLinear") return std::nullopt;
         const auto q = params_of(consumer);
-        if (!q || !q->per_tensor || q->elem_type != onnx::TensorProto::UINT8) return std::nullopt;
+        if (!q || !q->per_tensor || q->elem_type != activation_type) return std::nullopt;
+        for (size_t i = 0; i < in.size(); ++i)
+            if (!(weighted && i >= 1) && in[i].elem_type != activation_type) return std::nullopt;  // one type throughout
         if (op == "Conv" && fused.removed_nodes.size() == 1 &&
             !redundant_activation(graph_.node(fused.removed_nodes[0]), *q))
             return std::nullopt;
