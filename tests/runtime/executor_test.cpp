@@ -5,7 +5,7 @@
 #include <random>
 
 #include "runtime/executor.hpp"
-#include "runtime/kernels/ort_softmax.hpp"
+#include "runtime/kernels/ort_float.hpp"
 #include "runtime/infer.hpp"
 #include "runtime/layout.hpp"
 #include "test_support.hpp"
@@ -560,6 +560,51 @@ TEST(QdqFusion, Int8PairsBecomeUint8AndFuse) {
     const auto shared = build(true);
     Executor kept(shared);
     EXPECT_EQ(tap_error(kept, x, "c"), "") << "the input pair stays int8, so the Conv stays float";
+}
+
+}  // namespace
+
+namespace {
+
+TEST(OrtFloat, SgemmSumsInPanelsOf128) {
+    // K = 300: panels [0, 128), [128, 256), [256, 300), each a chain of fused multiply-adds.
+    const int64_t m = 3, k = 300, n = 5;
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> a(m * k), b(k * n), c(m * n);
+    for (auto& v : a) v = u(rng);
+    for (auto& v : b) v = u(rng);
+    vaiq::runtime::ort_sgemm(a.data(), b.data(), c.data(), m, k, n);
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+            float total = 0.0f;
+            for (int64_t k0 = 0; k0 < k; k0 += 128) {
+                float acc = 0.0f;
+                for (int64_t p = k0; p < std::min<int64_t>(k, k0 + 128); ++p) acc = std::fma(a[i * k + p], b[p * n + j], acc);
+                total = k0 == 0 ? acc : total + acc;
+            }
+            EXPECT_EQ(c[i * n + j], total) << i << "," << j;
+        }
+}
+
+TEST(OrtFloat, RowSumAndErf) {
+    std::vector<float> x(21);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 1.0f / static_cast<float>(i + 3);
+    // 21 values: packets over [0, 16), one more packet [16, 20), then x[20].
+    float p0[4], p1[4];
+    for (int l = 0; l < 4; ++l) {
+        p0[l] = x[l] + x[8 + l];
+        p1[l] = x[4 + l] + x[12 + l];
+        p0[l] = p0[l] + p1[l];
+        p0[l] = p0[l] + x[16 + l];
+    }
+    const float want = ((p0[0] + p0[2]) + (p0[1] + p0[3])) + x[20];
+    EXPECT_EQ(vaiq::runtime::ort_row_sum(x.data(), 21), want);
+    std::vector<float> in{-4.0f, -1.0f, -0.5f, 0.0f, 0.3f, 0.921875f, 2.0f, 10.0f}, out(in.size());
+    vaiq::runtime::ort_erf(in.data(), out.data(), static_cast<int64_t>(in.size()));
+    for (size_t i = 0; i < in.size(); ++i) EXPECT_NEAR(out[i], std::erf(in[i]), 2e-7f) << in[i];
+    EXPECT_EQ(out[3], 0.0f);
+    EXPECT_NEAR(out[7], 1.0f, 1e-7f) << "clamped at |x| = 3.725 as MLAS does";
 }
 
 }  // namespace

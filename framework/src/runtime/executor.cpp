@@ -48,9 +48,9 @@ Executor::Executor(const Model& original, ExecutorOptions options) : model_(&ori
         onnx::ModelProto copy = original.proto();
         bool changed = false;
         if (options.fuse_qdq) {
-            const auto gone = fuse_qdq(copy);
+            std::vector<std::string> gone;
+            changed = fuse_qdq(copy, gone);
             fused_away_.insert(gone.begin(), gone.end());
-            changed = !gone.empty();
         }
         if (options.optimize_layout) changed = optimize_layout(*copy.mutable_graph()) || changed;
         if (changed) {

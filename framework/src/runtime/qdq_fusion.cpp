@@ -47,7 +47,7 @@ class Fusion {
   public:
     Fusion(onnx::GraphProto& graph, int64_t opset) : graph_(graph), index_(graph), opset_(opset) {}
 
-    std::vector<std::string> run(bool& uses_microsoft) {
+    bool run(bool& uses_microsoft, std::vector<std::string>& gone) {
         std::map<int, onnx::NodeProto> replaced;
         std::set<int> removed;
         for (int n = 0; n < graph_.node_size(); ++n) {
@@ -60,7 +60,8 @@ class Fusion {
             gone_.insert(gone_.end(), fused->gone.begin(), fused->gone.end());
             uses_microsoft = uses_microsoft || replaced[n].domain() == kMicrosoft;
         }
-        if (replaced.empty()) return {};
+        mark_float_matmuls(replaced, removed);
+        if (replaced.empty()) return marked_ > 0;
         google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
         for (int n = 0; n < graph_.node_size(); ++n) {
             if (removed.count(n)) continue;
@@ -68,10 +69,25 @@ class Fusion {
             *nodes.Add() = it != replaced.end() ? it->second : graph_.node(n);
         }
         graph_.mutable_node()->Swap(&nodes);
-        return gone_;
+        gone = gone_;
+        return true;
     }
 
   private:
+    // Float MatMuls whose inputs are both dequantized: sum them as MLAS does.
+    void mark_float_matmuls(const std::map<int, onnx::NodeProto>& replaced, const std::set<int>& removed) {
+        for (int n = 0; n < graph_.node_size(); ++n) {
+            auto& node = *graph_.mutable_node(n);
+            if (replaced.count(n) || removed.count(n) || !default_domain(node) || node.op_type() != "MatMul") continue;
+            if (!dequantized(node.input(0)) || !dequantized(node.input(1))) continue;
+            auto* a = node.add_attribute();
+            a->set_name(kOrtOrderAttribute);
+            a->set_type(onnx::AttributeProto::INT);
+            a->set_i(1);
+            ++marked_;
+        }
+    }
+
     struct Fused {
         onnx::NodeProto node;
         std::vector<int> removed_nodes;
@@ -345,6 +361,7 @@ class Fusion {
     onnx::GraphProto& graph_;
     GraphIndex index_;
     int64_t opset_;  ///< of the default domain: QLinearSoftmax reads rows as Softmax did then
+    int marked_ = 0;
     std::vector<std::string> gone_;
 };
 
@@ -388,13 +405,13 @@ void int8_pairs_to_uint8(onnx::GraphProto& graph) {
 
 }  // namespace
 
-std::vector<std::string> fuse_qdq(onnx::ModelProto& model) {
+bool fuse_qdq(onnx::ModelProto& model, std::vector<std::string>& gone) {
     int8_pairs_to_uint8(*model.mutable_graph());
-    bool uses_microsoft = false;
     int64_t opset = 0;
     for (const auto& o : model.opset_import())
         if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version();
-    auto gone = Fusion(*model.mutable_graph(), opset).run(uses_microsoft);
+    bool uses_microsoft = false;
+    const bool changed = Fusion(*model.mutable_graph(), opset).run(uses_microsoft, gone);
     if (uses_microsoft) {
         bool present = false;
         for (const auto& o : model.opset_import()) present = present || o.domain() == kMicrosoft;
@@ -404,7 +421,7 @@ std::vector<std::string> fuse_qdq(onnx::ModelProto& model) {
             o->set_version(1);
         }
     }
-    return gone;
+    return changed;
 }
 
 }  // namespace vaiq::runtime

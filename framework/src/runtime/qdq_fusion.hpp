@@ -18,8 +18,14 @@ namespace vaiq::runtime {
 ///  - Add, Mul -> com.microsoft QLinearAdd, QLinearMul,
 ///  - Concat -> com.microsoft QLinearConcat,
 ///  - AveragePool, GlobalAveragePool, LeakyRelu, Sigmoid, Softmax -> their com.microsoft QLinear forms.
-/// Returns the tensors that no longer exist (the op's float output, a folded
+/// Float MatMuls left between DequantizeLinear inputs are marked to sum in ONNX
+/// Runtime's order. Returns whether anything changed; `gone` receives the tensors
+/// that no longer exist (the op's float output, a folded
 /// activation's output); every other tensor keeps its name and value.
-std::vector<std::string> fuse_qdq(onnx::ModelProto& model);
+bool fuse_qdq(onnx::ModelProto& model, std::vector<std::string>& gone);
+
+/// Set by fuse_qdq on a float MatMul left between DequantizeLinear inputs: sum in
+/// ONNX Runtime's order (see kernels/ort_float.hpp).
+inline constexpr const char* kOrtOrderAttribute = "vaiq_ort_order";
 
 }  // namespace vaiq::runtime

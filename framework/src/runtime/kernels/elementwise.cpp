@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "runtime/kernels/common.hpp"
+#include "runtime/kernels/ort_float.hpp"
 
 namespace vaiq::runtime {
 namespace {
@@ -312,6 +313,17 @@ double sigmoid(double x) {
 using A = const Attributes&;
 constexpr int kLatest = 21;
 
+// Erf as ONNX Runtime computes it (MLAS's polynomial), for float; doubles exactly.
+void erf(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    if (x.type() == DataType::Float) {
+        out[0] = Tensor::uninitialized(DataType::Float, x.shape());
+        ort_erf(x.data<float>().data(), out[0].mutable_data<float>().data(), x.size());
+        return;
+    }
+    unary_float_fn([](double v) { return std::erf(v); })(ctx, out);
+}
+
 const KernelRegistration kKernels[] = {
     {"", "Add", 7, kLatest, arithmetic<std::plus<>>},
     {"", "Sub", 7, kLatest, arithmetic<std::minus<>>},
@@ -357,7 +369,7 @@ const KernelRegistration kKernels[] = {
     {"", "Floor", 6, kLatest, unary_float_fn([](double v) { return std::floor(v); })},
     {"", "Ceil", 6, kLatest, unary_float_fn([](double v) { return std::ceil(v); })},
     {"", "Round", 11, kLatest, unary_float_fn([](double v) { return std::nearbyint(v); })},
-    {"", "Erf", 9, kLatest, unary_float_fn([](double v) { return std::erf(static_cast<float>(v)); })},
+    {"", "Erf", 9, kLatest, erf},
     {"", "Tanh", 6, kLatest, unary_float_fn([](double v) { return std::tanh(v); })},
     {"", "Sigmoid", 6, kLatest, unary_float_fn([](double v) { return sigmoid(v); })},
     {"", "Sin", 7, kLatest, unary_float_fn([](double v) { return std::sin(v); })},

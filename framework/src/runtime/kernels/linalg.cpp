@@ -1,6 +1,9 @@
 // MatMul (numpy semantics, batch broadcasting) and Gemm, through Eigen.
 #include <Eigen/Core>
 
+#include "runtime/kernels/ort_float.hpp"
+#include "runtime/qdq_fusion.hpp"
+
 #include "runtime/kernels/common.hpp"
 #include "runtime/kernels/dnnl_util.hpp"
 
@@ -77,6 +80,16 @@ void matmul(KernelContext& ctx, std::vector<Tensor>& out) {
     std::vector<int64_t> shape = batch;
     if (!a_vector) shape.push_back(m);
     if (!b_vector) shape.push_back(n);
+    // Between DequantizeLinear and QuantizeLinear a float MatMul is summed in MLAS's
+    // order (the QDQ fusion marks it), so the Q after it rounds as in ONNX Runtime.
+    if (a.type() == DataType::Float && ctx.attributes.get_int(kOrtOrderAttribute, 0) != 0) {
+        out[0] = Tensor::uninitialized(DataType::Float, shape);
+        auto o = out[0].mutable_data<float>();
+        for (size_t i = 0; i < ia.size(); ++i)
+            ort_sgemm(a.data<float>().data() + ia[i] * m * k, b.data<float>().data() + ib[i] * k * n,
+                      o.data() + i * m * n, m, k, n);
+        return;
+    }
     if (a.type() == DataType::Float && m > 0 && n > 0 && k > 0) return dnnl_matmul(ctx, as, bs, shape, out);
     dispatch_numeric(
         a.type(), ctx,

@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "runtime/kernels/common.hpp"
-#include "runtime/kernels/ort_softmax.hpp"
+#include "runtime/kernels/ort_float.hpp"
 
 namespace vaiq::runtime {
 namespace {

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "runtime/kernels/common.hpp"
+#include "runtime/kernels/ort_float.hpp"
 
 namespace vaiq::runtime {
 namespace {
@@ -46,6 +47,11 @@ void reduce(KernelContext& ctx, std::vector<Tensor>& out, int axes_input_since) 
 #pragma omp parallel for if (x.size() > kParallelGrain)
         for (int64_t r = 0; r < rows; ++r) {
             const float* row = xv.data() + r * len;
+            if constexpr (kOp == Reduce::Sum || kOp == Reduce::Mean) {
+                const float sum = ort_row_sum(row, len);
+                o[r] = kOp == Reduce::Mean ? sum / static_cast<float>(len) : sum;
+                continue;
+            }
             double acc = kOp == Reduce::Max ? -std::numeric_limits<double>::infinity()
                          : kOp == Reduce::Min ? std::numeric_limits<double>::infinity()
                                               : 0.0;

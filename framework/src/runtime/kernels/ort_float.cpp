@@ -1,0 +1,186 @@
+#include "runtime/kernels/ort_float.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <vector>
+#include <cmath>
+
+namespace vaiq::runtime {
+
+namespace {
+
+// MLAS's exp constants (range reduction by ln 2 in two parts, degree-6 polynomial).
+constexpr float kLowerRange = -103.9720840454f;
+constexpr float kRoundingBias = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+constexpr float kLog2Reciprocal = 1.44269504088896341f;
+constexpr float kLog2High = -6.93145752e-1f;
+constexpr float kLog2Low = -1.42860677e-6f;
+constexpr float kPoly0 = 0x1.694000p-10f;
+constexpr float kPoly1 = 0x1.125edcp-7f;
+constexpr float kPoly2 = 0x1.555b5ap-5f;
+constexpr float kPoly3 = 0x1.555450p-3f;
+constexpr float kPoly4 = 0x1.fffff6p-2f;
+constexpr float kPoly56 = 0x1.000000p+0f;
+
+// One lane of MLAS's AVX-512 sum-exp kernel: every step a fused multiply-add.
+[[gnu::always_inline]] inline float exp_lane(float v, float negative_maximum) {
+    float x = std::max(kLowerRange, v + negative_maximum);
+    const float m = std::fma(x, kLog2Reciprocal, kRoundingBias) - kRoundingBias;
+    x = std::fma(m, kLog2High, x);
+    x = std::fma(m, kLog2Low, x);
+    float p = kPoly0;
+    p = std::fma(p, x, kPoly1);
+    p = std::fma(p, x, kPoly2);
+    p = std::fma(p, x, kPoly3);
+    p = std::fma(p, x, kPoly4);
+    p = std::fma(p, x, kPoly56);
+    p = std::fma(p, x, kPoly56);
+    // vscalefps: p * 2^m with one rounding. m is in [-150, 0]; scaling by 2^(m + 64)
+    // is exact, and the final 2^-64 rounds once if the result is subnormal.
+    const auto biased = static_cast<uint32_t>(static_cast<int32_t>(m) + 64 + 127) << 23;
+    return (p * std::bit_cast<float>(biased)) * 0x1p-64f;
+}
+
+[[gnu::always_inline]] inline float sum_exp(const float* in, float* out, int64_t n, float negative_maximum) {
+    // Element j adds into lane j % 16, in order; then the lanes fold as the kernel's
+    // reduction does: halves, then pairs within 128-bit lanes, then the two quads.
+    for (int64_t j = 0; j < n; ++j) out[j] = exp_lane(in[j], negative_maximum);
+    float acc[16] = {};
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; ++l) acc[l] += out[j + l];
+    for (int l = 0; j + l < n; ++l) acc[l] += out[j + l];
+    float a[8];
+    for (int i = 0; i < 8; ++i) a[i] = acc[i + 8] + acc[i];
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+[[gnu::target("fma")]] float sum_exp_fma(const float* in, float* out, int64_t n, float negative_maximum) {
+    return sum_exp(in, out, n, negative_maximum);
+}
+
+float sum_exp_generic(const float* in, float* out, int64_t n, float negative_maximum) {
+    return sum_exp(in, out, n, negative_maximum);
+}
+
+// std::fma is exact either way; the FMA instruction only makes it fast.
+bool has_fma() {
+    static const bool available = __builtin_cpu_supports("fma");
+    return available;
+}
+
+// MLAS's erf constants.
+constexpr float kErfUpperAbsRange = 3.725f;
+constexpr float kErfSplitBoundary = 0.921875f;
+constexpr float kErfSmall[] = {-5.99104969e-4f, 4.99339588e-3f, -2.67667342e-2f, 1.12818025e-1f, -3.76124859e-1f,
+                               1.28379151e-1f};
+constexpr float kErfBig[] = {1.72948930e-5f, -3.83208680e-4f, 3.88393435e-3f, -2.42545605e-2f,
+                             1.06777847e-1f, 6.34846687e-1f,  1.28717512e-1f};
+constexpr float kErfExpLowerRange = -88.3762626647949f;
+constexpr float kErfExpC = 1.25829120e+7f;
+constexpr float kErfExp[] = {1.38319808e-3f, 8.37550033e-3f, 4.16689515e-2f, 1.66664466e-1f,
+                             4.99999851e-1f, 1.00000000e+0f, 1.00000000e+0f};
+
+// One lane of MLAS's FMA3 erf kernel: both branches, merged by bits as it does.
+[[gnu::always_inline]] inline float erf_lane(float x) {
+    const uint32_t sign = std::bit_cast<uint32_t>(x) & 0x80000000u;
+    const float a = std::min(std::bit_cast<float>(std::bit_cast<uint32_t>(x) & 0x7fffffffu), kErfUpperAbsRange);
+    const float s = a * a;
+    float small = kErfSmall[0];
+    for (int i = 1; i < 6; ++i) small = std::fma(small, s, kErfSmall[i]);
+    small = std::fma(small, a, a);
+    const bool big_lane = kErfSplitBoundary <= a;
+    const float b = big_lane ? a : 0.0f;
+    float big = kErfBig[0];
+    for (int i = 1; i < 7; ++i) big = std::fma(big, b, kErfBig[i]);
+    big = std::fma(big, b, b);
+    const float e = std::max(-big, kErfExpLowerRange);
+    const float r = std::fma(kLog2Reciprocal, e, kErfExpC) - kErfExpC;
+    float f = std::fma(kLog2High, r, e);
+    f = std::fma(r, kLog2Low, f);
+    float y = kErfExp[0];
+    for (int i = 1; i < 7; ++i) y = std::fma(y, f, kErfExp[i]);
+    y *= std::bit_cast<float>(static_cast<uint32_t>(static_cast<int32_t>(r) + 127) << 23);
+    y = 1.0f - y;
+    const uint32_t merged = std::bit_cast<uint32_t>(y) | (big_lane ? 0u : std::bit_cast<uint32_t>(small));
+    return std::bit_cast<float>(merged | sign);
+}
+
+[[gnu::always_inline]] inline void erf_rows(const float* in, float* out, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) out[j] = erf_lane(in[j]);
+}
+
+[[gnu::target("fma")]] void erf_fma(const float* in, float* out, int64_t n) { erf_rows(in, out, n); }
+void erf_generic(const float* in, float* out, int64_t n) { erf_rows(in, out, n); }
+
+constexpr int64_t kSgemmPanel = 128;
+
+[[gnu::always_inline]] inline void sgemm_rows(const float* a, const float* b, float* c, int64_t m, int64_t k,
+                                              int64_t n) {
+    std::vector<float> acc(static_cast<size_t>(n));
+    for (int64_t i = 0; i < m; ++i) {
+        float* ci = c + i * n;
+        for (int64_t k0 = 0; k0 < k; k0 += kSgemmPanel) {
+            std::fill(acc.begin(), acc.end(), 0.0f);
+            const int64_t k1 = std::min(k, k0 + kSgemmPanel);
+            for (int64_t p = k0; p < k1; ++p) {
+                const float av = a[i * k + p];
+                const float* bp = b + p * n;
+                for (int64_t j = 0; j < n; ++j) acc[j] = std::fma(av, bp[j], acc[j]);
+            }
+            if (k0 == 0) std::copy(acc.begin(), acc.end(), ci);
+            else
+                for (int64_t j = 0; j < n; ++j) ci[j] += acc[j];
+        }
+    }
+}
+
+[[gnu::target("fma")]] void sgemm_fma(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n) {
+    sgemm_rows(a, b, c, m, k, n);
+}
+void sgemm_generic(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n) {
+    sgemm_rows(a, b, c, m, k, n);
+}
+
+}  // namespace
+
+float ort_sum_exp(const float* in, float* out, int64_t n, float negative_maximum) {
+    return has_fma() ? sum_exp_fma(in, out, n, negative_maximum) : sum_exp_generic(in, out, n, negative_maximum);
+}
+
+void ort_erf(const float* in, float* out, int64_t n) { has_fma() ? erf_fma(in, out, n) : erf_generic(in, out, n); }
+
+// Eigen's vectorised sum on a 16-byte aligned row: two packet accumulators over
+// blocks of 8, a last packet, the lanes folded as (a0 + a2) + (a1 + a3), then the
+// leftover elements one by one.
+float ort_row_sum(const float* x, int64_t n) {
+    if (n <= 0) return 0.0f;
+    if (n < 4) {
+        float r = x[0];
+        for (int64_t i = 1; i < n; ++i) r += x[i];
+        return r;
+    }
+    const int64_t whole8 = n / 8 * 8, whole4 = n / 4 * 4;
+    float p0[4] = {x[0], x[1], x[2], x[3]};
+    if (whole4 > 4) {
+        float p1[4] = {x[4], x[5], x[6], x[7]};
+        for (int64_t i = 8; i < whole8; i += 8)
+            for (int l = 0; l < 4; ++l) {
+                p0[l] += x[i + l];
+                p1[l] += x[i + 4 + l];
+            }
+        for (int l = 0; l < 4; ++l) p0[l] += p1[l];
+        if (whole4 > whole8)
+            for (int l = 0; l < 4; ++l) p0[l] += x[whole8 + l];
+    }
+    float r = (p0[0] + p0[2]) + (p0[1] + p0[3]);
+    for (int64_t i = whole4; i < n; ++i) r += x[i];
+    return r;
+}
+
+void ort_sgemm(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n) {
+    has_fma() ? sgemm_fma(a, b, c, m, k, n) : sgemm_generic(a, b, c, m, k, n);
+}
+
+}  // namespace vaiq::runtime

@@ -1,0 +1,26 @@
+// Float kernels computed in the order ONNX Runtime computes them on x86-64 (its
+// MLAS kernels with AVX-512/FMA, its Eigen sums), so that a quantized model whose
+// QuantizeLinear follows one of these ops rounds exactly the same values in vaiq
+// as where it is deployed. Each is exact IEEE arithmetic in a fixed order.
+#pragma once
+
+#include <cstdint>
+
+namespace vaiq::runtime {
+
+/// Softmax's exponentials: out[j] = exp(in[j] + negative_maximum) for j < n with
+/// MLAS's polynomial; returns their sum in its 16-lane order.
+float ort_sum_exp(const float* in, float* out, int64_t n, float negative_maximum);
+
+/// MLAS's error function (FMA kernel).
+void ort_erf(const float* in, float* out, int64_t n);
+
+/// The sum of a contiguous row as ONNX Runtime's ReduceSum/ReduceMean adds it
+/// (Eigen's vectorised sum with 4-lane packets).
+float ort_row_sum(const float* x, int64_t n);
+
+/// C[m, n] = A[m, k] B[k, n], row-major, as MLAS's SGEMM sums: fused multiply-adds
+/// in k order within panels of 128, panel sums added in order.
+void ort_sgemm(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n);
+
+}  // namespace vaiq::runtime
