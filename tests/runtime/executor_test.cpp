@@ -604,7 +604,7 @@ TEST(OrtFloat, RowSumAndErf) {
     vaiq::runtime::ort_erf(in.data(), out.data(), static_cast<int64_t>(in.size()));
     for (size_t i = 0; i < in.size(); ++i) EXPECT_NEAR(out[i], std::erf(in[i]), 2e-7f) << in[i];
     EXPECT_EQ(out[3], 0.0f);
-    EXPECT_NEAR(out[7], 1.0f, 1e-7f) << "clamped at |x| = 3.725 as MLAS does";
+    EXPECT_NEAR(out[7], 1.0f, 2e-7f) << "clamped at |x| = 3.725 as MLAS does";
 }
 
 }  // namespace
