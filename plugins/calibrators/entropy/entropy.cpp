@@ -21,6 +21,7 @@ namespace {
 struct Settings {
     int bins = 2048;
     int quantized_bins = 128;
+    bool symmetric = false;
 };
 
 // Adds eps to empty bins and takes it evenly from the others (ONNX Runtime's
@@ -103,6 +104,10 @@ class EntropyObserver final : public vaiq::RangeObserver {
         vaiq::CalibrationResult r;
         r.range.min = static_cast<float>(std::max<double>(threshold.first, hist_.min()));
         r.range.max = static_cast<float>(std::min<double>(threshold.second, hist_.max()));
+        if (s_.symmetric) {
+            const float t = std::max(std::abs(r.range.min), std::abs(r.range.max));
+            r.range = {-t, t};
+        }
         return r;
     }
 
@@ -117,6 +122,7 @@ class Entropy final : public vaiq::Calibrator {
     void configure(const vaiq::Options& options) override {
         s_.bins = static_cast<int>(options.get_int("num_bins"));
         s_.quantized_bins = static_cast<int>(options.get_int("num_quantized_bins"));
+        s_.symmetric = options.get_bool("CalibTensorRangeSymmetric");
         if (s_.quantized_bins < 2 || s_.quantized_bins % 2 != 0)
             throw vaiq::InputError(fmt::format("num_quantized_bins must be an even number of at least 2, not {}",
                                                s_.quantized_bins));
@@ -137,6 +143,7 @@ class Entropy final : public vaiq::Calibrator {
 const vaiq_option_descriptor kOptions[] = {
     {"num_bins", VAIQ_OPTION_INT, "2048", "Histogram bins over [-max|x|, max|x|] (ONNX Runtime: 128)."},
     {"num_quantized_bins", VAIQ_OPTION_INT, "128", "Levels each candidate window is merged into."},
+    {"CalibTensorRangeSymmetric", VAIQ_OPTION_BOOL, "false", "Make the range symmetric around 0."},
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "test_support.hpp"
@@ -56,6 +57,14 @@ TEST(Entropy, StreamsBatchesIntoOneHistogram) {
         EXPECT_GT(r.range.max, 3.0f);
         EXPECT_LT(r.range.max, 15.0f);
     }
+}
+
+TEST(Entropy, SymmetricRangesAreCentredOnZero) {
+    auto v = heavy_tailed();
+    for (auto& x : v) x = std::abs(x);  // a ReLU-like tensor
+    const auto r = calibrate({{"CalibTensorRangeSymmetric", true}}, {v});
+    EXPECT_EQ(r.range.min, -r.range.max);
+    EXPECT_GT(r.range.max, 1.0f);
 }
 
 TEST(Entropy, BadOptionsAreRefused) {

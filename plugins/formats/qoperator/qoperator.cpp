@@ -1,6 +1,6 @@
 // qoperator: writes a plan as quantized operators (QuantFormat.QOperator), the
 // way ONNX Runtime's QOperator format does: Conv and MatMul become QLinearConv
-// and QLinearMatMul, Add, Mul, Concat, GlobalAveragePool, LeakyRelu and Sigmoid
+// and QLinearMatMul, Gemm com.microsoft QGemm, Add, Mul, Concat, GlobalAveragePool, LeakyRelu and Sigmoid
 // their com.microsoft QLinear* forms, and data-movement ops whose output shares
 // the input's parameters (Reshape, Transpose, MaxPool, ...) run on the integers
 // directly. A Relu/Clip the plan absorbed is folded into the operator before it.
@@ -28,6 +28,7 @@ struct QLinearOp {
 const std::map<std::string, QLinearOp, std::less<>> kQLinear = {
     {"Conv", {"QLinearConv", ""}},
     {"MatMul", {"QLinearMatMul", ""}},
+    {"Gemm", {"QGemm", kMicrosoft}},
     {"Add", {"QLinearAdd", kMicrosoft}},
     {"Mul", {"QLinearMul", kMicrosoft}},
     {"Concat", {"QLinearConcat", kMicrosoft}},
@@ -140,10 +141,14 @@ class Writer {
             return;
         }
         if (!kQLinear.count(op) || node.output_size() != 1) return;
-        const int weights = op == "Conv" ? 2 : node.input_size();
+        const bool biased = op == "Conv" || op == "Gemm";
+        const int weights = biased ? 2 : node.input_size();
         for (int i = 0; i < weights; ++i)
             if (!eight_bit(node.input(i))) return;
-        if (op == "Conv") {
+        if (op == "Gemm")
+            for (const auto& a : node.attribute())
+                if (a.name() == "beta" && a.f() != 1.0f && node.input_size() > 2) return;  // QGemm adds C as it is
+        if (biased) {
             if (!index_.initializer(node.input(1))) return;
             if (node.input_size() > 2 && !node.input(2).empty()) {
                 const auto* b = planned(node.input(2));
@@ -158,10 +163,10 @@ class Writer {
         }
         // The integer kernels keep one type from input to output.
         const auto out_type = params(r.output).type;
-        if (op != "MatMul" && op != "Conv")
+        if (op != "MatMul" && !biased)
             for (const auto& in : node.input())
                 if (params(in).type != out_type) return;
-        if (op == "Conv" && params(node.input(0)).type != out_type) return;
+        if (biased && params(node.input(0)).type != out_type) return;
         if (op == "Concat" || op == "Add" || op == "Mul" || op == "LeakyRelu" || op == "Sigmoid" ||
             op == "GlobalAveragePool")
             for (const auto& in : node.input())
@@ -258,6 +263,14 @@ class Writer {
             add_triple(n, node.input(1));
             add_params(n, r.output);
             if (op == "Conv" && node.input_size() > 2 && !node.input(2).empty()) n.add_input(int_tensor(node.input(2)));
+        } else if (op == "Gemm") {
+            add_triple(n, node.input(0));
+            add_triple(n, node.input(1));
+            n.add_input(node.input_size() > 2 && !node.input(2).empty() ? int_tensor(node.input(2)) : std::string());
+            add_params(n, r.output);
+            n.clear_attribute();
+            for (const auto& a : node.attribute())
+                if (a.name() != "beta") *n.add_attribute() = a;
         } else if (op == "Concat") {
             add_params(n, r.output);
             for (const auto& in : node.input()) add_triple(n, in);

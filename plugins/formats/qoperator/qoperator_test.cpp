@@ -138,3 +138,30 @@ TEST(QOperator, LayoutMatchesTheGoldenDump) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(QOperator, GemmBecomesQGemmWithTheInt32Bias) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {2, 4}).output("y", {2, 3});
+    b.initializer("w", ramp({3, 4}, -0.3f, 0.05f)).initializer("c", ramp({3}, 0.1f, 0.1f));
+    vaiq::test::set_int_attribute(b.node("Gemm", {"x", "w", "c"}, {"y"}, "gemm"), "transB", 1);
+    const auto float_model = b.build();
+    auto model = b.build();
+    const float sx = 0.01f, sw = 0.003f;
+    emit(model, {{entry("x", TensorRole::Activation, QuantType::QUInt8, sx, 128),
+                  entry("w", TensorRole::Weight, QuantType::QInt8, sw, 0),
+                  entry("c", TensorRole::Bias, QuantType::QInt32, sx * sw, 0),
+                  entry("y", TensorRole::Activation, QuantType::QUInt8, 0.01f, 128)}});
+    EXPECT_NO_THROW(vaiq::check_model(model));
+    const auto ops = op_counts(model);
+    EXPECT_EQ(ops.at("QGemm"), 1);
+    EXPECT_EQ(ops.count("Gemm"), 0u);
+    const auto input = ramp({2, 4}, -1.0f, 0.25f);
+    vaiq::runtime::Executor reference(float_model), quantized(model);
+    const auto want = reference.run({{"x", input}})[0];
+    const auto got = quantized.run({{"x", input}})[0];
+    for (int64_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got.data<float>()[i], want.data<float>()[i], 0.03f) << i;
+}
+
+}  // namespace
