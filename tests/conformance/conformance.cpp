@@ -178,6 +178,9 @@ int main(int argc, char** argv) {
     fmt::print("skipped for element types not handled yet: {}\n", skipped_types.size());
     for (const auto& [type, n] : skipped_types) fmt::print("  {} ({} cases)\n", type, n);
     fmt::print("skipped for {} ops not claimed\n", skipped_ops.size());
+    std::string ops;
+    for (const auto& [op, n] : skipped_ops) ops += fmt::format("{}{} ({})", ops.empty() ? "  " : ", ", op, n);
+    if (!ops.empty()) fmt::print("{}\n", ops);
     fmt::print("{} passed, {} failed, {} skipped\n", passed, failed, skipped);
     return failed == 0 ? 0 : 1;
 }

@@ -18,6 +18,11 @@
 
 namespace vaiq::runtime {
 
+/// The newest default-domain opset the kernels are written against: the upper
+/// bound of registrations valid "from some version on".
+inline constexpr int kLatest = 21;
+
+
 template <typename T>
 struct TypeTag {
     using type = T;

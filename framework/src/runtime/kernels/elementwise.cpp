@@ -311,7 +311,6 @@ double sigmoid(double x) {
 }
 
 using A = const Attributes&;
-constexpr int kLatest = 21;
 
 // Erf as ONNX Runtime computes it (MLAS's polynomial), for float; doubles exactly.
 void erf(KernelContext& ctx, std::vector<Tensor>& out) {

@@ -8,7 +8,6 @@
 namespace vaiq::runtime {
 namespace {
 
-constexpr int kLatest = 21;
 
 Tensor with_shape(const Tensor& t, std::vector<int64_t> shape) {
     Tensor out(t.type(), std::move(shape));
