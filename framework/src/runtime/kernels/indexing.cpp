@@ -1,6 +1,6 @@
 // Ops that select, move or scatter elements by index: CumSum, DepthToSpace,
 // SpaceToDepth, GatherND, OneHot, TopK, Trilu, ScatterND, ScatterElements (and
-// the older Scatter), Shrink, EyeLike, NonZero, Compress.
+// the older Scatter), Shrink, EyeLike, NonZero, Compress, ReverseSequence.
 #include <algorithm>
 #include <numeric>
 
@@ -385,7 +385,34 @@ void compress(KernelContext& ctx, std::vector<Tensor>& out) {
     out[0] = std::move(y);
 }
 
+// ReverseSequence: reverses the first sequence_lens[b] elements along time_axis
+// for each b along batch_axis.
+void reverse_sequence(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const auto lens = read_ints(ctx, ctx.input(1));
+    const int64_t time_axis = ctx.attributes.get_int("time_axis", 0);
+    const int64_t batch_axis = ctx.attributes.get_int("batch_axis", 1);
+    const auto& s = x.shape();
+    if (s.size() < 2 || (time_axis != 0 && time_axis != 1) || batch_axis != 1 - time_axis)
+        ctx.fail("time_axis and batch_axis must be 0 and 1 in some order");
+    const auto strides = strides_of(s);
+    const int64_t inner = strides[1];
+    const size_t elem = element_size(x.type());
+    Tensor y = Tensor::uninitialized(x.type(), s);
+    for (int64_t i = 0; i < s[0]; ++i)
+        for (int64_t j = 0; j < s[1]; ++j) {
+            const int64_t b = batch_axis == 0 ? i : j, t = time_axis == 0 ? i : j;
+            const int64_t len = lens.at(static_cast<size_t>(b));
+            const int64_t src_t = t < len ? len - 1 - t : t;
+            const int64_t src = (time_axis == 0 ? src_t * strides[0] + j * strides[1] : i * strides[0] + src_t * strides[1]);
+            copy_bytes(y.mutable_bytes().data() + (i * strides[0] + j * strides[1]) * elem, x.bytes().data() + src * elem,
+                       inner * elem);
+        }
+    out[0] = std::move(y);
+}
+
 const KernelRegistration kKernels[] = {
+    {"", "ReverseSequence", 10, kLatest, reverse_sequence},
     {"", "CumSum", 11, kLatest, cumsum},
     {"", "DepthToSpace", 1, kLatest, depth_to_space},
     {"", "SpaceToDepth", 1, kLatest, space_to_depth},
