@@ -1,0 +1,171 @@
+// Resize (opsets 11-17) as the ONNX spec's reference computes it: per axis, the
+// output coordinate maps back to an input coordinate (coordinate_transformation_mode),
+// which is read by nearest (nearest_mode), linear or cubic (cubic_coeff_a,
+// exclude_outside) interpolation with edge values beyond the borders;
+// tf_crop_and_resize reads extrapolation_value outside the region of interest.
+// Axes are interpolated one inside the other, innermost first.
+#include <cmath>
+
+#include "runtime/kernels/common.hpp"
+
+namespace vaiq::runtime {
+namespace {
+
+// How one output coordinate reads one input axis.
+struct Taps {
+    bool extrapolated = false;
+    std::vector<int64_t> index;
+    std::vector<double> weight;
+};
+
+struct Settings {
+    std::string coordinates, mode, nearest;
+    double cubic_a;
+    bool exclude_outside;
+};
+
+// As the reference computes it, the resized length is in_len * scale, unrounded.
+double original_coordinate(const Settings& s, double x, double scale, int64_t in_len, double start, double end) {
+    const double out_len = scale * static_cast<double>(in_len);
+    const auto& m = s.coordinates;
+    if (m == "half_pixel") return (x + 0.5) / scale - 0.5;
+    if (m == "pytorch_half_pixel") return out_len > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
+    if (m == "align_corners") return out_len == 1 ? 0.0 : x * static_cast<double>(in_len - 1) / (out_len - 1);
+    if (m == "asymmetric") return x / scale;
+    if (m == "tf_half_pixel_for_nn") return (x + 0.5) / scale;
+    // tf_crop_and_resize
+    return out_len > 1 ? start * static_cast<double>(in_len - 1) +
+                             x * (end - start) * static_cast<double>(in_len - 1) / (out_len - 1)
+                       : 0.5 * (start + end) * static_cast<double>(in_len - 1);
+}
+
+int64_t nearest_index(const Settings& s, double x) {
+    const auto& m = s.nearest;
+    if (m == "floor") return static_cast<int64_t>(std::floor(x));
+    if (m == "ceil") return static_cast<int64_t>(std::ceil(x));
+    const double fl = std::floor(x);
+    if (x - fl == 0.5) return static_cast<int64_t>(m == "round_prefer_ceil" ? fl + 1 : fl);
+    return static_cast<int64_t>(std::round(x));
+}
+
+std::vector<double> cubic_weights(double ratio, double a) {
+    auto w = [a](double d) {
+        d = std::abs(d);
+        if (d <= 1) return ((a + 2) * d - (a + 3)) * d * d + 1;
+        if (d < 2) return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a;
+        return 0.0;
+    };
+    return {w(ratio + 1), w(ratio), w(1 - ratio), w(2 - ratio)};
+}
+
+Taps taps_for(const Settings& s, double x, int64_t in_len) {
+    Taps t;
+    const auto clamp = [in_len](int64_t i) { return std::clamp<int64_t>(i, 0, in_len - 1); };
+    if (s.mode == "nearest") {
+        t.index = {clamp(nearest_index(s, x))};
+        t.weight = {1.0};
+        return t;
+    }
+    const double x0 = std::floor(x);
+    const double ratio = x - x0;
+    const auto base = static_cast<int64_t>(x0);
+    if (s.mode == "linear") {
+        t.index = {clamp(base), clamp(base + 1)};
+        t.weight = {1.0 - ratio, ratio};
+        return t;
+    }
+    auto weights = cubic_weights(ratio, s.cubic_a);
+    double kept = 0;
+    for (int64_t k = 0; k < 4; ++k) {
+        const int64_t i = base - 1 + k;
+        if (s.exclude_outside && (i < 0 || i >= in_len)) weights[k] = 0.0;
+        kept += weights[k];
+        t.index.push_back(clamp(i));
+    }
+    if (s.exclude_outside && kept != 0)
+        for (auto& w : weights) w /= kept;
+    t.weight = weights;
+    return t;
+}
+
+void resize(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const auto& in = x.shape();
+    const auto rank = static_cast<int64_t>(in.size());
+    Settings s{ctx.attributes.get_string("coordinate_transformation_mode", "half_pixel"),
+               ctx.attributes.get_string("mode", "nearest"),
+               ctx.attributes.get_string("nearest_mode", "round_prefer_floor"),
+               ctx.attributes.get_float("cubic_coeff_a", -0.75f), ctx.attributes.get_int("exclude_outside", 0) != 0};
+    if (s.mode != "nearest" && s.mode != "linear" && s.mode != "cubic") ctx.fail("mode '" + s.mode + "' is not supported");
+    const double extrapolation = ctx.attributes.get_float("extrapolation_value", 0.0f);
+    const bool crop = s.coordinates == "tf_crop_and_resize";
+    std::vector<double> roi(2 * rank, 0.0);
+    for (int64_t d = 0; d < rank; ++d) roi[rank + d] = 1.0;
+    if (crop && ctx.has_input(1) && ctx.input(1).size() == 2 * rank) {
+        const auto& r = ctx.input(1);
+        for (int64_t i = 0; i < 2 * rank; ++i)
+            roi[i] = r.type() == DataType::Float ? r.data<float>()[i] : read_ints(ctx, r)[i];
+    }
+    std::vector<double> scales(rank, 1.0);
+    std::vector<int64_t> shape(in);
+    if (ctx.has_input(3) && ctx.input(3).size() > 0) {
+        const auto sizes = read_ints(ctx, ctx.input(3));
+        if (static_cast<int64_t>(sizes.size()) != rank) ctx.fail("sizes must give every dimension");
+        for (int64_t d = 0; d < rank; ++d) {
+            shape[d] = sizes[d];
+            scales[d] = static_cast<double>(sizes[d]) / static_cast<double>(in[d]);
+        }
+    } else if (ctx.has_input(2) && ctx.input(2).size() > 0) {
+        const auto sc = ctx.input(2).data<float>();
+        if (static_cast<int64_t>(sc.size()) != rank) ctx.fail("scales must give every dimension");
+        for (int64_t d = 0; d < rank; ++d) {
+            scales[d] = sc[d];
+            const double span = crop ? roi[rank + d] - roi[d] : 1.0;
+            shape[d] = static_cast<int64_t>(std::floor(static_cast<double>(in[d]) * span * scales[d]));
+        }
+    } else {
+        ctx.fail("neither scales nor sizes is given");
+    }
+    // Taps per axis and output coordinate.
+    std::vector<std::vector<Taps>> taps(rank);
+    for (int64_t d = 0; d < rank; ++d)
+        for (int64_t o = 0; o < shape[d]; ++o) {
+            const double xo = original_coordinate(s, static_cast<double>(o), scales[d], in[d], roi[d], roi[rank + d]);
+            Taps t;
+            if (crop && (xo < 0 || xo > static_cast<double>(in[d] - 1))) t.extrapolated = true;
+            else t = taps_for(s, xo, in[d]);
+            taps[d].push_back(std::move(t));
+        }
+    const auto strides = strides_of(in);
+    dispatch_float(x.type(), ctx, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        out[0] = make_tensor<T>(shape);
+        auto y = mutable_view<T>(out[0]);
+        const auto v = view<T>(x);
+        std::vector<int64_t> counter(rank, 0);
+        // Interpolates axis d (and those inside it) at the current output coordinate.
+        auto interpolate = [&](auto&& self, int64_t d, int64_t offset) -> double {
+            if (d == rank) return static_cast<double>(v[offset]);
+            const auto& t = taps[d][counter[d]];
+            if (t.extrapolated) return extrapolation;
+            double acc = 0;
+            for (size_t k = 0; k < t.index.size(); ++k)
+                if (t.weight[k] != 0) acc += t.weight[k] * self(self, d + 1, offset + t.index[k] * strides[d]);
+            return acc;
+        };
+        for (int64_t i = 0; i < out[0].size(); ++i) {
+            y[i] = static_cast<T>(interpolate(interpolate, 0, 0));
+            for (int64_t d = rank - 1; d >= 0; --d) {
+                if (++counter[d] < shape[d]) break;
+                counter[d] = 0;
+            }
+        }
+    });
+}
+
+const KernelRegistration kKernels[] = {
+    {"", "Resize", 11, 17, resize},
+};
+
+}  // namespace
+}  // namespace vaiq::runtime
