@@ -50,7 +50,7 @@ float attribute_float(const onnx::NodeProto& node, std::string_view name, float 
 class Planner {
   public:
     Planner(const Recipe& recipe, const Model& model, const Target& target)
-        : recipe_(recipe), model_(model), target_(target), index_(model.graph()), base_(recipe.quantize_config()) {
+        : model_(model), target_(target), index_(model.graph()), base_(recipe.quantize_config()) {
         for (const auto& t : recipe.value("extra_options.OpTypesToExcludeOutputQuantization"))
             no_output_.insert(t.get<std::string>());
         for (const auto& [op, axis] : recipe.value("extra_options.QDQOpTypePerChannelSupportToAxis").items())
@@ -249,7 +249,6 @@ class Planner {
         }
     }
 
-    const Recipe& recipe_;
     const Model& model_;
     const Target& target_;
     GraphIndex index_;
