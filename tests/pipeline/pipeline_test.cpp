@@ -2,6 +2,7 @@
 // rules, calibration, parameters and the evaluation that lands in the report.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 
 #include "pipeline/calibration.hpp"
@@ -303,6 +304,36 @@ TEST(Evaluation, IdenticalModelsAgreeExactlyAndLabelsGiveAccuracy) {
     EXPECT_EQ(e.samples, 2);
     EXPECT_EQ(e.float_accuracy, 0.5) << "row 0 argmax 2 is right, row 1 argmax 0 is wrong";
     EXPECT_EQ(e.to_json()["outputs"][0]["sqnr_db"], "inf");
+}
+
+}  // namespace
+
+namespace {
+
+// The documented PowerOfTwoMethods give every scale a power of two: activations
+// from the calibrator's position, weights from their own search, biases as the
+// product of the two.
+TEST_F(Plan, PowerOfTwoMethodsGiveEveryTensorAPowerOfTwoScale) {
+    const auto model = vaiq::test::conv_relu_model();
+    for (const char* method : {"MinMSE", "NonOverflow"}) {
+        const auto recipe = vaiq::load_recipe(write_text(
+            temp_dir() / "r.yaml", std::string("recipe_version: 1\ncalibrate_method: ") + method + "\nactivation_type: QUInt8\n"));
+        auto draft = vaiq::plan_tensors(recipe, model, *target_, vaiq::decide_nodes(recipe, model, *target_));
+        EXPECT_TRUE(draft.find("w")->spec.power_of_two);
+        std::string plugin = method;
+        for (auto& c : plugin) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        auto calibrator = registry_.create<vaiq::Calibrator>(
+            plugin, registry_.resolve_options(registry_.require(vaiq::PluginKind::Calibrator, plugin, ""), nullptr));
+        auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nlohmann::json::parse(R"({"x": [-2, 3]})"), 3);
+        const auto outcome = vaiq::calibrate(model, draft, *data, {{plugin, calibrator.get()}}, 1);
+        const auto plan = vaiq::compute_parameters(model, draft, outcome);
+        ASSERT_EQ(plan.tensors.size(), 4u);
+        for (const auto& t : plan.tensors)
+            for (float s : t.params.scale) {
+                const double e = std::log2(static_cast<double>(s));
+                EXPECT_EQ(e, std::round(e)) << method << " " << t.tensor << " scale " << s;
+            }
+    }
 }
 
 }  // namespace

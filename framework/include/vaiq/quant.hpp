@@ -58,8 +58,19 @@ struct QuantParams {
 
 /// Scale and zero point for [rmin, rmax] as ONNX Runtime computes them: the range
 /// is widened to include 0, symmetric ranges are centred on 0, zero point rounded
-/// half to even. A degenerate range gets scale 1.
+/// half to even. A degenerate range gets scale 1. With spec.power_of_two the
+/// scale is rounded to the nearest power of two (scale_to_position).
 VAIQ_API QuantParams compute_quant_params(TensorRange range, const QuantSpec& spec);
+
+/// The position p of the power-of-two scale 2^-p nearest to `scale`, as the
+/// anchors round it (rint of -log2, so it can be up to sqrt(2) too small),
+/// clamped to [-127, 127].
+VAIQ_API int scale_to_position(double scale);
+
+/// Parameters with the scale 2^-position for `range` under `spec`: the zero
+/// point follows the range as for float scales (symmetric: the middle of the
+/// integer range, and 128 for symmetric uint8, as the NPU requires).
+VAIQ_API QuantParams power_of_two_params(TensorRange range, int position, const QuantSpec& spec);
 
 /// One quantized value: `scaled` (already divided by the scale, in float32 as
 /// ONNX Runtime computes it) rounded half to even, plus the zero point,

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <limits>
 #include <set>
 
 #include "runtime/executor.hpp"
@@ -86,6 +88,41 @@ std::vector<TensorRange> constant_ranges(const Tensor& data, int axis) {
     return out;
 }
 
+// A weight's power-of-two position as vai_q_onnx searches it: from the position
+// at which nothing overflows, up to four smaller scales, the one of least
+// squared error over the weight's values (channel `c` along `axis`, or all).
+int best_weight_position(const Tensor& data, int axis, size_t c, TensorRange range, const QuantSpec& spec) {
+    const auto [qmin, qmax] = integer_range(spec.type, spec.symmetric, spec.reduce_range);
+    const double over = std::max(static_cast<double>(range.min) / (static_cast<double>(qmin) - 0.5),
+                                 static_cast<double>(range.max) / (static_cast<double>(qmax) + 0.5));
+    const int start = over > 0 ? static_cast<int>(std::clamp(std::floor(-std::log2(over)), -127.0, 123.0)) : 123;
+    const auto values = data.data<float>();
+    const auto& shape = data.shape();
+    int64_t inner = 1, channels = 1;
+    if (axis >= 0) {
+        channels = shape[axis];
+        for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d) inner *= shape[d];
+    }
+    int best = start;
+    double best_error = std::numeric_limits<double>::infinity();
+    for (int p = start; p <= start + 4; ++p) {
+        const auto params = power_of_two_params(range, p, spec);
+        const double s = params.scale[0], zp = static_cast<double>(params.zero_point[0]);
+        double error = 0;
+        for (size_t i = 0; i < values.size(); ++i) {
+            if (axis >= 0 && static_cast<size_t>((static_cast<int64_t>(i) / inner) % channels) != c) continue;
+            const double q = std::clamp(std::nearbyint(values[i] / s) + zp, static_cast<double>(qmin), static_cast<double>(qmax));
+            const double d = values[i] - (q - zp) * s;
+            error += d * d;
+        }
+        if (error < best_error) {
+            best_error = error;
+            best = p;
+        }
+    }
+    return best;
+}
+
 }  // namespace
 
 QuantPlan compute_parameters(const Model& model, const DraftPlan& plan, const CalibrationOutcome& calibration,
@@ -125,8 +162,11 @@ QuantPlan compute_parameters(const Model& model, const DraftPlan& plan, const Ca
             if (axis < 0 && t->spec.per_channel) axis += rank;
             if (axis >= rank) axis = -1;
             const auto channel_ranges = constant_ranges(data, axis);
-            for (const auto& r : channel_ranges) {
-                const auto p = compute_quant_params(r, t->spec);
+            for (size_t c = 0; c < channel_ranges.size(); ++c) {
+                const auto& r = channel_ranges[c];
+                const auto p = t->spec.power_of_two
+                                   ? power_of_two_params(r, best_weight_position(data, axis, c, r, t->spec), t->spec)
+                                   : compute_quant_params(r, t->spec);
                 q.params.type = p.type;
                 q.params.scale.push_back(p.scale[0]);
                 q.params.zero_point.push_back(p.zero_point[0]);
@@ -147,7 +187,11 @@ QuantPlan compute_parameters(const Model& model, const DraftPlan& plan, const Ca
                 range = it->second.range;
             }
             if (ranges) (*ranges)[t->tensor] = range;
-            q.params = compute_quant_params(range, t->spec);
+            const auto& source = t->range_from.empty() ? t->tensor : t->range_from;
+            const auto it = calibration.results.find(source);
+            const bool positioned = !t->fixed_range && it != calibration.results.end() && it->second.position;
+            q.params = positioned ? power_of_two_params(range, *it->second.position, t->spec)
+                                  : compute_quant_params(range, t->spec);
         }
         position[t->tensor] = out.tensors.size();
         out.tensors.push_back(std::move(q));

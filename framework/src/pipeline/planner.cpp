@@ -126,11 +126,13 @@ class Planner {
         t.spec = spec;
         t.constant = is_constant(tensor);
         t.node = node.name().empty() ? node.op_type() : node.name();
-        if (role == TensorRole::Activation && !t.constant) {
-            std::string method = config.get_string("calibrate_method");
-            for (auto& c : method) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-            t.calibrate_method = method;
-        }
+        std::string method = config.get_string("calibrate_method");
+        for (auto& c : method) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        if (role == TensorRole::Activation && !t.constant) t.calibrate_method = method;
+        // The documented PowerOfTwoMethods give every tensor of the node a power-of-two
+        // scale (an int32 bias gets one too: input scale x weight scale).
+        if ((method == "nonoverflow" || method == "minmse") && !(role == TensorRole::Bias && spec.type == QuantType::QInt32))
+            t.spec.power_of_two = true;
         if (auto it = inherit_.find(tensor); it != inherit_.end()) t.range_from = it->second;
         plan_.index[tensor] = plan_.tensors.size();
         plan_.tensors.push_back(std::move(t));

@@ -115,7 +115,7 @@ const std::vector<KeySpec>& recipe_keys() {
          "Value range per input for the random data reader."},
         {"extra_options.Int16Scale", K::Bool, "false", P::Parameters, no,
          "Replace float scales by the nearest M/2^N with M and 2^N in int16 range."},
-        {"extra_options.MinMSEMode", K::Choice, "All", P::Calibrate, no,
+        {"extra_options.MinMSEMode", K::Choice, "All", P::Calibrate, yes,
          "How MinMSE combines batches: All, MostCommon or Percentile.", "calibrate_method=MinMSE",
          {"All", "MostCommon", "Percentile"}},
         {"extra_options.ConvertBNToConv", K::Bool, "true", P::Prepare, no, "BatchNormalization to Conv.", "enable_dpu"},

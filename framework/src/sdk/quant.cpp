@@ -113,6 +113,23 @@ QuantParams compute_quant_params(TensorRange range, const QuantSpec& spec) {
     }
     params.scale = {static_cast<float>(scale)};
     params.zero_point = {std::clamp(zero_point, qmin, qmax)};
+    if (spec.power_of_two) return power_of_two_params(range, scale_to_position(params.scale[0]), spec);
+    return params;
+}
+
+int scale_to_position(double scale) {
+    const double clamped = std::clamp(scale, std::ldexp(1.0, -127), std::ldexp(1.0, 127));
+    return static_cast<int>(std::clamp(std::rint(-std::log2(clamped)), -127.0, 127.0));
+}
+
+QuantParams power_of_two_params(TensorRange range, int position, const QuantSpec& spec) {
+    QuantSpec float_spec = spec;
+    float_spec.power_of_two = false;
+    QuantParams params = compute_quant_params(range, float_spec);
+    const auto [qmin, qmax] = integer_range(spec.type, spec.symmetric, spec.reduce_range);
+    if (spec.symmetric) params.zero_point = {static_cast<int64_t>(std::nearbyint((qmin + qmax) / 2.0))};
+    if (spec.symmetric && spec.type == QuantType::QUInt8) params.zero_point = {128};
+    params.scale = {static_cast<float>(std::ldexp(1.0, -position))};
     return params;
 }
 
