@@ -172,8 +172,13 @@ Model convert_opset(const Model& model, int64_t target_opset) {
     } catch (const std::exception& e) {
         std::string message = e.what();
         if (auto nl = message.find('\n'); nl != std::string::npos) message.resize(nl);
-        throw InputError(fmt::format("cannot convert the model from opset {} to {}: {}", current, target_opset,
-                                     message));
+        if (!message.empty() && message.back() == '.') message.pop_back();
+        // ONNX's adapters into opsets 12 and 13 need shapes that dynamic models may lack.
+        const std::string hint = current < 11 && target_opset > 11
+                                     ? "; converting to opset 11 avoids those adapters (vaiq needs 10 or newer)"
+                                     : "";
+        throw InputError(fmt::format("cannot convert the model from opset {} to {}: {}{}", current, target_opset,
+                                     message, hint));
     }
 }
 
