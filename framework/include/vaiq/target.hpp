@@ -12,6 +12,11 @@
 
 namespace vaiq {
 
+/// The spec the recipe asks for a tensor in `role`: activation_type with
+/// ActivationSymmetric, weight_type with WeightSymmetric, per_channel and
+/// reduce_range, int32 symmetric biases. Targets start from it and adjust.
+VAIQ_API QuantSpec spec_from_config(TensorRole role, const Options& config);
+
 /// What a device supports and requires. `config` holds the recipe's resolved
 /// quantize_static settings under their documented names, with extra_options
 /// as "extra_options.<Key>" (e.g. config.get_bool("extra_options.ActivationSymmetric")).

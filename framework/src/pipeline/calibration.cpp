@@ -96,25 +96,29 @@ int best_weight_position(const Tensor& data, int axis, size_t c, TensorRange ran
     const double over = std::max(static_cast<double>(range.min) / (static_cast<double>(qmin) - 0.5),
                                  static_cast<double>(range.max) / (static_cast<double>(qmax) + 0.5));
     const int start = over > 0 ? static_cast<int>(std::clamp(std::floor(-std::log2(over)), -127.0, 123.0)) : 123;
+    // The channel's values: blocks of `inner` at a stride of channels x inner.
     const auto values = data.data<float>();
     const auto& shape = data.shape();
-    int64_t inner = 1, channels = 1;
+    int64_t inner = static_cast<int64_t>(values.size()), channels = 1;
     if (axis >= 0) {
         channels = shape[axis];
+        inner = 1;
         for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d) inner *= shape[d];
     }
+    const int64_t stride = channels * inner;
     int best = start;
     double best_error = std::numeric_limits<double>::infinity();
     for (int p = start; p <= start + 4; ++p) {
         const auto params = power_of_two_params(range, p, spec);
         const double s = params.scale[0], zp = static_cast<double>(params.zero_point[0]);
         double error = 0;
-        for (size_t i = 0; i < values.size(); ++i) {
-            if (axis >= 0 && static_cast<size_t>((static_cast<int64_t>(i) / inner) % channels) != c) continue;
-            const double q = std::clamp(std::nearbyint(values[i] / s) + zp, static_cast<double>(qmin), static_cast<double>(qmax));
-            const double d = values[i] - (q - zp) * s;
-            error += d * d;
-        }
+        for (int64_t block = static_cast<int64_t>(c) * inner; block < static_cast<int64_t>(values.size()); block += stride)
+            for (int64_t i = block; i < block + inner; ++i) {
+                const double q =
+                    std::clamp(std::nearbyint(values[i] / s) + zp, static_cast<double>(qmin), static_cast<double>(qmax));
+                const double d = values[i] - (q - zp) * s;
+                error += d * d;
+            }
         if (error < best_error) {
             best_error = error;
             best = p;

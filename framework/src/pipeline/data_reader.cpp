@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <random>
 #include <set>
 
@@ -74,9 +73,9 @@ Dims declared_dims(const onnx::ValueInfoProto& input) {
     return dims;
 }
 
-// One sample: the file of each input.
+// One sample: a file per input, bound to the inputs when the sample is read.
 struct Item {
-    std::vector<std::pair<std::string, fs::path>> files;  // input name, file
+    std::vector<fs::path> files;
     std::string label;
 };
 
@@ -84,7 +83,10 @@ class FileReader final : public DataReader {
   public:
     FileReader(std::vector<Item> items, const Model& model, std::string what)
         : items_(std::move(items)), what_(std::move(what)) {
-        for (const auto* in : feed_inputs(model.graph())) dims_[in->name()] = declared_dims(*in);
+        for (const auto* in : feed_inputs(model.graph())) {
+            inputs_.push_back(in->name());
+            dims_[in->name()] = declared_dims(*in);
+        }
     }
 
     std::optional<Batch> next() override {
@@ -108,19 +110,44 @@ class FileReader final : public DataReader {
     size_t items() const override { return items_.size(); }
 
   private:
+    // Reads every file of a sample once and binds it: by name first ("<input>.npy", or
+    // a .pb named after an input or whose TensorProto names one), the rest in order.
+    std::vector<std::pair<std::string, Tensor>> read_bound(const Item& item) const {
+        std::vector<std::pair<std::string, Tensor>> named, unnamed;
+        std::set<std::string> bound;
+        auto is_input = [&](const std::string& n) {
+            return std::find(inputs_.begin(), inputs_.end(), n) != inputs_.end() && !bound.count(n);
+        };
+        for (const auto& file : item.files) {
+            std::string proto_name;
+            Tensor t;
+            try {
+                t = read_tensor_file(file, &proto_name);
+            } catch (const InputError& e) {
+                throw InputError(fmt::format("{}: {}", what_, e.what()));
+            }
+            std::string name = file.stem().string();
+            if (!is_input(name)) name = proto_name;
+            if (is_input(name)) {
+                bound.insert(name);
+                named.emplace_back(name, std::move(t));
+            } else {
+                unnamed.emplace_back(std::string(), std::move(t));
+            }
+        }
+        size_t next = 0;
+        for (const auto& input : inputs_)
+            if (!bound.count(input) && next < unnamed.size()) named.emplace_back(input, std::move(unnamed[next++].second));
+        return named;
+    }
+
     void load(const Item& item) {
         loaded_.clear();
         label_ = item.label;
         chunks_ = 1;
         chunk_ = 0;
         std::optional<int64_t> common;
-        for (const auto& [name, file] : item.files) {
-            Tensor t;
-            try {
-                t = read_tensor_file(file);
-            } catch (const InputError& e) {
-                throw InputError(fmt::format("{}: {}", what_, e.what()));
-            }
+        for (auto& [name, t] : read_bound(item)) {
             const auto& dims = dims_.at(name);
             int64_t chunks = 1;
             if (dims && !dims->empty()) {
@@ -157,6 +184,7 @@ class FileReader final : public DataReader {
     }
 
     std::vector<Item> items_;
+    std::vector<std::string> inputs_;  ///< the model's feed inputs, in order
     std::string what_;  ///< "calibration data", "evaluation data": for messages
     std::map<std::string, Dims> dims_;  // copied: the reader may outlive the model
     size_t item_ = 0;
@@ -166,36 +194,13 @@ class FileReader final : public DataReader {
     size_t chunks_ = 0;
 };
 
-// Binds the files of one sample folder to the model's inputs.
+// One sample folder: as many tensor files as the model has inputs.
 Item sample_folder(const fs::path& dir, const std::vector<std::string>& inputs, const std::string& what) {
-    const auto files = sorted_entries(dir, false);
-    Item item{{}, dir.string()};
+    auto files = sorted_entries(dir, false);
     if (files.size() != inputs.size())
         throw InputError(fmt::format("{} {}: holds {} tensor files, but the model has {} inputs ({})", what,
                                      dir.string(), files.size(), inputs.size(), join(inputs)));
-    std::set<std::string> bound;
-    // By name first: "<input>.npy", or a .pb whose TensorProto names an input.
-    std::vector<fs::path> unnamed;
-    for (const auto& f : files) {
-        std::string name = f.stem().string();
-        if (f.extension() == ".pb" && std::find(inputs.begin(), inputs.end(), name) == inputs.end()) {
-            onnx::TensorProto proto;
-            std::ifstream in(f, std::ios::binary);
-            if (in && proto.ParseFromIstream(&in)) name = proto.name();
-        }
-        if (std::find(inputs.begin(), inputs.end(), name) != inputs.end() && !bound.count(name)) {
-            item.files.emplace_back(name, f);
-            bound.insert(name);
-        } else {
-            unnamed.push_back(f);
-        }
-    }
-    size_t next = 0;
-    for (const auto& input : inputs) {
-        if (bound.count(input)) continue;
-        item.files.emplace_back(input, unnamed[next++]);
-    }
-    return item;
+    return {std::move(files), dir.string()};
 }
 
 }  // namespace
@@ -214,7 +219,7 @@ std::unique_ptr<DataReader> open_data_reader(const fs::path& path, const Model& 
             throw InputError(fmt::format("{} {} is one file, but the model has {} inputs ({}); give a "
                                          "folder with one folder per sample",
                                          what, path.string(), inputs.size(), join(inputs)));
-        items.push_back({{{inputs[0], path}}, path.string()});
+        items.push_back({{path}, path.string()});
     } else {
         const auto folders = sorted_entries(path, true);
         const auto files = sorted_entries(path, false);
@@ -227,7 +232,7 @@ std::unique_ptr<DataReader> open_data_reader(const fs::path& path, const Model& 
             throw InputError(fmt::format("{} {} holds tensor files, but the model has {} inputs ({}); "
                                          "give one folder per sample with one file per input",
                                          what, path.string(), inputs.size(), join(inputs)));
-        for (const auto& f : files) items.push_back({{{inputs[0], f}}, f.string()});
+        for (const auto& f : files) items.push_back({{f}, f.string()});
     }
     if (items.empty())
         throw InputError(fmt::format("{} {} holds no .npy or .pb files", what, path.string()));

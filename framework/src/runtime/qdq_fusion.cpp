@@ -35,7 +35,6 @@ bool default_domain(const onnx::NodeProto& n) { return n.domain().empty() || n.d
 
 // One DequantizeLinear (or QuantizeLinear) with constant parameters.
 struct QParams {
-    int node = -1;
     std::string tensor, scale, zero_point;  ///< the integer tensor (DQ input / Q output) and its parameters
     int elem_type = 0;                      ///< of the zero point: the integer type
     bool per_tensor = true;
@@ -114,7 +113,6 @@ class Fusion {
         const auto* z = constant(node.input(2));
         if (!s || !z || s->data_type() != onnx::TensorProto::FLOAT) return std::nullopt;
         QParams p;
-        p.node = n;
         p.tensor = node.op_type() == "DequantizeLinear" ? node.input(0) : node.output(0);
         p.scale = node.input(1);
         p.zero_point = node.input(2);

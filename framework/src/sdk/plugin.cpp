@@ -33,6 +33,27 @@ void Plugin::configure(const Options&) {}
 
 RangeObserver::~RangeObserver() = default;
 
+QuantSpec spec_from_config(TensorRole role, const Options& config) {
+    QuantSpec spec;
+    switch (role) {
+        case TensorRole::Activation:
+            spec.type = *parse_quant_type(config.get_string("activation_type"));
+            spec.symmetric = config.get_bool("extra_options.ActivationSymmetric");
+            break;
+        case TensorRole::Weight:
+            spec.type = *parse_quant_type(config.get_string("weight_type"));
+            spec.symmetric = config.get_bool("extra_options.WeightSymmetric");
+            spec.per_channel = config.get_bool("per_channel");
+            spec.reduce_range = config.get_bool("reduce_range");
+            break;
+        case TensorRole::Bias:
+            spec.type = QuantType::QInt32;
+            spec.symmetric = true;
+            break;
+    }
+    return spec;
+}
+
 void Target::check(const Options&) const {}
 std::vector<std::string> Target::legalization_passes(const Options&) const {
     return {};

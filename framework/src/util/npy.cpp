@@ -105,10 +105,11 @@ void write_npy(const fs::path& file, const Tensor& tensor) {
     });
 }
 
-Tensor read_tensor_proto(const fs::path& file) {
+Tensor read_tensor_proto(const fs::path& file, std::string* name) {
     std::ifstream in(file, std::ios::binary);
     onnx::TensorProto proto;
     if (!in || !proto.ParseFromIstream(&in)) throw InputError(fmt::format("{}: not an ONNX TensorProto file", file.string()));
+    if (name) *name = proto.name();
     try {
         return Tensor::from_proto(proto);
     } catch (const InputError& e) {
@@ -116,9 +117,9 @@ Tensor read_tensor_proto(const fs::path& file) {
     }
 }
 
-Tensor read_tensor_file(const fs::path& file) {
+Tensor read_tensor_file(const fs::path& file, std::string* name) {
     if (file.extension() == ".npy") return read_npy(file);
-    if (file.extension() == ".pb") return read_tensor_proto(file);
+    if (file.extension() == ".pb") return read_tensor_proto(file, name);
     throw InputError(fmt::format("{}: expected a .npy or .pb file", file.string()));
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
 
 #include "vaiq/tensor.hpp"
 
@@ -14,10 +15,10 @@ Tensor read_npy(const std::filesystem::path& file);
 /// Writes a .npy file (format 1.0), atomically.
 void write_npy(const std::filesystem::path& file, const Tensor& tensor);
 
-/// Reads a serialized onnx TensorProto (.pb).
-Tensor read_tensor_proto(const std::filesystem::path& file);
+/// Reads a serialized onnx TensorProto (.pb); its name goes to `name` when given.
+Tensor read_tensor_proto(const std::filesystem::path& file, std::string* name = nullptr);
 
-/// By extension: .npy or .pb.
-Tensor read_tensor_file(const std::filesystem::path& file);
+/// By extension: .npy or .pb (whose TensorProto name goes to `name` when given).
+Tensor read_tensor_file(const std::filesystem::path& file, std::string* name = nullptr);
 
 }  // namespace vaiq

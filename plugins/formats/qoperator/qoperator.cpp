@@ -51,7 +51,10 @@ bool same_params(const vaiq::QuantParams& a, const vaiq::QuantParams& b) {
 class Writer {
   public:
     Writer(vaiq::Model& model, const vaiq::QuantPlan& plan)
-        : model_(model), graph_(model.graph()), plan_(plan), index_(graph_), names_(graph_) {}
+        : model_(model), graph_(model.graph()), plan_(plan), index_(graph_), names_(graph_) {
+        for (const auto& node : graph_.node())
+            for (const auto& outer : vaiq::outer_scope_reads(node)) outer_reads_.insert(outer);
+    }
 
     void run() {
         for (const auto& t : plan_.tensors) {
@@ -133,7 +136,7 @@ class Writer {
         const auto& op = node.op_type();
         if (kDataMovement.count(op)) {
             const auto& in = node.input(0);
-            if (!eight_bit(in) || !int_available(in)) return;
+            if (!eight_bit(in)) return;
             for (const auto& out : node.output())
                 if (!eight_bit(out) || !same_params(params(out), params(in))) return;
             rewrites_[n] = {Kind::DataMovement, node.output(0)};
@@ -176,10 +179,6 @@ class Writer {
         if (r.absorbed >= 0) absorbed_nodes_.insert(r.absorbed);
         int_outputs_[r.output] = names_.fresh(r.output + "_quantized");
     }
-
-    // Whether an integer version of `tensor` can exist: it is planned (an
-    // initializer, an input, or any producer's output can be quantized).
-    bool int_available(const std::string& tensor) const { return planned(tensor) != nullptr; }
 
     // The integer version of a planned tensor, made on first use.
     std::string int_tensor(const std::string& tensor) {
@@ -298,14 +297,9 @@ class Writer {
         for (const auto& use : index_.consumers(tensor)) {
             if (absorbed_nodes_.count(use.node)) continue;
             auto it = rewrites_.find(use.node);
-            if (it == rewrites_.end()) return true;
-            // A rewritten node reads the integer version, except a Conv's bias, read quantized too.
+            if (it == rewrites_.end()) return true;  // rewritten readers take the integer version
         }
-        // Subgraphs reading it from the enclosing scope.
-        for (const auto& node : graph_.node())
-            for (const auto& outer : vaiq::outer_scope_reads(node))
-                if (outer == tensor) return true;
-        return false;
+        return outer_reads_.count(tensor) > 0;  // a subgraph reads it from the enclosing scope
     }
 
     vaiq::Model& model_;
@@ -313,6 +307,7 @@ class Writer {
     const vaiq::QuantPlan& plan_;
     vaiq::GraphIndex index_;
     vaiq::UniqueNames names_;
+    std::set<std::string> outer_reads_;  ///< tensors subgraphs read from this graph
     std::map<int, Rewrite> rewrites_;
     std::set<int> absorbed_nodes_;
     std::map<std::string, std::string> int_outputs_;  ///< float tensor -> integer output of a rewritten node

@@ -21,24 +21,7 @@ class Cpu final : public vaiq::Target {
     }
 
     vaiq::QuantSpec default_spec(vaiq::TensorRole role, const vaiq::Options& config) const override {
-        vaiq::QuantSpec spec;
-        switch (role) {
-            case vaiq::TensorRole::Activation:
-                spec.type = *vaiq::parse_quant_type(config.get_string("activation_type"));
-                spec.symmetric = config.get_bool("extra_options.ActivationSymmetric");
-                break;
-            case vaiq::TensorRole::Weight:
-                spec.type = *vaiq::parse_quant_type(config.get_string("weight_type"));
-                spec.symmetric = config.get_bool("extra_options.WeightSymmetric");
-                spec.per_channel = config.get_bool("per_channel");
-                spec.reduce_range = config.get_bool("reduce_range");
-                break;
-            case vaiq::TensorRole::Bias:
-                spec.type = vaiq::QuantType::QInt32;
-                spec.symmetric = true;
-                break;
-        }
-        return spec;
+        return vaiq::spec_from_config(role, config);
     }
 
     void check(const vaiq::Options& config) const override {

@@ -25,23 +25,9 @@ class NpuTransformer final : public vaiq::Target {
         return (node.domain().empty() || node.domain() == "ai.onnx") && kOps.count(node.op_type()) > 0;
     }
 
+    // check() has refused what the NPU cannot do, so the recipe's spec holds as it is.
     vaiq::QuantSpec default_spec(vaiq::TensorRole role, const vaiq::Options& config) const override {
-        vaiq::QuantSpec spec;
-        switch (role) {
-            case vaiq::TensorRole::Activation:
-                spec.type = *vaiq::parse_quant_type(config.get_string("activation_type"));
-                spec.symmetric = config.get_bool("extra_options.ActivationSymmetric");
-                break;
-            case vaiq::TensorRole::Weight:
-                spec.type = *vaiq::parse_quant_type(config.get_string("weight_type"));
-                spec.symmetric = true;
-                break;
-            case vaiq::TensorRole::Bias:
-                spec.type = vaiq::QuantType::QInt32;
-                spec.symmetric = true;
-                break;
-        }
-        return spec;
+        return vaiq::spec_from_config(role, config);
     }
 
     void check(const vaiq::Options& config) const override {

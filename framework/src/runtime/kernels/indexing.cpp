@@ -226,64 +226,37 @@ void trilu(KernelContext& ctx, std::vector<Tensor>& out) {
     out[0] = std::move(y);
 }
 
-// Combines an update into a destination value per the `reduction` attribute.
+enum class Reduction { None, Add, Mul, Max, Min };
+
+Reduction reduction_of(const KernelContext& ctx) {
+    const auto r = ctx.attributes.get_string("reduction", "none");
+    if (r == "none") return Reduction::None;
+    if (r == "add") return Reduction::Add;
+    if (r == "mul") return Reduction::Mul;
+    if (r == "max") return Reduction::Max;
+    if (r == "min") return Reduction::Min;
+    ctx.fail(fmt::format("reduction '{}' is not one of none, add, mul, max, min", r));
+}
+
 template <typename T>
-T reduced(const std::string& reduction, T old, T update) {
-    if (reduction == "add") return static_cast<T>(old + update);
-    if (reduction == "mul") return static_cast<T>(old * update);
-    if (reduction == "max") return std::max(old, update);
-    if (reduction == "min") return std::min(old, update);
+T reduced(Reduction r, T old, T update) {
+    switch (r) {
+        case Reduction::Add: return static_cast<T>(old + update);
+        case Reduction::Mul: return static_cast<T>(old * update);
+        case Reduction::Max: return std::max(old, update);
+        case Reduction::Min: return std::min(old, update);
+        case Reduction::None: break;
+    }
     return update;
 }
 
-void check_reduction(const KernelContext& ctx, const std::string& reduction) {
-    if (reduction != "none" && reduction != "add" && reduction != "mul" && reduction != "max" && reduction != "min")
-        ctx.fail(fmt::format("reduction '{}' is not one of none, add, mul, max, min", reduction));
-}
-
-void scatter_nd(KernelContext& ctx, std::vector<Tensor>& out) {
-    const auto& data = ctx.input(0);
-    const auto& idx_t = ctx.input(1);
-    const auto& updates = ctx.input(2);
-    const auto indices = read_ints(ctx, idx_t);
-    const auto reduction = ctx.attributes.get_string("reduction", "none");
-    check_reduction(ctx, reduction);
-    const auto& ds = data.shape();
-    const int64_t last = idx_t.shape().empty() ? 0 : idx_t.shape().back();
-    if (last > static_cast<int64_t>(ds.size())) ctx.fail("indices address more dimensions than the data has");
-    const auto strides = strides_of(ds);
-    int64_t slice = 1;
-    for (size_t d = static_cast<size_t>(last); d < ds.size(); ++d) slice *= ds[d];
-    const int64_t tuples = last ? static_cast<int64_t>(indices.size()) / last : 0;
-    if (updates.size() != tuples * slice) ctx.fail("updates do not match the indices and the data's shape");
-    dispatch(data.type(), ctx, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        out[0] = make_tensor<T>(ds);
-        auto y = mutable_view<T>(out[0]);
-        const auto d = view<T>(data);
-        std::copy(d.begin(), d.end(), y.begin());
-        const auto u = view<T>(updates);
-        for (int64_t t = 0; t < tuples; ++t) {
-            int64_t dst = 0;
-            for (int64_t k = 0; k < last; ++k) dst += checked_index(ctx, indices[t * last + k], ds[k]) * strides[k];
-            for (int64_t e = 0; e < slice; ++e) y[dst + e] = reduced<T>(reduction, y[dst + e], u[t * slice + e]);
-        }
-    });
-}
-
-void scatter_elements(KernelContext& ctx, std::vector<Tensor>& out) {
-    const auto& data = ctx.input(0);
-    const auto& idx_t = ctx.input(1);
-    const auto& updates = ctx.input(2);
-    const auto indices = read_ints(ctx, idx_t);
-    const auto reduction = ctx.attributes.get_string("reduction", "none");
-    check_reduction(ctx, reduction);
-    const auto rank = static_cast<int64_t>(data.shape().size());
-    const int64_t axis = normalize_axis(ctx, ctx.attributes.get_int("axis", 0), rank);
-    const auto& shape = idx_t.shape();
-    if (static_cast<int64_t>(shape.size()) != rank || updates.shape() != shape)
-        ctx.fail("indices and updates must have the data's rank and the same shape");
-    const auto strides = strides_of(data.shape());
+// The data with updates folded in: update block i (of `slice` elements) lands at
+// element offset dst[i], in order.
+void scatter(KernelContext& ctx, const Tensor& data, const Tensor& updates, const std::vector<int64_t>& dst,
+             int64_t slice, std::vector<Tensor>& out) {
+    const auto r = reduction_of(ctx);
+    if (updates.size() != static_cast<int64_t>(dst.size()) * slice)
+        ctx.fail("updates do not match the indices and the data's shape");
     dispatch(data.type(), ctx, [&](auto tag) {
         using T = typename decltype(tag)::type;
         out[0] = make_tensor<T>(data.shape());
@@ -291,18 +264,49 @@ void scatter_elements(KernelContext& ctx, std::vector<Tensor>& out) {
         const auto d = view<T>(data);
         std::copy(d.begin(), d.end(), y.begin());
         const auto u = view<T>(updates);
-        std::vector<int64_t> counter(rank, 0);
-        for (size_t i = 0; i < indices.size(); ++i) {
-            int64_t dst = 0;
-            for (int64_t a = 0; a < rank; ++a)
-                dst += (a == axis ? checked_index(ctx, indices[i], data.shape()[axis]) : counter[a]) * strides[a];
-            y[dst] = reduced<T>(reduction, y[dst], u[i]);
-            for (int64_t a = rank - 1; a >= 0; --a) {
-                if (++counter[a] < shape[a]) break;
-                counter[a] = 0;
-            }
-        }
+        for (size_t i = 0; i < dst.size(); ++i)
+            for (int64_t e = 0; e < slice; ++e)
+                y[dst[i] + e] = reduced<T>(r, y[dst[i] + e], u[static_cast<int64_t>(i) * slice + e]);
     });
+}
+
+void scatter_nd(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& data = ctx.input(0);
+    const auto& idx_t = ctx.input(1);
+    const auto indices = read_ints(ctx, idx_t);
+    const auto& ds = data.shape();
+    const int64_t last = idx_t.shape().empty() ? 0 : idx_t.shape().back();
+    if (last > static_cast<int64_t>(ds.size())) ctx.fail("indices address more dimensions than the data has");
+    const auto strides = strides_of(ds);
+    int64_t slice = 1;
+    for (size_t d = static_cast<size_t>(last); d < ds.size(); ++d) slice *= ds[d];
+    const int64_t tuples = last ? static_cast<int64_t>(indices.size()) / last : 0;
+    std::vector<int64_t> dst(static_cast<size_t>(tuples), 0);
+    for (int64_t t = 0; t < tuples; ++t)
+        for (int64_t k = 0; k < last; ++k) dst[t] += checked_index(ctx, indices[t * last + k], ds[k]) * strides[k];
+    scatter(ctx, data, ctx.input(2), dst, slice, out);
+}
+
+void scatter_elements(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& data = ctx.input(0);
+    const auto& idx_t = ctx.input(1);
+    const auto indices = read_ints(ctx, idx_t);
+    const auto rank = static_cast<int64_t>(data.shape().size());
+    const int64_t axis = normalize_axis(ctx, ctx.attributes.get_int("axis", 0), rank);
+    const auto& shape = idx_t.shape();
+    if (static_cast<int64_t>(shape.size()) != rank || ctx.input(2).shape() != shape)
+        ctx.fail("indices and updates must have the data's rank and the same shape");
+    const auto strides = strides_of(data.shape());
+    std::vector<int64_t> dst(indices.size(), 0), counter(rank, 0);
+    for (size_t i = 0; i < indices.size(); ++i) {
+        for (int64_t a = 0; a < rank; ++a)
+            dst[i] += (a == axis ? checked_index(ctx, indices[i], data.shape()[axis]) : counter[a]) * strides[a];
+        for (int64_t a = rank - 1; a >= 0; --a) {
+            if (++counter[a] < shape[a]) break;
+            counter[a] = 0;
+        }
+    }
+    scatter(ctx, data, ctx.input(2), dst, 1, out);
 }
 
 void shrink(KernelContext& ctx, std::vector<Tensor>& out) {
