@@ -14,6 +14,7 @@
 #include "runtime/kernel.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/quant.hpp"
+#include "vaiq/quant.hpp"
 #include "vaiq/tensor.hpp"
 
 namespace vaiq::runtime {
@@ -118,6 +119,37 @@ std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& shape, const 
 
 /// Loops over big enough work in parallel (OpenMP, the executor's thread count).
 constexpr int64_t kParallelGrain = 1 << 14;
+
+/// Elementwise f(x) -> R into a new tensor of x's shape, in parallel above `grain` elements.
+template <typename T, typename R = T, typename F>
+Tensor map_elements(const Tensor& x, F f, int64_t grain = kParallelGrain) {
+    Tensor out = make_tensor<R>(x.shape());
+    auto o = mutable_view<R>(out);
+    const auto i = view<T>(x);
+    const auto n = static_cast<int64_t>(o.size());
+#pragma omp parallel for if (n > grain)
+    for (int64_t k = 0; k < n; ++k) o[k] = f(i[k]);
+    return out;
+}
+
+/// A new int8 or uint8 tensor (as `type` says) of `shape` holding
+/// quantize_value(value(i), zero_point) for each flat index i.
+template <typename Value>
+Tensor quantized_tensor(KernelContext& ctx, DataType type, const std::vector<int64_t>& shape, double zero_point,
+                        Value value) {
+    Tensor y;
+    dispatch_numeric(type, ctx, [&](auto tag) {
+        using Q = typename decltype(tag)::type;
+        if constexpr (sizeof(Q) != 1) {
+            ctx.fail("outputs must be int8 or uint8");
+        } else {
+            y = make_tensor<Q>(shape);
+            auto o = mutable_view<Q>(y);
+            for (size_t i = 0; i < o.size(); ++i) o[i] = quantize_value<Q>(value(i), zero_point);
+        }
+    });
+    return y;
+}
 
 /// Elementwise f(a, b) -> R with broadcasting. Rows of the last dimension are
 /// walked with fixed strides, so no per-element index is ever materialised.

@@ -124,10 +124,7 @@ struct NotEqual {
 void not_kernel(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     if (x.type() != DataType::Bool) ctx.fail("input must be bool");
-    out[0] = make_tensor<bool>(x.shape());
-    auto o = mutable_view<bool>(out[0]);
-    auto i = view<bool>(x);
-    for (size_t k = 0; k < o.size(); ++k) o[k] = !i[k];
+    out[0] = map_elements<bool>(x, [](bool v) { return !v; });
 }
 
 // Max, Min, Sum, Mean over any number of inputs, broadcasting pairwise.
@@ -189,12 +186,9 @@ KernelFn unary_float(Make make) {
         const auto f = make(ctx.attributes);
         dispatch_float(x.type(), ctx, [&](auto tag) {
             using T = typename decltype(tag)::type;
-            out[0] = make_tensor<T>(x.shape());
-            auto o = mutable_view<T>(out[0]);
-            auto i = view<T>(x);
-            const auto n = static_cast<int64_t>(o.size());
-#pragma omp parallel for if (n > kParallelGrain / 8)
-            for (int64_t k = 0; k < n; ++k) o[k] = static_cast<T>(f(static_cast<double>(i[k])));
+            // Transcendental functions pay for threads on smaller tensors.
+            out[0] = map_elements<T>(
+                x, [&](T v) { return static_cast<T>(f(static_cast<double>(v))); }, kParallelGrain / 8);
         });
     };
 }
@@ -211,12 +205,7 @@ KernelFn unary_numeric(F f) {
         const auto& x = ctx.input(0);
         dispatch_numeric(x.type(), ctx, [&](auto tag) {
             using T = typename decltype(tag)::type;
-            out[0] = make_tensor<T>(x.shape());
-            auto o = mutable_view<T>(out[0]);
-            auto i = view<T>(x);
-            const auto n = static_cast<int64_t>(o.size());
-#pragma omp parallel for if (n > kParallelGrain)
-            for (int64_t k = 0; k < n; ++k) o[k] = f(i[k]);
+            out[0] = map_elements<T>(x, f);
         });
     };
 }
@@ -229,10 +218,7 @@ void is_nan(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     dispatch_float(x.type(), ctx, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        out[0] = make_tensor<bool>(x.shape());
-        auto o = mutable_view<bool>(out[0]);
-        auto i = view<T>(x);
-        for (size_t k = 0; k < o.size(); ++k) o[k] = std::isnan(i[k]);
+        out[0] = map_elements<T, bool>(x, [](T v) { return std::isnan(v); });
     });
 }
 
@@ -242,10 +228,7 @@ void is_inf(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     dispatch_float(x.type(), ctx, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        out[0] = make_tensor<bool>(x.shape());
-        auto o = mutable_view<bool>(out[0]);
-        auto i = view<T>(x);
-        for (size_t k = 0; k < o.size(); ++k) o[k] = std::isinf(i[k]) && ((i[k] > 0 && pos) || (i[k] < 0 && neg));
+        out[0] = map_elements<T, bool>(x, [&](T v) { return std::isinf(v) && ((v > 0 && pos) || (v < 0 && neg)); });
     });
 }
 
@@ -264,14 +247,7 @@ void clip(KernelContext& ctx, std::vector<Tensor>& out) {
                 if (ctx.has_input(1)) lo = view<T>(ctx.input(1))[0];
                 if (ctx.has_input(2)) hi = view<T>(ctx.input(2))[0];
             }
-            out[0] = make_tensor<T>(x.shape());
-            auto o = mutable_view<T>(out[0]);
-            auto i = view<T>(x);
-            const auto n = static_cast<int64_t>(o.size());
-            T* dst = o.data();
-            const T* src = i.data();
-#pragma omp parallel for if (n > kParallelGrain)
-            for (int64_t k = 0; k < n; ++k) dst[k] = std::min(std::max(src[k], lo), hi);
+            out[0] = map_elements<T>(x, [lo, hi](T v) { return std::min(std::max(v, lo), hi); });
         });
 }
 
@@ -295,13 +271,10 @@ void cast(KernelContext& ctx, std::vector<Tensor>& out) {
         using From = typename decltype(from_tag)::type;
         dispatch(to, ctx, [&](auto to_tag) {
             using To = typename decltype(to_tag)::type;
-            out[0] = make_tensor<To>(x.shape());
-            auto o = mutable_view<To>(out[0]);
-            auto i = view<From>(x);
-            for (size_t k = 0; k < o.size(); ++k) {
-                if constexpr (std::is_same_v<To, bool>) o[k] = i[k] != From{0};
-                else o[k] = static_cast<To>(i[k]);
-            }
+            out[0] = map_elements<From, To>(x, [](From v) {
+                if constexpr (std::is_same_v<To, bool>) return v != From{0};
+                else return static_cast<To>(v);
+            });
         });
     });
 }

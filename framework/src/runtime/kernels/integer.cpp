@@ -47,23 +47,11 @@ std::vector<float> floats(const Tensor& t) {
 // Writes round(acc * multiplier) + zero point, saturated, into a tensor of the zero point's type.
 Tensor requantize(KernelContext& ctx, const std::vector<int64_t>& shape, const std::vector<int32_t>& acc,
                   const std::vector<double>& multiplier, int64_t channel_inner, const Tensor& zero_point) {
-    Tensor y;
-    dispatch_numeric(zero_point.type(), ctx, [&](auto tag) {
-        using Q = typename decltype(tag)::type;
-        if constexpr (sizeof(Q) != 1) {
-            ctx.fail("the output zero point must be int8 or uint8");
-        } else {
-            y = make_tensor<Q>(shape);
-            auto o = mutable_view<Q>(y);
-            const double zp = static_cast<double>(view<Q>(zero_point)[0]);
-            for (size_t i = 0; i < acc.size(); ++i) {
-                const size_t c = multiplier.size() == 1 ? 0 : (i / static_cast<size_t>(channel_inner)) % multiplier.size();
-                // float32 multiply as ONNX Runtime does.
-                o[i] = quantize_value<Q>(static_cast<float>(acc[i]) * static_cast<float>(multiplier[c]), zp);
-            }
-        }
+    return quantized_tensor(ctx, zero_point.type(), shape, read_scalar(ctx, zero_point), [&](size_t i) {
+        const size_t c = multiplier.size() == 1 ? 0 : (i / static_cast<size_t>(channel_inner)) % multiplier.size();
+        // float32 multiply as ONNX Runtime does.
+        return static_cast<float>(acc[i]) * static_cast<float>(multiplier[c]);
     });
-    return y;
 }
 
 // Batched (broadcast) integer matrix product of centred operands.

@@ -41,18 +41,7 @@ Tensor requantized(KernelContext& ctx, const std::vector<int64_t>& shape, const 
     const float scale = ctx.input(scale_input).data<float>()[0];
     const DataType type = ctx.has_input(zero_point_input) ? ctx.input(zero_point_input).type() : fallback;
     const double zp = ctx.has_input(zero_point_input) ? read_scalar(ctx, ctx.input(zero_point_input)) : 0.0;
-    Tensor y;
-    dispatch_numeric(type, ctx, [&](auto tag) {
-        using Q = typename decltype(tag)::type;
-        if constexpr (sizeof(Q) != 1) {
-            ctx.fail("outputs must be int8 or uint8");
-        } else {
-            y = make_tensor<Q>(shape);
-            auto o = mutable_view<Q>(y);
-            for (size_t i = 0; i < values.size(); ++i) o[i] = quantize_value<Q>(values[i] / scale, zp);
-        }
-    });
-    return y;
+    return quantized_tensor(ctx, type, shape, zp, [&](size_t i) { return values[i] / scale; });
 }
 
 // QLinearAdd / QLinearMul: (A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp), broadcasting.
@@ -114,17 +103,8 @@ void qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
         return std::fma(x, ratio_a, std::fma(y, ratio_b, fixed));
     });
     const DataType type = ctx.has_input(7) ? ctx.input(7).type() : a.data->type();
-    dispatch_numeric(type, ctx, [&](auto tag) {
-        using Q = typename decltype(tag)::type;
-        if constexpr (sizeof(Q) != 1) {
-            ctx.fail("outputs must be int8 or uint8");
-        } else {
-            out[0] = make_tensor<Q>(sum.shape());
-            auto o = mutable_view<Q>(out[0]);
-            const auto v = sum.data<float>();
-            for (size_t i = 0; i < v.size(); ++i) o[i] = quantize_value<Q>(v[i], 0.0);
-        }
-    });
+    const auto v = sum.data<float>();
+    out[0] = quantized_tensor(ctx, type, sum.shape(), 0.0, [&](size_t i) { return v[i]; });
 }
 
 // QLinearGlobalAveragePool: (X, x_scale, x_zp, y_scale, y_zp), NCHW or channels_last.
@@ -181,16 +161,7 @@ void qlinear_average_pool(KernelContext& ctx, std::vector<Tensor>& out) {
             }
         }
     const DataType type = ctx.has_input(4) ? ctx.input(4).type() : x.data->type();
-    dispatch_numeric(type, ctx, [&](auto tag) {
-        using Q = typename decltype(tag)::type;
-        if constexpr (sizeof(Q) != 1) {
-            ctx.fail("outputs must be int8 or uint8");
-        } else {
-            out[0] = make_tensor<Q>({s[0], s[1], oh, ow});
-            auto o = mutable_view<Q>(out[0]);
-            for (size_t i = 0; i < y.size(); ++i) o[i] = quantize_value<Q>(y[i], 0.0);
-        }
-    });
+    out[0] = quantized_tensor(ctx, type, {s[0], s[1], oh, ow}, 0.0, [&](size_t i) { return y[i]; });
 }
 
 // QLinearSoftmax: (X, X_scale, X_zp, Y_scale, Y_zp), attributes axis and opset,
