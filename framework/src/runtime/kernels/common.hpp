@@ -145,7 +145,9 @@ Tensor quantized_tensor(KernelContext& ctx, DataType type, const std::vector<int
         } else {
             y = make_tensor<Q>(shape);
             auto o = mutable_view<Q>(y);
-            for (size_t i = 0; i < o.size(); ++i) o[i] = quantize_value<Q>(value(i), zero_point);
+            const auto n = static_cast<int64_t>(o.size());
+#pragma omp parallel for if (n > kParallelGrain)
+            for (int64_t i = 0; i < n; ++i) o[i] = quantize_value<Q>(value(static_cast<size_t>(i)), zero_point);
         }
     });
     return y;

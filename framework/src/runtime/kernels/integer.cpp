@@ -47,11 +47,16 @@ std::vector<float> floats(const Tensor& t) {
 // Writes round(acc * multiplier) + zero point, saturated, into a tensor of the zero point's type.
 Tensor requantize(KernelContext& ctx, const std::vector<int64_t>& shape, const std::vector<int32_t>& acc,
                   const std::vector<double>& multiplier, int64_t channel_inner, const Tensor& zero_point) {
-    return quantized_tensor(ctx, zero_point.type(), shape, read_scalar(ctx, zero_point), [&](size_t i) {
-        const size_t c = multiplier.size() == 1 ? 0 : (i / static_cast<size_t>(channel_inner)) % multiplier.size();
-        // float32 multiply as ONNX Runtime does.
-        return static_cast<float>(acc[i]) * static_cast<float>(multiplier[c]);
-    });
+    // Walks the channel blocks so that no element index is divided (this is the hot loop).
+    std::vector<float> scaled(acc.size());
+    const size_t channels = multiplier.size();
+    const size_t block = channels == 1 ? acc.size() : static_cast<size_t>(channel_inner);
+    for (size_t start = 0, c = 0; start < acc.size(); start += block, c = (c + 1) % channels) {
+        const auto m = static_cast<float>(multiplier[c]);  // float32 multiply as ONNX Runtime does
+        for (size_t i = start; i < start + block; ++i) scaled[i] = static_cast<float>(acc[i]) * m;
+    }
+    return quantized_tensor(ctx, zero_point.type(), shape, read_scalar(ctx, zero_point),
+                            [&](size_t i) { return scaled[i]; });
 }
 
 // Batched (broadcast) integer matrix product of centred operands.
@@ -249,7 +254,9 @@ void qlinear_conv(KernelContext& ctx, std::vector<Tensor>& out) {
     const int64_t m = shape[1], plane = element_count(std::vector<int64_t>(shape.begin() + 2, shape.end()));
     if (ctx.has_input(8)) {
         const auto bias = ctx.input(8).data<int32_t>();
-        for (size_t i = 0; i < acc.size(); ++i) acc[i] += bias[(i / static_cast<size_t>(plane)) % static_cast<size_t>(m)];
+        const auto block = static_cast<size_t>(plane);
+        for (size_t start = 0, c = 0; start < acc.size(); start += block, c = (c + 1) % static_cast<size_t>(m))
+            for (size_t i = start; i < start + block; ++i) acc[i] += bias[c];
     }
     const auto sx = floats(ctx.input(1)), sw = floats(ctx.input(4)), sy = floats(ctx.input(6));
     std::vector<double> multiplier;
