@@ -48,6 +48,7 @@ std::vector<float> floats(const Tensor& t) {
 Tensor requantize(KernelContext& ctx, const std::vector<int64_t>& shape, const std::vector<int32_t>& acc,
                   const std::vector<double>& multiplier, int64_t channel_inner, const Tensor& zero_point) {
     // Walks the channel blocks so that no element index is divided (this is the hot loop).
+    if (multiplier.empty()) ctx.fail("the scales are empty");
     std::vector<float> scaled(acc.size());
     const size_t channels = multiplier.size();
     const size_t block = channels == 1 ? acc.size() : static_cast<size_t>(channel_inner);
