@@ -45,7 +45,7 @@ TEST(Loader, LoadsEveryPluginOfALibrary) {
 TEST(Loader, RejectsAnotherAbiNamingBothVersions) {
     PluginRegistry registry;
     EXPECT_EQ(load_error(registry, fixture("wrong_abi")),
-              "plugin 'fixture_odd' (vaiq-pass-fixture_wrong_abi.so) was built for ABI 3; this vaiq is ABI 1");
+              "plugin 'fixture_odd' (vaiq-pass-fixture_wrong_abi.so) was built for ABI 4; this vaiq is ABI 2");
     EXPECT_TRUE(registry.list().empty());
 }
 

@@ -20,7 +20,7 @@
 #endif
 
 /** The ABI revision of this SDK; a plugin must carry exactly this number. */
-#define VAIQ_ABI_VERSION 1u
+#define VAIQ_ABI_VERSION 2u
 
 /** Name of the one symbol a plugin library exports. */
 #define VAIQ_PLUGIN_ENTRY_NAME "vaiq_plugin_entry"

@@ -61,6 +61,10 @@ class VAIQ_API UniqueNames {
     std::unordered_set<std::string> used_;
 };
 
+/// Reorders the nodes so that every node follows its producers (after edits
+/// that appended nodes). Throws like topological_order.
+VAIQ_API void sort_nodes(onnx::GraphProto& graph);
+
 /// A name not yet used in the graph (one-off; use UniqueNames for many).
 VAIQ_API std::string unique_name(const onnx::GraphProto& graph, std::string_view base);
 

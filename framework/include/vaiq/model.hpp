@@ -5,6 +5,9 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
 #include <string_view>
 
 #include "vaiq/export.hpp"
@@ -68,6 +71,12 @@ VAIQ_API void save_model(const Model& model,
 /// Runs the ONNX checker (full check, with strict shape inference off).
 /// Throws InputError naming the first problem.
 VAIQ_API void check_model(const Model& model);
+
+/// Tensor shapes from ONNX shape inference (graph inputs, initializers, value
+/// infos, outputs and what inference adds): a dimension it cannot tell is -1;
+/// tensors of unknown rank are absent. Never throws for a model it cannot infer:
+/// it returns what it knows.
+VAIQ_API std::map<std::string, std::vector<int64_t>> infer_shapes(const Model& model);
 
 /// Converts the default-domain opset with ONNX's version converter.
 VAIQ_API Model convert_opset(const Model& model, int64_t target_opset);

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "vaiq/graph.hpp"
+#include "vaiq/model.hpp"
 #include "vaiq/options.hpp"
 #include "vaiq/plugin.hpp"
 #include "vaiq/quant.hpp"
@@ -16,6 +18,15 @@ namespace vaiq {
 /// ActivationSymmetric, weight_type with WeightSymmetric, per_channel and
 /// reduce_range, int32 symmetric biases. Targets start from it and adjust.
 VAIQ_API QuantSpec spec_from_config(TensorRole role, const Options& config);
+
+/// One device constraint after refinement or a check: on how many nodes it
+/// applies, how many refinement adjusted, how many still break it.
+struct ConstraintCount {
+    std::string name;
+    int checked = 0;
+    int adjusted = 0;
+    int violated = 0;
+};
 
 /// What a device supports and requires. `config` holds the recipe's resolved
 /// quantize_static settings under their documented names, with extra_options
@@ -35,6 +46,18 @@ class VAIQ_API Target : public Plugin {
     /// Names of pass plugins that legalise a graph for the device under `config`,
     /// run in order in the prepare phase. The default is none.
     virtual std::vector<std::string> legalization_passes(const Options& config) const;
+    /// Whether the device computes `consumer` (e.g. a Relu) inside `producer`
+    /// (e.g. a Conv), so the tensor between them is not quantized. `index` is
+    /// over the graph being planned. The default fuses nothing.
+    virtual bool fuses(const onnx::NodeProto& producer, const onnx::NodeProto& consumer, const GraphIndex& index,
+                       const Options& config) const;
+    /// Moves parameters in `plan` (for the prepared float `model`) until the
+    /// device's constraints hold; returns a count per constraint. The default
+    /// has no constraints.
+    virtual std::vector<ConstraintCount> refine(const Model& model, QuantPlan& plan, const Options& config) const;
+    /// Checks the constraints on the written model; `violated` counts the nodes
+    /// that break each. The default has no constraints.
+    virtual std::vector<ConstraintCount> verify(const Model& quantized, const Options& config) const;
 };
 
 }  // namespace vaiq

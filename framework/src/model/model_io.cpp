@@ -1,6 +1,7 @@
 // Reading, checking, converting and writing ONNX models.
 #include <fmt/format.h>
 #include <onnx/checker.h>
+#include <onnx/shape_inference/implementation.h>
 #include <onnx/version_converter/convert.h>
 
 #include <fstream>
@@ -160,6 +161,28 @@ void check_model(const Model& model) {
         if (auto nl = message.find('\n'); nl != std::string::npos) message.resize(nl);
         throw InputError(fmt::format("the model fails the ONNX checker: {}", message));
     }
+}
+
+std::map<std::string, std::vector<int64_t>> infer_shapes(const Model& model) {
+    onnx::ModelProto proto = model.proto();
+    try {
+        onnx::shape_inference::InferShapes(proto);
+    } catch (const std::exception& e) {
+        log_debug("shape inference stopped early: {}", e.what());
+    }
+    std::map<std::string, std::vector<int64_t>> shapes;
+    auto add = [&](const onnx::ValueInfoProto& v) {
+        if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) return;
+        std::vector<int64_t> dims;
+        for (const auto& d : v.type().tensor_type().shape().dim()) dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+        shapes[v.name()] = std::move(dims);
+    };
+    const auto& graph = proto.graph();
+    for (const auto& v : graph.input()) add(v);
+    for (const auto& v : graph.value_info()) add(v);
+    for (const auto& v : graph.output()) add(v);
+    for (const auto& t : graph.initializer()) shapes[t.name()] = {t.dims().begin(), t.dims().end()};
+    return shapes;
 }
 
 Model convert_opset(const Model& model, int64_t target_opset) {

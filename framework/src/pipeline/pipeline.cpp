@@ -170,6 +170,16 @@ nlohmann::json params_json(const TensorQuant& t, const std::map<std::string, Ten
     return j;
 }
 
+// Per constraint: nodes checked, adjusted by refinement, still violated.
+nlohmann::json constraints_json(const std::vector<ConstraintCount>& counts, bool refined) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& c : counts) {
+        out.push_back({{"name", c.name}, {"checked", c.checked}, {"violated", c.violated}});
+        if (refined) out.back()["adjusted"] = c.adjusted;
+    }
+    return out;
+}
+
 std::string summary_line(const Evaluation& e) {
     std::vector<std::string> parts;
     for (const auto& o : e.outputs) {
@@ -261,8 +271,14 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
                 report["removed_initializer_inputs"] = removed;
             }
             std::vector<PluginChoice> passes;
-            for (const auto& name : target->legalization_passes(config)) {
-                const auto& info = registry.require(PluginKind::Pass, name, "a legalisation the target asks for");
+            // Documented switches for rewrites any target can ask for; the target's own come next.
+            std::vector<std::string> names;
+            for (const auto& [key, pass] : {std::pair{"extra_options.ReplaceClip6Relu", "replace_clip6_relu"},
+                                            std::pair{"extra_options.ConvertClipToRelu", "convert_clip_to_relu"}})
+                if (recipe.value(key).get<bool>()) names.emplace_back(pass);
+            for (auto& name : target->legalization_passes(config)) names.push_back(std::move(name));
+            for (const auto& name : names) {
+                const auto& info = registry.require(PluginKind::Pass, name, "a transform the recipe or target asks for");
                 passes.push_back({&info, registry.resolve_options(info, nullptr)});
             }
             passes.insert(passes.end(), plugins.passes.begin(), plugins.passes.end());
@@ -332,6 +348,8 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
     if (last >= Phase::Parameters) {
         timed(Phase::Parameters, [&] {
             plan = compute_parameters(model, draft, calibration, &ranges);
+            const auto refined = target->refine(model, plan, config);
+            if (!refined.empty()) report["constraints"] = constraints_json(refined, true);
             report["tensors"] = nlohmann::json::array();
             for (const auto& t : plan.tensors) report["tensors"].push_back(params_json(t, ranges));
         });
@@ -348,7 +366,22 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
         });
     }
 
-    timed(Phase::Check, [&] { check_model(quantized); });
+    timed(Phase::Check, [&] {
+        check_model(quantized);
+        if (last < Phase::Emit) return;
+        // What refinement promised, checked on what was written.
+        const auto checked = target->verify(quantized, config);
+        if (checked.empty()) return;
+        report["constraints_written"] = constraints_json(checked, false);
+        std::vector<std::string> broken;
+        for (const auto& c : checked)
+            if (c.violated > 0) broken.push_back(fmt::format("{} on {} of {} nodes", c.name, c.violated, c.checked));
+        if (!broken.empty())
+            log_warn("the written model breaks device constraints: {} (see the report's constraints_written)",
+                     join(broken, "; "));
+        else
+            log_info("device constraints hold in the written model ({} checks)", checked.size());
+    });
 
     if (last >= Phase::Evaluate) {
         timed(Phase::Evaluate, [&] {

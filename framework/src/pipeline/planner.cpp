@@ -5,6 +5,7 @@
 #include <set>
 
 #include "util/text.hpp"
+#include "vaiq/dpu.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 
@@ -87,18 +88,24 @@ class Planner {
     // quantized output range starts at the clip, so the producer's output needs
     // no pair of its own (ONNX Runtime removes the activation; keeping it is
     // equivalent and its kernels fuse DQ-Conv-Relu-Q all the same).
+    // A device that computes an activation inside the op before it (the NPU's
+    // Conv+Relu) needs no pair between them either, whatever the symmetry.
     void find_absorbed(const std::vector<const NodeDecision*>& by_node) {
         const auto& graph = model_.graph();
         for (int n = 0; n < graph.node_size(); ++n) {
             const auto& node = graph.node(n);
             const auto* d = by_node[n];
-            if (!d || !d->quantized || !kRemovableActivations.count(node.op_type()) || node.input_size() == 0) continue;
+            if (!d || !d->quantized || node.input_size() == 0) continue;
             const auto& in = node.input(0);
             const int producer = index_.producer(in);
             if (producer < 0 || index_.consumers(in).size() != 1 || index_.is_graph_output(in)) continue;
             const auto* pd = by_node[producer];
-            if (!pd || !pd->quantized || no_output_.count(graph.node(producer).op_type()) ||
-                kSameAsInput.count(graph.node(producer).op_type()))
+            if (!pd || !pd->quantized || no_output_.count(graph.node(producer).op_type())) continue;
+            if (target_.fuses(graph.node(producer), node, index_, node_config(*d))) {
+                absorbed_.insert(in);
+                continue;
+            }
+            if (!kRemovableActivations.count(node.op_type()) || kSameAsInput.count(graph.node(producer).op_type()))
                 continue;
             const auto spec = activation_spec(node, node_config(*d), true);
             if (!spec.symmetric) absorbed_.insert(in);
@@ -226,6 +233,10 @@ class Planner {
             add_activation(node.input(0), node, config);
             if (node.input_size() > 1) add_weight(node.input(1), node, config, -1);
             if (op != "BatchNormalization") add_bias(node, 2, config);
+            add_outputs(node, config);
+        } else if (dpu::is_rescale(node)) {
+            // The device's own rescale of the op before it: its factor is not a weight.
+            add_activation(node.input(0), node, config);
             add_outputs(node, config);
         } else if (kRemovableActivations.count(op)) {
             add_activation(node.input(0), node, config);  // not Clip's min and max

@@ -194,4 +194,11 @@ int remove_unused_initializers(onnx::GraphProto& graph) {
     return before - inits->size();
 }
 
+void sort_nodes(onnx::GraphProto& graph) {
+    const auto order = topological_order(graph);
+    google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+    for (int n : order) *nodes.Add() = graph.node(n);
+    graph.mutable_node()->Swap(&nodes);
+}
+
 }  // namespace vaiq

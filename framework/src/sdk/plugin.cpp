@@ -55,6 +55,14 @@ QuantSpec spec_from_config(TensorRole role, const Options& config) {
 }
 
 void Target::check(const Options&) const {}
+bool Target::fuses(const onnx::NodeProto&, const onnx::NodeProto&, const GraphIndex&, const Options&) const {
+    return false;
+}
+
+std::vector<ConstraintCount> Target::refine(const Model&, QuantPlan&, const Options&) const { return {}; }
+
+std::vector<ConstraintCount> Target::verify(const Model&, const Options&) const { return {}; }
+
 std::vector<std::string> Target::legalization_passes(const Options&) const {
     return {};
 }

@@ -66,11 +66,7 @@ class Qdq final : public vaiq::Format {
             if (const auto* init = index.initializer(t.tensor)) emit_weight(graph, names, index, *init, t);
             else emit_activation(graph, names, index, t);
         }
-        // New nodes were appended; put every node after its producers again.
-        const auto order = vaiq::topological_order(graph);
-        google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
-        for (int n : order) *nodes.Add() = graph.node(n);
-        graph.mutable_node()->Swap(&nodes);
+        vaiq::sort_nodes(graph);  // new nodes were appended
     }
 
   private:

@@ -88,10 +88,7 @@ class Writer {
         for (auto& n : extra_nodes_) *nodes.Add() = std::move(n);
         graph_.mutable_node()->Swap(&nodes);
         // Put every node after its producers again, then drop float weights nobody reads.
-        const auto sorted = vaiq::topological_order(graph_);
-        google::protobuf::RepeatedPtrField<onnx::NodeProto> ordered;
-        for (int n : sorted) *ordered.Add() = graph_.node(n);
-        graph_.mutable_node()->Swap(&ordered);
+        vaiq::sort_nodes(graph_);
         vaiq::remove_unused_initializers(graph_);
         if (uses_microsoft_) {
             bool present = false;

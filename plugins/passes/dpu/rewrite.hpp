@@ -1,0 +1,131 @@
+// Helpers the DPU transforms share: attributes, constants, shapes and the
+// rescale Mul the simulation passes insert.
+#pragma once
+
+#include <vaiq/vaiq.hpp>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dpu_passes {
+
+using Shapes = std::map<std::string, std::vector<int64_t>>;
+
+inline bool is_default_domain(const onnx::NodeProto& n) { return n.domain().empty() || n.domain() == "ai.onnx"; }
+
+inline const onnx::AttributeProto* attribute(const onnx::NodeProto& n, std::string_view name) {
+    for (const auto& a : n.attribute())
+        if (a.name() == name) return &a;
+    return nullptr;
+}
+
+inline int64_t int_attribute(const onnx::NodeProto& n, std::string_view name, int64_t fallback) {
+    const auto* a = attribute(n, name);
+    return a ? a->i() : fallback;
+}
+
+inline float float_attribute(const onnx::NodeProto& n, std::string_view name, float fallback) {
+    const auto* a = attribute(n, name);
+    return a ? a->f() : fallback;
+}
+
+inline std::optional<std::vector<int64_t>> ints_attribute(const onnx::NodeProto& n, std::string_view name) {
+    const auto* a = attribute(n, name);
+    if (!a) return std::nullopt;
+    return std::vector<int64_t>(a->ints().begin(), a->ints().end());
+}
+
+inline void set_attribute(onnx::NodeProto& n, const std::string& name, int64_t value) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(value);
+}
+
+inline void set_attribute(onnx::NodeProto& n, const std::string& name, float value) {
+    for (auto& a : *n.mutable_attribute())
+        if (a.name() == name) {
+            a.set_f(value);
+            return;
+        }
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::FLOAT);
+    a->set_f(value);
+}
+
+inline void set_attribute(onnx::NodeProto& n, const std::string& name, const std::vector<int64_t>& values) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (auto v : values) a->add_ints(v);
+}
+
+/// A constant float tensor (initializer, not a graph input), or nullopt.
+inline std::optional<vaiq::Tensor> constant(const vaiq::GraphIndex& index, const std::string& name) {
+    if (name.empty() || index.is_graph_input(name)) return std::nullopt;
+    const auto* init = index.initializer(name);
+    if (!init) return std::nullopt;
+    return vaiq::Tensor::from_proto(*init);
+}
+
+/// An int64 list from an attribute (older opsets) or a constant input (newer ones).
+inline std::optional<std::vector<int64_t>> ints_from(const onnx::NodeProto& n, const vaiq::GraphIndex& index,
+                                                     std::string_view attr, int slot) {
+    if (auto a = ints_attribute(n, attr)) return a;
+    if (slot >= n.input_size() || n.input(slot).empty()) return std::nullopt;
+    const auto t = constant(index, n.input(slot));
+    if (!t || t->type() != vaiq::DataType::Int64) return std::nullopt;
+    return std::vector<int64_t>(t->data<int64_t>().begin(), t->data<int64_t>().end());
+}
+
+/// Adds an initializer under a fresh name built from `base`; returns the name.
+inline std::string add_constant(onnx::GraphProto& graph, vaiq::UniqueNames& names, const std::string& base,
+                                const vaiq::Tensor& value) {
+    const auto name = names.fresh(base);
+    *graph.add_initializer() = value.to_proto(name);
+    return name;
+}
+
+inline onnx::NodeProto& add_node(onnx::GraphProto& graph, vaiq::UniqueNames& names, const std::string& op,
+                                 std::vector<std::string> inputs, std::vector<std::string> outputs,
+                                 const std::string& name) {
+    auto* n = graph.add_node();
+    n->set_op_type(op);
+    n->set_name(names.fresh(name));
+    for (auto& i : inputs) n->add_input(std::move(i));
+    for (auto& o : outputs) n->add_output(std::move(o));
+    return *n;
+}
+
+/// Axes in [0, rank).
+inline std::vector<int64_t> normalized_axes(std::vector<int64_t> axes, size_t rank) {
+    for (auto& a : axes)
+        if (a < 0) a += static_cast<int64_t>(rank);
+    std::sort(axes.begin(), axes.end());
+    return axes;
+}
+
+/// Whether the node's only reader is already the device's rescale.
+inline bool rescaled(const onnx::NodeProto& n, const onnx::GraphProto& graph, const vaiq::GraphIndex& index) {
+    const auto& uses = index.consumers(n.output(0));
+    return uses.size() == 1 && vaiq::dpu::is_rescale(graph.node(uses[0].node));
+}
+
+/// Multiplies node `n`'s output by `factor` with a marked Mul that takes over
+/// the output's name, as the device rescales it.
+inline void insert_rescale(onnx::GraphProto& graph, vaiq::UniqueNames& names, int n, double factor) {
+    const std::string out = graph.node(n).output(0);
+    const std::string op = graph.node(n).op_type();
+    const auto raw = names.fresh(out + "_before_dpu_rescale");
+    graph.mutable_node(n)->set_output(0, raw);
+    const float f = static_cast<float>(factor);
+    const auto k = add_constant(graph, names, out + "_dpu_factor", vaiq::Tensor::from_values<float>({}, {&f, 1}));
+    auto& mul = add_node(graph, names, "Mul", {raw, k}, {out}, out + "_dpu_rescale");
+    mul.set_doc_string(std::string(vaiq::dpu::kRescaleMark));
+    vaiq::log_debug("{} '{}' rescaled by {} as the DPU computes it", op, graph.node(n).name(), factor);
+}
+
+}  // namespace dpu_passes
