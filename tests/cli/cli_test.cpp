@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cmath>
 #include <fstream>
 
 #include "test_support.hpp"
@@ -143,6 +144,34 @@ TEST(Cli, QuantizesTheBundledExampleAndReportsAccuracy) {
     EXPECT_EQ(weights, 4);
 }
 
+// The NPU recipe: every scale a power of two, every device limit holding in
+// the written model, and the example's accuracy within a point of float.
+TEST(Cli, QuantizesTheBundledExampleForTheNpu) {
+    const auto dir = temp_dir();
+    auto r = vaiq_cli("run " VAIQ_SOURCE_DIR "/examples/mnist/mnist_npu.yaml --output " + (dir / "mnist.onnx").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("device constraints hold in the written model"), std::string::npos) << r.err;
+    const auto report = nlohmann::json::parse(slurp(dir / "mnist.report.json"));
+    const auto& e = report["evaluation"];
+    EXPECT_GT(e["accuracy"]["quantized"].get<double>(), e["accuracy"]["float"].get<double>() - 0.01);
+    ASSERT_FALSE(report["constraints"].empty());
+    int checked = 0;
+    for (const auto& c : report["constraints_written"]) {
+        EXPECT_EQ(c["violated"], 0) << c.dump();
+        checked += c["checked"].get<int>();
+    }
+    EXPECT_GT(checked, 20);
+    const auto model = vaiq::load_model(dir / "mnist.onnx");
+    int scales = 0;
+    for (const auto& init : model.graph().initializer()) {
+        if (init.name().find("_scale") == std::string::npos) continue;
+        const auto s = vaiq::Tensor::from_proto(init).data<float>()[0];
+        EXPECT_EQ(std::exp2(std::round(std::log2(s))), s) << init.name();
+        ++scales;
+    }
+    EXPECT_GT(scales, 10);
+}
+
 TEST(Cli, RunRejectsCalibrationDataOfTheWrongShape) {
     const auto dir = temp_dir();
     const auto model = example_model(dir);
@@ -206,10 +235,10 @@ TEST(Cli, CorruptModelIsAOneLineErrorAndExitOne) {
 }
 
 TEST(Cli, MissingPluginIsAnError) {
-    const auto recipe = write_text(temp_dir() / "r.yaml", "recipe_version: 1\ntarget: npu_cnn\ncalibrate_method: MinMax\n");
+    const auto recipe = write_text(temp_dir() / "r.yaml", "recipe_version: 1\ntarget: gpu\ncalibrate_method: MinMax\n");
     auto r = vaiq_cli("validate " + recipe.string());
     EXPECT_EQ(r.exit_code, 1);
-    EXPECT_NE(r.err.find("no target plugin named 'npu_cnn' is installed (installed targets: cpu,"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("no target plugin named 'gpu' is installed; did you mean 'cpu'? (installed targets: cpu, npu_cnn,"), std::string::npos) << r.err;
 }
 
 TEST(Cli, BrokenPluginOnThePluginPathIsAnError) {

@@ -25,50 +25,70 @@ fs::path ort_modules() {
     return base / "node_modules";
 }
 
-class OnnxRuntime : public ::testing::TestWithParam<std::string> {};
+// Quantizes the example with `recipe` (plus `settings`), runs the result in ONNX
+// Runtime on the test digits; returns the report, the logits and where the
+// optimized graph went.
+struct OrtRun {
+    nlohmann::json report;
+    vaiq::Tensor logits;
+    fs::path model, optimized;
+};
 
-TEST_P(OnnxRuntime, RunsTheQuantizedExampleAndKeepsItsAccuracy) {
-    ASSERT_TRUE(fs::exists(ort_modules() / "onnxruntime-node" / "package.json"))
+OrtRun quantize_and_run(const std::string& recipe, const std::string& settings) {
+    OrtRun out;
+    EXPECT_TRUE(fs::exists(ort_modules() / "onnxruntime-node" / "package.json"))
         << "onnxruntime-node is not installed in " << ort_modules() << ": run scripts/install-ort.sh";
     const auto dir = vaiq::test::temp_dir();
-    const auto model = dir / "mnist_int8.onnx";
-    auto r = run_command(std::string(VAIQ_CLI) + " -q run " + (kExample / "mnist_cpu.yaml").string() + " --output " +
-                         model.string() + " --set quant_format=" + GetParam());
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    const auto report = nlohmann::json::parse(slurp(dir / "mnist_int8.report.json"));
-
+    out.model = dir / "mnist_int8.onnx";
+    out.optimized = dir / "optimized.onnx";
+    auto r = run_command(std::string(VAIQ_CLI) + " -q run " + (kExample / recipe).string() + " --output " +
+                         out.model.string() + " " + settings);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    out.report = nlohmann::json::parse(slurp(dir / "mnist_int8.report.json"));
     r = run_command("NODE_PATH=" + ort_modules().string() + " " VAIQ_NODE " " VAIQ_SOURCE_DIR "/tests/ort/run_model.js " +
-                    model.string() + " " + (dir / "ort").string() + " --optimized " + (dir / "optimized.onnx").string() +
-                    " " + (kExample / "test_images.npy").string());
-    ASSERT_EQ(r.exit_code, 0) << r.err;
+                    out.model.string() + " " + (dir / "ort").string() + " --optimized " + out.optimized.string() + " " +
+                    (kExample / "test_images.npy").string());
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    out.logits = vaiq::read_npy(dir / "ort" / "output_0.npy");
+    return out;
+}
 
-    // Accuracy in ONNX Runtime: at most 0.3 points below the float model's.
-    const auto ort_logits = vaiq::read_npy(dir / "ort" / "output_0.npy");
+double accuracy(const vaiq::Tensor& logits) {
     const auto labels = vaiq::read_npy(kExample / "test_labels.npy");
-    ASSERT_EQ(ort_logits.shape(), (std::vector<int64_t>{1000, 10}));
+    EXPECT_EQ(logits.shape(), (std::vector<int64_t>{1000, 10}));
     int correct = 0;
     for (int64_t i = 0; i < 1000; ++i) {
-        const auto row = ort_logits.data<float>().subspan(i * 10, 10);
+        const auto row = logits.data<float>().subspan(i * 10, 10);
         correct += std::max_element(row.begin(), row.end()) - row.begin() == labels.data<int64_t>()[i];
     }
-    const double float_accuracy = report["evaluation"]["accuracy"]["float"].get<double>();
-    EXPECT_GE(correct / 1000.0, float_accuracy - 0.003);
+    return correct / 1000.0;
+}
 
-    // vaiq's execution of the same model: within one output quantization step of ONNX Runtime.
+// The share of vaiq's logits within one output quantization step of ONNX Runtime's.
+double within_one_step(const OrtRun& run) {
     float step = 0;
-    for (const auto& t : report["tensors"])
+    for (const auto& t : run.report["tensors"])
         if (t["tensor"] == "logits") step = t["scale"].get<float>();
-    ASSERT_GT(step, 0.0f);
-    const auto quantized = vaiq::load_model(model);
+    EXPECT_GT(step, 0.0f);
+    const auto quantized = vaiq::load_model(run.model);
     vaiq::runtime::Executor executor(quantized);
     const auto ours = executor.run({{"pixels", vaiq::read_npy(kExample / "test_images.npy")}})[0];
     int64_t within = 0;
     for (int64_t i = 0; i < ours.size(); ++i)
-        within += std::abs(ours.data<float>()[i] - ort_logits.data<float>()[i]) <= step * 1.001f;
-    EXPECT_GE(static_cast<double>(within) / static_cast<double>(ours.size()), 0.999);
+        within += std::abs(ours.data<float>()[i] - run.logits.data<float>()[i]) <= step * 1.001f;
+    return static_cast<double>(within) / static_cast<double>(ours.size());
+}
+
+class OnnxRuntime : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OnnxRuntime, RunsTheQuantizedExampleAndKeepsItsAccuracy) {
+    const auto run = quantize_and_run("mnist_cpu.yaml", "--set quant_format=" + GetParam());
+    // Accuracy in ONNX Runtime: at most 0.3 points below the float model's.
+    EXPECT_GE(accuracy(run.logits), run.report["evaluation"]["accuracy"]["float"].get<double>() - 0.003);
+    EXPECT_GE(within_one_step(run), 0.999);
 
     // ONNX Runtime runs every convolution on integers: no float Conv is left.
-    const auto optimized = vaiq::load_model(dir / "optimized.onnx");
+    const auto optimized = vaiq::load_model(run.optimized);
     int qlinear_conv = 0, float_conv = 0;
     for (const auto& n : optimized.graph().node()) {
         qlinear_conv += n.op_type() == "QLinearConv";
@@ -76,6 +96,15 @@ TEST_P(OnnxRuntime, RunsTheQuantizedExampleAndKeepsItsAccuracy) {
     }
     EXPECT_EQ(qlinear_conv, 3);
     EXPECT_EQ(float_conv, 0);
+}
+
+// The NPU recipe's model (power-of-two scales, int8 biases, DPU approximations)
+// is a valid QDQ model too: ONNX Runtime runs it and agrees with vaiq.
+TEST(OnnxRuntimeNpu, RunsTheNpuExampleAndAgreesWithVaiq) {
+    const auto run = quantize_and_run("mnist_npu.yaml", "");
+    EXPECT_GE(accuracy(run.logits), run.report["evaluation"]["accuracy"]["float"].get<double>() - 0.01);
+    EXPECT_NEAR(accuracy(run.logits), run.report["evaluation"]["accuracy"]["quantized"].get<double>(), 0.002);
+    EXPECT_GE(within_one_step(run), 0.999);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, OnnxRuntime, ::testing::Values("QDQ", "QOperator"));

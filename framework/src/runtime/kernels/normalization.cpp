@@ -1,5 +1,5 @@
 // BatchNormalization (inference), InstanceNormalization, LayerNormalization,
-// and the softmax family.
+// LpNormalization and the softmax family.
 #include <cmath>
 #include <limits>
 
@@ -199,7 +199,38 @@ void softmax(KernelContext& ctx, std::vector<Tensor>& out) {
     });
 }
 
+// x / ||x||_p along one axis (p 1 or 2); a zero norm gives zeros, as in ONNX Runtime.
+void lp_norm(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    if (x.type() != DataType::Float) ctx.fail("only float is supported");
+    const int64_t p = ctx.attributes.get_int("p", 2);
+    if (p != 1 && p != 2) ctx.fail(fmt::format("p must be 1 or 2, not {}", p));
+    const auto rank = static_cast<int64_t>(x.shape().size());
+    int64_t axis = ctx.attributes.get_int("axis", -1);
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) ctx.fail("axis out of range");
+    int64_t outer = 1, inner = 1;
+    const int64_t n = x.shape()[axis];
+    for (int64_t d = 0; d < axis; ++d) outer *= x.shape()[d];
+    for (int64_t d = axis + 1; d < rank; ++d) inner *= x.shape()[d];
+    out[0] = Tensor(DataType::Float, x.shape());
+    const auto xv = x.data<float>();
+    auto y = out[0].mutable_data<float>();
+    for (int64_t o = 0; o < outer; ++o)
+        for (int64_t i = 0; i < inner; ++i) {
+            const int64_t base = o * n * inner + i;
+            float norm = 0;
+            for (int64_t j = 0; j < n; ++j) {
+                const float v = xv[base + j * inner];
+                norm += p == 2 ? v * v : std::abs(v);
+            }
+            if (p == 2) norm = std::sqrt(norm);
+            for (int64_t j = 0; j < n; ++j) y[base + j * inner] = norm != 0 ? xv[base + j * inner] / norm : 0.0f;
+        }
+}
+
 const KernelRegistration kKernels[] = {
+    {"", "LpNormalization", 1, 21, lp_norm},
     {"", "BatchNormalization", 9, 21, batch_norm},
     {"", "InstanceNormalization", 6, 21, instance_norm},
     {"", "LayerNormalization", 17, 21, layer_norm},
