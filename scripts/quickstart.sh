@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up, builds, and runs the main job: quantizes the bundled MNIST example with
-# the shipped CPU recipe and shows the report's summary.
+# the shipped "CNNs on NPU" recipe and shows the report's summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh release
@@ -11,5 +11,8 @@ mkdir -p "$out"
 for recipe in recipes/*.yaml; do
   "$vaiq" validate "$recipe"
 done
-"$vaiq" run examples/mnist/mnist_cpu.yaml --output "$out/mnist_cnn_int8.onnx"
-echo "quantized model: $out/mnist_cnn_int8.onnx; report: $out/mnist_cnn_int8.report.json"
+ex=examples/mnist
+"$vaiq" run recipes/cnn_npu.yaml --model "$ex/mnist_cnn.onnx" --data "$ex/calibration.npy" \
+  --set evaluation_data="$ex/test_images.npy" --set evaluation_labels="$ex/test_labels.npy" \
+  --output "$out/mnist_cnn_npu.onnx"
+echo "quantized model: $out/mnist_cnn_npu.onnx; report: $out/mnist_cnn_npu.report.json"
