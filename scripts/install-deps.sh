@@ -15,7 +15,7 @@ packages=(
   nlohmann-json3-dev
   googletest libgtest-dev libgmock-dev
   libonnx-testdata
-  bc time
+  bc time jq
 )
 
 missing=()
