@@ -13,6 +13,8 @@
 #include "test_support.hpp"
 #include "util/npy.hpp"
 #include "vaiq/error.hpp"
+#include "vaiq/format.hpp"
+#include "vaiq/qdq_view.hpp"
 
 namespace fs = std::filesystem;
 using vaiq::DataType;
@@ -333,6 +335,40 @@ TEST_F(Plan, PowerOfTwoMethodsGiveEveryTensorAPowerOfTwoScale) {
                 const double e = std::log2(static_cast<double>(s));
                 EXPECT_EQ(e, std::round(e)) << method << " " << t.tensor << " scale " << s;
             }
+    }
+}
+
+}  // namespace
+
+namespace {
+
+// What the qdq format writes reads back as the float graph and the plan's parameters.
+TEST_F(Plan, AWrittenQdqModelReadsBackAsItsGraphAndParameters) {
+    const auto model = vaiq::test::conv_relu_model();
+    const auto recipe = recipe_from("activation_type: QUInt8\n");
+    auto draft = vaiq::plan_tensors(recipe, model, *target_, vaiq::decide_nodes(recipe, model, *target_));
+    auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 2);
+    auto calibrator = registry_.create<vaiq::Calibrator>(
+        "minmax", registry_.resolve_options(registry_.require(vaiq::PluginKind::Calibrator, "minmax", ""), nullptr));
+    const auto plan = vaiq::compute_parameters(model, draft, vaiq::calibrate(model, draft, *data, {{"minmax", calibrator.get()}}, 1));
+    auto written = model;
+    registry_.create<vaiq::Format>("qdq", registry_.resolve_options(registry_.require(vaiq::PluginKind::Format, "qdq", ""), nullptr))
+        ->emit(written, plan);
+
+    const auto view = vaiq::read_qdq(written);
+    std::vector<std::string> ops;
+    for (const auto& n : view.graph.graph().node()) ops.push_back(n.op_type());
+    EXPECT_EQ(ops, (std::vector<std::string>{"Conv", "Relu"}));
+    const auto& conv = view.graph.graph().node(0);
+    EXPECT_EQ(conv.input(0), "x") << "the activation pair collapses into the tensor it quantizes";
+    ASSERT_EQ(view.plan.tensors.size(), plan.tensors.size());
+    for (const auto& t : plan.tensors) {
+        // Stored weights are known by their DequantizeLinear's output.
+        const auto* back = view.plan.find(t.tensor == "w" ? conv.input(1) : t.tensor == "b" ? conv.input(2) : t.tensor);
+        ASSERT_NE(back, nullptr) << t.tensor;
+        EXPECT_EQ(back->params.scale, t.params.scale) << t.tensor;
+        EXPECT_EQ(back->params.zero_point, t.params.zero_point) << t.tensor;
+        EXPECT_EQ(back->params.type, t.params.type) << t.tensor;
     }
 }
 

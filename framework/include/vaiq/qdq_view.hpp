@@ -11,8 +11,8 @@ namespace vaiq {
 
 struct QdqView {
     /// The model without QuantizeLinear/DequantizeLinear: a Q -> DQ pair is
-    /// collapsed into the tensor Q reads; a DequantizeLinear of a stored
-    /// (initializer) weight stays as its output's name.
+    /// collapsed into the tensor Q reads (a graph output keeps its own name); a
+    /// DequantizeLinear of a stored (initializer) weight stays as its output's name.
     Model graph;
     /// Per tensor of `graph`: the parameters it is quantized with (the Q's for
     /// an activation, the DQ's for a stored weight). Tensors with no Q/DQ are absent.

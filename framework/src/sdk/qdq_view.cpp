@@ -91,8 +91,15 @@ QdqView read_qdq(const Model& model) {
         const int producer = index.producer(source);
         if (producer >= 0 && is_q(graph.node(producer))) {
             const auto& q = graph.node(producer);
-            record(q.input(0), params_of(q, index, DataType::UInt8));  // no zero point: uint8
-            alias[n.output(0)] = q.input(0);
+            const auto params = params_of(q, index, DataType::UInt8);  // no zero point: uint8
+            if (index.is_graph_output(n.output(0))) {
+                // A quantized graph output keeps its name: the float tensor before Q takes it back.
+                record(n.output(0), params);
+                alias[q.input(0)] = n.output(0);
+            } else {
+                record(q.input(0), params);
+                alias[n.output(0)] = q.input(0);
+            }
         } else if (const auto* init = index.initializer(source)) {
             record(n.output(0), params_of(n, index, static_cast<DataType>(init->data_type())));
         }
@@ -112,6 +119,8 @@ QdqView read_qdq(const Model& model) {
         *copy = n;
         for (auto& in : *copy->mutable_input())
             if (auto it = alias.find(in); it != alias.end()) in = it->second;
+        for (auto& out : *copy->mutable_output())
+            if (auto it = alias.find(out); it != alias.end()) out = it->second;
     }
     g->mutable_node()->Swap(&kept);
     view.graph = Model(std::move(proto));
