@@ -3,6 +3,8 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <optional>
+
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -41,6 +43,14 @@ class VAIQ_API GraphIndex {
     std::unordered_set<std::string> inputs_;
     std::unordered_set<std::string> outputs_;
 };
+
+/// A node's attribute by name, or nullptr.
+VAIQ_API const onnx::AttributeProto* find_attribute(const onnx::NodeProto& node, std::string_view name);
+/// An INT / FLOAT attribute, or `fallback` when the node does not set it.
+VAIQ_API int64_t int_attribute(const onnx::NodeProto& node, std::string_view name, int64_t fallback);
+VAIQ_API float float_attribute(const onnx::NodeProto& node, std::string_view name, float fallback);
+/// An INTS attribute, or nullopt when the node does not set it.
+VAIQ_API std::optional<std::vector<int64_t>> ints_attribute(const onnx::NodeProto& node, std::string_view name);
 
 /// Tensors a node's subgraphs (If branches, Loop and Scan bodies) read from
 /// the enclosing scope, sorted.

@@ -36,18 +36,6 @@ const std::set<std::string, std::less<>> kRemovableActivations = {"Relu", "Clip"
 const std::set<std::string, std::less<>> kNormalizations = {"InstanceNormalization", "LayerNormalization",
                                                             "BatchNormalization"};
 
-int attribute_int(const onnx::NodeProto& node, std::string_view name, int fallback) {
-    for (const auto& a : node.attribute())
-        if (a.name() == name) return static_cast<int>(a.i());
-    return fallback;
-}
-
-float attribute_float(const onnx::NodeProto& node, std::string_view name, float fallback) {
-    for (const auto& a : node.attribute())
-        if (a.name() == name) return a.f();
-    return fallback;
-}
-
 class Planner {
   public:
     Planner(const Recipe& recipe, const Model& model, const Target& target)
@@ -217,8 +205,8 @@ class Planner {
             add_outputs(node, config);
         } else if (op == "Gemm") {
             add_activation(node.input(0), node, config);
-            add_weight(node.input(1), node, config, per_channel_axis(op, attribute_int(node, "transB", 0) ? 0 : 1));
-            if (attribute_float(node, "beta", 1.0f) == 1.0f) add_bias(node, 2, config);
+            add_weight(node.input(1), node, config, per_channel_axis(op, int_attribute(node, "transB", 0) ? 0 : 1));
+            if (float_attribute(node, "beta", 1.0f) == 1.0f) add_bias(node, 2, config);
             else if (node.input_size() > 2) add_activation(node.input(2), node, config);
             add_outputs(node, config);
         } else if (op == "MatMul") {

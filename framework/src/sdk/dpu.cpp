@@ -13,13 +13,6 @@ bool is_rescale(const onnx::NodeProto& node) {
 
 float leaky_relu_alpha(float alpha) { return static_cast<float>(std::nearbyint(alpha * 256.0) / 256.0); }
 
-namespace {
-float float_attribute(const onnx::NodeProto& node, std::string_view name, float fallback) {
-    for (const auto& a : node.attribute())
-        if (a.name() == name) return a.f();
-    return fallback;
-}
-}  // namespace
 
 bool is_dpu_hard_sigmoid(const onnx::NodeProto& node) {
     return node.op_type() == "HardSigmoid" && std::abs(float_attribute(node, "alpha", 0.2f) - 1.0f / 6.0f) < 1e-5f &&

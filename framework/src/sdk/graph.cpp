@@ -41,6 +41,28 @@ std::unordered_set<std::string> subgraph_reads(const onnx::NodeProto& node) {
 }
 }  // namespace
 
+const onnx::AttributeProto* find_attribute(const onnx::NodeProto& node, std::string_view name) {
+    for (const auto& a : node.attribute())
+        if (a.name() == name) return &a;
+    return nullptr;
+}
+
+int64_t int_attribute(const onnx::NodeProto& node, std::string_view name, int64_t fallback) {
+    const auto* a = find_attribute(node, name);
+    return a ? a->i() : fallback;
+}
+
+float float_attribute(const onnx::NodeProto& node, std::string_view name, float fallback) {
+    const auto* a = find_attribute(node, name);
+    return a ? a->f() : fallback;
+}
+
+std::optional<std::vector<int64_t>> ints_attribute(const onnx::NodeProto& node, std::string_view name) {
+    const auto* a = find_attribute(node, name);
+    if (!a) return std::nullopt;
+    return std::vector<int64_t>(a->ints().begin(), a->ints().end());
+}
+
 std::vector<std::string> outer_scope_reads(const onnx::NodeProto& node) {
     const auto reads = subgraph_reads(node);
     std::vector<std::string> out(reads.begin(), reads.end());

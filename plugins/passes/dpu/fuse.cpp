@@ -41,6 +41,8 @@ class Matcher {
         return true;
     }
 
+    // Adds a node found another way (a reader rather than a producer).
+    void include(int node) { matched_.insert(node); }
     const std::set<int>& matched() const { return matched_; }
 
   private:
@@ -56,14 +58,17 @@ std::string squared(Matcher& m, const std::string& tensor) {
     return {};
 }
 
-// Replaces node `n` by `op` on `inputs`, removes the rest of the match.
+// Replaces node `n` by `op` on `inputs` (`configure` sets its attributes),
+// removes the rest of the match.
+template <typename Configure>
 void replace_match(onnx::GraphProto& graph, const Matcher& m, int n, const std::string& op,
-                   const std::vector<std::string>& inputs) {
+                   const std::vector<std::string>& inputs, Configure&& configure) {
     auto& node = *graph.mutable_node(n);
     node.set_op_type(op);
     node.clear_input();
     node.clear_attribute();
     for (const auto& in : inputs) node.add_input(in);
+    configure(node);
     std::vector<int> rest;
     for (int i : m.matched())
         if (i != n) rest.push_back(i);
@@ -124,25 +129,21 @@ bool fuse_instance_norm(vaiq::Model& model) {
                     if (next.size() == 1 && graph.node(next[0].node).op_type() == "Add" &&
                         per_channel(graph.node(next[0].node).input(1 - next[0].slot), beta)) {
                         last = next[0].node;
-                        m.producer(mul.output(0), "Mul");  // remember both
-                        m.producer(graph.node(last).output(0), "Add");
                     } else {
                         last = uses[0].node;
-                        m.producer(mul.output(0), "Mul");
                     }
+                    m.include(uses[0].node);
+                    m.include(last);
+                    m.include(n);
                 }
             }
-            if (last != n) m.producer(div.output(0), "Div");
             if (!m.self_contained(last)) continue;
             const auto g = add_constant(graph, names, graph.node(last).name() + "_scale",
                                         vaiq::Tensor::from_values<float>({c}, gamma));
             const auto b = add_constant(graph, names, graph.node(last).name() + "_bias",
                                         vaiq::Tensor::from_values<float>({c}, beta));
-            const float epsilon = *eps;
-            replace_match(graph, m, last, "InstanceNormalization", {x, g, b});
-            // remove_nodes kept `last`'s place; find it again by its output.
-            for (auto& node : *graph.mutable_node())
-                if (node.op_type() == "InstanceNormalization" && node.input(1) == g) set_attribute(node, "epsilon", epsilon);
+            replace_match(graph, m, last, "InstanceNormalization", {x, g, b},
+                          [&](onnx::NodeProto& node) { set_attribute(node, "epsilon", *eps); });
             again = changed = true;
         }
     }
@@ -182,12 +183,10 @@ bool fuse_l2_norm(vaiq::Model& model) {
             if (shape == shapes.end() || !axes || axes->size() != 1 || !int_attribute(*reduce, "keepdims", 1)) continue;
             if (!m.self_contained(n)) continue;
             const int64_t axis = normalized_axes(*axes, shape->second.size())[0];
-            replace_match(graph, m, n, "LpNormalization", {div.input(0)});
-            for (auto& node : *graph.mutable_node())
-                if (node.op_type() == "LpNormalization" && !attribute(node, "p")) {
-                    set_attribute(node, "axis", axis);
-                    set_attribute(node, "p", int64_t{2});
-                }
+            replace_match(graph, m, n, "LpNormalization", {div.input(0)}, [&](onnx::NodeProto& node) {
+                set_attribute(node, "axis", axis);
+                set_attribute(node, "p", int64_t{2});
+            });
             again = changed = true;
         }
     }

@@ -57,6 +57,7 @@ bool convert_bn_to_conv(vaiq::Model& model) {
     const vaiq::GraphIndex index(graph);
     vaiq::UniqueNames names(graph);
     std::vector<int> folded_away;
+    int converted = 0;
     for (int n = 0; n < graph.node_size(); ++n) {
         auto& bn = *graph.mutable_node(n);
         if (bn.op_type() != "BatchNormalization" || !is_default_domain(bn) || bn.input_size() < 5) continue;
@@ -103,10 +104,12 @@ bool convert_bn_to_conv(vaiq::Model& model) {
         bn.add_output(y);
         set_attribute(bn, "group", c);
         set_attribute(bn, "kernel_shape", kernel);
+        ++converted;
     }
+    if (folded_away.empty() && converted == 0) return false;
     vaiq::remove_nodes(graph, folded_away);
-    const bool changed = vaiq::remove_unused_initializers(graph) > 0 || !folded_away.empty();
-    return changed;
+    vaiq::remove_unused_initializers(graph);
+    return true;
 }
 
 bool convert_reduce_mean_to_global_avg_pool(vaiq::Model& model) {

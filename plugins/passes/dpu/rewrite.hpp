@@ -4,6 +4,7 @@
 
 #include <vaiq/vaiq.hpp>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
@@ -15,52 +16,35 @@ using Shapes = std::map<std::string, std::vector<int64_t>>;
 
 inline bool is_default_domain(const onnx::NodeProto& n) { return n.domain().empty() || n.domain() == "ai.onnx"; }
 
-inline const onnx::AttributeProto* attribute(const onnx::NodeProto& n, std::string_view name) {
-    for (const auto& a : n.attribute())
-        if (a.name() == name) return &a;
-    return nullptr;
-}
+using vaiq::find_attribute;
+using vaiq::float_attribute;
+using vaiq::int_attribute;
+using vaiq::ints_attribute;
 
-inline int64_t int_attribute(const onnx::NodeProto& n, std::string_view name, int64_t fallback) {
-    const auto* a = attribute(n, name);
-    return a ? a->i() : fallback;
-}
-
-inline float float_attribute(const onnx::NodeProto& n, std::string_view name, float fallback) {
-    const auto* a = attribute(n, name);
-    return a ? a->f() : fallback;
-}
-
-inline std::optional<std::vector<int64_t>> ints_attribute(const onnx::NodeProto& n, std::string_view name) {
-    const auto* a = attribute(n, name);
-    if (!a) return std::nullopt;
-    return std::vector<int64_t>(a->ints().begin(), a->ints().end());
+/// The node's attribute `name`, emptied and typed `type`; added when missing.
+inline onnx::AttributeProto& attribute_slot(onnx::NodeProto& n, const std::string& name,
+                                            onnx::AttributeProto::AttributeType type) {
+    onnx::AttributeProto* slot = nullptr;
+    for (auto& a : *n.mutable_attribute())
+        if (a.name() == name) slot = &a;
+    if (!slot) slot = n.add_attribute();
+    slot->Clear();
+    slot->set_name(name);
+    slot->set_type(type);
+    return *slot;
 }
 
 inline void set_attribute(onnx::NodeProto& n, const std::string& name, int64_t value) {
-    auto* a = n.add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::INT);
-    a->set_i(value);
+    attribute_slot(n, name, onnx::AttributeProto::INT).set_i(value);
 }
 
 inline void set_attribute(onnx::NodeProto& n, const std::string& name, float value) {
-    for (auto& a : *n.mutable_attribute())
-        if (a.name() == name) {
-            a.set_f(value);
-            return;
-        }
-    auto* a = n.add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::FLOAT);
-    a->set_f(value);
+    attribute_slot(n, name, onnx::AttributeProto::FLOAT).set_f(value);
 }
 
 inline void set_attribute(onnx::NodeProto& n, const std::string& name, const std::vector<int64_t>& values) {
-    auto* a = n.add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::INTS);
-    for (auto v : values) a->add_ints(v);
+    auto& a = attribute_slot(n, name, onnx::AttributeProto::INTS);
+    for (auto v : values) a.add_ints(v);
 }
 
 /// A constant float tensor (initializer, not a graph input), or nullopt.

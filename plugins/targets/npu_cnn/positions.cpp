@@ -20,7 +20,14 @@ class Positions {
     }
 
     bool fixing() const { return fix_; }
+    const onnx::GraphProto& graph() const { return graph_; }
     const vaiq::GraphIndex& index() const { return index_; }
+
+    // Whether `tensor` is an int32 bias, whose scale is input scale x weight scale.
+    bool is_int32(const std::string& tensor) const {
+        auto it = tensors_.find(tensor);
+        return it != tensors_.end() && it->second->params.type == vaiq::QuantType::QInt32;
+    }
 
     std::optional<int> get(const std::string& tensor) const {
         auto it = tensors_.find(tensor);
@@ -159,15 +166,15 @@ Outcome shift_cut(const onnx::NodeProto& node, Positions& p) {
 // shift_bias = wpos + ipos - bpos in [min(0, shift_cut - 16), 15], with 0 as
 // the lower limit before a LeakyRelu. An int32 bias must sit exactly at
 // wpos + ipos (its scale is input scale x weight scale).
-Outcome shift_bias(const onnx::NodeProto& node, Positions& p, const onnx::GraphProto& graph, bool int32_bias) {
+Outcome shift_bias(const onnx::NodeProto& node, Positions& p) {
     const auto in = p.input(node, 0), weight = p.input(node, 1), bias = p.input(node, 2), out = p.output(node);
     if (in.empty() || weight.empty() || bias.empty() || out.empty()) return {};
     const int pi = *p.get(in), pw = *p.get(weight), pb = *p.get(bias), po = *p.get(out);
     const int shift = pw + pi - pb;
     int lo = std::min(0, pw + pi - po - 16), hi = 15;
     for (const auto& use : p.index().consumers(node.output(0)))
-        if (graph.node(use.node).op_type() == "LeakyRelu") lo = 0;
-    if (int32_bias) lo = hi = 0;
+        if (p.graph().node(use.node).op_type() == "LeakyRelu") lo = 0;
+    if (p.is_int32(bias)) lo = hi = 0;
     if (shift >= lo && shift <= hi) return kHolds;
     return violation(p, [&] { p.set(bias, pw + pi - clamp(shift, lo, hi)); });
 }
@@ -189,12 +196,12 @@ Outcome hard_sigmoid(const onnx::NodeProto& node, Positions& p) {
 }
 
 // Swish's Mul (x * hard_sigmoid(x)): ipos0 + ipos1 - opos in [0, 15].
-Outcome shift_swish(const onnx::NodeProto& node, Positions& p, const onnx::GraphProto& graph) {
+Outcome shift_swish(const onnx::NodeProto& node, Positions& p) {
     if (node.input_size() != 2) return {};
     auto feeds_hard_sigmoid = [&](const std::string& t) {
         const auto& uses = p.index().consumers(t);
         return std::any_of(uses.begin(), uses.end(),
-                           [&](const vaiq::Use& u) { return vaiq::dpu::is_dpu_hard_sigmoid(graph.node(u.node)); });
+                           [&](const vaiq::Use& u) { return vaiq::dpu::is_dpu_hard_sigmoid(p.graph().node(u.node)); });
     };
     if (!feeds_hard_sigmoid(node.input(0)) && !feeds_hard_sigmoid(node.input(1))) return {};
     const auto a = p.input(node, 0), b = p.input(node, 1), out = p.output(node);
@@ -209,14 +216,10 @@ struct Constraint {
     const char* name;
     bool on;
     std::set<std::string> ops;
-    std::function<Outcome(const onnx::NodeProto&, Positions&)> apply;
+    Outcome (*apply)(const onnx::NodeProto&, Positions&);
 };
 
-std::vector<Constraint> constraints(const Rules& r, const onnx::GraphProto& graph, const vaiq::QuantPlan& plan) {
-    auto is_int32 = [&plan](const onnx::NodeProto& n) {
-        const auto* b = n.input_size() > 2 ? plan.find(n.input(2)) : nullptr;
-        return b && b->params.type == vaiq::QuantType::QInt32;
-    };
+std::vector<Constraint> constraints(const Rules& r) {
     // Alignment first, then the shifts, as the device's compiler checks them.
     return {
         {"AlignConcat", r.align_concat, {"Concat"}, align_concat},
@@ -226,22 +229,20 @@ std::vector<Constraint> constraints(const Rules& r, const onnx::GraphProto& grap
         {"AdjustShiftRead", r.shift_read, {"Add", "Sub"}, shift_read},
         {"AdjustShiftWrite", r.shift_write, {"Add", "Mul"}, shift_write},
         {"AdjustShiftCut", r.shift_cut, {"Conv", "ConvTranspose", "Gemm"}, shift_cut},
-        {"AdjustShiftBias", r.shift_bias, {"Conv", "ConvTranspose", "Gemm"},
-         [&graph, is_int32](const onnx::NodeProto& n, Positions& p) { return shift_bias(n, p, graph, is_int32(n)); }},
+        {"AdjustShiftBias", r.shift_bias, {"Conv", "ConvTranspose", "Gemm"}, shift_bias},
         {"AdjustHardSigmoid", r.hard_sigmoid, {"HardSigmoid"}, hard_sigmoid},
-        {"AdjustShiftSwish", r.shift_swish, {"Mul"},
-         [&graph](const onnx::NodeProto& n, Positions& p) { return shift_swish(n, p, graph); }},
+        {"AdjustShiftSwish", r.shift_swish, {"Mul"}, shift_swish},
     };
 }
 
 // One sweep of every constraint over every node; counts into `counts`.
-bool sweep(const onnx::GraphProto& graph, const std::vector<Constraint>& list, Positions& p,
+bool sweep(const std::vector<Constraint>& list, Positions& p,
            std::vector<vaiq::ConstraintCount>& counts, std::vector<std::set<int>>* adjusted, bool first) {
     bool changed = false;
     for (size_t c = 0; c < list.size(); ++c) {
         if (!list[c].on) continue;
-        for (int n = 0; n < graph.node_size(); ++n) {
-            const auto& node = graph.node(n);
+        for (int n = 0; n < p.graph().node_size(); ++n) {
+            const auto& node = p.graph().node(n);
             if (!list[c].ops.count(node.op_type())) continue;
             const auto outcome = list[c].apply(node, p);
             if (first && outcome.applies) ++counts[c].checked;
@@ -273,17 +274,17 @@ std::vector<vaiq::ConstraintCount> enabled(const std::vector<Constraint>& list,
 
 std::vector<vaiq::ConstraintCount> refine_positions(const onnx::GraphProto& graph, vaiq::QuantPlan& plan,
                                                     const Rules& rules, const Fused& fused, int max_sweeps) {
-    const auto list = constraints(rules, graph, plan);
+    const auto list = constraints(rules);
     auto counts = empty_counts(list);
     std::vector<std::set<int>> adjusted(list.size());
     {
         Positions fixer(graph, plan, fused, true);
         for (int s = 0; s < max_sweeps; ++s)
-            if (!sweep(graph, list, fixer, counts, &adjusted, s == 0)) break;
+            if (!sweep(list, fixer, counts, &adjusted, s == 0)) break;
     }
     auto after = empty_counts(list);
     Positions checker(graph, plan, fused, false);
-    sweep(graph, list, checker, after, nullptr, false);
+    sweep(list, checker, after, nullptr, false);
     for (size_t c = 0; c < list.size(); ++c) {
         counts[c].adjusted = static_cast<int>(adjusted[c].size());
         counts[c].violated = after[c].violated;
@@ -294,10 +295,10 @@ std::vector<vaiq::ConstraintCount> refine_positions(const onnx::GraphProto& grap
 std::vector<vaiq::ConstraintCount> check_positions(const onnx::GraphProto& graph, const vaiq::QuantPlan& plan,
                                                    const Rules& rules, const Fused& fused) {
     vaiq::QuantPlan copy = plan;  // checking never writes, but Positions can
-    const auto list = constraints(rules, graph, copy);
+    const auto list = constraints(rules);
     auto counts = empty_counts(list);
     Positions checker(graph, copy, fused, false);
-    sweep(graph, list, checker, counts, nullptr, true);
+    sweep(list, checker, counts, nullptr, true);
     auto out = enabled(list, std::move(counts));
     vaiq::ConstraintCount pof2{"PowerOfTwoScale", 0, 0, 0};
     for (const auto& t : plan.tensors) {
