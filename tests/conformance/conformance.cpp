@@ -26,10 +26,29 @@ constexpr const char* kSuites[] = {"node", "pytorch-converted", "pytorch-operato
 
 enum class Verdict { Pass, Fail, SkipOp, SkipType };
 
+// Cases whose reference data is wrong in the packaged version, with why. They
+// are reported, not counted as passing or failing.
+const std::map<std::string, std::string> kFaultyReferences = {
+    {"node/test_cast_FLOAT_to_BFLOAT16",
+     "the reference truncates to bfloat16; ONNX (since 1.14) and ONNX Runtime round to nearest even"},
+    {"node/test_castlike_BFLOAT16_to_FLOAT", "its 'like' input has shape [1] where the model declares [3, 4]"},
+    {"node/test_castlike_BFLOAT16_to_FLOAT_expanded", "its 'like' input has shape [1] where the model declares [3, 4]"},
+    {"node/test_castlike_FLOAT_to_BFLOAT16", "its 'like' input has shape [1] where the model declares [3, 4]"},
+    {"node/test_castlike_FLOAT_to_BFLOAT16_expanded", "its 'like' input has shape [1] where the model declares [3, 4]"},
+};
+
 struct Outcome {
     Verdict verdict;
     std::string detail;
 };
+
+// The backend data stores bfloat16 tensors as uint16: read them as `as`.
+Tensor retyped(Tensor t, DataType as) {
+    if (t.type() != DataType::UInt16 || as != DataType::BFloat16) return t;
+    Tensor out(as, t.shape());
+    vaiq::copy_bytes(out.mutable_bytes().data(), t.bytes().data(), t.bytes().size());
+    return out;
+}
 
 Tensor read_tensor(const fs::path& file) {
     std::ifstream in(file, std::ios::binary);
@@ -40,8 +59,6 @@ Tensor read_tensor(const fs::path& file) {
 
 bool handled_type(int32_t type) {
     switch (static_cast<DataType>(type)) {
-        case DataType::Float16:
-        case DataType::BFloat16:
         case DataType::String:
         case DataType::Undefined: return false;
         default: return type <= 16 && type != 14 && type != 15;  // no complex types
@@ -62,12 +79,30 @@ std::string unclaimed_op(const vaiq::Model& model, const onnx::GraphProto& graph
     return {};
 }
 
+int32_t declared_type(const onnx::GraphProto& graph, const std::string& input) {
+    for (const auto& v : graph.input())
+        if (v.name() == input) return v.type().tensor_type().elem_type();
+    return 0;
+}
+
+bool is_16_bit_float(int32_t type) {
+    return type == static_cast<int32_t>(DataType::Float16) || type == static_cast<int32_t>(DataType::BFloat16);
+}
+
+// Only Cast computes on float16 and bfloat16; other kernels take float.
+bool only_casts(const onnx::GraphProto& graph) {
+    return std::all_of(graph.node().begin(), graph.node().end(),
+                       [](const auto& n) { return n.op_type() == "Cast" || n.op_type() == "CastLike"; });
+}
+
 std::string unhandled_type(const onnx::GraphProto& graph) {
     for (const auto* list : {&graph.input(), &graph.output()})
         for (const auto& v : *list) {
             if (!v.type().has_tensor_type()) return "a non-tensor value";
             const auto t = v.type().tensor_type().elem_type();
             if (!handled_type(t)) return vaiq::data_type_name(static_cast<DataType>(t));
+            if (is_16_bit_float(t) && !only_casts(graph))
+                return vaiq::data_type_name(static_cast<DataType>(t)) + " outside Cast";
         }
     for (const auto& node : graph.node())
         for (const auto& attr : node.attribute()) {
@@ -117,13 +152,14 @@ Outcome run_case(const fs::path& dir) {
             const auto& names = executor.input_names();
             for (size_t i = 0; fs::exists(set / fmt::format("input_{}.pb", i)); ++i) {
                 if (i >= names.size()) return {Verdict::Fail, "more input files than model inputs"};
-                feeds[names[i]] = read_tensor(set / fmt::format("input_{}.pb", i));
+                feeds[names[i]] = retyped(read_tensor(set / fmt::format("input_{}.pb", i)),
+                                          static_cast<DataType>(declared_type(model.graph(), names[i])));
             }
             const auto outputs = executor.run(feeds);
             for (size_t i = 0; i < outputs.size(); ++i) {
                 const auto file = set / fmt::format("output_{}.pb", i);
                 if (!fs::exists(file)) continue;
-                if (auto diff = compare(outputs[i], read_tensor(file)); !diff.empty())
+                if (auto diff = compare(outputs[i], retyped(read_tensor(file), outputs[i].type())); !diff.empty())
                     return {Verdict::Fail, fmt::format("{} output {}: {}", set.filename().string(), i, diff)};
             }
         }
@@ -138,7 +174,7 @@ Outcome run_case(const fs::path& dir) {
 int main(int argc, char** argv) {
     const fs::path root = argc > 1 ? fs::path(argv[1]) : fs::path(VAIQ_ONNX_TESTDATA);
     const bool verbose = argc > 2 && std::string(argv[2]) == "--verbose";
-    int passed = 0, failed = 0, skipped = 0;
+    int passed = 0, failed = 0, skipped = 0, faulty = 0;
     std::map<std::string, int> skipped_ops, skipped_types;
     for (const char* suite : kSuites) {
         const auto dir = root / suite;
@@ -159,6 +195,11 @@ int main(int argc, char** argv) {
                     if (verbose) fmt::print("PASS {}\n", name);
                     break;
                 case Verdict::Fail:
+                    if (auto known = kFaultyReferences.find(name); known != kFaultyReferences.end()) {
+                        ++faulty;
+                        fmt::print("FAULTY REFERENCE {}: {} ({})\n", name, known->second, outcome.detail);
+                        break;
+                    }
                     ++failed;
                     fmt::print("FAIL {}: {}\n", name, outcome.detail);
                     break;
@@ -181,6 +222,6 @@ int main(int argc, char** argv) {
     std::string ops;
     for (const auto& [op, n] : skipped_ops) ops += fmt::format("{}{} ({})", ops.empty() ? "  " : ", ", op, n);
     if (!ops.empty()) fmt::print("{}\n", ops);
-    fmt::print("{} passed, {} failed, {} skipped\n", passed, failed, skipped);
+    fmt::print("{} passed, {} failed, {} skipped, {} with faulty reference data\n", passed, failed, skipped, faulty);
     return failed == 0 ? 0 : 1;
 }

@@ -1,6 +1,9 @@
 // The SDK's building blocks: tensors, quantization arithmetic, graph editing.
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
+
 #include "test_support.hpp"
 #include "vaiq/histogram.hpp"
 #include "vaiq/error.hpp"
@@ -52,6 +55,38 @@ TEST(Tensor, ElementCountRefusesNegativeAndOverflowingShapes) {
     EXPECT_EQ(vaiq::element_count(std::vector<int64_t>{}), 1);
     EXPECT_THROW(vaiq::element_count(std::vector<int64_t>{2, -1}), vaiq::InputError);
     EXPECT_THROW(vaiq::element_count(std::vector<int64_t>{int64_t{1} << 40, int64_t{1} << 40}), vaiq::InputError);
+}
+
+TEST(Tensor, HalfAndBfloat16RoundToNearestEven) {
+    // Exactly halfway between two bfloat16 values: the even one wins.
+    EXPECT_EQ(vaiq::float_to_bfloat16(std::bit_cast<float>(0x3f808000u)), 0x3f80);
+    EXPECT_EQ(vaiq::float_to_bfloat16(std::bit_cast<float>(0x3f818000u)), 0x3f82);
+    EXPECT_EQ(vaiq::float_to_bfloat16(std::bit_cast<float>(0x3f808001u)), 0x3f81);
+    EXPECT_TRUE(std::isnan(vaiq::bfloat16_to_float(vaiq::float_to_bfloat16(std::nanf("")))));
+    EXPECT_EQ(vaiq::bfloat16_to_float(0x4049), 3.140625f);
+    // Half: 65519 is the largest value that rounds down to 65504; 65520 overflows.
+    EXPECT_EQ(vaiq::half_to_float(vaiq::float_to_half(65519.0f)), 65504.0f);
+    EXPECT_TRUE(std::isinf(vaiq::half_to_float(vaiq::float_to_half(65520.0f))));
+    EXPECT_EQ(vaiq::float_to_half(1.0f + 0x1p-11f), 0x3c00);                  // tie to even
+    EXPECT_EQ(vaiq::float_to_half(1.0f + 3 * 0x1p-11f), 0x3c02);              // tie to even, upwards
+    EXPECT_EQ(vaiq::half_to_float(vaiq::float_to_half(0x1p-24f)), 0x1p-24f);  // smallest subnormal
+    EXPECT_EQ(vaiq::float_to_half(0x1p-26f), 0);                              // below half of it
+    EXPECT_EQ(vaiq::float_to_half(-2.0f), 0xc000);
+    for (uint32_t bits = 0; bits < 0x7c00; bits += 7)  // every finite half survives the round trip
+        ASSERT_EQ(vaiq::float_to_half(vaiq::half_to_float(static_cast<uint16_t>(bits))), bits);
+}
+
+TEST(Tensor, ConvertsBetweenFloatTypes) {
+    const std::vector<float> values{1.0f, -0.333333f, 1000.5f};
+    const auto t = vaiq::Tensor::from_values<float>({3}, values);
+    const auto half = t.convert_float(vaiq::DataType::Float16);
+    EXPECT_EQ(half.type(), vaiq::DataType::Float16);
+    const auto back = half.convert_float(vaiq::DataType::Float);
+    EXPECT_EQ(back.data<float>()[0], 1.0f);
+    EXPECT_NEAR(back.data<float>()[1], -0.333333f, 2e-4);
+    EXPECT_EQ(back.data<float>()[2], 1000.5f);
+    EXPECT_THROW(vaiq::Tensor::from_values<int64_t>({1}, std::vector<int64_t>{1}).convert_float(vaiq::DataType::Float),
+                 vaiq::InputError);
 }
 
 TEST(Quant, ParsesEveryDocumentedSpelling) {

@@ -60,6 +60,13 @@ template <> constexpr DataType data_type_of<uint32_t>() { return DataType::UInt3
 template <> constexpr DataType data_type_of<int64_t>() { return DataType::Int64; }
 template <> constexpr DataType data_type_of<uint64_t>() { return DataType::UInt64; }
 
+/// IEEE half and bfloat16 from and to float, rounding to nearest even (as
+/// ONNX Runtime's Cast does); NaN stays NaN, overflow becomes infinity.
+VAIQ_API uint16_t float_to_half(float value);
+VAIQ_API float half_to_float(uint16_t bits);
+VAIQ_API uint16_t float_to_bfloat16(float value);
+VAIQ_API float bfloat16_to_float(uint16_t bits);
+
 /// Checks that a tensor's stored data matches its declared shape and type
 /// (raw_data bytes or typed-field count), without copying it. Throws InputError.
 VAIQ_API void check_tensor_data(const onnx::TensorProto& proto);
@@ -133,6 +140,10 @@ class VAIQ_API Tensor {
     TensorView<T> view() const {
         return {shape_, data<T>()};
     }
+
+    /// A tensor of float16, bfloat16, float or double converted to `to` (one of
+    /// those four), element by element through float (double directly).
+    Tensor convert_float(DataType to) const;
 
   private:
     void check_type(DataType wanted) const;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <bit>
 #include <cctype>
 #include <limits>
 
@@ -168,6 +169,90 @@ onnx::TensorProto Tensor::to_proto(const std::string& name) const {
     for (int64_t d : shape_) proto.add_dims(d);
     proto.set_raw_data(reinterpret_cast<const char*>(bytes_.data()), bytes_.size());
     return proto;
+}
+
+uint16_t float_to_half(float value) {
+    uint32_t u = std::bit_cast<uint32_t>(value);
+    const auto sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+    u &= 0x7fffffffu;
+    if (u >= 0x47800000u)  // >= 2^16: infinity, or NaN (kept quiet)
+        return sign | (u > 0x7f800000u ? 0x7e00u : 0x7c00u);
+    if (u < 0x38800000u) {
+        // Below 2^-14 the result is subnormal: adding 0.5 lines the ten mantissa
+        // bits up at the bottom and lets the float addition round to nearest even.
+        const float aligned = std::bit_cast<float>(u) + 0.5f;
+        return sign | static_cast<uint16_t>(std::bit_cast<uint32_t>(aligned) - 0x3f000000u);
+    }
+    const uint32_t odd = (u >> 13) & 1u;
+    u += 0xc8000fffu + odd;  // rebias the exponent (-112) and round half to even
+    return sign | static_cast<uint16_t>(u >> 13);
+}
+
+float half_to_float(uint16_t bits) {
+    const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+    const uint32_t exponent = (bits >> 10) & 0x1fu;
+    const uint32_t mantissa = bits & 0x3ffu;
+    if (exponent == 0) {
+        const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
+        return std::bit_cast<float>(std::bit_cast<uint32_t>(magnitude) | sign);
+    }
+    if (exponent == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+    return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+uint16_t float_to_bfloat16(float value) {
+    const auto u = std::bit_cast<uint32_t>(value);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
+    return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+float bfloat16_to_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+
+namespace {
+
+bool is_float_type(DataType t) {
+    return t == DataType::Float || t == DataType::Double || t == DataType::Float16 || t == DataType::BFloat16;
+}
+
+template <typename Fn>
+void for_each_as_float(const Tensor& t, Fn&& fn) {
+    switch (t.type()) {
+        case DataType::Float:
+            for (float v : t.data<float>()) fn(static_cast<double>(v));
+            break;
+        case DataType::Double:
+            for (double v : t.data<double>()) fn(v);
+            break;
+        default: {
+            const auto* bits = reinterpret_cast<const uint16_t*>(t.bytes().data());
+            const bool half = t.type() == DataType::Float16;
+            for (int64_t i = 0; i < t.size(); ++i)
+                fn(static_cast<double>(half ? half_to_float(bits[i]) : bfloat16_to_float(bits[i])));
+        }
+    }
+}
+
+}  // namespace
+
+Tensor Tensor::convert_float(DataType to) const {
+    if (!is_float_type(type_) || !is_float_type(to))
+        throw InputError(fmt::format("cannot convert a {} tensor to {}: both must be floating point",
+                                     data_type_name(type_), data_type_name(to)));
+    Tensor out = uninitialized(to, shape_);
+    std::byte* dst = out.bytes_.data();
+    size_t i = 0;
+    for_each_as_float(*this, [&](double v) {
+        switch (to) {
+            case DataType::Float: reinterpret_cast<float*>(dst)[i] = static_cast<float>(v); break;
+            case DataType::Double: reinterpret_cast<double*>(dst)[i] = v; break;
+            case DataType::Float16:
+                reinterpret_cast<uint16_t*>(dst)[i] = float_to_half(static_cast<float>(v));
+                break;
+            default: reinterpret_cast<uint16_t*>(dst)[i] = float_to_bfloat16(static_cast<float>(v));
+        }
+        ++i;
+    });
+    return out;
 }
 
 }  // namespace vaiq

@@ -261,22 +261,36 @@ void prelu(KernelContext& ctx, std::vector<Tensor>& out) {
         });
 }
 
-// Cast between numeric types and bool (16-bit floats and strings come later).
-// CastLike takes the target type from its second input.
-void cast(KernelContext& ctx, std::vector<Tensor>& out) {
-    const auto& x = ctx.input(0);
-    const auto to = ctx.node.op_type() == "CastLike" ? ctx.input(1).type()
-                                                     : static_cast<DataType>(ctx.attributes.get_int("to", 0));
+Tensor numeric_cast(const Tensor& x, DataType to, const KernelContext& ctx) {
+    Tensor result;
     dispatch(x.type(), ctx, [&](auto from_tag) {
         using From = typename decltype(from_tag)::type;
         dispatch(to, ctx, [&](auto to_tag) {
             using To = typename decltype(to_tag)::type;
-            out[0] = map_elements<From, To>(x, [](From v) {
+            result = map_elements<From, To>(x, [](From v) {
                 if constexpr (std::is_same_v<To, bool>) return v != From{0};
                 else return static_cast<To>(v);
             });
         });
     });
+    return result;
+}
+
+bool is_16_bit_float(DataType t) { return t == DataType::Float16 || t == DataType::BFloat16; }
+
+// Cast between numeric types and bool; float16 and bfloat16 go through float,
+// as ONNX Runtime converts them. CastLike takes the target type from its second input.
+void cast(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const auto to = ctx.node.op_type() == "CastLike" ? ctx.input(1).type()
+                                                     : static_cast<DataType>(ctx.attributes.get_int("to", 0));
+    if (!is_16_bit_float(x.type()) && !is_16_bit_float(to)) {
+        out[0] = numeric_cast(x, to, ctx);
+        return;
+    }
+    const Tensor as_float = is_16_bit_float(x.type()) ? x.convert_float(DataType::Float)
+                                                      : numeric_cast(x, DataType::Float, ctx);
+    out[0] = is_16_bit_float(to) ? as_float.convert_float(to) : numeric_cast(as_float, to, ctx);
 }
 
 double sigmoid(double x) {
