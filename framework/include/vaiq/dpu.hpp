@@ -39,6 +39,10 @@ VAIQ_API double mean_factor(int64_t count);
 /// a bound is not a constant. A missing bound is -inf / +inf.
 VAIQ_API std::optional<std::pair<float, float>> clip_bounds(const onnx::NodeProto& node, const GraphIndex& index);
 
+/// Whether a Pad fills with zeros (constant mode, value 0 or none): the padding
+/// the DPU's pools apply themselves.
+VAIQ_API bool pads_with_zeros(const onnx::NodeProto& pad, const GraphIndex& index);
+
 /// The position p of parameters whose scale is exactly 2^-p; nullopt for
 /// per-channel parameters or a scale that is not a power of two.
 VAIQ_API std::optional<int> exact_position(const QuantParams& params);

@@ -52,6 +52,11 @@ VAIQ_API float float_attribute(const onnx::NodeProto& node, std::string_view nam
 /// An INTS attribute, or nullopt when the node does not set it.
 VAIQ_API std::optional<std::vector<int64_t>> ints_attribute(const onnx::NodeProto& node, std::string_view name);
 
+/// The doc_string of nodes a pass built to compute in float what a device
+/// computes in its own arithmetic (a simulation): they are never quantized.
+inline constexpr std::string_view kFloatOnlyMark = "vaiq: float only";
+inline bool is_float_only(const onnx::NodeProto& node) { return node.doc_string() == kFloatOnlyMark; }
+
 /// Tensors a node's subgraphs (If branches, Loop and Scan bodies) read from
 /// the enclosing scope, sorted.
 VAIQ_API std::vector<std::string> outer_scope_reads(const onnx::NodeProto& node);

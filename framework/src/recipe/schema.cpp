@@ -139,7 +139,7 @@ const std::vector<KeySpec>& recipe_keys() {
          "extra_options.SimulateDPU"},
         {"extra_options.ConvertReduceMeanToDPUVersion", K::Bool, "true", P::Prepare, yes, "DPU ReduceMean.",
          "extra_options.SimulateDPU"},
-        {"extra_options.ConvertSoftmaxToDPUVersion", K::Bool, "false", P::Prepare, no, "DPU Softmax.",
+        {"extra_options.ConvertSoftmaxToDPUVersion", K::Bool, "false", P::Prepare, yes, "DPU Softmax.",
          "extra_options.SimulateDPU"},
         {"extra_options.IPULimitationCheck", K::Bool, "true", P::Parameters, yes,
          "Adjust scales to the NPU's limitations.", "enable_dpu"},

@@ -69,6 +69,18 @@ std::optional<std::pair<float, float>> clip_bounds(const onnx::NodeProto& node, 
     return std::make_pair(lo, hi);
 }
 
+bool pads_with_zeros(const onnx::NodeProto& pad, const GraphIndex& index) {
+    if (pad.op_type() != "Pad") return false;
+    const auto* mode = find_attribute(pad, "mode");
+    if (mode && mode->s() != "constant") return false;
+    if (float_attribute(pad, "value", 0.0f) != 0.0f) return false;  // opset < 11
+    if (pad.input_size() < 3 || pad.input(2).empty()) return true;
+    const auto* init = index.initializer(pad.input(2));
+    if (!init || index.is_graph_input(pad.input(2))) return false;
+    const auto t = Tensor::from_proto(*init);
+    return t.type() == DataType::Float && t.size() == 1 && t.data<float>()[0] == 0.0f;
+}
+
 std::optional<int> exact_position(const QuantParams& params) {
     if (params.scale.size() != 1 || !(params.scale[0] > 0.0f)) return std::nullopt;
     int exponent = 0;

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "runtime/executor.hpp"
@@ -239,6 +240,64 @@ TEST(SimulateDpu, AveragesAreRescaledByTheDpuFactor) {
     auto mean = m.build();
     EXPECT_TRUE(run_pass("convert_reduce_mean_to_dpu_version", mean));
     EXPECT_EQ(op_types(mean), (std::vector<std::string>{"ReduceMean", "Mul"}));
+}
+
+// The DPU's softmax of one row, written out with the SDK's bfloat16 rounding.
+std::vector<float> dpu_softmax(const std::vector<float>& row) {
+    const auto bf = [](double v) { return vaiq::bfloat16_to_float(vaiq::float_to_bfloat16(static_cast<float>(v))); };
+    const float peak = *std::max_element(row.begin(), row.end());
+    std::vector<float> e;
+    for (float v : row) {
+        const float x = bf(v - peak);
+        const float n = std::floor(bf(x * bf(1.0 / std::log(2.0))));
+        const float r = bf(x - bf(n * bf(std::log(2.0))));
+        float p = bf(r * 0.21875f + 0.486328125f);
+        p = bf(r * p + 1.0f);
+        p = bf(r * p + 1.0f);
+        e.push_back(bf(std::exp2(n) * p));
+    }
+    float sum = 0;
+    for (float v : e) sum += v;
+    for (auto& v : e) v = bf(v / bf(sum));
+    return e;
+}
+
+TEST(SimulateDpu, SoftmaxInBfloat16WithThePolynomialExp) {
+    for (int64_t opset : {13, 17}) {
+        GraphBuilder b(opset);
+        b.input("x", {2, 12}).output("y", {2, 12});
+        set_int_attribute(b.node("Softmax", {"x"}, {"y"}), "axis", 1);
+        const auto model = b.build();
+        auto simulated = model;
+        EXPECT_TRUE(run_pass("convert_softmax_to_dpu_version", simulated));
+        EXPECT_FALSE(run_pass("convert_softmax_to_dpu_version", simulated)) << "no Softmax left";
+        for (const auto& n : simulated.graph().node()) EXPECT_TRUE(vaiq::is_float_only(n)) << n.op_type();
+        EXPECT_EQ(simulated.graph().output(0).name(), "y");
+
+        const auto x = ramp({2, 12}, -9.0f, 2.5f);  // up to 50.5: exp would overflow without the shift
+        const auto exact = run(model, x)[0], dpu = run(simulated, x)[0];
+        double worst = 0;
+        for (int row = 0; row < 2; ++row) {
+            const auto xs = x.data<float>().subspan(row * 12, 12);
+            const auto want = dpu_softmax({xs.begin(), xs.end()});
+            for (int i = 0; i < 12; ++i) {
+                EXPECT_NEAR(dpu.data<float>()[row * 12 + i], want[i], 1e-6) << "row " << row << " element " << i;
+                worst = std::max(worst, std::abs(double(dpu.data<float>()[row * 12 + i]) - exact.data<float>()[row * 12 + i]));
+            }
+        }
+        // bfloat16 keeps 8 significant bits: close to the true softmax, and not equal to it.
+        EXPECT_LT(worst, 8e-3);
+        EXPECT_GT(worst, 0.0);
+    }
+}
+
+TEST(SimulateDpu, SoftmaxBeforeOpset13IsKept) {
+    GraphBuilder b(12);
+    b.input("x", {2, 3}).output("y", {2, 3});
+    b.node("Softmax", {"x"}, {"y"});
+    auto model = b.build();
+    EXPECT_FALSE(run_pass("convert_softmax_to_dpu_version", model));
+    EXPECT_EQ(op_types(model), (std::vector<std::string>{"Softmax"}));
 }
 
 }  // namespace

@@ -22,6 +22,7 @@ bool convert_sigmoid_to_hard_sigmoid(vaiq::Model& model);
 bool convert_hard_sigmoid_to_dpu_version(vaiq::Model& model);
 bool convert_avg_pool_to_dpu_version(vaiq::Model& model);
 bool convert_reduce_mean_to_dpu_version(vaiq::Model& model);
+bool convert_softmax_to_dpu_version(vaiq::Model& model);
 
 /// A pass plugin running one of the functions above.
 template <bool (*Run)(vaiq::Model&)>

@@ -31,4 +31,6 @@ VAIQ_PLUGINS(
     vaiq::describe<FunctionPass<p::convert_avg_pool_to_dpu_version>>(
         "convert_avg_pool_to_dpu_version", "0.1.0", "Square average pools times the DPU's rounding of 1/k^2"),
     vaiq::describe<FunctionPass<p::convert_reduce_mean_to_dpu_version>>(
-        "convert_reduce_mean_to_dpu_version", "0.1.0", "ReduceMean times the DPU's rounding of 1/n"))
+        "convert_reduce_mean_to_dpu_version", "0.1.0", "ReduceMean times the DPU's rounding of 1/n"),
+    vaiq::describe<FunctionPass<p::convert_softmax_to_dpu_version>>(
+        "convert_softmax_to_dpu_version", "0.1.0", "Softmax as the DPU computes it: bfloat16 with a polynomial exp"))

@@ -106,6 +106,8 @@ class NpuCnn final : public vaiq::Target {
     bool fuses(const onnx::NodeProto& producer, const onnx::NodeProto& consumer, const vaiq::GraphIndex& index,
                const vaiq::Options& config) const override {
         if (vaiq::dpu::is_rescale(consumer)) return kRescaled.count(producer.op_type()) > 0;
+        // A zero Pad before an average pool is the pool's own padding on the device.
+        if (consumer.op_type() == "AveragePool") return vaiq::dpu::pads_with_zeros(producer, index);
         if (!kFusingOps.count(producer.op_type())) return false;
         const auto& op = consumer.op_type();
         if (op == "Relu") return true;

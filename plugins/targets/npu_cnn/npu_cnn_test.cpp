@@ -134,6 +134,29 @@ TEST_F(NpuCnn, FusesReluAfterComputeAndLeakyReluOnlyWhenAsked) {
     EXPECT_FALSE(target_->fuses(node("Conv"), rescale, index, c));
 }
 
+TEST_F(NpuCnn, AZeroPadBeforeAnAveragePoolIsThePoolsOwnPadding) {
+    GraphBuilder b;
+    b.input("x", {1, 1, 2, 2}).output("y", {1, 1, 4, 4}).output("z", {1, 1, 4, 4});
+    b.initializer("pads", vaiq::Tensor::from_values<int64_t>({8}, std::vector<int64_t>{0, 0, 1, 1, 0, 0, 1, 1}));
+    b.initializer("zero", vaiq::test::ramp({}, 0.0f)).initializer("one", vaiq::test::ramp({}, 1.0f));
+    b.node("Pad", {"x", "pads", "zero"}, {"y"});
+    b.node("Pad", {"x", "pads", "one"}, {"z"});
+    auto& reflect = b.node("Pad", {"x", "pads"}, {"w"});
+    auto* mode = reflect.add_attribute();
+    mode->set_name("mode");
+    mode->set_type(onnx::AttributeProto::STRING);
+    mode->set_s("reflect");
+    const auto model = b.build();
+    const vaiq::GraphIndex index(model.graph());
+    const auto c = config(kDocumented);
+    const auto& g = model.graph();
+    EXPECT_TRUE(target_->fuses(g.node(0), node("AveragePool"), index, c));
+    EXPECT_FALSE(target_->fuses(g.node(1), node("AveragePool"), index, c)) << "pads with ones";
+    EXPECT_FALSE(target_->fuses(g.node(2), node("AveragePool"), index, c)) << "reflects";
+    EXPECT_FALSE(target_->fuses(g.node(0), node("MaxPool"), index, c)) << "a max pool pads with -inf";
+    EXPECT_TRUE(target_->fuses(node("Pad"), node("AveragePool"), index, c)) << "no constant input: zeros";
+}
+
 // x -> Conv(w, b) -> Relu -> r ; r, x2 -> Concat -> c ; c -> MaxPool -> p ; p, x3 -> Add -> s
 vaiq::Model chain() {
     GraphBuilder b;
