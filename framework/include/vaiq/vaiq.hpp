@@ -5,6 +5,7 @@
 #include "vaiq/calibrator.hpp"
 #include "vaiq/dpu.hpp"
 #include "vaiq/error.hpp"
+#include "vaiq/fold.hpp"
 #include "vaiq/format.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/histogram.hpp"

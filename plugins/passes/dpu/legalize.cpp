@@ -17,38 +17,6 @@ vaiq::Tensor int64_tensor(const std::vector<int64_t>& values) {
     return vaiq::Tensor::from_values<int64_t>({static_cast<int64_t>(values.size())}, values);
 }
 
-// Folds y = x * w + b (per output channel) into Conv `p`; false when it cannot.
-bool fold_into_conv(onnx::GraphProto& graph, vaiq::UniqueNames& names, const vaiq::GraphIndex& index, int p,
-                    const onnx::NodeProto& bn, const std::vector<float>& w, const std::vector<float>& b) {
-    auto& conv = *graph.mutable_node(p);
-    const auto& out = conv.output(0);
-    if (conv.op_type() != "Conv" || !is_default_domain(conv) || index.consumers(out).size() != 1 ||
-        index.is_graph_output(out) || conv.input_size() < 2)
-        return false;
-    const auto weight = constant(index, conv.input(1));
-    if (!weight || weight->type() != vaiq::DataType::Float || weight->shape().empty() ||
-        weight->shape()[0] != static_cast<int64_t>(w.size()))
-        return false;
-    std::vector<float> bias(w.size(), 0.0f);
-    if (conv.input_size() > 2 && !conv.input(2).empty()) {
-        const auto given = constant(index, conv.input(2));
-        if (!given || given->type() != vaiq::DataType::Float || given->size() != static_cast<int64_t>(w.size()))
-            return false;
-        bias.assign(given->data<float>().begin(), given->data<float>().end());
-    }
-    std::vector<float> folded(weight->data<float>().begin(), weight->data<float>().end());
-    const size_t per_channel = folded.size() / w.size();
-    for (size_t i = 0; i < folded.size(); ++i) folded[i] *= w[i / per_channel];
-    for (size_t c = 0; c < w.size(); ++c) bias[c] = bias[c] * w[c] + b[c];
-    conv.set_input(1, add_constant(graph, names, conv.input(1) + "_bn_folded", float_tensor(weight->shape(), folded)));
-    const auto bias_name =
-        add_constant(graph, names, conv.name() + "_bias_bn_folded", float_tensor({static_cast<int64_t>(w.size())}, bias));
-    if (conv.input_size() > 2) conv.set_input(2, bias_name);
-    else conv.add_input(bias_name);
-    conv.set_output(0, bn.output(0));
-    return true;
-}
-
 }  // namespace
 
 bool convert_bn_to_conv(vaiq::Model& model) {
@@ -60,29 +28,16 @@ bool convert_bn_to_conv(vaiq::Model& model) {
     int converted = 0;
     for (int n = 0; n < graph.node_size(); ++n) {
         auto& bn = *graph.mutable_node(n);
-        if (bn.op_type() != "BatchNormalization" || !is_default_domain(bn) || bn.input_size() < 5) continue;
-        bool training_outputs = false;
-        for (int o = 1; o < bn.output_size(); ++o) training_outputs |= !bn.output(o).empty();
-        if (training_outputs) continue;
-        std::optional<vaiq::Tensor> p[4];
-        bool constants = true;
-        for (int i = 0; i < 4; ++i) {
-            p[i] = constant(index, bn.input(i + 1));
-            constants = constants && p[i] && p[i]->type() == vaiq::DataType::Float && p[i]->size() == p[0]->size();
-        }
-        if (!constants) continue;
-        const float eps = float_attribute(bn, "epsilon", 1e-5f);
-        const auto channels = static_cast<size_t>(p[0]->size());
-        std::vector<float> w(channels), b(channels);
-        for (size_t c = 0; c < channels; ++c) {
-            w[c] = p[0]->data<float>()[c] / std::sqrt(p[3]->data<float>()[c] + eps);
-            b[c] = p[1]->data<float>()[c] - p[2]->data<float>()[c] * w[c];
-        }
+        const auto affine = vaiq::batch_norm_affine(bn, index);
+        if (!affine) continue;
         const int producer = index.producer(bn.input(0));
-        if (producer >= 0 && fold_into_conv(graph, names, index, producer, bn, w, b)) {
+        if (producer >= 0 && vaiq::fold_affine_into_producer(graph, names, index, producer, bn, *affine)) {
             folded_away.push_back(n);
             continue;
         }
+        const auto& w = affine->scale;
+        const auto& b = affine->shift;
+        const auto channels = w.size();
         // A BatchNormalization on its own: a depthwise 1x1 Conv.
         const auto shape = shapes.find(bn.input(0));
         const size_t rank = shape == shapes.end() ? 0 : shape->second.size();

@@ -47,12 +47,9 @@ inline void set_attribute(onnx::NodeProto& n, const std::string& name, const std
     for (auto v : values) a.add_ints(v);
 }
 
-/// A constant float tensor (initializer, not a graph input), or nullopt.
+/// A constant tensor (initializer, not a graph input), or nullopt.
 inline std::optional<vaiq::Tensor> constant(const vaiq::GraphIndex& index, const std::string& name) {
-    if (name.empty() || index.is_graph_input(name)) return std::nullopt;
-    const auto* init = index.initializer(name);
-    if (!init) return std::nullopt;
-    return vaiq::Tensor::from_proto(*init);
+    return vaiq::constant_tensor(index, name);
 }
 
 /// An int64 list from an attribute (older opsets) or a constant input (newer ones).
