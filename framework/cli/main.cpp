@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "pipeline/pipeline.hpp"
+#include "pipeline/preprocess.hpp"
 #include "plugin/registry.hpp"
 #include "recipe/recipe.hpp"
 #include "runtime/infer.hpp"
@@ -109,6 +110,33 @@ int main(int argc, char** argv) {
     convert->add_option("output", model_out, "Where to write the converted model")->required();
     convert->add_option("--opset", opset, "The target opset (13 recommended)")->required();
 
+    PreprocessOptions pre;
+    auto* preprocess_cmd = app.add_subcommand(
+        "preprocess", "Prepare a float model for quantization (quant_pre_process): symbolic shape inference, "
+                      "optimization, ONNX shape inference");
+    preprocess_cmd->add_option("input", model_in, "The model to prepare")->required();
+    preprocess_cmd->add_option("output", model_out, "Where to write the prepared model")->required();
+    preprocess_cmd->add_flag("--skip_optimization", pre.skip_optimization, "Do not optimize the model");
+    preprocess_cmd->add_flag("--skip_onnx_shape", pre.skip_onnx_shape, "Do not run ONNX shape inference");
+    preprocess_cmd->add_flag("--skip_symbolic_shape", pre.skip_symbolic_shape, "Do not run symbolic shape inference");
+    preprocess_cmd->add_flag("--auto_merge", pre.auto_merge,
+                             "On a shape conflict keep the declared dimension instead of failing");
+    preprocess_cmd->add_option("--int_max", pre.int_max, "The integer taken as unbounded (accepted; see docs)");
+    preprocess_cmd->add_flag("--guess_output_rank", pre.guess_output_rank,
+                             "Shape outputs of ops without a schema like their first input");
+    preprocess_cmd->add_option("--verbose", pre.verbose, "0 quiet, 1 warnings, 3 details")
+        ->check(CLI::IsMember({0, 1, 2, 3}));
+    preprocess_cmd->add_flag("--save_as_external_data", pre.save_as_external_data, "Store tensors in external files");
+    preprocess_cmd->add_flag("--all_tensors_to_one_file", pre.all_tensors_to_one_file,
+                             "With external data: one file for every tensor");
+    preprocess_cmd->add_option("--external_data_location", pre.external_data_location,
+                               "With external data: the folder, relative to the output's");
+    preprocess_cmd->add_option("--external_data_size_threshold", pre.external_data_size_threshold,
+                               "With external data: smaller tensors stay inline");
+    preprocess_cmd->add_option("--pass", pre.passes,
+                               "A further pass plugin to run after optimization (repeatable), e.g. "
+                               "cross_layer_equalization, convert_fp16_to_fp32, convert_nchw_to_nhwc");
+
     std::vector<std::string> infer_inputs;
     std::string output_dir;
     int repeat = 1, threads = 0;
@@ -128,6 +156,8 @@ int main(int argc, char** argv) {
         const int code = app.exit(e);
         return code == 0 ? kExitOk : kExitBadInput;
     }
+    if (*preprocess_cmd && log_level == "info")  // quant_pre_process's verbose levels
+        log_level = pre.verbose >= 3 ? "debug" : pre.verbose >= 1 ? "info" : "warn";
     setup_logging(log_level, quiet);
 
     try {
@@ -157,6 +187,15 @@ int main(int argc, char** argv) {
                 for (const auto& p : r.profile)
                     fmt::print("  {:<24} {:>6} calls {:>10.3f} ms\n", p.op_type, p.calls, p.milliseconds);
             }
+            return kExitOk;
+        }
+        if (*preprocess_cmd) {
+            registry.load_default_paths();
+            const auto r = preprocess(model_in, model_out, pre, registry);
+            int changed = 0;
+            for (const auto& p : r["passes"]) changed += p["changed"].get<bool>();
+            fmt::print("wrote {} ({} nodes; {} of {} steps changed the model)\n", model_out, r["nodes"].get<int>(),
+                       changed, r["passes"].size());
             return kExitOk;
         }
         if (*convert) {

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "vaiq/export.hpp"
+#include "vaiq/tensor.hpp"
 
 namespace vaiq {
 
@@ -56,6 +57,12 @@ struct SaveOptions {
     bool use_external_data_format = false;
     /// Tensors smaller than this stay inline when writing external data.
     size_t external_data_size_threshold = 1024;
+    /// All external tensors in one file (<model file name>.data), else one file
+    /// per tensor, named after it.
+    bool all_tensors_to_one_file = true;
+    /// The folder for the data files, relative to the model's folder and
+    /// inside it ("" or "./": beside the model).
+    std::string external_data_location;
     /// Run the ONNX checker before writing.
     bool check = true;
 };
@@ -77,6 +84,33 @@ VAIQ_API void check_model(const Model& model);
 /// tensors of unknown rank are absent. Never throws for a model it cannot infer:
 /// it returns what it knows.
 VAIQ_API std::map<std::string, std::vector<int64_t>> infer_shapes(const Model& model);
+
+/// Element types ONNX shape inference gives the model's tensors (inputs,
+/// initializers, intermediates, outputs); absent where it cannot tell.
+VAIQ_API std::map<std::string, DataType> infer_types(const Model& model);
+
+struct ShapeInferenceOptions {
+    /// Symbolic: propagate computed shape values (Shape -> Gather -> Concat ->
+    /// Reshape and the like), so dimensions like `batch` and `sequence` reach
+    /// every tensor, and give unknown dimensions fresh symbols.
+    bool symbolic = false;
+    /// A conflict between a declared and an inferred dimension is an error
+    /// unless this is set; then the declared one is kept.
+    bool auto_merge = true;
+    /// For ops ONNX has no schema for (custom domains), assume output 0 has
+    /// input 0's type and shape (elementwise contrib ops always do).
+    bool guess_output_rank = false;
+};
+
+/// Runs shape inference and stores what it finds as value_info (the model's
+/// own declarations stay). Returns how many tensors gained one. Throws
+/// InputError for a conflict when auto_merge is off.
+VAIQ_API int store_inferred_shapes(Model& model, const ShapeInferenceOptions& options = {});
+
+/// Runs the model on `feeds` (graph inputs by name) with vaiq's CPU executor on
+/// one thread; returns the graph outputs in order. For passes that evaluate
+/// constant subgraphs. Throws InputError for an op the executor does not run.
+VAIQ_API std::vector<Tensor> evaluate(const Model& model, const std::map<std::string, Tensor>& feeds = {});
 
 /// Converts the default-domain opset with ONNX's version converter.
 VAIQ_API Model convert_opset(const Model& model, int64_t target_opset);

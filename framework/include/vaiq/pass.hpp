@@ -16,4 +16,12 @@ class VAIQ_API Pass : public Plugin {
     virtual bool run(Model& model) = 0;
 };
 
+/// A pass without options that runs one function (returning whether it changed
+/// the model): a library of such rewrites declares one per function.
+template <bool (*Run)(Model&)>
+class FunctionPass final : public Pass {
+  public:
+    bool run(Model& model) override { return Run(model); }
+};
+
 }  // namespace vaiq

@@ -163,13 +163,91 @@ void check_model(const Model& model) {
     }
 }
 
-std::map<std::string, std::vector<int64_t>> infer_shapes(const Model& model) {
+namespace {
+
+// ONNX shape inference on a copy; what it found before any error.
+onnx::ModelProto inferred(const Model& model) {
     onnx::ModelProto proto = model.proto();
     try {
         onnx::shape_inference::InferShapes(proto);
     } catch (const std::exception& e) {
         log_debug("shape inference stopped early: {}", e.what());
     }
+    return proto;
+}
+
+}  // namespace
+
+std::map<std::string, DataType> infer_types(const Model& model) {
+    const auto proto = inferred(model);
+    std::map<std::string, DataType> types;
+    auto add = [&](const onnx::ValueInfoProto& v) {
+        if (v.type().has_tensor_type() && v.type().tensor_type().elem_type() != 0)
+            types[v.name()] = static_cast<DataType>(v.type().tensor_type().elem_type());
+    };
+    const auto& graph = proto.graph();
+    for (const auto& v : graph.input()) add(v);
+    for (const auto& v : graph.value_info()) add(v);
+    for (const auto& v : graph.output()) add(v);
+    for (const auto& t : graph.initializer()) types[t.name()] = static_cast<DataType>(t.data_type());
+    return types;
+}
+
+namespace {
+
+// Elementwise ops of custom domains: output 0 is shaped like input 0.
+bool elementwise_contrib(const onnx::NodeProto& node) {
+    static const std::set<std::string, std::less<>> kOps = {"Gelu", "FastGelu", "QuickGelu", "BiasGelu"};
+    return node.domain() == "com.microsoft" && kOps.count(node.op_type()) > 0;
+}
+
+// Declares output 0 of custom-domain nodes like input 0 where nothing declares
+// it yet; returns how many it declared.
+int guess_custom_outputs(onnx::ModelProto& proto, bool every_custom_op) {
+    auto& graph = *proto.mutable_graph();
+    std::map<std::string, const onnx::ValueInfoProto*> known;
+    for (const auto* list : {&graph.input(), &graph.value_info(), &graph.output()})
+        for (const auto& v : *list)
+            if (v.type().has_tensor_type()) known[v.name()] = &v;
+    std::vector<onnx::ValueInfoProto> added;
+    for (const auto& node : graph.node()) {
+        const bool custom = !(node.domain().empty() || node.domain() == "ai.onnx");
+        if (!custom || node.input_size() == 0 || node.output_size() == 0) continue;
+        if (!elementwise_contrib(node) && !every_custom_op) continue;
+        const auto in = known.find(node.input(0));
+        if (in == known.end() || known.count(node.output(0))) continue;
+        onnx::ValueInfoProto v = *in->second;
+        v.set_name(node.output(0));
+        added.push_back(v);
+    }
+    for (auto& v : added) *graph.add_value_info() = std::move(v);
+    return static_cast<int>(added.size());
+}
+
+}  // namespace
+
+int store_inferred_shapes(Model& model, const ShapeInferenceOptions& options) {
+    const int before = model.graph().value_info_size();
+    onnx::ModelProto proto = model.proto();
+    const onnx::ShapeInferenceOptions onnx_options(false, 0, options.symbolic);
+    // Custom ops stop inference at their outputs: declare those and go again.
+    for (int round = 0; round < 16; ++round) {
+        try {
+            onnx::shape_inference::InferShapes(proto, onnx::OpSchemaRegistry::Instance(), onnx_options);
+        } catch (const std::exception& e) {
+            if (!options.auto_merge)
+                throw InputError(fmt::format("shape inference found a conflict (auto_merge keeps the declared "
+                                             "shape): {}", e.what()));
+            log_debug("shape inference stopped early: {}", e.what());
+        }
+        if (guess_custom_outputs(proto, options.guess_output_rank) == 0) break;
+    }
+    model.graph().mutable_value_info()->Swap(proto.mutable_graph()->mutable_value_info());
+    return model.graph().value_info_size() - before;
+}
+
+std::map<std::string, std::vector<int64_t>> infer_shapes(const Model& model) {
+    const auto proto = inferred(model);
     std::map<std::string, std::vector<int64_t>> shapes;
     auto add = [&](const onnx::ValueInfoProto& v) {
         if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) return;
@@ -214,12 +292,29 @@ bool same_file(const fs::path& a, const fs::path& b) {
     return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
 }
 
-// Moves every tensor of at least `threshold` bytes into `data_path`, pointing
-// the tensor at it by file name (the data file sits beside the model).
-std::string externalize(onnx::ModelProto& proto, const fs::path& data_path, size_t threshold) {
-    std::string data;
+// A tensor name as a file name: path separators and odd characters become '_'.
+std::string file_name_for(const std::string& tensor) {
+    std::string out;
+    for (char c : tensor) out += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ? c : '_';
+    return out.empty() || out == "." || out == ".." ? "tensor" + out : out;
+}
+
+// Moves every tensor of at least `threshold` bytes out of the model, pointing
+// it at its file (relative to the model's folder). Returns each file's bytes.
+std::map<fs::path, std::string> externalize(onnx::ModelProto& proto, const fs::path& model_path,
+                                            const SaveOptions& options) {
+    const fs::path folder = options.external_data_location == "./" ? fs::path() : fs::path(options.external_data_location);
+    std::map<fs::path, std::string> files;
+    std::set<std::string> taken;
     for_each_tensor(*proto.mutable_graph(), [&](onnx::TensorProto& t) {
-        if (!t.has_raw_data() || t.raw_data().size() < threshold) return;
+        if (!t.has_raw_data() || t.raw_data().size() < options.external_data_size_threshold) return;
+        fs::path location = folder / (model_path.filename().string() + ".data");
+        if (!options.all_tensors_to_one_file) {
+            std::string name = file_name_for(t.name());
+            for (int i = 1; !taken.insert(name).second; ++i) name = file_name_for(t.name()) + "_" + std::to_string(i);
+            location = folder / name;
+        }
+        auto& data = files[location.lexically_normal()];
         const size_t offset = data.size();
         const size_t length = t.raw_data().size();
         data += t.raw_data();
@@ -230,11 +325,11 @@ std::string externalize(onnx::ModelProto& proto, const fs::path& data_path, size
             entry->set_key(key);
             entry->set_value(value);
         };
-        add("location", data_path.filename().string());
+        add("location", location.lexically_normal().generic_string());
         add("offset", std::to_string(offset));
         add("length", std::to_string(length));
     });
-    return data;
+    return files;
 }
 
 }  // namespace
@@ -263,10 +358,18 @@ void save_model(const Model& model, const fs::path& path, const SaveOptions& opt
         });
         return;
     }
+    const fs::path folder = fs::path(options.external_data_location).lexically_normal();
+    if (folder.is_absolute() || (!folder.empty() && *folder.begin() == ".."))
+        throw InputError(fmt::format("external_data_location '{}' must be a folder inside the model's folder",
+                                     options.external_data_location));
     onnx::ModelProto proto = model.proto();
-    const fs::path data_path = fs::path(path.string() + ".data");
-    const std::string data = externalize(proto, data_path, options.external_data_size_threshold);
-    write_file_atomically(data_path, [&](std::ostream& out) { out.write(data.data(), static_cast<std::streamsize>(data.size())); });
+    for (const auto& [location, data] : externalize(proto, path, options)) {
+        const fs::path file = dir / location;
+        fs::create_directories(file.parent_path(), ec);
+        write_file_atomically(file, [&](std::ostream& out) {
+            out.write(data.data(), static_cast<std::streamsize>(data.size()));
+        });
+    }
     write_file_atomically(path, [&](std::ostream& out) {
         if (!proto.SerializeToOstream(&out)) throw InternalError("protobuf failed to serialize the model");
     });

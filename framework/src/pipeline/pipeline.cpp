@@ -11,6 +11,7 @@
 #include "pipeline/data_reader.hpp"
 #include "pipeline/evaluation.hpp"
 #include "pipeline/planner.hpp"
+#include "pipeline/preprocess.hpp"
 #include "pipeline/selection.hpp"
 #include "util/npy.hpp"
 #include "util/atomic_file.hpp"
@@ -270,33 +271,26 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
                 if (removed > 0) log_info("RemoveInputInit: {} initializers are no longer graph inputs", removed);
                 report["removed_initializer_inputs"] = removed;
             }
+            // The documented preparation steps, then the target's transforms, CLE and the recipe's passes.
             std::vector<PluginChoice> passes;
-            // Documented switches for rewrites any target can ask for; the target's own come next.
-            std::vector<std::string> names;
+            const std::string origin = "a transform the recipe or target asks for";
+            auto add = [&](const std::string& name, const nlohmann::json& options = nullptr) {
+                passes.push_back(pass_choice(registry, name, options, origin));
+            };
+            if (recipe.value("convert_fp16_to_fp32").get<bool>()) add("convert_fp16_to_fp32");
+            if (recipe.value("convert_nchw_to_nhwc").get<bool>()) add("convert_nchw_to_nhwc");
+            if (recipe.value("optimize_model").get<bool>()) add("optimize_model");
             for (const auto& [key, pass] : {std::pair{"extra_options.ReplaceClip6Relu", "replace_clip6_relu"},
                                             std::pair{"extra_options.ConvertClipToRelu", "convert_clip_to_relu"}})
-                if (recipe.value(key).get<bool>()) names.emplace_back(pass);
-            for (auto& name : target->legalization_passes(config)) names.push_back(std::move(name));
-            for (const auto& name : names) {
-                const auto& info = registry.require(PluginKind::Pass, name, "a transform the recipe or target asks for");
-                passes.push_back({&info, registry.resolve_options(info, nullptr)});
-            }
+                if (recipe.value(key).get<bool>()) add(pass);
+            for (const auto& name : target->legalization_passes(config)) add(name);
+            if (recipe.value("include_cle").get<bool>())
+                add("cross_layer_equalization",
+                    {{"steps", recipe.value("extra_options.CLESteps")},
+                     {"total_layer_diff_threshold", recipe.value("extra_options.CLETotalLayerDiffThreshold")},
+                     {"scale_append_bias", recipe.value("extra_options.CLEScaleAppendBias")}});
             passes.insert(passes.end(), plugins.passes.begin(), plugins.passes.end());
-            for (const auto& choice : passes) {
-                const auto start = std::chrono::steady_clock::now();
-                auto pass = registry.create<Pass>(choice.info->name, choice.options);
-                const bool changed = pass->run(model);
-                if (changed) {
-                    try {
-                        check_model(model);
-                    } catch (const InputError& e) {
-                        throw InternalError(fmt::format("pass '{}' left an invalid model: {}", choice.info->name, e.what()));
-                    }
-                }
-                report["passes"].push_back(
-                    {{"name", choice.info->name}, {"changed", changed}, {"seconds", seconds_since(start)}});
-                log_info("pass {}: {}", choice.info->name, changed ? "changed the model" : "no change");
-            }
+            run_passes(passes, registry, model, report["passes"]);
         });
     }
 

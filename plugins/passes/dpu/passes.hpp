@@ -24,11 +24,4 @@ bool convert_avg_pool_to_dpu_version(vaiq::Model& model);
 bool convert_reduce_mean_to_dpu_version(vaiq::Model& model);
 bool convert_softmax_to_dpu_version(vaiq::Model& model);
 
-/// A pass plugin running one of the functions above.
-template <bool (*Run)(vaiq::Model&)>
-class FunctionPass final : public vaiq::Pass {
-  public:
-    bool run(vaiq::Model& model) override { return Run(model); }
-};
-
 }  // namespace dpu_passes

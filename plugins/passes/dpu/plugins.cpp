@@ -3,7 +3,7 @@
 // rewrites any recipe can ask for.
 #include "passes.hpp"
 
-using dpu_passes::FunctionPass;
+using vaiq::FunctionPass;
 namespace p = dpu_passes;
 
 VAIQ_PLUGINS(

@@ -8,12 +8,16 @@ namespace {
 
 using vaiq::test::GraphBuilder;
 
-bool run_pass(vaiq::Model& model) {
-    auto registry = vaiq::test::registry_with_test_plugin();
-    const auto& info = registry.require(vaiq::PluginKind::Pass, "eliminate_identity");
-    auto pass = registry.create<vaiq::Pass>("eliminate_identity", registry.resolve_options(info, nullptr));
-    return pass->run(model);
+bool run_pass(const std::string& name, vaiq::Model& model, const nlohmann::json& options = nullptr) {
+    static auto registry = vaiq::test::registry_with_test_plugin();
+    const auto& info = registry.require(vaiq::PluginKind::Pass, name);
+    auto pass = registry.create<vaiq::Pass>(name, registry.resolve_options(info, options));
+    const bool changed = pass->run(model);
+    vaiq::check_model(model);
+    return changed;
 }
+
+bool run_pass(vaiq::Model& model) { return run_pass("eliminate_identity", model); }
 
 std::vector<std::string> op_types(const vaiq::Model& m) {
     std::vector<std::string> out;

@@ -1,6 +1,8 @@
 // eliminate_identity: removes Identity nodes and inference-time Dropout (whose
 // mask nobody reads), wiring their readers to the input directly.
-#include <vaiq/vaiq.hpp>
+#include "passes.hpp"
+
+namespace prepare_passes {
 
 namespace {
 
@@ -50,28 +52,24 @@ bool bypass(onnx::GraphProto& graph, const vaiq::GraphIndex& index, int n) {
     return true;
 }
 
-class EliminateIdentity final : public vaiq::Pass {
-  public:
-    bool run(vaiq::Model& model) override {
-        auto& graph = model.graph();
-        int removed = 0;
-        for (bool again = true; again;) {
-            again = false;
-            const vaiq::GraphIndex index(graph);
-            for (int n = 0; n < graph.node_size(); ++n) {
-                if (removable(graph.node(n), index) && bypass(graph, index, n)) {
-                    ++removed;
-                    again = true;
-                    break;  // indices moved; look again with a fresh index
-                }
-            }
-        }
-        if (removed) vaiq::log_debug("eliminate_identity removed {} nodes", removed);
-        return removed > 0;
-    }
-};
-
 }  // namespace
 
-VAIQ_PLUGINS(vaiq::describe<EliminateIdentity>("eliminate_identity", "0.1.0",
-                                               "Remove Identity nodes and inference-time Dropout"))
+bool eliminate_identity(vaiq::Model& model) {
+    auto& graph = model.graph();
+    int removed = 0;
+    for (bool again = true; again;) {
+        again = false;
+        const vaiq::GraphIndex index(graph);
+        for (int n = 0; n < graph.node_size(); ++n) {
+            if (removable(graph.node(n), index) && bypass(graph, index, n)) {
+                ++removed;
+                again = true;
+                break;  // indices moved; look again with a fresh index
+            }
+        }
+    }
+    if (removed) vaiq::log_debug("eliminate_identity removed {} nodes", removed);
+    return removed > 0;
+}
+
+}  // namespace prepare_passes

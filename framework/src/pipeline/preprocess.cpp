@@ -1,0 +1,65 @@
+#include "pipeline/preprocess.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "vaiq/error.hpp"
+#include "vaiq/log.hpp"
+#include "vaiq/pass.hpp"
+
+namespace vaiq {
+
+void run_passes(const std::vector<PluginChoice>& passes, PluginRegistry& registry, Model& model,
+                nlohmann::json& report) {
+    for (const auto& choice : passes) {
+        const auto start = std::chrono::steady_clock::now();
+        auto pass = registry.create<Pass>(choice.info->name, choice.options);
+        const bool changed = pass->run(model);
+        if (changed) {
+            try {
+                check_model(model);
+            } catch (const InputError& e) {
+                throw InternalError(fmt::format("pass '{}' left an invalid model: {}", choice.info->name, e.what()));
+            }
+        }
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        report.push_back({{"name", choice.info->name}, {"changed", changed}, {"seconds", seconds}});
+        log_info("pass {}: {}", choice.info->name, changed ? "changed the model" : "no change");
+    }
+}
+
+PluginChoice pass_choice(PluginRegistry& registry, const std::string& name, const nlohmann::json& options,
+                         const std::string& origin) {
+    const auto& info = registry.require(PluginKind::Pass, name, origin);
+    return {&info, registry.resolve_options(info, options)};
+}
+
+nlohmann::json preprocess(const std::filesystem::path& input, const std::filesystem::path& output,
+                          const PreprocessOptions& options, PluginRegistry& registry) {
+    if (options.int_max <= 0) throw InputError(fmt::format("int_max must be positive, not {}", options.int_max));
+    Model model = load_model(input);
+    std::vector<PluginChoice> passes;
+    const std::string origin = "vaiq preprocess";
+    if (!options.skip_symbolic_shape)
+        passes.push_back(pass_choice(registry, "infer_symbolic_shapes",
+                                     {{"auto_merge", options.auto_merge},
+                                      {"guess_output_rank", options.guess_output_rank}},
+                                     origin));
+    if (!options.skip_optimization) passes.push_back(pass_choice(registry, "optimize_model", nullptr, origin));
+    for (const auto& name : options.passes) passes.push_back(pass_choice(registry, name, nullptr, origin));
+    if (!options.skip_onnx_shape) passes.push_back(pass_choice(registry, "infer_onnx_shapes", nullptr, origin));
+
+    nlohmann::json report = {{"input", input.string()}, {"output", output.string()}, {"passes", nlohmann::json::array()}};
+    run_passes(passes, registry, model, report["passes"]);
+    SaveOptions save;
+    save.use_external_data_format = options.save_as_external_data;
+    save.all_tensors_to_one_file = options.all_tensors_to_one_file;
+    save.external_data_location = options.external_data_location;
+    save.external_data_size_threshold = options.external_data_size_threshold;
+    save_model(model, output, save, input);
+    report["nodes"] = model.graph().node_size();
+    return report;
+}
+
+}  // namespace vaiq

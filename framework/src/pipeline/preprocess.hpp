@@ -1,0 +1,49 @@
+// Model preparation: the documented preparation steps as pass plugins, run
+// by `vaiq preprocess` (quant_pre_process) and by the prepare phase of a run.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "pipeline/pipeline.hpp"
+#include "plugin/registry.hpp"
+#include "vaiq/model.hpp"
+
+namespace vaiq {
+
+/// Runs each pass on the model in order, checking the model after each one
+/// that changed it; appends {name, changed, seconds} to `report`.
+void run_passes(const std::vector<PluginChoice>& passes, PluginRegistry& registry, Model& model,
+                nlohmann::json& report);
+
+/// A pass by name with options (null for the defaults), found in the registry.
+PluginChoice pass_choice(PluginRegistry& registry, const std::string& name, const nlohmann::json& options,
+                         const std::string& origin);
+
+/// quant_pre_process's arguments, with their documented defaults.
+struct PreprocessOptions {
+    bool skip_optimization = false;
+    bool skip_onnx_shape = false;
+    bool skip_symbolic_shape = false;
+    bool auto_merge = false;
+    int64_t int_max = 2147483647;
+    bool guess_output_rank = false;
+    int verbose = 0;
+    bool save_as_external_data = false;
+    bool all_tensors_to_one_file = false;
+    std::string external_data_location = "./";
+    size_t external_data_size_threshold = 1024;
+    /// Further pass plugins after optimization, in order (vaiq's own addition).
+    std::vector<std::string> passes;
+};
+
+/// Symbolic shape inference, optimization and ONNX shape inference (each
+/// unless skipped), then `passes`; writes `output` atomically and returns what
+/// ran as JSON.
+nlohmann::json preprocess(const std::filesystem::path& input, const std::filesystem::path& output,
+                          const PreprocessOptions& options, PluginRegistry& registry);
+
+}  // namespace vaiq

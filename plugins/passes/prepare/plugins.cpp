@@ -1,0 +1,53 @@
+// prepare: the documented preparation steps (quant_pre_process, optimize_model,
+// include_cle, convert_fp16_to_fp32, convert_nchw_to_nhwc), one pass each,
+// plus the rewrites optimize_model is made of.
+#include "cle.hpp"
+#include "passes.hpp"
+
+using vaiq::FunctionPass;
+namespace p = prepare_passes;
+
+namespace {
+
+const vaiq_option_descriptor kCleOptions[] = {
+    {"steps", VAIQ_OPTION_INT, "1", "Equalization sweeps over every pair; -1 sweeps until the change is small."},
+    {"total_layer_diff_threshold", VAIQ_OPTION_FLOAT, "2e-7",
+     "Adaptive steps stop when the summed mean weight change of a sweep falls below this."},
+    {"scale_append_bias", VAIQ_OPTION_BOOL, "true", "Count the first layer's bias in its channel ranges."},
+};
+
+const vaiq_option_descriptor kSymbolicOptions[] = {
+    {"auto_merge", VAIQ_OPTION_BOOL, "false", "On a conflict keep the declared dimension instead of failing."},
+    {"guess_output_rank", VAIQ_OPTION_BOOL, "false",
+     "Shape the output of an op without a schema like its first input."},
+};
+
+}  // namespace
+
+VAIQ_PLUGINS(
+    vaiq::describe<FunctionPass<p::optimize_model>>(
+        "optimize_model", "0.1.0",
+        "Constant folding, BatchNorm folding, Identity/Dropout and dead-node removal, LayerNorm and Gelu fusion"),
+    vaiq::describe<FunctionPass<p::eliminate_identity>>("eliminate_identity", "0.1.0",
+                                                        "Remove Identity nodes and inference-time Dropout"),
+    vaiq::describe<FunctionPass<p::fold_constants>>("fold_constants", "0.1.0",
+                                                    "Evaluate nodes whose inputs are all constant; Shape of static shapes"),
+    vaiq::describe<FunctionPass<p::fold_batch_norm>>("fold_batch_norm", "0.1.0",
+                                                     "BatchNormalization into the Conv, ConvTranspose or Gemm before it"),
+    vaiq::describe<FunctionPass<p::fuse_layer_norm>>("fuse_layer_norm", "0.1.0",
+                                                     "A spelled-out LayerNorm to LayerNormalization (opset 17 and later)"),
+    vaiq::describe<FunctionPass<p::fuse_gelu>>("fuse_gelu", "0.1.0", "An Erf-spelled Gelu to com.microsoft Gelu"),
+    vaiq::describe<FunctionPass<p::remove_dead_nodes>>("remove_dead_nodes", "0.1.0",
+                                                       "Remove nodes and initializers nothing reads"),
+    vaiq::describe<FunctionPass<p::infer_onnx_shapes>>("infer_onnx_shapes", "0.1.0",
+                                                       "ONNX shape inference, stored as value_info"),
+    vaiq::describe<p::SymbolicShapeInference>("infer_symbolic_shapes", "0.1.0",
+                                              "Shape inference propagating computed shapes and symbolic dimensions",
+                                              kSymbolicOptions),
+    vaiq::describe<FunctionPass<p::convert_fp16_to_fp32>>("convert_fp16_to_fp32", "0.1.0",
+                                                          "A float16 model to float32, without the Casts that leaves idle"),
+    vaiq::describe<FunctionPass<p::convert_nchw_to_nhwc>>("convert_nchw_to_nhwc", "0.1.0",
+                                                          "NCHW image inputs taken as NHWC (a Transpose after each)"),
+    vaiq::describe<p::CrossLayerEqualization>("cross_layer_equalization", "0.1.0",
+                                              "Equalize the weight ranges of consecutive Conv/Gemm layers",
+                                              kCleOptions))
