@@ -123,16 +123,4 @@ bool infer_onnx_shapes(vaiq::Model& model) {
     return added > 0;
 }
 
-void SymbolicShapeInference::configure(const vaiq::Options& options) {
-    options_.symbolic = true;
-    options_.auto_merge = options.get_bool("auto_merge");
-    options_.guess_output_rank = options.get_bool("guess_output_rank");
-}
-
-bool SymbolicShapeInference::run(vaiq::Model& model) {
-    const int added = vaiq::store_inferred_shapes(model, options_);
-    vaiq::log_debug("infer_symbolic_shapes: {} tensors gained a shape", added);
-    return added > 0;
-}
-
 }  // namespace prepare_passes

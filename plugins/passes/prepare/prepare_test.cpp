@@ -1,12 +1,21 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <filesystem>
+#include <functional>
+
+#include "runtime/executor.hpp"
 #include "test_support.hpp"
+#include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/pass.hpp"
 
 namespace {
 
 using vaiq::test::GraphBuilder;
+using vaiq::test::ramp;
+using vaiq::test::set_int_attribute;
+using vaiq::test::set_ints_attribute;
 
 bool run_pass(const std::string& name, vaiq::Model& model, const nlohmann::json& options = nullptr) {
     static auto registry = vaiq::test::registry_with_test_plugin();
@@ -79,6 +88,388 @@ TEST(EliminateIdentity, KeepsDropoutWhoseMaskIsRead) {
     b.node("Relu", {"d"}, {"y"});
     auto model = b.build();
     EXPECT_FALSE(run_pass(model));
+}
+
+// ---- helpers for the numeric checks
+
+// A float tensor whose element i is f(i).
+vaiq::Tensor values(std::vector<int64_t> shape, const std::function<float(int64_t)>& f) {
+    std::vector<float> v(vaiq::element_count(shape));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = f(static_cast<int64_t>(i));
+    return vaiq::Tensor::from_values<float>(std::move(shape), v);
+}
+
+// Deterministic values in [-1, 1) that look random.
+float noise(int64_t i) { return static_cast<float>(std::fmod(std::sin(double(i) * 12.9898) * 43758.5453, 1.0)); }
+
+std::vector<vaiq::Tensor> run(const vaiq::Model& model, const std::map<std::string, vaiq::Tensor>& feeds) {
+    vaiq::runtime::Executor executor(model);
+    return executor.run(feeds);
+}
+
+// max |a - b| / max |a| over the first output.
+double relative_difference(const vaiq::Tensor& a, const vaiq::Tensor& b) {
+    EXPECT_EQ(a.shape(), b.shape());
+    double diff = 0, peak = 0;
+    for (int64_t i = 0; i < a.size(); ++i) {
+        diff = std::max(diff, std::abs(double(a.data<float>()[i]) - b.data<float>()[i]));
+        peak = std::max(peak, std::abs(double(a.data<float>()[i])));
+    }
+    return diff / std::max(peak, 1e-30);
+}
+
+// Runs `pass` and checks the rewritten model computes the same first output.
+vaiq::Model expect_same_function(const std::string& pass, const vaiq::Model& model, const vaiq::Tensor& x,
+                                 double tolerance = 1e-5, const nlohmann::json& options = nullptr) {
+    auto rewritten = model;
+    EXPECT_TRUE(run_pass(pass, rewritten, options));
+    const std::string input = model.graph().input(0).name();
+    EXPECT_LT(relative_difference(run(model, {{input, x}})[0], run(rewritten, {{input, x}})[0]), tolerance);
+    return rewritten;
+}
+
+vaiq::Tensor int64s(std::vector<int64_t> v) { return vaiq::Tensor::from_values<int64_t>({int64_t(v.size())}, v); }
+
+const onnx::TensorProto* find_initializer(const vaiq::Model& m, const std::string& name) {
+    for (const auto& t : m.graph().initializer())
+        if (t.name() == name) return &t;
+    return nullptr;
+}
+
+// ---- optimization
+
+TEST(FoldConstants, EvaluatesConstantSubgraphsAndStaticShapes) {
+    GraphBuilder b;
+    b.input("x", {2, 3}).output("y", {3, 2});
+    auto& c = b.node("Constant", {}, {"c"});
+    auto* value = c.add_attribute();
+    value->set_name("value");
+    value->set_type(onnx::AttributeProto::TENSOR);
+    *value->mutable_t() = ramp({3}, 1.0f).to_proto("");
+    b.node("Add", {"x", "c"}, {"a"});
+    b.node("Shape", {"a"}, {"s"});                 // [2, 3]: known statically
+    b.initializer("order", int64s({1, 0}));
+    b.node("Gather", {"s", "order"}, {"swapped"}); // [3, 2]
+    b.node("Reshape", {"a", "swapped"}, {"y"});
+    auto q = b.build();
+    const auto folded = expect_same_function("fold_constants", q, ramp({2, 3}, -1.0f, 0.5f));
+    EXPECT_EQ(op_types(folded), (std::vector<std::string>{"Add", "Reshape"}));
+    const auto* shape = find_initializer(folded, "swapped");
+    ASSERT_NE(shape, nullptr);
+    EXPECT_EQ(vaiq::Tensor::from_proto(*shape).data<int64_t>()[0], 3);
+}
+
+TEST(FoldConstants, KeepsQuantizationAndGraphInputs) {
+    GraphBuilder b;
+    b.input("x", {4}).output("y", {4});
+    b.initializer("w", ramp({4}, -1.0f, 0.5f)).initializer("s", ramp({}, 0.1f)).initializer("z", vaiq::Tensor(vaiq::DataType::Int8, {}));
+    b.node("QuantizeLinear", {"w", "s", "z"}, {"wq"});
+    b.node("DequantizeLinear", {"wq", "s", "z"}, {"wd"});
+    b.node("Mul", {"x", "wd"}, {"y"});
+    auto model = b.build();
+    EXPECT_FALSE(run_pass("fold_constants", model)) << "quantized weights stay as the model stores them";
+}
+
+TEST(FoldBatchNorm, IntoConvGemmAndConvTranspose) {
+    auto bn_params = [](GraphBuilder& b, int64_t c) {
+        b.initializer("gamma", values({c}, [](int64_t i) { return 0.5f + 0.3f * i; }))
+            .initializer("beta", values({c}, [](int64_t i) { return 0.1f * i - 0.2f; }))
+            .initializer("mean", values({c}, [](int64_t i) { return 0.05f * i; }))
+            .initializer("var", values({c}, [](int64_t i) { return 0.7f + 0.2f * i; }));
+    };
+    {
+        GraphBuilder b;
+        b.input("x", {1, 2, 5, 5}).output("y", {1, 3, 5, 5});
+        b.initializer("w", values({3, 2, 3, 3}, noise)).initializer("bias", ramp({3}, 0.1f, 0.1f));
+        bn_params(b, 3);
+        auto& conv = b.node("Conv", {"x", "w", "bias"}, {"c"});
+        set_ints_attribute(conv, "pads", {1, 1, 1, 1});
+        b.node("BatchNormalization", {"c", "gamma", "beta", "mean", "var"}, {"y"});
+        const auto folded = expect_same_function("fold_batch_norm", b.build(), values({1, 2, 5, 5}, noise));
+        EXPECT_EQ(op_types(folded), (std::vector<std::string>{"Conv"}));
+    }
+    {
+        GraphBuilder b;  // Gemm with B as [K, N]: the channel is B's second axis
+        b.input("x", {2, 4}).output("y", {2, 3});
+        b.initializer("w", values({4, 3}, noise));
+        bn_params(b, 3);
+        b.node("Gemm", {"x", "w"}, {"g"});
+        b.node("BatchNormalization", {"g", "gamma", "beta", "mean", "var"}, {"y"});
+        const auto folded = expect_same_function("fold_batch_norm", b.build(), values({2, 4}, noise));
+        EXPECT_EQ(op_types(folded), (std::vector<std::string>{"Gemm"}));
+    }
+    {
+        GraphBuilder b;  // ConvTranspose weights are [C_in, C_out, k, k]
+        b.input("x", {1, 2, 3, 3}).output("y", {1, 3, 5, 5});
+        b.initializer("w", values({2, 3, 3, 3}, noise));
+        bn_params(b, 3);
+        b.node("ConvTranspose", {"x", "w"}, {"c"});
+        b.node("BatchNormalization", {"c", "gamma", "beta", "mean", "var"}, {"y"});
+        const auto folded = expect_same_function("fold_batch_norm", b.build(), values({1, 2, 3, 3}, noise));
+        EXPECT_EQ(op_types(folded), (std::vector<std::string>{"ConvTranspose"}));
+    }
+}
+
+// LayerNorm as exporters spell it: (x - mean) / sqrt(mean((x - mean)^2) + eps) * gamma + beta.
+GraphBuilder spelled_layer_norm(int64_t opset) {
+    GraphBuilder b(opset);
+    b.input("x", {2, 3, 8}).output("y", {2, 3, 8});
+    b.initializer("two", ramp({}, 2.0f)).initializer("eps", ramp({}, 1e-5f));
+    b.initializer("gamma", values({8}, [](int64_t i) { return 0.5f + 0.1f * i; }));
+    b.initializer("beta", values({8}, [](int64_t i) { return 0.2f * i - 0.3f; }));
+    set_ints_attribute(b.node("ReduceMean", {"x"}, {"m"}), "axes", {-1});
+    b.node("Sub", {"x", "m"}, {"d"});
+    b.node("Pow", {"d", "two"}, {"p"});
+    set_ints_attribute(b.node("ReduceMean", {"p"}, {"v"}), "axes", {-1});
+    b.node("Add", {"v", "eps"}, {"e"});
+    b.node("Sqrt", {"e"}, {"s"});
+    b.node("Div", {"d", "s"}, {"n"});
+    b.node("Mul", {"n", "gamma"}, {"g"});
+    b.node("Add", {"g", "beta"}, {"y"});
+    return b;
+}
+
+TEST(FuseLayerNorm, SpelledOutToLayerNormalizationFromOpset17) {
+    const auto x = values({2, 3, 8}, [](int64_t i) { return 3.0f * noise(i) + 1.0f; });
+    const auto fused = expect_same_function("fuse_layer_norm", spelled_layer_norm(17).build(), x, 1e-5);
+    EXPECT_EQ(op_types(fused), (std::vector<std::string>{"LayerNormalization"}));
+    EXPECT_EQ(fused.graph().node(0).input_size(), 3);
+    auto older = spelled_layer_norm(13).build();
+    EXPECT_FALSE(run_pass("fuse_layer_norm", older)) << "no LayerNormalization before opset 17";
+}
+
+TEST(FuseGelu, EveryOrderExportersWrite) {
+    const double kSqrt2 = std::sqrt(2.0);
+    for (int variant = 0; variant < 3; ++variant) {
+        GraphBuilder b;
+        b.input("x", {2, 16}).output("y", {2, 16});
+        b.initializer("root2", ramp({}, static_cast<float>(kSqrt2))).initializer("one", ramp({}, 1.0f));
+        b.initializer("half", ramp({}, 0.5f));
+        b.node("Div", {"x", "root2"}, {"a"});
+        b.node("Erf", {"a"}, {"e"});
+        b.node("Add", {"e", "one"}, {"p"});
+        if (variant == 0) {  // (x * (1 + erf)) * 0.5
+            b.node("Mul", {"x", "p"}, {"xp"});
+            b.node("Mul", {"xp", "half"}, {"y"});
+        } else if (variant == 1) {  // x * ((1 + erf) * 0.5)
+            b.node("Mul", {"p", "half"}, {"ph"});
+            b.node("Mul", {"x", "ph"}, {"y"});
+        } else {  // (x * 0.5) * (1 + erf)
+            b.node("Mul", {"x", "half"}, {"xh"});
+            b.node("Mul", {"xh", "p"}, {"y"});
+        }
+        const auto fused = expect_same_function("fuse_gelu", b.build(), values({2, 16}, [](int64_t i) { return 4 * noise(i); }),
+                                                1e-6);
+        EXPECT_EQ(op_types(fused), (std::vector<std::string>{"Gelu"})) << "variant " << variant;
+        EXPECT_EQ(fused.graph().node(0).domain(), "com.microsoft");
+        EXPECT_EQ(fused.opset("com.microsoft"), 1);
+    }
+}
+
+TEST(RemoveDeadNodes, OnlyWhatNothingReads) {
+    GraphBuilder b;
+    b.input("x", {4}).output("y", {4});
+    b.initializer("k", ramp({4}));
+    b.node("Relu", {"x"}, {"y"});
+    b.node("Add", {"x", "k"}, {"unused"});
+    b.node("Sigmoid", {"unused"}, {"unused2"});
+    auto model = b.build();
+    EXPECT_TRUE(run_pass("remove_dead_nodes", model));
+    EXPECT_EQ(op_types(model), (std::vector<std::string>{"Relu"}));
+    EXPECT_EQ(model.graph().initializer_size(), 0);
+    EXPECT_FALSE(run_pass("remove_dead_nodes", model));
+}
+
+TEST(OptimizeModel, RunsEveryRewriteToAFixedPoint) {
+    auto b = spelled_layer_norm(17);
+    // In front of the LayerNorm: Identity, a Conv-free BatchNorm-able Gemm and a constant branch.
+    auto model = b.build();
+    auto& g = model.graph();
+    g.mutable_node(0)->set_input(0, "x_id");
+    g.mutable_node(1)->set_input(0, "x_id");
+    auto* id = g.add_node();
+    id->set_op_type("Identity");
+    id->add_input("x");
+    id->add_output("x_id");
+    vaiq::sort_nodes(g);
+    const auto x = values({2, 3, 8}, noise);
+    const auto optimized = expect_same_function("optimize_model", model, x, 1e-5);
+    EXPECT_EQ(op_types(optimized), (std::vector<std::string>{"LayerNormalization"}));
+    auto again = optimized;
+    EXPECT_FALSE(run_pass("optimize_model", again)) << "a second run changes nothing";
+}
+
+// ---- shape inference
+
+TEST(InferSymbolicShapes, PropagatesComputedShapesAndCustomOps) {
+    GraphBuilder b;
+    b.input("x", {-1, 4, 6}).output("y", {-1, 24});
+    auto model = b.build();
+    auto* dim = model.graph().mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0);
+    dim->clear_dim_value();
+    dim->set_dim_param("batch");
+    auto& g = model.graph();
+    auto add = [&](const std::string& op, std::vector<std::string> in, std::string out, const std::string& domain = "") {
+        auto* n = g.add_node();
+        n->set_op_type(op);
+        n->set_domain(domain);
+        for (auto& i : in) n->add_input(i);
+        n->add_output(out);
+        return n;
+    };
+    *g.add_initializer() = int64s({0}).to_proto("zero");
+    *g.add_initializer() = int64s({24}).to_proto("flat");
+    add("Gelu", {"x"}, "gx", "com.microsoft");
+    add("Shape", {"gx"}, "s");
+    set_int_attribute(*add("Gather", {"s", "zero"}, "n"), "axis", 0);
+    set_int_attribute(*add("Concat", {"n", "flat"}, "target"), "axis", 0);
+    add("Reshape", {"gx", "target"}, "r");
+    add("Relu", {"r"}, "y");
+    auto* o = model.proto().add_opset_import();
+    o->set_domain("com.microsoft");
+    o->set_version(1);
+
+    EXPECT_TRUE(run_pass("infer_symbolic_shapes", model));
+    std::map<std::string, std::string> shapes;
+    for (const auto& v : model.graph().value_info()) {
+        std::string text;
+        for (const auto& d : v.type().tensor_type().shape().dim())
+            text += (text.empty() ? "" : ",") + (d.has_dim_value() ? std::to_string(d.dim_value()) : d.dim_param());
+        shapes[v.name()] = text;
+    }
+    EXPECT_EQ(shapes["gx"], "batch,4,6") << "the elementwise contrib op keeps its input's shape";
+    EXPECT_EQ(shapes["r"], "batch,24") << "the Reshape's target is computed from the input's shape";
+}
+
+// ---- conversions
+
+TEST(ConvertFp16ToFp32, WidensEverythingAndDropsIdleCasts) {
+    GraphBuilder b;
+    b.input("x", {4}, vaiq::DataType::Float16).output("y", {4}).output("z", {4}, vaiq::DataType::Float16);
+    const auto k = ramp({4}, 0.1f, 0.3f).convert_float(vaiq::DataType::Float16);
+    b.initializer("k", k);
+    b.node("Add", {"x", "k"}, {"z"});
+    set_int_attribute(b.node("Cast", {"z"}, {"y"}), "to", onnx::TensorProto::FLOAT);
+    auto model = b.build();
+    EXPECT_TRUE(run_pass("convert_fp16_to_fp32", model));
+    EXPECT_EQ(op_types(model), (std::vector<std::string>{"Add", "Identity"})) << "the output's Cast ties two outputs";
+    EXPECT_EQ(model.graph().input(0).type().tensor_type().elem_type(), onnx::TensorProto::FLOAT);
+    EXPECT_EQ(model.graph().output(1).type().tensor_type().elem_type(), onnx::TensorProto::FLOAT);
+    const auto widened = vaiq::Tensor::from_proto(*find_initializer(model, "k"));
+    ASSERT_EQ(widened.type(), vaiq::DataType::Float);
+    EXPECT_EQ(widened.data<float>()[1], vaiq::half_to_float(vaiq::float_to_half(0.4f)));
+    const auto x = ramp({4}, 1.0f);
+    EXPECT_EQ(run(model, {{"x", x}})[0].data<float>()[3], 4.0f + widened.data<float>()[3]);
+    EXPECT_FALSE(run_pass("convert_fp16_to_fp32", model));
+}
+
+TEST(ConvertFp16ToFp32, RemovesCastPairsAroundFloat16Islands) {
+    GraphBuilder b;
+    b.input("x", {4}).output("y", {4});
+    set_int_attribute(b.node("Cast", {"x"}, {"h"}), "to", onnx::TensorProto::FLOAT16);
+    b.node("Relu", {"h"}, {"r"});
+    set_int_attribute(b.node("Cast", {"r"}, {"y"}), "to", onnx::TensorProto::FLOAT);
+    auto model = b.build();
+    EXPECT_TRUE(run_pass("convert_fp16_to_fp32", model));
+    EXPECT_EQ(op_types(model), (std::vector<std::string>{"Relu"}));
+}
+
+TEST(ConvertNchwToNhwc, TakesNhwcAndTransposesForTheConv) {
+    const auto model = vaiq::test::conv_relu_model();
+    auto converted = model;
+    EXPECT_TRUE(run_pass("convert_nchw_to_nhwc", converted));
+    const auto& dims = converted.graph().input(0).type().tensor_type().shape().dim();
+    EXPECT_EQ((std::vector<int64_t>{dims[0].dim_value(), dims[1].dim_value(), dims[2].dim_value(), dims[3].dim_value()}),
+              (std::vector<int64_t>{1, 4, 4, 2}));
+    EXPECT_EQ(converted.graph().node(0).op_type(), "Transpose");
+    // The same image in either layout gives the same output.
+    const auto nchw = values({1, 2, 4, 4}, noise);
+    std::vector<float> nhwc(32);
+    for (int c = 0; c < 2; ++c)
+        for (int hw = 0; hw < 16; ++hw) nhwc[hw * 2 + c] = nchw.data<float>()[c * 16 + hw];
+    const auto name = model.graph().input(0).name();
+    EXPECT_LT(relative_difference(run(model, {{name, nchw}})[0],
+                                  run(converted, {{name, vaiq::Tensor::from_values<float>({1, 4, 4, 2}, nhwc)}})[0]),
+              1e-6);
+    EXPECT_FALSE(run_pass("convert_nchw_to_nhwc", converted)) << "NHWC already";
+}
+
+// ---- cross layer equalization
+
+// Per output channel of the first layer and input channel of the second: their largest |weight|.
+std::pair<std::vector<float>, std::vector<float>> ranges(const vaiq::Model& m, const std::string& w1,
+                                                         const std::string& w2) {
+    const auto a = vaiq::Tensor::from_proto(*find_initializer(m, w1));
+    const auto b = vaiq::Tensor::from_proto(*find_initializer(m, w2));
+    const int64_t c = a.shape()[0], per_a = a.size() / c;
+    std::vector<float> ra(c, 0), rb(c, 0);
+    for (int64_t i = 0; i < a.size(); ++i) ra[i / per_a] = std::max(ra[i / per_a], std::abs(a.data<float>()[i]));
+    const int64_t inner = b.size() / (b.shape()[0] * b.shape()[1]);
+    for (int64_t i = 0; i < b.size(); ++i) {
+        const int64_t ch = (i / inner) % b.shape()[1];
+        rb[ch] = std::max(rb[ch], std::abs(b.data<float>()[i]));
+    }
+    return {ra, rb};
+}
+
+vaiq::Model conv_relu_conv() {
+    GraphBuilder b;
+    b.input("x", {1, 2, 6, 6}).output("y", {1, 3, 6, 6});
+    // Channel c of the first layer spans 10^(c-2): badly balanced for one per-tensor scale.
+    b.initializer("w1", values({4, 2, 3, 3}, [](int64_t i) { return noise(i) * std::pow(10.0f, float(i / 18) - 2); }));
+    b.initializer("b1", ramp({4}, 0.01f, 0.01f));
+    b.initializer("w2", values({3, 4, 1, 1}, [](int64_t i) { return 0.5f + noise(i + 100); }));
+    set_ints_attribute(b.node("Conv", {"x", "w1", "b1"}, {"c1"}), "pads", {1, 1, 1, 1});
+    b.node("Relu", {"c1"}, {"r"});
+    b.node("Conv", {"r", "w2"}, {"y"});
+    return b.build();
+}
+
+TEST(CrossLayerEqualization, EqualizesChannelRangesAndKeepsTheFunction) {
+    const auto model = conv_relu_conv();
+    const auto x = values({1, 2, 6, 6}, noise);
+    const auto equalized =
+        expect_same_function("cross_layer_equalization", model, x, 1e-5, {{"scale_append_bias", false}});
+    const auto [before1, before2] = ranges(model, "w1", "w2");
+    const auto [r1, r2] = ranges(equalized, "w1", "w2");
+    for (size_t c = 0; c < r1.size(); ++c) {
+        EXPECT_NEAR(r1[c], r2[c], 1e-5 * r1[c]) << "channel " << c;
+        EXPECT_NEAR(r1[c], std::sqrt(before1[c] * before2[c]), 1e-5 * r1[c]) << "channel " << c;
+    }
+    // The spread of the first layer's channel ranges shrinks (10^3 before).
+    EXPECT_LT(*std::max_element(r1.begin(), r1.end()) / *std::min_element(r1.begin(), r1.end()),
+              *std::max_element(before1.begin(), before1.end()) / *std::min_element(before1.begin(), before1.end()) / 10);
+}
+
+TEST(CrossLayerEqualization, DepthwiseGemmAndAdaptiveSteps) {
+    GraphBuilder b;
+    b.input("x", {1, 2, 5, 5}).output("y", {1, 3});
+    b.initializer("w1", values({4, 2, 1, 1}, [](int64_t i) { return noise(i) * (1 + 3 * (i / 2)); }));
+    b.initializer("dw", values({4, 1, 3, 3}, [](int64_t i) { return noise(i + 7); }));
+    b.initializer("w3", values({4, 4, 1, 1}, [](int64_t i) { return noise(i + 50); }));
+    b.initializer("g1", values({16, 8}, [](int64_t i) { return noise(i + 3) * (i % 8 + 1); }));
+    b.initializer("g2", values({8, 3}, [](int64_t i) { return noise(i + 9); }));
+    b.initializer("flat", int64s({1, 16}));
+    b.node("Conv", {"x", "w1"}, {"a"});
+    b.node("Relu", {"a"}, {"ar"});
+    auto& dw = b.node("Conv", {"ar", "dw"}, {"d"});
+    set_int_attribute(dw, "group", 4);
+    set_ints_attribute(dw, "pads", {1, 1, 1, 1});
+    b.node("LeakyRelu", {"d"}, {"dr"});
+    set_ints_attribute(b.node("Conv", {"dr", "w3"}, {"p"}), "strides", {3, 3});
+    b.node("Reshape", {"p", "flat"}, {"f"});
+    b.node("Gemm", {"f", "g1"}, {"h"});
+    b.node("Relu", {"h"}, {"hr"});
+    b.node("Gemm", {"hr", "g2"}, {"y"});
+    const auto model = b.build();
+    const auto x = values({1, 2, 5, 5}, noise);
+    const auto one = expect_same_function("cross_layer_equalization", model, x, 1e-5);
+    const auto adaptive = expect_same_function("cross_layer_equalization", model, x, 1e-5, {{"steps", -1}});
+    auto bad = model;
+    EXPECT_THROW(run_pass("cross_layer_equalization", bad, {{"steps", 0}}), vaiq::InputError);
+    // Three pairs: conv -> depthwise, depthwise -> conv, gemm -> gemm; all weights moved.
+    for (const auto* w : {"w1", "dw", "w3", "g1", "g2"})
+        EXPECT_NE(find_initializer(one, w)->raw_data(), find_initializer(model, w)->raw_data()) << w;
 }
 
 }  // namespace
