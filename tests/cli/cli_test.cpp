@@ -50,7 +50,7 @@ TEST(Cli, VersionAndHelp) {
     auto r = vaiq_cli("--version");
     EXPECT_EQ(r.exit_code, 0);
     EXPECT_EQ(r.out, "0.1.0\n");
-    for (const char* sub : {"run", "validate", "explain", "plugins", "convert-opset"}) {
+    for (const char* sub : {"run", "validate", "explain", "plugins", "convert-opset", "preprocess"}) {
         r = vaiq_cli(std::string(sub) + " --help");
         EXPECT_EQ(r.exit_code, 0) << sub;
         EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub;
@@ -186,11 +186,47 @@ TEST(Cli, RunRejectsCalibrationDataOfTheWrongShape) {
     EXPECT_FALSE(fs::exists(dir / "out.onnx"));
 }
 
+TEST(Cli, PreprocessOptimizesInfersShapesAndWritesExternalData) {
+    const auto dir = temp_dir();
+    const auto model = example_model(dir);
+    const auto before = slurp(model);
+    auto r = vaiq_cli("preprocess " + model.string() + " " + (dir / "prepared.onnx").string() +
+                      " --pass cross_layer_equalization --save_as_external_data --all_tensors_to_one_file "
+                      "--external_data_location data "
+                      "--external_data_size_threshold 0");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("4 steps"), std::string::npos) << r.out;  // symbolic, optimize, CLE, ONNX shapes
+    EXPECT_EQ(slurp(model), before) << "the input model changed";
+    EXPECT_TRUE(fs::exists(dir / "data" / "prepared.onnx.data"));
+    const auto out = vaiq::load_model(dir / "prepared.onnx");
+    EXPECT_EQ(out.graph().node_size(), 2) << "the Identity is optimized away";
+    EXPECT_GE(out.graph().value_info_size(), 1) << "the intermediate tensor has a shape";
+
+    r = vaiq_cli("preprocess " + model.string() + " " + (dir / "split.onnx").string() +
+                 " --skip_optimization --save_as_external_data --external_data_size_threshold 0");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(fs::exists(dir / "w")) << "one file per tensor, named after it";
+    EXPECT_EQ(vaiq::load_model(dir / "split.onnx").graph().node_size(), 3) << "optimization was skipped";
+
+    EXPECT_EQ(vaiq_cli("preprocess " + (dir / "missing.onnx").string() + " " + (dir / "x.onnx").string()).exit_code, 1);
+    r = vaiq_cli("preprocess " + model.string() + " " + (dir / "x.onnx").string() + " --pass no_such_pass");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("no_such_pass"), std::string::npos) << r.err;
+    r = vaiq_cli("preprocess " + model.string() + " " + model.string());
+    EXPECT_EQ(r.exit_code, 1) << "never writes over its input";
+    EXPECT_EQ(vaiq_cli("preprocess " + model.string() + " " + (dir / "x.onnx").string() +
+                       " --save_as_external_data --external_data_location ../outside")
+                  .exit_code,
+              1);
+    EXPECT_FALSE(fs::exists(dir / "x.onnx"));
+}
+
 TEST(Cli, RunStopsAfterPrepareAndWritesModelAndReport) {
     const auto dir = temp_dir();
     const auto model = example_model(dir);
     const auto before = slurp(model);
-    const auto recipe = write_text(dir / "prep.yaml", "recipe_version: 1\nextends: cpu.yaml\npasses: [eliminate_identity]\n");
+    const auto recipe = write_text(dir / "prep.yaml", "recipe_version: 1\nextends: cpu.yaml\noptimize_model: false\n"
+                                                      "passes: [eliminate_identity]\n");
     auto r = vaiq_cli("run " + recipe.string() + " --stop-after prepare --model " + model.string() + " --output " +
                       (dir / "out.onnx").string() + " --report " + (dir / "report.json").string());
     ASSERT_EQ(r.exit_code, 0) << r.err;

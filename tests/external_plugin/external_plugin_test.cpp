@@ -69,8 +69,8 @@ TEST(ExternalPlugin, BuildsAgainstTheInstalledSdkAndRunsInARecipe) {
     EXPECT_EQ(out.graph().node(0).doc_string(), "");
     EXPECT_EQ(out.proto().doc_string(), "exported by a training script") << "keep_model_doc was honoured";
     const auto report = nlohmann::json::parse(slurp(work / "out.report.json"));
-    EXPECT_EQ(report["passes"][0]["name"], "strip_doc_strings");
-    EXPECT_EQ(report["passes"][0]["changed"], true);
+    EXPECT_EQ(report["passes"].back()["name"], "strip_doc_strings") << "after the documented optimize_model";
+    EXPECT_EQ(report["passes"].back()["changed"], true);
     EXPECT_NE(report["recipe"]["files"].back().get<std::string>().find(prefix.string()), std::string::npos)
         << "cpu.yaml is found among the installed recipes";
 }

@@ -209,11 +209,12 @@ TEST(Recipes, SwitchesDecideWhetherDependentKeysTakeEffect) {
 }
 
 TEST(Recipes, ExplicitUnimplementedSettingsAreReported) {
-    const Recipe r = recipe_from("optimize_model: false\nper_channel: true\nuse_external_data_format: true\n"
-                                 "extra_options: {Int16Scale: true}\n");
-    const auto prepare = vaiq::unsupported_settings(r, vaiq::Phase::Prepare);
-    ASSERT_EQ(prepare.size(), 1u);
-    EXPECT_EQ(prepare[0].rfind("optimize_model (", 0), 0u) << prepare[0];
+    const Recipe r = recipe_from("extra_options: {EnableSubgraph: true, Int16Scale: true}\nper_channel: true\n"
+                                 "use_external_data_format: true\ninclude_cle: true\n");
+    EXPECT_TRUE(vaiq::unsupported_settings(r, vaiq::Phase::Prepare).empty()) << "CLE works";
+    const auto plan = vaiq::unsupported_settings(r, vaiq::Phase::Plan);
+    ASSERT_EQ(plan.size(), 1u);
+    EXPECT_EQ(plan[0].rfind("extra_options.EnableSubgraph (", 0), 0u) << plan[0];
     // + Int16Scale; per_channel and external data work.
     EXPECT_EQ(vaiq::unsupported_settings(r, vaiq::Phase::Save).size(), 2u);
 }
