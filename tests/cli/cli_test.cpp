@@ -221,6 +221,32 @@ TEST(Cli, PreprocessOptimizesInfersShapesAndWritesExternalData) {
     EXPECT_FALSE(fs::exists(dir / "x.onnx"));
 }
 
+TEST(Cli, RecipeSwitchesRunThePreparationPasses) {
+    const auto dir = temp_dir();
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 2, 4, 4}).output("y", {1, 2, 4, 4});
+    b.initializer("w1", vaiq::test::ramp({3, 2, 1, 1}, -1.0f, 0.4f)).initializer("w2", vaiq::test::ramp({2, 3, 1, 1}, 0.1f, 0.3f));
+    b.node("Conv", {"x", "w1"}, {"a"});
+    b.node("Relu", {"a"}, {"r"});
+    b.node("Conv", {"r", "w2"}, {"y"});
+    vaiq::save_model(b.build(), dir / "model.onnx");
+    auto r = vaiq_cli("run " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --stop-after prepare --model " +
+                      (dir / "model.onnx").string() + " --output " + (dir / "out.onnx").string() +
+                      " --set include_cle=true --set convert_nchw_to_nhwc=true --set extra_options.CLESteps=-1");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto report = nlohmann::json::parse(slurp(dir / "out.report.json"));
+    std::vector<std::string> passes;
+    for (const auto& p : report["passes"]) passes.push_back(p["name"].get<std::string>());
+    EXPECT_EQ(passes, (std::vector<std::string>{"convert_nchw_to_nhwc", "optimize_model", "cross_layer_equalization"}));
+    EXPECT_EQ(report["passes"][2]["changed"], true);
+    const auto out = vaiq::load_model(dir / "out.onnx");
+    EXPECT_EQ(out.graph().input(0).type().tensor_type().shape().dim(3).dim_value(), 2) << "NHWC input";
+    r = vaiq_cli("run " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --stop-after prepare --model " + (dir / "model.onnx").string() +
+                 " --output " + (dir / "bad.onnx").string() + " --set include_cle=true --set extra_options.CLESteps=0");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("CLESteps"), std::string::npos) << r.err;
+}
+
 TEST(Cli, RunStopsAfterPrepareAndWritesModelAndReport) {
     const auto dir = temp_dir();
     const auto model = example_model(dir);

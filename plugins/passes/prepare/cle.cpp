@@ -1,6 +1,6 @@
 // Cross Layer Equalization: for two weighted layers in a row (Conv or Gemm,
 // depthwise included) joined by ops that commute with a positive per-channel
-// scale (Relu, LeakyRelu, a zero Pad), scale the first layer's output
+// scale (Relu, LeakyRelu, pools, a zero Pad), scale the first layer's output
 // channel c by s and the second's input channel c by 1/s, with
 // s = sqrt(r1 / r0) (r0, r1 the channel's largest |weight| in each), so both
 // ranges become sqrt(r0 r1). The model computes the same function; per-tensor
@@ -90,11 +90,20 @@ std::vector<float> channel_max(const std::vector<float>& w, const WeightView& v)
     return r;
 }
 
-// Ops between the two layers that commute with a positive per-channel scale.
-bool commutes(const onnx::NodeProto& node, const vaiq::GraphIndex& index) {
+bool is_global_pool(const onnx::NodeProto& node) {
+    return node.op_type() == "GlobalAveragePool" || node.op_type() == "GlobalMaxPool";
+}
+
+// Ops between the two layers that commute with a positive per-channel scale
+// (a Flatten only after a global pool, where channel c stays feature c).
+bool commutes(const onnx::NodeProto& node, const vaiq::GraphIndex& index, bool after_global_pool) {
+    if (vaiq::dpu::is_rescale(node)) return true;  // a scalar
     if (!is_default_domain(node)) return false;
     const auto& op = node.op_type();
-    return op == "Relu" || op == "LeakyRelu" || (op == "Pad" && vaiq::dpu::pads_with_zeros(node, index));
+    if (op == "Flatten") return after_global_pool;
+    return op == "Relu" || op == "LeakyRelu" || op == "MaxPool" || op == "AveragePool" ||
+           op == "GlobalAveragePool" || op == "GlobalMaxPool" ||
+           (op == "Pad" && vaiq::dpu::pads_with_zeros(node, index));
 }
 
 // The first layer's output reaches the second's data input through
@@ -109,6 +118,7 @@ std::vector<Pair> find_pairs(const onnx::GraphProto& graph, const vaiq::GraphInd
         const auto& head = graph.node(n);
         if (head.op_type() != "Conv" && head.op_type() != "Gemm") continue;
         std::string t = head.output(0);
+        bool after_global_pool = false;
         for (int hops = 0; hops < 8; ++hops) {
             const auto& uses = index.consumers(t);
             if (uses.size() != 1 || index.is_graph_output(t) || uses[0].slot != 0) break;
@@ -117,7 +127,8 @@ std::vector<Pair> find_pairs(const onnx::GraphProto& graph, const vaiq::GraphInd
                 pairs.push_back({n, uses[0].node});
                 break;
             }
-            if (!commutes(next, index) || next.output_size() < 1) break;
+            if (!commutes(next, index, after_global_pool) || next.output_size() < 1) break;
+            after_global_pool |= is_global_pool(next);
             t = next.output(0);
         }
     }
@@ -137,6 +148,21 @@ float bias_shrink(const std::vector<float>& bias, const std::vector<float>& weig
     for (float shrink : {1.0f, 2.0f, 5.0f, 10.0f, 20.0f})
         if (median / shrink <= 1.0f) return shrink;
     return 20.0f;
+}
+
+// Relative squared error of quantizing `w` to int8 per tensor (scale max|w| / 127).
+double quantization_error(const std::vector<float>& w) {
+    float peak = 0;
+    for (float v : w) peak = std::max(peak, std::abs(v));
+    if (peak == 0) return 0;
+    const double scale = peak / 127.0;
+    double error = 0, energy = 0;
+    for (float v : w) {
+        const double q = std::nearbyint(v / scale) * scale;
+        error += (q - v) * (q - v);
+        energy += double(v) * v;
+    }
+    return energy > 0 ? error / energy : 0;
 }
 
 // Equalizes one pair; returns the mean |change| of the weights it touched.
@@ -168,8 +194,12 @@ double equalize(onnx::GraphProto& graph, const vaiq::GraphIndex& index, const Pa
                     x = y;
                 }
     };
+    const double error_before = quantization_error(head->weight) + quantization_error(tail->weight);
+    const auto head_before = head->weight, tail_before = tail->weight;
     scale(head->weight, hv, false);
     scale(tail->weight, tv, true);
+    // Keep the pair as it was when equalizing would not make its weights quantize better.
+    if (quantization_error(head->weight) + quantization_error(tail->weight) >= error_before) return 0.0;
     for (size_t c = 0; c < head->bias.size(); ++c) head->bias[c] *= s[c];
     const size_t count = head->weight.size() + tail->weight.size();
 
