@@ -150,21 +150,6 @@ float bias_shrink(const std::vector<float>& bias, const std::vector<float>& weig
     return 20.0f;
 }
 
-// Relative squared error of quantizing `w` to int8 per tensor (scale max|w| / 127).
-double quantization_error(const std::vector<float>& w) {
-    float peak = 0;
-    for (float v : w) peak = std::max(peak, std::abs(v));
-    if (peak == 0) return 0;
-    const double scale = peak / 127.0;
-    double error = 0, energy = 0;
-    for (float v : w) {
-        const double q = std::nearbyint(v / scale) * scale;
-        error += (q - v) * (q - v);
-        energy += double(v) * v;
-    }
-    return energy > 0 ? error / energy : 0;
-}
-
 // Equalizes one pair; returns the mean |change| of the weights it touched.
 double equalize(onnx::GraphProto& graph, const vaiq::GraphIndex& index, const Pair& pair, bool append_bias) {
     auto head = layer(graph, index, pair.head);
@@ -194,12 +179,8 @@ double equalize(onnx::GraphProto& graph, const vaiq::GraphIndex& index, const Pa
                     x = y;
                 }
     };
-    const double error_before = quantization_error(head->weight) + quantization_error(tail->weight);
-    const auto head_before = head->weight, tail_before = tail->weight;
     scale(head->weight, hv, false);
     scale(tail->weight, tv, true);
-    // Keep the pair as it was when equalizing would not make its weights quantize better.
-    if (quantization_error(head->weight) + quantization_error(tail->weight) >= error_before) return 0.0;
     for (size_t c = 0; c < head->bias.size(); ++c) head->bias[c] *= s[c];
     const size_t count = head->weight.size() + tail->weight.size();
 
