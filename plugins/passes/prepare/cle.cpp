@@ -217,9 +217,11 @@ bool CrossLayerEqualization::run(vaiq::Model& model) {
     const int steps = steps_ == -1 ? kMaxAdaptiveSteps : steps_;
     int done = 0;
     double total = 0;
+    bool changed = false;
     for (; done < steps; ++done) {
         total = 0;
         for (const auto& pair : pairs) total += equalize(graph, index, pair, append_bias_);
+        changed |= total > 0;
         if (steps_ == -1 && total < threshold_) {
             ++done;
             break;
@@ -227,7 +229,7 @@ bool CrossLayerEqualization::run(vaiq::Model& model) {
     }
     vaiq::log_info("cross_layer_equalization: {} pairs, {} steps (last total change {:.3g})", pairs.size(), done,
                    total);
-    return true;
+    return changed;
 }
 
 }  // namespace prepare_passes
