@@ -305,7 +305,7 @@ std::map<fs::path, std::string> externalize(onnx::ModelProto& proto, const fs::p
                                             const SaveOptions& options) {
     const fs::path folder = options.external_data_location == "./" ? fs::path() : fs::path(options.external_data_location);
     std::map<fs::path, std::string> files;
-    std::set<std::string> taken;
+    std::set<std::string> taken = {model_path.filename().string(), model_path.filename().string() + ".data"};
     for_each_tensor(*proto.mutable_graph(), [&](onnx::TensorProto& t) {
         if (!t.has_raw_data() || t.raw_data().size() < options.external_data_size_threshold) return;
         fs::path location = folder / (model_path.filename().string() + ".data");

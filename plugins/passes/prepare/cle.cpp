@@ -150,48 +150,100 @@ float bias_shrink(const std::vector<float>& bias, const std::vector<float>& weig
     return 20.0f;
 }
 
-// Equalizes one pair; returns the mean |change| of the weights it touched.
-double equalize(onnx::GraphProto& graph, const vaiq::GraphIndex& index, const Pair& pair, bool append_bias) {
-    auto head = layer(graph, index, pair.head);
-    auto tail = layer(graph, index, pair.tail);
-    if (!head || !tail) return 0.0;
-    const auto hv = output_view(*head, graph.node(pair.head));
-    const auto tv = input_view(*tail, graph.node(pair.tail));
-    if (hv.channels != tv.channels) return 0.0;
-    auto r0 = channel_max(head->weight, hv);
-    const auto r1 = channel_max(tail->weight, tv);
-    if (append_bias && head->bias.size() == r0.size()) {
-        const float shrink = bias_shrink(head->bias, r0);
-        for (size_t c = 0; c < r0.size(); ++c) r0[c] = std::max(r0[c], std::abs(head->bias[c]) / shrink);
+// Equalizes a chain of layers sharing channel c: a pair, or a layer, a
+// depthwise layer and the layer after it (a triple). Each layer's range on
+// channel c becomes the geometric mean of the chain's ranges: the first
+// layer's output channel is multiplied by t0 = g / m0, each depthwise layer by
+// g / m_i (its output then carries the product t_i of the factors so far, and
+// so does its bias), and the last layer's input channel is divided by the
+// product. Returns the mean |change| of the weights it touched.
+double equalize(onnx::GraphProto& graph, const vaiq::GraphIndex& index, const std::vector<int>& chain,
+                bool append_bias) {
+    std::vector<Layer> layers;
+    std::vector<WeightView> views;
+    for (size_t i = 0; i < chain.size(); ++i) {
+        auto l = layer(graph, index, chain[i]);
+        if (!l) return 0.0;
+        const auto& node = graph.node(chain[i]);
+        views.push_back(i + 1 == chain.size() ? input_view(*l, node) : output_view(*l, node));
+        layers.push_back(std::move(*l));
+        if (views.back().channels != views.front().channels) return 0.0;
     }
-    std::vector<float> s(r0.size(), 1.0f);
-    for (size_t c = 0; c < s.size(); ++c)
-        if (r0[c] > 0 && r1[c] > 0) s[c] = static_cast<float>(std::sqrt(double(r1[c]) / r0[c]));
+    const size_t channels = views.front().channels, last = chain.size() - 1;
+    std::vector<std::vector<float>> ranges;
+    for (size_t i = 0; i < chain.size(); ++i) ranges.push_back(channel_max(layers[i].weight, views[i]));
+    if (append_bias && layers[0].bias.size() == channels) {
+        const float shrink = bias_shrink(layers[0].bias, ranges[0]);
+        for (size_t c = 0; c < channels; ++c)
+            ranges[0][c] = std::max(ranges[0][c], std::abs(layers[0].bias[c]) / shrink);
+    }
+    // factor[i][c]: what layer i's weights on channel c are multiplied by.
+    std::vector<std::vector<float>> factor(chain.size(), std::vector<float>(channels, 1.0f));
+    for (size_t c = 0; c < channels; ++c) {
+        double log_sum = 0;
+        bool usable = true;
+        for (const auto& r : ranges) {
+            usable = usable && r[c] > 0;
+            log_sum += usable ? std::log(double(r[c])) : 0.0;
+        }
+        if (!usable) continue;
+        const double g = std::exp(log_sum / double(chain.size()));
+        double carried = 1;  // what channel c's activation is multiplied by so far
+        for (size_t i = 0; i < last; ++i) {
+            factor[i][c] = static_cast<float>(g / ranges[i][c]);
+            carried *= g / ranges[i][c];
+            if (!layers[i].bias.empty()) layers[i].bias[c] *= static_cast<float>(carried);
+        }
+        factor[last][c] = static_cast<float>(1.0 / carried);
+    }
 
     double change = 0;
-    auto scale = [&](std::vector<float>& w, const WeightView& v, bool inverse) {
+    size_t count = 0;
+    for (size_t i = 0; i < chain.size(); ++i) {
+        const auto& v = views[i];
+        auto& w = layers[i].weight;
         for (int64_t o = 0; o < v.outer; ++o)
             for (int64_t c = 0; c < v.channels; ++c)
-                for (int64_t i = 0; i < v.inner; ++i) {
-                    float& x = v.at(w, o, c, i);
-                    const float y = inverse ? x / s[c] : x * s[c];
+                for (int64_t k = 0; k < v.inner; ++k) {
+                    float& x = v.at(w, o, c, k);
+                    const float y = x * factor[i][c];
                     change += std::abs(double(y) - x);
                     x = y;
                 }
-    };
-    scale(head->weight, hv, false);
-    scale(tail->weight, tv, true);
-    for (size_t c = 0; c < head->bias.size(); ++c) head->bias[c] *= s[c];
-    const size_t count = head->weight.size() + tail->weight.size();
-
+        count += w.size();
+    }
     auto store = [&](const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& values) {
         for (auto& init : *graph.mutable_initializer())
             if (init.name() == name) init = vaiq::Tensor::from_values<float>(shape, values).to_proto(name);
     };
-    store(head->weight_name, head->shape, head->weight);
-    store(tail->weight_name, tail->shape, tail->weight);
-    if (!head->bias_name.empty()) store(head->bias_name, {static_cast<int64_t>(head->bias.size())}, head->bias);
+    for (size_t i = 0; i < chain.size(); ++i) {
+        store(layers[i].weight_name, layers[i].shape, layers[i].weight);
+        if (i < last && !layers[i].bias_name.empty())
+            store(layers[i].bias_name, {static_cast<int64_t>(layers[i].bias.size())}, layers[i].bias);
+    }
     return count ? change / count : 0.0;
+}
+
+// Pairs, with a depthwise layer between two pairs joined into one triple.
+std::vector<std::vector<int>> chains(const onnx::GraphProto& graph, const vaiq::GraphIndex& index,
+                                     const std::vector<Pair>& pairs) {
+    std::map<int, size_t> by_head;
+    for (size_t i = 0; i < pairs.size(); ++i) by_head[pairs[i].head] = i;
+    std::vector<bool> used(pairs.size(), false);
+    std::vector<std::vector<int>> out;
+    for (size_t i = 0; i < pairs.size(); ++i) {
+        if (used[i]) continue;
+        const auto middle = layer(graph, index, pairs[i].tail);
+        const auto next = by_head.find(pairs[i].tail);
+        if (middle && middle->depthwise && next != by_head.end() && !used[next->second]) {
+            used[next->second] = true;
+            out.push_back({pairs[i].head, pairs[i].tail, pairs[next->second].tail});
+        } else {
+            out.push_back({pairs[i].head, pairs[i].tail});
+        }
+        used[i] = true;
+    }
+    return out;
 }
 
 }  // namespace
@@ -207,8 +259,8 @@ void CrossLayerEqualization::configure(const vaiq::Options& options) {
 bool CrossLayerEqualization::run(vaiq::Model& model) {
     auto& graph = model.graph();
     const vaiq::GraphIndex index(graph);
-    const auto pairs = find_pairs(graph, index);
-    if (pairs.empty()) {
+    const auto found = chains(graph, index, find_pairs(graph, index));
+    if (found.empty()) {
         vaiq::log_info("cross_layer_equalization: no pair of layers to equalize");
         return false;
     }
@@ -220,15 +272,15 @@ bool CrossLayerEqualization::run(vaiq::Model& model) {
     bool changed = false;
     for (; done < steps; ++done) {
         total = 0;
-        for (const auto& pair : pairs) total += equalize(graph, index, pair, append_bias_);
+        for (const auto& chain : found) total += equalize(graph, index, chain, append_bias_);
         changed |= total > 0;
         if (steps_ == -1 && total < threshold_) {
             ++done;
             break;
         }
     }
-    vaiq::log_info("cross_layer_equalization: {} pairs, {} steps (last total change {:.3g})", pairs.size(), done,
-                   total);
+    vaiq::log_info("cross_layer_equalization: {} pairs and triples, {} steps (last total change {:.3g})",
+                   found.size(), done, total);
     return changed;
 }
 

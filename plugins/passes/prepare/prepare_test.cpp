@@ -467,9 +467,20 @@ TEST(CrossLayerEqualization, DepthwiseGemmAndAdaptiveSteps) {
     const auto adaptive = expect_same_function("cross_layer_equalization", model, x, 1e-5, {{"steps", -1}});
     auto bad = model;
     EXPECT_THROW(run_pass("cross_layer_equalization", bad, {{"steps", 0}}), vaiq::InputError);
-    // Three pairs: conv -> depthwise, depthwise -> conv, gemm -> gemm; all weights moved.
+    // A triple (conv -> depthwise -> conv) and a pair (gemm -> gemm); all weights moved.
     for (const auto* w : {"w1", "dw", "w3", "g1", "g2"})
         EXPECT_NE(find_initializer(one, w)->raw_data(), find_initializer(model, w)->raw_data()) << w;
+    // In the triple each channel's three ranges become their geometric mean.
+    const auto plain = expect_same_function("cross_layer_equalization", model, x, 1e-5, {{"scale_append_bias", false}});
+    const auto before_conv = ranges(model, "w1", "w3").first, after_conv = ranges(plain, "w1", "w3").first;
+    const auto [before_dw, before_pw] = ranges(model, "dw", "w3");
+    const auto [after_dw, after_pw] = ranges(plain, "dw", "w3");
+    for (size_t c = 0; c < 4; ++c) {
+        const float mean = std::cbrt(before_conv[c] * before_dw[c] * before_pw[c]);
+        EXPECT_NEAR(after_conv[c], mean, 1e-5 * mean) << c;
+        EXPECT_NEAR(after_dw[c], mean, 1e-5 * mean) << c;
+        EXPECT_NEAR(after_pw[c], mean, 1e-5 * mean) << c;
+    }
 }
 
 }  // namespace
