@@ -150,6 +150,9 @@ float bias_shrink(const std::vector<float>& bias, const std::vector<float>& weig
     return 20.0f;
 }
 
+// The reference's CLEWeightThreshold (with CLEScaleUseThreshold, both fixed there).
+constexpr double kWeightThreshold = 0.5;
+
 // Equalizes a chain of layers sharing channel c: a pair, or a layer, a
 // depthwise layer and the layer after it (a triple). Each layer's range on
 // channel c becomes the geometric mean of the chain's ranges: the first
@@ -180,13 +183,16 @@ double equalize(onnx::GraphProto& graph, const vaiq::GraphIndex& index, const st
     // factor[i][c]: what layer i's weights on channel c are multiplied by.
     std::vector<std::vector<float>> factor(chain.size(), std::vector<float>(channels, 1.0f));
     for (size_t c = 0; c < channels; ++c) {
-        double log_sum = 0;
+        double log_sum = 0, sum = 0;
         bool usable = true;
         for (const auto& r : ranges) {
             usable = usable && r[c] > 0;
             log_sum += usable ? std::log(double(r[c])) : 0.0;
+            sum += r[c];
         }
-        if (!usable) continue;
+        // Channels whose weights are all small stay as they are: scaling them
+        // up would only magnify noise (and their activations).
+        if (!usable || sum < kWeightThreshold) continue;
         const double g = std::exp(log_sum / double(chain.size()));
         double carried = 1;  // what channel c's activation is multiplied by so far
         for (size_t i = 0; i < last; ++i) {
