@@ -129,17 +129,11 @@ bool fold_constants(vaiq::Model& model) {
     // A graph output computed from constants keeps its node: outputs are not initializers.
     const vaiq::GraphIndex index(graph);
     std::vector<int> removable;
-    std::set<std::string> kept_outputs;
     for (int n : folded) {
         const auto& node = graph.node(n);
         const bool feeds_output = std::any_of(node.output().begin(), node.output().end(),
                                               [&](const auto& o) { return index.is_graph_output(o); });
-        if (feeds_output && node.op_type() != "Constant") {
-            for (const auto& o : node.output()) kept_outputs.insert(o);
-            continue;
-        }
-        if (feeds_output) continue;  // a Constant output stays a Constant node
-        removable.push_back(n);
+        if (!feeds_output) removable.push_back(n);
     }
     if (removable.empty()) return false;
     std::set<std::string> removed_outputs;
