@@ -109,4 +109,51 @@ TEST(OnnxRuntimeNpu, RunsTheNpuExampleAndAgreesWithVaiq) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, OnnxRuntime, ::testing::Values("QDQ", "QOperator"));
 
+// Float ops whose last bit decides which integer a following QuantizeLinear
+// rounds to compute exactly as in ONNX Runtime: LayerNormalization (a row
+// length with and without a tail past the 8-lane blocks), com.microsoft Gelu,
+// and the bfloat16 rounding the DPU Softmax simulation relies on.
+TEST(OnnxRuntimeFloat, LayerNormGeluAndBfloat16AgreeToTheBit) {
+    for (int64_t hidden : {384, 100}) {
+        vaiq::test::GraphBuilder b(17);
+        b.input("x", {2, 37, hidden}).output("y", {2, 37, hidden});
+        std::vector<float> gamma(hidden), beta(hidden);
+        for (int64_t i = 0; i < hidden; ++i) {
+            gamma[i] = 0.5f + 0.01f * static_cast<float>(i % 97);
+            beta[i] = 0.03f * static_cast<float>(i % 13) - 0.2f;
+        }
+        b.initializer("gamma", vaiq::Tensor::from_values<float>({hidden}, gamma));
+        b.initializer("beta", vaiq::Tensor::from_values<float>({hidden}, beta));
+        auto& ln = b.node("LayerNormalization", {"x", "gamma", "beta"}, {"n"});
+        auto* eps = ln.add_attribute();
+        eps->set_name("epsilon");
+        eps->set_type(onnx::AttributeProto::FLOAT);
+        eps->set_f(1e-6f);
+        b.node("Gelu", {"n"}, {"g"}).set_domain("com.microsoft");
+        vaiq::test::set_int_attribute(b.node("Cast", {"g"}, {"h"}), "to", onnx::TensorProto::BFLOAT16);
+        vaiq::test::set_int_attribute(b.node("Cast", {"h"}, {"y"}), "to", onnx::TensorProto::FLOAT);
+        auto model = b.build();
+        auto* ms = model.proto().add_opset_import();
+        ms->set_domain("com.microsoft");
+        ms->set_version(1);
+        const auto dir = vaiq::test::temp_dir();
+        vaiq::save_model(model, dir / "m.onnx");
+        std::vector<float> x(static_cast<size_t>(2 * 37 * hidden));
+        for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sin(0.37 * double(i)) * 3.0 + 0.7);
+        const auto input = vaiq::Tensor::from_values<float>({2, 37, hidden}, x);
+        vaiq::write_npy(dir / "x.npy", input);
+        const auto r = run_command("NODE_PATH=" + ort_modules().string() + " " VAIQ_NODE " " VAIQ_SOURCE_DIR
+                                   "/tests/ort/run_model.js " + (dir / "m.onnx").string() + " " + (dir / "ort").string() +
+                                   " " + (dir / "x.npy").string());
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        const auto theirs = vaiq::read_npy(dir / "ort" / "output_0.npy");
+        vaiq::runtime::Executor executor(model);
+        const auto ours = executor.run({{"x", input}})[0];
+        ASSERT_EQ(ours.size(), theirs.size());
+        int64_t different = 0;
+        for (int64_t i = 0; i < ours.size(); ++i) different += ours.data<float>()[i] != theirs.data<float>()[i];
+        EXPECT_EQ(different, 0) << "hidden size " << hidden;
+    }
+}
+
 }  // namespace

@@ -110,7 +110,15 @@ void layer_norm(KernelContext& ctx, std::vector<Tensor>& out) {
     Tensor mean_t(DataType::Float, stat_shape), inv_t(DataType::Float, stat_shape);
     auto y = out[0].mutable_data<float>();
     const auto xv = x.data<float>();
-    for (int64_t o = 0; o < outer; ++o) {
+    // Scale and bias over the whole normalized shape: ONNX Runtime's kernel, to the bit.
+    const bool dense = scale.size() == inner && (!ctx.has_input(2) || ctx.input(2).size() == inner);
+    if (dense) {
+        const float* bias = ctx.has_input(2) ? bv.data() : nullptr;
+        for (int64_t o = 0; o < outer; ++o)
+            ort_layer_norm_row(xv.data() + o * inner, sv.data(), bias, y.data() + o * inner, inner,
+                               static_cast<float>(eps), &mean_t.mutable_data<float>()[o], &inv_t.mutable_data<float>()[o]);
+    }
+    for (int64_t o = 0; o < (dense ? 0 : outer); ++o) {
         const float* v = xv.data() + o * inner;
         double mean = 0, sq = 0;
         for (int64_t i = 0; i < inner; ++i) mean += v[i];

@@ -114,6 +114,46 @@ constexpr float kErfExp[] = {1.38319808e-3f, 8.37550033e-3f, 4.16689515e-2f, 1.6
 [[gnu::target("fma")]] void erf_fma(const float* in, float* out, int64_t n) { erf_rows(in, out, n); }
 void erf_generic(const float* in, float* out, int64_t n) { erf_rows(in, out, n); }
 
+[[gnu::always_inline]] inline void layer_norm_row(const float* x, const float* scale, const float* bias, float* y,
+                                                  int64_t n, float epsilon, float* mean_out, float* inv_std_out) {
+    double lanes[4] = {0, 0, 0, 0};
+    const int64_t whole4 = n / 4 * 4, whole8 = n / 8 * 8;
+    for (int64_t i = 0; i < whole4; i += 4)
+        for (int l = 0; l < 4; ++l) lanes[l] += x[i + l];
+    double sum = (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]);
+    for (int64_t i = whole4; i < n; ++i) sum += x[i];
+    const auto mean = static_cast<float>(sum / static_cast<double>(n));
+    float squares[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t i = 0; i < whole8; i += 8)
+        for (int l = 0; l < 8; ++l) {
+            const float d = x[i + l] - mean;
+            squares[l] = std::fma(d, d, squares[l]);
+        }
+    float four[4];
+    for (int l = 0; l < 4; ++l) four[l] = squares[l] + squares[l + 4];
+    float sum_squares = (four[0] + four[2]) + (four[1] + four[3]);
+    for (int64_t i = whole8; i < n; ++i) {  // the scalar tail rounds the square first
+        const float d = x[i] - mean;
+        sum_squares += d * d;
+    }
+    const float inv_std = 1.0f / std::sqrt(sum_squares / static_cast<float>(n) + epsilon);
+    for (int64_t i = 0; i < n; ++i) {
+        const float normalized = (x[i] - mean) * inv_std;
+        y[i] = bias ? std::fma(normalized, scale[i], bias[i]) : normalized * scale[i];
+    }
+    *mean_out = mean;
+    *inv_std_out = inv_std;
+}
+
+[[gnu::target("fma")]] void layer_norm_fma(const float* x, const float* scale, const float* bias, float* y, int64_t n,
+                                           float epsilon, float* mean_out, float* inv_std_out) {
+    layer_norm_row(x, scale, bias, y, n, epsilon, mean_out, inv_std_out);
+}
+void layer_norm_generic(const float* x, const float* scale, const float* bias, float* y, int64_t n, float epsilon,
+                        float* mean_out, float* inv_std_out) {
+    layer_norm_row(x, scale, bias, y, n, epsilon, mean_out, inv_std_out);
+}
+
 constexpr int64_t kSgemmPanel = 128;
 
 [[gnu::always_inline]] inline void sgemm_rows(const float* a, const float* b, float* c, int64_t m, int64_t k,
@@ -177,6 +217,12 @@ float ort_row_sum(const float* x, int64_t n) {
     float r = (p0[0] + p0[2]) + (p0[1] + p0[3]);
     for (int64_t i = whole4; i < n; ++i) r += x[i];
     return r;
+}
+
+void ort_layer_norm_row(const float* x, const float* scale, const float* bias, float* y, int64_t n, float epsilon,
+                        float* mean_out, float* inv_std_out) {
+    has_fma() ? layer_norm_fma(x, scale, bias, y, n, epsilon, mean_out, inv_std_out)
+              : layer_norm_generic(x, scale, bias, y, n, epsilon, mean_out, inv_std_out);
 }
 
 void ort_sgemm(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n) {

@@ -19,6 +19,15 @@ void ort_erf(const float* in, float* out, int64_t n);
 /// (Eigen's vectorised sum with 4-lane packets).
 float ort_row_sum(const float* x, int64_t n);
 
+/// One row of LayerNormalization as MLAS's AVX2 kernel computes it: the mean
+/// from a 4-lane double sum, the centred variance from 8-lane float fused
+/// multiply-adds, y = ((x - mean) * (1 / sqrt(var + eps))) * scale + bias with
+/// the last step fused (bias may be null). Writes the mean and 1 / std. Bit for
+/// bit what ONNX Runtime 1.30 computes when n is at least 8 (shorter rows may
+/// differ in the last bit).
+void ort_layer_norm_row(const float* x, const float* scale, const float* bias, float* y, int64_t n, float epsilon,
+                        float* mean_out, float* inv_std_out);
+
 /// C[m, n] = A[m, k] B[k, n], row-major, as MLAS's SGEMM sums: fused multiply-adds
 /// in k order within panels of 128, panel sums added in order.
 void ort_sgemm(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n);
