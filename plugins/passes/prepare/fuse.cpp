@@ -208,8 +208,8 @@ bool fuse_gelu(vaiq::Model& model) {
             const auto* times_x = m.only_reader(product->output(0), "Mul");
             if (times_x && Matcher::other_input(*times_x, product->output(0)) == x) out = times_x->output(0);
         } else if (const auto* half = m.from(other, "Mul")) {  // (x * 0.5) * (1 + erf)
-            if (Matcher::other_input(*half, x).size() && near(m.scalar(Matcher::other_input(*half, x)), 0.5))
-                out = product->output(0);
+            const auto factor = Matcher::other_input(*half, x);
+            if (!factor.empty() && near(m.scalar(factor), 0.5)) out = product->output(0);
         }
         if (out.empty()) continue;
         std::vector<int> nodes = m.matched();
