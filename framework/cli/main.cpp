@@ -8,6 +8,7 @@
 
 #include <iostream>
 
+#include "pipeline/dump.hpp"
 #include "pipeline/pipeline.hpp"
 #include "pipeline/preprocess.hpp"
 #include "plugin/registry.hpp"
@@ -56,6 +57,30 @@ int list_plugins(const PluginRegistry& registry, bool as_json) {
     }
     if (plugins.empty()) fmt::print("no plugins found (searched {} and VAIQ_PLUGIN_PATH)\n", builtin_plugin_dir().string());
     return kExitOk;
+}
+
+// NAME=D0,D1,... as {NAME: [D0, D1, ...]}.
+nlohmann::json parse_shape_assignment(const std::string& spec) {
+    const auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0)
+        throw InputError(fmt::format("--random-input-shape '{}': expected NAME=D0,D1,...", spec));
+    nlohmann::json dims = nlohmann::json::array();
+    std::string rest = spec.substr(eq + 1);
+    for (size_t start = 0; start <= rest.size();) {
+        const auto comma = std::min(rest.find(',', start), rest.size());
+        const auto text = rest.substr(start, comma - start);
+        size_t used = 0;
+        long long d = -1;
+        try {
+            d = std::stoll(text, &used);
+        } catch (const std::exception&) {
+        }
+        if (text.empty() || used != text.size() || d <= 0)
+            throw InputError(fmt::format("--random-input-shape '{}': '{}' is not a positive dimension", spec, text));
+        dims.push_back(d);
+        start = comma + 1;
+    }
+    return {{spec.substr(0, eq), dims}};
 }
 
 std::optional<Phase> parse_phase(const std::string& name) {
@@ -137,6 +162,18 @@ int main(int argc, char** argv) {
                                "A further pass plugin to run after optimization (repeatable), e.g. "
                                "cross_layer_equalization, convert_fp16_to_fp32, convert_nchw_to_nhwc");
 
+    DumpOptions dump;
+    std::string dump_data, dump_dir = "dump_results";
+    std::vector<std::string> random_shapes;
+    auto* dump_cmd = app.add_subcommand(
+        "dump", "Write the integer values of every quantized tensor (and with --dump-float every node's float "
+                "output) on one batch");
+    dump_cmd->add_option("model", model_in, "The quantized model")->required();
+    dump_cmd->add_option("--data", dump_data, "Data whose first batch is the input (default: random inputs)");
+    dump_cmd->add_option("--random-input-shape", random_shapes, "NAME=D0,D1,... for a random input (repeatable)");
+    dump_cmd->add_flag("--dump-float", dump.dump_float, "Also every node's float output (*_float.bin/.txt)");
+    dump_cmd->add_option("--output-dir", dump_dir, "Where to write the files");
+
     std::vector<std::string> infer_inputs;
     std::string output_dir;
     int repeat = 1, threads = 0;
@@ -196,6 +233,14 @@ int main(int argc, char** argv) {
             for (const auto& p : r["passes"]) changed += p["changed"].get<bool>();
             fmt::print("wrote {} ({} nodes; {} of {} steps changed the model)\n", model_out, r["nodes"].get<int>(),
                        changed, r["passes"].size());
+            return kExitOk;
+        }
+        if (*dump_cmd) {
+            if (!dump_data.empty()) dump.data = dump_data;
+            dump.output_dir = dump_dir;
+            for (const auto& spec : random_shapes) dump.random_input_shapes.update(parse_shape_assignment(spec));
+            const auto r = dump_model(model_in, dump);
+            fmt::print("dumped {} quantized and {} float tensors to {}\n", r.quantized, r.floats, dump_dir);
             return kExitOk;
         }
         if (*convert) {

@@ -6,7 +6,9 @@
 #include <fstream>
 
 #include "test_support.hpp"
+#include "runtime/executor.hpp"
 #include "util/npy.hpp"
+#include "vaiq/model.hpp"
 
 namespace fs = std::filesystem;
 
@@ -50,7 +52,7 @@ TEST(Cli, VersionAndHelp) {
     auto r = vaiq_cli("--version");
     EXPECT_EQ(r.exit_code, 0);
     EXPECT_EQ(r.out, "0.1.0\n");
-    for (const char* sub : {"run", "validate", "explain", "plugins", "convert-opset", "preprocess"}) {
+    for (const char* sub : {"run", "validate", "explain", "plugins", "convert-opset", "preprocess", "dump"}) {
         r = vaiq_cli(std::string(sub) + " --help");
         EXPECT_EQ(r.exit_code, 0) << sub;
         EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub;
@@ -245,6 +247,61 @@ TEST(Cli, RecipeSwitchesRunThePreparationPasses) {
                  " --output " + (dir / "bad.onnx").string() + " --set include_cle=true --set extra_options.CLESteps=0");
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_NE(r.err.find("CLESteps"), std::string::npos) << r.err;
+}
+
+TEST(Cli, DumpWritesWhatTheExecutorComputes) {
+    const auto dir = temp_dir();
+    const auto model = example_model(dir);
+    const auto input = vaiq::test::ramp({1, 2, 4, 4}, -1.0f, 0.07f);
+    vaiq::write_npy(dir / "x.npy", input);
+    auto r = vaiq_cli("run " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --model " + model.string() + " --data " +
+                      (dir / "x.npy").string() + " --output " + (dir / "q.onnx").string() + " --set dump_output_dir=" +
+                      (dir / "from_recipe").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto report = nlohmann::json::parse(slurp(dir / "q.report.json"));
+    EXPECT_GT(report["dump"]["quantized_tensors"].get<int>(), 0);
+
+    r = vaiq_cli("dump " + (dir / "q.onnx").string() + " --data " + (dir / "x.npy").string() + " --dump-float --output-dir " +
+                 (dir / "d").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    // The same tensors, computed here with the executor on the same input.
+    const auto quantized = vaiq::load_model(dir / "q.onnx");
+    std::map<std::string, std::string> integer_of;  // DequantizeLinear output -> the tensor it reads
+    for (const auto& n : quantized.graph().node())
+        if (n.op_type() == "DequantizeLinear") integer_of[n.output(0)] = n.input(0);
+    ASSERT_FALSE(integer_of.empty());
+    std::vector<std::string> taps;
+    for (const auto& [dq, q] : integer_of) taps.push_back(q);
+    taps.push_back("conv_out");
+    std::map<std::string, vaiq::Tensor> computed;
+    vaiq::runtime::Executor executor(quantized, {.fuse_qdq = false});
+    executor.run({{"x", input}}, taps, [&](const std::string& name, const vaiq::Tensor& v) { computed[name] = v; });
+    for (const auto& [dq, q] : integer_of) {
+        vaiq::Tensor expected;
+        bool stored = false;
+        for (const auto& init : quantized.graph().initializer())
+            if (init.name() == q) expected = vaiq::Tensor::from_proto(init), stored = true;
+        if (!stored) expected = computed.at(q);
+        const auto bytes = slurp(dir / "d" / (dq + ".bin"));
+        EXPECT_EQ(bytes, std::string(reinterpret_cast<const char*>(expected.bytes().data()), expected.bytes().size())) << dq;
+        std::ifstream text(dir / "d" / (dq + ".txt"));
+        std::string line;
+        int64_t lines = 0;
+        while (std::getline(text, line)) ++lines;
+        EXPECT_EQ(lines, expected.size()) << dq;
+        EXPECT_TRUE(fs::exists(dir / "from_recipe" / (dq + ".bin"))) << dq;
+    }
+    const auto conv = computed.at("conv_out");
+    EXPECT_EQ(slurp(dir / "d" / "conv_out_float.bin"),
+              std::string(reinterpret_cast<const char*>(conv.bytes().data()), conv.bytes().size()));
+
+    r = vaiq_cli("dump " + model.string() + " --output-dir " + (dir / "none").string());
+    EXPECT_EQ(r.exit_code, 1) << "a float model has no quantized tensors";
+    EXPECT_NE(r.err.find("--dump-float"), std::string::npos) << r.err;
+    EXPECT_EQ(vaiq_cli("dump " + (dir / "q.onnx").string() + " --random-input-shape x=1,two").exit_code, 1);
+    r = vaiq_cli("dump " + (dir / "q.onnx").string() + " --random-input-shape x=1,2,4,4 --output-dir " +
+                 (dir / "random").string());
+    EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 TEST(Cli, RunStopsAfterPrepareAndWritesModelAndReport) {

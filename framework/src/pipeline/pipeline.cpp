@@ -9,6 +9,7 @@
 
 #include "pipeline/calibration.hpp"
 #include "pipeline/data_reader.hpp"
+#include "pipeline/dump.hpp"
 #include "pipeline/evaluation.hpp"
 #include "pipeline/planner.hpp"
 #include "pipeline/preprocess.hpp"
@@ -422,6 +423,19 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
         save.use_external_data_format = recipe.value("use_external_data_format").get<bool>();
         save.check = false;  // the check phase just ran
         save_model(quantized, output_path, save, input_path);
+        if (const auto& dir = recipe.value("dump_output_dir"); !dir.is_null()) {
+            DumpOptions dump;
+            if (const auto& data = recipe.value("calibration_data_reader"); !data.is_null())
+                dump.data = data.get<std::string>();
+            else
+                dump.random_input_shapes = recipe.value("random_data_reader_input_shape");
+            dump.dump_float = recipe.value("dump_float").get<bool>();
+            dump.output_dir = dir.get<std::string>();
+            const auto dumped = dump_model(output_path, dump);
+            report["dump"] = {{"output_dir", dump.output_dir.string()},
+                              {"quantized_tensors", dumped.quantized},
+                              {"float_tensors", dumped.floats}};
+        }
         write_file_atomically(report_path, [&](std::ostream& out) { out << report.dump(2) << '\n'; });
     });
     progress.done();

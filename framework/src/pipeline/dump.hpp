@@ -1,0 +1,35 @@
+// dump_model: the values a quantized model computes on one batch, tensor by
+// tensor, for comparing vaiq's simulation with what the device computes.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <optional>
+
+namespace vaiq {
+
+struct DumpOptions {
+    /// Data whose first batch is the input; without it, random inputs.
+    std::optional<std::filesystem::path> data;
+    /// Shapes of the random inputs, as random_data_reader takes them ({input:
+    /// shape}, a list, or [] for the model's own shapes with a dynamic leading
+    /// dimension of 1).
+    nlohmann::json random_input_shapes = nlohmann::json::object();
+    /// Also every node's float output, as <name>_float.bin/.txt.
+    bool dump_float = false;
+    std::filesystem::path output_dir = "dump_results";
+};
+
+struct DumpResult {
+    int quantized = 0;  ///< integer tensors written (one per DequantizeLinear)
+    int floats = 0;     ///< float node outputs written
+};
+
+/// For every DequantizeLinear, the integer tensor it reads, written as
+/// <its output's name>.bin (raw little-endian) and .txt (one value per line),
+/// '/' in names replaced by '_'. Throws InputError for a model with nothing to
+/// dump (no DequantizeLinear and no dump_float) or inputs that do not fit.
+DumpResult dump_model(const std::filesystem::path& model_path, const DumpOptions& options);
+
+}  // namespace vaiq
