@@ -3,6 +3,8 @@
 // with vaiq's own execution, and runs its convolutions as integer kernels.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
 
 #include "runtime/executor.hpp"
@@ -111,12 +113,16 @@ INSTANTIATE_TEST_SUITE_P(Formats, OnnxRuntime, ::testing::Values("QDQ", "QOperat
 
 // Float ops whose last bit decides which integer a following QuantizeLinear
 // rounds to compute exactly as in ONNX Runtime: LayerNormalization (a row
-// length with and without a tail past the 8-lane blocks), com.microsoft Gelu,
-// and the bfloat16 rounding the DPU Softmax simulation relies on.
-TEST(OnnxRuntimeFloat, LayerNormGeluAndBfloat16AgreeToTheBit) {
+// length with and without a tail past the 8-lane blocks), com.microsoft Gelu
+// (and its tail past 16-lane blocks), Erf past its clamp, and the bfloat16
+// rounding the DPU Softmax simulation relies on.
+TEST(OnnxRuntimeFloat, LayerNormGeluErfAndBfloat16AgreeToTheBit) {
     for (int64_t hidden : {384, 100}) {
         vaiq::test::GraphBuilder b(17);
-        b.input("x", {2, 37, hidden}).output("y", {2, 37, hidden});
+        b.input("x", {2, 37, hidden}).output("y", {2, 37, hidden}).output("e", {2, 37, hidden});
+        b.initializer("k", vaiq::test::ramp({}, 1.7f));
+        b.node("Mul", {"x", "k"}, {"xk"});
+        b.node("Erf", {"xk"}, {"e"});
         std::vector<float> gamma(hidden), beta(hidden);
         for (int64_t i = 0; i < hidden; ++i) {
             gamma[i] = 0.5f + 0.01f * static_cast<float>(i % 97);
@@ -146,13 +152,16 @@ TEST(OnnxRuntimeFloat, LayerNormGeluAndBfloat16AgreeToTheBit) {
                                    "/tests/ort/run_model.js " + (dir / "m.onnx").string() + " " + (dir / "ort").string() +
                                    " " + (dir / "x.npy").string());
         ASSERT_EQ(r.exit_code, 0) << r.err;
-        const auto theirs = vaiq::read_npy(dir / "ort" / "output_0.npy");
         vaiq::runtime::Executor executor(model);
-        const auto ours = executor.run({{"x", input}})[0];
-        ASSERT_EQ(ours.size(), theirs.size());
-        int64_t different = 0;
-        for (int64_t i = 0; i < ours.size(); ++i) different += ours.data<float>()[i] != theirs.data<float>()[i];
-        EXPECT_EQ(different, 0) << "hidden size " << hidden;
+        const auto ours = executor.run({{"x", input}});
+        for (size_t o = 0; o < ours.size(); ++o) {
+            const auto theirs = vaiq::read_npy(dir / "ort" / fmt::format("output_{}.npy", o));
+            ASSERT_EQ(ours[o].size(), theirs.size());
+            int64_t different = 0;
+            for (int64_t i = 0; i < ours[o].size(); ++i)
+                different += ours[o].data<float>()[i] != theirs.data<float>()[i];
+            EXPECT_EQ(different, 0) << "output " << o << ", hidden size " << hidden;
+        }
     }
 }
 

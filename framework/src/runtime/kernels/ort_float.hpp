@@ -12,8 +12,12 @@ namespace vaiq::runtime {
 /// MLAS's polynomial; returns their sum in its 16-lane order.
 float ort_sum_exp(const float* in, float* out, int64_t n, float negative_maximum);
 
-/// MLAS's error function (FMA kernel).
+/// MLAS's error function (its AVX-512 kernel where the CPU has AVX-512, else FMA3).
 void ort_erf(const float* in, float* out, int64_t n);
+
+/// Exact (erf) GELU as ONNX Runtime computes it: MLAS's fused AVX-512 kernel
+/// where the CPU has AVX-512, else x / sqrt 2, the FMA erf, 0.5 x (erf + 1).
+void ort_gelu(const float* in, float* out, int64_t n);
 
 /// The sum of a contiguous row as ONNX Runtime's ReduceSum/ReduceMean adds it
 /// (Eigen's vectorised sum with 4-lane packets).
