@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
     preprocess_cmd->add_option("--int_max", pre.int_max, "The integer taken as unbounded (accepted; see docs)");
     preprocess_cmd->add_flag("--guess_output_rank", pre.guess_output_rank,
                              "Shape outputs of ops without a schema like their first input");
-    preprocess_cmd->add_option("--verbose", pre.verbose, "0 quiet, 1 warnings, 3 details")
+    preprocess_cmd->add_option("--verbose", pre.verbose, "0 warnings only, 1 each step, 3 details")
         ->check(CLI::IsMember({0, 1, 2, 3}));
     preprocess_cmd->add_flag("--save_as_external_data", pre.save_as_external_data, "Store tensors in external files");
     preprocess_cmd->add_flag("--all_tensors_to_one_file", pre.all_tensors_to_one_file,
