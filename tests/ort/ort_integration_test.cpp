@@ -111,6 +111,18 @@ TEST(OnnxRuntimeNpu, RunsTheNpuExampleAndAgreesWithVaiq) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, OnnxRuntime, ::testing::Values("QDQ", "QOperator"));
 
+// 16-bit activations (the documented A16W8 mixed precision) as com.microsoft
+// QuantizeLinear/DequantizeLinear pairs: ONNX Runtime runs them natively.
+TEST(OnnxRuntime16Bit, RunsA16W8AndKeepsItsAccuracy) {
+    const auto run = quantize_and_run("mnist_cpu.yaml", "--set activation_type=QInt16");
+    EXPECT_GE(accuracy(run.logits), run.report["evaluation"]["accuracy"]["float"].get<double>() - 0.003);
+    // One 16-bit step is 256 times finer than an 8-bit one: float ops between the pairs
+    // (ONNX Runtime's and vaiq's summation orders) may move an element by a step.
+    EXPECT_GE(within_one_step(run), 0.99);
+    const double sqnr = run.report["evaluation"]["outputs"][0]["sqnr_db"].get<double>();
+    EXPECT_GT(sqnr, 32.0) << "int8 activations give about 30 dB here";
+}
+
 // Float ops whose last bit decides which integer a following QuantizeLinear
 // rounds to compute exactly as in ONNX Runtime: LayerNormalization (a row
 // length with and without a tail past the 8-lane blocks), com.microsoft Gelu

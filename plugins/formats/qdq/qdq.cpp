@@ -13,13 +13,28 @@ using vaiq::InputError;
 using vaiq::QuantType;
 using vaiq::TensorQuant;
 
+bool is_16_bit(QuantType t) { return t == QuantType::QInt16 || t == QuantType::QUInt16; }
+
 void check_params(const TensorQuant& t, int64_t opset) {
     const bool int32_bias = t.role == vaiq::TensorRole::Bias && t.params.type == QuantType::QInt32;
-    if (t.params.type != QuantType::QInt8 && t.params.type != QuantType::QUInt8 && !int32_bias)
-        throw InputError(fmt::format("format 'qdq' writes QInt8 and QUInt8 (and QInt32 biases), not {} for tensor '{}'; "
-                                     "use quant_format VitisQuantFormat.QDQ for wider types",
+    if (t.params.type != QuantType::QInt8 && t.params.type != QuantType::QUInt8 && !is_16_bit(t.params.type) &&
+        !int32_bias)
+        throw InputError(fmt::format("format 'qdq' writes QInt8, QUInt8, QInt16 and QUInt16 (and QInt32 biases), not "
+                                     "{} for tensor '{}'; use quant_format VitisQuantFormat.QDQ for other types",
                                      vaiq::quant_type_name(t.params.type), t.tensor));
     vaiq::check_quant_params(t, opset);
+}
+
+// 16-bit pairs are ONNX Runtime's com.microsoft QuantizeLinear/DequantizeLinear:
+// the default domain has 16-bit types only from opset 21.
+std::string domain_for(const TensorQuant& t) { return is_16_bit(t.params.type) ? "com.microsoft" : ""; }
+
+void import_microsoft_domain(onnx::ModelProto& model) {
+    for (const auto& o : model.opset_import())
+        if (o.domain() == "com.microsoft") return;
+    auto* o = model.add_opset_import();
+    o->set_domain("com.microsoft");
+    o->set_version(1);
 }
 
 // Scale and zero-point initializers: scalars per tensor, vectors per channel.
@@ -33,9 +48,10 @@ std::pair<std::string, std::string> add_params(onnx::GraphProto& graph, vaiq::Un
 
 onnx::NodeProto& add_node(onnx::GraphProto& graph, vaiq::UniqueNames& names, const std::string& op,
                           const std::string& input, const std::string& scale, const std::string& zp,
-                          const std::string& output, int axis) {
+                          const std::string& output, int axis, const std::string& domain) {
     auto* n = graph.add_node();
     n->set_op_type(op);
+    n->set_domain(domain);
     n->set_name(names.fresh(output + "_node"));
     n->add_input(input);
     n->add_input(scale);
@@ -62,6 +78,7 @@ class Qdq final : public vaiq::Format {
         vaiq::UniqueNames names(graph);
         for (const auto& t : plan.tensors) {
             check_params(t, model.opset());
+            if (is_16_bit(t.params.type)) import_microsoft_domain(model.proto());
             const vaiq::GraphIndex index(graph);
             if (const auto* init = index.initializer(t.tensor)) emit_weight(graph, names, index, *init, t);
             else emit_activation(graph, names, index, t);
@@ -82,13 +99,13 @@ class Qdq final : public vaiq::Format {
         vaiq::replace_all_uses(graph, t.tensor, dq_out);
         if (pair_to_weight_ && t.role != vaiq::TensorRole::Bias) {
             const auto q_out = names.fresh(t.tensor + "_QuantizeLinear_Output");
-            add_node(graph, names, "QuantizeLinear", t.tensor, scale, zp, q_out, t.params.axis);
-            add_node(graph, names, "DequantizeLinear", q_out, scale, zp, dq_out, t.params.axis);
+            add_node(graph, names, "QuantizeLinear", t.tensor, scale, zp, q_out, t.params.axis, domain_for(t));
+            add_node(graph, names, "DequantizeLinear", q_out, scale, zp, dq_out, t.params.axis, domain_for(t));
             return;
         }
         const auto q_name = names.fresh(t.tensor + "_quantized");
         *graph.add_initializer() = vaiq::quantize_tensor(weight, t.params, t.tensor).to_proto(q_name);
-        add_node(graph, names, "DequantizeLinear", q_name, scale, zp, dq_out, t.params.axis);
+        add_node(graph, names, "DequantizeLinear", q_name, scale, zp, dq_out, t.params.axis, domain_for(t));
         vaiq::remove_unused_initializers(graph);
     }
 
@@ -109,8 +126,8 @@ class Qdq final : public vaiq::Format {
             for (auto& out : *graph.mutable_node(producer)->mutable_output())
                 if (out == t.tensor) out = float_name;
             const auto q_out = names.fresh(t.tensor + "_QuantizeLinear_Output");
-            add_node(graph, names, "QuantizeLinear", float_name, scale, zp, q_out, axis);
-            add_node(graph, names, "DequantizeLinear", q_out, scale, zp, t.tensor, axis);
+            add_node(graph, names, "QuantizeLinear", float_name, scale, zp, q_out, axis, domain_for(t));
+            add_node(graph, names, "DequantizeLinear", q_out, scale, zp, t.tensor, axis, domain_for(t));
             return;
         }
         const auto& uses = index.consumers(t.tensor);
@@ -120,16 +137,16 @@ class Qdq final : public vaiq::Format {
             const auto q_out = names.fresh(t.tensor + "_QuantizeLinear_Output");
             const auto dq_out = names.fresh(t.tensor + "_DequantizeLinear_Output");
             vaiq::replace_all_uses(graph, t.tensor, dq_out);
-            add_node(graph, names, "QuantizeLinear", t.tensor, scale, zp, q_out, axis);
-            add_node(graph, names, "DequantizeLinear", q_out, scale, zp, dq_out, axis);
+            add_node(graph, names, "QuantizeLinear", t.tensor, scale, zp, q_out, axis, domain_for(t));
+            add_node(graph, names, "DequantizeLinear", q_out, scale, zp, dq_out, axis, domain_for(t));
             return;
         }
         for (const auto& use : uses) {
             const auto q_out = names.fresh(t.tensor + "_QuantizeLinear_Output");
             const auto dq_out = names.fresh(t.tensor + "_DequantizeLinear_Output");
             graph.mutable_node(use.node)->set_input(use.slot, dq_out);
-            add_node(graph, names, "QuantizeLinear", t.tensor, scale, zp, q_out, axis);
-            add_node(graph, names, "DequantizeLinear", q_out, scale, zp, dq_out, axis);
+            add_node(graph, names, "QuantizeLinear", t.tensor, scale, zp, q_out, axis, domain_for(t));
+            add_node(graph, names, "DequantizeLinear", q_out, scale, zp, dq_out, axis, domain_for(t));
         }
     }
 

@@ -107,11 +107,34 @@ TEST(Qdq, PerChannelNeedsOpset13) {
 TEST(Qdq, RefusesTypesItCannotWrite) {
     auto model = vaiq::test::conv_relu_model();
     try {
-        emit(model, {{entry("x", TensorRole::Activation, QuantType::QInt16, {0.01f}, {0})}});
-        FAIL() << "QInt16 was accepted";
+        emit(model, {{entry("x", TensorRole::Activation, QuantType::QInt32, {0.01f}, {0})}});
+        FAIL() << "a QInt32 activation was accepted";
     } catch (const vaiq::InputError& e) {
         EXPECT_NE(std::string(e.what()).find("VitisQuantFormat.QDQ"), std::string::npos) << e.what();
     }
+}
+
+TEST(Qdq, SixteenBitPairsAreOnnxRuntimesMicrosoftDomainOps) {
+    auto model = vaiq::test::conv_relu_model();
+    emit(model, {{entry("x", TensorRole::Activation, QuantType::QInt16, {0.001f}, {0}),
+                  entry("w", TensorRole::Weight, QuantType::QInt8, {0.01f}, {0}),
+                  entry("y", TensorRole::Activation, QuantType::QUInt16, {0.0001f}, {32768})}});
+    EXPECT_NO_THROW(vaiq::check_model(model));
+    EXPECT_EQ(model.opset("com.microsoft"), 1);
+    for (const auto& n : model.graph().node()) {
+        if (n.op_type() != "QuantizeLinear" && n.op_type() != "DequantizeLinear") continue;
+        const bool weight = n.input(0) == "w_quantized";
+        EXPECT_EQ(n.domain(), weight ? "" : "com.microsoft") << n.name();
+    }
+    EXPECT_EQ(initializer(model, "x_zero_point")->data_type(), onnx::TensorProto::INT16);
+    EXPECT_EQ(initializer(model, "y_zero_point")->data_type(), onnx::TensorProto::UINT16);
+    // The executor runs it: y = relu(conv(x)) within one 16-bit step of the float model.
+    const auto reference = vaiq::test::conv_relu_model();
+    const auto x = vaiq::test::ramp({1, 2, 4, 4}, -0.5f, 0.03f);
+    const auto exact = vaiq::evaluate(reference, {{"x", x}})[0];
+    const auto quantized = vaiq::evaluate(model, {{"x", x}})[0];
+    for (int64_t i = 0; i < exact.size(); ++i)
+        EXPECT_NEAR(quantized.data<float>()[i], exact.data<float>()[i], 0.01f) << i;  // int8 weights dominate
 }
 
 TEST(Qdq, RefusesATensorTheModelLacks) {
