@@ -136,13 +136,6 @@ Tensor ramp(std::vector<int64_t> shape, float start, float step) {
     return t;
 }
 
-void set_int_attribute(onnx::NodeProto& node, const std::string& name, int64_t value) {
-    auto* a = node.add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::INT);
-    a->set_i(value);
-}
-
 void set_ints_attribute(onnx::NodeProto& node, const std::string& name, const std::vector<int64_t>& values) {
     auto* a = node.add_attribute();
     a->set_name(name);
@@ -191,6 +184,22 @@ Model conv_relu_model(int64_t opset) {
     set_ints_attribute(conv, "pads", {1, 1, 1, 1});
     b.node("Relu", {"conv_out"}, {"y"}, "relu");
     return b.build();
+}
+
+TensorQuant quant_entry(std::string tensor, TensorRole role, QuantType type, std::vector<float> scale,
+                        std::vector<int64_t> zero_point, int axis) {
+    TensorQuant t;
+    t.tensor = std::move(tensor);
+    t.role = role;
+    t.params = {type, std::move(scale), std::move(zero_point), axis};
+    return t;
+}
+
+void emit_with_format(const std::string& format_name, Model& model, const QuantPlan& plan,
+                      const nlohmann::json& options) {
+    auto registry = registry_with_test_plugin();
+    const auto& info = registry.require(PluginKind::Format, format_name);
+    registry.create<Format>(format_name, registry.resolve_options(info, options))->emit(model, plan);
 }
 
 }  // namespace vaiq::test

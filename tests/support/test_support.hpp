@@ -7,7 +7,10 @@
 #include <vector>
 
 #include "plugin/registry.hpp"
+#include "vaiq/format.hpp"
 #include "vaiq/model.hpp"
+#include "vaiq/pair_emitter.hpp"
+#include "vaiq/quant.hpp"
 #include "vaiq/tensor.hpp"
 
 namespace vaiq::test {
@@ -55,7 +58,7 @@ class GraphBuilder {
 /// A float tensor with the given shape, filled with start, start+step, ...
 Tensor ramp(std::vector<int64_t> shape, float start = 0.0f, float step = 1.0f);
 
-void set_int_attribute(onnx::NodeProto& node, const std::string& name, int64_t value);
+using vaiq::set_int_attribute;
 void set_ints_attribute(onnx::NodeProto& node, const std::string& name, const std::vector<int64_t>& values);
 
 /// The graph as text for golden files: nodes in order as
@@ -69,5 +72,13 @@ std::string compare_golden(const std::filesystem::path& golden, const std::strin
 
 /// Conv(x, w, b) -> Relu -> y on a [1, 2, 4, 4] input, 3 output channels.
 Model conv_relu_model(int64_t opset = 13);
+
+/// One tensor of a quantization plan.
+TensorQuant quant_entry(std::string tensor, TensorRole role, QuantType type, std::vector<float> scale,
+                        std::vector<int64_t> zero_point, int axis = -1);
+
+/// Writes `plan` into `model` with the format plugin `format_name` of the library this test was given.
+void emit_with_format(const std::string& format_name, Model& model, const QuantPlan& plan,
+                      const nlohmann::json& options = nullptr);
 
 }  // namespace vaiq::test

@@ -40,6 +40,7 @@ struct QuantSpec {
     bool per_channel = false;
     int axis = 0;               ///< channel axis when per_channel
     bool power_of_two = false;  ///< scales restricted to 2^-k (NPU)
+    bool int16_scale = false;   ///< float scales rounded to M * 2^-N, M a positive int16 (Int16Scale)
 };
 
 /// The observed float range of a tensor.
@@ -59,8 +60,15 @@ struct QuantParams {
 /// Scale and zero point for [rmin, rmax] as ONNX Runtime computes them: the range
 /// is widened to include 0, symmetric ranges are centred on 0, zero point rounded
 /// half to even. A degenerate range gets scale 1. With spec.power_of_two the
-/// scale is rounded to the nearest power of two (scale_to_position).
+/// scale is rounded to the nearest power of two (scale_to_position); with
+/// spec.int16_scale to the nearest M * 2^-N (nearest_int16_scale). Float types
+/// (QFloat16, QBFloat16) get scale 1 and zero point 0: they round, not scale.
 VAIQ_API QuantParams compute_quant_params(TensorRange range, const QuantSpec& spec);
+
+/// The value M * 2^-N nearest to `scale`, M in [1, 32767] (a positive int16) and
+/// N in [0, 65535] (a uint16 shift): 15 significant bits, so the relative change
+/// is at most 2^-16. Scales of 32768 and more saturate to M = 32767, N = 0.
+VAIQ_API double nearest_int16_scale(double scale);
 
 /// The position p of the power-of-two scale 2^-p nearest to `scale`, as the
 /// anchors round it (rint of -log2, so it can be up to sqrt(2) too small),
@@ -83,6 +91,13 @@ Q quantize_value(float scaled, double zero_point) {
     return static_cast<Q>(std::min(std::max(q, static_cast<double>(std::numeric_limits<Q>::min())),
                                    static_cast<double>(std::numeric_limits<Q>::max())));
 }
+
+/// One value quantized to a float quant type (QFloat16 or QBFloat16): `scaled`
+/// plus the zero point, rounded to nearest even and saturated to the type's
+/// largest finite value (NaN stays NaN). Returns the 16 stored bits.
+VAIQ_API uint16_t quantize_float_value(float scaled, float zero_point, QuantType type);
+/// The float a stored QFloat16/QBFloat16 value stands for.
+VAIQ_API float float_quant_value(uint16_t bits, QuantType type);
 
 /// One tensor of the plan.
 struct TensorQuant {

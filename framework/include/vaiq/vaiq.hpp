@@ -3,6 +3,7 @@
 
 #include "vaiq/abi.h"
 #include "vaiq/calibrator.hpp"
+#include "vaiq/custom_ops.hpp"
 #include "vaiq/dpu.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/fold.hpp"
@@ -12,6 +13,7 @@
 #include "vaiq/log.hpp"
 #include "vaiq/model.hpp"
 #include "vaiq/options.hpp"
+#include "vaiq/pair_emitter.hpp"
 #include "vaiq/pass.hpp"
 #include "vaiq/plugin.hpp"
 #include "vaiq/qdq_view.hpp"

@@ -123,10 +123,16 @@ class Planner {
         t.node = node.name().empty() ? node.op_type() : node.name();
         std::string method = config.get_string("calibrate_method");
         for (auto& c : method) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        if (role == TensorRole::Activation && !t.constant) t.calibrate_method = method;
+        if (!is_integer(spec.type)) {
+            // Float types round to their own precision: there is no range to calibrate.
+            t.fixed_range = TensorRange{};
+        } else if (role == TensorRole::Activation && !t.constant) {
+            t.calibrate_method = method;
+        }
         // The documented PowerOfTwoMethods give every tensor of the node a power-of-two
         // scale (an int32 bias gets one too: input scale x weight scale).
-        if ((method == "nonoverflow" || method == "minmse") && !(role == TensorRole::Bias && spec.type == QuantType::QInt32))
+        if ((method == "nonoverflow" || method == "minmse") && is_integer(spec.type) &&
+            !(role == TensorRole::Bias && spec.type == QuantType::QInt32))
             t.spec.power_of_two = true;
         if (auto it = inherit_.find(tensor); it != inherit_.end()) t.range_from = it->second;
         plan_.index[tensor] = plan_.tensors.size();

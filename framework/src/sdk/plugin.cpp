@@ -46,11 +46,15 @@ QuantSpec spec_from_config(TensorRole role, const Options& config) {
             spec.per_channel = config.get_bool("per_channel");
             spec.reduce_range = config.get_bool("reduce_range");
             break;
-        case TensorRole::Bias:
-            spec.type = QuantType::QInt32;
+        case TensorRole::Bias: {
+            // Float weights keep a float bias of their type; integer ones an int32 bias.
+            const auto weight = *parse_quant_type(config.get_string("weight_type"));
+            spec.type = is_integer(weight) ? QuantType::QInt32 : weight;
             spec.symmetric = true;
             break;
+        }
     }
+    spec.int16_scale = config.get_bool("extra_options.Int16Scale");
     return spec;
 }
 

@@ -89,9 +89,17 @@ std::string role_name(TensorRole role) {
     return "unknown";
 }
 
+namespace {
+
+// Float quant types keep the value's own scale: the rounding is the quantization.
+QuantParams float_type_params(QuantType type) { return QuantParams{type, {1.0f}, {0}, -1}; }
+
+}  // namespace
+
 QuantParams compute_quant_params(TensorRange range, const QuantSpec& spec) {
     if (!std::isfinite(range.min) || !std::isfinite(range.max) || range.min > range.max)
         throw InputError(fmt::format("cannot quantize the range [{}, {}]", range.min, range.max));
+    if (!is_integer(spec.type)) return float_type_params(spec.type);
     const auto [qmin, qmax] = integer_range(spec.type, spec.symmetric, spec.reduce_range);
     double rmin = std::min<double>(range.min, 0.0);
     double rmax = std::max<double>(range.max, 0.0);
@@ -104,6 +112,8 @@ QuantParams compute_quant_params(TensorRange range, const QuantSpec& spec) {
     params.type = spec.type;
     double scale = (rmax - rmin) / static_cast<double>(qmax - qmin);
     int64_t zero_point = 0;
+    if (scale >= std::numeric_limits<float>::min() && spec.int16_scale && !spec.power_of_two)
+        scale = nearest_int16_scale(scale);
     if (scale < std::numeric_limits<float>::min()) {
         scale = 1.0;
     } else if (spec.symmetric) {
@@ -117,12 +127,24 @@ QuantParams compute_quant_params(TensorRange range, const QuantSpec& spec) {
     return params;
 }
 
+double nearest_int16_scale(double scale) {
+    if (!(scale > 0.0) || !std::isfinite(scale)) return scale;
+    constexpr int kMaxM = 32767;
+    if (scale >= kMaxM) return kMaxM;
+    // The largest N that keeps M = round(scale * 2^N) within int16 gives the most significant bits.
+    int n = std::clamp(14 - static_cast<int>(std::floor(std::log2(scale))), 0, 65535);
+    double m = std::nearbyint(std::ldexp(scale, n));
+    if (m > kMaxM) m = std::nearbyint(std::ldexp(scale, --n));
+    return std::ldexp(std::max(m, 1.0), -n);
+}
+
 int scale_to_position(double scale) {
     const double clamped = std::clamp(scale, std::ldexp(1.0, -127), std::ldexp(1.0, 127));
     return static_cast<int>(std::clamp(std::rint(-std::log2(clamped)), -127.0, 127.0));
 }
 
 QuantParams power_of_two_params(TensorRange range, int position, const QuantSpec& spec) {
+    if (!is_integer(spec.type)) return float_type_params(spec.type);
     QuantSpec float_spec = spec;
     float_spec.power_of_two = false;
     QuantParams params = compute_quant_params(range, float_spec);
@@ -141,13 +163,35 @@ void check_quant_params(const TensorQuant& t, int64_t opset) {
     for (float s : p.scale)
         if (!(s > 0.0f) || !std::isfinite(s))
             throw InputError(fmt::format("tensor '{}' has the scale {}; scales must be positive and finite", t.tensor, s));
+    if (p.axis >= 0 && opset < 13)
+        throw InputError(fmt::format("tensor '{}' is quantized per channel, which needs opset 13 or newer (the model "
+                                     "has opset {})", t.tensor, opset));
+    if (!is_integer(p.type)) {
+        for (int64_t z : p.zero_point)
+            if (z != 0)
+                throw InputError(fmt::format("tensor '{}' is {} with the zero point {}; float types take zero point 0",
+                                             t.tensor, quant_type_name(p.type), z));
+        return;
+    }
     const auto [qmin, qmax] = integer_range(p.type);
     for (int64_t z : p.zero_point)
         if (z < qmin || z > qmax)
             throw InputError(fmt::format("tensor '{}' has the zero point {}, outside [{}, {}]", t.tensor, z, qmin, qmax));
-    if (p.axis >= 0 && opset < 13)
-        throw InputError(fmt::format("tensor '{}' is quantized per channel, which needs opset 13 or newer (the model "
-                                     "has opset {})", t.tensor, opset));
+}
+
+uint16_t quantize_float_value(float scaled, float zero_point, QuantType type) {
+    const bool half = type == QuantType::QFloat16;
+    if (!half && type != QuantType::QBFloat16)
+        throw InternalError(fmt::format("{} is not a float quant type", quant_type_name(type)));
+    // The largest finite values: 65504 for float16, (2 - 2^-7) * 2^127 for bfloat16.
+    const float limit = half ? 65504.0f : std::ldexp(255.0f, 120);
+    float v = scaled + zero_point;
+    if (!std::isnan(v)) v = std::clamp(v, -limit, limit);
+    return half ? float_to_half(v) : float_to_bfloat16(v);
+}
+
+float float_quant_value(uint16_t bits, QuantType type) {
+    return type == QuantType::QFloat16 ? half_to_float(bits) : bfloat16_to_float(bits);
 }
 
 namespace {
@@ -194,6 +238,7 @@ Tensor scale_tensor(const QuantParams& params) {
 
 Tensor zero_point_tensor(const QuantParams& params) {
     Tensor zp(storage_type(params.type), params_shape(params));
+    if (!is_integer(params.type)) return zp;  // zero bits are +0.0 in float16 and bfloat16
     with_storage_type(params.type, [&](auto q) { fill_zero_points<decltype(q)>(zp, params); });
     return zp;
 }
@@ -208,6 +253,16 @@ Tensor quantize_tensor(const Tensor& values, const QuantParams& p, std::string_v
         for (size_t d = p.axis + 1; d < shape.size(); ++d) inner *= shape[d];
     }
     Tensor q = Tensor::uninitialized(storage_type(p.type), shape);
+    if (!is_integer(p.type)) {
+        const auto in = values.data<float>();
+        auto* out = reinterpret_cast<uint16_t*>(q.mutable_bytes().data());  // float16/bfloat16 bits
+        const size_t channels = p.scale.size();
+        for (size_t i = 0; i < in.size(); ++i) {
+            const size_t c = channels == 1 ? 0 : (i / static_cast<size_t>(inner)) % channels;
+            out[i] = quantize_float_value(in[i] / p.scale[c], static_cast<float>(p.zero_point[c]), p.type);
+        }
+        return q;
+    }
     with_storage_type(p.type, [&](auto v) { quantize_into(values.data<float>(), q.mutable_data<decltype(v)>(), p, inner); });
     return q;
 }

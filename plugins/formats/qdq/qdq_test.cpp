@@ -10,28 +10,18 @@ namespace {
 using vaiq::QuantType;
 using vaiq::TensorRole;
 
-vaiq::TensorQuant entry(std::string tensor, TensorRole role, QuantType type, std::vector<float> scale,
-                        std::vector<int64_t> zp, int axis = -1) {
-    vaiq::TensorQuant t;
-    t.tensor = std::move(tensor);
-    t.role = role;
-    t.params = {type, std::move(scale), std::move(zp), axis};
-    return t;
-}
+using vaiq::test::quant_entry;
 
 // x (uint8), w (int8), b (int32 at sx * sw) and the output y (uint8).
 vaiq::QuantPlan conv_plan() {
-    return {{entry("x", TensorRole::Activation, QuantType::QUInt8, {0.02f}, {128}),
-             entry("w", TensorRole::Weight, QuantType::QInt8, {0.01f}, {0}),
-             entry("b", TensorRole::Bias, QuantType::QInt32, {0.0002f}, {0}),
-             entry("y", TensorRole::Activation, QuantType::QUInt8, {0.05f}, {0})}};
+    return {{quant_entry("x", TensorRole::Activation, QuantType::QUInt8, {0.02f}, {128}),
+             quant_entry("w", TensorRole::Weight, QuantType::QInt8, {0.01f}, {0}),
+             quant_entry("b", TensorRole::Bias, QuantType::QInt32, {0.0002f}, {0}),
+             quant_entry("y", TensorRole::Activation, QuantType::QUInt8, {0.05f}, {0})}};
 }
 
 void emit(vaiq::Model& model, const vaiq::QuantPlan& plan, const nlohmann::json& options = nullptr) {
-    auto registry = vaiq::test::registry_with_test_plugin();
-    const auto& info = registry.require(vaiq::PluginKind::Format, "qdq");
-    auto format = registry.create<vaiq::Format>("qdq", registry.resolve_options(info, options));
-    format->emit(model, plan);
+    vaiq::test::emit_with_format("qdq", model, plan, options);
 }
 
 int count_ops(const vaiq::Model& m, const std::string& op) {
@@ -85,7 +75,7 @@ TEST(Qdq, NodesStayTopologicallyOrdered) {
 
 TEST(Qdq, PerChannelWeightsGetAnAxis) {
     auto model = vaiq::test::conv_relu_model();
-    emit(model, {{entry("w", TensorRole::Weight, QuantType::QInt8, {0.01f, 0.02f, 0.04f}, {0, 0, 0}, 0)}});
+    emit(model, {{quant_entry("w", TensorRole::Weight, QuantType::QInt8, {0.01f, 0.02f, 0.04f}, {0, 0, 0}, 0)}});
     EXPECT_NO_THROW(vaiq::check_model(model));
     const auto w_tensor = vaiq::Tensor::from_proto(*initializer(model, "w_quantized"));
     const auto w = w_tensor.data<int8_t>();
@@ -100,14 +90,14 @@ TEST(Qdq, PerChannelWeightsGetAnAxis) {
 
 TEST(Qdq, PerChannelNeedsOpset13) {
     auto model = vaiq::test::conv_relu_model(11);
-    EXPECT_THROW(emit(model, {{entry("w", TensorRole::Weight, QuantType::QInt8, {0.01f, 0.02f, 0.04f}, {0, 0, 0}, 0)}}),
+    EXPECT_THROW(emit(model, {{quant_entry("w", TensorRole::Weight, QuantType::QInt8, {0.01f, 0.02f, 0.04f}, {0, 0, 0}, 0)}}),
                  vaiq::InputError);
 }
 
 TEST(Qdq, RefusesTypesItCannotWrite) {
     auto model = vaiq::test::conv_relu_model();
     try {
-        emit(model, {{entry("x", TensorRole::Activation, QuantType::QInt32, {0.01f}, {0})}});
+        emit(model, {{quant_entry("x", TensorRole::Activation, QuantType::QInt32, {0.01f}, {0})}});
         FAIL() << "a QInt32 activation was accepted";
     } catch (const vaiq::InputError& e) {
         EXPECT_NE(std::string(e.what()).find("VitisQuantFormat.QDQ"), std::string::npos) << e.what();
@@ -116,9 +106,9 @@ TEST(Qdq, RefusesTypesItCannotWrite) {
 
 TEST(Qdq, SixteenBitPairsAreOnnxRuntimesMicrosoftDomainOps) {
     auto model = vaiq::test::conv_relu_model();
-    emit(model, {{entry("x", TensorRole::Activation, QuantType::QInt16, {0.001f}, {0}),
-                  entry("w", TensorRole::Weight, QuantType::QInt8, {0.01f}, {0}),
-                  entry("y", TensorRole::Activation, QuantType::QUInt16, {0.0001f}, {32768})}});
+    emit(model, {{quant_entry("x", TensorRole::Activation, QuantType::QInt16, {0.001f}, {0}),
+                  quant_entry("w", TensorRole::Weight, QuantType::QInt8, {0.01f}, {0}),
+                  quant_entry("y", TensorRole::Activation, QuantType::QUInt16, {0.0001f}, {32768})}});
     EXPECT_NO_THROW(vaiq::check_model(model));
     EXPECT_EQ(model.opset("com.microsoft"), 1);
     for (const auto& n : model.graph().node()) {
@@ -137,15 +127,43 @@ TEST(Qdq, SixteenBitPairsAreOnnxRuntimesMicrosoftDomainOps) {
         EXPECT_NEAR(quantized.data<float>()[i], exact.data<float>()[i], 0.01f) << i;  // int8 weights dominate
 }
 
+TEST(Qdq, FloatTypesAreCastPairsAndStoredWeights) {
+    for (const auto type : {QuantType::QFloat16, QuantType::QBFloat16}) {
+        auto model = vaiq::test::conv_relu_model();
+        emit(model, {{quant_entry("x", TensorRole::Activation, type, {1.0f}, {0}),
+                      quant_entry("w", TensorRole::Weight, type, {1.0f}, {0}), quant_entry("b", TensorRole::Bias, type, {1.0f}, {0}),
+                      quant_entry("y", TensorRole::Activation, type, {1.0f}, {0})}});
+        EXPECT_NO_THROW(vaiq::check_model(model));
+        EXPECT_EQ(count_ops(model, "Cast"), 6);  // x and y: two each; w and b: one each
+        EXPECT_EQ(count_ops(model, "QuantizeLinear") + count_ops(model, "DequantizeLinear"), 0);
+        const auto* w = initializer(model, "w_quantized");
+        ASSERT_NE(w, nullptr);
+        EXPECT_EQ(static_cast<vaiq::DataType>(w->data_type()), vaiq::storage_type(type));
+        EXPECT_EQ(initializer(model, "x_scale"), nullptr) << "a Cast pair has no parameters";
+        // Every value is the float one rounded to the type: within its relative precision.
+        const auto x = vaiq::test::ramp({1, 2, 4, 4}, -0.5f, 0.03f);
+        const auto exact = vaiq::evaluate(vaiq::test::conv_relu_model(), {{"x", x}})[0];
+        const auto rounded = vaiq::evaluate(model, {{"x", x}})[0];
+        const float tolerance = type == QuantType::QFloat16 ? 2e-3f : 2e-2f;
+        for (int64_t i = 0; i < exact.size(); ++i)
+            EXPECT_NEAR(rounded.data<float>()[i], exact.data<float>()[i], tolerance * (1 + exact.data<float>()[i])) << i;
+    }
+}
+
+TEST(Qdq, RefusesAScaledFloatType) {
+    auto model = vaiq::test::conv_relu_model();
+    EXPECT_THROW(emit(model, {{quant_entry("x", TensorRole::Activation, QuantType::QFloat16, {0.5f}, {0})}}), vaiq::InputError);
+}
+
 TEST(Qdq, RefusesATensorTheModelLacks) {
     auto model = vaiq::test::conv_relu_model();
-    EXPECT_THROW(emit(model, {{entry("nope", TensorRole::Activation, QuantType::QUInt8, {0.1f}, {0})}}),
+    EXPECT_THROW(emit(model, {{quant_entry("nope", TensorRole::Activation, QuantType::QUInt8, {0.1f}, {0})}}),
                  vaiq::InputError);
 }
 
 TEST(Qdq, AddQDQPairToWeightKeepsTheFloatWeight) {
     auto model = vaiq::test::conv_relu_model();
-    emit(model, {{entry("w", TensorRole::Weight, QuantType::QInt8, {0.01f}, {0})}}, {{"AddQDQPairToWeight", true}});
+    emit(model, {{quant_entry("w", TensorRole::Weight, QuantType::QInt8, {0.01f}, {0})}}, {{"AddQDQPairToWeight", true}});
     EXPECT_NE(initializer(model, "w"), nullptr);
     EXPECT_EQ(count_ops(model, "QuantizeLinear"), 1);
     EXPECT_EQ(count_ops(model, "DequantizeLinear"), 1);
@@ -157,7 +175,7 @@ TEST(Qdq, DedicatedQDQPairGivesEachConsumerItsOwnPair) {
     b.node("Relu", {"x"}, {"r"});
     b.node("Sigmoid", {"r"}, {"a"});
     b.node("Tanh", {"r"}, {"b"});
-    const vaiq::QuantPlan plan{{entry("r", TensorRole::Activation, QuantType::QUInt8, {0.1f}, {0})}};
+    const vaiq::QuantPlan plan{{quant_entry("r", TensorRole::Activation, QuantType::QUInt8, {0.1f}, {0})}};
     auto shared = b.build();
     emit(shared, plan);
     EXPECT_EQ(count_ops(shared, "QuantizeLinear"), 1);

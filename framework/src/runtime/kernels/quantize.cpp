@@ -1,9 +1,12 @@
 // QuantizeLinear and DequantizeLinear, per tensor and per axis, as the ONNX
-// spec and ONNX Runtime define them: round half to even, then saturate.
+// spec and ONNX Runtime define them: round half to even, then saturate. Also
+// vaiq's own VitisQuantizeLinear/VitisDequantizeLinear (the same, plus the float
+// types float16 and bfloat16) and FixNeuron, as docs/formats.md specifies them.
 #include <cmath>
 #include <limits>
 
 #include "runtime/kernels/common.hpp"
+#include "vaiq/custom_ops.hpp"
 
 namespace vaiq::runtime {
 namespace {
@@ -82,11 +85,71 @@ void dequantize(KernelContext& ctx, std::vector<Tensor>& out) {
         });
 }
 
+// The float quant type a float16/bfloat16 zero point names.
+QuantType float_quant_type(DataType t) { return t == DataType::Float16 ? QuantType::QFloat16 : QuantType::QBFloat16; }
+bool is_half_type(DataType t) { return t == DataType::Float16 || t == DataType::BFloat16; }
+
+// VitisQuantizeLinear: QuantizeLinear, and for float16/bfloat16 zero points
+// x / scale + zero point rounded to the type and saturated to its finite range.
+void vitis_quantize(KernelContext& ctx, std::vector<Tensor>& out) {
+    if (!ctx.has_input(2)) ctx.fail("the zero point is required: its type is the quantized type");
+    const DataType type = ctx.input(2).type();
+    if (!is_half_type(type)) return quantize(ctx, out);
+    const auto& x = ctx.input(0);
+    const auto& scale = ctx.input(1);
+    if (x.type() != DataType::Float || scale.type() != DataType::Float) ctx.fail("only float input and scale are supported");
+    const auto ch = channels(ctx, x, scale);
+    const QuantType qt = float_quant_type(type);
+    const auto* zp = reinterpret_cast<const uint16_t*>(ctx.input(2).bytes().data());
+    out[0] = Tensor::uninitialized(type, x.shape());
+    auto* o = reinterpret_cast<uint16_t*>(out[0].mutable_bytes().data());
+    const auto xv = x.data<float>();
+    const auto s = scale.data<float>();
+    for (size_t i = 0; i < xv.size(); ++i) {
+        const int64_t c = ch.of(static_cast<int64_t>(i));
+        o[i] = quantize_float_value(xv[i] / s[c], float_quant_value(zp[c], qt), qt);
+    }
+}
+
+// VitisDequantizeLinear: DequantizeLinear, and (x - zero point) * scale for the float types.
+void vitis_dequantize(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    if (!is_half_type(x.type())) return dequantize(ctx, out);
+    const auto& scale = ctx.input(1);
+    if (scale.type() != DataType::Float) ctx.fail("only float scales are supported");
+    if (ctx.has_input(2) && ctx.input(2).type() != x.type()) ctx.fail("the zero point's type must be the input's");
+    const auto ch = channels(ctx, x, scale);
+    const QuantType qt = float_quant_type(x.type());
+    const auto* xv = reinterpret_cast<const uint16_t*>(x.bytes().data());
+    const auto* zp = ctx.has_input(2) ? reinterpret_cast<const uint16_t*>(ctx.input(2).bytes().data()) : nullptr;
+    const auto s = scale.data<float>();
+    out[0] = Tensor::uninitialized(DataType::Float, x.shape());
+    auto o = out[0].mutable_data<float>();
+    for (size_t i = 0; i < o.size(); ++i) {
+        const int64_t c = ch.of(static_cast<int64_t>(i));
+        o[i] = (float_quant_value(xv[i], qt) - (zp ? float_quant_value(zp[c], qt) : 0.0f)) * s[c];
+    }
+}
+
+void fixneuron(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    if (x.type() != DataType::Float) ctx.fail("the input must be float");
+    const auto attributes = fixneuron_attributes(ctx.node);
+    out[0] = Tensor::uninitialized(DataType::Float, x.shape());
+    auto o = out[0].mutable_data<float>();
+    const auto xv = x.data<float>();
+    for (size_t i = 0; i < o.size(); ++i) o[i] = fixneuron_value(xv[i], attributes);
+}
+
 const KernelRegistration kKernels[] = {
     {"", "QuantizeLinear", 10, 21, quantize},
     {"", "DequantizeLinear", 10, 21, dequantize},
     {"com.microsoft", "QuantizeLinear", 1, 1, quantize},
     {"com.microsoft", "DequantizeLinear", 1, 1, dequantize},
+    {std::string(kVaiqDomain), std::string(kVitisQuantizeOp), 1, 1, vitis_quantize},
+    {std::string(kVaiqDomain), std::string(kVitisDequantizeOp), 1, 1, vitis_dequantize},
+    {std::string(kVaiqDomain), std::string(kFixNeuronOp), 1, 1, fixneuron},
+    {std::string(kContribDomain), std::string(kFixNeuronOp), 1, 1, fixneuron},
 };
 
 }  // namespace

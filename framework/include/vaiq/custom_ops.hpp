@@ -1,0 +1,52 @@
+// vaiq/custom_ops.hpp - vaiq's own quantization ops (docs/formats.md is their
+// specification): VitisQuantizeLinear/VitisDequantizeLinear, the Q/DQ pair of
+// VitisQuantFormat.QDQ for every quant type, and FixNeuron, the fused
+// power-of-two quantize-dequantize of VitisQuantFormat.FixNeuron.
+#pragma once
+
+#include <cmath>
+#include <algorithm>
+#include <cstdint>
+#include <string_view>
+
+#include "vaiq/export.hpp"
+#include "vaiq/model.hpp"
+
+namespace vaiq {
+
+inline constexpr std::string_view kVaiqDomain = "com.vaiq";
+inline constexpr int64_t kVaiqDomainVersion = 1;
+inline constexpr std::string_view kVitisQuantizeOp = "VitisQuantizeLinear";
+inline constexpr std::string_view kVitisDequantizeOp = "VitisDequantizeLinear";
+inline constexpr std::string_view kFixNeuronOp = "FixNeuron";
+/// The domain other tools write FixNeuron in; vaiq reads it there too.
+inline constexpr std::string_view kContribDomain = "ai.onnx.contrib";
+
+/// A FixNeuron's attributes: values are integers of `bit_width` bits (signed,
+/// or unsigned when `is_unsigned`) times 2^-pos.
+struct FixNeuronAttributes {
+    int bit_width = 8;
+    int pos = 0;
+    bool is_unsigned = false;
+};
+
+/// Reads a FixNeuron node's attributes; `pos` may be an INT or, as other tools
+/// write it, a STRING holding an integer. Throws InputError naming the node when
+/// they are missing or out of range (bit_width 2..32, |pos| <= 127).
+VAIQ_API FixNeuronAttributes fixneuron_attributes(const onnx::NodeProto& node);
+
+/// The integer FixNeuron stores for x: x * 2^pos rounded half to even, saturated
+/// to the bit width's range.
+inline int64_t fixneuron_integer(float x, const FixNeuronAttributes& a) {
+    const double lo = a.is_unsigned ? 0.0 : -std::ldexp(1.0, a.bit_width - 1);
+    const double hi = a.is_unsigned ? std::ldexp(1.0, a.bit_width) - 1.0 : std::ldexp(1.0, a.bit_width - 1) - 1.0;
+    const double scaled = std::nearbyint(std::ldexp(static_cast<double>(x), a.pos));
+    return static_cast<int64_t>(std::isnan(scaled) ? 0.0 : std::min(std::max(scaled, lo), hi));
+}
+
+/// FixNeuron's output for x: fixneuron_integer(x) * 2^-pos.
+inline float fixneuron_value(float x, const FixNeuronAttributes& a) {
+    return static_cast<float>(std::ldexp(static_cast<double>(fixneuron_integer(x, a)), -a.pos));
+}
+
+}  // namespace vaiq
