@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "pipeline/dump.hpp"
+#include "pipeline/native.hpp"
 #include "pipeline/pipeline.hpp"
 #include "pipeline/preprocess.hpp"
 #include "plugin/registry.hpp"
@@ -135,6 +136,11 @@ int main(int argc, char** argv) {
     convert->add_option("output", model_out, "Where to write the converted model")->required();
     convert->add_option("--opset", opset, "The target opset (13 recommended)")->required();
 
+    auto* convert_format = app.add_subcommand(
+        "convert-format", "Rewrite a VitisQuantFormat.QDQ or FixNeuron model in the native QDQ form ONNX Runtime runs");
+    convert_format->add_option("input", model_in, "The model to convert")->required();
+    convert_format->add_option("output", model_out, "Where to write the converted model")->required();
+
     PreprocessOptions pre;
     auto* preprocess_cmd = app.add_subcommand(
         "preprocess", "Prepare a float model for quantization (quant_pre_process): symbolic shape inference, "
@@ -241,6 +247,13 @@ int main(int argc, char** argv) {
             for (const auto& spec : random_shapes) dump.random_input_shapes.update(parse_shape_assignment(spec));
             const auto r = dump_model(model_in, dump);
             fmt::print("dumped {} quantized and {} float tensors to {}\n", r.quantized, r.floats, dump_dir);
+            return kExitOk;
+        }
+        if (*convert_format) {
+            const auto r = to_native_qdq(load_model(model_in));
+            for (const auto& w : r.warnings) spdlog::warn("{}", w);
+            save_model(r.model, model_out, {}, model_in);
+            spdlog::info("wrote {} ({} custom-op node{} rewritten)", model_out, r.converted, r.converted == 1 ? "" : "s");
             return kExitOk;
         }
         if (*convert) {

@@ -127,6 +127,27 @@ int best_weight_position(const Tensor& data, int axis, size_t c, TensorRange ran
     return best;
 }
 
+// An int32 bias takes input scale x weight scale, which with 16- or 32-bit
+// inputs or weights can be so small that the bias saturates int32. Such a
+// channel's scale is widened just enough (to a power of two when it was one),
+// so the bias keeps its value; ONNX Runtime's integer kernels, which need the
+// product, do not take those types anyway.
+void widen_saturating_bias_scales(const Tensor& bias, TensorQuant& q) {
+    const auto ranges = constant_ranges(bias, q.params.axis);
+    if (ranges.size() != q.params.scale.size()) return;
+    const double limit = static_cast<double>(integer_range(q.params.type).second);
+    for (size_t c = 0; c < ranges.size(); ++c) {
+        const double absmax = std::max(std::abs(ranges[c].min), std::abs(ranges[c].max));
+        const double scale = q.params.scale[c];
+        if (absmax / scale <= limit) continue;
+        const double needed = absmax / limit;
+        int exponent = 0;
+        const bool power_of_two = std::frexp(scale, &exponent) == 0.5;
+        q.params.scale[c] = static_cast<float>(power_of_two ? std::ldexp(1.0, static_cast<int>(std::ceil(std::log2(needed))))
+                                                            : needed * (1 + 1e-6));
+    }
+}
+
 }  // namespace
 
 QuantPlan compute_parameters(const Model& model, const DraftPlan& plan, const CalibrationOutcome& calibration,
@@ -157,6 +178,7 @@ QuantPlan compute_parameters(const Model& model, const DraftPlan& plan, const Ca
                 q.params.zero_point.push_back(0);
             }
             q.params.axis = w.axis >= 0 ? 0 : -1;
+            widen_saturating_bias_scales(Tensor::from_proto(*index.initializer(t->tensor)), q);
         } else if (!t->share_with.empty()) {
             q.params = params_of(t->share_with);
         } else if (t->constant) {

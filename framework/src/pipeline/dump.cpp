@@ -7,6 +7,7 @@
 #include "pipeline/data_reader.hpp"
 #include "runtime/executor.hpp"
 #include "util/atomic_file.hpp"
+#include "vaiq/custom_ops.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
@@ -47,13 +48,44 @@ void write_tensor(const fs::path& dir, const std::string& stem, const Tensor& t)
             case DataType::Int64: return write_text_values<int64_t>(out, t);
             case DataType::Float: return write_text_values<float>(out, t);
             case DataType::Double: return write_text_values<double>(out, t);
+            case DataType::Float16:  // the stored bits in .bin, the values they stand for here
+            case DataType::BFloat16: return write_text_values<float>(out, t.convert_float(DataType::Float));
             default:
                 throw InputError(fmt::format("cannot dump '{}': {} values", stem, data_type_name(t.type())));
         }
     });
 }
 
-bool is_dequantize(const onnx::NodeProto& n) { return n.op_type() == "DequantizeLinear"; }
+bool is_dequantize(const onnx::NodeProto& n) {
+    return n.op_type() == "DequantizeLinear" || (n.op_type() == kVitisDequantizeOp && n.domain() == kVaiqDomain);
+}
+
+bool is_fixneuron(const onnx::NodeProto& n) {
+    return n.op_type() == kFixNeuronOp && (n.domain() == kVaiqDomain || n.domain() == kContribDomain);
+}
+
+// The integers a FixNeuron's output stands for, in the smallest type of its width.
+Tensor fixneuron_integers(const Tensor& output, const FixNeuronAttributes& a) {
+    const int bytes = a.bit_width <= 8 ? 1 : a.bit_width <= 16 ? 2 : 4;
+    const DataType type = bytes == 1   ? (a.is_unsigned ? DataType::UInt8 : DataType::Int8)
+                          : bytes == 2 ? (a.is_unsigned ? DataType::UInt16 : DataType::Int16)
+                                       : (a.is_unsigned ? DataType::UInt32 : DataType::Int32);
+    Tensor out(type, output.shape());
+    const auto values = output.data<float>();
+    auto fill = [&](auto tag) {
+        auto o = out.mutable_data<decltype(tag)>();
+        for (size_t i = 0; i < values.size(); ++i) o[i] = static_cast<decltype(tag)>(fixneuron_integer(values[i], a));
+    };
+    switch (type) {
+        case DataType::UInt8: fill(uint8_t{}); break;
+        case DataType::Int8: fill(int8_t{}); break;
+        case DataType::UInt16: fill(uint16_t{}); break;
+        case DataType::Int16: fill(int16_t{}); break;
+        case DataType::UInt32: fill(uint32_t{}); break;
+        default: fill(int32_t{}); break;
+    }
+    return out;
+}
 
 }  // namespace
 
@@ -65,7 +97,13 @@ DumpResult dump_model(const fs::path& model_path, const DumpOptions& options) {
     // Integer tensors by the name they are dumped under; stored weights are read directly.
     std::map<std::string, std::vector<std::string>> dumped_as;  // tensor -> stems (a pair per reader)
     std::vector<std::pair<std::string, Tensor>> constants;
+    std::map<std::string, FixNeuronAttributes> fixneurons;  // output -> attributes
     for (const auto& node : graph.node()) {
+        if (is_fixneuron(node) && node.output_size() > 0) {
+            fixneurons[node.output(0)] = fixneuron_attributes(node);
+            dumped_as[node.output(0)].push_back(file_stem(node.output(0)));
+            continue;
+        }
         if (!is_dequantize(node) || node.input_size() < 1) continue;
         const auto stem = file_stem(node.output(0));
         if (const auto* init = index.initializer(node.input(0)); init && !index.is_graph_input(node.input(0)))
@@ -74,7 +112,7 @@ DumpResult dump_model(const fs::path& model_path, const DumpOptions& options) {
             dumped_as[node.input(0)].push_back(stem);
     }
     if (constants.empty() && dumped_as.empty() && !options.dump_float)
-        throw InputError(fmt::format("{}: no quantized tensors to dump (the model has no DequantizeLinear); "
+        throw InputError(fmt::format("{}: no quantized tensors to dump (the model has no DequantizeLinear nor FixNeuron); "
                                      "--dump-float dumps every node's float output",
                                      model_path.string()));
 
@@ -105,7 +143,10 @@ DumpResult dump_model(const fs::path& model_path, const DumpOptions& options) {
     runtime::Executor executor(model, {.threads = 0, .fuse_qdq = false});
     executor.run(batch->feeds, taps, [&](const std::string& tensor, const Tensor& value) {
         if (auto it = dumped_as.find(tensor); it != dumped_as.end()) {
-            for (const auto& stem : it->second) write_tensor(options.output_dir, stem, value);
+            const auto fix = fixneurons.find(tensor);
+            const Tensor integers = fix != fixneurons.end() ? fixneuron_integers(value, fix->second) : Tensor();
+            for (const auto& stem : it->second)
+                write_tensor(options.output_dir, stem, fix != fixneurons.end() ? integers : value);
             result.quantized += static_cast<int>(it->second.size());
         } else if (value.type() == DataType::Float) {
             write_tensor(options.output_dir, file_stem(tensor) + "_float", value);

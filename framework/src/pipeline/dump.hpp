@@ -22,14 +22,16 @@ struct DumpOptions {
 };
 
 struct DumpResult {
-    int quantized = 0;  ///< integer tensors written (one per DequantizeLinear)
+    int quantized = 0;  ///< quantized tensors written (one per DequantizeLinear or FixNeuron)
     int floats = 0;     ///< float node outputs written
 };
 
-/// For every DequantizeLinear, the integer tensor it reads, written as
-/// <its output's name>.bin (raw little-endian) and .txt (one value per line),
-/// '/' in names replaced by '_'. Throws InputError for a model with nothing to
-/// dump (no DequantizeLinear and no dump_float) or inputs that do not fit.
+/// For every DequantizeLinear (or VitisDequantizeLinear), the quantized tensor
+/// it reads, written as <its output's name>.bin (raw little-endian) and .txt
+/// (one value per line), '/' in names replaced by '_'; for every FixNeuron, the
+/// integers its output stands for (output * 2^pos), under its output's name.
+/// Throws InputError for a model with nothing to dump (none of those and no
+/// dump_float) or inputs that do not fit.
 DumpResult dump_model(const std::filesystem::path& model_path, const DumpOptions& options);
 
 }  // namespace vaiq

@@ -1,0 +1,29 @@
+// to_native_qdq: a vitis_qdq or fixneuron model rewritten in the nearest form
+// ONNX Runtime runs natively (docs/formats.md, "Converting to native QDQ").
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "vaiq/model.hpp"
+
+namespace vaiq {
+
+struct NativeConversion {
+    Model model;
+    int converted = 0;                  ///< custom-op nodes rewritten
+    std::vector<std::string> warnings;  ///< where the native form computes something slightly different
+};
+
+/// Rewrites VitisQuantizeLinear/VitisDequantizeLinear as ONNX QuantizeLinear/
+/// DequantizeLinear (int8/uint8, and int32 dequantization of stored biases),
+/// com.microsoft Q/DQ (int16/uint16; the default domain from opset 21) or Cast
+/// pairs (float16/bfloat16 with scale 1 and zero point 0), and each FixNeuron
+/// of 8 or 16 bits as a Q/DQ pair with scale 2^-pos (on a constant: stored
+/// quantized behind a DequantizeLinear, which also covers 32-bit biases).
+/// Throws InputError listing every tensor that has no native form (32-bit
+/// activations, uint32, other bit widths, scaled float types, parameters that
+/// are not constants).
+NativeConversion to_native_qdq(const Model& model);
+
+}  // namespace vaiq
