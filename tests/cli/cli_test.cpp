@@ -8,6 +8,7 @@
 #include "test_support.hpp"
 #include "runtime/executor.hpp"
 #include "util/npy.hpp"
+#include "vaiq/custom_ops.hpp"
 #include "vaiq/model.hpp"
 
 namespace fs = std::filesystem;
@@ -52,7 +53,7 @@ TEST(Cli, VersionAndHelp) {
     auto r = vaiq_cli("--version");
     EXPECT_EQ(r.exit_code, 0);
     EXPECT_EQ(r.out, "0.1.0\n");
-    for (const char* sub : {"run", "validate", "explain", "plugins", "convert-opset", "preprocess", "dump"}) {
+    for (const char* sub : {"run", "validate", "explain", "plugins", "convert-opset", "convert-format", "preprocess", "dump"}) {
         r = vaiq_cli(std::string(sub) + " --help");
         EXPECT_EQ(r.exit_code, 0) << sub;
         EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub;
@@ -302,6 +303,72 @@ TEST(Cli, DumpWritesWhatTheExecutorComputes) {
     r = vaiq_cli("dump " + (dir / "q.onnx").string() + " --random-input-shape x=1,2,4,4 --output-dir " +
                  (dir / "random").string());
     EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+// Runs a model on one input with vaiq's executor; returns the tapped values.
+std::map<std::string, vaiq::Tensor> execute(const vaiq::Model& model, const vaiq::Tensor& x,
+                                            const std::vector<std::string>& taps) {
+    std::map<std::string, vaiq::Tensor> values;
+    vaiq::runtime::Executor executor(model, {.fuse_qdq = false});
+    executor.run({{"x", x}}, taps, [&](const std::string& name, const vaiq::Tensor& v) { values[name] = v; });
+    return values;
+}
+
+TEST(Cli, FixNeuronModelsDumpTheirIntegersAndConvertToNativeQdq) {
+    const auto dir = temp_dir();
+    const auto model = example_model(dir);
+    const auto input = vaiq::test::ramp({1, 2, 4, 4}, -1.0f, 0.07f);
+    vaiq::write_npy(dir / "x.npy", input);
+    auto r = vaiq_cli("run " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --model " + model.string() + " --data " +
+                      (dir / "x.npy").string() + " --output " + (dir / "fix.onnx").string() +
+                      " --set quant_format=VitisQuantFormat.FixNeuron --set calibrate_method=MinMSE"
+                      " --set extra_options.ActivationSymmetric=true");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto fix = vaiq::load_model(dir / "fix.onnx");
+    std::map<std::string, vaiq::FixNeuronAttributes> fixneurons;
+    for (const auto& n : fix.graph().node())
+        if (n.op_type() == "FixNeuron") fixneurons[n.output(0)] = vaiq::fixneuron_attributes(n);
+    ASSERT_GE(fixneurons.size(), 4u);  // x, w, b, y
+
+    // dump: each FixNeuron's output as the integers it stands for.
+    r = vaiq_cli("dump " + (dir / "fix.onnx").string() + " --data " + (dir / "x.npy").string() + " --output-dir " +
+                 (dir / "d").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::vector<std::string> taps{"y"};
+    for (const auto& [out, a] : fixneurons) taps.push_back(out);
+    const auto values = execute(fix, input, taps);
+    for (const auto& [out, a] : fixneurons) {
+        const auto bytes = slurp(dir / "d" / (out + ".bin"));
+        const auto v = values.at(out).data<float>();
+        ASSERT_EQ(bytes.size(), v.size() * (a.bit_width / 8)) << out;
+        for (size_t i = 0; i < v.size(); ++i) {
+            const int64_t stored = a.bit_width == 8 ? int64_t{reinterpret_cast<const int8_t*>(bytes.data())[i]}
+                                                    : int64_t{reinterpret_cast<const int32_t*>(bytes.data())[i]};
+            EXPECT_EQ(std::ldexp(static_cast<double>(stored), -a.pos), v[i]) << out << " " << i;
+        }
+    }
+
+    // convert-format: native Q/DQ that computes the same, and no custom op left.
+    r = vaiq_cli("convert-format " + (dir / "fix.onnx").string() + " " + (dir / "native.onnx").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto native = vaiq::load_model(dir / "native.onnx");
+    for (const auto& n : native.graph().node()) EXPECT_NE(n.op_type(), "FixNeuron");
+    EXPECT_EQ(native.opset("com.vaiq"), 0) << "the custom domain is no longer imported";
+    const auto y = execute(native, input, {"y"}).at("y");
+    const auto expected = values.at("y");
+    ASSERT_EQ(y.size(), expected.size());
+    for (int64_t i = 0; i < y.size(); ++i) EXPECT_EQ(y.data<float>()[i], expected.data<float>()[i]) << i;
+
+    // int32 activations have no native form: a one-line error naming them, nothing written.
+    r = vaiq_cli("run " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --model " + model.string() + " --data " +
+                 (dir / "x.npy").string() + " --output " + (dir / "i32.onnx").string() +
+                 " --set quant_format=VitisQuantFormat.QDQ --set activation_type=QInt32");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    r = vaiq_cli("convert-format " + (dir / "i32.onnx").string() + " " + (dir / "i32_native.onnx").string());
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_EQ(error_lines(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find("'x' (int32 has no native QuantizeLinear)"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(dir / "i32_native.onnx"));
 }
 
 TEST(Cli, RunStopsAfterPrepareAndWritesModelAndReport) {

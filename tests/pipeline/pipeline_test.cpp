@@ -270,6 +270,41 @@ TEST_F(Plan, CalibrationAndParametersFollowTheDocumentedFormulas) {
     EXPECT_EQ(bias->params.type, vaiq::QuantType::QInt32);
 }
 
+TEST_F(Plan, FloatTypesNeedNoCalibrationAndKeepAFloatBias) {
+    const auto model = vaiq::test::conv_relu_model();
+    auto draft = plan(model, "activation_type: QBFloat16\nweight_type: QFloat16\n");
+    EXPECT_TRUE(draft.observed().empty()) << "nothing to calibrate";
+    const auto plan = vaiq::compute_parameters(model, draft, {}, nullptr);
+    for (const auto& t : plan.tensors) {
+        EXPECT_EQ(t.params.scale, std::vector<float>{1.0f}) << t.tensor;
+        EXPECT_FALSE(t.spec.power_of_two) << t.tensor;
+    }
+    EXPECT_EQ(plan.find("x")->params.type, vaiq::QuantType::QBFloat16);
+    EXPECT_EQ(plan.find("w")->params.type, vaiq::QuantType::QFloat16);
+    EXPECT_EQ(plan.find("b")->params.type, vaiq::QuantType::QFloat16) << "the bias follows float weights";
+}
+
+TEST_F(Plan, Int32BiasesThatWouldSaturateGetAWiderScale) {
+    // int32 activations and weights: input scale x weight scale is ~1e-19, far too
+    // small for a bias of 0.1..0.3; the widened scale keeps it.
+    const auto model = vaiq::test::conv_relu_model();
+    auto draft = plan(model, "activation_type: QInt32\nweight_type: QInt32\n");
+    auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 2);
+    auto calibrator = registry_.create<vaiq::Calibrator>(
+        "minmax", registry_.resolve_options(registry_.require(vaiq::PluginKind::Calibrator, "minmax", ""), nullptr));
+    const auto outcome = vaiq::calibrate(model, draft, *data, {{"minmax", calibrator.get()}}, 1);
+    const auto plan = vaiq::compute_parameters(model, draft, outcome, nullptr);
+    const auto* b = plan.find("b");
+    ASSERT_NE(b, nullptr);
+    ASSERT_EQ(b->params.scale.size(), 1u);
+    const auto quantized = vaiq::quantize_tensor(vaiq::test::ramp({3}, 0.1f, 0.1f), b->params, "b");
+    const auto stored = quantized.data<int32_t>();
+    for (int c = 0; c < 3; ++c) {
+        EXPECT_LT(stored[c], 2147483647) << c;
+        EXPECT_NEAR(stored[c] * b->params.scale[0], 0.1f * (c + 1), 1e-6f) << c;
+    }
+}
+
 TEST_F(Plan, TensorsThatTurnOutNotToBeFloatAreDropped) {
     GraphBuilder b;
     b.input("x", {1, 4}).output("y", {1}, DataType::Int64);

@@ -126,6 +126,46 @@ TEST(Quant, ScaleAndZeroPointAsOnnxRuntimeComputesThem) {
     EXPECT_THROW(vaiq::compute_quant_params({1.0f, -1.0f}, u8), vaiq::InputError);
 }
 
+TEST(Quant, Int16ScaleIsTheNearestSixteenBitMultiplierAndShift) {
+    // 0.1 = 26214 / 2^18 (M within int16, 15 significant bits).
+    EXPECT_EQ(vaiq::nearest_int16_scale(0.1), 26214.0 / 262144.0);
+    EXPECT_EQ(vaiq::nearest_int16_scale(0.25), 0.25);  // powers of two are exact
+    for (double s : {3e-9, 1.7e-5, 0.0123, 0.9999, 7.5, 1234.5}) {
+        const double q = vaiq::nearest_int16_scale(s);
+        EXPECT_LE(std::abs(q - s) / s, 0x1p-15) << s;
+        int n = 0;
+        const double m = std::frexp(q, &n);  // q = m * 2^n: m has at most 15 significant bits
+        EXPECT_EQ(std::ldexp(m, 15), std::nearbyint(std::ldexp(m, 15))) << s;
+    }
+    EXPECT_EQ(vaiq::nearest_int16_scale(1e6), 32767.0);  // M saturates at N = 0
+    vaiq::QuantSpec spec{QuantType::QUInt8, false};
+    spec.int16_scale = true;
+    const auto p = vaiq::compute_quant_params({-1.0f, 3.0f}, spec);
+    EXPECT_EQ(p.scale[0], static_cast<float>(vaiq::nearest_int16_scale(4.0 / 255.0)));
+    EXPECT_EQ(p.zero_point[0], 64) << "the zero point follows the rounded scale";
+}
+
+TEST(Quant, FloatTypesRoundToTheirPrecisionAndSaturate) {
+    const vaiq::QuantSpec half{QuantType::QFloat16, false};
+    const auto p = vaiq::compute_quant_params({-5.0f, 7.0f}, half);
+    EXPECT_EQ(p.scale, std::vector<float>{1.0f});
+    EXPECT_EQ(p.zero_point, std::vector<int64_t>{0});
+    const auto q = [](float v, QuantType t) { return vaiq::float_quant_value(vaiq::quantize_float_value(v, 0, t), t); };
+    EXPECT_EQ(q(1.0f + 0x1p-12f, QuantType::QFloat16), 1.0f);  // below half a float16 step
+    EXPECT_EQ(q(1.0f + 0x1p-10f, QuantType::QFloat16), 1.0f + 0x1p-10f);
+    EXPECT_EQ(q(1.0f + 0x1p-9f, QuantType::QBFloat16), 1.0f);  // bfloat16 keeps 8 bits
+    EXPECT_EQ(q(1e9f, QuantType::QFloat16), 65504.0f);
+    EXPECT_EQ(q(-1e9f, QuantType::QFloat16), -65504.0f);
+    EXPECT_TRUE(std::isnan(q(std::nanf(""), QuantType::QBFloat16)));
+    const auto stored = vaiq::quantize_tensor(vaiq::Tensor::from_values<float>({2}, std::vector<float>{0.1f, 3e5f}),
+                                              vaiq::QuantParams{QuantType::QFloat16, {1.0f}, {0}, -1}, "t");
+    EXPECT_EQ(stored.type(), vaiq::DataType::Float16);
+    const auto as_float = stored.convert_float(vaiq::DataType::Float);
+    const auto back = as_float.data<float>();
+    EXPECT_EQ(back[0], vaiq::half_to_float(vaiq::float_to_half(0.1f)));
+    EXPECT_EQ(back[1], 65504.0f);
+}
+
 TEST(Options, TypedAccess) {
     vaiq::Options o;
     o.set("flag", true);
