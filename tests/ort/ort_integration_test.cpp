@@ -36,7 +36,7 @@ struct OrtRun {
     fs::path model, optimized;
 };
 
-OrtRun quantize_and_run(const std::string& recipe, const std::string& settings) {
+OrtRun quantize_and_run(const std::string& recipe, const std::string& settings, bool to_native = false) {
     OrtRun out;
     EXPECT_TRUE(fs::exists(ort_modules() / "onnxruntime-node" / "package.json"))
         << "onnxruntime-node is not installed in " << ort_modules() << ": run scripts/install-ort.sh";
@@ -47,6 +47,12 @@ OrtRun quantize_and_run(const std::string& recipe, const std::string& settings) 
                          out.model.string() + " " + settings);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     out.report = nlohmann::json::parse(slurp(dir / "mnist_int8.report.json"));
+    if (to_native) {  // a custom-op model, rewritten in the form ONNX Runtime runs
+        out.model = dir / "native.onnx";
+        r = run_command(std::string(VAIQ_CLI) + " -q convert-format " + (dir / "mnist_int8.onnx").string() + " " +
+                        out.model.string());
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+    }
     r = run_command("NODE_PATH=" + ort_modules().string() + " " VAIQ_NODE " " VAIQ_SOURCE_DIR "/tests/ort/run_model.js " +
                     out.model.string() + " " + (dir / "ort").string() + " --optimized " + out.optimized.string() + " " +
                     (kExample / "test_images.npy").string());
@@ -121,6 +127,44 @@ TEST(OnnxRuntime16Bit, RunsA16W8AndKeepsItsAccuracy) {
     EXPECT_GE(within_one_step(run), 0.99);
     const double sqnr = run.report["evaluation"]["outputs"][0]["sqnr_db"].get<double>();
     EXPECT_GT(sqnr, 32.0) << "int8 activations give about 30 dB here";
+}
+
+// The documented float16 and bfloat16 recipes write Cast pairs: ONNX Runtime
+// runs them, and each logit is within one step of the type of vaiq's.
+TEST(OnnxRuntimeFloatTypes, RunsFloat16AndBfloat16CastPairs) {
+    for (const auto& [recipe, bits] : {std::pair{"fp16.yaml", 11}, std::pair{"bf16.yaml", 8}}) {
+        const auto run = quantize_and_run("../../recipes/" + std::string(recipe),
+                                          "--model " + (kExample / "mnist_cnn.onnx").string() + " --data " +
+                                              (kExample / "calibration.npy").string());
+        EXPECT_GE(accuracy(run.logits), 0.95) << recipe;
+        const auto quantized = vaiq::load_model(run.model);
+        vaiq::runtime::Executor executor(quantized);
+        const auto ours = executor.run({{"pixels", vaiq::read_npy(kExample / "test_images.npy")}})[0];
+        // Float ops between the Casts sum in another order than ONNX Runtime's, so a
+        // rounding can flip a step upstream; nearly every logit is within one step and
+        // the two agree far more closely than either with the float model.
+        int64_t within = 0;
+        double signal = 0, noise = 0;
+        for (int64_t i = 0; i < ours.size(); ++i) {
+            const double theirs = run.logits.data<float>()[i], mine = ours.data<float>()[i];
+            within += std::abs(mine - theirs) <= std::ldexp(std::abs(theirs), 1 - bits) * 1.001 + 1e-6;
+            signal += theirs * theirs;
+            noise += (mine - theirs) * (mine - theirs);
+        }
+        EXPECT_GE(static_cast<double>(within) / static_cast<double>(ours.size()), 0.99) << recipe;
+        const double agreement_db = 10 * std::log10(signal / std::max(noise, 1e-30));
+        EXPECT_GT(agreement_db, run.report["evaluation"]["outputs"][0]["sqnr_db"].get<double>() + 6) << recipe;
+        fmt::print("{}: {:.2f} % within one step, agreement {:.1f} dB\n", recipe,
+                   100.0 * static_cast<double>(within) / static_cast<double>(ours.size()), agreement_db);
+    }
+}
+
+// A FixNeuron model converted by vaiq convert-format runs in ONNX Runtime and
+// computes what vaiq computes for the FixNeuron original.
+TEST(OnnxRuntimeConverted, FixNeuronModelsRunAfterConvertFormat) {
+    const auto run = quantize_and_run("mnist_npu.yaml", "--set quant_format=VitisQuantFormat.FixNeuron", true);
+    EXPECT_NEAR(accuracy(run.logits), run.report["evaluation"]["accuracy"]["quantized"].get<double>(), 0.002);
+    EXPECT_GE(within_one_step(run), 0.999);
 }
 
 // Float ops whose last bit decides which integer a following QuantizeLinear

@@ -215,8 +215,8 @@ TEST(Recipes, ExplicitUnimplementedSettingsAreReported) {
     const auto plan = vaiq::unsupported_settings(r, vaiq::Phase::Plan);
     ASSERT_EQ(plan.size(), 1u);
     EXPECT_EQ(plan[0].rfind("extra_options.EnableSubgraph (", 0), 0u) << plan[0];
-    // + Int16Scale; per_channel and external data work.
-    EXPECT_EQ(vaiq::unsupported_settings(r, vaiq::Phase::Save).size(), 2u);
+    // Int16Scale, per_channel and external data work.
+    EXPECT_EQ(vaiq::unsupported_settings(r, vaiq::Phase::Save).size(), 1u);
 }
 
 // Conv -> Relu -> Sigmoid on the decisions `explain --model` prints.
