@@ -175,6 +175,31 @@ TEST(Cli, QuantizesTheBundledExampleForTheNpu) {
     EXPECT_GT(scales, 10);
 }
 
+// With include_cle the recipe is also quantized without CLE; the better output
+// is written, both figures are in the report, and cle_guard: false keeps CLE.
+TEST(Cli, CleGuardKeepsTheBetterOfWithAndWithoutCle) {
+    const auto dir = temp_dir();
+    const std::string run = "run " VAIQ_SOURCE_DIR "/examples/mnist/mnist_npu.yaml --set include_cle=true --output ";
+    auto r = vaiq_cli(run + (dir / "guarded.onnx").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto guarded = nlohmann::json::parse(slurp(dir / "guarded.report.json"));
+    const auto& guard = guarded["cle_guard"];
+    ASSERT_TRUE(guard.is_object()) << guarded.dump();
+    const double with_cle = guard["sqnr_db_with_cle"].get<double>(), without = guard["sqnr_db_without_cle"].get<double>();
+    EXPECT_EQ(guard["kept_cle"].get<bool>(), with_cle >= without);
+    const double written = guarded["evaluation"]["outputs"][0]["sqnr_db"].get<double>();
+    EXPECT_DOUBLE_EQ(written, std::max(with_cle, without));
+
+    r = vaiq_cli(run + (dir / "forced.onnx").string() + " --set cle_guard=false");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto forced = nlohmann::json::parse(slurp(dir / "forced.report.json"));
+    EXPECT_FALSE(forced.contains("cle_guard"));
+    EXPECT_DOUBLE_EQ(forced["evaluation"]["outputs"][0]["sqnr_db"].get<double>(), with_cle);
+    bool cle_ran = false;
+    for (const auto& p : forced["passes"]) cle_ran |= p["name"] == "cross_layer_equalization";
+    EXPECT_TRUE(cle_ran);
+}
+
 TEST(Cli, RunRejectsCalibrationDataOfTheWrongShape) {
     const auto dir = temp_dir();
     const auto model = example_model(dir);

@@ -213,7 +213,16 @@ std::string summary_line(const Evaluation& e) {
 
 }  // namespace
 
-RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options) {
+namespace {
+
+// A run up to, not including, saving: the quantized model and its report.
+struct QuantizedRun {
+    Model quantized;
+    nlohmann::json report;
+    fs::path input, output, report_path;
+};
+
+QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options) {
     const Phase last = options.stop_after.value_or(Phase::Save);
     if (auto unsupported = unsupported_settings(recipe, last); !unsupported.empty())
         throw InputError(fmt::format("not supported yet by this vaiq: {}", join(unsupported, "; ")));
@@ -242,7 +251,7 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
 
     int phases_run = 0;
     for (Phase p : kAllPhases)
-        if (p <= last || p == Phase::Check || p == Phase::Save) ++phases_run;
+        if (p <= last || p == Phase::Check) ++phases_run;
     Progress progress(phases_run, options.progress);
     auto timed = [&](Phase phase, auto&& body) {
         progress.step(phase_name(phase));
@@ -418,28 +427,73 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
         });
     }
 
-    timed(Phase::Save, [&] {
-        SaveOptions save;
-        save.use_external_data_format = recipe.value("use_external_data_format").get<bool>();
-        save.check = false;  // the check phase just ran
-        save_model(quantized, output_path, save, input_path);
-        if (const auto& dir = recipe.value("dump_output_dir"); !dir.is_null()) {
-            DumpOptions dump;
-            if (const auto& data = recipe.value("calibration_data_reader"); !data.is_null())
-                dump.data = data.get<std::string>();
-            else
-                dump.random_input_shapes = recipe.value("random_data_reader_input_shape");
-            dump.dump_float = recipe.value("dump_float").get<bool>();
-            dump.output_dir = dir.get<std::string>();
-            const auto dumped = dump_model(output_path, dump);
-            report["dump"] = {{"output_dir", dump.output_dir.string()},
+    progress.done();
+    return {std::move(quantized), std::move(report), input_path, output_path, report_path};
+}
+
+// Writes the model, the dump a recipe asks for, and the report.
+void save_run(const Recipe& recipe, QuantizedRun& run) {
+    const auto start = std::chrono::steady_clock::now();
+    SaveOptions save;
+    save.use_external_data_format = recipe.value("use_external_data_format").get<bool>();
+    save.check = false;  // the check phase just ran
+    save_model(run.quantized, run.output, save, run.input);
+    if (const auto& dir = recipe.value("dump_output_dir"); !dir.is_null()) {
+        DumpOptions dump;
+        if (const auto& data = recipe.value("calibration_data_reader"); !data.is_null())
+            dump.data = data.get<std::string>();
+        else
+            dump.random_input_shapes = recipe.value("random_data_reader_input_shape");
+        dump.dump_float = recipe.value("dump_float").get<bool>();
+        dump.output_dir = dir.get<std::string>();
+        const auto dumped = dump_model(run.output, dump);
+        run.report["dump"] = {{"output_dir", dump.output_dir.string()},
                               {"quantized_tensors", dumped.quantized},
                               {"float_tensors", dumped.floats}};
+    }
+    run.report["phases"].push_back({{"name", std::string(phase_name(Phase::Save))}, {"seconds", seconds_since(start)}});
+    write_file_atomically(run.report_path, [&](std::ostream& out) { out << run.report.dump(2) << '\n'; });
+}
+
+// The mean output SQNR of an evaluated run.
+double mean_sqnr(const nlohmann::json& report) {
+    double sum = 0;
+    int n = 0;
+    for (const auto& o : report["evaluation"]["outputs"]) {
+        sum += o["sqnr_db"].get<double>();
+        ++n;
+    }
+    return n ? sum / n : 0.0;
+}
+
+}  // namespace
+
+RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options) {
+    auto run = quantize(recipe, registry, options);
+    // CLE is a heuristic that can cost accuracy (activations take the range weights give
+    // up); with cle_guard the same recipe without it is quantized too and the better
+    // output, on the evaluation data, is kept.
+    const bool evaluated = !options.stop_after || *options.stop_after >= Phase::Evaluate;
+    if (evaluated && recipe.value("include_cle").get<bool>() && recipe.value("cle_guard").get<bool>()) {
+        Recipe plain = recipe;
+        apply_setting(plain, "include_cle=false", {});
+        auto without = quantize(plain, registry, options);
+        const double with_db = mean_sqnr(run.report), without_db = mean_sqnr(without.report);
+        const bool keep = with_db >= without_db;
+        const nlohmann::json guard = {{"sqnr_db_with_cle", with_db}, {"sqnr_db_without_cle", without_db}, {"kept_cle", keep}};
+        if (keep) {
+            log_info("cle_guard: CLE kept ({:.2f} dB with it, {:.2f} dB without)", with_db, without_db);
+        } else {
+            log_warn("cle_guard: CLE lowered the output SQNR ({:.2f} dB with it, {:.2f} dB without); the model is "
+                     "quantized without it (cle_guard: false keeps it)",
+                     with_db, without_db);
+            without.report["recipe"] = run.report["recipe"];
+            run = std::move(without);
         }
-        write_file_atomically(report_path, [&](std::ostream& out) { out << report.dump(2) << '\n'; });
-    });
-    progress.done();
-    return {output_path, report_path, report};
+        run.report["cle_guard"] = guard;
+    }
+    save_run(recipe, run);
+    return {run.output, run.report_path, run.report};
 }
 
 std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, const PluginRegistry& registry,

@@ -84,6 +84,9 @@ const std::vector<KeySpec>& recipe_keys() {
         {"convert_fp16_to_fp32", K::Bool, "false", P::Prepare, yes, "Convert a float16 model to float32 first."},
         {"convert_nchw_to_nhwc", K::Bool, "false", P::Prepare, yes, "Convert an NCHW-input model to NHWC inputs first."},
         {"include_cle", K::Bool, "false", P::Prepare, yes, "Apply Cross Layer Equalization."},
+        {"cle_guard", K::Bool, "true", P::Evaluate, yes,
+         "Also quantize without CLE and keep CLE only if the output SQNR on the evaluation data is no lower.",
+         "include_cle"},
 
         // --- extra_options ------------------------------------------------------
         {"extra_options.ActivationSymmetric", K::Bool, "false", P::Plan, yes, "Symmetric activation ranges."},

@@ -127,6 +127,24 @@ TEST(Qdq, SixteenBitPairsAreOnnxRuntimesMicrosoftDomainOps) {
         EXPECT_NEAR(quantized.data<float>()[i], exact.data<float>()[i], 0.01f) << i;  // int8 weights dominate
 }
 
+TEST(Qdq, SixteenBitPairsUseTheDefaultDomainFromOpset21) {
+    auto model = vaiq::test::conv_relu_model(21);
+    emit(model, {{quant_entry("x", TensorRole::Activation, QuantType::QInt16, {0.001f}, {0}),
+                  quant_entry("w", TensorRole::Weight, QuantType::QInt16, {0.0001f}, {0})}});
+    EXPECT_EQ(model.opset("com.microsoft"), 0) << "nothing needs ONNX Runtime's domain";
+    int pairs = 0;
+    for (const auto& n : model.graph().node())
+        if (n.op_type() == "QuantizeLinear" || n.op_type() == "DequantizeLinear") {
+            EXPECT_EQ(n.domain(), "") << n.name();
+            ++pairs;
+        }
+    EXPECT_EQ(pairs, 3);
+    const auto x = vaiq::test::ramp({1, 2, 4, 4}, -0.5f, 0.03f);
+    const auto exact = vaiq::evaluate(vaiq::test::conv_relu_model(21), {{"x", x}})[0];
+    const auto quantized = vaiq::evaluate(model, {{"x", x}})[0];
+    for (int64_t i = 0; i < exact.size(); ++i) EXPECT_NEAR(quantized.data<float>()[i], exact.data<float>()[i], 2e-3f) << i;
+}
+
 TEST(Qdq, FloatTypesAreCastPairsAndStoredWeights) {
     for (const auto type : {QuantType::QFloat16, QuantType::QBFloat16}) {
         auto model = vaiq::test::conv_relu_model();
