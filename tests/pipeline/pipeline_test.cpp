@@ -407,4 +407,41 @@ TEST_F(Plan, AWrittenQdqModelReadsBackAsItsGraphAndParameters) {
     }
 }
 
+// Every Q/DQ-style format reads back as the plan it wrote, so the NPU checks
+// that run on written models see the same tensors whatever the format.
+TEST_F(Plan, EveryPairFormatReadsBackAsItsPlan) {
+    const auto model = vaiq::test::conv_relu_model();
+    const auto recipe = vaiq::load_recipe(write_text(temp_dir() / "r.yaml",
+                                                     "recipe_version: 1\ncalibrate_method: NonOverflow\n"
+                                                     "activation_type: QInt8\nextra_options: {ActivationSymmetric: true}\n"));
+    auto draft = vaiq::plan_tensors(recipe, model, *target_, vaiq::decide_nodes(recipe, model, *target_));
+    auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 2);
+    auto calibrator = registry_.create<vaiq::Calibrator>(
+        "nonoverflow",
+        registry_.resolve_options(registry_.require(vaiq::PluginKind::Calibrator, "nonoverflow", ""), nullptr));
+    const auto plan =
+        vaiq::compute_parameters(model, draft, vaiq::calibrate(model, draft, *data, {{"nonoverflow", calibrator.get()}}, 1));
+    for (const std::string format : {"qdq", "vitis_qdq", "fixneuron"}) {
+        auto written = model;
+        registry_
+            .create<vaiq::Format>(format,
+                                  registry_.resolve_options(registry_.require(vaiq::PluginKind::Format, format, ""), nullptr))
+            ->emit(written, plan);
+        const auto view = vaiq::read_qdq(written);
+        std::vector<std::string> ops;
+        for (const auto& n : view.graph.graph().node()) ops.push_back(n.op_type());
+        EXPECT_EQ(ops, (std::vector<std::string>{"Conv", "Relu"})) << format;
+        ASSERT_EQ(view.plan.tensors.size(), plan.tensors.size()) << format;
+        const auto& conv = view.graph.graph().node(0);
+        EXPECT_EQ(conv.input(0), "x") << format;
+        for (const auto& t : plan.tensors) {
+            const auto* back = view.plan.find(t.tensor == "w" ? conv.input(1) : t.tensor == "b" ? conv.input(2) : t.tensor);
+            ASSERT_NE(back, nullptr) << format << " " << t.tensor;
+            EXPECT_EQ(back->params.scale, t.params.scale) << format << " " << t.tensor;
+            EXPECT_EQ(back->params.zero_point, t.params.zero_point) << format << " " << t.tensor;
+            EXPECT_EQ(back->params.type, t.params.type) << format << " " << t.tensor;
+        }
+    }
+}
+
 }  // namespace

@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <map>
 
+#include "vaiq/custom_ops.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/tensor.hpp"
@@ -12,8 +14,29 @@ namespace vaiq {
 
 namespace {
 
-bool is_q(const onnx::NodeProto& n) { return n.op_type() == "QuantizeLinear"; }
-bool is_dq(const onnx::NodeProto& n) { return n.op_type() == "DequantizeLinear"; }
+// ONNX's and com.microsoft's Q/DQ, and vaiq's Vitis pair.
+bool is_q(const onnx::NodeProto& n) {
+    return n.op_type() == "QuantizeLinear" || (n.op_type() == kVitisQuantizeOp && n.domain() == kVaiqDomain);
+}
+bool is_dq(const onnx::NodeProto& n) {
+    return n.op_type() == "DequantizeLinear" || (n.op_type() == kVitisDequantizeOp && n.domain() == kVaiqDomain);
+}
+bool is_fixneuron(const onnx::NodeProto& n) {
+    return n.op_type() == kFixNeuronOp && (n.domain() == kVaiqDomain || n.domain() == kContribDomain);
+}
+
+// What a FixNeuron computes, as Q/DQ parameters: scale 2^-pos, zero point 0.
+QuantParams fixneuron_params(const onnx::NodeProto& n) {
+    const auto a = fixneuron_attributes(n);
+    QuantParams p;
+    const int bytes = a.bit_width <= 8 ? 1 : a.bit_width <= 16 ? 2 : 4;
+    p.type = bytes == 1   ? (a.is_unsigned ? QuantType::QUInt8 : QuantType::QInt8)
+             : bytes == 2 ? (a.is_unsigned ? QuantType::QUInt16 : QuantType::QInt16)
+                          : (a.is_unsigned ? QuantType::QUInt32 : QuantType::QInt32);
+    p.scale = {static_cast<float>(std::ldexp(1.0, -a.pos))};
+    p.zero_point = {0};
+    return p;
+}
 
 std::optional<QuantType> quant_type_of(DataType t) {
     switch (t) {
@@ -23,6 +46,8 @@ std::optional<QuantType> quant_type_of(DataType t) {
         case DataType::UInt16: return QuantType::QUInt16;
         case DataType::Int32: return QuantType::QInt32;
         case DataType::UInt32: return QuantType::QUInt32;
+        case DataType::Float16: return QuantType::QFloat16;
+        case DataType::BFloat16: return QuantType::QBFloat16;
         default: return std::nullopt;
     }
 }
@@ -55,7 +80,8 @@ QuantParams params_of(const onnx::NodeProto& n, const GraphIndex& index, DataTyp
                 case DataType::Int16: p.zero_point.push_back(zp->data<int16_t>()[i]); break;
                 case DataType::UInt16: p.zero_point.push_back(zp->data<uint16_t>()[i]); break;
                 case DataType::Int32: p.zero_point.push_back(zp->data<int32_t>()[i]); break;
-                default: p.zero_point.push_back(zp->data<uint32_t>()[i]); break;
+                case DataType::UInt32: p.zero_point.push_back(zp->data<uint32_t>()[i]); break;
+                default: p.zero_point.push_back(0); break;  // float types: checked as 0 where written
             }
         }
     } else {
@@ -86,6 +112,17 @@ QdqView read_qdq(const Model& model) {
         view.plan.tensors.push_back(std::move(t));
     };
     for (const auto& n : graph.node()) {
+        if (is_fixneuron(n)) {  // a fused pair
+            const auto params = fixneuron_params(n);
+            if (index.initializer(n.input(0)) || index.is_graph_output(n.output(0))) {
+                record(n.output(0), params);
+                if (!index.initializer(n.input(0))) alias[n.input(0)] = n.output(0);
+            } else {
+                record(n.input(0), params);
+                alias[n.output(0)] = n.input(0);
+            }
+            continue;
+        }
         if (!is_dq(n) || n.input_size() < 2) continue;
         const auto& source = n.input(0);
         const int producer = index.producer(source);
@@ -114,7 +151,7 @@ QdqView read_qdq(const Model& model) {
             if (all_dq) continue;
         }
         // A stored weight's DQ output name stands for the weight; a pair's for its source.
-        if (is_dq(n) && (alias.count(n.output(0)) || view.plan.find(n.output(0)))) continue;
+        if ((is_dq(n) || is_fixneuron(n)) && (alias.count(n.output(0)) || view.plan.find(n.output(0)))) continue;
         auto* copy = kept.Add();
         *copy = n;
         for (auto& in : *copy->mutable_input())
