@@ -90,7 +90,17 @@ void matmul(KernelContext& ctx, std::vector<Tensor>& out) {
                       o.data() + i * m * n, m, k, n);
         return;
     }
-    if (a.type() == DataType::Float && m > 0 && n > 0 && k > 0) return dnnl_matmul(ctx, as, bs, shape, out);
+    if (a.type() == DataType::Float && m > 0 && n > 0 && k > 0) {
+        // A B shared by every batch (a weight) makes the batches one tall matrix: a
+        // (seq, 1, k) x (k, n) projection is then one GEMM instead of seq products of one row.
+        const bool shared_b = std::all_of(b_batch.begin(), b_batch.end(), [](int64_t d) { return d == 1; });
+        if (shared_b && !a_batch.empty()) {
+            int64_t rows = m;
+            for (int64_t d : batch) rows *= d;
+            return dnnl_matmul(ctx, {rows, k}, {k, n}, shape, out);
+        }
+        return dnnl_matmul(ctx, as, bs, shape, out);
+    }
     dispatch_numeric(
         a.type(), ctx,
         [&](auto tag) {
