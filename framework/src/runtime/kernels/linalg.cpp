@@ -120,6 +120,44 @@ void matmul(KernelContext& ctx, std::vector<Tensor>& out) {
         });
 }
 
+struct GemmState {
+    std::vector<int64_t> a_shape, b_shape;
+    bool ta = false, tb = false;
+    dnnl::matmul::primitive_desc pd;
+    dnnl::matmul primitive;
+    dnnl::memory::desc a, b, c;
+    ConstantOperand cached_b;
+};
+
+// Float A x B of Gemm through oneDNN: a transposed operand is read through its strides.
+void dnnl_gemm_product(KernelContext& ctx, bool ta, bool tb, int64_t m, int64_t k, int64_t n, Tensor& y) {
+    const auto& a = ctx.input(0);
+    const auto& b = ctx.input(1);
+    const bool constant_b = ctx.is_constant(1);
+    auto state = std::static_pointer_cast<GemmState>(ctx.state);
+    if (!state || state->a_shape != a.shape() || state->b_shape != b.shape() || state->ta != ta || state->tb != tb) {
+        state = std::make_shared<GemmState>();
+        state->a_shape = a.shape();
+        state->b_shape = b.shape();
+        state->ta = ta;
+        state->tb = tb;
+        using dnnl::memory;
+        state->a = memory::desc({m, k}, memory::data_type::f32, ta ? memory::dims{1, m} : memory::dims{k, 1});
+        state->b = memory::desc({k, n}, memory::data_type::f32, tb ? memory::dims{1, k} : memory::dims{n, 1});
+        state->c = memory::desc({m, n}, memory::data_type::f32, memory::format_tag::ab);
+        const memory::desc b_any({k, n}, memory::data_type::f32, memory::format_tag::any);
+        state->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(state->a, constant_b ? b_any : state->b, state->c),
+                                                 cpu_engine());
+        state->primitive = dnnl::matmul(state->pd);
+        ctx.state = state;
+    }
+    dnnl::stream stream(cpu_engine());
+    const dnnl::memory weights = operand(stream, b, constant_b, state->b, state->pd.weights_desc(), state->cached_b);
+    dnnl::memory c(state->c, cpu_engine(), y.mutable_bytes().data());
+    state->primitive.execute(stream, {{DNNL_ARG_SRC, wrap(state->a, a)}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c}});
+    stream.wait();
+}
+
 void gemm(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& a = ctx.input(0);
     const auto& b = ctx.input(1);
@@ -136,14 +174,18 @@ void gemm(KernelContext& ctx, std::vector<Tensor>& out) {
         [&](auto tag) {
             using T = typename decltype(tag)::type;
             {
-                Eigen::Map<const RowMatrix<T>> x(view<T>(a).data(), a.shape()[0], a.shape()[1]);
-                Eigen::Map<const RowMatrix<T>> y(view<T>(b).data(), b.shape()[0], b.shape()[1]);
                 out[0] = make_tensor<T>({m, n});
                 Eigen::Map<RowMatrix<T>> z(mutable_view<T>(out[0]).data(), m, n);
-                if (ta && tb) z.noalias() = x.transpose() * y.transpose();
-                else if (ta) z.noalias() = x.transpose() * y;
-                else if (tb) z.noalias() = x * y.transpose();
-                else z.noalias() = x * y;
+                if constexpr (std::is_same_v<T, float>) {
+                    if (m > 0 && n > 0 && k > 0) dnnl_gemm_product(ctx, ta, tb, m, k, n, out[0]);
+                } else {
+                    Eigen::Map<const RowMatrix<T>> x(view<T>(a).data(), a.shape()[0], a.shape()[1]);
+                    Eigen::Map<const RowMatrix<T>> y(view<T>(b).data(), b.shape()[0], b.shape()[1]);
+                    if (ta && tb) z.noalias() = x.transpose() * y.transpose();
+                    else if (ta) z.noalias() = x.transpose() * y;
+                    else if (tb) z.noalias() = x * y.transpose();
+                    else z.noalias() = x * y;
+                }
                 if (alpha != 1.0) z *= static_cast<T>(alpha);
                 if (ctx.has_input(2) && beta != 0.0) {
                     const auto& c = ctx.input(2);
