@@ -175,13 +175,34 @@ vaiq::Model residual_block() {
 TEST(Layout, TransposesBetweenConvolutionsCancel) {
     auto model = residual_block();
     ASSERT_TRUE(vaiq::runtime::optimize_layout(model.graph()));
-    int to_nhwc = 0, nhwc_ops = 0;
+    int to_nhwc = 0, nhwc_ops = 0, relus = 0, fused = 0;
     for (const auto& n : model.graph().node()) {
         nhwc_ops += n.domain() == vaiq::runtime::kInternalDomain;
+        relus += n.op_type() == "Relu";
+        for (const auto& a : n.attribute()) fused += a.name() == "activation_min";
         if (n.op_type() == "Transpose" && n.attribute(0).ints(1) == 2) ++to_nhwc;
     }
-    EXPECT_EQ(nhwc_ops, 3);  // two convolutions and the pool
+    // The two convolutions, the pool, and the first convolution again with the Relu
+    // fused in (the plain one stays for a tap of c1).
+    EXPECT_EQ(nhwc_ops, 4);
+    EXPECT_EQ(relus, 0);
+    EXPECT_EQ(fused, 1);
     EXPECT_EQ(to_nhwc, 1) << "only the graph input is transposed into NHWC";
+}
+
+TEST(Layout, ThePlainConvolutionBehindAFusedReluRunsOnlyForATap) {
+    const auto model = residual_block();
+    Executor executor(model, {.threads = 1, .profile = true, .optimize_layout = true});
+    const Tensor x = vaiq::test::ramp({1, 3, 8, 8}, -2.0f, 0.02f);
+    auto convolutions = [&] {
+        for (const auto& p : executor.profile())
+            if (p.op_type == "NhwcConv") return p.calls;
+        return int64_t{0};
+    };
+    executor.run({{"x", x}});
+    EXPECT_EQ(convolutions(), 2);
+    executor.run({{"x", x}}, {"c1"}, [](const std::string&, const Tensor&) {});
+    EXPECT_EQ(convolutions(), 5) << "the tap of c1 runs the plain convolution too";
 }
 
 TEST(Layout, EveryTensorReadsTheSameWithAndWithoutIt) {

@@ -24,7 +24,7 @@ struct Executor::Step {
     std::vector<int> outputs;  ///< value ids, -1 for an omitted output
     std::vector<int> implicit; ///< outer-scope values its subgraphs read
     std::vector<int> release;  ///< values no later step (nor the caller) needs
-    bool lazy = false;         ///< nothing reads its outputs: run only when one is tapped
+    bool lazy = false;         ///< only lazy steps read its outputs: run only when a tap needs them
     std::shared_ptr<void> state;
 };
 
@@ -122,15 +122,19 @@ Executor::Executor(const Model& original, ExecutorOptions options) : model_(&ori
     }
     for (size_t id = 0; id < last_use.size(); ++id)
         if (last_use[id] >= 0 && !is_constant_[id]) steps_[last_use[id]].release.push_back(static_cast<int>(id));
-    // Steps whose outputs nobody reads (layout transposes kept for taps, dead nodes) run on demand.
+    // Steps whose outputs only lazy steps read (layout transposes kept for taps, the plain
+    // convolution behind a fused activation, dead nodes) run on demand: from the last step
+    // back, a step is needed when a needed step or the graph's outputs read it.
     std::vector<bool> read(value_names_.size(), false);
-    for (const auto& step : steps_)
+    for (const auto& out : output_names_) read[value_ids_.at(out)] = true;
+    for (auto it = steps_.rbegin(); it != steps_.rend(); ++it) {
+        auto& step = *it;
+        step.lazy = std::none_of(step.outputs.begin(), step.outputs.end(), [&](int id) { return id >= 0 && read[id]; });
+        if (step.lazy) continue;
         for (const auto* ids : {&step.inputs, &step.implicit})
             for (int id : *ids)
                 if (id >= 0) read[id] = true;
-    for (const auto& out : output_names_) read[value_ids_.at(out)] = true;
-    for (auto& step : steps_)
-        step.lazy = std::none_of(step.outputs.begin(), step.outputs.end(), [&](int id) { return id >= 0 && read[id]; });
+    }
 }
 
 Executor::~Executor() = default;
@@ -195,8 +199,21 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
         if (tap && value(id)) tap(t, *value(id));
     }
 
-    for (auto& step : steps_) {
-        if (step.lazy && std::none_of(step.outputs.begin(), step.outputs.end(), [&](int id) { return id >= 0 && tapped[id]; })) {
+    // The lazy steps this run needs: those producing a tapped value, and what they read.
+    std::vector<bool> demanded = tapped;
+    std::vector<bool> run_lazy(steps_.size(), false);
+    for (size_t s = steps_.size(); s-- > 0;) {
+        const auto& step = steps_[s];
+        if (!step.lazy || std::none_of(step.outputs.begin(), step.outputs.end(), [&](int id) { return id >= 0 && demanded[id]; }))
+            continue;
+        run_lazy[s] = true;
+        for (int id : step.inputs)
+            if (id >= 0) demanded[id] = true;
+    }
+
+    for (size_t s = 0; s < steps_.size(); ++s) {
+        auto& step = steps_[s];
+        if (step.lazy && !run_lazy[s]) {
             for (int id : step.release) values[id].reset();
             continue;
         }

@@ -1,10 +1,13 @@
 #include "runtime/layout.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "vaiq/graph.hpp"
+#include "vaiq/tensor.hpp"
 
 namespace vaiq::runtime {
 
@@ -150,12 +153,81 @@ bool push_or_cancel_once(onnx::GraphProto& graph, const std::set<std::string>& s
 
 }  // namespace
 
+namespace {
+
+// The value of a one-element float constant (an initializer or a Constant node's output).
+std::optional<float> scalar_value(const onnx::GraphProto& graph, const std::string& name) {
+    auto one = [](const onnx::TensorProto& t) -> std::optional<float> {
+        if (t.data_type() != onnx::TensorProto::FLOAT) return std::nullopt;
+        const auto v = Tensor::from_proto(t);
+        if (v.size() != 1) return std::nullopt;
+        return v.data<float>()[0];
+    };
+    for (const auto& init : graph.initializer())
+        if (init.name() == name) return one(init);
+    for (const auto& n : graph.node())
+        if (n.op_type() == "Constant" && n.output_size() == 1 && n.output(0) == name)
+            for (const auto& a : n.attribute())
+                if (a.name() == "value" && a.has_t()) return one(a.t());
+    return std::nullopt;
+}
+
+// An NhwcConv whose output is read by a Relu or constant-bound Clip computes the
+// activation too (a oneDNN post-op, the same arithmetic): the Relu/Clip becomes
+// a copy of the convolution with the activation attached. The plain convolution
+// stays for whoever else wants the value before the activation (a tap: it then
+// runs on demand); when nobody does, it never runs.
+void fuse_activations(onnx::GraphProto& graph) {
+    const GraphIndex index(graph);
+    for (int i = 0; i < graph.node_size(); ++i) {
+        const auto& conv = graph.node(i);
+        if (conv.op_type() != "NhwcConv" || conv.domain() != kInternalDomain) continue;
+        std::vector<int> activations;
+        for (const auto& use : index.consumers(conv.output(0))) {
+            const auto& n = graph.node(use.node);
+            if (n.domain().empty() && (n.op_type() == "Relu" || n.op_type() == "Clip")) activations.push_back(use.node);
+        }
+        if (activations.size() != 1) continue;
+        const auto& act = graph.node(activations[0]);
+        float lo = 0.0f, hi = std::numeric_limits<float>::infinity();
+        if (act.op_type() == "Clip") {
+            lo = -std::numeric_limits<float>::infinity();
+            for (const auto& a : act.attribute()) {  // opset < 11
+                if (a.name() == "min") lo = a.f();
+                if (a.name() == "max") hi = a.f();
+            }
+            auto bound = [&](int slot, float& value) {
+                if (act.input_size() <= slot || act.input(slot).empty()) return true;
+                const auto v = scalar_value(graph, act.input(slot));
+                if (v) value = *v;
+                return v.has_value();
+            };
+            if (!bound(1, lo) || !bound(2, hi)) continue;
+        }
+        onnx::NodeProto fused = conv;
+        fused.set_name(act.name());
+        fused.set_output(0, act.output(0));
+        auto* a = fused.add_attribute();
+        a->set_name("activation_min");
+        a->set_type(onnx::AttributeProto::FLOAT);
+        a->set_f(lo);
+        a = fused.add_attribute();
+        a->set_name("activation_max");
+        a->set_type(onnx::AttributeProto::FLOAT);
+        a->set_f(hi);
+        *graph.mutable_node(activations[0]) = std::move(fused);
+    }
+}
+
+}  // namespace
+
 bool optimize_layout(onnx::GraphProto& graph) {
     UniqueNames names(graph);
     if (!wrap_nhwc_ops(graph, names)) return false;
     const auto scalars = scalar_constants(graph);
     for (int guard = 0; guard < 10 * graph.node_size() && push_or_cancel_once(graph, scalars, names); ++guard) {
     }
+    fuse_activations(graph);
     // Keep every node after its producers.
     const auto order = topological_order(graph);
     google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;

@@ -71,7 +71,15 @@ void conv(KernelContext& ctx, std::vector<Tensor>& out, bool nhwc) {
             memory::desc({m}, memory::data_type::f32, memory::format_tag::a),
             memory::desc(state->user_dst.dims(), memory::data_type::f32, any), dims_of(window.strides), dilation, pad_l,
             pad_r);
-        state->pd = dnnl::convolution_forward::primitive_desc(desc, cpu_engine());
+        // A Relu/Clip the layout optimisation fused in: clamped as the op would, in the same pass.
+        dnnl::primitive_attr attr;
+        if (nhwc && ctx.attributes.has("activation_min")) {
+            dnnl::post_ops ops;
+            ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, ctx.attributes.get_float("activation_min", 0.0f),
+                               ctx.attributes.get_float("activation_max", 0.0f));
+            attr.set_post_ops(ops);
+        }
+        state->pd = dnnl::convolution_forward::primitive_desc(desc, attr, cpu_engine());
         state->primitive = dnnl::convolution_forward(state->pd);
         ctx.state = state;
     }
