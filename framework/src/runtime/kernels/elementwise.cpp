@@ -299,12 +299,27 @@ double sigmoid(double x) {
 
 using A = const Attributes&;
 
+// Runs a float kernel over a tensor in chunks across threads. Chunks are whole
+// 16-lane blocks, so a kernel that treats the last n % 16 elements apart (MLAS's
+// GELU) sees the same tail as in one call.
+template <typename F>
+Tensor chunked_float(const Tensor& x, F kernel) {
+    Tensor y = Tensor::uninitialized(DataType::Float, x.shape());
+    const float* in = x.data<float>().data();
+    float* o = y.mutable_data<float>().data();
+    const int64_t n = x.size();
+    constexpr int64_t kChunk = kParallelGrain;
+    static_assert(kChunk % 16 == 0);
+#pragma omp parallel for if (n > 2 * kChunk)
+    for (int64_t start = 0; start < n; start += kChunk) kernel(in + start, o + start, std::min(kChunk, n - start));
+    return y;
+}
+
 // Erf as ONNX Runtime computes it (MLAS's polynomial), for float; doubles exactly.
 void erf(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     if (x.type() == DataType::Float) {
-        out[0] = Tensor::uninitialized(DataType::Float, x.shape());
-        ort_erf(x.data<float>().data(), out[0].mutable_data<float>().data(), x.size());
+        out[0] = chunked_float(x, ort_erf);
         return;
     }
     unary_float_fn([](double v) { return std::erf(v); })(ctx, out);
@@ -316,8 +331,7 @@ void gelu(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     if (x.type() != DataType::Float) ctx.fail("element type " + data_type_name(x.type()) + " is not supported (float is)");
     if (ctx.attributes.get_string("approximate", "none") != "none") ctx.fail("approximate='tanh' is not supported");
-    out[0] = Tensor::uninitialized(DataType::Float, x.shape());
-    ort_gelu(x.data<float>().data(), out[0].mutable_data<float>().data(), x.size());
+    out[0] = chunked_float(x, ort_gelu);
 }
 
 const KernelRegistration kKernels[] = {

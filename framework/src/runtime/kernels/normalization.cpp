@@ -156,7 +156,7 @@ void softmax(KernelContext& ctx, std::vector<Tensor>& out) {
     if (x.type() == DataType::Float && inner == 1 && kKind != SoftmaxKind::Hardmax) {
         // Contiguous rows (the usual last-axis case), rows in parallel, with ONNX
         // Runtime's exp and summation order (see ort_softmax.hpp).
-        out[0] = Tensor(DataType::Float, x.shape());
+        out[0] = Tensor::uninitialized(DataType::Float, x.shape());  // every row is written
         auto y = out[0].mutable_data<float>();
         const auto xv = x.data<float>();
 #pragma omp parallel for if (x.size() > kParallelGrain)
