@@ -1,4 +1,5 @@
-// MatMul (numpy semantics, batch broadcasting) and Gemm, through Eigen.
+// MatMul (numpy semantics, batch broadcasting) and Gemm: float through oneDNN,
+// other element types through Eigen.
 #include <Eigen/Core>
 
 #include "runtime/kernels/ort_float.hpp"
@@ -13,51 +14,62 @@ namespace {
 template <typename T>
 using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-struct MatMulState {
-    std::vector<int64_t> a_shape, b_shape;
+// A float product through oneDNN's matmul for one set of operand layouts (the
+// key: input shapes and transposes), kept across runs. A constant B is laid out
+// as oneDNN prefers, once.
+struct DnnlProduct {
+    std::vector<int64_t> key;
     dnnl::matmul::primitive_desc pd;
     dnnl::matmul primitive;
     dnnl::memory::desc a, b, c;
-    ConstantOperand cached_b;  ///< a constant B, kept in the primitive's layout
+    ConstantOperand cached_b;
 };
 
-// Float MatMul through oneDNN: both operands brought to the same rank (batch
-// dimensions of 1 broadcast). A constant B is laid out as oneDNN prefers, once.
-void dnnl_matmul(KernelContext& ctx, const std::vector<int64_t>& as, const std::vector<int64_t>& bs,
-                 const std::vector<int64_t>& out_shape, std::vector<Tensor>& out) {
+// Writes input 0 x input 1 into `y`, laid out as `a`, `b` and `c` describe.
+void dnnl_product(KernelContext& ctx, std::vector<int64_t> key, const dnnl::memory::desc& a_desc,
+                  const dnnl::memory::desc& b_desc, const dnnl::memory::desc& c_desc, Tensor& y) {
     const auto& a = ctx.input(0);
     const auto& b = ctx.input(1);
     const bool constant_b = ctx.is_constant(1);
-    auto state = std::static_pointer_cast<MatMulState>(ctx.state);
-    if (!state || state->a_shape != a.shape() || state->b_shape != b.shape()) {
-        state = std::make_shared<MatMulState>();
-        state->a_shape = a.shape();
-        state->b_shape = b.shape();
-        const size_t rank = std::max(as.size(), bs.size());
-        auto pad = [&](std::vector<int64_t> s) {
-            s.insert(s.begin(), rank - s.size(), 1);
-            return s;
-        };
-        const auto pa = pad(as), pb = pad(bs);
-        auto pc = pa;
-        for (size_t d = 0; d + 2 < rank; ++d) pc[d] = std::max(pa[d], pb[d]);
-        pc[rank - 1] = pb[rank - 1];
-        using dnnl::memory;
-        state->a = memory::desc(dims_of(pa), memory::data_type::f32, plain_tag(rank));
-        state->b = memory::desc(dims_of(pb), memory::data_type::f32, plain_tag(rank));
-        state->c = memory::desc(dims_of(pc), memory::data_type::f32, plain_tag(rank));
-        const memory::desc b_any(dims_of(pb), memory::data_type::f32, memory::format_tag::any);
-        state->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(state->a, constant_b ? b_any : state->b, state->c),
+    auto state = std::static_pointer_cast<DnnlProduct>(ctx.state);
+    if (!state || state->key != key) {
+        state = std::make_shared<DnnlProduct>();
+        state->key = std::move(key);
+        state->a = a_desc;
+        state->b = b_desc;
+        state->c = c_desc;
+        const dnnl::memory::desc b_any(b_desc.dims(), dnnl::memory::data_type::f32, dnnl::memory::format_tag::any);
+        state->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_desc, constant_b ? b_any : b_desc, c_desc),
                                                  cpu_engine());
         state->primitive = dnnl::matmul(state->pd);
         ctx.state = state;
     }
     dnnl::stream stream(cpu_engine());
     const dnnl::memory weights = operand(stream, b, constant_b, state->b, state->pd.weights_desc(), state->cached_b);
-    Tensor y = Tensor::uninitialized(DataType::Float, out_shape);
     dnnl::memory c(state->c, cpu_engine(), y.mutable_bytes().data());
     state->primitive.execute(stream, {{DNNL_ARG_SRC, wrap(state->a, a)}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c}});
     stream.wait();
+}
+
+// Float MatMul: both operands brought to the same rank (batch dimensions of 1 broadcast).
+void dnnl_matmul(KernelContext& ctx, const std::vector<int64_t>& as, const std::vector<int64_t>& bs,
+                 const std::vector<int64_t>& out_shape, std::vector<Tensor>& out) {
+    const size_t rank = std::max(as.size(), bs.size());
+    auto pad = [&](std::vector<int64_t> s) {
+        s.insert(s.begin(), rank - s.size(), 1);
+        return s;
+    };
+    const auto pa = pad(as), pb = pad(bs);
+    auto pc = pa;
+    for (size_t d = 0; d + 2 < rank; ++d) pc[d] = std::max(pa[d], pb[d]);
+    pc[rank - 1] = pb[rank - 1];
+    using dnnl::memory;
+    std::vector<int64_t> key = pa;
+    key.insert(key.end(), pb.begin(), pb.end());
+    Tensor y = Tensor::uninitialized(DataType::Float, out_shape);
+    dnnl_product(ctx, std::move(key), memory::desc(dims_of(pa), memory::data_type::f32, plain_tag(rank)),
+                 memory::desc(dims_of(pb), memory::data_type::f32, plain_tag(rank)),
+                 memory::desc(dims_of(pc), memory::data_type::f32, plain_tag(rank)), y);
     out[0] = std::move(y);
 }
 
@@ -120,42 +132,12 @@ void matmul(KernelContext& ctx, std::vector<Tensor>& out) {
         });
 }
 
-struct GemmState {
-    std::vector<int64_t> a_shape, b_shape;
-    bool ta = false, tb = false;
-    dnnl::matmul::primitive_desc pd;
-    dnnl::matmul primitive;
-    dnnl::memory::desc a, b, c;
-    ConstantOperand cached_b;
-};
-
-// Float A x B of Gemm through oneDNN: a transposed operand is read through its strides.
+// Float A x B of Gemm: a transposed operand is read through its strides.
 void dnnl_gemm_product(KernelContext& ctx, bool ta, bool tb, int64_t m, int64_t k, int64_t n, Tensor& y) {
-    const auto& a = ctx.input(0);
-    const auto& b = ctx.input(1);
-    const bool constant_b = ctx.is_constant(1);
-    auto state = std::static_pointer_cast<GemmState>(ctx.state);
-    if (!state || state->a_shape != a.shape() || state->b_shape != b.shape() || state->ta != ta || state->tb != tb) {
-        state = std::make_shared<GemmState>();
-        state->a_shape = a.shape();
-        state->b_shape = b.shape();
-        state->ta = ta;
-        state->tb = tb;
-        using dnnl::memory;
-        state->a = memory::desc({m, k}, memory::data_type::f32, ta ? memory::dims{1, m} : memory::dims{k, 1});
-        state->b = memory::desc({k, n}, memory::data_type::f32, tb ? memory::dims{1, k} : memory::dims{n, 1});
-        state->c = memory::desc({m, n}, memory::data_type::f32, memory::format_tag::ab);
-        const memory::desc b_any({k, n}, memory::data_type::f32, memory::format_tag::any);
-        state->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(state->a, constant_b ? b_any : state->b, state->c),
-                                                 cpu_engine());
-        state->primitive = dnnl::matmul(state->pd);
-        ctx.state = state;
-    }
-    dnnl::stream stream(cpu_engine());
-    const dnnl::memory weights = operand(stream, b, constant_b, state->b, state->pd.weights_desc(), state->cached_b);
-    dnnl::memory c(state->c, cpu_engine(), y.mutable_bytes().data());
-    state->primitive.execute(stream, {{DNNL_ARG_SRC, wrap(state->a, a)}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c}});
-    stream.wait();
+    using dnnl::memory;
+    const memory::desc a({m, k}, memory::data_type::f32, ta ? memory::dims{1, m} : memory::dims{k, 1});
+    const memory::desc b({k, n}, memory::data_type::f32, tb ? memory::dims{1, k} : memory::dims{n, 1});
+    dnnl_product(ctx, {m, k, n, ta, tb}, a, b, memory::desc({m, n}, memory::data_type::f32, memory::format_tag::ab), y);
 }
 
 void gemm(KernelContext& ctx, std::vector<Tensor>& out) {
