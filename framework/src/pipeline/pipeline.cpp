@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <fstream>
 #include <set>
 
@@ -455,12 +456,13 @@ void save_run(const Recipe& recipe, QuantizedRun& run) {
     write_file_atomically(run.report_path, [&](std::ostream& out) { out << run.report.dump(2) << '\n'; });
 }
 
-// The mean output SQNR of an evaluated run.
+// The mean output SQNR of an evaluated run (an exact output reports "inf").
 double mean_sqnr(const nlohmann::json& report) {
     double sum = 0;
     int n = 0;
     for (const auto& o : report["evaluation"]["outputs"]) {
-        sum += o["sqnr_db"].get<double>();
+        const auto& db = o["sqnr_db"];
+        sum += db.is_number() ? db.get<double>() : std::numeric_limits<double>::infinity();
         ++n;
     }
     return n ? sum / n : 0.0;
@@ -480,7 +482,9 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
         auto without = quantize(plain, registry, options);
         const double with_db = mean_sqnr(run.report), without_db = mean_sqnr(without.report);
         const bool keep = with_db >= without_db;
-        const nlohmann::json guard = {{"sqnr_db_with_cle", with_db}, {"sqnr_db_without_cle", without_db}, {"kept_cle", keep}};
+        auto db = [](double v) { return std::isinf(v) ? nlohmann::json("inf") : nlohmann::json(v); };
+        const nlohmann::json guard = {
+            {"sqnr_db_with_cle", db(with_db)}, {"sqnr_db_without_cle", db(without_db)}, {"kept_cle", keep}};
         if (keep) {
             log_info("cle_guard: CLE kept ({:.2f} dB with it, {:.2f} dB without)", with_db, without_db);
         } else {
