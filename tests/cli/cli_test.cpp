@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 
 #include "test_support.hpp"
@@ -394,6 +395,27 @@ TEST(Cli, FixNeuronModelsDumpTheirIntegersAndConvertToNativeQdq) {
     EXPECT_EQ(error_lines(r.err), 1u) << r.err;
     EXPECT_NE(r.err.find("'x' (int32 has no native QuantizeLinear)"), std::string::npos) << r.err;
     EXPECT_FALSE(fs::exists(dir / "i32_native.onnx"));
+}
+
+// A float16 model's Cast pairs dump like Q/DQ pairs: the stored bits in .bin.
+TEST(Cli, DumpWritesTheFloat16ValuesOfCastPairs) {
+    const auto dir = temp_dir();
+    const auto model = example_model(dir);
+    const auto input = vaiq::test::ramp({1, 2, 4, 4}, -1.0f, 0.07f);
+    vaiq::write_npy(dir / "x.npy", input);
+    auto r = vaiq_cli("run " VAIQ_SOURCE_DIR "/recipes/fp16.yaml --model " + model.string() + " --data " +
+                      (dir / "x.npy").string() + " --output " + (dir / "fp16.onnx").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    r = vaiq_cli("dump " + (dir / "fp16.onnx").string() + " --data " + (dir / "x.npy").string() + " --output-dir " +
+                 (dir / "d").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto bytes = slurp(dir / "d" / "x_DequantizeLinear_Output.bin");
+    ASSERT_EQ(bytes.size(), static_cast<size_t>(input.size()) * 2);
+    for (int64_t i = 0; i < input.size(); ++i) {
+        uint16_t bits = 0;
+        std::memcpy(&bits, bytes.data() + 2 * i, 2);
+        EXPECT_EQ(bits, vaiq::float_to_half(input.data<float>()[i])) << i;
+    }
 }
 
 TEST(Cli, RunStopsAfterPrepareAndWritesModelAndReport) {

@@ -60,6 +60,22 @@ bool is_dequantize(const onnx::NodeProto& n) {
     return n.op_type() == "DequantizeLinear" || (n.op_type() == kVitisDequantizeOp && n.domain() == kVaiqDomain);
 }
 
+// The dequantizing half of a Cast pair (QFloat16/QBFloat16 in the qdq format): a
+// Cast to float of a float16/bfloat16 value, a stored weight or a Cast's output.
+bool is_float_dequantize(const onnx::NodeProto& n, const GraphIndex& index, const onnx::GraphProto& graph) {
+    auto is_half = [](int64_t t) {
+        return t == static_cast<int64_t>(DataType::Float16) || t == static_cast<int64_t>(DataType::BFloat16);
+    };
+    if (n.op_type() != "Cast" || !n.domain().empty() || n.input_size() < 1 ||
+        int_attribute(n, "to", 0) != static_cast<int64_t>(DataType::Float))
+        return false;
+    if (const auto* init = index.initializer(n.input(0))) return is_half(init->data_type());
+    const int producer = index.producer(n.input(0));
+    if (producer < 0) return false;
+    const auto& p = graph.node(producer);
+    return p.op_type() == "Cast" && p.domain().empty() && is_half(int_attribute(p, "to", 0));
+}
+
 bool is_fixneuron(const onnx::NodeProto& n) {
     return n.op_type() == kFixNeuronOp && (n.domain() == kVaiqDomain || n.domain() == kContribDomain);
 }
@@ -104,7 +120,7 @@ DumpResult dump_model(const fs::path& model_path, const DumpOptions& options) {
             dumped_as[node.output(0)].push_back(file_stem(node.output(0)));
             continue;
         }
-        if (!is_dequantize(node) || node.input_size() < 1) continue;
+        if ((!is_dequantize(node) && !is_float_dequantize(node, index, graph)) || node.input_size() < 1) continue;
         const auto stem = file_stem(node.output(0));
         if (const auto* init = index.initializer(node.input(0)); init && !index.is_graph_input(node.input(0)))
             constants.emplace_back(stem, Tensor::from_proto(*init));
@@ -112,7 +128,7 @@ DumpResult dump_model(const fs::path& model_path, const DumpOptions& options) {
             dumped_as[node.input(0)].push_back(stem);
     }
     if (constants.empty() && dumped_as.empty() && !options.dump_float)
-        throw InputError(fmt::format("{}: no quantized tensors to dump (the model has no DequantizeLinear nor FixNeuron); "
+        throw InputError(fmt::format("{}: no quantized tensors to dump (the model has no DequantizeLinear, FixNeuron or float16 Cast pair); "
                                      "--dump-float dumps every node's float output",
                                      model_path.string()));
 
