@@ -121,4 +121,111 @@ std::optional<std::vector<int32_t>> int8_conv(KernelContext& ctx, const Tensor& 
     return acc;
 }
 
+namespace {
+
+struct Int8MatMulState {
+    std::vector<int64_t> a_shape, b_shape;
+    dnnl::matmul::primitive_desc pd;
+    dnnl::matmul primitive;
+    memory::desc a, b, c;
+    Tensor b_int8;          ///< a uint8 B shifted to int8 (kept when B is constant)
+    const Tensor* b_of = nullptr;
+    std::vector<int32_t> column_sums;  ///< per batch of B and column: the sum over k of B as int8
+    ConstantOperand weights;
+};
+
+}  // namespace
+
+std::optional<std::vector<int32_t>> int8_matmul(KernelContext& ctx, const Tensor& a, int32_t a_zero_point,
+                                                const Tensor& b, int32_t b_zero_point, bool b_constant,
+                                                std::shared_ptr<void>& opaque, std::vector<int64_t>& shape,
+                                                bool b_transposed) {
+    auto is_8_bit = [](DataType t) { return t == DataType::UInt8 || t == DataType::Int8; };
+    if (!exact_int8_available() || !is_8_bit(a.type()) || !is_8_bit(b.type()) || a.shape().size() < 2 ||
+        b.shape().size() < 2 || (b_transposed && (a.shape().size() != 2 || b.shape().size() != 2)))
+        return std::nullopt;
+    const size_t rank = std::max(a.shape().size(), b.shape().size());
+    auto pad = [&](std::vector<int64_t> s) {
+        s.insert(s.begin(), rank - s.size(), 1);
+        return s;
+    };
+    const auto as = pad(a.shape());
+    const auto bs = b_transposed ? std::vector<int64_t>{b.shape()[1], b.shape()[0]} : pad(b.shape());
+    const int64_t m = as[rank - 2], k = as[rank - 1], n = bs[rank - 1];
+    if (bs[rank - 2] != k) ctx.fail("inner dimensions differ");
+    const std::vector<int64_t> a_batch(as.begin(), as.end() - 2), b_batch(bs.begin(), bs.end() - 2);
+    const auto batch = broadcast_shapes(ctx, a_batch, b_batch);
+    auto state = std::static_pointer_cast<Int8MatMulState>(opaque);
+    if (!state || state->a_shape != a.shape() || state->b_shape != b.shape()) {
+        state = std::make_shared<Int8MatMulState>();
+        state->a_shape = a.shape();
+        state->b_shape = b.shape();
+        auto cs = batch;
+        cs.push_back(m);
+        cs.push_back(n);
+        state->a = memory::desc(dims_of(as), dnnl_type(a.type()), plain_tag(rank));
+        state->b = b_transposed ? memory::desc(dims_of(bs), memory::data_type::s8, memory::dims{1, k})
+                                : memory::desc(dims_of(bs), memory::data_type::s8, plain_tag(rank));
+        state->c = memory::desc(dims_of(cs), memory::data_type::s32, plain_tag(rank));
+        const memory::desc b_any(dims_of(bs), memory::data_type::s8, memory::format_tag::any);
+        state->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(state->a, b_constant ? b_any : state->b, state->c),
+                                                 cpu_engine());
+        state->primitive = dnnl::matmul(state->pd);
+        opaque = state;
+    }
+    // B as int8 (uint8 shifted by 128, its zero point with it) and its column sums, once for a constant B.
+    const bool shift = b.type() == DataType::UInt8;
+    const int32_t b_zp = shift ? b_zero_point - 128 : b_zero_point;
+    if (!b_constant || state->b_of != &b || state->column_sums.empty()) {
+        state->b_of = &b;
+        if (shift) {
+            state->b_int8 = Tensor::uninitialized(DataType::Int8, b.shape());
+            const auto in = b.data<uint8_t>();
+            auto out = state->b_int8.mutable_data<int8_t>();
+            for (size_t i = 0; i < in.size(); ++i) out[i] = static_cast<int8_t>(static_cast<int32_t>(in[i]) - 128);
+        }
+        const auto bv = (shift ? state->b_int8 : b).data<int8_t>();
+        const int64_t b_batches = static_cast<int64_t>(bv.size()) / (k * n);
+        state->column_sums.assign(static_cast<size_t>(b_batches * n), 0);
+        for (int64_t p = 0; p < b_batches; ++p)
+            for (int64_t q = 0; q < k; ++q)
+                for (int64_t j = 0; j < n; ++j)
+                    state->column_sums[p * n + j] += bv[b_transposed ? j * k + q : (p * k + q) * n + j];
+        state->weights = {};  // a new B: lay it out again
+    }
+    const Tensor& b_int8 = shift ? state->b_int8 : b;
+    dnnl::stream stream(cpu_engine());
+    const memory weights = operand(stream, b_int8, b_constant, state->b, state->pd.weights_desc(), state->weights);
+    shape = batch;
+    shape.push_back(m);
+    shape.push_back(n);
+    std::vector<int32_t> acc(static_cast<size_t>(element_count(shape)));
+    memory c(state->c, cpu_engine(), acc.data());
+    state->primitive.execute(stream, {{DNNL_ARG_SRC, wrap(state->a, a)}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c}});
+    stream.wait();
+    // Σ (a - za)(b - zb) = Σ a b - za Σ_k b - zb Σ_k a + k za zb.
+    const auto ia = broadcast_index(a_batch, batch), ib = broadcast_index(b_batch, batch);
+    std::vector<int32_t> row_sums(static_cast<size_t>(m));
+    for (size_t p = 0; p < ia.size(); ++p) {
+        const bool a_unsigned = a.type() == DataType::UInt8;
+        for (int64_t i = 0; i < m; ++i) {
+            int32_t sum = 0;
+            const int64_t row = (ia[p] * m + i) * k;
+            if (a_unsigned)
+                for (int64_t q = 0; q < k; ++q) sum += a.data<uint8_t>()[row + q];
+            else
+                for (int64_t q = 0; q < k; ++q) sum += a.data<int8_t>()[row + q];
+            row_sums[i] = sum;
+        }
+        const int32_t constant = static_cast<int32_t>(k) * a_zero_point * b_zp;
+        const int32_t* columns = state->column_sums.data() + ib[p] * n;
+        for (int64_t i = 0; i < m; ++i) {
+            int32_t* out = acc.data() + (static_cast<int64_t>(p) * m + i) * n;
+            const int32_t row_share = b_zp * row_sums[i] - constant;
+            for (int64_t j = 0; j < n; ++j) out[j] -= a_zero_point * columns[j] + row_share;
+        }
+    }
+    return acc;
+}
+
 }  // namespace vaiq::runtime

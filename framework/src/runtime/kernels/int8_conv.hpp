@@ -1,5 +1,5 @@
-// Exact int8 convolution on oneDNN: sum over the window of (x - x_zero_point) * w
-// in int32, for uint8/int8 inputs and int8 weights whose zero point is 0.
+// Exact int8 convolution and matrix product on oneDNN: int32 sums of centred
+// 8-bit values, the zero points' shares handled around oneDNN's int8 kernels.
 #pragma once
 
 #include <memory>
@@ -20,5 +20,16 @@ bool exact_int8_available();
 /// keeps the compiled primitive and the per-channel weight sums across runs.
 std::optional<std::vector<int32_t>> int8_conv(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
                                               bool w_constant, std::shared_ptr<void>& state, std::vector<int64_t>& shape);
+
+/// The int32 sums [batch..., M, N] of (a - a_zero_point) x (b - b_zero_point)
+/// for 8-bit a and b (numpy batch broadcasting, per-tensor zero points), on
+/// oneDNN's u8/s8 x s8 matmul with the zero points' shares subtracted after (a
+/// uint8 b is shifted to int8 first). Nullopt when the fast path does not apply
+/// (other types or ranks, or no exact int8 on this CPU). Exact: integer sums.
+/// With `b_transposed` (2-D operands only) b is stored [N, K] (Gemm's transB).
+std::optional<std::vector<int32_t>> int8_matmul(KernelContext& ctx, const Tensor& a, int32_t a_zero_point,
+                                                const Tensor& b, int32_t b_zero_point, bool b_constant,
+                                                std::shared_ptr<void>& state, std::vector<int64_t>& shape,
+                                                bool b_transposed = false);
 
 }  // namespace vaiq::runtime

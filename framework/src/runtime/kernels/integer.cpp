@@ -49,15 +49,27 @@ Tensor requantize(KernelContext& ctx, const std::vector<int64_t>& shape, const s
                   const std::vector<double>& multiplier, int64_t channel_inner, const Tensor& zero_point) {
     // Walks the channel blocks so that no element index is divided (this is the hot loop).
     if (multiplier.empty()) ctx.fail("the scales are empty");
-    std::vector<float> scaled(acc.size());
     const size_t channels = multiplier.size();
     const size_t block = channels == 1 ? acc.size() : static_cast<size_t>(channel_inner);
-    for (size_t start = 0, c = 0; start < acc.size(); start += block, c = (c + 1) % channels) {
-        const auto m = static_cast<float>(multiplier[c]);  // float32 multiply as ONNX Runtime does
-        for (size_t i = start; i < start + block; ++i) scaled[i] = static_cast<float>(acc[i]) * m;
-    }
-    return quantized_tensor(ctx, zero_point.type(), shape, read_scalar(ctx, zero_point),
-                            [&](size_t i) { return scaled[i]; });
+    const auto zp = static_cast<float>(read_scalar(ctx, zero_point));
+    Tensor y;
+    dispatch_numeric(zero_point.type(), ctx, [&](auto tag) {
+        using Q = typename decltype(tag)::type;
+        if constexpr (sizeof(Q) != 1) {
+            ctx.fail("outputs must be int8 or uint8");
+        } else {
+            y = make_tensor<Q>(shape);
+            Q* o = mutable_view<Q>(y).data();
+            const auto blocks = static_cast<int64_t>(block ? acc.size() / block : 0);
+#pragma omp parallel for if (static_cast<int64_t>(acc.size()) > kParallelGrain)
+            for (int64_t bi = 0; bi < blocks; ++bi) {
+                const size_t start = static_cast<size_t>(bi) * block;
+                const auto m = static_cast<float>(multiplier[static_cast<size_t>(bi) % channels]);  // float32, as ONNX Runtime
+                requantize_8_bit(acc.data() + start, o + start, block, m, zp);
+            }
+        }
+    });
+    return y;
 }
 
 // Batched (broadcast) integer matrix product of centred operands.
@@ -94,6 +106,15 @@ std::vector<int32_t> int_matmul(KernelContext& ctx, const Tensor& a, const std::
     return out;
 }
 
+int32_t scalar_zero_point(KernelContext& ctx, const Tensor& zero_point) {
+    int32_t zp = 0;
+    dispatch_numeric(zero_point.type(), ctx, [&](auto tag) {
+        using Z = typename decltype(tag)::type;
+        zp = static_cast<int32_t>(view<Z>(zero_point)[0]);
+    });
+    return zp;
+}
+
 void matmul_integer(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& a = ctx.input(0);
     const auto& b = ctx.input(1);
@@ -107,10 +128,14 @@ void matmul_integer(KernelContext& ctx, std::vector<Tensor>& out) {
 void qlinear_matmul(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& a = ctx.input(0);
     const auto& b = ctx.input(3);
-    const auto av = centred(ctx, a, &ctx.input(2), static_cast<int64_t>(a.shape().size()) - 2);
-    const auto bv = centred(ctx, b, &ctx.input(5), static_cast<int64_t>(b.shape().size()) - 1);
     std::vector<int64_t> shape;
-    const auto acc = int_matmul(ctx, a, av, b, bv, shape);
+    std::optional<std::vector<int32_t>> fast;
+    if (ctx.input(2).size() == 1 && ctx.input(5).size() == 1)
+        fast = int8_matmul(ctx, a, scalar_zero_point(ctx, ctx.input(2)), b, scalar_zero_point(ctx, ctx.input(5)),
+                           ctx.is_constant(3), ctx.state, shape);
+    const auto acc = fast ? std::move(*fast)
+                          : int_matmul(ctx, a, centred(ctx, a, &ctx.input(2), static_cast<int64_t>(a.shape().size()) - 2),
+                                       b, centred(ctx, b, &ctx.input(5), static_cast<int64_t>(b.shape().size()) - 1), shape);
     const auto sa = floats(ctx.input(1)), sb = floats(ctx.input(4)), sy = floats(ctx.input(6));
     std::vector<double> multiplier;
     for (float s : sb) multiplier.push_back(static_cast<double>(sa[0] * s / sy[0]));
@@ -136,15 +161,24 @@ void qgemm(KernelContext& ctx, std::vector<Tensor>& out) {
     if (a.shape().size() != 2 || b.shape().size() != 2) ctx.fail("A and B must be 2-D");
     const bool ta = ctx.attributes.get_int("transA", 0) != 0, tb = ctx.attributes.get_int("transB", 0) != 0;
     const float alpha = ctx.attributes.get_float("alpha", 1.0f);
-    const auto av = oriented(centred(ctx, a, &ctx.input(2), 0), a.shape(), ta);
-    // Per-column zero points of B run along its N axis: axis 0 when transposed.
-    const auto bv = oriented(centred(ctx, b, &ctx.input(5), tb ? 0 : 1), b.shape(), tb);
     const int64_t m = ta ? a.shape()[1] : a.shape()[0], k = ta ? a.shape()[0] : a.shape()[1];
     const int64_t n = tb ? b.shape()[0] : b.shape()[1];
     if ((tb ? b.shape()[1] : b.shape()[0]) != k) ctx.fail("inner dimensions differ");
-    const Tensor a2 = Tensor::uninitialized(DataType::Int32, {m, k}), b2 = Tensor::uninitialized(DataType::Int32, {k, n});
     std::vector<int64_t> shape;
-    auto acc = int_matmul(ctx, a2, av, b2, bv, shape);
+    std::optional<std::vector<int32_t>> fast;
+    if (!ta && ctx.input(2).size() == 1 && ctx.has_input(5) && ctx.input(5).size() == 1)
+        fast = int8_matmul(ctx, a, scalar_zero_point(ctx, ctx.input(2)), b, scalar_zero_point(ctx, ctx.input(5)),
+                           ctx.is_constant(3), ctx.state, shape, tb);
+    std::vector<int32_t> acc;
+    if (fast) {
+        acc = std::move(*fast);
+    } else {
+        const auto av = oriented(centred(ctx, a, &ctx.input(2), 0), a.shape(), ta);
+        // Per-column zero points of B run along its N axis: axis 0 when transposed.
+        const auto bv = oriented(centred(ctx, b, &ctx.input(5), tb ? 0 : 1), b.shape(), tb);
+        const Tensor a2 = Tensor::uninitialized(DataType::Int32, {m, k}), b2 = Tensor::uninitialized(DataType::Int32, {k, n});
+        acc = int_matmul(ctx, a2, av, b2, bv, shape);
+    }
     if (ctx.has_input(6)) {
         const auto& c = ctx.input(6);
         if (c.type() != DataType::Int32) ctx.fail("C must be int32");
@@ -235,14 +269,6 @@ bool all_zero(KernelContext& ctx, const Tensor& zero_point) {
     return zero;
 }
 
-int32_t scalar_zero_point(KernelContext& ctx, const Tensor& zero_point) {
-    int32_t zp = 0;
-    dispatch_numeric(zero_point.type(), ctx, [&](auto tag) {
-        using Z = typename decltype(tag)::type;
-        zp = static_cast<int32_t>(view<Z>(zero_point)[0]);
-    });
-    return zp;
-}
 
 void qlinear_conv(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
