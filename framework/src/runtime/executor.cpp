@@ -100,6 +100,7 @@ Executor::Executor(const Model& original, ExecutorOptions options) : model_(&ori
     constants_.resize(value_names_.size());
     is_constant_.assign(value_names_.size(), false);
     for (const auto& name : initialized) is_constant_[value_ids_.at(name)] = true;
+    fold_constants();
 
     // Liveness: a value dies after the last step that reads it, unless the caller gets it.
     std::vector<int> last_use(value_names_.size(), -1);
@@ -118,7 +119,7 @@ Executor::Executor(const Model& original, ExecutorOptions options) : model_(&ori
     for (size_t id = 0; id < value_names_.size(); ++id) {
         const auto& name = value_names_[id];
         const bool is_input = std::find(input_names_.begin(), input_names_.end(), name) != input_names_.end();
-        if (!produced[id] && !initialized.count(name) && !is_input) outer_names_.push_back(name);
+        if (!produced[id] && !is_constant_[id] && !is_input) outer_names_.push_back(name);
     }
     for (size_t id = 0; id < last_use.size(); ++id)
         if (last_use[id] >= 0 && !is_constant_[id]) steps_[last_use[id]].release.push_back(static_cast<int>(id));
@@ -135,6 +136,51 @@ Executor::Executor(const Model& original, ExecutorOptions options) : model_(&ori
             for (int id : *ids)
                 if (id >= 0) read[id] = true;
     }
+}
+
+// Ops whose output differs from run to run although their inputs do not.
+static bool is_random(const onnx::NodeProto& node) {
+    static const std::set<std::string> kRandom = {"RandomNormal", "RandomNormalLike", "RandomUniform",
+                                                  "RandomUniformLike", "Multinomial", "Bernoulli"};
+    return kRandom.count(node.op_type()) > 0;
+}
+
+void Executor::fold_constants() {
+    // A step that reads only constants (Constant nodes, the DequantizeLinear of a stored
+    // weight, shape arithmetic on initializers) computes the same every run: it runs once
+    // here and its outputs become constants, the same objects every run, so the kernels
+    // that read them keep their prepared layouts too.
+    std::vector<Step> kept;
+    for (auto& step : steps_) {
+        const auto& node = model_->graph().node(step.node);
+        bool foldable = step.implicit.empty() && !is_random(node);
+        for (const auto& a : node.attribute()) foldable = foldable && !a.has_g() && a.graphs_size() == 0;
+        for (int id : step.inputs) foldable = foldable && (id < 0 || is_constant_[id]);
+        if (foldable) {
+            KernelContext ctx{*model_, node, step.opset, {}, {}, Attributes(node), step.state, {}};
+            for (int id : step.inputs) {
+                ctx.inputs.push_back(id >= 0 ? &constants_[id] : nullptr);
+                ctx.constant.push_back(id >= 0);
+            }
+            std::vector<Tensor> outputs(step.outputs.size());
+            try {
+                (*step.kernel)(ctx, outputs);
+            } catch (const InputError&) {
+                foldable = false;  // left to fail (or not) when it runs, with the run's context
+            }
+            if (foldable) {
+                for (size_t o = 0; o < step.outputs.size(); ++o) {
+                    const int id = step.outputs[o];
+                    if (id < 0) continue;
+                    constants_[id] = std::move(outputs[o]);
+                    is_constant_[id] = true;
+                }
+                continue;
+            }
+        }
+        kept.push_back(std::move(step));
+    }
+    steps_ = std::move(kept);
 }
 
 Executor::~Executor() = default;

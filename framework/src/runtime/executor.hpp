@@ -67,6 +67,8 @@ class Executor {
 
   private:
     struct Step;
+    /// Runs the steps that read only constants once; their outputs become constants.
+    void fold_constants();
     int value_id(const std::string& name) const;
     void check_feed(const std::string& name, const Tensor& value) const;
 
