@@ -165,7 +165,7 @@ void Executor::fold_constants() {
             std::vector<Tensor> outputs(step.outputs.size());
             try {
                 (*step.kernel)(ctx, outputs);
-            } catch (const InputError&) {
+            } catch (const std::exception&) {
                 foldable = false;  // left to fail (or not) when it runs, with the run's context
             }
             if (foldable) {
@@ -253,8 +253,9 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
         if (!step.lazy || std::none_of(step.outputs.begin(), step.outputs.end(), [&](int id) { return id >= 0 && demanded[id]; }))
             continue;
         run_lazy[s] = true;
-        for (int id : step.inputs)
-            if (id >= 0) demanded[id] = true;
+        for (const auto* ids : {&step.inputs, &step.implicit})
+            for (int id : *ids)
+                if (id >= 0) demanded[id] = true;
     }
 
     for (size_t s = 0; s < steps_.size(); ++s) {

@@ -81,7 +81,7 @@ Tensor raw_floats(KernelContext& ctx, const Tensor& t) {
 }
 
 // a * ratio_a + (b * ratio_b + fixed) with two fused multiply-adds per element,
-// for same-shape 8-bit inputs; compiled for FMA so the loop vectorises (the
+// for rows of 8-bit inputs; compiled for FMA so the loop vectorises (the
 // fallback calls the C library's exact fmaf: the same results).
 template <typename A, typename B>
 [[gnu::always_inline]] inline void add_scaled_rows(const A* a, const B* b, float* out, size_t n, float ratio_a,
