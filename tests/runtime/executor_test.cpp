@@ -190,6 +190,72 @@ TEST(Layout, TransposesBetweenConvolutionsCancel) {
     EXPECT_EQ(to_nhwc, 1) << "only the graph input is transposed into NHWC";
 }
 
+// What reads only constants runs once, when the model is compiled: a stored
+// weight's DequantizeLinear never shows up in a run, and its value is still tappable.
+TEST(Executor, StepsOfConstantsRunOnceAtCompileTime) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {4}).output("y", {4});
+    b.initializer("wq", Tensor::from_values<int8_t>({4}, std::vector<int8_t>{-2, 0, 3, 100}));
+    b.initializer("ws", Tensor::from_values<float>({}, std::vector<float>{0.5f}));
+    b.node("DequantizeLinear", {"wq", "ws"}, {"w"});
+    b.node("Mul", {"x", "w"}, {"y"});
+    const auto model = b.build();
+    Executor executor(model, {.threads = 1, .profile = true});
+    std::map<std::string, Tensor> seen;
+    const auto y = executor.run({{"x", Tensor::from_values<float>({4}, std::vector<float>{1, 2, 3, 4})}}, {"w"},
+                                [&](const std::string& name, const Tensor& t) { seen[name] = t; })[0];
+    EXPECT_EQ(std::vector<float>(y.data<float>().begin(), y.data<float>().end()),
+              (std::vector<float>{-1.0f, 0.0f, 4.5f, 200.0f}));
+    ASSERT_EQ(seen.count("w"), 1u);
+    EXPECT_EQ(seen["w"].data<float>()[3], 50.0f);
+    for (const auto& p : executor.profile()) EXPECT_NE(p.op_type, "DequantizeLinear") << "it ran per run";
+}
+
+// QLinearMatMul with uint8 operands on both sides, non-zero zero points and a
+// broadcast batch, against the definition computed here in plain integers.
+TEST(Executor, QLinearMatMulSumsCentredIntegersExactly) {
+    const int64_t batch = 3, m = 5, k = 37, n = 19;
+    std::vector<uint8_t> av(batch * m * k), bv(k * n);
+    for (size_t i = 0; i < av.size(); ++i) av[i] = static_cast<uint8_t>((i * 37 + 11) % 256);
+    for (size_t i = 0; i < bv.size(); ++i) bv[i] = static_cast<uint8_t>((i * 91 + 5) % 256);
+    const uint8_t za = 131, zb = 7, zy = 100;
+    const float sa = 0.02f, sb = 0.003f, sy = 0.5f;
+    vaiq::test::GraphBuilder g;
+    g.input("a", {batch, m, k}, DataType::UInt8).output("y", {batch, m, n}, DataType::UInt8);
+    g.initializer("b", Tensor::from_values<uint8_t>({k, n}, bv));
+    auto scalar = [&](const std::string& name, auto v) {
+        using V = decltype(v);
+        g.initializer(name, Tensor::from_values<V>({}, std::vector<V>{v}));
+    };
+    scalar("sa", sa);
+    scalar("za", za);
+    scalar("sb", sb);
+    scalar("zb", zb);
+    scalar("sy", sy);
+    scalar("zy", zy);
+    g.node("QLinearMatMul", {"a", "sa", "za", "b", "sb", "zb", "sy", "zy"}, {"y"});
+    const auto model = g.build();
+    Executor executor(model, {.threads = 1});
+    const auto y = executor.run({{"a", Tensor::from_values<uint8_t>({batch, m, k}, av)}})[0];
+    const auto out = y.data<uint8_t>();
+    const float multiplier = sa * sb / sy;
+    int checked = 0, saturated = 0;
+    for (int64_t p = 0; p < batch; ++p)
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+                int32_t acc = 0;
+                for (int64_t q = 0; q < k; ++q)
+                    acc += (av[(p * m + i) * k + q] - za) * (bv[q * n + j] - zb);
+                const float r = std::nearbyint(static_cast<float>(acc) * multiplier) + zy;
+                const auto expected = static_cast<uint8_t>(std::clamp(r, 0.0f, 255.0f));
+                EXPECT_EQ(out[(p * m + i) * n + j], expected) << p << " " << i << " " << j;
+                saturated += expected == 0 || expected == 255;
+                ++checked;
+            }
+    EXPECT_EQ(checked, batch * m * n);
+    EXPECT_LT(saturated, checked / 2) << "the values should mostly be inside the range";
+}
+
 TEST(Layout, ThePlainConvolutionBehindAFusedReluRunsOnlyForATap) {
     const auto model = residual_block();
     Executor executor(model, {.threads = 1, .profile = true, .optimize_layout = true});
