@@ -276,14 +276,33 @@ TEST(Cli, RecipeSwitchesRunThePreparationPasses) {
     EXPECT_NE(r.err.find("CLESteps"), std::string::npos) << r.err;
 }
 
+// The example model and a ramp input in a fresh folder, quantized with `recipe`
+// (plus `settings`, where {dir} stands for the folder) to `output` in that folder.
+struct QuantizedExample {
+    fs::path dir, model;
+    vaiq::Tensor input;
+    vaiq::test::CommandResult run;
+};
+
+QuantizedExample quantize_example(const std::string& recipe, const std::string& output, const std::string& settings = "") {
+    QuantizedExample q;
+    q.dir = temp_dir();
+    q.model = example_model(q.dir);
+    q.input = vaiq::test::ramp({1, 2, 4, 4}, -1.0f, 0.07f);
+    vaiq::write_npy(q.dir / "x.npy", q.input);
+    std::string expanded = settings;
+    for (size_t at; (at = expanded.find("{dir}")) != std::string::npos;) expanded.replace(at, 5, q.dir.string());
+    q.run = vaiq_cli("run " VAIQ_SOURCE_DIR "/recipes/" + recipe + " --model " + q.model.string() + " --data " +
+                     (q.dir / "x.npy").string() + " --output " + (q.dir / output).string() + " " + expanded);
+    return q;
+}
+
 TEST(Cli, DumpWritesWhatTheExecutorComputes) {
-    const auto dir = temp_dir();
-    const auto model = example_model(dir);
-    const auto input = vaiq::test::ramp({1, 2, 4, 4}, -1.0f, 0.07f);
-    vaiq::write_npy(dir / "x.npy", input);
-    auto r = vaiq_cli("run " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --model " + model.string() + " --data " +
-                      (dir / "x.npy").string() + " --output " + (dir / "q.onnx").string() + " --set dump_output_dir=" +
-                      (dir / "from_recipe").string());
+    const auto q = quantize_example("cpu.yaml", "q.onnx", "--set dump_output_dir={dir}/from_recipe");
+    const auto& dir = q.dir;
+    const auto& model = q.model;
+    const auto& input = q.input;
+    auto r = q.run;
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto report = nlohmann::json::parse(slurp(dir / "q.report.json"));
     EXPECT_GT(report["dump"]["quantized_tensors"].get<int>(), 0);
@@ -341,14 +360,13 @@ std::map<std::string, vaiq::Tensor> execute(const vaiq::Model& model, const vaiq
 }
 
 TEST(Cli, FixNeuronModelsDumpTheirIntegersAndConvertToNativeQdq) {
-    const auto dir = temp_dir();
-    const auto model = example_model(dir);
-    const auto input = vaiq::test::ramp({1, 2, 4, 4}, -1.0f, 0.07f);
-    vaiq::write_npy(dir / "x.npy", input);
-    auto r = vaiq_cli("run " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --model " + model.string() + " --data " +
-                      (dir / "x.npy").string() + " --output " + (dir / "fix.onnx").string() +
-                      " --set quant_format=VitisQuantFormat.FixNeuron --set calibrate_method=MinMSE"
-                      " --set extra_options.ActivationSymmetric=true");
+    const auto q = quantize_example("cpu.yaml", "fix.onnx",
+                                    "--set quant_format=VitisQuantFormat.FixNeuron --set calibrate_method=MinMSE"
+                                    " --set extra_options.ActivationSymmetric=true");
+    const auto& dir = q.dir;
+    const auto& model = q.model;
+    const auto& input = q.input;
+    auto r = q.run;
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto fix = vaiq::load_model(dir / "fix.onnx");
     std::map<std::string, vaiq::FixNeuronAttributes> fixneurons;
@@ -399,12 +417,10 @@ TEST(Cli, FixNeuronModelsDumpTheirIntegersAndConvertToNativeQdq) {
 
 // A float16 model's Cast pairs dump like Q/DQ pairs: the stored bits in .bin.
 TEST(Cli, DumpWritesTheFloat16ValuesOfCastPairs) {
-    const auto dir = temp_dir();
-    const auto model = example_model(dir);
-    const auto input = vaiq::test::ramp({1, 2, 4, 4}, -1.0f, 0.07f);
-    vaiq::write_npy(dir / "x.npy", input);
-    auto r = vaiq_cli("run " VAIQ_SOURCE_DIR "/recipes/fp16.yaml --model " + model.string() + " --data " +
-                      (dir / "x.npy").string() + " --output " + (dir / "fp16.onnx").string());
+    const auto q = quantize_example("fp16.yaml", "fp16.onnx");
+    const auto& dir = q.dir;
+    const auto& input = q.input;
+    auto r = q.run;
     ASSERT_EQ(r.exit_code, 0) << r.err;
     r = vaiq_cli("dump " + (dir / "fp16.onnx").string() + " --data " + (dir / "x.npy").string() + " --output-dir " +
                  (dir / "d").string());
