@@ -256,6 +256,29 @@ TEST(Executor, QLinearMatMulSumsCentredIntegersExactly) {
     EXPECT_LT(saturated, checked / 2) << "the values should mostly be inside the range";
 }
 
+// Conv -> Relu -> Clip: the Relu fuses into the convolution, and the Clip after
+// it still runs (a fused convolution takes no second activation).
+TEST(Layout, OnlyTheFirstActivationAfterAConvolutionFuses) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 2, 4, 4}).output("y", {1, 3, 4, 4});
+    b.initializer("w", vaiq::test::ramp({3, 2, 1, 1}, -0.4f, 0.15f));
+    b.initializer("hi", Tensor::from_values<float>({}, std::vector<float>{0.3f}));
+    b.initializer("lo", Tensor::from_values<float>({}, std::vector<float>{0.0f}));
+    b.node("Conv", {"x", "w"}, {"c"}, "conv");
+    b.node("Relu", {"c"}, {"r"}, "relu");
+    b.node("Clip", {"r", "lo", "hi"}, {"y"}, "clip");
+    const auto model = b.build();
+    const Tensor x = vaiq::test::ramp({1, 2, 4, 4}, -2.0f, 0.13f);
+    const auto plain = Executor(model, {.threads = 1, .optimize_layout = false}).run({{"x", x}})[0];
+    const auto fused = Executor(model, {.threads = 1, .optimize_layout = true}).run({{"x", x}})[0];
+    float largest = 0;
+    for (int64_t i = 0; i < plain.size(); ++i) {
+        EXPECT_NEAR(fused.data<float>()[i], plain.data<float>()[i], 1e-6f) << i;
+        largest = std::max(largest, fused.data<float>()[i]);
+    }
+    EXPECT_EQ(largest, 0.3f) << "the Clip's bound must hold";
+}
+
 TEST(Layout, ThePlainConvolutionBehindAFusedReluRunsOnlyForATap) {
     const auto model = residual_block();
     Executor executor(model, {.threads = 1, .profile = true, .optimize_layout = true});

@@ -11,6 +11,7 @@
 
 #include "vaiq/export.hpp"
 #include "vaiq/model.hpp"
+#include "vaiq/quant.hpp"
 
 namespace vaiq {
 
@@ -21,6 +22,12 @@ inline constexpr std::string_view kVitisDequantizeOp = "VitisDequantizeLinear";
 inline constexpr std::string_view kFixNeuronOp = "FixNeuron";
 /// The domain other tools write FixNeuron in; vaiq reads it there too.
 inline constexpr std::string_view kContribDomain = "ai.onnx.contrib";
+
+/// Whether a node is vaiq's VitisQuantizeLinear / VitisDequantizeLinear, or a
+/// FixNeuron (in vaiq's domain or the one other tools use).
+VAIQ_API bool is_vitis_quantize(const onnx::NodeProto& node);
+VAIQ_API bool is_vitis_dequantize(const onnx::NodeProto& node);
+VAIQ_API bool is_fixneuron(const onnx::NodeProto& node);
 
 /// A FixNeuron's attributes: values are integers of `bit_width` bits (signed,
 /// or unsigned when `is_unsigned`) times 2^-pos.
@@ -34,6 +41,11 @@ struct FixNeuronAttributes {
 /// write it, a STRING holding an integer. Throws InputError naming the node when
 /// they are missing or out of range (bit_width 2..32, |pos| <= 127).
 VAIQ_API FixNeuronAttributes fixneuron_attributes(const onnx::NodeProto& node);
+
+/// What a FixNeuron computes as Q/DQ parameters: scale 2^-pos, zero point 0, in
+/// the integer type that holds its values (8 bits or fewer: QInt8/QUInt8, then
+/// 16, then 32 bits).
+VAIQ_API QuantParams fixneuron_quant_params(const FixNeuronAttributes& attributes);
 
 /// The integer FixNeuron stores for x: x * 2^pos rounded half to even, saturated
 /// to the bit width's range.

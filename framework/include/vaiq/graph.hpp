@@ -3,6 +3,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <initializer_list>
 #include <optional>
 
 #include <string>
@@ -75,6 +76,18 @@ class VAIQ_API UniqueNames {
   private:
     std::unordered_set<std::string> used_;
 };
+
+/// Appends a node `op` in `domain` reading `inputs`, writing `output`; its name
+/// derives from the output.
+VAIQ_API onnx::NodeProto& append_node(onnx::GraphProto& graph, UniqueNames& names, const std::string& op,
+                                     const std::string& domain, std::initializer_list<std::string> inputs,
+                                     const std::string& output);
+
+/// Adds an INT attribute to a node.
+VAIQ_API void set_int_attribute(onnx::NodeProto& node, const std::string& name, int64_t value);
+
+/// Imports `domain` at `version` unless the model imports it already.
+VAIQ_API void import_opset(onnx::ModelProto& model, const std::string& domain, int64_t version);
 
 /// Reorders the nodes so that every node follows its producers (after edits
 /// that appended nodes). Throws like topological_order.

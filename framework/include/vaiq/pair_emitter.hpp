@@ -41,19 +41,16 @@ class VAIQ_API PairEmitter {
     /// Scale and zero-point initializers for t (scalars per tensor, vectors per channel).
     static std::pair<std::string, std::string> add_params(onnx::GraphProto& graph, UniqueNames& names,
                                                           const TensorQuant& t);
-    /// A node `op` in `domain` reading `inputs`, writing `output`; its name derives from the output.
-    static onnx::NodeProto& add_node(onnx::GraphProto& graph, UniqueNames& names, const std::string& op,
-                                     const std::string& domain, std::initializer_list<std::string> inputs,
-                                     const std::string& output);
-    /// Imports `domain` at `version` unless the model imports it already.
-    static void import_domain(Model& model, const std::string& domain, int64_t version);
+    /// Stores the float initializer `name` quantized with t's parameters as a new
+    /// initializer (for add_stored_weight); returns its name.
+    static std::string store_quantized(onnx::GraphProto& graph, UniqueNames& names, const TensorQuant& t,
+                                       const std::string& name);
 
   private:
-    void emit_weight(Model& model, UniqueNames& names, const TensorQuant& t, Settings settings) const;
-    void emit_activation(Model& model, UniqueNames& names, const TensorQuant& t, Settings settings) const;
+    void emit_weight(Model& model, UniqueNames& names, const GraphIndex& index, const TensorQuant& t,
+                     Settings settings) const;
+    void emit_activation(Model& model, UniqueNames& names, const GraphIndex& index, const TensorQuant& t,
+                         Settings settings) const;
 };
-
-/// Adds an INT attribute to a node.
-VAIQ_API void set_int_attribute(onnx::NodeProto& node, const std::string& name, int64_t value);
 
 }  // namespace vaiq

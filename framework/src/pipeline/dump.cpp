@@ -56,9 +56,7 @@ void write_tensor(const fs::path& dir, const std::string& stem, const Tensor& t)
     });
 }
 
-bool is_dequantize(const onnx::NodeProto& n) {
-    return n.op_type() == "DequantizeLinear" || (n.op_type() == kVitisDequantizeOp && n.domain() == kVaiqDomain);
-}
+bool is_dequantize(const onnx::NodeProto& n) { return n.op_type() == "DequantizeLinear" || is_vitis_dequantize(n); }
 
 // The dequantizing half of a Cast pair (QFloat16/QBFloat16 in the qdq format): a
 // Cast to float of a float16/bfloat16 value, a stored weight or a Cast's output.
@@ -74,33 +72,6 @@ bool is_float_dequantize(const onnx::NodeProto& n, const GraphIndex& index, cons
     if (producer < 0) return false;
     const auto& p = graph.node(producer);
     return p.op_type() == "Cast" && p.domain().empty() && is_half(int_attribute(p, "to", 0));
-}
-
-bool is_fixneuron(const onnx::NodeProto& n) {
-    return n.op_type() == kFixNeuronOp && (n.domain() == kVaiqDomain || n.domain() == kContribDomain);
-}
-
-// The integers a FixNeuron's output stands for, in the smallest type of its width.
-Tensor fixneuron_integers(const Tensor& output, const FixNeuronAttributes& a) {
-    const int bytes = a.bit_width <= 8 ? 1 : a.bit_width <= 16 ? 2 : 4;
-    const DataType type = bytes == 1   ? (a.is_unsigned ? DataType::UInt8 : DataType::Int8)
-                          : bytes == 2 ? (a.is_unsigned ? DataType::UInt16 : DataType::Int16)
-                                       : (a.is_unsigned ? DataType::UInt32 : DataType::Int32);
-    Tensor out(type, output.shape());
-    const auto values = output.data<float>();
-    auto fill = [&](auto tag) {
-        auto o = out.mutable_data<decltype(tag)>();
-        for (size_t i = 0; i < values.size(); ++i) o[i] = static_cast<decltype(tag)>(fixneuron_integer(values[i], a));
-    };
-    switch (type) {
-        case DataType::UInt8: fill(uint8_t{}); break;
-        case DataType::Int8: fill(int8_t{}); break;
-        case DataType::UInt16: fill(uint16_t{}); break;
-        case DataType::Int16: fill(int16_t{}); break;
-        case DataType::UInt32: fill(uint32_t{}); break;
-        default: fill(int32_t{}); break;
-    }
-    return out;
 }
 
 }  // namespace
@@ -160,7 +131,10 @@ DumpResult dump_model(const fs::path& model_path, const DumpOptions& options) {
     executor.run(batch->feeds, taps, [&](const std::string& tensor, const Tensor& value) {
         if (auto it = dumped_as.find(tensor); it != dumped_as.end()) {
             const auto fix = fixneurons.find(tensor);
-            const Tensor integers = fix != fixneurons.end() ? fixneuron_integers(value, fix->second) : Tensor();
+            // A FixNeuron's output times 2^pos: the integers, quantized exactly by its own parameters.
+            const Tensor integers = fix != fixneurons.end()
+                                        ? quantize_tensor(value, fixneuron_quant_params(fix->second), tensor)
+                                        : Tensor();
             for (const auto& stem : it->second)
                 write_tensor(options.output_dir, stem, fix != fixneurons.end() ? integers : value);
             result.quantized += static_cast<int>(it->second.size());

@@ -10,32 +10,23 @@
 #include "vaiq/custom_ops.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
-#include "vaiq/pair_emitter.hpp"
 #include "vaiq/quant.hpp"
 
 namespace vaiq {
 
 namespace {
 
-bool is_vitis(const onnx::NodeProto& n) {
-    return n.domain() == kVaiqDomain && (n.op_type() == kVitisQuantizeOp || n.op_type() == kVitisDequantizeOp);
-}
-
-bool is_fixneuron(const onnx::NodeProto& n) {
-    return n.op_type() == kFixNeuronOp && (n.domain() == kVaiqDomain || n.domain() == kContribDomain);
-}
-
 // Rewrites one model; collects what cannot be converted instead of stopping at the first.
 class Converter {
   public:
-    explicit Converter(Model model) : model_(std::move(model)), names_(model_.graph()) {}
+    explicit Converter(Model model) : model_(std::move(model)), names_(model_.graph()), index_(model_.graph()) {}
 
     NativeConversion run() {
         auto& graph = model_.graph();
         const int count = graph.node_size();
         for (int i = 0; i < count; ++i) {
             auto& node = *graph.mutable_node(i);
-            if (is_vitis(node)) convert_vitis(node);
+            if (is_vitis_quantize(node) || is_vitis_dequantize(node)) convert_vitis(node);
             else if (is_fixneuron(node)) convert_fixneuron(i);
         }
         if (!refused_.empty())
@@ -53,26 +44,20 @@ class Converter {
     }
 
   private:
-    const onnx::TensorProto* constant(const std::string& name) const {
-        return GraphIndex(model_.graph()).initializer(name);
-    }
+    // Only the model's own initializers are looked up; the ones added here never are.
+    const onnx::TensorProto* constant(const std::string& name) const { return index_.initializer(name); }
 
     void refuse(std::string_view tensor, const std::string& why) { refused_.push_back(fmt::format("'{}' ({})", tensor, why)); }
 
     void use_domain(onnx::NodeProto& node, const std::string& domain) {
         node.set_domain(domain);
-        if (domain.empty()) return;
-        for (const auto& o : model_.proto().opset_import())
-            if (o.domain() == domain) return;
-        auto* o = model_.proto().add_opset_import();
-        o->set_domain(domain);
-        o->set_version(1);
+        if (!domain.empty()) import_opset(model_.proto(), domain, 1);
     }
 
     std::string domain_for_16_bit() const { return model_.opset() >= 21 ? "" : "com.microsoft"; }
 
     void convert_vitis(onnx::NodeProto& node) {
-        const bool quantize = node.op_type() == kVitisQuantizeOp;
+        const bool quantize = is_vitis_quantize(node);
         // A pair is reported once, by its quantize (or by the stored constant a dequantize reads).
         const auto& tensor = node.input(0);
         auto refuse_once = [&](const std::string& why) {
@@ -126,11 +111,7 @@ class Converter {
                                                      a.is_unsigned ? "unsigned " : ""));
         TensorQuant t;
         t.tensor = node.input(0);
-        t.params.type = stored_int32     ? QuantType::QInt32
-                        : a.bit_width == 8 ? (a.is_unsigned ? QuantType::QUInt8 : QuantType::QInt8)
-                                           : (a.is_unsigned ? QuantType::QUInt16 : QuantType::QInt16);
-        t.params.scale = {static_cast<float>(std::ldexp(1.0, -a.pos))};
-        t.params.zero_point = {0};
+        t.params = fixneuron_quant_params(a);
         const std::string domain = a.bit_width == 16 ? domain_for_16_bit() : "";
         const auto scale = names_.fresh(node.output(0) + "_scale");
         const auto zp = names_.fresh(node.output(0) + "_zero_point");
@@ -143,21 +124,11 @@ class Converter {
             *graph.add_initializer() = stored.to_proto(dq_input);
         } else {
             dq_input = names_.fresh(node.output(0) + "_QuantizeLinear_Output");
-            add(graph, "QuantizeLinear", domain, {node.input(0), scale, zp}, dq_input);
+            use_domain(append_node(graph, names_, "QuantizeLinear", "", {node.input(0), scale, zp}, dq_input), domain);
         }
-        add(graph, "DequantizeLinear", domain, {dq_input, scale, zp}, node.output(0));
+        use_domain(append_node(graph, names_, "DequantizeLinear", "", {dq_input, scale, zp}, node.output(0)), domain);
         graph.mutable_node(index)->Clear();  // removed once every node has been visited
         ++converted_;
-    }
-
-    void add(onnx::GraphProto& graph, const std::string& op, const std::string& domain,
-             std::initializer_list<std::string> inputs, const std::string& output) {
-        auto* n = graph.add_node();
-        n->set_op_type(op);
-        n->set_name(names_.fresh(output + "_node"));
-        for (const auto& in : inputs) n->add_input(in);
-        n->add_output(output);
-        use_domain(*n, domain);
     }
 
     void drop_unused_domains() {
@@ -172,6 +143,7 @@ class Converter {
 
     Model model_;
     UniqueNames names_;
+    const GraphIndex index_;  ///< of the model as given
     int converted_ = 0;
     std::vector<std::string> refused_;
     std::vector<std::string> warnings_;

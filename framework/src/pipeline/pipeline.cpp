@@ -212,10 +212,6 @@ std::string summary_line(const Evaluation& e) {
     return line;
 }
 
-}  // namespace
-
-namespace {
-
 // A run up to, not including, saving: the quantized model and its report.
 struct QuantizedRun {
     Model quantized;

@@ -156,19 +156,18 @@ bool push_or_cancel_once(onnx::GraphProto& graph, const std::set<std::string>& s
 namespace {
 
 // The value of a one-element float constant (an initializer or a Constant node's output).
-std::optional<float> scalar_value(const onnx::GraphProto& graph, const std::string& name) {
+std::optional<float> scalar_value(const onnx::GraphProto& graph, const GraphIndex& index, const std::string& name) {
     auto one = [](const onnx::TensorProto& t) -> std::optional<float> {
         if (t.data_type() != onnx::TensorProto::FLOAT) return std::nullopt;
         const auto v = Tensor::from_proto(t);
         if (v.size() != 1) return std::nullopt;
         return v.data<float>()[0];
     };
-    for (const auto& init : graph.initializer())
-        if (init.name() == name) return one(init);
-    for (const auto& n : graph.node())
-        if (n.op_type() == "Constant" && n.output_size() == 1 && n.output(0) == name)
-            for (const auto& a : n.attribute())
-                if (a.name() == "value" && a.has_t()) return one(a.t());
+    if (const auto* init = index.initializer(name)) return one(*init);
+    const int producer = index.producer(name);
+    if (producer < 0 || graph.node(producer).op_type() != "Constant") return std::nullopt;
+    for (const auto& a : graph.node(producer).attribute())
+        if (a.name() == "value" && a.has_t()) return one(a.t());
     return std::nullopt;
 }
 
@@ -181,7 +180,8 @@ void fuse_activations(onnx::GraphProto& graph) {
     const GraphIndex index(graph);
     for (int i = 0; i < graph.node_size(); ++i) {
         const auto& conv = graph.node(i);
-        if (conv.op_type() != "NhwcConv" || conv.domain() != kInternalDomain) continue;
+        if (conv.op_type() != "NhwcConv" || conv.domain() != kInternalDomain || find_attribute(conv, "activation_min"))
+            continue;  // a convolution that already carries its activation fuses no second one
         std::vector<int> activations;
         for (const auto& use : index.consumers(conv.output(0))) {
             const auto& n = graph.node(use.node);
@@ -198,7 +198,7 @@ void fuse_activations(onnx::GraphProto& graph) {
             }
             auto bound = [&](int slot, float& value) {
                 if (act.input_size() <= slot || act.input(slot).empty()) return true;
-                const auto v = scalar_value(graph, act.input(slot));
+                const auto v = scalar_value(graph, index, act.input(slot));
                 if (v) value = *v;
                 return v.has_value();
             };

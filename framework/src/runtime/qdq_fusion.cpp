@@ -410,15 +410,7 @@ bool fuse_qdq(onnx::ModelProto& model, std::vector<std::string>& gone) {
         if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version();
     bool uses_microsoft = false;
     const bool changed = Fusion(*model.mutable_graph(), opset).run(uses_microsoft, gone);
-    if (uses_microsoft) {
-        bool present = false;
-        for (const auto& o : model.opset_import()) present = present || o.domain() == kMicrosoft;
-        if (!present) {
-            auto* o = model.add_opset_import();
-            o->set_domain(kMicrosoft);
-            o->set_version(1);
-        }
-    }
+    if (uses_microsoft) import_opset(model, kMicrosoft, 1);
     return changed;
 }
 

@@ -4,10 +4,33 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 
 #include "vaiq/error.hpp"
 
 namespace vaiq {
+
+bool is_vitis_quantize(const onnx::NodeProto& node) {
+    return node.op_type() == kVitisQuantizeOp && node.domain() == kVaiqDomain;
+}
+
+bool is_vitis_dequantize(const onnx::NodeProto& node) {
+    return node.op_type() == kVitisDequantizeOp && node.domain() == kVaiqDomain;
+}
+
+bool is_fixneuron(const onnx::NodeProto& node) {
+    return node.op_type() == kFixNeuronOp && (node.domain() == kVaiqDomain || node.domain() == kContribDomain);
+}
+
+QuantParams fixneuron_quant_params(const FixNeuronAttributes& a) {
+    QuantParams p;
+    if (a.bit_width <= 8) p.type = a.is_unsigned ? QuantType::QUInt8 : QuantType::QInt8;
+    else if (a.bit_width <= 16) p.type = a.is_unsigned ? QuantType::QUInt16 : QuantType::QInt16;
+    else p.type = a.is_unsigned ? QuantType::QUInt32 : QuantType::QInt32;
+    p.scale = {static_cast<float>(std::ldexp(1.0, -a.pos))};
+    p.zero_point = {0};
+    return p;
+}
 
 FixNeuronAttributes fixneuron_attributes(const onnx::NodeProto& node) {
     auto fail = [&](const std::string& why) {

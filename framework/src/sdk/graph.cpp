@@ -223,4 +223,31 @@ void sort_nodes(onnx::GraphProto& graph) {
     graph.mutable_node()->Swap(&nodes);
 }
 
+onnx::NodeProto& append_node(onnx::GraphProto& graph, UniqueNames& names, const std::string& op,
+                             const std::string& domain, std::initializer_list<std::string> inputs,
+                             const std::string& output) {
+    auto* n = graph.add_node();
+    n->set_op_type(op);
+    n->set_domain(domain);
+    n->set_name(names.fresh(output + "_node"));
+    for (const auto& in : inputs) n->add_input(in);
+    n->add_output(output);
+    return *n;
+}
+
+void set_int_attribute(onnx::NodeProto& node, const std::string& name, int64_t value) {
+    auto* a = node.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(value);
+}
+
+void import_opset(onnx::ModelProto& model, const std::string& domain, int64_t version) {
+    for (const auto& o : model.opset_import())
+        if (o.domain() == domain) return;
+    auto* o = model.add_opset_import();
+    o->set_domain(domain);
+    o->set_version(version);
+}
+
 }  // namespace vaiq

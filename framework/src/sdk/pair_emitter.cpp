@@ -10,28 +10,22 @@ namespace vaiq {
 
 PairEmitter::~PairEmitter() = default;
 
-void set_int_attribute(onnx::NodeProto& node, const std::string& name, int64_t value) {
-    auto* a = node.add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::INT);
-    a->set_i(value);
-}
-
 void PairEmitter::emit(Model& model, const QuantPlan& plan, Settings settings) const {
     auto& graph = model.graph();
     UniqueNames names(graph);
     for (const auto& t : plan.tensors) {
         check(t, model);
-        if (GraphIndex(graph).initializer(t.tensor)) emit_weight(model, names, t, settings);
-        else emit_activation(model, names, t, settings);
+        const GraphIndex index(graph);  // each tensor's rewrite changes the graph
+        if (index.initializer(t.tensor)) emit_weight(model, names, index, t, settings);
+        else emit_activation(model, names, index, t, settings);
     }
     remove_unused_initializers(graph);
     sort_nodes(graph);  // new nodes were appended
 }
 
-void PairEmitter::emit_weight(Model& model, UniqueNames& names, const TensorQuant& t, Settings settings) const {
+void PairEmitter::emit_weight(Model& model, UniqueNames& names, const GraphIndex& index, const TensorQuant& t,
+                              Settings settings) const {
     auto& graph = model.graph();
-    const GraphIndex index(graph);
     if (index.is_graph_input(t.tensor) || index.is_graph_output(t.tensor))
         throw InputError(fmt::format("weight '{}' is also a graph input or output, so it is not a constant", t.tensor));
     const auto* init = index.initializer(t.tensor);
@@ -44,9 +38,9 @@ void PairEmitter::emit_weight(Model& model, UniqueNames& names, const TensorQuan
     else add_stored_weight(model, names, t, t.tensor, output);
 }
 
-void PairEmitter::emit_activation(Model& model, UniqueNames& names, const TensorQuant& t, Settings settings) const {
+void PairEmitter::emit_activation(Model& model, UniqueNames& names, const GraphIndex& index, const TensorQuant& t,
+                                  Settings settings) const {
     auto& graph = model.graph();
-    const GraphIndex index(graph);
     const int producer = index.producer(t.tensor);
     if (producer < 0 && !index.is_graph_input(t.tensor))
         throw InputError(fmt::format("the plan quantizes tensor '{}', which the model does not have", t.tensor));
@@ -92,24 +86,12 @@ std::pair<std::string, std::string> PairEmitter::add_params(onnx::GraphProto& gr
     return {scale_name, zp_name};
 }
 
-onnx::NodeProto& PairEmitter::add_node(onnx::GraphProto& graph, UniqueNames& names, const std::string& op,
-                                       const std::string& domain, std::initializer_list<std::string> inputs,
-                                       const std::string& output) {
-    auto* n = graph.add_node();
-    n->set_op_type(op);
-    n->set_domain(domain);
-    n->set_name(names.fresh(output + "_node"));
-    for (const auto& in : inputs) n->add_input(in);
-    n->add_output(output);
-    return *n;
-}
-
-void PairEmitter::import_domain(Model& model, const std::string& domain, int64_t version) {
-    for (const auto& o : model.proto().opset_import())
-        if (o.domain() == domain) return;
-    auto* o = model.proto().add_opset_import();
-    o->set_domain(domain);
-    o->set_version(version);
+std::string PairEmitter::store_quantized(onnx::GraphProto& graph, UniqueNames& names, const TensorQuant& t,
+                                         const std::string& name) {
+    const auto weight = Tensor::from_proto(*GraphIndex(graph).initializer(name));
+    const auto stored = names.fresh(t.tensor + "_quantized");
+    *graph.add_initializer() = quantize_tensor(weight, t.params, t.tensor).to_proto(stored);
+    return stored;
 }
 
 }  // namespace vaiq

@@ -15,28 +15,8 @@ namespace vaiq {
 namespace {
 
 // ONNX's and com.microsoft's Q/DQ, and vaiq's Vitis pair.
-bool is_q(const onnx::NodeProto& n) {
-    return n.op_type() == "QuantizeLinear" || (n.op_type() == kVitisQuantizeOp && n.domain() == kVaiqDomain);
-}
-bool is_dq(const onnx::NodeProto& n) {
-    return n.op_type() == "DequantizeLinear" || (n.op_type() == kVitisDequantizeOp && n.domain() == kVaiqDomain);
-}
-bool is_fixneuron(const onnx::NodeProto& n) {
-    return n.op_type() == kFixNeuronOp && (n.domain() == kVaiqDomain || n.domain() == kContribDomain);
-}
-
-// What a FixNeuron computes, as Q/DQ parameters: scale 2^-pos, zero point 0.
-QuantParams fixneuron_params(const onnx::NodeProto& n) {
-    const auto a = fixneuron_attributes(n);
-    QuantParams p;
-    const int bytes = a.bit_width <= 8 ? 1 : a.bit_width <= 16 ? 2 : 4;
-    p.type = bytes == 1   ? (a.is_unsigned ? QuantType::QUInt8 : QuantType::QInt8)
-             : bytes == 2 ? (a.is_unsigned ? QuantType::QUInt16 : QuantType::QInt16)
-                          : (a.is_unsigned ? QuantType::QUInt32 : QuantType::QInt32);
-    p.scale = {static_cast<float>(std::ldexp(1.0, -a.pos))};
-    p.zero_point = {0};
-    return p;
-}
+bool is_q(const onnx::NodeProto& n) { return n.op_type() == "QuantizeLinear" || is_vitis_quantize(n); }
+bool is_dq(const onnx::NodeProto& n) { return n.op_type() == "DequantizeLinear" || is_vitis_dequantize(n); }
 
 std::optional<QuantType> quant_type_of(DataType t) {
     switch (t) {
@@ -113,7 +93,7 @@ QdqView read_qdq(const Model& model) {
     };
     for (const auto& n : graph.node()) {
         if (is_fixneuron(n)) {  // a fused pair
-            const auto params = fixneuron_params(n);
+            const auto params = fixneuron_quant_params(fixneuron_attributes(n));
             if (index.initializer(n.input(0)) || index.is_graph_output(n.output(0))) {
                 record(n.output(0), params);
                 if (!index.initializer(n.input(0))) alias[n.input(0)] = n.output(0);

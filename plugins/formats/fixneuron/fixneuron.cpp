@@ -54,9 +54,9 @@ class FixNeuron final : public vaiq::Format, vaiq::PairEmitter {
     void add_pair(vaiq::Model& model, vaiq::UniqueNames& names, const TensorQuant& t, const std::string& input,
                   const std::string& output) const override {
         const auto a = attributes_for(t);
-        import_domain(model, std::string(vaiq::kVaiqDomain), vaiq::kVaiqDomainVersion);
-        auto& n = add_node(model.graph(), names, std::string(vaiq::kFixNeuronOp), std::string(vaiq::kVaiqDomain),
-                           {input}, output);
+        vaiq::import_opset(model.proto(), std::string(vaiq::kVaiqDomain), vaiq::kVaiqDomainVersion);
+        auto& n = vaiq::append_node(model.graph(), names, std::string(vaiq::kFixNeuronOp), std::string(vaiq::kVaiqDomain),
+                                 {input}, output);
         vaiq::set_int_attribute(n, "bit_width", a.bit_width);
         vaiq::set_int_attribute(n, "pos", a.pos);
         if (a.is_unsigned) vaiq::set_int_attribute(n, "unsigned", 1);

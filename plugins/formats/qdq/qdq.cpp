@@ -67,9 +67,7 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
     void add_stored_weight(vaiq::Model& model, vaiq::UniqueNames& names, const TensorQuant& t, const std::string& name,
                            const std::string& output) const override {
         auto& graph = model.graph();
-        const auto weight = vaiq::Tensor::from_proto(*vaiq::GraphIndex(graph).initializer(name));
-        const auto q_name = names.fresh(t.tensor + "_quantized");
-        *graph.add_initializer() = vaiq::quantize_tensor(weight, t.params, t.tensor).to_proto(q_name);
+        const auto q_name = store_quantized(graph, names, t, name);
         if (is_float(t.params.type)) add_cast(graph, names, q_name, output, vaiq::DataType::Float);
         else add_qdq_node(model, names, t, "DequantizeLinear", q_name, add_params(graph, names, t), output);
     }
@@ -78,14 +76,15 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
                              const std::string& input, const std::pair<std::string, std::string>& params,
                              const std::string& output) {
         const auto domain = domain_for(t, model.opset());
-        if (!domain.empty()) import_domain(model, domain, 1);
-        auto& n = add_node(model.graph(), names, op, domain, {input, params.first, params.second}, output);
+        if (!domain.empty()) vaiq::import_opset(model.proto(), domain, 1);
+        auto& n = vaiq::append_node(model.graph(), names, op, domain, {input, params.first, params.second}, output);
         if (t.params.axis >= 0) vaiq::set_int_attribute(n, "axis", t.params.axis);
     }
 
     static void add_cast(onnx::GraphProto& graph, vaiq::UniqueNames& names, const std::string& input,
                          const std::string& output, vaiq::DataType to) {
-        vaiq::set_int_attribute(add_node(graph, names, "Cast", "", {input}, output), "to", static_cast<int64_t>(to));
+        auto& cast = vaiq::append_node(graph, names, "Cast", "", {input}, output);
+        vaiq::set_int_attribute(cast, "to", static_cast<int64_t>(to));
     }
 
     vaiq::PairEmitter::Settings settings_;

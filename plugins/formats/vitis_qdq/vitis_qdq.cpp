@@ -39,9 +39,7 @@ class VitisQdq final : public vaiq::Format, vaiq::PairEmitter {
     void add_stored_weight(vaiq::Model& model, vaiq::UniqueNames& names, const TensorQuant& t, const std::string& name,
                            const std::string& output) const override {
         auto& graph = model.graph();
-        const auto weight = vaiq::Tensor::from_proto(*vaiq::GraphIndex(graph).initializer(name));
-        const auto q_name = names.fresh(t.tensor + "_quantized");
-        *graph.add_initializer() = vaiq::quantize_tensor(weight, t.params, t.tensor).to_proto(q_name);
+        const auto q_name = store_quantized(graph, names, t, name);
         add_qdq_node(model, names, t, false, q_name, add_params(graph, names, t), output);
     }
 
@@ -53,9 +51,9 @@ class VitisQdq final : public vaiq::Format, vaiq::PairEmitter {
         if (custom_ops_for_8_bit_ || !is_8_bit) {
             op = std::string(quantize ? vaiq::kVitisQuantizeOp : vaiq::kVitisDequantizeOp);
             domain = vaiq::kVaiqDomain;
-            import_domain(model, domain, vaiq::kVaiqDomainVersion);
+            vaiq::import_opset(model.proto(), domain, vaiq::kVaiqDomainVersion);
         }
-        auto& n = add_node(model.graph(), names, op, domain, {input, params.first, params.second}, output);
+        auto& n = vaiq::append_node(model.graph(), names, op, domain, {input, params.first, params.second}, output);
         if (t.params.axis >= 0) vaiq::set_int_attribute(n, "axis", t.params.axis);
     }
 

@@ -206,15 +206,16 @@ std::optional<std::vector<int32_t>> int8_matmul(KernelContext& ctx, const Tensor
     // Σ (a - za)(b - zb) = Σ a b - za Σ_k b - zb Σ_k a + k za zb.
     const auto ia = broadcast_index(a_batch, batch), ib = broadcast_index(b_batch, batch);
     std::vector<int32_t> row_sums(static_cast<size_t>(m));
+    const bool a_unsigned = a.type() == DataType::UInt8;
+    const auto* a_bytes = a.bytes().data();
     for (size_t p = 0; p < ia.size(); ++p) {
-        const bool a_unsigned = a.type() == DataType::UInt8;
         for (int64_t i = 0; i < m; ++i) {
             int32_t sum = 0;
             const int64_t row = (ia[p] * m + i) * k;
             if (a_unsigned)
-                for (int64_t q = 0; q < k; ++q) sum += a.data<uint8_t>()[row + q];
+                for (int64_t q = 0; q < k; ++q) sum += std::to_integer<uint8_t>(a_bytes[row + q]);
             else
-                for (int64_t q = 0; q < k; ++q) sum += a.data<int8_t>()[row + q];
+                for (int64_t q = 0; q < k; ++q) sum += static_cast<int8_t>(std::to_integer<uint8_t>(a_bytes[row + q]));
             row_sums[i] = sum;
         }
         const int32_t constant = static_cast<int32_t>(k) * a_zero_point * b_zp;
