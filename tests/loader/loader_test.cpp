@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <fstream>
 
+#include <fmt/format.h>
+
 #include "plugin/registry.hpp"
 #include "test_support.hpp"
 #include "vaiq/error.hpp"
@@ -45,7 +47,8 @@ TEST(Loader, LoadsEveryPluginOfALibrary) {
 TEST(Loader, RejectsAnotherAbiNamingBothVersions) {
     PluginRegistry registry;
     EXPECT_EQ(load_error(registry, fixture("wrong_abi")),
-              "plugin 'fixture_odd' (vaiq-pass-fixture_wrong_abi.so) was built for ABI 4; this vaiq is ABI 2");
+              fmt::format("plugin 'fixture_odd' (vaiq-pass-fixture_wrong_abi.so) was built for ABI {}; this vaiq is ABI {}",
+                          VAIQ_ABI_VERSION + 2, VAIQ_ABI_VERSION));
     EXPECT_TRUE(registry.list().empty());
 }
 

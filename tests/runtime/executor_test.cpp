@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <limits>
+#include <numeric>
 #include <random>
 
 #include "runtime/executor.hpp"
@@ -310,6 +311,167 @@ TEST(Layout, EveryTensorReadsTheSameWithAndWithoutIt) {
         ASSERT_EQ(b[name].shape(), t.shape()) << name;
         const auto p = t.data<float>(), q = b[name].data<float>();
         for (size_t i = 0; i < p.size(); ++i) ASSERT_NEAR(p[i], q[i], 1e-5f) << name << "[" << i << "]";
+    }
+}
+
+// Every listed tensor (and the output y) with and without the executor's
+// rewrites, within `tolerance`; the run counts per op type with them.
+std::map<std::string, int64_t> compare_rewrites(const vaiq::Model& model, const Tensor& x,
+                                                const std::vector<std::string>& taps, float tolerance,
+                                                bool taps_known = false) {
+    Executor plain(model, {.threads = 1, .optimize_layout = false, .fuse_patterns = false});
+    vaiq::runtime::ExecutorOptions options{.threads = 1, .profile = true};
+    if (taps_known) options.taps.insert(taps.begin(), taps.end());
+    Executor rewritten(model, options);
+    std::map<std::string, Tensor> a, b;
+    a["y"] = plain.run({{"x", x}}, taps, [&](const std::string& n, const Tensor& t) { a[n] = t; })[0];
+    b["y"] = rewritten.run({{"x", x}}, taps, [&](const std::string& n, const Tensor& t) { b[n] = t; })[0];
+    EXPECT_EQ(b.size(), taps.size() + 1);
+    for (const auto& [name, t] : a) {
+        EXPECT_EQ(b[name].shape(), t.shape()) << name;
+        const auto p = t.data<float>(), q = b[name].data<float>();
+        for (size_t i = 0; i < p.size() && i < q.size(); ++i) EXPECT_NEAR(p[i], q[i], tolerance) << name << "[" << i << "]";
+    }
+    std::map<std::string, int64_t> calls;
+    for (const auto& p : rewritten.profile()) calls[p.op_type] = p.calls;
+    return calls;
+}
+
+// MobileNetV2's inverted residual: 1x1 expansion -> Clip -> depthwise 3x3 (stride 2) -> Clip -> 1x1 projection.
+vaiq::Model inverted_residual(int64_t stride = 2) {
+    vaiq::test::GraphBuilder b;
+    const int64_t out = (9 - 1) / stride + 1;
+    b.input("x", {1, 3, 9, 9}).output("y", {1, 4, out, out});
+    b.initializer("we", vaiq::test::ramp({12, 3, 1, 1}, -0.5f, 0.03f));
+    b.initializer("be", vaiq::test::ramp({12}, -0.2f, 0.05f));
+    b.initializer("wd", vaiq::test::ramp({12, 1, 3, 3}, 0.4f, -0.007f));
+    b.initializer("wp", vaiq::test::ramp({4, 12, 1, 1}, 0.2f, -0.01f));
+    b.initializer("lo", Tensor::from_values<float>({}, std::vector<float>{0.0f}));
+    b.initializer("hi", Tensor::from_values<float>({}, std::vector<float>{6.0f}));
+    b.node("Conv", {"x", "we", "be"}, {"e"}, "expand");
+    b.node("Clip", {"e", "lo", "hi"}, {"e6"}, "expand_clip");
+    auto& dw = b.node("Conv", {"e6", "wd"}, {"d"}, "depthwise");
+    vaiq::test::set_int_attribute(dw, "group", 12);
+    vaiq::test::set_ints_attribute(dw, "pads", {1, 1, 1, 1});
+    vaiq::test::set_ints_attribute(dw, "strides", {stride, stride});
+    b.node("Clip", {"d", "lo", "hi"}, {"d6"}, "depthwise_clip");
+    b.node("Conv", {"d6", "wp"}, {"y"}, "project");
+    return b.build();
+}
+
+TEST(Layout, ExpansionAndDepthwiseConvolutionRunAsOneStep) {
+    const auto model = inverted_residual();
+    const Tensor x = vaiq::test::ramp({1, 3, 9, 9}, -3.0f, 0.025f);
+    auto calls = compare_rewrites(model, x, {}, 1e-5f);
+    EXPECT_EQ(calls["NhwcConvDepthwise"], 1);
+    EXPECT_EQ(calls["NhwcConv"], 1) << "only the projection runs on its own";
+    // Tapping the expanded tensor runs the 1x1 convolution for it as well...
+    calls = compare_rewrites(model, x, {"e6"}, 1e-5f);
+    EXPECT_EQ(calls["NhwcConvDepthwise"], 1);
+    EXPECT_EQ(calls["NhwcConv"], 2);
+    // ...unless the executor knows the taps beforehand: then nothing computes twice.
+    calls = compare_rewrites(model, x, {"e6"}, 1e-5f, true);
+    EXPECT_EQ(calls.count("NhwcConvDepthwise"), 0u);
+    EXPECT_EQ(calls["NhwcConv"], 3);
+    calls = compare_rewrites(model, x, {"e", "e6", "d", "d6"}, 1e-5f, true);
+    EXPECT_EQ(calls["NhwcConv"], 3) << "each convolution once";
+    EXPECT_EQ(calls["Clip"], 2) << "the activations on their own, their inputs being tapped";
+}
+
+TEST(Layout, ADepthwiseConvolutionOfAnotherStrideIsNotFused) {
+    const auto model = inverted_residual(3);
+    const Tensor x = vaiq::test::ramp({1, 3, 9, 9}, -3.0f, 0.025f);
+    const auto calls = compare_rewrites(model, x, {}, 1e-5f);
+    EXPECT_EQ(calls.count("NhwcConvDepthwise"), 0u);
+    EXPECT_EQ(calls.at("NhwcConv"), 3);
+}
+
+// LayerNorm and Gelu as PyTorch exports them at opset 13, Constant nodes included.
+vaiq::Model spelled_out_block() {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {2, 3, 8}).output("y", {2, 3, 8});
+    auto scalar = [&](const std::string& name, float v) {
+        auto& c = b.node("Constant", {}, {name});
+        auto* a = c.add_attribute();
+        a->set_name("value");
+        a->set_type(onnx::AttributeProto::TENSOR);
+        *a->mutable_t() = Tensor::from_values<float>({}, std::vector<float>{v}).to_proto(name);
+    };
+    scalar("two", 2.0f);
+    scalar("eps", 1e-5f);
+    scalar("sqrt2", 1.4142135f);
+    scalar("one", 1.0f);
+    scalar("half", 0.5f);
+    b.initializer("gamma", vaiq::test::ramp({8}, 0.5f, 0.1f));
+    b.initializer("beta", vaiq::test::ramp({8}, -0.3f, 0.05f));
+    vaiq::test::set_ints_attribute(b.node("ReduceMean", {"x"}, {"mean"}), "axes", {-1});
+    b.node("Sub", {"x", "mean"}, {"centred"});
+    b.node("Pow", {"centred", "two"}, {"squared"});
+    vaiq::test::set_ints_attribute(b.node("ReduceMean", {"squared"}, {"variance"}), "axes", {-1});
+    b.node("Add", {"variance", "eps"}, {"variance_eps"});
+    b.node("Sqrt", {"variance_eps"}, {"deviation"});
+    b.node("Div", {"centred", "deviation"}, {"normed"});
+    b.node("Mul", {"normed", "gamma"}, {"scaled"});
+    b.node("Add", {"scaled", "beta"}, {"ln"});
+    b.node("Div", {"ln", "sqrt2"}, {"ln_sqrt2"});
+    b.node("Erf", {"ln_sqrt2"}, {"erf"});
+    b.node("Add", {"erf", "one"}, {"erf1"});
+    b.node("Mul", {"ln", "erf1"}, {"product"});
+    b.node("Mul", {"product", "half"}, {"y"});
+    return b.build();
+}
+
+TEST(Executor, SpelledOutLayerNormAndGeluRunAsOneKernelEach) {
+    const auto model = spelled_out_block();
+    const Tensor x = vaiq::test::ramp({2, 3, 8}, -2.0f, 0.09f);
+    auto calls = compare_rewrites(model, x, {}, 1e-5f);
+    EXPECT_EQ(calls["LayerNormalization"], 1);
+    EXPECT_EQ(calls["Gelu"], 1);
+    EXPECT_EQ(calls.count("ReduceMean") + calls.count("Erf") + calls.count("Pow"), 0u);
+    // Every intermediate stays tappable: its nodes then run too.
+    calls = compare_rewrites(model, x, {"mean", "normed", "ln", "erf", "product"}, 1e-5f);
+    EXPECT_EQ(calls["Erf"], 1);
+    EXPECT_EQ(calls["ReduceMean"], 2);
+    // Known beforehand, a tap inside a pattern keeps that pattern spelled out; the other still fuses.
+    calls = compare_rewrites(model, x, {"erf"}, 1e-5f, true);
+    EXPECT_EQ(calls["Erf"], 1);
+    EXPECT_EQ(calls.count("Gelu"), 0u);
+    EXPECT_EQ(calls["LayerNormalization"], 1);
+}
+
+TEST(Executor, TransposesThatSwapBlocksOfAxesOrKeepTheOrder) {
+    // [2, 3, 1, 5] -> NHWC [2, 1, 5, 3] (a block swap), and [3, 1, 4] -> [1, 3, 4] (no move), float and uint8.
+    struct Case {
+        std::vector<int64_t> shape, perm;
+    };
+    for (const auto& c : {Case{{2, 3, 1, 5}, {0, 2, 3, 1}}, Case{{3, 1, 4}, {1, 0, 2}}, Case{{4, 6}, {1, 0}}}) {
+        for (const auto type : {DataType::Float, DataType::UInt8}) {
+            vaiq::test::GraphBuilder b;
+            std::vector<int64_t> out_shape;
+            for (auto p : c.perm) out_shape.push_back(c.shape[p]);
+            b.input("x", c.shape, type).output("y", out_shape, type);
+            vaiq::test::set_ints_attribute(b.node("Transpose", {"x"}, {"y"}), "perm", c.perm);
+            const auto model = b.build();
+            const int64_t count = vaiq::element_count(c.shape);
+            std::vector<float> values(count);
+            std::iota(values.begin(), values.end(), 0.0f);  // each element is its input index
+            const Tensor x = type == DataType::Float
+                                 ? Tensor::from_values<float>(c.shape, values)
+                                 : Tensor::from_values<uint8_t>(c.shape, std::vector<uint8_t>(values.begin(), values.end()));
+            const auto y = Executor(model, {.threads = 1}).run({{"x", x}})[0];
+            ASSERT_EQ(y.shape(), out_shape);
+            std::vector<int64_t> in_strides(c.shape.size(), 1);
+            for (int d = static_cast<int>(c.shape.size()) - 2; d >= 0; --d) in_strides[d] = in_strides[d + 1] * c.shape[d + 1];
+            for (int64_t i = 0; i < y.size(); ++i) {
+                int64_t rest = i, at = 0;
+                for (int d = static_cast<int>(out_shape.size()) - 1; d >= 0; --d) {
+                    at += (rest % out_shape[d]) * in_strides[c.perm[d]];
+                    rest /= out_shape[d];
+                }
+                const float got = type == DataType::Float ? y.data<float>()[i] : y.data<uint8_t>()[i];
+                ASSERT_EQ(got, static_cast<float>(at)) << i;
+            }
+        }
     }
 }
 

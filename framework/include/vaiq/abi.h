@@ -7,7 +7,9 @@
  * tag guards the C++ runtime those interfaces are compiled against.
  *
  * Rules for changing this file: bump VAIQ_ABI_VERSION on any change to this
- * struct or to a virtual interface in the SDK. Never reorder fields.
+ * struct, to a virtual interface in the SDK, or to how an SDK object that
+ * crosses the boundary allocates (a Tensor made on one side is freed on the
+ * other). Never reorder fields.
  */
 #ifndef VAIQ_ABI_H
 #define VAIQ_ABI_H
@@ -20,7 +22,7 @@
 #endif
 
 /** The ABI revision of this SDK; a plugin must carry exactly this number. */
-#define VAIQ_ABI_VERSION 2u
+#define VAIQ_ABI_VERSION 3u  /* 3: tensors allocate 64-byte aligned */
 
 /** Name of the one symbol a plugin library exports. */
 #define VAIQ_PLUGIN_ENTRY_NAME "vaiq_plugin_entry"

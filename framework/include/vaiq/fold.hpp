@@ -27,6 +27,10 @@ VAIQ_API std::optional<ChannelAffine> batch_norm_affine(const onnx::NodeProto& b
 /// A constant initializer (not a graph input) decoded, or nullopt.
 VAIQ_API std::optional<Tensor> constant_tensor(const GraphIndex& index, const std::string& name);
 
+/// The same, or the value of a Constant node (attribute value or value_float).
+VAIQ_API std::optional<Tensor> constant_value(const onnx::GraphProto& graph, const GraphIndex& index,
+                                              const std::string& name);
+
 /// Folds `affine` applied to the output of node `producer` into its weights
 /// and bias, when the producer is a Conv, a ConvTranspose or a Gemm with
 /// constant float weights whose output only `consumer` reads. The producer

@@ -15,6 +15,7 @@
 #include "vaiq/options.hpp"
 #include "vaiq/pair_emitter.hpp"
 #include "vaiq/pass.hpp"
+#include "vaiq/patterns.hpp"
 #include "vaiq/plugin.hpp"
 #include "vaiq/qdq_view.hpp"
 #include "vaiq/quant.hpp"

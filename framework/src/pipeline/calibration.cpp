@@ -37,6 +37,7 @@ CalibrationOutcome calibrate(const Model& model, const DraftPlan& plan, DataRead
 
     runtime::ExecutorOptions options;
     options.threads = threads;
+    options.taps.insert(observed.begin(), observed.end());
     runtime::Executor executor(model, options);
     std::set<std::string> not_float;
     data.rewind();

@@ -127,7 +127,7 @@ DumpResult dump_model(const fs::path& model_path, const DumpOptions& options) {
                 if (!out.empty() && !dumped_as.count(out)) taps.push_back(out);
 
     // Unfused, so every QuantizeLinear output exists; values stream to disk as they are computed.
-    runtime::Executor executor(model, {.threads = 0, .fuse_qdq = false});
+    runtime::Executor executor(model, {.threads = 0, .fuse_qdq = false, .taps = {taps.begin(), taps.end()}});
     executor.run(batch->feeds, taps, [&](const std::string& tensor, const Tensor& value) {
         if (auto it = dumped_as.find(tensor); it != dumped_as.end()) {
             const auto fix = fixneurons.find(tensor);

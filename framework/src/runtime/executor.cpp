@@ -44,7 +44,7 @@ int64_t domain_opset(const Model& model, const std::string& domain) {
 }  // namespace
 
 Executor::Executor(const Model& original, ExecutorOptions options) : model_(&original), options_(options) {
-    if (options.optimize_layout || options.fuse_qdq) {
+    if (options.optimize_layout || options.fuse_qdq || options.fuse_patterns) {
         onnx::ModelProto copy = original.proto();
         bool changed = false;
         if (options.fuse_qdq) {
@@ -52,7 +52,8 @@ Executor::Executor(const Model& original, ExecutorOptions options) : model_(&ori
             changed = fuse_qdq(copy, gone);
             fused_away_.insert(gone.begin(), gone.end());
         }
-        if (options.optimize_layout) changed = optimize_layout(*copy.mutable_graph()) || changed;
+        if (options.fuse_patterns) changed = fuse_patterns(*copy.mutable_graph(), options.taps) || changed;
+        if (options.optimize_layout) changed = optimize_layout(*copy.mutable_graph(), options.taps) || changed;
         if (changed) {
             optimized_.emplace(std::move(copy), original.source());
             model_ = &*optimized_;

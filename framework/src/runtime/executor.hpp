@@ -18,10 +18,15 @@ struct ExecutorOptions {
     int threads = 0;       ///< 0: every core
     bool profile = false;  ///< time every node (see Executor::profile)
     bool optimize_layout = true;  ///< run convolutions in NHWC (see runtime/layout.hpp)
+    /// Compute spelled-out LayerNorms and Gelus in one kernel each (the nodes stay for taps).
+    bool fuse_patterns = true;
     /// Run DequantizeLinear -> op -> QuantizeLinear groups as the integer operators
     /// ONNX Runtime fuses them into (see runtime/qdq_fusion.hpp). The op's float
     /// output then no longer exists and cannot be tapped.
     bool fuse_qdq = true;
+    /// Tensors every run will tap (calibration's): the rewrites above leave them
+    /// computed once instead of fusing them away and recomputing them for the tap.
+    std::set<std::string> taps{};
 };
 
 /// Time spent per op type over all runs, when profiling.

@@ -6,7 +6,9 @@
 #include <optional>
 #include <set>
 
+#include "vaiq/fold.hpp"
 #include "vaiq/graph.hpp"
+#include "vaiq/patterns.hpp"
 #include "vaiq/tensor.hpp"
 
 namespace vaiq::runtime {
@@ -157,18 +159,9 @@ namespace {
 
 // The value of a one-element float constant (an initializer or a Constant node's output).
 std::optional<float> scalar_value(const onnx::GraphProto& graph, const GraphIndex& index, const std::string& name) {
-    auto one = [](const onnx::TensorProto& t) -> std::optional<float> {
-        if (t.data_type() != onnx::TensorProto::FLOAT) return std::nullopt;
-        const auto v = Tensor::from_proto(t);
-        if (v.size() != 1) return std::nullopt;
-        return v.data<float>()[0];
-    };
-    if (const auto* init = index.initializer(name)) return one(*init);
-    const int producer = index.producer(name);
-    if (producer < 0 || graph.node(producer).op_type() != "Constant") return std::nullopt;
-    for (const auto& a : graph.node(producer).attribute())
-        if (a.name() == "value" && a.has_t()) return one(a.t());
-    return std::nullopt;
+    const auto v = constant_value(graph, index, name);
+    if (!v || v->type() != DataType::Float || v->size() != 1) return std::nullopt;
+    return v->data<float>()[0];
 }
 
 // An NhwcConv whose output is read by a Relu or constant-bound Clip computes the
@@ -176,18 +169,20 @@ std::optional<float> scalar_value(const onnx::GraphProto& graph, const GraphInde
 // a copy of the convolution with the activation attached. The plain convolution
 // stays for whoever else wants the value before the activation (a tap: it then
 // runs on demand); when nobody does, it never runs.
-void fuse_activations(onnx::GraphProto& graph) {
+void fuse_activations(onnx::GraphProto& graph, const std::set<std::string>& tapped) {
     const GraphIndex index(graph);
     for (int i = 0; i < graph.node_size(); ++i) {
         const auto& conv = graph.node(i);
         if (conv.op_type() != "NhwcConv" || conv.domain() != kInternalDomain || find_attribute(conv, "activation_min"))
             continue;  // a convolution that already carries its activation fuses no second one
         std::vector<int> activations;
+        bool conv_tapped = false;
         for (const auto& use : index.consumers(conv.output(0))) {
             const auto& n = graph.node(use.node);
             if (n.domain().empty() && (n.op_type() == "Relu" || n.op_type() == "Clip")) activations.push_back(use.node);
+            conv_tapped = conv_tapped || (is_transpose(n, kToNchw) && tapped.count(n.output(0)));
         }
-        if (activations.size() != 1) continue;
+        if (activations.size() != 1 || conv_tapped) continue;
         const auto& act = graph.node(activations[0]);
         float lo = 0.0f, hi = std::numeric_limits<float>::infinity();
         if (act.op_type() == "Clip") {
@@ -219,21 +214,134 @@ void fuse_activations(onnx::GraphProto& graph) {
     }
 }
 
+// The INTS attribute `name` of `node`, or `fallback` when absent.
+std::vector<int64_t> ints_or(const onnx::NodeProto& node, const std::string& name, std::vector<int64_t> fallback) {
+    const auto* a = find_attribute(node, name);
+    return a ? std::vector<int64_t>(a->ints().begin(), a->ints().end()) : fallback;
+}
+
+// Explicit or no pads, unit dilations.
+bool plain_geometry(const onnx::NodeProto& conv) {
+    const auto* pad = find_attribute(conv, "auto_pad");
+    return (!pad || pad->s() == "NOTSET") && ints_or(conv, "dilations", {1, 1}) == std::vector<int64_t>{1, 1};
+}
+
+// A 1x1, stride-1, ungrouped NhwcConv with constant weights.
+bool is_pointwise(const onnx::NodeProto& conv, const GraphIndex& index) {
+    if (conv.op_type() != "NhwcConv" || conv.domain() != kInternalDomain || !plain_geometry(conv)) return false;
+    const auto* w = index.initializer(conv.input(1));
+    const auto* group = find_attribute(conv, "group");
+    return w && w->dims_size() == 4 && w->dims(2) == 1 && w->dims(3) == 1 && (!group || group->i() == 1) &&
+           ints_or(conv, "strides", {1, 1}) == std::vector<int64_t>{1, 1} &&
+           ints_or(conv, "pads", {0, 0, 0, 0}) == std::vector<int64_t>{0, 0, 0, 0};
+}
+
+// A depthwise 3x3 NhwcConv, padding 1 on every side and stride 1 or 2 (the
+// MobileNet block): its stride, or 0 for any other convolution.
+int64_t fusable_depthwise_stride(const onnx::NodeProto& conv, const GraphIndex& index) {
+    if (conv.op_type() != "NhwcConv" || conv.domain() != kInternalDomain || !plain_geometry(conv)) return 0;
+    const auto* w = index.initializer(conv.input(1));
+    const auto* group = find_attribute(conv, "group");
+    if (!w || w->dims_size() != 4 || w->dims(1) != 1 || w->dims(2) != 3 || w->dims(3) != 3 || !group ||
+        group->i() != w->dims(0) || ints_or(conv, "pads", {0, 0, 0, 0}) != std::vector<int64_t>{1, 1, 1, 1})
+        return 0;
+    const auto strides = ints_or(conv, "strides", {1, 1});
+    return strides[0] == strides[1] && (strides[0] == 1 || strides[0] == 2) ? strides[0] : 0;
+}
+
+void copy_float_attribute(const onnx::NodeProto& from, const std::string& name, onnx::NodeProto& to,
+                          const std::string& as) {
+    if (const auto* a = find_attribute(from, name)) {
+        auto* copy = to.add_attribute();
+        *copy = *a;
+        copy->set_name(as);
+    }
+}
+
+// A 1x1 convolution read only by depthwise 3x3 convolutions (MobileNet's
+// expansion): each depthwise one becomes an NhwcConvDepthwise that computes
+// both in one step (see its kernel). The 1x1 convolution stays for taps and
+// runs only on demand.
+void fuse_depthwise(onnx::GraphProto& graph, const std::set<std::string>& tapped) {
+    const GraphIndex index(graph);
+    for (int i = 0; i < graph.node_size(); ++i) {
+        const auto& pointwise = graph.node(i);
+        if (!is_pointwise(pointwise, index) || index.is_graph_output(pointwise.output(0))) continue;
+        // Readers: depthwise convolutions, and the transpose back to NCHW kept for taps.
+        std::vector<Use> uses;
+        bool fusable = true;
+        for (const auto& use : index.consumers(pointwise.output(0))) {
+            const auto& n = graph.node(use.node);
+            if (is_transpose(n, kToNchw) && index.consumers(n.output(0)).empty() && !index.is_graph_output(n.output(0))) {
+                fusable = fusable && !tapped.count(n.output(0));
+                continue;
+            }
+            fusable = fusable && use.slot == 0 && fusable_depthwise_stride(n, index) > 0 &&
+                      index.initializer(n.input(1))->dims(0) == index.initializer(pointwise.input(1))->dims(0);
+            uses.push_back(use);
+        }
+        if (uses.empty() || !fusable) continue;
+        for (const auto& use : uses) {
+            const auto& depthwise = graph.node(use.node);
+            onnx::NodeProto fused;
+            fused.set_op_type("NhwcConvDepthwise");
+            fused.set_domain(kInternalDomain);
+            fused.set_name(depthwise.name());
+            for (int k = 0; k < 3; ++k) fused.add_input(k < pointwise.input_size() ? pointwise.input(k) : "");
+            fused.add_input(depthwise.input(1));
+            fused.add_input(depthwise.input_size() > 2 ? depthwise.input(2) : "");
+            fused.add_output(depthwise.output(0));
+            copy_float_attribute(pointwise, "activation_min", fused, "activation_min");
+            copy_float_attribute(pointwise, "activation_max", fused, "activation_max");
+            copy_float_attribute(depthwise, "activation_min", fused, "depthwise_activation_min");
+            copy_float_attribute(depthwise, "activation_max", fused, "depthwise_activation_max");
+            set_int_attribute(fused, "depthwise_stride", fusable_depthwise_stride(depthwise, index));
+            *graph.mutable_node(use.node) = std::move(fused);
+        }
+    }
+}
+
 }  // namespace
 
-bool optimize_layout(onnx::GraphProto& graph) {
+bool optimize_layout(onnx::GraphProto& graph, const std::set<std::string>& tapped) {
     UniqueNames names(graph);
     if (!wrap_nhwc_ops(graph, names)) return false;
     const auto scalars = scalar_constants(graph);
     for (int guard = 0; guard < 10 * graph.node_size() && push_or_cancel_once(graph, scalars, names); ++guard) {
     }
-    fuse_activations(graph);
+    fuse_activations(graph, tapped);
+    fuse_depthwise(graph, tapped);
     // Keep every node after its producers.
     const auto order = topological_order(graph);
     google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
     for (int i : order) *nodes.Add() = graph.node(i);
     graph.mutable_node()->Swap(&nodes);
     return true;
+}
+
+bool fuse_patterns(onnx::GraphProto& graph, const std::set<std::string>& tapped) {
+    auto matches = find_layer_norms(graph);
+    auto gelus = find_gelus(graph);
+    matches.insert(matches.end(), std::make_move_iterator(gelus.begin()), std::make_move_iterator(gelus.end()));
+    bool changed = false;
+    for (auto& match : matches) {
+        if (match.fused.op_type() == "LayerNormalization" && match.fused.input_size() < 2) continue;  // no scale
+        const bool inside_tapped = std::any_of(match.nodes.begin(), match.nodes.end(), [&](int n) {
+            return n != match.last && tapped.count(graph.node(n).output(0));
+        });
+        if (inside_tapped) continue;
+        match.fused.set_domain(kInternalDomain);
+        match.fused.set_name(graph.node(match.last).name());
+        *graph.mutable_node(match.last) = std::move(match.fused);
+        changed = true;
+    }
+    if (changed) {  // the fused node reads the pattern's input, which may come later in the list
+        const auto order = topological_order(graph);
+        google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+        for (int i : order) *nodes.Add() = graph.node(i);
+        graph.mutable_node()->Swap(&nodes);
+    }
+    return changed;
 }
 
 }  // namespace vaiq::runtime

@@ -4,15 +4,28 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <set>
+#include <string>
+
 namespace vaiq::runtime {
 
-/// Domain of the executor's private ops (NhwcConv, NhwcMaxPool, NhwcAveragePool).
+/// Domain of the executor's private ops (NhwcConv, NhwcConvDepthwise, NhwcMaxPool,
+/// NhwcAveragePool, LayerNormalization and Gelu at any opset).
 inline constexpr const char* kInternalDomain = "vaiq.internal";
 
 /// Rewrites `graph` in place: Conv and 2-D MaxPool/AveragePool become their
 /// NHWC forms between Transposes, which are pushed through elementwise ops and
 /// cancelled in pairs. Every original tensor keeps its name and NCHW value
-/// (some are then computed only on demand). Returns whether anything changed.
-bool optimize_layout(onnx::GraphProto& graph);
+/// (some are then computed only on demand). A fusion that would leave a tensor
+/// in `tapped` to be computed on demand is not made: it would compute twice.
+/// Returns whether anything changed.
+bool optimize_layout(onnx::GraphProto& graph, const std::set<std::string>& tapped = {});
+
+/// Rewrites `graph` in place: the last node of each spelled-out LayerNorm (with
+/// a scale) and Gelu (vaiq/patterns.hpp) becomes one internal LayerNormalization
+/// or Gelu writing the same tensor; the pattern's other nodes stay and run only
+/// when a tap wants their values; patterns with a tensor in `tapped` inside
+/// stay as they are. Returns whether anything changed.
+bool fuse_patterns(onnx::GraphProto& graph, const std::set<std::string>& tapped = {});
 
 }  // namespace vaiq::runtime

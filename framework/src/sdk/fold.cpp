@@ -11,6 +11,19 @@ std::optional<Tensor> constant_tensor(const GraphIndex& index, const std::string
     return Tensor::from_proto(*init);
 }
 
+std::optional<Tensor> constant_value(const onnx::GraphProto& graph, const GraphIndex& index, const std::string& name) {
+    if (auto t = constant_tensor(index, name)) return t;
+    const int producer = name.empty() ? -1 : index.producer(name);
+    if (producer < 0) return std::nullopt;
+    const auto& node = graph.node(producer);
+    if (node.op_type() != "Constant" || !(node.domain().empty() || node.domain() == "ai.onnx")) return std::nullopt;
+    for (const auto& a : node.attribute()) {
+        if (a.name() == "value" && a.has_t()) return Tensor::from_proto(a.t());
+        if (a.name() == "value_float") return Tensor::from_values<float>({}, std::vector<float>{a.f()});
+    }
+    return std::nullopt;
+}
+
 std::optional<ChannelAffine> batch_norm_affine(const onnx::NodeProto& bn, const GraphIndex& index) {
     if (bn.op_type() != "BatchNormalization" || !(bn.domain().empty() || bn.domain() == "ai.onnx") ||
         bn.input_size() < 5)

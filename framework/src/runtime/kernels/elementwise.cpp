@@ -7,6 +7,7 @@
 
 #include "runtime/kernels/common.hpp"
 #include "runtime/kernels/ort_float.hpp"
+#include "runtime/layout.hpp"
 
 namespace vaiq::runtime {
 namespace {
@@ -337,6 +338,7 @@ void gelu(KernelContext& ctx, std::vector<Tensor>& out) {
 const KernelRegistration kKernels[] = {
     {"com.microsoft", "Gelu", 1, 1, gelu},
     {"", "Gelu", 20, kLatest, gelu},
+    {kInternalDomain, "Gelu", 0, 1, gelu},  // fused (runtime/layout.hpp)
     {"", "Add", 7, kLatest, arithmetic<std::plus<>>},
     {"", "Sub", 7, kLatest, arithmetic<std::minus<>>},
     {"", "Mul", 7, kLatest, arithmetic<std::multiplies<>>},

@@ -5,6 +5,7 @@
 
 #include "runtime/kernels/common.hpp"
 #include "runtime/kernels/ort_float.hpp"
+#include "runtime/layout.hpp"
 
 namespace vaiq::runtime {
 namespace {
@@ -242,6 +243,7 @@ const KernelRegistration kKernels[] = {
     {"", "BatchNormalization", 9, 21, batch_norm},
     {"", "InstanceNormalization", 6, 21, instance_norm},
     {"", "LayerNormalization", 17, 21, layer_norm},
+    {kInternalDomain, "LayerNormalization", 0, 1, layer_norm},  // fused from older opsets (runtime/layout.hpp)
     {"", "Softmax", 1, 21, softmax<SoftmaxKind::Softmax>},
     {"", "LogSoftmax", 1, 21, softmax<SoftmaxKind::LogSoftmax>},
     {"", "Hardmax", 1, 21, softmax<SoftmaxKind::Hardmax>},

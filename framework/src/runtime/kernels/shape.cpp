@@ -118,6 +118,59 @@ inline void strided_copy(std::byte* dst, const std::byte* src, int64_t count, in
     }
 }
 
+// Axes of size 1 go, and axes that stay adjacent and in order under `perm`
+// move as one: the same copy at a lower rank (NCHW -> NHWC is [N, C, HW] ->
+// [N, HW, C]; [S, 1, D] -> [1, S, D] is no move at all: [S * D]).
+void merge_axes(std::vector<int64_t>& shape, std::vector<int64_t>& perm) {
+    std::vector<int64_t> kept(shape.size(), -1);  // new index of each input axis kept
+    std::vector<int64_t> squeezed;
+    for (size_t a = 0; a < shape.size(); ++a)
+        if (shape[a] != 1) {
+            kept[a] = static_cast<int64_t>(squeezed.size());
+            squeezed.push_back(shape[a]);
+        }
+    std::vector<int64_t> squeezed_perm;
+    for (auto p : perm)
+        if (kept[p] >= 0) squeezed_perm.push_back(kept[p]);
+    shape = squeezed;
+    perm = squeezed_perm;
+    if (perm.empty()) return;
+    std::vector<int64_t> groups{perm[0]};  // input axis starting each output group
+    for (size_t d = 1; d < perm.size(); ++d)
+        if (perm[d] != perm[d - 1] + 1) groups.push_back(perm[d]);
+    // Input axes in order, grouped; then each group's size and new index.
+    std::vector<int64_t> starts = groups;
+    std::sort(starts.begin(), starts.end());
+    std::vector<int64_t> merged_shape(starts.size(), 1);
+    for (size_t g = 0; g < starts.size(); ++g) {
+        const int64_t end = g + 1 < starts.size() ? starts[g + 1] : static_cast<int64_t>(shape.size());
+        for (int64_t a = starts[g]; a < end; ++a) merged_shape[g] *= shape[a];
+    }
+    std::vector<int64_t> merged_perm;
+    for (int64_t first : groups)
+        merged_perm.push_back(std::lower_bound(starts.begin(), starts.end(), first) - starts.begin());
+    shape = merged_shape;
+    perm = merged_perm;
+}
+
+// `batches` row-major [rows, cols] matrices of T, each written transposed, in
+// tiles that stay in cache on both sides.
+template <typename T>
+void transpose_matrices(const T* src, T* dst, int64_t batches, int64_t rows, int64_t cols) {
+    constexpr int64_t kTile = 32;
+    const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
+#pragma omp parallel for if (batches * rows * cols > kParallelGrain)
+    for (int64_t t = 0; t < batches * row_tiles * col_tiles; ++t) {
+        const int64_t b = t / (row_tiles * col_tiles);
+        const int64_t r0 = (t / col_tiles) % row_tiles * kTile, c0 = t % col_tiles * kTile;
+        const T* from = src + b * rows * cols;
+        T* to = dst + b * rows * cols;
+        const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
+        for (int64_t c = c0; c < c1; ++c)
+            for (int64_t r = r0; r < r1; ++r) to[c * rows + r] = from[r * cols + c];
+    }
+}
+
 void transpose(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     const auto rank = x.shape().size();
@@ -129,6 +182,31 @@ void transpose(KernelContext& ctx, std::vector<Tensor>& out) {
     for (size_t d = 0; d < rank; ++d) shape[d] = x.shape()[normalize_axis(ctx, perm[d], static_cast<int64_t>(rank))];
     Tensor y = Tensor::uninitialized(x.type(), shape);
     if (rank == 0 || y.size() == 0) {
+        out[0] = std::move(y);
+        return;
+    }
+    // Swapping two blocks of axes (the layout transposes): tiled, not row by row.
+    auto merged_shape = x.shape();
+    auto merged_perm = perm;
+    for (auto& p : merged_perm) p = normalize_axis(ctx, p, static_cast<int64_t>(rank));
+    merge_axes(merged_shape, merged_perm);
+    if (merged_perm.size() <= 1) {  // the data keeps its order
+        vaiq::copy_bytes(y.mutable_bytes().data(), x.bytes().data(), x.bytes().size());
+        out[0] = std::move(y);
+        return;
+    }
+    const bool swap = merged_perm == std::vector<int64_t>{1, 0} || merged_perm == std::vector<int64_t>{0, 2, 1};
+    if (swap && (element_size(x.type()) == 4 || element_size(x.type()) == 1)) {
+        const size_t k = merged_shape.size();
+        const int64_t batches = k == 3 ? merged_shape[0] : 1;
+        const auto* from = x.bytes().data();
+        auto* to = y.mutable_bytes().data();
+        if (element_size(x.type()) == 4)
+            transpose_matrices(reinterpret_cast<const uint32_t*>(from), reinterpret_cast<uint32_t*>(to), batches,
+                               merged_shape[k - 2], merged_shape[k - 1]);
+        else
+            transpose_matrices(reinterpret_cast<const uint8_t*>(from), reinterpret_cast<uint8_t*>(to), batches,
+                               merged_shape[k - 2], merged_shape[k - 1]);
         out[0] = std::move(y);
         return;
     }
