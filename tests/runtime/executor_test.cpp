@@ -183,9 +183,10 @@ TEST(Layout, TransposesBetweenConvolutionsCancel) {
         for (const auto& a : n.attribute()) fused += a.name() == "activation_min";
         if (n.op_type() == "Transpose" && n.attribute(0).ints(1) == 2) ++to_nhwc;
     }
-    // The two convolutions, the pool, and the first convolution again with the Relu
-    // fused in (the plain one stays for a tap of c1).
-    EXPECT_EQ(nhwc_ops, 4);
+    // The two convolutions, the pool, the first convolution again with the Relu
+    // fused in (the plain one stays for a tap of c1), and the second again with
+    // the residual Add.
+    EXPECT_EQ(nhwc_ops, 5);
     EXPECT_EQ(relus, 0);
     EXPECT_EQ(fused, 1);
     EXPECT_EQ(to_nhwc, 1) << "only the graph input is transposed into NHWC";
@@ -383,6 +384,30 @@ TEST(Layout, ADepthwiseConvolutionOfAnotherStrideIsNotFused) {
     const Tensor x = vaiq::test::ramp({1, 3, 9, 9}, -3.0f, 0.025f);
     const auto calls = compare_rewrites(model, x, {}, 1e-5f);
     EXPECT_EQ(calls.count("NhwcConvDepthwise"), 0u);
+    EXPECT_EQ(calls.at("NhwcConv"), 3);
+}
+
+// Conv -> Add(skip) -> Relu, the skip also read after the Add (so not reused in
+// place), and a second residual whose other input broadcasts ([1, 3, 1, 1]).
+TEST(Layout, ResidualAddsFuseIntoTheConvolutionAndStillBroadcast) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 3, 4, 4}).output("y", {1, 3, 4, 4}).output("z", {1, 3, 4, 4});
+    b.initializer("w1", vaiq::test::ramp({3, 3, 3, 3}, -0.4f, 0.01f));
+    b.initializer("w2", vaiq::test::ramp({3, 3, 1, 1}, 0.3f, -0.07f));
+    b.initializer("b2", vaiq::test::ramp({3}, -0.1f, 0.1f));
+    vaiq::test::set_ints_attribute(b.node("Conv", {"x", "w1"}, {"c1"}), "pads", {1, 1, 1, 1});
+    b.node("Relu", {"c1"}, {"r1"});
+    b.node("Conv", {"r1", "w2", "b2"}, {"c2"});
+    b.node("Add", {"r1", "c2"}, {"s"});
+    b.node("Relu", {"s"}, {"y"});
+    auto& pool = b.node("AveragePool", {"r1"}, {"p"});  // reads r1 after the Add
+    vaiq::test::set_ints_attribute(pool, "kernel_shape", {4, 4});
+    b.node("Conv", {"y", "w2"}, {"c3"});
+    b.node("Add", {"c3", "p"}, {"z"});  // [1, 3, 4, 4] + [1, 3, 1, 1]
+    const auto model = b.build();
+    const auto calls = compare_rewrites(model, vaiq::test::ramp({1, 3, 4, 4}, -1.5f, 0.05f), {}, 1e-5f);
+    EXPECT_EQ(calls.count("Add"), 0u) << "both Adds run inside convolutions";
+    EXPECT_EQ(calls.count("Relu"), 0u);
     EXPECT_EQ(calls.at("NhwcConv"), 3);
 }
 

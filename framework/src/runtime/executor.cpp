@@ -259,6 +259,16 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
                 if (id >= 0) demanded[id] = true;
     }
 
+    // Which step of this run reads each value last (the caller's outputs: none).
+    std::vector<int> last_reader(value_names_.size(), -1);
+    for (size_t s = 0; s < steps_.size(); ++s) {
+        if (steps_[s].lazy && !run_lazy[s]) continue;
+        for (const auto* ids : {&steps_[s].inputs, &steps_[s].implicit})
+            for (int id : *ids)
+                if (id >= 0) last_reader[id] = static_cast<int>(s);
+    }
+    for (const auto& name : output_names_) last_reader[value_ids_.at(name)] = -1;
+
     for (size_t s = 0; s < steps_.size(); ++s) {
         auto& step = steps_[s];
         if (step.lazy && !run_lazy[s]) {
@@ -274,6 +284,10 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
                 throw InputError(fmt::format("node '{}' reads '{}', which nothing produced", node.name(), value_names_[id]));
             ctx.inputs.push_back(id >= 0 ? value(id) : nullptr);
             ctx.constant.push_back(id >= 0 && is_constant_[id] && !values[id]);
+            // A run value this step reads last in this run, and only once, is the kernel's to reuse.
+            const bool last_read = id >= 0 && values[id] && last_reader[id] == static_cast<int>(s) &&
+                                   std::count(step.inputs.begin(), step.inputs.end(), id) == 1;
+            ctx.donated.push_back(last_read ? &*values[id] : nullptr);
         }
         std::vector<Tensor> outputs(step.outputs.size());
         const auto start = options_.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();

@@ -47,6 +47,11 @@ const Tensor& KernelContext::input(size_t i) const {
     return *inputs[i];
 }
 
+Tensor KernelContext::take_input(size_t i) {
+    if (i < donated.size() && donated[i]) return std::move(*donated[i]);
+    return input(i);
+}
+
 void KernelContext::fail(const std::string& message) const {
     throw InputError(fmt::format("node '{}' ({}{}{}, opset {}): {}", node.name(), node.domain(),
                                  node.domain().empty() ? "" : ":", node.op_type(), opset, message));

@@ -41,12 +41,18 @@ struct KernelContext {
     std::shared_ptr<void>& state;         ///< kept across runs (e.g. compiled primitives)
     /// A value of the enclosing scope by name (for subgraph ops); nullptr if none.
     std::function<const Tensor*(const std::string&)> lookup;
+    /// Per input: the executor's own value when this node is its last reader
+    /// (a kernel may then take it and write its output in place); else nullptr.
+    std::vector<Tensor*> donated = {};
 
     size_t input_count() const { return inputs.size(); }
     bool has_input(size_t i) const { return i < inputs.size() && inputs[i] != nullptr; }
     bool is_constant(size_t i) const { return i < constant.size() && constant[i]; }
     /// The i-th input; fails when it is missing.
     const Tensor& input(size_t i) const;
+    /// The i-th input's buffer to reuse when it was donated, else a copy. The
+    /// input must not be read through input(i) afterwards.
+    Tensor take_input(size_t i);
     /// Throws InputError naming the node, its op and opset.
     [[noreturn]] void fail(const std::string& message) const;
 };

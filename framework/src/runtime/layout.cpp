@@ -164,6 +164,50 @@ std::optional<float> scalar_value(const onnx::GraphProto& graph, const GraphInde
     return v->data<float>()[0];
 }
 
+// The one non-tap reader of `tensor` (an NHWC value), or -1 when there are
+// others or a known tap wants it (through the transpose back to NCHW).
+int only_reader(const onnx::GraphProto& graph, const GraphIndex& index, const std::string& tensor,
+                const std::set<std::string>& tapped) {
+    if (index.is_graph_output(tensor)) return -1;
+    int reader = -1;
+    for (const auto& use : index.consumers(tensor)) {
+        const auto& n = graph.node(use.node);
+        const bool tap_only = is_transpose(n, kToNchw) && index.consumers(n.output(0)).empty() &&
+                              !index.is_graph_output(n.output(0));
+        if (tap_only && !tapped.count(n.output(0))) continue;
+        if (tap_only || reader >= 0) return -1;
+        reader = use.node;
+    }
+    return reader;
+}
+
+// Add(NhwcConv(...), r) — a residual connection — becomes the convolution with
+// r as a fourth input, added to its result in the same pass (and in r's buffer
+// when nothing else reads r later). The plain convolution stays for taps.
+void fuse_residual_adds(onnx::GraphProto& graph, const std::set<std::string>& tapped) {
+    const GraphIndex index(graph);
+    for (int i = 0; i < graph.node_size(); ++i) {
+        const auto& add = graph.node(i);
+        if (add.op_type() != "Add" || !add.domain().empty() || add.input_size() != 2 || add.input(0) == add.input(1))
+            continue;
+        for (int k = 0; k < 2; ++k) {
+            const int p = index.producer(add.input(k));
+            if (p < 0) continue;
+            const auto& conv = graph.node(p);
+            if (conv.op_type() != "NhwcConv" || conv.domain() != kInternalDomain || conv.input_size() > 3 ||
+                find_attribute(conv, "activation_min") || only_reader(graph, index, conv.output(0), tapped) != i)
+                continue;
+            onnx::NodeProto fused = conv;
+            fused.set_name(add.name());
+            while (fused.input_size() < 3) fused.add_input("");
+            fused.add_input(add.input(1 - k));
+            fused.set_output(0, add.output(0));
+            *graph.mutable_node(i) = std::move(fused);
+            break;
+        }
+    }
+}
+
 // An NhwcConv whose output is read by a Relu or constant-bound Clip computes the
 // activation too (a oneDNN post-op, the same arithmetic): the Relu/Clip becomes
 // a copy of the convolution with the activation attached. The plain convolution
@@ -228,7 +272,9 @@ bool plain_geometry(const onnx::NodeProto& conv) {
 
 // A 1x1, stride-1, ungrouped NhwcConv with constant weights.
 bool is_pointwise(const onnx::NodeProto& conv, const GraphIndex& index) {
-    if (conv.op_type() != "NhwcConv" || conv.domain() != kInternalDomain || !plain_geometry(conv)) return false;
+    if (conv.op_type() != "NhwcConv" || conv.domain() != kInternalDomain || !plain_geometry(conv) ||
+        conv.input_size() > 3)
+        return false;  // (a fourth input is a fused residual)
     const auto* w = index.initializer(conv.input(1));
     const auto* group = find_attribute(conv, "group");
     return w && w->dims_size() == 4 && w->dims(2) == 1 && w->dims(3) == 1 && (!group || group->i() == 1) &&
@@ -239,7 +285,9 @@ bool is_pointwise(const onnx::NodeProto& conv, const GraphIndex& index) {
 // A depthwise 3x3 NhwcConv, padding 1 on every side and stride 1 or 2 (the
 // MobileNet block): its stride, or 0 for any other convolution.
 int64_t fusable_depthwise_stride(const onnx::NodeProto& conv, const GraphIndex& index) {
-    if (conv.op_type() != "NhwcConv" || conv.domain() != kInternalDomain || !plain_geometry(conv)) return 0;
+    if (conv.op_type() != "NhwcConv" || conv.domain() != kInternalDomain || !plain_geometry(conv) ||
+        conv.input_size() > 3)
+        return 0;
     const auto* w = index.initializer(conv.input(1));
     const auto* group = find_attribute(conv, "group");
     if (!w || w->dims_size() != 4 || w->dims(1) != 1 || w->dims(2) != 3 || w->dims(3) != 3 || !group ||
@@ -309,6 +357,7 @@ bool optimize_layout(onnx::GraphProto& graph, const std::set<std::string>& tappe
     const auto scalars = scalar_constants(graph);
     for (int guard = 0; guard < 10 * graph.node_size() && push_or_cancel_once(graph, scalars, names); ++guard) {
     }
+    fuse_residual_adds(graph, tapped);
     fuse_activations(graph, tapped);
     fuse_depthwise(graph, tapped);
     // Keep every node after its producers.

@@ -1,5 +1,7 @@
 // Convolution through oneDNN, which picks AVX2/AVX-512/VNNI code at run time.
 #include <cstring>
+#include <functional>
+#include <limits>
 
 #include "runtime/kernels/dnnl_util.hpp"
 #include "runtime/layout.hpp"
@@ -28,15 +30,18 @@ void append_activation(dnnl::post_ops& ops, const Attributes& attributes, const 
                        attributes.get_float(prefix + "_max", 0.0f));
 }
 
-// With `nhwc` the input and output tensors are 4-D and channels-last
-// (NhwcConv, from the executor's layout optimisation); weights stay OIHW.
-void conv(KernelContext& ctx, std::vector<Tensor>& out, bool nhwc) {
+// The primitive for `ctx`'s input shape (kept in `state` across runs) with
+// `ops` applied to its result. With `nhwc` the input and output tensors are 4-D
+// and channels-last (NhwcConv, from the executor's layout optimisation);
+// weights stay OIHW.
+ConvState& prepare_conv(KernelContext& ctx, std::shared_ptr<ConvState>& state, bool nhwc, const dnnl::post_ops& ops) {
     const auto& x = ctx.input(0);
     const auto& w = ctx.input(1);
     if (x.type() != DataType::Float || w.type() != DataType::Float) ctx.fail("only float convolution is supported");
     if (x.shape().size() < 3 || x.shape().size() > 5 || w.shape().size() != x.shape().size() ||
         (nhwc && x.shape().size() != 4))
         ctx.fail("input and weight must be 3-D, 4-D or 5-D of the same rank");
+    if (state && state->x_shape == x.shape()) return *state;
     // The logical NCHW dimensions, whatever the layout.
     std::vector<int64_t> dims = x.shape();
     if (nhwc) dims = {x.shape()[0], x.shape()[3], x.shape()[1], x.shape()[2]};
@@ -47,67 +52,95 @@ void conv(KernelContext& ctx, std::vector<Tensor>& out, bool nhwc) {
         ctx.fail("channels, weight shape and group do not agree");
     const std::vector<int64_t> in(dims.begin() + 2, dims.end());
     const std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
-
-    auto state = std::static_pointer_cast<ConvState>(ctx.state);
-    if (!state || state->x_shape != x.shape()) {
-        const auto window = WindowGeometry::from(ctx, in, kernel, false);
-        state = std::make_shared<ConvState>();
-        state->x_shape = x.shape();
-        std::vector<int64_t> y_dims{n, m};
-        y_dims.insert(y_dims.end(), window.out.begin(), window.out.end());
-        state->y_shape = nhwc ? std::vector<int64_t>{n, y_dims[2], y_dims[3], m} : y_dims;
-        const auto layout = nhwc ? memory::format_tag::nhwc : plain_tag(dims.size());
-        state->user_src = memory::desc(dims_of(dims), memory::data_type::f32, layout);
-        auto w_dims = dims_of(w.shape());
-        if (group > 1) {
-            w_dims[0] = m / group;
-            w_dims.insert(w_dims.begin(), group);
-        }
-        state->user_weights = memory::desc(w_dims, memory::data_type::f32, plain_tag(w_dims.size(), group > 1));
-        state->user_dst = memory::desc(dims_of(y_dims), memory::data_type::f32, layout);
-        memory::dims dilation(spatial), pad_l(spatial), pad_r(spatial);
-        for (size_t d = 0; d < spatial; ++d) {
-            dilation[d] = window.dilations[d] - 1;  // oneDNN counts the gaps
-            pad_l[d] = window.pad_begin[d];
-            pad_r[d] = window.pad_end[d];
-        }
-        const auto any = memory::format_tag::any;
-        dnnl::convolution_forward::desc desc(
-            dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-            memory::desc(state->user_src.dims(), memory::data_type::f32, any),
-            memory::desc(state->user_weights.dims(), memory::data_type::f32, any),
-            memory::desc({m}, memory::data_type::f32, memory::format_tag::a),
-            memory::desc(state->user_dst.dims(), memory::data_type::f32, any), dims_of(window.strides), dilation, pad_l,
-            pad_r);
-        dnnl::primitive_attr attr;
-        if (nhwc) {
-            dnnl::post_ops ops;
-            append_activation(ops, ctx.attributes, "activation");
-            attr.set_post_ops(ops);
-        }
-        state->pd = dnnl::convolution_forward::primitive_desc(desc, attr, cpu_engine());
-        state->primitive = dnnl::convolution_forward(state->pd);
-        ctx.state = state;
+    const auto window = WindowGeometry::from(ctx, in, kernel, false);
+    state = std::make_shared<ConvState>();
+    state->x_shape = x.shape();
+    std::vector<int64_t> y_dims{n, m};
+    y_dims.insert(y_dims.end(), window.out.begin(), window.out.end());
+    state->y_shape = nhwc ? std::vector<int64_t>{n, y_dims[2], y_dims[3], m} : y_dims;
+    const auto layout = nhwc ? memory::format_tag::nhwc : plain_tag(dims.size());
+    state->user_src = memory::desc(dims_of(dims), memory::data_type::f32, layout);
+    auto w_dims = dims_of(w.shape());
+    if (group > 1) {
+        w_dims[0] = m / group;
+        w_dims.insert(w_dims.begin(), group);
     }
-    const auto& y_shape = state->y_shape;
+    state->user_weights = memory::desc(w_dims, memory::data_type::f32, plain_tag(w_dims.size(), group > 1));
+    state->user_dst = memory::desc(dims_of(y_dims), memory::data_type::f32, layout);
+    memory::dims dilation(spatial), pad_l(spatial), pad_r(spatial);
+    for (size_t d = 0; d < spatial; ++d) {
+        dilation[d] = window.dilations[d] - 1;  // oneDNN counts the gaps
+        pad_l[d] = window.pad_begin[d];
+        pad_r[d] = window.pad_end[d];
+    }
+    const auto any = memory::format_tag::any;
+    dnnl::convolution_forward::desc desc(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+        memory::desc(state->user_src.dims(), memory::data_type::f32, any),
+        memory::desc(state->user_weights.dims(), memory::data_type::f32, any),
+        memory::desc({m}, memory::data_type::f32, memory::format_tag::a),
+        // A sum post-op reads the output as given: it must be in the user's layout.
+        memory::desc(state->user_dst.dims(), memory::data_type::f32, ops.len() > 0 ? layout : any),
+        dims_of(window.strides), dilation, pad_l, pad_r);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(ops);
+    state->pd = dnnl::convolution_forward::primitive_desc(desc, attr, cpu_engine());
+    state->primitive = dnnl::convolution_forward(state->pd);
+    return *state;
+}
 
+// Runs the prepared convolution into `y` (of the state's output shape; read
+// first when a sum post-op accumulates into it).
+void execute_conv(KernelContext& ctx, ConvState& state, Tensor& y) {
+    const auto& x = ctx.input(0);
+    const auto& w = ctx.input(1);
+    const int64_t m = w.shape()[0];
     dnnl::stream stream(cpu_engine());
-    const memory src = reordered(stream, wrap(state->user_src, x), state->pd.src_desc());
-    const memory weights =
-        operand(stream, w, ctx.is_constant(1), state->user_weights, state->pd.weights_desc(), state->weights);
+    const memory src = reordered(stream, wrap(state.user_src, x), state.pd.src_desc());
+    const memory weights = operand(stream, w, ctx.is_constant(1), state.user_weights, state.pd.weights_desc(), state.weights);
     Tensor zero_bias;
     if (!ctx.has_input(2)) zero_bias = Tensor(DataType::Float, {m});
     const Tensor& b = ctx.has_input(2) ? ctx.input(2) : zero_bias;
     if (b.size() != m) ctx.fail("the bias length does not match the output channels");
     const memory bias = wrap({{m}, memory::data_type::f32, memory::format_tag::a}, b);
-
-    Tensor y = Tensor::uninitialized(DataType::Float, y_shape);
-    memory user_dst(state->user_dst, cpu_engine(), y.mutable_bytes().data());
-    const bool direct = state->pd.dst_desc() == state->user_dst;
-    memory dst = direct ? user_dst : memory(state->pd.dst_desc(), cpu_engine());
-    state->primitive.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, dst}});
+    memory user_dst(state.user_dst, cpu_engine(), y.mutable_bytes().data());
+    const bool direct = state.pd.dst_desc() == state.user_dst;
+    memory dst = direct ? user_dst : memory(state.pd.dst_desc(), cpu_engine());
+    state.primitive.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, dst}});
     if (!direct) dnnl::reorder(dst, user_dst).execute(stream, dst, user_dst);
     stream.wait();
+}
+
+// Conv, and NhwcConv with what the layout optimisation fused in: an optional
+// fourth input added to the result (a residual Add: oneDNN's sum post-op,
+// in place of that input when it is donated), then an optional Relu/Clip.
+struct ConvStates {
+    std::shared_ptr<ConvState> fused, plain;  ///< plain: for a residual that broadcasts
+};
+
+void conv(KernelContext& ctx, std::vector<Tensor>& out, bool nhwc) {
+    auto states = std::static_pointer_cast<ConvStates>(ctx.state);
+    if (!states) ctx.state = states = std::make_shared<ConvStates>();
+    const bool residual = nhwc && ctx.has_input(3);
+    dnnl::post_ops ops;
+    if (residual) ops.append_sum(1.0f);
+    if (nhwc) append_activation(ops, ctx.attributes, "activation");
+    auto& state = prepare_conv(ctx, states->fused, nhwc, ops);
+    if (residual && (ctx.input(3).type() != DataType::Float || ctx.input(3).shape() != state.y_shape)) {
+        // Broadcasting: the convolution alone, then the Add and the activation as the ops would.
+        auto& plain = prepare_conv(ctx, states->plain, nhwc, {});
+        Tensor y = Tensor::uninitialized(DataType::Float, plain.y_shape);
+        execute_conv(ctx, plain, y);
+        if (ctx.input(3).type() != DataType::Float) ctx.fail("the added input must be float");
+        y = broadcast_binary<float, float>(ctx, y, ctx.input(3), std::plus<float>());
+        const float lo = ctx.attributes.get_float("activation_min", -std::numeric_limits<float>::infinity());
+        const float hi = ctx.attributes.get_float("activation_max", std::numeric_limits<float>::infinity());
+        for (float& v : y.mutable_data<float>()) v = std::min(std::max(v, lo), hi);
+        out[0] = std::move(y);
+        return;
+    }
+    Tensor y = residual ? ctx.take_input(3) : Tensor::uninitialized(DataType::Float, state.y_shape);
+    execute_conv(ctx, state, y);
     out[0] = std::move(y);
 }
 
