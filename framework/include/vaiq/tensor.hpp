@@ -128,6 +128,8 @@ class VAIQ_API Tensor {
 
     DataType type() const { return type_; }
     const std::vector<int64_t>& shape() const { return shape_; }
+    /// The same values under `shape`, which must hold as many elements.
+    void reshape(std::vector<int64_t> shape);
     int64_t size() const { return static_cast<int64_t>(bytes_.size() / std::max<size_t>(element_size(type_), 1)); }
     std::span<const std::byte> bytes() const { return bytes_; }
     std::span<std::byte> mutable_bytes() { return bytes_; }

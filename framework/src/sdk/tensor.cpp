@@ -61,6 +61,12 @@ Tensor Tensor::uninitialized(DataType type, std::vector<int64_t> shape) {
     return t;
 }
 
+void Tensor::reshape(std::vector<int64_t> shape) {
+    if (element_count(shape) != size())
+        throw InternalError(fmt::format("cannot view {} elements as {}", size(), element_count(shape)));
+    shape_ = std::move(shape);
+}
+
 void Tensor::check_type(DataType wanted) const {
     if (wanted != type_)
         throw InternalError(fmt::format("tensor of {} read as {}", data_type_name(type_), data_type_name(wanted)));

@@ -212,7 +212,7 @@ KernelFn unary_numeric(F f) {
 }
 
 void identity(KernelContext& ctx, std::vector<Tensor>& out) {
-    out[0] = ctx.input(0);
+    out[0] = ctx.take_input(0);
 }
 
 void is_nan(KernelContext& ctx, std::vector<Tensor>& out) {

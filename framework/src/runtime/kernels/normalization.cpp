@@ -107,7 +107,7 @@ void layer_norm(KernelContext& ctx, std::vector<Tensor>& out) {
     }
     std::vector<int64_t> stat_shape = x.shape();
     for (int64_t d = axis; d < rank; ++d) stat_shape[d] = 1;
-    out[0] = Tensor(DataType::Float, x.shape());
+    out[0] = Tensor::uninitialized(DataType::Float, x.shape());
     Tensor mean_t(DataType::Float, stat_shape), inv_t(DataType::Float, stat_shape);
     auto y = out[0].mutable_data<float>();
     const auto xv = x.data<float>();
@@ -115,9 +115,12 @@ void layer_norm(KernelContext& ctx, std::vector<Tensor>& out) {
     const bool dense = scale.size() == inner && (!ctx.has_input(2) || ctx.input(2).size() == inner);
     if (dense) {
         const float* bias = ctx.has_input(2) ? bv.data() : nullptr;
+        float* means = mean_t.mutable_data<float>().data();
+        float* inverses = inv_t.mutable_data<float>().data();
+#pragma omp parallel for if (x.size() > kParallelGrain)
         for (int64_t o = 0; o < outer; ++o)
             ort_layer_norm_row(xv.data() + o * inner, sv.data(), bias, y.data() + o * inner, inner,
-                               static_cast<float>(eps), &mean_t.mutable_data<float>()[o], &inv_t.mutable_data<float>()[o]);
+                               static_cast<float>(eps), &means[o], &inverses[o]);
     }
     for (int64_t o = 0; o < (dense ? 0 : outer); ++o) {
         const float* v = xv.data() + o * inner;

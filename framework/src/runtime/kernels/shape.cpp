@@ -9,9 +9,11 @@ namespace vaiq::runtime {
 namespace {
 
 
-Tensor with_shape(const Tensor& t, std::vector<int64_t> shape) {
-    Tensor out(t.type(), std::move(shape));
-    vaiq::copy_bytes(out.mutable_bytes().data(), t.bytes().data(), t.bytes().size());
+// Input 0's values under another shape of the same size: in its own buffer
+// when the executor donated it, else copied.
+Tensor with_shape(KernelContext& ctx, std::vector<int64_t> shape) {
+    Tensor out = ctx.take_input(0);
+    out.reshape(std::move(shape));
     return out;
 }
 
@@ -43,7 +45,7 @@ void reshape(KernelContext& ctx, std::vector<Tensor>& out) {
     }
     if (element_count(shape) != x.size())
         ctx.fail(fmt::format("cannot reshape {} elements to a shape of {}", x.size(), element_count(shape)));
-    out[0] = with_shape(x, shape);
+    out[0] = with_shape(ctx, shape);
 }
 
 void flatten(KernelContext& ctx, std::vector<Tensor>& out) {
@@ -54,7 +56,7 @@ void flatten(KernelContext& ctx, std::vector<Tensor>& out) {
     if (a < 0 || a > rank) ctx.fail(fmt::format("axis {} is out of range for rank {}", axis, rank));
     int64_t outer = 1;
     for (int64_t d = 0; d < a; ++d) outer *= x.shape()[d];
-    out[0] = with_shape(x, {outer, outer == 0 ? 0 : x.size() / std::max<int64_t>(outer, 1)});
+    out[0] = with_shape(ctx, {outer, outer == 0 ? 0 : x.size() / std::max<int64_t>(outer, 1)});
 }
 
 std::vector<int64_t> axes_of(KernelContext& ctx, size_t input) {
@@ -75,7 +77,7 @@ void squeeze(KernelContext& ctx, std::vector<Tensor>& out) {
         if (listed || (axes.empty() && x.shape()[d] == 1)) continue;
         shape.push_back(x.shape()[d]);
     }
-    out[0] = with_shape(x, shape);
+    out[0] = with_shape(ctx, shape);
 }
 
 void unsqueeze(KernelContext& ctx, std::vector<Tensor>& out) {
@@ -91,7 +93,7 @@ void unsqueeze(KernelContext& ctx, std::vector<Tensor>& out) {
         if (std::binary_search(axes.begin(), axes.end(), d)) shape.push_back(1);
         else shape.push_back(x.shape()[next++]);
     }
-    out[0] = with_shape(x, shape);
+    out[0] = with_shape(ctx, shape);
 }
 
 // Copies `count` elements of `elem` bytes with a source stride (in elements).
@@ -243,7 +245,7 @@ void concat(KernelContext& ctx, std::vector<Tensor>& out) {
             if (d != axis && t.shape()[d] != first.shape()[d]) ctx.fail(fmt::format("inputs differ in dimension {}", d));
         shape[axis] += t.shape()[axis];
     }
-    Tensor y(first.type(), shape);
+    Tensor y = Tensor::uninitialized(first.type(), shape);
     const size_t elem = element_size(first.type());
     int64_t outer = 1;
     for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
@@ -366,7 +368,7 @@ void expand(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     const auto shape = broadcast_shapes(ctx, x.shape(), read_ints(ctx, ctx.input(1)));
     const auto index = broadcast_index(x.shape(), shape);
-    Tensor y(x.type(), shape);
+    Tensor y = Tensor::uninitialized(x.type(), shape);
     const size_t elem = element_size(x.type());
     for (size_t i = 0; i < index.size(); ++i)
         vaiq::copy_bytes(y.mutable_bytes().data() + i * elem, x.bytes().data() + index[i] * elem, elem);
@@ -379,7 +381,7 @@ void tile(KernelContext& ctx, std::vector<Tensor>& out) {
     if (repeats.size() != x.shape().size()) ctx.fail("repeats does not match the input's rank");
     std::vector<int64_t> shape(x.shape().size());
     for (size_t d = 0; d < shape.size(); ++d) shape[d] = x.shape()[d] * repeats[d];
-    Tensor y(x.type(), shape);
+    Tensor y = Tensor::uninitialized(x.type(), shape);
     const auto in_strides = strides_of(x.shape());
     const size_t elem = element_size(x.type());
     std::vector<int64_t> counter(shape.size(), 0);
@@ -429,7 +431,7 @@ void slice(KernelContext& ctx, std::vector<Tensor>& out) {
         begin[a] = s;
         step[a] = steps[i];
     }
-    Tensor y(x.type(), shape);
+    Tensor y = Tensor::uninitialized(x.type(), shape);
     if (rank == 0 || y.size() == 0) {
         if (rank == 0) vaiq::copy_bytes(y.mutable_bytes().data(), x.bytes().data(), x.bytes().size());
         out[0] = std::move(y);
@@ -439,6 +441,7 @@ void slice(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto in_strides = strides_of(x.shape());
     const size_t elem = element_size(x.type());
     const int64_t inner = shape.back(), rows = y.size() / inner;
+#pragma omp parallel for if (y.size() > kParallelGrain)
     for (int64_t r = 0; r < rows; ++r) {
         int64_t src = begin[rank - 1] * in_strides[rank - 1], rest = r;
         for (int64_t d = rank - 2; d >= 0; --d) {
@@ -480,7 +483,7 @@ void split(KernelContext& ctx, std::vector<Tensor>& out) {
     for (int64_t p = 0; p < parts; ++p) {
         auto shape = x.shape();
         shape[axis] = sizes[p];
-        Tensor y(x.type(), shape);
+        Tensor y = Tensor::uninitialized(x.type(), shape);
         const size_t chunk = static_cast<size_t>(sizes[p] * inner) * elem;
         for (int64_t o = 0; o < outer; ++o)
             vaiq::copy_bytes(y.mutable_bytes().data() + o * chunk,
