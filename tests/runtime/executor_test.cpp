@@ -793,13 +793,21 @@ TEST(Executor, QLinearSoftmaxRowsSumToOneStep) {
 
 namespace {
 
-// The fast exp path against a plain transcription of the same MLAS steps with
-// std::ldexp for the final scaling, over the whole reduced range.
+// The fast exp path (AVX-512 where the CPU has it) against a plain transcription
+// of the same MLAS steps with std::ldexp for the final scaling, over the whole
+// reduced range, and its sum against MLAS's lane order.
 TEST(OrtSoftmax, FastScalingEqualsLdexpEverywhere) {
     std::vector<float> in;
     for (float v = -110.0f; v <= 0.0f; v += 0.0137f) in.push_back(v);
+    ASSERT_NE(in.size() % 16, 0u) << "the last block should be partial";
     std::vector<float> out(in.size());
-    vaiq::runtime::ort_sum_exp(in.data(), out.data(), static_cast<int64_t>(in.size()), 0.0f);
+    const float sum = vaiq::runtime::ort_sum_exp(in.data(), out.data(), static_cast<int64_t>(in.size()), 0.0f);
+    // The sum: element j into lane j % 16 in order, then MLAS's fold of the lanes.
+    float lanes[16] = {};
+    for (size_t i = 0; i < out.size(); ++i) lanes[i % 16] += out[i];
+    float a[8];
+    for (int i = 0; i < 8; ++i) a[i] = lanes[i + 8] + lanes[i];
+    EXPECT_EQ(sum, ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])));
     size_t differ = 0;
     for (size_t i = 0; i < in.size(); ++i) {
         float x = std::max(-103.9720840454f, in[i]);

@@ -193,6 +193,36 @@ constexpr float kInvSqrt2 = 0.70710678118654752440f;
     for (int64_t j = blocks; j < n; ++j) out[j] = 0.5f * in[j] * (std::erf(in[j] * kInvSqrt2) + 1.0f);
 }
 
+// exp_lane on sixteen lanes: vscalefps itself does the final scaling.
+[[gnu::target("avx512f")]] inline __m512 exp16_avx512(__m512 v, __m512 negative_maximum) {
+    const __m512 bias = _mm512_set1_ps(kRoundingBias);
+    __m512 x = _mm512_max_ps(_mm512_set1_ps(kLowerRange), _mm512_add_ps(v, negative_maximum));
+    const __m512 m = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(kLog2Reciprocal), bias), bias);
+    x = _mm512_fmadd_ps(m, _mm512_set1_ps(kLog2High), x);
+    x = _mm512_fmadd_ps(m, _mm512_set1_ps(kLog2Low), x);
+    __m512 p = _mm512_set1_ps(kPoly0);
+    for (const float c : {kPoly1, kPoly2, kPoly3, kPoly4, kPoly56, kPoly56}) p = _mm512_fmadd_ps(p, x, _mm512_set1_ps(c));
+    return _mm512_scalef_ps(p, m);
+}
+
+// sum_exp with whole vectors; the last partial block is masked (its missing
+// lanes add nothing), so each lane sums the same elements in the same order.
+[[gnu::target("avx512f")]] float sum_exp_avx512(const float* in, float* out, int64_t n, float negative_maximum) {
+    const __m512 shift = _mm512_set1_ps(negative_maximum);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 live = n - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - j)) - 1);
+        const __m512 e = exp16_avx512(_mm512_maskz_loadu_ps(live, in + j), shift);
+        _mm512_mask_storeu_ps(out + j, live, e);
+        acc = _mm512_mask_add_ps(acc, live, acc, e);
+    }
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, acc);
+    float a[8];
+    for (int i = 0; i < 8; ++i) a[i] = lanes[i + 8] + lanes[i];
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
 [[gnu::target("avx512f,fma")]] void erf_avx512(const float* in, float* out, int64_t n) {
     int64_t j = 0;
     for (; j + 16 <= n; j += 16) _mm512_storeu_ps(out + j, erf16_avx512(_mm512_loadu_ps(in + j)));
@@ -277,6 +307,7 @@ void sgemm_generic(const float* a, const float* b, float* c, int64_t m, int64_t 
 }  // namespace
 
 float ort_sum_exp(const float* in, float* out, int64_t n, float negative_maximum) {
+    if (has_avx512f()) return sum_exp_avx512(in, out, n, negative_maximum);
     return has_fma() ? sum_exp_fma(in, out, n, negative_maximum) : sum_exp_generic(in, out, n, negative_maximum);
 }
 
