@@ -464,6 +464,26 @@ TEST(Executor, SpelledOutLayerNormAndGeluRunAsOneKernelEach) {
     EXPECT_EQ(calls["LayerNormalization"], 1);
 }
 
+// A linear layer as exported for 3-D inputs: MatMul by a weight, then Add of a
+// bias. The bias goes into the product; a tap of the product still works.
+TEST(Executor, ABiasAddedToAMatMulByAWeightRunsInsideIt) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {2, 3, 4}).output("y", {2, 3, 5});
+    b.initializer("w", vaiq::test::ramp({4, 5}, -0.6f, 0.07f));
+    b.initializer("bias", vaiq::test::ramp({5}, 0.25f, -0.2f));
+    b.node("MatMul", {"x", "w"}, {"product"});
+    b.node("Add", {"bias", "product"}, {"y"});
+    const auto model = b.build();
+    const Tensor x = vaiq::test::ramp({2, 3, 4}, -1.0f, 0.11f);
+    auto calls = compare_rewrites(model, x, {}, 1e-6f);
+    EXPECT_EQ(calls.count("Add"), 0u);
+    EXPECT_EQ(calls.at("MatMul"), 1);
+    calls = compare_rewrites(model, x, {"product"}, 1e-6f);
+    EXPECT_EQ(calls.at("MatMul"), 2) << "the tap runs the plain product too";
+    calls = compare_rewrites(model, x, {"product"}, 1e-6f, true);
+    EXPECT_EQ(calls.at("Add"), 1) << "known beforehand, the tapped product is not fused away";
+}
+
 TEST(Executor, TransposesThatSwapBlocksOfAxesOrKeepTheOrder) {
     // [2, 3, 1, 5] -> NHWC [2, 1, 5, 3] (a block swap), and [3, 1, 4] -> [1, 3, 4] (no move), float and uint8.
     struct Case {

@@ -368,6 +368,45 @@ bool optimize_layout(onnx::GraphProto& graph, const std::set<std::string>& tappe
     return true;
 }
 
+namespace {
+
+// MatMul(a, B) -> Add(bias), B a float matrix initializer and bias one float per
+// column: the Add becomes the MatMul with the bias as a third input (oneDNN adds
+// it as it writes the product). The plain MatMul stays for taps.
+bool fuse_matmul_bias(onnx::GraphProto& graph, const std::set<std::string>& tapped) {
+    const GraphIndex index(graph);
+    bool changed = false;
+    for (int i = 0; i < graph.node_size(); ++i) {
+        const auto& add = graph.node(i);
+        if (add.op_type() != "Add" || !add.domain().empty() || add.input_size() != 2) continue;
+        for (int k = 0; k < 2; ++k) {
+            const int p = index.producer(add.input(k));
+            if (p < 0) continue;
+            const auto& matmul = graph.node(p);
+            const auto* b = matmul.input_size() == 2 ? index.initializer(matmul.input(1)) : nullptr;
+            const auto* bias = index.initializer(add.input(1 - k));
+            const auto& product = matmul.output(0);
+            if (matmul.op_type() != "MatMul" || !matmul.domain().empty() || !b || !bias ||
+                b->data_type() != onnx::TensorProto::FLOAT || b->dims_size() != 2 ||
+                bias->data_type() != onnx::TensorProto::FLOAT || bias->dims_size() != 1 ||
+                bias->dims(0) != b->dims(1) || index.consumers(product).size() != 1 ||
+                index.is_graph_output(product) || tapped.count(product))
+                continue;
+            onnx::NodeProto fused = matmul;
+            fused.set_domain(kInternalDomain);
+            fused.set_name(add.name());
+            fused.add_input(add.input(1 - k));
+            fused.set_output(0, add.output(0));
+            *graph.mutable_node(i) = std::move(fused);
+            changed = true;
+            break;
+        }
+    }
+    return changed;
+}
+
+}  // namespace
+
 bool fuse_patterns(onnx::GraphProto& graph, const std::set<std::string>& tapped) {
     auto matches = find_layer_norms(graph);
     auto gelus = find_gelus(graph);
@@ -384,6 +423,7 @@ bool fuse_patterns(onnx::GraphProto& graph, const std::set<std::string>& tapped)
         *graph.mutable_node(match.last) = std::move(match.fused);
         changed = true;
     }
+    changed = fuse_matmul_bias(graph, tapped) || changed;
     if (changed) {  // the fused node reads the pattern's input, which may come later in the list
         const auto order = topological_order(graph);
         google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;

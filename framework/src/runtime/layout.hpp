@@ -10,7 +10,7 @@
 namespace vaiq::runtime {
 
 /// Domain of the executor's private ops (NhwcConv, NhwcConvDepthwise, NhwcMaxPool,
-/// NhwcAveragePool, LayerNormalization and Gelu at any opset).
+/// NhwcAveragePool, LayerNormalization and Gelu at any opset, MatMul with a bias).
 inline constexpr const char* kInternalDomain = "vaiq.internal";
 
 /// Rewrites `graph` in place: Conv and 2-D MaxPool/AveragePool become their
@@ -23,9 +23,10 @@ bool optimize_layout(onnx::GraphProto& graph, const std::set<std::string>& tappe
 
 /// Rewrites `graph` in place: the last node of each spelled-out LayerNorm (with
 /// a scale) and Gelu (vaiq/patterns.hpp) becomes one internal LayerNormalization
-/// or Gelu writing the same tensor; the pattern's other nodes stay and run only
-/// when a tap wants their values; patterns with a tensor in `tapped` inside
-/// stay as they are. Returns whether anything changed.
+/// or Gelu writing the same tensor, and an Add of a bias to a MatMul by a weight
+/// an internal MatMul with the bias; the other nodes stay and run only when a
+/// tap wants their values; patterns with a tensor in `tapped` inside stay as
+/// they are. Returns whether anything changed.
 bool fuse_patterns(onnx::GraphProto& graph, const std::set<std::string>& tapped = {});
 
 }  // namespace vaiq::runtime

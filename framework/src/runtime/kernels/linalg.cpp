@@ -7,6 +7,7 @@
 
 #include "runtime/kernels/common.hpp"
 #include "runtime/kernels/dnnl_util.hpp"
+#include "runtime/layout.hpp"
 
 namespace vaiq::runtime {
 namespace {
@@ -25,9 +26,15 @@ struct DnnlProduct {
     ConstantOperand cached_b;
 };
 
-// Writes input 0 x input 1 into `y`, laid out as `a`, `b` and `c` describe.
+// Writes input 0 x input 1 (+ `bias`, one value per column, when given) into
+// `y`, laid out as `a`, `b` and `c` describe.
 void dnnl_product(KernelContext& ctx, std::vector<int64_t> key, const dnnl::memory::desc& a_desc,
-                  const dnnl::memory::desc& b_desc, const dnnl::memory::desc& c_desc, Tensor& y) {
+                  const dnnl::memory::desc& b_desc, const dnnl::memory::desc& c_desc, Tensor& y,
+                  const Tensor* bias = nullptr) {
+    dnnl::memory::dims bias_dims(c_desc.dims().size(), 1);
+    bias_dims.back() = c_desc.dims().back();
+    const dnnl::memory::desc bias_desc(bias_dims, dnnl::memory::data_type::f32, plain_tag(bias_dims.size()));
+    key.push_back(bias != nullptr);
     const auto& a = ctx.input(0);
     const auto& b = ctx.input(1);
     const bool constant_b = ctx.is_constant(1);
@@ -39,7 +46,9 @@ void dnnl_product(KernelContext& ctx, std::vector<int64_t> key, const dnnl::memo
         state->b = b_desc;
         state->c = c_desc;
         const dnnl::memory::desc b_any(b_desc.dims(), dnnl::memory::data_type::f32, dnnl::memory::format_tag::any);
-        state->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_desc, constant_b ? b_any : b_desc, c_desc),
+        const auto& weights_desc = constant_b ? b_any : b_desc;
+        state->pd = dnnl::matmul::primitive_desc(bias ? dnnl::matmul::desc(a_desc, weights_desc, bias_desc, c_desc)
+                                                      : dnnl::matmul::desc(a_desc, weights_desc, c_desc),
                                                  cpu_engine());
         state->primitive = dnnl::matmul(state->pd);
         ctx.state = state;
@@ -47,13 +56,15 @@ void dnnl_product(KernelContext& ctx, std::vector<int64_t> key, const dnnl::memo
     dnnl::stream stream(cpu_engine());
     const dnnl::memory weights = operand(stream, b, constant_b, state->b, state->pd.weights_desc(), state->cached_b);
     dnnl::memory c(state->c, cpu_engine(), y.mutable_bytes().data());
-    state->primitive.execute(stream, {{DNNL_ARG_SRC, wrap(state->a, a)}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c}});
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, wrap(state->a, a)}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c}};
+    if (bias) args.emplace(DNNL_ARG_BIAS, wrap(bias_desc, *bias));
+    state->primitive.execute(stream, args);
     stream.wait();
 }
 
 // Float MatMul: both operands brought to the same rank (batch dimensions of 1 broadcast).
 void dnnl_matmul(KernelContext& ctx, const std::vector<int64_t>& as, const std::vector<int64_t>& bs,
-                 const std::vector<int64_t>& out_shape, std::vector<Tensor>& out) {
+                 const std::vector<int64_t>& out_shape, std::vector<Tensor>& out, const Tensor* bias) {
     const size_t rank = std::max(as.size(), bs.size());
     auto pad = [&](std::vector<int64_t> s) {
         s.insert(s.begin(), rank - s.size(), 1);
@@ -69,14 +80,20 @@ void dnnl_matmul(KernelContext& ctx, const std::vector<int64_t>& as, const std::
     Tensor y = Tensor::uninitialized(DataType::Float, out_shape);
     dnnl_product(ctx, std::move(key), memory::desc(dims_of(pa), memory::data_type::f32, plain_tag(rank)),
                  memory::desc(dims_of(pb), memory::data_type::f32, plain_tag(rank)),
-                 memory::desc(dims_of(pc), memory::data_type::f32, plain_tag(rank)), y);
+                 memory::desc(dims_of(pc), memory::data_type::f32, plain_tag(rank)), y, bias);
     out[0] = std::move(y);
 }
 
+// MatMul; with a third input (the executor's MatMul + Add fusion, see
+// runtime/layout.hpp), a bias of one float per output column added to the product.
 void matmul(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& a = ctx.input(0);
     const auto& b = ctx.input(1);
     if (a.type() != b.type()) ctx.fail("the inputs have different element types");
+    const Tensor* bias = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+    if (bias && (a.type() != DataType::Float || bias->type() != DataType::Float || b.shape().size() < 2 ||
+                 bias->size() != b.shape().back()))
+        ctx.fail("the bias must be float with one value per column of B");
     if (a.shape().empty() || b.shape().empty()) ctx.fail("the inputs must have at least one dimension");
     // 1-D operands become matrices and the added dimension is dropped again.
     auto as = a.shape(), bs = b.shape();
@@ -94,7 +111,7 @@ void matmul(KernelContext& ctx, std::vector<Tensor>& out) {
     if (!b_vector) shape.push_back(n);
     // Between DequantizeLinear and QuantizeLinear a float MatMul is summed in MLAS's
     // order (the QDQ fusion marks it), so the Q after it rounds as in ONNX Runtime.
-    if (a.type() == DataType::Float && ctx.attributes.get_int(kOrtOrderAttribute, 0) != 0) {
+    if (a.type() == DataType::Float && !bias && ctx.attributes.get_int(kOrtOrderAttribute, 0) != 0) {
         out[0] = Tensor::uninitialized(DataType::Float, shape);
         auto o = out[0].mutable_data<float>();
         for (size_t i = 0; i < ia.size(); ++i)
@@ -109,9 +126,15 @@ void matmul(KernelContext& ctx, std::vector<Tensor>& out) {
         if (shared_b && !a_batch.empty()) {
             int64_t rows = m;
             for (int64_t d : batch) rows *= d;
-            return dnnl_matmul(ctx, {rows, k}, {k, n}, shape, out);
+            return dnnl_matmul(ctx, {rows, k}, {k, n}, shape, out, bias);
         }
-        return dnnl_matmul(ctx, as, bs, shape, out);
+        return dnnl_matmul(ctx, as, bs, shape, out, bias);
+    }
+    if (bias) {  // nothing to multiply: every output is its column's bias
+        out[0] = Tensor::uninitialized(DataType::Float, shape);
+        auto o = out[0].mutable_data<float>();
+        for (size_t i = 0; i < o.size(); ++i) o[i] = bias->data<float>()[i % n];
+        return;
     }
     dispatch_numeric(
         a.type(), ctx,
@@ -133,11 +156,13 @@ void matmul(KernelContext& ctx, std::vector<Tensor>& out) {
 }
 
 // Float A x B of Gemm: a transposed operand is read through its strides.
-void dnnl_gemm_product(KernelContext& ctx, bool ta, bool tb, int64_t m, int64_t k, int64_t n, Tensor& y) {
+void dnnl_gemm_product(KernelContext& ctx, bool ta, bool tb, int64_t m, int64_t k, int64_t n, Tensor& y,
+                       const Tensor* bias) {
     using dnnl::memory;
     const memory::desc a({m, k}, memory::data_type::f32, ta ? memory::dims{1, m} : memory::dims{k, 1});
     const memory::desc b({k, n}, memory::data_type::f32, tb ? memory::dims{1, k} : memory::dims{n, 1});
-    dnnl_product(ctx, {m, k, n, ta, tb}, a, b, memory::desc({m, n}, memory::data_type::f32, memory::format_tag::ab), y);
+    dnnl_product(ctx, {m, k, n, ta, tb}, a, b, memory::desc({m, n}, memory::data_type::f32, memory::format_tag::ab), y,
+                 bias);
 }
 
 void gemm(KernelContext& ctx, std::vector<Tensor>& out) {
@@ -159,7 +184,15 @@ void gemm(KernelContext& ctx, std::vector<Tensor>& out) {
                 out[0] = make_tensor<T>({m, n});
                 Eigen::Map<RowMatrix<T>> z(mutable_view<T>(out[0]).data(), m, n);
                 if constexpr (std::is_same_v<T, float>) {
-                    if (m > 0 && n > 0 && k > 0) dnnl_gemm_product(ctx, ta, tb, m, k, n, out[0]);
+                    // A C of one value per column (a layer's bias) is added by oneDNN as it writes.
+                    const Tensor* c = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+                    if (c && (alpha != 1.0 || beta != 1.0 || c->size() != n || c->shape().empty() ||
+                              c->shape().back() != n))
+                        c = nullptr;
+                    if (m > 0 && n > 0 && k > 0) {
+                        dnnl_gemm_product(ctx, ta, tb, m, k, n, out[0], c);
+                        if (c) return;
+                    }
                 } else {
                     Eigen::Map<const RowMatrix<T>> x(view<T>(a).data(), a.shape()[0], a.shape()[1]);
                     Eigen::Map<const RowMatrix<T>> y(view<T>(b).data(), b.shape()[0], b.shape()[1]);
@@ -184,6 +217,7 @@ void gemm(KernelContext& ctx, std::vector<Tensor>& out) {
 
 const KernelRegistration kKernels[] = {
     {"", "MatMul", 1, 21, matmul},
+    {kInternalDomain, "MatMul", 0, 1, matmul},
     {"", "Gemm", 7, 21, gemm},
 };
 
