@@ -339,20 +339,20 @@ std::map<std::string, int64_t> compare_rewrites(const vaiq::Model& model, const 
 }
 
 // MobileNetV2's inverted residual: 1x1 expansion -> Clip -> depthwise 3x3 (stride 2) -> Clip -> 1x1 projection.
-vaiq::Model inverted_residual(int64_t stride = 2) {
+vaiq::Model inverted_residual(int64_t stride = 2, int64_t batch = 1, int64_t size = 9, int64_t expanded = 12) {
     vaiq::test::GraphBuilder b;
-    const int64_t out = (9 - 1) / stride + 1;
-    b.input("x", {1, 3, 9, 9}).output("y", {1, 4, out, out});
-    b.initializer("we", vaiq::test::ramp({12, 3, 1, 1}, -0.5f, 0.03f));
-    b.initializer("be", vaiq::test::ramp({12}, -0.2f, 0.05f));
-    b.initializer("wd", vaiq::test::ramp({12, 1, 3, 3}, 0.4f, -0.007f));
-    b.initializer("wp", vaiq::test::ramp({4, 12, 1, 1}, 0.2f, -0.01f));
+    const int64_t out = (size - 1) / stride + 1;
+    b.input("x", {batch, 3, size, size}).output("y", {batch, 4, out, out});
+    b.initializer("we", vaiq::test::ramp({expanded, 3, 1, 1}, -0.5f, 0.03f));
+    b.initializer("be", vaiq::test::ramp({expanded}, -0.2f, 0.05f));
+    b.initializer("wd", vaiq::test::ramp({expanded, 1, 3, 3}, 0.4f, -0.007f));
+    b.initializer("wp", vaiq::test::ramp({4, expanded, 1, 1}, 0.2f, -0.01f));
     b.initializer("lo", Tensor::from_values<float>({}, std::vector<float>{0.0f}));
     b.initializer("hi", Tensor::from_values<float>({}, std::vector<float>{6.0f}));
     b.node("Conv", {"x", "we", "be"}, {"e"}, "expand");
     b.node("Clip", {"e", "lo", "hi"}, {"e6"}, "expand_clip");
     auto& dw = b.node("Conv", {"e6", "wd"}, {"d"}, "depthwise");
-    vaiq::test::set_int_attribute(dw, "group", 12);
+    vaiq::test::set_int_attribute(dw, "group", expanded);
     vaiq::test::set_ints_attribute(dw, "pads", {1, 1, 1, 1});
     vaiq::test::set_ints_attribute(dw, "strides", {stride, stride});
     b.node("Clip", {"d", "lo", "hi"}, {"d6"}, "depthwise_clip");
@@ -377,6 +377,14 @@ TEST(Layout, ExpansionAndDepthwiseConvolutionRunAsOneStep) {
     calls = compare_rewrites(model, x, {"e", "e6", "d", "d6"}, 1e-5f, true);
     EXPECT_EQ(calls["NhwcConv"], 3) << "each convolution once";
     EXPECT_EQ(calls["Clip"], 2) << "the activations on their own, their inputs being tapped";
+}
+
+// Three images whose expanded tensors (72 x 64 x 64 floats, over 1 MB each) go
+// through the pair one at a time.
+TEST(Layout, ABatchGoesThroughTheFusedPairInGroupsOfImages) {
+    const auto model = inverted_residual(1, 3, 64, 72);
+    const auto calls = compare_rewrites(model, vaiq::test::ramp({3, 3, 64, 64}, -3.0f, 0.0005f), {}, 1e-4f);
+    EXPECT_EQ(calls.at("NhwcConvDepthwise"), 1);
 }
 
 TEST(Layout, ADepthwiseConvolutionOfAnotherStrideIsNotFused) {
