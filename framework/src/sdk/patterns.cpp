@@ -110,24 +110,17 @@ std::vector<PatternMatch> find_layer_norms(const onnx::GraphProto& graph) {
         std::string out = div.output(0), scale, bias;
         PatternMatch match{m.matched(), n, {}};
         match.nodes.push_back(n);
-        if (const auto* mul = m.only_reader(out, "Mul")) {
-            const auto gamma = Matcher::other_input(*mul, out);
-            if (m.is_constant(gamma)) {
-                scale = gamma;
-                out = mul->output(0);
-                match.last = m.matched().back();
-                match.nodes.push_back(match.last);
-                if (const auto* add = m.only_reader(out, "Add")) {
-                    const auto beta = Matcher::other_input(*add, out);
-                    if (m.is_constant(beta)) {
-                        bias = beta;
-                        out = add->output(0);
-                        match.last = m.matched().back();
-                        match.nodes.push_back(match.last);
-                    }
-                }
-            }
-        }
+        // Then optionally * gamma, and then + beta, each a constant.
+        auto extend = [&](std::string_view op, std::string& constant) {
+            const auto* next = m.only_reader(out, op);
+            if (!next || !m.is_constant(Matcher::other_input(*next, out))) return false;
+            constant = Matcher::other_input(*next, out);
+            out = next->output(0);
+            match.last = m.matched().back();
+            match.nodes.push_back(match.last);
+            return true;
+        };
+        if (extend("Mul", scale)) extend("Add", bias);
         if (overlaps(found, match.nodes)) continue;
         match.fused.set_op_type("LayerNormalization");
         match.fused.add_input(sub->input(0));
