@@ -493,11 +493,13 @@ TEST(Executor, ABiasAddedToAMatMulByAWeightRunsInsideIt) {
 }
 
 TEST(Executor, TransposesThatSwapBlocksOfAxesOrKeepTheOrder) {
-    // [2, 3, 1, 5] -> NHWC [2, 1, 5, 3] (a block swap), and [3, 1, 4] -> [1, 3, 4] (no move), float and uint8.
+    // [2, 3, 1, 5] -> NHWC [2, 1, 5, 3] (a block swap), [3, 1, 4] -> [1, 3, 4] (no move), a matrix and a
+    // scalar, float and uint8.
     struct Case {
         std::vector<int64_t> shape, perm;
     };
-    for (const auto& c : {Case{{2, 3, 1, 5}, {0, 2, 3, 1}}, Case{{3, 1, 4}, {1, 0, 2}}, Case{{4, 6}, {1, 0}}}) {
+    for (const auto& c : {Case{{2, 3, 1, 5}, {0, 2, 3, 1}}, Case{{3, 1, 4}, {1, 0, 2}}, Case{{4, 6}, {1, 0}},
+                          Case{{}, {}}}) {
         for (const auto type : {DataType::Float, DataType::UInt8}) {
             vaiq::test::GraphBuilder b;
             std::vector<int64_t> out_shape;
@@ -507,7 +509,7 @@ TEST(Executor, TransposesThatSwapBlocksOfAxesOrKeepTheOrder) {
             const auto model = b.build();
             const int64_t count = vaiq::element_count(c.shape);
             std::vector<float> values(count);
-            std::iota(values.begin(), values.end(), 0.0f);  // each element is its input index
+            std::iota(values.begin(), values.end(), 1.0f);  // each element is its input index + 1
             const Tensor x = type == DataType::Float
                                  ? Tensor::from_values<float>(c.shape, values)
                                  : Tensor::from_values<uint8_t>(c.shape, std::vector<uint8_t>(values.begin(), values.end()));
@@ -522,7 +524,7 @@ TEST(Executor, TransposesThatSwapBlocksOfAxesOrKeepTheOrder) {
                     rest /= out_shape[d];
                 }
                 const float got = type == DataType::Float ? y.data<float>()[i] : y.data<uint8_t>()[i];
-                ASSERT_EQ(got, static_cast<float>(at)) << i;
+                ASSERT_EQ(got, static_cast<float>(at + 1)) << i;
             }
         }
     }

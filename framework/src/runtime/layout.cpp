@@ -360,11 +360,7 @@ bool optimize_layout(onnx::GraphProto& graph, const std::set<std::string>& tappe
     fuse_residual_adds(graph, tapped);
     fuse_activations(graph, tapped);
     fuse_depthwise(graph, tapped);
-    // Keep every node after its producers.
-    const auto order = topological_order(graph);
-    google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
-    for (int i : order) *nodes.Add() = graph.node(i);
-    graph.mutable_node()->Swap(&nodes);
+    sort_nodes(graph);  // keep every node after its producers
     return true;
 }
 
@@ -424,12 +420,7 @@ bool fuse_patterns(onnx::GraphProto& graph, const std::set<std::string>& tapped)
         changed = true;
     }
     changed = fuse_matmul_bias(graph, tapped) || changed;
-    if (changed) {  // the fused node reads the pattern's input, which may come later in the list
-        const auto order = topological_order(graph);
-        google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
-        for (int i : order) *nodes.Add() = graph.node(i);
-        graph.mutable_node()->Swap(&nodes);
-    }
+    if (changed) sort_nodes(graph);  // a fused node reads the pattern's input, which may come later in the list
     return changed;
 }
 

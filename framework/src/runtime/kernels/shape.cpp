@@ -182,18 +182,20 @@ void transpose(KernelContext& ctx, std::vector<Tensor>& out) {
     if (perm.size() != rank) ctx.fail("perm does not match the input's rank");
     std::vector<int64_t> shape(rank);
     for (size_t d = 0; d < rank; ++d) shape[d] = x.shape()[normalize_axis(ctx, perm[d], static_cast<int64_t>(rank))];
-    Tensor y = Tensor::uninitialized(x.type(), shape);
-    if (rank == 0 || y.size() == 0) {
-        out[0] = std::move(y);
-        return;
-    }
-    // Swapping two blocks of axes (the layout transposes): tiled, not row by row.
+    // Size-1 axes dropped and axes that move together merged, most transposes
+    // keep the data's order (a copy, or none when the input is donated) or swap
+    // two blocks of axes (the layout transposes: tiled, not row by row).
     auto merged_shape = x.shape();
     auto merged_perm = perm;
     for (auto& p : merged_perm) p = normalize_axis(ctx, p, static_cast<int64_t>(rank));
     merge_axes(merged_shape, merged_perm);
-    if (merged_perm.size() <= 1) {  // the data keeps its order
-        vaiq::copy_bytes(y.mutable_bytes().data(), x.bytes().data(), x.bytes().size());
+    if (merged_perm.size() <= 1) {
+        out[0] = ctx.take_input(0);
+        out[0].reshape(shape);
+        return;
+    }
+    Tensor y = Tensor::uninitialized(x.type(), shape);
+    if (y.size() == 0) {
         out[0] = std::move(y);
         return;
     }
