@@ -1,5 +1,7 @@
-// The executor's layout optimisation: convolutions and 2-D pools run in NHWC
-// (oneDNN's fastest layout here), and the transposes between them cancel.
+// The executor's graph rewrites: convolutions and 2-D pools run in NHWC
+// (oneDNN's fastest layout here) with the transposes between them cancelled and
+// their neighbours fused in; spelled-out LayerNorms, Gelus and MatMul + bias run
+// as one kernel each.
 #pragma once
 
 #include <onnx/onnx_pb.h>
@@ -15,10 +17,12 @@ inline constexpr const char* kInternalDomain = "vaiq.internal";
 
 /// Rewrites `graph` in place: Conv and 2-D MaxPool/AveragePool become their
 /// NHWC forms between Transposes, which are pushed through elementwise ops and
-/// cancelled in pairs. Every original tensor keeps its name and NCHW value
-/// (some are then computed only on demand). A fusion that would leave a tensor
-/// in `tapped` to be computed on demand is not made: it would compute twice.
-/// Returns whether anything changed.
+/// cancelled in pairs. Then a convolution takes in a residual Add of its output,
+/// the Relu/Clip after it, and a 1x1 convolution the depthwise 3x3 ones reading
+/// it. Every original tensor keeps its name and NCHW value (some are then
+/// computed only on demand). A fusion that would leave a tensor in `tapped` to
+/// be computed on demand is not made: it would compute twice. Returns whether
+/// anything changed.
 bool optimize_layout(onnx::GraphProto& graph, const std::set<std::string>& tapped = {});
 
 /// Rewrites `graph` in place: the last node of each spelled-out LayerNorm (with

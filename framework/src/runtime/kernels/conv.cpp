@@ -74,13 +74,14 @@ ConvState& prepare_conv(KernelContext& ctx, std::shared_ptr<ConvState>& state, b
         pad_r[d] = window.pad_end[d];
     }
     const auto any = memory::format_tag::any;
+    bool accumulates = false;  // a sum post-op reads the output as given: it must be in the user's layout
+    for (int i = 0; i < ops.len(); ++i) accumulates = accumulates || ops.kind(i) == dnnl::primitive::kind::sum;
     dnnl::convolution_forward::desc desc(
         dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
         memory::desc(state->user_src.dims(), memory::data_type::f32, any),
         memory::desc(state->user_weights.dims(), memory::data_type::f32, any),
         memory::desc({m}, memory::data_type::f32, memory::format_tag::a),
-        // A sum post-op reads the output as given: it must be in the user's layout.
-        memory::desc(state->user_dst.dims(), memory::data_type::f32, ops.len() > 0 ? layout : any),
+        memory::desc(state->user_dst.dims(), memory::data_type::f32, accumulates ? layout : any),
         dims_of(window.strides), dilation, pad_l, pad_r);
     dnnl::primitive_attr attr;
     attr.set_post_ops(ops);
@@ -177,8 +178,9 @@ struct DepthwiseState {
 // it (inputs 3-4: weights [M, 1, 3, 3] and bias; padding 1, `depthwise_stride`,
 // optional activation) in one step. The wide expanded tensor lives only here,
 // allocated after the output, a few images at a time: measured 5-10 % faster on
-// MobileNetV2 than two steps at batch 1, 18 % at batch 8. (oneDNN's own depthwise post-op is not used: in oneDNN 2.6 its NHWC
-// JIT kernel gives wrong results, and elsewhere it runs these two primitives.)
+// MobileNetV2 than two steps at batch 1, 18 % at batch 8. (oneDNN's own
+// depthwise post-op is not used: in oneDNN 2.6 its NHWC JIT kernel gives wrong
+// results, and elsewhere it runs these two primitives one after the other.)
 void conv_depthwise(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     const auto& pw = ctx.input(1);
@@ -230,11 +232,11 @@ void conv_depthwise(KernelContext& ctx, std::vector<Tensor>& out) {
     Tensor expanded = Tensor::uninitialized(DataType::Float, {g, h, w, m});
     const memory mid(state->pointwise_pd.dst_desc(), cpu_engine(), expanded.mutable_bytes().data());
     const memory pw_bias = bias(2), dw_bias = bias(4);
-    const int64_t x_step = g * h * w * c, y_step = g * state->y_shape[1] * state->y_shape[2] * m;
+    const int64_t x_image = h * w * c, y_image = state->y_shape[1] * state->y_shape[2] * m;
     for (int64_t first = 0; first < n; first += g) {
         const memory src(state->pointwise_pd.src_desc(), cpu_engine(),
-                         const_cast<float*>(x.data<float>().data()) + first / g * x_step);
-        const memory dst(state->depthwise_pd.dst_desc(), cpu_engine(), y.mutable_data<float>().data() + first / g * y_step);
+                         const_cast<float*>(x.data<float>().data()) + first * x_image);
+        const memory dst(state->depthwise_pd.dst_desc(), cpu_engine(), y.mutable_data<float>().data() + first * y_image);
         state->pointwise.execute(
             stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, pw_weights}, {DNNL_ARG_BIAS, pw_bias}, {DNNL_ARG_DST, mid}});
         state->depthwise.execute(
