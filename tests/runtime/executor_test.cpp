@@ -492,6 +492,32 @@ TEST(Executor, ABiasAddedToAMatMulByAWeightRunsInsideIt) {
     EXPECT_EQ(calls.at("Add"), 1) << "known beforehand, the tapped product is not fused away";
 }
 
+// Gemm with one or two rows of A (a classifier at batch 1 or 2), B plain and
+// transposed, with C, against the sums computed here.
+TEST(Executor, GemmOfAFewRowsMatchesTheDefinition) {
+    const int64_t k = 37, n = 19;
+    for (const int64_t m : {1, 2})
+        for (const bool tb : {false, true}) {
+            vaiq::test::GraphBuilder b;
+            b.input("a", {m, k}).output("y", {m, n});
+            const Tensor bv = vaiq::test::ramp(tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, -1.0f, 0.003f);
+            const Tensor cv = vaiq::test::ramp({n}, 0.5f, -0.05f);
+            b.initializer("b", bv).initializer("c", cv);
+            vaiq::test::set_int_attribute(b.node("Gemm", {"a", "b", "c"}, {"y"}), "transB", tb ? 1 : 0);
+            const auto model = b.build();
+            const Tensor av = vaiq::test::ramp({m, k}, 0.7f, -0.021f);
+            const auto y = Executor(model, {.threads = 2}).run({{"a", av}})[0];
+            ASSERT_EQ(y.shape(), (std::vector<int64_t>{m, n}));
+            for (int64_t i = 0; i < m; ++i)
+                for (int64_t j = 0; j < n; ++j) {
+                    double sum = cv.data<float>()[j];
+                    for (int64_t q = 0; q < k; ++q)
+                        sum += double(av.data<float>()[i * k + q]) * bv.data<float>()[tb ? j * k + q : q * n + j];
+                    EXPECT_NEAR(y.data<float>()[i * n + j], sum, 1e-5) << m << " " << tb << " " << i << " " << j;
+                }
+        }
+}
+
 TEST(Executor, TransposesThatSwapBlocksOfAxesOrKeepTheOrder) {
     // [2, 3, 1, 5] -> NHWC [2, 1, 5, 3] (a block swap), [3, 1, 4] -> [1, 3, 4] (no move), a matrix and a
     // scalar, float and uint8.
