@@ -213,6 +213,48 @@ TEST(Executor, StepsOfConstantsRunOnceAtCompileTime) {
     for (const auto& p : executor.profile()) EXPECT_NE(p.op_type, "DequantizeLinear") << "it ran per run";
 }
 
+// Requantized sums far outside the 8-bit range on both sides, and half-way
+// cases, for uint8 and int8 outputs (the vector path and its tail).
+TEST(Executor, RequantizationRoundsHalfToEvenAndSaturates) {
+    const int64_t n = 53;
+    std::vector<int8_t> bv(2 * n);
+    for (int64_t j = 0; j < n; ++j) {
+        bv[j] = static_cast<int8_t>(std::clamp<int64_t>(j * 5 - 127, -127, 127));
+        bv[n + j] = static_cast<int8_t>(j % 3);
+    }
+    for (const auto out_type : {DataType::UInt8, DataType::Int8}) {
+        vaiq::test::GraphBuilder g;
+        g.input("a", {1, 2}, DataType::UInt8).output("y", {1, n}, out_type);
+        g.initializer("b", Tensor::from_values<int8_t>({2, n}, bv));
+        g.initializer("sa", Tensor::from_values<float>({}, std::vector<float>{1.0f}));
+        g.initializer("za", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{0}));
+        g.initializer("sb", Tensor::from_values<float>({}, std::vector<float>{1.0f}));
+        g.initializer("zb", Tensor::from_values<int8_t>({}, std::vector<int8_t>{0}));
+        g.initializer("sy", Tensor::from_values<float>({}, std::vector<float>{2.0f}));  // multiplier 0.5: halves
+        if (out_type == DataType::UInt8) g.initializer("zy", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{100}));
+        else g.initializer("zy", Tensor::from_values<int8_t>({}, std::vector<int8_t>{-3}));
+        g.node("QLinearMatMul", {"a", "sa", "za", "b", "sb", "zb", "sy", "zy"}, {"y"});
+        const auto model = g.build();
+        const std::vector<uint8_t> av{9, 1};
+        const auto y = Executor(model, {.threads = 1}).run({{"a", Tensor::from_values<uint8_t>({1, 2}, av)}})[0];
+        const int zp = out_type == DataType::UInt8 ? 100 : -3;
+        const float lo = out_type == DataType::UInt8 ? 0.0f : -128.0f, hi = out_type == DataType::UInt8 ? 255.0f : 127.0f;
+        int low = 0, high = 0, halves = 0;
+        for (int64_t j = 0; j < n; ++j) {
+            const int32_t acc = av[0] * bv[j] + av[1] * bv[n + j];
+            const float expected = std::clamp(std::nearbyint(static_cast<float>(acc) * 0.5f) + zp, lo, hi);
+            const float got = out_type == DataType::UInt8 ? y.data<uint8_t>()[j] : y.data<int8_t>()[j];
+            EXPECT_EQ(got, expected) << j;
+            low += expected == lo;
+            high += expected == hi;
+            halves += acc % 2 != 0;
+        }
+        EXPECT_GT(low, 0);
+        EXPECT_GT(high, 0);
+        EXPECT_GT(halves, 0);
+    }
+}
+
 // QLinearMatMul with uint8 operands on both sides, non-zero zero points and a
 // broadcast batch, against the definition computed here in plain integers.
 TEST(Executor, QLinearMatMulSumsCentredIntegersExactly) {
