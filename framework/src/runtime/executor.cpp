@@ -137,6 +137,19 @@ Executor::Executor(const Model& original, ExecutorOptions options) : model_(&ori
             for (int id : *ids)
                 if (id >= 0) read[id] = true;
     }
+    last_reader_ = last_readers(std::vector<bool>(steps_.size(), false));
+}
+
+std::vector<int> Executor::last_readers(const std::vector<bool>& run_lazy) const {
+    std::vector<int> last(value_names_.size(), -1);
+    for (size_t s = 0; s < steps_.size(); ++s) {
+        if (steps_[s].lazy && !run_lazy[s]) continue;
+        for (const auto* ids : {&steps_[s].inputs, &steps_[s].implicit})
+            for (int id : *ids)
+                if (id >= 0) last[id] = static_cast<int>(s);
+    }
+    for (const auto& name : output_names_) last[value_ids_.at(name)] = -1;
+    return last;
 }
 
 // Ops whose output differs from run to run although their inputs do not.
@@ -259,15 +272,10 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
                 if (id >= 0) demanded[id] = true;
     }
 
-    // Which step of this run reads each value last (the caller's outputs: none).
-    std::vector<int> last_reader(value_names_.size(), -1);
-    for (size_t s = 0; s < steps_.size(); ++s) {
-        if (steps_[s].lazy && !run_lazy[s]) continue;
-        for (const auto* ids : {&steps_[s].inputs, &steps_[s].implicit})
-            for (int id : *ids)
-                if (id >= 0) last_reader[id] = static_cast<int>(s);
-    }
-    for (const auto& name : output_names_) last_reader[value_ids_.at(name)] = -1;
+    // Which step of this run reads each value last: fixed unless a tap runs lazy steps.
+    const bool lazy_runs = std::find(run_lazy.begin(), run_lazy.end(), true) != run_lazy.end();
+    const std::vector<int> tapped_last_reader = lazy_runs ? last_readers(run_lazy) : std::vector<int>();
+    const auto& last_reader = lazy_runs ? tapped_last_reader : last_reader_;
 
     for (size_t s = 0; s < steps_.size(); ++s) {
         auto& step = steps_[s];

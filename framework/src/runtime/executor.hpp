@@ -84,12 +84,16 @@ class Executor {
     std::map<std::string, int> value_ids_;
     std::vector<Tensor> constants_;  ///< by value id; empty where not a constant
     std::vector<bool> is_constant_;
+    std::vector<int> last_reader_;  ///< per value, the last step reading it when no lazy step runs
     std::vector<Step> steps_;
     std::vector<std::string> input_names_;
     std::vector<std::string> output_names_;
     std::vector<std::string> outer_names_;
     std::map<std::string, OpProfile> profile_;
     std::set<std::string> fused_away_;  ///< tensors the QDQ fusion removed
+    /// Per value, the last step that reads it among those that run (`run_lazy`
+    /// says which lazy ones do); -1 for the caller's outputs and unread values.
+    std::vector<int> last_readers(const std::vector<bool>& run_lazy) const;
 };
 
 }  // namespace vaiq::runtime

@@ -135,6 +135,18 @@ Tensor map_elements(const Tensor& x, F f, int64_t grain = kParallelGrain) {
     return out;
 }
 
+/// Calls f(first element, length, channel) over `size` elements stored as runs of
+/// `inner` elements per channel, the `channels` channels cycling (a per-axis
+/// scale's layout). One channel: the whole tensor, cut into pieces so that
+/// threads share it. In parallel for big tensors.
+template <typename F>
+void for_each_channel_run(int64_t size, int64_t channels, int64_t inner, F f) {
+    const int64_t run = channels == 1 ? std::clamp<int64_t>(size, 1, int64_t{1} << 14) : std::max<int64_t>(inner, 1);
+    const int64_t runs = (size + run - 1) / run;
+#pragma omp parallel for if (size > kParallelGrain)
+    for (int64_t r = 0; r < runs; ++r) f(r * run, std::min(run, size - r * run), r % channels);
+}
+
 /// quantize_value for 8-bit outputs, branch-free so that loops vectorise: the
 /// rounding half to even is float's own (adding and removing 1.5 * 2^23 rounds
 /// exactly for |x| < 2^22), after clamping to +-2^21, which no 8-bit result can

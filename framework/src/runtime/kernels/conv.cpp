@@ -221,7 +221,8 @@ void conv_depthwise(KernelContext& ctx, std::vector<Tensor>& out) {
                                       state->pointwise_pd.weights_desc(), state->pointwise_weights);
     const memory dw_weights = operand(stream, dw, ctx.is_constant(3), {{m, 1, 1, 3, 3}, f32, memory::format_tag::goihw},
                                       state->depthwise_pd.weights_desc(), state->depthwise_weights);
-    const Tensor zero_bias(DataType::Float, {m});
+    Tensor zero_bias;  // made only for a missing bias
+    if (!ctx.has_input(2) || !ctx.has_input(4)) zero_bias = Tensor(DataType::Float, {m});
     auto bias = [&](size_t slot) {
         const Tensor& b = ctx.has_input(slot) ? ctx.input(slot) : zero_bias;
         if (b.size() != m) ctx.fail("the bias length does not match the output channels");

@@ -81,11 +81,8 @@ void requantize_block(const int32_t* acc, Q* out, size_t n, float multiplier, fl
 // Writes round(acc * multiplier) + zero point, saturated, into a tensor of the zero point's type.
 Tensor requantize(KernelContext& ctx, const std::vector<int64_t>& shape, const std::vector<int32_t>& acc,
                   const std::vector<double>& multiplier, int64_t channel_inner, const Tensor& zero_point) {
-    // Walks the channel blocks so that no element index is divided (this is the hot loop).
+    // Walks the channel runs so that no element index is divided (this is the hot loop).
     if (multiplier.empty()) ctx.fail("the scales are empty");
-    const size_t channels = multiplier.size();
-    // One multiplier: blocks of any size (so that threads share the work).
-    const size_t block = channels == 1 ? std::min<size_t>(acc.size(), 1 << 14) : static_cast<size_t>(channel_inner);
     const auto zp = static_cast<float>(read_scalar(ctx, zero_point));
     Tensor y;
     dispatch_numeric(zero_point.type(), ctx, [&](auto tag) {
@@ -95,13 +92,12 @@ Tensor requantize(KernelContext& ctx, const std::vector<int64_t>& shape, const s
         } else {
             y = make_tensor<Q>(shape);
             Q* o = mutable_view<Q>(y).data();
-            const auto blocks = static_cast<int64_t>(block ? (acc.size() + block - 1) / block : 0);
-#pragma omp parallel for if (static_cast<int64_t>(acc.size()) > kParallelGrain)
-            for (int64_t bi = 0; bi < blocks; ++bi) {
-                const size_t start = static_cast<size_t>(bi) * block;
-                const auto m = static_cast<float>(multiplier[static_cast<size_t>(bi) % channels]);  // float32, as ONNX Runtime
-                requantize_block(acc.data() + start, o + start, std::min(block, acc.size() - start), m, zp);
-            }
+            const auto channels = static_cast<int64_t>(multiplier.size());
+            for_each_channel_run(static_cast<int64_t>(acc.size()), channels, channel_inner,
+                                 [&](int64_t first, int64_t n, int64_t c) {
+                                     const auto m = static_cast<float>(multiplier[c]);  // float32, as ONNX Runtime
+                                     requantize_block(acc.data() + first, o + first, static_cast<size_t>(n), m, zp);
+                                 });
         }
     });
     return y;

@@ -31,16 +31,6 @@ Channels channels(KernelContext& ctx, const Tensor& x, const Tensor& scale) {
     return c;
 }
 
-// Calls f(first element, length, channel) for each run of elements sharing one
-// channel's parameters (one run per tensor), in parallel for big tensors.
-template <typename F>
-void for_each_channel_block(const Channels& ch, int64_t size, F f) {
-    const int64_t block = ch.count == 1 ? std::max<int64_t>(size, 1) : ch.inner;
-    const int64_t blocks = size / block;
-#pragma omp parallel for if (size > kParallelGrain)
-    for (int64_t b = 0; b < blocks; ++b) f(b * block, block, static_cast<size_t>(b % ch.count));
-}
-
 void quantize(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     const auto& scale = ctx.input(1);
@@ -63,7 +53,7 @@ void quantize(KernelContext& ctx, std::vector<Tensor>& out) {
                 const auto xv = x.data<float>();
                 if constexpr (sizeof(Q) == 1) {
                     // Sixteen values at a time within each channel's run.
-                    for_each_channel_block(ch, x.size(), [&](int64_t first, int64_t n, size_t c) {
+                    for_each_channel_run(x.size(), ch.count, ch.inner, [&](int64_t first, int64_t n, int64_t c) {
                         quantize_8_bit_divided(xv.data() + first, o.data() + first, static_cast<size_t>(n), s[c],
                                                zp.empty() ? 0.0f : static_cast<float>(zp[c]));
                     });
@@ -102,7 +92,7 @@ void dequantize(KernelContext& ctx, std::vector<Tensor>& out) {
                 const auto xv = view<Q>(x);
                 if constexpr (sizeof(Q) <= 2) {
                     // Each channel's run is a plain loop that vectorises.
-                    for_each_channel_block(ch, x.size(), [&](int64_t first, int64_t n, size_t c) {
+                    for_each_channel_run(x.size(), ch.count, ch.inner, [&](int64_t first, int64_t n, int64_t c) {
                         dequantize_block(xv.data() + first, o.data() + first, static_cast<size_t>(n),
                                          zp.empty() ? 0 : static_cast<int32_t>(zp[c]), s[c]);
                     });
