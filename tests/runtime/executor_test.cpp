@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -361,9 +362,9 @@ TEST(Layout, EveryTensorReadsTheSameWithAndWithoutIt) {
 // rewrites, within `tolerance`; the run counts per op type with them.
 std::map<std::string, int64_t> compare_rewrites(const vaiq::Model& model, const Tensor& x,
                                                 const std::vector<std::string>& taps, float tolerance,
-                                                bool taps_known = false) {
+                                                bool taps_known = false, int threads = 1) {
     Executor plain(model, {.threads = 1, .optimize_layout = false, .fuse_patterns = false});
-    vaiq::runtime::ExecutorOptions options{.threads = 1, .profile = true};
+    vaiq::runtime::ExecutorOptions options{.threads = threads, .profile = true};
     if (taps_known) options.taps.insert(taps.begin(), taps.end());
     Executor rewritten(model, options);
     std::map<std::string, Tensor> a, b;
@@ -427,6 +428,23 @@ TEST(Layout, ABatchGoesThroughTheFusedPairInGroupsOfImages) {
     const auto model = inverted_residual(1, 3, 64, 72);
     const auto calls = compare_rewrites(model, vaiq::test::ramp({3, 3, 64, 64}, -3.0f, 0.0005f), {}, 1e-4f);
     EXPECT_EQ(calls.at("NhwcConvDepthwise"), 1);
+}
+
+// Expanded widths of one, three and five blocks of 16 channels (the AVX-512
+// kernel's unit; five go through as passes of three and two), rows whose width
+// is no multiple of the kernel's pixel tiles, both strides, a batch, two threads.
+TEST(Layout, TheFusedPairMatchesTheTwoConvolutionsForEveryBlockCountAndStride) {
+    for (const int64_t expanded : {16, 48, 80})
+        for (const int64_t stride : {1, 2})
+            for (const int64_t size : {7, 13})
+                for (const int threads : {1, 2}) {
+                    SCOPED_TRACE(fmt::format("{} channels, stride {}, {}x{}, {} threads", expanded, stride, size, size, threads));
+                    const int64_t batch = threads == 2 ? 3 : 1;
+                    const auto model = inverted_residual(stride, batch, size, expanded);
+                    const Tensor x = vaiq::test::ramp({batch, 3, size, size}, -1.0f, 0.004f);
+                    const auto calls = compare_rewrites(model, x, {}, 1e-4f, false, threads);
+                    EXPECT_EQ(calls.at("NhwcConvDepthwise"), 1);
+                }
 }
 
 TEST(Layout, ADepthwiseConvolutionOfAnotherStrideIsNotFused) {

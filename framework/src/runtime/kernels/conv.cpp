@@ -3,6 +3,7 @@
 #include <functional>
 #include <limits>
 
+#include "runtime/kernels/depthwise_pair.hpp"
 #include "runtime/kernels/dnnl_util.hpp"
 #include "runtime/layout.hpp"
 #include "runtime/kernels/window.hpp"
@@ -166,40 +167,25 @@ dnnl::convolution_forward::primitive_desc nhwc_conv(const memory::dims& src, con
 constexpr int64_t kExpandedBudget = 1 << 20;
 
 struct DepthwiseState {
-    std::vector<int64_t> x_shape, y_shape;
+    std::vector<int64_t> x_shape;
     int64_t images = 1;  ///< per pass through both primitives
     dnnl::convolution_forward::primitive_desc pointwise_pd, depthwise_pd;
     dnnl::convolution_forward pointwise, depthwise;
     ConstantOperand pointwise_weights, depthwise_weights;
 };
 
-// NhwcConvDepthwise (from the layout optimisation): a 1x1 convolution (inputs
-// 0-2, optional activation) and the depthwise 3x3 convolution that alone reads
-// it (inputs 3-4: weights [M, 1, 3, 3] and bias; padding 1, `depthwise_stride`,
-// optional activation) in one step. The wide expanded tensor lives only here,
-// allocated after the output, a few images at a time: measured 5-10 % faster on
-// MobileNetV2 than two steps at batch 1, 18 % at batch 8. (oneDNN's own
-// depthwise post-op is not used: in oneDNN 2.6 its NHWC JIT kernel gives wrong
-// results, and elsewhere it runs these two primitives one after the other.)
-void conv_depthwise(KernelContext& ctx, std::vector<Tensor>& out) {
+// The two oneDNN primitives, where the AVX-512 kernel cannot run.
+void conv_depthwise_dnnl(KernelContext& ctx, std::shared_ptr<DepthwiseState>& state, Tensor& y) {
     const auto& x = ctx.input(0);
     const auto& pw = ctx.input(1);
     const auto& dw = ctx.input(3);
-    if (x.type() != DataType::Float || pw.type() != DataType::Float || dw.type() != DataType::Float)
-        ctx.fail("only float convolution is supported");
-    if (x.shape().size() != 4 || pw.shape().size() != 4 || dw.shape().size() != 4) ctx.fail("inputs must be 4-D");
     const int64_t n = x.shape()[0], h = x.shape()[1], w = x.shape()[2], c = x.shape()[3], m = pw.shape()[0];
-    if (pw.shape() != std::vector<int64_t>{m, c, 1, 1} || dw.shape() != std::vector<int64_t>{m, 1, 3, 3})
-        ctx.fail("the weights are not a 1x1 convolution followed by a depthwise 3x3 one");
     const int64_t stride = ctx.attributes.get_int("depthwise_stride", 1);
-    if (stride < 1) ctx.fail("depthwise_stride must be positive");
     const auto f32 = memory::data_type::f32;
-    auto state = std::static_pointer_cast<DepthwiseState>(ctx.state);
     if (!state || state->x_shape != x.shape()) {
         state = std::make_shared<DepthwiseState>();
         state->x_shape = x.shape();
-        const int64_t oh = (h - 1) / stride + 1, ow = (w - 1) / stride + 1;
-        state->y_shape = {n, oh, ow, m};
+        const int64_t oh = y.shape()[1], ow = y.shape()[2];
         // A batch goes through in groups of images whose expanded tensor stays in cache.
         const int64_t image_bytes = h * w * m * static_cast<int64_t>(sizeof(float));
         state->images = n;
@@ -213,9 +199,7 @@ void conv_depthwise(KernelContext& ctx, std::vector<Tensor>& out) {
         state->depthwise_pd = nhwc_conv({g, m, h, w}, {m, 1, 1, 3, 3}, {g, m, oh, ow}, stride, 1, dw_ops);
         state->pointwise = dnnl::convolution_forward(state->pointwise_pd);
         state->depthwise = dnnl::convolution_forward(state->depthwise_pd);
-        ctx.state = state;
     }
-
     dnnl::stream stream(cpu_engine());
     const memory pw_weights = operand(stream, pw, ctx.is_constant(1), {{m, c, 1, 1}, f32, memory::format_tag::oihw},
                                       state->pointwise_pd.weights_desc(), state->pointwise_weights);
@@ -225,15 +209,13 @@ void conv_depthwise(KernelContext& ctx, std::vector<Tensor>& out) {
     if (!ctx.has_input(2) || !ctx.has_input(4)) zero_bias = Tensor(DataType::Float, {m});
     auto bias = [&](size_t slot) {
         const Tensor& b = ctx.has_input(slot) ? ctx.input(slot) : zero_bias;
-        if (b.size() != m) ctx.fail("the bias length does not match the output channels");
         return wrap({{m}, f32, memory::format_tag::a}, b);
     };
-    Tensor y = Tensor::uninitialized(DataType::Float, state->y_shape);
     const int64_t g = state->images;
     Tensor expanded = Tensor::uninitialized(DataType::Float, {g, h, w, m});
     const memory mid(state->pointwise_pd.dst_desc(), cpu_engine(), expanded.mutable_bytes().data());
     const memory pw_bias = bias(2), dw_bias = bias(4);
-    const int64_t x_image = h * w * c, y_image = state->y_shape[1] * state->y_shape[2] * m;
+    const int64_t x_image = h * w * c, y_image = y.shape()[1] * y.shape()[2] * m;
     for (int64_t first = 0; first < n; first += g) {
         const memory src(state->pointwise_pd.src_desc(), cpu_engine(),
                          const_cast<float*>(x.data<float>().data()) + first * x_image);
@@ -244,6 +226,61 @@ void conv_depthwise(KernelContext& ctx, std::vector<Tensor>& out) {
             stream, {{DNNL_ARG_SRC, mid}, {DNNL_ARG_WEIGHTS, dw_weights}, {DNNL_ARG_BIAS, dw_bias}, {DNNL_ARG_DST, dst}});
     }
     stream.wait();
+}
+
+struct DepthwiseStates {
+    std::shared_ptr<DepthwiseState> dnnl;
+    std::shared_ptr<const DepthwisePairWeights> packed;  ///< kept while the weights are initializers
+};
+
+Clamp clamp_of(const Attributes& attributes, const std::string& prefix) {
+    return {attributes.get_float(prefix + "_min", -std::numeric_limits<float>::infinity()),
+            attributes.get_float(prefix + "_max", std::numeric_limits<float>::infinity())};
+}
+
+// NhwcConvDepthwise (from the layout optimisation): a 1x1 convolution (inputs
+// 0-2, optional activation) and the depthwise 3x3 convolution that alone reads
+// it (inputs 3-4: weights [M, 1, 3, 3] and bias; padding 1, `depthwise_stride`,
+// optional activation) in one step. With AVX-512 and M a multiple of 16 the
+// expanded tensor is made a few rows at a time just before the depthwise
+// convolution reads them (depthwise_pair.hpp); elsewhere it goes through the
+// two oneDNN primitives a few images at a time. (oneDNN's own depthwise
+// post-op is not used: in oneDNN 2.6 its NHWC JIT kernel gives wrong results,
+// and elsewhere it runs the two primitives one after the other.)
+void conv_depthwise(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const auto& pw = ctx.input(1);
+    const auto& dw = ctx.input(3);
+    if (x.type() != DataType::Float || pw.type() != DataType::Float || dw.type() != DataType::Float)
+        ctx.fail("only float convolution is supported");
+    if (x.shape().size() != 4 || pw.shape().size() != 4 || dw.shape().size() != 4) ctx.fail("inputs must be 4-D");
+    const int64_t n = x.shape()[0], h = x.shape()[1], w = x.shape()[2], c = x.shape()[3], m = pw.shape()[0];
+    if (pw.shape() != std::vector<int64_t>{m, c, 1, 1} || dw.shape() != std::vector<int64_t>{m, 1, 3, 3})
+        ctx.fail("the weights are not a 1x1 convolution followed by a depthwise 3x3 one");
+    for (size_t slot : {2, 4})
+        if (ctx.has_input(slot) && (ctx.input(slot).type() != DataType::Float || ctx.input(slot).size() != m))
+            ctx.fail("a bias does not match the output channels");
+    const int64_t stride = ctx.attributes.get_int("depthwise_stride", 1);
+    if (stride < 1) ctx.fail("depthwise_stride must be positive");
+    auto states = std::static_pointer_cast<DepthwiseStates>(ctx.state);
+    if (!states) ctx.state = states = std::make_shared<DepthwiseStates>();
+    Tensor y = Tensor::uninitialized(DataType::Float, {n, (h - 1) / stride + 1, (w - 1) / stride + 1, m});
+    if (!depthwise_pair_supported(m) || stride > 2) {
+        conv_depthwise_dnnl(ctx, states->dnnl, y);
+        out[0] = std::move(y);
+        return;
+    }
+    bool constant = ctx.is_constant(1) && ctx.is_constant(3);
+    for (size_t slot : {2, 4}) constant = constant && (!ctx.has_input(slot) || ctx.is_constant(slot));
+    auto packed = states->packed;
+    if (!packed || !constant) {
+        auto data = [&](size_t slot) { return ctx.has_input(slot) ? ctx.input(slot).data<float>().data() : nullptr; };
+        packed = std::make_shared<const DepthwisePairWeights>(
+            pack_depthwise_pair(data(1), data(2), data(3), data(4), c, m));
+        if (constant) states->packed = packed;
+    }
+    run_depthwise_pair(*packed, x.data<float>().data(), n, h, w, stride, clamp_of(ctx.attributes, "activation"),
+                       clamp_of(ctx.attributes, "depthwise_activation"), y.mutable_data<float>().data());
     out[0] = std::move(y);
 }
 
