@@ -578,6 +578,60 @@ TEST(Executor, GemmOfAFewRowsMatchesTheDefinition) {
         }
 }
 
+// Dense 3x3 convolutions of stride 1 (Winograd's, from 16 channels in and out;
+// direct below), plain and NHWC with a fused Relu, Relu6 (which keeps them
+// direct) or nothing, against the sums computed here.
+TEST(Executor, DenseThreeByThreeConvolutionsMatchTheDefinition) {
+    struct Case {
+        int64_t c, m;
+        std::string activation;  // "", "Relu" or "Clip" (0..6)
+    };
+    for (const auto& k : {Case{16, 32, ""}, Case{16, 32, "Relu"}, Case{32, 16, "Clip"}, Case{8, 8, "Relu"}})
+        for (const bool layout : {false, true}) {
+            SCOPED_TRACE(fmt::format("{} -> {} channels, '{}', layout {}", k.c, k.m, k.activation, layout));
+            const int64_t n = 2, h = 9, w = 11;
+            vaiq::test::GraphBuilder b;
+            b.input("x", {n, k.c, h, w}).output("y", {n, k.m, h, w});
+            std::mt19937 rng(7);
+            std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+            auto random = [&](std::vector<int64_t> shape) {
+                std::vector<float> v(vaiq::element_count(shape));
+                for (float& e : v) e = u(rng);
+                return Tensor::from_values<float>(shape, v);
+            };
+            const Tensor wv = random({k.m, k.c, 3, 3}), bv = random({k.m}), xv = random({n, k.c, h, w});
+            b.initializer("w", wv).initializer("b", bv);
+            b.initializer("lo", Tensor::from_values<float>({}, std::vector<float>{0.0f}));
+            b.initializer("hi", Tensor::from_values<float>({}, std::vector<float>{6.0f}));
+            auto& conv = b.node("Conv", {"x", "w", "b"}, {k.activation.empty() ? "y" : "c"});
+            vaiq::test::set_ints_attribute(conv, "pads", {1, 1, 1, 1});
+            if (k.activation == "Relu") b.node("Relu", {"c"}, {"y"});
+            if (k.activation == "Clip") b.node("Clip", {"c", "lo", "hi"}, {"y"});
+            const auto model = b.build();
+            const auto y = Executor(model, {.threads = 2, .optimize_layout = layout}).run({{"x", xv}})[0];
+            ASSERT_EQ(y.shape(), (std::vector<int64_t>{n, k.m, h, w}));
+            const auto x = xv.data<float>(), wt = wv.data<float>();
+            for (int64_t i = 0; i < n; ++i)
+                for (int64_t o = 0; o < k.m; ++o)
+                    for (int64_t r = 0; r < h; ++r)
+                        for (int64_t q = 0; q < w; ++q) {
+                            double sum = bv.data<float>()[o];
+                            for (int64_t ci = 0; ci < k.c; ++ci)
+                                for (int64_t dr = 0; dr < 3; ++dr)
+                                    for (int64_t dq = 0; dq < 3; ++dq) {
+                                        const int64_t rr = r + dr - 1, qq = q + dq - 1;
+                                        if (rr < 0 || rr >= h || qq < 0 || qq >= w) continue;
+                                        sum += double(x[((i * k.c + ci) * h + rr) * w + qq]) *
+                                               wt[((o * k.c + ci) * 3 + dr) * 3 + dq];
+                                    }
+                            if (k.activation == "Relu") sum = std::max(sum, 0.0);
+                            if (k.activation == "Clip") sum = std::clamp(sum, 0.0, 6.0);
+                            const int64_t at = ((i * k.m + o) * h + r) * w + q;
+                            ASSERT_NEAR(y.data<float>()[at], sum, 1e-4) << at;
+                        }
+        }
+}
+
 TEST(Executor, TransposesThatSwapBlocksOfAxesOrKeepTheOrder) {
     // [2, 3, 1, 5] -> NHWC [2, 1, 5, 3] (a block swap), [3, 1, 4] -> [1, 3, 4] (no move), a matrix and a
     // scalar, float and uint8.
