@@ -382,24 +382,44 @@ std::map<std::string, int64_t> compare_rewrites(const vaiq::Model& model, const 
 }
 
 // MobileNetV2's inverted residual: 1x1 expansion -> Clip -> depthwise 3x3 (stride 2) -> Clip -> 1x1 projection.
-vaiq::Model inverted_residual(int64_t stride = 2, int64_t batch = 1, int64_t size = 9, int64_t expanded = 12) {
+// With a skip (stride 1), the block reads a 1x1 convolution of x (an NHWC value, as between blocks), and
+// the projection adds that value or a second 1x1 convolution of it.
+enum class Skip { none, input, convolution };
+vaiq::Model inverted_residual(int64_t stride = 2, int64_t batch = 1, int64_t size = 9, int64_t expanded = 12,
+                              Skip skip = Skip::none) {
     vaiq::test::GraphBuilder b;
-    const int64_t out = (size - 1) / stride + 1;
-    b.input("x", {batch, 3, size, size}).output("y", {batch, 4, out, out});
+    const int64_t out = (size - 1) / stride + 1, projected = skip == Skip::none ? 4 : 3;
+    b.input("x", {batch, 3, size, size}).output("y", {batch, projected, out, out});
+    std::string in = "x";
+    if (skip != Skip::none) {
+        b.initializer("wi", vaiq::test::ramp({3, 3, 1, 1}, -0.3f, 0.1f));
+        b.node("Conv", {"x", "wi"}, {"i"}, "in");
+        in = "i";
+    }
     b.initializer("we", vaiq::test::ramp({expanded, 3, 1, 1}, -0.5f, 0.03f));
     b.initializer("be", vaiq::test::ramp({expanded}, -0.2f, 0.05f));
     b.initializer("wd", vaiq::test::ramp({expanded, 1, 3, 3}, 0.4f, -0.007f));
-    b.initializer("wp", vaiq::test::ramp({4, expanded, 1, 1}, 0.2f, -0.01f));
+    b.initializer("wp", vaiq::test::ramp({projected, expanded, 1, 1}, 0.2f, -0.01f));
+    b.initializer("bp", vaiq::test::ramp({projected}, 0.1f, -0.1f));
     b.initializer("lo", Tensor::from_values<float>({}, std::vector<float>{0.0f}));
     b.initializer("hi", Tensor::from_values<float>({}, std::vector<float>{6.0f}));
-    b.node("Conv", {"x", "we", "be"}, {"e"}, "expand");
+    b.node("Conv", {in, "we", "be"}, {"e"}, "expand");
     b.node("Clip", {"e", "lo", "hi"}, {"e6"}, "expand_clip");
     auto& dw = b.node("Conv", {"e6", "wd"}, {"d"}, "depthwise");
     vaiq::test::set_int_attribute(dw, "group", expanded);
     vaiq::test::set_ints_attribute(dw, "pads", {1, 1, 1, 1});
     vaiq::test::set_ints_attribute(dw, "strides", {stride, stride});
     b.node("Clip", {"d", "lo", "hi"}, {"d6"}, "depthwise_clip");
-    b.node("Conv", {"d6", "wp"}, {"y"}, "project");
+    if (skip == Skip::none) {
+        b.node("Conv", {"d6", "wp"}, {"y"}, "project");
+        return b.build();
+    }
+    b.node("Conv", {"d6", "wp", "bp"}, {"p"}, "project");
+    if (skip == Skip::convolution) {
+        b.initializer("ws", vaiq::test::ramp({3, 3, 1, 1}, 0.5f, -0.1f));
+        b.node("Conv", {"i", "ws"}, {"s"}, "skip");
+    }
+    b.node("Add", {"p", skip == Skip::input ? "i" : "s"}, {"y"}, "residual");
     return b.build();
 }
 
@@ -407,12 +427,18 @@ TEST(Layout, ExpansionAndDepthwiseConvolutionRunAsOneStep) {
     const auto model = inverted_residual();
     const Tensor x = vaiq::test::ramp({1, 3, 9, 9}, -3.0f, 0.025f);
     auto calls = compare_rewrites(model, x, {}, 1e-5f);
-    EXPECT_EQ(calls["NhwcConvDepthwise"], 1);
-    EXPECT_EQ(calls["NhwcConv"], 1) << "only the projection runs on its own";
+    EXPECT_EQ(calls["NhwcConvDepthwise"], 1) << "the projection runs inside it too";
+    EXPECT_EQ(calls.count("NhwcConv"), 0u);
     // Tapping the expanded tensor runs the 1x1 convolution for it as well...
     calls = compare_rewrites(model, x, {"e6"}, 1e-5f);
     EXPECT_EQ(calls["NhwcConvDepthwise"], 1);
-    EXPECT_EQ(calls["NhwcConv"], 2);
+    EXPECT_EQ(calls["NhwcConv"], 1);
+    // ...and tapping the depthwise outputs the pair that makes them.
+    calls = compare_rewrites(model, x, {"d6"}, 1e-5f);
+    EXPECT_EQ(calls["NhwcConvDepthwise"], 2);
+    calls = compare_rewrites(model, x, {"d6"}, 1e-5f, true);
+    EXPECT_EQ(calls["NhwcConvDepthwise"], 1) << "known beforehand, the projection stays on its own";
+    EXPECT_EQ(calls["NhwcConv"], 1);
     // ...unless the executor knows the taps beforehand: then nothing computes twice.
     calls = compare_rewrites(model, x, {"e6"}, 1e-5f, true);
     EXPECT_EQ(calls.count("NhwcConvDepthwise"), 0u);
@@ -432,7 +458,8 @@ TEST(Layout, ABatchGoesThroughTheFusedPairInGroupsOfImages) {
 
 // Expanded widths of one, three and five blocks of 16 channels (the AVX-512
 // kernel's unit; five go through as passes of three and two), rows whose width
-// is no multiple of the kernel's pixel tiles, both strides, a batch, two threads.
+// is no multiple of the kernel's pixel tiles, both strides, a batch, two
+// threads; the projection to 4 channels fills part of a block.
 TEST(Layout, TheFusedPairMatchesTheTwoConvolutionsForEveryBlockCountAndStride) {
     for (const int64_t expanded : {16, 48, 80})
         for (const int64_t stride : {1, 2})
@@ -444,7 +471,24 @@ TEST(Layout, TheFusedPairMatchesTheTwoConvolutionsForEveryBlockCountAndStride) {
                     const Tensor x = vaiq::test::ramp({batch, 3, size, size}, -1.0f, 0.004f);
                     const auto calls = compare_rewrites(model, x, {}, 1e-4f, false, threads);
                     EXPECT_EQ(calls.at("NhwcConvDepthwise"), 1);
+                    EXPECT_EQ(calls.count("NhwcConv"), 0u);
                 }
+}
+
+// The projection adds the block's input (read again by the expansion: a copy
+// is kept) or a skip convolution's output (read last here: written over).
+TEST(Layout, TheProjectionAddsTheResidual) {
+    for (const auto skip : {Skip::input, Skip::convolution})
+        for (const int64_t expanded : {12, 48})
+            for (const int threads : {1, 2}) {
+                SCOPED_TRACE(fmt::format("skip {}, {} channels, {} threads", static_cast<int>(skip), expanded, threads));
+                const auto model = inverted_residual(1, 1, 11, expanded, skip);
+                const Tensor x = vaiq::test::ramp({1, 3, 11, 11}, -1.0f, 0.005f);
+                const auto calls = compare_rewrites(model, x, {}, 1e-4f, false, threads);
+                EXPECT_EQ(calls.at("NhwcConvDepthwise"), 1);
+                EXPECT_EQ(calls.count("Add"), 0u);
+                EXPECT_EQ(calls.at("NhwcConv"), skip == Skip::convolution ? 2 : 1) << "only the 1x1 convolutions before";
+            }
 }
 
 TEST(Layout, ADepthwiseConvolutionOfAnotherStrideIsNotFused) {

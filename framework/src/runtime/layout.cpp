@@ -349,6 +349,65 @@ void fuse_depthwise(onnx::GraphProto& graph, const std::set<std::string>& tapped
     }
 }
 
+// Whether a node runs only for taps nobody asked for: its outputs are read by
+// nothing but transposes back to NCHW that end there and are not tapped (the
+// plain nodes fusions leave behind).
+bool only_for_untapped(const onnx::GraphProto& graph, const GraphIndex& index, const onnx::NodeProto& node,
+                       const std::set<std::string>& tapped) {
+    for (const auto& out : node.output()) {
+        if (index.is_graph_output(out)) return false;
+        for (const auto& use : index.consumers(out)) {
+            const auto& n = graph.node(use.node);
+            if (!is_transpose(n, kToNchw) || !index.consumers(n.output(0)).empty() ||
+                index.is_graph_output(n.output(0)) || tapped.count(n.output(0)))
+                return false;
+        }
+    }
+    return true;
+}
+
+// The 1x1 projection after an NhwcConvDepthwise (with its residual and
+// activation, if fused) joins it when it alone reads the depthwise outputs:
+// the widest tensor of the block is then never written out. The plain nodes
+// stay for taps.
+void fuse_projections(onnx::GraphProto& graph, const std::set<std::string>& tapped) {
+    const GraphIndex index(graph);
+    for (int i = 0; i < graph.node_size(); ++i) {
+        const auto& projection = graph.node(i);
+        if (projection.op_type() != "NhwcConv" || projection.domain() != kInternalDomain || !plain_geometry(projection) ||
+            projection.input_size() > 4)
+            continue;
+        const auto* w = index.initializer(projection.input(1));
+        const auto* group = find_attribute(projection, "group");
+        if (!w || w->dims_size() != 4 || w->dims(2) != 1 || w->dims(3) != 1 || (group && group->i() != 1) ||
+            ints_or(projection, "strides", {1, 1}) != std::vector<int64_t>{1, 1} ||
+            ints_or(projection, "pads", {0, 0, 0, 0}) != std::vector<int64_t>{0, 0, 0, 0})
+            continue;
+        const int p = index.producer(projection.input(0));
+        if (p < 0) continue;
+        const auto& pair = graph.node(p);
+        if (pair.op_type() != "NhwcConvDepthwise" || pair.domain() != kInternalDomain || pair.input_size() != 5 ||
+            index.is_graph_output(pair.output(0)) || index.initializer(pair.input(3))->dims(0) != w->dims(1))
+            continue;
+        bool alone = true;
+        for (const auto& use : index.consumers(pair.output(0))) {
+            if (use.node == i) continue;
+            const auto& n = graph.node(use.node);
+            const bool tap = is_transpose(n, kToNchw) && index.consumers(n.output(0)).empty() &&
+                             !index.is_graph_output(n.output(0));
+            alone = alone && (tap ? !tapped.count(n.output(0)) : only_for_untapped(graph, index, n, tapped));
+        }
+        if (!alone) continue;
+        onnx::NodeProto fused = pair;
+        fused.set_name(projection.name());
+        for (int k = 1; k < 4; ++k) fused.add_input(k < projection.input_size() ? projection.input(k) : "");
+        fused.set_output(0, projection.output(0));
+        copy_float_attribute(projection, "activation_min", fused, "projection_activation_min");
+        copy_float_attribute(projection, "activation_max", fused, "projection_activation_max");
+        *graph.mutable_node(i) = std::move(fused);
+    }
+}
+
 }  // namespace
 
 bool optimize_layout(onnx::GraphProto& graph, const std::set<std::string>& tapped) {
@@ -360,6 +419,7 @@ bool optimize_layout(onnx::GraphProto& graph, const std::set<std::string>& tappe
     fuse_residual_adds(graph, tapped);
     fuse_activations(graph, tapped);
     fuse_depthwise(graph, tapped);
+    fuse_projections(graph, tapped);
     sort_nodes(graph);  // keep every node after its producers
     return true;
 }

@@ -271,6 +271,8 @@ void conv_depthwise_dnnl(KernelContext& ctx, std::shared_ptr<DepthwiseState>& st
 struct DepthwiseStates {
     std::shared_ptr<DepthwiseState> dnnl;
     std::shared_ptr<const DepthwisePairWeights> packed;  ///< kept while the weights are initializers
+    onnx::NodeProto projection;                          ///< the projection as an NhwcConv, where oneDNN runs it
+    std::shared_ptr<void> projection_state;
 };
 
 Clamp clamp_of(const Attributes& attributes, const std::string& prefix) {
@@ -278,15 +280,43 @@ Clamp clamp_of(const Attributes& attributes, const std::string& prefix) {
             attributes.get_float(prefix + "_max", std::numeric_limits<float>::infinity())};
 }
 
+// The projection of the depthwise outputs `d` (inputs 5-7) by the NhwcConv kernel.
+Tensor project_dnnl(KernelContext& ctx, DepthwiseStates& states, const Tensor& d) {
+    if (states.projection.op_type().empty()) {
+        states.projection.set_op_type("NhwcConv");
+        const std::string prefix = "projection_";  // projection_activation_min -> activation_min
+        for (const auto& a : ctx.node.attribute())
+            if (a.name().starts_with(prefix + "activation_")) {
+                auto* copy = states.projection.add_attribute();
+                *copy = a;
+                copy->set_name(a.name().substr(prefix.size()));
+            }
+    }
+    auto input = [&](size_t slot) { return ctx.has_input(slot) ? &ctx.input(slot) : nullptr; };
+    KernelContext projection{ctx.model,
+                             states.projection,
+                             ctx.opset,
+                             {&d, input(5), input(6), input(7)},
+                             {false, ctx.is_constant(5), ctx.is_constant(6), false},
+                             Attributes(states.projection),
+                             states.projection_state,
+                             {},
+                             {nullptr, nullptr, nullptr, ctx.donated.size() > 7 ? ctx.donated[7] : nullptr}};
+    std::vector<Tensor> out(1);
+    conv(projection, out, true);
+    return std::move(out[0]);
+}
+
 // NhwcConvDepthwise (from the layout optimisation): a 1x1 convolution (inputs
 // 0-2, optional activation) and the depthwise 3x3 convolution that alone reads
 // it (inputs 3-4: weights [M, 1, 3, 3] and bias; padding 1, `depthwise_stride`,
-// optional activation) in one step. With AVX-512 and M a multiple of 16 the
-// expanded tensor is made a few rows at a time just before the depthwise
-// convolution reads them (depthwise_pair.hpp); elsewhere it goes through the
-// two oneDNN primitives a few images at a time. (oneDNN's own depthwise
-// post-op is not used: in oneDNN 2.6 its NHWC JIT kernel gives wrong results,
-// and elsewhere it runs the two primitives one after the other.)
+// optional activation) in one step, optionally with the 1x1 projection that
+// alone reads that (inputs 5-6, its residual 7, optional activation). With
+// AVX-512 and M a multiple of 16 the wide tensors are made a few rows at a
+// time just before they are read (depthwise_pair.hpp); elsewhere they go
+// through oneDNN primitives, the pair a few images at a time. (oneDNN's own
+// depthwise post-op is not used: in oneDNN 2.6 its NHWC JIT kernel gives wrong
+// results, and elsewhere it runs the two primitives one after the other.)
 void conv_depthwise(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     const auto& pw = ctx.input(1);
@@ -302,25 +332,44 @@ void conv_depthwise(KernelContext& ctx, std::vector<Tensor>& out) {
             ctx.fail("a bias does not match the output channels");
     const int64_t stride = ctx.attributes.get_int("depthwise_stride", 1);
     if (stride < 1) ctx.fail("depthwise_stride must be positive");
+    const bool projected = ctx.has_input(5);
+    const int64_t p = projected ? ctx.input(5).shape()[0] : 0;
+    if (projected) {
+        if (ctx.input(5).type() != DataType::Float || ctx.input(5).shape() != std::vector<int64_t>{p, m, 1, 1})
+            ctx.fail("the projection is not a 1x1 convolution of the depthwise outputs");
+        if (ctx.has_input(6) && (ctx.input(6).type() != DataType::Float || ctx.input(6).size() != p))
+            ctx.fail("the projection's bias does not match its output channels");
+    }
     auto states = std::static_pointer_cast<DepthwiseStates>(ctx.state);
     if (!states) ctx.state = states = std::make_shared<DepthwiseStates>();
-    Tensor y = Tensor::uninitialized(DataType::Float, {n, (h - 1) / stride + 1, (w - 1) / stride + 1, m});
-    if (!depthwise_pair_supported(m) || stride > 2) {
-        conv_depthwise_dnnl(ctx, states->dnnl, y);
-        out[0] = std::move(y);
+    const int64_t oh = (h - 1) / stride + 1, ow = (w - 1) / stride + 1;
+    const std::vector<int64_t> y_shape{n, oh, ow, projected ? p : m};
+    const Tensor* residual = ctx.has_input(7) ? &ctx.input(7) : nullptr;
+    if (!depthwise_pair_supported(m) || stride > 2 ||
+        (residual && (residual->type() != DataType::Float || residual->shape() != y_shape))) {
+        Tensor d = Tensor::uninitialized(DataType::Float, {n, oh, ow, m});
+        conv_depthwise_dnnl(ctx, states->dnnl, d);
+        out[0] = projected ? project_dnnl(ctx, *states, d) : std::move(d);
         return;
     }
-    bool constant = ctx.is_constant(1) && ctx.is_constant(3);
-    for (size_t slot : {2, 4}) constant = constant && (!ctx.has_input(slot) || ctx.is_constant(slot));
+    bool constant = true;
+    for (size_t slot : {1, 2, 3, 4, 5, 6}) constant = constant && (!ctx.has_input(slot) || ctx.is_constant(slot));
     auto packed = states->packed;
     if (!packed || !constant) {
         auto data = [&](size_t slot) { return ctx.has_input(slot) ? ctx.input(slot).data<float>().data() : nullptr; };
-        packed = std::make_shared<const DepthwisePairWeights>(
-            pack_depthwise_pair(data(1), data(2), data(3), data(4), c, m));
+        auto weights = pack_depthwise_pair(data(1), data(2), data(3), data(4), c, m);
+        if (projected) add_projection(weights, data(5), data(6), p);
+        packed = std::make_shared<const DepthwisePairWeights>(std::move(weights));
         if (constant) states->packed = packed;
     }
-    run_depthwise_pair(*packed, x.data<float>().data(), n, h, w, stride, clamp_of(ctx.attributes, "activation"),
-                       clamp_of(ctx.attributes, "depthwise_activation"), y.mutable_data<float>().data());
+    // A donated residual becomes the output, each element read before it is written.
+    Tensor y = residual && ctx.donated.size() > 7 && ctx.donated[7] ? ctx.take_input(7)
+                                                                      : Tensor::uninitialized(DataType::Float, y_shape);
+    const float* r = !residual ? nullptr : ctx.donated.size() > 7 && ctx.donated[7] ? y.data<float>().data()
+                                                                                      : residual->data<float>().data();
+    const Clamps clamps{clamp_of(ctx.attributes, "activation"), clamp_of(ctx.attributes, "depthwise_activation"),
+                        clamp_of(ctx.attributes, "projection_activation")};
+    run_depthwise_pair(*packed, x.data<float>().data(), n, h, w, stride, clamps, r, y.mutable_data<float>().data());
     out[0] = std::move(y);
 }
 

@@ -3,6 +3,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
+#include <utility>
 #include <cstring>
 
 // GCC 12 warns inside its own AVX-512 headers (their _mm512_undefined_* placeholders).
@@ -17,17 +19,22 @@ namespace {
 constexpr int64_t kLanes = 16;
 constexpr int kMaxBlocks = 4;  ///< blocks of 16 channels per pass: the pixel tiles below then hold 24 accumulators
 constexpr int64_t kRingRows = 4;  ///< a 3x3 window reads 3 consecutive rows; one more is being made
+/// Depthwise outputs a projection takes at once: enough pixels that its weights
+/// are read from cache few times, few enough rows that they stay in L2.
+constexpr int64_t kBandPixels = 96;
 
-// Pixels per tile of the 1x1 convolution for J blocks: about 24 accumulators of the 32 registers.
+// Pixels per tile of the 1x1 convolutions for J blocks: about 24 accumulators of the 32 registers.
 template <int J>
 constexpr int kTile = J >= 4 ? 6 : J == 3 ? 8 : 12;
 
-// P pixels x J blocks of the 1x1 convolution: out = clamp(bias + sum_k x[p][k] w[k]).
-// `w` is the first block's [C][16] weights, the next blocks `block_stride` further.
+// P pixels x J blocks of a 1x1 convolution: out = clamp(bias + sum_k x[p][k] w[k] (+ residual)).
+// x has `c` channels per pixel; `w` is the first block's [c][16] weights, the next
+// blocks `block_stride` further; out (and residual) pixels are `out_pixel` apart.
+// The last block writes only the lanes of `last_lanes`.
 template <int J, int P>
-[[gnu::target("avx512f"), gnu::always_inline]] inline void expand_tile(const float* x, int64_t c, const float* w,
-                                                                      int64_t block_stride, const float* bias,
-                                                                      __m512 lo, __m512 hi, float* out) {
+[[gnu::target("avx512f"), gnu::always_inline]] inline void pointwise_tile(
+    const float* x, int64_t c, const float* w, int64_t block_stride, const float* bias, __m512 lo, __m512 hi,
+    float* out, int64_t out_pixel, const float* residual, __mmask16 last_lanes) {
     __m512 acc[P][J];
 #pragma GCC unroll 4
     for (int j = 0; j < J; ++j) {
@@ -49,29 +56,42 @@ template <int J, int P>
 #pragma GCC unroll 12
     for (int p = 0; p < P; ++p)
 #pragma GCC unroll 4
-        for (int j = 0; j < J; ++j)
-            _mm512_storeu_ps(out + (p * J + j) * kLanes, _mm512_min_ps(_mm512_max_ps(acc[p][j], lo), hi));
+        for (int j = 0; j < J; ++j) {
+            const __mmask16 lanes = j == J - 1 ? last_lanes : __mmask16(0xffff);
+            __m512 v = acc[p][j];
+            if (residual) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(lanes, residual + p * out_pixel + j * kLanes));
+            _mm512_mask_storeu_ps(out + p * out_pixel + j * kLanes, lanes, _mm512_min_ps(_mm512_max_ps(v, lo), hi));
+        }
 }
 
-// The last `left` (< kTile<J>) pixels of a row as one tile.
+// The last `left` (< kTile<J>) pixels as one tile.
 template <int J, int P = 1>
-[[gnu::target("avx512f")]] void expand_tail(int64_t left, const float* x, int64_t c, const float* w,
-                                            int64_t block_stride, const float* bias, __m512 lo, __m512 hi, float* out) {
+[[gnu::target("avx512f")]] void pointwise_tail(int64_t left, const float* x, int64_t c, const float* w,
+                                               int64_t block_stride, const float* bias, __m512 lo, __m512 hi,
+                                               float* out, int64_t out_pixel, const float* residual,
+                                               __mmask16 last_lanes) {
     if constexpr (P + 1 < kTile<J>) {
-        if (left != P) return expand_tail<J, P + 1>(left, x, c, w, block_stride, bias, lo, hi, out);
+        if (left != P)
+            return pointwise_tail<J, P + 1>(left, x, c, w, block_stride, bias, lo, hi, out, out_pixel, residual,
+                                            last_lanes);
     }
-    expand_tile<J, P>(x, c, w, block_stride, bias, lo, hi, out);
+    pointwise_tile<J, P>(x, c, w, block_stride, bias, lo, hi, out, out_pixel, residual, last_lanes);
 }
 
-// One expanded row for J blocks: `out` holds `width` pixels of J * 16 channels.
+// `pixels` pixels of a 1x1 convolution for J blocks.
 template <int J>
-[[gnu::target("avx512f")]] void expand_row(const float* x, int64_t width, int64_t c, const float* w,
-                                           int64_t block_stride, const float* bias, Clamp clamp, float* out) {
+[[gnu::target("avx512f")]] void pointwise_pixels(const float* x, int64_t pixels, int64_t c, const float* w,
+                                                 int64_t block_stride, const float* bias, Clamp clamp, float* out,
+                                                 int64_t out_pixel, const float* residual, __mmask16 last_lanes) {
     const __m512 lo = _mm512_set1_ps(clamp.lo), hi = _mm512_set1_ps(clamp.hi);
     constexpr int P = kTile<J>;
     int64_t p = 0;
-    for (; p + P <= width; p += P) expand_tile<J, P>(x + p * c, c, w, block_stride, bias, lo, hi, out + p * J * kLanes);
-    if (p < width) expand_tail<J>(width - p, x + p * c, c, w, block_stride, bias, lo, hi, out + p * J * kLanes);
+    for (; p + P <= pixels; p += P)
+        pointwise_tile<J, P>(x + p * c, c, w, block_stride, bias, lo, hi, out + p * out_pixel, out_pixel,
+                             residual ? residual + p * out_pixel : nullptr, last_lanes);
+    if (p < pixels)
+        pointwise_tail<J>(pixels - p, x + p * c, c, w, block_stride, bias, lo, hi, out + p * out_pixel, out_pixel,
+                          residual ? residual + p * out_pixel : nullptr, last_lanes);
 }
 
 // One output pixel of the depthwise convolution for one block: r[0..2] point at
@@ -121,31 +141,136 @@ struct Geometry {
     int64_t h, w, c, m, stride, oh, ow;
 };
 
-// Blocks [first, first + J) of one image, row by row. `ring` has room for
-// kRingRows + 1 padded rows of J blocks; the last stays zero (rows outside the image).
+// Up to kMaxBlocks blocks of one image streamed row by row: the expanded rows
+// live in `ring` (kRingRows padded rows, then one that stays zero for rows
+// outside the image), `made` of them so far.
+struct Pass {
+    int64_t first = 0, blocks = 0;
+    AlignedFloats ring;
+    int64_t made = 0;
+
+    Pass(int64_t first_block, int64_t count, int64_t width)
+        : first(first_block), blocks(count),
+          ring(static_cast<size_t>((kRingRows + 1) * (width + 2) * count * kLanes), 0.0f) {}
+};
+
+// Depthwise output rows [oy0, oy1) of a pass's blocks, row oy at out + oy * ow * m.
 template <int J>
-[[gnu::target("avx512f")]] void run_blocks(const DepthwisePairWeights& weights, const Geometry& g, const float* x,
-                                           int64_t first, Clamp pointwise, Clamp depthwise, float* y, float* ring) {
+[[gnu::target("avx512f")]] void pass_rows(const DepthwisePairWeights& weights, const Geometry& g, const float* x,
+                                          Pass& pass, int64_t oy0, int64_t oy1, const Clamps& clamps, float* out) {
     constexpr int64_t pixel = J * kLanes;
     const int64_t row = (g.w + 2) * pixel;
-    std::memset(ring, 0, sizeof(float) * static_cast<size_t>(row * (kRingRows + 1)));
+    float* ring = pass.ring.data();
     const float* zero_row = ring + kRingRows * row;
     const int64_t block_stride = g.c * kLanes;
-    const float* pw = weights.pointwise.data() + first * block_stride;
-    const float* dw = weights.depthwise.data() + first * 9 * kLanes;
-    int64_t made = 0;  // expanded rows made so far
-    for (int64_t oy = 0; oy < g.oh; ++oy) {
+    const float* pw = weights.pointwise.data() + pass.first * block_stride;
+    const float* dw = weights.depthwise.data() + pass.first * 9 * kLanes;
+    for (int64_t oy = oy0; oy < oy1; ++oy) {
         const int64_t top = oy * g.stride - 1;
-        for (; made <= std::min(top + 2, g.h - 1); ++made)
-            expand_row<J>(x + made * g.w * g.c, g.w, g.c, pw, block_stride,
-                          weights.pointwise_bias.data() + first * kLanes, pointwise, ring + (made % kRingRows) * row + pixel);
+        for (; pass.made <= std::min(top + 2, g.h - 1); ++pass.made)
+            pointwise_pixels<J>(x + pass.made * g.w * g.c, g.w, g.c, pw, block_stride,
+                                weights.pointwise_bias.data() + pass.first * kLanes, clamps.pointwise,
+                                ring + (pass.made % kRingRows) * row + pixel, pixel, nullptr, 0xffff);
         const float* rows[3];
         for (int64_t i = 0; i < 3; ++i) {
             const int64_t iy = top + i;
             rows[i] = iy < 0 || iy >= g.h ? zero_row : ring + (iy % kRingRows) * row;
         }
-        depthwise_row<J>(rows, g.ow, g.stride, dw, weights.depthwise_bias.data() + first * kLanes, depthwise,
-                         y + oy * g.ow * g.m + first * kLanes, g.m);
+        depthwise_row<J>(rows, g.ow, g.stride, dw, weights.depthwise_bias.data() + pass.first * kLanes,
+                         clamps.depthwise, out + oy * g.ow * g.m + pass.first * kLanes, g.m);
+    }
+}
+
+void run_pass(const DepthwisePairWeights& weights, const Geometry& g, const float* x, Pass& pass, int64_t oy0,
+              int64_t oy1, const Clamps& clamps, float* out) {
+    switch (pass.blocks) {
+        case 1: return pass_rows<1>(weights, g, x, pass, oy0, oy1, clamps, out);
+        case 2: return pass_rows<2>(weights, g, x, pass, oy0, oy1, clamps, out);
+        case 3: return pass_rows<3>(weights, g, x, pass, oy0, oy1, clamps, out);
+        default: return pass_rows<4>(weights, g, x, pass, oy0, oy1, clamps, out);
+    }
+}
+
+// Blocks [first, first + count) as passes of near-equal widths of at most kMaxBlocks.
+std::vector<Pass> passes_of(int64_t first, int64_t count, int64_t width) {
+    std::vector<Pass> passes;
+    const int64_t n = (count + kMaxBlocks - 1) / kMaxBlocks;
+    for (int64_t i = 0; i < n; ++i)
+        passes.emplace_back(first + count * i / n, count * (i + 1) / n - count * i / n, width);
+    return passes;
+}
+
+// Pixels [0, pixels) of the projection of depthwise outputs `d` (m channels per
+// pixel) into `y` (and `residual`), out_channels per pixel.
+[[gnu::target("avx512f")]] void project(const DepthwisePairWeights& weights, const float* d, int64_t pixels,
+                                        int64_t m, Clamp clamp, const float* residual, float* y) {
+    const int64_t p = weights.out_channels, blocks = (p + kLanes - 1) / kLanes, block_stride = m * kLanes;
+    const int64_t groups = (blocks + kMaxBlocks - 1) / kMaxBlocks;
+    for (int64_t i = 0; i < groups; ++i) {
+        const int64_t from = blocks * i / groups, to = blocks * (i + 1) / groups;
+        const int64_t tail = std::min(kLanes, p - (to - 1) * kLanes);
+        const auto last_lanes = static_cast<__mmask16>((1u << tail) - 1);
+        const float* w = weights.projection.data() + from * block_stride;
+        const float* bias = weights.projection_bias.data() + from * kLanes;
+        const float* r = residual ? residual + from * kLanes : nullptr;
+        float* out = y + from * kLanes;
+        switch (to - from) {
+            case 1: pointwise_pixels<1>(d, pixels, m, w, block_stride, bias, clamp, out, p, r, last_lanes); break;
+            case 2: pointwise_pixels<2>(d, pixels, m, w, block_stride, bias, clamp, out, p, r, last_lanes); break;
+            case 3: pointwise_pixels<3>(d, pixels, m, w, block_stride, bias, clamp, out, p, r, last_lanes); break;
+            default: pointwise_pixels<4>(d, pixels, m, w, block_stride, bias, clamp, out, p, r, last_lanes); break;
+        }
+    }
+}
+
+// The pixels of a band that thread `rank` projects: between two barriers a
+// thread projects one band and makes the depthwise outputs of its channels for
+// the next, so the threads with fewer channels (16 at a time do not always
+// divide evenly) project more pixels, for equal multiply-adds.
+std::pair<int64_t, int64_t> projection_share(const DepthwisePairWeights& weights, const Geometry& g, int64_t rows,
+                                             int64_t pixels, int64_t team, int64_t rank) {
+    const int64_t blocks = g.m / kLanes;
+    const double per_block = static_cast<double>(kLanes * rows * (g.stride * g.w * g.c + g.ow * 9));
+    const double per_pixel = static_cast<double>(g.m * ((weights.out_channels + kLanes - 1) / kLanes * kLanes));
+    const double total = static_cast<double>(blocks) * per_block + static_cast<double>(pixels) * per_pixel;
+    double start = 0;
+    int64_t from = 0;
+    for (int64_t r = 0; r <= rank; ++r) {
+        const double own = static_cast<double>(blocks * (r + 1) / team - blocks * r / team) * per_block;
+        start += std::max(0.0, total / static_cast<double>(team) - own) / per_pixel;
+        const int64_t to = r == team - 1 ? pixels : std::clamp<int64_t>(std::llround(start), from, pixels);
+        if (r == rank) return {from, to};
+        from = to;
+    }
+    return {pixels, pixels};
+}
+
+// One image of the whole block with `team` threads (this one is `rank`): the
+// depthwise outputs go through `bands` (two buffers of band_rows rows) and are
+// projected as soon as a band is complete. Each thread makes the depthwise
+// outputs of its share of the channels, then projects its share of the band's
+// pixels; one barrier per band (the other buffer is being filled meanwhile).
+void run_block_image(const DepthwisePairWeights& weights, const Geometry& g, const float* x, const float* residual,
+                     float* y, const Clamps& clamps, int64_t team, int64_t rank, int64_t band_rows, float* bands[2]) {
+    const int64_t blocks = g.m / kLanes;
+    const int64_t first = blocks * rank / team;
+    auto passes = passes_of(first, blocks * (rank + 1) / team - first, g.w);
+    const int64_t band_count = (g.oh + band_rows - 1) / band_rows;
+    for (int64_t b = 0; b < band_count; ++b) {
+        const int64_t oy0 = b * band_rows, oy1 = std::min(g.oh, oy0 + band_rows);
+        float* band = bands[b % 2];
+        for (auto& pass : passes) run_pass(weights, g, x, pass, oy0, oy1, clamps, band - oy0 * g.ow * g.m);
+        if (team > 1) {
+#pragma omp barrier
+        }
+        const int64_t pixels = (oy1 - oy0) * g.ow;
+        const auto [p0, p1] = projection_share(weights, g, oy1 - oy0, pixels, team, rank);
+        const int64_t at = oy0 * g.ow + p0, p = weights.out_channels;
+        project(weights, band + p0 * g.m, p1 - p0, g.m, clamps.projection, residual ? residual + at * p : nullptr,
+                y + at * p);
+    }
+    if (team > 1) {
+#pragma omp barrier
     }
 }
 
@@ -176,33 +301,60 @@ DepthwisePairWeights pack_depthwise_pair(const float* pointwise, const float* po
     return p;
 }
 
+void add_projection(DepthwisePairWeights& p, const float* projection, const float* bias, int64_t out_channels) {
+    const int64_t m = p.channels, padded = (out_channels + kLanes - 1) / kLanes * kLanes;
+    p.out_channels = out_channels;
+    p.projection.assign(static_cast<size_t>(padded * m), 0.0f);
+    p.projection_bias.assign(static_cast<size_t>(padded), 0.0f);
+    for (int64_t o = 0; o < out_channels; ++o)
+        for (int64_t k = 0; k < m; ++k)
+            p.projection[((o / kLanes) * m + k) * kLanes + o % kLanes] = projection[o * m + k];
+    if (bias) std::copy(bias, bias + out_channels, p.projection_bias.begin());
+}
+
 void run_depthwise_pair(const DepthwisePairWeights& weights, const float* x, int64_t n, int64_t h, int64_t w,
-                        int64_t stride, Clamp pointwise, Clamp depthwise, float* y) {
+                        int64_t stride, const Clamps& clamps, const float* residual, float* y) {
     const Geometry g{h, w, weights.in_channels, weights.channels, stride, (h - 1) / stride + 1, (w - 1) / stride + 1};
-    const int64_t blocks = g.m / kLanes, units = n * blocks;
+    const int64_t blocks = g.m / kLanes;
+    const int64_t x_image = h * w * g.c, y_image = g.oh * g.ow * (weights.out_channels ? weights.out_channels : g.m);
+    if (weights.out_channels == 0) {
 #pragma omp parallel
-    {
-        // This thread's share of the (image, block) units, in runs of at most
-        // kMaxBlocks blocks of one image, of near-equal widths.
-        const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-        const int64_t begin = units * t / threads, end = units * (t + 1) / threads;
-        std::vector<float> ring(static_cast<size_t>((kRingRows + 1) * (w + 2) * kMaxBlocks * kLanes));
-        for (int64_t u = begin; u < end;) {
-            const int64_t image = u / blocks, first = u % blocks;
-            const int64_t count = std::min(blocks - first, end - u), passes = (count + kMaxBlocks - 1) / kMaxBlocks;
-            const float* xi = x + image * h * w * g.c;
-            float* yi = y + image * g.oh * g.ow * g.m;
-            for (int64_t pass = 0; pass < passes; ++pass) {
-                const int64_t from = first + count * pass / passes, to = first + count * (pass + 1) / passes;
-                switch (to - from) {
-                    case 1: run_blocks<1>(weights, g, xi, from, pointwise, depthwise, yi, ring.data()); break;
-                    case 2: run_blocks<2>(weights, g, xi, from, pointwise, depthwise, yi, ring.data()); break;
-                    case 3: run_blocks<3>(weights, g, xi, from, pointwise, depthwise, yi, ring.data()); break;
-                    default: run_blocks<4>(weights, g, xi, from, pointwise, depthwise, yi, ring.data()); break;
-                }
+        {
+            // This thread's share of the (image, block) units, every row of them.
+            const int64_t units = n * blocks, threads = omp_get_num_threads(), t = omp_get_thread_num();
+            const int64_t end = units * (t + 1) / threads;
+            for (int64_t u = units * t / threads; u < end;) {
+                const int64_t image = u / blocks, count = std::min(blocks - u % blocks, end - u);
+                for (auto& pass : passes_of(u % blocks, count, w))
+                    run_pass(weights, g, x + image * x_image, pass, 0, g.oh, clamps, y + image * y_image);
+                u += count;
             }
-            u += count;
         }
+        return;
+    }
+    const int64_t band_rows = std::min(g.oh, (kBandPixels + g.ow - 1) / g.ow);
+    const auto band_floats = static_cast<size_t>(band_rows * g.ow * g.m);
+    const int64_t threads = omp_get_max_threads();
+    if (n >= threads) {
+        // Whole images per thread.
+#pragma omp parallel
+        {
+            AlignedFloats buffer(2 * band_floats);
+            float* bands[2] = {buffer.data(), buffer.data() + band_floats};
+#pragma omp for schedule(static)
+            for (int64_t image = 0; image < n; ++image)
+                run_block_image(weights, g, x + image * x_image, residual ? residual + image * y_image : nullptr,
+                                y + image * y_image, clamps, 1, 0, band_rows, bands);
+        }
+        return;
+    }
+    // Fewer images than threads: the team shares each image.
+    AlignedFloats buffer(2 * band_floats);
+    float* bands[2] = {buffer.data(), buffer.data() + band_floats};
+    for (int64_t image = 0; image < n; ++image) {
+#pragma omp parallel
+        run_block_image(weights, g, x + image * x_image, residual ? residual + image * y_image : nullptr,
+                        y + image * y_image, clamps, omp_get_num_threads(), omp_get_thread_num(), band_rows, bands);
     }
 }
 
