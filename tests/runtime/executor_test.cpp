@@ -682,9 +682,11 @@ TEST(Executor, TransposesThatSwapBlocksOfAxesOrKeepTheOrder) {
     struct Case {
         std::vector<int64_t> shape, perm;
     };
+    // Then matrices of whole 16x16 blocks and remainders on both sides (floats move as blocks in registers).
     for (const auto& c : {Case{{2, 3, 1, 5}, {0, 2, 3, 1}}, Case{{3, 1, 4}, {1, 0, 2}}, Case{{4, 6}, {1, 0}},
-                          Case{{}, {}}}) {
+                          Case{{}, {}}, Case{{3, 40, 35}, {0, 2, 1}}, Case{{33, 64}, {1, 0}}}) {
         for (const auto type : {DataType::Float, DataType::UInt8}) {
+            if (type == DataType::UInt8 && vaiq::element_count(c.shape) > 255) continue;  // values are the indices
             vaiq::test::GraphBuilder b;
             std::vector<int64_t> out_shape;
             for (auto p : c.perm) out_shape.push_back(c.shape[p]);
@@ -1010,6 +1012,17 @@ namespace {
 // The fast exp path (AVX-512 where the CPU has it) against a plain transcription
 // of the same MLAS steps with std::ldexp for the final scaling, over the whole
 // reduced range, and its sum against MLAS's lane order.
+// The row maximum Softmax shifts by, wherever it sits: in a whole block of 16 or in the tail.
+TEST(OrtSoftmax, RowMaximumFindsEveryPosition) {
+    for (int64_t n = 1; n <= 40; ++n)
+        for (int64_t at = 0; at < n; ++at) {
+            std::vector<float> row(n);
+            for (int64_t j = 0; j < n; ++j) row[j] = -100.0f - static_cast<float>(j);
+            row[at] = -1.5f;
+            ASSERT_EQ(vaiq::runtime::ort_row_max(row.data(), n), -1.5f) << n << " " << at;
+        }
+}
+
 TEST(OrtSoftmax, FastScalingEqualsLdexpEverywhere) {
     std::vector<float> in;
     for (float v = -110.0f; v <= 0.0f; v += 0.0137f) in.push_back(v);

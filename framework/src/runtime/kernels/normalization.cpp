@@ -167,8 +167,7 @@ void softmax(KernelContext& ctx, std::vector<Tensor>& out) {
         for (int64_t o = 0; o < outer; ++o) {
             const float* row = xv.data() + o * n;
             float* dst = y.data() + o * n;
-            float best = std::numeric_limits<float>::lowest();
-            for (int64_t j = 0; j < n; ++j) best = std::max(best, row[j]);
+            const float best = ort_row_max(row, n);
             const float sum = ort_sum_exp(row, dst, n, -best);
             if constexpr (kKind == SoftmaxKind::Softmax) {
                 const float inv = 1.0f / sum;

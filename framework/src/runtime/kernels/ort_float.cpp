@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <limits>
 #include <vector>
 #include <cmath>
 
@@ -304,7 +305,25 @@ void sgemm_generic(const float* a, const float* b, float* c, int64_t m, int64_t 
     sgemm_rows(a, b, c, m, k, n);
 }
 
+[[gnu::target("avx512f")]] float row_max_avx512(const float* x, int64_t n) {
+    __m512 best = _mm512_set1_ps(std::numeric_limits<float>::lowest());
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) best = _mm512_max_ps(best, _mm512_loadu_ps(x + j));
+    const __mmask16 tail = static_cast<__mmask16>((1u << (n - j)) - 1);
+    best = _mm512_mask_max_ps(best, tail, best, _mm512_maskz_loadu_ps(tail, x + j));
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, best);
+    return *std::max_element(lanes, lanes + 16);
+}
+
 }  // namespace
+
+float ort_row_max(const float* x, int64_t n) {
+    if (has_avx512f()) return row_max_avx512(x, n);
+    float best = std::numeric_limits<float>::lowest();
+    for (int64_t j = 0; j < n; ++j) best = std::max(best, x[j]);
+    return best;
+}
 
 float ort_sum_exp(const float* in, float* out, int64_t n, float negative_maximum) {
     if (has_avx512f()) return sum_exp_avx512(in, out, n, negative_maximum);

@@ -12,6 +12,10 @@ namespace vaiq::runtime {
 /// MLAS's polynomial; returns their sum in its 16-lane order.
 float ort_sum_exp(const float* in, float* out, int64_t n, float negative_maximum);
 
+/// The maximum of a row, as MLAS finds it before Softmax (16 lanes at a time
+/// where the CPU has AVX-512; the maximum is the same in any order).
+float ort_row_max(const float* x, int64_t n);
+
 /// MLAS's error function (its AVX-512 kernel where the CPU has AVX-512, else FMA3).
 void ort_erf(const float* in, float* out, int64_t n);
 
