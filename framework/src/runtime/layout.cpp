@@ -164,6 +164,13 @@ std::optional<float> scalar_value(const onnx::GraphProto& graph, const GraphInde
     return v->data<float>()[0];
 }
 
+// A transpose back to NCHW that nothing reads: there only so that the NHWC
+// value before it can be tapped.
+bool is_tap_transpose(const onnx::NodeProto& node, const GraphIndex& index) {
+    return is_transpose(node, kToNchw) && index.consumers(node.output(0)).empty() &&
+           !index.is_graph_output(node.output(0));
+}
+
 // The one non-tap reader of `tensor` (an NHWC value), or -1 when there are
 // others or a known tap wants it (through the transpose back to NCHW).
 int only_reader(const onnx::GraphProto& graph, const GraphIndex& index, const std::string& tensor,
@@ -172,8 +179,7 @@ int only_reader(const onnx::GraphProto& graph, const GraphIndex& index, const st
     int reader = -1;
     for (const auto& use : index.consumers(tensor)) {
         const auto& n = graph.node(use.node);
-        const bool tap_only = is_transpose(n, kToNchw) && index.consumers(n.output(0)).empty() &&
-                              !index.is_graph_output(n.output(0));
+        const bool tap_only = is_tap_transpose(n, index);
         if (tap_only && !tapped.count(n.output(0))) continue;
         if (tap_only || reader >= 0) return -1;
         reader = use.node;
@@ -270,11 +276,12 @@ bool plain_geometry(const onnx::NodeProto& conv) {
     return (!pad || pad->s() == "NOTSET") && ints_or(conv, "dilations", {1, 1}) == std::vector<int64_t>{1, 1};
 }
 
-// A 1x1, stride-1, ungrouped NhwcConv with constant weights.
-bool is_pointwise(const onnx::NodeProto& conv, const GraphIndex& index) {
+// A 1x1, stride-1, ungrouped NhwcConv with constant weights (and a fused
+// residual, the fourth input, only when `residual_allowed`).
+bool is_pointwise(const onnx::NodeProto& conv, const GraphIndex& index, bool residual_allowed = false) {
     if (conv.op_type() != "NhwcConv" || conv.domain() != kInternalDomain || !plain_geometry(conv) ||
-        conv.input_size() > 3)
-        return false;  // (a fourth input is a fused residual)
+        conv.input_size() > (residual_allowed ? 4 : 3))
+        return false;
     const auto* w = index.initializer(conv.input(1));
     const auto* group = find_attribute(conv, "group");
     return w && w->dims_size() == 4 && w->dims(2) == 1 && w->dims(3) == 1 && (!group || group->i() == 1) &&
@@ -320,7 +327,7 @@ void fuse_depthwise(onnx::GraphProto& graph, const std::set<std::string>& tapped
         bool fusable = true;
         for (const auto& use : index.consumers(pointwise.output(0))) {
             const auto& n = graph.node(use.node);
-            if (is_transpose(n, kToNchw) && index.consumers(n.output(0)).empty() && !index.is_graph_output(n.output(0))) {
+            if (is_tap_transpose(n, index)) {
                 fusable = fusable && !tapped.count(n.output(0));
                 continue;
             }
@@ -358,9 +365,7 @@ bool only_for_untapped(const onnx::GraphProto& graph, const GraphIndex& index, c
         if (index.is_graph_output(out)) return false;
         for (const auto& use : index.consumers(out)) {
             const auto& n = graph.node(use.node);
-            if (!is_transpose(n, kToNchw) || !index.consumers(n.output(0)).empty() ||
-                index.is_graph_output(n.output(0)) || tapped.count(n.output(0)))
-                return false;
+            if (!is_tap_transpose(n, index) || tapped.count(n.output(0))) return false;
         }
     }
     return true;
@@ -374,15 +379,8 @@ void fuse_projections(onnx::GraphProto& graph, const std::set<std::string>& tapp
     const GraphIndex index(graph);
     for (int i = 0; i < graph.node_size(); ++i) {
         const auto& projection = graph.node(i);
-        if (projection.op_type() != "NhwcConv" || projection.domain() != kInternalDomain || !plain_geometry(projection) ||
-            projection.input_size() > 4)
-            continue;
+        if (!is_pointwise(projection, index, true)) continue;
         const auto* w = index.initializer(projection.input(1));
-        const auto* group = find_attribute(projection, "group");
-        if (!w || w->dims_size() != 4 || w->dims(2) != 1 || w->dims(3) != 1 || (group && group->i() != 1) ||
-            ints_or(projection, "strides", {1, 1}) != std::vector<int64_t>{1, 1} ||
-            ints_or(projection, "pads", {0, 0, 0, 0}) != std::vector<int64_t>{0, 0, 0, 0})
-            continue;
         const int p = index.producer(projection.input(0));
         if (p < 0) continue;
         const auto& pair = graph.node(p);
@@ -393,9 +391,8 @@ void fuse_projections(onnx::GraphProto& graph, const std::set<std::string>& tapp
         for (const auto& use : index.consumers(pair.output(0))) {
             if (use.node == i) continue;
             const auto& n = graph.node(use.node);
-            const bool tap = is_transpose(n, kToNchw) && index.consumers(n.output(0)).empty() &&
-                             !index.is_graph_output(n.output(0));
-            alone = alone && (tap ? !tapped.count(n.output(0)) : only_for_untapped(graph, index, n, tapped));
+            alone = alone && (is_tap_transpose(n, index) ? !tapped.count(n.output(0))
+                                                         : only_for_untapped(graph, index, n, tapped));
         }
         if (!alone) continue;
         onnx::NodeProto fused = pair;

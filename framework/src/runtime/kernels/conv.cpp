@@ -24,9 +24,9 @@ struct ConvState {
 };
 
 // A Relu/Clip the layout optimisation fused in (attributes <prefix>_min and
-// <prefix>_max): clamped as the op would, in the same pass.
-// A plain Relu goes in as oneDNN's relu, which every convolution implementation
-// takes (the Winograd ones take no clip).
+// <prefix>_max): clamped as the op would, in the same pass. A plain Relu goes
+// in as oneDNN's relu, which every convolution implementation takes (the
+// Winograd ones take no clip).
 void append_activation(dnnl::post_ops& ops, const Attributes& attributes, const std::string& prefix) {
     if (!attributes.has(prefix + "_min")) return;
     const float lo = attributes.get_float(prefix + "_min", 0.0f), hi = attributes.get_float(prefix + "_max", 0.0f);
@@ -333,9 +333,10 @@ void conv_depthwise(KernelContext& ctx, std::vector<Tensor>& out) {
     const int64_t stride = ctx.attributes.get_int("depthwise_stride", 1);
     if (stride < 1) ctx.fail("depthwise_stride must be positive");
     const bool projected = ctx.has_input(5);
-    const int64_t p = projected ? ctx.input(5).shape()[0] : 0;
+    const auto& pj_shape = projected ? ctx.input(5).shape() : std::vector<int64_t>{};
+    const int64_t p = pj_shape.empty() ? 0 : pj_shape[0];
     if (projected) {
-        if (ctx.input(5).type() != DataType::Float || ctx.input(5).shape() != std::vector<int64_t>{p, m, 1, 1})
+        if (ctx.input(5).type() != DataType::Float || pj_shape != std::vector<int64_t>{p, m, 1, 1})
             ctx.fail("the projection is not a 1x1 convolution of the depthwise outputs");
         if (ctx.has_input(6) && (ctx.input(6).type() != DataType::Float || ctx.input(6).size() != p))
             ctx.fail("the projection's bias does not match its output channels");
@@ -363,10 +364,9 @@ void conv_depthwise(KernelContext& ctx, std::vector<Tensor>& out) {
         if (constant) states->packed = packed;
     }
     // A donated residual becomes the output, each element read before it is written.
-    Tensor y = residual && ctx.donated.size() > 7 && ctx.donated[7] ? ctx.take_input(7)
-                                                                      : Tensor::uninitialized(DataType::Float, y_shape);
-    const float* r = !residual ? nullptr : ctx.donated.size() > 7 && ctx.donated[7] ? y.data<float>().data()
-                                                                                      : residual->data<float>().data();
+    const bool donated = residual && ctx.donated.size() > 7 && ctx.donated[7];
+    Tensor y = donated ? ctx.take_input(7) : Tensor::uninitialized(DataType::Float, y_shape);
+    const float* r = donated ? y.data<float>().data() : residual ? residual->data<float>().data() : nullptr;
     const Clamps clamps{clamp_of(ctx.attributes, "activation"), clamp_of(ctx.attributes, "depthwise_activation"),
                         clamp_of(ctx.attributes, "projection_activation")};
     run_depthwise_pair(*packed, x.data<float>().data(), n, h, w, stride, clamps, r, y.mutable_data<float>().data());
