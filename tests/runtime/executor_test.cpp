@@ -596,6 +596,53 @@ TEST(Executor, ABiasAddedToAMatMulByAWeightRunsInsideIt) {
     EXPECT_EQ(calls.at("Add"), 1) << "known beforehand, the tapped product is not fused away";
 }
 
+// MatMul by a weight, bias Add, spelled-out Gelu (a transformer's MLP), and
+// with `quantized` a QuantizeLinear/DequantizeLinear pair after it.
+vaiq::Model matmul_gelu(bool quantized) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {2, 5, 8}).output("y", {2, 5, 12});
+    b.initializer("w", vaiq::test::ramp({8, 12}, -0.6f, 0.013f));
+    b.initializer("bias", vaiq::test::ramp({12}, 0.25f, -0.05f));
+    for (const auto& [name, v] : {std::pair{"sqrt2", 1.4142135f}, {"one", 1.0f}, {"half", 0.5f}, {"scale", 0.01f}})
+        b.initializer(name, Tensor::from_values<float>({}, std::vector<float>{v}));
+    b.initializer("zero", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{128}));
+    b.node("MatMul", {"x", "w"}, {"product"});
+    b.node("Add", {"product", "bias"}, {"h"});
+    b.node("Div", {"h", "sqrt2"}, {"scaled"});
+    b.node("Erf", {"scaled"}, {"erf"});
+    b.node("Add", {"erf", "one"}, {"erf1"});
+    b.node("Mul", {"h", "erf1"}, {"doubled"});
+    b.node("Mul", {"doubled", "half"}, {quantized ? "g" : "y"});
+    if (quantized) {
+        b.node("QuantizeLinear", {"g", "scale", "zero"}, {"q"});
+        b.node("DequantizeLinear", {"q", "scale", "zero"}, {"y"});
+    }
+    return b.build();
+}
+
+TEST(Executor, AGeluAfterAMatMulRunsInsideIt) {
+    const Tensor x = vaiq::test::ramp({2, 5, 8}, -2.0f, 0.05f);
+    auto calls = compare_rewrites(matmul_gelu(false), x, {}, 1e-5f);
+    EXPECT_EQ(calls.at("MatMul"), 1);
+    EXPECT_EQ(calls.count("Gelu") + calls.count("Erf") + calls.count("Add"), 0u) << "oneDNN's Gelu as it writes";
+    calls = compare_rewrites(matmul_gelu(false), x, {"h"}, 1e-5f, true);
+    EXPECT_EQ(calls.at("Gelu"), 1) << "the product tapped: it stays, and so does the Gelu kernel";
+    // In a model that quantizes, the fused Gelu is MLAS's, to the bit: what the Gelu kernel computes.
+    const auto model = matmul_gelu(true);
+    vaiq::runtime::ExecutorOptions options{.threads = 1, .profile = true};
+    Executor fused(model, options);
+    options.taps = {"h"};
+    Executor separate(model, options);
+    Tensor a, b;
+    fused.run({{"x", x}}, {"g"}, [&](const std::string&, const Tensor& t) { a = t; });
+    separate.run({{"x", x}}, {"g"}, [&](const std::string&, const Tensor& t) { b = t; });
+    std::map<std::string, int64_t> fused_calls;
+    for (const auto& p : fused.profile()) fused_calls[p.op_type] = p.calls;
+    EXPECT_EQ(fused_calls.count("Gelu"), 0u);
+    ASSERT_EQ(a.size(), b.size());
+    for (int64_t i = 0; i < a.size(); ++i) ASSERT_EQ(a.data<float>()[i], b.data<float>()[i]) << i;
+}
+
 // Gemm with one or two rows of A (a classifier at batch 1 or 2), B plain and
 // transposed, with C, against the sums computed here.
 TEST(Executor, GemmOfAFewRowsMatchesTheDefinition) {

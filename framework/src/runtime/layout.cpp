@@ -458,12 +458,45 @@ bool fuse_matmul_bias(onnx::GraphProto& graph, const std::set<std::string>& tapp
     return changed;
 }
 
+// A fused Gelu whose input is a MatMul with a bias (above) that nothing else
+// wants (only the spelled-out Gelu's own nodes read it, and no tap): the Gelu
+// becomes that product with attribute activation = "gelu", applied as the
+// product is written. The plain product stays for taps.
+bool fuse_matmul_gelus(onnx::GraphProto& graph, const std::set<std::string>& tapped,
+                       const std::vector<PatternMatch>& gelus) {
+    const GraphIndex index(graph);
+    bool changed = false;
+    for (const auto& match : gelus) {
+        const auto& gelu = graph.node(match.last);
+        if (gelu.op_type() != "Gelu" || gelu.domain() != kInternalDomain) continue;  // not fused
+        const auto& product = gelu.input(0);
+        const int p = index.producer(product);
+        if (p < 0 || index.is_graph_output(product) || tapped.count(product)) continue;
+        const auto& matmul = graph.node(p);
+        if (matmul.op_type() != "MatMul" || matmul.domain() != kInternalDomain || matmul.input_size() != 3) continue;
+        const bool only_gelu = std::all_of(index.consumers(product).begin(), index.consumers(product).end(), [&](const Use& u) {
+            return u.node == match.last || std::find(match.nodes.begin(), match.nodes.end(), u.node) != match.nodes.end();
+        });
+        if (!only_gelu) continue;
+        onnx::NodeProto fused = matmul;
+        fused.set_name(gelu.name());
+        fused.set_output(0, gelu.output(0));
+        auto* a = fused.add_attribute();
+        a->set_name("activation");
+        a->set_type(onnx::AttributeProto::STRING);
+        a->set_s("gelu");
+        *graph.mutable_node(match.last) = std::move(fused);
+        changed = true;
+    }
+    return changed;
+}
+
 }  // namespace
 
 bool fuse_patterns(onnx::GraphProto& graph, const std::set<std::string>& tapped) {
     auto matches = find_layer_norms(graph);
     auto gelus = find_gelus(graph);
-    matches.insert(matches.end(), std::make_move_iterator(gelus.begin()), std::make_move_iterator(gelus.end()));
+    matches.insert(matches.end(), gelus.begin(), gelus.end());
     bool changed = false;
     for (auto& match : matches) {
         if (match.fused.op_type() == "LayerNormalization" && match.fused.input_size() < 2) continue;  // no scale
@@ -477,6 +510,7 @@ bool fuse_patterns(onnx::GraphProto& graph, const std::set<std::string>& tapped)
         changed = true;
     }
     changed = fuse_matmul_bias(graph, tapped) || changed;
+    changed = fuse_matmul_gelus(graph, tapped, gelus) || changed;
     if (changed) sort_nodes(graph);  // a fused node reads the pattern's input, which may come later in the list
     return changed;
 }

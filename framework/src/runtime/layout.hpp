@@ -28,8 +28,9 @@ bool optimize_layout(onnx::GraphProto& graph, const std::set<std::string>& tappe
 /// Rewrites `graph` in place: the last node of each spelled-out LayerNorm (with
 /// a scale) and Gelu (vaiq/patterns.hpp) becomes one internal LayerNormalization
 /// or Gelu writing the same tensor, and an Add of a bias to a MatMul by a weight
-/// an internal MatMul with the bias; the other nodes stay and run only when a
-/// tap wants their values; patterns with a tensor in `tapped` inside stay as
+/// an internal MatMul with the bias (and a Gelu of such a product the product
+/// with attribute activation = "gelu"); the other nodes stay and run only when
+/// a tap wants their values; patterns with a tensor in `tapped` inside stay as
 /// they are. Returns whether anything changed.
 bool fuse_patterns(onnx::GraphProto& graph, const std::set<std::string>& tapped = {});
 

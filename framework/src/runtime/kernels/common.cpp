@@ -102,4 +102,11 @@ double read_scalar(const KernelContext& ctx, const Tensor& t) {
     return v;
 }
 
+bool quantizes(const Model& model) {
+    for (const auto& node : model.graph().node())
+        if (node.op_type() == "QuantizeLinear" || node.op_type() == "DequantizeLinear" || node.op_type() == "FixNeuron")
+            return true;
+    return false;
+}
+
 }  // namespace vaiq::runtime

@@ -120,6 +120,12 @@ Tensor permute4(const Tensor& t, const std::vector<int64_t>& perm);
 /// `out_shape` (0 where the input is broadcast).
 std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& shape, const std::vector<int64_t>& out_shape);
 
+/// Whether the model quantizes values (QuantizeLinear, DequantizeLinear,
+/// FixNeuron). There the last bits of a float op before a quantization decide
+/// which integer it rounds to, so kernels keep ONNX Runtime's arithmetic instead
+/// of faster equivalents (Winograd convolutions, oneDNN's Gelu).
+bool quantizes(const Model& model);
+
 /// Loops over big enough work in parallel (OpenMP, the executor's thread count).
 constexpr int64_t kParallelGrain = 1 << 14;
 

@@ -42,23 +42,13 @@ void append_activation(dnnl::post_ops& ops, const Attributes& attributes, const 
 // channels at 56x56 1.97 -> 1.01 ms, 128 at 28x28 1.91 -> 0.62 ms, 16 -> 64 at
 // 55x55 0.49 -> 0.33 ms) with results within a few 1e-6 of the direct ones.
 // They take blocked layouts only, so the tensors are reordered around them,
-// and no clip post-op, so a Relu6 keeps a convolution direct.
+// and no clip post-op, so a Relu6 keeps a convolution direct. Never in a model
+// that quantizes (see quantizes()).
 bool winograd_candidate(const std::vector<int64_t>& kernel, const WindowGeometry& window, int64_t group, int64_t c,
                         int64_t m, bool accumulates) {
     const auto ones = std::vector<int64_t>(kernel.size(), 1);
     return kernel == std::vector<int64_t>{3, 3} && window.strides == ones && window.dilations == ones && group == 1 &&
            c >= 16 && m >= 16 && !accumulates;
-}
-
-// Whether the model quantizes values (QuantizeLinear, DequantizeLinear,
-// FixNeuron). There the last bits of a float convolution decide which integer
-// a later quantization rounds to, so convolutions sum directly, as ONNX
-// Runtime does, and never by Winograd's transforms.
-bool quantizes(const Model& model) {
-    for (const auto& node : model.graph().node())
-        if (node.op_type() == "QuantizeLinear" || node.op_type() == "DequantizeLinear" || node.op_type() == "FixNeuron")
-            return true;
-    return false;
 }
 
 // The primitive for `ctx`'s input shape (kept in `state` across runs) with

@@ -24,13 +24,18 @@ struct DnnlProduct {
     dnnl::matmul primitive;
     dnnl::memory::desc a, b, c;
     ConstantOperand cached_b;
+    bool exact_gelu = false;  ///< MLAS's Gelu after the product, not oneDNN's inside it
 };
 
 // Writes input 0 x input 1 (+ `bias`, one value per column, when given) into
-// `y`, laid out as `a`, `b` and `c` describe.
+// `y`, laid out as `a`, `b` and `c` describe; then the Gelu of attribute
+// activation = "gelu" (the executor's fusion): oneDNN's, as it writes, or
+// MLAS's after it in a model that quantizes (where its last bits decide roundings).
 void dnnl_product(KernelContext& ctx, std::vector<int64_t> key, const dnnl::memory::desc& a_desc,
                   const dnnl::memory::desc& b_desc, const dnnl::memory::desc& c_desc, Tensor& y,
                   const Tensor* bias = nullptr) {
+    const bool gelu = ctx.attributes.get_string("activation", "") == "gelu";
+    if (!gelu && ctx.attributes.has("activation")) ctx.fail("unknown activation " + ctx.attributes.get_string("activation", ""));
     dnnl::memory::dims bias_dims(c_desc.dims().size(), 1);
     bias_dims.back() = c_desc.dims().back();
     const dnnl::memory::desc bias_desc(bias_dims, dnnl::memory::data_type::f32, plain_tag(bias_dims.size()));
@@ -47,9 +52,14 @@ void dnnl_product(KernelContext& ctx, std::vector<int64_t> key, const dnnl::memo
         state->c = c_desc;
         const dnnl::memory::desc b_any(b_desc.dims(), dnnl::memory::data_type::f32, dnnl::memory::format_tag::any);
         const auto& weights_desc = constant_b ? b_any : b_desc;
+        state->exact_gelu = gelu && quantizes(ctx.model);
+        dnnl::post_ops ops;
+        if (gelu && !state->exact_gelu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
+        dnnl::primitive_attr attr;
+        attr.set_post_ops(ops);
         state->pd = dnnl::matmul::primitive_desc(bias ? dnnl::matmul::desc(a_desc, weights_desc, bias_desc, c_desc)
                                                       : dnnl::matmul::desc(a_desc, weights_desc, c_desc),
-                                                 cpu_engine());
+                                                 attr, cpu_engine());
         state->primitive = dnnl::matmul(state->pd);
         ctx.state = state;
     }
@@ -60,6 +70,11 @@ void dnnl_product(KernelContext& ctx, std::vector<int64_t> key, const dnnl::memo
     if (bias) args.emplace(DNNL_ARG_BIAS, wrap(bias_desc, *bias));
     state->primitive.execute(stream, args);
     stream.wait();
+    if (state->exact_gelu) {
+        Tensor g = Tensor::uninitialized(DataType::Float, y.shape());
+        ort_gelu(y.data<float>().data(), g.mutable_data<float>().data(), y.size());
+        y = std::move(g);
+    }
 }
 
 // Float MatMul: both operands brought to the same rank (batch dimensions of 1 broadcast).
