@@ -187,6 +187,14 @@ int only_reader(const onnx::GraphProto& graph, const GraphIndex& index, const st
     return reader;
 }
 
+// A copy of `base` to take `replaced`'s place: its name and (first) output.
+onnx::NodeProto in_place_of(const onnx::NodeProto& base, const onnx::NodeProto& replaced) {
+    onnx::NodeProto fused = base;
+    fused.set_name(replaced.name());
+    fused.set_output(0, replaced.output(0));
+    return fused;
+}
+
 // Add(NhwcConv(...), r) — a residual connection — becomes the convolution with
 // r as a fourth input, added to its result in the same pass (and in r's buffer
 // when nothing else reads r later). The plain convolution stays for taps.
@@ -203,11 +211,9 @@ void fuse_residual_adds(onnx::GraphProto& graph, const std::set<std::string>& ta
             if (conv.op_type() != "NhwcConv" || conv.domain() != kInternalDomain || conv.input_size() > 3 ||
                 find_attribute(conv, "activation_min") || only_reader(graph, index, conv.output(0), tapped) != i)
                 continue;
-            onnx::NodeProto fused = conv;
-            fused.set_name(add.name());
+            onnx::NodeProto fused = in_place_of(conv, add);
             while (fused.input_size() < 3) fused.add_input("");
             fused.add_input(add.input(1 - k));
-            fused.set_output(0, add.output(0));
             *graph.mutable_node(i) = std::move(fused);
             break;
         }
@@ -249,9 +255,7 @@ void fuse_activations(onnx::GraphProto& graph, const std::set<std::string>& tapp
             };
             if (!bound(1, lo) || !bound(2, hi)) continue;
         }
-        onnx::NodeProto fused = conv;
-        fused.set_name(act.name());
-        fused.set_output(0, act.output(0));
+        onnx::NodeProto fused = in_place_of(conv, act);
         auto* a = fused.add_attribute();
         a->set_name("activation_min");
         a->set_type(onnx::AttributeProto::FLOAT);
@@ -395,10 +399,8 @@ void fuse_projections(onnx::GraphProto& graph, const std::set<std::string>& tapp
                                                          : only_for_untapped(graph, index, n, tapped));
         }
         if (!alone) continue;
-        onnx::NodeProto fused = pair;
-        fused.set_name(projection.name());
+        onnx::NodeProto fused = in_place_of(pair, projection);
         for (int k = 1; k < 4; ++k) fused.add_input(k < projection.input_size() ? projection.input(k) : "");
-        fused.set_output(0, projection.output(0));
         copy_float_attribute(projection, "activation_min", fused, "projection_activation_min");
         copy_float_attribute(projection, "activation_max", fused, "projection_activation_max");
         *graph.mutable_node(i) = std::move(fused);
@@ -445,11 +447,9 @@ bool fuse_matmul_bias(onnx::GraphProto& graph, const std::set<std::string>& tapp
                 bias->dims(0) != b->dims(1) || index.consumers(product).size() != 1 ||
                 index.is_graph_output(product) || tapped.count(product))
                 continue;
-            onnx::NodeProto fused = matmul;
+            onnx::NodeProto fused = in_place_of(matmul, add);
             fused.set_domain(kInternalDomain);
-            fused.set_name(add.name());
             fused.add_input(add.input(1 - k));
-            fused.set_output(0, add.output(0));
             *graph.mutable_node(i) = std::move(fused);
             changed = true;
             break;
@@ -478,9 +478,7 @@ bool fuse_matmul_gelus(onnx::GraphProto& graph, const std::set<std::string>& tap
             return u.node == match.last || std::find(match.nodes.begin(), match.nodes.end(), u.node) != match.nodes.end();
         });
         if (!only_gelu) continue;
-        onnx::NodeProto fused = matmul;
-        fused.set_name(gelu.name());
-        fused.set_output(0, gelu.output(0));
+        onnx::NodeProto fused = in_place_of(matmul, gelu);
         auto* a = fused.add_attribute();
         a->set_name("activation");
         a->set_type(onnx::AttributeProto::STRING);
