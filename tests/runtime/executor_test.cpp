@@ -475,6 +475,20 @@ TEST(Layout, TheFusedPairMatchesTheTwoConvolutionsForEveryBlockCountAndStride) {
                 }
 }
 
+// One image tall enough that two threads take half of its rows each (the
+// expanded rows at the cut made by both), with and without a residual.
+TEST(Layout, TwoThreadsShareATallImageByRows) {
+    for (const auto skip : {Skip::none, Skip::convolution})
+        for (const int64_t stride : {1, 2}) {
+            if (skip != Skip::none && stride != 1) continue;
+            SCOPED_TRACE(fmt::format("skip {}, stride {}", static_cast<int>(skip), stride));
+            const auto model = inverted_residual(stride, 1, 49, 48, skip);
+            const Tensor x = vaiq::test::ramp({1, 3, 49, 49}, -1.0f, 0.0008f);
+            const auto calls = compare_rewrites(model, x, {}, 1e-4f, false, 2);
+            EXPECT_EQ(calls.at("NhwcConvDepthwise"), 1);
+        }
+}
+
 // The projection adds the block's input (read again by the expansion: a copy
 // is kept) or a skip convolution's output (read last here: written over).
 TEST(Layout, TheProjectionAddsTheResidual) {

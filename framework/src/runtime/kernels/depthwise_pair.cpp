@@ -22,6 +22,8 @@ constexpr int64_t kRingRows = 4;  ///< a 3x3 window reads 3 consecutive rows; on
 /// Depthwise outputs a projection takes at once: enough pixels that its weights
 /// are read from cache few times, few enough rows that they stay in L2.
 constexpr int64_t kBandPixels = 96;
+/// Output rows per thread from which threads share an image by rows, not channels.
+constexpr int64_t kRowsPerThread = 12;
 
 // Pixels per tile of the 1x1 convolutions for J blocks: about 24 accumulators of the 32 registers.
 template <int J>
@@ -149,9 +151,9 @@ struct Pass {
     AlignedFloats ring;
     int64_t made = 0;
 
-    Pass(int64_t first_block, int64_t count, int64_t width)
+    Pass(int64_t first_block, int64_t count, int64_t width, int64_t first_row)
         : first(first_block), blocks(count),
-          ring(static_cast<size_t>((kRingRows + 1) * (width + 2) * count * kLanes), 0.0f) {}
+          ring(static_cast<size_t>((kRingRows + 1) * (width + 2) * count * kLanes), 0.0f), made(first_row) {}
 };
 
 // Depthwise output rows [oy0, oy1) of a pass's blocks, row oy at out + oy * ow * m.
@@ -191,12 +193,14 @@ void run_pass(const DepthwisePairWeights& weights, const Geometry& g, const floa
     }
 }
 
-// Blocks [first, first + count) as passes of near-equal widths of at most kMaxBlocks.
-std::vector<Pass> passes_of(int64_t first, int64_t count, int64_t width) {
+// Blocks [first, first + count) as passes of near-equal widths of at most
+// kMaxBlocks, for output rows from `first_output_row` on.
+std::vector<Pass> passes_of(const Geometry& g, int64_t first, int64_t count, int64_t first_output_row = 0) {
     std::vector<Pass> passes;
     const int64_t n = (count + kMaxBlocks - 1) / kMaxBlocks;
+    const int64_t first_row = std::max<int64_t>(0, first_output_row * g.stride - 1);  // the window's top row
     for (int64_t i = 0; i < n; ++i)
-        passes.emplace_back(first + count * i / n, count * (i + 1) / n - count * i / n, width);
+        passes.emplace_back(first + count * i / n, count * (i + 1) / n - count * i / n, g.w, first_row);
     return passes;
 }
 
@@ -245,19 +249,21 @@ std::pair<int64_t, int64_t> projection_share(const DepthwisePairWeights& weights
     return {pixels, pixels};
 }
 
-// One image of the whole block with `team` threads (this one is `rank`): the
-// depthwise outputs go through `bands` (two buffers of band_rows rows) and are
-// projected as soon as a band is complete. Each thread makes the depthwise
-// outputs of its share of the channels, then projects its share of the band's
-// pixels; one barrier per band (the other buffer is being filled meanwhile).
+// Output rows [rows_begin, rows_end) of one image of the whole block with
+// `team` threads (this one is `rank`): the depthwise outputs go through `bands`
+// (two buffers of band_rows rows) and are projected as soon as a band is
+// complete. Each thread makes the depthwise outputs of its share of the
+// channels, then projects its share of the band's pixels; one barrier per band
+// (the other buffer is being filled meanwhile).
 void run_block_image(const DepthwisePairWeights& weights, const Geometry& g, const float* x, const float* residual,
-                     float* y, const Clamps& clamps, int64_t team, int64_t rank, int64_t band_rows, float* bands[2]) {
+                     float* y, const Clamps& clamps, int64_t team, int64_t rank, int64_t rows_begin, int64_t rows_end,
+                     int64_t band_rows, float* bands[2]) {
     const int64_t blocks = g.m / kLanes;
     const int64_t first = blocks * rank / team;
-    auto passes = passes_of(first, blocks * (rank + 1) / team - first, g.w);
-    const int64_t band_count = (g.oh + band_rows - 1) / band_rows;
+    auto passes = passes_of(g, first, blocks * (rank + 1) / team - first, rows_begin);
+    const int64_t band_count = (rows_end - rows_begin + band_rows - 1) / band_rows;
     for (int64_t b = 0; b < band_count; ++b) {
-        const int64_t oy0 = b * band_rows, oy1 = std::min(g.oh, oy0 + band_rows);
+        const int64_t oy0 = rows_begin + b * band_rows, oy1 = std::min(rows_end, oy0 + band_rows);
         float* band = bands[b % 2];
         for (auto& pass : passes) run_pass(weights, g, x, pass, oy0, oy1, clamps, band - oy0 * g.ow * g.m);
         if (team > 1) {
@@ -325,7 +331,7 @@ void run_depthwise_pair(const DepthwisePairWeights& weights, const float* x, int
             const int64_t end = units * (t + 1) / threads;
             for (int64_t u = units * t / threads; u < end;) {
                 const int64_t image = u / blocks, count = std::min(blocks - u % blocks, end - u);
-                for (auto& pass : passes_of(u % blocks, count, w))
+                for (auto& pass : passes_of(g, u % blocks, count))
                     run_pass(weights, g, x + image * x_image, pass, 0, g.oh, clamps, y + image * y_image);
                 u += count;
             }
@@ -335,26 +341,32 @@ void run_depthwise_pair(const DepthwisePairWeights& weights, const float* x, int
     const int64_t band_rows = std::min(g.oh, (kBandPixels + g.ow - 1) / g.ow);
     const auto band_floats = static_cast<size_t>(band_rows * g.ow * g.m);
     const int64_t threads = omp_get_max_threads();
-    if (n >= threads) {
-        // Whole images per thread.
+    if (n >= threads || g.oh >= kRowsPerThread * threads) {
+        // Whole images per thread, or with fewer images than threads, tall ones
+        // cut into a band of rows per thread (the expanded rows at a cut are made
+        // by both threads: 2 of 56 rows, against barriers and channel shares).
 #pragma omp parallel
         {
             AlignedFloats buffer(2 * band_floats);
             float* bands[2] = {buffer.data(), buffer.data() + band_floats};
-#pragma omp for schedule(static)
-            for (int64_t image = 0; image < n; ++image)
+            const int64_t team = omp_get_num_threads(), rank = omp_get_thread_num();
+            const bool whole = n >= team;
+            const int64_t first = whole ? n * rank / team : 0, last = whole ? n * (rank + 1) / team : n;
+            for (int64_t image = first; image < last; ++image)
                 run_block_image(weights, g, x + image * x_image, residual ? residual + image * y_image : nullptr,
-                                y + image * y_image, clamps, 1, 0, band_rows, bands);
+                                y + image * y_image, clamps, 1, 0, whole ? 0 : g.oh * rank / team,
+                                whole ? g.oh : g.oh * (rank + 1) / team, band_rows, bands);
         }
         return;
     }
-    // Fewer images than threads: the team shares each image.
+    // Fewer images than threads, and short: the team shares each image's channels.
     AlignedFloats buffer(2 * band_floats);
     float* bands[2] = {buffer.data(), buffer.data() + band_floats};
     for (int64_t image = 0; image < n; ++image) {
 #pragma omp parallel
         run_block_image(weights, g, x + image * x_image, residual ? residual + image * y_image : nullptr,
-                        y + image * y_image, clamps, omp_get_num_threads(), omp_get_thread_num(), band_rows, bands);
+                        y + image * y_image, clamps, omp_get_num_threads(), omp_get_thread_num(), 0, g.oh, band_rows,
+                        bands);
     }
 }
 
