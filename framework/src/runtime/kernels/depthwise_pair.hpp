@@ -50,11 +50,12 @@ void add_projection(DepthwisePairWeights& weights, const float* projection, cons
 /// d = clamp(depthwise3x3(clamp(x * pointwise + b), pad 1, stride) + b) for NHWC
 /// x [n, h, w, C], stride 1 or 2; y (NHWC) = d [n, oh, ow, M] without a
 /// projection, else clamp(d * projection + b + residual) [n, oh, ow, P]
-/// (residual: null or of y's shape; it may be y itself). Threads (OpenMP)
-/// share the channels of the expansion and depthwise convolution (each
-/// channel's depthwise convolution reads only its own expanded channel, so no
-/// row is made twice), and the pixels of the projection; with at least as many
-/// images as threads each thread takes whole images.
+/// (residual: null or of y's shape; it may be y itself). Threads (OpenMP) take
+/// whole images when there are enough; else a band of rows of a tall image
+/// each, or of a short one a share of the channels of the expansion and
+/// depthwise convolution (each channel's depthwise convolution reads only its
+/// own expanded channel, so no row is made twice) and then of the projection's
+/// pixels. Without a projection they share (image, 16 channels) pairs.
 void run_depthwise_pair(const DepthwisePairWeights& weights, const float* x, int64_t n, int64_t h, int64_t w,
                         int64_t stride, const Clamps& clamps, const float* residual, float* y);
 
