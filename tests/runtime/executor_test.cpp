@@ -856,9 +856,13 @@ namespace {
 // QLinearConv on the int8 path against a brute-force loop, for uint8 and int8
 // inputs with a non-zero zero point, padding (filled with that zero point),
 // strides and groups: the integer sums must be exact.
+struct ConvGeometry {
+    int64_t n, c, h, w, m, group, k, stride, pad;
+};
+
 template <typename X>
-void check_qlinear_conv() {
-    const int64_t n = 2, c = 4, h = 7, w = 6, m = 6, group = 2, k = 3, stride = 2, pad = 1;
+void check_qlinear_conv(const ConvGeometry& geometry) {
+    const auto [n, c, h, w, m, group, k, stride, pad] = geometry;
     const int64_t oh = (h + 2 * pad - k) / stride + 1, ow = (w + 2 * pad - k) / stride + 1;
     std::mt19937 rng(11);
     std::uniform_int_distribution<int> any(std::numeric_limits<X>::min(), std::numeric_limits<X>::max());
@@ -917,8 +921,12 @@ void check_qlinear_conv() {
 }
 
 TEST(Executor, QLinearConvIsExactForUint8AndInt8Inputs) {
-    check_qlinear_conv<uint8_t>();
-    check_qlinear_conv<int8_t>();
+    // Small and grouped; then 18x19 outputs of 20 channels, whose sums come out
+    // channels-last in 16x16 blocks and remainders on both sides.
+    for (const auto& geometry : {ConvGeometry{2, 4, 7, 6, 6, 2, 3, 2, 1}, ConvGeometry{2, 8, 18, 19, 20, 1, 3, 1, 1}}) {
+        check_qlinear_conv<uint8_t>(geometry);
+        check_qlinear_conv<int8_t>(geometry);
+    }
 }
 
 }  // namespace

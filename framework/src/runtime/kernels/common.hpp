@@ -120,6 +120,12 @@ Tensor permute4(const Tensor& t, const std::vector<int64_t>& perm);
 /// `out_shape` (0 where the input is broadcast).
 std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& shape, const std::vector<int64_t>& out_shape);
 
+/// `batches` row-major [rows, cols] matrices of 4-byte elements written
+/// transposed ([cols, rows] each); with `column_minus`, as int32 less
+/// column_minus[j] for column j.
+void transpose_4_byte(const void* src, void* dst, int64_t batches, int64_t rows, int64_t cols,
+                      const int32_t* column_minus = nullptr);
+
 /// Whether the model quantizes values (QuantizeLinear, DequantizeLinear,
 /// FixNeuron). There the last bits of a float op before a quantization decide
 /// which integer it rounds to, so kernels keep ONNX Runtime's arithmetic instead

@@ -24,7 +24,8 @@ struct Int8ConvState {
     dnnl::convolution_forward primitive;
     memory::desc user_src, user_weights, user_dst;
     ConstantOperand weights;
-    std::vector<int32_t> weight_sums;  ///< per output channel: the zero point's share is x_zp * this
+    std::vector<int32_t> zero_point_shares;  ///< per output channel: x_zp times the sum of its weights
+    int32_t shares_of = 0;                   ///< the x_zp they were made for
     bool padded = false;
 };
 
@@ -48,8 +49,9 @@ Tensor pad_with(const Tensor& x, const std::vector<int64_t>& padded_shape, const
 
 }  // namespace
 
-std::optional<std::vector<int32_t>> int8_conv(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
-                                              bool w_constant, std::shared_ptr<void>& opaque, std::vector<int64_t>& shape) {
+std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
+                                              bool w_constant, std::shared_ptr<void>& opaque, std::vector<int64_t>& shape,
+                                              const int32_t* bias) {
     if (!exact_int8_available() || x.shape().size() != 4 || w.type() != DataType::Int8 ||
         (x.type() != DataType::UInt8 && x.type() != DataType::Int8))
         return std::nullopt;
@@ -73,7 +75,9 @@ std::optional<std::vector<int32_t>> int8_conv(KernelContext& ctx, const Tensor& 
             w_dims.insert(w_dims.begin(), group);
         }
         state->user_weights = memory::desc(w_dims, memory::data_type::s8, plain_tag(w_dims.size(), group > 1));
-        state->user_dst = memory::desc(dims_of(state->y_shape), memory::data_type::s32, memory::format_tag::nchw);
+        // Sums come out channels-last, the layout oneDNN's int8 kernels write, and
+        // are transposed to NCHW with the zero point's share taken off on the way.
+        state->user_dst = memory::desc(dims_of(state->y_shape), memory::data_type::s32, memory::format_tag::nhwc);
         const memory::dims dilation{g.dilations[0] - 1, g.dilations[1] - 1}, zero{0, 0};
         const auto any = memory::format_tag::any;
         dnnl::convolution_forward::desc desc(
@@ -85,12 +89,16 @@ std::optional<std::vector<int32_t>> int8_conv(KernelContext& ctx, const Tensor& 
         state->primitive = dnnl::convolution_forward(state->pd);
         opaque = state;
     }
-    if (state->weight_sums.empty() || !w_constant) {
+    if (state->zero_point_shares.empty() || !w_constant || state->shares_of != x_zero_point) {
         const auto wv = w.data<int8_t>();
         const int64_t per_channel = w.size() / m;
-        state->weight_sums.assign(static_cast<size_t>(m), 0);
-        for (int64_t oc = 0; oc < m; ++oc)
-            for (int64_t i = 0; i < per_channel; ++i) state->weight_sums[oc] += wv[oc * per_channel + i];
+        state->zero_point_shares.assign(static_cast<size_t>(m), 0);
+        for (int64_t oc = 0; oc < m; ++oc) {
+            int32_t sum = 0;
+            for (int64_t i = 0; i < per_channel; ++i) sum += wv[oc * per_channel + i];
+            state->zero_point_shares[oc] = x_zero_point * sum;
+        }
+        state->shares_of = x_zero_point;
     }
     Tensor padded;
     if (state->padded) {
@@ -102,22 +110,22 @@ std::optional<std::vector<int32_t>> int8_conv(KernelContext& ctx, const Tensor& 
     const memory src = reordered(stream, wrap(state->user_src, state->padded ? padded : x), state->pd.src_desc());
     const memory weights = operand(stream, w, w_constant, state->user_weights, state->pd.weights_desc(), state->weights);
     shape = state->y_shape;
-    std::vector<int32_t> acc(static_cast<size_t>(element_count(shape)));
-    memory user_dst(state->user_dst, cpu_engine(), acc.data());
+    const auto count = static_cast<size_t>(element_count(shape));
+    Int32Sums nhwc(count), acc(count);  // written in full by oneDNN, then by the transpose
+    memory user_dst(state->user_dst, cpu_engine(), nhwc.data());
     const bool direct = state->pd.dst_desc() == state->user_dst;
     memory dst = direct ? user_dst : memory(state->pd.dst_desc(), cpu_engine());
     state->primitive.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
     if (!direct) dnnl::reorder(dst, user_dst).execute(stream, dst, user_dst);
     stream.wait();
-    if (x_zero_point != 0) {
-        const int64_t plane = shape[2] * shape[3];
-        for (int64_t b = 0; b < n; ++b)
-            for (int64_t oc = 0; oc < m; ++oc) {
-                const int32_t share = x_zero_point * state->weight_sums[oc];
-                int32_t* row = acc.data() + (b * m + oc) * plane;
-                for (int64_t i = 0; i < plane; ++i) row[i] -= share;
-            }
+    // Per channel: acc = sum - x_zp * (weights' sum) + bias, all taken off in one.
+    std::vector<int32_t> minus;
+    if (x_zero_point != 0 || bias) {
+        minus = x_zero_point != 0 ? state->zero_point_shares : std::vector<int32_t>(static_cast<size_t>(m), 0);
+        if (bias)
+            for (int64_t oc = 0; oc < m; ++oc) minus[oc] -= bias[oc];
     }
+    transpose_4_byte(nhwc.data(), acc.data(), n, shape[2] * shape[3], m, minus.empty() ? nullptr : minus.data());
     return acc;
 }
 
@@ -136,7 +144,7 @@ struct Int8MatMulState {
 
 }  // namespace
 
-std::optional<std::vector<int32_t>> int8_matmul(KernelContext& ctx, const Tensor& a, int32_t a_zero_point,
+std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_t a_zero_point,
                                                 const Tensor& b, int32_t b_zero_point, bool b_constant,
                                                 std::shared_ptr<void>& opaque, std::vector<int64_t>& shape,
                                                 bool b_transposed) {
@@ -199,7 +207,7 @@ std::optional<std::vector<int32_t>> int8_matmul(KernelContext& ctx, const Tensor
     shape = batch;
     shape.push_back(m);
     shape.push_back(n);
-    std::vector<int32_t> acc(static_cast<size_t>(element_count(shape)));
+    Int32Sums acc(static_cast<size_t>(element_count(shape)));
     memory c(state->c, cpu_engine(), acc.data());
     state->primitive.execute(stream, {{DNNL_ARG_SRC, wrap(state->a, a)}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c}});
     stream.wait();

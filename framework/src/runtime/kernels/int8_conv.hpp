@@ -10,16 +10,21 @@
 
 namespace vaiq::runtime {
 
+/// int32 sums, allocated without zero-filling: every kernel writes them in full.
+using Int32Sums = std::vector<int32_t, DefaultInitAllocator<int32_t>>;
+
 /// Whether this CPU computes u8/s8 x s8 products in int32 without the int16
 /// saturation of pre-VNNI instructions, so that oneDNN's int8 results are exact.
 bool exact_int8_available();
 
 /// The int32 accumulators [N, M, out...] of the convolution of `x` (zero point
-/// `x_zero_point`) with int8 weights `w` (zero point 0), or nullopt when the
-/// fast path does not apply (other types, or no exact int8 on this CPU). `state`
-/// keeps the compiled primitive and the per-channel weight sums across runs.
-std::optional<std::vector<int32_t>> int8_conv(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
-                                              bool w_constant, std::shared_ptr<void>& state, std::vector<int64_t>& shape);
+/// `x_zero_point`) with int8 weights `w` (zero point 0), plus `bias` (int32 per
+/// output channel) when given, or nullopt when the fast path does not apply
+/// (other types, or no exact int8 on this CPU). `state` keeps the compiled
+/// primitive and the per-channel weight sums across runs.
+std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
+                                              bool w_constant, std::shared_ptr<void>& state, std::vector<int64_t>& shape,
+                                              const int32_t* bias = nullptr);
 
 /// The int32 sums [batch..., M, N] of (a - a_zero_point) x (b - b_zero_point)
 /// for 8-bit a and b (numpy batch broadcasting, per-tensor zero points), on
@@ -27,7 +32,7 @@ std::optional<std::vector<int32_t>> int8_conv(KernelContext& ctx, const Tensor& 
 /// uint8 b is shifted to int8 first). Nullopt when the fast path does not apply
 /// (other types or ranks, or no exact int8 on this CPU). Exact: integer sums.
 /// With `b_transposed` (2-D operands only) b is stored [N, K] (Gemm's transB).
-std::optional<std::vector<int32_t>> int8_matmul(KernelContext& ctx, const Tensor& a, int32_t a_zero_point,
+std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_t a_zero_point,
                                                 const Tensor& b, int32_t b_zero_point, bool b_constant,
                                                 std::shared_ptr<void>& state, std::vector<int64_t>& shape,
                                                 bool b_transposed = false);

@@ -79,7 +79,7 @@ void requantize_block(const int32_t* acc, Q* out, size_t n, float multiplier, fl
 }
 
 // Writes round(acc * multiplier) + zero point, saturated, into a tensor of the zero point's type.
-Tensor requantize(KernelContext& ctx, const std::vector<int64_t>& shape, const std::vector<int32_t>& acc,
+Tensor requantize(KernelContext& ctx, const std::vector<int64_t>& shape, const Int32Sums& acc,
                   const std::vector<double>& multiplier, int64_t channel_inner, const Tensor& zero_point) {
     // Walks the channel runs so that no element index is divided (this is the hot loop).
     if (multiplier.empty()) ctx.fail("the scales are empty");
@@ -104,7 +104,7 @@ Tensor requantize(KernelContext& ctx, const std::vector<int64_t>& shape, const s
 }
 
 // Batched (broadcast) integer matrix product of centred operands.
-std::vector<int32_t> int_matmul(KernelContext& ctx, const Tensor& a, const std::vector<int32_t>& av, const Tensor& b,
+Int32Sums int_matmul(KernelContext& ctx, const Tensor& a, const std::vector<int32_t>& av, const Tensor& b,
                                 const std::vector<int32_t>& bv, std::vector<int64_t>& shape) {
     auto as = a.shape(), bs = b.shape();
     const bool a_vector = as.size() == 1, b_vector = bs.size() == 1;
@@ -118,7 +118,7 @@ std::vector<int32_t> int_matmul(KernelContext& ctx, const Tensor& a, const std::
     shape = batch;
     if (!a_vector) shape.push_back(m);
     if (!b_vector) shape.push_back(n);
-    std::vector<int32_t> out(ia.size() * static_cast<size_t>(m * n), 0);
+    Int32Sums out(ia.size() * static_cast<size_t>(m * n), 0);
     // Row by row, adding a-scaled rows of b: contiguous, vectorisable inner loop.
     // Integer sums are exact, so the order does not change the result.
     const auto rows = static_cast<int64_t>(ia.size()) * m;
@@ -160,7 +160,7 @@ void qlinear_matmul(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& a = ctx.input(0);
     const auto& b = ctx.input(3);
     std::vector<int64_t> shape;
-    std::optional<std::vector<int32_t>> fast;
+    std::optional<Int32Sums> fast;
     if (ctx.input(2).size() == 1 && ctx.input(5).size() == 1)
         fast = int8_matmul(ctx, a, scalar_zero_point(ctx, ctx.input(2)), b, scalar_zero_point(ctx, ctx.input(5)),
                            ctx.is_constant(3), ctx.state, shape);
@@ -196,11 +196,11 @@ void qgemm(KernelContext& ctx, std::vector<Tensor>& out) {
     const int64_t n = tb ? b.shape()[0] : b.shape()[1];
     if ((tb ? b.shape()[1] : b.shape()[0]) != k) ctx.fail("inner dimensions differ");
     std::vector<int64_t> shape;
-    std::optional<std::vector<int32_t>> fast;
+    std::optional<Int32Sums> fast;
     if (!ta && ctx.input(2).size() == 1 && ctx.has_input(5) && ctx.input(5).size() == 1)
         fast = int8_matmul(ctx, a, scalar_zero_point(ctx, ctx.input(2)), b, scalar_zero_point(ctx, ctx.input(5)),
                            ctx.is_constant(3), ctx.state, shape, tb);
-    std::vector<int32_t> acc;
+    Int32Sums acc;
     if (fast) {
         acc = std::move(*fast);
     } else {
@@ -236,7 +236,7 @@ void qgemm(KernelContext& ctx, std::vector<Tensor>& out) {
 }
 
 // Integer convolution of centred input and weights: [N, M, out...] int32.
-std::vector<int32_t> int_conv(KernelContext& ctx, const Tensor& x, const std::vector<int32_t>& xv, const Tensor& w,
+Int32Sums int_conv(KernelContext& ctx, const Tensor& x, const std::vector<int32_t>& xv, const Tensor& w,
                               const std::vector<int32_t>& wv, std::vector<int64_t>& shape) {
     const size_t spatial = x.shape().size() - 2;
     const int64_t group = ctx.attributes.get_int("group", 1);
@@ -248,7 +248,7 @@ std::vector<int32_t> int_conv(KernelContext& ctx, const Tensor& x, const std::ve
     shape.insert(shape.end(), g.out.begin(), g.out.end());
     const int64_t out_plane = element_count(g.out), in_plane = element_count(in), k_plane = element_count(kernel);
     const auto in_strides = strides_of(in);
-    std::vector<int32_t> acc(static_cast<size_t>(n * m * out_plane), 0);
+    Int32Sums acc(static_cast<size_t>(n * m * out_plane), 0);
     std::vector<int64_t> pos(spatial), k(spatial);
     for (int64_t b = 0; b < n; ++b)
         for (int64_t oc = 0; oc < m; ++oc) {
@@ -305,13 +305,15 @@ void qlinear_conv(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     const auto& w = ctx.input(3);
     std::vector<int64_t> shape;
-    std::optional<std::vector<int32_t>> fast;
+    std::optional<Int32Sums> fast;
+    const int32_t* bias = ctx.has_input(8) ? ctx.input(8).data<int32_t>().data() : nullptr;
+    if (bias && (w.shape().empty() || ctx.input(8).size() != w.shape()[0]))
+        ctx.fail("the bias must have one value per output channel");
     if (ctx.input(2).size() == 1 && all_zero(ctx, ctx.input(5)))
-        fast = int8_conv(ctx, x, scalar_zero_point(ctx, ctx.input(2)), w, ctx.is_constant(3), ctx.state, shape);
+        fast = int8_conv(ctx, x, scalar_zero_point(ctx, ctx.input(2)), w, ctx.is_constant(3), ctx.state, shape, bias);
     auto acc = fast ? std::move(*fast) : int_conv(ctx, x, centred(ctx, x, &ctx.input(2), 1), w, centred(ctx, w, &ctx.input(5), 0), shape);
     const int64_t m = shape[1], plane = element_count(std::vector<int64_t>(shape.begin() + 2, shape.end()));
-    if (ctx.has_input(8)) {
-        const auto bias = ctx.input(8).data<int32_t>();
+    if (bias && !fast) {  // (the int8 path added it already)
         const auto block = static_cast<size_t>(plane);
         for (size_t start = 0, c = 0; start < acc.size(); start += block, c = (c + 1) % static_cast<size_t>(m))
             for (size_t i = start; i < start + block; ++i) acc[i] += bias[c];

@@ -162,15 +162,20 @@ void merge_axes(std::vector<int64_t>& shape, std::vector<int64_t>& perm) {
 }
 
 // A 16x16 block of 4-byte elements transposed in registers: rows of `src`
-// (`src_stride` apart) become columns of `dst` (rows `dst_stride` apart). Each
-// source line is read once whole, so source rows that share cache sets (a
-// stride of a multiple of 4 KB) cost nothing extra.
+// (`src_stride` apart) become columns of `dst` (rows `dst_stride` apart), as
+// int32 less `minus` (per source column) when given. Each source line is read
+// once whole, so source rows that share cache sets (a stride of a multiple of
+// 4 KB) cost nothing extra.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"  // the unpack intrinsics' placeholder operand
 [[gnu::target("avx512f")]] void transpose_16x16(const uint32_t* src, int64_t src_stride, uint32_t* dst,
-                                                int64_t dst_stride) {
+                                                int64_t dst_stride, const int32_t* minus) {
     __m512 r[16], t[16];
     for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * src_stride);
+    if (minus) {
+        const __m512i m = _mm512_loadu_si512(minus);
+        for (int i = 0; i < 16; ++i) r[i] = _mm512_castsi512_ps(_mm512_sub_epi32(_mm512_castps_si512(r[i]), m));
+    }
     for (int i = 0; i < 16; i += 2) {  // pairs of rows interleaved
         t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
         t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
@@ -196,9 +201,10 @@ void merge_axes(std::vector<int64_t>& shape, std::vector<int64_t>& perm) {
 
 // `batches` row-major [rows, cols] matrices of T, each written transposed, in
 // tiles that stay in cache on both sides (4-byte elements with AVX-512: 16x16
-// blocks in registers).
+// blocks in registers); 4-byte elements as int32 less minus[column] when given.
 template <typename T>
-void transpose_matrices(const T* src, T* dst, int64_t batches, int64_t rows, int64_t cols) {
+void transpose_matrices(const T* src, T* dst, int64_t batches, int64_t rows, int64_t cols,
+                        const int32_t* minus = nullptr) {
     constexpr int64_t kTile = 32;
     static const bool avx512 = __builtin_cpu_supports("avx512f");
     const bool blocks = sizeof(T) == 4 && avx512;
@@ -218,16 +224,29 @@ void transpose_matrices(const T* src, T* dst, int64_t batches, int64_t rows, int
                 for (int64_t r = r0; r < rb; r += 16)
                     for (int64_t c = c0; c < cb; c += 16)
                         transpose_16x16(reinterpret_cast<const uint32_t*>(from + r * cols + c), cols,
-                                        reinterpret_cast<uint32_t*>(to + c * rows + r), rows);
+                                        reinterpret_cast<uint32_t*>(to + c * rows + r), rows,
+                                        minus ? minus + c : nullptr);
             }
         }
-        // What the blocks left: columns past cb, then rows past rb.
+        // What the blocks left: columns past cb, then rows past rb (unsigned
+        // arithmetic: the same bits as int32's).
+        auto less = [&](int64_t c) { return minus ? static_cast<T>(minus[c]) : T{0}; };
         for (int64_t c = cb; c < c1; ++c)
-            for (int64_t r = r0; r < r1; ++r) to[c * rows + r] = from[r * cols + c];
+            for (int64_t r = r0; r < r1; ++r) to[c * rows + r] = static_cast<T>(from[r * cols + c] - less(c));
         for (int64_t c = c0; c < cb; ++c)
-            for (int64_t r = rb; r < r1; ++r) to[c * rows + r] = from[r * cols + c];
+            for (int64_t r = rb; r < r1; ++r) to[c * rows + r] = static_cast<T>(from[r * cols + c] - less(c));
     }
 }
+
+}  // namespace
+
+void transpose_4_byte(const void* src, void* dst, int64_t batches, int64_t rows, int64_t cols,
+                      const int32_t* column_minus) {
+    transpose_matrices(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), batches, rows, cols,
+                       column_minus);
+}
+
+namespace {
 
 void transpose(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
