@@ -50,8 +50,8 @@ Tensor pad_with(const Tensor& x, const std::vector<int64_t>& padded_shape, const
 }  // namespace
 
 std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
-                                              bool w_constant, std::shared_ptr<void>& opaque, std::vector<int64_t>& shape,
-                                              const int32_t* bias) {
+                                   bool w_constant, std::shared_ptr<void>& opaque, std::vector<int64_t>& shape,
+                                   const int32_t* bias) {
     if (!exact_int8_available() || x.shape().size() != 4 || w.type() != DataType::Int8 ||
         (x.type() != DataType::UInt8 && x.type() != DataType::Int8))
         return std::nullopt;
@@ -144,10 +144,9 @@ struct Int8MatMulState {
 
 }  // namespace
 
-std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_t a_zero_point,
-                                                const Tensor& b, int32_t b_zero_point, bool b_constant,
-                                                std::shared_ptr<void>& opaque, std::vector<int64_t>& shape,
-                                                bool b_transposed) {
+std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_t a_zero_point, const Tensor& b,
+                                     int32_t b_zero_point, bool b_constant, std::shared_ptr<void>& opaque,
+                                     std::vector<int64_t>& shape, bool b_transposed) {
     auto is_8_bit = [](DataType t) { return t == DataType::UInt8 || t == DataType::Int8; };
     if (!exact_int8_available() || !is_8_bit(a.type()) || !is_8_bit(b.type()) || a.shape().size() < 2 ||
         b.shape().size() < 2 || (b_transposed && (a.shape().size() != 2 || b.shape().size() != 2)))

@@ -23,8 +23,8 @@ bool exact_int8_available();
 /// (other types, or no exact int8 on this CPU). `state` keeps the compiled
 /// primitive and the per-channel weight sums across runs.
 std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
-                                              bool w_constant, std::shared_ptr<void>& state, std::vector<int64_t>& shape,
-                                              const int32_t* bias = nullptr);
+                                   bool w_constant, std::shared_ptr<void>& state, std::vector<int64_t>& shape,
+                                   const int32_t* bias = nullptr);
 
 /// The int32 sums [batch..., M, N] of (a - a_zero_point) x (b - b_zero_point)
 /// for 8-bit a and b (numpy batch broadcasting, per-tensor zero points), on
@@ -32,9 +32,8 @@ std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t 
 /// uint8 b is shifted to int8 first). Nullopt when the fast path does not apply
 /// (other types or ranks, or no exact int8 on this CPU). Exact: integer sums.
 /// With `b_transposed` (2-D operands only) b is stored [N, K] (Gemm's transB).
-std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_t a_zero_point,
-                                                const Tensor& b, int32_t b_zero_point, bool b_constant,
-                                                std::shared_ptr<void>& state, std::vector<int64_t>& shape,
-                                                bool b_transposed = false);
+std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_t a_zero_point, const Tensor& b,
+                                     int32_t b_zero_point, bool b_constant, std::shared_ptr<void>& state,
+                                     std::vector<int64_t>& shape, bool b_transposed = false);
 
 }  // namespace vaiq::runtime

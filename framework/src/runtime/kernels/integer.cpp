@@ -105,7 +105,7 @@ Tensor requantize(KernelContext& ctx, const std::vector<int64_t>& shape, const I
 
 // Batched (broadcast) integer matrix product of centred operands.
 Int32Sums int_matmul(KernelContext& ctx, const Tensor& a, const std::vector<int32_t>& av, const Tensor& b,
-                                const std::vector<int32_t>& bv, std::vector<int64_t>& shape) {
+                     const std::vector<int32_t>& bv, std::vector<int64_t>& shape) {
     auto as = a.shape(), bs = b.shape();
     const bool a_vector = as.size() == 1, b_vector = bs.size() == 1;
     if (a_vector) as.insert(as.begin(), 1);
@@ -237,7 +237,7 @@ void qgemm(KernelContext& ctx, std::vector<Tensor>& out) {
 
 // Integer convolution of centred input and weights: [N, M, out...] int32.
 Int32Sums int_conv(KernelContext& ctx, const Tensor& x, const std::vector<int32_t>& xv, const Tensor& w,
-                              const std::vector<int32_t>& wv, std::vector<int64_t>& shape) {
+                   const std::vector<int32_t>& wv, std::vector<int64_t>& shape) {
     const size_t spatial = x.shape().size() - 2;
     const int64_t group = ctx.attributes.get_int("group", 1);
     const int64_t n = x.shape()[0], c = x.shape()[1], m = w.shape()[0], cg = c / group, mg = m / group;
