@@ -537,6 +537,16 @@ TEST(Layout, ResidualAddsFuseIntoTheConvolutionAndStillBroadcast) {
     EXPECT_EQ(calls.at("NhwcConv"), 3);
 }
 
+// y = Gelu(x) spelled out as PyTorch exports it (x / sqrt2, Erf, + one, x *, * half);
+// the scalars sqrt2, one and half must exist. `product` names x * (erf + 1).
+void spell_out_gelu(vaiq::test::GraphBuilder& b, const std::string& x, const std::string& y, const std::string& product) {
+    b.node("Div", {x, "sqrt2"}, {x + "_sqrt2"});
+    b.node("Erf", {x + "_sqrt2"}, {"erf"});
+    b.node("Add", {"erf", "one"}, {"erf1"});
+    b.node("Mul", {x, "erf1"}, {product});
+    b.node("Mul", {product, "half"}, {y});
+}
+
 // LayerNorm and Gelu as PyTorch exports them at opset 13, Constant nodes included.
 vaiq::Model spelled_out_block() {
     vaiq::test::GraphBuilder b;
@@ -564,11 +574,7 @@ vaiq::Model spelled_out_block() {
     b.node("Div", {"centred", "deviation"}, {"normed"});
     b.node("Mul", {"normed", "gamma"}, {"scaled"});
     b.node("Add", {"scaled", "beta"}, {"ln"});
-    b.node("Div", {"ln", "sqrt2"}, {"ln_sqrt2"});
-    b.node("Erf", {"ln_sqrt2"}, {"erf"});
-    b.node("Add", {"erf", "one"}, {"erf1"});
-    b.node("Mul", {"ln", "erf1"}, {"product"});
-    b.node("Mul", {"product", "half"}, {"y"});
+    spell_out_gelu(b, "ln", "y", "product");
     return b.build();
 }
 
@@ -622,11 +628,7 @@ vaiq::Model matmul_gelu(bool quantized) {
     b.initializer("zero", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{128}));
     b.node("MatMul", {"x", "w"}, {"product"});
     b.node("Add", {"product", "bias"}, {"h"});
-    b.node("Div", {"h", "sqrt2"}, {"scaled"});
-    b.node("Erf", {"scaled"}, {"erf"});
-    b.node("Add", {"erf", "one"}, {"erf1"});
-    b.node("Mul", {"h", "erf1"}, {"doubled"});
-    b.node("Mul", {"doubled", "half"}, {quantized ? "g" : "y"});
+    spell_out_gelu(b, "h", quantized ? "g" : "y", "doubled");
     if (quantized) {
         b.node("QuantizeLinear", {"g", "scale", "zero"}, {"q"});
         b.node("DequantizeLinear", {"q", "scale", "zero"}, {"y"});

@@ -119,13 +119,14 @@ std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t 
     if (!direct) dnnl::reorder(dst, user_dst).execute(stream, dst, user_dst);
     stream.wait();
     // Per channel: acc = sum - x_zp * (weights' sum) + bias, all taken off in one.
-    std::vector<int32_t> minus;
-    if (x_zero_point != 0 || bias) {
-        minus = x_zero_point != 0 ? state->zero_point_shares : std::vector<int32_t>(static_cast<size_t>(m), 0);
-        if (bias)
-            for (int64_t oc = 0; oc < m; ++oc) minus[oc] -= bias[oc];
+    const int32_t* minus = x_zero_point != 0 ? state->zero_point_shares.data() : nullptr;
+    std::vector<int32_t> less_bias;
+    if (bias) {
+        less_bias.resize(static_cast<size_t>(m));
+        for (int64_t oc = 0; oc < m; ++oc) less_bias[oc] = (minus ? minus[oc] : 0) - bias[oc];
+        minus = less_bias.data();
     }
-    transpose_4_byte(nhwc.data(), acc.data(), n, shape[2] * shape[3], m, minus.empty() ? nullptr : minus.data());
+    transpose_4_byte(nhwc.data(), acc.data(), n, shape[2] * shape[3], m, minus);
     return acc;
 }
 

@@ -71,9 +71,8 @@ void dnnl_product(KernelContext& ctx, std::vector<int64_t> key, const dnnl::memo
     state->primitive.execute(stream, args);
     stream.wait();
     if (state->exact_gelu) {
-        Tensor g = Tensor::uninitialized(DataType::Float, y.shape());
-        ort_gelu(y.data<float>().data(), g.mutable_data<float>().data(), y.size());
-        y = std::move(g);
+        auto v = y.mutable_data<float>();
+        ort_gelu(v.data(), v.data(), static_cast<int64_t>(v.size()));
     }
 }
 

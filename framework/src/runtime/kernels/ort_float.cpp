@@ -337,10 +337,16 @@ void ort_erf(const float* in, float* out, int64_t n) {
 
 void ort_gelu(const float* in, float* out, int64_t n) {
     if (has_avx512f()) return gelu_avx512(in, out, n);
-    // Elsewhere: x / sqrt 2, the FMA3 erf, then 0.5 x (erf + 1).
-    for (int64_t j = 0; j < n; ++j) out[j] = in[j] * kInvSqrt2;
-    ort_erf(out, out, n);
-    for (int64_t j = 0; j < n; ++j) out[j] = 0.5f * in[j] * (out[j] + 1.0f);
+    // Elsewhere: x / sqrt 2, the FMA3 erf, then 0.5 x (erf + 1), a block at a
+    // time through a buffer, so that `out` may be `in`.
+    constexpr int64_t kBlock = 256;
+    float erf[kBlock];
+    for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+        const int64_t len = std::min(kBlock, n - j0);
+        for (int64_t j = 0; j < len; ++j) erf[j] = in[j0 + j] * kInvSqrt2;
+        ort_erf(erf, erf, len);
+        for (int64_t j = 0; j < len; ++j) out[j0 + j] = 0.5f * in[j0 + j] * (erf[j] + 1.0f);
+    }
 }
 
 // Eigen's vectorised sum on a 16-byte aligned row: two packet accumulators over

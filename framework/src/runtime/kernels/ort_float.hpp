@@ -21,6 +21,7 @@ void ort_erf(const float* in, float* out, int64_t n);
 
 /// Exact (erf) GELU as ONNX Runtime computes it: MLAS's fused AVX-512 kernel
 /// where the CPU has AVX-512, else x / sqrt 2, the FMA erf, 0.5 x (erf + 1).
+/// `out` may be `in`.
 void ort_gelu(const float* in, float* out, int64_t n);
 
 /// The sum of a contiguous row as ONNX Runtime's ReduceSum/ReduceMean adds it

@@ -207,7 +207,6 @@ void transpose_matrices(const T* src, T* dst, int64_t batches, int64_t rows, int
                         const int32_t* minus = nullptr) {
     constexpr int64_t kTile = 32;
     static const bool avx512 = __builtin_cpu_supports("avx512f");
-    const bool blocks = sizeof(T) == 4 && avx512;
     const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
 #pragma omp parallel for if (batches * rows * cols > kParallelGrain)
     for (int64_t t = 0; t < batches * row_tiles * col_tiles; ++t) {
@@ -218,7 +217,7 @@ void transpose_matrices(const T* src, T* dst, int64_t batches, int64_t rows, int
         const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
         int64_t rb = r0, cb = c0;  // the 16x16 blocks end here
         if constexpr (sizeof(T) == 4) {
-            if (blocks) {
+            if (avx512) {
                 rb = r0 + (r1 - r0) / 16 * 16;
                 cb = c0 + (c1 - c0) / 16 * 16;
                 for (int64_t r = r0; r < rb; r += 16)
