@@ -445,3 +445,98 @@ TEST_F(Plan, EveryPairFormatReadsBackAsItsPlan) {
 }
 
 }  // namespace
+
+namespace {
+
+// ------------------------------------------------- whole runs on the NPU target
+
+// The pattern that zeroed the PP-OCRv4 detector on the NPU: a layer's output
+// scaled and shifted by scalar constants (x * 0.943 + 3, PP-LCNet's learnable
+// affine blocks and HardSwish), and a HardSigmoid reading a tensor with a far
+// wider range than it can tell apart (DBNet's logits).
+vaiq::Model scalar_affine_model() {
+    GraphBuilder b;
+    b.input("x", {1, 2, 4, 4}).output("y", {1, 3, 4, 4}).output("g", {1, 3, 4, 4});
+    b.initializer("w", ramp({3, 2, 1, 1}, -0.6f, 0.2f));
+    b.initializer("k", Tensor::from_values<float>({1}, std::vector<float>{0.943f}));
+    b.initializer("three", Tensor::from_values<float>({}, std::vector<float>{3.0f}));
+    b.initializer("wide", Tensor::from_values<float>({}, std::vector<float>{40.0f}));
+    b.node("Conv", {"x", "w"}, {"c"});
+    b.node("Mul", {"c", "k"}, {"m"});
+    b.node("Add", {"m", "three"}, {"y"});
+    b.node("Mul", {"c", "wide"}, {"s"});
+    b.node("HardSigmoid", {"s"}, {"g"});
+    return b.build();
+}
+
+class NpuRun : public ::testing::Test {
+  protected:
+    void SetUp() override { registry_.load_default_paths(); }
+    nlohmann::json run(const vaiq::Model& model, const std::string& yaml) {
+        const auto dir = temp_dir();
+        vaiq::save_model(model, dir / "in.onnx");
+        const auto recipe = vaiq::load_recipe(write_text(
+            dir / "r.yaml", "recipe_version: 1\ntarget: npu_cnn\ncalibrate_method: MinMSE\nactivation_type: QUInt8\n"
+                            "weight_type: QInt8\nenable_dpu: true\nextra_options: {ActivationSymmetric: true}\n"
+                            "model_input: in.onnx\nmodel_output: out.onnx\n"
+                            "random_data_reader_input_shape: [1, 2, 4, 4]\n" + yaml));
+        output_ = dir / "out.onnx";
+        return vaiq::run_pipeline(recipe, registry_, {}).report_json;
+    }
+    static double sqnr(const nlohmann::json& report, const std::string& output) {
+        for (const auto& o : report["evaluation"]["outputs"])
+            if (o["name"] == output) return o["sqnr_db"].is_number() ? o["sqnr_db"].get<double>() : 1e9;
+        ADD_FAILURE() << "no output " << output;
+        return 0;
+    }
+    static const nlohmann::json& tensor(const nlohmann::json& report, const std::string& name) {
+        for (const auto& t : report["tensors"])
+            if (t["tensor"] == name) return t;
+        throw std::runtime_error("no tensor " + name);
+    }
+    vaiq::PluginRegistry registry_;
+    fs::path output_;
+};
+
+TEST_F(NpuRun, ScalarConstantsKeepTheirValuesWithSymmetricUint8) {
+    const auto report = run(scalar_affine_model(), "");
+    // Stored with the activation type, zero point 128: 126 steps up, not 254.
+    for (const auto& [name, value] : {std::pair{"k", 0.943}, std::pair{"three", 3.0}}) {
+        const auto& t = tensor(report, name);
+        EXPECT_EQ(t["zero_point"], 128) << name;
+        const double scale = t["scale"].get<double>();
+        const double stored = std::min(std::nearbyint(value / scale) + 128.0, 254.0);
+        EXPECT_NEAR((stored - 128.0) * scale, value, 0.01 * value) << name << " at scale " << scale;
+    }
+    EXPECT_GT(sqnr(report, "y"), 30.0) << "the constants lost their value (the output once halved)";
+}
+
+TEST_F(NpuRun, AHardSigmoidsInputIsCalibratedOverTheRangeItDistinguishes) {
+    const auto report = run(scalar_affine_model(), "");
+    const auto& s = tensor(report, "s");
+    EXPECT_FLOAT_EQ(s["range"][0].get<float>(), -2.5f);
+    EXPECT_FLOAT_EQ(s["range"][1].get<float>(), 2.5f);
+    EXPECT_LE(s["scale"].get<double>(), 2.5 / 64) << "a scale for [-2.5, 2.5], not for the full +-40 x |c|";
+    EXPECT_GT(sqnr(report, "g"), 25.0);
+}
+
+TEST_F(NpuRun, AnOutputBelowTheFloorFailsTheRunAndWritesNothing) {
+    const auto ok = run(scalar_affine_model(), "min_output_sqnr_db: 20\n");
+    EXPECT_TRUE(fs::exists(output_));
+    EXPECT_FALSE(ok["evaluation"].contains("first_divergence")) << "nothing below warn_output_sqnr_db";
+    const std::string message = error_of([&] { run(scalar_affine_model(), "min_output_sqnr_db: 200\n"); });
+    EXPECT_NE(message.find("min_output_sqnr_db 200: output 'y' has"), std::string::npos) << message;
+    EXPECT_NE(message.find("nothing was written"), std::string::npos) << message;
+    EXPECT_FALSE(fs::exists(output_));
+    EXPECT_FALSE(fs::exists(fs::path(output_).replace_extension(".report.json")));
+}
+
+TEST_F(NpuRun, ALowOutputNamesTheFirstTensorWhoseErrorReachesTheWarning) {
+    // At 200 dB every quantized tensor is "low": the first in graph order is the Conv's output.
+    const auto report = run(scalar_affine_model(), "warn_output_sqnr_db: 200\n");
+    ASSERT_TRUE(report["evaluation"].contains("first_divergence"));
+    EXPECT_EQ(report["evaluation"]["first_divergence"]["tensor"], "c");
+    EXPECT_LT(report["evaluation"]["first_divergence"]["sqnr_db"].get<double>(), 200.0);
+}
+
+}  // namespace

@@ -266,3 +266,27 @@ TEST(Histogram, GrowsAtTheSameStrideThenMergesToStayBounded) {
     EXPECT_FLOAT_EQ(h.min(), -100.0f);
     EXPECT_THROW(h.add(std::vector<float>{std::nanf("")}), vaiq::InputError);
 }
+
+TEST(Histogram, AConstantZeroFirstBatchThenAWideOneStaysSmall) {
+    // A Relu that is zero everywhere on the first sample sets a tiny stride;
+    // the next sample's range must merge bins, not allocate 10^11 of them.
+    vaiq::Histogram h(2048, false);
+    h.add(std::vector<float>(64, 0.0f));
+    h.add(std::vector<float>{-3.0f, 0.5f, 120.0f});
+    EXPECT_LE(h.counts().size(), 4u * 2048u);
+    EXPECT_GE(h.stride() * static_cast<double>(h.counts().size() / 2), 120.0);
+    EXPECT_DOUBLE_EQ(h.edge(h.counts().size() / 2), 0.0) << "0 stays on an edge";
+    double sum = 0;
+    for (double c : h.counts()) sum += c;
+    EXPECT_DOUBLE_EQ(sum, 67.0);
+    // The 64 zeros and 0.5 are in the bins just above 0, -3 just below 0's neighbours.
+    const auto zero_bin = static_cast<size_t>(h.counts().size() / 2);
+    EXPECT_GE(h.counts()[zero_bin], 64.0);
+
+    vaiq::Histogram a(16, true);  // over |x|
+    a.add(std::vector<float>(4, 0.0f));
+    a.add(std::vector<float>{-50.0f, 2.0f});
+    EXPECT_LE(a.counts().size(), 64u);
+    EXPECT_EQ(a.counts().front(), 4.0 + (2.0 < a.stride() ? 1.0 : 0.0));
+    EXPECT_EQ(a.counts().back(), 1.0);
+}

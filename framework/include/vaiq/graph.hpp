@@ -45,6 +45,11 @@ class VAIQ_API GraphIndex {
     std::unordered_set<std::string> outputs_;
 };
 
+/// Whether a node is in the default ONNX domain ("" or "ai.onnx").
+inline bool is_default_domain(const onnx::NodeProto& node) {
+    return node.domain().empty() || node.domain() == "ai.onnx";
+}
+
 /// A node's attribute by name, or nullptr.
 VAIQ_API const onnx::AttributeProto* find_attribute(const onnx::NodeProto& node, std::string_view name);
 /// An INT / FLOAT attribute, or `fallback` when the node does not set it.

@@ -27,8 +27,10 @@ CalibrationOutcome calibrate(const Model& model, const DraftPlan& plan, DataRead
         if (!owner.count(source) || source == t.tensor) owner[source] = &t;
     }
     std::map<std::string, std::unique_ptr<RangeObserver>> observers;
+    std::map<std::string, TensorRange> clamps;
     for (const auto& name : observed) {
         const auto* t = owner.at(name);
+        if (t->saturates_outside) clamps[name] = *t->saturates_outside;
         auto it = calibrators.find(t->calibrate_method);
         if (it == calibrators.end())
             throw InternalError(fmt::format("no calibrator for method '{}'", t->calibrate_method));
@@ -48,7 +50,16 @@ CalibrationOutcome calibrate(const Model& model, const DraftPlan& plan, DataRead
                     not_float.insert(name);
                     return;
                 }
-                observers.at(name)->observe(value.view<float>());
+                auto clamp = clamps.find(name);
+                if (clamp == clamps.end()) {
+                    observers.at(name)->observe(value.view<float>());
+                    return;
+                }
+                // The reader saturates outside the interval: observe what it sees.
+                Tensor clamped = value;
+                for (float& v : clamped.mutable_data<float>())
+                    if (!std::isnan(v)) v = std::clamp(v, clamp->second.min, clamp->second.max);
+                observers.at(name)->observe(clamped.view<float>());
             });
         } catch (const InputError& e) {
             throw InputError(fmt::format("calibration data {}: {}", batch->source, e.what()));
@@ -92,10 +103,15 @@ std::vector<TensorRange> constant_ranges(const Tensor& data, int axis) {
 // A weight's power-of-two position as vai_q_onnx searches it: from the position
 // at which nothing overflows, up to four smaller scales, the one of least
 // squared error over the weight's values (channel `c` along `axis`, or all).
+// The overflow bound counts from the zero point: a constant stored with a
+// symmetric uint8 activation type (zero point 128) reaches only 126 steps up,
+// not 254, and since the search never tries larger scales, taking 254 would
+// halve every such constant (the 3 of a HardSwish became 1.98).
 int best_weight_position(const Tensor& data, int axis, size_t c, TensorRange range, const QuantSpec& spec) {
     const auto [qmin, qmax] = integer_range(spec.type, spec.symmetric, spec.reduce_range);
-    const double over = std::max(static_cast<double>(range.min) / (static_cast<double>(qmin) - 0.5),
-                                 static_cast<double>(range.max) / (static_cast<double>(qmax) + 0.5));
+    const auto zp = static_cast<double>(power_of_two_params(range, 0, spec).zero_point[0]);
+    const double over = std::max(static_cast<double>(range.min) / (static_cast<double>(qmin) - zp - 0.5),
+                                 static_cast<double>(range.max) / (static_cast<double>(qmax) - zp + 0.5));
     const int start = over > 0 ? static_cast<int>(std::clamp(std::floor(-std::log2(over)), -127.0, 123.0)) : 123;
     // The channel's values: blocks of `inner` at a stride of channels x inner.
     const auto values = data.data<float>();

@@ -10,6 +10,7 @@
 
 #include "pipeline/calibration.hpp"
 #include "pipeline/data_reader.hpp"
+#include "pipeline/diagnosis.hpp"
 #include "pipeline/dump.hpp"
 #include "pipeline/evaluation.hpp"
 #include "pipeline/planner.hpp"
@@ -421,6 +422,17 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
             report["evaluation"]["reference"] = as_given ? "input model" : "prepared model";
             report["evaluation"]["data"] = eval_data ? "evaluation_data" : "calibration_data";
             log_info("quantized vs float on {} data: {}", eval_data ? "evaluation" : "calibration", summary_line(evaluation));
+            // A low output SQNR: find where it starts, for the warning the run gives at the end.
+            const double warn_db = recipe.value("warn_output_sqnr_db").get<double>();
+            const bool low = std::any_of(evaluation.outputs.begin(), evaluation.outputs.end(),
+                                         [&](const auto& o) { return o.sqnr_db < warn_db; });
+            auto& first = eval_data ? *eval_data : *data;
+            first.rewind();
+            if (auto batch = low ? first.next() : std::nullopt) {
+                const auto d = first_divergence(as_given ? given : model, quantized, batch->feeds, warn_db, threads);
+                if (d) report["evaluation"]["first_divergence"] = {{"tensor", d->tensor}, {"node", d->node},
+                                                                   {"sqnr_db", d->sqnr_db}, {"data", batch->source}};
+            }
         });
     }
 
@@ -450,6 +462,40 @@ void save_run(const Recipe& recipe, QuantizedRun& run) {
     }
     run.report["phases"].push_back({{"name", std::string(phase_name(Phase::Save))}, {"seconds", seconds_since(start)}});
     write_file_atomically(run.report_path, [&](std::ostream& out) { out << run.report.dump(2) << '\n'; });
+}
+
+// Warns about every output below warn_output_sqnr_db, naming where the error
+// starts; fails (nothing is written yet) below min_output_sqnr_db.
+void judge_outputs(const Recipe& recipe, const nlohmann::json& report) {
+    if (!report.contains("evaluation")) return;
+    const auto& evaluation = report["evaluation"];
+    const double warn_db = recipe.value("warn_output_sqnr_db").get<double>();
+    const auto& floor = recipe.value("min_output_sqnr_db");
+    std::vector<std::string> failed;
+    for (const auto& o : evaluation["outputs"]) {
+        if (!o["sqnr_db"].is_number()) continue;  // "inf": exact
+        const double db = o["sqnr_db"].get<double>();
+        const auto name = o["name"].get<std::string>();
+        if (db < warn_db) {
+            std::string where = "no single tensor falls below that on the first batch";
+            if (evaluation.contains("first_divergence")) {
+                const auto& d = evaluation["first_divergence"];
+                where = fmt::format("the error first reaches that at tensor '{}' (node '{}': SQNR {:.2f} dB on {})",
+                                    d["tensor"].get<std::string>(), d["node"].get<std::string>(),
+                                    d["sqnr_db"].get<double>(), d["data"].get<std::string>());
+            }
+            log_warn("output '{}' is far from the float model's: SQNR {:.2f} dB (warn_output_sqnr_db {}), cosine "
+                     "{:.4f}; {}. To try: exclude that node (nodes_to_exclude) or give it 16 bits (an override setting "
+                     "activation_type: QInt16) where the target allows, include_cle, another calibrate_method, more "
+                     "calibration data; `vaiq explain RECIPE --model M` shows each node's settings",
+                     name, db, warn_db, o["cosine_similarity"].get<double>(), where);
+        }
+        if (!floor.is_null() && db < floor.get<double>())
+            failed.push_back(fmt::format("'{}' has {:.2f} dB", name, db));
+    }
+    if (!failed.empty())
+        throw InputError(fmt::format("{}: min_output_sqnr_db {}: output {} on the evaluation data; nothing was written",
+                                     recipe.setting("min_output_sqnr_db").origin, floor.get<double>(), join(failed, ", ")));
 }
 
 // The mean output SQNR of an evaluated run (an exact output reports "inf").
@@ -492,6 +538,7 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
         }
         run.report["cle_guard"] = guard;
     }
+    judge_outputs(recipe, run.report);
     save_run(recipe, run);
     return {run.output, run.report_path, run.report};
 }

@@ -135,9 +135,23 @@ class Planner {
             !(role == TensorRole::Bias && spec.type == QuantType::QInt32))
             t.spec.power_of_two = true;
         if (auto it = inherit_.find(tensor); it != inherit_.end()) t.range_from = it->second;
+        if (t.calibrate_method.size() && t.range_from.empty()) t.saturates_outside = saturation(tensor);
         plan_.index[tensor] = plan_.tensors.size();
         plan_.tensors.push_back(std::move(t));
         return &plan_.tensors.back();
+    }
+
+    // The interval outside which the tensor's only reader saturates: a
+    // HardSigmoid(alpha x + beta) clips to 0 below -beta/alpha and to 1 above
+    // (1 - beta)/alpha, so values beyond them need no range.
+    std::optional<TensorRange> saturation(const std::string& tensor) const {
+        const auto& uses = index_.consumers(tensor);
+        if (uses.size() != 1 || uses[0].slot != 0 || index_.is_graph_output(tensor)) return std::nullopt;
+        const auto& reader = model_.graph().node(uses[0].node);
+        if (reader.op_type() != "HardSigmoid" || !is_default_domain(reader)) return std::nullopt;
+        const float alpha = float_attribute(reader, "alpha", 0.2f), beta = float_attribute(reader, "beta", 0.5f);
+        if (!(alpha > 0.0f)) return std::nullopt;
+        return TensorRange{-beta / alpha, (1.0f - beta) / alpha};
     }
 
     // An input read as an activation; an initializer there is stored quantized

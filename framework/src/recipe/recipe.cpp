@@ -297,7 +297,9 @@ nlohmann::json normalize(const KeySpec& spec, const YAML::Node& node, const Sour
             return v;
         }
         case ValueKind::Int: return integer(node, src, key);
-        case ValueKind::Float: return number(node, src, key);
+        case ValueKind::Float:
+            if (is_null(node) && spec.default_yaml == "null") return nullptr;
+            return number(node, src, key);
         case ValueKind::String: return is_null(node) ? std::string() : scalar_string(node, src, key);
         case ValueKind::Path: return resolve_path(scalar_string(node, src, key), src);
         case ValueKind::OptionalPath:

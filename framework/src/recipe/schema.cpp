@@ -53,6 +53,11 @@ const std::vector<KeySpec>& recipe_keys() {
         {"evaluation_labels", K::OptionalPath, "null", P::Evaluate, yes,
          "A .npy of integer class labels, one per evaluation sample, for top-1 accuracy."},
         {"evaluation_batches", K::Int, "0", P::Evaluate, yes, "Evaluate at most this many batches (0: all)."},
+        {"warn_output_sqnr_db", K::Float, "10", P::Evaluate, yes,
+         "Warn when an output's SQNR on the evaluation data is below this many dB, naming the first tensor whose "
+         "SQNR falls below it."},
+        {"min_output_sqnr_db", K::Float, "null", P::Evaluate, yes,
+         "Fail (exit 1, nothing written) when an output's SQNR on the evaluation data is below this many dB."},
 
         // --- quantize_static arguments -------------------------------------------
         {"model_input", K::OptionalPath, "null", P::Load, yes, "The float model to quantize."},

@@ -20,29 +20,24 @@ double Histogram::edge(size_t i) const {
 }
 
 void Histogram::grow_to(double extent) {
-    const int64_t initial_half = absolute_ ? requested_ : requested_ / 2;
-    int64_t half = static_cast<int64_t>(std::ceil(extent / stride_));
-    if (half <= half_) return;
-    // New bins at the old stride on the outside (both sides when signed).
-    const int64_t extra = half - half_;
+    const int64_t limit = 4 * static_cast<int64_t>(absolute_ ? requested_ : requested_ / 2);
+    if (std::ceil(extent / stride_) <= static_cast<double>(half_)) return;
+    // Too many bins at this stride: widen it by a power of two first, merging
+    // 2^k old bins into one (0 stays on an edge), so memory stays bounded
+    // however small the stride was (a constant first batch sets a tiny one).
+    int64_t factor = 1;
+    while (std::ceil(extent / (stride_ * static_cast<double>(factor))) > static_cast<double>(limit)) factor *= 2;
+    const auto half = static_cast<int64_t>(std::ceil(extent / (stride_ * static_cast<double>(factor))));
     std::vector<double> grown(static_cast<size_t>(absolute_ ? half : 2 * half), 0.0);
-    std::copy(counts_.begin(), counts_.end(), grown.begin() + (absolute_ ? 0 : extra));
+    const int64_t zero = absolute_ ? 0 : half_, new_zero = absolute_ ? 0 : half;
+    for (size_t i = 0; i < counts_.size(); ++i) {
+        const int64_t j = static_cast<int64_t>(i) - zero;  // bin [j, j + 1) x stride
+        const int64_t merged = j >= 0 ? j / factor : -((-j - 1) / factor) - 1;
+        grown[static_cast<size_t>(merged + new_zero)] += counts_[i];
+    }
     counts_ = std::move(grown);
     half_ = half;
-    // Too many bins: merge pairs, keeping 0 on an edge.
-    while (half_ > 4 * initial_half) {
-        if (half_ % 2 != 0) {
-            std::vector<double> padded(static_cast<size_t>(absolute_ ? half_ + 1 : 2 * (half_ + 1)), 0.0);
-            std::copy(counts_.begin(), counts_.end(), padded.begin() + (absolute_ ? 0 : 1));
-            counts_ = std::move(padded);
-            ++half_;
-        }
-        std::vector<double> merged(counts_.size() / 2);
-        for (size_t i = 0; i < merged.size(); ++i) merged[i] = counts_[2 * i] + counts_[2 * i + 1];
-        counts_ = std::move(merged);
-        half_ /= 2;
-        stride_ *= 2;
-    }
+    stride_ *= static_cast<double>(factor);
 }
 
 void Histogram::add(std::span<const float> values, const std::string& tensor) {

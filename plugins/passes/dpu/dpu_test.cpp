@@ -192,10 +192,30 @@ TEST(ClipToRelu, OnlyWhereTheFunctionStaysTheSame) {
         auto kept = clip_model(lo, hi);
         EXPECT_FALSE(run_pass("convert_clip_to_relu", kept));
     }
-    auto six = clip_model(0.0f, 6.0f);
-    EXPECT_TRUE(run_pass("replace_clip6_relu", six));
-    EXPECT_EQ(op_types(six), std::vector<std::string>{"Relu"});
-    EXPECT_EQ(six.graph().initializer_size(), 0);
+}
+
+// A layer's ReLU6 becomes a Relu (for CLE); the Clip(0, 6) inside a spelled-out
+// HardSwish, x * clip(x + 3, 0, 6) / 6, stays: as a Relu it grows without bound.
+TEST(ClipToRelu, ReplaceClip6ReluTurnsOnlyALayersActivation) {
+    GraphBuilder b;
+    b.input("x", {1, 2, 3, 3}).output("y", {1, 2, 3, 3});
+    b.initializer("w", ramp({2, 2, 1, 1}, -0.5f, 0.25f));
+    b.initializer("zero", ramp({}, 0.0f));
+    b.initializer("six", ramp({}, 6.0f));
+    b.initializer("three", ramp({}, 3.0f));
+    b.node("Conv", {"x", "w"}, {"c"});
+    b.node("Clip", {"c", "zero", "six"}, {"r6"});
+    b.node("Add", {"r6", "three"}, {"p3"});
+    b.node("Clip", {"p3", "zero", "six"}, {"gate"});
+    b.node("Mul", {"r6", "gate"}, {"m"});
+    b.node("Div", {"m", "six"}, {"y"});
+    auto model = b.build();
+    EXPECT_TRUE(run_pass("replace_clip6_relu", model));
+    EXPECT_EQ(op_types(model), (std::vector<std::string>{"Conv", "Relu", "Add", "Clip", "Mul", "Div"}));
+    EXPECT_FALSE(run_pass("replace_clip6_relu", model)) << "a second run changes nothing";
+    // Where a Clip(0, 6) reads no layer at all, nothing changes.
+    auto alone = clip_model(0.0f, 6.0f);
+    EXPECT_FALSE(run_pass("replace_clip6_relu", alone));
 }
 
 TEST(SimulateDpu, LeakyReluAndSigmoid) {

@@ -1,4 +1,5 @@
-// optimize_model: constant folding, BatchNormalization folding, Identity and
+// optimize_model: constant folding, BatchNormalization folding, folding an Add
+// of a constant bias into the Conv/ConvTranspose/Gemm before it, Identity and
 // Dropout removal, the LayerNorm and Gelu fusions and dead-node removal, run
 // until nothing changes. Every rewrite keeps the function the model computes.
 #include <set>
@@ -166,6 +167,74 @@ bool fold_batch_norm(vaiq::Model& model) {
     return true;
 }
 
+namespace {
+
+// The per-channel shift an Add of a constant applies to the output of a
+// Conv/ConvTranspose (channels on axis 1) or Gemm (the last axis): a scalar,
+// or C values that line up with the channel axis when broadcast; nullopt else.
+std::optional<vaiq::ChannelAffine> channel_bias(const onnx::NodeProto& layer, const vaiq::Tensor& bias,
+                                                int64_t channels, size_t weight_rank) {
+    if (bias.type() != vaiq::DataType::Float) return std::nullopt;
+    const auto values = bias.data<float>();
+    vaiq::ChannelAffine a{std::vector<float>(channels, 1.0f), std::vector<float>(channels, 0.0f)};
+    if (values.size() == 1) {
+        if (bias.shape().size() > (layer.op_type() == "Gemm" ? 2 : weight_rank)) return std::nullopt;
+        std::fill(a.shift.begin(), a.shift.end(), values[0]);
+        return a;
+    }
+    if (static_cast<int64_t>(values.size()) != channels) return std::nullopt;
+    // The output has rank 2 (Gemm) or the weight's rank (Conv: N, C, spatial...);
+    // either way the channels are on axis 1.
+    const size_t out_rank = layer.op_type() == "Gemm" ? 2 : weight_rank;
+    constexpr size_t channel_axis = 1;
+    const auto& shape = bias.shape();
+    if (shape.size() > out_rank) return std::nullopt;
+    for (size_t d = 0; d < shape.size(); ++d) {
+        const size_t axis = out_rank - shape.size() + d;
+        if (shape[d] != 1 && axis != channel_axis) return std::nullopt;
+    }
+    a.shift.assign(values.begin(), values.end());
+    return a;
+}
+
+}  // namespace
+
+bool fold_bias_add(vaiq::Model& model) {
+    auto& graph = model.graph();
+    const vaiq::GraphIndex index(graph);
+    vaiq::UniqueNames names(graph);
+    std::vector<int> folded;
+    for (int n = 0; n < graph.node_size(); ++n) {
+        const auto& add = graph.node(n);
+        if (add.op_type() != "Add" || !vaiq::is_default_domain(add) || add.input_size() != 2) continue;
+        for (int slot = 0; slot < 2; ++slot) {
+            const int producer = index.producer(add.input(slot));
+            const auto bias = vaiq::constant_tensor(index, add.input(1 - slot));
+            if (producer < 0 || !bias) continue;
+            const auto& layer = graph.node(producer);
+            const auto& op = layer.op_type();
+            if ((op != "Conv" && op != "ConvTranspose" && op != "Gemm") || !vaiq::is_default_domain(layer)) continue;
+            const auto weight = vaiq::constant_tensor(index, layer.input_size() > 1 ? layer.input(1) : "");
+            if (!weight || weight->shape().size() < 2) continue;
+            const int64_t group = vaiq::int_attribute(layer, "group", 1);
+            const int64_t channels = op == "Conv"            ? weight->shape()[0]
+                                     : op == "ConvTranspose" ? weight->shape()[1] * group
+                                     : vaiq::int_attribute(layer, "transB", 0) ? weight->shape()[0]
+                                                                                : weight->shape()[1];
+            const auto affine = channel_bias(layer, *bias, channels, weight->shape().size());
+            if (affine && vaiq::fold_affine_into_producer(graph, names, index, producer, add, *affine)) {
+                folded.push_back(n);
+                break;
+            }
+        }
+    }
+    if (folded.empty()) return false;
+    vaiq::remove_nodes(graph, folded);
+    vaiq::remove_unused_initializers(graph);
+    vaiq::log_debug("fold_bias_add: {} Adds of a constant bias folded into the layer before them", folded.size());
+    return true;
+}
+
 bool remove_dead_nodes(vaiq::Model& model) {
     auto& graph = model.graph();
     int removed = 0;
@@ -198,8 +267,8 @@ bool optimize_model(vaiq::Model& model) {
     bool changed = false;
     for (int sweep = 0; sweep < 8; ++sweep) {
         bool now = false;
-        for (auto* pass : {fold_constants, eliminate_identity, fold_batch_norm, fuse_layer_norm, fuse_gelu,
-                           remove_dead_nodes})
+        for (auto* pass : {fold_constants, eliminate_identity, fold_batch_norm, fold_bias_add, fuse_layer_norm,
+                           fuse_gelu, remove_dead_nodes})
             now |= pass(model);
         changed |= now;
         if (!now) break;

@@ -11,6 +11,7 @@ namespace prepare_passes {
 bool eliminate_identity(vaiq::Model& model);
 bool fold_constants(vaiq::Model& model);
 bool fold_batch_norm(vaiq::Model& model);
+bool fold_bias_add(vaiq::Model& model);
 bool fuse_layer_norm(vaiq::Model& model);
 bool fuse_gelu(vaiq::Model& model);
 bool remove_dead_nodes(vaiq::Model& model);

@@ -27,13 +27,16 @@ const vaiq_option_descriptor kSymbolicOptions[] = {
 VAIQ_PLUGINS(
     vaiq::describe<FunctionPass<p::optimize_model>>(
         "optimize_model", "0.1.0",
-        "Constant folding, BatchNorm folding, Identity/Dropout and dead-node removal, LayerNorm and Gelu fusion"),
+        "Constant folding, BatchNorm and bias-Add folding, Identity/Dropout and dead-node removal, LayerNorm and Gelu "
+        "fusion"),
     vaiq::describe<FunctionPass<p::eliminate_identity>>("eliminate_identity", "0.1.0",
                                                         "Remove Identity nodes and inference-time Dropout"),
     vaiq::describe<FunctionPass<p::fold_constants>>("fold_constants", "0.1.0",
                                                     "Evaluate nodes whose inputs are all constant; Shape of static shapes"),
     vaiq::describe<FunctionPass<p::fold_batch_norm>>("fold_batch_norm", "0.1.0",
                                                      "BatchNormalization into the Conv, ConvTranspose or Gemm before it"),
+    vaiq::describe<FunctionPass<p::fold_bias_add>>("fold_bias_add", "0.1.0",
+                                                   "An Add of a constant bias into the Conv, ConvTranspose or Gemm before it"),
     vaiq::describe<FunctionPass<p::fuse_layer_norm>>("fuse_layer_norm", "0.1.0",
                                                      "A spelled-out LayerNorm to LayerNormalization (opset 17 and later)"),
     vaiq::describe<FunctionPass<p::fuse_gelu>>("fuse_gelu", "0.1.0", "An Erf-spelled Gelu to com.microsoft Gelu"),

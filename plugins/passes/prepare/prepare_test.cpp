@@ -210,6 +210,50 @@ TEST(FoldBatchNorm, IntoConvGemmAndConvTranspose) {
     }
 }
 
+// Paddle exports a ConvTranspose's bias as an Add after it: the Add goes into
+// the layer (as BatchNorm does), so its output is quantized once, not twice.
+TEST(FoldBiasAdd, IntoConvTransposeConvAndGemmWhenItLinesUpWithTheChannels) {
+    {
+        GraphBuilder b;
+        b.input("x", {1, 2, 3, 3}).output("y", {1, 3, 6, 6});
+        b.initializer("w", values({2, 3, 2, 2}, noise)).initializer("b", values({1, 3, 1, 1}, noise));
+        set_ints_attribute(b.node("ConvTranspose", {"x", "w"}, {"c"}), "strides", {2, 2});
+        b.node("Add", {"c", "b"}, {"y"});
+        const auto folded = expect_same_function("fold_bias_add", b.build(), values({1, 2, 3, 3}, noise));
+        EXPECT_EQ(op_types(folded), (std::vector<std::string>{"ConvTranspose"}));
+    }
+    {
+        GraphBuilder b;  // a scalar on either side of the Add, onto an existing bias
+        b.input("x", {1, 2, 4, 4}).output("y", {1, 3, 4, 4});
+        b.initializer("w", values({3, 2, 1, 1}, noise)).initializer("bias", ramp({3}, 0.5f)).initializer("k", ramp({}, -0.25f));
+        b.node("Conv", {"x", "w", "bias"}, {"c"});
+        b.node("Add", {"k", "c"}, {"y"});
+        const auto folded = expect_same_function("fold_bias_add", b.build(), values({1, 2, 4, 4}, noise));
+        EXPECT_EQ(op_types(folded), (std::vector<std::string>{"Conv"}));
+    }
+    {
+        GraphBuilder b;
+        b.input("x", {2, 4}).output("y", {2, 3});
+        b.initializer("w", values({3, 4}, noise)).initializer("b", values({1, 3}, noise));
+        set_int_attribute(b.node("Gemm", {"x", "w"}, {"g"}), "transB", 1);
+        b.node("Add", {"g", "b"}, {"y"});
+        const auto folded = expect_same_function("fold_bias_add", b.build(), values({2, 4}, noise));
+        EXPECT_EQ(op_types(folded), (std::vector<std::string>{"Gemm"}));
+    }
+    // Not a per-channel bias: values along the width, or a layer whose output another node reads.
+    GraphBuilder b;
+    b.input("x", {1, 2, 4, 4}).output("y", {1, 3, 4, 4}).output("z", {1, 3, 4, 4});
+    b.initializer("w", values({3, 2, 1, 1}, noise)).initializer("row", values({4}, noise));
+    b.initializer("w2", values({3, 2, 1, 1}, noise)).initializer("k", ramp({}, 1.0f));
+    b.node("Conv", {"x", "w"}, {"c"});
+    b.node("Add", {"c", "row"}, {"y"});
+    b.node("Conv", {"x", "w2"}, {"d"});
+    b.node("Add", {"d", "k"}, {"z"});
+    b.node("Relu", {"d"}, {"unused"});
+    auto kept = b.build();
+    EXPECT_FALSE(run_pass("fold_bias_add", kept));
+}
+
 // LayerNorm as exporters spell it: (x - mean) / sqrt(mean((x - mean)^2) + eps) * gamma + beta.
 GraphBuilder spelled_layer_norm(int64_t opset) {
     GraphBuilder b(opset);

@@ -1,0 +1,30 @@
+// Where a quantized model goes wrong: the first tensor, in graph order, whose
+// value in the quantized model is far from the float model's on one batch. Run
+// when an output's SQNR is low, so that the warning can name a place to look.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "vaiq/model.hpp"
+#include "vaiq/tensor.hpp"
+
+namespace vaiq {
+
+struct Divergence {
+    std::string tensor;
+    std::string node;  ///< the node producing it
+    double sqnr_db = 0;
+};
+
+/// Compares every float tensor the two models both compute (in the float
+/// model's graph order) on `feeds`, and returns the first whose SQNR is below
+/// `threshold_db`; nullopt when none is. Tensors are compared a group at a
+/// time, keeping at most `budget_bytes` of float values, so memory stays
+/// bounded on large activations (each group costs one run of each model).
+std::optional<Divergence> first_divergence(const Model& float_model, const Model& quantized,
+                                           const std::map<std::string, Tensor>& feeds, double threshold_db,
+                                           int threads, size_t budget_bytes = size_t{256} << 20);
+
+}  // namespace vaiq
