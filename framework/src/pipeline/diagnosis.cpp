@@ -1,6 +1,8 @@
 #include "pipeline/diagnosis.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "runtime/executor.hpp"
