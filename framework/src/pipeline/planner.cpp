@@ -135,7 +135,7 @@ class Planner {
             !(role == TensorRole::Bias && spec.type == QuantType::QInt32))
             t.spec.power_of_two = true;
         if (auto it = inherit_.find(tensor); it != inherit_.end()) t.range_from = it->second;
-        if (t.calibrate_method.size() && t.range_from.empty()) t.saturates_outside = saturation(tensor);
+        if (!t.calibrate_method.empty() && t.range_from.empty()) t.saturates_outside = saturation(tensor);
         plan_.index[tensor] = plan_.tensors.size();
         plan_.tensors.push_back(std::move(t));
         return &plan_.tensors.back();
