@@ -155,11 +155,18 @@ class Plan : public ::testing::Test {
         target_ = registry_.create<vaiq::Target>("cpu", {});
     }
     vaiq::DraftPlan plan(const vaiq::Model& model, const std::string& yaml) {
-        const auto recipe = recipe_from(yaml);
-        return vaiq::plan_tensors(recipe, model, *target_, vaiq::decide_nodes(recipe, model, *target_));
+        return plan_recipe(model, recipe_from(yaml));
+    }
+    vaiq::DraftPlan plan_recipe(const vaiq::Model& model, const vaiq::Recipe& recipe) {
+        return vaiq::plan_tensors(recipe, model, *target_, vaiq::decide_nodes(recipe, model, *target_), calibrators_);
     }
     vaiq::PluginRegistry registry_;
     vaiq::PluginInstance<vaiq::Target> target_;
+    // Each method's calibrator with its default options.
+    vaiq::CalibratorSet calibrators_{[this](const std::string& method) {
+        return registry_.create<vaiq::Calibrator>(
+            method, registry_.resolve_options(registry_.require(vaiq::PluginKind::Calibrator, method, ""), nullptr));
+    }};
 };
 
 TEST_F(Plan, AsymmetricActivationsLetQuantizeAbsorbTheRelu) {
@@ -247,9 +254,7 @@ TEST_F(Plan, CalibrationAndParametersFollowTheDocumentedFormulas) {
     const auto model = vaiq::test::conv_relu_model();
     auto draft = plan(model, "activation_type: QUInt8\nper_channel: true\n");
     auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nlohmann::json::parse(R"({"x": [-2, 3]})"), 4);
-    auto calibrator = registry_.create<vaiq::Calibrator>("minmax", registry_.resolve_options(
-                                                                       registry_.require(vaiq::PluginKind::Calibrator, "minmax", ""), nullptr));
-    const auto outcome = vaiq::calibrate(model, draft, *data, {{"minmax", calibrator.get()}}, 1);
+    const auto outcome = vaiq::calibrate(model, draft, *data, 1);
     EXPECT_EQ(outcome.batches, 4);
     const auto x = outcome.results.at("x").range;
     EXPECT_LT(x.min, -1.5f);
@@ -290,9 +295,7 @@ TEST_F(Plan, Int32BiasesThatWouldSaturateGetAWiderScale) {
     const auto model = vaiq::test::conv_relu_model();
     auto draft = plan(model, "activation_type: QInt32\nweight_type: QInt32\n");
     auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 2);
-    auto calibrator = registry_.create<vaiq::Calibrator>(
-        "minmax", registry_.resolve_options(registry_.require(vaiq::PluginKind::Calibrator, "minmax", ""), nullptr));
-    const auto outcome = vaiq::calibrate(model, draft, *data, {{"minmax", calibrator.get()}}, 1);
+    const auto outcome = vaiq::calibrate(model, draft, *data, 1);
     const auto plan = vaiq::compute_parameters(model, draft, outcome, nullptr);
     const auto* b = plan.find("b");
     ASSERT_NE(b, nullptr);
@@ -313,9 +316,7 @@ TEST_F(Plan, TensorsThatTurnOutNotToBeFloatAreDropped) {
     auto draft = plan(model, "");
     ASSERT_NE(draft.find("y"), nullptr) << "planned before its type is known";
     auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 1);
-    auto calibrator = registry_.create<vaiq::Calibrator>(
-        "minmax", registry_.resolve_options(registry_.require(vaiq::PluginKind::Calibrator, "minmax", ""), nullptr));
-    const auto outcome = vaiq::calibrate(model, draft, *data, {{"minmax", calibrator.get()}}, 1);
+    const auto outcome = vaiq::calibrate(model, draft, *data, 1);
     EXPECT_EQ(outcome.not_float, std::vector<std::string>{"y"});
     vaiq::drop_tensors(draft, outcome.not_float);
     EXPECT_EQ(draft.find("y"), nullptr);
@@ -355,14 +356,10 @@ TEST_F(Plan, PowerOfTwoMethodsGiveEveryTensorAPowerOfTwoScale) {
     for (const char* method : {"MinMSE", "NonOverflow"}) {
         const auto recipe = vaiq::load_recipe(write_text(
             temp_dir() / "r.yaml", std::string("recipe_version: 1\ncalibrate_method: ") + method + "\nactivation_type: QUInt8\n"));
-        auto draft = vaiq::plan_tensors(recipe, model, *target_, vaiq::decide_nodes(recipe, model, *target_));
+        auto draft = plan_recipe(model, recipe);
         EXPECT_TRUE(draft.find("w")->spec.power_of_two);
-        std::string plugin = method;
-        for (auto& c : plugin) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        auto calibrator = registry_.create<vaiq::Calibrator>(
-            plugin, registry_.resolve_options(registry_.require(vaiq::PluginKind::Calibrator, plugin, ""), nullptr));
         auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nlohmann::json::parse(R"({"x": [-2, 3]})"), 3);
-        const auto outcome = vaiq::calibrate(model, draft, *data, {{plugin, calibrator.get()}}, 1);
+        const auto outcome = vaiq::calibrate(model, draft, *data, 1);
         const auto plan = vaiq::compute_parameters(model, draft, outcome);
         ASSERT_EQ(plan.tensors.size(), 4u);
         for (const auto& t : plan.tensors)
@@ -381,11 +378,9 @@ namespace {
 TEST_F(Plan, AWrittenQdqModelReadsBackAsItsGraphAndParameters) {
     const auto model = vaiq::test::conv_relu_model();
     const auto recipe = recipe_from("activation_type: QUInt8\n");
-    auto draft = vaiq::plan_tensors(recipe, model, *target_, vaiq::decide_nodes(recipe, model, *target_));
+    auto draft = plan_recipe(model, recipe);
     auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 2);
-    auto calibrator = registry_.create<vaiq::Calibrator>(
-        "minmax", registry_.resolve_options(registry_.require(vaiq::PluginKind::Calibrator, "minmax", ""), nullptr));
-    const auto plan = vaiq::compute_parameters(model, draft, vaiq::calibrate(model, draft, *data, {{"minmax", calibrator.get()}}, 1));
+    const auto plan = vaiq::compute_parameters(model, draft, vaiq::calibrate(model, draft, *data, 1));
     auto written = model;
     registry_.create<vaiq::Format>("qdq", registry_.resolve_options(registry_.require(vaiq::PluginKind::Format, "qdq", ""), nullptr))
         ->emit(written, plan);
@@ -414,13 +409,10 @@ TEST_F(Plan, EveryPairFormatReadsBackAsItsPlan) {
     const auto recipe = vaiq::load_recipe(write_text(temp_dir() / "r.yaml",
                                                      "recipe_version: 1\ncalibrate_method: NonOverflow\n"
                                                      "activation_type: QInt8\nextra_options: {ActivationSymmetric: true}\n"));
-    auto draft = vaiq::plan_tensors(recipe, model, *target_, vaiq::decide_nodes(recipe, model, *target_));
+    auto draft = plan_recipe(model, recipe);
     auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 2);
-    auto calibrator = registry_.create<vaiq::Calibrator>(
-        "nonoverflow",
-        registry_.resolve_options(registry_.require(vaiq::PluginKind::Calibrator, "nonoverflow", ""), nullptr));
     const auto plan =
-        vaiq::compute_parameters(model, draft, vaiq::calibrate(model, draft, *data, {{"nonoverflow", calibrator.get()}}, 1));
+        vaiq::compute_parameters(model, draft, vaiq::calibrate(model, draft, *data, 1));
     for (const std::string format : {"qdq", "vitis_qdq", "fixneuron"}) {
         auto written = model;
         registry_

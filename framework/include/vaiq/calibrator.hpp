@@ -29,6 +29,12 @@ class VAIQ_API RangeObserver {
     virtual CalibrationResult result() const = 0;
 };
 
+/// The scales a calibrator gives.
+enum class ScaleForm {
+    Any,         ///< any positive float
+    PowerOfTwo,  ///< 2^-p: every integer tensor of the nodes it calibrates gets one
+};
+
 class VAIQ_API Calibrator : public Plugin {
   public:
     using Interface = Calibrator;
@@ -36,6 +42,18 @@ class VAIQ_API Calibrator : public Plugin {
 
     /// A fresh observer for one tensor that will be quantized as `spec`.
     virtual std::unique_ptr<RangeObserver> make_observer(const std::string& tensor, const QuantSpec& spec) const = 0;
+
+    /// The scales this calibrator gives. With PowerOfTwo the host plans every
+    /// integer tensor of the nodes it calibrates (weights, activations, biases
+    /// stored on their own) with QuantSpec::power_of_two, and an observer's
+    /// result should carry the position. The default is Any.
+    virtual ScaleForm scale_form() const;
+
+    /// Parameters for a constant of a node this calibrator calibrates (a weight,
+    /// or a bias quantized on its own): per channel along spec.axis when
+    /// spec.per_channel. The default is vaiq::constant_params (the extremes, or
+    /// the power-of-two search when spec.power_of_two).
+    virtual QuantParams constant_params(const Tensor& data, const QuantSpec& spec) const;
 };
 
 }  // namespace vaiq

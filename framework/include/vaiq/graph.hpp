@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "vaiq/export.hpp"
+#include "vaiq/model.hpp"
 
 namespace vaiq {
 
@@ -27,6 +28,12 @@ struct Use {
 class VAIQ_API GraphIndex {
   public:
     explicit GraphIndex(const onnx::GraphProto& graph);
+    /// The same over a model's main graph, with the model's node marks.
+    explicit GraphIndex(const Model& model);
+
+    /// Whether the model carries `mark` on `node` (Model::mark); always false
+    /// for an index built from a bare graph.
+    bool marked(const onnx::NodeProto& node, std::string_view mark) const;
 
     /// Index of the node producing `tensor`, or -1 (graph input, initializer or unknown).
     int producer(std::string_view tensor) const;
@@ -43,6 +50,7 @@ class VAIQ_API GraphIndex {
     std::unordered_map<std::string, const onnx::TensorProto*> initializers_;
     std::unordered_set<std::string> inputs_;
     std::unordered_set<std::string> outputs_;
+    const Model* model_ = nullptr;
 };
 
 /// Whether a node is in the default ONNX domain ("" or "ai.onnx").
@@ -58,10 +66,21 @@ VAIQ_API float float_attribute(const onnx::NodeProto& node, std::string_view nam
 /// An INTS attribute, or nullopt when the node does not set it.
 VAIQ_API std::optional<std::vector<int64_t>> ints_attribute(const onnx::NodeProto& node, std::string_view name);
 
-/// The doc_string of nodes a pass built to compute in float what a device
-/// computes in its own arithmetic (a simulation): they are never quantized.
-inline constexpr std::string_view kFloatOnlyMark = "vaiq: float only";
-inline bool is_float_only(const onnx::NodeProto& node) { return node.doc_string() == kFloatOnlyMark; }
+/// Node marks (Model::mark) the host reads:
+/// - kFloatOnly: a node a pass built to compute in float what a device computes
+///   in its own arithmetic (a simulation); it is never quantized.
+/// - kDeviceRescale: a Mul by a constant that a pass inserted to model how a
+///   device rescales the output of the op before it (an average's divisor as
+///   the device computes it); its factor is not a weight and is not quantized.
+inline constexpr std::string_view kFloatOnly = "float_only";
+inline constexpr std::string_view kDeviceRescale = "device_rescale";
+
+/// Clip's bounds from attributes (opset < 11) or constant inputs; nullopt when
+/// a bound is not a constant. A missing bound is -inf / +inf.
+VAIQ_API std::optional<std::pair<float, float>> clip_bounds(const onnx::NodeProto& node, const GraphIndex& index);
+
+/// Whether a Pad fills with zeros (constant mode, value 0 or none).
+VAIQ_API bool pads_with_zeros(const onnx::NodeProto& pad, const GraphIndex& index);
 
 /// Tensors a node's subgraphs (If branches, Loop and Scan bodies) read from
 /// the enclosing scope, sorted.

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 #include <string_view>
@@ -36,9 +37,19 @@ class VAIQ_API Model {
     /// domain); 0 when the domain is not imported.
     int64_t opset(std::string_view domain = "") const;
 
+    /// Marks that passes leave on nodes for the phases after them (kFloatOnly,
+    /// kDeviceRescale in vaiq/graph.hpp). They live beside the proto, keyed by
+    /// the node's first output, so a pass that rewrites doc strings or
+    /// attributes cannot lose them; they are copied with the model, not saved.
+    void mark(const onnx::NodeProto& node, std::string_view mark);
+    bool marked(const onnx::NodeProto& node, std::string_view mark) const;
+    /// Takes over `other`'s marks (a model rebuilt from another one's proto).
+    void copy_marks(const Model& other) { marks_ = other.marks_; }
+
   private:
     onnx::ModelProto proto_;
     std::filesystem::path source_;
+    std::map<std::string, std::set<std::string, std::less<>>, std::less<>> marks_;
 };
 
 struct LoadOptions {

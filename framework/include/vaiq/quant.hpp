@@ -80,6 +80,36 @@ VAIQ_API int scale_to_position(double scale);
 /// integer range, and 128 for symmetric uint8, as the NPU requires).
 VAIQ_API QuantParams power_of_two_params(TensorRange range, int position, const QuantSpec& spec);
 
+/// The squared error of quantizing `value` with a per-tensor scale and zero
+/// point and dequantizing it again, the integer saturated to [qmin, qmax].
+inline double round_trip_error(double value, double scale, double zero_point, int64_t qmin, int64_t qmax) {
+    const double q =
+        std::clamp(std::nearbyint(value / scale) + zero_point, static_cast<double>(qmin), static_cast<double>(qmax));
+    const double d = value - (q - zero_point) * scale;
+    return d * d;
+}
+
+/// The extremes of a float constant per channel along `axis`, or of the whole
+/// tensor (one entry) when `axis` is negative. An empty tensor gives [0, 0].
+VAIQ_API std::vector<TensorRange> channel_ranges(const Tensor& data, int axis);
+
+/// A constant's power-of-two position as vai_q_onnx searches it: from the
+/// position at which nothing of `range` overflows (counted from the zero
+/// point), up to four smaller scales, the one of least squared error over the
+/// values of `channel` along `axis` (all values when `axis` is negative).
+VAIQ_API int best_power_of_two_position(const Tensor& data, int axis, size_t channel, TensorRange range,
+                                        const QuantSpec& spec);
+
+/// Parameters of a float constant (a weight, or a bias quantized on its own)
+/// under `spec`: per channel along spec.axis when spec.per_channel (the axis
+/// already within the tensor's rank), else per tensor; each channel from its
+/// extremes, or with spec.power_of_two from best_power_of_two_position.
+VAIQ_API QuantParams constant_params(const Tensor& data, const QuantSpec& spec);
+
+/// The position p of parameters whose scale is exactly 2^-p; nullopt for
+/// per-channel parameters or a scale that is not a power of two.
+VAIQ_API std::optional<int> exact_position(const QuantParams& params);
+
 /// One quantized value: `scaled` (already divided by the scale, in float32 as
 /// ONNX Runtime computes it) rounded half to even, plus the zero point,
 /// saturated to Q's range. Formats and the executor's kernels all quantize

@@ -12,6 +12,7 @@
 #include "vaiq/error.hpp"
 #include "vaiq/log.hpp"
 #include "vaiq/model.hpp"
+#include "vaiq/graph.hpp"
 #include "vaiq/tensor.hpp"
 
 namespace fs = std::filesystem;
@@ -19,6 +20,16 @@ namespace fs = std::filesystem;
 namespace vaiq {
 
 Model::Model(onnx::ModelProto proto, fs::path source) : proto_(std::move(proto)), source_(std::move(source)) {}
+
+void Model::mark(const onnx::NodeProto& node, std::string_view mark) {
+    if (node.output_size() > 0) marks_[node.output(0)].emplace(mark);
+}
+
+bool Model::marked(const onnx::NodeProto& node, std::string_view mark) const {
+    if (node.output_size() == 0) return false;
+    auto it = marks_.find(node.output(0));
+    return it != marks_.end() && it->second.count(mark) > 0;
+}
 
 int64_t Model::opset(std::string_view domain) const {
     for (const auto& op : proto_.opset_import()) {
@@ -211,7 +222,7 @@ int guess_custom_outputs(onnx::ModelProto& proto, bool every_custom_op) {
             if (v.type().has_tensor_type()) known[v.name()] = &v;
     std::vector<onnx::ValueInfoProto> added;
     for (const auto& node : graph.node()) {
-        const bool custom = !(node.domain().empty() || node.domain() == "ai.onnx");
+        const bool custom = !is_default_domain(node);
         if (!custom || node.input_size() == 0 || node.output_size() == 0) continue;
         if (!elementwise_contrib(node) && !every_custom_op) continue;
         const auto in = known.find(node.input(0));

@@ -20,10 +20,9 @@ struct CalibrationOutcome {
 
 /// Runs every batch of `data` through `model` with the planned activations
 /// tapped; each observer sees each batch once and keeps only its statistics.
-/// `calibrators` maps a calibrate method (as planned) to its plugin.
-/// `on_batch` is called after each batch (progress).
-CalibrationOutcome calibrate(const Model& model, const DraftPlan& plan, DataReader& data,
-                             const std::map<std::string, const Calibrator*>& calibrators, int threads,
+/// Each tensor is observed by its planned calibrator. `on_batch` is called
+/// after each batch (progress).
+CalibrationOutcome calibrate(const Model& model, const DraftPlan& plan, DataReader& data, int threads,
                              const std::function<void(int)>& on_batch = {});
 
 /// Scales and zero points for the plan: weights from their data (per channel

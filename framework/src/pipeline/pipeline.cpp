@@ -316,10 +316,17 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
     }
 
     DraftPlan draft;
+    // The calibrators the plan's nodes name, created when the planner first asks.
+    CalibratorSet calibrators([&](const std::string& method) {
+        const auto choice = method == plugins.calibrator.info->name
+                                ? plugins.calibrator
+                                : choose(recipe, registry, PluginKind::Calibrator, method, "calibrate_method");
+        return registry.create<Calibrator>(choice.info->name, choice.options);
+    });
     if (last >= Phase::Plan) {
         timed(Phase::Plan, [&] {
             const auto decisions = decide_nodes(recipe, model, *target);
-            draft = plan_tensors(recipe, model, *target, decisions);
+            draft = plan_tensors(recipe, model, *target, decisions, calibrators);
             int selected = 0;
             for (const auto& d : decisions) selected += d.quantized;
             report["plan"] = {{"nodes", decisions.size()}, {"nodes_selected", selected},
@@ -336,19 +343,7 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
     if (last >= Phase::Calibrate) {
         timed(Phase::Calibrate, [&] {
             data = calibration_reader(recipe, model);
-            std::map<std::string, PluginInstance<Calibrator>> instances;
-            std::map<std::string, const Calibrator*> calibrators;
-            for (const auto& t : draft.tensors) {
-                if (t.calibrate_method.empty() || instances.count(t.calibrate_method)) continue;
-                const auto choice = t.calibrate_method == plugins.calibrator.info->name
-                                        ? plugins.calibrator
-                                        : choose(recipe, registry, PluginKind::Calibrator, t.calibrate_method,
-                                                 "calibrate_method");
-                auto instance = registry.create<Calibrator>(choice.info->name, choice.options);
-                calibrators[t.calibrate_method] = instance.get();
-                instances.emplace(t.calibrate_method, std::move(instance));
-            }
-            calibration = calibrate(model, draft, *data, calibrators, threads, [&](int batch) {
+            calibration = calibrate(model, draft, *data, threads, [&](int batch) {
                 log_debug("calibration batch {} of {} files", batch, data->items());
             });
             drop_tensors(draft, calibration.not_float);

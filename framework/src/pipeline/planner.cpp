@@ -5,7 +5,6 @@
 #include <set>
 
 #include "util/text.hpp"
-#include "vaiq/dpu.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 
@@ -18,10 +17,8 @@ const PlannedTensor* DraftPlan::find(const std::string& tensor) const {
 
 std::vector<std::string> DraftPlan::observed() const {
     std::set<std::string> out;
-    for (const auto& t : tensors) {
-        if (t.constant || t.role != TensorRole::Activation || !t.share_with.empty() || t.fixed_range) continue;
-        out.insert(t.range_from.empty() ? t.tensor : t.range_from);
-    }
+    for (const auto& t : tensors)
+        if (t.observed() && t.share_with.empty()) out.insert(t.range_from.empty() ? t.tensor : t.range_from);
     return {out.begin(), out.end()};
 }
 
@@ -38,8 +35,9 @@ const std::set<std::string, std::less<>> kNormalizations = {"InstanceNormalizati
 
 class Planner {
   public:
-    Planner(const Recipe& recipe, const Model& model, const Target& target)
-        : model_(model), target_(target), index_(model.graph()), base_(recipe.quantize_config()) {
+    Planner(const Recipe& recipe, const Model& model, const Target& target, CalibratorSet& calibrators)
+        : model_(model), target_(target), calibrators_(calibrators), index_(model),
+          base_(recipe.quantize_config()) {
         for (const auto& t : recipe.value("extra_options.OpTypesToExcludeOutputQuantization"))
             no_output_.insert(t.get<std::string>());
         for (const auto& [op, axis] : recipe.value("extra_options.QDQOpTypePerChannelSupportToAxis").items())
@@ -121,21 +119,22 @@ class Planner {
         t.spec = spec;
         t.constant = is_constant(tensor);
         t.node = node.name().empty() ? node.op_type() : node.name();
-        std::string method = config.get_string("calibrate_method");
-        for (auto& c : method) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
         if (!is_integer(spec.type)) {
             // Float types round to their own precision: there is no range to calibrate.
             t.fixed_range = TensorRange{};
-        } else if (role == TensorRole::Activation && !t.constant) {
+        } else {
+            std::string method = config.get_string("calibrate_method");
+            for (auto& c : method) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
             t.calibrate_method = method;
+            t.calibrator = &calibrators_.get(method);
+            // A power-of-two calibrator gives every tensor of the node a power-of-two
+            // scale (an int32 bias gets one too: input scale x weight scale).
+            if (t.calibrator->scale_form() == ScaleForm::PowerOfTwo &&
+                !(role == TensorRole::Bias && spec.type == QuantType::QInt32))
+                t.spec.power_of_two = true;
         }
-        // The documented PowerOfTwoMethods give every tensor of the node a power-of-two
-        // scale (an int32 bias gets one too: input scale x weight scale).
-        if ((method == "nonoverflow" || method == "minmse") && is_integer(spec.type) &&
-            !(role == TensorRole::Bias && spec.type == QuantType::QInt32))
-            t.spec.power_of_two = true;
         if (auto it = inherit_.find(tensor); it != inherit_.end()) t.range_from = it->second;
-        if (!t.calibrate_method.empty() && t.range_from.empty()) t.saturates_outside = saturation(tensor);
+        if (t.observed() && t.range_from.empty()) t.saturates_outside = saturation(tensor);
         plan_.index[tensor] = plan_.tensors.size();
         plan_.tensors.push_back(std::move(t));
         return &plan_.tensors.back();
@@ -242,8 +241,8 @@ class Planner {
             if (node.input_size() > 1) add_weight(node.input(1), node, config, -1);
             if (op != "BatchNormalization") add_bias(node, 2, config);
             add_outputs(node, config);
-        } else if (dpu::is_rescale(node)) {
-            // The device's own rescale of the op before it: its factor is not a weight.
+        } else if (index_.marked(node, kDeviceRescale)) {
+            // A device's own rescale of the op before it: its factor is not a weight.
             add_activation(node.input(0), node, config);
             add_outputs(node, config);
         } else if (kRemovableActivations.count(op)) {
@@ -272,6 +271,7 @@ class Planner {
 
     const Model& model_;
     const Target& target_;
+    CalibratorSet& calibrators_;
     GraphIndex index_;
     Options base_;
     std::set<std::string> no_output_;
@@ -285,9 +285,15 @@ class Planner {
 
 }  // namespace
 
+const Calibrator& CalibratorSet::get(const std::string& method) {
+    auto it = instances_.find(method);
+    if (it == instances_.end()) it = instances_.emplace(method, factory_(method)).first;
+    return *it->second;
+}
+
 DraftPlan plan_tensors(const Recipe& recipe, const Model& model, const Target& target,
-                       const std::vector<NodeDecision>& decisions) {
-    return Planner(recipe, model, target).run(decisions);
+                       const std::vector<NodeDecision>& decisions, CalibratorSet& calibrators) {
+    return Planner(recipe, model, target, calibrators).run(decisions);
 }
 
 void drop_tensors(DraftPlan& plan, const std::vector<std::string>& tensors) {

@@ -4,12 +4,15 @@
 // which ops pass their input's parameters through, which activations Q absorbs.
 #pragma once
 
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "pipeline/selection.hpp"
+#include "vaiq/calibrator.hpp"
 #include "vaiq/quant.hpp"
 #include "vaiq/target.hpp"
 
@@ -21,7 +24,8 @@ struct PlannedTensor {
     TensorRole role = TensorRole::Activation;
     QuantSpec spec;
     bool constant = false;               ///< an initializer: parameters come from its data
-    std::string calibrate_method;        ///< calibrator plugin for activations
+    std::string calibrate_method;        ///< the node's calibrator plugin (integer tensors)
+    const Calibrator* calibrator = nullptr;  ///< that plugin: observes activations, gives constants their parameters
     std::string share_with;              ///< parameters are this tensor's (data-movement ops)
     std::string range_from;              ///< the calibrated range is this tensor's (Relu/Clip input)
     std::optional<TensorRange> fixed_range;  ///< e.g. Softmax output [0, 1]
@@ -31,6 +35,11 @@ struct PlannedTensor {
     std::optional<TensorRange> saturates_outside;
     std::string bias_input, bias_weight; ///< bias: scale = input scale x weight scale
     std::string node;                    ///< the node that asked for it first
+
+    /// An integer activation whose range calibration finds (possibly through range_from).
+    bool observed() const {
+        return calibrator != nullptr && !constant && role == TensorRole::Activation && !fixed_range;
+    }
 };
 
 struct DraftPlan {
@@ -45,10 +54,23 @@ struct DraftPlan {
     std::vector<std::string> observed() const;
 };
 
+/// The calibrator plugins of a run by method (plugin name), created on first
+/// use and kept for the run: the plan points into them.
+class CalibratorSet {
+  public:
+    using Factory = std::function<std::unique_ptr<Calibrator, std::function<void(Calibrator*)>>(const std::string&)>;
+    explicit CalibratorSet(Factory factory) : factory_(std::move(factory)) {}
+    const Calibrator& get(const std::string& method);
+
+  private:
+    Factory factory_;
+    std::map<std::string, std::unique_ptr<Calibrator, std::function<void(Calibrator*)>>> instances_;
+};
+
 /// Plans every tensor of the quantized nodes. Throws InputError for a plan the
 /// settings make impossible (e.g. per-channel weights below opset 13).
 DraftPlan plan_tensors(const Recipe& recipe, const Model& model, const Target& target,
-                       const std::vector<NodeDecision>& decisions);
+                       const std::vector<NodeDecision>& decisions, CalibratorSet& calibrators);
 
 /// Drops tensors that turned out not to be float (and whatever depended on them).
 void drop_tensors(DraftPlan& plan, const std::vector<std::string>& tensors);

@@ -108,7 +108,7 @@ std::vector<NodeDecision> decide_nodes(const Recipe& recipe, const Model& model,
             applied.push_back(fmt::format("overrides[{}]", i));
             for (const auto& [key, value] : o["set"].items()) d.settings[key] = {value, tag};
         }
-        if (is_float_only(node)) d.reason = "it simulates device arithmetic in float";
+        if (model.marked(node, kFloatOnly)) d.reason = "it simulates device arithmetic in float";
         else if (!inputs.empty() && !after_inputs[n]) d.reason = "before input_nodes";
         else if (!outputs.empty() && !before_outputs[n]) d.reason = "after output_nodes";
         else if (!op_types.empty() && !op_types.count(node.op_type())) d.reason = "op type not in op_types_to_quantize";

@@ -31,7 +31,6 @@ const std::map<std::string, std::pair<const char*, const char*>, std::less<>> kF
     {"Sigmoid", {"QLinearSigmoid", kMicrosoft}},
 };
 
-bool default_domain(const onnx::NodeProto& n) { return n.domain().empty() || n.domain() == "ai.onnx"; }
 
 // One DequantizeLinear (or QuantizeLinear) with constant parameters.
 struct QParams {
@@ -51,7 +50,7 @@ class Fusion {
         std::set<int> removed;
         for (int n = 0; n < graph_.node_size(); ++n) {
             const auto& node = graph_.node(n);
-            if (!default_domain(node) || !kFused.count(node.op_type()) || removed.count(n)) continue;
+            if (!is_default_domain(node) || !kFused.count(node.op_type()) || removed.count(n)) continue;
             auto fused = fuse(n);
             if (!fused) continue;
             replaced[n] = std::move(fused->node);
@@ -77,7 +76,7 @@ class Fusion {
     void mark_float_matmuls(const std::map<int, onnx::NodeProto>& replaced, const std::set<int>& removed) {
         for (int n = 0; n < graph_.node_size(); ++n) {
             auto& node = *graph_.mutable_node(n);
-            if (replaced.count(n) || removed.count(n) || !default_domain(node) || node.op_type() != "MatMul") continue;
+            if (replaced.count(n) || removed.count(n) || !is_default_domain(node) || node.op_type() != "MatMul") continue;
             if (!dequantized(node.input(0)) || !dequantized(node.input(1))) continue;
             auto* a = node.add_attribute();
             a->set_name(kOrtOrderAttribute);
@@ -134,7 +133,7 @@ class Fusion {
 
     std::optional<QParams> dequantized(const std::string& tensor) const {
         const int p = index_.producer(tensor);
-        if (p < 0 || !default_domain(graph_.node(p)) || graph_.node(p).op_type() != "DequantizeLinear") return std::nullopt;
+        if (p < 0 || !is_default_domain(graph_.node(p)) || graph_.node(p).op_type() != "DequantizeLinear") return std::nullopt;
         return params_of(p);
     }
 
@@ -170,7 +169,7 @@ class Fusion {
     // `pads` receives its [top, left, bottom, right].
     bool foldable_pad(int n, std::vector<int64_t>& pads) const {
         const auto& pad = graph_.node(n);
-        if (!default_domain(pad) || pad.op_type() != "Pad" || pad.input_size() < 2) return false;
+        if (!is_default_domain(pad) || pad.op_type() != "Pad" || pad.input_size() < 2) return false;
         for (const auto& a : pad.attribute())
             if (a.name() == "mode" && a.s() != "constant") return false;
         if (pad.input_size() > 2 && !pad.input(2).empty()) {
@@ -283,7 +282,7 @@ class Fusion {
         int consumer = sole_consumer(out);
         if (consumer < 0) return std::nullopt;
         fused.gone.push_back(out);
-        if (op == "Conv" && default_domain(graph_.node(consumer)) &&
+        if (op == "Conv" && is_default_domain(graph_.node(consumer)) &&
             (graph_.node(consumer).op_type() == "Relu" || graph_.node(consumer).op_type() == "Clip")) {
             const int act = consumer;
             out = graph_.node(act).output(0);
@@ -293,7 +292,7 @@ class Fusion {
             fused.gone.push_back(out);
         }
         const auto& qnode = graph_.node(consumer);
-        if (!default_domain(qnode) || qnode.op_type() != "QuantizeLinear") return std::nullopt;
+        if (!is_default_domain(qnode) || qnode.op_type() != "QuantizeLinear") return std::nullopt;
         const auto q = params_of(consumer);
         if (!q || !q->per_tensor || q->elem_type != activation_type) return std::nullopt;
         for (size_t i = 0; i < in.size(); ++i)
@@ -377,7 +376,7 @@ void int8_pairs_to_uint8(onnx::GraphProto& graph) {
     UniqueNames names(graph);
     for (int n = 0; n < graph.node_size(); ++n) {
         auto& q = *graph.mutable_node(n);
-        if (!default_domain(q) || q.op_type() != "QuantizeLinear" || q.input_size() != 3) continue;
+        if (!is_default_domain(q) || q.op_type() != "QuantizeLinear" || q.input_size() != 3) continue;
         // A QuantizeLinear of a constant is folded into a quantized initializer first,
         // which leaves a lone int8 DequantizeLinear: not a pair.
         const int source = index.producer(q.input(0));
@@ -385,7 +384,7 @@ void int8_pairs_to_uint8(onnx::GraphProto& graph) {
         const auto& uses = index.consumers(q.output(0));
         if (uses.size() != 1 || index.is_graph_output(q.output(0))) continue;
         auto& dq = *graph.mutable_node(uses[0].node);
-        if (!default_domain(dq) || dq.op_type() != "DequantizeLinear" || dq.input_size() != 3) continue;
+        if (!is_default_domain(dq) || dq.op_type() != "DequantizeLinear" || dq.input_size() != 3) continue;
         if (index.consumers(dq.output(0)).size() > 1) continue;
         const auto* qz = index.initializer(q.input(2));
         const auto* dz = index.initializer(dq.input(2));

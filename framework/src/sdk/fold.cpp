@@ -16,7 +16,7 @@ std::optional<Tensor> constant_value(const onnx::GraphProto& graph, const GraphI
     const int producer = name.empty() ? -1 : index.producer(name);
     if (producer < 0) return std::nullopt;
     const auto& node = graph.node(producer);
-    if (node.op_type() != "Constant" || !(node.domain().empty() || node.domain() == "ai.onnx")) return std::nullopt;
+    if (node.op_type() != "Constant" || !is_default_domain(node)) return std::nullopt;
     for (const auto& a : node.attribute()) {
         if (a.name() == "value" && a.has_t()) return Tensor::from_proto(a.t());
         if (a.name() == "value_float") return Tensor::from_values<float>({}, std::vector<float>{a.f()});
@@ -25,7 +25,7 @@ std::optional<Tensor> constant_value(const onnx::GraphProto& graph, const GraphI
 }
 
 std::optional<ChannelAffine> batch_norm_affine(const onnx::NodeProto& bn, const GraphIndex& index) {
-    if (bn.op_type() != "BatchNormalization" || !(bn.domain().empty() || bn.domain() == "ai.onnx") ||
+    if (bn.op_type() != "BatchNormalization" || !is_default_domain(bn) ||
         bn.input_size() < 5)
         return std::nullopt;
     for (int o = 1; o < bn.output_size(); ++o)
@@ -79,7 +79,7 @@ std::optional<ChannelLayout> output_channel_layout(const onnx::NodeProto& node, 
 bool fold_affine_into_producer(onnx::GraphProto& graph, UniqueNames& names, const GraphIndex& index, int producer,
                                const onnx::NodeProto& consumer, const ChannelAffine& affine) {
     auto& node = *graph.mutable_node(producer);
-    if (!(node.domain().empty() || node.domain() == "ai.onnx") || node.input_size() < 2 || node.output_size() != 1)
+    if (!is_default_domain(node) || node.input_size() < 2 || node.output_size() != 1)
         return false;
     const auto& out = node.output(0);
     if (index.consumers(out).size() != 1 || index.is_graph_output(out)) return false;

@@ -6,6 +6,7 @@
 #include <queue>
 
 #include "vaiq/error.hpp"
+#include "vaiq/tensor.hpp"
 
 namespace vaiq {
 
@@ -68,6 +69,12 @@ std::vector<std::string> outer_scope_reads(const onnx::NodeProto& node) {
     std::vector<std::string> out(reads.begin(), reads.end());
     std::sort(out.begin(), out.end());
     return out;
+}
+
+GraphIndex::GraphIndex(const Model& model) : GraphIndex(model.graph()) { model_ = &model; }
+
+bool GraphIndex::marked(const onnx::NodeProto& node, std::string_view mark) const {
+    return model_ != nullptr && model_->marked(node, mark);
 }
 
 GraphIndex::GraphIndex(const onnx::GraphProto& graph) {
@@ -248,6 +255,35 @@ void import_opset(onnx::ModelProto& model, const std::string& domain, int64_t ve
     auto* o = model.add_opset_import();
     o->set_domain(domain);
     o->set_version(version);
+}
+
+std::optional<std::pair<float, float>> clip_bounds(const onnx::NodeProto& node, const GraphIndex& index) {
+    float lo = -std::numeric_limits<float>::infinity(), hi = std::numeric_limits<float>::infinity();
+    for (const auto& a : node.attribute()) {
+        if (a.name() == "min") lo = a.f();
+        if (a.name() == "max") hi = a.f();
+    }
+    for (int slot = 1; slot <= 2 && slot < node.input_size(); ++slot) {
+        if (node.input(slot).empty()) continue;
+        const auto* init = index.initializer(node.input(slot));
+        if (!init || index.is_graph_input(node.input(slot))) return std::nullopt;
+        const auto t = Tensor::from_proto(*init);
+        if (t.type() != DataType::Float || t.size() != 1) return std::nullopt;
+        (slot == 1 ? lo : hi) = t.data<float>()[0];
+    }
+    return std::make_pair(lo, hi);
+}
+
+bool pads_with_zeros(const onnx::NodeProto& pad, const GraphIndex& index) {
+    if (pad.op_type() != "Pad") return false;
+    const auto* mode = find_attribute(pad, "mode");
+    if (mode && mode->s() != "constant") return false;
+    if (float_attribute(pad, "value", 0.0f) != 0.0f) return false;  // opset < 11
+    if (pad.input_size() < 3 || pad.input(2).empty()) return true;
+    const auto* init = index.initializer(pad.input(2));
+    if (!init || index.is_graph_input(pad.input(2))) return false;
+    const auto t = Tensor::from_proto(*init);
+    return t.type() == DataType::Float && t.size() == 1 && t.data<float>()[0] == 0.0f;
 }
 
 }  // namespace vaiq

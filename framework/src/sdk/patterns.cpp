@@ -24,7 +24,7 @@ class Matcher {
         const int p = index_.producer(tensor);
         if (p < 0) return nullptr;
         const auto& node = graph_.node(p);
-        if (node.op_type() != op || !(node.domain().empty() || node.domain() == "ai.onnx")) return nullptr;
+        if (node.op_type() != op || !is_default_domain(node)) return nullptr;
         if (index_.consumers(tensor).size() != readers || index_.is_graph_output(tensor)) return nullptr;
         matched_.push_back(p);
         return &node;
@@ -35,7 +35,7 @@ class Matcher {
         const auto& uses = index_.consumers(tensor);
         if (uses.size() != 1 || index_.is_graph_output(tensor)) return nullptr;
         const auto& node = graph_.node(uses[0].node);
-        if (node.op_type() != op || !(node.domain().empty() || node.domain() == "ai.onnx")) return nullptr;
+        if (node.op_type() != op || !is_default_domain(node)) return nullptr;
         matched_.push_back(uses[0].node);
         return &node;
     }

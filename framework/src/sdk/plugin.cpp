@@ -33,6 +33,11 @@ void Plugin::configure(const Options&) {}
 
 RangeObserver::~RangeObserver() = default;
 
+ScaleForm Calibrator::scale_form() const { return ScaleForm::Any; }
+QuantParams Calibrator::constant_params(const Tensor& data, const QuantSpec& spec) const {
+    return vaiq::constant_params(data, spec);
+}
+
 QuantSpec spec_from_config(TensorRole role, const Options& config) {
     QuantSpec spec;
     switch (role) {

@@ -141,6 +141,7 @@ QdqView read_qdq(const Model& model) {
     }
     g->mutable_node()->Swap(&kept);
     view.graph = Model(std::move(proto));
+    view.graph.copy_marks(model);
     return view;
 }
 

@@ -155,6 +155,87 @@ QuantParams power_of_two_params(TensorRange range, int position, const QuantSpec
     return params;
 }
 
+std::vector<TensorRange> channel_ranges(const Tensor& data, int axis) {
+    const auto values = data.data<float>();
+    const auto& shape = data.shape();
+    const int64_t channels = axis >= 0 ? shape[axis] : 1;
+    int64_t inner = 1;
+    if (axis >= 0)
+        for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+    std::vector<TensorRange> out(static_cast<size_t>(std::max<int64_t>(channels, 1)),
+                                 TensorRange{std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()});
+    for (size_t i = 0; i < values.size(); ++i) {
+        auto& r = out[axis >= 0 ? (i / inner) % channels : 0];
+        r.min = std::min(r.min, values[i]);
+        r.max = std::max(r.max, values[i]);
+    }
+    for (auto& r : out)
+        if (r.min > r.max) r = {0.0f, 0.0f};  // an empty tensor
+    return out;
+}
+
+// The overflow bound counts from the zero point: a constant stored with a
+// symmetric uint8 activation type (zero point 128) reaches only 126 steps up,
+// not 254, and since the search never tries larger scales, taking 254 would
+// halve every such constant (the 3 of a HardSwish became 1.98).
+int best_power_of_two_position(const Tensor& data, int axis, size_t channel, TensorRange range, const QuantSpec& spec) {
+    const auto [qmin, qmax] = integer_range(spec.type, spec.symmetric, spec.reduce_range);
+    const auto zp = static_cast<double>(power_of_two_params(range, 0, spec).zero_point[0]);
+    const double over = std::max(static_cast<double>(range.min) / (static_cast<double>(qmin) - zp - 0.5),
+                                 static_cast<double>(range.max) / (static_cast<double>(qmax) - zp + 0.5));
+    const int start = over > 0 ? static_cast<int>(std::clamp(std::floor(-std::log2(over)), -127.0, 123.0)) : 123;
+    // The channel's values: blocks of `inner` at a stride of channels x inner.
+    const auto values = data.data<float>();
+    const auto& shape = data.shape();
+    int64_t inner = static_cast<int64_t>(values.size()), channels = 1;
+    if (axis >= 0) {
+        channels = shape[axis];
+        inner = 1;
+        for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d) inner *= shape[d];
+    }
+    const int64_t stride = channels * inner;
+    int best = start;
+    double best_error = std::numeric_limits<double>::infinity();
+    for (int p = start; p <= start + 4; ++p) {
+        const auto params = power_of_two_params(range, p, spec);
+        const double s = params.scale[0], z = static_cast<double>(params.zero_point[0]);
+        double error = 0;
+        for (int64_t block = static_cast<int64_t>(channel) * inner; block < static_cast<int64_t>(values.size());
+             block += stride)
+            for (int64_t i = block; i < block + inner; ++i) error += round_trip_error(values[i], s, z, qmin, qmax);
+        if (error < best_error) {
+            best_error = error;
+            best = p;
+        }
+    }
+    return best;
+}
+
+QuantParams constant_params(const Tensor& data, const QuantSpec& spec) {
+    const int axis = spec.per_channel ? spec.axis : -1;
+    const auto ranges = channel_ranges(data, axis);
+    QuantParams out;
+    out.type = spec.type;
+    out.axis = axis;
+    for (size_t c = 0; c < ranges.size(); ++c) {
+        const auto& r = ranges[c];
+        const auto p = spec.power_of_two ? power_of_two_params(r, best_power_of_two_position(data, axis, c, r, spec), spec)
+                                         : compute_quant_params(r, spec);
+        out.type = p.type;
+        out.scale.push_back(p.scale[0]);
+        out.zero_point.push_back(p.zero_point[0]);
+    }
+    return out;
+}
+
+std::optional<int> exact_position(const QuantParams& params) {
+    if (params.scale.size() != 1 || !(params.scale[0] > 0.0f)) return std::nullopt;
+    int exponent = 0;
+    const double mantissa = std::frexp(static_cast<double>(params.scale[0]), &exponent);
+    if (mantissa != 0.5) return std::nullopt;
+    return 1 - exponent;  // scale = 0.5 * 2^e = 2^-(1-e)
+}
+
 void check_quant_params(const TensorQuant& t, int64_t opset) {
     const auto& p = t.params;
     if (p.scale.empty() || p.scale.size() != p.zero_point.size())

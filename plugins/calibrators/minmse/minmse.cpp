@@ -30,10 +30,7 @@ struct Settings {
 
 // Squared error of quantizing `value` (count times) with the candidate parameters.
 double squared_error(double value, double count, const vaiq::QuantParams& p, int64_t qmin, int64_t qmax) {
-    const double s = p.scale[0], zp = static_cast<double>(p.zero_point[0]);
-    const double q = std::clamp(std::nearbyint(value / s) + zp, static_cast<double>(qmin), static_cast<double>(qmax));
-    const double d = value - (q - zp) * s;
-    return count * d * d;
+    return count * vaiq::round_trip_error(value, p.scale[0], static_cast<double>(p.zero_point[0]), qmin, qmax);
 }
 
 class MinMseObserver final : public vaiq::RangeObserver {
@@ -138,6 +135,8 @@ class MinMseObserver final : public vaiq::RangeObserver {
 
 class MinMse final : public vaiq::Calibrator {
   public:
+    vaiq::ScaleForm scale_form() const override { return vaiq::ScaleForm::PowerOfTwo; }
+
     void configure(const vaiq::Options& options) override {
         const auto mode = options.get_string("MinMSEMode");
         if (mode == "All") s_.mode = Mode::All;

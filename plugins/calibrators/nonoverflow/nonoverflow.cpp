@@ -63,6 +63,8 @@ class NonOverflowObserver final : public vaiq::RangeObserver {
 
 class NonOverflow final : public vaiq::Calibrator {
   public:
+    vaiq::ScaleForm scale_form() const override { return vaiq::ScaleForm::PowerOfTwo; }
+
     void configure(const vaiq::Options& options) override {
         s_.symmetric = options.get_bool("CalibTensorRangeSymmetric");
         s_.strict = options.get_bool("strict");

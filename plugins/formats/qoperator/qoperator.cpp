@@ -128,7 +128,7 @@ class Writer {
 
     void decide(int n) {
         const auto& node = graph_.node(n);
-        const bool default_domain = node.domain().empty() || node.domain() == "ai.onnx";
+        const bool default_domain = vaiq::is_default_domain(node);
         if (!default_domain || node.output_size() == 0) return;
         const auto& op = node.op_type();
         if (kDataMovement.count(op)) {

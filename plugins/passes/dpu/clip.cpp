@@ -24,7 +24,7 @@ bool clips_to_relu(vaiq::Model& model, const char* pass, Wanted&& wanted) {
     int changed = 0;
     for (auto& node : *graph.mutable_node()) {
         if (node.op_type() != "Clip" || !is_default_domain(node)) continue;
-        const auto bounds = vaiq::dpu::clip_bounds(node, index);
+        const auto bounds = vaiq::clip_bounds(node, index);
         if (!bounds || !wanted(bounds->first, bounds->second, node, index)) continue;
         const std::string x = node.input(0);
         node.set_op_type("Relu");

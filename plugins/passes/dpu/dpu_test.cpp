@@ -5,7 +5,7 @@
 
 #include "runtime/executor.hpp"
 #include "test_support.hpp"
-#include "vaiq/dpu.hpp"
+#include "dpu_arithmetic.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/pass.hpp"
 
@@ -227,23 +227,23 @@ TEST(SimulateDpu, LeakyReluAndSigmoid) {
     EXPECT_TRUE(run_pass("convert_leaky_relu_to_dpu_version", model));
     EXPECT_FLOAT_EQ(model.graph().node(0).attribute(0).f(), 26.0f / 256.0f);
     EXPECT_TRUE(run_pass("convert_sigmoid_to_hard_sigmoid", model));
-    EXPECT_TRUE(vaiq::dpu::is_dpu_hard_sigmoid(model.graph().node(1)));
+    EXPECT_TRUE(dpu::is_dpu_hard_sigmoid(model.graph().node(1)));
     EXPECT_TRUE(run_pass("convert_hard_sigmoid_to_dpu_version", model));
     EXPECT_EQ(op_types(model), (std::vector<std::string>{"LeakyRelu", "HardSigmoid", "Mul"}));
-    EXPECT_TRUE(vaiq::dpu::is_rescale(model.graph().node(2)));
+    EXPECT_TRUE(model.marked(model.graph().node(2), vaiq::kDeviceRescale));
     EXPECT_EQ(model.graph().node(2).output(0), "y");
     // HardSigmoid(0) = 0.5, times the DPU's 2731/16384 x 6.
     const auto y = run(model, vaiq::Tensor::from_values<float>({4}, std::vector<float>{0, 0, 0, 0}))[0];
-    EXPECT_FLOAT_EQ(y.data<float>()[0], static_cast<float>(0.5f * static_cast<float>(vaiq::dpu::kHardSigmoidScale)));
+    EXPECT_FLOAT_EQ(y.data<float>()[0], static_cast<float>(0.5f * static_cast<float>(dpu::kHardSigmoidScale)));
     EXPECT_FALSE(run_pass("convert_hard_sigmoid_to_dpu_version", model));
 }
 
 TEST(SimulateDpu, AveragesAreRescaledByTheDpuFactor) {
-    EXPECT_DOUBLE_EQ(vaiq::dpu::average_pool_factor(3, 3), 63.0 / 64.0);
-    EXPECT_DOUBLE_EQ(vaiq::dpu::average_pool_factor(7, 7), 49.0 * 21.0 / 1024.0);
-    EXPECT_DOUBLE_EQ(vaiq::dpu::mean_factor(49), 49.0 * 21.0 / 1024.0);  // the table agrees with the rule
-    EXPECT_DOUBLE_EQ(vaiq::dpu::mean_factor(4), 1.0);
-    EXPECT_DOUBLE_EQ(vaiq::dpu::average_pool_factor(300, 300), 1.0);
+    EXPECT_DOUBLE_EQ(dpu::average_pool_factor(3, 3), 63.0 / 64.0);
+    EXPECT_DOUBLE_EQ(dpu::average_pool_factor(7, 7), 49.0 * 21.0 / 1024.0);
+    EXPECT_DOUBLE_EQ(dpu::mean_factor(49), 49.0 * 21.0 / 1024.0);  // the table agrees with the rule
+    EXPECT_DOUBLE_EQ(dpu::mean_factor(4), 1.0);
+    EXPECT_DOUBLE_EQ(dpu::average_pool_factor(300, 300), 1.0);
 
     GraphBuilder b;
     b.input("x", {1, 1, 3, 3}).output("y", {1, 1, 1, 1});
@@ -291,7 +291,7 @@ TEST(SimulateDpu, SoftmaxInBfloat16WithThePolynomialExp) {
         auto simulated = model;
         EXPECT_TRUE(run_pass("convert_softmax_to_dpu_version", simulated));
         EXPECT_FALSE(run_pass("convert_softmax_to_dpu_version", simulated)) << "no Softmax left";
-        for (const auto& n : simulated.graph().node()) EXPECT_TRUE(vaiq::is_float_only(n)) << n.op_type();
+        for (const auto& n : simulated.graph().node()) EXPECT_TRUE(simulated.marked(n, vaiq::kFloatOnly)) << n.op_type();
         EXPECT_EQ(simulated.graph().output(0).name(), "y");
 
         const auto x = ramp({2, 12}, -9.0f, 2.5f);  // up to 50.5: exp would overflow without the shift

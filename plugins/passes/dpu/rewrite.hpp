@@ -4,6 +4,8 @@
 
 #include <vaiq/vaiq.hpp>
 
+#include "dpu_arithmetic.hpp"
+
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -14,7 +16,7 @@ namespace dpu_passes {
 
 using Shapes = std::map<std::string, std::vector<int64_t>>;
 
-inline bool is_default_domain(const onnx::NodeProto& n) { return n.domain().empty() || n.domain() == "ai.onnx"; }
+using vaiq::is_default_domain;
 
 using vaiq::find_attribute;
 using vaiq::float_attribute;
@@ -89,15 +91,18 @@ inline std::vector<int64_t> normalized_axes(std::vector<int64_t> axes, size_t ra
     return axes;
 }
 
-/// Whether the node's only reader is already the device's rescale.
+/// Whether the node's only reader is already the device's rescale (`index`
+/// built from the model, with its marks).
 inline bool rescaled(const onnx::NodeProto& n, const onnx::GraphProto& graph, const vaiq::GraphIndex& index) {
     const auto& uses = index.consumers(n.output(0));
-    return uses.size() == 1 && vaiq::dpu::is_rescale(graph.node(uses[0].node));
+    return uses.size() == 1 && index.marked(graph.node(uses[0].node), vaiq::kDeviceRescale);
 }
 
-/// Multiplies node `n`'s output by `factor` with a marked Mul that takes over
-/// the output's name, as the device rescales it.
-inline void insert_rescale(onnx::GraphProto& graph, vaiq::UniqueNames& names, int n, double factor) {
+/// Multiplies node `n`'s output by `factor` with a Mul, marked
+/// vaiq::kDeviceRescale, that takes over the output's name, as the device
+/// rescales it. Its doc string says so to a reader of the model.
+inline void insert_rescale(vaiq::Model& model, vaiq::UniqueNames& names, int n, double factor) {
+    auto& graph = model.graph();
     const std::string out = graph.node(n).output(0);
     const std::string op = graph.node(n).op_type();
     const auto raw = names.fresh(out + "_before_dpu_rescale");
@@ -105,7 +110,8 @@ inline void insert_rescale(onnx::GraphProto& graph, vaiq::UniqueNames& names, in
     const float f = static_cast<float>(factor);
     const auto k = add_constant(graph, names, out + "_dpu_factor", vaiq::Tensor::from_values<float>({}, {&f, 1}));
     auto& mul = add_node(graph, names, "Mul", {raw, k}, {out}, out + "_dpu_rescale");
-    mul.set_doc_string(std::string(vaiq::dpu::kRescaleMark));
+    mul.set_doc_string("vaiq: DPU rescale");
+    model.mark(mul, vaiq::kDeviceRescale);
     vaiq::log_debug("{} '{}' rescaled by {} as the DPU computes it", op, graph.node(n).name(), factor);
 }
 

@@ -12,7 +12,7 @@ bool convert_leaky_relu_to_dpu_version(vaiq::Model& model) {
     for (auto& node : *model.graph().mutable_node()) {
         if (node.op_type() != "LeakyRelu" || !is_default_domain(node)) continue;
         const float alpha = float_attribute(node, "alpha", 0.01f);
-        const float dpu = vaiq::dpu::leaky_relu_alpha(alpha);
+        const float dpu = dpu::leaky_relu_alpha(alpha);
         if (dpu == alpha) continue;
         set_attribute(node, "alpha", dpu);
         changed = true;
@@ -39,7 +39,7 @@ namespace {
 template <typename FactorOf>
 bool rescale_all(vaiq::Model& model, FactorOf&& factor_of) {
     auto& graph = model.graph();
-    const vaiq::GraphIndex index(graph);
+    const vaiq::GraphIndex index(model);
     vaiq::UniqueNames names(graph);
     bool changed = false;
     const int count = graph.node_size();
@@ -48,7 +48,7 @@ bool rescale_all(vaiq::Model& model, FactorOf&& factor_of) {
         if (!is_default_domain(node) || node.output_size() == 0 || rescaled(node, graph, index)) continue;
         const auto factor = factor_of(node, index);
         if (!factor || *factor == 1.0) continue;
-        insert_rescale(graph, names, n, *factor);
+        insert_rescale(model, names, n, *factor);
         changed = true;
     }
     if (changed) vaiq::sort_nodes(graph);
@@ -59,8 +59,8 @@ bool rescale_all(vaiq::Model& model, FactorOf&& factor_of) {
 
 bool convert_hard_sigmoid_to_dpu_version(vaiq::Model& model) {
     return rescale_all(model, [](const onnx::NodeProto& node, const vaiq::GraphIndex&) -> std::optional<double> {
-        if (!vaiq::dpu::is_dpu_hard_sigmoid(node)) return std::nullopt;
-        return vaiq::dpu::kHardSigmoidScale;
+        if (!dpu::is_dpu_hard_sigmoid(node)) return std::nullopt;
+        return dpu::kHardSigmoidScale;
     });
 }
 
@@ -84,7 +84,7 @@ bool convert_avg_pool_to_dpu_version(vaiq::Model& model) {
                            node.name());
             return std::nullopt;
         }
-        return vaiq::dpu::average_pool_factor(kh, kw);
+        return dpu::average_pool_factor(kh, kw);
     });
 }
 
@@ -105,7 +105,7 @@ bool convert_reduce_mean_to_dpu_version(vaiq::Model& model) {
             if (a < 0 || a >= static_cast<int64_t>(dims.size()) || dims[a] <= 0) return std::nullopt;
             count *= dims[a];
         }
-        return vaiq::dpu::mean_factor(count);
+        return dpu::mean_factor(count);
     });
 }
 

@@ -23,8 +23,8 @@ constexpr float kA2 = 0.486328125f;
 // Builds the replacement of one Softmax, node by node.
 class SoftmaxBuilder {
   public:
-    SoftmaxBuilder(onnx::GraphProto& graph, vaiq::UniqueNames& names, const onnx::NodeProto& softmax, int64_t opset)
-        : graph_(graph), names_(names), prefix_(softmax.name().empty() ? "softmax" : softmax.name()), opset_(opset),
+    SoftmaxBuilder(vaiq::Model& model, vaiq::UniqueNames& names, const onnx::NodeProto& softmax, int64_t opset)
+        : model_(model), graph_(model.graph()), names_(names), prefix_(softmax.name().empty() ? "softmax" : softmax.name()), opset_(opset),
           axis_(int_attribute(softmax, "axis", -1)) {}
 
     void build(const std::string& input, const std::string& output) {
@@ -45,7 +45,8 @@ class SoftmaxBuilder {
     std::string op(const std::string& type, std::vector<std::string> inputs, std::string output = {}) {
         if (output.empty()) output = names_.fresh(prefix_ + "/" + type + "_output");
         auto& node = add_node(graph_, names_, type, std::move(inputs), {output}, prefix_ + "/" + type);
-        node.set_doc_string(std::string(vaiq::kFloatOnlyMark));
+        node.set_doc_string("vaiq: float only");
+        model_.mark(node, vaiq::kFloatOnly);
         last_ = &node;
         return output;
     }
@@ -82,6 +83,7 @@ class SoftmaxBuilder {
         return op(type, {input, axes});
     }
 
+    vaiq::Model& model_;
     onnx::GraphProto& graph_;
     vaiq::UniqueNames& names_;
     std::string prefix_;
@@ -112,7 +114,7 @@ bool convert_softmax_to_dpu_version(vaiq::Model& model) {
     vaiq::UniqueNames names(graph);
     for (int n : replaced) {
         const auto softmax = graph.node(n);  // a copy: building appends nodes
-        SoftmaxBuilder(graph, names, softmax, opset).build(softmax.input(0), softmax.output(0));
+        SoftmaxBuilder(model, names, softmax, opset).build(softmax.input(0), softmax.output(0));
         vaiq::log_debug("Softmax '{}' replaced by the DPU's bfloat16 computation", softmax.name());
     }
     vaiq::remove_nodes(graph, replaced);

@@ -13,7 +13,7 @@ namespace prepare_passes {
 
 namespace {
 
-bool is_default_domain(const onnx::NodeProto& n) { return n.domain().empty() || n.domain() == "ai.onnx"; }
+using vaiq::is_default_domain;
 
 // A layer's weight viewed by channel: `channels` groups along one axis.
 struct WeightView {
@@ -97,13 +97,13 @@ bool is_global_pool(const onnx::NodeProto& node) {
 // Ops between the two layers that commute with a positive per-channel scale
 // (a Flatten only after a global pool, where channel c stays feature c).
 bool commutes(const onnx::NodeProto& node, const vaiq::GraphIndex& index, bool after_global_pool) {
-    if (vaiq::dpu::is_rescale(node)) return true;  // a scalar
+    if (index.marked(node, vaiq::kDeviceRescale)) return true;  // a scalar
     if (!is_default_domain(node)) return false;
     const auto& op = node.op_type();
     if (op == "Flatten") return after_global_pool;
     return op == "Relu" || op == "LeakyRelu" || op == "MaxPool" || op == "AveragePool" ||
            op == "GlobalAveragePool" || op == "GlobalMaxPool" ||
-           (op == "Pad" && vaiq::dpu::pads_with_zeros(node, index));
+           (op == "Pad" && vaiq::pads_with_zeros(node, index));
 }
 
 // The first layer's output reaches the second's data input through
@@ -264,7 +264,7 @@ void CrossLayerEqualization::configure(const vaiq::Options& options) {
 
 bool CrossLayerEqualization::run(vaiq::Model& model) {
     auto& graph = model.graph();
-    const vaiq::GraphIndex index(graph);
+    const vaiq::GraphIndex index(model);
     const auto found = chains(graph, index, find_pairs(graph, index));
     if (found.empty()) {
         vaiq::log_info("cross_layer_equalization: no pair of layers to equalize");

@@ -10,7 +10,7 @@ namespace prepare_passes {
 
 namespace {
 
-bool is_default_domain(const onnx::NodeProto& n) { return n.domain().empty() || n.domain() == "ai.onnx"; }
+using vaiq::is_default_domain;
 
 // Ops never folded: random or stateful ones, and quantization, whose integer
 // weights must stay what the model stores.

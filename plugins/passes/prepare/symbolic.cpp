@@ -66,7 +66,7 @@ class ShapeValues {
     }
 
     void evaluate(const onnx::NodeProto& node) {
-        if (!(node.domain().empty() || node.domain() == "ai.onnx") || node.output_size() < 1) return;
+        if (!vaiq::is_default_domain(node) || node.output_size() < 1) return;
         if (auto v = compute(node)) values_[node.output(0)] = std::move(*v);
     }
 

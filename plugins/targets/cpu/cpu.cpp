@@ -17,7 +17,7 @@ class Cpu final : public vaiq::Target {
             "MaxPool",    "Mul",            "Pad",          "Relu",               "Reshape",      "Resize",
             "Sigmoid",    "Slice",          "Softmax",      "Split",              "Squeeze",      "Transpose",
             "Unsqueeze",  "Where"};
-        return (node.domain().empty() || node.domain() == "ai.onnx") && kOps.count(node.op_type()) > 0;
+        return vaiq::is_default_domain(node) && kOps.count(node.op_type()) > 0;
     }
 
     vaiq::QuantSpec default_spec(vaiq::TensorRole role, const vaiq::Options& config) const override {

@@ -60,7 +60,7 @@ class NpuCnn final : public vaiq::Target {
             // data movement
             "Concat", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Split", "Pad", "Resize",
             "DepthToSpace", "SpaceToDepth"};
-        return (node.domain().empty() || node.domain() == "ai.onnx") && kOps.count(node.op_type()) > 0;
+        return vaiq::is_default_domain(node) && kOps.count(node.op_type()) > 0;
     }
 
     vaiq::QuantSpec default_spec(vaiq::TensorRole role, const vaiq::Options& config) const override {
@@ -105,14 +105,14 @@ class NpuCnn final : public vaiq::Target {
 
     bool fuses(const onnx::NodeProto& producer, const onnx::NodeProto& consumer, const vaiq::GraphIndex& index,
                const vaiq::Options& config) const override {
-        if (vaiq::dpu::is_rescale(consumer)) return kRescaled.count(producer.op_type()) > 0;
+        if (index.marked(consumer, vaiq::kDeviceRescale)) return kRescaled.count(producer.op_type()) > 0;
         // A zero Pad before an average pool is the pool's own padding on the device.
-        if (consumer.op_type() == "AveragePool") return vaiq::dpu::pads_with_zeros(producer, index);
+        if (consumer.op_type() == "AveragePool") return vaiq::pads_with_zeros(producer, index);
         if (!kFusingOps.count(producer.op_type())) return false;
         const auto& op = consumer.op_type();
         if (op == "Relu") return true;
         if (op == "Clip") {
-            const auto bounds = vaiq::dpu::clip_bounds(consumer, index);
+            const auto bounds = vaiq::clip_bounds(consumer, index);
             return bounds && bounds->first == 0.0f && (bounds->second == 6.0f || bounds->second == 1.0f);
         }
         if (op == "LeakyRelu") return config.get_bool("extra_options.RemoveQDQConvLeakyRelu");
@@ -123,13 +123,13 @@ class NpuCnn final : public vaiq::Target {
     std::vector<vaiq::ConstraintCount> refine(const vaiq::Model& model, vaiq::QuantPlan& plan,
                                               const vaiq::Options& config) const override {
         if (!checks_limits(config)) return {};
-        const vaiq::GraphIndex index(model.graph());
+        const vaiq::GraphIndex index(model);
         return npu_cnn::refine_positions(model.graph(), plan, rules(config), fused(index, config), max_sweeps_);
     }
 
     std::vector<vaiq::ConstraintCount> verify(const vaiq::Model& quantized, const vaiq::Options& config) const override {
         const auto view = vaiq::read_qdq(quantized);
-        const vaiq::GraphIndex index(view.graph.graph());
+        const vaiq::GraphIndex index(view.graph);
         const auto r = checks_limits(config) ? rules(config) : npu_cnn::Rules::none();
         return npu_cnn::check_positions(view.graph.graph(), view.plan, r, fused(index, config));
     }

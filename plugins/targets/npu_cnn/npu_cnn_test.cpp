@@ -4,7 +4,6 @@
 
 #include "recipe/recipe.hpp"
 #include "test_support.hpp"
-#include "vaiq/dpu.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/target.hpp"
 
@@ -38,7 +37,7 @@ vaiq::TensorQuant at(const std::string& tensor, int p, vaiq::TensorRole role = v
 }
 
 int position(const vaiq::QuantPlan& plan, const std::string& tensor) {
-    return *vaiq::dpu::exact_position(plan.find(tensor)->params);
+    return *vaiq::exact_position(plan.find(tensor)->params);
 }
 
 const vaiq::ConstraintCount& count(const std::vector<vaiq::ConstraintCount>& counts, const std::string& name) {
@@ -129,9 +128,13 @@ TEST_F(NpuCnn, FusesReluAfterComputeAndLeakyReluOnlyWhenAsked) {
     auto rescale = node("Mul");
     rescale.add_input("a");
     rescale.add_input("k");
-    rescale.set_doc_string(std::string(vaiq::dpu::kRescaleMark));
-    EXPECT_TRUE(target_->fuses(node("GlobalAveragePool"), rescale, index, c));
-    EXPECT_FALSE(target_->fuses(node("Conv"), rescale, index, c));
+    rescale.add_output("r");
+    EXPECT_FALSE(target_->fuses(node("GlobalAveragePool"), rescale, index, c)) << "an unmarked Mul";
+    auto marked = model;
+    marked.mark(rescale, vaiq::kDeviceRescale);
+    const vaiq::GraphIndex marked_index(marked);
+    EXPECT_TRUE(target_->fuses(node("GlobalAveragePool"), rescale, marked_index, c));
+    EXPECT_FALSE(target_->fuses(node("Conv"), rescale, marked_index, c));
 }
 
 TEST_F(NpuCnn, AZeroPadBeforeAnAveragePoolIsThePoolsOwnPadding) {

@@ -1,5 +1,7 @@
 #include "positions.hpp"
 
+#include "dpu_arithmetic.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -32,7 +34,7 @@ class Positions {
     std::optional<int> get(const std::string& tensor) const {
         auto it = tensors_.find(tensor);
         if (tensor.empty() || it == tensors_.end()) return std::nullopt;
-        return vaiq::dpu::exact_position(it->second->params);
+        return vaiq::exact_position(it->second->params);
     }
 
     void set(const std::string& tensor, int position) {
@@ -181,7 +183,7 @@ Outcome shift_bias(const onnx::NodeProto& node, Positions& p) {
 
 // HardSigmoid: ipos in [0, 15], opos >= 7, 14 + ipos - opos >= 0.
 Outcome hard_sigmoid(const onnx::NodeProto& node, Positions& p) {
-    if (!vaiq::dpu::is_dpu_hard_sigmoid(node)) return {};
+    if (!dpu::is_dpu_hard_sigmoid(node)) return {};
     const auto in = p.input(node, 0), out = p.output(node);
     if (in.empty() || out.empty()) return {};
     const int pi = *p.get(in), po = *p.get(out);
@@ -201,7 +203,7 @@ Outcome shift_swish(const onnx::NodeProto& node, Positions& p) {
     auto feeds_hard_sigmoid = [&](const std::string& t) {
         const auto& uses = p.index().consumers(t);
         return std::any_of(uses.begin(), uses.end(),
-                           [&](const vaiq::Use& u) { return vaiq::dpu::is_dpu_hard_sigmoid(p.graph().node(u.node)); });
+                           [&](const vaiq::Use& u) { return dpu::is_dpu_hard_sigmoid(p.graph().node(u.node)); });
     };
     if (!feeds_hard_sigmoid(node.input(0)) && !feeds_hard_sigmoid(node.input(1))) return {};
     const auto a = p.input(node, 0), b = p.input(node, 1), out = p.output(node);
@@ -303,7 +305,7 @@ std::vector<vaiq::ConstraintCount> check_positions(const onnx::GraphProto& graph
     vaiq::ConstraintCount pof2{"PowerOfTwoScale", 0, 0, 0};
     for (const auto& t : plan.tensors) {
         ++pof2.checked;
-        if (!vaiq::dpu::exact_position(t.params)) ++pof2.violated;
+        if (!vaiq::exact_position(t.params)) ++pof2.violated;
     }
     out.insert(out.begin(), pof2);
     return out;

@@ -22,7 +22,7 @@ class NpuTransformer final : public vaiq::Target {
             // data movement
             "Reshape", "Transpose", "Concat", "Slice", "Split", "Gather", "Squeeze", "Unsqueeze", "Flatten", "Resize",
             "Pad", "Where", "Expand"};
-        return (node.domain().empty() || node.domain() == "ai.onnx") && kOps.count(node.op_type()) > 0;
+        return vaiq::is_default_domain(node) && kOps.count(node.op_type()) > 0;
     }
 
     // check() has refused what the NPU cannot do, so the recipe's spec holds as it is.
