@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "test_support.hpp"
+#include "vaiq/qdq_view.hpp"
 
 namespace fs = std::filesystem;
 
@@ -18,24 +19,47 @@ int shell(const std::string& command, const fs::path& log) {
 
 using vaiq::test::slurp;
 
-TEST(ExternalPlugin, BuildsAgainstTheInstalledSdkAndRunsInARecipe) {
-    const auto work = vaiq::test::temp_dir();
-    const auto prefix = work / "prefix";
-    const auto log = work / "log.txt";
-    ASSERT_EQ(shell("cmake --install " VAIQ_BINARY_DIR " --prefix " + prefix.string(), log), 0) << slurp(log);
-    const fs::path vaiq = prefix / "bin" / "vaiq";
+// vaiq installed into a scratch prefix, and tests/external_plugin built against it once.
+class ExternalPlugin : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        work_ = new fs::path(vaiq::test::temp_dir());
+        const auto prefix = *work_ / "prefix";
+        const auto log = *work_ / "log.txt";
+        ASSERT_EQ(shell("cmake --install " VAIQ_BINARY_DIR " --prefix " + prefix.string(), log), 0) << slurp(log);
+        const auto build = *work_ / "plugin-build";
+        ASSERT_EQ(shell("cmake -S " VAIQ_EXTERNAL_PLUGIN_DIR " -B " + build.string() + " -G Ninja -DCMAKE_PREFIX_PATH=" +
+                            prefix.string() + " -DCMAKE_CXX_FLAGS='" VAIQ_CXX_FLAGS "'",
+                        log),
+                  0)
+            << slurp(log);
+        ASSERT_EQ(shell("cmake --build " + build.string(), log), 0) << slurp(log);
+    }
+    static void TearDownTestSuite() { delete work_; }
+
+    static fs::path work() { return *work_; }
+    static fs::path prefix() { return *work_ / "prefix"; }
+    static fs::path vaiq() { return prefix() / "bin" / "vaiq"; }
+    // Runs the installed vaiq in the work folder; returns its exit code, output in `log`.
+    static int run(const std::string& args, const fs::path& log) {
+        return shell("cd " + work().string() + " && VAIQ_RECIPE_PATH= " + vaiq().string() + " " + args, log);
+    }
+
+  private:
+    static fs::path* work_;
+};
+fs::path* ExternalPlugin::work_ = nullptr;
+
+TEST_F(ExternalPlugin, BuildsAgainstTheInstalledSdkAndRunsInARecipe) {
+    const auto work = ExternalPlugin::work();
+    const auto prefix = ExternalPlugin::prefix();
+    const auto log = work / "log1.txt";
+    const fs::path vaiq = ExternalPlugin::vaiq();
     ASSERT_TRUE(fs::exists(vaiq));
     ASSERT_TRUE(fs::exists(prefix / "include" / "vaiq" / "vaiq.hpp"));
-
     const auto build = work / "plugin-build";
-    ASSERT_EQ(shell("cmake -S " VAIQ_EXTERNAL_PLUGIN_DIR " -B " + build.string() + " -G Ninja -DCMAKE_PREFIX_PATH=" +
-                        prefix.string() + " -DCMAKE_CXX_FLAGS='" VAIQ_CXX_FLAGS "'",
-                    log),
-              0)
-        << slurp(log);
-    ASSERT_EQ(shell("cmake --build " + build.string(), log), 0) << slurp(log);
     const auto plugin = build / "vaiq-pass-strip_doc_strings.so";
-    ASSERT_TRUE(fs::exists(plugin)) << slurp(log);
+    ASSERT_TRUE(fs::exists(plugin));
 
     // The installed vaiq lists its built-in plugins and, through VAIQ_PLUGIN_PATH, the new one.
     ASSERT_EQ(shell("VAIQ_PLUGIN_PATH=" + build.string() + " " + vaiq.string() + " plugins --json", log), 0) << slurp(log);
@@ -73,6 +97,84 @@ TEST(ExternalPlugin, BuildsAgainstTheInstalledSdkAndRunsInARecipe) {
     EXPECT_EQ(report["passes"].back()["changed"], true);
     EXPECT_NE(report["recipe"]["files"].back().get<std::string>().find(prefix.string()), std::string::npos)
         << "cpu.yaml is found among the installed recipes";
+}
+
+// Conv -> Relu -> GlobalAveragePool over a 3 x 3 map: the DPU rescales the
+// average (63/64), so cnn_npu.yaml inserts a marked rescale Mul after it.
+vaiq::Model conv_pool_model() {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 2, 5, 5}).output("y", {1, 3, 1, 1});
+    b.initializer("w", vaiq::test::ramp({3, 2, 3, 3}, -0.5f, 0.01f)).initializer("b", vaiq::test::ramp({3}, 0.1f, 0.1f));
+    b.node("Conv", {"x", "w", "b"}, {"c"}, "conv");
+    b.node("Relu", {"c"}, {"r"}, "relu");
+    b.node("GlobalAveragePool", {"r"}, {"y"}, "pool");
+    return b.build();
+}
+
+// A power-of-two calibrator built out of tree gets what the built-in ones get:
+// power-of-two scales everywhere, weights searched, the NPU's checks passing;
+// the same algorithm as nonoverflow writes the same bytes.
+TEST_F(ExternalPlugin, APowerOfTwoCalibratorIsTreatedAsTheBuiltInOnes) {
+    vaiq::save_model(conv_pool_model(), work() / "pool.onnx");
+    const auto log = work() / "log2.txt";
+    for (const std::string method : {"pow2_extremes", "NonOverflow"}) {
+        vaiq::test::write_text(work() / ("pool_" + method + ".yaml"),
+                               "recipe_version: 1\nextends: cnn_npu.yaml\nplugin_paths: [plugin-build]\n"
+                               "calibrate_method: " + method + "\n");
+        ASSERT_EQ(run("run pool_" + method + ".yaml --model pool.onnx --output pool_" + method + ".onnx", log), 0)
+            << slurp(log);
+    }
+    EXPECT_EQ(slurp(work() / "pool_pow2_extremes.onnx"), slurp(work() / "pool_NonOverflow.onnx"));
+    const auto report = nlohmann::json::parse(slurp(work() / "pool_pow2_extremes.report.json"));
+    ASSERT_FALSE(report["constraints_written"].empty());
+    for (const auto& c : report["constraints_written"]) EXPECT_EQ(c["violated"], 0) << c.dump();
+    const auto view = vaiq::read_qdq(vaiq::load_model(work() / "pool_pow2_extremes.onnx"));
+    ASSERT_GE(view.plan.tensors.size(), 4u);
+    for (const auto& t : view.plan.tensors) EXPECT_TRUE(vaiq::exact_position(t.params)) << t.tensor;
+}
+
+// Node marks live beside the model, not in doc strings: a pass that strips doc
+// strings after the DPU transforms changes nothing that is quantized.
+TEST_F(ExternalPlugin, NodeMarksSurviveAPassThatStripsDocStrings) {
+    vaiq::save_model(conv_pool_model(), work() / "marks.onnx");
+    const auto log = work() / "log3.txt";
+    vaiq::test::write_text(work() / "strip.yaml", "recipe_version: 1\nextends: cnn_npu.yaml\nplugin_paths: [plugin-build]\n"
+                                                  "passes: [strip_doc_strings]\n");
+    vaiq::test::write_text(work() / "kept.yaml", "recipe_version: 1\nextends: cnn_npu.yaml\n");
+    ASSERT_EQ(run("run kept.yaml --model marks.onnx --output kept.onnx", log), 0) << slurp(log);
+    ASSERT_EQ(run("run strip.yaml --model marks.onnx --output stripped.onnx", log), 0) << slurp(log);
+    const auto kept = nlohmann::json::parse(slurp(work() / "kept.report.json"));
+    const auto stripped = nlohmann::json::parse(slurp(work() / "stripped.report.json"));
+    EXPECT_EQ(stripped["passes"].back()["name"], "strip_doc_strings");
+    EXPECT_EQ(stripped["passes"].back()["changed"], true) << "the rescale's doc string was there to strip";
+    EXPECT_EQ(stripped["model"]["quantized_tensors"], kept["model"]["quantized_tensors"]);
+    EXPECT_EQ(stripped["tensors"], kept["tensors"]) << "the rescale's factor is not quantized as a weight";
+}
+
+// A target built out of tree declares a documented option; recipes set it
+// under extra_options, and a misspelling is an error at its file and line.
+TEST_F(ExternalPlugin, ATargetsOwnOptionIsCheckedWithFileAndLine) {
+    vaiq::save_model(vaiq::test::conv_relu_model(), work() / "edge.onnx");
+    const auto log = work() / "log4.txt";
+    vaiq::test::write_text(work() / "typo.yaml", "recipe_version: 1\nplugin_paths: [plugin-build]\ntarget: edge_npu\n"
+                                                 "extra_options:\n  EdgeFuseRelus: true\n");
+    EXPECT_EQ(run("validate typo.yaml", log), 1);
+    EXPECT_NE(slurp(log).find("typo.yaml:5:3: unknown key 'EdgeFuseRelus' in extra_options; did you mean 'EdgeFuseRelu'?"),
+              std::string::npos)
+        << slurp(log);
+    std::map<bool, nlohmann::json> tensors;
+    for (bool fuse : {false, true}) {
+        vaiq::test::write_text(work() / "edge.yaml", std::string("recipe_version: 1\nplugin_paths: [plugin-build]\n"
+                                                                 "target: edge_npu\nextra_options: {ActivationSymmetric: true, EdgeFuseRelu: ") +
+                                                         (fuse ? "true" : "false") + "}\n");
+        ASSERT_EQ(run("run edge.yaml --model edge.onnx --output edge.q.onnx", log), 0) << slurp(log);
+        tensors[fuse] = nlohmann::json::parse(slurp(work() / "edge.q.report.json"))["tensors"];
+    }
+    auto has = [](const nlohmann::json& ts, const std::string& name) {
+        return std::any_of(ts.begin(), ts.end(), [&](const auto& t) { return t["tensor"] == name; });
+    };
+    EXPECT_TRUE(has(tensors[false], "conv_out")) << "symmetric: the Relu's input keeps its pair";
+    EXPECT_FALSE(has(tensors[true], "conv_out")) << "fused: the Conv computes the Relu";
 }
 
 }  // namespace

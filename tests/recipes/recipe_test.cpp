@@ -97,7 +97,6 @@ TEST(Recipes, DefaultsAreTheDocumentedOnes) {
     EXPECT_EQ(r.value("extra_options.UseQDQVitisCustomOps"), true);
     EXPECT_EQ(r.value("extra_options.CalibMovingAverageConstant"), 0.01);
     EXPECT_EQ(r.value("extra_options.MinMSEMode"), "All");
-    EXPECT_EQ(r.value("extra_options.ConvertSoftmaxToDPUVersion"), false);
     EXPECT_EQ(r.value("extra_options.CLESteps"), 1);
     EXPECT_DOUBLE_EQ(r.value("extra_options.CLETotalLayerDiffThreshold").get<double>(), 2e-7);
     EXPECT_TRUE(r.value("extra_options.CalibTensorRangeSymmetric").is_null()) << "depends on the method";
@@ -126,7 +125,41 @@ TEST(Recipes, EveryDocumentedArgumentAndExtraOptionIsAccepted) {
         "AdjustShiftBias", "AdjustShiftRead", "AdjustShiftWrite", "AdjustHardSigmoid", "AdjustShiftSwish",
         "AlignConcat", "AlignPool", "ReplaceClip6Relu", "CLESteps", "CLETotalLayerDiffThreshold",
         "CLEScaleAppendBias", "RemoveQDQConvLeakyRelu", "RemoveQDQConvPRelu"};
-    for (const char* key : extra) EXPECT_NE(vaiq::find_key(std::string("extra_options.") + key), nullptr) << key;
+    // The device's own switches are options of the target that reads them (npu_cnn).
+    vaiq::PluginRegistry registry;
+    registry.load_default_paths();
+    auto declared = [&](const std::string& key) {
+        for (const auto* info : registry.list())
+            for (const auto& o : info->options)
+                if (o.name == key) return true;
+        return false;
+    };
+    for (const char* key : extra)
+        EXPECT_TRUE(vaiq::find_key(std::string("extra_options.") + key) != nullptr || declared(key)) << key;
+    EXPECT_FALSE(vaiq::find_key("extra_options.AlignConcat")) << "the NPU target owns it";
+    EXPECT_TRUE(declared("AlignConcat"));
+}
+
+// A device's documented switches are its target's options: set under
+// extra_options, they reach the target typed; with another target they have no
+// effect and say so.
+TEST(Recipes, ATargetsOwnExtraOptionsReachIt) {
+    vaiq::PluginRegistry registry;
+    registry.load_default_paths();
+    const auto npu = vaiq::resolve_plugins(
+        recipe_from("extends: cnn_npu.yaml\nextra_options: {AlignConcat: false}\n"), registry);
+    EXPECT_FALSE(npu.target.options.get_bool("AlignConcat"));
+    EXPECT_TRUE(npu.target.options.get_bool("AlignPool")) << "its default";
+    const auto set = vaiq::resolve_plugins(recipe_from("extends: cnn_npu.yaml\n", {"extra_options.AlignPool=false"}),
+                                           registry);
+    EXPECT_FALSE(set.target.options.get_bool("AlignPool")) << "--set reaches it too";
+    EXPECT_NO_THROW(vaiq::resolve_plugins(recipe_from("target: cpu\nextra_options: {AlignConcat: false}\n"), registry))
+        << "an option of a plugin the recipe does not use warns";
+    EXPECT_NE(error_of([&] {
+                  vaiq::resolve_plugins(recipe_from("extends: cnn_npu.yaml\nextra_options: {AlignConcat: 3}\n"), registry);
+              }).find("AlignConcat"),
+              std::string::npos)
+        << "its type is checked";
 }
 
 TEST(Recipes, PythonSpellingsAreNormalised) {
@@ -201,9 +234,6 @@ TEST(Recipes, VariablesExpandInStrings) {
 TEST(Recipes, SwitchesDecideWhetherDependentKeysTakeEffect) {
     EXPECT_FALSE(recipe_from("").in_effect("extra_options.CLESteps"));
     EXPECT_TRUE(recipe_from("include_cle: true\n").in_effect("extra_options.CLESteps"));
-    EXPECT_FALSE(recipe_from("enable_dpu: true\nextra_options: {SimulateDPU: false}\n")
-                     .in_effect("extra_options.ConvertSigmoidToHardSigmoid"));
-    EXPECT_TRUE(recipe_from("enable_dpu: true\n").in_effect("extra_options.ConvertSigmoidToHardSigmoid"));
     EXPECT_FALSE(recipe_from("").in_effect("extra_options.UseQDQVitisCustomOps"));
     EXPECT_TRUE(recipe_from("quant_format: VitisQuantFormat.QDQ\n").in_effect("extra_options.UseQDQVitisCustomOps"));
 }

@@ -22,7 +22,7 @@
 #endif
 
 /** The ABI revision of this SDK; a plugin must carry exactly this number. */
-#define VAIQ_ABI_VERSION 3u  /* 3: tensors allocate 64-byte aligned */
+#define VAIQ_ABI_VERSION 4u  /* 4: typed target requests, calibrator scale forms, node marks */
 
 /** Name of the one symbol a plugin library exports. */
 #define VAIQ_PLUGIN_ENTRY_NAME "vaiq_plugin_entry"

@@ -14,10 +14,27 @@
 
 namespace vaiq {
 
-/// The spec the recipe asks for a tensor in `role`: activation_type with
-/// ActivationSymmetric, weight_type with WeightSymmetric, per_channel and
-/// reduce_range, int32 symmetric biases. Targets start from it and adjust.
-VAIQ_API QuantSpec spec_from_config(TensorRole role, const Options& config);
+/// What the recipe asks of the quantized tensors of one node (its settings
+/// after overrides), or of the whole run: the documented quantize_static
+/// settings a target decides specs by, typed.
+struct QuantRequest {
+    QuantType activation_type = QuantType::QUInt8;  ///< activation_type
+    QuantType weight_type = QuantType::QInt8;       ///< weight_type
+    bool activation_symmetric = false;              ///< extra_options.ActivationSymmetric
+    bool weight_symmetric = true;                   ///< extra_options.WeightSymmetric
+    bool per_channel = false;                       ///< per_channel
+    bool reduce_range = false;                      ///< reduce_range
+    bool quantize_bias = true;                      ///< extra_options.QuantizeBias
+    bool int16_scale = false;                       ///< extra_options.Int16Scale
+    bool enable_dpu = false;                        ///< enable_dpu: the device's transforms and limits apply
+    bool power_of_two = false;                      ///< the node's calibrator gives power-of-two scales
+};
+
+/// The spec `request` asks for a tensor in `role`: activation_type with
+/// activation_symmetric, weight_type with weight_symmetric, per_channel and
+/// reduce_range, int32 symmetric biases (a float bias for float weights).
+/// Targets start from it and adjust.
+VAIQ_API QuantSpec spec_from_request(TensorRole role, const QuantRequest& request);
 
 /// One device constraint after refinement or a check: on how many nodes it
 /// applies, how many refinement adjusted, how many still break it.
@@ -28,9 +45,10 @@ struct ConstraintCount {
     int violated = 0;
 };
 
-/// What a device supports and requires. `config` holds the recipe's resolved
-/// quantize_static settings under their documented names, with extra_options
-/// as "extra_options.<Key>" (e.g. config.get_bool("extra_options.ActivationSymmetric")).
+/// What a device supports and requires. Its methods see the recipe's
+/// documented settings as a QuantRequest; options of its own (a device's
+/// extra_options among them) it declares in its option table and reads in
+/// configure().
 class VAIQ_API Target : public Plugin {
   public:
     using Interface = Target;
@@ -38,26 +56,28 @@ class VAIQ_API Target : public Plugin {
 
     /// Whether this node's op type is quantized on the device.
     virtual bool supports(const onnx::NodeProto& node) const = 0;
-    /// The default spec for a tensor in `role` under `config`.
-    virtual QuantSpec default_spec(TensorRole role, const Options& config) const = 0;
-    /// Rejects settings the device cannot honour: throws InputError naming the
-    /// setting and what the device needs instead. The default accepts everything.
-    virtual void check(const Options& config) const;
-    /// Names of pass plugins that legalise a graph for the device under `config`,
-    /// run in order in the prepare phase. The default is none.
-    virtual std::vector<std::string> legalization_passes(const Options& config) const;
+    /// The default spec for a tensor in `role` of a node the recipe asks `request` of.
+    virtual QuantSpec default_spec(TensorRole role, const QuantRequest& request) const = 0;
+    /// Rejects settings of the run the device cannot honour: throws InputError
+    /// naming the setting and what the device needs instead. The default
+    /// accepts everything.
+    virtual void check(const QuantRequest& run) const;
+    /// Names of pass plugins that legalise a graph for the device, run in
+    /// order in the prepare phase. The default is none.
+    virtual std::vector<std::string> legalization_passes(const QuantRequest& run) const;
     /// Whether the device computes `consumer` (e.g. a Relu) inside `producer`
     /// (e.g. a Conv), so the tensor between them is not quantized. `index` is
-    /// over the graph being planned. The default fuses nothing.
+    /// over the model being planned (with its node marks). The default fuses
+    /// nothing.
     virtual bool fuses(const onnx::NodeProto& producer, const onnx::NodeProto& consumer, const GraphIndex& index,
-                       const Options& config) const;
+                       const QuantRequest& run) const;
     /// Moves parameters in `plan` (for the prepared float `model`) until the
     /// device's constraints hold; returns a count per constraint. The default
     /// has no constraints.
-    virtual std::vector<ConstraintCount> refine(const Model& model, QuantPlan& plan, const Options& config) const;
+    virtual std::vector<ConstraintCount> refine(const Model& model, QuantPlan& plan, const QuantRequest& run) const;
     /// Checks the constraints on the written model; `violated` counts the nodes
     /// that break each. The default has no constraints.
-    virtual std::vector<ConstraintCount> verify(const Model& quantized, const Options& config) const;
+    virtual std::vector<ConstraintCount> verify(const Model& quantized, const QuantRequest& run) const;
 };
 
 }  // namespace vaiq

@@ -39,8 +39,9 @@ std::string who_needs(const Recipe& recipe, std::string_view key, const std::str
 }
 
 // A plugin option named like a documented extra option (CalibMovingAverage,
-// DedicatedQDQPair, ...) takes the recipe's extra_options value, so a recipe
-// moved from a Python call needs no second spelling of it.
+// DedicatedQDQPair, a device's AlignConcat: a capital first) takes the
+// recipe's extra_options value, so a recipe moved from a Python call needs no
+// second spelling of it.
 PluginChoice choose(const Recipe& recipe, const PluginRegistry& registry, PluginKind kind, const std::string& name,
                     std::string_view key) {
     const auto& info = registry.require(kind, name, who_needs(recipe, key, recipe.value(key).get<std::string>()));
@@ -48,14 +49,14 @@ PluginChoice choose(const Recipe& recipe, const PluginRegistry& registry, Plugin
     nlohmann::json given = recipe.plugin_options(kind_str);
     std::map<std::string, std::string> origins;
     for (const auto& spec : info.options) {
-        const std::string documented = "extra_options." + spec.name;
-        if (!find_key(documented)) continue;
+        if (!is_extra_option_name(spec.name)) continue;
         if (given.contains(spec.name))
             throw InputError(fmt::format("{}: {} is a documented extra option; set it under extra_options",
                                          recipe.plugin_option_origin(kind_str, spec.name), spec.name));
-        if (recipe.value(documented).is_null()) continue;
-        given[spec.name] = recipe.value(documented);
-        origins[spec.name] = recipe.setting(documented).origin;
+        auto it = recipe.settings.find("extra_options." + spec.name);
+        if (it == recipe.settings.end() || it->second.value.is_null()) continue;
+        given[spec.name] = it->second.value;
+        origins[spec.name] = it->second.origin;
     }
     auto options = registry.resolve_options(info, given, [&](const std::string& option) {
         auto it = origins.find(option);
@@ -112,6 +113,42 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
+namespace {
+
+bool declares(const PluginInfo& info, const std::string& option) {
+    return std::any_of(info.options.begin(), info.options.end(), [&](const auto& o) { return o.name == option; });
+}
+
+// Every extra option the schema does not have must be an option of a chosen
+// plugin. One of a plugin the recipe does not use has no effect (a warning, as
+// for a switch that is off); one no plugin declares is a typo.
+void check_extra_options(const Recipe& recipe, const PluginRegistry& registry, const ResolvedPlugins& chosen) {
+    std::vector<const PluginInfo*> used = {chosen.target.info, chosen.format.info, chosen.calibrator.info};
+    for (const auto& p : chosen.passes) used.push_back(p.info);
+    for (const auto& [name, setting] : recipe.plugin_extra_options()) {
+        if (std::any_of(used.begin(), used.end(), [&](const auto* info) { return declares(*info, name); })) continue;
+        std::vector<std::string> owners, known;
+        for (const auto* info : registry.list()) {
+            if (declares(*info, name)) owners.push_back(fmt::format("{} '{}'", kind_name(info->kind), info->name));
+            for (const auto& o : info->options)
+                if (is_extra_option_name(o.name)) known.push_back(o.name);
+        }
+        if (!owners.empty()) {
+            log_warn("{}: extra_options.{} has no effect: it is an option of {}, which this recipe does not use",
+                     setting->origin, name, join(owners, ", "));
+            continue;
+        }
+        for (const auto& k : keys_in_section("extra_options")) known.push_back(k);
+        std::string hint = did_you_mean(name, known);
+        throw InputError(fmt::format("{}: unknown key '{}' in extra_options{}", setting->origin, name,
+                                     hint.empty() ? " (neither quantize_static nor a loaded plugin has it; "
+                                                    "`vaiq plugins` lists the plugins' options)"
+                                                  : hint));
+    }
+}
+
+}  // namespace
+
 ResolvedPlugins resolve_plugins(const Recipe& recipe, PluginRegistry& registry) {
     for (const auto& p : recipe.value("plugin_paths")) {
         try {
@@ -132,6 +169,7 @@ ResolvedPlugins resolve_plugins(const Recipe& recipe, PluginRegistry& registry) 
                                   return origin;
                               })});
     }
+    check_extra_options(recipe, registry, out);
     return out;
 }
 
@@ -263,11 +301,20 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
 
     ResolvedPlugins plugins;
     PluginInstance<Target> target;
-    const Options config = recipe.quantize_config();
+    // The calibrators the plan's nodes name, created when first asked for.
+    CalibratorSet calibrators([&](const std::string& method) {
+        const auto choice = method == plugins.calibrator.info->name
+                                ? plugins.calibrator
+                                : choose(recipe, registry, PluginKind::Calibrator, method, "calibrate_method");
+        return registry.create<Calibrator>(choice.info->name, choice.options);
+    });
+    QuantRequest run;  // what the recipe asks of the whole run, for the target
     timed(Phase::Setup, [&] {
         plugins = resolve_plugins(recipe, registry);
         target = registry.create<Target>(plugins.target.info->name, plugins.target.options);
-        target->check(config);
+        run = quant_request(recipe.quantize_config());
+        run.power_of_two = calibrators.get(plugins.calibrator.info->name).scale_form() == ScaleForm::PowerOfTwo;
+        target->check(run);
         report["plugins"] = nlohmann::json::array();
         for (const auto* choice : {&plugins.target, &plugins.format, &plugins.calibrator})
             report["plugins"].push_back({{"kind", kind_name(choice->info->kind)},
@@ -304,7 +351,7 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
             for (const auto& [key, pass] : {std::pair{"extra_options.ReplaceClip6Relu", "replace_clip6_relu"},
                                             std::pair{"extra_options.ConvertClipToRelu", "convert_clip_to_relu"}})
                 if (recipe.value(key).get<bool>()) add(pass);
-            for (const auto& name : target->legalization_passes(config)) add(name);
+            for (const auto& name : target->legalization_passes(run)) add(name);
             if (recipe.value("include_cle").get<bool>())
                 add("cross_layer_equalization",
                     {{"steps", recipe.value("extra_options.CLESteps")},
@@ -316,13 +363,6 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
     }
 
     DraftPlan draft;
-    // The calibrators the plan's nodes name, created when the planner first asks.
-    CalibratorSet calibrators([&](const std::string& method) {
-        const auto choice = method == plugins.calibrator.info->name
-                                ? plugins.calibrator
-                                : choose(recipe, registry, PluginKind::Calibrator, method, "calibrate_method");
-        return registry.create<Calibrator>(choice.info->name, choice.options);
-    });
     if (last >= Phase::Plan) {
         timed(Phase::Plan, [&] {
             const auto decisions = decide_nodes(recipe, model, *target);
@@ -358,7 +398,7 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
     if (last >= Phase::Parameters) {
         timed(Phase::Parameters, [&] {
             plan = compute_parameters(model, draft, calibration, &ranges);
-            const auto refined = target->refine(model, plan, config);
+            const auto refined = target->refine(model, plan, run);
             if (!refined.empty()) report["constraints"] = constraints_json(refined, true);
             report["tensors"] = nlohmann::json::array();
             for (const auto& t : plan.tensors) report["tensors"].push_back(params_json(t, ranges));
@@ -380,7 +420,7 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
         check_model(quantized);
         if (last < Phase::Emit) return;
         // What refinement promised, checked on what was written.
-        const auto checked = target->verify(quantized, config);
+        const auto checked = target->verify(quantized, run);
         if (checked.empty()) return;
         report["constraints_written"] = constraints_json(checked, false);
         std::vector<std::string> broken;

@@ -65,6 +65,19 @@ class Planner {
         return config;
     }
 
+    // What the node's settings ask of the target.
+    QuantRequest request(const Options& config) const {
+        auto r = quant_request(config);
+        r.power_of_two = calibrators_.get(method_of(config)).scale_form() == ScaleForm::PowerOfTwo;
+        return r;
+    }
+
+    static std::string method_of(const Options& config) {
+        std::string method = config.get_string("calibrate_method");
+        for (auto& c : method) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        return method;
+    }
+
     // An initializer that is also a graph input can be fed a new value: not a constant.
     bool is_constant(const std::string& name) const {
         return index_.initializer(name) != nullptr && !index_.is_graph_input(name);
@@ -87,7 +100,7 @@ class Planner {
             if (producer < 0 || index_.consumers(in).size() != 1 || index_.is_graph_output(in)) continue;
             const auto* pd = by_node[producer];
             if (!pd || !pd->quantized || no_output_.count(graph.node(producer).op_type())) continue;
-            if (target_.fuses(graph.node(producer), node, index_, node_config(*d))) {
+            if (target_.fuses(graph.node(producer), node, index_, request(node_config(*d)))) {
                 absorbed_.insert(in);
                 continue;
             }
@@ -100,7 +113,7 @@ class Planner {
     }
 
     QuantSpec activation_spec(const onnx::NodeProto& node, const Options& config, bool output) const {
-        auto spec = target_.default_spec(TensorRole::Activation, config);
+        auto spec = target_.default_spec(TensorRole::Activation, request(config));
         if (output && kRemovableActivations.count(node.op_type()) &&
             config.get_bool("extra_options.UseUnsignedReLU"))
             spec.symmetric = false;
@@ -123,10 +136,8 @@ class Planner {
             // Float types round to their own precision: there is no range to calibrate.
             t.fixed_range = TensorRange{};
         } else {
-            std::string method = config.get_string("calibrate_method");
-            for (auto& c : method) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-            t.calibrate_method = method;
-            t.calibrator = &calibrators_.get(method);
+            t.calibrate_method = method_of(config);
+            t.calibrator = &calibrators_.get(t.calibrate_method);
             // A power-of-two calibrator gives every tensor of the node a power-of-two
             // scale (an int32 bias gets one too: input scale x weight scale).
             if (t.calibrator->scale_form() == ScaleForm::PowerOfTwo &&
@@ -173,7 +184,7 @@ class Planner {
             add_activation(tensor, node, config);
             return;
         }
-        auto spec = target_.default_spec(TensorRole::Weight, config);
+        auto spec = target_.default_spec(TensorRole::Weight, request(config));
         if (spec.per_channel) {
             if (axis < 0) spec.per_channel = false;
             else {
@@ -197,7 +208,7 @@ class Planner {
             return;
         }
         // An int32 bias takes input scale x weight scale; other types are quantized from their data.
-        auto* t = add(bias, node, TensorRole::Bias, target_.default_spec(TensorRole::Bias, config), config);
+        auto* t = add(bias, node, TensorRole::Bias, target_.default_spec(TensorRole::Bias, request(config)), config);
         if (t && t->spec.type == QuantType::QInt32) {
             t->bias_input = node.input(0);
             t->bias_weight = node.input(1);

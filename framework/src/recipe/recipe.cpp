@@ -414,6 +414,10 @@ void flatten(const YAML::Node& map, const std::string& section, const Source& sr
         } else if (const KeySpec* spec = find_key(path)) {
             out.settings[path] = {normalize(*spec, kv.second, src), src.at(kv.first)};
             if (path == "recipe_version") out.has_version = true;
+        } else if (section == "extra_options" && is_extra_option_name(key)) {
+            // A plugin's documented option (a device's AlignConcat): checked against
+            // the plugins once they are known (check_extra_options).
+            out.settings[path] = {yaml_to_json(kv.second), src.at(kv.first)};
         } else {
             unknown_key(kv.first, key, section, src);
         }
@@ -506,6 +510,28 @@ Options Recipe::quantize_config() const {
     return options;
 }
 
+std::map<std::string, const Setting*> Recipe::plugin_extra_options() const {
+    std::map<std::string, const Setting*> out;
+    const std::string prefix = "extra_options.";
+    for (auto it = settings.lower_bound(prefix); it != settings.end() && it->first.rfind(prefix, 0) == 0; ++it)
+        if (!find_key(it->first)) out[it->first.substr(prefix.size())] = &it->second;
+    return out;
+}
+
+QuantRequest quant_request(const Options& config) {
+    QuantRequest r;
+    r.activation_type = *parse_quant_type(config.get_string("activation_type"));
+    r.weight_type = *parse_quant_type(config.get_string("weight_type"));
+    r.activation_symmetric = config.get_bool("extra_options.ActivationSymmetric");
+    r.weight_symmetric = config.get_bool("extra_options.WeightSymmetric");
+    r.per_channel = config.get_bool("per_channel");
+    r.reduce_range = config.get_bool("reduce_range");
+    r.quantize_bias = config.get_bool("extra_options.QuantizeBias");
+    r.int16_scale = config.get_bool("extra_options.Int16Scale");
+    r.enable_dpu = config.get_bool("enable_dpu");
+    return r;
+}
+
 std::vector<std::string> Recipe::explicit_keys() const {
     std::vector<std::string> out;
     for (const auto& [path, s] : settings)
@@ -562,6 +588,10 @@ void apply_setting(Recipe& recipe, const std::string& assignment, const fs::path
         return;
     }
     const KeySpec* spec = find_key(path);
+    if (!spec && section == "extra_options" && is_extra_option_name(path.substr(dot + 1))) {
+        recipe.settings[path] = {yaml_to_json(node), "--set"};
+        return;
+    }
     if (!spec) {
         std::vector<std::string> all;
         for (const auto& k : recipe_keys()) all.emplace_back(k.path);

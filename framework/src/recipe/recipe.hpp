@@ -10,6 +10,7 @@
 
 #include "recipe/schema.hpp"
 #include "vaiq/options.hpp"
+#include "vaiq/target.hpp"
 
 namespace vaiq {
 
@@ -38,6 +39,9 @@ class Recipe {
     std::string plugin_option_origin(std::string_view kind, const std::string& option) const;
     /// The quantize_static settings by documented name, for targets and formats.
     Options quantize_config() const;
+    /// extra_options that are not quantize_static's own but a plugin's (by
+    /// option name), as given: check_extra_options() checks them.
+    std::map<std::string, const Setting*> plugin_extra_options() const;
     /// Keys whose value is not the default.
     std::vector<std::string> explicit_keys() const;
     /// Whether a key takes effect: false when a switch it depends on is off.
@@ -47,6 +51,10 @@ class Recipe {
     std::string format_plugin() const;
     std::string calibrator_plugin() const;
 };
+
+/// The documented settings of `config` (the run's, or a node's after its
+/// overrides) as targets take them; power_of_two is left to the caller.
+QuantRequest quant_request(const Options& config);
 
 /// Applies "key.path=value" (value as YAML) on top of a recipe.
 void apply_setting(Recipe& recipe, const std::string& assignment, const std::filesystem::path& base_dir);

@@ -1,6 +1,7 @@
 #include "recipe/schema.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <string>
 
 namespace vaiq {
@@ -129,47 +130,7 @@ const std::vector<KeySpec>& recipe_keys() {
         {"extra_options.MinMSEMode", K::Choice, "All", P::Calibrate, yes,
          "How MinMSE combines batches: All, MostCommon or Percentile.", "calibrate_method=MinMSE",
          {"All", "MostCommon", "Percentile"}},
-        {"extra_options.ConvertBNToConv", K::Bool, "true", P::Prepare, yes, "BatchNormalization to Conv.", "enable_dpu"},
-        {"extra_options.ConvertReduceMeanToGlobalAvgPool", K::Bool, "true", P::Prepare, yes,
-         "ReduceMean to GlobalAveragePool.", "enable_dpu"},
-        {"extra_options.SplitLargeKernelPool", K::Bool, "true", P::Prepare, yes,
-         "Split large-kernel global average pools.", "enable_dpu"},
-        {"extra_options.ConvertSplitToSlice", K::Bool, "true", P::Prepare, yes, "Split to Slice.", "enable_dpu"},
-        {"extra_options.FuseInstanceNorm", K::Bool, "false", P::Prepare, yes, "Fuse split instance norms.", "enable_dpu"},
-        {"extra_options.FuseL2Norm", K::Bool, "false", P::Prepare, yes, "Fuse L2 norm patterns.", "enable_dpu"},
         {"extra_options.ConvertClipToRelu", K::Bool, "false", P::Prepare, yes, "Clip with min 0 and no max to Relu (a finite max is kept: dropping it changes the function)."},
-        {"extra_options.SimulateDPU", K::Bool, "true", P::Prepare, yes,
-         "Replace some ops with the DPU's approximations.", "enable_dpu"},
-        {"extra_options.ConvertLeakyReluToDPUVersion", K::Bool, "true", P::Prepare, yes, "DPU LeakyRelu.",
-         "extra_options.SimulateDPU"},
-        {"extra_options.ConvertSigmoidToHardSigmoid", K::Bool, "true", P::Prepare, yes, "Sigmoid to HardSigmoid.",
-         "extra_options.SimulateDPU"},
-        {"extra_options.ConvertHardSigmoidToDPUVersion", K::Bool, "true", P::Prepare, yes, "DPU HardSigmoid.",
-         "extra_options.SimulateDPU"},
-        {"extra_options.ConvertAvgPoolToDPUVersion", K::Bool, "true", P::Prepare, yes, "DPU average pooling.",
-         "extra_options.SimulateDPU"},
-        {"extra_options.ConvertReduceMeanToDPUVersion", K::Bool, "true", P::Prepare, yes, "DPU ReduceMean.",
-         "extra_options.SimulateDPU"},
-        {"extra_options.ConvertSoftmaxToDPUVersion", K::Bool, "false", P::Prepare, yes, "DPU Softmax.",
-         "extra_options.SimulateDPU"},
-        {"extra_options.IPULimitationCheck", K::Bool, "true", P::Parameters, yes,
-         "Adjust scales to the NPU's limitations.", "enable_dpu"},
-        {"extra_options.AdjustShiftCut", K::Bool, "true", P::Parameters, yes, "Adjust shift cut.",
-         "extra_options.IPULimitationCheck"},
-        {"extra_options.AdjustShiftBias", K::Bool, "true", P::Parameters, yes, "Adjust shift bias.",
-         "extra_options.IPULimitationCheck"},
-        {"extra_options.AdjustShiftRead", K::Bool, "true", P::Parameters, yes, "Adjust shift read.",
-         "extra_options.IPULimitationCheck"},
-        {"extra_options.AdjustShiftWrite", K::Bool, "true", P::Parameters, yes, "Adjust shift write.",
-         "extra_options.IPULimitationCheck"},
-        {"extra_options.AdjustHardSigmoid", K::Bool, "true", P::Parameters, yes, "Adjust HardSigmoid positions.",
-         "extra_options.IPULimitationCheck"},
-        {"extra_options.AdjustShiftSwish", K::Bool, "true", P::Parameters, yes, "Adjust shift swish.",
-         "extra_options.IPULimitationCheck"},
-        {"extra_options.AlignConcat", K::Bool, "true", P::Parameters, yes, "Align Concat positions.",
-         "extra_options.IPULimitationCheck"},
-        {"extra_options.AlignPool", K::Bool, "true", P::Parameters, yes, "Align pooling positions.",
-         "extra_options.IPULimitationCheck"},
         {"extra_options.ReplaceClip6Relu", K::Bool, "false", P::Prepare, yes, "Replace Clip(0, 6) with Relu."},
         {"extra_options.CLESteps", K::Int, "1", P::Prepare, yes, "Cross Layer Equalization steps; -1 is adaptive.",
          "include_cle"},
@@ -177,12 +138,13 @@ const std::vector<KeySpec>& recipe_keys() {
          "Adaptive CLE stops when the summed change across layers falls below this.", "include_cle"},
         {"extra_options.CLEScaleAppendBias", K::Bool, "true", P::Prepare, yes,
          "Include the bias when computing CLE weight scales.", "include_cle"},
-        {"extra_options.RemoveQDQConvLeakyRelu", K::Bool, "false", P::Plan, yes,
-         "Remove the QDQ between Conv and LeakyRelu.", "enable_dpu"},
-        {"extra_options.RemoveQDQConvPRelu", K::Bool, "false", P::Plan, yes, "Remove the QDQ between Conv and PRelu.",
-         "enable_dpu"},
     };
     return keys;
+}
+
+bool is_extra_option_name(std::string_view name) {
+    if (name.empty() || !std::isupper(static_cast<unsigned char>(name[0]))) return false;
+    return std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
 }
 
 const KeySpec* find_key(std::string_view path) {

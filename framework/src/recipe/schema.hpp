@@ -45,6 +45,11 @@ struct KeySpec {
 };
 
 const std::vector<KeySpec>& recipe_keys();
+
+/// Whether `name` is spelled like a documented extra option (ActivationSymmetric,
+/// AlignConcat: a capital first). A plugin option spelled so is set under
+/// extra_options, and an extra option the schema does not have is a plugin's.
+bool is_extra_option_name(std::string_view name);
 const KeySpec* find_key(std::string_view path);
 
 /// Maps whose keys are checked one by one and deep-merged by `extends:`.

@@ -38,42 +38,35 @@ QuantParams Calibrator::constant_params(const Tensor& data, const QuantSpec& spe
     return vaiq::constant_params(data, spec);
 }
 
-QuantSpec spec_from_config(TensorRole role, const Options& config) {
+QuantSpec spec_from_request(TensorRole role, const QuantRequest& request) {
     QuantSpec spec;
     switch (role) {
         case TensorRole::Activation:
-            spec.type = *parse_quant_type(config.get_string("activation_type"));
-            spec.symmetric = config.get_bool("extra_options.ActivationSymmetric");
+            spec.type = request.activation_type;
+            spec.symmetric = request.activation_symmetric;
             break;
         case TensorRole::Weight:
-            spec.type = *parse_quant_type(config.get_string("weight_type"));
-            spec.symmetric = config.get_bool("extra_options.WeightSymmetric");
-            spec.per_channel = config.get_bool("per_channel");
-            spec.reduce_range = config.get_bool("reduce_range");
+            spec.type = request.weight_type;
+            spec.symmetric = request.weight_symmetric;
+            spec.per_channel = request.per_channel;
+            spec.reduce_range = request.reduce_range;
             break;
-        case TensorRole::Bias: {
+        case TensorRole::Bias:
             // Float weights keep a float bias of their type; integer ones an int32 bias.
-            const auto weight = *parse_quant_type(config.get_string("weight_type"));
-            spec.type = is_integer(weight) ? QuantType::QInt32 : weight;
+            spec.type = is_integer(request.weight_type) ? QuantType::QInt32 : request.weight_type;
             spec.symmetric = true;
             break;
-        }
     }
-    spec.int16_scale = config.get_bool("extra_options.Int16Scale");
+    spec.int16_scale = request.int16_scale;
     return spec;
 }
 
-void Target::check(const Options&) const {}
-bool Target::fuses(const onnx::NodeProto&, const onnx::NodeProto&, const GraphIndex&, const Options&) const {
+void Target::check(const QuantRequest&) const {}
+bool Target::fuses(const onnx::NodeProto&, const onnx::NodeProto&, const GraphIndex&, const QuantRequest&) const {
     return false;
 }
-
-std::vector<ConstraintCount> Target::refine(const Model&, QuantPlan&, const Options&) const { return {}; }
-
-std::vector<ConstraintCount> Target::verify(const Model&, const Options&) const { return {}; }
-
-std::vector<std::string> Target::legalization_passes(const Options&) const {
-    return {};
-}
+std::vector<ConstraintCount> Target::refine(const Model&, QuantPlan&, const QuantRequest&) const { return {}; }
+std::vector<ConstraintCount> Target::verify(const Model&, const QuantRequest&) const { return {}; }
+std::vector<std::string> Target::legalization_passes(const QuantRequest&) const { return {}; }
 
 }  // namespace vaiq

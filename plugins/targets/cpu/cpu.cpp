@@ -20,12 +20,12 @@ class Cpu final : public vaiq::Target {
         return vaiq::is_default_domain(node) && kOps.count(node.op_type()) > 0;
     }
 
-    vaiq::QuantSpec default_spec(vaiq::TensorRole role, const vaiq::Options& config) const override {
-        return vaiq::spec_from_config(role, config);
+    vaiq::QuantSpec default_spec(vaiq::TensorRole role, const vaiq::QuantRequest& request) const override {
+        return vaiq::spec_from_request(role, request);
     }
 
-    void check(const vaiq::Options& config) const override {
-        if (config.get_bool("enable_dpu"))
+    void check(const vaiq::QuantRequest& run) const override {
+        if (run.enable_dpu)
             throw vaiq::InputError("target 'cpu' has no DPU: enable_dpu needs an NPU target (target: npu_cnn)");
     }
 };

@@ -12,9 +12,10 @@ vaiq::PluginInstance<vaiq::Target> make_cpu(vaiq::PluginRegistry& registry) {
     return registry.create<vaiq::Target>("cpu", registry.resolve_options(info, nullptr));
 }
 
-vaiq::Options config(const std::string& yaml) {
+// The run request a recipe with `yaml` makes.
+vaiq::QuantRequest config(const std::string& yaml) {
     const auto file = vaiq::test::write_text(vaiq::test::temp_dir() / "r.yaml", "recipe_version: 1\n" + yaml);
-    return vaiq::load_recipe(file).quantize_config();
+    return vaiq::quant_request(vaiq::load_recipe(file).quantize_config());
 }
 
 onnx::NodeProto node(const std::string& op, const std::string& domain = "") {

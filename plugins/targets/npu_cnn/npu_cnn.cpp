@@ -17,24 +17,28 @@ bool is_eight_bit(vaiq::QuantType t) { return t == vaiq::QuantType::QInt8 || t =
 
 // The enable_dpu graph transforms: documented switch -> pass plugin, in the order they run.
 struct Transform {
-    const char* key;
+    const char* option;
     const char* pass;
+    const char* default_value;
+    const char* doc;
 };
 constexpr Transform kLegalizations[] = {
-    {"extra_options.ConvertBNToConv", "convert_bn_to_conv"},
-    {"extra_options.ConvertReduceMeanToGlobalAvgPool", "convert_reduce_mean_to_global_avg_pool"},
-    {"extra_options.SplitLargeKernelPool", "split_large_kernel_pool"},
-    {"extra_options.ConvertSplitToSlice", "convert_split_to_slice"},
-    {"extra_options.FuseInstanceNorm", "fuse_instance_norm"},
-    {"extra_options.FuseL2Norm", "fuse_l2_norm"},
+    {"ConvertBNToConv", "convert_bn_to_conv", "true", "BatchNormalization to Conv."},
+    {"ConvertReduceMeanToGlobalAvgPool", "convert_reduce_mean_to_global_avg_pool", "true",
+     "ReduceMean to GlobalAveragePool."},
+    {"SplitLargeKernelPool", "split_large_kernel_pool", "true", "Split large-kernel global average pools."},
+    {"ConvertSplitToSlice", "convert_split_to_slice", "true", "Split to Slice."},
+    {"FuseInstanceNorm", "fuse_instance_norm", "false", "Fuse split instance norms."},
+    {"FuseL2Norm", "fuse_l2_norm", "false", "Fuse L2 norm patterns."},
 };
+// Under SimulateDPU.
 constexpr Transform kSimulations[] = {
-    {"extra_options.ConvertLeakyReluToDPUVersion", "convert_leaky_relu_to_dpu_version"},
-    {"extra_options.ConvertSigmoidToHardSigmoid", "convert_sigmoid_to_hard_sigmoid"},
-    {"extra_options.ConvertHardSigmoidToDPUVersion", "convert_hard_sigmoid_to_dpu_version"},
-    {"extra_options.ConvertAvgPoolToDPUVersion", "convert_avg_pool_to_dpu_version"},
-    {"extra_options.ConvertReduceMeanToDPUVersion", "convert_reduce_mean_to_dpu_version"},
-    {"extra_options.ConvertSoftmaxToDPUVersion", "convert_softmax_to_dpu_version"},
+    {"ConvertLeakyReluToDPUVersion", "convert_leaky_relu_to_dpu_version", "true", "DPU LeakyRelu."},
+    {"ConvertSigmoidToHardSigmoid", "convert_sigmoid_to_hard_sigmoid", "true", "Sigmoid to HardSigmoid."},
+    {"ConvertHardSigmoidToDPUVersion", "convert_hard_sigmoid_to_dpu_version", "true", "DPU HardSigmoid."},
+    {"ConvertAvgPoolToDPUVersion", "convert_avg_pool_to_dpu_version", "true", "DPU average pooling."},
+    {"ConvertReduceMeanToDPUVersion", "convert_reduce_mean_to_dpu_version", "true", "DPU ReduceMean."},
+    {"ConvertSoftmaxToDPUVersion", "convert_softmax_to_dpu_version", "false", "DPU Softmax."},
 };
 
 // Ops whose output the device can run through an activation without
@@ -49,6 +53,22 @@ class NpuCnn final : public vaiq::Target {
     void configure(const vaiq::Options& options) override {
         int32_bias_ = options.get_bool("int32_bias");
         max_sweeps_ = static_cast<int>(options.get_int("max_refinement_sweeps"));
+        for (const auto& t : kLegalizations)
+            if (options.get_bool(t.option)) legalizations_.emplace_back(t.pass);
+        if (options.get_bool("SimulateDPU"))
+            for (const auto& t : kSimulations)
+                if (options.get_bool(t.option)) simulations_.emplace_back(t.pass);
+        check_limits_ = options.get_bool("IPULimitationCheck");
+        rules_.align_concat = options.get_bool("AlignConcat");
+        rules_.align_pool = options.get_bool("AlignPool");
+        rules_.shift_read = options.get_bool("AdjustShiftRead");
+        rules_.shift_write = options.get_bool("AdjustShiftWrite");
+        rules_.shift_cut = options.get_bool("AdjustShiftCut");
+        rules_.shift_bias = options.get_bool("AdjustShiftBias");
+        rules_.hard_sigmoid = options.get_bool("AdjustHardSigmoid");
+        rules_.shift_swish = options.get_bool("AdjustShiftSwish");
+        fuse_leaky_relu_ = options.get_bool("RemoveQDQConvLeakyRelu");
+        fuse_prelu_ = options.get_bool("RemoveQDQConvPRelu");
     }
 
     bool supports(const onnx::NodeProto& node) const override {
@@ -63,8 +83,8 @@ class NpuCnn final : public vaiq::Target {
         return vaiq::is_default_domain(node) && kOps.count(node.op_type()) > 0;
     }
 
-    vaiq::QuantSpec default_spec(vaiq::TensorRole role, const vaiq::Options& config) const override {
-        auto spec = vaiq::spec_from_config(role, config);
+    vaiq::QuantSpec default_spec(vaiq::TensorRole role, const vaiq::QuantRequest& request) const override {
+        auto spec = vaiq::spec_from_request(role, request);
         spec.power_of_two = true;
         spec.symmetric = true;
         spec.per_channel = false;
@@ -73,38 +93,31 @@ class NpuCnn final : public vaiq::Target {
         return spec;
     }
 
-    void check(const vaiq::Options& config) const override {
+    void check(const vaiq::QuantRequest& run) const override {
         auto refuse = [](const std::string& what) { throw vaiq::InputError("target 'npu_cnn' " + what); };
-        if (config.get_bool("per_channel")) refuse("computes per tensor: set per_channel to false");
-        if (config.get_bool("reduce_range")) refuse("uses the full 8-bit weight range: set reduce_range to false");
-        if (!config.get_bool("extra_options.WeightSymmetric"))
-            refuse("needs symmetric weights: set extra_options.WeightSymmetric to true");
-        if (!config.get_bool("extra_options.ActivationSymmetric"))
+        if (run.per_channel) refuse("computes per tensor: set per_channel to false");
+        if (run.reduce_range) refuse("uses the full 8-bit weight range: set reduce_range to false");
+        if (!run.weight_symmetric) refuse("needs symmetric weights: set extra_options.WeightSymmetric to true");
+        if (!run.activation_symmetric)
             refuse("needs symmetric activations: set extra_options.ActivationSymmetric to true "
                    "(extra_options.UseUnsignedReLU makes ReLU outputs unsigned)");
-        if (!config.get_bool("extra_options.QuantizeBias"))
-            refuse("computes biases in integers: set extra_options.QuantizeBias to true");
-        const auto weight = *vaiq::parse_quant_type(config.get_string("weight_type"));
-        if (weight != vaiq::QuantType::QInt8)
-            refuse(fmt::format("takes int8 weights (weight_type: QInt8), not {}", vaiq::quant_type_name(weight)));
-        const auto act = *vaiq::parse_quant_type(config.get_string("activation_type"));
-        if (!is_eight_bit(act))
-            refuse(fmt::format("takes 8-bit activations (QUInt8 or QInt8), not {}", vaiq::quant_type_name(act)));
+        if (!run.quantize_bias) refuse("computes biases in integers: set extra_options.QuantizeBias to true");
+        if (run.weight_type != vaiq::QuantType::QInt8)
+            refuse(fmt::format("takes int8 weights (weight_type: QInt8), not {}", vaiq::quant_type_name(run.weight_type)));
+        if (!is_eight_bit(run.activation_type))
+            refuse(fmt::format("takes 8-bit activations (QUInt8 or QInt8), not {}",
+                               vaiq::quant_type_name(run.activation_type)));
     }
 
-    std::vector<std::string> legalization_passes(const vaiq::Options& config) const override {
-        std::vector<std::string> out;
-        if (!config.get_bool("enable_dpu")) return out;
-        for (const auto& t : kLegalizations)
-            if (config.get_bool(t.key)) out.emplace_back(t.pass);
-        if (!config.get_bool("extra_options.SimulateDPU")) return out;
-        for (const auto& t : kSimulations)
-            if (config.get_bool(t.key)) out.emplace_back(t.pass);
+    std::vector<std::string> legalization_passes(const vaiq::QuantRequest& run) const override {
+        if (!run.enable_dpu) return {};
+        auto out = legalizations_;
+        out.insert(out.end(), simulations_.begin(), simulations_.end());
         return out;
     }
 
     bool fuses(const onnx::NodeProto& producer, const onnx::NodeProto& consumer, const vaiq::GraphIndex& index,
-               const vaiq::Options& config) const override {
+               const vaiq::QuantRequest&) const override {
         if (index.marked(consumer, vaiq::kDeviceRescale)) return kRescaled.count(producer.op_type()) > 0;
         // A zero Pad before an average pool is the pool's own padding on the device.
         if (consumer.op_type() == "AveragePool") return vaiq::pads_with_zeros(producer, index);
@@ -115,58 +128,76 @@ class NpuCnn final : public vaiq::Target {
             const auto bounds = vaiq::clip_bounds(consumer, index);
             return bounds && bounds->first == 0.0f && (bounds->second == 6.0f || bounds->second == 1.0f);
         }
-        if (op == "LeakyRelu") return config.get_bool("extra_options.RemoveQDQConvLeakyRelu");
-        if (op == "PRelu") return config.get_bool("extra_options.RemoveQDQConvPRelu");
+        if (op == "LeakyRelu") return fuse_leaky_relu_;
+        if (op == "PRelu") return fuse_prelu_;
         return false;
     }
 
     std::vector<vaiq::ConstraintCount> refine(const vaiq::Model& model, vaiq::QuantPlan& plan,
-                                              const vaiq::Options& config) const override {
-        if (!checks_limits(config)) return {};
+                                              const vaiq::QuantRequest& run) const override {
+        if (!checks_limits(run)) return {};
         const vaiq::GraphIndex index(model);
-        return npu_cnn::refine_positions(model.graph(), plan, rules(config), fused(index, config), max_sweeps_);
+        return npu_cnn::refine_positions(model.graph(), plan, rules_, fused(index, run), max_sweeps_);
     }
 
-    std::vector<vaiq::ConstraintCount> verify(const vaiq::Model& quantized, const vaiq::Options& config) const override {
+    std::vector<vaiq::ConstraintCount> verify(const vaiq::Model& quantized, const vaiq::QuantRequest& run) const override {
         const auto view = vaiq::read_qdq(quantized);
         const vaiq::GraphIndex index(view.graph);
-        const auto r = checks_limits(config) ? rules(config) : npu_cnn::Rules::none();
-        return npu_cnn::check_positions(view.graph.graph(), view.plan, r, fused(index, config));
+        const auto r = checks_limits(run) ? rules_ : npu_cnn::Rules::none();
+        return npu_cnn::check_positions(view.graph.graph(), view.plan, r, fused(index, run));
     }
 
   private:
-    static bool checks_limits(const vaiq::Options& config) {
-        return config.get_bool("enable_dpu") && config.get_bool("extra_options.IPULimitationCheck");
-    }
+    bool checks_limits(const vaiq::QuantRequest& run) const { return run.enable_dpu && check_limits_; }
 
-    static npu_cnn::Rules rules(const vaiq::Options& c) {
-        npu_cnn::Rules r;
-        r.align_concat = c.get_bool("extra_options.AlignConcat");
-        r.align_pool = c.get_bool("extra_options.AlignPool");
-        r.shift_read = c.get_bool("extra_options.AdjustShiftRead");
-        r.shift_write = c.get_bool("extra_options.AdjustShiftWrite");
-        r.shift_cut = c.get_bool("extra_options.AdjustShiftCut");
-        r.shift_bias = c.get_bool("extra_options.AdjustShiftBias");
-        r.hard_sigmoid = c.get_bool("extra_options.AdjustHardSigmoid");
-        r.shift_swish = c.get_bool("extra_options.AdjustShiftSwish");
-        return r;
-    }
-
-    npu_cnn::Fused fused(const vaiq::GraphIndex& index, const vaiq::Options& config) const {
-        return [this, &index, &config](const onnx::NodeProto& producer, const onnx::NodeProto& consumer) {
-            return fuses(producer, consumer, index, config);
+    npu_cnn::Fused fused(const vaiq::GraphIndex& index, const vaiq::QuantRequest& run) const {
+        return [this, &index, &run](const onnx::NodeProto& producer, const onnx::NodeProto& consumer) {
+            return fuses(producer, consumer, index, run);
         };
     }
 
     bool int32_bias_ = false;
     int max_sweeps_ = 20;
+    std::vector<std::string> legalizations_, simulations_;
+    bool check_limits_ = true;
+    npu_cnn::Rules rules_;
+    bool fuse_leaky_relu_ = false, fuse_prelu_ = false;
 };
 
+// Options whose names start with a capital are documented extra_options: a
+// recipe sets them under extra_options, as in a quantize_static call.
 const vaiq_option_descriptor kOptions[] = {
     {"int32_bias", VAIQ_OPTION_BOOL, "false",
      "Quantize biases to int32 at input scale x weight scale instead of int8 with their own position."},
     {"max_refinement_sweeps", VAIQ_OPTION_INT, "20",
      "Sweeps of the limitation checks before refinement gives up on a fixed point."},
+    // enable_dpu transforms
+    {kLegalizations[0].option, VAIQ_OPTION_BOOL, kLegalizations[0].default_value, kLegalizations[0].doc},
+    {kLegalizations[1].option, VAIQ_OPTION_BOOL, kLegalizations[1].default_value, kLegalizations[1].doc},
+    {kLegalizations[2].option, VAIQ_OPTION_BOOL, kLegalizations[2].default_value, kLegalizations[2].doc},
+    {kLegalizations[3].option, VAIQ_OPTION_BOOL, kLegalizations[3].default_value, kLegalizations[3].doc},
+    {kLegalizations[4].option, VAIQ_OPTION_BOOL, kLegalizations[4].default_value, kLegalizations[4].doc},
+    {kLegalizations[5].option, VAIQ_OPTION_BOOL, kLegalizations[5].default_value, kLegalizations[5].doc},
+    {"SimulateDPU", VAIQ_OPTION_BOOL, "true", "Replace some ops with the DPU's approximations (the Convert*DPUVersion "
+                                              "switches and ConvertSigmoidToHardSigmoid)."},
+    {kSimulations[0].option, VAIQ_OPTION_BOOL, kSimulations[0].default_value, kSimulations[0].doc},
+    {kSimulations[1].option, VAIQ_OPTION_BOOL, kSimulations[1].default_value, kSimulations[1].doc},
+    {kSimulations[2].option, VAIQ_OPTION_BOOL, kSimulations[2].default_value, kSimulations[2].doc},
+    {kSimulations[3].option, VAIQ_OPTION_BOOL, kSimulations[3].default_value, kSimulations[3].doc},
+    {kSimulations[4].option, VAIQ_OPTION_BOOL, kSimulations[4].default_value, kSimulations[4].doc},
+    {kSimulations[5].option, VAIQ_OPTION_BOOL, kSimulations[5].default_value, kSimulations[5].doc},
+    // enable_dpu limits
+    {"IPULimitationCheck", VAIQ_OPTION_BOOL, "true", "Adjust scales to the NPU's limitations (the Adjust*/Align* switches)."},
+    {"AdjustShiftCut", VAIQ_OPTION_BOOL, "true", "Adjust shift cut."},
+    {"AdjustShiftBias", VAIQ_OPTION_BOOL, "true", "Adjust shift bias."},
+    {"AdjustShiftRead", VAIQ_OPTION_BOOL, "true", "Adjust shift read."},
+    {"AdjustShiftWrite", VAIQ_OPTION_BOOL, "true", "Adjust shift write."},
+    {"AdjustHardSigmoid", VAIQ_OPTION_BOOL, "true", "Adjust HardSigmoid positions."},
+    {"AdjustShiftSwish", VAIQ_OPTION_BOOL, "true", "Adjust shift swish."},
+    {"AlignConcat", VAIQ_OPTION_BOOL, "true", "Align Concat positions."},
+    {"AlignPool", VAIQ_OPTION_BOOL, "true", "Align pooling positions."},
+    {"RemoveQDQConvLeakyRelu", VAIQ_OPTION_BOOL, "false", "Remove the QDQ between Conv and LeakyRelu (enable_dpu)."},
+    {"RemoveQDQConvPRelu", VAIQ_OPTION_BOOL, "false", "Remove the QDQ between Conv and PRelu (enable_dpu)."},
 };
 
 }  // namespace

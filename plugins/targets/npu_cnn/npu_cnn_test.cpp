@@ -14,9 +14,10 @@ using vaiq::test::GraphBuilder;
 const char* kDocumented = "activation_type: QUInt8\nweight_type: QInt8\nenable_dpu: true\n"
                           "extra_options: {ActivationSymmetric: true}\n";
 
-vaiq::Options config(const std::string& yaml) {
+// The run request a recipe with `yaml` makes.
+vaiq::QuantRequest config(const std::string& yaml) {
     const auto file = vaiq::test::write_text(vaiq::test::temp_dir() / "r.yaml", "recipe_version: 1\n" + yaml);
-    return vaiq::load_recipe(file).quantize_config();
+    return vaiq::quant_request(vaiq::load_recipe(file).quantize_config());
 }
 
 onnx::NodeProto node(const std::string& op) {
@@ -102,9 +103,9 @@ TEST_F(NpuCnn, LegalisationsFollowTheirDocumentedSwitches) {
     EXPECT_EQ(all.front(), "convert_bn_to_conv");
     EXPECT_NE(std::find(all.begin(), all.end(), "convert_sigmoid_to_hard_sigmoid"), all.end());
     EXPECT_EQ(std::find(all.begin(), all.end(), "fuse_instance_norm"), all.end());  // off by default
-    const auto fewer = target_->legalization_passes(
-        config("enable_dpu: true\nextra_options: {ActivationSymmetric: true, SimulateDPU: false, "
-               "ConvertBNToConv: false, FuseL2Norm: true}\n"));
+    // The switches are the target's own options (documented extra_options).
+    const auto fewer = make({{"SimulateDPU", false}, {"ConvertBNToConv", false}, {"FuseL2Norm", true}})
+                           ->legalization_passes(config(kDocumented));
     EXPECT_EQ(fewer, (std::vector<std::string>{"convert_reduce_mean_to_global_avg_pool", "split_large_kernel_pool",
                                                "convert_split_to_slice", "fuse_l2_norm"}));
     EXPECT_TRUE(target_->legalization_passes(config("extra_options: {ActivationSymmetric: true}\n")).empty());
@@ -122,9 +123,7 @@ TEST_F(NpuCnn, FusesReluAfterComputeAndLeakyReluOnlyWhenAsked) {
     EXPECT_TRUE(target_->fuses(node("Add"), model.graph().node(0), index, c));  // Clip(0, 6)
     EXPECT_FALSE(target_->fuses(node("Concat"), node("Relu"), index, c));
     EXPECT_FALSE(target_->fuses(node("Conv"), node("LeakyRelu"), index, c));
-    EXPECT_TRUE(target_->fuses(node("Conv"), node("LeakyRelu"), index,
-                               config("enable_dpu: true\nextra_options: {ActivationSymmetric: true, "
-                                      "RemoveQDQConvLeakyRelu: true}\n")));
+    EXPECT_TRUE(make({{"RemoveQDQConvLeakyRelu", true}})->fuses(node("Conv"), node("LeakyRelu"), index, c));
     auto rescale = node("Mul");
     rescale.add_input("a");
     rescale.add_input("k");
@@ -199,8 +198,7 @@ TEST_F(NpuCnn, RefinementReachesAFixedPointWhereEveryLimitHolds) {
     // A second refinement finds nothing to do.
     for (const auto& k : target_->refine(model, plan, c)) EXPECT_EQ(k.adjusted, 0) << k.name;
     // The switches turn checks off.
-    const auto off = target_->refine(model, plan, config("enable_dpu: true\nextra_options: {ActivationSymmetric: true, "
-                                                         "AdjustShiftCut: false}\n"));
+    const auto off = make({{"AdjustShiftCut", false}})->refine(model, plan, c);
     EXPECT_THROW(count(off, "AdjustShiftCut"), std::runtime_error);
     EXPECT_TRUE(target_->refine(model, plan, config("extra_options: {ActivationSymmetric: true}\n")).empty());
 }

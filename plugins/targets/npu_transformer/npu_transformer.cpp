@@ -26,26 +26,24 @@ class NpuTransformer final : public vaiq::Target {
     }
 
     // check() has refused what the NPU cannot do, so the recipe's spec holds as it is.
-    vaiq::QuantSpec default_spec(vaiq::TensorRole role, const vaiq::Options& config) const override {
-        return vaiq::spec_from_config(role, config);
+    vaiq::QuantSpec default_spec(vaiq::TensorRole role, const vaiq::QuantRequest& request) const override {
+        return vaiq::spec_from_request(role, request);
     }
 
-    void check(const vaiq::Options& config) const override {
+    void check(const vaiq::QuantRequest& run) const override {
         auto refuse = [](const std::string& what) {
             throw vaiq::InputError("target 'npu_transformer' " + what);
         };
-        if (config.get_bool("enable_dpu"))
+        if (run.enable_dpu)
             refuse("does not take enable_dpu: the DPU transforms are for CNNs (target: npu_cnn)");
-        if (config.get_bool("per_channel")) refuse("computes per tensor: set per_channel to false");
-        if (config.get_bool("reduce_range")) refuse("uses the full 8-bit weight range: set reduce_range to false");
-        if (!config.get_bool("extra_options.WeightSymmetric"))
-            refuse("needs symmetric weights: set extra_options.WeightSymmetric to true");
-        const auto weight = *vaiq::parse_quant_type(config.get_string("weight_type"));
-        if (weight != vaiq::QuantType::QInt8)
-            refuse(fmt::format("takes int8 weights (weight_type: QInt8), not {}", vaiq::quant_type_name(weight)));
-        const auto act = *vaiq::parse_quant_type(config.get_string("activation_type"));
-        if (!is_eight_bit(act))
-            refuse(fmt::format("takes 8-bit activations (QInt8 or QUInt8), not {}", vaiq::quant_type_name(act)));
+        if (run.per_channel) refuse("computes per tensor: set per_channel to false");
+        if (run.reduce_range) refuse("uses the full 8-bit weight range: set reduce_range to false");
+        if (!run.weight_symmetric) refuse("needs symmetric weights: set extra_options.WeightSymmetric to true");
+        if (run.weight_type != vaiq::QuantType::QInt8)
+            refuse(fmt::format("takes int8 weights (weight_type: QInt8), not {}", vaiq::quant_type_name(run.weight_type)));
+        if (!is_eight_bit(run.activation_type))
+            refuse(fmt::format("takes 8-bit activations (QInt8 or QUInt8), not {}",
+                               vaiq::quant_type_name(run.activation_type)));
     }
 };
 
