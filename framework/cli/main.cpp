@@ -12,7 +12,6 @@
 #include <limits>
 
 #include "pipeline/dump.hpp"
-#include "pipeline/native.hpp"
 #include "pipeline/pipeline.hpp"
 #include "pipeline/preprocess.hpp"
 #include "plugin/registry.hpp"
@@ -258,9 +257,20 @@ int main(int argc, char** argv) {
             return kExitOk;
         }
         if (*convert_format) {
-            const auto r = to_native_qdq(load_model(model_in));
+            // The format whose ops the model holds converts it.
+            Model model = load_model(model_in);
+            PluginRegistry registry;
+            registry.load_default_paths();
+            NativeConversion r;
+            for (const auto* info : registry.list(PluginKind::Format)) {
+                auto format = registry.create<Format>(info->name, registry.resolve_options(*info, nullptr));
+                if (!format->wrote(model)) continue;
+                r = format->to_native(model);
+                spdlog::debug("converted as format '{}' writes it", info->name);
+                break;
+            }
             for (const auto& w : r.warnings) spdlog::warn("{}", w);
-            save_model(r.model, model_out, {}, model_in);
+            save_model(model, model_out, {}, model_in);
             spdlog::info("wrote {} ({} custom-op node{} rewritten)", model_out, r.converted, r.converted == 1 ? "" : "s");
             return kExitOk;
         }

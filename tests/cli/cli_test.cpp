@@ -9,7 +9,7 @@
 #include "test_support.hpp"
 #include "runtime/executor.hpp"
 #include "util/npy.hpp"
-#include "vaiq/custom_ops.hpp"
+#include "custom_ops.hpp"
 #include "vaiq/model.hpp"
 
 namespace fs = std::filesystem;

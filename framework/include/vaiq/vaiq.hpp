@@ -3,7 +3,6 @@
 
 #include "vaiq/abi.h"
 #include "vaiq/calibrator.hpp"
-#include "vaiq/custom_ops.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/fold.hpp"
 #include "vaiq/format.hpp"

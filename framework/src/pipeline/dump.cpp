@@ -7,7 +7,7 @@
 #include "pipeline/data_reader.hpp"
 #include "runtime/executor.hpp"
 #include "util/atomic_file.hpp"
-#include "vaiq/custom_ops.hpp"
+#include "custom_ops.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"

@@ -4,6 +4,7 @@
 #include "vaiq/format.hpp"
 #include "vaiq/pass.hpp"
 #include "vaiq/target.hpp"
+#include "vaiq/error.hpp"
 
 namespace vaiq {
 
@@ -32,6 +33,11 @@ Plugin::~Plugin() = default;
 void Plugin::configure(const Options&) {}
 
 RangeObserver::~RangeObserver() = default;
+
+bool Format::wrote(const Model&) const { return false; }
+NativeConversion Format::to_native(Model&) const {
+    throw InputError("this format has no conversion to ONNX Runtime's native form");
+}
 
 ScaleForm Calibrator::scale_form() const { return ScaleForm::Any; }
 QuantParams Calibrator::constant_params(const Tensor& data, const QuantSpec& spec) const {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <map>
 
-#include "vaiq/custom_ops.hpp"
+#include "custom_ops.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/tensor.hpp"

@@ -6,7 +6,11 @@
 // symmetric unsigned range (uint8 128, which is int8 with the same scale).
 #include <vaiq/vaiq.hpp>
 
+#include <algorithm>
 #include <cmath>
+
+#include "custom_ops.hpp"
+#include "native_qdq.hpp"
 
 namespace {
 
@@ -47,6 +51,12 @@ class FixNeuron final : public vaiq::Format, vaiq::PairEmitter {
         // Weights stay float: a FixNeuron reads them like any other tensor.
         vaiq::PairEmitter::emit(model, plan, {.pair_to_weight = true, .dedicated_pair = false});
     }
+
+    bool wrote(const vaiq::Model& model) const override {
+        const auto& nodes = model.graph().node();
+        return std::any_of(nodes.begin(), nodes.end(), [](const auto& n) { return vaiq::is_fixneuron(n); });
+    }
+    vaiq::NativeConversion to_native(vaiq::Model& model) const override { return vaiq::to_native_qdq(model); }
 
   private:
     void check(const TensorQuant& t, const vaiq::Model&) const override { attributes_for(t); }

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "test_support.hpp"
-#include "vaiq/custom_ops.hpp"
+#include "custom_ops.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/fold.hpp"
 #include "vaiq/graph.hpp"

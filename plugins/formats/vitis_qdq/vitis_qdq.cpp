@@ -6,6 +6,11 @@
 // behind a pair with AddQDQPairToWeight).
 #include <vaiq/vaiq.hpp>
 
+#include <algorithm>
+
+#include "custom_ops.hpp"
+#include "native_qdq.hpp"
+
 namespace {
 
 using vaiq::QuantType;
@@ -22,6 +27,13 @@ class VitisQdq final : public vaiq::Format, vaiq::PairEmitter {
     void emit(vaiq::Model& model, const vaiq::QuantPlan& plan) const override {
         vaiq::PairEmitter::emit(model, plan, settings_);
     }
+
+    bool wrote(const vaiq::Model& model) const override {
+        const auto& nodes = model.graph().node();
+        return std::any_of(nodes.begin(), nodes.end(),
+                           [](const auto& n) { return vaiq::is_vitis_quantize(n) || vaiq::is_vitis_dequantize(n); });
+    }
+    vaiq::NativeConversion to_native(vaiq::Model& model) const override { return vaiq::to_native_qdq(model); }
 
   private:
     void check(const TensorQuant& t, const vaiq::Model& model) const override {

@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "runtime/kernels/common.hpp"
-#include "vaiq/custom_ops.hpp"
+#include "custom_ops.hpp"
 
 namespace vaiq::runtime {
 namespace {

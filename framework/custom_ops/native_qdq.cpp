@@ -1,4 +1,4 @@
-#include "pipeline/native.hpp"
+#include "native_qdq.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <set>
 
-#include "vaiq/custom_ops.hpp"
+#include "custom_ops.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/quant.hpp"
@@ -19,7 +19,7 @@ namespace {
 // Rewrites one model; collects what cannot be converted instead of stopping at the first.
 class Converter {
   public:
-    explicit Converter(Model model) : model_(std::move(model)), names_(model_.graph()), index_(model_.graph()) {}
+    explicit Converter(Model& model) : model_(model), names_(model_.graph()), index_(model_.graph()) {}
 
     NativeConversion run() {
         auto& graph = model_.graph();
@@ -40,7 +40,7 @@ class Converter {
         remove_unused_initializers(graph);
         sort_nodes(graph);
         drop_unused_domains();
-        return {std::move(model_), converted_, std::move(warnings_)};
+        return {converted_, std::move(warnings_)};
     }
 
   private:
@@ -141,7 +141,7 @@ class Converter {
         }
     }
 
-    Model model_;
+    Model& model_;
     UniqueNames names_;
     const GraphIndex index_;  ///< of the model as given
     int converted_ = 0;
@@ -151,6 +151,11 @@ class Converter {
 
 }  // namespace
 
-NativeConversion to_native_qdq(const Model& model) { return Converter(model).run(); }
+NativeConversion to_native_qdq(Model& model) {
+    Model given = model;  // refusals leave the caller's model as it was
+    auto r = Converter(given).run();
+    model = std::move(given);
+    return r;
+}
 
 }  // namespace vaiq

@@ -1,4 +1,4 @@
-#include "vaiq/custom_ops.hpp"
+#include "custom_ops.hpp"
 
 #include <fmt/format.h>
 

@@ -1,19 +1,15 @@
-// to_native_qdq: a vitis_qdq or fixneuron model rewritten in the nearest form
-// ONNX Runtime runs natively (docs/formats.md, "Converting to native QDQ").
+// to_native_qdq: a model with vaiq's own ops (what the vitis_qdq and fixneuron
+// formats write) rewritten in the nearest form ONNX Runtime runs natively
+// (docs/formats.md, "Converting to native QDQ"). Those formats' to_native().
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "vaiq/format.hpp"
 #include "vaiq/model.hpp"
 
 namespace vaiq {
-
-struct NativeConversion {
-    Model model;
-    int converted = 0;                  ///< custom-op nodes rewritten
-    std::vector<std::string> warnings;  ///< where the native form computes something slightly different
-};
 
 /// Rewrites VitisQuantizeLinear/VitisDequantizeLinear as ONNX QuantizeLinear/
 /// DequantizeLinear (int8/uint8, and int32 dequantization of stored biases),
@@ -24,6 +20,6 @@ struct NativeConversion {
 /// Throws InputError listing every tensor that has no native form (32-bit
 /// activations, uint32, other bit widths, scaled float types, parameters that
 /// are not constants).
-NativeConversion to_native_qdq(const Model& model);
+NativeConversion to_native_qdq(Model& model);
 
 }  // namespace vaiq
