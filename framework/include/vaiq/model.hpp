@@ -120,7 +120,9 @@ VAIQ_API int store_inferred_shapes(Model& model, const ShapeInferenceOptions& op
 
 /// Runs the model on `feeds` (graph inputs by name) with vaiq's CPU executor on
 /// one thread; returns the graph outputs in order. For passes that evaluate
-/// constant subgraphs. Throws InputError for an op the executor does not run.
+/// constant subgraphs. The executor is the host's (libvaiq_runtime registers
+/// itself when loaded), so plugins link the SDK alone. Throws InputError for an
+/// op the executor does not run.
 VAIQ_API std::vector<Tensor> evaluate(const Model& model, const std::map<std::string, Tensor>& feeds = {});
 
 /// Converts the default-domain opset with ONNX's version converter.
