@@ -334,7 +334,7 @@ TEST(Evaluation, IdenticalModelsAgreeExactlyAndLabelsGiveAccuracy) {
     vaiq::write_npy(dir / "a.npy", Tensor::from_values<float>({2, 3}, std::vector<float>{0, 1, 5, 9, 2, 1}));
     auto data = vaiq::open_data_reader(dir / "a.npy", model);
     const auto labels = Tensor::from_values<int64_t>({2}, std::vector<int64_t>{2, 1});
-    const auto e = vaiq::evaluate(model, model, *data, &labels, 1);
+    const auto e = vaiq::compare_outputs(model, model, *data, &labels, 1);
     ASSERT_EQ(e.outputs.size(), 1u);
     EXPECT_TRUE(std::isinf(e.outputs[0].sqnr_db));
     EXPECT_DOUBLE_EQ(e.outputs[0].cosine, 1.0);

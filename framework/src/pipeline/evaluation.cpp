@@ -51,8 +51,8 @@ nlohmann::json Evaluation::to_json() const {
     return j;
 }
 
-Evaluation evaluate(const Model& float_model, const Model& quantized, DataReader& data, const Tensor* labels,
-                    int threads, int max_batches) {
+Evaluation compare_outputs(const Model& float_model, const Model& quantized, DataReader& data, const Tensor* labels,
+                           int threads, int max_batches) {
     runtime::ExecutorOptions options;
     options.threads = threads;
     runtime::Executor reference(float_model, options);

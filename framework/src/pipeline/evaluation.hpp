@@ -35,7 +35,7 @@ struct Evaluation {
 
 /// Runs up to `max_batches` batches (0: all) through both models. `labels`, when
 /// given, holds one integer class per sample of the first output, in order.
-Evaluation evaluate(const Model& float_model, const Model& quantized, DataReader& data, const Tensor* labels,
-                    int threads, int max_batches = 0);
+Evaluation compare_outputs(const Model& float_model, const Model& quantized, DataReader& data, const Tensor* labels,
+                           int threads, int max_batches = 0);
 
 }  // namespace vaiq

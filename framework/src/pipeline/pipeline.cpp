@@ -16,6 +16,7 @@
 #include "pipeline/planner.hpp"
 #include "pipeline/preprocess.hpp"
 #include "pipeline/selection.hpp"
+#include "recipe/defaults.hpp"
 #include "util/npy.hpp"
 #include "util/atomic_file.hpp"
 #include "util/progress.hpp"
@@ -258,21 +259,8 @@ struct QuantizedRun {
     fs::path input, output, report_path;
 };
 
-QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options) {
-    const Phase last = options.stop_after.value_or(Phase::Save);
-    if (auto unsupported = unsupported_settings(recipe, last); !unsupported.empty())
-        throw InputError(fmt::format("not supported yet by this vaiq: {}", join(unsupported, "; ")));
-
-    const auto& input = recipe.value("model_input");
-    const auto& output = recipe.value("model_output");
-    if (input.is_null()) throw InputError("no model to quantize: set model_input in the recipe or pass --model");
-    if (output.is_null()) throw InputError("no output path: set model_output in the recipe or pass --output");
-    const fs::path input_path = input.get<std::string>();
-    const fs::path output_path = output.get<std::string>();
-    const fs::path report_path = recipe.value("report").is_null()
-                                     ? fs::path(output_path).replace_extension(".report.json")
-                                     : fs::path(recipe.value("report").get<std::string>());
-
+// The report before any phase ran: versions, the recipe's explicit settings.
+nlohmann::json initial_report(const Recipe& recipe, Phase last) {
     nlohmann::json report = {
         {"vaiq_version", std::string(version())},
         {"recipe", {{"files", nlohmann::json::array()}, {"name", recipe.value("name")}, {"settings", nlohmann::json::object()}}},
@@ -284,195 +272,217 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
     for (const auto& f : recipe.files) report["recipe"]["files"].push_back(f.string());
     for (const auto& key : recipe.explicit_keys())
         report["recipe"]["settings"][key] = {{"value", recipe.value(key)}, {"origin", recipe.setting(key).origin}};
+    return report;
+}
 
-    int phases_run = 0;
-    for (Phase p : kAllPhases)
-        if (p <= last || p == Phase::Check) ++phases_run;
-    Progress progress(phases_run, options.progress);
-    auto timed = [&](Phase phase, auto&& body) {
-        progress.step(phase_name(phase));
-        warn_unimplemented_defaults(recipe, phase);
-        const auto start = std::chrono::steady_clock::now();
-        body();
-        const double s = seconds_since(start);
-        report["phases"].push_back({{"name", std::string(phase_name(phase))}, {"seconds", s}});
-        log_debug("phase {} took {:.3f} s", phase_name(phase), s);
-    };
+// What a run carries from phase to phase.
+struct RunState {
+    RunState(const Recipe& r, PluginRegistry& reg, Phase stop)
+        : recipe(r), registry(reg), last(stop), calibrators([this](const std::string& method) {
+              // The run's calibrator with its resolved options; another method (an override's) resolved now.
+              const auto choice = method == plugins.calibrator.info->name
+                                      ? plugins.calibrator
+                                      : choose(recipe, registry, PluginKind::Calibrator, method, "calibrate_method");
+              return registry.create<Calibrator>(choice.info->name, choice.options);
+          }) {}
 
+    const Recipe& recipe;
+    PluginRegistry& registry;
+    const Phase last;
+    fs::path input, output, report_path;
+    nlohmann::json report;
     ResolvedPlugins plugins;
     PluginInstance<Target> target;
-    // The calibrators the plan's nodes name, created when first asked for.
-    CalibratorSet calibrators([&](const std::string& method) {
-        const auto choice = method == plugins.calibrator.info->name
-                                ? plugins.calibrator
-                                : choose(recipe, registry, PluginKind::Calibrator, method, "calibrate_method");
-        return registry.create<Calibrator>(choice.info->name, choice.options);
-    });
-    QuantRequest run;  // what the recipe asks of the whole run, for the target
-    timed(Phase::Setup, [&] {
-        plugins = resolve_plugins(recipe, registry);
-        target = registry.create<Target>(plugins.target.info->name, plugins.target.options);
-        run = quant_request(recipe.quantize_config());
-        run.power_of_two = calibrators.get(plugins.calibrator.info->name).scale_form() == ScaleForm::PowerOfTwo;
-        target->check(run);
-        report["plugins"] = nlohmann::json::array();
-        for (const auto* choice : {&plugins.target, &plugins.format, &plugins.calibrator})
-            report["plugins"].push_back({{"kind", kind_name(choice->info->kind)},
-                                         {"name", choice->info->name},
-                                         {"version", choice->info->version},
-                                         {"library", choice->info->library.string()}});
-    });
-
-    Model model;
-    timed(Phase::Load, [&] {
-        model = load_model(input_path);
-        report["model"] = {{"input", input_path.string()},
-                           {"output", output_path.string()},
-                           {"opset", model.opset()},
-                           {"nodes", model.graph().node_size()}};
-    });
-
-    if (last >= Phase::Prepare) {
-        timed(Phase::Prepare, [&] {
-            if (recipe.value("extra_options.RemoveInputInit").get<bool>()) {
-                const int removed = remove_initializer_inputs(model);
-                if (removed > 0) log_info("RemoveInputInit: {} initializers are no longer graph inputs", removed);
-                report["removed_initializer_inputs"] = removed;
-            }
-            // The documented preparation steps, then the target's transforms, CLE and the recipe's passes.
-            std::vector<PluginChoice> passes;
-            const std::string origin = "a transform the recipe or target asks for";
-            auto add = [&](const std::string& name, const nlohmann::json& options = nullptr) {
-                passes.push_back(pass_choice(registry, name, options, origin));
-            };
-            if (recipe.value("convert_fp16_to_fp32").get<bool>()) add("convert_fp16_to_fp32");
-            if (recipe.value("convert_nchw_to_nhwc").get<bool>()) add("convert_nchw_to_nhwc");
-            if (recipe.value("optimize_model").get<bool>()) add("optimize_model");
-            for (const auto& [key, pass] : {std::pair{"extra_options.ReplaceClip6Relu", "replace_clip6_relu"},
-                                            std::pair{"extra_options.ConvertClipToRelu", "convert_clip_to_relu"}})
-                if (recipe.value(key).get<bool>()) add(pass);
-            for (const auto& name : target->legalization_passes(run)) add(name);
-            if (recipe.value("include_cle").get<bool>())
-                add("cross_layer_equalization",
-                    {{"steps", recipe.value("extra_options.CLESteps")},
-                     {"total_layer_diff_threshold", recipe.value("extra_options.CLETotalLayerDiffThreshold")},
-                     {"scale_append_bias", recipe.value("extra_options.CLEScaleAppendBias")}});
-            passes.insert(passes.end(), plugins.passes.begin(), plugins.passes.end());
-            run_passes(passes, registry, model, report["passes"]);
-        });
-    }
-
+    CalibratorSet calibrators;  ///< the plan points into them
+    QuantRequest run;           ///< what the recipe asks of the whole run, for the target
+    Model model;                ///< the float model, prepared
     DraftPlan draft;
-    if (last >= Phase::Plan) {
-        timed(Phase::Plan, [&] {
-            const auto decisions = decide_nodes(recipe, model, *target);
-            draft = plan_tensors(recipe, model, *target, decisions, calibrators);
-            int selected = 0;
-            for (const auto& d : decisions) selected += d.quantized;
-            report["plan"] = {{"nodes", decisions.size()}, {"nodes_selected", selected},
-                              {"tensors", draft.tensors.size()}, {"skipped", nlohmann::json::array()}};
-            for (const auto& [node, why] : draft.skipped)
-                report["plan"]["skipped"].push_back({{"node", node}, {"reason", why}});
-            if (draft.tensors.empty()) log_warn("the recipe selects nothing to quantize in this model");
-        });
-    }
-
-    CalibrationOutcome calibration;
     std::unique_ptr<DataReader> data;
-    const int threads = 0;
-    if (last >= Phase::Calibrate) {
-        timed(Phase::Calibrate, [&] {
-            data = calibration_reader(recipe, model);
-            calibration = calibrate(model, draft, *data, threads, [&](int batch) {
-                log_debug("calibration batch {} of {} files", batch, data->items());
-            });
-            drop_tensors(draft, calibration.not_float);
-            report["calibration"] = {{"batches", calibration.batches},
-                                     {"observed_tensors", calibration.results.size()},
-                                     {"not_float", calibration.not_float}};
-        });
-    }
-
+    CalibrationOutcome calibration;
     QuantPlan plan;
     std::map<std::string, TensorRange> ranges;
-    if (last >= Phase::Parameters) {
-        timed(Phase::Parameters, [&] {
-            plan = compute_parameters(model, draft, calibration, &ranges);
-            const auto refined = target->refine(model, plan, run);
-            if (!refined.empty()) report["constraints"] = constraints_json(refined, true);
-            report["tensors"] = nlohmann::json::array();
-            for (const auto& t : plan.tensors) report["tensors"].push_back(params_json(t, ranges));
-        });
-    }
+    Model quantized;
+    const int threads = 0;
+};
 
-    Model quantized = model;
-    if (last >= Phase::Emit) {
-        timed(Phase::Emit, [&] {
-            auto format = registry.create<Format>(plugins.format.info->name, plugins.format.options);
-            format->emit(quantized, plan);
-            report["quantized"] = true;
-            report["model"]["quantized_tensors"] = plan.tensors.size();
-            report["model"]["nodes_after"] = quantized.graph().node_size();
-        });
-    }
+void setup_phase(RunState& s) {
+    s.plugins = resolve_plugins(s.recipe, s.registry);
+    s.target = s.registry.create<Target>(s.plugins.target.info->name, s.plugins.target.options);
+    s.run = quant_request(s.recipe.quantize_config());
+    s.run.power_of_two = s.calibrators.get(s.plugins.calibrator.info->name).scale_form() == ScaleForm::PowerOfTwo;
+    s.target->check(s.run);
+    s.report["plugins"] = nlohmann::json::array();
+    for (const auto* choice : {&s.plugins.target, &s.plugins.format, &s.plugins.calibrator})
+        s.report["plugins"].push_back({{"kind", kind_name(choice->info->kind)},
+                                       {"name", choice->info->name},
+                                       {"version", choice->info->version},
+                                       {"library", choice->info->library.string()}});
+}
 
-    timed(Phase::Check, [&] {
-        check_model(quantized);
-        if (last < Phase::Emit) return;
-        // What refinement promised, checked on what was written.
-        const auto checked = target->verify(quantized, run);
-        if (checked.empty()) return;
-        report["constraints_written"] = constraints_json(checked, false);
-        std::vector<std::string> broken;
-        for (const auto& c : checked)
-            if (c.violated > 0) broken.push_back(fmt::format("{} on {} of {} nodes", c.name, c.violated, c.checked));
-        if (!broken.empty())
-            log_warn("the written model breaks device constraints: {} (see the report's constraints_written)",
-                     join(broken, "; "));
-        else
-            log_info("device constraints hold in the written model ({} checks)", checked.size());
+void load_phase(RunState& s) {
+    s.model = load_model(s.input);
+    s.report["model"] = {{"input", s.input.string()},
+                         {"output", s.output.string()},
+                         {"opset", s.model.opset()},
+                         {"nodes", s.model.graph().node_size()}};
+}
+
+// The documented preparation steps, then the target's transforms, CLE and the recipe's passes.
+void prepare_phase(RunState& s) {
+    if (s.recipe.value("extra_options.RemoveInputInit").get<bool>()) {
+        const int removed = remove_initializer_inputs(s.model);
+        if (removed > 0) log_info("RemoveInputInit: {} initializers are no longer graph inputs", removed);
+        s.report["removed_initializer_inputs"] = removed;
+    }
+    std::vector<PluginChoice> passes;
+    const std::string origin = "a transform the recipe or target asks for";
+    for (const auto& p : defaults::preparation_passes(s.recipe))
+        passes.push_back(pass_choice(s.registry, p.name, p.options, origin));
+    for (const auto& name : s.target->legalization_passes(s.run))
+        passes.push_back(pass_choice(s.registry, name, nullptr, origin));
+    for (const auto& p : defaults::equalization_passes(s.recipe))
+        passes.push_back(pass_choice(s.registry, p.name, p.options, origin));
+    passes.insert(passes.end(), s.plugins.passes.begin(), s.plugins.passes.end());
+    run_passes(passes, s.registry, s.model, s.report["passes"]);
+}
+
+void plan_phase(RunState& s) {
+    const auto decisions = decide_nodes(s.recipe, s.model, *s.target);
+    s.draft = plan_tensors(s.recipe, s.model, *s.target, decisions, s.calibrators);
+    int selected = 0;
+    for (const auto& d : decisions) selected += d.quantized;
+    s.report["plan"] = {{"nodes", decisions.size()}, {"nodes_selected", selected},
+                        {"tensors", s.draft.tensors.size()}, {"skipped", nlohmann::json::array()}};
+    for (const auto& [node, why] : s.draft.skipped)
+        s.report["plan"]["skipped"].push_back({{"node", node}, {"reason", why}});
+    if (s.draft.tensors.empty()) log_warn("the recipe selects nothing to quantize in this model");
+}
+
+void calibrate_phase(RunState& s) {
+    s.data = calibration_reader(s.recipe, s.model);
+    s.calibration = calibrate(s.model, s.draft, *s.data, s.threads, [&](int batch) {
+        log_debug("calibration batch {} of {} files", batch, s.data->items());
     });
+    drop_tensors(s.draft, s.calibration.not_float);
+    s.report["calibration"] = {{"batches", s.calibration.batches},
+                               {"observed_tensors", s.calibration.results.size()},
+                               {"not_float", s.calibration.not_float}};
+}
 
-    if (last >= Phase::Evaluate) {
-        timed(Phase::Evaluate, [&] {
-            std::unique_ptr<DataReader> eval_data;
-            if (!recipe.value("evaluation_data").is_null())
-                eval_data = open_data_reader(recipe.value("evaluation_data").get<std::string>(), model, "evaluation data");
-            std::optional<Tensor> labels;
-            if (!recipe.value("evaluation_labels").is_null())
-                labels = read_tensor_file(recipe.value("evaluation_labels").get<std::string>());
-            // The reference is the model as given, so function-changing preparation (the DPU
-            // simulations, ReplaceClip6Relu) counts as error; a model whose inputs preparation
-            // changed (NHWC, float16) cannot take the same data and is compared as prepared.
-            Model given = load_model(input_path);
-            const bool as_given = same_inputs(given, model);
-            if (!as_given) {
-                given = Model();
-                log_info("evaluating against the prepared float model: preparation changed the model's inputs");
-            }
-            const auto evaluation = evaluate(as_given ? given : model, quantized, eval_data ? *eval_data : *data,
-                                             labels ? &*labels : nullptr, threads,
-                                             static_cast<int>(recipe.value("evaluation_batches").get<int64_t>()));
-            report["evaluation"] = evaluation.to_json();
-            report["evaluation"]["reference"] = as_given ? "input model" : "prepared model";
-            report["evaluation"]["data"] = eval_data ? "evaluation_data" : "calibration_data";
-            log_info("quantized vs float on {} data: {}", eval_data ? "evaluation" : "calibration", summary_line(evaluation));
-            // A low output SQNR: find where it starts, for the warning the run gives at the end.
-            const double warn_db = recipe.value("warn_output_sqnr_db").get<double>();
-            const bool low = std::any_of(evaluation.outputs.begin(), evaluation.outputs.end(),
-                                         [&](const auto& o) { return o.sqnr_db < warn_db; });
-            auto& first = eval_data ? *eval_data : *data;
-            first.rewind();
-            if (auto batch = low ? first.next() : std::nullopt) {
-                const auto d = first_divergence(as_given ? given : model, quantized, batch->feeds, warn_db, threads);
-                if (d) report["evaluation"]["first_divergence"] = {{"tensor", d->tensor}, {"node", d->node},
-                                                                   {"sqnr_db", d->sqnr_db}, {"data", batch->source}};
-            }
-        });
+void parameters_phase(RunState& s) {
+    s.plan = compute_parameters(s.model, s.draft, s.calibration, &s.ranges);
+    const auto refined = s.target->refine(s.model, s.plan, s.run);
+    if (!refined.empty()) s.report["constraints"] = constraints_json(refined, true);
+    s.report["tensors"] = nlohmann::json::array();
+    for (const auto& t : s.plan.tensors) s.report["tensors"].push_back(params_json(t, s.ranges));
+}
+
+void emit_phase(RunState& s) {
+    auto format = s.registry.create<Format>(s.plugins.format.info->name, s.plugins.format.options);
+    format->emit(s.quantized, s.plan);
+    s.report["quantized"] = true;
+    s.report["model"]["quantized_tensors"] = s.plan.tensors.size();
+    s.report["model"]["nodes_after"] = s.quantized.graph().node_size();
+}
+
+// What refinement promised, checked on what was written.
+void check_phase(RunState& s) {
+    check_model(s.quantized);
+    if (s.last < Phase::Emit) return;
+    const auto checked = s.target->verify(s.quantized, s.run);
+    if (checked.empty()) return;
+    s.report["constraints_written"] = constraints_json(checked, false);
+    std::vector<std::string> broken;
+    for (const auto& c : checked)
+        if (c.violated > 0) broken.push_back(fmt::format("{} on {} of {} nodes", c.name, c.violated, c.checked));
+    if (!broken.empty())
+        log_warn("the written model breaks device constraints: {} (see the report's constraints_written)",
+                 join(broken, "; "));
+    else
+        log_info("device constraints hold in the written model ({} checks)", checked.size());
+}
+
+// The quantized model against the float one on the evaluation (or calibration)
+// data; with a low output SQNR, where the error starts.
+void evaluate_phase(RunState& s) {
+    std::unique_ptr<DataReader> eval_data;
+    if (!s.recipe.value("evaluation_data").is_null())
+        eval_data = open_data_reader(s.recipe.value("evaluation_data").get<std::string>(), s.model, "evaluation data");
+    std::optional<Tensor> labels;
+    if (!s.recipe.value("evaluation_labels").is_null())
+        labels = read_tensor_file(s.recipe.value("evaluation_labels").get<std::string>());
+    // The reference is the model as given, so function-changing preparation (the DPU
+    // simulations, ReplaceClip6Relu) counts as error; a model whose inputs preparation
+    // changed (NHWC, float16) cannot take the same data and is compared as prepared.
+    Model given = load_model(s.input);
+    const bool as_given = same_inputs(given, s.model);
+    if (!as_given) {
+        given = Model();
+        log_info("evaluating against the prepared float model: preparation changed the model's inputs");
     }
+    const Model& reference = as_given ? given : s.model;
+    auto& data = eval_data ? *eval_data : *s.data;
+    const auto evaluation = compare_outputs(reference, s.quantized, data, labels ? &*labels : nullptr, s.threads,
+                                            static_cast<int>(s.recipe.value("evaluation_batches").get<int64_t>()));
+    auto& out = s.report["evaluation"] = evaluation.to_json();
+    out["reference"] = as_given ? "input model" : "prepared model";
+    out["data"] = eval_data ? "evaluation_data" : "calibration_data";
+    log_info("quantized vs float on {} data: {}", eval_data ? "evaluation" : "calibration", summary_line(evaluation));
+    const double warn_db = s.recipe.value("warn_output_sqnr_db").get<double>();
+    const bool low = std::any_of(evaluation.outputs.begin(), evaluation.outputs.end(),
+                                 [&](const auto& o) { return o.sqnr_db < warn_db; });
+    data.rewind();
+    if (auto batch = low ? data.next() : std::nullopt) {
+        const auto d = first_divergence(reference, s.quantized, batch->feeds, warn_db, s.threads);
+        if (d) out["first_divergence"] = {{"tensor", d->tensor}, {"node", d->node}, {"sqnr_db", d->sqnr_db},
+                                          {"data", batch->source}};
+    }
+}
 
+// The phases a run goes through, in order; check runs whatever the last phase.
+struct PhaseStep {
+    Phase phase;
+    void (*run)(RunState&);
+};
+constexpr PhaseStep kSteps[] = {
+    {Phase::Setup, setup_phase},         {Phase::Load, load_phase},   {Phase::Prepare, prepare_phase},
+    {Phase::Plan, plan_phase},           {Phase::Calibrate, calibrate_phase}, {Phase::Parameters, parameters_phase},
+    {Phase::Emit, emit_phase},           {Phase::Check, check_phase}, {Phase::Evaluate, evaluate_phase},
+};
+
+QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options) {
+    RunState s(recipe, registry, options.stop_after.value_or(Phase::Save));
+    if (auto unsupported = unsupported_settings(recipe, s.last); !unsupported.empty())
+        throw InputError(fmt::format("not supported yet by this vaiq: {}", join(unsupported, "; ")));
+    const auto& input = recipe.value("model_input");
+    const auto& output = recipe.value("model_output");
+    if (input.is_null()) throw InputError("no model to quantize: set model_input in the recipe or pass --model");
+    if (output.is_null()) throw InputError("no output path: set model_output in the recipe or pass --output");
+    s.input = input.get<std::string>();
+    s.output = output.get<std::string>();
+    s.report_path = recipe.value("report").is_null() ? fs::path(s.output).replace_extension(".report.json")
+                                                     : fs::path(recipe.value("report").get<std::string>());
+    s.report = initial_report(recipe, s.last);
+
+    auto runs = [&](Phase p) { return p <= s.last || p == Phase::Check; };
+    int phases_run = 0;
+    for (Phase p : kAllPhases) phases_run += runs(p);
+    Progress progress(phases_run, options.progress);
+    for (const auto& step : kSteps) {
+        if (!runs(step.phase)) continue;
+        // A run stopped before emit writes the model as it is then.
+        if (step.phase == Phase::Check && s.last < Phase::Emit) s.quantized = s.model;
+        if (step.phase == Phase::Emit) s.quantized = s.model;
+        progress.step(phase_name(step.phase));
+        warn_unimplemented_defaults(recipe, step.phase);
+        const auto start = std::chrono::steady_clock::now();
+        step.run(s);
+        const double seconds = seconds_since(start);
+        s.report["phases"].push_back({{"name", std::string(phase_name(step.phase))}, {"seconds", seconds}});
+        log_debug("phase {} took {:.3f} s", phase_name(step.phase), seconds);
+    }
     progress.done();
-    return {std::move(quantized), std::move(report), input_path, output_path, report_path};
+    return {std::move(s.quantized), std::move(s.report), s.input, s.output, s.report_path};
 }
 
 // Writes the model, the dump a recipe asks for, and the report.

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "recipe/defaults.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/log.hpp"
 #include "vaiq/pass.hpp"
@@ -41,14 +42,11 @@ nlohmann::json preprocess(const std::filesystem::path& input, const std::filesys
     Model model = load_model(input);
     std::vector<PluginChoice> passes;
     const std::string origin = "vaiq preprocess";
-    if (!options.skip_symbolic_shape)
-        passes.push_back(pass_choice(registry, "infer_symbolic_shapes",
-                                     {{"auto_merge", options.auto_merge},
-                                      {"guess_output_rank", options.guess_output_rank}},
-                                     origin));
-    if (!options.skip_optimization) passes.push_back(pass_choice(registry, "optimize_model", nullptr, origin));
+    for (const auto& p : defaults::preprocess_passes_before(options))
+        passes.push_back(pass_choice(registry, p.name, p.options, origin));
     for (const auto& name : options.passes) passes.push_back(pass_choice(registry, name, nullptr, origin));
-    if (!options.skip_onnx_shape) passes.push_back(pass_choice(registry, "infer_onnx_shapes", nullptr, origin));
+    for (const auto& p : defaults::preprocess_passes_after(options))
+        passes.push_back(pass_choice(registry, p.name, p.options, origin));
 
     nlohmann::json report = {{"input", input.string()}, {"output", output.string()}, {"passes", nlohmann::json::array()}};
     run_passes(passes, registry, model, report["passes"]);

@@ -7,6 +7,7 @@
 #include <regex>
 #include <set>
 
+#include "recipe/defaults.hpp"
 #include "util/paths.hpp"
 #include "util/text.hpp"
 #include "util/yaml_json.hpp"
@@ -551,18 +552,11 @@ bool Recipe::in_effect(std::string_view path) const {
 }
 
 std::string Recipe::format_plugin() const {
-    const std::string f = value("quant_format").get<std::string>();
-    if (f == "QDQ") return "qdq";
-    if (f == "QOperator") return "qoperator";
-    if (f == "VitisQuantFormat.QDQ") return "vitis_qdq";
-    if (f == "VitisQuantFormat.FixNeuron") return "fixneuron";
-    return f;
+    return defaults::format_plugin(value("quant_format").get<std::string>());
 }
 
 std::string Recipe::calibrator_plugin() const {
-    std::string m = value("calibrate_method").get<std::string>();
-    for (auto& c : m) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return m;
+    return defaults::calibrator_plugin(value("calibrate_method").get<std::string>());
 }
 
 void apply_setting(Recipe& recipe, const std::string& assignment, const fs::path& base_dir) {

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <string>
 
+#include "recipe/defaults.hpp"
+
 namespace vaiq {
 
 std::string_view phase_name(Phase phase) {
@@ -40,7 +42,7 @@ const std::vector<KeySpec>& recipe_keys() {
         {"description", K::String, "''", P::Setup, yes, "What the recipe is for."},
         {"plugin_paths", K::PathList, "[]", P::Setup, yes,
          "Extra plugin libraries or folders, relative to the recipe, loaded before the recipe's plugins are resolved."},
-        {"target", K::PluginName, "cpu", P::Setup, yes, "The target plugin: what the device supports and requires."},
+        {"target", K::PluginName, defaults::kTarget, P::Setup, yes, "The target plugin: what the device supports and requires."},
         {"passes", K::Passes, "[]", P::Prepare, yes,
          "Pass plugins run in order in the prepare phase: a name, or {name, options}."},
         {"overrides", K::Overrides, "[]", P::Plan, yes,

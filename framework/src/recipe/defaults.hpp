@@ -1,0 +1,44 @@
+// The default recipe: the built-in plugins that the documented settings stand
+// for (quant_format: QDQ is the qdq format, optimize_model the optimize_model
+// pass, ...). The one place in the host that names built-in plugins; anything
+// else reaches plugins through what a recipe names and their interfaces.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace vaiq {
+
+class Recipe;
+struct PreprocessOptions;
+
+namespace defaults {
+
+/// The target a recipe that names none quantizes for.
+inline constexpr std::string_view kTarget = "cpu";
+
+/// The format plugin for a documented quant_format (a plugin name stays as it is).
+std::string format_plugin(std::string_view quant_format);
+/// The calibrator plugin for a documented calibrate_method (its lower-case name).
+std::string calibrator_plugin(std::string_view calibrate_method);
+
+/// A pass a documented setting asks for, with its options (null: defaults).
+struct PassRequest {
+    std::string name;
+    nlohmann::json options;
+};
+
+/// The documented preparation steps the recipe switches on, in the order they
+/// run before the target's legalisation passes.
+std::vector<PassRequest> preparation_passes(const Recipe& recipe);
+/// The steps that run after the target's passes (include_cle).
+std::vector<PassRequest> equalization_passes(const Recipe& recipe);
+/// quant_pre_process's steps: those before the caller's own passes, and after.
+std::vector<PassRequest> preprocess_passes_before(const PreprocessOptions& options);
+std::vector<PassRequest> preprocess_passes_after(const PreprocessOptions& options);
+
+}  // namespace defaults
+}  // namespace vaiq
