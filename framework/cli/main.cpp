@@ -8,8 +8,10 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <iostream>
 #include <limits>
+#include <memory>
 
 #include "pipeline/dump.hpp"
 #include "pipeline/pipeline.hpp"
@@ -93,6 +95,314 @@ std::optional<Phase> parse_phase(const std::string& name) {
     return std::nullopt;
 }
 
+// One subcommand: its arguments (registered on construction) and what it does.
+class Command {
+  public:
+    virtual ~Command() = default;
+    virtual int run() = 0;
+    /// The log level to use given the one asked for (quant_pre_process has its own verbosity).
+    virtual std::string log_level(const std::string& asked) const { return asked; }
+    bool chosen() const { return app_->parsed(); }
+
+  protected:
+    explicit Command(CLI::App* app) : app_(app) {}
+    CLI::App* app_;
+};
+
+// A recipe and the --set assignments every recipe command takes.
+struct RecipeArgs {
+    std::string file;
+    std::vector<std::string> sets;
+
+    void add_to(CLI::App* app) {
+        app->add_option("recipe", file, "The recipe (YAML)")->required();
+        app->add_option("--set", sets, "Override a recipe setting: key.path=value (repeatable)");
+    }
+};
+
+class RunCommand final : public Command {
+  public:
+    RunCommand(CLI::App& parent, const bool& quiet)
+        : Command(parent.add_subcommand("run", "Quantize a model as a recipe says")), quiet_(quiet) {
+        recipe_.add_to(app_);
+        app_->add_option("--model", model_, "The float model (overrides model_input)");
+        app_->add_option("--output", output_, "The quantized model to write (overrides model_output)");
+        app_->add_option("--data", data_, "Calibration data folder (overrides calibration_data_reader)");
+        app_->add_option("--report", report_, "The JSON report to write (overrides report)");
+        app_->add_option("--stop-after", stop_after_, "Stop after this phase and write the model as it is then")
+            ->check(CLI::IsMember({"load", "prepare", "plan", "calibrate", "parameters", "emit"}));
+    }
+
+    int run() override {
+        // The flags are shorthands for --set; an explicit --set of the same key comes later and wins.
+        std::vector<std::string> assignments;
+        auto flag = [&](const std::string& value, const char* key) {
+            if (!value.empty()) assignments.push_back(fmt::format("{}={}", key, fs::absolute(value).string()));
+        };
+        flag(model_, "model_input");
+        flag(output_, "model_output");
+        flag(data_, "calibration_data_reader");
+        flag(report_, "report");
+        assignments.insert(assignments.end(), recipe_.sets.begin(), recipe_.sets.end());
+        const Recipe recipe = load_recipe(recipe_.file, assignments);
+        PluginRegistry registry;
+        registry.load_default_paths();
+        RunOptions options;
+        options.progress = !quiet_ && stderr_is_terminal();
+        if (!stop_after_.empty()) options.stop_after = parse_phase(stop_after_);
+        const auto result = run_pipeline(recipe, registry, options);
+        spdlog::info("wrote {} and {}", result.output.string(), result.report.string());
+        if (!result.report_json["quantized"].get<bool>())
+            spdlog::warn("the output is not quantized: the run stopped after the {} phase",
+                         result.report_json["stopped_after"].get<std::string>());
+        return kExitOk;
+    }
+
+  private:
+    const bool& quiet_;
+    RecipeArgs recipe_;
+    std::string model_, output_, data_, report_, stop_after_;
+};
+
+class ValidateCommand final : public Command {
+  public:
+    explicit ValidateCommand(CLI::App& parent)
+        : Command(parent.add_subcommand("validate", "Check a recipe and the plugins it names")) {
+        recipe_.add_to(app_);
+    }
+
+    int run() override {
+        const Recipe recipe = load_recipe(recipe_.file, recipe_.sets);
+        PluginRegistry registry;
+        registry.load_default_paths();
+        const auto resolved = resolve_plugins(recipe, registry);
+        for (const auto& s : unsupported_settings(recipe, Phase::Save)) spdlog::warn("not supported yet by vaiq run: {}", s);
+        fmt::print("{}: valid (target {}, format {}, calibrator {}, {} pass{})\n", recipe_.file, resolved.target.info->name,
+                   resolved.format.info->name, resolved.calibrator.info->name, resolved.passes.size(),
+                   resolved.passes.size() == 1 ? "" : "es");
+        return kExitOk;
+    }
+
+  private:
+    RecipeArgs recipe_;
+};
+
+class ExplainCommand final : public Command {
+  public:
+    explicit ExplainCommand(CLI::App& parent)
+        : Command(parent.add_subcommand("explain",
+                                        "Print the resolved recipe and, with a model, what applies to each node")) {
+        recipe_.add_to(app_);
+        app_->add_option("--model", model_, "A model to explain the recipe against");
+    }
+
+    int run() override {
+        const Recipe recipe = load_recipe(recipe_.file, recipe_.sets);
+        PluginRegistry registry;
+        registry.load_default_paths();
+        const auto resolved = resolve_plugins(recipe, registry);
+        std::optional<Model> model;
+        if (!model_.empty()) model = load_model(model_);
+        std::cout << explain(recipe, resolved, registry, model ? &*model : nullptr);
+        return kExitOk;
+    }
+
+  private:
+    RecipeArgs recipe_;
+    std::string model_;
+};
+
+class PluginsCommand final : public Command {
+  public:
+    explicit PluginsCommand(CLI::App& parent)
+        : Command(parent.add_subcommand("plugins", "List the installed plugins and their options")) {
+        app_->add_flag("--json", as_json_, "Print JSON");
+    }
+
+    int run() override {
+        PluginRegistry registry;
+        registry.load_default_paths();
+        return list_plugins(registry, as_json_);
+    }
+
+  private:
+    bool as_json_ = false;
+};
+
+class ConvertOpsetCommand final : public Command {
+  public:
+    explicit ConvertOpsetCommand(CLI::App& parent)
+        : Command(parent.add_subcommand("convert-opset", "Convert a model to another default-domain opset")) {
+        app_->add_option("input", input_, "The model to convert")->required();
+        app_->add_option("output", output_, "Where to write the converted model")->required();
+        app_->add_option("--opset", opset_, "The target opset (13 recommended)")->required();
+    }
+
+    int run() override {
+        const Model model = load_model(input_, {.check_opset = false});
+        const Model converted = convert_opset(model, opset_);
+        save_model(converted, output_, {}, input_);
+        spdlog::info("wrote {} (opset {} -> {})", output_, model.opset(), converted.opset());
+        return kExitOk;
+    }
+
+  private:
+    std::string input_, output_;
+    int64_t opset_ = 0;
+};
+
+class ConvertFormatCommand final : public Command {
+  public:
+    explicit ConvertFormatCommand(CLI::App& parent)
+        : Command(parent.add_subcommand(
+              "convert-format",
+              "Rewrite a VitisQuantFormat.QDQ or FixNeuron model in the native QDQ form ONNX Runtime runs")) {
+        app_->add_option("input", input_, "The model to convert")->required();
+        app_->add_option("output", output_, "Where to write the converted model")->required();
+    }
+
+    // The format whose ops the model holds converts it.
+    int run() override {
+        Model model = load_model(input_);
+        PluginRegistry registry;
+        registry.load_default_paths();
+        NativeConversion r;
+        for (const auto* info : registry.list(PluginKind::Format)) {
+            auto format = registry.create<Format>(info->name, registry.resolve_options(*info, nullptr));
+            if (!format->wrote(model)) continue;
+            r = format->to_native(model);
+            spdlog::debug("converted as format '{}' writes it", info->name);
+            break;
+        }
+        for (const auto& w : r.warnings) spdlog::warn("{}", w);
+        save_model(model, output_, {}, input_);
+        spdlog::info("wrote {} ({} custom-op node{} rewritten)", output_, r.converted, r.converted == 1 ? "" : "s");
+        return kExitOk;
+    }
+
+  private:
+    std::string input_, output_;
+};
+
+class PreprocessCommand final : public Command {
+  public:
+    explicit PreprocessCommand(CLI::App& parent)
+        : Command(parent.add_subcommand("preprocess",
+                                        "Prepare a float model for quantization (quant_pre_process): symbolic shape "
+                                        "inference, optimization, ONNX shape inference")) {
+        app_->add_option("input", input_, "The model to prepare")->required();
+        app_->add_option("output", output_, "Where to write the prepared model")->required();
+        app_->add_flag("--skip_optimization", pre_.skip_optimization, "Do not optimize the model");
+        app_->add_flag("--skip_onnx_shape", pre_.skip_onnx_shape, "Do not run ONNX shape inference");
+        app_->add_flag("--skip_symbolic_shape", pre_.skip_symbolic_shape, "Do not run symbolic shape inference");
+        app_->add_flag("--auto_merge", pre_.auto_merge, "On a shape conflict keep the declared dimension instead of failing");
+        app_->add_option("--int_max", pre_.int_max, "The integer taken as unbounded (accepted; see docs)");
+        app_->add_flag("--guess_output_rank", pre_.guess_output_rank,
+                       "Shape outputs of ops without a schema like their first input");
+        app_->add_option("--verbose", pre_.verbose, "0 warnings only, 1 each step, 3 details")
+            ->check(CLI::IsMember({0, 1, 2, 3}));
+        app_->add_flag("--save_as_external_data", pre_.save_as_external_data, "Store tensors in external files");
+        app_->add_flag("--all_tensors_to_one_file", pre_.all_tensors_to_one_file,
+                       "With external data: one file for every tensor");
+        app_->add_option("--external_data_location", pre_.external_data_location,
+                         "With external data: the folder, relative to the output's");
+        app_->add_option("--external_data_size_threshold", pre_.external_data_size_threshold,
+                         "With external data: smaller tensors stay inline");
+        app_->add_option("--pass", pre_.passes,
+                         "A further pass plugin to run after optimization (repeatable), e.g. "
+                         "cross_layer_equalization, convert_fp16_to_fp32, convert_nchw_to_nhwc");
+    }
+
+    std::string log_level(const std::string& asked) const override {
+        if (asked != "info") return asked;
+        return pre_.verbose >= 3 ? "debug" : pre_.verbose >= 1 ? "info" : "warn";
+    }
+
+    int run() override {
+        PluginRegistry registry;
+        registry.load_default_paths();
+        const auto r = preprocess(input_, output_, pre_, registry);
+        int changed = 0;
+        for (const auto& p : r["passes"]) changed += p["changed"].get<bool>();
+        fmt::print("wrote {} ({} nodes; {} of {} steps changed the model)\n", output_, r["nodes"].get<int>(), changed,
+                   r["passes"].size());
+        return kExitOk;
+    }
+
+  private:
+    std::string input_, output_;
+    PreprocessOptions pre_;
+};
+
+class DumpCommand final : public Command {
+  public:
+    explicit DumpCommand(CLI::App& parent)
+        : Command(parent.add_subcommand("dump",
+                                        "Write the integer values of every quantized tensor (and with --dump-float "
+                                        "every node's float output) on one batch")) {
+        app_->add_option("model", model_, "The quantized model")->required();
+        app_->add_option("--data", data_, "Data whose first batch is the input (default: random inputs)");
+        app_->add_option("--random-input-shape", random_shapes_, "NAME=D0,D1,... for a random input (repeatable)");
+        app_->add_flag("--dump-float", dump_.dump_float, "Also every node's float output (*_float.bin/.txt)");
+        app_->add_option("--output-dir", dir_, "Where to write the files");
+    }
+
+    int run() override {
+        if (!data_.empty()) dump_.data = data_;
+        dump_.output_dir = dir_;
+        for (const auto& spec : random_shapes_) dump_.random_input_shapes.update(parse_shape_assignment(spec));
+        const auto r = dump_model(model_, dump_);
+        fmt::print("dumped {} quantized and {} float tensors to {}\n", r.quantized, r.floats, dir_);
+        return kExitOk;
+    }
+
+  private:
+    std::string model_, data_, dir_ = "dump_results";
+    std::vector<std::string> random_shapes_;
+    DumpOptions dump_;
+};
+
+class InferCommand final : public Command {
+  public:
+    explicit InferCommand(CLI::App& parent)
+        : Command(parent.add_subcommand("infer", "Run a model on inputs from .npy or .pb files and time it")) {
+        app_->add_option("model", model_, "The model")->required();
+        app_->add_option("-i,--input", inputs_, "NAME=FILE, or FILE for the next input in order (repeatable)");
+        app_->add_option("--output-dir", output_dir_, "Write output i as DIR/output_<i>.npy");
+        app_->add_option("--repeat", repeat_, "Runs to time")->check(CLI::PositiveNumber);
+        app_->add_option("--threads", threads_, "Threads (0: every core)")->check(CLI::NonNegativeNumber);
+        app_->add_flag("--json", as_json_, "Print the timings as one JSON object");
+        app_->add_flag("--profile", profile_, "Report the time spent per op type");
+    }
+
+    int run() override {
+        const auto r = runtime::infer(model_, {inputs_, output_dir_, repeat_, threads_, profile_});
+        if (as_json_) {
+            nlohmann::json outputs = nlohmann::json::array(), ops = nlohmann::json::array();
+            for (size_t i = 0; i < r.outputs.size(); ++i)
+                outputs.push_back({{"name", r.output_names[i]}, {"shape", r.outputs[i].shape()},
+                                   {"type", data_type_name(r.outputs[i].type())}});
+            for (const auto& p : r.profile) ops.push_back({{"op_type", p.op_type}, {"calls", p.calls}, {"ms", p.milliseconds}});
+            nlohmann::json j{{"min_ms", r.min_ms}, {"median_ms", r.median_ms}, {"runs", repeat_}, {"outputs", outputs}};
+            if (profile_) j["profile"] = ops;
+            std::cout << j.dump() << '\n';
+            return kExitOk;
+        }
+        for (size_t i = 0; i < r.outputs.size(); ++i)
+            fmt::print("output {} '{}': {} {}\n", i, r.output_names[i], data_type_name(r.outputs[i].type()),
+                       nlohmann::json(r.outputs[i].shape()).dump());
+        fmt::print("{} run{}: min {:.3f} ms, median {:.3f} ms\n", repeat_, repeat_ == 1 ? "" : "s", r.min_ms, r.median_ms);
+        for (const auto& p : r.profile) fmt::print("  {:<24} {:>6} calls {:>10.3f} ms\n", p.op_type, p.calls, p.milliseconds);
+        return kExitOk;
+    }
+
+  private:
+    std::string model_, output_dir_;
+    std::vector<std::string> inputs_;
+    int repeat_ = 1, threads_ = 0;
+    bool as_json_ = false, profile_ = false;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -111,215 +421,26 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_flag("-q,--quiet", quiet, "Only print errors");
 
-    std::string recipe_file, model_in, model_out, data, report, stop_after;
-    std::vector<std::string> sets;
-    bool as_json = false;
-    int64_t opset = 0;
-
-    auto* run = app.add_subcommand("run", "Quantize a model as a recipe says");
-    run->add_option("recipe", recipe_file, "The recipe (YAML)")->required();
-    run->add_option("--model", model_in, "The float model (overrides model_input)");
-    run->add_option("--output", model_out, "The quantized model to write (overrides model_output)");
-    run->add_option("--data", data, "Calibration data folder (overrides calibration_data_reader)");
-    run->add_option("--report", report, "The JSON report to write (overrides report)");
-    run->add_option("--set", sets, "Override a recipe setting: key.path=value (repeatable)");
-    run->add_option("--stop-after", stop_after, "Stop after this phase and write the model as it is then")
-        ->check(CLI::IsMember({"load", "prepare", "plan", "calibrate", "parameters", "emit"}));
-
-    auto* validate = app.add_subcommand("validate", "Check a recipe and the plugins it names");
-    validate->add_option("recipe", recipe_file, "The recipe (YAML)")->required();
-    validate->add_option("--set", sets, "Override a recipe setting: key.path=value (repeatable)");
-
-    auto* explain_cmd = app.add_subcommand("explain", "Print the resolved recipe and, with a model, what applies to each node");
-    explain_cmd->add_option("recipe", recipe_file, "The recipe (YAML)")->required();
-    explain_cmd->add_option("--model", model_in, "A model to explain the recipe against");
-    explain_cmd->add_option("--set", sets, "Override a recipe setting: key.path=value (repeatable)");
-
-    auto* plugins = app.add_subcommand("plugins", "List the installed plugins and their options");
-    plugins->add_flag("--json", as_json, "Print JSON");
-
-    auto* convert = app.add_subcommand("convert-opset", "Convert a model to another default-domain opset");
-    convert->add_option("input", model_in, "The model to convert")->required();
-    convert->add_option("output", model_out, "Where to write the converted model")->required();
-    convert->add_option("--opset", opset, "The target opset (13 recommended)")->required();
-
-    auto* convert_format = app.add_subcommand(
-        "convert-format", "Rewrite a VitisQuantFormat.QDQ or FixNeuron model in the native QDQ form ONNX Runtime runs");
-    convert_format->add_option("input", model_in, "The model to convert")->required();
-    convert_format->add_option("output", model_out, "Where to write the converted model")->required();
-
-    PreprocessOptions pre;
-    auto* preprocess_cmd = app.add_subcommand(
-        "preprocess", "Prepare a float model for quantization (quant_pre_process): symbolic shape inference, "
-                      "optimization, ONNX shape inference");
-    preprocess_cmd->add_option("input", model_in, "The model to prepare")->required();
-    preprocess_cmd->add_option("output", model_out, "Where to write the prepared model")->required();
-    preprocess_cmd->add_flag("--skip_optimization", pre.skip_optimization, "Do not optimize the model");
-    preprocess_cmd->add_flag("--skip_onnx_shape", pre.skip_onnx_shape, "Do not run ONNX shape inference");
-    preprocess_cmd->add_flag("--skip_symbolic_shape", pre.skip_symbolic_shape, "Do not run symbolic shape inference");
-    preprocess_cmd->add_flag("--auto_merge", pre.auto_merge,
-                             "On a shape conflict keep the declared dimension instead of failing");
-    preprocess_cmd->add_option("--int_max", pre.int_max, "The integer taken as unbounded (accepted; see docs)");
-    preprocess_cmd->add_flag("--guess_output_rank", pre.guess_output_rank,
-                             "Shape outputs of ops without a schema like their first input");
-    preprocess_cmd->add_option("--verbose", pre.verbose, "0 warnings only, 1 each step, 3 details")
-        ->check(CLI::IsMember({0, 1, 2, 3}));
-    preprocess_cmd->add_flag("--save_as_external_data", pre.save_as_external_data, "Store tensors in external files");
-    preprocess_cmd->add_flag("--all_tensors_to_one_file", pre.all_tensors_to_one_file,
-                             "With external data: one file for every tensor");
-    preprocess_cmd->add_option("--external_data_location", pre.external_data_location,
-                               "With external data: the folder, relative to the output's");
-    preprocess_cmd->add_option("--external_data_size_threshold", pre.external_data_size_threshold,
-                               "With external data: smaller tensors stay inline");
-    preprocess_cmd->add_option("--pass", pre.passes,
-                               "A further pass plugin to run after optimization (repeatable), e.g. "
-                               "cross_layer_equalization, convert_fp16_to_fp32, convert_nchw_to_nhwc");
-
-    DumpOptions dump;
-    std::string dump_data, dump_dir = "dump_results";
-    std::vector<std::string> random_shapes;
-    auto* dump_cmd = app.add_subcommand(
-        "dump", "Write the integer values of every quantized tensor (and with --dump-float every node's float "
-                "output) on one batch");
-    dump_cmd->add_option("model", model_in, "The quantized model")->required();
-    dump_cmd->add_option("--data", dump_data, "Data whose first batch is the input (default: random inputs)");
-    dump_cmd->add_option("--random-input-shape", random_shapes, "NAME=D0,D1,... for a random input (repeatable)");
-    dump_cmd->add_flag("--dump-float", dump.dump_float, "Also every node's float output (*_float.bin/.txt)");
-    dump_cmd->add_option("--output-dir", dump_dir, "Where to write the files");
-
-    std::vector<std::string> infer_inputs;
-    std::string output_dir;
-    int repeat = 1, threads = 0;
-    bool profile = false;
-    auto* infer_cmd = app.add_subcommand("infer", "Run a model on inputs from .npy or .pb files and time it");
-    infer_cmd->add_option("model", model_in, "The model")->required();
-    infer_cmd->add_option("-i,--input", infer_inputs, "NAME=FILE, or FILE for the next input in order (repeatable)");
-    infer_cmd->add_option("--output-dir", output_dir, "Write output i as DIR/output_<i>.npy");
-    infer_cmd->add_option("--repeat", repeat, "Runs to time")->check(CLI::PositiveNumber);
-    infer_cmd->add_option("--threads", threads, "Threads (0: every core)")->check(CLI::NonNegativeNumber);
-    infer_cmd->add_flag("--json", as_json, "Print the timings as one JSON object");
-    infer_cmd->add_flag("--profile", profile, "Report the time spent per op type");
-
+    std::vector<std::unique_ptr<Command>> commands;
+    commands.push_back(std::make_unique<RunCommand>(app, quiet));
+    commands.push_back(std::make_unique<ValidateCommand>(app));
+    commands.push_back(std::make_unique<ExplainCommand>(app));
+    commands.push_back(std::make_unique<PluginsCommand>(app));
+    commands.push_back(std::make_unique<ConvertOpsetCommand>(app));
+    commands.push_back(std::make_unique<ConvertFormatCommand>(app));
+    commands.push_back(std::make_unique<PreprocessCommand>(app));
+    commands.push_back(std::make_unique<DumpCommand>(app));
+    commands.push_back(std::make_unique<InferCommand>(app));
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
         const int code = app.exit(e);
         return code == 0 ? kExitOk : kExitBadInput;
     }
-    if (*preprocess_cmd && log_level == "info")  // quant_pre_process's verbose levels
-        log_level = pre.verbose >= 3 ? "debug" : pre.verbose >= 1 ? "info" : "warn";
-    setup_logging(log_level, quiet);
-
+    auto& command = **std::find_if(commands.begin(), commands.end(), [](const auto& c) { return c->chosen(); });
+    setup_logging(command.log_level(log_level), quiet);
     try {
-        PluginRegistry registry;
-        if (*plugins) {
-            registry.load_default_paths();
-            return list_plugins(registry, as_json);
-        }
-        if (*infer_cmd) {
-            const auto r = runtime::infer(model_in, {infer_inputs, output_dir, repeat, threads, profile});
-            nlohmann::json ops = nlohmann::json::array();
-            for (const auto& p : r.profile)
-                ops.push_back({{"op_type", p.op_type}, {"calls", p.calls}, {"ms", p.milliseconds}});
-            if (as_json) {
-                nlohmann::json outputs = nlohmann::json::array();
-                for (size_t i = 0; i < r.outputs.size(); ++i)
-                    outputs.push_back({{"name", r.output_names[i]}, {"shape", r.outputs[i].shape()},
-                                       {"type", data_type_name(r.outputs[i].type())}});
-                nlohmann::json j{{"min_ms", r.min_ms}, {"median_ms", r.median_ms}, {"runs", repeat}, {"outputs", outputs}};
-                if (profile) j["profile"] = ops;
-                std::cout << j.dump() << '\n';
-            } else {
-                for (size_t i = 0; i < r.outputs.size(); ++i)
-                    fmt::print("output {} '{}': {} {}\n", i, r.output_names[i], data_type_name(r.outputs[i].type()),
-                               nlohmann::json(r.outputs[i].shape()).dump());
-                fmt::print("{} run{}: min {:.3f} ms, median {:.3f} ms\n", repeat, repeat == 1 ? "" : "s", r.min_ms, r.median_ms);
-                for (const auto& p : r.profile)
-                    fmt::print("  {:<24} {:>6} calls {:>10.3f} ms\n", p.op_type, p.calls, p.milliseconds);
-            }
-            return kExitOk;
-        }
-        if (*preprocess_cmd) {
-            registry.load_default_paths();
-            const auto r = preprocess(model_in, model_out, pre, registry);
-            int changed = 0;
-            for (const auto& p : r["passes"]) changed += p["changed"].get<bool>();
-            fmt::print("wrote {} ({} nodes; {} of {} steps changed the model)\n", model_out, r["nodes"].get<int>(),
-                       changed, r["passes"].size());
-            return kExitOk;
-        }
-        if (*dump_cmd) {
-            if (!dump_data.empty()) dump.data = dump_data;
-            dump.output_dir = dump_dir;
-            for (const auto& spec : random_shapes) dump.random_input_shapes.update(parse_shape_assignment(spec));
-            const auto r = dump_model(model_in, dump);
-            fmt::print("dumped {} quantized and {} float tensors to {}\n", r.quantized, r.floats, dump_dir);
-            return kExitOk;
-        }
-        if (*convert_format) {
-            // The format whose ops the model holds converts it.
-            Model model = load_model(model_in);
-            PluginRegistry registry;
-            registry.load_default_paths();
-            NativeConversion r;
-            for (const auto* info : registry.list(PluginKind::Format)) {
-                auto format = registry.create<Format>(info->name, registry.resolve_options(*info, nullptr));
-                if (!format->wrote(model)) continue;
-                r = format->to_native(model);
-                spdlog::debug("converted as format '{}' writes it", info->name);
-                break;
-            }
-            for (const auto& w : r.warnings) spdlog::warn("{}", w);
-            save_model(model, model_out, {}, model_in);
-            spdlog::info("wrote {} ({} custom-op node{} rewritten)", model_out, r.converted, r.converted == 1 ? "" : "s");
-            return kExitOk;
-        }
-        if (*convert) {
-            const Model model = load_model(model_in, {.check_opset = false});
-            const Model converted = convert_opset(model, opset);
-            save_model(converted, model_out, {}, model_in);
-            spdlog::info("wrote {} (opset {} -> {})", model_out, model.opset(), converted.opset());
-            return kExitOk;
-        }
-
-        // The flags are shorthands for --set; an explicit --set of the same key comes later and wins.
-        std::vector<std::string> assignments;
-        auto flag = [&](const std::string& value, const char* key) {
-            if (!value.empty()) assignments.push_back(fmt::format("{}={}", key, fs::absolute(value).string()));
-        };
-        flag(model_in, "model_input");
-        flag(model_out, "model_output");
-        flag(data, "calibration_data_reader");
-        flag(report, "report");
-        assignments.insert(assignments.end(), sets.begin(), sets.end());
-        const Recipe recipe = load_recipe(recipe_file, assignments);
-        registry.load_default_paths();
-
-        if (*validate) {
-            const auto resolved = resolve_plugins(recipe, registry);
-            for (const auto& s : unsupported_settings(recipe, Phase::Save))
-                spdlog::warn("not supported yet by vaiq run: {}", s);
-            fmt::print("{}: valid (target {}, format {}, calibrator {}, {} pass{})\n", recipe_file,
-                       resolved.target.info->name, resolved.format.info->name, resolved.calibrator.info->name,
-                       resolved.passes.size(), resolved.passes.size() == 1 ? "" : "es");
-            return kExitOk;
-        }
-        if (*explain_cmd) {
-            const auto resolved = resolve_plugins(recipe, registry);
-            std::optional<Model> model;
-            if (!model_in.empty()) model = load_model(model_in);
-            std::cout << explain(recipe, resolved, registry, model ? &*model : nullptr);
-            return kExitOk;
-        }
-        RunOptions options;
-        options.progress = !quiet && stderr_is_terminal();
-        if (!stop_after.empty()) options.stop_after = parse_phase(stop_after);
-        const auto result = run_pipeline(recipe, registry, options);
-        spdlog::info("wrote {} and {}", result.output.string(), result.report.string());
-        if (!result.report_json["quantized"].get<bool>())
-            spdlog::warn("the output is not quantized: the run stopped after the {} phase",
-                         result.report_json["stopped_after"].get<std::string>());
-        return kExitOk;
+        return command.run();
     } catch (const InputError& e) {
         spdlog::error("{}", e.what());
         return kExitBadInput;
