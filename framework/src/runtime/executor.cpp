@@ -44,28 +44,42 @@ int64_t domain_opset(const Model& model, const std::string& domain) {
 }  // namespace
 
 Executor::Executor(const Model& original, ExecutorOptions options) : model_(&original), options_(options) {
-    if (options.optimize_layout || options.fuse_qdq || options.fuse_patterns) {
-        onnx::ModelProto copy = original.proto();
-        bool changed = false;
-        if (options.fuse_qdq) {
-            std::vector<std::string> gone;
-            changed = fuse_qdq(copy, gone);
-            fused_away_.insert(gone.begin(), gone.end());
-        }
-        if (options.fuse_patterns) changed = fuse_patterns(*copy.mutable_graph(), options.taps) || changed;
-        if (options.optimize_layout) changed = optimize_layout(*copy.mutable_graph(), options.taps) || changed;
-        if (changed) {
-            optimized_.emplace(std::move(copy), original.source());
-            model_ = &*optimized_;
-        }
+    rewrite(original);
+    number_values();
+    fold_constants();
+    plan_releases();
+    find_lazy_steps();
+    last_reader_ = last_readers(std::vector<bool>(steps_.size(), false));
+}
+
+// QDQ fusion, pattern fusion and layout changes, on a copy of the model.
+void Executor::rewrite(const Model& original) {
+    if (!options_.optimize_layout && !options_.fuse_qdq && !options_.fuse_patterns) return;
+    onnx::ModelProto copy = original.proto();
+    bool changed = false;
+    if (options_.fuse_qdq) {
+        std::vector<std::string> gone;
+        changed = fuse_qdq(copy, gone);
+        fused_away_.insert(gone.begin(), gone.end());
     }
+    if (options_.fuse_patterns) changed = fuse_patterns(*copy.mutable_graph(), options_.taps) || changed;
+    if (options_.optimize_layout) changed = optimize_layout(*copy.mutable_graph(), options_.taps) || changed;
+    if (changed) {
+        optimized_.emplace(std::move(copy), original.source());
+        model_ = &*optimized_;
+    }
+}
+
+int Executor::id_of(const std::string& name) {
+    auto [it, inserted] = value_ids_.emplace(name, static_cast<int>(value_names_.size()));
+    if (inserted) value_names_.push_back(name);
+    return it->second;
+}
+
+// Numbers every value, finds each node's kernel and orders the steps.
+void Executor::number_values() {
     const Model& model = *model_;
     const auto& graph = model.graph();
-    auto id_of = [&](const std::string& name) {
-        auto [it, inserted] = value_ids_.emplace(name, static_cast<int>(value_names_.size()));
-        if (inserted) value_names_.push_back(name);
-        return it->second;
-    };
     std::set<std::string> initialized;
     for (const auto& init : graph.initializer()) {
         const int id = id_of(init.name());
@@ -101,9 +115,11 @@ Executor::Executor(const Model& original, ExecutorOptions options) : model_(&ori
     constants_.resize(value_names_.size());
     is_constant_.assign(value_names_.size(), false);
     for (const auto& name : initialized) is_constant_[value_ids_.at(name)] = true;
-    fold_constants();
+}
 
-    // Liveness: a value dies after the last step that reads it, unless the caller gets it.
+// Liveness: a value dies after the last step that reads it, unless the caller
+// gets it. Values nothing produces are read from an enclosing scope.
+void Executor::plan_releases() {
     std::vector<int> last_use(value_names_.size(), -1);
     std::vector<bool> produced(value_names_.size(), false);
     for (const auto& step : steps_)
@@ -124,9 +140,12 @@ Executor::Executor(const Model& original, ExecutorOptions options) : model_(&ori
     }
     for (size_t id = 0; id < last_use.size(); ++id)
         if (last_use[id] >= 0 && !is_constant_[id]) steps_[last_use[id]].release.push_back(static_cast<int>(id));
-    // Steps whose outputs only lazy steps read (layout transposes kept for taps, the plain
-    // convolution behind a fused activation, dead nodes) run on demand: from the last step
-    // back, a step is needed when a needed step or the graph's outputs read it.
+}
+
+// Steps whose outputs only lazy steps read (layout transposes kept for taps, the plain
+// convolution behind a fused activation, dead nodes) run on demand: from the last step
+// back, a step is needed when a needed step or the graph's outputs read it.
+void Executor::find_lazy_steps() {
     std::vector<bool> read(value_names_.size(), false);
     for (const auto& out : output_names_) read[value_ids_.at(out)] = true;
     for (auto it = steps_.rbegin(); it != steps_.rend(); ++it) {
@@ -137,7 +156,6 @@ Executor::Executor(const Model& original, ExecutorOptions options) : model_(&ori
             for (int id : *ids)
                 if (id >= 0) read[id] = true;
     }
-    last_reader_ = last_readers(std::vector<bool>(steps_.size(), false));
 }
 
 std::vector<int> Executor::last_readers(const std::vector<bool>& run_lazy) const {

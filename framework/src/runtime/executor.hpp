@@ -72,8 +72,14 @@ class Executor {
 
   private:
     struct Step;
+    // The constructor's jobs, in order.
+    void rewrite(const Model& original);
+    void number_values();
     /// Runs the steps that read only constants once; their outputs become constants.
     void fold_constants();
+    void plan_releases();
+    void find_lazy_steps();
+    int id_of(const std::string& name);
     int value_id(const std::string& name) const;
     void check_feed(const std::string& name, const Tensor& value) const;
 
