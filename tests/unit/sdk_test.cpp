@@ -290,3 +290,43 @@ TEST(Histogram, AConstantZeroFirstBatchThenAWideOneStaysSmall) {
     EXPECT_EQ(a.counts().front(), 4.0 + (2.0 < a.stride() ? 1.0 : 0.0));
     EXPECT_EQ(a.counts().back(), 1.0);
 }
+
+namespace {
+
+// The rewrite toolkit: typed attributes replace in place, fresh initializer
+// names, one QLinear table, and a context whose index follows the edits.
+TEST(RewriteToolkit, AttributesInitializersQLinearFormsAndAContextThatFollowsEdits) {
+    onnx::NodeProto node;
+    node.set_op_type("AveragePool");
+    vaiq::set_attribute(node, "kernel_shape", std::vector<int64_t>{3, 3});
+    vaiq::set_attribute(node, "count_include_pad", 0);
+    vaiq::set_attribute(node, "kernel_shape", std::vector<int64_t>{2, 2});
+    ASSERT_EQ(node.attribute_size(), 2) << "replaced, not appended";
+    EXPECT_EQ(node.attribute(0).name(), "kernel_shape") << "in place";
+    EXPECT_EQ(*vaiq::ints_attribute(node, "kernel_shape"), (std::vector<int64_t>{2, 2}));
+    vaiq::set_attribute(node, "alpha", 0.5f);
+    vaiq::set_attribute(node, "mode", std::string("constant"));
+    EXPECT_EQ(vaiq::float_attribute(node, "alpha", 0.0f), 0.5f);
+    EXPECT_EQ(vaiq::find_attribute(node, "mode")->s(), "constant");
+    EXPECT_TRUE(vaiq::remove_attribute(node, "alpha"));
+    EXPECT_FALSE(vaiq::remove_attribute(node, "alpha"));
+
+    EXPECT_EQ(vaiq::qlinear_form("Conv")->op, "QLinearConv");
+    EXPECT_EQ(vaiq::qlinear_form("Gemm")->domain, "com.microsoft");
+    EXPECT_FALSE(vaiq::qlinear_form("Relu"));
+
+    auto model = vaiq::test::conv_relu_model();
+    vaiq::RewriteContext context(model);
+    EXPECT_EQ(context.index().producer("y"), 1);
+    EXPECT_EQ(context.shapes().at("y"), (std::vector<int64_t>{1, 3, 4, 4}));
+    vaiq::UniqueNames names(context.graph());
+    const auto k = vaiq::add_initializer(context.graph(), names, "w", vaiq::test::ramp({}, 2.0f));
+    EXPECT_NE(k, "w") << "w is taken";
+    vaiq::make_node(context.graph(), names, "Mul", {"y", k}, {"z"}, "scale");
+    EXPECT_EQ(context.index().producer("z"), -1) << "a snapshot until told";
+    context.changed();
+    EXPECT_EQ(context.index().producer("z"), 2);
+    EXPECT_NE(context.index().initializer(k), nullptr);
+}
+
+}  // namespace

@@ -4,6 +4,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <initializer_list>
+#include <map>
 #include <optional>
 
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "vaiq/export.hpp"
 #include "vaiq/model.hpp"
+#include "vaiq/tensor.hpp"
 
 namespace vaiq {
 
@@ -109,6 +111,59 @@ VAIQ_API onnx::NodeProto& append_node(onnx::GraphProto& graph, UniqueNames& name
 
 /// Adds an INT attribute to a node.
 VAIQ_API void set_int_attribute(onnx::NodeProto& node, const std::string& name, int64_t value);
+
+// --- the rewrite toolkit: what passes and graph rewrites share ---------------
+
+/// Sets attribute `name` of a node to a typed value: replaces it where it is,
+/// or appends it when the node has none.
+VAIQ_API void set_attribute(onnx::NodeProto& node, const std::string& name, int64_t value);
+inline void set_attribute(onnx::NodeProto& node, const std::string& name, int value) {
+    set_attribute(node, name, static_cast<int64_t>(value));
+}
+VAIQ_API void set_attribute(onnx::NodeProto& node, const std::string& name, float value);
+VAIQ_API void set_attribute(onnx::NodeProto& node, const std::string& name, const std::vector<int64_t>& values);
+VAIQ_API void set_attribute(onnx::NodeProto& node, const std::string& name, const std::string& value);
+/// Removes attribute `name`; returns whether the node had it.
+VAIQ_API bool remove_attribute(onnx::NodeProto& node, std::string_view name);
+
+/// Adds `value` as an initializer under a fresh name built from `base`; returns the name.
+VAIQ_API std::string add_initializer(onnx::GraphProto& graph, UniqueNames& names, std::string_view base,
+                                     const Tensor& value);
+
+/// Appends a node `op` (default domain) reading `inputs` and writing `outputs`,
+/// named freshly from `name`.
+VAIQ_API onnx::NodeProto& make_node(onnx::GraphProto& graph, UniqueNames& names, const std::string& op,
+                                    std::vector<std::string> inputs, std::vector<std::string> outputs,
+                                    std::string_view name);
+
+/// The integer (QOperator) form of an op as ONNX Runtime names it: QLinearConv,
+/// com.microsoft QGemm, QLinearAdd, ...; nullopt for an op that has none.
+struct QLinearForm {
+    std::string_view op;
+    std::string_view domain;  ///< "" or com.microsoft
+};
+VAIQ_API std::optional<QLinearForm> qlinear_form(std::string_view op);
+
+/// A model being rewritten: the index over its graph and its inferred shapes,
+/// computed when first asked for and dropped when a rewrite says it changed
+/// the graph, so a pass never reads a stale index.
+class VAIQ_API RewriteContext {
+  public:
+    explicit RewriteContext(Model& model) : model_(model) {}
+    Model& model() { return model_; }
+    onnx::GraphProto& graph() { return model_.graph(); }
+    /// Over the model (with its node marks).
+    const GraphIndex& index();
+    /// infer_shapes() of the model.
+    const std::map<std::string, std::vector<int64_t>>& shapes();
+    /// Call after editing the graph: the index and shapes are recomputed on next use.
+    void changed();
+
+  private:
+    Model& model_;
+    std::optional<GraphIndex> index_;
+    std::optional<std::map<std::string, std::vector<int64_t>>> shapes_;
+};
 
 /// Imports `domain` at `version` unless the model imports it already.
 VAIQ_API void import_opset(onnx::ModelProto& model, const std::string& domain, int64_t version);

@@ -49,10 +49,7 @@ onnx::NodeProto make_transpose(const std::string& in, const std::string& out, co
     t.set_name(name);
     t.add_input(in);
     t.add_output(out);
-    auto* a = t.add_attribute();
-    a->set_name("perm");
-    a->set_type(onnx::AttributeProto::INTS);
-    for (auto p : perm) a->add_ints(p);
+    set_attribute(t, "perm", perm);
     return t;
 }
 
@@ -256,14 +253,8 @@ void fuse_activations(onnx::GraphProto& graph, const std::set<std::string>& tapp
             if (!bound(1, lo) || !bound(2, hi)) continue;
         }
         onnx::NodeProto fused = in_place_of(conv, act);
-        auto* a = fused.add_attribute();
-        a->set_name("activation_min");
-        a->set_type(onnx::AttributeProto::FLOAT);
-        a->set_f(lo);
-        a = fused.add_attribute();
-        a->set_name("activation_max");
-        a->set_type(onnx::AttributeProto::FLOAT);
-        a->set_f(hi);
+        set_attribute(fused, "activation_min", lo);
+        set_attribute(fused, "activation_max", hi);
         *graph.mutable_node(activations[0]) = std::move(fused);
     }
 }
@@ -479,10 +470,7 @@ bool fuse_matmul_gelus(onnx::GraphProto& graph, const std::set<std::string>& tap
         });
         if (!only_gelu) continue;
         onnx::NodeProto fused = in_place_of(matmul, gelu);
-        auto* a = fused.add_attribute();
-        a->set_name("activation");
-        a->set_type(onnx::AttributeProto::STRING);
-        a->set_s("gelu");
+        set_attribute(fused, "activation", std::string("gelu"));
         *graph.mutable_node(match.last) = std::move(fused);
         changed = true;
     }

@@ -16,20 +16,6 @@ namespace {
 
 constexpr const char* kMicrosoft = "com.microsoft";
 
-// The integer form of each fusable op.
-const std::map<std::string, std::pair<const char*, const char*>, std::less<>> kFused = {
-    {"Conv", {"QLinearConv", ""}},
-    {"MatMul", {"QLinearMatMul", ""}},
-    {"Gemm", {"QGemm", kMicrosoft}},
-    {"Add", {"QLinearAdd", kMicrosoft}},
-    {"Mul", {"QLinearMul", kMicrosoft}},
-    {"Concat", {"QLinearConcat", kMicrosoft}},
-    {"GlobalAveragePool", {"QLinearGlobalAveragePool", kMicrosoft}},
-    {"AveragePool", {"QLinearAveragePool", kMicrosoft}},
-    {"Softmax", {"QLinearSoftmax", kMicrosoft}},
-    {"LeakyRelu", {"QLinearLeakyRelu", kMicrosoft}},
-    {"Sigmoid", {"QLinearSigmoid", kMicrosoft}},
-};
 
 
 // One DequantizeLinear (or QuantizeLinear) with constant parameters.
@@ -50,7 +36,7 @@ class Fusion {
         std::set<int> removed;
         for (int n = 0; n < graph_.node_size(); ++n) {
             const auto& node = graph_.node(n);
-            if (!is_default_domain(node) || !kFused.count(node.op_type()) || removed.count(n)) continue;
+            if (!is_default_domain(node) || !qlinear_form(node.op_type()) || removed.count(n)) continue;
             auto fused = fuse(n);
             if (!fused) continue;
             replaced[n] = std::move(fused->node);
@@ -78,10 +64,7 @@ class Fusion {
             auto& node = *graph_.mutable_node(n);
             if (replaced.count(n) || removed.count(n) || !is_default_domain(node) || node.op_type() != "MatMul") continue;
             if (!dequantized(node.input(0)) || !dequantized(node.input(1))) continue;
-            auto* a = node.add_attribute();
-            a->set_name(kOrtOrderAttribute);
-            a->set_type(onnx::AttributeProto::INT);
-            a->set_i(1);
+            set_attribute(node, kOrtOrderAttribute, int64_t{1});
             ++marked_;
         }
     }
@@ -204,47 +187,41 @@ class Fusion {
     // Adds folded padding to a pool's pads; padded cells count as zeros.
     static void fold_pads(onnx::NodeProto& f, const std::vector<int64_t>& extra) {
         if (std::none_of(extra.begin(), extra.end(), [](int64_t x) { return x != 0; })) return;
-        std::vector<int64_t> pads(4, 0);
-        onnx::AttributeProto* pads_attr = nullptr;
-        for (auto& a : *f.mutable_attribute())
-            if (a.name() == "pads") {
-                pads_attr = &a;
-                for (int i = 0; i < a.ints_size() && i < 4; ++i) pads[i] = a.ints(i);
-            }
-        if (!pads_attr) {
-            pads_attr = f.add_attribute();
-            pads_attr->set_name("pads");
-            pads_attr->set_type(onnx::AttributeProto::INTS);
-        }
-        pads_attr->clear_ints();
-        for (int i = 0; i < 4; ++i) pads_attr->add_ints(pads[i] + extra[i]);
-        bool set = false;
-        for (auto& a : *f.mutable_attribute())
-            if (a.name() == "count_include_pad") {
-                a.set_i(1);
-                set = true;
-            }
-        if (!set) {
-            auto* a = f.add_attribute();
-            a->set_name("count_include_pad");
-            a->set_type(onnx::AttributeProto::INT);
-            a->set_i(1);
-        }
+        std::vector<int64_t> pads = ints_attribute(f, "pads").value_or(std::vector<int64_t>(4, 0));
+        pads.resize(4, 0);
+        for (int i = 0; i < 4; ++i) pads[i] += extra[i];
+        set_attribute(f, "pads", pads);
+        set_attribute(f, "count_include_pad", int64_t{1});
     }
 
+    // A node whose inputs all come from DequantizeLinear and whose output goes to
+    // one QuantizeLinear, with types ONNX Runtime's kernels take, as its QLinear form.
     std::optional<Fused> fuse(int n) {
         const auto& node = graph_.node(n);
-        const auto& op = node.op_type();
         if (node.output_size() != 1) return std::nullopt;
-        // Every input comes from a DequantizeLinear; an AveragePool's may come through
-        // a zero-valued constant Pad, which ONNX Runtime folds into the pool's pads.
         Fused fused;
-        std::vector<QParams> in;
         std::vector<int64_t> folded_pads;
+        const auto in = dequantized_inputs(n, fused, folded_pads);
+        if (!in || !input_types_fuse(node, *in)) return std::nullopt;
+        const auto q = quantized_output(n, (*in)[0].elem_type, fused);
+        if (!q) return std::nullopt;
+        const bool weighted = node.op_type() == "Conv" || node.op_type() == "MatMul" || node.op_type() == "Gemm";
+        for (size_t i = 0; i < in->size(); ++i)
+            if (!(weighted && i >= 1) && (*in)[i].elem_type != q->elem_type) return std::nullopt;  // one type throughout
+        fused.node = qlinear_node(node, *in, *q);
+        if (!folded_pads.empty()) fold_pads(fused.node, folded_pads);
+        return fused;
+    }
+
+    // Every input's DequantizeLinear; an AveragePool's may come through a
+    // zero-valued constant Pad, which ONNX Runtime folds into the pool's pads.
+    std::optional<std::vector<QParams>> dequantized_inputs(int n, Fused& fused, std::vector<int64_t>& folded_pads) const {
+        const auto& node = graph_.node(n);
+        std::vector<QParams> in;
         for (int i = 0; i < node.input_size(); ++i) {
             if (node.input(i).empty()) return std::nullopt;
             auto dq = dequantized(node.input(i));
-            if (!dq && op == "AveragePool" && i == 0) {
+            if (!dq && node.op_type() == "AveragePool" && i == 0) {
                 const int pad = index_.producer(node.input(0));
                 if (pad >= 0 && sole_consumer(node.input(0)) == n && foldable_pad(pad, folded_pads) &&
                     pads_fold_into(node, folded_pads)) {
@@ -256,56 +233,66 @@ class Fusion {
             if (!dq) return std::nullopt;
             in.push_back(*dq);
         }
+        return in;
+    }
+
+    // Whether ONNX Runtime has a kernel for these input types and arities.
+    static bool input_types_fuse(const onnx::NodeProto& node, const std::vector<QParams>& in) {
+        const auto& op = node.op_type();
         const bool weighted = op == "Conv" || op == "MatMul" || op == "Gemm";
-        if (op == "Gemm")
-            for (const auto& a : node.attribute())
-                if (a.name() == "beta" && a.f() != 1.0f && node.input_size() > 2) return std::nullopt;
+        if (op == "Gemm" && float_attribute(node, "beta", 1.0f) != 1.0f && node.input_size() > 2) return false;
         for (size_t i = 0; i < in.size(); ++i) {
             const bool weight = weighted && i == 1, bias = (op == "Conv" || op == "Gemm") && i == 2;
             if (bias) {
-                if (in[i].elem_type != onnx::TensorProto::INT32) return std::nullopt;
+                if (in[i].elem_type != onnx::TensorProto::INT32) return false;
             } else if (weight) {
                 if (in[i].elem_type != onnx::TensorProto::INT8 && in[i].elem_type != onnx::TensorProto::UINT8)
-                    return std::nullopt;
+                    return false;
             } else if (!in[i].per_tensor || (in[i].elem_type != onnx::TensorProto::UINT8 &&
                                              (weighted || in[i].elem_type != onnx::TensorProto::INT8))) {
                 // On x86 ONNX Runtime fuses Conv, MatMul and Gemm for uint8 activations only
                 // (int8 pairs reach them converted); the other ops take int8 as well.
-                return std::nullopt;
+                return false;
             }
         }
-        const int activation_type = in[0].elem_type;
-        if (op == "Conv" && in.size() < 2) return std::nullopt;
-        if (op == "MatMul" && in.size() != 2) return std::nullopt;
-        // The output goes to one QuantizeLinear, through a redundant Relu/Clip for Conv.
+        if (op == "Conv" && in.size() < 2) return false;
+        if (op == "MatMul" && in.size() != 2) return false;
+        return true;
+    }
+
+    // The one QuantizeLinear the output goes to, through a redundant Relu/Clip for Conv.
+    std::optional<QParams> quantized_output(int n, int activation_type, Fused& fused) const {
+        const auto& node = graph_.node(n);
         std::string out = node.output(0);
         int consumer = sole_consumer(out);
         if (consumer < 0) return std::nullopt;
         fused.gone.push_back(out);
-        if (op == "Conv" && is_default_domain(graph_.node(consumer)) &&
+        std::optional<int> activation;
+        if (node.op_type() == "Conv" && is_default_domain(graph_.node(consumer)) &&
             (graph_.node(consumer).op_type() == "Relu" || graph_.node(consumer).op_type() == "Clip")) {
-            const int act = consumer;
-            out = graph_.node(act).output(0);
+            activation = consumer;
+            out = graph_.node(consumer).output(0);
             consumer = sole_consumer(out);
             if (consumer < 0) return std::nullopt;
-            fused.removed_nodes.push_back(act);
+            fused.removed_nodes.push_back(*activation);
             fused.gone.push_back(out);
         }
         const auto& qnode = graph_.node(consumer);
         if (!is_default_domain(qnode) || qnode.op_type() != "QuantizeLinear") return std::nullopt;
         const auto q = params_of(consumer);
         if (!q || !q->per_tensor || q->elem_type != activation_type) return std::nullopt;
-        for (size_t i = 0; i < in.size(); ++i)
-            if (!(weighted && i >= 1) && in[i].elem_type != activation_type) return std::nullopt;  // one type throughout
-        if (op == "Conv" && fused.removed_nodes.size() == 1 &&
-            !redundant_activation(graph_.node(fused.removed_nodes[0]), *q))
-            return std::nullopt;
+        if (activation && !redundant_activation(graph_.node(*activation), *q)) return std::nullopt;
         fused.removed_nodes.push_back(consumer);
+        return q;
+    }
 
-        const auto& [fused_op, domain] = kFused.at(op);
-        auto& f = fused.node;
-        f.set_op_type(fused_op);
-        f.set_domain(domain);
+    // The QLinear node: each input's (tensor, scale, zero point) and the output's parameters, in the op's order.
+    onnx::NodeProto qlinear_node(const onnx::NodeProto& node, const std::vector<QParams>& in, const QParams& q) const {
+        const auto& op = node.op_type();
+        const auto form = *qlinear_form(op);
+        onnx::NodeProto f;
+        f.set_op_type(std::string(form.op));
+        f.set_domain(std::string(form.domain));
         f.set_name(node.name());
         *f.mutable_attribute() = node.attribute();
         auto triple = [&](const QParams& p) {
@@ -314,8 +301,8 @@ class Fusion {
             f.add_input(p.zero_point);
         };
         auto output_params = [&] {
-            f.add_input(q->scale);
-            f.add_input(q->zero_point);
+            f.add_input(q.scale);
+            f.add_input(q.zero_point);
         };
         if (op == "Conv" || op == "MatMul") {
             triple(in[0]);
@@ -327,32 +314,18 @@ class Fusion {
             triple(in[1]);
             f.add_input(in.size() > 2 ? in[2].tensor : std::string());
             output_params();
-            // QGemm has no beta: an int32 C is added as it is.
-            auto* attrs = f.mutable_attribute();
-            for (int i = attrs->size() - 1; i >= 0; --i)
-                if (attrs->Get(i).name() == "beta") attrs->DeleteSubrange(i, 1);
+            remove_attribute(f, "beta");  // QGemm has no beta: an int32 C is added as it is
         } else if (op == "Concat") {
             output_params();
             for (const auto& p : in) triple(p);
         } else {
             for (const auto& p : in) triple(p);
             output_params();
-            if (op == "Softmax") {
-                auto* a = f.add_attribute();
-                a->set_name("opset");
-                a->set_type(onnx::AttributeProto::INT);
-                a->set_i(opset_);
-            }
-            if (op == "GlobalAveragePool") {
-                auto* a = f.add_attribute();
-                a->set_name("channels_last");
-                a->set_type(onnx::AttributeProto::INT);
-                a->set_i(0);
-            }
+            if (op == "Softmax") set_attribute(f, "opset", opset_);
+            if (op == "GlobalAveragePool") set_attribute(f, "channels_last", int64_t{0});
         }
-        if (!folded_pads.empty()) fold_pads(f, folded_pads);
-        f.add_output(q->tensor);
-        return fused;
+        f.add_output(q.tensor);
+        return f;
     }
 
     onnx::GraphProto& graph_;

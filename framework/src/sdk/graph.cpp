@@ -249,6 +249,102 @@ void set_int_attribute(onnx::NodeProto& node, const std::string& name, int64_t v
     a->set_i(value);
 }
 
+namespace {
+
+// The node's attribute `name`, emptied and typed `type`; appended when missing.
+onnx::AttributeProto& attribute_slot(onnx::NodeProto& node, const std::string& name,
+                                     onnx::AttributeProto::AttributeType type) {
+    onnx::AttributeProto* slot = nullptr;
+    for (auto& a : *node.mutable_attribute())
+        if (a.name() == name) slot = &a;
+    if (!slot) slot = node.add_attribute();
+    slot->Clear();
+    slot->set_name(name);
+    slot->set_type(type);
+    return *slot;
+}
+
+}  // namespace
+
+void set_attribute(onnx::NodeProto& node, const std::string& name, int64_t value) {
+    attribute_slot(node, name, onnx::AttributeProto::INT).set_i(value);
+}
+
+void set_attribute(onnx::NodeProto& node, const std::string& name, float value) {
+    attribute_slot(node, name, onnx::AttributeProto::FLOAT).set_f(value);
+}
+
+void set_attribute(onnx::NodeProto& node, const std::string& name, const std::vector<int64_t>& values) {
+    auto& a = attribute_slot(node, name, onnx::AttributeProto::INTS);
+    for (auto v : values) a.add_ints(v);
+}
+
+void set_attribute(onnx::NodeProto& node, const std::string& name, const std::string& value) {
+    attribute_slot(node, name, onnx::AttributeProto::STRING).set_s(value);
+}
+
+bool remove_attribute(onnx::NodeProto& node, std::string_view name) {
+    auto* attrs = node.mutable_attribute();
+    bool removed = false;
+    for (int i = attrs->size() - 1; i >= 0; --i)
+        if (attrs->Get(i).name() == name) {
+            attrs->DeleteSubrange(i, 1);
+            removed = true;
+        }
+    return removed;
+}
+
+std::string add_initializer(onnx::GraphProto& graph, UniqueNames& names, std::string_view base, const Tensor& value) {
+    const auto name = names.fresh(base);
+    *graph.add_initializer() = value.to_proto(name);
+    return name;
+}
+
+onnx::NodeProto& make_node(onnx::GraphProto& graph, UniqueNames& names, const std::string& op,
+                           std::vector<std::string> inputs, std::vector<std::string> outputs, std::string_view name) {
+    auto* n = graph.add_node();
+    n->set_op_type(op);
+    n->set_name(names.fresh(name));
+    for (auto& i : inputs) n->add_input(std::move(i));
+    for (auto& o : outputs) n->add_output(std::move(o));
+    return *n;
+}
+
+std::optional<QLinearForm> qlinear_form(std::string_view op) {
+    static constexpr std::string_view kMicrosoft = "com.microsoft";
+    static const std::map<std::string_view, QLinearForm, std::less<>> kForms = {
+        {"Conv", {"QLinearConv", ""}},
+        {"MatMul", {"QLinearMatMul", ""}},
+        {"Gemm", {"QGemm", kMicrosoft}},
+        {"Add", {"QLinearAdd", kMicrosoft}},
+        {"Mul", {"QLinearMul", kMicrosoft}},
+        {"Concat", {"QLinearConcat", kMicrosoft}},
+        {"GlobalAveragePool", {"QLinearGlobalAveragePool", kMicrosoft}},
+        {"AveragePool", {"QLinearAveragePool", kMicrosoft}},
+        {"Softmax", {"QLinearSoftmax", kMicrosoft}},
+        {"LeakyRelu", {"QLinearLeakyRelu", kMicrosoft}},
+        {"Sigmoid", {"QLinearSigmoid", kMicrosoft}},
+    };
+    auto it = kForms.find(op);
+    if (it == kForms.end()) return std::nullopt;
+    return it->second;
+}
+
+const GraphIndex& RewriteContext::index() {
+    if (!index_) index_.emplace(model_);
+    return *index_;
+}
+
+const std::map<std::string, std::vector<int64_t>>& RewriteContext::shapes() {
+    if (!shapes_) shapes_ = infer_shapes(model_);
+    return *shapes_;
+}
+
+void RewriteContext::changed() {
+    index_.reset();
+    shapes_.reset();
+}
+
 void import_opset(onnx::ModelProto& model, const std::string& domain, int64_t version) {
     for (const auto& o : model.opset_import())
         if (o.domain() == domain) return;

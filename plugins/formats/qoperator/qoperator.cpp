@@ -20,22 +20,10 @@ using vaiq::TensorRole;
 
 constexpr const char* kMicrosoft = "com.microsoft";
 
-// The QLinear form of an op: its name and domain.
-struct QLinearOp {
-    const char* op;
-    const char* domain;
-};
-const std::map<std::string, QLinearOp, std::less<>> kQLinear = {
-    {"Conv", {"QLinearConv", ""}},
-    {"MatMul", {"QLinearMatMul", ""}},
-    {"Gemm", {"QGemm", kMicrosoft}},
-    {"Add", {"QLinearAdd", kMicrosoft}},
-    {"Mul", {"QLinearMul", kMicrosoft}},
-    {"Concat", {"QLinearConcat", kMicrosoft}},
-    {"GlobalAveragePool", {"QLinearGlobalAveragePool", kMicrosoft}},
-    {"LeakyRelu", {"QLinearLeakyRelu", kMicrosoft}},
-    {"Sigmoid", {"QLinearSigmoid", kMicrosoft}},
-};
+// Ops written in their QLinear form (vaiq::qlinear_form names it), as ONNX
+// Runtime's QOperator quantizer writes them.
+const std::set<std::string, std::less<>> kQLinear = {"Conv", "MatMul", "Gemm", "Add", "Mul", "Concat",
+                                                     "GlobalAveragePool", "LeakyRelu", "Sigmoid"};
 // Ops that compute the same on integers as on the floats they stand for.
 const std::set<std::string, std::less<>> kDataMovement = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
                                                           "MaxPool", "Slice",     "Gather",  "Split",     "DepthToSpace",
@@ -247,12 +235,12 @@ class Writer {
             for (int i = 0; i < n.output_size(); ++i) n.set_output(i, int_outputs_.at(node.output(i)));
             return n;
         }
-        const auto& spec = kQLinear.at(node.op_type());
+        const auto form = *vaiq::qlinear_form(node.op_type());
         n.clear_input();
         n.clear_output();
-        n.set_op_type(spec.op);
-        n.set_domain(spec.domain);
-        if (*spec.domain) uses_microsoft_ = true;
+        n.set_op_type(std::string(form.op));
+        n.set_domain(std::string(form.domain));
+        if (!form.domain.empty()) uses_microsoft_ = true;
         const auto& op = node.op_type();
         if (op == "Conv" || op == "MatMul") {
             add_triple(n, node.input(0));

@@ -138,9 +138,9 @@ bool fuse_instance_norm(vaiq::Model& model) {
                 }
             }
             if (!m.self_contained(last)) continue;
-            const auto g = add_constant(graph, names, graph.node(last).name() + "_scale",
+            const auto g = vaiq::add_initializer(graph, names, graph.node(last).name() + "_scale",
                                         vaiq::Tensor::from_values<float>({c}, gamma));
-            const auto b = add_constant(graph, names, graph.node(last).name() + "_bias",
+            const auto b = vaiq::add_initializer(graph, names, graph.node(last).name() + "_bias",
                                         vaiq::Tensor::from_values<float>({c}, beta));
             replace_match(graph, m, last, "InstanceNormalization", {x, g, b},
                           [&](onnx::NodeProto& node) { set_attribute(node, "epsilon", *eps); });

@@ -48,8 +48,8 @@ bool convert_bn_to_conv(vaiq::Model& model) {
         const auto c = static_cast<int64_t>(channels);
         std::vector<int64_t> wshape{c, 1, 1, 1}, kernel{1, 1};
         if (rank == 3) wshape.pop_back(), kernel.pop_back();
-        const auto wname = add_constant(graph, names, bn.name() + "_dw_weight", float_tensor(wshape, w));
-        const auto bname = add_constant(graph, names, bn.name() + "_dw_bias", float_tensor({c}, b));
+        const auto wname = vaiq::add_initializer(graph, names, bn.name() + "_dw_weight", float_tensor(wshape, w));
+        const auto bname = vaiq::add_initializer(graph, names, bn.name() + "_dw_bias", float_tensor({c}, b));
         const std::string x = bn.input(0), y = bn.output(0);
         bn.set_op_type("Conv");
         bn.clear_input();
@@ -93,8 +93,8 @@ bool convert_reduce_mean_to_global_avg_pool(vaiq::Model& model) {
         if (!keepdims) {
             const auto pooled = names.fresh(y + "_pooled");
             node.set_output(0, pooled);
-            auto& squeeze = add_node(graph, names, "Squeeze", {pooled}, {y}, y + "_squeeze");
-            if (model.opset() >= 13) squeeze.add_input(add_constant(graph, names, y + "_axes", int64_tensor(spatial)));
+            auto& squeeze = vaiq::make_node(graph, names, "Squeeze", {pooled}, {y}, y + "_squeeze");
+            if (model.opset() >= 13) squeeze.add_input(vaiq::add_initializer(graph, names, y + "_axes", int64_tensor(spatial)));
             else set_attribute(squeeze, "axes", spatial);
         }
         changed = true;
@@ -137,7 +137,7 @@ bool split_large_kernel_pool(vaiq::Model& model) {
         }
         const std::string x = graph.node(n).input(0);
         const auto tiled = names.fresh(x + "_tiled_mean");
-        auto& pool = add_node(graph, names, "AveragePool", {x}, {tiled}, graph.node(n).name() + "_tiles");
+        auto& pool = vaiq::make_node(graph, names, "AveragePool", {x}, {tiled}, graph.node(n).name() + "_tiles");
         set_attribute(pool, "kernel_shape", std::vector<int64_t>{kh, kw});
         set_attribute(pool, "strides", std::vector<int64_t>{kh, kw});
         graph.mutable_node(n)->set_input(0, tiled);
@@ -173,16 +173,16 @@ bool convert_split_to_slice(vaiq::Model& model) {
             for (int64_t i = 0; i < parts; ++i) sizes->push_back(std::max<int64_t>(0, std::min(chunk, dim - i * chunk)));
         }
         if (static_cast<int>(sizes->size()) != split.output_size()) continue;
-        const auto axes = add_constant(graph, names, split.name() + "_axes", int64_tensor({axis}));
+        const auto axes = vaiq::add_initializer(graph, names, split.name() + "_axes", int64_tensor({axis}));
         int64_t offset = 0;
         for (int i = 0; i < split.output_size(); ++i) {
             const auto& out = split.output(i);
             const int64_t begin = offset;
             offset += (*sizes)[i];
             if (out.empty()) continue;
-            const auto starts = add_constant(graph, names, out + "_starts", int64_tensor({begin}));
-            const auto ends = add_constant(graph, names, out + "_ends", int64_tensor({offset}));
-            add_node(graph, names, "Slice", {split.input(0), starts, ends, axes}, {out}, out + "_slice");
+            const auto starts = vaiq::add_initializer(graph, names, out + "_starts", int64_tensor({begin}));
+            const auto ends = vaiq::add_initializer(graph, names, out + "_ends", int64_tensor({offset}));
+            vaiq::make_node(graph, names, "Slice", {split.input(0), starts, ends, axes}, {out}, out + "_slice");
         }
         replaced.push_back(n);
     }

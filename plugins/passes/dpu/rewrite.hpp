@@ -1,16 +1,16 @@
-// Helpers the DPU transforms share: attributes, constants, shapes and the
-// rescale Mul the simulation passes insert.
+// Helpers the DPU transforms share beyond the SDK's rewrite toolkit: shapes,
+// constants and the rescale Mul the simulation passes insert.
 #pragma once
 
 #include <vaiq/vaiq.hpp>
-
-#include "dpu_arithmetic.hpp"
 
 #include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "dpu_arithmetic.hpp"
 
 namespace dpu_passes {
 
@@ -23,31 +23,7 @@ using vaiq::float_attribute;
 using vaiq::int_attribute;
 using vaiq::ints_attribute;
 
-/// The node's attribute `name`, emptied and typed `type`; added when missing.
-inline onnx::AttributeProto& attribute_slot(onnx::NodeProto& n, const std::string& name,
-                                            onnx::AttributeProto::AttributeType type) {
-    onnx::AttributeProto* slot = nullptr;
-    for (auto& a : *n.mutable_attribute())
-        if (a.name() == name) slot = &a;
-    if (!slot) slot = n.add_attribute();
-    slot->Clear();
-    slot->set_name(name);
-    slot->set_type(type);
-    return *slot;
-}
-
-inline void set_attribute(onnx::NodeProto& n, const std::string& name, int64_t value) {
-    attribute_slot(n, name, onnx::AttributeProto::INT).set_i(value);
-}
-
-inline void set_attribute(onnx::NodeProto& n, const std::string& name, float value) {
-    attribute_slot(n, name, onnx::AttributeProto::FLOAT).set_f(value);
-}
-
-inline void set_attribute(onnx::NodeProto& n, const std::string& name, const std::vector<int64_t>& values) {
-    auto& a = attribute_slot(n, name, onnx::AttributeProto::INTS);
-    for (auto v : values) a.add_ints(v);
-}
+using vaiq::set_attribute;
 
 /// A constant tensor (initializer, not a graph input), or nullopt.
 inline std::optional<vaiq::Tensor> constant(const vaiq::GraphIndex& index, const std::string& name) {
@@ -62,25 +38,6 @@ inline std::optional<std::vector<int64_t>> ints_from(const onnx::NodeProto& n, c
     const auto t = constant(index, n.input(slot));
     if (!t || t->type() != vaiq::DataType::Int64) return std::nullopt;
     return std::vector<int64_t>(t->data<int64_t>().begin(), t->data<int64_t>().end());
-}
-
-/// Adds an initializer under a fresh name built from `base`; returns the name.
-inline std::string add_constant(onnx::GraphProto& graph, vaiq::UniqueNames& names, const std::string& base,
-                                const vaiq::Tensor& value) {
-    const auto name = names.fresh(base);
-    *graph.add_initializer() = value.to_proto(name);
-    return name;
-}
-
-inline onnx::NodeProto& add_node(onnx::GraphProto& graph, vaiq::UniqueNames& names, const std::string& op,
-                                 std::vector<std::string> inputs, std::vector<std::string> outputs,
-                                 const std::string& name) {
-    auto* n = graph.add_node();
-    n->set_op_type(op);
-    n->set_name(names.fresh(name));
-    for (auto& i : inputs) n->add_input(std::move(i));
-    for (auto& o : outputs) n->add_output(std::move(o));
-    return *n;
 }
 
 /// Axes in [0, rank).
@@ -108,8 +65,8 @@ inline void insert_rescale(vaiq::Model& model, vaiq::UniqueNames& names, int n, 
     const auto raw = names.fresh(out + "_before_dpu_rescale");
     graph.mutable_node(n)->set_output(0, raw);
     const float f = static_cast<float>(factor);
-    const auto k = add_constant(graph, names, out + "_dpu_factor", vaiq::Tensor::from_values<float>({}, {&f, 1}));
-    auto& mul = add_node(graph, names, "Mul", {raw, k}, {out}, out + "_dpu_rescale");
+    const auto k = vaiq::add_initializer(graph, names, out + "_dpu_factor", vaiq::Tensor::from_values<float>({}, {&f, 1}));
+    auto& mul = vaiq::make_node(graph, names, "Mul", {raw, k}, {out}, out + "_dpu_rescale");
     mul.set_doc_string("vaiq: DPU rescale");
     model.mark(mul, vaiq::kDeviceRescale);
     vaiq::log_debug("{} '{}' rescaled by {} as the DPU computes it", op, graph.node(n).name(), factor);

@@ -44,7 +44,7 @@ class SoftmaxBuilder {
   private:
     std::string op(const std::string& type, std::vector<std::string> inputs, std::string output = {}) {
         if (output.empty()) output = names_.fresh(prefix_ + "/" + type + "_output");
-        auto& node = add_node(graph_, names_, type, std::move(inputs), {output}, prefix_ + "/" + type);
+        auto& node = vaiq::make_node(graph_, names_, type, std::move(inputs), {output}, prefix_ + "/" + type);
         node.set_doc_string("vaiq: float only");
         model_.mark(node, vaiq::kFloatOnly);
         last_ = &node;
@@ -65,7 +65,7 @@ class SoftmaxBuilder {
         auto& stored = constants_[name];
         if (stored.empty()) {
             const float f = vaiq::bfloat16_to_float(vaiq::float_to_bfloat16(static_cast<float>(value)));
-            stored = add_constant(graph_, names_, prefix_ + "/" + name, vaiq::Tensor::from_values<float>({}, {&f, 1}));
+            stored = vaiq::add_initializer(graph_, names_, prefix_ + "/" + name, vaiq::Tensor::from_values<float>({}, {&f, 1}));
         }
         return stored;
     }
@@ -78,7 +78,7 @@ class SoftmaxBuilder {
             set_attribute(*last_, "axes", std::vector<int64_t>{axis_});
             return out;
         }
-        const auto axes = add_constant(graph_, names_, prefix_ + "/axes",
+        const auto axes = vaiq::add_initializer(graph_, names_, prefix_ + "/axes",
                                        vaiq::Tensor::from_values<int64_t>({1}, {&axis_, 1}));
         return op(type, {input, axes});
     }
