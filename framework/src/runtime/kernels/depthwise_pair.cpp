@@ -13,6 +13,8 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include "runtime/cpu_features.hpp"
+
 namespace vaiq::runtime {
 namespace {
 
@@ -283,8 +285,7 @@ void run_block_image(const DepthwisePairWeights& weights, const Geometry& g, con
 }  // namespace
 
 bool depthwise_pair_supported(int64_t channels) {
-    static const bool avx512 = __builtin_cpu_supports("avx512f");
-    return avx512 && channels > 0 && channels % kLanes == 0;
+    return cpu_features().avx512f && channels > 0 && channels % kLanes == 0;
 }
 
 DepthwisePairWeights pack_depthwise_pair(const float* pointwise, const float* pointwise_bias, const float* depthwise,

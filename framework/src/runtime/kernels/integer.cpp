@@ -12,6 +12,7 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include "runtime/cpu_features.hpp"
 #include "runtime/kernels/common.hpp"
 #include "runtime/kernels/int8_conv.hpp"
 #include "runtime/kernels/window.hpp"
@@ -73,8 +74,7 @@ template <typename Q>
 
 template <typename Q>
 void requantize_block(const int32_t* acc, Q* out, size_t n, float multiplier, float zero_point) {
-    static const bool avx512 = __builtin_cpu_supports("avx512f");
-    if (avx512) return requantize_8_bit_avx512(acc, out, n, multiplier, zero_point);
+    if (cpu_features().avx512f) return requantize_8_bit_avx512(acc, out, n, multiplier, zero_point);
     requantize_8_bit(acc, out, n, multiplier, zero_point);
 }
 

@@ -13,6 +13,8 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include "runtime/cpu_features.hpp"
+
 namespace vaiq::runtime {
 
 namespace {
@@ -73,8 +75,7 @@ float sum_exp_generic(const float* in, float* out, int64_t n, float negative_max
 
 // std::fma is exact either way; the FMA instruction only makes it fast.
 bool has_fma() {
-    static const bool available = __builtin_cpu_supports("fma");
-    return available;
+    return cpu_features().fma;
 }
 
 // MLAS's erf constants.
@@ -232,8 +233,7 @@ constexpr float kInvSqrt2 = 0.70710678118654752440f;
 
 // ONNX Runtime picks its AVX-512 erf and GELU kernels where the CPU has AVX-512.
 bool has_avx512f() {
-    static const bool available = __builtin_cpu_supports("avx512f");
-    return available;
+    return cpu_features().avx512f;
 }
 
 [[gnu::always_inline]] inline void layer_norm_row(const float* x, const float* scale, const float* bias, float* y,

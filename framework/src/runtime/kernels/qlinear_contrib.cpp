@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "runtime/cpu_features.hpp"
 #include "runtime/kernels/common.hpp"
 #include "runtime/kernels/window.hpp"
 
@@ -98,8 +99,7 @@ template <typename A, typename B>
 
 template <typename A, typename B>
 void add_scaled(const A* a, const B* b, float* out, size_t n, float ratio_a, float ratio_b, float fixed) {
-    static const bool fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (fma) add_scaled_fma(a, b, out, n, ratio_a, ratio_b, fixed);
+    if (cpu_features().avx2 && cpu_features().fma) add_scaled_fma(a, b, out, n, ratio_a, ratio_b, fixed);
     else add_scaled_rows(a, b, out, n, ratio_a, ratio_b, fixed);
 }
 

@@ -9,6 +9,7 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include "runtime/cpu_features.hpp"
 #include "runtime/kernels/common.hpp"
 
 namespace vaiq::runtime {
@@ -206,7 +207,7 @@ template <typename T>
 void transpose_matrices(const T* src, T* dst, int64_t batches, int64_t rows, int64_t cols,
                         const int32_t* minus = nullptr) {
     constexpr int64_t kTile = 32;
-    static const bool avx512 = __builtin_cpu_supports("avx512f");
+    const bool avx512 = cpu_features().avx512f;
     const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
 #pragma omp parallel for if (batches * rows * cols > kParallelGrain)
     for (int64_t t = 0; t < batches * row_tiles * col_tiles; ++t) {

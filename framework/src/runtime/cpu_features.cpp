@@ -1,0 +1,16 @@
+#include "runtime/cpu_features.hpp"
+
+namespace vaiq::runtime {
+
+const CpuFeatures& cpu_features() {
+    static const CpuFeatures features = [] {
+        CpuFeatures f;
+        f.avx2 = __builtin_cpu_supports("avx2");
+        f.fma = __builtin_cpu_supports("fma");
+        f.avx512f = __builtin_cpu_supports("avx512f");
+        return f;
+    }();
+    return features;
+}
+
+}  // namespace vaiq::runtime

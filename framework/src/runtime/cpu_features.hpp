@@ -1,0 +1,16 @@
+// The one place the runtime asks which instruction sets the CPU has: kernels
+// pick their vector paths from it, so the choice is made once and can be seen.
+#pragma once
+
+namespace vaiq::runtime {
+
+struct CpuFeatures {
+    bool avx2 = false;
+    bool fma = false;
+    bool avx512f = false;
+};
+
+/// What this CPU supports, detected on first use.
+const CpuFeatures& cpu_features();
+
+}  // namespace vaiq::runtime

@@ -1,0 +1,354 @@
+// Float kernels as ONNX Runtime computes them: fused LayerNorm/Gelu, MatMul, Gemm, Conv, Transpose, Softmax, MLAS arithmetic.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "executor_test_support.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/infer.hpp"
+#include "runtime/kernels/ort_float.hpp"
+#include "runtime/layout.hpp"
+#include "test_support.hpp"
+#include "util/npy.hpp"
+#include "vaiq/error.hpp"
+#include "vaiq/quant.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using vaiq::DataType;
+using vaiq::Tensor;
+using vaiq::runtime::Executor;
+using vaiq::runtime::test::error_of;
+using vaiq::runtime::test::compare_rewrites;
+using vaiq::runtime::test::reference_conv_relu;
+
+// y = Gelu(x) spelled out as PyTorch exports it (x / sqrt2, Erf, + one, x *, * half);
+// the scalars sqrt2, one and half must exist. `product` names x * (erf + 1).
+void spell_out_gelu(vaiq::test::GraphBuilder& b, const std::string& x, const std::string& y, const std::string& product) {
+    b.node("Div", {x, "sqrt2"}, {x + "_sqrt2"});
+    b.node("Erf", {x + "_sqrt2"}, {"erf"});
+    b.node("Add", {"erf", "one"}, {"erf1"});
+    b.node("Mul", {x, "erf1"}, {product});
+    b.node("Mul", {product, "half"}, {y});
+}
+
+// LayerNorm and Gelu as PyTorch exports them at opset 13, Constant nodes included.
+vaiq::Model spelled_out_block() {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {2, 3, 8}).output("y", {2, 3, 8});
+    auto scalar = [&](const std::string& name, float v) {
+        auto& c = b.node("Constant", {}, {name});
+        auto* a = c.add_attribute();
+        a->set_name("value");
+        a->set_type(onnx::AttributeProto::TENSOR);
+        *a->mutable_t() = Tensor::from_values<float>({}, std::vector<float>{v}).to_proto(name);
+    };
+    scalar("two", 2.0f);
+    scalar("eps", 1e-5f);
+    scalar("sqrt2", 1.4142135f);
+    scalar("one", 1.0f);
+    scalar("half", 0.5f);
+    b.initializer("gamma", vaiq::test::ramp({8}, 0.5f, 0.1f));
+    b.initializer("beta", vaiq::test::ramp({8}, -0.3f, 0.05f));
+    vaiq::test::set_ints_attribute(b.node("ReduceMean", {"x"}, {"mean"}), "axes", {-1});
+    b.node("Sub", {"x", "mean"}, {"centred"});
+    b.node("Pow", {"centred", "two"}, {"squared"});
+    vaiq::test::set_ints_attribute(b.node("ReduceMean", {"squared"}, {"variance"}), "axes", {-1});
+    b.node("Add", {"variance", "eps"}, {"variance_eps"});
+    b.node("Sqrt", {"variance_eps"}, {"deviation"});
+    b.node("Div", {"centred", "deviation"}, {"normed"});
+    b.node("Mul", {"normed", "gamma"}, {"scaled"});
+    b.node("Add", {"scaled", "beta"}, {"ln"});
+    spell_out_gelu(b, "ln", "y", "product");
+    return b.build();
+}
+
+TEST(Executor, SpelledOutLayerNormAndGeluRunAsOneKernelEach) {
+    const auto model = spelled_out_block();
+    const Tensor x = vaiq::test::ramp({2, 3, 8}, -2.0f, 0.09f);
+    auto calls = compare_rewrites(model, x, {}, 1e-5f);
+    EXPECT_EQ(calls["LayerNormalization"], 1);
+    EXPECT_EQ(calls["Gelu"], 1);
+    EXPECT_EQ(calls.count("ReduceMean") + calls.count("Erf") + calls.count("Pow"), 0u);
+    // Every intermediate stays tappable: its nodes then run too.
+    calls = compare_rewrites(model, x, {"mean", "normed", "ln", "erf", "product"}, 1e-5f);
+    EXPECT_EQ(calls["Erf"], 1);
+    EXPECT_EQ(calls["ReduceMean"], 2);
+    // Known beforehand, a tap inside a pattern keeps that pattern spelled out; the other still fuses.
+    calls = compare_rewrites(model, x, {"erf"}, 1e-5f, true);
+    EXPECT_EQ(calls["Erf"], 1);
+    EXPECT_EQ(calls.count("Gelu"), 0u);
+    EXPECT_EQ(calls["LayerNormalization"], 1);
+}
+
+// A linear layer as exported for 3-D inputs: MatMul by a weight, then Add of a
+// bias. The bias goes into the product; a tap of the product still works.
+TEST(Executor, ABiasAddedToAMatMulByAWeightRunsInsideIt) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {2, 3, 4}).output("y", {2, 3, 5});
+    b.initializer("w", vaiq::test::ramp({4, 5}, -0.6f, 0.07f));
+    b.initializer("bias", vaiq::test::ramp({5}, 0.25f, -0.2f));
+    b.node("MatMul", {"x", "w"}, {"product"});
+    b.node("Add", {"bias", "product"}, {"y"});
+    const auto model = b.build();
+    const Tensor x = vaiq::test::ramp({2, 3, 4}, -1.0f, 0.11f);
+    auto calls = compare_rewrites(model, x, {}, 1e-6f);
+    EXPECT_EQ(calls.count("Add"), 0u);
+    EXPECT_EQ(calls.at("MatMul"), 1);
+    calls = compare_rewrites(model, x, {"product"}, 1e-6f);
+    EXPECT_EQ(calls.at("MatMul"), 2) << "the tap runs the plain product too";
+    calls = compare_rewrites(model, x, {"product"}, 1e-6f, true);
+    EXPECT_EQ(calls.at("Add"), 1) << "known beforehand, the tapped product is not fused away";
+}
+
+// MatMul by a weight, bias Add, spelled-out Gelu (a transformer's MLP), and
+// with `quantized` a QuantizeLinear/DequantizeLinear pair after it.
+vaiq::Model matmul_gelu(bool quantized) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {2, 5, 8}).output("y", {2, 5, 12});
+    b.initializer("w", vaiq::test::ramp({8, 12}, -0.6f, 0.013f));
+    b.initializer("bias", vaiq::test::ramp({12}, 0.25f, -0.05f));
+    for (const auto& [name, v] : {std::pair{"sqrt2", 1.4142135f}, {"one", 1.0f}, {"half", 0.5f}, {"scale", 0.01f}})
+        b.initializer(name, Tensor::from_values<float>({}, std::vector<float>{v}));
+    b.initializer("zero", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{128}));
+    b.node("MatMul", {"x", "w"}, {"product"});
+    b.node("Add", {"product", "bias"}, {"h"});
+    spell_out_gelu(b, "h", quantized ? "g" : "y", "doubled");
+    if (quantized) {
+        b.node("QuantizeLinear", {"g", "scale", "zero"}, {"q"});
+        b.node("DequantizeLinear", {"q", "scale", "zero"}, {"y"});
+    }
+    return b.build();
+}
+
+TEST(Executor, AGeluAfterAMatMulRunsInsideIt) {
+    const Tensor x = vaiq::test::ramp({2, 5, 8}, -2.0f, 0.05f);
+    auto calls = compare_rewrites(matmul_gelu(false), x, {}, 1e-5f);
+    EXPECT_EQ(calls.at("MatMul"), 1);
+    EXPECT_EQ(calls.count("Gelu") + calls.count("Erf") + calls.count("Add"), 0u) << "oneDNN's Gelu as it writes";
+    calls = compare_rewrites(matmul_gelu(false), x, {"h"}, 1e-5f, true);
+    EXPECT_EQ(calls.at("Gelu"), 1) << "the product tapped: it stays, and so does the Gelu kernel";
+    // In a model that quantizes, the fused Gelu is MLAS's, to the bit: what the Gelu kernel computes.
+    const auto model = matmul_gelu(true);
+    vaiq::runtime::ExecutorOptions options{.threads = 1, .profile = true};
+    Executor fused(model, options);
+    options.taps = {"h"};
+    Executor separate(model, options);
+    Tensor a, b;
+    fused.run({{"x", x}}, {"g"}, [&](const std::string&, const Tensor& t) { a = t; });
+    separate.run({{"x", x}}, {"g"}, [&](const std::string&, const Tensor& t) { b = t; });
+    std::map<std::string, int64_t> fused_calls;
+    for (const auto& p : fused.profile()) fused_calls[p.op_type] = p.calls;
+    EXPECT_EQ(fused_calls.count("Gelu"), 0u);
+    ASSERT_EQ(a.size(), b.size());
+    for (int64_t i = 0; i < a.size(); ++i) ASSERT_EQ(a.data<float>()[i], b.data<float>()[i]) << i;
+}
+
+// Gemm with one or two rows of A (a classifier at batch 1 or 2), B plain and
+// transposed, with C, against the sums computed here.
+TEST(Executor, GemmOfAFewRowsMatchesTheDefinition) {
+    const int64_t k = 37, n = 19;
+    for (const int64_t m : {1, 2})
+        for (const bool tb : {false, true}) {
+            vaiq::test::GraphBuilder b;
+            b.input("a", {m, k}).output("y", {m, n});
+            const Tensor bv = vaiq::test::ramp(tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, -1.0f, 0.003f);
+            const Tensor cv = vaiq::test::ramp({n}, 0.5f, -0.05f);
+            b.initializer("b", bv).initializer("c", cv);
+            vaiq::test::set_int_attribute(b.node("Gemm", {"a", "b", "c"}, {"y"}), "transB", tb ? 1 : 0);
+            const auto model = b.build();
+            const Tensor av = vaiq::test::ramp({m, k}, 0.7f, -0.021f);
+            const auto y = Executor(model, {.threads = 2}).run({{"a", av}})[0];
+            ASSERT_EQ(y.shape(), (std::vector<int64_t>{m, n}));
+            for (int64_t i = 0; i < m; ++i)
+                for (int64_t j = 0; j < n; ++j) {
+                    double sum = cv.data<float>()[j];
+                    for (int64_t q = 0; q < k; ++q)
+                        sum += double(av.data<float>()[i * k + q]) * bv.data<float>()[tb ? j * k + q : q * n + j];
+                    EXPECT_NEAR(y.data<float>()[i * n + j], sum, 1e-5) << m << " " << tb << " " << i << " " << j;
+                }
+        }
+}
+
+// Dense 3x3 convolutions of stride 1 (Winograd's, from 16 channels in and out;
+// direct below), plain and NHWC with a fused Relu, Relu6 (which keeps them
+// direct) or nothing, against the sums computed here.
+TEST(Executor, DenseThreeByThreeConvolutionsMatchTheDefinition) {
+    struct Case {
+        int64_t c, m;
+        std::string activation;  // "", "Relu" or "Clip" (0..6)
+    };
+    for (const auto& k : {Case{16, 32, ""}, Case{16, 32, "Relu"}, Case{32, 16, "Clip"}, Case{8, 8, "Relu"}})
+        for (const bool layout : {false, true}) {
+            SCOPED_TRACE(fmt::format("{} -> {} channels, '{}', layout {}", k.c, k.m, k.activation, layout));
+            const int64_t n = 2, h = 9, w = 11;
+            vaiq::test::GraphBuilder b;
+            b.input("x", {n, k.c, h, w}).output("y", {n, k.m, h, w});
+            std::mt19937 rng(7);
+            std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+            auto random = [&](std::vector<int64_t> shape) {
+                std::vector<float> v(vaiq::element_count(shape));
+                for (float& e : v) e = u(rng);
+                return Tensor::from_values<float>(shape, v);
+            };
+            const Tensor wv = random({k.m, k.c, 3, 3}), bv = random({k.m}), xv = random({n, k.c, h, w});
+            b.initializer("w", wv).initializer("b", bv);
+            b.initializer("lo", Tensor::from_values<float>({}, std::vector<float>{0.0f}));
+            b.initializer("hi", Tensor::from_values<float>({}, std::vector<float>{6.0f}));
+            auto& conv = b.node("Conv", {"x", "w", "b"}, {k.activation.empty() ? "y" : "c"});
+            vaiq::test::set_ints_attribute(conv, "pads", {1, 1, 1, 1});
+            if (k.activation == "Relu") b.node("Relu", {"c"}, {"y"});
+            if (k.activation == "Clip") b.node("Clip", {"c", "lo", "hi"}, {"y"});
+            const auto model = b.build();
+            const auto y = Executor(model, {.threads = 2, .optimize_layout = layout}).run({{"x", xv}})[0];
+            ASSERT_EQ(y.shape(), (std::vector<int64_t>{n, k.m, h, w}));
+            const auto x = xv.data<float>(), wt = wv.data<float>();
+            for (int64_t i = 0; i < n; ++i)
+                for (int64_t o = 0; o < k.m; ++o)
+                    for (int64_t r = 0; r < h; ++r)
+                        for (int64_t q = 0; q < w; ++q) {
+                            double sum = bv.data<float>()[o];
+                            for (int64_t ci = 0; ci < k.c; ++ci)
+                                for (int64_t dr = 0; dr < 3; ++dr)
+                                    for (int64_t dq = 0; dq < 3; ++dq) {
+                                        const int64_t rr = r + dr - 1, qq = q + dq - 1;
+                                        if (rr < 0 || rr >= h || qq < 0 || qq >= w) continue;
+                                        sum += double(x[((i * k.c + ci) * h + rr) * w + qq]) *
+                                               wt[((o * k.c + ci) * 3 + dr) * 3 + dq];
+                                    }
+                            if (k.activation == "Relu") sum = std::max(sum, 0.0);
+                            if (k.activation == "Clip") sum = std::clamp(sum, 0.0, 6.0);
+                            const int64_t at = ((i * k.m + o) * h + r) * w + q;
+                            ASSERT_NEAR(y.data<float>()[at], sum, 1e-4) << at;
+                        }
+        }
+}
+
+TEST(Executor, TransposesThatSwapBlocksOfAxesOrKeepTheOrder) {
+    // [2, 3, 1, 5] -> NHWC [2, 1, 5, 3] (a block swap), [3, 1, 4] -> [1, 3, 4] (no move), a matrix and a
+    // scalar, float and uint8.
+    struct Case {
+        std::vector<int64_t> shape, perm;
+    };
+    // Then matrices of whole 16x16 blocks and remainders on both sides (floats move as blocks in registers).
+    for (const auto& c : {Case{{2, 3, 1, 5}, {0, 2, 3, 1}}, Case{{3, 1, 4}, {1, 0, 2}}, Case{{4, 6}, {1, 0}},
+                          Case{{}, {}}, Case{{3, 40, 35}, {0, 2, 1}}, Case{{33, 64}, {1, 0}}}) {
+        for (const auto type : {DataType::Float, DataType::UInt8}) {
+            if (type == DataType::UInt8 && vaiq::element_count(c.shape) > 255) continue;  // values are the indices
+            vaiq::test::GraphBuilder b;
+            std::vector<int64_t> out_shape;
+            for (auto p : c.perm) out_shape.push_back(c.shape[p]);
+            b.input("x", c.shape, type).output("y", out_shape, type);
+            vaiq::test::set_ints_attribute(b.node("Transpose", {"x"}, {"y"}), "perm", c.perm);
+            const auto model = b.build();
+            const int64_t count = vaiq::element_count(c.shape);
+            std::vector<float> values(count);
+            std::iota(values.begin(), values.end(), 1.0f);  // each element is its input index + 1
+            const Tensor x = type == DataType::Float
+                                 ? Tensor::from_values<float>(c.shape, values)
+                                 : Tensor::from_values<uint8_t>(c.shape, std::vector<uint8_t>(values.begin(), values.end()));
+            const auto y = Executor(model, {.threads = 1}).run({{"x", x}})[0];
+            ASSERT_EQ(y.shape(), out_shape);
+            std::vector<int64_t> in_strides(c.shape.size(), 1);
+            for (int d = static_cast<int>(c.shape.size()) - 2; d >= 0; --d) in_strides[d] = in_strides[d + 1] * c.shape[d + 1];
+            for (int64_t i = 0; i < y.size(); ++i) {
+                int64_t rest = i, at = 0;
+                for (int d = static_cast<int>(out_shape.size()) - 1; d >= 0; --d) {
+                    at += (rest % out_shape[d]) * in_strides[c.perm[d]];
+                    rest /= out_shape[d];
+                }
+                const float got = type == DataType::Float ? y.data<float>()[i] : y.data<uint8_t>()[i];
+                ASSERT_EQ(got, static_cast<float>(at + 1)) << i;
+            }
+        }
+    }
+}
+
+// The fast exp path (AVX-512 where the CPU has it) against a plain transcription
+// of the same MLAS steps with std::ldexp for the final scaling, over the whole
+// reduced range, and its sum against MLAS's lane order.
+// The row maximum Softmax shifts by, wherever it sits: in a whole block of 16 or in the tail.
+TEST(OrtSoftmax, RowMaximumFindsEveryPosition) {
+    for (int64_t n = 1; n <= 40; ++n)
+        for (int64_t at = 0; at < n; ++at) {
+            std::vector<float> row(n);
+            for (int64_t j = 0; j < n; ++j) row[j] = -100.0f - static_cast<float>(j);
+            row[at] = -1.5f;
+            ASSERT_EQ(vaiq::runtime::ort_row_max(row.data(), n), -1.5f) << n << " " << at;
+        }
+}
+
+TEST(OrtSoftmax, FastScalingEqualsLdexpEverywhere) {
+    std::vector<float> in;
+    for (float v = -110.0f; v <= 0.0f; v += 0.0137f) in.push_back(v);
+    ASSERT_NE(in.size() % 16, 0u) << "the last block should be partial";
+    std::vector<float> out(in.size());
+    const float sum = vaiq::runtime::ort_sum_exp(in.data(), out.data(), static_cast<int64_t>(in.size()), 0.0f);
+    // The sum: element j into lane j % 16 in order, then MLAS's fold of the lanes.
+    float lanes[16] = {};
+    for (size_t i = 0; i < out.size(); ++i) lanes[i % 16] += out[i];
+    float a[8];
+    for (int i = 0; i < 8; ++i) a[i] = lanes[i + 8] + lanes[i];
+    EXPECT_EQ(sum, ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])));
+    size_t differ = 0;
+    for (size_t i = 0; i < in.size(); ++i) {
+        float x = std::max(-103.9720840454f, in[i]);
+        const float m = std::fma(x, 1.44269504088896341f, 12582912.0f) - 12582912.0f;
+        x = std::fma(m, -6.93145752e-1f, x);
+        x = std::fma(m, -1.42860677e-6f, x);
+        float p = 0x1.694000p-10f;
+        for (float c : {0x1.125edcp-7f, 0x1.555b5ap-5f, 0x1.555450p-3f, 0x1.fffff6p-2f, 1.0f, 1.0f}) p = std::fma(p, x, c);
+        differ += std::ldexp(p, static_cast<int>(m)) != out[i];
+    }
+    EXPECT_EQ(differ, 0u) << "of " << in.size();
+    EXPECT_NEAR(out.back(), std::exp(in.back()), 1e-6f);
+}
+
+TEST(OrtFloat, SgemmSumsInPanelsOf128) {
+    // K = 300: panels [0, 128), [128, 256), [256, 300), each a chain of fused multiply-adds.
+    const int64_t m = 3, k = 300, n = 5;
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> a(m * k), b(k * n), c(m * n);
+    for (auto& v : a) v = u(rng);
+    for (auto& v : b) v = u(rng);
+    vaiq::runtime::ort_sgemm(a.data(), b.data(), c.data(), m, k, n);
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+            float total = 0.0f;
+            for (int64_t k0 = 0; k0 < k; k0 += 128) {
+                float acc = 0.0f;
+                for (int64_t p = k0; p < std::min<int64_t>(k, k0 + 128); ++p) acc = std::fma(a[i * k + p], b[p * n + j], acc);
+                total = k0 == 0 ? acc : total + acc;
+            }
+            EXPECT_EQ(c[i * n + j], total) << i << "," << j;
+        }
+}
+
+TEST(OrtFloat, RowSumAndErf) {
+    std::vector<float> x(21);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 1.0f / static_cast<float>(i + 3);
+    // 21 values: packets over [0, 16), one more packet [16, 20), then x[20].
+    float p0[4], p1[4];
+    for (int l = 0; l < 4; ++l) {
+        p0[l] = x[l] + x[8 + l];
+        p1[l] = x[4 + l] + x[12 + l];
+        p0[l] = p0[l] + p1[l];
+        p0[l] = p0[l] + x[16 + l];
+    }
+    const float want = ((p0[0] + p0[2]) + (p0[1] + p0[3])) + x[20];
+    EXPECT_EQ(vaiq::runtime::ort_row_sum(x.data(), 21), want);
+    std::vector<float> in{-4.0f, -1.0f, -0.5f, 0.0f, 0.3f, 0.921875f, 2.0f, 10.0f}, out(in.size());
+    vaiq::runtime::ort_erf(in.data(), out.data(), static_cast<int64_t>(in.size()));
+    for (size_t i = 0; i < in.size(); ++i) EXPECT_NEAR(out[i], std::erf(in[i]), 2e-7f) << in[i];
+    EXPECT_EQ(out[3], 0.0f);
+    EXPECT_NEAR(out[7], 1.0f, 2e-7f) << "clamped at |x| = 3.725 as MLAS does";
+}
+
+}  // namespace

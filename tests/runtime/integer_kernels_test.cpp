@@ -1,0 +1,394 @@
+// Integer kernels and QDQ fusion: requantization, QLinear* and QGemm as ONNX Runtime computes them.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "executor_test_support.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/infer.hpp"
+#include "runtime/kernels/ort_float.hpp"
+#include "runtime/layout.hpp"
+#include "test_support.hpp"
+#include "util/npy.hpp"
+#include "vaiq/error.hpp"
+#include "vaiq/quant.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using vaiq::DataType;
+using vaiq::Tensor;
+using vaiq::runtime::Executor;
+using vaiq::runtime::test::error_of;
+using vaiq::runtime::test::reference_conv_relu;
+
+// Requantized sums far outside the 8-bit range on both sides, and half-way
+// cases, for uint8 and int8 outputs (the vector path and its tail).
+TEST(Executor, RequantizationRoundsHalfToEvenAndSaturates) {
+    const int64_t n = 53;
+    std::vector<int8_t> bv(2 * n);
+    for (int64_t j = 0; j < n; ++j) {
+        bv[j] = static_cast<int8_t>(std::clamp<int64_t>(j * 5 - 127, -127, 127));
+        bv[n + j] = static_cast<int8_t>(j % 3);
+    }
+    for (const auto out_type : {DataType::UInt8, DataType::Int8}) {
+        vaiq::test::GraphBuilder g;
+        g.input("a", {1, 2}, DataType::UInt8).output("y", {1, n}, out_type);
+        g.initializer("b", Tensor::from_values<int8_t>({2, n}, bv));
+        g.initializer("sa", Tensor::from_values<float>({}, std::vector<float>{1.0f}));
+        g.initializer("za", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{0}));
+        g.initializer("sb", Tensor::from_values<float>({}, std::vector<float>{1.0f}));
+        g.initializer("zb", Tensor::from_values<int8_t>({}, std::vector<int8_t>{0}));
+        g.initializer("sy", Tensor::from_values<float>({}, std::vector<float>{2.0f}));  // multiplier 0.5: halves
+        if (out_type == DataType::UInt8) g.initializer("zy", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{100}));
+        else g.initializer("zy", Tensor::from_values<int8_t>({}, std::vector<int8_t>{-3}));
+        g.node("QLinearMatMul", {"a", "sa", "za", "b", "sb", "zb", "sy", "zy"}, {"y"});
+        const auto model = g.build();
+        const std::vector<uint8_t> av{9, 1};
+        const auto y = Executor(model, {.threads = 1}).run({{"a", Tensor::from_values<uint8_t>({1, 2}, av)}})[0];
+        const int zp = out_type == DataType::UInt8 ? 100 : -3;
+        const float lo = out_type == DataType::UInt8 ? 0.0f : -128.0f, hi = out_type == DataType::UInt8 ? 255.0f : 127.0f;
+        int low = 0, high = 0, halves = 0;
+        for (int64_t j = 0; j < n; ++j) {
+            const int32_t acc = av[0] * bv[j] + av[1] * bv[n + j];
+            const float expected = std::clamp(std::nearbyint(static_cast<float>(acc) * 0.5f) + zp, lo, hi);
+            const float got = out_type == DataType::UInt8 ? y.data<uint8_t>()[j] : y.data<int8_t>()[j];
+            EXPECT_EQ(got, expected) << j;
+            low += expected == lo;
+            high += expected == hi;
+            halves += acc % 2 != 0;
+        }
+        EXPECT_GT(low, 0);
+        EXPECT_GT(high, 0);
+        EXPECT_GT(halves, 0);
+    }
+}
+
+// QLinearMatMul with uint8 operands on both sides, non-zero zero points and a
+// broadcast batch, against the definition computed here in plain integers.
+TEST(Executor, QLinearMatMulSumsCentredIntegersExactly) {
+    const int64_t batch = 3, m = 5, k = 37, n = 19;
+    std::vector<uint8_t> av(batch * m * k), bv(k * n);
+    for (size_t i = 0; i < av.size(); ++i) av[i] = static_cast<uint8_t>((i * 37 + 11) % 256);
+    for (size_t i = 0; i < bv.size(); ++i) bv[i] = static_cast<uint8_t>((i * 91 + 5) % 256);
+    const uint8_t za = 131, zb = 7, zy = 100;
+    const float sa = 0.02f, sb = 0.003f, sy = 0.5f;
+    vaiq::test::GraphBuilder g;
+    g.input("a", {batch, m, k}, DataType::UInt8).output("y", {batch, m, n}, DataType::UInt8);
+    g.initializer("b", Tensor::from_values<uint8_t>({k, n}, bv));
+    auto scalar = [&](const std::string& name, auto v) {
+        using V = decltype(v);
+        g.initializer(name, Tensor::from_values<V>({}, std::vector<V>{v}));
+    };
+    scalar("sa", sa);
+    scalar("za", za);
+    scalar("sb", sb);
+    scalar("zb", zb);
+    scalar("sy", sy);
+    scalar("zy", zy);
+    g.node("QLinearMatMul", {"a", "sa", "za", "b", "sb", "zb", "sy", "zy"}, {"y"});
+    const auto model = g.build();
+    Executor executor(model, {.threads = 1});
+    const auto y = executor.run({{"a", Tensor::from_values<uint8_t>({batch, m, k}, av)}})[0];
+    const auto out = y.data<uint8_t>();
+    const float multiplier = sa * sb / sy;
+    int checked = 0, saturated = 0;
+    for (int64_t p = 0; p < batch; ++p)
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+                int32_t acc = 0;
+                for (int64_t q = 0; q < k; ++q)
+                    acc += (av[(p * m + i) * k + q] - za) * (bv[q * n + j] - zb);
+                const float r = std::nearbyint(static_cast<float>(acc) * multiplier) + zy;
+                const auto expected = static_cast<uint8_t>(std::clamp(r, 0.0f, 255.0f));
+                EXPECT_EQ(out[(p * m + i) * n + j], expected) << p << " " << i << " " << j;
+                saturated += expected == 0 || expected == 255;
+                ++checked;
+            }
+    EXPECT_EQ(checked, batch * m * n);
+    EXPECT_LT(saturated, checked / 2) << "the values should mostly be inside the range";
+}
+
+TEST(Executor, QLinearAddRequantizesLikeOnnxRuntime) {
+    // a = (q - 128) * 0.5, b = (q - 0) * 0.25, c = round((a + b) / 1.0) + 10, saturated to uint8.
+    vaiq::test::GraphBuilder b;
+    b.input("a", {4}, DataType::UInt8).input("b", {4}, DataType::UInt8).output("c", {4}, DataType::UInt8);
+    auto scalar = [&](const std::string& name, auto v) {
+        using V = decltype(v);
+        b.initializer(name, Tensor::from_values<V>({}, std::vector<V>{v}));
+    };
+    scalar("sa", 0.5f);
+    scalar("za", uint8_t{128});
+    scalar("sb", 0.25f);
+    scalar("zb", uint8_t{0});
+    scalar("sc", 1.0f);
+    scalar("zc", uint8_t{10});
+    b.node("QLinearAdd", {"a", "sa", "za", "b", "sb", "zb", "sc", "zc"}, {"c"}, "add").set_domain("com.microsoft");
+    auto model = b.build();
+    auto* ms = model.proto().add_opset_import();
+    ms->set_domain("com.microsoft");
+    ms->set_version(1);
+    Executor e(model);
+    const auto out = e.run({{"a", Tensor::from_values<uint8_t>({4}, std::vector<uint8_t>{128, 130, 0, 255})},
+                            {"b", Tensor::from_values<uint8_t>({4}, std::vector<uint8_t>{0, 2, 4, 255})}})[0];
+    // 0 + 0 -> 10; 1 + 0.5 = 1.5 -> 2 (half to even) -> 12; -64 + 1 -> -63 -> 0 (saturated); 63.5 + 63.75 = 127.25 -> 137
+    EXPECT_EQ(std::vector<uint8_t>(out.data<uint8_t>().begin(), out.data<uint8_t>().end()),
+              (std::vector<uint8_t>{10, 12, 0, 137}));
+}
+
+// QLinearConv on the int8 path against a brute-force loop, for uint8 and int8
+// inputs with a non-zero zero point, padding (filled with that zero point),
+// strides and groups: the integer sums must be exact.
+struct ConvGeometry {
+    int64_t n, c, h, w, m, group, k, stride, pad;
+};
+
+template <typename X>
+void check_qlinear_conv(const ConvGeometry& geometry) {
+    const auto [n, c, h, w, m, group, k, stride, pad] = geometry;
+    const int64_t oh = (h + 2 * pad - k) / stride + 1, ow = (w + 2 * pad - k) / stride + 1;
+    std::mt19937 rng(11);
+    std::uniform_int_distribution<int> any(std::numeric_limits<X>::min(), std::numeric_limits<X>::max());
+    std::uniform_int_distribution<int> weight(-127, 127);
+    std::vector<X> x(n * c * h * w);
+    std::vector<int8_t> wt(m * (c / group) * k * k);
+    std::vector<int32_t> bias(m);
+    for (auto& v : x) v = static_cast<X>(any(rng));
+    for (auto& v : wt) v = static_cast<int8_t>(weight(rng));
+    for (auto& v : bias) v = weight(rng) * 100;
+    const X zx = static_cast<X>(std::is_signed_v<X> ? -5 : 37);
+    const float sx = 0.02f, sw = 0.003f, sy = 0.05f;
+    const X zy = static_cast<X>(std::is_signed_v<X> ? 3 : 120);
+
+    vaiq::test::GraphBuilder b;
+    constexpr DataType xt = vaiq::data_type_of<X>();
+    b.input("x", {n, c, h, w}, xt).output("y", {n, m, oh, ow}, xt);
+    b.initializer("sx", Tensor::from_values<float>({}, std::vector<float>{sx}));
+    b.initializer("zx", Tensor::from_values<X>({}, std::vector<X>{zx}));
+    b.initializer("w", Tensor::from_values<int8_t>({m, c / group, k, k}, wt));
+    b.initializer("sw", Tensor::from_values<float>({}, std::vector<float>{sw}));
+    b.initializer("zw", Tensor::from_values<int8_t>({}, std::vector<int8_t>{0}));
+    b.initializer("sy", Tensor::from_values<float>({}, std::vector<float>{sy}));
+    b.initializer("zy", Tensor::from_values<X>({}, std::vector<X>{zy}));
+    b.initializer("bias", Tensor::from_values<int32_t>({m}, bias));
+    auto& conv = b.node("QLinearConv", {"x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "bias"}, {"y"}, "conv");
+    vaiq::test::set_ints_attribute(conv, "pads", {pad, pad, pad, pad});
+    vaiq::test::set_ints_attribute(conv, "strides", {stride, stride});
+    vaiq::test::set_int_attribute(conv, "group", group);
+    const auto model = b.build();
+    Executor e(model);
+    const Tensor y = e.run({{"x", Tensor::from_values<X>({n, c, h, w}, x)}})[0];
+    const auto got = y.template data<X>();
+
+    const float multiplier = sx * sw / sy;
+    const int64_t cg = c / group, mg = m / group;
+    size_t mismatches = 0;
+    for (int64_t bn = 0; bn < n; ++bn)
+        for (int64_t oc = 0; oc < m; ++oc)
+            for (int64_t i = 0; i < oh; ++i)
+                for (int64_t j = 0; j < ow; ++j) {
+                    int32_t acc = bias[oc];
+                    for (int64_t ic = 0; ic < cg; ++ic)
+                        for (int64_t ki = 0; ki < k; ++ki)
+                            for (int64_t kj = 0; kj < k; ++kj) {
+                                const int64_t r = i * stride - pad + ki, s = j * stride - pad + kj;
+                                if (r < 0 || r >= h || s < 0 || s >= w) continue;
+                                const int64_t channel = (oc / mg) * cg + ic;
+                                acc += (static_cast<int32_t>(x[((bn * c + channel) * h + r) * w + s]) - zx) *
+                                       wt[((oc * cg + ic) * k + ki) * k + kj];
+                            }
+                    const X want = vaiq::quantize_value<X>(static_cast<float>(acc) * multiplier, static_cast<double>(zy));
+                    mismatches += got[((bn * m + oc) * oh + i) * ow + j] != want;
+                }
+    EXPECT_EQ(mismatches, 0u) << "of " << got.size();
+}
+
+TEST(Executor, QLinearConvIsExactForUint8AndInt8Inputs) {
+    // Small and grouped; then 18x19 outputs of 20 channels, whose sums come out
+    // channels-last in 16x16 blocks and remainders on both sides.
+    for (const auto& geometry : {ConvGeometry{2, 4, 7, 6, 6, 2, 3, 2, 1}, ConvGeometry{2, 8, 18, 19, 20, 1, 3, 1, 1}}) {
+        check_qlinear_conv<uint8_t>(geometry);
+        check_qlinear_conv<int8_t>(geometry);
+    }
+}
+
+// x -> Q -> DQ -> Conv(DQ(w), DQ(b)) -> Clip(0, clip_max) -> Q -> DQ -> y, as the qdq format writes it.
+vaiq::Model qdq_conv(float clip_max) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 2, 5, 5}).output("y", {1, 3, 5, 5});
+    auto scalar = [&](const std::string& name, auto v) {
+        using V = decltype(v);
+        b.initializer(name, Tensor::from_values<V>({}, std::vector<V>{v}));
+    };
+    scalar("sx", 0.02f);
+    scalar("zx", uint8_t{128});
+    scalar("sw", 0.01f);
+    scalar("zw", int8_t{0});
+    scalar("sb", 0.0002f);
+    scalar("zb", int32_t{0});
+    scalar("sy", 6.0f / 255.0f);
+    scalar("zy", uint8_t{0});
+    scalar("lo", 0.0f);
+    scalar("hi", clip_max);
+    std::vector<int8_t> w(3 * 2 * 3 * 3);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<int8_t>(static_cast<int>(i * 7 % 61) - 30);
+    b.initializer("wq", Tensor::from_values<int8_t>({3, 2, 3, 3}, w));
+    b.initializer("bq", Tensor::from_values<int32_t>({3}, std::vector<int32_t>{500, -300, 1000}));
+    b.node("QuantizeLinear", {"x", "sx", "zx"}, {"xq"});
+    b.node("DequantizeLinear", {"xq", "sx", "zx"}, {"xd"});
+    b.node("DequantizeLinear", {"wq", "sw", "zw"}, {"wd"});
+    b.node("DequantizeLinear", {"bq", "sb", "zb"}, {"bd"});
+    vaiq::test::set_ints_attribute(b.node("Conv", {"xd", "wd", "bd"}, {"c"}, "conv"), "pads", {1, 1, 1, 1});
+    b.node("Clip", {"c", "lo", "hi"}, {"r"}, "clip");
+    b.node("QuantizeLinear", {"r", "sy", "zy"}, {"rq"});
+    b.node("DequantizeLinear", {"rq", "sy", "zy"}, {"y"});
+    return b.build();
+}
+
+std::string tap_error(Executor& e, const Tensor& x, const std::string& tensor) {
+    try {
+        e.run({{"x", x}}, {tensor}, [](const std::string&, const Tensor&) {});
+    } catch (const vaiq::InputError& err) {
+        return err.what();
+    }
+    return "";
+}
+
+TEST(QdqFusion, RunsDqConvClipQAsQLinearConvWhenQMakesTheClipRedundant) {
+    const auto x = vaiq::test::ramp({1, 2, 5, 5}, -2.0f, 0.07f);
+    const auto model = qdq_conv(6.0f);
+    Executor fused(model), plain(model, {.fuse_qdq = false});
+    EXPECT_NE(tap_error(fused, x, "c").find("inside an integer operator"), std::string::npos);
+    EXPECT_EQ(tap_error(plain, x, "c"), "");
+    // Same values as the integer kernel computes them: every element within one step.
+    const auto a = fused.run({{"x", x}})[0], b = plain.run({{"x", x}})[0];
+    for (int64_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a.data<float>()[i], b.data<float>()[i], 6.0f / 255.0f * 1.01f);
+    // A Clip that cuts inside Q's range is not redundant: nothing is fused.
+    const auto tight = qdq_conv(3.0f);
+    Executor kept(tight);
+    EXPECT_EQ(tap_error(kept, x, "c"), "");
+}
+
+// DQ -> Pad(zeros) -> AveragePool -> Q: ONNX Runtime folds the Pad into the pool
+// (count_include_pad) and runs QLinearAveragePool; so does vaiq.
+TEST(QdqFusion, FoldsAZeroPadIntoQLinearAveragePool) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 2, 4, 4}).output("y", {1, 2, 3, 3});
+    b.initializer("s", Tensor::from_values<float>({}, std::vector<float>{0.05f}));
+    b.initializer("z", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{10}));
+    b.initializer("pads", Tensor::from_values<int64_t>({8}, std::vector<int64_t>{0, 0, 1, 1, 0, 0, 1, 1}));
+    b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
+    b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
+    b.node("Pad", {"xd", "pads"}, {"p"}, "pad");
+    auto& pool = b.node("AveragePool", {"p"}, {"a"}, "pool");
+    vaiq::test::set_ints_attribute(pool, "kernel_shape", {2, 2});
+    vaiq::test::set_ints_attribute(pool, "strides", {2, 2});
+    b.node("QuantizeLinear", {"a", "s", "z"}, {"aq"});
+    b.node("DequantizeLinear", {"aq", "s", "z"}, {"y"});
+    const auto model = b.build();
+    const auto x = vaiq::test::ramp({1, 2, 4, 4}, -0.3f, 0.05f);
+    Executor fused(model), plain(model, {.fuse_qdq = false});
+    EXPECT_NE(tap_error(fused, x, "p").find("inside an integer operator"), std::string::npos);
+    const auto a = fused.run({{"x", x}})[0], c = plain.run({{"x", x}})[0];
+    ASSERT_EQ(a.shape(), (std::vector<int64_t>{1, 2, 3, 3}));
+    for (int64_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a.data<float>()[i], c.data<float>()[i], 0.0501f) << i;
+}
+
+vaiq::Model contrib_model(vaiq::test::GraphBuilder& b) {
+    auto model = b.build();
+    auto* ms = model.proto().add_opset_import();
+    ms->set_domain("com.microsoft");
+    ms->set_version(1);
+    return model;
+}
+
+TEST(Executor, QGemmAddsTheInt32BiasAndRequantizesPerColumn) {
+    // A = [[130, 126]] (zp 128 -> [2, -2]), B^T = [[1, 2], [3, -4]] int8, C = [10, -10].
+    // Sums: [2*1 - 2*2 + 10, 2*3 + 2*4 - 10] = [8, 4]; scales 0.5 * [0.25, 0.5] / 0.125 -> [1, 2].
+    vaiq::test::GraphBuilder b;
+    b.input("a", {1, 2}, DataType::UInt8).output("y", {1, 2}, DataType::UInt8);
+    b.initializer("sa", Tensor::from_values<float>({}, std::vector<float>{0.5f}));
+    b.initializer("za", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{128}));
+    b.initializer("w", Tensor::from_values<int8_t>({2, 2}, std::vector<int8_t>{1, 2, 3, -4}));
+    b.initializer("sw", Tensor::from_values<float>({2}, std::vector<float>{0.25f, 0.5f}));
+    b.initializer("zw", Tensor::from_values<int8_t>({2}, std::vector<int8_t>{0, 0}));
+    b.initializer("c", Tensor::from_values<int32_t>({2}, std::vector<int32_t>{10, -10}));
+    b.initializer("sy", Tensor::from_values<float>({}, std::vector<float>{0.125f}));
+    b.initializer("zy", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{100}));
+    auto& g = b.node("QGemm", {"a", "sa", "za", "w", "sw", "zw", "c", "sy", "zy"}, {"y"}, "qgemm");
+    g.set_domain("com.microsoft");
+    vaiq::test::set_int_attribute(g, "transB", 1);
+    const auto model = contrib_model(b);
+    Executor e(model);
+    const auto y = e.run({{"a", Tensor::from_values<uint8_t>({1, 2}, std::vector<uint8_t>{130, 126})}})[0];
+    EXPECT_EQ(y.data<uint8_t>()[0], 108);  // 8 * 1 + 100
+    EXPECT_EQ(y.data<uint8_t>()[1], 108);  // 4 * 2 + 100
+}
+
+TEST(Executor, QLinearSoftmaxRowsSumToOneStep) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {2, 4}, DataType::UInt8).output("y", {2, 4}, DataType::UInt8);
+    b.initializer("sx", Tensor::from_values<float>({}, std::vector<float>{0.1f}));
+    b.initializer("zx", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{0}));
+    b.initializer("sy", Tensor::from_values<float>({}, std::vector<float>{1.0f / 256.0f}));
+    b.initializer("zy", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{0}));
+    auto& s = b.node("QLinearSoftmax", {"x", "sx", "zx", "sy", "zy"}, {"y"}, "softmax");
+    s.set_domain("com.microsoft");
+    vaiq::test::set_int_attribute(s, "opset", 13);
+    const auto model = contrib_model(b);
+    Executor e(model);
+    const auto y = e.run({{"x", Tensor::from_values<uint8_t>({2, 4}, std::vector<uint8_t>{0, 10, 20, 30, 5, 5, 5, 5})}})[0];
+    const auto v = y.data<uint8_t>();
+    // Row 2 is uniform: 256 / 4 = 64 each. Row 1: softmax([0, 1, 2, 3]) * 256, rounded.
+    for (int j = 4; j < 8; ++j) EXPECT_EQ(v[j], 64);
+    const double denom = 1 + std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
+    for (int j = 0; j < 4; ++j) EXPECT_NEAR(v[j], std::exp(double(j)) / denom * 256, 0.51) << j;
+}
+
+// int8 activations: ONNX Runtime on x86 turns int8 Q/DQ pairs into uint8 ones
+// (zero point + 128, same values) and then fuses as for uint8. A pair whose
+// DequantizeLinear has several readers is left alone.
+TEST(QdqFusion, Int8PairsBecomeUint8AndFuse) {
+    auto build = [](bool shared) {
+        vaiq::test::GraphBuilder b;
+        b.input("x", {1, 2, 4, 4}).output("y", {1, 3, 4, 4});
+        if (shared) b.output("xd_out", {1, 2, 4, 4});
+        auto scalar = [&](const std::string& name, auto v) {
+            using V = decltype(v);
+            b.initializer(name, Tensor::from_values<V>({}, std::vector<V>{v}));
+        };
+        scalar("sx", 0.02f);
+        scalar("zx", int8_t{3});
+        scalar("sw", 0.01f);
+        scalar("zw", int8_t{0});
+        scalar("sy", 0.05f);
+        scalar("zy", int8_t{-5});
+        std::vector<int8_t> w(3 * 2 * 3 * 3);
+        for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<int8_t>(static_cast<int>(i * 11 % 51) - 25);
+        b.initializer("wq", Tensor::from_values<int8_t>({3, 2, 3, 3}, w));
+        b.node("QuantizeLinear", {"x", "sx", "zx"}, {"xq"});
+        b.node("DequantizeLinear", {"xq", "sx", "zx"}, {"xd"});
+        if (shared) b.node("Identity", {"xd"}, {"xd_out"});
+        b.node("DequantizeLinear", {"wq", "sw", "zw"}, {"wd"});
+        vaiq::test::set_ints_attribute(b.node("Conv", {"xd", "wd"}, {"c"}, "conv"), "pads", {1, 1, 1, 1});
+        b.node("QuantizeLinear", {"c", "sy", "zy"}, {"cq"});
+        b.node("DequantizeLinear", {"cq", "sy", "zy"}, {"y"});
+        return b.build();
+    };
+    const auto x = vaiq::test::ramp({1, 2, 4, 4}, -1.0f, 0.06f);
+    const auto single = build(false);
+    Executor fused(single), plain(single, {.fuse_qdq = false});
+    EXPECT_NE(tap_error(fused, x, "c").find("inside an integer operator"), std::string::npos);
+    const auto a = fused.run({{"x", x}})[0], c = plain.run({{"x", x}})[0];
+    for (int64_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a.data<float>()[i], c.data<float>()[i], 0.0501f) << i;
+    const auto shared = build(true);
+    Executor kept(shared);
+    EXPECT_EQ(tap_error(kept, x, "c"), "") << "the input pair stays int8, so the Conv stays float";
+}
+
+}  // namespace

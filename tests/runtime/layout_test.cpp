@@ -1,0 +1,279 @@
+// The layout rewrites: NHWC chains, fused activations, the depthwise pair, residual adds.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "executor_test_support.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/infer.hpp"
+#include "runtime/kernels/ort_float.hpp"
+#include "runtime/layout.hpp"
+#include "test_support.hpp"
+#include "util/npy.hpp"
+#include "vaiq/error.hpp"
+#include "vaiq/quant.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using vaiq::DataType;
+using vaiq::Tensor;
+using vaiq::runtime::Executor;
+using vaiq::runtime::test::error_of;
+using vaiq::runtime::test::compare_rewrites;
+using vaiq::runtime::test::reference_conv_relu;
+
+// x -> Conv -> Relu -> Conv -> Add(with the Relu output) -> MaxPool -> y
+vaiq::Model residual_block() {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 3, 8, 8}).output("y", {1, 3, 4, 4});
+    b.initializer("w1", vaiq::test::ramp({3, 3, 3, 3}, -0.4f, 0.01f));
+    b.initializer("w2", vaiq::test::ramp({3, 3, 1, 1}, 0.3f, -0.07f));
+    vaiq::test::set_ints_attribute(b.node("Conv", {"x", "w1"}, {"c1"}, "conv1"), "pads", {1, 1, 1, 1});
+    b.node("Relu", {"c1"}, {"r1"}, "relu1");
+    b.node("Conv", {"r1", "w2"}, {"c2"}, "conv2");
+    b.node("Add", {"c2", "r1"}, {"s"}, "add");
+    auto& pool = b.node("MaxPool", {"s"}, {"y"}, "pool");
+    vaiq::test::set_ints_attribute(pool, "kernel_shape", {2, 2});
+    vaiq::test::set_ints_attribute(pool, "strides", {2, 2});
+    return b.build();
+}
+
+TEST(Layout, TransposesBetweenConvolutionsCancel) {
+    auto model = residual_block();
+    ASSERT_TRUE(vaiq::runtime::optimize_layout(model.graph()));
+    int to_nhwc = 0, nhwc_ops = 0, relus = 0, fused = 0;
+    for (const auto& n : model.graph().node()) {
+        nhwc_ops += n.domain() == vaiq::runtime::kInternalDomain;
+        relus += n.op_type() == "Relu";
+        for (const auto& a : n.attribute()) fused += a.name() == "activation_min";
+        if (n.op_type() == "Transpose" && n.attribute(0).ints(1) == 2) ++to_nhwc;
+    }
+    // The two convolutions, the pool, the first convolution again with the Relu
+    // fused in (the plain one stays for a tap of c1), and the second again with
+    // the residual Add.
+    EXPECT_EQ(nhwc_ops, 5);
+    EXPECT_EQ(relus, 0);
+    EXPECT_EQ(fused, 1);
+    EXPECT_EQ(to_nhwc, 1) << "only the graph input is transposed into NHWC";
+}
+
+// Conv -> Relu -> Clip: the Relu fuses into the convolution, and the Clip after
+// it still runs (a fused convolution takes no second activation).
+TEST(Layout, OnlyTheFirstActivationAfterAConvolutionFuses) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 2, 4, 4}).output("y", {1, 3, 4, 4});
+    b.initializer("w", vaiq::test::ramp({3, 2, 1, 1}, -0.4f, 0.15f));
+    b.initializer("hi", Tensor::from_values<float>({}, std::vector<float>{0.3f}));
+    b.initializer("lo", Tensor::from_values<float>({}, std::vector<float>{0.0f}));
+    b.node("Conv", {"x", "w"}, {"c"}, "conv");
+    b.node("Relu", {"c"}, {"r"}, "relu");
+    b.node("Clip", {"r", "lo", "hi"}, {"y"}, "clip");
+    const auto model = b.build();
+    const Tensor x = vaiq::test::ramp({1, 2, 4, 4}, -2.0f, 0.13f);
+    const auto plain = Executor(model, {.threads = 1, .optimize_layout = false}).run({{"x", x}})[0];
+    const auto fused = Executor(model, {.threads = 1, .optimize_layout = true}).run({{"x", x}})[0];
+    float largest = 0;
+    for (int64_t i = 0; i < plain.size(); ++i) {
+        EXPECT_NEAR(fused.data<float>()[i], plain.data<float>()[i], 1e-6f) << i;
+        largest = std::max(largest, fused.data<float>()[i]);
+    }
+    EXPECT_EQ(largest, 0.3f) << "the Clip's bound must hold";
+}
+
+TEST(Layout, ThePlainConvolutionBehindAFusedReluRunsOnlyForATap) {
+    const auto model = residual_block();
+    Executor executor(model, {.threads = 1, .profile = true, .optimize_layout = true});
+    const Tensor x = vaiq::test::ramp({1, 3, 8, 8}, -2.0f, 0.02f);
+    auto convolutions = [&] {
+        for (const auto& p : executor.profile())
+            if (p.op_type == "NhwcConv") return p.calls;
+        return int64_t{0};
+    };
+    executor.run({{"x", x}});
+    EXPECT_EQ(convolutions(), 2);
+    executor.run({{"x", x}}, {"c1"}, [](const std::string&, const Tensor&) {});
+    EXPECT_EQ(convolutions(), 5) << "the tap of c1 runs the plain convolution too";
+}
+
+TEST(Layout, EveryTensorReadsTheSameWithAndWithoutIt) {
+    const auto model = residual_block();
+    Executor plain(model, {.threads = 1, .optimize_layout = false});
+    Executor nhwc(model, {.threads = 1, .optimize_layout = true});
+    const std::vector<std::string> taps{"c1", "r1", "c2", "s"};
+    std::map<std::string, Tensor> a, b;
+    const Tensor x = vaiq::test::ramp({1, 3, 8, 8}, -2.0f, 0.02f);
+    const auto ya = plain.run({{"x", x}}, taps, [&](const std::string& n, const Tensor& t) { a[n] = t; });
+    const auto yb = nhwc.run({{"x", x}}, taps, [&](const std::string& n, const Tensor& t) { b[n] = t; });
+    ASSERT_EQ(b.size(), taps.size());
+    a["y"] = ya[0];
+    b["y"] = yb[0];
+    for (const auto& [name, t] : a) {
+        ASSERT_EQ(b[name].shape(), t.shape()) << name;
+        const auto p = t.data<float>(), q = b[name].data<float>();
+        for (size_t i = 0; i < p.size(); ++i) ASSERT_NEAR(p[i], q[i], 1e-5f) << name << "[" << i << "]";
+    }
+}
+
+// MobileNetV2's inverted residual: 1x1 expansion -> Clip -> depthwise 3x3 (stride 2) -> Clip -> 1x1 projection.
+// With a skip (stride 1), the block reads a 1x1 convolution of x (an NHWC value, as between blocks), and
+// the projection adds that value or a second 1x1 convolution of it.
+enum class Skip { none, input, convolution };
+vaiq::Model inverted_residual(int64_t stride = 2, int64_t batch = 1, int64_t size = 9, int64_t expanded = 12,
+                              Skip skip = Skip::none) {
+    vaiq::test::GraphBuilder b;
+    const int64_t out = (size - 1) / stride + 1, projected = skip == Skip::none ? 4 : 3;
+    b.input("x", {batch, 3, size, size}).output("y", {batch, projected, out, out});
+    std::string in = "x";
+    if (skip != Skip::none) {
+        b.initializer("wi", vaiq::test::ramp({3, 3, 1, 1}, -0.3f, 0.1f));
+        b.node("Conv", {"x", "wi"}, {"i"}, "in");
+        in = "i";
+    }
+    b.initializer("we", vaiq::test::ramp({expanded, 3, 1, 1}, -0.5f, 0.03f));
+    b.initializer("be", vaiq::test::ramp({expanded}, -0.2f, 0.05f));
+    b.initializer("wd", vaiq::test::ramp({expanded, 1, 3, 3}, 0.4f, -0.007f));
+    b.initializer("wp", vaiq::test::ramp({projected, expanded, 1, 1}, 0.2f, -0.01f));
+    b.initializer("bp", vaiq::test::ramp({projected}, 0.1f, -0.1f));
+    b.initializer("lo", Tensor::from_values<float>({}, std::vector<float>{0.0f}));
+    b.initializer("hi", Tensor::from_values<float>({}, std::vector<float>{6.0f}));
+    b.node("Conv", {in, "we", "be"}, {"e"}, "expand");
+    b.node("Clip", {"e", "lo", "hi"}, {"e6"}, "expand_clip");
+    auto& dw = b.node("Conv", {"e6", "wd"}, {"d"}, "depthwise");
+    vaiq::test::set_int_attribute(dw, "group", expanded);
+    vaiq::test::set_ints_attribute(dw, "pads", {1, 1, 1, 1});
+    vaiq::test::set_ints_attribute(dw, "strides", {stride, stride});
+    b.node("Clip", {"d", "lo", "hi"}, {"d6"}, "depthwise_clip");
+    if (skip == Skip::none) {
+        b.node("Conv", {"d6", "wp"}, {"y"}, "project");
+        return b.build();
+    }
+    b.node("Conv", {"d6", "wp", "bp"}, {"p"}, "project");
+    if (skip == Skip::convolution) {
+        b.initializer("ws", vaiq::test::ramp({3, 3, 1, 1}, 0.5f, -0.1f));
+        b.node("Conv", {"i", "ws"}, {"s"}, "skip");
+    }
+    b.node("Add", {"p", skip == Skip::input ? "i" : "s"}, {"y"}, "residual");
+    return b.build();
+}
+
+TEST(Layout, ExpansionAndDepthwiseConvolutionRunAsOneStep) {
+    const auto model = inverted_residual();
+    const Tensor x = vaiq::test::ramp({1, 3, 9, 9}, -3.0f, 0.025f);
+    auto calls = compare_rewrites(model, x, {}, 1e-5f);
+    EXPECT_EQ(calls["NhwcConvDepthwise"], 1) << "the projection runs inside it too";
+    EXPECT_EQ(calls.count("NhwcConv"), 0u);
+    // Tapping the expanded tensor runs the 1x1 convolution for it as well...
+    calls = compare_rewrites(model, x, {"e6"}, 1e-5f);
+    EXPECT_EQ(calls["NhwcConvDepthwise"], 1);
+    EXPECT_EQ(calls["NhwcConv"], 1);
+    // ...and tapping the depthwise outputs the pair that makes them.
+    calls = compare_rewrites(model, x, {"d6"}, 1e-5f);
+    EXPECT_EQ(calls["NhwcConvDepthwise"], 2);
+    calls = compare_rewrites(model, x, {"d6"}, 1e-5f, true);
+    EXPECT_EQ(calls["NhwcConvDepthwise"], 1) << "known beforehand, the projection stays on its own";
+    EXPECT_EQ(calls["NhwcConv"], 1);
+    // ...unless the executor knows the taps beforehand: then nothing computes twice.
+    calls = compare_rewrites(model, x, {"e6"}, 1e-5f, true);
+    EXPECT_EQ(calls.count("NhwcConvDepthwise"), 0u);
+    EXPECT_EQ(calls["NhwcConv"], 3);
+    calls = compare_rewrites(model, x, {"e", "e6", "d", "d6"}, 1e-5f, true);
+    EXPECT_EQ(calls["NhwcConv"], 3) << "each convolution once";
+    EXPECT_EQ(calls["Clip"], 2) << "the activations on their own, their inputs being tapped";
+}
+
+// Three images whose expanded tensors (72 x 64 x 64 floats, over 1 MB each) go
+// through the pair one at a time.
+TEST(Layout, ABatchGoesThroughTheFusedPairInGroupsOfImages) {
+    const auto model = inverted_residual(1, 3, 64, 72);
+    const auto calls = compare_rewrites(model, vaiq::test::ramp({3, 3, 64, 64}, -3.0f, 0.0005f), {}, 1e-4f);
+    EXPECT_EQ(calls.at("NhwcConvDepthwise"), 1);
+}
+
+// Expanded widths of one, three and five blocks of 16 channels (the AVX-512
+// kernel's unit; five go through as passes of three and two), rows whose width
+// is no multiple of the kernel's pixel tiles, both strides, a batch, two
+// threads; the projection to 4 channels fills part of a block.
+TEST(Layout, TheFusedPairMatchesTheTwoConvolutionsForEveryBlockCountAndStride) {
+    for (const int64_t expanded : {16, 48, 80})
+        for (const int64_t stride : {1, 2})
+            for (const int64_t size : {7, 13})
+                for (const int threads : {1, 2}) {
+                    SCOPED_TRACE(fmt::format("{} channels, stride {}, {}x{}, {} threads", expanded, stride, size, size, threads));
+                    const int64_t batch = threads == 2 ? 3 : 1;
+                    const auto model = inverted_residual(stride, batch, size, expanded);
+                    const Tensor x = vaiq::test::ramp({batch, 3, size, size}, -1.0f, 0.004f);
+                    const auto calls = compare_rewrites(model, x, {}, 1e-4f, false, threads);
+                    EXPECT_EQ(calls.at("NhwcConvDepthwise"), 1);
+                    EXPECT_EQ(calls.count("NhwcConv"), 0u);
+                }
+}
+
+// One image tall enough that two threads take half of its rows each (the
+// expanded rows at the cut made by both), with and without a residual.
+TEST(Layout, TwoThreadsShareATallImageByRows) {
+    for (const auto skip : {Skip::none, Skip::convolution})
+        for (const int64_t stride : {1, 2}) {
+            if (skip != Skip::none && stride != 1) continue;
+            SCOPED_TRACE(fmt::format("skip {}, stride {}", static_cast<int>(skip), stride));
+            const auto model = inverted_residual(stride, 1, 49, 48, skip);
+            const Tensor x = vaiq::test::ramp({1, 3, 49, 49}, -1.0f, 0.0008f);
+            const auto calls = compare_rewrites(model, x, {}, 1e-4f, false, 2);
+            EXPECT_EQ(calls.at("NhwcConvDepthwise"), 1);
+        }
+}
+
+// The projection adds the block's input (read again by the expansion: a copy
+// is kept) or a skip convolution's output (read last here: written over).
+TEST(Layout, TheProjectionAddsTheResidual) {
+    for (const auto skip : {Skip::input, Skip::convolution})
+        for (const int64_t expanded : {12, 48})
+            for (const int threads : {1, 2}) {
+                SCOPED_TRACE(fmt::format("skip {}, {} channels, {} threads", static_cast<int>(skip), expanded, threads));
+                const auto model = inverted_residual(1, 1, 11, expanded, skip);
+                const Tensor x = vaiq::test::ramp({1, 3, 11, 11}, -1.0f, 0.005f);
+                const auto calls = compare_rewrites(model, x, {}, 1e-4f, false, threads);
+                EXPECT_EQ(calls.at("NhwcConvDepthwise"), 1);
+                EXPECT_EQ(calls.count("Add"), 0u);
+                EXPECT_EQ(calls.at("NhwcConv"), skip == Skip::convolution ? 2 : 1) << "only the 1x1 convolutions before";
+            }
+}
+
+TEST(Layout, ADepthwiseConvolutionOfAnotherStrideIsNotFused) {
+    const auto model = inverted_residual(3);
+    const Tensor x = vaiq::test::ramp({1, 3, 9, 9}, -3.0f, 0.025f);
+    const auto calls = compare_rewrites(model, x, {}, 1e-5f);
+    EXPECT_EQ(calls.count("NhwcConvDepthwise"), 0u);
+    EXPECT_EQ(calls.at("NhwcConv"), 3);
+}
+
+// Conv -> Add(skip) -> Relu, the skip also read after the Add (so not reused in
+// place), and a second residual whose other input broadcasts ([1, 3, 1, 1]).
+TEST(Layout, ResidualAddsFuseIntoTheConvolutionAndStillBroadcast) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 3, 4, 4}).output("y", {1, 3, 4, 4}).output("z", {1, 3, 4, 4});
+    b.initializer("w1", vaiq::test::ramp({3, 3, 3, 3}, -0.4f, 0.01f));
+    b.initializer("w2", vaiq::test::ramp({3, 3, 1, 1}, 0.3f, -0.07f));
+    b.initializer("b2", vaiq::test::ramp({3}, -0.1f, 0.1f));
+    vaiq::test::set_ints_attribute(b.node("Conv", {"x", "w1"}, {"c1"}), "pads", {1, 1, 1, 1});
+    b.node("Relu", {"c1"}, {"r1"});
+    b.node("Conv", {"r1", "w2", "b2"}, {"c2"});
+    b.node("Add", {"r1", "c2"}, {"s"});
+    b.node("Relu", {"s"}, {"y"});
+    auto& pool = b.node("AveragePool", {"r1"}, {"p"});  // reads r1 after the Add
+    vaiq::test::set_ints_attribute(pool, "kernel_shape", {4, 4});
+    b.node("Conv", {"y", "w2"}, {"c3"});
+    b.node("Add", {"c3", "p"}, {"z"});  // [1, 3, 4, 4] + [1, 3, 1, 1]
+    const auto model = b.build();
+    const auto calls = compare_rewrites(model, vaiq::test::ramp({1, 3, 4, 4}, -1.5f, 0.05f), {}, 1e-5f);
+    EXPECT_EQ(calls.count("Add"), 0u) << "both Adds run inside convolutions";
+    EXPECT_EQ(calls.count("Relu"), 0u);
+    EXPECT_EQ(calls.at("NhwcConv"), 3);
+}
+
+}  // namespace
