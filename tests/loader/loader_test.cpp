@@ -179,4 +179,20 @@ TEST(Loader, AMissingPluginPathIsAnError) {
     ::unsetenv("VAIQ_PLUGIN_PATH");
 }
 
+// Plugins link the SDK alone: no built-in plugin needs the runtime or the host
+// library, so a third party's never has to either.
+TEST(Loader, BuiltinPluginsNeedOnlyTheSdkLibrary) {
+    int checked = 0;
+    for (const auto& entry : fs::directory_iterator(vaiq::builtin_plugin_dir())) {
+        if (entry.path().extension() != ".so") continue;
+        const auto r = vaiq::test::run_command("readelf -d " + entry.path().string());
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        EXPECT_NE(r.out.find("[libvaiq.so."), std::string::npos) << entry.path();
+        EXPECT_EQ(r.out.find("libvaiq_runtime"), std::string::npos) << entry.path();
+        EXPECT_EQ(r.out.find("libvaiq_host"), std::string::npos) << entry.path();
+        ++checked;
+    }
+    EXPECT_GE(checked, 10);
+}
+
 }  // namespace
