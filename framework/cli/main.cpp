@@ -1,10 +1,10 @@
 // The vaiq command line: parses arguments and calls libvaiq.
 //
 // Exit status: 0 success, 1 bad input or usage, 2 internal error.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include <malloc.h>
 
@@ -42,9 +42,10 @@ void setup_logging(const std::string& level, bool quiet) {
 nlohmann::json plugin_json(const PluginInfo& p) {
     nlohmann::json options = nlohmann::json::array();
     for (const auto& o : p.options)
-        options.push_back({{"name", o.name}, {"type", option_type_name(o.type)}, {"default", o.default_value}, {"doc", o.doc}});
-    return {{"kind", kind_name(p.kind)}, {"name", p.name},       {"version", p.version},
-            {"summary", p.summary},      {"library", p.library.string()}, {"options", options}};
+        options.push_back(
+            {{"name", o.name}, {"type", option_type_name(o.type)}, {"default", o.default_value}, {"doc", o.doc}});
+    return {{"kind", kind_name(p.kind)},     {"name", p.name},    {"version", p.version}, {"summary", p.summary},
+            {"library", p.library.string()}, {"options", options}};
 }
 
 int list_plugins(const PluginRegistry& registry, bool as_json) {
@@ -58,9 +59,11 @@ int list_plugins(const PluginRegistry& registry, bool as_json) {
     for (const auto* p : plugins) {
         fmt::print("{:<11} {:<20} {:<8} {}\n", kind_name(p->kind), p->name, p->version, p->summary);
         for (const auto& o : p->options)
-            fmt::print("    {} ({}, default {}): {}\n", o.name, option_type_name(o.type), o.default_value.dump(), o.doc);
+            fmt::print("    {} ({}, default {}): {}\n", o.name, option_type_name(o.type), o.default_value.dump(),
+                       o.doc);
     }
-    if (plugins.empty()) fmt::print("no plugins found (searched {} and VAIQ_PLUGIN_PATH)\n", builtin_plugin_dir().string());
+    if (plugins.empty())
+        fmt::print("no plugins found (searched {} and VAIQ_PLUGIN_PATH)\n", builtin_plugin_dir().string());
     return kExitOk;
 }
 
@@ -176,10 +179,11 @@ class ValidateCommand final : public Command {
         PluginRegistry registry;
         registry.load_default_paths();
         const auto resolved = resolve_plugins(recipe, registry);
-        for (const auto& s : unsupported_settings(recipe, Phase::Save)) spdlog::warn("not supported yet by vaiq run: {}", s);
-        fmt::print("{}: valid (target {}, format {}, calibrator {}, {} pass{})\n", recipe_.file, resolved.target.info->name,
-                   resolved.format.info->name, resolved.calibrator.info->name, resolved.passes.size(),
-                   resolved.passes.size() == 1 ? "" : "es");
+        for (const auto& s : unsupported_settings(recipe, Phase::Save))
+            spdlog::warn("not supported yet by vaiq run: {}", s);
+        fmt::print("{}: valid (target {}, format {}, calibrator {}, {} pass{})\n", recipe_.file,
+                   resolved.target.info->name, resolved.format.info->name, resolved.calibrator.info->name,
+                   resolved.passes.size(), resolved.passes.size() == 1 ? "" : "es");
         return kExitOk;
     }
 
@@ -295,7 +299,8 @@ class PreprocessCommand final : public Command {
         app_->add_flag("--skip_optimization", pre_.skip_optimization, "Do not optimize the model");
         app_->add_flag("--skip_onnx_shape", pre_.skip_onnx_shape, "Do not run ONNX shape inference");
         app_->add_flag("--skip_symbolic_shape", pre_.skip_symbolic_shape, "Do not run symbolic shape inference");
-        app_->add_flag("--auto_merge", pre_.auto_merge, "On a shape conflict keep the declared dimension instead of failing");
+        app_->add_flag("--auto_merge", pre_.auto_merge,
+                       "On a shape conflict keep the declared dimension instead of failing");
         app_->add_option("--int_max", pre_.int_max, "The integer taken as unbounded (accepted; see docs)");
         app_->add_flag("--guess_output_rank", pre_.guess_output_rank,
                        "Shape outputs of ops without a schema like their first input");
@@ -380,9 +385,11 @@ class InferCommand final : public Command {
         if (as_json_) {
             nlohmann::json outputs = nlohmann::json::array(), ops = nlohmann::json::array();
             for (size_t i = 0; i < r.outputs.size(); ++i)
-                outputs.push_back({{"name", r.output_names[i]}, {"shape", r.outputs[i].shape()},
+                outputs.push_back({{"name", r.output_names[i]},
+                                   {"shape", r.outputs[i].shape()},
                                    {"type", data_type_name(r.outputs[i].type())}});
-            for (const auto& p : r.profile) ops.push_back({{"op_type", p.op_type}, {"calls", p.calls}, {"ms", p.milliseconds}});
+            for (const auto& p : r.profile)
+                ops.push_back({{"op_type", p.op_type}, {"calls", p.calls}, {"ms", p.milliseconds}});
             nlohmann::json j{{"min_ms", r.min_ms}, {"median_ms", r.median_ms}, {"runs", repeat_}, {"outputs", outputs}};
             if (profile_) j["profile"] = ops;
             std::cout << j.dump() << '\n';
@@ -391,8 +398,10 @@ class InferCommand final : public Command {
         for (size_t i = 0; i < r.outputs.size(); ++i)
             fmt::print("output {} '{}': {} {}\n", i, r.output_names[i], data_type_name(r.outputs[i].type()),
                        nlohmann::json(r.outputs[i].shape()).dump());
-        fmt::print("{} run{}: min {:.3f} ms, median {:.3f} ms\n", repeat_, repeat_ == 1 ? "" : "s", r.min_ms, r.median_ms);
-        for (const auto& p : r.profile) fmt::print("  {:<24} {:>6} calls {:>10.3f} ms\n", p.op_type, p.calls, p.milliseconds);
+        fmt::print("{} run{}: min {:.3f} ms, median {:.3f} ms\n", repeat_, repeat_ == 1 ? "" : "s", r.min_ms,
+                   r.median_ms);
+        for (const auto& p : r.profile)
+            fmt::print("  {:<24} {:>6} calls {:>10.3f} ms\n", p.op_type, p.calls, p.milliseconds);
         return kExitOk;
     }
 

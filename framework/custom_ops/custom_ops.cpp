@@ -24,9 +24,12 @@ bool is_fixneuron(const onnx::NodeProto& node) {
 
 QuantParams fixneuron_quant_params(const FixNeuronAttributes& a) {
     QuantParams p;
-    if (a.bit_width <= 8) p.type = a.is_unsigned ? QuantType::QUInt8 : QuantType::QInt8;
-    else if (a.bit_width <= 16) p.type = a.is_unsigned ? QuantType::QUInt16 : QuantType::QInt16;
-    else p.type = a.is_unsigned ? QuantType::QUInt32 : QuantType::QInt32;
+    if (a.bit_width <= 8)
+        p.type = a.is_unsigned ? QuantType::QUInt8 : QuantType::QInt8;
+    else if (a.bit_width <= 16)
+        p.type = a.is_unsigned ? QuantType::QUInt16 : QuantType::QInt16;
+    else
+        p.type = a.is_unsigned ? QuantType::QUInt32 : QuantType::QInt32;
     p.scale = {static_cast<float>(std::ldexp(1.0, -a.pos))};
     p.zero_point = {0};
     return p;

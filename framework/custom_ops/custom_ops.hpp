@@ -4,8 +4,8 @@
 // power-of-two quantize-dequantize of VitisQuantFormat.FixNeuron.
 #pragma once
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string_view>
 

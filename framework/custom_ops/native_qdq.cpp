@@ -26,8 +26,10 @@ class Converter {
         const int count = graph.node_size();
         for (int i = 0; i < count; ++i) {
             auto& node = *graph.mutable_node(i);
-            if (is_vitis_quantize(node) || is_vitis_dequantize(node)) convert_vitis(node);
-            else if (is_fixneuron(node)) convert_fixneuron(i);
+            if (is_vitis_quantize(node) || is_vitis_dequantize(node))
+                convert_vitis(node);
+            else if (is_fixneuron(node))
+                convert_fixneuron(i);
         }
         if (!refused_.empty())
             throw InputError(fmt::format("{} tensor{} ha{} no ONNX Runtime-native form: {}", refused_.size(),
@@ -47,7 +49,9 @@ class Converter {
     // Only the model's own initializers are looked up; the ones added here never are.
     const onnx::TensorProto* constant(const std::string& name) const { return index_.initializer(name); }
 
-    void refuse(std::string_view tensor, const std::string& why) { refused_.push_back(fmt::format("'{}' ({})", tensor, why)); }
+    void refuse(std::string_view tensor, const std::string& why) {
+        refused_.push_back(fmt::format("'{}' ({})", tensor, why));
+    }
 
     void use_domain(onnx::NodeProto& node, const std::string& domain) {
         node.set_domain(domain);
@@ -79,9 +83,10 @@ class Converter {
             case DataType::BFloat16: {
                 const auto* scale = constant(node.input(1));
                 const auto zero = Tensor::from_proto(*zp).convert_float(DataType::Float);
-                const bool unit = scale && std::ranges::all_of(Tensor::from_proto(*scale).data<float>(),
-                                                               [](float s) { return s == 1.0f; }) &&
-                                  std::ranges::all_of(zero.data<float>(), [](float z) { return z == 0.0f; });
+                const bool unit =
+                    scale &&
+                    std::ranges::all_of(Tensor::from_proto(*scale).data<float>(), [](float s) { return s == 1.0f; }) &&
+                    std::ranges::all_of(zero.data<float>(), [](float z) { return z == 0.0f; });
                 if (!unit) return refuse_once("a float type with a scale or zero point; a Cast cannot scale");
                 node.clear_attribute();
                 node.mutable_input()->DeleteSubrange(1, node.input_size() - 1);
@@ -89,9 +94,10 @@ class Converter {
                 set_int_attribute(node, "to", static_cast<int64_t>(quantize ? type : DataType::Float));
                 use_domain(node, "");
                 if (quantize)
-                    warnings_.push_back(fmt::format("'{}': Cast turns values beyond the {} range into infinities where "
-                                                    "VitisQuantizeLinear saturates",
-                                                    tensor, data_type_name(type)));
+                    warnings_.push_back(
+                        fmt::format("'{}': Cast turns values beyond the {} range into infinities where "
+                                    "VitisQuantizeLinear saturates",
+                                    tensor, data_type_name(type)));
                 break;
             }
             default: return refuse_once(fmt::format("{} has no native Q/DQ", data_type_name(type)));

@@ -6,10 +6,10 @@
 #include <cstring>
 #include <fstream>
 
-#include "test_support.hpp"
-#include "runtime/executor.hpp"
-#include "util/npy.hpp"
 #include "custom_ops.hpp"
+#include "runtime/executor.hpp"
+#include "test_support.hpp"
+#include "util/npy.hpp"
 #include "vaiq/model.hpp"
 
 namespace fs = std::filesystem;
@@ -25,14 +25,13 @@ vaiq::test::CommandResult vaiq_cli(const std::string& args) {
     return vaiq::test::run_command(std::string(VAIQ_CLI) + " " + args);
 }
 
-size_t lines(const std::string& s) {
-    return static_cast<size_t>(std::count(s.begin(), s.end(), '\n'));
-}
+size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
 
 // Lines of stderr that report an error (warnings may precede them).
 size_t error_lines(const std::string& err) {
     size_t n = 0;
-    for (size_t at = 0; (at = err.find("error: ", at)) != std::string::npos; at += 7) n += at == 0 || err[at - 1] == '\n';
+    for (size_t at = 0; (at = err.find("error: ", at)) != std::string::npos; at += 7)
+        n += at == 0 || err[at - 1] == '\n';
     return n;
 }
 
@@ -54,7 +53,8 @@ TEST(Cli, VersionAndHelp) {
     auto r = vaiq_cli("--version");
     EXPECT_EQ(r.exit_code, 0);
     EXPECT_EQ(r.out, "0.1.0\n");
-    for (const char* sub : {"run", "validate", "explain", "plugins", "convert-opset", "convert-format", "preprocess", "dump"}) {
+    for (const char* sub :
+         {"run", "validate", "explain", "plugins", "convert-opset", "convert-format", "preprocess", "dump"}) {
         r = vaiq_cli(std::string(sub) + " --help");
         EXPECT_EQ(r.exit_code, 0) << sub;
         EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub;
@@ -89,7 +89,8 @@ TEST(Cli, ValidateAcceptsShippedRecipesAndRejectsBadOnesOnOneLine) {
     r = vaiq_cli("validate " VAIQ_SOURCE_DIR "/tests/recipes/bad/unknown_extra_option.yaml");
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_EQ(lines(r.err), 1u) << r.err;
-    EXPECT_NE(r.err.find("unknown_extra_option.yaml:7:3: unknown key 'ActivatonSymmetric'"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("unknown_extra_option.yaml:7:3: unknown key 'ActivatonSymmetric'"), std::string::npos)
+        << r.err;
 }
 
 TEST(Cli, ExplainShowsSettingsAndPerNodeDecisions) {
@@ -130,7 +131,8 @@ TEST(Cli, RunQuantizesOnRandomDataAndReports) {
 
 TEST(Cli, QuantizesTheBundledExampleAndReportsAccuracy) {
     const auto dir = temp_dir();
-    auto r = vaiq_cli("run " VAIQ_SOURCE_DIR "/examples/mnist/mnist_cpu.yaml --output " + (dir / "mnist.onnx").string());
+    auto r =
+        vaiq_cli("run " VAIQ_SOURCE_DIR "/examples/mnist/mnist_cpu.yaml --output " + (dir / "mnist.onnx").string());
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto report = nlohmann::json::parse(slurp(dir / "mnist.report.json"));
     const auto& e = report["evaluation"];
@@ -152,7 +154,8 @@ TEST(Cli, QuantizesTheBundledExampleAndReportsAccuracy) {
 // the written model, and the example's accuracy within a point of float.
 TEST(Cli, QuantizesTheBundledExampleForTheNpu) {
     const auto dir = temp_dir();
-    auto r = vaiq_cli("run " VAIQ_SOURCE_DIR "/examples/mnist/mnist_npu.yaml --output " + (dir / "mnist.onnx").string());
+    auto r =
+        vaiq_cli("run " VAIQ_SOURCE_DIR "/examples/mnist/mnist_npu.yaml --output " + (dir / "mnist.onnx").string());
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.err.find("device constraints hold in the written model"), std::string::npos) << r.err;
     const auto report = nlohmann::json::parse(slurp(dir / "mnist.report.json"));
@@ -186,7 +189,8 @@ TEST(Cli, CleGuardKeepsTheBetterOfWithAndWithoutCle) {
     const auto guarded = nlohmann::json::parse(slurp(dir / "guarded.report.json"));
     const auto& guard = guarded["cle_guard"];
     ASSERT_TRUE(guard.is_object()) << guarded.dump();
-    const double with_cle = guard["sqnr_db_with_cle"].get<double>(), without = guard["sqnr_db_without_cle"].get<double>();
+    const double with_cle = guard["sqnr_db_with_cle"].get<double>(),
+                 without = guard["sqnr_db_without_cle"].get<double>();
     EXPECT_EQ(guard["kept_cle"].get<bool>(), with_cle >= without);
     const double written = guarded["evaluation"]["outputs"][0]["sqnr_db"].get<double>();
     EXPECT_DOUBLE_EQ(written, std::max(with_cle, without));
@@ -254,7 +258,8 @@ TEST(Cli, RecipeSwitchesRunThePreparationPasses) {
     const auto dir = temp_dir();
     vaiq::test::GraphBuilder b;
     b.input("x", {1, 2, 4, 4}).output("y", {1, 2, 4, 4});
-    b.initializer("w1", vaiq::test::ramp({3, 2, 1, 1}, -1.0f, 0.4f)).initializer("w2", vaiq::test::ramp({2, 3, 1, 1}, 0.1f, 0.3f));
+    b.initializer("w1", vaiq::test::ramp({3, 2, 1, 1}, -1.0f, 0.4f))
+        .initializer("w2", vaiq::test::ramp({2, 3, 1, 1}, 0.1f, 0.3f));
     b.node("Conv", {"x", "w1"}, {"a"});
     b.node("Relu", {"a"}, {"r"});
     b.node("Conv", {"r", "w2"}, {"y"});
@@ -270,8 +275,9 @@ TEST(Cli, RecipeSwitchesRunThePreparationPasses) {
     EXPECT_EQ(report["passes"][2]["changed"], true);
     const auto out = vaiq::load_model(dir / "out.onnx");
     EXPECT_EQ(out.graph().input(0).type().tensor_type().shape().dim(3).dim_value(), 2) << "NHWC input";
-    r = vaiq_cli("run " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --stop-after prepare --model " + (dir / "model.onnx").string() +
-                 " --output " + (dir / "bad.onnx").string() + " --set include_cle=true --set extra_options.CLESteps=0");
+    r = vaiq_cli("run " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --stop-after prepare --model " +
+                 (dir / "model.onnx").string() + " --output " + (dir / "bad.onnx").string() +
+                 " --set include_cle=true --set extra_options.CLESteps=0");
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_NE(r.err.find("CLESteps"), std::string::npos) << r.err;
 }
@@ -284,7 +290,8 @@ struct QuantizedExample {
     vaiq::test::CommandResult run;
 };
 
-QuantizedExample quantize_example(const std::string& recipe, const std::string& output, const std::string& settings = "") {
+QuantizedExample quantize_example(const std::string& recipe, const std::string& output,
+                                  const std::string& settings = "") {
     QuantizedExample q;
     q.dir = temp_dir();
     q.model = example_model(q.dir);
@@ -307,8 +314,8 @@ TEST(Cli, DumpWritesWhatTheExecutorComputes) {
     const auto report = nlohmann::json::parse(slurp(dir / "q.report.json"));
     EXPECT_GT(report["dump"]["quantized_tensors"].get<int>(), 0);
 
-    r = vaiq_cli("dump " + (dir / "q.onnx").string() + " --data " + (dir / "x.npy").string() + " --dump-float --output-dir " +
-                 (dir / "d").string());
+    r = vaiq_cli("dump " + (dir / "q.onnx").string() + " --data " + (dir / "x.npy").string() +
+                 " --dump-float --output-dir " + (dir / "d").string());
     ASSERT_EQ(r.exit_code, 0) << r.err;
     // The same tensors, computed here with the executor on the same input.
     const auto quantized = vaiq::load_model(dir / "q.onnx");
@@ -329,7 +336,8 @@ TEST(Cli, DumpWritesWhatTheExecutorComputes) {
             if (init.name() == q) expected = vaiq::Tensor::from_proto(init), stored = true;
         if (!stored) expected = computed.at(q);
         const auto bytes = slurp(dir / "d" / (dq + ".bin"));
-        EXPECT_EQ(bytes, std::string(reinterpret_cast<const char*>(expected.bytes().data()), expected.bytes().size())) << dq;
+        EXPECT_EQ(bytes, std::string(reinterpret_cast<const char*>(expected.bytes().data()), expected.bytes().size()))
+            << dq;
         std::ifstream text(dir / "d" / (dq + ".txt"));
         std::string line;
         int64_t lines = 0;
@@ -438,8 +446,9 @@ TEST(Cli, RunStopsAfterPrepareAndWritesModelAndReport) {
     const auto dir = temp_dir();
     const auto model = example_model(dir);
     const auto before = slurp(model);
-    const auto recipe = write_text(dir / "prep.yaml", "recipe_version: 1\nextends: cpu.yaml\noptimize_model: false\n"
-                                                      "passes: [eliminate_identity]\n");
+    const auto recipe = write_text(dir / "prep.yaml",
+                                   "recipe_version: 1\nextends: cpu.yaml\noptimize_model: false\n"
+                                   "passes: [eliminate_identity]\n");
     auto r = vaiq_cli("run " + recipe.string() + " --stop-after prepare --model " + model.string() + " --output " +
                       (dir / "out.onnx").string() + " --report " + (dir / "report.json").string());
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -455,7 +464,8 @@ TEST(Cli, RunStopsAfterPrepareAndWritesModelAndReport) {
     EXPECT_EQ(report["passes"][0]["changed"], true);
     EXPECT_EQ(report["recipe"]["settings"]["activation_type"]["value"], "QUInt8");
     // No temporary files are left behind.
-    for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().filename().string()[0] == '.', false) << e.path();
+    for (const auto& e : fs::directory_iterator(dir))
+        EXPECT_EQ(e.path().filename().string()[0] == '.', false) << e.path();
 }
 
 TEST(Cli, RunNeverOverwritesTheInput) {
@@ -487,7 +497,10 @@ TEST(Cli, MissingPluginIsAnError) {
     const auto recipe = write_text(temp_dir() / "r.yaml", "recipe_version: 1\ntarget: gpu\ncalibrate_method: MinMax\n");
     auto r = vaiq_cli("validate " + recipe.string());
     EXPECT_EQ(r.exit_code, 1);
-    EXPECT_NE(r.err.find("no target plugin named 'gpu' is installed; did you mean 'cpu'? (installed targets: cpu, npu_cnn,"), std::string::npos) << r.err;
+    EXPECT_NE(
+        r.err.find("no target plugin named 'gpu' is installed; did you mean 'cpu'? (installed targets: cpu, npu_cnn,"),
+        std::string::npos)
+        << r.err;
 }
 
 TEST(Cli, BrokenPluginOnThePluginPathIsAnError) {

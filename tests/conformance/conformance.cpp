@@ -116,7 +116,8 @@ std::string unhandled_type(const onnx::GraphProto& graph) {
 
 std::string compare(const Tensor& got, const Tensor& want) {
     if (got.type() != want.type())
-        return fmt::format("type {} instead of {}", vaiq::data_type_name(got.type()), vaiq::data_type_name(want.type()));
+        return fmt::format("type {} instead of {}", vaiq::data_type_name(got.type()),
+                           vaiq::data_type_name(want.type()));
     if (got.shape() != want.shape()) return "another shape";
     if (got.type() == DataType::Float || got.type() == DataType::Double) {
         for (int64_t i = 0; i < got.size(); ++i) {
@@ -145,7 +146,8 @@ Outcome run_case(const fs::path& dir) {
         vaiq::runtime::Executor executor(model, {.threads = 1});
         std::vector<fs::path> sets;
         for (const auto& e : fs::directory_iterator(dir))
-            if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0) sets.push_back(e.path());
+            if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0)
+                sets.push_back(e.path());
         std::sort(sets.begin(), sets.end());
         for (const auto& set : sets) {
             std::map<std::string, Tensor> feeds;

@@ -28,10 +28,11 @@ class ExternalPlugin : public ::testing::Test {
         const auto log = *work_ / "log.txt";
         ASSERT_EQ(shell("cmake --install " VAIQ_BINARY_DIR " --prefix " + prefix.string(), log), 0) << slurp(log);
         const auto build = *work_ / "plugin-build";
-        ASSERT_EQ(shell("cmake -S " VAIQ_EXTERNAL_PLUGIN_DIR " -B " + build.string() + " -G Ninja -DCMAKE_PREFIX_PATH=" +
-                            prefix.string() + " -DCMAKE_CXX_FLAGS='" VAIQ_CXX_FLAGS "'",
-                        log),
-                  0)
+        ASSERT_EQ(
+            shell("cmake -S " VAIQ_EXTERNAL_PLUGIN_DIR " -B " + build.string() +
+                      " -G Ninja -DCMAKE_PREFIX_PATH=" + prefix.string() + " -DCMAKE_CXX_FLAGS='" VAIQ_CXX_FLAGS "'",
+                  log),
+            0)
             << slurp(log);
         ASSERT_EQ(shell("cmake --build " + build.string(), log), 0) << slurp(log);
     }
@@ -62,7 +63,8 @@ TEST_F(ExternalPlugin, BuildsAgainstTheInstalledSdkAndRunsInARecipe) {
     ASSERT_TRUE(fs::exists(plugin));
 
     // The installed vaiq lists its built-in plugins and, through VAIQ_PLUGIN_PATH, the new one.
-    ASSERT_EQ(shell("VAIQ_PLUGIN_PATH=" + build.string() + " " + vaiq.string() + " plugins --json", log), 0) << slurp(log);
+    ASSERT_EQ(shell("VAIQ_PLUGIN_PATH=" + build.string() + " " + vaiq.string() + " plugins --json", log), 0)
+        << slurp(log);
     const auto plugins = nlohmann::json::parse(slurp(log));
     bool found = false, builtin = false;
     for (const auto& p : plugins) {
@@ -104,7 +106,8 @@ TEST_F(ExternalPlugin, BuildsAgainstTheInstalledSdkAndRunsInARecipe) {
 vaiq::Model conv_pool_model() {
     vaiq::test::GraphBuilder b;
     b.input("x", {1, 2, 5, 5}).output("y", {1, 3, 1, 1});
-    b.initializer("w", vaiq::test::ramp({3, 2, 3, 3}, -0.5f, 0.01f)).initializer("b", vaiq::test::ramp({3}, 0.1f, 0.1f));
+    b.initializer("w", vaiq::test::ramp({3, 2, 3, 3}, -0.5f, 0.01f))
+        .initializer("b", vaiq::test::ramp({3}, 0.1f, 0.1f));
     b.node("Conv", {"x", "w", "b"}, {"c"}, "conv");
     b.node("Relu", {"c"}, {"r"}, "relu");
     b.node("GlobalAveragePool", {"r"}, {"y"}, "pool");
@@ -120,7 +123,8 @@ TEST_F(ExternalPlugin, APowerOfTwoCalibratorIsTreatedAsTheBuiltInOnes) {
     for (const std::string method : {"pow2_extremes", "NonOverflow"}) {
         vaiq::test::write_text(work() / ("pool_" + method + ".yaml"),
                                "recipe_version: 1\nextends: cnn_npu.yaml\nplugin_paths: [plugin-build]\n"
-                               "calibrate_method: " + method + "\n");
+                               "calibrate_method: " +
+                                   method + "\n");
         ASSERT_EQ(run("run pool_" + method + ".yaml --model pool.onnx --output pool_" + method + ".onnx", log), 0)
             << slurp(log);
     }
@@ -138,8 +142,9 @@ TEST_F(ExternalPlugin, APowerOfTwoCalibratorIsTreatedAsTheBuiltInOnes) {
 TEST_F(ExternalPlugin, NodeMarksSurviveAPassThatStripsDocStrings) {
     vaiq::save_model(conv_pool_model(), work() / "marks.onnx");
     const auto log = work() / "log3.txt";
-    vaiq::test::write_text(work() / "strip.yaml", "recipe_version: 1\nextends: cnn_npu.yaml\nplugin_paths: [plugin-build]\n"
-                                                  "passes: [strip_doc_strings]\n");
+    vaiq::test::write_text(work() / "strip.yaml",
+                           "recipe_version: 1\nextends: cnn_npu.yaml\nplugin_paths: [plugin-build]\n"
+                           "passes: [strip_doc_strings]\n");
     vaiq::test::write_text(work() / "kept.yaml", "recipe_version: 1\nextends: cnn_npu.yaml\n");
     ASSERT_EQ(run("run kept.yaml --model marks.onnx --output kept.onnx", log), 0) << slurp(log);
     ASSERT_EQ(run("run strip.yaml --model marks.onnx --output stripped.onnx", log), 0) << slurp(log);
@@ -156,17 +161,21 @@ TEST_F(ExternalPlugin, NodeMarksSurviveAPassThatStripsDocStrings) {
 TEST_F(ExternalPlugin, ATargetsOwnOptionIsCheckedWithFileAndLine) {
     vaiq::save_model(vaiq::test::conv_relu_model(), work() / "edge.onnx");
     const auto log = work() / "log4.txt";
-    vaiq::test::write_text(work() / "typo.yaml", "recipe_version: 1\nplugin_paths: [plugin-build]\ntarget: edge_npu\n"
-                                                 "extra_options:\n  EdgeFuseRelus: true\n");
+    vaiq::test::write_text(work() / "typo.yaml",
+                           "recipe_version: 1\nplugin_paths: [plugin-build]\ntarget: edge_npu\n"
+                           "extra_options:\n  EdgeFuseRelus: true\n");
     EXPECT_EQ(run("validate typo.yaml", log), 1);
-    EXPECT_NE(slurp(log).find("typo.yaml:5:3: unknown key 'EdgeFuseRelus' in extra_options; did you mean 'EdgeFuseRelu'?"),
-              std::string::npos)
+    EXPECT_NE(
+        slurp(log).find("typo.yaml:5:3: unknown key 'EdgeFuseRelus' in extra_options; did you mean 'EdgeFuseRelu'?"),
+        std::string::npos)
         << slurp(log);
     std::map<bool, nlohmann::json> tensors;
     for (bool fuse : {false, true}) {
-        vaiq::test::write_text(work() / "edge.yaml", std::string("recipe_version: 1\nplugin_paths: [plugin-build]\n"
-                                                                 "target: edge_npu\nextra_options: {ActivationSymmetric: true, EdgeFuseRelu: ") +
-                                                         (fuse ? "true" : "false") + "}\n");
+        vaiq::test::write_text(
+            work() / "edge.yaml",
+            std::string("recipe_version: 1\nplugin_paths: [plugin-build]\n"
+                        "target: edge_npu\nextra_options: {ActivationSymmetric: true, EdgeFuseRelu: ") +
+                (fuse ? "true" : "false") + "}\n");
         ASSERT_EQ(run("run edge.yaml --model edge.onnx --output edge.q.onnx", log), 0) << slurp(log);
         tensors[fuse] = nlohmann::json::parse(slurp(work() / "edge.q.report.json"))["tensors"];
     }

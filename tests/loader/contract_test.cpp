@@ -31,7 +31,8 @@ TEST(PluginContract, EveryBuiltinPluginKeepsIt) {
         kinds.insert(p->kind);
         EXPECT_FALSE(p->summary.empty());
         // Named after its plugin, or after the family of plugins of one kind it holds (vaiq-pass-dpu.so).
-        const std::string file = p->library.filename().string(), prefix = "vaiq-" + std::string(vaiq::kind_name(p->kind)) + "-";
+        const std::string file = p->library.filename().string(),
+                          prefix = "vaiq-" + std::string(vaiq::kind_name(p->kind)) + "-";
         EXPECT_EQ(file.rfind(prefix, 0), 0u) << file;
         EXPECT_EQ(file.substr(file.size() - 3), ".so") << file;
         for (const auto& o : p->options) EXPECT_FALSE(o.doc.empty()) << o.name;

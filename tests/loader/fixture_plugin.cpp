@@ -28,11 +28,13 @@ class FixtureCalibrator final : public vaiq::Calibrator {
     }
 };
 
-[[maybe_unused]] const vaiq_option_descriptor kLimit[] = {{"limit", VAIQ_OPTION_INT, "3", "Nodes above which the pass reports a change."}};
+[[maybe_unused]] const vaiq_option_descriptor kLimit[] = {
+    {"limit", VAIQ_OPTION_INT, "3", "Nodes above which the pass reports a change."}};
 [[maybe_unused]] const vaiq_option_descriptor kBadDefault[] = {{"ratio", VAIQ_OPTION_FLOAT, "abc", "A ratio."}};
 
 // A descriptor written by hand, as a plugin built for another vaiq would carry.
-[[maybe_unused]] vaiq_plugin_descriptor hand_made(uint32_t abi, const char* toolchain, uint32_t kind, const char* version) {
+[[maybe_unused]] vaiq_plugin_descriptor hand_made(uint32_t abi, const char* toolchain, uint32_t kind,
+                                                  const char* version) {
     auto d = vaiq::describe<CountingPass>("fixture_odd", "1.0.0", "A hand-made descriptor", kLimit);
     d.abi_version = abi;
     d.toolchain = toolchain;
@@ -44,7 +46,8 @@ class FixtureCalibrator final : public vaiq::Calibrator {
 }  // namespace
 
 #if defined(FIXTURE_GOOD)
-VAIQ_PLUGINS(vaiq::describe<CountingPass>("fixture_pass", "1.2.3", "Reports a change on graphs over a node limit", kLimit),
+VAIQ_PLUGINS(vaiq::describe<CountingPass>("fixture_pass", "1.2.3", "Reports a change on graphs over a node limit",
+                                          kLimit),
              vaiq::describe<FixtureCalibrator>("fixture_calibrator", "0.0.1", "A calibrator that observes nothing"))
 #elif defined(FIXTURE_DUPLICATE)
 VAIQ_PLUGINS(vaiq::describe<CountingPass>("fixture_pass", "9.9.9", "Same name as in the good fixture", kLimit))
@@ -62,9 +65,7 @@ VAIQ_PLUGINS(hand_made(VAIQ_ABI_VERSION, VAIQ_TOOLCHAIN_TAG, VAIQ_KIND_PASS, "on
 VAIQ_PLUGINS(vaiq::describe<CountingPass>("fixture_bad_default", "1.0.0", "An option default of the wrong type",
                                           kBadDefault))
 #elif defined(FIXTURE_NO_ENTRY)
-extern "C" __attribute__((visibility("default"))) int not_the_entry() {
-    return 42;
-}
+extern "C" __attribute__((visibility("default"))) int not_the_entry() { return 42; }
 #else
 #error "define one FIXTURE_* variant"
 #endif

@@ -46,17 +46,19 @@ TEST(Loader, LoadsEveryPluginOfALibrary) {
 
 TEST(Loader, RejectsAnotherAbiNamingBothVersions) {
     PluginRegistry registry;
-    EXPECT_EQ(load_error(registry, fixture("wrong_abi")),
-              fmt::format("plugin 'fixture_odd' (vaiq-pass-fixture_wrong_abi.so) was built for ABI {}; this vaiq is ABI {}",
-                          VAIQ_ABI_VERSION + 2, VAIQ_ABI_VERSION));
+    EXPECT_EQ(
+        load_error(registry, fixture("wrong_abi")),
+        fmt::format("plugin 'fixture_odd' (vaiq-pass-fixture_wrong_abi.so) was built for ABI {}; this vaiq is ABI {}",
+                    VAIQ_ABI_VERSION + 2, VAIQ_ABI_VERSION));
     EXPECT_TRUE(registry.list().empty());
 }
 
 TEST(Loader, RejectsAnotherToolchain) {
     PluginRegistry registry;
-    EXPECT_EQ(load_error(registry, fixture("wrong_toolchain")),
-              "plugin 'fixture_odd' (vaiq-pass-fixture_wrong_toolchain.so) was built with toolchain 'msvc-1930/msvcrt'; "
-              "this vaiq was built with '" VAIQ_TOOLCHAIN_TAG "'");
+    EXPECT_EQ(
+        load_error(registry, fixture("wrong_toolchain")),
+        "plugin 'fixture_odd' (vaiq-pass-fixture_wrong_toolchain.so) was built with toolchain 'msvc-1930/msvcrt'; "
+        "this vaiq was built with '" VAIQ_TOOLCHAIN_TAG "'");
 }
 
 TEST(Loader, RejectsAMissingEntry) {
@@ -97,13 +99,15 @@ TEST(Loader, RejectsAnUnknownKind) {
 
 TEST(Loader, RejectsAVersionThatIsNotSemVer) {
     PluginRegistry registry;
-    EXPECT_NE(load_error(registry, fixture("bad_version")).find("has the version 'one'; this vaiq needs MAJOR.MINOR.PATCH"),
-              std::string::npos);
+    EXPECT_NE(
+        load_error(registry, fixture("bad_version")).find("has the version 'one'; this vaiq needs MAJOR.MINOR.PATCH"),
+        std::string::npos);
 }
 
 TEST(Loader, RejectsAnOptionDefaultOfTheWrongType) {
     PluginRegistry registry;
-    EXPECT_NE(load_error(registry, fixture("bad_default")).find("declares option 'ratio' with the default 'abc', which is not a float"),
+    EXPECT_NE(load_error(registry, fixture("bad_default"))
+                  .find("declares option 'ratio' with the default 'abc', which is not a float"),
               std::string::npos);
 }
 
@@ -115,7 +119,8 @@ TEST(Loader, ACreateThatThrowsIsReported) {
         FAIL() << "create succeeded";
     } catch (const vaiq::InputError& e) {
         EXPECT_EQ(std::string(e.what()),
-                  "pass 'fixture_throwing' (vaiq-pass-fixture_throwing.so) failed to create an instance: no licence file found");
+                  "pass 'fixture_throwing' (vaiq-pass-fixture_throwing.so) failed to create an instance: no licence "
+                  "file found");
     }
 }
 
@@ -129,7 +134,8 @@ TEST(Loader, OptionsAreCheckedAgainstTheSchema) {
         registry.resolve_options(info, {{"limt", 7}}, [](const std::string&) { return std::string("r.yaml:4:7"); });
         FAIL();
     } catch (const vaiq::InputError& e) {
-        EXPECT_EQ(std::string(e.what()), "r.yaml:4:7: pass 'fixture_pass' has no option 'limt'; did you mean 'limit'? (options: limit)");
+        EXPECT_EQ(std::string(e.what()),
+                  "r.yaml:4:7: pass 'fixture_pass' has no option 'limt'; did you mean 'limit'? (options: limit)");
     }
     try {
         registry.resolve_options(info, {{"limit", "many"}});
@@ -147,7 +153,8 @@ TEST(Loader, RequireListsWhatIsInstalled) {
         FAIL();
     } catch (const vaiq::InputError& e) {
         EXPECT_EQ(std::string(e.what()),
-                  "no pass plugin named 'fixture_pas' is installed; did you mean 'fixture_pass'? (installed passes: fixture_pass)");
+                  "no pass plugin named 'fixture_pas' is installed; did you mean 'fixture_pass'? (installed passes: "
+                  "fixture_pass)");
     }
 }
 
@@ -156,8 +163,9 @@ TEST(Loader, InstancesOutliveTheRegistry) {
     {
         PluginRegistry registry;
         registry.load_library(fixture("good"));
-        pass = registry.create<vaiq::Pass>("fixture_pass", registry.resolve_options(
-                                                               registry.require(PluginKind::Pass, "fixture_pass"), {{"limit", 0}}));
+        pass = registry.create<vaiq::Pass>(
+            "fixture_pass",
+            registry.resolve_options(registry.require(PluginKind::Pass, "fixture_pass"), {{"limit", 0}}));
     }
     auto model = vaiq::test::conv_relu_model();
     EXPECT_TRUE(pass->run(model));  // the library is still loaded

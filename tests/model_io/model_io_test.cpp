@@ -30,9 +30,7 @@ std::string read_bytes(const fs::path& p) {
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-void write_bytes(const fs::path& p, const std::string& bytes) {
-    std::ofstream(p, std::ios::binary) << bytes;
-}
+void write_bytes(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
 
 // A model whose weight 'w' is stored externally in `data_name` with the given location.
 fs::path external_model(const fs::path& dir, const std::string& location, int64_t declared_length = -1) {
@@ -96,7 +94,8 @@ TEST(ModelIo, ExternalDataBesideTheModelLoads) {
 
 TEST(ModelIo, RejectsAbsoluteExternalDataLocation) {
     const auto dir = temp_dir();
-    expect_input_error([&] { vaiq::load_model(external_model(dir, "/etc/passwd")); }, "absolute external data location");
+    expect_input_error([&] { vaiq::load_model(external_model(dir, "/etc/passwd")); },
+                       "absolute external data location");
 }
 
 TEST(ModelIo, RejectsExternalDataOutsideTheFolder) {
@@ -130,7 +129,8 @@ TEST(ModelIo, RejectsATensorWhoseDataDoesNotMatchItsShape) {
     auto model = vaiq::test::conv_relu_model();
     model.graph().mutable_initializer(0)->add_dims(2);  // w now claims twice its data
     write_bytes(dir / "bad.onnx", model.proto().SerializeAsString());
-    expect_input_error([&] { vaiq::load_model(dir / "bad.onnx"); }, "declares 108 elements of float (432 bytes) but holds 216 bytes");
+    expect_input_error([&] { vaiq::load_model(dir / "bad.onnx"); },
+                       "declares 108 elements of float (432 bytes) but holds 216 bytes");
 }
 
 TEST(ModelIo, TruncatedAndCorruptFilesAreOneLineErrors) {

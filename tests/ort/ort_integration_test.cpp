@@ -53,8 +53,9 @@ OrtRun quantize_and_run(const std::string& recipe, const std::string& settings, 
                         out.model.string());
         EXPECT_EQ(r.exit_code, 0) << r.err;
     }
-    r = run_command("NODE_PATH=" + ort_modules().string() + " " VAIQ_NODE " " VAIQ_SOURCE_DIR "/tests/ort/run_model.js " +
-                    out.model.string() + " " + (dir / "ort").string() + " --optimized " + out.optimized.string() + " " +
+    r = run_command("NODE_PATH=" + ort_modules().string() +
+                    " " VAIQ_NODE " " VAIQ_SOURCE_DIR "/tests/ort/run_model.js " + out.model.string() + " " +
+                    (dir / "ort").string() + " --optimized " + out.optimized.string() + " " +
                     (kExample / "test_images.npy").string());
     EXPECT_EQ(r.exit_code, 0) << r.err;
     out.logits = vaiq::read_npy(dir / "ort" / "output_0.npy");
@@ -133,9 +134,9 @@ TEST(OnnxRuntime16Bit, RunsA16W8AndKeepsItsAccuracy) {
 // runs them, and each logit is within one step of the type of vaiq's.
 TEST(OnnxRuntimeFloatTypes, RunsFloat16AndBfloat16CastPairs) {
     for (const auto& [recipe, bits] : {std::pair{"fp16.yaml", 11}, std::pair{"bf16.yaml", 8}}) {
-        const auto run = quantize_and_run("../../recipes/" + std::string(recipe),
-                                          "--model " + (kExample / "mnist_cnn.onnx").string() + " --data " +
-                                              (kExample / "calibration.npy").string());
+        const auto run = quantize_and_run(
+            "../../recipes/" + std::string(recipe),
+            "--model " + (kExample / "mnist_cnn.onnx").string() + " --data " + (kExample / "calibration.npy").string());
         EXPECT_GE(accuracy(run.logits), 0.95) << recipe;
         const auto quantized = vaiq::load_model(run.model);
         vaiq::runtime::Executor executor(quantized);
@@ -204,9 +205,9 @@ TEST(OnnxRuntimeFloat, LayerNormGeluErfAndBfloat16AgreeToTheBit) {
         for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sin(0.37 * double(i)) * 3.0 + 0.7);
         const auto input = vaiq::Tensor::from_values<float>({2, 37, hidden}, x);
         vaiq::write_npy(dir / "x.npy", input);
-        const auto r = run_command("NODE_PATH=" + ort_modules().string() + " " VAIQ_NODE " " VAIQ_SOURCE_DIR
-                                   "/tests/ort/run_model.js " + (dir / "m.onnx").string() + " " + (dir / "ort").string() +
-                                   " " + (dir / "x.npy").string());
+        const auto r = run_command(
+            "NODE_PATH=" + ort_modules().string() + " " VAIQ_NODE " " VAIQ_SOURCE_DIR "/tests/ort/run_model.js " +
+            (dir / "m.onnx").string() + " " + (dir / "ort").string() + " " + (dir / "x.npy").string());
         ASSERT_EQ(r.exit_code, 0) << r.err;
         vaiq::runtime::Executor executor(model);
         const auto ours = executor.run({{"x", input}});

@@ -121,7 +121,13 @@ TEST(RandomDataReader, FollowsTheDocumentedShapeForms) {
     b.input("x", {1, 3}).input("ids", {1, 4}, DataType::Int64).output("y", {1, 3});
     b.node("Relu", {"x"}, {"y"});
     auto model = b.build();
-    model.graph().mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)->set_dim_param("N");
+    model.graph()
+        .mutable_input(0)
+        ->mutable_type()
+        ->mutable_tensor_type()
+        ->mutable_shape()
+        ->mutable_dim(0)
+        ->set_dim_param("N");
     auto reader = vaiq::random_data_reader(model, nlohmann::json::parse(R"({"x": [2, 3]})"), nullptr, 2);
     const auto batches = all(*reader);
     ASSERT_EQ(batches.size(), 2u);
@@ -138,11 +144,13 @@ TEST(RandomDataReader, FollowsTheDocumentedShapeForms) {
     reader = vaiq::random_data_reader(model, nlohmann::json::parse("[[4, 3], [1, 4]]"), nullptr, 1);
     EXPECT_EQ(all(*reader)[0].feeds.at("x").shape()[0], 4);
 
-    EXPECT_NE(error_of([&] { vaiq::random_data_reader(model, nlohmann::json::parse(R"({"xx": [1, 3]})"), nullptr, 1); })
-                  .find("'xx', which is not an input of the model (inputs: x, ids); did you mean 'x'?"),
+    EXPECT_NE(error_of([&] {
+                  vaiq::random_data_reader(model, nlohmann::json::parse(R"({"xx": [1, 3]})"), nullptr, 1);
+              }).find("'xx', which is not an input of the model (inputs: x, ids); did you mean 'x'?"),
               std::string::npos);
-    EXPECT_NE(error_of([&] { vaiq::random_data_reader(model, nlohmann::json::parse("[1, 3]"), nullptr, 1); })
-                  .find("gives one shape, but the model has 2 inputs"),
+    EXPECT_NE(error_of([&] {
+                  vaiq::random_data_reader(model, nlohmann::json::parse("[1, 3]"), nullptr, 1);
+              }).find("gives one shape, but the model has 2 inputs"),
               std::string::npos);
 }
 
@@ -187,7 +195,8 @@ TEST_F(Plan, SymmetricActivationsKeepThePairAndInheritTheReluRange) {
     ASSERT_NE(p.find("conv_out"), nullptr);
     EXPECT_EQ(p.find("conv_out")->range_from, "y");
     // UseUnsignedReLU makes the Relu output asymmetric, and then the pair is absorbed again.
-    const auto u = plan(vaiq::test::conv_relu_model(), "extra_options: {ActivationSymmetric: true, UseUnsignedReLU: true}\n");
+    const auto u =
+        plan(vaiq::test::conv_relu_model(), "extra_options: {ActivationSymmetric: true, UseUnsignedReLU: true}\n");
     EXPECT_EQ(u.find("conv_out"), nullptr);
     EXPECT_FALSE(u.find("y")->spec.symmetric);
     EXPECT_TRUE(u.find("x")->spec.symmetric);
@@ -196,7 +205,8 @@ TEST_F(Plan, SymmetricActivationsKeepThePairAndInheritTheReluRange) {
 vaiq::Model matmul_reshape_softmax() {
     GraphBuilder b;
     b.input("x", {2, 4}).input("k", {4, 4}).output("s", {1, 8}).output("t", {2, 4});
-    b.initializer("w", ramp({4, 4}, -1.0f, 0.1f)).initializer("shape", Tensor::from_values<int64_t>({2}, std::vector<int64_t>{1, 8}));
+    b.initializer("w", ramp({4, 4}, -1.0f, 0.1f))
+        .initializer("shape", Tensor::from_values<int64_t>({2}, std::vector<int64_t>{1, 8}));
     b.node("MatMul", {"x", "w"}, {"m"}, "mm_const");
     b.node("MatMul", {"x", "k"}, {"t"}, "mm_dynamic");
     b.node("Reshape", {"m", "shape"}, {"r"}, "reshape");
@@ -217,7 +227,8 @@ TEST_F(Plan, DataMovementSharesParametersAndSoftmaxOutputIsZeroToOne) {
 }
 
 TEST_F(Plan, ExtraOptionsNarrowThePlan) {
-    auto p = plan(matmul_reshape_softmax(), "extra_options: {MatMulConstBOnly: true, OpTypesToExcludeOutputQuantization: [Softmax]}\n");
+    auto p = plan(matmul_reshape_softmax(),
+                  "extra_options: {MatMulConstBOnly: true, OpTypesToExcludeOutputQuantization: [Softmax]}\n");
     EXPECT_EQ(p.find("k"), nullptr);
     EXPECT_EQ(p.find("t"), nullptr);
     EXPECT_EQ(p.find("s"), nullptr);
@@ -228,7 +239,8 @@ TEST_F(Plan, ExtraOptionsNarrowThePlan) {
     EXPECT_EQ(p.skipped[0].first, "reshape") << "Reshape's input is not quantized";
     ASSERT_NE(p.find("r"), nullptr) << "Softmax quantizes its own input";
     EXPECT_EQ(p.find("r")->share_with, "");
-    p = plan(matmul_reshape_softmax(), "op_types_to_quantize: [Reshape]\nextra_options: {ForceQuantizeNoInputCheck: true}\n");
+    p = plan(matmul_reshape_softmax(),
+             "op_types_to_quantize: [Reshape]\nextra_options: {ForceQuantizeNoInputCheck: true}\n");
     ASSERT_NE(p.find("r"), nullptr);
     EXPECT_EQ(p.find("r")->share_with, "m");
 }
@@ -264,7 +276,8 @@ TEST_F(Plan, CalibrationAndParametersFollowTheDocumentedFormulas) {
     const auto* xq = plan.find("x");
     ASSERT_NE(xq, nullptr);
     EXPECT_FLOAT_EQ(xq->params.scale[0], static_cast<float>((double(x.max) - x.min) / 255.0));
-    EXPECT_EQ(xq->params.zero_point[0], static_cast<int64_t>(std::nearbyint(-x.min / ((double(x.max) - x.min) / 255.0))));
+    EXPECT_EQ(xq->params.zero_point[0],
+              static_cast<int64_t>(std::nearbyint(-x.min / ((double(x.max) - x.min) / 255.0))));
     const auto* w = plan.find("w");
     ASSERT_EQ(w->params.scale.size(), 3u) << "one scale per output channel";
     EXPECT_EQ(w->params.axis, 0);
@@ -354,11 +367,13 @@ namespace {
 TEST_F(Plan, PowerOfTwoMethodsGiveEveryTensorAPowerOfTwoScale) {
     const auto model = vaiq::test::conv_relu_model();
     for (const char* method : {"MinMSE", "NonOverflow"}) {
-        const auto recipe = vaiq::load_recipe(write_text(
-            temp_dir() / "r.yaml", std::string("recipe_version: 1\ncalibrate_method: ") + method + "\nactivation_type: QUInt8\n"));
+        const auto recipe =
+            vaiq::load_recipe(write_text(temp_dir() / "r.yaml", std::string("recipe_version: 1\ncalibrate_method: ") +
+                                                                    method + "\nactivation_type: QUInt8\n"));
         auto draft = plan_recipe(model, recipe);
         EXPECT_TRUE(draft.find("w")->spec.power_of_two);
-        auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nlohmann::json::parse(R"({"x": [-2, 3]})"), 3);
+        auto data =
+            vaiq::random_data_reader(model, nlohmann::json::array(), nlohmann::json::parse(R"({"x": [-2, 3]})"), 3);
         const auto outcome = vaiq::calibrate(model, draft, *data, 1);
         const auto plan = vaiq::compute_parameters(model, draft, outcome);
         ASSERT_EQ(plan.tensors.size(), 4u);
@@ -382,7 +397,9 @@ TEST_F(Plan, AWrittenQdqModelReadsBackAsItsGraphAndParameters) {
     auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 2);
     const auto plan = vaiq::compute_parameters(model, draft, vaiq::calibrate(model, draft, *data, 1));
     auto written = model;
-    registry_.create<vaiq::Format>("qdq", registry_.resolve_options(registry_.require(vaiq::PluginKind::Format, "qdq", ""), nullptr))
+    registry_
+        .create<vaiq::Format>(
+            "qdq", registry_.resolve_options(registry_.require(vaiq::PluginKind::Format, "qdq", ""), nullptr))
         ->emit(written, plan);
 
     const auto view = vaiq::read_qdq(written);
@@ -406,18 +423,18 @@ TEST_F(Plan, AWrittenQdqModelReadsBackAsItsGraphAndParameters) {
 // that run on written models see the same tensors whatever the format.
 TEST_F(Plan, EveryPairFormatReadsBackAsItsPlan) {
     const auto model = vaiq::test::conv_relu_model();
-    const auto recipe = vaiq::load_recipe(write_text(temp_dir() / "r.yaml",
-                                                     "recipe_version: 1\ncalibrate_method: NonOverflow\n"
-                                                     "activation_type: QInt8\nextra_options: {ActivationSymmetric: true}\n"));
+    const auto recipe =
+        vaiq::load_recipe(write_text(temp_dir() / "r.yaml",
+                                     "recipe_version: 1\ncalibrate_method: NonOverflow\n"
+                                     "activation_type: QInt8\nextra_options: {ActivationSymmetric: true}\n"));
     auto draft = plan_recipe(model, recipe);
     auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 2);
-    const auto plan =
-        vaiq::compute_parameters(model, draft, vaiq::calibrate(model, draft, *data, 1));
+    const auto plan = vaiq::compute_parameters(model, draft, vaiq::calibrate(model, draft, *data, 1));
     for (const std::string format : {"qdq", "vitis_qdq", "fixneuron"}) {
         auto written = model;
         registry_
-            .create<vaiq::Format>(format,
-                                  registry_.resolve_options(registry_.require(vaiq::PluginKind::Format, format, ""), nullptr))
+            .create<vaiq::Format>(
+                format, registry_.resolve_options(registry_.require(vaiq::PluginKind::Format, format, ""), nullptr))
             ->emit(written, plan);
         const auto view = vaiq::read_qdq(written);
         std::vector<std::string> ops;
@@ -427,7 +444,9 @@ TEST_F(Plan, EveryPairFormatReadsBackAsItsPlan) {
         const auto& conv = view.graph.graph().node(0);
         EXPECT_EQ(conv.input(0), "x") << format;
         for (const auto& t : plan.tensors) {
-            const auto* back = view.plan.find(t.tensor == "w" ? conv.input(1) : t.tensor == "b" ? conv.input(2) : t.tensor);
+            const auto* back = view.plan.find(t.tensor == "w"   ? conv.input(1)
+                                              : t.tensor == "b" ? conv.input(2)
+                                                                : t.tensor);
             ASSERT_NE(back, nullptr) << format << " " << t.tensor;
             EXPECT_EQ(back->params.scale, t.params.scale) << format << " " << t.tensor;
             EXPECT_EQ(back->params.zero_point, t.params.zero_point) << format << " " << t.tensor;
@@ -467,11 +486,13 @@ class NpuRun : public ::testing::Test {
     nlohmann::json run(const vaiq::Model& model, const std::string& yaml) {
         const auto dir = temp_dir();
         vaiq::save_model(model, dir / "in.onnx");
-        const auto recipe = vaiq::load_recipe(write_text(
-            dir / "r.yaml", "recipe_version: 1\ntarget: npu_cnn\ncalibrate_method: MinMSE\nactivation_type: QUInt8\n"
-                            "weight_type: QInt8\nenable_dpu: true\nextra_options: {ActivationSymmetric: true}\n"
-                            "model_input: in.onnx\nmodel_output: out.onnx\n"
-                            "random_data_reader_input_shape: [1, 2, 4, 4]\n" + yaml));
+        const auto recipe = vaiq::load_recipe(
+            write_text(dir / "r.yaml",
+                       "recipe_version: 1\ntarget: npu_cnn\ncalibrate_method: MinMSE\nactivation_type: QUInt8\n"
+                       "weight_type: QInt8\nenable_dpu: true\nextra_options: {ActivationSymmetric: true}\n"
+                       "model_input: in.onnx\nmodel_output: out.onnx\n"
+                       "random_data_reader_input_shape: [1, 2, 4, 4]\n" +
+                           yaml));
         output_ = dir / "out.onnx";
         return vaiq::run_pipeline(recipe, registry_, {}).report_json;
     }

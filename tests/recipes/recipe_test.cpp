@@ -105,26 +105,66 @@ TEST(Recipes, DefaultsAreTheDocumentedOnes) {
 
 TEST(Recipes, EveryDocumentedArgumentAndExtraOptionIsAccepted) {
     // quantize_static's arguments and the extra_options table of the reference.
-    const char* documented[] = {
-        "quant_format", "calibrate_method", "input_nodes", "output_nodes", "op_types_to_quantize",
-        "random_data_reader_input_shape", "per_channel", "reduce_range", "activation_type", "weight_type",
-        "nodes_to_quantize", "nodes_to_exclude", "optimize_model", "use_external_data_format", "execution_providers",
-        "enable_dpu", "convert_fp16_to_fp32", "convert_nchw_to_nhwc", "include_cle", "model_input", "model_output",
-        "calibration_data_reader"};
+    const char* documented[] = {"quant_format",         "calibrate_method",
+                                "input_nodes",          "output_nodes",
+                                "op_types_to_quantize", "random_data_reader_input_shape",
+                                "per_channel",          "reduce_range",
+                                "activation_type",      "weight_type",
+                                "nodes_to_quantize",    "nodes_to_exclude",
+                                "optimize_model",       "use_external_data_format",
+                                "execution_providers",  "enable_dpu",
+                                "convert_fp16_to_fp32", "convert_nchw_to_nhwc",
+                                "include_cle",          "model_input",
+                                "model_output",         "calibration_data_reader"};
     for (const char* key : documented) EXPECT_NE(vaiq::find_key(key), nullptr) << key;
-    const char* extra[] = {
-        "ActivationSymmetric", "WeightSymmetric", "UseUnsignedReLU", "QuantizeBias", "RemoveInputInit",
-        "EnableSubgraph", "ForceQuantizeNoInputCheck", "MatMulConstBOnly", "AddQDQPairToWeight",
-        "OpTypesToExcludeOutputQuantization", "DedicatedQDQPair", "QDQOpTypePerChannelSupportToAxis",
-        "UseQDQVitisCustomOps", "CalibTensorRangeSymmetric", "CalibMovingAverage", "CalibMovingAverageConstant",
-        "RandomDataReaderInputDataRange", "Int16Scale", "MinMSEMode", "ConvertBNToConv",
-        "ConvertReduceMeanToGlobalAvgPool", "SplitLargeKernelPool", "ConvertSplitToSlice", "FuseInstanceNorm",
-        "FuseL2Norm", "ConvertClipToRelu", "SimulateDPU", "ConvertLeakyReluToDPUVersion",
-        "ConvertSigmoidToHardSigmoid", "ConvertHardSigmoidToDPUVersion", "ConvertAvgPoolToDPUVersion",
-        "ConvertReduceMeanToDPUVersion", "ConvertSoftmaxToDPUVersion", "IPULimitationCheck", "AdjustShiftCut",
-        "AdjustShiftBias", "AdjustShiftRead", "AdjustShiftWrite", "AdjustHardSigmoid", "AdjustShiftSwish",
-        "AlignConcat", "AlignPool", "ReplaceClip6Relu", "CLESteps", "CLETotalLayerDiffThreshold",
-        "CLEScaleAppendBias", "RemoveQDQConvLeakyRelu", "RemoveQDQConvPRelu"};
+    const char* extra[] = {"ActivationSymmetric",
+                           "WeightSymmetric",
+                           "UseUnsignedReLU",
+                           "QuantizeBias",
+                           "RemoveInputInit",
+                           "EnableSubgraph",
+                           "ForceQuantizeNoInputCheck",
+                           "MatMulConstBOnly",
+                           "AddQDQPairToWeight",
+                           "OpTypesToExcludeOutputQuantization",
+                           "DedicatedQDQPair",
+                           "QDQOpTypePerChannelSupportToAxis",
+                           "UseQDQVitisCustomOps",
+                           "CalibTensorRangeSymmetric",
+                           "CalibMovingAverage",
+                           "CalibMovingAverageConstant",
+                           "RandomDataReaderInputDataRange",
+                           "Int16Scale",
+                           "MinMSEMode",
+                           "ConvertBNToConv",
+                           "ConvertReduceMeanToGlobalAvgPool",
+                           "SplitLargeKernelPool",
+                           "ConvertSplitToSlice",
+                           "FuseInstanceNorm",
+                           "FuseL2Norm",
+                           "ConvertClipToRelu",
+                           "SimulateDPU",
+                           "ConvertLeakyReluToDPUVersion",
+                           "ConvertSigmoidToHardSigmoid",
+                           "ConvertHardSigmoidToDPUVersion",
+                           "ConvertAvgPoolToDPUVersion",
+                           "ConvertReduceMeanToDPUVersion",
+                           "ConvertSoftmaxToDPUVersion",
+                           "IPULimitationCheck",
+                           "AdjustShiftCut",
+                           "AdjustShiftBias",
+                           "AdjustShiftRead",
+                           "AdjustShiftWrite",
+                           "AdjustHardSigmoid",
+                           "AdjustShiftSwish",
+                           "AlignConcat",
+                           "AlignPool",
+                           "ReplaceClip6Relu",
+                           "CLESteps",
+                           "CLETotalLayerDiffThreshold",
+                           "CLEScaleAppendBias",
+                           "RemoveQDQConvLeakyRelu",
+                           "RemoveQDQConvPRelu"};
     // The device's own switches are options of the target that reads them (npu_cnn).
     vaiq::PluginRegistry registry;
     registry.load_default_paths();
@@ -146,17 +186,18 @@ TEST(Recipes, EveryDocumentedArgumentAndExtraOptionIsAccepted) {
 TEST(Recipes, ATargetsOwnExtraOptionsReachIt) {
     vaiq::PluginRegistry registry;
     registry.load_default_paths();
-    const auto npu = vaiq::resolve_plugins(
-        recipe_from("extends: cnn_npu.yaml\nextra_options: {AlignConcat: false}\n"), registry);
+    const auto npu =
+        vaiq::resolve_plugins(recipe_from("extends: cnn_npu.yaml\nextra_options: {AlignConcat: false}\n"), registry);
     EXPECT_FALSE(npu.target.options.get_bool("AlignConcat"));
     EXPECT_TRUE(npu.target.options.get_bool("AlignPool")) << "its default";
-    const auto set = vaiq::resolve_plugins(recipe_from("extends: cnn_npu.yaml\n", {"extra_options.AlignPool=false"}),
-                                           registry);
+    const auto set =
+        vaiq::resolve_plugins(recipe_from("extends: cnn_npu.yaml\n", {"extra_options.AlignPool=false"}), registry);
     EXPECT_FALSE(set.target.options.get_bool("AlignPool")) << "--set reaches it too";
     EXPECT_NO_THROW(vaiq::resolve_plugins(recipe_from("target: cpu\nextra_options: {AlignConcat: false}\n"), registry))
         << "an option of a plugin the recipe does not use warns";
     EXPECT_NE(error_of([&] {
-                  vaiq::resolve_plugins(recipe_from("extends: cnn_npu.yaml\nextra_options: {AlignConcat: 3}\n"), registry);
+                  vaiq::resolve_plugins(recipe_from("extends: cnn_npu.yaml\nextra_options: {AlignConcat: 3}\n"),
+                                        registry);
               }).find("AlignConcat"),
               std::string::npos)
         << "its type is checked";
@@ -205,9 +246,9 @@ TEST(Recipes, ExtendsFindsShippedRecipesByName) {
 }
 
 TEST(Recipes, SetOverridesAnyField) {
-    const Recipe r = recipe_from("per_channel: false\n",
-                                 {"per_channel=true", "extra_options.ActivationSymmetric=True",
-                                  "op_types_to_quantize=[Conv, MatMul]", "plugin_options.format.DedicatedQDQPair=true"});
+    const Recipe r = recipe_from(
+        "per_channel: false\n", {"per_channel=true", "extra_options.ActivationSymmetric=True",
+                                 "op_types_to_quantize=[Conv, MatMul]", "plugin_options.format.DedicatedQDQPair=true"});
     EXPECT_EQ(r.value("per_channel"), true);
     EXPECT_EQ(r.setting("per_channel").origin, "--set");
     EXPECT_EQ(r.value("extra_options.ActivationSymmetric"), true);
@@ -239,8 +280,9 @@ TEST(Recipes, SwitchesDecideWhetherDependentKeysTakeEffect) {
 }
 
 TEST(Recipes, ExplicitUnimplementedSettingsAreReported) {
-    const Recipe r = recipe_from("extra_options: {EnableSubgraph: true, Int16Scale: true}\nper_channel: true\n"
-                                 "use_external_data_format: true\ninclude_cle: true\n");
+    const Recipe r = recipe_from(
+        "extra_options: {EnableSubgraph: true, Int16Scale: true}\nper_channel: true\n"
+        "use_external_data_format: true\ninclude_cle: true\n");
     EXPECT_TRUE(vaiq::unsupported_settings(r, vaiq::Phase::Prepare).empty()) << "CLE works";
     const auto plan = vaiq::unsupported_settings(r, vaiq::Phase::Plan);
     ASSERT_EQ(plan.size(), 1u);
@@ -284,10 +326,11 @@ TEST_F(NodeDecisions, TargetAndListsDecide) {
 }
 
 TEST_F(NodeDecisions, OverridesApplyInOrderAndExclusionWins) {
-    auto d = decide("overrides:\n"
-                    "  - match: {op_type: [Conv, Sigmoid]}\n    set: {activation_type: QInt16}\n"
-                    "  - match: {name: \"re:sig.*\"}\n    set: {activation_type: QUInt16}\n"
-                    "  - match: {name: conv1}\n    exclude: true\n");
+    auto d = decide(
+        "overrides:\n"
+        "  - match: {op_type: [Conv, Sigmoid]}\n    set: {activation_type: QInt16}\n"
+        "  - match: {name: \"re:sig.*\"}\n    set: {activation_type: QUInt16}\n"
+        "  - match: {name: conv1}\n    exclude: true\n");
     EXPECT_FALSE(d[0].quantized);
     EXPECT_NE(d[0].reason.find("excluded by overrides[2]"), std::string::npos) << d[0].reason;
     EXPECT_TRUE(d[3].quantized);
@@ -303,11 +346,13 @@ TEST_F(NodeDecisions, InputAndOutputNodesBoundTheRegion) {
 }
 
 TEST_F(NodeDecisions, SelectorsThatMatchNothingAreErrors) {
-    EXPECT_NE(error_of([&] { decide("nodes_to_exclude: [relu2]\n"); })
-                  .find("nodes_to_exclude names 'relu2', which is not a node of the model; did you mean 'relu1'?"),
+    EXPECT_NE(error_of([&] {
+                  decide("nodes_to_exclude: [relu2]\n");
+              }).find("nodes_to_exclude names 'relu2', which is not a node of the model; did you mean 'relu1'?"),
               std::string::npos);
-    EXPECT_NE(error_of([&] { decide("overrides:\n  - match: {name: conv9}\n    exclude: true\n"); })
-                  .find("overrides[0] matches no node of the model; did you mean 'conv1'?"),
+    EXPECT_NE(error_of([&] {
+                  decide("overrides:\n  - match: {name: conv9}\n    exclude: true\n");
+              }).find("overrides[0] matches no node of the model; did you mean 'conv1'?"),
               std::string::npos);
     EXPECT_EQ(error_of([&] { decide("overrides:\n  - match: {name: conv9, optional: true}\n    exclude: true\n"); }),
               "no error");

@@ -57,19 +57,27 @@ TEST(Executor, TapsStreamEachRequestedTensorOncePerRun) {
     EXPECT_EQ(seen[0].first, "x");
     EXPECT_EQ(seen[1].first, "conv_out");
     EXPECT_EQ(seen[1].second, (std::vector<int64_t>{1, 3, 4, 4}));
-    EXPECT_NE(error_of([&] { executor.run({{"x", vaiq::test::ramp({1, 2, 4, 4})}}, {"nope"}, {}); }).find("no such tensor"),
+    EXPECT_NE(error_of([&] {
+                  executor.run({{"x", vaiq::test::ramp({1, 2, 4, 4})}}, {"nope"}, {});
+              }).find("no such tensor"),
               std::string::npos);
 }
 
 TEST(Executor, FeedsAreChecked) {
     const auto model = vaiq::test::conv_relu_model();
     Executor executor(model);
-    EXPECT_EQ(error_of([&] { executor.run({{"x", vaiq::test::ramp({1, 2, 4, 5})}}); }),
+    EXPECT_EQ(error_of([&] {
+                  executor.run({{"x", vaiq::test::ramp({1, 2, 4, 5})}});
+              }),
               "input 'x' has shape [1, 2, 4, 5], but the model expects [1, 2, 4, 4]");
-    EXPECT_EQ(error_of([&] { executor.run({{"x", Tensor(DataType::Int64, {1, 2, 4, 4})}}); }),
+    EXPECT_EQ(error_of([&] {
+                  executor.run({{"x", Tensor(DataType::Int64, {1, 2, 4, 4})}});
+              }),
               "input 'x' is int64, but the model expects float");
     EXPECT_EQ(error_of([&] { executor.run({}); }), "input 'x' was not given");
-    EXPECT_EQ(error_of([&] { executor.run({{"x", vaiq::test::ramp({1, 2, 4, 4})}, {"z", vaiq::test::ramp({1})}}); }),
+    EXPECT_EQ(error_of([&] {
+                  executor.run({{"x", vaiq::test::ramp({1, 2, 4, 4})}, {"z", vaiq::test::ramp({1})}});
+              }),
               "the model has no input 'z' (inputs: x)");
 }
 
@@ -89,7 +97,9 @@ TEST(Executor, KernelErrorsNameTheNode) {
     b.node("MatMul", {"a", "c"}, {"y"}, "mm");
     const auto model = b.build();
     Executor e(model);
-    EXPECT_EQ(error_of([&] { e.run({{"a", vaiq::test::ramp({2, 3})}, {"c", vaiq::test::ramp({4, 5})}}); }),
+    EXPECT_EQ(error_of([&] {
+                  e.run({{"a", vaiq::test::ramp({2, 3})}, {"c", vaiq::test::ramp({4, 5})}});
+              }),
               "node 'mm' (MatMul, opset 13): inner dimensions differ: 3 and 4");
 }
 
@@ -112,7 +122,8 @@ TEST(Executor, IfBranchesReadTheEnclosingScope) {
     b.initializer("two", Tensor::from_values<float>({}, std::vector<float>{2.0f}));
     b.node("Mul", {"x", "two"}, {"t"}, "double");
     auto& node = b.node("If", {"c"}, {"y"}, "choose");
-    for (auto [name, graph] : {std::pair{"then_branch", branch("Relu", "r")}, std::pair{"else_branch", branch("Neg", "n")}}) {
+    for (auto [name, graph] :
+         {std::pair{"then_branch", branch("Relu", "r")}, std::pair{"else_branch", branch("Neg", "n")}}) {
         auto* a = node.add_attribute();
         a->set_name(name);
         a->set_type(onnx::AttributeProto::GRAPH);
@@ -192,11 +203,13 @@ TEST(Infer, BindsInputsRunsAndWritesOutputs) {
     const Tensor written = vaiq::read_npy(dir / "out" / "output_0.npy");
     EXPECT_TRUE(std::equal(written.bytes().begin(), written.bytes().end(), r.outputs[0].bytes().begin()));
     const auto named = vaiq::runtime::infer(dir / "m.onnx", {{"x=" + (dir / "x.npy").string()}, {}, 1, 1});
-    EXPECT_TRUE(std::equal(named.outputs[0].bytes().begin(), named.outputs[0].bytes().end(), r.outputs[0].bytes().begin()));
-    EXPECT_NE(error_of([&] {
-                  vaiq::runtime::infer(dir / "m.onnx", {{(dir / "x.npy").string(), (dir / "x.npy").string()}, {}, 1, 1});
-              }).find("one input too many"),
-              std::string::npos);
+    EXPECT_TRUE(
+        std::equal(named.outputs[0].bytes().begin(), named.outputs[0].bytes().end(), r.outputs[0].bytes().begin()));
+    EXPECT_NE(
+        error_of([&] {
+            vaiq::runtime::infer(dir / "m.onnx", {{(dir / "x.npy").string(), (dir / "x.npy").string()}, {}, 1, 1});
+        }).find("one input too many"),
+        std::string::npos);
 }
 
 }  // namespace

@@ -46,8 +46,8 @@ inline std::vector<float> reference_conv_relu(const Tensor& x, const Tensor& w, 
 // Every listed tensor (and the output y) with and without the executor's
 // rewrites, within `tolerance`; the run counts per op type with them.
 inline std::map<std::string, int64_t> compare_rewrites(const vaiq::Model& model, const Tensor& x,
-                                                const std::vector<std::string>& taps, float tolerance,
-                                                bool taps_known = false, int threads = 1) {
+                                                       const std::vector<std::string>& taps, float tolerance,
+                                                       bool taps_known = false, int threads = 1) {
     runtime::Executor plain(model, {.threads = 1, .optimize_layout = false, .fuse_patterns = false});
     runtime::ExecutorOptions options{.threads = threads, .profile = true};
     if (taps_known) options.taps.insert(taps.begin(), taps.end());
@@ -59,7 +59,8 @@ inline std::map<std::string, int64_t> compare_rewrites(const vaiq::Model& model,
     for (const auto& [name, t] : a) {
         EXPECT_EQ(b[name].shape(), t.shape()) << name;
         const auto p = t.data<float>(), q = b[name].data<float>();
-        for (size_t i = 0; i < p.size() && i < q.size(); ++i) EXPECT_NEAR(p[i], q[i], tolerance) << name << "[" << i << "]";
+        for (size_t i = 0; i < p.size() && i < q.size(); ++i)
+            EXPECT_NEAR(p[i], q[i], tolerance) << name << "[" << i << "]";
     }
     std::map<std::string, int64_t> calls;
     for (const auto& p : rewritten.profile()) calls[p.op_type] = p.calls;

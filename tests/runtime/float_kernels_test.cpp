@@ -1,4 +1,5 @@
-// Float kernels as ONNX Runtime computes them: fused LayerNorm/Gelu, MatMul, Gemm, Conv, Transpose, Softmax, MLAS arithmetic.
+// Float kernels as ONNX Runtime computes them: fused LayerNorm/Gelu, MatMul, Gemm, Conv, Transpose, Softmax, MLAS
+// arithmetic.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -24,13 +25,14 @@ namespace {
 using vaiq::DataType;
 using vaiq::Tensor;
 using vaiq::runtime::Executor;
-using vaiq::runtime::test::error_of;
 using vaiq::runtime::test::compare_rewrites;
+using vaiq::runtime::test::error_of;
 using vaiq::runtime::test::reference_conv_relu;
 
 // y = Gelu(x) spelled out as PyTorch exports it (x / sqrt2, Erf, + one, x *, * half);
 // the scalars sqrt2, one and half must exist. `product` names x * (erf + 1).
-void spell_out_gelu(vaiq::test::GraphBuilder& b, const std::string& x, const std::string& y, const std::string& product) {
+void spell_out_gelu(vaiq::test::GraphBuilder& b, const std::string& x, const std::string& y,
+                    const std::string& product) {
     b.node("Div", {x, "sqrt2"}, {x + "_sqrt2"});
     b.node("Erf", {x + "_sqrt2"}, {"erf"});
     b.node("Add", {"erf", "one"}, {"erf1"});
@@ -158,7 +160,8 @@ TEST(Executor, GemmOfAFewRowsMatchesTheDefinition) {
         for (const bool tb : {false, true}) {
             vaiq::test::GraphBuilder b;
             b.input("a", {m, k}).output("y", {m, n});
-            const Tensor bv = vaiq::test::ramp(tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, -1.0f, 0.003f);
+            const Tensor bv =
+                vaiq::test::ramp(tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, -1.0f, 0.003f);
             const Tensor cv = vaiq::test::ramp({n}, 0.5f, -0.05f);
             b.initializer("b", bv).initializer("c", cv);
             vaiq::test::set_int_attribute(b.node("Gemm", {"a", "b", "c"}, {"y"}), "transB", tb ? 1 : 0);
@@ -250,13 +253,14 @@ TEST(Executor, TransposesThatSwapBlocksOfAxesOrKeepTheOrder) {
             const int64_t count = vaiq::element_count(c.shape);
             std::vector<float> values(count);
             std::iota(values.begin(), values.end(), 1.0f);  // each element is its input index + 1
-            const Tensor x = type == DataType::Float
-                                 ? Tensor::from_values<float>(c.shape, values)
-                                 : Tensor::from_values<uint8_t>(c.shape, std::vector<uint8_t>(values.begin(), values.end()));
+            const Tensor x = type == DataType::Float ? Tensor::from_values<float>(c.shape, values)
+                                                     : Tensor::from_values<uint8_t>(
+                                                           c.shape, std::vector<uint8_t>(values.begin(), values.end()));
             const auto y = Executor(model, {.threads = 1}).run({{"x", x}})[0];
             ASSERT_EQ(y.shape(), out_shape);
             std::vector<int64_t> in_strides(c.shape.size(), 1);
-            for (int d = static_cast<int>(c.shape.size()) - 2; d >= 0; --d) in_strides[d] = in_strides[d + 1] * c.shape[d + 1];
+            for (int d = static_cast<int>(c.shape.size()) - 2; d >= 0; --d)
+                in_strides[d] = in_strides[d + 1] * c.shape[d + 1];
             for (int64_t i = 0; i < y.size(); ++i) {
                 int64_t rest = i, at = 0;
                 for (int d = static_cast<int>(out_shape.size()) - 1; d >= 0; --d) {
@@ -303,7 +307,8 @@ TEST(OrtSoftmax, FastScalingEqualsLdexpEverywhere) {
         x = std::fma(m, -6.93145752e-1f, x);
         x = std::fma(m, -1.42860677e-6f, x);
         float p = 0x1.694000p-10f;
-        for (float c : {0x1.125edcp-7f, 0x1.555b5ap-5f, 0x1.555450p-3f, 0x1.fffff6p-2f, 1.0f, 1.0f}) p = std::fma(p, x, c);
+        for (float c : {0x1.125edcp-7f, 0x1.555b5ap-5f, 0x1.555450p-3f, 0x1.fffff6p-2f, 1.0f, 1.0f})
+            p = std::fma(p, x, c);
         differ += std::ldexp(p, static_cast<int>(m)) != out[i];
     }
     EXPECT_EQ(differ, 0u) << "of " << in.size();
@@ -324,7 +329,8 @@ TEST(OrtFloat, SgemmSumsInPanelsOf128) {
             float total = 0.0f;
             for (int64_t k0 = 0; k0 < k; k0 += 128) {
                 float acc = 0.0f;
-                for (int64_t p = k0; p < std::min<int64_t>(k, k0 + 128); ++p) acc = std::fma(a[i * k + p], b[p * n + j], acc);
+                for (int64_t p = k0; p < std::min<int64_t>(k, k0 + 128); ++p)
+                    acc = std::fma(a[i * k + p], b[p * n + j], acc);
                 total = k0 == 0 ? acc : total + acc;
             }
             EXPECT_EQ(c[i * n + j], total) << i << "," << j;

@@ -45,14 +45,17 @@ TEST(Executor, RequantizationRoundsHalfToEvenAndSaturates) {
         g.initializer("sb", Tensor::from_values<float>({}, std::vector<float>{1.0f}));
         g.initializer("zb", Tensor::from_values<int8_t>({}, std::vector<int8_t>{0}));
         g.initializer("sy", Tensor::from_values<float>({}, std::vector<float>{2.0f}));  // multiplier 0.5: halves
-        if (out_type == DataType::UInt8) g.initializer("zy", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{100}));
-        else g.initializer("zy", Tensor::from_values<int8_t>({}, std::vector<int8_t>{-3}));
+        if (out_type == DataType::UInt8)
+            g.initializer("zy", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{100}));
+        else
+            g.initializer("zy", Tensor::from_values<int8_t>({}, std::vector<int8_t>{-3}));
         g.node("QLinearMatMul", {"a", "sa", "za", "b", "sb", "zb", "sy", "zy"}, {"y"});
         const auto model = g.build();
         const std::vector<uint8_t> av{9, 1};
         const auto y = Executor(model, {.threads = 1}).run({{"a", Tensor::from_values<uint8_t>({1, 2}, av)}})[0];
         const int zp = out_type == DataType::UInt8 ? 100 : -3;
-        const float lo = out_type == DataType::UInt8 ? 0.0f : -128.0f, hi = out_type == DataType::UInt8 ? 255.0f : 127.0f;
+        const float lo = out_type == DataType::UInt8 ? 0.0f : -128.0f,
+                    hi = out_type == DataType::UInt8 ? 255.0f : 127.0f;
         int low = 0, high = 0, halves = 0;
         for (int64_t j = 0; j < n; ++j) {
             const int32_t acc = av[0] * bv[j] + av[1] * bv[n + j];
@@ -102,8 +105,7 @@ TEST(Executor, QLinearMatMulSumsCentredIntegersExactly) {
         for (int64_t i = 0; i < m; ++i)
             for (int64_t j = 0; j < n; ++j) {
                 int32_t acc = 0;
-                for (int64_t q = 0; q < k; ++q)
-                    acc += (av[(p * m + i) * k + q] - za) * (bv[q * n + j] - zb);
+                for (int64_t q = 0; q < k; ++q) acc += (av[(p * m + i) * k + q] - za) * (bv[q * n + j] - zb);
                 const float r = std::nearbyint(static_cast<float>(acc) * multiplier) + zy;
                 const auto expected = static_cast<uint8_t>(std::clamp(r, 0.0f, 255.0f));
                 EXPECT_EQ(out[(p * m + i) * n + j], expected) << p << " " << i << " " << j;
@@ -136,7 +138,8 @@ TEST(Executor, QLinearAddRequantizesLikeOnnxRuntime) {
     Executor e(model);
     const auto out = e.run({{"a", Tensor::from_values<uint8_t>({4}, std::vector<uint8_t>{128, 130, 0, 255})},
                             {"b", Tensor::from_values<uint8_t>({4}, std::vector<uint8_t>{0, 2, 4, 255})}})[0];
-    // 0 + 0 -> 10; 1 + 0.5 = 1.5 -> 2 (half to even) -> 12; -64 + 1 -> -63 -> 0 (saturated); 63.5 + 63.75 = 127.25 -> 137
+    // 0 + 0 -> 10; 1 + 0.5 = 1.5 -> 2 (half to even) -> 12; -64 + 1 -> -63 -> 0 (saturated); 63.5 + 63.75 = 127.25 ->
+    // 137
     EXPECT_EQ(std::vector<uint8_t>(out.data<uint8_t>().begin(), out.data<uint8_t>().end()),
               (std::vector<uint8_t>{10, 12, 0, 137}));
 }
@@ -202,7 +205,8 @@ void check_qlinear_conv(const ConvGeometry& geometry) {
                                 acc += (static_cast<int32_t>(x[((bn * c + channel) * h + r) * w + s]) - zx) *
                                        wt[((oc * cg + ic) * k + ki) * k + kj];
                             }
-                    const X want = vaiq::quantize_value<X>(static_cast<float>(acc) * multiplier, static_cast<double>(zy));
+                    const X want =
+                        vaiq::quantize_value<X>(static_cast<float>(acc) * multiplier, static_cast<double>(zy));
                     mismatches += got[((bn * m + oc) * oh + i) * ow + j] != want;
                 }
     EXPECT_EQ(mismatches, 0u) << "of " << got.size();
@@ -342,7 +346,8 @@ TEST(Executor, QLinearSoftmaxRowsSumToOneStep) {
     vaiq::test::set_int_attribute(s, "opset", 13);
     const auto model = contrib_model(b);
     Executor e(model);
-    const auto y = e.run({{"x", Tensor::from_values<uint8_t>({2, 4}, std::vector<uint8_t>{0, 10, 20, 30, 5, 5, 5, 5})}})[0];
+    const auto y =
+        e.run({{"x", Tensor::from_values<uint8_t>({2, 4}, std::vector<uint8_t>{0, 10, 20, 30, 5, 5, 5, 5})}})[0];
     const auto v = y.data<uint8_t>();
     // Row 2 is uniform: 256 / 4 = 64 each. Row 1: softmax([0, 1, 2, 3]) * 256, rounded.
     for (int j = 4; j < 8; ++j) EXPECT_EQ(v[j], 64);

@@ -24,8 +24,8 @@ namespace {
 using vaiq::DataType;
 using vaiq::Tensor;
 using vaiq::runtime::Executor;
-using vaiq::runtime::test::error_of;
 using vaiq::runtime::test::compare_rewrites;
+using vaiq::runtime::test::error_of;
 using vaiq::runtime::test::reference_conv_relu;
 
 // x -> Conv -> Relu -> Conv -> Add(with the Relu output) -> MaxPool -> y
@@ -204,7 +204,8 @@ TEST(Layout, TheFusedPairMatchesTheTwoConvolutionsForEveryBlockCountAndStride) {
         for (const int64_t stride : {1, 2})
             for (const int64_t size : {7, 13})
                 for (const int threads : {1, 2}) {
-                    SCOPED_TRACE(fmt::format("{} channels, stride {}, {}x{}, {} threads", expanded, stride, size, size, threads));
+                    SCOPED_TRACE(fmt::format("{} channels, stride {}, {}x{}, {} threads", expanded, stride, size, size,
+                                             threads));
                     const int64_t batch = threads == 2 ? 3 : 1;
                     const auto model = inverted_residual(stride, batch, size, expanded);
                     const Tensor x = vaiq::test::ramp({batch, 3, size, size}, -1.0f, 0.004f);
@@ -234,13 +235,15 @@ TEST(Layout, TheProjectionAddsTheResidual) {
     for (const auto skip : {Skip::input, Skip::convolution})
         for (const int64_t expanded : {12, 48})
             for (const int threads : {1, 2}) {
-                SCOPED_TRACE(fmt::format("skip {}, {} channels, {} threads", static_cast<int>(skip), expanded, threads));
+                SCOPED_TRACE(
+                    fmt::format("skip {}, {} channels, {} threads", static_cast<int>(skip), expanded, threads));
                 const auto model = inverted_residual(1, 1, 11, expanded, skip);
                 const Tensor x = vaiq::test::ramp({1, 3, 11, 11}, -1.0f, 0.005f);
                 const auto calls = compare_rewrites(model, x, {}, 1e-4f, false, threads);
                 EXPECT_EQ(calls.at("NhwcConvDepthwise"), 1);
                 EXPECT_EQ(calls.count("Add"), 0u);
-                EXPECT_EQ(calls.at("NhwcConv"), skip == Skip::convolution ? 2 : 1) << "only the 1x1 convolutions before";
+                EXPECT_EQ(calls.at("NhwcConv"), skip == Skip::convolution ? 2 : 1)
+                    << "only the 1x1 convolutions before";
             }
 }
 

@@ -27,12 +27,10 @@ std::string slurp(const std::filesystem::path& path) {
 
 CommandResult run_command(const std::string& command) {
     const auto dir = temp_dir();
-    const std::string cmd =
-        command + " > " + (dir / "out").string() + " 2> " + (dir / "err").string() + " < /dev/null";
+    const std::string cmd = command + " > " + (dir / "out").string() + " 2> " + (dir / "err").string() + " < /dev/null";
     const int status = std::system(cmd.c_str());
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "out"), slurp(dir / "err")};
 }
-
 
 namespace {
 std::vector<std::string>& args() {
@@ -55,9 +53,7 @@ struct TempRoot {
 };
 }  // namespace
 
-const std::vector<std::string>& extra_args() {
-    return args();
-}
+const std::vector<std::string>& extra_args() { return args(); }
 
 PluginRegistry registry_with_test_plugin() {
     if (args().empty()) throw std::runtime_error("this test needs the plugin library's path as its first argument");
@@ -125,9 +121,7 @@ onnx::NodeProto& GraphBuilder::node(const std::string& op_type, std::vector<std:
     return *n;
 }
 
-Model GraphBuilder::build() const {
-    return Model(proto_);
-}
+Model GraphBuilder::build() const { return Model(proto_); }
 
 Tensor ramp(std::vector<int64_t> shape, float start, float step) {
     Tensor t(DataType::Float, std::move(shape));

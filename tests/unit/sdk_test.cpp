@@ -5,9 +5,9 @@
 #include <cmath>
 
 #include "test_support.hpp"
-#include "vaiq/histogram.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
+#include "vaiq/histogram.hpp"
 #include "vaiq/options.hpp"
 #include "vaiq/quant.hpp"
 #include "vaiq/tensor.hpp"
@@ -24,7 +24,8 @@ TEST(Tensor, DecodesTypedFieldsAndRawData) {
     for (int v : {-128, 0, 127}) p.add_int32_data(v);
     const auto t = vaiq::Tensor::from_proto(p);
     EXPECT_EQ(t.type(), DataType::Int8);
-    EXPECT_EQ(std::vector<int8_t>(t.data<int8_t>().begin(), t.data<int8_t>().end()), (std::vector<int8_t>{-128, 0, 127}));
+    EXPECT_EQ(std::vector<int8_t>(t.data<int8_t>().begin(), t.data<int8_t>().end()),
+              (std::vector<int8_t>{-128, 0, 127}));
     const auto round_trip = vaiq::Tensor::from_proto(t.to_proto("x"));
     EXPECT_EQ(round_trip.data<int8_t>()[2], 127);
     EXPECT_THROW((void)t.data<float>(), vaiq::InternalError);
@@ -113,7 +114,7 @@ TEST(Quant, ScaleAndZeroPointAsOnnxRuntimeComputesThem) {
     vaiq::QuantSpec u8{QuantType::QUInt8, false};
     auto p = vaiq::compute_quant_params({-1.0f, 3.0f}, u8);
     EXPECT_FLOAT_EQ(p.scale[0], 4.0f / 255.0f);
-    EXPECT_EQ(p.zero_point[0], 64);  // round(0 - (-1) / (4/255)) = round(63.75)
+    EXPECT_EQ(p.zero_point[0], 64);                    // round(0 - (-1) / (4/255)) = round(63.75)
     p = vaiq::compute_quant_params({0.5f, 2.0f}, u8);  // the range always includes 0
     EXPECT_FLOAT_EQ(p.scale[0], 2.0f / 255.0f);
     EXPECT_EQ(p.zero_point[0], 0);

@@ -22,7 +22,7 @@
 #endif
 
 /** The ABI revision of this SDK; a plugin must carry exactly this number. */
-#define VAIQ_ABI_VERSION 4u  /* 4: typed target requests, calibrator scale forms, node marks */
+#define VAIQ_ABI_VERSION 4u /* 4: typed target requests, calibrator scale forms, node marks */
 
 /** Name of the one symbol a plugin library exports. */
 #define VAIQ_PLUGIN_ENTRY_NAME "vaiq_plugin_entry"
@@ -87,8 +87,8 @@ typedef struct vaiq_option_descriptor {
 
 /** Describes one plugin. A library may describe several. */
 typedef struct vaiq_plugin_descriptor {
-    uint32_t abi_version; /**< == VAIQ_ABI_VERSION; first field, never moves */
-    uint32_t struct_size; /**< sizeof(vaiq_plugin_descriptor) when the plugin was built */
+    uint32_t abi_version;  /**< == VAIQ_ABI_VERSION; first field, never moves */
+    uint32_t struct_size;  /**< sizeof(vaiq_plugin_descriptor) when the plugin was built */
     const char* toolchain; /**< VAIQ_TOOLCHAIN_TAG when the plugin was built */
     uint32_t kind;         /**< a vaiq_plugin_kind */
     const char* name;      /**< unique within its kind: [a-z][a-z0-9_]* */

@@ -106,8 +106,8 @@ class VAIQ_API UniqueNames {
 /// Appends a node `op` in `domain` reading `inputs`, writing `output`; its name
 /// derives from the output.
 VAIQ_API onnx::NodeProto& append_node(onnx::GraphProto& graph, UniqueNames& names, const std::string& op,
-                                     const std::string& domain, std::initializer_list<std::string> inputs,
-                                     const std::string& output);
+                                      const std::string& domain, std::initializer_list<std::string> inputs,
+                                      const std::string& output);
 
 /// Adds an INT attribute to a node.
 VAIQ_API void set_int_attribute(onnx::NodeProto& node, const std::string& name, int64_t value);

@@ -8,8 +8,8 @@
 #include <map>
 #include <set>
 #include <string>
-#include <vector>
 #include <string_view>
+#include <vector>
 
 #include "vaiq/export.hpp"
 #include "vaiq/tensor.hpp"
@@ -81,9 +81,7 @@ struct SaveOptions {
 /// Writes a model atomically: to a temporary file in the destination folder,
 /// then renamed over the destination. Refuses to write over `protected_input`
 /// (the model that was read) and over the model's own source file.
-VAIQ_API void save_model(const Model& model,
-                         const std::filesystem::path& path,
-                         const SaveOptions& options = {},
+VAIQ_API void save_model(const Model& model, const std::filesystem::path& path, const SaveOptions& options = {},
                          const std::filesystem::path& protected_input = {});
 
 /// Runs the ONNX checker (full check, with strict shape inference off).

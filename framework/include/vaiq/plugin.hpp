@@ -72,9 +72,7 @@ std::array<const vaiq_plugin_descriptor*, N> pointers_to(const vaiq_plugin_descr
 /// Describes plugin class T (derived from Calibrator, Format, Target or Pass and
 /// default-constructible) for VAIQ_PLUGINS.
 template <typename T, size_t N>
-constexpr vaiq_plugin_descriptor describe(const char* name,
-                                          const char* version,
-                                          const char* summary,
+constexpr vaiq_plugin_descriptor describe(const char* name, const char* version, const char* summary,
                                           const vaiq_option_descriptor (&options)[N]) {
     return {VAIQ_ABI_VERSION,
             sizeof(vaiq_plugin_descriptor),
@@ -109,11 +107,11 @@ constexpr vaiq_plugin_descriptor describe(const char* name, const char* version,
 
 /// Exports a library's plugins: VAIQ_PLUGINS(vaiq::describe<MyPass>("my_pass", "1.0.0", "..."), ...)
 /// Use it once per library, at namespace scope.
-#define VAIQ_PLUGINS(...)                                                                        \
-    extern "C" __attribute__((visibility("default"))) const vaiq_plugin_descriptor* const*      \
-    vaiq_plugin_entry(size_t* count) {                                                           \
-        static const vaiq_plugin_descriptor vaiq_descriptors_[] = {__VA_ARGS__};                 \
-        static const auto vaiq_pointers_ = ::vaiq::detail::pointers_to(vaiq_descriptors_);       \
-        *count = vaiq_pointers_.size();                                                          \
-        return vaiq_pointers_.data();                                                            \
+#define VAIQ_PLUGINS(...)                                                                                     \
+    extern "C" __attribute__((visibility("default"))) const vaiq_plugin_descriptor* const* vaiq_plugin_entry( \
+        size_t* count) {                                                                                      \
+        static const vaiq_plugin_descriptor vaiq_descriptors_[] = {__VA_ARGS__};                              \
+        static const auto vaiq_pointers_ = ::vaiq::detail::pointers_to(vaiq_descriptors_);                    \
+        *count = vaiq_pointers_.size();                                                                       \
+        return vaiq_pointers_.data();                                                                         \
     }

@@ -3,8 +3,8 @@
 
 #include <onnx/onnx_pb.h>
 
-#include <cstddef>
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -50,16 +50,46 @@ VAIQ_API int64_t element_count(std::span<const int64_t> shape);
 
 template <typename T>
 constexpr DataType data_type_of();
-template <> constexpr DataType data_type_of<float>() { return DataType::Float; }
-template <> constexpr DataType data_type_of<double>() { return DataType::Double; }
-template <> constexpr DataType data_type_of<uint8_t>() { return DataType::UInt8; }
-template <> constexpr DataType data_type_of<int8_t>() { return DataType::Int8; }
-template <> constexpr DataType data_type_of<uint16_t>() { return DataType::UInt16; }
-template <> constexpr DataType data_type_of<int16_t>() { return DataType::Int16; }
-template <> constexpr DataType data_type_of<int32_t>() { return DataType::Int32; }
-template <> constexpr DataType data_type_of<uint32_t>() { return DataType::UInt32; }
-template <> constexpr DataType data_type_of<int64_t>() { return DataType::Int64; }
-template <> constexpr DataType data_type_of<uint64_t>() { return DataType::UInt64; }
+template <>
+constexpr DataType data_type_of<float>() {
+    return DataType::Float;
+}
+template <>
+constexpr DataType data_type_of<double>() {
+    return DataType::Double;
+}
+template <>
+constexpr DataType data_type_of<uint8_t>() {
+    return DataType::UInt8;
+}
+template <>
+constexpr DataType data_type_of<int8_t>() {
+    return DataType::Int8;
+}
+template <>
+constexpr DataType data_type_of<uint16_t>() {
+    return DataType::UInt16;
+}
+template <>
+constexpr DataType data_type_of<int16_t>() {
+    return DataType::Int16;
+}
+template <>
+constexpr DataType data_type_of<int32_t>() {
+    return DataType::Int32;
+}
+template <>
+constexpr DataType data_type_of<uint32_t>() {
+    return DataType::UInt32;
+}
+template <>
+constexpr DataType data_type_of<int64_t>() {
+    return DataType::Int64;
+}
+template <>
+constexpr DataType data_type_of<uint64_t>() {
+    return DataType::UInt64;
+}
 
 /// IEEE half and bfloat16 from and to float, rounding to nearest even (as
 /// ONNX Runtime's Cast does); NaN stays NaN, overflow becomes infinity.

@@ -10,9 +10,9 @@
 
 #include "util/atomic_file.hpp"
 #include "vaiq/error.hpp"
+#include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
 #include "vaiq/model.hpp"
-#include "vaiq/graph.hpp"
 #include "vaiq/tensor.hpp"
 
 namespace fs = std::filesystem;
@@ -72,9 +72,12 @@ void inline_external_data(onnx::TensorProto& tensor, const fs::path& model_dir, 
     int64_t length = -1;
     for (const auto& entry : tensor.external_data()) {
         try {
-            if (entry.key() == "location") location = entry.value();
-            else if (entry.key() == "offset") offset = std::stoll(entry.value());
-            else if (entry.key() == "length") length = std::stoll(entry.value());
+            if (entry.key() == "location")
+                location = entry.value();
+            else if (entry.key() == "offset")
+                offset = std::stoll(entry.value());
+            else if (entry.key() == "length")
+                length = std::stoll(entry.value());
         } catch (const std::exception&) {
             throw InputError(fmt::format("{}: tensor '{}' has a bad external data {} '{}'", model_path.string(),
                                          tensor.name(), entry.key(), entry.value()));
@@ -84,8 +87,10 @@ void inline_external_data(onnx::TensorProto& tensor, const fs::path& model_dir, 
     if (location.empty()) throw InputError(fmt::format("{} is stored externally but names no location", where));
     const fs::path rel(location);
     if (rel.is_absolute() || rel.has_root_name() || rel.has_root_directory())
-        throw InputError(fmt::format("{} has an absolute external data location '{}'; it must be relative to the "
-                                     "model's folder", where, location));
+        throw InputError(
+            fmt::format("{} has an absolute external data location '{}'; it must be relative to the "
+                        "model's folder",
+                        where, location));
     for (const auto& part : rel)
         if (part == "..")
             throw InputError(fmt::format("{} has the external data location '{}', which leaves the model's folder",
@@ -94,11 +99,13 @@ void inline_external_data(onnx::TensorProto& tensor, const fs::path& model_dir, 
     const fs::path base = fs::weakly_canonical(model_dir, ec);
     const fs::path file = fs::weakly_canonical(model_dir / rel, ec);
     if (ec || !is_within(file, base))
-        throw InputError(fmt::format("{} has the external data location '{}', which resolves outside the model's "
-                                     "folder (through a symbolic link)", where, location));
+        throw InputError(
+            fmt::format("{} has the external data location '{}', which resolves outside the model's "
+                        "folder (through a symbolic link)",
+                        where, location));
     if (!fs::is_regular_file(file, ec))
-        throw InputError(fmt::format("{} refers to the external data file '{}', which does not exist", where,
-                                     location));
+        throw InputError(
+            fmt::format("{} refers to the external data file '{}', which does not exist", where, location));
     const auto file_size = static_cast<int64_t>(fs::file_size(file, ec));
     const int64_t count = element_count({tensor.dims().data(), static_cast<size_t>(tensor.dims_size())});
     const auto elem = static_cast<int64_t>(element_size(static_cast<DataType>(tensor.data_type())));
@@ -247,8 +254,10 @@ int store_inferred_shapes(Model& model, const ShapeInferenceOptions& options) {
             onnx::shape_inference::InferShapes(proto, onnx::OpSchemaRegistry::Instance(), onnx_options);
         } catch (const std::exception& e) {
             if (!options.auto_merge)
-                throw InputError(fmt::format("shape inference found a conflict (auto_merge keeps the declared "
-                                             "shape): {}", e.what()));
+                throw InputError(
+                    fmt::format("shape inference found a conflict (auto_merge keeps the declared "
+                                "shape): {}",
+                                e.what()));
             log_debug("shape inference stopped early: {}", e.what());
         }
         if (guess_custom_outputs(proto, options.guess_output_rank) == 0) break;
@@ -263,7 +272,8 @@ std::map<std::string, std::vector<int64_t>> infer_shapes(const Model& model) {
     auto add = [&](const onnx::ValueInfoProto& v) {
         if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) return;
         std::vector<int64_t> dims;
-        for (const auto& d : v.type().tensor_type().shape().dim()) dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+        for (const auto& d : v.type().tensor_type().shape().dim())
+            dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
         shapes[v.name()] = std::move(dims);
     };
     const auto& graph = proto.graph();
@@ -289,8 +299,8 @@ Model convert_opset(const Model& model, int64_t target_opset) {
         const std::string hint = current < 11 && target_opset > 11
                                      ? "; converting to opset 11 avoids those adapters (vaiq needs 10 or newer)"
                                      : "";
-        throw InputError(fmt::format("cannot convert the model from opset {} to {}: {}{}", current, target_opset,
-                                     message, hint));
+        throw InputError(
+            fmt::format("cannot convert the model from opset {} to {}: {}{}", current, target_opset, message, hint));
     }
 }
 
@@ -314,7 +324,8 @@ std::string file_name_for(const std::string& tensor) {
 // it at its file (relative to the model's folder). Returns each file's bytes.
 std::map<fs::path, std::string> externalize(onnx::ModelProto& proto, const fs::path& model_path,
                                             const SaveOptions& options) {
-    const fs::path folder = options.external_data_location == "./" ? fs::path() : fs::path(options.external_data_location);
+    const fs::path folder =
+        options.external_data_location == "./" ? fs::path() : fs::path(options.external_data_location);
     std::map<fs::path, std::string> files;
     std::set<std::string> taken = {model_path.filename().string(), model_path.filename().string() + ".data"};
     for_each_tensor(*proto.mutable_graph(), [&](onnx::TensorProto& t) {
@@ -349,8 +360,8 @@ void save_model(const Model& model, const fs::path& path, const SaveOptions& opt
     if (path.empty()) throw InputError("no output path was given");
     for (const auto& input : {protected_input, model.source()})
         if (same_file(path, input))
-            throw InputError(fmt::format("refusing to write over the input model {}; choose another output path",
-                                         input.string()));
+            throw InputError(
+                fmt::format("refusing to write over the input model {}; choose another output path", input.string()));
     if (options.check) check_model(model);
 
     const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
@@ -362,8 +373,10 @@ void save_model(const Model& model, const fs::path& path, const SaveOptions& opt
         constexpr size_t kProtobufLimit = std::numeric_limits<int32_t>::max();
         const size_t size = model.proto().ByteSizeLong();
         if (size > kProtobufLimit)
-            throw InputError(fmt::format("the model is {:.2f} GB, over protobuf's 2 GB limit for one file; save it "
-                                         "with use_external_data_format", size / 1e9));
+            throw InputError(
+                fmt::format("the model is {:.2f} GB, over protobuf's 2 GB limit for one file; save it "
+                            "with use_external_data_format",
+                            size / 1e9));
         write_file_atomically(path, [&](std::ostream& out) {
             if (!model.proto().SerializeToOstream(&out)) throw InternalError("protobuf failed to serialize the model");
         });
@@ -377,9 +390,8 @@ void save_model(const Model& model, const fs::path& path, const SaveOptions& opt
     for (const auto& [location, data] : externalize(proto, path, options)) {
         const fs::path file = dir / location;
         fs::create_directories(file.parent_path(), ec);
-        write_file_atomically(file, [&](std::ostream& out) {
-            out.write(data.data(), static_cast<std::streamsize>(data.size()));
-        });
+        write_file_atomically(
+            file, [&](std::ostream& out) { out.write(data.data(), static_cast<std::streamsize>(data.size())); });
     }
     write_file_atomically(path, [&](std::ostream& out) {
         if (!proto.SerializeToOstream(&out)) throw InternalError("protobuf failed to serialize the model");

@@ -92,8 +92,8 @@ void widen_saturating_bias_scales(const Tensor& bias, TensorQuant& q) {
         const double needed = absmax / limit;
         int exponent = 0;
         const bool power_of_two = std::frexp(scale, &exponent) == 0.5;
-        q.params.scale[c] = static_cast<float>(power_of_two ? std::ldexp(1.0, static_cast<int>(std::ceil(std::log2(needed))))
-                                                            : needed * (1 + 1e-6));
+        q.params.scale[c] = static_cast<float>(
+            power_of_two ? std::ldexp(1.0, static_cast<int>(std::ceil(std::log2(needed)))) : needed * (1 + 1e-6));
     }
 }
 

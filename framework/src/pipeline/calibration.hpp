@@ -14,7 +14,7 @@ namespace vaiq {
 
 struct CalibrationOutcome {
     std::map<std::string, CalibrationResult> results;  ///< by observed tensor
-    std::vector<std::string> not_float;                 ///< planned tensors that are not float: not quantized
+    std::vector<std::string> not_float;                ///< planned tensors that are not float: not quantized
     int batches = 0;
 };
 

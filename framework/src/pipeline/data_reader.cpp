@@ -58,8 +58,9 @@ std::vector<fs::path> sorted_entries(const fs::path& dir, bool folders) {
     std::vector<fs::path> out;
     for (const auto& e : fs::directory_iterator(dir))
         if (folders ? e.is_directory() : is_tensor_file(e.path())) out.push_back(e.path());
-    std::sort(out.begin(), out.end(),
-              [](const fs::path& a, const fs::path& b) { return natural_less(a.filename().string(), b.filename().string()); });
+    std::sort(out.begin(), out.end(), [](const fs::path& a, const fs::path& b) {
+        return natural_less(a.filename().string(), b.filename().string());
+    });
     return out;
 }
 
@@ -137,7 +138,8 @@ class FileReader final : public DataReader {
         }
         size_t next = 0;
         for (const auto& input : inputs_)
-            if (!bound.count(input) && next < unnamed.size()) named.emplace_back(input, std::move(unnamed[next++].second));
+            if (!bound.count(input) && next < unnamed.size())
+                named.emplace_back(input, std::move(unnamed[next++].second));
         return named;
     }
 
@@ -165,9 +167,10 @@ class FileReader final : public DataReader {
                 }
             }
             if (common && *common != chunks)
-                throw InputError(fmt::format("{} {}: input '{}' holds {} batches but the sample's other "
-                                             "inputs hold {}",
-                                             what_, item.label, name, chunks, *common));
+                throw InputError(
+                    fmt::format("{} {}: input '{}' holds {} batches but the sample's other "
+                                "inputs hold {}",
+                                what_, item.label, name, chunks, *common));
             common = chunks;
             loaded_.emplace_back(name, std::move(t));
         }
@@ -184,8 +187,8 @@ class FileReader final : public DataReader {
     }
 
     std::vector<Item> items_;
-    std::vector<std::string> inputs_;  ///< the model's feed inputs, in order
-    std::string what_;  ///< "calibration data", "evaluation data": for messages
+    std::vector<std::string> inputs_;   ///< the model's feed inputs, in order
+    std::string what_;                  ///< "calibration data", "evaluation data": for messages
     std::map<std::string, Dims> dims_;  // copied: the reader may outlive the model
     size_t item_ = 0;
     std::string label_;
@@ -216,26 +219,28 @@ std::unique_ptr<DataReader> open_data_reader(const fs::path& path, const Model& 
         if (!is_tensor_file(path))
             throw InputError(fmt::format("{} {} is not a .npy or .pb file", what, path.string()));
         if (inputs.size() != 1)
-            throw InputError(fmt::format("{} {} is one file, but the model has {} inputs ({}); give a "
-                                         "folder with one folder per sample",
-                                         what, path.string(), inputs.size(), join(inputs)));
+            throw InputError(
+                fmt::format("{} {} is one file, but the model has {} inputs ({}); give a "
+                            "folder with one folder per sample",
+                            what, path.string(), inputs.size(), join(inputs)));
         items.push_back({{path}, path.string()});
     } else {
         const auto folders = sorted_entries(path, true);
         const auto files = sorted_entries(path, false);
         if (!folders.empty() && !files.empty())
-            throw InputError(fmt::format("{} {} mixes tensor files and folders; use one folder per "
-                                         "sample or one file per sample",
-                                         what, path.string()));
+            throw InputError(
+                fmt::format("{} {} mixes tensor files and folders; use one folder per "
+                            "sample or one file per sample",
+                            what, path.string()));
         for (const auto& f : folders) items.push_back(sample_folder(f, inputs, what));
         if (!files.empty() && inputs.size() != 1)
-            throw InputError(fmt::format("{} {} holds tensor files, but the model has {} inputs ({}); "
-                                         "give one folder per sample with one file per input",
-                                         what, path.string(), inputs.size(), join(inputs)));
+            throw InputError(
+                fmt::format("{} {} holds tensor files, but the model has {} inputs ({}); "
+                            "give one folder per sample with one file per input",
+                            what, path.string(), inputs.size(), join(inputs)));
         for (const auto& f : files) items.push_back({{f}, f.string()});
     }
-    if (items.empty())
-        throw InputError(fmt::format("{} {} holds no .npy or .pb files", what, path.string()));
+    if (items.empty()) throw InputError(fmt::format("{} {} holds no .npy or .pb files", what, path.string()));
     return std::make_unique<FileReader>(std::move(items), model, what);
 }
 
@@ -269,7 +274,8 @@ template <typename T>
 void fill_random(Tensor& t, std::mt19937_64& rng, double lo, double hi, bool integral) {
     auto data = t.mutable_data<T>();
     if (integral) {
-        std::uniform_int_distribution<int64_t> dist(static_cast<int64_t>(std::ceil(lo)), static_cast<int64_t>(std::floor(hi)));
+        std::uniform_int_distribution<int64_t> dist(static_cast<int64_t>(std::ceil(lo)),
+                                                    static_cast<int64_t>(std::floor(hi)));
         for (auto& v : data) v = static_cast<T>(dist(rng));
     } else {
         std::uniform_real_distribution<double> dist(lo, hi);
@@ -288,29 +294,33 @@ std::unique_ptr<DataReader> random_data_reader(const Model& model, const nlohman
     if (shapes.is_object()) {
         for (const auto& [name, s] : shapes.items()) {
             if (std::find(names.begin(), names.end(), name) == names.end())
-                throw InputError(fmt::format("random_data_reader_input_shape names '{}', which is not an input of the "
-                                             "model (inputs: {}){}",
-                                             name, join(names), did_you_mean(name, names)));
+                throw InputError(
+                    fmt::format("random_data_reader_input_shape names '{}', which is not an input of the "
+                                "model (inputs: {}){}",
+                                name, join(names), did_you_mean(name, names)));
             given[name] = json_shape(s);
         }
     } else if (!shapes.empty() && shapes[0].is_array()) {
         if (shapes.size() != names.size())
-            throw InputError(fmt::format("random_data_reader_input_shape gives {} shapes, but the model has {} inputs ({})",
-                                         shapes.size(), names.size(), join(names)));
+            throw InputError(
+                fmt::format("random_data_reader_input_shape gives {} shapes, but the model has {} inputs ({})",
+                            shapes.size(), names.size(), join(names)));
         for (size_t i = 0; i < names.size(); ++i) given[names[i]] = json_shape(shapes[i]);
     } else if (!shapes.empty()) {
         if (names.size() != 1)
-            throw InputError(fmt::format("random_data_reader_input_shape gives one shape, but the model has {} inputs "
-                                         "({}); give a list of shapes or a map of input name to shape",
-                                         names.size(), join(names)));
+            throw InputError(
+                fmt::format("random_data_reader_input_shape gives one shape, but the model has {} inputs "
+                            "({}); give a list of shapes or a map of input name to shape",
+                            names.size(), join(names)));
         given[names[0]] = json_shape(shapes);
     }
     if (ranges.is_object())
         for (const auto& [name, r] : ranges.items())
             if (std::find(names.begin(), names.end(), name) == names.end())
-                throw InputError(fmt::format("RandomDataReaderInputDataRange names '{}', which is not an input of the "
-                                             "model (inputs: {}){}",
-                                             name, join(names), did_you_mean(name, names)));
+                throw InputError(
+                    fmt::format("RandomDataReaderInputDataRange names '{}', which is not an input of the "
+                                "model (inputs: {}){}",
+                                name, join(names), did_you_mean(name, names)));
 
     std::mt19937_64 rng(seed);
     std::vector<std::map<std::string, Tensor>> generated(static_cast<size_t>(std::max(batches, 0)));
@@ -321,15 +331,21 @@ std::unique_ptr<DataReader> random_data_reader(const Model& model, const nlohman
                 shape = it->second;
             } else {
                 const auto dims = declared_dims(*in);
-                if (!dims) throw InputError(fmt::format("input '{}' has no declared shape; give it in "
-                                                        "random_data_reader_input_shape", in->name()));
+                if (!dims)
+                    throw InputError(
+                        fmt::format("input '{}' has no declared shape; give it in "
+                                    "random_data_reader_input_shape",
+                                    in->name()));
                 for (size_t d = 0; d < dims->size(); ++d) {
-                    if ((*dims)[d]) shape.push_back(*(*dims)[d]);
-                    else if (d == 0) shape.push_back(1);  // the batch dimension, as documented
+                    if ((*dims)[d])
+                        shape.push_back(*(*dims)[d]);
+                    else if (d == 0)
+                        shape.push_back(1);  // the batch dimension, as documented
                     else
-                        throw InputError(fmt::format("input '{}' has a dynamic dimension {}; give its shape in "
-                                                     "random_data_reader_input_shape",
-                                                     in->name(), d));
+                        throw InputError(
+                            fmt::format("input '{}' has a dynamic dimension {}; give its shape in "
+                                        "random_data_reader_input_shape",
+                                        in->name(), d));
                 }
             }
             const auto type = static_cast<DataType>(in->type().tensor_type().elem_type());

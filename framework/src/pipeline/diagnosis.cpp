@@ -22,7 +22,8 @@ std::vector<std::pair<std::string, std::string>> shared_tensors(const Model& flo
     for (int n : topological_order(graph)) {
         const auto& node = graph.node(n);
         for (const auto& t : node.output())
-            if (!t.empty() && produced.count(t)) out.emplace_back(t, node.name().empty() ? node.op_type() : node.name());
+            if (!t.empty() && produced.count(t))
+                out.emplace_back(t, node.name().empty() ? node.op_type() : node.name());
     }
     return out;
 }
@@ -45,8 +46,8 @@ std::optional<double> sqnr_db(const Tensor& f, const Tensor& q) {
 }  // namespace
 
 std::optional<Divergence> first_divergence(const Model& float_model, const Model& quantized,
-                                           const std::map<std::string, Tensor>& feeds, double threshold_db,
-                                           int threads, size_t budget_bytes) {
+                                           const std::map<std::string, Tensor>& feeds, double threshold_db, int threads,
+                                           size_t budget_bytes) {
     const auto tensors = shared_tensors(float_model, quantized);
     if (tensors.empty()) return std::nullopt;
     runtime::ExecutorOptions options;
@@ -89,7 +90,8 @@ std::optional<Divergence> first_divergence(const Model& float_model, const Model
         });
         for (size_t i = start; i < start + taken; ++i) {
             auto it = sqnr.find(tensors[i].first);
-            if (it != sqnr.end() && it->second < threshold_db) return Divergence{tensors[i].first, tensors[i].second, it->second};
+            if (it != sqnr.end() && it->second < threshold_db)
+                return Divergence{tensors[i].first, tensors[i].second, it->second};
         }
         start += taken;
     }

@@ -24,7 +24,7 @@ struct Divergence {
 /// time, keeping at most `budget_bytes` of float values, so memory stays
 /// bounded on large activations (each group costs one run of each model).
 std::optional<Divergence> first_divergence(const Model& float_model, const Model& quantized,
-                                           const std::map<std::string, Tensor>& feeds, double threshold_db,
-                                           int threads, size_t budget_bytes = size_t{256} << 20);
+                                           const std::map<std::string, Tensor>& feeds, double threshold_db, int threads,
+                                           size_t budget_bytes = size_t{256} << 20);
 
 }  // namespace vaiq

@@ -4,10 +4,10 @@
 
 #include <map>
 
+#include "custom_ops.hpp"
 #include "pipeline/data_reader.hpp"
 #include "runtime/executor.hpp"
 #include "util/atomic_file.hpp"
-#include "custom_ops.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
@@ -28,8 +28,10 @@ std::string file_stem(std::string name) {
 template <typename T>
 void write_text_values(std::ostream& out, const Tensor& t) {
     for (const T v : t.data<T>()) {
-        if constexpr (std::is_floating_point_v<T>) out << fmt::format("{}\n", v);
-        else out << static_cast<int64_t>(v) << '\n';
+        if constexpr (std::is_floating_point_v<T>)
+            out << fmt::format("{}\n", v);
+        else
+            out << static_cast<int64_t>(v) << '\n';
     }
 }
 
@@ -50,8 +52,7 @@ void write_tensor(const fs::path& dir, const std::string& stem, const Tensor& t)
             case DataType::Double: return write_text_values<double>(out, t);
             case DataType::Float16:  // the stored bits in .bin, the values they stand for here
             case DataType::BFloat16: return write_text_values<float>(out, t.convert_float(DataType::Float));
-            default:
-                throw InputError(fmt::format("cannot dump '{}': {} values", stem, data_type_name(t.type())));
+            default: throw InputError(fmt::format("cannot dump '{}': {} values", stem, data_type_name(t.type())));
         }
     });
 }
@@ -99,13 +100,14 @@ DumpResult dump_model(const fs::path& model_path, const DumpOptions& options) {
             dumped_as[node.input(0)].push_back(stem);
     }
     if (constants.empty() && dumped_as.empty() && !options.dump_float)
-        throw InputError(fmt::format("{}: no quantized tensors to dump (the model has no DequantizeLinear, FixNeuron or float16 Cast pair); "
-                                     "--dump-float dumps every node's float output",
-                                     model_path.string()));
+        throw InputError(fmt::format(
+            "{}: no quantized tensors to dump (the model has no DequantizeLinear, FixNeuron or float16 Cast pair); "
+            "--dump-float dumps every node's float output",
+            model_path.string()));
 
-    std::unique_ptr<DataReader> reader =
-        options.data ? open_data_reader(*options.data, model, "dump data")
-                     : random_data_reader(model, options.random_input_shapes, nullptr, 1);
+    std::unique_ptr<DataReader> reader = options.data
+                                             ? open_data_reader(*options.data, model, "dump data")
+                                             : random_data_reader(model, options.random_input_shapes, nullptr, 1);
     auto batch = reader->next();
     if (!batch) throw InputError("the dump data holds no batch");
 
@@ -143,8 +145,8 @@ DumpResult dump_model(const fs::path& model_path, const DumpOptions& options) {
             ++result.floats;
         }
     });
-    log_info("dumped {} quantized and {} float tensors of {} to {}", result.quantized, result.floats,
-             batch->source, options.output_dir.string());
+    log_info("dumped {} quantized and {} float tensors of {} to {}", result.quantized, result.floats, batch->source,
+             options.output_dir.string());
     return result;
 }
 

@@ -21,9 +21,7 @@ struct Sums {
 
 bool is_classifier(const Tensor& t) { return t.shape().size() == 2 && t.shape()[1] >= 2; }
 
-int64_t argmax_row(std::span<const float> row) {
-    return std::max_element(row.begin(), row.end()) - row.begin();
-}
+int64_t argmax_row(std::span<const float> row) { return std::max_element(row.begin(), row.end()) - row.begin(); }
 
 int64_t label_at(const Tensor& labels, int64_t i) {
     switch (labels.type()) {
@@ -97,9 +95,10 @@ Evaluation compare_outputs(const Model& float_model, const Model& quantized, Dat
                 s.agree += fa == qa;
                 if (o == 0 && labels) {
                     if (labelled >= labels->size())
-                        throw InputError(fmt::format("evaluation_labels holds {} labels, but the evaluation data has "
-                                                     "more samples",
-                                                     labels->size()));
+                        throw InputError(
+                            fmt::format("evaluation_labels holds {} labels, but the evaluation data has "
+                                        "more samples",
+                                        labels->size()));
                     const int64_t want = label_at(*labels, labelled++);
                     float_correct += fa == want;
                     quant_correct += qa == want;

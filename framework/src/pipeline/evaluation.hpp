@@ -16,8 +16,8 @@ namespace vaiq {
 struct OutputMetrics {
     std::string name;
     int64_t elements = 0;
-    double sqnr_db = 0;           ///< 10 log10(sum f^2 / sum (f - q)^2); +inf when identical
-    double cosine = 0;            ///< cosine similarity of the flattened outputs
+    double sqnr_db = 0;  ///< 10 log10(sum f^2 / sum (f - q)^2); +inf when identical
+    double cosine = 0;   ///< cosine similarity of the flattened outputs
     double max_abs_error = 0;
     std::optional<double> top1_agreement;  ///< [N, C] outputs: rows whose argmax agrees
 };

@@ -4,8 +4,8 @@
 
 #include <chrono>
 #include <cmath>
-#include <limits>
 #include <fstream>
+#include <limits>
 #include <set>
 
 #include "pipeline/calibration.hpp"
@@ -17,8 +17,8 @@
 #include "pipeline/preprocess.hpp"
 #include "pipeline/selection.hpp"
 #include "recipe/defaults.hpp"
-#include "util/npy.hpp"
 #include "util/atomic_file.hpp"
+#include "util/npy.hpp"
 #include "util/progress.hpp"
 #include "util/text.hpp"
 #include "vaiq/error.hpp"
@@ -30,8 +30,8 @@ namespace vaiq {
 
 namespace {
 
-constexpr Phase kAllPhases[] = {Phase::Setup, Phase::Load,  Phase::Prepare,  Phase::Plan, Phase::Calibrate,
-                                Phase::Parameters, Phase::Emit, Phase::Check, Phase::Evaluate, Phase::Save};
+constexpr Phase kAllPhases[] = {Phase::Setup,      Phase::Load, Phase::Prepare, Phase::Plan,     Phase::Calibrate,
+                                Phase::Parameters, Phase::Emit, Phase::Check,   Phase::Evaluate, Phase::Save};
 
 std::string who_needs(const Recipe& recipe, std::string_view key, const std::string& value) {
     const auto& origin = recipe.setting(key).origin;
@@ -101,8 +101,10 @@ int remove_initializer_inputs(Model& model) {
     google::protobuf::RepeatedPtrField<onnx::ValueInfoProto> kept;
     int removed = 0;
     for (const auto& in : graph.input()) {
-        if (constants.count(in.name())) ++removed;
-        else *kept.Add() = in;
+        if (constants.count(in.name()))
+            ++removed;
+        else
+            *kept.Add() = in;
     }
     graph.mutable_input()->Swap(&kept);
     return removed;
@@ -166,9 +168,8 @@ ResolvedPlugins resolve_plugins(const Recipe& recipe, PluginRegistry& registry) 
         const auto name = pass["name"].get<std::string>();
         const auto origin = pass["origin"].get<std::string>();
         const auto& info = registry.require(PluginKind::Pass, name, origin);
-        out.passes.push_back({&info, registry.resolve_options(info, pass["options"], [&](const std::string&) {
-                                  return origin;
-                              })});
+        out.passes.push_back(
+            {&info, registry.resolve_options(info, pass["options"], [&](const std::string&) { return origin; })});
     }
     check_extra_options(recipe, registry, out);
     return out;
@@ -263,7 +264,8 @@ struct QuantizedRun {
 nlohmann::json initial_report(const Recipe& recipe, Phase last) {
     nlohmann::json report = {
         {"vaiq_version", std::string(version())},
-        {"recipe", {{"files", nlohmann::json::array()}, {"name", recipe.value("name")}, {"settings", nlohmann::json::object()}}},
+        {"recipe",
+         {{"files", nlohmann::json::array()}, {"name", recipe.value("name")}, {"settings", nlohmann::json::object()}}},
         {"quantized", false},
         {"stopped_after", std::string(phase_name(last))},
         {"phases", nlohmann::json::array()},
@@ -351,8 +353,10 @@ void plan_phase(RunState& s) {
     s.draft = plan_tensors(s.recipe, s.model, *s.target, decisions, s.calibrators);
     int selected = 0;
     for (const auto& d : decisions) selected += d.quantized;
-    s.report["plan"] = {{"nodes", decisions.size()}, {"nodes_selected", selected},
-                        {"tensors", s.draft.tensors.size()}, {"skipped", nlohmann::json::array()}};
+    s.report["plan"] = {{"nodes", decisions.size()},
+                        {"nodes_selected", selected},
+                        {"tensors", s.draft.tensors.size()},
+                        {"skipped", nlohmann::json::array()}};
     for (const auto& [node, why] : s.draft.skipped)
         s.report["plan"]["skipped"].push_back({{"node", node}, {"reason", why}});
     if (s.draft.tensors.empty()) log_warn("the recipe selects nothing to quantize in this model");
@@ -434,8 +438,9 @@ void evaluate_phase(RunState& s) {
     data.rewind();
     if (auto batch = low ? data.next() : std::nullopt) {
         const auto d = first_divergence(reference, s.quantized, batch->feeds, warn_db, s.threads);
-        if (d) out["first_divergence"] = {{"tensor", d->tensor}, {"node", d->node}, {"sqnr_db", d->sqnr_db},
-                                          {"data", batch->source}};
+        if (d)
+            out["first_divergence"] = {
+                {"tensor", d->tensor}, {"node", d->node}, {"sqnr_db", d->sqnr_db}, {"data", batch->source}};
     }
 }
 
@@ -445,9 +450,9 @@ struct PhaseStep {
     void (*run)(RunState&);
 };
 constexpr PhaseStep kSteps[] = {
-    {Phase::Setup, setup_phase},         {Phase::Load, load_phase},   {Phase::Prepare, prepare_phase},
-    {Phase::Plan, plan_phase},           {Phase::Calibrate, calibrate_phase}, {Phase::Parameters, parameters_phase},
-    {Phase::Emit, emit_phase},           {Phase::Check, check_phase}, {Phase::Evaluate, evaluate_phase},
+    {Phase::Setup, setup_phase}, {Phase::Load, load_phase},           {Phase::Prepare, prepare_phase},
+    {Phase::Plan, plan_phase},   {Phase::Calibrate, calibrate_phase}, {Phase::Parameters, parameters_phase},
+    {Phase::Emit, emit_phase},   {Phase::Check, check_phase},         {Phase::Evaluate, evaluate_phase},
 };
 
 QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options) {
@@ -529,18 +534,19 @@ void judge_outputs(const Recipe& recipe, const nlohmann::json& report) {
                                     d["tensor"].get<std::string>(), d["node"].get<std::string>(),
                                     d["sqnr_db"].get<double>(), d["data"].get<std::string>());
             }
-            log_warn("output '{}' is far from the float model's: SQNR {:.2f} dB (warn_output_sqnr_db {}), cosine "
-                     "{:.4f}; {}. To try: exclude that node (nodes_to_exclude) or give it 16 bits (an override setting "
-                     "activation_type: QInt16) where the target allows, include_cle, another calibrate_method, more "
-                     "calibration data; `vaiq explain RECIPE --model M` shows each node's settings",
-                     name, db, warn_db, o["cosine_similarity"].get<double>(), where);
+            log_warn(
+                "output '{}' is far from the float model's: SQNR {:.2f} dB (warn_output_sqnr_db {}), cosine "
+                "{:.4f}; {}. To try: exclude that node (nodes_to_exclude) or give it 16 bits (an override setting "
+                "activation_type: QInt16) where the target allows, include_cle, another calibrate_method, more "
+                "calibration data; `vaiq explain RECIPE --model M` shows each node's settings",
+                name, db, warn_db, o["cosine_similarity"].get<double>(), where);
         }
-        if (!floor.is_null() && db < floor.get<double>())
-            failed.push_back(fmt::format("'{}' has {:.2f} dB", name, db));
+        if (!floor.is_null() && db < floor.get<double>()) failed.push_back(fmt::format("'{}' has {:.2f} dB", name, db));
     }
     if (!failed.empty())
         throw InputError(fmt::format("{}: min_output_sqnr_db {}: output {} on the evaluation data; nothing was written",
-                                     recipe.setting("min_output_sqnr_db").origin, floor.get<double>(), join(failed, ", ")));
+                                     recipe.setting("min_output_sqnr_db").origin, floor.get<double>(),
+                                     join(failed, ", ")));
 }
 
 // The mean output SQNR of an evaluated run (an exact output reports "inf").
@@ -575,9 +581,10 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
         if (keep) {
             log_info("cle_guard: CLE kept ({:.2f} dB with it, {:.2f} dB without)", with_db, without_db);
         } else {
-            log_warn("cle_guard: CLE lowered the output SQNR ({:.2f} dB with it, {:.2f} dB without); the model is "
-                     "quantized without it (cle_guard: false keeps it)",
-                     with_db, without_db);
+            log_warn(
+                "cle_guard: CLE lowered the output SQNR ({:.2f} dB with it, {:.2f} dB without); the model is "
+                "quantized without it (cle_guard: false keeps it)",
+                with_db, without_db);
             without.report["recipe"] = run.report["recipe"];
             run = std::move(without);
         }
@@ -609,8 +616,10 @@ std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, const 
     for (const auto& spec : recipe_keys()) {
         const auto& s = recipe.setting(spec.path);
         std::string note;
-        if (!recipe.in_effect(spec.path)) note = fmt::format("  [no effect: {} is off]", spec.enabled_by);
-        else if (!spec.implemented && !s.is_default()) note = "  [not supported yet]";
+        if (!recipe.in_effect(spec.path))
+            note = fmt::format("  [no effect: {} is off]", spec.enabled_by);
+        else if (!spec.implemented && !s.is_default())
+            note = "  [not supported yet]";
         line("  {:<45} {:<28} {}{}", spec.path, s.value.dump(), s.origin, note);
     }
     if (!model) return out;

@@ -27,8 +27,8 @@ namespace {
 // Ops that move data without changing values: the output takes the input's
 // parameters, and only when the input is quantized already (or forced).
 const std::set<std::string, std::less<>> kSameAsInput = {
-    "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "AveragePool", "MaxPool", "Slice",
-    "Resize",  "Split",     "Gather",  "GatherElements", "Pad", "DepthToSpace", "SpaceToDepth"};
+    "Reshape", "Transpose", "Squeeze", "Unsqueeze",      "Flatten", "AveragePool",  "MaxPool",     "Slice",
+    "Resize",  "Split",     "Gather",  "GatherElements", "Pad",     "DepthToSpace", "SpaceToDepth"};
 const std::set<std::string, std::less<>> kRemovableActivations = {"Relu", "Clip"};
 const std::set<std::string, std::less<>> kNormalizations = {"InstanceNormalization", "LayerNormalization",
                                                             "BatchNormalization"};
@@ -36,8 +36,7 @@ const std::set<std::string, std::less<>> kNormalizations = {"InstanceNormalizati
 class Planner {
   public:
     Planner(const Recipe& recipe, const Model& model, const Target& target, CalibratorSet& calibrators)
-        : model_(model), target_(target), calibrators_(calibrators), index_(model),
-          base_(recipe.quantize_config()) {
+        : model_(model), target_(target), calibrators_(calibrators), index_(model), base_(recipe.quantize_config()) {
         for (const auto& t : recipe.value("extra_options.OpTypesToExcludeOutputQuantization"))
             no_output_.insert(t.get<std::string>());
         for (const auto& [op, axis] : recipe.value("extra_options.QDQOpTypePerChannelSupportToAxis").items())
@@ -107,15 +106,16 @@ class Planner {
             if (!kRemovableActivations.count(node.op_type()) || kSameAsInput.count(graph.node(producer).op_type()))
                 continue;
             const auto spec = activation_spec(node, node_config(*d), true);
-            if (!spec.symmetric) absorbed_.insert(in);
-            else inherit_[in] = node.output(0);
+            if (!spec.symmetric)
+                absorbed_.insert(in);
+            else
+                inherit_[in] = node.output(0);
         }
     }
 
     QuantSpec activation_spec(const onnx::NodeProto& node, const Options& config, bool output) const {
         auto spec = target_.default_spec(TensorRole::Activation, request(config));
-        if (output && kRemovableActivations.count(node.op_type()) &&
-            config.get_bool("extra_options.UseUnsignedReLU"))
+        if (output && kRemovableActivations.count(node.op_type()) && config.get_bool("extra_options.UseUnsignedReLU"))
             spec.symmetric = false;
         return spec;
     }
@@ -186,12 +186,14 @@ class Planner {
         }
         auto spec = target_.default_spec(TensorRole::Weight, request(config));
         if (spec.per_channel) {
-            if (axis < 0) spec.per_channel = false;
+            if (axis < 0)
+                spec.per_channel = false;
             else {
                 if (model_.opset() < 13)
-                    throw InputError(fmt::format("per_channel needs opset 13 or later for DequantizeLinear's axis, and "
-                                                 "the model is opset {}; convert it first (vaiq convert-opset)",
-                                                 model_.opset()));
+                    throw InputError(
+                        fmt::format("per_channel needs opset 13 or later for DequantizeLinear's axis, and "
+                                    "the model is opset {}; convert it first (vaiq convert-opset)",
+                                    model_.opset()));
                 spec.axis = axis;
             }
         }
@@ -236,8 +238,10 @@ class Planner {
         } else if (op == "Gemm") {
             add_activation(node.input(0), node, config);
             add_weight(node.input(1), node, config, per_channel_axis(op, int_attribute(node, "transB", 0) ? 0 : 1));
-            if (float_attribute(node, "beta", 1.0f) == 1.0f) add_bias(node, 2, config);
-            else if (node.input_size() > 2) add_activation(node.input(2), node, config);
+            if (float_attribute(node, "beta", 1.0f) == 1.0f)
+                add_bias(node, 2, config);
+            else if (node.input_size() > 2)
+                add_activation(node.input(2), node, config);
             add_outputs(node, config);
         } else if (op == "MatMul") {
             if (const_b_only_ && !is_constant(node.input(1))) {
@@ -263,7 +267,8 @@ class Planner {
             const auto& in = node.input(0);
             if (!plan_.find(in) && !force_) {
                 plan_.skipped.emplace_back(d.name, fmt::format("its input '{}' is not quantized (set "
-                                                               "ForceQuantizeNoInputCheck to quantize it anyway)", in));
+                                                               "ForceQuantizeNoInputCheck to quantize it anyway)",
+                                                               in));
                 return;
             }
             add_activation(in, node, config);

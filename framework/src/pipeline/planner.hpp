@@ -23,18 +23,18 @@ struct PlannedTensor {
     std::string tensor;
     TensorRole role = TensorRole::Activation;
     QuantSpec spec;
-    bool constant = false;               ///< an initializer: parameters come from its data
-    std::string calibrate_method;        ///< the node's calibrator plugin (integer tensors)
+    bool constant = false;                   ///< an initializer: parameters come from its data
+    std::string calibrate_method;            ///< the node's calibrator plugin (integer tensors)
     const Calibrator* calibrator = nullptr;  ///< that plugin: observes activations, gives constants their parameters
-    std::string share_with;              ///< parameters are this tensor's (data-movement ops)
-    std::string range_from;              ///< the calibrated range is this tensor's (Relu/Clip input)
+    std::string share_with;                  ///< parameters are this tensor's (data-movement ops)
+    std::string range_from;                  ///< the calibrated range is this tensor's (Relu/Clip input)
     std::optional<TensorRange> fixed_range;  ///< e.g. Softmax output [0, 1]
     /// Its only reader gives every value outside this interval the output of
     /// the nearest end (a HardSigmoid's input): calibration observes the values
     /// clamped to it, so far-out values (DBNet's background logits) cost no range.
     std::optional<TensorRange> saturates_outside;
-    std::string bias_input, bias_weight; ///< bias: scale = input scale x weight scale
-    std::string node;                    ///< the node that asked for it first
+    std::string bias_input, bias_weight;  ///< bias: scale = input scale x weight scale
+    std::string node;                     ///< the node that asked for it first
 
     /// An integer activation whose range calibration finds (possibly through range_from).
     bool observed() const {

@@ -48,7 +48,8 @@ nlohmann::json preprocess(const std::filesystem::path& input, const std::filesys
     for (const auto& p : defaults::preprocess_passes_after(options))
         passes.push_back(pass_choice(registry, p.name, p.options, origin));
 
-    nlohmann::json report = {{"input", input.string()}, {"output", output.string()}, {"passes", nlohmann::json::array()}};
+    nlohmann::json report = {
+        {"input", input.string()}, {"output", output.string()}, {"passes", nlohmann::json::array()}};
     run_passes(passes, registry, model, report["passes"]);
     SaveOptions save;
     save.use_external_data_format = options.save_as_external_data;

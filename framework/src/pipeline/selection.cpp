@@ -108,13 +108,20 @@ std::vector<NodeDecision> decide_nodes(const Recipe& recipe, const Model& model,
             applied.push_back(fmt::format("overrides[{}]", i));
             for (const auto& [key, value] : o["set"].items()) d.settings[key] = {value, tag};
         }
-        if (model.marked(node, kFloatOnly)) d.reason = "it simulates device arithmetic in float";
-        else if (!inputs.empty() && !after_inputs[n]) d.reason = "before input_nodes";
-        else if (!outputs.empty() && !before_outputs[n]) d.reason = "after output_nodes";
-        else if (!op_types.empty() && !op_types.count(node.op_type())) d.reason = "op type not in op_types_to_quantize";
-        else if (!to_quantize.empty() && !to_quantize.count(names[n])) d.reason = "not in nodes_to_quantize";
-        else if (to_exclude.count(names[n])) d.reason = "in nodes_to_exclude";
-        else if (!excluded_by.empty()) d.reason = "excluded by " + excluded_by;
+        if (model.marked(node, kFloatOnly))
+            d.reason = "it simulates device arithmetic in float";
+        else if (!inputs.empty() && !after_inputs[n])
+            d.reason = "before input_nodes";
+        else if (!outputs.empty() && !before_outputs[n])
+            d.reason = "after output_nodes";
+        else if (!op_types.empty() && !op_types.count(node.op_type()))
+            d.reason = "op type not in op_types_to_quantize";
+        else if (!to_quantize.empty() && !to_quantize.count(names[n]))
+            d.reason = "not in nodes_to_quantize";
+        else if (to_exclude.count(names[n]))
+            d.reason = "in nodes_to_exclude";
+        else if (!excluded_by.empty())
+            d.reason = "excluded by " + excluded_by;
         else if (!target.supports(node))
             d.reason = fmt::format("the target does not quantize {}", node.op_type());
         else {
@@ -129,8 +136,10 @@ std::vector<NodeDecision> decide_nodes(const Recipe& recipe, const Model& model,
             std::vector<std::string> wanted;
             for (const auto& v : o["match"]["name"]) wanted.push_back(v.get<std::string>());
             std::string hint = wanted.size() == 1 ? did_you_mean(wanted[0], names) : std::string();
-            throw InputError(fmt::format("{}: overrides[{}] matches no node of the model{} (add optional: true to "
-                                         "allow that)", o["origin"].get<std::string>(), i, hint));
+            throw InputError(
+                fmt::format("{}: overrides[{}] matches no node of the model{} (add optional: true to "
+                            "allow that)",
+                            o["origin"].get<std::string>(), i, hint));
         }
     }
     return decisions;

@@ -13,10 +13,10 @@ namespace vaiq {
 /// The recipe's verdict on one node.
 struct NodeDecision {
     int node = 0;
-    std::string name;     ///< the node's name, or "<op_type>#<index>" when it has none
+    std::string name;  ///< the node's name, or "<op_type>#<index>" when it has none
     std::string op_type;
     bool quantized = false;
-    std::string reason;   ///< why not, or which overrides applied
+    std::string reason;  ///< why not, or which overrides applied
     /// Effective per-node settings (activation_type, weight_type, ...), recipe key -> value.
     std::map<std::string, Setting> settings;
 };

@@ -45,7 +45,8 @@ bool matches_type(const nlohmann::json& value, vaiq_option_type type) {
         case VAIQ_OPTION_FLOAT: return value.is_number();
         case VAIQ_OPTION_STRING: return value.is_string();
         case VAIQ_OPTION_STRING_LIST:
-            return value.is_array() && std::all_of(value.begin(), value.end(), [](const auto& v) { return v.is_string(); });
+            return value.is_array() &&
+                   std::all_of(value.begin(), value.end(), [](const auto& v) { return v.is_string(); });
     }
     return false;
 }
@@ -59,10 +60,11 @@ PluginInfo check_descriptor(const vaiq_plugin_descriptor* d, const fs::path& fil
     // are only ever appended, so `name` can be read whenever the struct is large enough.
     constexpr size_t kNameEnd = offsetof(vaiq_plugin_descriptor, name) + sizeof(const char*);
     const char* raw_name = d->struct_size >= kNameEnd && d->name ? d->name : nullptr;
-    const std::string who = raw_name ? fmt::format("plugin '{}' ({})", raw_name, lib) : fmt::format("plugin library {}", lib);
+    const std::string who =
+        raw_name ? fmt::format("plugin '{}' ({})", raw_name, lib) : fmt::format("plugin library {}", lib);
     if (d->abi_version != VAIQ_ABI_VERSION)
-        throw InputError(fmt::format("{} was built for ABI {}; this vaiq is ABI {}", who, d->abi_version,
-                                     VAIQ_ABI_VERSION));
+        throw InputError(
+            fmt::format("{} was built for ABI {}; this vaiq is ABI {}", who, d->abi_version, VAIQ_ABI_VERSION));
     if (d->struct_size < sizeof(vaiq_plugin_descriptor))
         throw InputError(fmt::format("{} has a {}-byte descriptor; this vaiq (ABI {}) needs {} bytes", who,
                                      d->struct_size, VAIQ_ABI_VERSION, sizeof(vaiq_plugin_descriptor)));
@@ -76,8 +78,10 @@ PluginInfo check_descriptor(const vaiq_plugin_descriptor* d, const fs::path& fil
                                      raw_name ? raw_name : ""));
     const auto kind = static_cast<PluginKind>(d->kind);
     if (kind_name(kind) == "unknown")
-        throw InputError(fmt::format("{} declares kind {}; this vaiq knows calibrator (1), format (2), target (3) and "
-                                     "pass (4)", who, d->kind));
+        throw InputError(
+            fmt::format("{} declares kind {}; this vaiq knows calibrator (1), format (2), target (3) and "
+                        "pass (4)",
+                        who, d->kind));
     static const std::regex kVersion("[0-9]+\\.[0-9]+\\.[0-9]+([-+][0-9A-Za-z.+-]*)?");
     const std::string version = d->version ? d->version : "";
     if (!std::regex_match(version, kVersion))
@@ -126,8 +130,8 @@ void PluginRegistry::load_library(const fs::path& file) {
         throw InputError(fmt::format("{} is not a loadable plugin library: {}", file.string(), e.what()));
     }
     if (!library.has(VAIQ_PLUGIN_ENTRY_NAME))
-        throw InputError(fmt::format("{} is not a vaiq plugin: it exports no {} function", file.string(),
-                                     VAIQ_PLUGIN_ENTRY_NAME));
+        throw InputError(
+            fmt::format("{} is not a vaiq plugin: it exports no {} function", file.string(), VAIQ_PLUGIN_ENTRY_NAME));
     auto entry = library.get<std::remove_pointer_t<vaiq_plugin_entry_fn>>(VAIQ_PLUGIN_ENTRY_NAME);
     loaded_libraries().push_back(library);
 
@@ -190,9 +194,12 @@ void PluginRegistry::load_default_paths() {
 
 void PluginRegistry::load_path(const fs::path& path) {
     std::error_code ec;
-    if (fs::is_directory(path, ec)) load_directory(path);
-    else if (fs::exists(path, ec)) load_library(path);
-    else throw InputError(fmt::format("{} does not exist", path.string()));
+    if (fs::is_directory(path, ec))
+        load_directory(path);
+    else if (fs::exists(path, ec))
+        load_library(path);
+    else
+        throw InputError(fmt::format("{} does not exist", path.string()));
 }
 
 const PluginInfo* PluginRegistry::find(PluginKind kind, std::string_view name) const {
@@ -220,9 +227,8 @@ std::vector<const PluginInfo*> PluginRegistry::list(std::optional<PluginKind> ki
     std::vector<const PluginInfo*> out;
     for (const auto& p : plugins_)
         if (!kind || p.kind == *kind) out.push_back(&p);
-    std::sort(out.begin(), out.end(), [](const auto* a, const auto* b) {
-        return std::tie(a->kind, a->name) < std::tie(b->kind, b->name);
-    });
+    std::sort(out.begin(), out.end(),
+              [](const auto* a, const auto* b) { return std::tie(a->kind, a->name) < std::tie(b->kind, b->name); });
     return out;
 }
 
@@ -241,7 +247,8 @@ Options PluginRegistry::resolve_options(const PluginInfo& plugin, const nlohmann
     std::vector<std::string> known;
     for (const auto& spec : plugin.options) known.push_back(spec.name);
     for (const auto& [key, value] : given.items()) {
-        auto spec = std::find_if(plugin.options.begin(), plugin.options.end(), [&](const auto& s) { return s.name == key; });
+        auto spec =
+            std::find_if(plugin.options.begin(), plugin.options.end(), [&](const auto& s) { return s.name == key; });
         if (spec == plugin.options.end())
             throw InputError(fmt::format("{}{} '{}' has no option '{}'{} (options: {})", where(key),
                                          kind_name(plugin.kind), plugin.name, key, did_you_mean(key, known),

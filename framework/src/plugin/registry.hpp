@@ -65,7 +65,8 @@ class PluginRegistry {
 
     /// Checks `given` (a JSON object, may be null) against the plugin's option
     /// schema and returns every option, defaults filled in.
-    Options resolve_options(const PluginInfo& plugin, const nlohmann::json& given, const OptionOrigin& origin = {}) const;
+    Options resolve_options(const PluginInfo& plugin, const nlohmann::json& given,
+                            const OptionOrigin& origin = {}) const;
 
     /// Creates and configures an instance of plugin `name` of T's kind.
     template <typename T>

@@ -24,11 +24,11 @@ std::string calibrator_plugin(std::string_view calibrate_method) {
 
 std::vector<PassRequest> preparation_passes(const Recipe& recipe) {
     std::vector<PassRequest> out;
-    for (const auto& [key, pass] : {std::pair{"convert_fp16_to_fp32", "convert_fp16_to_fp32"},
-                                    std::pair{"convert_nchw_to_nhwc", "convert_nchw_to_nhwc"},
-                                    std::pair{"optimize_model", "optimize_model"},
-                                    std::pair{"extra_options.ReplaceClip6Relu", "replace_clip6_relu"},
-                                    std::pair{"extra_options.ConvertClipToRelu", "convert_clip_to_relu"}})
+    for (const auto& [key, pass] :
+         {std::pair{"convert_fp16_to_fp32", "convert_fp16_to_fp32"},
+          std::pair{"convert_nchw_to_nhwc", "convert_nchw_to_nhwc"}, std::pair{"optimize_model", "optimize_model"},
+          std::pair{"extra_options.ReplaceClip6Relu", "replace_clip6_relu"},
+          std::pair{"extra_options.ConvertClipToRelu", "convert_clip_to_relu"}})
         if (recipe.value(key).get<bool>()) out.push_back({pass, nullptr});
     return out;
 }

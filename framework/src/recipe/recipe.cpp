@@ -51,7 +51,8 @@ std::string expand_variables(const std::string& text, const Source& src, const Y
         } else if (const char* value = std::getenv(name.c_str())) {
             out += value;
         } else {
-            src.fail(node, fmt::format("'{}' uses ${{{}}}, but the environment variable {} is not set", text, name, name));
+            src.fail(node,
+                     fmt::format("'{}' uses ${{{}}}, but the environment variable {} is not set", text, name, name));
         }
         last = m.position() + m.length();
     }
@@ -60,9 +61,7 @@ std::string expand_variables(const std::string& text, const Source& src, const Y
 }
 
 // YAML's nulls, and Python's None as a Python call would write it.
-bool is_null(const YAML::Node& node) {
-    return node.IsNull() || (node.IsScalar() && yaml_to_json(node).is_null());
-}
+bool is_null(const YAML::Node& node) { return node.IsNull() || (node.IsScalar() && yaml_to_json(node).is_null()); }
 
 std::string scalar_string(const YAML::Node& node, const Source& src, std::string_view key) {
     if (!node.IsScalar()) src.fail(node, fmt::format("{} must be a string", key));
@@ -105,7 +104,8 @@ std::string strip_prefix(std::string s, std::string_view prefix) {
     return s;
 }
 
-const std::vector<std::string> kQuantFormats = {"QDQ", "QOperator", "VitisQuantFormat.QDQ", "VitisQuantFormat.FixNeuron"};
+const std::vector<std::string> kQuantFormats = {"QDQ", "QOperator", "VitisQuantFormat.QDQ",
+                                                "VitisQuantFormat.FixNeuron"};
 const std::vector<std::string> kFloatMethods = {"MinMax", "Entropy", "Percentile"};
 const std::vector<std::string> kPowerOfTwoMethods = {"NonOverflow", "MinMSE"};
 
@@ -114,8 +114,8 @@ std::string normalize_quant_format(const YAML::Node& node, const Source& src) {
     const std::string s = strip_prefix(strip_prefix(raw, "vai_q_onnx."), "QuantFormat.");
     if (std::find(kQuantFormats.begin(), kQuantFormats.end(), s) != kQuantFormats.end()) return s;
     if (is_plugin_name(s)) return s;
-    src.fail(node, fmt::format("quant_format '{}' is not a quant format{} (choices: {}, or a format plugin's name)", raw,
-                               did_you_mean(s, kQuantFormats), join(kQuantFormats)));
+    src.fail(node, fmt::format("quant_format '{}' is not a quant format{} (choices: {}, or a format plugin's name)",
+                               raw, did_you_mean(s, kQuantFormats), join(kQuantFormats)));
 }
 
 std::string normalize_calibrate_method(const YAML::Node& node, const Source& src) {
@@ -142,7 +142,8 @@ std::string normalize_calibrate_method(const YAML::Node& node, const Source& src
                                    in(kFloatMethods) ? "CalibrationMethod" : "PowerOfTwoMethod",
                                    in(kFloatMethods) ? "CalibrationMethod" : "PowerOfTwoMethod", s));
     src.fail(node, fmt::format("calibrate_method '{}' is not a calibration method{} (choices: {}, or a calibrator "
-                               "plugin's name)", raw, did_you_mean(s, allowed), join(allowed)));
+                               "plugin's name)",
+                               raw, did_you_mean(s, allowed), join(allowed)));
 }
 
 nlohmann::json shape(const YAML::Node& node, const Source& src) {
@@ -164,8 +165,9 @@ nlohmann::json shape_spec(const YAML::Node& node, const Source& src) {
         return out;
     }
     if (!node.IsSequence())
-        src.fail(node, "random_data_reader_input_shape must be a shape, a list of shapes, or a map of input name to "
-                       "shape");
+        src.fail(node,
+                 "random_data_reader_input_shape must be a shape, a list of shapes, or a map of input name to "
+                 "shape");
     if (node.size() > 0 && node[0].IsSequence()) {
         auto out = nlohmann::json::array();
         for (const auto& s : node) out.push_back(shape(s, src));
@@ -185,7 +187,8 @@ nlohmann::json normalize_passes(const YAML::Node& node, const Source& src) {
         } else if (item.IsMap()) {
             for (const auto& kv : item) {
                 const auto key = kv.first.Scalar();
-                if (key == "name") pass["name"] = scalar_string(kv.second, src, "name");
+                if (key == "name")
+                    pass["name"] = scalar_string(kv.second, src, "name");
                 else if (key == "options") {
                     if (!kv.second.IsMap() && !kv.second.IsNull()) src.fail(kv.second, "options must be a map");
                     if (kv.second.IsMap()) pass["options"] = yaml_to_json(kv.second);
@@ -223,8 +226,8 @@ nlohmann::json normalize_overrides(const YAML::Node& node, const Source& src) {
             if (key == "match") {
                 has_match = true;
                 if (!kv.second.IsMap()) src.fail(kv.second, "match must be a map of name, op_type and optional");
-                nlohmann::json match = {{"name", nlohmann::json::array()}, {"op_type", nlohmann::json::array()},
-                                        {"optional", false}};
+                nlohmann::json match = {
+                    {"name", nlohmann::json::array()}, {"op_type", nlohmann::json::array()}, {"optional", false}};
                 for (const auto& m : kv.second) {
                     const auto mk = m.first.Scalar();
                     if (mk == "name" || mk == "op_type") {
@@ -235,7 +238,8 @@ nlohmann::json normalize_overrides(const YAML::Node& node, const Source& src) {
                                 try {
                                     std::regex check(v.substr(3));
                                 } catch (const std::regex_error& e) {
-                                    src.fail(m.second, fmt::format("'{}' is not a valid regular expression: {}", v.substr(3), e.what()));
+                                    src.fail(m.second, fmt::format("'{}' is not a valid regular expression: {}",
+                                                                   v.substr(3), e.what()));
                                 }
                             }
                             match[mk].push_back(v);
@@ -245,8 +249,9 @@ nlohmann::json normalize_overrides(const YAML::Node& node, const Source& src) {
                         if (!v.is_boolean()) src.fail(m.second, "optional must be true or false");
                         match["optional"] = v;
                     } else {
-                        src.fail(m.first, fmt::format("unknown key '{}' in match{} (valid keys: name, op_type, optional)",
-                                                      mk, did_you_mean(mk, {"name", "op_type", "optional"})));
+                        src.fail(m.first,
+                                 fmt::format("unknown key '{}' in match{} (valid keys: name, op_type, optional)", mk,
+                                             did_you_mean(mk, {"name", "op_type", "optional"})));
                     }
                 }
                 if (match["name"].empty() && match["op_type"].empty())
@@ -294,7 +299,8 @@ nlohmann::json normalize(const KeySpec& spec, const YAML::Node& node, const Sour
             const auto v = node.IsScalar() || node.IsNull() ? yaml_to_json(node) : nlohmann::json();
             if (v.is_null() && spec.default_yaml == "null") return v;
             if (!v.is_boolean())
-                src.fail(node, fmt::format("{} must be true or false, not '{}'", key, node.IsScalar() ? node.Scalar() : "a collection"));
+                src.fail(node, fmt::format("{} must be true or false, not '{}'", key,
+                                           node.IsScalar() ? node.Scalar() : "a collection"));
             return v;
         }
         case ValueKind::Int: return integer(node, src, key);
@@ -316,17 +322,18 @@ nlohmann::json normalize(const KeySpec& spec, const YAML::Node& node, const Sour
             const auto raw = scalar_string(node, src, key);
             if (auto t = parse_quant_type(raw)) return quant_type_name(*t);
             std::vector<std::string> names;
-            for (auto t : {QuantType::QInt8, QuantType::QUInt8, QuantType::QInt16, QuantType::QUInt16, QuantType::QInt32,
-                           QuantType::QUInt32, QuantType::QFloat16, QuantType::QBFloat16})
+            for (auto t : {QuantType::QInt8, QuantType::QUInt8, QuantType::QInt16, QuantType::QUInt16,
+                           QuantType::QInt32, QuantType::QUInt32, QuantType::QFloat16, QuantType::QBFloat16})
                 names.push_back(quant_type_name(t));
-            src.fail(node, fmt::format("{} '{}' is not a quant type{} (choices: {})", key, raw, did_you_mean(raw, names),
-                                       join(names)));
+            src.fail(node, fmt::format("{} '{}' is not a quant type{} (choices: {})", key, raw,
+                                       did_you_mean(raw, names), join(names)));
         }
         case ValueKind::QuantFormat: return normalize_quant_format(node, src);
         case ValueKind::CalibrateMethod: return normalize_calibrate_method(node, src);
         case ValueKind::PluginName: {
             const auto s = scalar_string(node, src, key);
-            if (!is_plugin_name(s)) src.fail(node, fmt::format("{} '{}' is not a plugin name ([a-z][a-z0-9_]*)", key, s));
+            if (!is_plugin_name(s))
+                src.fail(node, fmt::format("{} '{}' is not a plugin name ([a-z][a-z0-9_]*)", key, s));
             return s;
         }
         case ValueKind::Choice: {
@@ -340,7 +347,8 @@ nlohmann::json normalize(const KeySpec& spec, const YAML::Node& node, const Sour
         case ValueKind::ShapeSpec: return shape_spec(node, src);
         case ValueKind::IntMap: {
             if (is_null(node)) return nlohmann::json::object();
-            if (!node.IsMap()) src.fail(node, fmt::format("{} must be a map of op type to axis, e.g. {{MatMul: 1}}", key));
+            if (!node.IsMap())
+                src.fail(node, fmt::format("{} must be a map of op type to axis, e.g. {{MatMul: 1}}", key));
             auto out = nlohmann::json::object();
             for (const auto& kv : node) out[kv.first.Scalar()] = integer(kv.second, src, "an axis");
             return out;
@@ -364,7 +372,8 @@ nlohmann::json normalize(const KeySpec& spec, const YAML::Node& node, const Sour
             for (const auto& p : providers)
                 if (p != "CPUExecutionProvider")
                     src.fail(node, fmt::format("vaiq calibrates on its own CPU executor; execution_providers accepts "
-                                               "only CPUExecutionProvider, not '{}'", p));
+                                               "only CPUExecutionProvider, not '{}'",
+                                               p));
             return providers;
         }
         case ValueKind::Passes: return normalize_passes(node, src);
@@ -445,7 +454,8 @@ ParsedFile parse_chain(const fs::path& file, std::vector<fs::path>& chain, std::
         std::vector<std::string> names;
         for (const auto& c : chain) names.push_back(c.filename().string());
         names.push_back(canonical.filename().string());
-        throw InputError(fmt::format("{}: recipes extend each other in a cycle: {}", file.string(), join(names, " -> ")));
+        throw InputError(
+            fmt::format("{}: recipes extend each other in a cycle: {}", file.string(), join(names, " -> ")));
     }
     if (!fs::is_regular_file(file, ec)) throw InputError(fmt::format("{}: no such recipe file", file.string()));
     const Source src{file.string(), file.has_parent_path() ? file.parent_path() : fs::path("."), true};
@@ -453,8 +463,8 @@ ParsedFile parse_chain(const fs::path& file, std::vector<fs::path>& chain, std::
     try {
         root = YAML::LoadFile(file.string());
     } catch (const YAML::Exception& e) {
-        throw InputError(fmt::format("{}:{}:{}: YAML syntax error: {}", file.string(), e.mark.line + 1,
-                                     e.mark.column + 1, e.msg));
+        throw InputError(
+            fmt::format("{}:{}:{}: YAML syntax error: {}", file.string(), e.mark.line + 1, e.mark.column + 1, e.msg));
     }
     if (root.IsNull()) throw InputError(fmt::format("{}: the recipe is empty", file.string()));
     if (!root.IsMap()) src.fail(root, "a recipe is a YAML map of key: value");
@@ -472,7 +482,8 @@ ParsedFile parse_chain(const fs::path& file, std::vector<fs::path>& chain, std::
     } catch (const InputError& e) {
         if (!fs::exists(parent_path, ec))
             src.fail(root["extends"], fmt::format("extends '{}', which was found neither beside the recipe nor among "
-                                                  "the shipped recipes", *mine.extends));
+                                                  "the shipped recipes",
+                                                  *mine.extends));
         throw;
     }
     chain.pop_back();
@@ -551,9 +562,7 @@ bool Recipe::in_effect(std::string_view path) const {
     return v.is_boolean() && v.get<bool>() && in_effect(spec->enabled_by);
 }
 
-std::string Recipe::format_plugin() const {
-    return defaults::format_plugin(value("quant_format").get<std::string>());
-}
+std::string Recipe::format_plugin() const { return defaults::format_plugin(value("quant_format").get<std::string>()); }
 
 std::string Recipe::calibrator_plugin() const {
     return defaults::calibrator_plugin(value("calibrate_method").get<std::string>());
@@ -574,7 +583,9 @@ void apply_setting(Recipe& recipe, const std::string& assignment, const fs::path
     }
     const auto dot = path.rfind('.');
     const std::string section = dot == std::string::npos ? "" : path.substr(0, dot);
-    if (is_section(path)) throw InputError(fmt::format("{}: {} is a section; set one key in it, e.g. {}.<key>=...", src.label, path, path));
+    if (is_section(path))
+        throw InputError(
+            fmt::format("{}: {} is a section; set one key in it, e.g. {}.<key>=...", src.label, path, path));
     if (is_plugin_options_section(section)) {
         auto value = yaml_to_json(node);
         if (value.is_string()) value = expand_variables(value.get<std::string>(), src, node);
@@ -599,15 +610,15 @@ Recipe load_recipe(const fs::path& file, const std::vector<std::string>& assignm
     Recipe recipe;
     ParsedFile parsed = parse_chain(file, chain, recipe.files);
     if (!parsed.has_version)
-        throw InputError(fmt::format("{}: recipe_version is missing; start the recipe with 'recipe_version: 1'",
-                                     file.string()));
+        throw InputError(
+            fmt::format("{}: recipe_version is missing; start the recipe with 'recipe_version: 1'", file.string()));
     recipe.settings = std::move(parsed.settings);
     for (const auto& a : assignments) apply_setting(recipe, a, fs::current_path());
     const Source defaults{"default", fs::current_path(), false};
     for (const auto& spec : recipe_keys()) {
         if (recipe.settings.count(spec.path)) continue;
-        recipe.settings[std::string(spec.path)] = {normalize(spec, YAML::Load(std::string(spec.default_yaml)), defaults),
-                                                   "default"};
+        recipe.settings[std::string(spec.path)] = {
+            normalize(spec, YAML::Load(std::string(spec.default_yaml)), defaults), "default"};
     }
     return recipe;
 }

@@ -11,7 +11,7 @@ enum class Phase { Setup, Load, Prepare, Plan, Calibrate, Parameters, Emit, Chec
 std::string_view phase_name(Phase phase);
 
 enum class ValueKind {
-    SchemaVersion,    ///< the integer 1
+    SchemaVersion,  ///< the integer 1
     Bool,
     Int,
     Float,
@@ -34,7 +34,7 @@ enum class ValueKind {
 };
 
 struct KeySpec {
-    std::string_view path;          ///< "per_channel", "extra_options.ActivationSymmetric"
+    std::string_view path;  ///< "per_channel", "extra_options.ActivationSymmetric"
     ValueKind kind;
     std::string_view default_yaml;  ///< the documented default, as YAML
     Phase phase;                    ///< the phase that reads it

@@ -20,11 +20,11 @@ struct Executor::Step {
     int node;
     const KernelFn* kernel;
     int64_t opset;
-    std::vector<int> inputs;   ///< value ids, -1 for an omitted input
-    std::vector<int> outputs;  ///< value ids, -1 for an omitted output
-    std::vector<int> implicit; ///< outer-scope values its subgraphs read
-    std::vector<int> release;  ///< values no later step (nor the caller) needs
-    bool lazy = false;         ///< only lazy steps read its outputs: run only when a tap needs them
+    std::vector<int> inputs;    ///< value ids, -1 for an omitted input
+    std::vector<int> outputs;   ///< value ids, -1 for an omitted output
+    std::vector<int> implicit;  ///< outer-scope values its subgraphs read
+    std::vector<int> release;   ///< values no later step (nor the caller) needs
+    bool lazy = false;          ///< only lazy steps read its outputs: run only when a tap needs them
     std::shared_ptr<void> state;
 };
 
@@ -99,7 +99,8 @@ void Executor::number_values() {
         step.kernel = KernelRegistry::instance().find(node.domain(), node.op_type(), step.opset);
         if (!step.kernel)
             unsupported.push_back(fmt::format("{} ({}{}{}, opset {})", node.name().empty() ? "<unnamed>" : node.name(),
-                                              node.domain(), node.domain().empty() ? "" : ":", node.op_type(), step.opset));
+                                              node.domain(), node.domain().empty() ? "" : ":", node.op_type(),
+                                              step.opset));
         for (const auto& in : node.input()) step.inputs.push_back(in.empty() ? -1 : id_of(in));
         for (const auto& out : node.output()) step.outputs.push_back(out.empty() ? -1 : id_of(out));
         for (const auto& name : outer_scope_reads(node)) step.implicit.push_back(id_of(name));
@@ -172,8 +173,8 @@ std::vector<int> Executor::last_readers(const std::vector<bool>& run_lazy) const
 
 // Ops whose output differs from run to run although their inputs do not.
 static bool is_random(const onnx::NodeProto& node) {
-    static const std::set<std::string> kRandom = {"RandomNormal", "RandomNormalLike", "RandomUniform",
-                                                  "RandomUniformLike", "Multinomial", "Bernoulli"};
+    static const std::set<std::string> kRandom = {"RandomNormal",      "RandomNormalLike", "RandomUniform",
+                                                  "RandomUniformLike", "Multinomial",      "Bernoulli"};
     return kRandom.count(node.op_type()) > 0;
 }
 
@@ -227,7 +228,8 @@ void Executor::check_feed(const std::string& name, const Tensor& value) const {
         if (in.name() != name || !in.type().has_tensor_type()) continue;
         const auto& t = in.type().tensor_type();
         if (t.elem_type() != 0 && t.elem_type() != static_cast<int>(value.type()))
-            throw InputError(fmt::format("input '{}' is {}, but the model expects {}", name, data_type_name(value.type()),
+            throw InputError(fmt::format("input '{}' is {}, but the model expects {}", name,
+                                         data_type_name(value.type()),
                                          data_type_name(static_cast<DataType>(t.elem_type()))));
         if (!t.has_shape()) return;
         const auto& dims = t.shape().dim();
@@ -269,9 +271,10 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
     for (const auto& t : taps) {
         const int id = value_id(t);
         if (fused_away_.count(t))
-            throw InputError(fmt::format("cannot tap '{}': it is computed inside an integer operator here (QDQ fusion); "
-                                         "turn the fusion off to see it",
-                                         t));
+            throw InputError(
+                fmt::format("cannot tap '{}': it is computed inside an integer operator here (QDQ fusion); "
+                            "turn the fusion off to see it",
+                            t));
         if (id < 0) throw InputError(fmt::format("cannot tap '{}': the model has no such tensor", t));
         tapped[id] = true;
         if (tap && value(id)) tap(t, *value(id));
@@ -282,7 +285,8 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
     std::vector<bool> run_lazy(steps_.size(), false);
     for (size_t s = steps_.size(); s-- > 0;) {
         const auto& step = steps_[s];
-        if (!step.lazy || std::none_of(step.outputs.begin(), step.outputs.end(), [&](int id) { return id >= 0 && demanded[id]; }))
+        if (!step.lazy ||
+            std::none_of(step.outputs.begin(), step.outputs.end(), [&](int id) { return id >= 0 && demanded[id]; }))
             continue;
         run_lazy[s] = true;
         for (const auto* ids : {&step.inputs, &step.implicit})
@@ -307,7 +311,8 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
             ctx.lookup = [&](const std::string& name) { return value_id(name) >= 0 ? value(value_id(name)) : nullptr; };
         for (int id : step.inputs) {
             if (id >= 0 && !value(id))
-                throw InputError(fmt::format("node '{}' reads '{}', which nothing produced", node.name(), value_names_[id]));
+                throw InputError(
+                    fmt::format("node '{}' reads '{}', which nothing produced", node.name(), value_names_[id]));
             ctx.inputs.push_back(id >= 0 ? value(id) : nullptr);
             ctx.constant.push_back(id >= 0 && is_constant_[id] && !values[id]);
             // A run value this step reads last in this run, and only once, is the kernel's to reuse.
@@ -316,13 +321,15 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
             ctx.donated.push_back(last_read ? &*values[id] : nullptr);
         }
         std::vector<Tensor> outputs(step.outputs.size());
-        const auto start = options_.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+        const auto start =
+            options_.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
         (*step.kernel)(ctx, outputs);
         if (options_.profile) {
             auto& p = profile_[node.op_type()];
             p.op_type = node.op_type();
             ++p.calls;
-            p.milliseconds += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+            p.milliseconds +=
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
         }
         for (size_t o = 0; o < step.outputs.size(); ++o) {
             const int id = step.outputs[o];

@@ -15,8 +15,8 @@
 namespace vaiq::runtime {
 
 struct ExecutorOptions {
-    int threads = 0;       ///< 0: every core
-    bool profile = false;  ///< time every node (see Executor::profile)
+    int threads = 0;              ///< 0: every core
+    bool profile = false;         ///< time every node (see Executor::profile)
     bool optimize_layout = true;  ///< run convolutions in NHWC (see runtime/layout.hpp)
     /// Compute spelled-out LayerNorms and Gelus in one kernel each (the nodes stay for taps).
     bool fuse_patterns = true;
@@ -63,8 +63,7 @@ class Executor {
     /// Runs one batch. Feeds are checked against the declared input types and
     /// fixed dimensions. `taps` names intermediate (or input/output) tensors to
     /// stream to `tap`. Returns the graph outputs in output order.
-    std::vector<Tensor> run(const std::map<std::string, Tensor>& feeds,
-                            const std::vector<std::string>& taps = {},
+    std::vector<Tensor> run(const std::map<std::string, Tensor>& feeds, const std::vector<std::string>& taps = {},
                             const Tap& tap = {});
 
     /// Per op type, slowest first; empty unless ExecutorOptions::profile.

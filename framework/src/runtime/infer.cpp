@@ -27,16 +27,16 @@ InferResult infer(const fs::path& model_path, const InferOptions& options) {
     size_t next = 0;
     for (const auto& binding : options.inputs) {
         const auto eq = binding.find('=');
-        const bool named = eq != std::string::npos &&
-                           std::find(names.begin(), names.end(), binding.substr(0, eq)) != names.end();
+        const bool named =
+            eq != std::string::npos && std::find(names.begin(), names.end(), binding.substr(0, eq)) != names.end();
         std::string name;
         if (named) {
             name = binding.substr(0, eq);
         } else {
             while (next < names.size() && feeds.count(names[next])) ++next;
             if (next >= names.size())
-                throw InputError(fmt::format("{} is one input too many: the model has {} ({})", binding, names.size(),
-                                             join(names)));
+                throw InputError(
+                    fmt::format("{} is one input too many: the model has {} ({})", binding, names.size(), join(names)));
             name = names[next];
         }
         if (feeds.count(name)) throw InputError(fmt::format("input '{}' is given twice", name));

@@ -32,13 +32,13 @@ class Attributes {
 
 /// Everything a kernel sees of its node for one run.
 struct KernelContext {
-    const Model& model;                   ///< the model the node belongs to (opsets, for subgraphs)
+    const Model& model;  ///< the model the node belongs to (opsets, for subgraphs)
     const onnx::NodeProto& node;
-    int64_t opset;                        ///< the opset of the node's domain
-    std::vector<const Tensor*> inputs;    ///< nullptr for an omitted optional input
-    std::vector<bool> constant;           ///< per input: an initializer, the same object every run
+    int64_t opset;                      ///< the opset of the node's domain
+    std::vector<const Tensor*> inputs;  ///< nullptr for an omitted optional input
+    std::vector<bool> constant;         ///< per input: an initializer, the same object every run
     Attributes attributes;
-    std::shared_ptr<void>& state;         ///< kept across runs (e.g. compiled primitives)
+    std::shared_ptr<void>& state;  ///< kept across runs (e.g. compiled primitives)
     /// A value of the enclosing scope by name (for subgraph ops); nullptr if none.
     std::function<const Tensor*(const std::string&)> lookup;
     /// Per input: the executor's own value when this node is its last reader

@@ -20,9 +20,10 @@ const std::vector<int64_t> kToNchw{0, 3, 1, 2};
 
 // Elementwise ops whose data input 0 may be in any layout (other inputs must
 // be scalars or absent).
-const std::set<std::string> kUnary = {"Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
-                                      "Elu", "Selu", "Softplus", "Softsign", "Exp", "Neg", "Abs", "Sqrt", "Erf",
-                                      "Identity", "Celu", "ThresholdedRelu"};
+const std::set<std::string> kUnary = {
+    "Relu",     "Clip",     "LeakyRelu",      "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu",
+    "Selu",     "Softplus", "Softsign",       "Exp",     "Neg",         "Abs",       "Sqrt", "Erf",
+    "Identity", "Celu",     "ThresholdedRelu"};
 // Elementwise binary ops: fine when both inputs share a layout, or one is a scalar.
 const std::set<std::string> kBinary = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum"};
 
@@ -435,8 +436,8 @@ bool fuse_matmul_bias(onnx::GraphProto& graph, const std::set<std::string>& tapp
             if (matmul.op_type() != "MatMul" || !matmul.domain().empty() || !b || !bias ||
                 b->data_type() != onnx::TensorProto::FLOAT || b->dims_size() != 2 ||
                 bias->data_type() != onnx::TensorProto::FLOAT || bias->dims_size() != 1 ||
-                bias->dims(0) != b->dims(1) || index.consumers(product).size() != 1 ||
-                index.is_graph_output(product) || tapped.count(product))
+                bias->dims(0) != b->dims(1) || index.consumers(product).size() != 1 || index.is_graph_output(product) ||
+                tapped.count(product))
                 continue;
             onnx::NodeProto fused = in_place_of(matmul, add);
             fused.set_domain(kInternalDomain);
@@ -465,9 +466,11 @@ bool fuse_matmul_gelus(onnx::GraphProto& graph, const std::set<std::string>& tap
         if (p < 0 || index.is_graph_output(product) || tapped.count(product)) continue;
         const auto& matmul = graph.node(p);
         if (matmul.op_type() != "MatMul" || matmul.domain() != kInternalDomain || matmul.input_size() != 3) continue;
-        const bool only_gelu = std::all_of(index.consumers(product).begin(), index.consumers(product).end(), [&](const Use& u) {
-            return u.node == match.last || std::find(match.nodes.begin(), match.nodes.end(), u.node) != match.nodes.end();
-        });
+        const bool only_gelu =
+            std::all_of(index.consumers(product).begin(), index.consumers(product).end(), [&](const Use& u) {
+                return u.node == match.last ||
+                       std::find(match.nodes.begin(), match.nodes.end(), u.node) != match.nodes.end();
+            });
         if (!only_gelu) continue;
         onnx::NodeProto fused = in_place_of(matmul, gelu);
         set_attribute(fused, "activation", std::string("gelu"));

@@ -16,8 +16,6 @@ namespace {
 
 constexpr const char* kMicrosoft = "com.microsoft";
 
-
-
 // One DequantizeLinear (or QuantizeLinear) with constant parameters.
 struct QParams {
     std::string tensor, scale, zero_point;  ///< the integer tensor (DQ input / Q output) and its parameters
@@ -62,7 +60,8 @@ class Fusion {
     void mark_float_matmuls(const std::map<int, onnx::NodeProto>& replaced, const std::set<int>& removed) {
         for (int n = 0; n < graph_.node_size(); ++n) {
             auto& node = *graph_.mutable_node(n);
-            if (replaced.count(n) || removed.count(n) || !is_default_domain(node) || node.op_type() != "MatMul") continue;
+            if (replaced.count(n) || removed.count(n) || !is_default_domain(node) || node.op_type() != "MatMul")
+                continue;
             if (!dequantized(node.input(0)) || !dequantized(node.input(1))) continue;
             set_attribute(node, kOrtOrderAttribute, int64_t{1});
             ++marked_;
@@ -116,7 +115,8 @@ class Fusion {
 
     std::optional<QParams> dequantized(const std::string& tensor) const {
         const int p = index_.producer(tensor);
-        if (p < 0 || !is_default_domain(graph_.node(p)) || graph_.node(p).op_type() != "DequantizeLinear") return std::nullopt;
+        if (p < 0 || !is_default_domain(graph_.node(p)) || graph_.node(p).op_type() != "DequantizeLinear")
+            return std::nullopt;
         return params_of(p);
     }
 
@@ -143,8 +143,10 @@ class Fusion {
             if (!v || v->type() != DataType::Float || v->size() != 1) return false;
             (i == 1 ? lo : hi) = v->data<float>()[0];
         }
-        const double q_lo = std::rint(static_cast<double>(lo / q.scale_value)) + static_cast<double>(q.zero_point_value);
-        const double q_hi = std::rint(static_cast<double>(hi / q.scale_value)) + static_cast<double>(q.zero_point_value);
+        const double q_lo =
+            std::rint(static_cast<double>(lo / q.scale_value)) + static_cast<double>(q.zero_point_value);
+        const double q_hi =
+            std::rint(static_cast<double>(hi / q.scale_value)) + static_cast<double>(q.zero_point_value);
         return q_lo <= 0.0 && q_hi >= 255.0;
     }
 
@@ -207,7 +209,8 @@ class Fusion {
         if (!q) return std::nullopt;
         const bool weighted = node.op_type() == "Conv" || node.op_type() == "MatMul" || node.op_type() == "Gemm";
         for (size_t i = 0; i < in->size(); ++i)
-            if (!(weighted && i >= 1) && (*in)[i].elem_type != q->elem_type) return std::nullopt;  // one type throughout
+            if (!(weighted && i >= 1) && (*in)[i].elem_type != q->elem_type)
+                return std::nullopt;  // one type throughout
         fused.node = qlinear_node(node, *in, *q);
         if (!folded_pads.empty()) fold_pads(fused.node, folded_pads);
         return fused;
@@ -215,7 +218,8 @@ class Fusion {
 
     // Every input's DequantizeLinear; an AveragePool's may come through a
     // zero-valued constant Pad, which ONNX Runtime folds into the pool's pads.
-    std::optional<std::vector<QParams>> dequantized_inputs(int n, Fused& fused, std::vector<int64_t>& folded_pads) const {
+    std::optional<std::vector<QParams>> dequantized_inputs(int n, Fused& fused,
+                                                           std::vector<int64_t>& folded_pads) const {
         const auto& node = graph_.node(n);
         std::vector<QParams> in;
         for (int i = 0; i < node.input_size(); ++i) {

@@ -25,9 +25,7 @@ std::optional<Tensor> constant_value(const onnx::GraphProto& graph, const GraphI
 }
 
 std::optional<ChannelAffine> batch_norm_affine(const onnx::NodeProto& bn, const GraphIndex& index) {
-    if (bn.op_type() != "BatchNormalization" || !is_default_domain(bn) ||
-        bn.input_size() < 5)
-        return std::nullopt;
+    if (bn.op_type() != "BatchNormalization" || !is_default_domain(bn) || bn.input_size() < 5) return std::nullopt;
     for (int o = 1; o < bn.output_size(); ++o)
         if (!bn.output(o).empty()) return std::nullopt;  // training mode
     std::optional<Tensor> p[4];
@@ -79,8 +77,7 @@ std::optional<ChannelLayout> output_channel_layout(const onnx::NodeProto& node, 
 bool fold_affine_into_producer(onnx::GraphProto& graph, UniqueNames& names, const GraphIndex& index, int producer,
                                const onnx::NodeProto& consumer, const ChannelAffine& affine) {
     auto& node = *graph.mutable_node(producer);
-    if (!is_default_domain(node) || node.input_size() < 2 || node.output_size() != 1)
-        return false;
+    if (!is_default_domain(node) || node.input_size() < 2 || node.output_size() != 1) return false;
     const auto& out = node.output(0);
     if (index.consumers(out).size() != 1 || index.is_graph_output(out)) return false;
     const auto weight = constant_tensor(index, node.input(1));
@@ -105,8 +102,10 @@ bool fold_affine_into_producer(onnx::GraphProto& graph, UniqueNames& names, cons
     const auto bname = names.fresh(node.name().empty() ? std::string("bias_folded") : node.name() + "_bias_folded");
     *graph.add_initializer() = Tensor::from_values<float>({channels}, bias).to_proto(bname);
     node.set_input(1, wname);
-    if (node.input_size() > 2) node.set_input(2, bname);
-    else node.add_input(bname);
+    if (node.input_size() > 2)
+        node.set_input(2, bname);
+    else
+        node.add_input(bname);
     node.set_output(0, consumer.output(0));
     return true;
 }

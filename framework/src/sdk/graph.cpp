@@ -107,13 +107,9 @@ const onnx::TensorProto* GraphIndex::initializer(std::string_view tensor) const 
     return it == initializers_.end() ? nullptr : it->second;
 }
 
-bool GraphIndex::is_graph_input(std::string_view tensor) const {
-    return inputs_.count(std::string(tensor)) > 0;
-}
+bool GraphIndex::is_graph_input(std::string_view tensor) const { return inputs_.count(std::string(tensor)) > 0; }
 
-bool GraphIndex::is_graph_output(std::string_view tensor) const {
-    return outputs_.count(std::string(tensor)) > 0;
-}
+bool GraphIndex::is_graph_output(std::string_view tensor) const { return outputs_.count(std::string(tensor)) > 0; }
 
 std::vector<int> topological_order(const onnx::GraphProto& graph) {
     const int count = graph.node_size();
@@ -174,9 +170,7 @@ std::string UniqueNames::fresh(std::string_view base) {
     return name;
 }
 
-std::string unique_name(const onnx::GraphProto& graph, std::string_view base) {
-    return UniqueNames(graph).fresh(base);
-}
+std::string unique_name(const onnx::GraphProto& graph, std::string_view base) { return UniqueNames(graph).fresh(base); }
 
 namespace {
 void rename_reads(onnx::GraphProto& graph, std::string_view from, std::string_view to) {

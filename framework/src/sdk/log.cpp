@@ -17,12 +17,8 @@ spdlog::level::level_enum to_spdlog(LogLevel level) {
 }
 }  // namespace
 
-void log_message(LogLevel level, std::string_view message) {
-    spdlog::log(to_spdlog(level), "{}", message);
-}
+void log_message(LogLevel level, std::string_view message) { spdlog::log(to_spdlog(level), "{}", message); }
 
-bool log_enabled(LogLevel level) {
-    return spdlog::should_log(to_spdlog(level));
-}
+bool log_enabled(LogLevel level) { return spdlog::should_log(to_spdlog(level)); }
 
 }  // namespace vaiq

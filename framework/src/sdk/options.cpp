@@ -12,9 +12,7 @@ namespace {
 }
 }  // namespace
 
-bool Options::has(std::string_view name) const {
-    return values_.find(name) != values_.end();
-}
+bool Options::has(std::string_view name) const { return values_.find(name) != values_.end(); }
 
 const nlohmann::json& Options::get(std::string_view name) const {
     auto it = values_.find(name);
@@ -58,8 +56,6 @@ std::vector<std::string> Options::get_string_list(std::string_view name) const {
     return out;
 }
 
-void Options::set(std::string name, nlohmann::json value) {
-    values_[std::move(name)] = std::move(value);
-}
+void Options::set(std::string name, nlohmann::json value) { values_[std::move(name)] = std::move(value); }
 
 }  // namespace vaiq

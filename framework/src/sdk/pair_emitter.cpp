@@ -16,8 +16,10 @@ void PairEmitter::emit(Model& model, const QuantPlan& plan, Settings settings) c
     for (const auto& t : plan.tensors) {
         check(t, model);
         const GraphIndex index(graph);  // each tensor's rewrite changes the graph
-        if (index.initializer(t.tensor)) emit_weight(model, names, index, t, settings);
-        else emit_activation(model, names, index, t, settings);
+        if (index.initializer(t.tensor))
+            emit_weight(model, names, index, t, settings);
+        else
+            emit_activation(model, names, index, t, settings);
     }
     remove_unused_initializers(graph);
     sort_nodes(graph);  // new nodes were appended
@@ -34,8 +36,10 @@ void PairEmitter::emit_weight(Model& model, UniqueNames& names, const GraphIndex
                                      data_type_name(static_cast<DataType>(init->data_type()))));
     const auto output = names.fresh(t.tensor + "_DequantizeLinear_Output");
     replace_all_uses(graph, t.tensor, output);
-    if (settings.pair_to_weight && t.role != TensorRole::Bias) add_pair(model, names, t, t.tensor, output);
-    else add_stored_weight(model, names, t, t.tensor, output);
+    if (settings.pair_to_weight && t.role != TensorRole::Bias)
+        add_pair(model, names, t, t.tensor, output);
+    else
+        add_stored_weight(model, names, t, t.tensor, output);
 }
 
 void PairEmitter::emit_activation(Model& model, UniqueNames& names, const GraphIndex& index, const TensorQuant& t,
@@ -47,8 +51,8 @@ void PairEmitter::emit_activation(Model& model, UniqueNames& names, const GraphI
     if (index.is_graph_output(t.tensor)) {
         // The output keeps its name: the float value is renamed and the pair writes the output.
         if (producer < 0)
-            throw InputError(fmt::format("tensor '{}' is both a graph input and output; there is nothing to quantize",
-                                         t.tensor));
+            throw InputError(
+                fmt::format("tensor '{}' is both a graph input and output; there is nothing to quantize", t.tensor));
         const auto float_name = names.fresh(t.tensor + "_QuantizeLinear_Input");
         // Only the producer changes: other readers keep reading the output's name, now the pair's.
         for (auto& out : *graph.mutable_node(producer)->mutable_output())

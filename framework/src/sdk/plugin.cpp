@@ -1,10 +1,10 @@
 #include "vaiq/plugin.hpp"
 
 #include "vaiq/calibrator.hpp"
+#include "vaiq/error.hpp"
 #include "vaiq/format.hpp"
 #include "vaiq/pass.hpp"
 #include "vaiq/target.hpp"
-#include "vaiq/error.hpp"
 
 namespace vaiq {
 
@@ -25,9 +25,7 @@ std::optional<PluginKind> parse_kind(std::string_view name) {
     return std::nullopt;
 }
 
-std::string_view version() {
-    return VAIQ_VERSION_STRING;
-}
+std::string_view version() { return VAIQ_VERSION_STRING; }
 
 Plugin::~Plugin() = default;
 void Plugin::configure(const Options&) {}

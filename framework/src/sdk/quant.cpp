@@ -59,9 +59,7 @@ DataType storage_type(QuantType type) {
     return DataType::Undefined;
 }
 
-bool is_integer(QuantType type) {
-    return type != QuantType::QFloat16 && type != QuantType::QBFloat16;
-}
+bool is_integer(QuantType type) { return type != QuantType::QFloat16 && type != QuantType::QBFloat16; }
 
 std::pair<int64_t, int64_t> integer_range(QuantType type, bool symmetric, bool reduce_range) {
     if (!is_integer(type)) throw InternalError(fmt::format("{} has no integer range", quant_type_name(type)));
@@ -162,8 +160,9 @@ std::vector<TensorRange> channel_ranges(const Tensor& data, int axis) {
     int64_t inner = 1;
     if (axis >= 0)
         for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
-    std::vector<TensorRange> out(static_cast<size_t>(std::max<int64_t>(channels, 1)),
-                                 TensorRange{std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()});
+    std::vector<TensorRange> out(
+        static_cast<size_t>(std::max<int64_t>(channels, 1)),
+        TensorRange{std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()});
     for (size_t i = 0; i < values.size(); ++i) {
         auto& r = out[axis >= 0 ? (i / inner) % channels : 0];
         r.min = std::min(r.min, values[i]);
@@ -219,8 +218,9 @@ QuantParams constant_params(const Tensor& data, const QuantSpec& spec) {
     out.axis = axis;
     for (size_t c = 0; c < ranges.size(); ++c) {
         const auto& r = ranges[c];
-        const auto p = spec.power_of_two ? power_of_two_params(r, best_power_of_two_position(data, axis, c, r, spec), spec)
-                                         : compute_quant_params(r, spec);
+        const auto p = spec.power_of_two
+                           ? power_of_two_params(r, best_power_of_two_position(data, axis, c, r, spec), spec)
+                           : compute_quant_params(r, spec);
         out.type = p.type;
         out.scale.push_back(p.scale[0]);
         out.zero_point.push_back(p.zero_point[0]);
@@ -239,14 +239,17 @@ std::optional<int> exact_position(const QuantParams& params) {
 void check_quant_params(const TensorQuant& t, int64_t opset) {
     const auto& p = t.params;
     if (p.scale.empty() || p.scale.size() != p.zero_point.size())
-        throw InputError(fmt::format("tensor '{}' has {} scales and {} zero points", t.tensor, p.scale.size(),
-                                     p.zero_point.size()));
+        throw InputError(
+            fmt::format("tensor '{}' has {} scales and {} zero points", t.tensor, p.scale.size(), p.zero_point.size()));
     for (float s : p.scale)
         if (!(s > 0.0f) || !std::isfinite(s))
-            throw InputError(fmt::format("tensor '{}' has the scale {}; scales must be positive and finite", t.tensor, s));
+            throw InputError(
+                fmt::format("tensor '{}' has the scale {}; scales must be positive and finite", t.tensor, s));
     if (p.axis >= 0 && opset < 13)
-        throw InputError(fmt::format("tensor '{}' is quantized per channel, which needs opset 13 or newer (the model "
-                                     "has opset {})", t.tensor, opset));
+        throw InputError(
+            fmt::format("tensor '{}' is quantized per channel, which needs opset 13 or newer (the model "
+                        "has opset {})",
+                        t.tensor, opset));
     if (!is_integer(p.type)) {
         for (int64_t z : p.zero_point)
             if (z != 0)
@@ -257,7 +260,8 @@ void check_quant_params(const TensorQuant& t, int64_t opset) {
     const auto [qmin, qmax] = integer_range(p.type);
     for (int64_t z : p.zero_point)
         if (z < qmin || z > qmax)
-            throw InputError(fmt::format("tensor '{}' has the zero point {}, outside [{}, {}]", t.tensor, z, qmin, qmax));
+            throw InputError(
+                fmt::format("tensor '{}' has the zero point {}, outside [{}, {}]", t.tensor, z, qmin, qmax));
 }
 
 uint16_t quantize_float_value(float scaled, float zero_point, QuantType type) {
@@ -306,8 +310,7 @@ void with_storage_type(QuantType type, F&& f) {
         case QuantType::QUInt16: f(uint16_t{}); break;
         case QuantType::QInt32: f(int32_t{}); break;
         case QuantType::QUInt32: f(uint32_t{}); break;
-        default:
-            throw InputError(fmt::format("{} is not an integer quant type", quant_type_name(type)));
+        default: throw InputError(fmt::format("{} is not an integer quant type", quant_type_name(type)));
     }
 }
 
@@ -329,8 +332,9 @@ Tensor quantize_tensor(const Tensor& values, const QuantParams& p, std::string_v
     const auto& shape = values.shape();
     if (p.axis >= 0) {
         if (p.axis >= static_cast<int>(shape.size()) || shape[p.axis] != static_cast<int64_t>(p.scale.size()))
-            throw InputError(fmt::format("tensor '{}' has {} per-channel scales, which do not match axis {} of its shape",
-                                         tensor, p.scale.size(), p.axis));
+            throw InputError(
+                fmt::format("tensor '{}' has {} per-channel scales, which do not match axis {} of its shape", tensor,
+                            p.scale.size(), p.axis));
         for (size_t d = p.axis + 1; d < shape.size(); ++d) inner *= shape[d];
     }
     Tensor q = Tensor::uninitialized(storage_type(p.type), shape);
@@ -344,7 +348,8 @@ Tensor quantize_tensor(const Tensor& values, const QuantParams& p, std::string_v
         }
         return q;
     }
-    with_storage_type(p.type, [&](auto v) { quantize_into(values.data<float>(), q.mutable_data<decltype(v)>(), p, inner); });
+    with_storage_type(p.type,
+                      [&](auto v) { quantize_into(values.data<float>(), q.mutable_data<decltype(v)>(), p, inner); });
     return q;
 }
 

@@ -132,11 +132,11 @@ void check_tensor_data(const onnx::TensorProto& proto) {
 Tensor Tensor::from_proto(const onnx::TensorProto& proto) {
     const auto type = static_cast<DataType>(proto.data_type());
     if (proto.data_location() == onnx::TensorProto::EXTERNAL)
-        throw InternalError(fmt::format("{} still refers to external data; load it with load_model()",
-                                        tensor_label(proto)));
+        throw InternalError(
+            fmt::format("{} still refers to external data; load it with load_model()", tensor_label(proto)));
     if (element_size(type) == 0)
-        throw InputError(fmt::format("{} has element type {}, which vaiq cannot read", tensor_label(proto),
-                                     data_type_name(type)));
+        throw InputError(
+            fmt::format("{} has element type {}, which vaiq cannot read", tensor_label(proto), data_type_name(type)));
     check_tensor_data(proto);
     Tensor t;
     t.type_ = type;
@@ -251,9 +251,7 @@ Tensor Tensor::convert_float(DataType to) const {
         switch (to) {
             case DataType::Float: reinterpret_cast<float*>(dst)[i] = static_cast<float>(v); break;
             case DataType::Double: reinterpret_cast<double*>(dst)[i] = v; break;
-            case DataType::Float16:
-                reinterpret_cast<uint16_t*>(dst)[i] = float_to_half(static_cast<float>(v));
-                break;
+            case DataType::Float16: reinterpret_cast<uint16_t*>(dst)[i] = float_to_half(static_cast<float>(v)); break;
             default: reinterpret_cast<uint16_t*>(dst)[i] = float_to_bfloat16(static_cast<float>(v));
         }
         ++i;

@@ -15,7 +15,8 @@ namespace vaiq {
 
 void write_file_atomically(const fs::path& path, const std::function<void(std::ostream&)>& write) {
     std::random_device random;
-    const fs::path temp = path.parent_path() / fmt::format(".{}.tmp-{}-{:08x}", path.filename().string(), ::getpid(), random());
+    const fs::path temp =
+        path.parent_path() / fmt::format(".{}.tmp-{}-{:08x}", path.filename().string(), ::getpid(), random());
     try {
         {
             std::ofstream out(temp, std::ios::binary | std::ios::trunc);
@@ -30,7 +31,9 @@ void write_file_atomically(const fs::path& path, const std::function<void(std::o
         }
         std::error_code ec;
         fs::rename(temp, path, ec);
-        if (ec) throw InputError(fmt::format("{}: cannot move the finished file into place: {}", path.string(), ec.message()));
+        if (ec)
+            throw InputError(
+                fmt::format("{}: cannot move the finished file into place: {}", path.string(), ec.message()));
     } catch (...) {
         std::error_code ignored;
         fs::remove(temp, ignored);

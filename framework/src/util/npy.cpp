@@ -56,8 +56,8 @@ Tensor read_npy(const fs::path& file) {
         throw InputError(fmt::format("{}: the .npy header has no descr", file.string()));
     const std::string descr = m[1];
     if (std::regex_search(header, std::regex(R"('fortran_order'\s*:\s*True)")))
-        throw InputError(fmt::format("{}: Fortran-order arrays are not supported; save with np.ascontiguousarray",
-                                     file.string()));
+        throw InputError(
+            fmt::format("{}: Fortran-order arrays are not supported; save with np.ascontiguousarray", file.string()));
     if (!std::regex_search(header, m, std::regex(R"('shape'\s*:\s*\(([^)]*)\))")))
         throw InputError(fmt::format("{}: the .npy header has no shape", file.string()));
     std::vector<int64_t> shape;
@@ -72,8 +72,8 @@ Tensor read_npy(const fs::path& file) {
     if (!type) {
         std::vector<std::string> known;
         for (const auto& t : kTypes) known.emplace_back(t.descr);
-        throw InputError(fmt::format("{}: element type '{}' is not supported (supported: {})", file.string(), descr,
-                                     join(known)));
+        throw InputError(
+            fmt::format("{}: element type '{}' is not supported (supported: {})", file.string(), descr, join(known)));
     }
     Tensor t(type->type, shape);
     auto bytes = t.mutable_bytes();
@@ -101,14 +101,16 @@ void write_npy(const fs::path& file, const Tensor& tensor) {
         const char le[2] = {static_cast<char>(len & 0xff), static_cast<char>(len >> 8)};
         out.write(le, 2);
         out << header;
-        out.write(reinterpret_cast<const char*>(tensor.bytes().data()), static_cast<std::streamsize>(tensor.bytes().size()));
+        out.write(reinterpret_cast<const char*>(tensor.bytes().data()),
+                  static_cast<std::streamsize>(tensor.bytes().size()));
     });
 }
 
 Tensor read_tensor_proto(const fs::path& file, std::string* name) {
     std::ifstream in(file, std::ios::binary);
     onnx::TensorProto proto;
-    if (!in || !proto.ParseFromIstream(&in)) throw InputError(fmt::format("{}: not an ONNX TensorProto file", file.string()));
+    if (!in || !proto.ParseFromIstream(&in))
+        throw InputError(fmt::format("{}: not an ONNX TensorProto file", file.string()));
     if (name) *name = proto.name();
     try {
         return Tensor::from_proto(proto);

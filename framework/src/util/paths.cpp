@@ -8,9 +8,7 @@ namespace fs = std::filesystem;
 
 namespace vaiq {
 
-fs::path library_dir() {
-    return fs::path(boost::dll::this_line_location().parent_path().string());
-}
+fs::path library_dir() { return fs::path(boost::dll::this_line_location().parent_path().string()); }
 
 std::vector<fs::path> path_list_from_env(const char* variable) {
     std::vector<fs::path> out;

@@ -46,8 +46,6 @@ nlohmann::json yaml_to_json(const YAML::Node& node) {
     return nullptr;
 }
 
-nlohmann::json parse_yaml_value(const std::string& text) {
-    return yaml_to_json(YAML::Load(text));
-}
+nlohmann::json parse_yaml_value(const std::string& text) { return yaml_to_json(YAML::Load(text)); }
 
 }  // namespace vaiq

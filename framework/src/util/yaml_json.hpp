@@ -1,8 +1,8 @@
 // Converting YAML nodes into JSON values.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 namespace vaiq {
 

@@ -58,7 +58,8 @@ class EntropyObserver final : public vaiq::RangeObserver {
     void observe(const vaiq::TensorView<float>& batch) override { hist_.add(batch.data, tensor_); }
 
     vaiq::CalibrationResult result() const override {
-        if (hist_.empty()) throw vaiq::InputError(fmt::format("tensor '{}' was never observed during calibration", tensor_));
+        if (hist_.empty())
+            throw vaiq::InputError(fmt::format("tensor '{}' was never observed during calibration", tensor_));
         const auto& hist = hist_.counts();
         const size_t bins = hist.size();
         const size_t zero = bins / 2;
@@ -124,15 +125,17 @@ class Entropy final : public vaiq::Calibrator {
         s_.quantized_bins = static_cast<int>(options.get_int("num_quantized_bins"));
         s_.symmetric = options.get_bool("CalibTensorRangeSymmetric");
         if (s_.quantized_bins < 2 || s_.quantized_bins % 2 != 0)
-            throw vaiq::InputError(fmt::format("num_quantized_bins must be an even number of at least 2, not {}",
-                                               s_.quantized_bins));
+            throw vaiq::InputError(
+                fmt::format("num_quantized_bins must be an even number of at least 2, not {}", s_.quantized_bins));
         if (s_.bins < s_.quantized_bins || s_.bins % 2 != 0 || s_.bins > (1 << 20))
-            throw vaiq::InputError(fmt::format("num_bins must be even, at least num_quantized_bins ({}) and at most "
-                                               "1048576, not {}",
-                                               s_.quantized_bins, s_.bins));
+            throw vaiq::InputError(
+                fmt::format("num_bins must be even, at least num_quantized_bins ({}) and at most "
+                            "1048576, not {}",
+                            s_.quantized_bins, s_.bins));
     }
 
-    std::unique_ptr<vaiq::RangeObserver> make_observer(const std::string& tensor, const vaiq::QuantSpec&) const override {
+    std::unique_ptr<vaiq::RangeObserver> make_observer(const std::string& tensor,
+                                                       const vaiq::QuantSpec&) const override {
         return std::make_unique<EntropyObserver>(tensor, s_);
     }
 
@@ -149,4 +152,5 @@ const vaiq_option_descriptor kOptions[] = {
 }  // namespace
 
 VAIQ_PLUGINS(vaiq::describe<Entropy>("entropy", "0.1.0",
-                                     "Range of least KL divergence between the float and quantized histograms", kOptions))
+                                     "Range of least KL divergence between the float and quantized histograms",
+                                     kOptions))

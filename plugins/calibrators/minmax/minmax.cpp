@@ -24,8 +24,8 @@ class MinMaxObserver final : public vaiq::RangeObserver {
         float hi = -std::numeric_limits<float>::infinity();
         for (float v : batch.data) {
             if (!std::isfinite(v))
-                throw vaiq::InputError(fmt::format("tensor '{}' holds {} in calibration batch {}; its range is undefined",
-                                                   tensor_, v, batches_ + 1));
+                throw vaiq::InputError(fmt::format(
+                    "tensor '{}' holds {} in calibration batch {}; its range is undefined", tensor_, v, batches_ + 1));
             lo = std::min(lo, v);
             hi = std::max(hi, v);
         }
@@ -42,7 +42,8 @@ class MinMaxObserver final : public vaiq::RangeObserver {
     }
 
     vaiq::CalibrationResult result() const override {
-        if (batches_ == 0) throw vaiq::InputError(fmt::format("tensor '{}' was never observed during calibration", tensor_));
+        if (batches_ == 0)
+            throw vaiq::InputError(fmt::format("tensor '{}' was never observed during calibration", tensor_));
         vaiq::CalibrationResult r{{min_, max_}, std::nullopt};
         if (settings_.symmetric) {
             const float absmax = std::max(std::abs(min_), std::abs(max_));
@@ -66,11 +67,12 @@ class MinMax final : public vaiq::Calibrator {
         settings_.averaging_constant = options.get_float("CalibMovingAverageConstant");
         settings_.symmetric = options.get_bool("CalibTensorRangeSymmetric");
         if (settings_.averaging_constant <= 0.0 || settings_.averaging_constant > 1.0)
-            throw vaiq::InputError(fmt::format("CalibMovingAverageConstant must be in (0, 1], not {}",
-                                               settings_.averaging_constant));
+            throw vaiq::InputError(
+                fmt::format("CalibMovingAverageConstant must be in (0, 1], not {}", settings_.averaging_constant));
     }
 
-    std::unique_ptr<vaiq::RangeObserver> make_observer(const std::string& tensor, const vaiq::QuantSpec&) const override {
+    std::unique_ptr<vaiq::RangeObserver> make_observer(const std::string& tensor,
+                                                       const vaiq::QuantSpec&) const override {
         return std::make_unique<MinMaxObserver>(tensor, settings_);
     }
 
@@ -86,5 +88,5 @@ const vaiq_option_descriptor kOptions[] = {
 
 }  // namespace
 
-VAIQ_PLUGINS(vaiq::describe<MinMax>("minmax", "0.1.0", "Range from the extremes (or their moving average) of each tensor",
-                                    kOptions))
+VAIQ_PLUGINS(vaiq::describe<MinMax>("minmax", "0.1.0",
+                                    "Range from the extremes (or their moving average) of each tensor", kOptions))

@@ -50,16 +50,15 @@ TEST(MinMax, NonFiniteValuesAreAnError) {
     EXPECT_THROW(calibrate(nullptr, {{{2}, {1.0f, std::numeric_limits<float>::quiet_NaN()}}}), vaiq::InputError);
 }
 
-TEST(MinMax, NothingObservedIsAnError) {
-    EXPECT_THROW(calibrate(nullptr, {}), vaiq::InputError);
-}
+TEST(MinMax, NothingObservedIsAnError) { EXPECT_THROW(calibrate(nullptr, {}), vaiq::InputError); }
 
 TEST(MinMax, RejectsAnAveragingConstantOutsideUnitInterval) {
     try {
         calibrate({{"CalibMovingAverageConstant", 1.5}}, {});
         FAIL() << "configure accepted 1.5";
     } catch (const vaiq::InputError& e) {
-        EXPECT_NE(std::string(e.what()).find("CalibMovingAverageConstant must be in (0, 1]"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("CalibMovingAverageConstant must be in (0, 1]"), std::string::npos)
+            << e.what();
     }
 }
 

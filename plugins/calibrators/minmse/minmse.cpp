@@ -59,7 +59,8 @@ class MinMseObserver final : public vaiq::RangeObserver {
     }
 
     vaiq::CalibrationResult result() const override {
-        if (hist_.empty()) throw vaiq::InputError(fmt::format("tensor '{}' was never observed during calibration", tensor_));
+        if (hist_.empty())
+            throw vaiq::InputError(fmt::format("tensor '{}' was never observed during calibration", tensor_));
         vaiq::CalibrationResult r;
         if (s_.mode == Mode::MostCommon) {
             int best = 0, most = -1;
@@ -76,14 +77,17 @@ class MinMseObserver final : public vaiq::RangeObserver {
         double limit = std::numeric_limits<double>::infinity();
         if (s_.mode == Mode::Percentile) limit = percentile_of_abs(s_.percentile / 100.0);
         const auto& counts = hist_.counts();
-        auto centre = [&](size_t i) { return static_cast<double>(static_cast<float>(hist_.edge(i) + hist_.stride() / 2)); };
+        auto centre = [&](size_t i) {
+            return static_cast<double>(static_cast<float>(hist_.edge(i) + hist_.stride() / 2));
+        };
         const float lo = static_cast<float>(std::max<double>(hist_.min(), -limit));
         const float hi = static_cast<float>(std::min<double>(hist_.max(), limit));
         r.range = ranged(lo, hi);
         r.position = best_position(r.range, [&](const vaiq::QuantParams& p) {
             double e = 0;
             for (size_t i = 0; i < counts.size(); ++i)
-                if (counts[i] > 0 && std::abs(centre(i)) <= limit) e += squared_error(centre(i), counts[i], p, qmin_, qmax_);
+                if (counts[i] > 0 && std::abs(centre(i)) <= limit)
+                    e += squared_error(centre(i), counts[i], p, qmin_, qmax_);
             return e;
         });
         return r;
@@ -139,10 +143,14 @@ class MinMse final : public vaiq::Calibrator {
 
     void configure(const vaiq::Options& options) override {
         const auto mode = options.get_string("MinMSEMode");
-        if (mode == "All") s_.mode = Mode::All;
-        else if (mode == "MostCommon") s_.mode = Mode::MostCommon;
-        else if (mode == "Percentile") s_.mode = Mode::Percentile;
-        else throw vaiq::InputError(fmt::format("MinMSEMode must be All, MostCommon or Percentile, not '{}'", mode));
+        if (mode == "All")
+            s_.mode = Mode::All;
+        else if (mode == "MostCommon")
+            s_.mode = Mode::MostCommon;
+        else if (mode == "Percentile")
+            s_.mode = Mode::Percentile;
+        else
+            throw vaiq::InputError(fmt::format("MinMSEMode must be All, MostCommon or Percentile, not '{}'", mode));
         s_.symmetric = options.get_bool("CalibTensorRangeSymmetric");
         s_.bins = static_cast<int>(options.get_int("num_bins"));
         s_.percentile = options.get_float("percentile");
@@ -151,7 +159,8 @@ class MinMse final : public vaiq::Calibrator {
         if (!(s_.percentile > 0.0 && s_.percentile <= 100.0))
             throw vaiq::InputError(fmt::format("percentile must be in (0, 100], not {}", s_.percentile));
     }
-    std::unique_ptr<vaiq::RangeObserver> make_observer(const std::string& tensor, const vaiq::QuantSpec& spec) const override {
+    std::unique_ptr<vaiq::RangeObserver> make_observer(const std::string& tensor,
+                                                       const vaiq::QuantSpec& spec) const override {
         return std::make_unique<MinMseObserver>(tensor, spec, s_);
     }
 

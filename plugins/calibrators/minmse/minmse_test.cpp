@@ -57,8 +57,6 @@ TEST(MinMse, ModesAgreeOnACleanDistribution) {
     EXPECT_EQ(*all.position, 5) << "3/127 = 0.0236: 2^-5 = 0.031 keeps 3.0 inside, 2^-6 would clip";
 }
 
-TEST(MinMse, BadModeIsRefused) {
-    EXPECT_THROW(calibrate({{"MinMSEMode", "Mean"}}, {{1.0f}}), vaiq::InputError);
-}
+TEST(MinMse, BadModeIsRefused) { EXPECT_THROW(calibrate({{"MinMSEMode", "Mean"}}, {{1.0f}}), vaiq::InputError); }
 
 }  // namespace

@@ -29,8 +29,8 @@ class NonOverflowObserver final : public vaiq::RangeObserver {
     void observe(const vaiq::TensorView<float>& batch) override {
         for (float v : batch.data) {
             if (!std::isfinite(v))
-                throw vaiq::InputError(fmt::format("tensor '{}' holds {} during calibration; its range is undefined",
-                                                   tensor_, v));
+                throw vaiq::InputError(
+                    fmt::format("tensor '{}' holds {} during calibration; its range is undefined", tensor_, v));
             min_ = std::min(min_, v);
             max_ = std::max(max_, v);
             seen_ = true;
@@ -69,7 +69,8 @@ class NonOverflow final : public vaiq::Calibrator {
         s_.symmetric = options.get_bool("CalibTensorRangeSymmetric");
         s_.strict = options.get_bool("strict");
     }
-    std::unique_ptr<vaiq::RangeObserver> make_observer(const std::string& tensor, const vaiq::QuantSpec& spec) const override {
+    std::unique_ptr<vaiq::RangeObserver> make_observer(const std::string& tensor,
+                                                       const vaiq::QuantSpec& spec) const override {
         return std::make_unique<NonOverflowObserver>(tensor, spec, s_);
     }
 
@@ -86,4 +87,5 @@ const vaiq_option_descriptor kOptions[] = {
 }  // namespace
 
 VAIQ_PLUGINS(vaiq::describe<NonOverflow>("nonoverflow", "0.1.0",
-                                         "Power-of-two scale from the extremes (PowerOfTwoMethod.NonOverflow)", kOptions))
+                                         "Power-of-two scale from the extremes (PowerOfTwoMethod.NonOverflow)",
+                                         kOptions))

@@ -33,12 +33,14 @@ size_t bin_reaching(const std::vector<double>& counts, double total, double frac
 
 class PercentileObserver final : public vaiq::RangeObserver {
   public:
-    PercentileObserver(std::string tensor, Settings s) : tensor_(std::move(tensor)), s_(s), hist_(s.bins, s.symmetric) {}
+    PercentileObserver(std::string tensor, Settings s)
+        : tensor_(std::move(tensor)), s_(s), hist_(s.bins, s.symmetric) {}
 
     void observe(const vaiq::TensorView<float>& batch) override { hist_.add(batch.data, tensor_); }
 
     vaiq::CalibrationResult result() const override {
-        if (hist_.empty()) throw vaiq::InputError(fmt::format("tensor '{}' was never observed during calibration", tensor_));
+        if (hist_.empty())
+            throw vaiq::InputError(fmt::format("tensor '{}' was never observed during calibration", tensor_));
         const auto& counts = hist_.counts();
         double lo, hi;
         if (s_.symmetric) {
@@ -73,7 +75,8 @@ class Percentile final : public vaiq::Calibrator {
             throw vaiq::InputError(fmt::format("num_bins must be an even number from 2 to 16777216, not {}", s_.bins));
     }
 
-    std::unique_ptr<vaiq::RangeObserver> make_observer(const std::string& tensor, const vaiq::QuantSpec&) const override {
+    std::unique_ptr<vaiq::RangeObserver> make_observer(const std::string& tensor,
+                                                       const vaiq::QuantSpec&) const override {
         return std::make_unique<PercentileObserver>(tensor, s_);
     }
 

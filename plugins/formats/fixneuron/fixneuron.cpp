@@ -25,12 +25,14 @@ vaiq::FixNeuronAttributes attributes_for(const TensorQuant& t) {
         throw InputError(fmt::format("format 'fixneuron' writes integer types, not {} for tensor '{}'",
                                      vaiq::quant_type_name(p.type), t.tensor));
     if (p.axis >= 0 && p.scale.size() > 1)
-        throw InputError(fmt::format("format 'fixneuron' is per tensor; tensor '{}' is quantized per channel", t.tensor));
+        throw InputError(
+            fmt::format("format 'fixneuron' is per tensor; tensor '{}' is quantized per channel", t.tensor));
     int exponent = 0;
     if (std::frexp(static_cast<double>(p.scale[0]), &exponent) != 0.5)
-        throw InputError(fmt::format("format 'fixneuron' needs power-of-two scales (calibrate_method NonOverflow or "
-                                     "MinMSE); tensor '{}' has the scale {}",
-                                     t.tensor, p.scale[0]));
+        throw InputError(
+            fmt::format("format 'fixneuron' needs power-of-two scales (calibrate_method NonOverflow or "
+                        "MinMSE); tensor '{}' has the scale {}",
+                        t.tensor, p.scale[0]));
     vaiq::FixNeuronAttributes a;
     a.bit_width = static_cast<int>(vaiq::element_size(vaiq::storage_type(p.type)) * 8);
     a.pos = 1 - exponent;  // scale = 0.5 * 2^exponent = 2^-pos
@@ -38,9 +40,10 @@ vaiq::FixNeuronAttributes attributes_for(const TensorQuant& t) {
     const int64_t zp = p.zero_point[0];
     const int64_t middle = int64_t{1} << (a.bit_width - 1);
     if (is_signed ? zp != 0 : (zp != 0 && zp != middle))
-        throw InputError(fmt::format("format 'fixneuron' stores no zero point; tensor '{}' has the zero point {} (use "
-                                     "ActivationSymmetric/WeightSymmetric, or quant_format QDQ)",
-                                     t.tensor, zp));
+        throw InputError(
+            fmt::format("format 'fixneuron' stores no zero point; tensor '{}' has the zero point {} (use "
+                        "ActivationSymmetric/WeightSymmetric, or quant_format QDQ)",
+                        t.tensor, zp));
     a.is_unsigned = !is_signed && zp == 0;
     return a;
 }
@@ -65,8 +68,8 @@ class FixNeuron final : public vaiq::Format, vaiq::PairEmitter {
                   const std::string& output) const override {
         const auto a = attributes_for(t);
         vaiq::import_opset(model.proto(), std::string(vaiq::kVaiqDomain), vaiq::kVaiqDomainVersion);
-        auto& n = vaiq::append_node(model.graph(), names, std::string(vaiq::kFixNeuronOp), std::string(vaiq::kVaiqDomain),
-                                 {input}, output);
+        auto& n = vaiq::append_node(model.graph(), names, std::string(vaiq::kFixNeuronOp),
+                                    std::string(vaiq::kVaiqDomain), {input}, output);
         vaiq::set_int_attribute(n, "bit_width", a.bit_width);
         vaiq::set_int_attribute(n, "pos", a.pos);
         if (a.is_unsigned) vaiq::set_int_attribute(n, "unsigned", 1);

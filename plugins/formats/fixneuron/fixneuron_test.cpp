@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "test_support.hpp"
 #include "custom_ops.hpp"
+#include "test_support.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/fold.hpp"
 #include "vaiq/graph.hpp"
@@ -78,8 +78,8 @@ TEST(FixNeuron, RoundsHalfToEvenAndSaturates) {
     vaiq::set_int_attribute(node, "bit_width", 8);
     vaiq::set_int_attribute(node, "pos", 1);
     const auto a = vaiq::fixneuron_attributes(node);
-    EXPECT_EQ(vaiq::fixneuron_integer(1.25f, a), 2);   // 2.5 -> 2
-    EXPECT_EQ(vaiq::fixneuron_integer(1.75f, a), 4);   // 3.5 -> 4
+    EXPECT_EQ(vaiq::fixneuron_integer(1.25f, a), 2);  // 2.5 -> 2
+    EXPECT_EQ(vaiq::fixneuron_integer(1.75f, a), 4);  // 3.5 -> 4
     EXPECT_EQ(vaiq::fixneuron_integer(100.0f, a), 127);
     EXPECT_EQ(vaiq::fixneuron_integer(-100.0f, a), -128);
     EXPECT_EQ(vaiq::fixneuron_value(-0.74f, a), -0.5f);

@@ -38,17 +38,19 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
         const auto type = t.params.type;
         const bool int32_bias = t.role == vaiq::TensorRole::Bias && type == QuantType::QInt32;
         if (type != QuantType::QInt8 && type != QuantType::QUInt8 && !is_16_bit(type) && !is_float(type) && !int32_bias)
-            throw InputError(fmt::format("format 'qdq' writes QInt8, QUInt8, QInt16, QUInt16, QFloat16 and QBFloat16 "
-                                         "(and QInt32 biases), not {} for tensor '{}': ONNX Runtime has no native form "
-                                         "for it; use quant_format VitisQuantFormat.QDQ",
-                                         vaiq::quant_type_name(type), t.tensor));
+            throw InputError(
+                fmt::format("format 'qdq' writes QInt8, QUInt8, QInt16, QUInt16, QFloat16 and QBFloat16 "
+                            "(and QInt32 biases), not {} for tensor '{}': ONNX Runtime has no native form "
+                            "for it; use quant_format VitisQuantFormat.QDQ",
+                            vaiq::quant_type_name(type), t.tensor));
         vaiq::check_quant_params(t, model.opset());
         if (is_float(type))
             for (float s : t.params.scale)
                 if (s != 1.0f)
-                    throw InputError(fmt::format("tensor '{}' is {} with the scale {}: a Cast pair cannot scale; use "
-                                                 "quant_format VitisQuantFormat.QDQ",
-                                                 t.tensor, vaiq::quant_type_name(type), s));
+                    throw InputError(
+                        fmt::format("tensor '{}' is {} with the scale {}: a Cast pair cannot scale; use "
+                                    "quant_format VitisQuantFormat.QDQ",
+                                    t.tensor, vaiq::quant_type_name(type), s));
     }
 
     void add_pair(vaiq::Model& model, vaiq::UniqueNames& names, const TensorQuant& t, const std::string& input,
@@ -68,8 +70,10 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
                            const std::string& output) const override {
         auto& graph = model.graph();
         const auto q_name = store_quantized(graph, names, t, name);
-        if (is_float(t.params.type)) add_cast(graph, names, q_name, output, vaiq::DataType::Float);
-        else add_qdq_node(model, names, t, "DequantizeLinear", q_name, add_params(graph, names, t), output);
+        if (is_float(t.params.type))
+            add_cast(graph, names, q_name, output, vaiq::DataType::Float);
+        else
+            add_qdq_node(model, names, t, "DequantizeLinear", q_name, add_params(graph, names, t), output);
     }
 
     static void add_qdq_node(vaiq::Model& model, vaiq::UniqueNames& names, const TensorQuant& t, const std::string& op,

@@ -90,8 +90,9 @@ TEST(Qdq, PerChannelWeightsGetAnAxis) {
 
 TEST(Qdq, PerChannelNeedsOpset13) {
     auto model = vaiq::test::conv_relu_model(11);
-    EXPECT_THROW(emit(model, {{quant_entry("w", TensorRole::Weight, QuantType::QInt8, {0.01f, 0.02f, 0.04f}, {0, 0, 0}, 0)}}),
-                 vaiq::InputError);
+    EXPECT_THROW(
+        emit(model, {{quant_entry("w", TensorRole::Weight, QuantType::QInt8, {0.01f, 0.02f, 0.04f}, {0, 0, 0}, 0)}}),
+        vaiq::InputError);
 }
 
 TEST(Qdq, RefusesTypesItCannotWrite) {
@@ -142,14 +143,16 @@ TEST(Qdq, SixteenBitPairsUseTheDefaultDomainFromOpset21) {
     const auto x = vaiq::test::ramp({1, 2, 4, 4}, -0.5f, 0.03f);
     const auto exact = vaiq::evaluate(vaiq::test::conv_relu_model(21), {{"x", x}})[0];
     const auto quantized = vaiq::evaluate(model, {{"x", x}})[0];
-    for (int64_t i = 0; i < exact.size(); ++i) EXPECT_NEAR(quantized.data<float>()[i], exact.data<float>()[i], 2e-3f) << i;
+    for (int64_t i = 0; i < exact.size(); ++i)
+        EXPECT_NEAR(quantized.data<float>()[i], exact.data<float>()[i], 2e-3f) << i;
 }
 
 TEST(Qdq, FloatTypesAreCastPairsAndStoredWeights) {
     for (const auto type : {QuantType::QFloat16, QuantType::QBFloat16}) {
         auto model = vaiq::test::conv_relu_model();
         emit(model, {{quant_entry("x", TensorRole::Activation, type, {1.0f}, {0}),
-                      quant_entry("w", TensorRole::Weight, type, {1.0f}, {0}), quant_entry("b", TensorRole::Bias, type, {1.0f}, {0}),
+                      quant_entry("w", TensorRole::Weight, type, {1.0f}, {0}),
+                      quant_entry("b", TensorRole::Bias, type, {1.0f}, {0}),
                       quant_entry("y", TensorRole::Activation, type, {1.0f}, {0})}});
         EXPECT_NO_THROW(vaiq::check_model(model));
         EXPECT_EQ(count_ops(model, "Cast"), 6);  // x and y: two each; w and b: one each
@@ -164,13 +167,15 @@ TEST(Qdq, FloatTypesAreCastPairsAndStoredWeights) {
         const auto rounded = vaiq::evaluate(model, {{"x", x}})[0];
         const float tolerance = type == QuantType::QFloat16 ? 2e-3f : 2e-2f;
         for (int64_t i = 0; i < exact.size(); ++i)
-            EXPECT_NEAR(rounded.data<float>()[i], exact.data<float>()[i], tolerance * (1 + exact.data<float>()[i])) << i;
+            EXPECT_NEAR(rounded.data<float>()[i], exact.data<float>()[i], tolerance * (1 + exact.data<float>()[i]))
+                << i;
     }
 }
 
 TEST(Qdq, RefusesAScaledFloatType) {
     auto model = vaiq::test::conv_relu_model();
-    EXPECT_THROW(emit(model, {{quant_entry("x", TensorRole::Activation, QuantType::QFloat16, {0.5f}, {0})}}), vaiq::InputError);
+    EXPECT_THROW(emit(model, {{quant_entry("x", TensorRole::Activation, QuantType::QFloat16, {0.5f}, {0})}}),
+                 vaiq::InputError);
 }
 
 TEST(Qdq, RefusesATensorTheModelLacks) {
@@ -181,7 +186,8 @@ TEST(Qdq, RefusesATensorTheModelLacks) {
 
 TEST(Qdq, AddQDQPairToWeightKeepsTheFloatWeight) {
     auto model = vaiq::test::conv_relu_model();
-    emit(model, {{quant_entry("w", TensorRole::Weight, QuantType::QInt8, {0.01f}, {0})}}, {{"AddQDQPairToWeight", true}});
+    emit(model, {{quant_entry("w", TensorRole::Weight, QuantType::QInt8, {0.01f}, {0})}},
+         {{"AddQDQPairToWeight", true}});
     EXPECT_NE(initializer(model, "w"), nullptr);
     EXPECT_EQ(count_ops(model, "QuantizeLinear"), 1);
     EXPECT_EQ(count_ops(model, "DequantizeLinear"), 1);
@@ -215,8 +221,8 @@ TEST(Qdq, LayoutMatchesTheGoldenDump) {
     EXPECT_EQ(diff, "");
     auto pair = vaiq::test::conv_relu_model();
     emit(pair, conv_plan(), {{"AddQDQPairToWeight", true}, {"DedicatedQDQPair", true}});
-    EXPECT_EQ(vaiq::test::compare_golden(VAIQ_QDQ_GOLDEN_DIR "/conv_relu_weight_pair.txt", vaiq::test::dump_graph(pair)),
-              "");
+    EXPECT_EQ(
+        vaiq::test::compare_golden(VAIQ_QDQ_GOLDEN_DIR "/conv_relu_weight_pair.txt", vaiq::test::dump_graph(pair)), "");
 }
 
 }  // namespace

@@ -22,12 +22,12 @@ constexpr const char* kMicrosoft = "com.microsoft";
 
 // Ops written in their QLinear form (vaiq::qlinear_form names it), as ONNX
 // Runtime's QOperator quantizer writes them.
-const std::set<std::string, std::less<>> kQLinear = {"Conv", "MatMul", "Gemm", "Add", "Mul", "Concat",
-                                                     "GlobalAveragePool", "LeakyRelu", "Sigmoid"};
+const std::set<std::string, std::less<>> kQLinear = {
+    "Conv", "MatMul", "Gemm", "Add", "Mul", "Concat", "GlobalAveragePool", "LeakyRelu", "Sigmoid"};
 // Ops that compute the same on integers as on the floats they stand for.
-const std::set<std::string, std::less<>> kDataMovement = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
-                                                          "MaxPool", "Slice",     "Gather",  "Split",     "DepthToSpace",
-                                                          "SpaceToDepth"};
+const std::set<std::string, std::less<>> kDataMovement = {"Reshape", "Transpose",    "Squeeze",     "Unsqueeze",
+                                                          "Flatten", "MaxPool",      "Slice",       "Gather",
+                                                          "Split",   "DepthToSpace", "SpaceToDepth"};
 const std::set<std::string, std::less<>> kAbsorbable = {"Relu", "Clip"};
 
 bool is_eight_bit(QuantType t) { return t == QuantType::QInt8 || t == QuantType::QUInt8; }
@@ -48,12 +48,14 @@ class Writer {
         for (const auto& t : plan_.tensors) {
             const bool int32_bias = t.role == TensorRole::Bias && t.params.type == QuantType::QInt32;
             if (!is_eight_bit(t.params.type) && !int32_bias)
-                throw InputError(fmt::format("format 'qoperator' writes QInt8 and QUInt8 (and QInt32 biases), not {} "
-                                             "for tensor '{}'",
-                                             vaiq::quant_type_name(t.params.type), t.tensor));
+                throw InputError(
+                    fmt::format("format 'qoperator' writes QInt8 and QUInt8 (and QInt32 biases), not {} "
+                                "for tensor '{}'",
+                                vaiq::quant_type_name(t.params.type), t.tensor));
             vaiq::check_quant_params(t, model_.opset());
             if (index_.producer(t.tensor) < 0 && !index_.initializer(t.tensor) && !index_.is_graph_input(t.tensor))
-                throw InputError(fmt::format("the plan quantizes tensor '{}', which the model does not have", t.tensor));
+                throw InputError(
+                    fmt::format("the plan quantizes tensor '{}', which the model does not have", t.tensor));
         }
         const auto order = vaiq::topological_order(graph_);
         // Decide first, so that every tensor knows whether its producer writes integers.
@@ -97,7 +99,9 @@ class Writer {
         int absorbed = -1;   ///< a Relu/Clip folded in
     };
 
-    const TensorQuant* planned(const std::string& tensor) const { return tensor.empty() ? nullptr : plan_.find(tensor); }
+    const TensorQuant* planned(const std::string& tensor) const {
+        return tensor.empty() ? nullptr : plan_.find(tensor);
+    }
     const vaiq::QuantParams& params(const std::string& tensor) const { return plan_.find(tensor)->params; }
 
     bool eight_bit(const std::string& tensor) const {
@@ -174,7 +178,8 @@ class Writer {
         if (const auto* init = index_.initializer(tensor); init && !index_.is_graph_input(tensor)) {
             const auto values = vaiq::Tensor::from_proto(*init);
             if (values.type() != vaiq::DataType::Float)
-                throw InputError(fmt::format("weight '{}' is {}, not float", tensor, vaiq::data_type_name(values.type())));
+                throw InputError(
+                    fmt::format("weight '{}' is {}, not float", tensor, vaiq::data_type_name(values.type())));
             *graph_.add_initializer() = vaiq::quantize_tensor(values, t.params, tensor).to_proto(name);
         } else {
             extra_nodes_.push_back(qdq_node("QuantizeLinear", tensor, name, t.params));
@@ -296,7 +301,8 @@ class Writer {
     std::map<int, Rewrite> rewrites_;
     std::set<int> absorbed_nodes_;
     std::map<std::string, std::string> int_outputs_;  ///< float tensor -> integer output of a rewritten node
-    std::map<std::string, std::string> quantized_;    ///< float tensor -> its QuantizeLinear output or quantized initializer
+    std::map<std::string, std::string>
+        quantized_;  ///< float tensor -> its QuantizeLinear output or quantized initializer
     std::map<std::string, std::pair<std::string, std::string>> param_names_;
     std::vector<onnx::NodeProto> extra_nodes_;
     bool uses_microsoft_ = false;

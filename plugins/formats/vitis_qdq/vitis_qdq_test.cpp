@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "test_support.hpp"
 #include "custom_ops.hpp"
+#include "test_support.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/fold.hpp"
 #include "vaiq/graph.hpp"
@@ -74,7 +74,8 @@ TEST(VitisQdq, FloatTypesSaturateInsteadOfOverflowing) {
     b.node("Identity", {"x"}, {"y"});
     auto model = b.build();
     emit(model, {{activation("y", QuantType::QFloat16)}});
-    const auto y = vaiq::evaluate(model, {{"x", vaiq::Tensor::from_values<float>({2}, std::vector<float>{1e6f, -1e6f})}})[0];
+    const auto y =
+        vaiq::evaluate(model, {{"x", vaiq::Tensor::from_values<float>({2}, std::vector<float>{1e6f, -1e6f})}})[0];
     EXPECT_EQ(y.data<float>()[0], 65504.0f);
     EXPECT_EQ(y.data<float>()[1], -65504.0f);
 }
@@ -104,7 +105,7 @@ TEST(VitisQdq, WithoutCustomOpsEightBitPairsAreOnnxOwn) {
          {{quant_entry("x", TensorRole::Activation, QuantType::QUInt8, {0.01f}, {128}),
            quant_entry("y", TensorRole::Activation, QuantType::QInt16, {1e-4f}, {0})}},
          {{"UseQDQVitisCustomOps", false}});
-    EXPECT_EQ(count_ops(model, "QuantizeLinear", ""), 1);  // x
+    EXPECT_EQ(count_ops(model, "QuantizeLinear", ""), 1);                       // x
     EXPECT_EQ(count_ops(model, vaiq::kVitisQuantizeOp, vaiq::kVaiqDomain), 1);  // y stays custom: 16 bits
     EXPECT_NO_THROW(vaiq::check_model(model));
 }

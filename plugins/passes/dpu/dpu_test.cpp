@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "dpu_arithmetic.hpp"
 #include "runtime/executor.hpp"
 #include "test_support.hpp"
-#include "dpu_arithmetic.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/pass.hpp"
 
@@ -101,7 +101,8 @@ TEST(ConvertBnToConv, AStandaloneOneBecomesADepthwiseConv) {
 TEST(ConvertReduceMeanToGlobalAvgPool, SpatialMeansOnly) {
     for (int keepdims : {0, 1}) {
         GraphBuilder b;
-        b.input("x", {1, 2, 3, 3}).output("y", keepdims ? std::vector<int64_t>{1, 2, 1, 1} : std::vector<int64_t>{1, 2});
+        b.input("x", {1, 2, 3, 3})
+            .output("y", keepdims ? std::vector<int64_t>{1, 2, 1, 1} : std::vector<int64_t>{1, 2});
         auto& mean = b.node("ReduceMean", {"x"}, {"y"});
         set_ints_attribute(mean, "axes", {-2, -1});
         set_int_attribute(mean, "keepdims", keepdims);
@@ -291,7 +292,8 @@ TEST(SimulateDpu, SoftmaxInBfloat16WithThePolynomialExp) {
         auto simulated = model;
         EXPECT_TRUE(run_pass("convert_softmax_to_dpu_version", simulated));
         EXPECT_FALSE(run_pass("convert_softmax_to_dpu_version", simulated)) << "no Softmax left";
-        for (const auto& n : simulated.graph().node()) EXPECT_TRUE(simulated.marked(n, vaiq::kFloatOnly)) << n.op_type();
+        for (const auto& n : simulated.graph().node())
+            EXPECT_TRUE(simulated.marked(n, vaiq::kFloatOnly)) << n.op_type();
         EXPECT_EQ(simulated.graph().output(0).name(), "y");
 
         const auto x = ramp({2, 12}, -9.0f, 2.5f);  // up to 50.5: exp would overflow without the shift
@@ -302,7 +304,8 @@ TEST(SimulateDpu, SoftmaxInBfloat16WithThePolynomialExp) {
             const auto want = dpu_softmax({xs.begin(), xs.end()});
             for (int i = 0; i < 12; ++i) {
                 EXPECT_NEAR(dpu.data<float>()[row * 12 + i], want[i], 1e-6) << "row " << row << " element " << i;
-                worst = std::max(worst, std::abs(double(dpu.data<float>()[row * 12 + i]) - exact.data<float>()[row * 12 + i]));
+                worst = std::max(worst,
+                                 std::abs(double(dpu.data<float>()[row * 12 + i]) - exact.data<float>()[row * 12 + i]));
             }
         }
         // bfloat16 keeps 8 significant bits: close to the true softmax, and not equal to it.

@@ -109,7 +109,8 @@ bool fuse_instance_norm(vaiq::Model& model) {
             bool axes_ok = true;
             for (const auto* r : {mean, var}) {
                 const auto axes = ints_from(*r, index, "axes", 1);
-                axes_ok = axes_ok && axes && normalized_axes(*axes, rank) == spatial && int_attribute(*r, "keepdims", 1);
+                axes_ok =
+                    axes_ok && axes && normalized_axes(*axes, rank) == spatial && int_attribute(*r, "keepdims", 1);
             }
             if (!axes_ok) continue;
             // Optional affine part: Mul by gamma then Add beta, both [C] after squeezing.
@@ -139,9 +140,9 @@ bool fuse_instance_norm(vaiq::Model& model) {
             }
             if (!m.self_contained(last)) continue;
             const auto g = vaiq::add_initializer(graph, names, graph.node(last).name() + "_scale",
-                                        vaiq::Tensor::from_values<float>({c}, gamma));
+                                                 vaiq::Tensor::from_values<float>({c}, gamma));
             const auto b = vaiq::add_initializer(graph, names, graph.node(last).name() + "_bias",
-                                        vaiq::Tensor::from_values<float>({c}, beta));
+                                                 vaiq::Tensor::from_values<float>({c}, beta));
             replace_match(graph, m, last, "InstanceNormalization", {x, g, b},
                           [&](onnx::NodeProto& node) { set_attribute(node, "epsilon", *eps); });
             again = changed = true;

@@ -82,7 +82,8 @@ bool convert_reduce_mean_to_global_avg_pool(vaiq::Model& model) {
         if (!axes || shape == shapes.end()) continue;
         const size_t rank = shape->second.size();
         const auto spatial = normalized_axes(*axes, rank);
-        if (!((rank == 4 && spatial == std::vector<int64_t>{2, 3}) || (rank == 3 && spatial == std::vector<int64_t>{2})))
+        if (!((rank == 4 && spatial == std::vector<int64_t>{2, 3}) ||
+              (rank == 3 && spatial == std::vector<int64_t>{2})))
             continue;
         const bool keepdims = int_attribute(node, "keepdims", 1) != 0;
         const std::string x = node.input(0), y = node.output(0);
@@ -94,8 +95,10 @@ bool convert_reduce_mean_to_global_avg_pool(vaiq::Model& model) {
             const auto pooled = names.fresh(y + "_pooled");
             node.set_output(0, pooled);
             auto& squeeze = vaiq::make_node(graph, names, "Squeeze", {pooled}, {y}, y + "_squeeze");
-            if (model.opset() >= 13) squeeze.add_input(vaiq::add_initializer(graph, names, y + "_axes", int64_tensor(spatial)));
-            else set_attribute(squeeze, "axes", spatial);
+            if (model.opset() >= 13)
+                squeeze.add_input(vaiq::add_initializer(graph, names, y + "_axes", int64_tensor(spatial)));
+            else
+                set_attribute(squeeze, "axes", spatial);
         }
         changed = true;
     }
@@ -170,7 +173,8 @@ bool convert_split_to_slice(vaiq::Model& model) {
             if (dim < 0) continue;
             const int64_t chunk = (dim + parts - 1) / parts;
             sizes.emplace();
-            for (int64_t i = 0; i < parts; ++i) sizes->push_back(std::max<int64_t>(0, std::min(chunk, dim - i * chunk)));
+            for (int64_t i = 0; i < parts; ++i)
+                sizes->push_back(std::max<int64_t>(0, std::min(chunk, dim - i * chunk)));
         }
         if (static_cast<int>(sizes->size()) != split.output_size()) continue;
         const auto axes = vaiq::add_initializer(graph, names, split.name() + "_axes", int64_tensor({axis}));

@@ -65,7 +65,8 @@ inline void insert_rescale(vaiq::Model& model, vaiq::UniqueNames& names, int n, 
     const auto raw = names.fresh(out + "_before_dpu_rescale");
     graph.mutable_node(n)->set_output(0, raw);
     const float f = static_cast<float>(factor);
-    const auto k = vaiq::add_initializer(graph, names, out + "_dpu_factor", vaiq::Tensor::from_values<float>({}, {&f, 1}));
+    const auto k =
+        vaiq::add_initializer(graph, names, out + "_dpu_factor", vaiq::Tensor::from_values<float>({}, {&f, 1}));
     auto& mul = vaiq::make_node(graph, names, "Mul", {raw, k}, {out}, out + "_dpu_rescale");
     mul.set_doc_string("vaiq: DPU rescale");
     model.mark(mul, vaiq::kDeviceRescale);

@@ -24,7 +24,11 @@ constexpr float kA2 = 0.486328125f;
 class SoftmaxBuilder {
   public:
     SoftmaxBuilder(vaiq::Model& model, vaiq::UniqueNames& names, const onnx::NodeProto& softmax, int64_t opset)
-        : model_(model), graph_(model.graph()), names_(names), prefix_(softmax.name().empty() ? "softmax" : softmax.name()), opset_(opset),
+        : model_(model),
+          graph_(model.graph()),
+          names_(names),
+          prefix_(softmax.name().empty() ? "softmax" : softmax.name()),
+          opset_(opset),
           axis_(int_attribute(softmax, "axis", -1)) {}
 
     void build(const std::string& input, const std::string& output) {
@@ -65,7 +69,8 @@ class SoftmaxBuilder {
         auto& stored = constants_[name];
         if (stored.empty()) {
             const float f = vaiq::bfloat16_to_float(vaiq::float_to_bfloat16(static_cast<float>(value)));
-            stored = vaiq::add_initializer(graph_, names_, prefix_ + "/" + name, vaiq::Tensor::from_values<float>({}, {&f, 1}));
+            stored = vaiq::add_initializer(graph_, names_, prefix_ + "/" + name,
+                                           vaiq::Tensor::from_values<float>({}, {&f, 1}));
         }
         return stored;
     }
@@ -79,7 +84,7 @@ class SoftmaxBuilder {
             return out;
         }
         const auto axes = vaiq::add_initializer(graph_, names_, prefix_ + "/axes",
-                                       vaiq::Tensor::from_values<int64_t>({1}, {&axis_, 1}));
+                                                vaiq::Tensor::from_values<int64_t>({1}, {&axis_, 1}));
         return op(type, {input, axes});
     }
 
@@ -103,9 +108,10 @@ bool convert_softmax_to_dpu_version(vaiq::Model& model) {
         if (graph.node(n).op_type() != "Softmax" || !is_default_domain(graph.node(n))) continue;
         if (opset < 13) {
             // Before opset 13 Cast has no bfloat16 (and Softmax flattens its trailing axes).
-            vaiq::log_warn("convert_softmax_to_dpu_version: '{}' kept: the DPU version needs opset 13 or later "
-                           "(the model is opset {}; vaiq convert-opset converts it)",
-                           graph.node(n).name(), opset);
+            vaiq::log_warn(
+                "convert_softmax_to_dpu_version: '{}' kept: the DPU version needs opset 13 or later "
+                "(the model is opset {}; vaiq convert-opset converts it)",
+                graph.node(n).name(), opset);
             continue;
         }
         replaced.push_back(n);

@@ -18,7 +18,9 @@ using vaiq::is_default_domain;
 // A layer's weight viewed by channel: `channels` groups along one axis.
 struct WeightView {
     int64_t outer = 1, channels = 0, inner = 1;
-    float& at(std::vector<float>& w, int64_t o, int64_t c, int64_t i) const { return w[(o * channels + c) * inner + i]; }
+    float& at(std::vector<float>& w, int64_t o, int64_t c, int64_t i) const {
+        return w[(o * channels + c) * inner + i];
+    }
 };
 
 // The weighted layer at node `n`: its weights (owned by it alone) and bias.
@@ -101,9 +103,8 @@ bool commutes(const onnx::NodeProto& node, const vaiq::GraphIndex& index, bool a
     if (!is_default_domain(node)) return false;
     const auto& op = node.op_type();
     if (op == "Flatten") return after_global_pool;
-    return op == "Relu" || op == "LeakyRelu" || op == "MaxPool" || op == "AveragePool" ||
-           op == "GlobalAveragePool" || op == "GlobalMaxPool" ||
-           (op == "Pad" && vaiq::pads_with_zeros(node, index));
+    return op == "Relu" || op == "LeakyRelu" || op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" ||
+           op == "GlobalMaxPool" || (op == "Pad" && vaiq::pads_with_zeros(node, index));
 }
 
 // The first layer's output reaches the second's data input through
@@ -285,8 +286,8 @@ bool CrossLayerEqualization::run(vaiq::Model& model) {
             break;
         }
     }
-    vaiq::log_info("cross_layer_equalization: {} pairs and triples, {} steps (last total change {:.3g})",
-                   found.size(), done, total);
+    vaiq::log_info("cross_layer_equalization: {} pairs and triples, {} steps (last total change {:.3g})", found.size(),
+                   done, total);
     return changed;
 }
 

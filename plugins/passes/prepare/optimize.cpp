@@ -14,9 +14,18 @@ using vaiq::is_default_domain;
 
 // Ops never folded: random or stateful ones, and quantization, whose integer
 // weights must stay what the model stores.
-const std::set<std::string, std::less<>> kNeverFolded = {
-    "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli",
-    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "If", "Loop", "Scan"};
+const std::set<std::string, std::less<>> kNeverFolded = {"RandomNormal",
+                                                         "RandomNormalLike",
+                                                         "RandomUniform",
+                                                         "RandomUniformLike",
+                                                         "Multinomial",
+                                                         "Bernoulli",
+                                                         "QuantizeLinear",
+                                                         "DequantizeLinear",
+                                                         "DynamicQuantizeLinear",
+                                                         "If",
+                                                         "Loop",
+                                                         "Scan"};
 
 // Folded outputs above this many bytes stay computed at run time (a Tile or
 // Expand of a constant would otherwise bloat the file).
@@ -29,9 +38,11 @@ std::optional<vaiq::Tensor> constant_value(const onnx::NodeProto& node) {
         if (a.name() == "value_float") return vaiq::Tensor::from_values<float>({}, std::vector<float>{a.f()});
         if (a.name() == "value_int") return vaiq::Tensor::from_values<int64_t>({}, std::vector<int64_t>{a.i()});
         if (a.name() == "value_floats")
-            return vaiq::Tensor::from_values<float>({a.floats_size()}, std::vector<float>(a.floats().begin(), a.floats().end()));
+            return vaiq::Tensor::from_values<float>({a.floats_size()},
+                                                    std::vector<float>(a.floats().begin(), a.floats().end()));
         if (a.name() == "value_ints")
-            return vaiq::Tensor::from_values<int64_t>({a.ints_size()}, std::vector<int64_t>(a.ints().begin(), a.ints().end()));
+            return vaiq::Tensor::from_values<int64_t>({a.ints_size()},
+                                                      std::vector<int64_t>(a.ints().begin(), a.ints().end()));
     }
     return std::nullopt;
 }
@@ -217,10 +228,10 @@ bool fold_bias_add(vaiq::Model& model) {
             const auto weight = vaiq::constant_tensor(index, layer.input_size() > 1 ? layer.input(1) : "");
             if (!weight || weight->shape().size() < 2) continue;
             const int64_t group = vaiq::int_attribute(layer, "group", 1);
-            const int64_t channels = op == "Conv"            ? weight->shape()[0]
-                                     : op == "ConvTranspose" ? weight->shape()[1] * group
+            const int64_t channels = op == "Conv"                              ? weight->shape()[0]
+                                     : op == "ConvTranspose"                   ? weight->shape()[1] * group
                                      : vaiq::int_attribute(layer, "transB", 0) ? weight->shape()[0]
-                                                                                : weight->shape()[1];
+                                                                               : weight->shape()[1];
             const auto affine = channel_bias(layer, *bias, channels, weight->shape().size());
             if (affine && vaiq::fold_affine_into_producer(graph, names, index, producer, add, *affine)) {
                 folded.push_back(n);

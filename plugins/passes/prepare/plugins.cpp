@@ -31,14 +31,14 @@ VAIQ_PLUGINS(
         "fusion"),
     vaiq::describe<FunctionPass<p::eliminate_identity>>("eliminate_identity", "0.1.0",
                                                         "Remove Identity nodes and inference-time Dropout"),
-    vaiq::describe<FunctionPass<p::fold_constants>>("fold_constants", "0.1.0",
-                                                    "Evaluate nodes whose inputs are all constant; Shape of static shapes"),
-    vaiq::describe<FunctionPass<p::fold_batch_norm>>("fold_batch_norm", "0.1.0",
-                                                     "BatchNormalization into the Conv, ConvTranspose or Gemm before it"),
-    vaiq::describe<FunctionPass<p::fold_bias_add>>("fold_bias_add", "0.1.0",
-                                                   "An Add of a constant bias into the Conv, ConvTranspose or Gemm before it"),
-    vaiq::describe<FunctionPass<p::fuse_layer_norm>>("fuse_layer_norm", "0.1.0",
-                                                     "A spelled-out LayerNorm to LayerNormalization (opset 17 and later)"),
+    vaiq::describe<FunctionPass<p::fold_constants>>(
+        "fold_constants", "0.1.0", "Evaluate nodes whose inputs are all constant; Shape of static shapes"),
+    vaiq::describe<FunctionPass<p::fold_batch_norm>>(
+        "fold_batch_norm", "0.1.0", "BatchNormalization into the Conv, ConvTranspose or Gemm before it"),
+    vaiq::describe<FunctionPass<p::fold_bias_add>>(
+        "fold_bias_add", "0.1.0", "An Add of a constant bias into the Conv, ConvTranspose or Gemm before it"),
+    vaiq::describe<FunctionPass<p::fuse_layer_norm>>(
+        "fuse_layer_norm", "0.1.0", "A spelled-out LayerNorm to LayerNormalization (opset 17 and later)"),
     vaiq::describe<FunctionPass<p::fuse_gelu>>("fuse_gelu", "0.1.0", "An Erf-spelled Gelu to com.microsoft Gelu"),
     vaiq::describe<FunctionPass<p::remove_dead_nodes>>("remove_dead_nodes", "0.1.0",
                                                        "Remove nodes and initializers nothing reads"),
@@ -47,8 +47,8 @@ VAIQ_PLUGINS(
     vaiq::describe<p::SymbolicShapeInference>("infer_symbolic_shapes", "0.1.0",
                                               "Shape inference propagating computed shapes and symbolic dimensions",
                                               kSymbolicOptions),
-    vaiq::describe<FunctionPass<p::convert_fp16_to_fp32>>("convert_fp16_to_fp32", "0.1.0",
-                                                          "A float16 model to float32, without the Casts that leaves idle"),
+    vaiq::describe<FunctionPass<p::convert_fp16_to_fp32>>(
+        "convert_fp16_to_fp32", "0.1.0", "A float16 model to float32, without the Casts that leaves idle"),
     vaiq::describe<FunctionPass<p::convert_nchw_to_nhwc>>("convert_nchw_to_nhwc", "0.1.0",
                                                           "NCHW image inputs taken as NHWC (a Transpose after each)"),
     vaiq::describe<p::CrossLayerEqualization>("cross_layer_equalization", "0.1.0",

@@ -147,9 +147,9 @@ TEST(FoldConstants, EvaluatesConstantSubgraphsAndStaticShapes) {
     value->set_type(onnx::AttributeProto::TENSOR);
     *value->mutable_t() = ramp({3}, 1.0f).to_proto("");
     b.node("Add", {"x", "c"}, {"a"});
-    b.node("Shape", {"a"}, {"s"});                 // [2, 3]: known statically
+    b.node("Shape", {"a"}, {"s"});  // [2, 3]: known statically
     b.initializer("order", int64s({1, 0}));
-    b.node("Gather", {"s", "order"}, {"swapped"}); // [3, 2]
+    b.node("Gather", {"s", "order"}, {"swapped"});  // [3, 2]
     b.node("Reshape", {"a", "swapped"}, {"y"});
     auto q = b.build();
     const auto folded = expect_same_function("fold_constants", q, ramp({2, 3}, -1.0f, 0.5f));
@@ -162,7 +162,9 @@ TEST(FoldConstants, EvaluatesConstantSubgraphsAndStaticShapes) {
 TEST(FoldConstants, KeepsQuantizationAndGraphInputs) {
     GraphBuilder b;
     b.input("x", {4}).output("y", {4});
-    b.initializer("w", ramp({4}, -1.0f, 0.5f)).initializer("s", ramp({}, 0.1f)).initializer("z", vaiq::Tensor(vaiq::DataType::Int8, {}));
+    b.initializer("w", ramp({4}, -1.0f, 0.5f))
+        .initializer("s", ramp({}, 0.1f))
+        .initializer("z", vaiq::Tensor(vaiq::DataType::Int8, {}));
     b.node("QuantizeLinear", {"w", "s", "z"}, {"wq"});
     b.node("DequantizeLinear", {"wq", "s", "z"}, {"wd"});
     b.node("Mul", {"x", "wd"}, {"y"});
@@ -225,7 +227,9 @@ TEST(FoldBiasAdd, IntoConvTransposeConvAndGemmWhenItLinesUpWithTheChannels) {
     {
         GraphBuilder b;  // a scalar on either side of the Add, onto an existing bias
         b.input("x", {1, 2, 4, 4}).output("y", {1, 3, 4, 4});
-        b.initializer("w", values({3, 2, 1, 1}, noise)).initializer("bias", ramp({3}, 0.5f)).initializer("k", ramp({}, -0.25f));
+        b.initializer("w", values({3, 2, 1, 1}, noise))
+            .initializer("bias", ramp({3}, 0.5f))
+            .initializer("k", ramp({}, -0.25f));
         b.node("Conv", {"x", "w", "bias"}, {"c"});
         b.node("Add", {"k", "c"}, {"y"});
         const auto folded = expect_same_function("fold_bias_add", b.build(), values({1, 2, 4, 4}, noise));
@@ -302,8 +306,8 @@ TEST(FuseGelu, EveryOrderExportersWrite) {
             b.node("Mul", {"x", "half"}, {"xh"});
             b.node("Mul", {"xh", "p"}, {"y"});
         }
-        const auto fused = expect_same_function("fuse_gelu", b.build(), values({2, 16}, [](int64_t i) { return 4 * noise(i); }),
-                                                1e-6);
+        const auto fused =
+            expect_same_function("fuse_gelu", b.build(), values({2, 16}, [](int64_t i) { return 4 * noise(i); }), 1e-6);
         EXPECT_EQ(op_types(fused), (std::vector<std::string>{"Gelu"})) << "variant " << variant;
         EXPECT_EQ(fused.graph().node(0).domain(), "com.microsoft");
         EXPECT_EQ(fused.opset("com.microsoft"), 1);
@@ -353,7 +357,8 @@ TEST(InferSymbolicShapes, PropagatesComputedShapesAndCustomOps) {
     dim->clear_dim_value();
     dim->set_dim_param("batch");
     auto& g = model.graph();
-    auto add = [&](const std::string& op, std::vector<std::string> in, std::string out, const std::string& domain = "") {
+    auto add = [&](const std::string& op, std::vector<std::string> in, std::string out,
+                   const std::string& domain = "") {
         auto* n = g.add_node();
         n->set_op_type(op);
         n->set_domain(domain);
@@ -423,8 +428,9 @@ TEST(ConvertNchwToNhwc, TakesNhwcAndTransposesForTheConv) {
     auto converted = model;
     EXPECT_TRUE(run_pass("convert_nchw_to_nhwc", converted));
     const auto& dims = converted.graph().input(0).type().tensor_type().shape().dim();
-    EXPECT_EQ((std::vector<int64_t>{dims[0].dim_value(), dims[1].dim_value(), dims[2].dim_value(), dims[3].dim_value()}),
-              (std::vector<int64_t>{1, 4, 4, 2}));
+    EXPECT_EQ(
+        (std::vector<int64_t>{dims[0].dim_value(), dims[1].dim_value(), dims[2].dim_value(), dims[3].dim_value()}),
+        (std::vector<int64_t>{1, 4, 4, 2}));
     EXPECT_EQ(converted.graph().node(0).op_type(), "Transpose");
     // The same image in either layout gives the same output.
     const auto nchw = values({1, 2, 4, 4}, noise);
@@ -481,8 +487,9 @@ TEST(CrossLayerEqualization, EqualizesChannelRangesAndKeepsTheFunction) {
         EXPECT_NEAR(r1[c], std::sqrt(before1[c] * before2[c]), 1e-5 * r1[c]) << "channel " << c;
     }
     // The spread of the first layer's channel ranges shrinks (10^3 before).
-    EXPECT_LT(*std::max_element(r1.begin(), r1.end()) / *std::min_element(r1.begin(), r1.end()),
-              *std::max_element(before1.begin(), before1.end()) / *std::min_element(before1.begin(), before1.end()) / 10);
+    EXPECT_LT(
+        *std::max_element(r1.begin(), r1.end()) / *std::min_element(r1.begin(), r1.end()),
+        *std::max_element(before1.begin(), before1.end()) / *std::min_element(before1.begin(), before1.end()) / 10);
 }
 
 TEST(CrossLayerEqualization, DepthwiseGemmAndAdaptiveSteps) {

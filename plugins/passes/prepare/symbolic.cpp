@@ -136,10 +136,14 @@ class ShapeValues {
             for (size_t i = 0; i < a->size(); ++i) {
                 const auto &x = (*a)[i], &y = (*c)[i];
                 const int64_t identity = op == "Mul" ? 1 : 0;
-                if (x.value >= 0 && y.value >= 0) out.push_back({op == "Mul" ? x.value * y.value : x.value + y.value, {}});
-                else if (y.value == identity) out.push_back(x);
-                else if (x.value == identity) out.push_back(y);
-                else out.push_back({});
+                if (x.value >= 0 && y.value >= 0)
+                    out.push_back({op == "Mul" ? x.value * y.value : x.value + y.value, {}});
+                else if (y.value == identity)
+                    out.push_back(x);
+                else if (x.value == identity)
+                    out.push_back(y);
+                else
+                    out.push_back({});
             }
             return out;
         }
@@ -166,8 +170,10 @@ std::optional<Dims> output_shape(const onnx::NodeProto& node, ShapeValues& value
         Dims out = *target;
         const bool allow_zero = vaiq::int_attribute(node, "allowzero", 0) != 0;
         for (size_t i = 0; i < out.size(); ++i) {
-            if (out[i].value == 0 && !allow_zero) out[i] = in && i < in->size() ? (*in)[i] : Dim{};
-            else if (out[i].value == -1 && out[i].symbol.empty()) out[i] = Dim{};  // inferred below when numeric
+            if (out[i].value == 0 && !allow_zero)
+                out[i] = in && i < in->size() ? (*in)[i] : Dim{};
+            else if (out[i].value == -1 && out[i].symbol.empty())
+                out[i] = Dim{};  // inferred below when numeric
         }
         // One -1 with every other dimension numeric: the element count tells it.
         int unknown = 0;
@@ -200,7 +206,9 @@ bool declare(onnx::GraphProto& graph, const std::string& tensor, const Dims& dim
     if (std::none_of(dims.begin(), dims.end(), [](const Dim& d) { return d.known(); })) return false;
     if (auto it = known.find(tensor); it != known.end()) {
         const auto& have = it->second;
-        const auto known_count = [](const Dims& d) { return std::count_if(d.begin(), d.end(), [](const Dim& x) { return x.known(); }); };
+        const auto known_count = [](const Dims& d) {
+            return std::count_if(d.begin(), d.end(), [](const Dim& x) { return x.known(); });
+        };
         if (have.size() == dims.size() && known_count(have) >= known_count(dims)) return false;
     }
     onnx::ValueInfoProto* info = nullptr;
@@ -217,8 +225,10 @@ bool declare(onnx::GraphProto& graph, const std::string& tensor, const Dims& dim
     shape->clear_dim();
     for (const auto& d : dims) {
         auto* dim = shape->add_dim();
-        if (d.value >= 0) dim->set_dim_value(d.value);
-        else if (!d.symbol.empty()) dim->set_dim_param(d.symbol);
+        if (d.value >= 0)
+            dim->set_dim_value(d.value);
+        else if (!d.symbol.empty())
+            dim->set_dim_param(d.symbol);
     }
     return true;
 }

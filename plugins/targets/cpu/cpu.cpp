@@ -10,13 +10,36 @@ namespace {
 class Cpu final : public vaiq::Target {
   public:
     bool supports(const onnx::NodeProto& node) const override {
-        static const std::set<std::string, std::less<>> kOps = {
-            "Add",        "ArgMax",         "AveragePool",  "BatchNormalization", "Clip",         "Concat",
-            "Conv",       "ConvTranspose",  "Gather",       "GatherElements",     "Gemm",         "GlobalAveragePool",
-            "InstanceNormalization",        "LayerNormalization",                 "LeakyRelu",    "MatMul",
-            "MaxPool",    "Mul",            "Pad",          "Relu",               "Reshape",      "Resize",
-            "Sigmoid",    "Slice",          "Softmax",      "Split",              "Squeeze",      "Transpose",
-            "Unsqueeze",  "Where"};
+        static const std::set<std::string, std::less<>> kOps = {"Add",
+                                                                "ArgMax",
+                                                                "AveragePool",
+                                                                "BatchNormalization",
+                                                                "Clip",
+                                                                "Concat",
+                                                                "Conv",
+                                                                "ConvTranspose",
+                                                                "Gather",
+                                                                "GatherElements",
+                                                                "Gemm",
+                                                                "GlobalAveragePool",
+                                                                "InstanceNormalization",
+                                                                "LayerNormalization",
+                                                                "LeakyRelu",
+                                                                "MatMul",
+                                                                "MaxPool",
+                                                                "Mul",
+                                                                "Pad",
+                                                                "Relu",
+                                                                "Reshape",
+                                                                "Resize",
+                                                                "Sigmoid",
+                                                                "Slice",
+                                                                "Softmax",
+                                                                "Split",
+                                                                "Squeeze",
+                                                                "Transpose",
+                                                                "Unsqueeze",
+                                                                "Where"};
         return vaiq::is_default_domain(node) && kOps.count(node.op_type()) > 0;
     }
 

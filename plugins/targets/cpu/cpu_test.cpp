@@ -37,8 +37,9 @@ TEST(CpuTarget, QuantizesOnnxRuntimeDefaultOps) {
 TEST(CpuTarget, DefaultSpecsFollowTheRecipe) {
     auto registry = vaiq::test::registry_with_test_plugin();
     auto cpu = make_cpu(registry);
-    const auto c = config("activation_type: QUInt8\nweight_type: QInt8\nper_channel: true\n"
-                          "extra_options: {ActivationSymmetric: false, WeightSymmetric: true}\n");
+    const auto c = config(
+        "activation_type: QUInt8\nweight_type: QInt8\nper_channel: true\n"
+        "extra_options: {ActivationSymmetric: false, WeightSymmetric: true}\n");
     const auto act = cpu->default_spec(vaiq::TensorRole::Activation, c);
     EXPECT_EQ(act.type, vaiq::QuantType::QUInt8);
     EXPECT_FALSE(act.symmetric);

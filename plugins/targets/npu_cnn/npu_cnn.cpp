@@ -99,11 +99,13 @@ class NpuCnn final : public vaiq::Target {
         if (run.reduce_range) refuse("uses the full 8-bit weight range: set reduce_range to false");
         if (!run.weight_symmetric) refuse("needs symmetric weights: set extra_options.WeightSymmetric to true");
         if (!run.activation_symmetric)
-            refuse("needs symmetric activations: set extra_options.ActivationSymmetric to true "
-                   "(extra_options.UseUnsignedReLU makes ReLU outputs unsigned)");
+            refuse(
+                "needs symmetric activations: set extra_options.ActivationSymmetric to true "
+                "(extra_options.UseUnsignedReLU makes ReLU outputs unsigned)");
         if (!run.quantize_bias) refuse("computes biases in integers: set extra_options.QuantizeBias to true");
         if (run.weight_type != vaiq::QuantType::QInt8)
-            refuse(fmt::format("takes int8 weights (weight_type: QInt8), not {}", vaiq::quant_type_name(run.weight_type)));
+            refuse(
+                fmt::format("takes int8 weights (weight_type: QInt8), not {}", vaiq::quant_type_name(run.weight_type)));
         if (!is_eight_bit(run.activation_type))
             refuse(fmt::format("takes 8-bit activations (QUInt8 or QInt8), not {}",
                                vaiq::quant_type_name(run.activation_type)));
@@ -140,7 +142,8 @@ class NpuCnn final : public vaiq::Target {
         return npu_cnn::refine_positions(model.graph(), plan, rules_, fused(index, run), max_sweeps_);
     }
 
-    std::vector<vaiq::ConstraintCount> verify(const vaiq::Model& quantized, const vaiq::QuantRequest& run) const override {
+    std::vector<vaiq::ConstraintCount> verify(const vaiq::Model& quantized,
+                                              const vaiq::QuantRequest& run) const override {
         const auto view = vaiq::read_qdq(quantized);
         const vaiq::GraphIndex index(view.graph);
         const auto r = checks_limits(run) ? rules_ : npu_cnn::Rules::none();
@@ -178,8 +181,9 @@ const vaiq_option_descriptor kOptions[] = {
     {kLegalizations[3].option, VAIQ_OPTION_BOOL, kLegalizations[3].default_value, kLegalizations[3].doc},
     {kLegalizations[4].option, VAIQ_OPTION_BOOL, kLegalizations[4].default_value, kLegalizations[4].doc},
     {kLegalizations[5].option, VAIQ_OPTION_BOOL, kLegalizations[5].default_value, kLegalizations[5].doc},
-    {"SimulateDPU", VAIQ_OPTION_BOOL, "true", "Replace some ops with the DPU's approximations (the Convert*DPUVersion "
-                                              "switches and ConvertSigmoidToHardSigmoid)."},
+    {"SimulateDPU", VAIQ_OPTION_BOOL, "true",
+     "Replace some ops with the DPU's approximations (the Convert*DPUVersion "
+     "switches and ConvertSigmoidToHardSigmoid)."},
     {kSimulations[0].option, VAIQ_OPTION_BOOL, kSimulations[0].default_value, kSimulations[0].doc},
     {kSimulations[1].option, VAIQ_OPTION_BOOL, kSimulations[1].default_value, kSimulations[1].doc},
     {kSimulations[2].option, VAIQ_OPTION_BOOL, kSimulations[2].default_value, kSimulations[2].doc},
@@ -187,7 +191,8 @@ const vaiq_option_descriptor kOptions[] = {
     {kSimulations[4].option, VAIQ_OPTION_BOOL, kSimulations[4].default_value, kSimulations[4].doc},
     {kSimulations[5].option, VAIQ_OPTION_BOOL, kSimulations[5].default_value, kSimulations[5].doc},
     // enable_dpu limits
-    {"IPULimitationCheck", VAIQ_OPTION_BOOL, "true", "Adjust scales to the NPU's limitations (the Adjust*/Align* switches)."},
+    {"IPULimitationCheck", VAIQ_OPTION_BOOL, "true",
+     "Adjust scales to the NPU's limitations (the Adjust*/Align* switches)."},
     {"AdjustShiftCut", VAIQ_OPTION_BOOL, "true", "Adjust shift cut."},
     {"AdjustShiftBias", VAIQ_OPTION_BOOL, "true", "Adjust shift bias."},
     {"AdjustShiftRead", VAIQ_OPTION_BOOL, "true", "Adjust shift read."},

@@ -11,8 +11,9 @@ namespace {
 
 using vaiq::test::GraphBuilder;
 
-const char* kDocumented = "activation_type: QUInt8\nweight_type: QInt8\nenable_dpu: true\n"
-                          "extra_options: {ActivationSymmetric: true}\n";
+const char* kDocumented =
+    "activation_type: QUInt8\nweight_type: QInt8\nenable_dpu: true\n"
+    "extra_options: {ActivationSymmetric: true}\n";
 
 // The run request a recipe with `yaml` makes.
 vaiq::QuantRequest config(const std::string& yaml) {
@@ -69,7 +70,8 @@ class NpuCnn : public ::testing::Test {
 TEST_F(NpuCnn, QuantizesCnnOps) {
     for (const char* op : {"Conv", "Add", "Concat", "MaxPool", "GlobalAveragePool", "HardSigmoid", "Mul", "Resize"})
         EXPECT_TRUE(target_->supports(node(op))) << op;
-    for (const char* op : {"LSTM", "Shape", "Gather", "LayerNormalization"}) EXPECT_FALSE(target_->supports(node(op))) << op;
+    for (const char* op : {"LSTM", "Shape", "Gather", "LayerNormalization"})
+        EXPECT_FALSE(target_->supports(node(op))) << op;
 }
 
 TEST_F(NpuCnn, AcceptsTheDocumentedConfigurationAndRefusesWhatTheNpuCannotDo) {

@@ -107,7 +107,8 @@ Outcome align_concat(const onnx::NodeProto& node, Positions& p) {
         if (auto in = p.input(node, i); !in.empty()) tensors.push_back(in);
     int lowest = *p.get(out);
     for (const auto& t : tensors) lowest = std::min(lowest, *p.get(t));
-    const bool aligned = std::all_of(tensors.begin(), tensors.end(), [&](const auto& t) { return *p.get(t) == lowest; });
+    const bool aligned =
+        std::all_of(tensors.begin(), tensors.end(), [&](const auto& t) { return *p.get(t) == lowest; });
     if (aligned) return kHolds;
     return violation(p, [&] {
         for (const auto& t : tensors) p.set(t, lowest);
@@ -238,8 +239,8 @@ std::vector<Constraint> constraints(const Rules& r) {
 }
 
 // One sweep of every constraint over every node; counts into `counts`.
-bool sweep(const std::vector<Constraint>& list, Positions& p,
-           std::vector<vaiq::ConstraintCount>& counts, std::vector<std::set<int>>* adjusted, bool first) {
+bool sweep(const std::vector<Constraint>& list, Positions& p, std::vector<vaiq::ConstraintCount>& counts,
+           std::vector<std::set<int>>* adjusted, bool first) {
     bool changed = false;
     for (size_t c = 0; c < list.size(); ++c) {
         if (!list[c].on) continue;

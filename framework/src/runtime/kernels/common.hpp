@@ -26,7 +26,6 @@ namespace vaiq::runtime {
 /// bound of registrations valid "from some version on".
 inline constexpr int kLatest = 21;
 
-
 template <typename T>
 struct TypeTag {
     using type = T;
@@ -69,8 +68,10 @@ void dispatch_float(DataType type, const KernelContext& ctx, F&& fn) {
 
 template <typename T>
 DataType type_of() {
-    if constexpr (std::is_same_v<T, bool>) return DataType::Bool;
-    else return data_type_of<T>();
+    if constexpr (std::is_same_v<T, bool>)
+        return DataType::Bool;
+    else
+        return data_type_of<T>();
 }
 
 /// A new tensor of T with `shape`, not zero-filled: the kernel writes every element.
@@ -83,14 +84,16 @@ template <typename T>
 std::span<const T> view(const Tensor& t) {
     if constexpr (std::is_same_v<T, bool>)
         return {reinterpret_cast<const bool*>(t.bytes().data()), static_cast<size_t>(t.size())};
-    else return t.data<T>();
+    else
+        return t.data<T>();
 }
 
 template <typename T>
 std::span<T> mutable_view(Tensor& t) {
     if constexpr (std::is_same_v<T, bool>)
         return {reinterpret_cast<bool*>(t.mutable_bytes().data()), static_cast<size_t>(t.size())};
-    else return t.mutable_data<T>();
+    else
+        return t.mutable_data<T>();
 }
 
 /// Numpy broadcasting of two shapes; fails when they are incompatible.

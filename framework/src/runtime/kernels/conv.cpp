@@ -5,8 +5,8 @@
 
 #include "runtime/kernels/depthwise_pair.hpp"
 #include "runtime/kernels/dnnl_util.hpp"
-#include "runtime/layout.hpp"
 #include "runtime/kernels/window.hpp"
+#include "runtime/layout.hpp"
 
 namespace vaiq::runtime {
 namespace {
@@ -99,7 +99,8 @@ ConvState& prepare_conv(KernelContext& ctx, std::shared_ptr<ConvState>& state, b
     for (int i = 0; i < ops.len(); ++i) accumulates = accumulates || ops.kind(i) == dnnl::primitive::kind::sum;
     auto desc = [&](dnnl::algorithm algorithm) {
         return dnnl::convolution_forward::desc(
-            dnnl::prop_kind::forward_inference, algorithm, memory::desc(state->user_src.dims(), memory::data_type::f32, any),
+            dnnl::prop_kind::forward_inference, algorithm,
+            memory::desc(state->user_src.dims(), memory::data_type::f32, any),
             memory::desc(state->user_weights.dims(), memory::data_type::f32, any),
             memory::desc({m}, memory::data_type::f32, memory::format_tag::a),
             memory::desc(state->user_dst.dims(), memory::data_type::f32, accumulates ? layout : any),
@@ -110,13 +111,15 @@ ConvState& prepare_conv(KernelContext& ctx, std::shared_ptr<ConvState>& state, b
     bool winograd = winograd_candidate(kernel, window, group, c, m, accumulates) && !quantizes(ctx.model);
     if (winograd) {
         try {
-            state->pd = dnnl::convolution_forward::primitive_desc(desc(dnnl::algorithm::convolution_winograd), attr, cpu_engine());
+            state->pd = dnnl::convolution_forward::primitive_desc(desc(dnnl::algorithm::convolution_winograd), attr,
+                                                                  cpu_engine());
         } catch (const dnnl::error&) {
             winograd = false;  // no Winograd kernel for this CPU, shape or post-op
         }
     }
     if (!winograd)
-        state->pd = dnnl::convolution_forward::primitive_desc(desc(dnnl::algorithm::convolution_direct), attr, cpu_engine());
+        state->pd =
+            dnnl::convolution_forward::primitive_desc(desc(dnnl::algorithm::convolution_direct), attr, cpu_engine());
     state->primitive = dnnl::convolution_forward(state->pd);
     return *state;
 }
@@ -129,7 +132,8 @@ void execute_conv(KernelContext& ctx, ConvState& state, Tensor& y) {
     const int64_t m = w.shape()[0];
     dnnl::stream stream(cpu_engine());
     const memory src = reordered(stream, wrap(state.user_src, x), state.pd.src_desc());
-    const memory weights = operand(stream, w, ctx.is_constant(1), state.user_weights, state.pd.weights_desc(), state.weights);
+    const memory weights =
+        operand(stream, w, ctx.is_constant(1), state.user_weights, state.pd.weights_desc(), state.weights);
     Tensor zero_bias;
     if (!ctx.has_input(2)) zero_bias = Tensor(DataType::Float, {m});
     const Tensor& b = ctx.has_input(2) ? ctx.input(2) : zero_bias;
@@ -138,7 +142,8 @@ void execute_conv(KernelContext& ctx, ConvState& state, Tensor& y) {
     memory user_dst(state.user_dst, cpu_engine(), y.mutable_bytes().data());
     const bool direct = state.pd.dst_desc() == state.user_dst;
     memory dst = direct ? user_dst : memory(state.pd.dst_desc(), cpu_engine());
-    state.primitive.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, dst}});
+    state.primitive.execute(
+        stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, dst}});
     if (!direct) dnnl::reorder(dst, user_dst).execute(stream, dst, user_dst);
     stream.wait();
 }
@@ -249,11 +254,14 @@ void conv_depthwise_dnnl(KernelContext& ctx, std::shared_ptr<DepthwiseState>& st
     for (int64_t first = 0; first < n; first += g) {
         const memory src(state->pointwise_pd.src_desc(), cpu_engine(),
                          const_cast<float*>(x.data<float>().data()) + first * x_image);
-        const memory dst(state->depthwise_pd.dst_desc(), cpu_engine(), y.mutable_data<float>().data() + first * y_image);
+        const memory dst(state->depthwise_pd.dst_desc(), cpu_engine(),
+                         y.mutable_data<float>().data() + first * y_image);
         state->pointwise.execute(
-            stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, pw_weights}, {DNNL_ARG_BIAS, pw_bias}, {DNNL_ARG_DST, mid}});
+            stream,
+            {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, pw_weights}, {DNNL_ARG_BIAS, pw_bias}, {DNNL_ARG_DST, mid}});
         state->depthwise.execute(
-            stream, {{DNNL_ARG_SRC, mid}, {DNNL_ARG_WEIGHTS, dw_weights}, {DNNL_ARG_BIAS, dw_bias}, {DNNL_ARG_DST, dst}});
+            stream,
+            {{DNNL_ARG_SRC, mid}, {DNNL_ARG_WEIGHTS, dw_weights}, {DNNL_ARG_BIAS, dw_bias}, {DNNL_ARG_DST, dst}});
     }
     stream.wait();
 }
@@ -394,7 +402,8 @@ void conv_transpose(KernelContext& ctx, std::vector<Tensor>& out) {
         const auto ones = std::vector<int64_t>(spatial, 1);
         const auto strides = ctx.attributes.get_ints("strides", ones);
         const auto dilations = ctx.attributes.get_ints("dilations", ones);
-        auto kernel = ctx.attributes.get_ints("kernel_shape", std::vector<int64_t>(w.shape().begin() + 2, w.shape().end()));
+        auto kernel =
+            ctx.attributes.get_ints("kernel_shape", std::vector<int64_t>(w.shape().begin() + 2, w.shape().end()));
         const auto out_pad = ctx.attributes.get_ints("output_padding", std::vector<int64_t>(spatial, 0));
         auto pads = ctx.attributes.get_ints("pads", std::vector<int64_t>(2 * spatial, 0));
         const auto output_shape = ctx.attributes.get_ints("output_shape");
@@ -407,8 +416,10 @@ void conv_transpose(KernelContext& ctx, std::vector<Tensor>& out) {
             const int64_t in = x.shape()[2 + d];
             const int64_t full = strides[d] * (in - 1) + out_pad[d] + (kernel[d] - 1) * dilations[d] + 1;
             int64_t target = -1;
-            if (!output_shape.empty()) target = output_shape[output_shape.size() - spatial + d];
-            else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") target = in * strides[d];
+            if (!output_shape.empty())
+                target = output_shape[output_shape.size() - spatial + d];
+            else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")
+                target = in * strides[d];
             if (target >= 0) {
                 const int64_t total = full - target;
                 const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);  // floor, as the spec's Python
@@ -434,7 +445,8 @@ void conv_transpose(KernelContext& ctx, std::vector<Tensor>& out) {
             pads[d + spatial] = std::max<int64_t>(0, pads[d + spatial]);
         }
         state->user_src = memory::desc(dims_of(x.shape()), memory::data_type::f32, plain_tag(x.shape().size()));
-        state->user_dst = memory::desc(dims_of(state->computed_shape), memory::data_type::f32, plain_tag(y_dims.size()));
+        state->user_dst =
+            memory::desc(dims_of(state->computed_shape), memory::data_type::f32, plain_tag(y_dims.size()));
         memory::dims w_dims{m, c};
         if (group > 1) w_dims = {group, m / group, c / group};
         w_dims.insert(w_dims.end(), w.shape().begin() + 2, w.shape().end());
@@ -449,7 +461,8 @@ void conv_transpose(KernelContext& ctx, std::vector<Tensor>& out) {
         dnnl::deconvolution_forward::desc desc(
             dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
             memory::desc(state->user_src.dims(), memory::data_type::f32, any),
-            memory::desc(w_dims, memory::data_type::f32, any), memory::desc({m}, memory::data_type::f32, memory::format_tag::a),
+            memory::desc(w_dims, memory::data_type::f32, any),
+            memory::desc({m}, memory::data_type::f32, memory::format_tag::a),
             memory::desc(state->user_dst.dims(), memory::data_type::f32, any), dims_of(strides), dil, pad_l, pad_r);
         state->pd = dnnl::deconvolution_forward::primitive_desc(desc, cpu_engine());
         state->primitive = dnnl::deconvolution_forward(state->pd);

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <utility>
 #include <cstring>
+#include <utility>
 
 // GCC 12 warns inside its own AVX-512 headers (their _mm512_undefined_* placeholders).
 #pragma GCC diagnostic push
@@ -19,7 +19,7 @@ namespace vaiq::runtime {
 namespace {
 
 constexpr int64_t kLanes = 16;
-constexpr int kMaxBlocks = 4;  ///< blocks of 16 channels per pass: the pixel tiles below then hold 24 accumulators
+constexpr int kMaxBlocks = 4;     ///< blocks of 16 channels per pass: the pixel tiles below then hold 24 accumulators
 constexpr int64_t kRingRows = 4;  ///< a 3x3 window reads 3 consecutive rows; one more is being made
 /// Depthwise outputs a projection takes at once: enough pixels that its weights
 /// are read from cache few times, few enough rows that they stay in L2.
@@ -29,16 +29,20 @@ constexpr int64_t kRowsPerThread = 12;
 
 // Pixels per tile of the 1x1 convolutions for J blocks: about 24 accumulators of the 32 registers.
 template <int J>
-constexpr int kTile = J >= 4 ? 6 : J == 3 ? 8 : 12;
+constexpr int kTile = J >= 4   ? 6
+                      : J == 3 ? 8
+                               : 12;
 
 // P pixels x J blocks of a 1x1 convolution: out = clamp(bias + sum_k x[p][k] w[k] (+ residual)).
 // x has `c` channels per pixel; `w` is the first block's [c][16] weights, the next
 // blocks `block_stride` further; out (and residual) pixels are `out_pixel` apart.
 // The last block writes only the lanes of `last_lanes`.
 template <int J, int P>
-[[gnu::target("avx512f"), gnu::always_inline]] inline void pointwise_tile(
-    const float* x, int64_t c, const float* w, int64_t block_stride, const float* bias, __m512 lo, __m512 hi,
-    float* out, int64_t out_pixel, const float* residual, __mmask16 last_lanes) {
+[[gnu::target("avx512f"), gnu::always_inline]] inline void pointwise_tile(const float* x, int64_t c, const float* w,
+                                                                          int64_t block_stride, const float* bias,
+                                                                          __m512 lo, __m512 hi, float* out,
+                                                                          int64_t out_pixel, const float* residual,
+                                                                          __mmask16 last_lanes) {
     __m512 acc[P][J];
 #pragma GCC unroll 4
     for (int j = 0; j < J; ++j) {
@@ -101,8 +105,8 @@ template <int J>
 // One output pixel of the depthwise convolution for one block: r[0..2] point at
 // the block's channels in the three rows under the window.
 [[gnu::target("avx512f"), gnu::always_inline]] inline __m512 depthwise_pixel(const float* const r[3], int64_t ix,
-                                                                            int64_t pixel, const __m512 k[9], __m512 b,
-                                                                            __m512 lo, __m512 hi) {
+                                                                             int64_t pixel, const __m512 k[9], __m512 b,
+                                                                             __m512 lo, __m512 hi) {
     __m512 acc = b;
     for (int ky = 0; ky < 3; ++ky)
         for (int kx = 0; kx < 3; ++kx)
@@ -137,7 +141,8 @@ template <int J>
             _mm512_storeu_ps(out + (ox + 2) * y_pixel, a2);
             _mm512_storeu_ps(out + (ox + 3) * y_pixel, a3);
         }
-        for (; ox < out_width; ++ox) _mm512_storeu_ps(out + ox * y_pixel, depthwise_pixel(r, ox * stride, pixel, k, b, lo, hi));
+        for (; ox < out_width; ++ox)
+            _mm512_storeu_ps(out + ox * y_pixel, depthwise_pixel(r, ox * stride, pixel, k, b, lo, hi));
     }
 }
 
@@ -154,8 +159,10 @@ struct Pass {
     int64_t made = 0;
 
     Pass(int64_t first_block, int64_t count, int64_t width, int64_t first_row)
-        : first(first_block), blocks(count),
-          ring(static_cast<size_t>((kRingRows + 1) * (width + 2) * count * kLanes), 0.0f), made(first_row) {}
+        : first(first_block),
+          blocks(count),
+          ring(static_cast<size_t>((kRingRows + 1) * (width + 2) * count * kLanes), 0.0f),
+          made(first_row) {}
 };
 
 // Depthwise output rows [oy0, oy1) of a pass's blocks, row oy at out + oy * ow * m.
@@ -208,8 +215,8 @@ std::vector<Pass> passes_of(const Geometry& g, int64_t first, int64_t count, int
 
 // Pixels [0, pixels) of the projection of depthwise outputs `d` (m channels per
 // pixel) into `y` (and `residual`), out_channels per pixel.
-[[gnu::target("avx512f")]] void project(const DepthwisePairWeights& weights, const float* d, int64_t pixels,
-                                        int64_t m, Clamp clamp, const float* residual, float* y) {
+[[gnu::target("avx512f")]] void project(const DepthwisePairWeights& weights, const float* d, int64_t pixels, int64_t m,
+                                        Clamp clamp, const float* residual, float* y) {
     const int64_t p = weights.out_channels, blocks = (p + kLanes - 1) / kLanes, block_stride = m * kLanes;
     const int64_t groups = (blocks + kMaxBlocks - 1) / kMaxBlocks;
     for (int64_t i = 0; i < groups; ++i) {

@@ -18,14 +18,14 @@ using AlignedFloats = std::vector<float, DefaultInitAllocator<float>>;
 
 /// The pair's weights in the kernel's layout, per block of 16 expanded channels.
 struct DepthwisePairWeights {
-    int64_t in_channels = 0;          ///< C
-    int64_t channels = 0;             ///< M, the expanded channels (a multiple of 16)
-    AlignedFloats pointwise;     ///< [M/16][C][16]
-    AlignedFloats depthwise;     ///< [M/16][3*3][16]
+    int64_t in_channels = 0;                       ///< C
+    int64_t channels = 0;                          ///< M, the expanded channels (a multiple of 16)
+    AlignedFloats pointwise;                       ///< [M/16][C][16]
+    AlignedFloats depthwise;                       ///< [M/16][3*3][16]
     AlignedFloats pointwise_bias, depthwise_bias;  ///< [M] (zeros when the model has none)
-    int64_t out_channels = 0;         ///< P of the projection; 0 without one
-    AlignedFloats projection;    ///< [ceil(P/16)][M][16], zero-padded
-    AlignedFloats projection_bias;  ///< [ceil(P/16) * 16]
+    int64_t out_channels = 0;                      ///< P of the projection; 0 without one
+    AlignedFloats projection;                      ///< [ceil(P/16)][M][16], zero-padded
+    AlignedFloats projection_bias;                 ///< [ceil(P/16) * 16]
 };
 
 /// A fused Relu/Clip; without one, [-inf, inf].

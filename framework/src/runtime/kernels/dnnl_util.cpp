@@ -29,9 +29,7 @@ memory::format_tag plain_tag(size_t rank, bool grouped) {
     return t::undef;
 }
 
-memory::dims dims_of(const std::vector<int64_t>& shape) {
-    return memory::dims(shape.begin(), shape.end());
-}
+memory::dims dims_of(const std::vector<int64_t>& shape) { return memory::dims(shape.begin(), shape.end()); }
 
 memory wrap(const memory::desc& desc, const Tensor& t) {
     // oneDNN takes a non-const handle but only reads inputs.

@@ -17,19 +17,19 @@ void arithmetic(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& a = ctx.input(0);
     const auto& b = ctx.input(1);
     if (a.type() != b.type()) ctx.fail("the inputs have different element types");
-    dispatch_numeric(
-        a.type(), ctx,
-        [&](auto tag) {
-            using T = typename decltype(tag)::type;
-            out[0] = broadcast_binary<T, T>(ctx, a, b, [](T x, T y) { return static_cast<T>(Op{}(x, y)); });
-        });
+    dispatch_numeric(a.type(), ctx, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        out[0] = broadcast_binary<T, T>(ctx, a, b, [](T x, T y) { return static_cast<T>(Op{}(x, y)); });
+    });
 }
 
 struct Divide {
     template <typename T>
     T operator()(T x, T y) const {
-        if constexpr (std::is_integral_v<T>) return y == 0 ? T{0} : static_cast<T>(x / y);
-        else return x / y;
+        if constexpr (std::is_integral_v<T>)
+            return y == 0 ? T{0} : static_cast<T>(x / y);
+        else
+            return x / y;
     }
 };
 
@@ -56,50 +56,46 @@ void pow_kernel(KernelContext& ctx, std::vector<Tensor>& out) {
         }
         return;
     }
-    dispatch_numeric(
-        base.type(), ctx,
-        [&](auto tag) {
-            using T = typename decltype(tag)::type;
-            // The exponent may have its own type (opset 12): read it as double.
-            Tensor e(DataType::Double, exponent.shape());
-            dispatch(exponent.type(), ctx, [&](auto etag) {
-                using E = typename decltype(etag)::type;
-                auto src = view<E>(exponent);
-                auto dst = e.mutable_data<double>();
-                for (size_t i = 0; i < src.size(); ++i) dst[i] = static_cast<double>(src[i]);
-            });
-            Tensor b(DataType::Double, base.shape());
-            auto bsrc = view<T>(base);
-            auto bdst = b.mutable_data<double>();
-            for (size_t i = 0; i < bsrc.size(); ++i) bdst[i] = static_cast<double>(bsrc[i]);
-            Tensor d = broadcast_binary<double, double>(ctx, b, e, [](double x, double y) { return std::pow(x, y); });
-            out[0] = make_tensor<T>(d.shape());
-            auto o = mutable_view<T>(out[0]);
-            auto r = d.data<double>();
-            for (size_t i = 0; i < o.size(); ++i) o[i] = static_cast<T>(r[i]);
+    dispatch_numeric(base.type(), ctx, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        // The exponent may have its own type (opset 12): read it as double.
+        Tensor e(DataType::Double, exponent.shape());
+        dispatch(exponent.type(), ctx, [&](auto etag) {
+            using E = typename decltype(etag)::type;
+            auto src = view<E>(exponent);
+            auto dst = e.mutable_data<double>();
+            for (size_t i = 0; i < src.size(); ++i) dst[i] = static_cast<double>(src[i]);
         });
+        Tensor b(DataType::Double, base.shape());
+        auto bsrc = view<T>(base);
+        auto bdst = b.mutable_data<double>();
+        for (size_t i = 0; i < bsrc.size(); ++i) bdst[i] = static_cast<double>(bsrc[i]);
+        Tensor d = broadcast_binary<double, double>(ctx, b, e, [](double x, double y) { return std::pow(x, y); });
+        out[0] = make_tensor<T>(d.shape());
+        auto o = mutable_view<T>(out[0]);
+        auto r = d.data<double>();
+        for (size_t i = 0; i < o.size(); ++i) o[i] = static_cast<T>(r[i]);
+    });
 }
 
 void mod_kernel(KernelContext& ctx, std::vector<Tensor>& out) {
     const bool fmod = ctx.attributes.get_int("fmod", 0) != 0;
     const auto& a = ctx.input(0);
-    dispatch_numeric(
-        a.type(), ctx,
-        [&](auto tag) {
-            using T = typename decltype(tag)::type;
-            if constexpr (std::is_floating_point_v<T>) {
-                if (!fmod) ctx.fail("floating-point Mod needs fmod=1");
-                out[0] = broadcast_binary<T, T>(ctx, a, ctx.input(1), [](T x, T y) { return std::fmod(x, y); });
-            } else {
-                out[0] = broadcast_binary<T, T>(ctx, a, ctx.input(1), [fmod](T x, T y) -> T {
-                    if (y == 0) return 0;
-                    T r = static_cast<T>(x % y);
-                    // Python's modulo takes the divisor's sign; fmod the dividend's.
-                    if (!fmod && r != 0 && ((r < 0) != (y < 0))) r = static_cast<T>(r + y);
-                    return r;
-                });
-            }
-        });
+    dispatch_numeric(a.type(), ctx, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if constexpr (std::is_floating_point_v<T>) {
+            if (!fmod) ctx.fail("floating-point Mod needs fmod=1");
+            out[0] = broadcast_binary<T, T>(ctx, a, ctx.input(1), [](T x, T y) { return std::fmod(x, y); });
+        } else {
+            out[0] = broadcast_binary<T, T>(ctx, a, ctx.input(1), [fmod](T x, T y) -> T {
+                if (y == 0) return 0;
+                T r = static_cast<T>(x % y);
+                // Python's modulo takes the divisor's sign; fmod the dividend's.
+                if (!fmod && r != 0 && ((r < 0) != (y < 0))) r = static_cast<T>(r + y);
+                return r;
+            });
+        }
+    });
 }
 
 template <typename Op>
@@ -132,19 +128,17 @@ void not_kernel(KernelContext& ctx, std::vector<Tensor>& out) {
 template <typename Fold, bool kMean = false>
 void variadic(KernelContext& ctx, std::vector<Tensor>& out) {
     if (ctx.input_count() == 0) ctx.fail("needs at least one input");
-    dispatch_numeric(
-        ctx.input(0).type(), ctx,
-        [&](auto tag) {
-            using T = typename decltype(tag)::type;
-            Tensor acc = ctx.input(0);
-            for (size_t i = 1; i < ctx.input_count(); ++i)
-                acc = broadcast_binary<T, T>(ctx, acc, ctx.input(i), [](T x, T y) { return static_cast<T>(Fold{}(x, y)); });
-            if constexpr (kMean) {
-                auto v = mutable_view<T>(acc);
-                for (auto& x : v) x = static_cast<T>(x / static_cast<T>(ctx.input_count()));
-            }
-            out[0] = std::move(acc);
-        });
+    dispatch_numeric(ctx.input(0).type(), ctx, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        Tensor acc = ctx.input(0);
+        for (size_t i = 1; i < ctx.input_count(); ++i)
+            acc = broadcast_binary<T, T>(ctx, acc, ctx.input(i), [](T x, T y) { return static_cast<T>(Fold{}(x, y)); });
+        if constexpr (kMean) {
+            auto v = mutable_view<T>(acc);
+            for (auto& x : v) x = static_cast<T>(x / static_cast<T>(ctx.input_count()));
+        }
+        out[0] = std::move(acc);
+    });
 }
 
 // Max and Min, propagating NaN as the spec requires.
@@ -211,9 +205,7 @@ KernelFn unary_numeric(F f) {
     };
 }
 
-void identity(KernelContext& ctx, std::vector<Tensor>& out) {
-    out[0] = ctx.take_input(0);
-}
+void identity(KernelContext& ctx, std::vector<Tensor>& out) { out[0] = ctx.take_input(0); }
 
 void is_nan(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
@@ -235,31 +227,28 @@ void is_inf(KernelContext& ctx, std::vector<Tensor>& out) {
 
 void clip(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
-    dispatch_numeric(
-        x.type(), ctx,
-        [&](auto tag) {
-            using T = typename decltype(tag)::type;
-            T lo = std::numeric_limits<T>::lowest();
-            T hi = std::numeric_limits<T>::max();
-            if (ctx.opset < 11) {
-                lo = static_cast<T>(ctx.attributes.get_float("min", -std::numeric_limits<float>::max()));
-                hi = static_cast<T>(ctx.attributes.get_float("max", std::numeric_limits<float>::max()));
-            } else {
-                if (ctx.has_input(1)) lo = view<T>(ctx.input(1))[0];
-                if (ctx.has_input(2)) hi = view<T>(ctx.input(2))[0];
-            }
-            out[0] = map_elements<T>(x, [lo, hi](T v) { return std::min(std::max(v, lo), hi); });
-        });
+    dispatch_numeric(x.type(), ctx, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        T lo = std::numeric_limits<T>::lowest();
+        T hi = std::numeric_limits<T>::max();
+        if (ctx.opset < 11) {
+            lo = static_cast<T>(ctx.attributes.get_float("min", -std::numeric_limits<float>::max()));
+            hi = static_cast<T>(ctx.attributes.get_float("max", std::numeric_limits<float>::max()));
+        } else {
+            if (ctx.has_input(1)) lo = view<T>(ctx.input(1))[0];
+            if (ctx.has_input(2)) hi = view<T>(ctx.input(2))[0];
+        }
+        out[0] = map_elements<T>(x, [lo, hi](T v) { return std::min(std::max(v, lo), hi); });
+    });
 }
 
 void prelu(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
-    dispatch_numeric(
-        x.type(), ctx,
-        [&](auto tag) {
-            using T = typename decltype(tag)::type;
-            out[0] = broadcast_binary<T, T>(ctx, x, ctx.input(1), [](T v, T s) { return v < 0 ? static_cast<T>(v * s) : v; });
-        });
+    dispatch_numeric(x.type(), ctx, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        out[0] =
+            broadcast_binary<T, T>(ctx, x, ctx.input(1), [](T v, T s) { return v < 0 ? static_cast<T>(v * s) : v; });
+    });
 }
 
 Tensor numeric_cast(const Tensor& x, DataType to, const KernelContext& ctx) {
@@ -269,8 +258,10 @@ Tensor numeric_cast(const Tensor& x, DataType to, const KernelContext& ctx) {
         dispatch(to, ctx, [&](auto to_tag) {
             using To = typename decltype(to_tag)::type;
             result = map_elements<From, To>(x, [](From v) {
-                if constexpr (std::is_same_v<To, bool>) return v != From{0};
-                else return static_cast<To>(v);
+                if constexpr (std::is_same_v<To, bool>)
+                    return v != From{0};
+                else
+                    return static_cast<To>(v);
             });
         });
     });
@@ -283,20 +274,18 @@ bool is_16_bit_float(DataType t) { return t == DataType::Float16 || t == DataTyp
 // as ONNX Runtime converts them. CastLike takes the target type from its second input.
 void cast(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
-    const auto to = ctx.node.op_type() == "CastLike" ? ctx.input(1).type()
-                                                     : static_cast<DataType>(ctx.attributes.get_int("to", 0));
+    const auto to =
+        ctx.node.op_type() == "CastLike" ? ctx.input(1).type() : static_cast<DataType>(ctx.attributes.get_int("to", 0));
     if (!is_16_bit_float(x.type()) && !is_16_bit_float(to)) {
         out[0] = numeric_cast(x, to, ctx);
         return;
     }
-    const Tensor as_float = is_16_bit_float(x.type()) ? x.convert_float(DataType::Float)
-                                                      : numeric_cast(x, DataType::Float, ctx);
+    const Tensor as_float =
+        is_16_bit_float(x.type()) ? x.convert_float(DataType::Float) : numeric_cast(x, DataType::Float, ctx);
     out[0] = is_16_bit_float(to) ? as_float.convert_float(to) : numeric_cast(as_float, to, ctx);
 }
 
-double sigmoid(double x) {
-    return x >= 0 ? 1.0 / (1.0 + std::exp(-x)) : std::exp(x) / (1.0 + std::exp(x));
-}
+double sigmoid(double x) { return x >= 0 ? 1.0 / (1.0 + std::exp(-x)) : std::exp(x) / (1.0 + std::exp(x)); }
 
 using A = const Attributes&;
 
@@ -330,7 +319,8 @@ void erf(KernelContext& ctx, std::vector<Tensor>& out) {
 // 0.5 x (1 + erf(x / sqrt 2)), as ONNX Runtime computes it.
 void gelu(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
-    if (x.type() != DataType::Float) ctx.fail("element type " + data_type_name(x.type()) + " is not supported (float is)");
+    if (x.type() != DataType::Float)
+        ctx.fail("element type " + data_type_name(x.type()) + " is not supported (float is)");
     if (ctx.attributes.get_string("approximate", "none") != "none") ctx.fail("approximate='tanh' is not supported");
     out[0] = chunked_float(x, ort_gelu);
 }
@@ -369,8 +359,10 @@ const KernelRegistration kKernels[] = {
     {"", "Relu", 6, kLatest, unary_numeric([](auto v) { return v < 0 ? decltype(v){0} : v; })},
     {"", "Neg", 6, kLatest, unary_numeric([](auto v) { return static_cast<decltype(v)>(-v); })},
     {"", "Abs", 6, kLatest, unary_numeric([](auto v) {
-         if constexpr (std::is_unsigned_v<decltype(v)>) return v;
-         else return static_cast<decltype(v)>(v < 0 ? -v : v);
+         if constexpr (std::is_unsigned_v<decltype(v)>)
+             return v;
+         else
+             return static_cast<decltype(v)>(v < 0 ? -v : v);
      })},
     {"", "Sign", 9, kLatest, unary_numeric([](auto v) {
          using T = decltype(v);
@@ -397,7 +389,8 @@ const KernelRegistration kKernels[] = {
     {"", "Asinh", 9, kLatest, unary_float_fn([](double v) { return std::asinh(v); })},
     {"", "Acosh", 9, kLatest, unary_float_fn([](double v) { return std::acosh(v); })},
     {"", "Atanh", 9, kLatest, unary_float_fn([](double v) { return std::atanh(v); })},
-    {"", "Softplus", 1, kLatest, unary_float_fn([](double v) { return v > 0 ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v)); })},
+    {"", "Softplus", 1, kLatest,
+     unary_float_fn([](double v) { return v > 0 ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v)); })},
     {"", "Softsign", 1, kLatest, unary_float_fn([](double v) { return v / (1.0 + std::abs(v)); })},
     {"", "LeakyRelu", 6, kLatest, unary_float([](A a) {
          const double alpha = a.get_float("alpha", 0.01f);

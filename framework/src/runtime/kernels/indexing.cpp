@@ -164,7 +164,8 @@ void one_hot(KernelContext& ctx, std::vector<Tensor>& out) {
             for (int64_t i = 0; i < inner; ++i) {
                 int64_t index = indices[o * inner + i];
                 if (index < 0) index += depth;
-                copy_bytes(y.mutable_bytes().data() + ((o * depth + k) * inner + i) * elem, index == k ? on : off, elem);
+                copy_bytes(y.mutable_bytes().data() + ((o * depth + k) * inner + i) * elem, index == k ? on : off,
+                           elem);
             }
     out[0] = std::move(y);
 }
@@ -173,7 +174,8 @@ void top_k(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     const auto rank = static_cast<int64_t>(x.shape().size());
     const int64_t axis = normalize_axis(ctx, ctx.attributes.get_int("axis", -1), rank);
-    const int64_t k = ctx.opset >= 10 ? static_cast<int64_t>(read_scalar(ctx, ctx.input(1))) : ctx.attributes.get_int("k", 0);
+    const int64_t k =
+        ctx.opset >= 10 ? static_cast<int64_t>(read_scalar(ctx, ctx.input(1))) : ctx.attributes.get_int("k", 0);
     const bool largest = ctx.attributes.get_int("largest", 1) != 0;
     const int64_t n = x.shape()[axis];
     if (k < 0 || k > n) ctx.fail(fmt::format("k = {} is outside [0, {}]", k, n));
@@ -195,9 +197,8 @@ void top_k(KernelContext& ctx, std::vector<Tensor>& out) {
                 auto at = [&](int64_t j) { return v[(o * n + j) * inner + i]; };
                 std::iota(order.begin(), order.end(), 0);
                 // Equal values keep the lower index first, as the spec asks.
-                std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-                    return largest ? at(a) > at(b) : at(a) < at(b);
-                });
+                std::stable_sort(order.begin(), order.end(),
+                                 [&](int64_t a, int64_t b) { return largest ? at(a) > at(b) : at(a) < at(b); });
                 for (int64_t j = 0; j < k; ++j) {
                     y[(o * k + j) * inner + i] = at(order[j]);
                     idx[(o * k + j) * inner + i] = order[j];
@@ -327,7 +328,8 @@ void shrink(KernelContext& ctx, std::vector<Tensor>& out) {
 void eye_like(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     if (x.shape().size() != 2) ctx.fail("the input must be 2-D");
-    const auto type = ctx.attributes.has("dtype") ? static_cast<DataType>(ctx.attributes.get_int("dtype", 1)) : x.type();
+    const auto type =
+        ctx.attributes.has("dtype") ? static_cast<DataType>(ctx.attributes.get_int("dtype", 1)) : x.type();
     const int64_t k = ctx.attributes.get_int("k", 0);
     const int64_t rows = x.shape()[0], cols = x.shape()[1];
     dispatch(type, ctx, [&](auto tag) {
@@ -384,7 +386,8 @@ void compress(KernelContext& ctx, std::vector<Tensor>& out) {
     const size_t elem = element_size(x.type());
     for (int64_t o = 0; o < outer; ++o)
         for (size_t j = 0; j < kept.size(); ++j)
-            copy_bytes(y.mutable_bytes().data() + ((o * static_cast<int64_t>(kept.size()) + static_cast<int64_t>(j)) * inner) * elem,
+            copy_bytes(y.mutable_bytes().data() +
+                           ((o * static_cast<int64_t>(kept.size()) + static_cast<int64_t>(j)) * inner) * elem,
                        x.bytes().data() + ((o * n + kept[j]) * inner) * elem, inner * elem);
     out[0] = std::move(y);
 }
@@ -408,9 +411,10 @@ void reverse_sequence(KernelContext& ctx, std::vector<Tensor>& out) {
             const int64_t b = batch_axis == 0 ? i : j, t = time_axis == 0 ? i : j;
             const int64_t len = lens.at(static_cast<size_t>(b));
             const int64_t src_t = t < len ? len - 1 - t : t;
-            const int64_t src = (time_axis == 0 ? src_t * strides[0] + j * strides[1] : i * strides[0] + src_t * strides[1]);
-            copy_bytes(y.mutable_bytes().data() + (i * strides[0] + j * strides[1]) * elem, x.bytes().data() + src * elem,
-                       inner * elem);
+            const int64_t src =
+                (time_axis == 0 ? src_t * strides[0] + j * strides[1] : i * strides[0] + src_t * strides[1]);
+            copy_bytes(y.mutable_bytes().data() + (i * strides[0] + j * strides[1]) * elem,
+                       x.bytes().data() + src * elem, inner * elem);
         }
     out[0] = std::move(y);
 }

@@ -57,12 +57,14 @@ std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t 
         return std::nullopt;
     const int64_t group = ctx.attributes.get_int("group", 1);
     const int64_t n = x.shape()[0], c = x.shape()[1], m = w.shape()[0];
-    if (group < 1 || c % group != 0 || m % group != 0 || w.shape()[1] != c / group) ctx.fail("channels, weights and group disagree");
+    if (group < 1 || c % group != 0 || m % group != 0 || w.shape()[1] != c / group)
+        ctx.fail("channels, weights and group disagree");
     auto state = std::static_pointer_cast<Int8ConvState>(opaque);
     if (!state || state->x_shape != x.shape()) {
         state = std::make_shared<Int8ConvState>();
         state->x_shape = x.shape();
-        const std::vector<int64_t> in(x.shape().begin() + 2, x.shape().end()), kernel(w.shape().begin() + 2, w.shape().end());
+        const std::vector<int64_t> in(x.shape().begin() + 2, x.shape().end()),
+            kernel(w.shape().begin() + 2, w.shape().end());
         state->window = WindowGeometry::from(ctx, in, kernel, false);
         const auto& g = state->window;
         state->padded = g.pad_begin[0] || g.pad_begin[1] || g.pad_end[0] || g.pad_end[1];
@@ -80,11 +82,11 @@ std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t 
         state->user_dst = memory::desc(dims_of(state->y_shape), memory::data_type::s32, memory::format_tag::nhwc);
         const memory::dims dilation{g.dilations[0] - 1, g.dilations[1] - 1}, zero{0, 0};
         const auto any = memory::format_tag::any;
-        dnnl::convolution_forward::desc desc(
-            dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-            memory::desc(state->user_src.dims(), dnnl_type(x.type()), any),
-            memory::desc(w_dims, memory::data_type::s8, any),
-            memory::desc(state->user_dst.dims(), memory::data_type::s32, any), dims_of(g.strides), dilation, zero, zero);
+        dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                             memory::desc(state->user_src.dims(), dnnl_type(x.type()), any),
+                                             memory::desc(w_dims, memory::data_type::s8, any),
+                                             memory::desc(state->user_dst.dims(), memory::data_type::s32, any),
+                                             dims_of(g.strides), dilation, zero, zero);
         state->pd = dnnl::convolution_forward::primitive_desc(desc, cpu_engine());
         state->primitive = dnnl::convolution_forward(state->pd);
         opaque = state;
@@ -108,7 +110,8 @@ std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t 
     }
     dnnl::stream stream(cpu_engine());
     const memory src = reordered(stream, wrap(state->user_src, state->padded ? padded : x), state->pd.src_desc());
-    const memory weights = operand(stream, w, w_constant, state->user_weights, state->pd.weights_desc(), state->weights);
+    const memory weights =
+        operand(stream, w, w_constant, state->user_weights, state->pd.weights_desc(), state->weights);
     shape = state->y_shape;
     const auto count = static_cast<size_t>(element_count(shape));
     Int32Sums nhwc(count), acc(count);  // written in full by oneDNN, then by the transpose
@@ -137,7 +140,7 @@ struct Int8MatMulState {
     dnnl::matmul::primitive_desc pd;
     dnnl::matmul primitive;
     memory::desc a, b, c;
-    Tensor b_int8;          ///< a uint8 B shifted to int8 (kept when B is constant)
+    Tensor b_int8;  ///< a uint8 B shifted to int8 (kept when B is constant)
     const Tensor* b_of = nullptr;
     std::vector<int32_t> column_sums;  ///< per batch of B and column: the sum over k of B as int8
     ConstantOperand weights;
@@ -209,7 +212,8 @@ std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_
     shape.push_back(n);
     Int32Sums acc(static_cast<size_t>(element_count(shape)));
     memory c(state->c, cpu_engine(), acc.data());
-    state->primitive.execute(stream, {{DNNL_ARG_SRC, wrap(state->a, a)}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c}});
+    state->primitive.execute(stream,
+                             {{DNNL_ARG_SRC, wrap(state->a, a)}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c}});
     stream.wait();
     // Σ (a - za)(b - zb) = Σ a b - za Σ_k b - zb Σ_k a + k za zb.
     const auto ia = broadcast_index(a_batch, batch), ib = broadcast_index(b_batch, batch);

@@ -149,8 +149,10 @@ int32_t scalar_zero_point(KernelContext& ctx, const Tensor& zero_point) {
 void matmul_integer(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& a = ctx.input(0);
     const auto& b = ctx.input(1);
-    const auto av = centred(ctx, a, ctx.has_input(2) ? &ctx.input(2) : nullptr, static_cast<int64_t>(a.shape().size()) - 2);
-    const auto bv = centred(ctx, b, ctx.has_input(3) ? &ctx.input(3) : nullptr, static_cast<int64_t>(b.shape().size()) - 1);
+    const auto av =
+        centred(ctx, a, ctx.has_input(2) ? &ctx.input(2) : nullptr, static_cast<int64_t>(a.shape().size()) - 2);
+    const auto bv =
+        centred(ctx, b, ctx.has_input(3) ? &ctx.input(3) : nullptr, static_cast<int64_t>(b.shape().size()) - 1);
     std::vector<int64_t> shape;
     const auto acc = int_matmul(ctx, a, av, b, bv, shape);
     out[0] = Tensor::from_values<int32_t>(shape, acc);
@@ -164,9 +166,10 @@ void qlinear_matmul(KernelContext& ctx, std::vector<Tensor>& out) {
     if (ctx.input(2).size() == 1 && ctx.input(5).size() == 1)
         fast = int8_matmul(ctx, a, scalar_zero_point(ctx, ctx.input(2)), b, scalar_zero_point(ctx, ctx.input(5)),
                            ctx.is_constant(3), ctx.state, shape);
-    const auto acc = fast ? std::move(*fast)
-                          : int_matmul(ctx, a, centred(ctx, a, &ctx.input(2), static_cast<int64_t>(a.shape().size()) - 2),
-                                       b, centred(ctx, b, &ctx.input(5), static_cast<int64_t>(b.shape().size()) - 1), shape);
+    const auto acc =
+        fast ? std::move(*fast)
+             : int_matmul(ctx, a, centred(ctx, a, &ctx.input(2), static_cast<int64_t>(a.shape().size()) - 2), b,
+                          centred(ctx, b, &ctx.input(5), static_cast<int64_t>(b.shape().size()) - 1), shape);
     const auto sa = floats(ctx.input(1)), sb = floats(ctx.input(4)), sy = floats(ctx.input(6));
     std::vector<double> multiplier;
     for (float s : sb) multiplier.push_back(static_cast<double>(sa[0] * s / sy[0]));
@@ -207,7 +210,8 @@ void qgemm(KernelContext& ctx, std::vector<Tensor>& out) {
         const auto av = oriented(centred(ctx, a, &ctx.input(2), 0), a.shape(), ta);
         // Per-column zero points of B run along its N axis: axis 0 when transposed.
         const auto bv = oriented(centred(ctx, b, &ctx.input(5), tb ? 0 : 1), b.shape(), tb);
-        const Tensor a2 = Tensor::uninitialized(DataType::Int32, {m, k}), b2 = Tensor::uninitialized(DataType::Int32, {k, n});
+        const Tensor a2 = Tensor::uninitialized(DataType::Int32, {m, k}),
+                     b2 = Tensor::uninitialized(DataType::Int32, {k, n});
         acc = int_matmul(ctx, a2, av, b2, bv, shape);
     }
     if (ctx.has_input(6)) {
@@ -216,7 +220,9 @@ void qgemm(KernelContext& ctx, std::vector<Tensor>& out) {
         const auto cv = c.data<int32_t>();
         for (int64_t i = 0; i < m; ++i)
             for (int64_t j = 0; j < n; ++j) {
-                const size_t at = c.size() == 1 ? 0 : c.size() == n ? static_cast<size_t>(j) : static_cast<size_t>(i * n + j);
+                const size_t at = c.size() == 1   ? 0
+                                  : c.size() == n ? static_cast<size_t>(j)
+                                                  : static_cast<size_t>(i * n + j);
                 acc[i * n + j] += cv[at];
             }
     }
@@ -241,8 +247,10 @@ Int32Sums int_conv(KernelContext& ctx, const Tensor& x, const std::vector<int32_
     const size_t spatial = x.shape().size() - 2;
     const int64_t group = ctx.attributes.get_int("group", 1);
     const int64_t n = x.shape()[0], c = x.shape()[1], m = w.shape()[0], cg = c / group, mg = m / group;
-    if (group < 1 || c % group != 0 || m % group != 0 || w.shape()[1] != cg) ctx.fail("channels, weights and group disagree");
-    const std::vector<int64_t> in(x.shape().begin() + 2, x.shape().end()), kernel(w.shape().begin() + 2, w.shape().end());
+    if (group < 1 || c % group != 0 || m % group != 0 || w.shape()[1] != cg)
+        ctx.fail("channels, weights and group disagree");
+    const std::vector<int64_t> in(x.shape().begin() + 2, x.shape().end()),
+        kernel(w.shape().begin() + 2, w.shape().end());
     const auto g = WindowGeometry::from(ctx, in, kernel, false);
     shape = {n, m};
     shape.insert(shape.end(), g.out.begin(), g.out.end());
@@ -300,7 +308,6 @@ bool all_zero(KernelContext& ctx, const Tensor& zero_point) {
     return zero;
 }
 
-
 void qlinear_conv(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     const auto& w = ctx.input(3);
@@ -311,7 +318,8 @@ void qlinear_conv(KernelContext& ctx, std::vector<Tensor>& out) {
         ctx.fail("the bias must have one value per output channel");
     if (ctx.input(2).size() == 1 && all_zero(ctx, ctx.input(5)))
         fast = int8_conv(ctx, x, scalar_zero_point(ctx, ctx.input(2)), w, ctx.is_constant(3), ctx.state, shape, bias);
-    auto acc = fast ? std::move(*fast) : int_conv(ctx, x, centred(ctx, x, &ctx.input(2), 1), w, centred(ctx, w, &ctx.input(5), 0), shape);
+    auto acc = fast ? std::move(*fast)
+                    : int_conv(ctx, x, centred(ctx, x, &ctx.input(2), 1), w, centred(ctx, w, &ctx.input(5), 0), shape);
     const int64_t m = shape[1], plane = element_count(std::vector<int64_t>(shape.begin() + 2, shape.end()));
     if (bias && !fast) {  // (the int8 path added it already)
         const auto block = static_cast<size_t>(plane);
@@ -348,12 +356,9 @@ void dynamic_quantize(KernelContext& ctx, std::vector<Tensor>& out) {
 }
 
 const KernelRegistration kKernels[] = {
-    {"", "MatMulInteger", 10, 21, matmul_integer},
-    {"", "QLinearMatMul", 10, 20, qlinear_matmul},
-    {"com.microsoft", "QGemm", 1, 1, qgemm},
-    {"", "ConvInteger", 10, 21, conv_integer},
-    {"", "QLinearConv", 10, 21, qlinear_conv},
-    {"", "DynamicQuantizeLinear", 11, 21, dynamic_quantize},
+    {"", "MatMulInteger", 10, 21, matmul_integer}, {"", "QLinearMatMul", 10, 20, qlinear_matmul},
+    {"com.microsoft", "QGemm", 1, 1, qgemm},       {"", "ConvInteger", 10, 21, conv_integer},
+    {"", "QLinearConv", 10, 21, qlinear_conv},     {"", "DynamicQuantizeLinear", 11, 21, dynamic_quantize},
 };
 
 }  // namespace

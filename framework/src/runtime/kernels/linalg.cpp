@@ -35,7 +35,8 @@ void dnnl_product(KernelContext& ctx, std::vector<int64_t> key, const dnnl::memo
                   const dnnl::memory::desc& b_desc, const dnnl::memory::desc& c_desc, Tensor& y,
                   const Tensor* bias = nullptr) {
     const bool gelu = ctx.attributes.get_string("activation", "") == "gelu";
-    if (!gelu && ctx.attributes.has("activation")) ctx.fail("unknown activation " + ctx.attributes.get_string("activation", ""));
+    if (!gelu && ctx.attributes.has("activation"))
+        ctx.fail("unknown activation " + ctx.attributes.get_string("activation", ""));
     dnnl::memory::dims bias_dims(c_desc.dims().size(), 1);
     bias_dims.back() = c_desc.dims().back();
     const dnnl::memory::desc bias_desc(bias_dims, dnnl::memory::data_type::f32, plain_tag(bias_dims.size()));
@@ -66,7 +67,8 @@ void dnnl_product(KernelContext& ctx, std::vector<int64_t> key, const dnnl::memo
     dnnl::stream stream(cpu_engine());
     const dnnl::memory weights = operand(stream, b, constant_b, state->b, state->pd.weights_desc(), state->cached_b);
     dnnl::memory c(state->c, cpu_engine(), y.mutable_bytes().data());
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, wrap(state->a, a)}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c}};
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, wrap(state->a, a)}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c}};
     if (bias) args.emplace(DNNL_ARG_BIAS, wrap(bias_desc, *bias));
     state->primitive.execute(stream, args);
     stream.wait();
@@ -150,23 +152,21 @@ void matmul(KernelContext& ctx, std::vector<Tensor>& out) {
         for (size_t i = 0; i < o.size(); ++i) o[i] = bias->data<float>()[i % n];
         return;
     }
-    dispatch_numeric(
-        a.type(), ctx,
-        [&](auto tag) {
-            using T = typename decltype(tag)::type;
-            {
-                out[0] = make_tensor<T>(shape);
-                auto o = mutable_view<T>(out[0]);
-                const auto av = view<T>(a);
-                const auto bv = view<T>(b);
-                for (size_t i = 0; i < ia.size(); ++i) {
-                    Eigen::Map<const RowMatrix<T>> x(av.data() + ia[i] * m * k, m, k);
-                    Eigen::Map<const RowMatrix<T>> y(bv.data() + ib[i] * k * n, k, n);
-                    Eigen::Map<RowMatrix<T>> z(o.data() + i * m * n, m, n);
-                    z.noalias() = x * y;
-                }
+    dispatch_numeric(a.type(), ctx, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        {
+            out[0] = make_tensor<T>(shape);
+            auto o = mutable_view<T>(out[0]);
+            const auto av = view<T>(a);
+            const auto bv = view<T>(b);
+            for (size_t i = 0; i < ia.size(); ++i) {
+                Eigen::Map<const RowMatrix<T>> x(av.data() + ia[i] * m * k, m, k);
+                Eigen::Map<const RowMatrix<T>> y(bv.data() + ib[i] * k * n, k, n);
+                Eigen::Map<RowMatrix<T>> z(o.data() + i * m * n, m, n);
+                z.noalias() = x * y;
             }
-        });
+        }
+    });
 }
 
 // A x B for an A of a few rows (a classifier at batch 1): B is read once,
@@ -225,45 +225,47 @@ void gemm(KernelContext& ctx, std::vector<Tensor>& out) {
     const int64_t m = ta ? a.shape()[1] : a.shape()[0], k = ta ? a.shape()[0] : a.shape()[1];
     const int64_t n = tb ? b.shape()[0] : b.shape()[1];
     if ((tb ? b.shape()[1] : b.shape()[0]) != k) ctx.fail("the inner dimensions of A and B differ");
-    dispatch_numeric(
-        a.type(), ctx,
-        [&](auto tag) {
-            using T = typename decltype(tag)::type;
-            {
-                out[0] = make_tensor<T>({m, n});
-                Eigen::Map<RowMatrix<T>> z(mutable_view<T>(out[0]).data(), m, n);
-                if constexpr (std::is_same_v<T, float>) {
-                    // A C of one value per column (a layer's bias) is added by oneDNN as it writes.
-                    const Tensor* c = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-                    if (c && (alpha != 1.0 || beta != 1.0 || c->size() != n || c->shape().empty() ||
-                              c->shape().back() != n))
-                        c = nullptr;
-                    if (m > 0 && m <= 2 && !ta && n > 0 && k > 0) {
-                        few_rows_product(view<float>(a).data(), view<float>(b).data(), z.data(), m, k, n, tb);
-                    } else if (m > 0 && n > 0 && k > 0) {
-                        dnnl_gemm_product(ctx, ta, tb, m, k, n, out[0], c);
-                        if (c) return;
-                    }
-                } else {
-                    Eigen::Map<const RowMatrix<T>> x(view<T>(a).data(), a.shape()[0], a.shape()[1]);
-                    Eigen::Map<const RowMatrix<T>> y(view<T>(b).data(), b.shape()[0], b.shape()[1]);
-                    if (ta && tb) z.noalias() = x.transpose() * y.transpose();
-                    else if (ta) z.noalias() = x.transpose() * y;
-                    else if (tb) z.noalias() = x * y.transpose();
-                    else z.noalias() = x * y;
+    dispatch_numeric(a.type(), ctx, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        {
+            out[0] = make_tensor<T>({m, n});
+            Eigen::Map<RowMatrix<T>> z(mutable_view<T>(out[0]).data(), m, n);
+            if constexpr (std::is_same_v<T, float>) {
+                // A C of one value per column (a layer's bias) is added by oneDNN as it writes.
+                const Tensor* c = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+                if (c &&
+                    (alpha != 1.0 || beta != 1.0 || c->size() != n || c->shape().empty() || c->shape().back() != n))
+                    c = nullptr;
+                if (m > 0 && m <= 2 && !ta && n > 0 && k > 0) {
+                    few_rows_product(view<float>(a).data(), view<float>(b).data(), z.data(), m, k, n, tb);
+                } else if (m > 0 && n > 0 && k > 0) {
+                    dnnl_gemm_product(ctx, ta, tb, m, k, n, out[0], c);
+                    if (c) return;
                 }
-                if (alpha != 1.0) z *= static_cast<T>(alpha);
-                if (ctx.has_input(2) && beta != 0.0) {
-                    const auto& c = ctx.input(2);
-                    const std::vector<int64_t> shape{m, n};
-                    if (broadcast_shapes(ctx, c.shape(), shape) != shape) ctx.fail("C does not broadcast to (M, N)");
-                    const auto index = broadcast_index(c.shape(), shape);
-                    const auto cv = view<T>(c);
-                    T* zp = z.data();
-                    for (size_t i = 0; i < index.size(); ++i) zp[i] = static_cast<T>(zp[i] + beta * cv[index[i]]);
-                }
+            } else {
+                Eigen::Map<const RowMatrix<T>> x(view<T>(a).data(), a.shape()[0], a.shape()[1]);
+                Eigen::Map<const RowMatrix<T>> y(view<T>(b).data(), b.shape()[0], b.shape()[1]);
+                if (ta && tb)
+                    z.noalias() = x.transpose() * y.transpose();
+                else if (ta)
+                    z.noalias() = x.transpose() * y;
+                else if (tb)
+                    z.noalias() = x * y.transpose();
+                else
+                    z.noalias() = x * y;
             }
-        });
+            if (alpha != 1.0) z *= static_cast<T>(alpha);
+            if (ctx.has_input(2) && beta != 0.0) {
+                const auto& c = ctx.input(2);
+                const std::vector<int64_t> shape{m, n};
+                if (broadcast_shapes(ctx, c.shape(), shape) != shape) ctx.fail("C does not broadcast to (M, N)");
+                const auto index = broadcast_index(c.shape(), shape);
+                const auto cv = view<T>(c);
+                T* zp = z.data();
+                for (size_t i = 0; i < index.size(); ++i) zp[i] = static_cast<T>(zp[i] + beta * cv[index[i]]);
+            }
+        }
+    });
 }
 
 const KernelRegistration kKernels[] = {

@@ -61,7 +61,8 @@ void batch_norm(KernelContext& ctx, std::vector<Tensor>& out) {
         const auto running = o == 1 ? running_mean : running_var;
         out[o] = Tensor(DataType::Float, {c});
         auto r = out[o].mutable_data<float>();
-        for (int64_t ch = 0; ch < c; ++ch) r[ch] = static_cast<float>(running[ch] * momentum + batch[ch] * (1 - momentum));
+        for (int64_t ch = 0; ch < c; ++ch)
+            r[ch] = static_cast<float>(running[ch] * momentum + batch[ch] * (1 - momentum));
     }
 }
 
@@ -82,7 +83,8 @@ void instance_norm(KernelContext& ctx, std::vector<Tensor>& out) {
         for (int64_t i = 0; i < inner; ++i) sq += (v[i] - mean) * (v[i] - mean);
         const double inv = 1.0 / std::sqrt(sq / static_cast<double>(inner) + eps);
         const int64_t ch = p % c;
-        for (int64_t i = 0; i < inner; ++i) y[p * inner + i] = static_cast<float>((v[i] - mean) * inv * scale[ch] + bias[ch]);
+        for (int64_t i = 0; i < inner; ++i)
+            y[p * inner + i] = static_cast<float>((v[i] - mean) * inv * scale[ch] + bias[ch]);
     }
 }
 

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
-#include <cmath>
 
 // GCC 12 warns inside its own AVX-512 headers (their _mm512_undefined_* placeholders).
 #pragma GCC diagnostic push
@@ -74,15 +74,13 @@ float sum_exp_generic(const float* in, float* out, int64_t n, float negative_max
 }
 
 // std::fma is exact either way; the FMA instruction only makes it fast.
-bool has_fma() {
-    return cpu_features().fma;
-}
+bool has_fma() { return cpu_features().fma; }
 
 // MLAS's erf constants.
 constexpr float kErfUpperAbsRange = 3.725f;
 constexpr float kErfSplitBoundary = 0.921875f;
-constexpr float kErfSmall[] = {-5.99104969e-4f, 4.99339588e-3f, -2.67667342e-2f, 1.12818025e-1f, -3.76124859e-1f,
-                               1.28379151e-1f};
+constexpr float kErfSmall[] = {-5.99104969e-4f, 4.99339588e-3f,  -2.67667342e-2f,
+                               1.12818025e-1f,  -3.76124859e-1f, 1.28379151e-1f};
 constexpr float kErfBig[] = {1.72948930e-5f, -3.83208680e-4f, 3.88393435e-3f, -2.42545605e-2f,
                              1.06777847e-1f, 6.34846687e-1f,  1.28717512e-1f};
 constexpr float kErfExpLowerRange = -88.3762626647949f;
@@ -203,7 +201,8 @@ constexpr float kInvSqrt2 = 0.70710678118654752440f;
     x = _mm512_fmadd_ps(m, _mm512_set1_ps(kLog2High), x);
     x = _mm512_fmadd_ps(m, _mm512_set1_ps(kLog2Low), x);
     __m512 p = _mm512_set1_ps(kPoly0);
-    for (const float c : {kPoly1, kPoly2, kPoly3, kPoly4, kPoly56, kPoly56}) p = _mm512_fmadd_ps(p, x, _mm512_set1_ps(c));
+    for (const float c : {kPoly1, kPoly2, kPoly3, kPoly4, kPoly56, kPoly56})
+        p = _mm512_fmadd_ps(p, x, _mm512_set1_ps(c));
     return _mm512_scalef_ps(p, m);
 }
 
@@ -232,9 +231,7 @@ constexpr float kInvSqrt2 = 0.70710678118654752440f;
 }
 
 // ONNX Runtime picks its AVX-512 erf and GELU kernels where the CPU has AVX-512.
-bool has_avx512f() {
-    return cpu_features().avx512f;
-}
+bool has_avx512f() { return cpu_features().avx512f; }
 
 [[gnu::always_inline]] inline void layer_norm_row(const float* x, const float* scale, const float* bias, float* y,
                                                   int64_t n, float epsilon, float* mean_out, float* inv_std_out) {
@@ -291,7 +288,8 @@ constexpr int64_t kSgemmPanel = 128;
                 const float* bp = b + p * n;
                 for (int64_t j = 0; j < n; ++j) acc[j] = std::fma(av, bp[j], acc[j]);
             }
-            if (k0 == 0) std::copy(acc.begin(), acc.end(), ci);
+            if (k0 == 0)
+                std::copy(acc.begin(), acc.end(), ci);
             else
                 for (int64_t j = 0; j < n; ++j) ci[j] += acc[j];
         }

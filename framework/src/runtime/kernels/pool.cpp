@@ -65,7 +65,7 @@ bool dnnl_pool(KernelContext& ctx, std::vector<Tensor>& out, bool is_max, const 
         state->dst = memory::desc(dims_of(y_dims), memory::data_type::f32, layout);
         memory::dims dilation;
         for (auto d : g.dilations) dilation.push_back(d - 1);
-        const auto alg = is_max ? dnnl::algorithm::pooling_max
+        const auto alg = is_max        ? dnnl::algorithm::pooling_max
                          : include_pad ? dnnl::algorithm::pooling_avg_include_padding
                                        : dnnl::algorithm::pooling_avg_exclude_padding;
         dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, alg, state->src, state->dst,
@@ -127,46 +127,47 @@ void pool(KernelContext& ctx, std::vector<Tensor>& out, bool is_max) {
     for (size_t d = 1; d < rank; ++d) col_strides[d] = col_strides[d - 1] * in[d - 1];
     std::vector<int64_t> k(rank);
     const int64_t window = element_count(kernel);
-    for_each_window({in, g.out, x.shape()[0] * x.shape()[1]}, [&](int64_t p, int64_t o, const std::vector<int64_t>& pos) {
-        T best = std::numeric_limits<T>::lowest();
-        int64_t best_index = -1;
-        double sum = 0.0;
-        int64_t count = 0, padded_count = 0;
-        std::fill(k.begin(), k.end(), 0);
-        for (int64_t w = 0; w < window; ++w) {
-            bool inside = true, inside_padded = true;
-            int64_t flat = 0, col = 0;
-            for (size_t d = 0; d < rank; ++d) {
-                const int64_t at = pos[d] * g.strides[d] - g.pad_begin[d] + k[d] * g.dilations[d];
-                inside &= at >= 0 && at < in[d];
-                inside_padded &= at < in[d] + g.declared_pad_end[d];
-                flat += at * strides[d];
-                col += at * col_strides[d];
-            }
-            if (inside) {
-                const T v = xv[p * plane_in + flat];
-                if (v > best || best_index < 0) {
-                    best = v;
-                    best_index = (p * plane_in) + (column_major ? col : flat);
-                }
-                sum += v;
-                ++count;
-            }
-            padded_count += inside_padded;
-            for (int d = static_cast<int>(rank) - 1; d >= 0; --d) {
-                if (++k[d] < kernel[d]) break;
-                k[d] = 0;
-            }
-        }
-        const int64_t at = p * plane_out + o;
-        if (is_max) {
-            yv[at] = best;
-            iv[at] = best_index;
-        } else {
-            const int64_t divisor = include_pad ? padded_count : count;
-            yv[at] = divisor > 0 ? static_cast<T>(sum / static_cast<double>(divisor)) : T{0};
-        }
-    });
+    for_each_window({in, g.out, x.shape()[0] * x.shape()[1]},
+                    [&](int64_t p, int64_t o, const std::vector<int64_t>& pos) {
+                        T best = std::numeric_limits<T>::lowest();
+                        int64_t best_index = -1;
+                        double sum = 0.0;
+                        int64_t count = 0, padded_count = 0;
+                        std::fill(k.begin(), k.end(), 0);
+                        for (int64_t w = 0; w < window; ++w) {
+                            bool inside = true, inside_padded = true;
+                            int64_t flat = 0, col = 0;
+                            for (size_t d = 0; d < rank; ++d) {
+                                const int64_t at = pos[d] * g.strides[d] - g.pad_begin[d] + k[d] * g.dilations[d];
+                                inside &= at >= 0 && at < in[d];
+                                inside_padded &= at < in[d] + g.declared_pad_end[d];
+                                flat += at * strides[d];
+                                col += at * col_strides[d];
+                            }
+                            if (inside) {
+                                const T v = xv[p * plane_in + flat];
+                                if (v > best || best_index < 0) {
+                                    best = v;
+                                    best_index = (p * plane_in) + (column_major ? col : flat);
+                                }
+                                sum += v;
+                                ++count;
+                            }
+                            padded_count += inside_padded;
+                            for (int d = static_cast<int>(rank) - 1; d >= 0; --d) {
+                                if (++k[d] < kernel[d]) break;
+                                k[d] = 0;
+                            }
+                        }
+                        const int64_t at = p * plane_out + o;
+                        if (is_max) {
+                            yv[at] = best;
+                            iv[at] = best_index;
+                        } else {
+                            const int64_t divisor = include_pad ? padded_count : count;
+                            yv[at] = divisor > 0 ? static_cast<T>(sum / static_cast<double>(divisor)) : T{0};
+                        }
+                    });
     out[0] = std::move(y);
     if (out.size() > 1) out[1] = std::move(indices);
 }
@@ -217,7 +218,8 @@ const KernelRegistration kKernels[] = {
     {"", "MaxPool", 8, 21, max_pool},
     {"", "AveragePool", 7, 21, average_pool},
     {kInternalDomain, "NhwcMaxPool", 0, 1, [](KernelContext& c, std::vector<Tensor>& o) { nhwc_pool(c, o, true); }},
-    {kInternalDomain, "NhwcAveragePool", 0, 1, [](KernelContext& c, std::vector<Tensor>& o) { nhwc_pool(c, o, false); }},
+    {kInternalDomain, "NhwcAveragePool", 0, 1,
+     [](KernelContext& c, std::vector<Tensor>& o) { nhwc_pool(c, o, false); }},
     {"", "GlobalMaxPool", 1, 21, [](KernelContext& c, std::vector<Tensor>& o) { global_pool(c, o, true); }},
     {"", "GlobalAveragePool", 1, 21, [](KernelContext& c, std::vector<Tensor>& o) { global_pool(c, o, false); }},
 };

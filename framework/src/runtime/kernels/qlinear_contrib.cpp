@@ -31,7 +31,8 @@ std::vector<float> dequantized(KernelContext& ctx, const QuantizedInput& q) {
     dispatch_numeric(q.data->type(), ctx, [&](auto tag) {
         using Q = typename decltype(tag)::type;
         const auto v = view<Q>(*q.data);
-        for (size_t i = 0; i < v.size(); ++i) out[i] = static_cast<float>(static_cast<int32_t>(v[i]) - q.zero_point) * q.scale;
+        for (size_t i = 0; i < v.size(); ++i)
+            out[i] = static_cast<float>(static_cast<int32_t>(v[i]) - q.zero_point) * q.scale;
     });
     return out;
 }
@@ -99,8 +100,10 @@ template <typename A, typename B>
 
 template <typename A, typename B>
 void add_scaled(const A* a, const B* b, float* out, size_t n, float ratio_a, float ratio_b, float fixed) {
-    if (cpu_features().avx2 && cpu_features().fma) add_scaled_fma(a, b, out, n, ratio_a, ratio_b, fixed);
-    else add_scaled_rows(a, b, out, n, ratio_a, ratio_b, fixed);
+    if (cpu_features().avx2 && cpu_features().fma)
+        add_scaled_fma(a, b, out, n, ratio_a, ratio_b, fixed);
+    else
+        add_scaled_rows(a, b, out, n, ratio_a, ratio_b, fixed);
 }
 
 // QLinearAdd with ONNX Runtime's x86 arithmetic: c = a * (sa/sc) + b * (sb/sc) +
@@ -119,7 +122,8 @@ void qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
     // Which side ONNX Runtime's broadcaster hands its kernel as a scalar: one that
     // is a single value, or constant along the innermost axis while the other is not.
     const bool a_scalar = a.data->size() == 1 || (!as.empty() && as.back() == 1 && !bs.empty() && bs.back() != 1);
-    const bool b_scalar = !a_scalar && (b.data->size() == 1 || (!bs.empty() && bs.back() == 1 && !as.empty() && as.back() != 1));
+    const bool b_scalar =
+        !a_scalar && (b.data->size() == 1 || (!bs.empty() && bs.back() == 1 && !as.empty() && as.back() != 1));
     const DataType type = ctx.has_input(7) ? ctx.input(7).type() : a.data->type();
     auto is_8_bit = [](DataType t) { return t == DataType::UInt8 || t == DataType::Int8; };
     // b repeated along a's leading dimensions (a bias), or the same shape (a residual).
@@ -130,8 +134,9 @@ void qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
         while (first < inner.size() && inner[first] == 1) ++first;
         return std::equal(inner.begin() + first, inner.end(), outer.begin() + lead + first);
     };
-    if (!a_scalar && !b_scalar && repeats_within(as, bs) && a.data->size() % std::max<int64_t>(b.data->size(), 1) == 0 &&
-        is_8_bit(a.data->type()) && is_8_bit(b.data->type()) && is_8_bit(type)) {
+    if (!a_scalar && !b_scalar && repeats_within(as, bs) &&
+        a.data->size() % std::max<int64_t>(b.data->size(), 1) == 0 && is_8_bit(a.data->type()) &&
+        is_8_bit(b.data->type()) && is_8_bit(type)) {
         // One fused pass to floats, one to the output type.
         const auto n = static_cast<size_t>(a.data->size()), row = static_cast<size_t>(b.data->size());
         std::vector<float> sum(n);
@@ -144,13 +149,19 @@ void qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
                 add_scaled(av + start, bv, sum.data() + start, row, ratio_a, ratio_b, fixed);
         };
         const bool a_u8 = a.data->type() == DataType::UInt8, b_u8 = b.data->type() == DataType::UInt8;
-        if (a_u8 && b_u8) pair(uint8_t{}, uint8_t{});
-        else if (a_u8) pair(uint8_t{}, int8_t{});
-        else if (b_u8) pair(int8_t{}, uint8_t{});
-        else pair(int8_t{}, int8_t{});
+        if (a_u8 && b_u8)
+            pair(uint8_t{}, uint8_t{});
+        else if (a_u8)
+            pair(uint8_t{}, int8_t{});
+        else if (b_u8)
+            pair(int8_t{}, uint8_t{});
+        else
+            pair(int8_t{}, int8_t{});
         Tensor y = Tensor::uninitialized(type, as);
-        if (type == DataType::UInt8) quantize_8_bit_divided(sum.data(), y.mutable_data<uint8_t>().data(), n, 1.0f, 0.0f);
-        else quantize_8_bit_divided(sum.data(), y.mutable_data<int8_t>().data(), n, 1.0f, 0.0f);
+        if (type == DataType::UInt8)
+            quantize_8_bit_divided(sum.data(), y.mutable_data<uint8_t>().data(), n, 1.0f, 0.0f);
+        else
+            quantize_8_bit_divided(sum.data(), y.mutable_data<int8_t>().data(), n, 1.0f, 0.0f);
         out[0] = std::move(y);
         return;
     }
@@ -193,7 +204,8 @@ void qlinear_global_average_pool(KernelContext& ctx, std::vector<Tensor>& out) {
 void qlinear_average_pool(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto x = quantized(ctx, 0, 1, 2);
     const auto& s = x.data->shape();
-    if (s.size() != 4 || ctx.attributes.get_int("channels_last", 0) != 0) ctx.fail("only 2-D NCHW pooling is supported");
+    if (s.size() != 4 || ctx.attributes.get_int("channels_last", 0) != 0)
+        ctx.fail("only 2-D NCHW pooling is supported");
     const auto kernel = ctx.attributes.get_ints("kernel_shape");
     if (kernel.size() != 2) ctx.fail("kernel_shape must have 2 values");
     const auto g = WindowGeometry::from(ctx, {s[2], s[3]}, kernel, ctx.attributes.get_int("ceil_mode", 0) != 0);
@@ -282,7 +294,8 @@ void qlinear_softmax(KernelContext& ctx, std::vector<Tensor>& out) {
 
 // QLinearConcat: (Y_scale, Y_zp, X0, X0_scale, X0_zp, X1, ...), along `axis`.
 void qlinear_concat(KernelContext& ctx, std::vector<Tensor>& out) {
-    if (ctx.input_count() < 5 || (ctx.input_count() - 2) % 3 != 0) ctx.fail("expects Y_scale, Y_zp and triples of inputs");
+    if (ctx.input_count() < 5 || (ctx.input_count() - 2) % 3 != 0)
+        ctx.fail("expects Y_scale, Y_zp and triples of inputs");
     const auto& first = ctx.input(2).shape();
     const auto rank = static_cast<int64_t>(first.size());
     const int64_t axis = normalize_axis(ctx, ctx.attributes.get_int("axis", 0), rank);

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <limits>
 
-#include "runtime/kernels/common.hpp"
 #include "custom_ops.hpp"
+#include "runtime/kernels/common.hpp"
 
 namespace vaiq::runtime {
 namespace {
@@ -18,7 +18,8 @@ struct Channels {
 };
 
 Channels channels(KernelContext& ctx, const Tensor& x, const Tensor& scale) {
-    if (ctx.attributes.get_int("block_size", 0) != 0) ctx.fail("blocked quantization (block_size) is not supported yet");
+    if (ctx.attributes.get_int("block_size", 0) != 0)
+        ctx.fail("blocked quantization (block_size) is not supported yet");
     Channels c;
     if (scale.size() == 1 && scale.shape().size() <= 1) return c;
     if (scale.shape().size() != 1) ctx.fail("scale must be a scalar or a 1-D tensor");
@@ -34,37 +35,36 @@ Channels channels(KernelContext& ctx, const Tensor& x, const Tensor& scale) {
 void quantize(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     const auto& scale = ctx.input(1);
-    if (x.type() != DataType::Float || scale.type() != DataType::Float) ctx.fail("only float input and scale are supported");
+    if (x.type() != DataType::Float || scale.type() != DataType::Float)
+        ctx.fail("only float input and scale are supported");
     const auto ch = channels(ctx, x, scale);
     // Opset 21 may name the type with output_dtype when there is no zero point.
-    const DataType type = ctx.has_input(2) ? ctx.input(2).type()
-                                           : static_cast<DataType>(ctx.attributes.get_int("output_dtype", 2));
-    dispatch_numeric(
-        type, ctx,
-        [&](auto tag) {
-            using Q = typename decltype(tag)::type;
-            if constexpr (std::is_floating_point_v<Q> || sizeof(Q) > 4) {
-                ctx.fail("the zero point must be a 8-, 16- or 32-bit integer");
+    const DataType type =
+        ctx.has_input(2) ? ctx.input(2).type() : static_cast<DataType>(ctx.attributes.get_int("output_dtype", 2));
+    dispatch_numeric(type, ctx, [&](auto tag) {
+        using Q = typename decltype(tag)::type;
+        if constexpr (std::is_floating_point_v<Q> || sizeof(Q) > 4) {
+            ctx.fail("the zero point must be a 8-, 16- or 32-bit integer");
+        } else {
+            const auto s = scale.data<float>();
+            const auto zp = ctx.has_input(2) ? view<Q>(ctx.input(2)) : std::span<const Q>();
+            out[0] = make_tensor<Q>(x.shape());
+            auto o = mutable_view<Q>(out[0]);
+            const auto xv = x.data<float>();
+            if constexpr (sizeof(Q) == 1) {
+                // Sixteen values at a time within each channel's run.
+                for_each_channel_run(x.size(), ch.count, ch.inner, [&](int64_t first, int64_t n, int64_t c) {
+                    quantize_8_bit_divided(xv.data() + first, o.data() + first, static_cast<size_t>(n), s[c],
+                                           zp.empty() ? 0.0f : static_cast<float>(zp[c]));
+                });
             } else {
-                const auto s = scale.data<float>();
-                const auto zp = ctx.has_input(2) ? view<Q>(ctx.input(2)) : std::span<const Q>();
-                out[0] = make_tensor<Q>(x.shape());
-                auto o = mutable_view<Q>(out[0]);
-                const auto xv = x.data<float>();
-                if constexpr (sizeof(Q) == 1) {
-                    // Sixteen values at a time within each channel's run.
-                    for_each_channel_run(x.size(), ch.count, ch.inner, [&](int64_t first, int64_t n, int64_t c) {
-                        quantize_8_bit_divided(xv.data() + first, o.data() + first, static_cast<size_t>(n), s[c],
-                                               zp.empty() ? 0.0f : static_cast<float>(zp[c]));
-                    });
-                } else {
-                    for (size_t i = 0; i < o.size(); ++i) {
-                        const int64_t c = ch.of(static_cast<int64_t>(i));
-                        o[i] = quantize_value<Q>(xv[i] / s[c], zp.empty() ? 0.0 : static_cast<double>(zp[c]));
-                    }
+                for (size_t i = 0; i < o.size(); ++i) {
+                    const int64_t c = ch.of(static_cast<int64_t>(i));
+                    o[i] = quantize_value<Q>(xv[i] / s[c], zp.empty() ? 0.0 : static_cast<double>(zp[c]));
                 }
             }
-        });
+        }
+    });
 }
 
 // (x - zero point) * scale for 8- and 16-bit x: the difference is exact in int32.
@@ -78,33 +78,31 @@ void dequantize(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& scale = ctx.input(1);
     if (scale.type() != DataType::Float) ctx.fail("only float scales are supported");
     const auto ch = channels(ctx, x, scale);
-    dispatch_numeric(
-        x.type(), ctx,
-        [&](auto tag) {
-            using Q = typename decltype(tag)::type;
-            if constexpr (std::is_floating_point_v<Q> || std::is_same_v<Q, bool>) {
-                ctx.fail("the input must be an integer tensor");
+    dispatch_numeric(x.type(), ctx, [&](auto tag) {
+        using Q = typename decltype(tag)::type;
+        if constexpr (std::is_floating_point_v<Q> || std::is_same_v<Q, bool>) {
+            ctx.fail("the input must be an integer tensor");
+        } else {
+            const auto s = scale.data<float>();
+            const auto zp = ctx.has_input(2) ? view<Q>(ctx.input(2)) : std::span<const Q>();
+            out[0] = Tensor::uninitialized(DataType::Float, x.shape());
+            auto o = out[0].mutable_data<float>();
+            const auto xv = view<Q>(x);
+            if constexpr (sizeof(Q) <= 2) {
+                // Each channel's run is a plain loop that vectorises.
+                for_each_channel_run(x.size(), ch.count, ch.inner, [&](int64_t first, int64_t n, int64_t c) {
+                    dequantize_block(xv.data() + first, o.data() + first, static_cast<size_t>(n),
+                                     zp.empty() ? 0 : static_cast<int32_t>(zp[c]), s[c]);
+                });
             } else {
-                const auto s = scale.data<float>();
-                const auto zp = ctx.has_input(2) ? view<Q>(ctx.input(2)) : std::span<const Q>();
-                out[0] = Tensor::uninitialized(DataType::Float, x.shape());
-                auto o = out[0].mutable_data<float>();
-                const auto xv = view<Q>(x);
-                if constexpr (sizeof(Q) <= 2) {
-                    // Each channel's run is a plain loop that vectorises.
-                    for_each_channel_run(x.size(), ch.count, ch.inner, [&](int64_t first, int64_t n, int64_t c) {
-                        dequantize_block(xv.data() + first, o.data() + first, static_cast<size_t>(n),
-                                         zp.empty() ? 0 : static_cast<int32_t>(zp[c]), s[c]);
-                    });
-                } else {
-                    for (size_t i = 0; i < o.size(); ++i) {
-                        const int64_t c = ch.of(static_cast<int64_t>(i));
-                        const int64_t z = zp.empty() ? 0 : static_cast<int64_t>(zp[c]);
-                        o[i] = static_cast<float>(static_cast<int64_t>(xv[i]) - z) * s[c];
-                    }
+                for (size_t i = 0; i < o.size(); ++i) {
+                    const int64_t c = ch.of(static_cast<int64_t>(i));
+                    const int64_t z = zp.empty() ? 0 : static_cast<int64_t>(zp[c]);
+                    o[i] = static_cast<float>(static_cast<int64_t>(xv[i]) - z) * s[c];
                 }
             }
-        });
+        }
+    });
 }
 
 // The float quant type a float16/bfloat16 zero point names.
@@ -119,7 +117,8 @@ void vitis_quantize(KernelContext& ctx, std::vector<Tensor>& out) {
     if (!is_half_type(type)) return quantize(ctx, out);
     const auto& x = ctx.input(0);
     const auto& scale = ctx.input(1);
-    if (x.type() != DataType::Float || scale.type() != DataType::Float) ctx.fail("only float input and scale are supported");
+    if (x.type() != DataType::Float || scale.type() != DataType::Float)
+        ctx.fail("only float input and scale are supported");
     const auto ch = channels(ctx, x, scale);
     const QuantType qt = float_quant_type(type);
     const auto* zp = reinterpret_cast<const uint16_t*>(ctx.input(2).bytes().data());

@@ -2,8 +2,8 @@
 // linear_before_reset) and LSTM (i, o, f, c gates, peepholes, input_forget);
 // forward, reverse or bidirectional; clip, sequence_lens, batch-major layout
 // and configurable activations.
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <span>
 
@@ -135,7 +135,9 @@ struct Recurrence {
         for (int64_t k = 0; k < hidden; ++k) acc += static_cast<double>(h[k]) * row[k];
         return acc;
     }
-    float wb(int64_t d, int64_t gates, int64_t gi) const { return bias.empty() ? 0.0f : bias[d * 2 * gates * hidden + gi]; }
+    float wb(int64_t d, int64_t gates, int64_t gi) const {
+        return bias.empty() ? 0.0f : bias[d * 2 * gates * hidden + gi];
+    }
     float rb(int64_t d, int64_t gates, int64_t gi) const {
         return bias.empty() ? 0.0f : bias[d * 2 * gates * hidden + gates * hidden + gi];
     }
@@ -155,8 +157,8 @@ void rnn(KernelContext& ctx, std::vector<Tensor>& out) {
             for (int64_t step = 0; step < rc.lengths[b]; ++step) {
                 const int64_t t = rc.reversed(d) ? rc.lengths[b] - 1 - step : step;
                 for (int64_t k = 0; k < rc.hidden; ++k) {
-                    const double acc = rc.input_term(d, 1, k, t, b) + rc.recurrent_term(d, 1, k, h) + rc.wb(d, 1, k) +
-                                       rc.rb(d, 1, k);
+                    const double acc =
+                        rc.input_term(d, 1, k, t, b) + rc.recurrent_term(d, 1, k, h) + rc.wb(d, 1, k) + rc.rb(d, 1, k);
                     next[k] = rc.act[d](rc.clipped(static_cast<float>(acc)));
                     yv[rc.y_index(t, d, b, k)] = next[k];
                 }
@@ -180,8 +182,9 @@ void gru(KernelContext& ctx, std::vector<Tensor>& out) {
             for (int64_t step = 0; step < rc.lengths[b]; ++step) {
                 const int64_t t = rc.reversed(d) ? rc.lengths[b] - 1 - step : step;
                 for (int64_t k = 0; k < n; ++k) {
-                    z[k] = f(rc.clipped(static_cast<float>(rc.input_term(d, 3, k, t, b) + rc.recurrent_term(d, 3, k, h) +
-                                                           rc.wb(d, 3, k) + rc.rb(d, 3, k))));
+                    z[k] =
+                        f(rc.clipped(static_cast<float>(rc.input_term(d, 3, k, t, b) + rc.recurrent_term(d, 3, k, h) +
+                                                        rc.wb(d, 3, k) + rc.rb(d, 3, k))));
                     r[k] = f(rc.clipped(static_cast<float>(rc.input_term(d, 3, n + k, t, b) +
                                                            rc.recurrent_term(d, 3, n + k, h) + rc.wb(d, 3, n + k) +
                                                            rc.rb(d, 3, n + k))));

@@ -30,8 +30,10 @@ void reduce(KernelContext& ctx, std::vector<Tensor>& out, int axes_input_since) 
     std::vector<int64_t> kept_shape, out_shape;
     for (int64_t d = 0; d < rank; ++d) {
         kept_shape.push_back(reduced[d] ? 1 : x.shape()[d]);
-        if (!reduced[d]) out_shape.push_back(x.shape()[d]);
-        else if (keepdims) out_shape.push_back(1);
+        if (!reduced[d])
+            out_shape.push_back(x.shape()[d]);
+        else if (keepdims)
+            out_shape.push_back(1);
     }
     // Reducing trailing axes only (LayerNorm's ReduceMean): contiguous rows.
     int64_t first_reduced = rank;
@@ -52,13 +54,16 @@ void reduce(KernelContext& ctx, std::vector<Tensor>& out, int axes_input_since) 
                 o[r] = kOp == Reduce::Mean ? sum / static_cast<float>(len) : sum;
                 continue;
             }
-            double acc = kOp == Reduce::Max ? -std::numeric_limits<double>::infinity()
+            double acc = kOp == Reduce::Max   ? -std::numeric_limits<double>::infinity()
                          : kOp == Reduce::Min ? std::numeric_limits<double>::infinity()
                                               : 0.0;
             for (int64_t j = 0; j < len; ++j) {
-                if constexpr (kOp == Reduce::Max) acc = std::max<double>(acc, row[j]);
-                else if constexpr (kOp == Reduce::Min) acc = std::min<double>(acc, row[j]);
-                else acc += row[j];
+                if constexpr (kOp == Reduce::Max)
+                    acc = std::max<double>(acc, row[j]);
+                else if constexpr (kOp == Reduce::Min)
+                    acc = std::min<double>(acc, row[j]);
+                else
+                    acc += row[j];
             }
             o[r] = static_cast<float>(kOp == Reduce::Mean ? acc / static_cast<double>(len) : acc);
         }
@@ -67,40 +72,38 @@ void reduce(KernelContext& ctx, std::vector<Tensor>& out, int axes_input_since) 
     // Each input element adds to the output element at its broadcast position.
     const auto target = broadcast_index(kept_shape, x.shape());
     const int64_t count = element_count(kept_shape) ? x.size() / std::max<int64_t>(element_count(kept_shape), 1) : 0;
-    dispatch_numeric(
-        x.type(), ctx,
-        [&](auto tag) {
-            using T = typename decltype(tag)::type;
-            const double init = kOp == Reduce::Max   ? -std::numeric_limits<double>::infinity()
-                                : kOp == Reduce::Min ? std::numeric_limits<double>::infinity()
-                                : kOp == Reduce::Prod ? 1.0
-                                                      : 0.0;
-            std::vector<double> acc(static_cast<size_t>(element_count(kept_shape)), init);
-            const auto xv = view<T>(x);
-            for (size_t i = 0; i < xv.size(); ++i) {
-                const double v = static_cast<double>(xv[i]);
-                double& a = acc[target[i]];
-                switch (kOp) {
-                    case Reduce::Max: a = std::max(a, v); break;
-                    case Reduce::Min: a = std::min(a, v); break;
-                    case Reduce::Prod: a *= v; break;
-                    case Reduce::L1: a += std::abs(v); break;
-                    case Reduce::L2:
-                    case Reduce::SumSquare: a += v * v; break;
-                    case Reduce::LogSumExp: a += std::exp(v); break;
-                    default: a += v; break;
-                }
+    dispatch_numeric(x.type(), ctx, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const double init = kOp == Reduce::Max    ? -std::numeric_limits<double>::infinity()
+                            : kOp == Reduce::Min  ? std::numeric_limits<double>::infinity()
+                            : kOp == Reduce::Prod ? 1.0
+                                                  : 0.0;
+        std::vector<double> acc(static_cast<size_t>(element_count(kept_shape)), init);
+        const auto xv = view<T>(x);
+        for (size_t i = 0; i < xv.size(); ++i) {
+            const double v = static_cast<double>(xv[i]);
+            double& a = acc[target[i]];
+            switch (kOp) {
+                case Reduce::Max: a = std::max(a, v); break;
+                case Reduce::Min: a = std::min(a, v); break;
+                case Reduce::Prod: a *= v; break;
+                case Reduce::L1: a += std::abs(v); break;
+                case Reduce::L2:
+                case Reduce::SumSquare: a += v * v; break;
+                case Reduce::LogSumExp: a += std::exp(v); break;
+                default: a += v; break;
             }
-            out[0] = make_tensor<T>(out_shape);
-            auto o = mutable_view<T>(out[0]);
-            for (size_t i = 0; i < acc.size(); ++i) {
-                double r = acc[i];
-                if (kOp == Reduce::Mean) r /= static_cast<double>(count);
-                if (kOp == Reduce::L2) r = std::sqrt(r);
-                if (kOp == Reduce::LogSum || kOp == Reduce::LogSumExp) r = std::log(r);
-                o[i] = static_cast<T>(r);
-            }
-        });
+        }
+        out[0] = make_tensor<T>(out_shape);
+        auto o = mutable_view<T>(out[0]);
+        for (size_t i = 0; i < acc.size(); ++i) {
+            double r = acc[i];
+            if (kOp == Reduce::Mean) r /= static_cast<double>(count);
+            if (kOp == Reduce::L2) r = std::sqrt(r);
+            if (kOp == Reduce::LogSum || kOp == Reduce::LogSumExp) r = std::log(r);
+            o[i] = static_cast<T>(r);
+        }
+    });
 }
 
 template <bool kMax>
@@ -115,25 +118,25 @@ void arg_reduce(KernelContext& ctx, std::vector<Tensor>& out) {
     for (int64_t d = axis + 1; d < rank; ++d) inner *= x.shape()[d];
     const int64_t n = x.shape()[axis];
     auto shape = x.shape();
-    if (keepdims) shape[axis] = 1;
-    else shape.erase(shape.begin() + axis);
+    if (keepdims)
+        shape[axis] = 1;
+    else
+        shape.erase(shape.begin() + axis);
     out[0] = Tensor(DataType::Int64, shape);
     auto o = out[0].mutable_data<int64_t>();
-    dispatch_numeric(
-        x.type(), ctx,
-        [&](auto tag) {
-            using T = typename decltype(tag)::type;
-            const auto xv = view<T>(x);
-            for (int64_t a = 0; a < outer; ++a)
-                for (int64_t i = 0; i < inner; ++i) {
-                    int64_t best = 0;
-                    for (int64_t j = 1; j < n; ++j) {
-                        const T v = xv[(a * n + j) * inner + i], b = xv[(a * n + best) * inner + i];
-                        if (kMax ? (v > b || (last && v == b)) : (v < b || (last && v == b))) best = j;
-                    }
-                    o[a * inner + i] = best;
+    dispatch_numeric(x.type(), ctx, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const auto xv = view<T>(x);
+        for (int64_t a = 0; a < outer; ++a)
+            for (int64_t i = 0; i < inner; ++i) {
+                int64_t best = 0;
+                for (int64_t j = 1; j < n; ++j) {
+                    const T v = xv[(a * n + j) * inner + i], b = xv[(a * n + best) * inner + i];
+                    if (kMax ? (v > b || (last && v == b)) : (v < b || (last && v == b))) best = j;
                 }
-        });
+                o[a * inner + i] = best;
+            }
+    });
 }
 
 template <Reduce kOp>

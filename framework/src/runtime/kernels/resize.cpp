@@ -96,7 +96,8 @@ void resize(KernelContext& ctx, std::vector<Tensor>& out) {
                ctx.attributes.get_string("mode", "nearest"),
                ctx.attributes.get_string("nearest_mode", "round_prefer_floor"),
                ctx.attributes.get_float("cubic_coeff_a", -0.75f), ctx.attributes.get_int("exclude_outside", 0) != 0};
-    if (s.mode != "nearest" && s.mode != "linear" && s.mode != "cubic") ctx.fail("mode '" + s.mode + "' is not supported");
+    if (s.mode != "nearest" && s.mode != "linear" && s.mode != "cubic")
+        ctx.fail("mode '" + s.mode + "' is not supported");
     const double extrapolation = ctx.attributes.get_float("extrapolation_value", 0.0f);
     const bool crop = s.coordinates == "tf_crop_and_resize";
     std::vector<double> roi(2 * rank, 0.0);
@@ -132,8 +133,10 @@ void resize(KernelContext& ctx, std::vector<Tensor>& out) {
         for (int64_t o = 0; o < shape[d]; ++o) {
             const double xo = original_coordinate(s, static_cast<double>(o), scales[d], in[d], roi[d], roi[rank + d]);
             Taps t;
-            if (crop && (xo < 0 || xo > static_cast<double>(in[d] - 1))) t.extrapolated = true;
-            else t = taps_for(s, xo, in[d]);
+            if (crop && (xo < 0 || xo > static_cast<double>(in[d] - 1)))
+                t.extrapolated = true;
+            else
+                t = taps_for(s, xo, in[d]);
             taps[d].push_back(std::move(t));
         }
     const auto strides = strides_of(in);

@@ -15,7 +15,6 @@
 namespace vaiq::runtime {
 namespace {
 
-
 // Input 0's values under another shape of the same size: in its own buffer
 // when the executor donated it, else copied.
 Tensor with_shape(KernelContext& ctx, std::vector<int64_t> shape) {
@@ -80,7 +79,8 @@ void squeeze(KernelContext& ctx, std::vector<Tensor>& out) {
     std::vector<int64_t> shape;
     for (int64_t d = 0; d < rank; ++d) {
         const bool listed = std::find(axes.begin(), axes.end(), d) != axes.end();
-        if (listed && x.shape()[d] != 1) ctx.fail(fmt::format("cannot squeeze dimension {} of size {}", d, x.shape()[d]));
+        if (listed && x.shape()[d] != 1)
+            ctx.fail(fmt::format("cannot squeeze dimension {} of size {}", d, x.shape()[d]));
         if (listed || (axes.empty() && x.shape()[d] == 1)) continue;
         shape.push_back(x.shape()[d]);
     }
@@ -97,8 +97,10 @@ void unsqueeze(KernelContext& ctx, std::vector<Tensor>& out) {
     std::vector<int64_t> shape;
     size_t next = 0;
     for (int64_t d = 0; d < rank; ++d) {
-        if (std::binary_search(axes.begin(), axes.end(), d)) shape.push_back(1);
-        else shape.push_back(x.shape()[next++]);
+        if (std::binary_search(axes.begin(), axes.end(), d))
+            shape.push_back(1);
+        else
+            shape.push_back(x.shape()[next++]);
     }
     out[0] = with_shape(ctx, shape);
 }
@@ -319,7 +321,8 @@ void concat(KernelContext& ctx, std::vector<Tensor>& out) {
         if (t.type() != first.type() || static_cast<int64_t>(t.shape().size()) != rank)
             ctx.fail("inputs differ in element type or rank");
         for (int64_t d = 0; d < rank; ++d)
-            if (d != axis && t.shape()[d] != first.shape()[d]) ctx.fail(fmt::format("inputs differ in dimension {}", d));
+            if (d != axis && t.shape()[d] != first.shape()[d])
+                ctx.fail(fmt::format("inputs differ in dimension {}", d));
         shape[axis] += t.shape()[axis];
     }
     Tensor y = Tensor::uninitialized(first.type(), shape);
@@ -437,7 +440,8 @@ void constant_of_shape(KernelContext& ctx, std::vector<Tensor>& out) {
     const Tensor fill = value ? Tensor::from_proto(*value) : Tensor(DataType::Float, {1});
     Tensor y(fill.type(), shape);
     const size_t elem = element_size(fill.type());
-    for (int64_t i = 0; i < y.size(); ++i) vaiq::copy_bytes(y.mutable_bytes().data() + i * elem, fill.bytes().data(), elem);
+    for (int64_t i = 0; i < y.size(); ++i)
+        vaiq::copy_bytes(y.mutable_bytes().data() + i * elem, fill.bytes().data(), elem);
     out[0] = std::move(y);
 }
 
@@ -483,8 +487,10 @@ void slice(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto ends = attrs ? ctx.attributes.get_ints("ends") : read_ints(ctx, ctx.input(2));
     std::vector<int64_t> axes(starts.size());
     std::iota(axes.begin(), axes.end(), 0);
-    if (attrs) axes = ctx.attributes.get_ints("axes", axes);
-    else if (ctx.has_input(3)) axes = read_ints(ctx, ctx.input(3));
+    if (attrs)
+        axes = ctx.attributes.get_ints("axes", axes);
+    else if (ctx.has_input(3))
+        axes = read_ints(ctx, ctx.input(3));
     std::vector<int64_t> steps(starts.size(), 1);
     if (!attrs && ctx.has_input(4)) steps = read_ints(ctx, ctx.input(4));
     if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
@@ -547,7 +553,8 @@ void split(KernelContext& ctx, std::vector<Tensor>& out) {
         // Equal parts; with num_outputs (opset 18) the last may be smaller.
         const int64_t each = (dim + parts - 1) / parts;
         for (int64_t p = 0; p < parts; ++p) sizes.push_back(std::min(each, dim - p * each));
-        if (ctx.opset < 18 && dim % parts != 0) ctx.fail(fmt::format("cannot split {} into {} equal parts", dim, parts));
+        if (ctx.opset < 18 && dim % parts != 0)
+            ctx.fail(fmt::format("cannot split {} into {} equal parts", dim, parts));
     }
     if (static_cast<int64_t>(sizes.size()) != parts || std::accumulate(sizes.begin(), sizes.end(), int64_t{0}) != dim)
         ctx.fail("the split sizes do not add up to the dimension");
@@ -563,28 +570,26 @@ void split(KernelContext& ctx, std::vector<Tensor>& out) {
         Tensor y = Tensor::uninitialized(x.type(), shape);
         const size_t chunk = static_cast<size_t>(sizes[p] * inner) * elem;
         for (int64_t o = 0; o < outer; ++o)
-            vaiq::copy_bytes(y.mutable_bytes().data() + o * chunk,
-                        x.bytes().data() + (o * dim + offset) * inner * elem, chunk);
+            vaiq::copy_bytes(y.mutable_bytes().data() + o * chunk, x.bytes().data() + (o * dim + offset) * inner * elem,
+                             chunk);
         offset += sizes[p];
         out[p] = std::move(y);
     }
 }
 
 void range(KernelContext& ctx, std::vector<Tensor>& out) {
-    dispatch_numeric(
-        ctx.input(0).type(), ctx,
-        [&](auto tag) {
-            using T = typename decltype(tag)::type;
-            const T start = view<T>(ctx.input(0))[0];
-            const T limit = view<T>(ctx.input(1))[0];
-            const T delta = view<T>(ctx.input(2))[0];
-            if (delta == 0) ctx.fail("delta is 0");
-            const auto n = static_cast<int64_t>(
-                std::max(0.0, std::ceil((static_cast<double>(limit) - static_cast<double>(start)) / static_cast<double>(delta))));
-            out[0] = make_tensor<T>({n});
-            auto o = mutable_view<T>(out[0]);
-            for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(start + static_cast<T>(i) * delta);
-        });
+    dispatch_numeric(ctx.input(0).type(), ctx, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T start = view<T>(ctx.input(0))[0];
+        const T limit = view<T>(ctx.input(1))[0];
+        const T delta = view<T>(ctx.input(2))[0];
+        if (delta == 0) ctx.fail("delta is 0");
+        const auto n = static_cast<int64_t>(std::max(
+            0.0, std::ceil((static_cast<double>(limit) - static_cast<double>(start)) / static_cast<double>(delta))));
+        out[0] = make_tensor<T>({n});
+        auto o = mutable_view<T>(out[0]);
+        for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(start + static_cast<T>(i) * delta);
+    });
 }
 
 // Pads with a constant, or reflect/edge/wrap; negative pads crop.
@@ -613,7 +618,8 @@ void pad(KernelContext& ctx, std::vector<Tensor>& out) {
     for (int64_t d = 0; d < rank; ++d) {
         shape[d] = x.shape()[d] + pads[d] + pads[d + rank];
         if (shape[d] < 0) ctx.fail("negative pads remove more than the dimension holds");
-        if (mode != "constant" && x.shape()[d] == 0 && shape[d] > 0) ctx.fail("cannot " + mode + "-pad an empty dimension");
+        if (mode != "constant" && x.shape()[d] == 0 && shape[d] > 0)
+            ctx.fail("cannot " + mode + "-pad an empty dimension");
     }
     if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap")
         ctx.fail("mode '" + mode + "' is not constant, reflect, edge or wrap");
@@ -639,9 +645,12 @@ void pad(KernelContext& ctx, std::vector<Tensor>& out) {
             int64_t at = counter[d] - pads[d];
             const int64_t n = x.shape()[d];
             if (at < 0 || at >= n) {
-                if (mode == "constant") outside = true;
-                else if (mode == "edge") at = std::clamp<int64_t>(at, 0, n - 1);
-                else if (mode == "wrap") at = ((at % n) + n) % n;
+                if (mode == "constant")
+                    outside = true;
+                else if (mode == "edge")
+                    at = std::clamp<int64_t>(at, 0, n - 1);
+                else if (mode == "wrap")
+                    at = ((at % n) + n) % n;
                 else {
                     // reflect without repeating the edge; period 2(n-1)
                     const int64_t period = std::max<int64_t>(2 * (n - 1), 1);
@@ -651,7 +660,8 @@ void pad(KernelContext& ctx, std::vector<Tensor>& out) {
             }
             src += at * in_strides[d];
         }
-        vaiq::copy_bytes(y.mutable_bytes().data() + i * elem, outside ? fill.bytes().data() : x.bytes().data() + src * elem, elem);
+        vaiq::copy_bytes(y.mutable_bytes().data() + i * elem,
+                         outside ? fill.bytes().data() : x.bytes().data() + src * elem, elem);
         for (int64_t d = rank - 1; d >= 0; --d) {
             if (++counter[d] < shape[d]) break;
             counter[d] = 0;
