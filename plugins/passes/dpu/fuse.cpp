@@ -80,12 +80,13 @@ void replace_match(onnx::GraphProto& graph, const Matcher& m, int n, const std::
 // (x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) over the spatial axes,
 // optionally times gamma plus beta (per channel): InstanceNormalization.
 bool fuse_instance_norm(vaiq::Model& model) {
-    auto& graph = model.graph();
-    const auto shapes = vaiq::infer_shapes(model);
+    vaiq::RewriteContext context(model);
+    auto& graph = context.graph();
+    const auto shapes = context.shapes();  // of the tensors as given, which fusion keeps
     bool changed = false;
-    for (bool again = true; again;) {
+    for (bool again = true; again; context.changed()) {
         again = false;
-        const vaiq::GraphIndex index(graph);
+        const auto& index = context.index();
         vaiq::UniqueNames names(graph);
         for (int n = 0; n < graph.node_size() && !again; ++n) {
             const auto& div = graph.node(n);
@@ -155,12 +156,13 @@ bool fuse_instance_norm(vaiq::Model& model) {
 // x / sqrt(sum(x^2, axis)) (or ReduceL2), with an optional epsilon guard:
 // LpNormalization(p=2) over that axis.
 bool fuse_l2_norm(vaiq::Model& model) {
-    auto& graph = model.graph();
-    const auto shapes = vaiq::infer_shapes(model);
+    vaiq::RewriteContext context(model);
+    auto& graph = context.graph();
+    const auto shapes = context.shapes();  // of the tensors as given, which fusion keeps
     bool changed = false;
-    for (bool again = true; again;) {
+    for (bool again = true; again; context.changed()) {
         again = false;
-        const vaiq::GraphIndex index(graph);
+        const auto& index = context.index();
         for (int n = 0; n < graph.node_size() && !again; ++n) {
             const auto& div = graph.node(n);
             if (div.op_type() != "Div" || !is_default_domain(div)) continue;
