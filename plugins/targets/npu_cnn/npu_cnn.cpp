@@ -19,26 +19,23 @@ bool is_eight_bit(vaiq::QuantType t) { return t == vaiq::QuantType::QInt8 || t =
 struct Transform {
     const char* option;
     const char* pass;
-    const char* default_value;
-    const char* doc;
 };
 constexpr Transform kLegalizations[] = {
-    {"ConvertBNToConv", "convert_bn_to_conv", "true", "BatchNormalization to Conv."},
-    {"ConvertReduceMeanToGlobalAvgPool", "convert_reduce_mean_to_global_avg_pool", "true",
-     "ReduceMean to GlobalAveragePool."},
-    {"SplitLargeKernelPool", "split_large_kernel_pool", "true", "Split large-kernel global average pools."},
-    {"ConvertSplitToSlice", "convert_split_to_slice", "true", "Split to Slice."},
-    {"FuseInstanceNorm", "fuse_instance_norm", "false", "Fuse split instance norms."},
-    {"FuseL2Norm", "fuse_l2_norm", "false", "Fuse L2 norm patterns."},
+    {"ConvertBNToConv", "convert_bn_to_conv"},
+    {"ConvertReduceMeanToGlobalAvgPool", "convert_reduce_mean_to_global_avg_pool"},
+    {"SplitLargeKernelPool", "split_large_kernel_pool"},
+    {"ConvertSplitToSlice", "convert_split_to_slice"},
+    {"FuseInstanceNorm", "fuse_instance_norm"},
+    {"FuseL2Norm", "fuse_l2_norm"},
 };
 // Under SimulateDPU.
 constexpr Transform kSimulations[] = {
-    {"ConvertLeakyReluToDPUVersion", "convert_leaky_relu_to_dpu_version", "true", "DPU LeakyRelu."},
-    {"ConvertSigmoidToHardSigmoid", "convert_sigmoid_to_hard_sigmoid", "true", "Sigmoid to HardSigmoid."},
-    {"ConvertHardSigmoidToDPUVersion", "convert_hard_sigmoid_to_dpu_version", "true", "DPU HardSigmoid."},
-    {"ConvertAvgPoolToDPUVersion", "convert_avg_pool_to_dpu_version", "true", "DPU average pooling."},
-    {"ConvertReduceMeanToDPUVersion", "convert_reduce_mean_to_dpu_version", "true", "DPU ReduceMean."},
-    {"ConvertSoftmaxToDPUVersion", "convert_softmax_to_dpu_version", "false", "DPU Softmax."},
+    {"ConvertLeakyReluToDPUVersion", "convert_leaky_relu_to_dpu_version"},
+    {"ConvertSigmoidToHardSigmoid", "convert_sigmoid_to_hard_sigmoid"},
+    {"ConvertHardSigmoidToDPUVersion", "convert_hard_sigmoid_to_dpu_version"},
+    {"ConvertAvgPoolToDPUVersion", "convert_avg_pool_to_dpu_version"},
+    {"ConvertReduceMeanToDPUVersion", "convert_reduce_mean_to_dpu_version"},
+    {"ConvertSoftmaxToDPUVersion", "convert_softmax_to_dpu_version"},
 };
 
 // Ops whose output the device can run through an activation without
@@ -175,21 +172,21 @@ const vaiq_option_descriptor kOptions[] = {
     {"max_refinement_sweeps", VAIQ_OPTION_INT, "20",
      "Sweeps of the limitation checks before refinement gives up on a fixed point."},
     // enable_dpu transforms
-    {kLegalizations[0].option, VAIQ_OPTION_BOOL, kLegalizations[0].default_value, kLegalizations[0].doc},
-    {kLegalizations[1].option, VAIQ_OPTION_BOOL, kLegalizations[1].default_value, kLegalizations[1].doc},
-    {kLegalizations[2].option, VAIQ_OPTION_BOOL, kLegalizations[2].default_value, kLegalizations[2].doc},
-    {kLegalizations[3].option, VAIQ_OPTION_BOOL, kLegalizations[3].default_value, kLegalizations[3].doc},
-    {kLegalizations[4].option, VAIQ_OPTION_BOOL, kLegalizations[4].default_value, kLegalizations[4].doc},
-    {kLegalizations[5].option, VAIQ_OPTION_BOOL, kLegalizations[5].default_value, kLegalizations[5].doc},
+    {"ConvertBNToConv", VAIQ_OPTION_BOOL, "true", "BatchNormalization to Conv."},
+    {"ConvertReduceMeanToGlobalAvgPool", VAIQ_OPTION_BOOL, "true", "ReduceMean to GlobalAveragePool."},
+    {"SplitLargeKernelPool", VAIQ_OPTION_BOOL, "true", "Split large-kernel global average pools."},
+    {"ConvertSplitToSlice", VAIQ_OPTION_BOOL, "true", "Split to Slice."},
+    {"FuseInstanceNorm", VAIQ_OPTION_BOOL, "false", "Fuse split instance norms."},
+    {"FuseL2Norm", VAIQ_OPTION_BOOL, "false", "Fuse L2 norm patterns."},
     {"SimulateDPU", VAIQ_OPTION_BOOL, "true",
      "Replace some ops with the DPU's approximations (the Convert*DPUVersion "
      "switches and ConvertSigmoidToHardSigmoid)."},
-    {kSimulations[0].option, VAIQ_OPTION_BOOL, kSimulations[0].default_value, kSimulations[0].doc},
-    {kSimulations[1].option, VAIQ_OPTION_BOOL, kSimulations[1].default_value, kSimulations[1].doc},
-    {kSimulations[2].option, VAIQ_OPTION_BOOL, kSimulations[2].default_value, kSimulations[2].doc},
-    {kSimulations[3].option, VAIQ_OPTION_BOOL, kSimulations[3].default_value, kSimulations[3].doc},
-    {kSimulations[4].option, VAIQ_OPTION_BOOL, kSimulations[4].default_value, kSimulations[4].doc},
-    {kSimulations[5].option, VAIQ_OPTION_BOOL, kSimulations[5].default_value, kSimulations[5].doc},
+    {"ConvertLeakyReluToDPUVersion", VAIQ_OPTION_BOOL, "true", "DPU LeakyRelu."},
+    {"ConvertSigmoidToHardSigmoid", VAIQ_OPTION_BOOL, "true", "Sigmoid to HardSigmoid."},
+    {"ConvertHardSigmoidToDPUVersion", VAIQ_OPTION_BOOL, "true", "DPU HardSigmoid."},
+    {"ConvertAvgPoolToDPUVersion", VAIQ_OPTION_BOOL, "true", "DPU average pooling."},
+    {"ConvertReduceMeanToDPUVersion", VAIQ_OPTION_BOOL, "true", "DPU ReduceMean."},
+    {"ConvertSoftmaxToDPUVersion", VAIQ_OPTION_BOOL, "false", "DPU Softmax."},
     // enable_dpu limits
     {"IPULimitationCheck", VAIQ_OPTION_BOOL, "true",
      "Adjust scales to the NPU's limitations (the Adjust*/Align* switches)."},
