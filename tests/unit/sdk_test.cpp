@@ -328,6 +328,17 @@ TEST(RewriteToolkit, AttributesInitializersQLinearFormsAndAContextThatFollowsEdi
     context.changed();
     EXPECT_EQ(context.index().producer("z"), 2);
     EXPECT_NE(context.index().initializer(k), nullptr);
+
+    // Relu -> Mul fused into one node in the Mul's place.
+    onnx::NodeProto fused;
+    fused.set_op_type("Fused");
+    fused.add_input("conv_out");
+    fused.add_output("z");
+    vaiq::fuse_nodes(context.graph(), {1, 2}, 2, fused);
+    context.changed();
+    ASSERT_EQ(context.graph().node_size(), 2);
+    EXPECT_EQ(context.graph().node(1).op_type(), "Fused");
+    EXPECT_EQ(context.index().producer("z"), 1);
 }
 
 }  // namespace

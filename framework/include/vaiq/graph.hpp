@@ -136,6 +136,10 @@ VAIQ_API onnx::NodeProto& make_node(onnx::GraphProto& graph, UniqueNames& names,
                                     std::vector<std::string> inputs, std::vector<std::string> outputs,
                                     std::string_view name);
 
+/// Replaces the nodes at `nodes` by `fused`, which takes the place of node `at`
+/// (one of them, usually the last, so the graph stays in order); the others go.
+VAIQ_API void fuse_nodes(onnx::GraphProto& graph, const std::vector<int>& nodes, int at, onnx::NodeProto fused);
+
 /// The integer (QOperator) form of an op as ONNX Runtime names it: QLinearConv,
 /// com.microsoft QGemm, QLinearAdd, ...; nullopt for an op that has none.
 struct QLinearForm {

@@ -304,6 +304,14 @@ onnx::NodeProto& make_node(onnx::GraphProto& graph, UniqueNames& names, const st
     return *n;
 }
 
+void fuse_nodes(onnx::GraphProto& graph, const std::vector<int>& nodes, int at, onnx::NodeProto fused) {
+    *graph.mutable_node(at) = std::move(fused);
+    std::vector<int> rest;
+    for (int n : nodes)
+        if (n != at) rest.push_back(n);
+    remove_nodes(graph, rest);
+}
+
 std::optional<QLinearForm> qlinear_form(std::string_view op) {
     static constexpr std::string_view kMicrosoft = "com.microsoft";
     static const std::map<std::string_view, QLinearForm, std::less<>> kForms = {

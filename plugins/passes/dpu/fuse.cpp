@@ -63,16 +63,13 @@ std::string squared(Matcher& m, const std::string& tensor) {
 template <typename Configure>
 void replace_match(onnx::GraphProto& graph, const Matcher& m, int n, const std::string& op,
                    const std::vector<std::string>& inputs, Configure&& configure) {
-    auto& node = *graph.mutable_node(n);
+    onnx::NodeProto node = graph.node(n);  // keeps its name and output
     node.set_op_type(op);
     node.clear_input();
     node.clear_attribute();
     for (const auto& in : inputs) node.add_input(in);
     configure(node);
-    std::vector<int> rest;
-    for (int i : m.matched())
-        if (i != n) rest.push_back(i);
-    vaiq::remove_nodes(graph, rest);
+    vaiq::fuse_nodes(graph, {m.matched().begin(), m.matched().end()}, n, std::move(node));
 }
 
 }  // namespace
