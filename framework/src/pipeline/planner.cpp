@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "recipe/defaults.hpp"
 #include "util/text.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
@@ -71,10 +72,9 @@ class Planner {
         return r;
     }
 
+    // The calibrator plugin of the node's calibrate_method.
     static std::string method_of(const Options& config) {
-        std::string method = config.get_string("calibrate_method");
-        for (auto& c : method) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        return method;
+        return defaults::calibrator_plugin(config.get_string("calibrate_method"));
     }
 
     // An initializer that is also a graph input can be fed a new value: not a constant.
