@@ -55,11 +55,12 @@ bool bypass(onnx::GraphProto& graph, const vaiq::GraphIndex& index, int n) {
 }  // namespace
 
 bool eliminate_identity(vaiq::Model& model) {
-    auto& graph = model.graph();
+    vaiq::RewriteContext context(model);
+    auto& graph = context.graph();
     int removed = 0;
-    for (bool again = true; again;) {
+    for (bool again = true; again; context.changed()) {
         again = false;
-        const vaiq::GraphIndex index(graph);
+        const auto& index = context.index();
         for (int n = 0; n < graph.node_size(); ++n) {
             if (removable(graph.node(n), index) && bypass(graph, index, n)) {
                 ++removed;

@@ -247,10 +247,11 @@ bool fold_bias_add(vaiq::Model& model) {
 }
 
 bool remove_dead_nodes(vaiq::Model& model) {
-    auto& graph = model.graph();
+    vaiq::RewriteContext context(model);
+    auto& graph = context.graph();
     int removed = 0;
-    for (bool again = true; again;) {
-        const vaiq::GraphIndex index(graph);
+    for (bool again = true; again; context.changed()) {
+        const auto& index = context.index();
         std::vector<int> dead;
         for (int n = 0; n < graph.node_size(); ++n) {
             const auto& node = graph.node(n);
