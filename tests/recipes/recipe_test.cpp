@@ -190,6 +190,10 @@ TEST(Recipes, ATargetsOwnExtraOptionsReachIt) {
         vaiq::resolve_plugins(recipe_from("extends: cnn_npu.yaml\nextra_options: {AlignConcat: false}\n"), registry);
     EXPECT_FALSE(npu.target.options.get_bool("AlignConcat"));
     EXPECT_TRUE(npu.target.options.get_bool("AlignPool")) << "its default";
+    const auto explained = vaiq::explain(recipe_from("extends: cnn_npu.yaml\nextra_options:\n  AlignConcat: false\n"),
+                                         npu, registry, nullptr);
+    EXPECT_NE(explained.find("r.yaml:4:3"), std::string::npos) << "explain says where the target's option is set\n"
+                                                               << explained;
     const auto set =
         vaiq::resolve_plugins(recipe_from("extends: cnn_npu.yaml\n", {"extra_options.AlignPool=false"}), registry);
     EXPECT_FALSE(set.target.options.get_bool("AlignPool")) << "--set reaches it too";

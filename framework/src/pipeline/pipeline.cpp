@@ -605,7 +605,14 @@ std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, const 
     for (const auto* choice : {&plugins.target, &plugins.format, &plugins.calibrator}) {
         line("{:<11} {} {}  ({})", std::string(kind_name(choice->info->kind)) + ":", choice->info->name,
              choice->info->version, choice->info->library.filename().string());
-        for (const auto& [name, value] : choice->options.values()) line("    {}: {}", name, value.dump());
+        const std::string kind(kind_name(choice->info->kind));
+        for (const auto& [name, value] : choice->options.values()) {
+            // Where the value comes from: extra_options, plugin_options, or the plugin's default.
+            auto extra = recipe.settings.find("extra_options." + name);
+            std::string origin = recipe.plugin_option_origin(kind, name);
+            if (is_extra_option_name(name) && extra != recipe.settings.end()) origin = extra->second.origin;
+            line("    {:<41} {:<28} {}", name, value.dump(), origin.empty() ? "default" : origin);
+        }
     }
     for (const auto& pass : plugins.passes) {
         line("pass:       {} {}", pass.info->name, pass.info->version);
