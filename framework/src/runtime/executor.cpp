@@ -247,14 +247,47 @@ void Executor::check_feed(const std::string& name, const Tensor& value) const {
     }
 }
 
+// A run's values by id: what the run computed or was fed, else the constants.
+struct Executor::Values {
+    const Executor& executor;
+    std::vector<std::optional<Tensor>> slots;
+
+    explicit Values(const Executor& e) : executor(e), slots(e.value_names_.size()) {}
+    const Tensor* get(int id) const {
+        if (executor.is_constant_[id] && !slots[id]) return &executor.constants_[id];
+        return slots[id] ? &*slots[id] : nullptr;
+    }
+};
+
 std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, const std::vector<std::string>& taps,
                                   const Tap& tap) {
     if (options_.threads > 0) omp_set_num_threads(options_.threads);
-    std::vector<std::optional<Tensor>> values(value_names_.size());
-    auto value = [&](int id) -> const Tensor* {
-        if (is_constant_[id] && !values[id]) return &constants_[id];
-        return values[id] ? &*values[id] : nullptr;
-    };
+    Values values(*this);
+    bind_feeds(feeds, values);
+    const auto tapped = start_taps(taps, tap, values);
+    const auto run_lazy = lazy_steps_for(tapped);
+    // Which step of this run reads each value last: fixed unless a tap runs lazy steps.
+    const bool lazy_runs = std::find(run_lazy.begin(), run_lazy.end(), true) != run_lazy.end();
+    const std::vector<int> tapped_last_reader = lazy_runs ? last_readers(run_lazy) : std::vector<int>();
+    const auto& last_reader = lazy_runs ? tapped_last_reader : last_reader_;
+    for (size_t s = 0; s < steps_.size(); ++s) {
+        const auto& step = steps_[s];
+        if (!step.lazy || run_lazy[s]) {
+            auto outputs = run_step(s, values, last_reader);
+            for (size_t o = 0; o < step.outputs.size(); ++o) {
+                const int id = step.outputs[o];
+                if (id < 0) continue;
+                values.slots[id] = std::move(outputs[o]);
+                if (tapped[id] && tap) tap(value_names_[id], *values.slots[id]);
+            }
+        }
+        for (int id : step.release) values.slots[id].reset();
+    }
+    return take_outputs(values);
+}
+
+// Checks the feeds against the inputs (an outer-scope value is taken as it is) and binds them.
+void Executor::bind_feeds(const std::map<std::string, Tensor>& feeds, Values& values) const {
     for (const auto& [name, tensor] : feeds) {
         const int id = value_id(name);
         const bool outer = std::find(outer_names_.begin(), outer_names_.end(), name) != outer_names_.end();
@@ -262,11 +295,15 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
                        !is_constant_[id]))
             throw InputError(fmt::format("the model has no input '{}' (inputs: {})", name, join(input_names_)));
         if (!outer) check_feed(name, tensor);
-        values[id] = tensor;
+        values.slots[id] = tensor;
     }
     for (const auto& name : input_names_)
         if (!feeds.count(name)) throw InputError(fmt::format("input '{}' was not given", name));
+}
 
+// The tapped values by id; those known already (feeds, constants) go to the tap now.
+std::vector<bool> Executor::start_taps(const std::vector<std::string>& taps, const Tap& tap,
+                                       const Values& values) const {
     std::vector<bool> tapped(value_names_.size(), false);
     for (const auto& t : taps) {
         const int id = value_id(t);
@@ -277,10 +314,13 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
                             t));
         if (id < 0) throw InputError(fmt::format("cannot tap '{}': the model has no such tensor", t));
         tapped[id] = true;
-        if (tap && value(id)) tap(t, *value(id));
+        if (tap && values.get(id)) tap(t, *values.get(id));
     }
+    return tapped;
+}
 
-    // The lazy steps this run needs: those producing a tapped value, and what they read.
+// The lazy steps this run needs: those producing a tapped value, and what they read.
+std::vector<bool> Executor::lazy_steps_for(const std::vector<bool>& tapped) const {
     std::vector<bool> demanded = tapped;
     std::vector<bool> run_lazy(steps_.size(), false);
     for (size_t s = steps_.size(); s-- > 0;) {
@@ -293,60 +333,49 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
             for (int id : *ids)
                 if (id >= 0) demanded[id] = true;
     }
+    return run_lazy;
+}
 
-    // Which step of this run reads each value last: fixed unless a tap runs lazy steps.
-    const bool lazy_runs = std::find(run_lazy.begin(), run_lazy.end(), true) != run_lazy.end();
-    const std::vector<int> tapped_last_reader = lazy_runs ? last_readers(run_lazy) : std::vector<int>();
-    const auto& last_reader = lazy_runs ? tapped_last_reader : last_reader_;
-
-    for (size_t s = 0; s < steps_.size(); ++s) {
-        auto& step = steps_[s];
-        if (step.lazy && !run_lazy[s]) {
-            for (int id : step.release) values[id].reset();
-            continue;
-        }
-        const auto& node = model_->graph().node(step.node);
-        KernelContext ctx{*model_, node, step.opset, {}, {}, Attributes(node), step.state, {}};
-        if (!step.implicit.empty())
-            ctx.lookup = [&](const std::string& name) { return value_id(name) >= 0 ? value(value_id(name)) : nullptr; };
-        for (int id : step.inputs) {
-            if (id >= 0 && !value(id))
-                throw InputError(
-                    fmt::format("node '{}' reads '{}', which nothing produced", node.name(), value_names_[id]));
-            ctx.inputs.push_back(id >= 0 ? value(id) : nullptr);
-            ctx.constant.push_back(id >= 0 && is_constant_[id] && !values[id]);
-            // A run value this step reads last in this run, and only once, is the kernel's to reuse.
-            const bool last_read = id >= 0 && values[id] && last_reader[id] == static_cast<int>(s) &&
-                                   std::count(step.inputs.begin(), step.inputs.end(), id) == 1;
-            ctx.donated.push_back(last_read ? &*values[id] : nullptr);
-        }
-        std::vector<Tensor> outputs(step.outputs.size());
-        const auto start =
-            options_.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-        (*step.kernel)(ctx, outputs);
-        if (options_.profile) {
-            auto& p = profile_[node.op_type()];
-            p.op_type = node.op_type();
-            ++p.calls;
-            p.milliseconds +=
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-        }
-        for (size_t o = 0; o < step.outputs.size(); ++o) {
-            const int id = step.outputs[o];
-            if (id < 0) continue;
-            values[id] = std::move(outputs[o]);
-            if (tapped[id] && tap) tap(value_names_[id], *values[id]);
-        }
-        for (int id : step.release) values[id].reset();
+// Runs one step's kernel; a run value it reads for the last time (and once) is
+// the kernel's to reuse.
+std::vector<Tensor> Executor::run_step(size_t s, Values& values, const std::vector<int>& last_reader) {
+    auto& step = steps_[s];
+    const auto& node = model_->graph().node(step.node);
+    KernelContext ctx{*model_, node, step.opset, {}, {}, Attributes(node), step.state, {}};
+    if (!step.implicit.empty())
+        ctx.lookup = [&](const std::string& name) {
+            return value_id(name) >= 0 ? values.get(value_id(name)) : nullptr;
+        };
+    for (int id : step.inputs) {
+        if (id >= 0 && !values.get(id))
+            throw InputError(
+                fmt::format("node '{}' reads '{}', which nothing produced", node.name(), value_names_[id]));
+        ctx.inputs.push_back(id >= 0 ? values.get(id) : nullptr);
+        ctx.constant.push_back(id >= 0 && is_constant_[id] && !values.slots[id]);
+        const bool last_read = id >= 0 && values.slots[id] && last_reader[id] == static_cast<int>(s) &&
+                               std::count(step.inputs.begin(), step.inputs.end(), id) == 1;
+        ctx.donated.push_back(last_read ? &*values.slots[id] : nullptr);
     }
+    std::vector<Tensor> outputs(step.outputs.size());
+    const auto start = options_.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+    (*step.kernel)(ctx, outputs);
+    if (options_.profile) {
+        auto& p = profile_[node.op_type()];
+        p.op_type = node.op_type();
+        ++p.calls;
+        p.milliseconds += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    }
+    return outputs;
+}
 
+// The graph outputs: run values are the caller's now; constants (and an output listed twice) are copied.
+std::vector<Tensor> Executor::take_outputs(Values& values) const {
     std::vector<Tensor> results;
     for (const auto& name : output_names_) {
         const int id = value_ids_.at(name);
-        if (!value(id)) throw InputError(fmt::format("output '{}' was never computed", name));
-        // Run values are the caller's now; constants (and an output listed twice) are copied.
-        const bool movable = values[id] && std::count(output_names_.begin(), output_names_.end(), name) == 1;
-        results.push_back(movable ? std::move(*values[id]) : *value(id));
+        if (!values.get(id)) throw InputError(fmt::format("output '{}' was never computed", name));
+        const bool movable = values.slots[id] && std::count(output_names_.begin(), output_names_.end(), name) == 1;
+        results.push_back(movable ? std::move(*values.slots[id]) : *values.get(id));
     }
     return results;
 }

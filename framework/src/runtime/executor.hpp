@@ -79,6 +79,13 @@ class Executor {
     void plan_releases();
     void find_lazy_steps();
     int id_of(const std::string& name);
+    // A run's jobs.
+    struct Values;
+    void bind_feeds(const std::map<std::string, Tensor>& feeds, Values& values) const;
+    std::vector<bool> start_taps(const std::vector<std::string>& taps, const Tap& tap, const Values& values) const;
+    std::vector<bool> lazy_steps_for(const std::vector<bool>& tapped) const;
+    std::vector<Tensor> run_step(size_t s, Values& values, const std::vector<int>& last_reader);
+    std::vector<Tensor> take_outputs(Values& values) const;
     int value_id(const std::string& name) const;
     void check_feed(const std::string& name, const Tensor& value) const;
 
