@@ -17,7 +17,8 @@ for model in "${models[@]}"; do
   name="$(basename "$model" .onnx)"
   shape_args=()
   if [[ "$name" != mnist_cnn ]]; then
-    # A text line (1 x 3 x 48 x 160) for the PP-OCR recognizer and classifier,
+    # The first input's name from python3-onnx when installed (else "x", as the PP-OCR
+    # models name it); a text line (1 x 3 x 48 x 160) for the PP-OCR recognizer and classifier,
     # a page of 96 x 96 (a multiple of 32) for models named *det*.
     input="$(python3 -c "import onnx,sys; print(onnx.load(sys.argv[1]).graph.input[0].name)" "$model" 2>/dev/null || echo x)"
     shape="[1, 3, 48, 160]"
