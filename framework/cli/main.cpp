@@ -19,6 +19,7 @@
 #include "plugin/registry.hpp"
 #include "recipe/recipe.hpp"
 #include "runtime/infer.hpp"
+#include "util/atomic_file.hpp"
 #include "util/progress.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/model.hpp"
@@ -165,6 +166,58 @@ class RunCommand final : public Command {
     const bool& quiet_;
     RecipeArgs recipe_;
     std::string model_, output_, data_, report_, stop_after_;
+};
+
+class AnalyzeCommand final : public Command {
+  public:
+    AnalyzeCommand(CLI::App& parent, const bool& quiet)
+        : Command(parent.add_subcommand("analyze",
+                                        "Quantize in memory and rank the quantized tensors by the error each adds "
+                                        "(nothing is written but --report)")),
+          quiet_(quiet) {
+        recipe_.add_to(app_);
+        app_->add_option("--model", model_, "The float model (overrides model_input)");
+        app_->add_option("--data", data_, "Calibration data folder (overrides calibration_data_reader)");
+        app_->add_option("--report", report_, "Write the whole report, with every tensor's figures, as JSON here");
+        app_->add_option("--top", top_, "Print this many tensors, most harmful first")->capture_default_str();
+    }
+
+    int run() override {
+        std::vector<std::string> assignments;
+        if (!model_.empty()) assignments.push_back("model_input=" + fs::absolute(model_).string());
+        if (!data_.empty()) assignments.push_back("calibration_data_reader=" + fs::absolute(data_).string());
+        assignments.insert(assignments.end(), recipe_.sets.begin(), recipe_.sets.end());
+        const Recipe recipe = load_recipe(recipe_.file, assignments);
+        PluginRegistry registry;
+        registry.load_default_paths();
+        RunOptions options;
+        options.progress = !quiet_ && stderr_is_terminal();
+        const auto report = analyze_pipeline(recipe, registry, options);
+        if (!report_.empty()) write_file_atomically(report_, [&](std::ostream& out) { out << report.dump(2) << '\n'; });
+        for (const auto& o : report["evaluation"]["outputs"])
+            fmt::print("output {}: SQNR {} dB with every tensor quantized\n", o["name"].get<std::string>(),
+                       o["sqnr_db"].dump());
+        const auto& tensors = report["sensitivity"]["tensors"];
+        fmt::print("{:>4}  {:<48} {:<10} {:<7} {:>12} {:>12}\n", "rank", "tensor", "role", "type", "tensor dB",
+                   "output dB");
+        auto db = [](const nlohmann::json& v) {
+            return v.is_number() ? fmt::format("{:.2f}", v.get<double>()) : v.is_null() ? "-" : v.get<std::string>();
+        };
+        for (size_t i = 0; i < tensors.size() && static_cast<int>(i) < top_; ++i) {
+            const auto& t = tensors[i];
+            fmt::print("{:>4}  {:<48} {:<10} {:<7} {:>12} {:>12}\n", i + 1, t["tensor"].get<std::string>(),
+                       t["role"].get<std::string>(), t["type"].get<std::string>(), db(t["tensor_sqnr_db"]),
+                       db(t["output_sqnr_db"]));
+        }
+        fmt::print("output dB: the output's SQNR with only that tensor quantized; tensor dB: the tensor's own\n");
+        return kExitOk;
+    }
+
+  private:
+    const bool& quiet_;
+    RecipeArgs recipe_;
+    std::string model_, data_, report_;
+    int top_ = 20;
 };
 
 class ValidateCommand final : public Command {
@@ -432,6 +485,7 @@ int main(int argc, char** argv) {
 
     std::vector<std::unique_ptr<Command>> commands;
     commands.push_back(std::make_unique<RunCommand>(app, quiet));
+    commands.push_back(std::make_unique<AnalyzeCommand>(app, quiet));
     commands.push_back(std::make_unique<ValidateCommand>(app));
     commands.push_back(std::make_unique<ExplainCommand>(app));
     commands.push_back(std::make_unique<PluginsCommand>(app));

@@ -146,6 +146,22 @@ TEST(Quant, Int16ScaleIsTheNearestSixteenBitMultiplierAndShift) {
     EXPECT_EQ(p.zero_point[0], 64) << "the zero point follows the rounded scale";
 }
 
+TEST(Quant, FakeQuantizeIsWhatAQuantizeDequantizePairComputes) {
+    // Per tensor: 2.6 steps round to 3, -30 saturates at -128 steps (int8, zero point 0).
+    vaiq::QuantParams p{vaiq::QuantType::QInt8, {0.1f}, {0}, -1};
+    const auto x = vaiq::Tensor::from_values<float>({3}, std::vector<float>{0.26f, -30.0f, 0.04f});
+    const auto y = vaiq::fake_quantize(x, p, "x");
+    EXPECT_FLOAT_EQ(y.data<float>()[0], 3 * 0.1f);
+    EXPECT_FLOAT_EQ(y.data<float>()[1], -128 * 0.1f);
+    EXPECT_FLOAT_EQ(y.data<float>()[2], 0.0f);
+    // Per channel along axis 0, uint8 with zero points: each row its own scale.
+    vaiq::QuantParams c{vaiq::QuantType::QUInt8, {1.0f, 0.5f}, {10, 0}, 0};
+    const auto m = vaiq::Tensor::from_values<float>({2, 2}, std::vector<float>{-3.4f, 300.0f, 0.74f, -1.0f});
+    const auto z = vaiq::fake_quantize(m, c, "m");
+    EXPECT_EQ(std::vector<float>(z.data<float>().begin(), z.data<float>().end()),
+              (std::vector<float>{-3.0f, 245.0f, 0.5f, 0.0f}));
+}
+
 TEST(Quant, FloatTypesRoundToTheirPrecisionAndSaturate) {
     const vaiq::QuantSpec half{QuantType::QFloat16, false};
     const auto p = vaiq::compute_quant_params({-5.0f, 7.0f}, half);

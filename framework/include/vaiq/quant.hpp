@@ -151,6 +151,9 @@ VAIQ_API Tensor zero_point_tensor(const QuantParams& params);
 /// through quantize_value. Throws InputError naming `tensor` when per-channel
 /// scales do not match the shape.
 VAIQ_API Tensor quantize_tensor(const Tensor& values, const QuantParams& params, std::string_view tensor);
+/// Float values as they come back from quantize_tensor and a DequantizeLinear
+/// with the same parameters: what a model computes on after a Q/DQ pair.
+VAIQ_API Tensor fake_quantize(const Tensor& values, const QuantParams& params, std::string_view tensor);
 
 /// Everything a format needs to write a quantized model.
 struct QuantPlan {

@@ -13,9 +13,11 @@
 #include "pipeline/diagnosis.hpp"
 #include "pipeline/dump.hpp"
 #include "pipeline/evaluation.hpp"
+#include "pipeline/mixed_precision.hpp"
 #include "pipeline/planner.hpp"
 #include "pipeline/preprocess.hpp"
 #include "pipeline/selection.hpp"
+#include "pipeline/sensitivity.hpp"
 #include "recipe/defaults.hpp"
 #include "util/atomic_file.hpp"
 #include "util/npy.hpp"
@@ -304,6 +306,8 @@ struct RunState {
     QuantPlan plan;
     std::map<std::string, TensorRange> ranges;
     Model quantized;
+    PluginInstance<Format> format;  ///< created on first use
+    std::optional<std::vector<TensorSensitivity>> sensitivity;
     const int threads = 0;
 };
 
@@ -373,17 +377,112 @@ void calibrate_phase(RunState& s) {
                                {"not_float", s.calibration.not_float}};
 }
 
+// The prepared float model with `plan` written into it by the run's format.
+Model emit_plan(RunState& s, const QuantPlan& plan) {
+    if (!s.format) s.format = s.registry.create<Format>(s.plugins.format.info->name, s.plugins.format.options);
+    Model out = s.model;
+    s.format->emit(out, plan);
+    return out;
+}
+
+// Every tensor of the plan measured on the calibration data (so that
+// evaluation_data stays held out), most harmful first.
+std::vector<TensorSensitivity> sensitivity_of(RunState& s, int output_index) {
+    const int batches = static_cast<int>(s.recipe.value("sensitivity_batches").get<int64_t>());
+    log_info("sensitivity analysis: {} tensors, each on {} batches", s.plan.tensors.size(),
+             batches > 0 ? std::to_string(batches) : "all");
+    size_t reported = 0;
+    return analyze_sensitivity(
+        s.model, s.plan, [&](const QuantPlan& plan) { return emit_plan(s, plan); }, *s.data, batches, output_index,
+        s.threads,
+        [&](size_t done, size_t total) {
+            if (done * 10 / total == reported) return;
+            reported = done * 10 / total;
+            log_info("sensitivity analysis: {} of {} tensors", done, total);
+        });
+}
+
+// The draft with `raised` tensors, and those sharing parameters with them, at
+// the target's 16-bit types, or left float (`to_float`) where the target cannot
+// run those. `count` gets the number of activations and weights that changes.
+DraftPlan raise_tensors(const DraftPlan& draft, const std::set<std::string>& raised, const MixedPrecisionTarget& target,
+                        bool to_float, size_t* count) {
+    auto root = [&](std::string t) {
+        for (const PlannedTensor* p = draft.find(t); p && !p->share_with.empty(); p = draft.find(t)) t = p->share_with;
+        return t;
+    };
+    std::set<std::string> roots;
+    for (const auto& t : raised) roots.insert(root(t));
+    DraftPlan out = draft;
+    std::vector<std::string> group;
+    for (auto& t : out.tensors) {
+        if (t.role == TensorRole::Bias || !roots.count(root(t.tensor))) continue;
+        group.push_back(t.tensor);
+        t.spec.type = t.role == TensorRole::Weight ? target.weight_type : target.activation_type;
+    }
+    if (count) *count = group.size();
+    if (to_float) drop_tensors(out, group, /*ranges_observed=*/true);
+    return out;
+}
+
+// Automatic mixed precision (extra_options.AutoMixprecision): raises the most
+// harmful tensors until the target holds on the calibration data.
+void raise_sensitive_tensors(RunState& s, const MixedPrecisionTarget& target) {
+    s.sensitivity = sensitivity_of(s, target.output_index);
+    QuantRequest raised_request = s.run;
+    raised_request.activation_type = target.activation_type;
+    raised_request.weight_type = target.weight_type;
+    bool to_float = false;
+    try {
+        s.target->check(raised_request);
+    } catch (const InputError& e) {
+        to_float = true;
+        log_info("mixed precision: raised tensors stay float: {}", e.what());
+    }
+    auto plan_of = [&](const DraftPlan& draft) {
+        auto plan = compute_parameters(s.model, draft, s.calibration);
+        s.target->refine(s.model, plan, s.run);
+        return plan;
+    };
+    Raising raising;
+    raising.count = [&](const std::set<std::string>& raised) {
+        size_t n = 0;
+        raise_tensors(s.draft, raised, target, to_float, &n);
+        return n;
+    };
+    raising.model = [&](const std::set<std::string>& raised) {
+        return emit_plan(s, plan_of(raise_tensors(s.draft, raised, target, to_float, nullptr)));
+    };
+    size_t quantized = 0;
+    for (const auto& t : s.plan.tensors) quantized += t.role != TensorRole::Bias;
+    const auto budget = static_cast<size_t>(std::floor(target.max_fraction * static_cast<double>(quantized)));
+    const auto reference = reference_batches(s.model, *s.data, 0, target.output_index, s.threads);
+    auto result = search_mixed_precision(target, *s.sensitivity, raising, reference, budget, s.threads);
+    s.draft = raise_tensors(s.draft, result.raised, target, to_float, nullptr);
+    result.report["raised_to"] =
+        to_float ? "float"
+                 : fmt::format("activations {}, weights {}", quant_type_name(target.activation_type),
+                               quant_type_name(target.weight_type));
+    result.report["quantized_tensors"] = quantized;
+    s.report["mixed_precision"] = std::move(result.report);
+}
+
 void parameters_phase(RunState& s) {
     s.plan = compute_parameters(s.model, s.draft, s.calibration, &s.ranges);
-    const auto refined = s.target->refine(s.model, s.plan, s.run);
+    auto refined = s.target->refine(s.model, s.plan, s.run);
+    if (const auto target = mixed_precision_target(s.recipe)) {
+        raise_sensitive_tensors(s, *target);
+        s.ranges.clear();
+        s.plan = compute_parameters(s.model, s.draft, s.calibration, &s.ranges);
+        refined = s.target->refine(s.model, s.plan, s.run);
+    }
     if (!refined.empty()) s.report["constraints"] = constraints_json(refined, true);
     s.report["tensors"] = nlohmann::json::array();
     for (const auto& t : s.plan.tensors) s.report["tensors"].push_back(params_json(t, s.ranges));
 }
 
 void emit_phase(RunState& s) {
-    auto format = s.registry.create<Format>(s.plugins.format.info->name, s.plugins.format.options);
-    format->emit(s.quantized, s.plan);
+    s.quantized = emit_plan(s, s.plan);
     s.report["quantized"] = true;
     s.report["model"]["quantized_tensors"] = s.plan.tensors.size();
     s.report["model"]["nodes_after"] = s.quantized.graph().node_size();
@@ -435,6 +534,15 @@ void evaluate_phase(RunState& s) {
     const double warn_db = s.recipe.value("warn_output_sqnr_db").get<double>();
     const bool low = std::any_of(evaluation.outputs.begin(), evaluation.outputs.end(),
                                  [&](const auto& o) { return o.sqnr_db < warn_db; });
+    if (s.recipe.value("sensitivity_analysis").get<bool>()) {
+        const int output_index =
+            static_cast<int>(s.recipe.value("extra_options.AutoMixprecision.OutputIndex").get<int64_t>());
+        // Mixed precision measured the plan before it raised anything: that is what explains the choice.
+        if (!s.sensitivity) s.sensitivity = sensitivity_of(s, output_index);
+        s.report["sensitivity"] = {{"data", "calibration_data"},
+                                   {"batches", s.recipe.value("sensitivity_batches")},
+                                   {"tensors", sensitivity_json(*s.sensitivity)}};
+    }
     data.rewind();
     if (auto batch = low ? data.next() : std::nullopt) {
         const auto d = first_divergence(reference, s.quantized, batch->feeds, warn_db, s.threads);
@@ -455,16 +563,17 @@ constexpr PhaseStep kSteps[] = {
     {Phase::Emit, emit_phase},   {Phase::Check, check_phase},         {Phase::Evaluate, evaluate_phase},
 };
 
-QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options) {
+// `writes`: the run will be saved, so it needs an output path.
+QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options, bool writes = true) {
     RunState s(recipe, registry, options.stop_after.value_or(Phase::Save));
     if (auto unsupported = unsupported_settings(recipe, s.last); !unsupported.empty())
         throw InputError(fmt::format("not supported yet by this vaiq: {}", join(unsupported, "; ")));
     const auto& input = recipe.value("model_input");
     const auto& output = recipe.value("model_output");
     if (input.is_null()) throw InputError("no model to quantize: set model_input in the recipe or pass --model");
-    if (output.is_null()) throw InputError("no output path: set model_output in the recipe or pass --output");
+    if (writes && output.is_null()) throw InputError("no output path: set model_output in the recipe or pass --output");
     s.input = input.get<std::string>();
-    s.output = output.get<std::string>();
+    if (!output.is_null()) s.output = output.get<std::string>();
     s.report_path = recipe.value("report").is_null() ? fs::path(s.output).replace_extension(".report.json")
                                                      : fs::path(recipe.value("report").get<std::string>());
     s.report = initial_report(recipe, s.last);
@@ -477,7 +586,6 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
         if (!runs(step.phase)) continue;
         // A run stopped before emit writes the model as it is then.
         if (step.phase == Phase::Check && s.last < Phase::Emit) s.quantized = s.model;
-        if (step.phase == Phase::Emit) s.quantized = s.model;
         progress.step(phase_name(step.phase));
         warn_unimplemented_defaults(recipe, step.phase);
         const auto start = std::chrono::steady_clock::now();
@@ -593,6 +701,12 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
     judge_outputs(recipe, run.report);
     save_run(recipe, run);
     return {run.output, run.report_path, run.report};
+}
+
+nlohmann::json analyze_pipeline(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options) {
+    Recipe analyzed = recipe;
+    apply_setting(analyzed, "sensitivity_analysis=true", {});
+    return quantize(analyzed, registry, options, /*writes=*/false).report;
 }
 
 std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, const PluginRegistry& registry,

@@ -56,6 +56,10 @@ struct RunResult {
 /// never over the input. Throws InputError for bad input; nothing is written then.
 RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options);
 
+/// Quantizes in memory with sensitivity_analysis on and returns the report:
+/// nothing is written (model_output is not needed).
+nlohmann::json analyze_pipeline(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options);
+
 /// The resolved recipe as text: plugins, every setting with its origin; with a
 /// model, what applies to each node.
 std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, const PluginRegistry& registry,

@@ -312,7 +312,7 @@ DraftPlan plan_tensors(const Recipe& recipe, const Model& model, const Target& t
     return Planner(recipe, model, target, calibrators).run(decisions);
 }
 
-void drop_tensors(DraftPlan& plan, const std::vector<std::string>& tensors) {
+void drop_tensors(DraftPlan& plan, const std::vector<std::string>& tensors, bool ranges_observed) {
     std::set<std::string> dropped(tensors.begin(), tensors.end());
     // Anything that takes its parameters from a dropped tensor goes too.
     for (bool changed = true; changed;) {
@@ -329,7 +329,7 @@ void drop_tensors(DraftPlan& plan, const std::vector<std::string>& tensors) {
     std::vector<PlannedTensor> kept;
     for (auto& t : plan.tensors) {
         if (dropped.count(t.tensor)) continue;
-        if (!t.range_from.empty() && dropped.count(t.range_from)) t.range_from.clear();
+        if (!ranges_observed && !t.range_from.empty() && dropped.count(t.range_from)) t.range_from.clear();
         kept.push_back(std::move(t));
     }
     plan.tensors = std::move(kept);

@@ -72,7 +72,10 @@ class CalibratorSet {
 DraftPlan plan_tensors(const Recipe& recipe, const Model& model, const Target& target,
                        const std::vector<NodeDecision>& decisions, CalibratorSet& calibrators);
 
-/// Drops tensors that turned out not to be float (and whatever depended on them).
-void drop_tensors(DraftPlan& plan, const std::vector<std::string>& tensors);
+/// Drops tensors (and whatever takes its parameters from them): those that
+/// turned out not to be float, or that mixed precision leaves float. With
+/// `ranges_observed` (after calibration) a tensor whose range comes from a
+/// dropped one keeps taking it from there.
+void drop_tensors(DraftPlan& plan, const std::vector<std::string>& tensors, bool ranges_observed = false);
 
 }  // namespace vaiq

@@ -63,6 +63,12 @@ const std::vector<KeySpec>& recipe_keys() {
          "SQNR falls below it."},
         {"min_output_sqnr_db", K::Float, "null", P::Evaluate, yes,
          "Fail (exit 1, nothing written) when an output's SQNR on the evaluation data is below this many dB."},
+        {"sensitivity_analysis", K::Bool, "false", P::Evaluate, yes,
+         "Add every quantized tensor's error to the report, most harmful first: its own SQNR after "
+         "quantize-dequantize and the output's SQNR with only it quantized (`vaiq analyze` prints it)."},
+        {"sensitivity_batches", K::Int, "4", P::Evaluate, yes,
+         "Batches of the evaluation (else calibration) data the sensitivity analysis runs on (0: all): each "
+         "tensor costs one run of the model per batch."},
 
         // --- quantize_static arguments -------------------------------------------
         {"model_input", K::OptionalPath, "null", P::Load, yes, "The float model to quantize."},
@@ -148,6 +154,22 @@ const std::vector<KeySpec>& recipe_keys() {
          "include_cle"},
         {"extra_options.CLETotalLayerDiffThreshold", K::Float, "2e-7", P::Prepare, yes,
          "Adaptive CLE stops when the summed change across layers falls below this.", "include_cle"},
+        // Automatic mixed precision: on when one of the targets is set.
+        {"extra_options.AutoMixprecision.ActTargetQuantType", K::QuantType, "QInt16", P::Parameters, yes,
+         "Type a raised activation gets (a target that cannot run it leaves the tensor float)."},
+        {"extra_options.AutoMixprecision.WeightTargetQuantType", K::QuantType, "QInt16", P::Parameters, yes,
+         "Type a raised weight gets."},
+        {"extra_options.AutoMixprecision.OutputIndex", K::Int, "0", P::Parameters, yes,
+         "The model output the targets are measured on."},
+        {"extra_options.AutoMixprecision.SQNRTarget", K::Float, "null", P::Parameters, yes,
+         "Raise tensors until the output's SQNR on the evaluation data reaches this many dB."},
+        {"extra_options.AutoMixprecision.L2Target", K::Float, "null", P::Parameters, yes,
+         "Raise tensors until the output's relative L2 error ||f - q|| / ||f|| is at most this."},
+        {"extra_options.AutoMixprecision.Top1AccTarget", K::Float, "null", P::Parameters, yes,
+         "Raise tensors until top-1 accuracy (with evaluation_labels; else agreement with the float model, row "
+         "by row over the output's last axis) is at most this much below the float model's."},
+        {"extra_options.AutoMixprecision.MaxRaisedFraction", K::Float, "0.1", P::Parameters, yes,
+         "Raise at most this fraction of the quantized activations and weights."},
         {"extra_options.CLEScaleAppendBias", K::Bool, "true", P::Prepare, yes,
          "Include the bias when computing CLE weight scales.", "include_cle"},
     };
@@ -177,7 +199,8 @@ bool is_plugin_options_section(std::string_view path) {
 }
 
 bool is_section(std::string_view path) {
-    return path == "extra_options" || path == "plugin_options" || is_plugin_options_section(path);
+    return path == "extra_options" || path == "extra_options.AutoMixprecision" || path == "plugin_options" ||
+           is_plugin_options_section(path);
 }
 
 std::vector<std::string> keys_in_section(std::string_view section) {
@@ -192,8 +215,9 @@ std::vector<std::string> keys_in_section(std::string_view section) {
         auto child = direct_child(k.path);
         if (!child.empty() && std::find(out.begin(), out.end(), child) == out.end()) out.push_back(child);
     }
-    for (std::string_view s : {"extra_options", "plugin_options", "plugin_options.target", "plugin_options.format",
-                               "plugin_options.calibrator", "extends"}) {
+    for (std::string_view s :
+         {"extra_options", "extra_options.AutoMixprecision", "plugin_options", "plugin_options.target",
+          "plugin_options.format", "plugin_options.calibrator", "extends"}) {
         auto child = direct_child(s);
         if (!child.empty() && std::find(out.begin(), out.end(), child) == out.end()) out.push_back(child);
     }

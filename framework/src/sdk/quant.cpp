@@ -353,6 +353,35 @@ Tensor quantize_tensor(const Tensor& values, const QuantParams& p, std::string_v
     return q;
 }
 
+Tensor fake_quantize(const Tensor& values, const QuantParams& p, std::string_view tensor) {
+    const Tensor q = quantize_tensor(values, p, tensor);
+    const auto& shape = values.shape();
+    int64_t inner = 1;
+    if (p.axis >= 0)
+        for (size_t d = p.axis + 1; d < shape.size(); ++d) inner *= shape[d];
+    Tensor out = Tensor::uninitialized(DataType::Float, shape);
+    auto dst = out.mutable_data<float>();
+    const size_t channels = p.scale.size();
+    auto channel = [&](size_t i) { return channels == 1 ? 0 : (i / static_cast<size_t>(inner)) % channels; };
+    if (!is_integer(p.type)) {
+        const auto* bits = reinterpret_cast<const uint16_t*>(q.bytes().data());
+        for (size_t i = 0; i < dst.size(); ++i) {
+            const size_t c = channel(i);
+            dst[i] = (float_quant_value(bits[i], p.type) - static_cast<float>(p.zero_point[c])) * p.scale[c];
+        }
+        return out;
+    }
+    with_storage_type(p.type, [&](auto v) {
+        const auto in = q.data<decltype(v)>();
+        for (size_t i = 0; i < dst.size(); ++i) {
+            const size_t c = channel(i);
+            // As DequantizeLinear computes it: the integer difference, then one float multiply.
+            dst[i] = static_cast<float>(static_cast<int64_t>(in[i]) - p.zero_point[c]) * p.scale[c];
+        }
+    });
+    return out;
+}
+
 const TensorQuant* QuantPlan::find(std::string_view tensor) const {
     for (const auto& t : tensors)
         if (t.tensor == tensor) return &t;

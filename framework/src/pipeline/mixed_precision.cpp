@@ -1,0 +1,130 @@
+#include "pipeline/mixed_precision.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "util/text.hpp"
+#include "vaiq/error.hpp"
+#include "vaiq/log.hpp"
+
+namespace vaiq {
+
+bool MixedPrecisionTarget::met_by(const OutputError& e) const {
+    if (sqnr_db && !(e.sqnr_db >= *sqnr_db)) return false;
+    if (l2 && !(e.relative_l2 <= *l2)) return false;
+    if (top1_drop && !(e.top1_agreement >= 1.0 - *top1_drop)) return false;
+    return true;
+}
+
+std::string MixedPrecisionTarget::describe() const {
+    std::vector<std::string> parts;
+    if (sqnr_db) parts.push_back(fmt::format("SQNR >= {} dB", *sqnr_db));
+    if (l2) parts.push_back(fmt::format("relative L2 <= {}", *l2));
+    if (top1_drop) parts.push_back(fmt::format("top-1 agreement >= {}", 1.0 - *top1_drop));
+    return join(parts, " and ");
+}
+
+std::optional<MixedPrecisionTarget> mixed_precision_target(const Recipe& recipe) {
+    const std::string prefix = "extra_options.AutoMixprecision.";
+    auto number = [&](const char* key) -> std::optional<double> {
+        const auto& v = recipe.value(prefix + key);
+        return v.is_null() ? std::nullopt : std::optional<double>(v.get<double>());
+    };
+    MixedPrecisionTarget t;
+    t.sqnr_db = number("SQNRTarget");
+    t.l2 = number("L2Target");
+    t.top1_drop = number("Top1AccTarget");
+    if (!t.sqnr_db && !t.l2 && !t.top1_drop) return std::nullopt;
+    t.output_index = static_cast<int>(recipe.value(prefix + "OutputIndex").get<int64_t>());
+    t.activation_type = *parse_quant_type(recipe.value(prefix + "ActTargetQuantType").get<std::string>());
+    t.weight_type = *parse_quant_type(recipe.value(prefix + "WeightTargetQuantType").get<std::string>());
+    t.max_fraction = recipe.value(prefix + "MaxRaisedFraction").get<double>();
+    if (!(t.max_fraction >= 0 && t.max_fraction <= 1))
+        throw InputError(fmt::format("{}: {}MaxRaisedFraction must be within [0, 1], not {}",
+                                     recipe.setting(prefix + "MaxRaisedFraction").origin, prefix, t.max_fraction));
+    return t;
+}
+
+namespace {
+
+nlohmann::json error_json(const OutputError& e) {
+    return {{"sqnr_db", std::isinf(e.sqnr_db) ? nlohmann::json("inf") : nlohmann::json(e.sqnr_db)},
+            {"relative_l2", e.relative_l2},
+            {"top1_agreement", e.top1_agreement}};
+}
+
+}  // namespace
+
+MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target,
+                                            const std::vector<TensorSensitivity>& ranking, const Raising& raise,
+                                            const ReferenceBatches& reference, size_t budget, int threads) {
+    // Only tensors whose quantization costs anything are candidates.
+    std::vector<std::string> candidates;
+    for (const auto& s : ranking)
+        if (s.output_sqnr_db && !std::isinf(*s.output_sqnr_db)) candidates.push_back(s.tensor);
+    auto prefix = [&](size_t k) {
+        return std::set<std::string>(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(k));
+    };
+    size_t longest = 0;  // the longest prefix within the budget
+    while (longest < candidates.size() && raise.count(prefix(longest + 1)) <= budget) ++longest;
+
+    nlohmann::json tried = nlohmann::json::array();
+    std::map<size_t, OutputError> errors;  // by prefix length
+    auto error_at = [&](size_t k) -> const OutputError& {
+        if (auto it = errors.find(k); it != errors.end()) return it->second;
+        const auto raised = prefix(k);
+        const auto e = measure_output(raise.model(raised), reference, threads);
+        auto j = error_json(e);
+        j["tensors_raised"] = raise.count(raised);
+        tried.push_back(j);
+        log_info("mixed precision: {} tensors raised: SQNR {:.2f} dB, top-1 agreement {:.4f}", raise.count(raised),
+                 e.sqnr_db, e.top1_agreement);
+        return errors.emplace(k, e).first->second;
+    };
+    auto met = [&](size_t k) { return target.met_by(error_at(k)); };
+
+    size_t chosen = 0;
+    if (!met(0)) {
+        size_t fail = 0, k = 1;
+        while (k < longest && !met(k)) {
+            fail = k;
+            k *= 2;
+        }
+        k = std::min(k, longest);
+        if (k > fail && met(k)) {
+            while (k - fail > 1) {  // met at k, not at fail
+                const size_t mid = (fail + k) / 2;
+                (met(mid) ? k : fail) = mid;
+            }
+        }
+        chosen = k;
+    }
+    const auto& last = error_at(chosen);
+    const bool reached = target.met_by(last);
+    const auto raised = prefix(chosen);
+    MixedPrecisionResult out;
+    out.raised = raised;
+    out.report = {{"target", target.describe()},
+                  {"output", reference.output_name},
+                  {"batches", reference.feeds.size()},
+                  {"budget", budget},
+                  {"met", reached},
+                  {"before", error_json(error_at(0))},
+                  {"after", error_json(last)},
+                  {"tensors_raised", raise.count(raised)},
+                  {"raised", nlohmann::json::array()},
+                  {"tried", tried}};
+    for (const auto& s : ranking)
+        if (raised.count(s.tensor))
+            out.report["raised"].push_back(
+                {{"tensor", s.tensor}, {"role", role_name(s.role)}, {"output_sqnr_db_alone", *s.output_sqnr_db}});
+    if (!reached)
+        log_warn(
+            "mixed precision: the target ({}) is not met with {} tensors raised, all the budget "
+            "(MaxRaisedFraction) allows: SQNR {:.2f} dB, top-1 agreement {:.4f}",
+            target.describe(), raise.count(raised), last.sqnr_db, last.top1_agreement);
+    return out;
+}
+
+}  // namespace vaiq

@@ -1,0 +1,58 @@
+// Automatic mixed precision: the tensors whose quantization costs the output
+// most are raised (to 16 bits, or left float where the target cannot run 16
+// bits), most harmful first, until the output meets a target on the
+// calibration data or a budget of raised tensors is spent.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "pipeline/sensitivity.hpp"
+#include "recipe/recipe.hpp"
+
+namespace vaiq {
+
+/// extra_options.AutoMixprecision; nullopt when no target is set.
+struct MixedPrecisionTarget {
+    std::optional<double> sqnr_db;    ///< SQNRTarget: output SQNR at least this
+    std::optional<double> l2;         ///< L2Target: relative L2 error at most this
+    std::optional<double> top1_drop;  ///< Top1AccTarget: top-1 agreement at least 1 - this
+    int output_index = 0;
+    QuantType activation_type = QuantType::QInt16;
+    QuantType weight_type = QuantType::QInt16;
+    double max_fraction = 0.1;
+
+    bool met_by(const OutputError& e) const;
+    std::string describe() const;
+};
+
+std::optional<MixedPrecisionTarget> mixed_precision_target(const Recipe& recipe);
+
+/// What raising a set of tensors gives: how many tensors that raises (a
+/// tensor sharing its parameters raises the tensors it shares them with), and
+/// the quantized model.
+struct Raising {
+    std::function<size_t(const std::set<std::string>&)> count;
+    std::function<Model(const std::set<std::string>&)> model;
+};
+
+struct MixedPrecisionResult {
+    std::set<std::string> raised;  ///< as given to RaiseFn
+    nlohmann::json report;
+};
+
+/// Searches the shortest prefix of `ranking` (most harmful first) whose
+/// raising meets `target` on `reference` within `budget` raised tensors:
+/// doubling the prefix, then bisecting (the error falls as the prefix grows,
+/// so a few evaluations do). When the budget cannot meet the target, the
+/// largest prefix within it is kept and a warning says so.
+MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target,
+                                            const std::vector<TensorSensitivity>& ranking, const Raising& raise,
+                                            const ReferenceBatches& reference, size_t budget, int threads);
+
+}  // namespace vaiq

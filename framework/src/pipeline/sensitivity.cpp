@@ -1,0 +1,154 @@
+#include "pipeline/sensitivity.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "vaiq/error.hpp"
+#include "vaiq/graph.hpp"
+
+namespace vaiq {
+
+namespace {
+
+struct ErrorSums {
+    double signal = 0, noise = 0;
+    void add(std::span<const float> f, std::span<const float> q) {
+        for (size_t i = 0; i < f.size(); ++i) {
+            const double d = static_cast<double>(f[i]) - q[i];
+            signal += static_cast<double>(f[i]) * f[i];
+            noise += d * d;
+        }
+    }
+    std::optional<double> sqnr_db() const {
+        if (!(signal > 0)) return std::nullopt;
+        return noise == 0 ? std::numeric_limits<double>::infinity() : 10.0 * std::log10(signal / noise);
+    }
+};
+
+// Rows over the last axis (a classifier's [N, C], a sequence model's [N, T, C]).
+int64_t row_length(const Tensor& t) { return t.shape().size() >= 2 ? t.shape().back() : 0; }
+
+int64_t argmax(std::span<const float> row) { return std::max_element(row.begin(), row.end()) - row.begin(); }
+
+const Tensor& checked_output(const std::vector<Tensor>& outputs, int index, const std::string& source) {
+    if (index < 0 || index >= static_cast<int>(outputs.size()))
+        throw InputError(
+            fmt::format("output index {} does not exist: the model has {} outputs", index, outputs.size()));
+    if (outputs[index].type() != DataType::Float)
+        throw InputError(fmt::format("output {} is not float on {}: its error cannot be measured", index, source));
+    return outputs[index];
+}
+
+}  // namespace
+
+ReferenceBatches reference_batches(const Model& float_model, DataReader& data, int max_batches, int output_index,
+                                   int threads, const std::vector<std::string>& taps, const runtime::Tap& tap) {
+    runtime::ExecutorOptions options;
+    options.threads = threads;
+    options.taps.insert(taps.begin(), taps.end());
+    runtime::Executor executor(float_model, options);
+    ReferenceBatches out;
+    out.output_index = output_index;
+    data.rewind();
+    while (auto batch = data.next()) {
+        if (max_batches > 0 && static_cast<int>(out.feeds.size()) >= max_batches) break;
+        auto outputs = executor.run(batch->feeds, taps, tap);
+        out.outputs.push_back(checked_output(outputs, output_index, batch->source));
+        out.feeds.push_back(std::move(batch->feeds));
+    }
+    if (out.feeds.empty()) throw InputError("the data holds no batches");
+    out.output_name = executor.output_names()[output_index];
+    return out;
+}
+
+OutputError measure_output(const Model& candidate, const ReferenceBatches& reference, int threads) {
+    runtime::ExecutorOptions options;
+    options.threads = threads;
+    runtime::Executor executor(candidate, options);
+    ErrorSums sums;
+    int64_t rows = 0, agree = 0;
+    for (size_t b = 0; b < reference.feeds.size(); ++b) {
+        const auto outputs = executor.run(reference.feeds[b]);
+        const Tensor& q = checked_output(outputs, reference.output_index, "a reference batch");
+        const Tensor& f = reference.outputs[b];
+        if (q.size() != f.size())
+            throw InternalError(
+                fmt::format("a candidate's output has {} values, the float model's {}", q.size(), f.size()));
+        sums.add(f.data<float>(), q.data<float>());
+        const int64_t n = row_length(f);
+        if (n < 2) continue;
+        const auto fv = f.data<float>(), qv = q.data<float>();
+        for (size_t r = 0; r < fv.size() / n; ++r, ++rows)
+            agree += argmax(qv.subspan(r * n, n)) == argmax(fv.subspan(r * n, n));
+    }
+    OutputError out;
+    out.sqnr_db = sums.sqnr_db().value_or(std::numeric_limits<double>::infinity());
+    out.relative_l2 = sums.signal > 0 ? std::sqrt(sums.noise / sums.signal) : 0.0;
+    out.top1_agreement = rows > 0 ? static_cast<double>(agree) / static_cast<double>(rows) : 1.0;
+    return out;
+}
+
+std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, const QuantPlan& plan,
+                                                   const PlanEmitter& emit, DataReader& data, int max_batches,
+                                                   int output_index, int threads,
+                                                   const std::function<void(size_t, size_t)>& on_tensor) {
+    const GraphIndex index(float_model);
+    std::vector<std::string> taps;
+    for (const auto& t : plan.tensors)
+        if (!index.initializer(t.tensor)) taps.push_back(t.tensor);
+    // Each activation's own error, accumulated while the reference batches are computed.
+    std::map<std::string, ErrorSums> own;
+    const auto reference = reference_batches(
+        float_model, data, max_batches, output_index, threads, taps, [&](const std::string& name, const Tensor& value) {
+            const auto* t = plan.find(name);
+            if (!t || value.type() != DataType::Float) return;
+            own[name].add(value.data<float>(), fake_quantize(value, t->params, name).data<float>());
+        });
+    std::vector<TensorSensitivity> out;
+    for (size_t i = 0; i < plan.tensors.size(); ++i) {
+        const auto& t = plan.tensors[i];
+        TensorSensitivity s{t.tensor, t.role, t.params.type, std::nullopt, std::nullopt};
+        if (const auto* init = index.initializer(t.tensor)) {
+            const auto value = Tensor::from_proto(*init);
+            if (value.type() == DataType::Float) {
+                ErrorSums sums;
+                sums.add(value.data<float>(), fake_quantize(value, t.params, t.tensor).data<float>());
+                s.tensor_sqnr_db = sums.sqnr_db();
+            }
+        } else if (auto it = own.find(t.tensor); it != own.end()) {
+            s.tensor_sqnr_db = it->second.sqnr_db();
+        }
+        if (t.role != TensorRole::Bias) {
+            QuantPlan alone;
+            alone.tensors.push_back(t);
+            s.output_sqnr_db = measure_output(emit(alone), reference, threads).sqnr_db;
+        }
+        out.push_back(std::move(s));
+        if (on_tensor) on_tensor(i + 1, plan.tensors.size());
+    }
+    const double inf = std::numeric_limits<double>::infinity();
+    std::stable_sort(out.begin(), out.end(), [&](const auto& a, const auto& b) {
+        return a.output_sqnr_db.value_or(inf) < b.output_sqnr_db.value_or(inf);
+    });
+    return out;
+}
+
+nlohmann::json sensitivity_json(const std::vector<TensorSensitivity>& tensors) {
+    auto db = [](const std::optional<double>& v) -> nlohmann::json {
+        if (!v) return nullptr;
+        return std::isinf(*v) ? nlohmann::json("inf") : nlohmann::json(*v);
+    };
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& t : tensors)
+        out.push_back({{"tensor", t.tensor},
+                       {"role", role_name(t.role)},
+                       {"type", quant_type_name(t.type)},
+                       {"tensor_sqnr_db", db(t.tensor_sqnr_db)},
+                       {"output_sqnr_db", db(t.output_sqnr_db)}});
+    return out;
+}
+
+}  // namespace vaiq

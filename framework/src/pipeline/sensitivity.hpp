@@ -1,0 +1,71 @@
+// Which quantized tensors cost a model its accuracy, and a model's error on a
+// fixed set of batches. Automatic mixed precision ranks tensors by the first
+// and checks its target with the second.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipeline/data_reader.hpp"
+#include "runtime/executor.hpp"
+#include "vaiq/model.hpp"
+#include "vaiq/quant.hpp"
+
+namespace vaiq {
+
+/// The first batches of some data with the float model's output on each, kept
+/// in memory (feeds and one output per batch: bounded by the batch count), so
+/// that any number of candidate models is measured against them.
+struct ReferenceBatches {
+    std::vector<std::map<std::string, Tensor>> feeds;
+    std::vector<Tensor> outputs;  ///< the float model's output `output_index`, per batch
+    int output_index = 0;
+    std::string output_name;
+};
+
+/// Runs up to `max_batches` batches (0: all) of `data` through the float
+/// model; `taps`/`tap` see each batch's intermediate values on the way.
+ReferenceBatches reference_batches(const Model& float_model, DataReader& data, int max_batches, int output_index,
+                                   int threads, const std::vector<std::string>& taps = {},
+                                   const runtime::Tap& tap = {});
+
+/// A candidate's output against the reference on its batches.
+struct OutputError {
+    double sqnr_db = 0;         ///< +inf when exact
+    double relative_l2 = 0;     ///< ||f - q|| / ||f||
+    double top1_agreement = 0;  ///< rows (over the last axis) whose argmax agrees with the float model's
+};
+
+OutputError measure_output(const Model& candidate, const ReferenceBatches& reference, int threads);
+
+/// One quantized tensor's cost.
+struct TensorSensitivity {
+    std::string tensor;
+    TensorRole role = TensorRole::Activation;
+    QuantType type = QuantType::QInt8;
+    /// The tensor against itself after quantize-dequantize (its own rounding and
+    /// clipping); nullopt when it has no signal (all zeros).
+    std::optional<double> tensor_sqnr_db;
+    /// The model output with only this tensor quantized; nullopt for biases
+    /// (int32: not measured).
+    std::optional<double> output_sqnr_db;
+};
+
+/// Writes the float model with only the given tensors quantized.
+using PlanEmitter = std::function<Model(const QuantPlan&)>;
+
+/// Every tensor of `plan` measured on `data` (the first `max_batches`), most
+/// harmful first: ascending output SQNR. `on_tensor(done, total)` reports progress.
+std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, const QuantPlan& plan,
+                                                   const PlanEmitter& emit, DataReader& data, int max_batches,
+                                                   int output_index, int threads,
+                                                   const std::function<void(size_t, size_t)>& on_tensor = {});
+
+nlohmann::json sensitivity_json(const std::vector<TensorSensitivity>& tensors);
+
+}  // namespace vaiq

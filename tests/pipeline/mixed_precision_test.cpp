@@ -1,0 +1,133 @@
+// Sensitivity analysis and automatic mixed precision on a model with one
+// known culprit: a weight whose one large value leaves every other value
+// rounded to zero at 8 bits per tensor.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "pipeline/pipeline.hpp"
+#include "plugin/registry.hpp"
+#include "recipe/recipe.hpp"
+#include "test_support.hpp"
+#include "vaiq/error.hpp"
+
+namespace fs = std::filesystem;
+using vaiq::Tensor;
+using vaiq::test::GraphBuilder;
+using vaiq::test::temp_dir;
+using vaiq::test::write_text;
+
+namespace {
+
+// x -> Relu -> MatMul(w1) -> Relu -> MatMul(w2) -> y, w2 small values plus one
+// 60 in the row that reads channel 1 of r, which is always 0 (w1's column 1 is
+// negative on non-negative inputs): the 60 changes nothing in float, but at 8
+// bits per tensor it rounds every other value of w2 to zero.
+vaiq::Model model_with_one_culprit() {
+    GraphBuilder b;
+    b.input("x", {4, 8}).output("y", {4, 8});
+    std::vector<float> w1(64), w2(64);
+    for (int i = 0; i < 64; ++i) {
+        w1[i] = 0.05f * static_cast<float>((i * 7) % 13 - 6);
+        w2[i] = 0.02f * static_cast<float>((i * 5) % 11 - 5);
+        if (i % 8 == 1) w1[i] = -0.3f;
+    }
+    w2[9] = 60.0f;
+    b.initializer("w1", Tensor::from_values<float>({8, 8}, w1));
+    b.initializer("w2", Tensor::from_values<float>({8, 8}, w2));
+    b.node("Relu", {"x"}, {"xr"});
+    b.node("MatMul", {"xr", "w1"}, {"h"});
+    b.node("Relu", {"h"}, {"r"});
+    b.node("MatMul", {"r", "w2"}, {"y"});
+    return b.build();
+}
+
+class MixedPrecision : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        registry_.load_default_paths();
+        dir_ = temp_dir();
+        vaiq::save_model(model_with_one_culprit(), dir_ / "in.onnx");
+    }
+    vaiq::Recipe recipe(const std::string& yaml) const {
+        return vaiq::load_recipe(write_text(dir_ / "r.yaml",
+                                            "recipe_version: 1\nmodel_input: in.onnx\nmodel_output: out.onnx\n"
+                                            "random_data_reader_input_shape: [4, 8]\n" +
+                                                yaml));
+    }
+    nlohmann::json run(const std::string& yaml) { return vaiq::run_pipeline(recipe(yaml), registry_, {}).report_json; }
+    static const nlohmann::json* tensor(const nlohmann::json& report, const std::string& name) {
+        for (const auto& t : report["tensors"])
+            if (t["tensor"] == name) return &t;
+        return nullptr;
+    }
+    static double output_sqnr(const nlohmann::json& report) {
+        const auto& db = report["evaluation"]["outputs"][0]["sqnr_db"];
+        return db.is_number() ? db.get<double>() : 1e9;
+    }
+    vaiq::PluginRegistry registry_;
+    fs::path dir_;
+};
+
+TEST_F(MixedPrecision, TheAnalysisRanksTheWeightThatLosesItsValuesFirst) {
+    const auto report = vaiq::analyze_pipeline(recipe(""), registry_, {});
+    const auto& tensors = report["sensitivity"]["tensors"];
+    ASSERT_GE(tensors.size(), 4u) << "x, w1, h, r, w2";
+    EXPECT_EQ(tensors[0]["tensor"], "w2");
+    EXPECT_EQ(tensors[0]["role"], "weight");
+    const double w2_alone = tensors[0]["output_sqnr_db"].get<double>();
+    EXPECT_LT(w2_alone, 10.0) << "w2's small values all round to zero";
+    for (size_t i = 1; i < tensors.size(); ++i) {
+        if (!tensors[i]["output_sqnr_db"].is_number()) continue;
+        EXPECT_GT(tensors[i]["output_sqnr_db"].get<double>(), w2_alone + 10) << tensors[i]["tensor"];
+    }
+    EXPECT_LT(tensors[0]["tensor_sqnr_db"].get<double>(), 45.0) << "its own error is large too";
+    EXPECT_FALSE(fs::exists(dir_ / "out.onnx")) << "analyze writes nothing";
+}
+
+TEST_F(MixedPrecision, RaisesOnlyWhatTheTargetNeeds) {
+    const auto plain = run("");
+    EXPECT_LT(output_sqnr(plain), 20.0);
+    const auto report = run("extra_options:\n  AutoMixprecision: {SQNRTarget: 30, MaxRaisedFraction: 0.5}\n");
+    const auto& mp = report["mixed_precision"];
+    EXPECT_TRUE(mp["met"].get<bool>());
+    ASSERT_EQ(mp["raised"].size(), 1u) << mp.dump();
+    EXPECT_EQ(mp["raised"][0]["tensor"], "w2");
+    EXPECT_EQ(mp["tensors_raised"], 1);
+    ASSERT_NE(tensor(report, "w2"), nullptr);
+    EXPECT_EQ((*tensor(report, "w2"))["type"], "QInt16");
+    EXPECT_EQ((*tensor(report, "w1"))["type"], "QInt8") << "w1 costs little: it stays 8-bit";
+    EXPECT_GE(output_sqnr(report), 30.0) << "the written model meets the target on the same data";
+    EXPECT_TRUE(fs::exists(dir_ / "out.onnx"));
+}
+
+TEST_F(MixedPrecision, KeepsWithinTheBudgetAndSaysTheTargetWasMissed) {
+    const auto report = run("extra_options:\n  AutoMixprecision: {SQNRTarget: 30, MaxRaisedFraction: 0}\n");
+    const auto& mp = report["mixed_precision"];
+    EXPECT_FALSE(mp["met"].get<bool>());
+    EXPECT_EQ(mp["tensors_raised"], 0);
+    EXPECT_EQ((*tensor(report, "w2"))["type"], "QInt8");
+}
+
+TEST_F(MixedPrecision, ATargetThatCannotRunSixteenBitsLeavesTheTensorFloat) {
+    const auto report = run(
+        "target: npu_cnn\ncalibrate_method: NonOverflow\nactivation_type: QInt8\n"
+        "extra_options:\n  ActivationSymmetric: true\n  AutoMixprecision: {SQNRTarget: 30, MaxRaisedFraction: 0.5}\n");
+    const auto& mp = report["mixed_precision"];
+    EXPECT_EQ(mp["raised_to"], "float");
+    ASSERT_GE(mp["raised"].size(), 1u);
+    EXPECT_EQ(mp["raised"][0]["tensor"], "w2");
+    EXPECT_EQ(tensor(report, "w2"), nullptr) << "w2 is left float, not quantized";
+    ASSERT_NE(tensor(report, "w1"), nullptr);
+}
+
+TEST_F(MixedPrecision, RefusesABudgetOutsideZeroToOne) {
+    try {
+        run("extra_options:\n  AutoMixprecision: {SQNRTarget: 30, MaxRaisedFraction: 1.5}\n");
+        FAIL() << "accepted 1.5";
+    } catch (const vaiq::InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("MaxRaisedFraction must be within [0, 1]"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace
