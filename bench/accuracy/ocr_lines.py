@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Text lines for measuring the PP-OCRv4 recognizer (SVTR-LCNet, CTC) before and after quantization.
 
   ocr_lines.py render DIR N SEED     N lines rendered with Debian's DejaVu fonts from words of Debian's

@@ -46,6 +46,27 @@ std::optional<MixedPrecisionTarget> mixed_precision_target(const Recipe& recipe)
     return t;
 }
 
+// Changes the types of the raised groups, then drops them when they are to stay float.
+DraftPlan raise_tensors(const DraftPlan& draft, const std::set<std::string>& raised, const MixedPrecisionTarget& target,
+                        bool to_float, size_t* count) {
+    auto root = [&](std::string t) {
+        for (const PlannedTensor* p = draft.find(t); p && !p->share_with.empty(); p = draft.find(t)) t = p->share_with;
+        return t;
+    };
+    std::set<std::string> roots;
+    for (const auto& t : raised) roots.insert(root(t));
+    DraftPlan out = draft;
+    std::vector<std::string> group;
+    for (auto& t : out.tensors) {
+        if (t.role == TensorRole::Bias || !roots.count(root(t.tensor))) continue;
+        group.push_back(t.tensor);
+        t.spec.type = t.role == TensorRole::Weight ? target.weight_type : target.activation_type;
+    }
+    if (count) *count = group.size();
+    if (to_float) drop_tensors(out, group, /*ranges_observed=*/true);
+    return out;
+}
+
 namespace {
 
 nlohmann::json error_json(const OutputError& e) {

@@ -402,29 +402,6 @@ std::vector<TensorSensitivity> sensitivity_of(RunState& s, int output_index) {
         });
 }
 
-// The draft with `raised` tensors, and those sharing parameters with them, at
-// the target's 16-bit types, or left float (`to_float`) where the target cannot
-// run those. `count` gets the number of activations and weights that changes.
-DraftPlan raise_tensors(const DraftPlan& draft, const std::set<std::string>& raised, const MixedPrecisionTarget& target,
-                        bool to_float, size_t* count) {
-    auto root = [&](std::string t) {
-        for (const PlannedTensor* p = draft.find(t); p && !p->share_with.empty(); p = draft.find(t)) t = p->share_with;
-        return t;
-    };
-    std::set<std::string> roots;
-    for (const auto& t : raised) roots.insert(root(t));
-    DraftPlan out = draft;
-    std::vector<std::string> group;
-    for (auto& t : out.tensors) {
-        if (t.role == TensorRole::Bias || !roots.count(root(t.tensor))) continue;
-        group.push_back(t.tensor);
-        t.spec.type = t.role == TensorRole::Weight ? target.weight_type : target.activation_type;
-    }
-    if (count) *count = group.size();
-    if (to_float) drop_tensors(out, group, /*ranges_observed=*/true);
-    return out;
-}
-
 // Automatic mixed precision (extra_options.AutoMixprecision): raises the most
 // harmful tensors until the target holds on the calibration data.
 void raise_sensitive_tensors(RunState& s, const MixedPrecisionTarget& target) {
