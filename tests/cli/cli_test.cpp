@@ -129,6 +129,44 @@ TEST(Cli, RunQuantizesOnRandomDataAndReports) {
     EXPECT_GT(report["evaluation"]["outputs"][0]["sqnr_db"].get<double>(), 20.0);
 }
 
+TEST(Cli, AnalyzeRanksTheQuantizedTensorsAndWritesOnlyTheReport) {
+    const auto dir = temp_dir();
+    const auto model = example_model(dir);
+    auto r = vaiq_cli("analyze " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --model " + model.string() + " --report " +
+                      (dir / "analysis.json").string() + " --top 2 --set model_output=" + (dir / "q.onnx").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("rank"), std::string::npos) << r.out;
+    EXPECT_EQ(lines(r.out), 5u) << "the output line, the header, two tensors, the legend:\n" << r.out;
+    const auto report = nlohmann::json::parse(slurp(dir / "analysis.json"));
+    const auto& tensors = report["sensitivity"]["tensors"];
+    ASSERT_GE(tensors.size(), 3u) << "x, w, b and the Relu's output";
+    for (size_t i = 1; i < tensors.size(); ++i) {
+        if (!tensors[i]["output_sqnr_db"].is_number() || !tensors[i - 1]["output_sqnr_db"].is_number()) continue;
+        EXPECT_LE(tensors[i - 1]["output_sqnr_db"].get<double>(), tensors[i]["output_sqnr_db"].get<double>());
+    }
+    EXPECT_FALSE(fs::exists(dir / "q.onnx")) << "analyze writes no model";
+}
+
+TEST(Cli, TheCnnTargetWarnsOnAModelOfMatMuls) {
+    const auto dir = temp_dir();
+    vaiq::test::GraphBuilder b;
+    b.input("x", {2, 4}).output("y", {2, 4});
+    b.initializer("w1", vaiq::test::ramp({4, 4}, -0.5f, 0.07f));
+    b.initializer("w2", vaiq::test::ramp({4, 4}, 0.4f, -0.05f));
+    b.node("MatMul", {"x", "w1"}, {"h"});
+    b.node("MatMul", {"h", "w2"}, {"y"});
+    vaiq::save_model(b.build(), dir / "mlp.onnx");
+    auto r = vaiq_cli("run " VAIQ_SOURCE_DIR "/recipes/cnn_npu.yaml --model " + (dir / "mlp.onnx").string() +
+                      " --output " + (dir / "q.onnx").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("made for CNNs, but this model has 2 MatMul/Gemm against 0 Conv"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("transformer_npu.yaml"), std::string::npos) << r.err;
+    r = vaiq_cli("run " VAIQ_SOURCE_DIR "/recipes/cnn_npu.yaml --model " + example_model(dir).string() + " --output " +
+                 (dir / "q.onnx").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.err.find("made for CNNs"), std::string::npos) << r.err;
+}
+
 TEST(Cli, QuantizesTheBundledExampleAndReportsAccuracy) {
     const auto dir = temp_dir();
     auto r =

@@ -5,10 +5,13 @@
 
 #include <cmath>
 
+#include "pipeline/bias_correction.hpp"
+#include "pipeline/data_reader.hpp"
 #include "pipeline/pipeline.hpp"
 #include "plugin/registry.hpp"
 #include "recipe/recipe.hpp"
 #include "test_support.hpp"
+#include "util/npy.hpp"
 #include "vaiq/error.hpp"
 
 namespace fs = std::filesystem;
@@ -128,6 +131,75 @@ TEST_F(MixedPrecision, RefusesABudgetOutsideZeroToOne) {
     } catch (const vaiq::InputError& e) {
         EXPECT_NE(std::string(e.what()).find("MaxRaisedFraction must be within [0, 1]"), std::string::npos) << e.what();
     }
+}
+
+}  // namespace
+
+// ------------------------------------------------------------ bias correction
+
+namespace {
+
+using vaiq::QuantType;
+using vaiq::TensorRole;
+using vaiq::test::quant_entry;
+
+// Gemm(x[2, 4], w[4, 3], b) and a depthwise 1x1 Conv(c[1, 2, 3, 3], k[2, 1, 1, 1], kb):
+// on constant inputs the shift each quantized weight causes is known exactly.
+TEST(BiasCorrection, AddsTheMeanShiftOfTheQuantizedWeight) {
+    GraphBuilder b;
+    b.input("x", {2, 4}).input("c", {1, 2, 3, 3}).output("y", {2, 3}).output("z", {1, 2, 3, 3});
+    const std::vector<float> w = {0.0123f, 1.0f, 0.3f, -0.2f, 0.5f, 0.0123f, 0.7f, 0.05f, -0.9f, 0.25f, 0.0123f, 0.6f};
+    b.initializer("w", Tensor::from_values<float>({4, 3}, w));
+    b.initializer("b", Tensor::from_values<float>({3}, std::vector<float>{0.1f, 0.2f, 0.3f}));
+    b.initializer("k", Tensor::from_values<float>({2, 1, 1, 1}, std::vector<float>{0.0123f, 1.0f}));
+    b.initializer("kb", Tensor::from_values<float>({2}, std::vector<float>{0.0f, -1.0f}));
+    b.node("Gemm", {"x", "w", "b"}, {"y"});
+    auto& conv = b.node("Conv", {"c", "k", "kb"}, {"z"});
+    vaiq::test::set_int_attribute(conv, "group", 2);
+    const auto model = b.build();
+
+    // x's columns are 1, 2, 3, 4 in every row; c's channels 2 and -1.
+    const auto dir = temp_dir();
+    std::vector<float> c(18);
+    for (int i = 0; i < 18; ++i) c[i] = i < 9 ? 2.0f : -1.0f;
+    fs::create_directories(dir / "data" / "s0");
+    vaiq::write_npy(dir / "data" / "s0" / "x.npy",
+                    Tensor::from_values<float>({2, 4}, std::vector<float>{1, 2, 3, 4, 1, 2, 3, 4}));
+    vaiq::write_npy(dir / "data" / "s0" / "c.npy", Tensor::from_values<float>({1, 2, 3, 3}, c));
+    auto data = vaiq::open_data_reader(dir / "data", model);
+
+    vaiq::QuantPlan plan;
+    plan.tensors.push_back(quant_entry("w", TensorRole::Weight, QuantType::QInt8, {1.0f / 127}, {0}));
+    plan.tensors.push_back(quant_entry("k", TensorRole::Weight, QuantType::QInt8, {1.0f / 127}, {0}));
+    // The model itself as the "quantized" one: its inputs are exactly the constants above.
+    const auto biases = vaiq::corrected_biases(model, model, plan, *data, 0, 1);
+    ASSERT_EQ(biases.size(), 2u);
+    auto rounded = [](float v) { return std::nearbyint(v * 127.0f) / 127.0f; };
+    for (int n = 0; n < 3; ++n) {
+        double delta = 0;
+        for (int k = 0; k < 4; ++k) delta += (w[k * 3 + n] - rounded(w[k * 3 + n])) * (k + 1);
+        EXPECT_NEAR(biases.at("b").data<float>()[n], 0.1f * (n + 1) + delta, 1e-6) << n;
+    }
+    EXPECT_NEAR(biases.at("kb").data<float>()[0], (0.0123f - rounded(0.0123f)) * 2.0, 1e-6);
+    EXPECT_NEAR(biases.at("kb").data<float>()[1], -1.0f, 1e-6) << "1.0 quantizes exactly: nothing to correct";
+}
+
+TEST_F(MixedPrecision, BiasCorrectionRemovesASystematicShiftFromTheOutput) {
+    // Inputs in [1, 2]: w2's rounding errors add up to a shift rather than cancelling.
+    const std::string base = "extra_options:\n  RandomDataReaderInputDataRange: {x: [1, 2]}\n  BiasCorrection: ";
+    GraphBuilder b;
+    b.input("x", {4, 8}).output("y", {4, 3});
+    std::vector<float> w(24, 0.0123f);
+    w[0] = 1.0f;
+    b.initializer("w", Tensor::from_values<float>({8, 3}, w));
+    b.initializer("b", Tensor::from_values<float>({3}, std::vector<float>{0.5f, 0.5f, 0.5f}));
+    b.node("Gemm", {"x", "w", "b"}, {"y"});
+    vaiq::save_model(b.build(), dir_ / "in.onnx");
+    const auto plain = run(base + "false\n");
+    const auto corrected = run(base + "true\n");
+    EXPECT_EQ(corrected["bias_correction"]["layers"], 1);
+    EXPECT_GT(output_sqnr(corrected), output_sqnr(plain) + 6.0)
+        << output_sqnr(plain) << " dB without, " << output_sqnr(corrected) << " dB with";
 }
 
 }  // namespace

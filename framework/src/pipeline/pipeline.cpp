@@ -8,6 +8,7 @@
 #include <limits>
 #include <set>
 
+#include "pipeline/bias_correction.hpp"
 #include "pipeline/calibration.hpp"
 #include "pipeline/data_reader.hpp"
 #include "pipeline/diagnosis.hpp"
@@ -297,9 +298,10 @@ struct RunState {
     nlohmann::json report;
     ResolvedPlugins plugins;
     PluginInstance<Target> target;
-    CalibratorSet calibrators;  ///< the plan points into them
-    QuantRequest run;           ///< what the recipe asks of the whole run, for the target
-    Model model;                ///< the float model, prepared
+    CalibratorSet calibrators;         ///< the plan points into them
+    QuantRequest run;                  ///< what the recipe asks of the whole run, for the target
+    Model model;                       ///< the float model, prepared (and its biases corrected)
+    std::optional<Model> uncorrected;  ///< the prepared model before bias correction, when that ran
     DraftPlan draft;
     std::unique_ptr<DataReader> data;
     CalibrationOutcome calibration;
@@ -385,6 +387,9 @@ Model emit_plan(RunState& s, const QuantPlan& plan) {
     return out;
 }
 
+// What quantized candidates are measured against: the prepared float model.
+const Model& float_reference(const RunState& s) { return s.uncorrected ? *s.uncorrected : s.model; }
+
 // Every tensor of the plan measured on the calibration data (so that
 // evaluation_data stays held out), most harmful first.
 std::vector<TensorSensitivity> sensitivity_of(RunState& s, int output_index) {
@@ -393,8 +398,8 @@ std::vector<TensorSensitivity> sensitivity_of(RunState& s, int output_index) {
              batches > 0 ? std::to_string(batches) : "all");
     size_t reported = 0;
     return analyze_sensitivity(
-        s.model, s.plan, [&](const QuantPlan& plan) { return emit_plan(s, plan); }, *s.data, batches, output_index,
-        s.threads,
+        float_reference(s), s.plan, [&](const QuantPlan& plan) { return emit_plan(s, plan); }, *s.data, batches,
+        output_index, s.threads,
         [&](size_t done, size_t total) {
             if (done * 10 / total == reported) return;
             reported = done * 10 / total;
@@ -433,7 +438,7 @@ void raise_sensitive_tensors(RunState& s, const MixedPrecisionTarget& target) {
     size_t quantized = 0;
     for (const auto& t : s.plan.tensors) quantized += t.role != TensorRole::Bias;
     const auto budget = static_cast<size_t>(std::floor(target.max_fraction * static_cast<double>(quantized)));
-    const auto reference = reference_batches(s.model, *s.data, 0, target.output_index, s.threads);
+    const auto reference = reference_batches(float_reference(s), *s.data, 0, target.output_index, s.threads);
     auto result = search_mixed_precision(target, *s.sensitivity, raising, reference, budget, s.threads);
     s.draft = raise_tensors(s.draft, result.raised, target, to_float, nullptr);
     result.report["raised_to"] =
@@ -444,14 +449,32 @@ void raise_sensitive_tensors(RunState& s, const MixedPrecisionTarget& target) {
     s.report["mixed_precision"] = std::move(result.report);
 }
 
+// extra_options.BiasCorrection: each Conv/Gemm bias takes back the mean shift
+// its quantized weight causes, measured through the quantized model.
+void correct_biases(RunState& s) {
+    auto biases = corrected_biases(s.model, emit_plan(s, s.plan), s.plan, *s.data, 0, s.threads);
+    s.uncorrected = s.model;
+    auto& graph = s.model.graph();
+    for (auto& init : *graph.mutable_initializer())
+        if (auto it = biases.find(init.name()); it != biases.end()) init = it->second.to_proto(init.name());
+    s.report["bias_correction"] = {{"layers", biases.size()}};
+    log_info("bias correction: {} Conv/Gemm biases corrected", biases.size());
+}
+
 void parameters_phase(RunState& s) {
-    s.plan = compute_parameters(s.model, s.draft, s.calibration, &s.ranges);
-    auto refined = s.target->refine(s.model, s.plan, s.run);
-    if (const auto target = mixed_precision_target(s.recipe)) {
-        raise_sensitive_tensors(s, *target);
+    auto recompute = [&s] {
         s.ranges.clear();
         s.plan = compute_parameters(s.model, s.draft, s.calibration, &s.ranges);
-        refined = s.target->refine(s.model, s.plan, s.run);
+        return s.target->refine(s.model, s.plan, s.run);
+    };
+    auto refined = recompute();
+    if (s.recipe.value("extra_options.BiasCorrection").get<bool>()) {
+        correct_biases(s);
+        refined = recompute();
+    }
+    if (const auto target = mixed_precision_target(s.recipe)) {
+        raise_sensitive_tensors(s, *target);
+        refined = recompute();
     }
     if (!refined.empty()) s.report["constraints"] = constraints_json(refined, true);
     s.report["tensors"] = nlohmann::json::array();

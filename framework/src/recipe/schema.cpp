@@ -154,6 +154,9 @@ const std::vector<KeySpec>& recipe_keys() {
          "include_cle"},
         {"extra_options.CLETotalLayerDiffThreshold", K::Float, "2e-7", P::Prepare, yes,
          "Adaptive CLE stops when the summed change across layers falls below this.", "include_cle"},
+        {"extra_options.BiasCorrection", K::Bool, "false", P::Parameters, yes,
+         "Add to each Conv/Gemm bias the mean shift its quantized weight causes, measured on the calibration "
+         "data through the quantized model."},
         // Automatic mixed precision: on when one of the targets is set.
         {"extra_options.AutoMixprecision.ActTargetQuantType", K::QuantType, "QInt16", P::Parameters, yes,
          "Type a raised activation gets (a target that cannot run it leaves the tensor float)."},
