@@ -553,3 +553,39 @@ TEST_F(NpuRun, ALowOutputNamesTheFirstTensorWhoseErrorReachesTheWarning) {
 }
 
 }  // namespace
+
+namespace {
+
+// A dynamic batch leaves the exporter's shape arithmetic (Shape -> Gather ->
+// Unsqueeze -> Concat, int64, no declared types) in the graph: float quant
+// types, which calibrate nothing, must still leave those tensors alone.
+TEST(FloatTypes, LeaveUntypedShapeArithmeticAlone) {
+    GraphBuilder b;
+    b.input("x", {1, 4, 8}).output("y", {1, 32});
+    b.initializer("i0", Tensor::from_values<int64_t>({1}, std::vector<int64_t>{0}));
+    b.initializer("rest", Tensor::from_values<int64_t>({1}, std::vector<int64_t>{-1}));
+    b.initializer("pos", ramp({1, 4, 8}, -1.0f, 0.05f));
+    b.node("Shape", {"x"}, {"shape"});
+    b.node("Gather", {"shape", "i0"}, {"n"});
+    vaiq::test::set_int_attribute(b.node("Concat", {"n", "rest"}, {"target"}), "axis", 0);
+    b.node("Add", {"x", "pos"}, {"xp"});
+    b.node("Reshape", {"xp", "target"}, {"y"});
+    auto model = b.build();
+    for (auto* v : {model.graph().mutable_input(0), model.graph().mutable_output(0)})
+        v->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)->set_dim_param("N");
+    const auto dir = temp_dir();
+    vaiq::save_model(model, dir / "in.onnx");
+    vaiq::PluginRegistry registry;
+    registry.load_default_paths();
+    for (const std::string type : {"QFloat16", "QBFloat16"}) {
+        const auto recipe = vaiq::load_recipe(write_text(
+            dir / "r.yaml", "recipe_version: 1\nmodel_input: in.onnx\nmodel_output: out.onnx\nactivation_type: " +
+                                type + "\nweight_type: " + type + "\nrandom_data_reader_input_shape: [2, 4, 8]\n"));
+        const auto report = vaiq::run_pipeline(recipe, registry, {}).report_json;
+        EXPECT_GT(report["evaluation"]["outputs"][0]["sqnr_db"].get<double>(), 30.0) << type;
+        for (const auto& t : report["tensors"])
+            EXPECT_TRUE(t["tensor"] != "n" && t["tensor"] != "target" && t["tensor"] != "shape") << t.dump();
+    }
+}
+
+}  // namespace

@@ -16,7 +16,14 @@ CalibrationOutcome calibrate(const Model& model, const DraftPlan& plan, DataRead
                              const std::function<void(int)>& on_batch) {
     CalibrationOutcome outcome;
     const auto observed = plan.observed();
-    if (observed.empty()) return outcome;
+    // Activations nothing observes (float quant types, fixed ranges) must be float
+    // too; an exporter's shape arithmetic (int64) often has no declared type, so
+    // the first batch tells.
+    std::vector<std::string> typed = observed;
+    for (const auto& t : plan.tensors)
+        if (!t.constant && t.role == TensorRole::Activation && !t.observed() && t.share_with.empty())
+            typed.push_back(t.tensor);
+    if (typed.empty()) return outcome;
 
     // The tensor that decides how a value is observed: the value's own, or that of the tensor taking its range.
     std::map<std::string, const PlannedTensor*> owner;
@@ -35,28 +42,32 @@ CalibrationOutcome calibrate(const Model& model, const DraftPlan& plan, DataRead
 
     runtime::ExecutorOptions options;
     options.threads = threads;
-    options.taps.insert(observed.begin(), observed.end());
+    options.taps.insert(typed.begin(), typed.end());
     runtime::Executor executor(model, options);
     std::set<std::string> not_float;
     data.rewind();
     while (auto batch = data.next()) {
+        // Past the first batch only what is observed is tapped; nothing observed: one batch.
+        if (outcome.batches > 0 && observed.empty()) break;
         try {
-            executor.run(batch->feeds, observed, [&](const std::string& name, const Tensor& value) {
-                if (value.type() != DataType::Float) {
-                    not_float.insert(name);
-                    return;
-                }
-                auto clamp = clamps.find(name);
-                if (clamp == clamps.end()) {
-                    observers.at(name)->observe(value.view<float>());
-                    return;
-                }
-                // The reader saturates outside the interval: observe what it sees.
-                Tensor clamped = value;
-                for (float& v : clamped.mutable_data<float>())
-                    if (!std::isnan(v)) v = std::clamp(v, clamp->second.min, clamp->second.max);
-                observers.at(name)->observe(clamped.view<float>());
-            });
+            executor.run(batch->feeds, outcome.batches == 0 ? typed : observed,
+                         [&](const std::string& name, const Tensor& value) {
+                             if (value.type() != DataType::Float) {
+                                 not_float.insert(name);
+                                 return;
+                             }
+                             if (!observers.count(name)) return;  // only its type was wanted
+                             auto clamp = clamps.find(name);
+                             if (clamp == clamps.end()) {
+                                 observers.at(name)->observe(value.view<float>());
+                                 return;
+                             }
+                             // The reader saturates outside the interval: observe what it sees.
+                             Tensor clamped = value;
+                             for (float& v : clamped.mutable_data<float>())
+                                 if (!std::isnan(v)) v = std::clamp(v, clamp->second.min, clamp->second.max);
+                             observers.at(name)->observe(clamped.view<float>());
+                         });
         } catch (const InputError& e) {
             throw InputError(fmt::format("calibration data {}: {}", batch->source, e.what()));
         }
@@ -69,7 +80,8 @@ CalibrationOutcome calibrate(const Model& model, const DraftPlan& plan, DataRead
     // A planned tensor is dropped when the value it is observed through is not float.
     for (const auto& t : plan.tensors) {
         const auto& source = t.range_from.empty() ? t.tensor : t.range_from;
-        if (t.observed() && not_float.count(source)) outcome.not_float.push_back(t.tensor);
+        if ((t.observed() && not_float.count(source)) || (!t.observed() && not_float.count(t.tensor)))
+            outcome.not_float.push_back(t.tensor);
     }
     return outcome;
 }

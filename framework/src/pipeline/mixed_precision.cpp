@@ -17,6 +17,12 @@ bool MixedPrecisionTarget::met_by(const OutputError& e) const {
     return true;
 }
 
+double MixedPrecisionTarget::score(const OutputError& e) const {
+    if (top1_drop) return e.top1_agreement;
+    if (sqnr_db) return e.sqnr_db;
+    return -e.relative_l2;
+}
+
 std::string MixedPrecisionTarget::describe() const {
     std::vector<std::string> parts;
     if (sqnr_db) parts.push_back(fmt::format("SQNR >= {} dB", *sqnr_db));
@@ -118,8 +124,11 @@ MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target,
                 const size_t mid = (fail + k) / 2;
                 (met(mid) ? k : fail) = mid;
             }
+            chosen = k;
+        } else {  // out of reach: the error need not fall with every tensor raised
+            for (const auto& [length, error] : errors)
+                if (target.score(error) > target.score(errors.at(chosen))) chosen = length;
         }
-        chosen = k;
     }
     const auto& last = error_at(chosen);
     const bool reached = target.met_by(last);
@@ -142,9 +151,9 @@ MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target,
                 {{"tensor", s.tensor}, {"role", role_name(s.role)}, {"output_sqnr_db_alone", *s.output_sqnr_db}});
     if (!reached)
         log_warn(
-            "mixed precision: the target ({}) is not met with {} tensors raised, all the budget "
-            "(MaxRaisedFraction) allows: SQNR {:.2f} dB, top-1 agreement {:.4f}",
-            target.describe(), raise.count(raised), last.sqnr_db, last.top1_agreement);
+            "mixed precision: the target ({}) is out of reach within the budget (MaxRaisedFraction: {} tensors); "
+            "the best tried raises {}: SQNR {:.2f} dB, top-1 agreement {:.4f}",
+            target.describe(), budget, raise.count(raised), last.sqnr_db, last.top1_agreement);
     return out;
 }
 

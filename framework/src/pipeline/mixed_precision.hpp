@@ -29,6 +29,8 @@ struct MixedPrecisionTarget {
     double max_fraction = 0.1;
 
     bool met_by(const OutputError& e) const;
+    /// Higher is better, in the measure of the first target set (top-1, SQNR, L2).
+    double score(const OutputError& e) const;
     std::string describe() const;
 };
 
@@ -55,9 +57,9 @@ struct MixedPrecisionResult {
 
 /// Searches the shortest prefix of `ranking` (most harmful first) whose
 /// raising meets `target` on `reference` within `budget` raised tensors:
-/// doubling the prefix, then bisecting (the error falls as the prefix grows,
-/// so a few evaluations do). When the budget cannot meet the target, the
-/// largest prefix within it is kept and a warning says so.
+/// doubling the prefix, then bisecting (the error mostly falls as the prefix
+/// grows, so a few evaluations do). When the budget cannot meet the target,
+/// the best prefix tried is kept and a warning says so.
 MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target,
                                             const std::vector<TensorSensitivity>& ranking, const Raising& raise,
                                             const ReferenceBatches& reference, size_t budget, int threads);

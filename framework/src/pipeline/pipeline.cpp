@@ -468,12 +468,13 @@ void parameters_phase(RunState& s) {
         return s.target->refine(s.model, s.plan, s.run);
     };
     auto refined = recompute();
-    if (s.recipe.value("extra_options.BiasCorrection").get<bool>()) {
-        correct_biases(s);
-        refined = recompute();
-    }
     if (const auto target = mixed_precision_target(s.recipe)) {
         raise_sensitive_tensors(s, *target);
+        refined = recompute();
+    }
+    // Last: the corrections are for the weights' final types.
+    if (s.recipe.value("extra_options.BiasCorrection").get<bool>()) {
+        correct_biases(s);
         refined = recompute();
     }
     if (!refined.empty()) s.report["constraints"] = constraints_json(refined, true);
