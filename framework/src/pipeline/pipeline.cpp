@@ -19,6 +19,7 @@
 #include "pipeline/preprocess.hpp"
 #include "pipeline/selection.hpp"
 #include "pipeline/sensitivity.hpp"
+#include "pipeline/smooth_quant.hpp"
 #include "recipe/defaults.hpp"
 #include "util/atomic_file.hpp"
 #include "util/npy.hpp"
@@ -352,6 +353,19 @@ void prepare_phase(RunState& s) {
         passes.push_back(pass_choice(s.registry, p.name, p.options, origin));
     passes.insert(passes.end(), s.plugins.passes.begin(), s.plugins.passes.end());
     run_passes(passes, s.registry, s.model, s.report["passes"]);
+    if (s.recipe.value("extra_options.SmoothQuant").get<bool>()) {
+        SmoothQuantOptions options;
+        options.alpha = s.recipe.value("extra_options.SmoothQuantAlpha").get<double>();
+        options.folding = s.recipe.value("extra_options.SmoothQuantFolding").get<bool>();
+        if (!(options.alpha >= 0 && options.alpha <= 1))
+            throw InputError(fmt::format("{}: extra_options.SmoothQuantAlpha must be within [0, 1], not {}",
+                                         s.recipe.setting("extra_options.SmoothQuantAlpha").origin, options.alpha));
+        s.data = calibration_reader(s.recipe, s.model);
+        const auto r = smooth_quant(s.model, *s.data, options, s.threads);
+        s.report["smooth_quant"] = {{"activations", r.activations}, {"weights", r.weights}, {"folded", r.folded}};
+        log_info("SmoothQuant: {} activations smoothed ({} folded into their producer), {} weights scaled",
+                 r.activations, r.folded, r.weights);
+    }
 }
 
 void plan_phase(RunState& s) {
@@ -369,7 +383,7 @@ void plan_phase(RunState& s) {
 }
 
 void calibrate_phase(RunState& s) {
-    s.data = calibration_reader(s.recipe, s.model);
+    if (!s.data) s.data = calibration_reader(s.recipe, s.model);
     s.calibration = calibrate(s.model, s.draft, *s.data, s.threads, [&](int batch) {
         log_debug("calibration batch {} of {} files", batch, s.data->items());
     });

@@ -154,6 +154,13 @@ const std::vector<KeySpec>& recipe_keys() {
          "include_cle"},
         {"extra_options.CLETotalLayerDiffThreshold", K::Float, "2e-7", P::Prepare, yes,
          "Adaptive CLE stops when the summed change across layers falls below this.", "include_cle"},
+        {"extra_options.SmoothQuant", K::Bool, "false", P::Prepare, yes,
+         "Move activation outliers into the weights of MatMul/Gemm nodes before calibration (SmoothQuant)."},
+        {"extra_options.SmoothQuantAlpha", K::Float, "0.5", P::Prepare, yes,
+         "How much of the difficulty moves: s_j = max|X_j|^alpha / max|W_j|^(1 - alpha).", "extra_options.SmoothQuant"},
+        {"extra_options.SmoothQuantFolding", K::Bool, "true", P::Prepare, yes,
+         "Fold 1/s into the producer of the activation where it has no other reader, instead of a Mul.",
+         "extra_options.SmoothQuant"},
         {"extra_options.BiasCorrection", K::Bool, "false", P::Parameters, yes,
          "Add to each Conv/Gemm bias the mean shift its quantized weight causes, measured on the calibration "
          "data through the quantized model."},

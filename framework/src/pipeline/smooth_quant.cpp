@@ -1,0 +1,198 @@
+#include "pipeline/smooth_quant.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "runtime/executor.hpp"
+#include "vaiq/graph.hpp"
+
+namespace vaiq {
+
+namespace {
+
+// A reader of X whose weight rows follow X's channels: B [K, N], or [N, K] for a Gemm with transB.
+struct Reader {
+    int node = 0;
+    bool rows_are_columns = false;  // transB: channel j is column j of the stored weight
+};
+
+bool constant_float(const GraphIndex& index, const std::string& name) {
+    const auto* t = index.initializer(name);
+    return t && t->data_type() == onnx::TensorProto::FLOAT;
+}
+
+std::map<std::string, std::vector<Reader>> smoothable(const Model& model, const GraphIndex& index) {
+    std::map<std::string, std::vector<Reader>> out;
+    const auto& graph = model.graph();
+    for (int i = 0; i < graph.node_size(); ++i) {
+        const auto& n = graph.node(i);
+        if (!is_default_domain(n) || n.input_size() < 2 || !constant_float(index, n.input(1))) continue;
+        if (index.initializer(n.input(0))) continue;
+        const auto* w = index.initializer(n.input(1));
+        if (w->dims_size() != 2) continue;
+        if (n.op_type() == "MatMul") out[n.input(0)].push_back({i, false});
+        if (n.op_type() == "Gemm" && int_attribute(n, "transA", 0) == 0)
+            out[n.input(0)].push_back({i, int_attribute(n, "transB", 0) != 0});
+    }
+    return out;
+}
+
+// Per-channel max |x| over the last axis, over every batch.
+std::map<std::string, std::vector<float>> activation_maxima(const Model& model, DataReader& data,
+                                                            const std::vector<std::string>& tensors, int threads) {
+    runtime::ExecutorOptions options;
+    options.threads = threads;
+    options.taps.insert(tensors.begin(), tensors.end());
+    runtime::Executor executor(model, options);
+    std::map<std::string, std::vector<float>> out;
+    data.rewind();
+    while (auto batch = data.next())
+        executor.run(batch->feeds, tensors, [&](const std::string& name, const Tensor& value) {
+            if (value.type() != DataType::Float || value.shape().empty()) return;
+            const auto k = static_cast<size_t>(value.shape().back());
+            auto& m = out[name];
+            if (m.empty()) m.assign(k, 0.0f);
+            if (m.size() != k) return;
+            const auto v = value.data<float>();
+            for (size_t i = 0; i < v.size(); ++i) m[i % k] = std::max(m[i % k], std::abs(v[i]));
+        });
+    return out;
+}
+
+// Scales element e of a constant along axis `axis` (of a 1-D or 2-D tensor) by f[channel].
+void scale_initializer(onnx::GraphProto& graph, const std::string& name, const std::vector<float>& f, int axis) {
+    for (auto& init : *graph.mutable_initializer()) {
+        if (init.name() != name) continue;
+        Tensor t = Tensor::from_proto(init);
+        const auto& shape = t.shape();
+        const size_t cols = shape.size() == 2 ? static_cast<size_t>(shape[1]) : 1;
+        auto v = t.mutable_data<float>();
+        for (size_t i = 0; i < v.size(); ++i) v[i] *= f[axis == 0 || shape.size() == 1 ? i / cols : i % cols];
+        init = t.to_proto(name);
+        return;
+    }
+}
+
+// Whether a constant holds exactly K values along the axis the channels run (a 1-D [K], or the column axis of a 2-D).
+bool per_channel_constant(const GraphIndex& index, const std::string& name, size_t k, bool columns) {
+    const auto* t = index.initializer(name);
+    if (!t || t->data_type() != onnx::TensorProto::FLOAT) return false;
+    if (t->dims_size() == 1) return static_cast<size_t>(t->dims(0)) == k;
+    return columns && t->dims_size() == 2 && static_cast<size_t>(t->dims(1)) == k;
+}
+
+// Folds x / s into the node writing X; false when it cannot.
+bool fold_into_producer(Model& model, const GraphIndex& index, const std::string& x, const std::vector<float>& inv) {
+    const int p = index.producer(x);
+    if (p < 0) return false;
+    const auto& n = model.graph().node(p);
+    if (!is_default_domain(n)) return false;
+    const size_t k = inv.size();
+    auto& graph = model.graph();
+    if (n.op_type() == "LayerNormalization" && n.input_size() >= 2 && int_attribute(n, "axis", -1) == -1) {
+        for (int i = 1; i < n.input_size(); ++i)
+            if (!per_channel_constant(index, n.input(i), k, false)) return false;
+        for (int i = 1; i < n.input_size(); ++i) scale_initializer(graph, n.input(i), inv, 0);
+        return true;
+    }
+    if (n.op_type() == "Mul" && per_channel_constant(index, n.input(1), k, false)) {
+        scale_initializer(graph, n.input(1), inv, 0);
+        return true;
+    }
+    // (y + c) / s needs y / s too: a spelled-out LayerNorm's Add(Mul(z, gamma), beta).
+    if (n.op_type() == "Add" && per_channel_constant(index, n.input(1), k, false)) {
+        const int m = index.producer(n.input(0));
+        if (m < 0 || index.consumers(n.input(0)).size() != 1) return false;
+        const auto& mul = graph.node(m);
+        if (mul.op_type() != "Mul" || !is_default_domain(mul) || !per_channel_constant(index, mul.input(1), k, false))
+            return false;
+        scale_initializer(graph, mul.input(1), inv, 0);
+        scale_initializer(graph, n.input(1), inv, 0);
+        return true;
+    }
+    if ((n.op_type() == "MatMul" || n.op_type() == "Gemm") && per_channel_constant(index, n.input(1), k, true) &&
+        int_attribute(n, "transB", 0) == 0 && index.consumers(n.output(0)).size() == 1) {
+        if (n.input_size() >= 3 && !per_channel_constant(index, n.input(2), k, false)) return false;
+        scale_initializer(graph, n.input(1), inv, 1);
+        if (n.input_size() >= 3) scale_initializer(graph, n.input(2), inv, 0);
+        return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+SmoothQuantResult smooth_quant(Model& model, DataReader& data, const SmoothQuantOptions& options, int threads) {
+    SmoothQuantResult result;
+    std::vector<std::string> inputs;
+    for (const auto& [x, r] : smoothable(model, GraphIndex(model))) inputs.push_back(x);
+    if (inputs.empty()) return result;
+    const auto maxima = activation_maxima(model, data, inputs, threads);
+
+    for (const auto& x : inputs) {
+        // Node positions move as Muls are inserted: the readers are found again each time.
+        const GraphIndex index(model);
+        const auto all = smoothable(model, index);
+        if (!all.count(x)) continue;
+        const auto& rs = all.at(x);
+        // A weight another node reads too cannot take this input's scales.
+        if (std::any_of(rs.begin(), rs.end(), [&](const Reader& r) {
+                return index.consumers(model.graph().node(r.node).input(1)).size() != 1;
+            }))
+            continue;
+        auto it = maxima.find(x);
+        if (it == maxima.end()) continue;
+        const auto& amax = it->second;
+        const size_t k = amax.size();
+        // max |W_j| over every reader's row j.
+        std::vector<float> wmax(k, 0.0f);
+        bool fits = true;
+        for (const auto& r : rs) {
+            const Tensor w = Tensor::from_proto(*index.initializer(model.graph().node(r.node).input(1)));
+            const size_t rows = static_cast<size_t>(w.shape()[0]), cols = static_cast<size_t>(w.shape()[1]);
+            if ((r.rows_are_columns ? cols : rows) != k) fits = false;
+            if (!fits) break;
+            const auto v = w.data<float>();
+            for (size_t i = 0; i < v.size(); ++i) {
+                const size_t j = r.rows_are_columns ? i % cols : i / cols;
+                wmax[j] = std::max(wmax[j], std::abs(v[i]));
+            }
+        }
+        if (!fits) continue;
+        std::vector<float> s(k), inv(k);
+        for (size_t j = 0; j < k; ++j) {
+            const double denominator = std::max(std::pow(static_cast<double>(wmax[j]), 1.0 - options.alpha), 1e-5);
+            s[j] =
+                static_cast<float>(std::max(std::pow(static_cast<double>(amax[j]), options.alpha) / denominator, 1e-5));
+            inv[j] = 1.0f / s[j];
+        }
+        // Every reader of X is smoothed, so X itself may change; else a Mul feeds only them.
+        const bool only_readers = index.consumers(x).size() == rs.size() && !index.is_graph_output(x);
+        std::string smoothed = x;
+        if (options.folding && only_readers && fold_into_producer(model, index, x, inv)) {
+            ++result.folded;
+        } else {
+            auto& graph = model.graph();
+            UniqueNames names(graph);
+            const auto factor = add_initializer(graph, names, x + "_smooth_scale",
+                                                Tensor::from_values<float>({static_cast<int64_t>(k)}, inv));
+            smoothed = names.fresh(x + "_smoothed");
+            make_node(graph, names, "Mul", {x, factor}, {smoothed}, x + "_smooth");
+            // Into place: before the first reader, so the graph stays in order.
+            int first = graph.node_size() - 1;
+            for (const auto& r : rs) first = std::min(first, r.node);
+            for (int i = graph.node_size() - 1; i > first; --i) graph.mutable_node()->SwapElements(i, i - 1);
+            for (const auto& r : rs) graph.mutable_node(r.node + 1)->set_input(0, smoothed);
+        }
+        for (const auto& r : rs) {
+            const auto& node = model.graph().node(r.node + (smoothed == x ? 0 : 1));
+            scale_initializer(model.graph(), node.input(1), s, r.rows_are_columns ? 1 : 0);
+            ++result.weights;
+        }
+        ++result.activations;
+    }
+    return result;
+}
+
+}  // namespace vaiq

@@ -1,0 +1,111 @@
+// SmoothQuant keeps the float function and moves the activations' outliers into the weights.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "pipeline/data_reader.hpp"
+#include "pipeline/smooth_quant.hpp"
+#include "runtime/executor.hpp"
+#include "test_support.hpp"
+#include "util/npy.hpp"
+#include "vaiq/graph.hpp"
+
+namespace fs = std::filesystem;
+using vaiq::Tensor;
+using vaiq::test::GraphBuilder;
+using vaiq::test::ramp;
+using vaiq::test::temp_dir;
+
+namespace {
+
+// LayerNormalization -> ln, read by two MatMuls (q, k); ln also feeds a residual Add
+// when `residual`, so it cannot be folded.
+vaiq::Model attention_inputs(bool residual) {
+    GraphBuilder b(17);
+    b.input("x", {2, 4}).output("q", {2, 3}).output("k", {2, 3});
+    if (residual) b.output("r", {2, 4});
+    b.initializer("gamma", Tensor::from_values<float>({4}, std::vector<float>{1.0f, 8.0f, 0.5f, 1.0f}));
+    b.initializer("beta", Tensor::from_values<float>({4}, std::vector<float>{0.1f, 2.0f, -0.1f, 0.0f}));
+    b.initializer("wq", ramp({4, 3}, -0.5f, 0.1f));
+    b.initializer("wk", ramp({4, 3}, 0.3f, -0.07f));
+    b.node("LayerNormalization", {"x", "gamma", "beta"}, {"ln"});
+    b.node("MatMul", {"ln", "wq"}, {"q"});
+    b.node("MatMul", {"ln", "wk"}, {"k"});
+    if (residual) b.node("Add", {"ln", "x"}, {"r"});
+    return b.build();
+}
+
+std::vector<Tensor> run(const vaiq::Model& model, const Tensor& x) {
+    vaiq::runtime::Executor executor(model);
+    return executor.run({{"x", x}});
+}
+
+const onnx::TensorProto& initializer(const vaiq::Model& m, const std::string& name) {
+    return *vaiq::GraphIndex(m).initializer(name);
+}
+
+class SmoothQuant : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        dir_ = temp_dir();
+        x_ = Tensor::from_values<float>({2, 4}, std::vector<float>{0.3f, -1.2f, 2.0f, 0.7f, -0.4f, 1.5f, 0.2f, -2.2f});
+        vaiq::write_npy(dir_ / "x.npy", x_);
+    }
+    vaiq::SmoothQuantResult smooth(vaiq::Model& m, bool folding) {
+        auto data = vaiq::open_data_reader(dir_ / "x.npy", m);
+        vaiq::SmoothQuantOptions options;
+        options.folding = folding;
+        return vaiq::smooth_quant(m, *data, options, 1);
+    }
+    fs::path dir_;
+    Tensor x_;
+};
+
+TEST_F(SmoothQuant, FoldsIntoTheLayerNormAndKeepsTheFloatOutputs) {
+    auto model = attention_inputs(false);
+    const auto before = run(model, x_);
+    const auto r = smooth(model, true);
+    EXPECT_EQ(r.activations, 1);
+    EXPECT_EQ(r.weights, 2);
+    EXPECT_EQ(r.folded, 1);
+    EXPECT_EQ(model.graph().node_size(), 3) << "no Mul inserted";
+    const auto after = run(model, x_);
+    for (size_t o = 0; o < before.size(); ++o)
+        for (int64_t i = 0; i < before[o].size(); ++i)
+            EXPECT_NEAR(after[o].data<float>()[i], before[o].data<float>()[i], 1e-5) << o << " " << i;
+    // Channel 1 (gamma 8, beta 2) is the outlier: its scale shrinks, its weight rows grow.
+    const auto gamma = Tensor::from_proto(initializer(model, "gamma"));
+    EXPECT_LT(gamma.data<float>()[1], 8.0f);
+    const auto wq = Tensor::from_proto(initializer(model, "wq"));
+    EXPECT_GT(std::abs(wq.data<float>()[3]), std::abs(-0.5f + 0.3f));
+}
+
+TEST_F(SmoothQuant, WithAnotherReaderAMulFeedsOnlyTheMatMuls) {
+    auto model = attention_inputs(true);
+    const auto before = run(model, x_);
+    const auto r = smooth(model, true);
+    EXPECT_EQ(r.activations, 1);
+    EXPECT_EQ(r.folded, 0) << "the residual Add reads ln too";
+    ASSERT_EQ(model.graph().node_size(), 5);
+    EXPECT_EQ(model.graph().node(1).op_type(), "Mul") << "in place before the MatMuls";
+    EXPECT_EQ(model.graph().node(4).input(0), "ln") << "the residual still reads the unscaled ln";
+    const auto after = run(model, x_);
+    for (size_t o = 0; o < before.size(); ++o)
+        for (int64_t i = 0; i < before[o].size(); ++i)
+            EXPECT_NEAR(after[o].data<float>()[i], before[o].data<float>()[i], 1e-5) << o << " " << i;
+}
+
+TEST_F(SmoothQuant, ScalesFollowTheDocumentedFormula) {
+    // One MatMul on the raw input: s_j = sqrt(max|x_j| / max|w_j|) with alpha 0.5.
+    GraphBuilder b;
+    b.input("x", {2, 4}).output("y", {2, 1});
+    b.initializer("w", Tensor::from_values<float>({4, 1}, std::vector<float>{0.5f, 2.0f, 1.0f, 0.25f}));
+    b.node("MatMul", {"x", "w"}, {"y"});
+    auto model = b.build();
+    smooth(model, false);
+    const auto w = Tensor::from_proto(initializer(model, "w"));
+    const float amax[] = {0.4f, 1.5f, 2.0f, 2.2f}, wmax[] = {0.5f, 2.0f, 1.0f, 0.25f};
+    for (int j = 0; j < 4; ++j) EXPECT_NEAR(w.data<float>()[j], wmax[j] * std::sqrt(amax[j] / wmax[j]), 1e-5) << j;
+}
+
+}  // namespace
