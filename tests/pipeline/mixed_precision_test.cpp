@@ -172,7 +172,7 @@ TEST(BiasCorrection, AddsTheMeanShiftOfTheQuantizedWeight) {
     plan.tensors.push_back(quant_entry("w", TensorRole::Weight, QuantType::QInt8, {1.0f / 127}, {0}));
     plan.tensors.push_back(quant_entry("k", TensorRole::Weight, QuantType::QInt8, {1.0f / 127}, {0}));
     // The model itself as the "quantized" one: its inputs are exactly the constants above.
-    const auto biases = vaiq::corrected_biases(model, model, plan, *data, 0, 1);
+    const auto biases = vaiq::corrected_biases(model, model, plan, {}, *data, 0, 1);
     ASSERT_EQ(biases.size(), 2u);
     auto rounded = [](float v) { return std::nearbyint(v * 127.0f) / 127.0f; };
     for (int n = 0; n < 3; ++n) {

@@ -56,7 +56,8 @@ struct ChannelMeans {
 }  // namespace
 
 std::map<std::string, Tensor> corrected_biases(const Model& float_model, const Model& quantized, const QuantPlan& plan,
-                                               DataReader& data, int max_batches, int threads) {
+                                               const std::map<std::string, Tensor>& rounded, DataReader& data,
+                                               int max_batches, int threads) {
     const auto layers = layers_to_correct(float_model, plan);
     std::map<std::string, Tensor> out;
     if (layers.empty()) return out;
@@ -86,7 +87,9 @@ std::map<std::string, Tensor> corrected_biases(const Model& float_model, const M
         const auto& m = means[l.input];
         const Tensor w = Tensor::from_proto(*index.initializer(l.weight));
         Tensor b = Tensor::from_proto(*index.initializer(l.bias));
-        const Tensor wq = fake_quantize(w, plan.find(l.weight)->params, l.weight);
+        const auto chosen = rounded.find(l.weight);
+        const Tensor wq =
+            fake_quantize(chosen != rounded.end() ? chosen->second : w, plan.find(l.weight)->params, l.weight);
         const auto& shape = w.shape();
         const auto wv = w.data<float>(), qv = wq.data<float>();
         auto bias = b.mutable_data<float>();

@@ -23,7 +23,9 @@ namespace vaiq {
 /// padded convolution sees are counted as the mean, an approximation of a few
 /// percent at most on 3x3 convolutions of small maps.
 /// Returns the corrected bias values by initializer name.
+/// `rounded` holds weights whose grid values were chosen otherwise (fast finetune).
 std::map<std::string, Tensor> corrected_biases(const Model& float_model, const Model& quantized, const QuantPlan& plan,
-                                               DataReader& data, int max_batches, int threads);
+                                               const std::map<std::string, Tensor>& rounded, DataReader& data,
+                                               int max_batches, int threads);
 
 }  // namespace vaiq

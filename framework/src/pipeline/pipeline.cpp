@@ -14,6 +14,7 @@
 #include "pipeline/diagnosis.hpp"
 #include "pipeline/dump.hpp"
 #include "pipeline/evaluation.hpp"
+#include "pipeline/fast_finetune.hpp"
 #include "pipeline/mixed_precision.hpp"
 #include "pipeline/planner.hpp"
 #include "pipeline/preprocess.hpp"
@@ -309,7 +310,8 @@ struct RunState {
     QuantPlan plan;
     std::map<std::string, TensorRange> ranges;
     Model quantized;
-    PluginInstance<Format> format;  ///< created on first use
+    PluginInstance<Format> format;                  ///< created on first use
+    std::map<std::string, Tensor> rounded_weights;  ///< fast finetune's grid values, written instead of the weights
     std::optional<std::vector<TensorSensitivity>> sensitivity;
     const int threads = 0;
 };
@@ -397,6 +399,9 @@ void calibrate_phase(RunState& s) {
 Model emit_plan(RunState& s, const QuantPlan& plan) {
     if (!s.format) s.format = s.registry.create<Format>(s.plugins.format.info->name, s.plugins.format.options);
     Model out = s.model;
+    for (auto& init : *out.graph().mutable_initializer())
+        if (auto it = s.rounded_weights.find(init.name()); it != s.rounded_weights.end())
+            init = it->second.to_proto(init.name());
     s.format->emit(out, plan);
     return out;
 }
@@ -466,13 +471,36 @@ void raise_sensitive_tensors(RunState& s, const MixedPrecisionTarget& target) {
 // extra_options.BiasCorrection: each Conv/Gemm bias takes back the mean shift
 // its quantized weight causes, measured through the quantized model.
 void correct_biases(RunState& s) {
-    auto biases = corrected_biases(s.model, emit_plan(s, s.plan), s.plan, *s.data, 0, s.threads);
+    auto biases = corrected_biases(s.model, emit_plan(s, s.plan), s.plan, s.rounded_weights, *s.data, 0, s.threads);
     s.uncorrected = s.model;
     auto& graph = s.model.graph();
     for (auto& init : *graph.mutable_initializer())
         if (auto it = biases.find(init.name()); it != biases.end()) init = it->second.to_proto(init.name());
     s.report["bias_correction"] = {{"layers", biases.size()}};
     log_info("bias correction: {} Conv/Gemm biases corrected", biases.size());
+}
+
+// include_fast_ft: each layer's weights fitted to reproduce the float layer (scales stay).
+void finetune_weights(RunState& s) {
+    const std::string prefix = "extra_options.FastFinetune.";
+    FastFinetuneOptions o;
+    o.algorithm = s.recipe.value(prefix + "OptimAlgorithm").get<std::string>();
+    o.iterations = static_cast<int>(s.recipe.value(prefix + "NumIterations").get<int64_t>());
+    const auto& lr = s.recipe.value(prefix + "LearningRate");
+    o.learning_rate = lr.is_null() ? (o.algorithm == "adaround" ? 0.1 : 1e-5) : lr.get<double>();
+    o.batch_columns = static_cast<int>(s.recipe.value(prefix + "ColumnsPerStep").get<int64_t>());
+    o.reg_param = s.recipe.value(prefix + "RegParam").get<double>();
+    o.warm_start = s.recipe.value(prefix + "WarmStart").get<double>();
+    o.memory_bytes = static_cast<size_t>(s.recipe.value(prefix + "MemoryMB").get<int64_t>()) << 20;
+    if (o.iterations < 0 || o.batch_columns < 1 || !(o.warm_start >= 0 && o.warm_start <= 1))
+        throw InputError(
+            fmt::format("{}: extra_options.FastFinetune needs NumIterations >= 0, ColumnsPerStep >= 1 "
+                        "and WarmStart within [0, 1]",
+                        s.recipe.setting("include_fast_ft").origin));
+    const auto result = fast_finetune(float_reference(s), emit_plan(s, s.plan), s.plan, *s.data, o, s.threads);
+    s.rounded_weights = result.rounded;
+    s.report["fast_finetune"] = {
+        {"algorithm", o.algorithm}, {"iterations", o.iterations}, {"layers", result.to_json()}};
 }
 
 void parameters_phase(RunState& s) {
@@ -486,7 +514,8 @@ void parameters_phase(RunState& s) {
         raise_sensitive_tensors(s, *target);
         refined = recompute();
     }
-    // Last: the corrections are for the weights' final types.
+    if (s.recipe.value("include_fast_ft").get<bool>()) finetune_weights(s);
+    // Last: the corrections are for the weights' final types and values.
     if (s.recipe.value("extra_options.BiasCorrection").get<bool>()) {
         correct_biases(s);
         refined = recompute();

@@ -101,6 +101,9 @@ const std::vector<KeySpec>& recipe_keys() {
         {"convert_nchw_to_nhwc", K::Bool, "false", P::Prepare, yes,
          "Convert an NCHW-input model to NHWC inputs first."},
         {"include_cle", K::Bool, "false", P::Prepare, yes, "Apply Cross Layer Equalization."},
+        {"include_fast_ft", K::Bool, "false", P::Parameters, yes,
+         "Fast finetune: fit each Conv/Gemm/MatMul's quantized weights to reproduce the float layer's output "
+         "(extra_options.FastFinetune)."},
         {"cle_guard", K::Bool, "true", P::Evaluate, yes,
          "Also quantize without CLE and keep CLE only if the output SQNR on the evaluation data is no lower.",
          "include_cle"},
@@ -161,6 +164,28 @@ const std::vector<KeySpec>& recipe_keys() {
         {"extra_options.SmoothQuantFolding", K::Bool, "true", P::Prepare, yes,
          "Fold 1/s into the producer of the activation where it has no other reader, instead of a Mul.",
          "extra_options.SmoothQuant"},
+        {"extra_options.FastFinetune.OptimAlgorithm",
+         K::Choice,
+         "adaround",
+         P::Parameters,
+         yes,
+         "adaround (learn each weight's rounding) or adaquant (move the weights through their quantization).",
+         "include_fast_ft",
+         {"adaround", "adaquant"}},
+        {"extra_options.FastFinetune.NumIterations", K::Int, "1000", P::Parameters, yes, "Steps per layer.",
+         "include_fast_ft"},
+        {"extra_options.FastFinetune.LearningRate", K::Float, "null", P::Parameters, yes,
+         "Adam's learning rate (default: 0.1 for adaround, 1e-5 for adaquant).", "include_fast_ft"},
+        {"extra_options.FastFinetune.ColumnsPerStep", K::Int, "256", P::Parameters, yes,
+         "Output positions (pixels of a Conv, rows of a Gemm/MatMul) per step, drawn from the samples.",
+         "include_fast_ft"},
+        {"extra_options.FastFinetune.RegParam", K::Float, "0.01", P::Parameters, yes,
+         "Weight of AdaRound's rounding regulariser.", "include_fast_ft"},
+        {"extra_options.FastFinetune.WarmStart", K::Float, "0.2", P::Parameters, yes,
+         "Fraction of the steps before the regulariser starts (its beta then falls from 20 to 2).", "include_fast_ft"},
+        {"extra_options.FastFinetune.MemoryMB", K::Int, "512", P::Parameters, yes,
+         "Memory for all layers' sampled input columns and float outputs (reservoir-sampled from the data).",
+         "include_fast_ft"},
         {"extra_options.BiasCorrection", K::Bool, "false", P::Parameters, yes,
          "Add to each Conv/Gemm bias the mean shift its quantized weight causes, measured on the calibration "
          "data through the quantized model."},
@@ -209,8 +234,8 @@ bool is_plugin_options_section(std::string_view path) {
 }
 
 bool is_section(std::string_view path) {
-    return path == "extra_options" || path == "extra_options.AutoMixprecision" || path == "plugin_options" ||
-           is_plugin_options_section(path);
+    return path == "extra_options" || path == "extra_options.AutoMixprecision" ||
+           path == "extra_options.FastFinetune" || path == "plugin_options" || is_plugin_options_section(path);
 }
 
 std::vector<std::string> keys_in_section(std::string_view section) {
@@ -226,8 +251,8 @@ std::vector<std::string> keys_in_section(std::string_view section) {
         if (!child.empty() && std::find(out.begin(), out.end(), child) == out.end()) out.push_back(child);
     }
     for (std::string_view s :
-         {"extra_options", "extra_options.AutoMixprecision", "plugin_options", "plugin_options.target",
-          "plugin_options.format", "plugin_options.calibrator", "extends"}) {
+         {"extra_options", "extra_options.AutoMixprecision", "extra_options.FastFinetune", "plugin_options",
+          "plugin_options.target", "plugin_options.format", "plugin_options.calibrator", "extends"}) {
         auto child = direct_child(s);
         if (!child.empty() && std::find(out.begin(), out.end(), child) == out.end()) out.push_back(child);
     }

@@ -1,0 +1,357 @@
+#include "pipeline/fast_finetune.hpp"
+
+#include <fmt/format.h>
+
+#include <Eigen/Dense>
+#include <chrono>
+#include <cmath>
+#include <random>
+
+#include "runtime/executor.hpp"
+#include "vaiq/adam.hpp"
+#include "vaiq/graph.hpp"
+#include "vaiq/log.hpp"
+
+namespace vaiq {
+
+namespace {
+
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+constexpr float kZeta = 1.1f, kGamma = -0.1f;  // AdaRound's rectified sigmoid stretch
+
+// One layer: how its weight reads its input, and the columns sampled for it.
+struct Layer {
+    std::string node, input, weight;
+    const TensorQuant* weight_quant = nullptr;
+    const TensorQuant* input_quant = nullptr;  // null: the input is not quantized
+    bool conv = false;
+    int64_t group = 1, kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, pt = 0, pl = 0, pb = 0, pr = 0;
+    int64_t outputs = 0, rows = 0;  // output channels; values per input column (all groups)
+    int storage = 0;                // weight layout for Gemm/MatMul: 0 [K, N], 1 [N, K]
+    RowMatrix w;                    // [outputs, rows / group]
+    std::vector<float> bias;
+    Eigen::MatrixXf x, y;  // sampled columns: quantized inputs [rows, n], float outputs [outputs, n]
+    int64_t stored = 0, seen = 0;
+};
+
+std::optional<Layer> layer_of(const onnx::NodeProto& n, const GraphIndex& index, const QuantPlan& plan) {
+    if (!is_default_domain(n) || n.input_size() < 2) return std::nullopt;
+    const bool conv = n.op_type() == "Conv", gemm = n.op_type() == "Gemm", matmul = n.op_type() == "MatMul";
+    if (!conv && !gemm && !matmul) return std::nullopt;
+    const auto* wq = plan.find(n.input(1));
+    const auto* init = index.initializer(n.input(1));
+    if (!wq || !init || !is_integer(wq->params.type) || init->data_type() != onnx::TensorProto::FLOAT)
+        return std::nullopt;
+    Layer l;
+    l.node = n.name().empty() ? n.output(0) : n.name();
+    l.input = n.input(0);
+    l.weight = n.input(1);
+    l.weight_quant = wq;
+    l.input_quant = plan.find(n.input(0));
+    l.conv = conv;
+    const Tensor w = Tensor::from_proto(*init);
+    const auto& shape = w.shape();
+    if (conv) {
+        if (shape.size() != 4) return std::nullopt;
+        for (const auto& a : n.attribute())
+            if (a.name() == "auto_pad" && a.s() != "NOTSET") return std::nullopt;
+        l.group = int_attribute(n, "group", 1);
+        l.kh = shape[2];
+        l.kw = shape[3];
+        const auto strides = ints_attribute(n, "strides").value_or(std::vector<int64_t>{1, 1});
+        const auto dilations = ints_attribute(n, "dilations").value_or(std::vector<int64_t>{1, 1});
+        const auto pads = ints_attribute(n, "pads").value_or(std::vector<int64_t>{0, 0, 0, 0});
+        if (strides.size() != 2 || dilations.size() != 2 || pads.size() != 4) return std::nullopt;
+        l.sh = strides[0], l.sw = strides[1], l.dh = dilations[0], l.dw = dilations[1], l.pt = pads[0], l.pl = pads[1];
+        l.pb = pads[2], l.pr = pads[3];
+        l.outputs = shape[0];
+        l.rows = shape[1] * l.group * l.kh * l.kw;
+        l.w = Eigen::Map<const RowMatrix>(w.data<float>().data(), shape[0], shape[1] * l.kh * l.kw);
+    } else {
+        if (shape.size() != 2 || (gemm && int_attribute(n, "transA", 0) != 0)) return std::nullopt;
+        l.storage = gemm && int_attribute(n, "transB", 0) != 0 ? 1 : 0;
+        const RowMatrix stored = Eigen::Map<const RowMatrix>(w.data<float>().data(), shape[0], shape[1]);
+        l.w = l.storage == 1 ? stored : RowMatrix(stored.transpose());
+        l.outputs = l.w.rows();
+        l.rows = l.w.cols();
+    }
+    l.bias.assign(static_cast<size_t>(l.outputs), 0.0f);
+    if (!matmul && n.input_size() >= 3) {
+        const auto* b = index.initializer(n.input(2));
+        if (!b || b->data_type() != onnx::TensorProto::FLOAT) return std::nullopt;
+        const Tensor bias = Tensor::from_proto(*b);
+        if (bias.size() != l.outputs) return std::nullopt;
+        l.bias.assign(bias.data<float>().begin(), bias.data<float>().end());
+    }
+    return l;
+}
+
+// Output positions of the layer on this input, and the input column of each.
+struct Columns {
+    const Layer& l;
+    const Tensor& value;
+    int64_t count = 0, oh = 1, ow = 1, h = 1, wd = 1, channels = 0;
+    Columns(const Layer& layer, const Tensor& v) : l(layer), value(v) {
+        const auto& s = v.shape();
+        if (l.conv) {
+            if (s.size() != 4 || s[1] * l.kh * l.kw != l.rows) return;
+            channels = s[1], h = s[2], wd = s[3];
+            oh = (h + l.pt + l.pb - l.dh * (l.kh - 1) - 1) / l.sh + 1;
+            ow = (wd + l.pl + l.pr - l.dw * (l.kw - 1) - 1) / l.sw + 1;
+            if (oh <= 0 || ow <= 0) return;
+            count = s[0] * oh * ow;
+        } else {
+            if (s.empty() || s.back() != l.rows) return;
+            count = v.size() / l.rows;
+        }
+    }
+    void fill(int64_t c, float* out) const {
+        const auto v = value.data<float>();
+        if (!l.conv) {
+            std::copy_n(v.data() + c * l.rows, l.rows, out);
+            return;
+        }
+        const int64_t n = c / (oh * ow), y0 = (c / ow) % oh * l.sh - l.pt, x0 = c % ow * l.sw - l.pl;
+        for (int64_t ch = 0; ch < channels; ++ch)
+            for (int64_t i = 0; i < l.kh; ++i)
+                for (int64_t j = 0; j < l.kw; ++j) {
+                    const int64_t y = y0 + i * l.dh, x = x0 + j * l.dw;
+                    *out++ = (y < 0 || y >= h || x < 0 || x >= wd) ? 0.0f : v[((n * channels + ch) * h + y) * wd + x];
+                }
+    }
+};
+
+// The layer's output for one input column: per group, W_g x_g + b.
+void layer_output(const Layer& l, const float* column, float* out) {
+    const int64_t k = l.w.cols(), per_group = l.outputs / l.group;
+    for (int64_t o = 0; o < l.outputs; ++o) {
+        const float* x = column + (o / per_group) * k;
+        double sum = l.bias[o];
+        for (int64_t r = 0; r < k; ++r) sum += static_cast<double>(l.w(o, r)) * x[r];
+        out[o] = static_cast<float>(sum);
+    }
+}
+
+// Per output channel: scale, zero point and the integer range of the weight's quantization.
+struct Grid {
+    std::vector<float> scale, zero;
+    float qmin = 0, qmax = 0;
+    explicit Grid(const Layer& l) {
+        const auto& p = l.weight_quant->params;
+        const auto [lo, hi] = integer_range(p.type, l.weight_quant->spec.symmetric, l.weight_quant->spec.reduce_range);
+        qmin = static_cast<float>(lo), qmax = static_cast<float>(hi);
+        for (int64_t o = 0; o < l.outputs; ++o) {
+            const size_t c = p.scale.size() == 1 ? 0 : static_cast<size_t>(o);
+            scale.push_back(p.scale.at(c));
+            zero.push_back(static_cast<float>(p.zero_point.at(c)));
+        }
+    }
+    float value(int64_t o, float q) const { return (std::clamp(q + zero[o], qmin, qmax) - zero[o]) * scale[o]; }
+    bool inside(int64_t o, float q) const { return q + zero[o] >= qmin && q + zero[o] <= qmax; }
+};
+
+float rectified_sigmoid(float v) {
+    return std::clamp(1.0f / (1.0f + std::exp(-v)) * (kZeta - kGamma) + kGamma, 0.0f, 1.0f);
+}
+
+// Mean over columns of the summed squared output error of weights `w` on the layer's samples.
+double reconstruction_loss(const Layer& l, const RowMatrix& w) {
+    const int64_t k = w.cols(), per_group = l.outputs / l.group;
+    double sum = 0;
+    for (int64_t g = 0; g < l.group; ++g) {
+        Eigen::MatrixXf out = w.middleRows(g * per_group, per_group) * l.x.block(g * k, 0, k, l.stored);
+        for (int64_t o = 0; o < per_group; ++o) out.row(o).array() += l.bias[g * per_group + o];
+        sum += (out - l.y.block(g * per_group, 0, per_group, l.stored)).squaredNorm();
+    }
+    return sum / static_cast<double>(std::max<int64_t>(l.stored, 1));
+}
+
+// Fits the layer's grid values; returns them as a [outputs, k] matrix.
+RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng) {
+    const Grid grid(l);
+    const int64_t k = l.w.cols(), per_group = l.outputs / l.group, n = l.stored;
+    const bool adaround = o.algorithm == "adaround";
+    // AdaRound: floor(w / s) plus a learned h in [0, 1]; AdaQuant: w itself.
+    RowMatrix base(l.outputs, k), param(l.outputs, k);
+    for (int64_t r = 0; r < l.outputs; ++r)
+        for (int64_t c = 0; c < k; ++c) {
+            const float scaled = l.w(r, c) / grid.scale[r];
+            base(r, c) = std::floor(scaled);
+            const float rest = std::clamp(scaled - base(r, c), 0.01f, 0.99f);
+            param(r, c) = adaround ? -std::log((kZeta - kGamma) / (rest - kGamma) - 1.0f) : l.w(r, c);
+        }
+    auto soft = [&](int64_t r, int64_t c) {
+        return adaround ? grid.value(r, base(r, c) + rectified_sigmoid(param(r, c)))
+                        : grid.value(r, std::nearbyint(param(r, c) / grid.scale[r]));
+    };
+    Adam adam(static_cast<size_t>(param.size()), o.learning_rate);
+    const int64_t batch = std::min<int64_t>(o.batch_columns, n);
+    const int warm = static_cast<int>(o.warm_start * o.iterations);
+    std::uniform_int_distribution<int64_t> pick(0, n - 1);
+    RowMatrix w(l.outputs, k), grad(l.outputs, k);
+    Eigen::MatrixXf xb(l.rows, batch), yb(l.outputs, batch);
+    for (int it = 0; it < o.iterations; ++it) {
+        for (int64_t b = 0; b < batch; ++b) {
+            const int64_t c = pick(rng);
+            xb.col(b) = l.x.col(c);
+            yb.col(b) = l.y.col(c);
+        }
+        for (int64_t r = 0; r < l.outputs; ++r)
+            for (int64_t c = 0; c < k; ++c) w(r, c) = soft(r, c);
+        for (int64_t g = 0; g < l.group; ++g) {
+            Eigen::MatrixXf err = w.middleRows(g * per_group, per_group) * xb.middleRows(g * k, k);
+            for (int64_t r = 0; r < per_group; ++r) err.row(r).array() += l.bias[g * per_group + r];
+            err -= yb.middleRows(g * per_group, per_group);
+            grad.middleRows(g * per_group, per_group) =
+                (2.0f / static_cast<float>(batch)) * err * xb.middleRows(g * k, k).transpose();
+        }
+        const float beta = it < warm ? 0.0f
+                                     : static_cast<float>(o.beta_start + (o.beta_end - o.beta_start) * (it - warm) /
+                                                                             std::max(1, o.iterations - warm));
+        for (int64_t r = 0; r < l.outputs; ++r)
+            for (int64_t c = 0; c < k; ++c) {
+                float& g = grad(r, c);
+                if (!adaround) {  // straight through the rounding, not through the clipping
+                    if (!grid.inside(r, std::nearbyint(param(r, c) / grid.scale[r]))) g = 0;
+                    continue;
+                }
+                const float sig = 1.0f / (1.0f + std::exp(-param(r, c)));
+                const float h = sig * (kZeta - kGamma) + kGamma;
+                const float dh = (h > 0 && h < 1) ? (kZeta - kGamma) * sig * (1 - sig) : 0.0f;
+                float d = grid.inside(r, base(r, c) + std::clamp(h, 0.0f, 1.0f)) ? g * grid.scale[r] : 0.0f;
+                if (beta > 0) {  // d/dh of reg * (1 - |2h - 1|^beta)
+                    const float t = 2 * std::clamp(h, 0.0f, 1.0f) - 1;
+                    d -=
+                        static_cast<float>(o.reg_param) * beta * std::pow(std::abs(t), beta - 1) * 2 * (t < 0 ? -1 : 1);
+                }
+                g = d * dh;
+            }
+        adam.step(std::span<float>(param.data(), static_cast<size_t>(param.size())),
+                  std::span<const float>(grad.data(), static_cast<size_t>(grad.size())));
+    }
+    for (int64_t r = 0; r < l.outputs; ++r)
+        for (int64_t c = 0; c < k; ++c)
+            w(r, c) = adaround ? grid.value(r, base(r, c) + (rectified_sigmoid(param(r, c)) >= 0.5f ? 1.0f : 0.0f))
+                               : grid.value(r, std::nearbyint(param(r, c) / grid.scale[r]));
+    return w;
+}
+
+RowMatrix nearest(const Layer& l) {
+    const Grid grid(l);
+    RowMatrix w = l.w;
+    for (int64_t r = 0; r < w.rows(); ++r)
+        for (int64_t c = 0; c < w.cols(); ++c) w(r, c) = grid.value(r, std::nearbyint(l.w(r, c) / grid.scale[r]));
+    return w;
+}
+
+// The fitted matrix in the weight's own layout.
+Tensor as_weight(const Layer& l, const RowMatrix& w, const Tensor& original) {
+    Tensor out = original;
+    auto dst = out.mutable_data<float>();
+    if (l.conv || l.storage == 1) {
+        std::copy(w.data(), w.data() + w.size(), dst.begin());
+    } else {
+        const RowMatrix t = w.transpose();
+        std::copy(t.data(), t.data() + t.size(), dst.begin());
+    }
+    return out;
+}
+
+}  // namespace
+
+nlohmann::json FastFinetuneResult::to_json() const {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& l : layers)
+        out.push_back({{"node", l.node},
+                       {"weight", l.weight},
+                       {"columns", l.columns},
+                       {"loss_nearest", l.loss_nearest},
+                       {"loss", l.loss},
+                       {"seconds", l.seconds}});
+    return out;
+}
+
+FastFinetuneResult fast_finetune(const Model& float_model, const Model& quantized, const QuantPlan& plan,
+                                 DataReader& data, const FastFinetuneOptions& options, int threads) {
+    const GraphIndex index(float_model);
+    std::vector<Layer> layers;
+    for (const auto& n : float_model.graph().node())
+        if (auto l = layer_of(n, index, plan)) layers.push_back(std::move(*l));
+    FastFinetuneResult result;
+    if (layers.empty()) return result;
+    // Every layer gets the same share of the memory for its samples.
+    const size_t share = options.memory_bytes / layers.size();
+    std::vector<int64_t> capacity;
+    for (auto& l : layers) {
+        capacity.push_back(std::max<int64_t>(1, static_cast<int64_t>(share / ((l.rows + l.outputs) * sizeof(float)))));
+        l.x.resize(l.rows, 0);
+        l.y.resize(l.outputs, 0);
+    }
+    std::vector<std::string> taps;
+    for (const auto& l : layers) taps.push_back(l.input);
+    std::sort(taps.begin(), taps.end());
+    taps.erase(std::unique(taps.begin(), taps.end()), taps.end());
+
+    runtime::ExecutorOptions exec;
+    exec.threads = threads;
+    exec.taps.insert(taps.begin(), taps.end());
+    runtime::Executor reference(float_model, exec);
+    exec.fuse_qdq = false;  // the layers' float inputs must exist to be tapped
+    runtime::Executor candidate(quantized, exec);
+    std::mt19937_64 rng(options.seed);
+    std::vector<float> q_column, f_column;
+    data.rewind();
+    while (auto batch = data.next()) {
+        std::map<std::string, Tensor> float_inputs;
+        reference.run(batch->feeds, taps,
+                      [&](const std::string& name, const Tensor& v) { float_inputs.emplace(name, v); });
+        candidate.run(batch->feeds, taps, [&](const std::string& name, const Tensor& value) {
+            const auto f = float_inputs.find(name);
+            if (f == float_inputs.end() || value.type() != DataType::Float) return;
+            for (size_t i = 0; i < layers.size(); ++i) {
+                auto& l = layers[i];
+                if (l.input != name) continue;
+                const Tensor q = l.input_quant ? fake_quantize(value, l.input_quant->params, name) : value;
+                const Columns qc(l, q), fc(l, f->second);
+                if (qc.count == 0 || qc.count != fc.count) continue;
+                q_column.resize(l.rows);
+                f_column.resize(l.rows);
+                for (int64_t c = 0; c < qc.count; ++c) {
+                    // Reservoir sampling: every column seen so far equally likely kept.
+                    int64_t slot = l.stored;
+                    if (l.stored >= capacity[i]) slot = std::uniform_int_distribution<int64_t>(0, l.seen)(rng);
+                    ++l.seen;
+                    if (slot >= capacity[i]) continue;
+                    if (slot == l.stored) {
+                        l.x.conservativeResize(Eigen::NoChange, l.stored + 1);
+                        l.y.conservativeResize(Eigen::NoChange, l.stored + 1);
+                        ++l.stored;
+                    }
+                    qc.fill(c, q_column.data());
+                    fc.fill(c, f_column.data());
+                    l.x.col(slot) = Eigen::Map<const Eigen::VectorXf>(q_column.data(), l.rows);
+                    layer_output(l, f_column.data(), l.y.col(slot).data());
+                }
+            }
+        });
+    }
+
+    for (auto& l : layers) {
+        if (l.stored == 0) continue;
+        const auto start = std::chrono::steady_clock::now();
+        const RowMatrix plain = nearest(l);
+        const RowMatrix fitted = fit(l, options, rng);
+        FinetunedLayer r{l.node, l.weight, reconstruction_loss(l, plain), reconstruction_loss(l, fitted), l.stored, 0};
+        r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        // Keep nearest rounding when fitting did not help (on the samples it was fitted on).
+        const Tensor original = Tensor::from_proto(*index.initializer(l.weight));
+        result.rounded[l.weight] = as_weight(l, r.loss < r.loss_nearest ? fitted : plain, original);
+        r.loss = std::min(r.loss, r.loss_nearest);
+        log_info("fast finetune: {} ({} columns): output error {:.4g} -> {:.4g} in {:.1f} s", l.node, l.stored,
+                 r.loss_nearest, r.loss, r.seconds);
+        result.layers.push_back(r);
+    }
+    return result;
+}
+
+}  // namespace vaiq

@@ -1,0 +1,57 @@
+// Fast finetune (include_fast_ft, extra_options.FastFinetune): layer by layer,
+// the quantized weights of Conv, Gemm and MatMul nodes are fitted so that the
+// layer, fed what the quantized model feeds it, reproduces the float layer's
+// output on the float model's input. Scales stay fixed; only which grid value
+// each weight takes changes. AdaRound learns whether each weight rounds up or
+// down (a rectified sigmoid pushed to 0 or 1 by an annealed regulariser);
+// AdaQuant moves the weights themselves through their quantization
+// (straight-through gradient).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <string>
+
+#include "pipeline/data_reader.hpp"
+#include "vaiq/model.hpp"
+#include "vaiq/quant.hpp"
+#include "vaiq/tensor.hpp"
+
+namespace vaiq {
+
+struct FastFinetuneOptions {
+    std::string algorithm = "adaround";    ///< OptimAlgorithm: adaround or adaquant
+    int iterations = 1000;                 ///< NumIterations, per layer
+    double learning_rate = 0.1;            ///< LearningRate (AdaQuant's documented default: 1e-5)
+    int batch_columns = 256;               ///< output positions (pixels, rows) per step
+    double reg_param = 0.01;               ///< RegParam: the rounding regulariser's weight
+    double warm_start = 0.2;               ///< WarmStart: the fraction of steps without it
+    double beta_start = 20, beta_end = 2;  ///< BetaRange, annealed linearly
+    /// For every layer together, the sampled input columns and float outputs kept (bytes).
+    size_t memory_bytes = size_t{512} << 20;
+    uint64_t seed = 0;
+};
+
+struct FinetunedLayer {
+    std::string node, weight;
+    double loss_nearest = 0;  ///< mean squared output error with nearest rounding
+    double loss = 0;          ///< the same after finetuning (the better of the two is kept)
+    int64_t columns = 0;      ///< output positions it was fitted on
+    double seconds = 0;
+};
+
+struct FastFinetuneResult {
+    /// Per weight, float values exactly on its quantization grid, to write
+    /// instead of the float weight (quantizing them gives the chosen integers).
+    std::map<std::string, Tensor> rounded;
+    std::vector<FinetunedLayer> layers;
+    nlohmann::json to_json() const;
+};
+
+/// `quantized` is the model as written with `plan` (its layer inputs are
+/// tapped before their Q/DQ and quantized with the plan's parameters).
+FastFinetuneResult fast_finetune(const Model& float_model, const Model& quantized, const QuantPlan& plan,
+                                 DataReader& data, const FastFinetuneOptions& options, int threads);
+
+}  // namespace vaiq

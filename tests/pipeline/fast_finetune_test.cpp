@@ -1,0 +1,142 @@
+// Fast finetune: on one layer, AdaRound and AdaQuant reconstruct the float
+// output better than rounding to nearest, with weights on the grid.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "pipeline/data_reader.hpp"
+#include "pipeline/fast_finetune.hpp"
+#include "runtime/executor.hpp"
+#include "test_support.hpp"
+#include "util/npy.hpp"
+
+namespace fs = std::filesystem;
+using vaiq::QuantType;
+using vaiq::Tensor;
+using vaiq::TensorRole;
+using vaiq::test::GraphBuilder;
+using vaiq::test::quant_entry;
+using vaiq::test::temp_dir;
+
+namespace {
+
+Tensor random_tensor(std::vector<int64_t> shape, uint32_t seed, float lo, float hi) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(lo, hi);
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = u(rng);
+    return Tensor::from_values<float>(shape, v);
+}
+
+class FastFinetune : public ::testing::Test {
+  protected:
+    // Samples of `input` (one file each) for the data reader.
+    std::unique_ptr<vaiq::DataReader> data(const vaiq::Model& model, std::vector<int64_t> shape, int samples) {
+        dir_ = temp_dir();
+        fs::create_directories(dir_ / "data");
+        for (int i = 0; i < samples; ++i)
+            vaiq::write_npy(dir_ / "data" / fmt::format("s{}.npy", i), random_tensor(shape, 100 + i, -1.0f, 1.0f));
+        return vaiq::open_data_reader(dir_ / "data", model);
+    }
+    fs::path dir_;
+};
+
+// The chosen values are on the weight's grid and each is w/s rounded down or up.
+void expect_on_grid(const Tensor& chosen, const Tensor& w, float scale) {
+    for (int64_t i = 0; i < w.size(); ++i) {
+        const float q = chosen.data<float>()[i] / scale;
+        EXPECT_NEAR(q, std::nearbyint(q), 1e-4) << i;
+        const float lo = std::floor(w.data<float>()[i] / scale);
+        EXPECT_TRUE(std::nearbyint(q) == lo || std::nearbyint(q) == lo + 1) << i << ": " << q;
+    }
+}
+
+TEST_F(FastFinetune, AdaRoundReconstructsAGemmBetterThanNearestRounding) {
+    GraphBuilder b;
+    b.input("x", {16, 12}).output("y", {16, 6});
+    const auto w = random_tensor({12, 6}, 7, -0.5f, 0.5f);
+    b.initializer("w", w);
+    b.initializer("b", Tensor::from_values<float>({6}, std::vector<float>(6, 0.1f)));
+    b.node("Gemm", {"x", "w", "b"}, {"y"});
+    const auto model = b.build();
+    auto reader = data(model, {16, 12}, 4);
+    vaiq::QuantPlan plan;
+    const float scale = 0.5f / 7;  // a coarse 4-bit-like grid makes rounding matter
+    plan.tensors.push_back(quant_entry("w", TensorRole::Weight, QuantType::QInt8, {scale}, {0}));
+    vaiq::FastFinetuneOptions options;
+    options.iterations = 1000;
+    options.batch_columns = 64;
+    const auto r = vaiq::fast_finetune(model, model, plan, *reader, options, 1);
+    ASSERT_EQ(r.layers.size(), 1u);
+    EXPECT_EQ(r.layers[0].columns, 64) << "16 rows x 4 samples";
+    EXPECT_LT(r.layers[0].loss, 0.9 * r.layers[0].loss_nearest)
+        << r.layers[0].loss << " vs nearest " << r.layers[0].loss_nearest;
+    expect_on_grid(r.rounded.at("w"), w, scale);
+}
+
+TEST_F(FastFinetune, AdaQuantDoesNoWorseThanNearestRounding) {
+    GraphBuilder b;
+    b.input("x", {8, 10}).output("y", {8, 5});
+    b.initializer("w", random_tensor({10, 5}, 9, -0.5f, 0.5f));
+    b.node("MatMul", {"x", "w"}, {"y"});
+    const auto model = b.build();
+    auto reader = data(model, {8, 10}, 4);
+    vaiq::QuantPlan plan;
+    plan.tensors.push_back(quant_entry("w", TensorRole::Weight, QuantType::QInt8, {0.5f / 7}, {0}));
+    vaiq::FastFinetuneOptions options;
+    options.algorithm = "adaquant";
+    options.iterations = 300;
+    options.learning_rate = 1e-3;
+    const auto r = vaiq::fast_finetune(model, model, plan, *reader, options, 1);
+    ASSERT_EQ(r.layers.size(), 1u);
+    EXPECT_LE(r.layers[0].loss, r.layers[0].loss_nearest);
+}
+
+// The columns a strided, padded, grouped convolution is fitted on are its own:
+// the error reported for nearest rounding is the executor's, computed apart.
+TEST_F(FastFinetune, ConvolutionColumnsMatchTheExecutor) {
+    GraphBuilder b;
+    b.input("x", {1, 4, 7, 6}).output("y", {1, 6, 4, 3});
+    const auto w = random_tensor({6, 2, 3, 3}, 11, -0.4f, 0.4f);
+    b.initializer("w", w);
+    b.initializer("b", random_tensor({6}, 12, -0.1f, 0.1f));
+    auto& conv = b.node("Conv", {"x", "w", "b"}, {"y"});
+    vaiq::test::set_int_attribute(conv, "group", 2);
+    vaiq::test::set_ints_attribute(conv, "strides", {2, 2});
+    vaiq::test::set_ints_attribute(conv, "pads", {1, 1, 1, 0});
+    const auto model = b.build();
+    auto reader = data(model, {1, 4, 7, 6}, 3);
+    const float scale = 0.4f / 7;
+    vaiq::QuantPlan plan;
+    plan.tensors.push_back(quant_entry("w", TensorRole::Weight, QuantType::QInt8, {scale}, {0}));
+    vaiq::FastFinetuneOptions options;
+    options.iterations = 0;  // only the measurement
+    const auto r = vaiq::fast_finetune(model, model, plan, *reader, options, 1);
+    ASSERT_EQ(r.layers.size(), 1u);
+    EXPECT_EQ(r.layers[0].columns, 3 * 4 * 3);
+
+    auto rounded = model;
+    for (auto& init : *rounded.graph().mutable_initializer()) {
+        if (init.name() != "w") continue;
+        Tensor t = Tensor::from_proto(init);
+        for (auto& v : t.mutable_data<float>()) v = std::nearbyint(v / scale) * scale;
+        init = t.to_proto("w");
+    }
+    vaiq::runtime::Executor f(model), q(rounded);
+    double sum = 0;
+    reader->rewind();
+    while (auto batch = reader->next()) {
+        const auto a = f.run(batch->feeds)[0], c = q.run(batch->feeds)[0];
+        for (int64_t i = 0; i < a.size(); ++i) {
+            const double d = a.data<float>()[i] - c.data<float>()[i];
+            sum += d * d;
+        }
+    }
+    EXPECT_NEAR(r.layers[0].loss_nearest, sum / (3 * 4 * 3), 1e-4 * (sum / 36) + 1e-9);
+}
+
+}  // namespace
