@@ -297,7 +297,15 @@ class ConvertOpsetCommand final : public Command {
 
     int run() override {
         const Model model = load_model(input_, {.check_opset = false});
-        const Model converted = convert_opset(model, opset_);
+        PluginRegistry registry;
+        registry.load_default_paths();
+        // Exporters rarely declare the ranks ONNX's adapters into opsets 12 and 13 need.
+        const auto declare_shapes = [&](Model& m) {
+            nlohmann::json report = nlohmann::json::array();
+            run_passes({pass_choice(registry, "infer_symbolic_shapes", nullptr, "vaiq convert-opset")}, registry, m,
+                       report);
+        };
+        const Model converted = convert_opset(model, opset_, declare_shapes);
         save_model(converted, output_, {}, input_);
         spdlog::info("wrote {} (opset {} -> {})", output_, model.opset(), converted.opset());
         return kExitOk;

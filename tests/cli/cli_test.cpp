@@ -558,6 +558,18 @@ TEST(Cli, ConvertOpset) {
     r = vaiq_cli("convert-opset " + (dir / "old.onnx").string() + " " + (dir / "new.onnx").string() + " --opset 13");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(vaiq::load_model(dir / "new.onnx").opset(), 13);
+
+    // An opset-9 export whose Softmax input has no declared shape (as PP-OCR's):
+    // symbolic shape inference gives the adapters what they need.
+    vaiq::test::GraphBuilder b(9);
+    b.input("x", {1, 3, 8}).output("y", {1, 3, 8});
+    b.node("Relu", {"x"}, {"r"});
+    vaiq::set_int_attribute(b.node("Softmax", {"r"}, {"y"}), "axis", 2);
+    vaiq::save_model(b.build(), dir / "softmax9.onnx");
+    r = vaiq_cli("convert-opset " + (dir / "softmax9.onnx").string() + " " + (dir / "softmax13.onnx").string() +
+                 " --opset 13");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(vaiq::load_model(dir / "softmax13.onnx").opset(), 13);
 }
 
 }  // namespace

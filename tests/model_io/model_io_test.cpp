@@ -169,6 +169,36 @@ TEST(ModelIo, ConvertsOpsets) {
     EXPECT_THROW(vaiq::convert_opset(old, 0), InputError);
 }
 
+// Softmax changed meaning in opset 13: ONNX's adapter needs its input's rank,
+// which exporters rarely declare (here a Relu's output has no value_info).
+vaiq::Model undeclared_softmax_model() {
+    vaiq::test::GraphBuilder b(9);
+    b.input("x", {2, 3, 4}).output("y", {2, 3, 4});
+    b.node("Relu", {"x"}, {"r"});
+    vaiq::set_int_attribute(b.node("Softmax", {"r"}, {"y"}), "axis", 2);
+    return b.build();
+}
+
+TEST(ModelIo, ConvertsSoftmaxOnceShapesAreDeclared) {
+    const auto old = undeclared_softmax_model();
+    EXPECT_THROW(vaiq::convert_opset(old, 13), InputError);
+    int asked = 0;
+    const auto converted = vaiq::convert_opset(old, 13, [&](vaiq::Model& m) {
+        ++asked;
+        vaiq::store_inferred_shapes(m);
+    });
+    EXPECT_EQ(asked, 1);
+    EXPECT_EQ(converted.opset(), 13);
+    EXPECT_EQ(converted.graph().value_info_size(), 0) << "the shapes declared for the adapters stay out";
+    const auto x = vaiq::test::ramp({2, 3, 4}, -1.0f, 0.25f);
+    const auto want = vaiq::evaluate(old, {{"x", x}})[0].data<float>();
+    const auto got = vaiq::evaluate(converted, {{"x", x}})[0].data<float>();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6f) << i;
+    // A hook that cannot help leaves the plain conversion's error.
+    EXPECT_THROW(vaiq::convert_opset(old, 13, [](vaiq::Model&) {}), InputError);
+}
+
 TEST(ModelIo, NeverWritesOverTheInput) {
     const auto dir = temp_dir();
     vaiq::save_model(vaiq::test::conv_relu_model(), dir / "in.onnx");

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -123,7 +124,12 @@ VAIQ_API int store_inferred_shapes(Model& model, const ShapeInferenceOptions& op
 /// op the executor does not run.
 VAIQ_API std::vector<Tensor> evaluate(const Model& model, const std::map<std::string, Tensor>& feeds = {});
 
-/// Converts the default-domain opset with ONNX's version converter.
-VAIQ_API Model convert_opset(const Model& model, int64_t target_opset);
+/// Converts the default-domain opset with ONNX's version converter. Its
+/// adapters into opsets 12 and 13 (Softmax, ...) need ranks that exporters
+/// rarely declare: when the plain conversion fails and `declare_shapes` is
+/// given, it declares shapes in a copy (e.g. symbolic shape inference) and the
+/// conversion is retried; the value_info it added is dropped from the result.
+VAIQ_API Model convert_opset(const Model& model, int64_t target_opset,
+                             const std::function<void(Model&)>& declare_shapes = {});
 
 }  // namespace vaiq

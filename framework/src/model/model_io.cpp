@@ -284,13 +284,44 @@ std::map<std::string, std::vector<int64_t>> infer_shapes(const Model& model) {
     return shapes;
 }
 
-Model convert_opset(const Model& model, int64_t target_opset) {
+namespace {
+
+onnx::ModelProto converted(const Model& model, int target_opset, const std::function<void(Model&)>& declare_shapes) {
+    std::exception_ptr plain_error;
+    try {
+        return onnx::version_conversion::ConvertVersion(model.proto(), target_opset);
+    } catch (const std::exception&) {
+        if (!declare_shapes) throw;
+        plain_error = std::current_exception();
+    }
+    try {
+        // Inference knows more of opset 11 (Slice, Resize and Clip take inputs): shapes are declared there.
+        constexpr int kShapedOpset = 11;
+        Model shaped = model.opset() < kShapedOpset && target_opset > kShapedOpset
+                           ? Model(onnx::version_conversion::ConvertVersion(model.proto(), kShapedOpset))
+                           : model;
+        declare_shapes(shaped);
+        auto out = onnx::version_conversion::ConvertVersion(shaped.proto(), target_opset);
+        std::set<std::string> declared;
+        for (const auto& v : model.graph().value_info()) declared.insert(v.name());
+        auto* infos = out.mutable_graph()->mutable_value_info();
+        infos->erase(std::remove_if(infos->begin(), infos->end(),
+                                    [&](const onnx::ValueInfoProto& v) { return !declared.count(v.name()); }),
+                     infos->end());
+        return out;
+    } catch (const std::exception&) {
+        std::rethrow_exception(plain_error);  // the plain conversion's error says more
+    }
+}
+
+}  // namespace
+
+Model convert_opset(const Model& model, int64_t target_opset, const std::function<void(Model&)>& declare_shapes) {
     if (target_opset < 1) throw InputError(fmt::format("--opset {} is not an opset version", target_opset));
     const int64_t current = model.opset();
     if (current == 0) throw InputError("the model imports no default-domain opset to convert from");
     try {
-        auto converted = onnx::version_conversion::ConvertVersion(model.proto(), static_cast<int>(target_opset));
-        return Model(std::move(converted));
+        return Model(converted(model, static_cast<int>(target_opset), declare_shapes));
     } catch (const std::exception& e) {
         std::string message = e.what();
         if (auto nl = message.find('\n'); nl != std::string::npos) message.resize(nl);
