@@ -299,13 +299,7 @@ class ConvertOpsetCommand final : public Command {
         const Model model = load_model(input_, {.check_opset = false});
         PluginRegistry registry;
         registry.load_default_paths();
-        // Exporters rarely declare the ranks ONNX's adapters into opsets 12 and 13 need.
-        const auto declare_shapes = [&](Model& m) {
-            nlohmann::json report = nlohmann::json::array();
-            run_passes({pass_choice(registry, "infer_symbolic_shapes", nullptr, "vaiq convert-opset")}, registry, m,
-                       report);
-        };
-        const Model converted = convert_opset(model, opset_, declare_shapes);
+        const Model converted = convert_opset_with_shapes(model, opset_, registry);
         save_model(converted, output_, {}, input_);
         spdlog::info("wrote {} (opset {} -> {})", output_, model.opset(), converted.opset());
         return kExitOk;

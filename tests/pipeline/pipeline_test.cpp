@@ -588,4 +588,28 @@ TEST(FloatTypes, LeaveUntypedShapeArithmeticAlone) {
     }
 }
 
+// per_channel on an opset-11 model: the run converts it to 13 (DequantizeLinear's
+// axis) rather than refusing, and says so in the report.
+TEST(PerChannel, UpgradesAnOlderModelToOpset13) {
+    const auto dir = temp_dir();
+    vaiq::save_model(vaiq::test::conv_relu_model(11), dir / "in.onnx");
+    vaiq::PluginRegistry registry;
+    registry.load_default_paths();
+    const auto recipe = vaiq::load_recipe(
+        write_text(dir / "r.yaml",
+                   "recipe_version: 1\nmodel_input: in.onnx\nmodel_output: out.onnx\nper_channel: true\n"
+                   "random_data_reader_input_shape: [1, 2, 4, 4]\n"));
+    const auto report = vaiq::run_pipeline(recipe, registry, {}).report_json;
+    EXPECT_EQ(report["opset_converted"]["from"], 11);
+    EXPECT_EQ(report["opset_converted"]["to"], 13);
+    const auto out = vaiq::load_model(dir / "out.onnx");
+    EXPECT_EQ(out.opset(), 13);
+    bool per_channel_weight = false;
+    for (const auto& n : out.graph().node())
+        per_channel_weight |= n.op_type() == "DequantizeLinear" && vaiq::int_attribute(n, "axis", -1) == 0 &&
+                              n.input(0).find('w') != std::string::npos;
+    EXPECT_TRUE(per_channel_weight) << vaiq::test::dump_graph(out);
+    EXPECT_EQ(vaiq::load_model(dir / "in.onnx").opset(), 11) << "the input model is never modified";
+}
+
 }  // namespace

@@ -340,6 +340,15 @@ void load_phase(RunState& s) {
 
 // The documented preparation steps, then the target's transforms, CLE and the recipe's passes.
 void prepare_phase(RunState& s) {
+    // Per-channel weights need DequantizeLinear's axis (opset 13): older models are upgraded, as asked.
+    constexpr int64_t kPerChannelOpset = 13;
+    if (s.recipe.value("per_channel").get<bool>() && s.model.opset() < kPerChannelOpset) {
+        const int64_t from = s.model.opset();
+        s.model = convert_opset_with_shapes(s.model, kPerChannelOpset, s.registry);
+        s.report["opset_converted"] = {{"from", from}, {"to", kPerChannelOpset}, {"why", "per_channel"}};
+        log_info("per_channel: the model was converted from opset {} to {} (DequantizeLinear's axis)", from,
+                 kPerChannelOpset);
+    }
     if (s.recipe.value("extra_options.RemoveInputInit").get<bool>()) {
         const int removed = remove_initializer_inputs(s.model);
         if (removed > 0) log_info("RemoveInputInit: {} initializers are no longer graph inputs", removed);

@@ -36,6 +36,13 @@ PluginChoice pass_choice(PluginRegistry& registry, const std::string& name, cons
     return {&info, registry.resolve_options(info, options)};
 }
 
+Model convert_opset_with_shapes(const Model& model, int64_t opset, PluginRegistry& registry) {
+    return convert_opset(model, opset, [&](Model& m) {
+        nlohmann::json report = nlohmann::json::array();
+        run_passes({pass_choice(registry, "infer_symbolic_shapes", nullptr, "opset conversion")}, registry, m, report);
+    });
+}
+
 nlohmann::json preprocess(const std::filesystem::path& input, const std::filesystem::path& output,
                           const PreprocessOptions& options, PluginRegistry& registry) {
     if (options.int_max <= 0) throw InputError(fmt::format("int_max must be positive, not {}", options.int_max));

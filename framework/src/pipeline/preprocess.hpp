@@ -23,6 +23,10 @@ void run_passes(const std::vector<PluginChoice>& passes, PluginRegistry& registr
 PluginChoice pass_choice(PluginRegistry& registry, const std::string& name, const nlohmann::json& options,
                          const std::string& origin);
 
+/// Converts the model to `opset`, declaring shapes with the symbolic shape
+/// inference pass where ONNX's adapters need them (convert_opset).
+Model convert_opset_with_shapes(const Model& model, int64_t opset, PluginRegistry& registry);
+
 /// quant_pre_process's arguments, with their documented defaults.
 struct PreprocessOptions {
     bool skip_optimization = false;
