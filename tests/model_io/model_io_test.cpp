@@ -191,8 +191,10 @@ TEST(ModelIo, ConvertsSoftmaxOnceShapesAreDeclared) {
     EXPECT_EQ(converted.opset(), 13);
     EXPECT_EQ(converted.graph().value_info_size(), 0) << "the shapes declared for the adapters stay out";
     const auto x = vaiq::test::ramp({2, 3, 4}, -1.0f, 0.25f);
-    const auto want = vaiq::evaluate(old, {{"x", x}})[0].data<float>();
-    const auto got = vaiq::evaluate(converted, {{"x", x}})[0].data<float>();
+    const auto old_outputs = vaiq::evaluate(old, {{"x", x}});  // kept: data() views them
+    const auto new_outputs = vaiq::evaluate(converted, {{"x", x}});
+    const auto want = old_outputs[0].data<float>();
+    const auto got = new_outputs[0].data<float>();
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6f) << i;
     // A hook that cannot help leaves the plain conversion's error.
