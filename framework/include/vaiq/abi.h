@@ -22,7 +22,7 @@
 #endif
 
 /** The ABI revision of this SDK; a plugin must carry exactly this number. */
-#define VAIQ_ABI_VERSION 4u /* 4: typed target requests, calibrator scale forms, node marks */
+#define VAIQ_ABI_VERSION 5u /* 5: passes may ask for channel ranges measured on the data */
 
 /** Name of the one symbol a plugin library exports. */
 #define VAIQ_PLUGIN_ENTRY_NAME "vaiq_plugin_entry"

@@ -1,10 +1,23 @@
 // vaiq/pass.hpp - the pass plugin interface.
 #pragma once
 
+#include <map>
+#include <string>
+#include <vector>
+
 #include "vaiq/model.hpp"
 #include "vaiq/plugin.hpp"
 
 namespace vaiq {
+
+/// A float tensor whose largest |value| per channel a pass asks for.
+struct ChannelRangeRequest {
+    std::string tensor;
+    int axis = 1;  ///< the channel axis (1: NCHW and [N, C]; -1: the last)
+};
+
+/// Largest |value| per channel over the calibration data, by tensor.
+using ChannelRanges = std::map<std::string, std::vector<float>>;
 
 /// A named graph rewrite.
 class VAIQ_API Pass : public Plugin {
@@ -14,6 +27,18 @@ class VAIQ_API Pass : public Plugin {
 
     /// Rewrites the model in place; returns whether anything changed.
     virtual bool run(Model& model) = 0;
+
+    /// What a pass that uses the data asks the host to measure on `model`
+    /// before run() (default: nothing). The host measures it when the run has
+    /// calibration data and passes it to set_channel_ranges(); without data
+    /// (`vaiq preprocess`) run() is called without it.
+    virtual std::vector<ChannelRangeRequest> channel_ranges_wanted(const Model& model) const {
+        (void)model;
+        return {};
+    }
+    /// The measured ranges, before run(); tensors that are not float or lack
+    /// the axis are left out.
+    virtual void set_channel_ranges(ChannelRanges ranges) { (void)ranges; }
 };
 
 /// A pass without options that runs one function (returning whether it changed

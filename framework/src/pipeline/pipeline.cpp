@@ -10,6 +10,7 @@
 
 #include "pipeline/bias_correction.hpp"
 #include "pipeline/calibration.hpp"
+#include "pipeline/channel_ranges.hpp"
 #include "pipeline/data_reader.hpp"
 #include "pipeline/diagnosis.hpp"
 #include "pipeline/dump.hpp"
@@ -363,7 +364,13 @@ void prepare_phase(RunState& s) {
     for (const auto& p : defaults::equalization_passes(s.recipe))
         passes.push_back(pass_choice(s.registry, p.name, p.options, origin));
     passes.insert(passes.end(), s.plugins.passes.begin(), s.plugins.passes.end());
-    run_passes(passes, s.registry, s.model, s.report["passes"]);
+    // Data-aware passes measure the model as it stands when they run, through a reader of its own
+    // (an earlier pass may have changed the inputs the run's reader was opened for).
+    const ChannelMeasurer measure = [&s](const Model& model, const std::vector<ChannelRangeRequest>& wanted) {
+        const auto reader = calibration_reader(s.recipe, model);
+        return channel_ranges(model, *reader, wanted, s.threads);
+    };
+    run_passes(passes, s.registry, s.model, s.report["passes"], measure);
     if (s.recipe.value("extra_options.SmoothQuant").get<bool>()) {
         SmoothQuantOptions options;
         options.alpha = s.recipe.value("extra_options.SmoothQuantAlpha").get<double>();

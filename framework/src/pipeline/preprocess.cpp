@@ -12,10 +12,17 @@
 namespace vaiq {
 
 void run_passes(const std::vector<PluginChoice>& passes, PluginRegistry& registry, Model& model,
-                nlohmann::json& report) {
+                nlohmann::json& report, const ChannelMeasurer& measure) {
     for (const auto& choice : passes) {
         const auto start = std::chrono::steady_clock::now();
         auto pass = registry.create<Pass>(choice.info->name, choice.options);
+        if (const auto wanted = pass->channel_ranges_wanted(model); !wanted.empty()) {
+            if (measure)
+                pass->set_channel_ranges(measure(model, wanted));
+            else
+                log_info("pass {}: no calibration data here: it runs without the {} channel ranges it asks for",
+                         choice.info->name, wanted.size());
+        }
         const bool changed = pass->run(model);
         if (changed) {
             try {

@@ -5,19 +5,26 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "pipeline/pipeline.hpp"
 #include "plugin/registry.hpp"
 #include "vaiq/model.hpp"
+#include "vaiq/pass.hpp"
 
 namespace vaiq {
 
+/// Measures what a data-aware pass asks for on the model as it stands.
+using ChannelMeasurer = std::function<ChannelRanges(const Model&, const std::vector<ChannelRangeRequest>&)>;
+
 /// Runs each pass on the model in order, checking the model after each one
-/// that changed it; appends {name, changed, seconds} to `report`.
+/// that changed it; appends {name, changed, seconds} to `report`. A pass that
+/// asks for channel ranges gets them from `measure` when there is one (a run
+/// with calibration data), else runs without them.
 void run_passes(const std::vector<PluginChoice>& passes, PluginRegistry& registry, Model& model,
-                nlohmann::json& report);
+                nlohmann::json& report, const ChannelMeasurer& measure = {});
 
 /// A pass by name with options (null for the defaults), found in the registry.
 PluginChoice pass_choice(PluginRegistry& registry, const std::string& name, const nlohmann::json& options,

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <map>
 
-#include "runtime/executor.hpp"
+#include "pipeline/channel_ranges.hpp"
 #include "vaiq/graph.hpp"
 
 namespace vaiq {
@@ -35,28 +35,6 @@ std::map<std::string, std::vector<Reader>> smoothable(const Model& model, const 
         if (n.op_type() == "Gemm" && int_attribute(n, "transA", 0) == 0)
             out[n.input(0)].push_back({i, int_attribute(n, "transB", 0) != 0});
     }
-    return out;
-}
-
-// Per-channel max |x| over the last axis, over every batch.
-std::map<std::string, std::vector<float>> activation_maxima(const Model& model, DataReader& data,
-                                                            const std::vector<std::string>& tensors, int threads) {
-    runtime::ExecutorOptions options;
-    options.threads = threads;
-    options.taps.insert(tensors.begin(), tensors.end());
-    runtime::Executor executor(model, options);
-    std::map<std::string, std::vector<float>> out;
-    data.rewind();
-    while (auto batch = data.next())
-        executor.run(batch->feeds, tensors, [&](const std::string& name, const Tensor& value) {
-            if (value.type() != DataType::Float || value.shape().empty()) return;
-            const auto k = static_cast<size_t>(value.shape().back());
-            auto& m = out[name];
-            if (m.empty()) m.assign(k, 0.0f);
-            if (m.size() != k) return;
-            const auto v = value.data<float>();
-            for (size_t i = 0; i < v.size(); ++i) m[i % k] = std::max(m[i % k], std::abs(v[i]));
-        });
     return out;
 }
 
@@ -128,7 +106,9 @@ SmoothQuantResult smooth_quant(Model& model, DataReader& data, const SmoothQuant
     std::vector<std::string> inputs;
     for (const auto& [x, r] : smoothable(model, GraphIndex(model))) inputs.push_back(x);
     if (inputs.empty()) return result;
-    const auto maxima = activation_maxima(model, data, inputs, threads);
+    std::vector<ChannelRangeRequest> requests;
+    for (const auto& x : inputs) requests.push_back({x, -1});
+    const auto maxima = channel_ranges(model, data, requests, threads);
 
     for (const auto& x : inputs) {
         // Node positions move as Muls are inserted: the readers are found again each time.

@@ -38,7 +38,8 @@ std::vector<PassRequest> equalization_passes(const Recipe& recipe) {
     return {{"cross_layer_equalization",
              {{"steps", recipe.value("extra_options.CLESteps")},
               {"total_layer_diff_threshold", recipe.value("extra_options.CLETotalLayerDiffThreshold")},
-              {"scale_append_bias", recipe.value("extra_options.CLEScaleAppendBias")}}}};
+              {"scale_append_bias", recipe.value("extra_options.CLEScaleAppendBias")},
+              {"activation_aware", recipe.value("extra_options.CLEActivationAware")}}}};
 }
 
 std::vector<PassRequest> preprocess_passes_before(const PreprocessOptions& options) {

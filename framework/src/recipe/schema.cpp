@@ -207,6 +207,10 @@ const std::vector<KeySpec>& recipe_keys() {
          "Raise at most this fraction of the quantized activations and weights."},
         {"extra_options.CLEScaleAppendBias", K::Bool, "true", P::Prepare, yes,
          "Include the bias when computing CLE weight scales.", "include_cle"},
+        {"extra_options.CLEActivationAware", K::Bool, "false", P::Prepare, yes,
+         "CLE balances each channel between the weights and the activation between the layers (its range "
+         "measured on the calibration data), not the weights alone.",
+         "include_cle"},
     };
     return keys;
 }

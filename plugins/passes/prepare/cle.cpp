@@ -5,6 +5,14 @@
 // s = sqrt(r1 / r0) (r0, r1 the channel's largest |weight| in each), so both
 // ranges become sqrt(r0 r1). The model computes the same function; per-tensor
 // quantization loses less on the equalized weights.
+//
+// Activation-aware (vaiq's CLEActivationAware): the weights alone ignore the
+// tensor between the layers, which is quantized per tensor too and takes the
+// first layer's factor. With its per-channel range a (measured on the
+// calibration data), the first layer's range becomes sqrt(r0 * rho * a), rho =
+// max r0 / max a bringing a to the weights' scale: s = sqrt(r1 / sqrt(r0 rho a))
+// balances the activation with the two weights instead of only the weights.
+#include <algorithm>
 #include <cmath>
 
 #include "cle.hpp"
@@ -162,7 +170,7 @@ constexpr double kWeightThreshold = 0.5;
 // so does its bias), and the last layer's input channel is divided by the
 // product. Returns the mean |change| of the weights it touched.
 double equalize(onnx::GraphProto& graph, const vaiq::GraphIndex& index, const std::vector<int>& chain,
-                bool append_bias) {
+                bool append_bias, vaiq::ChannelRanges* activations) {
     std::vector<Layer> layers;
     std::vector<WeightView> views;
     for (size_t i = 0; i < chain.size(); ++i) {
@@ -180,6 +188,21 @@ double equalize(onnx::GraphProto& graph, const vaiq::GraphIndex& index, const st
         const float shrink = bias_shrink(layers[0].bias, ranges[0]);
         for (size_t c = 0; c < channels; ++c)
             ranges[0][c] = std::max(ranges[0][c], std::abs(layers[0].bias[c]) / shrink);
+    }
+    // The tensor layer i writes for layer i + 1, where its ranges were measured.
+    auto activation = [&](size_t i) -> std::vector<float>* {
+        if (!activations) return nullptr;
+        auto it = activations->find(graph.node(chain[i + 1]).input(0));
+        return it != activations->end() && it->second.size() == channels ? &it->second : nullptr;
+    };
+    for (size_t i = 0; i + 1 < chain.size(); ++i) {
+        const auto* a = activation(i);
+        if (!a) continue;
+        const float a_max = *std::max_element(a->begin(), a->end());
+        const float r_max = *std::max_element(ranges[i].begin(), ranges[i].end());
+        if (!(a_max > 0) || !(r_max > 0)) continue;
+        for (size_t c = 0; c < channels; ++c)
+            ranges[i][c] = std::sqrt(ranges[i][c] * (*a)[c] * (r_max / a_max));
     }
     // factor[i][c]: what layer i's weights on channel c are multiplied by.
     std::vector<std::vector<float>> factor(chain.size(), std::vector<float>(channels, 1.0f));
@@ -200,6 +223,7 @@ double equalize(onnx::GraphProto& graph, const vaiq::GraphIndex& index, const st
             factor[i][c] = static_cast<float>(g / ranges[i][c]);
             carried *= g / ranges[i][c];
             if (!layers[i].bias.empty()) layers[i].bias[c] *= static_cast<float>(carried);
+            if (auto* a = activation(i)) (*a)[c] *= static_cast<float>(carried);  // for the next sweep
         }
         factor[last][c] = static_cast<float>(1.0 / carried);
     }
@@ -259,8 +283,19 @@ void CrossLayerEqualization::configure(const vaiq::Options& options) {
     steps_ = static_cast<int>(options.get_int("steps"));
     threshold_ = options.get_float("total_layer_diff_threshold");
     append_bias_ = options.get_bool("scale_append_bias");
+    activation_aware_ = options.get_bool("activation_aware");
     if (steps_ == 0 || steps_ < -1)
         throw vaiq::InputError(fmt::format("CLESteps must be -1 (adaptive) or at least 1, not {}", steps_));
+}
+
+std::vector<vaiq::ChannelRangeRequest> CrossLayerEqualization::channel_ranges_wanted(const vaiq::Model& model) const {
+    if (!activation_aware_) return {};
+    const auto& graph = model.graph();
+    const vaiq::GraphIndex index(model);
+    std::vector<vaiq::ChannelRangeRequest> out;
+    for (const auto& chain : chains(graph, index, find_pairs(graph, index)))
+        for (size_t i = 1; i < chain.size(); ++i) out.push_back({graph.node(chain[i]).input(0), 1});
+    return out;
 }
 
 bool CrossLayerEqualization::run(vaiq::Model& model) {
@@ -279,15 +314,17 @@ bool CrossLayerEqualization::run(vaiq::Model& model) {
     bool changed = false;
     for (; done < steps; ++done) {
         total = 0;
-        for (const auto& chain : found) total += equalize(graph, index, chain, append_bias_);
+        for (const auto& chain : found)
+            total += equalize(graph, index, chain, append_bias_, activation_aware_ ? &activations_ : nullptr);
         changed |= total > 0;
         if (steps_ == -1 && total < threshold_) {
             ++done;
             break;
         }
     }
-    vaiq::log_info("cross_layer_equalization: {} pairs and triples, {} steps (last total change {:.3g})", found.size(),
-                   done, total);
+    vaiq::log_info("cross_layer_equalization: {} pairs and triples, {} steps (last total change {:.3g}){}",
+                   found.size(), done, total,
+                   activation_aware_ ? fmt::format(", {} activations measured", activations_.size()) : "");
     return changed;
 }
 

@@ -14,6 +14,9 @@ const vaiq_option_descriptor kCleOptions[] = {
     {"total_layer_diff_threshold", VAIQ_OPTION_FLOAT, "2e-7",
      "Adaptive steps stop when the summed mean weight change of a sweep falls below this."},
     {"scale_append_bias", VAIQ_OPTION_BOOL, "true", "Count the first layer's bias in its channel ranges."},
+    {"activation_aware", VAIQ_OPTION_BOOL, "false",
+     "Balance each channel's scale between the weights and the activation they produce, measured on the "
+     "calibration data, instead of the weights alone."},
 };
 
 const vaiq_option_descriptor kSymbolicOptions[] = {

@@ -534,4 +534,68 @@ TEST(CrossLayerEqualization, DepthwiseGemmAndAdaptiveSteps) {
     }
 }
 
+// Largest |value| per channel (axis 1) of tensor `name` when the model runs on x.
+std::vector<float> channel_maxima(const vaiq::Model& model, const vaiq::Tensor& x, const std::string& name) {
+    vaiq::runtime::ExecutorOptions options;
+    options.taps.insert(name);
+    vaiq::runtime::Executor executor(model, options);
+    std::vector<float> out;
+    executor.run({{model.graph().input(0).name(), x}}, {name}, [&](const std::string&, const vaiq::Tensor& v) {
+        const int64_t channels = v.shape()[1], inner = v.size() / (v.shape()[0] * channels);
+        out.assign(channels, 0.0f);
+        for (int64_t i = 0; i < v.size(); ++i)
+            out[(i / inner) % channels] = std::max(out[(i / inner) % channels], std::abs(v.data<float>()[i]));
+    });
+    return out;
+}
+
+float spread(const std::vector<float>& r) {
+    return *std::max_element(r.begin(), r.end()) / *std::min_element(r.begin(), r.end());
+}
+
+TEST(CrossLayerEqualization, ActivationAwareBalancesTheTensorBetweenTheLayers) {
+    // Balanced weights, but channel 0's bias makes its activation 100x the others':
+    // weights alone see nothing to equalize; the activation does.
+    GraphBuilder b;
+    b.input("x", {1, 2, 6, 6}).output("y", {1, 3, 6, 6});
+    b.initializer("w1", values({4, 2, 3, 3}, [](int64_t i) { return 0.2f * noise(i); }));
+    b.initializer("b1", vaiq::Tensor::from_values<float>({4}, std::vector<float>{100.0f, 0.5f, 0.5f, 0.5f}));
+    b.initializer("w2", values({3, 4, 1, 1}, [](int64_t i) { return 0.5f + noise(i + 100); }));
+    set_ints_attribute(b.node("Conv", {"x", "w1", "b1"}, {"c1"}), "pads", {1, 1, 1, 1});
+    b.node("Relu", {"c1"}, {"r"});
+    b.node("Conv", {"r", "w2"}, {"y"});
+    const auto model = b.build();
+    const auto x = values({1, 2, 6, 6}, noise);
+    const nlohmann::json options = {{"scale_append_bias", false}, {"activation_aware", true}};
+
+    static auto registry = vaiq::test::registry_with_test_plugin();
+    const auto& info = registry.require(vaiq::PluginKind::Pass, "cross_layer_equalization");
+    auto pass = registry.create<vaiq::Pass>("cross_layer_equalization", registry.resolve_options(info, options));
+    const auto wanted = pass->channel_ranges_wanted(model);
+    ASSERT_EQ(wanted.size(), 1u);
+    EXPECT_EQ(wanted[0].tensor, "r");
+    EXPECT_EQ(wanted[0].axis, 1);
+    const auto before = channel_maxima(model, x, "r");
+    ASSERT_GT(spread(before), 50.0f);
+
+    auto aware = model;
+    pass->set_channel_ranges({{"r", before}});
+    EXPECT_TRUE(pass->run(aware));
+    vaiq::check_model(aware);
+    EXPECT_LT(relative_difference(run(model, {{"x", x}})[0], run(aware, {{"x", x}})[0]), 1e-5);
+    const auto weights_only = expect_same_function("cross_layer_equalization", model, x, 1e-5,
+                                                   {{"scale_append_bias", false}});
+    const float plain_spread = spread(channel_maxima(weights_only, x, "r"));
+    const float aware_spread = spread(channel_maxima(aware, x, "r"));
+    EXPECT_GT(plain_spread, 50.0f) << "weights alone leave the activation as it was";
+    // Channel 0's range is blended as sqrt(r0 * 100 r0): 10x, so its scale falls by sqrt(10).
+    EXPECT_NEAR(aware_spread, plain_spread / std::sqrt(10.0f), 0.1f * aware_spread)
+        << "the activation's channels come closer";
+
+    // Without ranges (vaiq preprocess: no data) the option falls back to the weights alone.
+    auto no_data = model;
+    run_pass("cross_layer_equalization", no_data, options);
+    EXPECT_EQ(find_initializer(no_data, "w1")->raw_data(), find_initializer(weights_only, "w1")->raw_data());
+}
+
 }  // namespace
