@@ -26,7 +26,8 @@ namespace {
 // 60 in the row that reads channel 1 of r, which is always 0 (w1's column 1 is
 // negative on non-negative inputs): the 60 changes nothing in float, but at 8
 // bits per tensor it rounds every other value of w2 to zero.
-vaiq::Model model_with_one_culprit() {
+// With `gemm_relu`, the last layer is a Gemm followed by a Relu (g -> y).
+vaiq::Model model_with_one_culprit(bool gemm_relu = false) {
     GraphBuilder b;
     b.input("x", {4, 8}).output("y", {4, 8});
     std::vector<float> w1(64), w2(64);
@@ -41,7 +42,12 @@ vaiq::Model model_with_one_culprit() {
     b.node("Relu", {"x"}, {"xr"});
     b.node("MatMul", {"xr", "w1"}, {"h"});
     b.node("Relu", {"h"}, {"r"});
-    b.node("MatMul", {"r", "w2"}, {"y"});
+    if (gemm_relu) {
+        b.node("Gemm", {"r", "w2"}, {"g"});
+        b.node("Relu", {"g"}, {"y"});
+    } else {
+        b.node("MatMul", {"r", "w2"}, {"y"});
+    }
     return b.build();
 }
 
@@ -122,6 +128,27 @@ TEST_F(MixedPrecision, ATargetThatCannotRunSixteenBitsLeavesTheTensorFloat) {
     EXPECT_EQ(mp["raised"][0]["tensor"], "w2");
     EXPECT_EQ(tensor(report, "w2"), nullptr) << "w2 is left float, not quantized";
     ASSERT_NE(tensor(report, "w1"), nullptr);
+}
+
+// ONNX Runtime quantizes a float weight itself (int8 per tensor) when its
+// Gemm reads a dequantized input and feeds a QuantizeLinear through Relu/Clip:
+// a weight raised to float must take the layer's output with it.
+TEST_F(MixedPrecision, ALayerWhoseWeightStaysFloatKeepsItsOutputFloatForOnnxRuntime) {
+    vaiq::save_model(model_with_one_culprit(/*gemm_relu=*/true), dir_ / "in.onnx");
+    const auto report = run(
+        "target: npu_cnn\ncalibrate_method: NonOverflow\nactivation_type: QInt8\n"
+        "extra_options:\n  ActivationSymmetric: true\n  AutoMixprecision: {SQNRTarget: 30, MaxRaisedFraction: 0.5}\n");
+    EXPECT_EQ(tensor(report, "w2"), nullptr) << "w2 is left float";
+    EXPECT_EQ(tensor(report, "g"), nullptr) << "and so is the Gemm's output";
+    EXPECT_EQ(tensor(report, "y"), nullptr) << "and the Relu's after it";
+    ASSERT_NE(tensor(report, "w1"), nullptr) << "the first layer stays quantized";
+    const auto& tried = report["mixed_precision"]["tried"];
+    ASSERT_GE(tried.size(), 2u);
+    EXPECT_EQ(tried[1]["tensors_raised"], 2) << "raising w2 alone raises the Gemm's output with it: " << tried.dump();
+    const auto written = vaiq::load_model(dir_ / "out.onnx");
+    for (const auto& node : written.graph().node())
+        EXPECT_FALSE(node.op_type() == "QuantizeLinear" && (node.input(0) == "g" || node.input(0) == "y"))
+            << node.name();
 }
 
 TEST_F(MixedPrecision, RefusesABudgetOutsideZeroToOne) {

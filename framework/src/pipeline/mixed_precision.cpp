@@ -6,6 +6,7 @@
 
 #include "util/text.hpp"
 #include "vaiq/error.hpp"
+#include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
 
 namespace vaiq {
@@ -52,15 +53,51 @@ std::optional<MixedPrecisionTarget> mixed_precision_target(const Recipe& recipe)
     return t;
 }
 
+namespace {
+
+// ONNX Runtime quantizes a float weight itself (int8, per tensor: its
+// WeightBiasQuantization optimization) when the Conv, ConvTranspose or Gemm
+// reading it takes a dequantized input and feeds, through Relu/Clip only, a
+// QuantizeLinear. A weight left float keeps its values there only when the
+// layer's output is left float too: these are the tensors on that path.
+std::vector<std::string> outputs_of_float_weight_layers(const Model& model, const std::set<std::string>& weights) {
+    std::vector<std::string> out;
+    const GraphIndex index(model);
+    for (const auto& node : model.graph().node()) {
+        const auto& op = node.op_type();
+        if (!is_default_domain(node) || (op != "Conv" && op != "ConvTranspose" && op != "Gemm") ||
+            node.input_size() < 2 || !weights.count(node.input(1)) || node.output_size() < 1)
+            continue;
+        for (std::string t = node.output(0);;) {
+            out.push_back(t);
+            const auto& uses = index.consumers(t);
+            if (uses.size() != 1) break;
+            const auto& next = model.graph().node(uses[0].node);
+            if (next.op_type() != "Relu" && next.op_type() != "Clip") break;
+            t = next.output(0);
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
 // Changes the types of the raised groups, then drops them when they are to stay float.
-DraftPlan raise_tensors(const DraftPlan& draft, const std::set<std::string>& raised, const MixedPrecisionTarget& target,
-                        bool to_float, size_t* count) {
+DraftPlan raise_tensors(const Model& model, const DraftPlan& draft, const std::set<std::string>& raised,
+                        const MixedPrecisionTarget& target, bool to_float, size_t* count) {
     auto root = [&](std::string t) {
         for (const PlannedTensor* p = draft.find(t); p && !p->share_with.empty(); p = draft.find(t)) t = p->share_with;
         return t;
     };
     std::set<std::string> roots;
     for (const auto& t : raised) roots.insert(root(t));
+    if (to_float) {
+        std::set<std::string> weights;
+        for (const auto& t : draft.tensors)
+            if (t.role == TensorRole::Weight && roots.count(root(t.tensor))) weights.insert(t.tensor);
+        for (const auto& t : outputs_of_float_weight_layers(model, weights))
+            if (draft.find(t)) roots.insert(root(t));
+    }
     DraftPlan out = draft;
     std::vector<std::string> group;
     for (auto& t : out.tensors) {
@@ -126,8 +163,12 @@ MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target,
             }
             chosen = k;
         } else {  // out of reach: the error need not fall with every tensor raised
+            // The best score; among equal scores (top-1 agreement moves in whole rows) the best SQNR.
+            auto better = [&](const OutputError& a, const OutputError& b) {
+                return target.score(a) > target.score(b) || (target.score(a) == target.score(b) && a.sqnr_db > b.sqnr_db);
+            };
             for (const auto& [length, error] : errors)
-                if (target.score(error) > target.score(errors.at(chosen))) chosen = length;
+                if (better(error, errors.at(chosen))) chosen = length;
         }
     }
     const auto& last = error_at(chosen);

@@ -38,9 +38,11 @@ std::optional<MixedPrecisionTarget> mixed_precision_target(const Recipe& recipe)
 
 /// The draft with `raised` tensors, and those sharing parameters with them,
 /// at the target's types, or left float (`to_float`: the run's target cannot
-/// run those types). `count` gets the number of activations and weights changed.
-DraftPlan raise_tensors(const DraftPlan& draft, const std::set<std::string>& raised, const MixedPrecisionTarget& target,
-                        bool to_float, size_t* count);
+/// run those types; a Conv/ConvTranspose/Gemm whose weight is left float then
+/// has its output left float too, or ONNX Runtime would quantize the weight
+/// itself). `count` gets the number of activations and weights changed.
+DraftPlan raise_tensors(const Model& model, const DraftPlan& draft, const std::set<std::string>& raised,
+                        const MixedPrecisionTarget& target, bool to_float, size_t* count);
 
 /// What raising a set of tensors gives: how many tensors that raises (a
 /// tensor sharing its parameters raises the tensors it shares them with), and

@@ -464,18 +464,18 @@ void raise_sensitive_tensors(RunState& s, const MixedPrecisionTarget& target) {
     Raising raising;
     raising.count = [&](const std::set<std::string>& raised) {
         size_t n = 0;
-        raise_tensors(s.draft, raised, target, to_float, &n);
+        raise_tensors(s.model, s.draft, raised, target, to_float, &n);
         return n;
     };
     raising.model = [&](const std::set<std::string>& raised) {
-        return emit_plan(s, plan_of(raise_tensors(s.draft, raised, target, to_float, nullptr)));
+        return emit_plan(s, plan_of(raise_tensors(s.model, s.draft, raised, target, to_float, nullptr)));
     };
     size_t quantized = 0;
     for (const auto& t : s.plan.tensors) quantized += t.role != TensorRole::Bias;
     const auto budget = static_cast<size_t>(std::floor(target.max_fraction * static_cast<double>(quantized)));
     const auto reference = reference_batches(float_reference(s), *s.data, 0, target.output_index, s.threads);
     auto result = search_mixed_precision(target, *s.sensitivity, raising, reference, budget, s.threads);
-    s.draft = raise_tensors(s.draft, result.raised, target, to_float, nullptr);
+    s.draft = raise_tensors(s.model, s.draft, result.raised, target, to_float, nullptr);
     result.report["raised_to"] =
         to_float ? "float"
                  : fmt::format("activations {}, weights {}", quant_type_name(target.activation_type),
