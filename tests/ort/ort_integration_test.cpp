@@ -116,6 +116,59 @@ TEST(OnnxRuntimeNpu, RunsTheNpuExampleAndAgreesWithVaiq) {
     EXPECT_GE(within_one_step(run), 0.999);
 }
 
+// x -> Gemm(w1) -> Relu -> Gemm(w2) -> Relu -> Gemm(w3) -> y, w2 holding one
+// value far above the rest: at 8 bits per tensor its other values round to
+// zero, so mixed precision leaves w2 float. Between a dequantized input and a
+// QuantizeLinear, ONNX Runtime would quantize that float weight itself (its
+// WeightBiasQuantization): the layer must be written so that it stays float.
+vaiq::Model gemm_chain_with_a_culprit() {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {16, 8}).output("y", {16, 8});
+    const char* names[] = {"w1", "w2", "w3"};
+    for (int layer = 1; layer <= 3; ++layer) {
+        std::vector<float> w(64);
+        for (int i = 0; i < 64; ++i) w[i] = 0.05f * static_cast<float>((i * (3 + 2 * layer)) % 13 - 6);
+        if (layer == 2) w[9] = 40.0f;
+        b.initializer(names[layer - 1], vaiq::Tensor::from_values<float>({8, 8}, w));
+    }
+    b.node("Gemm", {"x", "w1"}, {"h1"});
+    b.node("Relu", {"h1"}, {"r1"});
+    b.node("Gemm", {"r1", "w2"}, {"h2"});
+    b.node("Relu", {"h2"}, {"r2"});
+    b.node("Gemm", {"r2", "w3"}, {"y"});
+    return b.build();
+}
+
+TEST(OnnxRuntimeNpu, LayersLeftFloatByMixedPrecisionStayFloatThere) {
+    const auto dir = vaiq::test::temp_dir();
+    vaiq::save_model(gemm_chain_with_a_culprit(), dir / "in.onnx");
+    std::vector<float> x(16 * 8);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sin(double(i) * 0.7));
+    vaiq::write_npy(dir / "x.npy", vaiq::Tensor::from_values<float>({16, 8}, x));
+    auto r = run_command(std::string(VAIQ_CLI) + " -q run " VAIQ_SOURCE_DIR "/recipes/cnn_npu.yaml --model " +
+                         (dir / "in.onnx").string() + " --data " + (dir / "x.npy").string() + " --output " +
+                         (dir / "out.onnx").string() +
+                         " --set extra_options.AutoMixprecision.SQNRTarget=35"
+                         " --set extra_options.AutoMixprecision.MaxRaisedFraction=0.5");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto report = nlohmann::json::parse(slurp(dir / "out.report.json"));
+    const auto& raised = report["mixed_precision"]["raised"];
+    ASSERT_FALSE(raised.empty()) << report["mixed_precision"].dump();
+    EXPECT_EQ(raised[0]["tensor"], "w2");
+    r = run_command("NODE_PATH=" + ort_modules().string() +
+                    " " VAIQ_NODE " " VAIQ_SOURCE_DIR "/tests/ort/run_model.js " + (dir / "out.onnx").string() + " " +
+                    (dir / "ort").string() + " " + (dir / "x.npy").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto theirs = vaiq::read_npy(dir / "ort" / "output_0.npy");
+    const auto written = vaiq::load_model(dir / "out.onnx");
+    vaiq::runtime::Executor executor(written);
+    const auto ours = executor.run({{"x", vaiq::read_npy(dir / "x.npy")}})[0];
+    float largest = 0;
+    for (float v : theirs.data<float>()) largest = std::max(largest, std::abs(v));
+    for (int64_t i = 0; i < ours.size(); ++i)  // float summation orders differ: 0.1 % of the largest
+        EXPECT_NEAR(ours.data<float>()[i], theirs.data<float>()[i], 1e-3f * largest) << i << " " << raised.dump();
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, OnnxRuntime, ::testing::Values("QDQ", "QOperator"));
 
 // 16-bit activations (the documented A16W8 mixed precision) as com.microsoft
