@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Debian packages that retraining the bundled example needs (not the build or tests).
+# Debian packages that retraining the bundled example and the accuracy benchmarks
+# (bench/accuracy) need; not the build or tests.
 set -euo pipefail
-packages=(python3 python3-numpy python3-torch npm)
+packages=(python3 python3-numpy python3-torch python3-pil fonts-dejavu-core)
+# npm: Debian's, unless one is already there (NodeSource's nodejs carries its own and
+# conflicts with Debian's npm package).
+command -v npm >/dev/null || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -8,6 +8,7 @@
 # With ORT=/path/to/ort (a runner taking --model --inputs --out, as the shared
 # tools' ort) the quantized models are run there instead of in vaiq's executor.
 set -euo pipefail
+python="${PYTHON:-/usr/bin/python3}"  # Debian's, with python3-numpy and python3-pil
 cd "$(dirname "$0")/../.."
 vaiq="${1:?usage: bench/accuracy/ocr_rec.sh VAIQ REC.onnx KEYS.txt [RECIPE...]}"
 model="$2"
@@ -18,8 +19,8 @@ recipes=("$@")
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 lines=bench/accuracy/ocr_lines.py
-python3 "$lines" render "$work/calib" 32 1
-python3 "$lines" render "$work/eval" 60 2
+"$python" "$lines" render "$work/calib" 32 1
+"$python" "$lines" render "$work/eval" 60 2
 
 score() {  # score MODEL TAG
   local outs=()
@@ -30,7 +31,7 @@ score() {  # score MODEL TAG
     else "$vaiq" -q infer "$1" -i "$f" --output-dir "$o" >/dev/null; fi
     outs+=("$o")
   done
-  echo "$2 $(python3 "$lines" score "$keys" "$work/eval/labels.txt" "${outs[@]}")"
+  echo "$2 $("$python" "$lines" score "$keys" "$work/eval/labels.txt" "${outs[@]}")"
 }
 
 score "$model" float
