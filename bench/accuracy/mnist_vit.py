@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "mnist"))
-from train import load  # noqa: E402
+from train import load, save  # noqa: E402
 
 WIDTH, HEADS, DEPTH, PATCH = 64, 4, 4, 7
 
@@ -86,14 +86,7 @@ def main():
             acc = (model(torch.from_numpy(tx)).argmax(1).numpy() == ty).mean()
         print(f"epoch {epoch + 1}: loss {loss.item():.3f}, test accuracy {acc * 100:.1f}%", flush=True)
 
-    os.makedirs(out_dir, exist_ok=True)
-    model.eval()
-    torch.onnx.export(model, torch.from_numpy(data["test"][0][:1]), os.path.join(out_dir, "mnist_vit.onnx"),
-                      input_names=["pixels"], output_names=["logits"], opset_version=17,
-                      dynamic_axes={"pixels": {0: "batch"}, "logits": {0: "batch"}})
-    np.save(os.path.join(out_dir, "calibration.npy"), data["calib"][0])
-    np.save(os.path.join(out_dir, "test_images.npy"), data["test"][0])
-    np.save(os.path.join(out_dir, "test_labels.npy"), data["test"][1])
+    save(model, data, out_dir, "mnist_vit.onnx", 17)
 
 
 if __name__ == "__main__":

@@ -76,10 +76,15 @@ def main():
             acc = (model(torch.from_numpy(tx)).argmax(1).numpy() == ty).mean()
         print(f"epoch {epoch + 1}: loss {loss.item():.3f}, test accuracy {acc * 100:.1f}%")
 
+    save(model, data, out_dir, "mnist_cnn.onnx", 13)
+
+
+def save(model, data, out_dir, name, opset):
+    """Writes the model (pixels [N, 1, 28, 28] in, logits out) and the calibration and test data beside it."""
     os.makedirs(out_dir, exist_ok=True)
     model.eval()
-    torch.onnx.export(model, torch.from_numpy(data["test"][0][:1]), os.path.join(out_dir, "mnist_cnn.onnx"),
-                      input_names=["pixels"], output_names=["logits"], opset_version=13,
+    torch.onnx.export(model, torch.from_numpy(data["test"][0][:1]), os.path.join(out_dir, name),
+                      input_names=["pixels"], output_names=["logits"], opset_version=opset,
                       dynamic_axes={"pixels": {0: "batch"}, "logits": {0: "batch"}})
     np.save(os.path.join(out_dir, "calibration.npy"), data["calib"][0])
     np.save(os.path.join(out_dir, "test_images.npy"), data["test"][0])
