@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "mnist"))
-from train import load, save  # noqa: E402
+from train import load, print_epoch, save  # noqa: E402
 
 WIDTH, HEADS, DEPTH, PATCH = 64, 4, 4, 7
 
@@ -80,11 +80,7 @@ def main():
             loss.backward()
             opt.step()
             schedule.step()
-        model.eval()
-        with torch.no_grad():
-            tx, ty = data["test"]
-            acc = (model(torch.from_numpy(tx)).argmax(1).numpy() == ty).mean()
-        print(f"epoch {epoch + 1}: loss {loss.item():.3f}, test accuracy {acc * 100:.1f}%", flush=True)
+        print_epoch(model, data, epoch, loss)
 
     save(model, data, out_dir, "mnist_vit.onnx", 17)
 

@@ -70,13 +70,18 @@ def main():
             loss.backward()
             opt.step()
         schedule.step()
-        model.eval()
-        with torch.no_grad():
-            tx, ty = data["test"]
-            acc = (model(torch.from_numpy(tx)).argmax(1).numpy() == ty).mean()
-        print(f"epoch {epoch + 1}: loss {loss.item():.3f}, test accuracy {acc * 100:.1f}%")
+        print_epoch(model, data, epoch, loss)
 
     save(model, data, out_dir, "mnist_cnn.onnx", 13)
+
+
+def print_epoch(model, data, epoch, loss):
+    """Prints the last batch's loss and the accuracy on the test digits."""
+    model.eval()
+    with torch.no_grad():
+        tx, ty = data["test"]
+        acc = (model(torch.from_numpy(tx)).argmax(1).numpy() == ty).mean()
+    print(f"epoch {epoch + 1}: loss {loss.item():.3f}, test accuracy {acc * 100:.1f}%", flush=True)
 
 
 def save(model, data, out_dir, name, opset):
