@@ -1,5 +1,6 @@
 #include "pipeline/channel_ranges.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
