@@ -210,7 +210,8 @@ TEST(Cli, QuantizesTheBundledExampleForTheNpu) {
     int scales = 0;
     for (const auto& init : model.graph().initializer()) {
         if (init.name().find("_scale") == std::string::npos) continue;
-        const auto s = vaiq::Tensor::from_proto(init).data<float>()[0];
+        const auto scale = vaiq::Tensor::from_proto(init);
+        const auto s = scale.data<float>()[0];
         EXPECT_EQ(std::exp2(std::round(std::log2(s))), s) << init.name();
         ++scales;
     }

@@ -165,19 +165,24 @@ class VAIQ_API Tensor {
     std::span<std::byte> mutable_bytes() { return bytes_; }
 
     template <typename T>
-    std::span<const T> data() const {
+    std::span<const T> data() const& {
         check_type(data_type_of<T>());
         return {reinterpret_cast<const T*>(bytes_.data()), bytes_.size() / sizeof(T)};
     }
+    /// A view of a temporary would dangle at the end of the statement: keep the tensor.
+    template <typename T>
+    std::span<const T> data() const&& = delete;
     template <typename T>
     std::span<T> mutable_data() {
         check_type(data_type_of<T>());
         return {reinterpret_cast<T*>(bytes_.data()), bytes_.size() / sizeof(T)};
     }
     template <typename T>
-    TensorView<T> view() const {
+    TensorView<T> view() const& {
         return {shape_, data<T>()};
     }
+    template <typename T>
+    TensorView<T> view() const&& = delete;
 
     /// A tensor of float16, bfloat16, float or double converted to `to` (one of
     /// those four), element by element through float (double directly).

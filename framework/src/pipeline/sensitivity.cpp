@@ -105,7 +105,8 @@ std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, con
         float_model, data, max_batches, output_index, threads, taps, [&](const std::string& name, const Tensor& value) {
             const auto* t = plan.find(name);
             if (!t || value.type() != DataType::Float) return;
-            own[name].add(value.data<float>(), fake_quantize(value, t->params, name).data<float>());
+            const auto quantized = fake_quantize(value, t->params, name);
+            own[name].add(value.data<float>(), quantized.data<float>());
         });
     std::vector<TensorSensitivity> out;
     for (size_t i = 0; i < plan.tensors.size(); ++i) {
@@ -115,7 +116,8 @@ std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, con
             const auto value = Tensor::from_proto(*init);
             if (value.type() == DataType::Float) {
                 ErrorSums sums;
-                sums.add(value.data<float>(), fake_quantize(value, t.params, t.tensor).data<float>());
+                const auto quantized = fake_quantize(value, t.params, t.tensor);
+                sums.add(value.data<float>(), quantized.data<float>());
                 s.tensor_sqnr_db = sums.sqnr_db();
             }
         } else if (auto it = own.find(t.tensor); it != own.end()) {

@@ -377,9 +377,140 @@ void int8_pairs_to_uint8(onnx::GraphProto& graph) {
     }
 }
 
+// A constant's values as floats (a scalar or 1-D scale), or nullopt.
+std::optional<std::vector<float>> float_constant(const GraphIndex& index, const std::string& name) {
+    const auto* t = index.initializer(name);
+    if (!t || t->data_type() != onnx::TensorProto::FLOAT) return std::nullopt;
+    const auto values = Tensor::from_proto(*t);
+    const auto v = values.data<float>();
+    return std::vector<float>(v.begin(), v.end());
+}
+
+// Whether a node's output reaches a QuantizeLinear through single readers,
+// Relu and Clip only (graph outputs do not count as readers, as in ONNX Runtime).
+bool reaches_quantize(const onnx::GraphProto& graph, const GraphIndex& index, const onnx::NodeProto& node) {
+    for (const onnx::NodeProto* current = &node;;) {
+        if (current->output_size() != 1) return false;
+        const auto& uses = index.consumers(current->output(0));
+        if (uses.size() != 1) return false;
+        const auto& next = graph.node(uses[0].node);
+        if (next.op_type() == "QuantizeLinear") return true;
+        if (next.op_type() != "Relu" && next.op_type() != "Clip") return false;
+        current = &next;
+    }
+}
+
+// ONNX Runtime's WeightBiasQuantization (basic optimization level): a Conv,
+// ConvTranspose or Gemm that reads a per-tensor DequantizeLinear input and
+// feeds a QuantizeLinear gets its float weight quantized to int8 (asymmetric,
+// from the weight's min and max with 0 included: MLAS's
+// GetQuantizationParameter) and its float bias to int32 at input scale x
+// weight scale, so that the group fuses into an integer operator. vaiq writes
+// no such layer, but models from elsewhere have them.
+bool quantize_float_weights_and_biases(onnx::GraphProto& graph) {
+    const GraphIndex index(graph);
+    UniqueNames names(graph);
+    bool changed = false;
+    for (int n = 0; n < graph.node_size(); ++n) {
+        const auto node = graph.node(n);  // a copy: nodes are appended below
+        const auto& op = node.op_type();
+        if (!is_default_domain(node) || (op != "Conv" && op != "ConvTranspose" && op != "Gemm") ||
+            node.input_size() < 2)
+            continue;
+        const int source = index.producer(node.input(0));
+        if (source < 0 || graph.node(source).op_type() != "DequantizeLinear" || graph.node(source).input_size() < 2)
+            continue;
+        const auto input_scale = float_constant(index, graph.node(source).input(1));
+        if (!input_scale || input_scale->size() != 1 || !reaches_quantize(graph, index, node)) continue;
+        const int weight_source = index.producer(node.input(1));
+        const bool weight_dequantized =
+            weight_source >= 0 && graph.node(weight_source).op_type() == "DequantizeLinear";
+        const auto* weight = index.initializer(node.input(1));
+        if (!weight_dequantized && (!weight || weight->data_type() != onnx::TensorProto::FLOAT)) continue;
+        const bool has_bias = node.input_size() > 2 && !node.input(2).empty();
+        const auto* bias = has_bias ? index.initializer(node.input(2)) : nullptr;
+        if (has_bias && (!bias || bias->dims_size() != 1 || bias->data_type() != onnx::TensorProto::FLOAT)) continue;
+        if (weight_dequantized && !bias) continue;
+
+        std::vector<float> weight_scale;
+        bool per_channel = false;
+        if (weight_dequantized) {
+            const auto& dq = graph.node(weight_source);
+            const auto scale = dq.input_size() > 1 ? float_constant(index, dq.input(1)) : std::nullopt;
+            if (!scale) continue;
+            per_channel = scale->size() != 1;
+            if (per_channel) {
+                const auto* w = index.initializer(dq.input(0));
+                const int64_t rank = w ? w->dims_size() : 0;
+                int64_t axis = int_attribute(dq, "axis", 1);
+                if (axis < 0) axis += rank;
+                const int64_t expected = op == "Gemm" && int_attribute(node, "transB", 0) == 0 ? 1 : 0;
+                if (static_cast<int64_t>(scale->size()) != bias->dims(0) || int_attribute(dq, "block_size", 0) != 0 ||
+                    axis != expected)
+                    continue;
+            }
+            weight_scale = *scale;
+        } else {
+            const auto w = Tensor::from_proto(*weight);
+            const auto v = w.data<float>();
+            float lo = 0.0f, hi = 0.0f;
+            for (float x : v) lo = std::min(lo, x), hi = std::max(hi, x);
+            const float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
+            const float zero = std::nearbyint(std::max(-128.0f, std::min(127.0f, -128.0f - lo / scale)));
+            std::vector<int8_t> q(v.size());
+            for (size_t i = 0; i < v.size(); ++i)
+                q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(v[i] / scale) + zero, -128.0f, 127.0f));
+            const auto q_name = names.fresh(node.input(1) + "_quantized");
+            const auto s_name = names.fresh(node.input(1) + "_scale");
+            const auto z_name = names.fresh(node.input(1) + "_zero_point");
+            *graph.add_initializer() = Tensor::from_values<int8_t>(w.shape(), q).to_proto(q_name);
+            *graph.add_initializer() = Tensor::from_values<float>({}, std::vector<float>{scale}).to_proto(s_name);
+            *graph.add_initializer() =
+                Tensor::from_values<int8_t>({}, std::vector<int8_t>{static_cast<int8_t>(zero)}).to_proto(z_name);
+            const auto dq_name = names.fresh(node.input(1) + "_DequantizeLinear_Output");
+            auto& dq = *graph.add_node();
+            dq.set_op_type("DequantizeLinear");
+            dq.set_name(names.fresh(node.name() + "_weight_dq"));
+            for (const auto& in : {q_name, s_name, z_name}) dq.add_input(in);
+            dq.add_output(dq_name);
+            graph.mutable_node(n)->set_input(1, dq_name);
+            weight_scale = {scale};
+            changed = true;
+        }
+        if (!bias) continue;
+        const auto bias_values = Tensor::from_proto(*bias);
+        const auto b = bias_values.data<float>();
+        std::vector<float> bias_scale(weight_scale.size());
+        for (size_t c = 0; c < bias_scale.size(); ++c) bias_scale[c] = (*input_scale)[0] * weight_scale[c];
+        std::vector<int32_t> q(b.size());
+        for (size_t c = 0; c < b.size(); ++c)
+            q[c] = static_cast<int32_t>(std::nearbyint(b[c] / bias_scale[per_channel ? c : 0]));
+        const auto q_name = names.fresh(node.input(2) + "_quantized");
+        const auto s_name = names.fresh(node.input(2) + "_scale");
+        *graph.add_initializer() =
+            Tensor::from_values<int32_t>({static_cast<int64_t>(q.size())}, q).to_proto(q_name);
+        *graph.add_initializer() =
+            (per_channel ? Tensor::from_values<float>({static_cast<int64_t>(bias_scale.size())}, bias_scale)
+                         : Tensor::from_values<float>({}, bias_scale))
+                .to_proto(s_name);
+        const auto dq_name = names.fresh(node.input(2) + "_DequantizeLinear_Output");
+        auto& dq = *graph.add_node();
+        dq.set_op_type("DequantizeLinear");
+        dq.set_name(names.fresh(node.name() + "_bias_dq"));
+        dq.add_input(q_name);
+        dq.add_input(s_name);
+        dq.add_output(dq_name);
+        if (per_channel) set_int_attribute(dq, "axis", 0);
+        graph.mutable_node(n)->set_input(2, dq_name);
+        changed = true;
+    }
+    return changed;
+}
+
 }  // namespace
 
 bool fuse_qdq(onnx::ModelProto& model, std::vector<std::string>& gone) {
+    const bool quantized = quantize_float_weights_and_biases(*model.mutable_graph());
     int8_pairs_to_uint8(*model.mutable_graph());
     int64_t opset = 0;
     for (const auto& o : model.opset_import())
@@ -387,7 +518,7 @@ bool fuse_qdq(onnx::ModelProto& model, std::vector<std::string>& gone) {
     bool uses_microsoft = false;
     const bool changed = Fusion(*model.mutable_graph(), opset).run(uses_microsoft, gone);
     if (uses_microsoft) import_opset(model, kMicrosoft, 1);
-    return changed;
+    return changed || quantized;
 }
 
 }  // namespace vaiq::runtime

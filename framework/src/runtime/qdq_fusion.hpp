@@ -11,7 +11,10 @@
 
 namespace vaiq::runtime {
 
-/// Rewrites `model`'s main graph in place. Fused, as ONNX Runtime does on x86
+/// Rewrites `model`'s main graph in place. First, as ONNX Runtime's
+/// WeightBiasQuantization does, a float weight or bias of a Conv/ConvTranspose/Gemm
+/// between a per-tensor DequantizeLinear input and a QuantizeLinear is quantized
+/// (int8 weight, int32 bias). Fused, as ONNX Runtime does on x86
 /// (uint8 activations only: it does not fuse int8 activations there):
 ///  - Conv (with a Relu/Clip the Q makes redundant) -> QLinearConv,
 ///  - MatMul -> QLinearMatMul, Gemm -> com.microsoft QGemm,

@@ -52,7 +52,8 @@ TEST(Qdq, WritesAValidModelWithWeightsStoredQuantized) {
     const auto* bq = initializer(model, "b_quantized");
     ASSERT_NE(bq, nullptr);
     EXPECT_EQ(bq->data_type(), onnx::TensorProto::INT32);
-    EXPECT_EQ(vaiq::Tensor::from_proto(*bq).data<int32_t>()[0], 500);  // 0.1 / 0.0002
+    const auto bias = vaiq::Tensor::from_proto(*bq);
+    EXPECT_EQ(bias.data<int32_t>()[0], 500);  // 0.1 / 0.0002
 }
 
 TEST(Qdq, GraphOutputKeepsItsName) {

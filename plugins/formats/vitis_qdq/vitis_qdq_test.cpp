@@ -90,7 +90,8 @@ TEST(VitisQdq, WeightsAreStoredInTheirTypeAndPerChannelKeepsItsAxis) {
     const auto* w = index.initializer("w_quantized");
     ASSERT_NE(w, nullptr);
     EXPECT_EQ(w->data_type(), onnx::TensorProto::INT16);
-    EXPECT_EQ(vaiq::Tensor::from_proto(*w).data<int16_t>()[18], -700);  // -0.14 / 2e-4
+    const auto weight = vaiq::Tensor::from_proto(*w);
+    EXPECT_EQ(weight.data<int16_t>()[18], -700);  // -0.14 / 2e-4
     EXPECT_EQ(count_ops(model, vaiq::kVitisDequantizeOp, vaiq::kVaiqDomain), 3);
     const auto x = vaiq::test::ramp({1, 2, 4, 4}, -0.5f, 0.03f);
     const auto exact = vaiq::evaluate(vaiq::test::conv_relu_model(), {{"x", x}})[0];

@@ -156,7 +156,8 @@ TEST(FoldConstants, EvaluatesConstantSubgraphsAndStaticShapes) {
     EXPECT_EQ(op_types(folded), (std::vector<std::string>{"Add", "Reshape"}));
     const auto* shape = find_initializer(folded, "swapped");
     ASSERT_NE(shape, nullptr);
-    EXPECT_EQ(vaiq::Tensor::from_proto(*shape).data<int64_t>()[0], 3);
+    const auto folded_shape = vaiq::Tensor::from_proto(*shape);
+    EXPECT_EQ(folded_shape.data<int64_t>()[0], 3);
 }
 
 TEST(FoldConstants, KeepsQuantizationAndGraphInputs) {
