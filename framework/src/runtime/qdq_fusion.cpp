@@ -483,8 +483,11 @@ bool quantize_float_weights_and_biases(onnx::GraphProto& graph) {
         std::vector<float> bias_scale(weight_scale.size());
         for (size_t c = 0; c < bias_scale.size(); ++c) bias_scale[c] = (*input_scale)[0] * weight_scale[c];
         std::vector<int32_t> q(b.size());
-        for (size_t c = 0; c < b.size(); ++c)
-            q[c] = static_cast<int32_t>(std::nearbyint(b[c] / bias_scale[per_channel ? c : 0]));
+        constexpr double kInt32Max = std::numeric_limits<int32_t>::max();
+        for (size_t c = 0; c < b.size(); ++c) {  // (float division as there; saturated, not undefined)
+            const float v = std::nearbyint(b[c] / bias_scale[per_channel ? c : 0]);
+            q[c] = std::isfinite(v) ? static_cast<int32_t>(std::clamp<double>(v, -kInt32Max - 1, kInt32Max)) : 0;
+        }
         const auto q_name = names.fresh(node.input(2) + "_quantized");
         const auto s_name = names.fresh(node.input(2) + "_scale");
         *graph.add_initializer() =
