@@ -27,6 +27,15 @@ fs::path ort_modules() {
     return base / "node_modules";
 }
 
+// Runs `model` in ONNX Runtime on `input` (a .npy), writing out/output_<i>.npy;
+// `optimized`, when given, receives the graph ONNX Runtime runs.
+vaiq::test::CommandResult run_in_ort(const fs::path& model, const fs::path& out, const fs::path& input,
+                                     const fs::path& optimized = {}) {
+    return run_command("NODE_PATH=" + ort_modules().string() + " " VAIQ_NODE " " VAIQ_SOURCE_DIR
+                       "/tests/ort/run_model.js " + model.string() + " " + out.string() +
+                       (optimized.empty() ? "" : " --optimized " + optimized.string()) + " " + input.string());
+}
+
 // Quantizes the example with `recipe` (plus `settings`), runs the result in ONNX
 // Runtime on the test digits; returns the report, the logits and where the
 // optimized graph went.
@@ -53,10 +62,7 @@ OrtRun quantize_and_run(const std::string& recipe, const std::string& settings, 
                         out.model.string());
         EXPECT_EQ(r.exit_code, 0) << r.err;
     }
-    r = run_command("NODE_PATH=" + ort_modules().string() +
-                    " " VAIQ_NODE " " VAIQ_SOURCE_DIR "/tests/ort/run_model.js " + out.model.string() + " " +
-                    (dir / "ort").string() + " --optimized " + out.optimized.string() + " " +
-                    (kExample / "test_images.npy").string());
+    r = run_in_ort(out.model, dir / "ort", kExample / "test_images.npy", out.optimized);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     out.logits = vaiq::read_npy(dir / "ort" / "output_0.npy");
     return out;
@@ -155,9 +161,7 @@ TEST(OnnxRuntimeNpu, LayersLeftFloatByMixedPrecisionStayFloatThere) {
     const auto& raised = report["mixed_precision"]["raised"];
     ASSERT_FALSE(raised.empty()) << report["mixed_precision"].dump();
     EXPECT_EQ(raised[0]["tensor"], "w2");
-    r = run_command("NODE_PATH=" + ort_modules().string() +
-                    " " VAIQ_NODE " " VAIQ_SOURCE_DIR "/tests/ort/run_model.js " + (dir / "out.onnx").string() + " " +
-                    (dir / "ort").string() + " " + (dir / "x.npy").string());
+    r = run_in_ort(dir / "out.onnx", dir / "ort", dir / "x.npy");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto theirs = vaiq::read_npy(dir / "ort" / "output_0.npy");
     const auto written = vaiq::load_model(dir / "out.onnx");
@@ -213,9 +217,7 @@ TEST(OnnxRuntimeQdq, FloatWeightsAndBiasesBetweenQdqPairsAreQuantizedAsThere) {
     std::vector<float> x(2 * 75);
     for (size_t i = 0; i < x.size(); ++i) x[i] = noise(static_cast<int64_t>(i) + 7, 2.0f);
     vaiq::write_npy(dir / "x.npy", Tensor::from_values<float>({2, 3, 5, 5}, x));
-    const auto r = run_command("NODE_PATH=" + ort_modules().string() +
-                               " " VAIQ_NODE " " VAIQ_SOURCE_DIR "/tests/ort/run_model.js " + (dir / "m.onnx").string() +
-                               " " + (dir / "ort").string() + " " + (dir / "x.npy").string());
+    const auto r = run_in_ort(dir / "m.onnx", dir / "ort", dir / "x.npy");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto theirs = vaiq::read_npy(dir / "ort" / "output_0.npy");
     vaiq::runtime::Executor executor(model);
@@ -313,9 +315,7 @@ TEST(OnnxRuntimeFloat, LayerNormGeluErfAndBfloat16AgreeToTheBit) {
         for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sin(0.37 * double(i)) * 3.0 + 0.7);
         const auto input = vaiq::Tensor::from_values<float>({2, 37, hidden}, x);
         vaiq::write_npy(dir / "x.npy", input);
-        const auto r = run_command(
-            "NODE_PATH=" + ort_modules().string() + " " VAIQ_NODE " " VAIQ_SOURCE_DIR "/tests/ort/run_model.js " +
-            (dir / "m.onnx").string() + " " + (dir / "ort").string() + " " + (dir / "x.npy").string());
+        const auto r = run_in_ort(dir / "m.onnx", dir / "ort", dir / "x.npy");
         ASSERT_EQ(r.exit_code, 0) << r.err;
         vaiq::runtime::Executor executor(model);
         const auto ours = executor.run({{"x", input}});

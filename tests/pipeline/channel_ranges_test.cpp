@@ -28,11 +28,11 @@ TEST(ChannelRanges, TakeTheLargestMagnitudePerChannelOverEveryBatchOnTheGivenAxi
     vaiq::write_npy(dir / "x.npy", Tensor::from_values<float>({2, 2, 3}, std::vector<float>{1, -2, 3, 4, 5, -6,  //
                                                                                             -1, 0, 6, 2, -7, 1}));
     auto data = vaiq::open_data_reader(dir / "x.npy", model);
-    const auto ranges = vaiq::channel_ranges(model, *data, {{"y", 1}, {"x", -1}}, 1);
+    const auto ranges = vaiq::measure_channel_ranges(model, *data, {{"y", 1}, {"x", -1}}, 1);
     EXPECT_EQ(ranges.at("y"), (std::vector<float>{6, 7}));
     EXPECT_EQ(ranges.at("x"), (std::vector<float>{4, 7, 6}));
     // An axis the tensor does not have is left out, not guessed.
-    EXPECT_TRUE(vaiq::channel_ranges(model, *data, {{"y", 5}}, 1).empty());
+    EXPECT_TRUE(vaiq::measure_channel_ranges(model, *data, {{"y", 5}}, 1).empty());
 }
 
 // Conv -> Relu -> Conv whose weights are balanced, but whose first layer's

@@ -1,15 +1,15 @@
 #include "pipeline/channel_ranges.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <set>
 
 #include "runtime/executor.hpp"
+#include "vaiq/quant.hpp"
 
 namespace vaiq {
 
-ChannelRanges channel_ranges(const Model& model, DataReader& data, const std::vector<ChannelRangeRequest>& requests,
-                             int threads) {
+ChannelRanges measure_channel_ranges(const Model& model, DataReader& data,
+                                     const std::vector<ChannelRangeRequest>& requests, int threads) {
     std::map<std::string, int> axis_of;
     for (const auto& r : requests) axis_of[r.tensor] = r.axis;
     std::vector<std::string> tensors;
@@ -24,27 +24,20 @@ ChannelRanges channel_ranges(const Model& model, DataReader& data, const std::ve
     data.rewind();
     while (auto batch = data.next())
         executor.run(batch->feeds, tensors, [&](const std::string& name, const Tensor& value) {
-            const auto& shape = value.shape();
-            const int rank = static_cast<int>(shape.size());
+            const int rank = static_cast<int>(value.shape().size());
             const int axis = axis_of.at(name) < 0 ? axis_of.at(name) + rank : axis_of.at(name);
             if (value.type() != DataType::Float || axis < 0 || axis >= rank) {
                 unusable.insert(name);
                 return;
             }
-            size_t inner = 1;
-            for (int d = axis + 1; d < rank; ++d) inner *= static_cast<size_t>(shape[d]);
-            const auto channels = static_cast<size_t>(shape[axis]);
+            const auto ranges = channel_ranges(value, axis);
             auto& m = out[name];
-            if (m.empty()) m.assign(channels, 0.0f);
-            if (m.size() != channels) {
+            if (m.empty()) m.assign(ranges.size(), 0.0f);
+            if (m.size() != ranges.size()) {
                 unusable.insert(name);
                 return;
             }
-            const auto v = value.data<float>();
-            for (size_t i = 0; i < v.size(); ++i) {
-                float& c = m[(i / inner) % channels];
-                c = std::max(c, std::abs(v[i]));
-            }
+            for (size_t c = 0; c < ranges.size(); ++c) m[c] = std::max({m[c], -ranges[c].min, ranges[c].max});
         });
     for (const auto& name : unusable) out.erase(name);
     return out;

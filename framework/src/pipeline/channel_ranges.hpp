@@ -14,7 +14,7 @@ namespace vaiq {
 /// requested tensors: the largest |value| per channel along each request's
 /// axis. Streaming: only the maxima are kept. Tensors that are not float, or
 /// whose channel count changes between batches, are left out.
-ChannelRanges channel_ranges(const Model& model, DataReader& data, const std::vector<ChannelRangeRequest>& requests,
-                             int threads);
+ChannelRanges measure_channel_ranges(const Model& model, DataReader& data,
+                                     const std::vector<ChannelRangeRequest>& requests, int threads);
 
 }  // namespace vaiq

@@ -368,7 +368,7 @@ void prepare_phase(RunState& s) {
     // (an earlier pass may have changed the inputs the run's reader was opened for).
     const ChannelMeasurer measure = [&s](const Model& model, const std::vector<ChannelRangeRequest>& wanted) {
         const auto reader = calibration_reader(s.recipe, model);
-        return channel_ranges(model, *reader, wanted, s.threads);
+        return measure_channel_ranges(model, *reader, wanted, s.threads);
     };
     run_passes(passes, s.registry, s.model, s.report["passes"], measure);
     if (s.recipe.value("extra_options.SmoothQuant").get<bool>()) {

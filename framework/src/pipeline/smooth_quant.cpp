@@ -108,7 +108,7 @@ SmoothQuantResult smooth_quant(Model& model, DataReader& data, const SmoothQuant
     if (inputs.empty()) return result;
     std::vector<ChannelRangeRequest> requests;
     for (const auto& x : inputs) requests.push_back({x, -1});
-    const auto maxima = channel_ranges(model, data, requests, threads);
+    const auto maxima = measure_channel_ranges(model, data, requests, threads);
 
     for (const auto& x : inputs) {
         // Node positions move as Muls are inserted: the readers are found again each time.

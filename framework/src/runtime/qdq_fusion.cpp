@@ -8,6 +8,7 @@
 #include <set>
 
 #include "vaiq/graph.hpp"
+#include "vaiq/quant.hpp"
 #include "vaiq/tensor.hpp"
 
 namespace vaiq::runtime {
@@ -400,6 +401,22 @@ bool reaches_quantize(const onnx::GraphProto& graph, const GraphIndex& index, co
     }
 }
 
+// A DequantizeLinear of `quantized` (stored under `base`'s name) with `params`,
+// appended to the graph; returns its output. `with_zero_point`: a third input.
+std::string dequantized(onnx::GraphProto& graph, UniqueNames& names, const std::string& base, const Tensor& quantized,
+                        const QuantParams& params, bool with_zero_point) {
+    const auto q = add_initializer(graph, names, base + "_quantized", quantized);
+    const auto scale = add_initializer(graph, names, base + "_scale", scale_tensor(params));
+    const auto output = names.fresh(base + "_DequantizeLinear_Output");
+    auto& dq = with_zero_point ? append_node(graph, names, "DequantizeLinear", "",
+                                             {q, scale, add_initializer(graph, names, base + "_zero_point",
+                                                                        zero_point_tensor(params))},
+                                             output)
+                               : append_node(graph, names, "DequantizeLinear", "", {q, scale}, output);
+    if (params.axis >= 0) set_int_attribute(dq, "axis", params.axis);
+    return output;
+}
+
 // ONNX Runtime's WeightBiasQuantization (basic optimization level): a Conv,
 // ConvTranspose or Gemm that reads a per-tensor DequantizeLinear input and
 // feeds a QuantizeLinear gets its float weight quantized to int8 (asymmetric,
@@ -432,14 +449,12 @@ bool quantize_float_weights_and_biases(onnx::GraphProto& graph) {
         if (has_bias && (!bias || bias->dims_size() != 1 || bias->data_type() != onnx::TensorProto::FLOAT)) continue;
         if (weight_dequantized && !bias) continue;
 
-        std::vector<float> weight_scale;
-        bool per_channel = false;
+        QuantParams weight_params;  // only its scale matters for a dequantized weight
         if (weight_dequantized) {
             const auto& dq = graph.node(weight_source);
             const auto scale = dq.input_size() > 1 ? float_constant(index, dq.input(1)) : std::nullopt;
             if (!scale) continue;
-            per_channel = scale->size() != 1;
-            if (per_channel) {
+            if (scale->size() != 1) {
                 const auto* w = index.initializer(dq.input(0));
                 const int64_t rank = w ? w->dims_size() : 0;
                 int64_t axis = int_attribute(dq, "axis", 1);
@@ -449,62 +464,30 @@ bool quantize_float_weights_and_biases(onnx::GraphProto& graph) {
                     axis != expected)
                     continue;
             }
-            weight_scale = *scale;
+            weight_params.scale = *scale;
         } else {
+            // MLAS's GetQuantizationParameter, in float as there (compute_quant_params works in double).
             const auto w = Tensor::from_proto(*weight);
-            const auto v = w.data<float>();
             float lo = 0.0f, hi = 0.0f;
-            for (float x : v) lo = std::min(lo, x), hi = std::max(hi, x);
+            for (float x : w.data<float>()) lo = std::min(lo, x), hi = std::max(hi, x);
             const float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
             const float zero = std::nearbyint(std::max(-128.0f, std::min(127.0f, -128.0f - lo / scale)));
-            std::vector<int8_t> q(v.size());
-            for (size_t i = 0; i < v.size(); ++i)
-                q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(v[i] / scale) + zero, -128.0f, 127.0f));
-            const auto q_name = names.fresh(node.input(1) + "_quantized");
-            const auto s_name = names.fresh(node.input(1) + "_scale");
-            const auto z_name = names.fresh(node.input(1) + "_zero_point");
-            *graph.add_initializer() = Tensor::from_values<int8_t>(w.shape(), q).to_proto(q_name);
-            *graph.add_initializer() = Tensor::from_values<float>({}, std::vector<float>{scale}).to_proto(s_name);
-            *graph.add_initializer() =
-                Tensor::from_values<int8_t>({}, std::vector<int8_t>{static_cast<int8_t>(zero)}).to_proto(z_name);
-            const auto dq_name = names.fresh(node.input(1) + "_DequantizeLinear_Output");
-            auto& dq = *graph.add_node();
-            dq.set_op_type("DequantizeLinear");
-            dq.set_name(names.fresh(node.name() + "_weight_dq"));
-            for (const auto& in : {q_name, s_name, z_name}) dq.add_input(in);
-            dq.add_output(dq_name);
-            graph.mutable_node(n)->set_input(1, dq_name);
-            weight_scale = {scale};
+            weight_params = {QuantType::QInt8, {scale}, {static_cast<int64_t>(zero)}, -1};
+            const auto dq = dequantized(graph, names, node.input(1), quantize_tensor(w, weight_params, node.input(1)),
+                                        weight_params, true);
+            graph.mutable_node(n)->set_input(1, dq);
             changed = true;
         }
         if (!bias) continue;
-        const auto bias_values = Tensor::from_proto(*bias);
-        const auto b = bias_values.data<float>();
-        std::vector<float> bias_scale(weight_scale.size());
-        for (size_t c = 0; c < bias_scale.size(); ++c) bias_scale[c] = (*input_scale)[0] * weight_scale[c];
-        std::vector<int32_t> q(b.size());
-        constexpr double kInt32Max = std::numeric_limits<int32_t>::max();
-        for (size_t c = 0; c < b.size(); ++c) {  // (float division as there; saturated, not undefined)
-            const float v = std::nearbyint(b[c] / bias_scale[per_channel ? c : 0]);
-            q[c] = std::isfinite(v) ? static_cast<int32_t>(std::clamp<double>(v, -kInt32Max - 1, kInt32Max)) : 0;
-        }
-        const auto q_name = names.fresh(node.input(2) + "_quantized");
-        const auto s_name = names.fresh(node.input(2) + "_scale");
-        *graph.add_initializer() =
-            Tensor::from_values<int32_t>({static_cast<int64_t>(q.size())}, q).to_proto(q_name);
-        *graph.add_initializer() =
-            (per_channel ? Tensor::from_values<float>({static_cast<int64_t>(bias_scale.size())}, bias_scale)
-                         : Tensor::from_values<float>({}, bias_scale))
-                .to_proto(s_name);
-        const auto dq_name = names.fresh(node.input(2) + "_DequantizeLinear_Output");
-        auto& dq = *graph.add_node();
-        dq.set_op_type("DequantizeLinear");
-        dq.set_name(names.fresh(node.name() + "_bias_dq"));
-        dq.add_input(q_name);
-        dq.add_input(s_name);
-        dq.add_output(dq_name);
-        if (per_channel) set_int_attribute(dq, "axis", 0);
-        graph.mutable_node(n)->set_input(2, dq_name);
+        // int32 at input scale x weight scale, per channel where the weight is; no zero point, as there.
+        const bool per_channel = weight_params.scale.size() != 1;
+        QuantParams bias_params{QuantType::QInt32, {}, std::vector<int64_t>(weight_params.scale.size(), 0),
+                                per_channel ? 0 : -1};
+        for (float sw : weight_params.scale) bias_params.scale.push_back((*input_scale)[0] * sw);
+        const auto dq = dequantized(graph, names, node.input(2),
+                                    quantize_tensor(Tensor::from_proto(*bias), bias_params, node.input(2)),
+                                    bias_params, false);
+        graph.mutable_node(n)->set_input(2, dq);
         changed = true;
     }
     return changed;

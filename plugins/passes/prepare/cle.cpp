@@ -189,14 +189,14 @@ double equalize(onnx::GraphProto& graph, const vaiq::GraphIndex& index, const st
         for (size_t c = 0; c < channels; ++c)
             ranges[0][c] = std::max(ranges[0][c], std::abs(layers[0].bias[c]) / shrink);
     }
-    // The tensor layer i writes for layer i + 1, where its ranges were measured.
-    auto activation = [&](size_t i) -> std::vector<float>* {
-        if (!activations) return nullptr;
-        auto it = activations->find(graph.node(chain[i + 1]).input(0));
-        return it != activations->end() && it->second.size() == channels ? &it->second : nullptr;
-    };
+    // acts[i]: the measured ranges of the tensor layer i writes for layer i + 1, if any.
+    std::vector<std::vector<float>*> acts(chain.size() - 1, nullptr);
+    for (size_t i = 0; activations && i + 1 < chain.size(); ++i)
+        if (auto it = activations->find(graph.node(chain[i + 1]).input(0));
+            it != activations->end() && it->second.size() == channels)
+            acts[i] = &it->second;
     for (size_t i = 0; i + 1 < chain.size(); ++i) {
-        const auto* a = activation(i);
+        const auto* a = acts[i];
         if (!a) continue;
         const float a_max = *std::max_element(a->begin(), a->end());
         const float r_max = *std::max_element(ranges[i].begin(), ranges[i].end());
@@ -223,7 +223,7 @@ double equalize(onnx::GraphProto& graph, const vaiq::GraphIndex& index, const st
             factor[i][c] = static_cast<float>(g / ranges[i][c]);
             carried *= g / ranges[i][c];
             if (!layers[i].bias.empty()) layers[i].bias[c] *= static_cast<float>(carried);
-            if (auto* a = activation(i)) (*a)[c] *= static_cast<float>(carried);  // for the next sweep
+            if (acts[i]) (*acts[i])[c] *= static_cast<float>(carried);  // for the next sweep
         }
         factor[last][c] = static_cast<float>(1.0 / carried);
     }
