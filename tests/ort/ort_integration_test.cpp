@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <map>
+#include <numeric>
 
 #include "runtime/executor.hpp"
 #include "test_support.hpp"
@@ -329,5 +331,218 @@ TEST(OnnxRuntimeFloat, LayerNormGeluErfAndBfloat16AgreeToTheBit) {
         }
     }
 }
+
+// --- the original tool's modes and dynamic quantization ------------------------
+
+// A deterministic pseudo-random float in [-scale, scale].
+float wave(int64_t i, float scale) { return scale * static_cast<float>(std::sin(double(i) * 12.9898 + 78.233)); }
+
+vaiq::Tensor wave_tensor(std::vector<int64_t> shape, float scale, int64_t seed) {
+    std::vector<float> v(static_cast<size_t>(std::accumulate(shape.begin(), shape.end(), int64_t{1},
+                                                             std::multiplies<>())));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = wave(static_cast<int64_t>(i) + seed * 7919, scale);
+    return vaiq::Tensor::from_values<float>(std::move(shape), v);
+}
+
+// One BERT-like encoder layer: self-attention (one head) and a GELU MLP, each
+// with a residual and a LayerNormalization; six MatMuls with constant weights,
+// two between activations.
+vaiq::Model encoder_layer() {
+    constexpr int64_t kHidden = 32, kInner = 64;
+    vaiq::test::GraphBuilder b(17);
+    b.input("x", {2, 16, kHidden}).output("y", {2, 16, kHidden});
+    int64_t seed = 0;
+    auto linear = [&](const std::string& in, const std::string& out, int64_t n_in, int64_t n_out) {
+        b.initializer(out + "_w", wave_tensor({n_in, n_out}, 1.0f / std::sqrt(float(n_in)), ++seed));
+        b.initializer(out + "_b", wave_tensor({n_out}, 0.1f, ++seed));
+        b.node("MatMul", {in, out + "_w"}, {out + "_mm"});
+        b.node("Add", {out + "_mm", out + "_b"}, {out});
+    };
+    auto layer_norm = [&](const std::string& in, const std::string& out) {
+        b.initializer(out + "_g", wave_tensor({kHidden}, 0.2f, ++seed));
+        b.initializer(out + "_beta", wave_tensor({kHidden}, 0.1f, ++seed));
+        b.node("Add", {out + "_g", "one"}, {out + "_gamma"});
+        b.node("LayerNormalization", {in, out + "_gamma", out + "_beta"}, {out});
+    };
+    b.initializer("one", vaiq::test::ramp({}, 1.0f));
+    b.initializer("inv_sqrt_d", vaiq::test::ramp({}, 1.0f / std::sqrt(float(kHidden))));
+    b.initializer("half", vaiq::test::ramp({}, 0.5f));
+    b.initializer("inv_sqrt2", vaiq::test::ramp({}, 1.0f / std::sqrt(2.0f)));
+    linear("x", "q", kHidden, kHidden);
+    linear("x", "k", kHidden, kHidden);
+    linear("x", "v", kHidden, kHidden);
+    vaiq::test::set_ints_attribute(b.node("Transpose", {"k"}, {"kt"}), "perm", {0, 2, 1});
+    b.node("MatMul", {"q", "kt"}, {"scores_raw"});
+    b.node("Mul", {"scores_raw", "inv_sqrt_d"}, {"scores"});
+    vaiq::test::set_int_attribute(b.node("Softmax", {"scores"}, {"probs"}), "axis", -1);
+    b.node("MatMul", {"probs", "v"}, {"context"});
+    linear("context", "attn", kHidden, kHidden);
+    b.node("Add", {"x", "attn"}, {"res1"});
+    layer_norm("res1", "ln1");
+    linear("ln1", "up", kHidden, kInner);
+    b.node("Mul", {"up", "inv_sqrt2"}, {"up_s"});  // GELU through Erf, as exporters write it
+    b.node("Erf", {"up_s"}, {"erf"});
+    b.node("Add", {"erf", "one"}, {"erf1"});
+    b.node("Mul", {"up", "erf1"}, {"gelu_2"});
+    b.node("Mul", {"gelu_2", "half"}, {"gelu"});
+    linear("gelu", "down", kInner, kHidden);
+    b.node("Add", {"ln1", "down"}, {"res2"});
+    layer_norm("res2", "y");
+    return b.build();
+}
+
+// Quantizes `model` with a shipped recipe and `settings`, runs the result in
+// ONNX Runtime and in vaiq on `input`; returns the written graph, the graph ONNX
+// Runtime optimized it into, both outputs and the float one.
+struct ModeRun {
+    vaiq::Model written, optimized;
+    vaiq::Tensor ort, ours, reference;
+    nlohmann::json report;
+};
+
+ModeRun quantize_in_mode(const vaiq::Model& model, const std::string& recipe, const std::string& settings,
+                         const vaiq::Tensor& input) {
+    const auto dir = vaiq::test::temp_dir();
+    vaiq::save_model(model, dir / "m.onnx");
+    vaiq::write_npy(dir / "x.npy", input);
+    ModeRun out;
+    auto r = run_command(std::string(VAIQ_CLI) + " -q run " VAIQ_SOURCE_DIR "/recipes/" + recipe + " --model " +
+                         (dir / "m.onnx").string() + " --output " + (dir / "q.onnx").string() + " " + settings);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    if (r.exit_code != 0) return out;
+    out.report = nlohmann::json::parse(slurp(dir / "q.report.json"));
+    r = run_in_ort(dir / "q.onnx", dir / "ort", dir / "x.npy", dir / "optimized.onnx");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    out.written = vaiq::load_model(dir / "q.onnx");
+    out.optimized = vaiq::load_model(dir / "optimized.onnx");
+    out.ort = vaiq::read_npy(dir / "ort" / "output_0.npy");
+    const auto name = model.graph().input(0).name();
+    out.ours = vaiq::runtime::Executor(out.written).run({{name, input}})[0];
+    out.reference = vaiq::runtime::Executor(model).run({{name, input}})[0];
+    return out;
+}
+
+std::map<std::string, int> op_counts(const vaiq::Model& m) {
+    std::map<std::string, int> out;
+    for (const auto& n : m.graph().node()) ++out[n.op_type()];
+    return out;
+}
+
+// max |a - b| / max |b|
+double relative_error(const vaiq::Tensor& a, const vaiq::Tensor& b) {
+    EXPECT_EQ(a.size(), b.size());
+    double worst = 0, largest = 0;
+    for (int64_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+        worst = std::max(worst, double(std::abs(a.data<float>()[i] - b.data<float>()[i])));
+        largest = std::max(largest, double(std::abs(b.data<float>()[i])));
+    }
+    return worst / largest;
+}
+
+TEST(OnnxRuntimeDynamic, EncoderRunsAsDynamicQuantizeMatMulAndAgreesWithVaiq) {
+    const auto run = quantize_in_mode(encoder_layer(), "dynamic.yaml", "", wave_tensor({2, 16, 32}, 2.0f, 99));
+    const auto written = op_counts(run.written);
+    EXPECT_EQ(written.at("MatMulInteger"), 6) << "every MatMul with a constant B";
+    EXPECT_EQ(written.at("MatMul"), 2) << "the two between activations stay float (MatMulConstBOnly)";
+    EXPECT_EQ(written.at("DynamicQuantizeLinear"), 4) << "q, k and v share one quantized input";
+    // ONNX Runtime runs each as one integer kernel with the scales and the bias
+    // folded in: fused with its DynamicQuantizeLinear where that feeds only it,
+    // and q, k, v as three MatMulIntegerToFloat on one shared quantized input.
+    const auto optimized = op_counts(run.optimized);
+    const auto count = [&](const char* op) { return optimized.count(op) ? optimized.at(op) : 0; };
+    const auto graph = ::testing::PrintToString(optimized);
+    EXPECT_EQ(count("MatMulInteger"), 0) << graph;
+    EXPECT_EQ(count("DynamicQuantizeMatMul"), 3) << graph;
+    EXPECT_EQ(count("MatMulIntegerToFloat"), 3) << graph;
+    EXPECT_EQ(count("DynamicQuantizeLinear"), 1) << graph;
+    EXPECT_EQ(count("Add"), 0) << "biases folded into the kernels: " << graph;
+    EXPECT_LT(relative_error(run.ort, run.reference), 0.05) << "int8 close to float";
+    EXPECT_LT(relative_error(run.ours, run.ort), 1e-5) << "vaiq computes what ONNX Runtime does";
+    EXPECT_GT(run.report["evaluation"]["outputs"][0]["sqnr_db"].get<double>(), 25.0);
+}
+
+TEST(OnnxRuntimeDynamic, TheExampleCnnRunsAsConvIntegerAndKeepsItsAccuracy) {
+    const auto dir = vaiq::test::temp_dir();
+    auto r = run_command(std::string(VAIQ_CLI) + " -q run " VAIQ_SOURCE_DIR "/recipes/dynamic.yaml --model " +
+                         (kExample / "mnist_cnn.onnx").string() + " --output " + (dir / "q.onnx").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    r = run_in_ort(dir / "q.onnx", dir / "ort", kExample / "test_images.npy");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto logits = vaiq::read_npy(dir / "ort" / "output_0.npy");
+    EXPECT_GE(accuracy(logits), 0.95) << "float: 95.7 %";
+    const auto written = vaiq::load_model(dir / "q.onnx");
+    EXPECT_EQ(op_counts(written).at("ConvInteger"), 3);
+    const auto ours = vaiq::runtime::Executor(written).run({{"pixels", vaiq::read_npy(kExample / "test_images.npy")}})[0];
+    EXPECT_LT(relative_error(ours, logits), 1e-5);
+}
+
+// x -> MatMul(w1) -> m1 -> Relu -> h -> MatMul(w2) -> y, with parameters for all four activations.
+vaiq::Model two_matmuls() {
+    vaiq::test::GraphBuilder b(13);
+    b.input("x", {4, 8}).output("y", {4, 6});
+    b.initializer("w1", wave_tensor({8, 8}, 0.5f, 1)).initializer("w2", wave_tensor({8, 6}, 0.5f, 2));
+    b.node("MatMul", {"x", "w1"}, {"m1"});
+    b.node("Relu", {"m1"}, {"h"});
+    b.node("MatMul", {"h", "w2"}, {"y"});
+    return b.build();
+}
+
+// y is small against its terms (h * w2 up to 0.14 each), so int8 errors weigh
+// more in it than in an output of wider range.
+constexpr double kModeTolerance = 0.1;
+
+// Float ranges: x [-1.00, 1.00], m1 [-0.28, 0.27], h [0, 0.27], y [-0.073, 0.069].
+const std::string kInputParams = "--set 'input_quantization_params={x: [128, 0.008], h: [0, 0.0012]}'";
+const std::string kOutputParams = "--set 'output_quantization_params={m1: [128, 0.0025], y: [128, 0.0006]}'";
+
+struct SeedMode {
+    std::string name, recipe, settings;
+    std::map<std::string, int> ops;  ///< op counts the written graph must have
+    double tolerance;                ///< of ONNX Runtime's output against the float one
+};
+
+void PrintTo(const SeedMode& mode, std::ostream* os) { *os << mode.name; }
+
+class OnnxRuntimeSeedModes : public ::testing::TestWithParam<SeedMode> {};
+
+TEST_P(OnnxRuntimeSeedModes, WritesTheModesGraphAndRunsThere) {
+    const auto& mode = GetParam();
+    const auto run = quantize_in_mode(two_matmuls(), mode.recipe, mode.settings, wave_tensor({4, 8}, 1.0f, 5));
+    const auto ops = op_counts(run.written);
+    for (const auto& [op, count] : mode.ops) EXPECT_EQ(ops.count(op) ? ops.at(op) : 0, count) << op;
+    EXPECT_EQ(ops.count("MatMul"), 0u);
+    EXPECT_LT(relative_error(run.ort, run.reference), mode.tolerance);
+    EXPECT_LT(relative_error(run.ours, run.ort), 1e-5);
+    // The given parameters are written as given.
+    const vaiq::GraphIndex index(run.written.graph());
+    for (const auto& [tensor, scale] : {std::pair{"x_scale", 0.008f}, std::pair{"h_scale", 0.0012f}}) {
+        const auto* init = index.initializer(tensor);
+        if (!init) continue;  // computed at run time
+        const auto value = vaiq::Tensor::from_proto(*init);
+        EXPECT_EQ(value.data<float>()[0], scale) << tensor;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, OnnxRuntimeSeedModes,
+    ::testing::Values(
+        SeedMode{"IntegerOpsDynamic", "integer_ops.yaml", "", {{"DynamicQuantizeLinear", 2}, {"MatMulInteger", 2}},
+                 kModeTolerance},
+        SeedMode{"IntegerOpsStatic",
+                 "integer_ops.yaml",
+                 "--set static=true " + kInputParams,
+                 {{"QuantizeLinear", 2}, {"MatMulInteger", 2}, {"DynamicQuantizeLinear", 0}},
+                 kModeTolerance},
+        SeedMode{"QLinearOpsStatic",
+                 "qlinear_ops.yaml",
+                 kInputParams + " " + kOutputParams,
+                 {{"QuantizeLinear", 2}, {"QLinearMatMul", 2}, {"DynamicQuantizeLinear", 0}},
+                 kModeTolerance},
+        SeedMode{"QLinearOpsDynamic",
+                 "qlinear_ops.yaml",
+                 "--set static=false " + kOutputParams,
+                 {{"DynamicQuantizeLinear", 2}, {"QLinearMatMul", 2}},
+                 kModeTolerance}),
+    [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -41,6 +41,9 @@ struct QuantSpec {
     int axis = 0;               ///< channel axis when per_channel
     bool power_of_two = false;  ///< scales restricted to 2^-k (NPU)
     bool int16_scale = false;   ///< float scales rounded to M * 2^-N, M a positive int16 (Int16Scale)
+    /// Quantized at run time by DynamicQuantizeLinear (`static: false`): the
+    /// plan carries the type only, no scale or zero point.
+    bool dynamic = false;
 };
 
 /// The observed float range of a tensor.
@@ -139,7 +142,8 @@ struct TensorQuant {
 
 /// Checks that parameters can be written: as many zero points as scales, scales
 /// positive and finite, zero points inside the type's range, per-channel only on
-/// opset >= 13. Throws InputError naming the tensor.
+/// opset >= 13. Throws InputError naming the tensor, also for a dynamic tensor
+/// (formats that write DynamicQuantizeLinear check those themselves).
 VAIQ_API void check_quant_params(const TensorQuant& t, int64_t opset);
 
 /// The scale as a float tensor and the zero point in the storage type: scalars

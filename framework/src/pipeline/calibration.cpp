@@ -140,6 +140,10 @@ QuantPlan compute_parameters(const Model& model, const DraftPlan& plan, const Ca
             }
             q.params.axis = w.axis >= 0 ? 0 : -1;
             widen_saturating_bias_scales(Tensor::from_proto(*index.initializer(t->tensor)), q);
+        } else if (t->given) {
+            q.params = *t->given;
+        } else if (t->spec.dynamic) {
+            q.params.type = t->spec.type;  // DynamicQuantizeLinear's at run time
         } else if (!t->share_with.empty()) {
             q.params = params_of(t->share_with);
         } else if (t->constant) {

@@ -194,12 +194,16 @@ std::vector<std::string> unsupported_settings(const Recipe& recipe, Phase last) 
 namespace {
 
 // The readers the recipe asks for: files, or random data when none are given.
+std::unique_ptr<DataReader> random_reader(const Recipe& recipe, const Model& model) {
+    return random_data_reader(model, recipe.value("random_data_reader_input_shape"),
+                              recipe.value("extra_options.RandomDataReaderInputDataRange"), 1);
+}
+
 std::unique_ptr<DataReader> calibration_reader(const Recipe& recipe, const Model& model) {
     const auto& path = recipe.value("calibration_data_reader");
     if (!path.is_null()) return open_data_reader(path.get<std::string>(), model);
     log_info("no calibration data given: calibrating on random data (a quick test, not an accurate model)");
-    return random_data_reader(model, recipe.value("random_data_reader_input_shape"),
-                              recipe.value("extra_options.RandomDataReaderInputDataRange"), 1);
+    return random_reader(recipe, model);
 }
 
 nlohmann::json params_json(const TensorQuant& t, const std::map<std::string, TensorRange>& ranges) {
@@ -207,7 +211,9 @@ nlohmann::json params_json(const TensorQuant& t, const std::map<std::string, Ten
                         {"role", role_name(t.role)},
                         {"type", quant_type_name(t.params.type)},
                         {"symmetric", t.spec.symmetric}};
-    if (t.params.axis >= 0) {
+    if (t.spec.dynamic) {
+        j["dynamic"] = true;  // DynamicQuantizeLinear's parameters, at run time
+    } else if (t.params.axis >= 0) {
         j["axis"] = t.params.axis;
         j["channels"] = t.params.scale.size();
         j["scale_min"] = *std::min_element(t.params.scale.begin(), t.params.scale.end());
@@ -401,6 +407,21 @@ void plan_phase(RunState& s) {
 }
 
 void calibrate_phase(RunState& s) {
+    const auto observed = s.draft.observed();
+    if (!s.data && s.recipe.value("calibration_data_reader").is_null()) {
+        // Given parameters are meant to replace calibration: random data must not fill the gaps.
+        const bool given = !s.recipe.value("input_quantization_params").empty() ||
+                           !s.recipe.value("output_quantization_params").empty();
+        if (given && !observed.empty())
+            throw InputError(fmt::format("these activations have neither given parameters nor calibration data: "
+                                         "{} (add them to input_quantization_params/output_quantization_params or "
+                                         "set calibration_data_reader)",
+                                         join(observed, ", ")));
+        if (observed.empty()) {
+            log_info("nothing to calibrate: activations are quantized at run time or have given parameters");
+            s.data = random_reader(s.recipe, s.model);  // types the tensors; evaluation runs on it too
+        }
+    }
     if (!s.data) s.data = calibration_reader(s.recipe, s.model);
     s.calibration = calibrate(s.model, s.draft, *s.data, s.threads, [&](int batch) {
         log_debug("calibration batch {} of {} files", batch, s.data->items());

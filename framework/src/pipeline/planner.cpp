@@ -8,6 +8,7 @@
 #include "util/text.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
+#include "vaiq/log.hpp"
 
 namespace vaiq {
 
@@ -44,6 +45,14 @@ class Planner {
             axes_[op] = axis.get<int>();
         force_ = recipe.value("extra_options.ForceQuantizeNoInputCheck").get<bool>();
         const_b_only_ = recipe.value("extra_options.MatMulConstBOnly").get<bool>();
+        static_ = recipe.value("static").get<bool>();
+        for (const char* key : {"input_quantization_params", "output_quantization_params"})
+            for (const auto& [tensor, p] : recipe.value(key).items()) {
+                if (index_.producer(tensor) < 0 && !index_.initializer(tensor) && !index_.is_graph_input(tensor))
+                    throw InputError(fmt::format("{}: {} names '{}', which the model does not have",
+                                                 recipe.setting(key).origin, key, tensor));
+                given_[tensor] = {p[0].get<int64_t>(), p[1].get<float>(), recipe.setting(key).origin};
+            }
     }
 
     DraftPlan run(const std::vector<NodeDecision>& decisions) {
@@ -55,6 +64,10 @@ class Planner {
             const auto* d = by_node[n];
             if (d && d->quantized) plan_node(graph.node(n), *d);
         }
+        for (const auto& [tensor, g] : given_)
+            if (!plan_.find(tensor))
+                log_warn("{}: '{}' is given quantization parameters, but no quantized node reads or writes it",
+                         g.origin, tensor);
         return std::move(plan_);
     }
 
@@ -145,10 +158,34 @@ class Planner {
                 t.spec.power_of_two = true;
         }
         if (auto it = inherit_.find(tensor); it != inherit_.end()) t.range_from = it->second;
+        if (role == TensorRole::Activation && !t.constant && is_integer(t.spec.type)) set_run_time_params(t);
         if (t.observed() && t.range_from.empty()) t.saturates_outside = saturation(tensor);
         plan_.index[tensor] = plan_.tensors.size();
         plan_.tensors.push_back(std::move(t));
         return &plan_.tensors.back();
+    }
+
+    // An activation with given parameters takes them; without, under `static:
+    // false`, DynamicQuantizeLinear computes them at run time (uint8 only).
+    void set_run_time_params(PlannedTensor& t) const {
+        if (auto it = given_.find(t.tensor); it != given_.end()) {
+            const auto& g = it->second;
+            const auto [qmin, qmax] = integer_range(t.spec.type);
+            if (g.zero_point < qmin || g.zero_point > qmax)
+                throw InputError(fmt::format("{}: the zero point {} of '{}' is outside {}'s [{}, {}]", g.origin,
+                                             g.zero_point, t.tensor, quant_type_name(t.spec.type), qmin, qmax));
+            t.given = QuantParams{t.spec.type, {g.scale}, {g.zero_point}, -1};
+            t.spec.power_of_two = false;
+            return;
+        }
+        if (static_) return;
+        if (t.spec.type != QuantType::QUInt8)
+            throw InputError(fmt::format("static: false quantizes activations at run time with DynamicQuantizeLinear, "
+                                         "which writes uint8; '{}' is planned as {} (set activation_type: QUInt8)",
+                                         t.tensor, quant_type_name(t.spec.type)));
+        t.spec.dynamic = true;
+        t.spec.symmetric = false;
+        t.spec.power_of_two = false;
     }
 
     // The interval outside which the tensor's only reader saturates: a
@@ -209,6 +246,8 @@ class Planner {
             add_activation(bias, node, config);
             return;
         }
+        // A scale known only at run time cannot make an int32 bias: it stays float.
+        if (plan_.find(node.input(0))->spec.dynamic) return;
         // An int32 bias takes input scale x weight scale; other types are quantized from their data.
         auto* t = add(bias, node, TensorRole::Bias, target_.default_spec(TensorRole::Bias, request(config)), config);
         if (t && t->spec.type == QuantType::QInt32) {
@@ -294,6 +333,13 @@ class Planner {
     std::map<std::string, int> axes_;
     bool force_ = false;
     bool const_b_only_ = false;
+    bool static_ = true;
+    struct Given {
+        int64_t zero_point;
+        float scale;
+        std::string origin;  ///< the recipe line that gave them
+    };
+    std::map<std::string, Given> given_;
     std::set<std::string> absorbed_;
     std::map<std::string, std::string> inherit_;
     DraftPlan plan_;

@@ -33,12 +33,14 @@ struct PlannedTensor {
     /// the nearest end (a HardSigmoid's input): calibration observes the values
     /// clamped to it, so far-out values (DBNet's background logits) cost no range.
     std::optional<TensorRange> saturates_outside;
+    std::optional<QuantParams> given;     ///< input/output_quantization_params: used as they are
     std::string bias_input, bias_weight;  ///< bias: scale = input scale x weight scale
     std::string node;                     ///< the node that asked for it first
 
     /// An integer activation whose range calibration finds (possibly through range_from).
     bool observed() const {
-        return calibrator != nullptr && !constant && role == TensorRole::Activation && !fixed_range;
+        return calibrator != nullptr && !constant && role == TensorRole::Activation && !fixed_range && !given &&
+               !spec.dynamic;
     }
 };
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <regex>
 #include <set>
@@ -104,14 +105,15 @@ std::string strip_prefix(std::string s, std::string_view prefix) {
     return s;
 }
 
-const std::vector<std::string> kQuantFormats = {"QDQ", "QOperator", "VitisQuantFormat.QDQ",
-                                                "VitisQuantFormat.FixNeuron"};
+const std::vector<std::string> kQuantFormats = {"QDQ",        "QOperator",            "IntegerOps",
+                                                "QLinearOps", "VitisQuantFormat.QDQ", "VitisQuantFormat.FixNeuron"};
 const std::vector<std::string> kFloatMethods = {"MinMax", "Entropy", "Percentile"};
 const std::vector<std::string> kPowerOfTwoMethods = {"NonOverflow", "MinMSE"};
 
 std::string normalize_quant_format(const YAML::Node& node, const Source& src) {
     const std::string raw = scalar_string(node, src, "quant_format");
-    const std::string s = strip_prefix(strip_prefix(raw, "vai_q_onnx."), "QuantFormat.");
+    std::string s = strip_prefix(strip_prefix(raw, "vai_q_onnx."), "QuantFormat.");
+    s = strip_prefix(s, "QuantizationMode.");  // the original tool's name for IntegerOps/QLinearOps
     if (std::find(kQuantFormats.begin(), kQuantFormats.end(), s) != kQuantFormats.end()) return s;
     if (is_plugin_name(s)) return s;
     src.fail(node, fmt::format("quant_format '{}' is not a quant format{} (choices: {}, or a format plugin's name)",
@@ -367,6 +369,22 @@ nlohmann::json normalize(const KeySpec& spec, const YAML::Node& node, const Sour
             }
             return out;
         }
+        case ValueKind::ParamsMap: {
+            if (is_null(node)) return nlohmann::json::object();
+            if (!node.IsMap()) src.fail(node, fmt::format("{} must be a map of tensor name to [zero_point, scale]", key));
+            auto out = nlohmann::json::object();
+            for (const auto& kv : node) {
+                if (!kv.second.IsSequence() || kv.second.size() != 2)
+                    src.fail(kv.second, "quantization parameters are [zero_point, scale]");
+                const int64_t zero_point = integer(kv.second[0], src, "the zero point");
+                const double scale = number(kv.second[1], src, "the scale");
+                if (!(scale > 0) || !std::isfinite(scale))
+                    src.fail(kv.second[1], fmt::format("the scale of '{}' must be positive and finite, not {}",
+                                                       kv.first.Scalar(), scale));
+                out[kv.first.Scalar()] = {zero_point, scale};
+            }
+            return out;
+        }
         case ValueKind::Providers: {
             const auto providers = string_list(node, src, key);
             for (const auto& p : providers)
@@ -605,6 +623,30 @@ void apply_setting(Recipe& recipe, const std::string& assignment, const fs::path
     recipe.settings[path] = {normalize(*spec, node, src), "--set"};
 }
 
+// The original tool's settings in terms of the documented ones: nbits (only 8)
+// and asymmetric_input_types (the types of weights and activations).
+void resolve_original_tool_settings(Recipe& recipe) {
+    if (const auto& nbits = recipe.setting("nbits"); nbits.value.get<int64_t>() != 8)
+        throw InputError(fmt::format("{}: nbits {} is not supported: quantized data has 8 bits (use "
+                                     "activation_type/weight_type QInt16 for 16)",
+                                     nbits.origin, nbits.value.get<int64_t>()));
+    const Setting asymmetric = recipe.setting("asymmetric_input_types");
+    if (asymmetric.value.is_null()) return;
+    const bool signed_weights = asymmetric.value.get<bool>();
+    const std::pair<const char*, nlohmann::json> implied[] = {
+        {"weight_type", signed_weights ? "QInt8" : "QUInt8"},
+        {"activation_type", "QUInt8"},
+        {"extra_options.WeightSymmetric", signed_weights}};
+    for (const auto& [key, value] : implied) {
+        auto& s = recipe.settings.at(key);
+        if (!s.is_default() && s.value != value)
+            throw InputError(fmt::format("{}: asymmetric_input_types {} means {} {}, but {} sets it to {}",
+                                         asymmetric.origin, signed_weights, key, value.dump(), s.origin,
+                                         s.value.dump()));
+        s = {value, asymmetric.origin};
+    }
+}
+
 Recipe load_recipe(const fs::path& file, const std::vector<std::string>& assignments) {
     std::vector<fs::path> chain;
     Recipe recipe;
@@ -620,6 +662,7 @@ Recipe load_recipe(const fs::path& file, const std::vector<std::string>& assignm
         recipe.settings[std::string(spec.path)] = {
             normalize(spec, YAML::Load(std::string(spec.default_yaml)), defaults), "default"};
     }
+    resolve_original_tool_settings(recipe);
     return recipe;
 }
 

@@ -76,7 +76,8 @@ const std::vector<KeySpec>& recipe_keys() {
         {"calibration_data_reader", K::OptionalPath, "null", P::Calibrate, yes,
          "Calibration data: a folder of .npy or TensorProto .pb files; null uses random data."},
         {"quant_format", K::QuantFormat, "QDQ", P::Emit, yes,
-         "QDQ, QOperator, VitisQuantFormat.QDQ, VitisQuantFormat.FixNeuron, or the name of a format plugin."},
+         "QDQ, QOperator, IntegerOps, QLinearOps (= QOperator), VitisQuantFormat.QDQ, VitisQuantFormat.FixNeuron, or the "
+         "name of a format plugin."},
         {"calibrate_method", K::CalibrateMethod, "MinMSE", P::Calibrate, yes,
          "MinMax, Entropy, Percentile (float scales), NonOverflow, MinMSE (power-of-two), or a calibrator plugin."},
         {"input_nodes", K::StringList, "[]", P::Plan, yes, "Start nodes: nodes before them are not quantized."},
@@ -107,6 +108,20 @@ const std::vector<KeySpec>& recipe_keys() {
         {"cle_guard", K::Bool, "true", P::Evaluate, yes,
          "Also quantize without CLE and keep CLE only if the output SQNR on the evaluation data is no lower.",
          "include_cle"},
+
+        // --- the original ONNX Runtime tool's quantize() --------------------------
+        {"static", K::Bool, "true", P::Plan, yes,
+         "false: activations are quantized at run time by DynamicQuantizeLinear (uint8) and need no calibration "
+         "(quantize_dynamic, and the IntegerOps/QLinearOps dynamic modes)."},
+        {"input_quantization_params", K::ParamsMap, "{}", P::Parameters, yes,
+         "{tensor: [zero_point, scale]}: parameters of activations read by quantized nodes, used as given instead "
+         "of calibrated or computed at run time."},
+        {"output_quantization_params", K::ParamsMap, "{}", P::Parameters, yes,
+         "{tensor: [zero_point, scale]}: the same for outputs of quantized nodes (QLinearOps needs them)."},
+        {"asymmetric_input_types", K::Bool, "null", P::Plan, yes,
+         "true: int8 weights and uint8 activations; false: uint8 for both, weights asymmetric. Sets weight_type, "
+         "activation_type and WeightSymmetric."},
+        {"nbits", K::Int, "8", P::Plan, yes, "Bits of the quantized data; only 8."},
 
         // --- extra_options ------------------------------------------------------
         {"extra_options.ActivationSymmetric", K::Bool, "false", P::Plan, yes, "Symmetric activation ranges."},

@@ -28,6 +28,7 @@ enum class ValueKind {
     ShapeSpec,        ///< [d, ...] | [[d, ...], ...] | {input: [d, ...]}
     IntMap,           ///< {string: int}
     RangeMap,         ///< null | {input: [low, high]}
+    ParamsMap,        ///< {tensor: [zero_point, scale]}
     Providers,        ///< execution providers: only CPUExecutionProvider
     Passes,           ///< [name | {name, options}]
     Overrides,        ///< [{match: {name, op_type, optional}, exclude | set}]

@@ -237,6 +237,10 @@ std::optional<int> exact_position(const QuantParams& params) {
 }
 
 void check_quant_params(const TensorQuant& t, int64_t opset) {
+    if (t.spec.dynamic)
+        throw InputError(fmt::format("tensor '{}' is quantized at run time (static: false), which this format cannot "
+                                     "write; use quant_format IntegerOps or QLinearOps",
+                                     t.tensor));
     const auto& p = t.params;
     if (p.scale.empty() || p.scale.size() != p.zero_point.size())
         throw InputError(

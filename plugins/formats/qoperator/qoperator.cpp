@@ -4,6 +4,8 @@
 // their com.microsoft QLinear* forms, and data-movement ops whose output shares
 // the input's parameters (Reshape, Transpose, MaxPool, ...) run on the integers
 // directly. A Relu/Clip the plan absorbed is folded into the operator before it.
+// An input left to run time (static: false) is quantized by DynamicQuantizeLinear,
+// whose scale and zero point the QLinear operator reads (QLinearOps' dynamic mode).
 // Everything else stays float, with QuantizeLinear/DequantizeLinear where a
 // tensor crosses between the two worlds; graph outputs keep their float names.
 #include <vaiq/vaiq.hpp>
@@ -52,7 +54,7 @@ class Writer {
                     fmt::format("format 'qoperator' writes QInt8 and QUInt8 (and QInt32 biases), not {} "
                                 "for tensor '{}'",
                                 vaiq::quant_type_name(t.params.type), t.tensor));
-            vaiq::check_quant_params(t, model_.opset());
+            if (!t.spec.dynamic) vaiq::check_quant_params(t, model_.opset());
             if (index_.producer(t.tensor) < 0 && !index_.initializer(t.tensor) && !index_.is_graph_input(t.tensor))
                 throw InputError(
                     fmt::format("the plan quantizes tensor '{}', which the model does not have", t.tensor));
@@ -125,7 +127,7 @@ class Writer {
         const auto& op = node.op_type();
         if (kDataMovement.count(op)) {
             const auto& in = node.input(0);
-            if (!eight_bit(in)) return;
+            if (!eight_bit(in) || planned(in)->spec.dynamic) return;
             for (const auto& out : node.output())
                 if (!eight_bit(out) || !same_params(params(out), params(in))) return;
             rewrites_[n] = {Kind::DataMovement, node.output(0)};
@@ -159,6 +161,11 @@ class Writer {
             for (const auto& in : node.input())
                 if (params(in).type != out_type) return;
         if (biased && params(node.input(0)).type != out_type) return;
+        if (planned(r.output)->spec.dynamic)
+            throw InputError(fmt::format("'{}' writes '{}' as {}, which needs its parameters: give them in "
+                                         "output_quantization_params (static: false quantizes only inputs at run "
+                                         "time)",
+                                         node.name(), r.output, vaiq::qlinear_form(op)->op));
         if (op == "Concat" || op == "Add" || op == "Mul" || op == "LeakyRelu" || op == "Sigmoid" ||
             op == "GlobalAveragePool")
             for (const auto& in : node.input())
@@ -175,7 +182,16 @@ class Writer {
         if (auto it = quantized_.find(tensor); it != quantized_.end()) return it->second;
         const auto& t = *plan_.find(tensor);
         const auto name = names_.fresh(tensor + "_quantized");
-        if (const auto* init = index_.initializer(tensor); init && !index_.is_graph_input(tensor)) {
+        if (t.spec.dynamic) {  // DynamicQuantizeLinear writes the parameters too
+            const auto s = names_.fresh(tensor + "_scale"), z = names_.fresh(tensor + "_zero_point");
+            onnx::NodeProto n;
+            n.set_op_type("DynamicQuantizeLinear");
+            n.set_name(names_.fresh(tensor + "_QuantizeLinear"));
+            n.add_input(tensor);
+            for (const auto& out : {name, s, z}) n.add_output(out);
+            extra_nodes_.push_back(std::move(n));
+            param_names_[tensor] = {s, z};
+        } else if (const auto* init = index_.initializer(tensor); init && !index_.is_graph_input(tensor)) {
             const auto values = vaiq::Tensor::from_proto(*init);
             if (values.type() != vaiq::DataType::Float)
                 throw InputError(
@@ -189,6 +205,7 @@ class Writer {
     }
 
     std::pair<std::string, std::string> param_names(const std::string& tensor) {
+        if (plan_.find(tensor)->spec.dynamic) int_tensor(tensor);  // its parameters come with it
         if (auto it = param_names_.find(tensor); it != param_names_.end()) return it->second;
         const auto& p = params(tensor);
         const auto s = names_.fresh(tensor + "_scale");

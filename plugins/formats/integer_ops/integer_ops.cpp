@@ -1,0 +1,196 @@
+// integer_ops: writes a plan in ONNX Runtime's IntegerOps form, what its
+// quantize_dynamic and QuantizationMode.IntegerOps write: a MatMul becomes
+// MatMulInteger and a Conv ConvInteger on quantized inputs, whose int32 result
+// is Cast to float and multiplied by the product of the two input scales (a
+// Conv's bias is then added in float). An activation input is quantized by
+// DynamicQuantizeLinear when its parameters are left to run time (static:
+// false), else by QuantizeLinear with its planned parameters; weights are
+// stored quantized. ONNX Runtime fuses the MatMul chain into
+// DynamicQuantizeMatMul / MatMulIntegerToFloat. Every other op stays float:
+// IntegerOps has no integer form for it, so its planned tensors are not written.
+#include <vaiq/vaiq.hpp>
+
+#include <map>
+
+namespace {
+
+using vaiq::InputError;
+using vaiq::QuantType;
+using vaiq::Tensor;
+using vaiq::TensorQuant;
+using vaiq::TensorRole;
+
+bool is_eight_bit(QuantType t) { return t == QuantType::QInt8 || t == QuantType::QUInt8; }
+
+// A quantized input as the integer ops read it.
+struct Quantized {
+    std::string values, scale, zero_point;
+};
+
+class Writer {
+  public:
+    Writer(vaiq::Model& model, const vaiq::QuantPlan& plan)
+        : model_(model), graph_(model.graph()), plan_(plan), index_(graph_), names_(graph_) {}
+
+    void run() {
+        const auto order = vaiq::topological_order(graph_);
+        google::protobuf::RepeatedPtrField<onnx::NodeProto> old_nodes;
+        old_nodes.Swap(graph_.mutable_node());
+        int rewritten = 0;
+        for (int n : order) {
+            const auto& node = old_nodes.Get(n);
+            if (writes_integer(node)) {
+                rewrite(node);
+                ++rewritten;
+            } else {
+                *graph_.add_node() = node;
+            }
+        }
+        vaiq::remove_unused_initializers(graph_);
+        vaiq::log_debug("integer_ops: {} MatMul/Conv nodes written as integer ops", rewritten);
+    }
+
+  private:
+    // A MatMul or 2-D+ Conv whose two inputs the plan quantizes.
+    bool writes_integer(const onnx::NodeProto& node) const {
+        if (!vaiq::is_default_domain(node) || (node.op_type() != "MatMul" && node.op_type() != "Conv")) return false;
+        return node.input_size() >= 2 && plan_.find(node.input(0)) && plan_.find(node.input(1));
+    }
+
+    const TensorQuant& checked(const std::string& tensor, const onnx::NodeProto& node) {
+        const auto& t = *plan_.find(tensor);
+        if (!is_eight_bit(t.params.type))
+            throw InputError(fmt::format("format 'integer_ops' writes QInt8 and QUInt8, not {} for tensor '{}' of "
+                                         "node '{}'",
+                                         vaiq::quant_type_name(t.params.type), t.tensor, node.name()));
+        if (!t.spec.dynamic) vaiq::check_quant_params(t, model_.opset());
+        return t;
+    }
+
+    void rewrite(const onnx::NodeProto& node) {
+        const bool conv = node.op_type() == "Conv";
+        const auto& x = checked(node.input(0), node);
+        const auto& w = checked(node.input(1), node);
+        const auto xq = quantized(x);
+        const auto wq = conv ? conv_weight(w, node) : matmul_weight(w, node);
+        const std::string base = node.name().empty() ? node.output(0) : node.name();
+        const std::string int_out = node.output(0) + "_output_quantized";
+        auto& op = vaiq::make_node(graph_, names_, conv ? "ConvInteger" : "MatMulInteger",
+                                   {xq.values, wq.values, xq.zero_point, wq.zero_point}, {int_out}, base + "_quant");
+        if (conv)
+            for (const auto& a : node.attribute()) *op.add_attribute() = a;
+        auto& cast = vaiq::make_node(graph_, names_, "Cast", {int_out}, {int_out + "_cast_output"}, int_out + "_cast");
+        vaiq::set_int_attribute(cast, "to", static_cast<int64_t>(vaiq::DataType::Float));
+        const std::string scales = names_.fresh(base + "_quant_scales_mul:0");
+        vaiq::make_node(graph_, names_, "Mul", {xq.scale, wq.scale}, {scales}, base + "_quant_scales_mul");
+        const bool bias = conv && node.input_size() > 2 && !node.input(2).empty();
+        const std::string scaled = bias ? names_.fresh(node.output(0) + "quant_scaled_output") : node.output(0);
+        vaiq::make_node(graph_, names_, "Mul", {int_out + "_cast_output", scales}, {scaled},
+                        base + "_quant_output_scale_mul");
+        if (bias) add_conv_bias(node, scaled);
+    }
+
+    // The float bias, shaped [1, C, 1, ...] to broadcast over the output.
+    void add_conv_bias(const onnx::NodeProto& node, const std::string& scaled) {
+        const auto rank = static_cast<size_t>(index_.initializer(node.input(1))->dims_size());
+        std::vector<int64_t> shape(rank, 1);
+        shape[1] = -1;
+        const auto shape_name = vaiq::add_initializer(graph_, names_, node.output(0) + "_bias_reshape_shape",
+                                                      Tensor::from_values<int64_t>({int64_t(rank)}, shape));
+        const auto reshaped = names_.fresh(node.output(0) + "_bias_reshape_output");
+        vaiq::make_node(graph_, names_, "Reshape", {node.input(2), shape_name}, {reshaped}, reshaped);
+        vaiq::make_node(graph_, names_, "Add", {scaled, reshaped}, {node.output(0)}, node.output(0) + "_bias_add");
+    }
+
+    // MatMulInteger takes one B zero point per column: per-channel weights of a
+    // 2-D B along its columns only.
+    Quantized matmul_weight(const TensorQuant& w, const onnx::NodeProto& node) {
+        if (w.params.axis >= 0) {
+            const auto* init = index_.initializer(w.tensor);
+            if (!init || init->dims_size() != 2 || w.params.axis != 1)
+                throw InputError(fmt::format("MatMulInteger quantizes B per column only: '{}' of node '{}' is per "
+                                             "channel along axis {}",
+                                             w.tensor, node.name(), w.params.axis));
+        }
+        return quantized(w);
+    }
+
+    // ConvInteger takes one weight zero point: per-channel weights with equal
+    // zero points (symmetric ones) keep their scales in the float multiply.
+    Quantized conv_weight(const TensorQuant& w, const onnx::NodeProto& node) {
+        if (w.params.axis < 0) return quantized(w);
+        const auto& zp = w.params.zero_point;
+        if (w.params.axis != 0 || std::adjacent_find(zp.begin(), zp.end(), std::not_equal_to<>()) != zp.end())
+            throw InputError(fmt::format("ConvInteger takes one weight zero point: '{}' of node '{}' is per channel "
+                                         "with different zero points (set WeightSymmetric)",
+                                         w.tensor, node.name()));
+        auto out = stored_weight(w);
+        const auto rank = static_cast<size_t>(index_.initializer(w.tensor)->dims_size());
+        std::vector<int64_t> shape(rank, 1);
+        shape[1] = static_cast<int64_t>(w.params.scale.size());
+        out.scale = vaiq::add_initializer(graph_, names_, w.tensor + "_scale",
+                                          Tensor::from_values<float>(shape, w.params.scale));
+        vaiq::QuantParams one = w.params;
+        one.zero_point.resize(1);
+        one.scale.resize(1);
+        one.axis = -1;
+        out.zero_point = vaiq::add_initializer(graph_, names_, w.tensor + "_zero_point", vaiq::zero_point_tensor(one));
+        return out;
+    }
+
+    Quantized stored_weight(const TensorQuant& w) {
+        if (w.spec.dynamic) throw InputError(fmt::format("weight '{}' cannot be quantized at run time", w.tensor));
+        const auto values = Tensor::from_proto(*index_.initializer(w.tensor));
+        return {vaiq::add_initializer(graph_, names_, w.tensor + "_quantized",
+                                      vaiq::quantize_tensor(values, w.params, w.tensor)),
+                "", ""};
+    }
+
+    // The integer form of a planned input, made once and shared by its readers.
+    Quantized quantized(const TensorQuant& t) {
+        if (auto it = done_.find(t.tensor); it != done_.end()) return it->second;
+        Quantized q;
+        if (index_.initializer(t.tensor) && !index_.is_graph_input(t.tensor)) {
+            q = stored_weight(t);
+            q.scale = vaiq::add_initializer(graph_, names_, t.tensor + "_scale", vaiq::scale_tensor(t.params));
+            q.zero_point =
+                vaiq::add_initializer(graph_, names_, t.tensor + "_zero_point", vaiq::zero_point_tensor(t.params));
+        } else if (t.spec.dynamic) {
+            q = {names_.fresh(t.tensor + "_quantized"), names_.fresh(t.tensor + "_scale"),
+                 names_.fresh(t.tensor + "_zero_point")};
+            vaiq::make_node(graph_, names_, "DynamicQuantizeLinear", {t.tensor}, {q.values, q.scale, q.zero_point},
+                            t.tensor + "_QuantizeLinear");
+        } else {
+            q = {names_.fresh(t.tensor + "_quantized"),
+                 vaiq::add_initializer(graph_, names_, t.tensor + "_scale", vaiq::scale_tensor(t.params)),
+                 vaiq::add_initializer(graph_, names_, t.tensor + "_zero_point", vaiq::zero_point_tensor(t.params))};
+            vaiq::make_node(graph_, names_, "QuantizeLinear", {t.tensor, q.scale, q.zero_point}, {q.values},
+                            t.tensor + "_QuantizeLinear");
+        }
+        return done_[t.tensor] = q;
+    }
+
+    vaiq::Model& model_;
+    onnx::GraphProto& graph_;
+    const vaiq::QuantPlan& plan_;
+    vaiq::GraphIndex index_;
+    vaiq::UniqueNames names_;
+    std::map<std::string, Quantized> done_;
+};
+
+class IntegerOps final : public vaiq::Format {
+  public:
+    void emit(vaiq::Model& model, const vaiq::QuantPlan& plan) const override {
+        if (model.opset() < 11)
+            throw InputError(fmt::format("format 'integer_ops' writes DynamicQuantizeLinear (opset 11); the model is "
+                                         "opset {}: convert it first (vaiq convert-opset --opset 13)",
+                                         model.opset()));
+        Writer(model, plan).run();
+    }
+};
+
+}  // namespace
+
+VAIQ_PLUGINS(vaiq::describe<IntegerOps>("integer_ops", "0.1.0",
+                                        "MatMulInteger/ConvInteger with dynamic or given input parameters "
+                                        "(QuantizationMode.IntegerOps, quantize_dynamic)"))
