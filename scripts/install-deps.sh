@@ -12,6 +12,7 @@ packages=(
   libdnnl-dev
   libspdlog-dev libfmt-dev
   libcli11-dev
+  libjpeg62-turbo-dev libpng-dev
   nlohmann-json3-dev
   googletest libgtest-dev libgmock-dev
   libonnx-testdata

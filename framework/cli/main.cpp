@@ -124,15 +124,32 @@ struct RecipeArgs {
     }
 };
 
+// --model and --data: shorthands for the recipe's model_input and calibration_data_reader.
+struct InputArgs {
+    std::string model, data;
+
+    void add_to(CLI::App* app) {
+        app->add_option("--model", model, "The float model (overrides model_input)");
+        app->add_option("--data", data, "Calibration data folder or file (overrides calibration_data_reader)");
+    }
+    void append_to(std::vector<std::string>& assignments) const {
+        if (!model.empty()) assignments.push_back("model_input=" + fs::absolute(model).string());
+        if (!data.empty()) assignments.push_back("calibration_data_reader=" + fs::absolute(data).string());
+    }
+};
+
 class RunCommand final : public Command {
   public:
     RunCommand(CLI::App& parent, const bool& quiet)
         : Command(parent.add_subcommand("run", "Quantize a model as a recipe says")), quiet_(quiet) {
         recipe_.add_to(app_);
-        app_->add_option("--model", model_, "The float model (overrides model_input)");
+        inputs_.add_to(app_);
         app_->add_option("--output", output_, "The quantized model to write (overrides model_output)");
-        app_->add_option("--data", data_, "Calibration data folder (overrides calibration_data_reader)");
         app_->add_option("--report", report_, "The JSON report to write (overrides report)");
+        app_->add_option("--calibration", calibration_,
+                         "Statistics files of `vaiq calibrate` to calibrate from instead of the data (one per "
+                         "shard: merged)")
+            ->check(CLI::ExistingFile);
         app_->add_option("--stop-after", stop_after_, "Stop after this phase and write the model as it is then")
             ->check(CLI::IsMember({"load", "prepare", "plan", "calibrate", "parameters", "emit"}));
     }
@@ -140,13 +157,9 @@ class RunCommand final : public Command {
     int run() override {
         // The flags are shorthands for --set; an explicit --set of the same key comes later and wins.
         std::vector<std::string> assignments;
-        auto flag = [&](const std::string& value, const char* key) {
-            if (!value.empty()) assignments.push_back(fmt::format("{}={}", key, fs::absolute(value).string()));
-        };
-        flag(model_, "model_input");
-        flag(output_, "model_output");
-        flag(data_, "calibration_data_reader");
-        flag(report_, "report");
+        inputs_.append_to(assignments);
+        if (!output_.empty()) assignments.push_back("model_output=" + fs::absolute(output_).string());
+        if (!report_.empty()) assignments.push_back("report=" + fs::absolute(report_).string());
         assignments.insert(assignments.end(), recipe_.sets.begin(), recipe_.sets.end());
         const Recipe recipe = load_recipe(recipe_.file, assignments);
         PluginRegistry registry;
@@ -154,6 +167,7 @@ class RunCommand final : public Command {
         RunOptions options;
         options.progress = !quiet_ && stderr_is_terminal();
         if (!stop_after_.empty()) options.stop_after = parse_phase(stop_after_);
+        options.calibration_files.assign(calibration_.begin(), calibration_.end());
         const auto result = run_pipeline(recipe, registry, options);
         spdlog::info("wrote {} and {}", result.output.string(), result.report.string());
         if (!result.report_json["quantized"].get<bool>())
@@ -165,7 +179,59 @@ class RunCommand final : public Command {
   private:
     const bool& quiet_;
     RecipeArgs recipe_;
-    std::string model_, output_, data_, report_, stop_after_;
+    InputArgs inputs_;
+    std::string output_, report_, stop_after_;
+    std::vector<std::string> calibration_;
+};
+
+class CalibrateCommand final : public Command {
+  public:
+    CalibrateCommand(CLI::App& parent, const bool& quiet)
+        : Command(parent.add_subcommand("calibrate",
+                                        "Calibrate as a recipe says and write the statistics (to quantize from "
+                                        "later, or to merge with those of other data shards)")),
+          quiet_(quiet) {
+        recipe_.add_to(app_);
+        inputs_.add_to(app_);
+        app_->add_option("--output", output_, "The statistics file to write (JSON)")->required();
+        app_->add_option("--calibration", calibration_, "Statistics files to merge instead of reading data")
+            ->check(CLI::ExistingFile);
+        app_->add_option("--ort-tables", ort_dir_,
+                         "Also write the calibrated ranges as calibration.json and calibration.cache (TensorRT) "
+                         "into this folder");
+    }
+
+    int run() override {
+        std::vector<std::string> assignments;
+        inputs_.append_to(assignments);
+        assignments.insert(assignments.end(), recipe_.sets.begin(), recipe_.sets.end());
+        const Recipe recipe = load_recipe(recipe_.file, assignments);
+        PluginRegistry registry;
+        registry.load_default_paths();
+        RunOptions options;
+        options.progress = !quiet_ && stderr_is_terminal();
+        options.calibration_files.assign(calibration_.begin(), calibration_.end());
+        const auto tables = calibrate_pipeline(recipe, registry, options);
+        write_file_atomically(output_, [&](std::ostream& out) { out << tables.statistics.dump() << '\n'; });
+        spdlog::info("wrote the statistics of {} tensors over {} batches to {}", tables.statistics["tensors"].size(),
+                     tables.statistics["batches"].get<int>(), output_);
+        if (!ort_dir_.empty()) {
+            fs::create_directories(ort_dir_);
+            write_file_atomically(fs::path(ort_dir_) / "calibration.json",
+                                  [&](std::ostream& out) { out << tables.ort_json.dump() << '\n'; });
+            write_file_atomically(fs::path(ort_dir_) / "calibration.cache",
+                                  [&](std::ostream& out) { out << tables.tensorrt_cache; });
+            spdlog::info("wrote calibration.json and calibration.cache to {}", ort_dir_);
+        }
+        return kExitOk;
+    }
+
+  private:
+    const bool& quiet_;
+    RecipeArgs recipe_;
+    InputArgs inputs_;
+    std::string output_, ort_dir_;
+    std::vector<std::string> calibration_;
 };
 
 class AnalyzeCommand final : public Command {
@@ -176,16 +242,14 @@ class AnalyzeCommand final : public Command {
                                         "(nothing is written but --report)")),
           quiet_(quiet) {
         recipe_.add_to(app_);
-        app_->add_option("--model", model_, "The float model (overrides model_input)");
-        app_->add_option("--data", data_, "Calibration data folder (overrides calibration_data_reader)");
+        inputs_.add_to(app_);
         app_->add_option("--report", report_, "Write the whole report, with every tensor's figures, as JSON here");
         app_->add_option("--top", top_, "Print this many tensors, most harmful first")->capture_default_str();
     }
 
     int run() override {
         std::vector<std::string> assignments;
-        if (!model_.empty()) assignments.push_back("model_input=" + fs::absolute(model_).string());
-        if (!data_.empty()) assignments.push_back("calibration_data_reader=" + fs::absolute(data_).string());
+        inputs_.append_to(assignments);
         assignments.insert(assignments.end(), recipe_.sets.begin(), recipe_.sets.end());
         const Recipe recipe = load_recipe(recipe_.file, assignments);
         PluginRegistry registry;
@@ -216,7 +280,8 @@ class AnalyzeCommand final : public Command {
   private:
     const bool& quiet_;
     RecipeArgs recipe_;
-    std::string model_, data_, report_;
+    InputArgs inputs_;
+    std::string report_;
     int top_ = 20;
 };
 
@@ -487,6 +552,7 @@ int main(int argc, char** argv) {
 
     std::vector<std::unique_ptr<Command>> commands;
     commands.push_back(std::make_unique<RunCommand>(app, quiet));
+    commands.push_back(std::make_unique<CalibrateCommand>(app, quiet));
     commands.push_back(std::make_unique<AnalyzeCommand>(app, quiet));
     commands.push_back(std::make_unique<ValidateCommand>(app));
     commands.push_back(std::make_unique<ExplainCommand>(app));

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <sstream>
+#include <tuple>
 
 #include "custom_ops.hpp"
 #include "runtime/executor.hpp"
@@ -574,3 +576,137 @@ TEST(Cli, ConvertOpset) {
 }
 
 }  // namespace
+
+namespace {
+
+// The bundled example's calibration data cut in two along the batch dimension.
+std::pair<fs::path, fs::path> example_data_halves(const fs::path& dir) {
+    const auto whole = vaiq::read_npy(VAIQ_SOURCE_DIR "/examples/mnist/calibration.npy");
+    auto shape = whole.shape();
+    const int64_t first = shape[0] / 2;
+    const size_t sample = whole.bytes().size() / static_cast<size_t>(shape[0]);
+    std::pair<fs::path, fs::path> out{dir / "a.npy", dir / "b.npy"};
+    for (const auto& [path, from, count] : {std::tuple{out.first, int64_t{0}, first},
+                                            std::tuple{out.second, first, shape[0] - first}}) {
+        shape[0] = count;
+        vaiq::Tensor half(whole.type(), shape);
+        std::memcpy(half.mutable_bytes().data(), whole.bytes().data() + static_cast<size_t>(from) * sample,
+                    half.bytes().size());
+        vaiq::write_npy(path, half);
+    }
+    return out;
+}
+
+const std::string kExampleRecipe = VAIQ_SOURCE_DIR "/examples/mnist/mnist_cpu.yaml";
+
+}  // namespace
+
+TEST(Cli, ShardStatisticsQuantizeAsTheWholeDataDoes) {
+    const auto dir = temp_dir();
+    const auto [a, b] = example_data_halves(dir);
+    for (const auto& [data, stats] : {std::pair{a, dir / "a.json"}, std::pair{b, dir / "b.json"}}) {
+        const auto r = vaiq_cli("-q calibrate " + kExampleRecipe + " --data " + data.string() + " --output " +
+                                stats.string());
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+    }
+    auto r = vaiq_cli("-q run " + kExampleRecipe + " --output " + (dir / "whole.onnx").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    r = vaiq_cli("-q run " + kExampleRecipe + " --calibration " + (dir / "a.json").string() + " " +
+                 (dir / "b.json").string() + " --output " + (dir / "merged.onnx").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(slurp(dir / "merged.onnx"), slurp(dir / "whole.onnx")) << "MinMax: bit for bit";
+    const auto report = nlohmann::json::parse(slurp(dir / "merged.report.json"));
+    EXPECT_EQ(report["calibration"]["statistics_files"].size(), 2u);
+    EXPECT_GE(report["evaluation"]["accuracy"]["quantized"].get<double>(), 0.9);
+    // Two statistics files merge into one that quantizes the same way.
+    r = vaiq_cli("-q calibrate " + kExampleRecipe + " --calibration " + (dir / "a.json").string() + " " +
+                 (dir / "b.json").string() + " --output " + (dir / "ab.json").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    r = vaiq_cli("-q run " + kExampleRecipe + " --calibration " + (dir / "ab.json").string() + " --output " +
+                 (dir / "ab.onnx").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(slurp(dir / "ab.onnx"), slurp(dir / "whole.onnx"));
+}
+
+TEST(Cli, CalibrateWritesOnnxRuntimeCalibrationTables) {
+    const auto dir = temp_dir();
+    const auto r = vaiq_cli("-q calibrate " + kExampleRecipe + " --set calibrate_method=Percentile --output " +
+                            (dir / "s.json").string() + " --ort-tables " + (dir / "ort").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto stats = nlohmann::json::parse(slurp(dir / "s.json"));
+    EXPECT_EQ(stats["format"], "vaiq-calibration-statistics");
+    EXPECT_EQ(stats["version"], 1);
+    EXPECT_TRUE(stats["tensors"].begin()->at("statistics").contains("hist_counts"));
+    const auto ranges = nlohmann::json::parse(slurp(dir / "ort" / "calibration.json"));
+    EXPECT_EQ(ranges.size(), stats["tensors"].size());
+    std::istringstream cache(slurp(dir / "ort" / "calibration.cache"));
+    std::string name, previous;
+    double absmax = 0;
+    size_t count = 0;
+    while (cache >> name >> absmax) {
+        ASSERT_TRUE(ranges.contains(name)) << name;
+        const auto& range = ranges[name];
+        EXPECT_FLOAT_EQ(static_cast<float>(absmax), std::max(std::abs(range[0].get<float>()), range[1].get<float>()));
+        EXPECT_LT(previous, name) << "sorted by name";
+        previous = name;
+        ++count;
+    }
+    EXPECT_EQ(count, ranges.size());
+}
+
+TEST(Cli, StatisticsOfAnotherModelOrCalibratorAreRefused) {
+    const auto dir = temp_dir();
+    auto r = vaiq_cli("-q calibrate " + kExampleRecipe + " --output " + (dir / "s.json").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::string quantize = "-q run " + kExampleRecipe + " --output " + (dir / "q.onnx").string() + " ";
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"--model " + example_model(dir).string() + " --calibration " + (dir / "s.json").string(), "another model"},
+        {"--set extra_options.CalibTensorRangeSymmetric=true --calibration " + (dir / "s.json").string(),
+         "calibrator 'minmax' ran with CalibTensorRangeSymmetric: false"},
+        {"--set calibrate_method=Percentile --calibration " + (dir / "s.json").string(), "no statistics of"},
+        {"--calibration " + write_text(dir / "other.json", "{\"a\": 1}").string(),
+         "not a vaiq calibration statistics file"},
+        {"--calibration " + write_text(dir / "cut.json", slurp(dir / "s.json").substr(0, 100)).string(), "not JSON"},
+    };
+    for (const auto& [args, message] : cases) {
+        r = vaiq_cli(quantize + args);
+        EXPECT_EQ(r.exit_code, 1) << args;
+        EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
+        EXPECT_FALSE(fs::exists(dir / "q.onnx")) << args;
+    }
+}
+
+TEST(Cli, AFolderOfPngDigitsCalibratesAsTheSameDigitsAsNpy) {
+    const auto dir = temp_dir();
+    const auto digits = vaiq::read_npy(VAIQ_SOURCE_DIR "/examples/mnist/calibration.npy");  // uint8 [200, 1, 28, 28]
+    fs::create_directories(dir / "png");
+    fs::create_directories(dir / "npy");
+    for (int64_t i = 0; i < 20; ++i) {
+        vaiq::Image image{28, 28, 1, {}};
+        const auto* first = digits.data<uint8_t>().data() + i * 28 * 28;
+        image.pixels.assign(first, first + 28 * 28);
+        vaiq::test::write_png(dir / "png" / ("digit_" + std::to_string(i) + ".png"), image);
+        vaiq::Tensor one(vaiq::DataType::UInt8, {1, 1, 28, 28});
+        std::memcpy(one.mutable_bytes().data(), first, 28 * 28);
+        vaiq::write_npy(dir / "npy" / ("digit_" + std::to_string(i) + ".npy"), one);
+    }
+    for (const char* kind : {"png", "npy"}) {
+        const auto r = vaiq_cli("-q calibrate " + kExampleRecipe + " --data " + (dir / kind).string() + " --output " +
+                                (dir / (std::string(kind) + ".json")).string());
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+    }
+    const auto png = nlohmann::json::parse(slurp(dir / "png.json")), npy = nlohmann::json::parse(slurp(dir / "npy.json"));
+    EXPECT_EQ(png["batches"], 20);
+    EXPECT_EQ(png["tensors"], npy["tensors"]) << "the same ranges, bit for bit";
+    // A preset takes effect (its [-1, 1] pixels change every range) ...
+    auto r = vaiq_cli("-q calibrate " + kExampleRecipe + " --data " + (dir / "png").string() +
+                      " --set data_preprocess=preprocess_method1 --output " + (dir / "m1.json").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(nlohmann::json::parse(slurp(dir / "m1.json"))["tensors"], npy["tensors"]);
+    // ... and one that does not fit the input is a clear error.
+    r = vaiq_cli("-q calibrate " + kExampleRecipe + " --data " + (dir / "png").string() +
+                 " --set data_preprocess=preprocess_method2 --output " + (dir / "m2.json").string());
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("preprocess_method2 gives 3 means or stds for a 1-channel input"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(dir / "m2.json"));
+}

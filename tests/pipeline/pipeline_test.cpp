@@ -104,6 +104,17 @@ TEST(DataReader, SplitsFilesIntoTheModelsBatchAndAddsAMissingBatchDimension) {
     EXPECT_NE(batches[3].source.find("batch 3 of 3"), std::string::npos) << batches[3].source;
 }
 
+TEST(DataReader, ATensorProtoStackOfBatchesIsReadBatchByBatch) {
+    // The original tool's calibration .pb: (dataset size, N, C, H, W) for an NCHW input.
+    const auto dir = temp_dir();
+    write_pb(dir / "stack.pb", ramp({3, 1, 2, 4, 4}), "images");
+    auto reader = vaiq::open_data_reader(dir / "stack.pb", vaiq::test::conv_relu_model());
+    const auto batches = all(*reader);
+    ASSERT_EQ(batches.size(), 3u);
+    EXPECT_EQ(batches[2].feeds.at("x").shape(), (std::vector<int64_t>{1, 2, 4, 4}));
+    EXPECT_EQ(batches[2].feeds.at("x").data<float>()[0], 64.0f);
+}
+
 TEST(DataReader, RefusesLayoutsItCannotBind) {
     const auto dir = temp_dir();
     vaiq::write_npy(dir / "a.npy", ramp({1, 3}));
@@ -112,7 +123,7 @@ TEST(DataReader, RefusesLayoutsItCannotBind) {
     EXPECT_NE(error_of([&] { vaiq::open_data_reader(dir / "missing", two_input_model()); }).find("does not exist"),
               std::string::npos);
     const auto empty = temp_dir();
-    EXPECT_NE(error_of([&] { vaiq::open_data_reader(empty, two_input_model()); }).find("holds no .npy or .pb files"),
+    EXPECT_NE(error_of([&] { vaiq::open_data_reader(empty, two_input_model()); }).find("holds no .npy, .pb or image"),
               std::string::npos);
 }
 

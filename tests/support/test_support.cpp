@@ -1,6 +1,7 @@
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>
+#include <png.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -194,6 +195,47 @@ void emit_with_format(const std::string& format_name, Model& model, const QuantP
     auto registry = registry_with_test_plugin();
     const auto& info = registry.require(PluginKind::Format, format_name);
     registry.create<Format>(format_name, registry.resolve_options(info, options))->emit(model, plan);
+}
+
+std::vector<std::vector<float>> normal_batches(int count, int size, float stddev, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, stddev);
+    std::vector<std::vector<float>> out(static_cast<size_t>(count));
+    for (auto& batch : out) {
+        batch.resize(static_cast<size_t>(size));
+        for (auto& v : batch) v = normal(rng);
+    }
+    return out;
+}
+
+void write_png(const fs::path& path, const Image& image) {
+    png_image png{};
+    png.version = PNG_IMAGE_VERSION;
+    png.width = static_cast<png_uint_32>(image.width);
+    png.height = static_cast<png_uint_32>(image.height);
+    png.format = image.channels == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
+    if (!png_image_write_to_file(&png, path.c_str(), 0, image.pixels.data(), 0, nullptr))
+        throw std::runtime_error(std::string("cannot write ") + path.string() + ": " + png.message);
+}
+
+ShardedCalibration calibrate_in_shards(const std::string& calibrator, const nlohmann::json& options,
+                                       const QuantSpec& spec,
+                                       const std::vector<std::vector<std::vector<float>>>& shards) {
+    auto registry = registry_with_test_plugin();
+    const auto& info = registry.require(PluginKind::Calibrator, calibrator);
+    auto plugin = registry.create<Calibrator>(calibrator, registry.resolve_options(info, options));
+    auto whole = plugin->make_observer("t", spec);
+    auto merged = plugin->make_observer("t", spec);
+    for (const auto& shard : shards) {
+        auto observer = plugin->make_observer("t", spec);
+        for (const auto& batch : shard) {
+            const std::vector<int64_t> shape{static_cast<int64_t>(batch.size())};
+            whole->observe({shape, batch});
+            observer->observe({shape, batch});
+        }
+        merged->merge(observer->statistics());
+    }
+    return {whole->result(), merged->result()};
 }
 
 }  // namespace vaiq::test

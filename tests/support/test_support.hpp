@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/images.hpp"
 #include "plugin/registry.hpp"
+#include "vaiq/calibrator.hpp"
 #include "vaiq/format.hpp"
 #include "vaiq/model.hpp"
 #include "vaiq/pair_emitter.hpp"
@@ -35,6 +37,9 @@ struct CommandResult {
 };
 /// Runs `command` through the shell with stdin closed, capturing its output.
 CommandResult run_command(const std::string& command);
+
+/// Writes an 8-bit grey or RGB image as a PNG file.
+void write_png(const std::filesystem::path& path, const Image& image);
 
 /// Writes text to a file and returns its path.
 std::filesystem::path write_text(const std::filesystem::path& path, const std::string& text);
@@ -80,5 +85,20 @@ TensorQuant quant_entry(std::string tensor, TensorRole role, QuantType type, std
 /// Writes `plan` into `model` with the format plugin `format_name` of the library this test was given.
 void emit_with_format(const std::string& format_name, Model& model, const QuantPlan& plan,
                       const nlohmann::json& options = nullptr);
+
+/// One calibrator run two ways over shards of batches (each batch a flat list
+/// of values): one observer seeing every batch in order, and one observer per
+/// shard whose statistics, saved and then merged into a fresh observer, give
+/// the result (what `vaiq calibrate` on each shard and `vaiq run --calibration`
+/// do).
+struct ShardedCalibration {
+    CalibrationResult whole, merged;
+};
+/// `count` batches of `size` normally distributed values (deterministic for a seed).
+std::vector<std::vector<float>> normal_batches(int count, int size, float stddev, unsigned seed);
+
+ShardedCalibration calibrate_in_shards(const std::string& calibrator, const nlohmann::json& options,
+                                       const QuantSpec& spec,
+                                       const std::vector<std::vector<std::vector<float>>>& shards);
 
 }  // namespace vaiq::test

@@ -358,3 +358,57 @@ TEST(RewriteToolkit, AttributesInitializersQLinearFormsAndAContextThatFollowsEdi
 }
 
 }  // namespace
+
+TEST(Histogram, ShardsOfOneStrideMergeExactly) {
+    // Both shards start from the same extent, so their grids are one grid.
+    vaiq::Histogram whole(8, false), a(8, false), b(8, false);
+    const std::vector<float> first{-1.0f, 0.3f}, second{1.0f, -0.6f, 0.1f}, later{2.2f, -0.2f};
+    for (auto* h : {&whole, &a}) h->add(first);
+    for (auto* h : {&whole, &b}) h->add(second);
+    for (auto* h : {&whole, &b}) h->add(later);  // b grows at its stride
+    a.merge(b);
+    EXPECT_EQ(a.counts(), whole.counts());
+    EXPECT_DOUBLE_EQ(a.stride(), whole.stride());
+    EXPECT_DOUBLE_EQ(a.total(), 7.0);
+    EXPECT_FLOAT_EQ(a.min(), -1.0f);
+    EXPECT_FLOAT_EQ(a.max(), 2.2f);
+}
+
+TEST(Histogram, ShardsOfDifferentStridesMergeOntoTheCoarserGrid) {
+    vaiq::Histogram fine(8, false), coarse(8, false);
+    fine.add(std::vector<float>{-1.0f, 0.1f, 0.3f, 0.9f});  // stride 0.25
+    coarse.add(std::vector<float>{-3.0f, 2.9f});            // stride 0.75
+    fine.merge(coarse);
+    EXPECT_DOUBLE_EQ(fine.stride(), 0.75);
+    EXPECT_DOUBLE_EQ(fine.total(), 6.0);
+    double sum = 0;
+    for (double c : fine.counts()) sum += c;
+    EXPECT_DOUBLE_EQ(sum, 6.0) << "every count kept, split bins included";
+    // 0.1 and 0.3 lay in [0, 0.25) and [0.25, 0.5): both inside [0, 0.75).
+    EXPECT_GE(fine.counts()[4], 2.0);
+    EXPECT_FLOAT_EQ(fine.min(), -3.0f);
+}
+
+TEST(Histogram, SavedStateRestoresExactlyAndBadStateIsRefused) {
+    vaiq::Histogram h(16, true);
+    h.add(std::vector<float>{-0.5f, 0.25f, 3.0f, 0.0f});
+    vaiq::Statistics saved;
+    h.save(saved);
+    const auto back = vaiq::Histogram::restore(saved, 16, true, "t");
+    EXPECT_EQ(back.counts(), h.counts());
+    EXPECT_EQ(back.stride(), h.stride());
+    EXPECT_EQ(back.total(), h.total());
+    EXPECT_EQ(back.min(), h.min());
+    EXPECT_THROW(vaiq::Histogram::restore(saved, 16, false, "t"), vaiq::InputError) << "kept over |x|, not x";
+    auto negative = saved;
+    negative["hist_counts"][0] = -1;
+    EXPECT_THROW(vaiq::Histogram::restore(negative, 16, true, "t"), vaiq::InputError);
+    auto huge = saved;
+    huge["hist_counts"].assign(1000, 1.0);
+    EXPECT_THROW(vaiq::Histogram::restore(huge, 16, true, "t"), vaiq::InputError) << "more bins than it ever keeps";
+    auto no_stride = saved;
+    no_stride.erase("hist_stride");
+    EXPECT_THROW(vaiq::Histogram::restore(no_stride, 16, true, "t"), vaiq::InputError);
+    vaiq::Histogram wrong(32, true);
+    EXPECT_THROW(wrong.merge(h), vaiq::InputError);
+}

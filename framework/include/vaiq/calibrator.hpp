@@ -7,6 +7,7 @@
 
 #include "vaiq/plugin.hpp"
 #include "vaiq/quant.hpp"
+#include "vaiq/statistics.hpp"
 #include "vaiq/tensor.hpp"
 
 namespace vaiq {
@@ -27,6 +28,16 @@ class VAIQ_API RangeObserver {
     virtual void observe(const TensorView<float>& batch) = 0;
     /// Throws InputError when nothing was observed.
     virtual CalibrationResult result() const = 0;
+
+    /// The statistics kept so far, for a statistics file. Empty (the default)
+    /// when this observer cannot save them; `vaiq calibrate` then refuses.
+    virtual Statistics statistics() const;
+    /// Takes in the statistics another observer of the same calibrator, options
+    /// and tensor spec saved on other data, as if this one had seen that data
+    /// too (after its own). Throws InputError when that cannot be done exactly
+    /// enough (e.g. a moving average, which depends on the order of batches).
+    /// The default throws.
+    virtual void merge(const Statistics& other);
 };
 
 /// The scales a calibrator gives.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "vaiq/export.hpp"
+#include "vaiq/statistics.hpp"
 
 namespace vaiq {
 
@@ -33,8 +34,26 @@ class VAIQ_API Histogram {
     float min() const { return min_; }
     float max() const { return max_; }
 
+    /// Adds another histogram's counts (same bins and layout) as if its values
+    /// had been added here. Both go onto one grid, at the coarser stride (doubled
+    /// while there would be too many bins) and the wider extent: a bin that lies
+    /// inside a bin of the grid moves whole (exact when the strides differ by a
+    /// power of two, as they do after growth from one start); one that straddles
+    /// an edge is split in proportion, so no count moves by more than one bin.
+    void merge(const Histogram& other);
+
+    /// Writes the state under keys starting with "hist_".
+    void save(Statistics& out) const;
+    /// A histogram of `bins` and layout `absolute` rebuilt from save()'s keys;
+    /// throws InputError naming `what` for a state it could not have written.
+    static Histogram restore(const Statistics& in, int bins, bool absolute, const std::string& what);
+
   private:
     void grow_to(double extent);
+    /// How far the bins reach from 0.
+    double reach() const { return static_cast<double>(absolute_ ? counts_.size() : counts_.size() / 2) * stride_; }
+    /// Adds this histogram's counts onto a grid of `stride`, `half` bins per side.
+    void spread_onto(std::vector<double>& grid, double stride, int64_t half) const;
 
     int requested_;
     bool absolute_;

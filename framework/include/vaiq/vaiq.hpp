@@ -17,5 +17,6 @@
 #include "vaiq/plugin.hpp"
 #include "vaiq/qdq_view.hpp"
 #include "vaiq/quant.hpp"
+#include "vaiq/statistics.hpp"
 #include "vaiq/target.hpp"
 #include "vaiq/tensor.hpp"

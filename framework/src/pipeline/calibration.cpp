@@ -12,9 +12,40 @@
 
 namespace vaiq {
 
-CalibrationOutcome calibrate(const Model& model, const DraftPlan& plan, DataReader& data, int threads,
-                             const std::function<void(int)>& on_batch) {
-    CalibrationOutcome outcome;
+namespace {
+
+// The tensor whose range each observed value gives: the value's own, or that of the tensor taking its range.
+std::map<std::string, const PlannedTensor*> observing_tensors(const DraftPlan& plan) {
+    std::map<std::string, const PlannedTensor*> owner;
+    for (const auto& t : plan.tensors) {
+        if (!t.observed()) continue;
+        const auto& source = t.range_from.empty() ? t.tensor : t.range_from;
+        if (!owner.count(source) || source == t.tensor) owner[source] = &t;
+    }
+    return owner;
+}
+
+}  // namespace
+
+const PlannedTensor& observing_tensor(const DraftPlan& plan, const std::string& observed) {
+    const auto owners = observing_tensors(plan);
+    auto it = owners.find(observed);
+    if (it == owners.end()) throw InternalError(fmt::format("'{}' is not observed by the plan", observed));
+    return *it->second;
+}
+
+Observations make_observers(const DraftPlan& plan) {
+    Observations out;
+    const auto owners = observing_tensors(plan);
+    for (const auto& name : plan.observed()) {
+        const auto* t = owners.at(name);
+        out.observers[name] = t->calibrator->make_observer(name, t->spec);
+    }
+    return out;
+}
+
+void observe(Observations& into, const Model& model, const DraftPlan& plan, DataReader& data, int threads,
+             const std::function<void(int)>& on_batch) {
     const auto observed = plan.observed();
     // Activations nothing observes (float quant types, fixed ranges) must be float
     // too; an exporter's shape arithmetic (int64) often has no declared type, so
@@ -23,37 +54,27 @@ CalibrationOutcome calibrate(const Model& model, const DraftPlan& plan, DataRead
     for (const auto& t : plan.tensors)
         if (!t.constant && t.role == TensorRole::Activation && !t.observed() && t.share_with.empty())
             typed.push_back(t.tensor);
-    if (typed.empty()) return outcome;
+    if (typed.empty()) return;
 
-    // The tensor that decides how a value is observed: the value's own, or that of the tensor taking its range.
-    std::map<std::string, const PlannedTensor*> owner;
-    for (const auto& t : plan.tensors) {
-        if (!t.observed()) continue;
-        const auto& source = t.range_from.empty() ? t.tensor : t.range_from;
-        if (!owner.count(source) || source == t.tensor) owner[source] = &t;
-    }
-    std::map<std::string, std::unique_ptr<RangeObserver>> observers;
     std::map<std::string, TensorRange> clamps;
-    for (const auto& name : observed) {
-        const auto* t = owner.at(name);
+    for (const auto& [name, t] : observing_tensors(plan))
         if (t->saturates_outside) clamps[name] = *t->saturates_outside;
-        observers[name] = t->calibrator->make_observer(name, t->spec);
-    }
 
     runtime::ExecutorOptions options;
     options.threads = threads;
     options.taps.insert(typed.begin(), typed.end());
     runtime::Executor executor(model, options);
-    std::set<std::string> not_float;
+    auto& observers = into.observers;
+    const int first = into.batches;
     data.rewind();
     while (auto batch = data.next()) {
         // Past the first batch only what is observed is tapped; nothing observed: one batch.
-        if (outcome.batches > 0 && observed.empty()) break;
+        if (into.batches > first && observed.empty()) break;
         try {
-            executor.run(batch->feeds, outcome.batches == 0 ? typed : observed,
+            executor.run(batch->feeds, into.batches == first ? typed : observed,
                          [&](const std::string& name, const Tensor& value) {
                              if (value.type() != DataType::Float) {
-                                 not_float.insert(name);
+                                 into.not_float.insert(name);
                                  return;
                              }
                              if (!observers.count(name)) return;  // only its type was wanted
@@ -71,11 +92,17 @@ CalibrationOutcome calibrate(const Model& model, const DraftPlan& plan, DataRead
         } catch (const InputError& e) {
             throw InputError(fmt::format("calibration data {}: {}", batch->source, e.what()));
         }
-        ++outcome.batches;
-        if (on_batch) on_batch(outcome.batches);
+        ++into.batches;
+        if (on_batch) on_batch(into.batches);
     }
-    if (outcome.batches == 0) throw InputError("the calibration data holds no batches");
-    for (auto& [name, observer] : observers)
+    if (into.batches == first) throw InputError("the calibration data holds no batches");
+}
+
+CalibrationOutcome conclude(const DraftPlan& plan, const Observations& observations) {
+    CalibrationOutcome outcome;
+    outcome.batches = observations.batches;
+    const auto& not_float = observations.not_float;
+    for (const auto& [name, observer] : observations.observers)
         if (!not_float.count(name)) outcome.results[name] = observer->result();
     // A planned tensor is dropped when the value it is observed through is not float.
     for (const auto& t : plan.tensors) {
@@ -84,6 +111,13 @@ CalibrationOutcome calibrate(const Model& model, const DraftPlan& plan, DataRead
             outcome.not_float.push_back(t.tensor);
     }
     return outcome;
+}
+
+CalibrationOutcome calibrate(const Model& model, const DraftPlan& plan, DataReader& data, int threads,
+                             const std::function<void(int)>& on_batch) {
+    auto observations = make_observers(plan);
+    observe(observations, model, plan, data, threads, on_batch);
+    return conclude(plan, observations);
 }
 
 namespace {

@@ -4,6 +4,8 @@
 
 #include <functional>
 #include <map>
+#include <memory>
+#include <set>
 #include <string>
 
 #include "pipeline/data_reader.hpp"
@@ -18,10 +20,31 @@ struct CalibrationOutcome {
     int batches = 0;
 };
 
+/// The observers of a plan's activations and what they have seen.
+struct Observations {
+    /// By observed tensor; each made by the tensor's planned calibrator.
+    std::map<std::string, std::unique_ptr<RangeObserver>> observers;
+    std::set<std::string> not_float;  ///< tapped tensors whose values are not float
+    int batches = 0;
+};
+
+/// Fresh observers for every activation of `plan` whose range is observed.
+Observations make_observers(const DraftPlan& plan);
+
+/// The planned tensor that decides how `observed` (a key of make_observers) is
+/// observed: its own, or that of the tensor taking its range.
+const PlannedTensor& observing_tensor(const DraftPlan& plan, const std::string& observed);
+
 /// Runs every batch of `data` through `model` with the planned activations
 /// tapped; each observer sees each batch once and keeps only its statistics.
-/// Each tensor is observed by its planned calibrator. `on_batch` is called
-/// after each batch (progress).
+/// `on_batch` is called after each batch (progress).
+void observe(Observations& into, const Model& model, const DraftPlan& plan, DataReader& data, int threads,
+             const std::function<void(int)>& on_batch = {});
+
+/// The observers' results, and the planned tensors that are not float.
+CalibrationOutcome conclude(const DraftPlan& plan, const Observations& observations);
+
+/// make_observers, observe and conclude.
 CalibrationOutcome calibrate(const Model& model, const DraftPlan& plan, DataReader& data, int threads,
                              const std::function<void(int)>& on_batch = {});
 

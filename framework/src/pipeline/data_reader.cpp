@@ -10,6 +10,7 @@
 #include "util/npy.hpp"
 #include "util/text.hpp"
 #include "vaiq/error.hpp"
+#include "vaiq/log.hpp"
 
 namespace fs = std::filesystem;
 
@@ -145,6 +146,7 @@ class FileReader final : public DataReader {
 
     void load(const Item& item) {
         loaded_.clear();
+        stacked_ = false;
         label_ = item.label;
         chunks_ = 1;
         chunk_ = 0;
@@ -164,6 +166,10 @@ class FileReader final : public DataReader {
                 } else if (shape.size() == dims->size() && (*dims)[0] && !shape.empty() && shape[0] != *(*dims)[0] &&
                            *(*dims)[0] > 0 && shape[0] % *(*dims)[0] == 0) {
                     chunks = shape[0] / *(*dims)[0];
+                } else if (shape.size() == dims->size() + 1 && shape[0] > 0) {
+                    // A stack of batches (dataset size, N, C, H, W), as the original tool's .pb files hold.
+                    chunks = shape[0];
+                    stacked_ = true;
                 }
             }
             if (common && *common != chunks)
@@ -180,6 +186,7 @@ class FileReader final : public DataReader {
     Tensor slice(const Tensor& t, size_t chunk) const {
         auto shape = t.shape();
         shape[0] /= static_cast<int64_t>(chunks_);
+        if (stacked_) shape.erase(shape.begin());
         Tensor out = Tensor::uninitialized(t.type(), shape);
         const size_t bytes = out.bytes().size();
         copy_bytes(out.mutable_bytes().data(), t.bytes().data() + chunk * bytes, bytes);
@@ -195,7 +202,89 @@ class FileReader final : public DataReader {
     std::vector<std::pair<std::string, Tensor>> loaded_;
     size_t chunk_ = 0;
     size_t chunks_ = 0;
+    bool stacked_ = false;  ///< the loaded tensors hold one batch per leading index
 };
+
+// A folder of images: batches of the model's batch size (1 when it is not
+// fixed), each image decoded and preprocessed when its batch is read.
+class ImageReader final : public DataReader {
+  public:
+    ImageReader(std::vector<fs::path> files, const onnx::ValueInfoProto& input, const ImagePipeline& pipeline,
+                std::string what)
+        : files_(std::move(files)), input_(input.name()), pipeline_(pipeline), what_(std::move(what)) {
+        const auto dims = declared_dims(input);
+        if (!dims || dims->size() != 4)
+            throw InputError(fmt::format("{}: images feed an input of rank 4 (NCHW or NHWC); '{}' is not", what_,
+                                         input_));
+        const auto& d = *dims;
+        batch_ = d[0].value_or(1);
+        const auto& c = pipeline_.nhwc ? d[3] : d[1];
+        channels_ = c.value_or(3);
+        const auto& h = pipeline_.nhwc ? d[1] : d[2];
+        const auto& w = pipeline_.nhwc ? d[2] : d[3];
+        if (pipeline_.size) {
+            height_ = (*pipeline_.size)[0];
+            width_ = (*pipeline_.size)[1];
+        } else if (h && w) {
+            height_ = *h;
+            width_ = *w;
+        } else {
+            throw InputError(fmt::format("{}: input '{}' has no fixed height and width; set image_preprocess.size",
+                                         what_, input_));
+        }
+        type_ = static_cast<DataType>(input.type().tensor_type().elem_type());
+        if (static_cast<int64_t>(files_.size()) < batch_)
+            throw InputError(fmt::format("{}: {} images do not fill one batch of {}", what_, files_.size(), batch_));
+        if (files_.size() % static_cast<size_t>(batch_) != 0)
+            log_warn("{}: the last {} images do not fill a batch of {} and are not read", what_,
+                     files_.size() % static_cast<size_t>(batch_), batch_);
+    }
+
+    std::optional<Batch> next() override {
+        const auto n = static_cast<size_t>(batch_);
+        if (next_ + n > files_.size()) return std::nullopt;
+        Tensor stacked;
+        for (size_t i = 0; i < n; ++i) {
+            const auto& file = files_[next_ + i];
+            const auto one = image_to_input(decode_image(file), pipeline_, channels_, height_, width_, type_,
+                                            fmt::format("{} {}", what_, file.string()));
+            if (i == 0) {
+                auto shape = one.shape();
+                shape[0] = batch_;
+                stacked = Tensor::uninitialized(one.type(), shape);
+            }
+            const size_t bytes = one.bytes().size();
+            copy_bytes(stacked.mutable_bytes().data() + i * bytes, one.bytes().data(), bytes);
+        }
+        Batch batch;
+        batch.source = n == 1 ? files_[next_].string() : fmt::format("{} (and {} more)", files_[next_].string(), n - 1);
+        batch.feeds[input_] = std::move(stacked);
+        next_ += n;
+        return batch;
+    }
+
+    void rewind() override { next_ = 0; }
+    size_t items() const override { return files_.size(); }
+
+  private:
+    std::vector<fs::path> files_;
+    std::string input_;
+    ImagePipeline pipeline_;
+    std::string what_;
+    int64_t batch_ = 1, channels_ = 3, height_ = 0, width_ = 0;
+    DataType type_ = DataType::Float;
+    size_t next_ = 0;
+};
+
+std::vector<fs::path> sorted_images(const fs::path& dir) {
+    std::vector<fs::path> out;
+    for (const auto& e : fs::directory_iterator(dir))
+        if (e.is_regular_file() && is_image_file(e.path())) out.push_back(e.path());
+    std::sort(out.begin(), out.end(), [](const fs::path& a, const fs::path& b) {
+        return natural_less(a.filename().string(), b.filename().string());
+    });
+    return out;
+}
 
 // One sample folder: as many tensor files as the model has inputs.
 Item sample_folder(const fs::path& dir, const std::vector<std::string>& inputs, const std::string& what) {
@@ -208,7 +297,8 @@ Item sample_folder(const fs::path& dir, const std::vector<std::string>& inputs, 
 
 }  // namespace
 
-std::unique_ptr<DataReader> open_data_reader(const fs::path& path, const Model& model, const std::string& what) {
+std::unique_ptr<DataReader> open_data_reader(const fs::path& path, const Model& model, const std::string& what,
+                                             const ImagePipeline* images) {
     std::vector<std::string> inputs;
     for (const auto* in : feed_inputs(model.graph())) inputs.push_back(in->name());
     if (inputs.empty()) throw InputError(fmt::format("the model has no inputs to feed {} to", what));
@@ -224,6 +314,15 @@ std::unique_ptr<DataReader> open_data_reader(const fs::path& path, const Model& 
                             "folder with one folder per sample",
                             what, path.string(), inputs.size(), join(inputs)));
         items.push_back({{path}, path.string()});
+    } else if (auto pictures = sorted_images(path); !pictures.empty()) {
+        const auto inputs_fed = feed_inputs(model.graph());
+        if (inputs_fed.size() != 1)
+            throw InputError(fmt::format("{} {} holds images, which feed a model of one input; this one has {} ({})",
+                                         what, path.string(), inputs.size(), join(inputs)));
+        if (!sorted_entries(path, false).empty() || !sorted_entries(path, true).empty())
+            throw InputError(fmt::format("{} {} mixes images with tensor files or folders", what, path.string()));
+        return std::make_unique<ImageReader>(std::move(pictures), *inputs_fed[0],
+                                             images ? *images : preset_image_pipeline("None"), what);
     } else {
         const auto folders = sorted_entries(path, true);
         const auto files = sorted_entries(path, false);
@@ -240,7 +339,7 @@ std::unique_ptr<DataReader> open_data_reader(const fs::path& path, const Model& 
                             what, path.string(), inputs.size(), join(inputs)));
         for (const auto& f : files) items.push_back({{f}, f.string()});
     }
-    if (items.empty()) throw InputError(fmt::format("{} {} holds no .npy or .pb files", what, path.string()));
+    if (items.empty()) throw InputError(fmt::format("{} {} holds no .npy, .pb or image (JPEG, PNG) files", what, path.string()));
     return std::make_unique<FileReader>(std::move(items), model, what);
 }
 

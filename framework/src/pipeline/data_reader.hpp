@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/images.hpp"
 #include "vaiq/model.hpp"
 #include "vaiq/tensor.hpp"
 
@@ -43,13 +44,17 @@ class DataReader {
 ///  - a folder of folders: each holds one sample, one .npy/.pb file per input,
 ///    named after the input (`<input>.npy`) or bound in sorted order;
 ///  - a folder of .npy/.pb files, one sample each (single-input models);
+///  - a folder of JPEG/PNG images (single-input models of rank 4), decoded one
+///    at a time and turned into inputs by `images` (default: the "None" preset);
 ///  - a single .npy/.pb file (single-input models).
 /// A file whose leading dimension is a multiple of the model's fixed batch
 /// dimension is split into batches of that size; a file that lacks the batch
-/// dimension gets one.
+/// dimension gets one; a file with one dimension more than the input holds a
+/// stack of batches along its first.
 /// `what` names the data in messages.
 std::unique_ptr<DataReader> open_data_reader(const std::filesystem::path& path, const Model& model,
-                                             const std::string& what = "calibration data");
+                                             const std::string& what = "calibration data",
+                                             const ImagePipeline* images = nullptr);
 
 /// Random inputs, as the documented random data reader makes them. `shapes`:
 /// [] (the model's own shapes; a dynamic leading dimension becomes 1), one

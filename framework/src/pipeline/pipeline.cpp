@@ -22,6 +22,7 @@
 #include "pipeline/selection.hpp"
 #include "pipeline/sensitivity.hpp"
 #include "pipeline/smooth_quant.hpp"
+#include "pipeline/statistics_file.hpp"
 #include "recipe/defaults.hpp"
 #include "util/atomic_file.hpp"
 #include "util/npy.hpp"
@@ -199,9 +200,52 @@ std::unique_ptr<DataReader> random_reader(const Recipe& recipe, const Model& mod
                               recipe.value("extra_options.RandomDataReaderInputDataRange"), 1);
 }
 
+// How images in a data folder become inputs: the data_preprocess preset, with
+// the image_preprocess keys set explicitly in its place.
+ImagePipeline image_pipeline(const Recipe& recipe) {
+    auto p = preset_image_pipeline(recipe.value("data_preprocess").get<std::string>());
+    auto given = [&](const char* key) -> const nlohmann::json* {
+        const auto& setting = recipe.setting(key);
+        return setting.is_default() ? nullptr : &setting.value;
+    };
+    auto fail = [&](const char* key, const std::string& what) {
+        throw InputError(fmt::format("{}: {} {}", recipe.setting(key).origin, key, what));
+    };
+    if (const auto* size = given("image_preprocess.size"); size && !size->empty()) {
+        const auto& v = *size;
+        if (v.size() != 2 || !(v[0] >= 1) || !(v[1] >= 1) || v[0] != std::floor(v[0].get<double>()) ||
+            v[1] != std::floor(v[1].get<double>()))
+            fail("image_preprocess.size", "must be [height, width], two positive integers");
+        p.size = std::array<int64_t, 2>{v[0].get<int64_t>(), v[1].get<int64_t>()};
+    }
+    if (const auto* v = given("image_preprocess.resize"))
+        p.resize = *v == "keep_aspect" ? ImagePipeline::Resize::KeepAspect : ImagePipeline::Resize::Stretch;
+    if (const auto* v = given("image_preprocess.crop_fraction")) {
+        p.crop_fraction = v->get<double>();
+        if (!(p.crop_fraction > 0 && p.crop_fraction <= 1)) fail("image_preprocess.crop_fraction", "must be in (0, 1]");
+    }
+    if (const auto* v = given("image_preprocess.interpolation"))
+        p.interpolation = *v == "area" ? ImagePipeline::Interpolation::Area : ImagePipeline::Interpolation::Bilinear;
+    for (const char* key : {"image_preprocess.mean", "image_preprocess.std"}) {
+        const auto* v = given(key);
+        if (!v) continue;
+        if (v->size() != 1 && v->size() != 3) fail(key, "takes one value or one per channel");
+        auto& values = std::string(key) == "image_preprocess.mean" ? p.mean : p.std;
+        values = v->get<std::vector<float>>();
+    }
+    for (float s : p.std)
+        if (!(s > 0)) fail("image_preprocess.std", "values must be positive");
+    if (const auto* v = given("image_preprocess.channel_order")) p.bgr = *v == "BGR";
+    if (const auto* v = given("image_preprocess.layout")) p.nhwc = *v == "NHWC";
+    return p;
+}
+
 std::unique_ptr<DataReader> calibration_reader(const Recipe& recipe, const Model& model) {
     const auto& path = recipe.value("calibration_data_reader");
-    if (!path.is_null()) return open_data_reader(path.get<std::string>(), model);
+    if (!path.is_null()) {
+        const auto images = image_pipeline(recipe);
+        return open_data_reader(path.get<std::string>(), model, "calibration data", &images);
+    }
     log_info("no calibration data given: calibrating on random data (a quick test, not an accurate model)");
     return random_reader(recipe, model);
 }
@@ -270,6 +314,7 @@ struct QuantizedRun {
     Model quantized;
     nlohmann::json report;
     fs::path input, output, report_path;
+    std::optional<CalibrationTables> tables;  ///< when asked for
 };
 
 // The report before any phase ran: versions, the recipe's explicit settings.
@@ -291,18 +336,27 @@ nlohmann::json initial_report(const Recipe& recipe, Phase last) {
 
 // What a run carries from phase to phase.
 struct RunState {
-    RunState(const Recipe& r, PluginRegistry& reg, Phase stop)
-        : recipe(r), registry(reg), last(stop), calibrators([this](const std::string& method) {
-              // The run's calibrator with its resolved options; another method (an override's) resolved now.
-              const auto choice = method == plugins.calibrator.info->name
-                                      ? plugins.calibrator
-                                      : choose(recipe, registry, PluginKind::Calibrator, method, "calibrate_method");
+    RunState(const Recipe& r, PluginRegistry& reg, const RunOptions& o)
+        : recipe(r),
+          registry(reg),
+          last(o.stop_after.value_or(Phase::Save)),
+          options(o),
+          calibrators([this](const std::string& method) {
+              const auto choice = calibrator_choice(method);
               return registry.create<Calibrator>(choice.info->name, choice.options);
           }) {}
+
+    // The run's calibrator with its resolved options; another method (an override's) resolved now.
+    PluginChoice calibrator_choice(const std::string& method) const {
+        return method == plugins.calibrator.info->name
+                   ? plugins.calibrator
+                   : choose(recipe, registry, PluginKind::Calibrator, method, "calibrate_method");
+    }
 
     const Recipe& recipe;
     PluginRegistry& registry;
     const Phase last;
+    const RunOptions& options;
     fs::path input, output, report_path;
     nlohmann::json report;
     ResolvedPlugins plugins;
@@ -320,6 +374,8 @@ struct RunState {
     PluginInstance<Format> format;                  ///< created on first use
     std::map<std::string, Tensor> rounded_weights;  ///< fast finetune's grid values, written instead of the weights
     std::optional<std::vector<TensorSensitivity>> sensitivity;
+    std::optional<CalibrationTables> tables;  ///< kept by calibrate when `keep_tables`
+    bool keep_tables = false;
     const int threads = 0;
 };
 
@@ -406,30 +462,79 @@ void plan_phase(RunState& s) {
     if (s.draft.tensors.empty()) log_warn("the recipe selects nothing to quantize in this model");
 }
 
-void calibrate_phase(RunState& s) {
-    const auto observed = s.draft.observed();
-    if (!s.data && s.recipe.value("calibration_data_reader").is_null()) {
-        // Given parameters are meant to replace calibration: random data must not fill the gaps.
-        const bool given = !s.recipe.value("input_quantization_params").empty() ||
-                           !s.recipe.value("output_quantization_params").empty();
-        if (given && !observed.empty())
-            throw InputError(fmt::format("these activations have neither given parameters nor calibration data: "
-                                         "{} (add them to input_quantization_params/output_quantization_params or "
-                                         "set calibration_data_reader)",
-                                         join(observed, ", ")));
-        if (observed.empty()) {
-            log_info("nothing to calibrate: activations are quantized at run time or have given parameters");
-            s.data = random_reader(s.recipe, s.model);  // types the tensors; evaluation runs on it too
+// What the run's statistics belong to: the prepared model and its calibrators' options.
+StatisticsIdentity statistics_identity(const RunState& s) {
+    StatisticsIdentity id{model_fingerprint(s.model), {}};
+    for (const auto& t : s.draft.tensors)
+        if (t.observed() && !id.calibrators.count(t.calibrate_method))
+            id.calibrators[t.calibrate_method] = s.calibrator_choice(t.calibrate_method).options.values();
+    return id;
+}
+
+// Calibration from statistics files: merged shard by shard; the data, if any, serves the later phases.
+void calibrate_from_files(RunState& s) {
+    auto observations = make_observers(s.draft);
+    const auto identity = statistics_identity(s);
+    for (const auto& path : s.options.calibration_files) {
+        std::ifstream in(path);
+        if (!in) throw InputError(fmt::format("{}: cannot read the statistics file", path.string()));
+        nlohmann::json file;
+        try {
+            file = nlohmann::json::parse(in);
+        } catch (const nlohmann::json::exception& e) {
+            throw InputError(fmt::format("{}: not JSON: {}", path.string(), e.what()));
         }
+        merge_statistics_file(observations, s.draft, identity, file, path);
     }
-    if (!s.data) s.data = calibration_reader(s.recipe, s.model);
-    s.calibration = calibrate(s.model, s.draft, *s.data, s.threads, [&](int batch) {
-        log_debug("calibration batch {} of {} files", batch, s.data->items());
-    });
-    drop_tensors(s.draft, s.calibration.not_float);
-    s.report["calibration"] = {{"batches", s.calibration.batches},
+    s.calibration = conclude(s.draft, observations);
+    if (s.keep_tables) s.tables = CalibrationTables{statistics_file(observations, s.draft, identity), {}, {}};
+    if (!s.recipe.value("calibration_data_reader").is_null()) {
+        s.data = calibration_reader(s.recipe, s.model);
+    } else {
+        log_info("calibrated from statistics files; with no calibration data, evaluation runs on random data");
+        s.data = random_reader(s.recipe, s.model);
+    }
+    s.report["calibration"] = {{"statistics_files", s.options.calibration_files},
+                               {"batches", s.calibration.batches},
                                {"observed_tensors", s.calibration.results.size()},
                                {"not_float", s.calibration.not_float}};
+}
+
+void calibrate_phase(RunState& s) {
+    if (!s.options.calibration_files.empty()) {
+        calibrate_from_files(s);
+    } else {
+        const auto observed = s.draft.observed();
+        if (!s.data && s.recipe.value("calibration_data_reader").is_null()) {
+            // Given parameters are meant to replace calibration: random data must not fill the gaps.
+            const bool given = !s.recipe.value("input_quantization_params").empty() ||
+                               !s.recipe.value("output_quantization_params").empty();
+            if (given && !observed.empty())
+                throw InputError(fmt::format("these activations have neither given parameters nor calibration data: "
+                                             "{} (add them to input_quantization_params/output_quantization_params or "
+                                             "set calibration_data_reader)",
+                                             join(observed, ", ")));
+            if (observed.empty()) {
+                log_info("nothing to calibrate: activations are quantized at run time or have given parameters");
+                s.data = random_reader(s.recipe, s.model);  // types the tensors; evaluation runs on it too
+            }
+        }
+        if (!s.data) s.data = calibration_reader(s.recipe, s.model);
+        auto observations = make_observers(s.draft);
+        observe(observations, s.model, s.draft, *s.data, s.threads, [&](int batch) {
+            log_debug("calibration batch {} of {} files", batch, s.data->items());
+        });
+        s.calibration = conclude(s.draft, observations);
+        if (s.keep_tables) s.tables = CalibrationTables{statistics_file(observations, s.draft, statistics_identity(s)), {}, {}};
+        s.report["calibration"] = {{"batches", s.calibration.batches},
+                                   {"observed_tensors", s.calibration.results.size()},
+                                   {"not_float", s.calibration.not_float}};
+    }
+    if (s.tables) {
+        s.tables->ort_json = ort_calibration_json(s.calibration);
+        s.tables->tensorrt_cache = tensorrt_calibration_cache(s.calibration);
+    }
+    drop_tensors(s.draft, s.calibration.not_float);
 }
 
 // The prepared float model with `plan` written into it by the run's format.
@@ -590,8 +695,11 @@ void check_phase(RunState& s) {
 // data; with a low output SQNR, where the error starts.
 void evaluate_phase(RunState& s) {
     std::unique_ptr<DataReader> eval_data;
-    if (!s.recipe.value("evaluation_data").is_null())
-        eval_data = open_data_reader(s.recipe.value("evaluation_data").get<std::string>(), s.model, "evaluation data");
+    if (!s.recipe.value("evaluation_data").is_null()) {
+        const auto images = image_pipeline(s.recipe);
+        eval_data = open_data_reader(s.recipe.value("evaluation_data").get<std::string>(), s.model, "evaluation data",
+                                     &images);
+    }
     std::optional<Tensor> labels;
     if (!s.recipe.value("evaluation_labels").is_null())
         labels = read_tensor_file(s.recipe.value("evaluation_labels").get<std::string>());
@@ -645,8 +753,10 @@ constexpr PhaseStep kSteps[] = {
 };
 
 // `writes`: the run will be saved, so it needs an output path.
-QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options, bool writes = true) {
-    RunState s(recipe, registry, options.stop_after.value_or(Phase::Save));
+QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options, bool writes = true,
+                      bool keep_tables = false) {
+    RunState s(recipe, registry, options);
+    s.keep_tables = keep_tables;
     if (auto unsupported = unsupported_settings(recipe, s.last); !unsupported.empty())
         throw InputError(fmt::format("not supported yet by this vaiq: {}", join(unsupported, "; ")));
     const auto& input = recipe.value("model_input");
@@ -676,7 +786,7 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
         log_debug("phase {} took {:.3f} s", phase_name(step.phase), seconds);
     }
     progress.done();
-    return {std::move(s.quantized), std::move(s.report), s.input, s.output, s.report_path};
+    return {std::move(s.quantized), std::move(s.report), s.input, s.output, s.report_path, std::move(s.tables)};
 }
 
 // Writes the model, the dump a recipe asks for, and the report.
@@ -758,7 +868,9 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
     // up); with cle_guard the same recipe without it is quantized too and the better
     // output, on the evaluation data, is kept.
     const bool evaluated = !options.stop_after || *options.stop_after >= Phase::Evaluate;
-    if (evaluated && recipe.value("include_cle").get<bool>() && recipe.value("cle_guard").get<bool>()) {
+    // Statistics files belong to one prepared model: the model without CLE has none.
+    if (evaluated && recipe.value("include_cle").get<bool>() && recipe.value("cle_guard").get<bool>() &&
+        options.calibration_files.empty()) {
         Recipe plain = recipe;
         apply_setting(plain, "include_cle=false", {});
         auto without = quantize(plain, registry, options);
@@ -782,6 +894,15 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
     judge_outputs(recipe, run.report);
     save_run(recipe, run);
     return {run.output, run.report_path, run.report};
+}
+
+CalibrationTables calibrate_pipeline(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options) {
+    RunOptions upto = options;
+    upto.stop_after = Phase::Calibrate;
+    auto run = quantize(recipe, registry, upto, /*writes=*/false, /*keep_tables=*/true);
+    if (!run.tables) throw InternalError("calibration kept no statistics");
+    run.tables->statistics["model_input"] = run.input.string();
+    return std::move(*run.tables);
 }
 
 nlohmann::json analyze_pipeline(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options) {

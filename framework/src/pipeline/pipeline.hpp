@@ -44,6 +44,9 @@ struct RunOptions {
     std::optional<Phase> stop_after;
     /// Show a progress bar on stderr.
     bool progress = false;
+    /// Statistics files (`vaiq calibrate`) to calibrate from instead of the
+    /// data: merged as if one process had seen every shard.
+    std::vector<std::filesystem::path> calibration_files;
 };
 
 struct RunResult {
@@ -55,6 +58,18 @@ struct RunResult {
 /// Runs the pipeline. Writes the output model and its report atomically and
 /// never over the input. Throws InputError for bad input; nothing is written then.
 RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options);
+
+/// What `vaiq calibrate` produces: the statistics file and the calibrated
+/// ranges as the tables ONNX Runtime writes (calibration.json, calibration.cache).
+struct CalibrationTables {
+    nlohmann::json statistics;
+    nlohmann::json ort_json;
+    std::string tensorrt_cache;
+};
+
+/// Runs the pipeline up to calibration (on the recipe's data, or merging
+/// options.calibration_files) and returns the statistics; nothing is written.
+CalibrationTables calibrate_pipeline(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options);
 
 /// Quantizes in memory with sensitivity_analysis on and returns the report:
 /// nothing is written (model_output is not needed).

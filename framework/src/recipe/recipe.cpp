@@ -320,6 +320,17 @@ nlohmann::json normalize(const KeySpec& spec, const YAML::Node& node, const Sour
             return out;
         }
         case ValueKind::StringList: return string_list(node, src, key);
+        case ValueKind::NumberList: {
+            if (is_null(node)) return nlohmann::json::array();
+            if (!node.IsSequence()) src.fail(node, fmt::format("{} must be a list of numbers", key));
+            auto out = nlohmann::json::array();
+            for (const auto& item : node) {
+                const double v = number(item, src, key);
+                if (!std::isfinite(v)) src.fail(item, fmt::format("{} holds {}, not a finite number", key, v));
+                out.push_back(v);
+            }
+            return out;
+        }
         case ValueKind::QuantType: {
             const auto raw = scalar_string(node, src, key);
             if (auto t = parse_quant_type(raw)) return quant_type_name(*t);

@@ -74,7 +74,35 @@ const std::vector<KeySpec>& recipe_keys() {
         {"model_input", K::OptionalPath, "null", P::Load, yes, "The float model to quantize."},
         {"model_output", K::OptionalPath, "null", P::Save, yes, "Where to write the quantized model."},
         {"calibration_data_reader", K::OptionalPath, "null", P::Calibrate, yes,
-         "Calibration data: a folder of .npy or TensorProto .pb files; null uses random data."},
+         "Calibration data: a folder of .npy or TensorProto .pb files, or of JPEG/PNG images (see "
+         "data_preprocess); null uses random data."},
+        {"data_preprocess",
+         K::Choice,
+         "None",
+         P::Calibrate,
+         yes,
+         "How images become inputs: preprocess_method1 (MLPerf 0.5 MobileNet: aspect-preserving bilinear resize to "
+         "size / 0.875, centre crop, pixels to [-1, 1]), preprocess_method2 (MLPerf 0.5 ResNet: the same with area "
+         "resampling, ImageNet channel means subtracted), None (image_preprocess alone). image_preprocess keys "
+         "set explicitly override the preset's.",
+         {},
+         {"None", "preprocess_method1", "preprocess_method2"}},
+        {"image_preprocess.size", K::NumberList, "[]", P::Calibrate, yes,
+         "[height, width] of the input images become; [] takes the model input's."},
+        {"image_preprocess.resize", K::Choice, "stretch", P::Calibrate, yes,
+         "stretch: straight to the size; keep_aspect: the shorter side to the size, the other in proportion.", {},
+         {"stretch", "keep_aspect"}},
+        {"image_preprocess.crop_fraction", K::Float, "1.0", P::Calibrate, yes,
+         "The centre crop keeps this fraction of the resized image (MLPerf: 0.875); 1 keeps all."},
+        {"image_preprocess.interpolation", K::Choice, "bilinear", P::Calibrate, yes,
+         "bilinear (half-pixel centres), or area (the mean over each output pixel's footprint when shrinking).", {},
+         {"bilinear", "area"}},
+        {"image_preprocess.mean", K::NumberList, "[0]", P::Calibrate, yes,
+         "Subtracted from pixels (0..255): one value, or one per channel in the model's channel order."},
+        {"image_preprocess.std", K::NumberList, "[1]", P::Calibrate, yes,
+         "Divides pixels after the mean: one value, or one per channel."},
+        {"image_preprocess.channel_order", K::Choice, "RGB", P::Calibrate, yes, "RGB or BGR.", {}, {"RGB", "BGR"}},
+        {"image_preprocess.layout", K::Choice, "NCHW", P::Calibrate, yes, "NCHW or NHWC.", {}, {"NCHW", "NHWC"}},
         {"quant_format", K::QuantFormat, "QDQ", P::Emit, yes,
          "QDQ, QOperator, IntegerOps, QLinearOps (= QOperator), VitisQuantFormat.QDQ, VitisQuantFormat.FixNeuron, or the "
          "name of a format plugin."},
@@ -253,7 +281,7 @@ bool is_plugin_options_section(std::string_view path) {
 }
 
 bool is_section(std::string_view path) {
-    return path == "extra_options" || path == "extra_options.AutoMixprecision" ||
+    return path == "extra_options" || path == "extra_options.AutoMixprecision" || path == "image_preprocess" ||
            path == "extra_options.FastFinetune" || path == "plugin_options" || is_plugin_options_section(path);
 }
 

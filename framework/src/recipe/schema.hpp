@@ -20,6 +20,7 @@ enum class ValueKind {
     OptionalPath,     ///< a path or null
     PathList,         ///< a list of paths, each relative to the recipe that names it
     StringList,       ///< a list of strings; null means empty
+    NumberList,       ///< a list of finite numbers; null means empty
     QuantType,        ///< QInt8, QUInt8, ... (documented prefixes accepted)
     QuantFormat,      ///< QDQ, QOperator, VitisQuantFormat.QDQ, VitisQuantFormat.FixNeuron, or a format plugin
     CalibrateMethod,  ///< MinMax, Entropy, Percentile, NonOverflow, MinMSE, or a calibrator plugin

@@ -40,6 +40,84 @@ void Histogram::grow_to(double extent) {
     stride_ *= static_cast<double>(factor);
 }
 
+void Histogram::spread_onto(std::vector<double>& grid, double stride, int64_t half) const {
+    const int64_t zero = absolute_ ? 0 : half_, grid_zero = absolute_ ? 0 : half;
+    const auto last = static_cast<int64_t>(grid.size()) - 1;
+    // Positions in units of the grid's stride: exact when the ratio is a power of two.
+    const double ratio = stride_ / stride;
+    for (size_t i = 0; i < counts_.size(); ++i) {
+        if (counts_[i] == 0) continue;
+        const double lo = static_cast<double>(static_cast<int64_t>(i) - zero) * ratio, hi = lo + ratio;
+        for (auto j = static_cast<int64_t>(std::floor(lo)); static_cast<double>(j) < hi; ++j) {
+            const double overlap = std::min(hi, static_cast<double>(j + 1)) - std::max(lo, static_cast<double>(j));
+            if (overlap > 0)
+                grid[static_cast<size_t>(std::clamp<int64_t>(j + grid_zero, 0, last))] += counts_[i] * overlap / ratio;
+        }
+    }
+}
+
+void Histogram::merge(const Histogram& other) {
+    if (other.absolute_ != absolute_ || other.requested_ != requested_)
+        throw InputError(fmt::format("a histogram of {} {} bins cannot take in one of {} {} bins", requested_,
+                                     absolute_ ? "|x|" : "signed", other.requested_,
+                                     other.absolute_ ? "|x|" : "signed"));
+    if (other.empty()) return;
+    if (empty()) {
+        *this = other;
+        return;
+    }
+    const int64_t limit = 4 * static_cast<int64_t>(absolute_ ? requested_ : requested_ / 2);
+    const double extent = std::max(reach(), other.reach());
+    double stride = std::max(stride_, other.stride_);
+    // Bins needed at a stride, ignoring the rounding of the extent's product.
+    auto bins_at = [&](double s) { return static_cast<int64_t>(std::ceil(extent / s * (1 - 1e-12))); };
+    while (bins_at(stride) > limit) stride *= 2;
+    const int64_t half = bins_at(stride);
+    std::vector<double> grid(static_cast<size_t>(absolute_ ? half : 2 * half), 0.0);
+    spread_onto(grid, stride, half);
+    other.spread_onto(grid, stride, half);
+    counts_ = std::move(grid);
+    half_ = half;
+    stride_ = stride;
+    total_ += other.total_;
+    min_ = std::min(min_, other.min_);
+    max_ = std::max(max_, other.max_);
+}
+
+void Histogram::save(Statistics& out) const {
+    out["hist_absolute"] = {absolute_ ? 1.0 : 0.0};
+    out["hist_stride"] = {stride_};
+    out["hist_counts"] = counts_;
+    out["hist_min"] = {min_};
+    out["hist_max"] = {max_};
+}
+
+Histogram Histogram::restore(const Statistics& in, int bins, bool absolute, const std::string& what) {
+    Histogram h(bins, absolute);
+    if ((statistic(in, "hist_absolute", what) != 0) != absolute)
+        throw InputError(fmt::format("the histogram of {} was kept over {}, this calibrator keeps one over {}", what,
+                                     absolute ? "x" : "|x|", absolute ? "|x|" : "x"));
+    h.counts_ = statistic_array(in, "hist_counts", what);
+    if (h.counts_.empty()) return h;  // saved before any value
+    h.stride_ = statistic(in, "hist_stride", what);
+    const auto n = static_cast<int64_t>(h.counts_.size());
+    const int64_t limit = 4 * static_cast<int64_t>(absolute ? bins : bins / 2);
+    h.half_ = absolute ? n : n / 2;
+    if ((!absolute && n % 2 != 0) || h.half_ > limit || !(h.stride_ > 0) || !std::isfinite(h.stride_))
+        throw InputError(fmt::format("the histogram of {} does not fit {} {} bins (stride {}, {} bins saved)", what,
+                                     bins, absolute ? "|x|" : "signed", h.stride_, n));
+    for (double c : h.counts_) {
+        if (!(c >= 0) || !std::isfinite(c))
+            throw InputError(fmt::format("the histogram of {} holds a count of {}", what, c));
+        h.total_ += c;
+    }
+    h.min_ = static_cast<float>(statistic(in, "hist_min", what));
+    h.max_ = static_cast<float>(statistic(in, "hist_max", what));
+    if (h.total_ > 0 && !(h.min_ <= h.max_))
+        throw InputError(fmt::format("the histogram of {} has minimum {} above maximum {}", what, h.min_, h.max_));
+    return h;
+}
+
 void Histogram::add(std::span<const float> values, const std::string& tensor) {
     if (values.empty()) return;
     float lo = std::numeric_limits<float>::infinity(), hi = -std::numeric_limits<float>::infinity();

@@ -31,6 +31,10 @@ Plugin::~Plugin() = default;
 void Plugin::configure(const Options&) {}
 
 RangeObserver::~RangeObserver() = default;
+Statistics RangeObserver::statistics() const { return {}; }
+void RangeObserver::merge(const Statistics&) {
+    throw InputError("this calibrator cannot merge statistics saved by vaiq calibrate");
+}
 
 bool Format::wrote(const Model&) const { return false; }
 NativeConversion Format::to_native(Model&) const {

@@ -41,6 +41,25 @@ class MinMaxObserver final : public vaiq::RangeObserver {
         ++batches_;
     }
 
+    vaiq::Statistics statistics() const override { return {{"min", {min_}}, {"max", {max_}}, {"batches", {double(batches_)}}}; }
+
+    void merge(const vaiq::Statistics& other) override {
+        const std::string what = "tensor '" + tensor_ + "'";
+        const auto batches = static_cast<int64_t>(vaiq::statistic(other, "batches", what));
+        if (batches <= 0) return;
+        const auto lo = static_cast<float>(vaiq::statistic(other, "min", what));
+        const auto hi = static_cast<float>(vaiq::statistic(other, "max", what));
+        if (!(lo <= hi)) throw vaiq::InputError(fmt::format("the statistics of {}: min {} above max {}", what, lo, hi));
+        if (batches_ > 0 && settings_.moving_average)
+            throw vaiq::InputError(fmt::format(
+                "{}: a moving average (CalibMovingAverage) depends on the order of all batches, so statistics of "
+                "separate shards cannot be merged; calibrate in one process or without CalibMovingAverage",
+                what));
+        min_ = batches_ == 0 ? lo : std::min(min_, lo);
+        max_ = batches_ == 0 ? hi : std::max(max_, hi);
+        batches_ += batches;
+    }
+
     vaiq::CalibrationResult result() const override {
         if (batches_ == 0)
             throw vaiq::InputError(fmt::format("tensor '{}' was never observed during calibration", tensor_));

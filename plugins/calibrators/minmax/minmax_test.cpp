@@ -71,4 +71,26 @@ TEST(MinMax, DeclaresItsOptionsWithDocumentedNames) {
                                                "CalibTensorRangeSymmetric"}));
 }
 
+TEST(MinMax, ShardStatisticsMergeToTheWholeRangeExactly) {
+    // The second shard's first batch is narrower than the first's: order must not matter.
+    const auto r = vaiq::test::calibrate_in_shards(
+        "minmax", nullptr, {}, {vaiq::test::normal_batches(3, 500, 2.0f, 1), vaiq::test::normal_batches(4, 300, 0.5f, 2)});
+    EXPECT_EQ(r.merged.range.min, r.whole.range.min);
+    EXPECT_EQ(r.merged.range.max, r.whole.range.max);
+}
+
+TEST(MinMax, MovingAverageShardsAreNotMerged) {
+    const nlohmann::json options = {{"CalibMovingAverage", true}};
+    try {
+        vaiq::test::calibrate_in_shards("minmax", options, {},
+                                        {vaiq::test::normal_batches(2, 10, 1.0f, 1), vaiq::test::normal_batches(2, 10, 1.0f, 2)});
+        FAIL() << "merged two moving averages";
+    } catch (const vaiq::InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("order of all batches"), std::string::npos) << e.what();
+    }
+    // One shard (a statistics file reloaded) is fine.
+    const auto one = vaiq::test::calibrate_in_shards("minmax", options, {}, {vaiq::test::normal_batches(3, 10, 1.0f, 1)});
+    EXPECT_EQ(one.merged.range.max, one.whole.range.max);
+}
+
 }  // namespace

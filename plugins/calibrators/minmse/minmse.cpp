@@ -58,6 +58,23 @@ class MinMseObserver final : public vaiq::RangeObserver {
         })];
     }
 
+    // The votes (MostCommon) are saved as position, count pairs.
+    vaiq::Statistics statistics() const override {
+        vaiq::Statistics out;
+        hist_.save(out);
+        auto& votes = out["votes"];
+        for (const auto& [pos, n] : votes_) votes.insert(votes.end(), {double(pos), double(n)});
+        return out;
+    }
+
+    void merge(const vaiq::Statistics& other) override {
+        const std::string what = "tensor '" + tensor_ + "'";
+        hist_.merge(vaiq::Histogram::restore(other, s_.bins, false, what));
+        const auto& votes = vaiq::statistic_array(other, "votes", what);
+        if (votes.size() % 2 != 0) throw vaiq::InputError(fmt::format("the votes of {} are not pairs", what));
+        for (size_t i = 0; i < votes.size(); i += 2) votes_[static_cast<int>(votes[i])] += static_cast<int>(votes[i + 1]);
+    }
+
     vaiq::CalibrationResult result() const override {
         if (hist_.empty())
             throw vaiq::InputError(fmt::format("tensor '{}' was never observed during calibration", tensor_));

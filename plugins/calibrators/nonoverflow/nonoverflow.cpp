@@ -37,6 +37,22 @@ class NonOverflowObserver final : public vaiq::RangeObserver {
         }
     }
 
+    vaiq::Statistics statistics() const override {
+        if (!seen_) return {{"min", {}}, {"max", {}}};
+        return {{"min", {min_}}, {"max", {max_}}};
+    }
+
+    void merge(const vaiq::Statistics& other) override {
+        const std::string what = "tensor '" + tensor_ + "'";
+        if (vaiq::statistic_array(other, "min", what).empty()) return;  // saw nothing
+        const auto lo = static_cast<float>(vaiq::statistic(other, "min", what));
+        const auto hi = static_cast<float>(vaiq::statistic(other, "max", what));
+        if (!(lo <= hi)) throw vaiq::InputError(fmt::format("the statistics of {}: min {} above max {}", what, lo, hi));
+        min_ = std::min(min_, lo);
+        max_ = std::max(max_, hi);
+        seen_ = true;
+    }
+
     vaiq::CalibrationResult result() const override {
         if (!seen_) throw vaiq::InputError(fmt::format("tensor '{}' was never observed during calibration", tensor_));
         vaiq::CalibrationResult r{{min_, max_}, std::nullopt};

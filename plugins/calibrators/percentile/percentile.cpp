@@ -38,6 +38,16 @@ class PercentileObserver final : public vaiq::RangeObserver {
 
     void observe(const vaiq::TensorView<float>& batch) override { hist_.add(batch.data, tensor_); }
 
+    vaiq::Statistics statistics() const override {
+        vaiq::Statistics out;
+        hist_.save(out);
+        return out;
+    }
+
+    void merge(const vaiq::Statistics& other) override {
+        hist_.merge(vaiq::Histogram::restore(other, s_.bins, s_.symmetric, "tensor '" + tensor_ + "'"));
+    }
+
     vaiq::CalibrationResult result() const override {
         if (hist_.empty())
             throw vaiq::InputError(fmt::format("tensor '{}' was never observed during calibration", tensor_));
