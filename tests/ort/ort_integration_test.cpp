@@ -476,6 +476,44 @@ TEST(OnnxRuntimeDynamic, TheExampleCnnRunsAsConvIntegerAndKeepsItsAccuracy) {
     EXPECT_LT(relative_error(ours, logits), 1e-5);
 }
 
+// A bidirectional LSTM (8 inputs, 16 hidden units) over 5 steps of a batch of 2.
+vaiq::Model lstm_model() {
+    vaiq::test::GraphBuilder b(13);
+    b.input("x", {5, 2, 8}).output("y", {5, 2, 2, 16});
+    b.initializer("w", wave_tensor({2, 64, 8}, 0.4f, 1)).initializer("r", wave_tensor({2, 64, 16}, 0.3f, 2));
+    b.initializer("b", wave_tensor({2, 128}, 0.1f, 3));
+    auto& lstm = b.node("LSTM", {"x", "w", "r", "b"}, {"y"});
+    vaiq::test::set_int_attribute(lstm, "hidden_size", 16);
+    auto* direction = lstm.add_attribute();
+    direction->set_name("direction");
+    direction->set_type(onnx::AttributeProto::STRING);
+    direction->set_s("bidirectional");
+    return b.build();
+}
+
+class OnnxRuntimeDynamicLstm : public ::testing::TestWithParam<bool> {};
+
+TEST_P(OnnxRuntimeDynamicLstm, RunsAsDynamicQuantizeLstmAndAgreesWithVaiq) {
+    const bool per_channel = GetParam();
+    const auto run = quantize_in_mode(lstm_model(), "dynamic.yaml", per_channel ? "--set per_channel=true" : "",
+                                      wave_tensor({5, 2, 8}, 1.5f, 7));
+    const auto written = op_counts(run.written);
+    EXPECT_EQ(written.count("LSTM"), 0u);
+    ASSERT_EQ(written.count("DynamicQuantizeLSTM"), 1u);
+    const vaiq::GraphIndex index(run.written.graph());
+    const auto& node = run.written.graph().node(0);
+    EXPECT_EQ(node.domain(), "com.microsoft");
+    EXPECT_EQ(index.initializer(node.input(1))->dims(1), 8) << "W stored transposed: [dirs, inputs, 4 x hidden]";
+    EXPECT_EQ(index.initializer(node.input(8))->dims_size(), per_channel ? 2 : 1) << "scales per row or per direction";
+    EXPECT_EQ(op_counts(run.optimized).count("DynamicQuantizeLSTM"), 1u) << "ONNX Runtime runs the integer kernel";
+    EXPECT_LT(relative_error(run.ort, run.reference), 0.01) << "int8 close to float (measured 0.35 %)";
+    // The same run-time quantization of X (one block) and of each step's hidden states.
+    EXPECT_LT(relative_error(run.ours, run.ort), 1e-5) << "vaiq computes what ONNX Runtime does";
+}
+
+INSTANTIATE_TEST_SUITE_P(Weights, OnnxRuntimeDynamicLstm, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "PerChannel" : "PerTensor"; });
+
 // x -> MatMul(w1) -> m1 -> Relu -> h -> MatMul(w2) -> y, with parameters for all four activations.
 vaiq::Model two_matmuls() {
     vaiq::test::GraphBuilder b(13);

@@ -290,6 +290,15 @@ class Planner {
             add_activation(node.input(0), node, config);
             add_weight(node.input(1), node, config, per_channel_axis(op, std::max(rank_of(node.input(1)) - 1, 0)));
             add_outputs(node, config);
+        } else if (op == "LSTM") {
+            // Only ONNX Runtime's DynamicQuantizeLSTM runs an LSTM on integers: its input is
+            // quantized inside, at run time, and its outputs are float.
+            if (static_) {
+                plan_.skipped.emplace_back(d.name, "an LSTM is quantized only dynamically (static: false)");
+                return;
+            }
+            add_activation(node.input(0), node, config);
+            for (int slot : {1, 2}) add_weight(node.input(slot), node, config, per_channel_axis(op, 1));
         } else if (kNormalizations.count(op)) {
             add_activation(node.input(0), node, config);
             if (node.input_size() > 1) add_weight(node.input(1), node, config, -1);

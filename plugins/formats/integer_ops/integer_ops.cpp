@@ -6,7 +6,9 @@
 // DynamicQuantizeLinear when its parameters are left to run time (static:
 // false), else by QuantizeLinear with its planned parameters; weights are
 // stored quantized. ONNX Runtime fuses the MatMul chain into
-// DynamicQuantizeMatMul / MatMulIntegerToFloat. Every other op stays float:
+// DynamicQuantizeMatMul / MatMulIntegerToFloat. An LSTM with quantized weights
+// becomes com.microsoft DynamicQuantizeLSTM, which quantizes its input and
+// hidden state at run time and keeps its state float. Every other op stays float:
 // IntegerOps has no integer form for it, so its planned tensors are not written.
 #include <vaiq/vaiq.hpp>
 
@@ -33,13 +35,18 @@ class Writer {
         : model_(model), graph_(model.graph()), plan_(plan), index_(graph_), names_(graph_) {}
 
     void run() {
+        bool lstm = false;
         const auto order = vaiq::topological_order(graph_);
         google::protobuf::RepeatedPtrField<onnx::NodeProto> old_nodes;
         old_nodes.Swap(graph_.mutable_node());
         int rewritten = 0;
         for (int n : order) {
             const auto& node = old_nodes.Get(n);
-            if (writes_integer(node)) {
+            if (writes_lstm(node)) {
+                rewrite_lstm(node);
+                lstm = true;
+                ++rewritten;
+            } else if (writes_integer(node)) {
                 rewrite(node);
                 ++rewritten;
             } else {
@@ -47,7 +54,8 @@ class Writer {
             }
         }
         vaiq::remove_unused_initializers(graph_);
-        vaiq::log_debug("integer_ops: {} MatMul/Conv nodes written as integer ops", rewritten);
+        if (lstm) vaiq::import_opset(model_.proto(), "com.microsoft", 1);
+        vaiq::log_debug("integer_ops: {} MatMul/Conv/LSTM nodes written as integer ops", rewritten);
     }
 
   private:
@@ -55,6 +63,69 @@ class Writer {
     bool writes_integer(const onnx::NodeProto& node) const {
         if (!vaiq::is_default_domain(node) || (node.op_type() != "MatMul" && node.op_type() != "Conv")) return false;
         return node.input_size() >= 2 && plan_.find(node.input(0)) && plan_.find(node.input(1));
+    }
+
+    // An LSTM whose W and R the plan quantizes, both stored weights.
+    bool writes_lstm(const onnx::NodeProto& node) const {
+        if (!vaiq::is_default_domain(node) || node.op_type() != "LSTM" || node.input_size() < 3) return false;
+        for (int slot : {1, 2}) {
+            const auto* t = plan_.find(node.input(slot));
+            if (!t || !index_.initializer(t->tensor) || index_.is_graph_input(t->tensor)) return false;
+        }
+        return true;
+    }
+
+    // DynamicQuantizeLSTM: W [dirs, 4H, in] and R [dirs, 4H, H] stored quantized
+    // and transposed to [dirs, in, 4H] and [dirs, H, 4H], with scales and zero
+    // points per direction ([dirs]) or per gate row ([dirs, 4H]).
+    void rewrite_lstm(const onnx::NodeProto& node) {
+        std::vector<std::string> inputs{node.input(0)};
+        std::vector<std::string> params;
+        for (int slot : {1, 2}) {
+            const auto& t = checked(node.input(slot), node);
+            if (t.params.axis >= 0 && t.params.axis != 1)
+                throw InputError(fmt::format("DynamicQuantizeLSTM quantizes '{}' of node '{}' per gate row (axis 1), "
+                                             "not along axis {}",
+                                             t.tensor, node.name(), t.params.axis));
+            const auto values = Tensor::from_proto(*index_.initializer(t.tensor));
+            inputs.push_back(vaiq::add_initializer(graph_, names_, t.tensor + "_quantized",
+                                                   transposed_rows(vaiq::quantize_tensor(values, t.params, t.tensor))));
+            const int64_t dirs = values.shape()[0], rows = values.shape()[1];
+            std::vector<int64_t> shape{dirs};
+            if (t.params.axis >= 0) shape.push_back(rows);
+            vaiq::QuantParams per_dir = t.params;  // the parameters repeated for each direction, as a list
+            per_dir.axis = 0;
+            for (int64_t d = 1; d < dirs; ++d) {
+                per_dir.scale.insert(per_dir.scale.end(), t.params.scale.begin(), t.params.scale.end());
+                per_dir.zero_point.insert(per_dir.zero_point.end(), t.params.zero_point.begin(),
+                                          t.params.zero_point.end());
+            }
+            auto scale = vaiq::scale_tensor(per_dir), zero_point = vaiq::zero_point_tensor(per_dir);
+            scale.reshape(shape);
+            zero_point.reshape(shape);
+            params.push_back(vaiq::add_initializer(graph_, names_, t.tensor + "_scale", scale));
+            params.push_back(vaiq::add_initializer(graph_, names_, t.tensor + "_zero_point", zero_point));
+        }
+        for (int slot = 3; slot < 8; ++slot) inputs.push_back(slot < node.input_size() ? node.input(slot) : "");
+        inputs.insert(inputs.end(), params.begin(), params.end());
+        auto& op = vaiq::make_node(graph_, names_, "DynamicQuantizeLSTM", inputs,
+                                   {node.output().begin(), node.output().end()},
+                                   (node.name().empty() ? node.output(0) : node.name()) + "_quant");
+        op.set_domain("com.microsoft");
+        for (const auto& a : node.attribute()) *op.add_attribute() = a;
+    }
+
+    // [dirs, rows, cols] -> [dirs, cols, rows] for one-byte elements.
+    static Tensor transposed_rows(const Tensor& t) {
+        const auto& s = t.shape();
+        Tensor out(t.type(), {s[0], s[2], s[1]});
+        const auto in = t.bytes();
+        auto o = out.mutable_bytes();
+        for (int64_t d = 0; d < s[0]; ++d)
+            for (int64_t r = 0; r < s[1]; ++r)
+                for (int64_t c = 0; c < s[2]; ++c)
+                    o[static_cast<size_t>((d * s[2] + c) * s[1] + r)] = in[static_cast<size_t>((d * s[1] + r) * s[2] + c)];
+        return out;
     }
 
     const TensorQuant& checked(const std::string& tensor, const onnx::NodeProto& node) {

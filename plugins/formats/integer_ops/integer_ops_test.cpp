@@ -170,3 +170,41 @@ TEST(IntegerOps, RefusesWhatItCannotWrite) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(IntegerOps, AnLstmBecomesDynamicQuantizeLstmWithTransposedWeights) {
+    vaiq::test::GraphBuilder b(13);
+    b.input("x", {3, 1, 2}).output("y", {3, 1, 1, 1});
+    b.initializer("w", ramp({1, 4, 2}, -0.4f, 0.1f)).initializer("r", ramp({1, 4, 1}, 0.1f, 0.1f));
+    vaiq::test::set_int_attribute(b.node("LSTM", {"x", "w", "r"}, {"y"}, "lstm"), "hidden_size", 1);
+    auto model = b.build();
+    const vaiq::QuantPlan plan{{dynamic("x"), entry("w", TensorRole::Weight, QuantType::QInt8, {0.01f}, {0}),
+                                entry("r", TensorRole::Weight, QuantType::QInt8, {0.1f, 0.2f, 0.3f, 0.4f}, {0, 0, 0, 0}, 1)}};
+    const auto reference = vaiq::runtime::Executor(model).run({{"x", ramp({3, 1, 2}, -1.0f, 0.3f)}})[0];
+    emit(model, plan);
+    ASSERT_EQ(model.graph().node_size(), 1);
+    const auto& node = model.graph().node(0);
+    EXPECT_EQ(node.op_type(), "DynamicQuantizeLSTM");
+    EXPECT_EQ(node.domain(), "com.microsoft");
+    ASSERT_EQ(node.input_size(), 12);
+    EXPECT_EQ(node.input(3), "") << "no bias";
+    const vaiq::GraphIndex index(model.graph());
+    // W [1, 4, 2] = -0.4 .. 0.3 by 0.1, stored as [1, 2, 4]: row 0 holds W[0, :, 0] / 0.01.
+    const auto w = Tensor::from_proto(*index.initializer(node.input(1)));
+    EXPECT_EQ(w.shape(), (std::vector<int64_t>{1, 2, 4}));
+    EXPECT_EQ(std::vector<int8_t>(w.data<int8_t>().begin(), w.data<int8_t>().begin() + 4),
+              (std::vector<int8_t>{-40, -20, 0, 20}));
+    EXPECT_EQ(index.initializer(node.input(8))->dims_size(), 1) << "W per tensor: one scale per direction";
+    EXPECT_EQ(index.initializer(node.input(10))->dims_size(), 2) << "R per gate row: [dirs, 4 x hidden]";
+    bool imports = false;
+    for (const auto& o : model.proto().opset_import()) imports |= o.domain() == "com.microsoft";
+    EXPECT_TRUE(imports);
+    // vaiq runs it too, close to the float LSTM.
+    const auto quantized = vaiq::runtime::Executor(model).run({{"x", ramp({3, 1, 2}, -1.0f, 0.3f)}})[0];
+    ASSERT_EQ(quantized.size(), reference.size());
+    for (int64_t i = 0; i < reference.size(); ++i)
+        EXPECT_NEAR(quantized.data<float>()[i], reference.data<float>()[i], 0.02f) << i;
+}
+
+}  // namespace

@@ -1,6 +1,7 @@
 // cpu: the x86/ARM CPU as ONNX Runtime runs quantized models. It quantizes the
 // op types ONNX Runtime's static quantizer handles by default (the union of its
-// QLinear and QDQ registries), with the recipe's types and symmetry.
+// QLinear and QDQ registries), and LSTM, which its dynamic quantizer does, with
+// the recipe's types and symmetry.
 #include <vaiq/vaiq.hpp>
 
 #include <set>
@@ -23,6 +24,7 @@ class Cpu final : public vaiq::Target {
                                                                 "Gemm",
                                                                 "GlobalAveragePool",
                                                                 "InstanceNormalization",
+                                                                "LSTM",
                                                                 "LayerNormalization",
                                                                 "LeakyRelu",
                                                                 "MatMul",

@@ -62,8 +62,9 @@ struct Recurrence {
     std::span<const float> x, w, r, bias;
     Tensor y, y_h;
 
-    Recurrence(KernelContext& ctx, int64_t gates, const std::vector<std::string>& default_acts) {
-        const auto& x_in = ctx.input(0);
+    // `x_in`, `wt`, `rt`: the input and weights as float (the node's own, or their dequantized values).
+    Recurrence(KernelContext& ctx, int64_t gates, const std::vector<std::string>& default_acts, const Tensor& x_in,
+               const Tensor& wt, const Tensor& rt) {
         if (x_in.type() != DataType::Float) ctx.fail("only float is supported");
         direction = ctx.attributes.get_string("direction", "forward");
         dirs = direction == "bidirectional" ? 2 : 1;
@@ -71,10 +72,9 @@ struct Recurrence {
         seq = x_in.shape()[batch_major ? 1 : 0];
         batch = x_in.shape()[batch_major ? 0 : 1];
         in_size = x_in.shape()[2];
-        const auto& rt = ctx.input(2);
         hidden = ctx.attributes.get_int("hidden_size", rt.shape()[2]);
         clip = ctx.attributes.get_float("clip", 0.0f);
-        if (ctx.input(1).shape() != std::vector<int64_t>{dirs, gates * hidden, in_size} ||
+        if (wt.shape() != std::vector<int64_t>{dirs, gates * hidden, in_size} ||
             rt.shape() != std::vector<int64_t>{dirs, gates * hidden, hidden})
             ctx.fail("W or R does not match hidden_size and the direction");
         std::vector<std::string> names;
@@ -92,13 +92,16 @@ struct Recurrence {
         lengths.assign(static_cast<size_t>(batch), seq);
         if (ctx.has_input(4)) lengths = read_ints(ctx, ctx.input(4));
         x = x_in.data<float>();
-        w = ctx.input(1).data<float>();
+        w = wt.data<float>();
         r = rt.data<float>();
         if (ctx.has_input(3)) bias = ctx.input(3).data<float>();
         y = Tensor(DataType::Float, batch_major ? std::vector<int64_t>{batch, seq, dirs, hidden}
                                                 : std::vector<int64_t>{seq, dirs, batch, hidden});
         y_h = Tensor(DataType::Float, state_shape());
     }
+
+    Recurrence(KernelContext& ctx, int64_t gates, const std::vector<std::string>& default_acts)
+        : Recurrence(ctx, gates, default_acts, ctx.input(0), ctx.input(1), ctx.input(2)) {}
 
     std::vector<int64_t> state_shape() const {
         return batch_major ? std::vector<int64_t>{batch, dirs, hidden} : std::vector<int64_t>{dirs, batch, hidden};
@@ -208,53 +211,143 @@ void gru(KernelContext& ctx, std::vector<Tensor>& out) {
     rc.finish(out);
 }
 
-void lstm(KernelContext& ctx, std::vector<Tensor>& out) {
-    Recurrence rc(ctx, 4, {"Sigmoid", "Tanh", "Tanh"});
+// The LSTM steps, time-major so that every batch row's hidden state at a step
+// is known before the next: `quantize_state` sees them together (the rows of
+// one direction) before they enter the recurrent product.
+void run_lstm(KernelContext& ctx, Recurrence& rc, std::vector<Tensor>& out,
+              const std::function<void(std::vector<std::vector<float>>&)>& quantize_state) {
     const bool input_forget = ctx.attributes.get_int("input_forget", 0) != 0;
     const std::span<const float> peep = ctx.has_input(7) ? ctx.input(7).data<float>() : std::span<const float>();
     const int64_t n = rc.hidden;
     Tensor y_c(DataType::Float, rc.state_shape());
     auto yv = rc.y.mutable_data<float>();
+    int64_t longest = 0;
+    for (auto l : rc.lengths) longest = std::max(longest, l);
     for (int64_t d = 0; d < rc.dirs; ++d) {
         const Activation &f = rc.act[3 * d], &g = rc.act[3 * d + 1], &h = rc.act[3 * d + 2];
+        std::vector<std::vector<float>> hs, cs;
         for (int64_t b = 0; b < rc.batch; ++b) {
-            auto hs = rc.initial(ctx, 5, d, b), cs = rc.initial(ctx, 6, d, b);
-            std::vector<float> gates(4 * n);
-            for (int64_t step = 0; step < rc.lengths[b]; ++step) {
+            hs.push_back(rc.initial(ctx, 5, d, b));
+            cs.push_back(rc.initial(ctx, 6, d, b));
+        }
+        std::vector<float> gates(4 * n);
+        for (int64_t step = 0; step < longest; ++step) {
+            auto seen = hs;  // the state the recurrent product reads
+            quantize_state(seen);
+            for (int64_t b = 0; b < rc.batch; ++b) {
+                if (step >= rc.lengths[b]) continue;
                 const int64_t t = rc.reversed(d) ? rc.lengths[b] - 1 - step : step;
                 for (int64_t gi = 0; gi < 4 * n; ++gi)
-                    gates[gi] = static_cast<float>(rc.input_term(d, 4, gi, t, b) + rc.recurrent_term(d, 4, gi, hs) +
+                    gates[gi] = static_cast<float>(rc.input_term(d, 4, gi, t, b) + rc.recurrent_term(d, 4, gi, seen[b]) +
                                                    rc.wb(d, 4, gi) + rc.rb(d, 4, gi));
+                auto& c = cs[b];
                 for (int64_t k = 0; k < n; ++k) {
                     float gi_ = gates[k], go = gates[n + k], gf = gates[2 * n + k], gc = gates[3 * n + k];
                     if (!peep.empty()) {
-                        gi_ += peep[d * 3 * n + k] * cs[k];
-                        gf += peep[d * 3 * n + 2 * n + k] * cs[k];
+                        gi_ += peep[d * 3 * n + k] * c[k];
+                        gf += peep[d * 3 * n + 2 * n + k] * c[k];
                     }
                     const float it = f(rc.clipped(gi_));
                     const float ft = input_forget ? 1.0f - it : f(rc.clipped(gf));
                     const float ct = g(rc.clipped(gc));
-                    cs[k] = ft * cs[k] + it * ct;
-                    if (!peep.empty()) go += peep[d * 3 * n + n + k] * cs[k];
+                    c[k] = ft * c[k] + it * ct;
+                    if (!peep.empty()) go += peep[d * 3 * n + n + k] * c[k];
                     const float ot = f(rc.clipped(go));
-                    hs[k] = ot * h(cs[k]);
-                    yv[rc.y_index(t, d, b, k)] = hs[k];
+                    hs[b][k] = ot * h(c[k]);
+                    yv[rc.y_index(t, d, b, k)] = hs[b][k];
                 }
             }
-            for (int64_t k = 0; k < n; ++k) {
-                rc.y_h.mutable_data<float>()[rc.state_index(d, b, k)] = hs[k];
-                y_c.mutable_data<float>()[rc.state_index(d, b, k)] = cs[k];
-            }
         }
+        for (int64_t b = 0; b < rc.batch; ++b)
+            for (int64_t k = 0; k < n; ++k) {
+                rc.y_h.mutable_data<float>()[rc.state_index(d, b, k)] = hs[b][k];
+                y_c.mutable_data<float>()[rc.state_index(d, b, k)] = cs[b][k];
+            }
     }
     rc.finish(out);
     if (out.size() > 2) out[2] = std::move(y_c);
+}
+
+void lstm(KernelContext& ctx, std::vector<Tensor>& out) {
+    Recurrence rc(ctx, 4, {"Sigmoid", "Tanh", "Tanh"});
+    run_lstm(ctx, rc, out, [](std::vector<std::vector<float>>&) {});
+}
+
+// ONNX Runtime's run-time quantization of a GEMM input: uint8 over the
+// block's range widened to include 0, round half to even. Values are replaced
+// by what the integers stand for.
+void fake_quantize_u8(std::span<float> block) {
+    float lo = 0.0f, hi = 0.0f;
+    for (float v : block) {
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+    }
+    const float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
+    const float zero_point = std::nearbyint(std::clamp(0.0f - lo / scale, 0.0f, 255.0f));
+    for (float& v : block) v = (std::clamp(std::nearbyint(v / scale) + zero_point, 0.0f, 255.0f) - zero_point) * scale;
+}
+
+// A DynamicQuantizeLSTM weight ([dirs, cols, rows] integers, transposed) as the
+// float [dirs, rows, cols] an LSTM reads, with its per-direction or per-row parameters.
+template <typename T>
+Tensor dequantized_weight(const Tensor& q, const Tensor& scale, const Tensor& zero_point) {
+    const auto& s = q.shape();
+    const int64_t dirs = s[0], cols = s[1], rows = s[2];
+    const auto sv = scale.data<float>();
+    const auto zv = zero_point.data<T>();
+    const bool per_row = static_cast<int64_t>(sv.size()) == dirs * rows;
+    Tensor out(DataType::Float, {dirs, rows, cols});
+    auto o = out.mutable_data<float>();
+    const auto v = q.data<T>();
+    for (int64_t d = 0; d < dirs; ++d)
+        for (int64_t r = 0; r < rows; ++r) {
+            const auto p = static_cast<size_t>(per_row ? d * rows + r : d);
+            for (int64_t c = 0; c < cols; ++c)
+                o[static_cast<size_t>((d * rows + r) * cols + c)] =
+                    static_cast<float>(static_cast<int32_t>(v[static_cast<size_t>((d * cols + c) * rows + r)]) -
+                                       static_cast<int32_t>(zv[p])) *
+                    sv[p];
+        }
+    return out;
+}
+
+// com.microsoft DynamicQuantizeLSTM as ONNX Runtime computes it: X quantized
+// as one block for the input products, each step's hidden states (all batch
+// rows of a direction) as one block for the recurrent product; weights
+// dequantized exactly.
+void dynamic_quantize_lstm(KernelContext& ctx, std::vector<Tensor>& out) {
+    auto weight = [&](int values, int scale, int zero_point) {
+        const auto& q = ctx.input(values);
+        if (q.shape().size() != 3) ctx.fail("W and R must have rank 3");
+        const auto& s = ctx.input(scale);
+        const auto& z = ctx.input(zero_point);
+        if (s.size() != q.shape()[0] && s.size() != q.shape()[0] * q.shape()[2])
+            ctx.fail("a weight scale holds one value per direction or per gate row");
+        if (z.size() != s.size() || z.type() != q.type()) ctx.fail("a weight zero point must match its scale and type");
+        if (q.type() == DataType::Int8) return dequantized_weight<int8_t>(q, s, z);
+        if (q.type() == DataType::UInt8) return dequantized_weight<uint8_t>(q, s, z);
+        ctx.fail("W and R must be int8 or uint8");
+    };
+    const Tensor w = weight(1, 8, 9), r = weight(2, 10, 11);
+    if (ctx.input(0).type() != DataType::Float) ctx.fail("X must be float");
+    Tensor x = ctx.input(0);
+    fake_quantize_u8(x.mutable_data<float>());
+    Recurrence rc(ctx, 4, {"Sigmoid", "Tanh", "Tanh"}, x, w, r);
+    run_lstm(ctx, rc, out, [&](std::vector<std::vector<float>>& states) {
+        std::vector<float> block;
+        for (const auto& s : states) block.insert(block.end(), s.begin(), s.end());
+        fake_quantize_u8(block);
+        for (size_t b = 0; b < states.size(); ++b)
+            std::copy_n(block.begin() + static_cast<std::ptrdiff_t>(b * states[b].size()), states[b].size(),
+                        states[b].begin());
+    });
 }
 
 const KernelRegistration kKernels[] = {
     {"", "RNN", 7, 21, rnn},
     {"", "GRU", 7, 21, gru},
     {"", "LSTM", 7, 21, lstm},
+    {"com.microsoft", "DynamicQuantizeLSTM", 1, 1, dynamic_quantize_lstm},
 };
 
 }  // namespace
