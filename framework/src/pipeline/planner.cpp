@@ -216,10 +216,11 @@ class Planner {
         }
     }
 
-    void add_weight(const std::string& tensor, const onnx::NodeProto& node, const Options& config, int axis) {
+    PlannedTensor* add_weight(const std::string& tensor, const onnx::NodeProto& node, const Options& config,
+                              int axis) {
         if (!is_constant(tensor)) {
             add_activation(tensor, node, config);
-            return;
+            return nullptr;
         }
         auto spec = target_.default_spec(TensorRole::Weight, request(config));
         if (spec.per_channel) {
@@ -234,7 +235,7 @@ class Planner {
                 spec.axis = axis;
             }
         }
-        add(tensor, node, TensorRole::Weight, spec, config);
+        return add(tensor, node, TensorRole::Weight, spec, config);
     }
 
     void add_bias(const onnx::NodeProto& node, int slot, const Options& config) {
@@ -299,6 +300,16 @@ class Planner {
             }
             add_activation(node.input(0), node, config);
             for (int slot : {1, 2}) add_weight(node.input(slot), node, config, per_channel_axis(op, 1));
+        } else if (op == "Attention" && node.domain() == "com.microsoft") {
+            // QAttention, as ONNX Runtime's dynamic quantizer writes it: the input quantized at
+            // run time, the packed weights per tensor or per column, in 7 bits (reduce_range) as
+            // it forces for this op; the output is float.
+            if (static_) {
+                plan_.skipped.emplace_back(d.name, "an Attention is quantized only dynamically (static: false)");
+                return;
+            }
+            add_activation(node.input(0), node, config);
+            if (auto* w = add_weight(node.input(1), node, config, per_channel_axis(op, 1))) w->spec.reduce_range = true;
         } else if (kNormalizations.count(op)) {
             add_activation(node.input(0), node, config);
             if (node.input_size() > 1) add_weight(node.input(1), node, config, -1);

@@ -8,7 +8,8 @@
 // stored quantized. ONNX Runtime fuses the MatMul chain into
 // DynamicQuantizeMatMul / MatMulIntegerToFloat. An LSTM with quantized weights
 // becomes com.microsoft DynamicQuantizeLSTM, which quantizes its input and
-// hidden state at run time and keeps its state float. Every other op stays float:
+// hidden state at run time and keeps its state float; a com.microsoft Attention
+// with a bias becomes QAttention on its quantized input. Every other op stays float:
 // IntegerOps has no integer form for it, so its planned tensors are not written.
 #include <vaiq/vaiq.hpp>
 
@@ -46,6 +47,9 @@ class Writer {
                 rewrite_lstm(node);
                 lstm = true;
                 ++rewritten;
+            } else if (writes_attention(node)) {
+                rewrite_attention(node);
+                ++rewritten;
             } else if (writes_integer(node)) {
                 rewrite(node);
                 ++rewritten;
@@ -55,7 +59,7 @@ class Writer {
         }
         vaiq::remove_unused_initializers(graph_);
         if (lstm) vaiq::import_opset(model_.proto(), "com.microsoft", 1);
-        vaiq::log_debug("integer_ops: {} MatMul/Conv/LSTM nodes written as integer ops", rewritten);
+        vaiq::log_debug("integer_ops: {} MatMul/Conv/LSTM/Attention nodes written as integer ops", rewritten);
     }
 
   private:
@@ -109,6 +113,32 @@ class Writer {
         for (int slot = 3; slot < 8; ++slot) inputs.push_back(slot < node.input_size() ? node.input(slot) : "");
         inputs.insert(inputs.end(), params.begin(), params.end());
         auto& op = vaiq::make_node(graph_, names_, "DynamicQuantizeLSTM", inputs,
+                                   {node.output().begin(), node.output().end()},
+                                   (node.name().empty() ? node.output(0) : node.name()) + "_quant");
+        op.set_domain("com.microsoft");
+        for (const auto& a : node.attribute()) *op.add_attribute() = a;
+    }
+
+    // A com.microsoft Attention with a bias (QAttention needs one) whose input and weights the plan quantizes.
+    bool writes_attention(const onnx::NodeProto& node) const {
+        return node.domain() == "com.microsoft" && node.op_type() == "Attention" && node.input_size() >= 3 &&
+               !node.input(2).empty() && plan_.find(node.input(0)) && plan_.find(node.input(1)) &&
+               index_.initializer(node.input(1));
+    }
+
+    // QAttention: input, weights, bias, input_scale, weight_scale, mask_index,
+    // input_zero_point, weight_zero_point, past.
+    void rewrite_attention(const onnx::NodeProto& node) {
+        const auto xq = quantized(checked(node.input(0), node));
+        const auto& w = checked(node.input(1), node);
+        if (w.params.axis >= 0 && w.params.axis != 1)
+            throw InputError(fmt::format("QAttention quantizes '{}' of node '{}' per column (axis 1), not along axis {}",
+                                         w.tensor, node.name(), w.params.axis));
+        const auto wq = quantized(w);
+        auto input = [&](int slot) { return slot < node.input_size() ? node.input(slot) : std::string(); };
+        auto& op = vaiq::make_node(graph_, names_, "QAttention",
+                                   {xq.values, wq.values, node.input(2), xq.scale, wq.scale, input(3), xq.zero_point,
+                                    wq.zero_point, input(4)},
                                    {node.output().begin(), node.output().end()},
                                    (node.name().empty() ? node.output(0) : node.name()) + "_quant");
         op.set_domain("com.microsoft");

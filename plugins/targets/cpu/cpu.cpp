@@ -1,7 +1,7 @@
 // cpu: the x86/ARM CPU as ONNX Runtime runs quantized models. It quantizes the
 // op types ONNX Runtime's static quantizer handles by default (the union of its
-// QLinear and QDQ registries), and LSTM, which its dynamic quantizer does, with
-// the recipe's types and symmetry.
+// QLinear and QDQ registries), and LSTM and com.microsoft Attention, which its
+// dynamic quantizer does, with the recipe's types and symmetry.
 #include <vaiq/vaiq.hpp>
 
 #include <set>
@@ -42,6 +42,7 @@ class Cpu final : public vaiq::Target {
                                                                 "Transpose",
                                                                 "Unsqueeze",
                                                                 "Where"};
+        if (node.domain() == "com.microsoft") return node.op_type() == "Attention";
         return vaiq::is_default_domain(node) && kOps.count(node.op_type()) > 0;
     }
 
