@@ -138,37 +138,67 @@ struct InputArgs {
     }
 };
 
-class RunCommand final : public Command {
-  public:
-    RunCommand(CLI::App& parent, const bool& quiet)
-        : Command(parent.add_subcommand("run", "Quantize a model as a recipe says")), quiet_(quiet) {
+// A command that runs the pipeline on a recipe: the recipe with --model,
+// --data and --set, the installed plugins and the run options they share.
+class PipelineCommand : public Command {
+  protected:
+    PipelineCommand(CLI::App* app, const bool& quiet) : Command(app), quiet_(quiet) {
         recipe_.add_to(app_);
         inputs_.add_to(app_);
+    }
+
+    void add_calibration_option(const std::string& help) {
+        app_->add_option("--calibration", calibration_, help)->check(CLI::ExistingFile);
+    }
+
+    // The flags are shorthands for --set (`shorthands` after --model and --data); an
+    // explicit --set of the same key comes later and wins. Loads the plugins too.
+    Recipe load(const std::vector<std::string>& shorthands = {}) {
+        std::vector<std::string> assignments;
+        inputs_.append_to(assignments);
+        assignments.insert(assignments.end(), shorthands.begin(), shorthands.end());
+        assignments.insert(assignments.end(), recipe_.sets.begin(), recipe_.sets.end());
+        auto recipe = load_recipe(recipe_.file, assignments);
+        registry_.load_default_paths();
+        return recipe;
+    }
+
+    RunOptions run_options() const {
+        RunOptions options;
+        options.progress = !quiet_ && stderr_is_terminal();
+        options.calibration_files.assign(calibration_.begin(), calibration_.end());
+        return options;
+    }
+
+    PluginRegistry registry_;
+
+  private:
+    const bool& quiet_;
+    RecipeArgs recipe_;
+    InputArgs inputs_;
+    std::vector<std::string> calibration_;
+};
+
+class RunCommand final : public PipelineCommand {
+  public:
+    RunCommand(CLI::App& parent, const bool& quiet)
+        : PipelineCommand(parent.add_subcommand("run", "Quantize a model as a recipe says"), quiet) {
         app_->add_option("--output", output_, "The quantized model to write (overrides model_output)");
         app_->add_option("--report", report_, "The JSON report to write (overrides report)");
-        app_->add_option("--calibration", calibration_,
-                         "Statistics files of `vaiq calibrate` to calibrate from instead of the data (one per "
-                         "shard: merged)")
-            ->check(CLI::ExistingFile);
+        add_calibration_option(
+            "Statistics files of `vaiq calibrate` to calibrate from instead of the data (one per shard: merged)");
         app_->add_option("--stop-after", stop_after_, "Stop after this phase and write the model as it is then")
             ->check(CLI::IsMember({"load", "prepare", "plan", "calibrate", "parameters", "emit"}));
     }
 
     int run() override {
-        // The flags are shorthands for --set; an explicit --set of the same key comes later and wins.
-        std::vector<std::string> assignments;
-        inputs_.append_to(assignments);
-        if (!output_.empty()) assignments.push_back("model_output=" + fs::absolute(output_).string());
-        if (!report_.empty()) assignments.push_back("report=" + fs::absolute(report_).string());
-        assignments.insert(assignments.end(), recipe_.sets.begin(), recipe_.sets.end());
-        const Recipe recipe = load_recipe(recipe_.file, assignments);
-        PluginRegistry registry;
-        registry.load_default_paths();
-        RunOptions options;
-        options.progress = !quiet_ && stderr_is_terminal();
+        std::vector<std::string> shorthands;
+        if (!output_.empty()) shorthands.push_back("model_output=" + fs::absolute(output_).string());
+        if (!report_.empty()) shorthands.push_back("report=" + fs::absolute(report_).string());
+        const Recipe recipe = load(shorthands);
+        auto options = run_options();
         if (!stop_after_.empty()) options.stop_after = parse_phase(stop_after_);
-        options.calibration_files.assign(calibration_.begin(), calibration_.end());
-        const auto result = run_pipeline(recipe, registry, options);
+        const auto result = run_pipeline(recipe, registry_, options);
         spdlog::info("wrote {} and {}", result.output.string(), result.report.string());
         if (!result.report_json["quantized"].get<bool>())
             spdlog::warn("the output is not quantized: the run stopped after the {} phase",
@@ -177,41 +207,26 @@ class RunCommand final : public Command {
     }
 
   private:
-    const bool& quiet_;
-    RecipeArgs recipe_;
-    InputArgs inputs_;
     std::string output_, report_, stop_after_;
-    std::vector<std::string> calibration_;
 };
 
-class CalibrateCommand final : public Command {
+class CalibrateCommand final : public PipelineCommand {
   public:
     CalibrateCommand(CLI::App& parent, const bool& quiet)
-        : Command(parent.add_subcommand("calibrate",
-                                        "Calibrate as a recipe says and write the statistics (to quantize from "
-                                        "later, or to merge with those of other data shards)")),
-          quiet_(quiet) {
-        recipe_.add_to(app_);
-        inputs_.add_to(app_);
+        : PipelineCommand(parent.add_subcommand("calibrate",
+                                                "Calibrate as a recipe says and write the statistics (to quantize "
+                                                "from later, or to merge with those of other data shards)"),
+                          quiet) {
         app_->add_option("--output", output_, "The statistics file to write (JSON)")->required();
-        app_->add_option("--calibration", calibration_, "Statistics files to merge instead of reading data")
-            ->check(CLI::ExistingFile);
+        add_calibration_option("Statistics files to merge instead of reading data");
         app_->add_option("--ort-tables", ort_dir_,
                          "Also write the calibrated ranges as calibration.json and calibration.cache (TensorRT) "
                          "into this folder");
     }
 
     int run() override {
-        std::vector<std::string> assignments;
-        inputs_.append_to(assignments);
-        assignments.insert(assignments.end(), recipe_.sets.begin(), recipe_.sets.end());
-        const Recipe recipe = load_recipe(recipe_.file, assignments);
-        PluginRegistry registry;
-        registry.load_default_paths();
-        RunOptions options;
-        options.progress = !quiet_ && stderr_is_terminal();
-        options.calibration_files.assign(calibration_.begin(), calibration_.end());
-        const auto tables = calibrate_pipeline(recipe, registry, options);
+        const Recipe recipe = load();
+        const auto tables = calibrate_pipeline(recipe, registry_, run_options());
         write_file_atomically(output_, [&](std::ostream& out) { out << tables.statistics.dump() << '\n'; });
         spdlog::info("wrote the statistics of {} tensors over {} batches to {}", tables.statistics["tensors"].size(),
                      tables.statistics["batches"].get<int>(), output_);
@@ -227,36 +242,23 @@ class CalibrateCommand final : public Command {
     }
 
   private:
-    const bool& quiet_;
-    RecipeArgs recipe_;
-    InputArgs inputs_;
     std::string output_, ort_dir_;
-    std::vector<std::string> calibration_;
 };
 
-class AnalyzeCommand final : public Command {
+class AnalyzeCommand final : public PipelineCommand {
   public:
     AnalyzeCommand(CLI::App& parent, const bool& quiet)
-        : Command(parent.add_subcommand("analyze",
-                                        "Quantize in memory and rank the quantized tensors by the error each adds "
-                                        "(nothing is written but --report)")),
-          quiet_(quiet) {
-        recipe_.add_to(app_);
-        inputs_.add_to(app_);
+        : PipelineCommand(parent.add_subcommand("analyze",
+                                                "Quantize in memory and rank the quantized tensors by the error each "
+                                                "adds (nothing is written but --report)"),
+                          quiet) {
         app_->add_option("--report", report_, "Write the whole report, with every tensor's figures, as JSON here");
         app_->add_option("--top", top_, "Print this many tensors, most harmful first")->capture_default_str();
     }
 
     int run() override {
-        std::vector<std::string> assignments;
-        inputs_.append_to(assignments);
-        assignments.insert(assignments.end(), recipe_.sets.begin(), recipe_.sets.end());
-        const Recipe recipe = load_recipe(recipe_.file, assignments);
-        PluginRegistry registry;
-        registry.load_default_paths();
-        RunOptions options;
-        options.progress = !quiet_ && stderr_is_terminal();
-        const auto report = analyze_pipeline(recipe, registry, options);
+        const Recipe recipe = load();
+        const auto report = analyze_pipeline(recipe, registry_, run_options());
         if (!report_.empty()) write_file_atomically(report_, [&](std::ostream& out) { out << report.dump(2) << '\n'; });
         for (const auto& o : report["evaluation"]["outputs"])
             fmt::print("output {}: SQNR {} dB with every tensor quantized\n", o["name"].get<std::string>(),
@@ -278,9 +280,6 @@ class AnalyzeCommand final : public Command {
     }
 
   private:
-    const bool& quiet_;
-    RecipeArgs recipe_;
-    InputArgs inputs_;
     std::string report_;
     int top_ = 20;
 };

@@ -226,16 +226,18 @@ ShardedCalibration calibrate_in_shards(const std::string& calibrator, const nloh
     auto plugin = registry.create<Calibrator>(calibrator, registry.resolve_options(info, options));
     auto whole = plugin->make_observer("t", spec);
     auto merged = plugin->make_observer("t", spec);
+    float extent = 0;
     for (const auto& shard : shards) {
         auto observer = plugin->make_observer("t", spec);
         for (const auto& batch : shard) {
             const std::vector<int64_t> shape{static_cast<int64_t>(batch.size())};
             whole->observe({shape, batch});
             observer->observe({shape, batch});
+            for (float v : batch) extent = std::max(extent, std::abs(v));
         }
         merged->merge(observer->statistics());
     }
-    return {whole->result(), merged->result()};
+    return {whole->result(), merged->result(), extent};
 }
 
 }  // namespace vaiq::test

@@ -93,6 +93,7 @@ void emit_with_format(const std::string& format_name, Model& model, const QuantP
 /// do).
 struct ShardedCalibration {
     CalibrationResult whole, merged;
+    float extent = 0;  ///< the largest |value| of all shards
 };
 /// `count` batches of `size` normally distributed values (deterministic for a seed).
 std::vector<std::vector<float>> normal_batches(int count, int size, float stddev, unsigned seed);

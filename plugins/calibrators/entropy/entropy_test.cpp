@@ -90,14 +90,10 @@ TEST(Entropy, ReluOutputsKeepTheirBody) {
 
 TEST(Entropy, MergedShardsAreWithinOneBinOfTheWhole) {
     // Shards whose histograms start at different strides (first batches of different spreads).
-    const auto a = vaiq::test::normal_batches(3, 4000, 1.0f, 1), b = vaiq::test::normal_batches(3, 4000, 3.0f, 2);
-    const auto r = vaiq::test::calibrate_in_shards("entropy", {{"num_bins", 256}, {"num_quantized_bins", 32}}, {}, {a, b});
-    float extent = 0;
-    for (const auto* shard : {&a, &b})
-        for (const auto& batch : *shard)
-            for (float v : batch) extent = std::max(extent, std::abs(v));
+    const auto r = vaiq::test::calibrate_in_shards(
+        "entropy", {{"num_bins", 256}, {"num_quantized_bins", 32}}, {}, {vaiq::test::normal_batches(3, 4000, 1.0f, 1), vaiq::test::normal_batches(3, 4000, 3.0f, 2)});
     // One bin of the merged grid: the wider shard's first batch set its stride, about extent / 128.
-    const float bin = extent / 128 * 1.01f;
+    const float bin = r.extent / 128 * 1.01f;
     EXPECT_NEAR(r.merged.range.max, r.whole.range.max, bin);
     EXPECT_NEAR(r.merged.range.min, r.whole.range.min, bin);
     EXPECT_GT(r.whole.range.max, 0.0f);
