@@ -12,9 +12,6 @@
 
 namespace vaiq {
 
-namespace {
-
-// The tensor whose range each observed value gives: the value's own, or that of the tensor taking its range.
 std::map<std::string, const PlannedTensor*> observing_tensors(const DraftPlan& plan) {
     std::map<std::string, const PlannedTensor*> owner;
     for (const auto& t : plan.tensors) {
@@ -23,15 +20,6 @@ std::map<std::string, const PlannedTensor*> observing_tensors(const DraftPlan& p
         if (!owner.count(source) || source == t.tensor) owner[source] = &t;
     }
     return owner;
-}
-
-}  // namespace
-
-const PlannedTensor& observing_tensor(const DraftPlan& plan, const std::string& observed) {
-    const auto owners = observing_tensors(plan);
-    auto it = owners.find(observed);
-    if (it == owners.end()) throw InternalError(fmt::format("'{}' is not observed by the plan", observed));
-    return *it->second;
 }
 
 Observations make_observers(const DraftPlan& plan) {

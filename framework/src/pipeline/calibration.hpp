@@ -31,9 +31,9 @@ struct Observations {
 /// Fresh observers for every activation of `plan` whose range is observed.
 Observations make_observers(const DraftPlan& plan);
 
-/// The planned tensor that decides how `observed` (a key of make_observers) is
-/// observed: its own, or that of the tensor taking its range.
-const PlannedTensor& observing_tensor(const DraftPlan& plan, const std::string& observed);
+/// For each observed value, the planned tensor that decides how it is observed:
+/// its own, or that of the tensor taking its range.
+std::map<std::string, const PlannedTensor*> observing_tensors(const DraftPlan& plan);
 
 /// Runs every batch of `data` through `model` with the planned activations
 /// tapped; each observer sees each batch once and keeps only its statistics.

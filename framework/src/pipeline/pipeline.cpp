@@ -471,10 +471,9 @@ StatisticsIdentity statistics_identity(const RunState& s) {
     return id;
 }
 
-// Calibration from statistics files: merged shard by shard; the data, if any, serves the later phases.
-void calibrate_from_files(RunState& s) {
+// Observers fed from statistics files, shard by shard; the data, if any, serves the later phases.
+Observations observe_files(RunState& s, const StatisticsIdentity& identity) {
     auto observations = make_observers(s.draft);
-    const auto identity = statistics_identity(s);
     for (const auto& path : s.options.calibration_files) {
         std::ifstream in(path);
         if (!in) throw InputError(fmt::format("{}: cannot read the statistics file", path.string()));
@@ -486,54 +485,52 @@ void calibrate_from_files(RunState& s) {
         }
         merge_statistics_file(observations, s.draft, identity, file, path);
     }
-    s.calibration = conclude(s.draft, observations);
-    if (s.keep_tables) s.tables = CalibrationTables{statistics_file(observations, s.draft, identity), {}, {}};
     if (!s.recipe.value("calibration_data_reader").is_null()) {
         s.data = calibration_reader(s.recipe, s.model);
     } else {
         log_info("calibrated from statistics files; with no calibration data, evaluation runs on random data");
         s.data = random_reader(s.recipe, s.model);
     }
-    s.report["calibration"] = {{"statistics_files", s.options.calibration_files},
-                               {"batches", s.calibration.batches},
-                               {"observed_tensors", s.calibration.results.size()},
-                               {"not_float", s.calibration.not_float}};
+    return observations;
+}
+
+// Observers fed the calibration data.
+Observations observe_data(RunState& s) {
+    const auto observed = s.draft.observed();
+    if (!s.data && s.recipe.value("calibration_data_reader").is_null()) {
+        // Given parameters are meant to replace calibration: random data must not fill the gaps.
+        const bool given = !s.recipe.value("input_quantization_params").empty() ||
+                           !s.recipe.value("output_quantization_params").empty();
+        if (given && !observed.empty())
+            throw InputError(fmt::format("these activations have neither given parameters nor calibration data: {} "
+                                         "(add them to input_quantization_params/output_quantization_params or set "
+                                         "calibration_data_reader)",
+                                         join(observed, ", ")));
+        if (observed.empty()) {
+            log_info("nothing to calibrate: activations are quantized at run time or have given parameters");
+            s.data = random_reader(s.recipe, s.model);  // types the tensors; evaluation runs on it too
+        }
+    }
+    if (!s.data) s.data = calibration_reader(s.recipe, s.model);
+    auto observations = make_observers(s.draft);
+    observe(observations, s.model, s.draft, *s.data, s.threads,
+            [&](int batch) { log_debug("calibration batch {} of {} files", batch, s.data->items()); });
+    return observations;
 }
 
 void calibrate_phase(RunState& s) {
-    if (!s.options.calibration_files.empty()) {
-        calibrate_from_files(s);
-    } else {
-        const auto observed = s.draft.observed();
-        if (!s.data && s.recipe.value("calibration_data_reader").is_null()) {
-            // Given parameters are meant to replace calibration: random data must not fill the gaps.
-            const bool given = !s.recipe.value("input_quantization_params").empty() ||
-                               !s.recipe.value("output_quantization_params").empty();
-            if (given && !observed.empty())
-                throw InputError(fmt::format("these activations have neither given parameters nor calibration data: "
-                                             "{} (add them to input_quantization_params/output_quantization_params or "
-                                             "set calibration_data_reader)",
-                                             join(observed, ", ")));
-            if (observed.empty()) {
-                log_info("nothing to calibrate: activations are quantized at run time or have given parameters");
-                s.data = random_reader(s.recipe, s.model);  // types the tensors; evaluation runs on it too
-            }
-        }
-        if (!s.data) s.data = calibration_reader(s.recipe, s.model);
-        auto observations = make_observers(s.draft);
-        observe(observations, s.model, s.draft, *s.data, s.threads, [&](int batch) {
-            log_debug("calibration batch {} of {} files", batch, s.data->items());
-        });
-        s.calibration = conclude(s.draft, observations);
-        if (s.keep_tables) s.tables = CalibrationTables{statistics_file(observations, s.draft, statistics_identity(s)), {}, {}};
-        s.report["calibration"] = {{"batches", s.calibration.batches},
-                                   {"observed_tensors", s.calibration.results.size()},
-                                   {"not_float", s.calibration.not_float}};
-    }
-    if (s.tables) {
-        s.tables->ort_json = ort_calibration_json(s.calibration);
-        s.tables->tensorrt_cache = tensorrt_calibration_cache(s.calibration);
-    }
+    const bool from_files = !s.options.calibration_files.empty();
+    std::optional<StatisticsIdentity> identity;
+    if (from_files || s.keep_tables) identity = statistics_identity(s);
+    const auto observations = from_files ? observe_files(s, *identity) : observe_data(s);
+    s.calibration = conclude(s.draft, observations);
+    if (s.keep_tables)
+        s.tables = CalibrationTables{statistics_file(observations, s.draft, *identity),
+                                     ort_calibration_json(s.calibration), tensorrt_calibration_cache(s.calibration)};
+    s.report["calibration"] = {{"batches", s.calibration.batches},
+                               {"observed_tensors", s.calibration.results.size()},
+                               {"not_float", s.calibration.not_float}};
+    if (from_files) s.report["calibration"]["statistics_files"] = s.options.calibration_files;
     drop_tensors(s.draft, s.calibration.not_float);
 }
 

@@ -54,8 +54,9 @@ nlohmann::json statistics_file(const Observations& observations, const DraftPlan
                           {"batches", observations.batches},
                           {"not_float", observations.not_float},
                           {"tensors", nlohmann::json::object()}};
+    const auto owners = observing_tensors(plan);
     for (const auto& [name, observer] : observations.observers) {
-        const auto& owner = observing_tensor(plan, name);
+        const auto& owner = *owners.at(name);
         auto stats = observer->statistics();
         if (stats.empty())
             throw InputError(fmt::format("calibrator '{}' cannot save its statistics (tensor '{}'): calibrate and "
@@ -99,6 +100,7 @@ void merge_statistics_file(Observations& into, const DraftPlan& plan, const Stat
                                                  value.dump()));
         }
         const auto& tensors = field("tensors");
+        const auto owners = observing_tensors(plan);
         std::vector<std::string> missing;
         for (auto& [name, observer] : into.observers) {
             if (!tensors.contains(name)) {
@@ -106,7 +108,7 @@ void merge_statistics_file(Observations& into, const DraftPlan& plan, const Stat
                 continue;
             }
             const auto& saved = tensors.at(name);
-            const auto& owner = observing_tensor(plan, name);
+            const auto& owner = *owners.at(name);
             if (saved.at("calibrator") != owner.calibrate_method || saved.at("spec") != spec_text(owner.spec))
                 throw InputError(fmt::format("{}: tensor '{}' was calibrated by {} as {}; this run plans {} as {}",
                                              where, name, saved.at("calibrator").dump(), saved.at("spec").dump(),
