@@ -88,7 +88,7 @@ const std::vector<KeySpec>& recipe_keys() {
          {},
          {"None", "preprocess_method1", "preprocess_method2"}},
         {"image_preprocess.size", K::NumberList, "[]", P::Calibrate, yes,
-         "[height, width] of the input images become; [] takes the model input's."},
+         "[height, width] the images are brought to; [] takes the model input's."},
         {"image_preprocess.resize", K::Choice, "stretch", P::Calibrate, yes,
          "stretch: straight to the size; keep_aspect: the shorter side to the size, the other in proportion.", {},
          {"stretch", "keep_aspect"}},
