@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <map>
+#include <tuple>
 #include <numeric>
 
 #include "runtime/executor.hpp"
@@ -459,6 +460,37 @@ TEST(OnnxRuntimeDynamic, EncoderRunsAsDynamicQuantizeMatMulAndAgreesWithVaiq) {
     EXPECT_LT(relative_error(run.ort, run.reference), 0.05) << "int8 close to float";
     EXPECT_LT(relative_error(run.ours, run.ort), 1e-5) << "vaiq computes what ONNX Runtime does";
     EXPECT_GT(run.report["evaluation"]["outputs"][0]["sqnr_db"].get<double>(), 25.0);
+}
+
+TEST(OnnxRuntimeDynamic, WeightTypeAndReduceRangeAreHonoured) {
+    for (const auto& [settings, type, lo, hi] :
+         std::vector<std::tuple<std::string, vaiq::DataType, int, int>>{
+             {"--set reduce_range=true", vaiq::DataType::Int8, -64, 64},
+             {"--set weight_type=QUInt8 --set extra_options.WeightSymmetric=false", vaiq::DataType::UInt8, 0, 255}}) {
+        const auto run = quantize_in_mode(encoder_layer(), "dynamic.yaml", settings, wave_tensor({2, 16, 32}, 2.0f, 99));
+        const vaiq::GraphIndex index(run.written.graph());
+        int checked = 0;
+        for (const auto& node : run.written.graph().node()) {
+            if (node.op_type() != "MatMulInteger") continue;
+            const auto b = vaiq::Tensor::from_proto(*index.initializer(node.input(1)));
+            ASSERT_EQ(b.type(), type) << settings;
+            int least = 255, most = -128;
+            for (int64_t i = 0; i < b.size(); ++i) {
+                const int v = type == vaiq::DataType::Int8 ? b.data<int8_t>()[i] : b.data<uint8_t>()[i];
+                least = std::min(least, v);
+                most = std::max(most, v);
+            }
+            EXPECT_GE(least, lo) << settings;
+            EXPECT_LE(most, hi) << settings;
+            if (type == vaiq::DataType::UInt8) {
+                EXPECT_GT(most - least, 200) << "the asymmetric range is used";
+            }
+            ++checked;
+        }
+        EXPECT_EQ(checked, 6) << settings;
+        EXPECT_LT(relative_error(run.ours, run.ort), 1e-5) << settings;
+        EXPECT_LT(relative_error(run.ort, run.reference), 0.05) << settings;
+    }
 }
 
 TEST(OnnxRuntimeDynamic, TheExampleCnnRunsAsConvIntegerAndKeepsItsAccuracy) {
