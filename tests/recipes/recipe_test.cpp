@@ -218,6 +218,10 @@ TEST(Recipes, PythonSpellingsAreNormalised) {
     EXPECT_EQ(r.value("random_data_reader_input_shape"), nlohmann::json({{"input", {1, 3, 224, 224}}}));
     EXPECT_EQ(recipe_from("quant_format: VitisQuantFormat.FixNeuron\n").format_plugin(), "fixneuron");
     EXPECT_EQ(recipe_from("calibrate_method: PowerOfTwoMethod.NonOverflow\n").calibrator_plugin(), "nonoverflow");
+    // The original ONNX Runtime tool's names.
+    EXPECT_EQ(recipe_from("calibrate_method: naive\n").calibrator_plugin(), "minmax");
+    EXPECT_EQ(recipe_from("quant_format: QuantizationMode.IntegerOps\n").format_plugin(), "integer_ops");
+    EXPECT_EQ(recipe_from("quant_format: QLinearOps\n").format_plugin(), "qoperator");
     EXPECT_EQ(recipe_from("random_data_reader_input_shape: [[1, 2], [3, 4]]\n").value("random_data_reader_input_shape"),
               nlohmann::json({{1, 2}, {3, 4}}));
 }

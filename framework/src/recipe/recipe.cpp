@@ -123,6 +123,7 @@ std::string normalize_quant_format(const YAML::Node& node, const Source& src) {
 std::string normalize_calibrate_method(const YAML::Node& node, const Source& src) {
     const std::string raw = scalar_string(node, src, "calibrate_method");
     std::string s = strip_prefix(raw, "vai_q_onnx.");
+    if (s == "naive") return "MinMax";  // the original tool's calib_mode: the extremes over all batches
     std::vector<std::string> allowed;
     if (s.rfind("CalibrationMethod.", 0) == 0) {
         s = strip_prefix(s, "CalibrationMethod.");

@@ -107,7 +107,8 @@ const std::vector<KeySpec>& recipe_keys() {
          "QDQ, QOperator, IntegerOps, QLinearOps (= QOperator), VitisQuantFormat.QDQ, VitisQuantFormat.FixNeuron, or the "
          "name of a format plugin."},
         {"calibrate_method", K::CalibrateMethod, "MinMSE", P::Calibrate, yes,
-         "MinMax, Entropy, Percentile (float scales), NonOverflow, MinMSE (power-of-two), or a calibrator plugin."},
+         "MinMax (naive, the original tool's name), Entropy, Percentile (float scales), NonOverflow, MinMSE "
+         "(power-of-two), or a calibrator plugin."},
         {"input_nodes", K::StringList, "[]", P::Plan, yes, "Start nodes: nodes before them are not quantized."},
         {"output_nodes", K::StringList, "[]", P::Plan, yes, "End nodes: nodes after them are not quantized."},
         {"op_types_to_quantize", K::StringList, "[]", P::Plan, yes,
