@@ -135,6 +135,11 @@ TEST_F(ExternalPlugin, APowerOfTwoCalibratorIsTreatedAsTheBuiltInOnes) {
     const auto view = vaiq::read_qdq(vaiq::load_model(work() / "pool_pow2_extremes.onnx"));
     ASSERT_GE(view.plan.tensors.size(), 4u);
     for (const auto& t : view.plan.tensors) EXPECT_TRUE(vaiq::exact_position(t.params)) << t.tensor;
+    // It keeps no statistics a file could hold: vaiq calibrate says so rather than write a partial file.
+    EXPECT_EQ(run("calibrate pool_pow2_extremes.yaml --model pool.onnx --output pool_stats.json", log), 1);
+    EXPECT_NE(slurp(log).find("calibrator 'pow2_extremes' cannot save its statistics"), std::string::npos)
+        << slurp(log);
+    EXPECT_FALSE(fs::exists(work() / "pool_stats.json"));
 }
 
 // Node marks live beside the model, not in doc strings: a pass that strips doc
