@@ -412,3 +412,60 @@ TEST(Histogram, SavedStateRestoresExactlyAndBadStateIsRefused) {
     vaiq::Histogram wrong(32, true);
     EXPECT_THROW(wrong.merge(h), vaiq::InputError);
 }
+
+TEST(BlockwiseQuantization, RoundToNearestBlocksMatchHandComputedParameters) {
+    // W [4, 2] in blocks of 2 along K (axis 0): blocks rows {0, 1} and {2, 3} of each column.
+    const auto w = vaiq::Tensor::from_values<float>({4, 2}, std::vector<float>{0.7f, -0.2f,   //
+                                                                              -1.4f, 0.1f,  //
+                                                                              0.3f, 3.5f,   //
+                                                                              0.15f, -0.5f});
+    vaiq::QuantSpec spec;
+    spec.type = vaiq::QuantType::QInt4;
+    spec.symmetric = true;
+    spec.axis = 0;
+    spec.block_size = 2;
+    const auto p = vaiq::constant_params(w, spec);
+    EXPECT_EQ(p.block_shape, (std::vector<int64_t>{2, 2}));
+    // Symmetric int4 spans [-7, 7]: scale = max|w| / 7 per block, zero point 0.
+    const std::vector<float> expected{1.4f / 7, 0.2f / 7, 0.3f / 7, 3.5f / 7};
+    ASSERT_EQ(p.scale.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(p.scale[i], expected[i]) << i;
+    EXPECT_EQ(p.zero_point, (std::vector<int64_t>{0, 0, 0, 0}));
+    const auto q = vaiq::quantize_tensor(w, p, "w");
+    // 0.7 / 0.2 = 3.5 -> 4 (half to even), -1.4 / 0.2 = -7, -0.2 / (0.2 / 7) = -7, 0.1 -> 3.5 -> 4, ...
+    EXPECT_EQ(std::vector<int8_t>(q.data<int8_t>().begin(), q.data<int8_t>().end()),
+              (std::vector<int8_t>{4, -7, -7, 4, 7, 7, 4, -1}));
+    // Asymmetric uint4: [min, max] widened to 0, 15 steps.
+    spec.type = vaiq::QuantType::QUInt4;
+    spec.symmetric = false;
+    const auto u = vaiq::constant_params(w, spec);
+    EXPECT_FLOAT_EQ(u.scale[0], 2.1f / 15);
+    EXPECT_EQ(u.zero_point[0], 10);  // round(1.4 / (2.1 / 15)) = round(10)
+    const auto uq = vaiq::quantize_tensor(w, u, "w");
+    for (auto v : uq.data<uint8_t>()) EXPECT_LE(v, 15);
+}
+
+TEST(BlockwiseQuantization, ALastShortBlockAndBadLayoutsAreHandled) {
+    const auto w = vaiq::test::ramp({5, 3}, -1.0f, 0.1f);
+    vaiq::QuantSpec spec;
+    spec.type = vaiq::QuantType::QInt8;
+    spec.symmetric = true;
+    spec.axis = 0;
+    spec.block_size = 2;
+    const auto p = vaiq::constant_params(w, spec);
+    EXPECT_EQ(p.block_shape, (std::vector<int64_t>{3, 3})) << "ceil(5 / 2) blocks along K";
+    const vaiq::ParamLayout layout(w.shape(), p, "w");
+    EXPECT_EQ(layout.index(0), 0u);
+    EXPECT_EQ(layout.index(4), 1u) << "row 1, column 1: block 0";
+    EXPECT_EQ(layout.index(14), 8u) << "row 4, column 2: block 2";
+    const auto back = vaiq::fake_quantize(w, p, "w");
+    for (int64_t i = 0; i < w.size(); ++i) EXPECT_NEAR(back.data<float>()[i], w.data<float>()[i], 0.01f) << i;
+    auto wrong = p;
+    wrong.scale.pop_back();
+    wrong.zero_point.pop_back();
+    EXPECT_THROW(vaiq::quantize_tensor(w, wrong, "w"), vaiq::InputError);
+    vaiq::TensorQuant t{std::string("w"), vaiq::TensorRole::Weight, spec, p};
+    EXPECT_THROW(vaiq::check_quant_params(t, 17), vaiq::InputError) << "DequantizeLinear takes blocks from opset 21";
+    t.params.type = vaiq::QuantType::QInt4;
+    EXPECT_THROW(vaiq::check_quant_params(t, 21), vaiq::InputError) << "4 bits: MatMulNBits only, for now";
+}

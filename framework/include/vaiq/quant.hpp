@@ -14,15 +14,19 @@
 
 namespace vaiq {
 
-/// The documented quant types (QuantType / VitisQuantType).
-enum class QuantType { QInt8, QUInt8, QInt16, QUInt16, QInt32, QUInt32, QFloat16, QBFloat16 };
+/// The documented quant types (QuantType / VitisQuantType), and the 4-bit
+/// weight types of weight-only quantization (held one value per byte in
+/// memory, packed two per byte by the formats that write them).
+enum class QuantType { QInt8, QUInt8, QInt16, QUInt16, QInt32, QUInt32, QFloat16, QBFloat16, QInt4, QUInt4 };
 
 /// Parses a documented name, with or without its prefix ("QuantType.QInt8",
 /// "vai_q_onnx.VitisQuantType.QInt16"); nullopt when it is not one.
 VAIQ_API std::optional<QuantType> parse_quant_type(std::string_view name);
 VAIQ_API std::string quant_type_name(QuantType type);
-/// The storage type of quantized values.
+/// The storage type of quantized values in memory (int8/uint8 for 4-bit types).
 VAIQ_API DataType storage_type(QuantType type);
+/// Bits of a quantized value (4 for QInt4/QUInt4).
+VAIQ_API int quant_bits(QuantType type);
 VAIQ_API bool is_integer(QuantType type);
 /// Integer range of a quant type: [qmin, qmax]. With `reduce_range` one bit fewer,
 /// with `symmetric` on signed types the range is [-qmax, qmax] (e.g. [-127, 127]).
@@ -38,7 +42,8 @@ struct QuantSpec {
     bool symmetric = false;
     bool reduce_range = false;
     bool per_channel = false;
-    int axis = 0;               ///< channel axis when per_channel
+    int axis = 0;               ///< channel axis when per_channel, blocked axis when block_size > 0
+    int64_t block_size = 0;     ///< > 0: a scale per block of this many values along axis (weights)
     bool power_of_two = false;  ///< scales restricted to 2^-k (NPU)
     bool int16_scale = false;   ///< float scales rounded to M * 2^-N, M a positive int16 (Int16Scale)
     /// Quantized at run time by DynamicQuantizeLinear (`static: false`): the
@@ -53,11 +58,21 @@ struct TensorRange {
 };
 
 /// Scale and zero point per tensor (one entry) or per channel (one per channel).
+/// Block-wise (block_size > 0): as ONNX's DequantizeLinear from opset 21, one
+/// scale per `block_size` consecutive values along `axis` and per position of
+/// every other axis; scale and zero_point are then laid out as a tensor of
+/// `block_shape` (the value's shape with ceil(dim / block_size) along axis).
 struct QuantParams {
+    QuantParams() = default;
+    QuantParams(QuantType t, std::vector<float> s, std::vector<int64_t> zp, int a = -1)
+        : type(t), scale(std::move(s)), zero_point(std::move(zp)), axis(a) {}
+
     QuantType type = QuantType::QInt8;
     std::vector<float> scale;
     std::vector<int64_t> zero_point;
-    int axis = -1;  ///< -1: per tensor
+    int axis = -1;  ///< -1: per tensor; the channel axis, or the blocked axis when block_size > 0
+    int64_t block_size = 0;
+    std::vector<int64_t> block_shape;  ///< the scale tensor's shape when block_size > 0
 };
 
 /// Scale and zero point for [rmin, rmax] as ONNX Runtime computes them: the range
@@ -104,9 +119,11 @@ VAIQ_API int best_power_of_two_position(const Tensor& data, int axis, size_t cha
                                         const QuantSpec& spec);
 
 /// Parameters of a float constant (a weight, or a bias quantized on its own)
-/// under `spec`: per channel along spec.axis when spec.per_channel (the axis
-/// already within the tensor's rank), else per tensor; each channel from its
-/// extremes, or with spec.power_of_two from best_power_of_two_position.
+/// under `spec`: in blocks of spec.block_size along spec.axis when block_size
+/// > 0, else per channel along spec.axis when spec.per_channel (the axis
+/// already within the tensor's rank), else per tensor; each block or channel
+/// from its extremes (round to nearest: RTN), or with spec.power_of_two from
+/// best_power_of_two_position.
 VAIQ_API QuantParams constant_params(const Tensor& data, const QuantSpec& spec);
 
 /// The position p of parameters whose scale is exactly 2^-p; nullopt for
@@ -150,6 +167,24 @@ VAIQ_API void check_quant_params(const TensorQuant& t, int64_t opset);
 /// per tensor, vectors per channel, as QuantizeLinear/DequantizeLinear take them.
 VAIQ_API Tensor scale_tensor(const QuantParams& params);
 VAIQ_API Tensor zero_point_tensor(const QuantParams& params);
+
+/// Which scale and zero point each element of a tensor of `shape` takes under
+/// `params`: per tensor, per channel or block-wise, in row-major element order.
+class VAIQ_API ParamLayout {
+  public:
+    /// Throws InputError naming `tensor` when the parameters do not fit the shape.
+    ParamLayout(const std::vector<int64_t>& shape, const QuantParams& params, std::string_view tensor);
+    size_t index(size_t element) const;
+    /// `shape` with ceil(dim / block_size) along `axis`: the scale tensor's shape.
+    static std::vector<int64_t> block_shape(std::vector<int64_t> shape, int axis, int64_t block_size);
+
+  private:
+    size_t count_;
+    int64_t dim_ = 1, inner_ = 1, block_ = 0, blocks_ = 1;
+};
+
+/// constant_params for spec.block_size > 0: a scale (and zero point) per block.
+VAIQ_API QuantParams blocked_constant_params(const Tensor& data, const QuantSpec& spec);
 
 /// Quantizes float values with `params` (per tensor, or along params.axis),
 /// through quantize_value. Throws InputError naming `tensor` when per-channel

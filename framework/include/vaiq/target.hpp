@@ -24,6 +24,7 @@ struct QuantRequest {
     bool weight_symmetric = true;                   ///< extra_options.WeightSymmetric
     bool per_channel = false;                       ///< per_channel
     bool reduce_range = false;                      ///< reduce_range
+    int64_t block_size = 0;                         ///< block_size: weights in blocks (0: per tensor or channel)
     bool quantize_bias = true;                      ///< extra_options.QuantizeBias
     bool int16_scale = false;                       ///< extra_options.Int16Scale
     bool enable_dpu = false;                        ///< enable_dpu: the device's transforms and limits apply
@@ -31,8 +32,8 @@ struct QuantRequest {
 };
 
 /// The spec `request` asks for a tensor in `role`: activation_type with
-/// activation_symmetric, weight_type with weight_symmetric, per_channel and
-/// reduce_range, int32 symmetric biases (a float bias for float weights).
+/// activation_symmetric, weight_type with weight_symmetric, per_channel,
+/// reduce_range and block_size, int32 symmetric biases (a float bias for float weights).
 /// Targets start from it and adjust.
 VAIQ_API QuantSpec spec_from_request(TensorRole role, const QuantRequest& request);
 

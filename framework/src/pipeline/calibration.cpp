@@ -168,6 +168,9 @@ QuantPlan compute_parameters(const Model& model, const DraftPlan& plan, const Ca
             q.params.type = t->spec.type;  // DynamicQuantizeLinear's at run time
         } else if (!t->share_with.empty()) {
             q.params = params_of(t->share_with);
+        } else if (t->constant && t->spec.block_size > 0) {
+            const auto data = Tensor::from_proto(*index.initializer(t->tensor));
+            q.params = t->calibrator ? t->calibrator->constant_params(data, t->spec) : constant_params(data, t->spec);
         } else if (t->constant) {
             const auto data = Tensor::from_proto(*index.initializer(t->tensor));
             const int rank = static_cast<int>(data.shape().size());

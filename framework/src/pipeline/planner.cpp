@@ -46,6 +46,7 @@ class Planner {
         force_ = recipe.value("extra_options.ForceQuantizeNoInputCheck").get<bool>();
         const_b_only_ = recipe.value("extra_options.MatMulConstBOnly").get<bool>();
         static_ = recipe.value("static").get<bool>();
+        weight_only_ = recipe.value("weight_only").get<bool>();
         for (const char* key : {"input_quantization_params", "output_quantization_params"})
             for (const auto& [tensor, p] : recipe.value(key).items()) {
                 if (index_.producer(tensor) < 0 && !index_.initializer(tensor) && !index_.is_graph_input(tensor))
@@ -216,13 +217,27 @@ class Planner {
         }
     }
 
+    // `axis`: the channel axis for per-channel weights; `blocked_axis`: the axis
+    // block_size runs along (-1: the op's weights are not quantized in blocks).
     PlannedTensor* add_weight(const std::string& tensor, const onnx::NodeProto& node, const Options& config,
-                              int axis) {
+                              int axis, int blocked_axis = -1) {
         if (!is_constant(tensor)) {
             add_activation(tensor, node, config);
             return nullptr;
         }
         auto spec = target_.default_spec(TensorRole::Weight, request(config));
+        if (spec.block_size > 0 && blocked_axis >= 0) {
+            if (spec.block_size < 2)
+                throw InputError(fmt::format("block_size {} is too small (16 to 256 are usual)", spec.block_size));
+            spec.per_channel = false;
+            spec.axis = blocked_axis;
+            return add(tensor, node, TensorRole::Weight, spec, config);
+        }
+        spec.block_size = 0;
+        if (quant_bits(spec.type) == 4 && !weight_only_)
+            throw InputError(fmt::format("weight_type {} is for weight-only quantization of MatMul (weight_only: "
+                                         "true, block_size)",
+                                         quant_type_name(spec.type)));
         if (spec.per_channel) {
             if (axis < 0)
                 spec.per_channel = false;
@@ -270,6 +285,16 @@ class Planner {
     void plan_node(const onnx::NodeProto& node, const NodeDecision& d) {
         const auto config = node_config(d);
         const auto& op = node.op_type();
+        if (weight_only_) {
+            // Only constant MatMul weights, blocked along K (the rows of B); activations stay float.
+            if (op != "MatMul" || !is_constant(node.input(1))) {
+                plan_.skipped.emplace_back(d.name, "weight_only quantizes the constant weights of MatMul only");
+                return;
+            }
+            const int rank = rank_of(node.input(1));
+            add_weight(node.input(1), node, config, std::max(rank - 1, 0), std::max(rank - 2, 0));
+            return;
+        }
         if (op == "Conv" || op == "ConvTranspose") {
             add_activation(node.input(0), node, config);
             add_weight(node.input(1), node, config, per_channel_axis(op, op == "Conv" ? 0 : 1));
@@ -289,7 +314,8 @@ class Planner {
                 return;
             }
             add_activation(node.input(0), node, config);
-            add_weight(node.input(1), node, config, per_channel_axis(op, std::max(rank_of(node.input(1)) - 1, 0)));
+            const int rank = rank_of(node.input(1));
+            add_weight(node.input(1), node, config, per_channel_axis(op, std::max(rank - 1, 0)), std::max(rank - 2, 0));
             add_outputs(node, config);
         } else if (op == "LSTM") {
             // Only ONNX Runtime's DynamicQuantizeLSTM runs an LSTM on integers: its input is
@@ -354,6 +380,7 @@ class Planner {
     bool force_ = false;
     bool const_b_only_ = false;
     bool static_ = true;
+    bool weight_only_ = false;
     struct Given {
         int64_t zero_point;
         float scale;

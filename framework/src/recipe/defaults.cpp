@@ -12,6 +12,7 @@ std::string format_plugin(std::string_view quant_format) {
     if (quant_format == "QDQ") return "qdq";
     if (quant_format == "QOperator" || quant_format == "QLinearOps") return "qoperator";
     if (quant_format == "IntegerOps") return "integer_ops";
+    if (quant_format == "MatMulNBits") return "matmul_nbits";
     if (quant_format == "VitisQuantFormat.QDQ") return "vitis_qdq";
     if (quant_format == "VitisQuantFormat.FixNeuron") return "fixneuron";
     return std::string(quant_format);

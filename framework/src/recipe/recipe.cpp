@@ -105,8 +105,8 @@ std::string strip_prefix(std::string s, std::string_view prefix) {
     return s;
 }
 
-const std::vector<std::string> kQuantFormats = {"QDQ",        "QOperator",            "IntegerOps",
-                                                "QLinearOps", "VitisQuantFormat.QDQ", "VitisQuantFormat.FixNeuron"};
+const std::vector<std::string> kQuantFormats = {"QDQ",         "QOperator",  "IntegerOps", "QLinearOps",
+                                                "MatMulNBits", "VitisQuantFormat.QDQ", "VitisQuantFormat.FixNeuron"};
 const std::vector<std::string> kFloatMethods = {"MinMax", "Entropy", "Percentile"};
 const std::vector<std::string> kPowerOfTwoMethods = {"NonOverflow", "MinMSE"};
 
@@ -337,7 +337,8 @@ nlohmann::json normalize(const KeySpec& spec, const YAML::Node& node, const Sour
             if (auto t = parse_quant_type(raw)) return quant_type_name(*t);
             std::vector<std::string> names;
             for (auto t : {QuantType::QInt8, QuantType::QUInt8, QuantType::QInt16, QuantType::QUInt16,
-                           QuantType::QInt32, QuantType::QUInt32, QuantType::QFloat16, QuantType::QBFloat16})
+                           QuantType::QInt32, QuantType::QUInt32, QuantType::QFloat16, QuantType::QBFloat16,
+                           QuantType::QInt4, QuantType::QUInt4})
                 names.push_back(quant_type_name(t));
             src.fail(node, fmt::format("{} '{}' is not a quant type{} (choices: {})", key, raw,
                                        did_you_mean(raw, names), join(names)));
@@ -568,6 +569,7 @@ QuantRequest quant_request(const Options& config) {
     r.weight_symmetric = config.get_bool("extra_options.WeightSymmetric");
     r.per_channel = config.get_bool("per_channel");
     r.reduce_range = config.get_bool("reduce_range");
+    r.block_size = config.get_int("block_size");
     r.quantize_bias = config.get_bool("extra_options.QuantizeBias");
     r.int16_scale = config.get_bool("extra_options.Int16Scale");
     r.enable_dpu = config.get_bool("enable_dpu");

@@ -104,8 +104,8 @@ const std::vector<KeySpec>& recipe_keys() {
         {"image_preprocess.channel_order", K::Choice, "RGB", P::Calibrate, yes, "RGB or BGR.", {}, {"RGB", "BGR"}},
         {"image_preprocess.layout", K::Choice, "NCHW", P::Calibrate, yes, "NCHW or NHWC.", {}, {"NCHW", "NHWC"}},
         {"quant_format", K::QuantFormat, "QDQ", P::Emit, yes,
-         "QDQ, QOperator, IntegerOps, QLinearOps (= QOperator), VitisQuantFormat.QDQ, VitisQuantFormat.FixNeuron, or the "
-         "name of a format plugin."},
+         "QDQ, QOperator, IntegerOps, QLinearOps (= QOperator), MatMulNBits, VitisQuantFormat.QDQ, "
+         "VitisQuantFormat.FixNeuron, or the name of a format plugin."},
         {"calibrate_method", K::CalibrateMethod, "MinMSE", P::Calibrate, yes,
          "MinMax (naive, the original tool's name), Entropy, Percentile (float scales), NonOverflow, MinMSE "
          "(power-of-two), or a calibrator plugin."},
@@ -117,6 +117,12 @@ const std::vector<KeySpec>& recipe_keys() {
          "Input shapes for the random data reader: [1, 3, 224, 224], [[...], [...]] or {name: [...]}."},
         {"per_channel", K::Bool, "false", P::Plan, yes, "Quantize weights per channel."},
         {"reduce_range", K::Bool, "false", P::Plan, yes, "Quantize weights with 7 bits."},
+        {"weight_only", K::Bool, "false", P::Plan, yes,
+         "Quantize only the constant weights of MatMul; activations stay float (INT4 weight-only for language "
+         "models)."},
+        {"block_size", K::Int, "0", P::Plan, yes,
+         "> 0: MatMul weights get a scale per block of this many values along K (16 to 256, a power of two for "
+         "MatMulNBits; 128 is the usual); 0: per tensor or per channel."},
         {"activation_type", K::QuantType, "QInt8", P::Plan, yes, "Quant type of activations."},
         {"weight_type", K::QuantType, "QInt8", P::Plan, yes, "Quant type of weights."},
         {"nodes_to_quantize", K::StringList, "[]", P::Plan, yes, "Only quantize these nodes (empty: all)."},
@@ -313,6 +319,7 @@ const std::vector<OverrideKey>& override_keys() {
         {"weight_type", "weight_type"},
         {"per_channel", "per_channel"},
         {"reduce_range", "reduce_range"},
+        {"block_size", "block_size"},
         {"calibrate_method", "calibrate_method"},
         {"ActivationSymmetric", "extra_options.ActivationSymmetric"},
         {"WeightSymmetric", "extra_options.WeightSymmetric"},

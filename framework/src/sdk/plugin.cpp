@@ -58,6 +58,7 @@ QuantSpec spec_from_request(TensorRole role, const QuantRequest& request) {
             spec.symmetric = request.weight_symmetric;
             spec.per_channel = request.per_channel;
             spec.reduce_range = request.reduce_range;
+            spec.block_size = request.block_size;
             break;
         case TensorRole::Bias:
             // Float weights keep a float bias of their type; integer ones an int32 bias.

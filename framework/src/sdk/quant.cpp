@@ -12,7 +12,7 @@
 namespace vaiq {
 
 namespace {
-constexpr std::array<std::pair<QuantType, std::string_view>, 8> kQuantTypeNames{{
+constexpr std::array<std::pair<QuantType, std::string_view>, 10> kQuantTypeNames{{
     {QuantType::QInt8, "QInt8"},
     {QuantType::QUInt8, "QUInt8"},
     {QuantType::QInt16, "QInt16"},
@@ -21,6 +21,8 @@ constexpr std::array<std::pair<QuantType, std::string_view>, 8> kQuantTypeNames{
     {QuantType::QUInt32, "QUInt32"},
     {QuantType::QFloat16, "QFloat16"},
     {QuantType::QBFloat16, "QBFloat16"},
+    {QuantType::QInt4, "QInt4"},
+    {QuantType::QUInt4, "QUInt4"},
 }};
 }  // namespace
 
@@ -55,16 +57,24 @@ DataType storage_type(QuantType type) {
         case QuantType::QUInt32: return DataType::UInt32;
         case QuantType::QFloat16: return DataType::Float16;
         case QuantType::QBFloat16: return DataType::BFloat16;
+        case QuantType::QInt4: return DataType::Int8;
+        case QuantType::QUInt4: return DataType::UInt8;
     }
     return DataType::Undefined;
+}
+
+int quant_bits(QuantType type) {
+    if (type == QuantType::QInt4 || type == QuantType::QUInt4) return 4;
+    return static_cast<int>(element_size(storage_type(type)) * 8);
 }
 
 bool is_integer(QuantType type) { return type != QuantType::QFloat16 && type != QuantType::QBFloat16; }
 
 std::pair<int64_t, int64_t> integer_range(QuantType type, bool symmetric, bool reduce_range) {
     if (!is_integer(type)) throw InternalError(fmt::format("{} has no integer range", quant_type_name(type)));
-    const bool is_signed = type == QuantType::QInt8 || type == QuantType::QInt16 || type == QuantType::QInt32;
-    const int bits = static_cast<int>(element_size(storage_type(type)) * 8);
+    const bool is_signed = type == QuantType::QInt8 || type == QuantType::QInt16 || type == QuantType::QInt32 ||
+                           type == QuantType::QInt4;
+    const int bits = quant_bits(type);
     if (reduce_range) {
         // One bit fewer, as ONNX Runtime does for weights: u8 [0, 127], i8 [-64, 64].
         const int64_t half = int64_t{1} << (bits - 2);
@@ -211,6 +221,7 @@ int best_power_of_two_position(const Tensor& data, int axis, size_t channel, Ten
 }
 
 QuantParams constant_params(const Tensor& data, const QuantSpec& spec) {
+    if (spec.block_size > 0) return blocked_constant_params(data, spec);
     const int axis = spec.per_channel ? spec.axis : -1;
     const auto ranges = channel_ranges(data, axis);
     QuantParams out;
@@ -229,6 +240,7 @@ QuantParams constant_params(const Tensor& data, const QuantSpec& spec) {
 }
 
 std::optional<int> exact_position(const QuantParams& params) {
+    if (params.block_size > 0) return std::nullopt;
     if (params.scale.size() != 1 || !(params.scale[0] > 0.0f)) return std::nullopt;
     int exponent = 0;
     const double mantissa = std::frexp(static_cast<double>(params.scale[0]), &exponent);
@@ -242,6 +254,10 @@ void check_quant_params(const TensorQuant& t, int64_t opset) {
                                      "write; use quant_format IntegerOps or QLinearOps",
                                      t.tensor));
     const auto& p = t.params;
+    if (quant_bits(p.type) == 4)
+        throw InputError(fmt::format("tensor '{}' is {}, which this format cannot write; 4-bit weights of MatMul are "
+                                     "written by quant_format MatMulNBits",
+                                     t.tensor, quant_type_name(p.type)));
     if (p.scale.empty() || p.scale.size() != p.zero_point.size())
         throw InputError(
             fmt::format("tensor '{}' has {} scales and {} zero points", t.tensor, p.scale.size(), p.zero_point.size()));
@@ -249,6 +265,10 @@ void check_quant_params(const TensorQuant& t, int64_t opset) {
         if (!(s > 0.0f) || !std::isfinite(s))
             throw InputError(
                 fmt::format("tensor '{}' has the scale {}; scales must be positive and finite", t.tensor, s));
+    if (p.block_size > 0 && opset < 21)
+        throw InputError(fmt::format("tensor '{}' is quantized in blocks, which DequantizeLinear takes from opset 21 "
+                                     "(the model has opset {}); use quant_format MatMulNBits",
+                                     t.tensor, opset));
     if (p.axis >= 0 && opset < 13)
         throw InputError(
             fmt::format("tensor '{}' is quantized per channel, which needs opset 13 or newer (the model "
@@ -286,6 +306,7 @@ float float_quant_value(uint16_t bits, QuantType type) {
 namespace {
 
 std::vector<int64_t> params_shape(const QuantParams& p) {
+    if (p.block_size > 0) return p.block_shape;
     return p.axis >= 0 ? std::vector<int64_t>{static_cast<int64_t>(p.scale.size())} : std::vector<int64_t>{};
 }
 
@@ -296,11 +317,13 @@ void fill_zero_points(Tensor& t, const QuantParams& p) {
 }
 
 template <typename Q>
-void quantize_into(std::span<const float> in, std::span<Q> out, const QuantParams& p, int64_t inner) {
-    const size_t channels = p.scale.size();
+void quantize_into(std::span<const float> in, std::span<Q> out, const QuantParams& p, const ParamLayout& layout,
+                   int64_t qmin, int64_t qmax) {
     for (size_t i = 0; i < in.size(); ++i) {
-        const size_t c = channels == 1 ? 0 : (i / static_cast<size_t>(inner)) % channels;
-        out[i] = quantize_value<Q>(in[i] / p.scale[c], static_cast<double>(p.zero_point[c]));
+        const size_t c = layout.index(i);
+        const Q q = quantize_value<Q>(in[i] / p.scale[c], static_cast<double>(p.zero_point[c]));
+        // 4-bit values live in a byte: saturate to their own range.
+        out[i] = static_cast<Q>(std::clamp<int64_t>(q, qmin, qmax));
     }
 }
 
@@ -308,8 +331,10 @@ void quantize_into(std::span<const float> in, std::span<Q> out, const QuantParam
 template <typename F>
 void with_storage_type(QuantType type, F&& f) {
     switch (type) {
-        case QuantType::QInt8: f(int8_t{}); break;
-        case QuantType::QUInt8: f(uint8_t{}); break;
+        case QuantType::QInt8:
+        case QuantType::QInt4: f(int8_t{}); break;
+        case QuantType::QUInt8:
+        case QuantType::QUInt4: f(uint8_t{}); break;
         case QuantType::QInt16: f(int16_t{}); break;
         case QuantType::QUInt16: f(uint16_t{}); break;
         case QuantType::QInt32: f(int32_t{}); break;
@@ -319,6 +344,76 @@ void with_storage_type(QuantType type, F&& f) {
 }
 
 }  // namespace
+
+ParamLayout::ParamLayout(const std::vector<int64_t>& shape, const QuantParams& p, std::string_view tensor)
+    : count_(p.scale.size()) {
+    if (p.axis < 0) {
+        if (count_ != 1)
+            throw InputError(fmt::format("tensor '{}' has {} scales but is quantized per tensor", tensor, count_));
+        return;
+    }
+    if (p.axis >= static_cast<int>(shape.size()))
+        throw InputError(fmt::format("tensor '{}' of rank {} cannot be quantized along axis {}", tensor, shape.size(),
+                                     p.axis));
+    dim_ = shape[static_cast<size_t>(p.axis)];
+    for (size_t d = static_cast<size_t>(p.axis) + 1; d < shape.size(); ++d) inner_ *= shape[d];
+    int64_t outer = 1;
+    for (size_t d = 0; d < static_cast<size_t>(p.axis); ++d) outer *= shape[d];
+    block_ = p.block_size;
+    blocks_ = block_ > 0 ? (dim_ + block_ - 1) / block_ : dim_;
+    const auto expected = static_cast<size_t>(block_ > 0 ? outer * blocks_ * inner_ : dim_);
+    if (count_ != expected)
+        throw InputError(fmt::format("tensor '{}' has {} scales, which do not match axis {} of its shape{}", tensor,
+                                     count_, p.axis,
+                                     block_ > 0 ? fmt::format(" in blocks of {} ({} expected)", block_, expected)
+                                                : std::string()));
+}
+
+size_t ParamLayout::index(size_t i) const {
+    if (count_ == 1 && block_ == 0) return 0;
+    const auto inner = static_cast<size_t>(inner_), dim = static_cast<size_t>(dim_);
+    if (block_ == 0) return (i / inner) % dim;
+    const size_t r = i % inner, d = (i / inner) % dim, o = i / (inner * dim);
+    return (o * static_cast<size_t>(blocks_) + d / static_cast<size_t>(block_)) * inner + r;
+}
+
+std::vector<int64_t> ParamLayout::block_shape(std::vector<int64_t> shape, int axis, int64_t block_size) {
+    auto& d = shape[static_cast<size_t>(axis)];
+    d = (d + block_size - 1) / block_size;
+    return shape;
+}
+
+QuantParams blocked_constant_params(const Tensor& data, const QuantSpec& spec) {
+    const auto& shape = data.shape();
+    if (spec.axis < 0 || spec.axis >= static_cast<int>(shape.size()))
+        throw InputError(fmt::format("a tensor of rank {} cannot be quantized in blocks along axis {}", shape.size(),
+                                     spec.axis));
+    if (spec.power_of_two) throw InputError("block-wise quantization takes float scales, not powers of two");
+    QuantParams out;
+    out.type = spec.type;
+    out.axis = spec.axis;
+    out.block_size = spec.block_size;
+    out.block_shape = ParamLayout::block_shape(shape, spec.axis, spec.block_size);
+    size_t count = 1;
+    for (auto d : out.block_shape) count *= static_cast<size_t>(d);
+    out.scale.assign(count, 1.0f);  // sized for the layout, then filled
+    const ParamLayout layout(shape, out, "weight");
+    std::vector<TensorRange> ranges(count, TensorRange{std::numeric_limits<float>::infinity(),
+                                                       -std::numeric_limits<float>::infinity()});
+    const auto values = data.data<float>();
+    for (size_t i = 0; i < values.size(); ++i) {
+        auto& r = ranges[layout.index(i)];
+        r.min = std::min(r.min, values[i]);
+        r.max = std::max(r.max, values[i]);
+    }
+    out.zero_point.resize(count);
+    for (size_t b = 0; b < count; ++b) {
+        const auto p = compute_quant_params(ranges[b].min <= ranges[b].max ? ranges[b] : TensorRange{}, spec);
+        out.scale[b] = p.scale[0];
+        out.zero_point[b] = p.zero_point[0];
+    }
+    return out;
+}
 
 Tensor scale_tensor(const QuantParams& params) {
     return Tensor::from_values<float>(params_shape(params), params.scale);
@@ -332,45 +427,35 @@ Tensor zero_point_tensor(const QuantParams& params) {
 }
 
 Tensor quantize_tensor(const Tensor& values, const QuantParams& p, std::string_view tensor) {
-    int64_t inner = 1;
     const auto& shape = values.shape();
-    if (p.axis >= 0) {
-        if (p.axis >= static_cast<int>(shape.size()) || shape[p.axis] != static_cast<int64_t>(p.scale.size()))
-            throw InputError(
-                fmt::format("tensor '{}' has {} per-channel scales, which do not match axis {} of its shape", tensor,
-                            p.scale.size(), p.axis));
-        for (size_t d = p.axis + 1; d < shape.size(); ++d) inner *= shape[d];
-    }
+    const ParamLayout layout(shape, p, tensor);
     Tensor q = Tensor::uninitialized(storage_type(p.type), shape);
     if (!is_integer(p.type)) {
         const auto in = values.data<float>();
         auto* out = reinterpret_cast<uint16_t*>(q.mutable_bytes().data());  // float16/bfloat16 bits
-        const size_t channels = p.scale.size();
         for (size_t i = 0; i < in.size(); ++i) {
-            const size_t c = channels == 1 ? 0 : (i / static_cast<size_t>(inner)) % channels;
+            const size_t c = layout.index(i);
             out[i] = quantize_float_value(in[i] / p.scale[c], static_cast<float>(p.zero_point[c]), p.type);
         }
         return q;
     }
-    with_storage_type(p.type,
-                      [&](auto v) { quantize_into(values.data<float>(), q.mutable_data<decltype(v)>(), p, inner); });
+    const auto [qmin, qmax] = integer_range(p.type);
+    with_storage_type(p.type, [&, qmin = qmin, qmax = qmax](auto v) {
+        quantize_into(values.data<float>(), q.mutable_data<decltype(v)>(), p, layout, qmin, qmax);
+    });
     return q;
 }
 
 Tensor fake_quantize(const Tensor& values, const QuantParams& p, std::string_view tensor) {
     const Tensor q = quantize_tensor(values, p, tensor);
     const auto& shape = values.shape();
-    int64_t inner = 1;
-    if (p.axis >= 0)
-        for (size_t d = p.axis + 1; d < shape.size(); ++d) inner *= shape[d];
+    const ParamLayout layout(shape, p, tensor);
     Tensor out = Tensor::uninitialized(DataType::Float, shape);
     auto dst = out.mutable_data<float>();
-    const size_t channels = p.scale.size();
-    auto channel = [&](size_t i) { return channels == 1 ? 0 : (i / static_cast<size_t>(inner)) % channels; };
     if (!is_integer(p.type)) {
         const auto* bits = reinterpret_cast<const uint16_t*>(q.bytes().data());
         for (size_t i = 0; i < dst.size(); ++i) {
-            const size_t c = channel(i);
+            const size_t c = layout.index(i);
             dst[i] = (float_quant_value(bits[i], p.type) - static_cast<float>(p.zero_point[c])) * p.scale[c];
         }
         return out;
@@ -378,7 +463,7 @@ Tensor fake_quantize(const Tensor& values, const QuantParams& p, std::string_vie
     with_storage_type(p.type, [&](auto v) {
         const auto in = q.data<decltype(v)>();
         for (size_t i = 0; i < dst.size(); ++i) {
-            const size_t c = channel(i);
+            const size_t c = layout.index(i);
             // As DequantizeLinear computes it: the integer difference, then one float multiply.
             dst[i] = static_cast<float>(static_cast<int64_t>(in[i]) - p.zero_point[c]) * p.scale[c];
         }

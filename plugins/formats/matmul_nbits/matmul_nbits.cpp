@@ -1,0 +1,174 @@
+// matmul_nbits: writes weight-only plans as ONNX Runtime's com.microsoft
+// MatMulNBits: each MatMul whose constant B [K, N] the plan quantizes in
+// blocks along K becomes one MatMulNBits node, B stored column by column as
+// `bits`-bit values packed into bytes (first value in the low nibble), the
+// scales [N, blocks] and, when not the default 2^(bits - 1), the zero points
+// packed the same way. Signed plans are stored offset by 2^(bits - 1), which
+// changes no dequantized value. Nothing else may be planned: activations stay
+// float in this form.
+#include <vaiq/vaiq.hpp>
+
+namespace {
+
+using vaiq::InputError;
+using vaiq::QuantType;
+using vaiq::Tensor;
+using vaiq::TensorQuant;
+
+struct Settings {
+    int64_t accuracy_level = 0;
+};
+
+// Packs `values` (each in [0, 2^bits)) into bytes: rows of `per_row` values, each row starting on a byte.
+std::vector<uint8_t> pack_rows(const std::vector<uint8_t>& values, size_t per_row, int bits) {
+    const size_t per_byte = static_cast<size_t>(8 / bits);
+    const size_t row_bytes = (per_row + per_byte - 1) / per_byte;
+    const size_t rows = per_row == 0 ? 0 : values.size() / per_row;
+    std::vector<uint8_t> out(rows * row_bytes, 0);
+    for (size_t r = 0; r < rows; ++r)
+        for (size_t i = 0; i < per_row; ++i)
+            out[r * row_bytes + i / per_byte] |=
+                static_cast<uint8_t>(values[r * per_row + i] << (bits * static_cast<int>(i % per_byte)));
+    return out;
+}
+
+class Writer {
+  public:
+    Writer(vaiq::Model& model, const vaiq::QuantPlan& plan, const Settings& settings)
+        : model_(model), graph_(model.graph()), plan_(plan), settings_(settings), index_(graph_), names_(graph_) {}
+
+    void run() {
+        int rewritten = 0;
+        std::set<std::string> written;
+        for (auto& node : *graph_.mutable_node()) {
+            if (!vaiq::is_default_domain(node) || node.op_type() != "MatMul" || node.input_size() != 2) continue;
+            const auto* w = plan_.find(node.input(1));
+            if (!w) continue;
+            rewrite(node, *w);
+            written.insert(w->tensor);
+            ++rewritten;
+        }
+        for (const auto& t : plan_.tensors)
+            if (!written.count(t.tensor))
+                throw InputError(fmt::format("format 'matmul_nbits' writes the constant B of MatMul only; '{}' is "
+                                             "planned too (set weight_only: true)",
+                                             t.tensor));
+        vaiq::remove_unused_initializers(graph_);
+        if (rewritten > 0) vaiq::import_opset(model_.proto(), "com.microsoft", 1);
+        vaiq::log_debug("matmul_nbits: {} MatMul nodes written as MatMulNBits", rewritten);
+    }
+
+  private:
+    const onnx::TensorProto& weight(const TensorQuant& w, const onnx::NodeProto& node) const {
+        const auto* init = index_.initializer(w.tensor);
+        if (!init || index_.is_graph_input(w.tensor) || init->dims_size() != 2 ||
+            init->data_type() != static_cast<int>(vaiq::DataType::Float))
+            throw InputError(fmt::format("MatMulNBits takes a constant float B of rank 2; '{}' of node '{}' is not one",
+                                         w.tensor, node.name()));
+        const auto& p = w.params;
+        const int bits = vaiq::quant_bits(p.type);
+        if (bits != 4 && bits != 8)
+            throw InputError(fmt::format("MatMulNBits stores 4 or 8 bits, not {} ('{}')",
+                                         vaiq::quant_type_name(p.type), w.tensor));
+        if (p.block_size < 16 || (p.block_size & (p.block_size - 1)) != 0 || p.axis != 0)
+            throw InputError(fmt::format("MatMulNBits needs blocks along K of a power of two from 16 ('{}' has "
+                                         "block_size {}): set block_size, e.g. 128",
+                                         w.tensor, p.block_size));
+        return *init;
+    }
+
+    void rewrite(onnx::NodeProto& node, const TensorQuant& w) {
+        const auto& init = weight(w, node);
+        const auto& p = w.params;
+        const int bits = vaiq::quant_bits(p.type);
+        const int64_t k = init.dims(0), n = init.dims(1), block = p.block_size;
+        const int64_t blocks = (k + block - 1) / block;
+        // Stored unsigned: a signed value moves up by 2^(bits - 1), its zero point too.
+        const bool is_signed = p.type == QuantType::QInt4 || p.type == QuantType::QInt8;
+        const int64_t offset = is_signed ? int64_t{1} << (bits - 1) : 0;
+        const Tensor q = vaiq::quantize_tensor(Tensor::from_proto(init), p, w.tensor);  // [K, N]
+        auto value = [&](int64_t row, int64_t col) -> int64_t {
+            const auto i = static_cast<size_t>(row * n + col);
+            return is_signed ? q.data<int8_t>()[i] : q.data<uint8_t>()[i];
+        };
+        // Column-major blocks; the rows past K (padding) hold the block's zero point.
+        std::vector<uint8_t> values(static_cast<size_t>(n * blocks * block));
+        std::vector<uint8_t> zero_points(static_cast<size_t>(n * blocks));
+        std::vector<float> scales(static_cast<size_t>(n * blocks));
+        bool default_zero_points = true;
+        for (int64_t col = 0; col < n; ++col)
+            for (int64_t b = 0; b < blocks; ++b) {
+                const auto param = static_cast<size_t>(b * n + col);  // the [blocks, N] layout of the plan
+                const auto zp = static_cast<uint8_t>(p.zero_point[param] + offset);
+                zero_points[static_cast<size_t>(col * blocks + b)] = zp;
+                scales[static_cast<size_t>(col * blocks + b)] = p.scale[param];
+                default_zero_points &= zp == (1 << (bits - 1));
+                for (int64_t r = 0; r < block; ++r) {
+                    const int64_t row = b * block + r;
+                    values[static_cast<size_t>((col * blocks + b) * block + r)] =
+                        row < k ? static_cast<uint8_t>(value(row, col) + offset) : zp;
+                }
+            }
+        const auto packed = pack_rows(values, static_cast<size_t>(block), bits);
+        Tensor b_tensor(vaiq::DataType::UInt8, {n, blocks, block * bits / 8});
+        vaiq::copy_bytes(b_tensor.mutable_bytes().data(), packed.data(), packed.size());
+        std::vector<std::string> inputs{node.input(0),
+                                        vaiq::add_initializer(graph_, names_, w.tensor + "_Q" + std::to_string(bits),
+                                                              b_tensor),
+                                        vaiq::add_initializer(graph_, names_, w.tensor + "_scales",
+                                                              Tensor::from_values<float>({n, blocks}, scales))};
+        if (!default_zero_points) {
+            const auto zp_packed = pack_rows(zero_points, static_cast<size_t>(blocks), bits);
+            Tensor zp_tensor(vaiq::DataType::UInt8, {n, static_cast<int64_t>(zp_packed.size()) / n});
+            vaiq::copy_bytes(zp_tensor.mutable_bytes().data(), zp_packed.data(), zp_packed.size());
+            inputs.push_back(vaiq::add_initializer(graph_, names_, w.tensor + "_zero_points", zp_tensor));
+        }
+        onnx::NodeProto out;
+        out.set_op_type("MatMulNBits");
+        out.set_domain("com.microsoft");
+        out.set_name(node.name().empty() ? node.output(0) + "_Q" + std::to_string(bits) : node.name() + "_Q" + std::to_string(bits));
+        for (const auto& in : inputs) out.add_input(in);
+        out.add_output(node.output(0));
+        vaiq::set_int_attribute(out, "K", k);
+        vaiq::set_int_attribute(out, "N", n);
+        vaiq::set_int_attribute(out, "bits", bits);
+        vaiq::set_int_attribute(out, "block_size", block);
+        if (settings_.accuracy_level != 0) vaiq::set_int_attribute(out, "accuracy_level", settings_.accuracy_level);
+        node = std::move(out);
+    }
+
+    vaiq::Model& model_;
+    onnx::GraphProto& graph_;
+    const vaiq::QuantPlan& plan_;
+    Settings settings_;
+    vaiq::GraphIndex index_;
+    vaiq::UniqueNames names_;
+};
+
+class MatMulNBits final : public vaiq::Format {
+  public:
+    void configure(const vaiq::Options& options) override {
+        settings_.accuracy_level = options.get_int("accuracy_level");
+        if (settings_.accuracy_level < 0 || settings_.accuracy_level > 4)
+            throw InputError(fmt::format("accuracy_level must be 0 to 4, not {}", settings_.accuracy_level));
+    }
+
+    void emit(vaiq::Model& model, const vaiq::QuantPlan& plan) const override {
+        Writer(model, plan, settings_).run();
+    }
+
+  private:
+    Settings settings_;
+};
+
+const vaiq_option_descriptor kOptions[] = {
+    {"accuracy_level", VAIQ_OPTION_INT, "0",
+     "MatMulNBits' accuracy_level: 0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8 activations (ONNX Runtime's CPU "
+     "computes in int8 only with 4)."},
+};
+
+}  // namespace
+
+VAIQ_PLUGINS(vaiq::describe<MatMulNBits>("matmul_nbits", "0.1.0",
+                                         "com.microsoft MatMulNBits: 4- or 8-bit MatMul weights in blocks along K",
+                                         kOptions))

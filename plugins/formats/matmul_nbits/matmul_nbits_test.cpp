@@ -1,0 +1,84 @@
+#include <gtest/gtest.h>
+
+#include "runtime/executor.hpp"
+#include "test_support.hpp"
+#include "vaiq/error.hpp"
+#include "vaiq/format.hpp"
+#include "vaiq/graph.hpp"
+
+namespace {
+
+using vaiq::QuantType;
+using vaiq::Tensor;
+
+// x [2, 40] -> MatMul(w [40, 3]) -> y: K = 40 spans three blocks of 16, the last padded.
+vaiq::Model matmul_model(const Tensor& w) {
+    vaiq::test::GraphBuilder b(13);
+    b.input("x", {2, 40}).output("y", {2, 3});
+    b.initializer("w", w);
+    b.node("MatMul", {"x", "w"}, {"y"}, "mm");
+    return b.build();
+}
+
+Tensor weights() {
+    std::vector<float> v(120);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(static_cast<float>(i) * 1.7f) * (i % 3 == 0 ? 2.0f : 0.5f);
+    return Tensor::from_values<float>({40, 3}, v);
+}
+
+vaiq::TensorQuant blocked(QuantType type, bool symmetric) {
+    vaiq::QuantSpec spec;
+    spec.type = type;
+    spec.symmetric = symmetric;
+    spec.axis = 0;
+    spec.block_size = 16;
+    return {std::string("w"), vaiq::TensorRole::Weight, spec, vaiq::constant_params(weights(), spec)};
+}
+
+void emit(vaiq::Model& model, const vaiq::QuantPlan& plan) {
+    vaiq::test::emit_with_format("matmul_nbits", model, plan);
+}
+
+TEST(MatMulNBits, WritesPackedColumnsThatComputeTheBlockwiseWeights) {
+    for (const auto& [type, symmetric] : {std::pair{QuantType::QInt4, true}, std::pair{QuantType::QUInt4, false}}) {
+        auto model = matmul_model(weights());
+        const auto t = blocked(type, symmetric);
+        emit(model, {{t}});
+        ASSERT_EQ(model.graph().node_size(), 1);
+        const auto& node = model.graph().node(0);
+        EXPECT_EQ(node.op_type(), "MatMulNBits");
+        EXPECT_EQ(node.domain(), "com.microsoft");
+        const vaiq::GraphIndex index(model.graph());
+        const auto b = Tensor::from_proto(*index.initializer(node.input(1)));
+        EXPECT_EQ(b.shape(), (std::vector<int64_t>{3, 3, 8})) << "[N, blocks, 16 x 4 bits / 8]";
+        EXPECT_EQ(node.input_size(), symmetric ? 3 : 4) << "symmetric int4 takes the default zero point 8";
+        // Column 0, block 0, rows 0 and 1 share the first byte, row 0 in the low nibble.
+        const auto q = vaiq::quantize_tensor(weights(), t.params, "w");
+        const int offset = symmetric ? 8 : 0;
+        auto stored = [&](int64_t row) {
+            return (symmetric ? q.data<int8_t>()[static_cast<size_t>(row * 3)] : q.data<uint8_t>()[static_cast<size_t>(row * 3)]) + offset;
+        };
+        EXPECT_EQ(b.data<uint8_t>()[0], static_cast<uint8_t>(stored(0) | (stored(1) << 4)));
+        // vaiq runs it as the block-wise weights dequantized.
+        const auto x = vaiq::test::ramp({2, 40}, -1.0f, 0.05f);
+        const auto y = vaiq::runtime::Executor(model).run({{"x", x}})[0];
+        const auto fake = matmul_model(vaiq::fake_quantize(weights(), t.params, "w"));
+        const auto reference = vaiq::runtime::Executor(fake).run({{"x", x}})[0];
+        for (int64_t i = 0; i < y.size(); ++i)
+            EXPECT_NEAR(y.data<float>()[i], reference.data<float>()[i], 1e-4f) << i;
+    }
+}
+
+TEST(MatMulNBits, RefusesWhatItCannotWrite) {
+    auto model = matmul_model(weights());
+    auto t = blocked(QuantType::QInt4, true);
+    t.params.block_size = 24;  // not a power of two
+    EXPECT_THROW(emit(model, {{t}}), vaiq::InputError);
+    model = matmul_model(weights());
+    const vaiq::TensorQuant activation{std::string("x"), vaiq::TensorRole::Activation, {},
+                                       {QuantType::QUInt8, {0.1f}, {128}}};
+    EXPECT_THROW(emit(model, {{blocked(QuantType::QInt4, true), activation}}), vaiq::InputError)
+        << "activations stay float in this form";
+}
+
+}  // namespace
