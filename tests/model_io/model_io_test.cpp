@@ -2,6 +2,7 @@
 
 #include <fstream>
 
+#include "runtime/executor.hpp"
 #include "test_support.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
@@ -223,6 +224,64 @@ TEST(ModelIo, AFailedCheckWritesNothing) {
 TEST(ModelIo, OutputFolderMustExist) {
     expect_input_error([&] { vaiq::save_model(vaiq::test::conv_relu_model(), temp_dir() / "no" / "such" / "m.onnx"); },
                        "does not exist");
+}
+
+}  // namespace
+
+namespace {
+
+TEST(ModelIo, FourBitTensorsPackTwoValuesToAByteLowNibbleFirst) {
+    // ONNX's rule: pack(x, y) = y << 4 | (x & 0xF), the first element in the low nibble.
+    const auto t = vaiq::Tensor::from_values<int8_t>({5}, std::vector<int8_t>{-8, 7, 1, -1, 5});
+    vaiq::Tensor int4(vaiq::DataType::Int4, {5});
+    std::copy(t.bytes().begin(), t.bytes().end(), int4.mutable_bytes().begin());
+    const auto proto = int4.to_proto("w");
+    EXPECT_EQ(proto.data_type(), 22);
+    ASSERT_EQ(proto.raw_data().size(), 3u);
+    EXPECT_EQ(static_cast<uint8_t>(proto.raw_data()[0]), 0x78);
+    EXPECT_EQ(static_cast<uint8_t>(proto.raw_data()[1]), 0xF1);
+    EXPECT_EQ(static_cast<uint8_t>(proto.raw_data()[2]), 0x05);
+    const auto back = vaiq::Tensor::from_proto(proto);
+    EXPECT_EQ(back.type(), vaiq::DataType::Int4);
+    EXPECT_EQ(std::vector<int8_t>(back.data<int8_t>().begin(), back.data<int8_t>().end()),
+              (std::vector<int8_t>{-8, 7, 1, -1, 5}));
+    // uint4 from int32_data (one packed byte each), and a size that lies.
+    onnx::TensorProto u;
+    u.set_data_type(21);
+    u.add_dims(3);
+    u.add_int32_data(0xA3);
+    u.add_int32_data(0x0F);
+    const auto uv = vaiq::Tensor::from_proto(u);
+    EXPECT_EQ(std::vector<uint8_t>(uv.data<uint8_t>().begin(), uv.data<uint8_t>().end()),
+              (std::vector<uint8_t>{3, 10, 15}));
+    u.add_int32_data(0);
+    EXPECT_THROW(vaiq::Tensor::from_proto(u), InputError);
+}
+
+TEST(ModelIo, ConvertsPastTheOpsetsOnnxKnowsAdaptingTheOpsThatChanged) {
+    vaiq::test::GraphBuilder b(13);
+    b.input("x", {2, 3, 4}).output("y", {2, 1, 4});
+    vaiq::test::set_ints_attribute(b.node("ReduceMean", {"x"}, {"m"}, "mean"), "axes", {1});
+    b.node("Relu", {"m"}, {"y"}, "relu");
+    const auto model = b.build();
+    const auto converted = vaiq::convert_opset(model, 21);
+    EXPECT_EQ(converted.opset(), 21);
+    const auto& mean = converted.graph().node(0);
+    ASSERT_EQ(mean.input_size(), 2) << "opset 18 takes the axes as an input";
+    EXPECT_EQ(mean.attribute_size(), 0);
+    const vaiq::GraphIndex index(converted.graph());
+    const auto axes = vaiq::Tensor::from_proto(*index.initializer(mean.input(1)));
+    EXPECT_EQ(axes.data<int64_t>()[0], 1);
+    EXPECT_NO_THROW(vaiq::check_model(converted)) << "checked structurally past ONNX's own opsets";
+    const auto x = vaiq::test::ramp({2, 3, 4}, -1.0f, 0.1f);
+    const auto before = vaiq::runtime::Executor(model).run({{"x", x}})[0];
+    const auto after = vaiq::runtime::Executor(converted).run({{"x", x}})[0];
+    for (int64_t i = 0; i < before.size(); ++i) EXPECT_EQ(before.data<float>()[i], after.data<float>()[i]);
+    EXPECT_THROW(vaiq::convert_opset(model, 22), InputError);
+    // A model reading a value nothing defines fails the structural check.
+    auto broken = converted;
+    broken.graph().mutable_node(1)->set_input(0, "nowhere");
+    EXPECT_THROW(vaiq::check_model(broken), InputError);
 }
 
 }  // namespace

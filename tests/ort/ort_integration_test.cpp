@@ -644,6 +644,33 @@ TEST(OnnxRuntimeInt4, RtnRunsAsMatMulNBitsAndAgreesWithVaiq) {
     }
 }
 
+TEST(OnnxRuntimeInt4, RtnAsOpset21QdqComputesWhatMatMulNBitsDoes) {
+    const auto input = normal_tensor({1, 5, 256}, 1.0f, 13);
+    const auto nbits = quantize_in_mode(mlp_model(), "int4_rtn.yaml", "", input);
+    const auto qdq = quantize_in_mode(mlp_model(), "int4_rtn.yaml", "--set quant_format=QDQ", input);
+    EXPECT_EQ(qdq.written.opset(), 21) << "converted for DequantizeLinear's block_size";
+    const auto written = op_counts(qdq.written);
+    EXPECT_EQ(written.at("DequantizeLinear"), 2);
+    EXPECT_EQ(written.at("MatMul"), 2);
+    EXPECT_EQ(written.count("QuantizeLinear"), 0u);
+    const vaiq::GraphIndex index(qdq.written.graph());
+    for (const auto& node : qdq.written.graph().node()) {
+        if (node.op_type() != "DequantizeLinear") continue;
+        const auto* w = index.initializer(node.input(0));
+        ASSERT_NE(w, nullptr);
+        EXPECT_EQ(w->data_type(), static_cast<int>(vaiq::DataType::Int4));
+        EXPECT_EQ(w->raw_data().size(), static_cast<size_t>(256 * 512 / 2)) << "two values a byte";
+        EXPECT_EQ(node.input_size(), 2) << "symmetric int4: no zero point";
+        EXPECT_EQ(index.initializer(node.input(1))->dims_size(), 2) << "scales [K / 128, N]";
+    }
+    // ONNX Runtime fuses DequantizeLinear + MatMul into MatMulNBits with accuracy_level 4 (its session
+    // default for this fusion; here the first of the two): int8 activations, so it differs from the
+    // float product vaiq computes for this form by what that rounding costs (measured 0.74 %).
+    EXPECT_GE(op_counts(qdq.optimized).count("MatMulNBits"), 1u) << ::testing::PrintToString(op_counts(qdq.optimized));
+    EXPECT_LT(relative_error(qdq.ours, qdq.ort), 0.02);
+    EXPECT_LT(relative_error(qdq.ours, nbits.ours), 1e-6) << "the same weights in either form";
+}
+
 // x -> MatMul(w1) -> m1 -> Relu -> h -> MatMul(w2) -> y, with parameters for all four activations.
 vaiq::Model two_matmuls() {
     vaiq::test::GraphBuilder b(13);

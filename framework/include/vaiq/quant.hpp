@@ -23,7 +23,7 @@ enum class QuantType { QInt8, QUInt8, QInt16, QUInt16, QInt32, QUInt32, QFloat16
 /// "vai_q_onnx.VitisQuantType.QInt16"); nullopt when it is not one.
 VAIQ_API std::optional<QuantType> parse_quant_type(std::string_view name);
 VAIQ_API std::string quant_type_name(QuantType type);
-/// The storage type of quantized values in memory (int8/uint8 for 4-bit types).
+/// The storage type of quantized values (int4/uint4: one value per byte in memory).
 VAIQ_API DataType storage_type(QuantType type);
 /// Bits of a quantized value (4 for QInt4/QUInt4).
 VAIQ_API int quant_bits(QuantType type);
@@ -159,9 +159,11 @@ struct TensorQuant {
 
 /// Checks that parameters can be written: as many zero points as scales, scales
 /// positive and finite, zero points inside the type's range, per-channel only on
-/// opset >= 13. Throws InputError naming the tensor, also for a dynamic tensor
-/// (formats that write DynamicQuantizeLinear check those themselves).
-VAIQ_API void check_quant_params(const TensorQuant& t, int64_t opset);
+/// opset >= 13, block-wise (and 4-bit, always block-wise) only when the format
+/// writes `blocks` and on opset >= 21. Throws InputError naming the tensor, also
+/// for a dynamic tensor (formats that write DynamicQuantizeLinear check those
+/// themselves).
+VAIQ_API void check_quant_params(const TensorQuant& t, int64_t opset, bool blocks = false);
 
 /// The scale as a float tensor and the zero point in the storage type: scalars
 /// per tensor, vectors per channel, as QuantizeLinear/DequantizeLinear take them.
@@ -174,6 +176,8 @@ class VAIQ_API ParamLayout {
   public:
     /// Throws InputError naming `tensor` when the parameters do not fit the shape.
     ParamLayout(const std::vector<int64_t>& shape, const QuantParams& params, std::string_view tensor);
+    /// The same from the layout alone: `count` parameters along `axis` (-1: one), in blocks when block_size > 0.
+    ParamLayout(const std::vector<int64_t>& shape, int axis, int64_t block_size, size_t count, std::string_view tensor);
     size_t index(size_t element) const;
     /// `shape` with ceil(dim / block_size) along `axis`: the scale tensor's shape.
     static std::vector<int64_t> block_shape(std::vector<int64_t> shape, int axis, int64_t block_size);

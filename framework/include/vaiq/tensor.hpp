@@ -34,6 +34,8 @@ enum class DataType : int32_t {
     UInt32 = 12,
     UInt64 = 13,
     BFloat16 = 16,
+    UInt4 = 21,  ///< one value per byte in memory; two per byte, low nibble first, in a TensorProto
+    Int4 = 22,
 };
 
 /// memcpy that accepts empty ranges (whose pointers may be null).
@@ -43,6 +45,9 @@ inline void copy_bytes(void* dst, const void* src, size_t n) {
 
 /// Bytes per element; 0 for String and Undefined.
 VAIQ_API size_t element_size(DataType type);
+/// Bytes that `count` elements take in a TensorProto's raw data (or external
+/// data): count x element_size, but two 4-bit values to a byte.
+VAIQ_API int64_t stored_bytes(DataType type, int64_t count);
 /// "float", "uint8", ... as ONNX spells them.
 VAIQ_API std::string data_type_name(DataType type);
 /// Product of the dimensions; throws InputError on a negative dimension or overflow.

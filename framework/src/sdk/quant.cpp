@@ -57,8 +57,8 @@ DataType storage_type(QuantType type) {
         case QuantType::QUInt32: return DataType::UInt32;
         case QuantType::QFloat16: return DataType::Float16;
         case QuantType::QBFloat16: return DataType::BFloat16;
-        case QuantType::QInt4: return DataType::Int8;
-        case QuantType::QUInt4: return DataType::UInt8;
+        case QuantType::QInt4: return DataType::Int4;
+        case QuantType::QUInt4: return DataType::UInt4;
     }
     return DataType::Undefined;
 }
@@ -248,15 +248,18 @@ std::optional<int> exact_position(const QuantParams& params) {
     return 1 - exponent;  // scale = 0.5 * 2^e = 2^-(1-e)
 }
 
-void check_quant_params(const TensorQuant& t, int64_t opset) {
+void check_quant_params(const TensorQuant& t, int64_t opset, bool blocks) {
     if (t.spec.dynamic)
         throw InputError(fmt::format("tensor '{}' is quantized at run time (static: false), which this format cannot "
                                      "write; use quant_format IntegerOps or QLinearOps",
                                      t.tensor));
     const auto& p = t.params;
-    if (quant_bits(p.type) == 4)
-        throw InputError(fmt::format("tensor '{}' is {}, which this format cannot write; 4-bit weights of MatMul are "
-                                     "written by quant_format MatMulNBits",
+    if ((quant_bits(p.type) == 4 || p.block_size > 0) && !blocks)
+        throw InputError(fmt::format("tensor '{}' is {}{}, which this format cannot write; weights in blocks are "
+                                     "written by quant_format QDQ or MatMulNBits",
+                                     t.tensor, quant_type_name(p.type), p.block_size > 0 ? " in blocks" : ""));
+    if (quant_bits(p.type) == 4 && p.block_size == 0)
+        throw InputError(fmt::format("tensor '{}' is {}: 4-bit weights are quantized in blocks (set block_size)",
                                      t.tensor, quant_type_name(p.type)));
     if (p.scale.empty() || p.scale.size() != p.zero_point.size())
         throw InputError(
@@ -267,7 +270,8 @@ void check_quant_params(const TensorQuant& t, int64_t opset) {
                 fmt::format("tensor '{}' has the scale {}; scales must be positive and finite", t.tensor, s));
     if (p.block_size > 0 && opset < 21)
         throw InputError(fmt::format("tensor '{}' is quantized in blocks, which DequantizeLinear takes from opset 21 "
-                                     "(the model has opset {}); use quant_format MatMulNBits",
+                                     "(the model has opset {}); convert it (vaiq convert-opset --opset 21) or use "
+                                     "quant_format MatMulNBits",
                                      t.tensor, opset));
     if (p.axis >= 0 && opset < 13)
         throw InputError(
@@ -346,25 +350,29 @@ void with_storage_type(QuantType type, F&& f) {
 }  // namespace
 
 ParamLayout::ParamLayout(const std::vector<int64_t>& shape, const QuantParams& p, std::string_view tensor)
-    : count_(p.scale.size()) {
-    if (p.axis < 0) {
+    : ParamLayout(shape, p.axis, p.block_size, p.scale.size(), tensor) {}
+
+ParamLayout::ParamLayout(const std::vector<int64_t>& shape, int axis, int64_t block_size, size_t count,
+                         std::string_view tensor)
+    : count_(count) {
+    if (axis < 0) {
         if (count_ != 1)
             throw InputError(fmt::format("tensor '{}' has {} scales but is quantized per tensor", tensor, count_));
         return;
     }
-    if (p.axis >= static_cast<int>(shape.size()))
+    if (axis >= static_cast<int>(shape.size()))
         throw InputError(fmt::format("tensor '{}' of rank {} cannot be quantized along axis {}", tensor, shape.size(),
-                                     p.axis));
-    dim_ = shape[static_cast<size_t>(p.axis)];
-    for (size_t d = static_cast<size_t>(p.axis) + 1; d < shape.size(); ++d) inner_ *= shape[d];
+                                     axis));
+    dim_ = shape[static_cast<size_t>(axis)];
+    for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d) inner_ *= shape[d];
     int64_t outer = 1;
-    for (size_t d = 0; d < static_cast<size_t>(p.axis); ++d) outer *= shape[d];
-    block_ = p.block_size;
+    for (size_t d = 0; d < static_cast<size_t>(axis); ++d) outer *= shape[d];
+    block_ = block_size;
     blocks_ = block_ > 0 ? (dim_ + block_ - 1) / block_ : dim_;
     const auto expected = static_cast<size_t>(block_ > 0 ? outer * blocks_ * inner_ : dim_);
     if (count_ != expected)
         throw InputError(fmt::format("tensor '{}' has {} scales, which do not match axis {} of its shape{}", tensor,
-                                     count_, p.axis,
+                                     count_, axis,
                                      block_ > 0 ? fmt::format(" in blocks of {} ({} expected)", block_, expected)
                                                 : std::string()));
 }

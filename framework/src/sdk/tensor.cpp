@@ -14,7 +14,9 @@ size_t element_size(DataType type) {
     switch (type) {
         case DataType::Bool:
         case DataType::UInt8:
-        case DataType::Int8: return 1;
+        case DataType::Int8:
+        case DataType::UInt4:
+        case DataType::Int4: return 1;
         case DataType::UInt16:
         case DataType::Int16:
         case DataType::Float16:
@@ -31,7 +33,15 @@ size_t element_size(DataType type) {
     return 0;
 }
 
+int64_t stored_bytes(DataType type, int64_t count) {
+    if (type == DataType::Int4 || type == DataType::UInt4) return (count + 1) / 2;
+    return count * static_cast<int64_t>(element_size(type));
+}
+
 std::string data_type_name(DataType type) {
+    // Newer than the ONNX this build reads: its enum does not name them.
+    if (type == DataType::Int4) return "int4";
+    if (type == DataType::UInt4) return "uint4";
     auto name = onnx::TensorProto_DataType_Name(static_cast<onnx::TensorProto_DataType>(type));
     for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return name.empty() ? fmt::format("type {}", static_cast<int>(type)) : name;
@@ -68,6 +78,9 @@ void Tensor::reshape(std::vector<int64_t> shape) {
 }
 
 void Tensor::check_type(DataType wanted) const {
+    // 4-bit values are held one per byte: read as int8 / uint8.
+    if ((type_ == DataType::Int4 && wanted == DataType::Int8) || (type_ == DataType::UInt4 && wanted == DataType::UInt8))
+        return;
     if (wanted != type_)
         throw InternalError(fmt::format("tensor of {} read as {}", data_type_name(type_), data_type_name(wanted)));
 }
@@ -85,6 +98,17 @@ void copy_field(const Field& field, Bytes& out) {
     auto* dst = reinterpret_cast<T*>(out.data());
     for (int i = 0; i < field.size(); ++i) dst[i] = static_cast<T>(field.Get(i));
 }
+
+// 4-bit values, packed two to a byte (low nibble first), one per byte; Int4 sign-extended.
+template <typename Bytes>
+void unpack_4bit(const uint8_t* packed, Bytes& out, bool is_signed) {
+    for (size_t i = 0; i < out.size(); ++i) {
+        const uint8_t nibble = (packed[i / 2] >> (4 * (i % 2))) & 0xF;
+        out[i] = std::byte{static_cast<uint8_t>(is_signed && nibble >= 8 ? nibble | 0xF0 : nibble)};
+    }
+}
+
+bool is_4bit(DataType type) { return type == DataType::Int4 || type == DataType::UInt4; }
 
 int typed_field_size(const onnx::TensorProto& proto, DataType type) {
     switch (type) {
@@ -117,12 +141,17 @@ void check_tensor_data(const onnx::TensorProto& proto) {
     if (element_size(type) == 0)
         throw InputError(fmt::format("{} has the unsupported element type {}", tensor_label(proto), proto.data_type()));
     const int64_t count = element_count({proto.dims().data(), static_cast<size_t>(proto.dims_size())});
-    const size_t bytes = static_cast<size_t>(count) * element_size(type);
+    const auto bytes = static_cast<size_t>(stored_bytes(type, count));
     if (proto.has_raw_data()) {
         if (proto.raw_data().size() != bytes)
             throw InputError(fmt::format("{} declares {} elements of {} ({} bytes) but holds {} bytes",
                                          tensor_label(proto), count, data_type_name(type), bytes,
                                          proto.raw_data().size()));
+    } else if (is_4bit(type)) {
+        // int32_data holds one packed byte per entry.
+        if (static_cast<size_t>(proto.int32_data_size()) != bytes)
+            throw InputError(fmt::format("{} declares {} elements of {} but holds {} packed bytes",
+                                         tensor_label(proto), count, data_type_name(type), proto.int32_data_size()));
     } else if (typed_field_size(proto, type) != count) {
         throw InputError(fmt::format("{} declares {} elements of {} but holds {}", tensor_label(proto), count,
                                      data_type_name(type), typed_field_size(proto, type)));
@@ -142,6 +171,16 @@ Tensor Tensor::from_proto(const onnx::TensorProto& proto) {
     t.type_ = type;
     t.shape_.assign(proto.dims().begin(), proto.dims().end());
     const size_t bytes = static_cast<size_t>(element_count(t.shape_)) * element_size(type);
+    if (is_4bit(type)) {
+        t.bytes_.resize(bytes);
+        std::vector<uint8_t> packed;
+        if (proto.has_raw_data())
+            packed.assign(proto.raw_data().begin(), proto.raw_data().end());
+        else
+            for (int32_t v : proto.int32_data()) packed.push_back(static_cast<uint8_t>(v));
+        unpack_4bit(packed.data(), t.bytes_, type == DataType::Int4);
+        return t;
+    }
     if (proto.has_raw_data()) {
         t.bytes_.resize(bytes);
         vaiq::copy_bytes(t.bytes_.data(), proto.raw_data().data(), bytes);
@@ -173,6 +212,14 @@ onnx::TensorProto Tensor::to_proto(const std::string& name) const {
     proto.set_name(name);
     proto.set_data_type(static_cast<int32_t>(type_));
     for (int64_t d : shape_) proto.add_dims(d);
+    if (is_4bit(type_)) {
+        std::string packed(static_cast<size_t>(stored_bytes(type_, size())), '\0');
+        for (size_t i = 0; i < bytes_.size(); ++i)
+            packed[i / 2] = static_cast<char>(static_cast<uint8_t>(packed[i / 2]) |
+                                              ((static_cast<uint8_t>(bytes_[i]) & 0xF) << (4 * (i % 2))));
+        proto.set_raw_data(std::move(packed));
+        return proto;
+    }
     proto.set_raw_data(reinterpret_cast<const char*>(bytes_.data()), bytes_.size());
     return proto;
 }

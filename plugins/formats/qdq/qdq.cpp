@@ -5,6 +5,9 @@
 // consumers (or one pair per consumer with DedicatedQDQPair). 16-bit types use
 // ONNX Runtime's com.microsoft Q/DQ (the default domain from opset 21); the float
 // types QFloat16/QBFloat16 are Cast pairs, the form ONNX Runtime runs natively.
+// Weights planned in blocks (block_size, QInt4/QUInt4 among others) get a
+// DequantizeLinear with block_size, which needs opset 21: an older model is
+// converted to it first.
 #include <vaiq/vaiq.hpp>
 
 namespace {
@@ -30,6 +33,14 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
     }
 
     void emit(vaiq::Model& model, const vaiq::QuantPlan& plan) const override {
+        constexpr int64_t kBlockedOpset = 21;
+        const bool blocked = std::any_of(plan.tensors.begin(), plan.tensors.end(),
+                                         [](const TensorQuant& t) { return t.params.block_size > 0; });
+        if (blocked && model.opset() < kBlockedOpset) {
+            vaiq::log_info("qdq: the model is converted from opset {} to {} for DequantizeLinear's block_size",
+                           model.opset(), kBlockedOpset);
+            model = vaiq::convert_opset(model, kBlockedOpset);
+        }
         vaiq::PairEmitter::emit(model, plan, settings_);
     }
 
@@ -37,13 +48,15 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
     void check(const TensorQuant& t, const vaiq::Model& model) const override {
         const auto type = t.params.type;
         const bool int32_bias = t.role == vaiq::TensorRole::Bias && type == QuantType::QInt32;
-        if (type != QuantType::QInt8 && type != QuantType::QUInt8 && !is_16_bit(type) && !is_float(type) && !int32_bias)
+        const bool four_bit = vaiq::quant_bits(type) == 4;
+        if (type != QuantType::QInt8 && type != QuantType::QUInt8 && !is_16_bit(type) && !is_float(type) &&
+            !int32_bias && !four_bit)
             throw InputError(
                 fmt::format("format 'qdq' writes QInt8, QUInt8, QInt16, QUInt16, QFloat16 and QBFloat16 "
-                            "(and QInt32 biases), not {} for tensor '{}': ONNX Runtime has no native form "
-                            "for it; use quant_format VitisQuantFormat.QDQ",
+                            "(and QInt32 biases, and QInt4/QUInt4 weights in blocks), not {} for tensor '{}': ONNX "
+                            "Runtime has no native form for it; use quant_format VitisQuantFormat.QDQ",
                             vaiq::quant_type_name(type), t.tensor));
-        vaiq::check_quant_params(t, model.opset());
+        vaiq::check_quant_params(t, model.opset(), /*blocks=*/true);
         if (is_float(type))
             for (float s : t.params.scale)
                 if (s != 1.0f)
@@ -81,8 +94,15 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
                              const std::string& output) {
         const auto domain = domain_for(t, model.opset());
         if (!domain.empty()) vaiq::import_opset(model.proto(), domain, 1);
-        auto& n = vaiq::append_node(model.graph(), names, op, domain, {input, params.first, params.second}, output);
+        // A symmetric int4 weight's zero point (0) is left out, as ONNX Runtime's quantizer writes it.
+        const bool default_zero_point =
+            t.params.type == QuantType::QInt4 &&
+            std::all_of(t.params.zero_point.begin(), t.params.zero_point.end(), [](int64_t z) { return z == 0; });
+        auto& n = default_zero_point
+                      ? vaiq::append_node(model.graph(), names, op, domain, {input, params.first}, output)
+                      : vaiq::append_node(model.graph(), names, op, domain, {input, params.first, params.second}, output);
         if (t.params.axis >= 0) vaiq::set_int_attribute(n, "axis", t.params.axis);
+        if (t.params.block_size > 0) vaiq::set_int_attribute(n, "block_size", t.params.block_size);
     }
 
     static void add_cast(onnx::GraphProto& graph, vaiq::UniqueNames& names, const std::string& input,

@@ -18,8 +18,7 @@ struct Channels {
 };
 
 Channels channels(KernelContext& ctx, const Tensor& x, const Tensor& scale) {
-    if (ctx.attributes.get_int("block_size", 0) != 0)
-        ctx.fail("blocked quantization (block_size) is not supported yet");
+    if (ctx.attributes.get_int("block_size", 0) != 0) ctx.fail("blocked quantization (block_size) is not supported");
     Channels c;
     if (scale.size() == 1 && scale.shape().size() <= 1) return c;
     if (scale.shape().size() != 1) ctx.fail("scale must be a scalar or a 1-D tensor");
@@ -73,12 +72,53 @@ void dequantize_block(const Q* __restrict x, float* __restrict out, size_t n, in
     for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<int32_t>(x[i]) - zero_point) * scale;
 }
 
+// DequantizeLinear from opset 21 with block_size: a scale (and zero point) per
+// block of block_size values along axis; scale has x's rank, ceil(D / block)
+// along axis.
+void dequantize_blocked(KernelContext& ctx, std::vector<Tensor>& out, int64_t block) {
+    const auto& x = ctx.input(0);
+    const auto& scale = ctx.input(1);
+    const auto rank = static_cast<int64_t>(x.shape().size());
+    const auto axis = static_cast<int>(normalize_axis(ctx, ctx.attributes.get_int("axis", 1), rank));
+    if (block < 0) ctx.fail("block_size must be positive");
+    if (scale.shape() != ParamLayout::block_shape(x.shape(), axis, block))
+        ctx.fail("the scale's shape must be the input's with ceil(dim / block_size) along axis");
+    if (ctx.has_input(2) && ctx.input(2).shape() != scale.shape()) ctx.fail("the zero point's shape must be the scale's");
+    const ParamLayout layout(x.shape(), axis, block, static_cast<size_t>(scale.size()), ctx.node.input(0));
+    const auto s = scale.data<float>();
+    out[0] = Tensor::uninitialized(DataType::Float, x.shape());
+    auto o = out[0].mutable_data<float>();
+    auto run = [&](auto tag) {
+        using Q = typename decltype(tag)::type;
+        const auto xv = x.data<Q>();
+        const auto zp = ctx.has_input(2) ? ctx.input(2).data<Q>() : std::span<const Q>();
+        for (size_t i = 0; i < o.size(); ++i) {
+            const size_t c = layout.index(i);
+            o[i] = static_cast<float>(static_cast<int32_t>(xv[i]) - (zp.empty() ? 0 : static_cast<int32_t>(zp[c]))) *
+                   s[c];
+        }
+    };
+    switch (x.type()) {
+        case DataType::Int4:
+        case DataType::Int8: return run(TypeTag<int8_t>{});
+        case DataType::UInt4:
+        case DataType::UInt8: return run(TypeTag<uint8_t>{});
+        case DataType::Int16: return run(TypeTag<int16_t>{});
+        case DataType::UInt16: return run(TypeTag<uint16_t>{});
+        default: ctx.fail("blocked input must be a 4-, 8- or 16-bit integer tensor");
+    }
+}
+
 void dequantize(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     const auto& scale = ctx.input(1);
     if (scale.type() != DataType::Float) ctx.fail("only float scales are supported");
+    if (const int64_t block = ctx.attributes.get_int("block_size", 0); block != 0)
+        return dequantize_blocked(ctx, out, block);
+    // 4-bit values are held one per byte.
+    const DataType type = x.type() == DataType::Int4 ? DataType::Int8 : x.type() == DataType::UInt4 ? DataType::UInt8 : x.type();
     const auto ch = channels(ctx, x, scale);
-    dispatch_numeric(x.type(), ctx, [&](auto tag) {
+    dispatch_numeric(type, ctx, [&](auto tag) {
         using Q = typename decltype(tag)::type;
         if constexpr (std::is_floating_point_v<Q> || std::is_same_v<Q, bool>) {
             ctx.fail("the input must be an integer tensor");
