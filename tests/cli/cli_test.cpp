@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <tuple>
 
@@ -709,4 +710,42 @@ TEST(Cli, AFolderOfPngDigitsCalibratesAsTheSameDigitsAsNpy) {
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_NE(r.err.find("preprocess_method2 gives 3 means or stds for a 1-channel input"), std::string::npos) << r.err;
     EXPECT_FALSE(fs::exists(dir / "m2.json"));
+}
+
+// x [1, 16, 64] with four loud channels -> MatMul(w [64, 128]) -> y.
+TEST(Cli, AwqLiteBeatsRoundToNearestWhereActivationsHaveLoudChannels) {
+    const auto dir = temp_dir();
+    vaiq::test::GraphBuilder b(17);
+    b.input("x", {1, 16, 64}).output("y", {1, 16, 128});
+    std::vector<float> w(64 * 128);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = std::sin(static_cast<float>(i * i % 977) * 0.37f) * 0.1f;
+    b.initializer("w", vaiq::Tensor::from_values<float>({64, 128}, w));
+    b.node("MatMul", {"x", "w"}, {"y"}, "proj");
+    vaiq::save_model(b.build(), dir / "m.onnx");
+    fs::create_directories(dir / "data");
+    for (int s = 0; s < 4; ++s) {
+        auto batch = vaiq::test::normal_batches(1, 16 * 64, 1.0f, static_cast<unsigned>(s + 1))[0];
+        for (size_t i = 0; i < batch.size(); ++i)
+            if (i % 64 < 4) batch[i] *= 30.0f;  // loud channels, as language models have
+        vaiq::write_npy(dir / "data" / ("s" + std::to_string(s) + ".npy"),
+                        vaiq::Tensor::from_values<float>({1, 16, 64}, batch));
+    }
+    std::map<std::string, nlohmann::json> reports;
+    for (const char* recipe : {"int4_rtn", "int4_awq"}) {
+        const auto r = vaiq_cli("-q run " VAIQ_SOURCE_DIR "/recipes/" + std::string(recipe) + ".yaml --model " +
+                                (dir / "m.onnx").string() + " --data " + (dir / "data").string() + " --set block_size=32 --output " +
+                                (dir / (std::string(recipe) + ".onnx")).string());
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        reports[recipe] = nlohmann::json::parse(slurp(dir / (std::string(recipe) + ".report.json")));
+    }
+    const auto& awq = reports["int4_awq"]["awq"];
+    EXPECT_EQ(awq["scaled"], 1);
+    EXPECT_LT(awq["output_error_awq"].get<double>(), awq["output_error_rtn"].get<double>());
+    const double rtn_db = reports["int4_rtn"]["evaluation"]["outputs"][0]["sqnr_db"].get<double>();
+    const double awq_db = reports["int4_awq"]["evaluation"]["outputs"][0]["sqnr_db"].get<double>();
+    EXPECT_GT(awq_db, rtn_db + 0.8) << "AWQ " << awq_db << " dB, RTN " << rtn_db << " dB";
+    // The graph input has no producer to fold 1/s into: a Mul feeds the MatMulNBits.
+    const auto model = vaiq::load_model(dir / "int4_awq.onnx");
+    EXPECT_EQ(model.graph().node(0).op_type(), "Mul");
+    EXPECT_EQ(model.graph().node(1).op_type(), "MatMulNBits");
 }

@@ -8,6 +8,7 @@
 #include <limits>
 #include <set>
 
+#include "pipeline/awq.hpp"
 #include "pipeline/bias_correction.hpp"
 #include "pipeline/calibration.hpp"
 #include "pipeline/channel_ranges.hpp"
@@ -401,6 +402,26 @@ void load_phase(RunState& s) {
                          {"nodes", s.model.graph().node_size()}};
 }
 
+// AWQ-lite on the MatMuls the recipe quantizes, weights as the run plans them.
+void awq_phase(RunState& s) {
+    AwqOptions options;
+    options.spec = s.target->default_spec(TensorRole::Weight, s.run);
+    options.spec.per_channel = options.spec.block_size == 0 && options.spec.per_channel;
+    options.spec.axis = options.spec.block_size > 0 ? 0 : 1;  // B [K, N]: blocks along K, channels along N
+    std::set<std::string> nodes;
+    for (const auto& d : decide_nodes(s.recipe, s.model, *s.target))
+        if (d.quantized) nodes.insert(d.name);
+    s.data = calibration_reader(s.recipe, s.model);
+    const auto r = awq_lite(s.model, *s.data, options, nodes, s.threads);
+    s.report["awq"] = {{"activations", r.activations},
+                       {"scaled", r.scaled},
+                       {"folded", r.folded},
+                       {"output_error_rtn", r.error_rtn},
+                       {"output_error_awq", r.error_awq}};
+    log_info("AWQ-lite: {} of {} activations scaled ({} folded into their producer); output error {:.4g} -> {:.4g}",
+             r.scaled, r.activations, r.folded, r.error_rtn, r.error_awq);
+}
+
 // The documented preparation steps, then the target's transforms, CLE and the recipe's passes.
 void prepare_phase(RunState& s) {
     // Per-channel weights need DequantizeLinear's axis (opset 13): older models are upgraded, as asked.
@@ -446,6 +467,8 @@ void prepare_phase(RunState& s) {
         log_info("SmoothQuant: {} activations smoothed ({} folded into their producer), {} weights scaled",
                  r.activations, r.folded, r.weights);
     }
+    if (s.recipe.value("weight_only").get<bool>() && s.recipe.value("weight_only_algorithm") == "awq_lite")
+        awq_phase(s);
 }
 
 void plan_phase(RunState& s) {

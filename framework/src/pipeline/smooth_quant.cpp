@@ -11,19 +11,15 @@ namespace vaiq {
 
 namespace {
 
-// A reader of X whose weight rows follow X's channels: B [K, N], or [N, K] for a Gemm with transB.
-struct Reader {
-    int node = 0;
-    bool rows_are_columns = false;  // transB: channel j is column j of the stored weight
-};
-
 bool constant_float(const GraphIndex& index, const std::string& name) {
     const auto* t = index.initializer(name);
     return t && t->data_type() == onnx::TensorProto::FLOAT;
 }
 
-std::map<std::string, std::vector<Reader>> smoothable(const Model& model, const GraphIndex& index) {
-    std::map<std::string, std::vector<Reader>> out;
+}  // namespace
+
+std::map<std::string, std::vector<ChannelReader>> channel_readers(const Model& model, const GraphIndex& index) {
+    std::map<std::string, std::vector<ChannelReader>> out;
     const auto& graph = model.graph();
     for (int i = 0; i < graph.node_size(); ++i) {
         const auto& n = graph.node(i);
@@ -37,6 +33,8 @@ std::map<std::string, std::vector<Reader>> smoothable(const Model& model, const 
     }
     return out;
 }
+
+namespace {
 
 // Scales element e of a constant along axis `axis` (of a 1-D or 2-D tensor) by f[channel].
 void scale_initializer(onnx::GraphProto& graph, const std::string& name, const std::vector<float>& f, int axis) {
@@ -101,10 +99,44 @@ bool fold_into_producer(Model& model, const GraphIndex& index, const std::string
 
 }  // namespace
 
+bool scale_input_channels(Model& model, const std::string& x, const std::vector<float>& s, bool folding,
+                          const std::string& tag) {
+    const GraphIndex index(model);
+    const auto all = channel_readers(model, index);
+    const auto& rs = all.at(x);
+    const size_t k = s.size();
+    std::vector<float> inv(k);
+    for (size_t j = 0; j < k; ++j) inv[j] = 1.0f / s[j];
+    bool folded = false;
+    // Every reader of X is smoothed, so X itself may change; else a Mul feeds only them.
+    const bool only_readers = index.consumers(x).size() == rs.size() && !index.is_graph_output(x);
+    std::string smoothed = x;
+    if (folding && only_readers && fold_into_producer(model, index, x, inv)) {
+        folded = true;
+    } else {
+        auto& graph = model.graph();
+        UniqueNames names(graph);
+        const auto factor = add_initializer(graph, names, x + "_" + tag + "_scale",
+                                            Tensor::from_values<float>({static_cast<int64_t>(k)}, inv));
+        smoothed = names.fresh(x + "_" + tag + "_scaled");
+        make_node(graph, names, "Mul", {x, factor}, {smoothed}, x + "_" + tag);
+        // Into place: before the first reader, so the graph stays in order.
+        int first = graph.node_size() - 1;
+        for (const auto& r : rs) first = std::min(first, r.node);
+        for (int i = graph.node_size() - 1; i > first; --i) graph.mutable_node()->SwapElements(i, i - 1);
+        for (const auto& r : rs) graph.mutable_node(r.node + 1)->set_input(0, smoothed);
+    }
+    for (const auto& r : rs) {
+        const auto& node = model.graph().node(r.node + (smoothed == x ? 0 : 1));
+        scale_initializer(model.graph(), node.input(1), s, r.rows_are_columns ? 1 : 0);
+    }
+    return folded;
+}
+
 SmoothQuantResult smooth_quant(Model& model, DataReader& data, const SmoothQuantOptions& options, int threads) {
     SmoothQuantResult result;
     std::vector<std::string> inputs;
-    for (const auto& [x, r] : smoothable(model, GraphIndex(model))) inputs.push_back(x);
+    for (const auto& [x, r] : channel_readers(model, GraphIndex(model))) inputs.push_back(x);
     if (inputs.empty()) return result;
     std::vector<ChannelRangeRequest> requests;
     for (const auto& x : inputs) requests.push_back({x, -1});
@@ -113,11 +145,11 @@ SmoothQuantResult smooth_quant(Model& model, DataReader& data, const SmoothQuant
     for (const auto& x : inputs) {
         // Node positions move as Muls are inserted: the readers are found again each time.
         const GraphIndex index(model);
-        const auto all = smoothable(model, index);
+        const auto all = channel_readers(model, index);
         if (!all.count(x)) continue;
         const auto& rs = all.at(x);
         // A weight another node reads too cannot take this input's scales.
-        if (std::any_of(rs.begin(), rs.end(), [&](const Reader& r) {
+        if (std::any_of(rs.begin(), rs.end(), [&](const ChannelReader& r) {
                 return index.consumers(model.graph().node(r.node).input(1)).size() != 1;
             }))
             continue;
@@ -140,36 +172,14 @@ SmoothQuantResult smooth_quant(Model& model, DataReader& data, const SmoothQuant
             }
         }
         if (!fits) continue;
-        std::vector<float> s(k), inv(k);
+        std::vector<float> s(k);
         for (size_t j = 0; j < k; ++j) {
             const double denominator = std::max(std::pow(static_cast<double>(wmax[j]), 1.0 - options.alpha), 1e-5);
             s[j] =
                 static_cast<float>(std::max(std::pow(static_cast<double>(amax[j]), options.alpha) / denominator, 1e-5));
-            inv[j] = 1.0f / s[j];
         }
-        // Every reader of X is smoothed, so X itself may change; else a Mul feeds only them.
-        const bool only_readers = index.consumers(x).size() == rs.size() && !index.is_graph_output(x);
-        std::string smoothed = x;
-        if (options.folding && only_readers && fold_into_producer(model, index, x, inv)) {
-            ++result.folded;
-        } else {
-            auto& graph = model.graph();
-            UniqueNames names(graph);
-            const auto factor = add_initializer(graph, names, x + "_smooth_scale",
-                                                Tensor::from_values<float>({static_cast<int64_t>(k)}, inv));
-            smoothed = names.fresh(x + "_smoothed");
-            make_node(graph, names, "Mul", {x, factor}, {smoothed}, x + "_smooth");
-            // Into place: before the first reader, so the graph stays in order.
-            int first = graph.node_size() - 1;
-            for (const auto& r : rs) first = std::min(first, r.node);
-            for (int i = graph.node_size() - 1; i > first; --i) graph.mutable_node()->SwapElements(i, i - 1);
-            for (const auto& r : rs) graph.mutable_node(r.node + 1)->set_input(0, smoothed);
-        }
-        for (const auto& r : rs) {
-            const auto& node = model.graph().node(r.node + (smoothed == x ? 0 : 1));
-            scale_initializer(model.graph(), node.input(1), s, r.rows_are_columns ? 1 : 0);
-            ++result.weights;
-        }
+        result.folded += scale_input_channels(model, x, s, options.folding, "smooth");
+        result.weights += static_cast<int>(rs.size());
         ++result.activations;
     }
     return result;

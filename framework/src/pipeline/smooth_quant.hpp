@@ -6,10 +6,33 @@
 // without changing the float function.
 #pragma once
 
+#include <map>
+#include <string>
+#include <vector>
+
 #include "pipeline/data_reader.hpp"
+#include "vaiq/graph.hpp"
 #include "vaiq/model.hpp"
 
 namespace vaiq {
+
+/// A reader of an activation X whose constant weight rows follow X's channels:
+/// MatMul with B [K, N], or Gemm (transA 0) with B [K, N] or, transB, [N, K].
+struct ChannelReader {
+    int node = 0;
+    bool rows_are_columns = false;  ///< transB: channel j is column j of the stored weight
+};
+
+/// Every such X with its readers.
+std::map<std::string, std::vector<ChannelReader>> channel_readers(const Model& model, const GraphIndex& index);
+
+/// Divides channel j of X by s_j and multiplies row j of each reader's weight by
+/// s_j, which leaves the float function as it is. With `folding`, when only those
+/// readers read X, 1/s is folded into X's producer (a LayerNormalization's scale
+/// and bias, a Mul or Add by a constant, a MatMul/Gemm's weight and bias);
+/// otherwise a Mul (named after `tag`) feeds only them. Returns whether it folded.
+bool scale_input_channels(Model& model, const std::string& x, const std::vector<float>& s, bool folding,
+                          const std::string& tag);
 
 struct SmoothQuantOptions {
     double alpha = 0.5;

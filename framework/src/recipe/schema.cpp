@@ -120,6 +120,15 @@ const std::vector<KeySpec>& recipe_keys() {
         {"weight_only", K::Bool, "false", P::Plan, yes,
          "Quantize only the constant weights of MatMul; activations stay float (INT4 weight-only for language "
          "models)."},
+        {"weight_only_algorithm",
+         K::Choice,
+         "rtn",
+         P::Prepare,
+         yes,
+         "How weight-only weights are chosen: rtn (each block rounded to nearest), awq_lite (per-channel "
+         "activation-aware scales searched on the calibration data, or random inputs, first).",
+         "weight_only",
+         {"rtn", "awq_lite"}},
         {"block_size", K::Int, "0", P::Plan, yes,
          "> 0: MatMul weights get a scale per block of this many values along K (16 to 256, a power of two for "
          "MatMulNBits; 128 is the usual); 0: per tensor or per channel."},

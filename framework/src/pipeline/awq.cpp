@@ -1,0 +1,185 @@
+#include "pipeline/awq.hpp"
+
+#include <Eigen/Core>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "pipeline/smooth_quant.hpp"
+#include "runtime/executor.hpp"
+#include "vaiq/error.hpp"
+#include "vaiq/graph.hpp"
+#include "vaiq/log.hpp"
+
+namespace vaiq {
+
+namespace {
+
+using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// What the search needs of one activation: the mean |x_j| and a sample of token rows.
+struct ActivationSample {
+    std::vector<double> abs_sum;
+    int64_t rows_seen = 0;
+    std::vector<std::vector<float>> rows;
+};
+
+std::map<std::string, ActivationSample> sample_activations(const Model& model, DataReader& data,
+                                                           const std::map<std::string, int64_t>& channels,
+                                                           int sample_rows, int threads) {
+    std::map<std::string, ActivationSample> out;
+    std::vector<std::string> taps;
+    for (const auto& [x, k] : channels) {
+        taps.push_back(x);
+        out[x].abs_sum.assign(static_cast<size_t>(k), 0.0);
+    }
+    runtime::ExecutorOptions options;
+    options.threads = threads;
+    options.taps.insert(taps.begin(), taps.end());
+    runtime::Executor executor(model, options);
+    std::mt19937_64 rng(0);
+    data.rewind();
+    while (auto batch = data.next()) {
+        executor.run(batch->feeds, taps, [&](const std::string& name, const Tensor& value) {
+            if (value.type() != DataType::Float) return;
+            auto& s = out.at(name);
+            const auto k = s.abs_sum.size();
+            const auto v = value.data<float>();
+            for (size_t r = 0; r + k <= v.size(); r += k) {
+                for (size_t j = 0; j < k; ++j) s.abs_sum[j] += std::abs(v[r + j]);
+                ++s.rows_seen;
+                // Reservoir sampling: every row seen so far is kept with the same chance.
+                if (static_cast<int>(s.rows.size()) < sample_rows) {
+                    s.rows.emplace_back(v.begin() + static_cast<std::ptrdiff_t>(r),
+                                        v.begin() + static_cast<std::ptrdiff_t>(r + k));
+                } else {
+                    std::uniform_int_distribution<int64_t> pick(0, s.rows_seen - 1);
+                    const auto slot = pick(rng);
+                    if (slot < sample_rows)
+                        std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(r), k, s.rows[static_cast<size_t>(slot)].begin());
+                }
+            }
+        });
+    }
+    return out;
+}
+
+// Mean over outputs of |W_jn| / max |W| of its block (its column when per channel or per tensor).
+std::vector<double> normalised_weight_magnitude(const std::vector<Tensor>& weights, const QuantSpec& spec) {
+    const auto k = static_cast<size_t>(weights[0].shape()[0]);
+    std::vector<double> out(k, 0.0);
+    size_t columns = 0;
+    for (const auto& w : weights) {
+        const auto n = static_cast<size_t>(w.shape()[1]);
+        const auto v = w.data<float>();
+        const size_t block = spec.block_size > 0 ? static_cast<size_t>(spec.block_size) : k;
+        for (size_t col = 0; col < n; ++col)
+            for (size_t start = 0; start < k; start += block) {
+                const size_t end = std::min(k, start + block);
+                float top = 0;
+                for (size_t j = start; j < end; ++j) top = std::max(top, std::abs(v[j * n + col]));
+                if (top == 0) continue;
+                for (size_t j = start; j < end; ++j) out[j] += std::abs(v[j * n + col]) / top;
+            }
+        columns += n;
+    }
+    for (auto& x : out) x /= static_cast<double>(std::max<size_t>(columns, 1));
+    return out;
+}
+
+// Summed over the readers: mean squared difference between X W and (X / s) Q(diag(s) W).
+double output_error(const Matrix& x, const std::vector<Tensor>& weights, const std::vector<Matrix>& reference,
+                    const std::vector<float>& s, const QuantSpec& spec) {
+    const auto k = static_cast<Eigen::Index>(s.size());
+    Matrix xs = x;
+    for (Eigen::Index j = 0; j < k; ++j) xs.col(j) /= s[static_cast<size_t>(j)];
+    double error = 0;
+    for (size_t i = 0; i < weights.size(); ++i) {
+        Tensor scaled = weights[i];
+        const auto n = static_cast<size_t>(scaled.shape()[1]);
+        auto v = scaled.mutable_data<float>();
+        for (size_t e = 0; e < v.size(); ++e) v[e] *= s[e / n];
+        const Tensor q = fake_quantize(scaled, constant_params(scaled, spec), "weight");
+        const Eigen::Map<const Matrix> qm(q.data<float>().data(), k, static_cast<Eigen::Index>(n));
+        error += static_cast<double>((xs * qm - reference[i]).squaredNorm()) / static_cast<double>(reference[i].size());
+    }
+    return error;
+}
+
+}  // namespace
+
+AwqResult awq_lite(Model& model, DataReader& data, const AwqOptions& options, const std::set<std::string>& nodes,
+                   int threads) {
+    AwqResult result;
+    // Activations whose every channel reader is a MatMul to quantize with an unshared 2-D weight.
+    std::map<std::string, int64_t> channels;
+    {
+        const GraphIndex index(model);
+        for (const auto& [x, readers] : channel_readers(model, index)) {
+            bool all = true;
+            for (const auto& r : readers) {
+                const auto& n = model.graph().node(r.node);
+                all &= n.op_type() == "MatMul" && nodes.count(n.name()) && index.consumers(n.input(1)).size() == 1;
+            }
+            if (all) channels[x] = index.initializer(model.graph().node(readers[0].node).input(1))->dims(0);
+        }
+    }
+    if (channels.empty()) return result;
+    const auto samples = sample_activations(model, data, channels, options.sample_rows, threads);
+
+    for (const auto& [x, k] : channels) {
+        const auto& sample = samples.at(x);
+        if (sample.rows.empty()) continue;
+        const GraphIndex index(model);
+        const auto readers = channel_readers(model, index).at(x);
+        std::vector<Tensor> weights;
+        for (const auto& r : readers) weights.push_back(Tensor::from_proto(*index.initializer(model.graph().node(r.node).input(1))));
+        Matrix xm(static_cast<Eigen::Index>(sample.rows.size()), k);
+        for (size_t r = 0; r < sample.rows.size(); ++r)
+            xm.row(static_cast<Eigen::Index>(r)) = Eigen::Map<const Eigen::RowVectorXf>(sample.rows[r].data(), k);
+        std::vector<Matrix> reference;
+        for (const auto& w : weights)
+            reference.emplace_back(xm * Eigen::Map<const Matrix>(w.data<float>().data(), k, w.shape()[1]));
+
+        std::vector<double> x_mean(static_cast<size_t>(k));
+        for (size_t j = 0; j < x_mean.size(); ++j)
+            x_mean[j] = sample.abs_sum[j] / static_cast<double>(std::max<int64_t>(sample.rows_seen, 1));
+        const auto w_mean = normalised_weight_magnitude(weights, options.spec);
+
+        const std::vector<float> identity(static_cast<size_t>(k), 1.0f);
+        const double rtn = output_error(xm, weights, reference, identity, options.spec);
+        double best_error = rtn;
+        std::vector<float> best = identity;
+        for (int step = 0; step <= 10; ++step) {
+            const double alpha = step / 10.0;
+            std::vector<float> s(static_cast<size_t>(k));
+            double lo = 1e30, hi = 0;
+            for (size_t j = 0; j < s.size(); ++j) {
+                const double v = std::pow(std::max(x_mean[j], 1e-12), alpha) / std::pow(std::max(w_mean[j], 1e-12), 1 - alpha);
+                s[j] = static_cast<float>(std::clamp(v, 1e-4, 1e4));
+                lo = std::min(lo, static_cast<double>(s[j]));
+                hi = std::max(hi, static_cast<double>(s[j]));
+            }
+            const double centre = std::sqrt(lo * hi);
+            for (auto& v : s) v = static_cast<float>(v / centre);
+            const double error = output_error(xm, weights, reference, s, options.spec);
+            if (error < best_error) {
+                best_error = error;
+                best = s;
+            }
+        }
+        ++result.activations;
+        result.error_rtn += rtn;
+        result.error_awq += best_error;
+        if (best == identity) continue;
+        result.folded += scale_input_channels(model, x, best, true, "pre_quant");
+        ++result.scaled;
+        log_debug("awq_lite: '{}': output error {:.4g} -> {:.4g}", x, rtn, best_error);
+    }
+    return result;
+}
+
+}  // namespace vaiq

@@ -1,0 +1,38 @@
+// AWQ-lite, activation-aware weight quantization as ModelOpt's default INT4
+// method computes it: for each activation X read by weight-only MatMuls, the
+// per-channel scale s = x̄^α / w̄^(1-α) (x̄ the mean |X_j| over tokens, w̄ the
+// mean over outputs of |W_jn| normalised within its block), normalised by
+// sqrt(max s · min s), with α searched over 0, 0.1, ..., 1 for the least
+// output error of the quantized weights diag(s) W on (X / s). X is divided by
+// s and the weight rows multiplied, so the float function is unchanged while
+// the channels that carry large activations get finer weights.
+#pragma once
+
+#include <set>
+#include <string>
+
+#include "pipeline/data_reader.hpp"
+#include "vaiq/model.hpp"
+#include "vaiq/quant.hpp"
+
+namespace vaiq {
+
+struct AwqOptions {
+    QuantSpec spec;         ///< how the weights will be quantized (type, symmetry, block_size along K)
+    int sample_rows = 256;  ///< token rows per activation kept for the search (reservoir-sampled)
+};
+
+struct AwqResult {
+    int activations = 0;        ///< activations whose readers were searched
+    int scaled = 0;             ///< of them, scaled (the others kept s = 1, round to nearest)
+    int folded = 0;             ///< of the scaled, with 1/s folded into their producer
+    double error_rtn = 0;       ///< summed mean squared output error with s = 1
+    double error_awq = 0;       ///< the same with the chosen scales (never above error_rtn)
+};
+
+/// Searches and applies the scales for the activations read by the MatMuls
+/// named in `nodes` (constant B [K, N]); statistics from `data` through `model`.
+AwqResult awq_lite(Model& model, DataReader& data, const AwqOptions& options, const std::set<std::string>& nodes,
+                   int threads);
+
+}  // namespace vaiq
