@@ -713,7 +713,7 @@ TEST(Cli, AFolderOfPngDigitsCalibratesAsTheSameDigitsAsNpy) {
 }
 
 // x [1, 16, 64] with four loud channels -> MatMul(w [64, 128]) -> y.
-TEST(Cli, AwqLiteBeatsRoundToNearestWhereActivationsHaveLoudChannels) {
+TEST(Cli, AwqLiteAndGptqBeatRoundToNearestWhereActivationsHaveLoudChannels) {
     const auto dir = temp_dir();
     vaiq::test::GraphBuilder b(17);
     b.input("x", {1, 16, 64}).output("y", {1, 16, 128});
@@ -731,7 +731,7 @@ TEST(Cli, AwqLiteBeatsRoundToNearestWhereActivationsHaveLoudChannels) {
                         vaiq::Tensor::from_values<float>({1, 16, 64}, batch));
     }
     std::map<std::string, nlohmann::json> reports;
-    for (const char* recipe : {"int4_rtn", "int4_awq"}) {
+    for (const char* recipe : {"int4_rtn", "int4_awq", "int4_gptq"}) {
         const auto r = vaiq_cli("-q run " VAIQ_SOURCE_DIR "/recipes/" + std::string(recipe) + ".yaml --model " +
                                 (dir / "m.onnx").string() + " --data " + (dir / "data").string() + " --set block_size=32 --output " +
                                 (dir / (std::string(recipe) + ".onnx")).string());
@@ -744,6 +744,10 @@ TEST(Cli, AwqLiteBeatsRoundToNearestWhereActivationsHaveLoudChannels) {
     const double rtn_db = reports["int4_rtn"]["evaluation"]["outputs"][0]["sqnr_db"].get<double>();
     const double awq_db = reports["int4_awq"]["evaluation"]["outputs"][0]["sqnr_db"].get<double>();
     EXPECT_GT(awq_db, rtn_db + 0.8) << "AWQ " << awq_db << " dB, RTN " << rtn_db << " dB";
+    const double gptq_db = reports["int4_gptq"]["evaluation"]["outputs"][0]["sqnr_db"].get<double>();
+    EXPECT_GT(gptq_db, rtn_db + 2.0) << "GPTQ " << gptq_db << " dB, RTN " << rtn_db << " dB";
+    const auto& layer = reports["int4_gptq"]["gptq"]["layers"][0];
+    EXPECT_LT(layer["output_error_gptq"].get<double>(), layer["output_error_rtn"].get<double>());
     // The graph input has no producer to fold 1/s into: a Mul feeds the MatMulNBits.
     const auto model = vaiq::load_model(dir / "int4_awq.onnx");
     EXPECT_EQ(model.graph().node(0).op_type(), "Mul");

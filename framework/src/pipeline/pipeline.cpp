@@ -17,6 +17,7 @@
 #include "pipeline/dump.hpp"
 #include "pipeline/evaluation.hpp"
 #include "pipeline/fast_finetune.hpp"
+#include "pipeline/gptq.hpp"
 #include "pipeline/mixed_precision.hpp"
 #include "pipeline/planner.hpp"
 #include "pipeline/preprocess.hpp"
@@ -665,6 +666,22 @@ void finetune_weights(RunState& s) {
         {"algorithm", o.algorithm}, {"iterations", o.iterations}, {"layers", result.to_json()}};
 }
 
+// GPTQ's rounding of the weight-only MatMul weights, with the plan's scales.
+void gptq_weights(RunState& s) {
+    GptqOptions o;
+    o.damping = s.recipe.value("extra_options.GPTQDamping").get<double>();
+    if (!(o.damping >= 0))
+        throw InputError(fmt::format("{}: extra_options.GPTQDamping must be >= 0, not {}",
+                                     s.recipe.setting("extra_options.GPTQDamping").origin, o.damping));
+    auto result = gptq(s.model, s.plan, *s.data, o, s.threads);
+    nlohmann::json layers = nlohmann::json::array();
+    for (const auto& l : result.layers)
+        layers.push_back({{"weight", l.weight}, {"output_error_rtn", l.error_rtn}, {"output_error_gptq", l.error_gptq}});
+    s.report["gptq"] = {{"damping", o.damping}, {"layers", layers}};
+    log_info("GPTQ: {} weights rounded", result.layers.size());
+    s.rounded_weights = std::move(result.rounded);
+}
+
 void parameters_phase(RunState& s) {
     auto recompute = [&s] {
         s.ranges.clear();
@@ -677,6 +694,7 @@ void parameters_phase(RunState& s) {
         refined = recompute();
     }
     if (s.recipe.value("include_fast_ft").get<bool>()) finetune_weights(s);
+    if (s.recipe.value("weight_only").get<bool>() && s.recipe.value("weight_only_algorithm") == "gptq") gptq_weights(s);
     // Last: the corrections are for the weights' final types and values.
     if (s.recipe.value("extra_options.BiasCorrection").get<bool>()) {
         correct_biases(s);

@@ -126,9 +126,12 @@ const std::vector<KeySpec>& recipe_keys() {
          P::Prepare,
          yes,
          "How weight-only weights are chosen: rtn (each block rounded to nearest), awq_lite (per-channel "
-         "activation-aware scales searched on the calibration data, or random inputs, first).",
+         "activation-aware scales searched on the calibration data, or random inputs, first), gptq (rounding "
+         "with the error pushed into the rows not yet rounded, through the inputs' Hessian).",
          "weight_only",
-         {"rtn", "awq_lite"}},
+         {"rtn", "awq_lite", "gptq"}},
+        {"extra_options.GPTQDamping", K::Float, "0.01", P::Parameters, yes,
+         "GPTQ's damping (percdamp): this fraction of the Hessian's mean diagonal is added to it."},
         {"block_size", K::Int, "0", P::Plan, yes,
          "> 0: MatMul weights get a scale per block of this many values along K (16 to 256, a power of two for "
          "MatMulNBits; 128 is the usual); 0: per tensor or per channel."},

@@ -1,0 +1,162 @@
+#include "pipeline/gptq.hpp"
+
+#include <Eigen/Cholesky>
+#include <Eigen/Core>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/executor.hpp"
+#include "vaiq/error.hpp"
+#include "vaiq/graph.hpp"
+#include "vaiq/log.hpp"
+
+namespace vaiq {
+
+namespace {
+
+using MatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// The grid value nearest to `w` under one scale and zero point, saturated to [qmin, qmax].
+double grid_value(double w, double scale, double zero_point, int64_t qmin, int64_t qmax) {
+    const double q = std::clamp(std::nearbyint(w / scale) + zero_point, static_cast<double>(qmin),
+                                static_cast<double>(qmax));
+    return (q - zero_point) * scale;
+}
+
+// tr((W - Q)ᵀ H (W - Q)) / (K N): the mean squared output error the rounding adds, H carrying the inputs.
+double output_error(const MatrixD& w, const MatrixD& q, const MatrixD& h) {
+    const MatrixD d = w - q;
+    return (d.transpose() * h * d).trace() / static_cast<double>(w.size());
+}
+
+}  // namespace
+
+Tensor gptq_round(const Tensor& weight, const QuantParams& params, std::vector<double> hessian,
+                  const GptqOptions& options) {
+    const auto k = weight.shape()[0], n = weight.shape()[1];
+    const ParamLayout layout(weight.shape(), params, "weight");
+    const auto [qmin, qmax] = integer_range(params.type);
+    MatrixD w = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+                    weight.data<float>().data(), k, n)
+                    .cast<double>();
+    Eigen::Map<MatrixD> h(hessian.data(), k, k);
+    // Channels never non-zero in the data cannot be seen: their weights do not matter.
+    for (Eigen::Index i = 0; i < k; ++i)
+        if (h(i, i) == 0) {
+            h(i, i) = 1;
+            w.row(i).setZero();
+        }
+    const double damp = options.damping * h.diagonal().mean();
+    h.diagonal().array() += damp;
+    // The upper Cholesky factor U of H⁻¹ (H⁻¹ = Uᵀ U): row i of U carries column i's error forward.
+    const Eigen::LLT<MatrixD> llt(h);
+    if (llt.info() != Eigen::Success) throw InputError("GPTQ: the damped Hessian is not positive definite");
+    const MatrixD inverse = llt.solve(MatrixD::Identity(k, k));
+    const Eigen::LLT<MatrixD> llt_inverse(inverse);
+    if (llt_inverse.info() != Eigen::Success) throw InputError("GPTQ: the inverse Hessian is not positive definite");
+    const MatrixD u = llt_inverse.matrixU();
+
+    MatrixD q(k, n);
+    const Eigen::Index batch = std::max(1, options.batch_rows);
+    for (Eigen::Index first = 0; first < k; first += batch) {
+        const Eigen::Index last = std::min(k, first + batch);
+        MatrixD errors(last - first, n);
+        for (Eigen::Index i = first; i < last; ++i) {
+            const double d = u(i, i);
+            for (Eigen::Index c = 0; c < n; ++c) {
+                const size_t p = layout.index(static_cast<size_t>(i * n + c));
+                q(i, c) = grid_value(w(i, c), params.scale[p], static_cast<double>(params.zero_point[p]), qmin, qmax);
+            }
+            errors.row(i - first) = (w.row(i) - q.row(i)) / d;
+            // Into the rows of this batch not yet rounded ...
+            for (Eigen::Index j = i + 1; j < last; ++j) w.row(j) -= u(i, j) * errors.row(i - first);
+        }
+        // ... and, once per batch, into every later row.
+        if (last < k) w.bottomRows(k - last) -= u.block(first, last, last - first, k - last).transpose() * errors;
+    }
+    Tensor out(DataType::Float, weight.shape());
+    auto o = out.mutable_data<float>();
+    for (Eigen::Index i = 0; i < k; ++i)
+        for (Eigen::Index c = 0; c < n; ++c) o[static_cast<size_t>(i * n + c)] = static_cast<float>(q(i, c));
+    return out;
+}
+
+GptqResult gptq(const Model& model, const QuantPlan& plan, DataReader& data, const GptqOptions& options,
+                int threads) {
+    GptqResult result;
+    const GraphIndex index(model.graph());
+    // Each planned MatMul weight, and the activation its H comes from.
+    std::map<std::string, std::vector<const onnx::NodeProto*>> readers;
+    for (const auto& node : model.graph().node()) {
+        if (!is_default_domain(node) || node.op_type() != "MatMul" || node.input_size() != 2) continue;
+        const auto* t = plan.find(node.input(1));
+        const auto* init = index.initializer(node.input(1));
+        if (!t || !init || init->dims_size() != 2 || !is_integer(t->params.type)) continue;
+        readers[node.input(0)].push_back(&node);
+    }
+    if (readers.empty()) return result;
+    std::map<std::string, MatrixD> hessians;
+    std::map<std::string, int64_t> rows;
+    std::vector<std::string> taps;
+    for (const auto& [x, nodes] : readers) {
+        const auto k = index.initializer(nodes[0]->input(1))->dims(0);
+        hessians[x] = MatrixD::Zero(k, k);
+        taps.push_back(x);
+    }
+    runtime::ExecutorOptions eo;
+    eo.threads = threads;
+    eo.taps.insert(taps.begin(), taps.end());
+    runtime::Executor executor(model, eo);
+    data.rewind();
+    while (auto batch = data.next()) {
+        executor.run(batch->feeds, taps, [&](const std::string& name, const Tensor& value) {
+            if (value.type() != DataType::Float) return;
+            auto& h = hessians.at(name);
+            const auto k = h.rows();
+            const auto v = value.data<float>();
+            const auto count = static_cast<Eigen::Index>(v.size()) / k;
+            const Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> x(v.data(),
+                                                                                                             count, k);
+            const MatrixD xd = x.cast<double>();
+            h.noalias() += xd.transpose() * xd;
+            rows[name] += count;
+        });
+    }
+    for (auto& [x, h] : hessians) {
+        if (rows[x] == 0) continue;
+        h *= 2.0 / static_cast<double>(rows[x]);
+        for (const auto* node : readers.at(x)) {
+            const auto& name = node->input(1);
+            const auto weight = Tensor::from_proto(*index.initializer(name));
+            const auto& params = plan.find(name)->params;
+            std::vector<double> hv(h.data(), h.data() + h.size());
+            auto rounded = gptq_round(weight, params, hv, options);
+            const auto k = weight.shape()[0], n = weight.shape()[1];
+            const MatrixD w =
+                Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+                    weight.data<float>().data(), k, n)
+                    .cast<double>();
+            const auto rtn_values = fake_quantize(weight, params, name);
+            const MatrixD rtn = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+                                    rtn_values.data<float>().data(), k, n)
+                                    .cast<double>();
+            const MatrixD gq = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+                                   rounded.data<float>().data(), k, n)
+                                   .cast<double>();
+            GptqLayer layer{name, output_error(w, rtn, h), output_error(w, gq, h)};
+            // GPTQ minimises a proxy; when it does not beat round to nearest on H, keep the nearest.
+            if (layer.error_gptq > layer.error_rtn) {
+                rounded = rtn_values;
+                layer.error_gptq = layer.error_rtn;
+            }
+            log_debug("gptq: '{}': output error {:.4g} -> {:.4g}", name, layer.error_rtn, layer.error_gptq);
+            result.rounded[name] = std::move(rounded);
+            result.layers.push_back(layer);
+        }
+    }
+    return result;
+}
+
+}  // namespace vaiq

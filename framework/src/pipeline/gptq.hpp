@@ -1,0 +1,45 @@
+// GPTQ for weight-only MatMuls: each weight's values are rounded one input
+// channel (row of B [K, N]) at a time, in K order, and the rounding error of a
+// row is pushed into the rows not yet rounded through the inverse Hessian of
+// the layer's reconstruction loss, H = 2/n Σ xᵀx over the calibration tokens
+// at the MatMul's input (damped by `damping` x mean(diag H); channels that are
+// never non-zero are dropped). Rows are processed in lazy batches of 128. The
+// scales and zero points are the plan's (computed from the float weights
+// beforehand, GPTQ's static groups), so the result is a grid value for each
+// weight that the format stores exactly.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "pipeline/data_reader.hpp"
+#include "vaiq/model.hpp"
+#include "vaiq/quant.hpp"
+
+namespace vaiq {
+
+struct GptqOptions {
+    double damping = 0.01;  ///< percdamp
+    int batch_rows = 128;   ///< rows rounded before the error reaches the later ones
+};
+
+struct GptqLayer {
+    std::string weight;
+    double error_rtn = 0;   ///< mean squared output error of round to nearest, over the calibration tokens' H
+    double error_gptq = 0;  ///< the same for GPTQ's rounding
+};
+
+struct GptqResult {
+    std::map<std::string, Tensor> rounded;  ///< weight -> its grid values (float)
+    std::vector<GptqLayer> layers;
+};
+
+/// Rounds the constant B of every MatMul of `model` that `plan` quantizes.
+GptqResult gptq(const Model& model, const QuantPlan& plan, DataReader& data, const GptqOptions& options,
+                int threads);
+
+/// The GPTQ rounding of one weight W [K, N] given H [K, K] (row-major doubles): exposed for tests.
+Tensor gptq_round(const Tensor& weight, const QuantParams& params, std::vector<double> hessian,
+                  const GptqOptions& options);
+
+}  // namespace vaiq
