@@ -753,3 +753,27 @@ TEST(Cli, AwqLiteAndGptqBeatRoundToNearestWhereActivationsHaveLoudChannels) {
     EXPECT_EQ(model.graph().node(0).op_type(), "Mul");
     EXPECT_EQ(model.graph().node(1).op_type(), "MatMulNBits");
 }
+
+// The language-model example in 4 bits: perplexity on held-out text.
+TEST(Cli, TheLanguageModelExampleKeepsItsPerplexityInFourBits) {
+    const auto dir = temp_dir();
+    std::map<std::string, double> perplexity;
+    for (const char* algorithm : {"rtn", "awq_lite", "gptq"}) {
+        const auto out = dir / (std::string(algorithm) + ".onnx");
+        const auto r = vaiq_cli("-q run " VAIQ_SOURCE_DIR "/examples/charlm/charlm_int4.yaml --output " + out.string() +
+                                " --set weight_only_algorithm=" + algorithm);
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        const auto report = nlohmann::json::parse(slurp(dir / (std::string(algorithm) + ".report.json")));
+        const auto& p = report["evaluation"]["perplexity"];
+        EXPECT_NEAR(p["float"].get<double>(), 4.385, 0.001) << "what the trainer measured";
+        perplexity[algorithm] = p["quantized"].get<double>();
+        EXPECT_LT(fs::file_size(out), 0.3 * fs::file_size(VAIQ_SOURCE_DIR "/examples/charlm/charlm.onnx"));
+    }
+    EXPECT_LT(perplexity["rtn"], 4.385 * 1.10) << "RTN within 10 % of float";
+    // With no data at all, AWQ searches on random decoder inputs.
+    const auto r = vaiq_cli("-q run " VAIQ_SOURCE_DIR "/recipes/int4_awq.yaml --model " VAIQ_SOURCE_DIR
+                            "/examples/charlm/charlm.onnx --output " + (dir / "no_data.onnx").string());
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_LT(perplexity["awq_lite"], perplexity["rtn"]);
+    EXPECT_LT(perplexity["gptq"], perplexity["rtn"]);
+}

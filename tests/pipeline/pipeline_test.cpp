@@ -127,6 +127,35 @@ TEST(DataReader, RefusesLayoutsItCannotBind) {
               std::string::npos);
 }
 
+TEST(RandomDataReader, FeedsADecoderAsLanguageModelsAreCalibrated) {
+    // input_ids [batch, sequence] into an embedding of 50 rows, an empty past, a mask and positions.
+    GraphBuilder b;
+    b.input("input_ids", {1, 1}, DataType::Int64)
+        .input("attention_mask", {1, 1}, DataType::Int64)
+        .input("position_ids", {1, 1}, DataType::Int64)
+        .input("past_key_values.0.key", {1, 2, 1, 4})
+        .output("y", {1, 1, 8});
+    b.initializer("table", ramp({50, 8}));
+    b.node("Gather", {"table", "input_ids"}, {"y"});
+    auto model = b.build();
+    for (auto& in : *model.graph().mutable_input())
+        for (int d = 1; d < in.type().tensor_type().shape().dim_size(); ++d)
+            if (in.name() != "past_key_values.0.key" || d == 2)
+                in.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(d)->set_dim_param("dynamic");
+    auto reader = vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 1, 0);
+    const auto batch = reader->next();
+    ASSERT_TRUE(batch);
+    const auto& ids = batch->feeds.at("input_ids");
+    EXPECT_EQ(ids.shape(), (std::vector<int64_t>{1, 32}));
+    int64_t top = 0;
+    for (auto v : ids.data<int64_t>()) top = std::max(top, v);
+    EXPECT_LT(top, 50);
+    EXPECT_GT(top, 1) << "tokens over the vocabulary, not 0 or 1";
+    EXPECT_EQ(batch->feeds.at("attention_mask").data<int64_t>()[31], 1);
+    EXPECT_EQ(batch->feeds.at("position_ids").data<int64_t>()[31], 31);
+    EXPECT_EQ(batch->feeds.at("past_key_values.0.key").shape(), (std::vector<int64_t>{1, 2, 0, 4})) << "an empty past";
+}
+
 TEST(RandomDataReader, FollowsTheDocumentedShapeForms) {
     GraphBuilder b;
     b.input("x", {1, 3}).input("ids", {1, 4}, DataType::Int64).output("y", {1, 3});

@@ -10,6 +10,7 @@
 #include "util/npy.hpp"
 #include "util/text.hpp"
 #include "vaiq/error.hpp"
+#include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
 
 namespace fs = std::filesystem;
@@ -384,9 +385,56 @@ void fill_random(Tensor& t, std::mt19937_64& rng, double lo, double hi, bool int
 
 }  // namespace
 
+namespace {
+
+// A decoder exported as language models are (input_ids, past key/value inputs):
+// its random inputs are what the seed's make_model_input builds, a sequence of
+// kDecoderSequence tokens with an empty past.
+constexpr int64_t kDecoderSequence = 32;
+
+bool is_past_state(const std::string& name) { return name.rfind("past", 0) == 0; }
+
+// The vocabulary size: rows of the embedding table input_ids indexes, or nullopt.
+std::optional<int64_t> vocabulary(const Model& model) {
+    const GraphIndex index(model.graph());
+    for (const auto& node : model.graph().node())
+        if (node.op_type() == "Gather" && node.input_size() == 2 && node.input(1) == "input_ids")
+            if (const auto* table = index.initializer(node.input(0)); table && table->dims_size() >= 1)
+                return table->dims(0);
+    return std::nullopt;
+}
+
+// Fills a decoder input: tokens over the vocabulary, a mask of ones, positions 0, 1, ...
+bool fill_decoder_input(Tensor& t, const std::string& name, std::optional<int64_t> vocab, std::mt19937_64& rng) {
+    if (t.type() != DataType::Int64 && t.type() != DataType::Int32) return false;
+    const auto& shape = t.shape();
+    const int64_t last = shape.empty() ? 1 : shape.back();
+    auto set = [&](size_t i, int64_t v) {
+        if (t.type() == DataType::Int64)
+            t.mutable_data<int64_t>()[i] = v;
+        else
+            t.mutable_data<int32_t>()[i] = static_cast<int32_t>(v);
+    };
+    if (name == "input_ids" && vocab) {
+        std::uniform_int_distribution<int64_t> token(0, *vocab - 1);
+        for (size_t i = 0; i < static_cast<size_t>(t.size()); ++i) set(i, token(rng));
+    } else if (name == "attention_mask") {
+        for (size_t i = 0; i < static_cast<size_t>(t.size()); ++i) set(i, 1);
+    } else if (name == "position_ids") {
+        for (size_t i = 0; i < static_cast<size_t>(t.size()); ++i) set(i, static_cast<int64_t>(i) % last);
+    } else {
+        return false;
+    }
+    return true;
+}
+
+}  // namespace
+
 std::unique_ptr<DataReader> random_data_reader(const Model& model, const nlohmann::json& shapes,
                                                const nlohmann::json& ranges, int batches, uint64_t seed) {
     const auto inputs = feed_inputs(model.graph());
+    const bool decoder = std::any_of(inputs.begin(), inputs.end(), [](const auto* in) { return in->name() == "input_ids"; });
+    const auto vocab = decoder ? vocabulary(model) : std::nullopt;
     std::vector<std::string> names;
     for (const auto* in : inputs) names.push_back(in->name());
     std::map<std::string, std::vector<int64_t>> given;
@@ -440,6 +488,8 @@ std::unique_ptr<DataReader> random_data_reader(const Model& model, const nlohman
                         shape.push_back(*(*dims)[d]);
                     else if (d == 0)
                         shape.push_back(1);  // the batch dimension, as documented
+                    else if (decoder)
+                        shape.push_back(is_past_state(in->name()) ? 0 : kDecoderSequence);
                     else
                         throw InputError(
                             fmt::format("input '{}' has a dynamic dimension {}; give its shape in "
@@ -450,9 +500,20 @@ std::unique_ptr<DataReader> random_data_reader(const Model& model, const nlohman
             const auto type = static_cast<DataType>(in->type().tensor_type().elem_type());
             Tensor t(type, shape);
             double lo = 0, hi = 1;
-            if (ranges.is_object() && ranges.contains(in->name())) {
+            const bool ranged = ranges.is_object() && ranges.contains(in->name());
+            if (ranged) {
                 lo = ranges[in->name()][0].get<double>();
                 hi = ranges[in->name()][1].get<double>();
+            }
+            if (decoder && !ranged) {
+                if (is_past_state(in->name()) && t.size() == 0) {
+                    generated[b][in->name()] = std::move(t);
+                    continue;
+                }
+                if (fill_decoder_input(t, in->name(), vocab, rng)) {
+                    generated[b][in->name()] = std::move(t);
+                    continue;
+                }
             }
             switch (type) {
                 case DataType::Float: fill_random<float>(t, rng, lo, hi, false); break;

@@ -23,6 +23,14 @@ bool is_classifier(const Tensor& t) { return t.shape().size() == 2 && t.shape()[
 
 int64_t argmax_row(std::span<const float> row) { return std::max_element(row.begin(), row.end()) - row.begin(); }
 
+// -log softmax(row)[label], computed stably.
+double negative_log_likelihood(std::span<const float> row, int64_t label) {
+    const double top = *std::max_element(row.begin(), row.end());
+    double sum = 0;
+    for (float v : row) sum += std::exp(static_cast<double>(v) - top);
+    return top + std::log(sum) - static_cast<double>(row[static_cast<size_t>(label)]);
+}
+
 int64_t label_at(const Tensor& labels, int64_t i) {
     switch (labels.type()) {
         case DataType::Int64: return labels.data<int64_t>()[i];
@@ -46,6 +54,7 @@ nlohmann::json Evaluation::to_json() const {
         j["outputs"].push_back(m);
     }
     if (float_accuracy) j["accuracy"] = {{"float", *float_accuracy}, {"quantized", *quantized_accuracy}};
+    if (float_perplexity) j["perplexity"] = {{"float", *float_perplexity}, {"quantized", *quantized_perplexity}};
     return j;
 }
 
@@ -58,6 +67,8 @@ Evaluation compare_outputs(const Model& float_model, const Model& quantized, Dat
     const auto& names = reference.output_names();
     std::vector<Sums> sums(names.size());
     int64_t float_correct = 0, quant_correct = 0, labelled = 0;
+    double float_nll = 0, quant_nll = 0;
+    bool language_model = false;
     Evaluation out;
     data.rewind();
     while (auto batch = data.next()) {
@@ -86,6 +97,27 @@ Evaluation compare_outputs(const Model& float_model, const Model& quantized, Dat
                 s.max_abs = std::max(s.max_abs, std::abs(d));
             }
             s.elements += static_cast<int64_t>(fv.size());
+            if (o == 0 && labels && f[o].shape().size() == 3) {
+                // A language model's logits: every position is a labelled token.
+                language_model = true;
+                const int64_t cols = f[o].shape()[2], rows = static_cast<int64_t>(fv.size()) / std::max<int64_t>(cols, 1);
+                for (int64_t r = 0; r < rows; ++r) {
+                    if (labelled >= labels->size())
+                        throw InputError(fmt::format("evaluation_labels holds {} tokens, but the evaluation data has "
+                                                     "more positions",
+                                                     labels->size()));
+                    const int64_t want = label_at(*labels, labelled++);
+                    if (want < 0 || want >= cols)
+                        throw InputError(fmt::format("evaluation_labels holds the token {}, outside the {} logits",
+                                                     want, cols));
+                    const auto fr = fv.subspan(static_cast<size_t>(r * cols), static_cast<size_t>(cols));
+                    const auto qr = qv.subspan(static_cast<size_t>(r * cols), static_cast<size_t>(cols));
+                    float_correct += argmax_row(fr) == want;
+                    quant_correct += argmax_row(qr) == want;
+                    float_nll += negative_log_likelihood(fr, want);
+                    quant_nll += negative_log_likelihood(qr, want);
+                }
+            }
             s.classifier = s.classifier && is_classifier(f[o]);
             if (!s.classifier) continue;
             const int64_t rows = f[o].shape()[0], cols = f[o].shape()[1];
@@ -128,6 +160,10 @@ Evaluation compare_outputs(const Model& float_model, const Model& quantized, Dat
     if (labels && labelled > 0) {
         out.float_accuracy = static_cast<double>(float_correct) / static_cast<double>(labelled);
         out.quantized_accuracy = static_cast<double>(quant_correct) / static_cast<double>(labelled);
+    }
+    if (language_model && labelled > 0) {
+        out.float_perplexity = std::exp(float_nll / static_cast<double>(labelled));
+        out.quantized_perplexity = std::exp(quant_nll / static_cast<double>(labelled));
     }
     return out;
 }

@@ -29,12 +29,17 @@ struct Evaluation {
     /// With labels: top-1 accuracy of output 0 for the float and quantized model.
     std::optional<double> float_accuracy;
     std::optional<double> quantized_accuracy;
+    /// With labels and a language model's logits [N, T, V] as output 0: the
+    /// perplexity, exp of the mean negative log-likelihood of the labelled tokens.
+    std::optional<double> float_perplexity;
+    std::optional<double> quantized_perplexity;
 
     nlohmann::json to_json() const;
 };
 
 /// Runs up to `max_batches` batches (0: all) through both models. `labels`, when
-/// given, holds one integer class per sample of the first output, in order.
+/// given, holds one integer class per sample of the first output, in order (for
+/// logits [N, T, V]: one token per position, N x T per batch).
 Evaluation compare_outputs(const Model& float_model, const Model& quantized, DataReader& data, const Tensor* labels,
                            int threads, int max_batches = 0);
 

@@ -308,6 +308,8 @@ std::string summary_line(const Evaluation& e) {
     if (e.float_accuracy)
         line += fmt::format("; accuracy float {:.2f}%, quantized {:.2f}%", 100 * *e.float_accuracy,
                             100 * *e.quantized_accuracy);
+    if (e.float_perplexity)
+        line += fmt::format("; perplexity float {:.3f}, quantized {:.3f}", *e.float_perplexity, *e.quantized_perplexity);
     return line;
 }
 
