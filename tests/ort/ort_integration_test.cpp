@@ -703,17 +703,17 @@ constexpr double kModeTolerance = 0.1;
 const std::string kInputParams = "--set 'input_quantization_params={x: [128, 0.008], h: [0, 0.0012]}'";
 const std::string kOutputParams = "--set 'output_quantization_params={m1: [128, 0.0025], y: [128, 0.0006]}'";
 
-struct SeedMode {
+struct ToolMode {
     std::string name, recipe, settings;
     std::map<std::string, int> ops;  ///< op counts the written graph must have
     double tolerance;                ///< of ONNX Runtime's output against the float one
 };
 
-void PrintTo(const SeedMode& mode, std::ostream* os) { *os << mode.name; }
+void PrintTo(const ToolMode& mode, std::ostream* os) { *os << mode.name; }
 
-class OnnxRuntimeSeedModes : public ::testing::TestWithParam<SeedMode> {};
+class OnnxRuntimeToolModes : public ::testing::TestWithParam<ToolMode> {};
 
-TEST_P(OnnxRuntimeSeedModes, WritesTheModesGraphAndRunsThere) {
+TEST_P(OnnxRuntimeToolModes, WritesTheModesGraphAndRunsThere) {
     const auto& mode = GetParam();
     const auto run = quantize_in_mode(two_matmuls(), mode.recipe, mode.settings, wave_tensor({4, 8}, 1.0f, 5));
     const auto ops = op_counts(run.written);
@@ -732,21 +732,21 @@ TEST_P(OnnxRuntimeSeedModes, WritesTheModesGraphAndRunsThere) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Modes, OnnxRuntimeSeedModes,
+    Modes, OnnxRuntimeToolModes,
     ::testing::Values(
-        SeedMode{"IntegerOpsDynamic", "integer_ops.yaml", "", {{"DynamicQuantizeLinear", 2}, {"MatMulInteger", 2}},
+        ToolMode{"IntegerOpsDynamic", "integer_ops.yaml", "", {{"DynamicQuantizeLinear", 2}, {"MatMulInteger", 2}},
                  kModeTolerance},
-        SeedMode{"IntegerOpsStatic",
+        ToolMode{"IntegerOpsStatic",
                  "integer_ops.yaml",
                  "--set static=true " + kInputParams,
                  {{"QuantizeLinear", 2}, {"MatMulInteger", 2}, {"DynamicQuantizeLinear", 0}},
                  kModeTolerance},
-        SeedMode{"QLinearOpsStatic",
+        ToolMode{"QLinearOpsStatic",
                  "qlinear_ops.yaml",
                  kInputParams + " " + kOutputParams,
                  {{"QuantizeLinear", 2}, {"QLinearMatMul", 2}, {"DynamicQuantizeLinear", 0}},
                  kModeTolerance},
-        SeedMode{"QLinearOpsDynamic",
+        ToolMode{"QLinearOpsDynamic",
                  "qlinear_ops.yaml",
                  "--set static=false " + kOutputParams,
                  {{"DynamicQuantizeLinear", 2}, {"QLinearMatMul", 2}},

@@ -388,7 +388,7 @@ void fill_random(Tensor& t, std::mt19937_64& rng, double lo, double hi, bool int
 namespace {
 
 // A decoder exported as language models are (input_ids, past key/value inputs):
-// its random inputs are what the seed's make_model_input builds, a sequence of
+// its random inputs are what language-model calibration scripts build: a sequence of
 // kDecoderSequence tokens with an empty past.
 constexpr int64_t kDecoderSequence = 32;
 
