@@ -30,10 +30,7 @@ TEST(AwqLite, FoldsIntoTheLayerNormAndNeverIncreasesTheError) {
     const auto original = model;
     auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 4, 7);
     vaiq::AwqOptions options;
-    options.spec.type = vaiq::QuantType::QInt4;
-    options.spec.symmetric = true;
-    options.spec.axis = 0;
-    options.spec.block_size = 16;
+    options.spec = vaiq::test::blocked_spec(vaiq::QuantType::QInt4, true, 16);
     const auto r = vaiq::awq_lite(model, *data, options, {"proj"}, 1);
     EXPECT_EQ(r.activations, 1);
     EXPECT_EQ(r.scaled, 1);

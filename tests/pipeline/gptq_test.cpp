@@ -51,12 +51,7 @@ TEST(Gptq, LazyBatchesMatchTheDirectUpdate) {
     std::vector<float> wv(k * n);
     for (auto& v : wv) v = static_cast<float>(normal(rng) * 0.5);
     const auto w = vaiq::Tensor::from_values<float>({int64_t{k}, int64_t{n}}, wv);
-    vaiq::QuantSpec spec;
-    spec.type = vaiq::QuantType::QInt4;
-    spec.symmetric = true;
-    spec.axis = 0;
-    spec.block_size = 3;
-    const auto params = vaiq::constant_params(w, spec);
+    const auto params = vaiq::constant_params(w, vaiq::test::blocked_spec(vaiq::QuantType::QInt4, true, 3));
     const vaiq::ParamLayout layout(w.shape(), params, "w");
 
     vaiq::GptqOptions options;

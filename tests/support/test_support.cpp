@@ -208,6 +208,15 @@ std::vector<std::vector<float>> normal_batches(int count, int size, float stddev
     return out;
 }
 
+QuantSpec blocked_spec(QuantType type, bool symmetric, int64_t block_size) {
+    QuantSpec spec;
+    spec.type = type;
+    spec.symmetric = symmetric;
+    spec.axis = 0;
+    spec.block_size = block_size;
+    return spec;
+}
+
 void write_png(const fs::path& path, const Image& image) {
     png_image png{};
     png.version = PNG_IMAGE_VERSION;

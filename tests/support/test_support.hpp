@@ -60,6 +60,9 @@ class GraphBuilder {
     onnx::ModelProto proto_;
 };
 
+/// A weight spec in blocks of `block_size` along axis 0 (K of a MatMul's B).
+QuantSpec blocked_spec(QuantType type, bool symmetric, int64_t block_size);
+
 /// A float tensor with the given shape, filled with start, start+step, ...
 Tensor ramp(std::vector<int64_t> shape, float start = 0.0f, float step = 1.0f);
 

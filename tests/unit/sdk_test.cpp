@@ -419,11 +419,7 @@ TEST(BlockwiseQuantization, RoundToNearestBlocksMatchHandComputedParameters) {
                                                                               -1.4f, 0.1f,  //
                                                                               0.3f, 3.5f,   //
                                                                               0.15f, -0.5f});
-    vaiq::QuantSpec spec;
-    spec.type = vaiq::QuantType::QInt4;
-    spec.symmetric = true;
-    spec.axis = 0;
-    spec.block_size = 2;
+    auto spec = vaiq::test::blocked_spec(vaiq::QuantType::QInt4, true, 2);
     const auto p = vaiq::constant_params(w, spec);
     EXPECT_EQ(p.block_shape, (std::vector<int64_t>{2, 2}));
     // Symmetric int4 spans [-7, 7]: scale = max|w| / 7 per block, zero point 0.
@@ -447,11 +443,7 @@ TEST(BlockwiseQuantization, RoundToNearestBlocksMatchHandComputedParameters) {
 
 TEST(BlockwiseQuantization, ALastShortBlockAndBadLayoutsAreHandled) {
     const auto w = vaiq::test::ramp({5, 3}, -1.0f, 0.1f);
-    vaiq::QuantSpec spec;
-    spec.type = vaiq::QuantType::QInt8;
-    spec.symmetric = true;
-    spec.axis = 0;
-    spec.block_size = 2;
+    const auto spec = vaiq::test::blocked_spec(vaiq::QuantType::QInt8, true, 2);
     const auto p = vaiq::constant_params(w, spec);
     EXPECT_EQ(p.block_shape, (std::vector<int64_t>{3, 3})) << "ceil(5 / 2) blocks along K";
     const vaiq::ParamLayout layout(w.shape(), p, "w");

@@ -27,11 +27,7 @@ Tensor weights() {
 }
 
 vaiq::TensorQuant blocked(QuantType type, bool symmetric) {
-    vaiq::QuantSpec spec;
-    spec.type = type;
-    spec.symmetric = symmetric;
-    spec.axis = 0;
-    spec.block_size = 16;
+    const auto spec = vaiq::test::blocked_spec(type, symmetric, 16);
     return {std::string("w"), vaiq::TensorRole::Weight, spec, vaiq::constant_params(weights(), spec)};
 }
 
