@@ -777,3 +777,20 @@ TEST(Cli, TheLanguageModelExampleKeepsItsPerplexityInFourBits) {
     EXPECT_LT(perplexity["awq_lite"], perplexity["rtn"]);
     EXPECT_LT(perplexity["gptq"], perplexity["rtn"]);
 }
+
+TEST(Cli, TheInt4RecipesLeaveTheLanguageModelHeadFloat) {
+    const auto dir = temp_dir();
+    vaiq::test::GraphBuilder b(17);
+    b.input("x", {1, 4, 32}).output("logits", {1, 4, 40});
+    b.initializer("w", vaiq::test::ramp({32, 32}, -0.5f, 0.001f)).initializer("head", vaiq::test::ramp({32, 40}, -0.5f, 0.001f));
+    b.node("MatMul", {"x", "w"}, {"h"}, "/model/layers.0/mlp/MatMul");
+    b.node("MatMul", {"h", "head"}, {"logits"}, "/lm_head/MatMul");
+    vaiq::save_model(b.build(), dir / "m.onnx");
+    const auto r = vaiq_cli("-q run " VAIQ_SOURCE_DIR "/recipes/int4_rtn.yaml --model " + (dir / "m.onnx").string() +
+                            " --set block_size=16 --output " + (dir / "q.onnx").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto model = vaiq::load_model(dir / "q.onnx");
+    ASSERT_EQ(model.graph().node_size(), 2);
+    EXPECT_EQ(model.graph().node(0).op_type(), "MatMulNBits");
+    EXPECT_EQ(model.graph().node(1).op_type(), "MatMul") << "the head stays float";
+}
