@@ -758,7 +758,7 @@ TEST(Cli, AwqLiteAndGptqBeatRoundToNearestWhereActivationsHaveLoudChannels) {
 TEST(Cli, TheLanguageModelExampleKeepsItsPerplexityInFourBits) {
     const auto dir = temp_dir();
     std::map<std::string, double> perplexity;
-    for (const char* algorithm : {"rtn", "awq_lite", "gptq"}) {
+    for (const char* algorithm : {"rtn", "awq_lite", "awq_clip", "awq_full", "gptq"}) {
         const auto out = dir / (std::string(algorithm) + ".onnx");
         const auto r = vaiq_cli("-q run " VAIQ_SOURCE_DIR "/examples/charlm/charlm_int4.yaml --output " + out.string() +
                                 " --set weight_only_algorithm=" + algorithm);
@@ -775,6 +775,8 @@ TEST(Cli, TheLanguageModelExampleKeepsItsPerplexityInFourBits) {
                             "/examples/charlm/charlm.onnx --output " + (dir / "no_data.onnx").string());
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_LT(perplexity["awq_lite"], perplexity["rtn"]);
+    EXPECT_LT(perplexity["awq_clip"], perplexity["rtn"]);
+    EXPECT_LT(perplexity["awq_full"], perplexity["awq_lite"]) << "clipping after the scales helps again";
     EXPECT_LT(perplexity["gptq"], perplexity["rtn"]);
 }
 

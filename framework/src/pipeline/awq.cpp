@@ -182,4 +182,78 @@ AwqResult awq_lite(Model& model, DataReader& data, const AwqOptions& options, co
     return result;
 }
 
+AwqClipResult awq_clip(const Model& model, QuantPlan& plan, DataReader& data, int sample_rows, int threads) {
+    AwqClipResult result;
+    const GraphIndex index(model.graph());
+    // The weights to search, by the activation they multiply.
+    std::map<std::string, std::vector<TensorQuant*>> by_input;
+    std::map<std::string, int64_t> channels;
+    for (const auto& node : model.graph().node()) {
+        if (!is_default_domain(node) || node.op_type() != "MatMul" || node.input_size() != 2) continue;
+        auto it = std::find_if(plan.tensors.begin(), plan.tensors.end(),
+                               [&](const TensorQuant& t) { return t.tensor == node.input(1); });
+        const auto* init = index.initializer(node.input(1));
+        if (it == plan.tensors.end() || !init || init->dims_size() != 2) continue;
+        const auto& p = it->params;
+        if (p.block_size <= 0 || p.axis != 0 || !it->spec.symmetric || !is_integer(p.type)) continue;
+        by_input[node.input(0)].push_back(&*it);
+        channels[node.input(0)] = init->dims(0);
+    }
+    if (by_input.empty()) return result;
+    const auto samples = sample_activations(model, data, channels, sample_rows, threads);
+    for (auto& [x, weights] : by_input) {
+        const auto& rows = samples.at(x).rows;
+        if (rows.empty()) continue;
+        for (auto* t : weights) {
+            auto& p = t->params;
+            const auto w = Tensor::from_proto(*index.initializer(t->tensor));
+            const auto k = w.shape()[0], n = w.shape()[1], block = p.block_size;
+            const auto wv = w.data<float>();
+            const auto [qmin, qmax] = integer_range(p.type, true);
+            std::vector<double> d(static_cast<size_t>(block));
+            for (int64_t b = 0; b * block < k; ++b) {
+                const int64_t first = b * block, last = std::min(k, first + block);
+                for (int64_t col = 0; col < n; ++col) {
+                    double amax = 0;
+                    for (int64_t j = first; j < last; ++j) amax = std::max(amax, std::abs(static_cast<double>(wv[j * n + col])));
+                    if (amax == 0) continue;
+                    // Output error of the block's rounding over the sampled tokens, for one clip ratio.
+                    auto error = [&](double scale) {
+                        for (int64_t j = first; j < last; ++j) {
+                            const double v = wv[j * n + col];
+                            const double q = std::clamp(std::nearbyint(v / scale), static_cast<double>(qmin),
+                                                        static_cast<double>(qmax));
+                            d[static_cast<size_t>(j - first)] = v - q * scale;
+                        }
+                        double e = 0;
+                        for (const auto& row : rows) {
+                            double dot = 0;
+                            for (int64_t j = first; j < last; ++j) dot += row[static_cast<size_t>(j)] * d[static_cast<size_t>(j - first)];
+                            e += dot * dot;
+                        }
+                        return e;
+                    };
+                    const auto param = static_cast<size_t>(b * n + col);
+                    double best_scale = p.scale[param], best = error(best_scale);
+                    for (int step = 0; step <= 10; ++step) {
+                        const double scale = amax * (1.0 - 0.05 * step) / static_cast<double>(qmax);
+                        const double e = error(scale);
+                        if (e < best) {
+                            best = e;
+                            best_scale = scale;
+                        }
+                    }
+                    ++result.blocks;
+                    if (static_cast<float>(best_scale) != p.scale[param]) {
+                        p.scale[param] = static_cast<float>(best_scale);
+                        ++result.clipped;
+                    }
+                }
+            }
+            ++result.weights;
+        }
+    }
+    return result;
+}
+
 }  // namespace vaiq

@@ -35,4 +35,17 @@ struct AwqResult {
 AwqResult awq_lite(Model& model, DataReader& data, const AwqOptions& options, const std::set<std::string>& nodes,
                    int threads);
 
+struct AwqClipResult {
+    int weights = 0;          ///< blocked symmetric MatMul weights searched
+    int64_t clipped = 0;      ///< (block, column) pairs whose range was clipped
+    int64_t blocks = 0;       ///< (block, column) pairs searched
+};
+
+/// AWQ-clip: for each block and output column of every symmetric block-wise
+/// MatMul weight of `plan`, the clip ratio α in 1, 0.95, ..., 0.5 of the block's
+/// max |w| whose scale (α max|w| / qmax) gives the least output error on the
+/// block's inputs over up to `sample_rows` sampled tokens; the plan's scales
+/// are replaced by the chosen ones.
+AwqClipResult awq_clip(const Model& model, QuantPlan& plan, DataReader& data, int sample_rows, int threads);
+
 }  // namespace vaiq

@@ -470,8 +470,8 @@ void prepare_phase(RunState& s) {
         log_info("SmoothQuant: {} activations smoothed ({} folded into their producer), {} weights scaled",
                  r.activations, r.folded, r.weights);
     }
-    if (s.recipe.value("weight_only").get<bool>() && s.recipe.value("weight_only_algorithm") == "awq_lite")
-        awq_phase(s);
+    const auto& algorithm = s.recipe.value("weight_only_algorithm");
+    if (s.recipe.value("weight_only").get<bool>() && (algorithm == "awq_lite" || algorithm == "awq_full")) awq_phase(s);
 }
 
 void plan_phase(RunState& s) {
@@ -696,7 +696,15 @@ void parameters_phase(RunState& s) {
         refined = recompute();
     }
     if (s.recipe.value("include_fast_ft").get<bool>()) finetune_weights(s);
-    if (s.recipe.value("weight_only").get<bool>() && s.recipe.value("weight_only_algorithm") == "gptq") gptq_weights(s);
+    if (s.recipe.value("weight_only").get<bool>()) {
+        const auto& algorithm = s.recipe.value("weight_only_algorithm");
+        if (algorithm == "gptq") gptq_weights(s);
+        if (algorithm == "awq_clip" || algorithm == "awq_full") {
+            const auto r = awq_clip(s.model, s.plan, *s.data, 64, s.threads);
+            s.report["awq_clip"] = {{"weights", r.weights}, {"blocks", r.blocks}, {"clipped", r.clipped}};
+            log_info("AWQ-clip: {} of {} blocks clipped in {} weights", r.clipped, r.blocks, r.weights);
+        }
+    }
     // Last: the corrections are for the weights' final types and values.
     if (s.recipe.value("extra_options.BiasCorrection").get<bool>()) {
         correct_biases(s);

@@ -126,10 +126,11 @@ const std::vector<KeySpec>& recipe_keys() {
          P::Prepare,
          yes,
          "How weight-only weights are chosen: rtn (each block rounded to nearest), awq_lite (per-channel "
-         "activation-aware scales searched on the calibration data, or random inputs, first), gptq (rounding "
-         "with the error pushed into the rows not yet rounded, through the inputs' Hessian).",
+         "activation-aware scales searched on the calibration data, or random inputs, first), awq_clip (each "
+         "block's clip ratio searched for the least output error), awq_full (awq_lite, then awq_clip), gptq "
+         "(rounding with the error pushed into the rows not yet rounded, through the inputs' Hessian).",
          "weight_only",
-         {"rtn", "awq_lite", "gptq"}},
+         {"rtn", "awq_lite", "awq_clip", "awq_full", "gptq"}},
         {"extra_options.GPTQDamping", K::Float, "0.01", P::Parameters, yes,
          "GPTQ's damping (percdamp): this fraction of the Hessian's mean diagonal is added to it."},
         {"block_size", K::Int, "0", P::Plan, yes,
