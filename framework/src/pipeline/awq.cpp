@@ -8,8 +8,8 @@
 #include <map>
 #include <random>
 
+#include "pipeline/channel_ranges.hpp"
 #include "pipeline/smooth_quant.hpp"
-#include "runtime/executor.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
@@ -36,14 +36,8 @@ std::map<std::string, ActivationSample> sample_activations(const Model& model, D
         taps.push_back(x);
         out[x].abs_sum.assign(static_cast<size_t>(k), 0.0);
     }
-    runtime::ExecutorOptions options;
-    options.threads = threads;
-    options.taps.insert(taps.begin(), taps.end());
-    runtime::Executor executor(model, options);
     std::mt19937_64 rng(0);
-    data.rewind();
-    while (auto batch = data.next()) {
-        executor.run(batch->feeds, taps, [&](const std::string& name, const Tensor& value) {
+    for_each_tapped(model, data, taps, threads, [&](const std::string& name, const Tensor& value) {
             if (value.type() != DataType::Float) return;
             auto& s = out.at(name);
             const auto k = s.abs_sum.size();
@@ -62,8 +56,7 @@ std::map<std::string, ActivationSample> sample_activations(const Model& model, D
                         std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(r), k, s.rows[static_cast<size_t>(slot)].begin());
                 }
             }
-        });
-    }
+    });
     return out;
 }
 

@@ -2,6 +2,8 @@
 // SmoothQuant and data-aware passes (activation-aware CLE) scale channels by.
 #pragma once
 
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "pipeline/data_reader.hpp"
@@ -9,6 +11,11 @@
 #include "vaiq/pass.hpp"
 
 namespace vaiq {
+
+/// Runs every batch of `data` through `model` once, calling `observe` with each
+/// of `tensors` as the batch computes it (kept computed: not fused away).
+void for_each_tapped(const Model& model, DataReader& data, const std::vector<std::string>& tensors, int threads,
+                     const std::function<void(const std::string&, const Tensor&)>& observe);
 
 /// Runs every batch of `data` through the float model once, tapping the
 /// requested tensors: the largest |value| per channel along each request's

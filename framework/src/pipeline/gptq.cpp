@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "runtime/executor.hpp"
+#include "pipeline/channel_ranges.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
@@ -25,6 +25,12 @@ double grid_value(double w, double scale, double zero_point, int64_t qmin, int64
     return (q - zero_point) * scale;
 }
 
+// `rows` x `cols` row-major floats as doubles.
+MatrixD as_matrix(const float* data, Eigen::Index rows, Eigen::Index cols) {
+    return Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(data, rows, cols)
+        .cast<double>();
+}
+
 // tr((W - Q)ᵀ H (W - Q)) / (K N): the mean squared output error the rounding adds, H carrying the inputs.
 double output_error(const MatrixD& w, const MatrixD& q, const MatrixD& h) {
     const MatrixD d = w - q;
@@ -38,9 +44,7 @@ Tensor gptq_round(const Tensor& weight, const QuantParams& params, std::vector<d
     const auto k = weight.shape()[0], n = weight.shape()[1];
     const ParamLayout layout(weight.shape(), params, "weight");
     const auto [qmin, qmax] = integer_range(params.type);
-    MatrixD w = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
-                    weight.data<float>().data(), k, n)
-                    .cast<double>();
+    MatrixD w = as_matrix(weight.data<float>().data(), k, n);
     Eigen::Map<MatrixD> h(hessian.data(), k, k);
     // Channels never non-zero in the data cannot be seen: their weights do not matter.
     for (Eigen::Index i = 0; i < k; ++i)
@@ -105,25 +109,14 @@ GptqResult gptq(const Model& model, const QuantPlan& plan, DataReader& data, con
         hessians[x] = MatrixD::Zero(k, k);
         taps.push_back(x);
     }
-    runtime::ExecutorOptions eo;
-    eo.threads = threads;
-    eo.taps.insert(taps.begin(), taps.end());
-    runtime::Executor executor(model, eo);
-    data.rewind();
-    while (auto batch = data.next()) {
-        executor.run(batch->feeds, taps, [&](const std::string& name, const Tensor& value) {
-            if (value.type() != DataType::Float) return;
-            auto& h = hessians.at(name);
-            const auto k = h.rows();
-            const auto v = value.data<float>();
-            const auto count = static_cast<Eigen::Index>(v.size()) / k;
-            const Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> x(v.data(),
-                                                                                                             count, k);
-            const MatrixD xd = x.cast<double>();
-            h.noalias() += xd.transpose() * xd;
-            rows[name] += count;
-        });
-    }
+    for_each_tapped(model, data, taps, threads, [&](const std::string& name, const Tensor& value) {
+        if (value.type() != DataType::Float) return;
+        auto& h = hessians.at(name);
+        const auto count = value.size() / h.rows();
+        const MatrixD x = as_matrix(value.data<float>().data(), count, h.rows());
+        h.noalias() += x.transpose() * x;
+        rows[name] += count;
+    });
     for (auto& [x, h] : hessians) {
         if (rows[x] == 0) continue;
         h *= 2.0 / static_cast<double>(rows[x]);
@@ -134,18 +127,10 @@ GptqResult gptq(const Model& model, const QuantPlan& plan, DataReader& data, con
             std::vector<double> hv(h.data(), h.data() + h.size());
             auto rounded = gptq_round(weight, params, hv, options);
             const auto k = weight.shape()[0], n = weight.shape()[1];
-            const MatrixD w =
-                Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
-                    weight.data<float>().data(), k, n)
-                    .cast<double>();
             const auto rtn_values = fake_quantize(weight, params, name);
-            const MatrixD rtn = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
-                                    rtn_values.data<float>().data(), k, n)
-                                    .cast<double>();
-            const MatrixD gq = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
-                                   rounded.data<float>().data(), k, n)
-                                   .cast<double>();
-            GptqLayer layer{name, output_error(w, rtn, h), output_error(w, gq, h)};
+            const MatrixD w = as_matrix(weight.data<float>().data(), k, n);
+            GptqLayer layer{name, output_error(w, as_matrix(rtn_values.data<float>().data(), k, n), h),
+                            output_error(w, as_matrix(rounded.data<float>().data(), k, n), h)};
             // GPTQ minimises a proxy; when it does not beat round to nearest on H, keep the nearest.
             if (layer.error_gptq > layer.error_rtn) {
                 rounded = rtn_values;

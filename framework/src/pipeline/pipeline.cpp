@@ -409,8 +409,9 @@ void load_phase(RunState& s) {
 void awq_phase(RunState& s) {
     AwqOptions options;
     options.spec = s.target->default_spec(TensorRole::Weight, s.run);
-    options.spec.per_channel = options.spec.block_size == 0 && options.spec.per_channel;
-    options.spec.axis = options.spec.block_size > 0 ? 0 : 1;  // B [K, N]: blocks along K, channels along N
+    // B [K, N]: blocks along K, or channels along N.
+    if (options.spec.block_size > 0) options.spec.per_channel = false;
+    options.spec.axis = options.spec.block_size > 0 ? 0 : 1;
     std::set<std::string> nodes;
     for (const auto& d : decide_nodes(s.recipe, s.model, *s.target))
         if (d.quantized) nodes.insert(d.name);
@@ -700,7 +701,8 @@ void parameters_phase(RunState& s) {
         const auto& algorithm = s.recipe.value("weight_only_algorithm");
         if (algorithm == "gptq") gptq_weights(s);
         if (algorithm == "awq_clip" || algorithm == "awq_full") {
-            const auto r = awq_clip(s.model, s.plan, *s.data, 64, s.threads);
+            constexpr int kClipSampleRows = 64;  // the token rows the clip search weighs, as ModelOpt subsamples
+            const auto r = awq_clip(s.model, s.plan, *s.data, kClipSampleRows, s.threads);
             s.report["awq_clip"] = {{"weights", r.weights}, {"blocks", r.blocks}, {"clipped", r.clipped}};
             log_info("AWQ-clip: {} of {} blocks clipped in {} weights", r.clipped, r.blocks, r.weights);
         }
