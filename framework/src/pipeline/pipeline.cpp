@@ -885,8 +885,9 @@ void judge_outputs(const Recipe& recipe, const nlohmann::json& report) {
             }
             log_warn(
                 "output '{}' is far from the float model's: SQNR {:.2f} dB (warn_output_sqnr_db {}), cosine "
-                "{:.4f}; {}. To try: exclude that node (nodes_to_exclude) or give it 16 bits (an override setting "
-                "activation_type: QInt16) where the target allows, include_cle, another calibrate_method, more "
+                "{:.4f}; {}. To try: per_channel: true (depthwise convolutions need it), exclude that node "
+                "(nodes_to_exclude) or give it 16 bits (an override setting activation_type: QInt16) where the "
+                "target allows, include_cle, another calibrate_method, more "
                 "calibration data; `vaiq explain RECIPE --model M` shows each node's settings",
                 name, db, warn_db, o["cosine_similarity"].get<double>(), where);
         }
