@@ -8,6 +8,7 @@ struct CpuFeatures {
     bool avx2 = false;
     bool fma = false;
     bool avx512f = false;
+    bool avx512vbmi = false;  ///< with AVX512BW: byte permutes across a whole vector
 };
 
 /// What this CPU supports, detected on first use.
