@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <numeric>
@@ -473,4 +474,83 @@ TEST(MatMulNBitsKernel, AgreesWithTheSpecsArithmeticOnEveryPath) {
     nbits::check({12, 130, 64, 128, 4, Case::kFloat, true, false});
     nbits::check({1, 130, 5, 128, 4, Case::kDefault, false, false});
     nbits::check({9, 1100, 35, 16, 4, Case::kPacked, true, true});  // K in two chunks of the panel
+}
+
+namespace gbq {
+
+vaiq::Model gather_model(const Tensor& data, const Tensor& scales, const Tensor* zero_points, int64_t gather_axis,
+                         int64_t quantize_axis, int64_t bits, std::vector<int64_t> indices_shape) {
+    vaiq::test::GraphBuilder g(13);
+    g.input("ids", indices_shape, DataType::Int64).output("y", {});
+    g.initializer("data", data).initializer("scales", scales);
+    std::vector<std::string> inputs{"data", "ids", "scales"};
+    if (zero_points) {
+        g.initializer("zp", *zero_points);
+        inputs.push_back("zp");
+    }
+    auto& node = g.node("GatherBlockQuantized", inputs, {"y"}, "gather");
+    node.set_domain("com.microsoft");
+    vaiq::test::set_int_attribute(node, "gather_axis", gather_axis);
+    vaiq::test::set_int_attribute(node, "quantize_axis", quantize_axis);
+    vaiq::test::set_int_attribute(node, "block_size", 16);
+    vaiq::test::set_int_attribute(node, "bits", bits);
+    auto model = g.build();
+    auto* domain = model.proto().add_opset_import();
+    domain->set_domain("com.microsoft");
+    domain->set_version(1);
+    return model;
+}
+
+}  // namespace gbq
+
+// The int4 form with any axes: data [20, 3] (int4, one value a byte in memory)
+// blocked along axis 0 (two blocks of 16, the second short), gathered along
+// axis 1, zero points of the data's type; against the formula by hand.
+TEST(GatherBlockQuantizedKernel, Int4DataWithOtherAxesAndZeroPoints) {
+    std::vector<int8_t> values(60);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<int8_t>(static_cast<int>(i * 5 % 16) - 8);
+    Tensor data(DataType::Int4, {20, 3});
+    std::memcpy(data.mutable_bytes().data(), values.data(), values.size());
+    const auto scales = Tensor::from_values<float>({2, 3}, std::vector<float>{0.5f, 0.25f, 2.0f, 1.0f, 0.125f, 4.0f});
+    Tensor zp(DataType::Int4, {2, 3});
+    const int8_t zp_values[] = {0, 1, -2, 3, -4, 5};
+    std::memcpy(zp.mutable_bytes().data(), zp_values, 6);
+    const auto model = gbq::gather_model(data, scales, &zp, 1, 0, 4, {2});
+    const auto y = Executor(model).run({{"ids", Tensor::from_values<int64_t>({2}, std::vector<int64_t>{2, -3})}})[0];
+    ASSERT_EQ(y.shape(), (std::vector<int64_t>{20, 2}));
+    for (int64_t row = 0; row < 20; ++row)
+        for (int64_t j = 0; j < 2; ++j) {
+            const int64_t col = j == 0 ? 2 : 0, s = (row / 16) * 3 + col;
+            const float expected = static_cast<float>(values[row * 3 + col] - zp_values[s]) * scales.data<float>()[s];
+            EXPECT_FLOAT_EQ(y.data<float>()[row * 2 + j], expected) << row << " " << j;
+        }
+}
+
+// The uint8 form with 8-bit values: one a byte, packed zero points one a byte;
+// 2-D indices; an index out of range is an error naming it.
+TEST(GatherBlockQuantizedKernel, Uint8DataOfEightBitsAndBadIndices) {
+    std::vector<uint8_t> values(4 * 20);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<uint8_t>(i * 37 % 256);
+    const auto data = Tensor::from_values<uint8_t>({4, 20}, values);
+    std::vector<float> scale_values(8);
+    for (size_t i = 0; i < scale_values.size(); ++i) scale_values[i] = 0.01f * static_cast<float>(i + 1);
+    const auto scales = Tensor::from_values<float>({4, 2}, scale_values);
+    std::vector<uint8_t> zp_values(8);
+    for (size_t i = 0; i < zp_values.size(); ++i) zp_values[i] = static_cast<uint8_t>(100 + 10 * i);
+    const auto zp = Tensor::from_values<uint8_t>({4, 2}, zp_values);
+    const auto model = gbq::gather_model(data, scales, &zp, 0, 1, 8, {2, 2});
+    Executor executor(model);
+    const auto y = executor.run({{"ids", Tensor::from_values<int64_t>({2, 2}, std::vector<int64_t>{3, 0, 1, 3})}})[0];
+    ASSERT_EQ(y.shape(), (std::vector<int64_t>{2, 2, 20}));
+    const int64_t rows[] = {3, 0, 1, 3};
+    for (int64_t i = 0; i < y.size(); ++i) {
+        const int64_t row = rows[i / 20], col = i % 20, s = row * 2 + col / 16;
+        EXPECT_FLOAT_EQ(y.data<float>()[i], static_cast<float>(values[row * 20 + col] - zp_values[s]) * scale_values[s]);
+    }
+    const auto message = error_of([&] { executor.run({{"ids", Tensor::from_values<int64_t>({2, 2}, std::vector<int64_t>{0, 4, 1, 1})}}); });
+    EXPECT_NE(message.find("index 4 is out of range"), std::string::npos) << message;
+    const auto bad_scales = gbq::gather_model(data, Tensor::from_values<float>({4, 1}, std::vector<float>{1, 1, 1, 1}), nullptr, 0, 1, 8, {1});
+    EXPECT_NE(error_of([&] { Executor(bad_scales).run({{"ids", Tensor::from_values<int64_t>({1}, std::vector<int64_t>{0})}}); })
+                  .find("scales must have the data's shape"),
+              std::string::npos);
 }

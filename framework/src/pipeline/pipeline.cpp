@@ -815,6 +815,13 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
     if (writes && output.is_null()) throw InputError("no output path: set model_output in the recipe or pass --output");
     s.input = input.get<std::string>();
     if (!output.is_null()) s.output = output.get<std::string>();
+    // Checked now as well as when saving, so that a long run does not fail at its end.
+    if (writes) {
+        const fs::path dir = s.output.has_parent_path() ? s.output.parent_path() : fs::path(".");
+        std::error_code ec;
+        if (!fs::is_directory(dir, ec))
+            throw InputError(fmt::format("{}: the output folder {} does not exist", s.output.string(), dir.string()));
+    }
     s.report_path = recipe.value("report").is_null() ? fs::path(s.output).replace_extension(".report.json")
                                                      : fs::path(recipe.value("report").get<std::string>());
     s.report = initial_report(recipe, s.last);

@@ -286,13 +286,19 @@ class Planner {
         const auto config = node_config(d);
         const auto& op = node.op_type();
         if (weight_only_) {
-            // Only constant MatMul weights, blocked along K (the rows of B); activations stay float.
-            if (op != "MatMul" || !is_constant(node.input(1))) {
-                plan_.skipped.emplace_back(d.name, "weight_only quantizes the constant weights of MatMul only");
-                return;
+            // Only constant weights, activations stay float: MatMul's B blocked along K (its rows), an
+            // embedding table (Gather's data, gathered along axis 0) blocked along its rows' values.
+            if (op == "MatMul" && is_constant(node.input(1))) {
+                const int rank = rank_of(node.input(1));
+                add_weight(node.input(1), node, config, std::max(rank - 1, 0), std::max(rank - 2, 0));
+            } else if (op == "Gather" && is_constant(node.input(0)) && rank_of(node.input(0)) >= 2 &&
+                       int_attribute(node, "axis", 0) == 0) {
+                const int rank = rank_of(node.input(0));
+                add_weight(node.input(0), node, config, 0, rank - 1);
+            } else {
+                plan_.skipped.emplace_back(d.name, "weight_only quantizes the constant weights of MatMul and the "
+                                                   "tables of Gather along axis 0 only");
             }
-            const int rank = rank_of(node.input(1));
-            add_weight(node.input(1), node, config, std::max(rank - 1, 0), std::max(rank - 2, 0));
             return;
         }
         if (op == "Conv" || op == "ConvTranspose") {

@@ -3,9 +3,11 @@
 // blocks along K becomes one MatMulNBits node, B stored column by column as
 // `bits`-bit values packed into bytes (first value in the low nibble), the
 // scales [N, blocks] and, when not the default 2^(bits - 1), the zero points
-// packed the same way. Signed plans are stored offset by 2^(bits - 1), which
-// changes no dequantized value. Nothing else may be planned: activations stay
-// float in this form.
+// packed the same way. Each Gather whose table [rows, cols] the plan quantizes
+// in blocks along its rows becomes a GatherBlockQuantized, the table packed row
+// by row the same way (uint8 [rows, cols * bits / 8]). Signed plans are stored
+// offset by 2^(bits - 1), which changes no dequantized value. Nothing else may
+// be planned: activations stay float in this form.
 #include <vaiq/vaiq.hpp>
 
 namespace {
@@ -40,45 +42,106 @@ class Writer {
     void run() {
         int rewritten = 0;
         std::set<std::string> written;
+        int gathers = 0;
         for (auto& node : *graph_.mutable_node()) {
-            if (!vaiq::is_default_domain(node) || node.op_type() != "MatMul" || node.input_size() != 2) continue;
-            const auto* w = plan_.find(node.input(1));
-            if (!w) continue;
-            rewrite(node, *w);
-            written.insert(w->tensor);
-            ++rewritten;
+            if (!vaiq::is_default_domain(node) || node.input_size() != 2) continue;
+            if (node.op_type() == "MatMul") {
+                const auto* w = plan_.find(node.input(1));
+                if (!w) continue;
+                rewrite(node, *w);
+                written.insert(w->tensor);
+                ++rewritten;
+            } else if (node.op_type() == "Gather") {
+                const auto* w = plan_.find(node.input(0));
+                if (!w) continue;
+                rewrite_gather(node, *w);
+                written.insert(w->tensor);
+                ++gathers;
+            }
         }
         for (const auto& t : plan_.tensors)
             if (!written.count(t.tensor))
-                throw InputError(fmt::format("format 'matmul_nbits' writes the constant B of MatMul only; '{}' is "
-                                             "planned too (set weight_only: true)",
+                throw InputError(fmt::format("format 'matmul_nbits' writes the constant B of MatMul and the table of "
+                                             "Gather only; '{}' is planned too (set weight_only: true)",
                                              t.tensor));
         vaiq::remove_unused_initializers(graph_);
-        if (rewritten > 0) vaiq::import_opset(model_.proto(), "com.microsoft", 1);
-        vaiq::log_debug("matmul_nbits: {} MatMul nodes written as MatMulNBits", rewritten);
+        if (rewritten + gathers > 0) vaiq::import_opset(model_.proto(), "com.microsoft", 1);
+        vaiq::log_debug("matmul_nbits: {} MatMul nodes written as MatMulNBits, {} Gather as GatherBlockQuantized",
+                        rewritten, gathers);
     }
 
   private:
-    const onnx::TensorProto& weight(const TensorQuant& w, const onnx::NodeProto& node) const {
+    // The planned constant float matrix of `op`, blocked along `axis` in blocks of a power of two from 16.
+    const onnx::TensorProto& weight(const TensorQuant& w, const onnx::NodeProto& node, const char* op,
+                                    int axis) const {
         const auto* init = index_.initializer(w.tensor);
         if (!init || index_.is_graph_input(w.tensor) || init->dims_size() != 2 ||
             init->data_type() != static_cast<int>(vaiq::DataType::Float))
-            throw InputError(fmt::format("MatMulNBits takes a constant float B of rank 2; '{}' of node '{}' is not one",
+            throw InputError(fmt::format("{} takes a constant float matrix (rank 2); '{}' of node '{}' is not one", op,
                                          w.tensor, node.name()));
         const auto& p = w.params;
         const int bits = vaiq::quant_bits(p.type);
         if (bits != 4 && bits != 8)
-            throw InputError(fmt::format("MatMulNBits stores 4 or 8 bits, not {} ('{}')",
-                                         vaiq::quant_type_name(p.type), w.tensor));
-        if (p.block_size < 16 || (p.block_size & (p.block_size - 1)) != 0 || p.axis != 0)
-            throw InputError(fmt::format("MatMulNBits needs blocks along K of a power of two from 16 ('{}' has "
-                                         "block_size {}): set block_size, e.g. 128",
-                                         w.tensor, p.block_size));
+            throw InputError(fmt::format("{} stores 4 or 8 bits, not {} ('{}')", op, vaiq::quant_type_name(p.type),
+                                         w.tensor));
+        if (p.block_size < 16 || (p.block_size & (p.block_size - 1)) != 0 || p.axis != axis)
+            throw InputError(fmt::format("{} needs blocks along axis {} of a power of two from 16 ('{}' has "
+                                         "block_size {} along axis {}): set block_size, e.g. 128",
+                                         op, axis, w.tensor, p.block_size, p.axis));
         return *init;
     }
 
+    // Gather(table [rows, cols], indices) -> GatherBlockQuantized: the table
+    // packed row by row (uint8 [rows, cols * bits / 8]), scales [rows, blocks],
+    // zero points (when not the default) packed per row like them.
+    void rewrite_gather(onnx::NodeProto& node, const TensorQuant& w) {
+        const auto& init = weight(w, node, "GatherBlockQuantized", 1);
+        const auto& p = w.params;
+        const int bits = vaiq::quant_bits(p.type);
+        const int64_t rows = init.dims(0), cols = init.dims(1), blocks = (cols + p.block_size - 1) / p.block_size;
+        if (cols * bits % 8 != 0)
+            throw InputError(fmt::format("GatherBlockQuantized packs whole bytes per row: '{}' has {} values a row",
+                                         w.tensor, cols));
+        const bool is_signed = p.type == QuantType::QInt4 || p.type == QuantType::QInt8;
+        const int64_t offset = is_signed ? int64_t{1} << (bits - 1) : 0;
+        const Tensor q = vaiq::quantize_tensor(Tensor::from_proto(init), p, w.tensor);  // [rows, cols]
+        std::vector<uint8_t> values(static_cast<size_t>(rows * cols)), zero_points(p.zero_point.size());
+        for (size_t i = 0; i < values.size(); ++i)
+            values[i] = static_cast<uint8_t>((is_signed ? q.data<int8_t>()[i] : q.data<uint8_t>()[i]) + offset);
+        bool default_zero_points = true;
+        for (size_t i = 0; i < zero_points.size(); ++i) {
+            zero_points[i] = static_cast<uint8_t>(p.zero_point[i] + offset);
+            default_zero_points &= zero_points[i] == (1 << (bits - 1));
+        }
+        std::vector<std::string> inputs{
+            add_packed(w.tensor + "_Q" + std::to_string(bits), pack_rows(values, static_cast<size_t>(cols), bits), rows),
+            node.input(1),
+            vaiq::add_initializer(graph_, names_, w.tensor + "_scales", Tensor::from_values<float>({rows, blocks}, p.scale))};
+        if (!default_zero_points)
+            inputs.push_back(add_packed(w.tensor + "_zero_points",
+                                        pack_rows(zero_points, static_cast<size_t>(blocks), bits), rows));
+        onnx::NodeProto out;
+        out.set_op_type("GatherBlockQuantized");
+        out.set_domain("com.microsoft");
+        out.set_name((node.name().empty() ? node.output(0) : node.name()) + "_Q" + std::to_string(bits));
+        for (const auto& in : inputs) out.add_input(in);
+        out.add_output(node.output(0));
+        vaiq::set_int_attribute(out, "gather_axis", 0);
+        vaiq::set_int_attribute(out, "quantize_axis", 1);
+        vaiq::set_int_attribute(out, "block_size", p.block_size);
+        vaiq::set_int_attribute(out, "bits", bits);
+        node = std::move(out);
+    }
+
+    // Packed bytes as a uint8 initializer of `rows` rows.
+    std::string add_packed(const std::string& name, const std::vector<uint8_t>& bytes, int64_t rows) {
+        Tensor t(vaiq::DataType::UInt8, {rows, static_cast<int64_t>(bytes.size()) / rows});
+        vaiq::copy_bytes(t.mutable_bytes().data(), bytes.data(), bytes.size());
+        return vaiq::add_initializer(graph_, names_, name, t);
+    }
+
     void rewrite(onnx::NodeProto& node, const TensorQuant& w) {
-        const auto& init = weight(w, node);
+        const auto& init = weight(w, node, "MatMulNBits", 0);
         const auto& p = w.params;
         const int bits = vaiq::quant_bits(p.type);
         const int64_t k = init.dims(0), n = init.dims(1), block = p.block_size;
@@ -117,12 +180,9 @@ class Writer {
                                                               b_tensor),
                                         vaiq::add_initializer(graph_, names_, w.tensor + "_scales",
                                                               Tensor::from_values<float>({n, blocks}, scales))};
-        if (!default_zero_points) {
-            const auto zp_packed = pack_rows(zero_points, static_cast<size_t>(blocks), bits);
-            Tensor zp_tensor(vaiq::DataType::UInt8, {n, static_cast<int64_t>(zp_packed.size()) / n});
-            vaiq::copy_bytes(zp_tensor.mutable_bytes().data(), zp_packed.data(), zp_packed.size());
-            inputs.push_back(vaiq::add_initializer(graph_, names_, w.tensor + "_zero_points", zp_tensor));
-        }
+        if (!default_zero_points)
+            inputs.push_back(add_packed(w.tensor + "_zero_points",
+                                        pack_rows(zero_points, static_cast<size_t>(blocks), bits), n));
         onnx::NodeProto out;
         out.set_op_type("MatMulNBits");
         out.set_domain("com.microsoft");

@@ -65,6 +65,52 @@ TEST(MatMulNBits, WritesPackedColumnsThatComputeTheBlockwiseWeights) {
     }
 }
 
+// ids [2, 3] -> Gather(table [5, 40]) -> y [2, 3, 40]: rows of 40 values in blocks of 16, the last one short.
+vaiq::Model gather_model(const Tensor& table) {
+    vaiq::test::GraphBuilder b(13);
+    b.input("ids", {2, 3}, vaiq::DataType::Int64).output("y", {2, 3, 40});
+    b.initializer("table", table);
+    b.node("Gather", {"table", "ids"}, {"y"}, "embed");
+    return b.build();
+}
+
+TEST(MatMulNBits, WritesEmbeddingTablesAsGatherBlockQuantized) {
+    std::vector<float> v(200);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = std::cos(static_cast<float>(i) * 0.9f) * (i % 7 == 0 ? 3.0f : 1.0f);
+    const auto table = Tensor::from_values<float>({5, 40}, v);
+    for (const auto& [type, symmetric] : {std::pair{QuantType::QInt4, true}, std::pair{QuantType::QUInt4, false}}) {
+        auto spec = vaiq::test::blocked_spec(type, symmetric, 16);
+        spec.axis = 1;  // along each row
+        const vaiq::TensorQuant t{std::string("table"), vaiq::TensorRole::Weight, spec,
+                                  vaiq::constant_params(table, spec)};
+        auto model = gather_model(table);
+        emit(model, {{t}});
+        ASSERT_EQ(model.graph().node_size(), 1);
+        const auto& node = model.graph().node(0);
+        EXPECT_EQ(node.op_type(), "GatherBlockQuantized");
+        EXPECT_EQ(node.input(1), "ids");
+        EXPECT_EQ(node.input_size(), symmetric ? 3 : 4) << "symmetric int4 takes the default zero point 8";
+        const vaiq::GraphIndex index(model.graph());
+        const auto data = Tensor::from_proto(*index.initializer(node.input(0)));
+        EXPECT_EQ(data.type(), vaiq::DataType::UInt8);
+        EXPECT_EQ(data.shape(), (std::vector<int64_t>{5, 20})) << "two values a byte along each row";
+        EXPECT_EQ(Tensor::from_proto(*index.initializer(node.input(2))).shape(), (std::vector<int64_t>{5, 3}));
+        // Row 1's values 0 and 1 share its first byte, value 0 in the low nibble.
+        const auto q = vaiq::quantize_tensor(table, t.params, "table");
+        const int offset = symmetric ? 8 : 0;
+        auto stored = [&](size_t i) { return (symmetric ? q.data<int8_t>()[i] : q.data<uint8_t>()[i]) + offset; };
+        EXPECT_EQ(data.data<uint8_t>()[20], static_cast<uint8_t>(stored(40) | (stored(41) << 4)));
+        // vaiq gathers the block-wise values dequantized, negative indices counting from the end.
+        const auto ids = Tensor::from_values<int64_t>({2, 3}, std::vector<int64_t>{4, 0, 2, -1, 1, 1});
+        const auto y = vaiq::runtime::Executor(model).run({{"ids", ids}})[0];
+        const auto fake = vaiq::fake_quantize(table, t.params, "table");
+        ASSERT_EQ(y.shape(), (std::vector<int64_t>{2, 3, 40}));
+        const int64_t rows[] = {4, 0, 2, 4, 1, 1};
+        for (int64_t i = 0; i < y.size(); ++i)
+            EXPECT_FLOAT_EQ(y.data<float>()[i], fake.data<float>()[rows[i / 40] * 40 + i % 40]) << i;
+    }
+}
+
 TEST(MatMulNBits, RefusesWhatItCannotWrite) {
     auto model = matmul_model(weights());
     auto t = blocked(QuantType::QInt4, true);
