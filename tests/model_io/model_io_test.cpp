@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "runtime/executor.hpp"
@@ -91,6 +92,51 @@ TEST(ModelIo, ExternalDataBesideTheModelLoads) {
     ASSERT_NE(w, nullptr);
     EXPECT_EQ(w->data_location(), onnx::TensorProto::DEFAULT);
     EXPECT_EQ(vaiq::Tensor::from_proto(*w).size(), 54);
+}
+
+// Large external tensors stay in their file until read; what is saved from
+// them is the same bytes, wherever they go.
+TEST(ModelIo, LargeExternalTensorsAreReadWhenUsedAndSavedLikeAnyOther) {
+    const auto dir = temp_dir();
+    const auto source = external_model(dir, "weights.bin");
+    vaiq::LoadOptions defer_all;
+    defer_all.defer_external_bytes = 100;  // w holds 216 bytes
+    const auto model = vaiq::load_model(source, defer_all);
+    const auto* w = vaiq::GraphIndex(model.graph()).initializer("w");
+    ASSERT_NE(w, nullptr);
+    EXPECT_TRUE(vaiq::is_deferred(*w));
+    EXPECT_EQ(vaiq::stored_data_bytes(*w), 216u);
+    const auto inlined = vaiq::load_model(source);
+    const auto* inline_w = vaiq::GraphIndex(inlined.graph()).initializer("w");
+    EXPECT_FALSE(vaiq::is_deferred(*inline_w)) << "under the default 1 MiB: read at once";
+    const auto expected = vaiq::Tensor::from_proto(*inline_w);
+    const auto read = vaiq::Tensor::from_proto(*w);
+    ASSERT_EQ(read.shape(), expected.shape());
+    EXPECT_TRUE(std::equal(read.bytes().begin(), read.bytes().end(), expected.bytes().begin()));
+    // Saved inline, and to external data of another name, the values are the same.
+    vaiq::save_model(model, dir / "inline.onnx");
+    vaiq::SaveOptions external;
+    external.use_external_data_format = true;
+    external.external_data_file = "out_data";
+    external.external_data_size_threshold = 100;  // w goes out, b (12 bytes) stays
+    vaiq::save_model(model, dir / "out.onnx", external);
+    EXPECT_EQ(fs::file_size(dir / "out_data"), 216u);
+    for (const auto* name : {"inline.onnx", "out.onnx"}) {
+        const auto again = vaiq::load_model(dir / name);
+        const auto t = vaiq::Tensor::from_proto(*vaiq::GraphIndex(again.graph()).initializer("w"));
+        EXPECT_TRUE(std::equal(t.bytes().begin(), t.bytes().end(), expected.bytes().begin())) << name;
+    }
+    // A data file the model reads from is never replaced.
+    const auto before = read_bytes(dir / "weights.bin");
+    external.external_data_file = "weights.bin";
+    expect_input_error([&] { vaiq::save_model(model, dir / "other.onnx", external); }, "weights are read from");
+    EXPECT_EQ(read_bytes(dir / "weights.bin"), before);
+    EXPECT_FALSE(fs::exists(dir / "other.onnx"));
+    external.external_data_file = "sub/data";
+    expect_input_error([&] { vaiq::save_model(model, dir / "other.onnx", external); }, "plain file name");
+    // A file changed under a deferred tensor is an error when it is read, not garbage.
+    write_bytes(dir / "weights.bin", "short");
+    expect_input_error([&] { vaiq::Tensor::from_proto(*w); }, "cannot read its external data");
 }
 
 TEST(ModelIo, RejectsAbsoluteExternalDataLocation) {

@@ -5,7 +5,11 @@
 
 #include <fmt/format.h>
 
+#include <sys/resource.h>
+
 #include <cmath>
+#include <fstream>
+#include <iostream>
 #include <map>
 #include <tuple>
 #include <numeric>
@@ -791,3 +795,122 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return info.param.name; });
 
 }  // namespace
+
+namespace large {
+
+// A chain of `layers` MatMuls with [width, width] weights (uniform, variance
+// 1 / width, from a fixed xorshift), written straight to an external data file
+// so that the test never holds the model. Returns its size in bytes.
+int64_t write_matmul_chain(const fs::path& path, int64_t layers, int64_t width) {
+    onnx::ModelProto proto;
+    proto.set_ir_version(8);
+    auto* opset = proto.add_opset_import();
+    opset->set_version(17);
+    auto* graph = proto.mutable_graph();
+    graph->set_name("matmul_chain");
+    auto value = [](onnx::ValueInfoProto* v, const std::string& name, int64_t width) {
+        v->set_name(name);
+        auto* type = v->mutable_type()->mutable_tensor_type();
+        type->set_elem_type(static_cast<int>(vaiq::DataType::Float));
+        type->mutable_shape()->add_dim()->set_dim_value(1);
+        type->mutable_shape()->add_dim()->set_dim_value(width);
+    };
+    value(graph->add_input(), "x", width);
+    value(graph->add_output(), "y", width);
+    const fs::path data_name = path.filename().string() + ".data";
+    std::ofstream data(path.parent_path() / data_name, std::ios::binary);
+    uint64_t state = 0x9E3779B97F4A7C15ULL;
+    const float bound = std::sqrt(3.0f / static_cast<float>(width));
+    std::vector<float> row(static_cast<size_t>(width));
+    int64_t offset = 0;
+    for (int64_t l = 0; l < layers; ++l) {
+        const std::string w = fmt::format("layers.{}.weight", l);
+        auto* init = graph->add_initializer();
+        init->set_name(w);
+        init->set_data_type(static_cast<int>(vaiq::DataType::Float));
+        init->add_dims(width);
+        init->add_dims(width);
+        init->set_data_location(onnx::TensorProto::EXTERNAL);
+        const int64_t bytes = width * width * 4;
+        for (const auto& [key, v] : {std::pair<std::string, std::string>{"location", data_name.string()},
+                                     {"offset", std::to_string(offset)},
+                                     {"length", std::to_string(bytes)}}) {
+            auto* entry = init->add_external_data();
+            entry->set_key(key);
+            entry->set_value(v);
+        }
+        for (int64_t r = 0; r < width; ++r) {
+            for (auto& x : row) {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                x = (static_cast<float>(state >> 40) / static_cast<float>(1 << 24) * 2.0f - 1.0f) * bound;
+            }
+            data.write(reinterpret_cast<const char*>(row.data()), width * 4);
+        }
+        offset += bytes;
+        auto* node = graph->add_node();
+        node->set_op_type("MatMul");
+        node->set_name(fmt::format("/layers.{}/MatMul", l));
+        node->add_input(l == 0 ? std::string("x") : fmt::format("h{}", l - 1));
+        node->add_input(w);
+        node->add_output(l + 1 == layers ? std::string("y") : fmt::format("h{}", l));
+    }
+    if (!data) throw std::runtime_error("cannot write the model's data");
+    std::ofstream out(path, std::ios::binary);
+    proto.SerializeToOstream(&out);
+    return offset;
+}
+
+// The largest resident set of this process's finished children so far, in bytes.
+int64_t children_peak_rss() {
+    rusage usage{};
+    getrusage(RUSAGE_CHILDREN, &usage);
+    return static_cast<int64_t>(usage.ru_maxrss) * 1024;
+}
+
+}  // namespace large
+
+// A float model of 2.7 GB (ten MatMuls of 8192 x 8192, external data) through
+// int4_rtn.yaml: the weights are read one at a time from the input's data file,
+// so quantizing it (up to emit) needs well under the model's size; the full run
+// evaluates the float model, which needs its weights once. The result runs in
+// ONNX Runtime and in vaiq alike.
+TEST(LargeModel, OverTwoGigabytesQuantizesToInt4ReadingWeightsOneAtATime) {
+#if defined(__SANITIZE_ADDRESS__)
+    GTEST_SKIP() << "2.7 GB under AddressSanitizer is too slow for the suite; the release build runs it";
+#endif
+    const auto dir = vaiq::test::temp_dir();
+    std::error_code ec;
+    if (fs::space(dir, ec).available < (int64_t{8} << 30))
+        GTEST_SKIP() << "needs 8 GB free in " << dir << " for the model and its outputs";
+    const int64_t model_bytes = large::write_matmul_chain(dir / "big.onnx", 10, 8192);
+    ASSERT_GT(model_bytes, int64_t{2} << 30);
+    const std::string run = std::string(VAIQ_CLI) + " -q run " VAIQ_SOURCE_DIR "/recipes/int4_rtn.yaml --model " +
+                            (dir / "big.onnx").string() + " --output ";
+    auto r = run_command(run + (dir / "emit.onnx").string() + " --stop-after emit");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const int64_t emit_peak = large::children_peak_rss();
+    r = run_command(run + (dir / "q.onnx").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const int64_t full_peak = large::children_peak_rss();
+    std::cout << fmt::format("model {:.2f} GB; peak RSS up to emit {:.2f} GB ({:.2f}x), whole run {:.2f} GB ({:.2f}x)\n",
+                             model_bytes / 1e9, emit_peak / 1e9, double(emit_peak) / double(model_bytes),
+                             full_peak / 1e9, double(full_peak) / double(model_bytes));
+    EXPECT_LT(emit_peak, model_bytes / 2) << "weights read one at a time";
+    EXPECT_LT(full_peak, model_bytes * 3 / 2) << "the float model evaluated once";
+    // Saved as the recipe says: the model file small, every tensor in q.onnx_data.
+    EXPECT_LT(fs::file_size(dir / "q.onnx"), 1u << 20);
+    EXPECT_LT(fs::file_size(dir / "q.onnx_data"), static_cast<uintmax_t>(model_bytes * 3 / 10)) << "4 bits and scales";
+    const auto report = nlohmann::json::parse(slurp(dir / "q.report.json"));
+    EXPECT_GT(report["evaluation"]["outputs"][0]["sqnr_db"].get<double>(), 3.0) << "ten 4-bit layers compound";
+    const auto model = vaiq::load_model(dir / "q.onnx");
+    EXPECT_EQ(op_counts(model).at("MatMulNBits"), 10);
+    const auto x = normal_tensor({1, 8192}, 1.0f, 5);
+    vaiq::write_npy(dir / "x.npy", x);
+    r = run_in_ort(dir / "q.onnx", dir / "ort", dir / "x.npy");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto ours = vaiq::runtime::Executor(model).run({{"x", x}})[0];
+    EXPECT_LT(relative_error(ours, vaiq::read_npy(dir / "ort" / "output_0.npy")), 1e-5);
+    fs::remove_all(dir, ec);
+}

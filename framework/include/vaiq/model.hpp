@@ -20,8 +20,9 @@ namespace vaiq {
 /// The oldest default-domain opset vaiq quantizes.
 inline constexpr int64_t kMinimumOpset = 10;
 
-/// A loaded model. All tensor data is in memory: external data was read,
-/// validated and inlined by load_model().
+/// A loaded model. External data was validated by load_model(); small
+/// external tensors were read into the model, large ones stay deferred in
+/// their files until read (is_deferred, Tensor::from_proto).
 class VAIQ_API Model {
   public:
     Model() = default;
@@ -56,6 +57,9 @@ class VAIQ_API Model {
 struct LoadOptions {
     /// Refuse default-domain opsets below kMinimumOpset (with advice).
     bool check_opset = true;
+    /// External tensors of at least this many bytes stay in their files until
+    /// read, so that a model's weights are read one at a time (0: read all now).
+    size_t defer_external_bytes = size_t{1} << 20;
 };
 
 /// Reads a model and its external data. Throws InputError for a missing,
@@ -69,9 +73,11 @@ struct SaveOptions {
     bool use_external_data_format = false;
     /// Tensors smaller than this stay inline when writing external data.
     size_t external_data_size_threshold = 1024;
-    /// All external tensors in one file (<model file name>.data), else one file
+    /// All external tensors in one file (external_data_file), else one file
     /// per tensor, named after it.
     bool all_tensors_to_one_file = true;
+    /// That one file's name; empty: "<model file name>.data".
+    std::string external_data_file;
     /// The folder for the data files, relative to the model's folder and
     /// inside it ("" or "./": beside the model).
     std::string external_data_location;

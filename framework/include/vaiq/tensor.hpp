@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <new>
 #include <span>
@@ -107,12 +108,30 @@ VAIQ_API float bfloat16_to_float(uint16_t bits);
 /// (raw_data bytes or typed-field count), without copying it. Throws InputError.
 VAIQ_API void check_tensor_data(const onnx::TensorProto& proto);
 
+/// Whether a tensor's data is deferred: the loader leaves large external
+/// tensors in their file (location made absolute once validated) and
+/// Tensor::from_proto reads them when asked, so a model's weights need not
+/// all be in memory at once. save_model writes them out like any tensor.
+VAIQ_API bool is_deferred(const onnx::TensorProto& proto);
+/// A deferred tensor's stored bytes, handed to `sink` in pieces of at most
+/// 16 MiB. Throws InputError when the file cannot be read.
+VAIQ_API void read_deferred(const onnx::TensorProto& proto, const std::function<void(const char*, size_t)>& sink);
+/// Bytes a tensor holds in raw_data or in its deferred file (0 otherwise).
+VAIQ_API size_t stored_data_bytes(const onnx::TensorProto& proto);
+
 /// A read-only view of a batch of values, as calibrators receive them.
 template <typename T>
 struct TensorView {
     std::span<const int64_t> shape;
     std::span<const T> data;
 };
+
+/// Hands memory the C library keeps after frees back to the system. Called
+/// when a large tensor is freed: glibc serves such blocks from its heap once it
+/// has room there, and a smaller long-lived allocation above a freed block
+/// pins it, so that reading a model's weights one at a time would otherwise
+/// grow the process by a weight per tensor.
+VAIQ_API void return_freed_memory() noexcept;
 
 /// Allocates without zero-filling, for buffers that are written in full anyway,
 /// on 64-byte boundaries: a vector register or cache line never straddles two
@@ -126,7 +145,11 @@ struct DefaultInitAllocator : std::allocator<T> {
     };
     using std::allocator<T>::allocator;
     T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlignment)); }
-    void deallocate(T* p, size_t n) noexcept { ::operator delete(p, n * sizeof(T), kAlignment); }
+    void deallocate(T* p, size_t n) noexcept {
+        ::operator delete(p, n * sizeof(T), kAlignment);
+        if (n * sizeof(T) >= kLarge) return_freed_memory();
+    }
+    static constexpr size_t kLarge = size_t{64} << 20;
     template <typename U>
     void construct(U* p) noexcept {
         ::new (static_cast<void*>(p)) U;
@@ -146,9 +169,10 @@ class VAIQ_API Tensor {
     /// Contents undefined: for outputs a kernel writes in full.
     static Tensor uninitialized(DataType type, std::vector<int64_t> shape);
 
-    /// Decodes an initializer (raw_data or the typed fields). External data must
-    /// already be resolved (the model loader does that). Throws InputError when
-    /// the data does not match the declared shape and type.
+    /// Decodes an initializer (raw_data, the typed fields, or deferred data read
+    /// from its file). Other external data must already be resolved (the model
+    /// loader does that). Throws InputError when the data does not match the
+    /// declared shape and type.
     static Tensor from_proto(const onnx::TensorProto& proto);
     /// Encodes as raw_data.
     onnx::TensorProto to_proto(const std::string& name) const;

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "util/atomic_file.hpp"
@@ -66,9 +67,16 @@ bool is_within(const fs::path& child, const fs::path& parent) {
     return true;
 }
 
-// Resolves one external-data tensor into raw_data. The location must stay
-// inside the model's folder: no absolute paths, no "..", no symlink out of it.
-void inline_external_data(onnx::TensorProto& tensor, const fs::path& model_dir, const fs::path& model_path) {
+// Where one external-data tensor's bytes are, validated: the location must
+// stay inside the model's folder (no absolute paths, no "..", no symlink out
+// of it) and the file must hold the bytes the tensor declares.
+struct ExternalBytes {
+    fs::path file;
+    int64_t offset = 0, bytes = 0;
+};
+
+ExternalBytes resolve_external_data(const onnx::TensorProto& tensor, const fs::path& model_dir,
+                                    const fs::path& model_path) {
     std::string location;
     int64_t offset = 0;
     int64_t length = -1;
@@ -111,7 +119,7 @@ void inline_external_data(onnx::TensorProto& tensor, const fs::path& model_dir, 
     const auto file_size = static_cast<int64_t>(fs::file_size(file, ec));
     const int64_t count = element_count({tensor.dims().data(), static_cast<size_t>(tensor.dims_size())});
     const auto type = static_cast<DataType>(tensor.data_type());
-    if (element_size(type) == 0)
+    if (element_size(type) == 0 || type == DataType::String)
         throw InputError(fmt::format("{} has an element type that cannot be stored externally", where));
     const int64_t bytes = stored_bytes(type, count);
     if (length >= 0 && length != bytes)
@@ -120,11 +128,25 @@ void inline_external_data(onnx::TensorProto& tensor, const fs::path& model_dir, 
     if (offset < 0 || offset > file_size || bytes > file_size - offset)
         throw InputError(fmt::format("{} needs {} bytes at offset {} of '{}', which holds only {} bytes", where, bytes,
                                      offset, location, file_size));
-    std::ifstream in(file, std::ios::binary);
-    std::string data(static_cast<size_t>(bytes), '\0');
-    in.seekg(offset);
-    in.read(data.data(), bytes);
-    if (!in) throw InputError(fmt::format("{}: cannot read external data from '{}'", where, location));
+    return {file, offset, bytes};
+}
+
+// Points the tensor at its validated bytes (an absolute location marks it
+// deferred) or, below `defer_bytes`, reads them into raw_data.
+void resolve_tensor(onnx::TensorProto& tensor, const ExternalBytes& at, size_t defer_bytes) {
+    tensor.clear_external_data();
+    auto add = [&](const char* key, const std::string& value) {
+        auto* entry = tensor.add_external_data();
+        entry->set_key(key);
+        entry->set_value(value);
+    };
+    add("location", at.file.string());
+    add("offset", std::to_string(at.offset));
+    add("length", std::to_string(at.bytes));
+    if (defer_bytes > 0 && static_cast<size_t>(at.bytes) >= defer_bytes) return;
+    std::string data;
+    data.reserve(static_cast<size_t>(at.bytes));
+    read_deferred(tensor, [&](const char* p, size_t n) { data.append(p, n); });
     tensor.clear_external_data();
     tensor.clear_data_location();
     tensor.set_raw_data(std::move(data));
@@ -164,7 +186,8 @@ Model load_model(const fs::path& path, const LoadOptions& options) {
 
     const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
     for_each_tensor(model.graph(), [&](onnx::TensorProto& t) {
-        if (t.data_location() == onnx::TensorProto::EXTERNAL) inline_external_data(t, dir, path);
+        if (t.data_location() == onnx::TensorProto::EXTERNAL)
+            resolve_tensor(t, resolve_external_data(t, dir, path), options.defer_external_bytes);
         try {
             check_tensor_data(t);
         } catch (const InputError& e) {
@@ -455,38 +478,61 @@ std::string file_name_for(const std::string& tensor) {
     return out.empty() || out == "." || out == ".." ? "tensor" + out : out;
 }
 
-// Moves every tensor of at least `threshold` bytes out of the model, pointing
-// it at its file (relative to the model's folder). Returns each file's bytes.
-std::map<fs::path, std::string> externalize(onnx::ModelProto& proto, const fs::path& model_path,
-                                            const SaveOptions& options) {
+// One tensor's place in a data file of the written model.
+struct Placement {
+    onnx::TensorProto* tensor;
+    size_t offset, length;
+};
+
+// Where each tensor of at least the threshold's bytes goes (raw_data or
+// deferred), file by file, relative to the model's folder.
+std::map<fs::path, std::vector<Placement>> place_external(onnx::ModelProto& proto, const fs::path& model_path,
+                                                         const SaveOptions& options) {
     const fs::path folder =
         options.external_data_location == "./" ? fs::path() : fs::path(options.external_data_location);
-    std::map<fs::path, std::string> files;
-    std::set<std::string> taken = {model_path.filename().string(), model_path.filename().string() + ".data"};
+    std::map<fs::path, std::vector<Placement>> files;
+    std::map<fs::path, size_t> sizes;
+    const std::string one_file =
+        options.external_data_file.empty() ? model_path.filename().string() + ".data" : options.external_data_file;
+    std::set<std::string> taken = {model_path.filename().string(), one_file};
     for_each_tensor(*proto.mutable_graph(), [&](onnx::TensorProto& t) {
-        if (!t.has_raw_data() || t.raw_data().size() < options.external_data_size_threshold) return;
-        fs::path location = folder / (model_path.filename().string() + ".data");
+        const size_t length = stored_data_bytes(t);
+        if ((!t.has_raw_data() && !is_deferred(t)) || length < options.external_data_size_threshold) return;
+        fs::path location = folder / one_file;
         if (!options.all_tensors_to_one_file) {
             std::string name = file_name_for(t.name());
             for (int i = 1; !taken.insert(name).second; ++i) name = file_name_for(t.name()) + "_" + std::to_string(i);
             location = folder / name;
         }
-        auto& data = files[location.lexically_normal()];
-        const size_t offset = data.size();
-        const size_t length = t.raw_data().size();
-        data += t.raw_data();
-        t.clear_raw_data();
-        t.set_data_location(onnx::TensorProto::EXTERNAL);
-        auto add = [&](const char* key, const std::string& value) {
-            auto* entry = t.add_external_data();
-            entry->set_key(key);
-            entry->set_value(value);
-        };
-        add("location", location.lexically_normal().generic_string());
-        add("offset", std::to_string(offset));
-        add("length", std::to_string(length));
+        location = location.lexically_normal();
+        files[location].push_back({&t, sizes[location], length});
+        sizes[location] += length;
     });
     return files;
+}
+
+// The files deferred tensors are read from.
+std::set<fs::path> deferred_sources(const onnx::ModelProto& proto) {
+    std::set<fs::path> out;
+    for_each_tensor(const_cast<onnx::GraphProto&>(proto.graph()), [&](onnx::TensorProto& t) {
+        if (!is_deferred(t)) return;
+        for (const auto& entry : t.external_data())
+            if (entry.key() == "location") out.insert(fs::path(entry.value()));
+    });
+    return out;
+}
+
+// Reads every deferred tensor below `threshold` bytes (all when 0) into raw_data.
+void inline_deferred(onnx::ModelProto& proto, size_t threshold) {
+    for_each_tensor(*proto.mutable_graph(), [&](onnx::TensorProto& t) {
+        if (!is_deferred(t) || (threshold > 0 && stored_data_bytes(t) >= threshold)) return;
+        std::string data;
+        data.reserve(stored_data_bytes(t));
+        read_deferred(t, [&](const char* p, size_t n) { data.append(p, n); });
+        t.clear_external_data();
+        t.clear_data_location();
+        t.set_raw_data(std::move(data));
+    });
 }
 
 }  // namespace
@@ -506,14 +552,24 @@ void save_model(const Model& model, const fs::path& path, const SaveOptions& opt
 
     if (!options.use_external_data_format) {
         constexpr size_t kProtobufLimit = std::numeric_limits<int32_t>::max();
-        const size_t size = model.proto().ByteSizeLong();
+        size_t size = model.proto().ByteSizeLong();
+        for_each_tensor(const_cast<onnx::GraphProto&>(model.graph()), [&](onnx::TensorProto& t) {
+            if (is_deferred(t)) size += stored_data_bytes(t);
+        });
         if (size > kProtobufLimit)
             throw InputError(
                 fmt::format("the model is {:.2f} GB, over protobuf's 2 GB limit for one file; save it "
                             "with use_external_data_format",
                             size / 1e9));
+        const auto sources = deferred_sources(model.proto());
+        std::optional<onnx::ModelProto> inlined;
+        if (!sources.empty()) {
+            inlined = model.proto();
+            inline_deferred(*inlined, 0);
+        }
+        const auto& proto = inlined ? *inlined : model.proto();
         write_file_atomically(path, [&](std::ostream& out) {
-            if (!model.proto().SerializeToOstream(&out)) throw InternalError("protobuf failed to serialize the model");
+            if (!proto.SerializeToOstream(&out)) throw InternalError("protobuf failed to serialize the model");
         });
         return;
     }
@@ -521,13 +577,53 @@ void save_model(const Model& model, const fs::path& path, const SaveOptions& opt
     if (folder.is_absolute() || (!folder.empty() && *folder.begin() == ".."))
         throw InputError(fmt::format("external_data_location '{}' must be a folder inside the model's folder",
                                      options.external_data_location));
+    const fs::path data_name(options.external_data_file);
+    if (!options.external_data_file.empty() &&
+        (data_name.has_parent_path() || data_name == "." || data_name == ".." || data_name == path.filename()))
+        throw InputError(fmt::format("the external data file name '{}' must be a plain file name other than the "
+                                     "model's",
+                                     options.external_data_file));
     onnx::ModelProto proto = model.proto();
-    for (const auto& [location, data] : externalize(proto, path, options)) {
+    // Deferred tensors under the threshold stay inline, as raw_data would.
+    inline_deferred(proto, options.external_data_size_threshold);
+    const auto files = place_external(proto, path, options);
+    // The data files are written first, reading deferred tensors from where they are; a file the model
+    // reads from must not be replaced under it.
+    const auto sources = deferred_sources(proto);
+    for (const auto& [location, placements] : files) {
         const fs::path file = dir / location;
+        for (const auto& source : sources)
+            if (same_file(file, source))
+                throw InputError(fmt::format("{} would replace {}, which the model's weights are read from; choose "
+                                             "another output name or external_data_location",
+                                             file.string(), source.string()));
         fs::create_directories(file.parent_path(), ec);
-        write_file_atomically(
-            file, [&](std::ostream& out) { out.write(data.data(), static_cast<std::streamsize>(data.size())); });
+        write_file_atomically(file, [&](std::ostream& out) {
+            for (const auto& p : placements) {
+                if (is_deferred(*p.tensor))
+                    read_deferred(*p.tensor, [&](const char* bytes, size_t n) {
+                        out.write(bytes, static_cast<std::streamsize>(n));
+                    });
+                else
+                    out.write(p.tensor->raw_data().data(), static_cast<std::streamsize>(p.length));
+            }
+        });
     }
+    for (const auto& [location, placements] : files)
+        for (const auto& p : placements) {
+            auto& t = *p.tensor;
+            t.clear_raw_data();
+            t.clear_external_data();
+            t.set_data_location(onnx::TensorProto::EXTERNAL);
+            auto add = [&](const char* key, const std::string& value) {
+                auto* entry = t.add_external_data();
+                entry->set_key(key);
+                entry->set_value(value);
+            };
+            add("location", location.generic_string());
+            add("offset", std::to_string(p.offset));
+            add("length", std::to_string(p.length));
+        }
     write_file_atomically(path, [&](std::ostream& out) {
         if (!proto.SerializeToOstream(&out)) throw InternalError("protobuf failed to serialize the model");
     });

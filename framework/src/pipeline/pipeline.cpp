@@ -802,6 +802,21 @@ constexpr PhaseStep kSteps[] = {
     {Phase::Emit, emit_phase},   {Phase::Check, check_phase},         {Phase::Evaluate, evaluate_phase},
 };
 
+// How the recipe saves the model at `output`.
+SaveOptions save_options(const Recipe& recipe, const fs::path& output) {
+    SaveOptions save;
+    save.use_external_data_format = recipe.value("use_external_data_format").get<bool>();
+    save.external_data_file = recipe.value("external_data_name").get<std::string>();
+    for (size_t at; (at = save.external_data_file.find("{model}")) != std::string::npos;)
+        save.external_data_file.replace(at, 7, output.filename().string());
+    const auto threshold = recipe.value("external_data_size_threshold").get<int64_t>();
+    if (threshold < 0)
+        throw InputError(fmt::format("{}: external_data_size_threshold must not be negative",
+                                     recipe.setting("external_data_size_threshold").origin));
+    save.external_data_size_threshold = static_cast<size_t>(threshold);
+    return save;
+}
+
 // `writes`: the run will be saved, so it needs an output path.
 QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options, bool writes = true,
                       bool keep_tables = false) {
@@ -821,6 +836,7 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
         std::error_code ec;
         if (!fs::is_directory(dir, ec))
             throw InputError(fmt::format("{}: the output folder {} does not exist", s.output.string(), dir.string()));
+        save_options(recipe, s.output);
     }
     s.report_path = recipe.value("report").is_null() ? fs::path(s.output).replace_extension(".report.json")
                                                      : fs::path(recipe.value("report").get<std::string>());
@@ -849,8 +865,7 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
 // Writes the model, the dump a recipe asks for, and the report.
 void save_run(const Recipe& recipe, QuantizedRun& run) {
     const auto start = std::chrono::steady_clock::now();
-    SaveOptions save;
-    save.use_external_data_format = recipe.value("use_external_data_format").get<bool>();
+    SaveOptions save = save_options(recipe, run.output);
     save.check = false;  // the check phase just ran
     save_model(run.quantized, run.output, save, run.input);
     if (const auto& dir = recipe.value("dump_output_dir"); !dir.is_null()) {

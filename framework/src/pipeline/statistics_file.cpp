@@ -18,7 +18,7 @@ constexpr const char* kFormat = "vaiq-calibration-statistics";
 constexpr int kVersion = 1;
 
 // FNV-1a over bytes, continued from `hash`.
-uint64_t fnv1a(uint64_t hash, const std::string& bytes) {
+uint64_t fnv1a(uint64_t hash, std::string_view bytes) {
     for (unsigned char c : bytes) {
         hash ^= c;
         hash *= 0x100000001b3ULL;
@@ -41,7 +41,17 @@ std::string model_fingerprint(const Model& model) {
     for (const auto& input : graph.input()) hash = fnv1a(hash, input.SerializeAsString());
     for (const auto& output : graph.output()) hash = fnv1a(hash, output.SerializeAsString());
     for (const auto& node : graph.node()) hash = fnv1a(hash, node.SerializeAsString());
-    for (const auto& init : graph.initializer()) hash = fnv1a(hash, init.SerializeAsString());
+    for (const auto& init : graph.initializer()) {
+        if (!is_deferred(init)) {
+            hash = fnv1a(hash, init.SerializeAsString());
+            continue;
+        }
+        // Its data, not where the file happens to be.
+        onnx::TensorProto header = init;
+        header.clear_external_data();
+        hash = fnv1a(hash, header.SerializeAsString());
+        read_deferred(init, [&](const char* p, size_t n) { hash = fnv1a(hash, std::string_view(p, n)); });
+    }
     return fmt::format("fnv1a64:{:016x}", hash);
 }
 

@@ -143,6 +143,11 @@ const std::vector<KeySpec>& recipe_keys() {
         {"optimize_model", K::Bool, "true", P::Prepare, yes, "Optimize the float model before quantizing."},
         {"use_external_data_format", K::Bool, "false", P::Save, yes,
          "Store tensors in a .data file beside the output model (required over 2 GB)."},
+        {"external_data_name", K::String, "'{model}.data'", P::Save, yes,
+         "The external data file's name, {model} standing for the output model's file name ('{model}_data': as "
+         "onnx.save_model(location=basename + '_data'))."},
+        {"external_data_size_threshold", K::Int, "1024", P::Save, yes,
+         "Tensors of fewer bytes stay inside the model file when use_external_data_format is set (0: none)."},
         {"execution_providers", K::Providers, "[CPUExecutionProvider]", P::Calibrate, yes,
          "vaiq calibrates on its own CPU executor: only CPUExecutionProvider is accepted."},
         {"enable_dpu", K::Bool, "false", P::Prepare, yes, "Apply the DPU/NPU transforms and limitations."},

@@ -1,10 +1,14 @@
 #include "vaiq/tensor.hpp"
 
 #include <fmt/format.h>
+#include <malloc.h>
 
 #include <bit>
 #include <cctype>
+#include <filesystem>
+#include <fstream>
 #include <limits>
+#include <optional>
 
 #include "vaiq/error.hpp"
 
@@ -158,8 +162,84 @@ void check_tensor_data(const onnx::TensorProto& proto) {
     }
 }
 
+namespace {
+
+struct DeferredData {
+    std::string file;
+    int64_t offset = 0, length = 0;
+};
+
+// The location, offset and length the loader wrote for a deferred tensor.
+std::optional<DeferredData> deferred_data(const onnx::TensorProto& proto) {
+    if (proto.data_location() != onnx::TensorProto::EXTERNAL) return std::nullopt;
+    DeferredData d;
+    for (const auto& entry : proto.external_data()) {
+        if (entry.key() == "location") d.file = entry.value();
+        if (entry.key() == "offset") d.offset = std::stoll(entry.value());
+        if (entry.key() == "length") d.length = std::stoll(entry.value());
+    }
+    if (d.file.empty() || !std::filesystem::path(d.file).is_absolute()) return std::nullopt;
+    return d;
+}
+
+}  // namespace
+
+void return_freed_memory() noexcept { malloc_trim(0); }
+
+bool is_deferred(const onnx::TensorProto& proto) { return deferred_data(proto).has_value(); }
+
+size_t stored_data_bytes(const onnx::TensorProto& proto) {
+    if (const auto d = deferred_data(proto)) return static_cast<size_t>(d->length);
+    return proto.raw_data().size();
+}
+
+void read_deferred(const onnx::TensorProto& proto, const std::function<void(const char*, size_t)>& sink) {
+    const auto d = deferred_data(proto);
+    if (!d) throw InternalError(fmt::format("{} is not deferred external data", tensor_label(proto)));
+    std::ifstream in(d->file, std::ios::binary);
+    in.seekg(d->offset);
+    constexpr int64_t kPiece = int64_t{16} << 20;
+    std::vector<char> piece(static_cast<size_t>(std::min(kPiece, d->length)));
+    for (int64_t done = 0; done < d->length;) {
+        const int64_t n = std::min(kPiece, d->length - done);
+        in.read(piece.data(), n);
+        if (!in)
+            throw InputError(fmt::format("{}: cannot read its external data from '{}' (changed since the model was "
+                                         "loaded?)",
+                                         tensor_label(proto), d->file));
+        sink(piece.data(), static_cast<size_t>(n));
+        done += n;
+    }
+}
+
 Tensor Tensor::from_proto(const onnx::TensorProto& proto) {
     const auto type = static_cast<DataType>(proto.data_type());
+    if (is_deferred(proto)) {
+        // Read from its file straight into the tensor (4-bit values through their packed bytes).
+        if (element_size(type) == 0 || type == DataType::String)
+            throw InputError(fmt::format("{} has element type {}, which vaiq cannot read", tensor_label(proto),
+                                         data_type_name(type)));
+        Tensor t;
+        t.type_ = type;
+        t.shape_.assign(proto.dims().begin(), proto.dims().end());
+        const int64_t count = element_count(t.shape_);
+        if (stored_data_bytes(proto) != static_cast<size_t>(stored_bytes(type, count)))
+            throw InputError(fmt::format("{} declares {} elements but its external data holds {} bytes",
+                                         tensor_label(proto), count, stored_data_bytes(proto)));
+        t.bytes_.resize(static_cast<size_t>(count) * element_size(type));
+        std::vector<uint8_t> packed;
+        size_t at = 0;
+        read_deferred(proto, [&](const char* p, size_t n) {
+            if (is_4bit(type)) {
+                packed.insert(packed.end(), reinterpret_cast<const uint8_t*>(p), reinterpret_cast<const uint8_t*>(p) + n);
+            } else {
+                vaiq::copy_bytes(t.bytes_.data() + at, p, n);
+                at += n;
+            }
+        });
+        if (is_4bit(type)) unpack_4bit(packed.data(), t.bytes_, type == DataType::Int4);
+        return t;
+    }
     if (proto.data_location() == onnx::TensorProto::EXTERNAL)
         throw InternalError(
             fmt::format("{} still refers to external data; load it with load_model()", tensor_label(proto)));
