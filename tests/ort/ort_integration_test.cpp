@@ -613,6 +613,30 @@ TEST(OnnxRuntimeFloat, FusedAttentionAgreesWithOnnxRuntime) {
     }
 }
 
+TEST(OnnxRuntimeFloat, SigmoidIsBitForBitWhatOnnxRuntimeComputes) {
+    // MLAS's polynomial, not the exact logistic: the last bits decide what a following QuantizeLinear rounds to.
+    const auto dir = vaiq::test::temp_dir();
+    vaiq::test::GraphBuilder b(13);
+    b.input("x", {4099}).output("y", {4099});
+    b.node("Sigmoid", {"x"}, {"y"});
+    const auto model = b.build();
+    vaiq::save_model(model, dir / "sigmoid.onnx");
+    std::vector<float> v(4099);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = -24.0f + 48.0f * static_cast<float>(i) / 4098.0f;
+    v[7] = 0.0f;
+    v[8] = -0.0f;
+    v[9] = 1e-30f;
+    const auto x = vaiq::Tensor::from_values<float>({4099}, v);
+    vaiq::write_npy(dir / "x.npy", x);
+    const auto r = run_in_ort(dir / "sigmoid.onnx", dir / "ort", dir / "x.npy");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto ort = vaiq::read_npy(dir / "ort" / "output_0.npy");
+    const auto ours = vaiq::runtime::Executor(model).run({{"x", x}})[0];
+    int differ = 0;
+    for (int64_t i = 0; i < ours.size(); ++i) differ += ours.data<float>()[i] != ort.data<float>()[i];
+    EXPECT_EQ(differ, 0) << "of " << ours.size();
+}
+
 // Normally distributed values (wave_tensor's neighbours are too alike for a large weight: its rank is low).
 vaiq::Tensor normal_tensor(std::vector<int64_t> shape, float stddev, unsigned seed) {
     const int64_t n = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());

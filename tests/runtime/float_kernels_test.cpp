@@ -457,23 +457,25 @@ void check(const Case& c) {
 
 }  // namespace nbits
 
-// Every path of the kernel against the spec's arithmetic: 1-4 rows (weights
-// expanded in registers), more rows in groups of 8 with tails (expanded
-// panels), column counts off the groups of 4 and panels of 32, K ending inside
-// a block or spanning two chunks, 8 bits, zero points default/packed/float,
-// bias, B as an input.
+// Every path of the kernel against the spec's arithmetic: up to 16 rows
+// (weights expanded in registers, four rows at a time, 4-bit rows
+// de-interleaved), more rows in groups of 6 with tails (expanded panels, K in
+// chunks), column counts off the groups of 4 and panels of 64, K ending inside
+// a block, 8 bits, zero points default/packed/float, bias, B as an input.
 TEST(MatMulNBitsKernel, AgreesWithTheSpecsArithmeticOnEveryPath) {
     using nbits::Case;
-    for (int64_t rows : {1, 2, 3, 4, 5, 8, 13, 17})
-        for (int64_t n : {3, 37})
+    for (int64_t rows : {1, 2, 3, 4, 5, 8, 13, 16, 17, 23})
+        for (int64_t n : {3, 37, 70})
             nbits::check({rows, 40, n, 16, 4, Case::kDefault, false, true});
-    nbits::check({2, 200, 70, 32, 4, Case::kPacked, true, true});
-    nbits::check({11, 200, 70, 32, 4, Case::kPacked, true, true});
+    for (int64_t rows : {2, 19})
+        nbits::check({rows, 200, 70, 32, 4, Case::kPacked, true, true});
     nbits::check({3, 72, 33, 16, 8, Case::kFloat, false, true});
-    nbits::check({9, 72, 33, 64, 8, Case::kPacked, true, true});
-    nbits::check({12, 130, 64, 128, 4, Case::kFloat, true, false});
+    nbits::check({19, 72, 33, 64, 8, Case::kPacked, true, true});
+    for (int64_t rows : {12, 20})
+        nbits::check({rows, 130, 64, 128, 4, Case::kFloat, true, false});
     nbits::check({1, 130, 5, 128, 4, Case::kDefault, false, false});
-    nbits::check({9, 1100, 35, 16, 4, Case::kPacked, true, true});  // K in two chunks of the panel
+    nbits::check({18, 1100, 35, 16, 4, Case::kPacked, true, true});  // K in three chunks of the panel
+    nbits::check({3, 1100, 35, 64, 4, Case::kPacked, true, true});
 }
 
 namespace gbq {

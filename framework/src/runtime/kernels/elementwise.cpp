@@ -315,6 +315,16 @@ void erf(KernelContext& ctx, std::vector<Tensor>& out) {
     unary_float_fn([](double v) { return std::erf(v); })(ctx, out);
 }
 
+// Sigmoid as ONNX Runtime computes it (MLAS's polynomial), for float; doubles exactly.
+void sigmoid_kernel(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    if (x.type() == DataType::Float) {
+        out[0] = chunked_float(x, ort_logistic);
+        return;
+    }
+    unary_float_fn([](double v) { return sigmoid(v); })(ctx, out);
+}
+
 // Gelu (com.microsoft, and ONNX from opset 20 without the tanh approximation):
 // 0.5 x (1 + erf(x / sqrt 2)), as ONNX Runtime computes it.
 void gelu(KernelContext& ctx, std::vector<Tensor>& out) {
@@ -377,7 +387,7 @@ const KernelRegistration kKernels[] = {
     {"", "Round", 11, kLatest, unary_float_fn([](double v) { return std::nearbyint(v); })},
     {"", "Erf", 9, kLatest, erf},
     {"", "Tanh", 6, kLatest, unary_float_fn([](double v) { return std::tanh(v); })},
-    {"", "Sigmoid", 6, kLatest, unary_float_fn([](double v) { return sigmoid(v); })},
+    {"", "Sigmoid", 6, kLatest, sigmoid_kernel},
     {"", "Sin", 7, kLatest, unary_float_fn([](double v) { return std::sin(v); })},
     {"", "Cos", 7, kLatest, unary_float_fn([](double v) { return std::cos(v); })},
     {"", "Tan", 7, kLatest, unary_float_fn([](double v) { return std::tan(v); })},

@@ -1,11 +1,12 @@
 // com.microsoft MatMulNBits: A [..., K] times B stored as `bits`-bit blocks
 // along K, column by column (see the matmul_nbits format). B stays packed (a
 // decoder's weights must, for memory) and is expanded where it is used:
-// - a few rows (decoding token by token, bound by memory): each column's
-//   blocks are expanded in registers and multiplied into the rows as they are
-//   read, four columns at a time;
-// - more rows (prefill, bound by arithmetic): panels of columns are expanded
-//   into a buffer per thread and multiplied by oneDNN's sgemm.
+// - up to 16 rows (decoding token by token and short prompts, bound by
+//   memory): each column's blocks are expanded in registers and multiplied
+//   into the rows as they are read, four columns and four rows at a time;
+// - more rows (prompts, bound by arithmetic): panels of 64 columns are
+//   expanded k-major into a buffer per thread and multiplied from the cache,
+//   six rows at a time (through oneDNN's sgemm on CPUs without AVX-512).
 // Both sum in float, as ONNX Runtime does for accuracy levels 0 to 3.
 // GCC 12 warns inside its own AVX-512 headers (their _mm512_undefined_* placeholders).
 #pragma GCC diagnostic push
@@ -113,31 +114,44 @@ template <int Bits>
     }
 }
 
-// acc[r][c] += one 4-bit block of C columns (32 weights a step, looked up in
-// a table of the block's 16 values) times `length` values of R rows from k0.
+// acc[r][c] += one 4-bit block of C columns times `length` values of R rows
+// from k0. 32 weights a step: their 16 bytes widened to 16 lanes, the low
+// nibbles (even k) and the high ones (odd k) looked up in a table of the
+// block's 16 values; the rows come de-interleaved to match (see
+// deinterleaved_rows), so no nibble is shuffled back into order.
 template <int R, int C>
 [[gnu::target("avx512f,fma"), gnu::always_inline]] inline void multiply_block_4bit(
     const uint8_t* const bytes[C], const __m512 scale[C], const __m512 offset[C], const float* a, int64_t lda,
     int64_t k0, int64_t length, __m512 acc[R][C]) {
     const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m128i nibble = _mm_set1_epi8(0x0F);
+    const __m512i nibble = _mm512_set1_epi32(0x0F);
     __m512 table[C];
     for (int c = 0; c < C; ++c) table[c] = _mm512_fmadd_ps(iota, scale[c], offset[c]);
     for (int64_t j = 0; j < length; j += 32) {
-        __m512 w[C][2];
+        __m512 even[C], odd[C];
         for (int c = 0; c < C; ++c) {
-            const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes[c] + j / 2));
-            const __m128i low = _mm_and_si128(packed, nibble), high = _mm_and_si128(_mm_srli_epi16(packed, 4), nibble);
-            w[c][0] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(low, high)), table[c]);
-            w[c][1] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(low, high)), table[c]);
+            const __m512i wide = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes[c] + j / 2)));
+            even[c] = _mm512_permutexvar_ps(_mm512_and_si512(wide, nibble), table[c]);
+            odd[c] = _mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), table[c]);
         }
-        const __mmask16 first = lanes_inside(j, length), second = j + 16 < length ? lanes_inside(j + 16, length) : 0;
         for (int r = 0; r < R; ++r) {
-            const __m512 x0 = _mm512_maskz_loadu_ps(first, a + r * lda + k0 + j);
-            const __m512 x1 = _mm512_maskz_loadu_ps(second, a + r * lda + k0 + j + 16);
-            for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(w[c][1], x1, _mm512_fmadd_ps(w[c][0], x0, acc[r][c]));
+            const __m512 x0 = _mm512_loadu_ps(a + r * lda + k0 + j);
+            const __m512 x1 = _mm512_loadu_ps(a + r * lda + k0 + j + 16);
+            for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(odd[c], x1, _mm512_fmadd_ps(even[c], x0, acc[r][c]));
         }
     }
+}
+
+// Rows of A [rows, K] laid out for multiply_block_4bit: each run of 32 values
+// as its 16 even then its 16 odd ones, zeros past K up to whole blocks.
+std::vector<float> deinterleaved_rows(const float* a, int64_t rows, int64_t k, int64_t padded_k) {
+    std::vector<float> out(static_cast<size_t>(rows * padded_k), 0.0f);
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < k; ++i) {
+            const int64_t run = i / 32 * 32, at = i % 32;
+            out[static_cast<size_t>(r * padded_k + run + (at % 2) * 16 + at / 2)] = a[r * k + i];
+        }
+    return out;
 }
 
 // out[r, col..col+C) for R rows of A (row stride lda), the columns expanded
@@ -158,7 +172,7 @@ template <int Bits, int R, int C>
         }
         if constexpr (Bits == 4) {
             if (b.block >= 32) {
-                multiply_block_4bit<R, C>(bytes, scale, offset, a, lda, blk * b.block, std::min(b.block, b.k - blk * b.block), acc);
+                multiply_block_4bit<R, C>(bytes, scale, offset, a, lda, blk * b.block, b.block, acc);
                 continue;
             }
         }
@@ -177,30 +191,44 @@ template <int Bits, int R, int C>
 }
 
 template <int Bits, int R>
-void rows_times_b(const PackedB& b, const float* a, float* out) {
+void rows_times_b(const PackedB& b, const float* a, int64_t lda, float* out) {
     constexpr int kColumns = 4;
     const int64_t groups = (b.n + kColumns - 1) / kColumns;
 #pragma omp parallel for schedule(static)
     for (int64_t g = 0; g < groups; ++g) {
         const int64_t col = g * kColumns;
         if (col + kColumns <= b.n) {
-            rows_times_columns<Bits, R, kColumns>(b, a, b.k, col, out, b.n);
+            rows_times_columns<Bits, R, kColumns>(b, a, lda, col, out, b.n);
         } else {
-            for (int64_t c = col; c < b.n; ++c) rows_times_columns<Bits, R, 1>(b, a, b.k, c, out, b.n);
+            for (int64_t c = col; c < b.n; ++c) rows_times_columns<Bits, R, 1>(b, a, lda, c, out, b.n);
         }
     }
 }
 
-// The fused path's row counts: up to four rows of A share each expanded weight.
-constexpr int64_t kFusedRows = 4;
+// Rows up to which expanding in registers beats expanding panels once (measured:
+// the two meet near 24 rows of a 2048 x 5632 block); four rows at a time share
+// each expanded block.
+constexpr int64_t kFusedRows = 16;
 
 template <int Bits>
 void few_rows_times_b(const PackedB& b, const float* a, int64_t rows, float* out) {
-    switch (rows) {
-        case 1: rows_times_b<Bits, 1>(b, a, out); break;
-        case 2: rows_times_b<Bits, 2>(b, a, out); break;
-        case 3: rows_times_b<Bits, 3>(b, a, out); break;
-        default: rows_times_b<Bits, 4>(b, a, out); break;
+    // 4-bit blocks of 32 and more read the rows de-interleaved (multiply_block_4bit).
+    std::vector<float> deinterleaved;
+    int64_t lda = b.k;
+    if (Bits == 4 && b.block >= 32) {
+        lda = b.blocks * b.block;
+        deinterleaved = deinterleaved_rows(a, rows, b.k, lda);
+        a = deinterleaved.data();
+    }
+    for (int64_t r = 0; r < rows; r += 4) {
+        const float* group = a + r * lda;
+        float* group_out = out + r * b.n;
+        switch (std::min<int64_t>(rows - r, 4)) {
+            case 1: rows_times_b<Bits, 1>(b, group, lda, group_out); break;
+            case 2: rows_times_b<Bits, 2>(b, group, lda, group_out); break;
+            case 3: rows_times_b<Bits, 3>(b, group, lda, group_out); break;
+            default: rows_times_b<Bits, 4>(b, group, lda, group_out); break;
+        }
     }
 }
 

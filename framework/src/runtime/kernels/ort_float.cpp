@@ -230,6 +230,42 @@ constexpr float kInvSqrt2 = 0.70710678118654752440f;
     for (; j < n; ++j) out[j] = erf_lane_avx512(in[j]);  // the same arithmetic, one lane at a time
 }
 
+// MLAS's logistic (its FMA3 kernel, on CPUs with AVX2 and up): x clamped to
+// [-18, 18], x p(x^2) / q(x^2) + 1/2 with Eigen's coefficients, no less than 0.
+constexpr float kLogisticAlpha[] = {4.37031012579801e-11f, 1.15627324459942e-07f, 6.08574864600143e-05f,
+                                    8.51377133304701e-03f, 2.48287947061529e-01f};
+constexpr float kLogisticBeta[] = {6.10247389755681e-13f, 5.76102136993427e-09f, 6.29106785017040e-06f,
+                                   1.70198817374094e-03f, 1.16817656904453e-01f, 9.93151921023180e-01f};
+
+// The comparisons keep a NaN, as the kernel's max/min instructions return their second operand then.
+[[gnu::always_inline]] inline float logistic_lane(float x, bool fused) {
+    const float low = x < -18.0f ? -18.0f : x;
+    const float v = low > 18.0f ? 18.0f : low;
+    const float v2 = v * v;
+    auto multiply_add = [fused](float a, float b, float c) { return fused ? std::fma(a, b, c) : a * b + c; };
+    float p = multiply_add(v2, kLogisticAlpha[0], kLogisticAlpha[1]);
+#pragma GCC unroll 4
+    for (int i = 2; i < 5; ++i) p = multiply_add(p, v2, kLogisticAlpha[i]);
+    p = v * p;
+    float q = multiply_add(v2, kLogisticBeta[0], kLogisticBeta[1]);
+#pragma GCC unroll 4
+    for (int i = 2; i < 6; ++i) q = multiply_add(q, v2, kLogisticBeta[i]);
+    const float r = p / q + 0.5f;
+    if (fused) return r < 0.0f ? 0.0f : r;
+    return r < 0.0f ? 0.0f : (r > 1.0f ? 1.0f : r);  // the SSE2 kernel clamps to [0, 1]
+}
+
+[[gnu::target("avx512f,fma")]] void logistic_avx512(const float* in, float* out, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) out[j] = logistic_lane(in[j], true);
+}
+[[gnu::target("fma")]] void logistic_fma(const float* in, float* out, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) out[j] = logistic_lane(in[j], true);
+}
+// Without FMA: separate multiplies and adds (the SSE2 kernel's arithmetic).
+void logistic_generic(const float* in, float* out, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) out[j] = logistic_lane(in[j], false);
+}
+
 // ONNX Runtime picks its AVX-512 erf and GELU kernels where the CPU has AVX-512.
 bool has_avx512f() { return cpu_features().avx512f; }
 
@@ -331,6 +367,11 @@ float ort_sum_exp(const float* in, float* out, int64_t n, float negative_maximum
 void ort_erf(const float* in, float* out, int64_t n) {
     if (has_avx512f()) return erf_avx512(in, out, n);
     has_fma() ? erf_fma(in, out, n) : erf_generic(in, out, n);
+}
+
+void ort_logistic(const float* in, float* out, int64_t n) {
+    if (has_avx512f()) return logistic_avx512(in, out, n);
+    has_fma() ? logistic_fma(in, out, n) : logistic_generic(in, out, n);
 }
 
 void ort_gelu(const float* in, float* out, int64_t n) {

@@ -19,6 +19,10 @@ float ort_row_max(const float* x, int64_t n);
 /// MLAS's error function (its AVX-512 kernel where the CPU has AVX-512, else FMA3).
 void ort_erf(const float* in, float* out, int64_t n);
 
+/// Sigmoid as ONNX Runtime computes it: MLAS's rational polynomial (FMA where
+/// the CPU has it, 16 lanes at a time with AVX-512). `out` may be `in`.
+void ort_logistic(const float* in, float* out, int64_t n);
+
 /// Exact (erf) GELU as ONNX Runtime computes it: MLAS's fused AVX-512 kernel
 /// where the CPU has AVX-512, else x / sqrt 2, the FMA erf, 0.5 x (erf + 1).
 /// `out` may be `in`.
