@@ -119,6 +119,8 @@ template <int Bits>
 // nibbles (even k) and the high ones (odd k) looked up in a table of the
 // block's 16 values; the rows come de-interleaved to match (see
 // deinterleaved_rows), so no nibble is shuffled back into order.
+constexpr int64_t kPrefetchBytes = 1024;  // how far ahead each column's bytes are asked for
+
 template <int R, int C>
 [[gnu::target("avx512f,fma"), gnu::always_inline]] inline void multiply_block_4bit(
     const uint8_t* const bytes[C], const __m512 scale[C], const __m512 offset[C], const float* a, int64_t lda,
@@ -130,6 +132,7 @@ template <int R, int C>
     for (int64_t j = 0; j < length; j += 32) {
         __m512 even[C], odd[C];
         for (int c = 0; c < C; ++c) {
+            _mm_prefetch(reinterpret_cast<const char*>(bytes[c] + j / 2) + kPrefetchBytes, _MM_HINT_T0);
             const __m512i wide = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes[c] + j / 2)));
             even[c] = _mm512_permutexvar_ps(_mm512_and_si512(wide, nibble), table[c]);
             odd[c] = _mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), table[c]);
