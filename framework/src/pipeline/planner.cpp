@@ -226,6 +226,14 @@ class Planner {
             return nullptr;
         }
         auto spec = target_.default_spec(TensorRole::Weight, request(config));
+        if (spec.block_size == -1 && blocked_axis >= 0) {
+            // One block spanning the whole axis: a scale per channel (ModelOpt's and ONNX Runtime's -1).
+            const auto* init = index_.initializer(tensor);
+            spec.block_size = std::max<int64_t>(init->dims(blocked_axis), 1);
+        } else if (spec.block_size < 0) {
+            throw InputError(fmt::format("block_size {} is not a block size (-1: one block per channel)",
+                                         spec.block_size));
+        }
         if (spec.block_size > 0 && blocked_axis >= 0) {
             if (spec.block_size < 2)
                 throw InputError(fmt::format("block_size {} is too small (16 to 256 are usual)", spec.block_size));

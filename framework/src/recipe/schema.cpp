@@ -135,7 +135,8 @@ const std::vector<KeySpec>& recipe_keys() {
          "GPTQ's damping (percdamp): this fraction of the Hessian's mean diagonal is added to it."},
         {"block_size", K::Int, "0", P::Plan, yes,
          "> 0: MatMul weights get a scale per block of this many values along K (16 to 256, a power of two for "
-         "MatMulNBits; 128 is the usual); 0: per tensor or per channel."},
+         "MatMulNBits; 128 is the usual); -1: one block spanning K, a scale per column; 0: per tensor or per "
+         "channel."},
         {"activation_type", K::QuantType, "QInt8", P::Plan, yes, "Quant type of activations."},
         {"weight_type", K::QuantType, "QInt8", P::Plan, yes, "Quant type of weights."},
         {"nodes_to_quantize", K::StringList, "[]", P::Plan, yes, "Only quantize these nodes (empty: all)."},

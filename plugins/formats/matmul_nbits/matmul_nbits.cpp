@@ -84,11 +84,29 @@ class Writer {
         if (bits != 4 && bits != 8)
             throw InputError(fmt::format("{} stores 4 or 8 bits, not {} ('{}')", op, vaiq::quant_type_name(p.type),
                                          w.tensor));
-        if (p.block_size < 16 || (p.block_size & (p.block_size - 1)) != 0 || p.axis != axis)
+        // One block spanning the axis (a scale per channel) is written with the power of two that covers it.
+        const bool one_block = p.axis == axis && p.block_size >= init->dims(axis);
+        if (!one_block && (p.block_size < 16 || (p.block_size & (p.block_size - 1)) != 0 || p.axis != axis))
             throw InputError(fmt::format("{} needs blocks along axis {} of a power of two from 16 ('{}' has "
                                          "block_size {} along axis {}): set block_size, e.g. 128",
                                          op, axis, w.tensor, p.block_size, p.axis));
+        // ONNX Runtime's MatMulNBits takes blocks of 16 to 256 only.
+        if (std::string_view(op) == "MatMulNBits" && written_block(p.block_size, init->dims(axis)) > 256)
+            throw InputError(fmt::format("MatMulNBits takes blocks of 16 to 256 values (ONNX Runtime refuses "
+                                         "others); '{}' would need {}{}: set block_size up to 256, or quant_format: "
+                                         "QDQ for a scale per column",
+                                         w.tensor, written_block(p.block_size, init->dims(axis)),
+                                         one_block ? " for one block per column" : ""));
         return *init;
+    }
+
+    // The block_size attribute: the plan's, or for one block spanning `dim` values (a scale per channel)
+    // the power of two from 16 that covers them, which changes no scale.
+    static int64_t written_block(int64_t block, int64_t dim) {
+        if (block >= 16 && (block & (block - 1)) == 0) return block;
+        int64_t b = 16;
+        while (b < dim) b *= 2;
+        return b;
     }
 
     // Gather(table [rows, cols], indices) -> GatherBlockQuantized: the table
@@ -98,7 +116,8 @@ class Writer {
         const auto& init = weight(w, node, "GatherBlockQuantized", 1);
         const auto& p = w.params;
         const int bits = vaiq::quant_bits(p.type);
-        const int64_t rows = init.dims(0), cols = init.dims(1), blocks = (cols + p.block_size - 1) / p.block_size;
+        const int64_t rows = init.dims(0), cols = init.dims(1), block = written_block(p.block_size, cols);
+        const int64_t blocks = (cols + block - 1) / block;
         if (cols * bits % 8 != 0)
             throw InputError(fmt::format("GatherBlockQuantized packs whole bytes per row: '{}' has {} values a row",
                                          w.tensor, cols));
@@ -128,7 +147,7 @@ class Writer {
         out.add_output(node.output(0));
         vaiq::set_int_attribute(out, "gather_axis", 0);
         vaiq::set_int_attribute(out, "quantize_axis", 1);
-        vaiq::set_int_attribute(out, "block_size", p.block_size);
+        vaiq::set_int_attribute(out, "block_size", block);
         vaiq::set_int_attribute(out, "bits", bits);
         node = std::move(out);
     }
@@ -144,7 +163,7 @@ class Writer {
         const auto& init = weight(w, node, "MatMulNBits", 0);
         const auto& p = w.params;
         const int bits = vaiq::quant_bits(p.type);
-        const int64_t k = init.dims(0), n = init.dims(1), block = p.block_size;
+        const int64_t k = init.dims(0), n = init.dims(1), block = written_block(p.block_size, k);
         const int64_t blocks = (k + block - 1) / block;
         // Stored unsigned: a signed value moves up by 2^(bits - 1), its zero point too.
         const bool is_signed = p.type == QuantType::QInt4 || p.type == QuantType::QInt8;

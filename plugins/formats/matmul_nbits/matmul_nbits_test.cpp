@@ -65,6 +65,42 @@ TEST(MatMulNBits, WritesPackedColumnsThatComputeTheBlockwiseWeights) {
     }
 }
 
+TEST(MatMulNBits, OneBlockPerColumnIsWrittenWithThePowerOfTwoCoveringK) {
+    // block_size -1 plans one block spanning K = 40: a scale per column, written as block_size 64.
+    auto model = matmul_model(weights());
+    const auto spec = vaiq::test::blocked_spec(QuantType::QInt4, true, 40);
+    const vaiq::TensorQuant t{std::string("w"), vaiq::TensorRole::Weight, spec, vaiq::constant_params(weights(), spec)};
+    ASSERT_EQ(t.params.scale.size(), 3u) << "one scale per column";
+    emit(model, {{t}});
+    const auto& node = model.graph().node(0);
+    int64_t block = 0;
+    for (const auto& a : node.attribute())
+        if (a.name() == "block_size") block = a.i();
+    EXPECT_EQ(block, 64);
+    const auto x = vaiq::test::ramp({2, 40}, -1.0f, 0.05f);
+    const auto y = vaiq::runtime::Executor(model).run({{"x", x}})[0];
+    const auto fake = matmul_model(vaiq::fake_quantize(weights(), t.params, "w"));
+    const auto reference = vaiq::runtime::Executor(fake).run({{"x", x}})[0];
+    for (int64_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y.data<float>()[i], reference.data<float>()[i], 1e-4f) << i;
+    // K = 300 would need blocks of 512, which ONNX Runtime's MatMulNBits refuses.
+    std::vector<float> tall(900, 0.5f);
+    const auto w300 = Tensor::from_values<float>({300, 3}, tall);
+    vaiq::test::GraphBuilder b(13);
+    b.input("x", {1, 300}).output("y", {1, 3});
+    b.initializer("w", w300);
+    b.node("MatMul", {"x", "w"}, {"y"}, "mm");
+    auto wide = b.build();
+    const auto spec300 = vaiq::test::blocked_spec(QuantType::QInt4, true, 300);
+    const vaiq::TensorQuant t300{std::string("w"), vaiq::TensorRole::Weight, spec300,
+                                 vaiq::constant_params(w300, spec300)};
+    try {
+        emit(wide, {{t300}});
+        ADD_FAILURE() << "no error";
+    } catch (const vaiq::InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("quant_format: QDQ"), std::string::npos) << e.what();
+    }
+}
+
 // ids [2, 3] -> Gather(table [5, 40]) -> y [2, 3, 40]: rows of 40 values in blocks of 16, the last one short.
 vaiq::Model gather_model(const Tensor& table) {
     vaiq::test::GraphBuilder b(13);
