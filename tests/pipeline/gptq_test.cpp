@@ -85,4 +85,61 @@ TEST(Gptq, LazyBatchesMatchTheDirectUpdate) {
     }
 }
 
+// Act-order rounds the rows with the largest H diagonal first; with H's
+// diagonal already falling it is the plain order, else a different rounding
+// that still lands on the plan's grid and beats round to nearest on H.
+TEST(Gptq, ActOrderRoundsTheHeaviestInputsFirst) {
+    constexpr int64_t k = 8, n = 4;
+    std::mt19937 rng(5);
+    std::normal_distribution<double> normal;
+    std::vector<double> h(k * k, 0.0);
+    for (int row = 0; row < 64; ++row) {
+        std::vector<double> x(k);
+        const double shared = normal(rng);
+        for (int64_t i = 0; i < k; ++i) x[i] = (normal(rng) + 0.7 * shared) * (1.0 + static_cast<double>(i));
+        for (int64_t i = 0; i < k; ++i)
+            for (int64_t j = 0; j < k; ++j) h[i * k + j] += 2.0 / 64 * x[i] * x[j];
+    }
+    std::vector<float> wv(k * n);
+    for (auto& v : wv) v = static_cast<float>(normal(rng) * 0.5);
+    const auto w = vaiq::Tensor::from_values<float>({k, n}, wv);
+    const auto params = vaiq::constant_params(w, vaiq::test::blocked_spec(vaiq::QuantType::QInt4, true, 4));
+    vaiq::GptqOptions plain, act;
+    act.act_order = true;
+    const auto in_order = vaiq::gptq_round(w, params, h, plain);
+    const auto by_weight = vaiq::gptq_round(w, params, h, act);
+    // The inputs grow with i, so H's diagonal rises: act-order reverses the order and rounds differently.
+    int differ = 0;
+    for (int64_t i = 0; i < k * n; ++i) differ += in_order.data<float>()[i] != by_weight.data<float>()[i];
+    EXPECT_GT(differ, 0);
+    // Every value is on its own block's grid.
+    const vaiq::ParamLayout layout(w.shape(), params, "w");
+    for (int64_t i = 0; i < k * n; ++i) {
+        const double steps = by_weight.data<float>()[i] / params.scale[layout.index(static_cast<size_t>(i))];
+        EXPECT_NEAR(steps, std::nearbyint(steps), 1e-4) << i;
+        EXPECT_LE(std::abs(steps), 8.0);
+    }
+    auto error = [&](const vaiq::Tensor& q) {  // tr((W - Q)ᵀ H (W - Q))
+        double e = 0;
+        for (int64_t c = 0; c < n; ++c)
+            for (int64_t i = 0; i < k; ++i)
+                for (int64_t j = 0; j < k; ++j)
+                    e += (wv[i * n + c] - q.data<float>()[i * n + c]) * h[i * k + j] *
+                         (wv[j * n + c] - q.data<float>()[j * n + c]);
+        return e;
+    };
+    EXPECT_LT(error(by_weight), error(vaiq::fake_quantize(w, params, "w")));
+    // Reversed inputs (H's diagonal falling): act-order keeps the order, the same rounding as without it.
+    std::vector<double> reversed_h(k * k);
+    std::vector<float> reversed_w(k * n);
+    for (int64_t i = 0; i < k; ++i) {
+        for (int64_t j = 0; j < k; ++j) reversed_h[i * k + j] = h[(k - 1 - i) * k + (k - 1 - j)];
+        for (int64_t c = 0; c < n; ++c) reversed_w[i * n + c] = wv[(k - 1 - i) * n + c];
+    }
+    const auto rw = vaiq::Tensor::from_values<float>({k, n}, reversed_w);
+    const auto rparams = vaiq::constant_params(rw, vaiq::test::blocked_spec(vaiq::QuantType::QInt4, true, 4));
+    const auto a = vaiq::gptq_round(rw, rparams, reversed_h, plain), b = vaiq::gptq_round(rw, rparams, reversed_h, act);
+    for (int64_t i = 0; i < k * n; ++i) EXPECT_EQ(a.data<float>()[i], b.data<float>()[i]) << i;
+}
+
 }  // namespace

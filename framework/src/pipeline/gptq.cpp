@@ -54,6 +54,22 @@ Tensor gptq_round(const Tensor& weight, const QuantParams& params, std::vector<d
         }
     const double damp = options.damping * h.diagonal().mean();
     h.diagonal().array() += damp;
+    // Act-order: the rows in order of falling H diagonal (the inputs that carry the most first), W and H
+    // permuted alike; each weight keeps its own block's scale (static groups), so only the order changes.
+    std::vector<Eigen::Index> order(static_cast<size_t>(k));
+    for (Eigen::Index i = 0; i < k; ++i) order[static_cast<size_t>(i)] = i;
+    if (options.act_order) {
+        std::stable_sort(order.begin(), order.end(),
+                         [&](Eigen::Index a, Eigen::Index b) { return h(a, a) > h(b, b); });
+        MatrixD permuted_h(k, k), permuted_w(k, n);
+        for (Eigen::Index i = 0; i < k; ++i) {
+            permuted_w.row(i) = w.row(order[static_cast<size_t>(i)]);
+            for (Eigen::Index j = 0; j < k; ++j)
+                permuted_h(i, j) = h(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
+        }
+        h = permuted_h;
+        w = permuted_w;
+    }
     // The upper Cholesky factor U of H⁻¹ (H⁻¹ = Uᵀ U): row i of U carries column i's error forward.
     const Eigen::LLT<MatrixD> llt(h);
     if (llt.info() != Eigen::Success) throw InputError("GPTQ: the damped Hessian is not positive definite");
@@ -69,8 +85,9 @@ Tensor gptq_round(const Tensor& weight, const QuantParams& params, std::vector<d
         MatrixD errors(last - first, n);
         for (Eigen::Index i = first; i < last; ++i) {
             const double d = u(i, i);
+            const Eigen::Index row = order[static_cast<size_t>(i)];  // where row i of the order sits in W
             for (Eigen::Index c = 0; c < n; ++c) {
-                const size_t p = layout.index(static_cast<size_t>(i * n + c));
+                const size_t p = layout.index(static_cast<size_t>(row * n + c));
                 q(i, c) = grid_value(w(i, c), params.scale[p], static_cast<double>(params.zero_point[p]), qmin, qmax);
             }
             errors.row(i - first) = (w.row(i) - q.row(i)) / d;
@@ -83,7 +100,8 @@ Tensor gptq_round(const Tensor& weight, const QuantParams& params, std::vector<d
     Tensor out(DataType::Float, weight.shape());
     auto o = out.mutable_data<float>();
     for (Eigen::Index i = 0; i < k; ++i)
-        for (Eigen::Index c = 0; c < n; ++c) o[static_cast<size_t>(i * n + c)] = static_cast<float>(q(i, c));
+        for (Eigen::Index c = 0; c < n; ++c)
+            o[static_cast<size_t>(order[static_cast<size_t>(i)] * n + c)] = static_cast<float>(q(i, c));
     return out;
 }
 

@@ -6,7 +6,8 @@
 // never non-zero are dropped). Rows are processed in lazy batches of 128. The
 // scales and zero points are the plan's (computed from the float weights
 // beforehand, GPTQ's static groups), so the result is a grid value for each
-// weight that the format stores exactly.
+// weight that the format stores exactly. With act_order the rows are rounded
+// in order of falling H diagonal instead.
 #pragma once
 
 #include <map>
@@ -21,6 +22,7 @@ namespace vaiq {
 struct GptqOptions {
     double damping = 0.01;  ///< percdamp
     int batch_rows = 128;   ///< rows rounded before the error reaches the later ones
+    bool act_order = false; ///< rows in order of falling H diagonal (desc_act), each with its own block's scale
 };
 
 struct GptqLayer {

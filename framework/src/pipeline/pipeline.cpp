@@ -676,11 +676,12 @@ void gptq_weights(RunState& s) {
     if (!(o.damping >= 0))
         throw InputError(fmt::format("{}: extra_options.GPTQDamping must be >= 0, not {}",
                                      s.recipe.setting("extra_options.GPTQDamping").origin, o.damping));
+    o.act_order = s.recipe.value("extra_options.GPTQActOrder").get<bool>();
     auto result = gptq(s.model, s.plan, *s.data, o, s.threads);
     nlohmann::json layers = nlohmann::json::array();
     for (const auto& l : result.layers)
         layers.push_back({{"weight", l.weight}, {"output_error_rtn", l.error_rtn}, {"output_error_gptq", l.error_gptq}});
-    s.report["gptq"] = {{"damping", o.damping}, {"layers", layers}};
+    s.report["gptq"] = {{"damping", o.damping}, {"act_order", o.act_order}, {"layers", layers}};
     log_info("GPTQ: {} weights rounded", result.layers.size());
     s.rounded_weights = std::move(result.rounded);
 }

@@ -133,6 +133,9 @@ const std::vector<KeySpec>& recipe_keys() {
          {"rtn", "awq_lite", "awq_clip", "awq_full", "gptq"}},
         {"extra_options.GPTQDamping", K::Float, "0.01", P::Parameters, yes,
          "GPTQ's damping (percdamp): this fraction of the Hessian's mean diagonal is added to it."},
+        {"extra_options.GPTQActOrder", K::Bool, "false", P::Parameters, yes,
+         "GPTQ's act-order (desc_act): round the input channels in order of falling Hessian diagonal; each "
+         "weight keeps its own block's scale."},
         {"block_size", K::Int, "0", P::Plan, yes,
          "> 0: MatMul weights get a scale per block of this many values along K (16 to 256, a power of two for "
          "MatMulNBits; 128 is the usual); -1: one block spanning K, a scale per column; 0: per tensor or per "
