@@ -59,6 +59,12 @@ void for_each_tensor(onnx::GraphProto& graph, const std::function<void(onnx::Ten
     }
 }
 
+// The same, reading only.
+void for_each_tensor(const onnx::GraphProto& graph, const std::function<void(const onnx::TensorProto&)>& fn) {
+    // for_each_tensor above changes nothing but what its function does, and this one's cannot.
+    for_each_tensor(const_cast<onnx::GraphProto&>(graph), [&](onnx::TensorProto& t) { fn(t); });
+}
+
 bool is_within(const fs::path& child, const fs::path& parent) {
     auto c = child.begin();
     for (auto p = parent.begin(); p != parent.end(); ++p, ++c) {
@@ -514,7 +520,7 @@ std::map<fs::path, std::vector<Placement>> place_external(onnx::ModelProto& prot
 // The files deferred tensors are read from.
 std::set<fs::path> deferred_sources(const onnx::ModelProto& proto) {
     std::set<fs::path> out;
-    for_each_tensor(const_cast<onnx::GraphProto&>(proto.graph()), [&](onnx::TensorProto& t) {
+    for_each_tensor(proto.graph(), [&](const onnx::TensorProto& t) {
         if (!is_deferred(t)) return;
         for (const auto& entry : t.external_data())
             if (entry.key() == "location") out.insert(fs::path(entry.value()));
@@ -553,7 +559,7 @@ void save_model(const Model& model, const fs::path& path, const SaveOptions& opt
     if (!options.use_external_data_format) {
         constexpr size_t kProtobufLimit = std::numeric_limits<int32_t>::max();
         size_t size = model.proto().ByteSizeLong();
-        for_each_tensor(const_cast<onnx::GraphProto&>(model.graph()), [&](onnx::TensorProto& t) {
+        for_each_tensor(model.graph(), [&](const onnx::TensorProto& t) {
             if (is_deferred(t)) size += stored_data_bytes(t);
         });
         if (size > kProtobufLimit)

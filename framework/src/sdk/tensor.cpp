@@ -173,10 +173,14 @@ struct DeferredData {
 std::optional<DeferredData> deferred_data(const onnx::TensorProto& proto) {
     if (proto.data_location() != onnx::TensorProto::EXTERNAL) return std::nullopt;
     DeferredData d;
-    for (const auto& entry : proto.external_data()) {
-        if (entry.key() == "location") d.file = entry.value();
-        if (entry.key() == "offset") d.offset = std::stoll(entry.value());
-        if (entry.key() == "length") d.length = std::stoll(entry.value());
+    try {
+        for (const auto& entry : proto.external_data()) {
+            if (entry.key() == "location") d.file = entry.value();
+            if (entry.key() == "offset") d.offset = std::stoll(entry.value());
+            if (entry.key() == "length") d.length = std::stoll(entry.value());
+        }
+    } catch (const std::exception&) {
+        return std::nullopt;  // not what the loader writes
     }
     if (d.file.empty() || !std::filesystem::path(d.file).is_absolute()) return std::nullopt;
     return d;

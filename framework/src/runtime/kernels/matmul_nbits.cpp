@@ -262,10 +262,11 @@ template <int R>
         for (int v = 0; v < kPanelVectors; ++v) _mm512_mask_storeu_ps(out + r * ldo + 16 * v, lanes[v], acc[r][v]);
 }
 
-// Expands 16 columns (from `col`, `width` of them valid) of 4-bit B into the
-// k-major panel (row stride 32 floats, from `lane` 0 or 16): each 8-byte run of
-// the 16 columns is gathered, transposed bytewise (the byte j of every column
-// side by side) and split into its low (k = 2j) and high (k = 2j + 1) nibbles.
+// Expands 16 columns (from `col`, `width` of them valid) of 4-bit B, blocks
+// [first_block, end_block), into the k-major panel (rows of kPanelColumns
+// floats, `panel` pointing at the first of the 16): each 8-byte run of the 16
+// columns is gathered, transposed bytewise (the byte j of every column side by
+// side) and split into its low (k = 2j) and high (k = 2j + 1) nibbles.
 [[gnu::target("avx512f,avx512bw,avx512vbmi,fma")]] void expand_16_columns_4bit(const PackedB& b, int64_t col,
                                                                               int64_t width, int64_t first_block,
                                                                               int64_t end_block, float* panel) {
@@ -324,10 +325,11 @@ void rows_times_panel_tail(const float* panel, int64_t k_size, const float* a, i
     }
 }
 
-// A [rows, K] times B through panels of 32 expanded columns, shared among
-// threads: each panel is expanded once (column by column, then transposed
-// k-major) and read from the cache by every group of 6 rows. On CPUs without
-// AVX-512 the expanded panel goes to oneDNN's sgemm.
+// A [rows, K] times B through panels of 64 expanded columns, shared among
+// threads: each panel is expanded k-major once (4 bits with AVX512-VBMI:
+// gathered, in chunks of K that stay in the cache; else column by column, then
+// transposed) and read by every group of 6 rows. On CPUs without AVX-512 the
+// expanded columns go to oneDNN's sgemm.
 void panels_times_b(const PackedB& b, const float* a, int64_t rows, float* out, bool vector) {
     const int64_t panels = (b.n + kPanelColumns - 1) / kPanelColumns;
     const int64_t padded_k = b.blocks * b.block;
@@ -363,7 +365,7 @@ void panels_times_b(const PackedB& b, const float* a, int64_t rows, float* out, 
                 }
                 continue;
             }
-            for (int64_t c = 0; c < width && !gathered; ++c) {
+            for (int64_t c = 0; c < width; ++c) {
                 float* column = columns.data() + c * padded_k;
                 if (vector && b.bits == 4) expand_column_avx512<4>(b, col + c, column);
                 else if (vector) expand_column_avx512<8>(b, col + c, column);
