@@ -226,4 +226,8 @@ class VAIQ_API Tensor {
     std::vector<std::byte, DefaultInitAllocator<std::byte>> bytes_;
 };
 
+/// `t` (float, float16 or bfloat16) as `to` (one of the three), rounding to
+/// nearest even; a copy when the types agree.
+VAIQ_API Tensor convert_float_type(const Tensor& t, DataType to);
+
 }  // namespace vaiq

@@ -169,7 +169,8 @@ QuantPlan compute_parameters(const Model& model, const DraftPlan& plan, const Ca
         } else if (!t->share_with.empty()) {
             q.params = params_of(t->share_with);
         } else if (t->constant && t->spec.block_size > 0) {
-            const auto data = Tensor::from_proto(*index.initializer(t->tensor));
+            // A float16 weight's blocks are measured in float (its scales are written back in float16).
+            const auto data = convert_float_type(Tensor::from_proto(*index.initializer(t->tensor)), DataType::Float);
             q.params = t->calibrator ? t->calibrator->constant_params(data, t->spec) : constant_params(data, t->spec);
         } else if (t->constant) {
             const auto data = Tensor::from_proto(*index.initializer(t->tensor));

@@ -517,6 +517,13 @@ std::unique_ptr<DataReader> random_data_reader(const Model& model, const nlohman
             }
             switch (type) {
                 case DataType::Float: fill_random<float>(t, rng, lo, hi, false); break;
+                case DataType::Float16: {
+                    Tensor wide(DataType::Float, shape);
+                    fill_random<float>(wide, rng, lo, hi, false);
+                    auto* o = reinterpret_cast<uint16_t*>(t.mutable_bytes().data());
+                    for (size_t i = 0; i < wide.data<float>().size(); ++i) o[i] = float_to_half(wide.data<float>()[i]);
+                    break;
+                }
                 case DataType::Double: fill_random<double>(t, rng, lo, hi, false); break;
                 case DataType::Int64: fill_random<int64_t>(t, rng, lo, hi, true); break;
                 case DataType::Int32: fill_random<int32_t>(t, rng, lo, hi, true); break;

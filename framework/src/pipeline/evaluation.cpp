@@ -82,6 +82,13 @@ Evaluation compare_outputs(const Model& float_model, const Model& quantized, Dat
         }
         for (size_t o = 0; o < names.size(); ++o) {
             auto& s = sums[o];
+            // float16 and bfloat16 outputs (a float16 model's) are compared in float.
+            auto as_float = [](Tensor& t) {
+                if (t.type() == DataType::Float16 || t.type() == DataType::BFloat16)
+                    t = convert_float_type(t, DataType::Float);
+            };
+            as_float(f[o]);
+            as_float(q[o]);
             if (f[o].type() != DataType::Float || q[o].type() != DataType::Float) continue;
             const auto fv = f[o].data<float>();
             const auto qv = q[o].data<float>();

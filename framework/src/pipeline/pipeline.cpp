@@ -472,6 +472,15 @@ void prepare_phase(RunState& s) {
                  r.activations, r.folded, r.weights);
     }
     const auto& algorithm = s.recipe.value("weight_only_algorithm");
+    if (s.recipe.value("weight_only").get<bool>() && algorithm != "rtn") {
+        // AWQ and GPTQ change weights through float32 arithmetic on float32 tensors.
+        for (const auto& init : s.model.graph().initializer())
+            if (init.data_type() == onnx::TensorProto::FLOAT16)
+                throw InputError(fmt::format("{}: weight_only_algorithm {} needs float32 weights and '{}' is float16: "
+                                             "use rtn, or convert the model first (convert_fp16_to_fp32: true)",
+                                             s.recipe.setting("weight_only_algorithm").origin,
+                                             algorithm.get<std::string>(), init.name()));
+    }
     if (s.recipe.value("weight_only").get<bool>() && (algorithm == "awq_lite" || algorithm == "awq_full")) awq_phase(s);
 }
 

@@ -138,8 +138,11 @@ class Planner {
                        const Options& config) {
         if (tensor.empty() || absorbed_.count(tensor)) return nullptr;
         if (auto it = plan_.index.find(tensor); it != plan_.index.end()) return nullptr;  // the first request wins
-        if (const auto* init = index_.initializer(tensor); init && init->data_type() != onnx::TensorProto::FLOAT)
-            return nullptr;  // shapes, indices, axes: not values to quantize
+        // Shapes, indices, axes: not values to quantize; a float16 model's weights are, weight-only.
+        if (const auto* init = index_.initializer(tensor);
+            init && init->data_type() != onnx::TensorProto::FLOAT &&
+            !(weight_only_ && init->data_type() == onnx::TensorProto::FLOAT16))
+            return nullptr;
         PlannedTensor t;
         t.tensor = tensor;
         t.role = role;

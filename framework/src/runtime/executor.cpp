@@ -26,7 +26,26 @@ struct Executor::Step {
     std::vector<int> release;   ///< values no later step (nor the caller) needs
     bool lazy = false;          ///< only lazy steps read its outputs: run only when a tap needs them
     std::shared_ptr<void> state;
+    bool upcast = false;        ///< float16 inputs computed in float32 (see computes_in_float)
 };
+
+namespace {
+
+// Arithmetic ops whose float16 values vaiq computes in float32, rounding the
+// results to float16, as ONNX Runtime's CPU kernels do for most of them (the
+// kernels themselves take float32): what a float16 language model runs.
+bool computes_in_float(const onnx::NodeProto& node) {
+    static const std::set<std::string, std::less<>> kDefault = {
+        "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Abs", "Exp", "Log", "Tanh", "Sigmoid",
+        "Relu", "LeakyRelu", "Softmax", "LogSoftmax", "LayerNormalization", "ReduceMean", "ReduceSum", "ReduceMax",
+        "ReduceMin", "MatMul", "Gemm", "Gelu", "Erf", "Cos", "Sin", "Clip", "Max", "Min", "DequantizeLinear"};
+    static const std::set<std::string, std::less<>> kMicrosoft = {"MatMulNBits", "Gelu", "FastGelu",
+                                                                  "SimplifiedLayerNormalization", "SkipLayerNormalization"};
+    if (node.domain().empty() || node.domain() == "ai.onnx") return kDefault.count(node.op_type()) > 0;
+    return node.domain() == "com.microsoft" && kMicrosoft.count(node.op_type()) > 0;
+}
+
+}  // namespace
 
 namespace {
 
@@ -97,6 +116,7 @@ void Executor::number_values() {
         const auto& node = graph.node(n);
         Step step{n, nullptr, domain_opset(model, node.domain()), {}, {}, {}, {}, false, nullptr};
         step.kernel = KernelRegistry::instance().find(node.domain(), node.op_type(), step.opset);
+        step.upcast = computes_in_float(node);
         if (!step.kernel)
             unsupported.push_back(fmt::format("{} ({}{}{}, opset {})", node.name().empty() ? "<unnamed>" : node.name(),
                                               node.domain(), node.domain().empty() ? "" : ":", node.op_type(),
@@ -356,9 +376,27 @@ std::vector<Tensor> Executor::run_step(size_t s, Values& values, const std::vect
                                std::count(step.inputs.begin(), step.inputs.end(), id) == 1;
         ctx.donated.push_back(last_read ? &*values.slots[id] : nullptr);
     }
+    // float16 values in float32 for the kernel (not constants then: kernels key what they keep on them).
+    std::vector<Tensor> widened;
+    const bool upcast = step.upcast && std::any_of(ctx.inputs.begin(), ctx.inputs.end(), [](const Tensor* t) {
+                            return t && t->type() == DataType::Float16;
+                        });
+    if (upcast) {
+        widened.reserve(ctx.inputs.size());
+        for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+            if (!ctx.inputs[i] || ctx.inputs[i]->type() != DataType::Float16) continue;
+            widened.push_back(convert_float_type(*ctx.inputs[i], DataType::Float));
+            ctx.inputs[i] = &widened.back();
+            ctx.constant[i] = false;
+            ctx.donated[i] = nullptr;
+        }
+    }
     std::vector<Tensor> outputs(step.outputs.size());
     const auto start = options_.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     (*step.kernel)(ctx, outputs);
+    if (upcast)
+        for (auto& t : outputs)
+            if (t.type() == DataType::Float) t = convert_float_type(t, DataType::Float16);
     if (options_.profile) {
         auto& p = profile_[node.op_type()];
         p.op_type = node.op_type();

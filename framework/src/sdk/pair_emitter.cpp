@@ -31,7 +31,9 @@ void PairEmitter::emit_weight(Model& model, UniqueNames& names, const GraphIndex
     if (index.is_graph_input(t.tensor) || index.is_graph_output(t.tensor))
         throw InputError(fmt::format("weight '{}' is also a graph input or output, so it is not a constant", t.tensor));
     const auto* init = index.initializer(t.tensor);
-    if (init->data_type() != onnx::TensorProto::FLOAT)
+    // A float16 weight (a float16 model's) is stored quantized with float16 scales, so that it stays float16.
+    const bool stored = !settings.pair_to_weight || t.role == TensorRole::Bias;
+    if (init->data_type() != onnx::TensorProto::FLOAT && !(stored && init->data_type() == onnx::TensorProto::FLOAT16))
         throw InputError(fmt::format("weight '{}' is {}, not float", t.tensor,
                                      data_type_name(static_cast<DataType>(init->data_type()))));
     const auto output = names.fresh(t.tensor + "_DequantizeLinear_Output");
@@ -84,7 +86,11 @@ void PairEmitter::add_stored_weight(Model& model, UniqueNames& names, const Tens
 std::pair<std::string, std::string> PairEmitter::add_params(onnx::GraphProto& graph, UniqueNames& names,
                                                             const TensorQuant& t) {
     const auto scale_name = names.fresh(t.tensor + "_scale");
-    *graph.add_initializer() = scale_tensor(t.params).to_proto(scale_name);
+    // The scale in a float16 weight's own type: DequantizeLinear gives values of its scale's type.
+    const auto* weight = GraphIndex(graph).initializer(t.tensor);
+    const auto scale_type =
+        weight && weight->data_type() == onnx::TensorProto::FLOAT16 ? DataType::Float16 : DataType::Float;
+    *graph.add_initializer() = convert_float_type(scale_tensor(t.params), scale_type).to_proto(scale_name);
     const auto zp_name = names.fresh(t.tensor + "_zero_point");
     *graph.add_initializer() = zero_point_tensor(t.params).to_proto(zp_name);
     return {scale_name, zp_name};
@@ -92,7 +98,7 @@ std::pair<std::string, std::string> PairEmitter::add_params(onnx::GraphProto& gr
 
 std::string PairEmitter::store_quantized(onnx::GraphProto& graph, UniqueNames& names, const TensorQuant& t,
                                          const std::string& name) {
-    const auto weight = Tensor::from_proto(*GraphIndex(graph).initializer(name));
+    const auto weight = convert_float_type(Tensor::from_proto(*GraphIndex(graph).initializer(name)), DataType::Float);
     const auto stored = names.fresh(t.tensor + "_quantized");
     *graph.add_initializer() = quantize_tensor(weight, t.params, t.tensor).to_proto(stored);
     return stored;

@@ -188,6 +188,31 @@ std::optional<DeferredData> deferred_data(const onnx::TensorProto& proto) {
 
 }  // namespace
 
+Tensor convert_float_type(const Tensor& t, DataType to) {
+    auto is_float_type = [](DataType d) {
+        return d == DataType::Float || d == DataType::Float16 || d == DataType::BFloat16;
+    };
+    if (!is_float_type(t.type()) || !is_float_type(to))
+        throw InputError(fmt::format("cannot convert {} to {}", data_type_name(t.type()), data_type_name(to)));
+    if (t.type() == to) return t;
+    Tensor out(to, t.shape());
+    const auto n = static_cast<size_t>(t.size());
+    auto read = [&](size_t i) {
+        if (t.type() == DataType::Float) return t.data<float>()[i];
+        const uint16_t bits = reinterpret_cast<const uint16_t*>(t.bytes().data())[i];
+        return t.type() == DataType::Float16 ? half_to_float(bits) : bfloat16_to_float(bits);
+    };
+    for (size_t i = 0; i < n; ++i) {
+        const float v = read(i);
+        if (to == DataType::Float)
+            out.mutable_data<float>()[i] = v;
+        else
+            reinterpret_cast<uint16_t*>(out.mutable_bytes().data())[i] =
+                to == DataType::Float16 ? float_to_half(v) : float_to_bfloat16(v);
+    }
+    return out;
+}
+
 void return_freed_memory() noexcept { malloc_trim(0); }
 
 bool is_deferred(const onnx::TensorProto& proto) { return deferred_data(proto).has_value(); }

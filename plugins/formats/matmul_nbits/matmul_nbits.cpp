@@ -76,9 +76,11 @@ class Writer {
                                     int axis) const {
         const auto* init = index_.initializer(w.tensor);
         if (!init || index_.is_graph_input(w.tensor) || init->dims_size() != 2 ||
-            init->data_type() != static_cast<int>(vaiq::DataType::Float))
-            throw InputError(fmt::format("{} takes a constant float matrix (rank 2); '{}' of node '{}' is not one", op,
-                                         w.tensor, node.name()));
+            (init->data_type() != static_cast<int>(vaiq::DataType::Float) &&
+             init->data_type() != static_cast<int>(vaiq::DataType::Float16)))
+            throw InputError(fmt::format("{} takes a constant float or float16 matrix (rank 2); '{}' of node '{}' is "
+                                         "not one",
+                                         op, w.tensor, node.name()));
         const auto& p = w.params;
         const int bits = vaiq::quant_bits(p.type);
         if (bits != 4 && bits != 8)
@@ -123,7 +125,7 @@ class Writer {
                                          w.tensor, cols));
         const bool is_signed = p.type == QuantType::QInt4 || p.type == QuantType::QInt8;
         const int64_t offset = is_signed ? int64_t{1} << (bits - 1) : 0;
-        const Tensor q = vaiq::quantize_tensor(Tensor::from_proto(init), p, w.tensor);  // [rows, cols]
+        const Tensor q = vaiq::quantize_tensor(float_values(init), p, w.tensor);  // [rows, cols]
         std::vector<uint8_t> values(static_cast<size_t>(rows * cols)), zero_points(p.zero_point.size());
         for (size_t i = 0; i < values.size(); ++i)
             values[i] = static_cast<uint8_t>((is_signed ? q.data<int8_t>()[i] : q.data<uint8_t>()[i]) + offset);
@@ -135,7 +137,8 @@ class Writer {
         std::vector<std::string> inputs{
             add_packed(w.tensor + "_Q" + std::to_string(bits), pack_rows(values, static_cast<size_t>(cols), bits), rows),
             node.input(1),
-            vaiq::add_initializer(graph_, names_, w.tensor + "_scales", Tensor::from_values<float>({rows, blocks}, p.scale))};
+            vaiq::add_initializer(graph_, names_, w.tensor + "_scales",
+                                  in_weight_type(Tensor::from_values<float>({rows, blocks}, p.scale), init))};
         if (!default_zero_points)
             inputs.push_back(add_packed(w.tensor + "_zero_points",
                                         pack_rows(zero_points, static_cast<size_t>(blocks), bits), rows));
@@ -150,6 +153,14 @@ class Writer {
         vaiq::set_int_attribute(out, "block_size", block);
         vaiq::set_int_attribute(out, "bits", bits);
         node = std::move(out);
+    }
+
+    // The weight's values in float; the scales in its own type (a float16 model stays float16).
+    static Tensor float_values(const onnx::TensorProto& init) {
+        return vaiq::convert_float_type(Tensor::from_proto(init), vaiq::DataType::Float);
+    }
+    static Tensor in_weight_type(const Tensor& scales, const onnx::TensorProto& init) {
+        return vaiq::convert_float_type(scales, static_cast<vaiq::DataType>(init.data_type()));
     }
 
     // Packed bytes as a uint8 initializer of `rows` rows.
@@ -168,7 +179,7 @@ class Writer {
         // Stored unsigned: a signed value moves up by 2^(bits - 1), its zero point too.
         const bool is_signed = p.type == QuantType::QInt4 || p.type == QuantType::QInt8;
         const int64_t offset = is_signed ? int64_t{1} << (bits - 1) : 0;
-        const Tensor q = vaiq::quantize_tensor(Tensor::from_proto(init), p, w.tensor);  // [K, N]
+        const Tensor q = vaiq::quantize_tensor(float_values(init), p, w.tensor);  // [K, N]
         auto value = [&](int64_t row, int64_t col) -> int64_t {
             const auto i = static_cast<size_t>(row * n + col);
             return is_signed ? q.data<int8_t>()[i] : q.data<uint8_t>()[i];
@@ -198,7 +209,7 @@ class Writer {
                                         vaiq::add_initializer(graph_, names_, w.tensor + "_Q" + std::to_string(bits),
                                                               b_tensor),
                                         vaiq::add_initializer(graph_, names_, w.tensor + "_scales",
-                                                              Tensor::from_values<float>({n, blocks}, scales))};
+                                                              in_weight_type(Tensor::from_values<float>({n, blocks}, scales), init))};
         if (!default_zero_points)
             inputs.push_back(add_packed(w.tensor + "_zero_points",
                                         pack_rows(zero_points, static_cast<size_t>(blocks), bits), n));
