@@ -45,10 +45,6 @@ bool computes_in_float(const onnx::NodeProto& node) {
     return node.domain() == "com.microsoft" && kMicrosoft.count(node.op_type()) > 0;
 }
 
-}  // namespace
-
-namespace {
-
 std::string shape_string(const std::vector<int64_t>& shape) {
     std::vector<std::string> dims;
     for (auto d : shape) dims.push_back(std::to_string(d));

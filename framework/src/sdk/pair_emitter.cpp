@@ -87,9 +87,10 @@ std::pair<std::string, std::string> PairEmitter::add_params(onnx::GraphProto& gr
                                                             const TensorQuant& t) {
     const auto scale_name = names.fresh(t.tensor + "_scale");
     // The scale in a float16 weight's own type: DequantizeLinear gives values of its scale's type.
-    const auto* weight = GraphIndex(graph).initializer(t.tensor);
-    const auto scale_type =
-        weight && weight->data_type() == onnx::TensorProto::FLOAT16 ? DataType::Float16 : DataType::Float;
+    const bool half = std::any_of(graph.initializer().begin(), graph.initializer().end(), [&](const auto& init) {
+        return init.name() == t.tensor && init.data_type() == onnx::TensorProto::FLOAT16;
+    });
+    const auto scale_type = half ? DataType::Float16 : DataType::Float;
     *graph.add_initializer() = convert_float_type(scale_tensor(t.params), scale_type).to_proto(scale_name);
     const auto zp_name = names.fresh(t.tensor + "_zero_point");
     *graph.add_initializer() = zero_point_tensor(t.params).to_proto(zp_name);
