@@ -144,6 +144,56 @@ TEST(Executor, IfBranchesReadTheEnclosingScope) {
               (std::vector<float>{2.0f, -1.0f, -4.0f}));
 }
 
+TEST(Executor, AnIfInsideABranchReadsTheBranchsOwnValues) {
+    // y = If(c) { u = Neg(x); If(c) { Relu(u) } else { Abs(u) } } else { Identity(x) }: u is the then
+    // branch's own value, read only by the inner If's branches (as Silero VAD's exports do); the outer
+    // graph has no 'u'.
+    auto graph_of = [](const std::string& name, std::vector<onnx::NodeProto> nodes, const std::string& out) {
+        onnx::GraphProto g;
+        g.set_name(name);
+        for (auto& n : nodes) *g.add_node() = std::move(n);
+        auto* o = g.add_output();
+        o->set_name(out);
+        o->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+        return g;
+    };
+    auto node = [](const std::string& op, std::vector<std::string> inputs, const std::string& out) {
+        onnx::NodeProto n;
+        n.set_op_type(op);
+        n.set_name(out + "_" + op);
+        for (const auto& i : inputs) n.add_input(i);
+        n.add_output(out);
+        return n;
+    };
+    auto with_branches = [](onnx::NodeProto n, onnx::GraphProto then_g, onnx::GraphProto else_g) {
+        for (auto [name, g] : {std::pair{"then_branch", then_g}, std::pair{"else_branch", else_g}}) {
+            auto* a = n.add_attribute();
+            a->set_name(name);
+            a->set_type(onnx::AttributeProto::GRAPH);
+            *a->mutable_g() = g;
+        }
+        return n;
+    };
+    const auto inner = with_branches(node("If", {"c"}, "v"), graph_of("relu", {node("Relu", {"u"}, "r")}, "r"),
+                                     graph_of("abs", {node("Abs", {"u"}, "a")}, "a"));
+    vaiq::test::GraphBuilder b;
+    b.input("x", {3}).input("c", {}, DataType::Bool).output("y", {3});
+    b.node("If", {"c"}, {"y"}, "outer") =
+        with_branches(node("If", {"c"}, "y"), graph_of("then", {node("Neg", {"x"}, "u"), inner}, "v"),
+                      graph_of("else", {node("Identity", {"x"}, "i")}, "i"));
+    const auto model = b.build();
+    Executor executor(model);
+    const Tensor x = Tensor::from_values<float>({3}, std::vector<float>{-1.0f, 0.5f, 2.0f});
+    Tensor cond(DataType::Bool, {});
+    cond.mutable_bytes()[0] = std::byte{1};
+    const auto y = executor.run({{"x", x}, {"c", cond}})[0];
+    EXPECT_EQ(std::vector<float>(y.data<float>().begin(), y.data<float>().end()),
+              (std::vector<float>{1.0f, 0.0f, 0.0f}))
+        << "Relu(-x)";
+    EXPECT_EQ(vaiq::outer_scope_reads(model.graph().node(0)), (std::vector<std::string>{"c", "x"}))
+        << "the outer If reads c and x from outside, not the branch's u";
+}
+
 // What reads only constants runs once, when the model is compiled: a stored
 // weight's DequantizeLinear never shows up in a run, and its value is still tappable.
 TEST(Executor, StepsOfConstantsRunOnceAtCompileTime) {

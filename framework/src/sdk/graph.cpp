@@ -14,22 +14,28 @@ namespace {
 const std::vector<Use> kNoUses;
 
 // Names a subgraph reads from its enclosing scope (If/Loop/Scan bodies):
-// they count as uses of the outer tensors.
+// they count as uses of the outer tensors. What a nested subgraph reads
+// counts only where this graph does not define it (a branch's own values
+// read by an If inside the branch stay the branch's).
 void collect_outer_reads(const onnx::GraphProto& graph, std::unordered_set<std::string>& reads) {
     std::unordered_set<std::string> local;
     for (const auto& i : graph.input()) local.insert(i.name());
     for (const auto& i : graph.initializer()) local.insert(i.name());
-    for (const auto& node : graph.node()) {
-        for (const auto& in : node.input())
-            if (!in.empty() && !local.count(in)) reads.insert(in);
-        for (const auto& attr : node.attribute()) {
-            if (attr.has_g()) collect_outer_reads(attr.g(), reads);
-            for (const auto& g : attr.graphs()) collect_outer_reads(g, reads);
-        }
+    for (const auto& node : graph.node())
         for (const auto& out : node.output()) local.insert(out);
+    auto outer = [&](const std::string& name) {
+        if (!name.empty() && !local.count(name)) reads.insert(name);
+    };
+    for (const auto& node : graph.node()) {
+        for (const auto& in : node.input()) outer(in);
+        std::unordered_set<std::string> nested;
+        for (const auto& attr : node.attribute()) {
+            if (attr.has_g()) collect_outer_reads(attr.g(), nested);
+            for (const auto& g : attr.graphs()) collect_outer_reads(g, nested);
+        }
+        for (const auto& name : nested) outer(name);
     }
-    for (const auto& o : graph.output())
-        if (!local.count(o.name())) reads.insert(o.name());
+    for (const auto& o : graph.output()) outer(o.name());
 }
 
 std::unordered_set<std::string> subgraph_reads(const onnx::NodeProto& node) {
