@@ -137,25 +137,35 @@ ExternalBytes resolve_external_data(const onnx::TensorProto& tensor, const fs::p
     return {file, offset, bytes};
 }
 
-// Points the tensor at its validated bytes (an absolute location marks it
-// deferred) or, below `defer_bytes`, reads them into raw_data.
-void resolve_tensor(onnx::TensorProto& tensor, const ExternalBytes& at, size_t defer_bytes) {
+// Stores the tensor's data externally at `location`, `offset`, `length`.
+void set_external_data(onnx::TensorProto& tensor, const std::string& location, size_t offset, size_t length) {
+    tensor.clear_raw_data();
     tensor.clear_external_data();
-    auto add = [&](const char* key, const std::string& value) {
+    tensor.set_data_location(onnx::TensorProto::EXTERNAL);
+    for (const auto& [key, value] : {std::pair<const char*, std::string>{"location", location},
+                                     {"offset", std::to_string(offset)},
+                                     {"length", std::to_string(length)}}) {
         auto* entry = tensor.add_external_data();
         entry->set_key(key);
         entry->set_value(value);
-    };
-    add("location", at.file.string());
-    add("offset", std::to_string(at.offset));
-    add("length", std::to_string(at.bytes));
-    if (defer_bytes > 0 && static_cast<size_t>(at.bytes) >= defer_bytes) return;
+    }
+}
+
+// Reads a deferred tensor's bytes into raw_data.
+void read_into_raw_data(onnx::TensorProto& tensor) {
     std::string data;
-    data.reserve(static_cast<size_t>(at.bytes));
+    data.reserve(stored_data_bytes(tensor));
     read_deferred(tensor, [&](const char* p, size_t n) { data.append(p, n); });
     tensor.clear_external_data();
     tensor.clear_data_location();
     tensor.set_raw_data(std::move(data));
+}
+
+// Points the tensor at its validated bytes (an absolute location marks it
+// deferred) or, below `defer_bytes`, reads them into raw_data.
+void resolve_tensor(onnx::TensorProto& tensor, const ExternalBytes& at, size_t defer_bytes) {
+    set_external_data(tensor, at.file.string(), static_cast<size_t>(at.offset), static_cast<size_t>(at.bytes));
+    if (defer_bytes == 0 || static_cast<size_t>(at.bytes) < defer_bytes) read_into_raw_data(tensor);
 }
 
 void refuse_old_opset(const Model& model, const fs::path& path) {
@@ -531,13 +541,7 @@ std::set<fs::path> deferred_sources(const onnx::ModelProto& proto) {
 // Reads every deferred tensor below `threshold` bytes (all when 0) into raw_data.
 void inline_deferred(onnx::ModelProto& proto, size_t threshold) {
     for_each_tensor(*proto.mutable_graph(), [&](onnx::TensorProto& t) {
-        if (!is_deferred(t) || (threshold > 0 && stored_data_bytes(t) >= threshold)) return;
-        std::string data;
-        data.reserve(stored_data_bytes(t));
-        read_deferred(t, [&](const char* p, size_t n) { data.append(p, n); });
-        t.clear_external_data();
-        t.clear_data_location();
-        t.set_raw_data(std::move(data));
+        if (is_deferred(t) && (threshold == 0 || stored_data_bytes(t) < threshold)) read_into_raw_data(t);
     });
 }
 
@@ -616,20 +620,7 @@ void save_model(const Model& model, const fs::path& path, const SaveOptions& opt
         });
     }
     for (const auto& [location, placements] : files)
-        for (const auto& p : placements) {
-            auto& t = *p.tensor;
-            t.clear_raw_data();
-            t.clear_external_data();
-            t.set_data_location(onnx::TensorProto::EXTERNAL);
-            auto add = [&](const char* key, const std::string& value) {
-                auto* entry = t.add_external_data();
-                entry->set_key(key);
-                entry->set_value(value);
-            };
-            add("location", location.generic_string());
-            add("offset", std::to_string(p.offset));
-            add("length", std::to_string(p.length));
-        }
+        for (const auto& p : placements) set_external_data(*p.tensor, location.generic_string(), p.offset, p.length);
     write_file_atomically(path, [&](std::ostream& out) {
         if (!proto.SerializeToOstream(&out)) throw InternalError("protobuf failed to serialize the model");
     });

@@ -123,31 +123,23 @@ class Writer {
         if (cols * bits % 8 != 0)
             throw InputError(fmt::format("GatherBlockQuantized packs whole bytes per row: '{}' has {} values a row",
                                          w.tensor, cols));
-        const bool is_signed = p.type == QuantType::QInt4 || p.type == QuantType::QInt8;
-        const int64_t offset = is_signed ? int64_t{1} << (bits - 1) : 0;
-        const Tensor q = vaiq::quantize_tensor(float_values(init), p, w.tensor);  // [rows, cols]
+        const auto codes = stored_codes(w, init);  // [rows, cols]
         std::vector<uint8_t> values(static_cast<size_t>(rows * cols)), zero_points(p.zero_point.size());
-        for (size_t i = 0; i < values.size(); ++i)
-            values[i] = static_cast<uint8_t>((is_signed ? q.data<int8_t>()[i] : q.data<uint8_t>()[i]) + offset);
+        for (size_t i = 0; i < values.size(); ++i) values[i] = codes.value(i);
         bool default_zero_points = true;
         for (size_t i = 0; i < zero_points.size(); ++i) {
-            zero_points[i] = static_cast<uint8_t>(p.zero_point[i] + offset);
-            default_zero_points &= zero_points[i] == (1 << (bits - 1));
+            zero_points[i] = codes.zero_point(p.zero_point[i]);
+            default_zero_points &= codes.is_default(zero_points[i]);
         }
         std::vector<std::string> inputs{
-            add_packed(w.tensor + "_Q" + std::to_string(bits), pack_rows(values, static_cast<size_t>(cols), bits), rows),
+            add_packed(w.tensor + "_Q" + std::to_string(bits), pack_rows(values, static_cast<size_t>(cols), bits), {rows}),
             node.input(1),
             vaiq::add_initializer(graph_, names_, w.tensor + "_scales",
                                   in_weight_type(Tensor::from_values<float>({rows, blocks}, p.scale), init))};
         if (!default_zero_points)
             inputs.push_back(add_packed(w.tensor + "_zero_points",
-                                        pack_rows(zero_points, static_cast<size_t>(blocks), bits), rows));
-        onnx::NodeProto out;
-        out.set_op_type("GatherBlockQuantized");
-        out.set_domain("com.microsoft");
-        out.set_name((node.name().empty() ? node.output(0) : node.name()) + "_Q" + std::to_string(bits));
-        for (const auto& in : inputs) out.add_input(in);
-        out.add_output(node.output(0));
+                                        pack_rows(zero_points, static_cast<size_t>(blocks), bits), {rows}));
+        auto out = contrib_node("GatherBlockQuantized", node, bits, inputs);
         vaiq::set_int_attribute(out, "gather_axis", 0);
         vaiq::set_int_attribute(out, "quantize_axis", 1);
         vaiq::set_int_attribute(out, "block_size", block);
@@ -163,11 +155,47 @@ class Writer {
         return vaiq::convert_float_type(scales, static_cast<vaiq::DataType>(init.data_type()));
     }
 
-    // Packed bytes as a uint8 initializer of `rows` rows.
-    std::string add_packed(const std::string& name, const std::vector<uint8_t>& bytes, int64_t rows) {
-        Tensor t(vaiq::DataType::UInt8, {rows, static_cast<int64_t>(bytes.size()) / rows});
+    // Packed bytes as a uint8 initializer of `shape` (its last dimension: what is left per row).
+    std::string add_packed(const std::string& name, const std::vector<uint8_t>& bytes, std::vector<int64_t> shape) {
+        int64_t rows = 1;
+        for (auto d : shape) rows *= d;
+        shape.push_back(static_cast<int64_t>(bytes.size()) / rows);
+        Tensor t(vaiq::DataType::UInt8, shape);
         vaiq::copy_bytes(t.mutable_bytes().data(), bytes.data(), bytes.size());
         return vaiq::add_initializer(graph_, names_, name, t);
+    }
+
+    // The plan's values and zero points as stored: unsigned, a signed value moved up by 2^(bits - 1) (which
+    // changes no dequantized value).
+    struct StoredCodes {
+        Tensor q;  // the plan's codes
+        int bits = 4;
+        int64_t offset = 0;
+        uint8_t value(size_t i) const {
+            return static_cast<uint8_t>((offset ? q.data<int8_t>()[i] : q.data<uint8_t>()[i]) + offset);
+        }
+        uint8_t zero_point(int64_t z) const { return static_cast<uint8_t>(z + offset); }
+        bool is_default(uint8_t stored_zero_point) const { return stored_zero_point == (1 << (bits - 1)); }
+    };
+    static StoredCodes stored_codes(const TensorQuant& w, const onnx::TensorProto& init) {
+        StoredCodes c;
+        c.bits = vaiq::quant_bits(w.params.type);
+        const bool is_signed = w.params.type == QuantType::QInt4 || w.params.type == QuantType::QInt8;
+        c.offset = is_signed ? int64_t{1} << (c.bits - 1) : 0;
+        c.q = vaiq::quantize_tensor(float_values(init), w.params, w.tensor);
+        return c;
+    }
+
+    // The com.microsoft node that replaces `node`, reading `inputs` and writing its output.
+    static onnx::NodeProto contrib_node(const char* op, const onnx::NodeProto& node, int bits,
+                                        const std::vector<std::string>& inputs) {
+        onnx::NodeProto out;
+        out.set_op_type(op);
+        out.set_domain("com.microsoft");
+        out.set_name((node.name().empty() ? node.output(0) : node.name()) + "_Q" + std::to_string(bits));
+        for (const auto& in : inputs) out.add_input(in);
+        out.add_output(node.output(0));
+        return out;
     }
 
     void rewrite(onnx::NodeProto& node, const TensorQuant& w) {
@@ -176,14 +204,7 @@ class Writer {
         const int bits = vaiq::quant_bits(p.type);
         const int64_t k = init.dims(0), n = init.dims(1), block = written_block(p.block_size, k);
         const int64_t blocks = (k + block - 1) / block;
-        // Stored unsigned: a signed value moves up by 2^(bits - 1), its zero point too.
-        const bool is_signed = p.type == QuantType::QInt4 || p.type == QuantType::QInt8;
-        const int64_t offset = is_signed ? int64_t{1} << (bits - 1) : 0;
-        const Tensor q = vaiq::quantize_tensor(float_values(init), p, w.tensor);  // [K, N]
-        auto value = [&](int64_t row, int64_t col) -> int64_t {
-            const auto i = static_cast<size_t>(row * n + col);
-            return is_signed ? q.data<int8_t>()[i] : q.data<uint8_t>()[i];
-        };
+        const auto codes = stored_codes(w, init);  // [K, N]
         // Column-major blocks; the rows past K (padding) hold the block's zero point.
         std::vector<uint8_t> values(static_cast<size_t>(n * blocks * block));
         std::vector<uint8_t> zero_points(static_cast<size_t>(n * blocks));
@@ -192,33 +213,26 @@ class Writer {
         for (int64_t col = 0; col < n; ++col)
             for (int64_t b = 0; b < blocks; ++b) {
                 const auto param = static_cast<size_t>(b * n + col);  // the [blocks, N] layout of the plan
-                const auto zp = static_cast<uint8_t>(p.zero_point[param] + offset);
+                const auto zp = codes.zero_point(p.zero_point[param]);
                 zero_points[static_cast<size_t>(col * blocks + b)] = zp;
                 scales[static_cast<size_t>(col * blocks + b)] = p.scale[param];
-                default_zero_points &= zp == (1 << (bits - 1));
+                default_zero_points &= codes.is_default(zp);
                 for (int64_t r = 0; r < block; ++r) {
                     const int64_t row = b * block + r;
                     values[static_cast<size_t>((col * blocks + b) * block + r)] =
-                        row < k ? static_cast<uint8_t>(value(row, col) + offset) : zp;
+                        row < k ? codes.value(static_cast<size_t>(row * n + col)) : zp;
                 }
             }
-        const auto packed = pack_rows(values, static_cast<size_t>(block), bits);
-        Tensor b_tensor(vaiq::DataType::UInt8, {n, blocks, block * bits / 8});
-        vaiq::copy_bytes(b_tensor.mutable_bytes().data(), packed.data(), packed.size());
-        std::vector<std::string> inputs{node.input(0),
-                                        vaiq::add_initializer(graph_, names_, w.tensor + "_Q" + std::to_string(bits),
-                                                              b_tensor),
-                                        vaiq::add_initializer(graph_, names_, w.tensor + "_scales",
-                                                              in_weight_type(Tensor::from_values<float>({n, blocks}, scales), init))};
+        std::vector<std::string> inputs{
+            node.input(0),
+            add_packed(w.tensor + "_Q" + std::to_string(bits), pack_rows(values, static_cast<size_t>(block), bits),
+                       {n, blocks}),
+            vaiq::add_initializer(graph_, names_, w.tensor + "_scales",
+                                  in_weight_type(Tensor::from_values<float>({n, blocks}, scales), init))};
         if (!default_zero_points)
             inputs.push_back(add_packed(w.tensor + "_zero_points",
-                                        pack_rows(zero_points, static_cast<size_t>(blocks), bits), n));
-        onnx::NodeProto out;
-        out.set_op_type("MatMulNBits");
-        out.set_domain("com.microsoft");
-        out.set_name(node.name().empty() ? node.output(0) + "_Q" + std::to_string(bits) : node.name() + "_Q" + std::to_string(bits));
-        for (const auto& in : inputs) out.add_input(in);
-        out.add_output(node.output(0));
+                                        pack_rows(zero_points, static_cast<size_t>(blocks), bits), {n}));
+        auto out = contrib_node("MatMulNBits", node, bits, inputs);
         vaiq::set_int_attribute(out, "K", k);
         vaiq::set_int_attribute(out, "N", n);
         vaiq::set_int_attribute(out, "bits", bits);

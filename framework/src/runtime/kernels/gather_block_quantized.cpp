@@ -67,10 +67,10 @@ void gather_block_quantized(KernelContext& ctx, std::vector<Tensor>& out) {
             ctx.fail("zero_points must have the data's type and the scales' shape (packed like the data)");
     }
     const int64_t default_zero_point = q.packed ? 1 << (q.bits - 1) : 0;
+    BlockQuantizedData z = q;  // the zero points, stored as the data is
+    if (zero_points) z.bytes = reinterpret_cast<const uint8_t*>(zero_points->bytes().data());
     auto zero_point = [&](int64_t scale_index) -> int32_t {
         if (!zero_points) return static_cast<int32_t>(default_zero_point);
-        BlockQuantizedData z = q;
-        z.bytes = reinterpret_cast<const uint8_t*>(zero_points->bytes().data());
         if (!q.packed) return z.value(scale_index);
         // Packed per row of blocks: each row starts on a byte.
         const int64_t row = scale_index / blocks_per_row, in_row = scale_index % blocks_per_row;
