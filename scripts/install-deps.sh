@@ -17,6 +17,10 @@ packages=(
   googletest libgtest-dev libgmock-dev
   libonnx-testdata
   bc time jq
+  # The Python module (import vaiq) and its tests, with Debian's own python3.
+  python3-dev python3-numpy python3-pytest pybind11-dev
+  # The HTML report's test renders it in a real browser.
+  chromium
 )
 
 missing=()

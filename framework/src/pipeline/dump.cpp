@@ -105,9 +105,10 @@ DumpResult dump_model(const fs::path& model_path, const DumpOptions& options) {
             "--dump-float dumps every node's float output",
             model_path.string()));
 
-    std::unique_ptr<DataReader> reader = options.data
-                                             ? open_data_reader(*options.data, model, "dump data")
-                                             : random_data_reader(model, options.random_input_shapes, nullptr, 1);
+    std::unique_ptr<DataReader> reader =
+        options.reader ? options.reader(model)
+        : options.data ? open_data_reader(*options.data, model, "dump data")
+                       : random_data_reader(model, options.random_input_shapes, nullptr, 1);
     auto batch = reader->next();
     if (!batch) throw InputError("the dump data holds no batch");
 

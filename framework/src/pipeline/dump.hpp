@@ -5,13 +5,19 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <optional>
+
+#include "pipeline/data_reader.hpp"
 
 namespace vaiq {
 
 struct DumpOptions {
     /// Data whose first batch is the input; without it, random inputs.
     std::optional<std::filesystem::path> data;
+    /// The caller's data in place of `data` (the Python API's dump_data_reader).
+    std::function<std::unique_ptr<DataReader>(const Model&)> reader;
     /// Shapes of the random inputs, as random_data_reader takes them ({input:
     /// shape}, a list, or [] for the model's own shapes with a dynamic leading
     /// dimension of 1).

@@ -242,7 +242,13 @@ ImagePipeline image_pipeline(const Recipe& recipe) {
     return p;
 }
 
-std::unique_ptr<DataReader> calibration_reader(const Recipe& recipe, const Model& model) {
+// Whether the run has calibration data: files the recipe names, or the caller's reader.
+bool has_calibration_data(const Recipe& recipe, const RunOptions& options) {
+    return options.calibration_reader || !recipe.value("calibration_data_reader").is_null();
+}
+
+std::unique_ptr<DataReader> calibration_reader(const Recipe& recipe, const RunOptions& options, const Model& model) {
+    if (options.calibration_reader) return options.calibration_reader(model);
     const auto& path = recipe.value("calibration_data_reader");
     if (!path.is_null()) {
         const auto images = image_pipeline(recipe);
@@ -415,7 +421,7 @@ void awq_phase(RunState& s) {
     std::set<std::string> nodes;
     for (const auto& d : decide_nodes(s.recipe, s.model, *s.target))
         if (d.quantized) nodes.insert(d.name);
-    s.data = calibration_reader(s.recipe, s.model);
+    s.data = calibration_reader(s.recipe, s.options, s.model);
     const auto r = awq_lite(s.model, *s.data, options, nodes, s.threads);
     s.report["awq"] = {{"activations", r.activations},
                        {"scaled", r.scaled},
@@ -454,7 +460,7 @@ void prepare_phase(RunState& s) {
     // Data-aware passes measure the model as it stands when they run, through a reader of its own
     // (an earlier pass may have changed the inputs the run's reader was opened for).
     const ChannelMeasurer measure = [&s](const Model& model, const std::vector<ChannelRangeRequest>& wanted) {
-        const auto reader = calibration_reader(s.recipe, model);
+        const auto reader = calibration_reader(s.recipe, s.options, model);
         return measure_channel_ranges(model, *reader, wanted, s.threads);
     };
     run_passes(passes, s.registry, s.model, s.report["passes"], measure);
@@ -465,7 +471,7 @@ void prepare_phase(RunState& s) {
         if (!(options.alpha >= 0 && options.alpha <= 1))
             throw InputError(fmt::format("{}: extra_options.SmoothQuantAlpha must be within [0, 1], not {}",
                                          s.recipe.setting("extra_options.SmoothQuantAlpha").origin, options.alpha));
-        s.data = calibration_reader(s.recipe, s.model);
+        s.data = calibration_reader(s.recipe, s.options, s.model);
         const auto r = smooth_quant(s.model, *s.data, options, s.threads);
         s.report["smooth_quant"] = {{"activations", r.activations}, {"weights", r.weights}, {"folded", r.folded}};
         log_info("SmoothQuant: {} activations smoothed ({} folded into their producer), {} weights scaled",
@@ -521,8 +527,8 @@ Observations observe_files(RunState& s, const StatisticsIdentity& identity) {
         }
         merge_statistics_file(observations, s.draft, identity, file, path);
     }
-    if (!s.recipe.value("calibration_data_reader").is_null()) {
-        s.data = calibration_reader(s.recipe, s.model);
+    if (has_calibration_data(s.recipe, s.options)) {
+        s.data = calibration_reader(s.recipe, s.options, s.model);
     } else {
         log_info("calibrated from statistics files; with no calibration data, evaluation runs on random data");
         s.data = random_reader(s.recipe, s.model);
@@ -533,7 +539,7 @@ Observations observe_files(RunState& s, const StatisticsIdentity& identity) {
 // Observers fed the calibration data.
 Observations observe_data(RunState& s) {
     const auto observed = s.draft.observed();
-    if (!s.data && s.recipe.value("calibration_data_reader").is_null()) {
+    if (!s.data && !has_calibration_data(s.recipe, s.options)) {
         // Given parameters are meant to replace calibration: random data must not fill the gaps.
         const bool given = !s.recipe.value("input_quantization_params").empty() ||
                            !s.recipe.value("output_quantization_params").empty();
@@ -547,7 +553,7 @@ Observations observe_data(RunState& s) {
             s.data = random_reader(s.recipe, s.model);  // types the tensors; evaluation runs on it too
         }
     }
-    if (!s.data) s.data = calibration_reader(s.recipe, s.model);
+    if (!s.data) s.data = calibration_reader(s.recipe, s.options, s.model);
     auto observations = make_observers(s.draft);
     observe(observations, s.model, s.draft, *s.data, s.threads,
             [&](int batch) { log_debug("calibration batch {} of {} files", batch, s.data->items()); });
@@ -873,14 +879,16 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
 }
 
 // Writes the model, the dump a recipe asks for, and the report.
-void save_run(const Recipe& recipe, QuantizedRun& run) {
+void save_run(const Recipe& recipe, const RunOptions& options, QuantizedRun& run) {
     const auto start = std::chrono::steady_clock::now();
     SaveOptions save = save_options(recipe, run.output);
     save.check = false;  // the check phase just ran
     save_model(run.quantized, run.output, save, run.input);
     if (const auto& dir = recipe.value("dump_output_dir"); !dir.is_null()) {
         DumpOptions dump;
-        if (const auto& data = recipe.value("calibration_data_reader"); !data.is_null())
+        if (options.calibration_reader)
+            dump.reader = options.calibration_reader;
+        else if (const auto& data = recipe.value("calibration_data_reader"); !data.is_null())
             dump.data = data.get<std::string>();
         else
             dump.random_input_shapes = recipe.value("random_data_reader_input_shape");
@@ -975,7 +983,7 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
         run.report["cle_guard"] = guard;
     }
     judge_outputs(recipe, run.report);
-    save_run(recipe, run);
+    save_run(recipe, options, run);
     return {run.output, run.report_path, run.report};
 }
 

@@ -4,10 +4,13 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "pipeline/data_reader.hpp"
 #include "plugin/registry.hpp"
 #include "recipe/recipe.hpp"
 #include "vaiq/calibrator.hpp"
@@ -47,6 +50,10 @@ struct RunOptions {
     /// Statistics files (`vaiq calibrate`) to calibrate from instead of the
     /// data: merged as if one process had seen every shard.
     std::vector<std::filesystem::path> calibration_files;
+    /// Calibration data from the caller (the Python API's CalibrationDataReader)
+    /// in place of calibration_data_reader: opens a reader for the model as it
+    /// stands; called for every pass over the data.
+    std::function<std::unique_ptr<DataReader>(const Model&)> calibration_reader;
 };
 
 struct RunResult {

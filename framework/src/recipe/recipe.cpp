@@ -19,6 +19,8 @@ namespace fs = std::filesystem;
 
 namespace vaiq {
 
+void resolve_original_tool_settings(Recipe& recipe);
+
 namespace {
 
 // Where values are read from: a recipe file, a --set assignment, or a default.
@@ -478,6 +480,37 @@ fs::path find_parent(const std::string& name, const fs::path& dir) {
     return (dir / p).lexically_normal();
 }
 
+ParsedFile parse_chain(const fs::path& file, std::vector<fs::path>& chain, std::vector<fs::path>& files);
+
+// One recipe document merged over the chain it extends.
+ParsedFile parse_document(const YAML::Node& root, const Source& src, std::vector<fs::path>& chain,
+                          std::vector<fs::path>& files) {
+    if (root.IsNull()) throw InputError(fmt::format("{}: the recipe is empty", src.label));
+    if (!root.IsMap()) src.fail(root, "a recipe is a YAML map of key: value");
+
+    ParsedFile mine;
+    flatten(root, "", src, mine);
+    if (!mine.extends) return mine;
+
+    std::error_code ec;
+    const fs::path parent_path = find_parent(*mine.extends, src.dir);
+    ParsedFile merged;
+    try {
+        merged = parse_chain(parent_path, chain, files);
+    } catch (const InputError& e) {
+        if (!fs::exists(parent_path, ec))
+            src.fail(root["extends"], fmt::format("extends '{}', which was found neither beside the recipe nor among "
+                                                  "the shipped recipes",
+                                                  *mine.extends));
+        throw;
+    }
+    // The child wins key by key: maps merge deeply, lists and values replace.
+    for (auto& [path, setting] : mine.settings) merged.settings[path] = std::move(setting);
+    merged.has_version = merged.has_version || mine.has_version;
+    merged.extends.reset();
+    return merged;
+}
+
 ParsedFile parse_chain(const fs::path& file, std::vector<fs::path>& chain, std::vector<fs::path>& files) {
     std::error_code ec;
     const fs::path canonical = fs::weakly_canonical(file, ec);
@@ -497,32 +530,31 @@ ParsedFile parse_chain(const fs::path& file, std::vector<fs::path>& chain, std::
         throw InputError(
             fmt::format("{}:{}:{}: YAML syntax error: {}", file.string(), e.mark.line + 1, e.mark.column + 1, e.msg));
     }
-    if (root.IsNull()) throw InputError(fmt::format("{}: the recipe is empty", file.string()));
-    if (!root.IsMap()) src.fail(root, "a recipe is a YAML map of key: value");
-
-    ParsedFile mine;
-    flatten(root, "", src, mine);
     files.push_back(file);
-    if (!mine.extends) return mine;
-
     chain.push_back(canonical);
-    const fs::path parent_path = find_parent(*mine.extends, src.dir);
-    ParsedFile merged;
-    try {
-        merged = parse_chain(parent_path, chain, files);
-    } catch (const InputError& e) {
-        if (!fs::exists(parent_path, ec))
-            src.fail(root["extends"], fmt::format("extends '{}', which was found neither beside the recipe nor among "
-                                                  "the shipped recipes",
-                                                  *mine.extends));
-        throw;
-    }
+    auto parsed = parse_document(root, src, chain, files);
     chain.pop_back();
-    // The child wins key by key: maps merge deeply, lists and values replace.
-    for (auto& [path, setting] : mine.settings) merged.settings[path] = std::move(setting);
-    merged.has_version = merged.has_version || mine.has_version;
-    merged.extends.reset();
-    return merged;
+    return parsed;
+}
+
+// Every key the parsed files did not set gets its documented default.
+Recipe complete(ParsedFile parsed, std::vector<fs::path> files, const std::string& label,
+                const std::vector<std::string>& assignments) {
+    if (!parsed.has_version)
+        throw InputError(
+            fmt::format("{}: recipe_version is missing; start the recipe with 'recipe_version: 1'", label));
+    Recipe recipe;
+    recipe.files = std::move(files);
+    recipe.settings = std::move(parsed.settings);
+    for (const auto& a : assignments) apply_setting(recipe, a, fs::current_path());
+    const Source defaults{"default", fs::current_path(), false};
+    for (const auto& spec : recipe_keys()) {
+        if (recipe.settings.count(spec.path)) continue;
+        recipe.settings[std::string(spec.path)] = {
+            normalize(spec, YAML::Load(std::string(spec.default_yaml)), defaults), "default"};
+    }
+    resolve_original_tool_settings(recipe);
+    return recipe;
 }
 
 }  // namespace
@@ -662,22 +694,22 @@ void resolve_original_tool_settings(Recipe& recipe) {
 }
 
 Recipe load_recipe(const fs::path& file, const std::vector<std::string>& assignments) {
-    std::vector<fs::path> chain;
-    Recipe recipe;
-    ParsedFile parsed = parse_chain(file, chain, recipe.files);
-    if (!parsed.has_version)
-        throw InputError(
-            fmt::format("{}: recipe_version is missing; start the recipe with 'recipe_version: 1'", file.string()));
-    recipe.settings = std::move(parsed.settings);
-    for (const auto& a : assignments) apply_setting(recipe, a, fs::current_path());
-    const Source defaults{"default", fs::current_path(), false};
-    for (const auto& spec : recipe_keys()) {
-        if (recipe.settings.count(spec.path)) continue;
-        recipe.settings[std::string(spec.path)] = {
-            normalize(spec, YAML::Load(std::string(spec.default_yaml)), defaults), "default"};
+    std::vector<fs::path> chain, files;
+    ParsedFile parsed = parse_chain(file, chain, files);
+    return complete(std::move(parsed), std::move(files), file.string(), assignments);
+}
+
+Recipe load_recipe_text(const std::string& text, const std::string& label, const fs::path& base_dir) {
+    YAML::Node root;
+    try {
+        root = YAML::Load(text);
+    } catch (const YAML::Exception& e) {
+        throw InputError(fmt::format("{}: YAML syntax error: {}", label, e.msg));
     }
-    resolve_original_tool_settings(recipe);
-    return recipe;
+    const Source src{label, base_dir, false};
+    std::vector<fs::path> chain, files;
+    ParsedFile parsed = parse_document(root, src, chain, files);
+    return complete(std::move(parsed), std::move(files), label, {});
 }
 
 }  // namespace vaiq

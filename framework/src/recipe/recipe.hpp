@@ -63,4 +63,9 @@ void apply_setting(Recipe& recipe, const std::string& assignment, const std::fil
 /// Throws InputError "file:line:column: message" for anything invalid.
 Recipe load_recipe(const std::filesystem::path& file, const std::vector<std::string>& assignments = {});
 
+/// Loads a recipe held in memory (the Python API's arguments as a document):
+/// checked like a file, messages start with `label`, relative paths and
+/// `extends:` resolve against `base_dir`.
+Recipe load_recipe_text(const std::string& text, const std::string& label, const std::filesystem::path& base_dir);
+
 }  // namespace vaiq

@@ -1,0 +1,199 @@
+"""The Python API against the command line on the bundled MNIST example."""
+
+import json
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+
+import vaiq
+
+SOURCE = pathlib.Path(os.environ.get("VAIQ_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
+EXAMPLE = SOURCE / "examples" / "mnist"
+MODEL = EXAMPLE / "mnist_cnn.onnx"
+CLI = os.environ.get("VAIQ_CLI", "vaiq")
+
+
+class Reader:
+    """The tutorial's reader shape: batches of the calibration set, then None."""
+
+    def __init__(self, batch=20, raise_at=None, with_rewind=False):
+        self.images = np.load(EXAMPLE / "calibration.npy")
+        self.batch = batch
+        self.raise_at = raise_at
+        self.position = 0
+        self.calls = 0
+        self.rewinds = 0
+        if with_rewind:
+            self.rewind = self._rewind
+
+    def get_next(self):
+        self.calls += 1
+        if self.raise_at is not None and self.calls == self.raise_at:
+            raise RuntimeError("the dataset went away")
+        if self.position >= len(self.images):
+            return None
+        chunk = self.images[self.position:self.position + self.batch]
+        self.position += self.batch
+        return {"pixels": chunk}
+
+    def _rewind(self):
+        self.rewinds += 1
+        self.position = 0
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, cwd=cwd)
+
+
+def cpu_arguments(**more):
+    return dict(quant_format=vaiq.QuantFormat.QDQ, calibrate_method=vaiq.CalibrationMethod.MinMax,
+                activation_type=vaiq.QuantType.QUInt8, weight_type=vaiq.QuantType.QInt8, target="cpu", **more)
+
+
+def test_quantize_static_writes_the_bytes_vaiq_run_writes(tmp_path):
+    run = cli("run", SOURCE / "recipes" / "cpu.yaml", "--model", MODEL, "--data", EXAMPLE / "calibration.npy",
+              "--output", tmp_path / "cli.onnx")
+    assert run.returncode == 0, run.stderr
+    report = vaiq.quantize_static(MODEL, tmp_path / "python.onnx", Reader(), **cpu_arguments())
+    assert (tmp_path / "python.onnx").read_bytes() == (tmp_path / "cli.onnx").read_bytes()
+    assert report["quantized"] is True
+    assert report["calibration"]["batches"] == 10
+    assert json.loads((tmp_path / "python.report.json").read_text())["model"]["quantized_tensors"] > 0
+
+
+def test_enums_and_strings_are_the_same_settings(tmp_path):
+    vaiq.quantize_static(MODEL, tmp_path / "enums.onnx", Reader(), **cpu_arguments())
+    vaiq.quantize_static(MODEL, tmp_path / "strings.onnx", Reader(), quant_format="QuantFormat.QDQ",
+                         calibrate_method="CalibrationMethod.MinMax", activation_type="QuantType.QUInt8",
+                         weight_type="QInt8", target="cpu")
+    assert (tmp_path / "enums.onnx").read_bytes() == (tmp_path / "strings.onnx").read_bytes()
+
+
+def test_power_of_two_method_and_vitis_format(tmp_path):
+    report = vaiq.quantize_static(MODEL, tmp_path / "npu.onnx", Reader(), quant_format=vaiq.VitisQuantFormat.QDQ,
+                                  calibrate_method=vaiq.PowerOfTwoMethod.MinMSE, enable_dpu=True,
+                                  extra_options={"ActivationSymmetric": True})
+    assert report["quantized"] is True
+    assert report["recipe"]["settings"]["quant_format"]["value"] == "VitisQuantFormat.QDQ"
+    assert report["recipe"]["settings"]["target"]["value"] == "npu_cnn"
+
+
+def test_a_recipe_file_as_the_starting_point(tmp_path):
+    report = vaiq.quantize_static(MODEL, tmp_path / "npu.onnx", Reader(), recipe="cnn_npu.yaml")
+    assert report["recipe"]["settings"]["calibrate_method"]["value"] == "MinMSE"
+    assert report["quantized"] is True
+
+
+def test_unknown_argument_is_the_recipe_error(tmp_path):
+    with pytest.raises(ValueError) as raised:
+        vaiq.quantize_static(MODEL, tmp_path / "out.onnx", Reader(), per_chanel=True)
+    message = str(raised.value)
+    assert message.startswith("quantize_static: unknown key 'per_chanel' in the recipe")
+    # The same words as a recipe file with that key.
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text("recipe_version: 1\nper_chanel: true\n")
+    run = cli("validate", recipe)
+    assert run.returncode == 1
+    assert message.split(": ", 1)[1] in run.stderr
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_bad_values_and_extra_options_raise_value_error(tmp_path):
+    with pytest.raises(ValueError, match="ActivationSymetric"):
+        vaiq.quantize_static(MODEL, tmp_path / "out.onnx", Reader(), extra_options={"ActivationSymetric": True})
+    with pytest.raises(ValueError, match="calibrate_method 'Median' is not a calibration method"):
+        vaiq.quantize_static(MODEL, tmp_path / "out.onnx", Reader(), calibrate_method="Median")
+    with pytest.raises(ValueError, match="no such model file"):
+        vaiq.quantize_static(tmp_path / "missing.onnx", tmp_path / "out.onnx", Reader())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_reader_that_raises_mid_calibration_raises_its_exception_and_writes_nothing(tmp_path):
+    reader = Reader(raise_at=4)
+    with pytest.raises(RuntimeError, match="the dataset went away"):
+        vaiq.quantize_static(MODEL, tmp_path / "out.onnx", reader, **cpu_arguments())
+    assert reader.calls == 4
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_samples_name_the_call(tmp_path):
+    class ListReader:
+        def get_next(self):
+            return [np.zeros((1, 1, 28, 28), np.uint8)]
+
+    with pytest.raises(ValueError, match=r"get_next\(\) call 1 is a list, not a dict"):
+        vaiq.quantize_static(MODEL, tmp_path / "out.onnx", ListReader(), **cpu_arguments())
+
+    class FloatReader:
+        def get_next(self):
+            return {"pixels": np.zeros((1, 1, 28, 28), np.float64)}
+
+    with pytest.raises(ValueError, match="pixels"):
+        vaiq.quantize_static(MODEL, tmp_path / "out.onnx", FloatReader(), **cpu_arguments())
+
+    with pytest.raises(ValueError, match="get_next"):
+        vaiq.quantize_static(MODEL, tmp_path / "out.onnx", object(), **cpu_arguments())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_reader_without_rewind_is_read_once(tmp_path):
+    reader = Reader()
+    report = vaiq.quantize_static(MODEL, tmp_path / "out.onnx", reader, **cpu_arguments())
+    # Calibration and evaluation both read the ten batches; the object saw them once.
+    assert report["evaluation"]["batches"] == 10
+    assert reader.calls == 11
+
+
+def test_a_reader_with_rewind_is_rewound_for_each_pass(tmp_path):
+    reader = Reader(with_rewind=True)
+    report = vaiq.quantize_static(MODEL, tmp_path / "out.onnx", reader, **cpu_arguments())
+    assert report["evaluation"]["batches"] == 10
+    assert reader.rewinds >= 1
+    assert reader.calls == 11 * (reader.rewinds + 1)
+
+
+def test_data_path_and_random_data(tmp_path):
+    report = vaiq.quantize_static(MODEL, tmp_path / "files.onnx", str(EXAMPLE / "calibration.npy"), **cpu_arguments())
+    assert report["calibration"]["batches"] == 1
+    report = vaiq.quantize_static(MODEL, tmp_path / "random.onnx", None, **cpu_arguments())
+    assert report["quantized"] is True
+
+
+def test_infer_runs_the_quantized_model(tmp_path):
+    vaiq.quantize_static(MODEL, tmp_path / "q.onnx", Reader(), **cpu_arguments())
+    images = np.load(EXAMPLE / "test_images.npy")[:200]
+    labels = np.load(EXAMPLE / "test_labels.npy")[:200]
+    (float_logits,) = vaiq.infer(MODEL, {"pixels": images})
+    (logits,) = vaiq.infer(tmp_path / "q.onnx", {"pixels": images}, threads=1)
+    assert logits.dtype == np.float32 and logits.shape == (200, 10)
+    assert (float_logits.argmax(1) == labels).mean() > 0.9
+    assert (logits.argmax(1) == float_logits.argmax(1)).mean() > 0.95
+    with pytest.raises(ValueError):
+        vaiq.infer(MODEL, {"pixels": images.astype(np.float32)})
+
+
+def test_run_recipe_with_overrides(tmp_path):
+    report = vaiq.run_recipe(EXAMPLE / "mnist_cpu.yaml", model_output=tmp_path / "r.onnx",
+                             overrides={"extra_options.WeightSymmetric": True})
+    assert (tmp_path / "r.onnx").exists()
+    assert report["evaluation"]["accuracy"]["quantized"] > 0.9
+    assert report["recipe"]["settings"]["extra_options.WeightSymmetric"]["origin"] == "--set"
+    with pytest.raises(ValueError, match="unknown key 'Nope' in extra_options"):
+        vaiq.run_recipe(EXAMPLE / "mnist_cpu.yaml", model_output=tmp_path / "x.onnx",
+                        overrides={"extra_options.Nope": 1})
+
+
+def test_quant_pre_process_and_dump_model(tmp_path):
+    result = vaiq.quant_pre_process(MODEL, tmp_path / "pre.onnx", skip_symbolic_shape=True)
+    assert (tmp_path / "pre.onnx").exists()
+    assert [p["name"] for p in result["passes"]]
+    vaiq.quantize_static(tmp_path / "pre.onnx", tmp_path / "q.onnx", Reader(), **cpu_arguments())
+    counts = vaiq.dump_model(tmp_path / "q.onnx", Reader(batch=1), output_dir=tmp_path / "dump")
+    assert counts["quantized_tensors"] > 0
+    assert len(list((tmp_path / "dump").glob("*.bin"))) == counts["quantized_tensors"]
+    counts = vaiq.dump_model(tmp_path / "q.onnx", None, {"pixels": [1, 1, 28, 28]}, dump_float=True,
+                             output_dir=tmp_path / "random")
+    assert counts["float_tensors"] > 0
