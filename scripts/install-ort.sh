@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs ONNX Runtime for Node.js (onnxruntime-node, pinned by tests/ort/package-lock.json)
-# for the integration tests, into VAIQ_ORT_HOME (default ~/.cache/vaiq/onnxruntime-node).
+# Installs the npm packages the tests use, pinned by tests/ort/package-lock.json: ONNX Runtime
+# for Node.js (onnxruntime-node) for the integration tests, and playwright-core, which drives
+# Debian's Chromium in the HTML report's test; into VAIQ_ORT_HOME (default ~/.cache/vaiq/onnxruntime-node).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 home="${VAIQ_ORT_HOME:-$HOME/.cache/vaiq/onnxruntime-node}"

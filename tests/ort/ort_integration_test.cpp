@@ -27,12 +27,7 @@ using vaiq::test::slurp;
 
 const fs::path kExample = VAIQ_SOURCE_DIR "/examples/mnist";
 
-// Where scripts/install-ort.sh put onnxruntime-node.
-fs::path ort_modules() {
-    const char* home = std::getenv("VAIQ_ORT_HOME");
-    const fs::path base = home ? fs::path(home) : fs::path(std::getenv("HOME")) / ".cache/vaiq/onnxruntime-node";
-    return base / "node_modules";
-}
+fs::path ort_modules() { return vaiq::test::npm_modules(); }
 
 // Runs `model` in ONNX Runtime on `input` (a .npy), writing out/output_<i>.npy;
 // `optimized`, when given, receives the graph ONNX Runtime runs.

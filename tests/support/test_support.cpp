@@ -63,6 +63,12 @@ PluginRegistry registry_with_test_plugin() {
     return registry;
 }
 
+fs::path npm_modules() {
+    const char* home = std::getenv("VAIQ_ORT_HOME");
+    const fs::path base = home ? fs::path(home) : fs::path(std::getenv("HOME")) / ".cache/vaiq/onnxruntime-node";
+    return base / "node_modules";
+}
+
 fs::path temp_dir() {
     static TempRoot root;
     static int counter = 0;

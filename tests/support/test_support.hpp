@@ -26,6 +26,9 @@ PluginRegistry registry_with_test_plugin();
 /// A fresh, empty folder under the system temp folder, removed at exit.
 std::filesystem::path temp_dir();
 
+/// Where scripts/install-ort.sh put the tests' npm packages (onnxruntime-node, playwright-core).
+std::filesystem::path npm_modules();
+
 /// The whole content of a file ("" when it cannot be read).
 std::string slurp(const std::filesystem::path& path);
 

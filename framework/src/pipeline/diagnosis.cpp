@@ -45,11 +45,13 @@ std::optional<double> sqnr_db(const Tensor& f, const Tensor& q) {
 
 }  // namespace
 
-std::optional<Divergence> first_divergence(const Model& float_model, const Model& quantized,
-                                           const std::map<std::string, Tensor>& feeds, double threshold_db, int threads,
-                                           size_t budget_bytes) {
-    const auto tensors = shared_tensors(float_model, quantized);
-    if (tensors.empty()) return std::nullopt;
+void compare_tensors(const Model& float_model, const Model& quantized, const std::map<std::string, Tensor>& feeds,
+                     int threads, const std::set<std::string>& only, const ComparisonVisitor& visit,
+                     size_t budget_bytes) {
+    auto tensors = shared_tensors(float_model, quantized);
+    if (!only.empty())
+        std::erase_if(tensors, [&](const auto& t) { return !only.count(t.first); });
+    if (tensors.empty()) return;
     runtime::ExecutorOptions options;
     options.threads = threads;
     for (const auto& [t, node] : tensors) options.taps.insert(t);  // no fusion hides them
@@ -90,12 +92,26 @@ std::optional<Divergence> first_divergence(const Model& float_model, const Model
         });
         for (size_t i = start; i < start + taken; ++i) {
             auto it = sqnr.find(tensors[i].first);
-            if (it != sqnr.end() && it->second < threshold_db)
-                return Divergence{tensors[i].first, tensors[i].second, it->second};
+            if (it == sqnr.end()) continue;
+            if (!visit({tensors[i].first, tensors[i].second, it->second, kept.at(tensors[i].first)})) return;
         }
         start += taken;
     }
-    return std::nullopt;
+}
+
+std::optional<Divergence> first_divergence(const Model& float_model, const Model& quantized,
+                                           const std::map<std::string, Tensor>& feeds, double threshold_db, int threads,
+                                           size_t budget_bytes) {
+    std::optional<Divergence> found;
+    compare_tensors(
+        float_model, quantized, feeds, threads, {},
+        [&](const TensorComparison& c) {
+            if (c.sqnr_db >= threshold_db) return true;
+            found = Divergence{c.tensor, c.node, c.sqnr_db};
+            return false;
+        },
+        budget_bytes);
+    return found;
 }
 
 }  // namespace vaiq

@@ -3,7 +3,9 @@
 // when an output's SQNR is low, so that the warning can name a place to look.
 #pragma once
 
+#include <functional>
 #include <map>
+#include <set>
 #include <optional>
 #include <string>
 
@@ -11,6 +13,26 @@
 #include "vaiq/tensor.hpp"
 
 namespace vaiq {
+
+/// One tensor both models compute: its SQNR in the quantized model and its
+/// float value (valid during the visit).
+struct TensorComparison {
+    const std::string& tensor;
+    const std::string& node;  ///< the node producing it
+    double sqnr_db;
+    const Tensor& reference;
+};
+/// Returns false to stop.
+using ComparisonVisitor = std::function<bool(const TensorComparison&)>;
+
+/// Visits every float tensor the two models both compute on `feeds` (only those
+/// in `only` unless it is empty), in the float model's graph order. Tensors are
+/// compared a group at a time, keeping at most `budget_bytes` of float values,
+/// so memory stays bounded on large activations (each group costs one run of
+/// each model).
+void compare_tensors(const Model& float_model, const Model& quantized, const std::map<std::string, Tensor>& feeds,
+                     int threads, const std::set<std::string>& only, const ComparisonVisitor& visit,
+                     size_t budget_bytes = size_t{256} << 20);
 
 struct Divergence {
     std::string tensor;
@@ -20,9 +42,7 @@ struct Divergence {
 
 /// Compares every float tensor the two models both compute (in the float
 /// model's graph order) on `feeds`, and returns the first whose SQNR is below
-/// `threshold_db`; nullopt when none is. Tensors are compared a group at a
-/// time, keeping at most `budget_bytes` of float values, so memory stays
-/// bounded on large activations (each group costs one run of each model).
+/// `threshold_db`; nullopt when none is.
 std::optional<Divergence> first_divergence(const Model& float_model, const Model& quantized,
                                            const std::map<std::string, Tensor>& feeds, double threshold_db, int threads,
                                            size_t budget_bytes = size_t{256} << 20);

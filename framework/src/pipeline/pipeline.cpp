@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "pipeline/evaluation.hpp"
 #include "pipeline/fast_finetune.hpp"
 #include "pipeline/gptq.hpp"
+#include "pipeline/html_report.hpp"
 #include "pipeline/mixed_precision.hpp"
 #include "pipeline/planner.hpp"
 #include "pipeline/preprocess.hpp"
@@ -757,6 +759,42 @@ void check_phase(RunState& s) {
         log_info("device constraints hold in the written model ({} checks)", checked.size());
 }
 
+// Bins of a value histogram: fine enough to show a distribution's shape and
+// where a range clips it, small enough for a report on a large model.
+constexpr int kHistogramBins = 48;
+
+// Every quantized activation's SQNR in the quantized model on one batch, and a
+// histogram of its float values spanning the calibrated range, for the HTML report.
+nlohmann::json tensor_errors_json(const Model& reference, const Model& quantized, const Batch& batch,
+                                  const nlohmann::json& report, int threads) {
+    std::map<std::string, std::array<double, 2>> ranges;
+    for (const auto& t : report.value("tensors", nlohmann::json::array()))
+        if (t.value("role", "") == "activation" && t.contains("range"))
+            ranges[t["tensor"].get<std::string>()] = {t["range"][0].get<double>(), t["range"][1].get<double>()};
+    std::set<std::string> wanted;
+    for (const auto& [name, range] : ranges) wanted.insert(name);
+    auto out = nlohmann::json::array();
+    if (wanted.empty()) return out;
+    compare_tensors(reference, quantized, batch.feeds, threads, wanted, [&](const TensorComparison& c) {
+        const auto values = c.reference.data<float>();
+        const auto& range = ranges.at(c.tensor);
+        double lo = range[0], hi = range[1];
+        for (float v : values)
+            if (std::isfinite(v)) lo = std::min<double>(lo, v), hi = std::max<double>(hi, v);
+        if (!(hi > lo)) hi = lo + 1;
+        std::vector<int64_t> counts(kHistogramBins, 0);
+        for (float v : values)
+            if (std::isfinite(v))
+                ++counts[std::clamp(static_cast<int>((v - lo) / (hi - lo) * kHistogramBins), 0, kHistogramBins - 1)];
+        out.push_back({{"tensor", c.tensor},
+                       {"node", c.node},
+                       {"sqnr_db", std::isfinite(c.sqnr_db) ? nlohmann::json(c.sqnr_db) : nlohmann::json(nullptr)},
+                       {"histogram", {{"min", lo}, {"max", hi}, {"counts", counts}}}});
+        return true;
+    });
+    return out;
+}
+
 // The quantized model against the float one on the evaluation (or calibration)
 // data; with a low output SQNR, where the error starts.
 void evaluate_phase(RunState& s) {
@@ -799,7 +837,10 @@ void evaluate_phase(RunState& s) {
                                    {"tensors", sensitivity_json(*s.sensitivity)}};
     }
     data.rewind();
-    if (auto batch = low ? data.next() : std::nullopt) {
+    const bool per_tensor = s.recipe.value("report_html").get<bool>();
+    auto batch = low || per_tensor ? data.next() : std::nullopt;
+    if (batch && per_tensor) out["tensors"] = tensor_errors_json(reference, s.quantized, *batch, s.report, s.threads);
+    if (batch && low) {
         const auto d = first_divergence(reference, s.quantized, batch->feeds, warn_db, s.threads);
         if (d)
             out["first_divergence"] = {
@@ -881,6 +922,8 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
 // Writes the model, the dump a recipe asks for, and the report.
 void save_run(const Recipe& recipe, const RunOptions& options, QuantizedRun& run) {
     const auto start = std::chrono::steady_clock::now();
+    // Made before anything is written: a page that cannot be made leaves nothing half-written.
+    const std::string html = recipe.value("report_html").get<bool>() ? html_report(run.report) : std::string();
     SaveOptions save = save_options(recipe, run.output);
     save.check = false;  // the check phase just ran
     save_model(run.quantized, run.output, save, run.input);
@@ -901,6 +944,9 @@ void save_run(const Recipe& recipe, const RunOptions& options, QuantizedRun& run
     }
     run.report["phases"].push_back({{"name", std::string(phase_name(Phase::Save))}, {"seconds", seconds_since(start)}});
     write_file_atomically(run.report_path, [&](std::ostream& out) { out << run.report.dump(2) << '\n'; });
+    if (!html.empty())
+        write_file_atomically(fs::path(run.report_path).replace_extension(".html"),
+                              [&](std::ostream& out) { out << html; });
 }
 
 // Warns about every output below warn_output_sqnr_db, naming where the error

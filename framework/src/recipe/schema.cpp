@@ -50,6 +50,10 @@ const std::vector<KeySpec>& recipe_keys() {
          "Ordered per-node and per-op-type settings and exclusions; the last matching entry wins per setting."},
         {"report", K::OptionalPath, "null", P::Save, yes,
          "Where to write the JSON report (default: <model_output>.report.json)."},
+        {"report_html", K::Bool, "true", P::Save, yes,
+         "Also write the report as one self-contained HTML page beside the JSON one (<report>.html): summary, "
+         "per-tensor error, activation histograms with the chosen ranges, the plan, device adjustments, phase "
+         "times. Its per-tensor figures cost one more run of both models on one evaluation batch."},
         {"dump_output_dir", K::OptionalPath, "null", P::Save, yes,
          "After saving, dump the quantized model's values on the first calibration batch here (dump_model)."},
         {"dump_float", K::Bool, "false", P::Save, yes, "With dump_output_dir: every node's float output too."},
