@@ -10,6 +10,7 @@
 
 #include "pipeline/channel_ranges.hpp"
 #include "pipeline/smooth_quant.hpp"
+#include "util/progress.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
@@ -123,7 +124,9 @@ AwqResult awq_lite(Model& model, DataReader& data, const AwqOptions& options, co
     if (channels.empty()) return result;
     const auto samples = sample_activations(model, data, channels, options.sample_rows, threads);
 
+    int64_t searched = 0;
     for (const auto& [x, k] : channels) {
+        report_progress("input", ++searched, static_cast<int64_t>(channels.size()));
         const auto& sample = samples.at(x);
         if (sample.rows.empty()) continue;
         const GraphIndex index(model);

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "runtime/executor.hpp"
+#include "util/progress.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 
@@ -81,6 +82,7 @@ void observe(Observations& into, const Model& model, const DraftPlan& plan, Data
             throw InputError(fmt::format("calibration data {}: {}", batch->source, e.what()));
         }
         ++into.batches;
+        report_progress("batch", into.batches - first);
         if (on_batch) on_batch(into.batches);
     }
     if (into.batches == first) throw InputError("the calibration data holds no batches");

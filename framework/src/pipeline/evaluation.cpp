@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "runtime/executor.hpp"
+#include "util/progress.hpp"
 #include "vaiq/error.hpp"
 
 namespace vaiq {
@@ -73,6 +74,7 @@ Evaluation compare_outputs(const Model& float_model, const Model& quantized, Dat
     data.rewind();
     while (auto batch = data.next()) {
         if (max_batches > 0 && out.batches >= max_batches) break;
+        report_progress("batch", out.batches + 1, max_batches);
         std::vector<Tensor> f, q;
         try {
             f = reference.run(batch->feeds);

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "runtime/executor.hpp"
+#include "util/progress.hpp"
 #include "vaiq/adam.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
@@ -336,7 +337,9 @@ FastFinetuneResult fast_finetune(const Model& float_model, const Model& quantize
         });
     }
 
+    int64_t fitted_layers = 0;
     for (auto& l : layers) {
+        report_progress("layer", ++fitted_layers, static_cast<int64_t>(layers.size()));
         if (l.stored == 0) continue;
         const auto start = std::chrono::steady_clock::now();
         const RowMatrix plain = nearest(l);

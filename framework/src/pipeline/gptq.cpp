@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "pipeline/channel_ranges.hpp"
+#include "util/progress.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
@@ -135,10 +136,12 @@ GptqResult gptq(const Model& model, const QuantPlan& plan, DataReader& data, con
         h.noalias() += x.transpose() * x;
         rows[name] += count;
     });
+    int64_t rounded_layers = 0;
     for (auto& [x, h] : hessians) {
         if (rows[x] == 0) continue;
         h *= 2.0 / static_cast<double>(rows[x]);
         for (const auto* node : readers.at(x)) {
+            report_progress("layer", ++rounded_layers);
             const auto& name = node->input(1);
             const auto weight = Tensor::from_proto(*index.initializer(name));
             const auto& params = plan.find(name)->params;

@@ -230,10 +230,13 @@ std::string errors_section(const json& report, double warn_db) {
         double best = 40;
         for (size_t i = 0; i < std::min(kShown, sensitivity.size()); ++i) {
             const auto& s = sensitivity[i];
-            const double db = value_or(s, "output_sqnr_db", 0.0);
+            const json& v = member(s, "output_sqnr_db");  // a number, "inf" (exact) or null (not measured)
+            if (!v.is_number() && v != "inf") continue;
+            const bool exact = !v.is_number();
+            const double db = exact ? best : v.get<double>();
             best = std::max(best, db);
             harm.push_back({shorten(str(s, "tensor")), str(s, "tensor"), db, sqnr_colour(db, warn_db),
-                            fmt::format("{:.1f} dB ({})", db, str(s, "role"))});
+                            exact ? "exact" : fmt::format("{:.1f} dB ({})", db, str(s, "role"))});
         }
         out += "<h3>Sensitivity: the output's SQNR with only that tensor quantized</h3>" +
                bar_chart(harm, std::ceil(best / 10) * 10, "dB");

@@ -603,6 +603,7 @@ std::vector<TensorSensitivity> sensitivity_of(RunState& s, int output_index) {
         float_reference(s), s.plan, [&](const QuantPlan& plan) { return emit_plan(s, plan); }, *s.data, batches,
         output_index, s.threads,
         [&](size_t done, size_t total) {
+            report_progress("tensor", static_cast<int64_t>(done), static_cast<int64_t>(total));
             if (done * 10 / total == reported) return;
             reported = done * 10 / total;
             log_info("sensitivity analysis: {} of {} tensors", done, total);

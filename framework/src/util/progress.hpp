@@ -1,6 +1,9 @@
 // A one-line progress bar on stderr, shown only when stderr is a terminal.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace vaiq {
@@ -19,10 +22,20 @@ class Progress {
     void done();
 
   private:
+    friend void report_progress(std::string_view what, int64_t done, int64_t total);
+    void draw(std::string_view detail);
+
     int total_;
     int current_ = 0;
     bool enabled_;
+    std::string label_;
+    std::chrono::steady_clock::time_point last_draw_{};
 };
+
+/// Progress inside the current step (calibration batches, layers of an
+/// algorithm): `done` of `total` (0: not known) `what`. Shown on the active
+/// bar, at most ten times a second; a no-op when no bar is shown.
+void report_progress(std::string_view what, int64_t done, int64_t total = 0);
 
 /// Whether stderr is an interactive terminal.
 bool stderr_is_terminal();
