@@ -4,7 +4,6 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <exception>
@@ -268,19 +267,12 @@ py::list infer(const std::string& path, const py::dict& feeds_in, int threads) {
     return out;
 }
 
-void setup_logging() {
-    if (spdlog::get("vaiq")) return;
-    auto logger = spdlog::stderr_color_mt("vaiq");
-    logger->set_pattern("%^%l%$: %v");
-    spdlog::set_default_logger(logger);
-    spdlog::set_level(spdlog::level::info);
-}
-
 }  // namespace
 
 PYBIND11_MODULE(_vaiq, m) {
     m.doc() = "vaiq's pipeline, called by the vaiq package";
-    setup_logging();
+    install_stderr_logger();
+    spdlog::set_level(spdlog::level::info);
     py::register_exception_translator([](std::exception_ptr p) {
         try {
             if (p) std::rethrow_exception(p);

@@ -2,7 +2,6 @@
 //
 // Exit status: 0 success, 1 bad input or usage, 2 internal error.
 #include <fmt/format.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
@@ -34,9 +33,7 @@ constexpr int kExitBadInput = 1;
 constexpr int kExitInternal = 2;
 
 void setup_logging(const std::string& level, bool quiet) {
-    auto logger = spdlog::stderr_color_mt("vaiq");
-    logger->set_pattern("%^%l%$: %v");
-    spdlog::set_default_logger(logger);
+    install_stderr_logger();
     spdlog::set_level(quiet ? spdlog::level::err : spdlog::level::from_str(level));
 }
 

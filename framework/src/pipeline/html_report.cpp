@@ -37,6 +37,8 @@ std::string shorten(const std::string& name, size_t limit = 44) {
     return name.substr(0, keep) + "\u2026" + name.substr(name.size() - keep);
 }
 
+std::string file_name(const std::string& path) { return path.substr(path.find_last_of('/') + 1); }
+
 std::string number(const json& v, int digits = 4) {
     if (!v.is_number()) return v.is_null() ? "\u2013" : escape(v.dump());
     return fmt::format("{:.{}g}", v.get<double>(), digits);
@@ -155,7 +157,7 @@ std::string percent(const json& v) { return v.is_number() ? fmt::format("{:.2f} 
 std::string summary_section(const json& report, double warn_db) {
     std::string out = "<section id=\"summary\"><h2>Summary</h2><div class=\"cards\">";
     const auto& model = member(report, "model");
-    out += card("Model", escape(shorten(str(model, "input"), 60)),
+    out += card("Model", escape(shorten(file_name(str(model, "input")), 40)),
                 fmt::format("{} nodes \u2192 {} after quantization, {} tensors quantized",
                             number(member(model, "nodes")), number(member(model, "nodes_after")),
                             number(member(model, "quantized_tensors"))));
@@ -251,7 +253,7 @@ std::string histograms_section(const json& report) {
     std::string out =
         "<section id=\"histograms\"><h2>Activation histograms</h2><p class=\"note\">The float values of each "
         "quantized activation on one batch (log counts), with the calibrated range it is quantized to in red: "
-        "values outside it saturate, a range much wider than the values wastes levels.</p><div class=\"grid\">";
+        "values outside it saturate, a range much wider than the values wastes levels.</p><div class=\"hists\">";
     for (const auto& t : tensors) {
         const std::string name = str(t, "tensor");
         auto it = plan.find(name);
@@ -364,7 +366,7 @@ th,td{text-align:left;padding:4px 8px;border-bottom:1px solid #eceff3;vertical-a
 code{font-size:12px;word-break:break-all}.bad{color:#c62828;font-weight:600}summary{cursor:pointer;margin:6px 0}
 svg text{font-size:11px;fill:#333}.label{text-anchor:end}.tick{fill:#777}.grid{stroke:#e3e6ea}
 .grid+text{text-anchor:middle}.bin{fill:#5c7cfa}.range{stroke:#c62828;stroke-width:1.5;stroke-dasharray:4 2}.axis{stroke:#999}
-.grid{display:block}.chart{max-width:100%;height:auto}div.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(310px,1fr));gap:12px}
+.hist .tick{fill:#444}.chart{max-width:100%;height:auto}div.hists{display:grid;grid-template-columns:repeat(auto-fill,minmax(310px,1fr));gap:12px}
 figure{margin:0;border:1px solid #eceff3;border-radius:6px;padding:6px}figcaption{font-size:12px;font-family:monospace;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
 .db{color:#666}.params{font-size:11px;color:#555}
 )";
@@ -376,13 +378,14 @@ std::string html_report(const json& report) {
     const double warn_db =
         value_or(member(member(recipe, "settings"), "warn_output_sqnr_db"), "value", 10.0);
     const auto& model = member(report, "model");
-    std::string title = str(model, "output", "vaiq report");
+    const std::string title = model.contains("output") ? file_name(str(model, "output")) : "vaiq report";
     std::string html = "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
                        "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
                        "<title>vaiq report: " +
                        escape(title) + "</title><style>" + kStyle + "</style></head><body>";
     html += "<header><h1>" + escape(title) + "</h1><div class=\"sub\">" +
-            escape(fmt::format("quantized by vaiq {} from {}", str(report, "vaiq_version", "?"), str(model, "input", "?"))) +
+            escape(fmt::format("{}, quantized by vaiq {} from {}", str(model, "output", "?"),
+                               str(report, "vaiq_version", "?"), str(model, "input", "?"))) +
             (value_or(report, "quantized", true) ? "" : " \u2014 not quantized: the run stopped early") + "</div></header><main>";
     html += summary_section(report, warn_db);
     html += errors_section(report, warn_db);

@@ -1,7 +1,13 @@
 #include "util/progress.hpp"
 
 #include <fmt/format.h>
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
+
+#include <memory>
+#include <mutex>
 
 #include <atomic>
 #include <cstdio>
@@ -33,16 +39,21 @@ void Progress::draw(std::string_view detail) {
     if (!enabled_) return;
     constexpr int kWidth = 24;
     const int filled = total_ > 0 ? kWidth * (current_ - 1) / total_ : 0;
-    fmt::print(stderr, "\r[{}{}] {}/{} {:<44}", std::string(filled, '#'), std::string(kWidth - filled, ' '), current_,
-               total_, detail.empty() ? label_ : fmt::format("{}: {}", label_, detail));
+    line_ = fmt::format("[{}{}] {}/{} {:<44}", std::string(filled, '#'), std::string(kWidth - filled, ' '), current_,
+                        total_, detail.empty() ? label_ : fmt::format("{}: {}", label_, detail));
+    fmt::print(stderr, "\r{}", line_);
     std::fflush(stderr);
     last_draw_ = std::chrono::steady_clock::now();
 }
 
+void Progress::clear_line() {
+    fmt::print(stderr, "\r{:<{}}\r", "", line_.size());
+    std::fflush(stderr);
+}
+
 void Progress::done() {
     if (!enabled_) return;
-    fmt::print(stderr, "\r{:<80}\r", "");
-    std::fflush(stderr);
+    clear_line();
     enabled_ = false;
     Progress* self = this;
     active.compare_exchange_strong(self, nullptr);
@@ -55,6 +66,44 @@ void report_progress(std::string_view what, int64_t done, int64_t total) {
     const bool last = total > 0 && done >= total;
     if (!last && now - bar->last_draw_ < std::chrono::milliseconds(100)) return;
     bar->draw(total > 0 ? fmt::format("{} {}/{}", what, done, total) : fmt::format("{} {}", what, done));
+}
+
+// Log lines go above the bar: the bar is cleared, the line written, the bar redrawn.
+class BarAwareSink final : public spdlog::sinks::base_sink<std::mutex> {
+  public:
+    BarAwareSink() : out_(std::make_unique<spdlog::sinks::stderr_color_sink_st>()) {}
+
+  protected:
+    void sink_it_(const spdlog::details::log_msg& msg) override {
+        Progress* bar = active.load();
+        const bool shown = bar && bar->enabled_ && !bar->line_.empty();
+        if (shown) bar->clear_line();
+        out_->log(msg);
+        out_->flush();
+        if (shown) {
+            fmt::print(stderr, "\r{}", bar->line_);
+            std::fflush(stderr);
+        }
+    }
+    void flush_() override { out_->flush(); }
+    void set_pattern_(const std::string& pattern) override { out_->set_pattern(pattern); }
+    void set_formatter_(std::unique_ptr<spdlog::formatter> formatter) override {
+        out_->set_formatter(std::move(formatter));
+    }
+
+  private:
+    std::unique_ptr<spdlog::sinks::stderr_color_sink_st> out_;
+};
+
+void install_stderr_logger() {
+    if (auto existing = spdlog::get("vaiq")) {
+        spdlog::set_default_logger(existing);
+        return;
+    }
+    auto logger = std::make_shared<spdlog::logger>("vaiq", std::make_shared<BarAwareSink>());
+    logger->set_pattern("%^%l%$: %v");
+    spdlog::register_logger(logger);
+    spdlog::set_default_logger(logger);
 }
 
 }  // namespace vaiq

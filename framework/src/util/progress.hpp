@@ -23,12 +23,15 @@ class Progress {
 
   private:
     friend void report_progress(std::string_view what, int64_t done, int64_t total);
+    friend class BarAwareSink;
     void draw(std::string_view detail);
+    void clear_line();
 
     int total_;
     int current_ = 0;
     bool enabled_;
     std::string label_;
+    std::string line_;  ///< what the bar shows, redrawn below a log message
     std::chrono::steady_clock::time_point last_draw_{};
 };
 
@@ -39,5 +42,9 @@ void report_progress(std::string_view what, int64_t done, int64_t total = 0);
 
 /// Whether stderr is an interactive terminal.
 bool stderr_is_terminal();
+
+/// Makes "vaiq" the default logger: "level: message" lines on stderr (coloured on a
+/// terminal), drawn above the progress bar rather than across it.
+void install_stderr_logger();
 
 }  // namespace vaiq
