@@ -1,10 +1,12 @@
 """The Python API against the command line on the bundled MNIST example."""
 
+import gc
 import json
 import os
 import pathlib
 import subprocess
 import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -114,10 +116,16 @@ def test_bad_values_and_extra_options_raise_value_error(tmp_path):
 
 def test_a_reader_that_raises_mid_calibration_raises_its_exception_and_writes_nothing(tmp_path):
     reader = Reader(raise_at=4)
-    with pytest.raises(RuntimeError, match="the dataset went away"):
+    with pytest.raises(RuntimeError, match="the dataset went away") as raised:
         vaiq.quantize_static(MODEL, tmp_path / "out.onnx", reader, **cpu_arguments())
     assert reader.calls == 4
     assert list(tmp_path.iterdir()) == []
+    # vaiq keeps no reference to the reader once the call is over.
+    del raised
+    gone = weakref.ref(reader)
+    del reader
+    gc.collect()
+    assert gone() is None
 
 
 def test_bad_samples_name_the_call(tmp_path):
@@ -208,3 +216,33 @@ def test_the_tutorial_example_runs_as_written_and_matches_its_recipe(tmp_path):
     run = cli("run", SOURCE / "examples" / "python" / "tutorial.yaml", "--output", tmp_path / "cli.onnx")
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "py.onnx").read_bytes() == (tmp_path / "cli.onnx").read_bytes()
+
+
+def test_every_documented_argument_at_its_documented_default(tmp_path):
+    """The seed's signature, every argument spelled out with its default, is the plain call."""
+    vaiq.quantize_static(MODEL, tmp_path / "plain.onnx", Reader())
+    vaiq.quantize_static(
+        MODEL, tmp_path / "spelled.onnx", Reader(),
+        quant_format=vaiq.QuantFormat.QDQ,
+        calibrate_method=vaiq.PowerOfTwoMethod.MinMSE,
+        input_nodes=[],
+        output_nodes=[],
+        op_types_to_quantize=[],
+        random_data_reader_input_shape=[],
+        per_channel=False,
+        reduce_range=False,
+        activation_type=vaiq.QuantType.QInt8,
+        weight_type=vaiq.QuantType.QInt8,
+        nodes_to_quantize=None,
+        nodes_to_exclude=None,
+        optimize_model=True,
+        use_external_data_format=False,
+        execution_providers=['CPUExecutionProvider'],
+        enable_dpu=False,
+        convert_fp16_to_fp32=False,
+        convert_nchw_to_nhwc=False,
+        inclue_cle=False,
+        include_fast_ft=False,
+        extra_options={},
+    )
+    assert (tmp_path / "plain.onnx").read_bytes() == (tmp_path / "spelled.onnx").read_bytes()
