@@ -15,4 +15,9 @@ ex=examples/mnist
 "$vaiq" run recipes/cnn_npu.yaml --model "$ex/mnist_cnn.onnx" --data "$ex/calibration.npy" \
   --set evaluation_data="$ex/test_images.npy" --set evaluation_labels="$ex/test_labels.npy" \
   --output "$out/mnist_cnn_npu.onnx"
-echo "quantized model: $out/mnist_cnn_npu.onnx; report: $out/mnist_cnn_npu.report.json"
+echo "quantized model: $out/mnist_cnn_npu.onnx; report: $out/mnist_cnn_npu.report.json and .report.html"
+# Installs vaiq (the command, the plugin SDK, and `import vaiq` for Debian's python3) into /usr/local.
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+$sudo cmake --install build/release >/dev/null
+/usr/bin/python3 -c "import vaiq; print('import vaiq:', vaiq.__version__, vaiq.__file__)"

@@ -246,3 +246,22 @@ def test_every_documented_argument_at_its_documented_default(tmp_path):
         extra_options={},
     )
     assert (tmp_path / "plain.onnx").read_bytes() == (tmp_path / "spelled.onnx").read_bytes()
+
+
+def test_the_installed_package_finds_its_libraries_and_plugins(tmp_path):
+    prefix = tmp_path / "prefix"
+    install = subprocess.run(["cmake", "--install", os.environ["VAIQ_BINARY_DIR"], "--prefix", prefix],
+                             capture_output=True, text=True)
+    assert install.returncode == 0, install.stderr
+    site = prefix / os.environ["VAIQ_PYTHON_INSTALL_DIR"]
+    script = ("import json, sys, vaiq; r = vaiq.quantize_static(sys.argv[1], sys.argv[2], sys.argv[3], target='cpu'); "
+              "print(json.dumps([vaiq.__file__, r['plugins'][0]['library']]))")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(site)
+    run = subprocess.run([sys.executable, "-c", script, MODEL, tmp_path / "q.onnx", EXAMPLE / "calibration.npy"],
+                         capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr
+    package, plugin = json.loads(run.stdout)
+    assert package.startswith(str(site))
+    assert plugin.startswith(str(prefix))
+    assert (tmp_path / "q.onnx").exists()
