@@ -196,7 +196,11 @@ class RunCommand final : public PipelineCommand {
         auto options = run_options();
         if (!stop_after_.empty()) options.stop_after = parse_phase(stop_after_);
         const auto result = run_pipeline(recipe, registry_, options);
-        spdlog::info("wrote {} and {}", result.output.string(), result.report.string());
+        if (recipe.value("report_html").get<bool>())
+            spdlog::info("wrote {}, {} and {}", result.output.string(), result.report.string(),
+                         fs::path(result.report).replace_extension(".html").string());
+        else
+            spdlog::info("wrote {} and {}", result.output.string(), result.report.string());
         if (!result.report_json["quantized"].get<bool>())
             spdlog::warn("the output is not quantized: the run stopped after the {} phase",
                          result.report_json["stopped_after"].get<std::string>());

@@ -251,7 +251,7 @@ std::string histograms_section(const json& report) {
     if (tensors.empty()) return {};
     const auto plan = plan_by_tensor(report);
     std::string out =
-        "<section id=\"histograms\"><h2>Activation histograms</h2><p class=\"note\">The float values of each "
+        "<section id=\"histograms\"><h2>Activation histograms</h2><p class=\"note\">In graph order, the float values of each "
         "quantized activation on one batch (log counts), with the calibrated range it is quantized to in red: "
         "values outside it saturate, a range much wider than the values wastes levels.</p><div class=\"hists\">";
     for (const auto& t : tensors) {
