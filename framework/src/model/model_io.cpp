@@ -600,8 +600,9 @@ void save_model(const Model& model, const fs::path& path, const SaveOptions& opt
     // The data files are written first, reading deferred tensors from where they are; a file the model
     // reads from must not be replaced under it.
     const auto sources = deferred_sources(proto);
-    for (const auto& [location, placements] : files) {
-        const fs::path file = dir / location;
+    for (const auto& entry : files) {
+        const auto& placements = entry.second;  // not a structured binding: lambdas capture it (clang 14)
+        const fs::path file = dir / entry.first;
         for (const auto& source : sources)
             if (same_file(file, source))
                 throw InputError(fmt::format("{} would replace {}, which the model's weights are read from; choose "

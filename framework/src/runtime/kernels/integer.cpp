@@ -8,7 +8,9 @@
 
 // GCC 12 warns inside its own AVX-512 headers (their _mm512_undefined_* placeholders).
 #pragma GCC diagnostic push
+#ifndef __clang__  // clang has no such warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
