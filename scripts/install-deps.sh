@@ -21,6 +21,8 @@ packages=(
   python3-dev python3-numpy python3-pytest pybind11-dev
   # The HTML report's test renders it in a real browser.
   chromium
+  # The fuzz targets (scripts/fuzz.sh): clang with libFuzzer and its OpenMP runtime.
+  clang libclang-rt-14-dev libomp-14-dev
 )
 
 missing=()

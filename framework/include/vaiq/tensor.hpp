@@ -146,7 +146,11 @@ struct DefaultInitAllocator : std::allocator<T> {
     using std::allocator<T>::allocator;
     T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlignment)); }
     void deallocate(T* p, size_t n) noexcept {
-        ::operator delete(p, kAlignment);  // unsized: clang does not declare sized deallocation by default
+#if defined(__cpp_sized_deallocation)
+        ::operator delete(p, n * sizeof(T), kAlignment);
+#else  // clang declares sized deallocation only with -fsized-deallocation
+        ::operator delete(p, kAlignment);
+#endif
         if (n * sizeof(T) >= kLarge) return_freed_memory();
     }
     static constexpr size_t kLarge = size_t{64} << 20;

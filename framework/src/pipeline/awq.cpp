@@ -205,7 +205,8 @@ AwqClipResult awq_clip(const Model& model, QuantPlan& plan, DataReader& data, in
             const auto w = Tensor::from_proto(*index.initializer(t->tensor));
             const auto k = w.shape()[0], n = w.shape()[1], block = p.block_size;
             const auto wv = w.data<float>();
-            const auto [qmin, qmax] = integer_range(p.type, true);
+            const auto range = integer_range(p.type, true);  // not a structured binding: the lambda reads it (clang 14)
+            const auto qmin = range.first, qmax = range.second;
             std::vector<double> d(static_cast<size_t>(block));
             for (int64_t b = 0; b * block < k; ++b) {
                 const int64_t first = b * block, last = std::min(k, first + block);

@@ -21,7 +21,7 @@ namespace {
 // Temporaries of `path` that a killed process left (".<name>.tmp-<pid>-<hex>",
 // the pid no longer running) are removed before the file is written again.
 void remove_stale_temporaries(const fs::path& path) {
-    const std::string prefix = "." + path.filename().string() + ".tmp-";
+    const std::string prefix = fmt::format(".{}.tmp-", path.filename().string());
     std::error_code ec;
     const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
     for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
