@@ -140,7 +140,8 @@ void check_extra_options(const Recipe& recipe, const PluginRegistry& registry, c
     std::vector<const PluginInfo*> used = {chosen.target.info, chosen.format.info, chosen.calibrator.info};
     for (const auto& p : chosen.passes) used.push_back(p.info);
     for (const auto& [name, setting] : recipe.plugin_extra_options()) {
-        if (std::any_of(used.begin(), used.end(), [&](const auto* info) { return declares(*info, name); })) continue;
+        if (std::any_of(used.begin(), used.end(), [&n = name](const auto* info) { return declares(*info, n); }))
+            continue;
         std::vector<std::string> owners, known;
         for (const auto* info : registry.list()) {
             if (declares(*info, name)) owners.push_back(fmt::format("{} '{}'", kind_name(info->kind), info->name));

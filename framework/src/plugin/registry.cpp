@@ -248,7 +248,7 @@ Options PluginRegistry::resolve_options(const PluginInfo& plugin, const nlohmann
     for (const auto& spec : plugin.options) known.push_back(spec.name);
     for (const auto& [key, value] : given.items()) {
         auto spec =
-            std::find_if(plugin.options.begin(), plugin.options.end(), [&](const auto& s) { return s.name == key; });
+            std::find_if(plugin.options.begin(), plugin.options.end(), [&k = key](const auto& s) { return s.name == k; });
         if (spec == plugin.options.end())
             throw InputError(fmt::format("{}{} '{}' has no option '{}'{} (options: {})", where(key),
                                          kind_name(plugin.kind), plugin.name, key, did_you_mean(key, known),

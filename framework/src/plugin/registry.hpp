@@ -39,6 +39,22 @@ struct PluginInfo {
 template <typename T>
 using PluginInstance = std::unique_ptr<T, std::function<void(T*)>>;
 
+class Target;
+class Format;
+class Calibrator;
+class Pass;
+
+/// Plugin guards (guard.cpp): create() wraps every instance so that each call
+/// into the plugin is guarded. A refusal (InputError) passes through unchanged:
+/// it is the plugin's message to the user. Any other exception becomes
+/// InternalError "<kind> plugin '<name>' failed in <method>(): <what>". What the
+/// host relies on is checked: a calibrator's ranges finite and ordered, its
+/// constants' scales finite and positive with one zero point per scale.
+PluginInstance<Target> guard_plugin(PluginInstance<Target> inner, const PluginInfo& info);
+PluginInstance<Format> guard_plugin(PluginInstance<Format> inner, const PluginInfo& info);
+PluginInstance<Calibrator> guard_plugin(PluginInstance<Calibrator> inner, const PluginInfo& info);
+PluginInstance<Pass> guard_plugin(PluginInstance<Pass> inner, const PluginInfo& info);
+
 /// Where an option value came from, for error messages ("recipe.yaml:3:5").
 using OptionOrigin = std::function<std::string(const std::string& option)>;
 
@@ -76,7 +92,7 @@ class PluginRegistry {
         auto* destroy = info.descriptor->destroy;
         PluginInstance<T> instance(static_cast<T*>(raw), [destroy](T* p) { destroy(p); });
         configure(info, *instance, options);
-        return instance;
+        return guard_plugin(std::move(instance), info);
     }
 
   private:
