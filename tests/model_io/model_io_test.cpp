@@ -331,3 +331,24 @@ TEST(ModelIo, ConvertsPastTheOpsetsOnnxKnowsAdaptingTheOpsThatChanged) {
 }
 
 }  // namespace
+
+// Fuzzing found it: ONNX's ConvTranspose shape inference crashes (reads past
+// the kernel shape) when the weight has fewer dimensions than the input.
+TEST(ModelIo, AConvTransposeWhoseWeightRankDiffersFromItsInputIsRefusedNotInferred) {
+    vaiq::test::GraphBuilder b(13);
+    b.input("X", {1, 1, 3}).input("W", {1, 2}).output("Y", {});
+    b.node("ConvTranspose", {"X", "W"}, {"Y"}, "deconv");
+    vaiq::Model model = b.build();
+    const auto shapes = vaiq::infer_shapes(model);  // never throws: what it knows
+    EXPECT_EQ(shapes.at("X").size(), 3u);
+    EXPECT_EQ(shapes.at("W").size(), 2u);
+    try {
+        vaiq::store_inferred_shapes(model, {});
+        FAIL() << "expected InputError";
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("node 'deconv' (ConvTranspose): the input has 3 dimensions and the "
+                                             "weight 2"),
+                  std::string::npos)
+            << e.what();
+    }
+}

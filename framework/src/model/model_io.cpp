@@ -258,11 +258,64 @@ void check_model(const Model& model) {
 
 namespace {
 
+// The ranks of the tensors a graph declares or stores (inputs, value_info,
+// outputs, initializers).
+std::map<std::string, int> declared_ranks(const onnx::GraphProto& graph) {
+    std::map<std::string, int> ranks;
+    auto add = [&](const onnx::ValueInfoProto& v) {
+        if (v.type().has_tensor_type() && v.type().tensor_type().has_shape())
+            ranks[v.name()] = v.type().tensor_type().shape().dim_size();
+    };
+    for (const auto& v : graph.input()) add(v);
+    for (const auto& v : graph.value_info()) add(v);
+    for (const auto& v : graph.output()) add(v);
+    for (const auto& t : graph.initializer()) ranks[t.name()] = t.dims_size();
+    return ranks;
+}
+
+// ONNX's ConvTranspose inference (the library vaiq is built with) reads past
+// the kernel shape, and crashes, when the weight has fewer dimensions than the
+// input. Such nodes are refused first: ranks come from inference of the graph
+// without its ConvTranspose nodes, and each ConvTranspose that passes passes
+// its input's rank on to its output.
+void refuse_what_onnx_inference_crashes_on(const onnx::ModelProto& proto) {
+    auto is_conv_transpose = [](const onnx::NodeProto& n) {
+        return n.op_type() == "ConvTranspose" && (n.domain().empty() || n.domain() == "ai.onnx");
+    };
+    const auto& nodes = proto.graph().node();
+    if (std::none_of(nodes.begin(), nodes.end(), is_conv_transpose)) return;
+    onnx::ModelProto probe = proto;
+    auto* probe_nodes = probe.mutable_graph()->mutable_node();
+    probe_nodes->erase(std::remove_if(probe_nodes->begin(), probe_nodes->end(), is_conv_transpose), probe_nodes->end());
+    try {
+        onnx::shape_inference::InferShapes(probe);
+    } catch (const std::exception&) {
+        // What was inferred before the error is enough.
+    }
+    auto ranks = declared_ranks(probe.graph());
+    for (const auto& n : nodes) {
+        if (!is_conv_transpose(n) || n.input_size() < 2) continue;
+        const auto x = ranks.find(n.input(0)), w = ranks.find(n.input(1));
+        if (x == ranks.end() || w == ranks.end()) continue;
+        if (x->second < 3 || w->second != x->second)
+            throw InputError(fmt::format("node '{}' (ConvTranspose): the input has {} dimensions and the weight {}; "
+                                         "both need the same number, at least 3",
+                                         n.name(), x->second, w->second));
+        if (n.output_size() > 0) ranks[n.output(0)] = x->second;
+    }
+}
+
+// ONNX shape inference, refusing first what it would crash on.
+void infer_onnx_shapes(onnx::ModelProto& proto, const onnx::ShapeInferenceOptions& options = {}) {
+    refuse_what_onnx_inference_crashes_on(proto);
+    onnx::shape_inference::InferShapes(proto, onnx::OpSchemaRegistry::Instance(), options);
+}
+
 // ONNX shape inference on a copy; what it found before any error.
 onnx::ModelProto inferred(const Model& model) {
     onnx::ModelProto proto = model.proto();
     try {
-        onnx::shape_inference::InferShapes(proto);
+        infer_onnx_shapes(proto);
     } catch (const std::exception& e) {
         log_debug("shape inference stopped early: {}", e.what());
     }
@@ -326,7 +379,9 @@ int store_inferred_shapes(Model& model, const ShapeInferenceOptions& options) {
     // Custom ops stop inference at their outputs: declare those and go again.
     for (int round = 0; round < 16; ++round) {
         try {
-            onnx::shape_inference::InferShapes(proto, onnx::OpSchemaRegistry::Instance(), onnx_options);
+            infer_onnx_shapes(proto, onnx_options);
+        } catch (const InputError&) {
+            throw;
         } catch (const std::exception& e) {
             if (!options.auto_merge)
                 throw InputError(
