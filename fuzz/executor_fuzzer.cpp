@@ -38,8 +38,9 @@ std::optional<Tensor> make_input(const onnx::ValueInfoProto& in, FuzzedDataProvi
     if (type == DataType::String || type == DataType::Undefined || element_size(type) == 0) return std::nullopt;
     Tensor t(type, shape);
     auto out = t.mutable_bytes();
-    // Small values: integer inputs often become sizes, indices or trip counts.
-    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::byte>(bytes.ConsumeIntegralInRange<int>(0, 3));
+    // Small values: integer inputs often become sizes, indices or trip counts; bools are 0 or 1.
+    const int top = type == DataType::Bool ? 1 : 3;
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::byte>(bytes.ConsumeIntegralInRange<int>(0, top));
     return t;
 }
 

@@ -3,6 +3,8 @@
 # each on its seed corpus for a bounded time. Fails if any target finds a crash,
 # a sanitizer report, a hang or an exception other than vaiq's InputError.
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default 60 s; all targets)
+# With FUZZ_RUNS=N each target instead runs its seeds and then N fuzzed inputs with
+# a fixed random seed: the same inputs on every machine (what CI runs).
 # Corpora grow in build/fuzz/work/corpus/<target> across runs; findings are
 # written to build/fuzz/work/findings/<target>-*, each to become a regression test.
 set -euo pipefail
@@ -32,7 +34,7 @@ seed() {
       done
       cp examples/mnist/mnist_cnn.onnx "$corpus/" ;;
     tensor_file)  # first byte: 0 = .pb, 1 = .npy
-      find "$testdata/node" -name 'input_0.pb' | sort | head -300 | while read -r p; do
+      find "$testdata/node" -name 'input_0.pb' | sort | sed -n '1,300p' | while read -r p; do
         { printf '\x00'; cat "$p"; } > "$corpus/$(echo "$p" | md5sum | cut -c1-16).pb"
       done
       for n in examples/mnist/test_labels.npy examples/charlm/evaluation_labels.npy; do
@@ -47,12 +49,19 @@ seed() {
   esac
 }
 
+if [ -n "${FUZZ_RUNS:-}" ]; then
+  budget=(-runs="$FUZZ_RUNS" -seed=1)
+  spent="$FUZZ_RUNS fuzzed inputs (seed 1)"
+else
+  budget=(-max_total_time="$seconds")
+  spent="${seconds} s"
+fi
 failed=0
 for t in "${targets[@]}"; do
   seed "$t"
   log="$work/logs/$t.log"
   if ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-     "build/fuzz/bin/${t}_fuzzer" "$work/corpus/$t" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 \
+     "build/fuzz/bin/${t}_fuzzer" "$work/corpus/$t" "${budget[@]}" -timeout=20 -rss_limit_mb=4096 \
        -malloc_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$work/findings/$t-" >"$log" 2>&1; then
     status=ok
   else
@@ -61,7 +70,7 @@ for t in "${targets[@]}"; do
   fi
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
   corpus=$(ls "$work/corpus/$t" | wc -l)
-  echo "fuzz $t: $status, $runs executions in ${seconds} s, corpus $corpus inputs"
+  echo "fuzz $t: $status, $runs executions ($spent), corpus $corpus inputs"
   if [ "$status" = FAILED ]; then
     grep -E 'ERROR|not an input error|SUMMARY|Test unit written' "$log" | head -20 || tail -30 "$log"
   fi

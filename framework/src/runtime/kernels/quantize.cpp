@@ -2,10 +2,13 @@
 // spec and ONNX Runtime define them: round half to even, then saturate. Also
 // vaiq's own VitisQuantizeLinear/VitisDequantizeLinear (the same, plus the float
 // types float16 and bfloat16) and FixNeuron, as docs/formats.md specifies them.
+#include <fmt/format.h>
+
 #include <cmath>
 #include <limits>
 
 #include "custom_ops.hpp"
+
 #include "runtime/kernels/common.hpp"
 
 namespace vaiq::runtime {
@@ -31,12 +34,24 @@ Channels channels(KernelContext& ctx, const Tensor& x, const Tensor& scale) {
     return c;
 }
 
+// A zero point has one value per scale (and, for dequantization, the input's type).
+void check_zero_point(KernelContext& ctx, const Tensor& scale, const Tensor* must_match) {
+    if (!ctx.has_input(2)) return;
+    const auto& zp = ctx.input(2);
+    if (zp.size() != scale.size())
+        ctx.fail(fmt::format("the zero point has {} values and the scale {}", zp.size(), scale.size()));
+    if (must_match && zp.type() != must_match->type())
+        ctx.fail(fmt::format("the zero point is {} but the input {}", data_type_name(zp.type()),
+                             data_type_name(must_match->type())));
+}
+
 void quantize(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     const auto& scale = ctx.input(1);
     if (x.type() != DataType::Float || scale.type() != DataType::Float)
         ctx.fail("only float input and scale are supported");
     const auto ch = channels(ctx, x, scale);
+    check_zero_point(ctx, scale, nullptr);
     // Opset 21 may name the type with output_dtype when there is no zero point.
     const DataType type =
         ctx.has_input(2) ? ctx.input(2).type() : static_cast<DataType>(ctx.attributes.get_int("output_dtype", 2));
@@ -118,6 +133,7 @@ void dequantize(KernelContext& ctx, std::vector<Tensor>& out) {
     // 4-bit values are held one per byte.
     const DataType type = x.type() == DataType::Int4 ? DataType::Int8 : x.type() == DataType::UInt4 ? DataType::UInt8 : x.type();
     const auto ch = channels(ctx, x, scale);
+    check_zero_point(ctx, scale, &x);
     dispatch_numeric(type, ctx, [&](auto tag) {
         using Q = typename decltype(tag)::type;
         if constexpr (std::is_floating_point_v<Q> || std::is_same_v<Q, bool>) {
