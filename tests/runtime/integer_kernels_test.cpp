@@ -27,6 +27,34 @@ using vaiq::runtime::Executor;
 using vaiq::runtime::test::error_of;
 using vaiq::runtime::test::reference_conv_relu;
 
+// Fuzzing found both: a zero point with fewer values than the scale was read
+// out of bounds, one of another type than DequantizeLinear's input failed an
+// internal type check. Both are the model's fault: InputError naming them.
+TEST(Executor, QuantizeLinearZeroPointsMustMatchTheirScales) {
+    auto run = [](const std::string& op, DataType x_type, const Tensor& zero_point) {
+        vaiq::test::GraphBuilder b(13);
+        b.input("x", {1, 2}, x_type).output("y", {1, 2});
+        b.initializer("scale", Tensor::from_values<float>({2}, std::vector<float>{0.5f, 0.25f}));
+        b.initializer("zp", zero_point);
+        auto& node = b.node(op, {"x", "scale", "zp"}, {"y"}, "q");
+        auto* axis = node.add_attribute();
+        axis->set_name("axis");
+        axis->set_type(onnx::AttributeProto::INT);
+        axis->set_i(1);
+        const auto model = b.build();
+        Executor executor(model);
+        return error_of([&] { executor.run({{"x", Tensor(x_type, {1, 2})}}); });
+    };
+    const auto one_int8 = Tensor::from_values<int8_t>({1}, std::vector<int8_t>{0});
+    EXPECT_NE(run("QuantizeLinear", DataType::Float, one_int8).find("the zero point has 1 values and the scale 2"),
+              std::string::npos);
+    EXPECT_NE(run("DequantizeLinear", DataType::Int8, one_int8).find("the zero point has 1 values and the scale 2"),
+              std::string::npos);
+    const auto two_int16 = Tensor::from_values<int16_t>({2}, std::vector<int16_t>{0, 0});
+    EXPECT_NE(run("DequantizeLinear", DataType::Int8, two_int16).find("the zero point is int16 but the input int8"),
+              std::string::npos);
+}
+
 // Requantized sums far outside the 8-bit range on both sides, and half-way
 // cases, for uint8 and int8 outputs (the vector path and its tail).
 TEST(Executor, RequantizationRoundsHalfToEvenAndSaturates) {
