@@ -85,7 +85,8 @@ class Converter {
                 const auto zero = Tensor::from_proto(*zp).convert_float(DataType::Float);
                 const auto scale_values = scale ? Tensor::from_proto(*scale) : Tensor();
                 const bool unit =
-                    scale && std::ranges::all_of(scale_values.data<float>(), [](float s) { return s == 1.0f; }) &&
+                    scale && scale_values.type() == DataType::Float &&
+                    std::ranges::all_of(scale_values.data<float>(), [](float s) { return s == 1.0f; }) &&
                     std::ranges::all_of(zero.data<float>(), [](float z) { return z == 0.0f; });
                 if (!unit) return refuse_once("a float type with a scale or zero point; a Cast cannot scale");
                 node.clear_attribute();

@@ -74,7 +74,14 @@ void pow_kernel(KernelContext& ctx, std::vector<Tensor>& out) {
         out[0] = make_tensor<T>(d.shape());
         auto o = mutable_view<T>(out[0]);
         auto r = d.data<double>();
-        for (size_t i = 0; i < o.size(); ++i) o[i] = static_cast<T>(r[i]);
+        // 0 to a negative power is infinite: saturate (NaN becomes 0) rather than convert out of range.
+        for (size_t i = 0; i < o.size(); ++i) {
+            const double v = r[i];
+            o[i] = std::isnan(v)                                                ? T{0}
+                   : v >= static_cast<double>(std::numeric_limits<T>::max())    ? std::numeric_limits<T>::max()
+                   : v <= static_cast<double>(std::numeric_limits<T>::lowest()) ? std::numeric_limits<T>::lowest()
+                                                                               : static_cast<T>(v);
+        }
     });
 }
 

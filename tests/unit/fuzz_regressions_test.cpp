@@ -1,0 +1,44 @@
+// Inputs the fuzz targets (fuzz/) found to crash or misbehave, reduced to what
+// triggered each; the earlier findings have their tests beside the code they
+// fixed (model_io_test: ConvTranspose ranks; integer_kernels_test: zero points).
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "native_qdq.hpp"
+#include "runtime/executor.hpp"
+#include "test_support.hpp"
+#include "vaiq/error.hpp"
+
+using namespace vaiq;
+
+namespace {
+
+// Integer Pow of 0 to a negative power is infinite in double: it used to be
+// converted to int64 out of range (undefined behaviour); it saturates.
+TEST(FuzzRegressions, IntegerPowOfZeroToANegativePowerSaturates) {
+    test::GraphBuilder b(13);
+    b.input("x", {2}, DataType::Int64).input("e", {2}, DataType::Int64).output("y", {2}, DataType::Int64);
+    b.node("Pow", {"x", "e"}, {"y"}, "pow");
+    const Model model = b.build();
+    runtime::Executor executor(model);
+    const auto y = executor.run({{"x", Tensor::from_values<int64_t>({2}, std::vector<int64_t>{0, 3})},
+                                 {"e", Tensor::from_values<int64_t>({2}, std::vector<int64_t>{-1, 2})}});
+    EXPECT_EQ(y[0].data<int64_t>()[0], std::numeric_limits<int64_t>::max());
+    EXPECT_EQ(y[0].data<int64_t>()[1], 9);
+}
+
+// A VitisQuantizeLinear with a float16 zero point and a scale that is not float
+// failed an internal type check in the native conversion; it has no native form.
+TEST(FuzzRegressions, ANonFloatScaleWithAFloat16ZeroPointHasNoNativeForm) {
+    test::GraphBuilder b(13);
+    b.input("x", {2}).output("y", {2}, DataType::Float16);
+    b.initializer("scale", Tensor::from_values<int8_t>({1}, std::vector<int8_t>{1}));
+    b.initializer("zp", Tensor(DataType::Float16, {1}));
+    auto& node = b.node("VitisQuantizeLinear", {"x", "scale", "zp"}, {"y"}, "q");
+    node.set_domain("com.vaiq");
+    Model model = b.build();
+    EXPECT_THROW(to_native_qdq(model), InputError);
+}
+
+}  // namespace
