@@ -41,4 +41,24 @@ TEST(FuzzRegressions, ANonFloatScaleWithAFloat16ZeroPointHasNoNativeForm) {
     EXPECT_THROW(to_native_qdq(model), InputError);
 }
 
+// A fuzzed graph asked for an 8.8 TB tensor: the allocator's out-of-memory
+// failure is now a clear refusal before any allocation.
+TEST(FuzzRegressions, ATensorLargerThanTheMachineIsRefused) {
+    try {
+        Tensor t(DataType::Float, {int64_t{1} << 20, int64_t{1} << 20, 1 << 10});
+        FAIL() << "a 4 PB tensor was made";
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("a float tensor of shape [1048576, 1048576, 1024] needs"),
+                  std::string::npos)
+            << e.what();
+    }
+    test::GraphBuilder b(13);
+    b.input("shape", {3}, DataType::Int64).output("y", {-1, -1, -1});
+    b.node("ConstantOfShape", {"shape"}, {"y"}, "huge");
+    const Model model = b.build();
+    runtime::Executor executor(model);
+    EXPECT_THROW(executor.run({{"shape", Tensor::from_values<int64_t>({3}, std::vector<int64_t>{1 << 20, 1 << 20, 1 << 12})}}),
+                 InputError);
+}
+
 }  // namespace

@@ -1,9 +1,12 @@
 #include "vaiq/tensor.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
 #include <malloc.h>
 
 #include <bit>
+#include <cstdlib>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -66,12 +69,36 @@ Tensor::Tensor(DataType type, std::vector<int64_t> shape) : Tensor(uninitialized
     std::fill(bytes_.begin(), bytes_.end(), std::byte{0});
 }
 
+namespace {
+
+// The largest tensor vaiq makes: this machine's memory (a model's Expand or
+// ConstantOfShape may ask for terabytes), or VAIQ_MAX_TENSOR_BYTES when set.
+uint64_t physical_memory_bytes() {
+    static const uint64_t bytes = [] {
+        if (const char* limit = std::getenv("VAIQ_MAX_TENSOR_BYTES"); limit && *limit)
+            return static_cast<uint64_t>(std::strtoull(limit, nullptr, 10));
+        const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+        return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page)
+                                     : std::numeric_limits<uint64_t>::max();
+    }();
+    return bytes;
+}
+
+}  // namespace
+
 Tensor Tensor::uninitialized(DataType type, std::vector<int64_t> shape) {
     if (element_size(type) == 0) throw InputError(fmt::format("tensors of {} are not supported", data_type_name(type)));
+    const auto count = static_cast<uint64_t>(element_count(shape));
+    const uint64_t size = element_size(type);
+    if (count > physical_memory_bytes() / size)
+        throw InputError(fmt::format("a {} tensor of shape [{}] needs {:.1f} GB, more than the {:.1f} GB a tensor may take "
+                                     "(this machine's memory, or VAIQ_MAX_TENSOR_BYTES)",
+                                     data_type_name(type), fmt::join(shape, ", "), static_cast<double>(count) * size / 1e9,
+                                     static_cast<double>(physical_memory_bytes()) / 1e9));
     Tensor t;
     t.type_ = type;
     t.shape_ = std::move(shape);
-    t.bytes_.resize(static_cast<size_t>(element_count(t.shape_)) * element_size(type));
+    t.bytes_.resize(static_cast<size_t>(count * size));
     return t;
 }
 
