@@ -61,4 +61,17 @@ TEST(FuzzRegressions, ATensorLargerThanTheMachineIsRefused) {
                  InputError);
 }
 
+// Reshape multiplied the requested dimensions without checking for overflow.
+TEST(FuzzRegressions, AReshapeToAShapeThatOverflowsIsRefused) {
+    test::GraphBuilder b(13);
+    b.input("x", {2}).input("shape", {3}, DataType::Int64).output("y", {-1, -1, -1});
+    b.node("Reshape", {"x", "shape"}, {"y"}, "reshape");
+    const Model model = b.build();
+    runtime::Executor executor(model);
+    const auto x = Tensor::from_values<float>({2}, std::vector<float>{1, 2});
+    for (const std::vector<int64_t>& shape : {std::vector<int64_t>{int64_t{1} << 40, int64_t{1} << 40, -1},
+                                              std::vector<int64_t>{2, -3, 1}})
+        EXPECT_THROW(executor.run({{"x", x}, {"shape", Tensor::from_values<int64_t>({3}, shape)}}), InputError);
+}
+
 }  // namespace

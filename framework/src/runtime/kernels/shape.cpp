@@ -43,8 +43,10 @@ void reshape(KernelContext& ctx, std::vector<Tensor>& out) {
         if (shape[i] == -1) {
             if (infer >= 0) ctx.fail("the new shape has more than one -1");
             infer = static_cast<int>(i);
-        } else {
-            known *= shape[i];
+        } else if (shape[i] < 0) {
+            ctx.fail(fmt::format("the new shape has a negative dimension {}", shape[i]));
+        } else if (__builtin_mul_overflow(known, shape[i], &known)) {
+            ctx.fail("the new shape's element count overflows 64 bits");
         }
     }
     if (infer >= 0) {
