@@ -6,6 +6,7 @@
 // std::bad_alloc is accepted as that refusal.
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <cstring>
 #include <map>
 #include <new>
 
@@ -36,11 +37,24 @@ std::optional<Tensor> make_input(const onnx::ValueInfoProto& in, FuzzedDataProvi
     }
     const auto type = static_cast<DataType>(tt.elem_type());
     if (type == DataType::String || type == DataType::Undefined || element_size(type) == 0) return std::nullopt;
-    Tensor t(type, shape);
+    Tensor t(type, shape);  // zeros
     auto out = t.mutable_bytes();
-    // Small values: integer inputs often become sizes, indices or trip counts; bools are 0 or 1.
+    // Small values, element by element: integer inputs often become sizes, indices or
+    // trip counts; bools are 0 or 1.
+    const size_t size = element_size(type);
     const int top = type == DataType::Bool ? 1 : 3;
-    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::byte>(bytes.ConsumeIntegralInRange<int>(0, top));
+    for (size_t i = 0; i + size <= out.size(); i += size) {
+        const int v = bytes.ConsumeIntegralInRange<int>(0, top);
+        if (type == DataType::Float) {
+            const float f = static_cast<float>(v) * 0.5f;
+            std::memcpy(&out[i], &f, sizeof f);
+        } else if (type == DataType::Double) {
+            const double f = v * 0.5;
+            std::memcpy(&out[i], &f, sizeof f);
+        } else if (type != DataType::Float16 && type != DataType::BFloat16) {
+            out[i] = static_cast<std::byte>(v);  // little-endian: the low byte
+        }
+    }
     return t;
 }
 

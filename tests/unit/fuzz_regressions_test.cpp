@@ -74,4 +74,22 @@ TEST(FuzzRegressions, AReshapeToAShapeThatOverflowsIsRefused) {
         EXPECT_THROW(executor.run({{"x", x}, {"shape", Tensor::from_values<int64_t>({3}, shape)}}), InputError);
 }
 
+// Resize built its per-axis coordinate tables before allocating the output, so
+// sizes of 10^17 ran for minutes; the output is made (and refused) first.
+TEST(FuzzRegressions, AResizeToAnImpossibleSizeIsRefusedAtOnce) {
+    test::GraphBuilder b(13);
+    b.input("x", {1, 1, 4, 4}).input("sizes", {4}, DataType::Int64).output("y", {-1, -1, -1, -1});
+    auto& node = b.node("Resize", {"x", "", "", "sizes"}, {"y"}, "resize");
+    auto* mode = node.add_attribute();
+    mode->set_name("mode");
+    mode->set_type(onnx::AttributeProto::STRING);
+    mode->set_s("cubic");
+    const Model model = b.build();
+    runtime::Executor executor(model);
+    const Tensor x(DataType::Float, {1, 1, 4, 4});
+    for (const std::vector<int64_t>& sizes : {std::vector<int64_t>{1, 1, int64_t{1} << 56, int64_t{1} << 56 >> 20},
+                                              std::vector<int64_t>{1, 1, -4, 4}})
+        EXPECT_THROW(executor.run({{"x", x}, {"sizes", Tensor::from_values<int64_t>({4}, sizes)}}), InputError);
+}
+
 }  // namespace

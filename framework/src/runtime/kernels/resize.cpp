@@ -4,6 +4,8 @@
 // exclude_outside) interpolation with edge values beyond the borders;
 // tf_crop_and_resize reads extrapolation_value outside the region of interest.
 // Axes are interpolated one inside the other, innermost first.
+#include <fmt/format.h>
+
 #include <cmath>
 
 #include "runtime/kernels/common.hpp"
@@ -120,13 +122,20 @@ void resize(KernelContext& ctx, std::vector<Tensor>& out) {
         const auto sc = ctx.input(2).data<float>();
         if (static_cast<int64_t>(sc.size()) != rank) ctx.fail("scales must give every dimension");
         for (int64_t d = 0; d < rank; ++d) {
+            if (!(std::isfinite(sc[d]) && sc[d] > 0)) ctx.fail(fmt::format("scale {} is not a positive number", sc[d]));
             scales[d] = sc[d];
             const double span = crop ? roi[rank + d] - roi[d] : 1.0;
-            shape[d] = static_cast<int64_t>(std::floor(static_cast<double>(in[d]) * span * scales[d]));
+            const double size = std::floor(static_cast<double>(in[d]) * span * scales[d]);
+            if (!(size >= 0 && size < 9.2e18)) ctx.fail(fmt::format("scale {} gives no output size", sc[d]));
+            shape[d] = static_cast<int64_t>(size);
         }
     } else {
         ctx.fail("neither scales nor sizes is given");
     }
+    for (int64_t d = 0; d < rank; ++d)
+        if (shape[d] < 0) ctx.fail(fmt::format("output dimension {} is negative ({})", d, shape[d]));
+    // The output first: a size beyond what can be allocated is refused before the taps are built.
+    out[0] = Tensor::uninitialized(x.type(), shape);
     // Taps per axis and output coordinate.
     std::vector<std::vector<Taps>> taps(rank);
     for (int64_t d = 0; d < rank; ++d)
@@ -142,7 +151,6 @@ void resize(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto strides = strides_of(in);
     dispatch_float(x.type(), ctx, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        out[0] = make_tensor<T>(shape);
         auto y = mutable_view<T>(out[0]);
         const auto v = view<T>(x);
         std::vector<int64_t> counter(rank, 0);
