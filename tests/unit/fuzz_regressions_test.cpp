@@ -92,4 +92,21 @@ TEST(FuzzRegressions, AResizeToAnImpossibleSizeIsRefusedAtOnce) {
         EXPECT_THROW(executor.run({{"x", x}, {"sizes", Tensor::from_values<int64_t>({4}, sizes)}}), InputError);
 }
 
+// QuantizeLinear of NaN converted NaN to uint8 (undefined behaviour); it gives
+// the type's minimum, as the vectorised path does.
+TEST(FuzzRegressions, QuantizingNanGivesTheTypesMinimum) {
+    test::GraphBuilder b(13);
+    b.input("x", {3}).output("y", {3}, DataType::UInt8);
+    b.initializer("scale", Tensor::from_values<float>({}, std::vector<float>{0.5f}));
+    b.initializer("zp", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{10}));
+    b.node("QuantizeLinear", {"x", "scale", "zp"}, {"y"}, "q");
+    const Model model = b.build();
+    runtime::Executor executor(model);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const auto y = executor.run({{"x", Tensor::from_values<float>({3}, std::vector<float>{nan, 1.0f, nan})}});
+    EXPECT_EQ(y[0].data<uint8_t>()[0], 0);
+    EXPECT_EQ(y[0].data<uint8_t>()[1], 12);
+    EXPECT_EQ(y[0].data<uint8_t>()[2], 0);
+}
+
 }  // namespace

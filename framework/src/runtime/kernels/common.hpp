@@ -172,8 +172,11 @@ inline Q quantize_8_bit(float scaled, float zero_point) {
     constexpr float kRound = 12582912.0f;
     const float bounded = std::min(std::max(scaled, -2097152.0f), 2097152.0f);
     const float q = ((bounded + kRound) - kRound) + zero_point;
-    return static_cast<Q>(std::min(std::max(q, static_cast<float>(std::numeric_limits<Q>::min())),
-                                   static_cast<float>(std::numeric_limits<Q>::max())));
+    // NaN (a NaN input, or 0 / 0) becomes the type's minimum, as the SSE path's
+    // conversion and saturating packs make it, instead of an undefined conversion.
+    constexpr float lo = static_cast<float>(std::numeric_limits<Q>::min());
+    constexpr float hi = static_cast<float>(std::numeric_limits<Q>::max());
+    return static_cast<Q>(q >= lo ? std::min(q, hi) : lo);
 }
 
 /// quantize_8_bit over n values, `scaled(i)` giving value i already divided by the
