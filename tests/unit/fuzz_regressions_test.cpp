@@ -109,4 +109,22 @@ TEST(FuzzRegressions, QuantizingNanGivesTheTypesMinimum) {
     EXPECT_EQ(y[0].data<uint8_t>()[2], 0);
 }
 
+// An RNN whose sequence_lens exceeded the sequence read past its input.
+TEST(FuzzRegressions, RecurrentSequenceLengthsBeyondTheSequenceAreRefused) {
+    test::GraphBuilder b(13);
+    b.input("x", {2, 1, 3}).input("lens", {1}, DataType::Int32).output("y", {-1, -1, -1, -1});
+    b.initializer("w", Tensor(DataType::Float, {1, 4, 3})).initializer("r", Tensor(DataType::Float, {1, 4, 4}));
+    auto& node = b.node("RNN", {"x", "w", "r", "", "lens"}, {"y"}, "rnn");
+    auto* hidden = node.add_attribute();
+    hidden->set_name("hidden_size");
+    hidden->set_type(onnx::AttributeProto::INT);
+    hidden->set_i(4);
+    const Model model = b.build();
+    runtime::Executor executor(model);
+    const Tensor x(DataType::Float, {2, 1, 3});
+    EXPECT_THROW(executor.run({{"x", x}, {"lens", Tensor::from_values<int32_t>({1}, std::vector<int32_t>{7})}}),
+                 InputError);
+    EXPECT_NO_THROW(executor.run({{"x", x}, {"lens", Tensor::from_values<int32_t>({1}, std::vector<int32_t>{2})}}));
+}
+
 }  // namespace

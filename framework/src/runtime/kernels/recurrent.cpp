@@ -66,6 +66,7 @@ struct Recurrence {
     Recurrence(KernelContext& ctx, int64_t gates, const std::vector<std::string>& default_acts, const Tensor& x_in,
                const Tensor& wt, const Tensor& rt) {
         if (x_in.type() != DataType::Float) ctx.fail("only float is supported");
+        if (x_in.shape().size() != 3 || rt.shape().size() != 3) ctx.fail("X and R must have 3 dimensions");
         direction = ctx.attributes.get_string("direction", "forward");
         dirs = direction == "bidirectional" ? 2 : 1;
         batch_major = ctx.attributes.get_int("layout", 0) != 0;
@@ -91,6 +92,15 @@ struct Recurrence {
         for (const auto& n : names) act.push_back(activation(ctx, n, alphas, betas, ai, bi));
         lengths.assign(static_cast<size_t>(batch), seq);
         if (ctx.has_input(4)) lengths = read_ints(ctx, ctx.input(4));
+        if (static_cast<int64_t>(lengths.size()) != batch ||
+            std::any_of(lengths.begin(), lengths.end(), [&](int64_t n) { return n < 0 || n > seq; }))
+            ctx.fail(fmt::format("sequence_lens must hold {} lengths within [0, {}]", batch, seq));
+        if (ctx.has_input(3) && (ctx.input(3).type() != DataType::Float || ctx.input(3).size() != dirs * 2 * gates * hidden))
+            ctx.fail(fmt::format("B must hold {} float values", dirs * 2 * gates * hidden));
+        for (size_t slot : {size_t{5}, size_t{6}})
+            if (ctx.has_input(slot) &&
+                (ctx.input(slot).type() != DataType::Float || ctx.input(slot).size() != dirs * batch * hidden))
+                ctx.fail(fmt::format("an initial state must hold {} float values", dirs * batch * hidden));
         x = x_in.data<float>();
         w = wt.data<float>();
         r = rt.data<float>();
@@ -217,6 +227,8 @@ void gru(KernelContext& ctx, std::vector<Tensor>& out) {
 void run_lstm(KernelContext& ctx, Recurrence& rc, std::vector<Tensor>& out,
               const std::function<void(std::vector<std::vector<float>>&)>& quantize_state) {
     const bool input_forget = ctx.attributes.get_int("input_forget", 0) != 0;
+    if (ctx.has_input(7) && (ctx.input(7).type() != DataType::Float || ctx.input(7).size() != rc.dirs * 3 * rc.hidden))
+        ctx.fail(fmt::format("P must hold {} float values", rc.dirs * 3 * rc.hidden));
     const std::span<const float> peep = ctx.has_input(7) ? ctx.input(7).data<float>() : std::span<const float>();
     const int64_t n = rc.hidden;
     Tensor y_c(DataType::Float, rc.state_shape());
