@@ -127,4 +127,16 @@ TEST(FuzzRegressions, RecurrentSequenceLengthsBeyondTheSequenceAreRefused) {
     EXPECT_NO_THROW(executor.run({{"x", x}, {"lens", Tensor::from_values<int32_t>({1}, std::vector<int32_t>{2})}}));
 }
 
+// ConvInteger indexed the kernel shape by the input's rank without checking the
+// weight's.
+TEST(FuzzRegressions, AConvIntegerWhoseWeightRankDiffersIsRefused) {
+    test::GraphBuilder b(13);
+    b.input("x", {1, 1, 3, 3}, DataType::UInt8).output("y", {-1, -1, -1, -1}, DataType::Int32);
+    b.initializer("w", Tensor(DataType::UInt8, {1, 1, 2}));
+    b.node("ConvInteger", {"x", "w"}, {"y"}, "conv");
+    const Model model = b.build();
+    runtime::Executor executor(model);
+    EXPECT_THROW(executor.run({{"x", Tensor(DataType::UInt8, {1, 1, 3, 3})}}), InputError);
+}
+
 }  // namespace

@@ -246,10 +246,13 @@ void qgemm(KernelContext& ctx, std::vector<Tensor>& out) {
 // Integer convolution of centred input and weights: [N, M, out...] int32.
 Int32Sums int_conv(KernelContext& ctx, const Tensor& x, const std::vector<int32_t>& xv, const Tensor& w,
                    const std::vector<int32_t>& wv, std::vector<int64_t>& shape) {
+    if (x.shape().size() < 3 || w.shape().size() != x.shape().size())
+        ctx.fail("the input needs at least 3 dimensions and the weight as many as the input");
     const size_t spatial = x.shape().size() - 2;
     const int64_t group = ctx.attributes.get_int("group", 1);
+    if (group < 1) ctx.fail("group must be positive");
     const int64_t n = x.shape()[0], c = x.shape()[1], m = w.shape()[0], cg = c / group, mg = m / group;
-    if (group < 1 || c % group != 0 || m % group != 0 || w.shape()[1] != cg)
+    if (c % group != 0 || m % group != 0 || w.shape()[1] != cg || mg == 0)
         ctx.fail("channels, weights and group disagree");
     const std::vector<int64_t> in(x.shape().begin() + 2, x.shape().end()),
         kernel(w.shape().begin() + 2, w.shape().end());
