@@ -9,6 +9,7 @@
 #include "runtime/executor.hpp"
 #include "test_support.hpp"
 #include "vaiq/error.hpp"
+#include "vaiq/quant.hpp"
 
 using namespace vaiq;
 
@@ -137,6 +138,17 @@ TEST(FuzzRegressions, AConvIntegerWhoseWeightRankDiffersIsRefused) {
     const Model model = b.build();
     runtime::Executor executor(model);
     EXPECT_THROW(executor.run({{"x", Tensor(DataType::UInt8, {1, 1, 3, 3})}}), InputError);
+}
+
+// quantize_value (what formats write and kernels compute) converted NaN to an
+// integer (undefined behaviour): a custom op with a NaN scale reached it.
+TEST(FuzzRegressions, QuantizeValueOfNanIsTheTypesMinimum) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    EXPECT_EQ(quantize_value<int16_t>(nan, 0.0), std::numeric_limits<int16_t>::min());
+    EXPECT_EQ(quantize_value<uint8_t>(nan, 3.0), 0);
+    EXPECT_EQ(quantize_value<int32_t>(nan, 0.0), std::numeric_limits<int32_t>::min());
+    EXPECT_EQ(quantize_value<int8_t>(1e9f, 0.0), 127);
+    EXPECT_EQ(quantize_value<int8_t>(-2.5f, 1.0), -1);  // half to even, then the zero point
 }
 
 }  // namespace

@@ -137,9 +137,12 @@ VAIQ_API std::optional<int> exact_position(const QuantParams& params);
 template <typename Q>
 Q quantize_value(float scaled, double zero_point) {
     const double q = static_cast<double>(std::nearbyint(scaled)) + zero_point;
-    // min/max rather than std::clamp: same result, but branch-free in hot loops.
-    return static_cast<Q>(std::min(std::max(q, static_cast<double>(std::numeric_limits<Q>::min())),
-                                   static_cast<double>(std::numeric_limits<Q>::max())));
+    // Branch-free selects rather than std::clamp in hot loops; NaN (a NaN input,
+    // or 0 / 0) fails the first comparison and becomes Q's minimum, as in ONNX
+    // Runtime, instead of an undefined conversion.
+    constexpr double lo = static_cast<double>(std::numeric_limits<Q>::min());
+    constexpr double hi = static_cast<double>(std::numeric_limits<Q>::max());
+    return static_cast<Q>(q >= lo ? std::min(q, hi) : lo);
 }
 
 /// One value quantized to a float quant type (QFloat16 or QBFloat16): `scaled`
