@@ -140,6 +140,17 @@ TEST(FuzzRegressions, AConvIntegerWhoseWeightRankDiffersIsRefused) {
     EXPECT_THROW(executor.run({{"x", Tensor(DataType::UInt8, {1, 1, 3, 3})}}), InputError);
 }
 
+// Per-axis scales for a scalar input read its (absent) axis.
+TEST(FuzzRegressions, PerAxisScalesForAScalarAreRefused) {
+    test::GraphBuilder b(13);
+    b.input("x", {}, DataType::Int8).output("y", {});
+    b.initializer("scale", Tensor::from_values<float>({2}, std::vector<float>{1, 2}));
+    b.node("DequantizeLinear", {"x", "scale"}, {"y"}, "dq");
+    const Model model = b.build();
+    runtime::Executor executor(model);
+    EXPECT_THROW(executor.run({{"x", Tensor(DataType::Int8, {})}}), InputError);
+}
+
 // quantize_value (what formats write and kernels compute) converted NaN to an
 // integer (undefined behaviour): a custom op with a NaN scale reached it.
 TEST(FuzzRegressions, QuantizeValueOfNanIsTheTypesMinimum) {

@@ -26,6 +26,7 @@ Channels channels(KernelContext& ctx, const Tensor& x, const Tensor& scale) {
     if (scale.size() == 1 && scale.shape().size() <= 1) return c;
     if (scale.shape().size() != 1) ctx.fail("scale must be a scalar or a 1-D tensor");
     const auto rank = static_cast<int64_t>(x.shape().size());
+    if (rank == 0) ctx.fail(fmt::format("{} scales for a scalar input: per-axis scales need an axis", scale.size()));
     const int64_t axis = normalize_axis(ctx, ctx.attributes.get_int("axis", 1), rank);
     if (x.shape()[axis] != scale.size())
         ctx.fail(fmt::format("{} scales for axis {} of size {}", scale.size(), axis, x.shape()[axis]));
