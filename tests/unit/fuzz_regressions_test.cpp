@@ -151,6 +151,21 @@ TEST(FuzzRegressions, PerAxisScalesForAScalarAreRefused) {
     EXPECT_THROW(executor.run({{"x", Tensor(DataType::Int8, {})}}), InputError);
 }
 
+// Blocked dequantization of a scalar read its (absent) blocked axis.
+TEST(FuzzRegressions, BlockedDequantizationOfAScalarIsRefused) {
+    test::GraphBuilder b(21);
+    b.input("x", {}, DataType::Int8).output("y", {});
+    b.initializer("scale", Tensor::from_values<float>({}, std::vector<float>{1}));
+    auto& node = b.node("DequantizeLinear", {"x", "scale"}, {"y"}, "dq");
+    auto* block = node.add_attribute();
+    block->set_name("block_size");
+    block->set_type(onnx::AttributeProto::INT);
+    block->set_i(2);
+    const Model model = b.build();
+    runtime::Executor executor(model);
+    EXPECT_THROW(executor.run({{"x", Tensor(DataType::Int8, {})}}), InputError);
+}
+
 // quantize_value (what formats write and kernels compute) converted NaN to an
 // integer (undefined behaviour): a custom op with a NaN scale reached it.
 TEST(FuzzRegressions, QuantizeValueOfNanIsTheTypesMinimum) {

@@ -95,6 +95,7 @@ void dequantize_blocked(KernelContext& ctx, std::vector<Tensor>& out, int64_t bl
     const auto& x = ctx.input(0);
     const auto& scale = ctx.input(1);
     const auto rank = static_cast<int64_t>(x.shape().size());
+    if (rank == 0) ctx.fail("blocked quantization needs an input with an axis, not a scalar");
     const auto axis = static_cast<int>(normalize_axis(ctx, ctx.attributes.get_int("axis", 1), rank));
     if (block < 0) ctx.fail("block_size must be positive");
     if (scale.shape() != ParamLayout::block_shape(x.shape(), axis, block))
