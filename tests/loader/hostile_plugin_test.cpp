@@ -3,6 +3,9 @@
 // method, and writes nothing.
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <ostream>
+
 #include "test_support.hpp"
 #include "vaiq/model.hpp"
 
@@ -16,6 +19,11 @@ struct Case {
     std::string recipe_lines;  ///< what the case sets, as recipe YAML
     std::string expected;      ///< in the one error line
 };
+
+// The expected message names the case in test listings.
+void PrintTo(const Case& c, std::ostream* os) {
+    for (char ch : c.expected) *os << (std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_');
+}
 
 class HostilePlugin : public ::testing::TestWithParam<Case> {};
 
