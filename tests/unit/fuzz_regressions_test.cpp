@@ -166,6 +166,17 @@ TEST(FuzzRegressions, BlockedDequantizationOfAScalarIsRefused) {
     EXPECT_THROW(executor.run({{"x", Tensor(DataType::Int8, {})}}), InputError);
 }
 
+// CumSum of a scalar read its (absent) axis.
+TEST(FuzzRegressions, CumSumOfAScalarIsRefused) {
+    test::GraphBuilder b(14);
+    b.input("x", {}).input("axis", {}, DataType::Int64).output("y", {});
+    b.node("CumSum", {"x", "axis"}, {"y"}, "cumsum");
+    const Model model = b.build();
+    runtime::Executor executor(model);
+    EXPECT_THROW(executor.run({{"x", Tensor(DataType::Float, {})}, {"axis", Tensor(DataType::Int64, {})}}),
+                 InputError);
+}
+
 // quantize_value (what formats write and kernels compute) converted NaN to an
 // integer (undefined behaviour): a custom op with a NaN scale reached it.
 TEST(FuzzRegressions, QuantizeValueOfNanIsTheTypesMinimum) {

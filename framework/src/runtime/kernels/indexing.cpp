@@ -68,6 +68,7 @@ void space_to_depth(KernelContext& ctx, std::vector<Tensor>& out) {
 void cumsum(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     const auto rank = static_cast<int64_t>(x.shape().size());
+    if (rank == 0) ctx.fail("the input must have at least one dimension");
     const int64_t axis = normalize_axis(ctx, static_cast<int64_t>(read_scalar(ctx, ctx.input(1))), rank);
     const bool exclusive = ctx.attributes.get_int("exclusive", 0) != 0;
     const bool reverse = ctx.attributes.get_int("reverse", 0) != 0;
