@@ -185,32 +185,24 @@ auto without_gil(const ReaderBinding& binding, Work&& work) {
     }
 }
 
-std::string report_text(const RunResult& result) { return result.report_json.dump(); }
-
-RunOptions run_options(const ReaderBinding& binding) {
+// Runs a loaded recipe with the caller's reader; the report as JSON text.
+std::string run_with_reader(const Recipe& recipe, const py::object& reader) {
+    ReaderBinding binding(reader);
+    PluginRegistry registry;
+    registry.load_default_paths();
     RunOptions options;
     options.progress = stderr_is_terminal();
     options.calibration_reader = binding.factory;
-    return options;
+    return without_gil(binding, [&] { return run_pipeline(recipe, registry, options).report_json.dump(); });
 }
 
 std::string run_document(const std::string& document, const std::string& label, const std::string& base_dir,
                          const py::object& reader) {
-    const Recipe recipe = load_recipe_text(document, label, base_dir);
-    ReaderBinding binding(reader);
-    PluginRegistry registry;
-    registry.load_default_paths();
-    const auto options = run_options(binding);
-    return without_gil(binding, [&] { return report_text(run_pipeline(recipe, registry, options)); });
+    return run_with_reader(load_recipe_text(document, label, base_dir), reader);
 }
 
 std::string run_recipe(const std::string& path, const std::vector<std::string>& assignments, const py::object& reader) {
-    const Recipe recipe = load_recipe(path, assignments);
-    ReaderBinding binding(reader);
-    PluginRegistry registry;
-    registry.load_default_paths();
-    const auto options = run_options(binding);
-    return without_gil(binding, [&] { return report_text(run_pipeline(recipe, registry, options)); });
+    return run_with_reader(load_recipe(path, assignments), reader);
 }
 
 std::string preprocess_model(const std::string& input, const std::string& output, const py::dict& args) {

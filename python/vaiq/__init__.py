@@ -127,15 +127,13 @@ def quantize_static(model_input, model_output, calibration_data_reader=None, **k
     (``target``, ``evaluation_data``, ``overrides``, ...); ``extra_options`` is a
     dict of the documented extra options. ``recipe="cnn_npu.yaml"`` starts from
     a shipped (or your own) recipe instead of the documented defaults. Without
-    a recipe or target, the target is ``cpu``, or ``npu_cnn`` with enable_dpu.
+    a target, recipes quantize for ``cpu``, or ``npu_cnn`` with enable_dpu.
     """
     reader, data_path = _reader_and_path(calibration_data_reader)
     document = {"recipe_version": 1}
     recipe = kwargs.pop("recipe", None)
     if recipe is not None:
         document["extends"] = os.fspath(recipe)
-    if recipe is None and "target" not in kwargs and kwargs.get("enable_dpu"):
-        kwargs["target"] = "npu_cnn"  # vai_q_onnx's enable_dpu=True means the CNN NPU
     if "inclue_cle" in kwargs:  # the documented signature's spelling of include_cle
         kwargs["include_cle"] = kwargs.pop("inclue_cle")
     document["model_input"] = os.fspath(model_input)

@@ -770,9 +770,11 @@ constexpr int kHistogramBins = 48;
 nlohmann::json tensor_errors_json(const Model& reference, const Model& quantized, const Batch& batch,
                                   const nlohmann::json& report, int threads) {
     std::map<std::string, std::array<double, 2>> ranges;
-    for (const auto& t : report.value("tensors", nlohmann::json::array()))
-        if (t.value("role", "") == "activation" && t.contains("range"))
-            ranges[t["tensor"].get<std::string>()] = {t["range"][0].get<double>(), t["range"][1].get<double>()};
+    const auto planned = report.find("tensors");
+    if (planned != report.end())
+        for (const auto& t : *planned)
+            if (t.value("role", "") == "activation" && t.contains("range"))
+                ranges[t["tensor"].get<std::string>()] = {t["range"][0].get<double>(), t["range"][1].get<double>()};
     std::set<std::string> wanted;
     for (const auto& [name, range] : ranges) wanted.insert(name);
     auto out = nlohmann::json::array();

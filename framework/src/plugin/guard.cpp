@@ -29,8 +29,6 @@ struct Who {
             return body();
         } catch (const InputError&) {
             throw;
-        } catch (const InternalError& e) {
-            throw InternalError(fmt::format("{} failed in {}(): {}", label, method, e.what()));
         } catch (const std::exception& e) {
             throw InternalError(fmt::format("{} failed in {}(): {}", label, method, e.what()));
         } catch (...) {

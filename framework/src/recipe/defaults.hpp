@@ -19,6 +19,9 @@ namespace defaults {
 
 /// The target a recipe that names none quantizes for.
 inline constexpr std::string_view kTarget = "cpu";
+/// The target a recipe that names none but sets enable_dpu quantizes for:
+/// vai_q_onnx's enable_dpu=True means the CNN NPU.
+inline constexpr std::string_view kDpuTarget = "npu_cnn";
 
 /// The format plugin for a documented quant_format (a plugin name stays as it is).
 std::string format_plugin(std::string_view quant_format);

@@ -554,6 +554,8 @@ Recipe complete(ParsedFile parsed, std::vector<fs::path> files, const std::strin
             normalize(spec, YAML::Load(std::string(spec.default_yaml)), defaults), "default"};
     }
     resolve_original_tool_settings(recipe);
+    if (recipe.setting("target").is_default() && recipe.value("enable_dpu") == true)
+        recipe.settings["target"] = {std::string(defaults::kDpuTarget), recipe.setting("enable_dpu").origin};
     return recipe;
 }
 

@@ -8,7 +8,10 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <random>
+#include <regex>
+#include <set>
 
 #include "vaiq/error.hpp"
 
@@ -18,22 +21,23 @@ namespace vaiq {
 
 namespace {
 
-// Temporaries of `path` that a killed process left (".<name>.tmp-<pid>-<hex>",
-// the pid no longer running) are removed before the file is written again.
-void remove_stale_temporaries(const fs::path& path) {
-    const std::string prefix = fmt::format(".{}.tmp-", path.filename().string());
+// Temporaries that killed processes left in `dir` (".<name>.tmp-<pid>-<hex>",
+// the pid no longer running) are removed before the first file this process
+// writes there: once per folder, so a dump of thousands of files scans it once.
+void remove_stale_temporaries(const fs::path& dir) {
+    static std::mutex mutex;
+    static std::set<fs::path> cleaned;
+    {
+        std::lock_guard lock(mutex);
+        if (!cleaned.insert(dir).second) return;
+    }
+    static const std::regex kTemporary(R"(\..+\.tmp-(\d+)-[0-9a-f]{8})");
     std::error_code ec;
-    const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
     for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
         const std::string name = it->path().filename().string();
-        if (name.rfind(prefix, 0) != 0) continue;
-        const std::string rest = name.substr(prefix.size());  // "<pid>-<hex>"
-        const auto dash = rest.find('-');
-        if (dash == std::string::npos || dash == 0 || rest.size() - dash - 1 != 8 ||
-            rest.find_first_not_of("0123456789") != dash ||
-            rest.find_first_not_of("0123456789abcdef", dash + 1) != std::string::npos)
-            continue;
-        const long pid = std::strtol(rest.c_str(), nullptr, 10);
+        std::smatch m;
+        if (!std::regex_match(name, m, kTemporary)) continue;
+        const long pid = std::strtol(m[1].str().c_str(), nullptr, 10);
         if (pid <= 0 || pid == ::getpid()) continue;
         if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // running (or not ours to judge)
         std::error_code ignored;
@@ -44,7 +48,7 @@ void remove_stale_temporaries(const fs::path& path) {
 }  // namespace
 
 void write_file_atomically(const fs::path& path, const std::function<void(std::ostream&)>& write) {
-    remove_stale_temporaries(path);
+    remove_stale_temporaries(path.has_parent_path() ? path.parent_path() : fs::path("."));
     std::random_device random;
     const fs::path temp =
         path.parent_path() / fmt::format(".{}.tmp-{}-{:08x}", path.filename().string(), ::getpid(), random());
