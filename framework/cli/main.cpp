@@ -19,6 +19,7 @@
 #include "recipe/recipe.hpp"
 #include "runtime/infer.hpp"
 #include "util/atomic_file.hpp"
+#include "util/model_size.hpp"
 #include "util/progress.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/model.hpp"
@@ -365,7 +366,9 @@ class ConvertOpsetCommand final : public Command {
         PluginRegistry registry;
         registry.load_default_paths();
         const Model converted = convert_opset_with_shapes(model, opset_, registry);
-        save_model(converted, output_, {}, input_);
+        SaveOptions save;
+        store_externally_if_oversize(converted, save, output_, "");
+        save_model(converted, output_, save, input_);
         spdlog::info("wrote {} (opset {} -> {})", output_, model.opset(), converted.opset());
         return kExitOk;
     }
@@ -399,7 +402,9 @@ class ConvertFormatCommand final : public Command {
             break;
         }
         for (const auto& w : r.warnings) spdlog::warn("{}", w);
-        save_model(model, output_, {}, input_);
+        SaveOptions save;
+        store_externally_if_oversize(model, save, output_, "");
+        save_model(model, output_, save, input_);
         spdlog::info("wrote {} ({} custom-op node{} rewritten)", output_, r.converted, r.converted == 1 ? "" : "s");
         return kExitOk;
     }

@@ -13,12 +13,14 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
 
 #include "test_support.hpp"
 #include "vaiq/model.hpp"
+#include "vaiq/tensor.hpp"
 
 extern char** environ;
 
@@ -186,6 +188,53 @@ TEST_F(KillTest, RunKilledAtFortyMomentsAndAtEveryPhase) {
               0);
     EXPECT_FALSE(fs::exists(stale)) << "a dead process's temporary is removed by the next write of its file";
     check(-1, outputs, "after a complete run");
+}
+
+// All the tensors of a model, its external data read.
+std::map<std::string, std::string> tensor_bytes(const fs::path& model) {
+    std::map<std::string, std::string> out;
+    const auto loaded = vaiq::load_model(model);
+    for (const auto& init : loaded.graph().initializer()) {
+        const auto tensor = vaiq::Tensor::from_proto(init);
+        const auto bytes = tensor.bytes();
+        out[init.name()] = std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    }
+    return out;
+}
+
+// A re-run over an output that keeps its tensors in a data file replaces two
+// files. Killed between their renames (at the failpoints, which no timer hits),
+// the output holds the old model with the old data or no model: never the old
+// model reading the new run's data.
+TEST_F(KillTest, ReRunOverExternalDataKilledBetweenItsRenamesNeverPairsOldAndNew) {
+    const auto out = dir_ / "out.onnx";
+    const auto data = dir_ / "out.onnx.data";
+    auto run = [&](const std::string& weight_type, const char* failpoint) {
+        const std::string env = failpoint ? std::string("VAIQ_FAILPOINT=") + failpoint + " " : std::string();
+        return vaiq::test::run_command(env + kCli + " -q run " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --model " +
+                                       input_.string() + " --output " + out.string() +
+                                       " --set use_external_data_format=true --set external_data_size_threshold=0" +
+                                       " --set report_html=false --set weight_type=" + weight_type);
+    };
+    ASSERT_EQ(run("QInt8", nullptr).exit_code, 0);
+    ASSERT_TRUE(fs::exists(data));
+    const auto old_tensors = tensor_bytes(out);
+    ASSERT_EQ(run("QUInt8", nullptr).exit_code, 0);
+    const auto new_tensors = tensor_bytes(out);
+    ASSERT_NE(old_tensors, new_tensors) << "the two runs must write different weights";
+    for (const char* point : {"save:before-renames", "save:data-renamed"}) {
+        ASSERT_EQ(run("QInt8", nullptr).exit_code, 0);  // the old output again
+        const auto r = run("QUInt8", point);
+        EXPECT_NE(r.exit_code, 0) << point << ": the failpoint must kill the run";
+        EXPECT_EQ(slurp(input_), original_) << point;
+        if (!fs::exists(out)) continue;
+        EXPECT_EQ(tensor_bytes(out), old_tensors) << point << ": the model left behind must read its own data";
+    }
+    ASSERT_EQ(run("QUInt8", nullptr).exit_code, 0) << "the next run cleans up and completes";
+    EXPECT_EQ(tensor_bytes(out), new_tensors);
+    for (const auto& entry : fs::directory_iterator(dir_))
+        EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos)
+            << entry.path() << " left behind by a killed run";
 }
 
 TEST_F(KillTest, PreprocessAndConvertOpsetKilledAtTenMomentsEach) {

@@ -952,8 +952,8 @@ int64_t children_peak_rss() {
 // int4_rtn.yaml: the weights are read one at a time from the input's data file,
 // so quantizing it (up to emit) needs well under the model's size; the full run
 // evaluates the float model, which needs its weights once. The result runs in
-// ONNX Runtime and in vaiq alike.
-TEST(LargeModel, OverTwoGigabytesQuantizesToInt4ReadingWeightsOneAtATime) {
+// ONNX Runtime and in vaiq alike. Then cpu.yaml (int8), preprocess and convert-opset.
+TEST(LargeModel, OverTwoGigabytesQuantizesAndConvertsWithinItsMemoryGoals) {
 #if defined(__SANITIZE_ADDRESS__)
     GTEST_SKIP() << "2.7 GB under AddressSanitizer is too slow for the suite; the release build runs it";
 #endif
@@ -975,7 +975,7 @@ TEST(LargeModel, OverTwoGigabytesQuantizesToInt4ReadingWeightsOneAtATime) {
                              model_bytes / 1e9, emit_peak / 1e9, double(emit_peak) / double(model_bytes),
                              full_peak / 1e9, double(full_peak) / double(model_bytes));
     EXPECT_LT(emit_peak, model_bytes / 2) << "weights read one at a time";
-    EXPECT_LT(full_peak, model_bytes * 3 / 2) << "the float model evaluated once";
+    EXPECT_LT(full_peak, model_bytes * 23 / 20) << "the float model evaluated alone, the 4-bit weights parked on disk";
     // Saved as the recipe says: the model file small, every tensor in q.onnx_data.
     EXPECT_LT(fs::file_size(dir / "q.onnx"), 1u << 20);
     EXPECT_LT(fs::file_size(dir / "q.onnx_data"), static_cast<uintmax_t>(model_bytes * 3 / 10)) << "4 bits and scales";
@@ -989,5 +989,35 @@ TEST(LargeModel, OverTwoGigabytesQuantizesToInt4ReadingWeightsOneAtATime) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto ours = vaiq::runtime::Executor(model).run({{"x", x}})[0];
     EXPECT_LT(relative_error(ours, vaiq::read_npy(dir / "ort" / "output_0.npy")), 1e-5);
+    fs::remove(dir / "q.onnx_data", ec);
+
+    // int8 QDQ (cpu.yaml), evaluation and the report's per-tensor comparison
+    // included: one model's weights in memory at a time, never a float copy of
+    // a quantized weight.
+    r = run_command(std::string(VAIQ_CLI) + " -q run " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --model " +
+                    (dir / "big.onnx").string() + " --output " + (dir / "int8.onnx").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const int64_t int8_peak = large::children_peak_rss();
+    std::cout << fmt::format("cpu.yaml: peak RSS of every run so far {:.2f} GB ({:.2f}x)\n", int8_peak / 1e9,
+                             double(int8_peak) / double(model_bytes));
+    // The goal is 1.3x; 1.0x is measured (the float model's evaluation holds its weights once).
+    EXPECT_LT(int8_peak, model_bytes * 23 / 20) << "one model's weights in memory at a time";
+    EXPECT_GT(nlohmann::json::parse(slurp(dir / "int8.report.json"))["evaluation"]["outputs"][0]["sqnr_db"].get<double>(),
+              20.0);
+    fs::remove(dir / "int8.onnx", ec);
+
+    // preprocess and convert-opset keep a model over 2 GB in external data by themselves.
+    for (const auto& command : {fmt::format("preprocess {} {}", (dir / "big.onnx").string(), (dir / "out.onnx").string()),
+                                fmt::format("convert-opset {} {} --opset 13", (dir / "big.onnx").string(),
+                                            (dir / "out.onnx").string())}) {
+        r = run_command(std::string(VAIQ_CLI) + " " + command);
+        ASSERT_EQ(r.exit_code, 0) << command << ": " << r.err;
+        EXPECT_NE(r.err.find("over protobuf's 2 GB limit"), std::string::npos) << command << " says why: " << r.err;
+        EXPECT_LT(fs::file_size(dir / "out.onnx"), 1u << 20) << command;
+        EXPECT_EQ(static_cast<int64_t>(fs::file_size(dir / "out.onnx.data")), model_bytes) << command;
+        EXPECT_NO_THROW(vaiq::check_model(vaiq::load_model(dir / "out.onnx"))) << command;
+        fs::remove(dir / "out.onnx.data", ec);
+    }
+    EXPECT_LT(large::children_peak_rss(), model_bytes * 23 / 20);
     fs::remove_all(dir, ec);
 }

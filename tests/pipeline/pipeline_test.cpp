@@ -397,6 +397,37 @@ TEST(Evaluation, IdenticalModelsAgreeExactlyAndLabelsGiveAccuracy) {
     EXPECT_EQ(e.to_json()["outputs"][0]["sqnr_db"], "inf");
 }
 
+// A reader that yields fewer batches once rewound (a stream consumed as it is read).
+class ShrinkingReader final : public vaiq::DataReader {
+  public:
+    std::optional<vaiq::Batch> next() override {
+        if (given_ >= (rewinds_ > 1 ? 1 : 3)) return std::nullopt;
+        ++given_;
+        return vaiq::Batch{{{"x", Tensor::from_values<float>({2, 3}, std::vector<float>{0, 1, 5, 9, 2, 1})}},
+                           "batch " + std::to_string(given_)};
+    }
+    void rewind() override {
+        ++rewinds_;
+        given_ = 0;
+    }
+    size_t items() const override { return 3; }
+
+  private:
+    int given_ = 0, rewinds_ = 0;
+};
+
+// The float model runs over the data first, then the quantized one: a reader
+// that cannot give the same batches twice is named, not compared against nothing.
+TEST(Evaluation, DataThatEndsEarlyOnTheSecondPassIsAClearError) {
+    GraphBuilder b;
+    b.input("x", {2, 3}).output("y", {2, 3});
+    b.node("Relu", {"x"}, {"y"});
+    const auto model = b.build();
+    ShrinkingReader data;
+    EXPECT_EQ(error_of([&] { vaiq::compare_outputs(model, model, data, nullptr, 1); }),
+              "the evaluation data ended early on its second pass: batch 2 (batch 2) is missing");
+}
+
 }  // namespace
 
 namespace {

@@ -215,6 +215,39 @@ TEST(Executor, StepsOfConstantsRunOnceAtCompileTime) {
     for (const auto& p : executor.profile()) EXPECT_NE(p.op_type, "DequantizeLinear") << "it ran per run";
 }
 
+// A weight whose float value would take 64 MB or more is dequantized in each run
+// instead: folded, that float copy would sit beside the quantized weight for the
+// executor's life (a language model's weights twice over).
+TEST(Executor, ALargeWeightIsDequantizedInEachRunNotHeldInFloat) {
+    constexpr int64_t kSide = 4096;  // 16 M values: 64 MB in float
+    std::vector<int8_t> codes(static_cast<size_t>(kSide * kSide));
+    for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<int8_t>(static_cast<int>(i % 255) - 127);
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, kSide}).output("y", {1, kSide});
+    b.initializer("wq", Tensor::from_values<int8_t>({kSide, kSide}, codes));
+    b.initializer("ws", Tensor::from_values<float>({}, std::vector<float>{0.25f}));
+    b.node("DequantizeLinear", {"wq", "ws"}, {"w"});
+    b.node("MatMul", {"x", "w"}, {"y"});
+    const auto model = b.build();
+    Executor executor(model, {.threads = 1, .profile = true});
+    const auto x = vaiq::test::ramp({1, kSide}, -1.0f, 1.0f / kSide);
+    const auto y = executor.run({{"x", x}})[0];
+    int64_t dequantized = 0;
+    for (const auto& p : executor.profile())
+        if (p.op_type == "DequantizeLinear") dequantized = p.calls;
+    EXPECT_EQ(dequantized, 1) << "the large weight is dequantized by the run, not folded";
+    // The same product as with the float weight stored.
+    std::vector<float> w(codes.size());
+    for (size_t i = 0; i < codes.size(); ++i) w[i] = 0.25f * static_cast<float>(codes[i]);
+    vaiq::test::GraphBuilder f;
+    f.input("x", {1, kSide}).output("y", {1, kSide});
+    f.initializer("w", Tensor::from_values<float>({kSide, kSide}, w));
+    f.node("MatMul", {"x", "w"}, {"y"});
+    const auto float_model = f.build();
+    const auto expected = Executor(float_model, {.threads = 1}).run({{"x", x}})[0];
+    EXPECT_TRUE(std::equal(y.bytes().begin(), y.bytes().end(), expected.bytes().begin(), expected.bytes().end()));
+}
+
 TEST(Npy, ReadsTheFormatAsSpecified) {
     // A (2, 3) int16 array as numpy writes it: magic, version 1.0, header, data.
     std::string header = "{'descr': '<i2', 'fortran_order': False, 'shape': (2, 3), }";

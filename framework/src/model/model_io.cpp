@@ -416,6 +416,24 @@ std::map<std::string, std::vector<int64_t>> infer_shapes(const Model& model) {
 
 namespace {
 
+// ONNX's converter drops the references of tensors left in their files: they are
+// put back, tensor by tensor, where the converted model kept the tensor as it was.
+onnx::ModelProto with_deferred_data(onnx::ModelProto out, const Model& model) {
+    std::map<std::string, const onnx::TensorProto*> deferred;
+    for (const auto& init : model.graph().initializer())
+        if (is_deferred(init)) deferred.emplace(init.name(), &init);
+    if (deferred.empty()) return out;
+    for (auto& init : *out.mutable_graph()->mutable_initializer()) {
+        auto it = deferred.find(init.name());
+        if (it == deferred.end() || is_deferred(init) || !init.raw_data().empty()) continue;
+        const auto& original = *it->second;
+        if (init.data_type() == original.data_type() &&
+            std::equal(init.dims().begin(), init.dims().end(), original.dims().begin(), original.dims().end()))
+            init = original;
+    }
+    return out;
+}
+
 onnx::ModelProto converted(const Model& model, int target_opset, const std::function<void(Model&)>& declare_shapes) {
     std::exception_ptr plain_error;
     try {
@@ -496,7 +514,9 @@ void upgrade_nodes(onnx::GraphProto& graph, int64_t from, int64_t to) {
 // Past the newest opset ONNX's converter knows: there with it, then the rest by hand.
 Model upgrade_past_onnx(const Model& model, int64_t target, const std::function<void(Model&)>& declare_shapes) {
     const int64_t known = onnx_max_opset();
-    Model out = model.opset() < known ? Model(converted(model, static_cast<int>(known), declare_shapes)) : model;
+    Model out = model.opset() < known
+                    ? Model(with_deferred_data(converted(model, static_cast<int>(known), declare_shapes), model))
+                    : model;
     upgrade_nodes(out.graph(), out.opset(), target);
     for (auto& o : *out.proto().mutable_opset_import())
         if (o.domain().empty() || o.domain() == "ai.onnx") o.set_version(target);
@@ -519,7 +539,7 @@ Model convert_opset(const Model& model, int64_t target_opset, const std::functio
                                              onnx_max_opset()));
             return upgrade_past_onnx(model, target_opset, declare_shapes);
         }
-        return Model(converted(model, static_cast<int>(target_opset), declare_shapes));
+        return Model(with_deferred_data(converted(model, static_cast<int>(target_opset), declare_shapes), model));
     } catch (const std::exception& e) {
         std::string message = e.what();
         if (auto nl = message.find('\n'); nl != std::string::npos) message.resize(nl);
@@ -655,6 +675,7 @@ void save_model(const Model& model, const fs::path& path, const SaveOptions& opt
     // The data files are written first, reading deferred tensors from where they are; a file the model
     // reads from must not be replaced under it.
     const auto sources = deferred_sources(proto);
+    std::vector<PendingFile> written;
     for (const auto& entry : files) {
         const auto& placements = entry.second;  // not a structured binding: lambdas capture it (clang 14)
         const fs::path file = dir / entry.first;
@@ -664,7 +685,7 @@ void save_model(const Model& model, const fs::path& path, const SaveOptions& opt
                                              "another output name or external_data_location",
                                              file.string(), source.string()));
         fs::create_directories(file.parent_path(), ec);
-        write_file_atomically(file, [&](std::ostream& out) {
+        written.emplace_back(file, [&](std::ostream& out) {
             for (const auto& p : placements) {
                 if (is_deferred(*p.tensor))
                     read_deferred(*p.tensor, [&](const char* bytes, size_t n) {
@@ -677,9 +698,20 @@ void save_model(const Model& model, const fs::path& path, const SaveOptions& opt
     }
     for (const auto& [location, placements] : files)
         for (const auto& p : placements) set_external_data(*p.tensor, location.generic_string(), p.offset, p.length);
-    write_file_atomically(path, [&](std::ostream& out) {
+    PendingFile model_file(path, [&](std::ostream& out) {
         if (!proto.SerializeToOstream(&out)) throw InternalError("protobuf failed to serialize the model");
     });
+    // Everything is on disk; now the renames. A model left over from an earlier run goes first when its
+    // data files are about to be replaced: a process killed between the renames then leaves no model,
+    // never an old one reading new data.
+    const bool replaces_data = std::any_of(files.begin(), files.end(), [&](const auto& f) {
+        return fs::exists(dir / f.first, ec);
+    });
+    failpoint("save:before-renames");
+    if (replaces_data) fs::remove(path, ec);
+    for (auto& file : written) file.commit();
+    failpoint("save:data-renamed");
+    model_file.commit();
 }
 
 }  // namespace vaiq

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "runtime/executor.hpp"
+#include "util/spool.hpp"
 #include "vaiq/graph.hpp"
 
 namespace vaiq {
@@ -52,50 +53,34 @@ void compare_tensors(const Model& float_model, const Model& quantized, const std
     if (!only.empty())
         std::erase_if(tensors, [&](const auto& t) { return !only.count(t.first); });
     if (tensors.empty()) return;
+    std::vector<std::string> names;
+    for (const auto& [t, node] : tensors) names.push_back(t);
     runtime::ExecutorOptions options;
     options.threads = threads;
-    for (const auto& [t, node] : tensors) options.taps.insert(t);  // no fusion hides them
-    runtime::Executor reference(float_model, options);
+    options.taps.insert(names.begin(), names.end());  // no fusion hides them
+    // One run of the float model puts its values aside, then one run of the
+    // quantized model compares against them: the two models' weights are never
+    // in memory together, and values beyond the budget wait in a temporary file.
+    TensorSpool spool(budget_bytes);
+    std::map<std::string, size_t> float_values;
+    {
+        runtime::Executor reference(float_model, options);
+        reference.run(feeds, names, [&](const std::string& name, const Tensor& value) {
+            if (value.type() == DataType::Float) float_values.emplace(name, spool.put(value));
+        });
+    }
     options.fuse_qdq = false;  // integer kernels would compute the tapped float values away
     runtime::Executor candidate(quantized, options);
-
-    constexpr size_t kGroup = 64;
-    for (size_t start = 0; start < tensors.size();) {
-        std::vector<std::string> group;
-        for (size_t i = start; i < std::min(start + kGroup, tensors.size()); ++i) group.push_back(tensors[i].first);
-        // The float values of the group's first tensors, within the budget (at least one).
-        std::map<std::string, Tensor> kept;
-        size_t bytes = 0;
-        bool full = false;
-        reference.run(feeds, group, [&](const std::string& name, const Tensor& value) {
-            if (full) return;
-            if (!kept.empty() && bytes + value.bytes().size() > budget_bytes) {
-                full = true;
-                return;
-            }
-            bytes += value.bytes().size();
-            kept.emplace(name, value);
-        });
-        // Taps arrive in run order, which may differ from the graph order: keep a prefix.
-        size_t taken = 0;
-        while (taken < group.size() && kept.count(group[taken])) ++taken;
-        if (taken == 0) {  // tapped nothing (a value no run computes): skip it
-            ++start;
-            continue;
-        }
-        group.resize(taken);
-        std::map<std::string, double> sqnr;
-        candidate.run(feeds, group, [&](const std::string& name, const Tensor& value) {
-            auto it = kept.find(name);
-            if (it == kept.end()) return;
-            if (auto db = sqnr_db(it->second, value)) sqnr[name] = *db;
-        });
-        for (size_t i = start; i < start + taken; ++i) {
-            auto it = sqnr.find(tensors[i].first);
-            if (it == sqnr.end()) continue;
-            if (!visit({tensors[i].first, tensors[i].second, it->second, kept.at(tensors[i].first)})) return;
-        }
-        start += taken;
+    std::map<std::string, double> sqnr;
+    candidate.run(feeds, names, [&](const std::string& name, const Tensor& value) {
+        auto it = float_values.find(name);
+        if (it == float_values.end()) return;
+        if (auto db = sqnr_db(spool.get(it->second), value)) sqnr[name] = *db;
+    });
+    for (const auto& [tensor, node] : tensors) {
+        auto it = sqnr.find(tensor);
+        if (it == sqnr.end()) continue;
+        if (!visit({tensor, node, it->second, spool.get(float_values.at(tensor))})) return;
     }
 }
 

@@ -26,10 +26,9 @@ struct TensorComparison {
 using ComparisonVisitor = std::function<bool(const TensorComparison&)>;
 
 /// Visits every float tensor the two models both compute on `feeds` (only those
-/// in `only` unless it is empty), in the float model's graph order. Tensors are
-/// compared a group at a time, keeping at most `budget_bytes` of float values,
-/// so memory stays bounded on large activations (each group costs one run of
-/// each model).
+/// in `only` unless it is empty), in the float model's graph order. One run of
+/// each model, one after the other; the float values wait in memory up to
+/// `budget_bytes` and in a temporary file beyond.
 void compare_tensors(const Model& float_model, const Model& quantized, const std::map<std::string, Tensor>& feeds,
                      int threads, const std::set<std::string>& only, const ComparisonVisitor& visit,
                      size_t budget_bytes = size_t{256} << 20);

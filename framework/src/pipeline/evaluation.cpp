@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "runtime/executor.hpp"
+#include "util/spool.hpp"
 #include "util/progress.hpp"
 #include "vaiq/error.hpp"
 
@@ -41,6 +42,21 @@ int64_t label_at(const Tensor& labels, int64_t i) {
     }
 }
 
+
+// Runs a batch, naming the batch in an error of the data.
+std::vector<Tensor> run_batch(runtime::Executor& executor, const Batch& batch) {
+    try {
+        return executor.run(batch.feeds);
+    } catch (const InputError& e) {
+        throw InputError(fmt::format("evaluation data {}: {}", batch.source, e.what()));
+    }
+}
+
+// float16 and bfloat16 outputs (a float16 model's) are compared in float.
+void as_float(Tensor& t) {
+    if (t.type() == DataType::Float16 || t.type() == DataType::BFloat16) t = convert_float_type(t, DataType::Float);
+}
+
 }  // namespace
 
 nlohmann::json Evaluation::to_json() const {
@@ -63,40 +79,54 @@ Evaluation compare_outputs(const Model& float_model, const Model& quantized, Dat
                            int threads, int max_batches) {
     runtime::ExecutorOptions options;
     options.threads = threads;
-    runtime::Executor reference(float_model, options);
+    // The float model runs over the data first and its outputs are put aside, so
+    // that the two models' weights are never in memory together (a model of
+    // several GB would need them twice).
+    TensorSpool float_outputs;
+    std::vector<std::string> names, sources;  // the batches' names in the first pass
+    {
+        runtime::Executor reference(float_model, options);
+        names = reference.output_names();
+        data.rewind();
+        while (auto batch = data.next()) {
+            if (max_batches > 0 && static_cast<int>(sources.size()) >= max_batches) break;
+            report_progress("float batch", static_cast<int64_t>(sources.size()) + 1, max_batches);
+            for (auto& t : run_batch(reference, *batch)) {
+                as_float(t);
+                // Only float outputs are compared: others leave an empty placeholder.
+                float_outputs.put(t.type() == DataType::Float ? t : Tensor(DataType::UInt8, {0}));
+            }
+            sources.push_back(batch->source);
+        }
+    }
+    if (sources.empty()) throw InputError("the evaluation data holds no batches");
     runtime::Executor candidate(quantized, options);
-    const auto& names = reference.output_names();
     std::vector<Sums> sums(names.size());
     int64_t float_correct = 0, quant_correct = 0, labelled = 0;
     double float_nll = 0, quant_nll = 0;
     bool language_model = false;
     Evaluation out;
     data.rewind();
-    while (auto batch = data.next()) {
-        if (max_batches > 0 && out.batches >= max_batches) break;
-        report_progress("batch", out.batches + 1, max_batches);
-        std::vector<Tensor> f, q;
-        try {
-            f = reference.run(batch->feeds);
-            q = candidate.run(batch->feeds);
-        } catch (const InputError& e) {
-            throw InputError(fmt::format("evaluation data {}: {}", batch->source, e.what()));
-        }
+    for (size_t b = 0; b < sources.size(); ++b) {
+        report_progress("quantized batch", static_cast<int64_t>(b) + 1, static_cast<int64_t>(sources.size()));
+        auto batch = data.next();
+        if (!batch)
+            throw InputError(fmt::format("the evaluation data ended early on its second pass: batch {} ({}) is "
+                                         "missing",
+                                         b + 1, sources[b]));
+        auto q = run_batch(candidate, *batch);
+        std::vector<Tensor> f(names.size());
+        for (size_t o = 0; o < names.size(); ++o) f[o] = float_outputs.get(b * names.size() + o);
         for (size_t o = 0; o < names.size(); ++o) {
             auto& s = sums[o];
-            // float16 and bfloat16 outputs (a float16 model's) are compared in float.
-            auto as_float = [](Tensor& t) {
-                if (t.type() == DataType::Float16 || t.type() == DataType::BFloat16)
-                    t = convert_float_type(t, DataType::Float);
-            };
-            as_float(f[o]);
             as_float(q[o]);
             if (f[o].type() != DataType::Float || q[o].type() != DataType::Float) continue;
             const auto fv = f[o].data<float>();
             const auto qv = q[o].data<float>();
             if (fv.size() != qv.size())
-                throw InternalError(fmt::format("the quantized model's output '{}' has {} values, the float one {}",
-                                                names[o], qv.size(), fv.size()));
+                throw InputError(fmt::format("evaluation data {}: the quantized model's output '{}' has {} values, "
+                                             "the float one {}",
+                                             batch->source, names[o], qv.size(), fv.size()));
             for (size_t i = 0; i < fv.size(); ++i) {
                 const double a = fv[i], b = qv[i], d = a - b;
                 s.signal += a * a;
@@ -150,7 +180,6 @@ Evaluation compare_outputs(const Model& float_model, const Model& quantized, Dat
         if (!f.empty() && !f[0].shape().empty()) out.samples += f[0].shape()[0];
         ++out.batches;
     }
-    if (out.batches == 0) throw InputError("the evaluation data holds no batches");
     if (labels && max_batches == 0 && labelled != labels->size())
         throw InputError(fmt::format("evaluation_labels holds {} labels, but the evaluation data has {} samples",
                                      labels->size(), labelled));

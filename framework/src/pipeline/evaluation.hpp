@@ -37,7 +37,10 @@ struct Evaluation {
     nlohmann::json to_json() const;
 };
 
-/// Runs up to `max_batches` batches (0: all) through both models. `labels`, when
+/// Runs up to `max_batches` batches (0: all) through the float model, then
+/// through the quantized one (the float outputs wait in memory, or in a
+/// temporary file beyond 256 MB), so only one model's weights are held at a time.
+/// The data must give the same batches each time it is rewound. `labels`, when
 /// given, holds one integer class per sample of the first output, in order (for
 /// logits [N, T, V]: one token per position, N x T per batch).
 Evaluation compare_outputs(const Model& float_model, const Model& quantized, DataReader& data, const Tensor* labels,

@@ -29,8 +29,10 @@
 #include "pipeline/statistics_file.hpp"
 #include "recipe/defaults.hpp"
 #include "util/atomic_file.hpp"
+#include "util/model_size.hpp"
 #include "util/npy.hpp"
 #include "util/progress.hpp"
+#include "util/spool.hpp"
 #include "util/text.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/log.hpp"
@@ -325,6 +327,7 @@ std::string summary_line(const Evaluation& e) {
 // A run up to, not including, saving: the quantized model and its report.
 struct QuantizedRun {
     Model quantized;
+    std::shared_ptr<TensorSpool> parked;  ///< holds the quantized model's large weights, when evaluation parked them
     nlohmann::json report;
     fs::path input, output, report_path;
     std::optional<CalibrationTables> tables;  ///< when asked for
@@ -384,6 +387,7 @@ struct RunState {
     QuantPlan plan;
     std::map<std::string, TensorRange> ranges;
     Model quantized;
+    std::shared_ptr<TensorSpool> parked;            ///< the file the quantized model's large weights wait in
     PluginInstance<Format> format;                  ///< created on first use
     std::map<std::string, Tensor> rounded_weights;  ///< fast finetune's grid values, written instead of the weights
     std::optional<std::vector<TensorSensitivity>> sensitivity;
@@ -802,6 +806,11 @@ nlohmann::json tensor_errors_json(const Model& reference, const Model& quantized
 // The quantized model against the float one on the evaluation (or calibration)
 // data; with a low output SQNR, where the error starts.
 void evaluate_phase(RunState& s) {
+    // The quantized model's large weights wait on disk while the float model runs:
+    // the two models' weights are never in memory together.
+    s.parked = std::make_shared<TensorSpool>(0);
+    if (const size_t parked = s.parked->park_initializers(s.quantized, size_t{1} << 20))
+        log_debug("evaluation: {:.1f} MB of quantized weights parked in a temporary file", parked / 1e6);
     std::unique_ptr<DataReader> eval_data;
     if (!s.recipe.value("evaluation_data").is_null()) {
         const auto images = image_pipeline(s.recipe);
@@ -920,7 +929,8 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
         log_debug("phase {} took {:.3f} s", phase_name(step.phase), seconds);
     }
     progress.done();
-    return {std::move(s.quantized), std::move(s.report), s.input, s.output, s.report_path, std::move(s.tables)};
+    return {std::move(s.quantized), std::move(s.parked), std::move(s.report), s.input,
+            s.output,                std::move(s.report_path), std::move(s.tables)};
 }
 
 // Writes the model, the dump a recipe asks for, and the report.
@@ -930,6 +940,7 @@ void save_run(const Recipe& recipe, const RunOptions& options, QuantizedRun& run
     const std::string html = recipe.value("report_html").get<bool>() ? html_report(run.report) : std::string();
     SaveOptions save = save_options(recipe, run.output);
     save.check = false;  // the check phase just ran
+    store_externally_if_oversize(run.quantized, save, run.output, "use_external_data_format");
     save_model(run.quantized, run.output, save, run.input);
     if (const auto& dir = recipe.value("dump_output_dir"); !dir.is_null()) {
         DumpOptions dump;

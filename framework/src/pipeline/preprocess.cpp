@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "recipe/defaults.hpp"
+#include "util/model_size.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/log.hpp"
 #include "vaiq/pass.hpp"
@@ -70,6 +71,7 @@ nlohmann::json preprocess(const std::filesystem::path& input, const std::filesys
     save.all_tensors_to_one_file = options.all_tensors_to_one_file;
     save.external_data_location = options.external_data_location;
     save.external_data_size_threshold = options.external_data_size_threshold;
+    store_externally_if_oversize(model, save, output, "save_as_external_data");
     save_model(model, output, save, input);
     report["nodes"] = model.graph().node_size();
     return report;

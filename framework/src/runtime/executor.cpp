@@ -61,6 +61,7 @@ int64_t domain_opset(const Model& model, const std::string& domain) {
 Executor::Executor(const Model& original, ExecutorOptions options) : model_(&original), options_(options) {
     rewrite(original);
     number_values();
+    find_lazy_steps();
     fold_constants();
     plan_releases();
     find_lazy_steps();
@@ -132,6 +133,17 @@ void Executor::number_values() {
     constants_.resize(value_names_.size());
     is_constant_.assign(value_names_.size(), false);
     for (const auto& name : initialized) is_constant_[value_ids_.at(name)] = true;
+    // The rewritten copy's initializers live on as constants: their data need not be held twice.
+    if (optimized_) {
+        for (auto& init : *optimized_->graph().mutable_initializer()) {
+            onnx::TensorProto header;
+            header.set_name(init.name());
+            header.set_data_type(init.data_type());
+            *header.mutable_dims() = init.dims();
+            init.Swap(&header);
+        }
+        return_freed_memory();
+    }
 }
 
 // Liveness: a value dies after the last step that reads it, unless the caller
@@ -202,9 +214,16 @@ void Executor::fold_constants() {
     std::vector<Step> kept;
     for (auto& step : steps_) {
         const auto& node = model_->graph().node(step.node);
-        bool foldable = step.implicit.empty() && !is_random(node);
+        // A step nothing needs (a weight's DequantizeLinear that the QDQ fusion replaced)
+        // stays lazy: folded, it would hold a float copy of the weight for nobody.
+        bool foldable = !step.lazy && step.implicit.empty() && !is_random(node);
         for (const auto& a : node.attribute()) foldable = foldable && !a.has_g() && a.graphs_size() == 0;
         for (int id : step.inputs) foldable = foldable && (id < 0 || is_constant_[id]);
+        // A large weight is dequantized in each run instead: folded, its float copy (4x an
+        // int8 weight's bytes) would sit beside it for the executor's life.
+        if (foldable && node.op_type() == "DequantizeLinear" && !step.inputs.empty() && step.inputs[0] >= 0 &&
+            static_cast<size_t>(constants_[step.inputs[0]].size()) * sizeof(float) >= kLargeConstantBytes)
+            foldable = false;
         if (foldable) {
             KernelContext ctx{*model_, node, step.opset, {}, {}, Attributes(node), step.state, {}};
             for (int id : step.inputs) {

@@ -13,6 +13,11 @@
 
 namespace vaiq::runtime {
 
+/// Constants of this size and more (a language model's weights) get no second
+/// copy for the executor's life (a prepared layout, a folded dequantization):
+/// on a model of several GB that copy would double the memory it takes to run.
+constexpr size_t kLargeConstantBytes = size_t{64} << 20;
+
 /// Typed access to a node's attributes, with defaults.
 class Attributes {
   public:

@@ -12,6 +12,7 @@
 #include <random>
 #include <regex>
 #include <set>
+#include <utility>
 
 #include "vaiq/error.hpp"
 
@@ -47,33 +48,53 @@ void remove_stale_temporaries(const fs::path& dir) {
 
 }  // namespace
 
-void write_file_atomically(const fs::path& path, const std::function<void(std::ostream&)>& write) {
+PendingFile::PendingFile(const fs::path& path, const std::function<void(std::ostream&)>& write) : path_(path) {
     remove_stale_temporaries(path.has_parent_path() ? path.parent_path() : fs::path("."));
     std::random_device random;
-    const fs::path temp =
-        path.parent_path() / fmt::format(".{}.tmp-{}-{:08x}", path.filename().string(), ::getpid(), random());
+    temp_ = path.parent_path() / fmt::format(".{}.tmp-{}-{:08x}", path.filename().string(), ::getpid(), random());
     try {
         {
-            std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-            if (!out) throw InputError(fmt::format("{}: cannot create {}", path.string(), temp.string()));
+            std::ofstream out(temp_, std::ios::binary | std::ios::trunc);
+            if (!out) throw InputError(fmt::format("{}: cannot create {}", path.string(), temp_.string()));
             write(out);
             out.flush();
             if (!out) throw InputError(fmt::format("{}: write failed (disk full?)", path.string()));
         }
-        if (int fd = ::open(temp.c_str(), O_RDONLY); fd >= 0) {
+        if (int fd = ::open(temp_.c_str(), O_RDONLY); fd >= 0) {
             ::fsync(fd);
             ::close(fd);
         }
-        std::error_code ec;
-        fs::rename(temp, path, ec);
-        if (ec)
-            throw InputError(
-                fmt::format("{}: cannot move the finished file into place: {}", path.string(), ec.message()));
     } catch (...) {
         std::error_code ignored;
-        fs::remove(temp, ignored);
+        fs::remove(temp_, ignored);
         throw;
     }
+}
+
+PendingFile::PendingFile(PendingFile&& other) noexcept
+    : path_(std::move(other.path_)), temp_(std::exchange(other.temp_, {})) {}
+
+PendingFile::~PendingFile() {
+    if (temp_.empty()) return;
+    std::error_code ignored;
+    fs::remove(temp_, ignored);
+}
+
+void PendingFile::commit() {
+    std::error_code ec;
+    fs::rename(temp_, path_, ec);
+    if (ec)
+        throw InputError(fmt::format("{}: cannot move the finished file into place: {}", path_.string(), ec.message()));
+    temp_.clear();
+}
+
+void failpoint(std::string_view point) {
+    const char* wanted = std::getenv("VAIQ_FAILPOINT");
+    if (wanted && point == wanted) ::raise(SIGKILL);
+}
+
+void write_file_atomically(const fs::path& path, const std::function<void(std::ostream&)>& write) {
+    PendingFile(path, write).commit();
 }
 
 }  // namespace vaiq

@@ -43,10 +43,8 @@ void dnnl_product(KernelContext& ctx, std::vector<int64_t> key, const dnnl::memo
     key.push_back(bias != nullptr);
     const auto& a = ctx.input(0);
     const auto& b = ctx.input(1);
-    // A constant B is kept in oneDNN's blocked layout, a copy beside the model's; not for weights of 64 MB and
-    // more (a language model's), which would double what running the model takes.
-    constexpr size_t kLargeWeight = size_t{64} << 20;
-    const bool constant_b = ctx.is_constant(1) && ctx.input(1).bytes().size() < kLargeWeight;
+    // A constant B is kept in oneDNN's blocked layout, a copy beside the model's, unless it is large.
+    const bool constant_b = ctx.is_constant(1) && ctx.input(1).bytes().size() < kLargeConstantBytes;
     auto state = std::static_pointer_cast<DnnlProduct>(ctx.state);
     if (!state || state->key != key) {
         state = std::make_shared<DnnlProduct>();
