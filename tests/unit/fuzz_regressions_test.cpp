@@ -177,6 +177,38 @@ TEST(FuzzRegressions, CumSumOfAScalarIsRefused) {
                  InputError);
 }
 
+// The executor's axis check let axis 0 through on a scalar, so kernels indexed
+// the absent axis (ReduceSum wrote past its table of reduced axes). Every op
+// with an axis refuses a scalar now.
+TEST(FuzzRegressions, AnAxisOfAScalarIsRefusedByEveryOpWithOne) {
+    struct Case {
+        const char* op;
+        int64_t opset;
+        const char* attribute;  // 0 (a list [0] for axes): the first axis, which a scalar lacks
+        int inputs;             // x repeated
+    };
+    for (const Case& c : {Case{"Softmax", 13, "axis", 1}, Case{"LogSoftmax", 13, "axis", 1},
+                          Case{"Hardmax", 13, "axis", 1}, Case{"ArgMax", 13, "axis", 1}, Case{"ArgMin", 13, "axis", 1},
+                          Case{"Concat", 13, "axis", 2}, Case{"Split", 11, "axis", 1}, Case{"ReduceSum", 11, "axes", 1},
+                          Case{"ReduceMax", 13, "axes", 1}, Case{"ReduceMean", 13, "axes", 1}}) {
+        SCOPED_TRACE(c.op);
+        test::GraphBuilder b(c.opset);
+        b.input("x", {}).output("y", {});
+        auto& node = b.node(c.op, std::vector<std::string>(static_cast<size_t>(c.inputs), "x"), {"y"}, "n");
+        if (std::string(c.attribute) == "axes")
+            test::set_ints_attribute(node, "axes", {0});
+        else
+            test::set_int_attribute(node, c.attribute, 0);
+        const Model model = b.build();
+        try {
+            runtime::Executor executor(model);
+            EXPECT_THROW(executor.run({{"x", Tensor(DataType::Float, {})}}), InputError);
+        } catch (const InputError&) {
+            // refused when the executor was built: fine too
+        }
+    }
+}
+
 // quantize_value (what formats write and kernels compute) converted NaN to an
 // integer (undefined behaviour): a custom op with a NaN scale reached it.
 TEST(FuzzRegressions, QuantizeValueOfNanIsTheTypesMinimum) {

@@ -75,7 +75,7 @@ std::vector<int64_t> broadcast_index(const std::vector<int64_t>& shape, const st
 }
 
 int64_t normalize_axis(const KernelContext& ctx, int64_t axis, int64_t rank) {
-    if (axis < -rank || axis >= std::max<int64_t>(rank, 1))
+    if (axis < -rank || axis >= rank)
         ctx.fail(fmt::format("axis {} is out of range for rank {}", axis, rank));
     return axis < 0 ? axis + rank : axis;
 }
