@@ -6,8 +6,8 @@
 #include <limits>
 
 #include "runtime/executor.hpp"
-#include "util/spool.hpp"
 #include "util/progress.hpp"
+#include "util/spool.hpp"
 #include "vaiq/error.hpp"
 
 namespace vaiq {
@@ -41,7 +41,6 @@ int64_t label_at(const Tensor& labels, int64_t i) {
         default: throw InputError(fmt::format("labels must be integers, not {}", data_type_name(labels.type())));
     }
 }
-
 
 // Runs a batch, naming the batch in an error of the data.
 std::vector<Tensor> run_batch(runtime::Executor& executor, const Batch& batch) {
@@ -84,6 +83,7 @@ Evaluation compare_outputs(const Model& float_model, const Model& quantized, Dat
     // several GB would need them twice).
     TensorSpool float_outputs;
     std::vector<std::string> names, sources;  // the batches' names in the first pass
+    int64_t samples = 0;
     {
         runtime::Executor reference(float_model, options);
         names = reference.output_names();
@@ -91,7 +91,9 @@ Evaluation compare_outputs(const Model& float_model, const Model& quantized, Dat
         while (auto batch = data.next()) {
             if (max_batches > 0 && static_cast<int>(sources.size()) >= max_batches) break;
             report_progress("float batch", static_cast<int64_t>(sources.size()) + 1, max_batches);
-            for (auto& t : run_batch(reference, *batch)) {
+            auto outputs = run_batch(reference, *batch);
+            if (!outputs.empty() && !outputs[0].shape().empty()) samples += outputs[0].shape()[0];
+            for (auto& t : outputs) {
                 as_float(t);
                 // Only float outputs are compared: others leave an empty placeholder.
                 float_outputs.put(t.type() == DataType::Float ? t : Tensor(DataType::UInt8, {0}));
@@ -106,6 +108,7 @@ Evaluation compare_outputs(const Model& float_model, const Model& quantized, Dat
     double float_nll = 0, quant_nll = 0;
     bool language_model = false;
     Evaluation out;
+    out.samples = samples;
     data.rewind();
     for (size_t b = 0; b < sources.size(); ++b) {
         report_progress("quantized batch", static_cast<int64_t>(b) + 1, static_cast<int64_t>(sources.size()));
@@ -177,7 +180,6 @@ Evaluation compare_outputs(const Model& float_model, const Model& quantized, Dat
             }
             s.rows += rows;
         }
-        if (!f.empty() && !f[0].shape().empty()) out.samples += f[0].shape()[0];
         ++out.batches;
     }
     if (labels && max_batches == 0 && labelled != labels->size())
