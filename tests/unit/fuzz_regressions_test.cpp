@@ -209,6 +209,19 @@ TEST(FuzzRegressions, AnAxisOfAScalarIsRefusedByEveryOpWithOne) {
     }
 }
 
+// ConvTranspose took output_shape's last entries, one per spatial axis, without
+// checking there were that many (it indexed before the start of the list).
+TEST(FuzzRegressions, AConvTransposeOutputShapeShorterThanItsAxesIsRefused) {
+    test::GraphBuilder b(13);
+    b.input("x", {1, 1, 3, 3}).output("y", {});
+    b.initializer("w", Tensor(DataType::Float, {1, 1, 2, 2}));
+    auto& node = b.node("ConvTranspose", {"x", "w"}, {"y"}, "deconv");
+    test::set_ints_attribute(node, "output_shape", {4});
+    const Model model = b.build();
+    runtime::Executor executor(model);
+    EXPECT_THROW(executor.run({{"x", Tensor(DataType::Float, {1, 1, 3, 3})}}), InputError);
+}
+
 // quantize_value (what formats write and kernels compute) converted NaN to an
 // integer (undefined behaviour): a custom op with a NaN scale reached it.
 TEST(FuzzRegressions, QuantizeValueOfNanIsTheTypesMinimum) {

@@ -409,7 +409,8 @@ void conv_transpose(KernelContext& ctx, std::vector<Tensor>& out) {
         const auto output_shape = ctx.attributes.get_ints("output_shape");
         const auto auto_pad = ctx.attributes.get_string("auto_pad", "NOTSET");
         if (strides.size() != spatial || dilations.size() != spatial || kernel.size() != spatial ||
-            out_pad.size() != spatial || pads.size() != 2 * spatial)
+            out_pad.size() != spatial || pads.size() != 2 * spatial ||
+            (!output_shape.empty() && output_shape.size() < spatial))
             ctx.fail("attributes do not match the input's rank");
         std::vector<int64_t> y_dims{n, m};
         for (size_t d = 0; d < spatial; ++d) {
