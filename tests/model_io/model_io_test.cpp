@@ -352,3 +352,20 @@ TEST(ModelIo, AConvTransposeWhoseWeightRankDiffersFromItsInputIsRefusedNotInferr
             << e.what();
     }
 }
+
+// And the same for ConvInteger with a weight of more dimensions than its input.
+TEST(ModelIo, AConvIntegerWhoseWeightRankDiffersFromItsInputIsRefusedNotInferred) {
+    vaiq::test::GraphBuilder b(10);
+    b.input("x", {1, 3, 3}, vaiq::DataType::UInt8).input("w", {1, 1, 2, 2}, vaiq::DataType::UInt8).output("y", {});
+    b.node("ConvInteger", {"x", "w"}, {"y"}, "conv");
+    vaiq::Model model = b.build();
+    EXPECT_EQ(vaiq::infer_shapes(model).at("w").size(), 4u);
+    try {
+        vaiq::store_inferred_shapes(model, {});
+        FAIL() << "expected InputError";
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("node 'conv' (ConvInteger): the input has 3 dimensions and the weight 4"),
+                  std::string::npos)
+            << e.what();
+    }
+}

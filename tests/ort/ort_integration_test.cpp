@@ -230,6 +230,82 @@ TEST(OnnxRuntimeQdq, FloatWeightsAndBiasesBetweenQdqPairsAreQuantizedAsThere) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, OnnxRuntime, ::testing::Values("QDQ", "QOperator"));
 
+// MobileNetV2's blocks (a 3x3 stem, 1x1 expansion, depthwise 3x3 with padding,
+// stride 2 with uneven pads, a residual Add, global pooling) quantized by cpu.yaml: the executor runs the
+// integer convolutions channels-last from the first to the pool, and computes
+// every output bit for bit as ONNX Runtime does, per-tensor and per-channel.
+TEST(OnnxRuntimeQdq, AChannelsLastIntegerConvolutionChainAgreesToTheBit) {
+    using vaiq::Tensor;
+    vaiq::test::GraphBuilder b(13);
+    b.input("x", {2, 8, 9, 9}).output("y", {2, 10});
+    auto noise = [](int64_t i, float scale) { return scale * static_cast<float>(std::sin(double(i) * 1.7 + 0.3)); };
+    int64_t seed = 0;
+    auto weight = [&](const std::string& name, std::vector<int64_t> shape, float scale) {
+        std::vector<float> v(static_cast<size_t>(std::accumulate(shape.begin(), shape.end(), int64_t{1},
+                                                                 std::multiplies<>())));
+        for (auto& x : v) x = noise(seed++, scale);
+        b.initializer(name, Tensor::from_values<float>(std::move(shape), v));
+    };
+    weight("w_stem", {8, 8, 3, 3}, 0.3f);
+    weight("w_expand", {24, 8, 1, 1}, 0.5f);
+    weight("b_expand", {24}, 0.1f);
+    weight("w_dw", {24, 1, 3, 3}, 0.7f);
+    weight("b_dw", {24}, 0.1f);
+    weight("w_project", {8, 24, 1, 1}, 0.3f);
+    weight("w_down", {8, 1, 3, 3}, 0.6f);
+    weight("w_fc", {10, 8}, 0.4f);
+    weight("b_fc", {10}, 0.2f);
+    b.initializer("six", Tensor::from_values<float>({}, std::vector<float>{6.0f}));
+    b.initializer("zero", Tensor::from_values<float>({}, std::vector<float>{0.0f}));
+    vaiq::test::set_ints_attribute(b.node("Conv", {"x", "w_stem"}, {"a"}), "pads", {1, 1, 1, 1});
+    b.node("Conv", {"a", "w_expand", "b_expand"}, {"e"});
+    b.node("Clip", {"e", "zero", "six"}, {"e6"});
+    auto& dw = b.node("Conv", {"e6", "w_dw", "b_dw"}, {"d"});
+    vaiq::test::set_ints_attribute(dw, "pads", {1, 1, 1, 1});
+    vaiq::test::set_int_attribute(dw, "group", 24);
+    b.node("Clip", {"d", "zero", "six"}, {"d6"});
+    b.node("Conv", {"d6", "w_project"}, {"p"});
+    b.node("Add", {"p", "a"}, {"r"});
+    auto& down = b.node("Conv", {"r", "w_down"}, {"s"});
+    vaiq::test::set_ints_attribute(down, "pads", {0, 1, 1, 0});
+    vaiq::test::set_ints_attribute(down, "strides", {2, 2});
+    vaiq::test::set_int_attribute(down, "group", 8);
+    b.node("GlobalAveragePool", {"s"}, {"g"});
+    b.node("Flatten", {"g"}, {"f"});
+    auto& fc = b.node("Gemm", {"f", "w_fc", "b_fc"}, {"y"});
+    vaiq::test::set_int_attribute(fc, "transB", 1);
+    const auto dir = vaiq::test::temp_dir();
+    vaiq::save_model(b.build(), dir / "m.onnx");
+    std::vector<float> x(2 * 8 * 81);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = noise(static_cast<int64_t>(i) + 1000, 1.5f);
+    vaiq::write_npy(dir / "x.npy", Tensor::from_values<float>({2, 8, 9, 9}, x));
+    for (const char* per_channel : {"false", "true"}) {
+        SCOPED_TRACE(std::string("per_channel ") + per_channel);
+        auto r = run_command(std::string(VAIQ_CLI) + " -q run " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --model " +
+                             (dir / "m.onnx").string() + " --data " + (dir / "x.npy").string() + " --output " +
+                             (dir / "q.onnx").string() + " --set per_channel=" + per_channel);
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        r = run_in_ort(dir / "q.onnx", dir / "ort", dir / "x.npy");
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        const auto theirs = vaiq::read_npy(dir / "ort" / "output_0.npy");
+        const auto model = vaiq::load_model(dir / "q.onnx");
+        vaiq::runtime::Executor executor(model, {.threads = 1, .profile = true});
+        const auto ours = executor.run({{"x", vaiq::read_npy(dir / "x.npy")}})[0];
+        ASSERT_EQ(ours.size(), theirs.size());
+        for (int64_t i = 0; i < ours.size(); ++i) EXPECT_EQ(ours.data<float>()[i], theirs.data<float>()[i]) << i;
+        std::map<std::string, int64_t> calls;
+        for (const auto& p : executor.profile()) calls[p.op_type] = p.calls;
+        if (calls.count("NhwcQLinearConv")) {  // CPUs where oneDNN's int8 kernels are exact
+            EXPECT_EQ(calls["NhwcQLinearConv"], 5);
+            EXPECT_EQ(calls["Transpose"], 2) << "into NHWC once, out once before the classifier";
+        }
+        const auto nchw = vaiq::runtime::Executor(model, {.threads = 1, .optimize_layout = false})
+                              .run({{"x", vaiq::read_npy(dir / "x.npy")}})[0];
+        EXPECT_TRUE(std::equal(nchw.bytes().begin(), nchw.bytes().end(), ours.bytes().begin(), ours.bytes().end()))
+            << "the NCHW path computes the same";
+    }
+}
+
 // 16-bit activations (the documented A16W8 mixed precision) as com.microsoft
 // QuantizeLinear/DequantizeLinear pairs: ONNX Runtime runs them natively.
 TEST(OnnxRuntime16Bit, RunsA16W8AndKeepsItsAccuracy) {

@@ -166,6 +166,32 @@ TEST(FuzzRegressions, BlockedDequantizationOfAScalarIsRefused) {
     EXPECT_THROW(executor.run({{"x", Tensor(DataType::Int8, {})}}), InputError);
 }
 
+// Blocked DequantizeLinear read the zero point as the input's type without
+// checking it was (an int16 input with a uint8 zero point: an internal error).
+TEST(FuzzRegressions, BlockedDequantizationWithAZeroPointOfAnotherTypeIsRefused) {
+    test::GraphBuilder b(21);
+    b.input("x", {4}, DataType::Int16).output("y", {4});
+    b.initializer("scale", Tensor::from_values<float>({2}, std::vector<float>{1, 2}));
+    b.initializer("zp", Tensor::from_values<uint8_t>({2}, std::vector<uint8_t>{1, 2}));
+    auto& node = b.node("DequantizeLinear", {"x", "scale", "zp"}, {"y"}, "dq");
+    test::set_int_attribute(node, "block_size", 2);
+    test::set_int_attribute(node, "axis", 0);
+    const Model model = b.build();
+    runtime::Executor executor(model);
+    EXPECT_THROW(executor.run({{"x", Tensor(DataType::Int16, {4})}}), InputError);
+}
+
+// A stored tensor whose element count fits in 64 bits but whose byte count does
+// not: the byte count overflowed (undefined) before the size check.
+TEST(FuzzRegressions, ATensorWhoseByteCountOverflowsIsRefused) {
+    onnx::TensorProto proto;
+    proto.set_name("t");
+    proto.set_data_type(static_cast<int>(DataType::Int64));
+    proto.add_dims(4731284999171808000);
+    proto.set_raw_data(std::string(8, '\0'));
+    EXPECT_THROW(Tensor::from_proto(proto), InputError);
+}
+
 // CumSum of a scalar read its (absent) axis.
 TEST(FuzzRegressions, CumSumOfAScalarIsRefused) {
     test::GraphBuilder b(14);

@@ -273,20 +273,26 @@ std::map<std::string, int> declared_ranks(const onnx::GraphProto& graph) {
     return ranks;
 }
 
-// ONNX's ConvTranspose inference (the library vaiq is built with) reads past
-// the kernel shape, and crashes, when the weight has fewer dimensions than the
-// input. Such nodes are refused first: ranks come from inference of the graph
-// without its ConvTranspose nodes, and each ConvTranspose that passes passes
-// its input's rank on to its output.
+// ONNX's convolution inference (the library vaiq is built with) reads past the
+// kernel shape, and crashes, when the weight's rank differs from the input's
+// (ConvTranspose with fewer weight dimensions, ConvInteger with more). Such
+// nodes are refused first: ranks come from inference of the graph without its
+// convolutions, and each convolution that passes passes its input's rank on to
+// its output.
 void refuse_what_onnx_inference_crashes_on(const onnx::ModelProto& proto) {
-    auto is_conv_transpose = [](const onnx::NodeProto& n) {
-        return n.op_type() == "ConvTranspose" && (n.domain().empty() || n.domain() == "ai.onnx");
+    // The convolutions and where their weight is.
+    auto weight_input = [](const onnx::NodeProto& n) {
+        if (!n.domain().empty() && n.domain() != "ai.onnx") return -1;
+        const auto& op = n.op_type();
+        if (op == "Conv" || op == "ConvTranspose" || op == "ConvInteger") return 1;
+        return op == "QLinearConv" ? 3 : -1;
     };
+    auto is_convolution = [&](const onnx::NodeProto& n) { return weight_input(n) >= 0; };
     const auto& nodes = proto.graph().node();
-    if (std::none_of(nodes.begin(), nodes.end(), is_conv_transpose)) return;
+    if (std::none_of(nodes.begin(), nodes.end(), is_convolution)) return;
     onnx::ModelProto probe = proto;
     auto* probe_nodes = probe.mutable_graph()->mutable_node();
-    probe_nodes->erase(std::remove_if(probe_nodes->begin(), probe_nodes->end(), is_conv_transpose), probe_nodes->end());
+    probe_nodes->erase(std::remove_if(probe_nodes->begin(), probe_nodes->end(), is_convolution), probe_nodes->end());
     try {
         onnx::shape_inference::InferShapes(probe);
     } catch (const std::exception&) {
@@ -294,13 +300,14 @@ void refuse_what_onnx_inference_crashes_on(const onnx::ModelProto& proto) {
     }
     auto ranks = declared_ranks(probe.graph());
     for (const auto& n : nodes) {
-        if (!is_conv_transpose(n) || n.input_size() < 2) continue;
-        const auto x = ranks.find(n.input(0)), w = ranks.find(n.input(1));
+        const int w_index = weight_input(n);
+        if (w_index < 0 || n.input_size() <= w_index) continue;
+        const auto x = ranks.find(n.input(0)), w = ranks.find(n.input(w_index));
         if (x == ranks.end() || w == ranks.end()) continue;
         if (x->second < 3 || w->second != x->second)
-            throw InputError(fmt::format("node '{}' (ConvTranspose): the input has {} dimensions and the weight {}; "
-                                         "both need the same number, at least 3",
-                                         n.name(), x->second, w->second));
+            throw InputError(fmt::format("node '{}' ({}): the input has {} dimensions and the weight {}; both need "
+                                         "the same number, at least 3",
+                                         n.name(), n.op_type(), x->second, w->second));
         if (n.output_size() > 0) ranks[n.output(0)] = x->second;
     }
 }

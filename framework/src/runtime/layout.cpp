@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 
+#include "runtime/kernels/int8_conv.hpp"
 #include "vaiq/fold.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/patterns.hpp"
@@ -26,6 +27,20 @@ const std::set<std::string> kUnary = {
     "Identity", "Celu",     "ThresholdedRelu"};
 // Elementwise binary ops: fine when both inputs share a layout, or one is a scalar.
 const std::set<std::string> kBinary = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum"};
+
+// The data inputs of an elementwise op that runs in any layout when its other
+// inputs are scalars (per-tensor quantization parameters); empty for other ops.
+std::vector<int> elementwise_inputs(const onnx::NodeProto& node) {
+    const auto& op = node.op_type();
+    if (node.domain().empty()) {
+        if (kUnary.count(op) || op == "QuantizeLinear" || op == "DequantizeLinear") return {0};
+        if (kBinary.count(op) && node.input_size() == 2) return {0, 1};
+    } else if (node.domain() == "com.microsoft") {
+        if ((op == "QLinearAdd" || op == "QLinearMul") && node.input_size() >= 7) return {0, 3};
+        if (op == "QLinearLeakyRelu" || op == "QLinearSigmoid") return {0};
+    }
+    return {};
+}
 
 std::vector<int64_t> perm_of(const onnx::NodeProto& node) {
     for (const auto& a : node.attribute())
@@ -83,6 +98,10 @@ bool wrap_nhwc_ops(onnx::GraphProto& graph, UniqueNames& names) {
         if (node.domain().empty() && node.op_type() == "Conv" && node.input_size() >= 2) {
             const auto* w = index.initializer(node.input(1));
             wrap = w && w->dims_size() == 4;  // 2-D convolution with constant weights
+        } else if (node.domain().empty() && node.op_type() == "QLinearConv" && node.input_size() >= 8) {
+            // Where oneDNN's int8 kernels are exact (they work channels-last); else NCHW stays cheaper.
+            const auto* w = index.initializer(node.input(3));
+            wrap = w && w->dims_size() == 4 && exact_int8_available();
         } else if (node.domain().empty() && (node.op_type() == "MaxPool" || node.op_type() == "AveragePool")) {
             wrap = attribute_count(node, "kernel_shape") == 2 && (node.output_size() < 2 || node.output(1).empty());
         }
@@ -121,24 +140,28 @@ bool push_or_cancel_once(onnx::GraphProto& graph, const std::set<std::string>& s
                 }
             }
         }
-        if (!node.domain().empty() || node.output_size() != 1) continue;
-        const bool unary = kUnary.count(node.op_type()) > 0;
-        const bool binary = kBinary.count(node.op_type()) > 0 && node.input_size() == 2;
-        if (!unary && !binary) continue;
-        // Which inputs come through a to-NCHW transpose, and are the others scalars?
+        if (node.output_size() != 1) continue;
+        // A channels-last pool: QLinearGlobalAveragePool(T(a)) -> T(the pool of a, channels last).
+        const bool pool = node.domain() == "com.microsoft" && node.op_type() == "QLinearGlobalAveragePool" &&
+                          int_attribute(node, "channels_last", 0) == 0;
+        const auto data = pool ? std::vector<int>{0} : elementwise_inputs(node);
+        if (data.empty()) continue;
+        // Which data inputs come through a to-NCHW transpose, and are the other inputs scalars?
         std::vector<int> transposed;
         bool ok = true;
         for (int i = 0; i < node.input_size(); ++i) {
             const int p = index.producer(node.input(i));
-            if (p >= 0 && is_transpose(graph.node(p), kToNchw) && (unary ? i == 0 : true)) {
+            const bool is_data = std::find(data.begin(), data.end(), i) != data.end();
+            if (is_data && p >= 0 && is_transpose(graph.node(p), kToNchw)) {
                 transposed.push_back(i);
             } else if (!node.input(i).empty() && !scalars.count(node.input(i))) {
                 ok = false;
             }
         }
-        if (!ok || transposed.empty() || (unary && transposed.front() != 0)) continue;
+        if (!ok || transposed.empty()) continue;
         // op(T(a), ...) -> T(op(a, ...)): the op runs in NHWC, the transpose moves below it.
         onnx::NodeProto moved = node;
+        if (pool) set_attribute(moved, "channels_last", int64_t{1});
         for (int i : transposed) moved.set_input(i, graph.node(index.producer(node.input(i))).input(0));
         const std::string nhwc_out = names.fresh(node.output(0) + "_nhwc");
         moved.set_output(0, nhwc_out);

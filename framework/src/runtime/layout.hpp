@@ -12,12 +12,15 @@
 namespace vaiq::runtime {
 
 /// Domain of the executor's private ops (NhwcConv, NhwcConvDepthwise, NhwcMaxPool,
-/// NhwcAveragePool, LayerNormalization and Gelu at any opset, MatMul with a bias).
+/// NhwcAveragePool, NhwcQLinearConv, LayerNormalization and Gelu at any opset,
+/// MatMul with a bias).
 inline constexpr const char* kInternalDomain = "vaiq.internal";
 
-/// Rewrites `graph` in place: Conv and 2-D MaxPool/AveragePool become their
-/// NHWC forms between Transposes, which are pushed through elementwise ops and
-/// cancelled in pairs. Then a convolution takes in a residual Add of its output,
+/// Rewrites `graph` in place: Conv, QLinearConv (where oneDNN's int8 kernels
+/// are exact) and 2-D MaxPool/AveragePool become their NHWC forms between
+/// Transposes, which are pushed through elementwise ops (QLinearAdd/Mul and
+/// per-tensor Q/DQ among them, and into QLinearGlobalAveragePool's channels-last
+/// form) and cancelled in pairs. Then a convolution takes in a residual Add of its output,
 /// the Relu/Clip after it, and a 1x1 convolution the depthwise 3x3 ones reading
 /// it. Every original tensor keeps its name and NCHW value (some are then
 /// computed only on demand). A fusion that would leave a tensor in `tapped` to

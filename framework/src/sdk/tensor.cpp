@@ -41,8 +41,11 @@ size_t element_size(DataType type) {
 }
 
 int64_t stored_bytes(DataType type, int64_t count) {
-    if (type == DataType::Int4 || type == DataType::UInt4) return (count + 1) / 2;
-    return count * static_cast<int64_t>(element_size(type));
+    if (type == DataType::Int4 || type == DataType::UInt4) return count / 2 + count % 2;
+    const auto size = static_cast<int64_t>(element_size(type));
+    if (size > 0 && count > std::numeric_limits<int64_t>::max() / size)
+        throw InputError(fmt::format("{} elements of {} overflow a 64-bit byte count", count, data_type_name(type)));
+    return count * size;
 }
 
 std::string data_type_name(DataType type) {

@@ -32,13 +32,24 @@ struct Int8ConvState {
 memory::data_type dnnl_type(DataType t) { return t == DataType::UInt8 ? memory::data_type::u8 : memory::data_type::s8; }
 
 // x padded with its zero point, so that oneDNN (which pads with 0) sees the
-// values ONNX defines: a padded position contributes (zp - zp) * w = 0.
+// values ONNX defines: a padded position contributes (zp - zp) * w = 0. The
+// shapes are NCHW, or NHWC when `channels_last`.
 template <typename T>
-Tensor pad_with(const Tensor& x, const std::vector<int64_t>& padded_shape, const WindowGeometry& g, T zp) {
+Tensor pad_with(const Tensor& x, const std::vector<int64_t>& padded_shape, const WindowGeometry& g, T zp,
+                bool channels_last) {
     Tensor out = Tensor::uninitialized(x.type(), padded_shape);
     auto o = out.mutable_data<T>();
     std::fill(o.begin(), o.end(), zp);
     const auto in = x.data<T>();
+    if (channels_last) {  // rows of w * c values
+        const int64_t h = x.shape()[1], row = x.shape()[2] * x.shape()[3];
+        const int64_t ph = padded_shape[1], prow = padded_shape[2] * padded_shape[3], c = x.shape()[3];
+        for (int64_t b = 0; b < x.shape()[0]; ++b)
+            for (int64_t r = 0; r < h; ++r)
+                std::copy_n(in.data() + (b * h + r) * row, row,
+                            o.data() + (b * ph + r + g.pad_begin[0]) * prow + g.pad_begin[1] * c);
+        return out;
+    }
     const int64_t planes = x.shape()[0] * x.shape()[1];
     const int64_t h = x.shape()[2], w = x.shape()[3], ph = padded_shape[2], pw = padded_shape[3];
     for (int64_t p = 0; p < planes; ++p)
@@ -51,26 +62,32 @@ Tensor pad_with(const Tensor& x, const std::vector<int64_t>& padded_shape, const
 
 std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
                                    bool w_constant, std::shared_ptr<void>& opaque, std::vector<int64_t>& shape,
-                                   const int32_t* bias) {
-    if (!exact_int8_available() || x.shape().size() != 4 || w.type() != DataType::Int8 ||
+                                   const int32_t* bias, std::vector<int32_t>* channel_offsets) {
+    if (!exact_int8_available() || x.shape().size() != 4 || w.type() != DataType::Int8 || w.shape().size() != 4 ||
         (x.type() != DataType::UInt8 && x.type() != DataType::Int8))
         return std::nullopt;
+    const bool channels_last = channel_offsets != nullptr;
+    // The logical (NCHW) dimensions of x.
+    const auto& xs = x.shape();
+    const std::vector<int64_t> x_nchw = channels_last ? std::vector<int64_t>{xs[0], xs[3], xs[1], xs[2]} : xs;
     const int64_t group = ctx.attributes.get_int("group", 1);
-    const int64_t n = x.shape()[0], c = x.shape()[1], m = w.shape()[0];
+    const int64_t n = x_nchw[0], c = x_nchw[1], m = w.shape()[0];
     if (group < 1 || c % group != 0 || m % group != 0 || w.shape()[1] != c / group)
         ctx.fail("channels, weights and group disagree");
     auto state = std::static_pointer_cast<Int8ConvState>(opaque);
     if (!state || state->x_shape != x.shape()) {
         state = std::make_shared<Int8ConvState>();
         state->x_shape = x.shape();
-        const std::vector<int64_t> in(x.shape().begin() + 2, x.shape().end()),
-            kernel(w.shape().begin() + 2, w.shape().end());
+        const std::vector<int64_t> in(x_nchw.begin() + 2, x_nchw.end()), kernel(w.shape().begin() + 2, w.shape().end());
         state->window = WindowGeometry::from(ctx, in, kernel, false);
         const auto& g = state->window;
         state->padded = g.pad_begin[0] || g.pad_begin[1] || g.pad_end[0] || g.pad_end[1];
-        state->padded_shape = {n, c, in[0] + g.pad_begin[0] + g.pad_end[0], in[1] + g.pad_begin[1] + g.pad_end[1]};
-        state->y_shape = {n, m, g.out[0], g.out[1]};
-        state->user_src = memory::desc(dims_of(state->padded_shape), dnnl_type(x.type()), memory::format_tag::nchw);
+        const int64_t ph = in[0] + g.pad_begin[0] + g.pad_end[0], pw = in[1] + g.pad_begin[1] + g.pad_end[1];
+        state->padded_shape = channels_last ? std::vector<int64_t>{n, ph, pw, c} : std::vector<int64_t>{n, c, ph, pw};
+        state->y_shape = channels_last ? std::vector<int64_t>{n, g.out[0], g.out[1], m}
+                                       : std::vector<int64_t>{n, m, g.out[0], g.out[1]};
+        state->user_src = memory::desc({n, c, ph, pw}, dnnl_type(x.type()),
+                                       channels_last ? memory::format_tag::nhwc : memory::format_tag::nchw);
         auto w_dims = dims_of(w.shape());
         if (group > 1) {
             w_dims[0] = m / group;
@@ -79,7 +96,7 @@ std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t 
         state->user_weights = memory::desc(w_dims, memory::data_type::s8, plain_tag(w_dims.size(), group > 1));
         // Sums come out channels-last, the layout oneDNN's int8 kernels write, and
         // are transposed to NCHW with the zero point's share taken off on the way.
-        state->user_dst = memory::desc(dims_of(state->y_shape), memory::data_type::s32, memory::format_tag::nhwc);
+        state->user_dst = memory::desc({n, m, g.out[0], g.out[1]}, memory::data_type::s32, memory::format_tag::nhwc);
         const memory::dims dilation{g.dilations[0] - 1, g.dilations[1] - 1}, zero{0, 0};
         const auto any = memory::format_tag::any;
         dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
@@ -104,9 +121,10 @@ std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t 
     }
     Tensor padded;
     if (state->padded) {
-        padded = x.type() == DataType::UInt8
-                     ? pad_with<uint8_t>(x, state->padded_shape, state->window, static_cast<uint8_t>(x_zero_point))
-                     : pad_with<int8_t>(x, state->padded_shape, state->window, static_cast<int8_t>(x_zero_point));
+        padded = x.type() == DataType::UInt8 ? pad_with<uint8_t>(x, state->padded_shape, state->window,
+                                                                 static_cast<uint8_t>(x_zero_point), channels_last)
+                                             : pad_with<int8_t>(x, state->padded_shape, state->window,
+                                                                static_cast<int8_t>(x_zero_point), channels_last);
     }
     dnnl::stream stream(cpu_engine());
     const memory src = reordered(stream, wrap(state->user_src, state->padded ? padded : x), state->pd.src_desc());
@@ -114,7 +132,7 @@ std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t 
         operand(stream, w, w_constant, state->user_weights, state->pd.weights_desc(), state->weights);
     shape = state->y_shape;
     const auto count = static_cast<size_t>(element_count(shape));
-    Int32Sums nhwc(count), acc(count);  // written in full by oneDNN, then by the transpose
+    Int32Sums nhwc(count);  // written in full by oneDNN
     memory user_dst(state->user_dst, cpu_engine(), nhwc.data());
     const bool direct = state->pd.dst_desc() == state->user_dst;
     memory dst = direct ? user_dst : memory(state->pd.dst_desc(), cpu_engine());
@@ -124,11 +142,18 @@ std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t 
     // Per channel: acc = sum - x_zp * (weights' sum) + bias, all taken off in one.
     const int32_t* minus = x_zero_point != 0 ? state->zero_point_shares.data() : nullptr;
     std::vector<int32_t> less_bias;
-    if (bias) {
+    if (bias || channels_last) {
         less_bias.resize(static_cast<size_t>(m));
-        for (int64_t oc = 0; oc < m; ++oc) less_bias[oc] = (minus ? minus[oc] : 0) - bias[oc];
+        for (int64_t oc = 0; oc < m; ++oc)
+            less_bias[oc] = static_cast<int32_t>(static_cast<uint32_t>(minus ? minus[oc] : 0) -
+                                                 static_cast<uint32_t>(bias ? bias[oc] : 0));
         minus = less_bias.data();
     }
+    if (channels_last) {  // the caller takes the offsets off on its own pass
+        *channel_offsets = std::move(less_bias);
+        return nhwc;
+    }
+    Int32Sums acc(count);  // written in full by the transpose
     transpose_4_byte(nhwc.data(), acc.data(), n, shape[2] * shape[3], m, minus);
     return acc;
 }

@@ -18,6 +18,7 @@
 #include "runtime/kernels/common.hpp"
 #include "runtime/kernels/int8_conv.hpp"
 #include "runtime/kernels/window.hpp"
+#include "runtime/layout.hpp"
 
 namespace vaiq::runtime {
 namespace {
@@ -313,8 +314,17 @@ bool all_zero(KernelContext& ctx, const Tensor& zero_point) {
     return zero;
 }
 
-void qlinear_conv(KernelContext& ctx, std::vector<Tensor>& out) {
-    const auto& x = ctx.input(0);
+// QLinearConv's requantization multipliers, x_scale * w_scale / y_scale in float32.
+std::vector<double> conv_multipliers(KernelContext& ctx) {
+    const auto sx = floats(ctx.input(1)), sw = floats(ctx.input(4)), sy = floats(ctx.input(6));
+    if (sx.empty() || sy.empty()) ctx.fail("the scales are empty");
+    std::vector<double> multiplier;
+    for (float s : sw) multiplier.push_back(static_cast<double>(sx[0] * s / sy[0]));
+    return multiplier;
+}
+
+// QLinearConv of `x` (NCHW; ctx's other inputs as the op has them).
+Tensor qlinear_conv_of(KernelContext& ctx, const Tensor& x) {
     const auto& w = ctx.input(3);
     std::vector<int64_t> shape;
     std::optional<Int32Sums> fast;
@@ -331,10 +341,71 @@ void qlinear_conv(KernelContext& ctx, std::vector<Tensor>& out) {
         for (size_t start = 0, c = 0; start < acc.size(); start += block, c = (c + 1) % static_cast<size_t>(m))
             for (size_t i = start; i < start + block; ++i) acc[i] += bias[c];
     }
-    const auto sx = floats(ctx.input(1)), sw = floats(ctx.input(4)), sy = floats(ctx.input(6));
-    std::vector<double> multiplier;
-    for (float s : sw) multiplier.push_back(static_cast<double>(sx[0] * s / sy[0]));
-    out[0] = requantize(ctx, shape, acc, multiplier, plane, ctx.input(7));
+    return requantize(ctx, shape, acc, conv_multipliers(ctx), plane, ctx.input(7));
+}
+
+void qlinear_conv(KernelContext& ctx, std::vector<Tensor>& out) { out[0] = qlinear_conv_of(ctx, ctx.input(0)); }
+
+// Requantizes NHWC sums less their per-channel offsets into 8-bit NHWC, pixel
+// by pixel: the same float32 operations as requantize(), so the same integers.
+template <typename Q>
+void requantize_channels_last(const Int32Sums& sums, const std::vector<int32_t>& offsets,
+                              const std::vector<float>& multiplier, float zero_point, Q* out) {
+    const size_t m = offsets.size();
+    const bool per_channel = multiplier.size() > 1;
+    const float* mult = multiplier.data();
+    for (size_t start = 0; start < sums.size(); start += m) {
+        const int32_t* acc = sums.data() + start;
+#if defined(__SSE2__)
+        auto four = [&](size_t i) {
+            const __m128i a = _mm_sub_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + i)),
+                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(offsets.data() + i)));
+            return _mm_mul_ps(_mm_cvtepi32_ps(a), per_channel ? _mm_loadu_ps(mult + i) : _mm_set1_ps(mult[0]));
+        };
+#else
+        auto four = [](size_t) { return 0; };
+#endif
+        quantize_8_bit_block(out + start, m, zero_point, four, [&](size_t i) {
+            const auto a = static_cast<int32_t>(static_cast<uint32_t>(acc[i]) - static_cast<uint32_t>(offsets[i]));
+            return static_cast<float>(a) * mult[per_channel ? i : 0];
+        });
+    }
+}
+
+// QLinearConv on NHWC activations: the layout pass's form inside a chain of
+// integer convolutions. oneDNN's int8 kernels read and write channels-last, so
+// the sums are requantized where they are, with no transpose between the
+// convolutions. Without exact int8 on this CPU, the NCHW path between transposes.
+void nhwc_qlinear_conv(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const auto& w = ctx.input(3);
+    if (x.shape().size() != 4) ctx.fail("the input must be 4-D (NHWC)");
+    const int32_t* bias = ctx.has_input(8) ? ctx.input(8).data<int32_t>().data() : nullptr;
+    if (bias && (w.shape().empty() || ctx.input(8).size() != w.shape()[0]))
+        ctx.fail("the bias must have one value per output channel");
+    std::vector<int64_t> shape;
+    std::vector<int32_t> offsets;
+    std::optional<Int32Sums> sums;
+    if (ctx.input(2).size() == 1 && all_zero(ctx, ctx.input(5)))
+        sums = int8_conv(ctx, x, scalar_zero_point(ctx, ctx.input(2)), w, ctx.is_constant(3), ctx.state, shape, bias,
+                         &offsets);
+    if (!sums) {
+        out[0] = permute4(qlinear_conv_of(ctx, permute4(x, {0, 3, 1, 2})), {0, 2, 3, 1});
+        return;
+    }
+    const auto wide = conv_multipliers(ctx);
+    if (wide.size() != 1 && wide.size() != offsets.size()) ctx.fail("the weight scales must be one or one per channel");
+    const std::vector<float> multiplier(wide.begin(), wide.end());  // float32, as ONNX Runtime
+    const auto zp = static_cast<float>(read_scalar(ctx, ctx.input(7)));
+    dispatch_numeric(ctx.input(7).type(), ctx, [&](auto tag) {
+        using Q = typename decltype(tag)::type;
+        if constexpr (sizeof(Q) != 1) {
+            ctx.fail("outputs must be int8 or uint8");
+        } else {
+            out[0] = make_tensor<Q>(shape);
+            requantize_channels_last(*sums, offsets, multiplier, zp, mutable_view<Q>(out[0]).data());
+        }
+    });
 }
 
 // y = saturate(round(x / scale) + zero_point) with scale and zero point from x's
@@ -364,6 +435,7 @@ const KernelRegistration kKernels[] = {
     {"", "MatMulInteger", 10, 21, matmul_integer}, {"", "QLinearMatMul", 10, 20, qlinear_matmul},
     {"com.microsoft", "QGemm", 1, 1, qgemm},       {"", "ConvInteger", 10, 21, conv_integer},
     {"", "QLinearConv", 10, 21, qlinear_conv},     {"", "DynamicQuantizeLinear", 11, 21, dynamic_quantize},
+    {kInternalDomain, "NhwcQLinearConv", 0, 1, nhwc_qlinear_conv},
 };
 
 }  // namespace

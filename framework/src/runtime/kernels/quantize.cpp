@@ -101,6 +101,7 @@ void dequantize_blocked(KernelContext& ctx, std::vector<Tensor>& out, int64_t bl
     if (scale.shape() != ParamLayout::block_shape(x.shape(), axis, block))
         ctx.fail("the scale's shape must be the input's with ceil(dim / block_size) along axis");
     if (ctx.has_input(2) && ctx.input(2).shape() != scale.shape()) ctx.fail("the zero point's shape must be the scale's");
+    if (ctx.has_input(2) && ctx.input(2).type() != x.type()) ctx.fail("the zero point's type must be the input's");
     const ParamLayout layout(x.shape(), axis, block, static_cast<size_t>(scale.size()), ctx.node.input(0));
     const auto s = scale.data<float>();
     out[0] = Tensor::uninitialized(DataType::Float, x.shape());
