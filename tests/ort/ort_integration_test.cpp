@@ -231,13 +231,14 @@ TEST(OnnxRuntimeQdq, FloatWeightsAndBiasesBetweenQdqPairsAreQuantizedAsThere) {
 INSTANTIATE_TEST_SUITE_P(Formats, OnnxRuntime, ::testing::Values("QDQ", "QOperator"));
 
 // MobileNetV2's blocks (a 3x3 stem, 1x1 expansion, depthwise 3x3 with padding,
-// stride 2 with uneven pads, a residual Add, global pooling) quantized by cpu.yaml: the executor runs the
+// stride 2 with uneven pads, a residual Add, global pooling) quantized by cpu.yaml, on inputs large
+// enough that requantization splits into chunks mid-pixel: the executor runs the
 // integer convolutions channels-last from the first to the pool, and computes
 // every output bit for bit as ONNX Runtime does, per-tensor and per-channel.
 TEST(OnnxRuntimeQdq, AChannelsLastIntegerConvolutionChainAgreesToTheBit) {
     using vaiq::Tensor;
     vaiq::test::GraphBuilder b(13);
-    b.input("x", {2, 8, 9, 9}).output("y", {2, 10});
+    b.input("x", {2, 8, 40, 40}).output("y", {2, 10});
     auto noise = [](int64_t i, float scale) { return scale * static_cast<float>(std::sin(double(i) * 1.7 + 0.3)); };
     int64_t seed = 0;
     auto weight = [&](const std::string& name, std::vector<int64_t> shape, float scale) {
@@ -276,9 +277,9 @@ TEST(OnnxRuntimeQdq, AChannelsLastIntegerConvolutionChainAgreesToTheBit) {
     vaiq::test::set_int_attribute(fc, "transB", 1);
     const auto dir = vaiq::test::temp_dir();
     vaiq::save_model(b.build(), dir / "m.onnx");
-    std::vector<float> x(2 * 8 * 81);
+    std::vector<float> x(2 * 8 * 1600);
     for (size_t i = 0; i < x.size(); ++i) x[i] = noise(static_cast<int64_t>(i) + 1000, 1.5f);
-    vaiq::write_npy(dir / "x.npy", Tensor::from_values<float>({2, 8, 9, 9}, x));
+    vaiq::write_npy(dir / "x.npy", Tensor::from_values<float>({2, 8, 40, 40}, x));
     for (const char* per_channel : {"false", "true"}) {
         SCOPED_TRACE(std::string("per_channel ") + per_channel);
         auto r = run_command(std::string(VAIQ_CLI) + " -q run " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --model " +
