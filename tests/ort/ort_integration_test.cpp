@@ -230,6 +230,49 @@ TEST(OnnxRuntimeQdq, FloatWeightsAndBiasesBetweenQdqPairsAreQuantizedAsThere) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, OnnxRuntime, ::testing::Values("QDQ", "QOperator"));
 
+// A quantized Add whose first input is the repeated one (a bias added before the
+// product) takes the fused pass too, and rounds as ONNX Runtime does either way round.
+TEST(OnnxRuntimeQdq, AQuantizedAddOfARepeatedFirstInputAgreesToTheBit) {
+    using vaiq::Tensor;
+    vaiq::test::GraphBuilder b(13);
+    b.input("x", {2, 5, 16}).output("y", {2, 5, 16}).output("z", {2, 5, 16});
+    std::vector<uint8_t> bias(16);
+    for (size_t i = 0; i < bias.size(); ++i) bias[i] = static_cast<uint8_t>(i * 13 % 251);
+    b.initializer("bq", Tensor::from_values<uint8_t>({16}, bias));
+    const float scales[] = {0.031f, 0.017f, 0.05f};
+    const char* names[] = {"sx", "sb", "sy"};
+    for (int i = 0; i < 3; ++i) b.initializer(names[i], Tensor::from_values<float>({}, std::vector<float>{scales[i]}));
+    b.initializer("zx", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{121}));
+    b.initializer("zb", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{3}));
+    b.initializer("zy", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{130}));
+    b.node("QuantizeLinear", {"x", "sx", "zx"}, {"xq"});
+    b.node("DequantizeLinear", {"xq", "sx", "zx"}, {"xd"});
+    b.node("DequantizeLinear", {"bq", "sb", "zb"}, {"bd"});
+    b.node("Add", {"bd", "xd"}, {"s"});  // the repeated side first
+    b.node("QuantizeLinear", {"s", "sy", "zy"}, {"sq"});
+    b.node("DequantizeLinear", {"sq", "sy", "zy"}, {"y"});
+    b.node("Add", {"xd", "bd"}, {"t"});  // and second
+    b.node("QuantizeLinear", {"t", "sy", "zy"}, {"tq"});
+    b.node("DequantizeLinear", {"tq", "sy", "zy"}, {"z"});
+    const auto model = b.build();
+    const auto dir = vaiq::test::temp_dir();
+    vaiq::save_model(model, dir / "m.onnx");
+    std::vector<float> x(2 * 5 * 16);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 3.0f * static_cast<float>(std::sin(double(i) * 0.9 + 0.2));
+    vaiq::write_npy(dir / "x.npy", Tensor::from_values<float>({2, 5, 16}, x));
+    const auto r = run_in_ort(dir / "m.onnx", dir / "ort", dir / "x.npy");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    vaiq::runtime::Executor executor(model, {.threads = 1, .profile = true});
+    const auto ours = executor.run({{"x", vaiq::read_npy(dir / "x.npy")}});
+    for (size_t o = 0; o < 2; ++o) {
+        const auto theirs = vaiq::read_npy(dir / "ort" / fmt::format("output_{}.npy", o));
+        ASSERT_EQ(ours[o].size(), theirs.size());
+        for (int64_t i = 0; i < theirs.size(); ++i)
+            EXPECT_EQ(ours[o].data<float>()[i], theirs.data<float>()[i]) << "output " << o << ", " << i;
+    }
+    for (const auto& p : executor.profile()) EXPECT_NE(p.op_type, "Add") << "both adds run as QLinearAdd";
+}
+
 // MobileNetV2's blocks (a 3x3 stem, 1x1 expansion, depthwise 3x3 with padding,
 // stride 2 with uneven pads, a residual Add, global pooling) quantized by cpu.yaml, on inputs large
 // enough that requantization splits into chunks mid-pixel: the executor runs the

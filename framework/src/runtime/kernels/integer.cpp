@@ -346,49 +346,33 @@ Tensor qlinear_conv_of(KernelContext& ctx, const Tensor& x) {
 
 void qlinear_conv(KernelContext& ctx, std::vector<Tensor>& out) { out[0] = qlinear_conv_of(ctx, ctx.input(0)); }
 
-// requantize_channels_last with sixteen lanes over the flat buffer: channel c's
-// offset and multiplier for lanes c..c+15 come from copies of the per-channel
-// arrays laid out periodically (entry k holds channel k mod M), so that a vector
-// may wrap from one pixel into the next. The float32 operations of requantize().
+// requantize_channels_last with sixteen lanes over values [i, end) of the flat
+// buffer, value i being channel c: channel c's offset and multiplier for lanes
+// c..c+15 come from copies of the per-channel arrays laid out periodically
+// (entry k holds channel k mod M), so that a vector may wrap from one pixel into
+// the next. The float32 operations of requantize().
 template <typename Q>
-[[gnu::target("avx512f")]] void requantize_channels_last_avx512(const Int32Sums& sums,
-                                                                const std::vector<int32_t>& offsets,
-                                                                const std::vector<float>& multiplier, float zero_point,
+[[gnu::target("avx512f")]] void requantize_channels_last_avx512(const int32_t* __restrict acc, size_t i, size_t end,
+                                                                size_t c, size_t m, const int32_t* off,
+                                                                const float* mul, float zero_point,
                                                                 Q* __restrict out) {
-    const size_t m = offsets.size(), n = sums.size();
-    if (m == 0) return;
-    std::vector<int32_t> off(m + 16);
-    std::vector<float> mul(m + 16);
-    for (size_t k = 0; k < m + 16; ++k) {
-        off[k] = offsets[k % m];
-        mul[k] = multiplier[multiplier.size() > 1 ? k % m : 0];
-    }
     const __m512 lo = _mm512_set1_ps(-2097152.0f), hi = _mm512_set1_ps(2097152.0f);
     const __m512 round = _mm512_set1_ps(12582912.0f);
     const __m512i zp = _mm512_set1_epi32(static_cast<int32_t>(zero_point));
     const __m512i q_min = _mm512_set1_epi32(std::numeric_limits<Q>::min());
     const __m512i q_max = _mm512_set1_epi32(std::numeric_limits<Q>::max());
-    const int32_t* acc = sums.data();
-    // Chunks of whole vectors, one per thread at a time (the pass is memory bound).
-    constexpr size_t kChunk = size_t{1} << 14;
-    const auto chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
-#pragma omp parallel for if (chunks > 1)
-    for (int64_t k = 0; k < chunks; ++k) {
-        const size_t end = std::min(n, (static_cast<size_t>(k) + 1) * kChunk);
-        size_t i = static_cast<size_t>(k) * kChunk, c = i % m;
-        for (; i + 16 <= end; i += 16) {
-            const __m512i a = _mm512_sub_epi32(_mm512_loadu_si512(acc + i), _mm512_loadu_si512(off.data() + c));
-            const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), _mm512_loadu_ps(mul.data() + c));
-            const __m512 r = _mm512_sub_ps(_mm512_add_ps(_mm512_min_ps(_mm512_max_ps(v, lo), hi), round), round);
-            const __m512i q = _mm512_add_epi32(_mm512_cvttps_epi32(r), zp);
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
-                             _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(q, q_min), q_max)));
-            for (c += 16; c >= m;) c -= m;
-        }
-        for (; i < end; ++i, c = c + 1 == m ? 0 : c + 1) {
-            const auto a = static_cast<int32_t>(static_cast<uint32_t>(acc[i]) - static_cast<uint32_t>(off[c]));
-            out[i] = quantize_8_bit<Q>(static_cast<float>(a) * mul[c], zero_point);
-        }
+    for (; i + 16 <= end; i += 16) {
+        const __m512i a = _mm512_sub_epi32(_mm512_loadu_si512(acc + i), _mm512_loadu_si512(off + c));
+        const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), _mm512_loadu_ps(mul + c));
+        const __m512 r = _mm512_sub_ps(_mm512_add_ps(_mm512_min_ps(_mm512_max_ps(v, lo), hi), round), round);
+        const __m512i q = _mm512_add_epi32(_mm512_cvttps_epi32(r), zp);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                         _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(q, q_min), q_max)));
+        for (c += 16; c >= m;) c -= m;
+    }
+    for (; i < end; ++i, c = c + 1 == m ? 0 : c + 1) {
+        const auto a = static_cast<int32_t>(static_cast<uint32_t>(acc[i]) - static_cast<uint32_t>(off[c]));
+        out[i] = quantize_8_bit<Q>(static_cast<float>(a) * mul[c], zero_point);
     }
 }
 
@@ -398,8 +382,26 @@ template <typename Q>
 template <typename Q>
 void requantize_channels_last(const Int32Sums& sums, const std::vector<int32_t>& offsets,
                               const std::vector<float>& multiplier, float zero_point, Q* out) {
-    if (cpu_features().avx512f) return requantize_channels_last_avx512(sums, offsets, multiplier, zero_point, out);
-    const size_t m = offsets.size();
+    const size_t m = offsets.size(), n = sums.size();
+    if (m == 0) return;
+    if (cpu_features().avx512f) {
+        std::vector<int32_t> off(m + 16);
+        std::vector<float> mul(m + 16);
+        for (size_t k = 0; k < m + 16; ++k) {
+            off[k] = offsets[k % m];
+            mul[k] = multiplier[multiplier.size() > 1 ? k % m : 0];
+        }
+        // Chunks of whole vectors, one per thread at a time (the pass is memory bound).
+        constexpr size_t kChunk = size_t{1} << 14;
+        const auto chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
+#pragma omp parallel for if (chunks > 1)
+        for (int64_t k = 0; k < chunks; ++k) {
+            const size_t start = static_cast<size_t>(k) * kChunk;
+            requantize_channels_last_avx512(sums.data(), start, std::min(n, start + kChunk), start % m, m, off.data(),
+                                            mul.data(), zero_point, out);
+        }
+        return;
+    }
     const bool per_channel = multiplier.size() > 1;
     const float* mult = multiplier.data();
     for (size_t start = 0; start < sums.size(); start += m) {

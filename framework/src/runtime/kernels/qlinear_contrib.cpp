@@ -134,19 +134,24 @@ void qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
         while (first < inner.size() && inner[first] == 1) ++first;
         return std::equal(inner.begin() + first, inner.end(), outer.begin() + lead + first);
     };
-    if (!a_scalar && !b_scalar && repeats_within(as, bs) &&
-        a.data->size() % std::max<int64_t>(b.data->size(), 1) == 0 && is_8_bit(a.data->type()) &&
+    // Either side may be the one repeated (a bias before or after the product it is added to).
+    const bool b_repeats = repeats_within(as, bs) && a.data->size() % std::max<int64_t>(b.data->size(), 1) == 0;
+    const bool a_repeats =
+        !b_repeats && repeats_within(bs, as) && b.data->size() % std::max<int64_t>(a.data->size(), 1) == 0;
+    if (!a_scalar && !b_scalar && (a_repeats || b_repeats) && is_8_bit(a.data->type()) &&
         is_8_bit(b.data->type()) && is_8_bit(type)) {
         // One fused pass to floats, one to the output type.
-        const auto n = static_cast<size_t>(a.data->size()), row = static_cast<size_t>(b.data->size());
+        const auto n = static_cast<size_t>(std::max(a.data->size(), b.data->size()));
+        const auto row = static_cast<size_t>(std::min(a.data->size(), b.data->size()));
         std::vector<float> sum(n);
         auto pair = [&](auto a_tag, auto b_tag) {
             using TA = decltype(a_tag);
             using TB = decltype(b_tag);
             const TA* av = a.data->data<TA>().data();
             const TB* bv = b.data->data<TB>().data();
-            for (size_t start = 0; start < n; start += row)
-                add_scaled(av + start, bv, sum.data() + start, row, ratio_a, ratio_b, fixed);
+            for (size_t start = 0; start < n && row > 0; start += row)
+                add_scaled(av + (a_repeats ? 0 : start), bv + (a_repeats ? start : 0), sum.data() + start, row,
+                           ratio_a, ratio_b, fixed);
         };
         const bool a_u8 = a.data->type() == DataType::UInt8, b_u8 = b.data->type() == DataType::UInt8;
         if (a_u8 && b_u8)
@@ -157,7 +162,7 @@ void qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
             pair(int8_t{}, uint8_t{});
         else
             pair(int8_t{}, int8_t{});
-        Tensor y = Tensor::uninitialized(type, as);
+        Tensor y = Tensor::uninitialized(type, a_repeats ? bs : as);
         if (type == DataType::UInt8)
             quantize_8_bit_divided(sum.data(), y.mutable_data<uint8_t>().data(), n, 1.0f, 0.0f);
         else
