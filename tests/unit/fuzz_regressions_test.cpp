@@ -192,6 +192,28 @@ TEST(FuzzRegressions, ATensorWhoseByteCountOverflowsIsRefused) {
     EXPECT_THROW(Tensor::from_proto(proto), InputError);
 }
 
+// BatchNormalization and InstanceNormalization read one scale, bias (and mean,
+// variance) per channel without checking that many were given.
+TEST(FuzzRegressions, NormalizationParametersThatDoNotMatchTheChannelsAreRefused) {
+    for (const char* op : {"BatchNormalization", "InstanceNormalization"}) {
+        SCOPED_TRACE(op);
+        const bool batch = std::string(op) == "BatchNormalization";
+        test::GraphBuilder b(13);
+        b.input("x", {1, 4, 2, 2}).output("y", {1, 4, 2, 2});
+        const Tensor one_value = Tensor::from_values<float>({1}, std::vector<float>{1});
+        std::vector<std::string> inputs{"x", "p1", "p2"};
+        b.initializer("p1", one_value).initializer("p2", one_value);
+        if (batch) {
+            b.initializer("p3", one_value).initializer("p4", one_value);
+            inputs.insert(inputs.end(), {"p3", "p4"});
+        }
+        b.node(op, inputs, {"y"}, "norm");
+        const Model model = b.build();
+        runtime::Executor executor(model);
+        EXPECT_THROW(executor.run({{"x", Tensor(DataType::Float, {1, 4, 2, 2})}}), InputError);
+    }
+}
+
 // CumSum of a scalar read its (absent) axis.
 TEST(FuzzRegressions, CumSumOfAScalarIsRefused) {
     test::GraphBuilder b(14);

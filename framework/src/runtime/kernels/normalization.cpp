@@ -18,8 +18,11 @@ void batch_norm(KernelContext& ctx, std::vector<Tensor>& out) {
     if (x.type() != DataType::Float) ctx.fail("only float is supported");
     const double eps = ctx.attributes.get_float("epsilon", 1e-5f);
     const double momentum = ctx.attributes.get_float("momentum", 0.9f);
+    if (x.shape().empty()) ctx.fail("the input must have a batch dimension");
     const int64_t n = x.shape()[0], c = x.shape().size() > 1 ? x.shape()[1] : 1;
     const int64_t inner = n * c != 0 ? x.size() / (n * c) : 0;
+    for (size_t i = 1; i <= 4; ++i)
+        if (ctx.input(i).size() != c) ctx.fail(fmt::format("input {} must hold one value per channel ({})", i, c));
     const auto scale = ctx.input(1).data<float>(), bias = ctx.input(2).data<float>();
     const auto running_mean = ctx.input(3).data<float>(), running_var = ctx.input(4).data<float>();
     const auto xv = x.data<float>();
@@ -70,7 +73,10 @@ void instance_norm(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     if (x.type() != DataType::Float) ctx.fail("only float is supported");
     const double eps = ctx.attributes.get_float("epsilon", 1e-5f);
-    const int64_t n = x.shape()[0], c = x.shape()[1], inner = x.size() / (n * c);
+    if (x.shape().size() < 3) ctx.fail("the input must be N x C x D1 ...");
+    const int64_t n = x.shape()[0], c = x.shape()[1], inner = n * c != 0 ? x.size() / (n * c) : 0;
+    if (ctx.input(1).size() != c || ctx.input(2).size() != c)
+        ctx.fail(fmt::format("the scale and bias must hold one value per channel ({})", c));
     const auto scale = ctx.input(1).data<float>(), bias = ctx.input(2).data<float>();
     out[0] = Tensor(DataType::Float, x.shape());
     auto y = out[0].mutable_data<float>();
