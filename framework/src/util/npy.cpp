@@ -63,8 +63,13 @@ Tensor read_npy(const fs::path& file) {
     std::vector<int64_t> shape;
     const std::string dims = m[1];
     static const std::regex kNumber("[0-9]+");
-    for (auto it = std::sregex_iterator(dims.begin(), dims.end(), kNumber); it != std::sregex_iterator(); ++it)
-        shape.push_back(std::stoll(it->str()));
+    for (auto it = std::sregex_iterator(dims.begin(), dims.end(), kNumber); it != std::sregex_iterator(); ++it) {
+        try {
+            shape.push_back(std::stoll(it->str()));
+        } catch (const std::out_of_range&) {
+            throw InputError(fmt::format("{}: the .npy header's dimension {} is too large", file.string(), it->str()));
+        }
+    }
 
     const NpyType* type = nullptr;
     for (const auto& t : kTypes)
