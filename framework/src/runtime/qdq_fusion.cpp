@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 
+#include "vaiq/fold.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/quant.hpp"
 #include "vaiq/tensor.hpp"
@@ -344,6 +345,78 @@ class Fusion {
 
 namespace {
 
+// A one-element constant (an initializer or a Constant's output), or nullopt.
+std::optional<Tensor> scalar_constant(const onnx::GraphProto& graph, const GraphIndex& index, const std::string& name) {
+    auto v = constant_value(graph, index, name);
+    if (!v || v->size() != 1) return std::nullopt;
+    return v;
+}
+
+// ONNX Runtime's basic optimizations remove, whatever produced its input, a Relu
+// whose one reader is a QuantizeLinear with the type's lowest zero point
+// (ReluQuantTransformer), and a Clip whose constant bounds hold Q's whole range
+// to within float epsilon (ClipQuantFusion): the Q clamps the same. They run
+// before the QDQ fusions, so the op before the activation then fuses (a residual
+// Add before a Relu becomes QLinearAdd there). Returns whether anything changed.
+bool remove_activations_before_quantize(onnx::GraphProto& graph, int64_t opset, std::vector<std::string>& gone) {
+    const GraphIndex index(graph);
+    std::set<int> removed;
+    for (int n = 0; n < graph.node_size(); ++n) {
+        const auto& act = graph.node(n);
+        if (!act.domain().empty() && act.domain() != "ai.onnx") continue;
+        if (act.op_type() != "Relu" && act.op_type() != "Clip") continue;
+        if (act.input_size() < 1 || act.output_size() != 1 || index.is_graph_output(act.output(0))) continue;
+        const auto& uses = index.consumers(act.output(0));
+        if (uses.size() != 1) continue;
+        const int q = uses[0].node;
+        auto& qnode = *graph.mutable_node(q);
+        if ((!qnode.domain().empty() && qnode.domain() != "ai.onnx") || qnode.op_type() != "QuantizeLinear" ||
+            qnode.input_size() != 3 || uses[0].slot != 0)
+            continue;
+        const auto zp = scalar_constant(graph, index, qnode.input(2));
+        if (!zp || (zp->type() != DataType::UInt8 && zp->type() != DataType::Int8)) continue;
+        const bool is_unsigned = zp->type() == DataType::UInt8;
+        const int32_t zero_point = is_unsigned ? zp->data<uint8_t>()[0] : zp->data<int8_t>()[0];
+        if (act.op_type() == "Relu") {
+            if (zero_point != (is_unsigned ? 0 : -128)) continue;
+        } else {
+            const auto scale = scalar_constant(graph, index, qnode.input(1));
+            if (!scale || scale->type() != DataType::Float || !scale->shape().empty() || !zp->shape().empty()) continue;
+            float lo = std::numeric_limits<float>::lowest(), hi = std::numeric_limits<float>::max();
+            bool constant = true;
+            if (opset < 11) {
+                for (const auto& a : act.attribute()) {
+                    if (a.name() == "min") lo = a.f();
+                    if (a.name() == "max") hi = a.f();
+                }
+            }
+            for (int i = 1; i < act.input_size() && i < 3; ++i) {
+                if (act.input(i).empty()) continue;
+                const auto v = scalar_constant(graph, index, act.input(i));
+                if (!v || v->type() != DataType::Float)
+                    constant = false;
+                else
+                    (i == 1 ? lo : hi) = v->data<float>()[0];
+            }
+            if (!constant) continue;
+            const float s = scale->data<float>()[0];
+            const float lower = s * static_cast<float>((is_unsigned ? 0 : -128) - zero_point);
+            const float upper = s * static_cast<float>((is_unsigned ? 255 : 127) - zero_point);
+            constexpr float kEpsilon = std::numeric_limits<float>::epsilon();
+            if (kEpsilon < lo - lower || kEpsilon < upper - hi) continue;
+        }
+        qnode.set_input(0, act.input(0));
+        gone.push_back(act.output(0));
+        removed.insert(n);
+    }
+    if (removed.empty()) return false;
+    google::protobuf::RepeatedPtrField<onnx::NodeProto> kept;
+    for (int n = 0; n < graph.node_size(); ++n)
+        if (!removed.count(n)) *kept.Add() = graph.node(n);
+    graph.mutable_node()->Swap(&kept);
+    return true;
+}
+
 // ONNX Runtime's QDQS8ToU8Transformer on x86: an int8 QuantizeLinear read only by
 // a DequantizeLinear with the same zero point becomes uint8, the zero point moved
 // by 128; the values the pair stands for are unchanged. It runs after ONNX
@@ -496,15 +569,16 @@ bool quantize_float_weights_and_biases(onnx::GraphProto& graph) {
 }  // namespace
 
 bool fuse_qdq(onnx::ModelProto& model, std::vector<std::string>& gone) {
-    const bool quantized = quantize_float_weights_and_biases(*model.mutable_graph());
-    int8_pairs_to_uint8(*model.mutable_graph());
     int64_t opset = 0;
     for (const auto& o : model.opset_import())
         if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version();
+    const bool stripped = remove_activations_before_quantize(*model.mutable_graph(), opset, gone);
+    const bool quantized = quantize_float_weights_and_biases(*model.mutable_graph());
+    int8_pairs_to_uint8(*model.mutable_graph());
     bool uses_microsoft = false;
     const bool changed = Fusion(*model.mutable_graph(), opset).run(uses_microsoft, gone);
     if (uses_microsoft) import_opset(model, kMicrosoft, 1);
-    return changed || quantized;
+    return changed || quantized || stripped;
 }
 
 }  // namespace vaiq::runtime

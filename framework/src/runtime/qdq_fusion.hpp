@@ -11,7 +11,9 @@
 
 namespace vaiq::runtime {
 
-/// Rewrites `model`'s main graph in place. First, as ONNX Runtime's
+/// Rewrites `model`'s main graph in place. First, as ONNX Runtime's basic
+/// optimizations do, a Relu or Clip whose one reader is a QuantizeLinear that
+/// clamps the same is removed, whatever precedes it. Then, as its
 /// WeightBiasQuantization does, a float weight or bias of a Conv/ConvTranspose/Gemm
 /// between a per-tensor DequantizeLinear input and a QuantizeLinear is quantized
 /// (int8 weight, int32 bias). Fused, as ONNX Runtime does on x86
