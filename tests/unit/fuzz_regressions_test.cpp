@@ -214,6 +214,18 @@ TEST(FuzzRegressions, NormalizationParametersThatDoNotMatchTheChannelsAreRefused
     }
 }
 
+// LayerNormalization indexed a scale that does not broadcast to the normalized
+// shape as if it did.
+TEST(FuzzRegressions, ALayerNormScaleThatDoesNotBroadcastIsRefused) {
+    test::GraphBuilder b(17);
+    b.input("x", {2, 3}).output("y", {2, 3});
+    b.initializer("scale", Tensor::from_values<float>({2, 3}, std::vector<float>{1, 1, 1, 1, 1, 1}));
+    b.node("LayerNormalization", {"x", "scale"}, {"y"}, "ln");
+    const Model model = b.build();
+    runtime::Executor executor(model);
+    EXPECT_THROW(executor.run({{"x", Tensor(DataType::Float, {2, 3})}}), InputError);
+}
+
 // CumSum of a scalar read its (absent) axis.
 TEST(FuzzRegressions, CumSumOfAScalarIsRefused) {
     test::GraphBuilder b(14);

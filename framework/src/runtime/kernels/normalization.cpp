@@ -105,6 +105,9 @@ void layer_norm(KernelContext& ctx, std::vector<Tensor>& out) {
     const int64_t inner = outer ? x.size() / outer : 0;
     const std::vector<int64_t> norm_shape(x.shape().begin() + axis, x.shape().end());
     const auto& scale = ctx.input(1);
+    for (size_t i = 1; i < 3 && i < ctx.input_count(); ++i)
+        if (ctx.has_input(i) && broadcast_shapes(ctx, ctx.input(i).shape(), norm_shape) != norm_shape)
+            ctx.fail(fmt::format("input {} does not broadcast to the normalized shape", i));
     const auto si = broadcast_index(scale.shape(), norm_shape);
     const auto sv = scale.data<float>();
     std::vector<int64_t> bi;
