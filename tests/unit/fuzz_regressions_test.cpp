@@ -226,6 +226,19 @@ TEST(FuzzRegressions, ALayerNormScaleThatDoesNotBroadcastIsRefused) {
     EXPECT_THROW(executor.run({{"x", Tensor(DataType::Float, {2, 3})}}), InputError);
 }
 
+// Where read its second choice as the first one's type (an internal error).
+TEST(FuzzRegressions, AWhereOfTwoTypesIsRefused) {
+    test::GraphBuilder b(16);
+    b.input("c", {2}, DataType::Bool).input("x", {2}).input("y", {2}, DataType::Int16).output("z", {2});
+    b.node("Where", {"c", "x", "y"}, {"z"}, "where");
+    const Model model = b.build();
+    runtime::Executor executor(model);
+    EXPECT_THROW(executor.run({{"c", Tensor(DataType::Bool, {2})},
+                               {"x", Tensor(DataType::Float, {2})},
+                               {"y", Tensor(DataType::Int16, {2})}}),
+                 InputError);
+}
+
 // CumSum of a scalar read its (absent) axis.
 TEST(FuzzRegressions, CumSumOfAScalarIsRefused) {
     test::GraphBuilder b(14);

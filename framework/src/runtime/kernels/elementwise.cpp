@@ -164,6 +164,9 @@ void where_kernel(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(1);
     const auto& y = ctx.input(2);
     if (c.type() != DataType::Bool) ctx.fail("the condition must be bool");
+    if (x.type() != y.type())
+        ctx.fail(fmt::format("the two choices have different element types ({} and {})", data_type_name(x.type()),
+                             data_type_name(y.type())));
     const auto shape = broadcast_shapes(ctx, broadcast_shapes(ctx, c.shape(), x.shape()), y.shape());
     const auto ic = broadcast_index(c.shape(), shape);
     const auto ix = broadcast_index(x.shape(), shape);
