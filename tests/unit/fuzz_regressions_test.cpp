@@ -226,7 +226,26 @@ TEST(FuzzRegressions, ALayerNormScaleThatDoesNotBroadcastIsRefused) {
     EXPECT_THROW(executor.run({{"x", Tensor(DataType::Float, {2, 3})}}), InputError);
 }
 
-// Where read its second choice as the first one's type (an internal error).
+// Where read its second choice as the first one's type, Max its operands as the
+// first one's (internal errors): the executor checks that inputs the op's schema
+// binds to one type parameter have one type.
+TEST(FuzzRegressions, InputsOfOneTypeParameterWithTwoTypesAreRefused) {
+    test::GraphBuilder b(13);
+    b.input("x", {2}).input("y", {2}, DataType::Int16).output("z", {2});
+    b.node("Max", {"x", "y"}, {"z"}, "max");
+    const Model model = b.build();
+    runtime::Executor executor(model);
+    try {
+        executor.run({{"x", Tensor(DataType::Float, {2})}, {"y", Tensor(DataType::Int16, {2})}});
+        FAIL() << "expected InputError";
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("node 'max' (Max, opset 13): inputs 0 and 1 must have one element type, "
+                                             "not float and int16"),
+                  std::string::npos)
+            << e.what();
+    }
+}
+
 TEST(FuzzRegressions, AWhereOfTwoTypesIsRefused) {
     test::GraphBuilder b(16);
     b.input("c", {2}, DataType::Bool).input("x", {2}).input("y", {2}, DataType::Int16).output("z", {2});

@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 #include <omp.h>
+#include <onnx/defs/schema.h>
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -27,6 +29,9 @@ struct Executor::Step {
     bool lazy = false;          ///< only lazy steps read its outputs: run only when a tap needs them
     std::shared_ptr<void> state;
     bool upcast = false;        ///< float16 inputs computed in float32 (see computes_in_float)
+    /// Input positions the op's schema binds to one type parameter (Where's two
+    /// choices, Max's operands): kernels read them all as the first one's type.
+    std::vector<std::vector<int>> same_type;
 };
 
 namespace {
@@ -49,6 +54,29 @@ std::string shape_string(const std::vector<int64_t>& shape) {
     std::vector<std::string> dims;
     for (auto d : shape) dims.push_back(std::to_string(d));
     return fmt::format("[{}]", join(dims));
+}
+
+// The input positions of `node` that its ONNX schema binds to the same type
+// parameter, in groups of two or more; none for ops without a schema here.
+std::vector<std::vector<int>> same_type_inputs(const onnx::NodeProto& node, int64_t opset) {
+    const auto* schema = onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(opset), node.domain());
+    if (!schema || schema->inputs().empty()) return {};
+    std::set<std::string> parameters;
+    for (const auto& c : schema->typeConstraintParams()) parameters.insert(c.type_param_str);
+    const auto& formals = schema->inputs();
+    const auto& last = formals.back();
+    const bool variadic = last.GetOption() == onnx::OpSchema::Variadic && last.GetIsHomogeneous();
+    std::map<std::string, std::vector<int>> groups;
+    for (int i = 0; i < node.input_size(); ++i) {
+        if (node.input(i).empty()) continue;
+        if (static_cast<size_t>(i) >= formals.size() && !variadic) break;
+        const auto& formal = formals[std::min(static_cast<size_t>(i), formals.size() - 1)];
+        if (parameters.count(formal.GetTypeStr())) groups[formal.GetTypeStr()].push_back(i);
+    }
+    std::vector<std::vector<int>> out;
+    for (auto& [param, positions] : groups)
+        if (positions.size() > 1) out.push_back(std::move(positions));
+    return out;
 }
 
 int64_t domain_opset(const Model& model, const std::string& domain) {
@@ -111,8 +139,9 @@ void Executor::number_values() {
     std::vector<std::string> unsupported;
     for (int n : topological_order(graph)) {
         const auto& node = graph.node(n);
-        Step step{n, nullptr, domain_opset(model, node.domain()), {}, {}, {}, {}, false, nullptr};
+        Step step{n, nullptr, domain_opset(model, node.domain()), {}, {}, {}, {}, false, nullptr, false, {}};
         step.kernel = KernelRegistry::instance().find(node.domain(), node.op_type(), step.opset);
+        step.same_type = same_type_inputs(node, step.opset);
         step.upcast = computes_in_float(node);
         if (!step.kernel)
             unsupported.push_back(fmt::format("{} ({}{}{}, opset {})", node.name().empty() ? "<unnamed>" : node.name(),
@@ -391,6 +420,12 @@ std::vector<Tensor> Executor::run_step(size_t s, Values& values, const std::vect
                                std::count(step.inputs.begin(), step.inputs.end(), id) == 1;
         ctx.donated.push_back(last_read ? &*values.slots[id] : nullptr);
     }
+    for (const auto& group : step.same_type)
+        for (int i : group)
+            if (ctx.inputs[i] && ctx.inputs[group.front()] && ctx.inputs[i]->type() != ctx.inputs[group.front()]->type())
+                ctx.fail(fmt::format("inputs {} and {} must have one element type, not {} and {}", group.front(), i,
+                                     data_type_name(ctx.inputs[group.front()]->type()),
+                                     data_type_name(ctx.inputs[i]->type())));
     // float16 values in float32 for the kernel (not constants then: kernels key what they keep on them).
     std::vector<Tensor> widened;
     const bool upcast = step.upcast && std::any_of(ctx.inputs.begin(), ctx.inputs.end(), [](const Tensor* t) {
