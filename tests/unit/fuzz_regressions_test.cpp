@@ -314,6 +314,19 @@ TEST(FuzzRegressions, AConvTransposeOutputShapeShorterThanItsAxesIsRefused) {
     EXPECT_THROW(executor.run({{"x", Tensor(DataType::Float, {1, 1, 3, 3})}}), InputError);
 }
 
+// ConvTranspose with pads larger than its output handed oneDNN a shape with no
+// rows (its own error type escaped).
+TEST(FuzzRegressions, AConvTransposeWhosePadsLeaveNoOutputIsRefused) {
+    test::GraphBuilder b(13);
+    b.input("x", {1, 1, 3, 3}).output("y", {});
+    b.initializer("w", Tensor(DataType::Float, {1, 1, 2, 2}));
+    auto& node = b.node("ConvTranspose", {"x", "w"}, {"y"}, "deconv");
+    test::set_ints_attribute(node, "pads", {3, 0, 3, 0});
+    const Model model = b.build();
+    runtime::Executor executor(model);
+    EXPECT_THROW(executor.run({{"x", Tensor(DataType::Float, {1, 1, 3, 3})}}), InputError);
+}
+
 // quantize_value (what formats write and kernels compute) converted NaN to an
 // integer (undefined behaviour): a custom op with a NaN scale reached it.
 TEST(FuzzRegressions, QuantizeValueOfNanIsTheTypesMinimum) {

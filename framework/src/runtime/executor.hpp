@@ -74,7 +74,8 @@ class Executor {
     // The constructor's jobs, in order.
     void rewrite(const Model& original);
     void number_values();
-    /// Runs the steps that read only constants once; their outputs become constants.
+    /// Runs the steps that read only constants once; their outputs become constants
+    /// (not for lazy steps, nor a DequantizeLinear of a weight of kLargeConstantBytes in float).
     void fold_constants();
     void plan_releases();
     void find_lazy_steps();

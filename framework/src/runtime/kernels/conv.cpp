@@ -412,6 +412,9 @@ void conv_transpose(KernelContext& ctx, std::vector<Tensor>& out) {
             out_pad.size() != spatial || pads.size() != 2 * spatial ||
             (!output_shape.empty() && output_shape.size() < spatial))
             ctx.fail("attributes do not match the input's rank");
+        for (size_t d = 0; d < spatial; ++d)
+            if (strides[d] < 1 || dilations[d] < 1 || kernel[d] < 1 || out_pad[d] < 0)
+                ctx.fail("strides, dilations and the kernel must be positive, output_padding not negative");
         std::vector<int64_t> y_dims{n, m};
         for (size_t d = 0; d < spatial; ++d) {
             const int64_t in = x.shape()[2 + d];
@@ -445,6 +448,9 @@ void conv_transpose(KernelContext& ctx, std::vector<Tensor>& out) {
             pads[d] = std::max<int64_t>(0, pads[d]);
             pads[d + spatial] = std::max<int64_t>(0, pads[d + spatial]);
         }
+        for (size_t d = 2; d < y_dims.size(); ++d)
+            if (y_dims[d] < 1 || state->computed_shape[d] < 1)
+                ctx.fail(fmt::format("the pads leave no output along spatial axis {}", d - 2));
         state->user_src = memory::desc(dims_of(x.shape()), memory::data_type::f32, plain_tag(x.shape().size()));
         state->user_dst =
             memory::desc(dims_of(state->computed_shape), memory::data_type::f32, plain_tag(y_dims.size()));
