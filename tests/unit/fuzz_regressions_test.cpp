@@ -327,6 +327,19 @@ TEST(FuzzRegressions, AConvTransposeWhosePadsLeaveNoOutputIsRefused) {
     EXPECT_THROW(executor.run({{"x", Tensor(DataType::Float, {1, 1, 3, 3})}}), InputError);
 }
 
+// Range converted a count of 6.6e35 to int64 (undefined).
+TEST(FuzzRegressions, ARangeTooLongToCountIsRefused) {
+    test::GraphBuilder b(11);
+    b.input("start", {}).input("limit", {}).input("delta", {}).output("y", {});
+    b.node("Range", {"start", "limit", "delta"}, {"y"}, "range");
+    const Model model = b.build();
+    runtime::Executor executor(model);
+    auto scalar = [](float v) { return Tensor::from_values<float>({}, std::vector<float>{v}); };
+    EXPECT_THROW(executor.run({{"start", scalar(0)}, {"limit", scalar(1e30f)}, {"delta", scalar(1e-6f)}}), InputError);
+    const float nan = std::numeric_limits<float>::quiet_NaN();  // no count at all: an empty range
+    EXPECT_EQ(executor.run({{"start", scalar(0)}, {"limit", scalar(nan)}, {"delta", scalar(1)}})[0].size(), 0);
+}
+
 // quantize_value (what formats write and kernels compute) converted NaN to an
 // integer (undefined behaviour): a custom op with a NaN scale reached it.
 TEST(FuzzRegressions, QuantizeValueOfNanIsTheTypesMinimum) {

@@ -582,14 +582,19 @@ void split(KernelContext& ctx, std::vector<Tensor>& out) {
 }
 
 void range(KernelContext& ctx, std::vector<Tensor>& out) {
+    for (size_t i = 0; i < 3; ++i)
+        if (ctx.input(i).size() != 1) ctx.fail("start, limit and delta must be scalars");
     dispatch_numeric(ctx.input(0).type(), ctx, [&](auto tag) {
         using T = typename decltype(tag)::type;
         const T start = view<T>(ctx.input(0))[0];
         const T limit = view<T>(ctx.input(1))[0];
         const T delta = view<T>(ctx.input(2))[0];
         if (delta == 0) ctx.fail("delta is 0");
-        const auto n = static_cast<int64_t>(std::max(
-            0.0, std::ceil((static_cast<double>(limit) - static_cast<double>(start)) / static_cast<double>(delta))));
+        const double count = std::max(
+            0.0, std::ceil((static_cast<double>(limit) - static_cast<double>(start)) / static_cast<double>(delta)));
+        if (!(count < 9.0e15))  // beyond what any tensor can hold (a NaN bound counts 0 above)
+            ctx.fail(fmt::format("the range would hold {} values", count));
+        const auto n = static_cast<int64_t>(count);
         out[0] = make_tensor<T>({n});
         auto o = mutable_view<T>(out[0]);
         for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(start + static_cast<T>(i) * delta);
