@@ -29,13 +29,20 @@ const fs::path kExample = VAIQ_SOURCE_DIR "/examples/mnist";
 
 fs::path ort_modules() { return vaiq::test::npm_modules(); }
 
-// Runs `model` in ONNX Runtime on `input` (a .npy), writing out/output_<i>.npy;
-// `optimized`, when given, receives the graph ONNX Runtime runs.
-vaiq::test::CommandResult run_in_ort(const fs::path& model, const fs::path& out, const fs::path& input,
+// Runs `model` in ONNX Runtime on `inputs` (.npy files, in input order), writing
+// out/output_<i>.npy; `optimized`, when given, receives the graph ONNX Runtime runs.
+vaiq::test::CommandResult run_in_ort(const fs::path& model, const fs::path& out, const std::vector<fs::path>& inputs,
                                      const fs::path& optimized = {}) {
+    std::string files;
+    for (const auto& input : inputs) files += fmt::format(" {}", input.string());
     return run_command("NODE_PATH=" + ort_modules().string() + " " VAIQ_NODE " " VAIQ_SOURCE_DIR
                        "/tests/ort/run_model.js " + model.string() + " " + out.string() +
-                       (optimized.empty() ? "" : " --optimized " + optimized.string()) + " " + input.string());
+                       (optimized.empty() ? "" : " --optimized " + optimized.string()) + files);
+}
+
+vaiq::test::CommandResult run_in_ort(const fs::path& model, const fs::path& out, const fs::path& input,
+                                     const fs::path& optimized = {}) {
+    return run_in_ort(model, out, std::vector<fs::path>{input}, optimized);
 }
 
 // Quantizes the example with `recipe` (plus `settings`), runs the result in ONNX
@@ -263,9 +270,7 @@ TEST(OnnxRuntimeQdq, AReluBeforeAQuantizeIsRemovedWhateverPrecedesIt) {
     }
     vaiq::write_npy(dir / "x.npy", Tensor::from_values<float>({1, 64}, x));
     vaiq::write_npy(dir / "z.npy", Tensor::from_values<float>({1, 64}, z));
-    const auto r = run_command("NODE_PATH=" + ort_modules().string() + " " VAIQ_NODE " " VAIQ_SOURCE_DIR
-                               "/tests/ort/run_model.js " + (dir / "m.onnx").string() + " " + (dir / "ort").string() +
-                               " " + (dir / "x.npy").string() + " " + (dir / "z.npy").string());
+    const auto r = run_in_ort(dir / "m.onnx", dir / "ort", {dir / "x.npy", dir / "z.npy"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto theirs = vaiq::read_npy(dir / "ort" / "output_0.npy");
     vaiq::runtime::Executor executor(model, {.threads = 1, .profile = true});
