@@ -246,6 +246,22 @@ TEST(FuzzRegressions, InputsOfOneTypeParameterWithTwoTypesAreRefused) {
     }
 }
 
+// Resize read int64 scales as float (an internal error): inputs whose schema
+// allows one type are checked against it too.
+TEST(FuzzRegressions, AnInputOfAnotherTypeThanItsSchemaAllowsIsRefused) {
+    test::GraphBuilder b(13);
+    b.input("x", {1, 1, 2, 2}).input("scales", {4}, DataType::Int64).output("y", {});
+    b.node("Resize", {"x", "", "scales"}, {"y"}, "resize");
+    const Model model = b.build();
+    runtime::Executor executor(model);
+    try {
+        executor.run({{"x", Tensor(DataType::Float, {1, 1, 2, 2})}, {"scales", Tensor(DataType::Int64, {4})}});
+        FAIL() << "expected InputError";
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("input 2 must be float, not int64"), std::string::npos) << e.what();
+    }
+}
+
 TEST(FuzzRegressions, AWhereOfTwoTypesIsRefused) {
     test::GraphBuilder b(16);
     b.input("c", {2}, DataType::Bool).input("x", {2}).input("y", {2}, DataType::Int16).output("z", {2});

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <omp.h>
+#include <onnx/defs/data_type_utils.h>
 #include <onnx/defs/schema.h>
 
 #include <algorithm>
@@ -32,6 +33,8 @@ struct Executor::Step {
     /// Input positions the op's schema binds to one type parameter (Where's two
     /// choices, Max's operands): kernels read them all as the first one's type.
     std::vector<std::vector<int>> same_type;
+    /// Input positions whose schema allows one element type (Resize's scales), with it.
+    std::vector<std::pair<int, DataType>> fixed_type;
 };
 
 namespace {
@@ -56,11 +59,18 @@ std::string shape_string(const std::vector<int64_t>& shape) {
     return fmt::format("[{}]", join(dims));
 }
 
-// The input positions of `node` that its ONNX schema binds to the same type
-// parameter, in groups of two or more; none for ops without a schema here.
-std::vector<std::vector<int>> same_type_inputs(const onnx::NodeProto& node, int64_t opset) {
+// What the op's ONNX schema says of its inputs' element types: the positions it
+// binds to one type parameter (groups of two or more), and those it allows one
+// fixed tensor type. Nothing for ops without a schema here (contrib, internal),
+// nor past the newest opset the ONNX library knows (an older schema would be
+// wrong there: DequantizeLinear's scale became float16-capable in 19).
+void schema_types(const onnx::NodeProto& node, int64_t opset, std::vector<std::vector<int>>& same_type,
+                  std::vector<std::pair<int, DataType>>& fixed_type) {
+    const auto& known = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
+    const auto range = known.find(node.domain() == "ai.onnx" ? std::string() : node.domain());
+    if (range == known.end() || opset > range->second.second) return;
     const auto* schema = onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(opset), node.domain());
-    if (!schema || schema->inputs().empty()) return {};
+    if (!schema || schema->inputs().empty()) return;
     std::set<std::string> parameters;
     for (const auto& c : schema->typeConstraintParams()) parameters.insert(c.type_param_str);
     const auto& formals = schema->inputs();
@@ -71,12 +81,15 @@ std::vector<std::vector<int>> same_type_inputs(const onnx::NodeProto& node, int6
         if (node.input(i).empty()) continue;
         if (static_cast<size_t>(i) >= formals.size() && !variadic) break;
         const auto& formal = formals[std::min(static_cast<size_t>(i), formals.size() - 1)];
-        if (parameters.count(formal.GetTypeStr())) groups[formal.GetTypeStr()].push_back(i);
+        if (parameters.count(formal.GetTypeStr())) {
+            groups[formal.GetTypeStr()].push_back(i);
+        } else if (formal.GetTypes().size() == 1) {
+            const auto& type = onnx::Utils::DataTypeUtils::ToTypeProto(*formal.GetTypes().begin());
+            if (type.has_tensor_type()) fixed_type.emplace_back(i, static_cast<DataType>(type.tensor_type().elem_type()));
+        }
     }
-    std::vector<std::vector<int>> out;
     for (auto& [param, positions] : groups)
-        if (positions.size() > 1) out.push_back(std::move(positions));
-    return out;
+        if (positions.size() > 1) same_type.push_back(std::move(positions));
 }
 
 int64_t domain_opset(const Model& model, const std::string& domain) {
@@ -139,9 +152,9 @@ void Executor::number_values() {
     std::vector<std::string> unsupported;
     for (int n : topological_order(graph)) {
         const auto& node = graph.node(n);
-        Step step{n, nullptr, domain_opset(model, node.domain()), {}, {}, {}, {}, false, nullptr, false, {}};
+        Step step{n, nullptr, domain_opset(model, node.domain()), {}, {}, {}, {}, false, nullptr, false, {}, {}};
         step.kernel = KernelRegistry::instance().find(node.domain(), node.op_type(), step.opset);
-        step.same_type = same_type_inputs(node, step.opset);
+        schema_types(node, step.opset, step.same_type, step.fixed_type);
         step.upcast = computes_in_float(node);
         if (!step.kernel)
             unsupported.push_back(fmt::format("{} ({}{}{}, opset {})", node.name().empty() ? "<unnamed>" : node.name(),
@@ -420,6 +433,10 @@ std::vector<Tensor> Executor::run_step(size_t s, Values& values, const std::vect
                                std::count(step.inputs.begin(), step.inputs.end(), id) == 1;
         ctx.donated.push_back(last_read ? &*values.slots[id] : nullptr);
     }
+    for (const auto& [i, type] : step.fixed_type)
+        if (ctx.inputs[i] && ctx.inputs[i]->type() != type)
+            ctx.fail(fmt::format("input {} must be {}, not {}", i, data_type_name(type),
+                                 data_type_name(ctx.inputs[i]->type())));
     for (const auto& group : step.same_type)
         for (int i : group)
             if (ctx.inputs[i] && ctx.inputs[group.front()] && ctx.inputs[i]->type() != ctx.inputs[group.front()]->type())
