@@ -356,6 +356,17 @@ TEST(FuzzRegressions, ARangeTooLongToCountIsRefused) {
     EXPECT_EQ(executor.run({{"start", scalar(0)}, {"limit", scalar(nan)}, {"delta", scalar(1)}})[0].size(), 0);
 }
 
+// Transpose took a perm naming an axis twice (its output then had more values
+// than its input to read from).
+TEST(FuzzRegressions, ATransposeWhosePermRepeatsAnAxisIsRefused) {
+    test::GraphBuilder b(13);
+    b.input("x", {2, 3, 4}).output("y", {});
+    test::set_ints_attribute(b.node("Transpose", {"x"}, {"y"}, "t"), "perm", {2, 2, 0});
+    const Model model = b.build();
+    runtime::Executor executor(model);
+    EXPECT_THROW(executor.run({{"x", Tensor(DataType::Float, {2, 3, 4})}}), InputError);
+}
+
 // quantize_value (what formats write and kernels compute) converted NaN to an
 // integer (undefined behaviour): a custom op with a NaN scale reached it.
 TEST(FuzzRegressions, QuantizeValueOfNanIsTheTypesMinimum) {

@@ -261,6 +261,12 @@ void transpose(KernelContext& ctx, std::vector<Tensor>& out) {
     std::iota(perm.rbegin(), perm.rend(), 0);
     perm = ctx.attributes.get_ints("perm", perm);
     if (perm.size() != rank) ctx.fail("perm does not match the input's rank");
+    std::vector<bool> seen(rank, false);
+    for (auto p : perm) {
+        const auto axis = static_cast<size_t>(normalize_axis(ctx, p, static_cast<int64_t>(rank)));
+        if (seen[axis]) ctx.fail(fmt::format("perm names axis {} twice", axis));
+        seen[axis] = true;
+    }
     std::vector<int64_t> shape(rank);
     for (size_t d = 0; d < rank; ++d) shape[d] = x.shape()[normalize_axis(ctx, perm[d], static_cast<int64_t>(rank))];
     // Size-1 axes dropped and axes that move together merged, most transposes
