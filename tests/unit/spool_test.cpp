@@ -8,6 +8,7 @@
 #include "runtime/executor.hpp"
 #include "test_support.hpp"
 #include "util/spool.hpp"
+#include "vaiq/error.hpp"
 
 namespace fs = std::filesystem;
 using vaiq::DataType;
@@ -53,6 +54,17 @@ TEST_F(SpoolTest, KeepsTheBudgetInMemoryAndTheRestInAFileWithoutAName) {
     EXPECT_TRUE(same_bytes(spool.get(2), ints));
     EXPECT_TRUE(folder_empty()) << "a killed process leaves nothing behind";
     EXPECT_THROW(spool.get(3), std::out_of_range);
+}
+
+TEST_F(SpoolTest, ATemporaryFolderThatCannotBeWrittenIsAClearError) {
+    ::setenv("TMPDIR", (dir_ / "missing").c_str(), 1);
+    vaiq::TensorSpool spool(/*memory_budget=*/0);
+    try {
+        spool.put(vaiq::test::ramp({4}));
+        FAIL() << "expected InputError";
+    } catch (const vaiq::InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("cannot create a temporary file"), std::string::npos) << e.what();
+    }
 }
 
 TEST_F(SpoolTest, ParkedWeightsAreReadBackWhereTheModelUsesThem) {

@@ -4,11 +4,12 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <algorithm>
 #include <filesystem>
-#include <stdexcept>
+
+#include "vaiq/error.hpp"
 
 namespace vaiq {
 
@@ -16,7 +17,11 @@ namespace {
 
 // A file without a name in the temporary folder ($TMPDIR): nothing to clean up.
 int open_unnamed_file() {
-    const auto dir = std::filesystem::temp_directory_path();
+    std::error_code ec;
+    const auto dir = std::filesystem::temp_directory_path(ec);
+    if (ec)
+        throw InputError(fmt::format("cannot create a temporary file: the temporary folder (TMPDIR): {}",
+                                     ec.message()));
 #ifdef O_TMPFILE
     const int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (fd >= 0) return fd;
@@ -25,8 +30,8 @@ int open_unnamed_file() {
     std::string name = (dir / "vaiq-spool-XXXXXX").string();
     const int named = ::mkostemp(name.data(), O_CLOEXEC);
     if (named < 0)
-        throw std::runtime_error(fmt::format("cannot create a temporary file in {}: {}", dir.string(),
-                                             std::strerror(errno)));
+        throw InputError(fmt::format("cannot create a temporary file in {} (TMPDIR): {}", dir.string(),
+                                     std::strerror(errno)));
     ::unlink(name.c_str());
     return named;
 }
@@ -62,8 +67,9 @@ size_t TensorSpool::append(std::span<const std::byte> bytes) {
         const auto n = ::pwrite(fd_, bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset + done));
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0)
-            throw std::runtime_error(fmt::format("cannot write {} bytes of put-aside values to a temporary file: {}",
-                                                 bytes.size(), std::strerror(errno)));
+            throw InputError(fmt::format("cannot write {} bytes of put-aside values to a temporary file (disk full? "
+                                         "TMPDIR chooses the folder): {}",
+                                         bytes.size(), std::strerror(errno)));
         done += static_cast<size_t>(n);
     }
     file_bytes_ += bytes.size();
@@ -101,8 +107,8 @@ Tensor TensorSpool::get(size_t index) const {
         const auto n = ::pread(fd_, bytes.data() + done, bytes.size() - done, static_cast<off_t>(entry.offset + done));
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0)
-            throw std::runtime_error(fmt::format("cannot read put-aside values back from a temporary file: {}",
-                                                 n == 0 ? "it ended early" : std::strerror(errno)));
+            throw InputError(fmt::format("cannot read put-aside values back from a temporary file: {}",
+                                         n == 0 ? "it ended early" : std::strerror(errno)));
         done += static_cast<size_t>(n);
     }
     return out;
