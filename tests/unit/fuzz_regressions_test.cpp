@@ -367,6 +367,20 @@ TEST(FuzzRegressions, ATransposeWhosePermRepeatsAnAxisIsRefused) {
     EXPECT_THROW(executor.run({{"x", Tensor(DataType::Float, {2, 3, 4})}}), InputError);
 }
 
+// Cast converted NaN and out-of-range floats to integers (undefined): NaN is 0,
+// the rest saturates.
+TEST(FuzzRegressions, CastOfNanAndOutOfRangeFloatsToIntegersIsDefined) {
+    test::GraphBuilder b(13);
+    b.input("x", {4}).output("y", {4}, DataType::UInt8);
+    test::set_int_attribute(b.node("Cast", {"x"}, {"y"}, "cast"), "to", static_cast<int64_t>(DataType::UInt8));
+    const Model model = b.build();
+    runtime::Executor executor(model);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const auto y = executor.run({{"x", Tensor::from_values<float>({4}, std::vector<float>{nan, -7.0f, 1e9f, 42.9f})}})[0];
+    EXPECT_EQ(std::vector<uint8_t>(y.data<uint8_t>().begin(), y.data<uint8_t>().end()),
+              (std::vector<uint8_t>{0, 0, 255, 42}));
+}
+
 // quantize_value (what formats write and kernels compute) converted NaN to an
 // integer (undefined behaviour): a custom op with a NaN scale reached it.
 TEST(FuzzRegressions, QuantizeValueOfNanIsTheTypesMinimum) {

@@ -268,10 +268,18 @@ Tensor numeric_cast(const Tensor& x, DataType to, const KernelContext& ctx) {
         dispatch(to, ctx, [&](auto to_tag) {
             using To = typename decltype(to_tag)::type;
             result = map_elements<From, To>(x, [](From v) {
-                if constexpr (std::is_same_v<To, bool>)
+                if constexpr (std::is_same_v<To, bool>) {
                     return v != From{0};
-                else
+                } else if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
+                    // ONNX leaves NaN and out-of-range values undefined (so is C++'s conversion):
+                    // NaN becomes 0, the rest saturates.
+                    if (std::isnan(v)) return To{0};
+                    if (v <= static_cast<From>(std::numeric_limits<To>::min())) return std::numeric_limits<To>::min();
+                    if (v >= static_cast<From>(std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
                     return static_cast<To>(v);
+                } else {
+                    return static_cast<To>(v);
+                }
             });
         });
     });
