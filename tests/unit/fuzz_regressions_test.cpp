@@ -381,6 +381,17 @@ TEST(FuzzRegressions, CastOfNanAndOutOfRangeFloatsToIntegersIsDefined) {
               (std::vector<uint8_t>{0, 0, 255, 42}));
 }
 
+// MatMulInteger of a scalar took the last two dimensions of an empty shape.
+TEST(FuzzRegressions, AnIntegerMatrixProductOfAScalarIsRefused) {
+    test::GraphBuilder b(10);
+    b.input("a", {}, DataType::UInt8).input("b", {2, 2}, DataType::UInt8).output("y", {}, DataType::Int32);
+    b.node("MatMulInteger", {"a", "b"}, {"y"}, "mm");
+    const Model model = b.build();
+    runtime::Executor executor(model);
+    EXPECT_THROW(executor.run({{"a", Tensor(DataType::UInt8, {})}, {"b", Tensor(DataType::UInt8, {2, 2})}}),
+                 InputError);
+}
+
 // quantize_value (what formats write and kernels compute) converted NaN to an
 // integer (undefined behaviour): a custom op with a NaN scale reached it.
 TEST(FuzzRegressions, QuantizeValueOfNanIsTheTypesMinimum) {

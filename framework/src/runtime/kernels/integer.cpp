@@ -110,6 +110,7 @@ Tensor requantize(KernelContext& ctx, const std::vector<int64_t>& shape, const I
 Int32Sums int_matmul(KernelContext& ctx, const Tensor& a, const std::vector<int32_t>& av, const Tensor& b,
                      const std::vector<int32_t>& bv, std::vector<int64_t>& shape) {
     auto as = a.shape(), bs = b.shape();
+    if (as.empty() || bs.empty()) ctx.fail("a matrix product needs operands with at least one dimension");
     const bool a_vector = as.size() == 1, b_vector = bs.size() == 1;
     if (a_vector) as.insert(as.begin(), 1);
     if (b_vector) bs.push_back(1);
