@@ -262,6 +262,18 @@ TEST(FuzzRegressions, AnInputOfAnotherTypeThanItsSchemaAllowsIsRefused) {
     }
 }
 
+// Past the newest opset the ONNX library knows there is no schema to check
+// against: Max (opset 21) still refuses operands of two types.
+TEST(FuzzRegressions, OperandsOfTwoTypesAreRefusedPastTheKnownOpsets) {
+    test::GraphBuilder b(21);
+    b.input("x", {2}, DataType::Int64).input("y", {2}, DataType::Int8).output("z", {2}, DataType::Int64);
+    b.node("Max", {"x", "y"}, {"z"}, "max");
+    const Model model = b.build();
+    runtime::Executor executor(model);
+    EXPECT_THROW(executor.run({{"x", Tensor(DataType::Int64, {2})}, {"y", Tensor(DataType::Int8, {2})}}),
+                 InputError);
+}
+
 TEST(FuzzRegressions, AWhereOfTwoTypesIsRefused) {
     test::GraphBuilder b(16);
     b.input("c", {2}, DataType::Bool).input("x", {2}).input("y", {2}, DataType::Int16).output("z", {2});

@@ -257,6 +257,10 @@ Tensor quantized_tensor(KernelContext& ctx, DataType type, const std::vector<int
 /// walked with fixed strides, so no per-element index is ever materialised.
 template <typename T, typename R, typename F>
 Tensor broadcast_binary(const KernelContext& ctx, const Tensor& a, const Tensor& b, F f) {
+    // The op's schema check covers the opsets the ONNX library knows; this, the newer ones too.
+    if (a.type() != type_of<T>() || b.type() != type_of<T>())
+        ctx.fail(fmt::format("the operands have element types {} and {}, but must both be {}",
+                             data_type_name(a.type()), data_type_name(b.type()), data_type_name(type_of<T>())));
     const auto shape = broadcast_shapes(ctx, a.shape(), b.shape());
     Tensor out = make_tensor<R>(shape);
     auto o = mutable_view<R>(out);
