@@ -1,7 +1,9 @@
 // optimize_model: constant folding, BatchNormalization folding, folding an Add
-// of a constant bias into the Conv/ConvTranspose/Gemm before it, Identity and
-// Dropout removal, the LayerNorm and Gelu fusions and dead-node removal, run
-// until nothing changes. Every rewrite keeps the function the model computes.
+// of a constant bias or a Mul of a constant scale into the Conv/ConvTranspose/
+// Gemm before it, a scalar affine map into the linear layer after it, Identity
+// and Dropout removal, the LayerNorm, Gelu and HardSwish fusions and dead-node
+// removal, run until nothing changes. Every rewrite keeps the function the model computes.
+#include <cmath>
 #include <set>
 
 #include "passes.hpp"
@@ -180,48 +182,45 @@ bool fold_batch_norm(vaiq::Model& model) {
 
 namespace {
 
-// The per-channel shift an Add of a constant applies to the output of a
-// Conv/ConvTranspose (channels on axis 1) or Gemm (the last axis): a scalar,
-// or C values that line up with the channel axis when broadcast; nullopt else.
-std::optional<vaiq::ChannelAffine> channel_bias(const onnx::NodeProto& layer, const vaiq::Tensor& bias,
-                                                int64_t channels, size_t weight_rank) {
-    if (bias.type() != vaiq::DataType::Float) return std::nullopt;
-    const auto values = bias.data<float>();
-    vaiq::ChannelAffine a{std::vector<float>(channels, 1.0f), std::vector<float>(channels, 0.0f)};
-    if (values.size() == 1) {
-        if (bias.shape().size() > (layer.op_type() == "Gemm" ? 2 : weight_rank)) return std::nullopt;
-        std::fill(a.shift.begin(), a.shift.end(), values[0]);
-        return a;
-    }
-    if (static_cast<int64_t>(values.size()) != channels) return std::nullopt;
+// The per-channel values of a constant operand of an Add or Mul applied to the
+// output of a Conv/ConvTranspose (channels on axis 1) or Gemm (the last axis):
+// a scalar, or C values that line up with the channel axis when broadcast;
+// nullopt else.
+std::optional<std::vector<float>> channel_values(const onnx::NodeProto& layer, const vaiq::Tensor& operand,
+                                                 int64_t channels, size_t weight_rank) {
+    if (operand.type() != vaiq::DataType::Float) return std::nullopt;
+    const auto values = operand.data<float>();
     // The output has rank 2 (Gemm) or the weight's rank (Conv: N, C, spatial...);
     // either way the channels are on axis 1.
     const size_t out_rank = layer.op_type() == "Gemm" ? 2 : weight_rank;
+    const auto& shape = operand.shape();
+    if (shape.size() > out_rank) return std::nullopt;  // it would broadcast the output to a higher rank
+    if (values.size() == 1) return std::vector<float>(channels, values[0]);
+    if (static_cast<int64_t>(values.size()) != channels) return std::nullopt;
     constexpr size_t channel_axis = 1;
-    const auto& shape = bias.shape();
-    if (shape.size() > out_rank) return std::nullopt;
     for (size_t d = 0; d < shape.size(); ++d) {
         const size_t axis = out_rank - shape.size() + d;
         if (shape[d] != 1 && axis != channel_axis) return std::nullopt;
     }
-    a.shift.assign(values.begin(), values.end());
-    return a;
+    return std::vector<float>(values.begin(), values.end());
 }
 
-}  // namespace
-
-bool fold_bias_add(vaiq::Model& model) {
+// Folds every `op_type` node (Add or Mul) of a constant into the
+// Conv/ConvTranspose/Gemm whose output it reads alone; `affine` turns the
+// constant's per-channel values into the map folded.
+bool fold_channel_op_into_layer(vaiq::Model& model, std::string_view op_type, std::string_view pass,
+                                vaiq::ChannelAffine (*affine)(std::vector<float>)) {
     auto& graph = model.graph();
     const vaiq::GraphIndex index(graph);
     vaiq::UniqueNames names(graph);
     std::vector<int> folded;
     for (int n = 0; n < graph.node_size(); ++n) {
-        const auto& add = graph.node(n);
-        if (add.op_type() != "Add" || !vaiq::is_default_domain(add) || add.input_size() != 2) continue;
+        const auto& node = graph.node(n);
+        if (node.op_type() != op_type || !vaiq::is_default_domain(node) || node.input_size() != 2) continue;
         for (int slot = 0; slot < 2; ++slot) {
-            const int producer = index.producer(add.input(slot));
-            const auto bias = vaiq::constant_tensor(index, add.input(1 - slot));
-            if (producer < 0 || !bias) continue;
+            const int producer = index.producer(node.input(slot));
+            const auto operand = vaiq::constant_tensor(index, node.input(1 - slot));
+            if (producer < 0 || !operand) continue;
             const auto& layer = graph.node(producer);
             const auto& op = layer.op_type();
             if ((op != "Conv" && op != "ConvTranspose" && op != "Gemm") || !vaiq::is_default_domain(layer)) continue;
@@ -232,8 +231,8 @@ bool fold_bias_add(vaiq::Model& model) {
                                      : op == "ConvTranspose"                   ? weight->shape()[1] * group
                                      : vaiq::int_attribute(layer, "transB", 0) ? weight->shape()[0]
                                                                                : weight->shape()[1];
-            const auto affine = channel_bias(layer, *bias, channels, weight->shape().size());
-            if (affine && vaiq::fold_affine_into_producer(graph, names, index, producer, add, *affine)) {
+            auto values = channel_values(layer, *operand, channels, weight->shape().size());
+            if (values && vaiq::fold_affine_into_producer(graph, names, index, producer, node, affine(*values))) {
                 folded.push_back(n);
                 break;
             }
@@ -242,7 +241,164 @@ bool fold_bias_add(vaiq::Model& model) {
     if (folded.empty()) return false;
     vaiq::remove_nodes(graph, folded);
     vaiq::remove_unused_initializers(graph);
-    vaiq::log_debug("fold_bias_add: {} Adds of a constant bias folded into the layer before them", folded.size());
+    vaiq::log_debug("{}: {} {}s of a constant folded into the layer before them", pass, folded.size(), op_type);
+    return true;
+}
+
+// A finite scalar float constant's value, or nullopt.
+std::optional<float> scalar_constant(const vaiq::GraphIndex& index, const std::string& name) {
+    const auto t = vaiq::constant_tensor(index, name);
+    if (!t || t->type() != vaiq::DataType::Float || t->size() != 1 || t->shape().size() > 1) return std::nullopt;
+    const float v = t->data<float>()[0];
+    if (!std::isfinite(v)) return std::nullopt;
+    return v;
+}
+
+// The one node reading `tensor` at input 0 when it is a Conv, Gemm or MatMul
+// with a constant float weight (input 1) that is not also its data; -1 else.
+int sole_linear_reader(const onnx::GraphProto& graph, const vaiq::GraphIndex& index, const std::string& tensor) {
+    if (index.is_graph_output(tensor)) return -1;
+    const auto& uses = index.consumers(tensor);
+    if (uses.size() != 1 || uses[0].slot != 0) return -1;
+    const auto& node = graph.node(uses[0].node);
+    const auto& op = node.op_type();
+    if ((op != "Conv" && op != "Gemm" && op != "MatMul") || !vaiq::is_default_domain(node)) return -1;
+    if (node.input_size() < 2 || node.input(1) == tensor) return -1;
+    const auto weight = vaiq::constant_tensor(index, node.input(1));
+    if (!weight || weight->type() != vaiq::DataType::Float) return -1;
+    return uses[0].node;
+}
+
+// Gives node `layer` a copy of its weight times `factor` (the weight may be shared).
+void scale_weight(onnx::GraphProto& graph, vaiq::UniqueNames& names, const vaiq::GraphIndex& index, int layer,
+                  float factor) {
+    auto& node = *graph.mutable_node(layer);
+    const auto weight = vaiq::constant_tensor(index, node.input(1));
+    std::vector<float> w(weight->data<float>().begin(), weight->data<float>().end());
+    for (auto& v : w) v *= factor;
+    const auto name = names.fresh(node.input(1) + "_scaled");
+    *graph.add_initializer() = vaiq::Tensor::from_values<float>(weight->shape(), w).to_proto(name);
+    node.set_input(1, name);
+}
+
+// Whether a Conv pads its input (explicitly or by auto_pad SAME_*).
+bool conv_pads(const onnx::NodeProto& conv) {
+    const auto* auto_pad = vaiq::find_attribute(conv, "auto_pad");
+    if (auto_pad && auto_pad->s() != "NOTSET" && auto_pad->s() != "VALID") return true;
+    const auto pads = vaiq::ints_attribute(conv, "pads");
+    return pads && std::any_of(pads->begin(), pads->end(), [](int64_t p) { return p != 0; });
+}
+
+}  // namespace
+
+bool fold_bias_add(vaiq::Model& model) {
+    return fold_channel_op_into_layer(model, "Add", "fold_bias_add", [](std::vector<float> v) {
+        const size_t channels = v.size();
+        return vaiq::ChannelAffine{std::vector<float>(channels, 1.0f), std::move(v)};
+    });
+}
+
+bool fold_scale_mul(vaiq::Model& model) {
+    return fold_channel_op_into_layer(model, "Mul", "fold_scale_mul", [](std::vector<float> v) {
+        const size_t channels = v.size();
+        return vaiq::ChannelAffine{std::move(v), std::vector<float>(channels, 0.0f)};
+    });
+}
+
+// x * a + b read by a linear layer (the learnable affine after an activation,
+// as in PP-LCNetV3): the scale goes into the layer's weight; so does the shift
+// when the layer is a Conv that does not pad (its bias takes b times each
+// output channel's weight sum), else it stays as x + b / a, which zero padding
+// then scales the same way. Fewer tensors are quantized; the function is the same.
+bool fold_affine_into_next_layer(vaiq::Model& model) {
+    auto& graph = model.graph();
+    const vaiq::GraphIndex index(graph);
+    vaiq::UniqueNames names(graph);
+    std::vector<int> removed;
+    std::set<int> touched;  // nodes rewritten this sweep; the index no longer describes them
+    for (int n = 0; n < graph.node_size(); ++n) {
+        const auto& node = graph.node(n);
+        if (!vaiq::is_default_domain(node) || node.input_size() != 2 || node.output_size() != 1 || touched.count(n))
+            continue;
+        const bool is_mul = node.op_type() == "Mul";
+        if (!is_mul && node.op_type() != "Add") continue;
+        for (int slot = 0; slot < 2; ++slot) {
+            const auto c = scalar_constant(index, node.input(1 - slot));
+            if (!c || index.initializer(node.input(slot)) || (is_mul && *c == 0.0f)) continue;
+            const auto& out = node.output(0);
+            if (is_mul) {
+                if (const int layer = sole_linear_reader(graph, index, out); layer >= 0 && !touched.count(layer)) {
+                    scale_weight(graph, names, index, layer, *c);
+                    graph.mutable_node(layer)->set_input(0, node.input(slot));
+                    removed.push_back(n);
+                    touched.insert(layer);
+                    break;
+                }
+                // Mul(a) -> Add(b) -> Conv: the Add becomes x + b / a and the Conv's weight takes a.
+                const auto& uses = index.consumers(out);
+                if (uses.size() != 1 || index.is_graph_output(out)) continue;
+                const int add = uses[0].node;
+                const auto& add_node = graph.node(add);
+                if (add_node.op_type() != "Add" || !vaiq::is_default_domain(add_node) || add_node.input_size() != 2 ||
+                    touched.count(add))
+                    continue;
+                const int b_slot = 1 - uses[0].slot;
+                const auto b = scalar_constant(index, add_node.input(b_slot));
+                if (!b) continue;
+                const int layer = sole_linear_reader(graph, index, add_node.output(0));
+                if (layer < 0 || touched.count(layer) || graph.node(layer).op_type() != "Conv") continue;
+                const auto shift = names.fresh(add_node.input(b_slot) + "_unscaled");
+                *graph.add_initializer() = vaiq::Tensor::from_values<float>({}, std::vector<float>{*b / *c}).to_proto(shift);
+                // The sum now holds another value: a fresh name, so nothing compares it with the old one.
+                const auto sum = names.fresh(add_node.output(0) + "_unscaled");
+                auto& add_mut = *graph.mutable_node(add);
+                add_mut.set_input(uses[0].slot, node.input(slot));
+                add_mut.set_input(b_slot, shift);
+                add_mut.set_output(0, sum);
+                graph.mutable_node(layer)->set_input(0, sum);
+                scale_weight(graph, names, index, layer, *c);
+                removed.push_back(n);
+                touched.insert({add, layer});
+                break;
+            }
+            // Add(b) -> Conv without padding: the bias takes b * sum of each output channel's weights.
+            const int layer = sole_linear_reader(graph, index, out);
+            if (layer < 0 || touched.count(layer)) continue;
+            const auto& conv = graph.node(layer);
+            if (conv.op_type() != "Conv" || conv_pads(conv)) continue;
+            const auto weight = vaiq::constant_tensor(index, conv.input(1));
+            const int64_t channels = weight->shape().empty() ? 0 : weight->shape()[0];
+            if (channels <= 0) continue;
+            std::vector<float> bias(static_cast<size_t>(channels), 0.0f);
+            if (conv.input_size() > 2 && !conv.input(2).empty()) {
+                const auto given = vaiq::constant_tensor(index, conv.input(2));
+                if (!given || given->type() != vaiq::DataType::Float || given->size() != channels) continue;
+                bias.assign(given->data<float>().begin(), given->data<float>().end());
+            }
+            const auto w = weight->data<float>();
+            const size_t per_channel = w.size() / static_cast<size_t>(channels);
+            for (size_t o = 0; o < bias.size(); ++o) {
+                double sum = 0.0;
+                for (size_t i = 0; i < per_channel; ++i) sum += w[o * per_channel + i];
+                bias[o] += static_cast<float>(*c * sum);
+            }
+            const auto bname = names.fresh(conv.name().empty() ? std::string("bias_shifted") : conv.name() + "_bias_shifted");
+            *graph.add_initializer() = vaiq::Tensor::from_values<float>({channels}, bias).to_proto(bname);
+            auto& conv_mut = *graph.mutable_node(layer);
+            if (conv_mut.input_size() > 2)
+                conv_mut.set_input(2, bname);
+            else
+                conv_mut.add_input(bname);
+            conv_mut.set_input(0, node.input(slot));
+            removed.push_back(n);
+            touched.insert(layer);
+            break;
+        }
+    }
+    if (removed.empty()) return false;
+    vaiq::remove_nodes(graph, removed);
+    vaiq::remove_unused_initializers(graph);
+    vaiq::log_debug("fold_affine_into_next_layer: {} scalar Mul/Adds folded into the layer after them", removed.size());
     return true;
 }
 
@@ -279,8 +435,9 @@ bool optimize_model(vaiq::Model& model) {
     bool changed = false;
     for (int sweep = 0; sweep < 8; ++sweep) {
         bool now = false;
-        for (auto* pass : {fold_constants, eliminate_identity, fold_batch_norm, fold_bias_add, fuse_layer_norm,
-                           fuse_gelu, remove_dead_nodes})
+        for (auto* pass : {fold_constants, eliminate_identity, fold_batch_norm, fold_bias_add, fold_scale_mul,
+                           fold_affine_into_next_layer, fuse_layer_norm, fuse_gelu, fuse_hard_swish,
+                           remove_dead_nodes})
             now |= pass(model);
         changed |= now;
         if (!now) break;

@@ -12,8 +12,11 @@ bool eliminate_identity(vaiq::Model& model);
 bool fold_constants(vaiq::Model& model);
 bool fold_batch_norm(vaiq::Model& model);
 bool fold_bias_add(vaiq::Model& model);
+bool fold_scale_mul(vaiq::Model& model);
+bool fold_affine_into_next_layer(vaiq::Model& model);
 bool fuse_layer_norm(vaiq::Model& model);
 bool fuse_gelu(vaiq::Model& model);
+bool fuse_hard_swish(vaiq::Model& model);
 bool remove_dead_nodes(vaiq::Model& model);
 bool optimize_model(vaiq::Model& model);
 

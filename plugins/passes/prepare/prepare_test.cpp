@@ -259,6 +259,128 @@ TEST(FoldBiasAdd, IntoConvTransposeConvAndGemmWhenItLinesUpWithTheChannels) {
     EXPECT_FALSE(run_pass("fold_bias_add", kept));
 }
 
+// PP-LCNetV3's learnable affine blocks: Conv -> Mul(scale) -> Add(bias), the
+// scale first in the Mul. Both go into the Conv (ONNX Runtime's ConvMulFusion
+// and ConvAddFusion), per channel or scalar.
+TEST(FoldScaleMul, IntoTheLayerBeforeItPerChannelOrScalar) {
+    {
+        GraphBuilder b;
+        b.input("x", {1, 2, 5, 5}).output("y", {1, 3, 5, 5});
+        b.initializer("w", values({3, 2, 3, 3}, noise))
+            .initializer("bias", ramp({3}, 0.1f, 0.1f))
+            .initializer("s", values({3, 1, 1}, noise))
+            .initializer("k", ramp({}, -0.7f));
+        set_ints_attribute(b.node("Conv", {"x", "w", "bias"}, {"c"}), "pads", {1, 1, 1, 1});
+        b.node("Mul", {"s", "c"}, {"m"});
+        b.node("Add", {"m", "k"}, {"y"});
+        auto folded = expect_same_function("fold_scale_mul", b.build(), values({1, 2, 5, 5}, noise));
+        EXPECT_EQ(op_types(folded), (std::vector<std::string>{"Conv", "Add"}));
+        folded = expect_same_function("fold_bias_add", folded, values({1, 2, 5, 5}, noise));
+        EXPECT_EQ(op_types(folded), (std::vector<std::string>{"Conv"}));
+    }
+    {
+        GraphBuilder b;
+        b.input("x", {2, 4}).output("y", {2, 3});
+        b.initializer("w", values({4, 3}, noise)).initializer("s", ramp({}, 0.25f));
+        b.node("Gemm", {"x", "w"}, {"g"});
+        b.node("Mul", {"g", "s"}, {"y"});
+        const auto folded = expect_same_function("fold_scale_mul", b.build(), values({2, 4}, noise));
+        EXPECT_EQ(op_types(folded), (std::vector<std::string>{"Gemm"}));
+    }
+    // Values along the width are not a channel scale.
+    GraphBuilder b;
+    b.input("x", {1, 2, 4, 4}).output("y", {1, 3, 4, 4});
+    b.initializer("w", values({3, 2, 1, 1}, noise)).initializer("row", values({4}, noise));
+    b.node("Conv", {"x", "w"}, {"c"});
+    b.node("Mul", {"c", "row"}, {"y"});
+    auto kept = b.build();
+    EXPECT_FALSE(run_pass("fold_scale_mul", kept));
+}
+
+// The same affine after an activation goes into the layer after it: wholly
+// into a Conv that does not pad, only the scale into one that does (the Add
+// becomes x + b / a, which the zero padding then scales as before).
+TEST(FoldAffineIntoNextLayer, ScaleAlwaysShiftOnlyWithoutPadding) {
+    const auto build = [](std::vector<int64_t> pads, int64_t k) {
+        GraphBuilder b;
+        b.input("x", {1, 2, 5, 5}).output("y", {1, 3, 5 + pads[0] + pads[2] - k + 1, 5 + pads[1] + pads[3] - k + 1});
+        b.initializer("a", ramp({}, 0.6f))
+            .initializer("b", ramp({1}, -0.4f))
+            .initializer("w", values({3, 2, k, k}, noise))
+            .initializer("bias", ramp({3}, 0.1f, 0.1f));
+        b.node("Relu", {"x"}, {"r"});
+        b.node("Mul", {"a", "r"}, {"m"});
+        b.node("Add", {"m", "b"}, {"s"});
+        set_ints_attribute(b.node("Conv", {"s", "w", "bias"}, {"y"}), "pads", pads);
+        return b.build();
+    };
+    const auto x = values({1, 2, 5, 5}, noise);
+    auto unpadded = expect_same_function("fold_affine_into_next_layer", build({0, 0, 0, 0}, 1), x);
+    unpadded = expect_same_function("fold_affine_into_next_layer", unpadded, x);  // the Add, on the second sweep
+    EXPECT_EQ(op_types(unpadded), (std::vector<std::string>{"Relu", "Conv"}));
+
+    auto padded = expect_same_function("fold_affine_into_next_layer", build({1, 1, 1, 1}, 3), x);
+    EXPECT_EQ(op_types(padded), (std::vector<std::string>{"Relu", "Add", "Conv"}));
+    EXPECT_FALSE(run_pass("fold_affine_into_next_layer", padded)) << "a padding Conv keeps the shift";
+    // The sum holds another value now: it is not under the old name.
+    EXPECT_EQ(padded.graph().node(1).output(0).find("s_"), 0u);
+
+    // A scalar Mul before a MatMul with a constant B.
+    GraphBuilder m;
+    m.input("x", {2, 4}).output("y", {2, 3});
+    m.initializer("a", ramp({}, -1.5f)).initializer("w", values({4, 3}, noise));
+    m.node("Mul", {"x", "a"}, {"xa"});
+    m.node("MatMul", {"xa", "w"}, {"y"});
+    const auto matmul = expect_same_function("fold_affine_into_next_layer", m.build(), values({2, 4}, noise));
+    EXPECT_EQ(op_types(matmul), (std::vector<std::string>{"MatMul"}));
+
+    // Kept: a scale of zero, and a scaled tensor another node also reads.
+    GraphBuilder k;
+    k.input("x", {1, 2, 4, 4}).output("y", {1, 3, 4, 4}).output("z", {1, 3, 4, 4}).output("r", {1, 2, 4, 4});
+    k.initializer("zero", ramp({}, 0.0f)).initializer("a", ramp({}, 2.0f)).initializer("w", values({3, 2, 1, 1}, noise));
+    k.node("Mul", {"x", "zero"}, {"m0"});
+    k.node("Conv", {"m0", "w"}, {"y"});
+    k.node("Mul", {"x", "a"}, {"r"});
+    k.node("Conv", {"r", "w"}, {"z"});
+    auto kept = k.build();
+    EXPECT_FALSE(run_pass("fold_affine_into_next_layer", kept));
+}
+
+// HardSwish as exported before opset 14, in both spellings of the division.
+TEST(FuseHardSwish, SpelledOutToHardSigmoidTimesInput) {
+    for (const bool div : {true, false}) {
+        GraphBuilder b(11);
+        b.input("x", {1, 2, 3, 3}).output("y", {1, 2, 3, 3});
+        b.initializer("three", ramp({}, 3.0f))
+            .initializer("zero", ramp({}, 0.0f))
+            .initializer("six", ramp({}, 6.0f))
+            .initializer("sixth", ramp({}, 1.0f / 6.0f));
+        b.node("Add", {"three", "x"}, {"p"});
+        b.node("Clip", {"p", "zero", "six"}, {"c"});
+        b.node("Mul", {"x", "c"}, {"m"});
+        if (div)
+            b.node("Div", {"m", "six"}, {"y"});
+        else
+            b.node("Mul", {"sixth", "m"}, {"y"});
+        const auto fused = expect_same_function("fuse_hard_swish", b.build(), ramp({1, 2, 3, 3}, -5.0f, 0.6f));
+        EXPECT_EQ(op_types(fused), (std::vector<std::string>{"HardSigmoid", "Mul"}));
+        EXPECT_EQ(fused.graph().node(1).output(0), "y");
+    }
+    // A Clip(x + 3, 0, 5), or one whose output is read elsewhere, is not HardSwish.
+    for (const float high : {5.0f, 6.0f}) {
+        GraphBuilder b(11);
+        b.input("x", {4}).output("y", {4}).output("c", {4});
+        b.initializer("three", ramp({}, 3.0f)).initializer("zero", ramp({}, 0.0f)).initializer("hi", ramp({}, high));
+        b.initializer("six", ramp({}, 6.0f));
+        b.node("Add", {"x", "three"}, {"p"});
+        b.node("Clip", {"p", "zero", "hi"}, {"c"});
+        b.node("Mul", {"x", "c"}, {"m"});
+        b.node("Div", {"m", "six"}, {"y"});
+        auto kept = b.build();
+        EXPECT_FALSE(run_pass("fuse_hard_swish", kept));
+    }
+}
+
 // LayerNorm as exporters spell it: (x - mean) / sqrt(mean((x - mean)^2) + eps) * gamma + beta.
 GraphBuilder spelled_layer_norm(int64_t opset) {
     GraphBuilder b(opset);
