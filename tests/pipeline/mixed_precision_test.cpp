@@ -7,6 +7,7 @@
 
 #include "pipeline/bias_correction.hpp"
 #include "pipeline/data_reader.hpp"
+#include "pipeline/mixed_precision.hpp"
 #include "pipeline/pipeline.hpp"
 #include "plugin/registry.hpp"
 #include "recipe/recipe.hpp"
@@ -227,6 +228,47 @@ TEST_F(MixedPrecision, BiasCorrectionRemovesASystematicShiftFromTheOutput) {
     EXPECT_EQ(corrected["bias_correction"]["layers"], 1);
     EXPECT_GT(output_sqnr(corrected), output_sqnr(plain) + 6.0)
         << output_sqnr(plain) << " dB without, " << output_sqnr(corrected) << " dB with";
+}
+
+// When no prefix of the ranking reaches the target, the search measures what
+// each candidate gains on top of those raised. Here the ranking (by the cost of
+// each tensor alone) lists a and b first, but raising either changes little;
+// only c removes the error. y = x + the error left by the raised set.
+TEST(MixedPrecisionSearch, OutOfReachByTheRankingItRaisesWhatMeasurablyHelps) {
+    auto model_with_error = [](float error) {
+        GraphBuilder b;
+        b.input("x", {2, 4}).output("y", {2, 4});
+        b.initializer("e", Tensor::from_values<float>({1}, std::vector<float>{error}));
+        b.node("Add", {"x", "e"}, {"y"});
+        return b.build();
+    };
+    vaiq::ReferenceBatches reference;
+    reference.output_name = "y";
+    for (int i = 0; i < 3; ++i) {
+        std::vector<float> x(8);
+        for (int k = 0; k < 8; ++k) x[k] = static_cast<float>((k * 3 + i) % 7) - 3.0f;
+        const auto t = Tensor::from_values<float>({2, 4}, x);
+        reference.feeds.push_back({{"x", t}});
+        reference.outputs.push_back(t);
+    }
+    const std::map<std::string, float> removes = {{"a", 0.1f}, {"b", 0.05f}, {"c", 0.9f}};
+    int built = 0;
+    vaiq::Raising raise;
+    raise.count = [](const std::set<std::string>& raised) { return raised.size(); };
+    raise.model = [&](const std::set<std::string>& raised) {
+        ++built;
+        float error = 1.0f;
+        for (const auto& t : raised) error -= removes.at(t);
+        return model_with_error(error);
+    };
+    std::vector<vaiq::TensorSensitivity> ranking;
+    for (const char* t : {"a", "b", "c"}) ranking.push_back({t, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0});
+    vaiq::MixedPrecisionTarget target;
+    target.sqnr_db = 15.0;  // the error must fall to 0.1 or below: c is needed
+    const auto result = vaiq::search_mixed_precision(target, ranking, raise, reference, 1, 1);
+    EXPECT_EQ(result.raised, (std::set<std::string>{"c"}));
+    EXPECT_TRUE(result.report["met"].get<bool>()) << result.report.dump();
+    EXPECT_LE(built, 8) << "each candidate measured once, not every subset";
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <Eigen/Dense>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "runtime/executor.hpp"
@@ -155,16 +156,34 @@ float rectified_sigmoid(float v) {
     return std::clamp(1.0f / (1.0f + std::exp(-v)) * (kZeta - kGamma) + kGamma, 0.0f, 1.0f);
 }
 
-// Mean over columns of the summed squared output error of weights `w` on the layer's samples.
-double reconstruction_loss(const Layer& l, const RowMatrix& w) {
+// The sampled columns a layer is fitted on, and those held out to judge the
+// fit: a fifth of them (the reservoir keeps them in random order, so the last
+// fifth will do) once there are enough. A layer with few samples and many
+// weights (a squeeze-excitation Conv sees one column per sample) can fit them
+// exactly and generalise worse than nearest rounding; the held-out columns
+// show it, stop the fit at its best and keep nearest rounding when that is better.
+struct Split {
+    int64_t fit = 0, held = 0;
+    explicit Split(int64_t stored) : fit(stored), held(stored >= kMinHeldOutSplit ? stored / 5 : 0) { fit -= held; }
+    static constexpr int64_t kMinHeldOutSplit = 20;
+};
+
+// Mean over columns [first, first + count) of the summed squared output error of weights `w`.
+double reconstruction_loss(const Layer& l, const RowMatrix& w, int64_t first, int64_t count) {
     const int64_t k = w.cols(), per_group = l.outputs / l.group;
     double sum = 0;
     for (int64_t g = 0; g < l.group; ++g) {
-        Eigen::MatrixXf out = w.middleRows(g * per_group, per_group) * l.x.block(g * k, 0, k, l.stored);
+        Eigen::MatrixXf out = w.middleRows(g * per_group, per_group) * l.x.block(g * k, first, k, count);
         for (int64_t o = 0; o < per_group; ++o) out.row(o).array() += l.bias[g * per_group + o];
-        sum += (out - l.y.block(g * per_group, 0, per_group, l.stored)).squaredNorm();
+        sum += (out - l.y.block(g * per_group, first, per_group, count)).squaredNorm();
     }
-    return sum / static_cast<double>(std::max<int64_t>(l.stored, 1));
+    return sum / static_cast<double>(std::max<int64_t>(count, 1));
+}
+
+// The loss that judges a layer's weights: on the held-out columns, or on all when none are held out.
+double judged_loss(const Layer& l, const RowMatrix& w) {
+    const Split split(l.stored);
+    return split.held > 0 ? reconstruction_loss(l, w, split.fit, split.held) : reconstruction_loss(l, w, 0, l.stored);
 }
 
 // Fits the layer's grid values; returns them as a [outputs, k] matrix.
@@ -172,6 +191,7 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
     const Grid grid(l);
     const int64_t k = l.w.cols(), per_group = l.outputs / l.group, n = l.stored;
     const bool adaround = o.algorithm == "adaround";
+    const Split split(n);
     // AdaRound: floor(w / s) plus a learned h in [0, 1]; AdaQuant: w itself.
     RowMatrix base(l.outputs, k), param(l.outputs, k);
     for (int64_t r = 0; r < l.outputs; ++r)
@@ -186,10 +206,30 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
                         : grid.value(r, std::nearbyint(param(r, c) / grid.scale[r]));
     };
     Adam adam(static_cast<size_t>(param.size()), o.learning_rate);
-    const int64_t batch = std::min<int64_t>(o.batch_columns, n);
+    const int64_t batch = std::min<int64_t>(o.batch_columns, split.fit);
     const int warm = static_cast<int>(o.warm_start * o.iterations);
-    std::uniform_int_distribution<int64_t> pick(0, n - 1);
+    std::uniform_int_distribution<int64_t> pick(0, split.fit - 1);
     RowMatrix w(l.outputs, k), grad(l.outputs, k);
+    // The weights as they would be written now: AdaRound's rounding decided, AdaQuant's on the grid.
+    auto hard = [&] {
+        RowMatrix out(l.outputs, k);
+        for (int64_t r = 0; r < l.outputs; ++r)
+            for (int64_t c = 0; c < k; ++c)
+                out(r, c) = adaround ? grid.value(r, base(r, c) + (rectified_sigmoid(param(r, c)) >= 0.5f ? 1.0f : 0.0f))
+                                     : grid.value(r, std::nearbyint(param(r, c) / grid.scale[r]));
+        return out;
+    };
+    // Early stopping on the held-out columns, checked twenty times (AdaRound only
+    // once its regulariser has pushed the rounding towards a decision).
+    const int every = std::max(1, o.iterations / 20);
+    RowMatrix best;
+    double best_loss = std::numeric_limits<double>::infinity();
+    auto checkpoint = [&](int it) {
+        if (split.held == 0 || (adaround && it < warm)) return;
+        const RowMatrix now = hard();
+        const double loss = reconstruction_loss(l, now, split.fit, split.held);
+        if (loss < best_loss) best_loss = loss, best = now;
+    };
     Eigen::MatrixXf xb(l.rows, batch), yb(l.outputs, batch);
     for (int it = 0; it < o.iterations; ++it) {
         for (int64_t b = 0; b < batch; ++b) {
@@ -229,12 +269,11 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
             }
         adam.step(std::span<float>(param.data(), static_cast<size_t>(param.size())),
                   std::span<const float>(grad.data(), static_cast<size_t>(grad.size())));
+        if ((it + 1) % every == 0) checkpoint(it + 1);
     }
-    for (int64_t r = 0; r < l.outputs; ++r)
-        for (int64_t c = 0; c < k; ++c)
-            w(r, c) = adaround ? grid.value(r, base(r, c) + (rectified_sigmoid(param(r, c)) >= 0.5f ? 1.0f : 0.0f))
-                               : grid.value(r, std::nearbyint(param(r, c) / grid.scale[r]));
-    return w;
+    if (split.held == 0) return hard();
+    checkpoint(o.iterations);
+    return best.size() > 0 ? best : hard();
 }
 
 RowMatrix nearest(const Layer& l) {
@@ -272,7 +311,50 @@ nlohmann::json FastFinetuneResult::to_json() const {
     return out;
 }
 
-FastFinetuneResult fast_finetune(const Model& float_model, const Model& quantized, const QuantPlan& plan,
+namespace {
+
+// Samples up to `capacity` of the layer's output positions over the data
+// (reservoir sampling: every position seen equally likely kept): its input in
+// `candidate` (quantized as the plan quantizes it) and the float layer's output
+// on its input in `reference`.
+void sample_layer(Layer& l, int64_t capacity, runtime::Executor& reference, runtime::Executor& candidate,
+                  DataReader& data, std::mt19937_64& rng) {
+    l.x.resize(l.rows, 0);
+    l.y.resize(l.outputs, 0);
+    l.stored = l.seen = 0;
+    const std::vector<std::string> taps{l.input};
+    std::vector<float> q_column(l.rows), f_column(l.rows);
+    data.rewind();
+    while (auto batch = data.next()) {
+        std::optional<Tensor> float_input;
+        reference.run(batch->feeds, taps, [&](const std::string&, const Tensor& v) { float_input = v; });
+        candidate.run(batch->feeds, taps, [&](const std::string& name, const Tensor& value) {
+            if (!float_input || value.type() != DataType::Float) return;
+            const Tensor q = l.input_quant ? fake_quantize(value, l.input_quant->params, name) : value;
+            const Columns qc(l, q), fc(l, *float_input);
+            if (qc.count == 0 || qc.count != fc.count) return;
+            for (int64_t c = 0; c < qc.count; ++c) {
+                int64_t slot = l.stored;
+                if (l.stored >= capacity) slot = std::uniform_int_distribution<int64_t>(0, l.seen)(rng);
+                ++l.seen;
+                if (slot >= capacity) continue;
+                if (slot == l.stored) {
+                    l.x.conservativeResize(Eigen::NoChange, l.stored + 1);
+                    l.y.conservativeResize(Eigen::NoChange, l.stored + 1);
+                    ++l.stored;
+                }
+                qc.fill(c, q_column.data());
+                fc.fill(c, f_column.data());
+                l.x.col(slot) = Eigen::Map<const Eigen::VectorXf>(q_column.data(), l.rows);
+                layer_output(l, f_column.data(), l.y.col(slot).data());
+            }
+        });
+    }
+}
+
+}  // namespace
+
+FastFinetuneResult fast_finetune(const Model& float_model, const QuantPlan& plan, const FinetuneEmitter& emit,
                                  DataReader& data, const FastFinetuneOptions& options, int threads) {
     const GraphIndex index(float_model);
     std::vector<Layer> layers;
@@ -280,79 +362,44 @@ FastFinetuneResult fast_finetune(const Model& float_model, const Model& quantize
         if (auto l = layer_of(n, index, plan)) layers.push_back(std::move(*l));
     FastFinetuneResult result;
     if (layers.empty()) return result;
-    // Every layer gets the same share of the memory for its samples.
-    const size_t share = options.memory_bytes / layers.size();
-    std::vector<int64_t> capacity;
-    for (auto& l : layers) {
-        capacity.push_back(std::max<int64_t>(1, static_cast<int64_t>(share / ((l.rows + l.outputs) * sizeof(float)))));
-        l.x.resize(l.rows, 0);
-        l.y.resize(l.outputs, 0);
-    }
-    std::vector<std::string> taps;
-    for (const auto& l : layers) taps.push_back(l.input);
-    std::sort(taps.begin(), taps.end());
-    taps.erase(std::unique(taps.begin(), taps.end()), taps.end());
 
     runtime::ExecutorOptions exec;
     exec.threads = threads;
-    exec.taps.insert(taps.begin(), taps.end());
+    for (const auto& l : layers) exec.taps.insert(l.input);
     runtime::Executor reference(float_model, exec);
-    exec.fuse_qdq = false;  // the layers' float inputs must exist to be tapped
-    runtime::Executor candidate(quantized, exec);
     std::mt19937_64 rng(options.seed);
-    std::vector<float> q_column, f_column;
-    data.rewind();
-    while (auto batch = data.next()) {
-        std::map<std::string, Tensor> float_inputs;
-        reference.run(batch->feeds, taps,
-                      [&](const std::string& name, const Tensor& v) { float_inputs.emplace(name, v); });
-        candidate.run(batch->feeds, taps, [&](const std::string& name, const Tensor& value) {
-            const auto f = float_inputs.find(name);
-            if (f == float_inputs.end() || value.type() != DataType::Float) return;
-            for (size_t i = 0; i < layers.size(); ++i) {
-                auto& l = layers[i];
-                if (l.input != name) continue;
-                const Tensor q = l.input_quant ? fake_quantize(value, l.input_quant->params, name) : value;
-                const Columns qc(l, q), fc(l, f->second);
-                if (qc.count == 0 || qc.count != fc.count) continue;
-                q_column.resize(l.rows);
-                f_column.resize(l.rows);
-                for (int64_t c = 0; c < qc.count; ++c) {
-                    // Reservoir sampling: every column seen so far equally likely kept.
-                    int64_t slot = l.stored;
-                    if (l.stored >= capacity[i]) slot = std::uniform_int_distribution<int64_t>(0, l.seen)(rng);
-                    ++l.seen;
-                    if (slot >= capacity[i]) continue;
-                    if (slot == l.stored) {
-                        l.x.conservativeResize(Eigen::NoChange, l.stored + 1);
-                        l.y.conservativeResize(Eigen::NoChange, l.stored + 1);
-                        ++l.stored;
-                    }
-                    qc.fill(c, q_column.data());
-                    fc.fill(c, f_column.data());
-                    l.x.col(slot) = Eigen::Map<const Eigen::VectorXf>(q_column.data(), l.rows);
-                    layer_output(l, f_column.data(), l.y.col(slot).data());
-                }
-            }
-        });
-    }
-
     int64_t fitted_layers = 0;
+    // Layer by layer, in graph order: each is fitted on its input as the layers
+    // before it, already fitted, now compute it, so it also makes up for what
+    // their rounding still changes (fitting all on inputs from nearest rounding
+    // would have each correct errors that are no longer there).
     for (auto& l : layers) {
         report_progress("layer", ++fitted_layers, static_cast<int64_t>(layers.size()));
-        if (l.stored == 0) continue;
         const auto start = std::chrono::steady_clock::now();
+        {
+            runtime::ExecutorOptions q = exec;
+            q.taps = {l.input};
+            q.fuse_qdq = false;  // the layer's float input must exist to be tapped
+            const Model quantized = emit(result.rounded);  // the executor keeps a reference
+            runtime::Executor candidate(quantized, q);
+            const auto capacity = std::max<int64_t>(
+                1, static_cast<int64_t>(options.memory_bytes / ((l.rows + l.outputs) * sizeof(float))));
+            sample_layer(l, capacity, reference, candidate, data, rng);
+        }
+        if (l.stored == 0) continue;
         const RowMatrix plain = nearest(l);
         const RowMatrix fitted = fit(l, options, rng);
-        FinetunedLayer r{l.node, l.weight, reconstruction_loss(l, plain), reconstruction_loss(l, fitted), l.stored, 0};
+        FinetunedLayer r{l.node, l.weight, judged_loss(l, plain), judged_loss(l, fitted), l.stored, 0};
         r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        // Keep nearest rounding when fitting did not help (on the samples it was fitted on).
+        // Keep nearest rounding when fitting did not help (on the held-out columns).
         const Tensor original = Tensor::from_proto(*index.initializer(l.weight));
         result.rounded[l.weight] = as_weight(l, r.loss < r.loss_nearest ? fitted : plain, original);
         r.loss = std::min(r.loss, r.loss_nearest);
         log_info("fast finetune: {} ({} columns): output error {:.4g} -> {:.4g} in {:.1f} s", l.node, l.stored,
                  r.loss_nearest, r.loss, r.seconds);
         result.layers.push_back(r);
+        l.x.resize(0, 0);  // the next layer gets the memory
+        l.y.resize(0, 0);
     }
     return result;
 }

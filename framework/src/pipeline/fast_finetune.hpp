@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -28,14 +29,14 @@ struct FastFinetuneOptions {
     double reg_param = 0.01;               ///< RegParam: the rounding regulariser's weight
     double warm_start = 0.2;               ///< WarmStart: the fraction of steps without it
     double beta_start = 20, beta_end = 2;  ///< BetaRange, annealed linearly
-    /// For every layer together, the sampled input columns and float outputs kept (bytes).
+    /// The sampled input columns and float outputs kept for the layer being fitted (bytes).
     size_t memory_bytes = size_t{512} << 20;
     uint64_t seed = 0;
 };
 
 struct FinetunedLayer {
     std::string node, weight;
-    double loss_nearest = 0;  ///< mean squared output error with nearest rounding
+    double loss_nearest = 0;  ///< mean squared output error with nearest rounding, on the held-out columns
     double loss = 0;          ///< the same after finetuning (the better of the two is kept)
     int64_t columns = 0;      ///< output positions it was fitted on
     double seconds = 0;
@@ -49,9 +50,14 @@ struct FastFinetuneResult {
     nlohmann::json to_json() const;
 };
 
-/// `quantized` is the model as written with `plan` (its layer inputs are
-/// tapped before their Q/DQ and quantized with the plan's parameters).
-FastFinetuneResult fast_finetune(const Model& float_model, const Model& quantized, const QuantPlan& plan,
+/// The model as written with `plan` and the given weights in place of the
+/// float ones (its layer inputs are tapped before their Q/DQ and quantized
+/// with the plan's parameters).
+using FinetuneEmitter = std::function<Model(const std::map<std::string, Tensor>& rounded)>;
+
+/// Fits the layers one after the other, each on its input as the layers
+/// fitted before it leave it.
+FastFinetuneResult fast_finetune(const Model& float_model, const QuantPlan& plan, const FinetuneEmitter& emit,
                                  DataReader& data, const FastFinetuneOptions& options, int threads);
 
 }  // namespace vaiq

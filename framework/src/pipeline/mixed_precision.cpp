@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "util/text.hpp"
@@ -118,6 +119,90 @@ nlohmann::json error_json(const OutputError& e) {
             {"top1_agreement", e.top1_agreement}};
 }
 
+// When no prefix of the ranking reaches the target, the tensors' costs do not
+// add up (errors compound, and some cancel): each step then raises the
+// candidate that improves the output most given those already raised. Gains
+// are re-measured lazily: every candidate once, then each step only the few
+// whose last measured gain is highest (a gain mostly shrinks as others are
+// raised, so the best of those is nearly always the best of all).
+std::optional<std::pair<std::set<std::string>, OutputError>> raise_greedily(
+    const MixedPrecisionTarget& target, const std::vector<std::string>& ranked, const Raising& raise,
+    const ReferenceBatches& reference, size_t budget, const OutputError& none,
+    const std::function<bool(const OutputError&, const OutputError&)>& better, nlohmann::json& tried, int threads) {
+    constexpr size_t kRemeasured = 6;
+    // The most harmful alone, twice as many as the budget holds and a few more.
+    std::vector<std::string> pool(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                                                          ranked.size(), 2 * budget + 8)));
+    struct Candidate {
+        std::string tensor;
+        OutputError error;  // with it raised on top of those raised when measured
+        size_t measured_at = 0;
+    };
+    std::set<std::string> raised;
+    OutputError current = none;
+    auto measure = [&](const std::string& tensor) {
+        auto with = raised;
+        with.insert(tensor);
+        return measure_output(raise.model(with), reference, threads);
+    };
+    std::vector<Candidate> candidates;
+    log_info("mixed precision: out of reach by the ranking; measuring {} candidates in turn", pool.size());
+    for (const auto& t : pool)
+        if (raise.count({t}) <= budget) candidates.push_back({t, measure(t), 0});  // measured at step 0
+    for (size_t step = 0; !target.met_by(current); ++step) {
+        // Those the budget no longer holds drop out.
+        std::erase_if(candidates, [&](const Candidate& c) {
+            auto with = raised;
+            with.insert(c.tensor);
+            return raise.count(with) > budget;
+        });
+        if (candidates.empty()) break;
+        // Re-measure the best by its last gain until the best is one measured now,
+        // or kRemeasured have been (then the best of those measured now; when
+        // that one helps nothing, every candidate is measured before giving up).
+        auto fresh_first = [&](const Candidate& a, const Candidate& b) {
+            if ((a.measured_at == step) != (b.measured_at == step)) return a.measured_at == step;
+            return better(a.error, b.error);
+        };
+        size_t remeasured = 0;
+        for (;;) {
+            std::stable_sort(candidates.begin(), candidates.end(), [&](const Candidate& a, const Candidate& b) {
+                return better(a.error, b.error);
+            });
+            auto& top = candidates.front();
+            if (top.measured_at == step) break;
+            if (remeasured >= kRemeasured) {
+                std::stable_sort(candidates.begin(), candidates.end(), fresh_first);
+                if (!better(candidates.front().error, current))  // all of them, before giving up
+                    for (auto& c : candidates)
+                        if (c.measured_at != step) c.error = measure(c.tensor), c.measured_at = step;
+                std::stable_sort(candidates.begin(), candidates.end(), fresh_first);
+                break;
+            }
+            top.error = measure(top.tensor);
+            top.measured_at = step;
+            ++remeasured;
+        }
+        // Stop when no candidate measurably helps: past that point each step
+        // would follow the measurement's noise on the calibration data (tried:
+        // going on to the budget fitted it and read fewer held-out lines).
+        const auto& best = candidates.front();
+        if (best.measured_at != step || !better(best.error, current)) break;
+        raised.insert(best.tensor);
+        const size_t count = raise.count(raised);
+        current = best.error;
+        auto j = error_json(current);
+        j["tensors_raised"] = count;
+        j["search"] = "greedy";
+        tried.push_back(j);
+        log_info("mixed precision: greedy step {}: raised {} ({} tensors): SQNR {:.2f} dB, top-1 agreement {:.4f}",
+                 step + 1, best.tensor, count, current.sqnr_db, current.top1_agreement);
+        candidates.erase(candidates.begin());
+    }
+    if (raised.empty()) return std::nullopt;
+    return std::make_pair(raised, current);
+}
+
 }  // namespace
 
 MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target,
@@ -148,7 +233,12 @@ MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target,
     };
     auto met = [&](size_t k) { return target.met_by(error_at(k)); };
 
+    // Among equal scores (top-1 agreement moves in whole rows) the better SQNR.
+    auto better = [&](const OutputError& a, const OutputError& b) {
+        return target.score(a) > target.score(b) || (target.score(a) == target.score(b) && a.sqnr_db > b.sqnr_db);
+    };
     size_t chosen = 0;
+    std::optional<std::pair<std::set<std::string>, OutputError>> greedy;
     if (!met(0)) {
         size_t fail = 0, k = 1;
         while (k < longest && !met(k)) {
@@ -163,17 +253,15 @@ MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target,
             }
             chosen = k;
         } else {  // out of reach: the error need not fall with every tensor raised
-            // The best score; among equal scores (top-1 agreement moves in whole rows) the best SQNR.
-            auto better = [&](const OutputError& a, const OutputError& b) {
-                return target.score(a) > target.score(b) || (target.score(a) == target.score(b) && a.sqnr_db > b.sqnr_db);
-            };
             for (const auto& [length, error] : errors)
                 if (better(error, errors.at(chosen))) chosen = length;
+            greedy = raise_greedily(target, candidates, raise, reference, budget, error_at(0), better, tried, threads);
         }
     }
-    const auto& last = error_at(chosen);
+    auto raised = prefix(chosen);
+    OutputError last = error_at(chosen);
+    if (greedy && better(greedy->second, last)) raised = greedy->first, last = greedy->second;
     const bool reached = target.met_by(last);
-    const auto raised = prefix(chosen);
     MixedPrecisionResult out;
     out.raised = raised;
     out.report = {{"target", target.describe()},

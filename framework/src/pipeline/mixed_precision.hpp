@@ -60,8 +60,9 @@ struct MixedPrecisionResult {
 /// Searches the shortest prefix of `ranking` (most harmful first) whose
 /// raising meets `target` on `reference` within `budget` raised tensors:
 /// doubling the prefix, then bisecting (the error mostly falls as the prefix
-/// grows, so a few evaluations do). When the budget cannot meet the target,
-/// the best prefix tried is kept and a warning says so.
+/// grows, so a few evaluations do). When no prefix within the budget meets
+/// the target, a greedy search by measured gain follows; the best state tried
+/// is kept and a warning says when the target was missed.
 MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target,
                                             const std::vector<TensorSensitivity>& ranking, const Raising& raise,
                                             const ReferenceBatches& reference, size_t budget, int threads);

@@ -390,6 +390,7 @@ struct RunState {
     std::shared_ptr<TensorSpool> parked;            ///< the file the quantized model's large weights wait in
     PluginInstance<Format> format;                  ///< created on first use
     std::map<std::string, Tensor> rounded_weights;  ///< fast finetune's grid values, written instead of the weights
+    std::map<std::string, QuantParams> rounded_on;  ///< the quantization each was fitted to (see rounded_for)
     std::optional<std::vector<TensorSensitivity>> sensitivity;
     std::optional<CalibrationTables> tables;  ///< kept by calibrate when `keep_tables`
     bool keep_tables = false;
@@ -583,16 +584,43 @@ void calibrate_phase(RunState& s) {
     drop_tensors(s.draft, s.calibration.not_float);
 }
 
-// The prepared float model with `plan` written into it by the run's format.
-Model emit_plan(RunState& s, const QuantPlan& plan) {
+// The fitted weights that `plan` still quantizes as they were fitted: a weight
+// mixed precision raised since (to float or 16 bits) keeps its own values.
+std::map<std::string, Tensor> rounded_for(const RunState& s, const QuantPlan& plan) {
+    auto same = [](const QuantParams& a, const QuantParams& b) {
+        return a.type == b.type && a.scale == b.scale && a.zero_point == b.zero_point && a.axis == b.axis &&
+               a.block_size == b.block_size;
+    };
+    std::map<std::string, Tensor> out;
+    for (const auto& [name, value] : s.rounded_weights) {
+        const auto* t = plan.find(name);
+        const auto fitted = s.rounded_on.find(name);
+        if (t && fitted != s.rounded_on.end() && same(t->params, fitted->second)) out.emplace(name, value);
+    }
+    return out;
+}
+
+// Keeps `rounded` as the run's fitted weights, with the quantization each was fitted to.
+void keep_rounded(RunState& s, std::map<std::string, Tensor> rounded) {
+    s.rounded_on.clear();
+    for (const auto& [name, value] : rounded)
+        if (const auto* t = s.plan.find(name)) s.rounded_on[name] = t->params;
+    s.rounded_weights = std::move(rounded);
+}
+
+// The prepared float model with `plan` written into it by the run's format,
+// the `rounded` weights in place of the float ones.
+Model emit_plan(RunState& s, const QuantPlan& plan, const std::map<std::string, Tensor>& rounded) {
     if (!s.format) s.format = s.registry.create<Format>(s.plugins.format.info->name, s.plugins.format.options);
     Model out = s.model;
     for (auto& init : *out.graph().mutable_initializer())
-        if (auto it = s.rounded_weights.find(init.name()); it != s.rounded_weights.end())
-            init = it->second.to_proto(init.name());
+        if (auto it = rounded.find(init.name()); it != rounded.end()) init = it->second.to_proto(init.name());
     s.format->emit(out, plan);
     return out;
 }
+
+// The same with the run's fitted weights that `plan` still applies to.
+Model emit_plan(RunState& s, const QuantPlan& plan) { return emit_plan(s, plan, rounded_for(s, plan)); }
 
 // What quantized candidates are measured against: the prepared float model.
 const Model& float_reference(const RunState& s) { return s.uncorrected ? *s.uncorrected : s.model; }
@@ -660,7 +688,7 @@ void raise_sensitive_tensors(RunState& s, const MixedPrecisionTarget& target) {
 // extra_options.BiasCorrection: each Conv/Gemm bias takes back the mean shift
 // its quantized weight causes, measured through the quantized model.
 void correct_biases(RunState& s) {
-    auto biases = corrected_biases(s.model, emit_plan(s, s.plan), s.plan, s.rounded_weights, *s.data, 0, s.threads);
+    auto biases = corrected_biases(s.model, emit_plan(s, s.plan), s.plan, rounded_for(s, s.plan), *s.data, 0, s.threads);
     s.uncorrected = s.model;
     auto& graph = s.model.graph();
     for (auto& init : *graph.mutable_initializer())
@@ -686,8 +714,10 @@ void finetune_weights(RunState& s) {
             fmt::format("{}: extra_options.FastFinetune needs NumIterations >= 0, ColumnsPerStep >= 1 "
                         "and WarmStart within [0, 1]",
                         s.recipe.setting("include_fast_ft").origin));
-    const auto result = fast_finetune(float_reference(s), emit_plan(s, s.plan), s.plan, *s.data, o, s.threads);
-    s.rounded_weights = result.rounded;
+    const auto result = fast_finetune(
+        float_reference(s), s.plan, [&](const std::map<std::string, Tensor>& rounded) { return emit_plan(s, s.plan, rounded); },
+        *s.data, o, s.threads);
+    keep_rounded(s, result.rounded);
     s.report["fast_finetune"] = {
         {"algorithm", o.algorithm}, {"iterations", o.iterations}, {"layers", result.to_json()}};
 }
@@ -706,7 +736,7 @@ void gptq_weights(RunState& s) {
         layers.push_back({{"weight", l.weight}, {"output_error_rtn", l.error_rtn}, {"output_error_gptq", l.error_gptq}});
     s.report["gptq"] = {{"damping", o.damping}, {"act_order", o.act_order}, {"layers", layers}};
     log_info("GPTQ: {} weights rounded", result.layers.size());
-    s.rounded_weights = std::move(result.rounded);
+    keep_rounded(s, std::move(result.rounded));
 }
 
 void parameters_phase(RunState& s) {

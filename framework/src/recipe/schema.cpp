@@ -260,7 +260,8 @@ const std::vector<KeySpec>& recipe_keys() {
         {"extra_options.FastFinetune.WarmStart", K::Float, "0.2", P::Parameters, yes,
          "Fraction of the steps before the regulariser starts (its beta then falls from 20 to 2).", "include_fast_ft"},
         {"extra_options.FastFinetune.MemoryMB", K::Int, "512", P::Parameters, yes,
-         "Memory for all layers' sampled input columns and float outputs (reservoir-sampled from the data).",
+         "Memory for the sampled input columns and float outputs of the layer being fitted, one at a time "
+         "(reservoir-sampled from the data).",
          "include_fast_ft"},
         {"extra_options.BiasCorrection", K::Bool, "false", P::Parameters, yes,
          "Add to each Conv/Gemm bias the mean shift its quantized weight causes, measured on the calibration "
