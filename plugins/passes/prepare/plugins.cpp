@@ -30,7 +30,7 @@ const vaiq_option_descriptor kSymbolicOptions[] = {
 VAIQ_PLUGINS(
     vaiq::describe<FunctionPass<p::optimize_model>>(
         "optimize_model", "0.1.0",
-        "Constant folding, BatchNorm, bias-Add and scale-Mul folding, scalar affine maps into the next layer, "
+        "Constant folding, BatchNorm and bias-Add folding, scalar affine maps into the next layer, "
         "Identity/Dropout and dead-node removal, LayerNorm, Gelu and HardSwish fusion"),
     vaiq::describe<FunctionPass<p::eliminate_identity>>("eliminate_identity", "0.1.0",
                                                         "Remove Identity nodes and inference-time Dropout"),

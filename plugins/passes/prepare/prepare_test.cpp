@@ -437,6 +437,23 @@ TEST(FuseGelu, EveryOrderExportersWrite) {
     }
 }
 
+// optimize_model fuses before it folds scalars into the next layer: a Gelu's
+// trailing 0.5 read by a MatMul stays the Gelu's, not the MatMul weight's.
+TEST(OptimizeModel, FusesAGeluBeforeFoldingItsHalfIntoTheNextMatMul) {
+    GraphBuilder b;
+    b.input("x", {2, 16}).output("y", {2, 4});
+    b.initializer("root2", ramp({}, static_cast<float>(std::sqrt(2.0)))).initializer("one", ramp({}, 1.0f));
+    b.initializer("half", ramp({}, 0.5f)).initializer("w", values({16, 4}, noise));
+    b.node("Div", {"x", "root2"}, {"a"});
+    b.node("Erf", {"a"}, {"e"});
+    b.node("Add", {"e", "one"}, {"p"});
+    b.node("Mul", {"x", "p"}, {"xp"});
+    b.node("Mul", {"xp", "half"}, {"g"});
+    b.node("MatMul", {"g", "w"}, {"y"});
+    const auto optimized = expect_same_function("optimize_model", b.build(), values({2, 16}, noise), 1e-6);
+    EXPECT_EQ(op_types(optimized), (std::vector<std::string>{"Gelu", "MatMul"}));
+}
+
 TEST(RemoveDeadNodes, OnlyWhatNothingReads) {
     GraphBuilder b;
     b.input("x", {4}).output("y", {4});
