@@ -262,7 +262,8 @@ TEST(MixedPrecisionSearch, OutOfReachByTheRankingItRaisesWhatMeasurablyHelps) {
         return model_with_error(error);
     };
     std::vector<vaiq::TensorSensitivity> ranking;
-    for (const char* t : {"a", "b", "c"}) ranking.push_back({t, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0});
+    for (const char* t : {"a", "b", "c"})
+        ranking.push_back({t, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0});
     vaiq::MixedPrecisionTarget target;
     target.sqnr_db = 15.0;  // the error must fall to 0.1 or below: c is needed
     const auto result = vaiq::search_mixed_precision(target, ranking, raise, reference, 1, 1);

@@ -215,8 +215,9 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
         RowMatrix out(l.outputs, k);
         for (int64_t r = 0; r < l.outputs; ++r)
             for (int64_t c = 0; c < k; ++c)
-                out(r, c) = adaround ? grid.value(r, base(r, c) + (rectified_sigmoid(param(r, c)) >= 0.5f ? 1.0f : 0.0f))
-                                     : grid.value(r, std::nearbyint(param(r, c) / grid.scale[r]));
+                out(r, c) = adaround
+                                ? grid.value(r, base(r, c) + (rectified_sigmoid(param(r, c)) >= 0.5f ? 1.0f : 0.0f))
+                                : grid.value(r, std::nearbyint(param(r, c) / grid.scale[r]));
         return out;
     };
     // Early stopping on the held-out columns, checked twenty times (AdaRound only
@@ -379,7 +380,7 @@ FastFinetuneResult fast_finetune(const Model& float_model, const QuantPlan& plan
         {
             runtime::ExecutorOptions q = exec;
             q.taps = {l.input};
-            q.fuse_qdq = false;  // the layer's float input must exist to be tapped
+            q.fuse_qdq = false;                            // the layer's float input must exist to be tapped
             const Model quantized = emit(result.rounded);  // the executor keeps a reference
             runtime::Executor candidate(quantized, q);
             const auto capacity = std::max<int64_t>(

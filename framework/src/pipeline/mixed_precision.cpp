@@ -131,8 +131,8 @@ std::optional<std::pair<std::set<std::string>, OutputError>> raise_greedily(
     const std::function<bool(const OutputError&, const OutputError&)>& better, nlohmann::json& tried, int threads) {
     constexpr size_t kRemeasured = 6;
     // The most harmful alone, twice as many as the budget holds and a few more.
-    std::vector<std::string> pool(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(std::min(
-                                                                          ranked.size(), 2 * budget + 8)));
+    std::vector<std::string> pool(
+        ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(std::min(ranked.size(), 2 * budget + 8)));
     struct Candidate {
         std::string tensor;
         OutputError error;  // with it raised on top of those raised when measured
@@ -166,9 +166,8 @@ std::optional<std::pair<std::set<std::string>, OutputError>> raise_greedily(
         };
         size_t remeasured = 0;
         for (;;) {
-            std::stable_sort(candidates.begin(), candidates.end(), [&](const Candidate& a, const Candidate& b) {
-                return better(a.error, b.error);
-            });
+            std::stable_sort(candidates.begin(), candidates.end(),
+                             [&](const Candidate& a, const Candidate& b) { return better(a.error, b.error); });
             auto& top = candidates.front();
             if (top.measured_at == step) break;
             if (remeasured >= kRemeasured) {

@@ -320,7 +320,8 @@ std::string summary_line(const Evaluation& e) {
         line += fmt::format("; accuracy float {:.2f}%, quantized {:.2f}%", 100 * *e.float_accuracy,
                             100 * *e.quantized_accuracy);
     if (e.float_perplexity)
-        line += fmt::format("; perplexity float {:.3f}, quantized {:.3f}", *e.float_perplexity, *e.quantized_perplexity);
+        line +=
+            fmt::format("; perplexity float {:.3f}, quantized {:.3f}", *e.float_perplexity, *e.quantized_perplexity);
     return line;
 }
 
@@ -490,10 +491,10 @@ void prepare_phase(RunState& s) {
         // AWQ and GPTQ change weights through float32 arithmetic on float32 tensors.
         for (const auto& init : s.model.graph().initializer())
             if (init.data_type() == onnx::TensorProto::FLOAT16)
-                throw InputError(fmt::format("{}: weight_only_algorithm {} needs float32 weights and '{}' is float16: "
-                                             "use rtn, or convert the model first (convert_fp16_to_fp32: true)",
-                                             s.recipe.setting("weight_only_algorithm").origin,
-                                             algorithm.get<std::string>(), init.name()));
+                throw InputError(fmt::format(
+                    "{}: weight_only_algorithm {} needs float32 weights and '{}' is float16: "
+                    "use rtn, or convert the model first (convert_fp16_to_fp32: true)",
+                    s.recipe.setting("weight_only_algorithm").origin, algorithm.get<std::string>(), init.name()));
     }
     if (s.recipe.value("weight_only").get<bool>() && (algorithm == "awq_lite" || algorithm == "awq_full")) awq_phase(s);
 }
@@ -552,10 +553,11 @@ Observations observe_data(RunState& s) {
         const bool given = !s.recipe.value("input_quantization_params").empty() ||
                            !s.recipe.value("output_quantization_params").empty();
         if (given && !observed.empty())
-            throw InputError(fmt::format("these activations have neither given parameters nor calibration data: {} "
-                                         "(add them to input_quantization_params/output_quantization_params or set "
-                                         "calibration_data_reader)",
-                                         join(observed, ", ")));
+            throw InputError(
+                fmt::format("these activations have neither given parameters nor calibration data: {} "
+                            "(add them to input_quantization_params/output_quantization_params or set "
+                            "calibration_data_reader)",
+                            join(observed, ", ")));
         if (observed.empty()) {
             log_info("nothing to calibrate: activations are quantized at run time or have given parameters");
             s.data = random_reader(s.recipe, s.model);  // types the tensors; evaluation runs on it too
@@ -585,7 +587,8 @@ void calibrate_phase(RunState& s) {
 }
 
 // The fitted weights that `plan` still quantizes as they were fitted: a weight
-// mixed precision raised since (to float or 16 bits) keeps its own values.
+// whose parameters changed since (a recomputed plan refined anew, a tensor
+// raised) is rounded to nearest on its new grid instead.
 std::map<std::string, Tensor> rounded_for(const RunState& s, const QuantPlan& plan) {
     auto same = [](const QuantParams& a, const QuantParams& b) {
         return a.type == b.type && a.scale == b.scale && a.zero_point == b.zero_point && a.axis == b.axis &&
@@ -688,7 +691,8 @@ void raise_sensitive_tensors(RunState& s, const MixedPrecisionTarget& target) {
 // extra_options.BiasCorrection: each Conv/Gemm bias takes back the mean shift
 // its quantized weight causes, measured through the quantized model.
 void correct_biases(RunState& s) {
-    auto biases = corrected_biases(s.model, emit_plan(s, s.plan), s.plan, rounded_for(s, s.plan), *s.data, 0, s.threads);
+    auto biases =
+        corrected_biases(s.model, emit_plan(s, s.plan), s.plan, rounded_for(s, s.plan), *s.data, 0, s.threads);
     s.uncorrected = s.model;
     auto& graph = s.model.graph();
     for (auto& init : *graph.mutable_initializer())
@@ -715,8 +719,9 @@ void finetune_weights(RunState& s) {
                         "and WarmStart within [0, 1]",
                         s.recipe.setting("include_fast_ft").origin));
     const auto result = fast_finetune(
-        float_reference(s), s.plan, [&](const std::map<std::string, Tensor>& rounded) { return emit_plan(s, s.plan, rounded); },
-        *s.data, o, s.threads);
+        float_reference(s), s.plan,
+        [&](const std::map<std::string, Tensor>& rounded) { return emit_plan(s, s.plan, rounded); }, *s.data, o,
+        s.threads);
     keep_rounded(s, result.rounded);
     s.report["fast_finetune"] = {
         {"algorithm", o.algorithm}, {"iterations", o.iterations}, {"layers", result.to_json()}};
@@ -733,7 +738,8 @@ void gptq_weights(RunState& s) {
     auto result = gptq(s.model, s.plan, *s.data, o, s.threads);
     nlohmann::json layers = nlohmann::json::array();
     for (const auto& l : result.layers)
-        layers.push_back({{"weight", l.weight}, {"output_error_rtn", l.error_rtn}, {"output_error_gptq", l.error_gptq}});
+        layers.push_back(
+            {{"weight", l.weight}, {"output_error_rtn", l.error_rtn}, {"output_error_gptq", l.error_gptq}});
     s.report["gptq"] = {{"damping", o.damping}, {"act_order", o.act_order}, {"layers", layers}};
     log_info("GPTQ: {} weights rounded", result.layers.size());
     keep_rounded(s, std::move(result.rounded));
@@ -844,8 +850,8 @@ void evaluate_phase(RunState& s) {
     std::unique_ptr<DataReader> eval_data;
     if (!s.recipe.value("evaluation_data").is_null()) {
         const auto images = image_pipeline(s.recipe);
-        eval_data = open_data_reader(s.recipe.value("evaluation_data").get<std::string>(), s.model, "evaluation data",
-                                     &images);
+        eval_data =
+            open_data_reader(s.recipe.value("evaluation_data").get<std::string>(), s.model, "evaluation data", &images);
     }
     std::optional<Tensor> labels;
     if (!s.recipe.value("evaluation_labels").is_null())
@@ -959,8 +965,8 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
         log_debug("phase {} took {:.3f} s", phase_name(step.phase), seconds);
     }
     progress.done();
-    return {std::move(s.quantized), std::move(s.parked), std::move(s.report), s.input,
-            s.output,                std::move(s.report_path), std::move(s.tables)};
+    return {std::move(s.quantized),   std::move(s.parked), std::move(s.report), s.input, s.output,
+            std::move(s.report_path), std::move(s.tables)};
 }
 
 // Writes the model, the dump a recipe asks for, and the report.

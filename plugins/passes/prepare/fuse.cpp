@@ -109,7 +109,7 @@ bool fuse_hard_swish(vaiq::Model& model) {
     for (int d = 0; d < graph.node_size(); ++d) {
         const auto& div = graph.node(d);
         if (!vaiq::is_default_domain(div) || div.output_size() != 1) continue;
-        const std::string product = div.op_type() == "Div"   ? (is_scalar(index, div.input(1), 6.0f) ? div.input(0) : "")
+        const std::string product = div.op_type() == "Div" ? (is_scalar(index, div.input(1), 6.0f) ? div.input(0) : "")
                                     : div.op_type() == "Mul" ? other_than(index, div, 1.0f / 6.0f)
                                                              : "";
         if (product.empty()) continue;

@@ -352,7 +352,8 @@ bool fold_affine_into_next_layer(vaiq::Model& model) {
                 const int layer = sole_linear_reader(graph, index, add_node.output(0));
                 if (layer < 0 || touched.count(layer) || graph.node(layer).op_type() != "Conv") continue;
                 const auto shift = names.fresh(add_node.input(b_slot) + "_unscaled");
-                *graph.add_initializer() = vaiq::Tensor::from_values<float>({}, std::vector<float>{*b / *c}).to_proto(shift);
+                *graph.add_initializer() =
+                    vaiq::Tensor::from_values<float>({}, std::vector<float>{*b / *c}).to_proto(shift);
                 // The sum now holds another value: a fresh name, so nothing compares it with the old one.
                 const auto sum = names.fresh(add_node.output(0) + "_unscaled");
                 auto& add_mut = *graph.mutable_node(add);
@@ -386,7 +387,8 @@ bool fold_affine_into_next_layer(vaiq::Model& model) {
                 for (size_t i = 0; i < per_channel; ++i) sum += w[o * per_channel + i];
                 bias[o] += static_cast<float>(*c * sum);
             }
-            const auto bname = names.fresh(conv.name().empty() ? std::string("bias_shifted") : conv.name() + "_bias_shifted");
+            const auto bname =
+                names.fresh(conv.name().empty() ? std::string("bias_shifted") : conv.name() + "_bias_shifted");
             *graph.add_initializer() = vaiq::Tensor::from_values<float>({channels}, bias).to_proto(bname);
             auto& conv_mut = *graph.mutable_node(layer);
             if (conv_mut.input_size() > 2)
@@ -441,9 +443,8 @@ bool optimize_model(vaiq::Model& model) {
         bool now = false;
         // The fusions come before the folds into the next layer, which would
         // otherwise take a Gelu's 0.5 or a HardSwish's 1/6 into the MatMul after it.
-        for (auto* pass : {fold_constants, eliminate_identity, fold_batch_norm, fold_bias_add,
-                           fuse_layer_norm, fuse_gelu, fuse_hard_swish, fold_affine_into_next_layer,
-                           remove_dead_nodes})
+        for (auto* pass : {fold_constants, eliminate_identity, fold_batch_norm, fold_bias_add, fuse_layer_norm,
+                           fuse_gelu, fuse_hard_swish, fold_affine_into_next_layer, remove_dead_nodes})
             now |= pass(model);
         changed |= now;
         if (!now) break;

@@ -41,7 +41,8 @@ VAIQ_PLUGINS(
     vaiq::describe<FunctionPass<p::fold_bias_add>>(
         "fold_bias_add", "0.1.0", "An Add of a constant bias into the Conv, ConvTranspose or Gemm before it"),
     vaiq::describe<FunctionPass<p::fold_scale_mul>>(
-        "fold_scale_mul", "0.1.0", "A Mul by a constant per-channel scale into the Conv, ConvTranspose or Gemm before it"),
+        "fold_scale_mul", "0.1.0",
+        "A Mul by a constant per-channel scale into the Conv, ConvTranspose or Gemm before it"),
     vaiq::describe<FunctionPass<p::fold_affine_into_next_layer>>(
         "fold_affine_into_next_layer", "0.1.0",
         "A scalar Mul (and Add) read only by a Conv, Gemm or MatMul into its weight (and bias)"),

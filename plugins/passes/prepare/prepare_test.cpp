@@ -337,7 +337,9 @@ TEST(FoldAffineIntoNextLayer, ScaleAlwaysShiftOnlyWithoutPadding) {
     // Kept: a scale of zero, and a scaled tensor another node also reads.
     GraphBuilder k;
     k.input("x", {1, 2, 4, 4}).output("y", {1, 3, 4, 4}).output("z", {1, 3, 4, 4}).output("r", {1, 2, 4, 4});
-    k.initializer("zero", ramp({}, 0.0f)).initializer("a", ramp({}, 2.0f)).initializer("w", values({3, 2, 1, 1}, noise));
+    k.initializer("zero", ramp({}, 0.0f))
+        .initializer("a", ramp({}, 2.0f))
+        .initializer("w", values({3, 2, 1, 1}, noise));
     k.node("Mul", {"x", "zero"}, {"m0"});
     k.node("Conv", {"m0", "w"}, {"y"});
     k.node("Mul", {"x", "a"}, {"r"});
@@ -723,8 +725,8 @@ TEST(CrossLayerEqualization, ActivationAwareBalancesTheTensorBetweenTheLayers) {
     EXPECT_TRUE(pass->run(aware));
     vaiq::check_model(aware);
     EXPECT_LT(relative_difference(run(model, {{"x", x}})[0], run(aware, {{"x", x}})[0]), 1e-5);
-    const auto weights_only = expect_same_function("cross_layer_equalization", model, x, 1e-5,
-                                                   {{"scale_append_bias", false}});
+    const auto weights_only =
+        expect_same_function("cross_layer_equalization", model, x, 1e-5, {{"scale_append_bias", false}});
     const float plain_spread = spread(channel_maxima(weights_only, x, "r"));
     const float aware_spread = spread(channel_maxima(aware, x, "r"));
     EXPECT_GT(plain_spread, 50.0f) << "weights alone leave the activation as it was";
