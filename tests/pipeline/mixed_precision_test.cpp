@@ -272,4 +272,50 @@ TEST(MixedPrecisionSearch, OutOfReachByTheRankingItRaisesWhatMeasurablyHelps) {
     EXPECT_LE(built, 8) << "each candidate measured once, not every subset";
 }
 
+// Out of reach, a set that agrees with the float model on one row more but is
+// much noisier is not the better one: a row or two of top-1 agreement is the
+// calibration data's noise, and SQNR decides. 100 rows; y = x + e(raised set).
+TEST(MixedPrecisionSearch, TopOneAgreementsARowApartAreTiedAndSqnrDecides) {
+    constexpr int64_t kRows = 100;
+    std::vector<float> x(2 * kRows);
+    for (int64_t r = 0; r < kRows; ++r) {
+        x[2 * r] = r < 3 ? 0.5f : 0.0f;  // rows 0-2 are close calls
+        x[2 * r + 1] = r < 3 ? 0.6f : 1.0f;
+    }
+    // The error each raised set leaves on the first column, row by row.
+    auto error_of = [&](const std::set<std::string>& raised) {
+        std::vector<float> e(2 * kRows, 0.0f);
+        const bool a = raised.count("a") > 0, b = raised.count("b") > 0;
+        for (int64_t r = 0; r < kRows; ++r)
+            e[2 * r] = a && b ? (r < 2 ? 0.15f : 0.0f)  // rows 0 and 1 flip, no noise: 98 %
+                       : a    ? (r == 0  ? 0.3f
+                                 : r < 3 ? 0.05f
+                                         : 0.3f)  // row 0 flips, noise everywhere: 99 %
+                              : 0.3f;                // rows 0-2 flip: 97 %
+        return e;
+    };
+    vaiq::ReferenceBatches reference;
+    reference.output_name = "y";
+    const auto input = Tensor::from_values<float>({kRows, 2}, x);
+    reference.feeds.push_back({{"x", input}});
+    reference.outputs.push_back(input);
+    vaiq::Raising raise;
+    raise.count = [](const std::set<std::string>& raised) { return raised.size(); };
+    raise.model = [&](const std::set<std::string>& raised) {
+        GraphBuilder b;
+        b.input("x", {kRows, 2}).output("y", {kRows, 2});
+        b.initializer("e", Tensor::from_values<float>({kRows, 2}, error_of(raised)));
+        b.node("Add", {"x", "e"}, {"y"});
+        return b.build();
+    };
+    std::vector<vaiq::TensorSensitivity> ranking;
+    for (const char* t : {"a", "b"})
+        ranking.push_back({t, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0});
+    vaiq::MixedPrecisionTarget target;
+    target.top1_drop = 0.0;  // every row: out of reach
+    const auto result = vaiq::search_mixed_precision(target, ranking, raise, reference, 2, 1);
+    EXPECT_FALSE(result.report["met"].get<bool>());
+    EXPECT_EQ(result.raised, (std::set<std::string>{"a", "b"})) << result.report.dump();
+}
+
 }  // namespace

@@ -232,9 +232,13 @@ MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target,
     };
     auto met = [&](size_t k) { return target.met_by(error_at(k)); };
 
-    // Among equal scores (top-1 agreement moves in whole rows) the better SQNR.
+    // Top-1 agreements a row or two apart are ties (one row of 1280 is noise
+    // of the calibration data, not a better set): the better SQNR decides them.
     auto better = [&](const OutputError& a, const OutputError& b) {
-        return target.score(a) > target.score(b) || (target.score(a) == target.score(b) && a.sqnr_db > b.sqnr_db);
+        constexpr double kTiedRows = 2;
+        const double tie = target.top1_drop ? kTiedRows / static_cast<double>(std::max<int64_t>(a.rows, 1)) : 0.0;
+        const double da = target.score(a), db = target.score(b);
+        return da > db + tie || (std::abs(da - db) <= tie && a.sqnr_db > b.sqnr_db);
     };
     size_t chosen = 0;
     std::optional<std::pair<std::set<std::string>, OutputError>> greedy;

@@ -88,6 +88,7 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
     out.sqnr_db = sums.sqnr_db().value_or(std::numeric_limits<double>::infinity());
     out.relative_l2 = sums.signal > 0 ? std::sqrt(sums.noise / sums.signal) : 0.0;
     out.top1_agreement = rows > 0 ? static_cast<double>(agree) / static_cast<double>(rows) : 1.0;
+    out.rows = rows;
     return out;
 }
 

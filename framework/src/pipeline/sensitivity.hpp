@@ -39,6 +39,7 @@ struct OutputError {
     double sqnr_db = 0;         ///< +inf when exact
     double relative_l2 = 0;     ///< ||f - q|| / ||f||
     double top1_agreement = 0;  ///< rows (over the last axis) whose argmax agrees with the float model's
+    int64_t rows = 0;           ///< the rows top1_agreement counts
 };
 
 OutputError measure_output(const Model& candidate, const ReferenceBatches& reference, int threads);
