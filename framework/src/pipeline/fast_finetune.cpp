@@ -157,8 +157,8 @@ float rectified_sigmoid(float v) {
 }
 
 // The sampled columns a layer is fitted on, and those held out to judge the
-// fit: a fifth of them (the reservoir keeps them in random order, so the last
-// fifth will do) once there are enough. A layer with few samples and many
+// fit: the reservoir's last fifth once there are enough (the last samples'
+// columns while the reservoir has room, columns from anywhere once it filled). A layer with few samples and many
 // weights (a squeeze-excitation Conv sees one column per sample) can fit them
 // exactly and generalise worse than nearest rounding; the held-out columns
 // show it, stop the fit at its best and keep nearest rounding when that is better.
