@@ -70,9 +70,8 @@ namespace {
 
 // A scalar float constant equal to `value` (within float rounding).
 bool is_scalar(const vaiq::GraphIndex& index, const std::string& name, float value) {
-    const auto t = vaiq::constant_tensor(index, name);
-    return t && t->type() == vaiq::DataType::Float && t->size() == 1 &&
-           std::abs(t->data<float>()[0] - value) <= 1e-6f * std::abs(value);
+    const auto v = scalar_constant(index, name);
+    return v && std::abs(*v - value) <= 1e-6f * std::abs(value);
 }
 
 // The node producing `tensor` when it is a default-domain `op` whose output

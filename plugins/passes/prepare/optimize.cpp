@@ -245,15 +245,6 @@ bool fold_channel_op_into_layer(vaiq::Model& model, std::string_view op_type, st
     return true;
 }
 
-// A finite scalar float constant's value, or nullopt.
-std::optional<float> scalar_constant(const vaiq::GraphIndex& index, const std::string& name) {
-    const auto t = vaiq::constant_tensor(index, name);
-    if (!t || t->type() != vaiq::DataType::Float || t->size() != 1 || t->shape().size() > 1) return std::nullopt;
-    const float v = t->data<float>()[0];
-    if (!std::isfinite(v)) return std::nullopt;
-    return v;
-}
-
 // The one node reading `tensor` at input 0 when it is a Conv, Gemm or MatMul
 // with a constant float weight (input 1) that is not also its data; -1 else.
 int sole_linear_reader(const onnx::GraphProto& graph, const vaiq::GraphIndex& index, const std::string& tensor) {
@@ -291,6 +282,14 @@ bool conv_pads(const onnx::NodeProto& conv) {
 
 }  // namespace
 
+std::optional<float> scalar_constant(const vaiq::GraphIndex& index, const std::string& name, size_t max_rank) {
+    const auto t = vaiq::constant_tensor(index, name);
+    if (!t || t->type() != vaiq::DataType::Float || t->size() != 1 || t->shape().size() > max_rank) return std::nullopt;
+    const float v = t->data<float>()[0];
+    if (!std::isfinite(v)) return std::nullopt;
+    return v;
+}
+
 bool fold_bias_add(vaiq::Model& model) {
     return fold_channel_op_into_layer(model, "Add", "fold_bias_add", [](std::vector<float> v) {
         const size_t channels = v.size();
@@ -327,7 +326,7 @@ bool fold_affine_into_next_layer(vaiq::Model& model) {
         const bool is_mul = node.op_type() == "Mul";
         if (!is_mul && node.op_type() != "Add") continue;
         for (int slot = 0; slot < 2; ++slot) {
-            const auto c = scalar_constant(index, node.input(1 - slot));
+            const auto c = scalar_constant(index, node.input(1 - slot), 1);
             if (!c || index.initializer(node.input(slot)) || (is_mul && *c == 0.0f)) continue;
             const auto& out = node.output(0);
             if (is_mul) {
@@ -347,7 +346,7 @@ bool fold_affine_into_next_layer(vaiq::Model& model) {
                     touched.count(add))
                     continue;
                 const int b_slot = 1 - uses[0].slot;
-                const auto b = scalar_constant(index, add_node.input(b_slot));
+                const auto b = scalar_constant(index, add_node.input(b_slot), 1);
                 if (!b) continue;
                 const int layer = sole_linear_reader(graph, index, add_node.output(0));
                 if (layer < 0 || touched.count(layer) || graph.node(layer).op_type() != "Conv") continue;

@@ -5,7 +5,15 @@
 
 #include <vaiq/vaiq.hpp>
 
+#include <limits>
+#include <optional>
+#include <string>
+
 namespace prepare_passes {
+
+// A finite float constant with one element, of rank `max_rank` or less; nullopt else.
+std::optional<float> scalar_constant(const vaiq::GraphIndex& index, const std::string& name,
+                                     size_t max_rank = std::numeric_limits<size_t>::max());
 
 // Optimization (optimize_model runs them all to a fixed point).
 bool eliminate_identity(vaiq::Model& model);
