@@ -8,6 +8,7 @@
 #include <random>
 
 #include "executor_test_support.hpp"
+#include "runtime/cpu_features.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/infer.hpp"
 #include "runtime/kernels/ort_float.hpp"
@@ -174,6 +175,41 @@ TEST(Executor, QLinearAddRequantizesLikeOnnxRuntime) {
               (std::vector<uint8_t>{10, 12, 0, 137}));
 }
 
+// Ties within a float rounding step, from a quantized ViT's LayerNorm, where
+// ONNX Runtime's order of operations decides the result.
+TEST(Executor, QLinearAddAndMulRoundNearTiesAsOnnxRuntime) {
+    auto run = [](const std::string& op, uint8_t a, float sa, uint8_t za, uint8_t bv, float sb, uint8_t zb, float sc,
+                  uint8_t zc) {
+        vaiq::test::GraphBuilder b;
+        b.input("a", {1}, DataType::UInt8).input("b", {1}, DataType::UInt8).output("c", {1}, DataType::UInt8);
+        b.initializer("sa", Tensor::from_values<float>({}, std::vector<float>{sa}));
+        b.initializer("za", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{za}));
+        b.initializer("sb", Tensor::from_values<float>({}, std::vector<float>{sb}));
+        b.initializer("zb", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{zb}));
+        b.initializer("sc", Tensor::from_values<float>({}, std::vector<float>{sc}));
+        b.initializer("zc", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{zc}));
+        b.node(op, {"a", "sa", "za", "b", "sb", "zb", "sc", "zc"}, {"c"}, "op").set_domain("com.microsoft");
+        auto model = b.build();
+        auto* ms = model.proto().add_opset_import();
+        ms->set_domain("com.microsoft");
+        ms->set_version(1);
+        Executor e(model);
+        return e
+            .run({{"a", Tensor::from_values<uint8_t>({1}, std::vector<uint8_t>{a})},
+                  {"b", Tensor::from_values<uint8_t>({1}, std::vector<uint8_t>{bv})}})[0]
+            .data<uint8_t>()[0];
+    };
+    const float sa = 0x1.e7a4fep-6f, sb = 0x1.d5c55cp-12f, sc = 0x1.e8b12p-6f;
+    // (114 - 133) sa + (82 - 118) sb is 113.4999911 steps above zc - 133: the fixed part's
+    // fused multiply-add (ONNX Runtime's AVX2 kernel) lifts it to 113.50001, which rounds to 114.
+    const bool fused = vaiq::runtime::cpu_features().avx2 && vaiq::runtime::cpu_features().fma;
+    EXPECT_EQ(run("QLinearAdd", 114, sa, 133, 82, sb, 118, sc, 133), fused ? 114 : 113);
+    // QLinearMul: float((a - za)(b - zb)) * ((sa sb) / sc) + zc. With every scale 0.1 and
+    // a = b = 5, 25 * 0.10000001 = 2.5000002 rounds to 3; the dequantized values'
+    // product, 0.5 * 0.5 / 0.1 = 2.5, would round to 2.
+    EXPECT_EQ(run("QLinearMul", 5, 0.1f, 0, 5, 0.1f, 0, 0.1f, 0), 3);
+}
+
 // QLinearConv on the int8 path against a brute-force loop, for uint8 and int8
 // inputs with a non-zero zero point, padding (filled with that zero point),
 // strides and groups: the integer sums must be exact.
@@ -331,6 +367,40 @@ TEST(QdqFusion, FoldsAZeroPadIntoQLinearAveragePool) {
     const auto a = fused.run({{"x", x}})[0], c = plain.run({{"x", x}})[0];
     ASSERT_EQ(a.shape(), (std::vector<int64_t>{1, 2, 3, 3}));
     for (int64_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a.data<float>()[i], c.data<float>()[i], 0.0501f) << i;
+}
+
+// DQ -> Transpose -> Q with one scale and zero point: the Transpose moves the
+// uint8 values themselves (ONNX Runtime drops the pair); with another scale on
+// the Q the pair stays, and so does the float Transpose.
+TEST(QdqFusion, DropsTheQdqPairAroundAnOpThatOnlyMovesValues) {
+    auto build = [](float out_scale, const std::string& op) {
+        vaiq::test::GraphBuilder b;
+        b.input("x", {1, 2, 3}).output("y", {1, 3, 2});
+        b.initializer("s", Tensor::from_values<float>({}, std::vector<float>{0.04f}));
+        b.initializer("so", Tensor::from_values<float>({}, std::vector<float>{out_scale}));
+        b.initializer("z", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{100}));
+        b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
+        b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
+        auto& n = b.node(op, {"xd"}, {"t"}, "moved");
+        if (op == "Transpose") vaiq::test::set_ints_attribute(n, "perm", {0, 2, 1});
+        b.node("QuantizeLinear", {"t", "so", "z"}, {"tq"});
+        b.node("DequantizeLinear", {"tq", "so", "z"}, {"y"});
+        return b.build();
+    };
+    const auto x = vaiq::test::ramp({1, 2, 3}, -1.0f, 0.37f);
+    const auto same = build(0.04f, "Transpose");
+    Executor fused(same), plain(same, {.fuse_qdq = false});
+    EXPECT_NE(tap_error(fused, x, "t").find("inside an integer operator"), std::string::npos);
+    const auto a = fused.run({{"x", x}})[0], c = plain.run({{"x", x}})[0];
+    ASSERT_EQ(a.shape(), (std::vector<int64_t>{1, 3, 2}));
+    for (int64_t i = 0; i < a.size(); ++i) EXPECT_EQ(a.data<float>()[i], c.data<float>()[i]) << i;
+    const auto rescaled_model = build(0.05f, "Transpose");
+    Executor rescaled(rescaled_model);
+    EXPECT_EQ(tap_error(rescaled, x, "t"), "");
+    // An op that computes (Relu) is not a move: its pair stays.
+    const auto computed_model = build(0.04f, "Relu");
+    Executor computed(computed_model);
+    EXPECT_EQ(tap_error(computed, x, "t"), "");
 }
 
 vaiq::Model contrib_model(vaiq::test::GraphBuilder& b) {

@@ -36,8 +36,8 @@ class Fusion {
         std::set<int> removed;
         for (int n = 0; n < graph_.node_size(); ++n) {
             const auto& node = graph_.node(n);
-            if (!is_default_domain(node) || !qlinear_form(node.op_type()) || removed.count(n)) continue;
-            auto fused = fuse(n);
+            if (!is_default_domain(node) || removed.count(n)) continue;
+            auto fused = qlinear_form(node.op_type()) ? fuse(n) : drop_pair(n);
             if (!fused) continue;
             replaced[n] = std::move(fused->node);
             for (int r : fused->removed_nodes) removed.insert(r);
@@ -215,6 +215,41 @@ class Fusion {
                 return std::nullopt;  // one type throughout
         fused.node = qlinear_node(node, *in, *q);
         if (!folded_pads.empty()) fold_pads(fused.node, folded_pads);
+        return fused;
+    }
+
+    // ONNX Runtime's DropQDQNodesRules: an op that only moves, selects or
+    // compares values, between a DequantizeLinear and a QuantizeLinear with the
+    // same scale and zero point, runs on the integers themselves (exact: Q(DQ(x))
+    // is x). The max and min need a positive scale to keep their order.
+    std::optional<Fused> drop_pair(int n) const {
+        const auto& node = graph_.node(n);
+        static const std::set<std::string, std::less<>> kMoves = {"Expand",    "Flatten",  "Gather",  "GatherElements",
+                                                                  "Reshape",   "Slice",    "Squeeze", "Tile",
+                                                                  "Transpose", "Unsqueeze"};
+        const auto& op = node.op_type();
+        const bool ordered = (op == "MaxPool" && opset_ >= 12) || op == "ReduceMax" || op == "ReduceMin";
+        if ((!kMoves.count(op) && !ordered) || node.output_size() != 1 || node.input_size() < 1) return std::nullopt;
+        for (int i = 1; i < node.input_size(); ++i)
+            if (dequantized(node.input(i))) return std::nullopt;  // one dequantized input, as there
+        const auto dq = dequantized(node.input(0));
+        if (!dq || !dq->per_tensor ||
+            (dq->elem_type != onnx::TensorProto::UINT8 && dq->elem_type != onnx::TensorProto::INT8))
+            return std::nullopt;
+        const int consumer = sole_consumer(node.output(0));
+        if (consumer < 0 || !is_default_domain(graph_.node(consumer)) ||
+            graph_.node(consumer).op_type() != "QuantizeLinear")
+            return std::nullopt;
+        const auto q = params_of(consumer);
+        if (!q || !q->per_tensor || q->elem_type != dq->elem_type || q->scale_value != dq->scale_value ||
+            q->zero_point_value != dq->zero_point_value || (ordered && !(q->scale_value > 0)))
+            return std::nullopt;
+        Fused fused;
+        fused.node = node;
+        fused.node.set_input(0, dq->tensor);
+        fused.node.set_output(0, q->tensor);
+        fused.removed_nodes.push_back(consumer);
+        fused.gone.push_back(node.output(0));
         return fused;
     }
 
