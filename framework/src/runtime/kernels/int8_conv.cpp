@@ -1,5 +1,8 @@
 #include "runtime/kernels/int8_conv.hpp"
 
+#include <algorithm>
+#include <utility>
+
 #include "runtime/kernels/dnnl_util.hpp"
 
 namespace vaiq::runtime {
@@ -185,11 +188,18 @@ std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_
         s.insert(s.begin(), rank - s.size(), 1);
         return s;
     };
-    const auto as = pad(a.shape());
+    auto as = pad(a.shape());
     const auto bs = b_transposed ? std::vector<int64_t>{b.shape()[1], b.shape()[0]} : pad(b.shape());
+    if (bs[rank - 2] != as[rank - 1]) ctx.fail("inner dimensions differ");
+    const std::vector<int64_t> b_batch(bs.begin(), bs.end() - 2);
+    const auto result_batch = broadcast_shapes(ctx, std::vector<int64_t>(as.begin(), as.end() - 2), b_batch);
+    // A stack of A matrices times one B is one taller A: one matrix product instead
+    // of a thin one per matrix of the stack (the sums are laid out the same).
+    const int64_t a_rows = as[rank - 2];
+    if (std::all_of(b_batch.begin(), b_batch.end(), [](int64_t d) { return d == 1; }))
+        for (size_t d = 0; d + 2 < rank; ++d) as[rank - 2] *= std::exchange(as[d], 1);
     const int64_t m = as[rank - 2], k = as[rank - 1], n = bs[rank - 1];
-    if (bs[rank - 2] != k) ctx.fail("inner dimensions differ");
-    const std::vector<int64_t> a_batch(as.begin(), as.end() - 2), b_batch(bs.begin(), bs.end() - 2);
+    const std::vector<int64_t> a_batch(as.begin(), as.end() - 2);
     const auto batch = broadcast_shapes(ctx, a_batch, b_batch);
     auto state = std::static_pointer_cast<Int8MatMulState>(opaque);
     if (!state || state->a_shape != a.shape() || state->b_shape != b.shape()) {
@@ -242,27 +252,33 @@ std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_
     stream.wait();
     // Σ (a - za)(b - zb) = Σ a b - za Σ_k b - zb Σ_k a + k za zb.
     const auto ia = broadcast_index(a_batch, batch), ib = broadcast_index(b_batch, batch);
-    std::vector<int32_t> row_sums(static_cast<size_t>(m));
+    std::vector<int32_t> row_sums(static_cast<size_t>(m), 0), column_shares(static_cast<size_t>(n));
     const bool a_unsigned = a.type() == DataType::UInt8;
     const auto* a_bytes = a.bytes().data();
+    const int32_t constant = static_cast<int32_t>(k) * a_zero_point * b_zp;
     for (size_t p = 0; p < ia.size(); ++p) {
-        for (int64_t i = 0; i < m; ++i) {
-            int32_t sum = 0;
-            const int64_t row = (ia[p] * m + i) * k;
-            if (a_unsigned)
-                for (int64_t q = 0; q < k; ++q) sum += std::to_integer<uint8_t>(a_bytes[row + q]);
-            else
-                for (int64_t q = 0; q < k; ++q) sum += static_cast<int8_t>(std::to_integer<uint8_t>(a_bytes[row + q]));
-            row_sums[i] = sum;
-        }
-        const int32_t constant = static_cast<int32_t>(k) * a_zero_point * b_zp;
+        if (b_zp != 0)  // a symmetric B (weights, mostly) needs no sums of A
+            for (int64_t i = 0; i < m; ++i) {
+                int32_t sum = 0;
+                const int64_t row = (ia[p] * m + i) * k;
+                if (a_unsigned)
+                    for (int64_t q = 0; q < k; ++q) sum += std::to_integer<uint8_t>(a_bytes[row + q]);
+                else
+                    for (int64_t q = 0; q < k; ++q)
+                        sum += static_cast<int8_t>(std::to_integer<uint8_t>(a_bytes[row + q]));
+                row_sums[i] = b_zp * sum;
+            }
         const int32_t* columns = state->column_sums.data() + ib[p] * n;
+        for (int64_t j = 0; j < n; ++j) column_shares[j] = a_zero_point * columns[j] - constant;
         for (int64_t i = 0; i < m; ++i) {
             int32_t* out = acc.data() + (static_cast<int64_t>(p) * m + i) * n;
-            const int32_t row_share = b_zp * row_sums[i] - constant;
-            for (int64_t j = 0; j < n; ++j) out[j] -= a_zero_point * columns[j] + row_share;
+            const int32_t row_share = row_sums[i];
+            for (int64_t j = 0; j < n; ++j) out[j] -= column_shares[j] + row_share;
         }
     }
+    shape = result_batch;
+    shape.push_back(a_rows);
+    shape.push_back(n);
     return acc;
 }
 

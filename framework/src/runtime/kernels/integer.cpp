@@ -222,13 +222,17 @@ void qgemm(KernelContext& ctx, std::vector<Tensor>& out) {
         const auto& c = ctx.input(6);
         if (c.type() != DataType::Int32) ctx.fail("C must be int32");
         const auto cv = c.data<int32_t>();
-        for (int64_t i = 0; i < m; ++i)
-            for (int64_t j = 0; j < n; ++j) {
-                const size_t at = c.size() == 1   ? 0
-                                  : c.size() == n ? static_cast<size_t>(j)
-                                                  : static_cast<size_t>(i * n + j);
-                acc[i * n + j] += cv[at];
+        if (c.size() != 1 && c.size() != n && c.size() != m * n) ctx.fail("C must have 1, N or M x N values");
+        // A row of C per row of the sums (a bias), or one value for all; as rows, so the adds vectorise.
+        for (int64_t i = 0; i < m; ++i) {
+            int32_t* row = acc.data() + i * n;
+            if (c.size() == 1) {
+                for (int64_t j = 0; j < n; ++j) row[j] += cv[0];
+            } else {
+                const int32_t* add = cv.data() + (c.size() == n ? 0 : i * n);
+                for (int64_t j = 0; j < n; ++j) row[j] += add[j];
             }
+        }
     }
     const auto sa = floats(ctx.input(1)), sb = floats(ctx.input(4));
     if (!ctx.has_input(7)) {

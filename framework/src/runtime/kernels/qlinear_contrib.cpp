@@ -195,7 +195,14 @@ void qlinear_mul(KernelContext& ctx, std::vector<Tensor>& out) {
     const Tensor product =
         broadcast_binary<float, float>(ctx, fa, fb, [&](float x, float y) { return (x - za) * (y - zb) * ratio + zc; });
     const auto v = product.data<float>();
-    out[0] = quantized_tensor(ctx, type, product.shape(), 0.0, [&](size_t i) { return v[i]; });
+    Tensor y = Tensor::uninitialized(type, product.shape());
+    if (type == DataType::UInt8)
+        quantize_8_bit_divided(v.data(), y.mutable_data<uint8_t>().data(), v.size(), 1.0f, 0.0f);
+    else if (type == DataType::Int8)
+        quantize_8_bit_divided(v.data(), y.mutable_data<int8_t>().data(), v.size(), 1.0f, 0.0f);
+    else
+        ctx.fail("the output must be int8 or uint8");
+    out[0] = std::move(y);
 }
 
 // QLinearGlobalAveragePool: (X, x_scale, x_zp, y_scale, y_zp), NCHW or channels_last.
