@@ -147,6 +147,40 @@ TEST(Executor, QLinearMatMulSumsCentredIntegersExactly) {
     EXPECT_LT(saturated, checked / 2) << "the values should mostly be inside the range";
 }
 
+// A 4-D stack of A matrices times one symmetric int8 B (a weight): one taller
+// product without sums of A; each value as the centred sum gives it.
+TEST(Executor, QLinearMatMulOfAStackByASymmetricWeightIsExact) {
+    const int64_t outer = 2, batch = 3, m = 4, k = 33, n = 9;
+    std::vector<uint8_t> av(outer * batch * m * k);
+    std::vector<int8_t> bv(k * n);
+    for (size_t i = 0; i < av.size(); ++i) av[i] = static_cast<uint8_t>((i * 53 + 3) % 256);
+    for (size_t i = 0; i < bv.size(); ++i) bv[i] = static_cast<int8_t>(static_cast<int>((i * 29 + 1) % 255) - 127);
+    vaiq::test::GraphBuilder g;
+    g.input("a", {outer, batch, m, k}, DataType::UInt8).output("y", {outer, batch, m, n}, DataType::UInt8);
+    g.initializer("b", Tensor::from_values<int8_t>({k, n}, bv));
+    g.initializer("sa", Tensor::from_values<float>({}, std::vector<float>{0.03f}));
+    g.initializer("za", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{120}));
+    g.initializer("sb", Tensor::from_values<float>({}, std::vector<float>{0.002f}));
+    g.initializer("zb", Tensor::from_values<int8_t>({}, std::vector<int8_t>{0}));
+    g.initializer("sy", Tensor::from_values<float>({}, std::vector<float>{0.4f}));
+    g.initializer("zy", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{128}));
+    g.node("QLinearMatMul", {"a", "sa", "za", "b", "sb", "zb", "sy", "zy"}, {"y"});
+    const auto model = g.build();
+    Executor executor(model, {.threads = 1});
+    const auto y = executor.run({{"a", Tensor::from_values<uint8_t>({outer, batch, m, k}, av)}})[0];
+    ASSERT_EQ(y.shape(), (std::vector<int64_t>{outer, batch, m, n}));
+    const auto out = y.data<uint8_t>();
+    int mismatches = 0;
+    for (int64_t r = 0; r < outer * batch * m; ++r)
+        for (int64_t j = 0; j < n; ++j) {
+            int32_t acc = 0;
+            for (int64_t q = 0; q < k; ++q) acc += (av[r * k + q] - 120) * bv[q * n + j];
+            const float v = std::nearbyint(static_cast<float>(acc) * (0.03f * 0.002f / 0.4f)) + 128;
+            mismatches += out[r * n + j] != static_cast<uint8_t>(std::clamp(v, 0.0f, 255.0f));
+        }
+    EXPECT_EQ(mismatches, 0);
+}
+
 TEST(Executor, QLinearAddRequantizesLikeOnnxRuntime) {
     // a = (q - 128) * 0.5, b = (q - 0) * 0.25, c = round((a + b) / 1.0) + 10, saturated to uint8.
     vaiq::test::GraphBuilder b;
