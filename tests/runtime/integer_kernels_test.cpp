@@ -437,6 +437,30 @@ TEST(QdqFusion, DropsTheQdqPairAroundAnOpThatOnlyMovesValues) {
     EXPECT_EQ(tap_error(computed, x, "t"), "");
 }
 
+// DQ -> MaxPool -> Q (padded, strided) with one scale: the pool takes the max of
+// the uint8 values themselves, exactly the float pool's quantized result.
+TEST(QdqFusion, MaxPoolBetweenAnEqualPairRunsOnTheIntegers) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 3, 5, 5}).output("y", {1, 3, 3, 3});
+    b.initializer("s", Tensor::from_values<float>({}, std::vector<float>{0.03f}));
+    b.initializer("z", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{90}));
+    b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
+    b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
+    auto& pool = b.node("MaxPool", {"xd"}, {"p"}, "pool");
+    vaiq::test::set_ints_attribute(pool, "kernel_shape", {3, 3});
+    vaiq::test::set_ints_attribute(pool, "strides", {2, 2});
+    vaiq::test::set_ints_attribute(pool, "pads", {1, 1, 1, 1});
+    b.node("QuantizeLinear", {"p", "s", "z"}, {"pq"});
+    b.node("DequantizeLinear", {"pq", "s", "z"}, {"y"});
+    const auto model = b.build();
+    const auto x = vaiq::test::ramp({1, 3, 5, 5}, -2.0f, 0.057f);
+    Executor fused(model), plain(model, {.fuse_qdq = false});
+    EXPECT_NE(tap_error(fused, x, "p").find("inside an integer operator"), std::string::npos);
+    const auto a = fused.run({{"x", x}})[0], c = plain.run({{"x", x}})[0];
+    ASSERT_EQ(a.shape(), (std::vector<int64_t>{1, 3, 3, 3}));
+    for (int64_t i = 0; i < a.size(); ++i) EXPECT_EQ(a.data<float>()[i], c.data<float>()[i]) << i;
+}
+
 vaiq::Model contrib_model(vaiq::test::GraphBuilder& b) {
     auto model = b.build();
     auto* ms = model.proto().add_opset_import();

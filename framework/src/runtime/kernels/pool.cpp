@@ -43,12 +43,15 @@ struct PoolState {
 
 // oneDNN handles float pooling without an Indices output, except an average
 // whose ceil_mode window reaches past the declared padding (oneDNN would count
-// that extension as padding). Returns false when it cannot.
+// that extension as padding), and 8-bit max pooling (exact: a max of integers,
+// as after a dropped Q/DQ pair). Returns false when it cannot.
 bool dnnl_pool(KernelContext& ctx, std::vector<Tensor>& out, bool is_max, const WindowGeometry& g,
                const std::vector<int64_t>& kernel, bool nhwc) {
     const auto& x = ctx.input(0);
     const bool include_pad = ctx.attributes.get_int("count_include_pad", 0) != 0;
-    if (x.type() != DataType::Float || out.size() > 1 || (!is_max && include_pad && g.pad_end != g.declared_pad_end))
+    const bool bytes = x.type() == DataType::UInt8 || x.type() == DataType::Int8;
+    if ((x.type() != DataType::Float && !(bytes && is_max)) || out.size() > 1 ||
+        (!is_max && include_pad && g.pad_end != g.declared_pad_end))
         return false;
     auto state = std::static_pointer_cast<PoolState>(ctx.state);
     if (!state || state->x_shape != x.shape()) {
@@ -61,8 +64,11 @@ bool dnnl_pool(KernelContext& ctx, std::vector<Tensor>& out, bool is_max, const 
         y_dims.insert(y_dims.end(), g.out.begin(), g.out.end());
         state->y_shape = nhwc ? std::vector<int64_t>{y_dims[0], y_dims[2], y_dims[3], y_dims[1]} : y_dims;
         const auto layout = nhwc ? memory::format_tag::nhwc : plain_tag(dims.size());
-        state->src = memory::desc(dims_of(dims), memory::data_type::f32, layout);
-        state->dst = memory::desc(dims_of(y_dims), memory::data_type::f32, layout);
+        const auto type = x.type() == DataType::UInt8 ? memory::data_type::u8
+                          : x.type() == DataType::Int8  ? memory::data_type::s8
+                                                        : memory::data_type::f32;
+        state->src = memory::desc(dims_of(dims), type, layout);
+        state->dst = memory::desc(dims_of(y_dims), type, layout);
         memory::dims dilation;
         for (auto d : g.dilations) dilation.push_back(d - 1);
         const auto alg = is_max        ? dnnl::algorithm::pooling_max
@@ -74,7 +80,7 @@ bool dnnl_pool(KernelContext& ctx, std::vector<Tensor>& out, bool is_max, const 
         state->primitive = dnnl::pooling_v2_forward(dnnl::pooling_v2_forward::primitive_desc(desc, cpu_engine()));
         ctx.state = state;
     }
-    Tensor y = Tensor::uninitialized(DataType::Float, state->y_shape);
+    Tensor y = Tensor::uninitialized(x.type(), state->y_shape);
     dnnl::stream stream(cpu_engine());
     dnnl::memory dst(state->dst, cpu_engine(), y.mutable_bytes().data());
     state->primitive.execute(stream, {{DNNL_ARG_SRC, wrap(state->src, x)}, {DNNL_ARG_DST, dst}});
