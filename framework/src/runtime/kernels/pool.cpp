@@ -64,9 +64,9 @@ bool dnnl_pool(KernelContext& ctx, std::vector<Tensor>& out, bool is_max, const 
         y_dims.insert(y_dims.end(), g.out.begin(), g.out.end());
         state->y_shape = nhwc ? std::vector<int64_t>{y_dims[0], y_dims[2], y_dims[3], y_dims[1]} : y_dims;
         const auto layout = nhwc ? memory::format_tag::nhwc : plain_tag(dims.size());
-        const auto type = x.type() == DataType::UInt8 ? memory::data_type::u8
-                          : x.type() == DataType::Int8  ? memory::data_type::s8
-                                                        : memory::data_type::f32;
+        const auto type = x.type() == DataType::UInt8  ? memory::data_type::u8
+                          : x.type() == DataType::Int8 ? memory::data_type::s8
+                                                       : memory::data_type::f32;
         state->src = memory::desc(dims_of(dims), type, layout);
         state->dst = memory::desc(dims_of(y_dims), type, layout);
         memory::dims dilation;
