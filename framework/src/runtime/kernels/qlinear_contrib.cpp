@@ -136,20 +136,35 @@ void qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
     const bool b_repeats = repeats_within(as, bs) && a.data->size() % std::max<int64_t>(b.data->size(), 1) == 0;
     const bool a_repeats =
         !b_repeats && repeats_within(bs, as) && b.data->size() % std::max<int64_t>(a.data->size(), 1) == 0;
-    if (!a_scalar && !b_scalar && (a_repeats || b_repeats) && is_8_bit(a.data->type()) &&
-        is_8_bit(b.data->type()) && is_8_bit(type)) {
-        // One fused pass to floats, one to the output type.
+    if (!a_scalar && !b_scalar && (a_repeats || b_repeats) && is_8_bit(a.data->type()) && is_8_bit(b.data->type()) &&
+        is_8_bit(type)) {
+        // Per chunk of rows (one per thread at a time), one fused pass to floats and
+        // one to the output type, while the chunk is in cache.
         const auto n = static_cast<size_t>(std::max(a.data->size(), b.data->size()));
         const auto row = static_cast<size_t>(std::min(a.data->size(), b.data->size()));
-        std::vector<float> sum(n);
+        Tensor y = Tensor::uninitialized(type, a_repeats ? bs : as);
+        auto* y_bytes = reinterpret_cast<uint8_t*>(y.mutable_bytes().data());  // taken once, before the threads
         auto pair = [&](auto a_tag, auto b_tag) {
             using TA = decltype(a_tag);
             using TB = decltype(b_tag);
             const TA* av = a.data->data<TA>().data();
             const TB* bv = b.data->data<TB>().data();
-            for (size_t start = 0; start < n && row > 0; start += row)
-                add_scaled(av + (a_repeats ? 0 : start), bv + (a_repeats ? start : 0), sum.data() + start, row,
-                           ratio_a, ratio_b, fixed);
+            if (row == 0) return;
+            const size_t rows = n / row, rows_per_chunk = std::max<size_t>(1, (size_t{1} << 14) / row);
+            const auto chunks = static_cast<int64_t>((rows + rows_per_chunk - 1) / rows_per_chunk);
+#pragma omp parallel for if (chunks > 1)
+            for (int64_t c = 0; c < chunks; ++c) {
+                const size_t first = static_cast<size_t>(c) * rows_per_chunk * row;
+                const size_t count = std::min(n - first, rows_per_chunk * row);
+                std::vector<float> sum(count);
+                for (size_t start = 0; start < count; start += row)
+                    add_scaled(av + (a_repeats ? 0 : first + start), bv + (a_repeats ? first + start : 0),
+                               sum.data() + start, row, ratio_a, ratio_b, fixed);
+                if (type == DataType::UInt8)
+                    quantize_8_bit_divided(sum.data(), y_bytes + first, count, 1.0f, 0.0f);
+                else
+                    quantize_8_bit_divided(sum.data(), reinterpret_cast<int8_t*>(y_bytes) + first, count, 1.0f, 0.0f);
+            }
         };
         const bool a_u8 = a.data->type() == DataType::UInt8, b_u8 = b.data->type() == DataType::UInt8;
         if (a_u8 && b_u8)
@@ -160,11 +175,6 @@ void qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
             pair(int8_t{}, uint8_t{});
         else
             pair(int8_t{}, int8_t{});
-        Tensor y = Tensor::uninitialized(type, a_repeats ? bs : as);
-        if (type == DataType::UInt8)
-            quantize_8_bit_divided(sum.data(), y.mutable_data<uint8_t>().data(), n, 1.0f, 0.0f);
-        else
-            quantize_8_bit_divided(sum.data(), y.mutable_data<int8_t>().data(), n, 1.0f, 0.0f);
         out[0] = std::move(y);
         return;
     }
@@ -316,10 +326,15 @@ void qlinear_softmax(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto* xv = reinterpret_cast<const uint8_t*>(x.bytes().data());
     auto* yv = reinterpret_cast<uint8_t*>(out[0].mutable_bytes().data());
     const bool wide = cpu_features().avx512f;
-    std::vector<uint8_t> in_row(static_cast<size_t>(d)), out_row(static_cast<size_t>(d));
-    std::vector<float> e(static_cast<size_t>(d));
-    for (int64_t o = 0; o < outer; ++o)
-        for (int64_t in = 0; in < inner; ++in) {
+    // Rows are independent: spread over the threads, each with its own buffers.
+    const int64_t rows = outer * inner;
+#pragma omp parallel if (rows * d > kParallelGrain)
+    {
+        std::vector<uint8_t> in_row(static_cast<size_t>(d)), out_row(static_cast<size_t>(d));
+        std::vector<float> e(static_cast<size_t>(d));
+#pragma omp for
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t o = r / inner, in = r % inner;
             // The row's bytes, contiguous (copied out when the axis is not the last).
             const uint8_t* row = xv + o * d * inner + in;
             uint8_t* y = yv + o * d * inner + in;
@@ -356,6 +371,7 @@ void qlinear_softmax(KernelContext& ctx, std::vector<Tensor>& out) {
             if (inner != 1)
                 for (int64_t j = 0; j < d; ++j) yv[(o * d + j) * inner + in] = out_row[j];
         }
+    }
 }
 
 // QLinearConcat: (Y_scale, Y_zp, X0, X0_scale, X0_zp, X1, ...), along `axis`.
