@@ -131,6 +131,13 @@ void matmul(KernelContext& ctx, std::vector<Tensor>& out) {
     if (a.type() == DataType::Float && !bias && ctx.attributes.get_int(kOrtOrderAttribute, 0) != 0) {
         out[0] = Tensor::uninitialized(DataType::Float, shape);
         auto o = out[0].mutable_data<float>();
+        // One B for every batch: the batches are one taller A (the same sums per output).
+        if (std::all_of(b_batch.begin(), b_batch.end(), [](int64_t d) { return d == 1; }) &&
+            ia.size() == static_cast<size_t>(element_count(a_batch)) && !a_batch.empty()) {
+            ort_sgemm(a.data<float>().data(), b.data<float>().data(), o.data(), m * static_cast<int64_t>(ia.size()), k,
+                      n);
+            return;
+        }
         for (size_t i = 0; i < ia.size(); ++i)
             ort_sgemm(a.data<float>().data() + ia[i] * m * k, b.data<float>().data() + ib[i] * k * n,
                       o.data() + i * m * n, m, k, n);

@@ -313,25 +313,64 @@ void layer_norm_generic(const float* x, const float* scale, const float* bias, f
 
 constexpr int64_t kSgemmPanel = 128;
 
+// Each output sums its products panel by panel (kSgemmPanel values of k at a
+// time), as MLAS does. Blocks of B's columns stay in cache across the rows;
+// neither that nor splitting the rows among threads (ort_sgemm) changes any
+// output's order of additions.
 [[gnu::always_inline]] inline void sgemm_rows(const float* a, const float* b, float* c, int64_t m, int64_t k,
                                               int64_t n) {
-    std::vector<float> acc(static_cast<size_t>(n));
-    for (int64_t i = 0; i < m; ++i) {
-        float* ci = c + i * n;
-        for (int64_t k0 = 0; k0 < k; k0 += kSgemmPanel) {
-            std::fill(acc.begin(), acc.end(), 0.0f);
-            const int64_t k1 = std::min(k, k0 + kSgemmPanel);
-            for (int64_t p = k0; p < k1; ++p) {
-                const float av = a[i * k + p];
-                const float* bp = b + p * n;
-                for (int64_t j = 0; j < n; ++j) acc[j] = std::fma(av, bp[j], acc[j]);
+    constexpr int64_t kColumns = 256;
+    float acc[kColumns];
+    for (int64_t j0 = 0; j0 < n; j0 += kColumns) {
+        const int64_t w = std::min(kColumns, n - j0);
+        for (int64_t i = 0; i < m; ++i) {
+            float* ci = c + i * n + j0;
+            for (int64_t k0 = 0; k0 < k; k0 += kSgemmPanel) {
+                std::fill(acc, acc + w, 0.0f);
+                const int64_t k1 = std::min(k, k0 + kSgemmPanel);
+                for (int64_t p = k0; p < k1; ++p) {
+                    const float av = a[i * k + p];
+                    const float* bp = b + p * n + j0;
+                    for (int64_t j = 0; j < w; ++j) acc[j] = std::fma(av, bp[j], acc[j]);
+                }
+                if (k0 == 0)
+                    std::copy(acc, acc + w, ci);
+                else
+                    for (int64_t j = 0; j < w; ++j) ci[j] += acc[j];
             }
-            if (k0 == 0)
-                std::copy(acc.begin(), acc.end(), ci);
-            else
-                for (int64_t j = 0; j < n; ++j) ci[j] += acc[j];
         }
     }
+}
+
+// R rows of sgemm_rows from i0, their sums for sixteen columns at a time held
+// in registers (R fixed, so they stay there), each lane summing in the same order.
+template <int R>
+[[gnu::target("avx512f")]] void sgemm_block_avx512(const float* a, const float* b, float* c, int64_t i0, int64_t k,
+                                                   int64_t n) {
+    for (int64_t j0 = 0; j0 < n; j0 += 16) {
+        const auto mask = static_cast<__mmask16>(n - j0 >= 16 ? 0xFFFF : (1u << (n - j0)) - 1);
+        for (int64_t k0 = 0; k0 < k; k0 += kSgemmPanel) {
+            const int64_t k1 = std::min(k, k0 + kSgemmPanel);
+            __m512 acc[R];
+            for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+            for (int64_t p = k0; p < k1; ++p) {
+                const __m512 bv = _mm512_maskz_loadu_ps(mask, b + p * n + j0);
+                for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[(i0 + r) * k + p]), bv, acc[r]);
+            }
+            for (int r = 0; r < R; ++r) {
+                float* cr = c + (i0 + r) * n + j0;
+                const __m512 sum = k0 == 0 ? acc[r] : _mm512_add_ps(_mm512_maskz_loadu_ps(mask, cr), acc[r]);
+                _mm512_mask_storeu_ps(cr, mask, sum);
+            }
+        }
+    }
+}
+
+[[gnu::target("avx512f")]] void sgemm_avx512(const float* a, const float* b, float* c, int64_t m, int64_t k,
+                                             int64_t n) {
+    int64_t i0 = 0;
+    for (; i0 + 8 <= m; i0 += 8) sgemm_block_avx512<8>(a, b, c, i0, k, n);
+    for (; i0 < m; ++i0) sgemm_block_avx512<1>(a, b, c, i0, k, n);
 }
 
 [[gnu::target("fma")]] void sgemm_fma(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n) {
@@ -425,7 +464,12 @@ void ort_layer_norm_row(const float* x, const float* scale, const float* bias, f
 }
 
 void ort_sgemm(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n) {
-    has_fma() ? sgemm_fma(a, b, c, m, k, n) : sgemm_generic(a, b, c, m, k, n);
+    auto* kernel = has_avx512f() ? sgemm_avx512 : has_fma() ? sgemm_fma : sgemm_generic;
+    constexpr int64_t kRows = 16;  // rows per task
+    const int64_t tasks = (m + kRows - 1) / kRows;
+#pragma omp parallel for if (tasks > 1 && m * k * n > (int64_t{1} << 18))
+    for (int64_t t = 0; t < tasks; ++t)
+        kernel(a + t * kRows * k, b, c + t * kRows * n, std::min(kRows, m - t * kRows), k, n);
 }
 
 }  // namespace vaiq::runtime
