@@ -318,9 +318,9 @@ TEST(OrtSoftmax, FastScalingEqualsLdexpEverywhere) {
 
 TEST(OrtFloat, SgemmSumsInPanelsOf128) {
     // K = 300: panels [0, 128), [128, 256), [256, 300), each a chain of fused multiply-adds.
-    // M = 11 and N = 37: a block of eight rows and three single ones, two whole
-    // sixteen-column strips and a part one.
-    const int64_t m = 11, k = 300, n = 37;
+    // M = 27 and N = 37: blocks of sixteen and eight rows and three single ones,
+    // two whole sixteen-column strips and a part one.
+    const int64_t m = 27, k = 300, n = 37;
     std::mt19937 rng(5);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     std::vector<float> a(m * k), b(k * n), c(m * n);

@@ -369,6 +369,7 @@ template <int R>
 [[gnu::target("avx512f")]] void sgemm_avx512(const float* a, const float* b, float* c, int64_t m, int64_t k,
                                              int64_t n) {
     int64_t i0 = 0;
+    for (; i0 + 16 <= m; i0 += 16) sgemm_block_avx512<16>(a, b, c, i0, k, n);
     for (; i0 + 8 <= m; i0 += 8) sgemm_block_avx512<8>(a, b, c, i0, k, n);
     for (; i0 < m; ++i0) sgemm_block_avx512<1>(a, b, c, i0, k, n);
 }
