@@ -209,6 +209,33 @@ void merge_axes(std::vector<int64_t>& shape, std::vector<int64_t>& perm) {
 // `batches` row-major [rows, cols] matrices of T, each written transposed, in
 // tiles that stay in cache on both sides (4-byte elements with AVX-512: 16x16
 // blocks in registers); 4-byte elements as int32 less minus[column] when given.
+// A 16 x 16 block of bytes transposed in registers (SSE2): four rounds of
+// interleaving, bytes, then pairs, quads and halves, each column ending in one register.
+void transpose_16x16_bytes(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride) {
+    __m128i a[16], b[16];
+    for (int i = 0; i < 16; ++i) a[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * src_stride));
+    for (int i = 0; i < 8; ++i) {  // row pairs, columns 0-7 and 8-15
+        b[2 * i] = _mm_unpacklo_epi8(a[2 * i], a[2 * i + 1]);
+        b[2 * i + 1] = _mm_unpackhi_epi8(a[2 * i], a[2 * i + 1]);
+    }
+    for (int j = 0; j < 4; ++j) {  // rows 4j..4j+3, columns in fours
+        a[4 * j] = _mm_unpacklo_epi16(b[4 * j], b[4 * j + 2]);
+        a[4 * j + 1] = _mm_unpackhi_epi16(b[4 * j], b[4 * j + 2]);
+        a[4 * j + 2] = _mm_unpacklo_epi16(b[4 * j + 1], b[4 * j + 3]);
+        a[4 * j + 3] = _mm_unpackhi_epi16(b[4 * j + 1], b[4 * j + 3]);
+    }
+    for (int j = 0; j < 2; ++j)  // rows 8j..8j+7, columns in pairs
+        for (int q = 0; q < 4; ++q) {
+            b[8 * j + 2 * q] = _mm_unpacklo_epi32(a[8 * j + q], a[8 * j + 4 + q]);
+            b[8 * j + 2 * q + 1] = _mm_unpackhi_epi32(a[8 * j + q], a[8 * j + 4 + q]);
+        }
+    for (int c = 0; c < 8; ++c) {  // all sixteen rows of columns 2c and 2c + 1
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * c * dst_stride), _mm_unpacklo_epi64(b[c], b[8 + c]));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * c + 1) * dst_stride),
+                         _mm_unpackhi_epi64(b[c], b[8 + c]));
+    }
+}
+
 template <typename T>
 void transpose_matrices(const T* src, T* dst, int64_t batches, int64_t rows, int64_t cols,
                         const int32_t* minus = nullptr) {
@@ -223,6 +250,16 @@ void transpose_matrices(const T* src, T* dst, int64_t batches, int64_t rows, int
         T* to = dst + b * rows * cols;
         const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
         int64_t rb = r0, cb = c0;  // the 16x16 blocks end here
+        if constexpr (sizeof(T) == 1) {
+            if (!minus) {
+                rb = r0 + (r1 - r0) / 16 * 16;
+                cb = c0 + (c1 - c0) / 16 * 16;
+                for (int64_t r = r0; r < rb; r += 16)
+                    for (int64_t c = c0; c < cb; c += 16)
+                        transpose_16x16_bytes(reinterpret_cast<const uint8_t*>(from + r * cols + c), cols,
+                                              reinterpret_cast<uint8_t*>(to + c * rows + r), rows);
+            }
+        }
         if constexpr (sizeof(T) == 4) {
             if (avx512) {
                 rb = r0 + (r1 - r0) / 16 * 16;
