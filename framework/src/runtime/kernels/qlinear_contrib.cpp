@@ -138,8 +138,8 @@ void qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
         !b_repeats && repeats_within(bs, as) && b.data->size() % std::max<int64_t>(a.data->size(), 1) == 0;
     if (!a_scalar && !b_scalar && (a_repeats || b_repeats) && is_8_bit(a.data->type()) && is_8_bit(b.data->type()) &&
         is_8_bit(type)) {
-        // Per chunk of rows (one per thread at a time), one fused pass to floats and
-        // one to the output type, while the chunk is in cache.
+        // Per chunk (one per thread at a time), one fused pass to floats and one to
+        // the output type, while the chunk is in cache.
         const auto n = static_cast<size_t>(std::max(a.data->size(), b.data->size()));
         const auto row = static_cast<size_t>(std::min(a.data->size(), b.data->size()));
         Tensor y = Tensor::uninitialized(type, a_repeats ? bs : as);
@@ -150,16 +150,18 @@ void qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
             const TA* av = a.data->data<TA>().data();
             const TB* bv = b.data->data<TB>().data();
             if (row == 0) return;
-            const size_t rows = n / row, rows_per_chunk = std::max<size_t>(1, (size_t{1} << 14) / row);
-            const auto chunks = static_cast<int64_t>((rows + rows_per_chunk - 1) / rows_per_chunk);
+            constexpr size_t kChunk = size_t{1} << 14;
+            const auto chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
 #pragma omp parallel for if (chunks > 1)
             for (int64_t c = 0; c < chunks; ++c) {
-                const size_t first = static_cast<size_t>(c) * rows_per_chunk * row;
-                const size_t count = std::min(n - first, rows_per_chunk * row);
+                const size_t first = static_cast<size_t>(c) * kChunk, count = std::min(kChunk, n - first);
                 std::vector<float> sum(count);
-                for (size_t start = 0; start < count; start += row)
-                    add_scaled(av + (a_repeats ? 0 : first + start), bv + (a_repeats ? first + start : 0),
-                               sum.data() + start, row, ratio_a, ratio_b, fixed);
+                for (size_t done = 0; done < count;) {  // the chunk's pieces of rows of the repeated side
+                    const size_t at = first + done, offset = at % row, length = std::min(count - done, row - offset);
+                    add_scaled(av + (a_repeats ? offset : at), bv + (a_repeats ? at : offset), sum.data() + done,
+                               length, ratio_a, ratio_b, fixed);
+                    done += length;
+                }
                 if (type == DataType::UInt8)
                     quantize_8_bit_divided(sum.data(), y_bytes + first, count, 1.0f, 0.0f);
                 else
