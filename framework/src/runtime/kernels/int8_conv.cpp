@@ -42,22 +42,29 @@ Tensor pad_with(const Tensor& x, const std::vector<int64_t>& padded_shape, const
                 bool channels_last) {
     Tensor out = Tensor::uninitialized(x.type(), padded_shape);
     auto o = out.mutable_data<T>();
-    std::fill(o.begin(), o.end(), zp);
     const auto in = x.data<T>();
-    if (channels_last) {  // rows of w * c values
-        const int64_t h = x.shape()[1], row = x.shape()[2] * x.shape()[3];
-        const int64_t ph = padded_shape[1], prow = padded_shape[2] * padded_shape[3], c = x.shape()[3];
-        for (int64_t b = 0; b < x.shape()[0]; ++b)
-            for (int64_t r = 0; r < h; ++r)
-                std::copy_n(in.data() + (b * h + r) * row, row,
-                            o.data() + (b * ph + r + g.pad_begin[0]) * prow + g.pad_begin[1] * c);
-        return out;
-    }
-    const int64_t planes = x.shape()[0] * x.shape()[1];
-    const int64_t h = x.shape()[2], w = x.shape()[3], ph = padded_shape[2], pw = padded_shape[3];
-    for (int64_t p = 0; p < planes; ++p)
-        for (int64_t r = 0; r < h; ++r)
-            std::copy_n(in.data() + (p * h + r) * w, w, o.data() + (p * ph + r + g.pad_begin[0]) * pw + g.pad_begin[1]);
+    // Rows of `row` values placed `left` values into padded rows of `prow`, the
+    // border filled with the zero point (only the border: the rest is copied over).
+    auto place = [&](int64_t planes, int64_t h, int64_t row, int64_t ph, int64_t prow, int64_t left) {
+        const int64_t top = g.pad_begin[0];
+        for (int64_t p = 0; p < planes; ++p) {
+            T* plane = o.data() + p * ph * prow;
+            std::fill(plane, plane + top * prow, zp);
+            std::fill(plane + (top + h) * prow, plane + ph * prow, zp);
+            for (int64_t r = 0; r < h; ++r) {
+                T* dst = plane + (r + top) * prow;
+                std::fill(dst, dst + left, zp);
+                std::copy_n(in.data() + (p * h + r) * row, row, dst + left);
+                std::fill(dst + left + row, dst + prow, zp);
+            }
+        }
+    };
+    if (channels_last)  // rows of w * c values
+        place(x.shape()[0], x.shape()[1], x.shape()[2] * x.shape()[3], padded_shape[1],
+              padded_shape[2] * padded_shape[3], g.pad_begin[1] * x.shape()[3]);
+    else
+        place(x.shape()[0] * x.shape()[1], x.shape()[2], x.shape()[3], padded_shape[2], padded_shape[3],
+              g.pad_begin[1]);
     return out;
 }
 
