@@ -343,6 +343,12 @@ TEST(OrtFloat, SgemmSumsInPanelsOf128) {
         }
 }
 
+TEST(OrtFloat, SgemmOfNothingIsZero) {
+    std::vector<float> c(6, 7.0f);  // K = 0: every output is an empty sum
+    vaiq::runtime::ort_sgemm(nullptr, nullptr, c.data(), 2, 0, 3);
+    EXPECT_EQ(c, std::vector<float>(6, 0.0f));
+}
+
 TEST(OrtFloat, RowSumAndErf) {
     std::vector<float> x(21);
     for (size_t i = 0; i < x.size(); ++i) x[i] = 1.0f / static_cast<float>(i + 3);

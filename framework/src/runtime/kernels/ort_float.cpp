@@ -465,6 +465,7 @@ void ort_layer_norm_row(const float* x, const float* scale, const float* bias, f
 }
 
 void ort_sgemm(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n) {
+    if (k == 0) return std::fill(c, c + m * n, 0.0f);  // empty sums: the panels never write
     auto* kernel = has_avx512f() ? sgemm_avx512 : has_fma() ? sgemm_fma : sgemm_generic;
     constexpr int64_t kRows = 16;  // rows per task
     const int64_t tasks = (m + kRows - 1) / kRows;
