@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -403,36 +404,44 @@ TEST(QdqFusion, FoldsAZeroPadIntoQLinearAveragePool) {
     for (int64_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a.data<float>()[i], c.data<float>()[i], 0.0501f) << i;
 }
 
+// x -> Q/DQ (scale s) -> op -> t -> Q/DQ (scale s_out), one zero point; `configure` sets the op's attributes.
+vaiq::Model pair_around(const std::string& op, const std::vector<int64_t>& in, const std::vector<int64_t>& out,
+                        float s, float s_out, const std::function<void(onnx::NodeProto&)>& configure = {}) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", in).output("y", out);
+    b.initializer("s", Tensor::from_values<float>({}, std::vector<float>{s}));
+    b.initializer("so", Tensor::from_values<float>({}, std::vector<float>{s_out}));
+    b.initializer("z", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{100}));
+    b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
+    b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
+    auto& n = b.node(op, {"xd"}, {"t"}, "op");
+    if (configure) configure(n);
+    b.node("QuantizeLinear", {"t", "so", "z"}, {"tq"});
+    b.node("DequantizeLinear", {"tq", "so", "z"}, {"y"});
+    return b.build();
+}
+
+// `t` lies inside an integer operator, and the output equals the unfused graph's exactly.
+void expect_on_integers_and_exact(const vaiq::Model& model, const Tensor& x, const std::vector<int64_t>& shape) {
+    Executor fused(model), plain(model, {.fuse_qdq = false});
+    EXPECT_NE(tap_error(fused, x, "t").find("inside an integer operator"), std::string::npos);
+    const auto a = fused.run({{"x", x}})[0], c = plain.run({{"x", x}})[0];
+    ASSERT_EQ(a.shape(), shape);
+    for (int64_t i = 0; i < a.size(); ++i) EXPECT_EQ(a.data<float>()[i], c.data<float>()[i]) << i;
+}
+
 // DQ -> Transpose -> Q with one scale and zero point: the Transpose moves the
 // uint8 values themselves (ONNX Runtime drops the pair); with another scale on
 // the Q the pair stays, and so does the float Transpose.
 TEST(QdqFusion, DropsTheQdqPairAroundAnOpThatOnlyMovesValues) {
-    auto build = [](float out_scale, const std::string& op) {
-        vaiq::test::GraphBuilder b;
-        b.input("x", {1, 2, 3}).output("y", {1, 3, 2});
-        b.initializer("s", Tensor::from_values<float>({}, std::vector<float>{0.04f}));
-        b.initializer("so", Tensor::from_values<float>({}, std::vector<float>{out_scale}));
-        b.initializer("z", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{100}));
-        b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
-        b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
-        auto& n = b.node(op, {"xd"}, {"t"}, "moved");
-        if (op == "Transpose") vaiq::test::set_ints_attribute(n, "perm", {0, 2, 1});
-        b.node("QuantizeLinear", {"t", "so", "z"}, {"tq"});
-        b.node("DequantizeLinear", {"tq", "so", "z"}, {"y"});
-        return b.build();
-    };
+    const auto perm = [](onnx::NodeProto& n) { vaiq::test::set_ints_attribute(n, "perm", {0, 2, 1}); };
     const auto x = vaiq::test::ramp({1, 2, 3}, -1.0f, 0.37f);
-    const auto same = build(0.04f, "Transpose");
-    Executor fused(same), plain(same, {.fuse_qdq = false});
-    EXPECT_NE(tap_error(fused, x, "t").find("inside an integer operator"), std::string::npos);
-    const auto a = fused.run({{"x", x}})[0], c = plain.run({{"x", x}})[0];
-    ASSERT_EQ(a.shape(), (std::vector<int64_t>{1, 3, 2}));
-    for (int64_t i = 0; i < a.size(); ++i) EXPECT_EQ(a.data<float>()[i], c.data<float>()[i]) << i;
-    const auto rescaled_model = build(0.05f, "Transpose");
+    expect_on_integers_and_exact(pair_around("Transpose", {1, 2, 3}, {1, 3, 2}, 0.04f, 0.04f, perm), x, {1, 3, 2});
+    const auto rescaled_model = pair_around("Transpose", {1, 2, 3}, {1, 3, 2}, 0.04f, 0.05f, perm);
     Executor rescaled(rescaled_model);
     EXPECT_EQ(tap_error(rescaled, x, "t"), "");
     // An op that computes (Relu) is not a move: its pair stays.
-    const auto computed_model = build(0.04f, "Relu");
+    const auto computed_model = pair_around("Relu", {1, 2, 3}, {1, 2, 3}, 0.04f, 0.04f);
     Executor computed(computed_model);
     EXPECT_EQ(tap_error(computed, x, "t"), "");
 }
@@ -440,25 +449,12 @@ TEST(QdqFusion, DropsTheQdqPairAroundAnOpThatOnlyMovesValues) {
 // DQ -> MaxPool -> Q (padded, strided) with one scale: the pool takes the max of
 // the uint8 values themselves, exactly the float pool's quantized result.
 TEST(QdqFusion, MaxPoolBetweenAnEqualPairRunsOnTheIntegers) {
-    vaiq::test::GraphBuilder b;
-    b.input("x", {1, 3, 5, 5}).output("y", {1, 3, 3, 3});
-    b.initializer("s", Tensor::from_values<float>({}, std::vector<float>{0.03f}));
-    b.initializer("z", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{90}));
-    b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
-    b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
-    auto& pool = b.node("MaxPool", {"xd"}, {"p"}, "pool");
-    vaiq::test::set_ints_attribute(pool, "kernel_shape", {3, 3});
-    vaiq::test::set_ints_attribute(pool, "strides", {2, 2});
-    vaiq::test::set_ints_attribute(pool, "pads", {1, 1, 1, 1});
-    b.node("QuantizeLinear", {"p", "s", "z"}, {"pq"});
-    b.node("DequantizeLinear", {"pq", "s", "z"}, {"y"});
-    const auto model = b.build();
-    const auto x = vaiq::test::ramp({1, 3, 5, 5}, -2.0f, 0.057f);
-    Executor fused(model), plain(model, {.fuse_qdq = false});
-    EXPECT_NE(tap_error(fused, x, "p").find("inside an integer operator"), std::string::npos);
-    const auto a = fused.run({{"x", x}})[0], c = plain.run({{"x", x}})[0];
-    ASSERT_EQ(a.shape(), (std::vector<int64_t>{1, 3, 3, 3}));
-    for (int64_t i = 0; i < a.size(); ++i) EXPECT_EQ(a.data<float>()[i], c.data<float>()[i]) << i;
+    const auto model = pair_around("MaxPool", {1, 3, 5, 5}, {1, 3, 3, 3}, 0.03f, 0.03f, [](onnx::NodeProto& pool) {
+        vaiq::test::set_ints_attribute(pool, "kernel_shape", {3, 3});
+        vaiq::test::set_ints_attribute(pool, "strides", {2, 2});
+        vaiq::test::set_ints_attribute(pool, "pads", {1, 1, 1, 1});
+    });
+    expect_on_integers_and_exact(model, vaiq::test::ramp({1, 3, 5, 5}, -2.0f, 0.057f), {1, 3, 3, 3});
 }
 
 vaiq::Model contrib_model(vaiq::test::GraphBuilder& b) {

@@ -158,10 +158,11 @@ float rectified_sigmoid(float v) {
 
 // The sampled columns a layer is fitted on, and those held out to judge the
 // fit: the reservoir's last fifth once there are enough (the last samples'
-// columns while the reservoir has room, columns from anywhere once it filled). A layer with few samples and many
-// weights (a squeeze-excitation Conv sees one column per sample) can fit them
-// exactly and generalise worse than nearest rounding; the held-out columns
-// show it, stop the fit at its best and keep nearest rounding when that is better.
+// columns while the reservoir has room, columns from anywhere once it filled).
+// A layer with few samples and many weights (a squeeze-excitation Conv sees one
+// column per sample) can fit them exactly and generalise worse than nearest
+// rounding; the held-out columns show it, stop the fit at its best and keep
+// nearest rounding when that is better.
 struct Split {
     int64_t fit = 0, held = 0;
     explicit Split(int64_t stored) : fit(stored), held(stored >= kMinHeldOutSplit ? stored / 5 : 0) { fit -= held; }

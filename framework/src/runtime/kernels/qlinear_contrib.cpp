@@ -55,6 +55,15 @@ Tensor requantized(KernelContext& ctx, const std::vector<int64_t>& shape, const 
     return quantized_tensor(ctx, type, shape, zp, [&](size_t i) { return values[i] / scale; });
 }
 
+// Values already scaled and shifted by the zero point, rounded half to even and
+// saturated into `out`, uint8 or int8 as `type` says.
+void round_to_8_bit(const float* values, DataType type, uint8_t* out, size_t n) {
+    if (type == DataType::UInt8)
+        quantize_8_bit_divided(values, out, n, 1.0f, 0.0f);
+    else
+        quantize_8_bit_divided(values, reinterpret_cast<int8_t*>(out), n, 1.0f, 0.0f);
+}
+
 // QLinearLeakyRelu / QLinearSigmoid: (X, X_scale, X_zp, Y_scale, Y_zp).
 template <bool kSigmoid>
 void qlinear_unary(KernelContext& ctx, std::vector<Tensor>& out) {
@@ -162,10 +171,7 @@ void qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
                                length, ratio_a, ratio_b, fixed);
                     done += length;
                 }
-                if (type == DataType::UInt8)
-                    quantize_8_bit_divided(sum.data(), y_bytes + first, count, 1.0f, 0.0f);
-                else
-                    quantize_8_bit_divided(sum.data(), reinterpret_cast<int8_t*>(y_bytes) + first, count, 1.0f, 0.0f);
+                round_to_8_bit(sum.data(), type, y_bytes + first, count);
             }
         };
         const bool a_u8 = a.data->type() == DataType::UInt8, b_u8 = b.data->type() == DataType::UInt8;
@@ -206,15 +212,10 @@ void qlinear_mul(KernelContext& ctx, std::vector<Tensor>& out) {
     // (x - za) * (y - zb) is an integer below 2^17: exact in float.
     const Tensor product =
         broadcast_binary<float, float>(ctx, fa, fb, [&](float x, float y) { return (x - za) * (y - zb) * ratio + zc; });
+    if (type != DataType::UInt8 && type != DataType::Int8) ctx.fail("the output must be int8 or uint8");
     const auto v = product.data<float>();
-    Tensor y = Tensor::uninitialized(type, product.shape());
-    if (type == DataType::UInt8)
-        quantize_8_bit_divided(v.data(), y.mutable_data<uint8_t>().data(), v.size(), 1.0f, 0.0f);
-    else if (type == DataType::Int8)
-        quantize_8_bit_divided(v.data(), y.mutable_data<int8_t>().data(), v.size(), 1.0f, 0.0f);
-    else
-        ctx.fail("the output must be int8 or uint8");
-    out[0] = std::move(y);
+    out[0] = Tensor::uninitialized(type, product.shape());
+    round_to_8_bit(v.data(), type, reinterpret_cast<uint8_t*>(out[0].mutable_bytes().data()), v.size());
 }
 
 // QLinearGlobalAveragePool: (X, x_scale, x_zp, y_scale, y_zp), NCHW or channels_last.
