@@ -245,6 +245,25 @@ TEST(Executor, QLinearAddAndMulRoundNearTiesAsOnnxRuntime) {
     EXPECT_EQ(run("QLinearMul", 5, 0.1f, 0, 5, 0.1f, 0, 0.1f, 0), 3);
 }
 
+// QLinearGlobalAveragePool as MLAS computes it: the integer sum (753) times
+// 0.1 / (0.1 * 6) in float is 125.49999, so 125; averaging the dequantized values
+// would give 125.5 and round to 126.
+TEST(Executor, QLinearGlobalAveragePoolScalesTheIntegerSum) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 1, 2, 3}, DataType::UInt8).output("y", {1, 1, 1, 1}, DataType::UInt8);
+    b.initializer("s", Tensor::from_values<float>({}, std::vector<float>{0.1f}));
+    b.initializer("z", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{0}));
+    b.node("QLinearGlobalAveragePool", {"x", "s", "z", "s", "z"}, {"y"}, "gap").set_domain("com.microsoft");
+    auto model = b.build();
+    auto* ms = model.proto().add_opset_import();
+    ms->set_domain("com.microsoft");
+    ms->set_version(1);
+    Executor e(model);
+    const auto y =
+        e.run({{"x", Tensor::from_values<uint8_t>({1, 1, 2, 3}, std::vector<uint8_t>{69, 211, 65, 104, 164, 140})}})[0];
+    EXPECT_EQ(y.data<uint8_t>()[0], 125);
+}
+
 // QLinearConv on the int8 path against a brute-force loop, for uint8 and int8
 // inputs with a non-zero zero point, padding (filled with that zero point),
 // strides and groups: the integer sums must be exact.

@@ -226,19 +226,25 @@ void qlinear_global_average_pool(KernelContext& ctx, std::vector<Tensor>& out) {
     const bool channels_last = ctx.attributes.get_int("channels_last", 0) != 0;
     const int64_t n = s[0], c = channels_last ? s.back() : s[1];
     const int64_t plane = x.data->size() / (n * c);
-    const auto v = dequantized(ctx, x);
-    std::vector<float> mean(static_cast<size_t>(n * c), 0.0f);
-    for (int64_t b = 0; b < n; ++b)
-        for (int64_t ch = 0; ch < c; ++ch) {
-            double sum = 0;
-            for (int64_t i = 0; i < plane; ++i)
-                sum += channels_last ? v[(b * plane + i) * c + ch] : v[(b * c + ch) * plane + i];
-            mean[b * c + ch] = static_cast<float>(sum / static_cast<double>(plane));
-        }
+    // As MLAS computes it: each channel's integer sum less the input zero point's
+    // share, times x_scale / (y_scale * plane) in float, rounded half to even.
+    std::vector<int32_t> sums(static_cast<size_t>(n * c), static_cast<int32_t>(-x.zero_point * plane));
+    dispatch_numeric(x.data->type(), ctx, [&](auto tag) {
+        using Q = typename decltype(tag)::type;
+        const auto v = view<Q>(*x.data);
+        for (int64_t b = 0; b < n; ++b)
+            for (int64_t ch = 0; ch < c; ++ch)
+                for (int64_t i = 0; i < plane; ++i)
+                    sums[b * c + ch] +=
+                        static_cast<int32_t>(channels_last ? v[(b * plane + i) * c + ch] : v[(b * c + ch) * plane + i]);
+    });
+    const float scale = x.scale / (ctx.input(3).data<float>()[0] * static_cast<float>(plane));
     std::vector<int64_t> shape(s.size(), 1);
     shape[0] = n;
     shape[channels_last ? s.size() - 1 : 1] = c;
-    out[0] = requantized(ctx, shape, mean, 3, 4, x.data->type());
+    const DataType type = ctx.has_input(4) ? ctx.input(4).type() : x.data->type();
+    const double zp = ctx.has_input(4) ? read_scalar(ctx, ctx.input(4)) : 0.0;
+    out[0] = quantized_tensor(ctx, type, shape, zp, [&](size_t i) { return static_cast<float>(sums[i]) * scale; });
 }
 
 // QLinearAveragePool: (X, x_scale, x_zp, y_scale, y_zp), 2-D NCHW. As ONNX Runtime
