@@ -424,8 +424,8 @@ TEST(QdqFusion, FoldsAZeroPadIntoQLinearAveragePool) {
 }
 
 // x -> Q/DQ (scale s) -> op -> t -> Q/DQ (scale s_out), one zero point; `configure` sets the op's attributes.
-vaiq::Model pair_around(const std::string& op, const std::vector<int64_t>& in, const std::vector<int64_t>& out,
-                        float s, float s_out, const std::function<void(onnx::NodeProto&)>& configure = {}) {
+vaiq::Model pair_around(const std::string& op, const std::vector<int64_t>& in, const std::vector<int64_t>& out, float s,
+                        float s_out, const std::function<void(onnx::NodeProto&)>& configure = {}) {
     vaiq::test::GraphBuilder b;
     b.input("x", in).output("y", out);
     b.initializer("s", Tensor::from_values<float>({}, std::vector<float>{s}));
