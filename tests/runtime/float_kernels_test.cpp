@@ -282,6 +282,22 @@ TEST(Executor, TransposesThatSwapBlocksOfAxesOrKeepTheOrder) {
 // of the same MLAS steps with std::ldexp for the final scaling, over the whole
 // reduced range, and its sum against MLAS's lane order.
 // The row maximum Softmax shifts by, wherever it sits: in a whole block of 16 or in the tail.
+// HardSigmoid rounds alpha * x before adding beta, as ONNX Runtime does: for
+// x = 0.053 (float) that gives 0.5106, where one rounding in double gives 0.51060003.
+TEST(Executor, HardSigmoidRoundsTheProductThenTheSum) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {3}).output("y", {3});
+    auto& n = b.node("HardSigmoid", {"x"}, {"y"});
+    vaiq::set_attribute(n, "alpha", 0.2f);
+    const auto model = b.build();
+    const auto y = Executor(model).run(
+        {{"x", Tensor::from_values<float>({3}, std::vector<float>{0x1.b22d1p-5f, -9.0f, 9.0f})}})[0];
+    EXPECT_EQ(y.data<float>()[0], 0.2f * 0x1.b22d1p-5f + 0.5f);
+    EXPECT_EQ(y.data<float>()[0], 0.5106f);
+    EXPECT_EQ(y.data<float>()[1], 0.0f);
+    EXPECT_EQ(y.data<float>()[2], 1.0f);
+}
+
 TEST(OrtSoftmax, RowMaximumFindsEveryPosition) {
     for (int64_t n = 1; n <= 40; ++n)
         for (int64_t at = 0; at < n; ++at) {

@@ -198,6 +198,22 @@ KernelFn unary_float(Make make) {
     };
 }
 
+// HardSigmoid in the input's precision (float16 in float): alpha * x, rounded,
+// plus beta, rounded, as ONNX Runtime computes it (one rounding in double
+// differs on near ties that a following QuantizeLinear then sees), clamped to [0, 1].
+void hard_sigmoid(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const float alpha = ctx.attributes.get_float("alpha", 0.2f), beta = ctx.attributes.get_float("beta", 0.5f);
+    dispatch_float(x.type(), ctx, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+        out[0] = map_elements<T>(x, [&](T v) {
+            const C product = static_cast<C>(alpha) * static_cast<C>(v);
+            return static_cast<T>(std::clamp(product + static_cast<C>(beta), C{0}, C{1}));
+        });
+    });
+}
+
 // For functions without attributes.
 template <typename F>
 KernelFn unary_float_fn(F f) {
@@ -441,10 +457,7 @@ const KernelRegistration kKernels[] = {
          const double alpha = a.get_float("alpha", 1.0f);
          return [alpha](double v) { return v > alpha ? v : 0.0; };
      })},
-    {"", "HardSigmoid", 6, kLatest, unary_float([](A a) {
-         const double alpha = a.get_float("alpha", 0.2f), beta = a.get_float("beta", 0.5f);
-         return [alpha, beta](double v) { return std::clamp(alpha * v + beta, 0.0, 1.0); };
-     })},
+    {"", "HardSigmoid", 6, kLatest, hard_sigmoid},
     {"", "HardSwish", 14, kLatest, unary_float_fn([](double v) { return v * std::clamp(v / 6.0 + 0.5, 0.0, 1.0); })},
 };
 
