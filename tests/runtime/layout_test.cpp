@@ -120,6 +120,36 @@ TEST(Layout, EveryTensorReadsTheSameWithAndWithoutIt) {
     }
 }
 
+// An any-order tap (a range observer's) of a tensor held in NHWC gets it as
+// held: the same values in NHWC order, and no transpose back runs for it.
+TEST(Layout, AnAnyOrderTapGetsTheTensorAsHeldWithoutATranspose) {
+    const auto model = residual_block();
+    const std::vector<std::string> taps{"r1", "s"};
+    Executor exact(model, {.threads = 1, .profile = true, .optimize_layout = true, .taps = {"r1", "s"}});
+    Executor any(model, {.threads = 1, .profile = true, .optimize_layout = true, .taps = {"r1", "s"},
+                         .any_order_taps = {"r1", "s"}});
+    std::map<std::string, Tensor> a, b;
+    const Tensor x = vaiq::test::ramp({1, 3, 8, 8}, -2.0f, 0.02f);
+    exact.run({{"x", x}}, taps, [&](const std::string& n, const Tensor& t) { a[n] = t; });
+    const auto y = any.run({{"x", x}}, taps, [&](const std::string& n, const Tensor& t) { b[n] = t; });
+    ASSERT_EQ(b.size(), 2u);
+    for (const auto& name : taps) {
+        const auto& [n, c, h, w] = std::array{a[name].shape()[0], a[name].shape()[1], a[name].shape()[2],
+                                             a[name].shape()[3]};
+        EXPECT_EQ(b[name].shape(), (std::vector<int64_t>{n, h, w, c})) << name << " comes in NHWC";
+        const auto p = a[name].data<float>(), q = b[name].data<float>();
+        for (int64_t ci = 0; ci < c; ++ci)
+            for (int64_t i = 0; i < h * w; ++i) ASSERT_EQ(q[i * c + ci], p[ci * h * w + i]) << name;
+    }
+    auto transposes = [](const Executor& e) {
+        for (const auto& p : e.profile())
+            if (p.op_type == "Transpose") return p.calls;
+        return int64_t{0};
+    };
+    EXPECT_EQ(transposes(exact) - transposes(any), 2) << "neither tapped tensor transposed back";
+    EXPECT_EQ(y[0].shape(), (std::vector<int64_t>{1, 3, 4, 4})) << "the graph's outputs stay NCHW";
+}
+
 // MobileNetV2's inverted residual: 1x1 expansion -> Clip -> depthwise 3x3 (stride 2) -> Clip -> 1x1 projection.
 // With a skip (stride 1), the block reads a 1x1 convolution of x (an NHWC value, as between blocks), and
 // the projection adds that value or a second 1x1 convolution of it.

@@ -1,5 +1,6 @@
 // The SDK's building blocks: tensors, quantization arithmetic, graph editing.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <bit>
 #include <cmath>
@@ -411,6 +412,51 @@ TEST(Histogram, SavedStateRestoresExactlyAndBadStateIsRefused) {
     EXPECT_THROW(vaiq::Histogram::restore(no_stride, 16, true, "t"), vaiq::InputError);
     vaiq::Histogram wrong(32, true);
     EXPECT_THROW(wrong.merge(h), vaiq::InputError);
+}
+
+TEST(Extremes, FindTheExtremesAndAnyValueThatIsNotFinite) {
+    // Lengths around the vector widths, and one big enough to be shared by threads.
+    for (const size_t n : {size_t{2}, size_t{15}, size_t{16}, size_t{17}, size_t{100}, size_t{300001}}) {
+        std::vector<float> v(n);
+        for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>((i * 7919) % 1000) * 0.01f - 3.0f;
+        v[n / 3] = -7.5f;
+        v[n - 1] = 9.25f;
+        const auto e = vaiq::extremes(v);
+        EXPECT_TRUE(e.finite) << n;
+        EXPECT_EQ(e.lo, -7.5f) << n;
+        EXPECT_EQ(e.hi, 9.25f) << n;
+        for (const float bad : {std::nanf(""), std::numeric_limits<float>::infinity(),
+                                -std::numeric_limits<float>::infinity()}) {
+            auto w = v;
+            w[n / 2] = bad;
+            EXPECT_FALSE(vaiq::extremes(w).finite) << n << " " << bad;
+        }
+    }
+}
+
+TEST(Histogram, ABigBatchCountsAsItsPiecesDo) {
+    // A big batch is counted in shards over the threads; small ones straight in.
+    omp_set_num_threads(3);
+    std::vector<float> values(1 << 20);
+    for (size_t i = 0; i < values.size(); ++i)
+        values[i] = i % 5 == 0 ? 0.0f : static_cast<float>((i * 2654435761u) % 20011) * 1e-3f - 10.0f;
+    vaiq::Histogram whole(64, false), pieces(64, false), whole_abs(64, true), pieces_abs(64, true);
+    const std::vector<float> first{-12.0f, 12.0f};  // the same stride for both
+    for (auto* h : {&whole, &pieces, &whole_abs, &pieces_abs}) h->add(first);
+    whole.add(values);
+    whole_abs.add(values);
+    for (size_t start = 0; start < values.size(); start += 500) {
+        const auto piece = std::span<const float>(values).subspan(start, std::min<size_t>(500, values.size() - start));
+        pieces.add(piece);
+        pieces_abs.add(piece);
+    }
+    EXPECT_EQ(whole.counts(), pieces.counts());
+    EXPECT_EQ(whole_abs.counts(), pieces_abs.counts());
+    EXPECT_DOUBLE_EQ(whole.total(), 2.0 + static_cast<double>(values.size()));
+    const auto zeros = std::count(values.begin(), values.end(), 0.0f);
+    EXPECT_GE(whole.counts()[32], static_cast<double>(zeros)) << "0 lies in the bin just above 0";
+    EXPECT_LT(whole.counts()[31], static_cast<double>(zeros));
+    omp_set_num_threads(0 < omp_get_num_procs() ? omp_get_num_procs() : 1);
 }
 
 TEST(BlockwiseQuantization, RoundToNearestBlocksMatchHandComputedParameters) {

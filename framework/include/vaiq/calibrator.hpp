@@ -38,6 +38,11 @@ class VAIQ_API RangeObserver {
     /// enough (e.g. a moving average, which depends on the order of batches).
     /// The default throws.
     virtual void merge(const Statistics& other);
+    /// True when observe() depends only on the batch's values, not on their
+    /// order or its shape (extremes, histograms): the host may then hand it
+    /// the tensor as the executor holds it (NHWC, say) instead of transposing
+    /// it back first. The default is false.
+    virtual bool order_free() const;
 };
 
 /// The scales a calibrator gives.

@@ -1,4 +1,4 @@
-// vaiq/histogram.hpp - a streaming histogram for calibrators.
+// vaiq/histogram.hpp - a batch's extremes and a streaming histogram, for calibrators.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,16 @@
 #include "vaiq/statistics.hpp"
 
 namespace vaiq {
+
+/// The lowest and highest value of a batch, and whether every value is finite
+/// (lo and hi are then those of its finite values). Vectorised, and spread
+/// over the threads (OpenMP) for big batches: what a calibrator's observe()
+/// should call rather than loop itself.
+struct Extremes {
+    float lo, hi;
+    bool finite;
+};
+VAIQ_API Extremes extremes(std::span<const float> values);
 
 /// Counts values in equal bins whose edges are multiples of one stride, laid
 /// out symmetrically around 0 ([-t, t], `absolute` false) or over |x| ([0, t]).

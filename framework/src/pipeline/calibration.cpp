@@ -52,8 +52,12 @@ void observe(Observations& into, const Model& model, const DraftPlan& plan, Data
     runtime::ExecutorOptions options;
     options.threads = threads;
     options.taps.insert(typed.begin(), typed.end());
-    runtime::Executor executor(model, options);
     auto& observers = into.observers;
+    // Those only typed, and those observed by order-free observers, may come in NHWC.
+    for (const auto& name : typed)
+        if (auto it = observers.find(name); it == observers.end() || it->second->order_free())
+            options.any_order_taps.insert(name);
+    runtime::Executor executor(model, options);
     const int first = into.batches;
     data.rewind();
     while (auto batch = data.next()) {

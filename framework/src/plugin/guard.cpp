@@ -127,6 +127,9 @@ class GuardedObserver final : public RangeObserver {
     void merge(const Statistics& other) override {
         who_.call("merge", [&] { inner_->merge(other); });
     }
+    bool order_free() const override {
+        return who_.call("order_free", [&] { return inner_->order_free(); });
+    }
 
   private:
     std::unique_ptr<RangeObserver> inner_;

@@ -106,6 +106,7 @@ Executor::Executor(const Model& original, ExecutorOptions options) : model_(&ori
     fold_constants();
     plan_releases();
     find_lazy_steps();
+    find_transposed_taps();
     last_reader_ = last_readers(std::vector<bool>(steps_.size(), false));
 }
 
@@ -229,6 +230,18 @@ void Executor::find_lazy_steps() {
     }
 }
 
+void Executor::find_transposed_taps() {
+    transposed_from_.assign(value_names_.size(), -1);
+    for (const auto& step : steps_) {
+        const auto& node = model_->graph().node(step.node);
+        if (!step.lazy || node.op_type() != "Transpose" || !node.domain().empty() || step.inputs.size() != 1 ||
+            step.outputs.size() != 1 || step.inputs[0] < 0 || step.outputs[0] < 0)
+            continue;
+        if (options_.any_order_taps.count(value_names_[step.outputs[0]]))
+            transposed_from_[step.outputs[0]] = step.inputs[0];
+    }
+}
+
 std::vector<int> Executor::last_readers(const std::vector<bool>& run_lazy) const {
     std::vector<int> last(value_names_.size(), -1);
     for (size_t s = 0; s < steps_.size(); ++s) {
@@ -341,8 +354,22 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
     if (options_.threads > 0) omp_set_num_threads(options_.threads);
     Values values(*this);
     bind_feeds(feeds, values);
-    const auto tapped = start_taps(taps, tap, values);
-    const auto run_lazy = lazy_steps_for(tapped);
+    auto tapped = start_taps(taps, tap, values);
+    // An any-order tap behind a layout transpose is tapped at the transpose's input.
+    std::map<int, std::vector<int>> tapped_at;  // value id -> the tapped names it stands for
+    for (size_t id = 0; id < tapped.size(); ++id) {
+        const int source = transposed_from_[id];
+        if (!tapped[id] || source < 0) continue;
+        tapped[id] = false;
+        if (const Tensor* known = values.get(source)) {
+            if (tap) tap(value_names_[id], *known);
+        } else {
+            tapped_at[source].push_back(static_cast<int>(id));
+        }
+    }
+    auto demanded = tapped;
+    for (const auto& [source, names] : tapped_at) demanded[source] = true;
+    const auto run_lazy = lazy_steps_for(demanded);
     // Which step of this run reads each value last: fixed unless a tap runs lazy steps.
     const bool lazy_runs = std::find(run_lazy.begin(), run_lazy.end(), true) != run_lazy.end();
     const std::vector<int> tapped_last_reader = lazy_runs ? last_readers(run_lazy) : std::vector<int>();
@@ -356,6 +383,8 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
                 if (id < 0) continue;
                 values.slots[id] = std::move(outputs[o]);
                 if (tapped[id] && tap) tap(value_names_[id], *values.slots[id]);
+                if (auto at = tapped_at.find(id); at != tapped_at.end() && tap)
+                    for (int name : at->second) tap(value_names_[name], *values.slots[id]);
             }
         }
         for (int id : step.release) values.slots[id].reset();

@@ -27,6 +27,10 @@ struct ExecutorOptions {
     /// Tensors every run will tap (calibration's): the rewrites above leave them
     /// computed once instead of fusing them away and recomputing them for the tap.
     std::set<std::string> taps{};
+    /// Of those, the ones whose tap takes the values in any order (a range
+    /// observer's): a tensor the layout optimisation holds in NHWC reaches the
+    /// tap as it is held, under its own name, instead of transposed back.
+    std::set<std::string> any_order_taps{};
 };
 
 /// Time spent per op type over all runs, when profiling.
@@ -79,6 +83,7 @@ class Executor {
     void fold_constants();
     void plan_releases();
     void find_lazy_steps();
+    void find_transposed_taps();
     int id_of(const std::string& name);
     // A run's jobs.
     struct Values;
@@ -104,6 +109,9 @@ class Executor {
     std::vector<std::string> outer_names_;
     std::map<std::string, OpProfile> profile_;
     std::set<std::string> fused_away_;  ///< tensors the QDQ fusion removed
+    /// Per value, for an any-order tap computed by a lazy Transpose: the value
+    /// that transpose reads (tapped instead); -1 otherwise.
+    std::vector<int> transposed_from_;
     /// Per value, the last step that reads it among those that run (`run_lazy`
     /// says which lazy ones do); -1 for the caller's outputs and unread values.
     std::vector<int> last_readers(const std::vector<bool>& run_lazy) const;

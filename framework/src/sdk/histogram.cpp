@@ -1,9 +1,19 @@
 #include "vaiq/histogram.hpp"
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+// GCC 12 warns inside its own AVX-512 headers (their _mm512_undefined_* placeholders).
+#pragma GCC diagnostic push
+#ifndef __clang__  // clang has no such warning
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+#pragma GCC diagnostic pop
 #include <limits>
 
 #include "vaiq/error.hpp"
@@ -118,14 +128,166 @@ Histogram Histogram::restore(const Statistics& in, int bins, bool absolute, cons
     return h;
 }
 
+namespace {
+
+// extremes() of one piece, in one pass the compiler vectorises: independent
+// lanes, comparisons without std::min's NaN ordering, the exponent bits for
+// the finiteness test.
+Extremes extremes_of_piece(std::span<const float> values) {
+    constexpr size_t kLanes = 16;
+    float lo[kLanes], hi[kLanes];
+    uint32_t special[kLanes] = {};
+    std::fill(std::begin(lo), std::end(lo), std::numeric_limits<float>::infinity());
+    std::fill(std::begin(hi), std::end(hi), -std::numeric_limits<float>::infinity());
+    const size_t whole = values.size() / kLanes * kLanes;
+    const float* p = values.data();
+    for (size_t i = 0; i < whole; i += kLanes)
+        for (size_t l = 0; l < kLanes; ++l) {
+            const float v = p[i + l];
+            uint32_t bits;
+            std::memcpy(&bits, &v, sizeof bits);
+            special[l] |= (bits & 0x7f800000u) == 0x7f800000u;  // infinity or NaN
+            lo[l] = v < lo[l] ? v : lo[l];
+            hi[l] = v > hi[l] ? v : hi[l];
+        }
+    Extremes out{std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(), true};
+    for (size_t i = whole; i < values.size(); ++i) {
+        out.finite = out.finite && std::isfinite(p[i]);
+        out.lo = p[i] < out.lo ? p[i] : out.lo;
+        out.hi = p[i] > out.hi ? p[i] : out.hi;
+    }
+    for (size_t l = 0; l < kLanes; ++l) {
+        out.finite = out.finite && special[l] == 0;
+        out.lo = std::min(out.lo, lo[l]);
+        out.hi = std::max(out.hi, hi[l]);
+    }
+    return out;
+}
+
+// The same, sixteen lanes wide: NaN found by an unordered compare, infinity
+// by the extremes it leaves.
+[[gnu::target("avx512f")]] Extremes extremes_of_piece_avx512(std::span<const float> values) {
+    __m512 lo = _mm512_set1_ps(std::numeric_limits<float>::infinity()), hi = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    __mmask16 nan = 0;
+    const float* p = values.data();
+    size_t i = 0;
+    for (; i + 16 <= values.size(); i += 16) {
+        const __m512 v = _mm512_loadu_ps(p + i);
+        nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        lo = _mm512_min_ps(lo, v);
+        hi = _mm512_max_ps(hi, v);
+    }
+    Extremes out = extremes_of_piece(values.subspan(i));
+    out.lo = std::min(out.lo, _mm512_reduce_min_ps(lo));
+    out.hi = std::max(out.hi, _mm512_reduce_max_ps(hi));
+    out.finite = out.finite && nan == 0 && std::isfinite(out.lo) && std::isfinite(out.hi);
+    return out;
+}
+
+Extremes extremes_of_any_piece(std::span<const float> values) {
+    static const bool avx512 = __builtin_cpu_supports("avx512f");
+    return avx512 ? extremes_of_piece_avx512(values) : extremes_of_piece(values);
+}
+
+// Threads for a pass over n values: one per 2^16 values, at most OpenMP's count.
+size_t threads_for(size_t n) {
+    return std::max<size_t>(1, std::min(static_cast<size_t>(std::max(1, omp_get_max_threads())), n >> 16));
+}
+
+// Bin of each value: floor(x / stride) bins from the zero bin (of |x| when
+// absolute), clamped to the histogram. x / stride as x * (1 / stride): 0 and
+// every multiple of a power-of-two stride land exactly on their edge.
+struct Binning {
+    double inverse_stride;
+    int32_t zero, last;
+    bool absolute;
+};
+
+inline void bins_of_body(const float* __restrict values, size_t n, const Binning& b, int32_t* __restrict bins) {
+    const double limit = static_cast<double>(b.last) + 1.0;  // keeps the conversion in int32
+    for (size_t i = 0; i < n; ++i) {
+        double y = static_cast<double>(values[i]) * b.inverse_stride;
+        y = b.absolute ? std::abs(y) : y;
+        y = std::clamp(y, -limit, limit);
+        auto t = static_cast<int32_t>(y);  // towards zero; one less below zero is floor
+        t -= static_cast<int32_t>(y < static_cast<double>(t));
+        bins[i] = std::clamp(t + b.zero, int32_t{0}, b.last);
+    }
+}
+
+void bins_of_portable(const float* values, size_t n, const Binning& b, int32_t* bins) {
+    bins_of_body(values, n, b, bins);
+}
+
+// The same arithmetic, eight values at a time where the CPU has AVX-512.
+[[gnu::target("avx512f")]] void bins_of_avx512(const float* values, size_t n, const Binning& b, int32_t* bins) {
+    const double limit = static_cast<double>(b.last) + 1.0;
+    const __m512d inverse = _mm512_set1_pd(b.inverse_stride), high = _mm512_set1_pd(limit),
+                  low = _mm512_set1_pd(-limit);
+    const __m256i zero = _mm256_set1_epi32(b.zero), last = _mm256_set1_epi32(b.last), none = _mm256_setzero_si256();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m512d y = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_loadu_ps(values + i)), inverse);
+        if (b.absolute) y = _mm512_abs_pd(y);
+        y = _mm512_roundscale_pd(_mm512_min_pd(_mm512_max_pd(y, low), high), _MM_FROUND_TO_NEG_INF);
+        const __m256i t = _mm256_add_epi32(_mm512_cvttpd_epi32(y), zero);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(bins + i), _mm256_min_epi32(_mm256_max_epi32(t, none), last));
+    }
+    bins_of_body(values + i, n - i, b, bins + i);
+}
+
+void bins_of(const float* values, size_t n, const Binning& b, int32_t* bins) {
+    static const bool avx512 = __builtin_cpu_supports("avx512f");
+    (avx512 ? bins_of_avx512 : bins_of_portable)(values, n, b, bins);
+}
+
+// Counts the values of one shard into `counts` (its own, zeroed), four
+// interleaved copies of the bins so that a run of equal values (a Relu's
+// zeros) is not one chain of dependent increments.
+void count_shard(std::span<const float> values, const Binning& binning, std::vector<uint32_t>& counts) {
+    constexpr size_t kBlock = 256, kCopies = 4;
+    const size_t stride = static_cast<size_t>(binning.last) + 1;
+    counts.assign(kCopies * stride, 0);
+    int32_t bins[kBlock];
+    for (size_t start = 0; start < values.size(); start += kBlock) {
+        const size_t n = std::min(kBlock, values.size() - start);
+        bins_of(values.data() + start, n, binning, bins);
+        size_t i = 0;
+        for (; i + kCopies <= n; i += kCopies)
+            for (size_t c = 0; c < kCopies; ++c) ++counts[c * stride + static_cast<size_t>(bins[i + c])];
+        for (; i < n; ++i) ++counts[static_cast<size_t>(bins[i])];
+    }
+}
+
+}  // namespace
+
+Extremes extremes(std::span<const float> values) {
+    const size_t pieces = threads_for(values.size());
+    if (pieces == 1) return extremes_of_any_piece(values);
+    std::vector<Extremes> of(pieces);
+    const size_t per_piece = (values.size() + pieces - 1) / pieces;
+#pragma omp parallel for schedule(static)
+    for (size_t k = 0; k < pieces; ++k) {
+        const size_t begin = std::min(values.size(), k * per_piece);
+        of[k] = extremes_of_any_piece(values.subspan(begin, std::min(values.size(), begin + per_piece) - begin));
+    }
+    Extremes out = of[0];
+    for (const auto& e : of) {
+        out.lo = std::min(out.lo, e.lo);
+        out.hi = std::max(out.hi, e.hi);
+        out.finite = out.finite && e.finite;
+    }
+    return out;
+}
+
 void Histogram::add(std::span<const float> values, const std::string& tensor) {
     if (values.empty()) return;
-    float lo = std::numeric_limits<float>::infinity(), hi = -std::numeric_limits<float>::infinity();
-    for (float v : values) {
-        if (!std::isfinite(v))
-            throw InputError(fmt::format("tensor '{}' holds {} during calibration; its range is undefined", tensor, v));
-        lo = std::min(lo, v);
-        hi = std::max(hi, v);
+    const auto [lo, hi, finite] = extremes(values);
+    if (!finite) {
+        for (float v : values)
+            if (!std::isfinite(v))
+                throw InputError(
+                    fmt::format("tensor '{}' holds {} during calibration; its range is undefined", tensor, v));
     }
     const double extent = std::max(std::abs(static_cast<double>(lo)), std::abs(static_cast<double>(hi)));
     if (total_ == 0) {
@@ -140,12 +302,34 @@ void Histogram::add(std::span<const float> values, const std::string& tensor) {
         max_ = std::max(max_, hi);
         grow_to(extent);
     }
-    const double offset = absolute_ ? 0.0 : static_cast<double>(half_) * stride_;
-    const auto last = static_cast<int64_t>(counts_.size()) - 1;
-    for (float v : values) {
-        const double x = absolute_ ? std::abs(static_cast<double>(v)) : static_cast<double>(v);
-        const auto bin = static_cast<int64_t>(std::floor((x + offset) / stride_));
-        counts_[static_cast<size_t>(std::clamp<int64_t>(bin, 0, last))] += 1.0;
+    const Binning binning{1.0 / stride_, static_cast<int32_t>(absolute_ ? 0 : half_),
+                          static_cast<int32_t>(counts_.size()) - 1, absolute_};
+    // Big batches in one shard per thread, each counting in 32 bits (at most
+    // 2^31 values a shard); small ones straight into the counts.
+    constexpr size_t kMostPerShard = size_t{1} << 31;
+    const size_t shards = std::max((values.size() + kMostPerShard - 1) / kMostPerShard,
+                                   values.size() >= 16 * counts_.size() ? threads_for(values.size()) : 1);
+    if (shards <= 1 && values.size() < kMostPerShard) {
+        constexpr size_t kBlock = 256;
+        int32_t bins[kBlock];
+        for (size_t start = 0; start < values.size(); start += kBlock) {
+            const size_t n = std::min(kBlock, values.size() - start);
+            bins_of(values.data() + start, n, binning, bins);
+            for (size_t i = 0; i < n; ++i) counts_[static_cast<size_t>(bins[i])] += 1.0;
+        }
+    } else {
+        const size_t per_shard = (values.size() + shards - 1) / shards;
+        std::vector<std::vector<uint32_t>> shard_counts(shards);
+#pragma omp parallel for schedule(static)
+        for (size_t s = 0; s < shards; ++s) {
+            const size_t begin = std::min(values.size(), s * per_shard);
+            const size_t end = std::min(values.size(), begin + per_shard);
+            count_shard(values.subspan(begin, end - begin), binning, shard_counts[s]);
+        }
+        const size_t bins = counts_.size();
+        for (const auto& c : shard_counts)
+            for (size_t copy = 0; copy < c.size(); copy += bins)
+                for (size_t b = 0; b < bins; ++b) counts_[b] += static_cast<double>(c[copy + b]);
     }
     total_ += static_cast<double>(values.size());
 }

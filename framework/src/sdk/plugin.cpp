@@ -32,6 +32,7 @@ void Plugin::configure(const Options&) {}
 
 RangeObserver::~RangeObserver() = default;
 Statistics RangeObserver::statistics() const { return {}; }
+bool RangeObserver::order_free() const { return false; }
 void RangeObserver::merge(const Statistics&) {
     throw InputError("this calibrator cannot merge statistics saved by vaiq calibrate");
 }

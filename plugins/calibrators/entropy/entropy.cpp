@@ -67,6 +67,8 @@ class EntropyObserver final : public vaiq::RangeObserver {
         hist_.merge(vaiq::Histogram::restore(other, s_.bins, false, "tensor '" + tensor_ + "'"));
     }
 
+    bool order_free() const override { return true; }  // extremes and histograms only
+
     vaiq::CalibrationResult result() const override {
         if (hist_.empty())
             throw vaiq::InputError(fmt::format("tensor '{}' was never observed during calibration", tensor_));

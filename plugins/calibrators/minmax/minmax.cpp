@@ -20,14 +20,11 @@ class MinMaxObserver final : public vaiq::RangeObserver {
 
     void observe(const vaiq::TensorView<float>& batch) override {
         if (batch.data.empty()) return;
-        float lo = std::numeric_limits<float>::infinity();
-        float hi = -std::numeric_limits<float>::infinity();
-        for (float v : batch.data) {
-            if (!std::isfinite(v))
-                throw vaiq::InputError(fmt::format(
-                    "tensor '{}' holds {} in calibration batch {}; its range is undefined", tensor_, v, batches_ + 1));
-            lo = std::min(lo, v);
-            hi = std::max(hi, v);
+        const auto [lo, hi, finite] = vaiq::extremes(batch.data);
+        if (!finite) {
+            const float v = *std::find_if(batch.data.begin(), batch.data.end(), [](float x) { return !std::isfinite(x); });
+            throw vaiq::InputError(fmt::format("tensor '{}' holds {} in calibration batch {}; its range is undefined",
+                                               tensor_, v, batches_ + 1));
         }
         if (batches_ == 0 || !settings_.moving_average) {
             min_ = batches_ == 0 ? lo : std::min(min_, lo);
@@ -59,6 +56,8 @@ class MinMaxObserver final : public vaiq::RangeObserver {
         max_ = batches_ == 0 ? hi : std::max(max_, hi);
         batches_ += batches;
     }
+
+    bool order_free() const override { return true; }  // extremes and histograms only
 
     vaiq::CalibrationResult result() const override {
         if (batches_ == 0)

@@ -45,11 +45,7 @@ class MinMseObserver final : public vaiq::RangeObserver {
         hist_.add(batch.data, tensor_);
         if (s_.mode != Mode::MostCommon || batch.data.empty()) return;
         // This batch's own best position, from its raw values (not kept).
-        float lo = batch.data[0], hi = batch.data[0];
-        for (float v : batch.data) {
-            lo = std::min(lo, v);
-            hi = std::max(hi, v);
-        }
+        const auto [lo, hi, finite] = vaiq::extremes(batch.data);  // finite: add() checked
         const auto range = ranged(lo, hi);
         ++votes_[best_position(range, [&](const vaiq::QuantParams& p) {
             double e = 0;
@@ -74,6 +70,8 @@ class MinMseObserver final : public vaiq::RangeObserver {
         if (votes.size() % 2 != 0) throw vaiq::InputError(fmt::format("the votes of {} are not pairs", what));
         for (size_t i = 0; i < votes.size(); i += 2) votes_[static_cast<int>(votes[i])] += static_cast<int>(votes[i + 1]);
     }
+
+    bool order_free() const override { return true; }  // extremes and histograms only
 
     vaiq::CalibrationResult result() const override {
         if (hist_.empty())

@@ -27,14 +27,16 @@ class NonOverflowObserver final : public vaiq::RangeObserver {
         : tensor_(std::move(tensor)), spec_(spec), s_(s) {}
 
     void observe(const vaiq::TensorView<float>& batch) override {
-        for (float v : batch.data) {
-            if (!std::isfinite(v))
-                throw vaiq::InputError(
-                    fmt::format("tensor '{}' holds {} during calibration; its range is undefined", tensor_, v));
-            min_ = std::min(min_, v);
-            max_ = std::max(max_, v);
-            seen_ = true;
+        if (batch.data.empty()) return;
+        const auto [lo, hi, finite] = vaiq::extremes(batch.data);
+        if (!finite) {
+            const float v = *std::find_if(batch.data.begin(), batch.data.end(), [](float x) { return !std::isfinite(x); });
+            throw vaiq::InputError(
+                fmt::format("tensor '{}' holds {} during calibration; its range is undefined", tensor_, v));
         }
+        min_ = std::min(min_, lo);
+        max_ = std::max(max_, hi);
+        seen_ = true;
     }
 
     vaiq::Statistics statistics() const override {
@@ -52,6 +54,8 @@ class NonOverflowObserver final : public vaiq::RangeObserver {
         max_ = std::max(max_, hi);
         seen_ = true;
     }
+
+    bool order_free() const override { return true; }  // extremes and histograms only
 
     vaiq::CalibrationResult result() const override {
         if (!seen_) throw vaiq::InputError(fmt::format("tensor '{}' was never observed during calibration", tensor_));

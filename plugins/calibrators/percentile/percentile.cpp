@@ -48,6 +48,8 @@ class PercentileObserver final : public vaiq::RangeObserver {
         hist_.merge(vaiq::Histogram::restore(other, s_.bins, s_.symmetric, "tensor '" + tensor_ + "'"));
     }
 
+    bool order_free() const override { return true; }  // extremes and histograms only
+
     vaiq::CalibrationResult result() const override {
         if (hist_.empty())
             throw vaiq::InputError(fmt::format("tensor '{}' was never observed during calibration", tensor_));
