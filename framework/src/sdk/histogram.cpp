@@ -241,9 +241,9 @@ void bins_of(const float* values, size_t n, const Binning& b, int32_t* bins) {
     (avx512 ? bins_of_avx512 : bins_of_portable)(values, n, b, bins);
 }
 
-// Counts the values of one shard into `counts` (its own, zeroed), four
-// interleaved copies of the bins so that a run of equal values (a Relu's
-// zeros) is not one chain of dependent increments.
+// Counts the values of one shard into `counts` (its own, one per bin), in four
+// interleaved copies of the bins while counting, so that a run of equal values
+// (a Relu's zeros) is not one chain of dependent increments.
 void count_shard(std::span<const float> values, const Binning& binning, std::vector<uint32_t>& counts) {
     constexpr size_t kBlock = 256, kCopies = 4;
     const size_t stride = static_cast<size_t>(binning.last) + 1;
@@ -257,6 +257,9 @@ void count_shard(std::span<const float> values, const Binning& binning, std::vec
             for (size_t c = 0; c < kCopies; ++c) ++counts[c * stride + static_cast<size_t>(bins[i + c])];
         for (; i < n; ++i) ++counts[static_cast<size_t>(bins[i])];
     }
+    for (size_t c = 1; c < kCopies; ++c)  // into the first copy
+        for (size_t b = 0; b < stride; ++b) counts[b] += counts[c * stride + b];
+    counts.resize(stride);
 }
 
 }  // namespace
@@ -326,10 +329,8 @@ void Histogram::add(std::span<const float> values, const std::string& tensor) {
             const size_t end = std::min(values.size(), begin + per_shard);
             count_shard(values.subspan(begin, end - begin), binning, shard_counts[s]);
         }
-        const size_t bins = counts_.size();
         for (const auto& c : shard_counts)
-            for (size_t copy = 0; copy < c.size(); copy += bins)
-                for (size_t b = 0; b < bins; ++b) counts_[b] += static_cast<double>(c[copy + b]);
+            for (size_t b = 0; b < counts_.size(); ++b) counts_[b] += static_cast<double>(c[b]);
     }
     total_ += static_cast<double>(values.size());
 }
