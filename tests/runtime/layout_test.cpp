@@ -126,16 +126,17 @@ TEST(Layout, AnAnyOrderTapGetsTheTensorAsHeldWithoutATranspose) {
     const auto model = residual_block();
     const std::vector<std::string> taps{"r1", "s"};
     Executor exact(model, {.threads = 1, .profile = true, .optimize_layout = true, .taps = {"r1", "s"}});
-    Executor any(model, {.threads = 1, .profile = true, .optimize_layout = true, .taps = {"r1", "s"},
-                         .any_order_taps = {"r1", "s"}});
+    Executor any(
+        model,
+        {.threads = 1, .profile = true, .optimize_layout = true, .taps = {"r1", "s"}, .any_order_taps = {"r1", "s"}});
     std::map<std::string, Tensor> a, b;
     const Tensor x = vaiq::test::ramp({1, 3, 8, 8}, -2.0f, 0.02f);
     exact.run({{"x", x}}, taps, [&](const std::string& n, const Tensor& t) { a[n] = t; });
     const auto y = any.run({{"x", x}}, taps, [&](const std::string& n, const Tensor& t) { b[n] = t; });
     ASSERT_EQ(b.size(), 2u);
     for (const auto& name : taps) {
-        const auto& [n, c, h, w] = std::array{a[name].shape()[0], a[name].shape()[1], a[name].shape()[2],
-                                             a[name].shape()[3]};
+        const auto& [n, c, h, w] =
+            std::array{a[name].shape()[0], a[name].shape()[1], a[name].shape()[2], a[name].shape()[3]};
         EXPECT_EQ(b[name].shape(), (std::vector<int64_t>{n, h, w, c})) << name << " comes in NHWC";
         const auto p = a[name].data<float>(), q = b[name].data<float>();
         for (int64_t ci = 0; ci < c; ++ci)

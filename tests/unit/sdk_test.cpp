@@ -425,8 +425,8 @@ TEST(Extremes, FindTheExtremesAndAnyValueThatIsNotFinite) {
         EXPECT_TRUE(e.finite) << n;
         EXPECT_EQ(e.lo, -7.5f) << n;
         EXPECT_EQ(e.hi, 9.25f) << n;
-        for (const float bad : {std::nanf(""), std::numeric_limits<float>::infinity(),
-                                -std::numeric_limits<float>::infinity()}) {
+        for (const float bad :
+             {std::nanf(""), std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()}) {
             auto w = v;
             w[n / 2] = bad;
             EXPECT_FALSE(vaiq::extremes(w).finite) << n << " " << bad;

@@ -22,7 +22,9 @@
 #endif
 
 /** The ABI revision of this SDK; a plugin must carry exactly this number. */
-#define VAIQ_ABI_VERSION 7u /* 7: RangeObserver::order_free(); 6: QuantSpec::dynamic, RangeObserver statistics() and merge(), 4-bit types and block-wise parameters */
+/* 7: RangeObserver::order_free(); 6: QuantSpec::dynamic, RangeObserver statistics() and merge(),
+ * 4-bit types and block-wise parameters */
+#define VAIQ_ABI_VERSION 7u
 
 /** Name of the one symbol a plugin library exports. */
 #define VAIQ_PLUGIN_ENTRY_NAME "vaiq_plugin_entry"

@@ -167,7 +167,8 @@ Extremes extremes_of_piece(std::span<const float> values) {
 // The same, sixteen lanes wide: NaN found by an unordered compare, infinity
 // by the extremes it leaves.
 [[gnu::target("avx512f")]] Extremes extremes_of_piece_avx512(std::span<const float> values) {
-    __m512 lo = _mm512_set1_ps(std::numeric_limits<float>::infinity()), hi = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    __m512 lo = _mm512_set1_ps(std::numeric_limits<float>::infinity()),
+           hi = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     __mmask16 nan = 0;
     const float* p = values.data();
     size_t i = 0;

@@ -22,7 +22,8 @@ class MinMaxObserver final : public vaiq::RangeObserver {
         if (batch.data.empty()) return;
         const auto [lo, hi, finite] = vaiq::extremes(batch.data);
         if (!finite) {
-            const float v = *std::find_if(batch.data.begin(), batch.data.end(), [](float x) { return !std::isfinite(x); });
+            const float v =
+                *std::find_if(batch.data.begin(), batch.data.end(), [](float x) { return !std::isfinite(x); });
             throw vaiq::InputError(fmt::format("tensor '{}' holds {} in calibration batch {}; its range is undefined",
                                                tensor_, v, batches_ + 1));
         }
