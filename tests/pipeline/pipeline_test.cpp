@@ -7,6 +7,7 @@
 
 #include "pipeline/calibration.hpp"
 #include "pipeline/data_reader.hpp"
+#include "pipeline/diagnosis.hpp"
 #include "pipeline/evaluation.hpp"
 #include "pipeline/pipeline.hpp"
 #include "pipeline/planner.hpp"
@@ -613,6 +614,25 @@ TEST_F(NpuRun, AnOutputBelowTheFloorFailsTheRunAndWritesNothing) {
     EXPECT_NE(message.find("nothing was written"), std::string::npos) << message;
     EXPECT_FALSE(fs::exists(output_));
     EXPECT_FALSE(fs::exists(fs::path(output_).replace_extension(".report.json")));
+}
+
+// A quantized tensor holding NaN (a division by a zero that quantization made)
+// diverges with an SQNR of -infinity, not NaN (which compares false with any threshold).
+TEST(FirstDivergence, NaNInTheQuantizedValuesIsMinusInfinity) {
+    auto model_with = [](const std::string& op) {
+        vaiq::test::GraphBuilder b;
+        b.input("x", {1, 4}).output("y", {1, 4});
+        b.node(op, {"x"}, {"c"}, "first");
+        b.node("Neg", {"c"}, {"y"}, "second");
+        return b.build();
+    };
+    const auto reference = model_with("Abs"), broken = model_with("Sqrt");  // Sqrt of -1: NaN
+    const std::map<std::string, vaiq::Tensor> feeds{
+        {"x", vaiq::Tensor::from_values<float>({1, 4}, std::vector<float>{-1.0f, 4.0f, 9.0f, 16.0f})}};
+    const auto d = vaiq::first_divergence(reference, broken, feeds, 10.0, 1);
+    ASSERT_TRUE(d.has_value());
+    EXPECT_EQ(d->tensor, "c");
+    EXPECT_EQ(d->sqnr_db, -std::numeric_limits<double>::infinity());
 }
 
 TEST_F(NpuRun, ALowOutputNamesTheFirstTensorWhoseErrorReachesTheWarning) {

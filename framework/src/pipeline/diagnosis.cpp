@@ -30,7 +30,8 @@ std::vector<std::pair<std::string, std::string>> shared_tensors(const Model& flo
 }
 
 // 10 log10(sum f^2 / sum (f - q)^2); nullopt when it says nothing (no signal,
-// other sizes, not float).
+// other sizes, not float); -infinity when q holds NaN or infinity (a division
+// by a zero that quantization made): no signal is left.
 std::optional<double> sqnr_db(const Tensor& f, const Tensor& q) {
     if (f.type() != DataType::Float || q.type() != DataType::Float || f.size() != q.size()) return std::nullopt;
     double signal = 0, noise = 0;
@@ -40,7 +41,8 @@ std::optional<double> sqnr_db(const Tensor& f, const Tensor& q) {
         signal += static_cast<double>(a[i]) * a[i];
         noise += d * d;
     }
-    if (!(signal > 0)) return std::nullopt;
+    if (!(signal > 0) || std::isinf(signal)) return std::nullopt;
+    if (std::isnan(noise) || std::isinf(noise)) return -std::numeric_limits<double>::infinity();
     return noise == 0 ? std::numeric_limits<double>::infinity() : 10.0 * std::log10(signal / noise);
 }
 

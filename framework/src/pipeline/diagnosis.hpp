@@ -41,7 +41,8 @@ struct Divergence {
 
 /// Compares every float tensor the two models both compute (in the float
 /// model's graph order) on `feeds`, and returns the first whose SQNR is below
-/// `threshold_db`; nullopt when none is.
+/// `threshold_db`; nullopt when none is. A tensor whose quantized values hold
+/// NaN or infinity has an SQNR of -infinity.
 std::optional<Divergence> first_divergence(const Model& float_model, const Model& quantized,
                                            const std::map<std::string, Tensor>& feeds, double threshold_db, int threads,
                                            size_t budget_bytes = size_t{256} << 20);

@@ -1016,9 +1016,12 @@ void judge_outputs(const Recipe& recipe, const nlohmann::json& report) {
             std::string where = "no single tensor falls below that on the first batch";
             if (evaluation.contains("first_divergence")) {
                 const auto& d = evaluation["first_divergence"];
-                where = fmt::format("the error first reaches that at tensor '{}' (node '{}': SQNR {:.2f} dB on {})",
+                const double db = d["sqnr_db"].get<double>();
+                where = fmt::format("the error first reaches that at tensor '{}' (node '{}': {} on {})",
                                     d["tensor"].get<std::string>(), d["node"].get<std::string>(),
-                                    d["sqnr_db"].get<double>(), d["data"].get<std::string>());
+                                    std::isfinite(db) ? fmt::format("SQNR {:.2f} dB", db)
+                                                      : std::string("the quantized values hold NaN or infinity"),
+                                    d["data"].get<std::string>());
             }
             log_warn(
                 "output '{}' is far from the float model's: SQNR {:.2f} dB (warn_output_sqnr_db {}), cosine "
