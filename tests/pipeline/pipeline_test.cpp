@@ -398,6 +398,54 @@ TEST(Evaluation, IdenticalModelsAgreeExactlyAndLabelsGiveAccuracy) {
     EXPECT_EQ(e.to_json()["outputs"][0]["sqnr_db"], "inf");
 }
 
+// Conv -> BatchNormalization -> Clip(0, 6): folding the BatchNormalization keeps the
+// function, so evaluation compares against the outputs calibration computed (the given
+// model does not run again) and finds what running it finds; replacing the Clip by a
+// Relu changes the function, so the given model is the reference again.
+TEST(Evaluation, APreparationThatKeepsTheFunctionIsComparedWithCalibrationsOutputs) {
+    GraphBuilder b;
+    b.input("x", {1, 2, 4, 4}).output("y", {1, 3, 4, 4});
+    b.initializer("w", ramp({3, 2, 1, 1}, -0.6f, 0.2f));
+    b.initializer("gamma", ramp({3}, 0.5f, 0.25f));
+    b.initializer("beta", ramp({3}, -0.2f, 0.3f));
+    b.initializer("mean", ramp({3}, 0.1f, -0.05f));
+    b.initializer("var", ramp({3}, 0.8f, 0.4f));
+    b.initializer("lo", Tensor::from_values<float>({}, std::vector<float>{0.0f}));
+    b.initializer("hi", Tensor::from_values<float>({}, std::vector<float>{6.0f}));
+    b.node("Conv", {"x", "w"}, {"c"});
+    b.node("BatchNormalization", {"c", "gamma", "beta", "mean", "var"}, {"n"});
+    b.node("Clip", {"n", "lo", "hi"}, {"y"});
+    const auto model = b.build();
+    const auto dir = temp_dir();
+    vaiq::save_model(model, dir / "in.onnx");
+    fs::create_directories(dir / "data");
+    for (int k = 0; k < 4; ++k)
+        vaiq::write_npy(dir / "data" / ("sample_" + std::to_string(k) + ".npy"),
+                        ramp({1, 2, 4, 4}, -3.0f + static_cast<float>(k), 0.11f * static_cast<float>(k + 1)));
+    vaiq::PluginRegistry registry;
+    registry.load_default_paths();
+    auto run = [&](const std::string& extra) {
+        const auto recipe = vaiq::load_recipe(
+            write_text(dir / "r.yaml", "recipe_version: 1\nmodel_input: in.onnx\nmodel_output: out.onnx\n"
+                                       "calibration_data_reader: data\n" +
+                                           extra));
+        return vaiq::run_pipeline(recipe, registry, {}).report_json;
+    };
+    const auto kept = run("");
+    EXPECT_EQ(kept["evaluation"]["reference"], "prepared model (its preparation keeps the function), as calibrated");
+    bool folded = false;
+    for (const auto& p : kept["passes"]) folded |= p["changed"] == true && p["keeps_function"] == true;
+    EXPECT_TRUE(folded) << kept["passes"].dump();
+    auto data = vaiq::open_data_reader(dir / "data", model);
+    const auto direct = vaiq::compare_outputs(model, vaiq::load_model(dir / "out.onnx"), *data, nullptr, 1);
+    EXPECT_NEAR(kept["evaluation"]["outputs"][0]["sqnr_db"].get<double>(), direct.outputs[0].sqnr_db, 1e-3)
+        << "the prepared model's outputs stand for the given model's";
+    EXPECT_EQ(kept["evaluation"]["samples"], 4);
+
+    const auto changed = run("extra_options: {ReplaceClip6Relu: true}\n");
+    EXPECT_EQ(changed["evaluation"]["reference"], "input model");
+}
+
 // A reader that yields fewer batches once rewound (a stream consumed as it is read).
 class ShrinkingReader final : public vaiq::DataReader {
   public:

@@ -22,7 +22,7 @@
 #endif
 
 /** The ABI revision of this SDK; a plugin must carry exactly this number. */
-/* 7: RangeObserver::order_free(); 6: QuantSpec::dynamic, RangeObserver statistics() and merge(),
+/* 7: RangeObserver::order_free(), Pass::keeps_function(); 6: QuantSpec::dynamic, RangeObserver statistics() and merge(),
  * 4-bit types and block-wise parameters */
 #define VAIQ_ABI_VERSION 7u
 

@@ -39,14 +39,23 @@ class VAIQ_API Pass : public Plugin {
     /// The measured ranges, before run(); tensors that are not float or lack
     /// the axis are left out.
     virtual void set_channel_ranges(ChannelRanges ranges) { (void)ranges; }
+
+    /// True when run() never changes what the model computes, only how (up to
+    /// float rounding: folding, fusing, clean-ups). A run whose preparation kept
+    /// the function compares the quantized model against the float outputs
+    /// calibration computed instead of running the given model again. The
+    /// default is false.
+    virtual bool keeps_function() const { return false; }
 };
 
 /// A pass without options that runs one function (returning whether it changed
-/// the model): a library of such rewrites declares one per function.
-template <bool (*Run)(Model&)>
+/// the model): a library of such rewrites declares one per function, saying
+/// whether it keeps the function (see Pass::keeps_function).
+template <bool (*Run)(Model&), bool KeepsFunction = false>
 class FunctionPass final : public Pass {
   public:
     bool run(Model& model) override { return Run(model); }
+    bool keeps_function() const override { return KeepsFunction; }
 };
 
 }  // namespace vaiq

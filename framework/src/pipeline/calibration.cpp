@@ -34,7 +34,7 @@ Observations make_observers(const DraftPlan& plan) {
 }
 
 void observe(Observations& into, const Model& model, const DraftPlan& plan, DataReader& data, int threads,
-             const std::function<void(int)>& on_batch) {
+             const std::function<void(int)>& on_batch, const OutputSink& outputs) {
     const auto observed = plan.observed();
     // Activations nothing observes (float quant types, fixed ranges) must be float
     // too; an exporter's shape arithmetic (int64) often has no declared type, so
@@ -64,7 +64,7 @@ void observe(Observations& into, const Model& model, const DraftPlan& plan, Data
         // Past the first batch only what is observed is tapped; nothing observed: one batch.
         if (into.batches > first && observed.empty()) break;
         try {
-            executor.run(batch->feeds, into.batches == first ? typed : observed,
+            auto results = executor.run(batch->feeds, into.batches == first ? typed : observed,
                          [&](const std::string& name, const Tensor& value) {
                              if (value.type() != DataType::Float) {
                                  into.not_float.insert(name);
@@ -82,6 +82,7 @@ void observe(Observations& into, const Model& model, const DraftPlan& plan, Data
                                  if (!std::isnan(v)) v = std::clamp(v, clamp->second.min, clamp->second.max);
                              observers.at(name)->observe(clamped.view<float>());
                          });
+            if (outputs) outputs(*batch, std::move(results));
         } catch (const InputError& e) {
             throw InputError(fmt::format("calibration data {}: {}", batch->source, e.what()));
         }

@@ -35,11 +35,15 @@ Observations make_observers(const DraftPlan& plan);
 /// its own, or that of the tensor taking its range.
 std::map<std::string, const PlannedTensor*> observing_tensors(const DraftPlan& plan);
 
+/// The model's outputs on one batch, as calibration computed them.
+using OutputSink = std::function<void(const Batch& batch, std::vector<Tensor> outputs)>;
+
 /// Runs every batch of `data` through `model` with the planned activations
 /// tapped; each observer sees each batch once and keeps only its statistics.
-/// `on_batch` is called after each batch (progress).
+/// `on_batch` is called after each batch (progress), `outputs` with each
+/// batch's outputs (when there is one).
 void observe(Observations& into, const Model& model, const DraftPlan& plan, DataReader& data, int threads,
-             const std::function<void(int)>& on_batch = {});
+             const std::function<void(int)>& on_batch = {}, const OutputSink& outputs = {});
 
 /// The observers' results, and the planned tensors that are not float.
 CalibrationOutcome conclude(const DraftPlan& plan, const Observations& observations);

@@ -74,34 +74,55 @@ nlohmann::json Evaluation::to_json() const {
     return j;
 }
 
-Evaluation compare_outputs(const Model& float_model, const Model& quantized, DataReader& data, const Tensor* labels,
-                           int threads, int max_batches) {
+void ReferenceOutputs::add(const std::string& source, std::vector<Tensor> batch_outputs) {
+    if (batch_outputs.size() != names.size())
+        throw InternalError(fmt::format("{} outputs for a model of {}", batch_outputs.size(), names.size()));
+    batch_samples.push_back(
+        !batch_outputs.empty() && !batch_outputs[0].shape().empty() ? batch_outputs[0].shape()[0] : 0);
+    for (auto& t : batch_outputs) {
+        as_float(t);
+        // Only float outputs are compared: others leave an empty placeholder.
+        outputs.put(t.type() == DataType::Float ? t : Tensor(DataType::UInt8, {0}));
+    }
+    sources.push_back(source);
+}
+
+std::unique_ptr<ReferenceOutputs> reference_outputs(const Model& float_model, DataReader& data, int threads,
+                                                    int max_batches) {
     runtime::ExecutorOptions options;
     options.threads = threads;
+    runtime::Executor reference(float_model, options);
+    auto out = std::make_unique<ReferenceOutputs>();
+    out->names = reference.output_names();
+    data.rewind();
+    while (auto batch = data.next()) {
+        if (max_batches > 0 && static_cast<int>(out->sources.size()) >= max_batches) break;
+        report_progress("float batch", static_cast<int64_t>(out->sources.size()) + 1, max_batches);
+        out->add(batch->source, run_batch(reference, *batch));
+    }
+    return out;
+}
+
+Evaluation compare_outputs(const Model& float_model, const Model& quantized, DataReader& data, const Tensor* labels,
+                           int threads, int max_batches) {
     // The float model runs over the data first and its outputs are put aside, so
     // that the two models' weights are never in memory together (a model of
     // several GB would need them twice).
-    TensorSpool float_outputs;
-    std::vector<std::string> names, sources;  // the batches' names in the first pass
-    int64_t samples = 0;
-    {
-        runtime::Executor reference(float_model, options);
-        names = reference.output_names();
-        data.rewind();
-        while (auto batch = data.next()) {
-            if (max_batches > 0 && static_cast<int>(sources.size()) >= max_batches) break;
-            report_progress("float batch", static_cast<int64_t>(sources.size()) + 1, max_batches);
-            auto outputs = run_batch(reference, *batch);
-            if (!outputs.empty() && !outputs[0].shape().empty()) samples += outputs[0].shape()[0];
-            for (auto& t : outputs) {
-                as_float(t);
-                // Only float outputs are compared: others leave an empty placeholder.
-                float_outputs.put(t.type() == DataType::Float ? t : Tensor(DataType::UInt8, {0}));
-            }
-            sources.push_back(batch->source);
-        }
-    }
+    const auto reference = reference_outputs(float_model, data, threads, max_batches);
+    return compare_outputs(*reference, quantized, data, labels, threads, max_batches);
+}
+
+Evaluation compare_outputs(const ReferenceOutputs& reference, const Model& quantized, DataReader& data,
+                           const Tensor* labels, int threads, int max_batches) {
+    const auto& names = reference.names;
+    const auto& float_outputs = reference.outputs;
+    std::vector<std::string> sources = reference.sources;
+    if (max_batches > 0 && sources.size() > static_cast<size_t>(max_batches)) sources.resize(max_batches);
     if (sources.empty()) throw InputError("the evaluation data holds no batches");
+    int64_t samples = 0;
+    for (size_t b = 0; b < sources.size(); ++b) samples += reference.batch_samples[b];
+    runtime::ExecutorOptions options;
+    options.threads = threads;
     runtime::Executor candidate(quantized, options);
     std::vector<Sums> sums(names.size());
     int64_t float_correct = 0, quant_correct = 0, labelled = 0;
@@ -117,6 +138,7 @@ Evaluation compare_outputs(const Model& float_model, const Model& quantized, Dat
             throw InputError(fmt::format("the evaluation data ended early on its second pass: batch {} ({}) is "
                                          "missing",
                                          b + 1, sources[b]));
+
         auto q = run_batch(candidate, *batch);
         std::vector<Tensor> f(names.size());
         for (size_t o = 0; o < names.size(); ++o) f[o] = float_outputs.get(b * names.size() + o);

@@ -4,11 +4,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "pipeline/data_reader.hpp"
+#include "util/spool.hpp"
 #include "vaiq/model.hpp"
 
 namespace vaiq {
@@ -36,6 +38,26 @@ struct Evaluation {
 
     nlohmann::json to_json() const;
 };
+
+/// The float model's outputs on each batch of the data, put aside (in memory up
+/// to 256 MB, beyond in a temporary file) until the quantized model runs.
+struct ReferenceOutputs {
+    std::vector<std::string> names;    ///< the model's outputs
+    std::vector<std::string> sources;  ///< the batches, in order
+    std::vector<int64_t> batch_samples;  ///< per batch, rows of the first output
+    TensorSpool outputs;               ///< names.size() per batch, float (others as empty placeholders)
+    void add(const std::string& source, std::vector<Tensor> batch_outputs);
+};
+
+/// Runs up to `max_batches` batches (0: all) of the data through the float model.
+std::unique_ptr<ReferenceOutputs> reference_outputs(const Model& float_model, DataReader& data, int threads,
+                                                    int max_batches = 0);
+
+/// Compares the quantized model's outputs on the data with the float model's
+/// put aside (from the first `max_batches` batches, 0: all it holds); the data
+/// must give the same batches again.
+Evaluation compare_outputs(const ReferenceOutputs& reference, const Model& quantized, DataReader& data,
+                           const Tensor* labels, int threads, int max_batches = 0);
 
 /// Runs up to `max_batches` batches (0: all) through the float model, then
 /// through the quantized one (the float outputs wait in memory, or in a

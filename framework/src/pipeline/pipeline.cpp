@@ -382,6 +382,10 @@ struct RunState {
     QuantRequest run;                  ///< what the recipe asks of the whole run, for the target
     Model model;                       ///< the float model, prepared (and its biases corrected)
     std::optional<Model> uncorrected;  ///< the prepared model before bias correction, when that ran
+    bool function_kept = true;         ///< preparation changed only how the model computes, not what
+    /// The prepared model's outputs on the calibration data as calibration
+    /// computed them, kept when evaluation will compare against them.
+    std::unique_ptr<ReferenceOutputs> float_outputs;
     DraftPlan draft;
     std::unique_ptr<DataReader> data;
     CalibrationOutcome calibration;
@@ -472,7 +476,7 @@ void prepare_phase(RunState& s) {
         const auto reader = calibration_reader(s.recipe, s.options, model);
         return measure_channel_ranges(model, *reader, wanted, s.threads);
     };
-    run_passes(passes, s.registry, s.model, s.report["passes"], measure);
+    s.function_kept = run_passes(passes, s.registry, s.model, s.report["passes"], measure);
     if (s.recipe.value("extra_options.SmoothQuant").get<bool>()) {
         SmoothQuantOptions options;
         options.alpha = s.recipe.value("extra_options.SmoothQuantAlpha").get<double>();
@@ -482,6 +486,7 @@ void prepare_phase(RunState& s) {
                                          s.recipe.setting("extra_options.SmoothQuantAlpha").origin, options.alpha));
         s.data = calibration_reader(s.recipe, s.options, s.model);
         const auto r = smooth_quant(s.model, *s.data, options, s.threads);
+        s.function_kept = false;  // the same up to rounding in exact arithmetic, but scaled ranges are its point
         s.report["smooth_quant"] = {{"activations", r.activations}, {"weights", r.weights}, {"folded", r.folded}};
         log_info("SmoothQuant: {} activations smoothed ({} folded into their producer), {} weights scaled",
                  r.activations, r.folded, r.weights);
@@ -496,7 +501,10 @@ void prepare_phase(RunState& s) {
                     "use rtn, or convert the model first (convert_fp16_to_fp32: true)",
                     s.recipe.setting("weight_only_algorithm").origin, algorithm.get<std::string>(), init.name()));
     }
-    if (s.recipe.value("weight_only").get<bool>() && (algorithm == "awq_lite" || algorithm == "awq_full")) awq_phase(s);
+    if (s.recipe.value("weight_only").get<bool>() && (algorithm == "awq_lite" || algorithm == "awq_full")) {
+        awq_phase(s);
+        s.function_kept = false;
+    }
 }
 
 void plan_phase(RunState& s) {
@@ -564,9 +572,22 @@ Observations observe_data(RunState& s) {
         }
     }
     if (!s.data) s.data = calibration_reader(s.recipe, s.options, s.model);
+    // Evaluation on this data against a model whose function preparation kept can
+    // compare against these outputs instead of running the given model again
+    // (calibration runs every batch when it observes anything).
+    OutputSink keep;
+    if (s.last >= Phase::Evaluate && s.recipe.value("evaluation_data").is_null() && s.function_kept &&
+        !observed.empty()) {
+        s.float_outputs = std::make_unique<ReferenceOutputs>();
+        for (const auto& o : s.model.graph().output()) s.float_outputs->names.push_back(o.name());
+        keep = [&](const Batch& batch, std::vector<Tensor> outputs) {
+            s.float_outputs->add(batch.source, std::move(outputs));
+        };
+    }
     auto observations = make_observers(s.draft);
-    observe(observations, s.model, s.draft, *s.data, s.threads,
-            [&](int batch) { log_debug("calibration batch {} of {} files", batch, s.data->items()); });
+    observe(
+        observations, s.model, s.draft, *s.data, s.threads,
+        [&](int batch) { log_debug("calibration batch {} of {} files", batch, s.data->items()); }, keep);
     return observations;
 }
 
@@ -859,18 +880,27 @@ void evaluate_phase(RunState& s) {
     // The reference is the model as given, so function-changing preparation (the DPU
     // simulations, ReplaceClip6Relu) counts as error; a model whose inputs preparation
     // changed (NHWC, float16) cannot take the same data and is compared as prepared.
-    Model given = load_model(s.input);
-    const bool as_given = same_inputs(given, s.model);
-    if (!as_given) {
+    // When preparation kept the function, the prepared model's outputs calibration
+    // computed stand for the given model's: it does not run again.
+    const bool from_calibration = s.float_outputs && !eval_data;
+    Model given = from_calibration ? Model() : load_model(s.input);
+    const bool as_given = !from_calibration && same_inputs(given, s.model);
+    if (!as_given && !from_calibration) {
         given = Model();
         log_info("evaluating against the prepared float model: preparation changed the model's inputs");
     }
-    const Model& reference = as_given ? given : s.model;
+    const Model& reference = as_given ? given : float_reference(s);
     auto& data = eval_data ? *eval_data : *s.data;
-    const auto evaluation = compare_outputs(reference, s.quantized, data, labels ? &*labels : nullptr, s.threads,
-                                            static_cast<int>(s.recipe.value("evaluation_batches").get<int64_t>()));
+    const auto batches = static_cast<int>(s.recipe.value("evaluation_batches").get<int64_t>());
+    const Tensor* label_tensor = labels ? &*labels : nullptr;
+    const auto evaluation =
+        from_calibration ? compare_outputs(*s.float_outputs, s.quantized, data, label_tensor, s.threads, batches)
+                         : compare_outputs(reference, s.quantized, data, label_tensor, s.threads, batches);
+    s.float_outputs.reset();
     auto& out = s.report["evaluation"] = evaluation.to_json();
-    out["reference"] = as_given ? "input model" : "prepared model";
+    out["reference"] = from_calibration ? "prepared model (its preparation keeps the function), as calibrated"
+                       : as_given       ? "input model"
+                                        : "prepared model";
     out["data"] = eval_data ? "evaluation_data" : "calibration_data";
     log_info("quantized vs float on {} data: {}", eval_data ? "evaluation" : "calibration", summary_line(evaluation));
     const double warn_db = s.recipe.value("warn_output_sqnr_db").get<double>();

@@ -12,8 +12,9 @@
 
 namespace vaiq {
 
-void run_passes(const std::vector<PluginChoice>& passes, PluginRegistry& registry, Model& model,
+bool run_passes(const std::vector<PluginChoice>& passes, PluginRegistry& registry, Model& model,
                 nlohmann::json& report, const ChannelMeasurer& measure) {
+    bool kept = true;
     for (const auto& choice : passes) {
         const auto start = std::chrono::steady_clock::now();
         auto pass = registry.create<Pass>(choice.info->name, choice.options);
@@ -32,10 +33,14 @@ void run_passes(const std::vector<PluginChoice>& passes, PluginRegistry& registr
                 throw InternalError(fmt::format("pass '{}' left an invalid model: {}", choice.info->name, e.what()));
             }
         }
+        const bool keeps = pass->keeps_function();
+        kept = kept && (keeps || !changed);
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        report.push_back({{"name", choice.info->name}, {"changed", changed}, {"seconds", seconds}});
+        report.push_back(
+            {{"name", choice.info->name}, {"changed", changed}, {"keeps_function", keeps}, {"seconds", seconds}});
         log_info("pass {}: {}", choice.info->name, changed ? "changed the model" : "no change");
     }
+    return kept;
 }
 
 PluginChoice pass_choice(PluginRegistry& registry, const std::string& name, const nlohmann::json& options,

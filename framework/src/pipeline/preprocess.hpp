@@ -20,10 +20,11 @@ namespace vaiq {
 using ChannelMeasurer = std::function<ChannelRanges(const Model&, const std::vector<ChannelRangeRequest>&)>;
 
 /// Runs each pass on the model in order, checking the model after each one
-/// that changed it; appends {name, changed, seconds} to `report`. A pass that
-/// asks for channel ranges gets them from `measure` when there is one (a run
-/// with calibration data), else runs without them.
-void run_passes(const std::vector<PluginChoice>& passes, PluginRegistry& registry, Model& model,
+/// that changed it; appends {name, changed, keeps_function, seconds} to
+/// `report`. A pass that asks for channel ranges gets them from `measure` when
+/// there is one (a run with calibration data), else runs without them.
+/// Returns whether every pass that changed the model kept its function.
+bool run_passes(const std::vector<PluginChoice>& passes, PluginRegistry& registry, Model& model,
                 nlohmann::json& report, const ChannelMeasurer& measure = {});
 
 /// A pass by name with options (null for the defaults), found in the registry.

@@ -104,6 +104,9 @@ class GuardedPass final : public Guarded<Pass> {
     void set_channel_ranges(ChannelRanges ranges) override {
         who_.call("set_channel_ranges", [&] { inner_->set_channel_ranges(std::move(ranges)); });
     }
+    bool keeps_function() const override {
+        return who_.call("keeps_function", [&] { return inner_->keeps_function(); });
+    }
 };
 
 class GuardedObserver final : public RangeObserver {

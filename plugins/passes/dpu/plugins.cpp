@@ -4,23 +4,25 @@
 #include "passes.hpp"
 
 using vaiq::FunctionPass;
+// What only changes how the model computes, not what (Pass::keeps_function).
+constexpr bool kKeepsFunction = true;
 namespace p = dpu_passes;
 
 VAIQ_PLUGINS(
-    vaiq::describe<FunctionPass<p::convert_bn_to_conv>>(
+    vaiq::describe<FunctionPass<p::convert_bn_to_conv, kKeepsFunction>>(
         "convert_bn_to_conv", "0.1.0", "BatchNormalization folded into the Conv before it, else a depthwise 1x1 Conv"),
-    vaiq::describe<FunctionPass<p::convert_reduce_mean_to_global_avg_pool>>(
+    vaiq::describe<FunctionPass<p::convert_reduce_mean_to_global_avg_pool, kKeepsFunction>>(
         "convert_reduce_mean_to_global_avg_pool", "0.1.0", "ReduceMean over the spatial axes to GlobalAveragePool"),
-    vaiq::describe<FunctionPass<p::split_large_kernel_pool>>(
+    vaiq::describe<FunctionPass<p::split_large_kernel_pool, kKeepsFunction>>(
         "split_large_kernel_pool", "0.1.0",
         "GlobalAveragePool over more than 512 elements to AveragePool + GlobalAveragePool"),
-    vaiq::describe<FunctionPass<p::convert_split_to_slice>>("convert_split_to_slice", "0.1.0",
+    vaiq::describe<FunctionPass<p::convert_split_to_slice, kKeepsFunction>>("convert_split_to_slice", "0.1.0",
                                                             "Split to one Slice per output"),
-    vaiq::describe<FunctionPass<p::fuse_instance_norm>>(
+    vaiq::describe<FunctionPass<p::fuse_instance_norm, kKeepsFunction>>(
         "fuse_instance_norm", "0.1.0", "A spelled-out instance normalisation to InstanceNormalization"),
     vaiq::describe<FunctionPass<p::fuse_l2_norm>>("fuse_l2_norm", "0.1.0",
                                                   "x / sqrt(sum(x^2)) over one axis to LpNormalization(p=2)"),
-    vaiq::describe<FunctionPass<p::convert_clip_to_relu>>("convert_clip_to_relu", "0.1.0",
+    vaiq::describe<FunctionPass<p::convert_clip_to_relu, kKeepsFunction>>("convert_clip_to_relu", "0.1.0",
                                                           "Clip with min 0 and no max to Relu"),
     vaiq::describe<FunctionPass<p::replace_clip6_relu>>("replace_clip6_relu", "0.1.0",
                                                         "Clip(0, 6) to Relu (changes the function; for CLE)"),

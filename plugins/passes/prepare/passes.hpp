@@ -37,6 +37,7 @@ class SymbolicShapeInference final : public vaiq::Pass {
   public:
     void configure(const vaiq::Options& options) override;
     bool run(vaiq::Model& model) override;
+    bool keeps_function() const override { return true; }  // declares shapes only
 
   private:
     vaiq::ShapeInferenceOptions options_;

@@ -5,6 +5,8 @@
 #include "passes.hpp"
 
 using vaiq::FunctionPass;
+// What only changes how the model computes, not what (Pass::keeps_function).
+constexpr bool kKeepsFunction = true;
 namespace p = prepare_passes;
 
 namespace {
@@ -28,32 +30,32 @@ const vaiq_option_descriptor kSymbolicOptions[] = {
 }  // namespace
 
 VAIQ_PLUGINS(
-    vaiq::describe<FunctionPass<p::optimize_model>>(
+    vaiq::describe<FunctionPass<p::optimize_model, kKeepsFunction>>(
         "optimize_model", "0.1.0",
         "Constant folding, BatchNorm and bias-Add folding, scalar affine maps into the next layer, "
         "Identity/Dropout and dead-node removal, LayerNorm, Gelu and HardSwish fusion"),
-    vaiq::describe<FunctionPass<p::eliminate_identity>>("eliminate_identity", "0.1.0",
+    vaiq::describe<FunctionPass<p::eliminate_identity, kKeepsFunction>>("eliminate_identity", "0.1.0",
                                                         "Remove Identity nodes and inference-time Dropout"),
-    vaiq::describe<FunctionPass<p::fold_constants>>(
+    vaiq::describe<FunctionPass<p::fold_constants, kKeepsFunction>>(
         "fold_constants", "0.1.0", "Evaluate nodes whose inputs are all constant; Shape of static shapes"),
-    vaiq::describe<FunctionPass<p::fold_batch_norm>>(
+    vaiq::describe<FunctionPass<p::fold_batch_norm, kKeepsFunction>>(
         "fold_batch_norm", "0.1.0", "BatchNormalization into the Conv, ConvTranspose or Gemm before it"),
-    vaiq::describe<FunctionPass<p::fold_bias_add>>(
+    vaiq::describe<FunctionPass<p::fold_bias_add, kKeepsFunction>>(
         "fold_bias_add", "0.1.0", "An Add of a constant bias into the Conv, ConvTranspose or Gemm before it"),
-    vaiq::describe<FunctionPass<p::fold_scale_mul>>(
+    vaiq::describe<FunctionPass<p::fold_scale_mul, kKeepsFunction>>(
         "fold_scale_mul", "0.1.0",
         "A Mul by a constant per-channel scale into the Conv, ConvTranspose or Gemm before it"),
-    vaiq::describe<FunctionPass<p::fold_affine_into_next_layer>>(
+    vaiq::describe<FunctionPass<p::fold_affine_into_next_layer, kKeepsFunction>>(
         "fold_affine_into_next_layer", "0.1.0",
         "A scalar Mul (and Add) read only by a Conv, Gemm or MatMul into its weight (and bias)"),
-    vaiq::describe<FunctionPass<p::fuse_layer_norm>>(
+    vaiq::describe<FunctionPass<p::fuse_layer_norm, kKeepsFunction>>(
         "fuse_layer_norm", "0.1.0", "A spelled-out LayerNorm to LayerNormalization (opset 17 and later)"),
-    vaiq::describe<FunctionPass<p::fuse_gelu>>("fuse_gelu", "0.1.0", "An Erf-spelled Gelu to com.microsoft Gelu"),
-    vaiq::describe<FunctionPass<p::fuse_hard_swish>>("fuse_hard_swish", "0.1.0",
+    vaiq::describe<FunctionPass<p::fuse_gelu, kKeepsFunction>>("fuse_gelu", "0.1.0", "An Erf-spelled Gelu to com.microsoft Gelu"),
+    vaiq::describe<FunctionPass<p::fuse_hard_swish, kKeepsFunction>>("fuse_hard_swish", "0.1.0",
                                                      "x * Clip(x + 3, 0, 6) / 6 to x * HardSigmoid(x)"),
-    vaiq::describe<FunctionPass<p::remove_dead_nodes>>("remove_dead_nodes", "0.1.0",
+    vaiq::describe<FunctionPass<p::remove_dead_nodes, kKeepsFunction>>("remove_dead_nodes", "0.1.0",
                                                        "Remove nodes and initializers nothing reads"),
-    vaiq::describe<FunctionPass<p::infer_onnx_shapes>>("infer_onnx_shapes", "0.1.0",
+    vaiq::describe<FunctionPass<p::infer_onnx_shapes, kKeepsFunction>>("infer_onnx_shapes", "0.1.0",
                                                        "ONNX shape inference, stored as value_info"),
     vaiq::describe<p::SymbolicShapeInference>("infer_symbolic_shapes", "0.1.0",
                                               "Shape inference propagating computed shapes and symbolic dimensions",
