@@ -138,7 +138,6 @@ Evaluation compare_outputs(const ReferenceOutputs& reference, const Model& quant
             throw InputError(fmt::format("the evaluation data ended early on its second pass: batch {} ({}) is "
                                          "missing",
                                          b + 1, sources[b]));
-
         auto q = run_batch(candidate, *batch);
         std::vector<Tensor> f(names.size());
         for (size_t o = 0; o < names.size(); ++o) f[o] = float_outputs.get(b * names.size() + o);

@@ -42,10 +42,10 @@ struct Evaluation {
 /// The float model's outputs on each batch of the data, put aside (in memory up
 /// to 256 MB, beyond in a temporary file) until the quantized model runs.
 struct ReferenceOutputs {
-    std::vector<std::string> names;    ///< the model's outputs
-    std::vector<std::string> sources;  ///< the batches, in order
+    std::vector<std::string> names;      ///< the model's outputs
+    std::vector<std::string> sources;    ///< the batches, in order
     std::vector<int64_t> batch_samples;  ///< per batch, rows of the first output
-    TensorSpool outputs;               ///< names.size() per batch, float (others as empty placeholders)
+    TensorSpool outputs;                 ///< names.size() per batch, float (others as empty placeholders)
     void add(const std::string& source, std::vector<Tensor> batch_outputs);
 };
 
