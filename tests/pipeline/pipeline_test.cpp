@@ -425,10 +425,11 @@ TEST(Evaluation, APreparationThatKeepsTheFunctionIsComparedWithCalibrationsOutpu
     vaiq::PluginRegistry registry;
     registry.load_default_paths();
     auto run = [&](const std::string& extra) {
-        const auto recipe = vaiq::load_recipe(
-            write_text(dir / "r.yaml", "recipe_version: 1\nmodel_input: in.onnx\nmodel_output: out.onnx\n"
-                                       "calibration_data_reader: data\n" +
-                                           extra));
+        const auto recipe =
+            vaiq::load_recipe(write_text(dir / "r.yaml",
+                                         "recipe_version: 1\nmodel_input: in.onnx\nmodel_output: out.onnx\n"
+                                         "calibration_data_reader: data\n" +
+                                             extra));
         return vaiq::run_pipeline(recipe, registry, {}).report_json;
     };
     const auto kept = run("");

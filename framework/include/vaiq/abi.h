@@ -22,8 +22,8 @@
 #endif
 
 /** The ABI revision of this SDK; a plugin must carry exactly this number. */
-/* 7: RangeObserver::order_free(), Pass::keeps_function(); 6: QuantSpec::dynamic, RangeObserver statistics() and merge(),
- * 4-bit types and block-wise parameters */
+/* 7: RangeObserver::order_free(), Pass::keeps_function();
+ * 6: QuantSpec::dynamic, RangeObserver statistics() and merge(), 4-bit types and block-wise parameters */
 #define VAIQ_ABI_VERSION 7u
 
 /** Name of the one symbol a plugin library exports. */

@@ -58,30 +58,30 @@ void observe(Observations& into, const Model& model, const DraftPlan& plan, Data
         if (auto it = observers.find(name); it == observers.end() || it->second->order_free())
             options.any_order_taps.insert(name);
     runtime::Executor executor(model, options);
+    const runtime::Tap to_observers = [&](const std::string& name, const Tensor& value) {
+        if (value.type() != DataType::Float) {
+            into.not_float.insert(name);
+            return;
+        }
+        if (!observers.count(name)) return;  // only its type was wanted
+        auto clamp = clamps.find(name);
+        if (clamp == clamps.end()) {
+            observers.at(name)->observe(value.view<float>());
+            return;
+        }
+        // The reader saturates outside the interval: observe what it sees.
+        Tensor clamped = value;
+        for (float& v : clamped.mutable_data<float>())
+            if (!std::isnan(v)) v = std::clamp(v, clamp->second.min, clamp->second.max);
+        observers.at(name)->observe(clamped.view<float>());
+    };
     const int first = into.batches;
     data.rewind();
     while (auto batch = data.next()) {
         // Past the first batch only what is observed is tapped; nothing observed: one batch.
         if (into.batches > first && observed.empty()) break;
         try {
-            auto results = executor.run(batch->feeds, into.batches == first ? typed : observed,
-                         [&](const std::string& name, const Tensor& value) {
-                             if (value.type() != DataType::Float) {
-                                 into.not_float.insert(name);
-                                 return;
-                             }
-                             if (!observers.count(name)) return;  // only its type was wanted
-                             auto clamp = clamps.find(name);
-                             if (clamp == clamps.end()) {
-                                 observers.at(name)->observe(value.view<float>());
-                                 return;
-                             }
-                             // The reader saturates outside the interval: observe what it sees.
-                             Tensor clamped = value;
-                             for (float& v : clamped.mutable_data<float>())
-                                 if (!std::isnan(v)) v = std::clamp(v, clamp->second.min, clamp->second.max);
-                             observers.at(name)->observe(clamped.view<float>());
-                         });
+            auto results = executor.run(batch->feeds, into.batches == first ? typed : observed, to_observers);
             if (outputs) outputs(*batch, std::move(results));
         } catch (const InputError& e) {
             throw InputError(fmt::format("calibration data {}: {}", batch->source, e.what()));

@@ -77,8 +77,8 @@ nlohmann::json Evaluation::to_json() const {
 void ReferenceOutputs::add(const std::string& source, std::vector<Tensor> batch_outputs) {
     if (batch_outputs.size() != names.size())
         throw InternalError(fmt::format("{} outputs for a model of {}", batch_outputs.size(), names.size()));
-    batch_samples.push_back(
-        !batch_outputs.empty() && !batch_outputs[0].shape().empty() ? batch_outputs[0].shape()[0] : 0);
+    batch_samples.push_back(!batch_outputs.empty() && !batch_outputs[0].shape().empty() ? batch_outputs[0].shape()[0]
+                                                                                        : 0);
     for (auto& t : batch_outputs) {
         as_float(t);
         // Only float outputs are compared: others leave an empty placeholder.

@@ -893,9 +893,9 @@ void evaluate_phase(RunState& s) {
     auto& data = eval_data ? *eval_data : *s.data;
     const auto batches = static_cast<int>(s.recipe.value("evaluation_batches").get<int64_t>());
     const Tensor* label_tensor = labels ? &*labels : nullptr;
-    const auto evaluation =
-        from_calibration ? compare_outputs(*s.float_outputs, s.quantized, data, label_tensor, s.threads, batches)
-                         : compare_outputs(reference, s.quantized, data, label_tensor, s.threads, batches);
+    const auto evaluation = from_calibration
+                                ? compare_outputs(*s.float_outputs, s.quantized, data, label_tensor, s.threads, batches)
+                                : compare_outputs(reference, s.quantized, data, label_tensor, s.threads, batches);
     s.float_outputs.reset();
     auto& out = s.report["evaluation"] = evaluation.to_json();
     out["reference"] = from_calibration ? "prepared model (its preparation keeps the function), as calibrated"

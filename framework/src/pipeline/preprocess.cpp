@@ -12,8 +12,8 @@
 
 namespace vaiq {
 
-bool run_passes(const std::vector<PluginChoice>& passes, PluginRegistry& registry, Model& model,
-                nlohmann::json& report, const ChannelMeasurer& measure) {
+bool run_passes(const std::vector<PluginChoice>& passes, PluginRegistry& registry, Model& model, nlohmann::json& report,
+                const ChannelMeasurer& measure) {
     bool kept = true;
     for (const auto& choice : passes) {
         const auto start = std::chrono::steady_clock::now();

@@ -24,8 +24,8 @@ using ChannelMeasurer = std::function<ChannelRanges(const Model&, const std::vec
 /// `report`. A pass that asks for channel ranges gets them from `measure` when
 /// there is one (a run with calibration data), else runs without them.
 /// Returns whether every pass that changed the model kept its function.
-bool run_passes(const std::vector<PluginChoice>& passes, PluginRegistry& registry, Model& model,
-                nlohmann::json& report, const ChannelMeasurer& measure = {});
+bool run_passes(const std::vector<PluginChoice>& passes, PluginRegistry& registry, Model& model, nlohmann::json& report,
+                const ChannelMeasurer& measure = {});
 
 /// A pass by name with options (null for the defaults), found in the registry.
 PluginChoice pass_choice(PluginRegistry& registry, const std::string& name, const nlohmann::json& options,

@@ -17,13 +17,13 @@ VAIQ_PLUGINS(
         "split_large_kernel_pool", "0.1.0",
         "GlobalAveragePool over more than 512 elements to AveragePool + GlobalAveragePool"),
     vaiq::describe<FunctionPass<p::convert_split_to_slice, kKeepsFunction>>("convert_split_to_slice", "0.1.0",
-                                                            "Split to one Slice per output"),
+                                                                            "Split to one Slice per output"),
     vaiq::describe<FunctionPass<p::fuse_instance_norm, kKeepsFunction>>(
         "fuse_instance_norm", "0.1.0", "A spelled-out instance normalisation to InstanceNormalization"),
     vaiq::describe<FunctionPass<p::fuse_l2_norm>>("fuse_l2_norm", "0.1.0",
                                                   "x / sqrt(sum(x^2)) over one axis to LpNormalization(p=2)"),
     vaiq::describe<FunctionPass<p::convert_clip_to_relu, kKeepsFunction>>("convert_clip_to_relu", "0.1.0",
-                                                          "Clip with min 0 and no max to Relu"),
+                                                                          "Clip with min 0 and no max to Relu"),
     vaiq::describe<FunctionPass<p::replace_clip6_relu>>("replace_clip6_relu", "0.1.0",
                                                         "Clip(0, 6) to Relu (changes the function; for CLE)"),
     vaiq::describe<FunctionPass<p::convert_leaky_relu_to_dpu_version>>(

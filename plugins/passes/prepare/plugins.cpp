@@ -34,8 +34,8 @@ VAIQ_PLUGINS(
         "optimize_model", "0.1.0",
         "Constant folding, BatchNorm and bias-Add folding, scalar affine maps into the next layer, "
         "Identity/Dropout and dead-node removal, LayerNorm, Gelu and HardSwish fusion"),
-    vaiq::describe<FunctionPass<p::eliminate_identity, kKeepsFunction>>("eliminate_identity", "0.1.0",
-                                                        "Remove Identity nodes and inference-time Dropout"),
+    vaiq::describe<FunctionPass<p::eliminate_identity, kKeepsFunction>>(
+        "eliminate_identity", "0.1.0", "Remove Identity nodes and inference-time Dropout"),
     vaiq::describe<FunctionPass<p::fold_constants, kKeepsFunction>>(
         "fold_constants", "0.1.0", "Evaluate nodes whose inputs are all constant; Shape of static shapes"),
     vaiq::describe<FunctionPass<p::fold_batch_norm, kKeepsFunction>>(
@@ -50,13 +50,14 @@ VAIQ_PLUGINS(
         "A scalar Mul (and Add) read only by a Conv, Gemm or MatMul into its weight (and bias)"),
     vaiq::describe<FunctionPass<p::fuse_layer_norm, kKeepsFunction>>(
         "fuse_layer_norm", "0.1.0", "A spelled-out LayerNorm to LayerNormalization (opset 17 and later)"),
-    vaiq::describe<FunctionPass<p::fuse_gelu, kKeepsFunction>>("fuse_gelu", "0.1.0", "An Erf-spelled Gelu to com.microsoft Gelu"),
+    vaiq::describe<FunctionPass<p::fuse_gelu, kKeepsFunction>>("fuse_gelu", "0.1.0",
+                                                               "An Erf-spelled Gelu to com.microsoft Gelu"),
     vaiq::describe<FunctionPass<p::fuse_hard_swish, kKeepsFunction>>("fuse_hard_swish", "0.1.0",
-                                                     "x * Clip(x + 3, 0, 6) / 6 to x * HardSigmoid(x)"),
+                                                                     "x * Clip(x + 3, 0, 6) / 6 to x * HardSigmoid(x)"),
     vaiq::describe<FunctionPass<p::remove_dead_nodes, kKeepsFunction>>("remove_dead_nodes", "0.1.0",
-                                                       "Remove nodes and initializers nothing reads"),
+                                                                       "Remove nodes and initializers nothing reads"),
     vaiq::describe<FunctionPass<p::infer_onnx_shapes, kKeepsFunction>>("infer_onnx_shapes", "0.1.0",
-                                                       "ONNX shape inference, stored as value_info"),
+                                                                       "ONNX shape inference, stored as value_info"),
     vaiq::describe<p::SymbolicShapeInference>("infer_symbolic_shapes", "0.1.0",
                                               "Shape inference propagating computed shapes and symbolic dimensions",
                                               kSymbolicOptions),
