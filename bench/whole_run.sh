@@ -23,6 +23,10 @@ first=$(find "$data" -maxdepth 1 -name '*.npy' | sort | head -n 1)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
+phase() {  # seconds of phase $2 in report $1
+  jq -r --arg n "$2" '[.phases[] | select(.name == $n) | .seconds] | add // 0' "$1"
+}
+
 printf '%-34s %-16s %7s %8s %8s %8s %8s %7s %9s\n' recipe model samples run_s calib_s eval_s ort_s ratio peak_MB
 for pair in "$@"; do
   recipe=${pair%%:*}
@@ -31,11 +35,10 @@ for pair in "$@"; do
   /usr/bin/time -f '%e %M' -o "$work/time" "$vaiq" -q run "$recipe" --model "$model" --data "$data" \
     --output "$work/$name.onnx" --report "$work/$name.json" --set report_html=false >/dev/null
   read -r seconds peak_kb <"$work/time"
-  phase() { jq -r --arg n "$1" '[.phases[] | select(.name == $n) | .seconds] | add // 0' "$work/$name.json"; }
   ort_ms=$("$ort" --model "$model" --inputs "$first" --threads "$threads" --repeat 30 |
     jq -r '.latency_ms.median')
   ort_s=$(echo "$ort_ms * $samples / 1000" | bc -l)
   printf '%-34s %-16s %7d %8.2f %8.2f %8.2f %8.2f %7.2f %9d\n' "$(basename "$recipe")" "$name" "$samples" \
-    "$seconds" "$(phase calibrate)" "$(phase evaluate)" "$ort_s" "$(echo "$seconds / $ort_s" | bc -l)" \
+    "$seconds" "$(phase "$work/$name.json" calibrate)" "$(phase "$work/$name.json" evaluate)" "$ort_s" "$(echo "$seconds / $ort_s" | bc -l)" \
     $((peak_kb / 1024))
 done

@@ -429,7 +429,9 @@ TEST(Extremes, FindTheExtremesAndAnyValueThatIsNotFinite) {
              {std::nanf(""), std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()}) {
             auto w = v;
             w[n / 2] = bad;
-            EXPECT_FALSE(vaiq::extremes(w).finite) << n << " " << bad;
+            const auto e_bad = vaiq::extremes(w);
+            EXPECT_FALSE(e_bad.finite) << n << " " << bad;
+            EXPECT_TRUE(std::isnan(bad) ? std::isnan(e_bad.not_finite) : e_bad.not_finite == bad) << "named";
         }
     }
 }

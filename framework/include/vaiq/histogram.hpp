@@ -12,12 +12,13 @@
 namespace vaiq {
 
 /// The lowest and highest value of a batch, and whether every value is finite
-/// (lo and hi are then those of its finite values). Vectorised, and spread
-/// over the threads (OpenMP) for big batches: what a calibrator's observe()
-/// should call rather than loop itself.
+/// (if not, `not_finite` is the first NaN or infinity, for the error message).
+/// Vectorised, and spread over the threads (OpenMP) for big batches: what a
+/// calibrator's observe() should call rather than loop itself.
 struct Extremes {
     float lo, hi;
     bool finite;
+    float not_finite = 0;
 };
 VAIQ_API Extremes extremes(std::span<const float> values);
 

@@ -42,7 +42,7 @@ std::optional<double> sqnr_db(const Tensor& f, const Tensor& q) {
         noise += d * d;
     }
     if (!(signal > 0) || std::isinf(signal)) return std::nullopt;
-    if (std::isnan(noise) || std::isinf(noise)) return -std::numeric_limits<double>::infinity();
+    if (!std::isfinite(noise)) return -std::numeric_limits<double>::infinity();
     return noise == 0 ? std::numeric_limits<double>::infinity() : 10.0 * std::log10(signal / noise);
 }
 

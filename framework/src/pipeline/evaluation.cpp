@@ -116,11 +116,12 @@ Evaluation compare_outputs(const ReferenceOutputs& reference, const Model& quant
                            const Tensor* labels, int threads, int max_batches) {
     const auto& names = reference.names;
     const auto& float_outputs = reference.outputs;
-    std::vector<std::string> sources = reference.sources;
-    if (max_batches > 0 && sources.size() > static_cast<size_t>(max_batches)) sources.resize(max_batches);
-    if (sources.empty()) throw InputError("the evaluation data holds no batches");
+    const auto& sources = reference.sources;
+    const size_t batches =
+        max_batches > 0 ? std::min(sources.size(), static_cast<size_t>(max_batches)) : sources.size();
+    if (batches == 0) throw InputError("the evaluation data holds no batches");
     int64_t samples = 0;
-    for (size_t b = 0; b < sources.size(); ++b) samples += reference.batch_samples[b];
+    for (size_t b = 0; b < batches; ++b) samples += reference.batch_samples[b];
     runtime::ExecutorOptions options;
     options.threads = threads;
     runtime::Executor candidate(quantized, options);
@@ -131,8 +132,8 @@ Evaluation compare_outputs(const ReferenceOutputs& reference, const Model& quant
     Evaluation out;
     out.samples = samples;
     data.rewind();
-    for (size_t b = 0; b < sources.size(); ++b) {
-        report_progress("quantized batch", static_cast<int64_t>(b) + 1, static_cast<int64_t>(sources.size()));
+    for (size_t b = 0; b < batches; ++b) {
+        report_progress("quantized batch", static_cast<int64_t>(b) + 1, static_cast<int64_t>(batches));
         auto batch = data.next();
         if (!batch)
             throw InputError(fmt::format("the evaluation data ended early on its second pass: batch {} ({}) is "

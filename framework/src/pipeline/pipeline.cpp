@@ -486,7 +486,7 @@ void prepare_phase(RunState& s) {
                                          s.recipe.setting("extra_options.SmoothQuantAlpha").origin, options.alpha));
         s.data = calibration_reader(s.recipe, s.options, s.model);
         const auto r = smooth_quant(s.model, *s.data, options, s.threads);
-        s.function_kept = false;  // the same up to rounding in exact arithmetic, but scaled ranges are its point
+        s.function_kept = false;  // kept in exact arithmetic, but counted as not, as CLE is
         s.report["smooth_quant"] = {{"activations", r.activations}, {"weights", r.weights}, {"folded", r.folded}};
         log_info("SmoothQuant: {} activations smoothed ({} folded into their producer), {} weights scaled",
                  r.activations, r.folded, r.weights);
@@ -882,12 +882,17 @@ void evaluate_phase(RunState& s) {
     // changed (NHWC, float16) cannot take the same data and is compared as prepared.
     // When preparation kept the function, the prepared model's outputs calibration
     // computed stand for the given model's: it does not run again.
-    const bool from_calibration = s.float_outputs && !eval_data;
-    Model given = from_calibration ? Model() : load_model(s.input);
-    const bool as_given = !from_calibration && same_inputs(given, s.model);
-    if (!as_given && !from_calibration) {
-        given = Model();
-        log_info("evaluating against the prepared float model: preparation changed the model's inputs");
+    // (Calibration keeps them only for a run evaluated on its data.)
+    const bool from_calibration = s.float_outputs != nullptr;
+    Model given;
+    bool as_given = false;
+    if (!from_calibration) {
+        given = load_model(s.input);
+        as_given = same_inputs(given, s.model);
+        if (!as_given) {
+            given = Model();
+            log_info("evaluating against the prepared float model: preparation changed the model's inputs");
+        }
     }
     const Model& reference = as_given ? given : float_reference(s);
     auto& data = eval_data ? *eval_data : *s.data;

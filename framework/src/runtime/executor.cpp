@@ -357,7 +357,7 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
     auto tapped = start_taps(taps, tap, values);
     // An any-order tap behind a layout transpose is tapped at the transpose's input.
     std::map<int, std::vector<int>> tapped_at;  // value id -> the tapped names it stands for
-    for (size_t id = 0; id < tapped.size(); ++id) {
+    for (size_t id = 0; id < tapped.size() && !options_.any_order_taps.empty(); ++id) {
         const int source = transposed_from_[id];
         if (!tapped[id] || source < 0) continue;
         tapped[id] = false;

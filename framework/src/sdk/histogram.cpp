@@ -263,9 +263,8 @@ void count_shard(std::span<const float> values, const Binning& binning, std::vec
     counts.resize(stride);
 }
 
-}  // namespace
-
-Extremes extremes(std::span<const float> values) {
+// extremes() before `not_finite` is filled in.
+Extremes extremes_over_threads(std::span<const float> values) {
     const size_t pieces = threads_for(values.size());
     if (pieces == 1) return extremes_of_any_piece(values);
     std::vector<Extremes> of(pieces);
@@ -284,15 +283,21 @@ Extremes extremes(std::span<const float> values) {
     return out;
 }
 
+}  // namespace
+
+Extremes extremes(std::span<const float> values) {
+    Extremes out = extremes_over_threads(values);
+    if (!out.finite)
+        out.not_finite = *std::find_if(values.begin(), values.end(), [](float v) { return !std::isfinite(v); });
+    return out;
+}
+
 void Histogram::add(std::span<const float> values, const std::string& tensor) {
     if (values.empty()) return;
-    const auto [lo, hi, finite] = extremes(values);
-    if (!finite) {
-        for (float v : values)
-            if (!std::isfinite(v))
-                throw InputError(
-                    fmt::format("tensor '{}' holds {} during calibration; its range is undefined", tensor, v));
-    }
+    const auto [lo, hi, finite, not_finite] = extremes(values);
+    if (!finite)
+        throw InputError(
+            fmt::format("tensor '{}' holds {} during calibration; its range is undefined", tensor, not_finite));
     const double extent = std::max(std::abs(static_cast<double>(lo)), std::abs(static_cast<double>(hi)));
     if (total_ == 0) {
         min_ = lo;

@@ -20,13 +20,10 @@ class MinMaxObserver final : public vaiq::RangeObserver {
 
     void observe(const vaiq::TensorView<float>& batch) override {
         if (batch.data.empty()) return;
-        const auto [lo, hi, finite] = vaiq::extremes(batch.data);
-        if (!finite) {
-            const float v =
-                *std::find_if(batch.data.begin(), batch.data.end(), [](float x) { return !std::isfinite(x); });
+        const auto [lo, hi, finite, not_finite] = vaiq::extremes(batch.data);
+        if (!finite)
             throw vaiq::InputError(fmt::format("tensor '{}' holds {} in calibration batch {}; its range is undefined",
-                                               tensor_, v, batches_ + 1));
-        }
+                                               tensor_, not_finite, batches_ + 1));
         if (batches_ == 0 || !settings_.moving_average) {
             min_ = batches_ == 0 ? lo : std::min(min_, lo);
             max_ = batches_ == 0 ? hi : std::max(max_, hi);

@@ -45,7 +45,8 @@ class MinMseObserver final : public vaiq::RangeObserver {
         hist_.add(batch.data, tensor_);
         if (s_.mode != Mode::MostCommon || batch.data.empty()) return;
         // This batch's own best position, from its raw values (not kept).
-        const auto [lo, hi, finite] = vaiq::extremes(batch.data);  // finite: add() checked
+        const auto e = vaiq::extremes(batch.data);  // finite: add() checked
+        const auto lo = e.lo, hi = e.hi;
         const auto range = ranged(lo, hi);
         ++votes_[best_position(range, [&](const vaiq::QuantParams& p) {
             double e = 0;

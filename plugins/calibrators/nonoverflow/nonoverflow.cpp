@@ -28,13 +28,10 @@ class NonOverflowObserver final : public vaiq::RangeObserver {
 
     void observe(const vaiq::TensorView<float>& batch) override {
         if (batch.data.empty()) return;
-        const auto [lo, hi, finite] = vaiq::extremes(batch.data);
-        if (!finite) {
-            const float v =
-                *std::find_if(batch.data.begin(), batch.data.end(), [](float x) { return !std::isfinite(x); });
+        const auto [lo, hi, finite, not_finite] = vaiq::extremes(batch.data);
+        if (!finite)
             throw vaiq::InputError(
-                fmt::format("tensor '{}' holds {} during calibration; its range is undefined", tensor_, v));
-        }
+                fmt::format("tensor '{}' holds {} during calibration; its range is undefined", tensor_, not_finite));
         min_ = std::min(min_, lo);
         max_ = std::max(max_, hi);
         seen_ = true;
