@@ -181,4 +181,120 @@ TEST_F(FastFinetune, ConvolutionColumnsMatchTheExecutor) {
     EXPECT_NEAR(r.layers[0].loss_nearest, sum / (3 * 4), 1e-4 * (sum / 12) + 1e-9);
 }
 
+// Fits: the roundings that several fits vote for depend less on the draws
+// than those of one fit.
+TEST_F(FastFinetune, VotedFitsDependLessOnTheSeed) {
+    GraphBuilder b;
+    b.input("x", {16, 24}).output("y", {16, 8});
+    const auto w = random_tensor({24, 8}, 31, -0.5f, 0.5f);
+    b.initializer("w", w);
+    b.node("MatMul", {"x", "w"}, {"y"});
+    const auto model = b.build();
+    auto reader = data(model, {16, 24}, 8);
+    vaiq::QuantPlan plan;
+    const float scale = 0.5f / 7;
+    plan.tensors.push_back(quant_entry("w", TensorRole::Weight, QuantType::QInt8, {scale}, {0}));
+    // The weights on which the results for seeds 0..4 disagree, summed over pairs of seeds.
+    auto disagreements = [&](int fits) {
+        std::vector<Tensor> chosen;
+        for (uint64_t seed = 0; seed < 5; ++seed) {
+            vaiq::FastFinetuneOptions options;
+            options.iterations = 300;
+            options.batch_columns = 16;
+            options.fits = fits;
+            options.seed = seed;
+            const auto r = vaiq::fast_finetune(model, plan, same_model(model), *reader, options, 1);
+            expect_on_grid(r.rounded.at("w"), w, scale);
+            chosen.push_back(r.rounded.at("w"));
+        }
+        int differ = 0;
+        for (size_t i = 0; i < chosen.size(); ++i)
+            for (size_t j = i + 1; j < chosen.size(); ++j)
+                for (int64_t k = 0; k < w.size(); ++k)
+                    differ += chosen[i].data<float>()[k] != chosen[j].data<float>()[k];
+        return differ;
+    };
+    const int single = disagreements(1), voted = disagreements(5);
+    EXPECT_GT(single, 0) << "the draws must matter for the comparison to mean anything";
+    EXPECT_LT(voted, single);
+}
+
+// A layer whose input the quantized model doubles and whose output it halves:
+// fitted on the quantized inputs, the rounding shrinks the weights to make up
+// for inputs that the end-to-end output does not see doubled.
+class DoubledInput : public FastFinetune {
+  protected:
+    static vaiq::Model model(float input_gain, float output_gain, const Tensor& w) {
+        GraphBuilder b;
+        b.input("x", {16, 12}).output("y", {16, 6});
+        b.initializer("gain_in", Tensor::from_values<float>({}, std::vector<float>{input_gain}));
+        b.initializer("gain_out", Tensor::from_values<float>({}, std::vector<float>{output_gain}));
+        b.initializer("w", w);
+        b.node("Mul", {"x", "gain_in"}, {"h"});
+        b.node("MatMul", {"h", "w"}, {"hw"});
+        b.node("Mul", {"hw", "gain_out"}, {"y"});
+        return b.build();
+    }
+    vaiq::FastFinetuneResult finetune(double drop_ratio, bool selective_update) {
+        const auto float_model = model(1.0f, 1.0f, w_);
+        auto reader = data(float_model, {16, 12}, 10);
+        vaiq::QuantPlan plan;
+        plan.tensors.push_back(quant_entry("w", TensorRole::Weight, QuantType::QInt8, {kScale}, {0}));
+        const vaiq::FinetuneEmitter emit = [&](const std::map<std::string, Tensor>& rounded) {
+            return model(2.0f, 0.5f, rounded.count("w") ? rounded.at("w") : nearest());
+        };
+        vaiq::FastFinetuneOptions options;
+        options.iterations = 500;
+        options.batch_columns = 64;
+        options.drop_ratio = drop_ratio;
+        options.selective_update = selective_update;
+        return vaiq::fast_finetune(float_model, plan, emit, *reader, options, 1);
+    }
+    // The mean magnitude of the chosen weights, in grid steps.
+    static double mean_steps(const Tensor& t) {
+        double sum = 0;
+        for (float v : t.data<float>()) sum += std::abs(v) / kScale;
+        return sum / static_cast<double>(t.size());
+    }
+    Tensor nearest() const {
+        Tensor t = w_;
+        for (auto& v : t.mutable_data<float>()) v = std::nearbyint(v / kScale) * kScale;
+        return t;
+    }
+    static constexpr float kScale = 0.5f / 7;
+    const Tensor w_ = random_tensor({12, 6}, 21, -0.5f, 0.5f);
+};
+
+TEST_F(DoubledInput, DropRatioChoosesWhichInputsTheRoundingIsFittedTo) {
+    const auto on_quantized = finetune(1.0, false), on_float = finetune(0.0, false);
+    ASSERT_EQ(on_quantized.layers.size(), 1u);
+    ASSERT_EQ(on_float.layers.size(), 1u);
+    // Fitted to doubled inputs, most weights round towards zero; fitted to the
+    // float inputs, the rounding stays about as large as nearest rounding.
+    const double steps = mean_steps(nearest());
+    EXPECT_LT(mean_steps(on_quantized.rounded.at("w")), steps - 0.3);
+    EXPECT_GT(mean_steps(on_float.rounded.at("w")), steps - 0.1);
+    EXPECT_TRUE(std::isnan(on_quantized.layers[0].output_error)) << "measured only for SelectiveUpdate";
+}
+
+TEST_F(DoubledInput, SelectiveUpdateDropsAFitThatMovesTheOutputAway) {
+    const auto r = finetune(1.0, true);
+    ASSERT_EQ(r.layers.size(), 1u);
+    const auto& layer = r.layers[0];
+    EXPECT_GT(layer.output_error, layer.output_error_nearest) << "the shrunken weights halve what the output sees";
+    EXPECT_TRUE(layer.reverted);
+    EXPECT_EQ(layer.loss, layer.loss_nearest);
+    const Tensor expected_tensor = nearest();
+    const auto chosen = r.rounded.at("w").data<float>(), expected = expected_tensor.data<float>();
+    for (size_t i = 0; i < chosen.size(); ++i) EXPECT_FLOAT_EQ(chosen[i], expected[i]) << i;
+    const auto json = r.to_json();
+    EXPECT_EQ(json[0]["selective_update"]["reverted"], true);
+
+    // Fitted on the float inputs the layer's fit helps the output too, and stays.
+    const auto kept = finetune(0.0, true);
+    ASSERT_EQ(kept.layers.size(), 1u);
+    EXPECT_LE(kept.layers[0].output_error, kept.layers[0].output_error_nearest);
+    EXPECT_FALSE(kept.layers[0].reverted);
+}
+
 }  // namespace

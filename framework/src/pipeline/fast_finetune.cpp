@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <utility>
 
 #include "runtime/executor.hpp"
 #include "util/progress.hpp"
@@ -33,6 +34,7 @@ struct Layer {
     RowMatrix w;                    // [outputs, rows / group]
     std::vector<float> bias;
     Eigen::MatrixXf x, y;  // sampled columns: quantized inputs [rows, n], float outputs [outputs, n]
+    Eigen::MatrixXf xf;    // the float model's inputs of the same columns (for QDrop; empty when not mixed)
     int64_t stored = 0, seen = 0;
 };
 
@@ -232,12 +234,25 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
         const double loss = reconstruction_loss(l, now, split.fit, split.held);
         if (loss < best_loss) best_loss = loss, best = now;
     };
+    // QDrop: each input value of a step is the quantized one with probability
+    // DropRatio, else the float one, so the rounding is not fitted to one
+    // particular pattern of the quantization noise before it (16 bits of a draw each).
+    const bool mixed = l.xf.cols() == l.x.cols() && l.xf.cols() > 0;
+    const auto quantized_below = static_cast<uint64_t>(std::clamp(o.drop_ratio, 0.0, 1.0) * 65536.0);
     Eigen::MatrixXf xb(l.rows, batch), yb(l.outputs, batch);
     for (int it = 0; it < o.iterations; ++it) {
         for (int64_t b = 0; b < batch; ++b) {
             const int64_t c = pick(rng);
-            xb.col(b) = l.x.col(c);
             yb.col(b) = l.y.col(c);
+            if (!mixed) {
+                xb.col(b) = l.x.col(c);
+                continue;
+            }
+            for (int64_t r = 0; r < l.rows; r += 4) {
+                const uint64_t bits = rng();
+                for (int64_t j = 0; j < 4 && r + j < l.rows; ++j)
+                    xb(r + j, b) = ((bits >> (16 * j)) & 0xffff) < quantized_below ? l.x(r + j, c) : l.xf(r + j, c);
+            }
         }
         for (int64_t r = 0; r < l.outputs; ++r)
             for (int64_t c = 0; c < k; ++c) w(r, c) = soft(r, c);
@@ -278,6 +293,25 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
     return best.size() > 0 ? best : hard();
 }
 
+// Fits the layer `options.fits` times from different draws and gives each
+// weight the median of the values chosen (with an odd number of AdaRound fits:
+// the rounding most of them chose). One fit's decisions for the weights its
+// loss barely distinguishes follow the draw; the vote keeps those that the
+// data decides.
+RowMatrix voted_fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng) {
+    if (o.fits <= 1) return fit(l, o, rng);
+    std::vector<RowMatrix> fits;
+    for (int k = 0; k < o.fits; ++k) fits.push_back(fit(l, o, rng));
+    RowMatrix out(fits[0].rows(), fits[0].cols());
+    std::vector<float> values(fits.size());
+    for (int64_t i = 0; i < out.size(); ++i) {
+        for (size_t k = 0; k < fits.size(); ++k) values[k] = fits[k].data()[i];
+        std::nth_element(values.begin(), values.begin() + (values.size() - 1) / 2, values.end());
+        out.data()[i] = values[(values.size() - 1) / 2];
+    }
+    return out;
+}
+
 RowMatrix nearest(const Layer& l) {
     const Grid grid(l);
     RowMatrix w = l.w;
@@ -303,13 +337,16 @@ Tensor as_weight(const Layer& l, const RowMatrix& w, const Tensor& original) {
 
 nlohmann::json FastFinetuneResult::to_json() const {
     nlohmann::json out = nlohmann::json::array();
-    for (const auto& l : layers)
-        out.push_back({{"node", l.node},
-                       {"weight", l.weight},
-                       {"columns", l.columns},
-                       {"loss_nearest", l.loss_nearest},
-                       {"loss", l.loss},
-                       {"seconds", l.seconds}});
+    for (const auto& l : layers) {
+        nlohmann::json layer = {{"node", l.node},       {"weight", l.weight},
+                                {"columns", l.columns}, {"loss_nearest", l.loss_nearest},
+                                {"loss", l.loss},       {"seconds", l.seconds}};
+        if (!std::isnan(l.output_error))
+            layer["selective_update"] = {{"output_error_nearest", l.output_error_nearest},
+                                         {"output_error", l.output_error},
+                                         {"reverted", l.reverted}};
+        out.push_back(std::move(layer));
+    }
     return out;
 }
 
@@ -317,20 +354,25 @@ namespace {
 
 // Samples up to `capacity` of the layer's output positions over the data
 // (reservoir sampling: every position seen equally likely kept): its input in
-// `candidate` (quantized as the plan quantizes it) and the float layer's output
-// on its input in `reference`.
-void sample_layer(Layer& l, int64_t capacity, runtime::Executor& reference, runtime::Executor& candidate,
-                  DataReader& data, std::mt19937_64& rng) {
+// `candidate` (quantized as the plan quantizes it), with `keep_float` also the
+// float model's, and the float layer's output on its input in `reference`.
+// Returns the candidate's mean squared output error against the reference.
+double sample_layer(Layer& l, int64_t capacity, bool keep_float, runtime::Executor& reference,
+                    runtime::Executor& candidate, DataReader& data, std::mt19937_64& rng) {
     l.x.resize(l.rows, 0);
+    l.xf.resize(keep_float ? l.rows : 0, 0);
     l.y.resize(l.outputs, 0);
     l.stored = l.seen = 0;
     const std::vector<std::string> taps{l.input};
     std::vector<float> q_column(l.rows), f_column(l.rows);
+    double squared_error = 0;
+    int64_t output_values = 0;
     data.rewind();
     while (auto batch = data.next()) {
         std::optional<Tensor> float_input;
-        reference.run(batch->feeds, taps, [&](const std::string&, const Tensor& v) { float_input = v; });
-        candidate.run(batch->feeds, taps, [&](const std::string& name, const Tensor& value) {
+        const auto expected =
+            reference.run(batch->feeds, taps, [&](const std::string&, const Tensor& v) { float_input = v; });
+        const auto got = candidate.run(batch->feeds, taps, [&](const std::string& name, const Tensor& value) {
             if (!float_input || value.type() != DataType::Float) return;
             const Tensor q = l.input_quant ? fake_quantize(value, l.input_quant->params, name) : value;
             const Columns qc(l, q), fc(l, *float_input);
@@ -342,16 +384,28 @@ void sample_layer(Layer& l, int64_t capacity, runtime::Executor& reference, runt
                 if (slot >= capacity) continue;
                 if (slot == l.stored) {
                     l.x.conservativeResize(Eigen::NoChange, l.stored + 1);
+                    if (keep_float) l.xf.conservativeResize(Eigen::NoChange, l.stored + 1);
                     l.y.conservativeResize(Eigen::NoChange, l.stored + 1);
                     ++l.stored;
                 }
                 qc.fill(c, q_column.data());
                 fc.fill(c, f_column.data());
                 l.x.col(slot) = Eigen::Map<const Eigen::VectorXf>(q_column.data(), l.rows);
+                if (keep_float) l.xf.col(slot) = Eigen::Map<const Eigen::VectorXf>(f_column.data(), l.rows);
                 layer_output(l, f_column.data(), l.y.col(slot).data());
             }
         });
+        for (size_t i = 0; i < std::min(expected.size(), got.size()); ++i) {
+            if (expected[i].type() != DataType::Float || got[i].type() != DataType::Float ||
+                expected[i].size() != got[i].size())
+                continue;
+            const auto e = expected[i].data<float>(), g = got[i].data<float>();
+            for (size_t j = 0; j < e.size(); ++j) squared_error += std::pow(static_cast<double>(g[j]) - e[j], 2);
+            output_values += static_cast<int64_t>(e.size());
+        }
     }
+    return output_values > 0 ? squared_error / static_cast<double>(output_values)
+                             : std::numeric_limits<double>::quiet_NaN();
 }
 
 }  // namespace
@@ -370,6 +424,37 @@ FastFinetuneResult fast_finetune(const Model& float_model, const QuantPlan& plan
     for (const auto& l : layers) exec.taps.insert(l.input);
     runtime::Executor reference(float_model, exec);
     std::mt19937_64 rng(options.seed);
+    const bool keep_float = options.drop_ratio < 1;
+    // Samples layer `l` from the quantized model with the weights chosen so far;
+    // returns that model's output error.
+    auto sample = [&](Layer& l) {
+        runtime::ExecutorOptions q = exec;
+        q.taps = {l.input};
+        q.fuse_qdq = false;                            // the layer's float input must exist to be tapped
+        const Model quantized = emit(result.rounded);  // the executor keeps a reference
+        runtime::Executor candidate(quantized, q);
+        const auto column_bytes = ((keep_float ? 2 : 1) * l.rows + l.outputs) * sizeof(float);
+        const auto capacity = std::max<int64_t>(1, static_cast<int64_t>(options.memory_bytes / column_bytes));
+        return sample_layer(l, capacity, keep_float, reference, candidate, data, rng);
+    };
+    // SelectiveUpdate: the layer fitted last, judged by the output error the
+    // next sampling measures; dropped (back to nearest rounding) if it is worse.
+    FinetunedLayer* pending = nullptr;
+    Tensor pending_nearest;
+    auto judge_pending = [&](double error_now) {
+        if (!pending) return false;
+        auto& p = *std::exchange(pending, nullptr);
+        p.output_error = error_now;
+        p.reverted = !(error_now <= p.output_error_nearest);
+        if (p.reverted) {
+            result.rounded[p.weight] = std::move(pending_nearest);
+            p.loss = p.loss_nearest;
+            log_info("fast finetune: {} dropped: the output error went from {:.4g} to {:.4g}", p.node,
+                     p.output_error_nearest, error_now);
+        }
+        return p.reverted;
+    };
+    result.layers.reserve(layers.size());
     int64_t fitted_layers = 0;
     // Layer by layer, in graph order: each is fitted on its input as the layers
     // before it, already fitted, now compute it, so it also makes up for what
@@ -378,31 +463,31 @@ FastFinetuneResult fast_finetune(const Model& float_model, const QuantPlan& plan
     for (auto& l : layers) {
         report_progress("layer", ++fitted_layers, static_cast<int64_t>(layers.size()));
         const auto start = std::chrono::steady_clock::now();
-        {
-            runtime::ExecutorOptions q = exec;
-            q.taps = {l.input};
-            q.fuse_qdq = false;                            // the layer's float input must exist to be tapped
-            const Model quantized = emit(result.rounded);  // the executor keeps a reference
-            runtime::Executor candidate(quantized, q);
-            const auto capacity = std::max<int64_t>(
-                1, static_cast<int64_t>(options.memory_bytes / ((l.rows + l.outputs) * sizeof(float))));
-            sample_layer(l, capacity, reference, candidate, data, rng);
-        }
+        double error = sample(l);
+        if (options.selective_update && judge_pending(error)) error = sample(l);
         if (l.stored == 0) continue;
         const RowMatrix plain = nearest(l);
-        const RowMatrix fitted = fit(l, options, rng);
+        const RowMatrix fitted = voted_fit(l, options, rng);
         FinetunedLayer r{l.node, l.weight, judged_loss(l, plain), judged_loss(l, fitted), l.stored, 0};
-        r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         // Keep nearest rounding when fitting did not help (on the held-out columns).
+        const bool improved = r.loss < r.loss_nearest;
         const Tensor original = Tensor::from_proto(*index.initializer(l.weight));
-        result.rounded[l.weight] = as_weight(l, r.loss < r.loss_nearest ? fitted : plain, original);
+        result.rounded[l.weight] = as_weight(l, improved ? fitted : plain, original);
         r.loss = std::min(r.loss, r.loss_nearest);
+        r.output_error_nearest = error;
+        r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         log_info("fast finetune: {} ({} columns): output error {:.4g} -> {:.4g} in {:.1f} s", l.node, l.stored,
                  r.loss_nearest, r.loss, r.seconds);
         result.layers.push_back(r);
+        if (options.selective_update && improved) {
+            pending = &result.layers.back();
+            pending_nearest = as_weight(l, plain, original);
+        }
         l.x.resize(0, 0);  // the next layer gets the memory
+        l.xf.resize(0, 0);
         l.y.resize(0, 0);
     }
+    if (pending) judge_pending(sample(layers.back()));
     return result;
 }
 

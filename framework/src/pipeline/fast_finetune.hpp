@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 
@@ -31,7 +32,16 @@ struct FastFinetuneOptions {
     double beta_start = 20, beta_end = 2;  ///< BetaRange, annealed linearly
     /// The sampled input columns and float outputs kept for the layer being fitted (bytes).
     size_t memory_bytes = size_t{512} << 20;
-    uint64_t seed = 0;
+    /// DropRatio: the chance that a value of the layer's input in a step is the
+    /// quantized model's rather than the float model's (1: always quantized).
+    double drop_ratio = 1.0;
+    /// SelectiveUpdate: keep a layer's fit only if the model's output moves
+    /// closer to the float model's over the data.
+    bool selective_update = false;
+    /// Fits: fits per layer from different draws; each weight takes their median
+    /// (an odd number of AdaRound fits: the rounding most chose).
+    int fits = 1;
+    uint64_t seed = 0;  ///< FixedSeed: the column sampling and QDrop's draws
 };
 
 struct FinetunedLayer {
@@ -40,6 +50,12 @@ struct FinetunedLayer {
     double loss = 0;          ///< the same after finetuning (the better of the two is kept)
     int64_t columns = 0;      ///< output positions it was fitted on
     double seconds = 0;
+    /// SelectiveUpdate: the model's mean squared output error against the float
+    /// model with this layer rounded to nearest and as fitted (NaN when not measured),
+    /// and whether the fit was dropped for it.
+    double output_error_nearest = std::numeric_limits<double>::quiet_NaN();
+    double output_error = std::numeric_limits<double>::quiet_NaN();
+    bool reverted = false;
 };
 
 struct FastFinetuneResult {

@@ -734,18 +734,29 @@ void finetune_weights(RunState& s) {
     o.reg_param = s.recipe.value(prefix + "RegParam").get<double>();
     o.warm_start = s.recipe.value(prefix + "WarmStart").get<double>();
     o.memory_bytes = static_cast<size_t>(s.recipe.value(prefix + "MemoryMB").get<int64_t>()) << 20;
-    if (o.iterations < 0 || o.batch_columns < 1 || !(o.warm_start >= 0 && o.warm_start <= 1))
+    o.drop_ratio = s.recipe.value(prefix + "DropRatio").get<double>();
+    o.selective_update = s.recipe.value(prefix + "SelectiveUpdate").get<bool>();
+    o.fits = static_cast<int>(s.recipe.value(prefix + "Fits").get<int64_t>());
+    const auto seed = s.recipe.value(prefix + "FixedSeed").get<int64_t>();
+    if (o.iterations < 0 || o.batch_columns < 1 || o.fits < 1 || !(o.warm_start >= 0 && o.warm_start <= 1) ||
+        !(o.drop_ratio >= 0 && o.drop_ratio <= 1) || seed < 0)
         throw InputError(
-            fmt::format("{}: extra_options.FastFinetune needs NumIterations >= 0, ColumnsPerStep >= 1 "
-                        "and WarmStart within [0, 1]",
+            fmt::format("{}: extra_options.FastFinetune needs NumIterations >= 0, ColumnsPerStep >= 1, Fits >= 1, "
+                        "WarmStart and DropRatio within [0, 1] and FixedSeed >= 0",
                         s.recipe.setting("include_fast_ft").origin));
+    o.seed = static_cast<uint64_t>(seed);
     const auto result = fast_finetune(
         float_reference(s), s.plan,
         [&](const std::map<std::string, Tensor>& rounded) { return emit_plan(s, s.plan, rounded); }, *s.data, o,
         s.threads);
     keep_rounded(s, result.rounded);
-    s.report["fast_finetune"] = {
-        {"algorithm", o.algorithm}, {"iterations", o.iterations}, {"layers", result.to_json()}};
+    s.report["fast_finetune"] = {{"algorithm", o.algorithm},
+                                 {"iterations", o.iterations},
+                                 {"drop_ratio", o.drop_ratio},
+                                 {"seed", o.seed},
+                                 {"selective_update", o.selective_update},
+                                 {"fits", o.fits},
+                                 {"layers", result.to_json()}};
 }
 
 // GPTQ's rounding of the weight-only MatMul weights, with the plan's scales.
