@@ -449,7 +449,7 @@ FastFinetuneResult fast_finetune(const Model& float_model, const QuantPlan& plan
         if (p.reverted) {
             result.rounded[p.weight] = std::move(pending_nearest);
             p.loss = p.loss_nearest;
-            log_info("fast finetune: {} dropped: the output error went from {:.4g} to {:.4g}", p.node,
+            log_info("fast finetune: {} dropped: the model's output error went from {:.4g} to {:.4g} with it", p.node,
                      p.output_error_nearest, error_now);
         }
         return p.reverted;

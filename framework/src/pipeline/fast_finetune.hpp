@@ -50,8 +50,8 @@ struct FinetunedLayer {
     double loss = 0;          ///< the same after finetuning (the better of the two is kept)
     int64_t columns = 0;      ///< output positions it was fitted on
     double seconds = 0;
-    /// SelectiveUpdate: the model's mean squared output error against the float
-    /// model with this layer rounded to nearest and as fitted (NaN when not measured),
+    /// The model's mean squared output error against the float model with this
+    /// layer rounded to nearest and (SelectiveUpdate only, else NaN) as fitted,
     /// and whether the fit was dropped for it.
     double output_error_nearest = std::numeric_limits<double>::quiet_NaN();
     double output_error = std::numeric_limits<double>::quiet_NaN();
