@@ -269,7 +269,7 @@ const std::vector<KeySpec>& recipe_keys() {
          "include_fast_ft"},
         {"extra_options.FastFinetune.SelectiveUpdate", K::Bool, "false", P::Parameters, yes,
          "Drop a layer's fit (back to nearest rounding) when it moves the model's output away from the float "
-         "model's over the data (one more run of the model per fitted layer).",
+         "model's over the data (measured in the pass that samples the next layer; one more pass per fit dropped).",
          "include_fast_ft"},
         {"extra_options.FastFinetune.Fits", K::Int, "1", P::Parameters, yes,
          "Fits per layer from different draws; each weight takes the median of their values (with an odd "
