@@ -237,7 +237,7 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
     // QDrop: each input value of a step is the quantized one with probability
     // DropRatio, else the float one, so the rounding is not fitted to one
     // particular pattern of the quantization noise before it (16 bits of a draw each).
-    const bool mixed = l.xf.cols() == l.x.cols() && l.xf.cols() > 0;
+    const bool mixed = l.xf.size() > 0;
     const auto quantized_below = static_cast<uint64_t>(std::clamp(o.drop_ratio, 0.0, 1.0) * 65536.0);
     Eigen::MatrixXf xb(l.rows, batch), yb(l.outputs, batch);
     for (int it = 0; it < o.iterations; ++it) {
@@ -357,13 +357,15 @@ namespace {
 // `candidate` (quantized as the plan quantizes it), with `keep_float` also the
 // float model's, and the float layer's output on its input in `reference`.
 // Returns the candidate's mean squared output error against the reference.
+// A capacity of 0 only measures that error.
 double sample_layer(Layer& l, int64_t capacity, bool keep_float, runtime::Executor& reference,
                     runtime::Executor& candidate, DataReader& data, std::mt19937_64& rng) {
     l.x.resize(l.rows, 0);
     l.xf.resize(keep_float ? l.rows : 0, 0);
     l.y.resize(l.outputs, 0);
     l.stored = l.seen = 0;
-    const std::vector<std::string> taps{l.input};
+    std::vector<std::string> taps;
+    if (capacity > 0) taps.push_back(l.input);
     std::vector<float> q_column(l.rows), f_column(l.rows);
     double squared_error = 0;
     int64_t output_values = 0;
@@ -425,16 +427,17 @@ FastFinetuneResult fast_finetune(const Model& float_model, const QuantPlan& plan
     runtime::Executor reference(float_model, exec);
     std::mt19937_64 rng(options.seed);
     const bool keep_float = options.drop_ratio < 1;
-    // Samples layer `l` from the quantized model with the weights chosen so far;
-    // returns that model's output error.
-    auto sample = [&](Layer& l) {
+    // Samples layer `l` from the quantized model with the weights chosen so far
+    // (with `columns` false, nothing); returns that model's output error.
+    auto sample = [&](Layer& l, bool columns = true) {
         runtime::ExecutorOptions q = exec;
         q.taps = {l.input};
         q.fuse_qdq = false;                            // the layer's float input must exist to be tapped
         const Model quantized = emit(result.rounded);  // the executor keeps a reference
         runtime::Executor candidate(quantized, q);
         const auto column_bytes = ((keep_float ? 2 : 1) * l.rows + l.outputs) * sizeof(float);
-        const auto capacity = std::max<int64_t>(1, static_cast<int64_t>(options.memory_bytes / column_bytes));
+        const auto capacity =
+            columns ? std::max<int64_t>(1, static_cast<int64_t>(options.memory_bytes / column_bytes)) : 0;
         return sample_layer(l, capacity, keep_float, reference, candidate, data, rng);
     };
     // SelectiveUpdate: the layer fitted last, judged by the output error the
@@ -487,7 +490,7 @@ FastFinetuneResult fast_finetune(const Model& float_model, const QuantPlan& plan
         l.xf.resize(0, 0);
         l.y.resize(0, 0);
     }
-    if (pending) judge_pending(sample(layers.back()));
+    if (pending) judge_pending(sample(layers.back(), false));
     return result;
 }
 
