@@ -1,9 +1,11 @@
 // Sensitivity analysis and automatic mixed precision on a model with one
 // known culprit: a weight whose one large value leaves every other value
 // rounded to zero at 8 bits per tensor.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 
 #include "pipeline/bias_correction.hpp"
 #include "pipeline/data_reader.hpp"
@@ -319,3 +321,103 @@ TEST(MixedPrecisionSearch, TopOneAgreementsARowApartAreTiedAndSqnrDecides) {
 }
 
 }  // namespace
+
+TEST(SequenceAgreement, GreedyDecodingMergesRepeatsAndDropsTheBlank) {
+    // Rows of 3 classes; argmaxes 1 1 0 1 2 2 0.
+    const std::vector<float> rows = {0, 5, 1, 0, 5, 1, 5, 0, 1, 0, 5, 1, 0, 1, 5, 0, 1, 5, 5, 0, 0};
+    EXPECT_EQ(vaiq::greedy_decode(rows, 3), (std::vector<int64_t>{1, 1, 2}));
+    EXPECT_TRUE(vaiq::greedy_decode(std::vector<float>{5, 1, 0}, 3).empty()) << "one blank row: nothing";
+    EXPECT_EQ(vaiq::greedy_decode(std::vector<float>{0, 1, 5}, 3), (std::vector<int64_t>{2})) << "a classifier's row";
+}
+
+// Two samples of 4 rows of 3 classes. The candidate adds `e` to the float
+// output: in sample 0 it turns a repeat into a blank (a row differs, the
+// decoding does not), in sample 1 a leading blank into a character.
+TEST(SequenceAgreement, CountsTheSamplesWhoseDecodingAgrees) {
+    const std::vector<float> x = {0, 5, 1, 0, 5, 1, 5, 0, 1, 0, 1, 5,   // 1 1 0 2 -> [1, 2]
+                                  5, 0, 1, 0, 5, 1, 5, 0, 1, 0, 1, 5};  // 0 1 0 2 -> [1, 2]
+    std::vector<float> e(24, 0.0f);
+    e[3] = 9;   // sample 0, row 1: 1 -> 0: 1 0 0 2, still [1, 2]
+    e[14] = 9;  // sample 1, row 0: 0 -> 2: 2 1 0 2, [2, 1, 2]
+    GraphBuilder b;
+    b.input("x", {2, 4, 3}).output("y", {2, 4, 3});
+    b.initializer("e", Tensor::from_values<float>({2, 4, 3}, e));
+    b.node("Add", {"x", "e"}, {"y"});
+    vaiq::ReferenceBatches reference;
+    reference.output_name = "y";
+    const auto t = Tensor::from_values<float>({2, 4, 3}, x);
+    reference.feeds.push_back({{"x", t}});
+    reference.outputs.push_back(t);
+    const auto error = vaiq::measure_output(b.build(), reference, 1);
+    EXPECT_EQ(error.rows, 8);
+    EXPECT_DOUBLE_EQ(error.top1_agreement, 6.0 / 8.0);
+    EXPECT_EQ(error.samples, 2);
+    EXPECT_DOUBLE_EQ(error.sequence_agreement, 0.5);
+}
+
+// Fast finetune's Trials: each trial's model is measured on the calibration
+// data, the best kept and written. A MatMul and a Gemm with varied weights on 64
+// rows a batch, so that the seeds' fits differ.
+class FastFinetuneTrials : public MixedPrecision {
+  protected:
+    void SetUp() override {
+        MixedPrecision::SetUp();
+        GraphBuilder b;
+        b.input("x", {64, 8}).output("y", {64, 8});
+        std::vector<float> w1(128), w2(128);
+        for (int i = 0; i < 128; ++i) {
+            w1[i] = 0.037f * static_cast<float>((i * 7) % 23 - 11);
+            w2[i] = 0.029f * static_cast<float>((i * 5) % 19 - 9);
+        }
+        b.initializer("w1", Tensor::from_values<float>({8, 16}, w1));
+        b.initializer("w2", Tensor::from_values<float>({16, 8}, w2));
+        b.node("MatMul", {"x", "w1"}, {"h"});
+        b.node("Relu", {"h"}, {"r"});
+        b.initializer("b2", Tensor::from_values<float>({8}, std::vector<float>(8, 0.25f)));
+        b.node("Gemm", {"r", "w2", "b2"}, {"y"});
+        vaiq::save_model(b.build(), dir_ / "in.onnx");
+    }
+    nlohmann::json run_trials(const std::string& yaml) {
+        const auto recipe = vaiq::load_recipe(write_text(dir_ / "t.yaml",
+                                                         "recipe_version: 1\nmodel_input: in.onnx\n"
+                                                         "model_output: out.onnx\n"
+                                                         "random_data_reader_input_shape: [64, 8]\n"
+                                                         "include_fast_ft: true\n" +
+                                                             yaml));
+        return vaiq::run_pipeline(recipe, registry_, {}).report_json;
+    }
+};
+
+TEST_F(FastFinetuneTrials, KeepTheFitWhoseModelAgreesBest) {
+    for (const bool bias_correction : {false, true}) {
+        const auto report =
+            run_trials(fmt::format("extra_options:\n  BiasCorrection: {}\n"
+                                   "  FastFinetune: {{Trials: 3, TrialMetric: sqnr, FixedSeed: 5}}\n",
+                                   bias_correction));
+        const auto& ft = report["fast_finetune"];
+        EXPECT_EQ(ft["trials"]["metric"], "sqnr");
+        const auto& runs = ft["trials"]["runs"];
+        ASSERT_EQ(runs.size(), 3u);
+        std::set<double> distinct;
+        double best = -1e9;
+        int64_t best_seed = -1;
+        for (size_t i = 0; i < runs.size(); ++i) {
+            EXPECT_EQ(runs[i]["seed"], 5 + static_cast<int64_t>(i));
+            const double db = runs[i]["sqnr_db"].get<double>();
+            distinct.insert(db);
+            if (db > best) best = db, best_seed = runs[i]["seed"].get<int64_t>();
+        }
+        EXPECT_GT(distinct.size(), 1u) << "the seeds fit differently, so the choice matters";
+        if (bias_correction) {
+            EXPECT_EQ(report["bias_correction"]["layers"], 1);
+        }
+        EXPECT_EQ(ft["seed"], best_seed);
+        EXPECT_NEAR(output_sqnr(report), best, 1e-4) << "the model written is the trial kept, as it was measured";
+    }
+}
+
+TEST_F(FastFinetuneTrials, RefuseNoTrialsAndAnUnknownMetric) {
+    EXPECT_THROW(run_trials("extra_options:\n  FastFinetune: {Trials: 0}\n"), vaiq::InputError);
+    EXPECT_THROW(run_trials("extra_options:\n  FastFinetune: {TrialMetric: accuracy}\n"), vaiq::InputError);
+    EXPECT_FALSE(fs::exists(dir_ / "out.onnx"));
+}

@@ -722,7 +722,20 @@ void correct_biases(RunState& s) {
     log_info("bias correction: {} Conv/Gemm biases corrected", biases.size());
 }
 
+// A fast finetune's model as it would be written: its weights and, with
+// BiasCorrection, the biases corrected for them.
+Model finetuned_model(RunState& s, const std::map<std::string, Tensor>& rounded) {
+    Model quantized = emit_plan(s, s.plan, rounded);
+    if (!s.recipe.value("extra_options.BiasCorrection").get<bool>()) return quantized;
+    auto initializers = rounded;
+    initializers.merge(corrected_biases(s.model, quantized, s.plan, rounded, *s.data, 0, s.threads));
+    return emit_plan(s, s.plan, initializers);
+}
+
 // include_fast_ft: each layer's weights fitted to reproduce the float layer (scales stay).
+// With Trials, whole fits from successive seeds compete on the calibration data:
+// each layer's fit depends on the roundings before it, so one draw can land
+// far from another on the model's task while their layer losses agree.
 void finetune_weights(RunState& s) {
     const std::string prefix = "extra_options.FastFinetune.";
     FastFinetuneOptions o;
@@ -738,25 +751,57 @@ void finetune_weights(RunState& s) {
     o.selective_update = s.recipe.value(prefix + "SelectiveUpdate").get<bool>();
     o.fits = static_cast<int>(s.recipe.value(prefix + "Fits").get<int64_t>());
     const auto seed = s.recipe.value(prefix + "FixedSeed").get<int64_t>();
-    if (o.iterations < 0 || o.batch_columns < 1 || o.fits < 1 || !(o.warm_start >= 0 && o.warm_start <= 1) ||
-        !(o.drop_ratio >= 0 && o.drop_ratio <= 1) || seed < 0)
+    const auto trials = s.recipe.value(prefix + "Trials").get<int64_t>();
+    const auto metric = s.recipe.value(prefix + "TrialMetric").get<std::string>();
+    if (o.iterations < 0 || o.batch_columns < 1 || o.fits < 1 || trials < 1 ||
+        !(o.warm_start >= 0 && o.warm_start <= 1) || !(o.drop_ratio >= 0 && o.drop_ratio <= 1) || seed < 0)
         throw InputError(
             fmt::format("{}: extra_options.FastFinetune needs NumIterations >= 0, ColumnsPerStep >= 1, Fits >= 1, "
-                        "WarmStart and DropRatio within [0, 1] and FixedSeed >= 0",
+                        "Trials >= 1, WarmStart and DropRatio within [0, 1] and FixedSeed >= 0",
                         s.recipe.setting("include_fast_ft").origin));
-    o.seed = static_cast<uint64_t>(seed);
-    const auto result = fast_finetune(
-        float_reference(s), s.plan,
-        [&](const std::map<std::string, Tensor>& rounded) { return emit_plan(s, s.plan, rounded); }, *s.data, o,
-        s.threads);
+    auto fit = [&](uint64_t trial_seed) {
+        o.seed = trial_seed;
+        return fast_finetune(
+            float_reference(s), s.plan,
+            [&](const std::map<std::string, Tensor>& rounded) { return emit_plan(s, s.plan, rounded); }, *s.data, o,
+            s.threads);
+    };
+    auto result = fit(static_cast<uint64_t>(seed));
+    uint64_t chosen = o.seed;
+    nlohmann::json trial_report = nlohmann::json::array();
+    if (trials > 1) {
+        const auto reference = reference_batches(float_reference(s), *s.data, 0, 0, s.threads);
+        double best = -std::numeric_limits<double>::infinity();
+        for (int64_t t = 0; t < trials; ++t) {
+            auto candidate = t == 0 ? std::move(result) : fit(static_cast<uint64_t>(seed + t));
+            const auto e = measure_output(finetuned_model(s, candidate.rounded), reference, s.threads);
+            const double score = metric == "sequence" ? e.sequence_agreement
+                                 : metric == "sqnr"   ? e.sqnr_db
+                                                      : e.top1_agreement;
+            log_info(
+                "fast finetune trial {} (seed {}): top-1 agreement {:.2f}%, sequence agreement {:.2f}%, "
+                "SQNR {:.2f} dB",
+                t + 1, o.seed, 100 * e.top1_agreement, 100 * e.sequence_agreement, e.sqnr_db);
+            trial_report.push_back({{"seed", o.seed},
+                                    {"top1_agreement", e.top1_agreement},
+                                    {"sequence_agreement", e.sequence_agreement},
+                                    {"sqnr_db", e.sqnr_db}});
+            if (t == 0 || score > best) {  // a tie keeps the earlier
+                best = score, chosen = o.seed;
+                result = std::move(candidate);
+            }
+        }
+        log_info("fast finetune: seed {} kept (best {} of {} trials on the calibration data)", chosen, metric, trials);
+    }
     keep_rounded(s, result.rounded);
     s.report["fast_finetune"] = {{"algorithm", o.algorithm},
                                  {"iterations", o.iterations},
                                  {"drop_ratio", o.drop_ratio},
-                                 {"seed", o.seed},
+                                 {"seed", chosen},
                                  {"selective_update", o.selective_update},
                                  {"fits", o.fits},
                                  {"layers", result.to_json()}};
+    if (trials > 1) s.report["fast_finetune"]["trials"] = {{"metric", metric}, {"runs", trial_report}};
 }
 
 // GPTQ's rounding of the weight-only MatMul weights, with the plan's scales.

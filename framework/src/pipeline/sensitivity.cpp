@@ -44,6 +44,17 @@ const Tensor& checked_output(const std::vector<Tensor>& outputs, int index, cons
 
 }  // namespace
 
+std::vector<int64_t> greedy_decode(std::span<const float> sample, int64_t row_length) {
+    std::vector<int64_t> out;
+    int64_t previous = -1;
+    for (size_t r = 0; row_length > 0 && (r + 1) * row_length <= sample.size(); ++r) {
+        const int64_t c = argmax(sample.subspan(r * row_length, row_length));
+        if (c != previous && c != 0) out.push_back(c);
+        previous = c;
+    }
+    return out;
+}
+
 ReferenceBatches reference_batches(const Model& float_model, DataReader& data, int max_batches, int output_index,
                                    int threads, const std::vector<std::string>& taps, const runtime::Tap& tap) {
     runtime::ExecutorOptions options;
@@ -69,7 +80,7 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
     options.threads = threads;
     runtime::Executor executor(candidate, options);
     ErrorSums sums;
-    int64_t rows = 0, agree = 0;
+    int64_t rows = 0, agree = 0, samples = 0, samples_agree = 0;
     for (size_t b = 0; b < reference.feeds.size(); ++b) {
         const auto outputs = executor.run(reference.feeds[b]);
         const Tensor& q = checked_output(outputs, reference.output_index, "a reference batch");
@@ -83,12 +94,19 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
         const auto fv = f.data<float>(), qv = q.data<float>();
         for (size_t r = 0; r < fv.size() / n; ++r, ++rows)
             agree += argmax(qv.subspan(r * n, n)) == argmax(fv.subspan(r * n, n));
+        if (f.shape()[0] <= 0) continue;
+        const auto per_sample = fv.size() / static_cast<size_t>(f.shape()[0]);
+        for (size_t i = 0; i < static_cast<size_t>(f.shape()[0]); ++i, ++samples)
+            samples_agree += greedy_decode(qv.subspan(i * per_sample, per_sample), n) ==
+                             greedy_decode(fv.subspan(i * per_sample, per_sample), n);
     }
     OutputError out;
     out.sqnr_db = sums.sqnr_db().value_or(std::numeric_limits<double>::infinity());
     out.relative_l2 = sums.signal > 0 ? std::sqrt(sums.noise / sums.signal) : 0.0;
     out.top1_agreement = rows > 0 ? static_cast<double>(agree) / static_cast<double>(rows) : 1.0;
     out.rows = rows;
+    out.sequence_agreement = samples > 0 ? static_cast<double>(samples_agree) / static_cast<double>(samples) : 1.0;
+    out.samples = samples;
     return out;
 }
 

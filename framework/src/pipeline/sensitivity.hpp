@@ -40,7 +40,17 @@ struct OutputError {
     double relative_l2 = 0;     ///< ||f - q|| / ||f||
     double top1_agreement = 0;  ///< rows (over the last axis) whose argmax agrees with the float model's
     int64_t rows = 0;           ///< the rows top1_agreement counts
+    /// Samples (along the first axis) whose decoded output agrees with the float
+    /// model's: see `greedy_decode`. For a classifier's [N, C] this is top-1 agreement.
+    double sequence_agreement = 0;
+    int64_t samples = 0;  ///< the samples sequence_agreement counts
 };
+
+/// A sample's rows (over the last axis, `row_length` values each) read as CTC
+/// greedy decoding reads them: each row's argmax, repeats merged, class 0 (the
+/// blank) dropped. A text recognizer's line is wrong when this differs, while
+/// most of its rows (blanks, a character's repeats) can change without effect.
+std::vector<int64_t> greedy_decode(std::span<const float> sample, int64_t row_length);
 
 OutputError measure_output(const Model& candidate, const ReferenceBatches& reference, int threads);
 

@@ -277,6 +277,19 @@ const std::vector<KeySpec>& recipe_keys() {
          "include_fast_ft"},
         {"extra_options.FastFinetune.FixedSeed", K::Int, "0", P::Parameters, yes,
          "Seed of the column sampling and of DropRatio's draws.", "include_fast_ft"},
+        {"extra_options.FastFinetune.Trials", K::Int, "1", P::Parameters, yes,
+         "Whole fast finetunes from seeds FixedSeed, FixedSeed + 1, ...; the one whose model agrees best with the "
+         "float model on the calibration data (TrialMetric) is kept. Costs that many times the fitting.",
+         "include_fast_ft"},
+        {"extra_options.FastFinetune.TrialMetric",
+         K::Choice,
+         "top1",
+         P::Parameters,
+         yes,
+         "What Trials compares on the first output: top1 (rows over the last axis whose argmax agrees), "
+         "sequence (samples whose CTC greedy decoding, class 0 the blank, agrees; a classifier's top-1) or sqnr.",
+         "include_fast_ft",
+         {"top1", "sequence", "sqnr"}},
         {"extra_options.BiasCorrection", K::Bool, "false", P::Parameters, yes,
          "Add to each Conv/Gemm bias the mean shift its quantized weight causes, measured on the calibration "
          "data through the quantized model."},
