@@ -773,7 +773,7 @@ void finetune_weights(RunState& s) {
         const auto reference = reference_batches(float_reference(s), *s.data, 0, 0, s.threads);
         double best = -std::numeric_limits<double>::infinity();
         for (int64_t t = 0; t < trials; ++t) {
-            auto candidate = t == 0 ? std::move(result) : fit(static_cast<uint64_t>(seed + t));
+            auto candidate = t == 0 ? std::move(result) : fit(static_cast<uint64_t>(seed) + static_cast<uint64_t>(t));
             const auto e = measure_output(finetuned_model(s, candidate.rounded), reference, s.threads);
             const double score = metric == "sequence" ? e.sequence_agreement
                                  : metric == "sqnr"   ? e.sqnr_db
