@@ -766,14 +766,17 @@ void finetune_weights(RunState& s) {
             [&](const std::map<std::string, Tensor>& rounded) { return emit_plan(s, s.plan, rounded); }, *s.data, o,
             s.threads);
     };
-    auto result = fit(static_cast<uint64_t>(seed));
-    uint64_t chosen = o.seed;
+    const auto first = static_cast<uint64_t>(seed);
+    FastFinetuneResult result;
+    uint64_t chosen = first;
     nlohmann::json trial_report = nlohmann::json::array();
-    if (trials > 1) {
+    if (trials == 1) {
+        result = fit(first);
+    } else {
         const auto reference = reference_batches(float_reference(s), *s.data, 0, 0, s.threads);
         double best = -std::numeric_limits<double>::infinity();
-        for (int64_t t = 0; t < trials; ++t) {
-            auto candidate = t == 0 ? std::move(result) : fit(static_cast<uint64_t>(seed) + static_cast<uint64_t>(t));
+        for (uint64_t t = 0; t < static_cast<uint64_t>(trials); ++t) {
+            auto candidate = fit(first + t);
             const auto e = measure_output(finetuned_model(s, candidate.rounded), reference, s.threads);
             const double score = metric == "sequence" ? e.sequence_agreement
                                  : metric == "sqnr"   ? e.sqnr_db
@@ -781,13 +784,13 @@ void finetune_weights(RunState& s) {
             log_info(
                 "fast finetune trial {} (seed {}): top-1 agreement {:.2f}%, sequence agreement {:.2f}%, "
                 "SQNR {:.2f} dB",
-                t + 1, o.seed, 100 * e.top1_agreement, 100 * e.sequence_agreement, e.sqnr_db);
-            trial_report.push_back({{"seed", o.seed},
+                t + 1, first + t, 100 * e.top1_agreement, 100 * e.sequence_agreement, e.sqnr_db);
+            trial_report.push_back({{"seed", first + t},
                                     {"top1_agreement", e.top1_agreement},
                                     {"sequence_agreement", e.sequence_agreement},
                                     {"sqnr_db", e.sqnr_db}});
             if (t == 0 || score > best) {  // a tie keeps the earlier
-                best = score, chosen = o.seed;
+                best = score, chosen = first + t;
                 result = std::move(candidate);
             }
         }

@@ -33,6 +33,24 @@ int64_t row_length(const Tensor& t) { return t.shape().size() >= 2 ? t.shape().b
 
 int64_t argmax(std::span<const float> row) { return std::max_element(row.begin(), row.end()) - row.begin(); }
 
+// Each row's argmax over the last axis (rows of `row_length` values).
+std::vector<int64_t> row_argmaxes(std::span<const float> values, int64_t row_length) {
+    std::vector<int64_t> out(row_length > 0 ? values.size() / static_cast<size_t>(row_length) : 0);
+    for (size_t r = 0; r < out.size(); ++r) out[r] = argmax(values.subspan(r * row_length, row_length));
+    return out;
+}
+
+// CTC greedy decoding of a row argmax sequence: repeats merged, the blank (0) dropped.
+std::vector<int64_t> collapse(std::span<const int64_t> classes) {
+    std::vector<int64_t> out;
+    int64_t previous = -1;
+    for (const int64_t c : classes) {
+        if (c != previous && c != 0) out.push_back(c);
+        previous = c;
+    }
+    return out;
+}
+
 const Tensor& checked_output(const std::vector<Tensor>& outputs, int index, const std::string& source) {
     if (index < 0 || index >= static_cast<int>(outputs.size()))
         throw InputError(
@@ -45,14 +63,7 @@ const Tensor& checked_output(const std::vector<Tensor>& outputs, int index, cons
 }  // namespace
 
 std::vector<int64_t> greedy_decode(std::span<const float> sample, int64_t row_length) {
-    std::vector<int64_t> out;
-    int64_t previous = -1;
-    for (size_t r = 0; row_length > 0 && (r + 1) * row_length <= sample.size(); ++r) {
-        const int64_t c = argmax(sample.subspan(r * row_length, row_length));
-        if (c != previous && c != 0) out.push_back(c);
-        previous = c;
-    }
-    return out;
+    return collapse(row_argmaxes(sample, row_length));
 }
 
 ReferenceBatches reference_batches(const Model& float_model, DataReader& data, int max_batches, int output_index,
@@ -91,14 +102,14 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
         sums.add(f.data<float>(), q.data<float>());
         const int64_t n = row_length(f);
         if (n < 2) continue;
-        const auto fv = f.data<float>(), qv = q.data<float>();
-        for (size_t r = 0; r < fv.size() / n; ++r, ++rows)
-            agree += argmax(qv.subspan(r * n, n)) == argmax(fv.subspan(r * n, n));
+        const auto fa = row_argmaxes(f.data<float>(), n), qa = row_argmaxes(q.data<float>(), n);
+        for (size_t r = 0; r < fa.size(); ++r, ++rows) agree += qa[r] == fa[r];
         if (f.shape()[0] <= 0) continue;
-        const auto per_sample = fv.size() / static_cast<size_t>(f.shape()[0]);
+        const std::span<const int64_t> fs(fa), qs(qa);
+        const auto rows_per_sample = fa.size() / static_cast<size_t>(f.shape()[0]);
         for (size_t i = 0; i < static_cast<size_t>(f.shape()[0]); ++i, ++samples)
-            samples_agree += greedy_decode(qv.subspan(i * per_sample, per_sample), n) ==
-                             greedy_decode(fv.subspan(i * per_sample, per_sample), n);
+            samples_agree += collapse(qs.subspan(i * rows_per_sample, rows_per_sample)) ==
+                             collapse(fs.subspan(i * rows_per_sample, rows_per_sample));
     }
     OutputError out;
     out.sqnr_db = sums.sqnr_db().value_or(std::numeric_limits<double>::infinity());
