@@ -5,7 +5,9 @@
                                      license texts: DIR/line_<k>.npy (1x3x48x320, PaddleOCR's
                                      preprocessing) and DIR/labels.txt (the text, one a line)
   ocr_lines.py score KEYS LABELS OUT...  CTC-decodes OUT/output_0.npy for each line (OUT given once per
-                                     line, in order) and prints exact-line accuracy and character error rate
+                                     line, in order) and prints exact-line accuracy, the same with spaces
+                                     ignored (as PaddleOCR's recognition metric compares lines) and
+                                     character error rate
 
 Needs python3-numpy and python3-pil (Debian). Different seeds give disjoint sets of lines, so the
 calibration and the evaluation lines are never the same.
@@ -64,14 +66,16 @@ def score(keys, labels, outs):
     chars = [""] + open(keys, encoding="utf-8").read().splitlines() + [" "]
     truth = open(labels).read().splitlines()
     assert len(truth) == len(outs), f"{len(truth)} labels, {len(outs)} outputs"
-    exact, errors, total = 0, 0, 0
+    exact, spaceless, errors, total = 0, 0, 0, 0
     for text, out in zip(truth, outs):
         best = np.load(os.path.join(out, "output_0.npy"))[0].argmax(-1)
         read = "".join(chars[c] for i, c in enumerate(best) if c != 0 and (i == 0 or c != best[i - 1]))
         exact += read == text
+        spaceless += read.replace(" ", "") == text.replace(" ", "")
         errors += edit_distance(read, text)
         total += len(text)
-    print(json.dumps({"lines": len(truth), "exact": exact / len(truth), "cer": errors / total}))
+    print(json.dumps({"lines": len(truth), "exact": exact / len(truth),
+                      "exact_ignoring_spaces": spaceless / len(truth), "cer": errors / total}))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Exact-line accuracy and character error rate of the PP-OCRv4 text recognizer,
-# float and quantized with each recipe given, on 60 rendered lines; 32 other
-# lines are the calibration data.
+# Exact-line accuracy (also with spaces ignored, as PaddleOCR's recognition
+# metric compares lines) and character error rate of the PP-OCRv4 text
+# recognizer, float and quantized with each recipe given, on 60 rendered lines;
+# 32 other lines are the calibration data.
 #   bench/accuracy/ocr_rec.sh VAIQ REC.onnx KEYS.txt [RECIPE...]
 # REC.onnx: the recognizer at opset >= 10 (`vaiq convert-opset IN OUT --opset 11`
 # on the packaged opset-9 file); KEYS.txt: its character list, one a line.

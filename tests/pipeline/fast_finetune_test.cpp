@@ -6,6 +6,7 @@
 #include <set>
 
 #include <cmath>
+#include <functional>
 #include <random>
 
 #include "pipeline/data_reader.hpp"
@@ -42,11 +43,13 @@ vaiq::FinetuneEmitter same_model(const vaiq::Model& model) {
 class FastFinetune : public ::testing::Test {
   protected:
     // Samples of `input` (one file each) for the data reader.
-    std::unique_ptr<vaiq::DataReader> data(const vaiq::Model& model, std::vector<int64_t> shape, int samples) {
+    // Sample i holds random_tensor(shape, 100 + i, lo, 1).
+    std::unique_ptr<vaiq::DataReader> data(const vaiq::Model& model, std::vector<int64_t> shape, int samples,
+                                           float lo = -1.0f) {
         dir_ = temp_dir();
         fs::create_directories(dir_ / "data");
         for (int i = 0; i < samples; ++i)
-            vaiq::write_npy(dir_ / "data" / fmt::format("s{}.npy", i), random_tensor(shape, 100 + i, -1.0f, 1.0f));
+            vaiq::write_npy(dir_ / "data" / fmt::format("s{}.npy", i), random_tensor(shape, 100 + i, lo, 1.0f));
         return vaiq::open_data_reader(dir_ / "data", model);
     }
     fs::path dir_;
@@ -82,6 +85,55 @@ TEST_F(FastFinetune, AdaRoundReconstructsAGemmBetterThanNearestRounding) {
     EXPECT_EQ(r.layers[0].columns, 64) << "16 rows x 4 samples";
     EXPECT_LT(r.layers[0].loss, 0.9 * r.layers[0].loss_nearest)
         << r.layers[0].loss << " vs nearest " << r.layers[0].loss_nearest;
+    expect_on_grid(r.rounded.at("w"), w, scale);
+}
+
+// An int8 bias has a grid of its own (here a step of 1, so 0.3 is written as
+// 0): the layer is fitted as the quantized model computes it, with that bias,
+// and the rounding of the weights takes the bias's error back where the inputs
+// let it (all positive here).
+TEST_F(FastFinetune, TheRoundingMakesUpForTheBiasAsWritten) {
+    GraphBuilder b;
+    b.input("x", {16, 12}).output("y", {16, 6});
+    const auto w = random_tensor({12, 6}, 7, -0.5f, 0.5f);
+    const float bias = 0.3f, scale = 0.5f / 7;
+    b.initializer("w", w);
+    b.initializer("b", Tensor::from_values<float>({6}, std::vector<float>(6, bias)));
+    b.node("Gemm", {"x", "w", "b"}, {"y"});
+    const auto model = b.build();
+    auto reader = data(model, {16, 12}, 1, 0.0f);  // 16 columns: too few to hold any out
+    vaiq::QuantPlan plan;
+    plan.tensors.push_back(quant_entry("w", TensorRole::Weight, QuantType::QInt8, {scale}, {0}));
+    plan.tensors.push_back(quant_entry("b", TensorRole::Bias, QuantType::QInt8, {1.0f}, {0}));
+    vaiq::FastFinetuneOptions options;
+    options.iterations = 1000;
+    options.batch_columns = 16;
+    const auto r = vaiq::fast_finetune(model, plan, same_model(model), *reader, options, 1);
+    ASSERT_EQ(r.layers.size(), 1u);
+
+    // The written layer against the float one: per row, the summed squared error and the mean error.
+    const auto x = random_tensor({16, 12}, 100, 0.0f, 1.0f);
+    auto error = [&](const std::function<float(int64_t)>& weight, double& mean) {
+        double squared = 0;
+        mean = 0;
+        for (int64_t n = 0; n < 16; ++n)
+            for (int64_t o = 0; o < 6; ++o) {
+                double e = -bias;  // the written bias is 0
+                for (int64_t k = 0; k < 12; ++k)
+                    e += x.data<float>()[n * 12 + k] * (weight(k * 6 + o) - w.data<float>()[k * 6 + o]);
+                squared += e * e, mean += e / 96;
+            }
+        return squared / 16;
+    };
+    double mean_nearest = 0, mean_fitted = 0;
+    const double nearest =
+        error([&](int64_t i) { return std::nearbyint(w.data<float>()[i] / scale) * scale; }, mean_nearest);
+    const double fitted = error([&](int64_t i) { return r.rounded.at("w").data<float>()[i]; }, mean_fitted);
+    EXPECT_NEAR(r.layers[0].loss_nearest, nearest, 1e-4 * nearest) << "the loss counts the bias as written";
+    EXPECT_NEAR(r.layers[0].loss, fitted, 1e-4 * fitted);
+    EXPECT_LT(fitted, 0.5 * nearest);
+    EXPECT_LT(std::abs(mean_fitted), 0.4 * std::abs(mean_nearest))
+        << "nearest rounding leaves the bias's " << mean_nearest << " on average";
     expect_on_grid(r.rounded.at("w"), w, scale);
 }
 

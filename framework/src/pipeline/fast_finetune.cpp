@@ -29,12 +29,13 @@ struct Layer {
     const TensorQuant* input_quant = nullptr;  // null: the input is not quantized
     bool conv = false;
     int64_t group = 1, kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, pt = 0, pl = 0, pb = 0, pr = 0;
-    int64_t outputs = 0, rows = 0;  // output channels; values per input column (all groups)
-    int storage = 0;                // weight layout for Gemm/MatMul: 0 [K, N], 1 [N, K]
-    RowMatrix w;                    // [outputs, rows / group]
-    std::vector<float> bias;
-    Eigen::MatrixXf x, y;  // sampled columns: quantized inputs [rows, n], float outputs [outputs, n]
-    Eigen::MatrixXf xf;    // the float model's inputs of the same columns (for QDrop; empty when not mixed)
+    int64_t outputs = 0, rows = 0;   // output channels; values per input column (all groups)
+    int storage = 0;                 // weight layout for Gemm/MatMul: 0 [K, N], 1 [N, K]
+    RowMatrix w;                     // [outputs, rows / group]
+    std::vector<float> bias;         // the float layer's, for the outputs to reproduce
+    std::vector<float> fitted_bias;  // as the quantized model adds it (an int8 bias is on a grid of its own)
+    Eigen::MatrixXf x, y;            // sampled columns: quantized inputs [rows, n], float outputs [outputs, n]
+    Eigen::MatrixXf xf;              // the float model's inputs of the same columns (for QDrop; empty when not mixed)
     int64_t stored = 0, seen = 0;
 };
 
@@ -86,7 +87,12 @@ std::optional<Layer> layer_of(const onnx::NodeProto& n, const GraphIndex& index,
         const Tensor bias = Tensor::from_proto(*b);
         if (bias.size() != l.outputs) return std::nullopt;
         l.bias.assign(bias.data<float>().begin(), bias.data<float>().end());
+        if (const auto* bq = plan.find(n.input(2)); bq && is_integer(bq->params.type)) {
+            const Tensor written = fake_quantize(bias, bq->params, n.input(2));
+            l.fitted_bias.assign(written.data<float>().begin(), written.data<float>().end());
+        }
     }
+    if (l.fitted_bias.empty()) l.fitted_bias = l.bias;
     return l;
 }
 
@@ -177,7 +183,7 @@ double reconstruction_loss(const Layer& l, const RowMatrix& w, int64_t first, in
     double sum = 0;
     for (int64_t g = 0; g < l.group; ++g) {
         Eigen::MatrixXf out = w.middleRows(g * per_group, per_group) * l.x.block(g * k, first, k, count);
-        for (int64_t o = 0; o < per_group; ++o) out.row(o).array() += l.bias[g * per_group + o];
+        for (int64_t o = 0; o < per_group; ++o) out.row(o).array() += l.fitted_bias[g * per_group + o];
         sum += (out - l.y.block(g * per_group, first, per_group, count)).squaredNorm();
     }
     return sum / static_cast<double>(std::max<int64_t>(count, 1));
@@ -258,7 +264,7 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
             for (int64_t c = 0; c < k; ++c) w(r, c) = soft(r, c);
         for (int64_t g = 0; g < l.group; ++g) {
             Eigen::MatrixXf err = w.middleRows(g * per_group, per_group) * xb.middleRows(g * k, k);
-            for (int64_t r = 0; r < per_group; ++r) err.row(r).array() += l.bias[g * per_group + r];
+            for (int64_t r = 0; r < per_group; ++r) err.row(r).array() += l.fitted_bias[g * per_group + r];
             err -= yb.middleRows(g * per_group, per_group);
             grad.middleRows(g * per_group, per_group) =
                 (2.0f / static_cast<float>(batch)) * err * xb.middleRows(g * k, k).transpose();
