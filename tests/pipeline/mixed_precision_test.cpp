@@ -355,6 +355,23 @@ TEST(SequenceAgreement, CountsTheSamplesWhoseDecodingAgrees) {
     EXPECT_DOUBLE_EQ(error.sequence_agreement, 0.5);
 }
 
+// Trials are ranked by their metric, the finer measures deciding its ties.
+TEST(TrialOrder, AFinerMeasureDecidesATie) {
+    vaiq::OutputError a, b;
+    a.sequence_agreement = b.sequence_agreement = 28.0 / 32.0;
+    a.top1_agreement = 0.9711, b.top1_agreement = 0.9695;
+    a.sqnr_db = 10, b.sqnr_db = 12;
+    EXPECT_TRUE(vaiq::agrees_better(a, b, "sequence")) << "same lines: more rows agree";
+    EXPECT_FALSE(vaiq::agrees_better(b, a, "sequence"));
+    EXPECT_TRUE(vaiq::agrees_better(a, b, "top1"));
+    EXPECT_TRUE(vaiq::agrees_better(b, a, "sqnr"));
+    b.sequence_agreement = 29.0 / 32.0;
+    EXPECT_TRUE(vaiq::agrees_better(b, a, "sequence")) << "one more line outweighs any number of rows";
+    a.top1_agreement = b.top1_agreement;
+    EXPECT_TRUE(vaiq::agrees_better(b, a, "top1")) << "same rows: the higher SQNR";
+    EXPECT_FALSE(vaiq::agrees_better(a, a, "sequence")) << "a full tie is no gain";
+}
+
 // Fast finetune's Trials: each trial's model is measured on the calibration
 // data, the best kept and written. A MatMul and a Gemm with varied weights on 64
 // rows a batch, so that the seeds' fits differ.

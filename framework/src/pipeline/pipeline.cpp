@@ -774,13 +774,10 @@ void finetune_weights(RunState& s) {
         result = fit(first);
     } else {
         const auto reference = reference_batches(float_reference(s), *s.data, 0, 0, s.threads);
-        double best = -std::numeric_limits<double>::infinity();
+        OutputError best;
         for (uint64_t t = 0; t < static_cast<uint64_t>(trials); ++t) {
             auto candidate = fit(first + t);
             const auto e = measure_output(finetuned_model(s, candidate.rounded), reference, s.threads);
-            const double score = metric == "sequence" ? e.sequence_agreement
-                                 : metric == "sqnr"   ? e.sqnr_db
-                                                      : e.top1_agreement;
             log_info(
                 "fast finetune trial {} (seed {}): top-1 agreement {:.2f}%, sequence agreement {:.2f}%, "
                 "SQNR {:.2f} dB",
@@ -789,8 +786,8 @@ void finetune_weights(RunState& s) {
                                     {"top1_agreement", e.top1_agreement},
                                     {"sequence_agreement", e.sequence_agreement},
                                     {"sqnr_db", e.sqnr_db}});
-            if (t == 0 || score > best) {  // a tie keeps the earlier
-                best = score, chosen = first + t;
+            if (t == 0 || agrees_better(e, best, metric)) {  // a full tie keeps the earlier
+                best = e, chosen = first + t;
                 result = std::move(candidate);
             }
         }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
@@ -119,6 +120,15 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
     out.sequence_agreement = samples > 0 ? static_cast<double>(samples_agree) / static_cast<double>(samples) : 1.0;
     out.samples = samples;
     return out;
+}
+
+bool agrees_better(const OutputError& a, const OutputError& b, std::string_view metric) {
+    auto ordered = [](const OutputError& e, std::string_view by) {
+        if (by == "sequence") return std::tuple(e.sequence_agreement, e.top1_agreement, e.sqnr_db);
+        if (by == "sqnr") return std::tuple(e.sqnr_db, 0.0, 0.0);
+        return std::tuple(e.top1_agreement, e.sqnr_db, 0.0);
+    };
+    return ordered(a, metric) > ordered(b, metric);
 }
 
 std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, const QuantPlan& plan,
