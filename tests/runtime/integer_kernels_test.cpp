@@ -341,6 +341,80 @@ TEST(Executor, QLinearConvIsExactForUint8AndInt8Inputs) {
     }
 }
 
+// A chain of integer convolutions runs channels-last, each computed a band of
+// output rows (or of whole images) at a time. Outputs of up to 576K values an
+// image make bands of rows, with the image's top and bottom padding in the first
+// and last band: a padded copy (zero point 37), oneDNN's own padding (zero point
+// 0) at stride 2 with uneven pads, a 1x1 whose images share a band, a dilated
+// 3x3. Every value equals the NCHW path's, which computes each convolution whole.
+TEST(Executor, ChannelsLastConvolutionBandsAgreeWithTheWholeConvolution) {
+    struct Layer {
+        int64_t m, group, k, stride, dilation;
+        std::vector<int64_t> pads;
+        uint8_t zy;
+    };
+    const Layer layers[] = {{64, 1, 3, 1, 1, {1, 1, 1, 1}, 0},     {64, 64, 3, 2, 1, {0, 1, 1, 0}, 128},
+                            {24, 1, 1, 1, 1, {0, 0, 0, 0}, 0},     {40, 1, 3, 1, 2, {2, 2, 2, 2}, 9}};
+    const int64_t n = 2, c = 4, h = 100, w = 90;
+    std::mt19937 rng(5);
+    std::uniform_int_distribution<int> byte(0, 255), weight(-127, 127);
+    vaiq::test::GraphBuilder b;
+    b.input("x", {n, c, h, w}, DataType::UInt8).output("y", {}, DataType::UInt8);
+    auto scalar = [&](const std::string& name, auto v) {
+        using V = decltype(v);
+        b.initializer(name, Tensor::from_values<V>({}, std::vector<V>{v}));
+    };
+    scalar("z_in", uint8_t{37});
+    scalar("s_in", 0.02f);
+    scalar("zw", int8_t{0});
+    std::string input = "x", zero_point = "z_in", scale = "s_in";
+    int64_t channels = c;
+    for (size_t i = 0; i < std::size(layers); ++i) {
+        const auto& l = layers[i];
+        const auto id = std::to_string(i);
+        std::vector<int8_t> wt(static_cast<size_t>(l.m * (channels / l.group) * l.k * l.k));
+        for (auto& v : wt) v = static_cast<int8_t>(weight(rng));
+        std::vector<int32_t> bias(static_cast<size_t>(l.m));
+        for (auto& v : bias) v = weight(rng) * 50;
+        b.initializer("w" + id, Tensor::from_values<int8_t>({l.m, channels / l.group, l.k, l.k}, wt));
+        b.initializer("b" + id, Tensor::from_values<int32_t>({l.m}, bias));
+        scalar("sw" + id, 0.004f);
+        scalar("sy" + id, 0.6f);
+        scalar("zy" + id, l.zy);
+        auto& conv = b.node("QLinearConv",
+                            {input, scale, zero_point, "w" + id, "sw" + id, "zw", "sy" + id, "zy" + id, "b" + id},
+                            {i + 1 == std::size(layers) ? "y" : "c" + id}, "conv" + id);
+        vaiq::test::set_ints_attribute(conv, "pads", l.pads);
+        vaiq::test::set_ints_attribute(conv, "strides", {l.stride, l.stride});
+        vaiq::test::set_ints_attribute(conv, "dilations", {l.dilation, l.dilation});
+        vaiq::test::set_int_attribute(conv, "group", l.group);
+        input = "c" + id, zero_point = "zy" + id, scale = "sy" + id, channels = l.m;
+    }
+    const auto model = b.build();
+    std::vector<uint8_t> x(static_cast<size_t>(n * c * h * w));
+    for (auto& v : x) v = static_cast<uint8_t>(byte(rng));
+    const auto feed = Tensor::from_values<uint8_t>({n, c, h, w}, x);
+    for (const int threads : {1, 2}) {
+        Executor banded(model, {.threads = threads, .profile = true});
+        const auto y = banded.run({{"x", feed}})[0];
+        const auto whole = Executor(model, {.threads = threads, .optimize_layout = false}).run({{"x", feed}})[0];
+        ASSERT_EQ(y.shape(), whole.shape());
+        EXPECT_EQ(y.shape(), (std::vector<int64_t>{n, 40, 50, 45}));
+        size_t differ = 0, spread = 0;
+        for (int64_t i = 0; i < y.size(); ++i) {
+            differ += y.data<uint8_t>()[i] != whole.data<uint8_t>()[i];
+            spread += y.data<uint8_t>()[i] != y.data<uint8_t>()[0];
+        }
+        EXPECT_EQ(differ, 0u) << threads << " threads";
+        EXPECT_GT(spread, static_cast<size_t>(y.size() / 2)) << "the outputs are not all one value";
+        std::map<std::string, int64_t> calls;
+        for (const auto& p : banded.profile()) calls[p.op_type] = p.calls;
+        if (calls.count("NhwcQLinearConv")) {  // CPUs where oneDNN's int8 kernels are exact
+            EXPECT_EQ(calls["NhwcQLinearConv"], 4);
+        }
+    }
+}
+
 // x -> Q -> DQ -> Conv(DQ(w), DQ(b)) -> Clip(0, clip_max) -> Q -> DQ -> y, as the qdq format writes it.
 vaiq::Model qdq_conv(float clip_max) {
     vaiq::test::GraphBuilder b;

@@ -1,5 +1,7 @@
 #include "runtime/kernels/int8_conv.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -20,16 +22,32 @@ bool exact_int8_available() {
 
 namespace {
 
+// A band's convolution: `images` images of `rows_out` output rows read from
+// `rows_in` input rows, padded by `pad_top`/`pad_bottom` where the band meets
+// the image's edge.
+struct Int8ConvBand {
+    int64_t images = 0, rows_out = 0, rows_in = 0, pad_top = 0, pad_bottom = 0;
+    bool alone = false;  ///< the only band: run on all threads (else on one)
+    dnnl::convolution_forward::primitive_desc pd;
+    dnnl::convolution_forward primitive;
+    ConstantOperand weights;  ///< used when its weights layout differs from the first band's
+};
+
 struct Int8ConvState {
     std::vector<int64_t> x_shape, padded_shape, y_shape;
     WindowGeometry window;
+    int32_t x_zero_point = 0;
+    int64_t group = 1;
     dnnl::convolution_forward::primitive_desc pd;
     dnnl::convolution_forward primitive;
     memory::desc user_src, user_weights, user_dst;
     ConstantOperand weights;
     std::vector<int32_t> zero_point_shares;  ///< per output channel: x_zp times the sum of its weights
     int32_t shares_of = 0;                   ///< the x_zp they were made for
-    bool padded = false;
+    bool padded = false;  ///< x is padded here with its zero point (oneDNN pads with 0)
+    std::vector<Int8ConvBand> bands;         ///< channels-last: the band shapes met so far
+    std::vector<Int32Sums> band_sums;        ///< channels-last: one band's sums per thread
+    std::vector<std::vector<std::byte>> scratchpads;  ///< channels-last: oneDNN's scratchpad per thread
 };
 
 memory::data_type dnnl_type(DataType t) { return t == DataType::UInt8 ? memory::data_type::u8 : memory::data_type::s8; }
@@ -68,15 +86,35 @@ Tensor pad_with(const Tensor& x, const std::vector<int64_t>& padded_shape, const
     return out;
 }
 
-}  // namespace
+// OpenMP's thread count for the calling thread while it lives.
+class ThreadCount {
+  public:
+    explicit ThreadCount(int threads) : restore_(omp_get_max_threads()) { omp_set_num_threads(threads); }
+    ~ThreadCount() { omp_set_num_threads(restore_); }
+    ThreadCount(const ThreadCount&) = delete;
+    ThreadCount& operator=(const ThreadCount&) = delete;
 
-std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
-                                   bool w_constant, std::shared_ptr<void>& opaque, std::vector<int64_t>& shape,
-                                   const int32_t* bias, std::vector<int32_t>* channel_offsets) {
+  private:
+    int restore_;
+};
+
+// The weights' layout: [M, C/g, kh, kw], or [g, M/g, C/g, kh, kw] when grouped.
+memory::dims weight_dims(const Tensor& w, int64_t group) {
+    auto dims = dims_of(w.shape());
+    if (group > 1) {
+        dims[0] = w.shape()[0] / group;
+        dims.insert(dims.begin(), group);
+    }
+    return dims;
+}
+
+// The state for `x`, made (or remade, for another shape) and with the weight
+// sums for this zero point; nullptr when the fast path does not apply.
+Int8ConvState* prepared(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w, bool w_constant,
+                        std::shared_ptr<void>& opaque, bool channels_last) {
     if (!exact_int8_available() || x.shape().size() != 4 || w.type() != DataType::Int8 || w.shape().size() != 4 ||
         (x.type() != DataType::UInt8 && x.type() != DataType::Int8))
-        return std::nullopt;
-    const bool channels_last = channel_offsets != nullptr;
+        return nullptr;
     // The logical (NCHW) dimensions of x.
     const auto& xs = x.shape();
     const std::vector<int64_t> x_nchw = channels_last ? std::vector<int64_t>{xs[0], xs[3], xs[1], xs[2]} : xs;
@@ -85,37 +123,25 @@ std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t 
     if (group < 1 || c % group != 0 || m % group != 0 || w.shape()[1] != c / group)
         ctx.fail("channels, weights and group disagree");
     auto state = std::static_pointer_cast<Int8ConvState>(opaque);
-    if (!state || state->x_shape != x.shape()) {
+    if (!state || state->x_shape != x.shape() || (state->x_zero_point == 0) != (x_zero_point == 0)) {
         state = std::make_shared<Int8ConvState>();
         state->x_shape = x.shape();
+        state->x_zero_point = x_zero_point;
+        state->group = group;
         const std::vector<int64_t> in(x_nchw.begin() + 2, x_nchw.end()), kernel(w.shape().begin() + 2, w.shape().end());
         state->window = WindowGeometry::from(ctx, in, kernel, false);
         const auto& g = state->window;
-        state->padded = g.pad_begin[0] || g.pad_begin[1] || g.pad_end[0] || g.pad_end[1];
-        const int64_t ph = in[0] + g.pad_begin[0] + g.pad_end[0], pw = in[1] + g.pad_begin[1] + g.pad_end[1];
+        // A zero point of 0 is oneDNN's own padding: no padded copy of x.
+        state->padded = x_zero_point != 0 && (g.pad_begin[0] || g.pad_begin[1] || g.pad_end[0] || g.pad_end[1]);
+        const int64_t ph = in[0] + (state->padded ? g.pad_begin[0] + g.pad_end[0] : 0),
+                      pw = in[1] + (state->padded ? g.pad_begin[1] + g.pad_end[1] : 0);
         state->padded_shape = channels_last ? std::vector<int64_t>{n, ph, pw, c} : std::vector<int64_t>{n, c, ph, pw};
         state->y_shape = channels_last ? std::vector<int64_t>{n, g.out[0], g.out[1], m}
                                        : std::vector<int64_t>{n, m, g.out[0], g.out[1]};
         state->user_src = memory::desc({n, c, ph, pw}, dnnl_type(x.type()),
                                        channels_last ? memory::format_tag::nhwc : memory::format_tag::nchw);
-        auto w_dims = dims_of(w.shape());
-        if (group > 1) {
-            w_dims[0] = m / group;
-            w_dims.insert(w_dims.begin(), group);
-        }
+        const auto w_dims = weight_dims(w, group);
         state->user_weights = memory::desc(w_dims, memory::data_type::s8, plain_tag(w_dims.size(), group > 1));
-        // Sums come out channels-last, the layout oneDNN's int8 kernels write, and
-        // are transposed to NCHW with the zero point's share taken off on the way.
-        state->user_dst = memory::desc({n, m, g.out[0], g.out[1]}, memory::data_type::s32, memory::format_tag::nhwc);
-        const memory::dims dilation{g.dilations[0] - 1, g.dilations[1] - 1}, zero{0, 0};
-        const auto any = memory::format_tag::any;
-        dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                             memory::desc(state->user_src.dims(), dnnl_type(x.type()), any),
-                                             memory::desc(w_dims, memory::data_type::s8, any),
-                                             memory::desc(state->user_dst.dims(), memory::data_type::s32, any),
-                                             dims_of(g.strides), dilation, zero, zero);
-        state->pd = dnnl::convolution_forward::primitive_desc(desc, cpu_engine());
-        state->primitive = dnnl::convolution_forward(state->pd);
         opaque = state;
     }
     if (state->zero_point_shares.empty() || !w_constant || state->shares_of != x_zero_point) {
@@ -129,13 +155,65 @@ std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t 
         }
         state->shares_of = x_zero_point;
     }
-    Tensor padded;
-    if (state->padded) {
-        padded = x.type() == DataType::UInt8 ? pad_with<uint8_t>(x, state->padded_shape, state->window,
-                                                                 static_cast<uint8_t>(x_zero_point), channels_last)
-                                             : pad_with<int8_t>(x, state->padded_shape, state->window,
-                                                                static_cast<int8_t>(x_zero_point), channels_last);
+    return state.get();
+}
+
+// The convolution over `src` (logical NCHW dims, user layout) into `dst`, the
+// pads given; weights in whatever layout oneDNN picks, or `weights` when given.
+// With `own_scratchpad` the caller passes each execution's scratchpad (so that
+// several threads can run it at once).
+dnnl::convolution_forward::primitive_desc convolution(const Int8ConvState& s, const memory::desc& src,
+                                                      const memory::desc& dst, const memory::dims& pad_begin,
+                                                      const memory::dims& pad_end, const memory::desc* weights,
+                                                      bool own_scratchpad = false) {
+    const auto& g = s.window;
+    const memory::dims dilation{g.dilations[0] - 1, g.dilations[1] - 1};
+    const auto w = weights ? *weights
+                           : memory::desc(s.user_weights.dims(), memory::data_type::s8, memory::format_tag::any);
+    dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
+                                         w, dst, dims_of(g.strides), dilation, pad_begin, pad_end);
+    dnnl::primitive_attr attributes;
+    if (own_scratchpad) attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return {desc, attributes, cpu_engine()};
+}
+
+// The offsets taken off each channel's sums: x_zp times its weights' sum, less the bias.
+std::vector<int32_t> channel_offsets(const Int8ConvState& s, int32_t x_zero_point, const int32_t* bias) {
+    std::vector<int32_t> out(s.zero_point_shares.size());
+    for (size_t oc = 0; oc < out.size(); ++oc)
+        out[oc] = static_cast<int32_t>(static_cast<uint32_t>(x_zero_point != 0 ? s.zero_point_shares[oc] : 0) -
+                                       static_cast<uint32_t>(bias ? bias[oc] : 0));
+    return out;
+}
+
+Tensor padded_input(const Int8ConvState& s, const Tensor& x, int32_t x_zero_point, bool channels_last) {
+    return x.type() == DataType::UInt8
+               ? pad_with<uint8_t>(x, s.padded_shape, s.window, static_cast<uint8_t>(x_zero_point), channels_last)
+               : pad_with<int8_t>(x, s.padded_shape, s.window, static_cast<int8_t>(x_zero_point), channels_last);
+}
+
+}  // namespace
+
+std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
+                                   bool w_constant, std::shared_ptr<void>& opaque, std::vector<int64_t>& shape,
+                                   const int32_t* bias) {
+    Int8ConvState* state = prepared(ctx, x, x_zero_point, w, w_constant, opaque, false);
+    if (!state) return std::nullopt;
+    const int64_t n = state->y_shape[0], m = state->y_shape[1];
+    const auto& g = state->window;
+    if (!state->primitive) {
+        // Sums come out channels-last, the layout oneDNN's int8 kernels write, and
+        // are transposed to NCHW with the zero point's share taken off on the way.
+        state->user_dst = memory::desc({n, m, g.out[0], g.out[1]}, memory::data_type::s32, memory::format_tag::nhwc);
+        const memory::dims zero{0, 0};
+        const auto any = memory::format_tag::any;
+        state->pd = convolution(*state, memory::desc(state->user_src.dims(), dnnl_type(x.type()), any),
+                                memory::desc(state->user_dst.dims(), memory::data_type::s32, any),
+                                state->padded ? zero : dims_of(g.pad_begin), state->padded ? zero : dims_of(g.pad_end),
+                                nullptr);
+        state->primitive = dnnl::convolution_forward(state->pd);
     }
+    const Tensor padded = state->padded ? padded_input(*state, x, x_zero_point, false) : Tensor();
     dnnl::stream stream(cpu_engine());
     const memory src = reordered(stream, wrap(state->user_src, state->padded ? padded : x), state->pd.src_desc());
     const memory weights =
@@ -150,22 +228,129 @@ std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t 
     if (!direct) dnnl::reorder(dst, user_dst).execute(stream, dst, user_dst);
     stream.wait();
     // Per channel: acc = sum - x_zp * (weights' sum) + bias, all taken off in one.
-    const int32_t* minus = x_zero_point != 0 ? state->zero_point_shares.data() : nullptr;
-    std::vector<int32_t> less_bias;
-    if (bias || channels_last) {
-        less_bias.resize(static_cast<size_t>(m));
-        for (int64_t oc = 0; oc < m; ++oc)
-            less_bias[oc] = static_cast<int32_t>(static_cast<uint32_t>(minus ? minus[oc] : 0) -
-                                                 static_cast<uint32_t>(bias ? bias[oc] : 0));
-        minus = less_bias.data();
-    }
-    if (channels_last) {  // the caller takes the offsets off on its own pass
-        *channel_offsets = std::move(less_bias);
-        return nhwc;
-    }
+    const bool offset = x_zero_point != 0 || bias;
+    const auto offsets = offset ? channel_offsets(*state, x_zero_point, bias) : std::vector<int32_t>();
     Int32Sums acc(count);  // written in full by the transpose
-    transpose_4_byte(nhwc.data(), acc.data(), n, shape[2] * shape[3], m, minus);
+    transpose_4_byte(nhwc.data(), acc.data(), n, shape[2] * shape[3], m, offset ? offsets.data() : nullptr);
     return acc;
+}
+
+bool int8_conv_channels_last(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
+                             bool w_constant, std::shared_ptr<void>& opaque, const int32_t* bias,
+                             const ChannelsLastSums& sink) {
+    Int8ConvState* state = prepared(ctx, x, x_zero_point, w, w_constant, opaque, true);
+    if (!state) return false;
+    const auto& g = state->window;
+    const auto& ps = state->padded_shape;  // NHWC, padded when state->padded
+    const int64_t n = ps[0], in_rows = ps[1], in_width = ps[2], c = ps[3];
+    const int64_t out_rows = g.out[0], out_width = g.out[1], m = state->y_shape[3];
+    const int64_t pad_top = state->padded ? 0 : g.pad_begin[0];  // a band's bottom pad follows from it
+    const int64_t pad_left = state->padded ? 0 : g.pad_begin[1], pad_right = state->padded ? 0 : g.pad_end[1];
+    const int64_t kernel_rows = (w.shape()[2] - 1) * g.dilations[0] + 1, stride = g.strides[0];
+    const int threads = omp_get_max_threads();
+    // A band's sums stay in the cache of the core that computed them (2 MB of
+    // L2 on current server cores, half on older ones) until they are consumed.
+    constexpr int64_t kBandValues = int64_t{1} << 17;  // 512 KB of int32
+    const int64_t row_values = out_width * m, image_values = out_rows * row_values;
+    // Whole images a band when an image is small and reads all of its rows (a
+    // band's images are then one dense block), else rows of one image, in a
+    // number of bands the threads share evenly.
+    const bool reads_all_rows = (out_rows - 1) * stride + kernel_rows - pad_top >= in_rows;
+    int64_t images = 1, rows = out_rows;
+    if (image_values < kBandValues && reads_all_rows) {
+        images = std::max<int64_t>(1, kBandValues / image_values);
+        if (n > 1) images = std::min(images, (n + threads - 1) / threads);
+    } else {
+        int64_t per_image = (image_values + kBandValues - 1) / kBandValues;
+        if (per_image * n < 4 * threads) per_image = ((per_image * n + threads - 1) / threads * threads + n - 1) / n;
+        rows = (out_rows + per_image - 1) / per_image;
+    }
+    struct Span {
+        int64_t image, count, r0, r1;
+        Int8ConvBand* kind;
+    };
+    std::vector<Span> spans;
+    for (int64_t i = 0; i < n; i += images)
+        for (int64_t r0 = 0; r0 < out_rows; r0 += rows)
+            spans.push_back({i, std::min(images, n - i), r0, std::min(out_rows, r0 + rows), nullptr});
+    // One band runs on every thread; several run one a thread, each convolution
+    // then made for one thread (oneDNN runs single-threaded inside a parallel region).
+    const bool alone = spans.size() == 1;
+    auto kind_of = [&](const Span& span) -> Int8ConvBand* {
+        // Input rows [i0, i1) of the padded image make output rows [r0, r1).
+        const int64_t i0 = span.r0 * stride - pad_top, i1 = (span.r1 - 1) * stride + kernel_rows - pad_top;
+        const int64_t top = std::max<int64_t>(0, -i0), bottom = std::max<int64_t>(0, i1 - in_rows);
+        const int64_t rows_in = std::min(i1, in_rows) - std::max<int64_t>(i0, 0);
+        for (auto& b : state->bands)
+            if (b.images == span.count && b.rows_out == span.r1 - span.r0 && b.rows_in == rows_in &&
+                b.pad_top == top && b.pad_bottom == bottom && b.alone == alone)
+                return &b;
+        Int8ConvBand b{span.count, span.r1 - span.r0, rows_in, top, bottom, alone, {}, {}, {}};
+        const memory::desc src({span.count, c, rows_in, in_width}, dnnl_type(x.type()), memory::format_tag::nhwc);
+        const memory::desc dst({span.count, m, span.r1 - span.r0, out_width}, memory::data_type::s32,
+                               memory::format_tag::nhwc);
+        const memory::dims begin{top, pad_left}, end{bottom, pad_right};
+        const ThreadCount team(alone ? threads : 1);  // what oneDNN divides the work for
+        // Every band in the first band's weight layout when oneDNN takes it (one copy of the weights).
+        const auto first = state->bands.empty() ? memory::desc() : state->bands.front().pd.weights_desc();
+        try {
+            b.pd = convolution(*state, src, dst, begin, end, state->bands.empty() ? nullptr : &first, true);
+        } catch (const dnnl::error&) {
+            b.pd = convolution(*state, src, dst, begin, end, nullptr, true);
+        }
+        b.primitive = dnnl::convolution_forward(b.pd);
+        state->bands.push_back(std::move(b));
+        return &state->bands.back();
+    };
+    state->bands.reserve(state->bands.size() + spans.size());  // kinds are pointed at below
+    dnnl::stream stream(cpu_engine());
+    size_t scratchpad = 0;
+    std::vector<memory> weights;
+    for (auto& span : spans) {
+        span.kind = kind_of(span);
+        scratchpad = std::max(scratchpad, span.kind->pd.scratchpad_desc().get_size());
+        const bool own = span.kind->pd.weights_desc() != state->bands.front().pd.weights_desc();
+        weights.push_back(operand(stream, w, w_constant, state->user_weights, span.kind->pd.weights_desc(),
+                                  own ? span.kind->weights : state->bands.front().weights));
+    }
+    const int workers = alone ? 1 : std::min<int>(threads, static_cast<int>(spans.size()));
+    const auto band_capacity = static_cast<size_t>(images * rows * row_values);
+    state->band_sums.resize(static_cast<size_t>(workers));
+    state->scratchpads.resize(static_cast<size_t>(workers));
+    for (int t = 0; t < workers; ++t) {
+        if (state->band_sums[t].size() < band_capacity) state->band_sums[t] = Int32Sums(band_capacity);
+        if (state->scratchpads[t].size() < scratchpad) state->scratchpads[t].resize(scratchpad);
+    }
+
+    sink.start(state->y_shape, channel_offsets(*state, x_zero_point, bias));
+    const Tensor padded = state->padded ? padded_input(*state, x, x_zero_point, true) : Tensor();
+    const auto* input = (state->padded ? padded : x).bytes().data();
+    auto run = [&](size_t k, int worker) {
+        const auto& span = spans[k];
+        const auto& pd = span.kind->pd;
+        const int64_t first_row = std::max<int64_t>(span.r0 * stride - pad_top, 0);
+        memory src(pd.src_desc(), cpu_engine(),
+                   const_cast<std::byte*>(input + ((span.image * in_rows + first_row) * in_width * c)));
+        memory dst(pd.dst_desc(), cpu_engine(), state->band_sums[worker].data());
+        memory scratch(pd.scratchpad_desc(), cpu_engine(), state->scratchpads[worker].data());
+        dnnl::stream local(cpu_engine());
+        span.kind->primitive.execute(local, {{DNNL_ARG_SRC, src},
+                                             {DNNL_ARG_WEIGHTS, weights[k]},
+                                             {DNNL_ARG_DST, dst},
+                                             {DNNL_ARG_SCRATCHPAD, scratch}});
+        local.wait();
+        sink.band(state->band_sums[worker].data(),
+                  static_cast<size_t>(span.image * image_values + span.r0 * row_values),
+                  static_cast<size_t>(span.count * (span.r1 - span.r0) * row_values));
+    };
+    if (alone) {
+        run(0, 0);
+        return true;
+    }
+    const auto count = static_cast<int64_t>(spans.size());
+#pragma omp parallel for schedule(dynamic, 1) num_threads(workers)
+    for (int64_t k = 0; k < count; ++k) run(static_cast<size_t>(k), omp_get_thread_num());
+    return true;
 }
 
 namespace {

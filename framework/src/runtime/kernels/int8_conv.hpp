@@ -2,6 +2,7 @@
 // 8-bit values, the zero points' shares handled around oneDNN's int8 kernels.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -21,13 +22,29 @@ bool exact_int8_available();
 /// point `x_zero_point`) with int8 weights `w` (zero point 0), plus `bias` (int32
 /// per output channel) when given, or nullopt when the fast path does not apply
 /// (other types, or no exact int8 on this CPU). `state` keeps the compiled
-/// primitive and the per-channel weight sums across runs. With `channel_offsets`,
-/// x is NHWC and the sums come back NHWC [N, out..., M] before their
-/// per-channel offsets, which go to `channel_offsets` (sum - offset[m] is the
-/// accumulator) for the caller's own pass over them.
+/// primitive and the per-channel weight sums across runs.
 std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
                                    bool w_constant, std::shared_ptr<void>& state, std::vector<int64_t>& shape,
-                                   const int32_t* bias = nullptr, std::vector<int32_t>* channel_offsets = nullptr);
+                                   const int32_t* bias = nullptr);
+
+/// Where a channels-last convolution's sums go: `start` gets the output shape
+/// [N, out..., M] and the per-channel offsets (sum - offset[m] is the
+/// accumulator, bias included) before any sums; then `band` gets the sums of
+/// whole output pixels, values [first, first + count) of the output, band by
+/// band while they are still in cache: from several threads at once (disjoint
+/// bands), each band on one thread, or one band on the calling thread.
+struct ChannelsLastSums {
+    std::function<void(const std::vector<int64_t>& shape, const std::vector<int32_t>& offsets)> start;
+    std::function<void(const int32_t* sums, size_t first, size_t count)> band;
+};
+
+/// int8_conv on NHWC `x`, computed a band of output rows (or of whole images)
+/// at a time into a cache-sized buffer and handed to `sink`: the sums are
+/// consumed where they were written instead of going through memory. False
+/// when the fast path does not apply (nothing was called).
+bool int8_conv_channels_last(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
+                             bool w_constant, std::shared_ptr<void>& state, const int32_t* bias,
+                             const ChannelsLastSums& sink);
 
 /// The int32 sums [batch..., M, N] of (a - a_zero_point) x (b - b_zero_point)
 /// for 8-bit a and b (numpy batch broadcasting, per-tensor zero points), on

@@ -351,28 +351,27 @@ Tensor qlinear_conv_of(KernelContext& ctx, const Tensor& x) {
 
 void qlinear_conv(KernelContext& ctx, std::vector<Tensor>& out) { out[0] = qlinear_conv_of(ctx, ctx.input(0)); }
 
-// requantize_channels_last with sixteen lanes over values [i, end) of the flat
+// ChannelsLastRequantizer with sixteen lanes over values [i, end) of the flat
 // buffer, value i being channel c: channel c's offset and multiplier for lanes
 // c..c+15 come from copies of the per-channel arrays laid out periodically
 // (entry k holds channel k mod M), so that a vector may wrap from one pixel into
-// the next. The float32 operations of requantize().
+// the next. The float32 product of requantize(), clamped to the output's range
+// less the zero point before it is rounded (to nearest, ties to even, as
+// requantize()): the bounds are integers, so clamping first rounds the same.
 template <typename Q>
 [[gnu::target("avx512f")]] void requantize_channels_last_avx512(const int32_t* __restrict acc, size_t i, size_t end,
                                                                 size_t c, size_t m, const int32_t* off,
                                                                 const float* mul, float zero_point,
                                                                 Q* __restrict out) {
-    const __m512 lo = _mm512_set1_ps(-2097152.0f), hi = _mm512_set1_ps(2097152.0f);
-    const __m512 round = _mm512_set1_ps(12582912.0f);
+    const __m512 lo = _mm512_set1_ps(static_cast<float>(std::numeric_limits<Q>::min()) - zero_point);
+    const __m512 hi = _mm512_set1_ps(static_cast<float>(std::numeric_limits<Q>::max()) - zero_point);
     const __m512i zp = _mm512_set1_epi32(static_cast<int32_t>(zero_point));
-    const __m512i q_min = _mm512_set1_epi32(std::numeric_limits<Q>::min());
-    const __m512i q_max = _mm512_set1_epi32(std::numeric_limits<Q>::max());
     for (; i + 16 <= end; i += 16) {
         const __m512i a = _mm512_sub_epi32(_mm512_loadu_si512(acc + i), _mm512_loadu_si512(off + c));
         const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), _mm512_loadu_ps(mul + c));
-        const __m512 r = _mm512_sub_ps(_mm512_add_ps(_mm512_min_ps(_mm512_max_ps(v, lo), hi), round), round);
-        const __m512i q = _mm512_add_epi32(_mm512_cvttps_epi32(r), zp);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
-                         _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(q, q_min), q_max)));
+        const __m512 r = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+        const __m512i q = _mm512_add_epi32(_mm512_cvt_roundps_epi32(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(q));
         for (c += 16; c >= m;) c -= m;
     }
     for (; i < end; ++i, c = c + 1 == m ? 0 : c + 1) {
@@ -381,56 +380,72 @@ template <typename Q>
     }
 }
 
-// Requantizes NHWC sums less their per-channel offsets into 8-bit NHWC: the
-// same float32 operations as requantize(), so the same integers. Pixel by pixel
-// with SSE2 where AVX-512 is missing.
+// Requantizes NHWC sums less their per-channel offsets into 8-bit NHWC, a band
+// of whole pixels at a time: the same float32 operations as requantize(), so
+// the same integers. Pixel by pixel with SSE2 where AVX-512 is missing.
 template <typename Q>
-void requantize_channels_last(const Int32Sums& sums, const std::vector<int32_t>& offsets,
-                              const std::vector<float>& multiplier, float zero_point, Q* out) {
-    const size_t m = offsets.size(), n = sums.size();
-    if (m == 0) return;
-    if (cpu_features().avx512f) {
-        std::vector<int32_t> off(m + 16);
-        std::vector<float> mul(m + 16);
+class ChannelsLastRequantizer {
+  public:
+    ChannelsLastRequantizer(std::vector<int32_t> offsets, const std::vector<float>& multiplier, float zero_point)
+        : offsets_(std::move(offsets)), multiplier_(multiplier), zero_point_(zero_point) {
+        const size_t m = offsets_.size();
+        if (!cpu_features().avx512f || m == 0) return;
+        periodic_offsets_.resize(m + 16);
+        periodic_multiplier_.resize(m + 16);
         for (size_t k = 0; k < m + 16; ++k) {
-            off[k] = offsets[k % m];
-            mul[k] = multiplier[multiplier.size() > 1 ? k % m : 0];
+            periodic_offsets_[k] = offsets_[k % m];
+            periodic_multiplier_[k] = multiplier_[multiplier_.size() > 1 ? k % m : 0];
         }
-        // Chunks of whole vectors, one per thread at a time (the pass is memory bound).
-        constexpr size_t kChunk = size_t{1} << 14;
-        const auto chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
+    }
+
+    // Values [0, count) of a band that starts at a pixel.
+    void operator()(const int32_t* sums, size_t count, Q* out) const {
+        const size_t m = offsets_.size();
+        if (m == 0) return;
+        if (!periodic_offsets_.empty()) {
+            // Chunks of whole vectors, one per thread at a time (the pass is memory bound).
+            constexpr size_t kChunk = size_t{1} << 14;
+            const auto chunks = static_cast<int64_t>((count + kChunk - 1) / kChunk);
 #pragma omp parallel for if (chunks > 1)
-        for (int64_t k = 0; k < chunks; ++k) {
-            const size_t start = static_cast<size_t>(k) * kChunk;
-            requantize_channels_last_avx512(sums.data(), start, std::min(n, start + kChunk), start % m, m, off.data(),
-                                            mul.data(), zero_point, out);
+            for (int64_t k = 0; k < chunks; ++k) {
+                const size_t start = static_cast<size_t>(k) * kChunk;
+                requantize_channels_last_avx512(sums, start, std::min(count, start + kChunk), start % m, m,
+                                                periodic_offsets_.data(), periodic_multiplier_.data(), zero_point_,
+                                                out);
+            }
+            return;
         }
-        return;
-    }
-    const bool per_channel = multiplier.size() > 1;
-    const float* mult = multiplier.data();
-    for (size_t start = 0; start < sums.size(); start += m) {
-        const int32_t* acc = sums.data() + start;
+        const bool per_channel = multiplier_.size() > 1;
+        const float* mult = multiplier_.data();
+        for (size_t start = 0; start < count; start += m) {
+            const int32_t* acc = sums + start;
 #if defined(__SSE2__)
-        auto four = [&](size_t i) {
-            const __m128i a = _mm_sub_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + i)),
-                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(offsets.data() + i)));
-            return _mm_mul_ps(_mm_cvtepi32_ps(a), per_channel ? _mm_loadu_ps(mult + i) : _mm_set1_ps(mult[0]));
-        };
+            auto four = [&](size_t i) {
+                const __m128i a = _mm_sub_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + i)),
+                                                _mm_loadu_si128(reinterpret_cast<const __m128i*>(offsets_.data() + i)));
+                return _mm_mul_ps(_mm_cvtepi32_ps(a), per_channel ? _mm_loadu_ps(mult + i) : _mm_set1_ps(mult[0]));
+            };
 #else
-        auto four = [](size_t) { return 0; };
+            auto four = [](size_t) { return 0; };
 #endif
-        quantize_8_bit_block(out + start, m, zero_point, four, [&](size_t i) {
-            const auto a = static_cast<int32_t>(static_cast<uint32_t>(acc[i]) - static_cast<uint32_t>(offsets[i]));
-            return static_cast<float>(a) * mult[per_channel ? i : 0];
-        });
+            quantize_8_bit_block(out + start, m, zero_point_, four, [&](size_t i) {
+                const auto a = static_cast<int32_t>(static_cast<uint32_t>(acc[i]) - static_cast<uint32_t>(offsets_[i]));
+                return static_cast<float>(a) * mult[per_channel ? i : 0];
+            });
+        }
     }
-}
+
+  private:
+    std::vector<int32_t> offsets_, periodic_offsets_;  ///< periodic: entry k holds channel k mod M
+    std::vector<float> multiplier_, periodic_multiplier_;
+    float zero_point_;
+};
 
 // QLinearConv on NHWC activations: the layout pass's form inside a chain of
 // integer convolutions. oneDNN's int8 kernels read and write channels-last, so
-// the sums are requantized where they are, with no transpose between the
-// convolutions. Without exact int8 on this CPU, the NCHW path between transposes.
+// the sums are requantized where they are, a band at a time while in cache,
+// with no transpose between the convolutions. Without exact int8 on this CPU,
+// the NCHW path between transposes.
 void nhwc_qlinear_conv(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     const auto& w = ctx.input(3);
@@ -438,29 +453,33 @@ void nhwc_qlinear_conv(KernelContext& ctx, std::vector<Tensor>& out) {
     const int32_t* bias = ctx.has_input(8) ? ctx.input(8).data<int32_t>().data() : nullptr;
     if (bias && (w.shape().empty() || ctx.input(8).size() != w.shape()[0]))
         ctx.fail("the bias must have one value per output channel");
-    std::vector<int64_t> shape;
-    std::vector<int32_t> offsets;
-    std::optional<Int32Sums> sums;
-    if (ctx.input(2).size() == 1 && all_zero(ctx, ctx.input(5)))
-        sums = int8_conv(ctx, x, scalar_zero_point(ctx, ctx.input(2)), w, ctx.is_constant(3), ctx.state, shape, bias,
-                         &offsets);
-    if (!sums) {
-        out[0] = permute4(qlinear_conv_of(ctx, permute4(x, {0, 3, 1, 2})), {0, 2, 3, 1});
-        return;
+    bool fast = false;
+    if (ctx.input(2).size() == 1 && all_zero(ctx, ctx.input(5))) {
+        const auto wide = conv_multipliers(ctx);
+        const std::vector<float> multiplier(wide.begin(), wide.end());  // float32, as ONNX Runtime
+        const auto zp = static_cast<float>(read_scalar(ctx, ctx.input(7)));
+        dispatch_numeric(ctx.input(7).type(), ctx, [&](auto tag) {
+            using Q = typename decltype(tag)::type;
+            if constexpr (sizeof(Q) == 1) {
+                std::optional<ChannelsLastRequantizer<Q>> requantize;
+                Q* y = nullptr;
+                ChannelsLastSums sink;
+                sink.start = [&](const std::vector<int64_t>& shape, const std::vector<int32_t>& offsets) {
+                    if (multiplier.size() != 1 && multiplier.size() != offsets.size())
+                        ctx.fail("the weight scales must be one or one per channel");
+                    out[0] = make_tensor<Q>(shape);
+                    y = mutable_view<Q>(out[0]).data();
+                    requantize.emplace(offsets, multiplier, zp);
+                };
+                sink.band = [&](const int32_t* sums, size_t first, size_t count) {
+                    (*requantize)(sums, count, y + first);
+                };
+                fast = int8_conv_channels_last(ctx, x, scalar_zero_point(ctx, ctx.input(2)), w, ctx.is_constant(3),
+                                               ctx.state, bias, sink);
+            }
+        });
     }
-    const auto wide = conv_multipliers(ctx);
-    if (wide.size() != 1 && wide.size() != offsets.size()) ctx.fail("the weight scales must be one or one per channel");
-    const std::vector<float> multiplier(wide.begin(), wide.end());  // float32, as ONNX Runtime
-    const auto zp = static_cast<float>(read_scalar(ctx, ctx.input(7)));
-    dispatch_numeric(ctx.input(7).type(), ctx, [&](auto tag) {
-        using Q = typename decltype(tag)::type;
-        if constexpr (sizeof(Q) != 1) {
-            ctx.fail("outputs must be int8 or uint8");
-        } else {
-            out[0] = make_tensor<Q>(shape);
-            requantize_channels_last(*sums, offsets, multiplier, zp, mutable_view<Q>(out[0]).data());
-        }
-    });
+    if (!fast) out[0] = permute4(qlinear_conv_of(ctx, permute4(x, {0, 3, 1, 2})), {0, 2, 3, 1});
 }
 
 // y = saturate(round(x / scale) + zero_point) with scale and zero point from x's
