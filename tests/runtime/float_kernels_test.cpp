@@ -235,14 +235,15 @@ TEST(Executor, DenseThreeByThreeConvolutionsMatchTheDefinition) {
 }
 
 TEST(Executor, TransposesThatSwapBlocksOfAxesOrKeepTheOrder) {
-    // [2, 3, 1, 5] -> NHWC [2, 1, 5, 3] (a block swap), [3, 1, 4] -> [1, 3, 4] (no move), a matrix and a
-    // scalar, float and uint8.
+    // [2, 3, 1, 5] -> NHWC [2, 1, 5, 3] (a block swap: three rows interleaved, as four in [2, 4, 3, 5]),
+    // [3, 1, 4] -> [1, 3, 4] (no move), a matrix and a scalar, float and uint8.
     struct Case {
         std::vector<int64_t> shape, perm;
     };
     // Then matrices of whole 16x16 blocks and remainders on both sides (both types move as blocks in registers).
-    for (const auto& c : {Case{{2, 3, 1, 5}, {0, 2, 3, 1}}, Case{{3, 1, 4}, {1, 0, 2}}, Case{{4, 6}, {1, 0}},
-                          Case{{}, {}}, Case{{3, 40, 35}, {0, 2, 1}}, Case{{33, 64}, {1, 0}}}) {
+    for (const auto& c :
+         {Case{{2, 3, 1, 5}, {0, 2, 3, 1}}, Case{{2, 4, 3, 5}, {0, 2, 3, 1}}, Case{{3, 1, 4}, {1, 0, 2}},
+          Case{{4, 6}, {1, 0}}, Case{{}, {}}, Case{{3, 40, 35}, {0, 2, 1}}, Case{{33, 64}, {1, 0}}}) {
         for (const auto type : {DataType::Float, DataType::UInt8}) {
             vaiq::test::GraphBuilder b;
             std::vector<int64_t> out_shape;

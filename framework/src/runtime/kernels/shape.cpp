@@ -236,9 +236,25 @@ void transpose_16x16_bytes(const uint8_t* src, int64_t src_stride, uint8_t* dst,
     }
 }
 
+// Matrices of kRows rows transposed: each output row interleaves the kRows
+// input rows (an image's three colours into channels-last pixels), a loop the
+// compiler vectorises with the row count known.
+template <int64_t kRows, typename T>
+void interleave_rows(const T* src, T* dst, int64_t batches, int64_t cols) {
+#pragma omp parallel for if (batches * kRows * cols > kParallelGrain)
+    for (int64_t b = 0; b < batches; ++b) {
+        const T* from = src + b * kRows * cols;
+        T* to = dst + b * kRows * cols;
+        for (int64_t c = 0; c < cols; ++c)
+            for (int64_t r = 0; r < kRows; ++r) to[c * kRows + r] = from[r * cols + c];
+    }
+}
+
 template <typename T>
 void transpose_matrices(const T* src, T* dst, int64_t batches, int64_t rows, int64_t cols,
                         const int32_t* minus = nullptr) {
+    if (!minus && rows == 3) return interleave_rows<3>(src, dst, batches, cols);
+    if (!minus && rows == 4) return interleave_rows<4>(src, dst, batches, cols);
     constexpr int64_t kTile = 32;
     const bool avx512 = cpu_features().avx512f;
     const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
