@@ -345,7 +345,8 @@ TEST(Executor, QLinearConvIsExactForUint8AndInt8Inputs) {
 // output rows (or of whole images) at a time. Outputs of up to 576K values an
 // image make bands of rows, with the image's top and bottom padding in the first
 // and last band: a padded copy (zero point 37), oneDNN's own padding (zero point
-// 0) at stride 2 with uneven pads, a 1x1 whose images share a band, a dilated
+// 0) at stride 2 with uneven pads, a 1x1 whose two images share a band (on one
+// thread; on two each has its own), a dilated
 // 3x3. Every value equals the NCHW path's, which computes each convolution whole.
 TEST(Executor, ChannelsLastConvolutionBandsAgreeWithTheWholeConvolution) {
     struct Layer {
@@ -353,8 +354,10 @@ TEST(Executor, ChannelsLastConvolutionBandsAgreeWithTheWholeConvolution) {
         std::vector<int64_t> pads;
         uint8_t zy;
     };
-    const Layer layers[] = {{64, 1, 3, 1, 1, {1, 1, 1, 1}, 0},     {64, 64, 3, 2, 1, {0, 1, 1, 0}, 128},
-                            {24, 1, 1, 1, 1, {0, 0, 0, 0}, 0},     {40, 1, 3, 1, 2, {2, 2, 2, 2}, 9}};
+    const Layer layers[] = {{64, 1, 3, 1, 1, {1, 1, 1, 1}, 0},
+                            {64, 64, 3, 2, 1, {0, 1, 1, 0}, 128},
+                            {8, 1, 1, 1, 1, {0, 0, 0, 0}, 0},
+                            {40, 1, 3, 1, 2, {2, 2, 2, 2}, 9}};
     const int64_t n = 2, c = 4, h = 100, w = 90;
     std::mt19937 rng(5);
     std::uniform_int_distribution<int> byte(0, 255), weight(-127, 127);
