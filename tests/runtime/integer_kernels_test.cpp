@@ -346,8 +346,8 @@ TEST(Executor, QLinearConvIsExactForUint8AndInt8Inputs) {
 // image make bands of rows, with the image's top and bottom padding in the first
 // and last band: a padded copy (zero point 37), oneDNN's own padding (zero point
 // 0) at stride 2 with uneven pads, a 1x1 whose two images share a band (on one
-// thread; on two each has its own), a dilated
-// 3x3. Every value equals the NCHW path's, which computes each convolution whole.
+// thread; on two each has its own), a dilated 3x3. Every value equals the NCHW
+// path's, which computes each convolution whole.
 TEST(Executor, ChannelsLastConvolutionBandsAgreeWithTheWholeConvolution) {
     struct Layer {
         int64_t m, group, k, stride, dilation;
