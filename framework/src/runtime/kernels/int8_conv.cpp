@@ -31,6 +31,15 @@ struct Int8ConvBand {
     dnnl::convolution_forward::primitive_desc pd;
     dnnl::convolution_forward primitive;
     ConstantOperand weights;  ///< used when its weights layout differs from the first band's
+    memory run_weights;       ///< the weights this run passes
+    std::vector<memory> src, dst, scratchpad;  ///< per worker, pointed at each band's data
+};
+
+// What a thread needs to run bands: their sums and oneDNN's scratchpad.
+struct BandWorker {
+    Int32Sums sums;
+    std::vector<std::byte> scratchpad;
+    dnnl::stream stream;
 };
 
 struct Int8ConvState {
@@ -46,8 +55,7 @@ struct Int8ConvState {
     int32_t shares_of = 0;                   ///< the x_zp they were made for
     bool padded = false;  ///< x is padded here with its zero point (oneDNN pads with 0)
     std::vector<Int8ConvBand> bands;         ///< channels-last: the band shapes met so far
-    std::vector<Int32Sums> band_sums;        ///< channels-last: one band's sums per thread
-    std::vector<std::vector<std::byte>> scratchpads;  ///< channels-last: oneDNN's scratchpad per thread
+    std::vector<BandWorker> workers;         ///< channels-last: one a thread
 };
 
 memory::data_type dnnl_type(DataType t) { return t == DataType::UInt8 ? memory::data_type::u8 : memory::data_type::s8; }
@@ -286,7 +294,9 @@ bool int8_conv_channels_last(KernelContext& ctx, const Tensor& x, int32_t x_zero
             if (b.images == span.count && b.rows_out == span.r1 - span.r0 && b.rows_in == rows_in &&
                 b.pad_top == top && b.pad_bottom == bottom && b.alone == alone)
                 return &b;
-        Int8ConvBand b{span.count, span.r1 - span.r0, rows_in, top, bottom, alone, {}, {}, {}};
+        Int8ConvBand b;
+        b.images = span.count, b.rows_out = span.r1 - span.r0, b.rows_in = rows_in;
+        b.pad_top = top, b.pad_bottom = bottom, b.alone = alone;
         const memory::desc src({span.count, c, rows_in, in_width}, dnnl_type(x.type()), memory::format_tag::nhwc);
         const memory::desc dst({span.count, m, span.r1 - span.r0, out_width}, memory::data_type::s32,
                                memory::format_tag::nhwc);
@@ -304,44 +314,51 @@ bool int8_conv_channels_last(KernelContext& ctx, const Tensor& x, int32_t x_zero
         return &state->bands.back();
     };
     state->bands.reserve(state->bands.size() + spans.size());  // kinds are pointed at below
-    dnnl::stream stream(cpu_engine());
     size_t scratchpad = 0;
-    std::vector<memory> weights;
     for (auto& span : spans) {
         span.kind = kind_of(span);
         scratchpad = std::max(scratchpad, span.kind->pd.scratchpad_desc().get_size());
-        const bool own = span.kind->pd.weights_desc() != state->bands.front().pd.weights_desc();
-        weights.push_back(operand(stream, w, w_constant, state->user_weights, span.kind->pd.weights_desc(),
-                                  own ? span.kind->weights : state->bands.front().weights));
     }
+    // Everything a band's run needs is made here, once, so that running it makes nothing.
     const int workers = alone ? 1 : std::min<int>(threads, static_cast<int>(spans.size()));
     const auto band_capacity = static_cast<size_t>(images * rows * row_values);
-    state->band_sums.resize(static_cast<size_t>(workers));
-    state->scratchpads.resize(static_cast<size_t>(workers));
+    if (state->workers.size() < static_cast<size_t>(workers)) state->workers.resize(static_cast<size_t>(workers));
     for (int t = 0; t < workers; ++t) {
-        if (state->band_sums[t].size() < band_capacity) state->band_sums[t] = Int32Sums(band_capacity);
-        if (state->scratchpads[t].size() < scratchpad) state->scratchpads[t].resize(scratchpad);
+        auto& worker = state->workers[t];
+        if (worker.sums.size() < band_capacity) worker.sums = Int32Sums(band_capacity);
+        if (worker.scratchpad.size() < scratchpad) worker.scratchpad.resize(scratchpad);
+        if (!worker.stream) worker.stream = dnnl::stream(cpu_engine());
     }
+    for (auto& kind : state->bands) {
+        const bool own = kind.pd.weights_desc() != state->bands.front().pd.weights_desc();
+        kind.run_weights = operand(state->workers[0].stream, w, w_constant, state->user_weights, kind.pd.weights_desc(),
+                                   own ? kind.weights : state->bands.front().weights);
+        for (int t = static_cast<int>(kind.src.size()); t < workers; ++t) {
+            kind.src.emplace_back(kind.pd.src_desc(), cpu_engine(), nullptr);
+            kind.dst.emplace_back(kind.pd.dst_desc(), cpu_engine(), nullptr);
+            kind.scratchpad.emplace_back(kind.pd.scratchpad_desc(), cpu_engine(), nullptr);
+        }
+    }
+    state->workers[0].stream.wait();  // the weights' reorders
 
     sink.start(state->y_shape, channel_offsets(*state, x_zero_point, bias));
     const Tensor padded = state->padded ? padded_input(*state, x, x_zero_point, true) : Tensor();
     const auto* input = (state->padded ? padded : x).bytes().data();
-    auto run = [&](size_t k, int worker) {
+    auto run = [&](size_t k, int t) {
         const auto& span = spans[k];
-        const auto& pd = span.kind->pd;
+        auto& kind = *span.kind;
+        auto& worker = state->workers[t];
         const int64_t first_row = std::max<int64_t>(span.r0 * stride - pad_top, 0);
-        memory src(pd.src_desc(), cpu_engine(),
-                   const_cast<std::byte*>(input + ((span.image * in_rows + first_row) * in_width * c)));
-        memory dst(pd.dst_desc(), cpu_engine(), state->band_sums[worker].data());
-        memory scratch(pd.scratchpad_desc(), cpu_engine(), state->scratchpads[worker].data());
-        dnnl::stream local(cpu_engine());
-        span.kind->primitive.execute(local, {{DNNL_ARG_SRC, src},
-                                             {DNNL_ARG_WEIGHTS, weights[k]},
-                                             {DNNL_ARG_DST, dst},
-                                             {DNNL_ARG_SCRATCHPAD, scratch}});
-        local.wait();
-        sink.band(state->band_sums[worker].data(),
-                  static_cast<size_t>(span.image * image_values + span.r0 * row_values),
+        kind.src[t].set_data_handle(
+            const_cast<std::byte*>(input + ((span.image * in_rows + first_row) * in_width * c)));
+        kind.dst[t].set_data_handle(worker.sums.data());
+        kind.scratchpad[t].set_data_handle(worker.scratchpad.data());
+        kind.primitive.execute(worker.stream, {{DNNL_ARG_SRC, kind.src[t]},
+                                               {DNNL_ARG_WEIGHTS, kind.run_weights},
+                                               {DNNL_ARG_DST, kind.dst[t]},
+                                               {DNNL_ARG_SCRATCHPAD, kind.scratchpad[t]}});
+        worker.stream.wait();
+        sink.band(worker.sums.data(), static_cast<size_t>(span.image * image_values + span.r0 * row_values),
                   static_cast<size_t>(span.count * (span.r1 - span.r0) * row_values));
     };
     if (alone) {
