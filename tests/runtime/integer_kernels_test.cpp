@@ -418,6 +418,79 @@ TEST(Executor, ChannelsLastConvolutionBandsAgreeWithTheWholeConvolution) {
     }
 }
 
+// Depthwise 3x3 convolutions run channels-last, summed and requantized in
+// registers where the CPU has AVX-512 VNNI: int8 and uint8 in and out, channel
+// counts that fill and that leave part of a 64-channel block, strides 1 and 2,
+// even, uneven and no pads, per-tensor and per-channel weight scales. Every value
+// equals the NCHW path's (oneDNN's whole convolution, checked by hand above).
+TEST(Executor, DepthwiseConvolutionsAgreeWithTheWholeConvolution) {
+    struct Case {
+        DataType x_type, y_type;
+        int64_t c, stride;
+        std::vector<int64_t> pads;
+        bool per_channel;
+    };
+    const Case cases[] = {{DataType::UInt8, DataType::UInt8, 64, 1, {1, 1, 1, 1}, false},
+                          {DataType::Int8, DataType::Int8, 100, 2, {0, 1, 1, 0}, true},
+                          {DataType::UInt8, DataType::Int8, 24, 2, {1, 1, 1, 1}, true},
+                          {DataType::Int8, DataType::UInt8, 144, 1, {0, 0, 0, 0}, false}};
+    std::mt19937 rng(9);
+    std::uniform_int_distribution<int> byte(0, 255), weight(-127, 127);
+    for (const auto& k : cases) {
+        SCOPED_TRACE(k.c);
+        const int64_t n = 2, h = 13, w = 11;
+        vaiq::test::GraphBuilder b;
+        b.input("x", {n, k.c, h, w}, k.x_type).output("y", {}, k.y_type);
+        auto byte_of = [](DataType t, int v) {
+            return t == DataType::Int8
+                       ? Tensor::from_values<int8_t>({}, std::vector<int8_t>{static_cast<int8_t>(v)})
+                       : Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{static_cast<uint8_t>(v)});
+        };
+        b.initializer("sx", Tensor::from_values<float>({}, std::vector<float>{0.03f}));
+        b.initializer("zx", byte_of(k.x_type, k.x_type == DataType::Int8 ? -7 : 131));
+        std::vector<int8_t> wt(static_cast<size_t>(k.c * 9));
+        for (auto& v : wt) v = static_cast<int8_t>(weight(rng));
+        std::vector<float> sw(k.per_channel ? static_cast<size_t>(k.c) : 1);
+        for (size_t i = 0; i < sw.size(); ++i) sw[i] = 0.002f + 0.0001f * static_cast<float>(i % 17);
+        std::vector<int32_t> bias(static_cast<size_t>(k.c));
+        for (auto& v : bias) v = weight(rng) * 40;
+        b.initializer("w", Tensor::from_values<int8_t>({k.c, 1, 3, 3}, wt));
+        b.initializer("sw",
+                      sw.size() == 1 ? Tensor::from_values<float>({}, sw) : Tensor::from_values<float>({k.c}, sw));
+        b.initializer("zw", sw.size() == 1 ? Tensor::from_values<int8_t>({}, std::vector<int8_t>{0})
+                                           : Tensor::from_values<int8_t>({k.c}, std::vector<int8_t>(sw.size(), 0)));
+        b.initializer("sy", Tensor::from_values<float>({}, std::vector<float>{0.05f}));
+        b.initializer("zy", byte_of(k.y_type, k.y_type == DataType::Int8 ? 5 : 90));
+        b.initializer("bias", Tensor::from_values<int32_t>({k.c}, bias));
+        auto& conv = b.node("QLinearConv", {"x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "bias"}, {"y"}, "dw");
+        vaiq::test::set_ints_attribute(conv, "pads", k.pads);
+        vaiq::test::set_ints_attribute(conv, "strides", {k.stride, k.stride});
+        vaiq::test::set_int_attribute(conv, "group", k.c);
+        const auto model = b.build();
+        std::vector<uint8_t> x(static_cast<size_t>(n * k.c * h * w));
+        for (auto& v : x) v = static_cast<uint8_t>(byte(rng));
+        Tensor feed = Tensor::uninitialized(k.x_type, {n, k.c, h, w});
+        std::copy(x.begin(), x.end(), reinterpret_cast<uint8_t*>(feed.mutable_bytes().data()));
+        for (const int threads : {1, 2}) {
+            Executor nhwc(model, {.threads = threads, .profile = true});
+            const auto y = nhwc.run({{"x", feed}})[0];
+            const auto whole = Executor(model, {.threads = threads, .optimize_layout = false}).run({{"x", feed}})[0];
+            ASSERT_EQ(y.shape(), whole.shape());
+            size_t differ = 0, spread = 0;
+            const auto* a = reinterpret_cast<const uint8_t*>(y.bytes().data());
+            const auto* e = reinterpret_cast<const uint8_t*>(whole.bytes().data());
+            for (int64_t i = 0; i < y.size(); ++i) differ += a[i] != e[i], spread += a[i] != a[0];
+            EXPECT_EQ(differ, 0u) << threads << " threads";
+            EXPECT_GT(spread, static_cast<size_t>(y.size() / 2)) << "the outputs are not all one value";
+            std::map<std::string, int64_t> calls;
+            for (const auto& p : nhwc.profile()) calls[p.op_type] = p.calls;
+            if (calls.count("NhwcQLinearConv")) {  // CPUs where oneDNN's int8 kernels are exact
+                EXPECT_EQ(calls["NhwcQLinearConv"], 1);
+            }
+        }
+    }
+}
+
 // x -> Q -> DQ -> Conv(DQ(w), DQ(b)) -> Clip(0, clip_max) -> Q -> DQ -> y, as the qdq format writes it.
 vaiq::Model qdq_conv(float clip_max) {
     vaiq::test::GraphBuilder b;

@@ -9,6 +9,7 @@ struct CpuFeatures {
     bool fma = false;
     bool avx512f = false;
     bool avx512vbmi = false;  ///< with AVX512BW: byte permutes across a whole vector
+    bool avx512vnni = false;  ///< with AVX512BW: 8-bit dot products into int32 lanes
 };
 
 /// What this CPU supports, detected on first use.

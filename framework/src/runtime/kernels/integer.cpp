@@ -17,6 +17,7 @@
 #include "runtime/cpu_features.hpp"
 #include "runtime/kernels/common.hpp"
 #include "runtime/kernels/int8_conv.hpp"
+#include "runtime/kernels/int8_depthwise.hpp"
 #include "runtime/kernels/window.hpp"
 #include "runtime/layout.hpp"
 
@@ -441,6 +442,48 @@ class ChannelsLastRequantizer {
     float zero_point_;
 };
 
+// A depthwise 3x3 NhwcQLinearConv on a CPU with AVX-512 VNNI: summed and
+// requantized in registers (int8_depthwise.hpp), its parameters laid out once.
+struct DepthwiseState {
+    DepthwiseParameters parameters;
+    int32_t x_zero_point = 0;
+    bool constant = false;  ///< every input but x is an initializer: the layout holds across runs
+};
+
+bool depthwise_3x3(KernelContext& ctx, const Tensor& x, const Tensor& w, const int32_t* bias,
+                   const std::vector<float>& multiplier, float y_zero_point, std::vector<Tensor>& out) {
+    auto is_8_bit = [](DataType t) { return t == DataType::UInt8 || t == DataType::Int8; };
+    const auto& xs = x.shape();
+    const auto y_type = ctx.input(7).type();
+    if (!int8_depthwise_available() || !is_8_bit(x.type()) || !is_8_bit(y_type) || w.type() != DataType::Int8 ||
+        w.shape() != std::vector<int64_t>{xs[3], 1, 3, 3} || ctx.attributes.get_int("group", 1) != xs[3] ||
+        ctx.attributes.get_ints("dilations", {1, 1}) != std::vector<int64_t>{1, 1} ||
+        (multiplier.size() != 1 && static_cast<int64_t>(multiplier.size()) != xs[3]))
+        return false;
+    const auto g = WindowGeometry::from(ctx, {xs[1], xs[2]}, {3, 3}, false);
+    if (g.strides[0] != g.strides[1]) return false;
+    const int32_t x_zero_point = scalar_zero_point(ctx, ctx.input(2));
+    auto state = std::static_pointer_cast<DepthwiseState>(ctx.state);
+    if (!state || !state->constant || state->x_zero_point != x_zero_point) {
+        state = std::make_shared<DepthwiseState>();
+        state->parameters = depthwise_parameters(w.data<int8_t>().data(), xs[3], bias, multiplier, x_zero_point,
+                                                 x.type() == DataType::Int8);
+        state->x_zero_point = x_zero_point;
+        state->constant = ctx.is_constant(1) && ctx.is_constant(3) && ctx.is_constant(4) && ctx.is_constant(6) &&
+                          (!ctx.has_input(8) || ctx.is_constant(8));
+        ctx.state = state;
+    }
+    DepthwiseGeometry geometry;
+    geometry.n = xs[0], geometry.h = xs[1], geometry.w = xs[2], geometry.c = xs[3];
+    geometry.out_h = g.out[0], geometry.out_w = g.out[1], geometry.stride = g.strides[0];
+    geometry.pad_top = g.pad_begin[0], geometry.pad_left = g.pad_begin[1];
+    out[0] = Tensor::uninitialized(y_type, {xs[0], g.out[0], g.out[1], xs[3]});  // written in full
+    int8_depthwise_3x3(reinterpret_cast<const uint8_t*>(x.bytes().data()), x.type() == DataType::Int8,
+                       state->parameters, geometry, y_zero_point, y_type == DataType::Int8,
+                       reinterpret_cast<uint8_t*>(out[0].mutable_bytes().data()));
+    return true;
+}
+
 // QLinearConv on NHWC activations: the layout pass's form inside a chain of
 // integer convolutions. oneDNN's int8 kernels read and write channels-last, so
 // the sums are requantized where they are, a band at a time while in cache,
@@ -458,6 +501,7 @@ void nhwc_qlinear_conv(KernelContext& ctx, std::vector<Tensor>& out) {
         const auto wide = conv_multipliers(ctx);
         const std::vector<float> multiplier(wide.begin(), wide.end());  // float32, as ONNX Runtime
         const auto zp = static_cast<float>(read_scalar(ctx, ctx.input(7)));
+        if (depthwise_3x3(ctx, x, w, bias, multiplier, zp, out)) return;
         dispatch_numeric(ctx.input(7).type(), ctx, [&](auto tag) {
             using Q = typename decltype(tag)::type;
             if constexpr (sizeof(Q) == 1) {
