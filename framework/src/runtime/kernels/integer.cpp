@@ -404,7 +404,7 @@ class ChannelsLastRequantizer {
         const size_t m = offsets_.size();
         if (m == 0) return;
         if (!periodic_offsets_.empty()) {
-            // Chunks of whole vectors, one per thread at a time (the pass is memory bound).
+            // Chunks of whole vectors across the threads (inside a band run one a thread: one team member).
             constexpr size_t kChunk = size_t{1} << 14;
             const auto chunks = static_cast<int64_t>((count + kChunk - 1) / kChunk);
 #pragma omp parallel for if (chunks > 1)
