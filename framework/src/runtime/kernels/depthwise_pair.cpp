@@ -7,15 +7,8 @@
 #include <cstring>
 #include <utility>
 
-// GCC 12 warns inside its own AVX-512 headers (their _mm512_undefined_* placeholders).
-#pragma GCC diagnostic push
-#ifndef __clang__  // clang has no such warning
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include "runtime/cpu_features.hpp"
+#include "runtime/kernels/intrinsics.hpp"
 
 namespace vaiq::runtime {
 namespace {

@@ -6,18 +6,11 @@
 #include <limits>
 #include <optional>
 
-// GCC 12 warns inside its own AVX-512 headers (their _mm512_undefined_* placeholders).
-#pragma GCC diagnostic push
-#ifndef __clang__  // clang has no such warning
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include "runtime/cpu_features.hpp"
 #include "runtime/kernels/common.hpp"
 #include "runtime/kernels/int8_conv.hpp"
 #include "runtime/kernels/int8_depthwise.hpp"
+#include "runtime/kernels/intrinsics.hpp"
 #include "runtime/kernels/window.hpp"
 #include "runtime/layout.hpp"
 

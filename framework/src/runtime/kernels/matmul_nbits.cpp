@@ -8,14 +8,6 @@
 //   expanded k-major into a buffer per thread and multiplied from the cache,
 //   six rows at a time (through oneDNN's sgemm on CPUs without AVX-512).
 // Both sum in float, as ONNX Runtime does for accuracy levels 0 to 3.
-// GCC 12 warns inside its own AVX-512 headers (their _mm512_undefined_* placeholders).
-#pragma GCC diagnostic push
-#ifndef __clang__  // clang has no such warning
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
@@ -23,6 +15,7 @@
 
 #include "runtime/cpu_features.hpp"
 #include "runtime/kernels/common.hpp"
+#include "runtime/kernels/intrinsics.hpp"
 
 namespace vaiq::runtime {
 namespace {

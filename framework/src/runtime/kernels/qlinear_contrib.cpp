@@ -5,16 +5,9 @@
 #include <cmath>
 #include <limits>
 
-// GCC 12 warns inside its own AVX-512 headers (their _mm512_undefined_* placeholders).
-#pragma GCC diagnostic push
-#ifndef __clang__  // clang has no such warning
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include "runtime/cpu_features.hpp"
 #include "runtime/kernels/common.hpp"
+#include "runtime/kernels/intrinsics.hpp"
 #include "runtime/kernels/window.hpp"
 
 namespace vaiq::runtime {
