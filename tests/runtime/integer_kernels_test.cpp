@@ -341,6 +341,24 @@ TEST(Executor, QLinearConvIsExactForUint8AndInt8Inputs) {
     }
 }
 
+// An 8-bit output `y` of executor `e` equal byte for byte to `whole` (the NCHW
+// path's) and not all one value, with `convolutions` channels-last integer
+// convolutions run where the CPU's oneDNN int8 kernels are exact.
+void expect_as_whole(Executor& e, const Tensor& y, const Tensor& whole, int64_t convolutions, int threads) {
+    ASSERT_EQ(y.shape(), whole.shape());
+    size_t differ = 0, spread = 0;
+    const auto* a = reinterpret_cast<const uint8_t*>(y.bytes().data());
+    const auto* b = reinterpret_cast<const uint8_t*>(whole.bytes().data());
+    for (int64_t i = 0; i < y.size(); ++i) differ += a[i] != b[i], spread += a[i] != a[0];
+    EXPECT_EQ(differ, 0u) << threads << " threads";
+    EXPECT_GT(spread, static_cast<size_t>(y.size() / 2)) << "the outputs are not all one value";
+    std::map<std::string, int64_t> calls;
+    for (const auto& p : e.profile()) calls[p.op_type] = p.calls;
+    if (calls.count("NhwcQLinearConv")) {
+        EXPECT_EQ(calls["NhwcQLinearConv"], convolutions);
+    }
+}
+
 // A chain of integer convolutions runs channels-last, each computed a band of
 // output rows (or of whole images) at a time. Outputs of up to 576K values an
 // image make bands of rows, with the image's top and bottom padding in the first
@@ -401,20 +419,8 @@ TEST(Executor, ChannelsLastConvolutionBandsAgreeWithTheWholeConvolution) {
         Executor banded(model, {.threads = threads, .profile = true});
         const auto y = banded.run({{"x", feed}})[0];
         const auto whole = Executor(model, {.threads = threads, .optimize_layout = false}).run({{"x", feed}})[0];
-        ASSERT_EQ(y.shape(), whole.shape());
         EXPECT_EQ(y.shape(), (std::vector<int64_t>{n, 40, 50, 45}));
-        size_t differ = 0, spread = 0;
-        for (int64_t i = 0; i < y.size(); ++i) {
-            differ += y.data<uint8_t>()[i] != whole.data<uint8_t>()[i];
-            spread += y.data<uint8_t>()[i] != y.data<uint8_t>()[0];
-        }
-        EXPECT_EQ(differ, 0u) << threads << " threads";
-        EXPECT_GT(spread, static_cast<size_t>(y.size() / 2)) << "the outputs are not all one value";
-        std::map<std::string, int64_t> calls;
-        for (const auto& p : banded.profile()) calls[p.op_type] = p.calls;
-        if (calls.count("NhwcQLinearConv")) {  // CPUs where oneDNN's int8 kernels are exact
-            EXPECT_EQ(calls["NhwcQLinearConv"], 4);
-        }
+        expect_as_whole(banded, y, whole, 4, threads);
     }
 }
 
@@ -475,18 +481,7 @@ TEST(Executor, DepthwiseConvolutionsAgreeWithTheWholeConvolution) {
             Executor nhwc(model, {.threads = threads, .profile = true});
             const auto y = nhwc.run({{"x", feed}})[0];
             const auto whole = Executor(model, {.threads = threads, .optimize_layout = false}).run({{"x", feed}})[0];
-            ASSERT_EQ(y.shape(), whole.shape());
-            size_t differ = 0, spread = 0;
-            const auto* a = reinterpret_cast<const uint8_t*>(y.bytes().data());
-            const auto* e = reinterpret_cast<const uint8_t*>(whole.bytes().data());
-            for (int64_t i = 0; i < y.size(); ++i) differ += a[i] != e[i], spread += a[i] != a[0];
-            EXPECT_EQ(differ, 0u) << threads << " threads";
-            EXPECT_GT(spread, static_cast<size_t>(y.size() / 2)) << "the outputs are not all one value";
-            std::map<std::string, int64_t> calls;
-            for (const auto& p : nhwc.profile()) calls[p.op_type] = p.calls;
-            if (calls.count("NhwcQLinearConv")) {  // CPUs where oneDNN's int8 kernels are exact
-                EXPECT_EQ(calls["NhwcQLinearConv"], 1);
-            }
+            expect_as_whole(nhwc, y, whole, 1, threads);
         }
     }
 }
