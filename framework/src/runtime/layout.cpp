@@ -125,18 +125,26 @@ bool wrap_nhwc_ops(onnx::GraphProto& graph, UniqueNames& names) {
     return changed;
 }
 
-// Step 2, one rewrite at a time; returns false when nothing applies.
-bool push_or_cancel_once(onnx::GraphProto& graph, const std::set<std::string>& scalars, UniqueNames& names) {
+// Step 2, one pass over the nodes; returns false when nothing applies. One index
+// serves the pass: a rewrite replaces its node in place, appends a node, or renames
+// the reads of a cancelled transpose (removed after the pass). What the index then
+// says is still true, or names a node that is no longer a transpose, so nothing
+// applies; the rewrites that waited on this pass's changes come in the next one.
+bool push_or_cancel_pass(onnx::GraphProto& graph, const std::set<std::string>& scalars, UniqueNames& names) {
     const GraphIndex index(graph);
-    for (int n = 0; n < graph.node_size(); ++n) {
+    const int count = graph.node_size();  // appended nodes wait for the next pass
+    std::vector<int> cancelled;
+    bool changed = false;
+    for (int n = 0; n < count; ++n) {
         const auto& node = graph.node(n);
         // Transpose(NCHW->NHWC) of Transpose(NHWC->NCHW)(z): read z directly.
         if (is_transpose(node, kToNhwc)) {
             const int p = index.producer(node.input(0));
             if (p >= 0 && is_transpose(graph.node(p), kToNchw) && !index.is_graph_output(node.output(0))) {
                 if (replace_all_uses(graph, node.output(0), graph.node(p).input(0))) {
-                    remove_nodes(graph, {n});
-                    return true;
+                    cancelled.push_back(n);
+                    changed = true;
+                    continue;
                 }
             }
         }
@@ -169,9 +177,10 @@ bool push_or_cancel_once(onnx::GraphProto& graph, const std::set<std::string>& s
         const auto back = make_transpose(nhwc_out, node.output(0), kToNchw, names.fresh(node.name() + "_to_nchw"));
         *graph.mutable_node(n) = moved;
         *graph.add_node() = back;
-        return true;
+        changed = true;
     }
-    return false;
+    remove_nodes(graph, cancelled);
+    return changed;
 }
 
 }  // namespace
@@ -428,7 +437,7 @@ bool optimize_layout(onnx::GraphProto& graph, const std::set<std::string>& tappe
     UniqueNames names(graph);
     if (!wrap_nhwc_ops(graph, names)) return false;
     const auto scalars = scalar_constants(graph);
-    for (int guard = 0; guard < 10 * graph.node_size() && push_or_cancel_once(graph, scalars, names); ++guard) {
+    for (int guard = 0; guard < graph.node_size() && push_or_cancel_pass(graph, scalars, names); ++guard) {
     }
     fuse_residual_adds(graph, tapped);
     fuse_activations(graph, tapped);

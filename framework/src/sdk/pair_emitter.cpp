@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "vaiq/error.hpp"
 
@@ -13,9 +14,15 @@ PairEmitter::~PairEmitter() = default;
 void PairEmitter::emit(Model& model, const QuantPlan& plan, Settings settings) const {
     auto& graph = model.graph();
     UniqueNames names(graph);
+    // One index serves every tensor: a rewrite renames the reads of its own tensor
+    // and appends nodes and initializers (all the hooks may do), so another
+    // tensor's producer, readers and node positions stay as indexed.
+    const GraphIndex index(graph);
+    std::unordered_set<std::string> done;
     for (const auto& t : plan.tensors) {
+        if (!done.insert(t.tensor).second)
+            throw InputError(fmt::format("the plan quantizes tensor '{}' twice", t.tensor));
         check(t, model);
-        const GraphIndex index(graph);  // each tensor's rewrite changes the graph
         if (index.initializer(t.tensor))
             emit_weight(model, names, index, t, settings);
         else
@@ -99,7 +106,10 @@ std::pair<std::string, std::string> PairEmitter::add_params(onnx::GraphProto& gr
 
 std::string PairEmitter::store_quantized(onnx::GraphProto& graph, UniqueNames& names, const TensorQuant& t,
                                          const std::string& name) {
-    const auto weight = convert_float_type(Tensor::from_proto(*GraphIndex(graph).initializer(name)), DataType::Float);
+    const auto& inits = graph.initializer();
+    const auto init = std::find_if(inits.begin(), inits.end(), [&](const auto& i) { return i.name() == name; });
+    if (init == inits.end()) throw InternalError(fmt::format("no initializer '{}' to store quantized", name));
+    const auto weight = convert_float_type(Tensor::from_proto(*init), DataType::Float);
     const auto stored = names.fresh(t.tensor + "_quantized");
     *graph.add_initializer() = quantize_tensor(weight, t.params, t.tensor).to_proto(stored);
     return stored;

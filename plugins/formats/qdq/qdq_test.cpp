@@ -185,6 +185,18 @@ TEST(Qdq, RefusesATensorTheModelLacks) {
                  vaiq::InputError);
 }
 
+TEST(Qdq, RefusesATensorPlannedTwice) {
+    auto model = vaiq::test::conv_relu_model();
+    auto plan = conv_plan();
+    plan.tensors.push_back(plan.tensors[0]);
+    try {
+        emit(model, plan);
+        FAIL() << "expected InputError";
+    } catch (const vaiq::InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("the plan quantizes tensor 'x' twice"), std::string::npos) << e.what();
+    }
+}
+
 TEST(Qdq, AddQDQPairToWeightKeepsTheFloatWeight) {
     auto model = vaiq::test::conv_relu_model();
     emit(model, {{quant_entry("w", TensorRole::Weight, QuantType::QInt8, {0.01f}, {0})}},
