@@ -332,6 +332,32 @@ TEST(ModelIo, ConvertsPastTheOpsetsOnnxKnowsAdaptingTheOpsThatChanged) {
 
 }  // namespace
 
+// Shape inference runs on a copy without the large weights' values: it still
+// knows their shapes, still reads the small constants (a Reshape's shape), and
+// the model keeps every value.
+TEST(ModelIo, ShapeInferenceKnowsLargeWeightsShapesAndReadsSmallConstants) {
+    vaiq::test::GraphBuilder b(13);
+    b.input("x", {1, 32, 8, 8}).output("y", {4, 1024});
+    b.initializer("w", vaiq::test::ramp({64, 32, 3, 3}, -1.0f, 1e-4f));  // 18432 values
+    vaiq::Tensor shape(vaiq::DataType::Int64, {2});
+    shape.mutable_data<int64_t>()[0] = 4;
+    shape.mutable_data<int64_t>()[1] = -1;
+    b.initializer("shape", shape);
+    auto& conv = b.node("Conv", {"x", "w"}, {"c"}, "conv");
+    vaiq::test::set_ints_attribute(conv, "pads", {1, 1, 1, 1});
+    b.node("Reshape", {"c", "shape"}, {"r"}, "reshape");
+    b.node("Relu", {"r"}, {"y"}, "relu");
+    vaiq::Model model = b.build();
+    const auto weights_before = model.graph().initializer(0).SerializeAsString();
+    const auto shapes = vaiq::infer_shapes(model);
+    EXPECT_EQ(shapes.at("w"), (std::vector<int64_t>{64, 32, 3, 3}));
+    EXPECT_EQ(shapes.at("c"), (std::vector<int64_t>{1, 64, 8, 8}));
+    EXPECT_EQ(shapes.at("r"), (std::vector<int64_t>{4, 1024}));  // from the shape's values
+    EXPECT_EQ(vaiq::infer_types(model).at("r"), vaiq::DataType::Float);
+    EXPECT_GT(vaiq::store_inferred_shapes(model, {}), 0);
+    EXPECT_EQ(model.graph().initializer(0).SerializeAsString(), weights_before);
+}
+
 // Fuzzing found it: ONNX's ConvTranspose shape inference crashes (reads past
 // the kernel shape) when the weight has fewer dimensions than the input.
 TEST(ModelIo, AConvTransposeWhoseWeightRankDiffersFromItsInputIsRefusedNotInferred) {

@@ -4,6 +4,8 @@
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 #include <onnx/version_converter/convert.h>
+#include <google/protobuf/field_mask.pb.h>
+#include <google/protobuf/util/field_mask_util.h>
 
 #include <fstream>
 #include <functional>
@@ -185,8 +187,12 @@ Model load_model(const fs::path& path, const LoadOptions& options) {
     if (!fs::is_regular_file(path, ec)) throw InputError(fmt::format("{}: not a regular file", path.string()));
     std::ifstream in(path, std::ios::binary);
     if (!in) throw InputError(fmt::format("{}: cannot open for reading", path.string()));
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (bytes.empty()) throw InputError(fmt::format("{}: the file is empty", path.string()));
+    const auto size = fs::file_size(path, ec);
+    if (ec) throw InputError(fmt::format("{}: cannot read its size: {}", path.string(), ec.message()));
+    if (size == 0) throw InputError(fmt::format("{}: the file is empty", path.string()));
+    std::string bytes(size, '\0');  // one read: byte by byte through a stream iterator cost more than the parse
+    if (!in.read(bytes.data(), static_cast<std::streamsize>(size)))
+        throw InputError(fmt::format("{}: cannot read it whole", path.string()));
 
     onnx::ModelProto proto;
     if (!proto.ParseFromString(bytes))
@@ -279,6 +285,39 @@ std::map<std::string, int> declared_ranks(const onnx::GraphProto& graph) {
 // nodes are refused first: ranks come from inference of the graph without its
 // convolutions, and each convolution that passes passes its input's rank on to
 // its output.
+// Initializers up to this many values keep them in a shape-inference copy: the
+// ones inference reads (shapes, axes, pads, scales) are small.
+constexpr int64_t kProbeValues = 4096;
+
+// A copy of `proto` for shape inference without the large initializers' values
+// (their name, type and dimensions stay): copying a model's weights, many times
+// over in preparation, cost more than the inference.
+onnx::ModelProto shape_probe(const onnx::ModelProto& proto) {
+    google::protobuf::FieldMask mask;  // every field but the graph's initializers
+    const auto* model_fields = onnx::ModelProto::descriptor();
+    for (int i = 0; i < model_fields->field_count(); ++i)
+        if (model_fields->field(i)->name() != "graph") mask.add_paths(model_fields->field(i)->name());
+    const auto* graph_fields = onnx::GraphProto::descriptor();
+    for (int i = 0; i < graph_fields->field_count(); ++i)
+        if (graph_fields->field(i)->name() != "initializer") mask.add_paths("graph." + graph_fields->field(i)->name());
+    onnx::ModelProto probe;
+    google::protobuf::util::FieldMaskUtil::MergeMessageTo(proto, mask, {}, &probe);
+    auto* graph = probe.mutable_graph();
+    for (const auto& init : proto.graph().initializer()) {
+        int64_t values = 1;
+        for (const auto d : init.dims()) values *= std::max<int64_t>(d, 0);
+        if (values <= kProbeValues) {
+            *graph->add_initializer() = init;
+            continue;
+        }
+        auto& shell = *graph->add_initializer();
+        shell.set_name(init.name());
+        shell.set_data_type(init.data_type());
+        *shell.mutable_dims() = init.dims();
+    }
+    return probe;
+}
+
 void refuse_what_onnx_inference_crashes_on(const onnx::ModelProto& proto) {
     // The convolutions and where their weight is.
     auto weight_input = [](const onnx::NodeProto& n) {
@@ -290,7 +329,7 @@ void refuse_what_onnx_inference_crashes_on(const onnx::ModelProto& proto) {
     auto is_convolution = [&](const onnx::NodeProto& n) { return weight_input(n) >= 0; };
     const auto& nodes = proto.graph().node();
     if (std::none_of(nodes.begin(), nodes.end(), is_convolution)) return;
-    onnx::ModelProto probe = proto;
+    onnx::ModelProto probe = shape_probe(proto);
     auto* probe_nodes = probe.mutable_graph()->mutable_node();
     probe_nodes->erase(std::remove_if(probe_nodes->begin(), probe_nodes->end(), is_convolution), probe_nodes->end());
     try {
@@ -320,7 +359,7 @@ void infer_onnx_shapes(onnx::ModelProto& proto, const onnx::ShapeInferenceOption
 
 // ONNX shape inference on a copy; what it found before any error.
 onnx::ModelProto inferred(const Model& model) {
-    onnx::ModelProto proto = model.proto();
+    onnx::ModelProto proto = shape_probe(model.proto());
     try {
         infer_onnx_shapes(proto);
     } catch (const std::exception& e) {
@@ -381,7 +420,7 @@ int guess_custom_outputs(onnx::ModelProto& proto, bool every_custom_op) {
 
 int store_inferred_shapes(Model& model, const ShapeInferenceOptions& options) {
     const int before = model.graph().value_info_size();
-    onnx::ModelProto proto = model.proto();
+    onnx::ModelProto proto = shape_probe(model.proto());
     const onnx::ShapeInferenceOptions onnx_options(false, 0, options.symbolic);
     // Custom ops stop inference at their outputs: declare those and go again.
     for (int round = 0; round < 16; ++round) {

@@ -51,14 +51,18 @@ Tensor read_npy(const fs::path& file) {
     std::string header(header_len, '\0');
     if (!in.read(header.data(), header_len)) throw InputError(fmt::format("{}: truncated .npy header", file.string()));
 
+    // Compiled once: compiling costs more than reading a small sample.
+    static const std::regex kDescr(R"('descr'\s*:\s*'([^']*)')");
+    static const std::regex kFortran(R"('fortran_order'\s*:\s*True)");
+    static const std::regex kShape(R"('shape'\s*:\s*\(([^)]*)\))");
     std::smatch m;
-    if (!std::regex_search(header, m, std::regex(R"('descr'\s*:\s*'([^']*)')")))
+    if (!std::regex_search(header, m, kDescr))
         throw InputError(fmt::format("{}: the .npy header has no descr", file.string()));
     const std::string descr = m[1];
-    if (std::regex_search(header, std::regex(R"('fortran_order'\s*:\s*True)")))
+    if (std::regex_search(header, kFortran))
         throw InputError(
             fmt::format("{}: Fortran-order arrays are not supported; save with np.ascontiguousarray", file.string()));
-    if (!std::regex_search(header, m, std::regex(R"('shape'\s*:\s*\(([^)]*)\))")))
+    if (!std::regex_search(header, m, kShape))
         throw InputError(fmt::format("{}: the .npy header has no shape", file.string()));
     std::vector<int64_t> shape;
     const std::string dims = m[1];
