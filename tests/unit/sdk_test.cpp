@@ -461,6 +461,83 @@ TEST(Histogram, ABigBatchCountsAsItsPiecesDo) {
     omp_set_num_threads(0 < omp_get_num_procs() ? omp_get_num_procs() : 1);
 }
 
+// The power-of-two search sums each position's error in chunks shared by the
+// threads; it must pick what the plain definition (nearbyint, clamp, a
+// sequential sum over the channel's values) picks, on any thread count.
+TEST(Quant, PowerOfTwoSearchPicksThePlainDefinitionsPositionOnAnyThreadCount) {
+    const int64_t channels = 3, inner = 70001;  // a channel spans several chunks
+    vaiq::Tensor w(DataType::Float, {channels, inner});
+    auto values = w.mutable_data<float>();
+    for (size_t i = 0; i < values.size(); ++i) {
+        // Heavy-tailed: most values small, a few far out, so that clipping pays for some channels.
+        const float u = static_cast<float>((i * 2654435761u) % 100003) / 100003.0f - 0.5f;
+        values[i] = u * u * u * (i / inner + 1) * 8.0f;
+    }
+    values[5] = 3.9f;  // one outlier in channel 0
+    // The definition: from the position where nothing overflows (counted from the
+    // zero point), it and four finer ones, the least summed squared error.
+    auto plain = [&](int axis, size_t channel, vaiq::TensorRange range, const vaiq::QuantSpec& spec) {
+        const auto [qmin, qmax] = vaiq::integer_range(spec.type, spec.symmetric, spec.reduce_range);
+        const double zp = static_cast<double>(vaiq::power_of_two_params(range, 0, spec).zero_point[0]);
+        const double over = std::max(range.min / (qmin - zp - 0.5), range.max / (qmax - zp + 0.5));
+        const int start = static_cast<int>(std::floor(-std::log2(over)));
+        int best = start;
+        double best_error = INFINITY;
+        for (int p = start; p <= start + 4; ++p) {
+            const auto params = vaiq::power_of_two_params(range, p, spec);
+            double error = 0;
+            for (size_t i = 0; i < values.size(); ++i)
+                if (axis < 0 || static_cast<size_t>(i / inner) == channel)
+                    error += vaiq::round_trip_error(values[i], params.scale[0], params.zero_point[0], qmin, qmax);
+            if (error < best_error) best_error = error, best = p;
+        }
+        return std::pair{best, start};
+    };
+    int finer = 0;  // searches that clip: the test must see the search move
+    for (const bool symmetric : {true, false})
+        for (const int axis : {-1, 0}) {
+            vaiq::QuantSpec spec;
+            spec.power_of_two = true;
+            spec.symmetric = symmetric;
+            spec.per_channel = axis >= 0;
+            const auto ranges = vaiq::channel_ranges(w, axis);
+            for (size_t c = 0; c < ranges.size(); ++c) {
+                omp_set_num_threads(1);
+                const int one = vaiq::best_power_of_two_position(w, axis, c, ranges[c], spec);
+                omp_set_num_threads(3);
+                const int three = vaiq::best_power_of_two_position(w, axis, c, ranges[c], spec);
+                EXPECT_EQ(one, three) << "axis " << axis << " channel " << c;
+                const auto [best, start] = plain(axis, c, ranges[c], spec);
+                EXPECT_EQ(one, best) << "axis " << axis << " channel " << c;
+                finer += best > start;
+            }
+        }
+    EXPECT_GT(finer, 0);
+    omp_set_num_threads(0 < omp_get_num_procs() ? omp_get_num_procs() : 1);
+}
+
+TEST(Quant, ChannelRangesAreEachChannelsExtremes) {
+    vaiq::Tensor t(DataType::Float, {2, 3, 2});
+    const std::vector<float> v{1, -2, 3, 4, -5, 6, 7, 8, -9, 10, 11, -12};
+    std::copy(v.begin(), v.end(), t.mutable_data<float>().begin());
+    const auto along1 = vaiq::channel_ranges(t, 1);  // channel c: elements 2c, 2c+1, 6+2c, 6+2c+1
+    ASSERT_EQ(along1.size(), 3u);
+    EXPECT_EQ(along1[0].min, -2.0f);
+    EXPECT_EQ(along1[0].max, 8.0f);
+    EXPECT_EQ(along1[1].min, -9.0f);
+    EXPECT_EQ(along1[1].max, 10.0f);
+    EXPECT_EQ(along1[2].min, -12.0f);
+    EXPECT_EQ(along1[2].max, 11.0f);
+    const auto whole = vaiq::channel_ranges(t, -1);
+    ASSERT_EQ(whole.size(), 1u);
+    EXPECT_EQ(whole[0].min, -12.0f);
+    EXPECT_EQ(whole[0].max, 11.0f);
+    const auto last = vaiq::channel_ranges(t, 2);
+    ASSERT_EQ(last.size(), 2u);
+    EXPECT_EQ(last[0].min, -9.0f);
+    EXPECT_EQ(last[1].max, 10.0f);
+}
+
 TEST(BlockwiseQuantization, RoundToNearestBlocksMatchHandComputedParameters) {
     // W [4, 2] in blocks of 2 along K (axis 0): blocks rows {0, 1} and {2, 3} of each column.
     const auto w = vaiq::Tensor::from_values<float>({4, 2}, std::vector<float>{0.7f, -0.2f,   //

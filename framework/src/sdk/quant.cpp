@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "vaiq/error.hpp"
 
@@ -173,15 +174,54 @@ std::vector<TensorRange> channel_ranges(const Tensor& data, int axis) {
     std::vector<TensorRange> out(
         static_cast<size_t>(std::max<int64_t>(channels, 1)),
         TensorRange{std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()});
-    for (size_t i = 0; i < values.size(); ++i) {
-        auto& r = out[axis >= 0 ? (i / inner) % channels : 0];
-        r.min = std::min(r.min, values[i]);
-        r.max = std::max(r.max, values[i]);
+    // Block by block: each block of `inner` values is one channel's.
+    const auto block = static_cast<size_t>(axis >= 0 ? inner : std::max<size_t>(values.size(), 1));
+    for (size_t b = 0, c = 0; b < values.size(); b += block, c = axis >= 0 ? (c + 1) % out.size() : 0) {
+        auto& r = out[c];
+        for (size_t i = b; i < std::min(b + block, values.size()); ++i) {
+            r.min = std::min(r.min, values[i]);
+            r.max = std::max(r.max, values[i]);
+        }
     }
     for (auto& r : out)
         if (r.min > r.max) r = {0.0f, 0.0f};  // an empty tensor
     return out;
 }
+
+namespace {
+
+constexpr int kPositions = 5;  // the overflow-free position and four finer ones
+constexpr int kLanes = 8;
+constexpr int64_t kChunk = int64_t{1} << 15;
+
+// Each position's summed squared round-trip error over values[0, n): for a scale
+// of 2^-p, v / scale is v * 2^p exactly, and a value clamped one step beyond the
+// integer range rounds (to nearest even, by adding and taking away 1.5 * 2^52)
+// and clamps as nearbyint and then clamping would. The sums run in kLanes lanes
+// added up at the end, a fixed order the compiler keeps in vector registers.
+std::array<double, kPositions> round_trip_errors(const float* values, int64_t n,
+                                                 const std::array<double, kPositions>& scales, double lo, double hi) {
+    constexpr double kRound = 6755399441055744.0;
+    std::array<double, kPositions> out{};
+    for (int p = 0; p < kPositions; ++p) {
+        const double s = scales[p], inv = 1.0 / s;
+        double lane[kLanes] = {};
+        auto add = [&](int l, double v) {
+            const double x = std::clamp(v * inv, lo - 1, hi + 1);
+            const double q = std::clamp((x + kRound) - kRound, lo, hi);
+            const double d = v - q * s;
+            lane[l] += d * d;
+        };
+        int64_t i = 0;
+        for (; i + kLanes <= n; i += kLanes)
+            for (int l = 0; l < kLanes; ++l) add(l, values[i + l]);
+        for (int l = 0; i < n; ++i, ++l) add(l, values[i]);
+        for (int l = 0; l < kLanes; ++l) out[p] += lane[l];
+    }
+    return out;
+}
+
+}  // namespace
 
 // The overflow bound counts from the zero point: a constant stored with a
 // symmetric uint8 activation type (zero point 128) reaches only 126 steps up,
@@ -193,7 +233,9 @@ int best_power_of_two_position(const Tensor& data, int axis, size_t channel, Ten
     const double over = std::max(static_cast<double>(range.min) / (static_cast<double>(qmin) - zp - 0.5),
                                  static_cast<double>(range.max) / (static_cast<double>(qmax) - zp + 0.5));
     const int start = over > 0 ? static_cast<int>(std::clamp(std::floor(-std::log2(over)), -127.0, 123.0)) : 123;
-    // The channel's values: blocks of `inner` at a stride of channels x inner.
+    // The channel's values: blocks of `inner` at a stride of channels x inner,
+    // cut into chunks that the threads share (each chunk's sums kept apart and
+    // added in order, so that the result does not depend on the thread count).
     const auto values = data.data<float>();
     const auto& shape = data.shape();
     int64_t inner = static_cast<int64_t>(values.size()), channels = 1;
@@ -203,18 +245,27 @@ int best_power_of_two_position(const Tensor& data, int axis, size_t channel, Ten
         for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d) inner *= shape[d];
     }
     const int64_t stride = channels * inner;
+    std::vector<std::pair<int64_t, int64_t>> chunks;  // [begin, end)
+    for (int64_t block = static_cast<int64_t>(channel) * inner; block < static_cast<int64_t>(values.size());
+         block += stride)
+        for (int64_t b = block; b < block + inner; b += kChunk) chunks.emplace_back(b, std::min(b + kChunk, block + inner));
+    std::array<double, kPositions> scales{};
+    for (int p = 0; p < kPositions; ++p) scales[p] = power_of_two_params(range, start + p, spec).scale[0];
+    // Every position's zero point is the range's: only the scale moves.
+    const double lo = static_cast<double>(qmin) - zp, hi = static_cast<double>(qmax) - zp;
+    std::vector<std::array<double, kPositions>> sums(chunks.size());
+    const auto count = static_cast<int64_t>(chunks.size());
+#pragma omp parallel for schedule(static) if (count > 1 && static_cast<int64_t>(values.size()) / channels > kChunk)
+    for (int64_t c = 0; c < count; ++c)
+        sums[c] = round_trip_errors(values.data() + chunks[c].first, chunks[c].second - chunks[c].first, scales, lo, hi);
     int best = start;
     double best_error = std::numeric_limits<double>::infinity();
-    for (int p = start; p <= start + 4; ++p) {
-        const auto params = power_of_two_params(range, p, spec);
-        const double s = params.scale[0], z = static_cast<double>(params.zero_point[0]);
+    for (int p = 0; p < kPositions; ++p) {
         double error = 0;
-        for (int64_t block = static_cast<int64_t>(channel) * inner; block < static_cast<int64_t>(values.size());
-             block += stride)
-            for (int64_t i = block; i < block + inner; ++i) error += round_trip_error(values[i], s, z, qmin, qmax);
+        for (const auto& chunk : sums) error += chunk[p];
         if (error < best_error) {
             best_error = error;
-            best = p;
+            best = start + p;
         }
     }
     return best;
@@ -323,8 +374,10 @@ void fill_zero_points(Tensor& t, const QuantParams& p) {
 template <typename Q>
 void quantize_into(std::span<const float> in, std::span<Q> out, const QuantParams& p, const ParamLayout& layout,
                    int64_t qmin, int64_t qmax) {
-    for (size_t i = 0; i < in.size(); ++i) {
-        const size_t c = layout.index(i);
+    const auto n = static_cast<int64_t>(in.size());
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
+    for (int64_t i = 0; i < n; ++i) {
+        const size_t c = layout.index(static_cast<size_t>(i));
         const Q q = quantize_value<Q>(in[i] / p.scale[c], static_cast<double>(p.zero_point[c]));
         // 4-bit values live in a byte: saturate to their own range.
         out[i] = static_cast<Q>(std::clamp<int64_t>(q, qmin, qmax));
