@@ -187,15 +187,11 @@ Model load_model(const fs::path& path, const LoadOptions& options) {
     if (!fs::is_regular_file(path, ec)) throw InputError(fmt::format("{}: not a regular file", path.string()));
     std::ifstream in(path, std::ios::binary);
     if (!in) throw InputError(fmt::format("{}: cannot open for reading", path.string()));
-    const auto size = fs::file_size(path, ec);
-    if (ec) throw InputError(fmt::format("{}: cannot read its size: {}", path.string(), ec.message()));
-    if (size == 0) throw InputError(fmt::format("{}: the file is empty", path.string()));
-    std::string bytes(size, '\0');  // one read: byte by byte through a stream iterator cost more than the parse
-    if (!in.read(bytes.data(), static_cast<std::streamsize>(size)))
-        throw InputError(fmt::format("{}: cannot read it whole", path.string()));
-
+    if (fs::file_size(path, ec) == 0 && !ec) throw InputError(fmt::format("{}: the file is empty", path.string()));
+    // Parsed from the stream: no copy of the whole file in memory (a stream
+    // iterator feeding a string cost more than the parse).
     onnx::ModelProto proto;
-    if (!proto.ParseFromString(bytes))
+    if (!proto.ParseFromIstream(&in))
         throw InputError(fmt::format("{}: not a valid ONNX model (the protobuf does not parse; truncated or corrupt?)",
                                      path.string()));
     if (proto.ir_version() <= 0 || !proto.has_graph() || proto.opset_import_size() == 0)
