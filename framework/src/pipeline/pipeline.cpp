@@ -20,6 +20,7 @@
 #include "pipeline/fast_finetune.hpp"
 #include "pipeline/gptq.hpp"
 #include "pipeline/html_report.hpp"
+#include "pipeline/joined_reference.hpp"
 #include "pipeline/mixed_precision.hpp"
 #include "pipeline/planner.hpp"
 #include "pipeline/preprocess.hpp"
@@ -386,6 +387,7 @@ struct RunState {
     /// The prepared model's outputs on the calibration data as calibration
     /// computed them, kept when evaluation will compare against them.
     std::unique_ptr<ReferenceOutputs> float_outputs;
+    bool float_outputs_from_input = false;  ///< they are the input model's, joined into calibration
     DraftPlan draft;
     std::unique_ptr<DataReader> data;
     CalibrationOutcome calibration;
@@ -576,18 +578,42 @@ Observations observe_data(RunState& s) {
     // compare against these outputs instead of running the given model again
     // (calibration runs every batch when it observes anything).
     OutputSink keep;
-    if (s.last >= Phase::Evaluate && s.recipe.value("evaluation_data").is_null() && s.function_kept &&
-        !observed.empty()) {
+    const bool evaluated_here = s.last >= Phase::Evaluate && s.recipe.value("evaluation_data").is_null() &&
+                                !observed.empty();
+    // Where preparation changed the function, the given model's outputs are
+    // computed beside, from what the two models share (see joined_reference.hpp).
+    std::optional<JoinedReference> joined;
+    if (evaluated_here && !s.function_kept) {
+        const Model given = load_model(s.input);
+        if (same_inputs(given, s.model)) joined = join_given_model(s.model, given);
+        if (joined)
+            log_info("evaluation's reference, the input model, joins calibration: {} of its nodes shared, {} added",
+                     joined->shared_nodes, joined->added_nodes);
+    }
+    if (evaluated_here && (s.function_kept || joined)) {
         s.float_outputs = std::make_unique<ReferenceOutputs>();
-        for (const auto& o : s.model.graph().output()) s.float_outputs->names.push_back(o.name());
-        keep = [&](const Batch& batch, std::vector<Tensor> outputs) {
-            s.float_outputs->add(batch.source, std::move(outputs));
+        s.float_outputs_from_input = joined.has_value();
+        const int outputs = joined ? joined->outputs_before : s.model.graph().output_size();
+        for (int o = 0; o < outputs; ++o) s.float_outputs->names.push_back(s.model.graph().output(o).name());
+        keep = [&](const Batch& batch, std::vector<Tensor> values) {
+            if (joined) {  // the input model's outputs, in the prepared model's order
+                std::vector<Tensor> given;
+                for (int index : joined->given_outputs) given.push_back(std::move(values.at(index)));
+                values = std::move(given);
+            }
+            s.float_outputs->add(batch.source, std::move(values));
         };
     }
     auto observations = make_observers(s.draft);
-    observe(
-        observations, s.model, s.draft, *s.data, s.threads,
-        [&](int batch) { log_debug("calibration batch {} of {} files", batch, s.data->items()); }, keep);
+    try {
+        observe(
+            observations, s.model, s.draft, *s.data, s.threads,
+            [&](int batch) { log_debug("calibration batch {} of {} files", batch, s.data->items()); }, keep);
+    } catch (...) {
+        if (joined) remove_joined(s.model, *joined);
+        throw;
+    }
+    if (joined) remove_joined(s.model, *joined);
     return observations;
 }
 
@@ -959,9 +985,11 @@ void evaluate_phase(RunState& s) {
                                 : compare_outputs(reference, s.quantized, data, label_tensor, s.threads, batches);
     s.float_outputs.reset();
     auto& out = s.report["evaluation"] = evaluation.to_json();
-    out["reference"] = from_calibration ? "prepared model (its preparation keeps the function), as calibrated"
-                       : as_given       ? "input model"
-                                        : "prepared model";
+    out["reference"] = from_calibration && s.float_outputs_from_input
+                           ? "input model, joined into calibration"
+                       : from_calibration ? "prepared model (its preparation keeps the function), as calibrated"
+                       : as_given         ? "input model"
+                                          : "prepared model";
     out["data"] = eval_data ? "evaluation_data" : "calibration_data";
     log_info("quantized vs float on {} data: {}", eval_data ? "evaluation" : "calibration", summary_line(evaluation));
     const double warn_db = s.recipe.value("warn_output_sqnr_db").get<double>();
