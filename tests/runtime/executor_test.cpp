@@ -1,6 +1,7 @@
 // The executor itself: running graphs, taps, feeds, errors, subgraphs, constant folding, npy and infer.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <fstream>
 #include <limits>
@@ -192,6 +193,17 @@ TEST(Executor, AnIfInsideABranchReadsTheBranchsOwnValues) {
         << "Relu(-x)";
     EXPECT_EQ(vaiq::outer_scope_reads(model.graph().node(0)), (std::vector<std::string>{"c", "x"}))
         << "the outer If reads c and x from outside, not the branch's u";
+}
+
+// A run's thread count lasts that run: constant folding runs one-thread
+// executors, and a count they left set held for the calibration after them.
+TEST(Executor, ARunsThreadCountLastsOnlyThatRun) {
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(3);
+    const auto model = vaiq::test::conv_relu_model();
+    Executor(model, {.threads = 1}).run({{"x", vaiq::test::ramp({1, 2, 4, 4}, -1.0f, 0.0625f)}});
+    EXPECT_EQ(omp_get_max_threads(), 3);
+    omp_set_num_threads(before);
 }
 
 // What reads only constants runs once, when the model is compiled: a stored

@@ -1,7 +1,6 @@
 #include "runtime/executor.hpp"
 
 #include <fmt/format.h>
-#include <omp.h>
 #include <onnx/defs/data_type_utils.h>
 #include <onnx/defs/schema.h>
 
@@ -13,6 +12,7 @@
 
 #include "runtime/layout.hpp"
 #include "runtime/qdq_fusion.hpp"
+#include "runtime/thread_count.hpp"
 #include "util/text.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
@@ -351,7 +351,10 @@ struct Executor::Values {
 
 std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, const std::vector<std::string>& taps,
                                   const Tap& tap) {
-    if (options_.threads > 0) omp_set_num_threads(options_.threads);
+    // For this run only: a count left set held for everything after it (constant
+    // folding's one-thread runs left whole calibrations on one core).
+    std::optional<ThreadCount> threads;
+    if (options_.threads > 0) threads.emplace(options_.threads);
     Values values(*this);
     bind_feeds(feeds, values);
     auto tapped = start_taps(taps, tap, values);

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "runtime/kernels/dnnl_util.hpp"
+#include "runtime/thread_count.hpp"
 
 namespace vaiq::runtime {
 
@@ -93,18 +94,6 @@ Tensor pad_with(const Tensor& x, const std::vector<int64_t>& padded_shape, const
               g.pad_begin[1]);
     return out;
 }
-
-// OpenMP's thread count for the calling thread while it lives.
-class ThreadCount {
-  public:
-    explicit ThreadCount(int threads) : restore_(omp_get_max_threads()) { omp_set_num_threads(threads); }
-    ~ThreadCount() { omp_set_num_threads(restore_); }
-    ThreadCount(const ThreadCount&) = delete;
-    ThreadCount& operator=(const ThreadCount&) = delete;
-
-  private:
-    int restore_;
-};
 
 // The weights' layout: [M, C/g, kh, kw], or [g, M/g, C/g, kh, kw] when grouped.
 memory::dims weight_dims(const Tensor& w, int64_t group) {
