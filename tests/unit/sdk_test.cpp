@@ -465,18 +465,26 @@ TEST(Histogram, ABigBatchCountsAsItsPiecesDo) {
 // threads; it must pick what the plain definition (nearbyint, clamp, a
 // sequential sum over the channel's values) picks, on any thread count.
 TEST(Quant, PowerOfTwoSearchPicksThePlainDefinitionsPositionOnAnyThreadCount) {
-    const int64_t channels = 3, inner = 70001;  // a channel spans several chunks
-    vaiq::Tensor w(DataType::Float, {channels, inner});
-    auto values = w.mutable_data<float>();
-    for (size_t i = 0; i < values.size(); ++i) {
-        // Heavy-tailed: most values small, a few far out, so that clipping pays for some channels.
-        const float u = static_cast<float>((i * 2654435761u) % 100003) / 100003.0f - 0.5f;
-        values[i] = u * u * u * (i / inner + 1) * 8.0f;
-    }
-    values[5] = 3.9f;  // one outlier in channel 0
+    // [3, 70001] (a channel along axis 0 spans several chunks) and [4001, 3] (a
+    // channel along the last axis, one value a row).
+    auto heavy_tailed = [](std::vector<int64_t> shape, int64_t period) {
+        vaiq::Tensor w(DataType::Float, shape);
+        auto values = w.mutable_data<float>();
+        for (size_t i = 0; i < values.size(); ++i) {
+            // Most values small, a few far out, so that clipping pays for some channels.
+            const float u = static_cast<float>((i * 2654435761u) % 100003) / 100003.0f - 0.5f;
+            values[i] = u * u * u * static_cast<float>(i / period + 1) * 8.0f;
+        }
+        values[5] = 3.9f;  // one outlier
+        return w;
+    };
     // The definition: from the position where nothing overflows (counted from the
     // zero point), it and four finer ones, the least summed squared error.
-    auto plain = [&](int axis, size_t channel, vaiq::TensorRange range, const vaiq::QuantSpec& spec) {
+    auto plain = [](const vaiq::Tensor& w, int axis, size_t channel, vaiq::TensorRange range,
+                    const vaiq::QuantSpec& spec) {
+        const auto values = w.data<float>();
+        const int64_t channels = axis >= 0 ? w.shape()[axis] : 1;
+        const int64_t inner = axis == 0 ? w.shape()[1] : 1;
         const auto [qmin, qmax] = vaiq::integer_range(spec.type, spec.symmetric, spec.reduce_range);
         const double zp = static_cast<double>(vaiq::power_of_two_params(range, 0, spec).zero_point[0]);
         const double over = std::max(range.min / (qmin - zp - 0.5), range.max / (qmax - zp + 0.5));
@@ -487,27 +495,28 @@ TEST(Quant, PowerOfTwoSearchPicksThePlainDefinitionsPositionOnAnyThreadCount) {
             const auto params = vaiq::power_of_two_params(range, p, spec);
             double error = 0;
             for (size_t i = 0; i < values.size(); ++i)
-                if (axis < 0 || static_cast<size_t>(i / inner) == channel)
+                if (axis < 0 || static_cast<size_t>((static_cast<int64_t>(i) / inner) % channels) == channel)
                     error += vaiq::round_trip_error(values[i], params.scale[0], params.zero_point[0], qmin, qmax);
             if (error < best_error) best_error = error, best = p;
         }
         return std::pair{best, start};
     };
+    const auto rows = heavy_tailed({3, 70001}, 70001), columns = heavy_tailed({4001, 3}, 1);
     int finer = 0;  // searches that clip: the test must see the search move
     for (const bool symmetric : {true, false})
-        for (const int axis : {-1, 0}) {
+        for (const auto& [w, axis] : {std::pair{&rows, -1}, std::pair{&rows, 0}, std::pair{&columns, 1}}) {
             vaiq::QuantSpec spec;
             spec.power_of_two = true;
             spec.symmetric = symmetric;
             spec.per_channel = axis >= 0;
-            const auto ranges = vaiq::channel_ranges(w, axis);
+            const auto ranges = vaiq::channel_ranges(*w, axis);
             for (size_t c = 0; c < ranges.size(); ++c) {
                 omp_set_num_threads(1);
-                const int one = vaiq::best_power_of_two_position(w, axis, c, ranges[c], spec);
+                const int one = vaiq::best_power_of_two_position(*w, axis, c, ranges[c], spec);
                 omp_set_num_threads(3);
-                const int three = vaiq::best_power_of_two_position(w, axis, c, ranges[c], spec);
+                const int three = vaiq::best_power_of_two_position(*w, axis, c, ranges[c], spec);
                 EXPECT_EQ(one, three) << "axis " << axis << " channel " << c;
-                const auto [best, start] = plain(axis, c, ranges[c], spec);
+                const auto [best, start] = plain(*w, axis, c, ranges[c], spec);
                 EXPECT_EQ(one, best) << "axis " << axis << " channel " << c;
                 finer += best > start;
             }

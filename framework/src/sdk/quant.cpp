@@ -234,8 +234,10 @@ int best_power_of_two_position(const Tensor& data, int axis, size_t channel, Ten
                                  static_cast<double>(range.max) / (static_cast<double>(qmax) - zp + 0.5));
     const int start = over > 0 ? static_cast<int>(std::clamp(std::floor(-std::log2(over)), -127.0, 123.0)) : 123;
     // The channel's values: blocks of `inner` at a stride of channels x inner,
-    // cut into chunks that the threads share (each chunk's sums kept apart and
-    // added in order, so that the result does not depend on the thread count).
+    // gathered when there are several (so that a channel along the last axis is
+    // not summed value by value), then cut into chunks that the threads share,
+    // each chunk's sums kept apart and added in order: the result does not
+    // depend on the thread count.
     const auto values = data.data<float>();
     const auto& shape = data.shape();
     int64_t inner = static_cast<int64_t>(values.size()), channels = 1;
@@ -245,19 +247,28 @@ int best_power_of_two_position(const Tensor& data, int axis, size_t channel, Ten
         for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d) inner *= shape[d];
     }
     const int64_t stride = channels * inner;
-    std::vector<std::pair<int64_t, int64_t>> chunks;  // [begin, end)
-    for (int64_t block = static_cast<int64_t>(channel) * inner; block < static_cast<int64_t>(values.size());
-         block += stride)
-        for (int64_t b = block; b < block + inner; b += kChunk) chunks.emplace_back(b, std::min(b + kChunk, block + inner));
+    std::vector<float> gathered;
+    std::span<const float> mine;
+    if (stride >= static_cast<int64_t>(values.size())) {
+        const size_t first = std::min(values.size(), static_cast<size_t>(channel * inner));
+        mine = values.subspan(first, std::min(static_cast<size_t>(inner), values.size() - first));
+    } else {
+        for (int64_t block = static_cast<int64_t>(channel) * inner; block < static_cast<int64_t>(values.size());
+             block += stride)
+            gathered.insert(gathered.end(), values.begin() + block, values.begin() + block + inner);
+        mine = gathered;
+    }
+    const auto count = (static_cast<int64_t>(mine.size()) + kChunk - 1) / kChunk;
     std::array<double, kPositions> scales{};
     for (int p = 0; p < kPositions; ++p) scales[p] = power_of_two_params(range, start + p, spec).scale[0];
     // Every position's zero point is the range's: only the scale moves.
     const double lo = static_cast<double>(qmin) - zp, hi = static_cast<double>(qmax) - zp;
-    std::vector<std::array<double, kPositions>> sums(chunks.size());
-    const auto count = static_cast<int64_t>(chunks.size());
-#pragma omp parallel for schedule(static) if (count > 1 && static_cast<int64_t>(values.size()) / channels > kChunk)
+    std::vector<std::array<double, kPositions>> sums(static_cast<size_t>(count));
+#pragma omp parallel for schedule(static) if (count > 1)
     for (int64_t c = 0; c < count; ++c)
-        sums[c] = round_trip_errors(values.data() + chunks[c].first, chunks[c].second - chunks[c].first, scales, lo, hi);
+        sums[c] = round_trip_errors(mine.data() + c * kChunk,
+                                    std::min<int64_t>(kChunk, static_cast<int64_t>(mine.size()) - c * kChunk), scales,
+                                    lo, hi);
     int best = start;
     double best_error = std::numeric_limits<double>::infinity();
     for (int p = 0; p < kPositions; ++p) {
