@@ -432,6 +432,7 @@ std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_
         const auto bv = (shift ? state->b_int8 : b).data<int8_t>();
         const int64_t b_batches = static_cast<int64_t>(bv.size()) / (k * n);
         state->column_sums.assign(static_cast<size_t>(b_batches * n), 0);
+#pragma omp parallel for schedule(static) if (b_batches > 1 && b_batches * k * n > kParallelGrain)
         for (int64_t p = 0; p < b_batches; ++p)
             for (int64_t q = 0; q < k; ++q)
                 for (int64_t j = 0; j < n; ++j)
@@ -451,29 +452,27 @@ std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_
     stream.wait();
     // Σ (a - za)(b - zb) = Σ a b - za Σ_k b - zb Σ_k a + k za zb.
     const auto ia = broadcast_index(a_batch, batch), ib = broadcast_index(b_batch, batch);
-    std::vector<int32_t> row_sums(static_cast<size_t>(m), 0), column_shares(static_cast<size_t>(n));
     const bool a_unsigned = a.type() == DataType::UInt8;
     const auto* a_bytes = a.bytes().data();
     const int32_t constant = static_cast<int32_t>(k) * a_zero_point * b_zp;
-    for (size_t p = 0; p < ia.size(); ++p) {
-        if (b_zp != 0)  // a symmetric B (weights, mostly) needs no sums of A
-            for (int64_t i = 0; i < m; ++i) {
-                int32_t sum = 0;
-                const int64_t row = (ia[p] * m + i) * k;
-                if (a_unsigned)
-                    for (int64_t q = 0; q < k; ++q) sum += std::to_integer<uint8_t>(a_bytes[row + q]);
-                else
-                    for (int64_t q = 0; q < k; ++q)
-                        sum += static_cast<int8_t>(std::to_integer<uint8_t>(a_bytes[row + q]));
-                row_sums[i] = b_zp * sum;
-            }
-        const int32_t* columns = state->column_sums.data() + ib[p] * n;
-        for (int64_t j = 0; j < n; ++j) column_shares[j] = a_zero_point * columns[j] - constant;
-        for (int64_t i = 0; i < m; ++i) {
-            int32_t* out = acc.data() + (static_cast<int64_t>(p) * m + i) * n;
-            const int32_t row_share = row_sums[i];
-            for (int64_t j = 0; j < n; ++j) out[j] -= column_shares[j] + row_share;
+    // Row by row over the threads (integer sums: the order does not matter).
+    const auto rows = static_cast<int64_t>(ia.size()) * m;
+#pragma omp parallel for schedule(static) if (rows * n > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+        const auto p = static_cast<size_t>(r / m);
+        int32_t row_share = 0;
+        if (b_zp != 0) {  // a symmetric B (weights, mostly) needs no sums of A
+            int32_t sum = 0;
+            const int64_t row = (ia[p] * m + r % m) * k;
+            if (a_unsigned)
+                for (int64_t q = 0; q < k; ++q) sum += std::to_integer<uint8_t>(a_bytes[row + q]);
+            else
+                for (int64_t q = 0; q < k; ++q) sum += static_cast<int8_t>(std::to_integer<uint8_t>(a_bytes[row + q]));
+            row_share = b_zp * sum;
         }
+        const int32_t* columns = state->column_sums.data() + ib[p] * n;
+        int32_t* out = acc.data() + r * n;
+        for (int64_t j = 0; j < n; ++j) out[j] -= (a_zero_point * columns[j] - constant) + row_share;
     }
     shape = result_batch;
     shape.push_back(a_rows);
