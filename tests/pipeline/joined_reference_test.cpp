@@ -2,6 +2,8 @@
 // joined model's outputs are both models' outputs, and the join undoes cleanly.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "pipeline/data_reader.hpp"
 #include "pipeline/evaluation.hpp"
 #include "pipeline/joined_reference.hpp"
@@ -81,6 +83,51 @@ TEST(JoinedReference, RefusesWhatItCannotJoinAndLeavesThePreparedModelAsItWas) {
     renamed.graph().mutable_output(0)->set_name("z");
     renamed.graph().mutable_node(5)->set_output(0, "z");
     EXPECT_FALSE(vaiq::join_given_model(renamed, given));
+}
+
+// Weights left in their file (a large model's) are compared by where they lie
+// there, not read: the same place is the same weight, another place is not.
+TEST(JoinedReference, WeightsLeftInTheirFileAreComparedByWhereTheyLie) {
+    const auto dir = vaiq::test::temp_dir();
+    const auto file = fs::absolute(dir / "weights.bin");
+    const auto w = ramp({3, 2, 1, 1}, -0.6f, 0.2f);
+    {
+        std::ofstream out(file, std::ios::binary);
+        for (int copy = 0; copy < 2; ++copy)
+            out.write(reinterpret_cast<const char*>(w.bytes().data()), static_cast<std::streamsize>(w.bytes().size()));
+    }
+    auto deferred = [&](vaiq::Model& m, const std::string& name, size_t offset) {
+        for (auto& init : *m.graph().mutable_initializer()) {
+            if (init.name() != name) continue;
+            init.clear_raw_data();
+            init.set_data_location(onnx::TensorProto::EXTERNAL);
+            for (const auto& [key, value] : {std::pair<std::string, std::string>{"location", file.string()},
+                                             {"offset", std::to_string(offset)},
+                                             {"length", std::to_string(w.bytes().size())}}) {
+                auto* entry = init.add_external_data();
+                entry->set_key(key);
+                entry->set_value(value);
+            }
+        }
+    };
+    const auto x = ramp({1, 2, 4, 4}, -2.0f, 0.13f);
+    for (const size_t given_offset : {size_t{0}, w.bytes().size()}) {
+        auto prepared = block(true);
+        auto given = block(false);
+        deferred(prepared, "w1_copy", 0);
+        deferred(given, "w1", given_offset);
+        const auto joined = vaiq::join_given_model(prepared, given);
+        if (given_offset == 0) {
+            ASSERT_TRUE(joined);
+            EXPECT_EQ(joined->shared_nodes, 5);
+            const auto both = vaiq::runtime::Executor(prepared).run({{"x", x}});
+            const auto alone = vaiq::runtime::Executor(given).run({{"x", x}})[0];
+            const auto& from_join = both.at(static_cast<size_t>(joined->given_outputs[0]));
+            for (int64_t i = 0; i < alone.size(); ++i) EXPECT_EQ(from_join.data<float>()[i], alone.data<float>()[i]);
+        } else {
+            EXPECT_FALSE(joined) << "equal bytes at another place are not looked at: nothing shared";
+        }
+    }
 }
 
 // In a run whose preparation changes the function (ReplaceClip6Relu), the input

@@ -62,13 +62,21 @@ class ValueNumbers {
     }
 
   private:
-    // Type, dimensions and a hash of the values: equal values have equal keys.
+    // Type, dimensions and a hash of the values: equal values have equal keys. A
+    // tensor left in its file (a large model's) is known by where it lies there:
+    // reading every weight of both models to compare them would cost more than
+    // the join saves.
     static std::string shape_key(const onnx::TensorProto& t) {
         std::string key = std::to_string(t.data_type());
         key += ':';
         for (const auto d : t.dims()) {
             key += std::to_string(d);
             key += ',';
+        }
+        if (is_deferred(t)) {
+            key += "file:";
+            for (const auto& entry : t.external_data()) key += entry.SerializeAsString();
+            return key;
         }
         const auto bytes = raw(t) ? std::hash<std::string_view>{}(t.raw_data())
                                   : std::hash<std::string_view>{}(decoded(Tensor::from_proto(t)));
@@ -81,10 +89,9 @@ class ValueNumbers {
     static std::string_view decoded(const Tensor& t) {
         return {reinterpret_cast<const char*>(t.bytes().data()), t.bytes().size()};
     }
+    // Equal keys, so equal types and dimensions (and for deferred tensors, the same place in the same file).
     static bool same_values(const onnx::TensorProto& a, const onnx::TensorProto& b) {
-        if (a.data_type() != b.data_type() || !std::equal(a.dims().begin(), a.dims().end(), b.dims().begin(),
-                                                          b.dims().end()))
-            return false;
+        if (is_deferred(a) || is_deferred(b)) return is_deferred(a) && is_deferred(b);
         if (raw(a) && raw(b)) return a.raw_data() == b.raw_data();
         const auto ta = Tensor::from_proto(a), tb = Tensor::from_proto(b);
         return decoded(ta) == decoded(tb);
