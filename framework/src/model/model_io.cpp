@@ -275,12 +275,6 @@ std::map<std::string, int> declared_ranks(const onnx::GraphProto& graph) {
     return ranks;
 }
 
-// ONNX's convolution inference (the library vaiq is built with) reads past the
-// kernel shape, and crashes, when the weight's rank differs from the input's
-// (ConvTranspose with fewer weight dimensions, ConvInteger with more). Such
-// nodes are refused first: ranks come from inference of the graph without its
-// convolutions, and each convolution that passes passes its input's rank on to
-// its output.
 // Initializers up to this many values keep them in a shape-inference copy: the
 // ones inference reads (shapes, axes, pads, scales) are small.
 constexpr int64_t kProbeValues = 4096;
@@ -300,8 +294,9 @@ onnx::ModelProto shape_probe(const onnx::ModelProto& proto) {
     google::protobuf::util::FieldMaskUtil::MergeMessageTo(proto, mask, {}, &probe);
     auto* graph = probe.mutable_graph();
     for (const auto& init : proto.graph().initializer()) {
-        int64_t values = 1;
-        for (const auto d : init.dims()) values *= std::max<int64_t>(d, 0);
+        int64_t values = 1;  // counted up to just past the bound: a fuzzed shape's product may overflow
+        for (const auto d : init.dims())
+            values = std::min(values * std::clamp<int64_t>(d, 0, kProbeValues + 1), kProbeValues + 1);
         if (values <= kProbeValues) {
             *graph->add_initializer() = init;
             continue;
@@ -314,6 +309,12 @@ onnx::ModelProto shape_probe(const onnx::ModelProto& proto) {
     return probe;
 }
 
+// ONNX's convolution inference (the library vaiq is built with) reads past the
+// kernel shape, and crashes, when the weight's rank differs from the input's
+// (ConvTranspose with fewer weight dimensions, ConvInteger with more). Such
+// nodes are refused first: ranks come from inference of the graph without its
+// convolutions, and each convolution that passes passes its input's rank on to
+// its output.
 void refuse_what_onnx_inference_crashes_on(const onnx::ModelProto& proto) {
     // The convolutions and where their weight is.
     auto weight_input = [](const onnx::NodeProto& n) {

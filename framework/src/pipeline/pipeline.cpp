@@ -384,8 +384,9 @@ struct RunState {
     Model model;                       ///< the float model, prepared (and its biases corrected)
     std::optional<Model> uncorrected;  ///< the prepared model before bias correction, when that ran
     bool function_kept = true;         ///< preparation changed only how the model computes, not what
-    /// The prepared model's outputs on the calibration data as calibration
-    /// computed them, kept when evaluation will compare against them.
+    /// The float outputs on the calibration data as calibration computed them
+    /// (the prepared model's, or the input model's joined into it), kept when
+    /// evaluation will compare against them.
     std::unique_ptr<ReferenceOutputs> float_outputs;
     bool float_outputs_from_input = false;  ///< they are the input model's, joined into calibration
     DraftPlan draft;
