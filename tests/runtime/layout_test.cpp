@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <set>
 
 #include "executor_test_support.hpp"
 #include "runtime/executor.hpp"
@@ -84,6 +85,48 @@ TEST(Layout, OnlyTheFirstActivationAfterAConvolutionFuses) {
         largest = std::max(largest, fused.data<float>()[i]);
     }
     EXPECT_EQ(largest, 0.3f) << "the Clip's bound must hold";
+}
+
+// Convolutions left in float between int8 QuantizeLinear/DequantizeLinear pairs
+// (as x86 runs an int8-activation QDQ Conv), their weights dequantized from int8:
+// they run channels-last like stored-weight ones, so no transpose sits between
+// them, and they compute the same values.
+TEST(Layout, FloatConvolutionsOfDequantizedWeightsChainChannelsLast) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 4, 6, 6}).output("y", {1, 4, 6, 6});
+    b.initializer("s", Tensor::from_values<float>({}, std::vector<float>{0.05f}));
+    b.initializer("z", Tensor::from_values<int8_t>({}, std::vector<int8_t>{3}));
+    b.initializer("ws", Tensor::from_values<float>({}, std::vector<float>{0.01f}));
+    for (int i = 1; i <= 2; ++i) {
+        std::vector<int8_t> codes(4 * 4 * 3 * 3);
+        for (size_t k = 0; k < codes.size(); ++k) codes[k] = static_cast<int8_t>((k * 37 + i * 11) % 255 - 127);
+        const auto n = std::to_string(i);
+        b.initializer("wq" + n, Tensor::from_values<int8_t>({4, 4, 3, 3}, codes));
+        b.initializer("b" + n, vaiq::test::ramp({4}, -0.1f, 0.07f));
+        const std::string in = i == 1 ? "x" : "c1";
+        b.node("QuantizeLinear", {in, "s", "z"}, {"q" + n});
+        b.node("DequantizeLinear", {"q" + n, "s", "z"}, {"d" + n});
+        b.node("DequantizeLinear", {"wq" + n, "ws"}, {"w" + n});
+        auto& conv = b.node("Conv", {"d" + n, "w" + n, "b" + n}, {i == 1 ? "c1" : "y"}, "conv" + n);
+        vaiq::test::set_ints_attribute(conv, "pads", {1, 1, 1, 1});
+    }
+    const auto model = b.build();
+    auto rewritten = model;
+    ASSERT_TRUE(vaiq::runtime::optimize_layout(rewritten.graph()));
+    std::set<std::string> read{"y"};
+    for (const auto& n : rewritten.graph().node()) read.insert(n.input().begin(), n.input().end());
+    int transposes = 0, nhwc_convs = 0;  // transposes back left unread are there for taps, run only for one
+    for (const auto& n : rewritten.graph().node()) {
+        transposes += n.op_type() == "Transpose" && read.count(n.output(0));
+        nhwc_convs += n.op_type() == "NhwcConv";
+    }
+    EXPECT_EQ(nhwc_convs, 2);
+    EXPECT_EQ(transposes, 2) << "one into NHWC at the input, one back at the output";
+    const Tensor x = vaiq::test::ramp({1, 4, 6, 6}, -3.0f, 0.041f);
+    const auto plain = Executor(model, {.threads = 1, .optimize_layout = false}).run({{"x", x}})[0];
+    const auto nhwc = Executor(model, {.threads = 1, .optimize_layout = true}).run({{"x", x}})[0];
+    ASSERT_EQ(nhwc.shape(), plain.shape());
+    for (int64_t i = 0; i < plain.size(); ++i) EXPECT_EQ(nhwc.data<float>()[i], plain.data<float>()[i]) << i;
 }
 
 TEST(Layout, ThePlainConvolutionBehindAFusedReluRunsOnlyForATap) {

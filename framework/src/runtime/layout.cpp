@@ -96,8 +96,13 @@ bool wrap_nhwc_ops(onnx::GraphProto& graph, UniqueNames& names) {
     for (const auto& node : graph.node()) {
         bool wrap = false;
         if (node.domain().empty() && node.op_type() == "Conv" && node.input_size() >= 2) {
+            // A 2-D convolution with constant weights: stored, or the DequantizeLinear of
+            // stored ones (a QDQ Conv left in float, as int8 pairs are on x86).
             const auto* w = index.initializer(node.input(1));
-            wrap = w && w->dims_size() == 4;  // 2-D convolution with constant weights
+            const int p = index.producer(node.input(1));
+            if (!w && p >= 0 && graph.node(p).op_type() == "DequantizeLinear" && graph.node(p).domain().empty())
+                w = index.initializer(graph.node(p).input(0));
+            wrap = w && w->dims_size() == 4;
         } else if (node.domain().empty() && node.op_type() == "QLinearConv" && node.input_size() >= 8) {
             // Where oneDNN's int8 kernels are exact (they work channels-last); else NCHW stays cheaper.
             const auto* w = index.initializer(node.input(3));
