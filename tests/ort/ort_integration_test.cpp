@@ -15,6 +15,7 @@
 #include <numeric>
 
 #include "runtime/executor.hpp"
+#include "runtime/kernels/int8_conv.hpp"
 #include "test_support.hpp"
 #include "util/npy.hpp"
 
@@ -327,11 +328,9 @@ TEST(OnnxRuntimeQdq, AQuantizedAddOfARepeatedFirstInputAgreesToTheBit) {
 }
 
 // MobileNetV2's blocks (a 3x3 stem, 1x1 expansion, depthwise 3x3 with padding,
-// stride 2 with uneven pads, a residual Add, global pooling) quantized by cpu.yaml, on inputs large
-// enough that requantization splits into chunks mid-pixel: the executor runs the
-// integer convolutions channels-last from the first to the pool, and computes
-// every output bit for bit as ONNX Runtime does, per-tensor and per-channel.
-TEST(OnnxRuntimeQdq, AChannelsLastIntegerConvolutionChainAgreesToTheBit) {
+// stride 2 with uneven pads, a residual Add, global pooling, a classifier) and an
+// input for it, large enough that requantization splits into chunks mid-pixel.
+std::pair<vaiq::Model, vaiq::Tensor> conv_chain() {
     using vaiq::Tensor;
     vaiq::test::GraphBuilder b(13);
     b.input("x", {2, 8, 40, 40}).output("y", {2, 10});
@@ -371,11 +370,19 @@ TEST(OnnxRuntimeQdq, AChannelsLastIntegerConvolutionChainAgreesToTheBit) {
     b.node("Flatten", {"g"}, {"f"});
     auto& fc = b.node("Gemm", {"f", "w_fc", "b_fc"}, {"y"});
     vaiq::test::set_int_attribute(fc, "transB", 1);
-    const auto dir = vaiq::test::temp_dir();
-    vaiq::save_model(b.build(), dir / "m.onnx");
     std::vector<float> x(2 * 8 * 1600);
     for (size_t i = 0; i < x.size(); ++i) x[i] = noise(static_cast<int64_t>(i) + 1000, 1.5f);
-    vaiq::write_npy(dir / "x.npy", Tensor::from_values<float>({2, 8, 40, 40}, x));
+    return {b.build(), Tensor::from_values<float>({2, 8, 40, 40}, x)};
+}
+
+// The chain quantized by cpu.yaml: the executor runs the integer convolutions
+// channels-last from the first to the pool, and computes every output bit for
+// bit as ONNX Runtime does, per-tensor and per-channel.
+TEST(OnnxRuntimeQdq, AChannelsLastIntegerConvolutionChainAgreesToTheBit) {
+    const auto [m, x] = conv_chain();
+    const auto dir = vaiq::test::temp_dir();
+    vaiq::save_model(m, dir / "m.onnx");
+    vaiq::write_npy(dir / "x.npy", x);
     for (const char* per_channel : {"false", "true"}) {
         SCOPED_TRACE(std::string("per_channel ") + per_channel);
         auto r = run_command(std::string(VAIQ_CLI) + " -q run " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --model " +
@@ -400,6 +407,39 @@ TEST(OnnxRuntimeQdq, AChannelsLastIntegerConvolutionChainAgreesToTheBit) {
                               .run({{"x", vaiq::read_npy(dir / "x.npy")}})[0];
         EXPECT_TRUE(std::equal(nchw.bytes().begin(), nchw.bytes().end(), ours.bytes().begin(), ours.bytes().end()))
             << "the NCHW path computes the same";
+    }
+}
+
+// The chain quantized by cnn_npu.yaml (power-of-two scales, int8 biases, Relus the
+// QuantizeLinear does not make redundant): ONNX Runtime runs its Convs in float;
+// the executor runs those whose float sums are provably exact as integer
+// convolutions, and still computes every output bit for bit as ONNX Runtime does.
+TEST(OnnxRuntimeNpu, PowerOfTwoConvolutionsRunAsIntegersAndAgreeToTheBit) {
+    const auto [m, x] = conv_chain();
+    const auto dir = vaiq::test::temp_dir();
+    vaiq::save_model(m, dir / "m.onnx");
+    vaiq::write_npy(dir / "x.npy", x);
+    auto r = run_command(std::string(VAIQ_CLI) + " -q run " VAIQ_SOURCE_DIR "/recipes/cnn_npu.yaml --model " +
+                         (dir / "m.onnx").string() + " --data " + (dir / "x.npy").string() + " --output " +
+                         (dir / "q.onnx").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    r = run_in_ort(dir / "q.onnx", dir / "ort", dir / "x.npy");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto theirs = vaiq::read_npy(dir / "ort" / "output_0.npy");
+    const auto model = vaiq::load_model(dir / "q.onnx");
+    for (const bool layout : {true, false}) {
+        vaiq::runtime::Executor executor(model, {.threads = 2, .profile = true, .optimize_layout = layout});
+        const auto ours = executor.run({{"x", x}})[0];
+        ASSERT_EQ(ours.size(), theirs.size());
+        for (int64_t i = 0; i < ours.size(); ++i) EXPECT_EQ(ours.data<float>()[i], theirs.data<float>()[i]) << i;
+        int64_t integer = 0, float_convs = 0;
+        for (const auto& p : executor.profile()) {
+            if (p.op_type.find("QLinearConv") != std::string::npos) integer += p.calls;
+            if (p.op_type == "Conv" || p.op_type == "NhwcConv") float_convs += p.calls;
+        }
+        if (vaiq::runtime::exact_int8_available()) {
+            EXPECT_EQ(integer, 5) << "float convolutions left: " << float_convs;
+        }
     }
 }
 

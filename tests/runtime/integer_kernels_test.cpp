@@ -12,6 +12,7 @@
 #include "runtime/cpu_features.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/infer.hpp"
+#include "runtime/kernels/int8_conv.hpp"
 #include "runtime/kernels/ort_float.hpp"
 #include "runtime/layout.hpp"
 #include "test_support.hpp"
@@ -712,6 +713,123 @@ TEST(QdqFusion, Int8PairsBecomeUint8AndFuse) {
     const auto shared = build(true);
     Executor kept(shared);
     EXPECT_EQ(tap_error(kept, x, "c"), "") << "the input pair stays int8, so the Conv stays float";
+}
+
+// The NPU recipes' Conv: every scale a power of two, an int8 bias with a step of
+// its own, uint8 activations with zero point 128, and a Relu (or Clip) that the
+// output's QuantizeLinear does not make redundant: ONNX Runtime runs it in float.
+struct NpuConv {
+    int64_t channels = 4, outputs = 6, group = 1;
+    bool extreme_weights = false;  ///< all +-127 (else they cycle through -60..60)
+    float bias_scale = 1.0f / 64;  ///< the accumulator's step is 1/16 * 1/128
+    float x_scale = 1.0f / 16;
+    bool per_channel = false;
+    std::string activation = "Relu";  ///< or "Clip" (0, 1.5), or "" for none
+};
+
+vaiq::Model npu_conv(const NpuConv& p) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, p.channels, 7, 7}).output("y", {1, p.outputs, 7, 7});
+    auto scalar = [&](const std::string& name, auto v) {
+        using V = decltype(v);
+        b.initializer(name, Tensor::from_values<V>({}, std::vector<V>{v}));
+    };
+    scalar("sx", p.x_scale);
+    scalar("zx", uint8_t{128});
+    scalar("sb", p.bias_scale);
+    scalar("zb", int8_t{0});
+    scalar("sy", 1.0f / 8);
+    scalar("zy", uint8_t{128});
+    scalar("lo", 0.0f);
+    scalar("hi", 1.5f);
+    if (p.per_channel) {
+        std::vector<float> scales(static_cast<size_t>(p.outputs));
+        for (size_t c = 0; c < scales.size(); ++c) scales[c] = std::ldexp(1.0f, -6 - static_cast<int>(c % 3));
+        b.initializer("sw", Tensor::from_values<float>({p.outputs}, scales));
+        b.initializer("zw", Tensor::from_values<int8_t>({p.outputs}, std::vector<int8_t>(scales.size(), 0)));
+    } else {
+        scalar("sw", 1.0f / 128);
+        scalar("zw", int8_t{0});
+    }
+    const int64_t per_output = p.channels / p.group * 9;
+    std::vector<int8_t> w(static_cast<size_t>(p.outputs * per_output));
+    for (size_t i = 0; i < w.size(); ++i)
+        w[i] = static_cast<int8_t>(p.extreme_weights ? (i % 2 ? 127 : -127) : static_cast<int>(i * 37 % 121) - 60);
+    b.initializer("wq", Tensor::from_values<int8_t>({p.outputs, p.channels / p.group, 3, 3}, w));
+    std::vector<int8_t> bias(static_cast<size_t>(p.outputs));
+    for (size_t c = 0; c < bias.size(); ++c) bias[c] = static_cast<int8_t>(static_cast<int>(c * 29 % 101) - 50);
+    b.initializer("bq", Tensor::from_values<int8_t>({p.outputs}, bias));
+    b.node("QuantizeLinear", {"x", "sx", "zx"}, {"xq"});
+    b.node("DequantizeLinear", {"xq", "sx", "zx"}, {"xd"});
+    auto& wd = b.node("DequantizeLinear", {"wq", "sw", "zw"}, {"wd"});
+    if (p.per_channel) vaiq::set_int_attribute(wd, "axis", 0);
+    b.node("DequantizeLinear", {"bq", "sb", "zb"}, {"bd"});
+    auto& conv = b.node("Conv", {"xd", "wd", "bd"}, {"c"}, "conv");
+    vaiq::test::set_ints_attribute(conv, "pads", {1, 1, 1, 1});
+    vaiq::set_int_attribute(conv, "group", p.group);
+    std::string out = "c";
+    if (p.activation == "Relu") b.node("Relu", {"c"}, {out = "r"}, "relu");
+    if (p.activation == "Clip") b.node("Clip", {"c", "lo", "hi"}, {out = "r"}, "clip");
+    b.node("QuantizeLinear", {out, "sy", "zy"}, {"yq"});
+    b.node("DequantizeLinear", {"yq", "sy", "zy"}, {"y"});
+    return b.build();
+}
+
+// Where every partial sum is exact, the integer convolution is the float one:
+// equal to the last bit, through the channels-last bands, the depthwise kernel
+// and the NCHW path, with the activation applied to the integers.
+TEST(QdqFusion, APowerOfTwoConvRunsOnIntegersAndComputesWhatFloatDoes) {
+    if (!vaiq::runtime::exact_int8_available()) GTEST_SKIP() << "no exact int8 products on this CPU";
+    std::vector<NpuConv> cases(6);
+    cases[1].activation = "Clip";
+    cases[2].activation = "";
+    cases[3].per_channel = true;
+    cases[4].group = cases[4].channels = cases[4].outputs = 16;  // depthwise
+    cases[5].bias_scale = 1.0f / 2048;                           // the accumulator's own step
+    for (size_t k = 0; k < cases.size(); ++k) {
+        const auto model = npu_conv(cases[k]);
+        const auto x = vaiq::test::ramp({1, cases[k].channels, 7, 7}, -9.0f, 0.0371f);
+        const auto reference = Executor(model, {.fuse_qdq = false}).run({{"x", x}})[0];
+        for (const bool layout : {true, false}) {
+            Executor fused(model, {.threads = 2, .optimize_layout = layout});
+            EXPECT_NE(tap_error(fused, x, "c").find("inside an integer operator"), std::string::npos) << k;
+            const auto y = fused.run({{"x", x}})[0];
+            ASSERT_EQ(y.shape(), reference.shape());
+            int differing = 0;
+            for (int64_t i = 0; i < y.size(); ++i) differing += y.data<float>()[i] != reference.data<float>()[i];
+            EXPECT_EQ(differing, 0) << "case " << k << (layout ? ", channels-last" : ", NCHW");
+        }
+        if (cases[k].activation == "Relu") {  // the clamp matters: without it negative values would pass
+            float lowest = 0;
+            for (float v : reference.data<float>()) lowest = std::min(lowest, v);
+            EXPECT_EQ(lowest, 0.0f);
+        }
+    }
+}
+
+// Where a float sum could round (a channel's products may reach 2^24 steps), a
+// bias is finer than the accumulator's step, or a scale is no power of two, the
+// Conv stays in float.
+TEST(QdqFusion, APowerOfTwoConvThatFloatCouldRoundStaysFloat) {
+    if (!vaiq::runtime::exact_int8_available()) GTEST_SKIP() << "no exact int8 products on this CPU";
+    std::vector<NpuConv> cases(3);
+    cases[0].channels = 115, cases[0].extreme_weights = true;  // 1035 x 127 x 128 >= 2^24
+    cases[1].bias_scale = 1.0f / 4096;
+    cases[2].x_scale = 0.06f;
+    for (size_t k = 0; k < cases.size(); ++k) {
+        const auto model = npu_conv(cases[k]);
+        Executor executor(model);
+        EXPECT_EQ(tap_error(executor, vaiq::test::ramp({1, cases[k].channels, 7, 7}, -9.0f, 0.0371f), "c"), "") << k;
+    }
+    NpuConv near;  // 1026 x 127 x 128 and the bias: just within the bound
+    near.channels = 114, near.extreme_weights = true;
+    const auto model = npu_conv(near);
+    const auto x = vaiq::test::ramp({1, 114, 7, 7}, -9.0f, 0.0371f);
+    Executor executor(model);
+    EXPECT_NE(tap_error(executor, x, "c"), "");
+    const auto y = executor.run({{"x", x}})[0];
+    const auto reference = Executor(model, {.fuse_qdq = false}).run({{"x", x}})[0];
+    for (int64_t i = 0; i < y.size(); ++i) ASSERT_EQ(y.data<float>()[i], reference.data<float>()[i]) << i;
 }
 
 }  // namespace

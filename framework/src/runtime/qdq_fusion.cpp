@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 
+#include "runtime/kernels/int8_conv.hpp"
 #include "vaiq/fold.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/quant.hpp"
@@ -23,6 +24,7 @@ struct QParams {
     std::string tensor, scale, zero_point;  ///< the integer tensor (DQ input / Q output) and its parameters
     int elem_type = 0;                      ///< of the zero point: the integer type
     bool per_tensor = true;
+    int64_t axis = 1;  ///< of per-axis parameters
     float scale_value = 0;
     int64_t zero_point_value = 0;
 };
@@ -38,6 +40,7 @@ class Fusion {
             const auto& node = graph_.node(n);
             if (!is_default_domain(node) || removed.count(n)) continue;
             auto fused = qlinear_form(node.op_type()) ? fuse(n) : drop_pair(n);
+            if (!fused && node.op_type() == "Conv" && exact_int8_available()) fused = fuse_power_of_two_conv(n);
             if (!fused) continue;
             replaced[n] = std::move(fused->node);
             for (int r : fused->removed_nodes) removed.insert(r);
@@ -103,6 +106,7 @@ class Fusion {
         const auto scale = Tensor::from_proto(*s);
         const auto zp = Tensor::from_proto(*z);
         p.per_tensor = scale.size() == 1;
+        p.axis = int_attribute(node, "axis", 1);
         if (p.per_tensor) {
             p.scale_value = scale.data<float>()[0];
             switch (zp.type()) {
@@ -134,7 +138,20 @@ class Fusion {
     // cover the whole uint8 range.
     bool redundant_activation(const onnx::NodeProto& act, const QParams& q) const {
         if (act.op_type() == "Relu") return q.zero_point_value == 0;
+        const auto bounds = clip_bounds(act);
+        if (!bounds) return false;
+        const auto [lo, hi] = *bounds;
+        const double q_lo =
+            std::rint(static_cast<double>(lo / q.scale_value)) + static_cast<double>(q.zero_point_value);
+        const double q_hi =
+            std::rint(static_cast<double>(hi / q.scale_value)) + static_cast<double>(q.zero_point_value);
+        return q_lo <= 0.0 && q_hi >= 255.0;
+    }
+
+    // A Relu's or Clip's bounds (a Clip's from its attributes or constant inputs).
+    std::optional<std::pair<float, float>> clip_bounds(const onnx::NodeProto& act) const {
         float lo = std::numeric_limits<float>::lowest(), hi = std::numeric_limits<float>::max();
+        if (act.op_type() == "Relu") return std::pair{0.0f, hi};
         for (const auto& a : act.attribute()) {
             if (a.name() == "min") lo = a.f();
             if (a.name() == "max") hi = a.f();
@@ -142,14 +159,10 @@ class Fusion {
         for (int i = 1; i < act.input_size() && i < 3; ++i) {
             if (act.input(i).empty()) continue;
             const auto v = constant_value(act.input(i));
-            if (!v || v->type() != DataType::Float || v->size() != 1) return false;
+            if (!v || v->type() != DataType::Float || v->size() != 1) return std::nullopt;
             (i == 1 ? lo : hi) = v->data<float>()[0];
         }
-        const double q_lo =
-            std::rint(static_cast<double>(lo / q.scale_value)) + static_cast<double>(q.zero_point_value);
-        const double q_hi =
-            std::rint(static_cast<double>(hi / q.scale_value)) + static_cast<double>(q.zero_point_value);
-        return q_lo <= 0.0 && q_hi >= 255.0;
+        return std::pair{lo, hi};
     }
 
     // A Pad in constant mode with value 0 over the spatial axes of a 4-D tensor:
@@ -253,6 +266,130 @@ class Fusion {
         return fused;
     }
 
+    // Beyond ONNX Runtime's rules: a Conv whose scales are all powers of two (the NPU
+    // recipes' form, which an int8 bias with a step of its own, an int8 activation or
+    // a Relu the output's QuantizeLinear does not make redundant keep ONNX Runtime
+    // from fusing) runs as an integer convolution where that provably computes the
+    // same. In float each product is an integer number of the accumulator's step
+    // x_scale * w_scale; when a channel's |products| and |bias| sum to under 2^24
+    // steps, every partial sum is exact in any order, so the float Conv yields the
+    // int32 sum exactly, and the power-of-two requantization is exact as well. The
+    // activation becomes a clamp of the integers: Q is monotone, so
+    // Q(clip(y, lo, hi)) = clamp(Q(y), Q(lo), Q(hi)).
+    std::optional<Fused> fuse_power_of_two_conv(int n) {
+        const auto& node = graph_.node(n);
+        if (node.output_size() != 1 || node.input_size() < 2 || node.input_size() > 3) return std::nullopt;
+        Fused fused;
+        std::vector<int64_t> no_pads;  // (only pools fold a Pad)
+        const auto in = dequantized_inputs(n, fused, no_pads);
+        if (!in) return std::nullopt;
+        const auto& x = (*in)[0];
+        if (!x.per_tensor || !is_8_bit(x.elem_type) || !power_of_two(x.scale_value)) return std::nullopt;
+        const auto* w_stored = constant((*in)[1].tensor);
+        if (!w_stored || w_stored->data_type() != onnx::TensorProto::INT8 || w_stored->dims_size() != 4)
+            return std::nullopt;
+        const Tensor w = Tensor::from_proto(*w_stored);
+        const int64_t m = w.shape()[0], k = m > 0 ? w.size() / m : 0;
+        const auto w_scales = channel_scales((*in)[1], m);
+        if (!w_scales || k == 0) return std::nullopt;
+        std::vector<double> bias(static_cast<size_t>(m), 0.0);  // float values, exact in double
+        if (in->size() == 3) {
+            const auto* stored = constant((*in)[2].tensor);
+            const auto b_scales = channel_scales((*in)[2], m);
+            if (!stored || !b_scales || stored->dims_size() != 1 || stored->dims(0) != m) return std::nullopt;
+            const auto values = integers(Tensor::from_proto(*stored));
+            if (!values) return std::nullopt;
+            for (int64_t c = 0; c < m; ++c) bias[c] = (*values)[c] * (*b_scales)[c];
+        }
+        std::optional<int> activation;
+        const auto q = quantized_output(n, 0, fused, &activation);
+        if (!q || !is_8_bit(q->elem_type) || !power_of_two(q->scale_value)) return std::nullopt;
+        std::optional<std::pair<float, float>> bounds;
+        if (activation && !(bounds = clip_bounds(graph_.node(*activation)))) return std::nullopt;
+
+        const auto [x_min, x_max] = q_range(x.elem_type);
+        const double x_reach =
+            std::max(static_cast<double>(x.zero_point_value) - x_min, x_max - static_cast<double>(x.zero_point_value));
+        const auto wv = w.data<int8_t>();
+        std::vector<int32_t> bias_steps(static_cast<size_t>(m));
+        for (int64_t c = 0; c < m; ++c) {
+            const double step = static_cast<double>(x.scale_value) * (*w_scales)[c];
+            const double b = bias[c] / step;
+            if (b != std::nearbyint(b)) return std::nullopt;  // a bias finer than the accumulator's step
+            double reach = 0;
+            for (int64_t i = 0; i < k; ++i) reach += std::abs(static_cast<double>(wv[c * k + i]));
+            if (reach * x_reach + std::abs(b) >= 16777216.0) return std::nullopt;
+            bias_steps[c] = static_cast<int32_t>(b);
+            // QLinearConv's float32 multiplier must be the exact power as well.
+            const float multiplier = x.scale_value * static_cast<float>((*w_scales)[c]) / q->scale_value;
+            if (!std::isnormal(multiplier) || static_cast<double>(multiplier) != step / q->scale_value)
+                return std::nullopt;
+        }
+
+        std::vector<QParams> params{(*in)[0], (*in)[1], QParams{}};
+        params[2].tensor = add_initializer(graph_, names(), node.name() + "_bias_steps",
+                                           Tensor::from_values<int32_t>({m}, bias_steps));
+        fused.node = qlinear_node(node, params, *q);
+        if (bounds) {
+            auto code = [&](float v) {  // QuantizeLinear of the bound
+                const double r = std::nearbyint(static_cast<double>(v) / q->scale_value) + q->zero_point_value;
+                const auto [lo, hi] = q_range(q->elem_type);
+                return static_cast<int64_t>(std::clamp(r, lo, hi));
+            };
+            set_attribute(fused.node, kOutputMinAttribute, code(bounds->first));
+            set_attribute(fused.node, kOutputMaxAttribute, code(bounds->second));
+        }
+        return fused;
+    }
+
+    static bool is_8_bit(int elem_type) {
+        return elem_type == onnx::TensorProto::INT8 || elem_type == onnx::TensorProto::UINT8;
+    }
+
+    static std::pair<double, double> q_range(int elem_type) {
+        return elem_type == onnx::TensorProto::UINT8 ? std::pair{0.0, 255.0} : std::pair{-128.0, 127.0};
+    }
+
+    // A positive float32 that is an exact power of two (and not subnormal).
+    static bool power_of_two(double v) {
+        int exponent = 0;
+        return v > 0 && std::isnormal(static_cast<float>(v)) && std::frexp(v, &exponent) == 0.5;
+    }
+
+    // A constant integer tensor's values, exactly, as doubles.
+    static std::optional<std::vector<double>> integers(const Tensor& t) {
+        std::vector<double> out;
+        switch (t.type()) {
+            case DataType::Int8: out.assign(t.data<int8_t>().begin(), t.data<int8_t>().end()); break;
+            case DataType::Int16: out.assign(t.data<int16_t>().begin(), t.data<int16_t>().end()); break;
+            case DataType::Int32: out.assign(t.data<int32_t>().begin(), t.data<int32_t>().end()); break;
+            default: return std::nullopt;
+        }
+        return out;
+    }
+
+    // A DequantizeLinear's scales, one per output channel (a per-tensor one repeated),
+    // when its zero points are 0, its scales powers of two, and any axis is 0.
+    std::optional<std::vector<double>> channel_scales(const QParams& p, int64_t m) const {
+        const auto* s = constant(p.scale);
+        const auto* z = constant(p.zero_point);
+        if (!s || !z) return std::nullopt;
+        const auto zero_points = integers(Tensor::from_proto(*z));
+        if (!zero_points || std::any_of(zero_points->begin(), zero_points->end(), [](double v) { return v != 0; }))
+            return std::nullopt;
+        const Tensor scale = Tensor::from_proto(*s);
+        const auto v = scale.data<float>();
+        if (!std::all_of(v.begin(), v.end(), [](float f) { return power_of_two(f); })) return std::nullopt;
+        if (v.size() == 1) return std::vector<double>(static_cast<size_t>(m), v[0]);
+        if (static_cast<int64_t>(v.size()) != m || p.axis != 0) return std::nullopt;
+        return std::vector<double>(v.begin(), v.end());
+    }
+
+    UniqueNames& names() {
+        if (!names_) names_.emplace(graph_);
+        return *names_;
+    }
+
     // Every input's DequantizeLinear; an AveragePool's may come through a
     // zero-valued constant Pad, which ONNX Runtime folds into the pool's pads.
     std::optional<std::vector<QParams>> dequantized_inputs(int n, Fused& fused,
@@ -301,8 +438,10 @@ class Fusion {
         return true;
     }
 
-    // The one QuantizeLinear the output goes to, through a redundant Relu/Clip for Conv.
-    std::optional<QParams> quantized_output(int n, int activation_type, Fused& fused) const {
+    // The one QuantizeLinear the output goes to, through a redundant Relu/Clip for Conv
+    // (through any, which `activation` then names, when it is given).
+    std::optional<QParams> quantized_output(int n, int activation_type, Fused& fused,
+                                            std::optional<int>* kept_activation = nullptr) const {
         const auto& node = graph_.node(n);
         std::string out = node.output(0);
         int consumer = sole_consumer(out);
@@ -321,8 +460,12 @@ class Fusion {
         const auto& qnode = graph_.node(consumer);
         if (!is_default_domain(qnode) || qnode.op_type() != "QuantizeLinear") return std::nullopt;
         const auto q = params_of(consumer);
-        if (!q || !q->per_tensor || q->elem_type != activation_type) return std::nullopt;
-        if (activation && !redundant_activation(graph_.node(*activation), *q)) return std::nullopt;
+        if (!q || !q->per_tensor || (activation_type && q->elem_type != activation_type)) return std::nullopt;
+        if (kept_activation) {
+            *kept_activation = activation;
+        } else if (activation && !redundant_activation(graph_.node(*activation), *q)) {
+            return std::nullopt;
+        }
         fused.removed_nodes.push_back(consumer);
         return q;
     }
@@ -371,6 +514,7 @@ class Fusion {
 
     onnx::GraphProto& graph_;
     GraphIndex index_;
+    std::optional<UniqueNames> names_;  ///< made when a fusion first adds an initializer
     int64_t opset_;  ///< of the default domain: QLinearSoftmax reads rows as Softmax did then
     int marked_ = 0;
     std::vector<std::string> gone_;

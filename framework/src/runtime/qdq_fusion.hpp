@@ -19,6 +19,9 @@ namespace vaiq::runtime {
 /// (int8 weight, int32 bias). Fused, as ONNX Runtime does on x86
 /// (uint8 activations only: it does not fuse int8 activations there):
 ///  - Conv (with a Relu/Clip the Q makes redundant) -> QLinearConv,
+/// and beyond ONNX Runtime's rules, where it provably computes the same:
+///  - a Conv whose scales are all powers of two (int8 bias, any Relu/Clip) -> QLinearConv
+///    with an int32 bias and the activation as bounds of its output's integers,
 ///  - MatMul -> QLinearMatMul, Gemm -> com.microsoft QGemm,
 ///  - Add, Mul -> com.microsoft QLinearAdd, QLinearMul,
 ///  - Concat -> com.microsoft QLinearConcat,
@@ -28,6 +31,11 @@ namespace vaiq::runtime {
 /// that no longer exist (the op's float output, a folded
 /// activation's output); every other tensor keeps its name and value.
 bool fuse_qdq(onnx::ModelProto& model, std::vector<std::string>& gone);
+
+/// Set by fuse_qdq on a QLinearConv it makes of a power-of-two Conv whose Relu/Clip
+/// the QuantizeLinear does not make redundant: the bounds of the output's integers.
+inline constexpr const char* kOutputMinAttribute = "vaiq_output_min";
+inline constexpr const char* kOutputMaxAttribute = "vaiq_output_max";
 
 /// Set by fuse_qdq on a float MatMul left between DequantizeLinear inputs: sum in
 /// ONNX Runtime's order (see kernels/ort_float.hpp).

@@ -13,6 +13,7 @@
 #include "runtime/kernels/intrinsics.hpp"
 #include "runtime/kernels/window.hpp"
 #include "runtime/layout.hpp"
+#include "runtime/qdq_fusion.hpp"
 
 namespace vaiq::runtime {
 namespace {
@@ -322,6 +323,30 @@ std::vector<double> conv_multipliers(KernelContext& ctx) {
     return multiplier;
 }
 
+// The bounds the executor's power-of-two Conv fusion puts on the output's integers
+// (its Relu/Clip, quantized), or the type's whole range.
+template <typename Q>
+std::pair<Q, Q> output_bounds(const KernelContext& ctx) {
+    const auto lo = ctx.attributes.get_int(kOutputMinAttribute, std::numeric_limits<Q>::min());
+    const auto hi = ctx.attributes.get_int(kOutputMaxAttribute, std::numeric_limits<Q>::max());
+    return {static_cast<Q>(std::clamp<int64_t>(lo, std::numeric_limits<Q>::min(), std::numeric_limits<Q>::max())),
+            static_cast<Q>(std::clamp<int64_t>(hi, std::numeric_limits<Q>::min(), std::numeric_limits<Q>::max()))};
+}
+
+template <typename Q>
+void clamp_values(Q* y, size_t n, std::pair<Q, Q> bounds) {
+    for (size_t i = 0; i < n; ++i) y[i] = std::min(std::max(y[i], bounds.first), bounds.second);
+}
+
+// Applies output_bounds to a QLinearConv's 8-bit output, when it has them.
+void clamp_output(KernelContext& ctx, Tensor& y) {
+    if (!ctx.attributes.has(kOutputMinAttribute) && !ctx.attributes.has(kOutputMaxAttribute)) return;
+    if (y.type() == DataType::UInt8)
+        clamp_values(y.mutable_data<uint8_t>().data(), static_cast<size_t>(y.size()), output_bounds<uint8_t>(ctx));
+    else if (y.type() == DataType::Int8)
+        clamp_values(y.mutable_data<int8_t>().data(), static_cast<size_t>(y.size()), output_bounds<int8_t>(ctx));
+}
+
 // QLinearConv of `x` (NCHW; ctx's other inputs as the op has them).
 Tensor qlinear_conv_of(KernelContext& ctx, const Tensor& x) {
     const auto& w = ctx.input(3);
@@ -340,7 +365,9 @@ Tensor qlinear_conv_of(KernelContext& ctx, const Tensor& x) {
         for (size_t start = 0, c = 0; start < acc.size(); start += block, c = (c + 1) % static_cast<size_t>(m))
             for (size_t i = start; i < start + block; ++i) acc[i] += bias[c];
     }
-    return requantize(ctx, shape, acc, conv_multipliers(ctx), plane, ctx.input(7));
+    Tensor y = requantize(ctx, shape, acc, conv_multipliers(ctx), plane, ctx.input(7));
+    clamp_output(ctx, y);
+    return y;
 }
 
 void qlinear_conv(KernelContext& ctx, std::vector<Tensor>& out) { out[0] = qlinear_conv_of(ctx, ctx.input(0)); }
@@ -494,11 +521,13 @@ void nhwc_qlinear_conv(KernelContext& ctx, std::vector<Tensor>& out) {
         const auto wide = conv_multipliers(ctx);
         const std::vector<float> multiplier(wide.begin(), wide.end());  // float32, as ONNX Runtime
         const auto zp = static_cast<float>(read_scalar(ctx, ctx.input(7)));
-        if (depthwise_3x3(ctx, x, w, bias, multiplier, zp, out)) return;
+        if (depthwise_3x3(ctx, x, w, bias, multiplier, zp, out)) return clamp_output(ctx, out[0]);
         dispatch_numeric(ctx.input(7).type(), ctx, [&](auto tag) {
             using Q = typename decltype(tag)::type;
             if constexpr (sizeof(Q) == 1) {
                 std::optional<ChannelsLastRequantizer<Q>> requantize;
+                const auto bounds = output_bounds<Q>(ctx);
+                const bool bounded = bounds != std::pair{std::numeric_limits<Q>::min(), std::numeric_limits<Q>::max()};
                 Q* y = nullptr;
                 ChannelsLastSums sink;
                 sink.start = [&](const std::vector<int64_t>& shape, const std::vector<int32_t>& offsets) {
@@ -510,6 +539,7 @@ void nhwc_qlinear_conv(KernelContext& ctx, std::vector<Tensor>& out) {
                 };
                 sink.band = [&](const int32_t* sums, size_t first, size_t count) {
                     (*requantize)(sums, count, y + first);
+                    if (bounded) clamp_values(y + first, count, bounds);  // while the band is in cache
                 };
                 fast = int8_conv_channels_last(ctx, x, scalar_zero_point(ctx, ctx.input(2)), w, ctx.is_constant(3),
                                                ctx.state, bias, sink);
