@@ -5,6 +5,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -830,6 +831,82 @@ TEST(QdqFusion, APowerOfTwoConvThatFloatCouldRoundStaysFloat) {
     const auto y = executor.run({{"x", x}})[0];
     const auto reference = Executor(model, {.fuse_qdq = false}).run({{"x", x}})[0];
     for (int64_t i = 0; i < y.size(); ++i) ASSERT_EQ(y.data<float>()[i], reference.data<float>()[i]) << i;
+}
+
+// ResNet's residual Add in the NPU recipes' form: DQ(a) + DQ(b) -> Relu/Clip -> Q,
+// scales powers of two, the Relu not made redundant by the Q.
+struct NpuAdd {
+    float a_scale = 1.0f / 16, b_scale = 1.0f / 64, y_scale = 1.0f / 8;
+    std::vector<int64_t> b_shape{1, 3, 5, 5};
+    std::string activation = "Relu";
+};
+
+vaiq::Model npu_add(const NpuAdd& p) {
+    vaiq::test::GraphBuilder b;
+    b.input("a", {1, 3, 5, 5}).input("b", p.b_shape).output("y", {1, 3, 5, 5});
+    auto scalar = [&](const std::string& name, auto v) {
+        using V = decltype(v);
+        b.initializer(name, Tensor::from_values<V>({}, std::vector<V>{v}));
+    };
+    scalar("sa", p.a_scale);
+    scalar("za", uint8_t{128});
+    scalar("sb", p.b_scale);
+    scalar("zb", uint8_t{120});
+    scalar("sy", p.y_scale);
+    scalar("zy", uint8_t{128});
+    scalar("lo", -0.5f);
+    scalar("hi", 2.0f);
+    b.node("QuantizeLinear", {"a", "sa", "za"}, {"aq"});
+    b.node("DequantizeLinear", {"aq", "sa", "za"}, {"ad"});
+    b.node("QuantizeLinear", {"b", "sb", "zb"}, {"bq"});
+    b.node("DequantizeLinear", {"bq", "sb", "zb"}, {"bd"});
+    b.node("Add", {"ad", "bd"}, {"s"}, "add");
+    std::string out = "s";
+    if (p.activation == "Relu") b.node("Relu", {"s"}, {out = "r"}, "relu");
+    if (p.activation == "Clip") b.node("Clip", {"s", "lo", "hi"}, {out = "r"}, "clip");
+    b.node("QuantizeLinear", {out, "sy", "zy"}, {"yq"});
+    b.node("DequantizeLinear", {"yq", "sy", "zy"}, {"y"});
+    return b.build();
+}
+
+// Exact in integers where the float sum is exact: equal to the last bit, rounding
+// half to even on the way to a coarser output step, shifting to a finer one,
+// broadcasting, in NCHW and channels-last.
+TEST(QdqFusion, APowerOfTwoAddRunsOnIntegersAndComputesWhatFloatDoes) {
+    std::vector<NpuAdd> cases(5);
+    cases[1].activation = "Clip";
+    cases[2].y_scale = 1.0f / 256;  // a finer output step: a left shift, most values saturating
+    cases[3].b_shape = {1, 3, 1, 1};
+    cases[4].a_scale = 1.0f / 4, cases[4].b_scale = 1.0f / 8;  // the output step: no shift
+    for (size_t k = 0; k < cases.size(); ++k) {
+        const auto model = npu_add(cases[k]);
+        std::map<std::string, Tensor> feeds{
+            {"a", vaiq::test::ramp({1, 3, 5, 5}, -7.0f, 0.2031f)},
+            {"b", vaiq::test::ramp(cases[k].b_shape, 1.3f, -0.0429f)}};
+        const auto reference = Executor(model, {.fuse_qdq = false}).run(feeds)[0];
+        for (const bool layout : {true, false}) {
+            Executor fused(model, {.threads = 1, .optimize_layout = layout});
+            std::string error;
+            try {
+                fused.run(feeds, {"s"}, [](const std::string&, const Tensor&) {});
+            } catch (const vaiq::InputError& e) {
+                error = e.what();
+            }
+            EXPECT_NE(error.find("inside an integer operator"), std::string::npos) << k;
+            const auto y = fused.run(feeds)[0];
+            ASSERT_EQ(y.shape(), reference.shape());
+            int differing = 0;
+            for (int64_t i = 0; i < y.size(); ++i) differing += y.data<float>()[i] != reference.data<float>()[i];
+            EXPECT_EQ(differing, 0) << "case " << k;
+        }
+    }
+    // Steps 2^26 apart: the float sum could round, so the Add stays float.
+    NpuAdd apart;
+    apart.b_scale = std::ldexp(1.0f, -30);
+    const auto apart_model = npu_add(apart);
+    Executor kept(apart_model);
+    EXPECT_NO_THROW(kept.run({{"a", vaiq::test::ramp({1, 3, 5, 5})}, {"b", vaiq::test::ramp({1, 3, 5, 5})}}, {"s"},
+                             [](const std::string&, const Tensor&) {}));
 }
 
 }  // namespace

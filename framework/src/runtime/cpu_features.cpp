@@ -8,6 +8,7 @@ const CpuFeatures& cpu_features() {
         f.avx2 = __builtin_cpu_supports("avx2");
         f.fma = __builtin_cpu_supports("fma");
         f.avx512f = __builtin_cpu_supports("avx512f");
+        f.avx512bw = f.avx512f && __builtin_cpu_supports("avx512bw");
         f.avx512vbmi = f.avx512f && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi");
         f.avx512vnni = f.avx512f && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
         return f;

@@ -8,6 +8,7 @@ struct CpuFeatures {
     bool avx2 = false;
     bool fma = false;
     bool avx512f = false;
+    bool avx512bw = false;    ///< byte and word lanes
     bool avx512vbmi = false;  ///< with AVX512BW: byte permutes across a whole vector
     bool avx512vnni = false;  ///< with AVX512BW: 8-bit dot products into int32 lanes
 };

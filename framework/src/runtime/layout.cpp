@@ -38,6 +38,8 @@ std::vector<int> elementwise_inputs(const onnx::NodeProto& node) {
     } else if (node.domain() == "com.microsoft") {
         if ((op == "QLinearAdd" || op == "QLinearMul") && node.input_size() >= 7) return {0, 3};
         if (op == "QLinearLeakyRelu" || op == "QLinearSigmoid") return {0};
+    } else if (node.domain() == kInternalDomain && op == "PowerOfTwoQLinearAdd") {
+        return {0, 3};
     }
     return {};
 }

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "runtime/kernels/int8_conv.hpp"
+#include "runtime/layout.hpp"
 #include "vaiq/fold.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/quant.hpp"
@@ -41,6 +42,7 @@ class Fusion {
             if (!is_default_domain(node) || removed.count(n)) continue;
             auto fused = qlinear_form(node.op_type()) ? fuse(n) : drop_pair(n);
             if (!fused && node.op_type() == "Conv" && exact_int8_available()) fused = fuse_power_of_two_conv(n);
+            if (!fused && node.op_type() == "Add") fused = fuse_power_of_two_add(n);
             if (!fused) continue;
             replaced[n] = std::move(fused->node);
             for (int r : fused->removed_nodes) removed.insert(r);
@@ -330,16 +332,60 @@ class Fusion {
         params[2].tensor = add_initializer(graph_, names(), node.name() + "_bias_steps",
                                            Tensor::from_values<int32_t>({m}, bias_steps));
         fused.node = qlinear_node(node, params, *q);
-        if (bounds) {
-            auto code = [&](float v) {  // QuantizeLinear of the bound
-                const double r = std::nearbyint(static_cast<double>(v) / q->scale_value) + q->zero_point_value;
-                const auto [lo, hi] = q_range(q->elem_type);
-                return static_cast<int64_t>(std::clamp(r, lo, hi));
-            };
-            set_attribute(fused.node, kOutputMinAttribute, code(bounds->first));
-            set_attribute(fused.node, kOutputMaxAttribute, code(bounds->second));
-        }
+        if (bounds) set_output_bounds(fused.node, *q, *bounds);
         return fused;
+    }
+
+    // The same for an Add of two power-of-two DequantizeLinears (a residual Add
+    // before a Relu, in the NPU recipes' form): each input is an integer number of
+    // its step, so in steps of the finer one the float sum is exact while the two
+    // reach under 2^24 of them; the sum is then requantized by a shift.
+    std::optional<Fused> fuse_power_of_two_add(int n) {
+        const auto& node = graph_.node(n);
+        if (node.output_size() != 1 || node.input_size() != 2) return std::nullopt;
+        Fused fused;
+        std::vector<int64_t> no_pads;
+        const auto in = dequantized_inputs(n, fused, no_pads);
+        if (!in) return std::nullopt;
+        for (const auto& p : *in)
+            if (!p.per_tensor || !is_8_bit(p.elem_type) || !power_of_two(p.scale_value)) return std::nullopt;
+        std::optional<int> activation;
+        const auto q = quantized_output(n, 0, fused, &activation, true);
+        if (!q || !is_8_bit(q->elem_type) || !power_of_two(q->scale_value)) return std::nullopt;
+        std::optional<std::pair<float, float>> bounds;
+        if (activation && !(bounds = clip_bounds(graph_.node(*activation)))) return std::nullopt;
+        const float finer = std::min((*in)[0].scale_value, (*in)[1].scale_value);
+        double reach = 0;
+        for (const auto& p : *in) {
+            const auto [lo, hi] = q_range(p.elem_type);
+            const auto zp = static_cast<double>(p.zero_point_value);
+            reach += std::max(zp - lo, hi - zp) * static_cast<double>(p.scale_value / finer);
+        }
+        if (reach >= 16777216.0) return std::nullopt;
+        fused.node.set_op_type("PowerOfTwoQLinearAdd");
+        fused.node.set_domain(kInternalDomain);
+        fused.node.set_name(node.name());
+        for (const auto& p : *in) {
+            fused.node.add_input(p.tensor);
+            fused.node.add_input(p.scale);
+            fused.node.add_input(p.zero_point);
+        }
+        fused.node.add_input(q->scale);
+        fused.node.add_input(q->zero_point);
+        fused.node.add_output(q->tensor);
+        if (bounds) set_output_bounds(fused.node, *q, *bounds);
+        return fused;
+    }
+
+    // The activation's bounds as the output's integers (QuantizeLinear of each).
+    static void set_output_bounds(onnx::NodeProto& node, const QParams& q, std::pair<float, float> bounds) {
+        auto code = [&](float v) {
+            const double r = std::nearbyint(static_cast<double>(v) / q.scale_value) + q.zero_point_value;
+            const auto [lo, hi] = q_range(q.elem_type);
+            return static_cast<int64_t>(std::clamp(r, lo, hi));
+        };
+        set_attribute(node, kOutputMinAttribute, code(bounds.first));
+        set_attribute(node, kOutputMaxAttribute, code(bounds.second));
     }
 
     static bool is_8_bit(int elem_type) {
@@ -441,14 +487,15 @@ class Fusion {
     // The one QuantizeLinear the output goes to, through a redundant Relu/Clip for Conv
     // (through any, which `activation` then names, when it is given).
     std::optional<QParams> quantized_output(int n, int activation_type, Fused& fused,
-                                            std::optional<int>* kept_activation = nullptr) const {
+                                            std::optional<int>* kept_activation = nullptr,
+                                            bool any_op_activation = false) const {
         const auto& node = graph_.node(n);
         std::string out = node.output(0);
         int consumer = sole_consumer(out);
         if (consumer < 0) return std::nullopt;
         fused.gone.push_back(out);
         std::optional<int> activation;
-        if (node.op_type() == "Conv" && is_default_domain(graph_.node(consumer)) &&
+        if ((node.op_type() == "Conv" || any_op_activation) && is_default_domain(graph_.node(consumer)) &&
             (graph_.node(consumer).op_type() == "Relu" || graph_.node(consumer).op_type() == "Clip")) {
             activation = consumer;
             out = graph_.node(consumer).output(0);

@@ -17,6 +17,7 @@
 
 #include "runtime/cpu_features.hpp"
 #include "runtime/kernel.hpp"
+#include "runtime/qdq_fusion.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/quant.hpp"
 #include "vaiq/tensor.hpp"
@@ -257,6 +258,16 @@ Tensor quantized_tensor(KernelContext& ctx, DataType type, const std::vector<int
         }
     });
     return y;
+}
+
+/// The bounds the executor's power-of-two QDQ fusions put on an 8-bit output's
+/// integers (a fused Relu/Clip, quantized), or Q's whole range.
+template <typename Q>
+std::pair<Q, Q> output_bounds(const KernelContext& ctx) {
+    constexpr int64_t lowest = std::numeric_limits<Q>::min(), highest = std::numeric_limits<Q>::max();
+    const auto lo = ctx.attributes.get_int(kOutputMinAttribute, lowest);
+    const auto hi = ctx.attributes.get_int(kOutputMaxAttribute, highest);
+    return {static_cast<Q>(std::clamp(lo, lowest, highest)), static_cast<Q>(std::clamp(hi, lowest, highest))};
 }
 
 /// Elementwise f(a, b) -> R with broadcasting. Rows of the last dimension are

@@ -13,7 +13,6 @@
 #include "runtime/kernels/intrinsics.hpp"
 #include "runtime/kernels/window.hpp"
 #include "runtime/layout.hpp"
-#include "runtime/qdq_fusion.hpp"
 
 namespace vaiq::runtime {
 namespace {
@@ -321,16 +320,6 @@ std::vector<double> conv_multipliers(KernelContext& ctx) {
     std::vector<double> multiplier;
     for (float s : sw) multiplier.push_back(static_cast<double>(sx[0] * s / sy[0]));
     return multiplier;
-}
-
-// The bounds the executor's power-of-two Conv fusion puts on the output's integers
-// (its Relu/Clip, quantized), or the type's whole range.
-template <typename Q>
-std::pair<Q, Q> output_bounds(const KernelContext& ctx) {
-    const auto lo = ctx.attributes.get_int(kOutputMinAttribute, std::numeric_limits<Q>::min());
-    const auto hi = ctx.attributes.get_int(kOutputMaxAttribute, std::numeric_limits<Q>::max());
-    return {static_cast<Q>(std::clamp<int64_t>(lo, std::numeric_limits<Q>::min(), std::numeric_limits<Q>::max())),
-            static_cast<Q>(std::clamp<int64_t>(hi, std::numeric_limits<Q>::min(), std::numeric_limits<Q>::max()))};
 }
 
 template <typename Q>

@@ -9,6 +9,7 @@
 #include "runtime/kernels/common.hpp"
 #include "runtime/kernels/intrinsics.hpp"
 #include "runtime/kernels/window.hpp"
+#include "runtime/layout.hpp"
 
 namespace vaiq::runtime {
 namespace {
@@ -406,6 +407,131 @@ void qlinear_concat(KernelContext& ctx, std::vector<Tensor>& out) {
     out[0] = requantized(ctx, shape, values, 0, 1, ctx.input(2).type());
 }
 
+// An 8-bit tensor's values repeated to `shape` (numpy broadcasting).
+Tensor expand_to(const Tensor& t, const std::vector<int64_t>& shape) {
+    Tensor out = Tensor::uninitialized(t.type(), shape);
+    const size_t rank = shape.size();
+    std::vector<int64_t> stride(rank, 0);  // t's dimensions right-aligned; 0 along a repeated one
+    for (int64_t d = static_cast<int64_t>(rank) - 1, step = 1, k = static_cast<int64_t>(t.shape().size()) - 1; k >= 0;
+         --d, --k) {
+        stride[static_cast<size_t>(d)] = t.shape()[static_cast<size_t>(k)] == 1 ? 0 : step;
+        step *= t.shape()[static_cast<size_t>(k)];
+    }
+    const auto* in = reinterpret_cast<const uint8_t*>(t.bytes().data());
+    auto* o = reinterpret_cast<uint8_t*>(out.mutable_bytes().data());
+    std::vector<int64_t> at(rank, 0);
+    for (int64_t i = 0, n = out.size(); i < n; ++i) {
+        int64_t offset = 0;
+        for (size_t d = 0; d < rank; ++d) offset += at[d] * stride[d];
+        o[i] = in[offset];
+        for (size_t d = rank; d-- > 0;) {  // the next index, last dimension fastest
+            if (++at[d] < shape[d]) break;
+            at[d] = 0;
+        }
+    }
+    return out;
+}
+
+// The sum of two centred 8-bit values shifted onto the finer one's step, exact in
+// int32, requantized by a shift onto the output's: right shifts round half to even
+// (adding half less one, plus the kept part's lowest bit, before shifting).
+template <typename A, typename B, typename Y>
+[[gnu::always_inline]] inline void add_shifted(const A* __restrict a, const B* __restrict b, Y* __restrict y, size_t n,
+                                               int32_t za, int32_t zb, int da, int db, int shift, int32_t zy,
+                                               int32_t lo, int32_t hi) {
+    if (shift >= 0) {
+        // 2^10 steps already saturate any 8-bit output: clamping first keeps int32 from overflowing.
+        const int left = std::min(shift, 10);
+        for (size_t i = 0; i < n; ++i) {
+            const int32_t s = ((static_cast<int32_t>(a[i]) - za) << da) + ((static_cast<int32_t>(b[i]) - zb) << db);
+            const int32_t q = (std::clamp(s, -1024, 1024) << left) + zy;
+            y[i] = static_cast<Y>(std::clamp(q, lo, hi));
+        }
+        return;
+    }
+    const int right = std::min(-shift, 30);  // |s| < 2^24: beyond that every value rounds to 0
+    const int32_t half_less_one = (int32_t{1} << (right - 1)) - 1;
+    for (size_t i = 0; i < n; ++i) {
+        const int32_t s = ((static_cast<int32_t>(a[i]) - za) << da) + ((static_cast<int32_t>(b[i]) - zb) << db);
+        const int32_t q = ((s + half_less_one + ((s >> right) & 1)) >> right) + zy;
+        y[i] = static_cast<Y>(std::clamp(q, lo, hi));
+    }
+}
+
+// add_shifted compiled for sixteen lanes (the widening and narrowing take one
+// instruction each there), and as it is.
+template <typename A, typename B, typename Y>
+[[gnu::target("avx512f,avx512bw")]] void add_shifted_avx512(const A* a, const B* b, Y* y, size_t n, int32_t za,
+                                                            int32_t zb, int da, int db, int shift, int32_t zy,
+                                                            int32_t lo, int32_t hi) {
+    add_shifted(a, b, y, n, za, zb, da, db, shift, zy, lo, hi);
+}
+
+template <typename A, typename B, typename Y>
+void add_shifted_plain(const A* a, const B* b, Y* y, size_t n, int32_t za, int32_t zb, int da, int db, int shift,
+                       int32_t zy, int32_t lo, int32_t hi) {
+    add_shifted(a, b, y, n, za, zb, da, db, shift, zy, lo, hi);
+}
+
+// PowerOfTwoQLinearAdd, the executor's form of an Add between power-of-two
+// DequantizeLinears and a QuantizeLinear (through a Relu/Clip, as output bounds;
+// see qdq_fusion.hpp): QLinearAdd's inputs, computed exactly in integers, which is
+// what the float Add computes when the fusion's bound holds.
+void power_of_two_qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto a = quantized(ctx, 0, 1, 2);
+    const auto b = quantized(ctx, 3, 4, 5);
+    int ea = 0, eb = 0, ey = 0;
+    std::frexp(a.scale, &ea);
+    std::frexp(b.scale, &eb);
+    std::frexp(ctx.input(6).data<float>()[0], &ey);
+    const int finer = std::min(ea, eb);
+    if (ea - finer > 23 || eb - finer > 23) ctx.fail("the input scales are too far apart to add exactly");
+    const auto zy = static_cast<int32_t>(read_scalar(ctx, ctx.input(7)));
+    const DataType type = ctx.input(7).type();
+    const auto& as = a.data->shape();
+    const auto& bs = b.data->shape();
+    // A broadcast pair is expanded first (values only move); then one elementwise pass.
+    Tensor a_full, b_full;
+    const Tensor* av = a.data;
+    const Tensor* bv = b.data;
+    if (as != bs) {
+        const auto shape = broadcast_shapes(ctx, as, bs);
+        a_full = expand_to(*a.data, shape), b_full = expand_to(*b.data, shape);
+        av = &a_full, bv = &b_full;
+    }
+    dispatch_numeric(type, ctx, [&](auto y_tag) {
+        using Y = typename decltype(y_tag)::type;
+        if constexpr (sizeof(Y) != 1 || std::is_same_v<Y, bool>) {
+            ctx.fail("the output must be int8 or uint8");
+        } else {
+            const auto [lo, hi] = output_bounds<Y>(ctx);
+            out[0] = make_tensor<Y>(av->shape());
+            Y* y = mutable_view<Y>(out[0]).data();
+            const bool wide = cpu_features().avx512f && cpu_features().avx512bw;
+            auto run = [&](const auto* ap, const auto* bp) {
+                const auto n = static_cast<size_t>(out[0].size());
+                constexpr size_t kChunk = size_t{1} << 14;
+                const auto chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
+#pragma omp parallel for if (chunks > 1)
+                for (int64_t c = 0; c < chunks; ++c) {
+                    const size_t first = static_cast<size_t>(c) * kChunk, count = std::min(kChunk, n - first);
+                    (wide ? add_shifted_avx512<std::remove_cvref_t<decltype(*ap)>, std::remove_cvref_t<decltype(*bp)>, Y>
+                          : add_shifted_plain<std::remove_cvref_t<decltype(*ap)>, std::remove_cvref_t<decltype(*bp)>, Y>)(
+                        ap + first, bp + first, y + first, count, a.zero_point, b.zero_point, ea - finer, eb - finer,
+                        finer - ey, zy, lo, hi);
+                }
+            };
+            auto u8 = [](const Tensor& t) { return reinterpret_cast<const uint8_t*>(t.bytes().data()); };
+            auto s8 = [](const Tensor& t) { return reinterpret_cast<const int8_t*>(t.bytes().data()); };
+            const bool a_unsigned = av->type() == DataType::UInt8, b_unsigned = bv->type() == DataType::UInt8;
+            if (a_unsigned && b_unsigned) run(u8(*av), u8(*bv));
+            else if (a_unsigned) run(u8(*av), s8(*bv));
+            else if (b_unsigned) run(s8(*av), u8(*bv));
+            else run(s8(*av), s8(*bv));
+        }
+    });
+}
+
 const KernelRegistration kKernels[] = {
     {kMicrosoft, "QLinearAdd", 1, 1, qlinear_add},
     {kMicrosoft, "QLinearMul", 1, 1, qlinear_mul},
@@ -415,6 +541,7 @@ const KernelRegistration kKernels[] = {
     {kMicrosoft, "QLinearConcat", 1, 1, qlinear_concat},
     {kMicrosoft, "QLinearAveragePool", 1, 1, qlinear_average_pool},
     {kMicrosoft, "QLinearSoftmax", 1, 1, qlinear_softmax},
+    {kInternalDomain, "PowerOfTwoQLinearAdd", 0, 1, power_of_two_qlinear_add},
 };
 
 }  // namespace
