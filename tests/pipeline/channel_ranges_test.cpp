@@ -75,10 +75,8 @@ TEST(ActivationAwareCle, MeasuresTheTensorBetweenTheLayersAndQuantizesItBetter) 
     vaiq::PluginRegistry registry;
     registry.load_default_paths();
     auto run = [&](const std::string& cle) {
-        const auto recipe = vaiq::load_recipe(
-            write_text(dir / "r.yaml", "recipe_version: 1\nmodel_input: in.onnx\nmodel_output: out.onnx\n"
-                                       "calibration_data_reader: x.npy\ncle_guard: false\n" + cle));
-        return output_sqnr(vaiq::run_pipeline(recipe, registry, {}).report_json);
+        return output_sqnr(
+            vaiq::test::run_recipe_in(dir, registry, "calibration_data_reader: x.npy\ncle_guard: false\n" + cle));
     };
     const double none = run(""), plain = run("include_cle: true\n");
     const double aware = run("include_cle: true\nextra_options: {CLEActivationAware: true}\n");

@@ -163,12 +163,8 @@ TEST(JoinedReference, ARunEvaluatesAgainstTheInputModelJoinedIntoCalibration) {
     vaiq::PluginRegistry registry;
     registry.load_default_paths();
     auto run = [&](const std::string& extra) {
-        const auto recipe = vaiq::load_recipe(vaiq::test::write_text(
-            dir / "r.yaml",
-            "recipe_version: 1\nmodel_input: in.onnx\nmodel_output: out.onnx\ncalibration_data_reader: data\n"
-            "extra_options: {ReplaceClip6Relu: true}\n" +
-                extra));
-        return vaiq::run_pipeline(recipe, registry, {}).report_json;
+        return vaiq::test::run_recipe_in(
+            dir, registry, "calibration_data_reader: data\nextra_options: {ReplaceClip6Relu: true}\n" + extra);
     };
     const auto joined = run("");
     EXPECT_EQ(joined["evaluation"]["reference"], "input model, joined into calibration");

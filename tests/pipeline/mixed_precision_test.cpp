@@ -395,13 +395,8 @@ class FastFinetuneTrials : public MixedPrecision {
         vaiq::save_model(b.build(), dir_ / "in.onnx");
     }
     nlohmann::json run_trials(const std::string& yaml) {
-        const auto recipe = vaiq::load_recipe(write_text(dir_ / "t.yaml",
-                                                         "recipe_version: 1\nmodel_input: in.onnx\n"
-                                                         "model_output: out.onnx\n"
-                                                         "random_data_reader_input_shape: [64, 8]\n"
-                                                         "include_fast_ft: true\n" +
-                                                             yaml));
-        return vaiq::run_pipeline(recipe, registry_, {}).report_json;
+        return vaiq::test::run_recipe_in(
+            dir_, registry_, "random_data_reader_input_shape: [64, 8]\ninclude_fast_ft: true\n" + yaml, "t.yaml");
     }
 };
 

@@ -425,12 +425,7 @@ TEST(Evaluation, APreparationThatKeepsTheFunctionIsComparedWithCalibrationsOutpu
     vaiq::PluginRegistry registry;
     registry.load_default_paths();
     auto run = [&](const std::string& extra) {
-        const auto recipe =
-            vaiq::load_recipe(write_text(dir / "r.yaml",
-                                         "recipe_version: 1\nmodel_input: in.onnx\nmodel_output: out.onnx\n"
-                                         "calibration_data_reader: data\n" +
-                                             extra));
-        return vaiq::run_pipeline(recipe, registry, {}).report_json;
+        return vaiq::test::run_recipe_in(dir, registry, "calibration_data_reader: data\n" + extra);
     };
     const auto kept = run("");
     EXPECT_EQ(kept["evaluation"]["reference"], "prepared model (its preparation keeps the function), as calibrated");
@@ -607,15 +602,13 @@ class NpuRun : public ::testing::Test {
     nlohmann::json run(const vaiq::Model& model, const std::string& yaml) {
         const auto dir = temp_dir();
         vaiq::save_model(model, dir / "in.onnx");
-        const auto recipe = vaiq::load_recipe(
-            write_text(dir / "r.yaml",
-                       "recipe_version: 1\ntarget: npu_cnn\ncalibrate_method: MinMSE\nactivation_type: QUInt8\n"
-                       "weight_type: QInt8\nenable_dpu: true\nextra_options: {ActivationSymmetric: true}\n"
-                       "model_input: in.onnx\nmodel_output: out.onnx\n"
-                       "random_data_reader_input_shape: [1, 2, 4, 4]\n" +
-                           yaml));
         output_ = dir / "out.onnx";
-        return vaiq::run_pipeline(recipe, registry_, {}).report_json;
+        return vaiq::test::run_recipe_in(
+            dir, registry_,
+            "target: npu_cnn\ncalibrate_method: MinMSE\nactivation_type: QUInt8\nweight_type: QInt8\n"
+            "enable_dpu: true\nextra_options: {ActivationSymmetric: true}\n"
+            "random_data_reader_input_shape: [1, 2, 4, 4]\n" +
+                yaml);
     }
     static double sqnr(const nlohmann::json& report, const std::string& output) {
         for (const auto& o : report["evaluation"]["outputs"])
@@ -718,10 +711,9 @@ TEST(FloatTypes, LeaveUntypedShapeArithmeticAlone) {
     vaiq::PluginRegistry registry;
     registry.load_default_paths();
     for (const std::string type : {"QFloat16", "QBFloat16"}) {
-        const auto recipe = vaiq::load_recipe(write_text(
-            dir / "r.yaml", "recipe_version: 1\nmodel_input: in.onnx\nmodel_output: out.onnx\nactivation_type: " +
-                                type + "\nweight_type: " + type + "\nrandom_data_reader_input_shape: [2, 4, 8]\n"));
-        const auto report = vaiq::run_pipeline(recipe, registry, {}).report_json;
+        const auto report = vaiq::test::run_recipe_in(dir, registry,
+                                                      "activation_type: " + type + "\nweight_type: " + type +
+                                                          "\nrandom_data_reader_input_shape: [2, 4, 8]\n");
         EXPECT_GT(report["evaluation"]["outputs"][0]["sqnr_db"].get<double>(), 30.0) << type;
         for (const auto& t : report["tensors"])
             EXPECT_TRUE(t["tensor"] != "n" && t["tensor"] != "target" && t["tensor"] != "shape") << t.dump();
@@ -735,11 +727,8 @@ TEST(PerChannel, UpgradesAnOlderModelToOpset13) {
     vaiq::save_model(vaiq::test::conv_relu_model(11), dir / "in.onnx");
     vaiq::PluginRegistry registry;
     registry.load_default_paths();
-    const auto recipe = vaiq::load_recipe(
-        write_text(dir / "r.yaml",
-                   "recipe_version: 1\nmodel_input: in.onnx\nmodel_output: out.onnx\nper_channel: true\n"
-                   "random_data_reader_input_shape: [1, 2, 4, 4]\n"));
-    const auto report = vaiq::run_pipeline(recipe, registry, {}).report_json;
+    const auto report =
+        vaiq::test::run_recipe_in(dir, registry, "per_channel: true\nrandom_data_reader_input_shape: [1, 2, 4, 4]\n");
     EXPECT_EQ(report["opset_converted"]["from"], 11);
     EXPECT_EQ(report["opset_converted"]["to"], 13);
     const auto out = vaiq::load_model(dir / "out.onnx");

@@ -1,5 +1,8 @@
 #include "test_support.hpp"
 
+#include "pipeline/pipeline.hpp"
+#include "recipe/recipe.hpp"
+
 #include <gtest/gtest.h>
 #include <png.h>
 #include <sys/wait.h>
@@ -81,6 +84,13 @@ fs::path write_text(const fs::path& path, const std::string& text) {
     fs::create_directories(path.parent_path());
     std::ofstream(path) << text;
     return path;
+}
+
+nlohmann::json run_recipe_in(const fs::path& dir, PluginRegistry& registry, const std::string& yaml,
+                             const std::string& file) {
+    const auto recipe =
+        load_recipe(write_text(dir / file, "recipe_version: 1\nmodel_input: in.onnx\nmodel_output: out.onnx\n" + yaml));
+    return run_pipeline(recipe, registry, {}).report_json;
 }
 
 GraphBuilder::GraphBuilder(int64_t opset) {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "pipeline/images.hpp"
 #include "plugin/registry.hpp"
 #include "vaiq/calibrator.hpp"
@@ -46,6 +48,11 @@ void write_png(const std::filesystem::path& path, const Image& image);
 
 /// Writes text to a file and returns its path.
 std::filesystem::path write_text(const std::filesystem::path& path, const std::string& text);
+
+/// Runs the pipeline on a recipe written to dir/`file` that quantizes dir/in.onnx
+/// into dir/out.onnx with the settings in `yaml` (YAML lines); returns the report.
+nlohmann::json run_recipe_in(const std::filesystem::path& dir, PluginRegistry& registry, const std::string& yaml,
+                             const std::string& file = "r.yaml");
 
 /// Builds small ONNX graphs in code.
 class GraphBuilder {
