@@ -19,21 +19,23 @@ namespace vaiq::runtime {
 /// (int8 weight, int32 bias). Fused, as ONNX Runtime does on x86
 /// (uint8 activations only: it does not fuse int8 activations there):
 ///  - Conv (with a Relu/Clip the Q makes redundant) -> QLinearConv,
-/// and beyond ONNX Runtime's rules, where it provably computes the same:
-///  - a Conv whose scales are all powers of two (int8 bias, any Relu/Clip) -> QLinearConv
-///    with an int32 bias and the activation as bounds of its output's integers,
 ///  - MatMul -> QLinearMatMul, Gemm -> com.microsoft QGemm,
 ///  - Add, Mul -> com.microsoft QLinearAdd, QLinearMul,
 ///  - Concat -> com.microsoft QLinearConcat,
-///  - AveragePool, GlobalAveragePool, LeakyRelu, Sigmoid, Softmax -> their com.microsoft QLinear forms.
+///  - AveragePool, GlobalAveragePool, LeakyRelu, Sigmoid, Softmax -> their com.microsoft QLinear forms;
+/// and beyond its rules, where that provably computes the same values as its float ops:
+///  - a Conv whose scales are all powers of two (int8 bias, any Relu/Clip) -> QLinearConv
+///    with an int32 bias and the activation as bounds of its output's integers,
+///  - an Add of two power-of-two inputs (any Relu/Clip) -> vaiq.internal PowerOfTwoQLinearAdd.
 /// Float MatMuls left between DequantizeLinear inputs are marked to sum in ONNX
 /// Runtime's order. Returns whether anything changed; `gone` receives the tensors
 /// that no longer exist (the op's float output, a folded
 /// activation's output); every other tensor keeps its name and value.
 bool fuse_qdq(onnx::ModelProto& model, std::vector<std::string>& gone);
 
-/// Set by fuse_qdq on a QLinearConv it makes of a power-of-two Conv whose Relu/Clip
-/// the QuantizeLinear does not make redundant: the bounds of the output's integers.
+/// Set by fuse_qdq on the power-of-two QLinearConv and PowerOfTwoQLinearAdd it makes
+/// with a Relu/Clip the QuantizeLinear does not make redundant: the bounds of the
+/// output's integers.
 inline constexpr const char* kOutputMinAttribute = "vaiq_output_min";
 inline constexpr const char* kOutputMaxAttribute = "vaiq_output_max";
 

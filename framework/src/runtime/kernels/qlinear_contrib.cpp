@@ -485,7 +485,8 @@ void power_of_two_qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
     std::frexp(b.scale, &eb);
     std::frexp(ctx.input(6).data<float>()[0], &ey);
     const int finer = std::min(ea, eb);
-    if (ea - finer > 23 || eb - finer > 23) ctx.fail("the input scales are too far apart to add exactly");
+    // 255 steps of the coarser input must stay within int32 and below 2^24 finer steps (the fusion's bound).
+    if (ea - finer > 16 || eb - finer > 16) ctx.fail("the input scales are too far apart to add exactly");
     const auto zy = static_cast<int32_t>(read_scalar(ctx, ctx.input(7)));
     const DataType type = ctx.input(7).type();
     const auto& as = a.data->shape();
