@@ -206,6 +206,35 @@ TEST(Executor, ARunsThreadCountLastsOnlyThatRun) {
     omp_set_num_threads(before);
 }
 
+// A run for taps alone ends with the last tapped tensor: x -> Relu -> Neg -> Exp,
+// tapping the Neg's output runs neither the Exp nor anything after; a tap of a
+// feed needs no step at all. The tapped values are those of a whole run.
+TEST(Executor, ARunForTapsStopsAtTheLastTappedTensor) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {4}).output("y", {4});
+    b.node("Relu", {"x"}, {"r"});
+    b.node("Neg", {"r"}, {"n"});
+    b.node("Exp", {"n"}, {"y"});
+    const auto model = b.build();
+    Executor executor(model, {.threads = 1, .profile = true});
+    const auto x = Tensor::from_values<float>({4}, std::vector<float>{-1, 2, -3, 4});
+    std::map<std::string, Tensor> whole, taps_only;
+    executor.run({{"x", x}}, {"n"}, [&](const std::string& name, const Tensor& t) { whole[name] = t; });
+    std::map<std::string, int64_t> calls_before;
+    for (const auto& p : executor.profile()) calls_before[p.op_type] = p.calls;
+    executor.run_taps({{"x", x}}, {"n"}, [&](const std::string& name, const Tensor& t) { taps_only[name] = t; });
+    executor.run_taps({{"x", x}}, {"x"}, [&](const std::string& name, const Tensor& t) { taps_only[name] = t; });
+    std::map<std::string, int64_t> calls;
+    for (const auto& p : executor.profile()) calls[p.op_type] = p.calls - calls_before[p.op_type];
+    EXPECT_EQ(calls["Relu"], 1);
+    EXPECT_EQ(calls["Neg"], 1);
+    EXPECT_EQ(calls["Exp"], 0) << "the run went on past its last tap";
+    ASSERT_EQ(taps_only.count("n"), 1u);
+    ASSERT_EQ(taps_only.count("x"), 1u);
+    EXPECT_EQ(std::vector<float>(taps_only["n"].data<float>().begin(), taps_only["n"].data<float>().end()),
+              std::vector<float>(whole["n"].data<float>().begin(), whole["n"].data<float>().end()));
+}
+
 // What reads only constants runs once, when the model is compiled: a stored
 // weight's DequantizeLinear never shows up in a run, and its value is still tappable.
 TEST(Executor, StepsOfConstantsRunOnceAtCompileTime) {

@@ -362,10 +362,11 @@ namespace {
 // (reservoir sampling: every position seen equally likely kept): its input in
 // `candidate` (quantized as the plan quantizes it), with `keep_float` also the
 // float model's, and the float layer's output on its input in `reference`.
-// Returns the candidate's mean squared output error against the reference.
-// A capacity of 0 only measures that error.
+// Returns the candidate's mean squared output error against the reference
+// (NaN without `output_error`: then both models run only as far as the layer's
+// input). A capacity of 0 only measures that error.
 double sample_layer(Layer& l, int64_t capacity, bool keep_float, runtime::Executor& reference,
-                    runtime::Executor& candidate, DataReader& data, std::mt19937_64& rng) {
+                    runtime::Executor& candidate, DataReader& data, std::mt19937_64& rng, bool output_error) {
     l.x.resize(l.rows, 0);
     l.xf.resize(keep_float ? l.rows : 0, 0);
     l.y.resize(l.outputs, 0);
@@ -378,9 +379,8 @@ double sample_layer(Layer& l, int64_t capacity, bool keep_float, runtime::Execut
     data.rewind();
     while (auto batch = data.next()) {
         std::optional<Tensor> float_input;
-        const auto expected =
-            reference.run(batch->feeds, taps, [&](const std::string&, const Tensor& v) { float_input = v; });
-        const auto got = candidate.run(batch->feeds, taps, [&](const std::string& name, const Tensor& value) {
+        const auto take_float = [&](const std::string&, const Tensor& v) { float_input = v; };
+        const auto take_quantized = [&](const std::string& name, const Tensor& value) {
             if (!float_input || value.type() != DataType::Float) return;
             const Tensor q = l.input_quant ? fake_quantize(value, l.input_quant->params, name) : value;
             const Columns qc(l, q), fc(l, *float_input);
@@ -402,7 +402,14 @@ double sample_layer(Layer& l, int64_t capacity, bool keep_float, runtime::Execut
                 if (keep_float) l.xf.col(slot) = Eigen::Map<const Eigen::VectorXf>(f_column.data(), l.rows);
                 layer_output(l, f_column.data(), l.y.col(slot).data());
             }
-        });
+        };
+        if (!output_error) {  // both models only as far as the layer's input
+            reference.run_taps(batch->feeds, taps, take_float);
+            candidate.run_taps(batch->feeds, taps, take_quantized);
+            continue;
+        }
+        const auto expected = reference.run(batch->feeds, taps, take_float);
+        const auto got = candidate.run(batch->feeds, taps, take_quantized);
         for (size_t i = 0; i < std::min(expected.size(), got.size()); ++i) {
             if (expected[i].type() != DataType::Float || got[i].type() != DataType::Float ||
                 expected[i].size() != got[i].size())
@@ -434,7 +441,8 @@ FastFinetuneResult fast_finetune(const Model& float_model, const QuantPlan& plan
     std::mt19937_64 rng(options.seed);
     const bool keep_float = options.drop_ratio < 1;
     // Samples layer `l` from the quantized model with the weights chosen so far
-    // (with `columns` false, nothing); returns that model's output error.
+    // (with `columns` false, nothing); returns that model's output error, which
+    // only SelectiveUpdate reads (else NaN, and the models stop at the layer).
     auto sample = [&](Layer& l, bool columns = true) {
         runtime::ExecutorOptions q = exec;
         q.taps = {l.input};
@@ -444,7 +452,7 @@ FastFinetuneResult fast_finetune(const Model& float_model, const QuantPlan& plan
         const auto column_bytes = ((keep_float ? 2 : 1) * l.rows + l.outputs) * sizeof(float);
         const auto capacity =
             columns ? std::max<int64_t>(1, static_cast<int64_t>(options.memory_bytes / column_bytes)) : 0;
-        return sample_layer(l, capacity, keep_float, reference, candidate, data, rng);
+        return sample_layer(l, capacity, keep_float, reference, candidate, data, rng, options.selective_update);
     };
     // SelectiveUpdate: the layer fitted last, judged by the output error the
     // next sampling measures; dropped (back to nearest rounding) if it is worse.

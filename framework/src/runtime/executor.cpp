@@ -351,6 +351,16 @@ struct Executor::Values {
 
 std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, const std::vector<std::string>& taps,
                                   const Tap& tap) {
+    return run(feeds, taps, tap, true);
+}
+
+void Executor::run_taps(const std::map<std::string, Tensor>& feeds, const std::vector<std::string>& taps,
+                        const Tap& tap) {
+    run(feeds, taps, tap, false);
+}
+
+std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, const std::vector<std::string>& taps,
+                                  const Tap& tap, bool want_outputs) {
     // For this run only: a count left set held for everything after it (constant
     // folding's one-thread runs left whole calibrations on one core).
     std::optional<ThreadCount> threads;
@@ -372,6 +382,11 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
     }
     auto demanded = tapped;
     for (const auto& [source, names] : tapped_at) demanded[source] = true;
+    // Without outputs, the run ends when the last demanded value has been made
+    // (those known from the start, feeds and constants, were tapped already).
+    int64_t pending = 0;
+    for (size_t id = 0; id < demanded.size(); ++id) pending += demanded[id] && !values.get(static_cast<int>(id));
+    if (!want_outputs && pending == 0) return {};
     const auto run_lazy = lazy_steps_for(demanded);
     // Which step of this run reads each value last: fixed unless a tap runs lazy steps.
     const bool lazy_runs = std::find(run_lazy.begin(), run_lazy.end(), true) != run_lazy.end();
@@ -388,11 +403,13 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, co
                 if (tapped[id] && tap) tap(value_names_[id], *values.slots[id]);
                 if (auto at = tapped_at.find(id); at != tapped_at.end() && tap)
                     for (int name : at->second) tap(value_names_[name], *values.slots[id]);
+                pending -= demanded[id] ? 1 : 0;
             }
+            if (!want_outputs && pending == 0) return {};
         }
         for (int id : step.release) values.slots[id].reset();
     }
-    return take_outputs(values);
+    return want_outputs ? take_outputs(values) : std::vector<Tensor>();
 }
 
 // Checks the feeds against the inputs (an outer-scope value is taken as it is) and binds them.

@@ -70,11 +70,17 @@ class Executor {
     std::vector<Tensor> run(const std::map<std::string, Tensor>& feeds, const std::vector<std::string>& taps = {},
                             const Tap& tap = {});
 
+    /// run() for the taps alone: stops once every tapped tensor has reached `tap`
+    /// (steps run in graph order, so what follows the last of them is skipped).
+    void run_taps(const std::map<std::string, Tensor>& feeds, const std::vector<std::string>& taps, const Tap& tap);
+
     /// Per op type, slowest first; empty unless ExecutorOptions::profile.
     std::vector<OpProfile> profile() const;
 
   private:
     struct Step;
+    std::vector<Tensor> run(const std::map<std::string, Tensor>& feeds, const std::vector<std::string>& taps,
+                            const Tap& tap, bool want_outputs);
     // The constructor's jobs, in order.
     void rewrite(const Model& original);
     void number_values();
