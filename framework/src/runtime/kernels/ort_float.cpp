@@ -335,36 +335,68 @@ constexpr int64_t kSgemmPanel = 128;
     }
 }
 
-// R rows of sgemm_rows from i0, their sums for sixteen columns at a time held
-// in registers (R fixed, so they stay there), each lane summing in the same order.
-template <int R>
-[[gnu::target("avx512f")]] void sgemm_block_avx512(const float* a, const float* b, float* c, int64_t i0, int64_t k,
-                                                   int64_t n) {
-    for (int64_t j0 = 0; j0 < n; j0 += 16) {
-        const auto mask = static_cast<__mmask16>(n - j0 >= 16 ? 0xFFFF : (1u << (n - j0)) - 1);
-        for (int64_t k0 = 0; k0 < k; k0 += kSgemmPanel) {
-            const int64_t k1 = std::min(k, k0 + kSgemmPanel);
-            __m512 acc[R];
-            for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-            for (int64_t p = k0; p < k1; ++p) {
-                const __m512 bv = _mm512_maskz_loadu_ps(mask, b + p * n + j0);
-                for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[(i0 + r) * k + p]), bv, acc[r]);
-            }
+// An R x (16 J) tile of sgemm_rows at (i0, j0), its sums held in registers
+// (R and J fixed, so they stay there), each lane summing in the same order. Two
+// dimensions of registers: each B vector loaded serves R rows and each A value
+// J vectors. `last` masks the tile's last vector at the matrix's right edge.
+template <int R, int J>
+[[gnu::target("avx512f")]] void sgemm_tile_avx512(const float* a, const float* b, float* c, int64_t i0, int64_t j0,
+                                                  int64_t k, int64_t n, __mmask16 last) {
+    for (int64_t k0 = 0; k0 < k; k0 += kSgemmPanel) {
+        const int64_t k1 = std::min(k, k0 + kSgemmPanel);
+        __m512 acc[R][J];
+        for (int r = 0; r < R; ++r)
+            for (int j = 0; j < J; ++j) acc[r][j] = _mm512_setzero_ps();
+        for (int64_t p = k0; p < k1; ++p) {
+            __m512 bv[J];
+            for (int j = 0; j < J; ++j)
+                bv[j] = _mm512_maskz_loadu_ps(j == J - 1 ? last : __mmask16(0xFFFF), b + p * n + j0 + j * 16);
             for (int r = 0; r < R; ++r) {
-                float* cr = c + (i0 + r) * n + j0;
-                const __m512 sum = k0 == 0 ? acc[r] : _mm512_add_ps(_mm512_maskz_loadu_ps(mask, cr), acc[r]);
-                _mm512_mask_storeu_ps(cr, mask, sum);
+                const __m512 av = _mm512_set1_ps(a[(i0 + r) * k + p]);
+                for (int j = 0; j < J; ++j) acc[r][j] = _mm512_fmadd_ps(av, bv[j], acc[r][j]);
             }
         }
+        for (int r = 0; r < R; ++r)
+            for (int j = 0; j < J; ++j) {
+                const __mmask16 mask = j == J - 1 ? last : __mmask16(0xFFFF);
+                float* cr = c + (i0 + r) * n + j0 + j * 16;
+                const __m512 sum = k0 == 0 ? acc[r][j] : _mm512_add_ps(_mm512_maskz_loadu_ps(mask, cr), acc[r][j]);
+                _mm512_mask_storeu_ps(cr, mask, sum);
+            }
+    }
+}
+
+constexpr int kTileRows = 6, kTileVectors = 4;  // 24 sums in registers
+
+template <int J>
+[[gnu::target("avx512f")]] void sgemm_tile_rows(int64_t rows, const float* a, const float* b, float* c, int64_t i0,
+                                                int64_t j0, int64_t k, int64_t n, __mmask16 last) {
+    switch (rows) {
+        case 6: return sgemm_tile_avx512<6, J>(a, b, c, i0, j0, k, n, last);
+        case 5: return sgemm_tile_avx512<5, J>(a, b, c, i0, j0, k, n, last);
+        case 4: return sgemm_tile_avx512<4, J>(a, b, c, i0, j0, k, n, last);
+        case 3: return sgemm_tile_avx512<3, J>(a, b, c, i0, j0, k, n, last);
+        case 2: return sgemm_tile_avx512<2, J>(a, b, c, i0, j0, k, n, last);
+        default: return sgemm_tile_avx512<1, J>(a, b, c, i0, j0, k, n, last);
     }
 }
 
 [[gnu::target("avx512f")]] void sgemm_avx512(const float* a, const float* b, float* c, int64_t m, int64_t k,
                                              int64_t n) {
-    int64_t i0 = 0;
-    for (; i0 + 16 <= m; i0 += 16) sgemm_block_avx512<16>(a, b, c, i0, k, n);
-    for (; i0 + 8 <= m; i0 += 8) sgemm_block_avx512<8>(a, b, c, i0, k, n);
-    for (; i0 < m; ++i0) sgemm_block_avx512<1>(a, b, c, i0, k, n);
+    for (int64_t j0 = 0; j0 < n; j0 += 16 * kTileVectors) {
+        const int64_t columns = std::min<int64_t>(16 * kTileVectors, n - j0);
+        const int64_t vectors = (columns + 15) / 16, tail = columns - 16 * (vectors - 1);
+        const auto last = static_cast<__mmask16>(tail == 16 ? 0xFFFF : (1u << tail) - 1);
+        for (int64_t i0 = 0; i0 < m; i0 += kTileRows) {
+            const int64_t rows = std::min<int64_t>(kTileRows, m - i0);
+            switch (vectors) {
+                case 4: sgemm_tile_rows<4>(rows, a, b, c, i0, j0, k, n, last); break;
+                case 3: sgemm_tile_rows<3>(rows, a, b, c, i0, j0, k, n, last); break;
+                case 2: sgemm_tile_rows<2>(rows, a, b, c, i0, j0, k, n, last); break;
+                default: sgemm_tile_rows<1>(rows, a, b, c, i0, j0, k, n, last); break;
+            }
+        }
+    }
 }
 
 [[gnu::target("fma")]] void sgemm_fma(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n) {
