@@ -31,6 +31,14 @@ using vaiq::runtime::Executor;
 using vaiq::runtime::test::error_of;
 using vaiq::runtime::test::reference_conv_relu;
 
+// Adds one-value initializers to `b`: scalar(name, value), of the value's type.
+auto scalar_initializers(vaiq::test::GraphBuilder& b) {
+    return [&b](const std::string& name, auto v) {
+        using V = decltype(v);
+        b.initializer(name, Tensor::from_values<V>({}, std::vector<V>{v}));
+    };
+}
+
 // Fuzzing found both: a zero point with fewer values than the scale was read
 // out of bounds, one of another type than DequantizeLinear's input failed an
 // internal type check. Both are the model's fault: InputError naming them.
@@ -118,10 +126,7 @@ TEST(Executor, QLinearMatMulSumsCentredIntegersExactly) {
     vaiq::test::GraphBuilder g;
     g.input("a", {batch, m, k}, DataType::UInt8).output("y", {batch, m, n}, DataType::UInt8);
     g.initializer("b", Tensor::from_values<uint8_t>({k, n}, bv));
-    auto scalar = [&](const std::string& name, auto v) {
-        using V = decltype(v);
-        g.initializer(name, Tensor::from_values<V>({}, std::vector<V>{v}));
-    };
+    const auto scalar = scalar_initializers(g);
     scalar("sa", sa);
     scalar("za", za);
     scalar("sb", sb);
@@ -188,10 +193,7 @@ TEST(Executor, QLinearAddRequantizesLikeOnnxRuntime) {
     // a = (q - 128) * 0.5, b = (q - 0) * 0.25, c = round((a + b) / 1.0) + 10, saturated to uint8.
     vaiq::test::GraphBuilder b;
     b.input("a", {4}, DataType::UInt8).input("b", {4}, DataType::UInt8).output("c", {4}, DataType::UInt8);
-    auto scalar = [&](const std::string& name, auto v) {
-        using V = decltype(v);
-        b.initializer(name, Tensor::from_values<V>({}, std::vector<V>{v}));
-    };
+    const auto scalar = scalar_initializers(b);
     scalar("sa", 0.5f);
     scalar("za", uint8_t{128});
     scalar("sb", 0.25f);
@@ -383,10 +385,7 @@ TEST(Executor, ChannelsLastConvolutionBandsAgreeWithTheWholeConvolution) {
     std::uniform_int_distribution<int> byte(0, 255), weight(-127, 127);
     vaiq::test::GraphBuilder b;
     b.input("x", {n, c, h, w}, DataType::UInt8).output("y", {}, DataType::UInt8);
-    auto scalar = [&](const std::string& name, auto v) {
-        using V = decltype(v);
-        b.initializer(name, Tensor::from_values<V>({}, std::vector<V>{v}));
-    };
+    const auto scalar = scalar_initializers(b);
     scalar("z_in", uint8_t{37});
     scalar("s_in", 0.02f);
     scalar("zw", int8_t{0});
@@ -492,10 +491,7 @@ TEST(Executor, DepthwiseConvolutionsAgreeWithTheWholeConvolution) {
 vaiq::Model qdq_conv(float clip_max) {
     vaiq::test::GraphBuilder b;
     b.input("x", {1, 2, 5, 5}).output("y", {1, 3, 5, 5});
-    auto scalar = [&](const std::string& name, auto v) {
-        using V = decltype(v);
-        b.initializer(name, Tensor::from_values<V>({}, std::vector<V>{v}));
-    };
+    const auto scalar = scalar_initializers(b);
     scalar("sx", 0.02f);
     scalar("zx", uint8_t{128});
     scalar("sw", 0.01f);
@@ -683,10 +679,7 @@ TEST(QdqFusion, Int8PairsBecomeUint8AndFuse) {
         vaiq::test::GraphBuilder b;
         b.input("x", {1, 2, 4, 4}).output("y", {1, 3, 4, 4});
         if (shared) b.output("xd_out", {1, 2, 4, 4});
-        auto scalar = [&](const std::string& name, auto v) {
-            using V = decltype(v);
-            b.initializer(name, Tensor::from_values<V>({}, std::vector<V>{v}));
-        };
+        const auto scalar = scalar_initializers(b);
         scalar("sx", 0.02f);
         scalar("zx", int8_t{3});
         scalar("sw", 0.01f);
@@ -731,10 +724,7 @@ struct NpuConv {
 vaiq::Model npu_conv(const NpuConv& p) {
     vaiq::test::GraphBuilder b;
     b.input("x", {1, p.channels, 7, 7}).output("y", {1, p.outputs, 7, 7});
-    auto scalar = [&](const std::string& name, auto v) {
-        using V = decltype(v);
-        b.initializer(name, Tensor::from_values<V>({}, std::vector<V>{v}));
-    };
+    const auto scalar = scalar_initializers(b);
     scalar("sx", p.x_scale);
     scalar("zx", uint8_t{128});
     scalar("sb", p.bias_scale);
@@ -844,10 +834,7 @@ struct NpuAdd {
 vaiq::Model npu_add(const NpuAdd& p) {
     vaiq::test::GraphBuilder b;
     b.input("a", {1, 3, 5, 5}).input("b", p.b_shape).output("y", {1, 3, 5, 5});
-    auto scalar = [&](const std::string& name, auto v) {
-        using V = decltype(v);
-        b.initializer(name, Tensor::from_values<V>({}, std::vector<V>{v}));
-    };
+    const auto scalar = scalar_initializers(b);
     scalar("sa", p.a_scale);
     scalar("za", uint8_t{128});
     scalar("sb", p.b_scale);

@@ -350,7 +350,7 @@ class Fusion {
         for (const auto& p : *in)
             if (!p.per_tensor || !is_8_bit(p.elem_type) || !power_of_two(p.scale_value)) return std::nullopt;
         std::optional<int> activation;
-        const auto q = quantized_output(n, 0, fused, &activation, true);
+        const auto q = quantized_output(n, 0, fused, &activation);
         if (!q || !is_8_bit(q->elem_type) || !power_of_two(q->scale_value)) return std::nullopt;
         std::optional<std::pair<float, float>> bounds;
         if (activation && !(bounds = clip_bounds(graph_.node(*activation)))) return std::nullopt;
@@ -485,17 +485,16 @@ class Fusion {
     }
 
     // The one QuantizeLinear the output goes to, through a redundant Relu/Clip for Conv
-    // (through any, which `activation` then names, when it is given).
+    // (through any Relu/Clip after any op, which `kept_activation` then names, when given).
     std::optional<QParams> quantized_output(int n, int activation_type, Fused& fused,
-                                            std::optional<int>* kept_activation = nullptr,
-                                            bool any_op_activation = false) const {
+                                            std::optional<int>* kept_activation = nullptr) const {
         const auto& node = graph_.node(n);
         std::string out = node.output(0);
         int consumer = sole_consumer(out);
         if (consumer < 0) return std::nullopt;
         fused.gone.push_back(out);
         std::optional<int> activation;
-        if ((node.op_type() == "Conv" || any_op_activation) && is_default_domain(graph_.node(consumer)) &&
+        if ((node.op_type() == "Conv" || kept_activation) && is_default_domain(graph_.node(consumer)) &&
             (graph_.node(consumer).op_type() == "Relu" || graph_.node(consumer).op_type() == "Clip")) {
             activation = consumer;
             out = graph_.node(consumer).output(0);

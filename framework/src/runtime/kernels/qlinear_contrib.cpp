@@ -410,25 +410,10 @@ void qlinear_concat(KernelContext& ctx, std::vector<Tensor>& out) {
 // An 8-bit tensor's values repeated to `shape` (numpy broadcasting).
 Tensor expand_to(const Tensor& t, const std::vector<int64_t>& shape) {
     Tensor out = Tensor::uninitialized(t.type(), shape);
-    const size_t rank = shape.size();
-    std::vector<int64_t> stride(rank, 0);  // t's dimensions right-aligned; 0 along a repeated one
-    for (int64_t d = static_cast<int64_t>(rank) - 1, step = 1, k = static_cast<int64_t>(t.shape().size()) - 1; k >= 0;
-         --d, --k) {
-        stride[static_cast<size_t>(d)] = t.shape()[static_cast<size_t>(k)] == 1 ? 0 : step;
-        step *= t.shape()[static_cast<size_t>(k)];
-    }
+    const auto index = broadcast_index(t.shape(), shape);
     const auto* in = reinterpret_cast<const uint8_t*>(t.bytes().data());
     auto* o = reinterpret_cast<uint8_t*>(out.mutable_bytes().data());
-    std::vector<int64_t> at(rank, 0);
-    for (int64_t i = 0, n = out.size(); i < n; ++i) {
-        int64_t offset = 0;
-        for (size_t d = 0; d < rank; ++d) offset += at[d] * stride[d];
-        o[i] = in[offset];
-        for (size_t d = rank; d-- > 0;) {  // the next index, last dimension fastest
-            if (++at[d] < shape[d]) break;
-            at[d] = 0;
-        }
-    }
+    for (size_t i = 0; i < index.size(); ++i) o[i] = in[index[i]];
     return out;
 }
 
