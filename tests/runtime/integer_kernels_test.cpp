@@ -216,6 +216,47 @@ TEST(Executor, QLinearAddRequantizesLikeOnnxRuntime) {
 
 // Ties within a float rounding step, from a quantized ViT's LayerNorm, where
 // ONNX Runtime's order of operations decides the result.
+// A single value added to a tensor (HardSwish's x + 3, a bias of one value) runs as
+// one pass whose constant holds the single value's share: each output as the
+// element-by-element formula gives it, on either side, over several chunks.
+TEST(Executor, QLinearAddOfASingleValueIsTheElementwiseFormula) {
+    const float sa = 0x1.e7a4fep-6f, sb = 0x1.d5c55cp-4f, sc = 0x1.e8b12p-5f;
+    const uint8_t za = 133, zb = 7, zc = 121;
+    const int64_t n = 40000;  // three chunks of 2^14
+    std::vector<uint8_t> big(static_cast<size_t>(n));
+    for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 7919 % 256);
+    for (const bool single_first : {false, true}) {
+        vaiq::test::GraphBuilder b;
+        const std::vector<int64_t> a_shape = single_first ? std::vector<int64_t>{1} : std::vector<int64_t>{4, n / 4};
+        const std::vector<int64_t> b_shape = single_first ? std::vector<int64_t>{4, n / 4} : std::vector<int64_t>{1};
+        b.input("a", a_shape, DataType::UInt8).input("b", b_shape, DataType::UInt8).output("c", {4, n / 4}, DataType::UInt8);
+        const auto scalar = scalar_initializers(b);
+        scalar("sa", sa), scalar("za", za), scalar("sb", sb), scalar("zb", zb), scalar("sc", sc), scalar("zc", zc);
+        b.node("QLinearAdd", {"a", "sa", "za", "b", "sb", "zb", "sc", "zc"}, {"c"}, "add").set_domain("com.microsoft");
+        auto model = b.build();
+        auto* ms = model.proto().add_opset_import();
+        ms->set_domain("com.microsoft");
+        ms->set_version(1);
+        const uint8_t lone = 201;
+        const auto single = Tensor::from_values<uint8_t>({1}, std::vector<uint8_t>{lone});
+        const auto whole = Tensor::from_values<uint8_t>({4, n / 4}, big);
+        const auto c = Executor(model, {.threads = 2})
+                           .run({{"a", single_first ? single : whole}, {"b", single_first ? whole : single}})[0];
+        const float ra = sa / sc, rb = sb / sc;
+        const bool fused = vaiq::runtime::cpu_features().avx2 && vaiq::runtime::cpu_features().fma;
+        const float fixed = static_cast<float>(zc) - (fused ? std::fma(ra, static_cast<float>(za), rb * zb)
+                                                            : ra * static_cast<float>(za) + rb * zb);
+        int differing = 0;
+        for (int64_t i = 0; i < n; ++i) {
+            const float x = big[static_cast<size_t>(i)];
+            const float v = single_first ? std::fma(x, rb, fixed + static_cast<float>(lone) * ra)
+                                         : std::fma(x, ra, fixed + static_cast<float>(lone) * rb);
+            differing += c.data<uint8_t>()[i] != static_cast<uint8_t>(std::clamp(std::nearbyint(v), 0.0f, 255.0f));
+        }
+        EXPECT_EQ(differing, 0) << (single_first ? "the single value first" : "the single value second");
+    }
+}
+
 TEST(Executor, QLinearAddAndMulRoundNearTiesAsOnnxRuntime) {
     auto run = [](const std::string& op, uint8_t a, float sa, uint8_t za, uint8_t bv, float sb, uint8_t zb, float sc,
                   uint8_t zc) {

@@ -104,6 +104,26 @@ void add_scaled(const A* a, const B* b, float* out, size_t n, float ratio_a, flo
         add_scaled_rows(a, b, out, n, ratio_a, ratio_b, fixed);
 }
 
+// x * ratio + constant with one fused multiply-add per element: an Add of a single
+// value, whose share is folded into the constant (same FMA dispatch as add_scaled).
+template <typename X>
+[[gnu::always_inline]] inline void scale_add_rows(const X* x, float* out, size_t n, float ratio, float constant) {
+    for (size_t i = 0; i < n; ++i) out[i] = std::fma(static_cast<float>(x[i]), ratio, constant);
+}
+
+template <typename X>
+[[gnu::target("avx2,fma")]] void scale_add_fma(const X* x, float* out, size_t n, float ratio, float constant) {
+    scale_add_rows(x, out, n, ratio, constant);
+}
+
+template <typename X>
+void scale_add(const X* x, float* out, size_t n, float ratio, float constant) {
+    if (cpu_features().avx2 && cpu_features().fma)
+        scale_add_fma(x, out, n, ratio, constant);
+    else
+        scale_add_rows(x, out, n, ratio, constant);
+}
+
 // QLinearAdd with ONNX Runtime's x86 arithmetic: c = a * (sa/sc) + b * (sb/sc) +
 // (zc - (sa/sc) za - (sb/sc) zb) in float, with fused multiply-adds where its
 // kernels have them (a side that is one value per run is folded into the constant
@@ -177,6 +197,38 @@ void qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
             pair(int8_t{}, uint8_t{});
         else
             pair(int8_t{}, int8_t{});
+        out[0] = std::move(y);
+        return;
+    }
+    // One side a single value (a constant added, as in HardSwish's x + 3): its share
+    // folds into the constant as the path below computes it, then one pass per chunk.
+    const bool single_a = a_scalar && a.data->size() == 1, single_b = b_scalar && b.data->size() == 1;
+    if ((single_a || single_b) && is_8_bit(a.data->type()) && is_8_bit(b.data->type()) && is_8_bit(type)) {
+        const auto& lone = single_a ? a : b;
+        const auto& other = single_a ? b : a;
+        const Tensor lone_value = raw_floats(ctx, *lone.data);
+        const float constant = fixed + lone_value.data<float>()[0] * (single_a ? ratio_a : ratio_b);
+        const float ratio = single_a ? ratio_b : ratio_a;
+        Tensor y = Tensor::uninitialized(type, broadcast_shapes(ctx, as, bs));
+        auto* y_bytes = reinterpret_cast<uint8_t*>(y.mutable_bytes().data());  // taken once, before the threads
+        const auto n = static_cast<size_t>(other.data->size());
+        auto run = [&](auto tag) {
+            using X = decltype(tag);
+            const X* x = other.data->data<X>().data();
+            constexpr size_t kChunk = size_t{1} << 14;
+            const auto chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
+#pragma omp parallel for if (chunks > 1)
+            for (int64_t c = 0; c < chunks; ++c) {
+                const size_t first = static_cast<size_t>(c) * kChunk, count = std::min(kChunk, n - first);
+                std::vector<float> values(count);
+                scale_add(x + first, values.data(), count, ratio, constant);
+                round_to_8_bit(values.data(), type, y_bytes + first, count);
+            }
+        };
+        if (other.data->type() == DataType::UInt8)
+            run(uint8_t{});
+        else
+            run(int8_t{});
         out[0] = std::move(y);
         return;
     }
