@@ -542,7 +542,9 @@ void power_of_two_qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
         if constexpr (sizeof(Y) != 1 || std::is_same_v<Y, bool>) {
             ctx.fail("the output must be int8 or uint8");
         } else {
-            const auto [lo, hi] = output_bounds<Y>(ctx);
+            // Plain variables: clang does not let a lambda capture structured bindings.
+            const auto bounds = output_bounds<Y>(ctx);
+            const auto lo = bounds.first, hi = bounds.second;
             out[0] = make_tensor<Y>(av->shape());
             Y* y = mutable_view<Y>(out[0]).data();
             const bool wide = cpu_features().avx512f && cpu_features().avx512bw;
