@@ -329,9 +329,10 @@ TEST(OnnxRuntimeQdq, AQuantizedAddOfARepeatedFirstInputAgreesToTheBit) {
 
 // MobileNetV2's blocks (a 3x3 stem, 1x1 expansion, depthwise 3x3 with padding,
 // stride 2 with uneven pads, a residual Add (ResNet's, with a Relu after it:
-// `relu_after_add`), global pooling, a classifier) and an input for it, large
-// enough that requantization splits into chunks mid-pixel.
-std::pair<vaiq::Model, vaiq::Tensor> conv_chain(bool relu_after_add = false) {
+// `relu_after_add`), MobileNetV3's HardSwish spelled out as x * HardSigmoid(x)
+// after the strided Conv (`hard_swish`), global pooling, a classifier) and an
+// input for it, large enough that requantization splits into chunks mid-pixel.
+std::pair<vaiq::Model, vaiq::Tensor> conv_chain(bool relu_after_add = false, bool hard_swish = false) {
     using vaiq::Tensor;
     vaiq::test::GraphBuilder b(13);
     b.input("x", {2, 8, 40, 40}).output("y", {2, 10});
@@ -364,10 +365,14 @@ std::pair<vaiq::Model, vaiq::Tensor> conv_chain(bool relu_after_add = false) {
     b.node("Conv", {"d6", "w_project"}, {"p"});
     b.node("Add", {"p", "a"}, {relu_after_add ? "sum" : "r"});
     if (relu_after_add) b.node("Relu", {"sum"}, {"r"});
-    auto& down = b.node("Conv", {"r", "w_down"}, {"s"});
+    auto& down = b.node("Conv", {"r", "w_down"}, {hard_swish ? "s0" : "s"});
     vaiq::test::set_ints_attribute(down, "pads", {0, 1, 1, 0});
     vaiq::test::set_ints_attribute(down, "strides", {2, 2});
     vaiq::test::set_int_attribute(down, "group", 8);
+    if (hard_swish) {
+        b.node("HardSigmoid", {"s0"}, {"hs"});
+        b.node("Mul", {"s0", "hs"}, {"s"});
+    }
     b.node("GlobalAveragePool", {"s"}, {"g"});
     b.node("Flatten", {"g"}, {"f"});
     auto& fc = b.node("Gemm", {"f", "w_fc", "b_fc"}, {"y"});
@@ -413,12 +418,13 @@ TEST(OnnxRuntimeQdq, AChannelsLastIntegerConvolutionChainAgreesToTheBit) {
 }
 
 // The chain quantized by cnn_npu.yaml (power-of-two scales, int8 biases, Relus the
-// QuantizeLinear does not make redundant): ONNX Runtime runs its Convs and the
-// residual Add in float; the executor runs them, where their float sums are
-// provably exact, on integers, and still computes every output bit for bit as
+// QuantizeLinear does not make redundant, a HardSwish): ONNX Runtime runs its
+// Convs, the residual Add and the HardSwish's float ops in float; the executor
+// runs the first two, where their float sums are provably exact, on integers,
+// the last as lookup tables, and still computes every output bit for bit as
 // ONNX Runtime does.
 TEST(OnnxRuntimeNpu, PowerOfTwoConvolutionsAndAddsRunAsIntegersAndAgreeToTheBit) {
-    const auto [m, x] = conv_chain(true);
+    const auto [m, x] = conv_chain(true, true);
     const auto dir = vaiq::test::temp_dir();
     vaiq::save_model(m, dir / "m.onnx");
     vaiq::write_npy(dir / "x.npy", x);
@@ -435,13 +441,17 @@ TEST(OnnxRuntimeNpu, PowerOfTwoConvolutionsAndAddsRunAsIntegersAndAgreeToTheBit)
         const auto ours = executor.run({{"x", x}})[0];
         ASSERT_EQ(ours.size(), theirs.size());
         for (int64_t i = 0; i < ours.size(); ++i) EXPECT_EQ(ours.data<float>()[i], theirs.data<float>()[i]) << i;
-        int64_t integer = 0, float_convs = 0, adds = 0;
+        int64_t integer = 0, float_convs = 0, adds = 0, lookups = 0, hard_sigmoids = 0;
         for (const auto& p : executor.profile()) {
             if (p.op_type.find("QLinearConv") != std::string::npos) integer += p.calls;
             if (p.op_type == "Conv" || p.op_type == "NhwcConv") float_convs += p.calls;
             if (p.op_type == "PowerOfTwoQLinearAdd") adds += p.calls;
+            if (p.op_type == "LookupTable") lookups += p.calls;
+            if (p.op_type == "HardSigmoid") hard_sigmoids += p.calls;
         }
         EXPECT_EQ(adds, 1) << "the residual Add and its Relu";
+        EXPECT_EQ(lookups, 1) << "the HardSwish's HardSigmoid (its Mul is a QLinearMul)";
+        EXPECT_EQ(hard_sigmoids, 0);
         if (vaiq::runtime::exact_int8_available()) {
             EXPECT_EQ(integer, 5) << "float convolutions left: " << float_convs;
         }

@@ -257,6 +257,69 @@ TEST(Executor, QLinearAddOfASingleValueIsTheElementwiseFormula) {
     }
 }
 
+// QLinearMul of 8-bit inputs over each way one input meets the other: the same
+// shape, a single value on either side, one value per channel (NCHW) and per
+// channel repeated (channels last), and a broadcast of both ([4, 1] x [1, 5000]),
+// every output float((a - za)(b - zb)) * ((sa sb) / sc) + zc rounded half to even.
+TEST(Executor, QLinearMulIsTheElementwiseFormulaHoweverItBroadcasts) {
+    const float sa = 0x1.e7a4fep-6f, sb = 0x1.d5c55cp-4f, sc = 0x1.e8b12p-5f;
+    const uint8_t za = 133, zc = 121;
+    const int8_t zb = -3;
+    struct Case {
+        std::vector<int64_t> a, b;
+    };
+    const std::vector<Case> cases = {
+        {{2, 20000}, {2, 20000}},       {{1}, {2, 3, 7000}}, {{2, 3, 7000}, {}}, {{1, 6, 40, 90}, {1, 6, 1, 1}},
+        {{1, 1, 1, 6}, {1, 40, 90, 6}}, {{4, 1}, {1, 5000}}};
+    for (const auto& [as, bs] : cases) {
+        const auto count = [](const std::vector<int64_t>& s) {
+            return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<>());
+        };
+        std::vector<uint8_t> av(static_cast<size_t>(count(as)));
+        std::vector<int8_t> bv(static_cast<size_t>(count(bs)));
+        for (size_t i = 0; i < av.size(); ++i) av[i] = static_cast<uint8_t>(i * 7919 % 256);
+        for (size_t i = 0; i < bv.size(); ++i) bv[i] = static_cast<int8_t>(i * 104729 % 256 - 128);
+        const size_t rank = std::max(as.size(), bs.size());
+        auto padded = [&](std::vector<int64_t> s) {
+            s.insert(s.begin(), rank - s.size(), 1);
+            return s;
+        };
+        const auto pa = padded(as), pb = padded(bs);
+        std::vector<int64_t> cs(rank);
+        for (size_t d = 0; d < rank; ++d) cs[d] = std::max(pa[d], pb[d]);
+        vaiq::test::GraphBuilder b;
+        b.input("a", as, DataType::UInt8).input("b", bs, DataType::Int8).output("c", cs, DataType::UInt8);
+        const auto scalar = scalar_initializers(b);
+        scalar("sa", sa), scalar("za", za), scalar("sb", sb), scalar("zb", zb), scalar("sc", sc), scalar("zc", zc);
+        b.node("QLinearMul", {"a", "sa", "za", "b", "sb", "zb", "sc", "zc"}, {"c"}, "mul").set_domain("com.microsoft");
+        auto model = b.build();
+        auto* ms = model.proto().add_opset_import();
+        ms->set_domain("com.microsoft");
+        ms->set_version(1);
+        const auto c =
+            Executor(model, {.threads = 2})
+                .run({{"a", Tensor::from_values<uint8_t>(as, av)}, {"b", Tensor::from_values<int8_t>(bs, bv)}})[0];
+        ASSERT_EQ(c.shape(), cs);
+        const float ratio = sa * sb / sc;
+        int differing = 0;
+        for (int64_t i = 0; i < c.size(); ++i) {
+            int64_t ia = 0, ib = 0, rest = i;  // the inputs' indices of output element i
+            int64_t stride_a = 1, stride_b = 1;
+            for (size_t d = rank; d-- > 0;) {
+                const int64_t at = rest % cs[d];
+                rest /= cs[d];
+                ia += (pa[d] == 1 ? 0 : at) * stride_a, ib += (pb[d] == 1 ? 0 : at) * stride_b;
+                stride_a *= pa[d], stride_b *= pb[d];
+            }
+            const float product =
+                static_cast<float>((av[static_cast<size_t>(ia)] - za) * (bv[static_cast<size_t>(ib)] - zb));
+            const float v = product * ratio + static_cast<float>(zc);
+            differing += c.data<uint8_t>()[i] != static_cast<uint8_t>(std::clamp(std::nearbyint(v), 0.0f, 255.0f));
+        }
+        EXPECT_EQ(differing, 0) << "shapes " << as.size() << "-d and " << bs.size() << "-d, " << c.size() << " outputs";
+    }
+}
+
 TEST(Executor, QLinearAddAndMulRoundNearTiesAsOnnxRuntime) {
     auto run = [](const std::string& op, uint8_t a, float sa, uint8_t za, uint8_t bv, float sb, uint8_t zb, float sc,
                   uint8_t zc) {
@@ -643,10 +706,90 @@ TEST(QdqFusion, DropsTheQdqPairAroundAnOpThatOnlyMovesValues) {
     const auto rescaled_model = pair_around("Transpose", {1, 2, 3}, {1, 3, 2}, 0.04f, 0.05f, perm);
     Executor rescaled(rescaled_model);
     EXPECT_EQ(tap_error(rescaled, x, "t"), "");
-    // An op that computes (Relu) is not a move: its pair stays.
-    const auto computed_model = pair_around("Relu", {1, 2, 3}, {1, 2, 3}, 0.04f, 0.04f);
-    Executor computed(computed_model);
-    EXPECT_EQ(tap_error(computed, x, "t"), "");
+    // An op that computes (Relu) is not a move: its pair is not dropped (the
+    // integers' own Relu, around zero point 100, would keep the negative values);
+    // it becomes a lookup table of what the float op computes.
+    expect_on_integers_and_exact(pair_around("Relu", {1, 2, 3}, {1, 2, 3}, 0.04f, 0.04f), x, {1, 2, 3});
+}
+
+// A HardSwish spelled out between a pair, x * HardSigmoid(x) + 0.5 (a constant of
+// rank 1): one lookup table of the input's integers, equal to the float ops on
+// every one of them (uint8 and int8; 300 elements: the 64-byte permutes and the rest).
+TEST(QdqFusion, FloatOpsBetweenAPairRunAsALookupTableOfTheIntegers) {
+    for (const auto type : {DataType::UInt8, DataType::Int8}) {
+        vaiq::test::GraphBuilder b;
+        b.input("x", {3, 100}).output("y", {3, 100});
+        b.initializer("s", Tensor::from_values<float>({}, std::vector<float>{0.037f}));
+        b.initializer("so", Tensor::from_values<float>({}, std::vector<float>{0.029f}));
+        b.initializer("half", Tensor::from_values<float>({1}, std::vector<float>{0.5f}));
+        if (type == DataType::UInt8)
+            b.initializer("z", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{131}));
+        else
+            b.initializer("z", Tensor::from_values<int8_t>({}, std::vector<int8_t>{-7}));
+        b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
+        b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
+        b.node("HardSigmoid", {"xd"}, {"h"}, "hard_sigmoid");
+        b.node("Mul", {"xd", "h"}, {"m"}, "mul");
+        b.node("Add", {"m", "half"}, {"t"}, "add");
+        b.node("QuantizeLinear", {"t", "so", "z"}, {"tq"});
+        b.node("DequantizeLinear", {"tq", "so", "z"}, {"y"});
+        const auto model = b.build();
+        // Every integer of the type once (x from -5.3 by 0.037), then 44 more.
+        const auto x = vaiq::test::ramp({3, 100}, -5.3f, 0.037f);
+        Executor fused(model), plain(model, {.fuse_qdq = false});
+        for (const auto* inside : {"h", "m", "t"})
+            EXPECT_NE(tap_error(fused, x, inside).find("inside an integer operator"), std::string::npos) << inside;
+        const auto a = fused.run({{"x", x}})[0], c = plain.run({{"x", x}})[0];
+        ASSERT_EQ(a.shape(), (std::vector<int64_t>{3, 100}));
+        int differing = 0;
+        for (int64_t i = 0; i < a.size(); ++i) differing += a.data<float>()[i] != c.data<float>()[i];
+        EXPECT_EQ(differing, 0);
+    }
+}
+
+// Not a lookup: an op whose result something else reads too (a graph output), and
+// a group fed by two DequantizeLinears.
+TEST(QdqFusion, AGroupWithAnotherReaderOrTwoSourcesIsNotALookupTable) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {4}).input("w", {4}).output("y", {4}).output("h", {4}).output("v", {4});
+    b.initializer("s", Tensor::from_values<float>({}, std::vector<float>{0.05f}));
+    b.initializer("z", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{128}));
+    b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
+    b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
+    b.node("HardSigmoid", {"xd"}, {"h"}, "hard_sigmoid");  // also a graph output
+    b.node("QuantizeLinear", {"h", "s", "z"}, {"hq"});
+    b.node("DequantizeLinear", {"hq", "s", "z"}, {"y"});
+    b.node("QuantizeLinear", {"w", "s", "z"}, {"wq"});
+    b.node("DequantizeLinear", {"wq", "s", "z"}, {"wd"});
+    b.node("Max", {"xd", "wd"}, {"t"}, "max");  // two sources
+    b.node("QuantizeLinear", {"t", "s", "z"}, {"tq"});
+    b.node("DequantizeLinear", {"tq", "s", "z"}, {"v"});
+    const auto model = b.build();
+    Executor e(model);
+    const auto x = vaiq::test::ramp({4}, -1.0f, 0.3f), w = vaiq::test::ramp({4}, 0.5f, -0.4f);
+    EXPECT_NO_THROW(e.run({{"x", x}, {"w", w}}, {"h", "t"}, [](const std::string&, const Tensor&) {}));
+}
+
+// With a constant of rank 1 the output of a scalar's group has rank 1, as
+// broadcasting makes it.
+TEST(QdqFusion, ALookupTableKeepsTheRankItsConstantsGive) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {}).output("y", {1});
+    b.initializer("s", Tensor::from_values<float>({}, std::vector<float>{0.1f}));
+    b.initializer("z", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{0}));
+    b.initializer("two", Tensor::from_values<float>({1}, std::vector<float>{2.0f}));
+    b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
+    b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
+    b.node("Mul", {"xd", "two"}, {"t"}, "mul");
+    b.node("QuantizeLinear", {"t", "s", "z"}, {"tq"});
+    b.node("DequantizeLinear", {"tq", "s", "z"}, {"y"});
+    const auto model = b.build();
+    Executor fused(model);
+    const auto x = Tensor::from_values<float>({}, std::vector<float>{1.2f});
+    EXPECT_NE(tap_error(fused, x, "t").find("inside an integer operator"), std::string::npos);
+    const auto y = fused.run({{"x", x}})[0];
+    ASSERT_EQ(y.shape(), (std::vector<int64_t>{1}));
+    EXPECT_FLOAT_EQ(y.data<float>()[0], 2.4f);
 }
 
 // DQ -> MaxPool -> Q (padded, strided) with one scale: the pool takes the max of

@@ -9,6 +9,7 @@
 
 #include "runtime/kernels/int8_conv.hpp"
 #include "runtime/layout.hpp"
+#include "runtime/lookup_fusion.hpp"
 #include "vaiq/fold.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/quant.hpp"
@@ -803,7 +804,8 @@ bool fuse_qdq(onnx::ModelProto& model, std::vector<std::string>& gone) {
     bool uses_microsoft = false;
     const bool changed = Fusion(*model.mutable_graph(), opset).run(uses_microsoft, gone);
     if (uses_microsoft) import_opset(model, kMicrosoft, 1);
-    return changed || quantized || stripped;
+    const bool looked_up = fuse_lookup_tables(model, gone);
+    return changed || quantized || stripped || looked_up;
 }
 
 }  // namespace vaiq::runtime

@@ -26,7 +26,9 @@ namespace vaiq::runtime {
 /// and beyond its rules, where that provably computes the same values as its float ops:
 ///  - a Conv whose scales are all powers of two (int8 bias, any Relu/Clip) -> QLinearConv
 ///    with an int32 bias and the activation as bounds of its output's integers,
-///  - an Add of two power-of-two inputs (any Relu/Clip) -> vaiq.internal PowerOfTwoQLinearAdd.
+///  - an Add of two power-of-two inputs (any Relu/Clip) -> vaiq.internal PowerOfTwoQLinearAdd,
+///  - what is left of float elementwise ops between one DequantizeLinear and a
+///    QuantizeLinear -> vaiq.internal LookupTable (lookup_fusion.hpp).
 /// Float MatMuls left between DequantizeLinear inputs are marked to sum in ONNX
 /// Runtime's order. Returns whether anything changed; `gone` receives the tensors
 /// that no longer exist (the op's float output, a folded

@@ -49,6 +49,14 @@ Tensor requantized(KernelContext& ctx, const std::vector<int64_t>& shape, const 
     return quantized_tensor(ctx, type, shape, zp, [&](size_t i) { return values[i] / scale; });
 }
 
+// A buffer of n floats for one thread's chunk, kept between calls: chunks would
+// otherwise allocate and zero-fill their own, for values written once and read once.
+float* chunk_floats(size_t n) {
+    thread_local std::vector<float> buffer;
+    if (buffer.size() < n) buffer.resize(n);
+    return buffer.data();
+}
+
 // Values already scaled and shifted by the zero point, rounded half to even and
 // saturated into `out`, uint8 or int8 as `type` says.
 void round_to_8_bit(const float* values, DataType type, uint8_t* out, size_t n) {
@@ -178,14 +186,14 @@ void qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
 #pragma omp parallel for if (chunks > 1)
             for (int64_t c = 0; c < chunks; ++c) {
                 const size_t first = static_cast<size_t>(c) * kChunk, count = std::min(kChunk, n - first);
-                std::vector<float> sum(count);
+                float* sum = chunk_floats(count);
                 for (size_t done = 0; done < count;) {  // the chunk's pieces of rows of the repeated side
                     const size_t at = first + done, offset = at % row, length = std::min(count - done, row - offset);
-                    add_scaled(av + (a_repeats ? offset : at), bv + (a_repeats ? at : offset), sum.data() + done,
-                               length, ratio_a, ratio_b, fixed);
+                    add_scaled(av + (a_repeats ? offset : at), bv + (a_repeats ? at : offset), sum + done, length,
+                               ratio_a, ratio_b, fixed);
                     done += length;
                 }
-                round_to_8_bit(sum.data(), type, y_bytes + first, count);
+                round_to_8_bit(sum, type, y_bytes + first, count);
             }
         };
         const bool a_u8 = a.data->type() == DataType::UInt8, b_u8 = b.data->type() == DataType::UInt8;
@@ -220,9 +228,9 @@ void qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
 #pragma omp parallel for if (chunks > 1)
             for (int64_t c = 0; c < chunks; ++c) {
                 const size_t first = static_cast<size_t>(c) * kChunk, count = std::min(kChunk, n - first);
-                std::vector<float> values(count);
-                scale_add(x + first, values.data(), count, ratio, constant);
-                round_to_8_bit(values.data(), type, y_bytes + first, count);
+                float* values = chunk_floats(count);
+                scale_add(x + first, values, count, ratio, constant);
+                round_to_8_bit(values, type, y_bytes + first, count);
             }
         };
         if (other.data->type() == DataType::UInt8)
@@ -242,23 +250,132 @@ void qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
     out[0] = quantized_tensor(ctx, type, sum.shape(), 0.0, [&](size_t i) { return v[i]; });
 }
 
+// How the smaller input of a broadcasting binary op meets the larger one's flat
+// elements: one value per row of `row` elements (the same shape: rows of 1; a
+// single value: one row; a channel's value over its plane), or the whole of it
+// repeated every `row` elements (channels last). Other broadcasts: neither.
+struct Repetition {
+    enum Kind { PerRow, Repeated, Neither } kind = Neither;
+    size_t row = 1;
+};
+
+Repetition repetition(const std::vector<int64_t>& big, const std::vector<int64_t>& small) {
+    if (small.size() > big.size()) return {};
+    std::vector<int64_t> padded(big.size() - small.size(), 1);
+    padded.insert(padded.end(), small.begin(), small.end());
+    const size_t rank = big.size();
+    auto ones = [&](size_t from, size_t to) {
+        return std::all_of(padded.begin() + static_cast<std::ptrdiff_t>(from),
+                           padded.begin() + static_cast<std::ptrdiff_t>(to), [](int64_t d) { return d == 1; });
+    };
+    auto elements = [&](size_t from, size_t to) {
+        size_t n = 1;
+        for (size_t d = from; d < to; ++d) n *= static_cast<size_t>(big[d]);
+        return n;
+    };
+    size_t prefix = 0;  // big's leading dimensions the smaller one has too
+    while (prefix < rank && padded[prefix] == big[prefix]) ++prefix;
+    if (ones(prefix, rank)) return {Repetition::PerRow, elements(prefix, rank)};
+    size_t suffix = rank;  // and its trailing ones
+    while (suffix > 0 && padded[suffix - 1] == big[suffix - 1]) --suffix;
+    if (ones(0, suffix)) return {Repetition::Repeated, elements(suffix, rank)};
+    return {};
+}
+
+// QLinearMul's value before rounding, (x - zx)(y - zy) (ratio) + zc, for rows of
+// 8-bit inputs, y one value (kOne) or one per x. The centred values' product is
+// an integer below 2^17, exact in float; the multiply and the add stay apart as
+// in ONNX Runtime's kernel (AVX2 without FMA: nothing can fuse them).
+template <bool kOne, typename X, typename Y>
+[[gnu::always_inline]] inline void product_rows(const X* x, const Y* y, float* out, size_t n, float zx, float zy,
+                                                float ratio, float zc) {
+    for (size_t i = 0; i < n; ++i) {
+        const float other = kOne ? static_cast<float>(*y) - zy : static_cast<float>(y[i]) - zy;
+        out[i] = (static_cast<float>(x[i]) - zx) * other * ratio + zc;
+    }
+}
+
+template <bool kOne, typename X, typename Y>
+[[gnu::target("avx2")]] void product_avx2(const X* x, const Y* y, float* out, size_t n, float zx, float zy, float ratio,
+                                          float zc) {
+    product_rows<kOne>(x, y, out, n, zx, zy, ratio, zc);
+}
+
+template <bool kOne, typename X, typename Y>
+void product_values(const X* x, const Y* y, float* out, size_t n, float zx, float zy, float ratio, float zc) {
+    if (cpu_features().avx2)
+        product_avx2<kOne>(x, y, out, n, zx, zy, ratio, zc);
+    else
+        product_rows<kOne>(x, y, out, n, zx, zy, ratio, zc);
+}
+
 // QLinearMul: (A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp), broadcasting,
 // with ONNX Runtime's x86 arithmetic: the integer product of the centred inputs,
 // times (sa * sb) / sc, plus zc, in float without a fused multiply-add, rounded
 // half to even. (Multiplying the dequantized values instead is one step off now
-// and then.)
+// and then.) The product is symmetric, so the larger input leads; 8-bit inputs
+// that repeat as Repetition says take one pass per chunk.
 void qlinear_mul(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto a = quantized(ctx, 0, 1, 2);
     const auto b = quantized(ctx, 3, 4, 5);
     const float ratio = a.scale * b.scale / ctx.input(6).data<float>()[0];
     const float zc = ctx.has_input(7) ? static_cast<float>(read_scalar(ctx, ctx.input(7))) : 0.0f;
-    const auto za = static_cast<float>(a.zero_point), zb = static_cast<float>(b.zero_point);
     const DataType type = ctx.has_input(7) ? ctx.input(7).type() : a.data->type();
+    if (type != DataType::UInt8 && type != DataType::Int8) ctx.fail("the output must be int8 or uint8");
+    const auto shape = broadcast_shapes(ctx, a.data->shape(), b.data->shape());
+    const bool a_leads = a.data->shape() == shape;
+    const auto& big = a_leads ? a : b;
+    const auto& small = a_leads ? b : a;
+    const auto how = big.data->shape() == shape ? repetition(shape, small.data->shape()) : Repetition{};
+    auto is_8_bit = [](DataType t) { return t == DataType::UInt8 || t == DataType::Int8; };
+    if (how.kind != Repetition::Neither && is_8_bit(big.data->type()) && is_8_bit(small.data->type())) {
+        out[0] = Tensor::uninitialized(type, shape);
+        auto* y_bytes = reinterpret_cast<uint8_t*>(out[0].mutable_bytes().data());  // taken once, before the threads
+        const auto n = static_cast<size_t>(big.data->size());
+        auto pair = [&](auto x_tag, auto y_tag) {
+            using X = decltype(x_tag);
+            using Y = decltype(y_tag);
+            const X* x = big.data->data<X>().data();
+            const Y* y = small.data->data<Y>().data();
+            const auto zx = static_cast<float>(big.zero_point), zy = static_cast<float>(small.zero_point);
+            constexpr size_t kChunk = size_t{1} << 14;
+            const auto chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
+#pragma omp parallel for if (chunks > 1)
+            for (int64_t c = 0; c < chunks; ++c) {
+                const size_t first = static_cast<size_t>(c) * kChunk, count = std::min(kChunk, n - first);
+                float* values = chunk_floats(count);
+                if (how.kind == Repetition::PerRow && how.row == 1) {
+                    product_values<false>(x + first, y + first, values, count, zx, zy, ratio, zc);
+                } else {
+                    for (size_t done = 0; done < count;) {  // the chunk's pieces of rows
+                        const size_t at = first + done, offset = at % how.row;
+                        const size_t length = std::min(count - done, how.row - offset);
+                        if (how.kind == Repetition::PerRow)
+                            product_values<true>(x + at, y + at / how.row, values + done, length, zx, zy, ratio, zc);
+                        else
+                            product_values<false>(x + at, y + offset, values + done, length, zx, zy, ratio, zc);
+                        done += length;
+                    }
+                }
+                round_to_8_bit(values, type, y_bytes + first, count);
+            }
+        };
+        const bool x_u8 = big.data->type() == DataType::UInt8, y_u8 = small.data->type() == DataType::UInt8;
+        if (x_u8 && y_u8)
+            pair(uint8_t{}, uint8_t{});
+        else if (x_u8)
+            pair(uint8_t{}, int8_t{});
+        else if (y_u8)
+            pair(int8_t{}, uint8_t{});
+        else
+            pair(int8_t{}, int8_t{});
+        return;
+    }
+    const auto za = static_cast<float>(a.zero_point), zb = static_cast<float>(b.zero_point);
     const Tensor fa = raw_floats(ctx, *a.data), fb = raw_floats(ctx, *b.data);
     // (x - za) * (y - zb) is an integer below 2^17: exact in float.
     const Tensor product =
         broadcast_binary<float, float>(ctx, fa, fb, [&](float x, float y) { return (x - za) * (y - zb) * ratio + zc; });
-    if (type != DataType::UInt8 && type != DataType::Int8) ctx.fail("the output must be int8 or uint8");
     const auto v = product.data<float>();
     out[0] = Tensor::uninitialized(type, product.shape());
     round_to_8_bit(v.data(), type, reinterpret_cast<uint8_t*>(out[0].mutable_bytes().data()), v.size());
@@ -510,6 +627,55 @@ void add_shifted_plain(const A* a, const B* b, Y* y, size_t n, int32_t za, int32
     add_shifted(a, b, y, n, za, zb, da, db, shift, zy, lo, hi);
 }
 
+void look_up(const uint8_t* x, uint8_t* y, size_t n, const uint8_t* table) {
+    for (size_t i = 0; i < n; ++i) y[i] = table[x[i]];
+}
+
+// The same, 64 bytes at a time: two 128-byte permutes (the low seven bits of
+// each byte index) and the top bit choosing between them.
+[[gnu::target("avx512f,avx512bw,avx512vbmi")]] void look_up_vbmi(const uint8_t* x, uint8_t* y, size_t n,
+                                                                 const uint8_t* table) {
+    const __m512i t0 = _mm512_loadu_si512(table), t1 = _mm512_loadu_si512(table + 64),
+                  t2 = _mm512_loadu_si512(table + 128), t3 = _mm512_loadu_si512(table + 192);
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        const __m512i v = _mm512_loadu_si512(x + i);
+        const __m512i low = _mm512_permutex2var_epi8(t0, v, t1), high = _mm512_permutex2var_epi8(t2, v, t3);
+        _mm512_storeu_si512(y + i, _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), low, high));
+    }
+    look_up(x + i, y + i, n - i, table);
+}
+
+// LookupTable (vaiq.internal, see lookup_fusion.hpp): y = table[x], x's bits
+// read as an unsigned byte; `table` holds 256 8-bit values, `rank` (when set)
+// is the least rank of y (constants of rank 1 in the group it stands for).
+void lookup_table(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    if (x.type() != DataType::UInt8 && x.type() != DataType::Int8) ctx.fail("the input must be uint8 or int8");
+    const auto* proto = ctx.attributes.get_tensor("table");
+    if (!proto) ctx.fail("the table attribute is missing");
+    const Tensor table = Tensor::from_proto(*proto);
+    if (table.size() != 256 || (table.type() != DataType::UInt8 && table.type() != DataType::Int8))
+        ctx.fail("the table must hold 256 uint8 or int8 values");
+    auto shape = x.shape();
+    const auto rank = ctx.attributes.get_int("rank", 0);
+    if (rank < 0 || rank > 8) ctx.fail("rank must be from 0 to 8");
+    while (static_cast<int64_t>(shape.size()) < rank) shape.insert(shape.begin(), 1);
+    out[0] = Tensor::uninitialized(table.type(), shape);
+    const auto* in = reinterpret_cast<const uint8_t*>(x.bytes().data());
+    const auto* values = reinterpret_cast<const uint8_t*>(table.bytes().data());
+    auto* y = reinterpret_cast<uint8_t*>(out[0].mutable_bytes().data());
+    const auto n = static_cast<size_t>(x.size());
+    const bool permutes = cpu_features().avx512vbmi && cpu_features().avx512bw;
+    constexpr size_t kChunk = size_t{1} << 16;
+    const auto chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
+#pragma omp parallel for if (chunks > 1)
+    for (int64_t c = 0; c < chunks; ++c) {
+        const size_t first = static_cast<size_t>(c) * kChunk, count = std::min(kChunk, n - first);
+        (permutes ? look_up_vbmi : look_up)(in + first, y + first, count, values);
+    }
+}
+
 // PowerOfTwoQLinearAdd, the executor's form of an Add between power-of-two
 // DequantizeLinears and a QuantizeLinear (through a Relu/Clip, as output bounds;
 // see qdq_fusion.hpp): QLinearAdd's inputs, computed exactly in integers, which is
@@ -582,6 +748,7 @@ const KernelRegistration kKernels[] = {
     {kMicrosoft, "QLinearAveragePool", 1, 1, qlinear_average_pool},
     {kMicrosoft, "QLinearSoftmax", 1, 1, qlinear_softmax},
     {kInternalDomain, "PowerOfTwoQLinearAdd", 0, 1, power_of_two_qlinear_add},
+    {kInternalDomain, "LookupTable", 0, 1, lookup_table},
 };
 
 }  // namespace

@@ -1,0 +1,28 @@
+// The executor's lookup fusion: what an 8-bit QuantizeLinear writes is, when its
+// input is computed elementwise from one 8-bit DequantizeLinear and constants,
+// a function of that DequantizeLinear's integer alone, so its 256 values can be
+// computed once and looked up (a HardSwish spelled out as x * HardSigmoid(x)
+// between a DequantizeLinear and a QuantizeLinear, which no QLinear operator
+// covers, costs four float passes a run otherwise).
+#pragma once
+
+#include <onnx/onnx_pb.h>
+
+#include <string>
+#include <vector>
+
+namespace vaiq::runtime {
+
+/// Rewrites `model`'s main graph in place: a QuantizeLinear to uint8/int8 with
+/// constant per-tensor parameters, whose input is computed from one such
+/// DequantizeLinear of a uint8/int8 tensor through float elementwise ops alone
+/// (kLookupOps in the source; their other operands one-element constants; their
+/// outputs read by nothing else), becomes a vaiq.internal LookupTable of the
+/// DequantizeLinear's input. Its table holds what the executor's own kernels
+/// compute for the group on each of the 256 integers, so every value is the
+/// one running the group would give. Returns whether anything changed; `gone`
+/// receives the group's float tensors. Run after fuse_qdq's other fusions: the
+/// groups ONNX Runtime turns into QLinear operators compute differently.
+bool fuse_lookup_tables(onnx::ModelProto& model, std::vector<std::string>& gone);
+
+}  // namespace vaiq::runtime
