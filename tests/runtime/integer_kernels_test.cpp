@@ -803,6 +803,33 @@ TEST(QdqFusion, MaxPoolBetweenAnEqualPairRunsOnTheIntegers) {
     expect_on_integers_and_exact(model, vaiq::test::ramp({1, 3, 5, 5}, -2.0f, 0.057f), {1, 3, 3, 3});
 }
 
+// DQ -> Resize -> Q with one scale: a nearest Resize copies the uint8 values
+// themselves (ONNX Runtime drops the pair around any Resize), exactly the float
+// Resize's quantized result; a linear one computes new values, and its pair stays.
+TEST(QdqFusion, ANearestResizeBetweenAnEqualPairRunsOnTheIntegers) {
+    for (const std::string mode : {"nearest", "linear"}) {
+        vaiq::test::GraphBuilder b;
+        b.input("x", {1, 2, 3, 4}).output("y", {1, 2, 6, 6});
+        b.initializer("s", Tensor::from_values<float>({}, std::vector<float>{0.03f}));
+        b.initializer("z", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{90}));
+        b.initializer("scales", Tensor::from_values<float>({4}, std::vector<float>{1.0f, 1.0f, 2.0f, 1.5f}));
+        b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
+        b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
+        auto& resize = b.node("Resize", {"xd", "", "scales"}, {"t"}, "resize");
+        vaiq::set_attribute(resize, "mode", mode);
+        b.node("QuantizeLinear", {"t", "s", "z"}, {"tq"});
+        b.node("DequantizeLinear", {"tq", "s", "z"}, {"y"});
+        const auto model = b.build();
+        const auto x = vaiq::test::ramp({1, 2, 3, 4}, -2.0f, 0.17f);
+        if (mode == "nearest") {
+            expect_on_integers_and_exact(model, x, {1, 2, 6, 6});
+        } else {
+            Executor e(model);
+            EXPECT_EQ(tap_error(e, x, "t"), "");
+        }
+    }
+}
+
 vaiq::Model contrib_model(vaiq::test::GraphBuilder& b) {
     auto model = b.build();
     auto* ms = model.proto().add_opset_import();

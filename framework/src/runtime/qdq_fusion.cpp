@@ -245,7 +245,11 @@ class Fusion {
                                                                   "Transpose", "Unsqueeze"};
         const auto& op = node.op_type();
         const bool ordered = (op == "MaxPool" && opset_ >= 12) || op == "ReduceMax" || op == "ReduceMin";
-        if ((!kMoves.count(op) && !ordered) || node.output_size() != 1 || node.input_size() < 1) return std::nullopt;
+        // ONNX Runtime drops the pair around any Resize; a nearest one only selects values.
+        const auto* mode = find_attribute(node, "mode");
+        const bool selects = op == "Resize" && (!mode || mode->s() == "nearest");
+        if ((!kMoves.count(op) && !ordered && !selects) || node.output_size() != 1 || node.input_size() < 1)
+            return std::nullopt;
         for (int i = 1; i < node.input_size(); ++i)
             if (dequantized(node.input(i))) return std::nullopt;  // one dequantized input, as there
         const auto dq = dequantized(node.input(0));

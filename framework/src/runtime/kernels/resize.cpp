@@ -90,6 +90,45 @@ Taps taps_for(const Settings& s, double x, int64_t in_len) {
     return t;
 }
 
+// Nearest without extrapolation: each output element is one input element,
+// copied as it is (any element type; the 8-bit integers of a dropped Q/DQ pair
+// among them). The input offset is a sum of one offset per axis; the innermost
+// axis is walked from its table, the outer rows split over the threads. False
+// for element sizes it does not copy (4-bit types).
+bool copy_nearest(const Tensor& x, const std::vector<std::vector<Taps>>& taps, const std::vector<int64_t>& strides,
+                  Tensor& y) {
+    const auto rank = taps.size();
+    std::vector<std::vector<int64_t>> offsets(rank);
+    for (size_t d = 0; d < rank; ++d)
+        for (const auto& t : taps[d]) offsets[d].push_back(t.index[0] * strides[d]);
+    const auto& inner = offsets[rank - 1];
+    const auto width = static_cast<int64_t>(inner.size());
+    const int64_t rows = y.size() / width;
+    auto copy = [&](auto element) {
+        using E = decltype(element);
+        const auto* from = reinterpret_cast<const E*>(x.bytes().data());
+        auto* to = reinterpret_cast<E*>(y.mutable_bytes().data());
+#pragma omp parallel for if (y.size() > kParallelGrain)
+        for (int64_t r = 0; r < rows; ++r) {
+            int64_t base = 0;
+            for (int64_t d = static_cast<int64_t>(rank) - 2, rest = r; d >= 0; --d) {
+                const auto count = static_cast<int64_t>(offsets[d].size());
+                base += offsets[d][rest % count];
+                rest /= count;
+            }
+            E* row = to + r * width;
+            for (int64_t o = 0; o < width; ++o) row[o] = from[base + inner[o]];
+        }
+    };
+    switch (element_size(x.type())) {
+        case 1: copy(uint8_t{}); return true;
+        case 2: copy(uint16_t{}); return true;
+        case 4: copy(uint32_t{}); return true;
+        case 8: copy(uint64_t{}); return true;
+        default: return false;
+    }
+}
+
 void resize(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     const auto& in = x.shape();
@@ -149,6 +188,7 @@ void resize(KernelContext& ctx, std::vector<Tensor>& out) {
             taps[d].push_back(std::move(t));
         }
     const auto strides = strides_of(in);
+    if (s.mode == "nearest" && !crop && rank > 0 && out[0].size() > 0 && copy_nearest(x, taps, strides, out[0])) return;
     dispatch_float(x.type(), ctx, [&](auto tag) {
         using T = typename decltype(tag)::type;
         auto y = mutable_view<T>(out[0]);
