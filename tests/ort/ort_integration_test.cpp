@@ -867,6 +867,34 @@ vaiq::Tensor normal_tensor(std::vector<int64_t> shape, float stddev, unsigned se
                                             vaiq::test::normal_batches(1, static_cast<int>(n), stddev, seed)[0]);
 }
 
+// A ConvTranspose whose strides equal its kernel (a segmentation head's upsampling)
+// sums each output as MLAS's SGEMM does, here over 130 input channels (two of its
+// panels of 128), 2 x 2 and 3 x 3, with and without a bias.
+TEST(OnnxRuntimeFloat, AConvTransposeOfNonOverlappingPatchesIsBitForBitWhatOnnxRuntimeComputes) {
+    for (const int64_t k : {2, 3}) {
+        const auto dir = vaiq::test::temp_dir();
+        vaiq::test::GraphBuilder b(13);
+        b.input("x", {2, 130, 5, 7}).output("y", {2, 3, 5 * k, 7 * k});
+        b.initializer("w", normal_tensor({130, 3, k, k}, 0.3f, 21)).initializer("bias", normal_tensor({3}, 0.5f, 22));
+        auto& node = b.node("ConvTranspose",
+                            k == 2 ? std::vector<std::string>{"x", "w", "bias"} : std::vector<std::string>{"x", "w"},
+                            {"y"}, "up");
+        vaiq::test::set_ints_attribute(node, "strides", {k, k});
+        const auto model = b.build();
+        vaiq::save_model(model, dir / "up.onnx");
+        const auto x = normal_tensor({2, 130, 5, 7}, 1.0f, 23);
+        vaiq::write_npy(dir / "x.npy", x);
+        const auto r = run_in_ort(dir / "up.onnx", dir / "ort", dir / "x.npy");
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        const auto ort = vaiq::read_npy(dir / "ort" / "output_0.npy");
+        const auto ours = vaiq::runtime::Executor(model).run({{"x", x}})[0];
+        ASSERT_EQ(ours.shape(), ort.shape());
+        int differ = 0;
+        for (int64_t i = 0; i < ours.size(); ++i) differ += ours.data<float>()[i] != ort.data<float>()[i];
+        EXPECT_EQ(differ, 0) << "of " << ours.size() << ", kernel " << k;
+    }
+}
+
 // A transformer MLP as language models have it: [1, 5, 256] -> 512 -> 256.
 vaiq::Model mlp_model() {
     vaiq::test::GraphBuilder b(17);

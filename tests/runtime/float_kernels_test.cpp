@@ -336,28 +336,33 @@ TEST(OrtSoftmax, FastScalingEqualsLdexpEverywhere) {
     EXPECT_NEAR(out.back(), std::exp(in.back()), 1e-6f);
 }
 
-TEST(OrtFloat, SgemmSumsInPanelsOf128) {
-    // K = 300: panels [0, 128), [128, 256), [256, 300), each a chain of fused multiply-adds.
-    // M = 27 and N = 37: blocks of sixteen and eight rows and three single ones,
-    // two whole sixteen-column strips and a part one.
-    const int64_t m = 27, k = 300, n = 37;
-    std::mt19937 rng(5);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    std::vector<float> a(m * k), b(k * n), c(m * n);
-    for (auto& v : a) v = u(rng);
-    for (auto& v : b) v = u(rng);
-    vaiq::runtime::ort_sgemm(a.data(), b.data(), c.data(), m, k, n);
-    for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-            float total = 0.0f;
-            for (int64_t k0 = 0; k0 < k; k0 += 128) {
-                float acc = 0.0f;
-                for (int64_t p = k0; p < std::min<int64_t>(k, k0 + 128); ++p)
-                    acc = std::fma(a[i * k + p], b[p * n + j], acc);
-                total = k0 == 0 ? acc : total + acc;
+TEST(OrtFloat, SgemmSumsInThePanelsMlasPicks) {
+    // K = 300 in panels of 128 ([0, 128), [128, 256), [256, 300)) while N >= K; for a
+    // narrower B, MLAS widens the panel: 256 for N up to 64, 512 up to 32, 1024 up
+    // to 16. Each panel is a chain of fused multiply-adds, the panels added in order.
+    // M = 27: tiles of six rows and a part one; N = 37: two whole vectors and a part one.
+    const int64_t m = 27, k = 300;
+    for (const auto& [n, panel] : {std::pair<int64_t, int64_t>{301, 128}, {37, 256}, {20, 512}, {12, 1024}}) {
+        std::mt19937 rng(5);
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        std::vector<float> a(m * k), b(k * n), c(m * n);
+        for (auto& v : a) v = u(rng);
+        for (auto& v : b) v = u(rng);
+        vaiq::runtime::ort_sgemm(a.data(), b.data(), c.data(), m, k, n);
+        int differ = 0;
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+                float total = 0.0f;
+                for (int64_t k0 = 0; k0 < k; k0 += panel) {
+                    float acc = 0.0f;
+                    for (int64_t p = k0; p < std::min<int64_t>(k, k0 + panel); ++p)
+                        acc = std::fma(a[i * k + p], b[p * n + j], acc);
+                    total = k0 == 0 ? acc : total + acc;
+                }
+                differ += c[i * n + j] != total;
             }
-            EXPECT_EQ(c[i * n + j], total) << i << "," << j;
-        }
+        EXPECT_EQ(differ, 0) << "N = " << n << ", panels of " << panel;
+    }
 }
 
 TEST(OrtFloat, SgemmOfNothingIsZero) {

@@ -5,6 +5,7 @@
 
 #include "runtime/kernels/depthwise_pair.hpp"
 #include "runtime/kernels/dnnl_util.hpp"
+#include "runtime/kernels/ort_float.hpp"
 #include "runtime/kernels/window.hpp"
 #include "runtime/layout.hpp"
 
@@ -387,6 +388,52 @@ memory::format_tag deconv_weights_tag(size_t spatial, bool grouped) {
     return spatial == 1 ? t::bac : spatial == 2 ? t::bacd : t::bacde;
 }
 
+// A 2-D ConvTranspose whose strides equal its kernel (no padding, dilation or
+// groups: the 2x upsampling of segmentation heads) writes each input pixel's
+// kh x kw patch on its own, with no overlap. As ONNX Runtime computes it: the
+// columns W^T X by MLAS's SGEMM, scattered into place, the bias added after;
+// false when the node is not of that form.
+bool patch_conv_transpose(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const auto& w = ctx.input(1);
+    if (x.shape().size() != 4 || ctx.attributes.get_int("group", 1) != 1) return false;
+    const std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
+    if (ctx.attributes.get_ints("kernel_shape", kernel) != kernel ||
+        ctx.attributes.get_ints("strides", {1, 1}) != kernel ||
+        ctx.attributes.get_ints("dilations", {1, 1}) != std::vector<int64_t>{1, 1} ||
+        ctx.attributes.get_ints("pads", {0, 0, 0, 0}) != std::vector<int64_t>{0, 0, 0, 0} ||
+        ctx.attributes.get_ints("output_padding", {0, 0}) != std::vector<int64_t>{0, 0} ||
+        !ctx.attributes.get_ints("output_shape").empty() || ctx.attributes.get_string("auto_pad", "NOTSET") != "NOTSET")
+        return false;
+    const int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], wd = x.shape()[3];
+    const int64_t m = w.shape()[1], kh = kernel[0], kw = kernel[1];
+    if (ctx.has_input(2) && ctx.input(2).size() != m) ctx.fail("the bias length does not match the output channels");
+    // A = W^T: one row per (output channel, kernel row, kernel column), one column per input channel.
+    const int64_t rows = m * kh * kw, plane = h * wd;
+    std::vector<float> a(static_cast<size_t>(rows * c));
+    const auto wv = w.data<float>();
+    for (int64_t ci = 0; ci < c; ++ci)
+        for (int64_t r = 0; r < rows; ++r) a[static_cast<size_t>(r * c + ci)] = wv[ci * rows + r];
+    out[0] = Tensor::uninitialized(DataType::Float, {n, m, h * kh, wd * kw});
+    float* y = out[0].mutable_data<float>().data();
+    std::vector<float> columns(static_cast<size_t>(rows * plane));
+    for (int64_t b = 0; b < n; ++b) {
+        ort_sgemm(a.data(), x.data<float>().data() + b * c * plane, columns.data(), rows, c, plane);
+        for (int64_t oc = 0; oc < m; ++oc) {
+            const float bias = ctx.has_input(2) ? ctx.input(2).data<float>()[oc] : 0.0f;
+            float* yc = y + (b * m + oc) * plane * kh * kw;
+            for (int64_t i = 0; i < kh; ++i)
+                for (int64_t j = 0; j < kw; ++j) {
+                    const float* col = columns.data() + ((oc * kh + i) * kw + j) * plane;
+                    for (int64_t p = 0; p < h; ++p)
+                        for (int64_t q = 0; q < wd; ++q)
+                            yc[(p * kh + i) * wd * kw + q * kw + j] = col[p * wd + q] + bias;
+                }
+        }
+    }
+    return true;
+}
+
 void conv_transpose(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     const auto& w = ctx.input(1);
@@ -397,6 +444,7 @@ void conv_transpose(KernelContext& ctx, std::vector<Tensor>& out) {
     const int64_t group = ctx.attributes.get_int("group", 1);
     const int64_t n = x.shape()[0], c = x.shape()[1], m = w.shape()[1] * group;
     if (group < 1 || c % group != 0 || w.shape()[0] != c) ctx.fail("channels, weight shape and group do not agree");
+    if (patch_conv_transpose(ctx, out)) return;
     auto state = std::static_pointer_cast<DeconvState>(ctx.state);
     if (!state || state->x_shape != x.shape()) {
         const auto ones = std::vector<int64_t>(spatial, 1);

@@ -304,23 +304,31 @@ void layer_norm_generic(const float* x, const float* scale, const float* bias, f
     layer_norm_row(x, scale, bias, y, n, epsilon, mean_out, inv_std_out);
 }
 
-constexpr int64_t kSgemmPanel = 128;
+// The number of k values MLAS's SGEMM sums into one panel before adding it to
+// C: 128, doubled (up to three times) when B is narrower than it is deep, as it
+// widens its K stride for an untransposed A whose N is small.
+int64_t sgemm_panel(int64_t k, int64_t n) {
+    int64_t panel = 128;
+    if (n < k)
+        for (int64_t stride_n = 128; stride_n > 16 && stride_n / 2 >= n; stride_n /= 2) panel *= 2;
+    return panel;
+}
 
-// Each output sums its products panel by panel (kSgemmPanel values of k at a
+// Each output sums its products panel by panel (`panel` values of k at a
 // time), as MLAS does. Blocks of B's columns stay in cache across the rows;
 // neither that nor splitting the rows among threads (ort_sgemm) changes any
 // output's order of additions.
-[[gnu::always_inline]] inline void sgemm_rows(const float* a, const float* b, float* c, int64_t m, int64_t k,
-                                              int64_t n) {
+[[gnu::always_inline]] inline void sgemm_rows(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n,
+                                              int64_t panel) {
     constexpr int64_t kColumns = 256;
     float acc[kColumns];
     for (int64_t j0 = 0; j0 < n; j0 += kColumns) {
         const int64_t w = std::min(kColumns, n - j0);
         for (int64_t i = 0; i < m; ++i) {
             float* ci = c + i * n + j0;
-            for (int64_t k0 = 0; k0 < k; k0 += kSgemmPanel) {
+            for (int64_t k0 = 0; k0 < k; k0 += panel) {
                 std::fill(acc, acc + w, 0.0f);
-                const int64_t k1 = std::min(k, k0 + kSgemmPanel);
+                const int64_t k1 = std::min(k, k0 + panel);
                 for (int64_t p = k0; p < k1; ++p) {
                     const float av = a[i * k + p];
                     const float* bp = b + p * n + j0;
@@ -341,9 +349,9 @@ constexpr int64_t kSgemmPanel = 128;
 // J vectors. `last` masks the tile's last vector at the matrix's right edge.
 template <int R, int J>
 [[gnu::target("avx512f")]] void sgemm_tile_avx512(const float* a, const float* b, float* c, int64_t i0, int64_t j0,
-                                                  int64_t k, int64_t n, __mmask16 last) {
-    for (int64_t k0 = 0; k0 < k; k0 += kSgemmPanel) {
-        const int64_t k1 = std::min(k, k0 + kSgemmPanel);
+                                                  int64_t k, int64_t n, int64_t panel, __mmask16 last) {
+    for (int64_t k0 = 0; k0 < k; k0 += panel) {
+        const int64_t k1 = std::min(k, k0 + panel);
         __m512 acc[R][J];
         for (int r = 0; r < R; ++r)
             for (int j = 0; j < J; ++j) acc[r][j] = _mm512_setzero_ps();
@@ -370,19 +378,19 @@ constexpr int kTileRows = 6, kTileVectors = 4;  // 24 sums in registers
 
 template <int J>
 [[gnu::target("avx512f")]] void sgemm_tile_rows(int64_t rows, const float* a, const float* b, float* c, int64_t i0,
-                                                int64_t j0, int64_t k, int64_t n, __mmask16 last) {
+                                                int64_t j0, int64_t k, int64_t n, int64_t panel, __mmask16 last) {
     switch (rows) {
-        case 6: return sgemm_tile_avx512<6, J>(a, b, c, i0, j0, k, n, last);
-        case 5: return sgemm_tile_avx512<5, J>(a, b, c, i0, j0, k, n, last);
-        case 4: return sgemm_tile_avx512<4, J>(a, b, c, i0, j0, k, n, last);
-        case 3: return sgemm_tile_avx512<3, J>(a, b, c, i0, j0, k, n, last);
-        case 2: return sgemm_tile_avx512<2, J>(a, b, c, i0, j0, k, n, last);
-        default: return sgemm_tile_avx512<1, J>(a, b, c, i0, j0, k, n, last);
+        case 6: return sgemm_tile_avx512<6, J>(a, b, c, i0, j0, k, n, panel, last);
+        case 5: return sgemm_tile_avx512<5, J>(a, b, c, i0, j0, k, n, panel, last);
+        case 4: return sgemm_tile_avx512<4, J>(a, b, c, i0, j0, k, n, panel, last);
+        case 3: return sgemm_tile_avx512<3, J>(a, b, c, i0, j0, k, n, panel, last);
+        case 2: return sgemm_tile_avx512<2, J>(a, b, c, i0, j0, k, n, panel, last);
+        default: return sgemm_tile_avx512<1, J>(a, b, c, i0, j0, k, n, panel, last);
     }
 }
 
-[[gnu::target("avx512f")]] void sgemm_avx512(const float* a, const float* b, float* c, int64_t m, int64_t k,
-                                             int64_t n) {
+[[gnu::target("avx512f")]] void sgemm_avx512(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n,
+                                             int64_t panel) {
     for (int64_t j0 = 0; j0 < n; j0 += 16 * kTileVectors) {
         const int64_t columns = std::min<int64_t>(16 * kTileVectors, n - j0);
         const int64_t vectors = (columns + 15) / 16, tail = columns - 16 * (vectors - 1);
@@ -390,20 +398,21 @@ template <int J>
         for (int64_t i0 = 0; i0 < m; i0 += kTileRows) {
             const int64_t rows = std::min<int64_t>(kTileRows, m - i0);
             switch (vectors) {
-                case 4: sgemm_tile_rows<4>(rows, a, b, c, i0, j0, k, n, last); break;
-                case 3: sgemm_tile_rows<3>(rows, a, b, c, i0, j0, k, n, last); break;
-                case 2: sgemm_tile_rows<2>(rows, a, b, c, i0, j0, k, n, last); break;
-                default: sgemm_tile_rows<1>(rows, a, b, c, i0, j0, k, n, last); break;
+                case 4: sgemm_tile_rows<4>(rows, a, b, c, i0, j0, k, n, panel, last); break;
+                case 3: sgemm_tile_rows<3>(rows, a, b, c, i0, j0, k, n, panel, last); break;
+                case 2: sgemm_tile_rows<2>(rows, a, b, c, i0, j0, k, n, panel, last); break;
+                default: sgemm_tile_rows<1>(rows, a, b, c, i0, j0, k, n, panel, last); break;
             }
         }
     }
 }
 
-[[gnu::target("fma")]] void sgemm_fma(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n) {
-    sgemm_rows(a, b, c, m, k, n);
+[[gnu::target("fma")]] void sgemm_fma(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n,
+                                      int64_t panel) {
+    sgemm_rows(a, b, c, m, k, n, panel);
 }
-void sgemm_generic(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n) {
-    sgemm_rows(a, b, c, m, k, n);
+void sgemm_generic(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n, int64_t panel) {
+    sgemm_rows(a, b, c, m, k, n, panel);
 }
 
 [[gnu::target("avx512f")]] float row_max_avx512(const float* x, int64_t n) {
@@ -492,11 +501,12 @@ void ort_layer_norm_row(const float* x, const float* scale, const float* bias, f
 void ort_sgemm(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n) {
     if (k == 0) return std::fill(c, c + m * n, 0.0f);  // empty sums: the panels never write
     auto* kernel = has_avx512f() ? sgemm_avx512 : has_fma() ? sgemm_fma : sgemm_generic;
+    const int64_t panel = sgemm_panel(k, n);
     constexpr int64_t kRows = 16;  // rows per task
     const int64_t tasks = (m + kRows - 1) / kRows;
 #pragma omp parallel for if (tasks > 1 && m * k * n > (int64_t{1} << 18))
     for (int64_t t = 0; t < tasks; ++t)
-        kernel(a + t * kRows * k, b, c + t * kRows * n, std::min(kRows, m - t * kRows), k, n);
+        kernel(a + t * kRows * k, b, c + t * kRows * n, std::min(kRows, m - t * kRows), k, n, panel);
 }
 
 }  // namespace vaiq::runtime

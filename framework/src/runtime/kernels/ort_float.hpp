@@ -41,8 +41,12 @@ float ort_row_sum(const float* x, int64_t n);
 void ort_layer_norm_row(const float* x, const float* scale, const float* bias, float* y, int64_t n, float epsilon,
                         float* mean_out, float* inv_std_out);
 
-/// C[m, n] = A[m, k] B[k, n], row-major, as MLAS's SGEMM sums: fused multiply-adds
-/// in k order within panels of 128, panel sums added in order.
+/// C[m, n] = A[m, k] B[k, n], row-major, as MLAS's SGEMM sums with A untransposed
+/// (ONNX Runtime's MatMul, and ConvTranspose with its prepacked filter): fused
+/// multiply-adds in k order within panels of 128 values of k (256, 512 or 1024
+/// when n < k and n is at most 64, 32 or 16, as MLAS widens its K stride), panel
+/// sums added in order. (Where ONNX Runtime splits a large product's n among
+/// threads, each share picks its own panel.)
 void ort_sgemm(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n);
 
 }  // namespace vaiq::runtime
