@@ -861,6 +861,28 @@ TEST(Executor, QGemmAddsTheInt32BiasAndRequantizesPerColumn) {
     EXPECT_EQ(y.data<uint8_t>()[1], 108);  // 4 * 2 + 100
 }
 
+// A row of the PP-OCRv4 recognizer's attention (cpu.yaml) where the table's
+// shift decides a tie: ONNX Runtime computes log(FLT_MAX / 40) in float, and
+// its element 14 reads 10; with the shift in double it read 9.
+TEST(Executor, QLinearSoftmaxBuildsItsTableAsOnnxRuntimeDoes) {
+    const std::vector<uint8_t> x = {165, 154, 157, 166, 163, 174, 159, 147, 153, 142, 149, 167, 157, 163,
+                                    171, 174, 152, 130, 130, 151, 148, 134, 138, 156, 168, 178, 174, 158,
+                                    150, 143, 138, 162, 169, 146, 140, 141, 166, 188, 166, 141};
+    const std::vector<uint8_t> expected = {8, 5, 6, 8, 7, 10, 6,  4, 5, 4, 5, 8, 6, 7, 10, 10, 5, 2,  2, 5,
+                                           4, 3, 3, 6, 9, 12, 10, 6, 5, 4, 3, 7, 9, 4, 3,  4,  8, 17, 8, 4};
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 40}, DataType::UInt8).output("y", {1, 40}, DataType::UInt8);
+    const auto scalar = scalar_initializers(b);
+    scalar("xs", 0x1.0f4a4cp-5f), scalar("xz", uint8_t{150}), scalar("ys", 0x1.010102p-8f), scalar("yz", uint8_t{0});
+    auto& softmax = b.node("QLinearSoftmax", {"x", "xs", "xz", "ys", "yz"}, {"y"}, "softmax");
+    softmax.set_domain("com.microsoft");
+    vaiq::test::set_int_attribute(softmax, "opset", 11);
+    vaiq::test::set_int_attribute(softmax, "axis", 1);
+    const auto model = contrib_model(b);
+    const auto y = Executor(model).run({{"x", Tensor::from_values<uint8_t>({1, 40}, x)}})[0];
+    EXPECT_EQ(std::vector<uint8_t>(y.data<uint8_t>().begin(), y.data<uint8_t>().end()), expected);
+}
+
 TEST(Executor, QLinearSoftmaxRowsSumToOneStep) {
     vaiq::test::GraphBuilder b;
     b.input("x", {2, 4}, DataType::UInt8).output("y", {2, 4}, DataType::UInt8);

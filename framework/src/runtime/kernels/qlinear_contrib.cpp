@@ -485,7 +485,10 @@ void qlinear_softmax(KernelContext& ctx, std::vector<Tensor>& out) {
         for (int64_t i = axis + 1; i < rank; ++i) inner *= x.shape()[i];
     }
     const double x_scale = ctx.input(1).data<float>()[0];
-    double shift = std::log(static_cast<double>(std::numeric_limits<float>::max()) / static_cast<double>(d));
+    // The largest float over the row length and its logarithm in float, as there
+    // (float / size_t and log's float overload), widened after: in double the table
+    // moves by an ulp here and there, and a rounding tie with it.
+    double shift = std::log(std::numeric_limits<float>::max() / static_cast<float>(d));
     shift = std::max(0.0, shift - 5.0) / x_scale;
     float table[256];
     for (int i = 0; i < 256; ++i) {
