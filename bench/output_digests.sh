@@ -16,7 +16,9 @@ trap 'rm -rf "$work"' EXIT
 for model in "${models[@]}"; do
   name="$(basename "$model" .onnx)"
   shape_args=()
-  if [[ "$name" != mnist_cnn ]]; then
+  # Models whose first input has fixed dimensions (python3-onnx tells, when installed) need no shape.
+  fixed="$(python3 -c "import onnx,sys; d=onnx.load(sys.argv[1]).graph.input[0].type.tensor_type.shape.dim; print(all(x.HasField('dim_value') for x in d))" "$model" 2>/dev/null || echo False)"
+  if [[ "$name" != mnist_cnn && "$fixed" != True ]]; then
     # The first input's name from python3-onnx when installed (else "x", as the PP-OCR
     # models name it); a text line (1 x 3 x 48 x 160) for the PP-OCR recognizer and classifier,
     # a page of 96 x 96 (a multiple of 32) for models named *det*.
