@@ -747,6 +747,55 @@ TEST(QdqFusion, FloatOpsBetweenAPairRunAsALookupTableOfTheIntegers) {
     }
 }
 
+// HardSwish as a QDQ model writes it, x * q(HardSigmoid(x)), then a product by a
+// constant: a table for the HardSigmoid, a QLinearMul of x by it and one by the
+// constant, which fold into one table of x, equal to the unfused graph on every
+// integer (x on either side of the product). With int8 activations the products
+// stay float (x86 fuses no int8 QLinearMul), still equal.
+TEST(QdqFusion, ProductsOfATensorByItsTablesAndConstantsFoldIntoOneTable) {
+    for (const auto type : {DataType::UInt8, DataType::Int8}) {
+        for (const bool x_first : {true, false}) {
+            vaiq::test::GraphBuilder b;
+            b.input("x", {3, 100}).output("y", {3, 100});
+            const auto scalar = scalar_initializers(b);
+            scalar("s", 0.037f), scalar("sh", 1.0f / 255.0f), scalar("sm", 0.021f), scalar("so", 0.013f);
+            if (type == DataType::UInt8)
+                scalar("z", uint8_t{131}), scalar("zh", uint8_t{0}), scalar("c", uint8_t{200});
+            else
+                scalar("z", int8_t{-7}), scalar("zh", int8_t{-128}), scalar("c", int8_t{70});
+            b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
+            b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
+            b.node("HardSigmoid", {"xd"}, {"h"}, "hard_sigmoid");
+            b.node("QuantizeLinear", {"h", "sh", "zh"}, {"hq"});
+            b.node("DequantizeLinear", {"hq", "sh", "zh"}, {"hd"});
+            b.node("Mul", x_first ? std::vector<std::string>{"xd", "hd"} : std::vector<std::string>{"hd", "xd"}, {"m"},
+                   "hard_swish");
+            b.node("QuantizeLinear", {"m", "sm", "z"}, {"mq"});
+            b.node("DequantizeLinear", {"mq", "sm", "z"}, {"md"});
+            b.node("DequantizeLinear", {"c", "s", "z"}, {"cd"});
+            b.node("Mul", {"md", "cd"}, {"t"}, "by_constant");
+            b.node("QuantizeLinear", {"t", "so", "z"}, {"tq"});
+            b.node("DequantizeLinear", {"tq", "so", "z"}, {"y"});
+            const auto model = b.build();
+            const auto x = vaiq::test::ramp({3, 100}, -5.3f, 0.037f);  // every integer, then some again
+            Executor fused(model, {.profile = true}), plain(model, {.fuse_qdq = false});
+            const auto a = fused.run({{"x", x}})[0], c = plain.run({{"x", x}})[0];
+            int differing = 0;
+            for (int64_t i = 0; i < a.size(); ++i) differing += a.data<float>()[i] != c.data<float>()[i];
+            EXPECT_EQ(differing, 0);
+            std::map<std::string, int64_t> calls;
+            for (const auto& p : fused.profile()) calls[p.op_type] = p.calls;
+            if (type == DataType::UInt8) {
+                EXPECT_EQ(calls["LookupTable"], 1);
+                EXPECT_EQ(calls.count("QLinearMul") + calls.count("Mul"), 0u);
+            } else {  // int8 activations read twice stay int8 and their products float, as on x86 there
+                EXPECT_EQ(calls["LookupTable"], 1) << "the HardSigmoid";
+                EXPECT_EQ(calls["Mul"], 2);
+            }
+        }
+    }
+}
+
 // Not a lookup: an op whose result something else reads too (a graph output), and
 // a group fed by two DequantizeLinears.
 TEST(QdqFusion, AGroupWithAnotherReaderOrTwoSourcesIsNotALookupTable) {

@@ -96,10 +96,12 @@ std::optional<Group> group_of(const onnx::GraphProto& graph, const GraphIndex& i
     return g;
 }
 
-// The group as a model of its own, the DequantizeLinear's input a graph input of
-// 256 elements, and its QuantizeLinear's output the graph output.
-Model group_model(const onnx::ModelProto& model, const GraphIndex& index, const Group& g, int quantize, int input_type,
-                  int output_type) {
+// Nodes of the model (with the initializers among `constants` they read, and the
+// Constant nodes that make the others) as a model of their own: one input, 256
+// elements of `input_type`, and one output.
+Model sub_model(const onnx::ModelProto& model, const GraphIndex& index, std::vector<int> nodes,
+                const std::set<std::string>& constants, const std::string& input, int input_type,
+                const std::string& output, int output_type) {
     const auto& graph = model.graph();
     onnx::ModelProto out;
     out.set_ir_version(model.ir_version());
@@ -112,15 +114,10 @@ Model group_model(const onnx::ModelProto& model, const GraphIndex& index, const 
         t.set_elem_type(type);
         t.mutable_shape()->add_dim()->set_dim_value(256);
     };
-    const auto& dq = graph.node(g.dequantize);
-    value_info(*sub.add_input(), dq.input(0), input_type);
-    value_info(*sub.add_output(), graph.node(quantize).output(0), output_type);
-    std::vector<int> nodes = g.ops;
-    nodes.push_back(g.dequantize);
-    nodes.push_back(quantize);
-    std::set<std::string> needed(g.constants.begin(), g.constants.end());
-    for (int n : {g.dequantize, quantize}) needed.insert({graph.node(n).input(1), graph.node(n).input(2)});
-    for (const auto& name : needed) {
+    value_info(*sub.add_input(), input, input_type);
+    value_info(*sub.add_output(), output, output_type);
+    for (const auto& name : constants) {
+        if (name.empty()) continue;
         if (const auto* init = index.initializer(name)) {
             *sub.add_initializer() = *init;
         } else {
@@ -130,6 +127,19 @@ Model group_model(const onnx::ModelProto& model, const GraphIndex& index, const 
     std::sort(nodes.begin(), nodes.end());
     for (int n : nodes) *sub.add_node() = graph.node(n);
     return Model(std::move(out));
+}
+
+// The group as a model of its own (see sub_model), from the DequantizeLinear's input to the QuantizeLinear's output.
+Model group_model(const onnx::ModelProto& model, const GraphIndex& index, const Group& g, int quantize, int input_type,
+                  int output_type) {
+    const auto& graph = model.graph();
+    std::vector<int> nodes = g.ops;
+    nodes.push_back(g.dequantize);
+    nodes.push_back(quantize);
+    std::set<std::string> needed(g.constants.begin(), g.constants.end());
+    for (int n : {g.dequantize, quantize}) needed.insert({graph.node(n).input(1), graph.node(n).input(2)});
+    return sub_model(model, index, nodes, needed, graph.node(g.dequantize).input(0), input_type,
+                     graph.node(quantize).output(0), output_type);
 }
 
 // The 256 results of the group, indexed by the input's bits as an unsigned byte.
@@ -146,6 +156,128 @@ std::optional<Tensor> table_of(const Model& group, const std::string& input, int
     } catch (const InputError&) {
         return std::nullopt;  // left as it is: running the group reports the problem
     }
+}
+
+onnx::NodeProto lookup_node(const onnx::NodeProto& replacing, const std::string& input, const Tensor& table,
+                            int64_t rank) {
+    onnx::NodeProto lookup;
+    lookup.set_op_type("LookupTable");
+    lookup.set_domain(kInternalDomain);
+    lookup.set_name((replacing.name().empty() ? replacing.output(0) : replacing.name()) + "/lookup");
+    lookup.add_input(input);
+    lookup.add_output(replacing.output(0));
+    auto& attribute = *lookup.add_attribute();
+    attribute.set_name("table");
+    attribute.set_type(onnx::AttributeProto::TENSOR);
+    *attribute.mutable_t() = table.to_proto("table");
+    if (rank > 0) set_attribute(lookup, "rank", rank);
+    return lookup;
+}
+
+// The graph's nodes with `replaced` in place and `removed` left out.
+void rewrite_nodes(onnx::GraphProto& graph, const std::map<int, onnx::NodeProto>& replaced,
+                   const std::set<int>& removed) {
+    google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+    for (int n = 0; n < graph.node_size(); ++n) {
+        if (removed.count(n)) continue;
+        auto it = replaced.find(n);
+        *nodes.Add() = it != replaced.end() ? it->second : graph.node(n);
+    }
+    graph.mutable_node()->Swap(&nodes);
+}
+
+bool is_lookup(const onnx::NodeProto& node) {
+    return node.domain() == kInternalDomain && node.op_type() == "LookupTable";
+}
+
+// One pass of fold_into_tables: a QLinearMul whose data inputs are an 8-bit tensor
+// x, LookupTables of x that nothing else reads, or constant single values, and a
+// LookupTable of such a LookupTable, compute a function of x alone: one table.
+// (QLinearMul computes the same whatever its operands' shapes; QLinearAdd folds
+// a single value differently from a tensor, so it is left as it is.)
+bool fold_pass(onnx::ModelProto& model, std::vector<std::string>& gone) {
+    auto& graph = *model.mutable_graph();
+    const GraphIndex index(graph);
+    std::map<int, onnx::NodeProto> replaced;
+    std::set<int> removed;
+    for (int n = 0; n < graph.node_size(); ++n) {
+        if (removed.count(n)) continue;
+        const auto& node = graph.node(n);
+        const bool product = node.domain() == "com.microsoft" && node.op_type() == "QLinearMul" &&
+                             node.input_size() == 8 && node.output_size() == 1;
+        if (!product && !is_lookup(node)) continue;
+        const std::vector<int> data = product ? std::vector<int>{0, 3} : std::vector<int>{0};
+        std::set<std::string> constants;  // the scales and zero points, constant
+        bool fixed = true;
+        if (product)
+            for (int i : {1, 2, 4, 5, 6, 7}) {
+                fixed = fixed && index.initializer(node.input(i));
+                constants.insert(node.input(i));
+            }
+        if (!fixed) continue;
+        std::string source;
+        int source_type = onnx::TensorProto::UINT8;  // a table reads the bits alone
+        std::vector<int> tables;
+        std::set<int> unread_dequantizers;  // go with the tables they read
+        int64_t rank = 0;
+        bool foldable = true;
+        for (int i : data) {
+            const auto& in = node.input(i);
+            if (const auto* init = product ? index.initializer(in) : nullptr) {
+                const Tensor value = Tensor::from_proto(*init);
+                foldable = foldable && value.size() == 1 && value.shape().size() <= 1;
+                rank = std::max<int64_t>(rank, static_cast<int64_t>(value.shape().size()));
+                constants.insert(in);
+                continue;
+            }
+            std::string from = in;
+            const int p = index.producer(in);
+            // Its readers: this node, and DequantizeLinears the QDQ fusion left with nothing to read them.
+            std::vector<int> dead;
+            bool only_here = !index.is_graph_output(in);
+            for (const auto& use : index.consumers(in)) {
+                if (use.node == n) continue;
+                const auto& reader = graph.node(use.node);
+                const bool unread = is_default_domain(reader) && reader.op_type() == "DequantizeLinear" &&
+                                    index.consumers(reader.output(0)).empty() &&
+                                    !index.is_graph_output(reader.output(0));
+                only_here = only_here && unread;
+                dead.push_back(use.node);
+            }
+            // (Not one this pass rewrote or folded already: the next pass sees it as it is now.)
+            if (p >= 0 && is_lookup(graph.node(p)) && only_here && !removed.count(p) && !replaced.count(p)) {
+                from = graph.node(p).input(0);
+                if (std::find(tables.begin(), tables.end(), p) == tables.end()) tables.push_back(p);
+                unread_dequantizers.insert(dead.begin(), dead.end());
+                rank = std::max(rank, int_attribute(graph.node(p), "rank", 0));
+            } else if (product) {
+                source_type = index.initializer(node.input(i + 2))->data_type();  // its zero point's
+            }
+            foldable = foldable && (source.empty() || source == from);
+            source = from;
+        }
+        if (!foldable || source.empty() || (tables.empty() && !product)) continue;
+        const int output_type =
+            product ? index.initializer(node.input(7))->data_type() : find_attribute(node, "table")->t().data_type();
+        std::vector<int> nodes = tables;
+        nodes.push_back(n);
+        const auto table =
+            table_of(sub_model(model, index, nodes, constants, source, source_type, node.output(0), output_type),
+                     source, source_type);
+        if (!table) continue;
+        replaced[n] = lookup_node(node, source, *table, rank);
+        for (int t : tables) {
+            removed.insert(t);
+            gone.push_back(graph.node(t).output(0));
+        }
+        for (int d : unread_dequantizers) {
+            removed.insert(d);
+            gone.push_back(graph.node(d).output(0));
+        }
+    }
+    if (replaced.empty()) return false;
+    rewrite_nodes(graph, replaced, removed);
+    return true;
 }
 
 }  // namespace
@@ -167,32 +299,21 @@ bool fuse_lookup_tables(onnx::ModelProto& model, std::vector<std::string>& gone)
         const auto table =
             table_of(group_model(model, index, *group, n, input_type, *output_type), dq.input(0), input_type);
         if (!table) continue;
-        onnx::NodeProto lookup;
-        lookup.set_op_type("LookupTable");
-        lookup.set_domain(kInternalDomain);
-        lookup.set_name(q.name().empty() ? q.output(0) + "/lookup" : q.name() + "/lookup");
-        lookup.add_input(dq.input(0));
-        lookup.add_output(q.output(0));
-        auto& attribute = *lookup.add_attribute();
-        attribute.set_name("table");
-        attribute.set_type(onnx::AttributeProto::TENSOR);
-        *attribute.mutable_t() = table->to_proto("table");
-        if (group->constant_rank > 0) set_attribute(lookup, "rank", group->constant_rank);
-        replaced[n] = std::move(lookup);
+        replaced[n] = lookup_node(q, dq.input(0), *table, group->constant_rank);
         for (int op : group->ops) {
             removed.insert(op);
             gone.push_back(graph.node(op).output(0));
         }
     }
     if (replaced.empty()) return false;
-    google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
-    for (int n = 0; n < graph.node_size(); ++n) {
-        if (removed.count(n)) continue;
-        auto it = replaced.find(n);
-        *nodes.Add() = it != replaced.end() ? it->second : graph.node(n);
-    }
-    graph.mutable_node()->Swap(&nodes);
+    rewrite_nodes(graph, replaced, removed);
     return true;
+}
+
+bool fold_into_tables(onnx::ModelProto& model, std::vector<std::string>& gone) {
+    bool changed = false;
+    for (int pass = 0; pass < 8 && fold_pass(model, gone); ++pass) changed = true;
+    return changed;
 }
 
 }  // namespace vaiq::runtime

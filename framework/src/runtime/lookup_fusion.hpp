@@ -25,4 +25,15 @@ namespace vaiq::runtime {
 /// groups ONNX Runtime turns into QLinear operators compute differently.
 bool fuse_lookup_tables(onnx::ModelProto& model, std::vector<std::string>& gone);
 
+/// Then, on the integers: a com.microsoft QLinearMul whose data inputs are one
+/// 8-bit tensor, LookupTables of it that nothing else reads, or constant single
+/// values (a HardSwish as x * table(x), a product by a constant), and a
+/// LookupTable of such a LookupTable, become one LookupTable of that tensor, its
+/// table computed by running them on the 256 integers; repeated while anything
+/// folds. QLinearMul computes the same whatever its operands' shapes, which is
+/// what makes its table exact (QLinearAdd folds a single value differently from a
+/// tensor: it stays). Returns whether anything changed; `gone` receives the
+/// folded tables' outputs.
+bool fold_into_tables(onnx::ModelProto& model, std::vector<std::string>& gone);
+
 }  // namespace vaiq::runtime

@@ -809,7 +809,8 @@ bool fuse_qdq(onnx::ModelProto& model, std::vector<std::string>& gone) {
     const bool changed = Fusion(*model.mutable_graph(), opset).run(uses_microsoft, gone);
     if (uses_microsoft) import_opset(model, kMicrosoft, 1);
     const bool looked_up = fuse_lookup_tables(model, gone);
-    return changed || quantized || stripped || looked_up;
+    const bool folded = fold_into_tables(model, gone);
+    return changed || quantized || stripped || looked_up || folded;
 }
 
 }  // namespace vaiq::runtime
