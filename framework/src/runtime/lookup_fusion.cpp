@@ -205,7 +205,7 @@ bool fold_pass(onnx::ModelProto& model, std::vector<std::string>& gone) {
         const auto& node = graph.node(n);
         const bool product = node.domain() == "com.microsoft" && node.op_type() == "QLinearMul" &&
                              node.input_size() == 8 && node.output_size() == 1;
-        if (!product && !is_lookup(node)) continue;
+        if (!product && !(is_lookup(node) && find_attribute(node, "table"))) continue;
         const std::vector<int> data = product ? std::vector<int>{0, 3} : std::vector<int>{0};
         std::set<std::string> constants;  // the scales and zero points, constant
         bool fixed = true;
