@@ -39,6 +39,15 @@ auto scalar_initializers(vaiq::test::GraphBuilder& b) {
     };
 }
 
+// The model `b` describes, with the com.microsoft opset its QLinear ops need.
+vaiq::Model contrib_model(vaiq::test::GraphBuilder& b) {
+    auto model = b.build();
+    auto* ms = model.proto().add_opset_import();
+    ms->set_domain("com.microsoft");
+    ms->set_version(1);
+    return model;
+}
+
 // Fuzzing found both: a zero point with fewer values than the scale was read
 // out of bounds, one of another type than DequantizeLinear's input failed an
 // internal type check. Both are the model's fault: InputError naming them.
@@ -201,10 +210,7 @@ TEST(Executor, QLinearAddRequantizesLikeOnnxRuntime) {
     scalar("sc", 1.0f);
     scalar("zc", uint8_t{10});
     b.node("QLinearAdd", {"a", "sa", "za", "b", "sb", "zb", "sc", "zc"}, {"c"}, "add").set_domain("com.microsoft");
-    auto model = b.build();
-    auto* ms = model.proto().add_opset_import();
-    ms->set_domain("com.microsoft");
-    ms->set_version(1);
+    const auto model = contrib_model(b);
     Executor e(model);
     const auto out = e.run({{"a", Tensor::from_values<uint8_t>({4}, std::vector<uint8_t>{128, 130, 0, 255})},
                             {"b", Tensor::from_values<uint8_t>({4}, std::vector<uint8_t>{0, 2, 4, 255})}})[0];
@@ -233,10 +239,7 @@ TEST(Executor, QLinearAddOfASingleValueIsTheElementwiseFormula) {
         const auto scalar = scalar_initializers(b);
         scalar("sa", sa), scalar("za", za), scalar("sb", sb), scalar("zb", zb), scalar("sc", sc), scalar("zc", zc);
         b.node("QLinearAdd", {"a", "sa", "za", "b", "sb", "zb", "sc", "zc"}, {"c"}, "add").set_domain("com.microsoft");
-        auto model = b.build();
-        auto* ms = model.proto().add_opset_import();
-        ms->set_domain("com.microsoft");
-        ms->set_version(1);
+        const auto model = contrib_model(b);
         const uint8_t lone = 201;
         const auto single = Tensor::from_values<uint8_t>({1}, std::vector<uint8_t>{lone});
         const auto whole = Tensor::from_values<uint8_t>({4, n / 4}, big);
@@ -292,10 +295,7 @@ TEST(Executor, QLinearMulIsTheElementwiseFormulaHoweverItBroadcasts) {
         const auto scalar = scalar_initializers(b);
         scalar("sa", sa), scalar("za", za), scalar("sb", sb), scalar("zb", zb), scalar("sc", sc), scalar("zc", zc);
         b.node("QLinearMul", {"a", "sa", "za", "b", "sb", "zb", "sc", "zc"}, {"c"}, "mul").set_domain("com.microsoft");
-        auto model = b.build();
-        auto* ms = model.proto().add_opset_import();
-        ms->set_domain("com.microsoft");
-        ms->set_version(1);
+        const auto model = contrib_model(b);
         const auto c =
             Executor(model, {.threads = 2})
                 .run({{"a", Tensor::from_values<uint8_t>(as, av)}, {"b", Tensor::from_values<int8_t>(bs, bv)}})[0];
@@ -332,10 +332,7 @@ TEST(Executor, QLinearAddAndMulRoundNearTiesAsOnnxRuntime) {
         b.initializer("sc", Tensor::from_values<float>({}, std::vector<float>{sc}));
         b.initializer("zc", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{zc}));
         b.node(op, {"a", "sa", "za", "b", "sb", "zb", "sc", "zc"}, {"c"}, "op").set_domain("com.microsoft");
-        auto model = b.build();
-        auto* ms = model.proto().add_opset_import();
-        ms->set_domain("com.microsoft");
-        ms->set_version(1);
+        const auto model = contrib_model(b);
         Executor e(model);
         return e
             .run({{"a", Tensor::from_values<uint8_t>({1}, std::vector<uint8_t>{a})},
@@ -362,10 +359,7 @@ TEST(Executor, QLinearGlobalAveragePoolScalesTheIntegerSum) {
     b.initializer("s", Tensor::from_values<float>({}, std::vector<float>{0.1f}));
     b.initializer("z", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{0}));
     b.node("QLinearGlobalAveragePool", {"x", "s", "z", "s", "z"}, {"y"}, "gap").set_domain("com.microsoft");
-    auto model = b.build();
-    auto* ms = model.proto().add_opset_import();
-    ms->set_domain("com.microsoft");
-    ms->set_version(1);
+    const auto model = contrib_model(b);
     Executor e(model);
     const auto y =
         e.run({{"x", Tensor::from_values<uint8_t>({1, 1, 2, 3}, std::vector<uint8_t>{69, 211, 65, 104, 164, 140})}})[0];
@@ -877,14 +871,6 @@ TEST(QdqFusion, ANearestResizeBetweenAnEqualPairRunsOnTheIntegers) {
             EXPECT_EQ(tap_error(e, x, "t"), "");
         }
     }
-}
-
-vaiq::Model contrib_model(vaiq::test::GraphBuilder& b) {
-    auto model = b.build();
-    auto* ms = model.proto().add_opset_import();
-    ms->set_domain("com.microsoft");
-    ms->set_version(1);
-    return model;
 }
 
 TEST(Executor, QGemmAddsTheInt32BiasAndRequantizesPerColumn) {

@@ -66,6 +66,43 @@ void round_to_8_bit(const float* values, DataType type, uint8_t* out, size_t n) 
         quantize_8_bit_divided(values, reinterpret_cast<int8_t*>(out), n, 1.0f, 0.0f);
 }
 
+// Calls f with a value of each input's 8-bit type (uint8_t or int8_t).
+template <typename F>
+void with_8_bit_types(DataType a, DataType b, F&& f) {
+    const bool a_u8 = a == DataType::UInt8, b_u8 = b == DataType::UInt8;
+    if (a_u8 && b_u8)
+        f(uint8_t{}, uint8_t{});
+    else if (a_u8)
+        f(uint8_t{}, int8_t{});
+    else if (b_u8)
+        f(int8_t{}, uint8_t{});
+    else
+        f(int8_t{}, int8_t{});
+}
+
+// f(first, count) over n elements in chunks of `chunk`, spread over the threads.
+template <typename F>
+void for_each_chunk(size_t n, size_t chunk, F&& f) {
+    const auto chunks = static_cast<int64_t>((n + chunk - 1) / chunk);
+#pragma omp parallel for if (chunks > 1)
+    for (int64_t c = 0; c < chunks; ++c) {
+        const size_t first = static_cast<size_t>(c) * chunk;
+        f(first, std::min(chunk, n - first));
+    }
+}
+
+// n 8-bit outputs a chunk at a time, one chunk per thread at a time:
+// fill(first, count, values) writes the chunk's float values, which are rounded
+// into y (of `type`) while still in cache.
+template <typename Fill>
+void round_in_chunks(size_t n, DataType type, uint8_t* y, Fill&& fill) {
+    for_each_chunk(n, size_t{1} << 14, [&](size_t first, size_t count) {
+        float* values = chunk_floats(count);
+        fill(first, count, values);
+        round_to_8_bit(values, type, y + first, count);
+    });
+}
+
 // QLinearLeakyRelu / QLinearSigmoid: (X, X_scale, X_zp, Y_scale, Y_zp).
 template <bool kSigmoid>
 void qlinear_unary(KernelContext& ctx, std::vector<Tensor>& out) {
@@ -175,36 +212,21 @@ void qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
         const auto row = static_cast<size_t>(std::min(a.data->size(), b.data->size()));
         Tensor y = Tensor::uninitialized(type, a_repeats ? bs : as);
         auto* y_bytes = reinterpret_cast<uint8_t*>(y.mutable_bytes().data());  // taken once, before the threads
-        auto pair = [&](auto a_tag, auto b_tag) {
+        with_8_bit_types(a.data->type(), b.data->type(), [&](auto a_tag, auto b_tag) {
             using TA = decltype(a_tag);
             using TB = decltype(b_tag);
             const TA* av = a.data->data<TA>().data();
             const TB* bv = b.data->data<TB>().data();
             if (row == 0) return;
-            constexpr size_t kChunk = size_t{1} << 14;
-            const auto chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
-#pragma omp parallel for if (chunks > 1)
-            for (int64_t c = 0; c < chunks; ++c) {
-                const size_t first = static_cast<size_t>(c) * kChunk, count = std::min(kChunk, n - first);
-                float* sum = chunk_floats(count);
+            round_in_chunks(n, type, y_bytes, [&](size_t first, size_t count, float* sum) {
                 for (size_t done = 0; done < count;) {  // the chunk's pieces of rows of the repeated side
                     const size_t at = first + done, offset = at % row, length = std::min(count - done, row - offset);
                     add_scaled(av + (a_repeats ? offset : at), bv + (a_repeats ? at : offset), sum + done, length,
                                ratio_a, ratio_b, fixed);
                     done += length;
                 }
-                round_to_8_bit(sum, type, y_bytes + first, count);
-            }
-        };
-        const bool a_u8 = a.data->type() == DataType::UInt8, b_u8 = b.data->type() == DataType::UInt8;
-        if (a_u8 && b_u8)
-            pair(uint8_t{}, uint8_t{});
-        else if (a_u8)
-            pair(uint8_t{}, int8_t{});
-        else if (b_u8)
-            pair(int8_t{}, uint8_t{});
-        else
-            pair(int8_t{}, int8_t{});
+            });
+        });
         out[0] = std::move(y);
         return;
     }
@@ -223,15 +245,9 @@ void qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
         auto run = [&](auto tag) {
             using X = decltype(tag);
             const X* x = other.data->data<X>().data();
-            constexpr size_t kChunk = size_t{1} << 14;
-            const auto chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
-#pragma omp parallel for if (chunks > 1)
-            for (int64_t c = 0; c < chunks; ++c) {
-                const size_t first = static_cast<size_t>(c) * kChunk, count = std::min(kChunk, n - first);
-                float* values = chunk_floats(count);
+            round_in_chunks(n, type, y_bytes, [&](size_t first, size_t count, float* values) {
                 scale_add(x + first, values, count, ratio, constant);
-                round_to_8_bit(values, type, y_bytes + first, count);
-            }
+            });
         };
         if (other.data->type() == DataType::UInt8)
             run(uint8_t{});
@@ -332,43 +348,26 @@ void qlinear_mul(KernelContext& ctx, std::vector<Tensor>& out) {
         out[0] = Tensor::uninitialized(type, shape);
         auto* y_bytes = reinterpret_cast<uint8_t*>(out[0].mutable_bytes().data());  // taken once, before the threads
         const auto n = static_cast<size_t>(big.data->size());
-        auto pair = [&](auto x_tag, auto y_tag) {
+        with_8_bit_types(big.data->type(), small.data->type(), [&](auto x_tag, auto y_tag) {
             using X = decltype(x_tag);
             using Y = decltype(y_tag);
             const X* x = big.data->data<X>().data();
             const Y* y = small.data->data<Y>().data();
             const auto zx = static_cast<float>(big.zero_point), zy = static_cast<float>(small.zero_point);
-            constexpr size_t kChunk = size_t{1} << 14;
-            const auto chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
-#pragma omp parallel for if (chunks > 1)
-            for (int64_t c = 0; c < chunks; ++c) {
-                const size_t first = static_cast<size_t>(c) * kChunk, count = std::min(kChunk, n - first);
-                float* values = chunk_floats(count);
-                if (how.kind == Repetition::PerRow && how.row == 1) {
-                    product_values<false>(x + first, y + first, values, count, zx, zy, ratio, zc);
-                } else {
-                    for (size_t done = 0; done < count;) {  // the chunk's pieces of rows
-                        const size_t at = first + done, offset = at % how.row;
-                        const size_t length = std::min(count - done, how.row - offset);
-                        if (how.kind == Repetition::PerRow)
-                            product_values<true>(x + at, y + at / how.row, values + done, length, zx, zy, ratio, zc);
-                        else
-                            product_values<false>(x + at, y + offset, values + done, length, zx, zy, ratio, zc);
-                        done += length;
-                    }
+            round_in_chunks(n, type, y_bytes, [&](size_t first, size_t count, float* values) {
+                if (how.kind == Repetition::PerRow && how.row == 1)
+                    return product_values<false>(x + first, y + first, values, count, zx, zy, ratio, zc);
+                for (size_t done = 0; done < count;) {  // the chunk's pieces of rows
+                    const size_t at = first + done, offset = at % how.row;
+                    const size_t length = std::min(count - done, how.row - offset);
+                    if (how.kind == Repetition::PerRow)
+                        product_values<true>(x + at, y + at / how.row, values + done, length, zx, zy, ratio, zc);
+                    else
+                        product_values<false>(x + at, y + offset, values + done, length, zx, zy, ratio, zc);
+                    done += length;
                 }
-                round_to_8_bit(values, type, y_bytes + first, count);
-            }
-        };
-        const bool x_u8 = big.data->type() == DataType::UInt8, y_u8 = small.data->type() == DataType::UInt8;
-        if (x_u8 && y_u8)
-            pair(uint8_t{}, uint8_t{});
-        else if (x_u8)
-            pair(uint8_t{}, int8_t{});
-        else if (y_u8)
-            pair(int8_t{}, uint8_t{});
-        else
-            pair(int8_t{}, int8_t{});
+            });
+        });
         return;
     }
     const auto za = static_cast<float>(a.zero_point), zb = static_cast<float>(b.zero_point);
@@ -655,11 +654,17 @@ void look_up(const uint8_t* x, uint8_t* y, size_t n, const uint8_t* table) {
 void lookup_table(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     if (x.type() != DataType::UInt8 && x.type() != DataType::Int8) ctx.fail("the input must be uint8 or int8");
-    const auto* proto = ctx.attributes.get_tensor("table");
-    if (!proto) ctx.fail("the table attribute is missing");
-    const Tensor table = Tensor::from_proto(*proto);
-    if (table.size() != 256 || (table.type() != DataType::UInt8 && table.type() != DataType::Int8))
-        ctx.fail("the table must hold 256 uint8 or int8 values");
+    // The table, read from its attribute once and kept.
+    auto cached = std::static_pointer_cast<Tensor>(ctx.state);
+    if (!cached) {
+        const auto* proto = ctx.attributes.get_tensor("table");
+        if (!proto) ctx.fail("the table attribute is missing");
+        cached = std::make_shared<Tensor>(Tensor::from_proto(*proto));
+        if (cached->size() != 256 || (cached->type() != DataType::UInt8 && cached->type() != DataType::Int8))
+            ctx.fail("the table must hold 256 uint8 or int8 values");
+        ctx.state = cached;
+    }
+    const Tensor& table = *cached;
     auto shape = x.shape();
     const auto rank = ctx.attributes.get_int("rank", 0);
     if (rank < 0 || rank > 8) ctx.fail("rank must be from 0 to 8");
@@ -670,13 +675,9 @@ void lookup_table(KernelContext& ctx, std::vector<Tensor>& out) {
     auto* y = reinterpret_cast<uint8_t*>(out[0].mutable_bytes().data());
     const auto n = static_cast<size_t>(x.size());
     const bool permutes = cpu_features().avx512vbmi && cpu_features().avx512bw;
-    constexpr size_t kChunk = size_t{1} << 16;
-    const auto chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
-#pragma omp parallel for if (chunks > 1)
-    for (int64_t c = 0; c < chunks; ++c) {
-        const size_t first = static_cast<size_t>(c) * kChunk, count = std::min(kChunk, n - first);
+    for_each_chunk(n, size_t{1} << 16, [&](size_t first, size_t count) {
         (permutes ? look_up_vbmi : look_up)(in + first, y + first, count, values);
-    }
+    });
 }
 
 // PowerOfTwoQLinearAdd, the executor's form of an Add between power-of-two
@@ -717,26 +718,17 @@ void power_of_two_qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
             out[0] = make_tensor<Y>(av->shape());
             Y* y = mutable_view<Y>(out[0]).data();
             const bool wide = cpu_features().avx512f && cpu_features().avx512bw;
-            auto run = [&](const auto* ap, const auto* bp) {
-                const auto n = static_cast<size_t>(out[0].size());
-                constexpr size_t kChunk = size_t{1} << 14;
-                const auto chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
-#pragma omp parallel for if (chunks > 1)
-                for (int64_t c = 0; c < chunks; ++c) {
-                    const size_t first = static_cast<size_t>(c) * kChunk, count = std::min(kChunk, n - first);
-                    (wide ? add_shifted_avx512<std::remove_cvref_t<decltype(*ap)>, std::remove_cvref_t<decltype(*bp)>, Y>
-                          : add_shifted_plain<std::remove_cvref_t<decltype(*ap)>, std::remove_cvref_t<decltype(*bp)>, Y>)(
-                        ap + first, bp + first, y + first, count, a.zero_point, b.zero_point, ea - finer, eb - finer,
-                        finer - ey, zy, lo, hi);
-                }
-            };
-            auto u8 = [](const Tensor& t) { return reinterpret_cast<const uint8_t*>(t.bytes().data()); };
-            auto s8 = [](const Tensor& t) { return reinterpret_cast<const int8_t*>(t.bytes().data()); };
-            const bool a_unsigned = av->type() == DataType::UInt8, b_unsigned = bv->type() == DataType::UInt8;
-            if (a_unsigned && b_unsigned) run(u8(*av), u8(*bv));
-            else if (a_unsigned) run(u8(*av), s8(*bv));
-            else if (b_unsigned) run(s8(*av), u8(*bv));
-            else run(s8(*av), s8(*bv));
+            with_8_bit_types(av->type(), bv->type(), [&](auto a_tag, auto b_tag) {
+                using A = decltype(a_tag);
+                using B = decltype(b_tag);
+                const auto* ap = reinterpret_cast<const A*>(av->bytes().data());
+                const auto* bp = reinterpret_cast<const B*>(bv->bytes().data());
+                for_each_chunk(static_cast<size_t>(out[0].size()), size_t{1} << 14, [&](size_t first, size_t count) {
+                    (wide ? add_shifted_avx512<A, B, Y>
+                          : add_shifted_plain<A, B, Y>)(ap + first, bp + first, y + first, count, a.zero_point,
+                                                        b.zero_point, ea - finer, eb - finer, finer - ey, zy, lo, hi);
+                });
+            });
         }
     });
 }
