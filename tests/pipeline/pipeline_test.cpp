@@ -1,5 +1,6 @@
 // The quantization phases on small graphs: data readers, the plan's placement
 // rules, calibration, parameters and the evaluation that lands in the report.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include "pipeline/evaluation.hpp"
 #include "pipeline/pipeline.hpp"
 #include "pipeline/planner.hpp"
+#include "runtime/executor.hpp"
 #include "test_support.hpp"
 #include "util/npy.hpp"
 #include "vaiq/error.hpp"
@@ -284,6 +286,55 @@ TEST_F(Plan, ExtraOptionsNarrowThePlan) {
              "op_types_to_quantize: [Reshape]\nextra_options: {ForceQuantizeNoInputCheck: true}\n");
     ASSERT_NE(p.find("r"), nullptr);
     EXPECT_EQ(p.find("r")->share_with, "m");
+}
+
+// A LayerNorm spelled out before opset 17 over a class token (zeros, as a
+// ViT's starts) and three rows of data: the token's variance is zero.
+vaiq::Model class_token_layer_norm() {
+    GraphBuilder b(13);
+    b.input("x", {1, 3, 8}).output("y", {1, 4, 8});
+    b.initializer("token", Tensor::from_values<float>({1, 1, 8}, std::vector<float>(8, 0.0f)));
+    vaiq::set_int_attribute(b.node("Concat", {"token", "x"}, {"tokens"}, "concat"), "axis", 1);
+    vaiq::test::add_spelled_layer_norm(b, "tokens", "y", 8);
+    return b.build();
+}
+
+TEST_F(Plan, ASpelledOutLayerNormKeepsItsStatisticsFloat) {
+    const auto model = class_token_layer_norm();
+    const auto p = plan(model, "");
+    for (const char* t :
+         {"ln/ReduceMean_out", "ln/Sub_out", "ln/Pow_out", "ln/ReduceMean_1_out", "ln/Add_out", "ln/Sqrt_out"})
+        EXPECT_EQ(p.find(t), nullptr) << t;
+    EXPECT_NE(p.find("ln/Div_out"), nullptr) << "the scale's input is quantized";
+    EXPECT_NE(p.find("ln/gamma"), nullptr);
+    EXPECT_NE(p.find("y"), nullptr);
+    const auto all = plan(model, "extra_options: {FloatLayerNormStatistics: false}\n");
+    EXPECT_NE(all.find("ln/Add_out"), nullptr);
+}
+
+// The token's variance plus epsilon is below half a step of its quantized
+// range: quantized, it is zero, and 0 / sqrt(0) makes the row NaN.
+TEST(LayerNormStatistics, AZeroVarianceRowNormalizesToItsShiftInsteadOfNaN) {
+    vaiq::PluginRegistry registry;
+    registry.load_default_paths();
+    for (const bool float_statistics : {true, false}) {
+        const auto dir = temp_dir();
+        vaiq::save_model(class_token_layer_norm(), dir / "in.onnx");
+        const auto report = vaiq::test::run_recipe_in(
+            dir, registry,
+            fmt::format("target: cpu\ncalibrate_method: MinMax\nrandom_data_reader_input_shape: [1, 3, 8]\n"
+                        "extra_options: {{FloatLayerNormStatistics: {}}}\n",
+                        float_statistics));
+        const auto& sqnr = report["evaluation"]["outputs"][0]["sqnr_db"];
+        const bool good = sqnr.is_number() && sqnr.get<double>() > 25.0;
+        EXPECT_EQ(good, float_statistics) << "SQNR " << sqnr.dump();
+        if (!float_statistics) continue;
+        const auto written = vaiq::load_model(dir / "out.onnx");
+        vaiq::runtime::Executor quantized(written);
+        const auto y = quantized.run({{"x", ramp({1, 3, 8}, -1.0f, 0.1f)}})[0];
+        for (int64_t i = 0; i < 8; ++i)  // the token's row: beta, to a step of the output
+            EXPECT_NEAR(y.data<float>()[i], 0.2f * static_cast<float>(i) - 0.3f, 0.05f) << i;
+    }
 }
 
 TEST_F(Plan, AnInitializerThatIsAlsoAnInputIsNotAConstant) {

@@ -197,6 +197,33 @@ Model conv_relu_model(int64_t opset) {
     return b.build();
 }
 
+void add_spelled_layer_norm(GraphBuilder& b, const std::string& x, const std::string& y, int64_t width,
+                            const std::string& prefix) {
+    std::vector<float> gamma, beta;
+    for (int64_t i = 0; i < width; ++i) {
+        gamma.push_back(0.5f + 0.1f * static_cast<float>(i));
+        beta.push_back(0.2f * static_cast<float>(i) - 0.3f);
+    }
+    b.initializer(prefix + "two", ramp({}, 2.0f)).initializer(prefix + "eps", ramp({}, 1e-5f));
+    b.initializer(prefix + "gamma", Tensor::from_values<float>({width}, gamma));
+    b.initializer(prefix + "beta", Tensor::from_values<float>({width}, beta));
+    auto node = [&](const std::string& op, const std::string& name, std::vector<std::string> inputs,
+                    const std::string& out = "") -> onnx::NodeProto& {
+        for (auto& in : inputs)
+            if (in != x && in.rfind(prefix, 0) != 0) in = prefix + in + "_out";
+        return b.node(op, std::move(inputs), {out.empty() ? prefix + name + "_out" : out}, prefix + name);
+    };
+    set_ints_attribute(node("ReduceMean", "ReduceMean", {x}), "axes", {-1});
+    node("Sub", "Sub", {x, "ReduceMean"});
+    node("Pow", "Pow", {"Sub", prefix + "two"});
+    set_ints_attribute(node("ReduceMean", "ReduceMean_1", {"Pow"}), "axes", {-1});
+    node("Add", "Add", {"ReduceMean_1", prefix + "eps"});
+    node("Sqrt", "Sqrt", {"Add"});
+    node("Div", "Div", {"Sub", "Sqrt"});
+    node("Mul", "Mul", {"Div", prefix + "gamma"});
+    node("Add", "Add_1", {"Mul", prefix + "beta"}, y);
+}
+
 TensorQuant quant_entry(std::string tensor, TensorRole role, QuantType type, std::vector<float> scale,
                         std::vector<int64_t> zero_point, int axis) {
     TensorQuant t;

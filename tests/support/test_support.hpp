@@ -91,6 +91,14 @@ std::string compare_golden(const std::filesystem::path& golden, const std::strin
 /// Conv(x, w, b) -> Relu -> y on a [1, 2, 4, 4] input, 3 output channels.
 Model conv_relu_model(int64_t opset = 13);
 
+/// Adds a LayerNorm over the last axis (length `width`) of `x` as exporters
+/// spell it before opset 17, writing `y`: (x - mean) / sqrt(mean((x - mean)^2)
+/// + 1e-5) * gamma + beta, gamma 0.5 + 0.1 i and beta 0.2 i - 0.3. Its nodes
+/// and tensors are named `prefix` + ReduceMean, Sub, Pow, ReduceMean_1, Add,
+/// Sqrt, Div, Mul, Add_1 (outputs + "_out").
+void add_spelled_layer_norm(GraphBuilder& b, const std::string& x, const std::string& y, int64_t width,
+                            const std::string& prefix = "ln/");
+
 /// One tensor of a quantization plan.
 TensorQuant quant_entry(std::string tensor, TensorRole role, QuantType type, std::vector<float> scale,
                         std::vector<int64_t> zero_point, int axis = -1);

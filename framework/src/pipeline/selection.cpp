@@ -9,6 +9,7 @@
 #include "util/text.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
+#include "vaiq/patterns.hpp"
 
 namespace vaiq {
 
@@ -71,6 +72,28 @@ std::vector<bool> reachable(const onnx::GraphProto& graph, const std::vector<std
     return seen;
 }
 
+// The nodes of each spelled-out LayerNorm up to its division (mean, centring,
+// square, variance, + epsilon, square root, division): not its scale and shift.
+std::vector<bool> layer_norm_statistics(const onnx::GraphProto& graph) {
+    std::vector<bool> out(graph.node_size(), false);
+    for (const auto& match : find_layer_norms(graph)) {
+        std::set<std::string> after_division;
+        for (int n : match.nodes)
+            if (graph.node(n).op_type() == "Div") after_division.insert(graph.node(n).output(0));
+        // The scale and shift follow the division in the match's order.
+        for (int n : match.nodes) {
+            const auto& node = graph.node(n);
+            const bool scale_or_shift = std::any_of(node.input().begin(), node.input().end(),
+                                                    [&](const std::string& in) { return after_division.count(in); });
+            if (scale_or_shift)
+                after_division.insert(node.output(0));
+            else
+                out[n] = true;
+        }
+    }
+    return out;
+}
+
 }  // namespace
 
 std::vector<NodeDecision> decide_nodes(const Recipe& recipe, const Model& model, const Target& target) {
@@ -86,6 +109,9 @@ std::vector<NodeDecision> decide_nodes(const Recipe& recipe, const Model& model,
     const auto before_outputs = reachable(graph, names, outputs, true);
     std::set<std::string> op_types;
     for (const auto& t : recipe.value("op_types_to_quantize")) op_types.insert(t.get<std::string>());
+    const auto statistics = recipe.value("extra_options.FloatLayerNormStatistics").get<bool>()
+                                ? layer_norm_statistics(graph)
+                                : std::vector<bool>(graph.node_size(), false);
 
     const auto& overrides = recipe.value("overrides");
     std::vector<int> match_count(overrides.size(), 0);
@@ -122,6 +148,8 @@ std::vector<NodeDecision> decide_nodes(const Recipe& recipe, const Model& model,
             d.reason = "in nodes_to_exclude";
         else if (!excluded_by.empty())
             d.reason = "excluded by " + excluded_by;
+        else if (statistics[n])
+            d.reason = "it computes a LayerNorm's statistics (extra_options.FloatLayerNormStatistics)";
         else if (!target.supports(node))
             d.reason = fmt::format("the target does not quantize {}", node.op_type());
         else {

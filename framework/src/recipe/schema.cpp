@@ -190,6 +190,10 @@ const std::vector<KeySpec>& recipe_keys() {
         {"extra_options.UseUnsignedReLU", K::Bool, "false", P::Plan, yes,
          "Force outputs of ReLU and Clip with min 0 to be asymmetric."},
         {"extra_options.QuantizeBias", K::Bool, "true", P::Plan, yes, "Quantize biases as normal weights."},
+        {"extra_options.FloatLayerNormStatistics", K::Bool, "true", P::Plan, yes,
+         "A LayerNorm spelled out in ops (before opset 17) keeps its mean, variance and division float, as a "
+         "LayerNormalization op computes them: a variance below half a step rounds to zero, and dividing by "
+         "it writes infinities. Its scale and shift are quantized as usual."},
         {"extra_options.RemoveInputInit", K::Bool, "true", P::Prepare, yes,
          "Remove initializers from the graph inputs so they are treated as constants."},
         {"extra_options.EnableSubgraph", K::Bool, "false", P::Plan, no, "Quantize subgraphs too."},

@@ -117,6 +117,23 @@ TEST(ConvertReduceMeanToGlobalAvgPool, SpatialMeansOnly) {
     EXPECT_FALSE(run_pass("convert_reduce_mean_to_global_avg_pool", model));
 }
 
+// A LayerNorm's means are no pooling and no DPU arithmetic: both passes leave
+// them, and with them the pattern the planner keeps float.
+TEST(ConvertReduceMeanToGlobalAvgPool, LeavesALayerNormsMeans) {
+    GraphBuilder ln;
+    ln.input("x", {1, 4, 6}).output("y", {1, 4, 6});
+    vaiq::test::add_spelled_layer_norm(ln, "x", "y", 6);
+    for (const char* pass : {"convert_reduce_mean_to_global_avg_pool", "convert_reduce_mean_to_dpu_version"}) {
+        auto model = ln.build();
+        EXPECT_FALSE(run_pass(pass, model)) << pass;
+        GraphBuilder b;  // the same mean outside a LayerNorm (1/6 is no power of two)
+        b.input("x", {1, 4, 6}).output("y", {1, 4, 1});
+        set_ints_attribute(b.node("ReduceMean", {"x"}, {"y"}), "axes", {-1});
+        auto mean = b.build();
+        EXPECT_TRUE(run_pass(pass, mean)) << pass;
+    }
+}
+
 TEST(SplitLargeKernelPool, TilesAPoolOverMoreThan512Elements) {
     GraphBuilder b;
     b.input("x", {1, 2, 32, 24}).output("y", {1, 2, 1, 1});

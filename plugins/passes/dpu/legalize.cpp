@@ -72,11 +72,12 @@ bool convert_reduce_mean_to_global_avg_pool(vaiq::Model& model) {
     const auto shapes = vaiq::infer_shapes(model);
     const vaiq::GraphIndex index(graph);
     vaiq::UniqueNames names(graph);
+    const auto layer_norm = layer_norm_means(graph);
     bool changed = false;
     const int count = graph.node_size();
     for (int n = 0; n < count; ++n) {
         auto& node = *graph.mutable_node(n);
-        if (node.op_type() != "ReduceMean" || !is_default_domain(node)) continue;
+        if (node.op_type() != "ReduceMean" || !is_default_domain(node) || layer_norm.count(node.output(0))) continue;
         const auto axes = ints_from(node, index, "axes", 1);
         const auto shape = shapes.find(node.input(0));
         if (!axes || shape == shapes.end()) continue;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,17 @@ inline std::optional<std::vector<int64_t>> ints_from(const onnx::NodeProto& n, c
     const auto t = constant(index, n.input(slot));
     if (!t || t->type() != vaiq::DataType::Int64) return std::nullopt;
     return std::vector<int64_t>(t->data<int64_t>().begin(), t->data<int64_t>().end());
+}
+
+/// The outputs of the ReduceMeans in spelled-out LayerNorms. A LayerNorm is no
+/// pooling and the DPU does not run it: its means are neither pools nor DPU
+/// arithmetic, and left as they are the planner keeps its statistics float.
+inline std::set<std::string> layer_norm_means(const onnx::GraphProto& graph) {
+    std::set<std::string> out;
+    for (const auto& match : vaiq::find_layer_norms(graph))
+        for (int n : match.nodes)
+            if (graph.node(n).op_type() == "ReduceMean") out.insert(graph.node(n).output(0));
+    return out;
 }
 
 /// Axes in [0, rank).

@@ -90,8 +90,9 @@ bool convert_avg_pool_to_dpu_version(vaiq::Model& model) {
 
 bool convert_reduce_mean_to_dpu_version(vaiq::Model& model) {
     const auto shapes = vaiq::infer_shapes(model);
+    const auto layer_norm = layer_norm_means(model.graph());
     return rescale_all(model, [&](const onnx::NodeProto& node, const vaiq::GraphIndex& index) -> std::optional<double> {
-        if (node.op_type() != "ReduceMean") return std::nullopt;
+        if (node.op_type() != "ReduceMean" || layer_norm.count(node.output(0))) return std::nullopt;
         const auto shape = shapes.find(node.input(0));
         if (shape == shapes.end()) return std::nullopt;
         const auto& dims = shape->second;

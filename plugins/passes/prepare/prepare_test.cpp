@@ -387,18 +387,7 @@ TEST(FuseHardSwish, SpelledOutToHardSigmoidTimesInput) {
 GraphBuilder spelled_layer_norm(int64_t opset) {
     GraphBuilder b(opset);
     b.input("x", {2, 3, 8}).output("y", {2, 3, 8});
-    b.initializer("two", ramp({}, 2.0f)).initializer("eps", ramp({}, 1e-5f));
-    b.initializer("gamma", values({8}, [](int64_t i) { return 0.5f + 0.1f * i; }));
-    b.initializer("beta", values({8}, [](int64_t i) { return 0.2f * i - 0.3f; }));
-    set_ints_attribute(b.node("ReduceMean", {"x"}, {"m"}), "axes", {-1});
-    b.node("Sub", {"x", "m"}, {"d"});
-    b.node("Pow", {"d", "two"}, {"p"});
-    set_ints_attribute(b.node("ReduceMean", {"p"}, {"v"}), "axes", {-1});
-    b.node("Add", {"v", "eps"}, {"e"});
-    b.node("Sqrt", {"e"}, {"s"});
-    b.node("Div", {"d", "s"}, {"n"});
-    b.node("Mul", {"n", "gamma"}, {"g"});
-    b.node("Add", {"g", "beta"}, {"y"});
+    vaiq::test::add_spelled_layer_norm(b, "x", "y", 8);
     return b;
 }
 
