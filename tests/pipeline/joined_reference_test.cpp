@@ -176,6 +176,23 @@ TEST(JoinedReference, ARunEvaluatesAgainstTheInputModelJoinedIntoCalibration) {
     auto data = vaiq::open_data_reader(dir / "data", model);
     const auto direct = vaiq::compare_outputs(model, vaiq::load_model(dir / "out.onnx"), *data, nullptr, 1);
     EXPECT_NEAR(sqnr, direct.outputs[0].sqnr_db, 1e-3);
+
+    // What preparation alone costs, the input model against the same model with Relu for its Clip:
+    // from calibration's joined outputs and from evaluation's second run alike.
+    auto relu_model = model;
+    auto& clip = *relu_model.graph().mutable_node(relu_model.graph().node_size() - 1);
+    clip.set_op_type("Relu");
+    clip.mutable_input()->DeleteSubrange(1, 2);
+    const auto expected = vaiq::compare_outputs(model, relu_model, *data, nullptr, 1).outputs[0].sqnr_db;
+    ASSERT_LT(expected, 60.0) << "the Clip must bind";
+    for (const auto* report : {&joined, &apart}) {
+        const auto& preparation = (*report)["preparation_error"];
+        ASSERT_TRUE(preparation.is_object()) << report->dump();
+        EXPECT_NEAR(preparation["outputs"][0]["sqnr_db"].get<double>(), expected, 1e-3);
+        EXPECT_EQ(preparation["passes"], nlohmann::json::array({"replace_clip6_relu"}));
+    }
+    EXPECT_EQ(joined["preparation_error"]["data"], "calibration_data");
+    EXPECT_EQ(apart["preparation_error"]["data"], "evaluation_data");
 }
 
 }  // namespace

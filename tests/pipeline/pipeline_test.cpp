@@ -488,6 +488,7 @@ TEST(Evaluation, APreparationThatKeepsTheFunctionIsComparedWithCalibrationsOutpu
     EXPECT_NEAR(kept["evaluation"]["outputs"][0]["sqnr_db"].get<double>(), direct.outputs[0].sqnr_db, 1e-3)
         << "the prepared model's outputs stand for the given model's";
     EXPECT_EQ(kept["evaluation"]["samples"], 4);
+    EXPECT_FALSE(kept.contains("preparation_error")) << "nothing to report where the function was kept";
 
     const auto changed = run("extra_options: {ReplaceClip6Relu: true}\n");
     EXPECT_EQ(changed["evaluation"]["reference"], "input model");

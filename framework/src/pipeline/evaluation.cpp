@@ -14,13 +14,6 @@ namespace vaiq {
 
 namespace {
 
-struct Sums {
-    double signal = 0, noise = 0, dot = 0, q2 = 0, max_abs = 0;
-    int64_t elements = 0;
-    int64_t rows = 0, agree = 0;
-    bool classifier = true;
-};
-
 bool is_classifier(const Tensor& t) { return t.shape().size() == 2 && t.shape()[1] >= 2; }
 
 int64_t argmax_row(std::span<const float> row) { return std::max_element(row.begin(), row.end()) - row.begin(); }
@@ -56,7 +49,66 @@ void as_float(Tensor& t) {
     if (t.type() == DataType::Float16 || t.type() == DataType::BFloat16) t = convert_float_type(t, DataType::Float);
 }
 
+// The same without changing `t`: `t` itself, or its float copy in `scratch`.
+const Tensor& as_float(const Tensor& t, Tensor& scratch) {
+    if (t.type() != DataType::Float16 && t.type() != DataType::BFloat16) return t;
+    scratch = convert_float_type(t, DataType::Float);
+    return scratch;
+}
+
 }  // namespace
+
+OutputComparison::OutputComparison(std::vector<std::string> names)
+    : names_(std::move(names)), sums_(names_.size()) {}
+
+void OutputComparison::add(const std::vector<Tensor>& reference, const std::vector<Tensor>& candidate,
+                           const std::string& source) {
+    for (size_t o = 0; o < names_.size() && o < reference.size() && o < candidate.size(); ++o) {
+        Tensor f_float, q_float;
+        const Tensor& f = as_float(reference[o], f_float);
+        const Tensor& q = as_float(candidate[o], q_float);
+        if (f.type() != DataType::Float || q.type() != DataType::Float) continue;
+        const auto fv = f.data<float>();
+        const auto qv = q.data<float>();
+        if (fv.size() != qv.size())
+            throw InputError(fmt::format("evaluation data {}: the quantized model's output '{}' has {} values, "
+                                         "the float one {}",
+                                         source, names_[o], qv.size(), fv.size()));
+        auto& s = sums_[o];
+        for (size_t i = 0; i < fv.size(); ++i) {
+            const double a = fv[i], b = qv[i], d = a - b;
+            s.signal += a * a;
+            s.noise += d * d;
+            s.dot += a * b;
+            s.q2 += b * b;
+            s.max_abs = std::max(s.max_abs, std::abs(d));
+        }
+        s.elements += static_cast<int64_t>(fv.size());
+        s.classifier = s.classifier && is_classifier(f);
+        if (!s.classifier) continue;
+        const int64_t rows = f.shape()[0], cols = f.shape()[1];
+        for (int64_t r = 0; r < rows; ++r)
+            s.agree += argmax_row(fv.subspan(r * cols, cols)) == argmax_row(qv.subspan(r * cols, cols));
+        s.rows += rows;
+    }
+}
+
+std::vector<OutputMetrics> OutputComparison::metrics() const {
+    std::vector<OutputMetrics> out;
+    for (size_t o = 0; o < names_.size(); ++o) {
+        const auto& s = sums_[o];
+        if (s.elements == 0) continue;
+        OutputMetrics m;
+        m.name = names_[o];
+        m.elements = s.elements;
+        m.sqnr_db = s.noise == 0 ? std::numeric_limits<double>::infinity() : 10.0 * std::log10(s.signal / s.noise);
+        m.cosine = (s.signal == 0 || s.q2 == 0) ? (s.signal == s.q2 ? 1.0 : 0.0) : s.dot / std::sqrt(s.signal * s.q2);
+        m.max_abs_error = s.max_abs;
+        if (s.classifier && s.rows > 0) m.top1_agreement = static_cast<double>(s.agree) / static_cast<double>(s.rows);
+        out.push_back(m);
+    }
+    return out;
+}
 
 nlohmann::json Evaluation::to_json() const {
     nlohmann::json j = {{"batches", batches}, {"samples", samples}, {"outputs", nlohmann::json::array()}};
@@ -125,12 +177,18 @@ Evaluation compare_outputs(const ReferenceOutputs& reference, const Model& quant
     runtime::ExecutorOptions options;
     options.threads = threads;
     runtime::Executor candidate(quantized, options);
-    std::vector<Sums> sums(names.size());
+    OutputComparison comparison(names);
     int64_t float_correct = 0, quant_correct = 0, labelled = 0;
     double float_nll = 0, quant_nll = 0;
     bool language_model = false;
     Evaluation out;
     out.samples = samples;
+    auto next_label = [&](bool token) {
+        if (labelled >= labels->size())
+            throw InputError(fmt::format("evaluation_labels holds {} {}, but the evaluation data has more {}",
+                                         labels->size(), token ? "tokens" : "labels", token ? "positions" : "samples"));
+        return label_at(*labels, labelled++);
+    };
     data.rewind();
     for (size_t b = 0; b < batches; ++b) {
         report_progress("quantized batch", static_cast<int64_t>(b) + 1, static_cast<int64_t>(batches));
@@ -142,83 +200,34 @@ Evaluation compare_outputs(const ReferenceOutputs& reference, const Model& quant
         auto q = run_batch(candidate, *batch);
         std::vector<Tensor> f(names.size());
         for (size_t o = 0; o < names.size(); ++o) f[o] = float_outputs.get(b * names.size() + o);
-        for (size_t o = 0; o < names.size(); ++o) {
-            auto& s = sums[o];
-            as_float(q[o]);
-            if (f[o].type() != DataType::Float || q[o].type() != DataType::Float) continue;
-            const auto fv = f[o].data<float>();
-            const auto qv = q[o].data<float>();
-            if (fv.size() != qv.size())
-                throw InputError(fmt::format("evaluation data {}: the quantized model's output '{}' has {} values, "
-                                             "the float one {}",
-                                             batch->source, names[o], qv.size(), fv.size()));
-            for (size_t i = 0; i < fv.size(); ++i) {
-                const double a = fv[i], b = qv[i], d = a - b;
-                s.signal += a * a;
-                s.noise += d * d;
-                s.dot += a * b;
-                s.q2 += b * b;
-                s.max_abs = std::max(s.max_abs, std::abs(d));
-            }
-            s.elements += static_cast<int64_t>(fv.size());
-            if (o == 0 && labels && f[o].shape().size() == 3) {
-                // A language model's logits: every position is a labelled token.
-                language_model = true;
-                const int64_t cols = f[o].shape()[2], rows = static_cast<int64_t>(fv.size()) / std::max<int64_t>(cols, 1);
-                for (int64_t r = 0; r < rows; ++r) {
-                    if (labelled >= labels->size())
-                        throw InputError(fmt::format("evaluation_labels holds {} tokens, but the evaluation data has "
-                                                     "more positions",
-                                                     labels->size()));
-                    const int64_t want = label_at(*labels, labelled++);
-                    if (want < 0 || want >= cols)
-                        throw InputError(fmt::format("evaluation_labels holds the token {}, outside the {} logits",
-                                                     want, cols));
-                    const auto fr = fv.subspan(static_cast<size_t>(r * cols), static_cast<size_t>(cols));
-                    const auto qr = qv.subspan(static_cast<size_t>(r * cols), static_cast<size_t>(cols));
-                    float_correct += argmax_row(fr) == want;
-                    quant_correct += argmax_row(qr) == want;
-                    float_nll += negative_log_likelihood(fr, want);
-                    quant_nll += negative_log_likelihood(qr, want);
-                }
-            }
-            s.classifier = s.classifier && is_classifier(f[o]);
-            if (!s.classifier) continue;
-            const int64_t rows = f[o].shape()[0], cols = f[o].shape()[1];
+        for (auto& t : q) as_float(t);
+        // Labels score output 0: a language model's logits [N, T, V] per position, else [N, C] per row.
+        if (labels && !f.empty() && !q.empty() && f[0].type() == DataType::Float && q[0].type() == DataType::Float &&
+            f[0].size() == q[0].size() && (f[0].shape().size() == 3 || is_classifier(f[0]))) {
+            language_model = f[0].shape().size() == 3;
+            const int64_t cols = f[0].shape().back(), rows = static_cast<int64_t>(f[0].size()) / std::max<int64_t>(cols, 1);
+            const auto fv = f[0].data<float>(), qv = q[0].data<float>();
             for (int64_t r = 0; r < rows; ++r) {
-                const int64_t fa = argmax_row(fv.subspan(r * cols, cols));
-                const int64_t qa = argmax_row(qv.subspan(r * cols, cols));
-                s.agree += fa == qa;
-                if (o == 0 && labels) {
-                    if (labelled >= labels->size())
-                        throw InputError(
-                            fmt::format("evaluation_labels holds {} labels, but the evaluation data has "
-                                        "more samples",
-                                        labels->size()));
-                    const int64_t want = label_at(*labels, labelled++);
-                    float_correct += fa == want;
-                    quant_correct += qa == want;
-                }
+                const int64_t want = next_label(language_model);
+                const auto fr = fv.subspan(static_cast<size_t>(r * cols), static_cast<size_t>(cols));
+                const auto qr = qv.subspan(static_cast<size_t>(r * cols), static_cast<size_t>(cols));
+                float_correct += argmax_row(fr) == want;
+                quant_correct += argmax_row(qr) == want;
+                if (!language_model) continue;
+                if (want < 0 || want >= cols)
+                    throw InputError(
+                        fmt::format("evaluation_labels holds the token {}, outside the {} logits", want, cols));
+                float_nll += negative_log_likelihood(fr, want);
+                quant_nll += negative_log_likelihood(qr, want);
             }
-            s.rows += rows;
         }
+        comparison.add(f, q, batch->source);
         ++out.batches;
     }
     if (labels && max_batches == 0 && labelled != labels->size())
         throw InputError(fmt::format("evaluation_labels holds {} labels, but the evaluation data has {} samples",
                                      labels->size(), labelled));
-    for (size_t o = 0; o < names.size(); ++o) {
-        const auto& s = sums[o];
-        if (s.elements == 0) continue;
-        OutputMetrics m;
-        m.name = names[o];
-        m.elements = s.elements;
-        m.sqnr_db = s.noise == 0 ? std::numeric_limits<double>::infinity() : 10.0 * std::log10(s.signal / s.noise);
-        m.cosine = (s.signal == 0 || s.q2 == 0) ? (s.signal == s.q2 ? 1.0 : 0.0) : s.dot / std::sqrt(s.signal * s.q2);
-        m.max_abs_error = s.max_abs;
-        if (s.classifier && s.rows > 0) m.top1_agreement = static_cast<double>(s.agree) / static_cast<double>(s.rows);
-        out.outputs.push_back(m);
-    }
+    out.outputs = comparison.metrics();
     if (labels && labelled > 0) {
         out.float_accuracy = static_cast<double>(float_correct) / static_cast<double>(labelled);
         out.quantized_accuracy = static_cast<double>(quant_correct) / static_cast<double>(labelled);

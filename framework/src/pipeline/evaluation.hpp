@@ -39,6 +39,27 @@ struct Evaluation {
     nlohmann::json to_json() const;
 };
 
+/// A candidate model's outputs compared with a reference's, batch by batch;
+/// only running sums are kept. Outputs that are not float (or float16) in both
+/// are skipped; an [N, C] output also counts the rows whose argmax agrees.
+class OutputComparison {
+  public:
+    explicit OutputComparison(std::vector<std::string> names);
+    /// One batch: `reference[o]` and `candidate[o]` are output `names[o]` of each model.
+    void add(const std::vector<Tensor>& reference, const std::vector<Tensor>& candidate, const std::string& source);
+    /// Per compared output, in order.
+    std::vector<OutputMetrics> metrics() const;
+
+  private:
+    struct Sums {
+        double signal = 0, noise = 0, dot = 0, q2 = 0, max_abs = 0;
+        int64_t elements = 0, rows = 0, agree = 0;
+        bool classifier = true;
+    };
+    std::vector<std::string> names_;
+    std::vector<Sums> sums_;
+};
+
 /// The float model's outputs on each batch of the data, put aside (in memory up
 /// to 256 MB, beyond in a temporary file) until the quantized model runs.
 struct ReferenceOutputs {

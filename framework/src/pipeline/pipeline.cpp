@@ -556,6 +556,20 @@ Observations observe_files(RunState& s, const StatisticsIdentity& identity) {
     return observations;
 }
 
+// The prepared float model against the input model, where preparation changed
+// what it computes (the DPU simulations): error no quantization setting removes.
+void report_preparation_error(RunState& s, const Evaluation& e, const char* data) {
+    if (e.outputs.empty()) return;
+    auto& out = s.report["preparation_error"] = e.to_json();
+    out["data"] = data;
+    std::vector<std::string> changers;  // the passes that changed what the model computes
+    for (const auto& p : s.report["passes"])
+        if (p.value("changed", false) && !p.value("keeps_function", true)) changers.push_back(p["name"]);
+    out["passes"] = changers;
+    log_info("the prepared float model against the input model ({} changed what it computes): {}",
+             changers.empty() ? std::string("preparation") : join(changers, ", "), summary_line(e));
+}
+
 // Observers fed the calibration data.
 Observations observe_data(RunState& s) {
     const auto observed = s.draft.observed();
@@ -591,15 +605,20 @@ Observations observe_data(RunState& s) {
             log_info("evaluation's reference, the input model, joins calibration: {} of its nodes shared, {} added",
                      joined->shared_nodes, joined->added_nodes);
     }
+    // With the two joined, what preparation alone changed in the outputs comes for free.
+    std::optional<OutputComparison> preparation;
     if (evaluated_here && (s.function_kept || joined)) {
         s.float_outputs = std::make_unique<ReferenceOutputs>();
         s.float_outputs_from_input = joined.has_value();
         const int outputs = joined ? joined->outputs_before : s.model.graph().output_size();
         for (int o = 0; o < outputs; ++o) s.float_outputs->names.push_back(s.model.graph().output(o).name());
+        if (joined) preparation.emplace(s.float_outputs->names);
         keep = [&](const Batch& batch, std::vector<Tensor> values) {
             if (joined) {  // the input model's outputs, in the prepared model's order
                 std::vector<Tensor> given;
                 for (int index : joined->given_outputs) given.push_back(std::move(values.at(index)));
+                values.resize(given.size());
+                preparation->add(given, values, batch.source);
                 values = std::move(given);
             }
             s.float_outputs->add(batch.source, std::move(values));
@@ -615,6 +634,13 @@ Observations observe_data(RunState& s) {
         throw;
     }
     if (joined) remove_joined(s.model, *joined);
+    if (preparation) {
+        Evaluation e;
+        e.batches = static_cast<int>(s.float_outputs->sources.size());
+        for (auto rows : s.float_outputs->batch_samples) e.samples += rows;
+        e.outputs = preparation->metrics();
+        report_preparation_error(s, e, "calibration_data");
+    }
     return observations;
 }
 
@@ -981,9 +1007,12 @@ void evaluate_phase(RunState& s) {
     auto& data = eval_data ? *eval_data : *s.data;
     const auto batches = static_cast<int>(s.recipe.value("evaluation_batches").get<int64_t>());
     const Tensor* label_tensor = labels ? &*labels : nullptr;
-    const auto evaluation = from_calibration
-                                ? compare_outputs(*s.float_outputs, s.quantized, data, label_tensor, s.threads, batches)
-                                : compare_outputs(reference, s.quantized, data, label_tensor, s.threads, batches);
+    if (!from_calibration) s.float_outputs = reference_outputs(reference, data, s.threads, batches);
+    const auto evaluation = compare_outputs(*s.float_outputs, s.quantized, data, label_tensor, s.threads, batches);
+    if (as_given && !s.function_kept) {
+        auto e = compare_outputs(*s.float_outputs, float_reference(s), data, nullptr, s.threads, batches);
+        report_preparation_error(s, e, eval_data ? "evaluation_data" : "calibration_data");
+    }
     s.float_outputs.reset();
     auto& out = s.report["evaluation"] = evaluation.to_json();
     out["reference"] = from_calibration && s.float_outputs_from_input
