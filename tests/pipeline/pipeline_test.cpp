@@ -729,6 +729,42 @@ TEST(FirstDivergence, NaNInTheQuantizedValuesIsMinusInfinity) {
     EXPECT_EQ(d->sqnr_db, -std::numeric_limits<double>::infinity());
 }
 
+// The DPU's HardSigmoid for a swish's Sigmoid changes what the float model
+// computes: the report says how much before quantization, and the switch that
+// keeps the Sigmoid (quantized at 8 bits as any activation) removes that error.
+TEST_F(NpuRun, TheReportSaysWhatTheSigmoidsApproximationCostsAndItsSwitchKeepsTheSigmoid) {
+    GraphBuilder b;
+    b.input("x", {1, 2, 4, 4}).output("y", {1, 3, 4, 4});
+    b.initializer("w", ramp({3, 2, 1, 1}, -1.8f, 0.6f));
+    b.node("Conv", {"x", "w"}, {"c"});
+    b.node("Sigmoid", {"c"}, {"s"});
+    b.node("Mul", {"c", "s"}, {"y"});
+    const auto model = b.build();
+    const auto dir = temp_dir();
+    vaiq::save_model(model, dir / "in.onnx");
+    auto run_with = [&](const std::string& convert) {
+        return vaiq::test::run_recipe_in(
+            dir, registry_,
+            "target: npu_cnn\ncalibrate_method: MinMSE\nactivation_type: QUInt8\nweight_type: QInt8\n"
+            "enable_dpu: true\nrandom_data_reader_input_shape: [1, 2, 4, 4]\n"
+            "extra_options: {ActivationSymmetric: true, ConvertSigmoidToHardSigmoid: " +
+                convert + "}\n");
+    };
+    const auto hard = run_with("true");
+    ASSERT_TRUE(hard.contains("preparation_error")) << hard.dump();
+    const auto& passes = hard["preparation_error"]["passes"];
+    EXPECT_NE(std::find(passes.begin(), passes.end(), "convert_sigmoid_to_hard_sigmoid"), passes.end()) << passes;
+    const double approximation = hard["preparation_error"]["outputs"][0]["sqnr_db"].get<double>();
+    EXPECT_LT(approximation, 40.0) << "x * HardSigmoid(x) is not x * Sigmoid(x)";
+    EXPECT_GT(approximation, 10.0);
+    EXPECT_GE(sqnr(hard, "y"), approximation - 3.0) << "the approximation is most of the quantized model's error";
+
+    const auto kept = run_with("false");
+    EXPECT_FALSE(kept.contains("preparation_error")) << kept["preparation_error"].dump();
+    EXPECT_EQ(tensor(kept, "s")["type"], "QUInt8") << "the Sigmoid is quantized as any activation";
+    EXPECT_GT(sqnr(kept, "y"), sqnr(hard, "y") + 3.0);
+}
+
 TEST_F(NpuRun, ALowOutputNamesTheFirstTensorWhoseErrorReachesTheWarning) {
     // At 200 dB every quantized tensor is "low": the first in graph order is the Conv's output.
     const auto report = run(scalar_affine_model(), "warn_output_sqnr_db: 200\n");
