@@ -170,6 +170,29 @@ TEST(Cli, TheCnnTargetWarnsOnAModelOfMatMuls) {
     EXPECT_EQ(r.err.find("made for CNNs"), std::string::npos) << r.err;
 }
 
+// A DPU simulation that alone takes the output below warn_output_sqnr_db is a
+// warning before anything is quantized; above it, a line of the log.
+TEST(Cli, ASimulationThatAloneCostsTheOutputIsAWarning) {
+    const auto dir = temp_dir();
+    vaiq::save_model(vaiq::test::swish_model(), dir / "swish.onnx");
+    auto run = [&](const std::string& extra) {
+        return vaiq_cli("run " VAIQ_SOURCE_DIR "/recipes/cnn_npu.yaml --model " + (dir / "swish.onnx").string() +
+                        " --output " + (dir / "q.onnx").string() + extra);
+    };
+    const std::string what = "(convert_sigmoid_to_hard_sigmoid, convert_hard_sigmoid_to_dpu_version changed what it";
+    auto strict = run(" --set warn_output_sqnr_db=40");
+    ASSERT_EQ(strict.exit_code, 0) << strict.err;
+    EXPECT_NE(strict.err.find("warning: the prepared float model against the input model " + what), std::string::npos)
+        << strict.err;
+    EXPECT_NE(strict.err.find("below warn_output_sqnr_db 40 before anything is quantized"), std::string::npos)
+        << strict.err;
+    auto usual = run("");
+    ASSERT_EQ(usual.exit_code, 0) << usual.err;
+    EXPECT_NE(usual.err.find("info: the prepared float model against the input model " + what), std::string::npos)
+        << usual.err;
+    EXPECT_EQ(usual.err.find("before anything is quantized"), std::string::npos) << usual.err;
+}
+
 TEST(Cli, QuantizesTheBundledExampleAndReportsAccuracy) {
     const auto dir = temp_dir();
     auto r =

@@ -733,15 +733,8 @@ TEST(FirstDivergence, NaNInTheQuantizedValuesIsMinusInfinity) {
 // computes: the report says how much before quantization, and the switch that
 // keeps the Sigmoid (quantized at 8 bits as any activation) removes that error.
 TEST_F(NpuRun, TheReportSaysWhatTheSigmoidsApproximationCostsAndItsSwitchKeepsTheSigmoid) {
-    GraphBuilder b;
-    b.input("x", {1, 2, 4, 4}).output("y", {1, 3, 4, 4});
-    b.initializer("w", ramp({3, 2, 1, 1}, -1.8f, 0.6f));
-    b.node("Conv", {"x", "w"}, {"c"});
-    b.node("Sigmoid", {"c"}, {"s"});
-    b.node("Mul", {"c", "s"}, {"y"});
-    const auto model = b.build();
     const auto dir = temp_dir();
-    vaiq::save_model(model, dir / "in.onnx");
+    vaiq::save_model(vaiq::test::swish_model(), dir / "in.onnx");
     auto run_with = [&](const std::string& convert) {
         return vaiq::test::run_recipe_in(
             dir, registry_,

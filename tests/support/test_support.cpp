@@ -197,6 +197,16 @@ Model conv_relu_model(int64_t opset) {
     return b.build();
 }
 
+Model swish_model() {
+    GraphBuilder b;
+    b.input("x", {1, 2, 4, 4}).output("y", {1, 3, 4, 4});
+    b.initializer("w", ramp({3, 2, 1, 1}, -1.8f, 0.6f));
+    b.node("Conv", {"x", "w"}, {"c"});
+    b.node("Sigmoid", {"c"}, {"s"});
+    b.node("Mul", {"c", "s"}, {"y"});
+    return b.build();
+}
+
 void add_spelled_layer_norm(GraphBuilder& b, const std::string& x, const std::string& y, int64_t width,
                             const std::string& prefix) {
     std::vector<float> gamma, beta;

@@ -99,6 +99,10 @@ Model conv_relu_model(int64_t opset = 13);
 void add_spelled_layer_norm(GraphBuilder& b, const std::string& x, const std::string& y, int64_t width,
                             const std::string& prefix = "ln/");
 
+/// x [1, 2, 4, 4] -> Conv to 3 channels -> c * Sigmoid(c) -> y: a swish, which
+/// the DPU simulations turn into c * HardSigmoid(c). The Sigmoid writes "s".
+Model swish_model();
+
 /// One tensor of a quantization plan.
 TensorQuant quant_entry(std::string tensor, TensorRole role, QuantType type, std::vector<float> scale,
                         std::vector<int64_t> zero_point, int axis = -1);

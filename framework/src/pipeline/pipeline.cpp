@@ -566,8 +566,15 @@ void report_preparation_error(RunState& s, const Evaluation& e, const char* data
     for (const auto& p : s.report["passes"])
         if (p.value("changed", false) && !p.value("keeps_function", true)) changers.push_back(p["name"]);
     out["passes"] = changers;
-    log_info("the prepared float model against the input model ({} changed what it computes): {}",
-             changers.empty() ? std::string("preparation") : join(changers, ", "), summary_line(e));
+    const auto line = fmt::format("the prepared float model against the input model ({} changed what it computes): {}",
+                                  changers.empty() ? std::string("preparation") : join(changers, ", "),
+                                  summary_line(e));
+    const double warn_db = s.recipe.value("warn_output_sqnr_db").get<double>();
+    if (std::none_of(e.outputs.begin(), e.outputs.end(), [&](const auto& o) { return o.sqnr_db < warn_db; }))
+        return log_info("{}", line);
+    log_warn("{}; below warn_output_sqnr_db {} before anything is quantized: the target's options switch those "
+             "transforms off (`vaiq explain RECIPE` lists them)",
+             line, warn_db);
 }
 
 // Observers fed the calibration data.
