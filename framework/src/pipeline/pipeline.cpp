@@ -623,7 +623,8 @@ Observations observe_data(RunState& s) {
         keep = [&](const Batch& batch, std::vector<Tensor> values) {
             if (joined) {  // the input model's outputs, in the prepared model's order
                 std::vector<Tensor> given;
-                for (int index : joined->given_outputs) given.push_back(std::move(values.at(index)));
+                for (int index : joined->given_outputs)  // a shared output is copied: the prepared model's too
+                    given.push_back(index < joined->outputs_before ? values.at(index) : std::move(values.at(index)));
                 values.resize(given.size());
                 preparation->add(given, values, batch.source);
                 values = std::move(given);
