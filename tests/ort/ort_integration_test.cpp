@@ -570,13 +570,13 @@ TEST(OnnxRuntimeFloat, LayerNormGeluErfAndBfloat16AgreeToTheBit) {
         vaiq::runtime::Executor executor(model);
         const auto ours = executor.run({{"x", input}});
         for (size_t o = 0; o < ours.size(); ++o) {
+            // MLAS has an AVX-512 Erf, which vaiq computes as it does; elsewhere it takes another kernel.
+            if (o == 1 && !cpu_has("avx512f")) continue;
             const auto theirs = vaiq::read_npy(dir / "ort" / fmt::format("output_{}.npy", o));
             ASSERT_EQ(ours[o].size(), theirs.size());
             int64_t different = 0;
             for (int64_t i = 0; i < ours[o].size(); ++i)
                 different += ours[o].data<float>()[i] != theirs.data<float>()[i];
-            // MLAS has an AVX-512 Erf, which vaiq computes as it does; elsewhere it takes another kernel.
-            if (o == 1 && !cpu_has("avx512f")) continue;
             EXPECT_EQ(different, 0) << "output " << o << ", hidden size " << hidden;
         }
     }

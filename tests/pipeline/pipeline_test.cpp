@@ -651,16 +651,16 @@ vaiq::Model scalar_affine_model() {
 class NpuRun : public ::testing::Test {
   protected:
     void SetUp() override { registry_.load_default_paths(); }
-    nlohmann::json run(const vaiq::Model& model, const std::string& yaml) {
+    // `extra_options`: more entries of that map, each after ", ".
+    nlohmann::json run(const vaiq::Model& model, const std::string& yaml, const std::string& extra_options = "") {
         const auto dir = temp_dir();
         vaiq::save_model(model, dir / "in.onnx");
         output_ = dir / "out.onnx";
         return vaiq::test::run_recipe_in(
             dir, registry_,
             "target: npu_cnn\ncalibrate_method: MinMSE\nactivation_type: QUInt8\nweight_type: QInt8\n"
-            "enable_dpu: true\nextra_options: {ActivationSymmetric: true}\n"
-            "random_data_reader_input_shape: [1, 2, 4, 4]\n" +
-                yaml);
+            "enable_dpu: true\nextra_options: {ActivationSymmetric: true" +
+                extra_options + "}\nrandom_data_reader_input_shape: [1, 2, 4, 4]\n" + yaml);
     }
     static double sqnr(const nlohmann::json& report, const std::string& output) {
         for (const auto& o : report["evaluation"]["outputs"])
@@ -733,15 +733,8 @@ TEST(FirstDivergence, NaNInTheQuantizedValuesIsMinusInfinity) {
 // computes: the report says how much before quantization, and the switch that
 // keeps the Sigmoid (quantized at 8 bits as any activation) removes that error.
 TEST_F(NpuRun, TheReportSaysWhatTheSigmoidsApproximationCostsAndItsSwitchKeepsTheSigmoid) {
-    const auto dir = temp_dir();
-    vaiq::save_model(vaiq::test::swish_model(), dir / "in.onnx");
     auto run_with = [&](const std::string& convert) {
-        return vaiq::test::run_recipe_in(
-            dir, registry_,
-            "target: npu_cnn\ncalibrate_method: MinMSE\nactivation_type: QUInt8\nweight_type: QInt8\n"
-            "enable_dpu: true\nrandom_data_reader_input_shape: [1, 2, 4, 4]\n"
-            "extra_options: {ActivationSymmetric: true, ConvertSigmoidToHardSigmoid: " +
-                convert + "}\n");
+        return run(vaiq::test::swish_model(), "", ", ConvertSigmoidToHardSigmoid: " + convert);
     };
     const auto hard = run_with("true");
     ASSERT_TRUE(hard.contains("preparation_error")) << hard.dump();
