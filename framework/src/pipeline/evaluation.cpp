@@ -155,6 +155,26 @@ std::unique_ptr<ReferenceOutputs> reference_outputs(const Model& float_model, Da
     return out;
 }
 
+Evaluation compare_outputs(const ReferenceOutputs& reference, const ReferenceOutputs& candidate) {
+    if (reference.names != candidate.names || reference.sources != candidate.sources)
+        throw InternalError("the two models' outputs put aside are not of the same outputs and batches");
+    const size_t outputs = reference.names.size();
+    OutputComparison comparison(reference.names);
+    Evaluation out;
+    for (size_t b = 0; b < reference.sources.size(); ++b) {
+        std::vector<Tensor> r(outputs), c(outputs);
+        for (size_t o = 0; o < outputs; ++o) {
+            r[o] = reference.outputs.get(b * outputs + o);
+            c[o] = candidate.outputs.get(b * outputs + o);
+        }
+        comparison.add(r, c, reference.sources[b]);
+        ++out.batches;
+        out.samples += reference.batch_samples[b];
+    }
+    out.outputs = comparison.metrics();
+    return out;
+}
+
 Evaluation compare_outputs(const Model& float_model, const Model& quantized, DataReader& data, const Tensor* labels,
                            int threads, int max_batches) {
     // The float model runs over the data first and its outputs are put aside, so

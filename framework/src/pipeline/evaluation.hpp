@@ -70,6 +70,10 @@ struct ReferenceOutputs {
     void add(const std::string& source, std::vector<Tensor> batch_outputs);
 };
 
+/// Two models' outputs put aside on the same batches, compared (`candidate`
+/// against `reference`, output by output and batch by batch).
+Evaluation compare_outputs(const ReferenceOutputs& reference, const ReferenceOutputs& candidate);
+
 /// Runs up to `max_batches` batches (0: all) of the data through the float model.
 std::unique_ptr<ReferenceOutputs> reference_outputs(const Model& float_model, DataReader& data, int threads,
                                                     int max_batches = 0);

@@ -388,6 +388,9 @@ struct RunState {
     /// (the prepared model's, or the input model's joined into it), kept when
     /// evaluation will compare against them.
     std::unique_ptr<ReferenceOutputs> float_outputs;
+    /// The prepared model's outputs on the calibration data, kept where preparation
+    /// changed the function and evaluation, on that data, runs the input model apart.
+    std::unique_ptr<ReferenceOutputs> prepared_outputs;
     bool float_outputs_from_input = false;  ///< they are the input model's, joined into calibration
     DraftPlan draft;
     std::unique_ptr<DataReader> data;
@@ -605,9 +608,11 @@ Observations observe_data(RunState& s) {
     // Where preparation changed the function, the given model's outputs are
     // computed beside, from what the two models share (see joined_reference.hpp).
     std::optional<JoinedReference> joined;
+    bool given_apart = false;  // evaluation will run the input model on the same data
     if (evaluated_here && !s.function_kept) {
         const Model given = load_model(s.input);
         if (same_inputs(given, s.model)) joined = join_given_model(s.model, given);
+        given_apart = !joined && same_inputs(given, s.model);
         if (joined)
             log_info("evaluation's reference, the input model, joins calibration: {} of its nodes shared, {} added",
                      joined->shared_nodes, joined->added_nodes);
@@ -630,6 +635,12 @@ Observations observe_data(RunState& s) {
                 values = std::move(given);
             }
             s.float_outputs->add(batch.source, std::move(values));
+        };
+    } else if (given_apart) {  // what preparation alone changed, compared when the input model runs
+        s.prepared_outputs = std::make_unique<ReferenceOutputs>();
+        for (const auto& o : s.model.graph().output()) s.prepared_outputs->names.push_back(o.name());
+        keep = [&](const Batch& batch, std::vector<Tensor> values) {
+            s.prepared_outputs->add(batch.source, std::move(values));
         };
     }
     auto observations = make_observers(s.draft);
@@ -1017,11 +1028,14 @@ void evaluate_phase(RunState& s) {
     const Tensor* label_tensor = labels ? &*labels : nullptr;
     if (!from_calibration) s.float_outputs = reference_outputs(reference, data, s.threads, batches);
     const auto evaluation = compare_outputs(*s.float_outputs, s.quantized, data, label_tensor, s.threads, batches);
-    if (as_given && !s.function_kept) {
-        auto e = compare_outputs(*s.float_outputs, float_reference(s), data, nullptr, s.threads, batches);
+    if (as_given && !s.function_kept) {  // the prepared model ran on this data in calibration, unless it is held out
+        const auto e = s.prepared_outputs && batches == 0
+                           ? compare_outputs(*s.float_outputs, *s.prepared_outputs)
+                           : compare_outputs(*s.float_outputs, float_reference(s), data, nullptr, s.threads, batches);
         report_preparation_error(s, e, eval_data ? "evaluation_data" : "calibration_data");
     }
     s.float_outputs.reset();
+    s.prepared_outputs.reset();
     auto& out = s.report["evaluation"] = evaluation.to_json();
     out["reference"] = from_calibration && s.float_outputs_from_input
                            ? "input model, joined into calibration"
