@@ -73,8 +73,9 @@ TEST(Executor, QuantizeLinearZeroPointsMustMatchTheirScales) {
               std::string::npos);
     const auto two_int16 = Tensor::from_values<int16_t>({2}, std::vector<int16_t>{0, 0});
     // The executor checks the schema's shared type parameter before the kernel does.
-    EXPECT_NE(run("DequantizeLinear", DataType::Int8, two_int16).find("inputs 0 and 2 must have one element type, not "
-                                                                      "int8 and int16"),
+    EXPECT_NE(run("DequantizeLinear", DataType::Int8, two_int16)
+                  .find("inputs 0 and 2 must have one element type, not "
+                        "int8 and int16"),
               std::string::npos);
 }
 
@@ -235,7 +236,9 @@ TEST(Executor, QLinearAddOfASingleValueIsTheElementwiseFormula) {
         vaiq::test::GraphBuilder b;
         const std::vector<int64_t> a_shape = single_first ? std::vector<int64_t>{1} : std::vector<int64_t>{4, n / 4};
         const std::vector<int64_t> b_shape = single_first ? std::vector<int64_t>{4, n / 4} : std::vector<int64_t>{1};
-        b.input("a", a_shape, DataType::UInt8).input("b", b_shape, DataType::UInt8).output("c", {4, n / 4}, DataType::UInt8);
+        b.input("a", a_shape, DataType::UInt8)
+            .input("b", b_shape, DataType::UInt8)
+            .output("c", {4, n / 4}, DataType::UInt8);
         const auto scalar = scalar_initializers(b);
         scalar("sa", sa), scalar("za", za), scalar("sb", sb), scalar("zb", zb), scalar("sc", sc), scalar("zc", zc);
         b.node("QLinearAdd", {"a", "sa", "za", "b", "sb", "zb", "sc", "zc"}, {"c"}, "add").set_domain("com.microsoft");
@@ -501,9 +504,9 @@ TEST(Executor, ChannelsLastConvolutionBandsAgreeWithTheWholeConvolution) {
         scalar("sw" + id, 0.004f);
         scalar("sy" + id, 0.6f);
         scalar("zy" + id, l.zy);
-        auto& conv = b.node("QLinearConv",
-                            {input, scale, zero_point, "w" + id, "sw" + id, "zw", "sy" + id, "zy" + id, "b" + id},
-                            {i + 1 == std::size(layers) ? "y" : "c" + id}, "conv" + id);
+        auto& conv =
+            b.node("QLinearConv", {input, scale, zero_point, "w" + id, "sw" + id, "zw", "sy" + id, "zy" + id, "b" + id},
+                   {i + 1 == std::size(layers) ? "y" : "c" + id}, "conv" + id);
         vaiq::test::set_ints_attribute(conv, "pads", l.pads);
         vaiq::test::set_ints_attribute(conv, "strides", {l.stride, l.stride});
         vaiq::test::set_ints_attribute(conv, "dilations", {l.dilation, l.dilation});
@@ -896,6 +899,94 @@ TEST(Executor, QGemmAddsTheInt32BiasAndRequantizesPerColumn) {
     EXPECT_EQ(y.data<uint8_t>()[1], 108);  // 4 * 2 + 100
 }
 
+// Sums beyond 2^24, which float32 cannot hold exactly: on a CPU whose int8
+// products saturate, the executor sums 8-bit products in float32 and must cut
+// the reduction where a partial sum could pass 2^24. Here every partial sum of
+// one sign climbs past it (567 or 1031 products of 255 x 127; odd totals), and
+// the bias or a final small product brings the result back into the output's
+// range, so that a sum off by one moves the output by one.
+TEST(Executor, QLinearConvSumsBeyondFloatPrecisionExactly) {
+    const int64_t c = 63, taps = c * 9;
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, c, 4, 4}, DataType::UInt8).output("y", {1, 3, 2, 2}, DataType::UInt8);
+    // Output channel 0 all +127, 1 all -127, 2 half and half.
+    std::vector<int8_t> w(3 * taps);
+    for (int64_t i = 0; i < taps; ++i) {
+        w[i] = 127;
+        w[taps + i] = -127;
+        w[2 * taps + i] = i < taps / 2 ? 127 : -127;
+    }
+    const int32_t full = static_cast<int32_t>(taps) * 127 * 255;  // 18,362,295
+    b.initializer("w", Tensor::from_values<int8_t>({3, c, 3, 3}, w));
+    b.initializer("bias", Tensor::from_values<int32_t>({3}, std::vector<int32_t>{-full + 7, full - 9, 127 * 255 + 11}));
+    const auto scalar = scalar_initializers(b);
+    scalar("one", 1.0f);
+    scalar("zx", uint8_t{0});
+    scalar("zw", int8_t{0});
+    scalar("zy", uint8_t{128});
+    b.node("QLinearConv", {"x", "one", "zx", "w", "one", "zw", "one", "zy", "bias"}, {"y"}, "conv");
+    const auto model = b.build();
+    for (int threads : {1, 2}) {
+        Executor e(model, {.threads = threads});
+        const auto y = e.run({{"x", Tensor::from_values<uint8_t>({1, c, 4, 4}, std::vector<uint8_t>(c * 16, 255))}})[0];
+        const std::vector<uint8_t> want{135, 135, 135, 135, 119, 119, 119, 119, 139, 139, 139, 139};
+        EXPECT_EQ(std::vector<uint8_t>(y.data<uint8_t>().begin(), y.data<uint8_t>().end()), want) << threads;
+    }
+}
+
+TEST(Executor, QGemmSumsBeyondFloatPrecisionExactly) {
+    const int64_t k = 1031;
+    const int32_t full = static_cast<int32_t>(k) * 127 * 255;  // 33,388,935
+    std::vector<int8_t> w(2 * k, 127);
+    std::fill(w.begin() + k, w.end(), -127);
+    vaiq::test::GraphBuilder b;
+    b.input("a", {1, k}, DataType::UInt8).output("y", {1, 2}, DataType::UInt8);
+    b.initializer("w", Tensor::from_values<int8_t>({2, k}, w));
+    b.initializer("c", Tensor::from_values<int32_t>({2}, std::vector<int32_t>{-full + 5, full - 5}));
+    const auto scalar = scalar_initializers(b);
+    scalar("one", 1.0f);
+    scalar("za", uint8_t{0});
+    scalar("zw", int8_t{0});
+    scalar("zy", uint8_t{128});
+    auto& g = b.node("QGemm", {"a", "one", "za", "w", "one", "zw", "c", "one", "zy"}, {"y"}, "qgemm");
+    g.set_domain("com.microsoft");
+    vaiq::test::set_int_attribute(g, "transB", 1);
+    const auto model = contrib_model(b);
+    Executor e(model);
+    const auto y = e.run({{"a", Tensor::from_values<uint8_t>({1, k}, std::vector<uint8_t>(k, 255))}})[0];
+    EXPECT_EQ(y.data<uint8_t>()[0], 133);
+    EXPECT_EQ(y.data<uint8_t>()[1], 123);
+}
+
+// Both operands vary, so the reduction is cut by their types alone.
+TEST(Executor, QLinearMatMulOfTwoActivationsSumsBeyondFloatPrecisionExactly) {
+    const int64_t k = 1101;
+    // a: 255 but the last, 40. b (zero point 128): column 0 climbs +127 x 550 and
+    // falls -127 x 550, column 1 the other way; their last values +1 and -1.
+    std::vector<uint8_t> a(k, 255), bv(k * 2);
+    a[k - 1] = 40;
+    for (int64_t q = 0; q + 1 < k; ++q) {
+        bv[q * 2] = q < 550 ? 255 : 1;
+        bv[q * 2 + 1] = q < 550 ? 1 : 255;
+    }
+    bv[(k - 1) * 2] = 129;
+    bv[(k - 1) * 2 + 1] = 127;
+    vaiq::test::GraphBuilder g;
+    g.input("a", {1, k}, DataType::UInt8).input("b", {k, 2}, DataType::UInt8).output("y", {1, 2}, DataType::UInt8);
+    const auto scalar = scalar_initializers(g);
+    scalar("one", 1.0f);
+    scalar("za", uint8_t{0});
+    scalar("zb", uint8_t{128});
+    scalar("zy", uint8_t{100});
+    g.node("QLinearMatMul", {"a", "one", "za", "b", "one", "zb", "one", "zy"}, {"y"});
+    const auto model = g.build();
+    Executor e(model);
+    const auto y =
+        e.run({{"a", Tensor::from_values<uint8_t>({1, k}, a)}, {"b", Tensor::from_values<uint8_t>({k, 2}, bv)}})[0];
+    EXPECT_EQ(y.data<uint8_t>()[0], 140);  // 40 + 100
+    EXPECT_EQ(y.data<uint8_t>()[1], 60);   // -40 + 100
+}
+
 // A row of the PP-OCRv4 recognizer's attention (cpu.yaml) where the table's
 // shift decides a tie: ONNX Runtime computes log(FLT_MAX / 40) in float, and
 // its element 14 reads 10; with the shift in double it read 9.
@@ -1135,9 +1226,8 @@ TEST(QdqFusion, APowerOfTwoAddRunsOnIntegersAndComputesWhatFloatDoes) {
     cases[4].a_scale = 1.0f / 4, cases[4].b_scale = 1.0f / 8;  // the output step: no shift
     for (size_t k = 0; k < cases.size(); ++k) {
         const auto model = npu_add(cases[k]);
-        std::map<std::string, Tensor> feeds{
-            {"a", vaiq::test::ramp({1, 3, 5, 5}, -7.0f, 0.2031f)},
-            {"b", vaiq::test::ramp(cases[k].b_shape, 1.3f, -0.0429f)}};
+        std::map<std::string, Tensor> feeds{{"a", vaiq::test::ramp({1, 3, 5, 5}, -7.0f, 0.2031f)},
+                                            {"b", vaiq::test::ramp(cases[k].b_shape, 1.3f, -0.0429f)}};
         const auto reference = Executor(model, {.fuse_qdq = false}).run(feeds)[0];
         for (const bool layout : {true, false}) {
             Executor fused(model, {.threads = 1, .optimize_layout = layout});

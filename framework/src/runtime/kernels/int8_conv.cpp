@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "runtime/kernels/dnnl_util.hpp"
+#include "runtime/kernels/int8_in_float.hpp"
 #include "runtime/thread_count.hpp"
 
 namespace vaiq::runtime {
@@ -31,8 +32,8 @@ struct Int8ConvBand {
     bool alone = false;  ///< the only band: run on all threads (else on one)
     dnnl::convolution_forward::primitive_desc pd;
     dnnl::convolution_forward primitive;
-    ConstantOperand weights;  ///< used when its weights layout differs from the first band's
-    memory run_weights;       ///< the weights this run passes
+    ConstantOperand weights;                   ///< used when its weights layout differs from the first band's
+    memory run_weights;                        ///< the weights this run passes
     std::vector<memory> src, dst, scratchpad;  ///< per worker, pointed at each band's data
 };
 
@@ -54,7 +55,7 @@ struct Int8ConvState {
     ConstantOperand weights;
     std::vector<int32_t> zero_point_shares;  ///< per output channel: x_zp times the sum of its weights
     int32_t shares_of = 0;                   ///< the x_zp they were made for
-    bool padded = false;  ///< x is padded here with its zero point (oneDNN pads with 0)
+    bool padded = false;                     ///< x is padded here with its zero point (oneDNN pads with 0)
     std::vector<Int8ConvBand> bands;         ///< channels-last: the band shapes met so far
     std::vector<BandWorker> workers;         ///< channels-last: one a thread
 };
@@ -165,8 +166,8 @@ dnnl::convolution_forward::primitive_desc convolution(const Int8ConvState& s, co
                                                       bool own_scratchpad = false) {
     const auto& g = s.window;
     const memory::dims dilation{g.dilations[0] - 1, g.dilations[1] - 1};
-    const auto w = weights ? *weights
-                           : memory::desc(s.user_weights.dims(), memory::data_type::s8, memory::format_tag::any);
+    const auto w =
+        weights ? *weights : memory::desc(s.user_weights.dims(), memory::data_type::s8, memory::format_tag::any);
     dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
                                          w, dst, dims_of(g.strides), dilation, pad_begin, pad_end);
     dnnl::primitive_attr attributes;
@@ -194,6 +195,7 @@ Tensor padded_input(const Int8ConvState& s, const Tensor& x, int32_t x_zero_poin
 std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
                                    bool w_constant, std::shared_ptr<void>& opaque, std::vector<int64_t>& shape,
                                    const int32_t* bias) {
+    if (!exact_int8_available()) return int8_conv_in_float(ctx, x, x_zero_point, w, w_constant, opaque, shape, bias);
     Int8ConvState* state = prepared(ctx, x, x_zero_point, w, w_constant, opaque, false);
     if (!state) return std::nullopt;
     const int64_t n = state->y_shape[0], m = state->y_shape[1];
@@ -280,8 +282,8 @@ bool int8_conv_channels_last(KernelContext& ctx, const Tensor& x, int32_t x_zero
         const int64_t top = std::max<int64_t>(0, -i0), bottom = std::max<int64_t>(0, i1 - in_rows);
         const int64_t rows_in = std::min(i1, in_rows) - std::max<int64_t>(i0, 0);
         for (auto& b : state->bands)
-            if (b.images == span.count && b.rows_out == span.r1 - span.r0 && b.rows_in == rows_in &&
-                b.pad_top == top && b.pad_bottom == bottom && b.alone == alone)
+            if (b.images == span.count && b.rows_out == span.r1 - span.r0 && b.rows_in == rows_in && b.pad_top == top &&
+                b.pad_bottom == bottom && b.alone == alone)
                 return &b;
         Int8ConvBand b;
         b.images = span.count, b.rows_out = span.r1 - span.r0, b.rows_in = rows_in;
@@ -375,31 +377,47 @@ struct Int8MatMulState {
 
 }  // namespace
 
-std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_t a_zero_point, const Tensor& b,
-                                     int32_t b_zero_point, bool b_constant, std::shared_ptr<void>& opaque,
-                                     std::vector<int64_t>& shape, bool b_transposed) {
+std::optional<MatMulGeometry> matmul_geometry(KernelContext& ctx, const Tensor& a, const Tensor& b, bool b_transposed) {
     auto is_8_bit = [](DataType t) { return t == DataType::UInt8 || t == DataType::Int8; };
-    if (!exact_int8_available() || !is_8_bit(a.type()) || !is_8_bit(b.type()) || a.shape().size() < 2 ||
-        b.shape().size() < 2 || (b_transposed && (a.shape().size() != 2 || b.shape().size() != 2)))
+    if (!is_8_bit(a.type()) || !is_8_bit(b.type()) || a.shape().size() < 2 || b.shape().size() < 2 ||
+        (b_transposed && (a.shape().size() != 2 || b.shape().size() != 2)))
         return std::nullopt;
     const size_t rank = std::max(a.shape().size(), b.shape().size());
     auto pad = [&](std::vector<int64_t> s) {
         s.insert(s.begin(), rank - s.size(), 1);
         return s;
     };
-    auto as = pad(a.shape());
-    const auto bs = b_transposed ? std::vector<int64_t>{b.shape()[1], b.shape()[0]} : pad(b.shape());
-    if (bs[rank - 2] != as[rank - 1]) ctx.fail("inner dimensions differ");
-    const std::vector<int64_t> b_batch(bs.begin(), bs.end() - 2);
-    const auto result_batch = broadcast_shapes(ctx, std::vector<int64_t>(as.begin(), as.end() - 2), b_batch);
+    MatMulGeometry g;
+    g.a = pad(a.shape());
+    g.b = b_transposed ? std::vector<int64_t>{b.shape()[1], b.shape()[0]} : pad(b.shape());
+    if (g.b[rank - 2] != g.a[rank - 1]) ctx.fail("inner dimensions differ");
+    g.b_batch.assign(g.b.begin(), g.b.end() - 2);
+    g.result_shape = broadcast_shapes(ctx, std::vector<int64_t>(g.a.begin(), g.a.end() - 2), g.b_batch);
+    g.result_shape.push_back(g.a[rank - 2]);
+    g.result_shape.push_back(g.b[rank - 1]);
     // A stack of A matrices times one B is one taller A: one matrix product instead
     // of a thin one per matrix of the stack (the sums are laid out the same).
-    const int64_t a_rows = as[rank - 2];
-    if (std::all_of(b_batch.begin(), b_batch.end(), [](int64_t d) { return d == 1; }))
-        for (size_t d = 0; d + 2 < rank; ++d) as[rank - 2] *= std::exchange(as[d], 1);
+    if (std::all_of(g.b_batch.begin(), g.b_batch.end(), [](int64_t d) { return d == 1; }))
+        for (size_t d = 0; d + 2 < rank; ++d) g.a[rank - 2] *= std::exchange(g.a[d], 1);
+    g.a_batch.assign(g.a.begin(), g.a.end() - 2);
+    g.batch = broadcast_shapes(ctx, g.a_batch, g.b_batch);
+    return g;
+}
+
+std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_t a_zero_point, const Tensor& b,
+                                     int32_t b_zero_point, bool b_constant, std::shared_ptr<void>& opaque,
+                                     std::vector<int64_t>& shape, bool b_transposed) {
+    if (!exact_int8_available())
+        return int8_matmul_in_float(ctx, a, a_zero_point, b, b_zero_point, b_constant, opaque, shape, b_transposed);
+    const auto geometry = matmul_geometry(ctx, a, b, b_transposed);
+    if (!geometry) return std::nullopt;
+    const auto& as = geometry->a;
+    const auto& bs = geometry->b;
+    const auto& a_batch = geometry->a_batch;
+    const auto& b_batch = geometry->b_batch;
+    const auto& batch = geometry->batch;
+    const size_t rank = as.size();
     const int64_t m = as[rank - 2], k = as[rank - 1], n = bs[rank - 1];
-    const std::vector<int64_t> a_batch(as.begin(), as.end() - 2);
-    const auto batch = broadcast_shapes(ctx, a_batch, b_batch);
     auto state = std::static_pointer_cast<Int8MatMulState>(opaque);
     if (!state || state->a_shape != a.shape() || state->b_shape != b.shape()) {
         state = std::make_shared<Int8MatMulState>();
@@ -474,9 +492,7 @@ std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_
         int32_t* out = acc.data() + r * n;
         for (int64_t j = 0; j < n; ++j) out[j] -= (a_zero_point * columns[j] - constant) + row_share;
     }
-    shape = result_batch;
-    shape.push_back(a_rows);
-    shape.push_back(n);
+    shape = geometry->result_shape;
     return acc;
 }
 

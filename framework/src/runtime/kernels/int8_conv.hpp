@@ -21,7 +21,7 @@ bool exact_int8_available();
 /// The int32 accumulators [N, M, out...] of the 2-D convolution of `x` (zero
 /// point `x_zero_point`) with int8 weights `w` (zero point 0), plus `bias` (int32
 /// per output channel) when given, or nullopt when the fast path does not apply
-/// (other types, or no exact int8 on this CPU). `state` keeps the compiled
+/// (other types; on a CPU without exact int8 products, int8_in_float.hpp's limits). `state` keeps the compiled
 /// primitive and the per-channel weight sums across runs.
 std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
                                    bool w_constant, std::shared_ptr<void>& state, std::vector<int64_t>& shape,
@@ -46,11 +46,23 @@ bool int8_conv_channels_last(KernelContext& ctx, const Tensor& x, int32_t x_zero
                              bool w_constant, std::shared_ptr<void>& state, const int32_t* bias,
                              const ChannelsLastSums& sink);
 
+/// An 8-bit matrix product's operands as int8_matmul runs it: both brought to
+/// one rank, B as [batch..., K, N] (swapped when stored [N, K]); a stack of A
+/// matrices times one B made one taller A. `batch`: the sums' batch dimensions;
+/// `result_shape`: their shape as the op gives it.
+struct MatMulGeometry {
+    std::vector<int64_t> a, b, a_batch, b_batch, batch, result_shape;
+};
+
+/// Nullopt for operands int8_matmul does not take (other types or ranks).
+std::optional<MatMulGeometry> matmul_geometry(KernelContext& ctx, const Tensor& a, const Tensor& b, bool b_transposed);
+
 /// The int32 sums [batch..., M, N] of (a - a_zero_point) x (b - b_zero_point)
 /// for 8-bit a and b (numpy batch broadcasting, per-tensor zero points), on
 /// oneDNN's u8/s8 x s8 matmul with the zero points' shares subtracted after (a
 /// uint8 b is shifted to int8 first). Nullopt when the fast path does not apply
-/// (other types or ranks, or no exact int8 on this CPU). Exact: integer sums.
+/// (other types or ranks). Exact: integer sums (in float32 on a CPU without
+/// exact int8 products, int8_in_float.hpp).
 /// With `b_transposed` (2-D operands only) b is stored [N, K] (Gemm's transB).
 std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_t a_zero_point, const Tensor& b,
                                      int32_t b_zero_point, bool b_constant, std::shared_ptr<void>& state,

@@ -1,0 +1,378 @@
+#include "runtime/kernels/int8_in_float.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "runtime/kernels/dnnl_util.hpp"
+#include "runtime/kernels/window.hpp"
+
+namespace vaiq::runtime {
+
+using dnnl::memory;
+
+namespace {
+
+// Integers up to 2^24 in magnitude are exact in float32 (24-bit significand).
+constexpr double kExactSum = 16777216.0;
+
+using Floats = std::vector<float, DefaultInitAllocator<float>>;
+
+// The largest |v - zero_point| an 8-bit tensor of `type` holds.
+double centred_bound(DataType type, int32_t zero_point) {
+    const int32_t lo = type == DataType::UInt8 ? 0 : -128, hi = type == DataType::UInt8 ? 255 : 127;
+    return std::max(std::abs(lo - zero_point), std::abs(hi - zero_point));
+}
+
+// Cuts `items` (input channels, or rows of B) into consecutive chunks so that
+// in each chunk every column's sum of `magnitude` ([items, columns]) stays
+// within `limit`. Returns the chunks' starts and then `items`; nullopt when
+// one item alone goes beyond the limit.
+std::optional<std::vector<int64_t>> chunk_starts(const std::vector<double>& magnitude, int64_t items, int64_t columns,
+                                                 double limit) {
+    std::vector<int64_t> starts{0};
+    std::vector<double> running(static_cast<size_t>(columns), 0.0);
+    for (int64_t i = 0; i < items; ++i) {
+        const double* row = magnitude.data() + i * columns;
+        bool fits = true;
+        for (int64_t j = 0; j < columns; ++j) fits &= running[j] + row[j] <= limit;
+        if (!fits) {
+            starts.push_back(i);
+            std::fill(running.begin(), running.end(), 0.0);
+        }
+        for (int64_t j = 0; j < columns; ++j)
+            if ((running[j] += row[j]) > limit) return std::nullopt;
+    }
+    starts.push_back(items);
+    return starts;
+}
+
+// Centred values of 8-bit `x` in float, as they are.
+template <typename T>
+void centre(const T* x, float* out, int64_t count, int32_t zero_point) {
+#pragma omp parallel for schedule(static) if (count > kParallelGrain)
+    for (int64_t i = 0; i < count; ++i) out[i] = static_cast<float>(static_cast<int32_t>(x[i]) - zero_point);
+}
+
+void centre(const Tensor& x, float* out, int32_t zero_point) {
+    if (x.type() == DataType::UInt8)
+        centre(x.data<uint8_t>().data(), out, x.size(), zero_point);
+    else
+        centre(x.data<int8_t>().data(), out, x.size(), zero_point);
+}
+
+// Channels [c0, c0 + cc) of NCHW 8-bit `x` ([n, c, plane]), centred, into
+// channels-last floats [n, plane, cc]: tiles of pixels, so that the rows a tile
+// writes stay in the cache.
+template <typename T>
+void centre_channels_last(const T* x, float* out, int64_t n, int64_t c, int64_t plane, int64_t c0, int64_t cc,
+                          int32_t zero_point) {
+    constexpr int64_t kTile = 64;
+    const int64_t tiles = (plane + kTile - 1) / kTile;
+#pragma omp parallel for collapse(2) schedule(static) if (n * plane * cc > kParallelGrain)
+    for (int64_t b = 0; b < n; ++b)
+        for (int64_t t = 0; t < tiles; ++t) {
+            const int64_t p0 = t * kTile, p1 = std::min(plane, p0 + kTile);
+            for (int64_t ch = 0; ch < cc; ++ch) {
+                const T* src = x + (b * c + c0 + ch) * plane;
+                float* dst = out + b * plane * cc + ch;
+                for (int64_t p = p0; p < p1; ++p)
+                    dst[p * cc] = static_cast<float>(static_cast<int32_t>(src[p]) - zero_point);
+            }
+        }
+}
+
+// A chunk's float sums (exact integers) into the int32 sums: written by the first chunk, added by the rest.
+void gather_sums(const float* sums, int32_t* into, int64_t count, bool first) {
+    if (first) {
+#pragma omp parallel for schedule(static) if (count > kParallelGrain)
+        for (int64_t i = 0; i < count; ++i) into[i] = static_cast<int32_t>(sums[i]);
+    } else {
+#pragma omp parallel for schedule(static) if (count > kParallelGrain)
+        for (int64_t i = 0; i < count; ++i) into[i] += static_cast<int32_t>(sums[i]);
+    }
+}
+
+// A convolution over input channels [c0, c1): its primitive and its centred
+// weights in the primitive's layout.
+struct FloatConvChunk {
+    int64_t c0 = 0, c1 = 0;
+    memory::desc src;
+    dnnl::convolution_forward primitive;
+    memory weights;
+};
+
+struct FloatConvState {
+    std::vector<int64_t> x_shape, y_shape;
+    DataType x_type = DataType::UInt8;
+    int32_t x_zero_point = 0;
+    const Tensor* weights_of = nullptr;  ///< the constant weights the chunks hold
+    memory::desc dst;
+    std::vector<FloatConvChunk> chunks;
+};
+
+// The chunks of input channels for weights `w` [M, C/group, kh, kw] (int8, zero
+// point 0) and inputs whose centred values reach `x_bound`.
+std::optional<std::vector<int64_t>> conv_chunks(const Tensor& w, int64_t c, int64_t group, double x_bound) {
+    const auto wv = w.data<int8_t>();
+    const int64_t m = w.shape()[0], cg = w.shape()[1], plane = w.shape()[2] * w.shape()[3];
+    const double limit = kExactSum / x_bound;
+    if (group > 1) {  // grouped (depthwise, mostly): whole, when each output's sum fits
+        for (int64_t oc = 0; oc < m; ++oc) {
+            double sum = 0;
+            for (int64_t i = 0; i < cg * plane; ++i) sum += std::abs(static_cast<int32_t>(wv[oc * cg * plane + i]));
+            if (sum > limit) return std::nullopt;
+        }
+        return std::vector<int64_t>{0, c};
+    }
+    std::vector<double> magnitude(static_cast<size_t>(c * m));
+    for (int64_t oc = 0; oc < m; ++oc)
+        for (int64_t ic = 0; ic < c; ++ic) {
+            int32_t sum = 0;
+            const int8_t* k = wv.data() + (oc * c + ic) * plane;
+            for (int64_t t = 0; t < plane; ++t) sum += std::abs(static_cast<int32_t>(k[t]));
+            magnitude[ic * m + oc] = sum;
+        }
+    return chunk_starts(magnitude, c, m, limit);
+}
+
+FloatConvState* prepared_conv(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
+                              bool w_constant, std::shared_ptr<void>& opaque) {
+    if (x.shape().size() != 4 || w.shape().size() != 4 || w.type() != DataType::Int8 ||
+        (x.type() != DataType::UInt8 && x.type() != DataType::Int8))
+        return nullptr;
+    auto state = std::static_pointer_cast<FloatConvState>(opaque);
+    if (state && state->x_shape == x.shape() && state->x_type == x.type() && state->x_zero_point == x_zero_point &&
+        w_constant && state->weights_of == &w)
+        return state.get();
+    const auto& xs = x.shape();
+    const int64_t n = xs[0], c = xs[1], m = w.shape()[0], group = ctx.attributes.get_int("group", 1);
+    if (group < 1 || c % group != 0 || m % group != 0 || w.shape()[1] != c / group)
+        ctx.fail("channels, weights and group disagree");
+    const auto starts = conv_chunks(w, c, group, centred_bound(x.type(), x_zero_point));
+    if (!starts) return nullptr;
+    state = std::make_shared<FloatConvState>();
+    state->x_shape = xs;
+    state->x_type = x.type();
+    state->x_zero_point = x_zero_point;
+    state->weights_of = w_constant ? &w : nullptr;
+    const std::vector<int64_t> in(xs.begin() + 2, xs.end()), kernel(w.shape().begin() + 2, w.shape().end());
+    const auto g = WindowGeometry::from(ctx, in, kernel, false);
+    state->y_shape = {n, m, g.out[0], g.out[1]};
+    state->dst = memory::desc({n, m, g.out[0], g.out[1]}, memory::data_type::f32, memory::format_tag::nhwc);
+    const memory::dims dilation{g.dilations[0] - 1, g.dilations[1] - 1};
+    const auto wv = w.data<int8_t>();
+    const int64_t plane = kernel[0] * kernel[1];
+    dnnl::stream stream(cpu_engine());
+    for (size_t i = 0; i + 1 < starts->size(); ++i) {
+        FloatConvChunk chunk;
+        chunk.c0 = (*starts)[i];
+        chunk.c1 = (*starts)[i + 1];
+        const int64_t cc = chunk.c1 - chunk.c0;
+        // Grouped weights are whole ([g, M/g, C/g, kh, kw]); a chunk's are [M, cc, kh, kw].
+        memory::dims w_dims{m, group > 1 ? c / group : cc, kernel[0], kernel[1]};
+        if (group > 1) {
+            w_dims[0] = m / group;
+            w_dims.insert(w_dims.begin(), group);
+        }
+        chunk.src = memory::desc({n, cc, in[0], in[1]}, memory::data_type::f32, memory::format_tag::nhwc);
+        const memory::desc w_any(w_dims, memory::data_type::f32, memory::format_tag::any);
+        const dnnl::convolution_forward::desc desc(
+            dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, chunk.src, w_any, state->dst,
+            dims_of(g.strides), dilation, dims_of(g.pad_begin), dims_of(g.pad_end));
+        const dnnl::convolution_forward::primitive_desc pd(desc, cpu_engine());
+        chunk.primitive = dnnl::convolution_forward(pd);
+        Floats weights(static_cast<size_t>(m * (group > 1 ? c / group : cc) * plane));
+        if (group > 1) {
+            std::transform(wv.begin(), wv.end(), weights.begin(), [](int8_t v) { return static_cast<float>(v); });
+        } else {
+            for (int64_t oc = 0; oc < m; ++oc)
+                for (int64_t i2 = 0; i2 < cc * plane; ++i2)
+                    weights[oc * cc * plane + i2] = static_cast<float>(wv[(oc * c + chunk.c0) * plane + i2]);
+        }
+        memory user(memory::desc(w_dims, memory::data_type::f32, plain_tag(w_dims.size(), group > 1)),
+                          cpu_engine(), weights.data());
+        chunk.weights = memory(pd.weights_desc(), cpu_engine());
+        dnnl::reorder(user, chunk.weights).execute(stream, user, chunk.weights);
+        state->chunks.push_back(std::move(chunk));
+    }
+    stream.wait();
+    opaque = state;
+    return state.get();
+}
+
+}  // namespace
+
+std::optional<Int32Sums> int8_conv_in_float(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
+                                            bool w_constant, std::shared_ptr<void>& opaque, std::vector<int64_t>& shape,
+                                            const int32_t* bias) {
+    FloatConvState* state = prepared_conv(ctx, x, x_zero_point, w, w_constant, opaque);
+    if (!state) return std::nullopt;
+    const auto& xs = state->x_shape;
+    const int64_t n = xs[0], c = xs[1], plane = xs[2] * xs[3];
+    shape = state->y_shape;
+    const int64_t m = shape[1], out_plane = shape[2] * shape[3], count = n * m * out_plane;
+    Floats src(static_cast<size_t>(n * plane * state->chunks.front().src.dims()[1])), dst(static_cast<size_t>(count));
+    Int32Sums channels_last(static_cast<size_t>(count));
+    dnnl::stream stream(cpu_engine());
+    for (size_t i = 0; i < state->chunks.size(); ++i) {
+        auto& chunk = state->chunks[i];
+        const int64_t cc = chunk.c1 - chunk.c0;
+        src.resize(static_cast<size_t>(n * plane * cc));
+        if (x.type() == DataType::UInt8)
+            centre_channels_last(x.data<uint8_t>().data(), src.data(), n, c, plane, chunk.c0, cc, x_zero_point);
+        else
+            centre_channels_last(x.data<int8_t>().data(), src.data(), n, c, plane, chunk.c0, cc, x_zero_point);
+        memory src_memory(chunk.src, cpu_engine(), src.data()), dst_memory(state->dst, cpu_engine(), dst.data());
+        chunk.primitive.execute(
+            stream, {{DNNL_ARG_SRC, src_memory}, {DNNL_ARG_WEIGHTS, chunk.weights}, {DNNL_ARG_DST, dst_memory}});
+        stream.wait();
+        gather_sums(dst.data(), channels_last.data(), count, i == 0);
+    }
+    std::vector<int32_t> minus_bias;
+    if (bias)
+        for (int64_t oc = 0; oc < m; ++oc)
+            minus_bias.push_back(static_cast<int32_t>(0u - static_cast<uint32_t>(bias[oc])));
+    Int32Sums acc(static_cast<size_t>(count));  // written in full by the transpose
+    transpose_4_byte(channels_last.data(), acc.data(), n, out_plane, m, bias ? minus_bias.data() : nullptr);
+    return acc;
+}
+
+namespace {
+
+// A product over rows [k0, k1) of B: its primitive, and a constant B's rows in
+// the primitive's layout.
+struct FloatMatMulChunk {
+    int64_t k0 = 0, k1 = 0;
+    memory::desc a, b;
+    dnnl::matmul primitive;
+    memory weights;  ///< a constant B's chunk, laid out once
+};
+
+struct FloatMatMulState {
+    std::vector<int64_t> a_shape, b_shape;
+    DataType a_type = DataType::UInt8, b_type = DataType::UInt8;
+    int32_t a_zero_point = 0, b_zero_point = 0;
+    bool b_constant = false;
+    const Tensor* b_of = nullptr;  ///< the constant B the chunks hold
+    Floats b;                      ///< a varying B centred, as stored
+    memory::desc c;
+    std::vector<FloatMatMulChunk> chunks;
+};
+
+// Row-major strides of `dims`.
+memory::dims strides_of_dims(const memory::dims& dims) {
+    memory::dims strides(dims.size(), 1);
+    for (size_t d = dims.size() - 1; d-- > 0;) strides[d] = strides[d + 1] * dims[d + 1];
+    return strides;
+}
+
+}  // namespace
+
+std::optional<Int32Sums> int8_matmul_in_float(KernelContext& ctx, const Tensor& a, int32_t a_zero_point,
+                                              const Tensor& b, int32_t b_zero_point, bool b_constant,
+                                              std::shared_ptr<void>& opaque, std::vector<int64_t>& shape,
+                                              bool b_transposed) {
+    const auto geometry = matmul_geometry(ctx, a, b, b_transposed);
+    if (!geometry) return std::nullopt;
+    const auto& gm = *geometry;
+    const size_t rank = gm.a.size();
+    const int64_t m = gm.a[rank - 2], k = gm.a[rank - 1], n = gm.b[rank - 1];
+    auto state = std::static_pointer_cast<FloatMatMulState>(opaque);
+    // A varying B's chunks follow from the types alone, so they outlive its values.
+    const bool same = state && state->a_shape == a.shape() && state->b_shape == b.shape() &&
+                      state->a_type == a.type() && state->b_type == b.type() && state->a_zero_point == a_zero_point &&
+                      state->b_zero_point == b_zero_point && state->b_constant == b_constant &&
+                      (!b_constant || state->b_of == &b);
+    if (!same) {
+        state = std::make_shared<FloatMatMulState>();
+        state->a_shape = a.shape();
+        state->b_shape = b.shape();
+        state->a_type = a.type();
+        state->b_type = b.type();
+        state->a_zero_point = a_zero_point;
+        state->b_zero_point = b_zero_point;
+        state->b_constant = b_constant;
+        state->b_of = b_constant ? &b : nullptr;
+        const double limit = kExactSum / centred_bound(a.type(), a_zero_point);
+        std::optional<std::vector<int64_t>> starts;
+        if (b_constant) {  // chunks from B's values: per row of B, every column's |b|
+            state->b.resize(static_cast<size_t>(b.size()));
+            centre(b, state->b.data(), b_zero_point);
+            const int64_t b_batches = b.size() / (k * n);
+            std::vector<double> magnitude(static_cast<size_t>(k * b_batches * n));
+            for (int64_t p = 0; p < b_batches; ++p)
+                for (int64_t q = 0; q < k; ++q)
+                    for (int64_t j = 0; j < n; ++j)
+                        magnitude[(q * b_batches + p) * n + j] =
+                            std::abs(state->b[b_transposed ? j * k + q : (p * k + q) * n + j]);
+            starts = chunk_starts(magnitude, k, b_batches * n, limit);
+        } else {  // chunks from B's type: rows of the largest value each
+            const double per_row = centred_bound(b.type(), b_zero_point);
+            const auto rows = static_cast<int64_t>(limit / per_row);
+            if (rows < 1) return std::nullopt;
+            starts = std::vector<int64_t>{};
+            for (int64_t q = 0; q < k; q += rows) starts->push_back(q);
+            starts->push_back(k);
+        }
+        if (!starts) return std::nullopt;
+        auto c_dims = gm.batch;
+        c_dims.push_back(m);
+        c_dims.push_back(n);
+        state->c = memory::desc(dims_of(c_dims), memory::data_type::f32, plain_tag(rank));
+        const auto a_strides = strides_of_dims(dims_of(gm.a));
+        const auto b_strides = b_transposed ? memory::dims{1, k} : strides_of_dims(dims_of(gm.b));
+        dnnl::stream stream(cpu_engine());
+        for (size_t i = 0; i + 1 < starts->size(); ++i) {
+            FloatMatMulChunk chunk;
+            chunk.k0 = (*starts)[i];
+            chunk.k1 = (*starts)[i + 1];
+            auto a_dims = dims_of(gm.a), b_dims = dims_of(gm.b);
+            a_dims[rank - 1] = b_dims[rank - 2] = chunk.k1 - chunk.k0;
+            chunk.a = memory::desc(a_dims, memory::data_type::f32, a_strides);
+            chunk.b = memory::desc(b_dims, memory::data_type::f32, b_strides);
+            const memory::desc b_any(b_dims, memory::data_type::f32, memory::format_tag::any);
+            const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(chunk.a, b_constant ? b_any : chunk.b, state->c),
+                                                  cpu_engine());
+            chunk.primitive = dnnl::matmul(pd);
+            if (b_constant) {
+                const int64_t offset = b_transposed ? chunk.k0 : chunk.k0 * n;
+                memory user(chunk.b, cpu_engine(), state->b.data() + offset);
+                chunk.weights = memory(pd.weights_desc(), cpu_engine());
+                dnnl::reorder(user, chunk.weights).execute(stream, user, chunk.weights);
+            }
+            state->chunks.push_back(std::move(chunk));
+        }
+        stream.wait();
+        state->b = Floats();  // a constant B's chunks hold it
+        opaque = state;
+    }
+    if (!b_constant) {
+        state->b.resize(static_cast<size_t>(b.size()));
+        centre(b, state->b.data(), b_zero_point);
+    }
+    Floats a_float(static_cast<size_t>(a.size()));
+    centre(a, a_float.data(), a_zero_point);
+    shape = gm.batch;
+    shape.push_back(m);
+    shape.push_back(n);
+    const int64_t count = element_count(shape);
+    Floats c(static_cast<size_t>(count));
+    Int32Sums acc(static_cast<size_t>(count));
+    dnnl::stream stream(cpu_engine());
+    for (size_t i = 0; i < state->chunks.size(); ++i) {
+        auto& chunk = state->chunks[i];
+        memory a_memory(chunk.a, cpu_engine(), a_float.data() + chunk.k0);
+        memory c_memory(state->c, cpu_engine(), c.data());
+        memory b_memory =
+            b_constant ? chunk.weights
+                       : memory(chunk.b, cpu_engine(), state->b.data() + (b_transposed ? chunk.k0 : chunk.k0 * n));
+        chunk.primitive.execute(stream,
+                                {{DNNL_ARG_SRC, a_memory}, {DNNL_ARG_WEIGHTS, b_memory}, {DNNL_ARG_DST, c_memory}});
+        stream.wait();
+        gather_sums(c.data(), acc.data(), count, i == 0);
+    }
+    shape = gm.result_shape;
+    return acc;
+}
+
+}  // namespace vaiq::runtime
