@@ -3,6 +3,7 @@
 #include <functional>
 #include <limits>
 
+#include "runtime/cpu_features.hpp"
 #include "runtime/kernels/depthwise_pair.hpp"
 #include "runtime/kernels/dnnl_util.hpp"
 #include "runtime/kernels/ort_float.hpp"
@@ -98,13 +99,13 @@ ConvState& prepare_conv(KernelContext& ctx, std::shared_ptr<ConvState>& state, b
     const auto any = memory::format_tag::any;
     bool accumulates = false;  // a sum post-op reads the output as given: it must be in the user's layout
     for (int i = 0; i < ops.len(); ++i) accumulates = accumulates || ops.kind(i) == dnnl::primitive::kind::sum;
-    auto desc = [&](dnnl::algorithm algorithm) {
+    auto desc = [&](dnnl::algorithm algorithm, bool as_given) {
         return dnnl::convolution_forward::desc(
             dnnl::prop_kind::forward_inference, algorithm,
-            memory::desc(state->user_src.dims(), memory::data_type::f32, any),
+            memory::desc(state->user_src.dims(), memory::data_type::f32, as_given ? layout : any),
             memory::desc(state->user_weights.dims(), memory::data_type::f32, any),
             memory::desc({m}, memory::data_type::f32, memory::format_tag::a),
-            memory::desc(state->user_dst.dims(), memory::data_type::f32, accumulates ? layout : any),
+            memory::desc(state->user_dst.dims(), memory::data_type::f32, accumulates || as_given ? layout : any),
             dims_of(window.strides), dilation, pad_l, pad_r);
     };
     dnnl::primitive_attr attr;
@@ -112,15 +113,24 @@ ConvState& prepare_conv(KernelContext& ctx, std::shared_ptr<ConvState>& state, b
     bool winograd = winograd_candidate(kernel, window, group, c, m, accumulates) && !quantizes(ctx.model);
     if (winograd) {
         try {
-            state->pd = dnnl::convolution_forward::primitive_desc(desc(dnnl::algorithm::convolution_winograd), attr,
-                                                                  cpu_engine());
+            state->pd = dnnl::convolution_forward::primitive_desc(desc(dnnl::algorithm::convolution_winograd, false),
+                                                                  attr, cpu_engine());
         } catch (const dnnl::error&) {
             winograd = false;  // no Winograd kernel for this CPU, shape or post-op
         }
     }
-    if (!winograd)
-        state->pd =
-            dnnl::convolution_forward::primitive_desc(desc(dnnl::algorithm::convolution_direct), attr, cpu_engine());
+    if (!winograd) {
+        // Before AVX-512, oneDNN picks its blocked layouts, reordered to and
+        // from channels-last around every convolution (resnet50, one thread: 122
+        // -> 105 ms without); its AVX2 kernels take channels-last too, except
+        // with a sum post-op. (The AVX-512 choice was measured and is kept.)
+        const bool as_given = nhwc && !cpu_features().avx512f;
+        state->pd = dnnl::convolution_forward::primitive_desc(desc(dnnl::algorithm::convolution_direct, as_given), attr,
+                                                              cpu_engine());
+        if (as_given && is_reference(state->pd))
+            state->pd = dnnl::convolution_forward::primitive_desc(desc(dnnl::algorithm::convolution_direct, false),
+                                                                  attr, cpu_engine());
+    }
     state->primitive = dnnl::convolution_forward(state->pd);
     return *state;
 }
@@ -164,16 +174,24 @@ void conv(KernelContext& ctx, std::vector<Tensor>& out, bool nhwc) {
     if (residual) ops.append_sum(1.0f);
     if (nhwc) append_activation(ops, ctx.attributes, "activation");
     auto& state = prepare_conv(ctx, states->fused, nhwc, ops);
-    if (residual && (ctx.input(3).type() != DataType::Float || ctx.input(3).shape() != state.y_shape)) {
-        // Broadcasting: the convolution alone, then the Add and the activation as the ops would.
+    // Broadcasting, or no oneDNN kernel but its reference loops for the sum into
+    // channels-last (AVX2: 100 times slower): the convolution alone, then the
+    // Add and the activation as the ops would.
+    if (residual &&
+        (ctx.input(3).type() != DataType::Float || ctx.input(3).shape() != state.y_shape || is_reference(state.pd))) {
         auto& plain = prepare_conv(ctx, states->plain, nhwc, {});
         Tensor y = Tensor::uninitialized(DataType::Float, plain.y_shape);
         execute_conv(ctx, plain, y);
         if (ctx.input(3).type() != DataType::Float) ctx.fail("the added input must be float");
-        y = broadcast_binary<float, float>(ctx, y, ctx.input(3), std::plus<float>());
+        if (ctx.input(3).shape() != y.shape())
+            y = broadcast_binary<float, float>(ctx, y, ctx.input(3), std::plus<float>());
+        const float* add = ctx.input(3).shape() == y.shape() ? ctx.input(3).data<float>().data() : nullptr;
         const float lo = ctx.attributes.get_float("activation_min", -std::numeric_limits<float>::infinity());
         const float hi = ctx.attributes.get_float("activation_max", std::numeric_limits<float>::infinity());
-        for (float& v : y.mutable_data<float>()) v = std::min(std::max(v, lo), hi);
+        float* v = y.mutable_data<float>().data();
+        const int64_t count = y.size();
+#pragma omp parallel for schedule(static) if (count > kParallelGrain)
+        for (int64_t i = 0; i < count; ++i) v[i] = std::min(std::max(add ? v[i] + add[i] : v[i], lo), hi);
         out[0] = std::move(y);
         return;
     }

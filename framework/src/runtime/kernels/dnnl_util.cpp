@@ -1,5 +1,7 @@
 #include "runtime/kernels/dnnl_util.hpp"
 
+#include <string_view>
+
 namespace vaiq::runtime {
 
 using dnnl::memory;
@@ -27,6 +29,10 @@ memory::format_tag plain_tag(size_t rank, bool grouped) {
         case 6: return t::abcdef;
     }
     return t::undef;
+}
+
+bool is_reference(const dnnl::primitive_desc_base& pd) {
+    return std::string_view(pd.impl_info_str()).starts_with("ref");
 }
 
 memory::dims dims_of(const std::vector<int64_t>& shape) { return memory::dims(shape.begin(), shape.end()); }

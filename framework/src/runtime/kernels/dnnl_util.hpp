@@ -12,6 +12,9 @@ dnnl::engine& cpu_engine();
 /// The row-major layout tag of a rank (a, ab, abc, ...), or goiw/goihw/goidhw for grouped weights.
 dnnl::memory::format_tag plain_tag(size_t rank, bool grouped = false);
 
+/// Whether oneDNN found no optimised kernel for `pd` and runs its reference loops.
+bool is_reference(const dnnl::primitive_desc_base& pd);
+
 dnnl::memory::dims dims_of(const std::vector<int64_t>& shape);
 
 /// A memory object over a tensor's bytes (no copy).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 
 #include "runtime/kernels/dnnl_util.hpp"
 #include "runtime/kernels/window.hpp"
@@ -24,15 +25,15 @@ double centred_bound(DataType type, int32_t zero_point) {
 }
 
 // Cuts `items` (input channels, or rows of B) into consecutive chunks so that
-// in each chunk every column's sum of `magnitude` ([items, columns]) stays
-// within `limit`. Returns the chunks' starts and then `items`; nullopt when
-// one item alone goes beyond the limit.
-std::optional<std::vector<int64_t>> chunk_starts(const std::vector<double>& magnitude, int64_t items, int64_t columns,
-                                                 double limit) {
+// in each chunk every column's sum of magnitudes stays within `limit`;
+// `magnitudes(i, out)` writes item i's `columns` values. Returns the chunks'
+// starts and then `items`; nullopt when one item alone goes beyond the limit.
+std::optional<std::vector<int64_t>> chunk_starts(const std::function<void(int64_t, double*)>& magnitudes, int64_t items,
+                                                 int64_t columns, double limit) {
     std::vector<int64_t> starts{0};
-    std::vector<double> running(static_cast<size_t>(columns), 0.0);
+    std::vector<double> running(static_cast<size_t>(columns), 0.0), row(static_cast<size_t>(columns));
     for (int64_t i = 0; i < items; ++i) {
-        const double* row = magnitude.data() + i * columns;
+        magnitudes(i, row.data());
         bool fits = true;
         for (int64_t j = 0; j < columns; ++j) fits &= running[j] + row[j] <= limit;
         if (!fits) {
@@ -124,15 +125,15 @@ std::optional<std::vector<int64_t>> conv_chunks(const Tensor& w, int64_t c, int6
         }
         return std::vector<int64_t>{0, c};
     }
-    std::vector<double> magnitude(static_cast<size_t>(c * m));
-    for (int64_t oc = 0; oc < m; ++oc)
-        for (int64_t ic = 0; ic < c; ++ic) {
+    auto magnitudes = [&](int64_t ic, double* out) {  // per output channel, |w| over the kernel
+        for (int64_t oc = 0; oc < m; ++oc) {
             int32_t sum = 0;
             const int8_t* k = wv.data() + (oc * c + ic) * plane;
             for (int64_t t = 0; t < plane; ++t) sum += std::abs(static_cast<int32_t>(k[t]));
-            magnitude[ic * m + oc] = sum;
+            out[oc] = sum;
         }
-    return chunk_starts(magnitude, c, m, limit);
+    };
+    return chunk_starts(magnitudes, c, m, limit);
 }
 
 FloatConvState* prepared_conv(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
@@ -189,8 +190,8 @@ FloatConvState* prepared_conv(KernelContext& ctx, const Tensor& x, int32_t x_zer
                 for (int64_t i2 = 0; i2 < cc * plane; ++i2)
                     weights[oc * cc * plane + i2] = static_cast<float>(wv[(oc * c + chunk.c0) * plane + i2]);
         }
-        memory user(memory::desc(w_dims, memory::data_type::f32, plain_tag(w_dims.size(), group > 1)),
-                          cpu_engine(), weights.data());
+        memory user(memory::desc(w_dims, memory::data_type::f32, plain_tag(w_dims.size(), group > 1)), cpu_engine(),
+                    weights.data());
         chunk.weights = memory(pd.weights_desc(), cpu_engine());
         dnnl::reorder(user, chunk.weights).execute(stream, user, chunk.weights);
         state->chunks.push_back(std::move(chunk));
@@ -239,22 +240,27 @@ std::optional<Int32Sums> int8_conv_in_float(KernelContext& ctx, const Tensor& x,
 
 namespace {
 
-// A product over rows [k0, k1) of B: its primitive, and a constant B's rows in
-// the primitive's layout.
+// Constant B of up to this many values is kept in float (4x its bytes), laid
+// out for oneDNN; a bigger one is converted a chunk at a time on each run, so
+// that a model's weights are not held twice over (an 8192 x 8192 MatMul's
+// float copy would be 268 MB).
+constexpr int64_t kKeptFloatValues = int64_t{1} << 22;
+
+// A product over rows [k0, k1) of B: its primitive, and a kept B's rows in the
+// primitive's layout.
 struct FloatMatMulChunk {
     int64_t k0 = 0, k1 = 0;
-    memory::desc a, b;
+    memory::desc a, b;  ///< b: the chunk's rows, plain
     dnnl::matmul primitive;
-    memory weights;  ///< a constant B's chunk, laid out once
+    memory weights;  ///< a kept B's chunk, laid out once
 };
 
 struct FloatMatMulState {
     std::vector<int64_t> a_shape, b_shape;
     DataType a_type = DataType::UInt8, b_type = DataType::UInt8;
     int32_t a_zero_point = 0, b_zero_point = 0;
-    bool b_constant = false;
-    const Tensor* b_of = nullptr;  ///< the constant B the chunks hold
-    Floats b;                      ///< a varying B centred, as stored
+    bool b_constant = false, kept = false;
+    const Tensor* b_of = nullptr;  ///< the constant B the chunks were cut for
     memory::desc c;
     std::vector<FloatMatMulChunk> chunks;
 };
@@ -265,6 +271,33 @@ memory::dims strides_of_dims(const memory::dims& dims) {
     for (size_t d = dims.size() - 1; d-- > 0;) strides[d] = strides[d + 1] * dims[d + 1];
     return strides;
 }
+
+// 8-bit B ([batches, k, n], or [n, k] when transposed) read as centred values.
+struct CentredB {
+    const Tensor& b;
+    int32_t zero_point;
+    bool transposed;
+    int64_t k, n;
+
+    template <typename T>
+    float at(const T* v, int64_t p, int64_t q, int64_t j) const {
+        return static_cast<float>(static_cast<int32_t>(v[transposed ? j * k + q : (p * k + q) * n + j]) - zero_point);
+    }
+    // Rows [k0, k1) of every batch into `out`, plain ([batches, k1 - k0, n]).
+    void rows(int64_t k0, int64_t k1, float* out) const {
+        const int64_t batches = b.size() / (k * n), kc = k1 - k0;
+        auto copy = [&](const auto* v) {
+#pragma omp parallel for collapse(2) schedule(static) if (batches * kc * n > kParallelGrain)
+            for (int64_t p = 0; p < batches; ++p)
+                for (int64_t q = k0; q < k1; ++q)
+                    for (int64_t j = 0; j < n; ++j) out[(p * kc + q - k0) * n + j] = at(v, p, q, j);
+        };
+        if (b.type() == DataType::UInt8)
+            copy(b.data<uint8_t>().data());
+        else
+            copy(b.data<int8_t>().data());
+    }
+};
 
 }  // namespace
 
@@ -277,6 +310,7 @@ std::optional<Int32Sums> int8_matmul_in_float(KernelContext& ctx, const Tensor& 
     const auto& gm = *geometry;
     const size_t rank = gm.a.size();
     const int64_t m = gm.a[rank - 2], k = gm.a[rank - 1], n = gm.b[rank - 1];
+    const CentredB centred{b, b_zero_point, b_transposed, k, n};
     auto state = std::static_pointer_cast<FloatMatMulState>(opaque);
     // A varying B's chunks follow from the types alone, so they outlive its values.
     const bool same = state && state->a_shape == a.shape() && state->b_shape == b.shape() &&
@@ -292,23 +326,20 @@ std::optional<Int32Sums> int8_matmul_in_float(KernelContext& ctx, const Tensor& 
         state->a_zero_point = a_zero_point;
         state->b_zero_point = b_zero_point;
         state->b_constant = b_constant;
+        state->kept = b_constant && b.size() <= kKeptFloatValues;
         state->b_of = b_constant ? &b : nullptr;
         const double limit = kExactSum / centred_bound(a.type(), a_zero_point);
         std::optional<std::vector<int64_t>> starts;
         if (b_constant) {  // chunks from B's values: per row of B, every column's |b|
-            state->b.resize(static_cast<size_t>(b.size()));
-            centre(b, state->b.data(), b_zero_point);
-            const int64_t b_batches = b.size() / (k * n);
-            std::vector<double> magnitude(static_cast<size_t>(k * b_batches * n));
-            for (int64_t p = 0; p < b_batches; ++p)
-                for (int64_t q = 0; q < k; ++q)
-                    for (int64_t j = 0; j < n; ++j)
-                        magnitude[(q * b_batches + p) * n + j] =
-                            std::abs(state->b[b_transposed ? j * k + q : (p * k + q) * n + j]);
-            starts = chunk_starts(magnitude, k, b_batches * n, limit);
+            const int64_t batches = b.size() / (k * n);
+            Floats row(static_cast<size_t>(batches * n));
+            auto magnitudes = [&](int64_t q, double* out) {
+                centred.rows(q, q + 1, row.data());
+                for (size_t j = 0; j < row.size(); ++j) out[j] = std::abs(row[j]);
+            };
+            starts = chunk_starts(magnitudes, k, batches * n, limit);
         } else {  // chunks from B's type: rows of the largest value each
-            const double per_row = centred_bound(b.type(), b_zero_point);
-            const auto rows = static_cast<int64_t>(limit / per_row);
+            const auto rows = static_cast<int64_t>(limit / centred_bound(b.type(), b_zero_point));
             if (rows < 1) return std::nullopt;
             starts = std::vector<int64_t>{};
             for (int64_t q = 0; q < k; q += rows) starts->push_back(q);
@@ -320,7 +351,6 @@ std::optional<Int32Sums> int8_matmul_in_float(KernelContext& ctx, const Tensor& 
         c_dims.push_back(n);
         state->c = memory::desc(dims_of(c_dims), memory::data_type::f32, plain_tag(rank));
         const auto a_strides = strides_of_dims(dims_of(gm.a));
-        const auto b_strides = b_transposed ? memory::dims{1, k} : strides_of_dims(dims_of(gm.b));
         dnnl::stream stream(cpu_engine());
         for (size_t i = 0; i + 1 < starts->size(); ++i) {
             FloatMatMulChunk chunk;
@@ -329,26 +359,22 @@ std::optional<Int32Sums> int8_matmul_in_float(KernelContext& ctx, const Tensor& 
             auto a_dims = dims_of(gm.a), b_dims = dims_of(gm.b);
             a_dims[rank - 1] = b_dims[rank - 2] = chunk.k1 - chunk.k0;
             chunk.a = memory::desc(a_dims, memory::data_type::f32, a_strides);
-            chunk.b = memory::desc(b_dims, memory::data_type::f32, b_strides);
+            chunk.b = memory::desc(b_dims, memory::data_type::f32, plain_tag(rank));
             const memory::desc b_any(b_dims, memory::data_type::f32, memory::format_tag::any);
-            const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(chunk.a, b_constant ? b_any : chunk.b, state->c),
+            const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(chunk.a, state->kept ? b_any : chunk.b, state->c),
                                                   cpu_engine());
             chunk.primitive = dnnl::matmul(pd);
-            if (b_constant) {
-                const int64_t offset = b_transposed ? chunk.k0 : chunk.k0 * n;
-                memory user(chunk.b, cpu_engine(), state->b.data() + offset);
+            if (state->kept) {
+                Floats rows(chunk.b.get_size() / sizeof(float));
+                centred.rows(chunk.k0, chunk.k1, rows.data());
+                memory user(chunk.b, cpu_engine(), rows.data());
                 chunk.weights = memory(pd.weights_desc(), cpu_engine());
                 dnnl::reorder(user, chunk.weights).execute(stream, user, chunk.weights);
+                stream.wait();
             }
             state->chunks.push_back(std::move(chunk));
         }
-        stream.wait();
-        state->b = Floats();  // a constant B's chunks hold it
         opaque = state;
-    }
-    if (!b_constant) {
-        state->b.resize(static_cast<size_t>(b.size()));
-        centre(b, state->b.data(), b_zero_point);
     }
     Floats a_float(static_cast<size_t>(a.size()));
     centre(a, a_float.data(), a_zero_point);
@@ -356,16 +382,19 @@ std::optional<Int32Sums> int8_matmul_in_float(KernelContext& ctx, const Tensor& 
     shape.push_back(m);
     shape.push_back(n);
     const int64_t count = element_count(shape);
-    Floats c(static_cast<size_t>(count));
+    Floats c(static_cast<size_t>(count)), b_rows;
     Int32Sums acc(static_cast<size_t>(count));
     dnnl::stream stream(cpu_engine());
     for (size_t i = 0; i < state->chunks.size(); ++i) {
         auto& chunk = state->chunks[i];
+        memory b_memory = chunk.weights;
+        if (!state->kept) {  // this chunk's rows of B, converted now
+            b_rows.resize(chunk.b.get_size() / sizeof(float));
+            centred.rows(chunk.k0, chunk.k1, b_rows.data());
+            b_memory = memory(chunk.b, cpu_engine(), b_rows.data());
+        }
         memory a_memory(chunk.a, cpu_engine(), a_float.data() + chunk.k0);
         memory c_memory(state->c, cpu_engine(), c.data());
-        memory b_memory =
-            b_constant ? chunk.weights
-                       : memory(chunk.b, cpu_engine(), state->b.data() + (b_transposed ? chunk.k0 : chunk.k0 * n));
         chunk.primitive.execute(stream,
                                 {{DNNL_ARG_SRC, a_memory}, {DNNL_ARG_WEIGHTS, b_memory}, {DNNL_ARG_DST, c_memory}});
         stream.wait();
