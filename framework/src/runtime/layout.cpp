@@ -6,7 +6,6 @@
 #include <optional>
 #include <set>
 
-#include "runtime/kernels/int8_conv.hpp"
 #include "vaiq/fold.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/patterns.hpp"
@@ -108,9 +107,9 @@ bool wrap_nhwc_ops(onnx::GraphProto& graph, UniqueNames& names) {
                 w = index.initializer(graph.node(p).input(0));
             wrap = w && w->dims_size() == 4;
         } else if (node.domain().empty() && node.op_type() == "QLinearConv" && node.input_size() >= 8) {
-            // Where oneDNN's int8 kernels are exact (they work channels-last); else NCHW stays cheaper.
+            // Channels-last, as oneDNN's kernels work (int8 ones, or float ones on CPUs without exact int8).
             const auto* w = index.initializer(node.input(3));
-            wrap = w && w->dims_size() == 4 && exact_int8_available();
+            wrap = w && w->dims_size() == 4;
         } else if (node.domain().empty() && (node.op_type() == "MaxPool" || node.op_type() == "AveragePool")) {
             wrap = attribute_count(node, "kernel_shape") == 2 && (node.output_size() < 2 || node.output(1).empty());
         }

@@ -237,6 +237,8 @@ std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t 
 bool int8_conv_channels_last(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
                              bool w_constant, std::shared_ptr<void>& opaque, const int32_t* bias,
                              const ChannelsLastSums& sink) {
+    if (!exact_int8_available())
+        return int8_conv_channels_last_in_float(ctx, x, x_zero_point, w, w_constant, opaque, bias, sink);
     Int8ConvState* state = prepared(ctx, x, x_zero_point, w, w_constant, opaque, true);
     if (!state) return false;
     const auto& g = state->window;

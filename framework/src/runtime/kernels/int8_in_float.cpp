@@ -82,6 +82,17 @@ void centre_channels_last(const T* x, float* out, int64_t n, int64_t c, int64_t 
         }
 }
 
+// Channels [c0, c0 + cc) of channels-last 8-bit pixels ([pixels, c]), centred, into [pixels, cc].
+template <typename T>
+void centre_pixels(const T* x, float* out, int64_t pixels, int64_t c, int64_t c0, int64_t cc, int32_t zero_point) {
+#pragma omp parallel for schedule(static) if (pixels * cc > kParallelGrain)
+    for (int64_t p = 0; p < pixels; ++p) {
+        const T* src = x + p * c + c0;
+        float* dst = out + p * cc;
+        for (int64_t ch = 0; ch < cc; ++ch) dst[ch] = static_cast<float>(static_cast<int32_t>(src[ch]) - zero_point);
+    }
+}
+
 // A chunk's float sums (exact integers) into the int32 sums: written by the first chunk, added by the rest.
 void gather_sums(const float* sums, int32_t* into, int64_t count, bool first) {
     if (first) {
@@ -103,7 +114,8 @@ struct FloatConvChunk {
 };
 
 struct FloatConvState {
-    std::vector<int64_t> x_shape, y_shape;
+    std::vector<int64_t> x_shape, y_shape;  ///< y_shape: logical NCHW
+    bool channels_last = false;             ///< x is NHWC
     DataType x_type = DataType::UInt8;
     int32_t x_zero_point = 0;
     const Tensor* weights_of = nullptr;  ///< the constant weights the chunks hold
@@ -137,22 +149,25 @@ std::optional<std::vector<int64_t>> conv_chunks(const Tensor& w, int64_t c, int6
 }
 
 FloatConvState* prepared_conv(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
-                              bool w_constant, std::shared_ptr<void>& opaque) {
+                              bool w_constant, std::shared_ptr<void>& opaque, bool channels_last) {
     if (x.shape().size() != 4 || w.shape().size() != 4 || w.type() != DataType::Int8 ||
         (x.type() != DataType::UInt8 && x.type() != DataType::Int8))
         return nullptr;
     auto state = std::static_pointer_cast<FloatConvState>(opaque);
-    if (state && state->x_shape == x.shape() && state->x_type == x.type() && state->x_zero_point == x_zero_point &&
-        w_constant && state->weights_of == &w)
+    if (state && state->x_shape == x.shape() && state->channels_last == channels_last && state->x_type == x.type() &&
+        state->x_zero_point == x_zero_point && w_constant && state->weights_of == &w)
         return state.get();
-    const auto& xs = x.shape();
+    // The logical (NCHW) dimensions of x.
+    const auto xs =
+        channels_last ? std::vector<int64_t>{x.shape()[0], x.shape()[3], x.shape()[1], x.shape()[2]} : x.shape();
     const int64_t n = xs[0], c = xs[1], m = w.shape()[0], group = ctx.attributes.get_int("group", 1);
     if (group < 1 || c % group != 0 || m % group != 0 || w.shape()[1] != c / group)
         ctx.fail("channels, weights and group disagree");
     const auto starts = conv_chunks(w, c, group, centred_bound(x.type(), x_zero_point));
     if (!starts) return nullptr;
     state = std::make_shared<FloatConvState>();
-    state->x_shape = xs;
+    state->x_shape = x.shape();
+    state->channels_last = channels_last;
     state->x_type = x.type();
     state->x_zero_point = x_zero_point;
     state->weights_of = w_constant ? &w : nullptr;
@@ -203,39 +218,84 @@ FloatConvState* prepared_conv(KernelContext& ctx, const Tensor& x, int32_t x_zer
 
 }  // namespace
 
-std::optional<Int32Sums> int8_conv_in_float(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
-                                            bool w_constant, std::shared_ptr<void>& opaque, std::vector<int64_t>& shape,
-                                            const int32_t* bias) {
-    FloatConvState* state = prepared_conv(ctx, x, x_zero_point, w, w_constant, opaque);
-    if (!state) return std::nullopt;
-    const auto& xs = state->x_shape;
-    const int64_t n = xs[0], c = xs[1], plane = xs[2] * xs[3];
-    shape = state->y_shape;
-    const int64_t m = shape[1], out_plane = shape[2] * shape[3], count = n * m * out_plane;
-    Floats src(static_cast<size_t>(n * plane * state->chunks.front().src.dims()[1])), dst(static_cast<size_t>(count));
-    Int32Sums channels_last(static_cast<size_t>(count));
+namespace {
+
+// The convolution's sums without the bias, channels-last [N, out..., M], of the
+// prepared state's x (NCHW or NHWC as prepared).
+Int32Sums channels_last_sums(const FloatConvState& state, const Tensor& x, int32_t x_zero_point) {
+    const auto& ys = state.y_shape;
+    const int64_t n = ys[0], count = n * ys[1] * ys[2] * ys[3];
+    const int64_t c = state.channels_last ? state.x_shape[3] : state.x_shape[1];
+    const int64_t plane =
+        state.channels_last ? state.x_shape[1] * state.x_shape[2] : state.x_shape[2] * state.x_shape[3];
+    Floats src, dst(static_cast<size_t>(count));
+    Int32Sums sums(static_cast<size_t>(count));
     dnnl::stream stream(cpu_engine());
-    for (size_t i = 0; i < state->chunks.size(); ++i) {
-        auto& chunk = state->chunks[i];
+    for (size_t i = 0; i < state.chunks.size(); ++i) {
+        auto& chunk = const_cast<FloatConvChunk&>(state.chunks[i]);  // oneDNN's arguments are not const
         const int64_t cc = chunk.c1 - chunk.c0;
         src.resize(static_cast<size_t>(n * plane * cc));
+        auto gather = [&](const auto* v) {
+            if (state.channels_last)  // pixels of c values: each pixel's cc of them
+                centre_pixels(v, src.data(), n * plane, c, chunk.c0, cc, x_zero_point);
+            else
+                centre_channels_last(v, src.data(), n, c, plane, chunk.c0, cc, x_zero_point);
+        };
         if (x.type() == DataType::UInt8)
-            centre_channels_last(x.data<uint8_t>().data(), src.data(), n, c, plane, chunk.c0, cc, x_zero_point);
+            gather(x.data<uint8_t>().data());
         else
-            centre_channels_last(x.data<int8_t>().data(), src.data(), n, c, plane, chunk.c0, cc, x_zero_point);
-        memory src_memory(chunk.src, cpu_engine(), src.data()), dst_memory(state->dst, cpu_engine(), dst.data());
+            gather(x.data<int8_t>().data());
+        memory src_memory(chunk.src, cpu_engine(), src.data()), dst_memory(state.dst, cpu_engine(), dst.data());
         chunk.primitive.execute(
             stream, {{DNNL_ARG_SRC, src_memory}, {DNNL_ARG_WEIGHTS, chunk.weights}, {DNNL_ARG_DST, dst_memory}});
         stream.wait();
-        gather_sums(dst.data(), channels_last.data(), count, i == 0);
+        gather_sums(dst.data(), sums.data(), count, i == 0);
     }
-    std::vector<int32_t> minus_bias;
+    return sums;
+}
+
+// Per output channel, the bias negated (what ChannelsLastSums' offsets take off), or zeros.
+std::vector<int32_t> minus(const int32_t* bias, int64_t m) {
+    std::vector<int32_t> out(static_cast<size_t>(m), 0);
     if (bias)
-        for (int64_t oc = 0; oc < m; ++oc)
-            minus_bias.push_back(static_cast<int32_t>(0u - static_cast<uint32_t>(bias[oc])));
-    Int32Sums acc(static_cast<size_t>(count));  // written in full by the transpose
-    transpose_4_byte(channels_last.data(), acc.data(), n, out_plane, m, bias ? minus_bias.data() : nullptr);
+        for (int64_t oc = 0; oc < m; ++oc) out[oc] = static_cast<int32_t>(0u - static_cast<uint32_t>(bias[oc]));
+    return out;
+}
+
+}  // namespace
+
+std::optional<Int32Sums> int8_conv_in_float(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
+                                            bool w_constant, std::shared_ptr<void>& opaque, std::vector<int64_t>& shape,
+                                            const int32_t* bias) {
+    const FloatConvState* state = prepared_conv(ctx, x, x_zero_point, w, w_constant, opaque, false);
+    if (!state) return std::nullopt;
+    shape = state->y_shape;
+    const int64_t n = shape[0], m = shape[1], out_plane = shape[2] * shape[3];
+    const Int32Sums sums = channels_last_sums(*state, x, x_zero_point);
+    const auto offsets = minus(bias, m);
+    Int32Sums acc(sums.size());  // written in full by the transpose
+    transpose_4_byte(sums.data(), acc.data(), n, out_plane, m, offsets.data());
     return acc;
+}
+
+bool int8_conv_channels_last_in_float(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
+                                      bool w_constant, std::shared_ptr<void>& opaque, const int32_t* bias,
+                                      const ChannelsLastSums& sink) {
+    const FloatConvState* state = prepared_conv(ctx, x, x_zero_point, w, w_constant, opaque, true);
+    if (!state) return false;
+    const auto& ys = state->y_shape;
+    const int64_t m = ys[1], pixels = ys[0] * ys[2] * ys[3];
+    const Int32Sums sums = channels_last_sums(*state, x, x_zero_point);
+    sink.start({ys[0], ys[2], ys[3], m}, minus(bias, m));
+    // Bands of whole pixels, one a thread at a time.
+    constexpr int64_t kBandValues = int64_t{1} << 14;
+    const int64_t per_band = std::max<int64_t>(1, kBandValues / m), bands = (pixels + per_band - 1) / per_band;
+#pragma omp parallel for schedule(static) if (bands > 1 && pixels * m > kParallelGrain)
+    for (int64_t b = 0; b < bands; ++b) {
+        const int64_t first = b * per_band * m, count = std::min(per_band, pixels - b * per_band) * m;
+        sink.band(sums.data() + first, static_cast<size_t>(first), static_cast<size_t>(count));
+    }
+    return true;
 }
 
 namespace {

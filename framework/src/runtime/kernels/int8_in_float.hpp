@@ -22,6 +22,12 @@ std::optional<Int32Sums> int8_conv_in_float(KernelContext& ctx, const Tensor& x,
                                             bool w_constant, std::shared_ptr<void>& state, std::vector<int64_t>& shape,
                                             const int32_t* bias);
 
+/// int8_conv_channels_last on NHWC `x`, computed in float32: the whole
+/// tensor's sums, then handed to `sink` in bands of whole pixels.
+bool int8_conv_channels_last_in_float(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
+                                      bool w_constant, std::shared_ptr<void>& state, const int32_t* bias,
+                                      const ChannelsLastSums& sink);
+
 /// int8_matmul's sums, computed in float32 (oneDNN's matmul over chunks of K).
 std::optional<Int32Sums> int8_matmul_in_float(KernelContext& ctx, const Tensor& a, int32_t a_zero_point,
                                               const Tensor& b, int32_t b_zero_point, bool b_constant,
