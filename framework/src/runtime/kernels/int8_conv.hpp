@@ -21,7 +21,8 @@ bool exact_int8_available();
 /// The int32 accumulators [N, M, out...] of the 2-D convolution of `x` (zero
 /// point `x_zero_point`) with int8 weights `w` (zero point 0), plus `bias` (int32
 /// per output channel) when given, or nullopt when the fast path does not apply
-/// (other types; on a CPU without exact int8 products, int8_in_float.hpp's limits). `state` keeps the compiled
+/// (other types; on a CPU without exact int8 products, the limits of
+/// int8_in_float.hpp, which computes it there). `state` keeps the compiled
 /// primitive and the per-channel weight sums across runs.
 std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
                                    bool w_constant, std::shared_ptr<void>& state, std::vector<int64_t>& shape,

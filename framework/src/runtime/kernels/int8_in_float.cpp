@@ -222,7 +222,7 @@ namespace {
 
 // The convolution's sums without the bias, channels-last [N, out..., M], of the
 // prepared state's x (NCHW or NHWC as prepared).
-Int32Sums channels_last_sums(const FloatConvState& state, const Tensor& x, int32_t x_zero_point) {
+Int32Sums channels_last_sums(FloatConvState& state, const Tensor& x, int32_t x_zero_point) {
     const auto& ys = state.y_shape;
     const int64_t n = ys[0], count = n * ys[1] * ys[2] * ys[3];
     const int64_t c = state.channels_last ? state.x_shape[3] : state.x_shape[1];
@@ -232,7 +232,7 @@ Int32Sums channels_last_sums(const FloatConvState& state, const Tensor& x, int32
     Int32Sums sums(static_cast<size_t>(count));
     dnnl::stream stream(cpu_engine());
     for (size_t i = 0; i < state.chunks.size(); ++i) {
-        auto& chunk = const_cast<FloatConvChunk&>(state.chunks[i]);  // oneDNN's arguments are not const
+        auto& chunk = state.chunks[i];
         const int64_t cc = chunk.c1 - chunk.c0;
         src.resize(static_cast<size_t>(n * plane * cc));
         auto gather = [&](const auto* v) {
@@ -267,7 +267,7 @@ std::vector<int32_t> minus(const int32_t* bias, int64_t m) {
 std::optional<Int32Sums> int8_conv_in_float(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
                                             bool w_constant, std::shared_ptr<void>& opaque, std::vector<int64_t>& shape,
                                             const int32_t* bias) {
-    const FloatConvState* state = prepared_conv(ctx, x, x_zero_point, w, w_constant, opaque, false);
+    FloatConvState* state = prepared_conv(ctx, x, x_zero_point, w, w_constant, opaque, false);
     if (!state) return std::nullopt;
     shape = state->y_shape;
     const int64_t n = shape[0], m = shape[1], out_plane = shape[2] * shape[3];
@@ -281,7 +281,7 @@ std::optional<Int32Sums> int8_conv_in_float(KernelContext& ctx, const Tensor& x,
 bool int8_conv_channels_last_in_float(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
                                       bool w_constant, std::shared_ptr<void>& opaque, const int32_t* bias,
                                       const ChannelsLastSums& sink) {
-    const FloatConvState* state = prepared_conv(ctx, x, x_zero_point, w, w_constant, opaque, true);
+    FloatConvState* state = prepared_conv(ctx, x, x_zero_point, w, w_constant, opaque, true);
     if (!state) return false;
     const auto& ys = state->y_shape;
     const int64_t m = ys[1], pixels = ys[0] * ys[2] * ys[3];
