@@ -436,6 +436,29 @@ TEST(Extremes, FindTheExtremesAndAnyValueThatIsNotFinite) {
     }
 }
 
+// Each value's bin is floor(x / stride) from the zero bin (of |x| for an
+// absolute histogram), clamped: whichever vector width the CPU counts with, for
+// values on edges, between them and below zero, in batches of every remainder.
+TEST(Histogram, EachValueLandsInTheBinItsDefinitionGives) {
+    for (const size_t n : {size_t{3}, size_t{4}, size_t{7}, size_t{8}, size_t{161}, size_t{5000}}) {
+        std::vector<float> values(n);
+        for (size_t i = 0; i < n; ++i) values[i] = static_cast<float>(i % 161) * 0.1f - 8.0f + (i % 7 == 0 ? 0.05f : 0);
+        values[0] = -8.0f;
+        values[n - 1] = 8.0f;  // the top edge: clamped into the last bin
+        vaiq::Histogram signed_h(16, false), absolute_h(8, true);
+        signed_h.add(values);  // extent 8: stride 1
+        absolute_h.add(values);
+        std::vector<double> want_signed(16, 0.0), want_absolute(8, 0.0);
+        for (float v : values) {
+            want_signed[std::clamp(static_cast<int>(std::floor(static_cast<double>(v))) + 8, 0, 15)] += 1;
+            want_absolute[std::clamp(static_cast<int>(std::floor(std::abs(static_cast<double>(v)))), 0, 7)] += 1;
+        }
+        ASSERT_EQ(signed_h.stride(), 1.0);
+        EXPECT_EQ(signed_h.counts(), want_signed) << n;
+        EXPECT_EQ(absolute_h.counts(), want_absolute) << n;
+    }
+}
+
 TEST(Histogram, ABigBatchCountsAsItsPiecesDo) {
     // A big batch is counted in shards over the threads; small ones straight in.
     omp_set_num_threads(3);
@@ -549,10 +572,10 @@ TEST(Quant, ChannelRangesAreEachChannelsExtremes) {
 
 TEST(BlockwiseQuantization, RoundToNearestBlocksMatchHandComputedParameters) {
     // W [4, 2] in blocks of 2 along K (axis 0): blocks rows {0, 1} and {2, 3} of each column.
-    const auto w = vaiq::Tensor::from_values<float>({4, 2}, std::vector<float>{0.7f, -0.2f,   //
-                                                                              -1.4f, 0.1f,  //
-                                                                              0.3f, 3.5f,   //
-                                                                              0.15f, -0.5f});
+    const auto w = vaiq::Tensor::from_values<float>({4, 2}, std::vector<float>{0.7f, -0.2f,  //
+                                                                               -1.4f, 0.1f,  //
+                                                                               0.3f, 3.5f,   //
+                                                                               0.15f, -0.5f});
     auto spec = vaiq::test::blocked_spec(vaiq::QuantType::QInt4, true, 2);
     const auto p = vaiq::constant_params(w, spec);
     EXPECT_EQ(p.block_shape, (std::vector<int64_t>{2, 2}));
