@@ -440,6 +440,69 @@ template <int J>
     }
 }
 
+// sgemm_tile_avx512 eight lanes wide, for CPUs with AVX2 but not AVX-512: R x
+// (8 J) sums in registers, the same order of additions in each lane. `last`:
+// the lanes of the tile's last vector inside the matrix (all ones: -1).
+template <int R, int J>
+[[gnu::target("avx2,fma")]] void sgemm_tile_avx2(const float* a, const float* b, float* c, int64_t i0, int64_t j0,
+                                                 int64_t k, int64_t n, int64_t panel, __m256i last) {
+    const __m256i all = _mm256_set1_epi32(-1);
+    for (int64_t k0 = 0; k0 < k; k0 += panel) {
+        const int64_t k1 = std::min(k, k0 + panel);
+        __m256 acc[R][J];
+        for (int r = 0; r < R; ++r)
+            for (int j = 0; j < J; ++j) acc[r][j] = _mm256_setzero_ps();
+        for (int64_t p = k0; p < k1; ++p) {
+            __m256 bv[J];
+            for (int j = 0; j < J; ++j) bv[j] = _mm256_maskload_ps(b + p * n + j0 + j * 8, j == J - 1 ? last : all);
+            for (int r = 0; r < R; ++r) {
+                const __m256 av = _mm256_broadcast_ss(a + (i0 + r) * k + p);
+                for (int j = 0; j < J; ++j) acc[r][j] = _mm256_fmadd_ps(av, bv[j], acc[r][j]);
+            }
+        }
+        for (int r = 0; r < R; ++r)
+            for (int j = 0; j < J; ++j) {
+                const __m256i mask = j == J - 1 ? last : all;
+                float* cr = c + (i0 + r) * n + j0 + j * 8;
+                const __m256 sum = k0 == 0 ? acc[r][j] : _mm256_add_ps(_mm256_maskload_ps(cr, mask), acc[r][j]);
+                _mm256_maskstore_ps(cr, mask, sum);
+            }
+    }
+}
+
+constexpr int kAvx2TileVectors = 2;  // 6 x 2 sums in registers, two B vectors and one A value beside them
+
+template <int J>
+[[gnu::target("avx2,fma")]] void sgemm_tile_rows_avx2(int64_t rows, const float* a, const float* b, float* c,
+                                                      int64_t i0, int64_t j0, int64_t k, int64_t n, int64_t panel,
+                                                      __m256i last) {
+    switch (rows) {
+        case 6: return sgemm_tile_avx2<6, J>(a, b, c, i0, j0, k, n, panel, last);
+        case 5: return sgemm_tile_avx2<5, J>(a, b, c, i0, j0, k, n, panel, last);
+        case 4: return sgemm_tile_avx2<4, J>(a, b, c, i0, j0, k, n, panel, last);
+        case 3: return sgemm_tile_avx2<3, J>(a, b, c, i0, j0, k, n, panel, last);
+        case 2: return sgemm_tile_avx2<2, J>(a, b, c, i0, j0, k, n, panel, last);
+        default: return sgemm_tile_avx2<1, J>(a, b, c, i0, j0, k, n, panel, last);
+    }
+}
+
+[[gnu::target("avx2,fma")]] void sgemm_avx2(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n,
+                                            int64_t panel) {
+    for (int64_t j0 = 0; j0 < n; j0 += 8 * kAvx2TileVectors) {
+        const int64_t columns = std::min<int64_t>(8 * kAvx2TileVectors, n - j0);
+        const int64_t vectors = (columns + 7) / 8, tail = columns - 8 * (vectors - 1);
+        const __m256i last = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(tail)),
+                                                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        for (int64_t i0 = 0; i0 < m; i0 += kTileRows) {
+            const int64_t rows = std::min<int64_t>(kTileRows, m - i0);
+            if (vectors == 2)
+                sgemm_tile_rows_avx2<2>(rows, a, b, c, i0, j0, k, n, panel, last);
+            else
+                sgemm_tile_rows_avx2<1>(rows, a, b, c, i0, j0, k, n, panel, last);
+        }
+    }
+}
+
 [[gnu::target("fma")]] void sgemm_fma(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n,
                                       int64_t panel) {
     sgemm_rows(a, b, c, m, k, n, panel);
@@ -534,7 +597,10 @@ void ort_layer_norm_row(const float* x, const float* scale, const float* bias, f
 
 void ort_sgemm(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n) {
     if (k == 0) return std::fill(c, c + m * n, 0.0f);  // empty sums: the panels never write
-    auto* kernel = has_avx512f() ? sgemm_avx512 : has_fma() ? sgemm_fma : sgemm_generic;
+    auto* kernel = has_avx512f()                      ? sgemm_avx512
+                   : has_fma() && cpu_features().avx2 ? sgemm_avx2
+                   : has_fma()                        ? sgemm_fma
+                                                      : sgemm_generic;
     const int64_t panel = sgemm_panel(k, n);
     constexpr int64_t kRows = 16;  // rows per task
     const int64_t tasks = (m + kRows - 1) / kRows;
