@@ -379,10 +379,11 @@ int64_t sgemm_panel(int64_t k, int64_t n) {
 // An R x (16 J) tile of sgemm_rows at (i0, j0), its sums held in registers
 // (R and J fixed, so they stay there), each lane summing in the same order. Two
 // dimensions of registers: each B vector loaded serves R rows and each A value
-// J vectors. `last` masks the tile's last vector at the matrix's right edge.
+// J vectors. `tail`: the lanes of its last vector inside the matrix.
 template <int R, int J>
 [[gnu::target("avx512f")]] void sgemm_tile_avx512(const float* a, const float* b, float* c, int64_t i0, int64_t j0,
-                                                  int64_t k, int64_t n, int64_t panel, __mmask16 last) {
+                                                  int64_t k, int64_t n, int64_t panel, int tail) {
+    const auto last = static_cast<__mmask16>(tail == 16 ? 0xFFFF : (1u << tail) - 1);
     for (int64_t k0 = 0; k0 < k; k0 += panel) {
         const int64_t k1 = std::min(k, k0 + panel);
         __m512 acc[R][J];
@@ -409,44 +410,51 @@ template <int R, int J>
 
 constexpr int kTileRows = 6, kTileVectors = 4;  // 24 sums in registers
 
-template <int J>
-[[gnu::target("avx512f")]] void sgemm_tile_rows(int64_t rows, const float* a, const float* b, float* c, int64_t i0,
-                                                int64_t j0, int64_t k, int64_t n, int64_t panel, __mmask16 last) {
+// Tile::run<R, J>(args...) with a tile's row count R (1 to kTileRows) as a constant.
+template <typename Tile, int J, typename... Args>
+void run_tile(int64_t rows, Args... args) {
     switch (rows) {
-        case 6: return sgemm_tile_avx512<6, J>(a, b, c, i0, j0, k, n, panel, last);
-        case 5: return sgemm_tile_avx512<5, J>(a, b, c, i0, j0, k, n, panel, last);
-        case 4: return sgemm_tile_avx512<4, J>(a, b, c, i0, j0, k, n, panel, last);
-        case 3: return sgemm_tile_avx512<3, J>(a, b, c, i0, j0, k, n, panel, last);
-        case 2: return sgemm_tile_avx512<2, J>(a, b, c, i0, j0, k, n, panel, last);
-        default: return sgemm_tile_avx512<1, J>(a, b, c, i0, j0, k, n, panel, last);
+        case 6: return Tile::template run<6, J>(args...);
+        case 5: return Tile::template run<5, J>(args...);
+        case 4: return Tile::template run<4, J>(args...);
+        case 3: return Tile::template run<3, J>(args...);
+        case 2: return Tile::template run<2, J>(args...);
+        default: return Tile::template run<1, J>(args...);
     }
 }
+
+struct Avx512Tile {
+    template <int R, int J, typename... Args>
+    static void run(Args... args) {
+        sgemm_tile_avx512<R, J>(args...);
+    }
+};
 
 [[gnu::target("avx512f")]] void sgemm_avx512(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n,
                                              int64_t panel) {
     for (int64_t j0 = 0; j0 < n; j0 += 16 * kTileVectors) {
         const int64_t columns = std::min<int64_t>(16 * kTileVectors, n - j0);
         const int64_t vectors = (columns + 15) / 16, tail = columns - 16 * (vectors - 1);
-        const auto last = static_cast<__mmask16>(tail == 16 ? 0xFFFF : (1u << tail) - 1);
         for (int64_t i0 = 0; i0 < m; i0 += kTileRows) {
             const int64_t rows = std::min<int64_t>(kTileRows, m - i0);
+            const auto tail_lanes = static_cast<int>(tail);
             switch (vectors) {
-                case 4: sgemm_tile_rows<4>(rows, a, b, c, i0, j0, k, n, panel, last); break;
-                case 3: sgemm_tile_rows<3>(rows, a, b, c, i0, j0, k, n, panel, last); break;
-                case 2: sgemm_tile_rows<2>(rows, a, b, c, i0, j0, k, n, panel, last); break;
-                default: sgemm_tile_rows<1>(rows, a, b, c, i0, j0, k, n, panel, last); break;
+                case 4: run_tile<Avx512Tile, 4>(rows, a, b, c, i0, j0, k, n, panel, tail_lanes); break;
+                case 3: run_tile<Avx512Tile, 3>(rows, a, b, c, i0, j0, k, n, panel, tail_lanes); break;
+                case 2: run_tile<Avx512Tile, 2>(rows, a, b, c, i0, j0, k, n, panel, tail_lanes); break;
+                default: run_tile<Avx512Tile, 1>(rows, a, b, c, i0, j0, k, n, panel, tail_lanes); break;
             }
         }
     }
 }
 
 // sgemm_tile_avx512 eight lanes wide, for CPUs with AVX2 but not AVX-512: R x
-// (8 J) sums in registers, the same order of additions in each lane. `last`:
-// the lanes of the tile's last vector inside the matrix (all ones: -1).
+// (8 J) sums in registers, the same order of additions in each lane.
 template <int R, int J>
 [[gnu::target("avx2,fma")]] void sgemm_tile_avx2(const float* a, const float* b, float* c, int64_t i0, int64_t j0,
-                                                 int64_t k, int64_t n, int64_t panel, __m256i last) {
+                                                 int64_t k, int64_t n, int64_t panel, int tail) {
     const __m256i all = _mm256_set1_epi32(-1);
+    const __m256i last = _mm256_cmpgt_epi32(_mm256_set1_epi32(tail), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     for (int64_t k0 = 0; k0 < k; k0 += panel) {
         const int64_t k1 = std::min(k, k0 + panel);
         __m256 acc[R][J];
@@ -472,33 +480,24 @@ template <int R, int J>
 
 constexpr int kAvx2TileVectors = 2;  // 6 x 2 sums in registers, two B vectors and one A value beside them
 
-template <int J>
-[[gnu::target("avx2,fma")]] void sgemm_tile_rows_avx2(int64_t rows, const float* a, const float* b, float* c,
-                                                      int64_t i0, int64_t j0, int64_t k, int64_t n, int64_t panel,
-                                                      __m256i last) {
-    switch (rows) {
-        case 6: return sgemm_tile_avx2<6, J>(a, b, c, i0, j0, k, n, panel, last);
-        case 5: return sgemm_tile_avx2<5, J>(a, b, c, i0, j0, k, n, panel, last);
-        case 4: return sgemm_tile_avx2<4, J>(a, b, c, i0, j0, k, n, panel, last);
-        case 3: return sgemm_tile_avx2<3, J>(a, b, c, i0, j0, k, n, panel, last);
-        case 2: return sgemm_tile_avx2<2, J>(a, b, c, i0, j0, k, n, panel, last);
-        default: return sgemm_tile_avx2<1, J>(a, b, c, i0, j0, k, n, panel, last);
+struct Avx2Tile {
+    template <int R, int J, typename... Args>
+    static void run(Args... args) {
+        sgemm_tile_avx2<R, J>(args...);
     }
-}
+};
 
 [[gnu::target("avx2,fma")]] void sgemm_avx2(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n,
                                             int64_t panel) {
     for (int64_t j0 = 0; j0 < n; j0 += 8 * kAvx2TileVectors) {
         const int64_t columns = std::min<int64_t>(8 * kAvx2TileVectors, n - j0);
         const int64_t vectors = (columns + 7) / 8, tail = columns - 8 * (vectors - 1);
-        const __m256i last = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(tail)),
-                                                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         for (int64_t i0 = 0; i0 < m; i0 += kTileRows) {
             const int64_t rows = std::min<int64_t>(kTileRows, m - i0);
             if (vectors == 2)
-                sgemm_tile_rows_avx2<2>(rows, a, b, c, i0, j0, k, n, panel, last);
+                run_tile<Avx2Tile, 2>(rows, a, b, c, i0, j0, k, n, panel, static_cast<int>(tail));
             else
-                sgemm_tile_rows_avx2<1>(rows, a, b, c, i0, j0, k, n, panel, last);
+                run_tile<Avx2Tile, 1>(rows, a, b, c, i0, j0, k, n, panel, static_cast<int>(tail));
         }
     }
 }
