@@ -393,13 +393,14 @@ TEST(OrtFloat, RowSumAndErf) {
 }
 
 // The vector paths (eight lanes on AVX2, sixteen on AVX-512) compute what
-// their one-lane tails compute, to the bit: a sweep over [-5, 5], the split
-// and clamp boundaries and their neighbours, zeros, tiny values and infinities.
-TEST(OrtFloat, ErfIsTheSameWhetherVectorsOrOneLaneAtATimeComputeIt) {
+// their one-lane tails compute, to the bit: a sweep over [-20, 20], erf's split
+// and clamp boundaries and the logistic's clamp and their neighbours, zeros,
+// tiny values and infinities.
+TEST(OrtFloat, ErfAndLogisticAreTheSameWhetherVectorsOrOneLaneAtATimeComputeThem) {
     std::vector<float> in;
-    for (int i = -5000; i <= 5000; ++i) in.push_back(static_cast<float>(i) * 1e-3f + 3e-5f);
-    for (float b : {0.921875f, 3.725f, 3.925f, 1.0f}) {
-        for (float v : {b, std::nextafter(b, 0.0f), std::nextafter(b, 10.0f)}) {
+    for (int i = -20000; i <= 20000; ++i) in.push_back(static_cast<float>(i) * 1e-3f + 3e-5f);
+    for (float b : {0.921875f, 3.725f, 3.925f, 1.0f, 18.0f}) {
+        for (float v : {b, std::nextafter(b, 0.0f), std::nextafter(b, 100.0f)}) {
             in.push_back(v);
             in.push_back(-v);
         }
@@ -407,14 +408,20 @@ TEST(OrtFloat, ErfIsTheSameWhetherVectorsOrOneLaneAtATimeComputeIt) {
     for (float v : {0.0f, -0.0f, 1e-30f, -1e-38f, 1e-45f, 100.0f, std::numeric_limits<float>::infinity(),
                     -std::numeric_limits<float>::infinity()})
         in.push_back(v);
-    std::vector<float> whole(in.size()), single(in.size());
-    vaiq::runtime::ort_erf(in.data(), whole.data(), static_cast<int64_t>(in.size()));
-    for (size_t i = 0; i < in.size(); ++i) vaiq::runtime::ort_erf(&in[i], &single[i], 1);
-    size_t differ = 0;
-    for (size_t i = 0; i < in.size(); ++i)
-        differ += std::bit_cast<uint32_t>(whole[i]) != std::bit_cast<uint32_t>(single[i]);
-    EXPECT_EQ(differ, 0u) << "of " << in.size();
-    EXPECT_NEAR(whole[5000], std::erf(in[5000]), 2e-7f);
+    for (auto* f : {&vaiq::runtime::ort_erf, &vaiq::runtime::ort_logistic}) {
+        std::vector<float> whole(in.size()), single(in.size());
+        f(in.data(), whole.data(), static_cast<int64_t>(in.size()));
+        for (size_t i = 0; i < in.size(); ++i) f(&in[i], &single[i], 1);
+        size_t differ = 0;
+        for (size_t i = 0; i < in.size(); ++i)
+            differ += std::bit_cast<uint32_t>(whole[i]) != std::bit_cast<uint32_t>(single[i]);
+        EXPECT_EQ(differ, 0u) << "of " << in.size() << (f == &vaiq::runtime::ort_erf ? " (erf)" : " (logistic)");
+    }
+    float erf = 0, logistic = 0;
+    vaiq::runtime::ort_erf(&in[20000], &erf, 1);
+    vaiq::runtime::ort_logistic(&in[20000], &logistic, 1);
+    EXPECT_NEAR(erf, std::erf(in[20000]), 2e-7f);
+    EXPECT_NEAR(logistic, 1.0f / (1.0f + std::exp(-in[20000])), 2e-7f);
 }
 
 }  // namespace
