@@ -199,9 +199,36 @@ void merge_axes(std::vector<int64_t>& shape, std::vector<int64_t>& perm) {
 }
 #pragma GCC diagnostic pop
 
+// transpose_16x16 for CPUs with AVX2 but not AVX-512: an 8x8 block, its rows
+// interleaved in pairs, then in 64-bit pairs, then 128-bit halves swapped.
+[[gnu::target("avx2")]] void transpose_8x8(const uint32_t* src, int64_t src_stride, uint32_t* dst, int64_t dst_stride,
+                                           const int32_t* minus) {
+    __m256 r[8], t[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(reinterpret_cast<const float*>(src + i * src_stride));
+    if (minus) {
+        const __m256i m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(minus));
+        for (int i = 0; i < 8; ++i) r[i] = _mm256_castsi256_ps(_mm256_sub_epi32(_mm256_castps_si256(r[i]), m));
+    }
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {  // each 128-bit lane: one column of four rows
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int j = 0; j < 4; ++j) {  // columns j and j + 4: the low halves, then the high ones
+        _mm256_storeu_ps(reinterpret_cast<float*>(dst + j * dst_stride), _mm256_permute2f128_ps(r[j], r[j + 4], 0x20));
+        _mm256_storeu_ps(reinterpret_cast<float*>(dst + (j + 4) * dst_stride),
+                         _mm256_permute2f128_ps(r[j], r[j + 4], 0x31));
+    }
+}
+
 // `batches` row-major [rows, cols] matrices of T, each written transposed, in
-// tiles that stay in cache on both sides (4-byte elements with AVX-512: 16x16
-// blocks in registers); 4-byte elements as int32 less minus[column] when given.
+// tiles that stay in cache on both sides (4-byte elements in registers: 16x16
+// blocks with AVX-512, 8x8 with AVX2); 4-byte elements as int32 less minus[column] when given.
 // A 16 x 16 block of bytes transposed in registers (SSE2): four rounds of
 // interleaving, bytes, then pairs, quads and halves, each column ending in one register.
 void transpose_16x16_bytes(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride) {
@@ -249,7 +276,7 @@ void transpose_matrices(const T* src, T* dst, int64_t batches, int64_t rows, int
     if (!minus && rows == 3) return interleave_rows<3>(src, dst, batches, cols);
     if (!minus && rows == 4) return interleave_rows<4>(src, dst, batches, cols);
     constexpr int64_t kTile = 32;
-    const bool avx512 = cpu_features().avx512f;
+    const bool avx512 = cpu_features().avx512f, avx2 = cpu_features().avx2;
     const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
 #pragma omp parallel for if (batches * rows * cols > kParallelGrain)
     for (int64_t t = 0; t < batches * row_tiles * col_tiles; ++t) {
@@ -278,6 +305,14 @@ void transpose_matrices(const T* src, T* dst, int64_t batches, int64_t rows, int
                         transpose_16x16(reinterpret_cast<const uint32_t*>(from + r * cols + c), cols,
                                         reinterpret_cast<uint32_t*>(to + c * rows + r), rows,
                                         minus ? minus + c : nullptr);
+            } else if (avx2) {
+                rb = r0 + (r1 - r0) / 8 * 8;
+                cb = c0 + (c1 - c0) / 8 * 8;
+                for (int64_t r = r0; r < rb; r += 8)
+                    for (int64_t c = c0; c < cb; c += 8)
+                        transpose_8x8(reinterpret_cast<const uint32_t*>(from + r * cols + c), cols,
+                                      reinterpret_cast<uint32_t*>(to + c * rows + r), rows,
+                                      minus ? minus + c : nullptr);
             }
         }
         // What the blocks left: columns past cb, then rows past rb (unsigned
