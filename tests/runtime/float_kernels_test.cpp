@@ -235,6 +235,48 @@ TEST(Executor, DenseThreeByThreeConvolutionsMatchTheDefinition) {
         }
 }
 
+// Pad with a constant: uneven pads on every axis (none on some sides), a
+// non-zero fill for float and the default zero for uint8; each output element
+// is x's where it maps inside x, else the fill.
+TEST(Executor, ConstantPadPlacesEveryRowAndFillsTheRest) {
+    const std::vector<int64_t> shape{2, 3, 4}, begin{1, 0, 2}, end{0, 2, 1};
+    for (const auto type : {DataType::Float, DataType::UInt8}) {
+        const float fill = type == DataType::Float ? 7.5f : 0.0f;
+        vaiq::test::GraphBuilder b;
+        b.input("x", shape, type).output("y", {3, 5, 7}, type);
+        std::vector<int64_t> pads(begin);
+        pads.insert(pads.end(), end.begin(), end.end());
+        b.initializer("pads", Tensor::from_values<int64_t>({6}, pads));
+        if (type == DataType::Float) {
+            b.initializer("value", Tensor::from_values<float>({}, std::vector<float>{fill}));
+            b.node("Pad", {"x", "pads", "value"}, {"y"});
+        } else {
+            b.node("Pad", {"x", "pads"}, {"y"});
+        }
+        const auto model = b.build();
+        std::vector<float> values(24);
+        std::iota(values.begin(), values.end(), 1.0f);
+        const Tensor x = type == DataType::Float
+                             ? Tensor::from_values<float>(shape, values)
+                             : Tensor::from_values<uint8_t>(shape, std::vector<uint8_t>(values.begin(), values.end()));
+        const auto y = Executor(model, {.threads = 1}).run({{"x", x}})[0];
+        ASSERT_EQ(y.shape(), (std::vector<int64_t>{3, 5, 7}));
+        int inside = 0;
+        for (int64_t i = 0; i < 3; ++i)
+            for (int64_t j = 0; j < 5; ++j)
+                for (int64_t k = 0; k < 7; ++k) {
+                    const int64_t a = i - 1, c = k - 2;
+                    const bool in = a >= 0 && a < 2 && j < 3 && c >= 0 && c < 4;
+                    inside += in;
+                    const float want = in ? values[(a * 3 + j) * 4 + c] : fill;
+                    const int64_t at = (i * 5 + j) * 7 + k;
+                    const float got = type == DataType::Float ? y.data<float>()[at] : y.data<uint8_t>()[at];
+                    ASSERT_EQ(got, want) << i << " " << j << " " << k;
+                }
+        EXPECT_EQ(inside, 24);
+    }
+}
+
 TEST(Executor, TransposesThatSwapBlocksOfAxesOrKeepTheOrder) {
     // [2, 3, 1, 5] -> NHWC [2, 1, 5, 3] (a block swap: three rows interleaved, as four in [2, 4, 3, 5]),
     // [3, 1, 4] -> [1, 3, 4] (no move), a matrix and a scalar, float and uint8.

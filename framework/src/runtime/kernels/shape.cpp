@@ -733,6 +733,27 @@ void pad(KernelContext& ctx, std::vector<Tensor>& out) {
         vaiq::copy_bytes(fill.mutable_bytes().data(), ctx.input(2).bytes().data(), elem);
     }
     const auto in_strides = strides_of(x.shape());
+    if (mode == "constant" && rank > 0 && x.size() > 0 &&
+        std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p >= 0; })) {
+        // Growing with a constant: the fill everywhere, then x's rows copied whole into place.
+        auto* out_bytes = y.mutable_bytes().data();
+        const auto* fill_bytes = fill.bytes().data();
+        if (std::any_of(fill_bytes, fill_bytes + elem, [](std::byte b) { return b != std::byte{0}; }))
+            for (int64_t i = 0; i < y.size(); ++i) vaiq::copy_bytes(out_bytes + i * elem, fill_bytes, elem);
+        const auto out_strides = strides_of(shape);
+        const int64_t row = x.shape()[rank - 1], rows = x.size() / row;
+        const auto row_bytes = static_cast<size_t>(row) * elem;
+        for (int64_t r = 0; r < rows; ++r) {
+            int64_t rest = r, dst = pads[rank - 1];
+            for (int64_t d = rank - 2; d >= 0; --d) {
+                dst += (rest % x.shape()[d] + pads[d]) * out_strides[d];
+                rest /= x.shape()[d];
+            }
+            vaiq::copy_bytes(out_bytes + dst * elem, x.bytes().data() + r * row * elem, row_bytes);
+        }
+        out[0] = std::move(y);
+        return;
+    }
     std::vector<int64_t> counter(rank, 0);
     for (int64_t i = 0; i < y.size(); ++i) {
         int64_t src = 0;
