@@ -144,6 +144,22 @@ int32_t scalar_zero_point(KernelContext& ctx, const Tensor& zero_point) {
     return zp;
 }
 
+// The value every zero point of `zero_point` holds, when they are all one value
+// (per-column zero points of a symmetric weight are all 0): the int8 products
+// then take it as one.
+std::optional<int32_t> common_zero_point(KernelContext& ctx, const Tensor& zero_point) {
+    std::optional<int32_t> common;
+    bool same = true;
+    dispatch_numeric(zero_point.type(), ctx, [&](auto tag) {
+        using Z = typename decltype(tag)::type;
+        const auto v = view<Z>(zero_point);
+        if (v.empty()) return;
+        same = std::all_of(v.begin(), v.end(), [&](Z z) { return z == v[0]; });
+        common = static_cast<int32_t>(v[0]);
+    });
+    return same ? common : std::nullopt;
+}
+
 void matmul_integer(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& a = ctx.input(0);
     const auto& b = ctx.input(1);
@@ -161,9 +177,8 @@ void qlinear_matmul(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& b = ctx.input(3);
     std::vector<int64_t> shape;
     std::optional<Int32Sums> fast;
-    if (ctx.input(2).size() == 1 && ctx.input(5).size() == 1)
-        fast = int8_matmul(ctx, a, scalar_zero_point(ctx, ctx.input(2)), b, scalar_zero_point(ctx, ctx.input(5)),
-                           ctx.is_constant(3), ctx.state, shape);
+    if (const auto zb = common_zero_point(ctx, ctx.input(5)); ctx.input(2).size() == 1 && zb)
+        fast = int8_matmul(ctx, a, scalar_zero_point(ctx, ctx.input(2)), b, *zb, ctx.is_constant(3), ctx.state, shape);
     const auto acc =
         fast ? std::move(*fast)
              : int_matmul(ctx, a, centred(ctx, a, &ctx.input(2), static_cast<int64_t>(a.shape().size()) - 2), b,
@@ -198,9 +213,10 @@ void qgemm(KernelContext& ctx, std::vector<Tensor>& out) {
     if ((tb ? b.shape()[1] : b.shape()[0]) != k) ctx.fail("inner dimensions differ");
     std::vector<int64_t> shape;
     std::optional<Int32Sums> fast;
-    if (!ta && ctx.input(2).size() == 1 && ctx.has_input(5) && ctx.input(5).size() == 1)
-        fast = int8_matmul(ctx, a, scalar_zero_point(ctx, ctx.input(2)), b, scalar_zero_point(ctx, ctx.input(5)),
-                           ctx.is_constant(3), ctx.state, shape, tb);
+    const auto zb = ctx.has_input(5) ? common_zero_point(ctx, ctx.input(5)) : std::optional<int32_t>(0);
+    if (!ta && ctx.input(2).size() == 1 && zb)
+        fast =
+            int8_matmul(ctx, a, scalar_zero_point(ctx, ctx.input(2)), b, *zb, ctx.is_constant(3), ctx.state, shape, tb);
     Int32Sums acc;
     if (fast) {
         acc = std::move(*fast);
@@ -371,8 +387,7 @@ void qlinear_conv(KernelContext& ctx, std::vector<Tensor>& out) { out[0] = qline
 template <typename Q>
 [[gnu::target("avx512f")]] void requantize_channels_last_avx512(const int32_t* __restrict acc, size_t i, size_t end,
                                                                 size_t c, size_t m, const int32_t* off,
-                                                                const float* mul, float zero_point,
-                                                                Q* __restrict out) {
+                                                                const float* mul, float zero_point, Q* __restrict out) {
     const __m512 lo = _mm512_set1_ps(static_cast<float>(std::numeric_limits<Q>::min()) - zero_point);
     const __m512 hi = _mm512_set1_ps(static_cast<float>(std::numeric_limits<Q>::max()) - zero_point);
     const __m512i zp = _mm512_set1_epi32(static_cast<int32_t>(zero_point));
@@ -380,7 +395,8 @@ template <typename Q>
         const __m512i a = _mm512_sub_epi32(_mm512_loadu_si512(acc + i), _mm512_loadu_si512(off + c));
         const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), _mm512_loadu_ps(mul + c));
         const __m512 r = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-        const __m512i q = _mm512_add_epi32(_mm512_cvt_roundps_epi32(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
+        const __m512i q =
+            _mm512_add_epi32(_mm512_cvt_roundps_epi32(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
         _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(q));
         for (c += 16; c >= m;) c -= m;
     }
@@ -562,9 +578,12 @@ void dynamic_quantize(KernelContext& ctx, std::vector<Tensor>& out) {
 }
 
 const KernelRegistration kKernels[] = {
-    {"", "MatMulInteger", 10, 21, matmul_integer}, {"", "QLinearMatMul", 10, 20, qlinear_matmul},
-    {"com.microsoft", "QGemm", 1, 1, qgemm},       {"", "ConvInteger", 10, 21, conv_integer},
-    {"", "QLinearConv", 10, 21, qlinear_conv},     {"", "DynamicQuantizeLinear", 11, 21, dynamic_quantize},
+    {"", "MatMulInteger", 10, 21, matmul_integer},
+    {"", "QLinearMatMul", 10, 20, qlinear_matmul},
+    {"com.microsoft", "QGemm", 1, 1, qgemm},
+    {"", "ConvInteger", 10, 21, conv_integer},
+    {"", "QLinearConv", 10, 21, qlinear_conv},
+    {"", "DynamicQuantizeLinear", 11, 21, dynamic_quantize},
     {kInternalDomain, "NhwcQLinearConv", 0, 1, nhwc_qlinear_conv},
 };
 
