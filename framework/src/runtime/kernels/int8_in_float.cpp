@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <type_traits>
 
+#include "runtime/cpu_features.hpp"
 #include "runtime/kernels/dnnl_util.hpp"
+#include "runtime/kernels/intrinsics.hpp"
 #include "runtime/kernels/window.hpp"
 
 namespace vaiq::runtime {
@@ -47,11 +50,31 @@ std::optional<std::vector<int64_t>> chunk_starts(const std::function<void(int64_
     return starts;
 }
 
+// Values [i, end) of 8-bit `x`, centred, in float: eight at a time with AVX2.
+template <typename T>
+[[gnu::target("avx2")]] void centre_avx2(const T* x, float* out, int64_t i, int64_t end, int32_t zero_point) {
+    const __m256i zp = _mm256_set1_epi32(zero_point);
+    for (; i + 8 <= end; i += 8) {
+        const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + i));
+        const __m256i wide = std::is_signed_v<T> ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes);
+        _mm256_storeu_ps(out + i, _mm256_cvtepi32_ps(_mm256_sub_epi32(wide, zp)));
+    }
+    for (; i < end; ++i) out[i] = static_cast<float>(static_cast<int32_t>(x[i]) - zero_point);
+}
+
 // Centred values of 8-bit `x` in float, as they are.
 template <typename T>
 void centre(const T* x, float* out, int64_t count, int32_t zero_point) {
+    static const bool avx2 = cpu_features().avx2;
 #pragma omp parallel for schedule(static) if (count > kParallelGrain)
-    for (int64_t i = 0; i < count; ++i) out[i] = static_cast<float>(static_cast<int32_t>(x[i]) - zero_point);
+    for (int64_t start = 0; start < count; start += kParallelGrain) {
+        const int64_t end = std::min(count, start + kParallelGrain);
+        if (avx2) {
+            centre_avx2(x, out, start, end, zero_point);
+        } else {
+            for (int64_t i = start; i < end; ++i) out[i] = static_cast<float>(static_cast<int32_t>(x[i]) - zero_point);
+        }
+    }
 }
 
 void centre(const Tensor& x, float* out, int32_t zero_point) {
@@ -85,6 +108,7 @@ void centre_channels_last(const T* x, float* out, int64_t n, int64_t c, int64_t 
 // Channels [c0, c0 + cc) of channels-last 8-bit pixels ([pixels, c]), centred, into [pixels, cc].
 template <typename T>
 void centre_pixels(const T* x, float* out, int64_t pixels, int64_t c, int64_t c0, int64_t cc, int32_t zero_point) {
+    if (cc == c) return centre(x, out, pixels * c, zero_point);  // every channel: the values as they are
 #pragma omp parallel for schedule(static) if (pixels * cc > kParallelGrain)
     for (int64_t p = 0; p < pixels; ++p) {
         const T* src = x + p * c + c0;
@@ -221,15 +245,32 @@ FloatConvState* prepared_conv(KernelContext& ctx, const Tensor& x, int32_t x_zer
 namespace {
 
 // The convolution's sums without the bias, channels-last [N, out..., M], of the
-// prepared state's x (NCHW or NHWC as prepared).
-Int32Sums channels_last_sums(FloatConvState& state, const Tensor& x, int32_t x_zero_point) {
+// prepared state's x (NCHW or NHWC as prepared): the last chunk's in float
+// (exact integers), the earlier chunks' added up in int32 (empty for one chunk),
+// so that the caller converts the last chunk where it reads it.
+struct ConvSums {
+    Floats last;
+    Int32Sums earlier;
+
+    // Values [first, first + count) as int32.
+    void to_int32(int64_t first, int64_t count, int32_t* out) const {
+        const float* f = last.data() + first;
+        if (earlier.empty())
+            for (int64_t i = 0; i < count; ++i) out[i] = static_cast<int32_t>(f[i]);
+        else
+            for (int64_t i = 0; i < count; ++i) out[i] = earlier[first + i] + static_cast<int32_t>(f[i]);
+    }
+};
+
+ConvSums channels_last_sums(FloatConvState& state, const Tensor& x, int32_t x_zero_point) {
     const auto& ys = state.y_shape;
     const int64_t n = ys[0], count = n * ys[1] * ys[2] * ys[3];
     const int64_t c = state.channels_last ? state.x_shape[3] : state.x_shape[1];
     const int64_t plane =
         state.channels_last ? state.x_shape[1] * state.x_shape[2] : state.x_shape[2] * state.x_shape[3];
-    Floats src, dst(static_cast<size_t>(count));
-    Int32Sums sums(static_cast<size_t>(count));
+    Floats src;
+    ConvSums sums;
+    sums.last.resize(static_cast<size_t>(count));
     dnnl::stream stream(cpu_engine());
     for (size_t i = 0; i < state.chunks.size(); ++i) {
         auto& chunk = state.chunks[i];
@@ -245,11 +286,14 @@ Int32Sums channels_last_sums(FloatConvState& state, const Tensor& x, int32_t x_z
             gather(x.data<uint8_t>().data());
         else
             gather(x.data<int8_t>().data());
-        memory src_memory(chunk.src, cpu_engine(), src.data()), dst_memory(state.dst, cpu_engine(), dst.data());
+        if (i > 0) {  // the previous chunk's sums into the int32 ones
+            if (sums.earlier.empty()) sums.earlier.resize(static_cast<size_t>(count));
+            gather_sums(sums.last.data(), sums.earlier.data(), count, i == 1);
+        }
+        memory src_memory(chunk.src, cpu_engine(), src.data()), dst_memory(state.dst, cpu_engine(), sums.last.data());
         chunk.primitive.execute(
             stream, {{DNNL_ARG_SRC, src_memory}, {DNNL_ARG_WEIGHTS, chunk.weights}, {DNNL_ARG_DST, dst_memory}});
         stream.wait();
-        gather_sums(dst.data(), sums.data(), count, i == 0);
     }
     return sums;
 }
@@ -271,10 +315,15 @@ std::optional<Int32Sums> int8_conv_in_float(KernelContext& ctx, const Tensor& x,
     if (!state) return std::nullopt;
     shape = state->y_shape;
     const int64_t n = shape[0], m = shape[1], out_plane = shape[2] * shape[3];
-    const Int32Sums sums = channels_last_sums(*state, x, x_zero_point);
+    const ConvSums sums = channels_last_sums(*state, x, x_zero_point);
+    const int64_t count = n * m * out_plane;
+    Int32Sums channels_last(static_cast<size_t>(count));
+#pragma omp parallel for schedule(static) if (count > kParallelGrain)
+    for (int64_t first = 0; first < count; first += kParallelGrain)
+        sums.to_int32(first, std::min(kParallelGrain, count - first), channels_last.data() + first);
     const auto offsets = minus(bias, m);
-    Int32Sums acc(sums.size());  // written in full by the transpose
-    transpose_4_byte(sums.data(), acc.data(), n, out_plane, m, offsets.data());
+    Int32Sums acc(channels_last.size());  // written in full by the transpose
+    transpose_4_byte(channels_last.data(), acc.data(), n, out_plane, m, offsets.data());
     return acc;
 }
 
@@ -285,15 +334,21 @@ bool int8_conv_channels_last_in_float(KernelContext& ctx, const Tensor& x, int32
     if (!state) return false;
     const auto& ys = state->y_shape;
     const int64_t m = ys[1], pixels = ys[0] * ys[2] * ys[3];
-    const Int32Sums sums = channels_last_sums(*state, x, x_zero_point);
+    const ConvSums sums = channels_last_sums(*state, x, x_zero_point);
     sink.start({ys[0], ys[2], ys[3], m}, minus(bias, m));
-    // Bands of whole pixels, one a thread at a time.
+    // Bands of whole pixels, one a thread at a time, each made int32 in a
+    // buffer of its thread's that the sink reads while it is in cache.
     constexpr int64_t kBandValues = int64_t{1} << 14;
     const int64_t per_band = std::max<int64_t>(1, kBandValues / m), bands = (pixels + per_band - 1) / per_band;
-#pragma omp parallel for schedule(static) if (bands > 1 && pixels * m > kParallelGrain)
-    for (int64_t b = 0; b < bands; ++b) {
-        const int64_t first = b * per_band * m, count = std::min(per_band, pixels - b * per_band) * m;
-        sink.band(sums.data() + first, static_cast<size_t>(first), static_cast<size_t>(count));
+#pragma omp parallel if (bands > 1 && pixels * m > kParallelGrain)
+    {
+        Int32Sums band(static_cast<size_t>(per_band * m));
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < bands; ++b) {
+            const int64_t first = b * per_band * m, count = std::min(per_band, pixels - b * per_band) * m;
+            sums.to_int32(first, count, band.data());
+            sink.band(band.data(), static_cast<size_t>(first), static_cast<size_t>(count));
+        }
     }
     return true;
 }

@@ -406,16 +406,46 @@ template <typename Q>
     }
 }
 
+// requantize_channels_last_avx512 eight lanes at a time, for CPUs with AVX2 but
+// not AVX-512: the same operations (cvtps rounds to nearest even under the
+// default rounding mode), each lane's low byte kept after the clamp.
+template <typename Q>
+[[gnu::target("avx2")]] void requantize_channels_last_avx2(const int32_t* __restrict acc, size_t i, size_t end,
+                                                           size_t c, size_t m, const int32_t* off, const float* mul,
+                                                           float zero_point, Q* __restrict out) {
+    const __m256 lo = _mm256_set1_ps(static_cast<float>(std::numeric_limits<Q>::min()) - zero_point);
+    const __m256 hi = _mm256_set1_ps(static_cast<float>(std::numeric_limits<Q>::max()) - zero_point);
+    const __m256i zp = _mm256_set1_epi32(static_cast<int32_t>(zero_point));
+    const __m256i low_bytes = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12,
+                                               -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    for (; i + 8 <= end; i += 8) {
+        const __m256i a = _mm256_sub_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + i)),
+                                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(off + c)));
+        const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(a), _mm256_loadu_ps(mul + c));
+        const __m256 r = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+        const __m256i bytes = _mm256_shuffle_epi8(_mm256_add_epi32(_mm256_cvtps_epi32(r), zp), low_bytes);
+        const auto first = static_cast<uint32_t>(_mm256_extract_epi32(bytes, 0)),
+                   second = static_cast<uint32_t>(_mm256_extract_epi32(bytes, 4));
+        std::memcpy(out + i, &first, 4);
+        std::memcpy(out + i + 4, &second, 4);
+        for (c += 8; c >= m;) c -= m;
+    }
+    for (; i < end; ++i, c = c + 1 == m ? 0 : c + 1) {
+        const auto a = static_cast<int32_t>(static_cast<uint32_t>(acc[i]) - static_cast<uint32_t>(off[c]));
+        out[i] = quantize_8_bit<Q>(static_cast<float>(a) * mul[c], zero_point);
+    }
+}
+
 // Requantizes NHWC sums less their per-channel offsets into 8-bit NHWC, a band
 // of whole pixels at a time: the same float32 operations as requantize(), so
-// the same integers. Pixel by pixel with SSE2 where AVX-512 is missing.
+// the same integers. Pixel by pixel with SSE2 where AVX2 is missing too.
 template <typename Q>
 class ChannelsLastRequantizer {
   public:
     ChannelsLastRequantizer(std::vector<int32_t> offsets, const std::vector<float>& multiplier, float zero_point)
         : offsets_(std::move(offsets)), multiplier_(multiplier), zero_point_(zero_point) {
         const size_t m = offsets_.size();
-        if (!cpu_features().avx512f || m == 0) return;
+        if (!(cpu_features().avx512f || cpu_features().avx2) || m == 0) return;
         periodic_offsets_.resize(m + 16);
         periodic_multiplier_.resize(m + 16);
         for (size_t k = 0; k < m + 16; ++k) {
@@ -435,9 +465,11 @@ class ChannelsLastRequantizer {
 #pragma omp parallel for if (chunks > 1)
             for (int64_t k = 0; k < chunks; ++k) {
                 const size_t start = static_cast<size_t>(k) * kChunk;
-                requantize_channels_last_avx512(sums, start, std::min(count, start + kChunk), start % m, m,
-                                                periodic_offsets_.data(), periodic_multiplier_.data(), zero_point_,
-                                                out);
+                (cpu_features().avx512f
+                     ? requantize_channels_last_avx512<Q>
+                     : requantize_channels_last_avx2<Q>)(sums, start, std::min(count, start + kChunk), start % m, m,
+                                                         periodic_offsets_.data(), periodic_multiplier_.data(),
+                                                         zero_point_, out);
             }
             return;
         }
