@@ -73,9 +73,8 @@ TEST(Executor, QuantizeLinearZeroPointsMustMatchTheirScales) {
               std::string::npos);
     const auto two_int16 = Tensor::from_values<int16_t>({2}, std::vector<int16_t>{0, 0});
     // The executor checks the schema's shared type parameter before the kernel does.
-    EXPECT_NE(run("DequantizeLinear", DataType::Int8, two_int16)
-                  .find("inputs 0 and 2 must have one element type, not "
-                        "int8 and int16"),
+    EXPECT_NE(run("DequantizeLinear", DataType::Int8, two_int16).find("inputs 0 and 2 must have one element type, not "
+                                                                      "int8 and int16"),
               std::string::npos);
 }
 
@@ -236,9 +235,7 @@ TEST(Executor, QLinearAddOfASingleValueIsTheElementwiseFormula) {
         vaiq::test::GraphBuilder b;
         const std::vector<int64_t> a_shape = single_first ? std::vector<int64_t>{1} : std::vector<int64_t>{4, n / 4};
         const std::vector<int64_t> b_shape = single_first ? std::vector<int64_t>{4, n / 4} : std::vector<int64_t>{1};
-        b.input("a", a_shape, DataType::UInt8)
-            .input("b", b_shape, DataType::UInt8)
-            .output("c", {4, n / 4}, DataType::UInt8);
+        b.input("a", a_shape, DataType::UInt8).input("b", b_shape, DataType::UInt8).output("c", {4, n / 4}, DataType::UInt8);
         const auto scalar = scalar_initializers(b);
         scalar("sa", sa), scalar("za", za), scalar("sb", sb), scalar("zb", zb), scalar("sc", sc), scalar("zc", zc);
         b.node("QLinearAdd", {"a", "sa", "za", "b", "sb", "zb", "sc", "zc"}, {"c"}, "add").set_domain("com.microsoft");
@@ -504,9 +501,9 @@ TEST(Executor, ChannelsLastConvolutionBandsAgreeWithTheWholeConvolution) {
         scalar("sw" + id, 0.004f);
         scalar("sy" + id, 0.6f);
         scalar("zy" + id, l.zy);
-        auto& conv =
-            b.node("QLinearConv", {input, scale, zero_point, "w" + id, "sw" + id, "zw", "sy" + id, "zy" + id, "b" + id},
-                   {i + 1 == std::size(layers) ? "y" : "c" + id}, "conv" + id);
+        auto& conv = b.node("QLinearConv",
+                            {input, scale, zero_point, "w" + id, "sw" + id, "zw", "sy" + id, "zy" + id, "b" + id},
+                            {i + 1 == std::size(layers) ? "y" : "c" + id}, "conv" + id);
         vaiq::test::set_ints_attribute(conv, "pads", l.pads);
         vaiq::test::set_ints_attribute(conv, "strides", {l.stride, l.stride});
         vaiq::test::set_ints_attribute(conv, "dilations", {l.dilation, l.dilation});
@@ -1226,8 +1223,9 @@ TEST(QdqFusion, APowerOfTwoAddRunsOnIntegersAndComputesWhatFloatDoes) {
     cases[4].a_scale = 1.0f / 4, cases[4].b_scale = 1.0f / 8;  // the output step: no shift
     for (size_t k = 0; k < cases.size(); ++k) {
         const auto model = npu_add(cases[k]);
-        std::map<std::string, Tensor> feeds{{"a", vaiq::test::ramp({1, 3, 5, 5}, -7.0f, 0.2031f)},
-                                            {"b", vaiq::test::ramp(cases[k].b_shape, 1.3f, -0.0429f)}};
+        std::map<std::string, Tensor> feeds{
+            {"a", vaiq::test::ramp({1, 3, 5, 5}, -7.0f, 0.2031f)},
+            {"b", vaiq::test::ramp(cases[k].b_shape, 1.3f, -0.0429f)}};
         const auto reference = Executor(model, {.fuse_qdq = false}).run(feeds)[0];
         for (const bool layout : {true, false}) {
             Executor fused(model, {.threads = 1, .optimize_layout = layout});

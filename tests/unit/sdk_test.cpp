@@ -572,10 +572,10 @@ TEST(Quant, ChannelRangesAreEachChannelsExtremes) {
 
 TEST(BlockwiseQuantization, RoundToNearestBlocksMatchHandComputedParameters) {
     // W [4, 2] in blocks of 2 along K (axis 0): blocks rows {0, 1} and {2, 3} of each column.
-    const auto w = vaiq::Tensor::from_values<float>({4, 2}, std::vector<float>{0.7f, -0.2f,  //
-                                                                               -1.4f, 0.1f,  //
-                                                                               0.3f, 3.5f,   //
-                                                                               0.15f, -0.5f});
+    const auto w = vaiq::Tensor::from_values<float>({4, 2}, std::vector<float>{0.7f, -0.2f,   //
+                                                                              -1.4f, 0.1f,  //
+                                                                              0.3f, 3.5f,   //
+                                                                              0.15f, -0.5f});
     auto spec = vaiq::test::blocked_spec(vaiq::QuantType::QInt4, true, 2);
     const auto p = vaiq::constant_params(w, spec);
     EXPECT_EQ(p.block_shape, (std::vector<int64_t>{2, 2}));

@@ -183,9 +183,9 @@ void conv(KernelContext& ctx, std::vector<Tensor>& out, bool nhwc) {
         Tensor y = Tensor::uninitialized(DataType::Float, plain.y_shape);
         execute_conv(ctx, plain, y);
         if (ctx.input(3).type() != DataType::Float) ctx.fail("the added input must be float");
-        if (ctx.input(3).shape() != y.shape())
-            y = broadcast_binary<float, float>(ctx, y, ctx.input(3), std::plus<float>());
-        const float* add = ctx.input(3).shape() == y.shape() ? ctx.input(3).data<float>().data() : nullptr;
+        const bool same_shape = ctx.input(3).shape() == y.shape();  // added in the clamp's pass below
+        if (!same_shape) y = broadcast_binary<float, float>(ctx, y, ctx.input(3), std::plus<float>());
+        const float* add = same_shape ? ctx.input(3).data<float>().data() : nullptr;
         const float lo = ctx.attributes.get_float("activation_min", -std::numeric_limits<float>::infinity());
         const float hi = ctx.attributes.get_float("activation_max", std::numeric_limits<float>::infinity());
         float* v = y.mutable_data<float>().data();

@@ -32,8 +32,8 @@ struct Int8ConvBand {
     bool alone = false;  ///< the only band: run on all threads (else on one)
     dnnl::convolution_forward::primitive_desc pd;
     dnnl::convolution_forward primitive;
-    ConstantOperand weights;                   ///< used when its weights layout differs from the first band's
-    memory run_weights;                        ///< the weights this run passes
+    ConstantOperand weights;  ///< used when its weights layout differs from the first band's
+    memory run_weights;       ///< the weights this run passes
     std::vector<memory> src, dst, scratchpad;  ///< per worker, pointed at each band's data
 };
 
@@ -55,7 +55,7 @@ struct Int8ConvState {
     ConstantOperand weights;
     std::vector<int32_t> zero_point_shares;  ///< per output channel: x_zp times the sum of its weights
     int32_t shares_of = 0;                   ///< the x_zp they were made for
-    bool padded = false;                     ///< x is padded here with its zero point (oneDNN pads with 0)
+    bool padded = false;  ///< x is padded here with its zero point (oneDNN pads with 0)
     std::vector<Int8ConvBand> bands;         ///< channels-last: the band shapes met so far
     std::vector<BandWorker> workers;         ///< channels-last: one a thread
 };
@@ -166,8 +166,8 @@ dnnl::convolution_forward::primitive_desc convolution(const Int8ConvState& s, co
                                                       bool own_scratchpad = false) {
     const auto& g = s.window;
     const memory::dims dilation{g.dilations[0] - 1, g.dilations[1] - 1};
-    const auto w =
-        weights ? *weights : memory::desc(s.user_weights.dims(), memory::data_type::s8, memory::format_tag::any);
+    const auto w = weights ? *weights
+                           : memory::desc(s.user_weights.dims(), memory::data_type::s8, memory::format_tag::any);
     dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
                                          w, dst, dims_of(g.strides), dilation, pad_begin, pad_end);
     dnnl::primitive_attr attributes;
@@ -284,8 +284,8 @@ bool int8_conv_channels_last(KernelContext& ctx, const Tensor& x, int32_t x_zero
         const int64_t top = std::max<int64_t>(0, -i0), bottom = std::max<int64_t>(0, i1 - in_rows);
         const int64_t rows_in = std::min(i1, in_rows) - std::max<int64_t>(i0, 0);
         for (auto& b : state->bands)
-            if (b.images == span.count && b.rows_out == span.r1 - span.r0 && b.rows_in == rows_in && b.pad_top == top &&
-                b.pad_bottom == bottom && b.alone == alone)
+            if (b.images == span.count && b.rows_out == span.r1 - span.r0 && b.rows_in == rows_in &&
+                b.pad_top == top && b.pad_bottom == bottom && b.alone == alone)
                 return &b;
         Int8ConvBand b;
         b.images = span.count, b.rows_out = span.r1 - span.r0, b.rows_in = rows_in;

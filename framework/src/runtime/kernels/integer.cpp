@@ -387,7 +387,8 @@ void qlinear_conv(KernelContext& ctx, std::vector<Tensor>& out) { out[0] = qline
 template <typename Q>
 [[gnu::target("avx512f")]] void requantize_channels_last_avx512(const int32_t* __restrict acc, size_t i, size_t end,
                                                                 size_t c, size_t m, const int32_t* off,
-                                                                const float* mul, float zero_point, Q* __restrict out) {
+                                                                const float* mul, float zero_point,
+                                                                Q* __restrict out) {
     const __m512 lo = _mm512_set1_ps(static_cast<float>(std::numeric_limits<Q>::min()) - zero_point);
     const __m512 hi = _mm512_set1_ps(static_cast<float>(std::numeric_limits<Q>::max()) - zero_point);
     const __m512i zp = _mm512_set1_epi32(static_cast<int32_t>(zero_point));
@@ -395,8 +396,7 @@ template <typename Q>
         const __m512i a = _mm512_sub_epi32(_mm512_loadu_si512(acc + i), _mm512_loadu_si512(off + c));
         const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), _mm512_loadu_ps(mul + c));
         const __m512 r = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-        const __m512i q =
-            _mm512_add_epi32(_mm512_cvt_roundps_epi32(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
+        const __m512i q = _mm512_add_epi32(_mm512_cvt_roundps_epi32(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
         _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(q));
         for (c += 16; c >= m;) c -= m;
     }
@@ -610,12 +610,9 @@ void dynamic_quantize(KernelContext& ctx, std::vector<Tensor>& out) {
 }
 
 const KernelRegistration kKernels[] = {
-    {"", "MatMulInteger", 10, 21, matmul_integer},
-    {"", "QLinearMatMul", 10, 20, qlinear_matmul},
-    {"com.microsoft", "QGemm", 1, 1, qgemm},
-    {"", "ConvInteger", 10, 21, conv_integer},
-    {"", "QLinearConv", 10, 21, qlinear_conv},
-    {"", "DynamicQuantizeLinear", 11, 21, dynamic_quantize},
+    {"", "MatMulInteger", 10, 21, matmul_integer}, {"", "QLinearMatMul", 10, 20, qlinear_matmul},
+    {"com.microsoft", "QGemm", 1, 1, qgemm},       {"", "ConvInteger", 10, 21, conv_integer},
+    {"", "QLinearConv", 10, 21, qlinear_conv},     {"", "DynamicQuantizeLinear", 11, 21, dynamic_quantize},
     {kInternalDomain, "NhwcQLinearConv", 0, 1, nhwc_qlinear_conv},
 };
 

@@ -442,29 +442,12 @@ void run_tile(int64_t rows, Args... args) {
 }
 
 struct Avx512Tile {
+    static constexpr int kLanes = 16, kVectors = kTileVectors;
     template <int R, int J, typename... Args>
     static void run(Args... args) {
         sgemm_tile_avx512<R, J>(args...);
     }
 };
-
-[[gnu::target("avx512f")]] void sgemm_avx512(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n,
-                                             int64_t panel) {
-    for (int64_t j0 = 0; j0 < n; j0 += 16 * kTileVectors) {
-        const int64_t columns = std::min<int64_t>(16 * kTileVectors, n - j0);
-        const int64_t vectors = (columns + 15) / 16, tail = columns - 16 * (vectors - 1);
-        for (int64_t i0 = 0; i0 < m; i0 += kTileRows) {
-            const int64_t rows = std::min<int64_t>(kTileRows, m - i0);
-            const auto tail_lanes = static_cast<int>(tail);
-            switch (vectors) {
-                case 4: run_tile<Avx512Tile, 4>(rows, a, b, c, i0, j0, k, n, panel, tail_lanes); break;
-                case 3: run_tile<Avx512Tile, 3>(rows, a, b, c, i0, j0, k, n, panel, tail_lanes); break;
-                case 2: run_tile<Avx512Tile, 2>(rows, a, b, c, i0, j0, k, n, panel, tail_lanes); break;
-                default: run_tile<Avx512Tile, 1>(rows, a, b, c, i0, j0, k, n, panel, tail_lanes); break;
-            }
-        }
-    }
-}
 
 // sgemm_tile_avx512 eight lanes wide, for CPUs with AVX2 but not AVX-512: R x
 // (8 J) sums in registers, the same order of additions in each lane.
@@ -496,26 +479,38 @@ template <int R, int J>
     }
 }
 
-constexpr int kAvx2TileVectors = 2;  // 6 x 2 sums in registers, two B vectors and one A value beside them
-
 struct Avx2Tile {
+    // 6 x 2 sums in registers, two B vectors and one A value beside them.
+    static constexpr int kLanes = 8, kVectors = 2;
     template <int R, int J, typename... Args>
     static void run(Args... args) {
         sgemm_tile_avx2<R, J>(args...);
     }
 };
 
-[[gnu::target("avx2,fma")]] void sgemm_avx2(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n,
-                                            int64_t panel) {
-    for (int64_t j0 = 0; j0 < n; j0 += 8 * kAvx2TileVectors) {
-        const int64_t columns = std::min<int64_t>(8 * kAvx2TileVectors, n - j0);
-        const int64_t vectors = (columns + 7) / 8, tail = columns - 8 * (vectors - 1);
+// sgemm_rows in Tile's register tiles: kTileRows rows by Tile::kVectors vectors
+// of Tile::kLanes columns, the right edge's last vector `tail` lanes wide.
+template <typename Tile>
+void sgemm_tiles(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n, int64_t panel) {
+    constexpr int64_t lanes = Tile::kLanes;
+    for (int64_t j0 = 0; j0 < n; j0 += lanes * Tile::kVectors) {
+        const int64_t columns = std::min<int64_t>(lanes * Tile::kVectors, n - j0);
+        const int64_t vectors = (columns + lanes - 1) / lanes;
+        const auto tail = static_cast<int>(columns - lanes * (vectors - 1));
         for (int64_t i0 = 0; i0 < m; i0 += kTileRows) {
             const int64_t rows = std::min<int64_t>(kTileRows, m - i0);
-            if (vectors == 2)
-                run_tile<Avx2Tile, 2>(rows, a, b, c, i0, j0, k, n, panel, static_cast<int>(tail));
-            else
-                run_tile<Avx2Tile, 1>(rows, a, b, c, i0, j0, k, n, panel, static_cast<int>(tail));
+            switch (vectors) {
+                case 4:
+                    if constexpr (Tile::kVectors >= 4) run_tile<Tile, 4>(rows, a, b, c, i0, j0, k, n, panel, tail);
+                    break;
+                case 3:
+                    if constexpr (Tile::kVectors >= 3) run_tile<Tile, 3>(rows, a, b, c, i0, j0, k, n, panel, tail);
+                    break;
+                case 2:
+                    if constexpr (Tile::kVectors >= 2) run_tile<Tile, 2>(rows, a, b, c, i0, j0, k, n, panel, tail);
+                    break;
+                default: run_tile<Tile, 1>(rows, a, b, c, i0, j0, k, n, panel, tail); break;
+            }
         }
     }
 }
@@ -615,8 +610,8 @@ void ort_layer_norm_row(const float* x, const float* scale, const float* bias, f
 
 void ort_sgemm(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n) {
     if (k == 0) return std::fill(c, c + m * n, 0.0f);  // empty sums: the panels never write
-    auto* kernel = has_avx512f()                      ? sgemm_avx512
-                   : has_fma() && cpu_features().avx2 ? sgemm_avx2
+    auto* kernel = has_avx512f()                      ? sgemm_tiles<Avx512Tile>
+                   : has_fma() && cpu_features().avx2 ? sgemm_tiles<Avx2Tile>
                    : has_fma()                        ? sgemm_fma
                                                       : sgemm_generic;
     const int64_t panel = sgemm_panel(k, n);

@@ -297,22 +297,17 @@ void transpose_matrices(const T* src, T* dst, int64_t batches, int64_t rows, int
             }
         }
         if constexpr (sizeof(T) == 4) {
-            if (avx512) {
-                rb = r0 + (r1 - r0) / 16 * 16;
-                cb = c0 + (c1 - c0) / 16 * 16;
-                for (int64_t r = r0; r < rb; r += 16)
-                    for (int64_t c = c0; c < cb; c += 16)
-                        transpose_16x16(reinterpret_cast<const uint32_t*>(from + r * cols + c), cols,
+            // Blocks in registers: 16x16 with AVX-512, 8x8 with AVX2.
+            const int64_t block = avx512 ? 16 : avx2 ? 8 : 0;
+            auto* transpose_block = avx512 ? transpose_16x16 : transpose_8x8;
+            if (block > 0) {
+                rb = r0 + (r1 - r0) / block * block;
+                cb = c0 + (c1 - c0) / block * block;
+                for (int64_t r = r0; r < rb; r += block)
+                    for (int64_t c = c0; c < cb; c += block)
+                        transpose_block(reinterpret_cast<const uint32_t*>(from + r * cols + c), cols,
                                         reinterpret_cast<uint32_t*>(to + c * rows + r), rows,
                                         minus ? minus + c : nullptr);
-            } else if (avx2) {
-                rb = r0 + (r1 - r0) / 8 * 8;
-                cb = c0 + (c1 - c0) / 8 * 8;
-                for (int64_t r = r0; r < rb; r += 8)
-                    for (int64_t c = c0; c < cb; c += 8)
-                        transpose_8x8(reinterpret_cast<const uint32_t*>(from + r * cols + c), cols,
-                                      reinterpret_cast<uint32_t*>(to + c * rows + r), rows,
-                                      minus ? minus + c : nullptr);
             }
         }
         // What the blocks left: columns past cb, then rows past rb (unsigned
