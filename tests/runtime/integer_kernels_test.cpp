@@ -984,6 +984,77 @@ TEST(Executor, QLinearMatMulOfTwoActivationsSumsBeyondFloatPrecisionExactly) {
     EXPECT_EQ(y.data<uint8_t>()[1], 60);   // -40 + 100
 }
 
+// Before VNNI, the int8 kernels add pairs of u8 x s8 products in int16, which
+// saturates beyond 32767. Weights of magnitude 64 or less keep every pair
+// within 2 x 255 x 64 and may take those kernels; 65 may not (two products of
+// 255 x 65 are 33150). Each case sums products of x = 255 and weights of one
+// magnitude and sign, and a bias brings the total back into the output's range,
+// so that any saturated pair moves the output.
+TEST(Executor, EightBitProductsAreExactAtTheMagnitudeWherePairsCouldSaturate) {
+    for (int32_t magnitude : {64, 65}) {
+        const auto scalar_model = [&](vaiq::test::GraphBuilder& b) {
+            const auto scalar = scalar_initializers(b);
+            scalar("one", 1.0f);
+            scalar("zx", uint8_t{0});
+            scalar("zw", int8_t{0});
+            scalar("zy", uint8_t{128});
+        };
+        const auto full = [&](int64_t products) { return static_cast<int32_t>(products) * 255 * magnitude; };
+        const auto w_value = static_cast<int8_t>(magnitude);
+        {  // QLinearConv: 8 channels x 3 x 3 taps, output channel 0 all +magnitude, 1 all -magnitude
+            const int64_t c = 8, taps = c * 9;
+            std::vector<int8_t> w(2 * taps, w_value);
+            std::fill(w.begin() + taps, w.end(), static_cast<int8_t>(-magnitude));
+            vaiq::test::GraphBuilder b;
+            b.input("x", {1, c, 3, 3}, DataType::UInt8).output("y", {1, 2, 1, 1}, DataType::UInt8);
+            b.initializer("w", Tensor::from_values<int8_t>({2, c, 3, 3}, w));
+            b.initializer("bias",
+                          Tensor::from_values<int32_t>({2}, std::vector<int32_t>{-full(taps) + 7, full(taps) - 9}));
+            scalar_model(b);
+            b.node("QLinearConv", {"x", "one", "zx", "w", "one", "zw", "one", "zy", "bias"}, {"y"}, "conv");
+            const auto model = b.build();
+            Executor e(model);
+            const auto y =
+                e.run({{"x", Tensor::from_values<uint8_t>({1, c, 3, 3}, std::vector<uint8_t>(c * 9, 255))}})[0];
+            EXPECT_EQ(std::vector<uint8_t>(y.data<uint8_t>().begin(), y.data<uint8_t>().end()),
+                      (std::vector<uint8_t>{135, 119}))
+                << magnitude;
+        }
+        {  // QGemm with int8 B^T and QLinearMatMul with uint8 B (zero point 128): 129 products a column
+            const int64_t k = 129;
+            std::vector<int8_t> w(2 * k, w_value);
+            std::fill(w.begin() + k, w.end(), static_cast<int8_t>(-magnitude));
+            std::vector<uint8_t> bu(2 * k);  // [k, 2]: column 0 128 + magnitude, column 1 128 - magnitude
+            for (int64_t q = 0; q < k; ++q) {
+                bu[q * 2] = static_cast<uint8_t>(128 + magnitude);
+                bu[q * 2 + 1] = static_cast<uint8_t>(128 - magnitude);
+            }
+            vaiq::test::GraphBuilder b;
+            b.input("a", {1, k}, DataType::UInt8)
+                .output("y", {1, 2}, DataType::UInt8)
+                .output("z", {1, 2}, DataType::UInt8);
+            b.initializer("w", Tensor::from_values<int8_t>({2, k}, w));
+            b.initializer("bu", Tensor::from_values<uint8_t>({k, 2}, bu));
+            b.initializer("c", Tensor::from_values<int32_t>({2}, std::vector<int32_t>{-full(k) + 5, full(k) - 5}));
+            b.initializer("zb", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{128}));
+            b.initializer("big", Tensor::from_values<float>({}, std::vector<float>{static_cast<float>(full(k)) / 100}));
+            scalar_model(b);
+            auto& g = b.node("QGemm", {"a", "one", "zx", "w", "one", "zw", "c", "one", "zy"}, {"y"}, "qgemm");
+            g.set_domain("com.microsoft");
+            vaiq::test::set_int_attribute(g, "transB", 1);
+            // Without a bias to cancel it, the product is scaled to 100 steps: a saturated pair still moves it.
+            b.node("QLinearMatMul", {"a", "one", "zx", "bu", "one", "zb", "big", "zy"}, {"z"});
+            const auto model = contrib_model(b);
+            Executor e(model);
+            const auto out = e.run({{"a", Tensor::from_values<uint8_t>({1, k}, std::vector<uint8_t>(k, 255))}});
+            EXPECT_EQ(out[0].data<uint8_t>()[0], 133) << magnitude;
+            EXPECT_EQ(out[0].data<uint8_t>()[1], 123) << magnitude;
+            EXPECT_EQ(out[1].data<uint8_t>()[0], 228) << magnitude;  // 100 + 128
+            EXPECT_EQ(out[1].data<uint8_t>()[1], 28) << magnitude;   // -100 + 128
+        }
+    }
+}
+
 // A row of the PP-OCRv4 recognizer's attention (cpu.yaml) where the table's
 // shift decides a tie: ONNX Runtime computes log(FLT_MAX / 40) in float, and
 // its element 14 reads 10; with the shift in double it read 9.

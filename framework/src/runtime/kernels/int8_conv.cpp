@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <utility>
 
 #include "runtime/kernels/dnnl_util.hpp"
@@ -23,6 +24,48 @@ bool exact_int8_available() {
 }
 
 namespace {
+
+// Before VNNI, the int8 kernels add each pair of u8 x s8 products in int16
+// (vpmaddubsw), which saturates. With x in [0, 255] and |w| <= 64 a pair stays
+// within 2 * 255 * 64 = 32640 < 32767, so weights that fit 7 bits
+// (reduce_range) keep those kernels exact on every x86 CPU.
+constexpr int32_t kPairSafeMagnitude = 64;
+
+// The largest magnitude among `w`'s values as the int8 kernels take them (a
+// uint8 tensor shifted by 128).
+int32_t largest_magnitude(const Tensor& w) {
+    int32_t largest = 0;
+    if (w.type() == DataType::UInt8) {
+        for (uint8_t v : w.data<uint8_t>()) largest = std::max(largest, std::abs(static_cast<int32_t>(v) - 128));
+    } else if (w.type() == DataType::Int8) {
+        for (int8_t v : w.data<int8_t>()) largest = std::max(largest, std::abs(static_cast<int32_t>(v)));
+    }
+    return largest;
+}
+
+// Which kernels a node's 8-bit products take, and their state: oneDNN's int8
+// kernels where their sums are exact, int8_in_float.hpp's elsewhere.
+struct Int8Route {
+    const Tensor* weights_of = nullptr;  ///< the constant weights the choice was made for
+    bool x_unsigned = false;
+    bool native = false;  ///< oneDNN's int8 kernels
+    std::shared_ptr<void> state;
+};
+
+// The route for these operands, chosen again only for other weights or another
+// x type (a constant's magnitudes are read once).
+Int8Route& route(std::shared_ptr<void>& opaque, const Tensor& x, const Tensor& w, bool w_constant) {
+    auto r = std::static_pointer_cast<Int8Route>(opaque);
+    if (!r) opaque = r = std::make_shared<Int8Route>();
+    const bool x_unsigned = x.type() == DataType::UInt8;
+    if (w_constant && r->weights_of == &w && r->x_unsigned == x_unsigned) return *r;
+    const bool native = exact_int8_available() || (x_unsigned && largest_magnitude(w) <= kPairSafeMagnitude);
+    if (native != r->native) r->state.reset();
+    r->weights_of = w_constant ? &w : nullptr;
+    r->x_unsigned = x_unsigned;
+    r->native = native;
+    return *r;
+}
 
 // A band's convolution: `images` images of `rows_out` output rows read from
 // `rows_in` input rows, padded by `pad_top`/`pad_bottom` where the band meets
@@ -110,7 +153,7 @@ memory::dims weight_dims(const Tensor& w, int64_t group) {
 // sums for this zero point; nullptr when the fast path does not apply.
 Int8ConvState* prepared(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w, bool w_constant,
                         std::shared_ptr<void>& opaque, bool channels_last) {
-    if (!exact_int8_available() || x.shape().size() != 4 || w.type() != DataType::Int8 || w.shape().size() != 4 ||
+    if (x.shape().size() != 4 || w.type() != DataType::Int8 || w.shape().size() != 4 ||
         (x.type() != DataType::UInt8 && x.type() != DataType::Int8))
         return nullptr;
     // The logical (NCHW) dimensions of x.
@@ -195,8 +238,9 @@ Tensor padded_input(const Int8ConvState& s, const Tensor& x, int32_t x_zero_poin
 std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
                                    bool w_constant, std::shared_ptr<void>& opaque, std::vector<int64_t>& shape,
                                    const int32_t* bias) {
-    if (!exact_int8_available()) return int8_conv_in_float(ctx, x, x_zero_point, w, w_constant, opaque, shape, bias);
-    Int8ConvState* state = prepared(ctx, x, x_zero_point, w, w_constant, opaque, false);
+    auto& path = route(opaque, x, w, w_constant);
+    if (!path.native) return int8_conv_in_float(ctx, x, x_zero_point, w, w_constant, path.state, shape, bias);
+    Int8ConvState* state = prepared(ctx, x, x_zero_point, w, w_constant, path.state, false);
     if (!state) return std::nullopt;
     const int64_t n = state->y_shape[0], m = state->y_shape[1];
     const auto& g = state->window;
@@ -237,9 +281,10 @@ std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t 
 bool int8_conv_channels_last(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
                              bool w_constant, std::shared_ptr<void>& opaque, const int32_t* bias,
                              const ChannelsLastSums& sink) {
-    if (!exact_int8_available())
-        return int8_conv_channels_last_in_float(ctx, x, x_zero_point, w, w_constant, opaque, bias, sink);
-    Int8ConvState* state = prepared(ctx, x, x_zero_point, w, w_constant, opaque, true);
+    auto& path = route(opaque, x, w, w_constant);
+    if (!path.native)
+        return int8_conv_channels_last_in_float(ctx, x, x_zero_point, w, w_constant, path.state, bias, sink);
+    Int8ConvState* state = prepared(ctx, x, x_zero_point, w, w_constant, path.state, true);
     if (!state) return false;
     const auto& g = state->window;
     const auto& ps = state->padded_shape;  // NHWC, padded when state->padded
@@ -409,8 +454,9 @@ std::optional<MatMulGeometry> matmul_geometry(KernelContext& ctx, const Tensor& 
 std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_t a_zero_point, const Tensor& b,
                                      int32_t b_zero_point, bool b_constant, std::shared_ptr<void>& opaque,
                                      std::vector<int64_t>& shape, bool b_transposed) {
-    if (!exact_int8_available())
-        return int8_matmul_in_float(ctx, a, a_zero_point, b, b_zero_point, b_constant, opaque, shape, b_transposed);
+    auto& path = route(opaque, a, b, b_constant);
+    if (!path.native)
+        return int8_matmul_in_float(ctx, a, a_zero_point, b, b_zero_point, b_constant, path.state, shape, b_transposed);
     const auto geometry = matmul_geometry(ctx, a, b, b_transposed);
     if (!geometry) return std::nullopt;
     const auto& as = geometry->a;
@@ -420,7 +466,7 @@ std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_
     const auto& batch = geometry->batch;
     const size_t rank = as.size();
     const int64_t m = as[rank - 2], k = as[rank - 1], n = bs[rank - 1];
-    auto state = std::static_pointer_cast<Int8MatMulState>(opaque);
+    auto state = std::static_pointer_cast<Int8MatMulState>(path.state);
     if (!state || state->a_shape != a.shape() || state->b_shape != b.shape()) {
         state = std::make_shared<Int8MatMulState>();
         state->a_shape = a.shape();
@@ -436,7 +482,7 @@ std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_
         state->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(state->a, b_constant ? b_any : state->b, state->c),
                                                  cpu_engine());
         state->primitive = dnnl::matmul(state->pd);
-        opaque = state;
+        path.state = state;
     }
     // B as int8 (uint8 shifted by 128, its zero point with it) and its column sums, once for a constant B.
     const bool shift = b.type() == DataType::UInt8;

@@ -15,13 +15,15 @@ namespace vaiq::runtime {
 using Int32Sums = std::vector<int32_t, DefaultInitAllocator<int32_t>>;
 
 /// Whether this CPU computes u8/s8 x s8 products in int32 without the int16
-/// saturation of pre-VNNI instructions, so that oneDNN's int8 results are exact.
+/// saturation of pre-VNNI instructions, so that oneDNN's int8 results are exact
+/// for any operands. Without it they are exact for uint8 x and weights in
+/// [-64, 64] (reduce_range), which int8_conv and int8_matmul still give oneDNN.
 bool exact_int8_available();
 
 /// The int32 accumulators [N, M, out...] of the 2-D convolution of `x` (zero
 /// point `x_zero_point`) with int8 weights `w` (zero point 0), plus `bias` (int32
 /// per output channel) when given, or nullopt when the fast path does not apply
-/// (other types; on a CPU without exact int8 products, the limits of
+/// (other types; where oneDNN's int8 kernels would not be exact, the limits of
 /// int8_in_float.hpp, which computes it there). `state` keeps the compiled
 /// primitive and the per-channel weight sums across runs.
 std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t x_zero_point, const Tensor& w,
@@ -62,8 +64,8 @@ std::optional<MatMulGeometry> matmul_geometry(KernelContext& ctx, const Tensor& 
 /// for 8-bit a and b (numpy batch broadcasting, per-tensor zero points), on
 /// oneDNN's u8/s8 x s8 matmul with the zero points' shares subtracted after (a
 /// uint8 b is shifted to int8 first). Nullopt when the fast path does not apply
-/// (other types or ranks). Exact: integer sums (in float32 on a CPU without
-/// exact int8 products, int8_in_float.hpp).
+/// (other types or ranks). Exact: integer sums (in float32 where oneDNN's int8
+/// kernels would not be exact, int8_in_float.hpp).
 /// With `b_transposed` (2-D operands only) b is stored [N, K] (Gemm's transB).
 std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_t a_zero_point, const Tensor& b,
                                      int32_t b_zero_point, bool b_constant, std::shared_ptr<void>& state,
