@@ -207,14 +207,17 @@ void quantize_8_bit_block(Q* __restrict out, size_t n, float zero_point, Scaled4
     for (; i < n; ++i) out[i] = quantize_8_bit<Q>(scaled(i), zero_point);
 }
 
-/// quantize_8_bit_divided with sixteen lanes (AVX-512F): the same float32 operations.
+/// quantize_8_bit_divided with sixteen lanes (AVX-512F), or eight (AVX2): the same float32 operations.
 void quantize_8_bit_divided_avx512(const float* x, uint8_t* out, size_t n, float scale, float zero_point);
 void quantize_8_bit_divided_avx512(const float* x, int8_t* out, size_t n, float scale, float zero_point);
+void quantize_8_bit_divided_avx2(const float* x, uint8_t* out, size_t n, float scale, float zero_point);
+void quantize_8_bit_divided_avx2(const float* x, int8_t* out, size_t n, float scale, float zero_point);
 
 /// QuantizeLinear's 8-bit core: x / scale, rounded, plus the zero point, saturated.
 template <typename Q>
 void quantize_8_bit_divided(const float* __restrict x, Q* __restrict out, size_t n, float scale, float zero_point) {
     if (cpu_features().avx512f) return quantize_8_bit_divided_avx512(x, out, n, scale, zero_point);
+    if (cpu_features().avx2) return quantize_8_bit_divided_avx2(x, out, n, scale, zero_point);
 #if defined(__SSE2__)
     const __m128 s = _mm_set1_ps(scale);
     auto four = [&](size_t i) { return _mm_div_ps(_mm_loadu_ps(x + i), s); };

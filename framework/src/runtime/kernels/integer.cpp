@@ -69,9 +69,26 @@ template <typename Q>
     requantize_8_bit(acc + i, out + i, n - i, multiplier, zero_point);
 }
 
+// requantize_8_bit_avx512 eight lanes at a time, for CPUs with AVX2 only.
+template <typename Q>
+[[gnu::target("avx2")]] void requantize_8_bit_avx2(const int32_t* __restrict acc, Q* __restrict out, size_t n,
+                                                   float multiplier, float zero_point) {
+    const __m256 m = _mm256_set1_ps(multiplier);
+    const __m256i zp = _mm256_set1_epi32(static_cast<int32_t>(zero_point));
+    const __m256i q_min = _mm256_set1_epi32(std::numeric_limits<Q>::min());
+    const __m256i q_max = _mm256_set1_epi32(std::numeric_limits<Q>::max());
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + i));
+        quantize_8_avx2(_mm256_mul_ps(_mm256_cvtepi32_ps(a), m), zp, q_min, q_max, out + i);
+    }
+    requantize_8_bit(acc + i, out + i, n - i, multiplier, zero_point);
+}
+
 template <typename Q>
 void requantize_block(const int32_t* acc, Q* out, size_t n, float multiplier, float zero_point) {
     if (cpu_features().avx512f) return requantize_8_bit_avx512(acc, out, n, multiplier, zero_point);
+    if (cpu_features().avx2) return requantize_8_bit_avx2(acc, out, n, multiplier, zero_point);
     requantize_8_bit(acc, out, n, multiplier, zero_point);
 }
 
@@ -416,18 +433,12 @@ template <typename Q>
     const __m256 lo = _mm256_set1_ps(static_cast<float>(std::numeric_limits<Q>::min()) - zero_point);
     const __m256 hi = _mm256_set1_ps(static_cast<float>(std::numeric_limits<Q>::max()) - zero_point);
     const __m256i zp = _mm256_set1_epi32(static_cast<int32_t>(zero_point));
-    const __m256i low_bytes = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12,
-                                               -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
     for (; i + 8 <= end; i += 8) {
         const __m256i a = _mm256_sub_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + i)),
                                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(off + c)));
         const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(a), _mm256_loadu_ps(mul + c));
         const __m256 r = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
-        const __m256i bytes = _mm256_shuffle_epi8(_mm256_add_epi32(_mm256_cvtps_epi32(r), zp), low_bytes);
-        const auto first = static_cast<uint32_t>(_mm256_extract_epi32(bytes, 0)),
-                   second = static_cast<uint32_t>(_mm256_extract_epi32(bytes, 4));
-        std::memcpy(out + i, &first, 4);
-        std::memcpy(out + i + 4, &second, 4);
+        store_low_bytes_avx2(_mm256_add_epi32(_mm256_cvtps_epi32(r), zp), out + i);
         for (c += 8; c >= m;) c -= m;
     }
     for (; i < end; ++i, c = c + 1 == m ? 0 : c + 1) {

@@ -463,6 +463,23 @@ void qlinear_average_pool(KernelContext& ctx, std::vector<Tensor>& out) {
     }
 }
 
+// softmax_outputs_avx512 eight at a time, for CPUs with AVX2 only.
+[[gnu::target("avx2")]] void softmax_outputs_avx2(const float* e, int64_t d, float y_scale, float sum, int32_t y_zp,
+                                                  int32_t q_max, uint8_t* out) {
+    const __m256 scale = _mm256_set1_ps(y_scale), total = _mm256_set1_ps(sum);
+    const __m256i zp = _mm256_set1_epi32(y_zp), top = _mm256_set1_epi32(q_max);
+    int64_t j = 0;
+    for (; j + 8 <= d; j += 8) {
+        const __m256 v = _mm256_div_ps(_mm256_mul_ps(_mm256_loadu_ps(e + j), scale), total);
+        const __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(v), zp);  // rounds half to even
+        store_low_bytes_avx2(_mm256_min_epi32(q, top), out + j);
+    }
+    for (; j < d; ++j) {
+        const int32_t q = static_cast<int32_t>(std::nearbyint(e[j] * y_scale / sum)) + y_zp;
+        out[j] = static_cast<uint8_t>(std::min(q, q_max));
+    }
+}
+
 // QLinearSoftmax: (X, X_scale, X_zp, Y_scale, Y_zp), attributes axis and opset,
 // as ONNX Runtime computes it: exp from a 256-entry float table built in double
 // (shifted so that sums stay finite), a float sum per row in order, then
@@ -499,7 +516,7 @@ void qlinear_softmax(KernelContext& ctx, std::vector<Tensor>& out) {
     out[0] = Tensor(x.type(), x.shape());
     const auto* xv = reinterpret_cast<const uint8_t*>(x.bytes().data());
     auto* yv = reinterpret_cast<uint8_t*>(out[0].mutable_bytes().data());
-    const bool wide = cpu_features().avx512f;
+    const bool wide = cpu_features().avx512f, avx2 = cpu_features().avx2;
     // Rows are independent: spread over the threads, each with its own buffers.
     const int64_t rows = outer * inner;
 #pragma omp parallel if (rows * d > kParallelGrain)
@@ -536,6 +553,8 @@ void qlinear_softmax(KernelContext& ctx, std::vector<Tensor>& out) {
                 if (inner != 1) std::fill(out_row.begin(), out_row.end(), uint8_t{0});
             } else if (wide) {
                 softmax_outputs_avx512(e.data(), d, y_scale, sum, y_zp, is_signed ? 127 : 255, y);
+            } else if (avx2) {
+                softmax_outputs_avx2(e.data(), d, y_scale, sum, y_zp, is_signed ? 127 : 255, y);
             } else {
                 for (int64_t j = 0; j < d; ++j) {
                     const int32_t q = static_cast<int32_t>(std::nearbyint(e[j] * y_scale / sum)) + y_zp;

@@ -40,6 +40,24 @@ template <typename Q>
     for (; i < n; ++i) out[i] = quantize_8_bit<Q>(x[i] / scale, zero_point);
 }
 
+// divided_avx512 eight lanes at a time, for CPUs with AVX2 only.
+template <typename Q>
+[[gnu::target("avx2")]] void divided_avx2(const float* __restrict x, Q* __restrict out, size_t n, float scale,
+                                          float zero_point) {
+    const __m256 s = _mm256_set1_ps(scale);
+    const __m256i zp = _mm256_set1_epi32(static_cast<int32_t>(zero_point));
+    const __m256i q_min = _mm256_set1_epi32(std::numeric_limits<Q>::min());
+    const __m256i q_max = _mm256_set1_epi32(std::numeric_limits<Q>::max());
+    const bool divide = scale != 1.0f;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        if (divide) v = _mm256_div_ps(v, s);
+        quantize_8_avx2(v, zp, q_min, q_max, out + i);
+    }
+    for (; i < n; ++i) out[i] = quantize_8_bit<Q>(x[i] / scale, zero_point);
+}
+
 }  // namespace
 
 void quantize_8_bit_divided_avx512(const float* x, uint8_t* out, size_t n, float scale, float zero_point) {
@@ -48,6 +66,14 @@ void quantize_8_bit_divided_avx512(const float* x, uint8_t* out, size_t n, float
 
 void quantize_8_bit_divided_avx512(const float* x, int8_t* out, size_t n, float scale, float zero_point) {
     divided_avx512(x, out, n, scale, zero_point);
+}
+
+void quantize_8_bit_divided_avx2(const float* x, uint8_t* out, size_t n, float scale, float zero_point) {
+    divided_avx2(x, out, n, scale, zero_point);
+}
+
+void quantize_8_bit_divided_avx2(const float* x, int8_t* out, size_t n, float scale, float zero_point) {
+    divided_avx2(x, out, n, scale, zero_point);
 }
 namespace {
 
