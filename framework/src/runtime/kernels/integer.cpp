@@ -423,9 +423,20 @@ template <typename Q>
     }
 }
 
-// requantize_channels_last_avx512 eight lanes at a time, for CPUs with AVX2 but
-// not AVX-512: the same operations (cvtps rounds to nearest even under the
-// default rounding mode), each lane's low byte kept after the clamp.
+// Eight requantized values of requantize_channels_last_avx2, as int32 lanes within Q's range.
+[[gnu::target("avx2")]] inline __m256i requantized_8(const int32_t* acc, const int32_t* off, const float* mul,
+                                                     __m256 lo, __m256 hi, __m256i zp) {
+    const __m256i a = _mm256_sub_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc)),
+                                       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(off)));
+    const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(a), _mm256_loadu_ps(mul));
+    const __m256 r = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+    return _mm256_add_epi32(_mm256_cvtps_epi32(r), zp);
+}
+
+// requantize_channels_last_avx512 for CPUs with AVX2 but not AVX-512: the same
+// operations (cvtps rounds to nearest even under the default rounding mode),
+// 32 values narrowed by packs into one store (exact: they are clamped into Q's
+// range already), then eight at a time.
 template <typename Q>
 [[gnu::target("avx2")]] void requantize_channels_last_avx2(const int32_t* __restrict acc, size_t i, size_t end,
                                                            size_t c, size_t m, const int32_t* off, const float* mul,
@@ -433,12 +444,21 @@ template <typename Q>
     const __m256 lo = _mm256_set1_ps(static_cast<float>(std::numeric_limits<Q>::min()) - zero_point);
     const __m256 hi = _mm256_set1_ps(static_cast<float>(std::numeric_limits<Q>::max()) - zero_point);
     const __m256i zp = _mm256_set1_epi32(static_cast<int32_t>(zero_point));
+    // The packs work within 128-bit halves: their 4-byte groups come out as
+    // q0 q1 q2 q3 (low halves), then the high halves; this puts them in order.
+    const __m256i in_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (; i + 32 <= end; i += 32) {
+        __m256i q[4];
+        for (size_t k = 0; k < 4; ++k) {
+            q[k] = requantized_8(acc + i + 8 * k, off + c, mul + c, lo, hi, zp);
+            for (c += 8; c >= m;) c -= m;
+        }
+        const __m256i w0 = _mm256_packs_epi32(q[0], q[1]), w1 = _mm256_packs_epi32(q[2], q[3]);
+        const __m256i b = std::is_signed_v<Q> ? _mm256_packs_epi16(w0, w1) : _mm256_packus_epi16(w0, w1);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_permutevar8x32_epi32(b, in_order));
+    }
     for (; i + 8 <= end; i += 8) {
-        const __m256i a = _mm256_sub_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + i)),
-                                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(off + c)));
-        const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(a), _mm256_loadu_ps(mul + c));
-        const __m256 r = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
-        store_low_bytes_avx2(_mm256_add_epi32(_mm256_cvtps_epi32(r), zp), out + i);
+        store_low_bytes_avx2(requantized_8(acc + i, off + c, mul + c, lo, hi, zp), out + i);
         for (c += 8; c >= m;) c -= m;
     }
     for (; i < end; ++i, c = c + 1 == m ? 0 : c + 1) {
