@@ -446,9 +446,10 @@ void qlinear_average_pool(KernelContext& ctx, std::vector<Tensor>& out) {
 
 // QLinearSoftmax's outputs for one row, sixteen at a time: round(e * y_scale /
 // sum) + y_zp, clamped above by q_max (below, the zero point bounds them), in
-// the same float32 operations as the scalar loop.
-[[gnu::target("avx512f")]] void softmax_outputs_avx512(const float* e, int64_t d, float y_scale, float sum,
-                                                       int32_t y_zp, int32_t q_max, uint8_t* out) {
+// the same float32 operations as the scalar loop, which writes the ones after
+// the whole vectors (returned: how many were written).
+[[gnu::target("avx512f")]] int64_t softmax_outputs_avx512(const float* e, int64_t d, float y_scale, float sum,
+                                                          int32_t y_zp, int32_t q_max, uint8_t* out) {
     const __m512 scale = _mm512_set1_ps(y_scale), total = _mm512_set1_ps(sum);
     const __m512i zp = _mm512_set1_epi32(y_zp), top = _mm512_set1_epi32(q_max);
     int64_t j = 0;
@@ -457,15 +458,12 @@ void qlinear_average_pool(KernelContext& ctx, std::vector<Tensor>& out) {
         const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), zp);  // rounds half to even
         _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j), _mm512_cvtepi32_epi8(_mm512_min_epi32(q, top)));
     }
-    for (; j < d; ++j) {
-        const int32_t q = static_cast<int32_t>(std::nearbyint(e[j] * y_scale / sum)) + y_zp;
-        out[j] = static_cast<uint8_t>(std::min(q, q_max));
-    }
+    return j;
 }
 
 // softmax_outputs_avx512 eight at a time, for CPUs with AVX2 only.
-[[gnu::target("avx2")]] void softmax_outputs_avx2(const float* e, int64_t d, float y_scale, float sum, int32_t y_zp,
-                                                  int32_t q_max, uint8_t* out) {
+[[gnu::target("avx2")]] int64_t softmax_outputs_avx2(const float* e, int64_t d, float y_scale, float sum,
+                                                     int32_t y_zp, int32_t q_max, uint8_t* out) {
     const __m256 scale = _mm256_set1_ps(y_scale), total = _mm256_set1_ps(sum);
     const __m256i zp = _mm256_set1_epi32(y_zp), top = _mm256_set1_epi32(q_max);
     int64_t j = 0;
@@ -474,10 +472,7 @@ void qlinear_average_pool(KernelContext& ctx, std::vector<Tensor>& out) {
         const __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(v), zp);  // rounds half to even
         store_low_bytes_avx2(_mm256_min_epi32(q, top), out + j);
     }
-    for (; j < d; ++j) {
-        const int32_t q = static_cast<int32_t>(std::nearbyint(e[j] * y_scale / sum)) + y_zp;
-        out[j] = static_cast<uint8_t>(std::min(q, q_max));
-    }
+    return j;
 }
 
 // QLinearSoftmax: (X, X_scale, X_zp, Y_scale, Y_zp), attributes axis and opset,
@@ -551,14 +546,14 @@ void qlinear_softmax(KernelContext& ctx, std::vector<Tensor>& out) {
             }
             if (sum == 0.0f) {
                 if (inner != 1) std::fill(out_row.begin(), out_row.end(), uint8_t{0});
-            } else if (wide) {
-                softmax_outputs_avx512(e.data(), d, y_scale, sum, y_zp, is_signed ? 127 : 255, y);
-            } else if (avx2) {
-                softmax_outputs_avx2(e.data(), d, y_scale, sum, y_zp, is_signed ? 127 : 255, y);
             } else {
-                for (int64_t j = 0; j < d; ++j) {
+                const int32_t q_max = is_signed ? 127 : 255;
+                const int64_t vectors = wide   ? softmax_outputs_avx512(e.data(), d, y_scale, sum, y_zp, q_max, y)
+                                        : avx2 ? softmax_outputs_avx2(e.data(), d, y_scale, sum, y_zp, q_max, y)
+                                               : 0;
+                for (int64_t j = vectors; j < d; ++j) {
                     const int32_t q = static_cast<int32_t>(std::nearbyint(e[j] * y_scale / sum)) + y_zp;
-                    y[j] = static_cast<uint8_t>(std::min(q, is_signed ? 127 : 255));
+                    y[j] = static_cast<uint8_t>(std::min(q, q_max));
                 }
             }
             if (inner != 1)
