@@ -1,5 +1,6 @@
-// <immintrin.h> for the kernels' vector paths. GCC 12 warns inside its own
-// AVX-512 headers (their _mm512_undefined_* placeholders), so the include is
+// <immintrin.h> for the kernels' vector paths, and the AVX2 stand-ins for
+// AVX-512's 8-bit narrowing that several kernels share. GCC 12 warns inside its
+// own AVX-512 headers (their _mm512_undefined_* placeholders), so the include is
 // made with those warnings off; they stay on for the kernels' own code.
 #pragma once
 
