@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <fstream>
 
@@ -426,6 +427,60 @@ TEST_F(Plan, TensorsThatTurnOutNotToBeFloatAreDropped) {
     vaiq::drop_tensors(draft, outcome.not_float);
     EXPECT_EQ(draft.find("y"), nullptr);
     EXPECT_NE(draft.find("x"), nullptr);
+}
+
+// Records the batches it sees and whether two calls ever overlapped.
+class RecordingObserver final : public vaiq::RangeObserver {
+  public:
+    void observe(const vaiq::TensorView<float>& batch) override {
+        if (busy_.exchange(true)) overlapped_ = true;
+        seen_.emplace_back(batch.data.begin(), batch.data.end());
+        busy_ = false;
+    }
+    vaiq::CalibrationResult result() const override { return {}; }
+    const std::vector<std::vector<float>>& seen() const { return seen_; }
+    bool overlapped() const { return overlapped_; }
+
+  private:
+    std::atomic<bool> busy_{false}, overlapped_{false};
+    std::vector<std::vector<float>> seen_;
+};
+
+// Batches run several at a time when there are threads for them, but each
+// observer sees them one at a time and in the data's order, as with one thread.
+TEST_F(Plan, ObserversSeeTheBatchesInTheDataOrderWhateverTheThreads) {
+    const auto model = vaiq::test::conv_relu_model();
+    const auto draft = plan(model, "");
+    auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 16);
+    std::vector<std::vector<float>> inputs;
+    while (auto batch = data->next()) {
+        const auto x = batch->feeds.at("x").data<float>();
+        inputs.emplace_back(x.begin(), x.end());
+    }
+    std::map<std::string, std::vector<std::vector<float>>> serial;
+    for (int threads : {1, 4}) {
+        vaiq::Observations observations;
+        std::map<std::string, RecordingObserver*> recorders;
+        for (const auto& name : draft.observed()) {
+            auto recorder = std::make_unique<RecordingObserver>();
+            recorders[name] = recorder.get();
+            observations.observers[name] = std::move(recorder);
+        }
+        ASSERT_GE(recorders.size(), 2u);
+        std::vector<std::string> outputs_of;
+        vaiq::observe(observations, model, draft, *data, threads, {},
+                      [&](const vaiq::Batch& batch, std::vector<Tensor>) { outputs_of.push_back(batch.source); });
+        EXPECT_EQ(observations.batches, 16);
+        ASSERT_EQ(outputs_of.size(), 16u);
+        for (size_t b = 0; b < outputs_of.size(); ++b)
+            EXPECT_EQ(outputs_of[b], fmt::format("random batch {}", b + 1)) << threads;
+        EXPECT_EQ(recorders.at("x")->seen(), inputs) << threads << " threads: the input's batches out of order";
+        for (const auto& [name, recorder] : recorders) {
+            EXPECT_FALSE(recorder->overlapped()) << name;
+            if (threads == 1) serial[name] = recorder->seen();
+            else EXPECT_EQ(recorder->seen(), serial.at(name)) << name << " with " << threads << " threads";
+        }
+    }
 }
 
 // ---------------------------------------------------------------- evaluation

@@ -21,7 +21,10 @@ struct CalibrationResult {
 
 /// Watches one tensor, batch by batch. It keeps statistics (running extremes,
 /// histograms), never the batches themselves: memory must not grow with the
-/// number of batches.
+/// number of batches. The host calls observe() with one batch at a time and in
+/// the data's order, but observers of different tensors may observe at once on
+/// different threads (batches run several at a time): they must not share
+/// mutable state.
 class VAIQ_API RangeObserver {
   public:
     virtual ~RangeObserver();

@@ -4,8 +4,11 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <set>
 
+#include "pipeline/batch_workers.hpp"
 #include "runtime/executor.hpp"
 #include "util/progress.hpp"
 #include "vaiq/error.hpp"
@@ -49,48 +52,62 @@ void observe(Observations& into, const Model& model, const DraftPlan& plan, Data
     for (const auto& [name, t] : observing_tensors(plan))
         if (t->saturates_outside) clamps[name] = *t->saturates_outside;
 
+    const auto split = batch_threads(threads, model);
     runtime::ExecutorOptions options;
-    options.threads = threads;
+    options.threads = split.threads_each;
     options.taps.insert(typed.begin(), typed.end());
     auto& observers = into.observers;
     // Those only typed, and those observed by order-free observers, may come in NHWC.
     for (const auto& name : typed)
         if (auto it = observers.find(name); it == observers.end() || it->second->order_free())
             options.any_order_taps.insert(name);
-    runtime::Executor executor(model, options);
-    const runtime::Tap to_observers = [&](const std::string& name, const Tensor& value) {
+    std::mutex not_float;
+    // Each observer sees the batches one at a time and in order (see batch_workers.hpp);
+    // different observers may observe at once.
+    auto observe_in_turn = [&](BatchTurns& turns, size_t index, const std::string& name, const Tensor& value) {
         if (value.type() != DataType::Float) {
+            std::lock_guard lock(not_float);
             into.not_float.insert(name);
             return;
         }
-        if (!observers.count(name)) return;  // only its type was wanted
+        auto observer = observers.find(name);
+        if (observer == observers.end()) return;  // only its type was wanted
         auto clamp = clamps.find(name);
+        turns.await(name, index);
         if (clamp == clamps.end()) {
-            observers.at(name)->observe(value.view<float>());
-            return;
+            observer->second->observe(value.view<float>());
+        } else {  // the reader saturates outside the interval: observe what it sees
+            Tensor clamped = value;
+            for (float& v : clamped.mutable_data<float>())
+                if (!std::isnan(v)) v = std::clamp(v, clamp->second.min, clamp->second.max);
+            observer->second->observe(clamped.view<float>());
         }
-        // The reader saturates outside the interval: observe what it sees.
-        Tensor clamped = value;
-        for (float& v : clamped.mutable_data<float>())
-            if (!std::isnan(v)) v = std::clamp(v, clamp->second.min, clamp->second.max);
-        observers.at(name)->observe(clamped.view<float>());
+        turns.passed(name, index);
     };
     const int first = into.batches;
     data.rewind();
-    while (auto batch = data.next()) {
-        // Past the first batch only what is observed is tapped; nothing observed: one batch.
-        if (into.batches > first && observed.empty()) break;
-        try {
-            auto results = executor.run(batch->feeds, into.batches == first ? typed : observed, to_observers);
-            if (outputs) outputs(*batch, std::move(results));
-        } catch (const InputError& e) {
-            throw InputError(fmt::format("calibration data {}: {}", batch->source, e.what()));
-        }
-        ++into.batches;
-        report_progress("batch", into.batches - first);
-        if (on_batch) on_batch(into.batches);
-    }
-    if (into.batches == first) throw InputError("the calibration data holds no batches");
+    // Past the first batch only what is observed is tapped; nothing observed: one batch.
+    const size_t read = run_batches(data, split.batches, observed.empty() ? 1 : 0, [&]() -> BatchWork {
+        auto executor = std::make_shared<runtime::Executor>(model, options);
+        return [&, executor](size_t index, const Batch& batch, BatchTurns& turns) {
+            const runtime::Tap tap = [&](const std::string& name, const Tensor& value) {
+                observe_in_turn(turns, index, name, value);
+            };
+            std::vector<Tensor> results;
+            try {
+                results = executor->run(batch.feeds, index == 0 ? typed : observed, tap);
+            } catch (const InputError& e) {
+                throw InputError(fmt::format("calibration data {}: {}", batch.source, e.what()));
+            }
+            turns.finish(index, [&] {
+                if (outputs) outputs(batch, std::move(results));
+                ++into.batches;
+                report_progress("batch", into.batches - first);
+                if (on_batch) on_batch(into.batches);
+            });
+        };
+    });
+    if (read == 0) throw InputError("the calibration data holds no batches");
 }
 
 CalibrationOutcome conclude(const DraftPlan& plan, const Observations& observations) {

@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <memory>
 
+#include "pipeline/batch_workers.hpp"
 #include "runtime/executor.hpp"
 #include "util/progress.hpp"
 #include "util/spool.hpp"
@@ -35,13 +38,31 @@ int64_t label_at(const Tensor& labels, int64_t i) {
     }
 }
 
-// Runs a batch, naming the batch in an error of the data.
-std::vector<Tensor> run_batch(runtime::Executor& executor, const Batch& batch) {
-    try {
-        return executor.run(batch.feeds);
-    } catch (const InputError& e) {
-        throw InputError(fmt::format("evaluation data {}: {}", batch.source, e.what()));
-    }
+// Runs `model` on the batches of `data` (`max_batches` 0: all), several at
+// once, and hands each batch's outputs to `take` in the data's order.
+// Returns how many batches ran.
+size_t run_model_on_batches(const Model& model, DataReader& data, int threads, int max_batches,
+                            const std::function<void(const Batch&, std::vector<Tensor>)>& take) {
+    const auto split = batch_threads(threads, model);
+    return run_batches(data, split.batches, static_cast<size_t>(std::max(max_batches, 0)), [&]() -> BatchWork {
+        auto executor = std::make_shared<runtime::Executor>(model, runtime::ExecutorOptions{split.threads_each});
+        return [&, executor](size_t index, const Batch& batch, BatchTurns& turns) {
+            std::vector<Tensor> outputs;
+            try {
+                outputs = executor->run(batch.feeds);
+            } catch (const InputError& e) {
+                throw InputError(fmt::format("evaluation data {}: {}", batch.source, e.what()));
+            }
+            turns.finish(index, [&] { take(batch, std::move(outputs)); });
+        };
+    });
+}
+
+// The model's output names, as its executor orders them.
+std::vector<std::string> output_names(const Model& model) {
+    std::vector<std::string> names;
+    for (const auto& o : model.graph().output()) names.push_back(o.name());
+    return names;
 }
 
 // float16 and bfloat16 outputs (a float16 model's) are compared in float.
@@ -141,17 +162,13 @@ void ReferenceOutputs::add(const std::string& source, std::vector<Tensor> batch_
 
 std::unique_ptr<ReferenceOutputs> reference_outputs(const Model& float_model, DataReader& data, int threads,
                                                     int max_batches) {
-    runtime::ExecutorOptions options;
-    options.threads = threads;
-    runtime::Executor reference(float_model, options);
     auto out = std::make_unique<ReferenceOutputs>();
-    out->names = reference.output_names();
+    out->names = output_names(float_model);
     data.rewind();
-    while (auto batch = data.next()) {
-        if (max_batches > 0 && static_cast<int>(out->sources.size()) >= max_batches) break;
+    run_model_on_batches(float_model, data, threads, max_batches, [&](const Batch& batch, std::vector<Tensor> values) {
         report_progress("float batch", static_cast<int64_t>(out->sources.size()) + 1, max_batches);
-        out->add(batch->source, run_batch(reference, *batch));
-    }
+        out->add(batch.source, std::move(values));
+    });
     return out;
 }
 
@@ -194,9 +211,6 @@ Evaluation compare_outputs(const ReferenceOutputs& reference, const Model& quant
     if (batches == 0) throw InputError("the evaluation data holds no batches");
     int64_t samples = 0;
     for (size_t b = 0; b < batches; ++b) samples += reference.batch_samples[b];
-    runtime::ExecutorOptions options;
-    options.threads = threads;
-    runtime::Executor candidate(quantized, options);
     OutputComparison comparison(names);
     int64_t float_correct = 0, quant_correct = 0, labelled = 0;
     double float_nll = 0, quant_nll = 0;
@@ -209,15 +223,9 @@ Evaluation compare_outputs(const ReferenceOutputs& reference, const Model& quant
                                          labels->size(), token ? "tokens" : "labels", token ? "positions" : "samples"));
         return label_at(*labels, labelled++);
     };
-    data.rewind();
-    for (size_t b = 0; b < batches; ++b) {
+    size_t b = 0;  // batches scored
+    auto score = [&](const Batch& batch, std::vector<Tensor> q) {
         report_progress("quantized batch", static_cast<int64_t>(b) + 1, static_cast<int64_t>(batches));
-        auto batch = data.next();
-        if (!batch)
-            throw InputError(fmt::format("the evaluation data ended early on its second pass: batch {} ({}) is "
-                                         "missing",
-                                         b + 1, sources[b]));
-        auto q = run_batch(candidate, *batch);
         std::vector<Tensor> f(names.size());
         for (size_t o = 0; o < names.size(); ++o) f[o] = float_outputs.get(b * names.size() + o);
         for (auto& t : q) as_float(t);
@@ -241,9 +249,15 @@ Evaluation compare_outputs(const ReferenceOutputs& reference, const Model& quant
                 quant_nll += negative_log_likelihood(qr, want);
             }
         }
-        comparison.add(f, q, batch->source);
+        comparison.add(f, q, batch.source);
         ++out.batches;
-    }
+        ++b;
+    };
+    data.rewind();
+    const auto ran = run_model_on_batches(quantized, data, threads, static_cast<int>(batches), score);
+    if (ran < batches)
+        throw InputError(fmt::format("the evaluation data ended early on its second pass: batch {} ({}) is missing",
+                                     ran + 1, sources[ran]));
     if (labels && max_batches == 0 && labelled != labels->size())
         throw InputError(fmt::format("evaluation_labels holds {} labels, but the evaluation data has {} samples",
                                      labels->size(), labelled));

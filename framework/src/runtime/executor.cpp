@@ -100,6 +100,9 @@ int64_t domain_opset(const Model& model, const std::string& domain) {
 }  // namespace
 
 Executor::Executor(const Model& original, ExecutorOptions options) : model_(&original), options_(options) {
+    // Kernels made here (oneDNN's primitives) plan for the thread count they see.
+    std::optional<ThreadCount> threads;
+    if (options_.threads > 0) threads.emplace(options_.threads);
     rewrite(original);
     number_values();
     find_lazy_steps();
