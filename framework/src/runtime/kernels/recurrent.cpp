@@ -8,9 +8,36 @@
 #include <span>
 
 #include "runtime/kernels/common.hpp"
+#include "runtime/kernels/intrinsics.hpp"
 
 namespace vaiq::runtime {
 namespace {
+
+// The gates' sums: each product of two floats is exact in double, and the sum
+// stays in double until the gate is rounded once to float.
+double dot_portable(const float* a, const float* b, int64_t n) {
+    double acc = 0;
+    for (int64_t k = 0; k < n; ++k) acc += static_cast<double>(a[k]) * b[k];
+    return acc;
+}
+
+// The same sum, eight products at a time in two chains of four double lanes.
+[[gnu::target("avx2,fma")]] double dot_avx2(const float* a, const float* b, int64_t n) {
+    __m256d even = _mm256_setzero_pd(), odd = _mm256_setzero_pd();
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        even = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm_loadu_ps(a + k)), _mm256_cvtps_pd(_mm_loadu_ps(b + k)), even);
+        odd = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm_loadu_ps(a + k + 4)), _mm256_cvtps_pd(_mm_loadu_ps(b + k + 4)), odd);
+    }
+    alignas(32) double lanes[4];
+    _mm256_store_pd(lanes, _mm256_add_pd(even, odd));
+    return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + dot_portable(a + k, b + k, n - k);
+}
+
+double dot(const float* a, const float* b, int64_t n) {
+    static const bool avx2 = cpu_features().avx2 && cpu_features().fma;
+    return avx2 ? dot_avx2(a, b, n) : dot_portable(a, b, n);
+}
 
 using Activation = std::function<float(float)>;
 
@@ -116,8 +143,8 @@ struct Recurrence {
     std::vector<int64_t> state_shape() const {
         return batch_major ? std::vector<int64_t>{batch, dirs, hidden} : std::vector<int64_t>{dirs, batch, hidden};
     }
-    float x_at(int64_t t, int64_t b, int64_t k) const {
-        return batch_major ? x[(b * seq + t) * in_size + k] : x[(t * batch + b) * in_size + k];
+    const float* x_row(int64_t t, int64_t b) const {
+        return x.data() + (batch_major ? (b * seq + t) * in_size : (t * batch + b) * in_size);
     }
     int64_t y_index(int64_t t, int64_t d, int64_t b, int64_t k) const {
         return batch_major ? ((b * seq + t) * dirs + d) * hidden + k : ((t * dirs + d) * batch + b) * hidden + k;
@@ -136,17 +163,11 @@ struct Recurrence {
     }
     // x_t W_g^T for gate row gi of direction d.
     double input_term(int64_t d, int64_t gates, int64_t gi, int64_t t, int64_t b) const {
-        double acc = 0;
-        const float* row = w.data() + (d * gates * hidden + gi) * in_size;
-        for (int64_t k = 0; k < in_size; ++k) acc += static_cast<double>(x_at(t, b, k)) * row[k];
-        return acc;
+        return dot(x_row(t, b), w.data() + (d * gates * hidden + gi) * in_size, in_size);
     }
     // h R_g^T for gate row gi of direction d.
     double recurrent_term(int64_t d, int64_t gates, int64_t gi, const std::vector<float>& h) const {
-        double acc = 0;
-        const float* row = r.data() + (d * gates * hidden + gi) * hidden;
-        for (int64_t k = 0; k < hidden; ++k) acc += static_cast<double>(h[k]) * row[k];
-        return acc;
+        return dot(h.data(), r.data() + (d * gates * hidden + gi) * hidden, hidden);
     }
     float wb(int64_t d, int64_t gates, int64_t gi) const {
         return bias.empty() ? 0.0f : bias[d * 2 * gates * hidden + gi];
