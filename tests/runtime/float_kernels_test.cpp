@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -179,6 +180,43 @@ TEST(Executor, GemmOfAFewRowsMatchesTheDefinition) {
                     EXPECT_NEAR(y.data<float>()[i * n + j], sum, 1e-5) << m << " " << tb << " " << i << " " << j;
                 }
         }
+}
+
+// An LSTM whose rows are longer than the gate sums' vector steps and not a
+// multiple of them (input 19, hidden 13), against the spec's equations here.
+TEST(Executor, AnLstmMatchesTheDefinition) {
+    const int64_t seq = 3, batch = 2, in = 19, hidden = 13;
+    vaiq::test::GraphBuilder b;
+    b.input("x", {seq, batch, in}).output("y", {seq, 1, batch, hidden});
+    const Tensor w = vaiq::test::ramp({1, 4 * hidden, in}, -0.4f, 0.0011f);
+    const Tensor r = vaiq::test::ramp({1, 4 * hidden, hidden}, 0.3f, -0.0013f);
+    const Tensor bias = vaiq::test::ramp({1, 8 * hidden}, -0.2f, 0.004f);
+    b.initializer("w", w).initializer("r", r).initializer("b", bias);
+    vaiq::test::set_int_attribute(b.node("LSTM", {"x", "w", "r", "b"}, {"y"}), "hidden_size", hidden);
+    const Tensor x = vaiq::test::ramp({seq, batch, in}, 0.9f, -0.017f);
+    const auto model = b.build();
+    const auto y = Executor(model).run({{"x", x}})[0];
+    ASSERT_EQ(y.shape(), (std::vector<int64_t>{seq, 1, batch, hidden}));
+    const auto yv = y.data<float>();
+    auto sigmoid = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+    for (int64_t n = 0; n < batch; ++n) {
+        std::vector<double> h(hidden, 0.0), c(hidden, 0.0);
+        for (int64_t t = 0; t < seq; ++t) {
+            std::vector<double> gate(4 * hidden);  // i, o, f, c
+            for (int64_t g = 0; g < 4 * hidden; ++g) {
+                double sum = bias.data<float>()[g] + bias.data<float>()[4 * hidden + g];
+                for (int64_t k = 0; k < in; ++k)
+                    sum += double(x.data<float>()[(t * batch + n) * in + k]) * w.data<float>()[g * in + k];
+                for (int64_t k = 0; k < hidden; ++k) sum += h[k] * r.data<float>()[g * hidden + k];
+                gate[g] = sum;
+            }
+            for (int64_t k = 0; k < hidden; ++k) {
+                c[k] = sigmoid(gate[2 * hidden + k]) * c[k] + sigmoid(gate[k]) * std::tanh(gate[3 * hidden + k]);
+                h[k] = sigmoid(gate[hidden + k]) * std::tanh(c[k]);
+                EXPECT_NEAR(yv[(t * batch + n) * hidden + k], h[k], 1e-5) << t << " " << n << " " << k;
+            }
+        }
+    }
 }
 
 // Dense 3x3 convolutions of stride 1 (Winograd's, from 16 channels in and out;
