@@ -56,11 +56,11 @@ struct BatchThreads {
 };
 
 /// For `threads` (0: every core): one batch per thread, up to four at once,
-/// for a model of up to 64 MB of weights; a bigger one runs a batch at a time
-/// on every thread. Each batch's executor holds its own prepared weights and
-/// buffers (one more executor: mobilenet_v2 +100 MB, resnet50 +480 MB), and
-/// the bigger models scale well over threads anyway (resnet50: 5 % faster at
-/// two batches at once, mobilenet_v2 15-25 %).
+/// for a model of up to 64 MB of weights counted as float; a bigger one runs a
+/// batch at a time on every thread. Each batch's executor holds its own
+/// prepared weights and buffers (one more executor: mobilenet_v2 +60-85 MB,
+/// resnet50 +300-480 MB), and the bigger models scale well over threads
+/// anyway (resnet50: about 5 % faster at two batches at once).
 BatchThreads batch_threads(int threads, const Model& model);
 
 /// One worker's work on a batch it took; made on the worker's thread.
