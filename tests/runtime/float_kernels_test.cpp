@@ -182,6 +182,31 @@ TEST(Executor, GemmOfAFewRowsMatchesTheDefinition) {
         }
 }
 
+// A constant B whose rows are 4 KB apart is kept with padded rows (cache
+// aliasing); the product is still the definition's.
+TEST(Executor, AMatMulByAWeightOf1024ColumnsMatchesTheDefinition) {
+    const int64_t m = 7, k = 37, n = 1024;
+    vaiq::test::GraphBuilder b;
+    b.input("a", {m, k}).output("y", {m, n});
+    const Tensor bv = vaiq::test::ramp({k, n}, -1.0f, 0.00007f);
+    b.initializer("b", bv);
+    b.node("MatMul", {"a", "b"}, {"y"});
+    const auto model = b.build();
+    const Tensor av = vaiq::test::ramp({m, k}, 0.7f, -0.021f);
+    Executor executor(model);
+    for (int run = 0; run < 2; ++run) {  // the first run keeps B in its layout; the second reads it from there
+        const auto y = executor.run({{"a", av}})[0];
+        ASSERT_EQ(y.shape(), (std::vector<int64_t>{m, n}));
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+                double sum = 0;
+                for (int64_t q = 0; q < k; ++q)
+                    sum += double(av.data<float>()[i * k + q]) * bv.data<float>()[q * n + j];
+                ASSERT_NEAR(y.data<float>()[i * n + j], sum, 1e-4) << run << " " << i << " " << j;
+            }
+    }
+}
+
 // An LSTM whose rows are longer than the gate sums' vector steps and not a
 // multiple of them (input 19, hidden 13), against the spec's equations here.
 TEST(Executor, AnLstmMatchesTheDefinition) {

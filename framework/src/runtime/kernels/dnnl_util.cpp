@@ -37,6 +37,17 @@ bool is_reference(const dnnl::primitive_desc_base& pd) {
 
 memory::dims dims_of(const std::vector<int64_t>& shape) { return memory::dims(shape.begin(), shape.end()); }
 
+memory::desc constant_weights_desc(const memory::desc& b) {
+    const auto dims = b.dims();
+    constexpr int64_t kAliasingFloats = 1024, kPadding = 16;
+    if (dims.size() < 2 || dims.back() % kAliasingFloats != 0)
+        return memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
+    memory::dims strides(dims.size(), 1);
+    strides[dims.size() - 2] = dims.back() + kPadding;
+    for (size_t i = dims.size() - 2; i-- > 0;) strides[i] = strides[i + 1] * dims[i + 1];
+    return memory::desc(dims, memory::data_type::f32, strides);
+}
+
 memory wrap(const memory::desc& desc, const Tensor& t) {
     // oneDNN takes a non-const handle but only reads inputs.
     return memory(desc, cpu_engine(), const_cast<std::byte*>(t.bytes().data()));

@@ -475,9 +475,9 @@ std::optional<Int32Sums> int8_matmul_in_float(KernelContext& ctx, const Tensor& 
             a_dims[rank - 1] = b_dims[rank - 2] = chunk.k1 - chunk.k0;
             chunk.a = memory::desc(a_dims, memory::data_type::f32, a_strides);
             chunk.b = memory::desc(b_dims, memory::data_type::f32, plain_tag(rank));
-            const memory::desc b_any(b_dims, memory::data_type::f32, memory::format_tag::any);
-            const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(chunk.a, state->kept ? b_any : chunk.b, state->c),
-                                                  cpu_engine());
+            const dnnl::matmul::primitive_desc pd(
+                dnnl::matmul::desc(chunk.a, state->kept ? constant_weights_desc(chunk.b) : chunk.b, state->c),
+                cpu_engine());
             chunk.primitive = dnnl::matmul(pd);
             if (state->kept) {
                 Floats rows(chunk.b.get_size() / sizeof(float));

@@ -52,8 +52,7 @@ void dnnl_product(KernelContext& ctx, std::vector<int64_t> key, const dnnl::memo
         state->a = a_desc;
         state->b = b_desc;
         state->c = c_desc;
-        const dnnl::memory::desc b_any(b_desc.dims(), dnnl::memory::data_type::f32, dnnl::memory::format_tag::any);
-        const auto& weights_desc = constant_b ? b_any : b_desc;
+        const auto& weights_desc = constant_b ? constant_weights_desc(b_desc) : b_desc;
         state->exact_gelu = gelu && quantizes(ctx.model);
         dnnl::post_ops ops;
         if (gelu && !state->exact_gelu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
