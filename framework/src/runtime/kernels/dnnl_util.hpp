@@ -25,9 +25,9 @@ dnnl::memory reordered(dnnl::stream& stream, dnnl::memory src, const dnnl::memor
 
 /// The layout a constant matrix product operand B (float, plain `b`) is kept
 /// in: oneDNN's choice, except that without AVX-512 rows a multiple of 4 KB
-/// apart get 16 floats of padding each. Rows that far apart share cache sets: oneDNN's AVX2 SGEMM
-/// took 2.2 ms for 197 x 256 x 1024 (vit_small's first MLP layer) with B kept
-/// 4 KB-aligned, 1.1 ms with the padding (ONNX Runtime 1.3).
+/// apart get 16 floats of padding each. Rows that far apart share cache sets:
+/// oneDNN's AVX2 SGEMM took 2.2 ms for 197 x 256 x 1024 (vit_small's first MLP
+/// layer) with B kept 4 KB-aligned, 1.1 ms with the padding (ONNX Runtime 1.3).
 dnnl::memory::desc constant_weights_desc(const dnnl::memory::desc& b);
 
 /// A constant operand (an initializer: same object every run) kept in a
