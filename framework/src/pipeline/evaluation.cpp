@@ -58,13 +58,6 @@ size_t run_model_on_batches(const Model& model, DataReader& data, int threads, i
     });
 }
 
-// The model's output names, as its executor orders them.
-std::vector<std::string> output_names(const Model& model) {
-    std::vector<std::string> names;
-    for (const auto& o : model.graph().output()) names.push_back(o.name());
-    return names;
-}
-
 // float16 and bfloat16 outputs (a float16 model's) are compared in float.
 void as_float(Tensor& t) {
     if (t.type() == DataType::Float16 || t.type() == DataType::BFloat16) t = convert_float_type(t, DataType::Float);
@@ -145,6 +138,12 @@ nlohmann::json Evaluation::to_json() const {
     if (float_accuracy) j["accuracy"] = {{"float", *float_accuracy}, {"quantized", *quantized_accuracy}};
     if (float_perplexity) j["perplexity"] = {{"float", *float_perplexity}, {"quantized", *quantized_perplexity}};
     return j;
+}
+
+std::vector<std::string> output_names(const Model& model) {
+    std::vector<std::string> names;
+    for (const auto& o : model.graph().output()) names.push_back(o.name());
+    return names;
 }
 
 void ReferenceOutputs::add(const std::string& source, std::vector<Tensor> batch_outputs) {

@@ -60,6 +60,9 @@ class OutputComparison {
     std::vector<Sums> sums_;
 };
 
+/// The model's output names, in the order its executor returns them.
+std::vector<std::string> output_names(const Model& model);
+
 /// The float model's outputs on each batch of the data, put aside (in memory up
 /// to 256 MB, beyond in a temporary file) until the quantized model runs.
 struct ReferenceOutputs {

@@ -638,7 +638,7 @@ Observations observe_data(RunState& s) {
         };
     } else if (given_apart) {  // what preparation alone changed, compared when the input model runs
         s.prepared_outputs = std::make_unique<ReferenceOutputs>();
-        for (const auto& o : s.model.graph().output()) s.prepared_outputs->names.push_back(o.name());
+        s.prepared_outputs->names = output_names(s.model);
         keep = [&](const Batch& batch, std::vector<Tensor> values) {
             s.prepared_outputs->add(batch.source, std::move(values));
         };
