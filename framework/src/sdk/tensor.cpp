@@ -243,7 +243,21 @@ Tensor convert_float_type(const Tensor& t, DataType to) {
     return out;
 }
 
-void return_freed_memory() noexcept { malloc_trim(0); }
+#if defined(__SANITIZE_ADDRESS__)
+#define VAIQ_SANITIZED_HEAP 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define VAIQ_SANITIZED_HEAP 1
+#endif
+#endif
+
+void return_freed_memory() noexcept {
+#ifndef VAIQ_SANITIZED_HEAP
+    malloc_trim(0);
+#endif
+    // Under AddressSanitizer glibc's heap serves nothing and was never set up:
+    // trimming it from two threads at once races on that set-up and crashes.
+}
 
 bool is_deferred(const onnx::TensorProto& proto) { return deferred_data(proto).has_value(); }
 
