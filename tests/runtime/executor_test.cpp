@@ -195,6 +195,70 @@ TEST(Executor, AnIfInsideABranchReadsTheBranchsOwnValues) {
         << "the outer If reads c and x from outside, not the branch's u";
 }
 
+// A branch borrows what it reads of the enclosing graph: a weight initializer
+// counts as its constant (prepared once, as Silero VAD's branches read theirs),
+// an enclosing input does not (its next value must be used), and a value the
+// enclosing graph reads again after the If is not the branch's to reuse.
+TEST(Executor, ABranchBorrowsTheEnclosingValuesAndPreparesOnlyItsConstants) {
+    auto branch = [](const std::string& weight, const std::string& out) {
+        onnx::GraphProto g;
+        g.set_name(out);
+        auto* product = g.add_node();
+        product->set_op_type("MatMul");
+        product->add_input("x");
+        product->add_input(weight);
+        product->add_output(out + "_p");
+        auto* relu = g.add_node();
+        relu->set_op_type("Relu");
+        relu->add_input(out + "_p");
+        relu->add_output(out);
+        auto* o = g.add_output();
+        o->set_name(out);
+        o->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+        return g;
+    };
+    vaiq::test::GraphBuilder b;
+    b.input("x", {2, 4}).input("v", {4, 3}).input("c", {}, DataType::Bool).output("y", {2, 3}).output("z", {2, 4});
+    const std::vector<float> w_values{1, -2, 3, -1, 0, 2, 0.5f, 1, -1, 2, 2, 0};
+    b.initializer("w", Tensor::from_values<float>({4, 3}, w_values));
+    auto& node = b.node("If", {"c"}, {"y"}, "choose");
+    for (auto [name, graph] : {std::pair{"then_branch", branch("w", "t")}, std::pair{"else_branch", branch("v", "e")}}) {
+        auto* a = node.add_attribute();
+        a->set_name(name);
+        a->set_type(onnx::AttributeProto::GRAPH);
+        *a->mutable_g() = graph;
+    }
+    b.node("Neg", {"x"}, {"z"}, "after");
+    const auto model = b.build();
+    Executor executor(model);
+    // relu(x w) by the definition.
+    auto expected = [](const Tensor& x, const std::vector<float>& w) {
+        std::vector<float> y(6);
+        for (int i = 0; i < 2; ++i)
+            for (int j = 0; j < 3; ++j) {
+                float sum = 0;
+                for (int k = 0; k < 4; ++k) sum += x.data<float>()[i * 4 + k] * w[k * 3 + j];
+                y[i * 3 + j] = std::max(sum, 0.0f);
+            }
+        return y;
+    };
+    auto values = [](const Tensor& t) { return std::vector<float>(t.data<float>().begin(), t.data<float>().end()); };
+    const Tensor x1 = vaiq::test::ramp({2, 4});
+    const Tensor x2 = Tensor::from_values<float>({2, 4}, std::vector<float>{3, -1, 2, 0, -2, 1, 4, 1});
+    const std::vector<float> v1{2, 0, 1, -1, 1, 0, 0, 3, 1, 1, -1, 2}, v2{-1, 1, 0, 2, 0, 1, 1, -2, 3, 0, 1, 1};
+    for (const auto& [then_branch, x, v] : {std::tuple{true, x1, v1}, std::tuple{true, x2, v2},
+                                            std::tuple{false, x1, v1}, std::tuple{false, x1, v2},
+                                            std::tuple{false, x2, v1}, std::tuple{true, x1, v2}}) {
+        Tensor cond(DataType::Bool, {});
+        cond.mutable_bytes()[0] = std::byte{then_branch};
+        const auto out = executor.run({{"x", x}, {"v", Tensor::from_values<float>({4, 3}, v)}, {"c", cond}});
+        EXPECT_EQ(values(out[0]), expected(x, then_branch ? w_values : v)) << (then_branch ? "then" : "else");
+        auto negated = values(x);
+        for (auto& e : negated) e = -e;
+        EXPECT_EQ(values(out[1]), negated) << "the If must leave x as it was";
+    }
+}
+
 // A run's thread count lasts that run: constant folding runs one-thread
 // executors, and a count they left set held for the calibration after them.
 TEST(Executor, ARunsThreadCountLastsOnlyThatRun) {

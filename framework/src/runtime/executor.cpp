@@ -341,35 +341,58 @@ void Executor::check_feed(const std::string& name, const Tensor& value) const {
 }
 
 // A run's values by id: what the run computed or was fed, else the constants.
+// A run's values by id: what the run computed or was fed, else what a
+// subgraph borrows from its enclosing run, else the constants.
 struct Executor::Values {
     const Executor& executor;
     std::vector<std::optional<Tensor>> slots;
+    std::vector<ScopeValue> borrowed;  ///< by id; empty unless the run is nested
 
     explicit Values(const Executor& e) : executor(e), slots(e.value_names_.size()) {}
     const Tensor* get(int id) const {
-        if (executor.is_constant_[id] && !slots[id]) return &executor.constants_[id];
-        return slots[id] ? &*slots[id] : nullptr;
+        if (slots[id]) return &*slots[id];
+        if (!borrowed.empty() && borrowed[id].tensor) return borrowed[id].tensor;
+        return executor.is_constant_[id] ? &executor.constants_[id] : nullptr;
+    }
+    // The same object every run: the executor's constant, or the enclosing one's.
+    bool constant(int id) const {
+        if (slots[id]) return false;
+        if (!borrowed.empty() && borrowed[id].tensor) return borrowed[id].constant;
+        return executor.is_constant_[id];
     }
 };
 
 std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, const std::vector<std::string>& taps,
                                   const Tap& tap) {
-    return run(feeds, taps, tap, true);
+    Values values(*this);
+    bind_feeds(feeds, values);
+    return run(values, taps, tap, true);
 }
 
 void Executor::run_taps(const std::map<std::string, Tensor>& feeds, const std::vector<std::string>& taps,
                         const Tap& tap) {
-    run(feeds, taps, tap, false);
+    Values values(*this);
+    bind_feeds(feeds, values);
+    run(values, taps, tap, false);
 }
 
-std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds, const std::vector<std::string>& taps,
-                                  const Tap& tap, bool want_outputs) {
+std::vector<Tensor> Executor::run_nested(const std::vector<ScopeValue>& outer) {
+    if (outer.size() != outer_names_.size())
+        throw std::logic_error(fmt::format("a nested run needs {} outer values, not {}", outer_names_.size(),
+                                           outer.size()));
+    if (!input_names_.empty()) throw InputError(fmt::format("input '{}' was not given", input_names_.front()));
+    Values values(*this);
+    values.borrowed.resize(value_names_.size());
+    for (size_t i = 0; i < outer.size(); ++i) values.borrowed[value_ids_.at(outer_names_[i])] = outer[i];
+    return run(values, {}, {}, true);
+}
+
+std::vector<Tensor> Executor::run(Values& values, const std::vector<std::string>& taps, const Tap& tap,
+                                  bool want_outputs) {
     // For this run only: a count left set held for everything after it (constant
     // folding's one-thread runs left whole calibrations on one core).
     std::optional<ThreadCount> threads;
     if (options_.threads > 0) threads.emplace(options_.threads);
-    Values values(*this);
-    bind_feeds(feeds, values);
     auto tapped = start_taps(taps, tap, values);
     // An any-order tap behind a layout transpose is tapped at the transpose's input.
     std::map<int, std::vector<int>> tapped_at;  // value id -> the tapped names it stands for
@@ -473,14 +496,15 @@ std::vector<Tensor> Executor::run_step(size_t s, Values& values, const std::vect
     KernelContext ctx{*model_, node, step.opset, {}, {}, Attributes(node), step.state, {}};
     if (!step.implicit.empty())
         ctx.lookup = [&](const std::string& name) {
-            return value_id(name) >= 0 ? values.get(value_id(name)) : nullptr;
+            const int id = value_id(name);
+            return id >= 0 ? ScopeValue{values.get(id), values.constant(id)} : ScopeValue{};
         };
     for (int id : step.inputs) {
         if (id >= 0 && !values.get(id))
             throw InputError(
                 fmt::format("node '{}' reads '{}', which nothing produced", node.name(), value_names_[id]));
         ctx.inputs.push_back(id >= 0 ? values.get(id) : nullptr);
-        ctx.constant.push_back(id >= 0 && is_constant_[id] && !values.slots[id]);
+        ctx.constant.push_back(id >= 0 && values.constant(id));
         const bool last_read = id >= 0 && values.slots[id] && last_reader[id] == static_cast<int>(s) &&
                                std::count(step.inputs.begin(), step.inputs.end(), id) == 1;
         ctx.donated.push_back(last_read ? &*values.slots[id] : nullptr);

@@ -70,6 +70,12 @@ class Executor {
     std::vector<Tensor> run(const std::map<std::string, Tensor>& feeds, const std::vector<std::string>& taps = {},
                             const Tap& tap = {});
 
+    /// run() for a subgraph without inputs of its own: `outer` holds its
+    /// outer_names() values, in that order, borrowed from the enclosing run for
+    /// this run. A constant one counts as the subgraph's own constant, so the
+    /// kernels reading it keep what they prepare from it across runs.
+    std::vector<Tensor> run_nested(const std::vector<ScopeValue>& outer);
+
     /// run() for the taps alone: stops once every tapped tensor has reached `tap`
     /// (steps run in graph order, so what follows the last of them is skipped).
     void run_taps(const std::map<std::string, Tensor>& feeds, const std::vector<std::string>& taps, const Tap& tap);
@@ -79,8 +85,8 @@ class Executor {
 
   private:
     struct Step;
-    std::vector<Tensor> run(const std::map<std::string, Tensor>& feeds, const std::vector<std::string>& taps,
-                            const Tap& tap, bool want_outputs);
+    struct Values;
+    std::vector<Tensor> run(Values& values, const std::vector<std::string>& taps, const Tap& tap, bool want_outputs);
     // The constructor's jobs, in order.
     void rewrite(const Model& original);
     void number_values();
@@ -92,7 +98,6 @@ class Executor {
     void find_transposed_taps();
     int id_of(const std::string& name);
     // A run's jobs.
-    struct Values;
     void bind_feeds(const std::map<std::string, Tensor>& feeds, Values& values) const;
     std::vector<bool> start_taps(const std::vector<std::string>& taps, const Tap& tap, const Values& values) const;
     std::vector<bool> lazy_steps_for(const std::vector<bool>& tapped) const;

@@ -35,6 +35,12 @@ class Attributes {
     const onnx::NodeProto& node_;
 };
 
+/// A value of an enclosing scope as a subgraph reads it: borrowed, not copied.
+struct ScopeValue {
+    const Tensor* tensor = nullptr;  ///< nullptr: the scope has no such value
+    bool constant = false;           ///< an initializer there, the same object every run
+};
+
 /// Everything a kernel sees of its node for one run.
 struct KernelContext {
     const Model& model;  ///< the model the node belongs to (opsets, for subgraphs)
@@ -44,8 +50,8 @@ struct KernelContext {
     std::vector<bool> constant;         ///< per input: an initializer, the same object every run
     Attributes attributes;
     std::shared_ptr<void>& state;  ///< kept across runs (e.g. compiled primitives)
-    /// A value of the enclosing scope by name (for subgraph ops); nullptr if none.
-    std::function<const Tensor*(const std::string&)> lookup;
+    /// A value of the enclosing scope by name (for subgraph ops).
+    std::function<ScopeValue(const std::string&)> lookup;
     /// Per input: the executor's own value when this node is its last reader
     /// (a kernel may then take it and write its output in place); else nullptr.
     std::vector<Tensor*> donated = {};

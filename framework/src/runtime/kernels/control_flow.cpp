@@ -43,13 +43,13 @@ void if_kernel(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& cond = ctx.input(0);
     if (cond.type() != DataType::Bool || cond.size() != 1) ctx.fail("the condition must be a single bool");
     auto& b = branch(ctx, view<bool>(cond)[0]);
-    std::map<std::string, Tensor> feeds;
+    // Borrowed, not copied: a branch often reads the enclosing graph's weights.
+    std::vector<ScopeValue> outer;
     for (const auto& name : b.executor->outer_names()) {
-        const Tensor* v = ctx.lookup ? ctx.lookup(name) : nullptr;
-        if (!v) ctx.fail("the branch reads '" + name + "', which the enclosing graph does not have");
-        feeds[name] = *v;
+        outer.push_back(ctx.lookup ? ctx.lookup(name) : ScopeValue{});
+        if (!outer.back().tensor) ctx.fail("the branch reads '" + name + "', which the enclosing graph does not have");
     }
-    auto results = b.executor->run(feeds);
+    auto results = b.executor->run_nested(outer);
     if (results.size() != out.size())
         ctx.fail(fmt::format("the branch has {} outputs; the node has {}", results.size(), out.size()));
     for (size_t i = 0; i < out.size(); ++i) out[i] = std::move(results[i]);
