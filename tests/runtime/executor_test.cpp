@@ -222,7 +222,8 @@ TEST(Executor, ABranchBorrowsTheEnclosingValuesAndPreparesOnlyItsConstants) {
     const std::vector<float> w_values{1, -2, 3, -1, 0, 2, 0.5f, 1, -1, 2, 2, 0};
     b.initializer("w", Tensor::from_values<float>({4, 3}, w_values));
     auto& node = b.node("If", {"c"}, {"y"}, "choose");
-    for (auto [name, graph] : {std::pair{"then_branch", branch("w", "t")}, std::pair{"else_branch", branch("v", "e")}}) {
+    for (auto [name, graph] :
+         {std::pair{"then_branch", branch("w", "t")}, std::pair{"else_branch", branch("v", "e")}}) {
         auto* a = node.add_attribute();
         a->set_name(name);
         a->set_type(onnx::AttributeProto::GRAPH);
@@ -257,6 +258,120 @@ TEST(Executor, ABranchBorrowsTheEnclosingValuesAndPreparesOnlyItsConstants) {
         for (auto& e : negated) e = -e;
         EXPECT_EQ(values(out[1]), negated) << "the If must leave x as it was";
     }
+}
+
+// A subgraph for Loop and Scan bodies: typed inputs and outputs of unknown shape.
+onnx::GraphProto body_graph(const std::vector<std::pair<std::string, onnx::TensorProto::DataType>>& inputs,
+                            const std::vector<onnx::NodeProto>& nodes,
+                            const std::vector<std::pair<std::string, onnx::TensorProto::DataType>>& outputs) {
+    onnx::GraphProto g;
+    g.set_name("body");
+    for (const auto& [name, type] : inputs) {
+        auto* i = g.add_input();
+        i->set_name(name);
+        i->mutable_type()->mutable_tensor_type()->set_elem_type(type);
+    }
+    for (const auto& n : nodes) *g.add_node() = n;
+    for (const auto& [name, type] : outputs) {
+        auto* o = g.add_output();
+        o->set_name(name);
+        o->mutable_type()->mutable_tensor_type()->set_elem_type(type);
+    }
+    return g;
+}
+
+onnx::NodeProto simple_node(const std::string& op, const std::vector<std::string>& inputs, const std::string& out) {
+    onnx::NodeProto n;
+    n.set_op_type(op);
+    n.set_name(out);
+    for (const auto& i : inputs) n.add_input(i);
+    n.add_output(out);
+    return n;
+}
+
+void set_body(onnx::NodeProto& node, const onnx::GraphProto& body) {
+    auto* a = node.add_attribute();
+    a->set_name("body");
+    a->set_type(onnx::AttributeProto::GRAPH);
+    *a->mutable_g() = body;
+}
+
+std::vector<float> floats(const Tensor& t) {
+    return std::vector<float>(t.data<float>().begin(), t.data<float>().end());
+}
+
+// acc += step (a weight of the enclosing graph) while the trip count allows and
+// the body's condition (acc < 20) holds; each iteration's acc is scanned out.
+TEST(Executor, ALoopRunsItsBodyWhileTheTripCountAndConditionAllow) {
+    using onnx::TensorProto;
+    const auto body =
+        body_graph({{"i", TensorProto::INT64}, {"keep", TensorProto::BOOL}, {"acc", TensorProto::FLOAT}},
+                   {simple_node("Add", {"acc", "step"}, "next"), simple_node("Less", {"next", "limit"}, "more"),
+                    simple_node("Identity", {"next"}, "seen")},
+                   {{"more", TensorProto::BOOL}, {"next", TensorProto::FLOAT}, {"seen", TensorProto::FLOAT}});
+    vaiq::test::GraphBuilder b;
+    b.input("m", {}, DataType::Int64).input("c", {}, DataType::Bool).input("start", {1});
+    b.output("final", {1}).output("all", {-1, 1});
+    b.initializer("step", Tensor::from_values<float>({1}, std::vector<float>{3}));
+    b.initializer("limit", Tensor::from_values<float>({1}, std::vector<float>{20}));
+    set_body(b.node("Loop", {"m", "c", "start"}, {"final", "all"}, "loop"), body);
+    const auto model = b.build();
+    Executor executor(model);
+    auto run = [&](int64_t trips, bool keep) {
+        Tensor cond(DataType::Bool, {});
+        cond.mutable_bytes()[0] = std::byte{keep};
+        return executor.run({{"m", Tensor::from_values<int64_t>({}, std::vector<int64_t>{trips})},
+                             {"c", cond},
+                             {"start", Tensor::from_values<float>({1}, std::vector<float>{1})}});
+    };
+    const auto until_false = run(100, true);
+    EXPECT_EQ(floats(until_false[0]), (std::vector<float>{22}));
+    EXPECT_EQ(until_false[1].shape(), (std::vector<int64_t>{7, 1}));
+    EXPECT_EQ(floats(until_false[1]), (std::vector<float>{4, 7, 10, 13, 16, 19, 22}));
+    const auto three = run(3, true);
+    EXPECT_EQ(floats(three[0]), (std::vector<float>{10}));
+    EXPECT_EQ(floats(three[1]), (std::vector<float>{4, 7, 10}));
+    const auto none = run(5, false);
+    EXPECT_EQ(floats(none[0]), (std::vector<float>{1})) << "cond false before the first iteration";
+    EXPECT_EQ(none[1].shape(), (std::vector<int64_t>{0}));
+    // A body without the loop-carried input the node gives it.
+    vaiq::test::GraphBuilder bad;
+    bad.input("m", {}, DataType::Int64).input("start", {1}).output("final", {1});
+    set_body(bad.node("Loop", {"m", "", "start"}, {"final"}, "loop"),
+             body_graph({{"i", TensorProto::INT64}, {"keep", TensorProto::BOOL}},
+                        {simple_node("Identity", {"keep"}, "more")}, {{"more", TensorProto::BOOL}}));
+    const auto bad_model = bad.build();
+    Executor bad_executor(bad_model);
+    EXPECT_EQ(error_of([&] {
+                  bad_executor.run({{"m", Tensor::from_values<int64_t>({}, std::vector<int64_t>{2})},
+                                    {"start", Tensor::from_values<float>({1}, std::vector<float>{1})}});
+              }),
+              "node 'loop' (Loop, opset 13): the body takes 2 inputs; the node gives it 1 loop-carried values");
+}
+
+// A running sum over x's rows taken last to first, each step's sum stacked
+// along axis 1 of the output.
+TEST(Executor, AScanCarriesItsStateThroughTheSlicesInTheirDirections) {
+    using onnx::TensorProto;
+    const auto body = body_graph({{"s", TensorProto::FLOAT}, {"row", TensorProto::FLOAT}},
+                                 {simple_node("Add", {"s", "row"}, "s2"), simple_node("Mul", {"s2", "k"}, "out")},
+                                 {{"s2", TensorProto::FLOAT}, {"out", TensorProto::FLOAT}});
+    vaiq::test::GraphBuilder b(11);
+    b.input("init", {2}).input("x", {3, 2}).output("last", {2}).output("each", {2, 3});
+    b.initializer("k", Tensor::from_values<float>({}, std::vector<float>{10}));
+    auto& node = b.node("Scan", {"init", "x"}, {"last", "each"}, "scan");
+    set_body(node, body);
+    vaiq::test::set_int_attribute(node, "num_scan_inputs", 1);
+    vaiq::test::set_ints_attribute(node, "scan_input_directions", {1});
+    vaiq::test::set_ints_attribute(node, "scan_output_axes", {-1});
+    const auto model = b.build();
+    Executor executor(model);
+    const auto out = executor.run({{"init", Tensor::from_values<float>({2}, std::vector<float>{100, 200})},
+                                   {"x", vaiq::test::ramp({3, 2}, 1)}});  // rows [1 2] [3 4] [5 6]
+    EXPECT_EQ(floats(out[0]), (std::vector<float>{109, 212}));
+    // Sums after rows 3, 2, 1: [105 206] [108 210] [109 212], times 10, on axis 1.
+    EXPECT_EQ(out[1].shape(), (std::vector<int64_t>{2, 3}));
+    EXPECT_EQ(floats(out[1]), (std::vector<float>{1050, 1080, 1090, 2060, 2100, 2120}));
 }
 
 // A run's thread count lasts that run: constant folding runs one-thread

@@ -340,7 +340,6 @@ void Executor::check_feed(const std::string& name, const Tensor& value) const {
     }
 }
 
-// A run's values by id: what the run computed or was fed, else the constants.
 // A run's values by id: what the run computed or was fed, else what a
 // subgraph borrows from its enclosing run, else the constants.
 struct Executor::Values {
@@ -376,12 +375,13 @@ void Executor::run_taps(const std::map<std::string, Tensor>& feeds, const std::v
     run(values, taps, tap, false);
 }
 
-std::vector<Tensor> Executor::run_nested(const std::vector<ScopeValue>& outer) {
+std::vector<Tensor> Executor::run_nested(const std::map<std::string, Tensor>& feeds,
+                                         const std::vector<ScopeValue>& outer) {
     if (outer.size() != outer_names_.size())
-        throw std::logic_error(fmt::format("a nested run needs {} outer values, not {}", outer_names_.size(),
-                                           outer.size()));
-    if (!input_names_.empty()) throw InputError(fmt::format("input '{}' was not given", input_names_.front()));
+        throw std::logic_error(
+            fmt::format("a nested run needs {} outer values, not {}", outer_names_.size(), outer.size()));
     Values values(*this);
+    bind_feeds(feeds, values);
     values.borrowed.resize(value_names_.size());
     for (size_t i = 0; i < outer.size(); ++i) values.borrowed[value_ids_.at(outer_names_[i])] = outer[i];
     return run(values, {}, {}, true);

@@ -70,11 +70,11 @@ class Executor {
     std::vector<Tensor> run(const std::map<std::string, Tensor>& feeds, const std::vector<std::string>& taps = {},
                             const Tap& tap = {});
 
-    /// run() for a subgraph without inputs of its own: `outer` holds its
+    /// run() for a subgraph (a branch, a loop's body): `outer` holds its
     /// outer_names() values, in that order, borrowed from the enclosing run for
     /// this run. A constant one counts as the subgraph's own constant, so the
     /// kernels reading it keep what they prepare from it across runs.
-    std::vector<Tensor> run_nested(const std::vector<ScopeValue>& outer);
+    std::vector<Tensor> run_nested(const std::map<std::string, Tensor>& feeds, const std::vector<ScopeValue>& outer);
 
     /// run() for the taps alone: stops once every tapped tensor has reached `tap`
     /// (steps run in graph order, so what follows the last of them is skipped).
