@@ -334,6 +334,8 @@ TEST(Executor, ALoopRunsItsBodyWhileTheTripCountAndConditionAllow) {
     const auto none = run(5, false);
     EXPECT_EQ(floats(none[0]), (std::vector<float>{1})) << "cond false before the first iteration";
     EXPECT_EQ(none[1].shape(), (std::vector<int64_t>{0}));
+    const auto negative = run(-1, true);
+    EXPECT_EQ(floats(negative[0]), (std::vector<float>{1})) << "a negative trip count runs no iteration";
     // A body without the loop-carried input the node gives it.
     vaiq::test::GraphBuilder bad;
     bad.input("m", {}, DataType::Int64).input("start", {1}).output("final", {1});

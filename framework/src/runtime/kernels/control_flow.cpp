@@ -136,13 +136,14 @@ void loop_kernel(KernelContext& ctx, std::vector<Tensor>& out) {
             ctx.fail(std::string(what) + " must be a single " + data_type_name(type));
         return &t;
     };
-    const int64_t trips = ctx.has_input(0) ? view<int64_t>(*scalar(0, DataType::Int64, "M"))[0] : -1;
+    const bool bounded = ctx.has_input(0);  // else only the condition stops it
+    const int64_t trips = bounded ? view<int64_t>(*scalar(0, DataType::Int64, "M"))[0] : 0;
     bool keep_going = ctx.has_input(1) ? view<bool>(*scalar(1, DataType::Bool, "cond"))[0] : true;
     std::vector<Tensor> state;
     for (int v = 0; v < carried; ++v) state.push_back(ctx.input(2 + static_cast<size_t>(v)));
     std::vector<std::vector<Tensor>> scanned(static_cast<size_t>(scans));
     const auto outer = enclosing_values(ctx, body);
-    for (int64_t i = 0; (trips < 0 || i < trips) && keep_going; ++i) {
+    for (int64_t i = 0; (!bounded || i < trips) && keep_going; ++i) {
         std::map<std::string, Tensor> feeds;
         feeds[input_name(body, 0)] = Tensor::from_values<int64_t>({}, std::vector<int64_t>{i});
         Tensor cond(DataType::Bool, {});
@@ -171,7 +172,7 @@ std::vector<Tensor> scan_once(KernelContext& ctx, Subgraph& body, std::vector<Te
                               const std::vector<int64_t>& input_reversed, int outputs,
                               const std::vector<ScopeValue>& outer) {
     const int n = static_cast<int>(states.size()), m = static_cast<int>(sequences.size());
-    if (body.model.graph().input_size() != n + m || body.model.graph().output_size() != outputs)
+    if (body.model.graph().input_size() != n + m || body.model.graph().output_size() != outputs || outputs < n)
         ctx.fail(
             fmt::format("the body takes {} inputs and gives {} outputs; the node has {} states, {} scanned "
                         "inputs and {} outputs",
