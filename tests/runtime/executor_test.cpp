@@ -104,6 +104,47 @@ TEST(Executor, KernelErrorsNameTheNode) {
               "node 'mm' (MatMul, opset 13): inner dimensions differ: 3 and 4");
 }
 
+// A subgraph (a branch, a body): typed inputs and outputs of unknown shape.
+onnx::GraphProto body_graph(const std::vector<std::pair<std::string, onnx::TensorProto::DataType>>& inputs,
+                            const std::vector<onnx::NodeProto>& nodes,
+                            const std::vector<std::pair<std::string, onnx::TensorProto::DataType>>& outputs) {
+    onnx::GraphProto g;
+    g.set_name("subgraph");
+    for (const auto& [name, type] : inputs) {
+        auto* i = g.add_input();
+        i->set_name(name);
+        i->mutable_type()->mutable_tensor_type()->set_elem_type(type);
+    }
+    for (const auto& n : nodes) *g.add_node() = n;
+    for (const auto& [name, type] : outputs) {
+        auto* o = g.add_output();
+        o->set_name(name);
+        o->mutable_type()->mutable_tensor_type()->set_elem_type(type);
+    }
+    return g;
+}
+
+onnx::NodeProto simple_node(const std::string& op, const std::vector<std::string>& inputs, const std::string& out) {
+    onnx::NodeProto n;
+    n.set_op_type(op);
+    n.set_name(out);
+    for (const auto& i : inputs) n.add_input(i);
+    n.add_output(out);
+    return n;
+}
+
+std::vector<float> floats(const Tensor& t) {
+    return std::vector<float>(t.data<float>().begin(), t.data<float>().end());
+}
+
+// Gives `node` the graph attribute `name` (an If's branch, a Loop's or Scan's body).
+void set_graph(onnx::NodeProto& node, const std::string& name, const onnx::GraphProto& graph) {
+    auto* a = node.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    *a->mutable_g() = graph;
+}
+
 TEST(Executor, IfBranchesReadTheEnclosingScope) {
     // y = If(c) { Relu(t) } else { Neg(t) } where t = x * 2 lives in the outer graph.
     auto branch = [](const std::string& op, const std::string& out) {
@@ -123,13 +164,8 @@ TEST(Executor, IfBranchesReadTheEnclosingScope) {
     b.initializer("two", Tensor::from_values<float>({}, std::vector<float>{2.0f}));
     b.node("Mul", {"x", "two"}, {"t"}, "double");
     auto& node = b.node("If", {"c"}, {"y"}, "choose");
-    for (auto [name, graph] :
-         {std::pair{"then_branch", branch("Relu", "r")}, std::pair{"else_branch", branch("Neg", "n")}}) {
-        auto* a = node.add_attribute();
-        a->set_name(name);
-        a->set_type(onnx::AttributeProto::GRAPH);
-        *a->mutable_g() = graph;
-    }
+    set_graph(node, "then_branch", branch("Relu", "r"));
+    set_graph(node, "else_branch", branch("Neg", "n"));
     const auto model = b.build();
     Executor executor(model);
     const Tensor x = Tensor::from_values<float>({3}, std::vector<float>{-1.0f, 0.5f, 2.0f});
@@ -166,13 +202,9 @@ TEST(Executor, AnIfInsideABranchReadsTheBranchsOwnValues) {
         n.add_output(out);
         return n;
     };
-    auto with_branches = [](onnx::NodeProto n, onnx::GraphProto then_g, onnx::GraphProto else_g) {
-        for (auto [name, g] : {std::pair{"then_branch", then_g}, std::pair{"else_branch", else_g}}) {
-            auto* a = n.add_attribute();
-            a->set_name(name);
-            a->set_type(onnx::AttributeProto::GRAPH);
-            *a->mutable_g() = g;
-        }
+    auto with_branches = [](onnx::NodeProto n, const onnx::GraphProto& then_g, const onnx::GraphProto& else_g) {
+        set_graph(n, "then_branch", then_g);
+        set_graph(n, "else_branch", else_g);
         return n;
     };
     const auto inner = with_branches(node("If", {"c"}, "v"), graph_of("relu", {node("Relu", {"u"}, "r")}, "r"),
@@ -201,34 +233,17 @@ TEST(Executor, AnIfInsideABranchReadsTheBranchsOwnValues) {
 // enclosing graph reads again after the If is not the branch's to reuse.
 TEST(Executor, ABranchBorrowsTheEnclosingValuesAndPreparesOnlyItsConstants) {
     auto branch = [](const std::string& weight, const std::string& out) {
-        onnx::GraphProto g;
-        g.set_name(out);
-        auto* product = g.add_node();
-        product->set_op_type("MatMul");
-        product->add_input("x");
-        product->add_input(weight);
-        product->add_output(out + "_p");
-        auto* relu = g.add_node();
-        relu->set_op_type("Relu");
-        relu->add_input(out + "_p");
-        relu->add_output(out);
-        auto* o = g.add_output();
-        o->set_name(out);
-        o->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-        return g;
+        return body_graph({},
+                          {simple_node("MatMul", {"x", weight}, out + "_p"), simple_node("Relu", {out + "_p"}, out)},
+                          {{out, onnx::TensorProto::FLOAT}});
     };
     vaiq::test::GraphBuilder b;
     b.input("x", {2, 4}).input("v", {4, 3}).input("c", {}, DataType::Bool).output("y", {2, 3}).output("z", {2, 4});
     const std::vector<float> w_values{1, -2, 3, -1, 0, 2, 0.5f, 1, -1, 2, 2, 0};
     b.initializer("w", Tensor::from_values<float>({4, 3}, w_values));
     auto& node = b.node("If", {"c"}, {"y"}, "choose");
-    for (auto [name, graph] :
-         {std::pair{"then_branch", branch("w", "t")}, std::pair{"else_branch", branch("v", "e")}}) {
-        auto* a = node.add_attribute();
-        a->set_name(name);
-        a->set_type(onnx::AttributeProto::GRAPH);
-        *a->mutable_g() = graph;
-    }
+    set_graph(node, "then_branch", branch("w", "t"));
+    set_graph(node, "else_branch", branch("v", "e"));
     b.node("Neg", {"x"}, {"z"}, "after");
     const auto model = b.build();
     Executor executor(model);
@@ -243,7 +258,6 @@ TEST(Executor, ABranchBorrowsTheEnclosingValuesAndPreparesOnlyItsConstants) {
             }
         return y;
     };
-    auto values = [](const Tensor& t) { return std::vector<float>(t.data<float>().begin(), t.data<float>().end()); };
     const Tensor x1 = vaiq::test::ramp({2, 4});
     const Tensor x2 = Tensor::from_values<float>({2, 4}, std::vector<float>{3, -1, 2, 0, -2, 1, 4, 1});
     const std::vector<float> v1{2, 0, 1, -1, 1, 0, 0, 3, 1, 1, -1, 2}, v2{-1, 1, 0, 2, 0, 1, 1, -2, 3, 0, 1, 1};
@@ -253,51 +267,11 @@ TEST(Executor, ABranchBorrowsTheEnclosingValuesAndPreparesOnlyItsConstants) {
         Tensor cond(DataType::Bool, {});
         cond.mutable_bytes()[0] = std::byte{then_branch};
         const auto out = executor.run({{"x", x}, {"v", Tensor::from_values<float>({4, 3}, v)}, {"c", cond}});
-        EXPECT_EQ(values(out[0]), expected(x, then_branch ? w_values : v)) << (then_branch ? "then" : "else");
-        auto negated = values(x);
+        EXPECT_EQ(floats(out[0]), expected(x, then_branch ? w_values : v)) << (then_branch ? "then" : "else");
+        auto negated = floats(x);
         for (auto& e : negated) e = -e;
-        EXPECT_EQ(values(out[1]), negated) << "the If must leave x as it was";
+        EXPECT_EQ(floats(out[1]), negated) << "the If must leave x as it was";
     }
-}
-
-// A subgraph for Loop and Scan bodies: typed inputs and outputs of unknown shape.
-onnx::GraphProto body_graph(const std::vector<std::pair<std::string, onnx::TensorProto::DataType>>& inputs,
-                            const std::vector<onnx::NodeProto>& nodes,
-                            const std::vector<std::pair<std::string, onnx::TensorProto::DataType>>& outputs) {
-    onnx::GraphProto g;
-    g.set_name("body");
-    for (const auto& [name, type] : inputs) {
-        auto* i = g.add_input();
-        i->set_name(name);
-        i->mutable_type()->mutable_tensor_type()->set_elem_type(type);
-    }
-    for (const auto& n : nodes) *g.add_node() = n;
-    for (const auto& [name, type] : outputs) {
-        auto* o = g.add_output();
-        o->set_name(name);
-        o->mutable_type()->mutable_tensor_type()->set_elem_type(type);
-    }
-    return g;
-}
-
-onnx::NodeProto simple_node(const std::string& op, const std::vector<std::string>& inputs, const std::string& out) {
-    onnx::NodeProto n;
-    n.set_op_type(op);
-    n.set_name(out);
-    for (const auto& i : inputs) n.add_input(i);
-    n.add_output(out);
-    return n;
-}
-
-void set_body(onnx::NodeProto& node, const onnx::GraphProto& body) {
-    auto* a = node.add_attribute();
-    a->set_name("body");
-    a->set_type(onnx::AttributeProto::GRAPH);
-    *a->mutable_g() = body;
-}
-
-std::vector<float> floats(const Tensor& t) {
-    return std::vector<float>(t.data<float>().begin(), t.data<float>().end());
 }
 
 // acc += step (a weight of the enclosing graph) while the trip count allows and
@@ -314,7 +288,7 @@ TEST(Executor, ALoopRunsItsBodyWhileTheTripCountAndConditionAllow) {
     b.output("final", {1}).output("all", {-1, 1});
     b.initializer("step", Tensor::from_values<float>({1}, std::vector<float>{3}));
     b.initializer("limit", Tensor::from_values<float>({1}, std::vector<float>{20}));
-    set_body(b.node("Loop", {"m", "c", "start"}, {"final", "all"}, "loop"), body);
+    set_graph(b.node("Loop", {"m", "c", "start"}, {"final", "all"}, "loop"), "body", body);
     const auto model = b.build();
     Executor executor(model);
     auto run = [&](int64_t trips, bool keep) {
@@ -339,9 +313,9 @@ TEST(Executor, ALoopRunsItsBodyWhileTheTripCountAndConditionAllow) {
     // A body without the loop-carried input the node gives it.
     vaiq::test::GraphBuilder bad;
     bad.input("m", {}, DataType::Int64).input("start", {1}).output("final", {1});
-    set_body(bad.node("Loop", {"m", "", "start"}, {"final"}, "loop"),
-             body_graph({{"i", TensorProto::INT64}, {"keep", TensorProto::BOOL}},
-                        {simple_node("Identity", {"keep"}, "more")}, {{"more", TensorProto::BOOL}}));
+    set_graph(bad.node("Loop", {"m", "", "start"}, {"final"}, "loop"), "body",
+              body_graph({{"i", TensorProto::INT64}, {"keep", TensorProto::BOOL}},
+                         {simple_node("Identity", {"keep"}, "more")}, {{"more", TensorProto::BOOL}}));
     const auto bad_model = bad.build();
     Executor bad_executor(bad_model);
     EXPECT_EQ(error_of([&] {
@@ -362,7 +336,7 @@ TEST(Executor, AScanCarriesItsStateThroughTheSlicesInTheirDirections) {
     b.input("init", {2}).input("x", {3, 2}).output("last", {2}).output("each", {2, 3});
     b.initializer("k", Tensor::from_values<float>({}, std::vector<float>{10}));
     auto& node = b.node("Scan", {"init", "x"}, {"last", "each"}, "scan");
-    set_body(node, body);
+    set_graph(node, "body", body);
     vaiq::test::set_int_attribute(node, "num_scan_inputs", 1);
     vaiq::test::set_ints_attribute(node, "scan_input_directions", {1});
     vaiq::test::set_ints_attribute(node, "scan_output_axes", {-1});

@@ -243,6 +243,8 @@ Tensor convert_float_type(const Tensor& t, DataType to) {
     return out;
 }
 
+// Under AddressSanitizer glibc's heap serves nothing and was never set up:
+// trimming it from two threads at once races on that set-up and crashes.
 #if defined(__SANITIZE_ADDRESS__)
 #define VAIQ_SANITIZED_HEAP 1
 #elif defined(__has_feature)
@@ -255,8 +257,6 @@ void return_freed_memory() noexcept {
 #ifndef VAIQ_SANITIZED_HEAP
     malloc_trim(0);
 #endif
-    // Under AddressSanitizer glibc's heap serves nothing and was never set up:
-    // trimming it from two threads at once races on that set-up and crashes.
 }
 
 bool is_deferred(const onnx::TensorProto& proto) { return deferred_data(proto).has_value(); }

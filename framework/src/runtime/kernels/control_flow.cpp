@@ -60,9 +60,6 @@ std::vector<ScopeValue> enclosing_values(KernelContext& ctx, const Subgraph& g) 
 
 const std::string& input_name(const Subgraph& g, int i) { return g.model.graph().input(i).name(); }
 
-// Bytes of one element; 0 for an empty tensor (nothing to copy then).
-size_t element_bytes(const Tensor& t) { return t.size() == 0 ? 0 : t.bytes().size() / static_cast<size_t>(t.size()); }
-
 // Slice `index` of `t` along `axis`, that axis removed.
 Tensor slice_at(const Tensor& t, int64_t axis, int64_t index) {
     std::vector<int64_t> shape = t.shape();
@@ -72,7 +69,7 @@ Tensor slice_at(const Tensor& t, int64_t axis, int64_t index) {
     const int64_t length = shape[axis];
     shape.erase(shape.begin() + axis);
     Tensor out(t.type(), shape);
-    const size_t es = element_bytes(t), row = static_cast<size_t>(after) * es;
+    const size_t row = static_cast<size_t>(after) * element_size(t.type());
     for (int64_t o = 0; o < before; ++o)
         std::memcpy(out.mutable_bytes().data() + static_cast<size_t>(o) * row,
                     t.bytes().data() + static_cast<size_t>(o * length + index) * row, row);
@@ -94,7 +91,7 @@ Tensor stack(const KernelContext& ctx, const std::vector<Tensor>& parts, int64_t
     for (size_t d = static_cast<size_t>(axis); d < shape.size(); ++d) after *= shape[d];
     shape.insert(shape.begin() + axis, static_cast<int64_t>(parts.size()));
     Tensor out(first.type(), shape);
-    const size_t row = static_cast<size_t>(after) * element_bytes(first);
+    const size_t row = static_cast<size_t>(after) * element_size(first.type());
     for (int64_t o = 0; o < before; ++o)
         for (size_t i = 0; i < parts.size(); ++i)
             std::memcpy(out.mutable_bytes().data() + (static_cast<size_t>(o) * parts.size() + i) * row,
@@ -130,15 +127,15 @@ void loop_kernel(KernelContext& ctx, std::vector<Tensor>& out) {
     if (scans < 0 || static_cast<int>(out.size()) != carried + scans)
         ctx.fail(fmt::format("the body has {} outputs; the node has {} outputs and {} loop-carried values",
                              body.model.graph().output_size(), out.size(), carried));
-    auto scalar = [&](size_t i, DataType type, const char* what) {
+    auto scalar = [&](size_t i, DataType type, const char* what) -> const Tensor& {
         const auto& t = ctx.input(i);
         if (t.type() != type || t.size() != 1)
             ctx.fail(std::string(what) + " must be a single " + data_type_name(type));
-        return &t;
+        return t;
     };
     const bool bounded = ctx.has_input(0);  // else only the condition stops it
-    const int64_t trips = bounded ? view<int64_t>(*scalar(0, DataType::Int64, "M"))[0] : 0;
-    bool keep_going = ctx.has_input(1) ? view<bool>(*scalar(1, DataType::Bool, "cond"))[0] : true;
+    const int64_t trips = bounded ? view<int64_t>(scalar(0, DataType::Int64, "M"))[0] : 0;
+    bool keep_going = ctx.has_input(1) ? view<bool>(scalar(1, DataType::Bool, "cond"))[0] : true;
     std::vector<Tensor> state;
     for (int v = 0; v < carried; ++v) state.push_back(ctx.input(2 + static_cast<size_t>(v)));
     std::vector<std::vector<Tensor>> scanned(static_cast<size_t>(scans));
