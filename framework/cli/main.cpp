@@ -19,6 +19,7 @@
 #include "recipe/recipe.hpp"
 #include "runtime/infer.hpp"
 #include "util/atomic_file.hpp"
+#include "util/huge_pages.hpp"
 #include "util/model_size.hpp"
 #include "util/progress.hpp"
 #include "vaiq/error.hpp"
@@ -540,6 +541,7 @@ class InferCommand final : public Command {
 }  // namespace
 
 int main(int argc, char** argv) {
+    restart_with_huge_pages(argv);
     // Every run allocates and frees the same activations; served from the heap and
     // never handed back, they are reused instead of being faulted in page by page
     // on each run (glibc maps blocks over 32 MB afresh every time otherwise).

@@ -1,0 +1,27 @@
+#include "util/huge_pages.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+
+namespace vaiq {
+
+std::optional<std::string> tunables_for_huge_pages(const char* current, std::string_view thp_enabled) {
+    constexpr std::string_view kTunable = "glibc.malloc.hugetlb";
+    const std::string tunables = current ? current : "";
+    if (tunables.find(kTunable) != std::string::npos) return std::nullopt;
+    if (thp_enabled.find("[madvise]") == std::string_view::npos) return std::nullopt;
+    return (tunables.empty() ? "" : tunables + ":") + std::string(kTunable) + "=1";
+}
+
+void restart_with_huge_pages(char** argv) {
+    std::ifstream mode("/sys/kernel/mm/transparent_hugepage/enabled");
+    const std::string thp((std::istreambuf_iterator<char>(mode)), std::istreambuf_iterator<char>());
+    const auto tunables = tunables_for_huge_pages(std::getenv("GLIBC_TUNABLES"), thp);
+    if (!tunables || ::setenv("GLIBC_TUNABLES", tunables->c_str(), 1) != 0) return;
+    ::execv("/proc/self/exe", argv);  // returns only when it failed: go on as started
+}
+
+}  // namespace vaiq
