@@ -1,6 +1,7 @@
 // Integer kernels and QDQ fusion: requantization, QLinear* and QGemm as ONNX Runtime computes them.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <oneapi/dnnl/dnnl.hpp>
 
 #include <fstream>
 #include <functional>
@@ -520,6 +521,46 @@ TEST(Executor, ChannelsLastConvolutionBandsAgreeWithTheWholeConvolution) {
         const auto whole = Executor(model, {.threads = threads, .optimize_layout = false}).run({{"x", feed}})[0];
         EXPECT_EQ(y.shape(), (std::vector<int64_t>{n, 40, 50, 45}));
         expect_as_whole(banded, y, whole, 4, threads);
+    }
+}
+
+// The bands of resnet50's 56 x 56 1x1 convolutions (64 -> 256 channels) split
+// their 56 rows evenly: in bands of 5 the last held one row, which in the first
+// band's weight layout oneDNN's brgconv kernels (AVX-512 CPUs with bf16) refused,
+// leaving its reference loops: 40 ms for that band, 0.04 ms for the others.
+// oneDNN's verbose log names the kernel each execution ran.
+TEST(Executor, ChannelsLastConvolutionBandsNeverRunOnReferenceLoops) {
+    const int64_t c = 64, m = 256, h = 56, w = 56;
+    std::mt19937 rng(11);
+    std::uniform_int_distribution<int> byte(0, 255), weight(-127, 127);
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, c, h, w}, DataType::UInt8).output("y", {}, DataType::UInt8);
+    const auto scalar = scalar_initializers(b);
+    scalar("zx", uint8_t{0});
+    scalar("sx", 0.02f);
+    scalar("zw", int8_t{0});
+    scalar("sw", 0.004f);
+    scalar("sy", 0.3f);
+    scalar("zy", uint8_t{0});
+    std::vector<int8_t> wt(static_cast<size_t>(m * c));
+    for (auto& v : wt) v = static_cast<int8_t>(weight(rng));
+    b.initializer("w", Tensor::from_values<int8_t>({m, c, 1, 1}, wt));
+    b.node("QLinearConv", {"x", "sx", "zx", "w", "sw", "zw", "sy", "zy"}, {"y"}, "conv");
+    const auto model = b.build();
+    std::vector<uint8_t> x(static_cast<size_t>(c * h * w));
+    for (auto& v : x) v = static_cast<uint8_t>(byte(rng));
+    const auto feed = Tensor::from_values<uint8_t>({1, c, h, w}, x);
+    for (const int threads : {1, 2}) {
+        Executor banded(model, {.threads = threads, .profile = true});
+        testing::internal::CaptureStdout();
+        dnnl::set_verbose(1);
+        const auto y = banded.run({{"x", feed}})[0];
+        dnnl::set_verbose(0);
+        const std::string log = testing::internal::GetCapturedStdout();
+        EXPECT_NE(log.find("exec,cpu,convolution,"), std::string::npos) << "oneDNN's log is not there to read";
+        EXPECT_EQ(log.find("exec,cpu,convolution,ref"), std::string::npos) << threads << " threads:\n" << log;
+        const auto whole = Executor(model, {.threads = threads, .optimize_layout = false}).run({{"x", feed}})[0];
+        expect_as_whole(banded, y, whole, 1, threads);
     }
 }
 
