@@ -181,14 +181,16 @@ void Executor::number_values() {
     for (const auto& name : initialized) is_constant_[value_ids_.at(name)] = true;
     // The rewritten copy's initializers live on as constants: their data need not be held twice.
     if (optimized_) {
+        size_t dropped = 0;
         for (auto& init : *optimized_->graph().mutable_initializer()) {
+            dropped += init.ByteSizeLong();
             onnx::TensorProto header;
             header.set_name(init.name());
             header.set_data_type(init.data_type());
             *header.mutable_dims() = init.dims();
             init.Swap(&header);
         }
-        return_freed_memory();
+        if (dropped >= kReturnedFreeBytes) return_freed_memory();
     }
 }
 

@@ -94,7 +94,7 @@ size_t TensorSpool::park_initializers(Model& model, size_t min_bytes) {
         std::string().swap(*init.mutable_raw_data());  // clear_raw_data() would keep the memory
         init.set_data_location(onnx::TensorProto::EXTERNAL);
     }
-    if (moved > 0) return_freed_memory();
+    if (moved >= kReturnedFreeBytes) return_freed_memory();
     return moved;
 }
 
