@@ -8,10 +8,12 @@
 
 namespace vaiq {
 
-std::optional<std::string> tunables_for_huge_pages(const char* current, std::string_view thp_enabled) {
+std::optional<std::string> tunables_for_huge_pages(const char* current, std::string_view thp_enabled,
+                                                   const char* ld_preload) {
     constexpr std::string_view kTunable = "glibc.malloc.hugetlb";
     const std::string tunables = current ? current : "";
     if (tunables.find(kTunable) != std::string::npos) return std::nullopt;
+    if (ld_preload && std::string_view(ld_preload).find("vgpreload") != std::string_view::npos) return std::nullopt;
     if (thp_enabled.find("[madvise]") == std::string_view::npos) return std::nullopt;
     return (tunables.empty() ? "" : tunables + ":") + std::string(kTunable) + "=1";
 }
@@ -19,7 +21,7 @@ std::optional<std::string> tunables_for_huge_pages(const char* current, std::str
 void restart_with_huge_pages(char** argv) {
     std::ifstream mode("/sys/kernel/mm/transparent_hugepage/enabled");
     const std::string thp((std::istreambuf_iterator<char>(mode)), std::istreambuf_iterator<char>());
-    const auto tunables = tunables_for_huge_pages(std::getenv("GLIBC_TUNABLES"), thp);
+    const auto tunables = tunables_for_huge_pages(std::getenv("GLIBC_TUNABLES"), thp, std::getenv("LD_PRELOAD"));
     if (!tunables || ::setenv("GLIBC_TUNABLES", tunables->c_str(), 1) != 0) return;
     ::execv("/proc/self/exe", argv);  // returns only when it failed: go on as started
 }

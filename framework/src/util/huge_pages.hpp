@@ -16,10 +16,13 @@
 namespace vaiq {
 
 /// The GLIBC_TUNABLES value to start again with, or nothing when there is no
-/// need: the user set glibc.malloc.hugetlb already (their choice stands), or
-/// the kernel's THP mode (`thp_enabled`, as /sys/kernel/mm/transparent_hugepage/enabled
-/// reads) is "always" (the heap has them) or "never" (none to have).
-std::optional<std::string> tunables_for_huge_pages(const char* current, std::string_view thp_enabled);
+/// need: the user set glibc.malloc.hugetlb already (their choice stands), the
+/// kernel's THP mode (`thp_enabled`, as /sys/kernel/mm/transparent_hugepage/enabled
+/// reads) is "always" (the heap has them) or "never" (none to have), or the
+/// process runs under valgrind (`ld_preload` names its vgpreload libraries),
+/// which would not follow the restart into the new program.
+std::optional<std::string> tunables_for_huge_pages(const char* current, std::string_view thp_enabled,
+                                                   const char* ld_preload);
 
 /// Re-executes this program with glibc.malloc.hugetlb=1 when
 /// tunables_for_huge_pages() says so; returns (doing nothing) otherwise or when
