@@ -460,27 +460,31 @@ TEST(Histogram, EachValueLandsInTheBinItsDefinitionGives) {
 }
 
 TEST(Histogram, ABigBatchCountsAsItsPiecesDo) {
-    // A big batch is counted in shards over the threads; small ones straight in.
-    omp_set_num_threads(3);
-    std::vector<float> values(1 << 20);
-    for (size_t i = 0; i < values.size(); ++i)
-        values[i] = i % 5 == 0 ? 0.0f : static_cast<float>((i * 2654435761u) % 20011) * 1e-3f - 10.0f;
-    vaiq::Histogram whole(64, false), pieces(64, false), whole_abs(64, true), pieces_abs(64, true);
-    const std::vector<float> first{-12.0f, 12.0f};  // the same stride for both
-    for (auto* h : {&whole, &pieces, &whole_abs, &pieces_abs}) h->add(first);
-    whole.add(values);
-    whole_abs.add(values);
-    for (size_t start = 0; start < values.size(); start += 500) {
-        const auto piece = std::span<const float>(values).subspan(start, std::min<size_t>(500, values.size() - start));
-        pieces.add(piece);
-        pieces_abs.add(piece);
+    // A big batch is counted in shards over the threads (one on one thread);
+    // small ones straight in.
+    for (const int threads : {1, 3}) {
+        omp_set_num_threads(threads);
+        std::vector<float> values(1 << 20);
+        for (size_t i = 0; i < values.size(); ++i)
+            values[i] = i % 5 == 0 ? 0.0f : static_cast<float>((i * 2654435761u) % 20011) * 1e-3f - 10.0f;
+        vaiq::Histogram whole(64, false), pieces(64, false), whole_abs(64, true), pieces_abs(64, true);
+        const std::vector<float> first{-12.0f, 12.0f};  // the same stride for both
+        for (auto* h : {&whole, &pieces, &whole_abs, &pieces_abs}) h->add(first);
+        whole.add(values);
+        whole_abs.add(values);
+        for (size_t start = 0; start < values.size(); start += 500) {
+            const auto piece =
+                std::span<const float>(values).subspan(start, std::min<size_t>(500, values.size() - start));
+            pieces.add(piece);
+            pieces_abs.add(piece);
+        }
+        EXPECT_EQ(whole.counts(), pieces.counts());
+        EXPECT_EQ(whole_abs.counts(), pieces_abs.counts());
+        EXPECT_DOUBLE_EQ(whole.total(), 2.0 + static_cast<double>(values.size()));
+        const auto zeros = std::count(values.begin(), values.end(), 0.0f);
+        EXPECT_GE(whole.counts()[32], static_cast<double>(zeros)) << "0 lies in the bin just above 0";
+        EXPECT_LT(whole.counts()[31], static_cast<double>(zeros));
     }
-    EXPECT_EQ(whole.counts(), pieces.counts());
-    EXPECT_EQ(whole_abs.counts(), pieces_abs.counts());
-    EXPECT_DOUBLE_EQ(whole.total(), 2.0 + static_cast<double>(values.size()));
-    const auto zeros = std::count(values.begin(), values.end(), 0.0f);
-    EXPECT_GE(whole.counts()[32], static_cast<double>(zeros)) << "0 lies in the bin just above 0";
-    EXPECT_LT(whole.counts()[31], static_cast<double>(zeros));
     omp_set_num_threads(0 < omp_get_num_procs() ? omp_get_num_procs() : 1);
 }
 
