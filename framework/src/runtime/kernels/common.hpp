@@ -17,6 +17,7 @@
 
 #include "runtime/cpu_features.hpp"
 #include "runtime/kernel.hpp"
+#include "runtime/parallel_for.hpp"
 #include "runtime/qdq_fusion.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/quant.hpp"
@@ -147,8 +148,7 @@ Tensor map_elements(const Tensor& x, F f, int64_t grain = kParallelGrain) {
     auto o = mutable_view<R>(out);
     const auto i = view<T>(x);
     const auto n = static_cast<int64_t>(o.size());
-#pragma omp parallel for if (n > grain)
-    for (int64_t k = 0; k < n; ++k) o[k] = f(i[k]);
+    parallel_for(n, n > grain, [&](int64_t k) { o[k] = f(i[k]); });
     return out;
 }
 
@@ -160,8 +160,8 @@ template <typename F>
 void for_each_channel_run(int64_t size, int64_t channels, int64_t inner, F f) {
     const int64_t run = channels == 1 ? std::clamp<int64_t>(size, 1, int64_t{1} << 14) : std::max<int64_t>(inner, 1);
     const int64_t runs = (size + run - 1) / run;
-#pragma omp parallel for if (size > kParallelGrain)
-    for (int64_t r = 0; r < runs; ++r) f(r * run, std::min(run, size - r * run), r % channels);
+    parallel_for(runs, size > kParallelGrain,
+                 [&](int64_t r) { f(r * run, std::min(run, size - r * run), r % channels); });
 }
 
 /// quantize_value for 8-bit outputs, branch-free so that loops vectorise: the
@@ -256,8 +256,8 @@ Tensor quantized_tensor(KernelContext& ctx, DataType type, const std::vector<int
             auto o = mutable_view<Q>(y);
             const auto n = static_cast<int64_t>(o.size());
             const auto zp = static_cast<float>(zero_point);
-#pragma omp parallel for if (n > kParallelGrain)
-            for (int64_t i = 0; i < n; ++i) o[i] = quantize_8_bit<Q>(value(static_cast<size_t>(i)), zp);
+            parallel_for(n, n > kParallelGrain,
+                         [&](int64_t i) { o[i] = quantize_8_bit<Q>(value(static_cast<size_t>(i)), zp); });
         }
     });
     return y;
@@ -288,20 +288,17 @@ Tensor broadcast_binary(const KernelContext& ctx, const Tensor& a, const Tensor&
     const auto y = view<T>(b);
     const auto n = static_cast<int64_t>(o.size());
     if (a.shape() == b.shape()) {
-#pragma omp parallel for if (n > kParallelGrain)
-        for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+        parallel_for(n, n > kParallelGrain, [&](int64_t i) { o[i] = f(x[i], y[i]); });
         return out;
     }
     if (y.size() == 1) {
         const T s = y[0];
-#pragma omp parallel for if (n > kParallelGrain)
-        for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], s);
+        parallel_for(n, n > kParallelGrain, [&](int64_t i) { o[i] = f(x[i], s); });
         return out;
     }
     if (x.size() == 1) {
         const T s = x[0];
-#pragma omp parallel for if (n > kParallelGrain)
-        for (int64_t i = 0; i < n; ++i) o[i] = f(s, y[i]);
+        parallel_for(n, n > kParallelGrain, [&](int64_t i) { o[i] = f(s, y[i]); });
         return out;
     }
     const auto sa = broadcast_strides(a.shape(), shape);
@@ -309,8 +306,7 @@ Tensor broadcast_binary(const KernelContext& ctx, const Tensor& a, const Tensor&
     const size_t rank = shape.size();
     const int64_t inner = shape.back(), ia = sa.back(), ib = sb.back();
     const int64_t rows = inner ? n / inner : 0;
-#pragma omp parallel for if (n > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
+    parallel_for(rows, n > kParallelGrain, [&](int64_t r) {
         int64_t pa = 0, pb = 0, rest = r;
         for (int d = static_cast<int>(rank) - 2; d >= 0; --d) {
             const int64_t c = rest % shape[d];
@@ -320,7 +316,7 @@ Tensor broadcast_binary(const KernelContext& ctx, const Tensor& a, const Tensor&
         }
         R* row = o.data() + r * inner;
         for (int64_t j = 0; j < inner; ++j) row[j] = f(x[pa + j * ia], y[pb + j * ib]);
-    }
+    });
     return out;
 }
 

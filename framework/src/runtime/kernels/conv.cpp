@@ -9,6 +9,7 @@
 #include "runtime/kernels/ort_float.hpp"
 #include "runtime/kernels/window.hpp"
 #include "runtime/layout.hpp"
+#include "runtime/parallel_for.hpp"
 
 namespace vaiq::runtime {
 namespace {
@@ -190,8 +191,8 @@ void conv(KernelContext& ctx, std::vector<Tensor>& out, bool nhwc) {
         const float hi = ctx.attributes.get_float("activation_max", std::numeric_limits<float>::infinity());
         float* v = y.mutable_data<float>().data();
         const int64_t count = y.size();
-#pragma omp parallel for schedule(static) if (count > kParallelGrain)
-        for (int64_t i = 0; i < count; ++i) v[i] = std::min(std::max(add ? v[i] + add[i] : v[i], lo), hi);
+        parallel_for(count, count > kParallelGrain,
+                     [&](int64_t i) { v[i] = std::min(std::max(add ? v[i] + add[i] : v[i], lo), hi); });
         out[0] = std::move(y);
         return;
     }

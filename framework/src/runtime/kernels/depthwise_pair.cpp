@@ -9,6 +9,7 @@
 
 #include "runtime/cpu_features.hpp"
 #include "runtime/kernels/intrinsics.hpp"
+#include "runtime/parallel_for.hpp"
 
 namespace vaiq::runtime {
 namespace {
@@ -327,18 +328,16 @@ void run_depthwise_pair(const DepthwisePairWeights& weights, const float* x, int
     const int64_t blocks = g.m / kLanes;
     const int64_t x_image = h * w * g.c, y_image = g.oh * g.ow * (weights.out_channels ? weights.out_channels : g.m);
     if (weights.out_channels == 0) {
-#pragma omp parallel
-        {
+        parallel_team(true, [&](int64_t t, int64_t threads) {
             // This thread's share of the (image, block) units, every row of them.
-            const int64_t units = n * blocks, threads = omp_get_num_threads(), t = omp_get_thread_num();
-            const int64_t end = units * (t + 1) / threads;
+            const int64_t units = n * blocks, end = units * (t + 1) / threads;
             for (int64_t u = units * t / threads; u < end;) {
                 const int64_t image = u / blocks, count = std::min(blocks - u % blocks, end - u);
                 for (auto& pass : passes_of(g, u % blocks, count))
                     run_pass(weights, g, x + image * x_image, pass, 0, g.oh, clamps, y + image * y_image);
                 u += count;
             }
-        }
+        });
         return;
     }
     const int64_t band_rows = std::min(g.oh, (kBandPixels + g.ow - 1) / g.ow);
@@ -348,29 +347,26 @@ void run_depthwise_pair(const DepthwisePairWeights& weights, const float* x, int
         // Whole images per thread, or with fewer images than threads, tall ones
         // cut into a band of rows per thread (the expanded rows at a cut are made
         // by both threads: 2 of 56 rows, against barriers and channel shares).
-#pragma omp parallel
-        {
+        parallel_team(true, [&](int64_t rank, int64_t team) {
             AlignedFloats buffer(2 * band_floats);
             float* bands[2] = {buffer.data(), buffer.data() + band_floats};
-            const int64_t team = omp_get_num_threads(), rank = omp_get_thread_num();
             const bool whole = n >= team;
             const int64_t first = whole ? n * rank / team : 0, last = whole ? n * (rank + 1) / team : n;
             for (int64_t image = first; image < last; ++image)
                 run_block_image(weights, g, x + image * x_image, residual ? residual + image * y_image : nullptr,
                                 y + image * y_image, clamps, 1, 0, whole ? 0 : g.oh * rank / team,
                                 whole ? g.oh : g.oh * (rank + 1) / team, band_rows, bands);
-        }
+        });
         return;
     }
     // Fewer images than threads, and short: the team shares each image's channels.
     AlignedFloats buffer(2 * band_floats);
     float* bands[2] = {buffer.data(), buffer.data() + band_floats};
-    for (int64_t image = 0; image < n; ++image) {
-#pragma omp parallel
-        run_block_image(weights, g, x + image * x_image, residual ? residual + image * y_image : nullptr,
-                        y + image * y_image, clamps, omp_get_num_threads(), omp_get_thread_num(), 0, g.oh, band_rows,
-                        bands);
-    }
+    for (int64_t image = 0; image < n; ++image)
+        parallel_team(true, [&](int64_t rank, int64_t team) {
+            run_block_image(weights, g, x + image * x_image, residual ? residual + image * y_image : nullptr,
+                            y + image * y_image, clamps, team, rank, 0, g.oh, band_rows, bands);
+        });
 }
 
 }  // namespace vaiq::runtime

@@ -44,15 +44,12 @@ void pow_kernel(KernelContext& ctx, std::vector<Tensor>& out) {
         const auto x = base.data<float>();
         const auto n = static_cast<int64_t>(o.size());
         if (e == 2.0) {
-#pragma omp parallel for if (n > kParallelGrain)
-            for (int64_t i = 0; i < n; ++i) o[i] = x[i] * x[i];
+            parallel_for(n, n > kParallelGrain, [&](int64_t i) { o[i] = x[i] * x[i]; });
         } else if (e == 0.5) {
-#pragma omp parallel for if (n > kParallelGrain)
-            for (int64_t i = 0; i < n; ++i) o[i] = std::sqrt(x[i]);
+            parallel_for(n, n > kParallelGrain, [&](int64_t i) { o[i] = std::sqrt(x[i]); });
         } else {
             const float ef = static_cast<float>(e);
-#pragma omp parallel for if (n > kParallelGrain)
-            for (int64_t i = 0; i < n; ++i) o[i] = std::pow(x[i], ef);
+            parallel_for(n, n > kParallelGrain, [&](int64_t i) { o[i] = std::pow(x[i], ef); });
         }
         return;
     }
@@ -334,8 +331,8 @@ Tensor chunked_float(const Tensor& x, F kernel) {
     const int64_t n = x.size();
     constexpr int64_t kChunk = kParallelGrain;
     static_assert(kChunk % 16 == 0);
-#pragma omp parallel for if (n > 2 * kChunk)
-    for (int64_t start = 0; start < n; start += kChunk) kernel(in + start, o + start, std::min(kChunk, n - start));
+    parallel_for_pieces(n, kChunk, n > 2 * kChunk,
+                        [&](int64_t start, int64_t end) { kernel(in + start, o + start, end - start); });
     return y;
 }
 

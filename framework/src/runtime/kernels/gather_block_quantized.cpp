@@ -97,8 +97,7 @@ void gather_block_quantized(KernelContext& ctx, std::vector<Tensor>& out) {
             ctx.fail(fmt::format("index {} is out of range for a dimension of {}", i, gathered));
         rows[static_cast<size_t>(n)] = i < 0 ? i + gathered : i;
     }
-#pragma omp parallel for if (outer * count * inner > kParallelGrain)
-    for (int64_t mn = 0; mn < outer * count; ++mn) {
+    parallel_for(outer * count, outer * count * inner > kParallelGrain, [&](int64_t mn) {
         const int64_t m = mn / count, n = mn % count;
         const int64_t first = (m * gathered + rows[static_cast<size_t>(n)]) * inner;
         float* row = y + mn * inner;
@@ -108,7 +107,7 @@ void gather_block_quantized(KernelContext& ctx, std::vector<Tensor>& out) {
             const int64_t s = (before * blocks_per_row + position / block) * after + rest;
             row[i] = static_cast<float>(q.value(at) - zero_point(s)) * scale[s];
         }
-    }
+    });
 }
 
 const KernelRegistration kKernels[] = {

@@ -8,6 +8,7 @@
 
 #include "runtime/kernels/dnnl_util.hpp"
 #include "runtime/kernels/int8_in_float.hpp"
+#include "runtime/parallel_for.hpp"
 #include "runtime/thread_count.hpp"
 
 namespace vaiq::runtime {
@@ -414,6 +415,10 @@ bool int8_conv_channels_last(KernelContext& ctx, const Tensor& x, int32_t x_zero
         return true;
     }
     const auto count = static_cast<int64_t>(spans.size());
+    if (workers == 1) {  // no team of one: it costs a system call (parallel_for.hpp)
+        for (int64_t k = 0; k < count; ++k) run(static_cast<size_t>(k), 0);
+        return true;
+    }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(workers)
     for (int64_t k = 0; k < count; ++k) run(static_cast<size_t>(k), omp_get_thread_num());
     return true;
@@ -508,11 +513,11 @@ std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_
         const auto bv = (shift ? state->b_int8 : b).data<int8_t>();
         const int64_t b_batches = static_cast<int64_t>(bv.size()) / (k * n);
         state->column_sums.assign(static_cast<size_t>(b_batches * n), 0);
-#pragma omp parallel for schedule(static) if (b_batches > 1 && b_batches * k * n > kParallelGrain)
-        for (int64_t p = 0; p < b_batches; ++p)
+        parallel_for(b_batches, b_batches * k * n > kParallelGrain, [&](int64_t p) {
             for (int64_t q = 0; q < k; ++q)
                 for (int64_t j = 0; j < n; ++j)
                     state->column_sums[p * n + j] += bv[b_transposed ? j * k + q : (p * k + q) * n + j];
+        });
         state->weights = {};  // a new B: lay it out again
     }
     const Tensor& b_int8 = shift ? state->b_int8 : b;
@@ -533,8 +538,7 @@ std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_
     const int32_t constant = static_cast<int32_t>(k) * a_zero_point * b_zp;
     // Row by row over the threads (integer sums: the order does not matter).
     const auto rows = static_cast<int64_t>(ia.size()) * m;
-#pragma omp parallel for schedule(static) if (rows * n > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
+    parallel_for(rows, rows * n > kParallelGrain, [&](int64_t r) {
         const auto p = static_cast<size_t>(r / m);
         int32_t row_share = 0;
         if (b_zp != 0) {  // a symmetric B (weights, mostly) needs no sums of A
@@ -549,7 +553,7 @@ std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_
         const int32_t* columns = state->column_sums.data() + ib[p] * n;
         int32_t* out = acc.data() + r * n;
         for (int64_t j = 0; j < n; ++j) out[j] -= (a_zero_point * columns[j] - constant) + row_share;
-    }
+    });
     shape = geometry->result_shape;
     return acc;
 }

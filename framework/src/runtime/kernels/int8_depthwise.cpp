@@ -2,6 +2,7 @@
 
 #include "runtime/cpu_features.hpp"
 #include "runtime/kernels/intrinsics.hpp"
+#include "runtime/parallel_for.hpp"
 
 namespace vaiq::runtime {
 
@@ -131,8 +132,8 @@ void int8_depthwise_3x3(const uint8_t* x, bool x_signed, const DepthwiseParamete
     const int64_t work = rows * g.out_w * g.c;
     // Row by row as threads come free: cores of one machine can run at
     // different speeds (a VM's vCPUs differed by 45 %).
-#pragma omp parallel for schedule(dynamic, 1) if (work > (int64_t{1} << 15))
-    for (int64_t r = 0; r < rows; ++r) depthwise_rows(x, x_signed, p, g, y_zero_point, y_signed, y, r, r + 1);
+    parallel_for_dynamic(rows, work > (int64_t{1} << 15),
+                         [&](int64_t r) { depthwise_rows(x, x_signed, p, g, y_zero_point, y_signed, y, r, r + 1); });
 }
 
 }  // namespace vaiq::runtime

@@ -9,6 +9,7 @@
 #include "runtime/kernels/dnnl_util.hpp"
 #include "runtime/kernels/intrinsics.hpp"
 #include "runtime/kernels/window.hpp"
+#include "runtime/parallel_for.hpp"
 
 namespace vaiq::runtime {
 
@@ -66,15 +67,13 @@ template <typename T>
 template <typename T>
 void centre(const T* x, float* out, int64_t count, int32_t zero_point) {
     static const bool avx2 = cpu_features().avx2;
-#pragma omp parallel for schedule(static) if (count > kParallelGrain)
-    for (int64_t start = 0; start < count; start += kParallelGrain) {
-        const int64_t end = std::min(count, start + kParallelGrain);
+    parallel_for_pieces(count, kParallelGrain, count > kParallelGrain, [&](int64_t start, int64_t end) {
         if (avx2) {
             centre_avx2(x, out, start, end, zero_point);
         } else {
             for (int64_t i = start; i < end; ++i) out[i] = static_cast<float>(static_cast<int32_t>(x[i]) - zero_point);
         }
-    }
+    });
 }
 
 void centre(const Tensor& x, float* out, int32_t zero_point) {
@@ -92,39 +91,35 @@ void centre_channels_last(const T* x, float* out, int64_t n, int64_t c, int64_t 
                           int32_t zero_point) {
     constexpr int64_t kTile = 64;
     const int64_t tiles = (plane + kTile - 1) / kTile;
-#pragma omp parallel for collapse(2) schedule(static) if (n * plane * cc > kParallelGrain)
-    for (int64_t b = 0; b < n; ++b)
-        for (int64_t t = 0; t < tiles; ++t) {
-            const int64_t p0 = t * kTile, p1 = std::min(plane, p0 + kTile);
-            for (int64_t ch = 0; ch < cc; ++ch) {
-                const T* src = x + (b * c + c0 + ch) * plane;
-                float* dst = out + b * plane * cc + ch;
-                for (int64_t p = p0; p < p1; ++p)
-                    dst[p * cc] = static_cast<float>(static_cast<int32_t>(src[p]) - zero_point);
-            }
+    parallel_for(n * tiles, n * plane * cc > kParallelGrain, [&](int64_t bt) {
+        const int64_t b = bt / tiles, t = bt % tiles;
+        const int64_t p0 = t * kTile, p1 = std::min(plane, p0 + kTile);
+        for (int64_t ch = 0; ch < cc; ++ch) {
+            const T* src = x + (b * c + c0 + ch) * plane;
+            float* dst = out + b * plane * cc + ch;
+            for (int64_t p = p0; p < p1; ++p)
+                dst[p * cc] = static_cast<float>(static_cast<int32_t>(src[p]) - zero_point);
         }
+    });
 }
 
 // Channels [c0, c0 + cc) of channels-last 8-bit pixels ([pixels, c]), centred, into [pixels, cc].
 template <typename T>
 void centre_pixels(const T* x, float* out, int64_t pixels, int64_t c, int64_t c0, int64_t cc, int32_t zero_point) {
     if (cc == c) return centre(x, out, pixels * c, zero_point);  // every channel: the values as they are
-#pragma omp parallel for schedule(static) if (pixels * cc > kParallelGrain)
-    for (int64_t p = 0; p < pixels; ++p) {
+    parallel_for(pixels, pixels * cc > kParallelGrain, [&](int64_t p) {
         const T* src = x + p * c + c0;
         float* dst = out + p * cc;
         for (int64_t ch = 0; ch < cc; ++ch) dst[ch] = static_cast<float>(static_cast<int32_t>(src[ch]) - zero_point);
-    }
+    });
 }
 
 // A chunk's float sums (exact integers) into the int32 sums: written by the first chunk, added by the rest.
 void gather_sums(const float* sums, int32_t* into, int64_t count, bool first) {
     if (first) {
-#pragma omp parallel for schedule(static) if (count > kParallelGrain)
-        for (int64_t i = 0; i < count; ++i) into[i] = static_cast<int32_t>(sums[i]);
+        parallel_for(count, count > kParallelGrain, [&](int64_t i) { into[i] = static_cast<int32_t>(sums[i]); });
     } else {
-#pragma omp parallel for schedule(static) if (count > kParallelGrain)
-        for (int64_t i = 0; i < count; ++i) into[i] += static_cast<int32_t>(sums[i]);
+        parallel_for(count, count > kParallelGrain, [&](int64_t i) { into[i] += static_cast<int32_t>(sums[i]); });
     }
 }
 
@@ -318,9 +313,9 @@ std::optional<Int32Sums> int8_conv_in_float(KernelContext& ctx, const Tensor& x,
     const ConvSums sums = channels_last_sums(*state, x, x_zero_point);
     const int64_t count = n * m * out_plane;
     Int32Sums channels_last(static_cast<size_t>(count));
-#pragma omp parallel for schedule(static) if (count > kParallelGrain)
-    for (int64_t first = 0; first < count; first += kParallelGrain)
-        sums.to_int32(first, std::min(kParallelGrain, count - first), channels_last.data() + first);
+    parallel_for_pieces(count, kParallelGrain, count > kParallelGrain, [&](int64_t first, int64_t end) {
+        sums.to_int32(first, end - first, channels_last.data() + first);
+    });
     const auto offsets = minus(bias, m);
     Int32Sums acc(channels_last.size());  // written in full by the transpose
     transpose_4_byte(channels_last.data(), acc.data(), n, out_plane, m, offsets.data());
@@ -340,16 +335,14 @@ bool int8_conv_channels_last_in_float(KernelContext& ctx, const Tensor& x, int32
     // buffer of its thread's that the sink reads while it is in cache.
     constexpr int64_t kBandValues = int64_t{1} << 14;
     const int64_t per_band = std::max<int64_t>(1, kBandValues / m), bands = (pixels + per_band - 1) / per_band;
-#pragma omp parallel if (bands > 1 && pixels * m > kParallelGrain)
-    {
+    parallel_team(bands > 1 && pixels * m > kParallelGrain, [&](int64_t thread, int64_t threads) {
         Int32Sums band(static_cast<size_t>(per_band * m));
-#pragma omp for schedule(static)
-        for (int64_t b = 0; b < bands; ++b) {
+        for (int64_t b = bands * thread / threads; b < bands * (thread + 1) / threads; ++b) {
             const int64_t first = b * per_band * m, count = std::min(per_band, pixels - b * per_band) * m;
             sums.to_int32(first, count, band.data());
             sink.band(band.data(), static_cast<size_t>(first), static_cast<size_t>(count));
         }
-    }
+    });
     return true;
 }
 
@@ -402,10 +395,10 @@ struct CentredB {
     void rows(int64_t k0, int64_t k1, float* out) const {
         const int64_t batches = b.size() / (k * n), kc = k1 - k0;
         auto copy = [&](const auto* v) {
-#pragma omp parallel for collapse(2) schedule(static) if (batches * kc * n > kParallelGrain)
-            for (int64_t p = 0; p < batches; ++p)
-                for (int64_t q = k0; q < k1; ++q)
-                    for (int64_t j = 0; j < n; ++j) out[(p * kc + q - k0) * n + j] = at(v, p, q, j);
+            parallel_for(batches * kc, batches * kc * n > kParallelGrain, [&](int64_t row) {
+                const int64_t p = row / kc, q = k0 + row % kc;
+                for (int64_t j = 0; j < n; ++j) out[row * n + j] = at(v, p, q, j);
+            });
         };
         if (b.type() == DataType::UInt8)
             copy(b.data<uint8_t>().data());

@@ -6,8 +6,6 @@
 #include <limits>
 #include <optional>
 
-#include <omp.h>
-
 #include "runtime/cpu_features.hpp"
 #include "runtime/kernels/common.hpp"
 #include "runtime/kernels/int8_conv.hpp"
@@ -139,8 +137,7 @@ Int32Sums int_matmul(KernelContext& ctx, const Tensor& a, const std::vector<int3
     // Row by row, adding a-scaled rows of b: contiguous, vectorisable inner loop.
     // Integer sums are exact, so the order does not change the result.
     const auto rows = static_cast<int64_t>(ia.size()) * m;
-#pragma omp parallel for if (rows * n * k > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
+    parallel_for(rows, rows * n * k > kParallelGrain, [&](int64_t r) {
         const auto p = static_cast<size_t>(r / m);
         const int32_t* a_row = av.data() + (ia[p] * m + r % m) * k;
         const int32_t* b_mat = bv.data() + ib[p] * k * n;
@@ -150,7 +147,7 @@ Int32Sums int_matmul(KernelContext& ctx, const Tensor& a, const std::vector<int3
             const int32_t* b_row = b_mat + q * n;
             for (int64_t j = 0; j < n; ++j) o_row[j] += x * b_row[j];
         }
-    }
+    });
     return out;
 }
 
@@ -492,21 +489,18 @@ class ChannelsLastRequantizer {
         const size_t m = offsets_.size();
         if (m == 0) return;
         if (!periodic_offsets_.empty()) {
-            // Chunks of whole vectors across the threads, when the band is not
-            // already one of many run a thread each: a nested team of one
-            // still cost a futex call a band (4 % of mobilenet_v2 on one thread).
+            // Chunks of whole vectors across the threads, unless the band is
+            // one of many already run a thread each.
             constexpr size_t kChunk = size_t{1} << 14;
             const auto chunks = static_cast<int64_t>((count + kChunk - 1) / kChunk);
-            const bool team = chunks > 1 && omp_get_max_threads() > 1 && omp_get_level() == 0;
-#pragma omp parallel for if (team)
-            for (int64_t k = 0; k < chunks; ++k) {
+            parallel_for(chunks, true, [&](int64_t k) {
                 const size_t start = static_cast<size_t>(k) * kChunk;
                 (cpu_features().avx512f
                      ? requantize_channels_last_avx512<Q>
                      : requantize_channels_last_avx2<Q>)(sums, start, std::min(count, start + kChunk), start % m, m,
                                                          periodic_offsets_.data(), periodic_multiplier_.data(),
                                                          zero_point_, out);
-            }
+            });
             return;
         }
         const bool per_channel = multiplier_.size() > 1;

@@ -181,8 +181,7 @@ void matmul(KernelContext& ctx, std::vector<Tensor>& out) {
 // reads it about half as fast here).
 void few_rows_product(const float* a, const float* b, float* y, int64_t m, int64_t k, int64_t n, bool tb) {
     if (tb) {  // B is [N, K]: one dot product per row of B
-#pragma omp parallel for if (n * k > kParallelGrain)
-        for (int64_t j = 0; j < n; ++j)
+        parallel_for(n, n * k > kParallelGrain, [&](int64_t j) {
             for (int64_t i = 0; i < m; ++i) {
                 const float* row = b + j * k;
                 const float* x = a + i * k;
@@ -191,13 +190,12 @@ void few_rows_product(const float* a, const float* b, float* y, int64_t m, int64
                 for (int64_t q = 0; q < k; ++q) sum += x[q] * row[q];
                 y[i * n + j] = sum;
             }
+        });
         return;
     }
     // B is [K, N]: rows of B scaled into the output, columns split between threads.
     constexpr int64_t kColumns = 256;
-#pragma omp parallel for if (n * k > kParallelGrain)
-    for (int64_t j0 = 0; j0 < n; j0 += kColumns) {
-        const int64_t j1 = std::min(n, j0 + kColumns);
+    parallel_for_pieces(n, kColumns, n * k > kParallelGrain, [&](int64_t j0, int64_t j1) {
         for (int64_t i = 0; i < m; ++i) {
             float* out = y + i * n;
             for (int64_t j = j0; j < j1; ++j) out[j] = 0.0f;
@@ -208,7 +206,7 @@ void few_rows_product(const float* a, const float* b, float* y, int64_t m, int64
                 for (int64_t j = j0; j < j1; ++j) out[j] += scale * row[j];
             }
         }
-    }
+    });
 }
 
 // Float A x B of Gemm: a transposed operand is read through its strides.

@@ -192,15 +192,14 @@ template <int Bits, int R>
 void rows_times_b(const PackedB& b, const float* a, int64_t lda, float* out) {
     constexpr int kColumns = 4;
     const int64_t groups = (b.n + kColumns - 1) / kColumns;
-#pragma omp parallel for schedule(static)
-    for (int64_t g = 0; g < groups; ++g) {
+    parallel_for(groups, true, [&](int64_t g) {
         const int64_t col = g * kColumns;
         if (col + kColumns <= b.n) {
             rows_times_columns<Bits, R, kColumns>(b, a, lda, col, out, b.n);
         } else {
             for (int64_t c = col; c < b.n; ++c) rows_times_columns<Bits, R, 1>(b, a, lda, c, out, b.n);
         }
-    }
+    });
 }
 
 // Rows up to which expanding in registers beats expanding panels once (measured:

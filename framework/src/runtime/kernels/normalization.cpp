@@ -128,10 +128,10 @@ void layer_norm(KernelContext& ctx, std::vector<Tensor>& out) {
         const float* bias = ctx.has_input(2) ? bv.data() : nullptr;
         float* means = mean_t.mutable_data<float>().data();
         float* inverses = inv_t.mutable_data<float>().data();
-#pragma omp parallel for if (x.size() > kParallelGrain)
-        for (int64_t o = 0; o < outer; ++o)
+        parallel_for(outer, x.size() > kParallelGrain, [&](int64_t o) {
             ort_layer_norm_row(xv.data() + o * inner, sv.data(), bias, y.data() + o * inner, inner,
                                static_cast<float>(eps), &means[o], &inverses[o]);
+        });
     }
     for (int64_t o = 0; o < (dense ? 0 : outer); ++o) {
         const float* v = xv.data() + o * inner;
@@ -174,8 +174,7 @@ void softmax(KernelContext& ctx, std::vector<Tensor>& out) {
         out[0] = Tensor::uninitialized(DataType::Float, x.shape());  // every row is written
         auto y = out[0].mutable_data<float>();
         const auto xv = x.data<float>();
-#pragma omp parallel for if (x.size() > kParallelGrain)
-        for (int64_t o = 0; o < outer; ++o) {
+        parallel_for(outer, x.size() > kParallelGrain, [&](int64_t o) {
             const float* row = xv.data() + o * n;
             float* dst = y.data() + o * n;
             const float best = ort_row_max(row, n);
@@ -187,7 +186,7 @@ void softmax(KernelContext& ctx, std::vector<Tensor>& out) {
                 const float log_sum = std::log(sum);
                 for (int64_t j = 0; j < n; ++j) dst[j] = row[j] - best - log_sum;
             }
-        }
+        });
         return;
     }
     dispatch_float(x.type(), ctx, [&](auto tag) {

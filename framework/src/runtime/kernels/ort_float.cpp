@@ -9,6 +9,7 @@
 
 #include "runtime/cpu_features.hpp"
 #include "runtime/kernels/intrinsics.hpp"
+#include "runtime/parallel_for.hpp"
 
 namespace vaiq::runtime {
 
@@ -617,9 +618,9 @@ void ort_sgemm(const float* a, const float* b, float* c, int64_t m, int64_t k, i
     const int64_t panel = sgemm_panel(k, n);
     constexpr int64_t kRows = 16;  // rows per task
     const int64_t tasks = (m + kRows - 1) / kRows;
-#pragma omp parallel for if (tasks > 1 && m * k * n > (int64_t{1} << 18))
-    for (int64_t t = 0; t < tasks; ++t)
+    parallel_for(tasks, m * k * n > (int64_t{1} << 18), [&](int64_t t) {
         kernel(a + t * kRows * k, b, c + t * kRows * n, std::min(kRows, m - t * kRows), k, n, panel);
+    });
 }
 
 }  // namespace vaiq::runtime

@@ -84,11 +84,10 @@ void with_8_bit_types(DataType a, DataType b, F&& f) {
 template <typename F>
 void for_each_chunk(size_t n, size_t chunk, F&& f) {
     const auto chunks = static_cast<int64_t>((n + chunk - 1) / chunk);
-#pragma omp parallel for if (chunks > 1)
-    for (int64_t c = 0; c < chunks; ++c) {
+    parallel_for(chunks, chunks > 1, [&](int64_t c) {
         const size_t first = static_cast<size_t>(c) * chunk;
         f(first, std::min(chunk, n - first));
-    }
+    });
 }
 
 // n 8-bit outputs a chunk at a time, one chunk per thread at a time:
@@ -514,12 +513,10 @@ void qlinear_softmax(KernelContext& ctx, std::vector<Tensor>& out) {
     const bool wide = cpu_features().avx512f, avx2 = cpu_features().avx2;
     // Rows are independent: spread over the threads, each with its own buffers.
     const int64_t rows = outer * inner;
-#pragma omp parallel if (rows * d > kParallelGrain)
-    {
+    parallel_team(rows * d > kParallelGrain, [&](int64_t thread, int64_t threads) {
         std::vector<uint8_t> in_row(static_cast<size_t>(d)), out_row(static_cast<size_t>(d));
         std::vector<float> e(static_cast<size_t>(d));
-#pragma omp for
-        for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t r = rows * thread / threads; r < rows * (thread + 1) / threads; ++r) {
             const int64_t o = r / inner, in = r % inner;
             // The row's bytes, contiguous (copied out when the axis is not the last).
             const uint8_t* row = xv + o * d * inner + in;
@@ -559,7 +556,7 @@ void qlinear_softmax(KernelContext& ctx, std::vector<Tensor>& out) {
             if (inner != 1)
                 for (int64_t j = 0; j < d; ++j) yv[(o * d + j) * inner + in] = out_row[j];
         }
-    }
+    });
 }
 
 // QLinearConcat: (Y_scale, Y_zp, X0, X0_scale, X0_zp, X1, ...), along `axis`.

@@ -46,13 +46,12 @@ void reduce(KernelContext& ctx, std::vector<Tensor>& out, int axes_input_since) 
         out[0] = Tensor(DataType::Float, out_shape);
         auto o = out[0].mutable_data<float>();
         const auto xv = x.data<float>();
-#pragma omp parallel for if (x.size() > kParallelGrain)
-        for (int64_t r = 0; r < rows; ++r) {
+        parallel_for(rows, x.size() > kParallelGrain, [&](int64_t r) {
             const float* row = xv.data() + r * len;
             if constexpr (kOp == Reduce::Sum || kOp == Reduce::Mean) {
                 const float sum = ort_row_sum(row, len);
                 o[r] = kOp == Reduce::Mean ? sum / static_cast<float>(len) : sum;
-                continue;
+                return;
             }
             double acc = kOp == Reduce::Max   ? -std::numeric_limits<double>::infinity()
                          : kOp == Reduce::Min ? std::numeric_limits<double>::infinity()
@@ -66,7 +65,7 @@ void reduce(KernelContext& ctx, std::vector<Tensor>& out, int axes_input_since) 
                     acc += row[j];
             }
             o[r] = static_cast<float>(kOp == Reduce::Mean ? acc / static_cast<double>(len) : acc);
-        }
+        });
         return;
     }
     // Each input element adds to the output element at its broadcast position.

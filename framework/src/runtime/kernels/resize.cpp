@@ -108,8 +108,7 @@ bool copy_nearest(const Tensor& x, const std::vector<std::vector<Taps>>& taps, c
         using E = decltype(element);
         const auto* from = reinterpret_cast<const E*>(x.bytes().data());
         auto* to = reinterpret_cast<E*>(y.mutable_bytes().data());
-#pragma omp parallel for if (y.size() > kParallelGrain)
-        for (int64_t r = 0; r < rows; ++r) {
+        parallel_for(rows, y.size() > kParallelGrain, [&](int64_t r) {
             int64_t base = 0;
             for (int64_t d = static_cast<int64_t>(rank) - 2, rest = r; d >= 0; --d) {
                 const auto count = static_cast<int64_t>(offsets[d].size());
@@ -118,7 +117,7 @@ bool copy_nearest(const Tensor& x, const std::vector<std::vector<Taps>>& taps, c
             }
             E* row = to + r * width;
             for (int64_t o = 0; o < width; ++o) row[o] = from[base + inner[o]];
-        }
+        });
     };
     switch (element_size(x.type())) {
         case 1: copy(uint8_t{}); return true;

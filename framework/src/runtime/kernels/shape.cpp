@@ -261,13 +261,12 @@ void transpose_16x16_bytes(const uint8_t* src, int64_t src_stride, uint8_t* dst,
 // compiler vectorises with the row count known.
 template <int64_t kRows, typename T>
 void interleave_rows(const T* src, T* dst, int64_t batches, int64_t cols) {
-#pragma omp parallel for if (batches * kRows * cols > kParallelGrain)
-    for (int64_t b = 0; b < batches; ++b) {
+    parallel_for(batches, batches * kRows * cols > kParallelGrain, [&](int64_t b) {
         const T* from = src + b * kRows * cols;
         T* to = dst + b * kRows * cols;
         for (int64_t c = 0; c < cols; ++c)
             for (int64_t r = 0; r < kRows; ++r) to[c * kRows + r] = from[r * cols + c];
-    }
+    });
 }
 
 template <typename T>
@@ -278,8 +277,7 @@ void transpose_matrices(const T* src, T* dst, int64_t batches, int64_t rows, int
     constexpr int64_t kTile = 32;
     const bool avx512 = cpu_features().avx512f, avx2 = cpu_features().avx2;
     const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
-#pragma omp parallel for if (batches * rows * cols > kParallelGrain)
-    for (int64_t t = 0; t < batches * row_tiles * col_tiles; ++t) {
+    parallel_for(batches * row_tiles * col_tiles, batches * rows * cols > kParallelGrain, [&](int64_t t) {
         const int64_t b = t / (row_tiles * col_tiles);
         const int64_t r0 = (t / col_tiles) % row_tiles * kTile, c0 = t % col_tiles * kTile;
         const T* from = src + b * rows * cols;
@@ -317,7 +315,7 @@ void transpose_matrices(const T* src, T* dst, int64_t batches, int64_t rows, int
             for (int64_t r = r0; r < r1; ++r) to[c * rows + r] = static_cast<T>(from[r * cols + c] - less(c));
         for (int64_t c = c0; c < cb; ++c)
             for (int64_t r = rb; r < r1; ++r) to[c * rows + r] = static_cast<T>(from[r * cols + c] - less(c));
-    }
+    });
 }
 
 }  // namespace
@@ -384,15 +382,14 @@ void transpose(KernelContext& ctx, std::vector<Tensor>& out) {
     const int64_t inner = shape.back(), rows = y.size() / inner;
     const auto* src = x.bytes().data();
     auto* dst = y.mutable_bytes().data();
-#pragma omp parallel for if (y.size() > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
+    parallel_for(rows, y.size() > kParallelGrain, [&](int64_t r) {
         int64_t at = 0, rest = r;
         for (int d = static_cast<int>(rank) - 2; d >= 0; --d) {
             at += (rest % shape[d]) * stride[d];
             rest /= shape[d];
         }
         strided_copy(dst + r * inner * elem, src + at * elem, inner, stride[rank - 1], elem);
-    }
+    });
     out[0] = std::move(y);
 }
 
@@ -610,8 +607,7 @@ void slice(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto in_strides = strides_of(x.shape());
     const size_t elem = element_size(x.type());
     const int64_t inner = shape.back(), rows = y.size() / inner;
-#pragma omp parallel for if (y.size() > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
+    parallel_for(rows, y.size() > kParallelGrain, [&](int64_t r) {
         int64_t src = begin[rank - 1] * in_strides[rank - 1], rest = r;
         for (int64_t d = rank - 2; d >= 0; --d) {
             src += (begin[d] + (rest % shape[d]) * step[d]) * in_strides[d];
@@ -619,7 +615,7 @@ void slice(KernelContext& ctx, std::vector<Tensor>& out) {
         }
         strided_copy(y.mutable_bytes().data() + r * inner * elem, x.bytes().data() + src * elem, inner,
                      step[rank - 1] * in_strides[rank - 1], elem);
-    }
+    });
     out[0] = std::move(y);
 }
 
