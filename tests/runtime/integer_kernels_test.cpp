@@ -566,7 +566,8 @@ TEST(Executor, ChannelsLastConvolutionBandsNeverRunOnReferenceLoops) {
 
 // Depthwise 3x3 convolutions run channels-last, summed and requantized in
 // registers where the CPU has AVX-512 VNNI: int8 and uint8 in and out, channel
-// counts that fill and that leave part of a 64-channel block, strides 1 and 2,
+// counts that fill and that leave part of a 64-channel block or that put
+// several pixels in one (32, 16: at stride 1, not at the edges), strides 1 and 2,
 // even, uneven and no pads, per-tensor and per-channel weight scales. Every value
 // equals the NCHW path's (oneDNN's whole convolution, checked by hand above).
 TEST(Executor, DepthwiseConvolutionsAgreeWithTheWholeConvolution) {
@@ -579,7 +580,11 @@ TEST(Executor, DepthwiseConvolutionsAgreeWithTheWholeConvolution) {
     const Case cases[] = {{DataType::UInt8, DataType::UInt8, 64, 1, {1, 1, 1, 1}, false},
                           {DataType::Int8, DataType::Int8, 100, 2, {0, 1, 1, 0}, true},
                           {DataType::UInt8, DataType::Int8, 24, 2, {1, 1, 1, 1}, true},
-                          {DataType::Int8, DataType::UInt8, 144, 1, {0, 0, 0, 0}, false}};
+                          {DataType::Int8, DataType::UInt8, 144, 1, {0, 0, 0, 0}, false},
+                          // a vector holds several pixels' channels (all but the edges)
+                          {DataType::UInt8, DataType::UInt8, 32, 1, {1, 1, 1, 1}, true},
+                          {DataType::Int8, DataType::Int8, 16, 1, {1, 0, 1, 2}, false},
+                          {DataType::UInt8, DataType::UInt8, 32, 2, {1, 1, 1, 1}, false}};
     std::mt19937 rng(9);
     std::uniform_int_distribution<int> byte(0, 255), weight(-127, 127);
     for (const auto& k : cases) {

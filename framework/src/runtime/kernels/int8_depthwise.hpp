@@ -16,12 +16,18 @@ struct DepthwiseGeometry {
     int64_t out_h = 0, out_w = 0, stride = 1, pad_top = 0, pad_left = 0;
 };
 
-/// Weights, offsets and multipliers laid out for the kernel, made once a node.
+/// Weights, offsets and multipliers in the kernel's lane order, per 64 lanes.
+struct DepthwiseLanes {
+    std::vector<int8_t> weights;     ///< per 64 lanes: a group a window column, four vectors each
+    std::vector<int32_t> offsets;    ///< per 64 lanes
+    std::vector<float> multipliers;  ///< the same
+};
+
+/// The kernel's parameters, made once a node.
 struct DepthwiseParameters {
-    std::vector<int8_t> weights;      ///< per 64 channels: three groups of four taps, four vectors each
-    std::vector<int32_t> offsets;     ///< per 64 channels, in the kernel's lane order
-    std::vector<float> multipliers;   ///< the same
-    std::vector<uint8_t> zero_input;  ///< the input's zero point, one per channel (padding reads it)
+    DepthwiseLanes channels;          ///< lane i of block b: channel 64 b + i
+    DepthwiseLanes pixels;            ///< a few channels (64 / c a whole number): lane i is channel i mod c
+    std::vector<uint8_t> zero_input;  ///< the input's zero point, one per lane (padding reads it)
 };
 
 /// `w` [c, 1, 3, 3]; `bias` per channel or null; `multiplier` one or per
