@@ -34,13 +34,12 @@ struct Seen {
 
 TEST(ParallelFor, OneThreadRunsTheLoopOutsideOpenMP) {
     const ThreadCount one(1);
-    Seen seen(100), dynamic(100), pieces(100);
+    Seen seen(100), pieces(100);
     parallel_for(100, true, [&](int64_t i) { seen.visit(i); });
-    parallel_for_dynamic(100, true, [&](int64_t i) { dynamic.visit(i); });
     parallel_for_pieces(100, 7, true, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) pieces.visit(i);
     });
-    for (const Seen* s : {&seen, &dynamic, &pieces}) {
+    for (const Seen* s : {&seen, &pieces}) {
         EXPECT_TRUE(s->each_once());
         EXPECT_EQ(s->deepest, 0);  // an `if (false)` region would be level 1
     }
@@ -60,10 +59,18 @@ TEST(ParallelFor, WorkTooSmallRunsOutsideOpenMPAndBigWorkGetsATeam) {
     parallel_for(50, false, [&](int64_t i) { small.visit(i); });
     EXPECT_TRUE(small.each_once());
     EXPECT_EQ(small.deepest, 0);
-    parallel_for_dynamic(50, true, [&](int64_t i) { big.visit(i); });
+    std::vector<int> owner(50, -1);
+    parallel_for(50, true, [&](int64_t i) {
+        big.visit(i);
+        owner[static_cast<size_t>(i)] = omp_get_thread_num();
+    });
     EXPECT_TRUE(big.each_once());
     EXPECT_EQ(big.deepest, 1);
     EXPECT_EQ(big.widest, 3);
+    // Contiguous shares in thread order, as the next layer's loop will split its rows.
+    EXPECT_TRUE(std::is_sorted(owner.begin(), owner.end()));
+    EXPECT_EQ(owner.front(), 0);
+    EXPECT_EQ(owner.back(), 2);
     std::atomic<int> members{0}, covered{0};
     parallel_team(true, [&](int64_t thread, int64_t threads) {
         ++members;

@@ -19,8 +19,11 @@ inline bool team_possible() { return omp_get_max_threads() > 1 && !omp_in_parall
 // 1.2 us a region on a VM, about 200 regions an inference of mobilenet_v2. So
 // these run the work here, outside OpenMP, unless a team can share it.
 
-/// f(i) for i in [0, n): shared statically over the threads when `worth` (the
-/// work is big enough) and a team is possible, else here in order.
+/// f(i) for i in [0, n): shared over the threads when `worth` (the work is big
+/// enough) and a team is possible, else here in order. Statically, thread t
+/// taking the t-th contiguous share: then successive layers split their rows
+/// alike, and a thread reads mostly what it wrote itself (reading 512 KB
+/// another core wrote took 5 times as long as reading its own, on a VM).
 template <typename F>
 void parallel_for(int64_t n, bool worth, F&& f) {
     if (worth && n > 1 && team_possible()) {
@@ -37,18 +40,6 @@ template <typename F>
 void parallel_for_pieces(int64_t count, int64_t piece, bool worth, F&& f) {
     const int64_t pieces = (count + piece - 1) / piece;
     parallel_for(pieces, worth, [&](int64_t k) { f(k * piece, std::min(count, (k + 1) * piece)); });
-}
-
-/// parallel_for, each i taken by the next thread that comes free: for pieces
-/// of uneven cost, or cores of uneven speed (a VM's vCPUs can differ by half).
-template <typename F>
-void parallel_for_dynamic(int64_t n, bool worth, F&& f) {
-    if (worth && n > 1 && team_possible()) {
-#pragma omp parallel for schedule(dynamic, 1)
-        for (int64_t i = 0; i < n; ++i) f(i);
-    } else {
-        for (int64_t i = 0; i < n; ++i) f(i);
-    }
 }
 
 /// f(thread, threads) on every thread of a team when `worth` and a team is

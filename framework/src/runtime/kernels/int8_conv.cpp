@@ -419,7 +419,8 @@ bool int8_conv_channels_last(KernelContext& ctx, const Tensor& x, int32_t x_zero
         for (int64_t k = 0; k < count; ++k) run(static_cast<size_t>(k), 0);
         return true;
     }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(workers)
+    // Contiguous shares, as parallel_for's: the next layer's bands read what this thread wrote.
+#pragma omp parallel for schedule(static) num_threads(workers)
     for (int64_t k = 0; k < count; ++k) run(static_cast<size_t>(k), omp_get_thread_num());
     return true;
 }

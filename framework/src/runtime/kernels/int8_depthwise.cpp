@@ -204,10 +204,8 @@ void int8_depthwise_3x3(const uint8_t* x, bool x_signed, const DepthwiseParamete
                         float y_zero_point, bool y_signed, uint8_t* y) {
     const int64_t rows = g.n * g.out_h;
     const int64_t work = rows * g.out_w * g.c;
-    // Row by row as threads come free: cores of one machine can run at
-    // different speeds (a VM's vCPUs differed by 45 %).
-    parallel_for_dynamic(rows, work > (int64_t{1} << 15),
-                         [&](int64_t r) { depthwise_row(x, x_signed, p, g, y_zero_point, y_signed, y, r); });
+    parallel_for(rows, work > (int64_t{1} << 15),
+                 [&](int64_t r) { depthwise_row(x, x_signed, p, g, y_zero_point, y_signed, y, r); });
 }
 
 }  // namespace vaiq::runtime
