@@ -310,7 +310,7 @@ bool int8_conv_channels_last(KernelContext& ctx, const Tensor& x, int32_t x_zero
         if (n > 1) images = std::min(images, (n + threads - 1) / threads);
     } else {
         int64_t per_image = (image_values + kBandValues - 1) / kBandValues;
-        if (per_image * n < 4 * threads) per_image = ((per_image * n + threads - 1) / threads * threads + n - 1) / n;
+        if (per_image * n < threads) per_image = (threads + n - 1) / n;
         per_image = std::min(per_image, out_rows);
         rows = (out_rows + per_image - 1) / per_image;
     }
