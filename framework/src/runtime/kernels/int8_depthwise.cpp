@@ -132,7 +132,7 @@ struct Row {
 // Output pixels [first, end) of a row, `group` pixels a vector of lanes `l`
 // (blocks of 64 channels of one pixel when `group` is 1), block by block. The
 // next pixels' window starts `advance` columns on; Shared = 3 - min(advance, 3)
-// of its columns are the last ones's, kept in registers.
+// of its columns are the previous pixels', kept in registers.
 template <int Shared>
 [[gnu::target("avx512f,avx512bw,avx512vnni")]] void row_pixels(const Row& r, const DepthwiseLanes& l, int64_t blocks,
                                                                int64_t group, int64_t first, int64_t end,
