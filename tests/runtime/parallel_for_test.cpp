@@ -79,6 +79,15 @@ TEST(ParallelFor, WorkTooSmallRunsOutsideOpenMPAndBigWorkGetsATeam) {
     });
     EXPECT_EQ(members, 3);
     EXPECT_EQ(covered, 30);
+    std::atomic<int> capped{0};
+    parallel_team(
+        true,
+        [&](int64_t, int64_t threads) {
+            ++capped;
+            EXPECT_EQ(threads, 2);
+        },
+        2);
+    EXPECT_EQ(capped, 2);  // at most the two asked for
 }
 
 TEST(ParallelFor, InsideATeamTheLoopRunsOnTheCallingThread) {

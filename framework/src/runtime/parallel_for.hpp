@@ -43,11 +43,12 @@ void parallel_for_pieces(int64_t count, int64_t piece, bool worth, F&& f) {
 }
 
 /// f(thread, threads) on every thread of a team when `worth` and a team is
-/// possible, else f(0, 1) here: for work that keeps buffers a thread.
+/// possible, else f(0, 1) here: for work that keeps buffers a thread. The
+/// team has at most `most` threads (0: the thread count).
 template <typename F>
-void parallel_team(bool worth, F&& f) {
+void parallel_team(bool worth, F&& f, int most = 0) {
     if (worth && team_possible()) {
-#pragma omp parallel
+#pragma omp parallel num_threads(most > 0 ? std::min(most, omp_get_max_threads()) : omp_get_max_threads())
         f(static_cast<int64_t>(omp_get_thread_num()), static_cast<int64_t>(omp_get_num_threads()));
     } else {
         f(int64_t{0}, int64_t{1});

@@ -410,18 +410,16 @@ bool int8_conv_channels_last(KernelContext& ctx, const Tensor& x, int32_t x_zero
         sink.band(worker.sums.data(), static_cast<size_t>(span.image * image_values + span.r0 * row_values),
                   static_cast<size_t>(span.count * (span.r1 - span.r0) * row_values));
     };
-    if (alone) {
-        run(0, 0);
-        return true;
-    }
+    // A band a worker at a time, in contiguous shares as parallel_for's: the
+    // next layer's bands read what this thread wrote.
     const auto count = static_cast<int64_t>(spans.size());
-    if (workers == 1) {  // no team of one: it costs a system call (parallel_for.hpp)
-        for (int64_t k = 0; k < count; ++k) run(static_cast<size_t>(k), 0);
-        return true;
-    }
-    // Contiguous shares, as parallel_for's: the next layer's bands read what this thread wrote.
-#pragma omp parallel for schedule(static) num_threads(workers)
-    for (int64_t k = 0; k < count; ++k) run(static_cast<size_t>(k), omp_get_thread_num());
+    parallel_team(
+        workers > 1,
+        [&](int64_t t, int64_t team) {
+            for (int64_t k = count * t / team; k < count * (t + 1) / team; ++k)
+                run(static_cast<size_t>(k), static_cast<int>(t));
+        },
+        workers);
     return true;
 }
 

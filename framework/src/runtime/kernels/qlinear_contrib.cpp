@@ -83,10 +83,9 @@ void with_8_bit_types(DataType a, DataType b, F&& f) {
 // f(first, count) over n elements in chunks of `chunk`, spread over the threads.
 template <typename F>
 void for_each_chunk(size_t n, size_t chunk, F&& f) {
-    const auto chunks = static_cast<int64_t>((n + chunk - 1) / chunk);
-    parallel_for(chunks, chunks > 1, [&](int64_t c) {
-        const size_t first = static_cast<size_t>(c) * chunk;
-        f(first, std::min(chunk, n - first));
+    const auto count = static_cast<int64_t>(n), piece = static_cast<int64_t>(chunk);
+    parallel_for_pieces(count, piece, count > piece, [&](int64_t begin, int64_t end) {
+        f(static_cast<size_t>(begin), static_cast<size_t>(end - begin));
     });
 }
 
