@@ -342,46 +342,50 @@ TEST(Executor, ConstantPadPlacesEveryRowAndFillsTheRest) {
 
 TEST(Executor, TransposesThatSwapBlocksOfAxesOrKeepTheOrder) {
     // [2, 3, 1, 5] -> NHWC [2, 1, 5, 3] (a block swap: three rows interleaved, as four in [2, 4, 3, 5]),
-    // [3, 1, 4] -> [1, 3, 4] (no move), a matrix and a scalar, float and uint8.
+    // [3, 1, 4] -> [1, 3, 4] (no move), a matrix and a scalar, float and uint8. Three rows of
+    // bytes go 16 columns at a time by shuffles, with a remainder ([1, 3, 7, 9]), and in
+    // pieces over the threads ([1, 3, 130, 131]: more than one piece of 2^14 columns).
     struct Case {
         std::vector<int64_t> shape, perm;
     };
     // Then matrices of whole 16x16 blocks and remainders on both sides (both types move as blocks in registers).
     for (const auto& c :
          {Case{{2, 3, 1, 5}, {0, 2, 3, 1}}, Case{{2, 4, 3, 5}, {0, 2, 3, 1}}, Case{{3, 1, 4}, {1, 0, 2}},
-          Case{{4, 6}, {1, 0}}, Case{{}, {}}, Case{{3, 40, 35}, {0, 2, 1}}, Case{{33, 64}, {1, 0}}}) {
-        for (const auto type : {DataType::Float, DataType::UInt8}) {
-            vaiq::test::GraphBuilder b;
-            std::vector<int64_t> out_shape;
-            for (auto p : c.perm) out_shape.push_back(c.shape[p]);
-            b.input("x", c.shape, type).output("y", out_shape, type);
-            vaiq::test::set_ints_attribute(b.node("Transpose", {"x"}, {"y"}), "perm", c.perm);
-            const auto model = b.build();
-            const int64_t count = vaiq::element_count(c.shape);
-            std::vector<float> values(count);
-            std::iota(values.begin(), values.end(), 1.0f);  // each element is its input index + 1
-            // uint8 holds the index + 1 modulo 251 (a prime: no power-of-two stride maps onto itself).
-            std::vector<uint8_t> bytes(count);
-            for (int64_t i = 0; i < count; ++i) bytes[i] = static_cast<uint8_t>((i + 1) % 251);
-            const Tensor x = type == DataType::Float ? Tensor::from_values<float>(c.shape, values)
-                                                     : Tensor::from_values<uint8_t>(c.shape, bytes);
-            const auto y = Executor(model, {.threads = 1}).run({{"x", x}})[0];
-            ASSERT_EQ(y.shape(), out_shape);
-            std::vector<int64_t> in_strides(c.shape.size(), 1);
-            for (int d = static_cast<int>(c.shape.size()) - 2; d >= 0; --d)
-                in_strides[d] = in_strides[d + 1] * c.shape[d + 1];
-            for (int64_t i = 0; i < y.size(); ++i) {
-                int64_t rest = i, at = 0;
-                for (int d = static_cast<int>(out_shape.size()) - 1; d >= 0; --d) {
-                    at += (rest % out_shape[d]) * in_strides[c.perm[d]];
-                    rest /= out_shape[d];
+          Case{{4, 6}, {1, 0}}, Case{{}, {}}, Case{{3, 40, 35}, {0, 2, 1}}, Case{{33, 64}, {1, 0}},
+          Case{{1, 3, 7, 9}, {0, 2, 3, 1}}, Case{{1, 3, 130, 131}, {0, 2, 3, 1}}}) {
+        for (const auto type : {DataType::Float, DataType::UInt8})
+            for (const int threads : {1, 2}) {
+                vaiq::test::GraphBuilder b;
+                std::vector<int64_t> out_shape;
+                for (auto p : c.perm) out_shape.push_back(c.shape[p]);
+                b.input("x", c.shape, type).output("y", out_shape, type);
+                vaiq::test::set_ints_attribute(b.node("Transpose", {"x"}, {"y"}), "perm", c.perm);
+                const auto model = b.build();
+                const int64_t count = vaiq::element_count(c.shape);
+                std::vector<float> values(count);
+                std::iota(values.begin(), values.end(), 1.0f);  // each element is its input index + 1
+                // uint8 holds the index + 1 modulo 251 (a prime: no power-of-two stride maps onto itself).
+                std::vector<uint8_t> bytes(count);
+                for (int64_t i = 0; i < count; ++i) bytes[i] = static_cast<uint8_t>((i + 1) % 251);
+                const Tensor x = type == DataType::Float ? Tensor::from_values<float>(c.shape, values)
+                                                         : Tensor::from_values<uint8_t>(c.shape, bytes);
+                const auto y = Executor(model, {.threads = threads}).run({{"x", x}})[0];
+                ASSERT_EQ(y.shape(), out_shape);
+                std::vector<int64_t> in_strides(c.shape.size(), 1);
+                for (int d = static_cast<int>(c.shape.size()) - 2; d >= 0; --d)
+                    in_strides[d] = in_strides[d + 1] * c.shape[d + 1];
+                for (int64_t i = 0; i < y.size(); ++i) {
+                    int64_t rest = i, at = 0;
+                    for (int d = static_cast<int>(out_shape.size()) - 1; d >= 0; --d) {
+                        at += (rest % out_shape[d]) * in_strides[c.perm[d]];
+                        rest /= out_shape[d];
+                    }
+                    if (type == DataType::Float)
+                        ASSERT_EQ(y.data<float>()[i], static_cast<float>(at + 1)) << i;
+                    else
+                        ASSERT_EQ(y.data<uint8_t>()[i], (at + 1) % 251) << i;
                 }
-                if (type == DataType::Float)
-                    ASSERT_EQ(y.data<float>()[i], static_cast<float>(at + 1)) << i;
-                else
-                    ASSERT_EQ(y.data<uint8_t>()[i], (at + 1) % 251) << i;
             }
-        }
     }
 }
 

@@ -5,6 +5,7 @@ namespace vaiq::runtime {
 const CpuFeatures& cpu_features() {
     static const CpuFeatures features = [] {
         CpuFeatures f;
+        f.ssse3 = __builtin_cpu_supports("ssse3");
         f.avx2 = __builtin_cpu_supports("avx2");
         f.fma = __builtin_cpu_supports("fma");
         f.avx512f = __builtin_cpu_supports("avx512f");

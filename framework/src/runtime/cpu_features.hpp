@@ -5,6 +5,7 @@
 namespace vaiq::runtime {
 
 struct CpuFeatures {
+    bool ssse3 = false;  ///< byte shuffles (pshufb)
     bool avx2 = false;
     bool fma = false;
     bool avx512f = false;

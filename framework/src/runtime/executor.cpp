@@ -1,6 +1,7 @@
 #include "runtime/executor.hpp"
 
 #include <fmt/format.h>
+#include <omp.h>
 #include <onnx/defs/data_type_utils.h>
 #include <onnx/defs/schema.h>
 
@@ -12,6 +13,7 @@
 
 #include "runtime/layout.hpp"
 #include "runtime/qdq_fusion.hpp"
+#include "runtime/team_session.hpp"
 #include "runtime/thread_count.hpp"
 #include "util/text.hpp"
 #include "vaiq/error.hpp"
@@ -35,6 +37,7 @@ struct Executor::Step {
     std::vector<std::vector<int>> same_type;
     /// Input positions whose schema allows one element type (Resize's scales), with it.
     std::vector<std::pair<int, DataType>> fixed_type;
+    bool in_team = false;  ///< its kernel may run inside a TeamSession
 };
 
 namespace {
@@ -156,8 +159,9 @@ void Executor::number_values() {
     std::vector<std::string> unsupported;
     for (int n : topological_order(graph)) {
         const auto& node = graph.node(n);
-        Step step{n, nullptr, domain_opset(model, node.domain()), {}, {}, {}, {}, false, nullptr, false, {}, {}};
+        Step step{n, nullptr, domain_opset(model, node.domain()), {}, {}, {}, {}, false, nullptr, false, {}, {}, false};
         step.kernel = KernelRegistry::instance().find(node.domain(), node.op_type(), step.opset);
+        step.in_team = KernelRegistry::instance().runs_in_team(node.domain(), node.op_type(), step.opset);
         schema_types(node, step.opset, step.same_type, step.fixed_type);
         step.upcast = computes_in_float(node);
         if (!step.kernel)
@@ -420,7 +424,8 @@ std::vector<Tensor> Executor::run(Values& values, const std::vector<std::string>
     const bool lazy_runs = std::find(run_lazy.begin(), run_lazy.end(), true) != run_lazy.end();
     const std::vector<int> tapped_last_reader = lazy_runs ? last_readers(run_lazy) : std::vector<int>();
     const auto& last_reader = lazy_runs ? tapped_last_reader : last_reader_;
-    for (size_t s = 0; s < steps_.size(); ++s) {
+    // Runs step s; false when the run can end there.
+    auto run_one = [&](size_t s) {
         const auto& step = steps_[s];
         if (!step.lazy || run_lazy[s]) {
             auto outputs = run_step(s, values, last_reader);
@@ -433,10 +438,34 @@ std::vector<Tensor> Executor::run(Values& values, const std::vector<std::string>
                     for (int name : at->second) tap(value_names_[name], *values.slots[id]);
                 pending -= demanded[id] ? 1 : 0;
             }
-            if (!want_outputs && pending == 0) return {};
+            if (!want_outputs && pending == 0) return false;
         }
         for (int id : step.release) values.slots[id].reset();
+        return true;
+    };
+    // Runs of two or more steps whose kernels may share one TeamSession run in
+    // one (a step whose outputs go to a tap does not: the tap's own loops would
+    // run on one thread there).
+    const int team = TeamSession::leading() || omp_in_parallel() ? 1 : omp_get_max_threads();
+    auto in_session = [&](size_t s) {
+        if (!steps_[s].in_team) return false;
+        for (int id : steps_[s].outputs)
+            if (id >= 0 && (tapped[id] || tapped_at.count(id))) return false;
+        return true;
+    };
+    bool going = true;
+    for (size_t s = 0; s < steps_.size() && going;) {
+        size_t end = s;
+        while (team > 1 && end < steps_.size() && in_session(end)) ++end;
+        if (end - s >= 2) {
+            TeamSession::run(team, [&] {
+                for (; s < end && going; ++s) going = run_one(s);
+            });
+        } else {
+            going = run_one(s++);
+        }
     }
+    if (!going) return {};
     return want_outputs ? take_outputs(values) : std::vector<Tensor>();
 }
 

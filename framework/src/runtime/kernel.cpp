@@ -62,15 +62,25 @@ KernelRegistry& KernelRegistry::instance() {
     return registry;
 }
 
-void KernelRegistry::add(std::string domain, std::string op, int since, int until, KernelFn fn) {
-    entries_.push_back({canonical_domain(domain), std::move(op), since, until, std::move(fn)});
+void KernelRegistry::add(std::string domain, std::string op, int since, int until, KernelFn fn, InTeam in_team) {
+    entries_.push_back({canonical_domain(domain), std::move(op), since, until, std::move(fn), in_team});
+}
+
+const KernelRegistry::Entry* KernelRegistry::entry(std::string_view domain, std::string_view op, int64_t opset) const {
+    const auto d = canonical_domain(domain);
+    for (const auto& e : entries_)
+        if (e.domain == d && e.op == op && opset >= e.since && opset <= e.until) return &e;
+    return nullptr;
 }
 
 const KernelFn* KernelRegistry::find(std::string_view domain, std::string_view op, int64_t opset) const {
-    const auto d = canonical_domain(domain);
-    for (const auto& e : entries_)
-        if (e.domain == d && e.op == op && opset >= e.since && opset <= e.until) return &e.fn;
-    return nullptr;
+    const auto* e = entry(domain, op, opset);
+    return e ? &e->fn : nullptr;
+}
+
+bool KernelRegistry::runs_in_team(std::string_view domain, std::string_view op, int64_t opset) const {
+    const auto* e = entry(domain, op, opset);
+    return e && e->in_team && e->in_team();
 }
 
 bool KernelRegistry::claims(std::string_view domain, std::string_view op) const {

@@ -71,13 +71,24 @@ struct KernelContext {
 /// Computes a node's outputs (one Tensor per node output, in order).
 using KernelFn = std::function<void(KernelContext&, std::vector<Tensor>& outputs)>;
 
+/// Whether a kernel may run inside a TeamSession (runtime/team_session.hpp):
+/// it shares its work only through parallel_for.hpp, or not at all. A kernel
+/// that opens OpenMP regions or runs oneDNN's threads itself would run on one
+/// thread there. Asked once an executor, as its path may depend on the CPU;
+/// null: never.
+using InTeam = bool (*)();
+/// For the kernels that always may.
+inline bool always_in_team() { return true; }
+
 /// Kernels by (domain, op type, opset range).
 class KernelRegistry {
   public:
     static KernelRegistry& instance();
-    void add(std::string domain, std::string op, int since, int until, KernelFn fn);
+    void add(std::string domain, std::string op, int since, int until, KernelFn fn, InTeam in_team = nullptr);
     /// nullptr when nothing covers this opset.
     const KernelFn* find(std::string_view domain, std::string_view op, int64_t opset) const;
+    /// Whether the kernel find() gives may run inside a TeamSession (false when there is none).
+    bool runs_in_team(std::string_view domain, std::string_view op, int64_t opset) const;
     /// Whether any opset of the op has a kernel.
     bool claims(std::string_view domain, std::string_view op) const;
 
@@ -86,14 +97,17 @@ class KernelRegistry {
         std::string domain, op;
         int since, until;
         KernelFn fn;
+        InTeam in_team;
     };
+    const Entry* entry(std::string_view domain, std::string_view op, int64_t opset) const;
     std::vector<Entry> entries_;
 };
 
 /// Registers a kernel from a static initializer.
 struct KernelRegistration {
-    KernelRegistration(std::string domain, std::string op, int since, int until, KernelFn fn) {
-        KernelRegistry::instance().add(std::move(domain), std::move(op), since, until, std::move(fn));
+    KernelRegistration(std::string domain, std::string op, int since, int until, KernelFn fn,
+                       InTeam in_team = nullptr) {
+        KernelRegistry::instance().add(std::move(domain), std::move(op), since, until, std::move(fn), in_team);
     }
 };
 

@@ -1,17 +1,36 @@
 // runtime/parallel_for.hpp - loops over OpenMP threads that cost nothing when
-// they run on one.
+// they run on one, and little inside a TeamSession.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include <omp.h>
 
+#include "runtime/team_session.hpp"
+
 namespace vaiq::runtime {
 
-/// Whether a parallel region entered here would get more than one thread:
-/// the thread count allows it and no enclosing team already shares the work.
-inline bool team_possible() { return omp_get_max_threads() > 1 && !omp_in_parallel(); }
+/// The threads a loop started here would share: the session's, when this
+/// thread leads one (see team_session.hpp), else OpenMP's thread count, or 1
+/// inside a team that already shares the work.
+inline int team_threads() {
+    if (const auto* session = TeamSession::leading()) return session->threads();
+    return omp_in_parallel() ? 1 : omp_get_max_threads();
+}
+
+/// Whether a loop started here could be shared by more than one thread.
+inline bool team_possible() { return team_threads() > 1; }
+
+/// The t-th of `team` contiguous shares of [0, n): OpenMP's static schedule
+/// (the first n % team shares one longer), so that loops split alike in a
+/// session and outside one.
+inline std::pair<int64_t, int64_t> share_of(int64_t n, int64_t t, int64_t team) {
+    const int64_t base = n / team, longer = n % team;
+    const int64_t begin = t * base + std::min(t, longer);
+    return {begin, begin + base + (t < longer ? 1 : 0)};
+}
 
 // A region that gets one thread is not free: libgomp ends every team, even a
 // team of one (an `if` clause that is false, a thread count of one, a region
@@ -26,20 +45,33 @@ inline bool team_possible() { return omp_get_max_threads() > 1 && !omp_in_parall
 /// another core wrote took 5 times as long as reading its own, on a VM).
 template <typename F>
 void parallel_for(int64_t n, bool worth, F&& f) {
-    if (worth && n > 1 && team_possible()) {
-#pragma omp parallel for schedule(static)
+    // In a session sharing costs less than leaving the other thread's share of
+    // this layer's output to be read across cores by the next layer: `worth`
+    // does not count there.
+    worth = worth || TeamSession::leading();
+    if (!(worth && n > 1 && team_possible())) {
         for (int64_t i = 0; i < n; ++i) f(i);
+    } else if (auto* session = TeamSession::leading()) {
+        session->share(static_cast<int>(std::min<int64_t>(n, session->threads())), [&](int64_t t, int64_t team) {
+            const auto [begin, end] = share_of(n, t, team);
+            for (int64_t i = begin; i < end; ++i) f(i);
+        });
     } else {
+#pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; ++i) f(i);
     }
 }
 
-/// f(begin, end) over [0, count) in pieces of `piece` values, a piece a
-/// thread at a time (parallel_for over the pieces).
+/// f(begin, end) over [0, count) in pieces of at most `piece` values, a piece
+/// a thread at a time (parallel_for over the pieces). The pieces are alike and
+/// as many as a multiple of the threads, so that every thread gets an equal
+/// contiguous share (as the next layer's rows split).
 template <typename F>
 void parallel_for_pieces(int64_t count, int64_t piece, bool worth, F&& f) {
-    const int64_t pieces = (count + piece - 1) / piece;
-    parallel_for(pieces, worth, [&](int64_t k) { f(k * piece, std::min(count, (k + 1) * piece)); });
+    const int64_t threads = std::max(1, team_threads());
+    const int64_t pieces = (count + piece * threads - 1) / (piece * threads) * threads;
+    const int64_t size = std::max<int64_t>(1, (count + pieces - 1) / pieces);
+    parallel_for((count + size - 1) / size, worth, [&](int64_t k) { f(k * size, std::min(count, (k + 1) * size)); });
 }
 
 /// f(thread, threads) on every thread of a team when `worth` and a team is
@@ -47,11 +79,15 @@ void parallel_for_pieces(int64_t count, int64_t piece, bool worth, F&& f) {
 /// team has at most `most` threads (0: the thread count).
 template <typename F>
 void parallel_team(bool worth, F&& f, int most = 0) {
-    if (worth && team_possible()) {
-#pragma omp parallel num_threads(most > 0 ? std::min(most, omp_get_max_threads()) : omp_get_max_threads())
-        f(static_cast<int64_t>(omp_get_thread_num()), static_cast<int64_t>(omp_get_num_threads()));
-    } else {
+    worth = worth || TeamSession::leading();  // as in parallel_for
+    const int threads = most > 0 ? std::min(most, team_threads()) : team_threads();
+    if (!(worth && threads > 1)) {
         f(int64_t{0}, int64_t{1});
+    } else if (auto* session = TeamSession::leading()) {
+        session->share(threads, f);
+    } else {
+#pragma omp parallel num_threads(threads)
+        f(static_cast<int64_t>(omp_get_thread_num()), static_cast<int64_t>(omp_get_num_threads()));
     }
 }
 

@@ -1,7 +1,5 @@
 #include "runtime/kernels/int8_conv.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <utility>
@@ -294,7 +292,7 @@ bool int8_conv_channels_last(KernelContext& ctx, const Tensor& x, int32_t x_zero
     const int64_t pad_top = state->padded ? 0 : g.pad_begin[0];  // a band's bottom pad follows from it
     const int64_t pad_left = state->padded ? 0 : g.pad_begin[1], pad_right = state->padded ? 0 : g.pad_end[1];
     const int64_t kernel_rows = (w.shape()[2] - 1) * g.dilations[0] + 1, stride = g.strides[0];
-    const int threads = omp_get_max_threads();
+    const int threads = team_threads();
     // A band's sums stay in the cache of the core that computed them until
     // they are consumed. 256 KB of int32: on mobilenet_v2 bands of 128-256 KB
     // ran fastest, 512 KB 5-10 % slower, whole tensors 40 % slower.
@@ -304,15 +302,21 @@ bool int8_conv_channels_last(KernelContext& ctx, const Tensor& x, int32_t x_zero
     // band's images are then one dense block), else rows of one image, in a
     // number of bands the threads share evenly.
     const bool reads_all_rows = (out_rows - 1) * stride + kernel_rows - pad_top >= in_rows;
-    int64_t images = 1, rows = out_rows;
-    if (image_values < kBandValues && reads_all_rows) {
+    // In a session oneDNN runs on one thread: there the threads share rows
+    // even of a small image rather than leave one band to oneDNN's threads.
+    const bool shared_by_rows = TeamSession::leading() && n < threads;
+    int64_t images = 1, rows = out_rows, bands_per_image = 1;
+    if (image_values < kBandValues && reads_all_rows && !shared_by_rows) {
         images = std::max<int64_t>(1, kBandValues / image_values);
         if (n > 1) images = std::min(images, (n + threads - 1) / threads);
     } else {
         int64_t per_image = (image_values + kBandValues - 1) / kBandValues;
         if (per_image * n < threads) per_image = (threads + n - 1) / n;
-        per_image = std::min(per_image, out_rows);
-        rows = (out_rows + per_image - 1) / per_image;
+        // One image: as many bands a thread, so that each takes the same rows
+        // of every layer (3 bands on 2 threads gave one 2 of them).
+        if (n == 1) per_image = (per_image + threads - 1) / threads * threads;
+        bands_per_image = std::min(per_image, out_rows);
+        rows = (out_rows + bands_per_image - 1) / bands_per_image;  // the longest band's
     }
     struct Span {
         int64_t image, count, r0, r1;
@@ -320,7 +324,6 @@ bool int8_conv_channels_last(KernelContext& ctx, const Tensor& x, int32_t x_zero
     };
     // An image's bands differ by at most one row: a last band of a single row
     // (56 rows in bands of 5) had oneDNN fall back to its reference loops.
-    const int64_t bands_per_image = (out_rows + rows - 1) / rows;
     std::vector<Span> spans;
     for (int64_t i = 0; i < n; i += images)
         for (int64_t b = 0; b < bands_per_image; ++b)
@@ -345,7 +348,9 @@ bool int8_conv_channels_last(KernelContext& ctx, const Tensor& x, int32_t x_zero
         const memory::desc dst({span.count, m, span.r1 - span.r0, out_width}, memory::data_type::s32,
                                memory::format_tag::nhwc);
         const memory::dims begin{top, pad_left}, end{bottom, pad_right};
-        const ThreadCount team(alone ? threads : 1);  // what oneDNN divides the work for
+        // What oneDNN divides the work for: one thread inside a region (a band of
+        // several, or any band in a session, where oneDNN runs on one).
+        const ThreadCount team(alone && !TeamSession::leading() ? threads : 1);
         // Every band in the first band's weight layout when oneDNN takes it (one copy of the weights).
         const auto first = state->bands.empty() ? memory::desc() : state->bands.front().pd.weights_desc();
         // ... unless that layout leaves oneDNN only its reference loops (brgconv's

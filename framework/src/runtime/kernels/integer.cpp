@@ -640,10 +640,13 @@ void dynamic_quantize(KernelContext& ctx, std::vector<Tensor>& out) {
 }
 
 const KernelRegistration kKernels[] = {
-    {"", "MatMulInteger", 10, 21, matmul_integer}, {"", "QLinearMatMul", 10, 20, qlinear_matmul},
-    {"com.microsoft", "QGemm", 1, 1, qgemm},       {"", "ConvInteger", 10, 21, conv_integer},
-    {"", "QLinearConv", 10, 21, qlinear_conv},     {"", "DynamicQuantizeLinear", 11, 21, dynamic_quantize},
-    {kInternalDomain, "NhwcQLinearConv", 0, 1, nhwc_qlinear_conv},
+    {"", "MatMulInteger", 10, 21, matmul_integer},
+    {"", "QLinearMatMul", 10, 20, qlinear_matmul},
+    {"com.microsoft", "QGemm", 1, 1, qgemm},
+    {"", "ConvInteger", 10, 21, conv_integer},
+    {"", "QLinearConv", 10, 21, qlinear_conv},
+    {"", "DynamicQuantizeLinear", 11, 21, dynamic_quantize},
+    {kInternalDomain, "NhwcQLinearConv", 0, 1, nhwc_qlinear_conv, exact_int8_available},
 };
 
 }  // namespace

@@ -744,14 +744,14 @@ void power_of_two_qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
 }
 
 const KernelRegistration kKernels[] = {
-    {kMicrosoft, "QLinearAdd", 1, 1, qlinear_add},
-    {kMicrosoft, "QLinearMul", 1, 1, qlinear_mul},
-    {kMicrosoft, "QLinearLeakyRelu", 1, 1, qlinear_unary<false>},
-    {kMicrosoft, "QLinearSigmoid", 1, 1, qlinear_unary<true>},
-    {kMicrosoft, "QLinearGlobalAveragePool", 1, 1, qlinear_global_average_pool},
-    {kMicrosoft, "QLinearConcat", 1, 1, qlinear_concat},
-    {kMicrosoft, "QLinearAveragePool", 1, 1, qlinear_average_pool},
-    {kMicrosoft, "QLinearSoftmax", 1, 1, qlinear_softmax},
+    {kMicrosoft, "QLinearAdd", 1, 1, qlinear_add, always_in_team},
+    {kMicrosoft, "QLinearMul", 1, 1, qlinear_mul, always_in_team},
+    {kMicrosoft, "QLinearLeakyRelu", 1, 1, qlinear_unary<false>, always_in_team},
+    {kMicrosoft, "QLinearSigmoid", 1, 1, qlinear_unary<true>, always_in_team},
+    {kMicrosoft, "QLinearGlobalAveragePool", 1, 1, qlinear_global_average_pool, always_in_team},
+    {kMicrosoft, "QLinearConcat", 1, 1, qlinear_concat, always_in_team},
+    {kMicrosoft, "QLinearAveragePool", 1, 1, qlinear_average_pool, always_in_team},
+    {kMicrosoft, "QLinearSoftmax", 1, 1, qlinear_softmax, always_in_team},
     {kInternalDomain, "PowerOfTwoQLinearAdd", 0, 1, power_of_two_qlinear_add},
     {kInternalDomain, "LookupTable", 0, 1, lookup_table},
 };

@@ -285,10 +285,10 @@ void fixneuron(KernelContext& ctx, std::vector<Tensor>& out) {
 }
 
 const KernelRegistration kKernels[] = {
-    {"", "QuantizeLinear", 10, 21, quantize},
-    {"", "DequantizeLinear", 10, 21, dequantize},
-    {"com.microsoft", "QuantizeLinear", 1, 1, quantize},
-    {"com.microsoft", "DequantizeLinear", 1, 1, dequantize},
+    {"", "QuantizeLinear", 10, 21, quantize, always_in_team},
+    {"", "DequantizeLinear", 10, 21, dequantize, always_in_team},
+    {"com.microsoft", "QuantizeLinear", 1, 1, quantize, always_in_team},
+    {"com.microsoft", "DequantizeLinear", 1, 1, dequantize, always_in_team},
     {std::string(kVaiqDomain), std::string(kVitisQuantizeOp), 1, 1, vitis_quantize},
     {std::string(kVaiqDomain), std::string(kVitisDequantizeOp), 1, 1, vitis_dequantize},
     {std::string(kVaiqDomain), std::string(kFixNeuronOp), 1, 1, fixneuron},

@@ -1,5 +1,6 @@
 // Data-movement kernels. They copy bytes, so every element type works.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <numeric>
 
@@ -256,17 +257,57 @@ void transpose_16x16_bytes(const uint8_t* src, int64_t src_stride, uint8_t* dst,
     }
 }
 
+// Three rows of bytes (an image's colours) into channels-last pixels, 16
+// columns at a time: each of the 48 bytes out is picked from one of the rows
+// by a byte shuffle. Returns the columns done (a multiple of 16).
+[[gnu::target("ssse3")]] int64_t interleave_3_bytes(const uint8_t* r0, const uint8_t* r1, const uint8_t* r2,
+                                                    uint8_t* out, int64_t cols) {
+    alignas(16) static const auto masks = [] {
+        std::array<std::array<std::array<uint8_t, 16>, 3>, 3> m{};  // [block out][row][byte]
+        for (int p = 0; p < 48; ++p)
+            for (int row = 0; row < 3; ++row)
+                m[p / 16][row][p % 16] = p % 3 == row ? static_cast<uint8_t>(p / 3) : uint8_t{0x80};
+        return m;
+    }();
+    int64_t c = 0;
+    for (; c + 16 <= cols; c += 16) {
+        const __m128i rows[3] = {_mm_loadu_si128(reinterpret_cast<const __m128i*>(r0 + c)),
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1 + c)),
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(r2 + c))};
+        for (int k = 0; k < 3; ++k) {
+            __m128i o = _mm_setzero_si128();
+            for (int row = 0; row < 3; ++row)
+                o = _mm_or_si128(
+                    o, _mm_shuffle_epi8(rows[row],
+                                        _mm_load_si128(reinterpret_cast<const __m128i*>(masks[k][row].data()))));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 3 * c + 16 * k), o);
+        }
+    }
+    return c;
+}
+
 // Matrices of kRows rows transposed: each output row interleaves the kRows
 // input rows (an image's three colours into channels-last pixels), a loop the
-// compiler vectorises with the row count known.
+// compiler vectorises with the row count known (bytes of three rows by
+// shuffles), in column pieces over the threads.
 template <int64_t kRows, typename T>
 void interleave_rows(const T* src, T* dst, int64_t batches, int64_t cols) {
-    parallel_for(batches, batches * kRows * cols > kParallelGrain, [&](int64_t b) {
+    static const bool shuffles = cpu_features().ssse3;
+    for (int64_t b = 0; b < batches; ++b) {
         const T* from = src + b * kRows * cols;
         T* to = dst + b * kRows * cols;
-        for (int64_t c = 0; c < cols; ++c)
-            for (int64_t r = 0; r < kRows; ++r) to[c * kRows + r] = from[r * cols + c];
-    });
+        parallel_for_pieces(cols, int64_t{1} << 14, kRows * cols > kParallelGrain, [&](int64_t c0, int64_t c1) {
+            int64_t c = c0;
+            if constexpr (kRows == 3 && sizeof(T) == 1)
+                if (shuffles)
+                    c += interleave_3_bytes(reinterpret_cast<const uint8_t*>(from + c0),
+                                            reinterpret_cast<const uint8_t*>(from + cols + c0),
+                                            reinterpret_cast<const uint8_t*>(from + 2 * cols + c0),
+                                            reinterpret_cast<uint8_t*>(to + kRows * c0), c1 - c0);
+            for (; c < c1; ++c)
+                for (int64_t r = 0; r < kRows; ++r) to[c * kRows + r] = from[r * cols + c];
+        });
+    }
 }
 
 template <typename T>
@@ -780,11 +821,11 @@ void pad(KernelContext& ctx, std::vector<Tensor>& out) {
 
 const KernelRegistration kKernels[] = {
     {"", "Pad", 2, kLatest, pad},
-    {"", "Reshape", 5, kLatest, reshape},
-    {"", "Flatten", 9, kLatest, flatten},
+    {"", "Reshape", 5, kLatest, reshape, always_in_team},
+    {"", "Flatten", 9, kLatest, flatten, always_in_team},
     {"", "Squeeze", 1, kLatest, squeeze},
     {"", "Unsqueeze", 1, kLatest, unsqueeze},
-    {"", "Transpose", 1, kLatest, transpose},
+    {"", "Transpose", 1, kLatest, transpose, always_in_team},
     {"", "Concat", 4, kLatest, concat},
     {"", "Shape", 1, kLatest, shape_kernel},
     {"", "Size", 1, kLatest, size_kernel},
