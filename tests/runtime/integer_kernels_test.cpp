@@ -9,6 +9,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <set>
 
 #include "executor_test_support.hpp"
 #include "runtime/cpu_features.hpp"
@@ -365,6 +366,47 @@ TEST(Executor, QLinearGlobalAveragePoolScalesTheIntegerSum) {
     const auto y =
         e.run({{"x", Tensor::from_values<uint8_t>({1, 1, 2, 3}, std::vector<uint8_t>{69, 211, 65, 104, 164, 140})}})[0];
     EXPECT_EQ(y.data<uint8_t>()[0], 125);
+}
+
+// Channels-last (the layout pass's form), two images of 7 x 7 x 400, at one and
+// two threads (each thread summing its share of the pixels): every channel's
+// value equals the NCHW form's on the same data.
+TEST(Executor, QLinearGlobalAveragePoolChannelsLastEqualsChannelsFirst) {
+    const int64_t n = 2, h = 7, w = 7, c = 400;
+    std::vector<uint8_t> nhwc(static_cast<size_t>(n * h * w * c)), nchw(nhwc.size());
+    std::mt19937 rng(3);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (int64_t b = 0; b < n; ++b)
+        for (int64_t p = 0; p < h * w; ++p)
+            for (int64_t ch = 0; ch < c; ++ch) {
+                const auto v = static_cast<uint8_t>(byte(rng));
+                nhwc[static_cast<size_t>((b * h * w + p) * c + ch)] = v;
+                nchw[static_cast<size_t>((b * c + ch) * h * w + p)] = v;
+            }
+    auto pool = [&](bool channels_last, int threads) {
+        vaiq::test::GraphBuilder b;
+        const std::vector<int64_t> shape =
+            channels_last ? std::vector<int64_t>{n, h, w, c} : std::vector<int64_t>{n, c, h, w};
+        b.input("x", shape, DataType::UInt8).output("y", {}, DataType::UInt8);
+        b.initializer("s", Tensor::from_values<float>({}, std::vector<float>{0.1f}));
+        b.initializer("z", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{7}));
+        b.initializer("sy", Tensor::from_values<float>({}, std::vector<float>{0.07f}));
+        auto& gap = b.node("QLinearGlobalAveragePool", {"x", "s", "z", "sy", "z"}, {"y"}, "gap");
+        gap.set_domain("com.microsoft");
+        vaiq::test::set_int_attribute(gap, "channels_last", channels_last ? 1 : 0);
+        const auto model = contrib_model(b);
+        return Executor(model, {.threads = threads})
+            .run({{"x", Tensor::from_values<uint8_t>(shape, channels_last ? nhwc : nchw)}})[0];
+    };
+    const auto first = pool(false, 1);
+    const auto values = first.data<uint8_t>();
+    EXPECT_GT(std::set<uint8_t>(values.begin(), values.end()).size(), 10u);  // not one clamped value
+    for (int threads : {1, 2}) {
+        const auto last = pool(true, threads);
+        ASSERT_EQ(last.size(), first.size());
+        for (int64_t k = 0; k < first.size(); ++k)
+            ASSERT_EQ(last.data<uint8_t>()[k], values[k]) << k << " at " << threads << " threads";
+    }
 }
 
 // QLinearConv on the int8 path against a brute-force loop, for uint8 and int8

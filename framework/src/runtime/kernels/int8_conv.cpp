@@ -326,9 +326,12 @@ bool int8_conv_channels_last(KernelContext& ctx, const Tensor& x, int32_t x_zero
     // (56 rows in bands of 5) had oneDNN fall back to its reference loops.
     std::vector<Span> spans;
     for (int64_t i = 0; i < n; i += images)
-        for (int64_t b = 0; b < bands_per_image; ++b)
-            spans.push_back({i, std::min(images, n - i), b * out_rows / bands_per_image,
-                             (b + 1) * out_rows / bands_per_image, nullptr});
+        for (int64_t b = 0; b < bands_per_image; ++b) {
+            // Split as parallel_for splits rows (the longer bands first), so that
+            // a thread's bands hold the rows its loops take in the next layer.
+            const auto [r0, r1] = share_of(out_rows, b, bands_per_image);
+            spans.push_back({i, std::min(images, n - i), r0, r1, nullptr});
+        }
     // One band runs on every thread; several run one a thread, each convolution
     // then made for one thread (oneDNN runs single-threaded inside a parallel region).
     const bool alone = spans.size() == 1;

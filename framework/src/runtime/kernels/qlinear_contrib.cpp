@@ -392,11 +392,31 @@ void qlinear_global_average_pool(KernelContext& ctx, std::vector<Tensor>& out) {
     dispatch_numeric(x.data->type(), ctx, [&](auto tag) {
         using Q = typename decltype(tag)::type;
         const auto v = view<Q>(*x.data);
-        for (int64_t b = 0; b < n; ++b)
-            for (int64_t ch = 0; ch < c; ++ch)
-                for (int64_t i = 0; i < plane; ++i)
-                    sums[b * c + ch] +=
-                        static_cast<int32_t>(channels_last ? v[(b * plane + i) * c + ch] : v[(b * c + ch) * plane + i]);
+        if (!channels_last) {
+            for (int64_t b = 0; b < n; ++b)
+                for (int64_t ch = 0; ch < c; ++ch)
+                    for (int64_t i = 0; i < plane; ++i)
+                        sums[b * c + ch] += static_cast<int32_t>(v[(b * c + ch) * plane + i]);
+            return;
+        }
+        // Channels-last: pixel after pixel, all channels at once (a vector loop),
+        // each thread over its share of the pixels (the rows it made in the layer
+        // before), into sums of its own added up after; integer sums are exact
+        // in any order.
+        const int64_t pixels = n * plane;
+        std::vector<std::vector<int32_t>> partial(static_cast<size_t>(std::max(1, team_threads())));
+        parallel_team(pixels * c > kParallelGrain, [&](int64_t t, int64_t team) {
+            auto& mine = partial[static_cast<size_t>(t)];
+            mine.assign(static_cast<size_t>(n * c), 0);
+            const auto [first, last] = share_of(pixels, t, team);
+            for (int64_t p = first; p < last; ++p) {
+                int32_t* to = mine.data() + (p / plane) * c;
+                const Q* from = v.data() + p * c;
+                for (int64_t ch = 0; ch < c; ++ch) to[ch] += static_cast<int32_t>(from[ch]);
+            }
+        });
+        for (const auto& mine : partial)
+            for (size_t k = 0; k < mine.size(); ++k) sums[k] += mine[k];
     });
     const float scale = x.scale / (ctx.input(3).data<float>()[0] * static_cast<float>(plane));
     std::vector<int64_t> shape(s.size(), 1);
