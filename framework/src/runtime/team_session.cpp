@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <utility>
@@ -88,6 +89,7 @@ void TeamSession::run_share(int thread, int team) {
 }
 
 void TeamSession::share(int team, Call call, const void* work) {
+    team = std::clamp(team, 1, threads_);  // no share for a thread OpenMP did not give
     call_ = call;
     work_ = work;
     team_ = team;
