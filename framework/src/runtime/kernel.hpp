@@ -4,6 +4,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -108,6 +109,22 @@ struct KernelRegistration {
     KernelRegistration(std::string domain, std::string op, int since, int until, KernelFn fn,
                        InTeam in_team = nullptr) {
         KernelRegistry::instance().add(std::move(domain), std::move(op), since, until, std::move(fn), in_team);
+    }
+};
+
+/// One kernel of a KernelRegistrations list.
+struct KernelSpec {
+    std::string domain, op;
+    int since, until;
+    KernelFn fn;
+};
+
+/// Registers, from a static initializer, a list of kernels that all give the
+/// same InTeam answer (a file whose kernels all share work only through
+/// parallel_for.hpp).
+struct KernelRegistrations {
+    KernelRegistrations(InTeam in_team, std::initializer_list<KernelSpec> kernels) {
+        for (const auto& k : kernels) KernelRegistry::instance().add(k.domain, k.op, k.since, k.until, k.fn, in_team);
     }
 };
 

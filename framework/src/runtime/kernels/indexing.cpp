@@ -420,23 +420,24 @@ void reverse_sequence(KernelContext& ctx, std::vector<Tensor>& out) {
     out[0] = std::move(y);
 }
 
-const KernelRegistration kKernels[] = {
-    {"", "ReverseSequence", 10, kLatest, reverse_sequence, always_in_team},
-    {"", "CumSum", 11, kLatest, cumsum, always_in_team},
-    {"", "DepthToSpace", 1, kLatest, depth_to_space, always_in_team},
-    {"", "SpaceToDepth", 1, kLatest, space_to_depth, always_in_team},
-    {"", "GatherND", 11, kLatest, gather_nd, always_in_team},
-    {"", "OneHot", 9, kLatest, one_hot, always_in_team},
-    {"", "TopK", 1, kLatest, top_k, always_in_team},
-    {"", "Trilu", 14, kLatest, trilu, always_in_team},
-    {"", "ScatterND", 11, kLatest, scatter_nd, always_in_team},
-    {"", "ScatterElements", 11, kLatest, scatter_elements, always_in_team},
-    {"", "Scatter", 9, 10, scatter_elements, always_in_team},
-    {"", "Shrink", 9, kLatest, shrink, always_in_team},
-    {"", "EyeLike", 9, kLatest, eye_like, always_in_team},
-    {"", "NonZero", 9, kLatest, non_zero, always_in_team},
-    {"", "Compress", 9, kLatest, compress, always_in_team},
-};
+// Every kernel here shares its work only through parallel_for.hpp.
+const KernelRegistrations kKernels(always_in_team, {
+    {"", "ReverseSequence", 10, kLatest, reverse_sequence},
+    {"", "CumSum", 11, kLatest, cumsum},
+    {"", "DepthToSpace", 1, kLatest, depth_to_space},
+    {"", "SpaceToDepth", 1, kLatest, space_to_depth},
+    {"", "GatherND", 11, kLatest, gather_nd},
+    {"", "OneHot", 9, kLatest, one_hot},
+    {"", "TopK", 1, kLatest, top_k},
+    {"", "Trilu", 14, kLatest, trilu},
+    {"", "ScatterND", 11, kLatest, scatter_nd},
+    {"", "ScatterElements", 11, kLatest, scatter_elements},
+    {"", "Scatter", 9, 10, scatter_elements},
+    {"", "Shrink", 9, kLatest, shrink},
+    {"", "EyeLike", 9, kLatest, eye_like},
+    {"", "NonZero", 9, kLatest, non_zero},
+    {"", "Compress", 9, kLatest, compress},
+});
 
 }  // namespace
 }  // namespace vaiq::runtime

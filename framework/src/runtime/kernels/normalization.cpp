@@ -250,17 +250,17 @@ void lp_norm(KernelContext& ctx, std::vector<Tensor>& out) {
         }
 }
 
-const KernelRegistration kKernels[] = {
-    {"", "LpNormalization", 1, 21, lp_norm, always_in_team},
-    {"", "BatchNormalization", 9, 21, batch_norm, always_in_team},
-    {"", "InstanceNormalization", 6, 21, instance_norm, always_in_team},
-    {"", "LayerNormalization", 17, 21, layer_norm, always_in_team},
-    {kInternalDomain, "LayerNormalization", 0, 1, layer_norm,
-     always_in_team},  // fused from older opsets (runtime/layout.hpp)
-    {"", "Softmax", 1, 21, softmax<SoftmaxKind::Softmax>, always_in_team},
-    {"", "LogSoftmax", 1, 21, softmax<SoftmaxKind::LogSoftmax>, always_in_team},
-    {"", "Hardmax", 1, 21, softmax<SoftmaxKind::Hardmax>, always_in_team},
-};
+// Every kernel here shares its work only through parallel_for.hpp.
+const KernelRegistrations kKernels(always_in_team, {
+    {"", "LpNormalization", 1, 21, lp_norm},
+    {"", "BatchNormalization", 9, 21, batch_norm},
+    {"", "InstanceNormalization", 6, 21, instance_norm},
+    {"", "LayerNormalization", 17, 21, layer_norm},
+    {kInternalDomain, "LayerNormalization", 0, 1, layer_norm},  // fused from older opsets (runtime/layout.hpp)
+    {"", "Softmax", 1, 21, softmax<SoftmaxKind::Softmax>},
+    {"", "LogSoftmax", 1, 21, softmax<SoftmaxKind::LogSoftmax>},
+    {"", "Hardmax", 1, 21, softmax<SoftmaxKind::Hardmax>},
+});
 
 }  // namespace
 }  // namespace vaiq::runtime

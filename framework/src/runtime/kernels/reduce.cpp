@@ -143,20 +143,21 @@ KernelFn reducer(int axes_input_since) {
     return [axes_input_since](KernelContext& c, std::vector<Tensor>& o) { reduce<kOp>(c, o, axes_input_since); };
 }
 
-const KernelRegistration kKernels[] = {
-    {"", "ReduceSum", 1, 21, reducer<Reduce::Sum>(13), always_in_team},
-    {"", "ReduceMean", 1, 21, reducer<Reduce::Mean>(18), always_in_team},
-    {"", "ReduceMax", 1, 21, reducer<Reduce::Max>(18), always_in_team},
-    {"", "ReduceMin", 1, 21, reducer<Reduce::Min>(18), always_in_team},
-    {"", "ReduceProd", 1, 21, reducer<Reduce::Prod>(18), always_in_team},
-    {"", "ReduceL1", 1, 21, reducer<Reduce::L1>(18), always_in_team},
-    {"", "ReduceL2", 1, 21, reducer<Reduce::L2>(18), always_in_team},
-    {"", "ReduceLogSum", 1, 21, reducer<Reduce::LogSum>(18), always_in_team},
-    {"", "ReduceLogSumExp", 1, 21, reducer<Reduce::LogSumExp>(18), always_in_team},
-    {"", "ReduceSumSquare", 1, 21, reducer<Reduce::SumSquare>(18), always_in_team},
-    {"", "ArgMax", 1, 21, arg_reduce<true>, always_in_team},
-    {"", "ArgMin", 1, 21, arg_reduce<false>, always_in_team},
-};
+// Every kernel here shares its work only through parallel_for.hpp.
+const KernelRegistrations kKernels(always_in_team, {
+    {"", "ReduceSum", 1, 21, reducer<Reduce::Sum>(13)},
+    {"", "ReduceMean", 1, 21, reducer<Reduce::Mean>(18)},
+    {"", "ReduceMax", 1, 21, reducer<Reduce::Max>(18)},
+    {"", "ReduceMin", 1, 21, reducer<Reduce::Min>(18)},
+    {"", "ReduceProd", 1, 21, reducer<Reduce::Prod>(18)},
+    {"", "ReduceL1", 1, 21, reducer<Reduce::L1>(18)},
+    {"", "ReduceL2", 1, 21, reducer<Reduce::L2>(18)},
+    {"", "ReduceLogSum", 1, 21, reducer<Reduce::LogSum>(18)},
+    {"", "ReduceLogSumExp", 1, 21, reducer<Reduce::LogSumExp>(18)},
+    {"", "ReduceSumSquare", 1, 21, reducer<Reduce::SumSquare>(18)},
+    {"", "ArgMax", 1, 21, arg_reduce<true>},
+    {"", "ArgMin", 1, 21, arg_reduce<false>},
+});
 
 }  // namespace
 }  // namespace vaiq::runtime
