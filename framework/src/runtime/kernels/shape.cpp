@@ -293,21 +293,26 @@ void transpose_16x16_bytes(const uint8_t* src, int64_t src_stride, uint8_t* dst,
 template <int64_t kRows, typename T>
 void interleave_rows(const T* src, T* dst, int64_t batches, int64_t cols) {
     static const bool shuffles = cpu_features().ssse3;
-    for (int64_t b = 0; b < batches; ++b) {
+    auto columns = [&](int64_t b, int64_t c0, int64_t c1) {
         const T* from = src + b * kRows * cols;
         T* to = dst + b * kRows * cols;
-        parallel_for_pieces(cols, int64_t{1} << 14, kRows * cols > kParallelGrain, [&](int64_t c0, int64_t c1) {
-            int64_t c = c0;
-            if constexpr (kRows == 3 && sizeof(T) == 1)
-                if (shuffles)
-                    c += interleave_3_bytes(reinterpret_cast<const uint8_t*>(from + c0),
-                                            reinterpret_cast<const uint8_t*>(from + cols + c0),
-                                            reinterpret_cast<const uint8_t*>(from + 2 * cols + c0),
-                                            reinterpret_cast<uint8_t*>(to + kRows * c0), c1 - c0);
-            for (; c < c1; ++c)
-                for (int64_t r = 0; r < kRows; ++r) to[c * kRows + r] = from[r * cols + c];
-        });
+        int64_t c = c0;
+        if constexpr (kRows == 3 && sizeof(T) == 1)
+            if (shuffles)
+                c += interleave_3_bytes(reinterpret_cast<const uint8_t*>(from + c0),
+                                        reinterpret_cast<const uint8_t*>(from + cols + c0),
+                                        reinterpret_cast<const uint8_t*>(from + 2 * cols + c0),
+                                        reinterpret_cast<uint8_t*>(to + kRows * c0), c1 - c0);
+        for (; c < c1; ++c)
+            for (int64_t r = 0; r < kRows; ++r) to[c * kRows + r] = from[r * cols + c];
+    };
+    // Small matrices a thread each; big ones (an image) in column pieces.
+    if (kRows * cols <= kParallelGrain) {
+        parallel_for(batches, batches * kRows * cols > kParallelGrain, [&](int64_t b) { columns(b, 0, cols); });
+        return;
     }
+    for (int64_t b = 0; b < batches; ++b)
+        parallel_for_pieces(cols, int64_t{1} << 14, true, [&](int64_t c0, int64_t c1) { columns(b, c0, c1); });
 }
 
 template <typename T>
