@@ -338,6 +338,25 @@ TEST(LayerNormStatistics, AZeroVarianceRowNormalizesToItsShiftInsteadOfNaN) {
     }
 }
 
+// Each phase reports its time and the process's peak memory at its end, which can only grow.
+TEST(Report, EachPhaseHasItsTimeAndThePeakMemorySoFar) {
+    vaiq::PluginRegistry registry;
+    registry.load_default_paths();
+    const auto dir = temp_dir();
+    vaiq::save_model(class_token_layer_norm(), dir / "in.onnx");
+    const auto report = vaiq::test::run_recipe_in(
+        dir, registry, "target: cpu\ncalibrate_method: MinMax\nrandom_data_reader_input_shape: [1, 3, 8]\n");
+    ASSERT_GE(report["phases"].size(), 8u);
+    double before = 0;
+    for (const auto& phase : report["phases"]) {
+        EXPECT_GE(phase["seconds"].get<double>(), 0.0) << phase.dump();
+        const double peak = phase["peak_mb"].get<double>();
+        EXPECT_GE(peak, std::max(before, 1.0)) << phase.dump();
+        before = peak;
+    }
+    EXPECT_EQ(report["phases"].back()["name"], "save");
+}
+
 TEST_F(Plan, AnInitializerThatIsAlsoAnInputIsNotAConstant) {
     auto model = vaiq::test::conv_relu_model();
     auto* w = model.graph().add_input();

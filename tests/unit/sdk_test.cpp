@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cmath>
+#include <thread>
 
 #include "test_support.hpp"
 #include "vaiq/error.hpp"
@@ -89,6 +90,51 @@ TEST(Tensor, ConvertsBetweenFloatTypes) {
     EXPECT_EQ(back.data<float>()[2], 1000.5f);
     EXPECT_THROW(vaiq::Tensor::from_values<int64_t>({1}, std::vector<int64_t>{1}).convert_float(vaiq::DataType::Float),
                  vaiq::InputError);
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kBlocksKept = false;  // every block from the heap there
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kBlocksKept = false;
+#else
+constexpr bool kBlocksKept = true;
+#endif
+#else
+constexpr bool kBlocksKept = true;
+#endif
+
+TEST(Tensor, FreedBlocksServeTheSameThreadsNextRequestsOfTheirSize) {
+    if (!kBlocksKept) GTEST_SKIP() << "blocks are not kept under AddressSanitizer";
+    constexpr size_t kMiB = size_t{1} << 20;
+    // Most recently freed first; a size within the same page counts as the same.
+    void* a = vaiq::allocate_tensor_bytes(100000);
+    void* b = vaiq::allocate_tensor_bytes(100000);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 64, 0u);
+    vaiq::free_tensor_bytes(a, 100000);
+    vaiq::free_tensor_bytes(b, 100000);
+    EXPECT_EQ(vaiq::allocate_tensor_bytes(100001), b);
+    EXPECT_EQ(vaiq::allocate_tensor_bytes(100000), a);
+    vaiq::free_tensor_bytes(a, 100000);
+    vaiq::free_tensor_bytes(b, 100001);
+    // Another thread has its own blocks.
+    void* elsewhere = nullptr;
+    std::thread([&] {
+        elsewhere = vaiq::allocate_tensor_bytes(100000);
+        vaiq::free_tensor_bytes(elsewhere, 100000);
+    }).join();
+    EXPECT_NE(elsewhere, a);
+    EXPECT_NE(elsewhere, b);
+    EXPECT_EQ(vaiq::allocate_tensor_bytes(100000), b);
+    vaiq::free_tensor_bytes(b, 100000);
+
+    // Over 64 MiB kept, the oldest go back to the heap: of five 16 MiB blocks
+    // the last four stay (and a, b with them are gone).
+    std::vector<void*> big;
+    for (int i = 0; i < 5; ++i) big.push_back(vaiq::allocate_tensor_bytes(16 * kMiB));
+    for (void* p : big) vaiq::free_tensor_bytes(p, 16 * kMiB);
+    for (int i = 4; i >= 1; --i) EXPECT_EQ(vaiq::allocate_tensor_bytes(16 * kMiB), big[static_cast<size_t>(i)]);
+    for (int i = 1; i <= 4; ++i) vaiq::free_tensor_bytes(big[static_cast<size_t>(i)], 16 * kMiB);
 }
 
 TEST(Quant, ParsesEveryDocumentedSpelling) {

@@ -139,26 +139,27 @@ VAIQ_API void return_freed_memory() noexcept;
 /// evaluation's set-up freed cost vit_small's run 0.55 s.
 inline constexpr size_t kReturnedFreeBytes = size_t{64} << 20;
 
+/// Storage for tensors: 64-byte aligned, not zero-filled. A block of 16 KiB to
+/// 16 MiB freed here is kept by the freeing thread (up to 64 MiB each) for its
+/// next request of the same size: an executor's runs allocate and free the
+/// same activations over and over, and the C library's one shared heap made
+/// two batches at once wait on each other's allocations. Frees of at least
+/// kReturnedFreeBytes call return_freed_memory().
+VAIQ_API void* allocate_tensor_bytes(size_t bytes);
+VAIQ_API void free_tensor_bytes(void* block, size_t bytes) noexcept;
+
 /// Allocates without zero-filling, for buffers that are written in full anyway,
 /// on 64-byte boundaries: a vector register or cache line never straddles two
 /// lines at the start of a tensor (oneDNN's and the AVX-512 kernels' loads).
 template <typename T>
 struct DefaultInitAllocator : std::allocator<T> {
-    static constexpr std::align_val_t kAlignment{64};
     template <typename U>
     struct rebind {
         using other = DefaultInitAllocator<U>;
     };
     using std::allocator<T>::allocator;
-    T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlignment)); }
-    void deallocate(T* p, size_t n) noexcept {
-#if defined(__cpp_sized_deallocation)
-        ::operator delete(p, n * sizeof(T), kAlignment);
-#else  // clang declares sized deallocation only with -fsized-deallocation
-        ::operator delete(p, kAlignment);
-#endif
-        if (n * sizeof(T) >= kReturnedFreeBytes) return_freed_memory();
-    }
+    T* allocate(size_t n) { return static_cast<T*>(allocate_tensor_bytes(n * sizeof(T))); }
+    void deallocate(T* p, size_t n) noexcept { free_tensor_bytes(p, n * sizeof(T)); }
     template <typename U>
     void construct(U* p) noexcept {
         ::new (static_cast<void*>(p)) U;

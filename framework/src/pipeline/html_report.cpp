@@ -324,7 +324,9 @@ std::string phases_section(const json& report) {
         const double s = value_or(p, "seconds", 0.0);
         total += s;
         longest = std::max(longest, s);
-        bars.push_back({str(p, "name"), str(p, "name"), s, "#1565c0", fmt::format("{:.3f} s", s)});
+        const double peak = value_or(p, "peak_mb", 0.0);
+        bars.push_back({str(p, "name"), str(p, "name"), s, "#1565c0",
+                        peak > 0 ? fmt::format("{:.3f} s, peak {:.0f} MB", s, peak) : fmt::format("{:.3f} s", s)});
     }
     if (bars.empty()) return {};
     std::string out = fmt::format("<section id=\"phases\"><h2>Phase times</h2><p class=\"note\">{:.2f} s in all.</p>",

@@ -1,6 +1,7 @@
 #include "pipeline/pipeline.hpp"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 
 #include <array>
 #include <chrono>
@@ -126,6 +127,18 @@ int remove_initializer_inputs(Model& model) {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The process's peak resident memory so far, in MB (what a phase raised it to).
+double peak_resident_mb() {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return static_cast<double>(usage.ru_maxrss) / 1024.0;  // kilobytes on Linux
+}
+
+// A phase's entry in the report: its time and the peak memory at its end.
+nlohmann::json phase_entry(Phase phase, std::chrono::steady_clock::time_point start) {
+    return {{"name", std::string(phase_name(phase))}, {"seconds", seconds_since(start)}, {"peak_mb", peak_resident_mb()}};
 }
 
 }  // namespace
@@ -1131,9 +1144,8 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
         warn_unimplemented_defaults(recipe, step.phase);
         const auto start = std::chrono::steady_clock::now();
         step.run(s);
-        const double seconds = seconds_since(start);
-        s.report["phases"].push_back({{"name", std::string(phase_name(step.phase))}, {"seconds", seconds}});
-        log_debug("phase {} took {:.3f} s", phase_name(step.phase), seconds);
+        s.report["phases"].push_back(phase_entry(step.phase, start));
+        log_debug("phase {} took {:.3f} s", phase_name(step.phase), s.report["phases"].back()["seconds"].get<double>());
     }
     progress.done();
     return {std::move(s.quantized),   std::move(s.parked), std::move(s.report), s.input, s.output,
@@ -1164,7 +1176,7 @@ void save_run(const Recipe& recipe, const RunOptions& options, QuantizedRun& run
                               {"quantized_tensors", dumped.quantized},
                               {"float_tensors", dumped.floats}};
     }
-    run.report["phases"].push_back({{"name", std::string(phase_name(Phase::Save))}, {"seconds", seconds_since(start)}});
+    run.report["phases"].push_back(phase_entry(Phase::Save, start));
     write_file_atomically(run.report_path, [&](std::ostream& out) { out << run.report.dump(2) << '\n'; });
     if (!html.empty())
         write_file_atomically(fs::path(run.report_path).replace_extension(".html"),

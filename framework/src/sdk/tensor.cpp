@@ -259,6 +259,98 @@ void return_freed_memory() noexcept {
 #endif
 }
 
+namespace {
+
+constexpr std::align_val_t kTensorAlignment{64};
+constexpr size_t kSmallestKept = size_t{16} << 10, kLargestKept = size_t{16} << 20;
+constexpr size_t kKeptBytesPerThread = size_t{64} << 20, kKeptBlocksPerThread = 256;
+
+// Kept sizes are whole pages, so that blocks of nearly the same size serve each other.
+size_t block_size(size_t bytes) {
+    constexpr size_t kPage = 4096;
+    return bytes >= kSmallestKept && bytes <= kLargestKept ? (bytes + kPage - 1) / kPage * kPage : bytes;
+}
+
+void release_block(void* block, size_t size) noexcept {
+#if defined(__cpp_sized_deallocation)
+    ::operator delete(block, size, kTensorAlignment);
+#else  // clang declares sized deallocation only with -fsized-deallocation
+    ::operator delete(block, kTensorAlignment);
+#endif
+}
+
+// One thread's freed blocks, oldest first; the oldest go back to the heap
+// when more would be kept than the limits allow.
+class KeptBlocks {
+  public:
+    ~KeptBlocks();
+    void* take(size_t size) {
+        for (size_t i = blocks_.size(); i-- > 0;)  // the most recently freed is the likeliest in cache
+            if (blocks_[i].size == size) {
+                void* block = blocks_[i].block;
+                bytes_ -= size;
+                blocks_.erase(blocks_.begin() + static_cast<std::ptrdiff_t>(i));
+                return block;
+            }
+        return nullptr;
+    }
+    void keep(void* block, size_t size) noexcept {
+        while (!blocks_.empty() && (blocks_.size() >= kKeptBlocksPerThread || bytes_ + size > kKeptBytesPerThread)) {
+            release_block(blocks_.front().block, blocks_.front().size);
+            bytes_ -= blocks_.front().size;
+            blocks_.erase(blocks_.begin());
+        }
+        blocks_.push_back({block, size});  // capacity reserved: cannot throw
+        bytes_ += size;
+    }
+    KeptBlocks() { blocks_.reserve(kKeptBlocksPerThread); }
+
+  private:
+    struct Block {
+        void* block;
+        size_t size;
+    };
+    std::vector<Block> blocks_;
+    size_t bytes_ = 0;
+};
+
+#ifndef VAIQ_SANITIZED_HEAP  // every block from the heap, so that a use after free is caught
+thread_local KeptBlocks kept_blocks;
+// Set once the thread's blocks are gone: another thread-local object's
+// destructor may still free a tensor after them.
+thread_local bool blocks_gone = false;
+#endif
+
+bool kept_size(size_t size) { return size >= kSmallestKept && size <= kLargestKept; }
+
+KeptBlocks::~KeptBlocks() {
+#ifndef VAIQ_SANITIZED_HEAP
+    blocks_gone = true;
+#endif
+    for (const auto& b : blocks_) release_block(b.block, b.size);
+}
+
+}  // namespace
+
+void* allocate_tensor_bytes(size_t bytes) {
+    const size_t size = block_size(bytes);
+#ifndef VAIQ_SANITIZED_HEAP
+    if (kept_size(size) && !blocks_gone)
+        if (void* block = kept_blocks.take(size)) return block;
+#endif
+    return ::operator new(size, kTensorAlignment);
+}
+
+void free_tensor_bytes(void* block, size_t bytes) noexcept {
+    if (!block) return;
+    const size_t size = block_size(bytes);
+#ifndef VAIQ_SANITIZED_HEAP
+    if (kept_size(size) && !blocks_gone) return kept_blocks.keep(block, size);
+#endif
+    release_block(block, size);
+    if (size >= kReturnedFreeBytes) return_freed_memory();
+}
+
 bool is_deferred(const onnx::TensorProto& proto) { return deferred_data(proto).has_value(); }
 
 size_t stored_data_bytes(const onnx::TensorProto& proto) {
