@@ -262,6 +262,62 @@ TEST(Executor, QLinearAddOfASingleValueIsTheElementwiseFormula) {
     }
 }
 
+// A residual (the same shape) or a repeated row (a bias) added, uint8 or int8
+// out, over several chunks and a remainder shorter than a vector: each output as
+// the element-by-element formula gives it (on AVX-512 one pass without the float
+// sums in memory, elsewhere two).
+TEST(Executor, QLinearAddOfSameShapesAndRepeatedRowsIsTheElementwiseFormula) {
+    const float sa = 0x1.e7a4fep-6f, sb = 0x1.d5c55cp-4f, sc = 0x1.e8b12p-5f;
+    const int64_t rows = 1667, row = 24;  // 40008 values: two whole chunks of 2^14 and a part
+    std::vector<uint8_t> a_values(static_cast<size_t>(rows * row)), b_values(a_values.size());
+    for (size_t i = 0; i < a_values.size(); ++i) {
+        a_values[i] = static_cast<uint8_t>(i * 7919 % 256);
+        b_values[i] = static_cast<uint8_t>(i * 104729 % 253);
+    }
+    for (const DataType out_type : {DataType::UInt8, DataType::Int8})
+        for (const bool repeated : {false, true}) {
+            const uint8_t za = 133, zb = 7;
+            const int zc = out_type == DataType::UInt8 ? 121 : -9;
+            vaiq::test::GraphBuilder b;
+            const std::vector<int64_t> b_shape = repeated ? std::vector<int64_t>{row} : std::vector<int64_t>{rows, row};
+            b.input("a", {rows, row}, DataType::UInt8).input("b", b_shape, DataType::UInt8);
+            b.output("c", {rows, row}, out_type);
+            b.initializer("sa", Tensor::from_values<float>({}, std::vector<float>{sa}));
+            b.initializer("za", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{za}));
+            b.initializer("sb", Tensor::from_values<float>({}, std::vector<float>{sb}));
+            b.initializer("zb", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{zb}));
+            b.initializer("sc", Tensor::from_values<float>({}, std::vector<float>{sc}));
+            if (out_type == DataType::UInt8)
+                b.initializer("zc", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{static_cast<uint8_t>(zc)}));
+            else
+                b.initializer("zc", Tensor::from_values<int8_t>({}, std::vector<int8_t>{static_cast<int8_t>(zc)}));
+            b.node("QLinearAdd", {"a", "sa", "za", "b", "sb", "zb", "sc", "zc"}, {"c"}, "add")
+                .set_domain("com.microsoft");
+            const auto model = contrib_model(b);
+            const std::vector<uint8_t> b_fed(b_values.begin(), b_values.begin() + (repeated ? row : rows * row));
+            const auto c = Executor(model, {.threads = 2})
+                               .run({{"a", Tensor::from_values<uint8_t>({rows, row}, a_values)},
+                                     {"b", Tensor::from_values<uint8_t>(b_shape, b_fed)}})[0];
+            ASSERT_EQ(c.type(), out_type);
+            const float ra = sa / sc, rb = sb / sc;
+            const bool fused = vaiq::runtime::cpu_features().avx2 && vaiq::runtime::cpu_features().fma;
+            const float fixed = static_cast<float>(zc) - (fused ? std::fma(ra, static_cast<float>(za), rb * zb)
+                                                                : ra * static_cast<float>(za) + rb * zb);
+            const float lo = out_type == DataType::UInt8 ? 0.0f : -128.0f, hi = lo + 255.0f;
+            int differing = 0, saturated = 0;
+            for (int64_t i = 0; i < rows * row; ++i) {
+                const float x = a_values[static_cast<size_t>(i)];
+                const float y = b_fed[static_cast<size_t>(repeated ? i % row : i)];
+                const float want = std::clamp(std::nearbyint(std::fma(x, ra, std::fma(y, rb, fixed))), lo, hi);
+                const float got = out_type == DataType::UInt8 ? c.data<uint8_t>()[i] : c.data<int8_t>()[i];
+                differing += got != want;
+                saturated += want == lo || want == hi;
+            }
+            EXPECT_EQ(differing, 0) << (repeated ? "a repeated row" : "the same shape");
+            EXPECT_GT(saturated, 0) << "some sums leave the output's range";
+        }
+}
+
 // QLinearMul of 8-bit inputs over each way one input meets the other: the same
 // shape, a single value on either side, one value per channel (NCHW) and per
 // channel repeated (channels last), and a broadcast of both ([4, 1] x [1, 5000]),

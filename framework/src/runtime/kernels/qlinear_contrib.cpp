@@ -147,6 +147,40 @@ void add_scaled(const A* a, const B* b, float* out, size_t n, float ratio_a, flo
         add_scaled_rows(a, b, out, n, ratio_a, ratio_b, fixed);
 }
 
+// 16 8-bit values as float lanes.
+[[gnu::target("avx512f"), gnu::always_inline]] inline __m512 float_lanes(const uint8_t* v) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v))));
+}
+[[gnu::target("avx512f"), gnu::always_inline]] inline __m512 float_lanes(const int8_t* v) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v))));
+}
+
+// add_scaled and then round_to_8_bit in one pass, sixteen values at a time on
+// AVX-512: the same two fused multiply-adds and the same rounding (half to
+// even by adding and taking off 1.5 * 2^23, within +-2^21, saturated), so the
+// same integers, without the sums going through a buffer. A residual Add of
+// resnet50's int8 model at batch 8 took 0.26 ns a value the two-pass way.
+template <typename A, typename B, typename Y>
+[[gnu::target("avx512f")]] void add_rounded_avx512(const A* a, const B* b, Y* y, size_t n, float ratio_a,
+                                                   float ratio_b, float fixed) {
+    const __m512 ra = _mm512_set1_ps(ratio_a), rb = _mm512_set1_ps(ratio_b), constant = _mm512_set1_ps(fixed);
+    const __m512 lo = _mm512_set1_ps(-2097152.0f), hi = _mm512_set1_ps(2097152.0f);
+    const __m512 round = _mm512_set1_ps(12582912.0f);
+    const __m512i y_min = _mm512_set1_epi32(std::numeric_limits<Y>::min());
+    const __m512i y_max = _mm512_set1_epi32(std::numeric_limits<Y>::max());
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_fmadd_ps(float_lanes(a + i), ra, _mm512_fmadd_ps(float_lanes(b + i), rb, constant));
+        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+        const __m512i q = _mm512_cvttps_epi32(_mm512_sub_ps(_mm512_add_ps(v, round), round));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
+                         _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(q, y_min), y_max)));
+    }
+    for (; i < n; ++i)
+        y[i] = quantize_8_bit<Y>(
+            std::fma(static_cast<float>(a[i]), ratio_a, std::fma(static_cast<float>(b[i]), ratio_b, fixed)), 0.0f);
+}
+
 // x * ratio + constant with one fused multiply-add per element: an Add of a single
 // value, whose share is folded into the constant (same FMA dispatch as add_scaled).
 template <typename X>
@@ -216,13 +250,30 @@ void qlinear_add(KernelContext& ctx, std::vector<Tensor>& out) {
             const TA* av = a.data->data<TA>().data();
             const TB* bv = b.data->data<TB>().data();
             if (row == 0) return;
-            round_in_chunks(n, type, y_bytes, [&](size_t first, size_t count, float* sum) {
-                for (size_t done = 0; done < count;) {  // the chunk's pieces of rows of the repeated side
+            // The chunk's pieces of rows of the repeated side: piece(at, length, a, b).
+            auto pieces = [&](size_t first, size_t count, auto&& piece) {
+                for (size_t done = 0; done < count;) {
                     const size_t at = first + done, offset = at % row, length = std::min(count - done, row - offset);
-                    add_scaled(av + (a_repeats ? offset : at), bv + (a_repeats ? at : offset), sum + done, length,
-                               ratio_a, ratio_b, fixed);
+                    piece(at, length, av + (a_repeats ? offset : at), bv + (a_repeats ? at : offset));
                     done += length;
                 }
+            };
+            if (cpu_features().avx512f) {
+                for_each_chunk(n, size_t{1} << 14, [&](size_t first, size_t count) {
+                    pieces(first, count, [&](size_t at, size_t length, const TA* ap, const TB* bp) {
+                        if (type == DataType::UInt8)
+                            add_rounded_avx512(ap, bp, y_bytes + at, length, ratio_a, ratio_b, fixed);
+                        else
+                            add_rounded_avx512(ap, bp, reinterpret_cast<int8_t*>(y_bytes) + at, length, ratio_a,
+                                               ratio_b, fixed);
+                    });
+                });
+                return;
+            }
+            round_in_chunks(n, type, y_bytes, [&](size_t first, size_t count, float* sum) {
+                pieces(first, count, [&](size_t at, size_t length, const TA* ap, const TB* bp) {
+                    add_scaled(ap, bp, sum + (at - first), length, ratio_a, ratio_b, fixed);
+                });
             });
         });
         out[0] = std::move(y);
