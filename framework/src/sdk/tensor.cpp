@@ -314,19 +314,23 @@ class KeptBlocks {
     size_t bytes_ = 0;
 };
 
-#ifndef VAIQ_SANITIZED_HEAP  // every block from the heap, so that a use after free is caught
+#ifdef VAIQ_SANITIZED_HEAP
+constexpr bool kKeepBlocks = false;  // every block from the heap, so that a use after free is caught
+#else
+constexpr bool kKeepBlocks = true;
+#endif
+
 thread_local KeptBlocks kept_blocks;
 // Set once the thread's blocks are gone: another thread-local object's
 // destructor may still free a tensor after them.
 thread_local bool blocks_gone = false;
-#endif
 
-bool kept_size(size_t size) { return size >= kSmallestKept && size <= kLargestKept; }
+bool kept(size_t size) {
+    return kKeepBlocks && size >= kSmallestKept && size <= kLargestKept && !blocks_gone;
+}
 
 KeptBlocks::~KeptBlocks() {
-#ifndef VAIQ_SANITIZED_HEAP
     blocks_gone = true;
-#endif
     for (const auto& b : blocks_) release_block(b.block, b.size);
 }
 
@@ -334,19 +338,15 @@ KeptBlocks::~KeptBlocks() {
 
 void* allocate_tensor_bytes(size_t bytes) {
     const size_t size = block_size(bytes);
-#ifndef VAIQ_SANITIZED_HEAP
-    if (kept_size(size) && !blocks_gone)
+    if (kept(size))
         if (void* block = kept_blocks.take(size)) return block;
-#endif
     return ::operator new(size, kTensorAlignment);
 }
 
 void free_tensor_bytes(void* block, size_t bytes) noexcept {
     if (!block) return;
     const size_t size = block_size(bytes);
-#ifndef VAIQ_SANITIZED_HEAP
-    if (kept_size(size) && !blocks_gone) return kept_blocks.keep(block, size);
-#endif
+    if (kept(size)) return kept_blocks.keep(block, size);
     release_block(block, size);
     if (size >= kReturnedFreeBytes) return_freed_memory();
 }
