@@ -261,6 +261,12 @@ void return_freed_memory() noexcept {
 
 namespace {
 
+#ifdef VAIQ_SANITIZED_HEAP
+constexpr bool kKeepBlocks = false;  // every block from the heap, of its exact size, so that misuse is caught
+#else
+constexpr bool kKeepBlocks = true;
+#endif
+
 constexpr std::align_val_t kTensorAlignment{64};
 constexpr size_t kSmallestKept = size_t{16} << 10, kLargestKept = size_t{16} << 20;
 constexpr size_t kKeptBytesPerThread = size_t{64} << 20, kKeptBlocksPerThread = 256;
@@ -268,7 +274,8 @@ constexpr size_t kKeptBytesPerThread = size_t{64} << 20, kKeptBlocksPerThread = 
 // Kept sizes are whole pages, so that blocks of nearly the same size serve each other.
 size_t block_size(size_t bytes) {
     constexpr size_t kPage = 4096;
-    return bytes >= kSmallestKept && bytes <= kLargestKept ? (bytes + kPage - 1) / kPage * kPage : bytes;
+    return kKeepBlocks && bytes >= kSmallestKept && bytes <= kLargestKept ? (bytes + kPage - 1) / kPage * kPage
+                                                                            : bytes;
 }
 
 void release_block(void* block, size_t size) noexcept {
@@ -313,12 +320,6 @@ class KeptBlocks {
     std::vector<Block> blocks_;
     size_t bytes_ = 0;
 };
-
-#ifdef VAIQ_SANITIZED_HEAP
-constexpr bool kKeepBlocks = false;  // every block from the heap, so that a use after free is caught
-#else
-constexpr bool kKeepBlocks = true;
-#endif
 
 thread_local KeptBlocks kept_blocks;
 // Set once the thread's blocks are gone: another thread-local object's
