@@ -278,7 +278,7 @@ size_t block_size(size_t bytes) {
                                                                             : bytes;
 }
 
-void release_block(void* block, size_t size) noexcept {
+void release_block(void* block, [[maybe_unused]] size_t size) noexcept {
 #if defined(__cpp_sized_deallocation)
     ::operator delete(block, size, kTensorAlignment);
 #else  // clang declares sized deallocation only with -fsized-deallocation
