@@ -506,30 +506,42 @@ TEST(Histogram, EachValueLandsInTheBinItsDefinitionGives) {
 }
 
 TEST(Histogram, ABigBatchCountsAsItsPiecesDo) {
-    // A big batch is counted in shards over the threads (one on one thread);
-    // small ones straight in.
+    // A big batch is counted in shards over the threads (one on one thread), its
+    // zeros by mask where the CPU has AVX-512 and 0 is an end of the batch's
+    // range (a Relu's); small ones straight in. Values of both signs, then
+    // clamped at 0 from below and from above.
+    std::vector<float> mixed(1 << 20);
+    for (size_t i = 0; i < mixed.size(); ++i)
+        mixed[i] = i % 5 == 0   ? (i % 10 == 0 ? 0.0f : -0.0f)
+                   : i % 7 == 0 ? 1e-30f  // not zero, yet in the bin of 0
+                                : static_cast<float>((i * 2654435761u) % 20011) * 1e-3f - 10.0f;
+    auto clamped = [&](bool below) {
+        auto out = mixed;
+        for (auto& v : out)
+            if (below ? v < 0 : v > 0) v = 0.0f;
+        return out;
+    };
     for (const int threads : {1, 3}) {
         omp_set_num_threads(threads);
-        std::vector<float> values(1 << 20);
-        for (size_t i = 0; i < values.size(); ++i)
-            values[i] = i % 5 == 0 ? 0.0f : static_cast<float>((i * 2654435761u) % 20011) * 1e-3f - 10.0f;
-        vaiq::Histogram whole(64, false), pieces(64, false), whole_abs(64, true), pieces_abs(64, true);
-        const std::vector<float> first{-12.0f, 12.0f};  // the same stride for both
-        for (auto* h : {&whole, &pieces, &whole_abs, &pieces_abs}) h->add(first);
-        whole.add(values);
-        whole_abs.add(values);
-        for (size_t start = 0; start < values.size(); start += 500) {
-            const auto piece =
-                std::span<const float>(values).subspan(start, std::min<size_t>(500, values.size() - start));
-            pieces.add(piece);
-            pieces_abs.add(piece);
+        for (const auto& values : {mixed, clamped(true), clamped(false)}) {
+            vaiq::Histogram whole(64, false), pieces(64, false), whole_abs(64, true), pieces_abs(64, true);
+            const std::vector<float> first{-12.0f, 12.0f};  // the same stride for both
+            for (auto* h : {&whole, &pieces, &whole_abs, &pieces_abs}) h->add(first);
+            whole.add(values);
+            whole_abs.add(values);
+            for (size_t start = 0; start < values.size(); start += 500) {
+                const auto piece =
+                    std::span<const float>(values).subspan(start, std::min<size_t>(500, values.size() - start));
+                pieces.add(piece);
+                pieces_abs.add(piece);
+            }
+            EXPECT_EQ(whole.counts(), pieces.counts());
+            EXPECT_EQ(whole_abs.counts(), pieces_abs.counts());
+            EXPECT_DOUBLE_EQ(whole.total(), 2.0 + static_cast<double>(values.size()));
+            const auto zeros = std::count(values.begin(), values.end(), 0.0f);
+            EXPECT_GE(whole.counts()[32], static_cast<double>(zeros)) << "0 lies in the bin just above 0";
+            EXPECT_LT(whole.counts()[31], static_cast<double>(zeros));
         }
-        EXPECT_EQ(whole.counts(), pieces.counts());
-        EXPECT_EQ(whole_abs.counts(), pieces_abs.counts());
-        EXPECT_DOUBLE_EQ(whole.total(), 2.0 + static_cast<double>(values.size()));
-        const auto zeros = std::count(values.begin(), values.end(), 0.0f);
-        EXPECT_GE(whole.counts()[32], static_cast<double>(zeros)) << "0 lies in the bin just above 0";
-        EXPECT_LT(whole.counts()[31], static_cast<double>(zeros));
     }
     omp_set_num_threads(0 < omp_get_num_procs() ? omp_get_num_procs() : 1);
 }

@@ -228,6 +228,7 @@ struct Binning {
     double inverse_stride;
     int32_t zero, last;
     bool absolute;
+    bool zeros_likely = false;  ///< 0 is the batch's least or greatest value (clamped there, as by a Relu)
 };
 
 inline void bins_of_body(const float* __restrict values, size_t n, const Binning& b, int32_t* __restrict bins) {
@@ -285,22 +286,55 @@ void bins_of(const float* values, size_t n, const Binning& b, int32_t* bins) {
     (avx512 ? bins_of_avx512 : avx2 ? bins_of_avx2 : bins_of_portable)(values, n, b, bins);
 }
 
+// The values of v[0, n) that are not 0 (nor -0) into `out`, in order; returns
+// how many. `out` has room for n + 16.
+[[gnu::target("avx512f")]] size_t nonzero_avx512(const float* v, size_t n, float* out) {
+    size_t kept = 0, i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 x = _mm512_loadu_ps(v + i);
+        const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+        _mm512_storeu_ps(out + kept, _mm512_maskz_compress_ps(keep, x));
+        kept += static_cast<size_t>(__builtin_popcount(keep));
+    }
+    for (; i < n; ++i) {
+        out[kept] = v[i];
+        kept += v[i] != 0.0f;
+    }
+    return kept;
+}
+
 // Counts the values of one shard into `counts` (its own, one per bin), in four
 // interleaved copies of the bins while counting, so that a run of equal values
-// (a Relu's zeros) is not one chain of dependent increments.
+// is not one chain of dependent increments. When zeros are likely (a Relu's,
+// often half its outputs) and the CPU has AVX-512, they are counted by mask
+// into the bin of 0, where each of them lands, and only the others binned one
+// by one: 0.66-0.71 -> 0.48 ns a value at half zeros, 0.72 -> 0.39 at 70 %, but
+// 0.55 -> 0.63 with none, hence only then.
 void count_shard(std::span<const float> values, const Binning& binning, std::vector<uint32_t>& counts) {
     constexpr size_t kBlock = 256, kCopies = 4;
+    static const bool avx512 = __builtin_cpu_supports("avx512f");
+    const bool skip_zeros = avx512 && binning.zeros_likely;
     const size_t stride = static_cast<size_t>(binning.last) + 1;
     counts.assign(kCopies * stride, 0);
     int32_t bins[kBlock];
+    float nonzero[kBlock + 16];
+    size_t zeros = 0;
     for (size_t start = 0; start < values.size(); start += kBlock) {
-        const size_t n = std::min(kBlock, values.size() - start);
-        bins_of(values.data() + start, n, binning, bins);
+        const float* block = values.data() + start;
+        size_t n = std::min(kBlock, values.size() - start);
+        if (skip_zeros) {
+            const size_t kept = nonzero_avx512(block, n, nonzero);
+            zeros += n - kept;
+            block = nonzero;
+            n = kept;
+        }
+        bins_of(block, n, binning, bins);
         size_t i = 0;
         for (; i + kCopies <= n; i += kCopies)
             for (size_t c = 0; c < kCopies; ++c) ++counts[c * stride + static_cast<size_t>(bins[i + c])];
         for (; i < n; ++i) ++counts[static_cast<size_t>(bins[i])];
     }
+    counts[static_cast<size_t>(binning.zero)] += static_cast<uint32_t>(zeros);  // 0 * 1/stride is the zero bin
     for (size_t c = 1; c < kCopies; ++c)  // into the first copy
         for (size_t b = 0; b < stride; ++b) counts[b] += counts[c * stride + b];
     counts.resize(stride);
@@ -355,7 +389,7 @@ void Histogram::add(std::span<const float> values, const std::string& tensor) {
         grow_to(extent);
     }
     const Binning binning{1.0 / stride_, static_cast<int32_t>(absolute_ ? 0 : half_),
-                          static_cast<int32_t>(counts_.size()) - 1, absolute_};
+                          static_cast<int32_t>(counts_.size()) - 1, absolute_, lo == 0.0f || hi == 0.0f};
     // Batches of many values a bin in one shard per thread (one on one thread),
     // each counting in 32 bits (at most 2^31 values a shard) into interleaved
     // copies of the bins; a few values a bin straight into the counts. (Straight
