@@ -142,9 +142,9 @@ inline constexpr size_t kReturnedFreeBytes = size_t{64} << 20;
 /// Storage for tensors: 64-byte aligned, not zero-filled. A block of 16 KiB to
 /// 16 MiB freed here is kept by the freeing thread (up to 64 MiB each) for its
 /// next request of the same size: an executor's runs allocate and free the
-/// same activations over and over, and the C library's one shared heap made
-/// two batches at once wait on each other's allocations. Frees of at least
-/// kReturnedFreeBytes call return_freed_memory().
+/// same activations over and over, which the C library's one shared heap
+/// served with its bookkeeping and lock each time. Frees of at least
+/// kReturnedFreeBytes call return_freed_memory(). Not kept under AddressSanitizer.
 VAIQ_API void* allocate_tensor_bytes(size_t bytes);
 VAIQ_API void free_tensor_bytes(void* block, size_t bytes) noexcept;
 
