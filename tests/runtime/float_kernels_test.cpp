@@ -731,3 +731,52 @@ TEST(GatherBlockQuantizedKernel, Uint8DataOfEightBitsAndBadIndices) {
                   .find("scales must have the data's shape"),
               std::string::npos);
 }
+
+// Relu, Abs, Clip, Sub and Neg write into an input the executor donated (this
+// step reads it last): the results, taps, graph outputs and the caller's feeds
+// must be as if each step had written a new tensor.
+TEST(Executor, ElementwiseStepsWritingIntoDonatedInputsGiveTheSameValues) {
+    constexpr int64_t kRows = 4, kColumns = 5000;  // above the parallel grain
+    vaiq::test::GraphBuilder b;
+    b.input("x", {kRows, kColumns}).input("y", {kRows, kColumns});
+    b.output("r", {kRows, kColumns}).output("w", {kRows, kColumns});
+    b.initializer("lo", Tensor::from_values<float>({}, std::vector<float>{-0.5f}));
+    b.initializer("hi", Tensor::from_values<float>({}, std::vector<float>{0.5f}));
+    b.node("Neg", {"x"}, {"a"});            // x is read again below: not donated
+    b.node("Relu", {"a"}, {"r"});           // into a's buffer; r is a graph output
+    b.node("Sub", {"y", "r"}, {"s"});       // into y's (a feed's copy), r kept
+    b.node("Abs", {"s"}, {"u"});            // into s's
+    b.node("Sub", {"r", "u"}, {"v"});       // into u's, the second operand
+    b.node("Add", {"v", "x"}, {"vx"});      // into v's or x's
+    b.node("Clip", {"vx", "lo", "hi"}, {"w"});
+    const auto model = b.build();
+    const Tensor x = vaiq::test::ramp({kRows, kColumns}, -3.0f, 0.0003f);
+    const Tensor y = vaiq::test::ramp({kRows, kColumns}, 2.0f, -0.00025f);
+    const auto xs = x.data<float>(), ys = y.data<float>();
+    for (int threads : {1, 2}) {
+        vaiq::runtime::ExecutorOptions options;
+        options.threads = threads;
+        Executor executor(model, options);
+        std::map<std::string, std::vector<float>> tapped;
+        const auto outs = executor.run({{"x", x}, {"y", y}}, {"a", "u"}, [&](const std::string& name, const Tensor& t) {
+            tapped[name].assign(t.data<float>().begin(), t.data<float>().end());
+        });
+        ASSERT_EQ(outs.size(), 2u);
+        const auto r = outs[0].data<float>(), w = outs[1].data<float>();
+        ASSERT_EQ(r.size(), xs.size());
+        size_t clipped = 0;
+        for (size_t i = 0; i < xs.size(); ++i) {
+            const float a = -xs[i], relu = std::max(a, 0.0f), u = std::abs(ys[i] - relu);
+            const float vx = (relu - u) + xs[i];
+            ASSERT_EQ(tapped["a"][i], a) << i;
+            ASSERT_EQ(tapped["u"][i], u) << i;
+            ASSERT_EQ(r[i], relu) << i;
+            ASSERT_EQ(w[i], std::clamp(vx, -0.5f, 0.5f)) << i;
+            clipped += vx < -0.5f || vx > 0.5f;
+        }
+        EXPECT_GT(clipped, 0u);
+        EXPECT_LT(clipped, xs.size());
+        EXPECT_EQ(x.data<float>()[0], -3.0f);  // the caller's feeds are untouched
+        EXPECT_EQ(y.data<float>()[0], 2.0f);
+    }
+}

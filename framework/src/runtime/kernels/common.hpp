@@ -152,6 +152,19 @@ Tensor map_elements(const Tensor& x, F f, int64_t grain = kParallelGrain) {
     return out;
 }
 
+/// map_elements of input `i` into its own buffer when the executor donated it
+/// (this node reads it last), else into a new tensor: a standalone activation
+/// (a tapped value keeps it from fusing) then touches no new memory.
+template <typename T, typename F>
+Tensor map_input(KernelContext& ctx, size_t i, F f) {
+    if (i >= ctx.donated.size() || !ctx.donated[i]) return map_elements<T>(ctx.input(i), f);
+    Tensor x = ctx.take_input(i);
+    auto o = mutable_view<T>(x);
+    const auto n = static_cast<int64_t>(o.size());
+    parallel_for(n, n > kParallelGrain, [&](int64_t k) { o[k] = f(o[k]); });
+    return x;
+}
+
 /// Calls f(first element, length, channel) over `size` elements stored as runs of
 /// `inner` elements per channel, the `channels` channels cycling (a per-axis
 /// scale's layout). One channel: the whole tensor, cut into pieces so that

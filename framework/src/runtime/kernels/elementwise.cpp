@@ -19,7 +19,21 @@ void arithmetic(KernelContext& ctx, std::vector<Tensor>& out) {
     if (a.type() != b.type()) ctx.fail("the inputs have different element types");
     dispatch_numeric(a.type(), ctx, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        out[0] = broadcast_binary<T, T>(ctx, a, b, [](T x, T y) { return static_cast<T>(Op{}(x, y)); });
+        const auto op = [](T x, T y) { return static_cast<T>(Op{}(x, y)); };
+        // Operands of one shape: the result goes into a donated one's buffer
+        // (each element is read before it is written).
+        for (size_t k = 0; k < 2 && a.shape() == b.shape(); ++k) {
+            if (k >= ctx.donated.size() || !ctx.donated[k]) continue;
+            const auto x = view<T>(a);  // the buffers outlive the move below
+            const auto y = view<T>(b);
+            Tensor result = ctx.take_input(k);
+            auto o = mutable_view<T>(result);
+            const auto n = static_cast<int64_t>(o.size());
+            parallel_for(n, n > kParallelGrain, [&](int64_t i) { o[i] = op(x[i], y[i]); });
+            out[0] = std::move(result);
+            return;
+        }
+        out[0] = broadcast_binary<T, T>(ctx, a, b, op);
     });
 }
 
@@ -220,10 +234,9 @@ KernelFn unary_float_fn(F f) {
 template <typename F>
 KernelFn unary_numeric(F f) {
     return [f](KernelContext& ctx, std::vector<Tensor>& out) {
-        const auto& x = ctx.input(0);
-        dispatch_numeric(x.type(), ctx, [&](auto tag) {
+        dispatch_numeric(ctx.input(0).type(), ctx, [&](auto tag) {
             using T = typename decltype(tag)::type;
-            out[0] = map_elements<T>(x, f);
+            out[0] = map_input<T>(ctx, 0, f);
         });
     };
 }
@@ -261,7 +274,7 @@ void clip(KernelContext& ctx, std::vector<Tensor>& out) {
             if (ctx.has_input(1)) lo = view<T>(ctx.input(1))[0];
             if (ctx.has_input(2)) hi = view<T>(ctx.input(2))[0];
         }
-        out[0] = map_elements<T>(x, [lo, hi](T v) { return std::min(std::max(v, lo), hi); });
+        out[0] = map_input<T>(ctx, 0, [lo, hi](T v) { return std::min(std::max(v, lo), hi); });
     });
 }
 
