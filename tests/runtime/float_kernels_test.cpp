@@ -732,7 +732,7 @@ TEST(GatherBlockQuantizedKernel, Uint8DataOfEightBitsAndBadIndices) {
               std::string::npos);
 }
 
-// Relu, Abs, Clip, Sub and Neg write into an input the executor donated (this
+// Relu, Abs, Clip, Sub and Add write into an input the executor donated (this
 // step reads it last): the results, taps, graph outputs and the caller's feeds
 // must be as if each step had written a new tensor.
 TEST(Executor, ElementwiseStepsWritingIntoDonatedInputsGiveTheSameValues) {

@@ -22,8 +22,8 @@ void arithmetic(KernelContext& ctx, std::vector<Tensor>& out) {
         const auto op = [](T x, T y) { return static_cast<T>(Op{}(x, y)); };
         // Operands of one shape: the result goes into a donated one's buffer
         // (each element is read before it is written).
-        for (size_t k = 0; k < 2 && a.shape() == b.shape(); ++k) {
-            if (k >= ctx.donated.size() || !ctx.donated[k]) continue;
+        for (size_t k = 0; k < ctx.donated.size() && k < 2 && a.shape() == b.shape(); ++k) {
+            if (!ctx.donated[k]) continue;
             const auto x = view<T>(a);  // the buffers outlive the move below
             const auto y = view<T>(b);
             Tensor result = ctx.take_input(k);
