@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -16,8 +17,10 @@
 #include "runtime/executor.hpp"
 #include "runtime/infer.hpp"
 #include "runtime/kernels/int8_conv.hpp"
+#include "runtime/kernels/int8_pointwise.hpp"
 #include "runtime/kernels/ort_float.hpp"
 #include "runtime/layout.hpp"
+#include "runtime/qdq_fusion.hpp"
 #include "test_support.hpp"
 #include "util/npy.hpp"
 #include "vaiq/error.hpp"
@@ -626,9 +629,10 @@ TEST(Executor, ChannelsLastConvolutionBandsAgreeWithTheWholeConvolution) {
 // their 56 rows evenly: in bands of 5 the last held one row, which in the first
 // band's weight layout oneDNN's brgconv kernels (AVX-512 CPUs with bf16) refused,
 // leaving its reference loops: 40 ms for that band, 0.04 ms for the others.
-// oneDNN's verbose log names the kernel each execution ran.
+// oneDNN's verbose log names the kernel each execution ran. (66 input channels:
+// the pointwise kernel, which runs resnet50's 64 now, leaves them to oneDNN.)
 TEST(Executor, ChannelsLastConvolutionBandsNeverRunOnReferenceLoops) {
-    const int64_t c = 64, m = 256, h = 56, w = 56;
+    const int64_t c = 66, m = 256, h = 56, w = 56;
     std::mt19937 rng(11);
     std::uniform_int_distribution<int> byte(0, 255), weight(-127, 127);
     vaiq::test::GraphBuilder b;
@@ -725,6 +729,94 @@ TEST(Executor, DepthwiseConvolutionsAgreeWithTheWholeConvolution) {
             const auto y = nhwc.run({{"x", feed}})[0];
             const auto whole = Executor(model, {.threads = threads, .optimize_layout = false}).run({{"x", feed}})[0];
             expect_as_whole(nhwc, y, whole, 1, threads);
+        }
+    }
+}
+
+// 1x1 convolutions run channels-last, summed and requantized in registers
+// where the CPU has AVX-512 VNNI: int8 and uint8 in and out; output channels
+// that fill 64-channel groups and that leave one, two, three or four vectors
+// of 16 in a last group (or only part of one); strides 1 and 2; per-tensor and
+// per-channel weight scales; output bounds (a fused activation's). 286 and 84
+// output pixels: the last six-pixel tile of a thread's share is partial. Every
+// value equals the NCHW path's (oneDNN's whole convolution, checked by hand
+// above). oneDNN's verbose log shows that no oneDNN convolution ran, except
+// for input channels that are not a multiple of 4, which the kernel leaves to it.
+TEST(Executor, PointwiseConvolutionsAgreeWithTheWholeConvolution) {
+    struct Case {
+        DataType x_type, y_type;
+        int64_t c, m, stride;
+        bool per_channel;
+        std::optional<std::pair<int64_t, int64_t>> bounds;
+    };
+    const Case cases[] = {{DataType::UInt8, DataType::UInt8, 16, 96, 1, false, {}},
+                          {DataType::Int8, DataType::Int8, 24, 144, 1, true, {}},
+                          {DataType::UInt8, DataType::Int8, 32, 64, 2, false, {}},
+                          {DataType::Int8, DataType::UInt8, 8, 100, 1, false, std::pair<int64_t, int64_t>{3, 200}},
+                          {DataType::UInt8, DataType::UInt8, 64, 200, 2, true, std::pair<int64_t, int64_t>{90, 255}},
+                          {DataType::Int8, DataType::Int8, 4, 7, 1, true, std::pair<int64_t, int64_t>{-20, 50}},
+                          {DataType::UInt8, DataType::Int8, 12, 60, 1, true, {}},
+                          {DataType::UInt8, DataType::UInt8, 6, 40, 1, false, {}}};  // left to oneDNN
+    std::mt19937 rng(13);
+    std::uniform_int_distribution<int> byte(0, 255), weight(-127, 127);
+    for (const auto& k : cases) {
+        SCOPED_TRACE(fmt::format("{} -> {} channels, stride {}", k.c, k.m, k.stride));
+        const int64_t n = 2, h = 13, w = 11;
+        vaiq::test::GraphBuilder b;
+        b.input("x", {n, k.c, h, w}, k.x_type).output("y", {}, k.y_type);
+        auto byte_of = [](DataType t, int v) {
+            return t == DataType::Int8
+                       ? Tensor::from_values<int8_t>({}, std::vector<int8_t>{static_cast<int8_t>(v)})
+                       : Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{static_cast<uint8_t>(v)});
+        };
+        b.initializer("sx", Tensor::from_values<float>({}, std::vector<float>{0.03f}));
+        b.initializer("zx", byte_of(k.x_type, k.x_type == DataType::Int8 ? -7 : 131));
+        std::vector<int8_t> wt(static_cast<size_t>(k.m * k.c));
+        for (auto& v : wt) v = static_cast<int8_t>(weight(rng));
+        std::vector<float> sw(k.per_channel ? static_cast<size_t>(k.m) : 1);
+        for (size_t i = 0; i < sw.size(); ++i) sw[i] = 0.001f + 0.0001f * static_cast<float>(i % 13);
+        std::vector<int32_t> bias(static_cast<size_t>(k.m));
+        for (auto& v : bias) v = weight(rng) * 40;
+        b.initializer("w", Tensor::from_values<int8_t>({k.m, k.c, 1, 1}, wt));
+        b.initializer("sw",
+                      sw.size() == 1 ? Tensor::from_values<float>({}, sw) : Tensor::from_values<float>({k.m}, sw));
+        b.initializer("zw", sw.size() == 1 ? Tensor::from_values<int8_t>({}, std::vector<int8_t>{0})
+                                           : Tensor::from_values<int8_t>({k.m}, std::vector<int8_t>(sw.size(), 0)));
+        b.initializer("sy", Tensor::from_values<float>({}, std::vector<float>{0.01f}));
+        b.initializer("zy", byte_of(k.y_type, k.y_type == DataType::Int8 ? 5 : 110));
+        b.initializer("bias", Tensor::from_values<int32_t>({k.m}, bias));
+        auto& conv = b.node("QLinearConv", {"x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "bias"}, {"y"}, "pw");
+        vaiq::test::set_ints_attribute(conv, "strides", {k.stride, k.stride});
+        if (k.bounds) {
+            vaiq::test::set_int_attribute(conv, vaiq::runtime::kOutputMinAttribute, k.bounds->first);
+            vaiq::test::set_int_attribute(conv, vaiq::runtime::kOutputMaxAttribute, k.bounds->second);
+        }
+        const auto model = b.build();
+        std::vector<uint8_t> x(static_cast<size_t>(n * k.c * h * w));
+        for (auto& v : x) v = static_cast<uint8_t>(byte(rng));
+        Tensor feed = Tensor::uninitialized(k.x_type, {n, k.c, h, w});
+        std::copy(x.begin(), x.end(), reinterpret_cast<uint8_t*>(feed.mutable_bytes().data()));
+        for (const int threads : {1, 2}) {
+            Executor nhwc(model, {.threads = threads, .profile = true});
+            testing::internal::CaptureStdout();
+            dnnl::set_verbose(1);
+            const auto y = nhwc.run({{"x", feed}})[0];
+            dnnl::set_verbose(0);
+            const bool onednn =
+                testing::internal::GetCapturedStdout().find("exec,cpu,convolution,") != std::string::npos;
+            EXPECT_EQ(onednn, k.c % 4 != 0 || !vaiq::runtime::int8_pointwise_available()) << threads << " threads";
+            const auto whole = Executor(model, {.threads = threads, .optimize_layout = false}).run({{"x", feed}})[0];
+            expect_as_whole(nhwc, y, whole, 1, threads);
+            if (k.bounds) {
+                const auto* v = reinterpret_cast<const uint8_t*>(y.bytes().data());
+                auto value = [&](int64_t i) {
+                    return k.y_type == DataType::Int8 ? int64_t{static_cast<int8_t>(v[i])} : int64_t{v[i]};
+                };
+                int64_t lo = 255, hi = -128;
+                for (int64_t i = 0; i < y.size(); ++i) lo = std::min(lo, value(i)), hi = std::max(hi, value(i));
+                EXPECT_EQ(lo, k.bounds->first);  // reached, not passed
+                EXPECT_EQ(hi, k.bounds->second);
+            }
         }
     }
 }

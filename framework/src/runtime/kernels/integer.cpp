@@ -10,6 +10,7 @@
 #include "runtime/kernels/common.hpp"
 #include "runtime/kernels/int8_conv.hpp"
 #include "runtime/kernels/int8_depthwise.hpp"
+#include "runtime/kernels/int8_pointwise.hpp"
 #include "runtime/kernels/intrinsics.hpp"
 #include "runtime/kernels/window.hpp"
 #include "runtime/layout.hpp"
@@ -542,11 +543,14 @@ bool depthwise_3x3(KernelContext& ctx, const Tensor& x, const Tensor& w, const i
     auto is_8_bit = [](DataType t) { return t == DataType::UInt8 || t == DataType::Int8; };
     const auto& xs = x.shape();
     const auto y_type = ctx.input(7).type();
+    const auto& ws = w.shape();
+    // Only what holds from run to run decides (ctx.state is this path's or another's).
     if (!int8_depthwise_available() || !is_8_bit(x.type()) || !is_8_bit(y_type) || w.type() != DataType::Int8 ||
-        w.shape() != std::vector<int64_t>{xs[3], 1, 3, 3} || ctx.attributes.get_int("group", 1) != xs[3] ||
+        ws.size() != 4 || ws[1] != 1 || ws[2] != 3 || ws[3] != 3 || ctx.attributes.get_int("group", 1) != ws[0] ||
         ctx.attributes.get_ints("dilations", {1, 1}) != std::vector<int64_t>{1, 1} ||
-        (multiplier.size() != 1 && static_cast<int64_t>(multiplier.size()) != xs[3]))
+        (multiplier.size() != 1 && static_cast<int64_t>(multiplier.size()) != ws[0]))
         return false;
+    if (ws[0] != xs[3]) ctx.fail("the weights' channels differ from the input's");
     const auto g = WindowGeometry::from(ctx, {xs[1], xs[2]}, {3, 3}, false);
     if (g.strides[0] != g.strides[1]) return false;
     const int32_t x_zero_point = scalar_zero_point(ctx, ctx.input(2));
@@ -571,6 +575,52 @@ bool depthwise_3x3(KernelContext& ctx, const Tensor& x, const Tensor& w, const i
     return true;
 }
 
+// A 1x1 NhwcQLinearConv without padding on a CPU with AVX-512 VNNI: summed
+// and requantized in registers (int8_pointwise.hpp), its parameters laid out once.
+struct PointwiseState {
+    PointwiseParameters parameters;
+    int32_t x_zero_point = 0;
+    bool constant = false;  ///< every input but x is an initializer: the layout holds across runs
+};
+
+template <typename Q>
+bool pointwise_1x1(KernelContext& ctx, const Tensor& x, const Tensor& w, const int32_t* bias,
+                   const std::vector<float>& multiplier, float y_zero_point, std::vector<Tensor>& out) {
+    const auto& xs = x.shape();
+    const auto& ws = w.shape();
+    // Only what holds from run to run decides (ctx.state is this path's or another's).
+    if (!int8_pointwise_available() || (x.type() != DataType::UInt8 && x.type() != DataType::Int8) ||
+        w.type() != DataType::Int8 || ws.size() != 4 || ws[2] != 1 || ws[3] != 1 ||
+        !int8_pointwise_preferred(ws[1], ws[0]) || ctx.attributes.get_int("group", 1) != 1 ||
+        (multiplier.size() != 1 && static_cast<int64_t>(multiplier.size()) != ws[0]))
+        return false;
+    if (ws[1] != xs[3]) ctx.fail("the weights' input channels differ from the input's");
+    const auto g = WindowGeometry::from(ctx, {xs[1], xs[2]}, {1, 1}, false);
+    if (g.strides[0] != g.strides[1] || g.pad_begin != std::vector<int64_t>{0, 0} ||
+        g.pad_end != std::vector<int64_t>{0, 0})
+        return false;
+    const int32_t x_zero_point = scalar_zero_point(ctx, ctx.input(2));
+    auto state = std::static_pointer_cast<PointwiseState>(ctx.state);
+    if (!state || !state->constant || state->x_zero_point != x_zero_point) {
+        state = std::make_shared<PointwiseState>();
+        state->parameters = pointwise_parameters(w.data<int8_t>().data(), ws[0], ws[1], bias, multiplier, x_zero_point,
+                                                 x.type() == DataType::Int8);
+        state->x_zero_point = x_zero_point;
+        state->constant = ctx.is_constant(1) && ctx.is_constant(3) && ctx.is_constant(4) && ctx.is_constant(6) &&
+                          (!ctx.has_input(8) || ctx.is_constant(8));
+        ctx.state = state;
+    }
+    PointwiseGeometry geometry;
+    geometry.n = xs[0], geometry.h = xs[1], geometry.w = xs[2];
+    geometry.out_h = g.out[0], geometry.out_w = g.out[1], geometry.stride = g.strides[0];
+    const auto [lo, hi] = output_bounds<Q>(ctx);
+    const PointwiseOutput format{std::is_signed_v<Q>, y_zero_point, lo, hi};
+    out[0] = Tensor::uninitialized(type_of<Q>(), {xs[0], g.out[0], g.out[1], ws[0]});  // written in full
+    int8_pointwise(reinterpret_cast<const uint8_t*>(x.bytes().data()), x.type() == DataType::Int8, state->parameters,
+                   geometry, format, reinterpret_cast<uint8_t*>(mutable_view<Q>(out[0]).data()));
+    return true;
+}
+
 // QLinearConv on NHWC activations: the layout pass's form inside a chain of
 // integer convolutions. oneDNN's int8 kernels read and write channels-last, so
 // the sums are requantized where they are, a band at a time while in cache,
@@ -592,6 +642,10 @@ void nhwc_qlinear_conv(KernelContext& ctx, std::vector<Tensor>& out) {
         dispatch_numeric(ctx.input(7).type(), ctx, [&](auto tag) {
             using Q = typename decltype(tag)::type;
             if constexpr (sizeof(Q) == 1) {
+                if (pointwise_1x1<Q>(ctx, x, w, bias, multiplier, zp, out)) {
+                    fast = true;
+                    return;
+                }
                 std::optional<ChannelsLastRequantizer<Q>> requantize;
                 const auto bounds = output_bounds<Q>(ctx);
                 const bool bounded = bounds != std::pair{std::numeric_limits<Q>::min(), std::numeric_limits<Q>::max()};
