@@ -46,10 +46,11 @@ struct Requantization {
 }
 
 template <int J, bool XSigned>
-[[gnu::target("avx512f,avx512bw,avx512vnni")]] void tile(const uint8_t* const x[kTile], int64_t quads,
-                                                         const int8_t* weights, const int32_t* starts,
-                                                         const float* multipliers, const Requantization& r,
-                                                         int64_t pixels, int64_t channels, uint8_t* const y[kTile]) {
+[[gnu::target("avx512f,avx512bw,avx512vl,avx512vnni")]] void tile(const uint8_t* const x[kTile], int64_t quads,
+                                                                  const int8_t* weights, const int32_t* starts,
+                                                                  const float* multipliers, const Requantization& r,
+                                                                  int64_t pixels, int64_t channels,
+                                                                  uint8_t* const y[kTile]) {
     // Every loop over the tile's pixels or vectors is unrolled: GCC keeps an
     // array indexed in a loop in memory, and these must stay in registers.
     __m512i acc[kTile][J];
@@ -95,8 +96,9 @@ template <int J, bool XSigned>
             for (int j = 0; j < J; ++j) {
                 const int64_t left = channels - 16 * j;
                 const __mmask16 mask = left >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << left) - 1);
-                _mm512_mask_cvtepi32_storeu_epi8(y[p] + 16 * j, mask,
-                                                 _mm512_max_epi32(requantized(acc[p][j], mul[j], r), r.lo));
+                // Narrowed in a register, then stored: vpmovdb's store form is slow on some CPUs.
+                const __m128i bytes = _mm512_cvtepi32_epi8(_mm512_max_epi32(requantized(acc[p][j], mul[j], r), r.lo));
+                _mm_mask_storeu_epi8(y[p] + 16 * j, mask, bytes);
             }
         }
     }
@@ -117,7 +119,10 @@ Tile tile_of(int J) {
 
 }  // namespace
 
-bool int8_pointwise_available() { return cpu_features().avx512vnni; }
+bool int8_pointwise_available() {
+    static const bool vl = __builtin_cpu_supports("avx512vl");
+    return cpu_features().avx512vnni && vl;
+}
 
 // Measured on resnet50 and mobilenet_v2 (AVX-512 VNNI, one and two threads):
 // faster than oneDNN's 1x1 kernels up to 1M weights, 5-9 % slower for 2048

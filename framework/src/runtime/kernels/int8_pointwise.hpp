@@ -8,7 +8,7 @@
 
 namespace vaiq::runtime {
 
-/// Whether this CPU has what the kernel uses (AVX-512 with VNNI).
+/// Whether this CPU has what the kernel uses (AVX-512 with VNNI and VL).
 bool int8_pointwise_available();
 
 /// Whether the kernel is the faster way for `k` input and `m` output channels:
