@@ -821,6 +821,130 @@ TEST(Executor, PointwiseConvolutionsAgreeWithTheWholeConvolution) {
     }
 }
 
+// x -> QLinearConv 1x1 (c -> m channels) -> "e" -> QLinearConv depthwise 3x3 -> y,
+// both with a bias; bounds on either output when given (a fused activation's).
+struct DepthwisePair {
+    DataType x_type, e_type, y_type;
+    int64_t c, m, stride;
+    std::vector<int64_t> pads;
+    std::optional<std::pair<int64_t, int64_t>> e_bounds, y_bounds;
+};
+
+vaiq::Model depthwise_pair_model(const DepthwisePair& k, int64_t n, int64_t h, int64_t w, bool e_is_output,
+                                 std::mt19937& rng) {
+    std::uniform_int_distribution<int> weight(-127, 127);
+    auto byte_of = [](DataType t, int v) {
+        return t == DataType::Int8 ? Tensor::from_values<int8_t>({}, std::vector<int8_t>{static_cast<int8_t>(v)})
+                                   : Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{static_cast<uint8_t>(v)});
+    };
+    auto weights = [&](std::vector<int64_t> shape) {
+        std::vector<int8_t> v(static_cast<size_t>(vaiq::element_count(shape)));
+        for (auto& x : v) x = static_cast<int8_t>(weight(rng));
+        return Tensor::from_values<int8_t>(shape, v);
+    };
+    auto bias = [&](int64_t scale) {
+        std::vector<int32_t> v(static_cast<size_t>(k.m));
+        for (auto& x : v) x = weight(rng) * static_cast<int32_t>(scale);
+        return Tensor::from_values<int32_t>({k.m}, v);
+    };
+    vaiq::test::GraphBuilder b;
+    b.input("x", {n, k.c, h, w}, k.x_type).output("y", {}, k.y_type);
+    if (e_is_output) b.output("e", {}, k.e_type);
+    const auto scalar = scalar_initializers(b);
+    scalar("sx", 0.03f);
+    b.initializer("zx", byte_of(k.x_type, k.x_type == DataType::Int8 ? -7 : 131));
+    scalar("se", 0.02f);
+    b.initializer("ze", byte_of(k.e_type, k.e_type == DataType::Int8 ? 3 : 100));
+    scalar("sy", 0.03f);
+    b.initializer("zy", byte_of(k.y_type, k.y_type == DataType::Int8 ? -4 : 120));
+    scalar("zw", int8_t{0});
+    std::vector<float> sw(static_cast<size_t>(k.m));
+    for (size_t i = 0; i < sw.size(); ++i) sw[i] = 0.005f + 0.0005f * static_cast<float>(i % 11);
+    b.initializer("sp", Tensor::from_values<float>({}, std::vector<float>{0.004f}));
+    b.initializer("sd", Tensor::from_values<float>({k.m}, sw));
+    b.initializer("zd", Tensor::from_values<int8_t>({k.m}, std::vector<int8_t>(sw.size(), 0)));
+    b.initializer("wp", weights({k.m, k.c, 1, 1}));
+    b.initializer("wd", weights({k.m, 1, 3, 3}));
+    b.initializer("bp", bias(40));
+    b.initializer("bd", bias(20));
+    auto& pointwise = b.node("QLinearConv", {"x", "sx", "zx", "wp", "sp", "zw", "se", "ze", "bp"}, {"e"}, "pw");
+    auto& depthwise = b.node("QLinearConv", {"e", "se", "ze", "wd", "sd", "zd", "sy", "zy", "bd"}, {"y"}, "dw");
+    vaiq::test::set_int_attribute(depthwise, "group", k.m);
+    vaiq::test::set_ints_attribute(depthwise, "pads", k.pads);
+    vaiq::test::set_ints_attribute(depthwise, "strides", {k.stride, k.stride});
+    for (auto [node, bounds] : {std::pair{&pointwise, k.e_bounds}, std::pair{&depthwise, k.y_bounds}})
+        if (bounds) {
+            vaiq::test::set_int_attribute(*node, vaiq::runtime::kOutputMinAttribute, bounds->first);
+            vaiq::test::set_int_attribute(*node, vaiq::runtime::kOutputMaxAttribute, bounds->second);
+        }
+    return b.build();
+}
+
+// A 1x1 integer convolution read only by a depthwise 3x3 one runs with it as one
+// step, an image at a time (three images here): every output equals the NCHW
+// path's, which runs each convolution whole, at one and two threads, with int8
+// and uint8 tensors, strides 1 and 2, even and uneven pads, and bounds on either
+// output. Input channels that are not a multiple of 4 leave the 1x1 to oneDNN:
+// the step then runs the two as they run alone. The expanded tensor as a graph
+// output, or tapped, keeps them apart.
+TEST(Executor, IntegerDepthwisePairsRunAsOneStepAndAgreeWithTheWholeConvolutions) {
+    using Bounds = std::pair<int64_t, int64_t>;
+    const DepthwisePair cases[] = {
+        {DataType::UInt8, DataType::UInt8, DataType::UInt8, 16, 96, 1, {1, 1, 1, 1}, {}, {}},
+        {DataType::Int8, DataType::Int8, DataType::Int8, 24, 40, 2, {1, 1, 1, 1}, Bounds{-60, 90}, {}},
+        {DataType::UInt8, DataType::Int8, DataType::UInt8, 8, 64, 2, {0, 1, 1, 0}, {}, Bounds{100, 250}},
+        {DataType::Int8, DataType::UInt8, DataType::Int8, 32, 144, 1, {1, 0, 1, 2}, Bounds{80, 160}, Bounds{-100, 60}},
+        {DataType::UInt8, DataType::UInt8, DataType::UInt8, 6, 32, 1, {1, 1, 1, 1}, {}, {}}};  // 1x1 on oneDNN
+    std::mt19937 rng(17);
+    std::uniform_int_distribution<int> byte(0, 255);
+    const int64_t n = 3, h = 13, w = 11;
+    for (const auto& k : cases) {
+        SCOPED_TRACE(fmt::format("{} -> {} channels, stride {}", k.c, k.m, k.stride));
+        const auto model = depthwise_pair_model(k, n, h, w, false, rng);
+        Tensor feed = Tensor::uninitialized(k.x_type, {n, k.c, h, w});
+        for (auto& v : feed.mutable_bytes()) v = static_cast<std::byte>(byte(rng));
+        for (const int threads : {1, 2}) {
+            Executor fused(model, {.threads = threads, .profile = true});
+            const auto y = fused.run({{"x", feed}})[0];
+            const auto whole = Executor(model, {.threads = threads, .optimize_layout = false}).run({{"x", feed}})[0];
+            expect_as_whole(fused, y, whole, 0, threads);
+            std::map<std::string, int64_t> calls;
+            for (const auto& p : fused.profile()) calls[p.op_type] = p.calls;
+            EXPECT_EQ(calls["NhwcQLinearConvPair"], vaiq::runtime::exact_int8_available() ? 1 : 0) << threads;
+            if (k.y_bounds) {
+                const auto* v = reinterpret_cast<const uint8_t*>(y.bytes().data());
+                int64_t lo = 255, hi = -128;
+                for (int64_t i = 0; i < y.size(); ++i) {
+                    const int64_t value = k.y_type == DataType::Int8 ? int64_t{static_cast<int8_t>(v[i])} : v[i];
+                    lo = std::min(lo, value), hi = std::max(hi, value);
+                }
+                EXPECT_EQ(lo, k.y_bounds->first);  // reached, not passed
+                EXPECT_EQ(hi, k.y_bounds->second);
+            }
+        }
+    }
+    // Apart: the expanded tensor is an output, or tapped.
+    if (!vaiq::runtime::exact_int8_available()) return;
+    const auto& k = cases[0];
+    Tensor feed = Tensor::uninitialized(k.x_type, {n, k.c, h, w});
+    for (auto& v : feed.mutable_bytes()) v = static_cast<std::byte>(byte(rng));
+    auto pairs = [](Executor& e) {
+        for (const auto& p : e.profile())
+            if (p.op_type == "NhwcQLinearConvPair") return p.calls;
+        return int64_t{0};
+    };
+    const auto two_outputs = depthwise_pair_model(k, n, h, w, true, rng);
+    Executor with_output(two_outputs, {.profile = true});
+    EXPECT_EQ(with_output.run({{"x", feed}}).size(), 2u);
+    EXPECT_EQ(pairs(with_output), 0);
+    const auto model = depthwise_pair_model(k, n, h, w, false, rng);
+    Executor tapped(model, {.profile = true, .taps = {"e"}});
+    size_t taps = 0;
+    tapped.run({{"x", feed}}, {"e"}, [&](const std::string&, const Tensor&) { ++taps; });
+    EXPECT_EQ(taps, 1u);
+    EXPECT_EQ(pairs(tapped), 0);
+}
+
 // x -> Q -> DQ -> Conv(DQ(w), DQ(b)) -> Clip(0, clip_max) -> Q -> DQ -> y, as the qdq format writes it.
 vaiq::Model qdq_conv(float clip_max) {
     vaiq::test::GraphBuilder b;

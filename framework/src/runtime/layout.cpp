@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 
+#include "runtime/qdq_fusion.hpp"
 #include "vaiq/fold.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/patterns.hpp"
@@ -439,6 +440,67 @@ void fuse_projections(onnx::GraphProto& graph, const std::set<std::string>& tapp
     }
 }
 
+// A 1x1 integer convolution read only by a depthwise 3x3 one (MobileNet's
+// expansion, in a quantized model) becomes an NhwcQLinearConvPair in the
+// depthwise one's place: inputs 0-8 the 1x1's, 9-14 the depthwise one's
+// weights, their scale and zero point, the output's scale and zero point and
+// the bias; the depthwise one's attributes, and the 1x1's output bounds as
+// pointwise_output_min/max. It runs the two an image at a time, so that the
+// expanded tensor, the widest of the block, stays in cache between them. The
+// plain 1x1 stays for taps.
+void fuse_int8_depthwise_pairs(onnx::GraphProto& graph, const std::set<std::string>& tapped) {
+    const GraphIndex index(graph);
+    auto is_qlinear_conv = [](const onnx::NodeProto& n) {
+        return n.op_type() == "NhwcQLinearConv" && n.domain() == kInternalDomain && n.input_size() >= 8 &&
+               plain_geometry(n);
+    };
+    for (int i = 0; i < graph.node_size(); ++i) {
+        const auto& pointwise = graph.node(i);
+        if (!is_qlinear_conv(pointwise)) continue;
+        const auto* wp = index.initializer(pointwise.input(3));
+        const auto* group = find_attribute(pointwise, "group");
+        if (!wp || wp->dims_size() != 4 || wp->dims(2) != 1 || wp->dims(3) != 1 || (group && group->i() != 1) ||
+            ints_or(pointwise, "strides", {1, 1}) != std::vector<int64_t>{1, 1} ||
+            ints_or(pointwise, "pads", {0, 0, 0, 0}) != std::vector<int64_t>{0, 0, 0, 0})
+            continue;
+        // One integer convolution reads it; anything else only for taps nobody asked for
+        // (the transpose back to NCHW, the DequantizeLinear that QDQ fusion left).
+        const auto& expanded = pointwise.output(0);
+        if (index.is_graph_output(expanded)) continue;
+        int reader = -1;
+        bool alone = true;
+        for (const auto& use : index.consumers(expanded)) {
+            const auto& n = graph.node(use.node);
+            if (is_qlinear_conv(n) && use.slot == 0 && reader < 0) {
+                reader = use.node;
+                continue;
+            }
+            alone = alone && (is_tap_transpose(n, index) ? !tapped.count(n.output(0))
+                                                         : only_for_untapped(graph, index, n, tapped));
+        }
+        if (reader < 0 || !alone) continue;
+        const auto& depthwise = graph.node(reader);
+        const auto* wd = index.initializer(depthwise.input(3));
+        const auto* depthwise_group = find_attribute(depthwise, "group");
+        if (!wd || wd->dims_size() != 4 || wd->dims(0) != wp->dims(0) || wd->dims(1) != 1 || wd->dims(2) != 3 ||
+            wd->dims(3) != 3 || !depthwise_group || depthwise_group->i() != wd->dims(0) ||
+            depthwise.input(1) != pointwise.input(6) || depthwise.input(2) != pointwise.input(7))
+            continue;
+        onnx::NodeProto fused = depthwise;
+        fused.set_op_type("NhwcQLinearConvPair");
+        fused.clear_input();
+        for (int k = 0; k < 9; ++k) fused.add_input(k < pointwise.input_size() ? pointwise.input(k) : "");
+        for (int k = 3; k < 9; ++k) fused.add_input(k < depthwise.input_size() ? depthwise.input(k) : "");
+        for (const auto& a : pointwise.attribute())
+            if (a.name() == kOutputMinAttribute || a.name() == kOutputMaxAttribute) {
+                auto* copy = fused.add_attribute();
+                *copy = a;
+                copy->set_name(a.name() == kOutputMinAttribute ? "pointwise_output_min" : "pointwise_output_max");
+            }
+        *graph.mutable_node(reader) = std::move(fused);
+    }
+}
+
 }  // namespace
 
 bool optimize_layout(onnx::GraphProto& graph, const std::set<std::string>& tapped) {
@@ -451,6 +513,7 @@ bool optimize_layout(onnx::GraphProto& graph, const std::set<std::string>& tappe
     fuse_activations(graph, tapped);
     fuse_depthwise(graph, tapped);
     fuse_projections(graph, tapped);
+    fuse_int8_depthwise_pairs(graph, tapped);
     sort_nodes(graph);  // keep every node after its producers
     return true;
 }
