@@ -44,6 +44,12 @@ auto scalar_initializers(vaiq::test::GraphBuilder& b) {
     };
 }
 
+// A one-value 8-bit tensor of type `t` (int8 or uint8) holding `v`.
+Tensor byte_of(DataType t, int v) {
+    return t == DataType::Int8 ? Tensor::from_values<int8_t>({}, std::vector<int8_t>{static_cast<int8_t>(v)})
+                               : Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{static_cast<uint8_t>(v)});
+}
+
 // The model `b` describes, with the com.microsoft opset its QLinear ops need.
 vaiq::Model contrib_model(vaiq::test::GraphBuilder& b) {
     auto model = b.build();
@@ -694,11 +700,6 @@ TEST(Executor, DepthwiseConvolutionsAgreeWithTheWholeConvolution) {
         const int64_t n = 2, h = 13, w = 11;
         vaiq::test::GraphBuilder b;
         b.input("x", {n, k.c, h, w}, k.x_type).output("y", {}, k.y_type);
-        auto byte_of = [](DataType t, int v) {
-            return t == DataType::Int8
-                       ? Tensor::from_values<int8_t>({}, std::vector<int8_t>{static_cast<int8_t>(v)})
-                       : Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{static_cast<uint8_t>(v)});
-        };
         b.initializer("sx", Tensor::from_values<float>({}, std::vector<float>{0.03f}));
         b.initializer("zx", byte_of(k.x_type, k.x_type == DataType::Int8 ? -7 : 131));
         std::vector<int8_t> wt(static_cast<size_t>(k.c * 9));
@@ -764,11 +765,6 @@ TEST(Executor, PointwiseConvolutionsAgreeWithTheWholeConvolution) {
         const int64_t n = 2, h = 13, w = 11;
         vaiq::test::GraphBuilder b;
         b.input("x", {n, k.c, h, w}, k.x_type).output("y", {}, k.y_type);
-        auto byte_of = [](DataType t, int v) {
-            return t == DataType::Int8
-                       ? Tensor::from_values<int8_t>({}, std::vector<int8_t>{static_cast<int8_t>(v)})
-                       : Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{static_cast<uint8_t>(v)});
-        };
         b.initializer("sx", Tensor::from_values<float>({}, std::vector<float>{0.03f}));
         b.initializer("zx", byte_of(k.x_type, k.x_type == DataType::Int8 ? -7 : 131));
         std::vector<int8_t> wt(static_cast<size_t>(k.m * k.c));
@@ -833,10 +829,6 @@ struct DepthwisePair {
 vaiq::Model depthwise_pair_model(const DepthwisePair& k, int64_t n, int64_t h, int64_t w, bool e_is_output,
                                  std::mt19937& rng) {
     std::uniform_int_distribution<int> weight(-127, 127);
-    auto byte_of = [](DataType t, int v) {
-        return t == DataType::Int8 ? Tensor::from_values<int8_t>({}, std::vector<int8_t>{static_cast<int8_t>(v)})
-                                   : Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{static_cast<uint8_t>(v)});
-    };
     auto weights = [&](std::vector<int64_t> shape) {
         std::vector<int8_t> v(static_cast<size_t>(vaiq::element_count(shape)));
         for (auto& x : v) x = static_cast<int8_t>(weight(rng));

@@ -538,9 +538,10 @@ struct DepthwiseState {
     bool constant = false;  ///< every input but x is an initializer: the layout holds across runs
 };
 
+bool is_8_bit(DataType t) { return t == DataType::UInt8 || t == DataType::Int8; }
+
 bool depthwise_3x3(KernelContext& ctx, const Tensor& x, const Tensor& w, const int32_t* bias,
                    const std::vector<float>& multiplier, float y_zero_point, std::vector<Tensor>& out) {
-    auto is_8_bit = [](DataType t) { return t == DataType::UInt8 || t == DataType::Int8; };
     const auto& xs = x.shape();
     const auto y_type = ctx.input(7).type();
     const auto& ws = w.shape();
@@ -589,9 +590,9 @@ bool pointwise_1x1(KernelContext& ctx, const Tensor& x, const Tensor& w, const i
     const auto& xs = x.shape();
     const auto& ws = w.shape();
     // Only what holds from run to run decides (ctx.state is this path's or another's).
-    if (!int8_pointwise_available() || (x.type() != DataType::UInt8 && x.type() != DataType::Int8) ||
-        w.type() != DataType::Int8 || ws.size() != 4 || ws[2] != 1 || ws[3] != 1 ||
-        !int8_pointwise_preferred(ws[1], ws[0]) || ctx.attributes.get_int("group", 1) != 1 ||
+    if (!int8_pointwise_available() || !is_8_bit(x.type()) || w.type() != DataType::Int8 || ws.size() != 4 ||
+        ws[2] != 1 || ws[3] != 1 || !int8_pointwise_preferred(ws[1], ws[0]) ||
+        ctx.attributes.get_int("group", 1) != 1 ||
         (multiplier.size() != 1 && static_cast<int64_t>(multiplier.size()) != ws[0]))
         return false;
     if (ws[1] != xs[3]) ctx.fail("the weights' input channels differ from the input's");
@@ -688,8 +689,6 @@ struct PairState {
     bool constant = false;    ///< every input but x is an initializer: the parameters hold across runs
 };
 
-bool is_8_bit(DataType t) { return t == DataType::UInt8 || t == DataType::Int8; }
-
 // The pair's halves on the whole batch, as their own nodes would run.
 void pair_in_halves(KernelContext& ctx, PairState& state, std::vector<Tensor>& out) {
     auto half = [&](const onnx::NodeProto& node, std::shared_ptr<void>& half_state, std::vector<const Tensor*> inputs,
@@ -745,7 +744,7 @@ void nhwc_qlinear_conv_pair(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& xs = x.shape();
     const auto& ps = wp.shape();
     const auto mid_type = ctx.input(7).type(), y_type = ctx.input(13).type();
-    // Only what holds from run to run decides which way the pair runs.
+    // Each way keeps its own state: the halves' in theirs, the parameters here.
     const bool own_kernels = int8_pointwise_available() && int8_depthwise_available() && is_8_bit(x.type()) &&
                              is_8_bit(mid_type) && is_8_bit(y_type) && wp.type() == DataType::Int8 &&
                              wd.type() == DataType::Int8 && ps.size() == 4 && int8_pointwise_preferred(ps[1], ps[0]) &&
