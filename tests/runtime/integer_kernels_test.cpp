@@ -50,6 +50,35 @@ Tensor byte_of(DataType t, int v) {
                                : Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{static_cast<uint8_t>(v)});
 }
 
+// A tensor of `type` (8-bit) and `shape` of random bytes.
+Tensor random_bytes(DataType type, const std::vector<int64_t>& shape, std::mt19937& rng) {
+    std::uniform_int_distribution<int> byte(0, 255);
+    Tensor t = Tensor::uninitialized(type, shape);
+    for (auto& v : t.mutable_bytes()) v = static_cast<std::byte>(byte(rng));
+    return t;
+}
+
+// A QLinearConv's weight initializers in `b`: "w" (random int8 of `shape`), "sw"
+// and "zw" (one scale and a zero point of 0, or one of each per output channel,
+// the scales from `base` up in steps of 0.0001 that repeat every `period`
+// channels) and "bias" (random int32, one per output channel).
+void conv_weights(vaiq::test::GraphBuilder& b, const std::vector<int64_t>& shape, bool per_channel, float base,
+                  int period, std::mt19937& rng) {
+    std::uniform_int_distribution<int> weight(-127, 127);
+    const int64_t m = shape[0];
+    std::vector<int8_t> wt(static_cast<size_t>(vaiq::element_count(shape)));
+    for (auto& v : wt) v = static_cast<int8_t>(weight(rng));
+    std::vector<float> sw(per_channel ? static_cast<size_t>(m) : 1);
+    for (size_t i = 0; i < sw.size(); ++i) sw[i] = base + 0.0001f * static_cast<float>(i % static_cast<size_t>(period));
+    std::vector<int32_t> bias(static_cast<size_t>(m));
+    for (auto& v : bias) v = weight(rng) * 40;
+    b.initializer("w", Tensor::from_values<int8_t>(shape, wt));
+    b.initializer("sw", per_channel ? Tensor::from_values<float>({m}, sw) : Tensor::from_values<float>({}, sw));
+    b.initializer("zw", per_channel ? Tensor::from_values<int8_t>({m}, std::vector<int8_t>(sw.size(), 0))
+                                    : Tensor::from_values<int8_t>({}, std::vector<int8_t>{0}));
+    b.initializer("bias", Tensor::from_values<int32_t>({m}, bias));
+}
+
 // The model `b` describes, with the com.microsoft opset its QLinear ops need.
 vaiq::Model contrib_model(vaiq::test::GraphBuilder& b) {
     auto model = b.build();
@@ -694,7 +723,6 @@ TEST(Executor, DepthwiseConvolutionsAgreeWithTheWholeConvolution) {
                           {DataType::Int8, DataType::Int8, 16, 1, {1, 0, 1, 2}, false},
                           {DataType::UInt8, DataType::UInt8, 32, 2, {1, 1, 1, 1}, false}};
     std::mt19937 rng(9);
-    std::uniform_int_distribution<int> byte(0, 255), weight(-127, 127);
     for (const auto& k : cases) {
         SCOPED_TRACE(k.c);
         const int64_t n = 2, h = 13, w = 11;
@@ -702,29 +730,15 @@ TEST(Executor, DepthwiseConvolutionsAgreeWithTheWholeConvolution) {
         b.input("x", {n, k.c, h, w}, k.x_type).output("y", {}, k.y_type);
         b.initializer("sx", Tensor::from_values<float>({}, std::vector<float>{0.03f}));
         b.initializer("zx", byte_of(k.x_type, k.x_type == DataType::Int8 ? -7 : 131));
-        std::vector<int8_t> wt(static_cast<size_t>(k.c * 9));
-        for (auto& v : wt) v = static_cast<int8_t>(weight(rng));
-        std::vector<float> sw(k.per_channel ? static_cast<size_t>(k.c) : 1);
-        for (size_t i = 0; i < sw.size(); ++i) sw[i] = 0.002f + 0.0001f * static_cast<float>(i % 17);
-        std::vector<int32_t> bias(static_cast<size_t>(k.c));
-        for (auto& v : bias) v = weight(rng) * 40;
-        b.initializer("w", Tensor::from_values<int8_t>({k.c, 1, 3, 3}, wt));
-        b.initializer("sw",
-                      sw.size() == 1 ? Tensor::from_values<float>({}, sw) : Tensor::from_values<float>({k.c}, sw));
-        b.initializer("zw", sw.size() == 1 ? Tensor::from_values<int8_t>({}, std::vector<int8_t>{0})
-                                           : Tensor::from_values<int8_t>({k.c}, std::vector<int8_t>(sw.size(), 0)));
+        conv_weights(b, {k.c, 1, 3, 3}, k.per_channel, 0.002f, 17, rng);
         b.initializer("sy", Tensor::from_values<float>({}, std::vector<float>{0.05f}));
         b.initializer("zy", byte_of(k.y_type, k.y_type == DataType::Int8 ? 5 : 90));
-        b.initializer("bias", Tensor::from_values<int32_t>({k.c}, bias));
         auto& conv = b.node("QLinearConv", {"x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "bias"}, {"y"}, "dw");
         vaiq::test::set_ints_attribute(conv, "pads", k.pads);
         vaiq::test::set_ints_attribute(conv, "strides", {k.stride, k.stride});
         vaiq::test::set_int_attribute(conv, "group", k.c);
         const auto model = b.build();
-        std::vector<uint8_t> x(static_cast<size_t>(n * k.c * h * w));
-        for (auto& v : x) v = static_cast<uint8_t>(byte(rng));
-        Tensor feed = Tensor::uninitialized(k.x_type, {n, k.c, h, w});
-        std::copy(x.begin(), x.end(), reinterpret_cast<uint8_t*>(feed.mutable_bytes().data()));
+        const Tensor feed = random_bytes(k.x_type, {n, k.c, h, w}, rng);
         for (const int threads : {1, 2}) {
             Executor nhwc(model, {.threads = threads, .profile = true});
             const auto y = nhwc.run({{"x", feed}})[0];
@@ -759,7 +773,6 @@ TEST(Executor, PointwiseConvolutionsAgreeWithTheWholeConvolution) {
                           {DataType::UInt8, DataType::Int8, 12, 60, 1, true, {}},
                           {DataType::UInt8, DataType::UInt8, 6, 40, 1, false, {}}};  // left to oneDNN
     std::mt19937 rng(13);
-    std::uniform_int_distribution<int> byte(0, 255), weight(-127, 127);
     for (const auto& k : cases) {
         SCOPED_TRACE(fmt::format("{} -> {} channels, stride {}", k.c, k.m, k.stride));
         const int64_t n = 2, h = 13, w = 11;
@@ -767,20 +780,9 @@ TEST(Executor, PointwiseConvolutionsAgreeWithTheWholeConvolution) {
         b.input("x", {n, k.c, h, w}, k.x_type).output("y", {}, k.y_type);
         b.initializer("sx", Tensor::from_values<float>({}, std::vector<float>{0.03f}));
         b.initializer("zx", byte_of(k.x_type, k.x_type == DataType::Int8 ? -7 : 131));
-        std::vector<int8_t> wt(static_cast<size_t>(k.m * k.c));
-        for (auto& v : wt) v = static_cast<int8_t>(weight(rng));
-        std::vector<float> sw(k.per_channel ? static_cast<size_t>(k.m) : 1);
-        for (size_t i = 0; i < sw.size(); ++i) sw[i] = 0.001f + 0.0001f * static_cast<float>(i % 13);
-        std::vector<int32_t> bias(static_cast<size_t>(k.m));
-        for (auto& v : bias) v = weight(rng) * 40;
-        b.initializer("w", Tensor::from_values<int8_t>({k.m, k.c, 1, 1}, wt));
-        b.initializer("sw",
-                      sw.size() == 1 ? Tensor::from_values<float>({}, sw) : Tensor::from_values<float>({k.m}, sw));
-        b.initializer("zw", sw.size() == 1 ? Tensor::from_values<int8_t>({}, std::vector<int8_t>{0})
-                                           : Tensor::from_values<int8_t>({k.m}, std::vector<int8_t>(sw.size(), 0)));
+        conv_weights(b, {k.m, k.c, 1, 1}, k.per_channel, 0.001f, 13, rng);
         b.initializer("sy", Tensor::from_values<float>({}, std::vector<float>{0.01f}));
         b.initializer("zy", byte_of(k.y_type, k.y_type == DataType::Int8 ? 5 : 110));
-        b.initializer("bias", Tensor::from_values<int32_t>({k.m}, bias));
         auto& conv = b.node("QLinearConv", {"x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "bias"}, {"y"}, "pw");
         vaiq::test::set_ints_attribute(conv, "strides", {k.stride, k.stride});
         if (k.bounds) {
@@ -788,10 +790,7 @@ TEST(Executor, PointwiseConvolutionsAgreeWithTheWholeConvolution) {
             vaiq::test::set_int_attribute(conv, vaiq::runtime::kOutputMaxAttribute, k.bounds->second);
         }
         const auto model = b.build();
-        std::vector<uint8_t> x(static_cast<size_t>(n * k.c * h * w));
-        for (auto& v : x) v = static_cast<uint8_t>(byte(rng));
-        Tensor feed = Tensor::uninitialized(k.x_type, {n, k.c, h, w});
-        std::copy(x.begin(), x.end(), reinterpret_cast<uint8_t*>(feed.mutable_bytes().data()));
+        const Tensor feed = random_bytes(k.x_type, {n, k.c, h, w}, rng);
         for (const int threads : {1, 2}) {
             Executor nhwc(model, {.threads = threads, .profile = true});
             testing::internal::CaptureStdout();
@@ -890,13 +889,11 @@ TEST(Executor, IntegerDepthwisePairsRunAsOneStepAndAgreeWithTheWholeConvolutions
         {DataType::Int8, DataType::UInt8, DataType::Int8, 32, 144, 1, {1, 0, 1, 2}, Bounds{80, 160}, Bounds{-100, 60}},
         {DataType::UInt8, DataType::UInt8, DataType::UInt8, 6, 32, 1, {1, 1, 1, 1}, {}, {}}};  // 1x1 on oneDNN
     std::mt19937 rng(17);
-    std::uniform_int_distribution<int> byte(0, 255);
     const int64_t n = 3, h = 13, w = 11;
     for (const auto& k : cases) {
         SCOPED_TRACE(fmt::format("{} -> {} channels, stride {}", k.c, k.m, k.stride));
         const auto model = depthwise_pair_model(k, n, h, w, false, rng);
-        Tensor feed = Tensor::uninitialized(k.x_type, {n, k.c, h, w});
-        for (auto& v : feed.mutable_bytes()) v = static_cast<std::byte>(byte(rng));
+        const Tensor feed = random_bytes(k.x_type, {n, k.c, h, w}, rng);
         for (const int threads : {1, 2}) {
             Executor fused(model, {.threads = threads, .profile = true});
             const auto y = fused.run({{"x", feed}})[0];
@@ -919,8 +916,7 @@ TEST(Executor, IntegerDepthwisePairsRunAsOneStepAndAgreeWithTheWholeConvolutions
     }
     // Apart: the expanded tensor is an output, or tapped.
     const auto& k = cases[0];
-    Tensor feed = Tensor::uninitialized(k.x_type, {n, k.c, h, w});
-    for (auto& v : feed.mutable_bytes()) v = static_cast<std::byte>(byte(rng));
+    const Tensor feed = random_bytes(k.x_type, {n, k.c, h, w}, rng);
     auto pairs = [](Executor& e) {
         for (const auto& p : e.profile())
             if (p.op_type == "NhwcQLinearConvPair") return p.calls;
