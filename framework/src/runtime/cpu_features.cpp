@@ -12,6 +12,7 @@ const CpuFeatures& cpu_features() {
         f.avx512bw = f.avx512f && __builtin_cpu_supports("avx512bw");
         f.avx512vbmi = f.avx512f && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi");
         f.avx512vnni = f.avx512f && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+        f.avx512vl = f.avx512f && __builtin_cpu_supports("avx512vl");
         return f;
     }();
     return features;

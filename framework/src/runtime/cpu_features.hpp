@@ -12,6 +12,7 @@ struct CpuFeatures {
     bool avx512bw = false;    ///< byte and word lanes
     bool avx512vbmi = false;  ///< with AVX512BW: byte permutes across a whole vector
     bool avx512vnni = false;  ///< with AVX512BW: 8-bit dot products into int32 lanes
+    bool avx512vl = false;    ///< AVX-512 instructions on 128- and 256-bit vectors
 };
 
 /// What this CPU supports, detected on first use.

@@ -495,7 +495,8 @@ void fuse_int8_depthwise_pairs(onnx::GraphProto& graph, const std::set<std::stri
             if (a.name() == kOutputMinAttribute || a.name() == kOutputMaxAttribute) {
                 auto* copy = fused.add_attribute();
                 *copy = a;
-                copy->set_name(a.name() == kOutputMinAttribute ? "pointwise_output_min" : "pointwise_output_max");
+                copy->set_name(a.name() == kOutputMinAttribute ? kPointwiseOutputMinAttribute
+                                                               : kPointwiseOutputMaxAttribute);
             }
         *graph.mutable_node(reader) = std::move(fused);
     }

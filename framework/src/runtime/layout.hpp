@@ -15,6 +15,9 @@ namespace vaiq::runtime {
 /// NhwcAveragePool, NhwcQLinearConv, LayerNormalization and Gelu at any opset,
 /// MatMul with a bias).
 inline constexpr const char* kInternalDomain = "vaiq.internal";
+/// An NhwcQLinearConvPair's attributes for its 1x1 half's output bounds.
+inline constexpr const char* kPointwiseOutputMinAttribute = "pointwise_output_min";
+inline constexpr const char* kPointwiseOutputMaxAttribute = "pointwise_output_max";
 
 /// Rewrites `graph` in place: Conv, QLinearConv (where oneDNN's int8 kernels
 /// are exact) and 2-D MaxPool/AveragePool become their NHWC forms between

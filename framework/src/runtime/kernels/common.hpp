@@ -278,11 +278,13 @@ Tensor quantized_tensor(KernelContext& ctx, DataType type, const std::vector<int
 
 /// The bounds the executor's power-of-two QDQ fusions put on an 8-bit output's
 /// integers (a fused Relu/Clip, quantized), or Q's whole range.
+/// (An NhwcQLinearConvPair keeps its 1x1 half's under other names.)
 template <typename Q>
-std::pair<Q, Q> output_bounds(const KernelContext& ctx) {
+std::pair<Q, Q> output_bounds(const KernelContext& ctx, const char* min_name = kOutputMinAttribute,
+                              const char* max_name = kOutputMaxAttribute) {
     constexpr int64_t lowest = std::numeric_limits<Q>::min(), highest = std::numeric_limits<Q>::max();
-    const auto lo = ctx.attributes.get_int(kOutputMinAttribute, lowest);
-    const auto hi = ctx.attributes.get_int(kOutputMaxAttribute, highest);
+    const auto lo = ctx.attributes.get_int(min_name, lowest);
+    const auto hi = ctx.attributes.get_int(max_name, highest);
     return {static_cast<Q>(std::clamp(lo, lowest, highest)), static_cast<Q>(std::clamp(hi, lowest, highest))};
 }
 

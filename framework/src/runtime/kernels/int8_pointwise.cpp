@@ -119,10 +119,7 @@ Tile tile_of(int J) {
 
 }  // namespace
 
-bool int8_pointwise_available() {
-    static const bool vl = __builtin_cpu_supports("avx512vl");
-    return cpu_features().avx512vnni && vl;
-}
+bool int8_pointwise_available() { return cpu_features().avx512vnni && cpu_features().avx512vl; }
 
 // Measured on resnet50 and mobilenet_v2 (AVX-512 VNNI, one and two threads):
 // faster than oneDNN's 1x1 kernels up to 1M weights, 5-9 % slower for 2048
@@ -187,9 +184,8 @@ void int8_pointwise(const uint8_t* x, bool x_signed, const PointwiseParameters& 
     };
     const Requantization full = requantization(out, 4), last = requantization(out, vectors_of(m % kGroup));
     // Contiguous shares of the pixels, a thread each: the next layer's rows split alike.
-    const int threads = team_threads();
-    parallel_for(threads, pixels * m * k > (int64_t{1} << 18), [&](int64_t t) {
-        const auto [begin, end] = share_of(pixels, t, threads);
+    parallel_team(pixels * m * k > (int64_t{1} << 18), [&](int64_t t, int64_t team) {
+        const auto [begin, end] = share_of(pixels, t, team);
         for (int64_t first = begin; first < end; first += kTile) {
             const int64_t count = std::min(kTile, end - first);
             const uint8_t* xs[kTile];

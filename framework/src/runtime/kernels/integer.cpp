@@ -685,8 +685,7 @@ struct PairState {
     PointwiseParameters pointwise;
     DepthwiseParameters depthwise;
     int32_t x_zero_point = 0, mid_zero_point = 0;
-    bool parameters = false;  ///< `pointwise` and `depthwise` hold the halves' parameters
-    bool constant = false;    ///< every input but x is an initializer: the parameters hold across runs
+    bool constant = false;  ///< made from initializers only: they hold across runs (false: none made yet)
 };
 
 // The pair's halves on the whole batch, as their own nodes would run.
@@ -733,11 +732,11 @@ void nhwc_qlinear_conv_pair(KernelContext& ctx, std::vector<Tensor>& out) {
         d.set_op_type("NhwcQLinearConv");
         d.clear_attribute();
         for (const auto& a : ctx.node.attribute()) {
-            const bool pointwise = a.name() == "pointwise_output_min" || a.name() == "pointwise_output_max";
+            const bool pointwise = a.name() == kPointwiseOutputMinAttribute || a.name() == kPointwiseOutputMaxAttribute;
             auto* copy = pointwise ? p.add_attribute() : d.add_attribute();
             *copy = a;
             if (pointwise)
-                copy->set_name(a.name() == "pointwise_output_min" ? kOutputMinAttribute : kOutputMaxAttribute);
+                copy->set_name(a.name() == kPointwiseOutputMinAttribute ? kOutputMinAttribute : kOutputMaxAttribute);
         }
         ctx.state = state;
     }
@@ -759,8 +758,7 @@ void nhwc_qlinear_conv_pair(KernelContext& ctx, std::vector<Tensor>& out) {
     if (g.strides[0] != g.strides[1]) return pair_in_halves(ctx, *state, out);
     const int32_t x_zero_point = scalar_zero_point(ctx, ctx.input(2));
     const int32_t mid_zero_point = scalar_zero_point(ctx, ctx.input(7));
-    if (!state->parameters || !state->constant || state->x_zero_point != x_zero_point ||
-        state->mid_zero_point != mid_zero_point) {
+    if (!state->constant || state->x_zero_point != x_zero_point || state->mid_zero_point != mid_zero_point) {
         auto as_float = [](const std::vector<double>& wide) { return std::vector<float>(wide.begin(), wide.end()); };
         const int32_t* bp = ctx.has_input(8) ? ctx.input(8).data<int32_t>().data() : nullptr;
         const int32_t* bd = ctx.has_input(14) ? ctx.input(14).data<int32_t>().data() : nullptr;
@@ -773,18 +771,17 @@ void nhwc_qlinear_conv_pair(KernelContext& ctx, std::vector<Tensor>& out) {
                                  mid_zero_point, mid_type == DataType::Int8);
         state->x_zero_point = x_zero_point;
         state->mid_zero_point = mid_zero_point;
-        state->parameters = true;
         state->constant = true;
         for (size_t i = 1; i < ctx.input_count(); ++i)
             state->constant = state->constant && (!ctx.has_input(i) || ctx.is_constant(i));
     }
-    // The expanded image, its type's bounds or the 1x1's.
-    PointwiseOutput expanded{mid_type == DataType::Int8, static_cast<float>(mid_zero_point), 0, 255};
-    if (expanded.is_signed) expanded.lo = -128, expanded.hi = 127;
-    expanded.lo = static_cast<int32_t>(
-        std::clamp<int64_t>(ctx.attributes.get_int("pointwise_output_min", expanded.lo), expanded.lo, expanded.hi));
-    expanded.hi = static_cast<int32_t>(
-        std::clamp<int64_t>(ctx.attributes.get_int("pointwise_output_max", expanded.hi), expanded.lo, expanded.hi));
+    // The expanded image, clamped to its type's bounds or the 1x1's.
+    auto bounds = [&](auto type) {
+        const auto b = output_bounds<decltype(type)>(ctx, kPointwiseOutputMinAttribute, kPointwiseOutputMaxAttribute);
+        return std::pair<int32_t, int32_t>{b.first, b.second};
+    };
+    const auto [lo, hi] = mid_type == DataType::Int8 ? bounds(int8_t{}) : bounds(uint8_t{});
+    const PointwiseOutput expanded{mid_type == DataType::Int8, static_cast<float>(mid_zero_point), lo, hi};
     const PointwiseGeometry pointwise{1, h, w, h, w, 1};
     DepthwiseGeometry depthwise;
     depthwise.n = 1, depthwise.h = h, depthwise.w = w, depthwise.c = m;
