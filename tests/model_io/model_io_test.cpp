@@ -201,6 +201,15 @@ TEST(ModelIo, TruncatedAndCorruptFilesAreOneLineErrors) {
     expect_input_error([&] { vaiq::load_model(dir / "missing.onnx"); }, "no such model file");
 }
 
+// Over protobuf's 2 GiB a file cannot be one model: said before any parsing
+// (the file is sparse, so the test writes nothing).
+TEST(ModelIo, AFileOverTwoGibibytesIsRefusedWithAdvice) {
+    const auto dir = temp_dir();
+    { std::ofstream(dir / "huge.onnx") << "x"; }
+    fs::resize_file(dir / "huge.onnx", (uintmax_t{1} << 31) + 1);
+    expect_input_error([&] { vaiq::load_model(dir / "huge.onnx"); }, "over the 2 GiB a protobuf can hold");
+}
+
 TEST(ModelIo, RefusesOldOpsetsWithAdvice) {
     const auto dir = temp_dir();
     vaiq::save_model(vaiq::test::conv_relu_model(9), dir / "old.onnx");

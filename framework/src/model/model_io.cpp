@@ -14,6 +14,7 @@
 #include <set>
 
 #include "util/atomic_file.hpp"
+#include "util/protobuf_file.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
@@ -185,13 +186,9 @@ Model load_model(const fs::path& path, const LoadOptions& options) {
     std::error_code ec;
     if (!fs::exists(path, ec)) throw InputError(fmt::format("{}: no such model file", path.string()));
     if (!fs::is_regular_file(path, ec)) throw InputError(fmt::format("{}: not a regular file", path.string()));
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw InputError(fmt::format("{}: cannot open for reading", path.string()));
     if (fs::file_size(path, ec) == 0 && !ec) throw InputError(fmt::format("{}: the file is empty", path.string()));
-    // Parsed from the stream: no copy of the whole file in memory (a stream
-    // iterator feeding a string cost more than the parse).
     onnx::ModelProto proto;
-    if (!proto.ParseFromIstream(&in))
+    if (!parse_protobuf_file(path, proto))
         throw InputError(fmt::format("{}: not a valid ONNX model (the protobuf does not parse; truncated or corrupt?)",
                                      path.string()));
     if (proto.ir_version() <= 0 || !proto.has_graph() || proto.opset_import_size() == 0)

@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "util/atomic_file.hpp"
+#include "util/protobuf_file.hpp"
 #include "util/text.hpp"
 #include "vaiq/error.hpp"
 
@@ -116,9 +117,8 @@ void write_npy(const fs::path& file, const Tensor& tensor) {
 }
 
 Tensor read_tensor_proto(const fs::path& file, std::string* name) {
-    std::ifstream in(file, std::ios::binary);
     onnx::TensorProto proto;
-    if (!in || !proto.ParseFromIstream(&in))
+    if (!parse_protobuf_file(file, proto))
         throw InputError(fmt::format("{}: not an ONNX TensorProto file", file.string()));
     if (name) *name = proto.name();
     try {
