@@ -119,6 +119,13 @@ TEST(DataReader, ATensorProtoStackOfBatchesIsReadBatchByBatch) {
     EXPECT_EQ(batches[2].feeds.at("x").data<float>()[0], 64.0f);
 }
 
+TEST(DataReader, ACorruptTensorProtoIsAnErrorNamingTheFile) {
+    const auto dir = temp_dir();
+    std::ofstream(dir / "junk.pb", std::ios::binary) << "\xff\xff\xff not a tensor";
+    const auto error = error_of([&] { all(*vaiq::open_data_reader(dir / "junk.pb", vaiq::test::conv_relu_model())); });
+    EXPECT_NE(error.find("junk.pb: not an ONNX TensorProto file"), std::string::npos) << error;
+}
+
 TEST(DataReader, RefusesLayoutsItCannotBind) {
     const auto dir = temp_dir();
     vaiq::write_npy(dir / "a.npy", ramp({1, 3}));
