@@ -530,13 +530,30 @@ class ChannelsLastRequantizer {
     float zero_point_;
 };
 
-// A depthwise 3x3 NhwcQLinearConv on a CPU with AVX-512 VNNI: summed and
-// requantized in registers (int8_depthwise.hpp), its parameters laid out once.
-struct DepthwiseState {
-    DepthwiseParameters parameters;
+// The parameters a register kernel lays out from an NhwcQLinearConv's weights,
+// scales and bias, kept in the node's state while they hold.
+template <typename Parameters>
+struct KeptParameters {
+    Parameters parameters;
     int32_t x_zero_point = 0;
     bool constant = false;  ///< every input but x is an initializer: the layout holds across runs
 };
+
+// The kept parameters, laid out anew by `make` on the first run, when an input
+// they come from is not constant, or when x's zero point changed.
+template <typename Parameters, typename Make>
+const Parameters& kept_parameters(KernelContext& ctx, int32_t x_zero_point, Make&& make) {
+    auto state = std::static_pointer_cast<KeptParameters<Parameters>>(ctx.state);
+    if (!state || !state->constant || state->x_zero_point != x_zero_point) {
+        state = std::make_shared<KeptParameters<Parameters>>();
+        state->parameters = make();
+        state->x_zero_point = x_zero_point;
+        state->constant = ctx.is_constant(1) && ctx.is_constant(3) && ctx.is_constant(4) && ctx.is_constant(6) &&
+                          (!ctx.has_input(8) || ctx.is_constant(8));
+        ctx.state = state;
+    }
+    return state->parameters;
+}
 
 bool is_8_bit(DataType t) { return t == DataType::UInt8 || t == DataType::Int8; }
 
@@ -555,34 +572,22 @@ bool depthwise_3x3(KernelContext& ctx, const Tensor& x, const Tensor& w, const i
     const auto g = WindowGeometry::from(ctx, {xs[1], xs[2]}, {3, 3}, false);
     if (g.strides[0] != g.strides[1]) return false;
     const int32_t x_zero_point = scalar_zero_point(ctx, ctx.input(2));
-    auto state = std::static_pointer_cast<DepthwiseState>(ctx.state);
-    if (!state || !state->constant || state->x_zero_point != x_zero_point) {
-        state = std::make_shared<DepthwiseState>();
-        state->parameters = depthwise_parameters(w.data<int8_t>().data(), xs[3], bias, multiplier, x_zero_point,
-                                                 x.type() == DataType::Int8);
-        state->x_zero_point = x_zero_point;
-        state->constant = ctx.is_constant(1) && ctx.is_constant(3) && ctx.is_constant(4) && ctx.is_constant(6) &&
-                          (!ctx.has_input(8) || ctx.is_constant(8));
-        ctx.state = state;
-    }
+    // A depthwise 3x3 NhwcQLinearConv on a CPU with AVX-512 VNNI: summed and
+    // requantized in registers (int8_depthwise.hpp).
+    const auto& parameters = kept_parameters<DepthwiseParameters>(ctx, x_zero_point, [&] {
+        return depthwise_parameters(w.data<int8_t>().data(), xs[3], bias, multiplier, x_zero_point,
+                                    x.type() == DataType::Int8);
+    });
     DepthwiseGeometry geometry;
     geometry.n = xs[0], geometry.h = xs[1], geometry.w = xs[2], geometry.c = xs[3];
     geometry.out_h = g.out[0], geometry.out_w = g.out[1], geometry.stride = g.strides[0];
     geometry.pad_top = g.pad_begin[0], geometry.pad_left = g.pad_begin[1];
     out[0] = Tensor::uninitialized(y_type, {xs[0], g.out[0], g.out[1], xs[3]});  // written in full
     int8_depthwise_3x3(reinterpret_cast<const uint8_t*>(x.bytes().data()), x.type() == DataType::Int8,
-                       state->parameters, geometry, y_zero_point, y_type == DataType::Int8,
+                       parameters, geometry, y_zero_point, y_type == DataType::Int8,
                        reinterpret_cast<uint8_t*>(out[0].mutable_bytes().data()));
     return true;
 }
-
-// A 1x1 NhwcQLinearConv without padding on a CPU with AVX-512 VNNI: summed
-// and requantized in registers (int8_pointwise.hpp), its parameters laid out once.
-struct PointwiseState {
-    PointwiseParameters parameters;
-    int32_t x_zero_point = 0;
-    bool constant = false;  ///< every input but x is an initializer: the layout holds across runs
-};
 
 template <typename Q>
 bool pointwise_1x1(KernelContext& ctx, const Tensor& x, const Tensor& w, const int32_t* bias,
@@ -601,23 +606,19 @@ bool pointwise_1x1(KernelContext& ctx, const Tensor& x, const Tensor& w, const i
         g.pad_end != std::vector<int64_t>{0, 0})
         return false;
     const int32_t x_zero_point = scalar_zero_point(ctx, ctx.input(2));
-    auto state = std::static_pointer_cast<PointwiseState>(ctx.state);
-    if (!state || !state->constant || state->x_zero_point != x_zero_point) {
-        state = std::make_shared<PointwiseState>();
-        state->parameters = pointwise_parameters(w.data<int8_t>().data(), ws[0], ws[1], bias, multiplier, x_zero_point,
-                                                 x.type() == DataType::Int8);
-        state->x_zero_point = x_zero_point;
-        state->constant = ctx.is_constant(1) && ctx.is_constant(3) && ctx.is_constant(4) && ctx.is_constant(6) &&
-                          (!ctx.has_input(8) || ctx.is_constant(8));
-        ctx.state = state;
-    }
+    // A 1x1 NhwcQLinearConv without padding on a CPU with AVX-512 VNNI: summed
+    // and requantized in registers (int8_pointwise.hpp).
+    const auto& parameters = kept_parameters<PointwiseParameters>(ctx, x_zero_point, [&] {
+        return pointwise_parameters(w.data<int8_t>().data(), ws[0], ws[1], bias, multiplier, x_zero_point,
+                                    x.type() == DataType::Int8);
+    });
     PointwiseGeometry geometry;
     geometry.n = xs[0], geometry.h = xs[1], geometry.w = xs[2];
     geometry.out_h = g.out[0], geometry.out_w = g.out[1], geometry.stride = g.strides[0];
     const auto [lo, hi] = output_bounds<Q>(ctx);
     const PointwiseOutput format{std::is_signed_v<Q>, y_zero_point, lo, hi};
     out[0] = Tensor::uninitialized(type_of<Q>(), {xs[0], g.out[0], g.out[1], ws[0]});  // written in full
-    int8_pointwise(reinterpret_cast<const uint8_t*>(x.bytes().data()), x.type() == DataType::Int8, state->parameters,
+    int8_pointwise(reinterpret_cast<const uint8_t*>(x.bytes().data()), x.type() == DataType::Int8, parameters,
                    geometry, format, reinterpret_cast<uint8_t*>(mutable_view<Q>(out[0]).data()));
     return true;
 }
