@@ -2,8 +2,11 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <fmt/format.h>
+
 #include <bit>
 #include <cmath>
+#include <numeric>
 #include <thread>
 
 #include "test_support.hpp"
@@ -515,17 +518,25 @@ TEST(Histogram, ABigBatchCountsAsItsPiecesDo) {
         mixed[i] = i % 5 == 0   ? (i % 10 == 0 ? 0.0f : -0.0f)
                    : i % 7 == 0 ? 1e-30f  // not zero, yet in the bin of 0
                                 : static_cast<float>((i * 2654435761u) % 20011) * 1e-3f - 10.0f;
+    // The extremes in the first piece, so that the pieces' bins grow once, as
+    // the whole batch's do (a value on the reach of bins grown in between is
+    // clamped into the last bin then, and so can land one bin lower).
+    mixed[1] = 10.5f;
+    mixed[2] = -10.5f;
     auto clamped = [&](bool below) {
         auto out = mixed;
         for (auto& v : out)
             if (below ? v < 0 : v > 0) v = 0.0f;
         return out;
     };
+    // After a first batch of extent 12 the bins hold every value; after one of
+    // extent 1 the big batch reaches past them, so they grow and it is counted again.
     for (const int threads : {1, 3}) {
         omp_set_num_threads(threads);
-        for (const auto& values : {mixed, clamped(true), clamped(false)}) {
+        for (const auto& values : {mixed, clamped(true), clamped(false)})
+        for (const float extent : {12.0f, 1.0f}) {
             vaiq::Histogram whole(64, false), pieces(64, false), whole_abs(64, true), pieces_abs(64, true);
-            const std::vector<float> first{-12.0f, 12.0f};  // the same stride for both
+            const std::vector<float> first{-extent, extent};  // the same stride for both
             for (auto* h : {&whole, &pieces, &whole_abs, &pieces_abs}) h->add(first);
             whole.add(values);
             whole_abs.add(values);
@@ -535,15 +546,59 @@ TEST(Histogram, ABigBatchCountsAsItsPiecesDo) {
                 pieces.add(piece);
                 pieces_abs.add(piece);
             }
-            EXPECT_EQ(whole.counts(), pieces.counts());
-            EXPECT_EQ(whole_abs.counts(), pieces_abs.counts());
+            EXPECT_EQ(whole.counts(), pieces.counts()) << extent;
+            EXPECT_EQ(whole_abs.counts(), pieces_abs.counts()) << extent;
+            EXPECT_EQ(whole.stride(), extent == 1.0f ? 0.125 : 0.375) << "grown and merged to a power-of-two multiple";
             EXPECT_DOUBLE_EQ(whole.total(), 2.0 + static_cast<double>(values.size()));
             const auto zeros = std::count(values.begin(), values.end(), 0.0f);
-            EXPECT_GE(whole.counts()[32], static_cast<double>(zeros)) << "0 lies in the bin just above 0";
-            EXPECT_LT(whole.counts()[31], static_cast<double>(zeros));
+            const size_t zero_bin = whole.counts().size() / 2;
+            EXPECT_GE(whole.counts()[zero_bin], static_cast<double>(zeros)) << "0 lies in the bin just above 0";
+            EXPECT_LT(whole.counts()[zero_bin - 1], static_cast<double>(zeros));
         }
     }
     omp_set_num_threads(0 < omp_get_num_procs() ? omp_get_num_procs() : 1);
+}
+
+// A big batch after the first is counted in the pass that finds its extremes;
+// one holding NaN or infinity is refused by name and leaves the histogram as it was.
+TEST(Histogram, ABigBatchThatIsNotFiniteIsRefusedAndCountsNothing) {
+    std::vector<float> values(200000);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 1000) * 0.01f - 5.0f;
+    for (const float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+        vaiq::Histogram h(64, false);
+        h.add(std::vector<float>{-2.0f, 2.0f});
+        auto with_bad = values;
+        with_bad[123457] = bad;
+        try {
+            h.add(with_bad, "conv_out");
+            ADD_FAILURE() << "a batch holding " << bad << " was taken";
+        } catch (const vaiq::InputError& e) {
+            EXPECT_NE(std::string(e.what()).find("'conv_out' holds " + fmt::format("{}", bad)), std::string::npos)
+                << e.what();
+        }
+        EXPECT_DOUBLE_EQ(h.total(), 2.0);
+        EXPECT_EQ(h.counts().size(), 64u) << "not grown";
+        EXPECT_EQ(std::accumulate(h.counts().begin(), h.counts().end(), 0.0), 2.0);
+    }
+}
+
+// Subnormal values give a stride whose inverse a float cannot hold: such
+// batches are binned in double, by the same definition.
+TEST(Histogram, SubnormalValuesLandInTheBinsTheirDefinitionGives) {
+    std::vector<float> values(100000);
+    for (size_t i = 0; i < values.size(); ++i)
+        values[i] = static_cast<float>(static_cast<double>(i % 2001) * 1e-42 - 1e-39);
+    vaiq::Histogram h(64, false);
+    h.add(values);  // the first batch sets the stride; the second is counted in one pass
+    h.add(values);
+    ASSERT_GT(1.0 / h.stride(), 0x1p100);
+    std::vector<double> want(h.counts().size(), 0.0);
+    const auto last = static_cast<int64_t>(want.size()) - 1;
+    for (float v : values) {
+        const auto bin = static_cast<int64_t>(std::floor(static_cast<double>(v) * (1.0 / h.stride()))) + 32;
+        want[static_cast<size_t>(std::clamp<int64_t>(bin, 0, last))] += 2;
+    }
+    EXPECT_EQ(h.counts(), want);
 }
 
 // The power-of-two search sums each position's error in chunks shared by the

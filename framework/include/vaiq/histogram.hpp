@@ -60,7 +60,8 @@ class VAIQ_API Histogram {
     static Histogram restore(const Statistics& in, int bins, bool absolute, const std::string& what);
 
   private:
-    void grow_to(double extent);
+    /// Widens the bins to reach `extent`; whether they changed.
+    bool grow_to(double extent);
     /// How far the bins reach from 0.
     double reach() const { return static_cast<double>(absolute_ ? counts_.size() : counts_.size() / 2) * stride_; }
     /// Adds this histogram's counts onto a grid of `stride`, `half` bins per side.

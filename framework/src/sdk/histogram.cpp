@@ -15,6 +15,7 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #include <limits>
+#include <optional>
 
 #include "vaiq/error.hpp"
 
@@ -29,9 +30,9 @@ double Histogram::edge(size_t i) const {
     return (static_cast<double>(i) - static_cast<double>(absolute_ ? 0 : half_)) * stride_;
 }
 
-void Histogram::grow_to(double extent) {
+bool Histogram::grow_to(double extent) {
     const int64_t limit = 4 * static_cast<int64_t>(absolute_ ? requested_ : requested_ / 2);
-    if (std::ceil(extent / stride_) <= static_cast<double>(half_)) return;
+    if (std::ceil(extent / stride_) <= static_cast<double>(half_)) return false;
     // Too many bins at this stride: widen it by a power of two first, merging
     // 2^k old bins into one (0 stays on an edge), so memory stays bounded
     // however small the stride was (a constant first batch sets a tiny one).
@@ -48,6 +49,7 @@ void Histogram::grow_to(double extent) {
     counts_ = std::move(grown);
     half_ = half;
     stride_ *= static_cast<double>(factor);
+    return true;
 }
 
 void Histogram::spread_onto(std::vector<double>& grid, double stride, int64_t half) const {
@@ -221,123 +223,173 @@ size_t threads_for(size_t n) {
     return std::max<size_t>(1, std::min(static_cast<size_t>(std::max(1, omp_get_max_threads())), n >> 16));
 }
 
-// Bin of each value: floor(x / stride) bins from the zero bin (of |x| when
-// absolute), clamped to the histogram. x / stride as x * (1 / stride): 0 and
-// every multiple of a power-of-two stride land exactly on their edge.
+// Bin of each value: floor(x * (1 / stride)) bins from the zero bin (of |x|
+// when absolute), clamped to the histogram; NaN to the lowest (a batch holding
+// one is refused after its pass). In float, sixteen values an AVX-512 step:
+// 0 and every multiple of a power-of-two stride still land exactly on their
+// edge. Only strides whose inverse a float cannot hold (tensors of subnormal
+// values) are binned in double.
 struct Binning {
     double inverse_stride;
     int32_t zero, last;
     bool absolute;
-    bool zeros_likely = false;  ///< 0 is the batch's least or greatest value (clamped there, as by a Relu)
+    bool zeros_likely = false;  ///< 0 is an extreme so far (clamped there, as by a Relu)
+    bool in_float() const { return inverse_stride >= 0x1p-100 && inverse_stride <= 0x1p100; }
 };
 
-inline void bins_of_body(const float* __restrict values, size_t n, const Binning& b, int32_t* __restrict bins) {
-    const double limit = static_cast<double>(b.last) + 1.0;  // keeps the conversion in int32
-    for (size_t i = 0; i < n; ++i) {
-        double y = static_cast<double>(values[i]) * b.inverse_stride;
-        y = b.absolute ? std::abs(y) : y;
-        y = std::clamp(y, -limit, limit);
-        auto t = static_cast<int32_t>(y);  // towards zero; one less below zero is floor
-        t -= static_cast<int32_t>(y < static_cast<double>(t));
-        bins[i] = std::clamp(t + b.zero, int32_t{0}, b.last);
-    }
+template <typename Real>
+int32_t bin_of(float x, Real inverse, const Binning& b) {
+    const auto limit = static_cast<Real>(b.last) + 1;  // keeps the conversion in int32
+    Real y = static_cast<Real>(x) * inverse;
+    y = b.absolute ? std::abs(y) : y;
+    y = y >= -limit ? (y <= limit ? y : limit) : -limit;  // NaN to -limit
+    auto t = static_cast<int32_t>(y);                     // towards zero; one less below zero is floor
+    t -= static_cast<int32_t>(y < static_cast<Real>(t));
+    return std::clamp(t + b.zero, int32_t{0}, b.last);
 }
 
 void bins_of_portable(const float* values, size_t n, const Binning& b, int32_t* bins) {
-    bins_of_body(values, n, b, bins);
+    if (b.in_float()) {
+        const auto inverse = static_cast<float>(b.inverse_stride);
+        for (size_t i = 0; i < n; ++i) bins[i] = bin_of(values[i], inverse, b);
+    } else {
+        for (size_t i = 0; i < n; ++i) bins[i] = bin_of(values[i], b.inverse_stride, b);
+    }
 }
 
-// The same arithmetic, eight values at a time where the CPU has AVX-512.
-[[gnu::target("avx512f")]] void bins_of_avx512(const float* values, size_t n, const Binning& b, int32_t* bins) {
-    const double limit = static_cast<double>(b.last) + 1.0;
-    const __m512d inverse = _mm512_set1_pd(b.inverse_stride), high = _mm512_set1_pd(limit),
-                  low = _mm512_set1_pd(-limit);
+// The same arithmetic eight values at a time, where the CPU has AVX2.
+[[gnu::target("avx2")]] void bins_of_avx2(const float* values, size_t n, const Binning& b, int32_t* bins) {
+    const float limit = static_cast<float>(b.last) + 1.0f;
+    const __m256 inverse = _mm256_set1_ps(static_cast<float>(b.inverse_stride)), high = _mm256_set1_ps(limit),
+                 low = _mm256_set1_ps(-limit), sign = _mm256_set1_ps(-0.0f);
     const __m256i zero = _mm256_set1_epi32(b.zero), last = _mm256_set1_epi32(b.last), none = _mm256_setzero_si256();
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m512d y = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_loadu_ps(values + i)), inverse);
-        if (b.absolute) y = _mm512_abs_pd(y);
-        y = _mm512_roundscale_pd(_mm512_min_pd(_mm512_max_pd(y, low), high), _MM_FROUND_TO_NEG_INF);
-        const __m256i t = _mm256_add_epi32(_mm512_cvttpd_epi32(y), zero);
+    for (; b.in_float() && i + 8 <= n; i += 8) {
+        __m256 y = _mm256_mul_ps(_mm256_loadu_ps(values + i), inverse);
+        if (b.absolute) y = _mm256_andnot_ps(sign, y);
+        // max(NaN, low) is low, as in bin_of.
+        y = _mm256_round_ps(_mm256_min_ps(_mm256_max_ps(y, low), high), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+        const __m256i t = _mm256_add_epi32(_mm256_cvttps_epi32(y), zero);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(bins + i), _mm256_min_epi32(_mm256_max_epi32(t, none), last));
     }
-    bins_of_body(values + i, n - i, b, bins + i);
-}
-
-// The same, four values at a time where the CPU has AVX2 only.
-[[gnu::target("avx2")]] void bins_of_avx2(const float* values, size_t n, const Binning& b, int32_t* bins) {
-    const double limit = static_cast<double>(b.last) + 1.0;
-    const __m256d inverse = _mm256_set1_pd(b.inverse_stride), high = _mm256_set1_pd(limit),
-                  low = _mm256_set1_pd(-limit), sign = _mm256_set1_pd(-0.0);
-    const __m128i zero = _mm_set1_epi32(b.zero), last = _mm_set1_epi32(b.last), none = _mm_setzero_si128();
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        __m256d y = _mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(values + i)), inverse);
-        if (b.absolute) y = _mm256_andnot_pd(sign, y);
-        y = _mm256_round_pd(_mm256_min_pd(_mm256_max_pd(y, low), high), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-        const __m128i t = _mm_add_epi32(_mm256_cvttpd_epi32(y), zero);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(bins + i), _mm_min_epi32(_mm_max_epi32(t, none), last));
-    }
-    bins_of_body(values + i, n - i, b, bins + i);
+    bins_of_portable(values + i, n - i, b, bins + i);
 }
 
 void bins_of(const float* values, size_t n, const Binning& b, int32_t* bins) {
-    static const bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2");
-    (avx512 ? bins_of_avx512 : avx2 ? bins_of_avx2 : bins_of_portable)(values, n, b, bins);
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    (avx2 ? bins_of_avx2 : bins_of_portable)(values, n, b, bins);
 }
 
-// The values of v[0, n) that are not 0 (nor -0) into `out`, in order; returns
-// how many. `out` has room for n + 16.
-[[gnu::target("avx512f")]] size_t nonzero_avx512(const float* v, size_t n, float* out) {
-    size_t kept = 0, i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512 x = _mm512_loadu_ps(v + i);
-        const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NEQ_UQ);
-        _mm512_storeu_ps(out + kept, _mm512_maskz_compress_ps(keep, x));
-        kept += static_cast<size_t>(__builtin_popcount(keep));
-    }
-    for (; i < n; ++i) {
-        out[kept] = v[i];
-        kept += v[i] != 0.0f;
-    }
-    return kept;
+// Counts one block's bins into four interleaved copies of the counts, so that
+// a run of equal values is not one chain of dependent increments.
+constexpr size_t kBlock = 256, kCopies = 4;
+inline void count_bins(const int32_t* bins, size_t n, uint32_t* counts, size_t stride) {
+    size_t i = 0;
+    for (; i + kCopies <= n; i += kCopies)
+        for (size_t c = 0; c < kCopies; ++c) ++counts[c * stride + static_cast<size_t>(bins[i + c])];
+    for (; i < n; ++i) ++counts[static_cast<size_t>(bins[i])];
 }
 
-// Counts the values of one shard into `counts` (its own, one per bin), in four
-// interleaved copies of the bins while counting, so that a run of equal values
-// is not one chain of dependent increments. When zeros are likely (a Relu's,
-// often half its outputs) and the CPU has AVX-512, they are counted by mask
-// into the bin of 0, where each of them lands, and only the others binned one
-// by one: 0.66-0.71 -> 0.48 ns a value at half zeros, 0.72 -> 0.39 at 70 %, but
-// 0.55 -> 0.63 with none, hence only then.
-void count_shard(std::span<const float> values, const Binning& binning, std::vector<uint32_t>& counts) {
-    constexpr size_t kBlock = 256, kCopies = 4;
-    static const bool avx512 = __builtin_cpu_supports("avx512f");
-    const bool skip_zeros = avx512 && binning.zeros_likely;
-    const size_t stride = static_cast<size_t>(binning.last) + 1;
-    counts.assign(kCopies * stride, 0);
+void merge_extremes(Extremes& into, const Extremes& e) {
+    into.lo = std::min(into.lo, e.lo);
+    into.hi = std::max(into.hi, e.hi);
+    into.finite = into.finite && e.finite;
+}
+
+constexpr Extremes kNothingSeen{std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                                true};
+
+// count_shard's block loop without AVX-512: extremes, bins, counts.
+Extremes count_blocks(std::span<const float> values, const Binning& b, uint32_t* counts, size_t stride) {
     int32_t bins[kBlock];
-    float nonzero[kBlock + 16];
+    Extremes seen = kNothingSeen;
+    for (size_t start = 0; start < values.size(); start += kBlock) {
+        const auto block = values.subspan(start, std::min(kBlock, values.size() - start));
+        merge_extremes(seen, extremes_of_any_piece(block));
+        bins_of(block.data(), block.size(), b, bins);
+        count_bins(bins, block.size(), counts, stride);
+    }
+    return seen;
+}
+
+// The same with AVX-512, each block read from memory once: its extremes taken
+// while it is loaded, and when zeros are likely (a Relu's, often half its
+// values) they are counted by mask into the bin of 0, where each of them
+// lands, and only the others binned one by one (0.66-0.71 -> 0.48 ns a value
+// at half zeros, 0.72 -> 0.39 at 70 %, but 0.55 -> 0.63 with none, hence only then).
+[[gnu::target("avx512f")]] Extremes count_blocks_avx512(std::span<const float> values, const Binning& b,
+                                                        uint32_t* counts, size_t stride) {
+    if (values.empty()) return kNothingSeen;
+    const float limit = static_cast<float>(b.last) + 1.0f;
+    const __m512 inverse = _mm512_set1_ps(static_cast<float>(b.inverse_stride)), high = _mm512_set1_ps(limit),
+                 low = _mm512_set1_ps(-limit), nothing = _mm512_setzero_ps();
+    const __m512i zero = _mm512_set1_epi32(b.zero), last = _mm512_set1_epi32(b.last), none = _mm512_setzero_si512();
+    __m512 lo = _mm512_set1_ps(kNothingSeen.lo), hi = _mm512_set1_ps(kNothingSeen.hi);
+    __mmask16 nan = 0;
+    alignas(64) int32_t bins[kBlock];
+    alignas(64) float kept[kBlock + 16];
     size_t zeros = 0;
     for (size_t start = 0; start < values.size(); start += kBlock) {
         const float* block = values.data() + start;
-        size_t n = std::min(kBlock, values.size() - start);
-        if (skip_zeros) {
-            const size_t kept = nonzero_avx512(block, n, nonzero);
-            zeros += n - kept;
-            block = nonzero;
-            n = kept;
+        const size_t n = std::min(kBlock, values.size() - start);
+        // Between this block's loads go its binning and counting, which the
+        // hardware's prefetcher does not see past: a batch bigger than the
+        // caches took 0.8 ns a value without this, 0.27 with.
+        if (start + 5 * kBlock <= values.size())
+            for (size_t i = 0; i < kBlock; i += 16)
+                _mm_prefetch(reinterpret_cast<const char*>(block + 4 * kBlock + i), _MM_HINT_T0);
+        // With zeros likely, a first pass over the block takes its extremes and
+        // keeps the values that are not 0; else the binning pass takes them.
+        size_t binned = n;
+        if (b.zeros_likely) {
+            binned = 0;
+            for (size_t i = 0; i < n; i += 16) {
+                const auto in = static_cast<__mmask16>(i + 16 <= n ? 0xffffu : (1u << (n - i)) - 1);
+                const __m512 x = _mm512_maskz_loadu_ps(in, block + i);
+                nan |= _mm512_mask_cmp_ps_mask(in, x, x, _CMP_UNORD_Q);
+                lo = _mm512_mask_min_ps(lo, in, lo, x);
+                hi = _mm512_mask_max_ps(hi, in, hi, x);
+                const __mmask16 keep = _mm512_mask_cmp_ps_mask(in, x, nothing, _CMP_NEQ_UQ);
+                _mm512_storeu_ps(kept + binned, _mm512_maskz_compress_ps(keep, x));
+                binned += static_cast<size_t>(__builtin_popcount(keep));
+            }
+            zeros += n - binned;
         }
-        bins_of(block, n, binning, bins);
-        size_t i = 0;
-        for (; i + kCopies <= n; i += kCopies)
-            for (size_t c = 0; c < kCopies; ++c) ++counts[c * stride + static_cast<size_t>(bins[i + c])];
-        for (; i < n; ++i) ++counts[static_cast<size_t>(bins[i])];
+        const float* source = b.zeros_likely ? kept : block;
+        for (size_t i = 0; i < binned; i += 16) {
+            const auto in = static_cast<__mmask16>(i + 16 <= binned ? 0xffffu : (1u << (binned - i)) - 1);
+            const __m512 x = _mm512_maskz_loadu_ps(in, source + i);
+            if (!b.zeros_likely) {
+                nan |= _mm512_mask_cmp_ps_mask(in, x, x, _CMP_UNORD_Q);
+                lo = _mm512_mask_min_ps(lo, in, lo, x);
+                hi = _mm512_mask_max_ps(hi, in, hi, x);
+            }
+            __m512 y = _mm512_mul_ps(x, inverse);
+            if (b.absolute) y = _mm512_abs_ps(y);
+            // max(NaN, low) is low, as in bin_of.
+            y = _mm512_roundscale_ps(_mm512_min_ps(_mm512_max_ps(y, low), high), _MM_FROUND_TO_NEG_INF);
+            const __m512i t = _mm512_add_epi32(_mm512_cvttps_epi32(y), zero);
+            _mm512_mask_storeu_epi32(bins + i, in, _mm512_min_epi32(_mm512_max_epi32(t, none), last));
+        }
+        count_bins(bins, binned, counts, stride);
     }
-    counts[static_cast<size_t>(binning.zero)] += static_cast<uint32_t>(zeros);  // 0 * 1/stride is the zero bin
+    counts[static_cast<size_t>(b.zero)] += static_cast<uint32_t>(zeros);  // 0 * 1/stride is the zero bin
+    const float least = _mm512_reduce_min_ps(lo), greatest = _mm512_reduce_max_ps(hi);
+    return {least, greatest, nan == 0 && !std::isinf(least) && !std::isinf(greatest)};
+}
+
+// Counts the values of one shard into `counts` (its own, one per bin, in 32
+// bits: at most 2^31 values a shard) and returns their extremes.
+Extremes count_shard(std::span<const float> values, const Binning& binning, std::vector<uint32_t>& counts) {
+    static const bool avx512 = __builtin_cpu_supports("avx512f");
+    const size_t stride = static_cast<size_t>(binning.last) + 1;
+    counts.assign(kCopies * stride, 0);
+    const Extremes seen = avx512 && binning.in_float() ? count_blocks_avx512(values, binning, counts.data(), stride)
+                                                       : count_blocks(values, binning, counts.data(), stride);
     for (size_t c = 1; c < kCopies; ++c)  // into the first copy
         for (size_t b = 0; b < stride; ++b) counts[b] += counts[c * stride + b];
     counts.resize(stride);
+    return seen;
 }
 
 // extremes() before `not_finite` is filled in.
@@ -360,6 +412,34 @@ Extremes extremes_over_threads(std::span<const float> values) {
     return out;
 }
 
+// Batches of many values a bin are counted in one shard per thread (one on
+// one thread), each in 32 bits into interleaved copies of the bins; a few
+// values a bin straight into the counts. (Straight into the counts, a Relu's
+// zeros were one chain of dependent additions: 2.0 ns a value on one thread
+// where the shard takes 0.7.)
+constexpr size_t kMostPerShard = size_t{1} << 31;
+
+struct Tally {
+    std::vector<std::vector<uint32_t>> shards;
+    Extremes seen = kNothingSeen;
+};
+
+Tally tally(std::span<const float> values, const Binning& binning) {
+    const size_t shards = std::max((values.size() + kMostPerShard - 1) / kMostPerShard, threads_for(values.size()));
+    const size_t per_shard = (values.size() + shards - 1) / shards;
+    Tally out;
+    out.shards.resize(shards);
+    std::vector<Extremes> seen(shards, kNothingSeen);
+#pragma omp parallel for schedule(static) if (shards > 1)
+    for (size_t s = 0; s < shards; ++s) {
+        const size_t begin = std::min(values.size(), s * per_shard);
+        const size_t end = std::min(values.size(), begin + per_shard);
+        seen[s] = count_shard(values.subspan(begin, end - begin), binning, out.shards[s]);
+    }
+    for (const auto& e : seen) merge_extremes(out.seen, e);
+    return out;
+}
+
 }  // namespace
 
 Extremes extremes(std::span<const float> values) {
@@ -371,53 +451,50 @@ Extremes extremes(std::span<const float> values) {
 
 void Histogram::add(std::span<const float> values, const std::string& tensor) {
     if (values.empty()) return;
-    const auto [lo, hi, finite, not_finite] = extremes(values);
-    if (!finite)
+    auto binning = [&] {
+        return Binning{1.0 / stride_, static_cast<int32_t>(absolute_ ? 0 : half_),
+                       static_cast<int32_t>(counts_.size()) - 1, absolute_, min_ == 0.0f || max_ == 0.0f};
+    };
+    auto tallied = [&] { return values.size() >= 16 * counts_.size() || values.size() >= kMostPerShard; };
+    // After the first batch, a batch of many values a bin is counted at the
+    // present bins in the pass that takes its extremes. Only when it reaches
+    // past them (a new extreme: a few batches in a hundred) are the bins grown
+    // and the batch counted again. One pass over a batch instead of two.
+    std::optional<Tally> counted;
+    Extremes seen;
+    if (total_ > 0 && tallied()) {
+        counted = tally(values, binning());
+        seen = counted->seen.finite ? counted->seen : extremes(values);  // extremes() finds the culprit
+    } else {
+        seen = extremes(values);
+    }
+    if (!seen.finite)
         throw InputError(
-            fmt::format("tensor '{}' holds {} during calibration; its range is undefined", tensor, not_finite));
-    const double extent = std::max(std::abs(static_cast<double>(lo)), std::abs(static_cast<double>(hi)));
+            fmt::format("tensor '{}' holds {} during calibration; its range is undefined", tensor, seen.not_finite));
+    const double extent = std::max(std::abs(static_cast<double>(seen.lo)), std::abs(static_cast<double>(seen.hi)));
     if (total_ == 0) {
-        min_ = lo;
-        max_ = hi;
+        min_ = seen.lo;
+        max_ = seen.hi;
         half_ = absolute_ ? requested_ : requested_ / 2;
         // A constant-zero first batch still needs a positive stride.
         stride_ = (extent > 0 ? extent : 1e-6) / static_cast<double>(half_);
         counts_.assign(static_cast<size_t>(absolute_ ? half_ : 2 * half_), 0.0);
     } else {
-        min_ = std::min(min_, lo);
-        max_ = std::max(max_, hi);
-        grow_to(extent);
+        min_ = std::min(min_, seen.lo);
+        max_ = std::max(max_, seen.hi);
+        if (grow_to(extent)) counted.reset();
     }
-    const Binning binning{1.0 / stride_, static_cast<int32_t>(absolute_ ? 0 : half_),
-                          static_cast<int32_t>(counts_.size()) - 1, absolute_, lo == 0.0f || hi == 0.0f};
-    // Batches of many values a bin in one shard per thread (one on one thread),
-    // each counting in 32 bits (at most 2^31 values a shard) into interleaved
-    // copies of the bins; a few values a bin straight into the counts. (Straight
-    // into the counts, a Relu's zeros were one chain of dependent additions:
-    // 2.0 ns a value on one thread where the shard takes 0.7.)
-    constexpr size_t kMostPerShard = size_t{1} << 31;
-    const bool many = values.size() >= 16 * counts_.size();
-    const size_t shards =
-        std::max((values.size() + kMostPerShard - 1) / kMostPerShard, many ? threads_for(values.size()) : 1);
-    if (!many && values.size() < kMostPerShard) {
-        constexpr size_t kBlock = 256;
+    if (!counted && tallied()) counted = tally(values, binning());
+    if (counted) {
+        for (const auto& c : counted->shards)
+            for (size_t b = 0; b < counts_.size(); ++b) counts_[b] += static_cast<double>(c[b]);
+    } else {
         int32_t bins[kBlock];
         for (size_t start = 0; start < values.size(); start += kBlock) {
             const size_t n = std::min(kBlock, values.size() - start);
-            bins_of(values.data() + start, n, binning, bins);
+            bins_of(values.data() + start, n, binning(), bins);
             for (size_t i = 0; i < n; ++i) counts_[static_cast<size_t>(bins[i])] += 1.0;
         }
-    } else {
-        const size_t per_shard = (values.size() + shards - 1) / shards;
-        std::vector<std::vector<uint32_t>> shard_counts(shards);
-#pragma omp parallel for schedule(static) if (shards > 1)
-        for (size_t s = 0; s < shards; ++s) {
-            const size_t begin = std::min(values.size(), s * per_shard);
-            const size_t end = std::min(values.size(), begin + per_shard);
-            count_shard(values.subspan(begin, end - begin), binning, shard_counts[s]);
-        }
-        for (const auto& c : shard_counts)
-            for (size_t b = 0; b < counts_.size(); ++b) counts_[b] += static_cast<double>(c[b]);
     }
     total_ += static_cast<double>(values.size());
 }
