@@ -489,10 +489,11 @@ void Histogram::add(std::span<const float> values, const std::string& tensor) {
         for (const auto& c : counted->shards)
             for (size_t b = 0; b < counts_.size(); ++b) counts_[b] += static_cast<double>(c[b]);
     } else {
+        const Binning at = binning();
         int32_t bins[kBlock];
         for (size_t start = 0; start < values.size(); start += kBlock) {
             const size_t n = std::min(kBlock, values.size() - start);
-            bins_of(values.data() + start, n, binning(), bins);
+            bins_of(values.data() + start, n, at, bins);
             for (size_t i = 0; i < n; ++i) counts_[static_cast<size_t>(bins[i])] += 1.0;
         }
     }
