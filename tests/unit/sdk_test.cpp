@@ -511,7 +511,7 @@ TEST(Histogram, EachValueLandsInTheBinItsDefinitionGives) {
 TEST(Histogram, ABigBatchCountsAsItsPiecesDo) {
     // A big batch is counted in shards over the threads (one on one thread), its
     // zeros by mask where the CPU has AVX-512 and 0 is an end of the range (a
-    // Relu's); small ones (under four values a bin) straight in. Values of both
+    // Relu's); small ones (under a value a bin) straight in. Values of both
     // signs, then clamped at 0 from below and from above.
     std::vector<float> mixed(1 << 20);
     for (size_t i = 0; i < mixed.size(); ++i)
@@ -540,9 +540,9 @@ TEST(Histogram, ABigBatchCountsAsItsPiecesDo) {
             for (auto* h : {&whole, &pieces, &whole_abs, &pieces_abs}) h->add(first);
             whole.add(values);
             whole_abs.add(values);
-            for (size_t start = 0; start < values.size(); start += 200) {
+            for (size_t start = 0; start < values.size(); start += 50) {
                 const auto piece =
-                    std::span<const float>(values).subspan(start, std::min<size_t>(200, values.size() - start));
+                    std::span<const float>(values).subspan(start, std::min<size_t>(50, values.size() - start));
                 pieces.add(piece);
                 pieces_abs.add(piece);
             }
