@@ -534,27 +534,28 @@ TEST(Histogram, ABigBatchCountsAsItsPiecesDo) {
     for (const int threads : {1, 3}) {
         omp_set_num_threads(threads);
         for (const auto& values : {mixed, clamped(true), clamped(false)})
-        for (const float extent : {12.0f, 1.0f}) {
-            vaiq::Histogram whole(64, false), pieces(64, false), whole_abs(64, true), pieces_abs(64, true);
-            const std::vector<float> first{-extent, extent};  // the same stride for both
-            for (auto* h : {&whole, &pieces, &whole_abs, &pieces_abs}) h->add(first);
-            whole.add(values);
-            whole_abs.add(values);
-            for (size_t start = 0; start < values.size(); start += 50) {
-                const auto piece =
-                    std::span<const float>(values).subspan(start, std::min<size_t>(50, values.size() - start));
-                pieces.add(piece);
-                pieces_abs.add(piece);
+            for (const float extent : {12.0f, 1.0f}) {
+                vaiq::Histogram whole(64, false), pieces(64, false), whole_abs(64, true), pieces_abs(64, true);
+                const std::vector<float> first{-extent, extent};  // the same stride for both
+                for (auto* h : {&whole, &pieces, &whole_abs, &pieces_abs}) h->add(first);
+                whole.add(values);
+                whole_abs.add(values);
+                for (size_t start = 0; start < values.size(); start += 50) {
+                    const auto piece =
+                        std::span<const float>(values).subspan(start, std::min<size_t>(50, values.size() - start));
+                    pieces.add(piece);
+                    pieces_abs.add(piece);
+                }
+                EXPECT_EQ(whole.counts(), pieces.counts()) << extent;
+                EXPECT_EQ(whole_abs.counts(), pieces_abs.counts()) << extent;
+                EXPECT_EQ(whole.stride(), extent == 1.0f ? 0.125 : 0.375)
+                    << "grown and merged to a power-of-two multiple";
+                EXPECT_DOUBLE_EQ(whole.total(), 2.0 + static_cast<double>(values.size()));
+                const auto zeros = std::count(values.begin(), values.end(), 0.0f);
+                const size_t zero_bin = whole.counts().size() / 2;
+                EXPECT_GE(whole.counts()[zero_bin], static_cast<double>(zeros)) << "0 lies in the bin just above 0";
+                EXPECT_LT(whole.counts()[zero_bin - 1], static_cast<double>(zeros));
             }
-            EXPECT_EQ(whole.counts(), pieces.counts()) << extent;
-            EXPECT_EQ(whole_abs.counts(), pieces_abs.counts()) << extent;
-            EXPECT_EQ(whole.stride(), extent == 1.0f ? 0.125 : 0.375) << "grown and merged to a power-of-two multiple";
-            EXPECT_DOUBLE_EQ(whole.total(), 2.0 + static_cast<double>(values.size()));
-            const auto zeros = std::count(values.begin(), values.end(), 0.0f);
-            const size_t zero_bin = whole.counts().size() / 2;
-            EXPECT_GE(whole.counts()[zero_bin], static_cast<double>(zeros)) << "0 lies in the bin just above 0";
-            EXPECT_LT(whole.counts()[zero_bin - 1], static_cast<double>(zeros));
-        }
     }
     omp_set_num_threads(0 < omp_get_num_procs() ? omp_get_num_procs() : 1);
 }

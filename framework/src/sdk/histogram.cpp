@@ -296,8 +296,7 @@ void merge_extremes(Extremes& into, const Extremes& e) {
     into.finite = into.finite && e.finite;
 }
 
-constexpr Extremes kNothingSeen{std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                                true};
+constexpr Extremes kNothingSeen{std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(), true};
 
 // count_shard's block loop without AVX-512: extremes, bins, counts.
 Extremes count_blocks(std::span<const float> values, const Binning& b, uint32_t* counts, size_t stride) {
