@@ -311,6 +311,18 @@ Extremes count_blocks(std::span<const float> values, const Binning& b, uint32_t*
     return seen;
 }
 
+// The lanes of the sixteen values from i that lie below n.
+inline __mmask16 lanes(size_t i, size_t n) {
+    return static_cast<__mmask16>(i + 16 <= n ? 0xffffu : (1u << (n - i)) - 1);
+}
+
+// Folds lanes `in` of x into running extremes and a mask of the lanes that held NaN.
+[[gnu::target("avx512f")]] inline void watch(__mmask16 in, __m512 x, __m512& lo, __m512& hi, __mmask16& nan) {
+    nan |= _mm512_mask_cmp_ps_mask(in, x, x, _CMP_UNORD_Q);
+    lo = _mm512_mask_min_ps(lo, in, lo, x);
+    hi = _mm512_mask_max_ps(hi, in, hi, x);
+}
+
 // The same with AVX-512, each block read from memory once: its extremes taken
 // while it is loaded, and when zeros are likely (a Relu's, often half its
 // values) they are counted by mask into the bin of 0, where each of them
@@ -343,11 +355,9 @@ Extremes count_blocks(std::span<const float> values, const Binning& b, uint32_t*
         if (b.zeros_likely) {
             binned = 0;
             for (size_t i = 0; i < n; i += 16) {
-                const auto in = static_cast<__mmask16>(i + 16 <= n ? 0xffffu : (1u << (n - i)) - 1);
+                const __mmask16 in = lanes(i, n);
                 const __m512 x = _mm512_maskz_loadu_ps(in, block + i);
-                nan |= _mm512_mask_cmp_ps_mask(in, x, x, _CMP_UNORD_Q);
-                lo = _mm512_mask_min_ps(lo, in, lo, x);
-                hi = _mm512_mask_max_ps(hi, in, hi, x);
+                watch(in, x, lo, hi, nan);
                 const __mmask16 keep = _mm512_mask_cmp_ps_mask(in, x, nothing, _CMP_NEQ_UQ);
                 _mm512_storeu_ps(kept + binned, _mm512_maskz_compress_ps(keep, x));
                 binned += static_cast<size_t>(__builtin_popcount(keep));
@@ -356,13 +366,9 @@ Extremes count_blocks(std::span<const float> values, const Binning& b, uint32_t*
         }
         const float* source = b.zeros_likely ? kept : block;
         for (size_t i = 0; i < binned; i += 16) {
-            const auto in = static_cast<__mmask16>(i + 16 <= binned ? 0xffffu : (1u << (binned - i)) - 1);
+            const __mmask16 in = lanes(i, binned);
             const __m512 x = _mm512_maskz_loadu_ps(in, source + i);
-            if (!b.zeros_likely) {
-                nan |= _mm512_mask_cmp_ps_mask(in, x, x, _CMP_UNORD_Q);
-                lo = _mm512_mask_min_ps(lo, in, lo, x);
-                hi = _mm512_mask_max_ps(hi, in, hi, x);
-            }
+            if (!b.zeros_likely) watch(in, x, lo, hi, nan);
             __m512 y = _mm512_mul_ps(x, inverse);
             if (b.absolute) y = _mm512_abs_ps(y);
             // max(NaN, low) is low, as in bin_of.
