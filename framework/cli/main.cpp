@@ -266,6 +266,8 @@ class AnalyzeCommand final : public PipelineCommand {
         for (const auto& o : report["evaluation"]["outputs"])
             fmt::print("output {}: SQNR {} dB with every tensor quantized\n", o["name"].get<std::string>(),
                        o["sqnr_db"].dump());
+        if (!report.contains("sensitivity"))  // the run logged why
+            throw std::runtime_error("the sensitivity analysis could not be computed");
         const auto& tensors = report["sensitivity"]["tensors"];
         fmt::print("{:>4}  {:<48} {:<10} {:<7} {:>12} {:>12}\n", "rank", "tensor", "role", "type", "tensor dB",
                    "output dB");

@@ -163,6 +163,38 @@ TEST(Layout, EveryTensorReadsTheSameWithAndWithoutIt) {
     }
 }
 
+// A TensorFlow export's own transposes around each convolution (NHWC between
+// layers) cancel against the layout's; one that a tap asks for stays, computed
+// for the tap alone (a diagnosis comparing such a model once failed the run).
+TEST(Layout, AnExportersTransposeThatATapWantsIsStillComputed) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 6, 6, 2}).output("y", {1, 6, 6, 3});
+    b.initializer("w1", vaiq::test::ramp({3, 2, 3, 3}, -0.4f, 0.015f));
+    b.initializer("w2", vaiq::test::ramp({3, 3, 1, 1}, 0.3f, -0.07f));
+    vaiq::test::set_ints_attribute(b.node("Transpose", {"x"}, {"x_nchw"}), "perm", {0, 3, 1, 2});
+    vaiq::test::set_ints_attribute(b.node("Conv", {"x_nchw", "w1"}, {"c1"}), "pads", {1, 1, 1, 1});
+    vaiq::test::set_ints_attribute(b.node("Transpose", {"c1"}, {"BiasAdd__128:0"}), "perm", {0, 2, 3, 1});
+    b.node("Relu", {"BiasAdd__128:0"}, {"r1"});
+    vaiq::test::set_ints_attribute(b.node("Transpose", {"r1"}, {"r1_nchw"}), "perm", {0, 3, 1, 2});
+    b.node("Conv", {"r1_nchw", "w2"}, {"c2"});
+    vaiq::test::set_ints_attribute(b.node("Transpose", {"c2"}, {"y"}), "perm", {0, 2, 3, 1});
+    const auto model = b.build();
+    const std::vector<std::string> taps{"BiasAdd__128:0", "r1"};
+    Executor plain(model, {.threads = 1, .optimize_layout = false});
+    Executor nhwc(model, {.threads = 1, .optimize_layout = true, .taps = {taps.begin(), taps.end()}});
+    for (const auto& t : taps) EXPECT_TRUE(nhwc.can_tap(t)) << t;
+    std::map<std::string, Tensor> a, c;
+    const Tensor x = vaiq::test::ramp({1, 6, 6, 2}, -1.0f, 0.03f);
+    plain.run({{"x", x}}, taps, [&](const std::string& n, const Tensor& t) { a[n] = t; });
+    nhwc.run({{"x", x}}, taps, [&](const std::string& n, const Tensor& t) { c[n] = t; });
+    ASSERT_EQ(c.size(), taps.size());
+    for (const auto& [name, t] : a) {
+        ASSERT_EQ(c[name].shape(), t.shape()) << name;
+        const auto p = t.data<float>(), q = c[name].data<float>();
+        for (size_t i = 0; i < p.size(); ++i) ASSERT_NEAR(p[i], q[i], 1e-5f) << name << "[" << i << "]";
+    }
+}
+
 // An any-order tap (a range observer's) of a tensor held in NHWC gets it as
 // held: the same values in NHWC order, and no transpose back runs for it.
 TEST(Layout, AnAnyOrderTapGetsTheTensorAsHeldWithoutATranspose) {

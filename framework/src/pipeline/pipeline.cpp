@@ -15,6 +15,7 @@
 #include "pipeline/calibration.hpp"
 #include "pipeline/channel_ranges.hpp"
 #include "pipeline/data_reader.hpp"
+#include "pipeline/decision_inputs.hpp"
 #include "pipeline/diagnosis.hpp"
 #include "pipeline/dump.hpp"
 #include "pipeline/evaluation.hpp"
@@ -23,6 +24,7 @@
 #include "pipeline/html_report.hpp"
 #include "pipeline/joined_reference.hpp"
 #include "pipeline/mixed_precision.hpp"
+#include "pipeline/mixed_scale.hpp"
 #include "pipeline/planner.hpp"
 #include "pipeline/preprocess.hpp"
 #include "pipeline/selection.hpp"
@@ -417,6 +419,9 @@ struct RunState {
     std::map<std::string, QuantParams> rounded_on;  ///< the quantization each was fitted to (see rounded_for)
     std::optional<std::vector<TensorSensitivity>> sensitivity;
     std::optional<CalibrationTables> tables;  ///< kept by calibrate when `keep_tables`
+    /// Tensors whose channels differ in scale and that stay on one grid (mixed_scale.hpp):
+    /// mixed precision raises them first.
+    std::vector<std::string> mixed_scales;
     bool keep_tables = false;
     const int threads = 0;
 };
@@ -537,6 +542,8 @@ void plan_phase(RunState& s) {
                         {"skipped", nlohmann::json::array()}};
     for (const auto& [node, why] : s.draft.skipped)
         s.report["plan"]["skipped"].push_back({{"node", node}, {"reason", why}});
+    auto& kept = s.report["plan"]["kept_float"] = nlohmann::json::array();
+    for (const auto& [tensor, why] : s.draft.kept_float) kept.push_back({{"tensor", tensor}, {"reason", why}});
     if (s.draft.tensors.empty()) log_warn("the recipe selects nothing to quantize in this model");
 }
 
@@ -676,8 +683,69 @@ Observations observe_data(RunState& s) {
     return observations;
 }
 
+// The first `limit` batches of another reader.
+class FirstBatches final : public DataReader {
+  public:
+    FirstBatches(DataReader& all, size_t limit) : all_(all), limit_(limit) {}
+    std::optional<Batch> next() override { return read_++ < limit_ ? all_.next() : std::nullopt; }
+    void rewind() override {
+        all_.rewind();
+        read_ = 0;
+    }
+    size_t items() const override { return std::min(limit_, all_.items()); }
+
+  private:
+    DataReader& all_;
+    size_t limit_, read_ = 0;
+};
+
+// Tensors whose channels live on different scales (mixed_scale.hpp), measured
+// on the first calibration batches, and the heads' weights: split where the
+// graph splits them, weights per channel where the target allows it, named
+// with what to do elsewhere.
+void check_channel_scales(RunState& s) {
+    const double ratio = s.recipe.value("mixed_scale_ratio").get<double>();
+    const auto batches = s.recipe.value("mixed_scale_batches").get<int64_t>();
+    if (!(ratio > 0)) return;
+    const auto requests = batches > 0 ? mixed_scale_candidates(s.model, s.draft) : std::vector<ChannelRangeRequest>{};
+    // Given parameters replace calibration: random data must not decide anything then.
+    const bool given = !s.recipe.value("input_quantization_params").empty() ||
+                       !s.recipe.value("output_quantization_params").empty();
+    ChannelRanges ranges;
+    if (!requests.empty() && (s.data || has_calibration_data(s.recipe, s.options) || !given)) {
+        if (!s.data) s.data = calibration_reader(s.recipe, s.options, s.model);
+        FirstBatches first(*s.data, static_cast<size_t>(batches));
+        ranges = measure_channel_ranges(s.model, first, requests, s.threads);
+        s.data->rewind();
+    }
+    QuantRequest per_channel = s.run;
+    per_channel.per_channel = true;
+    bool per_channel_ok = true;
+    try {
+        s.target->check(per_channel);
+    } catch (const InputError&) {
+        per_channel_ok = false;
+    }
+    auto& out = s.report["mixed_scale_tensors"] = nlohmann::json::array();
+    for (const auto& m : split_mixed_scales(s.model, s.draft, ranges, ratio, per_channel_ok)) {
+        out.push_back(m.to_json());
+        const double apart = m.widest / m.narrowest;
+        if (m.action == "split")
+            log_info("'{}' holds channels on scales {:.0f}x apart: it stays float and each Slice/Split reading it is "
+                     "quantized on its own range",
+                     m.tensor, apart);
+        else if (m.action == "per_channel")
+            log_info("the weight '{}' of '{}' holds output channels on scales {:.0f}x apart: quantized per channel",
+                     m.tensor, m.node, apart);
+        else
+            log_warn("'{}' holds channels on scales {:.0f}x apart: {}", m.tensor, apart, m.advice);
+        if (m.action.empty() && m.role == "activation") s.mixed_scales.push_back(m.tensor);
+    }
+}
+
 void calibrate_phase(RunState& s) {
     const bool from_files = !s.options.calibration_files.empty();
+    if (!from_files) check_channel_scales(s);
     std::optional<StatisticsIdentity> identity;
     if (from_files || s.keep_tables) identity = statistics_identity(s);
     const auto observations = from_files ? observe_files(s, *identity) : observe_data(s);
@@ -756,6 +824,12 @@ std::vector<TensorSensitivity> sensitivity_of(RunState& s, int output_index) {
 // harmful tensors until the target holds on the calibration data.
 void raise_sensitive_tensors(RunState& s, const MixedPrecisionTarget& target) {
     s.sensitivity = sensitivity_of(s, target.output_index);
+    // A tensor whose channels differ in scale is raised first: its narrow channels
+    // (a head's scores) can ruin what the output means while costing little SQNR.
+    auto ranking = *s.sensitivity;
+    std::stable_partition(ranking.begin(), ranking.end(), [&](const TensorSensitivity& t) {
+        return std::find(s.mixed_scales.begin(), s.mixed_scales.end(), t.tensor) != s.mixed_scales.end();
+    });
     QuantRequest raised_request = s.run;
     raised_request.activation_type = target.activation_type;
     raised_request.weight_type = target.weight_type;
@@ -784,7 +858,7 @@ void raise_sensitive_tensors(RunState& s, const MixedPrecisionTarget& target) {
     for (const auto& t : s.plan.tensors) quantized += t.role != TensorRole::Bias;
     const auto budget = static_cast<size_t>(std::floor(target.max_fraction * static_cast<double>(quantized)));
     const auto reference = reference_batches(float_reference(s), *s.data, 0, target.output_index, s.threads);
-    auto result = search_mixed_precision(target, *s.sensitivity, raising, reference, budget, s.threads);
+    auto result = search_mixed_precision(target, ranking, raising, reference, budget, s.threads);
     s.draft = raise_tensors(s.model, s.draft, result.raised, target, to_float, nullptr);
     result.report["raised_to"] =
         to_float ? "float"
@@ -1001,6 +1075,19 @@ nlohmann::json tensor_errors_json(const Model& reference, const Model& quantized
     return out;
 }
 
+// Runs a diagnosis, which explains a result: one that cannot be computed is
+// named in the log and in the report's `diagnoses_unavailable`, and the run goes
+// on to write its model. Input errors of the run itself were raised before evaluation.
+template <class Diagnosis>
+void diagnose(RunState& s, const char* what, Diagnosis&& diagnosis) {
+    try {
+        diagnosis();
+    } catch (const std::exception& e) {
+        log_warn("{} could not be computed, and is left out of the report: {}", what, e.what());
+        s.report["diagnoses_unavailable"].push_back({{"diagnosis", what}, {"error", e.what()}});
+    }
+}
+
 // The quantized model against the float one on the evaluation (or calibration)
 // data; with a low output SQNR, where the error starts.
 void evaluate_phase(RunState& s) {
@@ -1061,24 +1148,30 @@ void evaluate_phase(RunState& s) {
     const bool low = std::any_of(evaluation.outputs.begin(), evaluation.outputs.end(),
                                  [&](const auto& o) { return o.sqnr_db < warn_db; });
     if (s.recipe.value("sensitivity_analysis").get<bool>()) {
-        const int output_index =
-            static_cast<int>(s.recipe.value("extra_options.AutoMixprecision.OutputIndex").get<int64_t>());
-        // Mixed precision measured the plan before it raised anything: that is what explains the choice.
-        if (!s.sensitivity) s.sensitivity = sensitivity_of(s, output_index);
-        s.report["sensitivity"] = {{"data", "calibration_data"},
-                                   {"batches", s.recipe.value("sensitivity_batches")},
-                                   {"tensors", sensitivity_json(*s.sensitivity)}};
+        diagnose(s, "the sensitivity analysis", [&] {
+            const int output_index =
+                static_cast<int>(s.recipe.value("extra_options.AutoMixprecision.OutputIndex").get<int64_t>());
+            // Mixed precision measured the plan before it raised anything: that is what explains the choice.
+            if (!s.sensitivity) s.sensitivity = sensitivity_of(s, output_index);
+            s.report["sensitivity"] = {{"data", "calibration_data"},
+                                       {"batches", s.recipe.value("sensitivity_batches")},
+                                       {"tensors", sensitivity_json(*s.sensitivity)}};
+        });
     }
     data.rewind();
     const bool per_tensor = s.recipe.value("report_html").get<bool>();
     auto batch = low || per_tensor ? data.next() : std::nullopt;
-    if (batch && per_tensor) out["tensors"] = tensor_errors_json(reference, s.quantized, *batch, s.report, s.threads);
-    if (batch && low) {
-        const auto d = first_divergence(reference, s.quantized, batch->feeds, warn_db, s.threads);
-        if (d)
-            out["first_divergence"] = {
-                {"tensor", d->tensor}, {"node", d->node}, {"sqnr_db", d->sqnr_db}, {"data", batch->source}};
-    }
+    if (batch && per_tensor)
+        diagnose(s, "the per-tensor error", [&] {
+            out["tensors"] = tensor_errors_json(reference, s.quantized, *batch, s.report, s.threads);
+        });
+    if (batch && low)
+        diagnose(s, "the first diverging tensor", [&] {
+            const auto d = first_divergence(reference, s.quantized, batch->feeds, warn_db, s.threads);
+            if (d)
+                out["first_divergence"] = {
+                    {"tensor", d->tensor}, {"node", d->node}, {"sqnr_db", d->sqnr_db}, {"data", batch->source}};
+        });
 }
 
 // The phases a run goes through, in order; check runs whatever the last phase.
@@ -1338,6 +1431,12 @@ std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, const 
              d.settings.at("weight_type").value.get<std::string>(), d.reason);
     }
     line("{} of {} nodes quantized", quantized, decisions.size());
+    if (recipe.value("float_decision_inputs").get<bool>()) {
+        const auto kept = decision_inputs(*model);
+        if (!kept.empty()) line("");
+        if (!kept.empty()) line("tensors left float (float_decision_inputs):");
+        for (const auto& k : kept) line("  {:<32} {}", k.tensor, k.reason);
+    }
     return out;
 }
 

@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <set>
 
+#include "pipeline/decision_inputs.hpp"
 #include "recipe/defaults.hpp"
 #include "util/text.hpp"
 #include "vaiq/error.hpp"
@@ -419,7 +421,24 @@ const Calibrator& CalibratorSet::get(const std::string& method) {
 
 DraftPlan plan_tensors(const Recipe& recipe, const Model& model, const Target& target,
                        const std::vector<NodeDecision>& decisions, CalibratorSet& calibrators) {
-    return Planner(recipe, model, target, calibrators).run(decisions);
+    auto plan = Planner(recipe, model, target, calibrators).run(decisions);
+    if (recipe.value("float_decision_inputs").get<bool>()) keep_decision_inputs_float(plan, model);
+    return plan;
+}
+
+void keep_decision_inputs_float(DraftPlan& plan, const Model& model) {
+    std::vector<std::string> dropped;
+    for (const auto& d : decision_inputs(model)) {
+        if (!plan.find(d.tensor)) continue;
+        dropped.push_back(d.tensor);
+        plan.kept_float.emplace_back(d.tensor, d.reason);
+    }
+    if (dropped.empty()) return;
+    drop_tensors(plan, dropped);
+    const size_t shown = std::min<size_t>(dropped.size(), 6);
+    log_info("{} tensors that comparisons or rankings read are left float (float_decision_inputs): {}{}",
+             dropped.size(), join({dropped.begin(), dropped.begin() + static_cast<std::ptrdiff_t>(shown)}),
+             shown < dropped.size() ? fmt::format(" and {} more", dropped.size() - shown) : "");
 }
 
 void drop_tensors(DraftPlan& plan, const std::vector<std::string>& tensors, bool ranges_observed) {

@@ -50,6 +50,9 @@ struct DraftPlan {
     /// Nodes the recipe selected whose quantization depended on something that
     /// did not hold (e.g. a Reshape whose input is not quantized), with why.
     std::vector<std::pair<std::string, std::string>> skipped;
+    /// Tensors left float on purpose although a quantized node reads or writes
+    /// them (what a comparison reads, a tensor whose channels differ in scale), with why.
+    std::vector<std::pair<std::string, std::string>> kept_float;
 
     const PlannedTensor* find(const std::string& tensor) const;
     /// Activations whose range must be observed during calibration.
@@ -73,6 +76,10 @@ class CalibratorSet {
 /// settings make impossible (e.g. per-channel weights below opset 13).
 DraftPlan plan_tensors(const Recipe& recipe, const Model& model, const Target& target,
                        const std::vector<NodeDecision>& decisions, CalibratorSet& calibrators);
+
+/// Leaves float the planned tensors that comparisons and rankings read
+/// (pipeline/decision_inputs.hpp), recording them in `kept_float`.
+void keep_decision_inputs_float(DraftPlan& plan, const Model& model);
 
 /// Drops tensors (and whatever takes its parameters from them): those that
 /// turned out not to be float, or that mixed precision leaves float. With

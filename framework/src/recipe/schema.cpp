@@ -74,6 +74,21 @@ const std::vector<KeySpec>& recipe_keys() {
          "Batches of the evaluation (else calibration) data the sensitivity analysis runs on (0: all): each "
          "tensor costs one run of the model per batch."},
 
+        {"float_decision_inputs", K::Bool, "true", P::Plan, yes,
+         "Comparisons (Equal, Greater, Less, ...) and rankings (ArgMax, ArgMin, TopK) read float values: the tensors "
+         "they read are not quantized, nor those they come from through ops that keep equal values equal (MaxPool, "
+         "Reshape, Slice, a Sigmoid, a scale by a constant), since an 8-bit grid turns near values into equal ones "
+         "(a peak test Equal(MaxPool(x), x) then finds peaks everywhere). false quantizes them as any activation."},
+
+        {"mixed_scale_ratio", K::Float, "16", P::Calibrate, yes,
+         "Channels on different scales: where a tensor the graph splits (every reader a Slice or Split), a Concat's "
+         "output or a Conv head's graph output has a channel whose largest |value| on the first calibration "
+         "batches exceeds this many times another's, the tensor is named in the log and the report "
+         "(mixed_scale_tensors) with what to do; one the graph splits stays float and each Slice/Split output is "
+         "quantized on its own range. 0 turns the check off."},
+        {"mixed_scale_batches", K::Int, "4", P::Calibrate, yes,
+         "Calibration batches the channel-scale check measures (one float run of each)."},
+
         // --- quantize_static arguments -------------------------------------------
         {"model_input", K::OptionalPath, "null", P::Load, yes, "The float model to quantize."},
         {"model_output", K::OptionalPath, "null", P::Save, yes, "Where to write the quantized model."},

@@ -80,6 +80,10 @@ class Executor {
     /// (steps run in graph order, so what follows the last of them is skipped).
     void run_taps(const std::map<std::string, Tensor>& feeds, const std::vector<std::string>& taps, const Tap& tap);
 
+    /// Whether run() can tap `tensor`: the compiled graph computes it, not inside
+    /// a fused operator. Rewrites may drop a tensor that no tap asked for.
+    bool can_tap(const std::string& tensor) const { return value_id(tensor) >= 0 && !fused_away_.count(tensor); }
+
     /// Per op type, slowest first; empty unless ExecutorOptions::profile.
     std::vector<OpProfile> profile() const;
 

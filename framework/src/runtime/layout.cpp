@@ -139,7 +139,10 @@ bool wrap_nhwc_ops(onnx::GraphProto& graph, UniqueNames& names) {
 // the reads of a cancelled transpose (removed after the pass). What the index then
 // says is still true, or names a node that is no longer a transpose, so nothing
 // applies; the rewrites that waited on this pass's changes come in the next one.
-bool push_or_cancel_pass(onnx::GraphProto& graph, const std::set<std::string>& scalars, UniqueNames& names) {
+// A cancelled transpose whose output a tap wants stays, read by nothing: the
+// executor computes it only for that tap.
+bool push_or_cancel_pass(onnx::GraphProto& graph, const std::set<std::string>& scalars, UniqueNames& names,
+                         const std::set<std::string>& tapped) {
     const GraphIndex index(graph);
     const int count = graph.node_size();  // appended nodes wait for the next pass
     std::vector<int> cancelled;
@@ -149,9 +152,10 @@ bool push_or_cancel_pass(onnx::GraphProto& graph, const std::set<std::string>& s
         // Transpose(NCHW->NHWC) of Transpose(NHWC->NCHW)(z): read z directly.
         if (is_transpose(node, kToNhwc)) {
             const int p = index.producer(node.input(0));
-            if (p >= 0 && is_transpose(graph.node(p), kToNchw) && !index.is_graph_output(node.output(0))) {
+            if (p >= 0 && is_transpose(graph.node(p), kToNchw) && !index.is_graph_output(node.output(0)) &&
+                !index.consumers(node.output(0)).empty()) {
                 if (replace_all_uses(graph, node.output(0), graph.node(p).input(0))) {
-                    cancelled.push_back(n);
+                    if (!tapped.count(node.output(0))) cancelled.push_back(n);
                     changed = true;
                     continue;
                 }
@@ -508,7 +512,7 @@ bool optimize_layout(onnx::GraphProto& graph, const std::set<std::string>& tappe
     UniqueNames names(graph);
     if (!wrap_nhwc_ops(graph, names)) return false;
     const auto scalars = scalar_constants(graph);
-    for (int guard = 0; guard < graph.node_size() && push_or_cancel_pass(graph, scalars, names); ++guard) {
+    for (int guard = 0; guard < graph.node_size() && push_or_cancel_pass(graph, scalars, names, tapped); ++guard) {
     }
     fuse_residual_adds(graph, tapped);
     fuse_activations(graph, tapped);
