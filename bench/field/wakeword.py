@@ -153,16 +153,29 @@ def make_data(directory):
                         e[None, end - length:end].astype(np.float32))
 
 
+def float_embeddings(models, directory, files):
+    """The float front end's embeddings of the evaluation clips, computed once."""
+    cache = os.path.join(directory, "float_embeddings.npz")
+    if not os.path.exists(cache):
+        front = lambda f: embed(os.path.join(models, "embedding_model.onnx"),
+                                mel(os.path.join(models, "melspectrogram.onnx"), np.load(os.path.join(directory, f))))
+        np.savez(cache, *[front(f) for f in files])
+    stored = np.load(cache)
+    return [stored[f"arr_{i}"] for i in range(len(files))]
+
+
 def evaluate(models, directory, stage, quantized):
     path = lambda name: quantized if name == stage and quantized else os.path.join(models, name + ".onnx")
     labels = np.load(os.path.join(directory, "evaluation_labels.npy"))
     files = sorted(f for f in os.listdir(directory) if f.startswith("evaluation_") and f[-7:-4].isdigit())
     keywords = list(KEYWORDS) if stage in ("melspectrogram", "embedding_model") else [stage]
     scores = {k: [] for k in keywords}
+    front = [embed(path("embedding_model"), mel(path("melspectrogram"), np.load(os.path.join(directory, f))))
+             for f in files] if stage in ("melspectrogram", "embedding_model") else float_embeddings(
+                 models, directory, files)
     with tempfile.TemporaryDirectory() as tmp:
         heads = {k: batched(path(k), tmp) for k in keywords}
-        for f in files:
-            e = embed(path("embedding_model"), mel(path("melspectrogram"), np.load(os.path.join(directory, f))))
+        for e in front:
             for k in keywords:
                 scores[k].append(score(heads[k], e))
     result = {}

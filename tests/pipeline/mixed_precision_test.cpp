@@ -276,6 +276,49 @@ TEST(MixedPrecisionSearch, OutOfReachByTheRankingItRaisesWhatMeasurablyHelps) {
     EXPECT_LE(built, 8) << "each candidate measured once, not every subset";
 }
 
+// A choice that meets the target only on the batches it was made on is
+// extended until every fourth batch, held out of the search, meets it too.
+// The candidates clip y = x at 2^|raised set|: the searched batches stay within
+// [-1, 1], the held-out ones (3 and 7) reach 5.
+TEST(MixedPrecisionSearch, TheChoiceIsConfirmedOnBatchesHeldOutOfTheSearch) {
+    vaiq::ReferenceBatches reference;
+    reference.output_name = "y";
+    for (int i = 0; i < 8; ++i) {
+        const float reach = i % 4 == 3 ? 5.0f : 1.0f;
+        std::vector<float> x(8);
+        for (int k = 0; k < 8; ++k) x[k] = reach * (static_cast<float>((k * 3 + i) % 9) / 4.0f - 1.0f);
+        const auto t = Tensor::from_values<float>({2, 4}, x);
+        reference.feeds.push_back({{"x", t}});
+        reference.outputs.push_back(t);
+    }
+    vaiq::Raising raise;
+    raise.count = [](const std::set<std::string>& raised) { return raised.size(); };
+    raise.model = [](const std::set<std::string>& raised) {
+        const float bound = std::ldexp(0.5f, static_cast<int>(raised.size()));
+        GraphBuilder b;
+        b.input("x", {2, 4}).output("y", {2, 4});
+        b.initializer("lo", Tensor::from_values<float>({}, std::vector<float>{-bound}));
+        b.initializer("hi", Tensor::from_values<float>({}, std::vector<float>{bound}));
+        b.node("Clip", {"x", "lo", "hi"}, {"y"});
+        return b.build();
+    };
+    std::vector<vaiq::TensorSensitivity> ranking;
+    for (const char* t : {"a", "b", "c", "d", "e", "f"})
+        ranking.push_back({t, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0});
+    vaiq::MixedPrecisionTarget target;
+    target.sqnr_db = 40.0;
+    const auto result = vaiq::search_mixed_precision(target, ranking, raise, reference, 6, 1);
+    const auto& held = result.report["held_out"];
+    EXPECT_EQ(held["batches"], 2);
+    EXPECT_TRUE(held["met"].get<bool>()) << result.report.dump();
+    EXPECT_GE(result.raised.size(), 4u) << "a bound of 8 holds the held-out 5s; two raised (a bound of 2) did not";
+    EXPECT_TRUE(result.report["met"].get<bool>());
+    // Within a budget too small for the held-out batches, the run says the choice does not carry.
+    const auto short_of_it = vaiq::search_mixed_precision(target, ranking, raise, reference, 2, 1);
+    EXPECT_FALSE(short_of_it.report["held_out"]["met"].get<bool>());
+    EXPECT_FALSE(short_of_it.report["met"].get<bool>());
+}
+
 // Out of reach, a set that agrees with the float model on one row more but is
 // much noisier is not the better one: a row or two of top-1 agreement is the
 // calibration data's noise, and SQNR decides. 100 rows; y = x + e(raised set).

