@@ -221,6 +221,8 @@ TEST_F(FieldRun, AHeadOnOneGridIsNamedWithWhatToDo) {
     EXPECT_EQ(m["action"], "named");
     EXPECT_NE(m["advice"].get<std::string>().find("activation_type: QInt16"), std::string::npos) << m.dump();
     EXPECT_NE(m["advice"].get<std::string>().find("head_conv"), std::string::npos) << m.dump();
+    const auto html = vaiq::test::slurp(dir_ / "out.report.html");
+    EXPECT_NE(html.find("Channels on different scales"), std::string::npos) << "the page names it too";
 }
 
 // An NPU computes per tensor: a head's weights on scales far apart are named, not changed.

@@ -297,6 +297,41 @@ std::string plan_section(const json& report) {
            table({"tensor", "role", "type", "scale", "zero point", "range", "symmetric"}, rows) + "</details></section>";
 }
 
+// What the plan left float on purpose, the tensors whose channels differ in
+// scale and what was done about them, and the diagnoses that could not run.
+std::string attention_section(const json& report) {
+    const auto& kept = member(member(report, "plan"), "kept_float");
+    const auto& scales = member(report, "mixed_scale_tensors");
+    const auto& unavailable = member(report, "diagnoses_unavailable");
+    if (kept.empty() && scales.empty() && unavailable.empty()) return {};
+    std::string out = "<section id=\"attention\"><h2>Worth knowing</h2>";
+    if (!kept.empty()) {
+        std::vector<std::vector<std::string>> rows;
+        for (const auto& k : kept) rows.push_back({"<code>" + escape(str(k, "tensor")) + "</code>", escape(str(k, "reason"))});
+        out += "<h3>Left float on purpose</h3>" + table({"tensor", "why"}, rows);
+    }
+    if (!scales.empty()) {
+        std::vector<std::vector<std::string>> rows;
+        for (const auto& m : scales) {
+            const std::string action = str(m, "action");
+            rows.push_back({"<code>" + escape(str(m, "tensor")) + "</code>", escape(str(m, "role")),
+                            fmt::format("{} / {}", number(member(m, "widest")), number(member(m, "narrowest"))),
+                            action == "named" ? "<span class=\"bad\">" + escape(str(m, "advice")) + "</span>"
+                                              : escape(action == "split" ? "split at its Slice/Split readers"
+                                                                         : "quantized per channel")});
+        }
+        out += "<h3>Channels on different scales</h3><p class=\"note\">One 8-bit grid per tensor is sized by its "
+               "widest channel; the narrow ones keep a few of its steps.</p>" +
+               table({"tensor", "role", "widest / narrowest channel", "what was done"}, rows);
+    }
+    if (!unavailable.empty()) {
+        std::vector<std::vector<std::string>> rows;
+        for (const auto& d : unavailable) rows.push_back({escape(str(d, "diagnosis")), escape(str(d, "error"))});
+        out += "<h3>Diagnoses that could not be computed</h3>" + table({"diagnosis", "why"}, rows);
+    }
+    return out + "</section>";
+}
+
 std::string constraints_section(const json& report) {
     if (!report.contains("constraints") && !report.contains("constraints_written")) return {};
     std::map<std::string, std::vector<std::string>> rows;
@@ -392,6 +427,7 @@ std::string html_report(const json& report) {
     html += summary_section(report, warn_db);
     html += errors_section(report, warn_db);
     html += histograms_section(report);
+    html += attention_section(report);
     html += constraints_section(report);
     html += plan_section(report);
     html += phases_section(report);
