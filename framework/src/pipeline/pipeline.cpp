@@ -702,12 +702,15 @@ class FirstBatches final : public DataReader {
 // Tensors whose channels live on different scales (mixed_scale.hpp), measured
 // on the first calibration batches, and the heads' weights: split where the
 // graph splits them, weights per channel where the target allows it, named
-// with what to do elsewhere.
-void check_channel_scales(RunState& s) {
+// with what to do elsewhere. Statistics files (sharded calibration) are made and
+// read without the measurement, which would need the data before calibrating,
+// so that the plan a shard observes is the plan the run reads them into.
+void check_channel_scales(RunState& s, bool measure) {
     const double ratio = s.recipe.value("mixed_scale_ratio").get<double>();
     const auto batches = s.recipe.value("mixed_scale_batches").get<int64_t>();
     if (!(ratio > 0)) return;
-    const auto requests = batches > 0 ? mixed_scale_candidates(s.model, s.draft) : std::vector<ChannelRangeRequest>{};
+    const auto requests =
+        measure && batches > 0 ? mixed_scale_candidates(s.model, s.draft) : std::vector<ChannelRangeRequest>{};
     // Given parameters replace calibration: random data must not decide anything then.
     const bool given = !s.recipe.value("input_quantization_params").empty() ||
                        !s.recipe.value("output_quantization_params").empty();
@@ -745,7 +748,7 @@ void check_channel_scales(RunState& s) {
 
 void calibrate_phase(RunState& s) {
     const bool from_files = !s.options.calibration_files.empty();
-    if (!from_files) check_channel_scales(s);
+    check_channel_scales(s, !from_files && !s.keep_tables);
     std::optional<StatisticsIdentity> identity;
     if (from_files || s.keep_tables) identity = statistics_identity(s);
     const auto observations = from_files ? observe_files(s, *identity) : observe_data(s);
@@ -1431,10 +1434,11 @@ std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, const 
              d.settings.at("weight_type").value.get<std::string>(), d.reason);
     }
     line("{} of {} nodes quantized", quantized, decisions.size());
-    if (recipe.value("float_decision_inputs").get<bool>()) {
-        const auto kept = decision_inputs(*model);
-        if (!kept.empty()) line("");
-        if (!kept.empty()) line("tensors left float (float_decision_inputs):");
+    const auto kept = recipe.value("float_decision_inputs").get<bool>() ? decision_inputs(*model)
+                                                                         : std::vector<DecisionInput>{};
+    if (!kept.empty()) {
+        line("");
+        line("tensors left float (float_decision_inputs):");
         for (const auto& k : kept) line("  {:<32} {}", k.tensor, k.reason);
     }
     return out;
