@@ -65,6 +65,13 @@ class FieldRun : public ::testing::Test {
     fs::path dir_;
 };
 
+double output_sqnr(const nlohmann::json& report, const std::string& name) {
+    for (const auto& o : report["evaluation"]["outputs"])
+        if (o["name"] == name) return o["sqnr_db"].is_number() ? o["sqnr_db"].get<double>() : 1e9;
+    ADD_FAILURE() << "no output " << name;
+    return 0;
+}
+
 // A TensorFlow export: NHWC between layers, a transpose pair around each
 // convolution, the bias a separate Add that preparation folds.
 vaiq::Model tensorflow_export() {
@@ -140,7 +147,7 @@ TEST_F(FieldRun, APeakTestComparesTheValuesItComparedInFloat) {
     for (const char* t : {"prob", "pooled", "score", "head"}) EXPECT_TRUE(kept.count(t)) << t << report["plan"].dump();
     int float_peaks = 0, quantized_peaks = 0, old_peaks = 0;
     const auto quantized_path = dir_ / "out.onnx";
-    run(peak_model(), "float_decision_inputs: false\nmixed_scale_ratio: 0\n");  // as the plan was before
+    run(peak_model(), "float_fragile_inputs: false\nmixed_scale_ratio: 0\n");  // as the plan was before
     for (int i = 10; i < 14; ++i) {
         const auto x = image({1, 1, 16, 16}, i);
         float_peaks += count_peaks(outputs(dir_ / "in.onnx", x)[0], 0.2f);
@@ -159,8 +166,40 @@ TEST_F(FieldRun, ExplainNamesTheTensorsAComparisonKeepsFloat) {
     const auto plugins = vaiq::resolve_plugins(recipe, registry_);
     const auto model = peak_model();
     const auto text = vaiq::explain(recipe, plugins, registry_, &model);
-    EXPECT_NE(text.find("tensors left float (float_decision_inputs)"), std::string::npos) << text;
+    EXPECT_NE(text.find("tensors left float (float_fragile_inputs)"), std::string::npos) << text;
     EXPECT_NE(text.find("Equal 'peak_test' compares it"), std::string::npos) << text;
+}
+
+// A log-mel front end: energies spanning eight decades, clamped to 1e-10 and
+// logged. On an 8-bit grid the small energies round to 0, and 0 clamps to
+// 1e-10 or, where the clamp's output is the quantized one, logs to -inf.
+vaiq::Model log_energy_model() {
+    GraphBuilder b;
+    b.input("x", {1, 1, 16, 16}).output("db", {1, 1, 16, 8});
+    std::vector<float> filters(16 * 8, 0.0f);
+    for (int i = 0; i < 16; ++i) filters[i * 8 + i / 2] = 1.0f;
+    b.initializer("filters", Tensor::from_values<float>({16, 8}, filters));
+    b.initializer("eps", Tensor::from_values<float>({}, std::vector<float>{1e-10f}));
+    b.initializer("ten", Tensor::from_values<float>({}, std::vector<float>{10.0f}));
+    b.node("Exp", {"x"}, {"power"}, "power");  // the calibration images' 0..2 -> 1..7: a few decades
+    b.node("Mul", {"power", "power"}, {"p2"}, "square");
+    b.node("Mul", {"p2", "p2"}, {"p4"}, "fourth");
+    b.node("MatMul", {"p4", "filters"}, {"energy"}, "mel");
+    b.node("Clip", {"energy", "eps"}, {"clamped"}, "floor");
+    b.node("Log", {"clamped"}, {"log"}, "log");
+    b.node("Mul", {"log", "ten"}, {"db"}, "to_db");
+    return b.build();
+}
+
+TEST_F(FieldRun, ALogReadsItsInputInFloat) {
+    const auto fragile = run(log_energy_model(), "float_fragile_inputs: false\n");
+    const auto kept = run(log_energy_model());
+    std::set<std::string> left;
+    for (const auto& k : kept["plan"]["kept_float"]) left.insert(k["tensor"].get<std::string>());
+    // The clamp's output, and the powers the filter bank sums (the energies need no pair of their own).
+    EXPECT_TRUE(left.count("clamped") && left.count("p4")) << kept["plan"].dump();
+    EXPECT_LT(output_sqnr(fragile, "db"), 20.0) << "small energies rounded to 0";
+    EXPECT_GT(output_sqnr(kept, "db"), output_sqnr(fragile, "db") + 10.0);
 }
 
 // Score channels of a few units next to offsets of hundreds, cut apart by two
@@ -185,12 +224,6 @@ vaiq::Model packed_head_model(bool split) {
     return b.build();
 }
 
-double output_sqnr(const nlohmann::json& report, const std::string& name) {
-    for (const auto& o : report["evaluation"]["outputs"])
-        if (o["name"] == name) return o["sqnr_db"].is_number() ? o["sqnr_db"].get<double>() : 1e9;
-    ADD_FAILURE() << "no output " << name;
-    return 0;
-}
 
 const nlohmann::json& mixed_scale(const nlohmann::json& report, const std::string& role) {
     for (const auto& m : report["mixed_scale_tensors"])

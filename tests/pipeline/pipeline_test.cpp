@@ -445,7 +445,7 @@ TEST_F(Plan, TensorsThatTurnOutNotToBeFloatAreDropped) {
     b.input("x", {1, 4}).output("y", {1}, DataType::Int64);
     b.node("ArgMax", {"x"}, {"y"}, "argmax");
     const auto model = b.build();
-    auto draft = plan(model, "float_decision_inputs: false\n");  // else x, which a ranking reads, stays float
+    auto draft = plan(model, "float_fragile_inputs: false\n");  // else x, which a ranking reads, stays float
     ASSERT_NE(draft.find("y"), nullptr) << "planned before its type is known";
     auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 1);
     const auto outcome = vaiq::calibrate(model, draft, *data, 1);

@@ -15,7 +15,7 @@
 #include "pipeline/calibration.hpp"
 #include "pipeline/channel_ranges.hpp"
 #include "pipeline/data_reader.hpp"
-#include "pipeline/decision_inputs.hpp"
+#include "pipeline/fragile_inputs.hpp"
 #include "pipeline/diagnosis.hpp"
 #include "pipeline/dump.hpp"
 #include "pipeline/evaluation.hpp"
@@ -1434,11 +1434,11 @@ std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, const 
              d.settings.at("weight_type").value.get<std::string>(), d.reason);
     }
     line("{} of {} nodes quantized", quantized, decisions.size());
-    const auto kept = recipe.value("float_decision_inputs").get<bool>() ? decision_inputs(*model)
-                                                                         : std::vector<DecisionInput>{};
+    const auto kept = recipe.value("float_fragile_inputs").get<bool>() ? fragile_inputs(*model)
+                                                                         : std::vector<FragileInput>{};
     if (!kept.empty()) {
         line("");
-        line("tensors left float (float_decision_inputs):");
+        line("tensors left float (float_fragile_inputs):");
         for (const auto& k : kept) line("  {:<32} {}", k.tensor, k.reason);
     }
     return out;

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <set>
 
-#include "pipeline/decision_inputs.hpp"
+#include "pipeline/fragile_inputs.hpp"
 #include "recipe/defaults.hpp"
 #include "util/text.hpp"
 #include "vaiq/error.hpp"
@@ -422,13 +422,13 @@ const Calibrator& CalibratorSet::get(const std::string& method) {
 DraftPlan plan_tensors(const Recipe& recipe, const Model& model, const Target& target,
                        const std::vector<NodeDecision>& decisions, CalibratorSet& calibrators) {
     auto plan = Planner(recipe, model, target, calibrators).run(decisions);
-    if (recipe.value("float_decision_inputs").get<bool>()) keep_decision_inputs_float(plan, model);
+    if (recipe.value("float_fragile_inputs").get<bool>()) keep_fragile_inputs_float(plan, model);
     return plan;
 }
 
-void keep_decision_inputs_float(DraftPlan& plan, const Model& model) {
+void keep_fragile_inputs_float(DraftPlan& plan, const Model& model) {
     std::vector<std::string> dropped;
-    for (const auto& d : decision_inputs(model)) {
+    for (const auto& d : fragile_inputs(model)) {
         if (!plan.find(d.tensor)) continue;
         dropped.push_back(d.tensor);
         plan.kept_float.emplace_back(d.tensor, d.reason);
@@ -436,7 +436,7 @@ void keep_decision_inputs_float(DraftPlan& plan, const Model& model) {
     if (dropped.empty()) return;
     drop_tensors(plan, dropped);
     const size_t shown = std::min<size_t>(dropped.size(), 6);
-    log_info("{} tensors that comparisons or rankings read are left float (float_decision_inputs): {}{}",
+    log_info("{} tensors that comparisons, rankings or singular ops read are left float (float_fragile_inputs): {}{}",
              dropped.size(), join({dropped.begin(), dropped.begin() + static_cast<std::ptrdiff_t>(shown)}),
              shown < dropped.size() ? fmt::format(" and {} more", dropped.size() - shown) : "");
 }

@@ -51,7 +51,7 @@ struct DraftPlan {
     /// did not hold (e.g. a Reshape whose input is not quantized), with why.
     std::vector<std::pair<std::string, std::string>> skipped;
     /// Tensors left float on purpose although a quantized node reads or writes
-    /// them (what a comparison reads, a tensor whose channels differ in scale), with why.
+    /// them (what a comparison or a Log reads, a tensor whose channels differ in scale), with why.
     std::vector<std::pair<std::string, std::string>> kept_float;
 
     const PlannedTensor* find(const std::string& tensor) const;
@@ -77,9 +77,9 @@ class CalibratorSet {
 DraftPlan plan_tensors(const Recipe& recipe, const Model& model, const Target& target,
                        const std::vector<NodeDecision>& decisions, CalibratorSet& calibrators);
 
-/// Leaves float the planned tensors that comparisons and rankings read
-/// (pipeline/decision_inputs.hpp), recording them in `kept_float`.
-void keep_decision_inputs_float(DraftPlan& plan, const Model& model);
+/// Leaves float the planned tensors that ops whose meaning breaks under
+/// rounding read (pipeline/fragile_inputs.hpp), recording them in `kept_float`.
+void keep_fragile_inputs_float(DraftPlan& plan, const Model& model);
 
 /// Drops tensors (and whatever takes its parameters from them): those that
 /// turned out not to be float, or that mixed precision leaves float. With

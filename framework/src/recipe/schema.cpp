@@ -74,11 +74,13 @@ const std::vector<KeySpec>& recipe_keys() {
          "Batches of the evaluation (else calibration) data the sensitivity analysis runs on (0: all): each "
          "tensor costs one run of the model per batch."},
 
-        {"float_decision_inputs", K::Bool, "true", P::Plan, yes,
-         "Comparisons (Equal, Greater, Less, ...) and rankings (ArgMax, ArgMin, TopK) read float values: the tensors "
-         "they read are not quantized, nor those they come from through ops that keep equal values equal (MaxPool, "
-         "Reshape, Slice, a Sigmoid, a scale by a constant), since an 8-bit grid turns near values into equal ones "
-         "(a peak test Equal(MaxPool(x), x) then finds peaks everywhere). false quantizes them as any activation."},
+        {"float_fragile_inputs", K::Bool, "true", P::Plan, yes,
+         "Ops whose meaning breaks under rounding read float values: what comparisons (Equal, Greater, Less, ...) and "
+         "rankings (ArgMax, ArgMin, TopK) read, since an 8-bit grid turns near values into equal ones (a peak test "
+         "Equal(MaxPool(x), x) then finds peaks everywhere), and what Log and Reciprocal read, since "
+         "a grid rounds small values to 0; with the tensors those come from through ops that keep equal values "
+         "equal (MaxPool, Reshape, Slice, a Sigmoid, an eps Clip, a scale by a constant). false quantizes them as "
+         "any activation."},
 
         {"mixed_scale_ratio", K::Float, "16", P::Calibrate, yes,
          "Channels on different scales: where a tensor the graph splits (every reader a Slice or Split), a Concat's "

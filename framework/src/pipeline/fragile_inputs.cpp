@@ -1,0 +1,119 @@
+#include "pipeline/fragile_inputs.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+#include "vaiq/fold.hpp"
+#include "vaiq/graph.hpp"
+
+namespace vaiq {
+
+namespace {
+
+const std::set<std::string, std::less<>> kComparisons = {"Equal", "Greater", "GreaterOrEqual", "Less",
+                                                         "LessOrEqual"};
+const std::set<std::string, std::less<>> kRankings = {"ArgMax", "ArgMin", "TopK"};
+// Ops through which equal inputs stay equal, so that ties a grid makes in
+// their input reach the comparison, and small values stay small: those that
+// move or pick values, and elementwise maps of one tensor (a Sigmoid of a
+// score, an eps clamp, a scale by a constant).
+const std::set<std::string, std::less<>> kSelections = {
+    "Identity",     "Reshape", "Transpose", "Squeeze", "Unsqueeze",      "Flatten",  "MaxPool", "Slice",  "Split",
+    "Gather",       "Pad",     "DepthToSpace", "SpaceToDepth", "GatherElements", "GatherND", "Tile",    "Expand"};
+const std::set<std::string, std::less<>> kElementwise = {"Sigmoid", "Tanh", "Relu",        "LeakyRelu", "Clip",
+                                                         "Exp",     "Log",  "Neg",         "Abs",       "Sqrt",
+                                                         "Softplus", "Erf", "HardSigmoid", "Cast",      "Softmax"};
+const std::set<std::string, std::less<>> kAffine = {"Add", "Sub", "Mul", "Div"};
+// Several inputs, each of whose values may reach the output as it is.
+const std::set<std::string, std::less<>> kGathering = {"Concat", "Max", "Min"};
+
+bool is_constant(const onnx::GraphProto& graph, const GraphIndex& index, const std::string& tensor) {
+    if (index.initializer(tensor)) return !index.is_graph_input(tensor);
+    const int producer = index.producer(tensor);
+    return producer >= 0 && graph.node(producer).op_type() == "Constant";
+}
+
+std::string describe(const onnx::NodeProto& node) {
+    return fmt::format("{} '{}'", node.op_type(), node.name().empty() ? node.output(0) : node.name());
+}
+
+// Whether a MatMul/Gemm's B is a constant without negative values (a filter
+// bank): its sums of small magnitudes stay small, as its inputs were.
+bool sums_magnitudes(const onnx::GraphProto& graph, const GraphIndex& index, const onnx::NodeProto& node) {
+    if ((node.op_type() != "MatMul" && node.op_type() != "Gemm") || node.input_size() < 2) return false;
+    const auto b = constant_value(graph, index, node.input(1));
+    if (!b || b->type() != DataType::Float) return false;
+    const auto v = b->data<float>();
+    return std::all_of(v.begin(), v.end(), [](float x) { return x >= 0.0f; });
+}
+
+// What a singular op's input is computed from, where its small values come from
+// small values there: powers, sums and products of magnitudes, a filter bank.
+std::vector<std::string> magnitude_sources(const onnx::GraphProto& graph, const GraphIndex& index,
+                                           const onnx::NodeProto& node) {
+    const auto& op = node.op_type();
+    if (op == "Pow" && node.input_size() == 2 && is_constant(graph, index, node.input(1))) return {node.input(0)};
+    if ((op == "Add" || op == "Mul") && node.input_size() == 2 && !is_constant(graph, index, node.input(0)) &&
+        !is_constant(graph, index, node.input(1)))
+        return {node.input(0), node.input(1)};
+    if (sums_magnitudes(graph, index, node)) return {node.input(0)};
+    return {};
+}
+
+// The inputs of `node` whose rounding breaks what it computes, and why; none for other ops.
+std::pair<std::vector<std::string>, std::string> fragile_reads(const onnx::NodeProto& node) {
+    const auto& op = node.op_type();
+    if (!is_default_domain(node) || node.input_size() == 0) return {};
+    if (kComparisons.count(op))
+        return {{node.input().begin(), node.input().end()},
+                fmt::format("{} compares it: on a shared 8-bit grid near values become equal", describe(node))};
+    if (kRankings.count(op))  // the data; TopK's k is an integer
+        return {{node.input(0)}, fmt::format("{} ranks it: on an 8-bit grid close scores tie", describe(node))};
+    const auto singular = [&] {
+        return fmt::format("{} is singular at 0: a grid rounds small values to 0 (log(0), 1/0)", describe(node));
+    };
+    // (A spelled-out LayerNorm's Div keeps its divisor float by FloatLayerNormStatistics.)
+    if (op == "Log" || op == "Reciprocal") return {{node.input(0)}, singular()};
+    return {};
+}
+
+}  // namespace
+
+std::vector<FragileInput> fragile_inputs(const Model& model) {
+    const auto& graph = model.graph();
+    const GraphIndex index(graph);
+    std::vector<FragileInput> out;
+    std::set<std::string> seen;
+    for (const auto& node : graph.node()) {
+        auto [pending, why] = fragile_reads(node);
+        const bool singular = node.op_type() == "Log" || node.op_type() == "Reciprocal";
+        while (!pending.empty()) {
+            const auto tensor = pending.back();
+            pending.pop_back();
+            if (tensor.empty() || index.initializer(tensor) || !seen.insert(tensor).second) continue;
+            out.push_back({tensor, why});
+            const int producer = index.producer(tensor);
+            if (producer < 0) continue;
+            const auto& p = graph.node(producer);
+            if (!is_default_domain(p)) continue;
+            const auto& op = p.op_type();
+            if (kSelections.count(op) || kElementwise.count(op)) {
+                pending.push_back(p.input(0));  // the data: Gather's indices, Clip's bounds are not
+            } else if (kGathering.count(op)) {
+                pending.insert(pending.end(), p.input().begin(), p.input().end());
+            } else if (const auto sources = singular ? magnitude_sources(graph, index, p) : std::vector<std::string>{};
+                       !sources.empty()) {
+                pending.insert(pending.end(), sources.begin(), sources.end());
+            } else if (kAffine.count(op) && p.input_size() == 2) {
+                // x op constant: equal x stay equal; a sum of two computed tensors rarely ties.
+                const bool first = is_constant(graph, index, p.input(0)), second = is_constant(graph, index, p.input(1));
+                if (first != second) pending.push_back(first ? p.input(1) : p.input(0));
+            }
+        }
+    }
+    return out;
+}
+
+}  // namespace vaiq
