@@ -132,6 +132,28 @@ TEST(Cli, RunQuantizesOnRandomDataAndReports) {
     EXPECT_GT(report["evaluation"]["outputs"][0]["sqnr_db"].get<double>(), 20.0);
 }
 
+// An output below warn_output_sqnr_db: the warning names where the error starts
+// and the accurate recipe of the run's target as the first thing to try.
+TEST(Cli, ALowOutputNamesTheAccurateRecipeToTry) {
+    const auto dir = temp_dir();
+    const auto model = example_model(dir);
+    for (const auto& [recipe, accurate] : {std::pair{"cpu.yaml", "cpu_accurate.yaml"},
+                                           std::pair{"cnn_npu.yaml", "cnn_npu_accurate.yaml"}}) {
+        auto r = vaiq_cli(std::string("run " VAIQ_SOURCE_DIR "/recipes/") + recipe + " --model " + model.string() +
+                          " --output " + (dir / "out.onnx").string() + " --set warn_output_sqnr_db=200");
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        EXPECT_NE(r.err.find("far from the float model's"), std::string::npos) << r.err;
+        EXPECT_NE(r.err.find(std::string("To try: the accurate recipe for this target (") + accurate),
+                  std::string::npos)
+            << r.err;
+    }
+    auto accurate = vaiq_cli("run " VAIQ_SOURCE_DIR "/recipes/cpu_accurate.yaml --model " + model.string() +
+                             " --output " + (dir / "out.onnx").string() + " --set warn_output_sqnr_db=200");
+    ASSERT_EQ(accurate.exit_code, 0) << accurate.err;
+    EXPECT_EQ(accurate.err.find("the accurate recipe for this target"), std::string::npos)
+        << "an accurate run is not told to use itself";
+}
+
 TEST(Cli, AnalyzeRanksTheQuantizedTensorsAndWritesOnlyTheReport) {
     const auto dir = temp_dir();
     const auto model = example_model(dir);

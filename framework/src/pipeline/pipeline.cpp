@@ -1281,6 +1281,27 @@ void save_run(const Recipe& recipe, const RunOptions& options, QuantizedRun& run
 
 // Warns about every output below warn_output_sqnr_db, naming where the error
 // starts; fails (nothing is written yet) below min_output_sqnr_db.
+// The shipped accurate recipe for the run's target, as advice; empty when the
+// run searches mixed precision already.
+std::string accurate_recipe_advice(const Recipe& recipe) {
+    if (mixed_precision_target(recipe)) return {};
+    static const std::map<std::string, std::string> kAccurate = {{"cpu", "cpu_accurate.yaml"},
+                                                                 {"npu_cnn", "cnn_npu_accurate.yaml"},
+                                                                 {"npu_transformer", "transformer_npu_accurate.yaml"}};
+    const auto it = kAccurate.find(recipe.value("target").get<std::string>());
+    if (it == kAccurate.end()) return {};
+    return fmt::format("the accurate recipe for this target ({}: 16 bits where 8 cost the output most), ", it->second);
+}
+
+// The tensors the run found holding channels on different scales, left on one grid.
+std::string mixed_scales_named(const nlohmann::json& report) {
+    std::vector<std::string> named;
+    for (const auto& m : report.value("mixed_scale_tensors", nlohmann::json::array()))
+        if (m["action"] == "named") named.push_back("'" + m["tensor"].get<std::string>() + "'");
+    if (named.empty()) return {};
+    return fmt::format("; {} hold channels on scales far apart (see the warnings above)", join(named, ", "));
+}
+
 void judge_outputs(const Recipe& recipe, const nlohmann::json& report) {
     if (!report.contains("evaluation")) return;
     const auto& evaluation = report["evaluation"];
@@ -1304,11 +1325,12 @@ void judge_outputs(const Recipe& recipe, const nlohmann::json& report) {
             }
             log_warn(
                 "output '{}' is far from the float model's: SQNR {:.2f} dB (warn_output_sqnr_db {}), cosine "
-                "{:.4f}; {}. To try: per_channel: true (depthwise convolutions need it), exclude that node "
+                "{:.4f}; {}{}. To try: {}per_channel: true (depthwise convolutions need it), exclude that node "
                 "(nodes_to_exclude) or give it 16 bits (an override setting activation_type: QInt16) where the "
                 "target allows, include_cle, another calibrate_method, more "
                 "calibration data; `vaiq explain RECIPE --model M` shows each node's settings",
-                name, db, warn_db, o["cosine_similarity"].get<double>(), where);
+                name, db, warn_db, o["cosine_similarity"].get<double>(), where, mixed_scales_named(report),
+                accurate_recipe_advice(recipe));
         }
         if (!floor.is_null() && db < floor.get<double>()) failed.push_back(fmt::format("'{}' has {:.2f} dB", name, db));
     }
