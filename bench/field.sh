@@ -12,7 +12,9 @@
 #   wake words: openWakeWord's mel front end, its speech embedding CNN (a TensorFlow export) and six
 #     keyword models on espeak-ng speech (other voices for calibration and evaluation); metric: the
 #     AUC of each keyword's clip scores against every other clip (mean over keywords for the front end);
-#   text direction: PaddleOCR's 0/180 degree line classifier on rendered lines; metric: accuracy.
+#   text direction: PaddleOCR's 0/180 degree line classifier on rendered lines; metric: accuracy;
+#   voice activity: Silero VAD v5 frame by frame on espeak-ng speech between stretches of a quiet
+#     room; metric: frame accuracy against the clean speech's energy.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 corpus=$(cd "${1:?usage: bench/field.sh CORPUS [RECIPE...]}" && pwd)
@@ -26,25 +28,28 @@ if [ ${#recipes[@]} -eq 0 ]; then
   for r in "$here"/../recipes/*.yaml; do [ "$(basename "$r")" = dynamic.yaml ] || recipes+=("$r"); done
 fi
 models=(${MODELS:-melspectrogram embedding_model alexa_v0.1 hey_jarvis_v0.1 hey_mycroft_v0.1 hey_rhasspy_v0.1
-        timer_v0.1 weather_v0.1 text_direction})
+        timer_v0.1 weather_v0.1 text_direction silero_vad_v5})
 data=${FIELD_DATA:-$corpus/data}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 [ -d "$data/wakeword" ] || OWW_MODELS=$corpus $python "$here/field/wakeword.py" data "$data/wakeword"
 [ -d "$data/textdir" ] || $python "$here/field/textdir.py" data "$data/textdir"
+[ -d "$data/vad" ] || VAD_MODEL=$corpus/silero_vad_v5.onnx $python "$here/field/vad.py" data "$data/vad"
 
 calibration() {  # the model's calibration data
   case $1 in
     melspectrogram | embedding_model) echo "$data/wakeword/calib/$1" ;;
     timer_v0.1) echo "$data/wakeword/calib/keywords_34" ;;
     text_direction) echo "$data/textdir/calib" ;;
+    silero_vad_v5) echo "$data/vad/calib_samples" ;;
     *) echo "$data/wakeword/calib/keywords_16" ;;
   esac
 }
 metric() {  # metric MODEL [QUANTIZED]
   case $1 in
     text_direction) $python "$here/field/textdir.py" score "$data/textdir" "${2:-$corpus/text_direction.onnx}" ;;
+    silero_vad_v5) $python "$here/field/vad.py" score "$data/vad" "${2:-$corpus/silero_vad_v5.onnx}" ;;
     *) $python "$here/field/wakeword.py" score "$corpus" "$data/wakeword" "$1" ${2:+"$2"} ;;
   esac | sed -n 's/.*"metric": *\([0-9.]*\).*/\1/p'
 }

