@@ -718,7 +718,12 @@ void check_channel_scales(RunState& s, bool measure) {
     if (!requests.empty() && (s.data || has_calibration_data(s.recipe, s.options) || !given)) {
         if (!s.data) s.data = calibration_reader(s.recipe, s.options, s.model);
         FirstBatches first(*s.data, static_cast<size_t>(batches));
-        ranges = measure_channel_ranges(s.model, first, requests, s.threads);
+        try {
+            ranges = measure_channel_ranges(s.model, first, requests, s.threads);
+        } catch (const InputError& e) {  // a check, like a diagnosis, never fails the run; calibration reports bad data
+            log_warn("the channel-scale check could not measure the model, and is skipped: {}", e.what());
+            s.report["diagnoses_unavailable"].push_back({{"diagnosis", "the channel-scale check"}, {"error", e.what()}});
+        }
         s.data->rewind();
     }
     QuantRequest per_channel = s.run;
