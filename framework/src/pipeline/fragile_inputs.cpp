@@ -92,7 +92,9 @@ std::vector<FragileInput> fragile_inputs(const Model& model) {
         while (!pending.empty()) {
             const auto tensor = pending.back();
             pending.pop_back();
-            if (tensor.empty() || index.initializer(tensor) || !seen.insert(tensor).second) continue;
+            if (tensor.empty() || index.initializer(tensor) || is_constant(graph, index, tensor) ||
+                !seen.insert(tensor).second)
+                continue;
             out.push_back({tensor, why});
             const int producer = index.producer(tensor);
             if (producer < 0) continue;
