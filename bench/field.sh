@@ -7,6 +7,7 @@
 #
 #   bench/field.sh CORPUS [RECIPE...]          (default: every recipe but dynamic.yaml)
 #   MODELS="text_direction alexa_v0.1" bench/field.sh CORPUS    a subset of the models
+#   FIELD_TIMEOUT=600 bench/field.sh CORPUS                     stop a run after that many seconds (default 1800)
 #
 # Tasks (bench/field/*.py, run in vaiq's executor through the Python module):
 #   wake words: openWakeWord's mel front end, its speech embedding CNN (a TensorFlow export) and six
@@ -62,16 +63,20 @@ for m in "${models[@]}"; do
     name=$(basename "$r" .yaml)
     out="$work/$m.$name.onnx"
     start=$(date +%s.%N)
-    if /usr/bin/time -f %M -o "$work/mem" "$vaiq" -q run "$r" --model "$corpus/$m.onnx" --data "$(calibration "$m")" \
-        --output "$out" --report "$work/report.json" 2>"$work/err"; then
+    if /usr/bin/time -f %M -o "$work/mem" timeout "${FIELD_TIMEOUT:-1800}" "$vaiq" -q run "$r" --model "$corpus/$m.onnx" \
+        --data "$(calibration "$m")" --output "$out" --report "$work/report.json" 2>"$work/err"; then
       seconds=$(echo "$(date +%s.%N) - $start" | bc)
       sqnr=$(jq -r '[.evaluation.outputs[]?.sqnr_db | if type == "number" then (. * 100 | round / 100) else . end] | map(tostring) | join(", ")' "$work/report.json")
       printf '| %s | %s | %s | %s | %s | %.1f | %d |\n' "$name" "$m" "$reference" "$(metric "$m" "$out")" \
         "$sqnr" "$seconds" "$(( $(tail -n 1 "$work/mem") / 1024 ))"
     else
       code=$?
-      printf '| %s | %s | %s | exit %d: %s | | | |\n' "$name" "$m" "$reference" "$code" \
-        "$(grep -v '^warning' "$work/err" | head -n 1 | cut -c1-160 | tr '|' '/')"
+      if [ "$code" = 124 ]; then
+        printf '| %s | %s | %s | stopped after %s s | | | |\n' "$name" "$m" "$reference" "${FIELD_TIMEOUT:-1800}"
+      else
+        printf '| %s | %s | %s | exit %d: %s | | | |\n' "$name" "$m" "$reference" "$code" \
+          "$(grep -v '^warning' "$work/err" | head -n 1 | cut -c1-160 | tr '|' '/')"
+      fi
     fi
     rm -f "$out" "${out%.onnx}".*.html
   done

@@ -13,6 +13,7 @@
 #include "runtime/executor.hpp"
 #include "test_support.hpp"
 #include "util/npy.hpp"
+#include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 
 namespace fs = std::filesystem;
@@ -105,6 +106,19 @@ TEST_F(FieldRun, ADiagnosisOfATensorFlowExportNeverFailsTheRun) {
     EXPECT_FALSE(report.contains("diagnoses_unavailable")) << report["diagnoses_unavailable"].dump();
     ASSERT_TRUE(report["evaluation"].contains("first_divergence")) << report["evaluation"].dump();
     EXPECT_FALSE(report["evaluation"]["tensors"].empty());
+}
+
+// A recipe that makes the model channels-last, given the channels-first data the
+// model took: the error says that preparation changed the inputs.
+TEST_F(FieldRun, DataForTheInputsPreparationChangedIsAClearError) {
+    try {
+        run(vaiq::test::conv_relu_model(), "convert_nchw_to_nhwc: true\n");
+        FAIL() << "NCHW data for an NHWC model";
+    } catch (const vaiq::InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("preparation changed the model's inputs"), std::string::npos)
+            << e.what();
+    }
+    EXPECT_FALSE(fs::exists(dir_ / "out.onnx"));
 }
 
 // x -> Conv -> head (channel 0: score logits of a few units, channel 1: offsets

@@ -309,18 +309,18 @@ nlohmann::json constraints_json(const std::vector<ConstraintCount>& counts, bool
     return out;
 }
 
-// Whether two models take the same inputs (names, element types, dimensions).
-bool same_inputs(const Model& a, const Model& b) {
-    auto signature = [](const Model& m) {
-        std::set<std::string> initializers;
-        for (const auto& t : m.graph().initializer()) initializers.insert(t.name());
-        std::vector<std::string> out;
-        for (const auto& v : m.graph().input())
-            if (!initializers.count(v.name())) out.push_back(v.SerializeAsString());
-        return out;
-    };
-    return signature(a) == signature(b);
+// The inputs a model takes (names, element types, dimensions), comparable.
+std::vector<std::string> input_signature(const Model& m) {
+    std::set<std::string> initializers;
+    for (const auto& t : m.graph().initializer()) initializers.insert(t.name());
+    std::vector<std::string> out;
+    for (const auto& v : m.graph().input())
+        if (!initializers.count(v.name())) out.push_back(v.SerializeAsString());
+    return out;
 }
+
+// Whether two models take the same inputs.
+bool same_inputs(const Model& a, const Model& b) { return input_signature(a) == input_signature(b); }
 
 std::string summary_line(const Evaluation& e) {
     std::vector<std::string> parts;
@@ -422,6 +422,7 @@ struct RunState {
     /// Tensors whose channels differ in scale and that stay on one grid (mixed_scale.hpp):
     /// mixed precision raises them first.
     std::vector<std::string> mixed_scales;
+    bool inputs_changed = false;  ///< preparation changed the model's inputs (NCHW to NHWC, float16 to float32)
     bool keep_tables = false;
     const int threads = 0;
 };
@@ -471,6 +472,12 @@ void awq_phase(RunState& s) {
 
 // The documented preparation steps, then the target's transforms, CLE and the recipe's passes.
 void prepare_phase(RunState& s) {
+    const auto inputs_before = input_signature(s.model);
+    struct Compare {  // on the way out, whichever pass changed them
+        RunState& s;
+        const std::vector<std::string>& before;
+        ~Compare() { s.inputs_changed = input_signature(s.model) != before; }
+    } compare{s, inputs_before};
     // Per-channel weights need DequantizeLinear's axis (opset 13): older models are upgraded, as asked.
     constexpr int64_t kPerChannelOpset = 13;
     if (s.recipe.value("per_channel").get<bool>() && s.model.opset() < kPerChannelOpset) {
@@ -720,9 +727,15 @@ void check_channel_scales(RunState& s, bool measure) {
         FirstBatches first(*s.data, static_cast<size_t>(batches));
         try {
             ranges = measure_channel_ranges(s.model, first, requests, s.threads);
-        } catch (const InputError& e) {  // a check, like a diagnosis, never fails the run; calibration reports bad data
-            log_warn("the channel-scale check could not measure the model, and is skipped: {}", e.what());
-            s.report["diagnoses_unavailable"].push_back({{"diagnosis", "the channel-scale check"}, {"error", e.what()}});
+        } catch (const InputError& e) {  // a check, like a diagnosis, never fails the run
+            ranges.clear();
+            if (std::string(e.what()).find("input '") != std::string::npos) {
+                log_debug("the channel-scale check is skipped: {}", e.what());  // calibration reports the data
+            } else {
+                log_warn("the channel-scale check could not measure the model, and is skipped: {}", e.what());
+                s.report["diagnoses_unavailable"].push_back(
+                    {{"diagnosis", "the channel-scale check"}, {"error", e.what()}});
+            }
         }
         s.data->rewind();
     }
@@ -751,12 +764,26 @@ void check_channel_scales(RunState& s, bool measure) {
     }
 }
 
+// Observes the calibration data; where preparation changed the model's inputs,
+// an input the data does not fit says that the data must fit the prepared model.
+Observations observe_calibration(RunState& s, const std::optional<StatisticsIdentity>& identity) {
+    try {
+        return identity && !s.options.calibration_files.empty() ? observe_files(s, *identity) : observe_data(s);
+    } catch (const InputError& e) {
+        const std::string what = e.what();
+        if (!s.inputs_changed || what.find("input '") == std::string::npos) throw;
+        throw InputError(what + "; preparation changed the model's inputs (convert_nchw_to_nhwc channels-last, "
+                                "convert_fp16_to_fp32 float): the calibration data must fit the prepared model "
+                                "(--stop-after prepare writes it)");
+    }
+}
+
 void calibrate_phase(RunState& s) {
     const bool from_files = !s.options.calibration_files.empty();
     check_channel_scales(s, !from_files && !s.keep_tables);
     std::optional<StatisticsIdentity> identity;
     if (from_files || s.keep_tables) identity = statistics_identity(s);
-    const auto observations = from_files ? observe_files(s, *identity) : observe_data(s);
+    const auto observations = observe_calibration(s, identity);
     s.calibration = conclude(s.draft, observations);
     if (s.keep_tables)
         s.tables = CalibrationTables{statistics_file(observations, s.draft, *identity),
