@@ -276,6 +276,27 @@ TEST(MixedPrecisionSearch, OutOfReachByTheRankingItRaisesWhatMeasurablyHelps) {
     EXPECT_LE(built, 8) << "each candidate measured once, not every subset";
 }
 
+// One score a row (a wake word's sigmoid): top-1 agreement is whether the
+// decision, the score against 0.5, agrees; an argmax over one value always did.
+TEST(MixedPrecisionSearch, OneScoreARowAgreesByItsDecision) {
+    vaiq::ReferenceBatches reference;
+    reference.output_name = "y";
+    const auto scores = Tensor::from_values<float>({4, 1}, std::vector<float>{0.1f, 0.45f, 0.55f, 0.9f});
+    reference.feeds.push_back({{"x", scores}});
+    reference.outputs.push_back(scores);
+    auto shifted = [](float by) {
+        GraphBuilder b;
+        b.input("x", {4, 1}).output("y", {4, 1});
+        b.initializer("by", Tensor::from_values<float>({}, std::vector<float>{by}));
+        b.node("Add", {"x", "by"}, {"y"});
+        return b.build();
+    };
+    const auto same = vaiq::measure_output(shifted(0.0f), reference, 1);
+    EXPECT_EQ(same.rows, 4);
+    EXPECT_DOUBLE_EQ(same.top1_agreement, 1.0);
+    EXPECT_DOUBLE_EQ(vaiq::measure_output(shifted(0.1f), reference, 1).top1_agreement, 0.75) << "0.45 crosses 0.5";
+}
+
 // A choice that meets the target only on the batches it was made on is
 // extended until every fourth batch, held out of the search, meets it too.
 // The candidates clip y = x at 2^|raised set|: the searched batches stay within

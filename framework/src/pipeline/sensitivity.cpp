@@ -87,7 +87,18 @@ ReferenceBatches reference_batches(const Model& float_model, DataReader& data, i
     return out;
 }
 
+// One score a row (a wake word's or a detector's sigmoid, a binary logit): what
+// the model says is the score against 0.5 where every reference value is a
+// probability, against 0 otherwise. An argmax over one value always agrees.
+float decision_threshold(const ReferenceBatches& reference) {
+    for (const auto& f : reference.outputs)
+        for (float v : f.data<float>())
+            if (!(v >= 0.0f && v <= 1.0f)) return 0.0f;
+    return 0.5f;
+}
+
 OutputError measure_output(const Model& candidate, const ReferenceBatches& reference, int threads) {
+    const float threshold = decision_threshold(reference);
     runtime::ExecutorOptions options;
     options.threads = threads;
     runtime::Executor executor(candidate, options);
@@ -102,6 +113,10 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
                 fmt::format("a candidate's output has {} values, the float model's {}", q.size(), f.size()));
         sums.add(f.data<float>(), q.data<float>());
         const int64_t n = row_length(f);
+        if (n == 1) {
+            const auto fv = f.data<float>(), qv = q.data<float>();
+            for (size_t r = 0; r < fv.size(); ++r, ++rows) agree += (fv[r] >= threshold) == (qv[r] >= threshold);
+        }
         if (n < 2) continue;
         const auto fa = row_argmaxes(f.data<float>(), n), qa = row_argmaxes(q.data<float>(), n);
         for (size_t r = 0; r < fa.size(); ++r, ++rows) agree += qa[r] == fa[r];

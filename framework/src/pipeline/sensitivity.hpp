@@ -40,7 +40,9 @@ ReferenceBatches reference_batches(const Model& float_model, DataReader& data, i
 struct OutputError {
     double sqnr_db = 0;         ///< +inf when exact
     double relative_l2 = 0;     ///< ||f - q|| / ||f||
-    double top1_agreement = 0;  ///< rows (over the last axis) whose argmax agrees with the float model's
+    /// Rows (over the last axis) whose argmax agrees with the float model's; for one
+    /// score a row, whose decision does (the score against 0.5 for probabilities, else 0).
+    double top1_agreement = 0;
     int64_t rows = 0;           ///< the rows top1_agreement counts
     /// Samples (along the first axis) whose decoded output agrees with the float
     /// model's: see `greedy_decode`. For a classifier's [N, C] this is top-1 agreement.
