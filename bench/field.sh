@@ -42,6 +42,7 @@ calibration() {  # the model's calibration data
   case $1 in
     melspectrogram | embedding_model) echo "$data/wakeword/calib/$1" ;;
     timer_v0.1) echo "$data/wakeword/calib/keywords_34" ;;
+    weather_v0.1) echo "$data/wakeword/calib/keywords_22" ;;
     text_direction) echo "$data/textdir/calib" ;;
     silero_vad_v5) echo "$data/vad/calib_samples" ;;
     *) echo "$data/wakeword/calib/keywords_16" ;;

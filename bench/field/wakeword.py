@@ -46,6 +46,7 @@ CALIBRATION_VOICES = [("en-us", 150), ("en-gb", 170), ("en-us+f3", 140)]
 EVALUATION_VOICES = [("en-gb-scotland", 160), ("en-us+m3", 130), ("en-029+f2", 175), ("en-gb-x-rp+f4", 150)]
 RATE = 16000
 FRONT_END = ("melspectrogram", "embedding_model")
+WINDOWS = (16, 22, 34)  # the keyword models' embeddings a window: 16, weather 22, timer 34
 
 
 def synthesise(text, voice, speed, seed):
@@ -136,7 +137,7 @@ def make_data(directory):
     # audio, mel windows, embedding sequences.
     calib = [np.load(os.path.join(directory, f)) for f in sorted(os.listdir(directory))
              if f.startswith("calibration_") and f[-7:-4].isdigit()]
-    for stage in ("melspectrogram", "embedding_model", "keywords_16", "keywords_34"):
+    for stage in ("melspectrogram", "embedding_model") + tuple(f"keywords_{n}" for n in WINDOWS):
         os.makedirs(os.path.join(directory, "calib", stage), exist_ok=True)
     rng = np.random.default_rng(5)
     n = 0
@@ -149,7 +150,7 @@ def make_data(directory):
             np.save(os.path.join(directory, "calib", "embedding_model", f"{n:04d}.npy"), w[j:j + 1])
             n += 1
         e = embed(os.path.join(models, "embedding_model.onnx"), spec)
-        for length in (16, 34):
+        for length in WINDOWS:
             if e.shape[0] >= length:
                 end = int(rng.integers(length, e.shape[0] + 1))
                 np.save(os.path.join(directory, "calib", f"keywords_{length}", f"{i:03d}.npy"),
