@@ -40,7 +40,8 @@ class FieldRun : public ::testing::Test {
         fs::create_directories(dir_ / "data");
         for (int i = 0; i < 4; ++i) vaiq::write_npy(dir_ / "data" / fmt::format("{}.npy", i), image(shape, i));
         return vaiq::test::run_recipe_in(
-            dir_, registry_, base + "weight_type: QInt8\ncalibration_data_reader: " + (dir_ / "data").string() + "\n" + yaml);
+            dir_, registry_,
+            base + "weight_type: QInt8\ncalibration_data_reader: " + (dir_ / "data").string() + "\n" + yaml);
     }
     // Blobs of several heights on a low background: local maxima a peak test finds.
     static Tensor image(const std::vector<int64_t>& shape, int seed) {
@@ -115,8 +116,7 @@ TEST_F(FieldRun, DataForTheInputsPreparationChangedIsAClearError) {
         run(vaiq::test::conv_relu_model(), "convert_nchw_to_nhwc: true\n");
         FAIL() << "NCHW data for an NHWC model";
     } catch (const vaiq::InputError& e) {
-        EXPECT_NE(std::string(e.what()).find("preparation changed the model's inputs"), std::string::npos)
-            << e.what();
+        EXPECT_NE(std::string(e.what()).find("preparation changed the model's inputs"), std::string::npos) << e.what();
     }
     EXPECT_FALSE(fs::exists(dir_ / "out.onnx"));
 }
@@ -127,7 +127,7 @@ vaiq::Model peak_model() {
     GraphBuilder b;
     b.input("x", {1, 1, 16, 16}).output("peaks", {1, 1, 16, 16}).output("offsets", {1, 1, 16, 16});
     std::vector<float> w(2 * 9, 0.0f);
-    for (int k = 0; k < 9; ++k) w[k] = k == 4 ? 4.0f : 0.5f;  // the score: a blurred blob map
+    for (int k = 0; k < 9; ++k) w[k] = k == 4 ? 4.0f : 0.5f;      // the score: a blurred blob map
     for (int k = 0; k < 9; ++k) w[9 + k] = (k % 3 - 1) * 150.0f;  // the offsets: a wide gradient
     b.initializer("w", Tensor::from_values<float>({2, 1, 3, 3}, w));
     b.initializer("bias", Tensor::from_values<float>({2}, std::vector<float>{-4.0f, 0.0f}));
@@ -168,7 +168,8 @@ TEST_F(FieldRun, APeakTestComparesTheValuesItComparedInFloat) {
         old_peaks += count_peaks(outputs(dir_ / "out.onnx", x)[0], 0.2f);
     }
     run(peak_model());
-    for (int i = 10; i < 14; ++i) quantized_peaks += count_peaks(outputs(dir_ / "out.onnx", image({1, 1, 16, 16}, i))[0], 0.2f);
+    for (int i = 10; i < 14; ++i)
+        quantized_peaks += count_peaks(outputs(dir_ / "out.onnx", image({1, 1, 16, 16}, i))[0], 0.2f);
     EXPECT_GT(float_peaks, 4);
     EXPECT_NEAR(quantized_peaks, float_peaks, 1 + float_peaks / 10);
     EXPECT_GT(old_peaks, 2 * float_peaks) << "quantized comparisons found peaks on the grid's plateaus";
@@ -237,7 +238,6 @@ vaiq::Model packed_head_model(bool split) {
     b.node("Slice", {"head", "two", "four", "one"}, {"offsets"}, "offset_slice");
     return b.build();
 }
-
 
 const nlohmann::json& mixed_scale(const nlohmann::json& report, const std::string& role) {
     for (const auto& m : report["mixed_scale_tensors"])

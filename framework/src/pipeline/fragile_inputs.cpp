@@ -12,19 +12,18 @@ namespace vaiq {
 
 namespace {
 
-const std::set<std::string, std::less<>> kComparisons = {"Equal", "Greater", "GreaterOrEqual", "Less",
-                                                         "LessOrEqual"};
+const std::set<std::string, std::less<>> kComparisons = {"Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual"};
 const std::set<std::string, std::less<>> kRankings = {"ArgMax", "ArgMin", "TopK"};
 // Ops through which equal inputs stay equal, so that ties a grid makes in
 // their input reach the comparison, and small values stay small: those that
 // move or pick values, and elementwise maps of one tensor (a Sigmoid of a
 // score, an eps clamp, a scale by a constant).
 const std::set<std::string, std::less<>> kSelections = {
-    "Identity",     "Reshape", "Transpose", "Squeeze", "Unsqueeze",      "Flatten",  "MaxPool", "Slice",  "Split",
-    "Gather",       "Pad",     "DepthToSpace", "SpaceToDepth", "GatherElements", "GatherND", "Tile",    "Expand"};
-const std::set<std::string, std::less<>> kElementwise = {"Sigmoid", "Tanh", "Relu",        "LeakyRelu", "Clip",
-                                                         "Exp",     "Log",  "Neg",         "Abs",       "Sqrt",
-                                                         "Softplus", "Erf", "HardSigmoid", "Cast",      "Softmax"};
+    "Identity", "Reshape", "Transpose",    "Squeeze",      "Unsqueeze",      "Flatten",  "MaxPool", "Slice", "Split",
+    "Gather",   "Pad",     "DepthToSpace", "SpaceToDepth", "GatherElements", "GatherND", "Tile",    "Expand"};
+const std::set<std::string, std::less<>> kElementwise = {"Sigmoid",  "Tanh", "Relu",        "LeakyRelu", "Clip",
+                                                         "Exp",      "Log",  "Neg",         "Abs",       "Sqrt",
+                                                         "Softplus", "Erf",  "HardSigmoid", "Cast",      "Softmax"};
 const std::set<std::string, std::less<>> kAffine = {"Add", "Sub", "Mul", "Div"};
 // Several inputs, each of whose values may reach the output as it is.
 const std::set<std::string, std::less<>> kGathering = {"Concat", "Max", "Min"};
@@ -110,7 +109,8 @@ std::vector<FragileInput> fragile_inputs(const Model& model) {
                 pending.insert(pending.end(), sources.begin(), sources.end());
             } else if (kAffine.count(op) && p.input_size() == 2) {
                 // x op constant: equal x stay equal; a sum of two computed tensors rarely ties.
-                const bool first = is_constant(graph, index, p.input(0)), second = is_constant(graph, index, p.input(1));
+                const bool first = is_constant(graph, index, p.input(0)),
+                           second = is_constant(graph, index, p.input(1));
                 if (first != second) pending.push_back(first ? p.input(1) : p.input(0));
             }
         }

@@ -75,9 +75,14 @@ void split_at_readers(DraftPlan& draft, const std::string& tensor) {
 }  // namespace
 
 nlohmann::json MixedScaleTensor::to_json() const {
-    nlohmann::json j = {{"tensor", tensor},   {"role", role},           {"node", node},
-                        {"axis", axis},       {"widest", widest},       {"narrowest", narrowest},
-                        {"narrow_channels", narrow}, {"action", action.empty() ? "named" : action}};
+    nlohmann::json j = {{"tensor", tensor},
+                        {"role", role},
+                        {"node", node},
+                        {"axis", axis},
+                        {"widest", widest},
+                        {"narrowest", narrowest},
+                        {"narrow_channels", narrow},
+                        {"action", action.empty() ? "named" : action}};
     if (!advice.empty()) j["advice"] = advice;
     return j;
 }
@@ -126,8 +131,7 @@ void check_head_weights(const Model& model, const GraphIndex& index, DraftPlan& 
         const auto planned = draft.index.find(node.input(1));
         if (planned == draft.index.end()) continue;
         auto* t = &draft.tensors[planned->second];
-        if (!t->constant || t->role != TensorRole::Weight || t->spec.per_channel || t->spec.block_size > 0)
-            continue;
+        if (!t->constant || t->role != TensorRole::Weight || t->spec.per_channel || t->spec.block_size > 0) continue;
         const auto weight = constant_tensor(index, node.input(1));
         if (!weight || weight->type() != DataType::Float) continue;
         const int axis = output_channel_axis(node, *weight);
