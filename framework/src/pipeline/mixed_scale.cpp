@@ -182,11 +182,12 @@ std::vector<ChannelRangeRequest> mixed_scale_candidates(const Model& model, cons
     return out;
 }
 
-std::vector<MixedScaleTensor> split_mixed_scales(const Model& model, DraftPlan& draft, const ChannelRanges& ranges,
-                                                 double ratio, bool per_channel_weights) {
+std::vector<MixedScaleTensor> split_mixed_scales(const Model& model, DraftPlan& draft,
+                                                 const std::vector<ChannelRangeRequest>& measured,
+                                                 const ChannelRanges& ranges, double ratio, bool per_channel_weights) {
     const GraphIndex index(model);
     std::vector<MixedScaleTensor> out;
-    for (const auto& request : mixed_scale_candidates(model, draft)) {
+    for (const auto& request : measured) {
         const auto it = ranges.find(request.tensor);
         if (it == ranges.end()) continue;
         MixedScaleTensor m;

@@ -42,7 +42,7 @@ struct MixedScaleTensor {
 /// by a Conv or ConvTranspose (a head), each with its channel axis.
 std::vector<ChannelRangeRequest> mixed_scale_candidates(const Model& model, const DraftPlan& draft);
 
-/// The measured candidates whose widest channel exceeds `ratio` times their
+/// Of the `measured` candidates (mixed_scale_candidates), those whose widest channel exceeds `ratio` times their
 /// narrowest non-zero one. Those the graph splits leave the plan: each
 /// Slice/Split output is then quantized on its own range, and whatever took
 /// its parameters from them keeps taking them. Then the per-tensor weights of
@@ -50,7 +50,8 @@ std::vector<ChannelRangeRequest> mixed_scale_candidates(const Model& model, cons
 /// the plan and the graph outputs) whose output channels differ as much: with
 /// `per_channel_weights` (the target allows it, opset 13 or later) they are
 /// quantized per channel, else named.
-std::vector<MixedScaleTensor> split_mixed_scales(const Model& model, DraftPlan& draft, const ChannelRanges& ranges,
-                                                 double ratio, bool per_channel_weights);
+std::vector<MixedScaleTensor> split_mixed_scales(const Model& model, DraftPlan& draft,
+                                                 const std::vector<ChannelRangeRequest>& measured,
+                                                 const ChannelRanges& ranges, double ratio, bool per_channel_weights);
 
 }  // namespace vaiq

@@ -473,11 +473,6 @@ void awq_phase(RunState& s) {
 // The documented preparation steps, then the target's transforms, CLE and the recipe's passes.
 void prepare_phase(RunState& s) {
     const auto inputs_before = input_signature(s.model);
-    struct Compare {  // on the way out, whichever pass changed them
-        RunState& s;
-        const std::vector<std::string>& before;
-        ~Compare() { s.inputs_changed = input_signature(s.model) != before; }
-    } compare{s, inputs_before};
     // Per-channel weights need DequantizeLinear's axis (opset 13): older models are upgraded, as asked.
     constexpr int64_t kPerChannelOpset = 13;
     if (s.recipe.value("per_channel").get<bool>() && s.model.opset() < kPerChannelOpset) {
@@ -536,6 +531,7 @@ void prepare_phase(RunState& s) {
         awq_phase(s);
         s.function_kept = false;
     }
+    s.inputs_changed = input_signature(s.model) != inputs_before;
 }
 
 void plan_phase(RunState& s) {
@@ -748,7 +744,7 @@ void check_channel_scales(RunState& s, bool measure) {
         per_channel_ok = false;
     }
     auto& out = s.report["mixed_scale_tensors"] = nlohmann::json::array();
-    for (const auto& m : split_mixed_scales(s.model, s.draft, ranges, ratio, per_channel_ok)) {
+    for (const auto& m : split_mixed_scales(s.model, s.draft, requests, ranges, ratio, per_channel_ok)) {
         out.push_back(m.to_json());
         const double apart = m.widest / m.narrowest;
         if (m.action == "split")
