@@ -53,7 +53,7 @@ def synthesise(text, voice, speed, seed):
     with tempfile.TemporaryDirectory() as tmp:
         raw, out = os.path.join(tmp, "a.wav"), os.path.join(tmp, "b.wav")
         subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-w", raw, text], check=True)
-        subprocess.run(["sox", raw, "-r", str(RATE), "-c", "1", "-b", "16", out], check=True)
+        subprocess.run(["sox", "-D", raw, "-r", str(RATE), "-c", "1", "-b", "16", out], check=True)
         with wave.open(out) as w:
             speech = np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(np.float32)
     rng = np.random.default_rng(seed)
@@ -134,7 +134,9 @@ def make_data(directory):
         for i, (_, audio) in enumerate(data):
             np.save(os.path.join(directory, f"{split}_{i:03d}.npy"), audio)
     # Calibration inputs of each stage, from the float stages before it: 1 s of
-    # audio, mel windows, embedding sequences.
+    # audio, mel windows, embedding sequences, each over the clip's speech (a
+    # clip is 1 s of a quiet room, the phrase, 1 s of room: windows drawn
+    # anywhere were mostly room, and a keyword model's scores there all 1e-7).
     calib = [np.load(os.path.join(directory, f)) for f in sorted(os.listdir(directory))
              if f.startswith("calibration_") and f[-7:-4].isdigit()]
     for stage in ("melspectrogram", "embedding_model") + tuple(f"keywords_{n}" for n in WINDOWS):
@@ -142,17 +144,23 @@ def make_data(directory):
     rng = np.random.default_rng(5)
     n = 0
     for i, audio in enumerate(calib):
-        s = int(rng.integers(0, max(1, audio.size - RATE)))
+        speech = audio.size / RATE - 2.0  # seconds
+        s = int(rng.integers(RATE // 2, max(RATE // 2 + 1, audio.size - RATE - RATE // 2)))
         np.save(os.path.join(directory, "calib", "melspectrogram", f"{i:03d}.npy"), audio[None, s:s + RATE])
         spec = mel(os.path.join(models, "melspectrogram.onnx"), audio)
         w = windows(spec)
-        for j in rng.choice(w.shape[0], size=min(2, w.shape[0]), replace=False):
+        # Mel window j covers frames 8j..8j+76 (10 ms each); the speech frames 100..100+100*speech.
+        first, last = max(0, (100 - 60) // 8), min(w.shape[0], int((100 + 100 * speech) // 8) + 1)
+        for j in rng.choice(np.arange(first, last), size=min(2, last - first), replace=False):
             np.save(os.path.join(directory, "calib", "embedding_model", f"{n:04d}.npy"), w[j:j + 1])
             n += 1
         e = embed(os.path.join(models, "embedding_model.onnx"), spec)
         for length in WINDOWS:
             if e.shape[0] >= length:
-                end = int(rng.integers(length, e.shape[0] + 1))
+                # Embedding k covers 80k ms .. 80k + 760 ms: windows that end as the phrase
+                # has ended, where a detector decides.
+                done = int(round((speech + 0.24) / 0.08)) + 1
+                end = int(np.clip(done + rng.integers(-2, 3), length, e.shape[0]))
                 np.save(os.path.join(directory, "calib", f"keywords_{length}", f"{i:03d}.npy"),
                         e[None, end - length:end].astype(np.float32))
 

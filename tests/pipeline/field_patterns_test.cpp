@@ -217,6 +217,42 @@ TEST_F(FieldRun, ALogReadsItsInputInFloat) {
     EXPECT_GT(output_sqnr(kept, "db"), output_sqnr(fragile, "db") + 10.0);
 }
 
+// A keyword model's head: rows of features -> Gemm -> Sigmoid, whose scores
+// users rank and threshold. Its scores are mostly below 0.002,
+// where a wake-word model spends most of its time.
+vaiq::Model score_head_model() {
+    GraphBuilder b;
+    b.input("x", {8, 16}).output("score", {8, 1});
+    b.initializer("w", vaiq::test::ramp({16, 1}, 0.05f, 0.05f));
+    b.initializer("b", Tensor::from_values<float>({1}, std::vector<float>{-12.0f}));
+    b.node("Gemm", {"x", "w", "b"}, {"logit"}, "head");
+    b.node("Sigmoid", {"logit"}, {"score"}, "squash");
+    return b.build();
+}
+
+size_t distinct(const Tensor& t) {
+    const auto v = t.data<float>();
+    return std::set<float>(v.begin(), v.end()).size();
+}
+
+// On an 8-bit grid of step 1/255 every score below 0.002 is 0: the rows tie and
+// the ranking is gone. Computed in float from the quantized logit, it stays.
+TEST_F(FieldRun, AScoreTheModelOutputsKeepsItsRanking) {
+    const auto report = run(score_head_model());
+    ASSERT_FALSE(report["plan"]["kept_float"].empty()) << report["plan"].dump();
+    EXPECT_EQ(report["plan"]["kept_float"][0]["tensor"], "score");
+    EXPECT_NE(report["plan"]["kept_float"][0]["reason"].get<std::string>().find("a score the model outputs"),
+              std::string::npos);
+    const auto x = image({8, 16}, 11);
+    const auto reference = outputs(dir_ / "in.onnx", x)[0];
+    const auto kept = outputs(dir_ / "out.onnx", x)[0];
+    ASSERT_EQ(distinct(reference), 8u);
+    EXPECT_GE(distinct(kept), 7u);
+    EXPECT_GT(kept.data<float>()[0], 0.0f);
+    run(score_head_model(), "float_fragile_inputs: false\n");
+    EXPECT_LE(distinct(outputs(dir_ / "out.onnx", x)[0]), 3u) << "scores below 0.002 round to 0";
+}
+
 // Score channels of a few units next to offsets of hundreds, cut apart by two
 // Slices: each piece gets its own grid, and the scores keep their precision.
 vaiq::Model packed_head_model(bool split) {

@@ -78,6 +78,25 @@ std::pair<std::vector<std::string>, std::string> fragile_reads(const onnx::NodeP
     return {};
 }
 
+// Ops whose output is a probability: a graph output made by one is a score that
+// users threshold and rank.
+const std::set<std::string, std::less<>> kScores = {"Sigmoid", "Softmax", "HardSigmoid"};
+
+// The tensors from a graph output back through selections to the Sigmoid or
+// Softmax that computes it; none when another op computes it.
+std::vector<std::string> score_output_path(const onnx::GraphProto& graph, const GraphIndex& index,
+                                           const std::string& output) {
+    std::vector<std::string> path{output};
+    for (int producer = index.producer(output); producer >= 0; producer = index.producer(path.back())) {
+        const auto& p = graph.node(producer);
+        if (!is_default_domain(p) || p.input_size() == 0) break;
+        if (kScores.count(p.op_type())) return path;
+        if (!kSelections.count(p.op_type()) || p.op_type() == "MaxPool") break;
+        path.push_back(p.input(0));
+    }
+    return {};
+}
+
 }  // namespace
 
 std::vector<FragileInput> fragile_inputs(const Model& model) {
@@ -114,6 +133,20 @@ std::vector<FragileInput> fragile_inputs(const Model& model) {
                 if (first != second) pending.push_back(first ? p.input(1) : p.input(0));
             }
         }
+    }
+    // A score output: an 8-bit grid of step 1/255 rounds every probability
+    // below 0.002 to 0, so scores that ranked clips, boxes or classes tie
+    // (a wake-word model's AUC fell 3-7 points); its input, a logit, holds them on
+    // a uniform grid.
+    for (const auto& output : graph.output()) {
+        const auto path = score_output_path(graph, index, output.name());
+        if (path.empty()) continue;
+        const auto& producer = graph.node(index.producer(path.back()));
+        for (const auto& tensor : path)
+            if (seen.insert(tensor).second)
+                out.push_back({tensor, fmt::format("a score the model outputs ({}): on an 8-bit grid every "
+                                                   "probability below 0.002 is 0, and scores that ranked tie",
+                                                   describe(producer))});
     }
     return out;
 }

@@ -17,6 +17,10 @@
 //   range spans decades that no 8-bit grid holds.
 // None of these ops has an integer kernel in ONNX Runtime, so a quantized input
 // only adds error there.
+// - A score the model outputs (a graph output a Sigmoid or Softmax computes, or a
+//   reshape of one) is thresholded and ranked by its users, and an 8-bit grid
+//   ties every probability below 0.002 at 0: it stays float, computed from its
+//   quantized logits, at the cost of one float op at the end of the graph.
 #pragma once
 
 #include <string>
@@ -33,7 +37,8 @@ struct FragileInput {
 };
 
 /// The tensors that comparisons, rankings and singular ops in the main graph
-/// read, directly or through the ops above, in graph order of those ops.
+/// read, directly or through the ops above, in graph order of those ops; then
+/// the score outputs.
 std::vector<FragileInput> fragile_inputs(const Model& model);
 
 }  // namespace vaiq

@@ -79,8 +79,9 @@ const std::vector<KeySpec>& recipe_keys() {
          "rankings (ArgMax, ArgMin, TopK) read, since an 8-bit grid turns near values into equal ones (a peak test "
          "Equal(MaxPool(x), x) then finds peaks everywhere), and what Log and Reciprocal read, since "
          "a grid rounds small values to 0; with the tensors those come from through ops that keep equal values "
-         "equal (MaxPool, Reshape, Slice, a Sigmoid, an eps Clip, a scale by a constant). false quantizes them as "
-         "any activation."},
+         "equal (MaxPool, Reshape, Slice, a Sigmoid, an eps Clip, a scale by a constant); and a score the model "
+         "outputs (a graph output a Sigmoid or Softmax computes), since an 8-bit grid rounds every probability below "
+         "0.002 to 0 and ties what users rank. false quantizes them as any activation."},
 
         {"mixed_scale_ratio", K::Float, "16", P::Calibrate, yes,
          "Channels on different scales: where a tensor the graph splits (every reader a Slice or Split), a Concat's "

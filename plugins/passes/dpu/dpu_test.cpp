@@ -240,20 +240,31 @@ TEST(SimulateDpu, LeakyReluAndSigmoid) {
     GraphBuilder b;
     b.input("x", {4}).output("y", {4});
     float_attribute(b.node("LeakyRelu", {"x"}, {"l"}), "alpha", 0.1f);
-    b.node("Sigmoid", {"l"}, {"y"});
+    b.node("Sigmoid", {"l"}, {"s"});
+    b.node("Relu", {"s"}, {"y"});
     auto model = b.build();
     EXPECT_TRUE(run_pass("convert_leaky_relu_to_dpu_version", model));
     EXPECT_FLOAT_EQ(model.graph().node(0).attribute(0).f(), 26.0f / 256.0f);
     EXPECT_TRUE(run_pass("convert_sigmoid_to_hard_sigmoid", model));
     EXPECT_TRUE(dpu::is_dpu_hard_sigmoid(model.graph().node(1)));
     EXPECT_TRUE(run_pass("convert_hard_sigmoid_to_dpu_version", model));
-    EXPECT_EQ(op_types(model), (std::vector<std::string>{"LeakyRelu", "HardSigmoid", "Mul"}));
+    EXPECT_EQ(op_types(model), (std::vector<std::string>{"LeakyRelu", "HardSigmoid", "Mul", "Relu"}));
     EXPECT_TRUE(model.marked(model.graph().node(2), vaiq::kDeviceRescale));
-    EXPECT_EQ(model.graph().node(2).output(0), "y");
+    EXPECT_EQ(model.graph().node(2).output(0), "s");
     // HardSigmoid(0) = 0.5, times the DPU's 2731/16384 x 6.
     const auto y = run(model, vaiq::Tensor::from_values<float>({4}, std::vector<float>{0, 0, 0, 0}))[0];
     EXPECT_FLOAT_EQ(y.data<float>()[0], static_cast<float>(0.5f * static_cast<float>(dpu::kHardSigmoidScale)));
     EXPECT_FALSE(run_pass("convert_hard_sigmoid_to_dpu_version", model));
+}
+
+TEST(SimulateDpu, ASigmoidTheModelOutputsStaysASigmoid) {
+    // A score: HardSigmoid would tie every logit below -3 at 0.
+    GraphBuilder b;
+    b.input("x", {4}).output("score", {4});
+    b.node("Sigmoid", {"x"}, {"score"});
+    auto model = b.build();
+    EXPECT_FALSE(run_pass("convert_sigmoid_to_hard_sigmoid", model));
+    EXPECT_EQ(op_types(model), (std::vector<std::string>{"Sigmoid"}));
 }
 
 TEST(SimulateDpu, AveragesAreRescaledByTheDpuFactor) {

@@ -20,10 +20,15 @@ bool convert_leaky_relu_to_dpu_version(vaiq::Model& model) {
     return changed;
 }
 
+// A Sigmoid whose output leaves the model stays: it is a score its users
+// threshold and rank, the host keeps it float (float_fragile_inputs), so it runs
+// after the DPU, where HardSigmoid would only tie every score whose logit is
+// below -3 at 0 (a keyword model's clips then ranked at chance).
 bool convert_sigmoid_to_hard_sigmoid(vaiq::Model& model) {
     bool changed = false;
+    const vaiq::GraphIndex index(model);
     for (auto& node : *model.graph().mutable_node()) {
-        if (node.op_type() != "Sigmoid" || !is_default_domain(node)) continue;
+        if (node.op_type() != "Sigmoid" || !is_default_domain(node) || index.is_graph_output(node.output(0))) continue;
         node.set_op_type("HardSigmoid");
         set_attribute(node, "alpha", 1.0f / 6.0f);
         set_attribute(node, "beta", 0.5f);
