@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """Text lines for measuring the PP-OCRv4 recognizer (SVTR-LCNet, CTC) before and after quantization.
 
-  ocr_lines.py render DIR N SEED     N lines rendered with Debian's DejaVu fonts from words of Debian's
+  ocr_lines.py render DIR N SEED [other]
+                                     N lines rendered with Debian's DejaVu fonts from words of Debian's
                                      license texts: DIR/line_<k>.npy (1x3x48x320, PaddleOCR's
-                                     preprocessing) and DIR/labels.txt (the text, one a line)
+                                     preprocessing) and DIR/labels.txt (the text, one a line); with
+                                     `other`, lines a recipe was never tuned on: other faces (oblique,
+                                     condensed, italic, light), words of other licenses with
+                                     punctuation, and a wider range of ink and paper
   ocr_lines.py score KEYS LABELS OUT...  CTC-decodes OUT/output_0.npy for each line (OUT given once per
                                      line, in order) and prints exact-line accuracy, the same with spaces
                                      ignored (as PaddleOCR's recognition metric compares lines) and
@@ -18,16 +22,22 @@ import numpy as np
 WIDTH, HEIGHT = 320, 48
 
 
-def words():
-    text = open("/usr/share/common-licenses/GPL-3").read() + open("/usr/share/common-licenses/Apache-2.0").read()
-    return sorted({w for w in re.findall(r"[A-Za-z0-9]+", text) if 2 <= len(w) <= 12})
+FACES = ["DejaVuSans.ttf", "DejaVuSerif.ttf", "DejaVuSansMono.ttf", "DejaVuSans-Bold.ttf"]
+OTHER_FACES = ["DejaVuSans-Oblique.ttf", "DejaVuSansCondensed.ttf", "DejaVuSerif-Italic.ttf",
+               "DejaVuSansMono-Bold.ttf", "DejaVuSans-ExtraLight.ttf", "DejaVuSerifCondensed-Bold.ttf"]
 
 
-def render(d, n, seed):
+def words(other=False):
+    licenses = ["MPL-2.0", "Artistic", "LGPL-2.1", "GFDL-1.3"] if other else ["GPL-3", "Apache-2.0"]
+    text = "".join(open(f"/usr/share/common-licenses/{f}").read() for f in licenses)
+    pattern = r"[A-Za-z0-9]+[.,:;)]?" if other else r"[A-Za-z0-9]+"
+    return sorted({w for w in re.findall(pattern, text) if 2 <= len(w) <= 12})
+
+
+def render(d, n, seed, other=False):
     from PIL import Image, ImageDraw, ImageFont
-    fonts = [f"/usr/share/fonts/truetype/dejavu/{f}" for f in
-             ["DejaVuSans.ttf", "DejaVuSerif.ttf", "DejaVuSansMono.ttf", "DejaVuSans-Bold.ttf"]]
-    vocabulary = words()
+    fonts = [f"/usr/share/fonts/truetype/dejavu/{f}" for f in (OTHER_FACES if other else FACES)]
+    vocabulary = words(other)
     os.makedirs(d, exist_ok=True)
     labels = []
     for k in range(n):
@@ -38,8 +48,8 @@ def render(d, n, seed):
             w = int(font.getlength(text)) + 16
             if w <= WIDTH * 1.3:  # the line is 48 high: squeezed by at most 30 % to fit
                 break
-        bg = tuple(r.randint(180, 255) for _ in range(3))
-        ink = tuple(r.randint(0, 90) for _ in range(3))
+        bg = tuple(r.randint(140 if other else 180, 255) for _ in range(3))
+        ink = tuple(r.randint(0, 110 if other else 90) for _ in range(3))
         im = Image.new("RGB", (max(w, HEIGHT), HEIGHT), bg)
         ImageDraw.Draw(im).text((8, 5), text, fill=ink, font=font)
         # PaddleOCR's recognizer preprocessing: height 48, width ceil(48 * ratio) up to 320, BGR,
@@ -80,7 +90,7 @@ def score(keys, labels, outs):
 
 if __name__ == "__main__":
     if sys.argv[1] == "render":
-        render(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        render(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:] == ["other"])
     elif sys.argv[1] == "score":
         score(sys.argv[2], sys.argv[3], sys.argv[4:])
     else:

@@ -421,6 +421,98 @@ TEST(SequenceAgreement, CountsTheSamplesWhoseDecodingAgrees) {
     EXPECT_DOUBLE_EQ(error.sequence_agreement, 0.5);
 }
 
+// What an output means is read from the op that computes it.
+TEST(OutputMeaning, ComesFromTheOpThatComputesTheOutput) {
+    GraphBuilder b;
+    b.input("x", {1, 3, 2, 2}).output("classes", {1, 3, 2, 2}).output("mask", {1, 12}).output("peaks", {1, 3, 2, 2});
+    b.output("logits", {1, 3, 2, 2});
+    vaiq::set_int_attribute(b.node("Softmax", {"x"}, {"classes"}, "per_pixel"), "axis", 1);
+    b.node("Sigmoid", {"x"}, {"p"}, "squash");
+    b.node("Flatten", {"p"}, {"mask"});
+    auto& pool = b.node("MaxPool", {"p"}, {"pooled"});
+    vaiq::test::set_ints_attribute(pool, "kernel_shape", {1, 1});
+    b.node("Equal", {"pooled", "p"}, {"is_peak"});
+    vaiq::set_int_attribute(b.node("Cast", {"is_peak"}, {"peak_mask"}), "to", 1);
+    b.node("Mul", {"peak_mask", "p"}, {"peaks"}, "keep_peaks");
+    b.node("Identity", {"x"}, {"logits"});
+    const auto model = b.build();
+    using Kind = vaiq::OutputMeaning::Kind;
+    const auto classes = vaiq::output_meaning(model, "classes");
+    EXPECT_EQ(classes.kind, Kind::Argmax);
+    EXPECT_EQ(classes.axis, 1);
+    EXPECT_EQ(classes.source, "Softmax 'per_pixel'");
+    EXPECT_EQ(vaiq::output_meaning(model, "mask").kind, Kind::Threshold) << "a reshape keeps decisions";
+    EXPECT_EQ(vaiq::output_meaning(model, "peaks").kind, Kind::NonZero);
+    const auto logits = vaiq::output_meaning(model, "logits");
+    EXPECT_EQ(logits.kind, Kind::Argmax);
+    EXPECT_TRUE(logits.source.empty()) << "logits: the last axis, as before";
+}
+
+namespace {
+
+// A reference of one batch, `x` fed and output as it is, with `meaning`, and
+// a candidate that adds `e` to x before `op` (or returns x + e).
+vaiq::ReferenceBatches identity_reference(const Tensor& x, vaiq::OutputMeaning meaning) {
+    vaiq::ReferenceBatches reference;
+    reference.output_name = "y";
+    reference.feeds.push_back({{"x", x}});
+    reference.outputs.push_back(x);
+    reference.meaning = std::move(meaning);
+    return reference;
+}
+
+vaiq::Model plus(const std::vector<int64_t>& shape, const std::vector<float>& e) {
+    GraphBuilder b;
+    b.input("x", shape).output("y", shape);
+    b.initializer("e", Tensor::from_values<float>(shape, e));
+    b.node("Add", {"x", "e"}, {"y"});
+    return b.build();
+}
+
+}  // namespace
+
+// A segmenter's [N, C, H, W] Softmax: each pixel's class along axis 1, not the
+// argmax over a row of pixels.
+TEST(OutputMeaning, ASegmentersClassesAreCountedPerPixel) {
+    // 2 classes, 1x4 pixels; class 1 wins at pixels 0 and 3.
+    const auto x = Tensor::from_values<float>({1, 2, 1, 4}, std::vector<float>{0, 5, 1, 0, 1, 0, 0, 1});
+    vaiq::OutputMeaning meaning;
+    meaning.axis = 1;
+    meaning.source = "Softmax 's'";
+    std::vector<float> e(8, 0.0f);
+    e[3] = 2;  // pixel 3: class 0 now wins
+    const auto error = vaiq::measure_output(plus({1, 2, 1, 4}, e), identity_reference(x, meaning), 1);
+    EXPECT_EQ(error.rows, 4) << "one decision a pixel";
+    EXPECT_DOUBLE_EQ(error.top1_agreement, 0.75);
+    // Read as rows over the last axis (4 pixels of one class), the change is not seen.
+    const auto rows = vaiq::measure_output(plus({1, 2, 1, 4}, e), identity_reference(x, {}), 1);
+    EXPECT_DOUBLE_EQ(rows.top1_agreement, 1.0);
+}
+
+// A mask's background agrees trivially: a map's decisions count as the IoU of
+// the positives, so losing half an object is half, not 98 %.
+TEST(OutputMeaning, AMasksAgreementIsTheIouOfItsPositives) {
+    std::vector<float> p(100, 0.1f);
+    for (int i = 0; i < 4; ++i) p[i] = 0.9f;  // a 4-pixel object in a 10x10 map
+    const auto x = Tensor::from_values<float>({1, 1, 10, 10}, p);
+    vaiq::OutputMeaning meaning;
+    meaning.kind = vaiq::OutputMeaning::Kind::Threshold;
+    meaning.source = "Sigmoid 'm'";
+    std::vector<float> e(100, 0.0f);
+    e[0] = e[1] = -0.8f;  // two of the object's pixels fall below 0.5
+    const auto error = vaiq::measure_output(plus({1, 1, 10, 10}, e), identity_reference(x, meaning), 1);
+    EXPECT_DOUBLE_EQ(error.top1_agreement, 0.5);
+    EXPECT_EQ(error.rows, 4) << "the union of the positives";
+    // A peak map: its nonzero elements.
+    meaning.kind = vaiq::OutputMeaning::Kind::NonZero;
+    std::vector<float> peaks(100, 0.0f), moved(100, 0.0f);
+    peaks[10] = 0.3f, peaks[50] = 0.7f;
+    moved[10] = -0.3f, moved[11] = 0.3f;  // one peak found a pixel off
+    const auto y = Tensor::from_values<float>({1, 1, 10, 10}, peaks);
+    const auto shifted = vaiq::measure_output(plus({1, 1, 10, 10}, moved), identity_reference(y, meaning), 1);
+    EXPECT_DOUBLE_EQ(shifted.top1_agreement, 1.0 / 3.0) << "one of three positives in both";
+}
+
 // Trials are ranked by their metric, the finer measures deciding its ties.
 TEST(TrialOrder, AFinerMeasureDecidesATie) {
     vaiq::OutputError a, b;

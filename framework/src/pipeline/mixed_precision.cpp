@@ -318,6 +318,7 @@ MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target,
     out.raised = raised;
     out.report = {{"target", target.describe()},
                   {"output", reference.output_name},
+                  {"measure", reference.meaning.describe()},
                   {"batches", reference.feeds.size()},
                   {"budget", budget},
                   {"met", reached},

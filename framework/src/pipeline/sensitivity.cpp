@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 #include <tuple>
 
 #include "vaiq/error.hpp"
@@ -84,12 +85,15 @@ ReferenceBatches reference_batches(const Model& float_model, DataReader& data, i
     }
     if (out.feeds.empty()) throw InputError("the data holds no batches");
     out.output_name = executor.output_names()[output_index];
+    out.meaning = output_meaning(float_model, out.output_name);
     return out;
 }
 
-// One score a row (a wake word's or a detector's sigmoid, a binary logit): what
-// the model says is the score against 0.5 where every reference value is a
-// probability, against 0 otherwise. An argmax over one value always agrees.
+namespace {
+
+// One score a row (a wake word's or a detector's logit): what the model says is
+// the score against 0.5 where every reference value is a probability, against 0
+// otherwise. An argmax over one value always agrees.
 float decision_threshold(const ReferenceBatches& reference) {
     for (const auto& f : reference.outputs)
         for (float v : f.data<float>())
@@ -97,13 +101,109 @@ float decision_threshold(const ReferenceBatches& reference) {
     return 0.5f;
 }
 
+const std::set<std::string, std::less<>> kBooleanOps = {"Equal", "Greater",   "GreaterOrEqual", "Less", "LessOrEqual",
+                                                        "Not",   "And",       "Or",             "Xor",  "IsNaN",
+                                                        "IsInf", "BitwiseNot"};
+const std::set<std::string, std::less<>> kReshapes = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"};
+
+std::string describe_node(const onnx::NodeProto& node) {
+    return fmt::format("{} '{}'", node.op_type(), node.name().empty() ? node.output(0) : node.name());
+}
+
+// A Cast of a comparison's or a logical op's result: a 0/1 mask.
+bool is_mask(const onnx::GraphProto& graph, const GraphIndex& index, const std::string& tensor) {
+    const int p = index.producer(tensor);
+    if (p < 0 || graph.node(p).op_type() != "Cast" || !is_default_domain(graph.node(p))) return false;
+    const int q = index.producer(graph.node(p).input(0));
+    return q >= 0 && kBooleanOps.count(graph.node(q).op_type()) > 0;
+}
+
+// The argmax along `axis` at every other position: the classes of
+// `values` (of `shape`) lie along `axis`, or from `axis` on when `flattened`.
+std::vector<int64_t> argmaxes(std::span<const float> values, const std::vector<int64_t>& shape, int64_t axis,
+                              bool flattened) {
+    const auto rank = static_cast<int64_t>(shape.size());
+    if (rank == 0) return {};
+    if (axis < 0) axis += rank;
+    axis = std::clamp<int64_t>(axis, 0, rank - 1);
+    int64_t outer = 1, classes = 1, inner = 1;
+    for (int64_t d = 0; d < rank; ++d) (d < axis ? outer : d == axis || flattened ? classes : inner) *= shape[d];
+    std::vector<int64_t> out(static_cast<size_t>(outer * inner));
+    for (int64_t o = 0; o < outer; ++o)
+        for (int64_t i = 0; i < inner; ++i) {
+            const float* base = values.data() + o * classes * inner + i;
+            int64_t best = 0;
+            for (int64_t c = 1; c < classes; ++c)
+                if (base[c * inner] > base[best * inner]) best = c;
+            out[static_cast<size_t>(o * inner + i)] = best;
+        }
+    return out;
+}
+
+}  // namespace
+
+std::string OutputMeaning::describe() const {
+    switch (kind) {
+        case Kind::Threshold:
+            return fmt::format("decisions at 0.5 ({}: independent probabilities)", source);
+        case Kind::NonZero:
+            return fmt::format("its nonzero elements ({} masks it)", source);
+        case Kind::Argmax:
+            break;
+    }
+    if (source.empty()) return "the argmax over the last axis (one score a row: its decision)";
+    return fmt::format("the argmax over axis {}{} ({})", axis, flattened ? " and after" : "", source);
+}
+
+OutputMeaning output_meaning(const Model& model, const std::string& output) {
+    const auto& graph = model.graph();
+    const GraphIndex index(graph);
+    OutputMeaning m;
+    bool reshaped = false;  // decisions do not depend on the layout; an argmax's axis does
+    std::string tensor = output;
+    for (int p = index.producer(tensor); p >= 0; p = index.producer(tensor)) {
+        const auto& node = graph.node(p);
+        const auto& op = node.op_type();
+        if (!is_default_domain(node) || node.input_size() == 0) break;
+        if (op == "Softmax" || op == "LogSoftmax") {
+            if (reshaped) break;
+            const bool old = model.opset() < 13;  // before 13: over every axis from `axis` on
+            m.axis = int_attribute(node, "axis", old ? 1 : -1);
+            m.flattened = old;
+            m.source = describe_node(node);
+            return m;
+        }
+        if (op == "Sigmoid" || op == "HardSigmoid") {
+            m.kind = OutputMeaning::Kind::Threshold;
+            m.source = describe_node(node);
+            return m;
+        }
+        const bool masked =
+            is_mask(graph, index, tensor) ||
+            (op == "Mul" && node.input_size() == 2 &&
+             (is_mask(graph, index, node.input(0)) || is_mask(graph, index, node.input(1))));
+        if (masked) {
+            m.kind = OutputMeaning::Kind::NonZero;
+            m.source = describe_node(node);
+            return m;
+        }
+        if (op != "Identity" && !kReshapes.count(op)) break;
+        reshaped = reshaped || op != "Identity";
+        tensor = node.input(0);
+    }
+    return m;
+}
+
 OutputError measure_output(const Model& candidate, const ReferenceBatches& reference, int threads) {
-    const float threshold = decision_threshold(reference);
+    const auto& meaning = reference.meaning;
+    const bool argmax = meaning.kind == OutputMeaning::Kind::Argmax;
+    const float threshold = argmax ? decision_threshold(reference) : 0.5f;
     runtime::ExecutorOptions options;
     options.threads = threads;
     runtime::Executor executor(candidate, options);
     ErrorSums sums;
-    int64_t rows = 0, agree = 0, samples = 0, samples_agree = 0;
+    int64_t rows = 0, agree = 0, samples = 0, samples_agree = 0, both = 0, either = 0;
+    bool map = false;
     for (size_t b = 0; b < reference.feeds.size(); ++b) {
         const auto outputs = executor.run(reference.feeds[b]);
         const Tensor& q = checked_output(outputs, reference.output_index, "a reference batch");
@@ -112,26 +212,42 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
             throw InternalError(
                 fmt::format("a candidate's output has {} values, the float model's {}", q.size(), f.size()));
         sums.add(f.data<float>(), q.data<float>());
-        const int64_t n = row_length(f);
+        const auto fv = f.data<float>(), qv = q.data<float>();
+        if (!argmax) {  // each element a decision
+            const bool nonzero = meaning.kind == OutputMeaning::Kind::NonZero;
+            map = map || f.shape().size() >= 3;
+            for (size_t i = 0; i < fv.size(); ++i, ++rows) {
+                const bool yes_f = nonzero ? fv[i] != 0.0f : fv[i] >= threshold;
+                const bool yes_q = nonzero ? qv[i] != 0.0f : qv[i] >= threshold;
+                agree += yes_f == yes_q, both += yes_f && yes_q, either += yes_f || yes_q;
+            }
+            continue;
+        }
+        const int64_t n = meaning.source.empty() ? row_length(f) : 2;  // a Softmax's axis: classes
         if (n == 1) {
-            const auto fv = f.data<float>(), qv = q.data<float>();
             for (size_t r = 0; r < fv.size(); ++r, ++rows) agree += (fv[r] >= threshold) == (qv[r] >= threshold);
         }
         if (n < 2) continue;
-        const auto fa = row_argmaxes(f.data<float>(), n), qa = row_argmaxes(q.data<float>(), n);
+        const auto fa = argmaxes(fv, f.shape(), meaning.axis, meaning.flattened),
+                   qa = argmaxes(qv, q.shape(), meaning.axis, meaning.flattened);
         for (size_t r = 0; r < fa.size(); ++r, ++rows) agree += qa[r] == fa[r];
-        if (f.shape()[0] <= 0) continue;
+        if (f.shape().empty() || f.shape()[0] <= 0) continue;
         const std::span<const int64_t> fs(fa), qs(qa);
-        const auto rows_per_sample = fa.size() / static_cast<size_t>(f.shape()[0]);
+        const auto per_sample = fa.size() / static_cast<size_t>(f.shape()[0]);
         for (size_t i = 0; i < static_cast<size_t>(f.shape()[0]); ++i, ++samples)
-            samples_agree += collapse(qs.subspan(i * rows_per_sample, rows_per_sample)) ==
-                             collapse(fs.subspan(i * rows_per_sample, rows_per_sample));
+            samples_agree += collapse(qs.subspan(i * per_sample, per_sample)) ==
+                             collapse(fs.subspan(i * per_sample, per_sample));
     }
     OutputError out;
     out.sqnr_db = sums.sqnr_db().value_or(std::numeric_limits<double>::infinity());
     out.relative_l2 = sums.signal > 0 ? std::sqrt(sums.noise / sums.signal) : 0.0;
-    out.top1_agreement = rows > 0 ? static_cast<double>(agree) / static_cast<double>(rows) : 1.0;
-    out.rows = rows;
+    if (map) {  // a mask's or peak map's positives: their IoU (its background agrees trivially)
+        out.top1_agreement = either > 0 ? static_cast<double>(both) / static_cast<double>(either) : 1.0;
+        out.rows = either;
+    } else {
+        out.top1_agreement = rows > 0 ? static_cast<double>(agree) / static_cast<double>(rows) : 1.0;
+        out.rows = rows;
+    }
     out.sequence_agreement = samples > 0 ? static_cast<double>(samples_agree) / static_cast<double>(samples) : 1.0;
     out.samples = samples;
     return out;

@@ -20,6 +20,27 @@
 
 namespace vaiq {
 
+/// What an output means, read from the op that computes it; it decides how
+/// agreement with the float model is counted.
+struct OutputMeaning {
+    enum class Kind {
+        Argmax,     ///< classes along `axis` (a Softmax's, else the last): each position's argmax
+        Threshold,  ///< independent probabilities (a Sigmoid: masks, multi-label, one score a row): v >= 0.5
+        NonZero,    ///< a map a comparison masked (a peak map, a Cast of a boolean): v != 0
+    };
+    Kind kind = Kind::Argmax;
+    int64_t axis = -1;       ///< Argmax: the classes' axis (negative: from the end)
+    bool flattened = false;  ///< Argmax: the classes are every value from `axis` on (Softmax before opset 13)
+    std::string source;      ///< the op that says so, e.g. "Softmax 'prob'"; empty for the default
+
+    std::string describe() const;
+};
+
+/// The meaning of graph output `output` of `model`: a Softmax's (or LogSoftmax's)
+/// axis, a Sigmoid's independent decisions, a comparison's mask; else the last
+/// axis' argmax (logits), one score a row deciding against 0.5 or 0.
+OutputMeaning output_meaning(const Model& model, const std::string& output);
+
 /// The first batches of some data with the float model's output on each, kept
 /// in memory (feeds and one output per batch: bounded by the batch count), so
 /// that any number of candidate models is measured against them.
@@ -28,6 +49,7 @@ struct ReferenceBatches {
     std::vector<Tensor> outputs;  ///< the float model's output `output_index`, per batch
     int output_index = 0;
     std::string output_name;
+    OutputMeaning meaning;
 };
 
 /// Runs up to `max_batches` batches (0: all) of `data` through the float
@@ -40,10 +62,13 @@ ReferenceBatches reference_batches(const Model& float_model, DataReader& data, i
 struct OutputError {
     double sqnr_db = 0;         ///< +inf when exact
     double relative_l2 = 0;     ///< ||f - q|| / ||f||
-    /// Rows (over the last axis) whose argmax agrees with the float model's; for one
-    /// score a row, whose decision does (the score against 0.5 for probabilities, else 0).
+    /// By the output's meaning: the positions whose argmax agrees with the float
+    /// model's (rows over the last axis for logits; for one score a row, its decision
+    /// against 0.5 for probabilities, else 0); for decisions (Threshold, NonZero), the
+    /// share of elements that agree, or in maps (rank >= 3: masks, peak maps) the IoU
+    /// of the two models' positive elements, 1 where neither has any.
     double top1_agreement = 0;
-    int64_t rows = 0;           ///< the rows top1_agreement counts
+    int64_t rows = 0;           ///< the rows, elements or union top1_agreement counts
     /// Samples (along the first axis) whose decoded output agrees with the float
     /// model's: see `greedy_decode`. For a classifier's [N, C] this is top-1 agreement.
     double sequence_agreement = 0;
