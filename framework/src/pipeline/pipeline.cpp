@@ -994,6 +994,50 @@ void finetune_weights(RunState& s) {
     if (trials > 1) s.report["fast_finetune"]["trials"] = {{"metric", metric}, {"runs", trial_report}};
 }
 
+// Mixed precision that missed its target within the budget tries the next
+// lever before giving up: the weights fitted at the precisions it chose (fast
+// finetune), kept only where the output then agrees better.
+void next_lever(RunState& s, const MixedPrecisionTarget& target) {
+    auto& mixed = s.report["mixed_precision"];
+    if (mixed.value("met", true)) return;
+    const bool enabled = s.recipe.value("extra_options.AutoMixprecision.NextLever").get<bool>();
+    if (!enabled || s.recipe.value("include_fast_ft").get<bool>()) {
+        log_warn("mixed precision missed its target ({}){}", target.describe(),
+                 enabled ? "; fast finetune (include_fast_ft) follows" : "");
+        return;
+    }
+    const auto reference = reference_batches(float_reference(s), *s.data, 0, target.output_index, s.threads);
+    const auto before = measure_output(emit_plan(s, s.plan), reference, s.threads);
+    log_info("mixed precision missed its target ({}): trying the next lever, fast finetune of the weights",
+             target.describe());
+    const auto kept_weights = s.rounded_weights;
+    const auto kept_on = s.rounded_on;
+    finetune_weights(s);
+    const auto after = measure_output(emit_plan(s, s.plan), reference, s.threads);
+    const bool better = target.score(after) > target.score(before) ||
+                        (target.score(after) == target.score(before) && after.sqnr_db > before.sqnr_db);
+    const bool met = better && target.met_by(after);
+    mixed["next_lever"] = {{"tried", "fast_finetune"},
+                           {"before", error_json(before)},
+                           {"after", error_json(after)},
+                           {"kept", better},
+                           {"met", met}};
+    if (!better) {
+        s.rounded_weights = kept_weights, s.rounded_on = kept_on;
+        s.report.erase("fast_finetune");
+    }
+    if (met) {
+        log_info("mixed precision: fast finetune met the target (top-1 agreement {:.4f}, SQNR {:.2f} dB)",
+                 after.top1_agreement, after.sqnr_db);
+        return;
+    }
+    log_warn("mixed precision: the target ({}) is out of reach within the budget even with the weights fitted "
+             "(top-1 agreement {:.4f} -> {:.4f}, SQNR {:.2f} -> {:.2f} dB; fit {}): to try, a larger "
+             "MaxRaisedFraction, another calibrate_method, more calibration data",
+             target.describe(), before.top1_agreement, after.top1_agreement, before.sqnr_db, after.sqnr_db,
+             better ? "kept" : "dropped");
+}
+
 // GPTQ's rounding of the weight-only MatMul weights, with the plan's scales.
 void gptq_weights(RunState& s) {
     GptqOptions o;
@@ -1022,6 +1066,7 @@ void parameters_phase(RunState& s) {
     if (const auto target = mixed_precision_target(s.recipe)) {
         raise_sensitive_tensors(s, *target);
         refined = recompute();
+        next_lever(s, *target);
     }
     if (s.recipe.value("include_fast_ft").get<bool>()) finetune_weights(s);
     if (s.recipe.value("weight_only").get<bool>()) {

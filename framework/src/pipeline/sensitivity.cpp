@@ -106,10 +106,6 @@ const std::set<std::string, std::less<>> kBooleanOps = {"Equal", "Greater",   "G
                                                         "IsInf", "BitwiseNot"};
 const std::set<std::string, std::less<>> kReshapes = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"};
 
-std::string describe_node(const onnx::NodeProto& node) {
-    return fmt::format("{} '{}'", node.op_type(), node.name().empty() ? node.output(0) : node.name());
-}
-
 // A Cast of a comparison's or a logical op's result: a 0/1 mask.
 bool is_mask(const onnx::GraphProto& graph, const GraphIndex& index, const std::string& tensor) {
     const int p = index.producer(tensor);

@@ -327,10 +327,17 @@ const std::vector<KeySpec>& recipe_keys() {
         {"extra_options.AutoMixprecision.L2Target", K::Float, "null", P::Parameters, yes,
          "Raise tensors until the output's relative L2 error ||f - q|| / ||f|| is at most this."},
         {"extra_options.AutoMixprecision.Top1AccTarget", K::Float, "null", P::Parameters, yes,
-         "Raise tensors until top-1 accuracy (with evaluation_labels; else agreement with the float model, row "
-         "by row over the output's last axis) is at most this much below the float model's."},
+         "Raise tensors until top-1 accuracy (with evaluation_labels; else agreement with the float model by what "
+         "the output means: each position's class along a Softmax's axis, else the last axis; a Sigmoid's decisions "
+         "at 0.5, as the IoU of the positives in maps; a masked peak map's nonzero elements) is at most this much "
+         "below the float model's."},
         {"extra_options.AutoMixprecision.MaxRaisedFraction", K::Float, "0.1", P::Parameters, yes,
          "Raise at most this fraction of the quantized activations and weights."},
+        {"extra_options.AutoMixprecision.NextLever", K::Bool, "true", P::Parameters, yes,
+         "When the target is out of reach within the budget (or fails on the held-out batches): fit the weights "
+         "at their precisions (fast finetune with FastFinetune's settings, unless include_fast_ft does already) and "
+         "keep the fit where the output then agrees better; a warning says whether the target was met. false: the "
+         "warning only."},
         {"extra_options.CLEScaleAppendBias", K::Bool, "true", P::Prepare, yes,
          "Include the bias when computing CLE weight scales.", "include_cle"},
         {"extra_options.CLEActivationAware", K::Bool, "false", P::Prepare, yes,

@@ -54,6 +54,14 @@ const onnx::AttributeProto* find_attribute(const onnx::NodeProto& node, std::str
     return nullptr;
 }
 
+std::string node_label(const onnx::NodeProto& node) {
+    return node.name().empty() && node.output_size() > 0 ? node.output(0) : node.name();
+}
+
+std::string describe_node(const onnx::NodeProto& node) {
+    return fmt::format("{} '{}'", node.op_type(), node_label(node));
+}
+
 int64_t int_attribute(const onnx::NodeProto& node, std::string_view name, int64_t fallback) {
     const auto* a = find_attribute(node, name);
     return a ? a->i() : fallback;
