@@ -275,6 +275,33 @@ vaiq::Model packed_head_model(bool split) {
     return b.build();
 }
 
+// x -> two 1x1 Convs of two channels each -> Concat -> Conv. `scale` sizes the second
+// branch; the first has a nearly dead channel (weights 0.001) beside a live one.
+vaiq::Model concat_model(float scale) {
+    GraphBuilder b;
+    b.input("x", {1, 1, 8, 8}).output("y", {1, 1, 8, 8});
+    b.initializer("wa", Tensor::from_values<float>({2, 1, 1, 1}, std::vector<float>{1.0f, 0.001f}));
+    b.initializer("wy", Tensor::from_values<float>({1, 4, 1, 1}, std::vector<float>{0.5f, 0.5f, 0.01f, 0.01f}));
+    b.initializer("wb", Tensor::from_values<float>({2, 1, 1, 1}, std::vector<float>{scale, -scale}));
+    b.node("Conv", {"x", "wa"}, {"a"}, "branch_a");
+    b.node("Conv", {"x", "wb"}, {"b"}, "branch_b");
+    vaiq::set_int_attribute(b.node("Concat", {"a", "b"}, {"joined"}, "join"), "axis", 1);
+    b.node("Conv", {"joined", "wy"}, {"y"}, "mix");
+    return b.build();
+}
+
+// A concatenation is mixed where its branches are, not where one feature map's
+// channels differ (a ReLU's nearly dead channel beside a live one, in every CNN).
+TEST_F(FieldRun, AConcatenationIsMixedWhereItsBranchesAre) {
+    const auto similar = run(concat_model(1.5f));
+    EXPECT_TRUE(similar["mixed_scale_tensors"].empty()) << similar["mixed_scale_tensors"].dump();
+    const auto apart = run(concat_model(300.0f));
+    ASSERT_EQ(apart["mixed_scale_tensors"].size(), 1u) << apart["mixed_scale_tensors"].dump();
+    const auto& m = apart["mixed_scale_tensors"][0];
+    EXPECT_EQ(m["tensor"], "joined");
+    EXPECT_EQ(m["narrow_channels"], nlohmann::json::array({0, 1})) << "the first branch's channels";
+}
+
 const nlohmann::json& mixed_scale(const nlohmann::json& report, const std::string& role) {
     for (const auto& m : report["mixed_scale_tensors"])
         if (m["role"] == role) return m;

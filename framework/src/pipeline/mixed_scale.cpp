@@ -100,6 +100,29 @@ bool differ(MixedScaleTensor& m, const std::vector<float>& r, double ratio) {
     return true;
 }
 
+// Fills in the ranges of `m`, a Concat's output, from its branches' largest
+// values (each measured along the axis): false when they do not differ by
+// `ratio` or a branch was not measured. The narrow channels are those of the
+// narrow branches.
+bool branches_differ(const onnx::NodeProto& concat, const ChannelRanges& ranges, MixedScaleTensor& m, double ratio) {
+    std::vector<float> maxima;
+    std::vector<size_t> widths;
+    for (const auto& input : concat.input()) {
+        const auto it = ranges.find(input);
+        if (it == ranges.end() || it->second.empty()) return false;
+        maxima.push_back(*std::max_element(it->second.begin(), it->second.end()));
+        widths.push_back(it->second.size());
+    }
+    MixedScaleTensor branches;
+    if (!differ(branches, maxima, ratio)) return false;
+    m.widest = branches.widest, m.narrowest = branches.narrowest;
+    size_t first = 0;
+    for (size_t b = 0; b < maxima.size(); first += widths[b], ++b)
+        if (std::find(branches.narrow.begin(), branches.narrow.end(), static_cast<int>(b)) != branches.narrow.end())
+            for (size_t c = 0; c < widths[b]; ++c) m.narrow.push_back(static_cast<int>(first + c));
+    return true;
+}
+
 // The output-channel axis of a layer's weight (input 1); -1 for other ops.
 int output_channel_axis(const onnx::NodeProto& node, const Tensor& weight) {
     if (!is_default_domain(node)) return -1;
@@ -172,11 +195,19 @@ std::vector<ChannelRangeRequest> mixed_scale_candidates(const Model& model, cons
         if (producer < 0) continue;
         const auto& node = model.graph().node(producer);
         if (!is_default_domain(node)) continue;
-        if (node.op_type() == "Concat")
-            out.push_back({t.tensor, static_cast<int>(int_attribute(node, "axis", 1))});
+        if (node.op_type() == "Concat") {
+            // Its branches, each measured along the concatenation's axis.
+            const int axis = static_cast<int>(int_attribute(node, "axis", 1));
+            out.push_back({t.tensor, axis});
+            for (const auto& input : node.input())
+                if (!input.empty() && !index.initializer(input) && !constant_tensor(index, input))
+                    out.push_back({input, axis});
+        }
         else if ((node.op_type() == "Conv" || node.op_type() == "ConvTranspose") && index.is_graph_output(t.tensor))
             out.push_back({t.tensor, 1});
     }
+    std::set<std::string> seen;
+    std::erase_if(out, [&](const ChannelRangeRequest& r) { return !seen.insert(r.tensor).second; });
     return out;
 }
 
@@ -191,9 +222,20 @@ std::vector<MixedScaleTensor> split_mixed_scales(const Model& model, DraftPlan& 
         MixedScaleTensor m;
         m.tensor = request.tensor;
         m.axis = request.axis;
-        if (!differ(m, it->second, ratio)) continue;
         const int producer = index.producer(m.tensor);
         m.node = producer < 0 ? m.tensor : node_label(model.graph().node(producer));
+        const bool concat = producer >= 0 && model.graph().node(producer).op_type() == "Concat";
+        const bool head = producer >= 0 && index.is_graph_output(m.tensor) &&
+                          (model.graph().node(producer).op_type() == "Conv" ||
+                           model.graph().node(producer).op_type() == "ConvTranspose");
+        if (!concat && !head && !split_axis(model, index, m.tensor)) continue;  // measured as a branch only
+        if (concat) {
+            // Channels of one feature map differ anyway (a ReLU's nearly dead ones): a
+            // concatenation is mixed where its branches are.
+            if (!branches_differ(model.graph().node(producer), ranges, m, ratio)) continue;
+        } else if (!differ(m, it->second, ratio)) {
+            continue;
+        }
         const auto steps = std::max(1.0, std::round(255.0 * m.narrowest / m.widest));
         if (split_axis(model, index, m.tensor) == request.axis) {
             m.action = "split";

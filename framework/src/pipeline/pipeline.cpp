@@ -744,6 +744,9 @@ void check_channel_scales(RunState& s, bool measure) {
         per_channel_ok = false;
     }
     auto& out = s.report["mixed_scale_tensors"] = nlohmann::json::array();
+    constexpr size_t kWarned = 3;  // a network of many concatenations names the rest in one line
+    size_t warned = 0;
+    std::vector<std::string> unwarned;
     for (const auto& m : split_mixed_scales(s.model, s.draft, requests, ranges, ratio, per_channel_ok)) {
         out.push_back(m.to_json());
         const double apart = m.widest / m.narrowest;
@@ -754,10 +757,18 @@ void check_channel_scales(RunState& s, bool measure) {
         else if (m.action == "per_channel")
             log_info("the weight '{}' of '{}' holds output channels on scales {:.0f}x apart: quantized per channel",
                      m.tensor, m.node, apart);
-        else
+        else if (warned++ < kWarned)
             log_warn("'{}' holds channels on scales {:.0f}x apart: {}", m.tensor, apart, m.advice);
+        else
+            unwarned.push_back(m.tensor);
         if (m.action.empty() && m.role == "activation") s.mixed_scales.push_back(m.tensor);
     }
+    if (!unwarned.empty())
+        log_warn("{} more tensors hold channels on scales {}x or more apart, each with what to try in the report's "
+                 "mixed_scale_tensors: {}{}",
+                 unwarned.size(), ratio,
+                 join({unwarned.begin(), unwarned.begin() + std::min<std::ptrdiff_t>(6, std::ssize(unwarned))}),
+                 unwarned.size() > 6 ? ", ..." : "");
 }
 
 // Observes the calibration data; where preparation changed the model's inputs,
@@ -1363,7 +1374,7 @@ std::string accurate_recipe_advice(const Recipe& recipe) {
                                                                  {"npu_transformer", "transformer_npu_accurate.yaml"}};
     const auto it = kAccurate.find(recipe.value("target").get<std::string>());
     if (it == kAccurate.end()) return {};
-    return fmt::format("the accurate recipe for this target ({}: 16 bits where 8 cost the output most), ", it->second);
+    return fmt::format("the accurate recipe for this target ({}: more bits where 8 cost the output most), ", it->second);
 }
 
 // The tensors the run found holding channels on different scales, left on one grid.
@@ -1372,7 +1383,11 @@ std::string mixed_scales_named(const nlohmann::json& report) {
     for (const auto& m : report.value("mixed_scale_tensors", nlohmann::json::array()))
         if (m["action"] == "named") named.push_back("'" + m["tensor"].get<std::string>() + "'");
     if (named.empty()) return {};
-    return fmt::format("; {} hold channels on scales far apart (see the warnings above)", join(named, ", "));
+    const size_t shown = std::min<size_t>(named.size(), 4);
+    return fmt::format("; {}{} {} channels on scales far apart (the report's mixed_scale_tensors)",
+                       join({named.begin(), named.begin() + static_cast<std::ptrdiff_t>(shown)}, ", "),
+                       shown < named.size() ? fmt::format(" and {} more", named.size() - shown) : "",
+                       named.size() == 1 ? "holds" : "hold");
 }
 
 void judge_outputs(const Recipe& recipe, const nlohmann::json& report) {
