@@ -202,8 +202,7 @@ std::vector<ChannelRangeRequest> mixed_scale_candidates(const Model& model, cons
             for (const auto& input : node.input())
                 if (!input.empty() && !index.initializer(input) && !constant_tensor(index, input))
                     out.push_back({input, axis});
-        }
-        else if ((node.op_type() == "Conv" || node.op_type() == "ConvTranspose") && index.is_graph_output(t.tensor))
+        } else if ((node.op_type() == "Conv" || node.op_type() == "ConvTranspose") && index.is_graph_output(t.tensor))
             out.push_back({t.tensor, 1});
     }
     std::set<std::string> seen;
