@@ -50,6 +50,14 @@ std::optional<int64_t> split_axis(const Model& model, const GraphIndex& index, c
     return axis;
 }
 
+// A graph output a Conv or ConvTranspose computes: a head.
+bool is_conv_head(const Model& model, const GraphIndex& index, const std::string& tensor) {
+    const int producer = index.producer(tensor);
+    if (producer < 0 || !index.is_graph_output(tensor)) return false;
+    const auto& node = model.graph().node(producer);
+    return is_default_domain(node) && (node.op_type() == "Conv" || node.op_type() == "ConvTranspose");
+}
+
 std::string channel_list(const std::vector<int>& channels) {
     std::vector<std::string> shown;
     for (size_t i = 0; i < channels.size() && i < 8; ++i) shown.push_back(std::to_string(channels[i]));
@@ -202,8 +210,9 @@ std::vector<ChannelRangeRequest> mixed_scale_candidates(const Model& model, cons
             for (const auto& input : node.input())
                 if (!input.empty() && !index.initializer(input) && !constant_tensor(index, input))
                     out.push_back({input, axis});
-        } else if ((node.op_type() == "Conv" || node.op_type() == "ConvTranspose") && index.is_graph_output(t.tensor))
+        } else if (is_conv_head(model, index, t.tensor)) {
             out.push_back({t.tensor, 1});
+        }
     }
     std::set<std::string> seen;
     std::erase_if(out, [&](const ChannelRangeRequest& r) { return !seen.insert(r.tensor).second; });
@@ -224,10 +233,8 @@ std::vector<MixedScaleTensor> split_mixed_scales(const Model& model, DraftPlan& 
         const int producer = index.producer(m.tensor);
         m.node = producer < 0 ? m.tensor : node_label(model.graph().node(producer));
         const bool concat = producer >= 0 && model.graph().node(producer).op_type() == "Concat";
-        const bool head = producer >= 0 && index.is_graph_output(m.tensor) &&
-                          (model.graph().node(producer).op_type() == "Conv" ||
-                           model.graph().node(producer).op_type() == "ConvTranspose");
-        if (!concat && !head && !split_axis(model, index, m.tensor)) continue;  // measured as a branch only
+        if (!concat && !is_conv_head(model, index, m.tensor) && !split_axis(model, index, m.tensor))
+            continue;  // measured as a Concat's branch only
         if (concat) {
             // Channels of one feature map differ anyway (a ReLU's nearly dead ones): a
             // concatenation is mixed where its branches are.

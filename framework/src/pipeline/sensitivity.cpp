@@ -33,15 +33,6 @@ struct ErrorSums {
 // Rows over the last axis (a classifier's [N, C], a sequence model's [N, T, C]).
 int64_t row_length(const Tensor& t) { return t.shape().size() >= 2 ? t.shape().back() : 0; }
 
-int64_t argmax(std::span<const float> row) { return std::max_element(row.begin(), row.end()) - row.begin(); }
-
-// Each row's argmax over the last axis (rows of `row_length` values).
-std::vector<int64_t> row_argmaxes(std::span<const float> values, int64_t row_length) {
-    std::vector<int64_t> out(row_length > 0 ? values.size() / static_cast<size_t>(row_length) : 0);
-    for (size_t r = 0; r < out.size(); ++r) out[r] = argmax(values.subspan(r * row_length, row_length));
-    return out;
-}
-
 // CTC greedy decoding of a row argmax sequence: repeats merged, the blank (0) dropped.
 std::vector<int64_t> collapse(std::span<const int64_t> classes) {
     std::vector<int64_t> out;
@@ -63,10 +54,6 @@ const Tensor& checked_output(const std::vector<Tensor>& outputs, int index, cons
 }
 
 }  // namespace
-
-std::vector<int64_t> greedy_decode(std::span<const float> sample, int64_t row_length) {
-    return collapse(row_argmaxes(sample, row_length));
-}
 
 ReferenceBatches reference_batches(const Model& float_model, DataReader& data, int max_batches, int output_index,
                                    int threads, const std::vector<std::string>& taps, const runtime::Tap& tap) {
@@ -137,6 +124,11 @@ std::vector<int64_t> argmaxes(std::span<const float> values, const std::vector<i
 }
 
 }  // namespace
+
+std::vector<int64_t> greedy_decode(std::span<const float> sample, int64_t row_length) {
+    if (row_length <= 0) return {};
+    return collapse(argmaxes(sample, {static_cast<int64_t>(sample.size()) / row_length, row_length}, -1, false));
+}
 
 std::string OutputMeaning::describe() const {
     switch (kind) {
@@ -219,11 +211,11 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
             }
             continue;
         }
-        const int64_t n = meaning.source.empty() ? row_length(f) : 2;  // a Softmax's axis: classes
-        if (n == 1) {
-            for (size_t r = 0; r < fv.size(); ++r, ++rows) agree += (fv[r] >= threshold) == (qv[r] >= threshold);
+        if (meaning.source.empty() && row_length(f) < 2) {  // no Softmax says where the classes are
+            if (row_length(f) == 1)  // one score a row: its decision
+                for (size_t r = 0; r < fv.size(); ++r, ++rows) agree += (fv[r] >= threshold) == (qv[r] >= threshold);
+            continue;
         }
-        if (n < 2) continue;
         const auto fa = argmaxes(fv, f.shape(), meaning.axis, meaning.flattened),
                    qa = argmaxes(qv, q.shape(), meaning.axis, meaning.flattened);
         for (size_t r = 0; r < fa.size(); ++r, ++rows) agree += qa[r] == fa[r];
