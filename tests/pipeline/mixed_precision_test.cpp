@@ -282,10 +282,42 @@ TEST(MixedPrecisionSearch, OutOfReachByTheRankingItRaisesWhatMeasurablyHelps) {
         ranking.push_back({t, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0});
     vaiq::MixedPrecisionTarget target;
     target.sqnr_db = 15.0;  // the error must fall to 0.1 or below: c is needed
-    const auto result = vaiq::search_mixed_precision(target, ranking, raise, reference, 1, 1);
+    const auto result = vaiq::search_mixed_precision(target, [&] { return ranking; }, raise, reference, 1, 1);
     EXPECT_EQ(result.raised, (std::set<std::string>{"c"}));
     EXPECT_TRUE(result.report["met"].get<bool>()) << result.report.dump();
     EXPECT_LE(built, 8) << "each candidate measured once, not every subset";
+}
+
+// A model that meets the target with nothing raised, on the searched and the
+// held-out batches, is not ranked: the ranking costs an inference per tensor.
+TEST(MixedPrecisionSearch, AModelThatMeetsTheTargetIsNotRanked) {
+    vaiq::ReferenceBatches reference;
+    reference.output_name = "y";
+    for (int i = 0; i < 4; ++i) {
+        const auto t = Tensor::from_values<float>({2, 2}, std::vector<float>{1.0f + i, 2, 3, 4});
+        reference.feeds.push_back({{"x", t}});
+        reference.outputs.push_back(t);
+    }
+    vaiq::Raising raise;
+    raise.count = [](const std::set<std::string>& raised) { return raised.size(); };
+    raise.model = [](const std::set<std::string>&) {
+        GraphBuilder b;
+        b.input("x", {2, 2}).output("y", {2, 2});
+        b.node("Identity", {"x"}, {"y"});
+        return b.build();
+    };
+    int ranked = 0;
+    auto rank = [&] {
+        ++ranked;
+        return std::vector<vaiq::TensorSensitivity>{};
+    };
+    vaiq::MixedPrecisionTarget target;
+    target.top1_drop = 0.01;
+    const auto result = vaiq::search_mixed_precision(target, rank, raise, reference, 2, 1);
+    EXPECT_TRUE(result.report["met"].get<bool>()) << result.report.dump();
+    EXPECT_TRUE(result.report["held_out"]["met"].get<bool>());
+    EXPECT_TRUE(result.raised.empty());
+    EXPECT_EQ(ranked, 0);
 }
 
 // One score a row (a wake word's sigmoid): top-1 agreement is whether the
@@ -340,14 +372,14 @@ TEST(MixedPrecisionSearch, TheChoiceIsConfirmedOnBatchesHeldOutOfTheSearch) {
         ranking.push_back({t, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0});
     vaiq::MixedPrecisionTarget target;
     target.sqnr_db = 40.0;
-    const auto result = vaiq::search_mixed_precision(target, ranking, raise, reference, 6, 1);
+    const auto result = vaiq::search_mixed_precision(target, [&] { return ranking; }, raise, reference, 6, 1);
     const auto& held = result.report["held_out"];
     EXPECT_EQ(held["batches"], 2);
     EXPECT_TRUE(held["met"].get<bool>()) << result.report.dump();
     EXPECT_GE(result.raised.size(), 4u) << "a bound of 8 holds the held-out 5s; two raised (a bound of 2) did not";
     EXPECT_TRUE(result.report["met"].get<bool>());
     // Within a budget too small for the held-out batches, the run says the choice does not carry.
-    const auto short_of_it = vaiq::search_mixed_precision(target, ranking, raise, reference, 2, 1);
+    const auto short_of_it = vaiq::search_mixed_precision(target, [&] { return ranking; }, raise, reference, 2, 1);
     EXPECT_FALSE(short_of_it.report["held_out"]["met"].get<bool>());
     EXPECT_FALSE(short_of_it.report["met"].get<bool>());
 }
@@ -393,7 +425,7 @@ TEST(MixedPrecisionSearch, TopOneAgreementsARowApartAreTiedAndSqnrDecides) {
         ranking.push_back({t, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0});
     vaiq::MixedPrecisionTarget target;
     target.top1_drop = 0.0;  // every row: out of reach
-    const auto result = vaiq::search_mixed_precision(target, ranking, raise, reference, 2, 1);
+    const auto result = vaiq::search_mixed_precision(target, [&] { return ranking; }, raise, reference, 2, 1);
     EXPECT_FALSE(result.report["met"].get<bool>());
     EXPECT_EQ(result.raised, (std::set<std::string>{"a", "b"})) << result.report.dump();
 }
@@ -458,6 +490,9 @@ TEST(OutputMeaning, ComesFromTheOpThatComputesTheOutput) {
     const auto logits = vaiq::output_meaning(model, "logits");
     EXPECT_EQ(logits.kind, Kind::Argmax);
     EXPECT_TRUE(logits.source.empty()) << "logits: the last axis, as before";
+    EXPECT_EQ(vaiq::output_meaning(model, "logits", 4).kind, Kind::Values)
+        << "a map of rank 4 no op explains: its last axis is no class axis";
+    EXPECT_EQ(vaiq::output_meaning(model, "classes", 4).kind, Kind::Argmax) << "a Softmax says where classes are";
 }
 
 namespace {
@@ -523,6 +558,22 @@ TEST(OutputMeaning, AMasksAgreementIsTheIouOfItsPositives) {
     const auto y = Tensor::from_values<float>({1, 1, 10, 10}, peaks);
     const auto shifted = vaiq::measure_output(plus({1, 1, 10, 10}, moved), identity_reference(y, meaning), 1);
     EXPECT_DOUBLE_EQ(shifted.top1_agreement, 1.0 / 3.0) << "one of three positives in both";
+}
+
+// An embedding's or a feature map's values agree when they stay within 5 % of
+// the float output's range, wherever its largest value moves.
+TEST(OutputMeaning, AFeatureMapsValuesAgreeWithinATolerance) {
+    std::vector<float> v(8);
+    for (int i = 0; i < 8; ++i) v[i] = static_cast<float>(i);  // range 7: tolerance 0.35
+    const auto x = Tensor::from_values<float>({1, 2, 1, 4}, v);
+    vaiq::OutputMeaning meaning;
+    meaning.kind = vaiq::OutputMeaning::Kind::Values;
+    std::vector<float> e(8, 0.3f);
+    e[7] = -1.0f;  // beyond the tolerance (and no longer the largest value)
+    e[2] = 0.4f;   // beyond it
+    const auto error = vaiq::measure_output(plus({1, 2, 1, 4}, e), identity_reference(x, meaning), 1);
+    EXPECT_EQ(error.rows, 8);
+    EXPECT_DOUBLE_EQ(error.top1_agreement, 6.0 / 8.0);
 }
 
 // Trials are ranked by their metric, the finer measures deciding its ties.

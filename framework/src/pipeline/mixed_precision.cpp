@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "util/text.hpp"
 #include "vaiq/error.hpp"
@@ -223,21 +224,28 @@ std::pair<ReferenceBatches, ReferenceBatches> hold_out(const ReferenceBatches& a
 
 }  // namespace
 
-MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target,
-                                            const std::vector<TensorSensitivity>& ranking, const Raising& raise,
-                                            const ReferenceBatches& all, size_t budget, int threads) {
+MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target, const Ranker& rank,
+                                            const Raising& raise, const ReferenceBatches& all, size_t budget,
+                                            int threads) {
     const auto parts = hold_out(all);
     const auto& reference = parts.first;
     const auto& held_out = parts.second;
-    // Only tensors whose quantization costs anything are candidates.
+    std::vector<TensorSensitivity> ranking;
     std::vector<std::string> candidates;
-    for (const auto& s : ranking)
-        if (s.output_sqnr_db && !std::isinf(*s.output_sqnr_db)) candidates.push_back(s.tensor);
     auto prefix = [&](size_t k) {
         return std::set<std::string>(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(k));
     };
     size_t longest = 0;  // the longest prefix within the budget
-    while (longest < candidates.size() && raise.count(prefix(longest + 1)) <= budget) ++longest;
+    // The ranking costs an inference per tensor: it is computed only once the
+    // quantized model is known to miss the target somewhere.
+    bool is_ranked = false;
+    auto ranked = [&] {
+        if (std::exchange(is_ranked, true)) return;
+        ranking = rank();
+        for (const auto& s : ranking)  // only tensors whose quantization costs anything
+            if (s.output_sqnr_db && !std::isinf(*s.output_sqnr_db)) candidates.push_back(s.tensor);
+        while (longest < candidates.size() && raise.count(prefix(longest + 1)) <= budget) ++longest;
+    };
 
     nlohmann::json tried = nlohmann::json::array();
     std::map<size_t, OutputError> errors;  // by prefix length
@@ -265,6 +273,7 @@ MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target,
     size_t chosen = 0;
     std::optional<std::pair<std::set<std::string>, OutputError>> greedy;
     if (!met(0)) {
+        ranked();
         size_t fail = 0, k = 1;
         while (k < longest && !met(k)) {
             fail = k;
@@ -293,6 +302,7 @@ MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target,
     nlohmann::json confirmation;
     if (!held_out.feeds.empty() && reached) {
         auto confirm = measure_output(raise.model(raised), held_out, threads);
+        if (!target.met_by(confirm)) ranked();
         for (size_t k = std::max<size_t>(chosen, 1) * 2; !target.met_by(confirm) && k / 2 < longest; k *= 2) {
             const auto longer = prefix(std::min(k, longest));
             const auto on_search = measure_output(raise.model(longer), reference, threads);

@@ -60,7 +60,10 @@ struct MixedPrecisionResult {
     nlohmann::json report;
 };
 
-/// Searches the shortest prefix of `ranking` (most harmful first) whose
+/// The tensors most harmful first (an analysis of each: see analyze_sensitivity).
+using Ranker = std::function<std::vector<TensorSensitivity>()>;
+
+/// Searches the shortest prefix of `rank()`'s ranking (most harmful first) whose
 /// raising meets `target` within `budget` raised tensors: doubling the prefix,
 /// then bisecting (the error mostly falls as the prefix grows, so a few
 /// evaluations do). When no prefix within the budget meets the target, a
@@ -69,8 +72,11 @@ struct MixedPrecisionResult {
 /// fourth of `reference` is held out of the search and confirms its choice
 /// (the report's held_out); a choice that misses there is extended along the
 /// ranking within the budget, else the run warns that it may not carry.
-MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target,
-                                            const std::vector<TensorSensitivity>& ranking, const Raising& raise,
-                                            const ReferenceBatches& reference, size_t budget, int threads);
+/// `rank` is called only when the model with nothing raised misses the target
+/// on either part: an accurate recipe on a model that quantizes well costs
+/// two evaluations more than a plain one.
+MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target, const Ranker& rank,
+                                            const Raising& raise, const ReferenceBatches& reference, size_t budget,
+                                            int threads);
 
 }  // namespace vaiq

@@ -865,13 +865,16 @@ std::vector<TensorSensitivity> sensitivity_of(RunState& s, int output_index) {
 // Automatic mixed precision (extra_options.AutoMixprecision): raises the most
 // harmful tensors until the target holds on the calibration data.
 void raise_sensitive_tensors(RunState& s, const MixedPrecisionTarget& target) {
-    s.sensitivity = sensitivity_of(s, target.output_index);
-    // A tensor whose channels differ in scale is raised first: its narrow channels
-    // (a head's scores) can ruin what the output means while costing little SQNR.
-    auto ranking = *s.sensitivity;
-    std::stable_partition(ranking.begin(), ranking.end(), [&](const TensorSensitivity& t) {
-        return std::find(s.mixed_scales.begin(), s.mixed_scales.end(), t.tensor) != s.mixed_scales.end();
-    });
+    auto rank = [&] {
+        s.sensitivity = sensitivity_of(s, target.output_index);
+        // A tensor whose channels differ in scale is raised first: its narrow channels
+        // (a head's scores) can ruin what the output means while costing little SQNR.
+        auto ranking = *s.sensitivity;
+        std::stable_partition(ranking.begin(), ranking.end(), [&](const TensorSensitivity& t) {
+            return std::find(s.mixed_scales.begin(), s.mixed_scales.end(), t.tensor) != s.mixed_scales.end();
+        });
+        return ranking;
+    };
     QuantRequest raised_request = s.run;
     raised_request.activation_type = target.activation_type;
     raised_request.weight_type = target.weight_type;
@@ -900,7 +903,7 @@ void raise_sensitive_tensors(RunState& s, const MixedPrecisionTarget& target) {
     for (const auto& t : s.plan.tensors) quantized += t.role != TensorRole::Bias;
     const auto budget = static_cast<size_t>(std::floor(target.max_fraction * static_cast<double>(quantized)));
     const auto reference = reference_batches(float_reference(s), *s.data, 0, target.output_index, s.threads);
-    auto result = search_mixed_precision(target, ranking, raising, reference, budget, s.threads);
+    auto result = search_mixed_precision(target, rank, raising, reference, budget, s.threads);
     s.draft = raise_tensors(s.model, s.draft, result.raised, target, to_float, nullptr);
     result.report["raised_to"] =
         to_float ? "float"

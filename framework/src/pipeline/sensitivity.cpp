@@ -72,7 +72,7 @@ ReferenceBatches reference_batches(const Model& float_model, DataReader& data, i
     }
     if (out.feeds.empty()) throw InputError("the data holds no batches");
     out.output_name = executor.output_names()[output_index];
-    out.meaning = output_meaning(float_model, out.output_name);
+    out.meaning = output_meaning(float_model, out.output_name, out.outputs.front().shape().size());
     return out;
 }
 
@@ -136,6 +136,10 @@ std::string OutputMeaning::describe() const {
             return fmt::format("decisions at 0.5 ({}: independent probabilities)", source);
         case Kind::NonZero:
             return fmt::format("its nonzero elements ({} masks it)", source);
+        case Kind::Values:
+            return fmt::format("values within {:g} % of the float output's range (no op says it holds classes "
+                               "or decisions)",
+                               100 * kValuesTolerance);
         case Kind::Argmax:
             break;
     }
@@ -143,7 +147,7 @@ std::string OutputMeaning::describe() const {
     return fmt::format("the argmax over axis {}{} ({})", axis, flattened ? " and after" : "", source);
 }
 
-OutputMeaning output_meaning(const Model& model, const std::string& output) {
+OutputMeaning output_meaning(const Model& model, const std::string& output, size_t rank) {
     const auto& graph = model.graph();
     const GraphIndex index(graph);
     OutputMeaning m;
@@ -179,6 +183,9 @@ OutputMeaning output_meaning(const Model& model, const std::string& output) {
         reshaped = reshaped || op != "Identity";
         tensor = node.input(0);
     }
+    // A map's last axis is its width (or, channels last, its features): an
+    // argmax there means nothing, so its values are compared instead.
+    if (rank >= 4) m.kind = OutputMeaning::Kind::Values;
     return m;
 }
 
@@ -201,6 +208,14 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
                 fmt::format("a candidate's output has {} values, the float model's {}", q.size(), f.size()));
         sums.add(f.data<float>(), q.data<float>());
         const auto fv = f.data<float>(), qv = q.data<float>();
+        if (meaning.kind == OutputMeaning::Kind::Values) {
+            if (fv.empty()) continue;
+            const auto [lo, hi] = std::minmax_element(fv.begin(), fv.end());
+            const double tolerance = OutputMeaning::kValuesTolerance * (static_cast<double>(*hi) - *lo);
+            for (size_t i = 0; i < fv.size(); ++i, ++rows)
+                agree += std::abs(static_cast<double>(qv[i]) - fv[i]) <= tolerance;
+            continue;
+        }
         if (!argmax) {  // each element a decision
             const bool nonzero = meaning.kind == OutputMeaning::Kind::NonZero;
             map = map || f.shape().size() >= 3;

@@ -27,7 +27,13 @@ struct OutputMeaning {
         Argmax,     ///< classes along `axis` (a Softmax's, else the last): each position's argmax
         Threshold,  ///< independent probabilities (a Sigmoid: masks, multi-label, one score a row): v >= 0.5
         NonZero,    ///< a map a comparison masked (a peak map, a Cast of a boolean): v != 0
+        /// values no op gives a meaning, in a map of rank >= 4 (an embedding, a
+        /// feature map, a depth map): none of its axes is known to hold classes, so
+        /// an element agrees when it lies within kValuesTolerance of the float
+        /// output's range from the float value
+        Values,
     };
+    static constexpr double kValuesTolerance = 0.05;
     Kind kind = Kind::Argmax;
     int64_t axis = -1;       ///< Argmax: the classes' axis (negative: from the end)
     bool flattened = false;  ///< Argmax: the classes are every value from `axis` on (Softmax before opset 13)
@@ -37,9 +43,10 @@ struct OutputMeaning {
 };
 
 /// The meaning of graph output `output` of `model`: a Softmax's (or LogSoftmax's)
-/// axis, a Sigmoid's independent decisions, a comparison's mask; else the last
-/// axis' argmax (logits), one score a row deciding against 0.5 or 0.
-OutputMeaning output_meaning(const Model& model, const std::string& output);
+/// axis, a Sigmoid's independent decisions, a comparison's mask; else, when its
+/// `rank` as computed is 4 or more, its values; else the last axis' argmax
+/// (logits: [N, C], a sequence's [N, T, C]), one score a row deciding against 0.5 or 0.
+OutputMeaning output_meaning(const Model& model, const std::string& output, size_t rank = 2);
 
 /// The first batches of some data with the float model's output on each, kept
 /// in memory (feeds and one output per batch: bounded by the batch count), so
@@ -66,7 +73,8 @@ struct OutputError {
     /// model's (rows over the last axis for logits; for one score a row, its decision
     /// against 0.5 for probabilities, else 0); for decisions (Threshold, NonZero), the
     /// share of elements that agree, or in maps (rank >= 3: masks, peak maps) the IoU
-    /// of the two models' positive elements, 1 where neither has any.
+    /// of the two models' positive elements, 1 where neither has any; for Values,
+    /// the share of elements within the tolerance.
     double top1_agreement = 0;
     int64_t rows = 0;           ///< the rows, elements or union top1_agreement counts
     /// Samples (along the first axis) whose decoded output agrees with the float
