@@ -160,15 +160,16 @@ class KillTest : public ::testing::Test {
 
 const std::string kCli = VAIQ_CLI;
 
-TEST_F(KillTest, RunKilledAtFortyMomentsAndAtEveryPhase) {
+TEST_F(KillTest, RunKilledAtManyMomentsAndAtEveryPhase) {
     const auto out = dir_ / "out.onnx";
     const std::vector<fs::path> outputs{out, dir_ / "out.report.json", dir_ / "out.report.html"};
     const std::vector<std::string> run{kCli,     "--log-level", "debug", "run", VAIQ_SOURCE_DIR "/examples/mnist/mnist_npu.yaml",
                                        "--model", input_.string(), "--output", out.string()};
-    const int interrupted = kill_by_time(run, outputs, 40);
-    std::cout << "kills that cut vaiq run short: " << interrupted << " of 40\n";
+    constexpr int kMoments = VAIQ_KILL_MOMENTS;
+    const int interrupted = kill_by_time(run, outputs, kMoments);
+    std::cout << "kills that cut vaiq run short: " << interrupted << " of " << kMoments << "\n";
     // Timing on a loaded machine varies; most kills still land while the run is going on.
-    EXPECT_GE(interrupted, 15) << "kills must land while the run is going on";
+    EXPECT_GE(interrupted, kMoments * 3 / 8) << "kills must land while the run is going on";
     // At the end of every phase (its "took" line), so that each phase's work is cut.
     for (const char* phase : {"setup", "load", "prepare", "plan", "calibrate", "parameters", "emit", "check",
                               "evaluate"}) {
