@@ -70,7 +70,7 @@ TEST(Cli, UsageErrorsExitOne) {
     EXPECT_EQ(vaiq_cli("run").exit_code, 1);
 }
 
-TEST(Cli, PluginsListsAllFourKinds) {
+TEST(Cli, PluginsListsAllFiveKinds) {
     auto r = vaiq_cli("plugins --json");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto plugins = nlohmann::json::parse(r.out);
@@ -79,10 +79,11 @@ TEST(Cli, PluginsListsAllFourKinds) {
         kinds.insert(p["kind"].get<std::string>());
         EXPECT_TRUE(p.contains("version") && p.contains("summary") && p.contains("options"));
     }
-    EXPECT_EQ(kinds, (std::set<std::string>{"calibrator", "format", "target", "pass"}));
+    EXPECT_EQ(kinds, (std::set<std::string>{"calibrator", "format", "target", "pass", "algorithm"}));
     r = vaiq_cli("plugins");
     EXPECT_NE(r.out.find("minmax"), std::string::npos);
     EXPECT_NE(r.out.find("CalibMovingAverage (bool, default false)"), std::string::npos);
+    EXPECT_NE(r.out.find("GPTQDamping (float, default 0.01)"), std::string::npos) << r.out;
 }
 
 TEST(Cli, ValidateAcceptsShippedRecipesAndRejectsBadOnesOnOneLine) {

@@ -4,6 +4,7 @@
 
 #include "plugin/registry.hpp"
 #include "test_support.hpp"
+#include "vaiq/algorithm.hpp"
 #include "vaiq/calibrator.hpp"
 #include "vaiq/format.hpp"
 #include "vaiq/pass.hpp"
@@ -18,6 +19,7 @@ void create_and_configure(const vaiq::PluginRegistry& registry, const vaiq::Plug
         case vaiq::PluginKind::Format: registry.create<vaiq::Format>(info.name, options); break;
         case vaiq::PluginKind::Target: registry.create<vaiq::Target>(info.name, options); break;
         case vaiq::PluginKind::Pass: registry.create<vaiq::Pass>(info.name, options); break;
+        case vaiq::PluginKind::Algorithm: registry.create<vaiq::Algorithm>(info.name, options); break;
     }
 }
 
@@ -38,7 +40,7 @@ TEST(PluginContract, EveryBuiltinPluginKeepsIt) {
         for (const auto& o : p->options) EXPECT_FALSE(o.doc.empty()) << o.name;
         EXPECT_NO_THROW(create_and_configure(registry, *p));
     }
-    EXPECT_EQ(kinds.size(), 4u) << "built-in plugins of all four kinds";
+    EXPECT_EQ(kinds.size(), 5u) << "built-in plugins of all five kinds";
 }
 
 }  // namespace

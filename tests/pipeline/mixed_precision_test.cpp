@@ -282,7 +282,8 @@ TEST(MixedPrecisionSearch, OutOfReachByTheRankingItRaisesWhatMeasurablyHelps) {
         ranking.push_back({t, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0});
     vaiq::MixedPrecisionTarget target;
     target.sqnr_db = 15.0;  // the error must fall to 0.1 or below: c is needed
-    const auto result = vaiq::search_mixed_precision(target, [&] { return ranking; }, raise, reference, 1, 1);
+    const auto result = vaiq::search_mixed_precision(
+        target, [&] { return ranking; }, raise, reference, 1, 1);
     EXPECT_EQ(result.raised, (std::set<std::string>{"c"}));
     EXPECT_TRUE(result.report["met"].get<bool>()) << result.report.dump();
     EXPECT_LE(built, 8) << "each candidate measured once, not every subset";
@@ -372,14 +373,16 @@ TEST(MixedPrecisionSearch, TheChoiceIsConfirmedOnBatchesHeldOutOfTheSearch) {
         ranking.push_back({t, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0});
     vaiq::MixedPrecisionTarget target;
     target.sqnr_db = 40.0;
-    const auto result = vaiq::search_mixed_precision(target, [&] { return ranking; }, raise, reference, 6, 1);
+    const auto result = vaiq::search_mixed_precision(
+        target, [&] { return ranking; }, raise, reference, 6, 1);
     const auto& held = result.report["held_out"];
     EXPECT_EQ(held["batches"], 2);
     EXPECT_TRUE(held["met"].get<bool>()) << result.report.dump();
     EXPECT_GE(result.raised.size(), 4u) << "a bound of 8 holds the held-out 5s; two raised (a bound of 2) did not";
     EXPECT_TRUE(result.report["met"].get<bool>());
     // Within a budget too small for the held-out batches, the run says the choice does not carry.
-    const auto short_of_it = vaiq::search_mixed_precision(target, [&] { return ranking; }, raise, reference, 2, 1);
+    const auto short_of_it = vaiq::search_mixed_precision(
+        target, [&] { return ranking; }, raise, reference, 2, 1);
     EXPECT_FALSE(short_of_it.report["held_out"]["met"].get<bool>());
     EXPECT_FALSE(short_of_it.report["met"].get<bool>());
 }
@@ -425,7 +428,8 @@ TEST(MixedPrecisionSearch, TopOneAgreementsARowApartAreTiedAndSqnrDecides) {
         ranking.push_back({t, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0});
     vaiq::MixedPrecisionTarget target;
     target.top1_drop = 0.0;  // every row: out of reach
-    const auto result = vaiq::search_mixed_precision(target, [&] { return ranking; }, raise, reference, 2, 1);
+    const auto result = vaiq::search_mixed_precision(
+        target, [&] { return ranking; }, raise, reference, 2, 1);
     EXPECT_FALSE(result.report["met"].get<bool>());
     EXPECT_EQ(result.raised, (std::set<std::string>{"a", "b"})) << result.report.dump();
 }

@@ -22,9 +22,10 @@
 #endif
 
 /** The ABI revision of this SDK; a plugin must carry exactly this number. */
-/* 7: RangeObserver::order_free(), Pass::keeps_function();
+/* 8: the algorithm kind (vaiq/algorithm.hpp);
+ * 7: RangeObserver::order_free(), Pass::keeps_function();
  * 6: QuantSpec::dynamic, RangeObserver statistics() and merge(), 4-bit types and block-wise parameters */
-#define VAIQ_ABI_VERSION 7u
+#define VAIQ_ABI_VERSION 8u
 
 /** Name of the one symbol a plugin library exports. */
 #define VAIQ_PLUGIN_ENTRY_NAME "vaiq_plugin_entry"
@@ -67,7 +68,8 @@ typedef enum vaiq_plugin_kind {
     VAIQ_KIND_CALIBRATOR = 1, /**< observes tensors, returns ranges */
     VAIQ_KIND_FORMAT = 2,     /**< writes a quantization plan into the graph */
     VAIQ_KIND_TARGET = 3,     /**< what a device supports and requires */
-    VAIQ_KIND_PASS = 4        /**< a named graph rewrite */
+    VAIQ_KIND_PASS = 4,       /**< a named graph rewrite */
+    VAIQ_KIND_ALGORITHM = 5   /**< changes what gets written, from data (GPTQ) */
 } vaiq_plugin_kind;
 
 /** Type of a plugin option. */
@@ -98,7 +100,7 @@ typedef struct vaiq_plugin_descriptor {
     const char* summary;   /**< one line */
     const vaiq_option_descriptor* options;
     size_t option_count;
-    /** Creates an instance (a vaiq::Calibrator*, Format*, Target* or Pass* by kind).
+    /** Creates an instance (a vaiq::Calibrator*, Format*, Target*, Pass* or Algorithm* by kind).
      *  Never throws: on failure returns NULL and writes a message into error. */
     void* (*create)(char* error, size_t error_size);
     /** Destroys an instance create() returned, in the module that allocated it. */

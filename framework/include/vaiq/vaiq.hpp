@@ -2,6 +2,7 @@
 #pragma once
 
 #include "vaiq/abi.h"
+#include "vaiq/algorithm.hpp"
 #include "vaiq/calibrator.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/fold.hpp"

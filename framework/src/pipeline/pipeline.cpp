@@ -10,6 +10,7 @@
 #include <limits>
 #include <set>
 
+#include "pipeline/algorithm_context.hpp"
 #include "pipeline/awq.hpp"
 #include "pipeline/bias_correction.hpp"
 #include "pipeline/calibration.hpp"
@@ -20,7 +21,6 @@
 #include "pipeline/dump.hpp"
 #include "pipeline/evaluation.hpp"
 #include "pipeline/fast_finetune.hpp"
-#include "pipeline/gptq.hpp"
 #include "pipeline/html_report.hpp"
 #include "pipeline/joined_reference.hpp"
 #include "pipeline/mixed_precision.hpp"
@@ -60,27 +60,50 @@ std::string who_needs(const Recipe& recipe, std::string_view key, const std::str
 // DedicatedQDQPair, a device's AlignConcat: a capital first) takes the
 // recipe's extra_options value, so a recipe moved from a Python call needs no
 // second spelling of it.
-PluginChoice choose(const Recipe& recipe, const PluginRegistry& registry, PluginKind kind, const std::string& name,
-                    std::string_view key) {
-    const auto& info = registry.require(kind, name, who_needs(recipe, key, recipe.value(key).get<std::string>()));
-    const std::string kind_str(kind_name(kind));
-    nlohmann::json given = recipe.plugin_options(kind_str);
+// `given` holds the plugin's other options, `given_origin` says where each was set.
+Options with_extra_options(const Recipe& recipe, const PluginRegistry& registry, const PluginInfo& info,
+                           nlohmann::json given, const OptionOrigin& given_origin) {
     std::map<std::string, std::string> origins;
     for (const auto& spec : info.options) {
         if (!is_extra_option_name(spec.name)) continue;
         if (given.contains(spec.name))
             throw InputError(fmt::format("{}: {} is a documented extra option; set it under extra_options",
-                                         recipe.plugin_option_origin(kind_str, spec.name), spec.name));
+                                         given_origin(spec.name), spec.name));
         auto it = recipe.settings.find("extra_options." + spec.name);
         if (it == recipe.settings.end() || it->second.value.is_null()) continue;
         given[spec.name] = it->second.value;
         origins[spec.name] = it->second.origin;
     }
-    auto options = registry.resolve_options(info, given, [&](const std::string& option) {
+    return registry.resolve_options(info, given, [&](const std::string& option) {
         auto it = origins.find(option);
-        return it != origins.end() ? it->second : recipe.plugin_option_origin(kind_str, option);
+        return it != origins.end() ? it->second : given_origin(option);
     });
-    return {&info, std::move(options)};
+}
+
+PluginChoice choose(const Recipe& recipe, const PluginRegistry& registry, PluginKind kind, const std::string& name,
+                    std::string_view key) {
+    const auto& info = registry.require(kind, name, who_needs(recipe, key, recipe.value(key).get<std::string>()));
+    const std::string kind_str(kind_name(kind));
+    return {&info, with_extra_options(recipe, registry, info, recipe.plugin_options(kind_str),
+                                      [&](const std::string& option) {
+                                          return recipe.plugin_option_origin(kind_str, option);
+                                      })};
+}
+
+// The recipe's algorithms in its order, after those its documented settings
+// imply (weight_only_algorithm: gptq); an algorithm named twice runs once.
+std::vector<PluginChoice> choose_algorithms(const Recipe& recipe, const PluginRegistry& registry) {
+    std::vector<PluginChoice> out;
+    auto add = [&](const std::string& name, const nlohmann::json& options, const std::string& origin) {
+        if (std::any_of(out.begin(), out.end(), [&](const PluginChoice& c) { return c.info->name == name; })) return;
+        const auto& info = registry.require(PluginKind::Algorithm, name, origin);
+        out.push_back({&info, with_extra_options(recipe, registry, info, options,
+                                                 [&](const std::string&) { return origin; })});
+    };
+    for (const auto& a : defaults::implied_algorithms(recipe)) add(a.name, a.options, a.origin);
+    for (const auto& a : recipe.value("algorithms"))
+        add(a["name"].get<std::string>(), a["options"], a["origin"].get<std::string>());
+    return out;
 }
 
 bool truthy(const nlohmann::json& v) {
@@ -157,6 +180,7 @@ bool declares(const PluginInfo& info, const std::string& option) {
 void check_extra_options(const Recipe& recipe, const PluginRegistry& registry, const ResolvedPlugins& chosen) {
     std::vector<const PluginInfo*> used = {chosen.target.info, chosen.format.info, chosen.calibrator.info};
     for (const auto& p : chosen.passes) used.push_back(p.info);
+    for (const auto& a : chosen.algorithms) used.push_back(a.info);
     for (const auto& [name, setting] : recipe.plugin_extra_options()) {
         if (std::any_of(used.begin(), used.end(), [&n = name](const auto* info) { return declares(*info, n); }))
             continue;
@@ -201,6 +225,7 @@ ResolvedPlugins resolve_plugins(const Recipe& recipe, PluginRegistry& registry) 
         out.passes.push_back(
             {&info, registry.resolve_options(info, pass["options"], [&](const std::string&) { return origin; })});
     }
+    out.algorithms = choose_algorithms(recipe, registry);
     check_extra_options(recipe, registry, out);
     return out;
 }
@@ -1052,22 +1077,28 @@ void next_lever(RunState& s, const MixedPrecisionTarget& target) {
              better ? "kept" : "dropped");
 }
 
-// GPTQ's rounding of the weight-only MatMul weights, with the plan's scales.
-void gptq_weights(RunState& s) {
-    GptqOptions o;
-    o.damping = s.recipe.value("extra_options.GPTQDamping").get<double>();
-    if (!(o.damping >= 0))
-        throw InputError(fmt::format("{}: extra_options.GPTQDamping must be >= 0, not {}",
-                                     s.recipe.setting("extra_options.GPTQDamping").origin, o.damping));
-    o.act_order = s.recipe.value("extra_options.GPTQActOrder").get<bool>();
-    auto result = gptq(s.model, s.plan, *s.data, o, s.threads);
-    nlohmann::json layers = nlohmann::json::array();
-    for (const auto& l : result.layers)
-        layers.push_back(
-            {{"weight", l.weight}, {"output_error_rtn", l.error_rtn}, {"output_error_gptq", l.error_gptq}});
-    s.report["gptq"] = {{"damping", o.damping}, {"act_order", o.act_order}, {"layers", layers}};
-    log_info("GPTQ: {} weights rounded", result.layers.size());
-    keep_rounded(s, std::move(result.rounded));
+// The algorithm plugins, in the recipe's order, each given the run as it
+// stands; each one's report section goes under its name.
+void run_algorithms(RunState& s) {
+    for (const auto& choice : s.plugins.algorithms) {
+        const std::string name = choice.info->name;
+        auto algorithm = s.registry.create<Algorithm>(name, choice.options);
+        const auto fitted = rounded_for(s, s.plan);
+        HostAlgorithmContext context({s.model, s.plan, fitted, *s.data, s.threads,
+                                      [&](const QuantPlan& plan, const std::map<std::string, Tensor>& weights) {
+                                          return emit_plan(s, plan, weights);
+                                      },
+                                      [&](std::map<std::string, Tensor> weights) {
+                                          for (auto& [weight, value] : weights) {
+                                              const auto* t = s.plan.find(weight);
+                                              if (!t) continue;  // not quantized: nothing to fit
+                                              s.rounded_on[weight] = t->params;
+                                              s.rounded_weights[weight] = std::move(value);
+                                          }
+                                      },
+                                      [&](nlohmann::json section) { s.report[name] = std::move(section); }});
+        algorithm->run(context);
+    }
 }
 
 void parameters_phase(RunState& s) {
@@ -1083,9 +1114,9 @@ void parameters_phase(RunState& s) {
         next_lever(s, *target);
     }
     if (s.recipe.value("include_fast_ft").get<bool>()) finetune_weights(s);
+    run_algorithms(s);
     if (s.recipe.value("weight_only").get<bool>()) {
         const auto& algorithm = s.recipe.value("weight_only_algorithm");
-        if (algorithm == "gptq") gptq_weights(s);
         if (algorithm == "awq_clip" || algorithm == "awq_full") {
             constexpr int kClipSampleRows = 64;  // the token rows the clip search weighs, as ModelOpt subsamples
             const auto r = awq_clip(s.model, s.plan, *s.data, kClipSampleRows, s.threads);

@@ -31,7 +31,8 @@ struct ResolvedPlugins {
     PluginChoice target;
     PluginChoice format;
     PluginChoice calibrator;
-    std::vector<PluginChoice> passes;  ///< the recipe's own passes, in order
+    std::vector<PluginChoice> passes;      ///< the recipe's own passes, in order
+    std::vector<PluginChoice> algorithms;  ///< in the order they run
 };
 
 /// Loads the recipe's plugin_paths into `registry`, then finds every plugin the

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "plugin/registry.hpp"
+#include "vaiq/algorithm.hpp"
 #include "vaiq/calibrator.hpp"
 #include "vaiq/format.hpp"
 #include "vaiq/pass.hpp"
@@ -167,6 +168,16 @@ PluginInstance<T> wrap(PluginInstance<T> inner, const PluginInfo& info) {
     return PluginInstance<T>(new G(std::move(inner), info), [](T* p) { delete p; });
 }
 
+class GuardedAlgorithm final : public Guarded<Algorithm> {
+  public:
+    GuardedAlgorithm(PluginInstance<Algorithm> inner, const PluginInfo& info) : Guarded(std::move(inner), info) {}
+    AlgorithmStage stage() const override {
+        return who_.call("stage", [&] { return inner_->stage(); });
+    }
+    void run(AlgorithmContext& context) override {
+        who_.call("run", [&] { inner_->run(context); });
+    }
+};
 }  // namespace
 
 PluginInstance<Target> guard_plugin(PluginInstance<Target> inner, const PluginInfo& info) {
@@ -180,6 +191,9 @@ PluginInstance<Calibrator> guard_plugin(PluginInstance<Calibrator> inner, const 
 }
 PluginInstance<Pass> guard_plugin(PluginInstance<Pass> inner, const PluginInfo& info) {
     return wrap<GuardedPass>(std::move(inner), info);
+}
+PluginInstance<Algorithm> guard_plugin(PluginInstance<Algorithm> inner, const PluginInfo& info) {
+    return wrap<GuardedAlgorithm>(std::move(inner), info);
 }
 
 }  // namespace vaiq

@@ -79,8 +79,8 @@ PluginInfo check_descriptor(const vaiq_plugin_descriptor* d, const fs::path& fil
     const auto kind = static_cast<PluginKind>(d->kind);
     if (kind_name(kind) == "unknown")
         throw InputError(
-            fmt::format("{} declares kind {}; this vaiq knows calibrator (1), format (2), target (3) and "
-                        "pass (4)",
+            fmt::format("{} declares kind {}; this vaiq knows calibrator (1), format (2), target (3), "
+                        "pass (4) and algorithm (5)",
                         who, d->kind));
     static const std::regex kVersion("[0-9]+\\.[0-9]+\\.[0-9]+([-+][0-9A-Za-z.+-]*)?");
     const std::string version = d->version ? d->version : "";

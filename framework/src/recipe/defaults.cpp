@@ -58,4 +58,10 @@ std::vector<PassRequest> preprocess_passes_after(const PreprocessOptions& option
     return {{"infer_onnx_shapes", nullptr}};
 }
 
+std::vector<AlgorithmRequest> implied_algorithms(const Recipe& recipe) {
+    if (recipe.value("weight_only").get<bool>() && recipe.value("weight_only_algorithm") == "gptq")
+        return {{"gptq", nlohmann::json::object(), recipe.setting("weight_only_algorithm").origin}};
+    return {};
+}
+
 }  // namespace vaiq::defaults

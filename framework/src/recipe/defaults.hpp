@@ -43,5 +43,16 @@ std::vector<PassRequest> equalization_passes(const Recipe& recipe);
 std::vector<PassRequest> preprocess_passes_before(const PreprocessOptions& options);
 std::vector<PassRequest> preprocess_passes_after(const PreprocessOptions& options);
 
+/// An algorithm a documented setting asks for, and the setting's origin.
+struct AlgorithmRequest {
+    std::string name;
+    nlohmann::json options;
+    std::string origin;
+};
+
+/// The algorithms the documented settings switch on (weight_only_algorithm:
+/// gptq), run before those the recipe lists.
+std::vector<AlgorithmRequest> implied_algorithms(const Recipe& recipe);
+
 }  // namespace defaults
 }  // namespace vaiq

@@ -181,14 +181,18 @@ nlohmann::json shape_spec(const YAML::Node& node, const Source& src) {
     return node.size() == 0 ? nlohmann::json::array() : shape(node, src);
 }
 
-nlohmann::json normalize_passes(const YAML::Node& node, const Source& src) {
+// A list of plugins of one kind (`noun`: "pass", "algorithm"), each a name or a {name, options} map.
+nlohmann::json normalize_plugin_list(const YAML::Node& node, const Source& src, const std::string& noun) {
+    const std::string one = (noun == "algorithm" ? "an " : "a ") + noun;
     if (is_null(node)) return nlohmann::json::array();
-    if (!node.IsSequence()) src.fail(node, "passes must be a list of pass names or {name, options} maps");
+    if (!node.IsSequence())
+        src.fail(node, fmt::format("{} must be a list of {} names or {{name, options}} maps",
+                                   noun == "pass" ? "passes" : noun + "s", noun));
     auto out = nlohmann::json::array();
     for (const auto& item : node) {
         nlohmann::json pass = {{"options", nlohmann::json::object()}, {"origin", src.at(item)}};
         if (item.IsScalar()) {
-            pass["name"] = scalar_string(item, src, "a pass name");
+            pass["name"] = scalar_string(item, src, one + " name");
         } else if (item.IsMap()) {
             for (const auto& kv : item) {
                 const auto key = kv.first.Scalar();
@@ -198,13 +202,13 @@ nlohmann::json normalize_passes(const YAML::Node& node, const Source& src) {
                     if (!kv.second.IsMap() && !kv.second.IsNull()) src.fail(kv.second, "options must be a map");
                     if (kv.second.IsMap()) pass["options"] = yaml_to_json(kv.second);
                 } else {
-                    src.fail(kv.first, fmt::format("unknown key '{}' in a pass{} (valid keys: name, options)", key,
+                    src.fail(kv.first, fmt::format("unknown key '{}' in {}{} (valid keys: name, options)", key, one,
                                                    did_you_mean(key, {"name", "options"})));
                 }
             }
-            if (!pass.contains("name")) src.fail(item, "a pass needs a name");
+            if (!pass.contains("name")) src.fail(item, one + " needs a name");
         } else {
-            src.fail(item, "a pass is a name or a {name, options} map");
+            src.fail(item, one + " is a name or a {name, options} map");
         }
         if (!is_plugin_name(pass["name"]))
             src.fail(item, fmt::format("'{}' is not a plugin name ([a-z][a-z0-9_]*)", pass["name"].get<std::string>()));
@@ -409,7 +413,7 @@ nlohmann::json normalize(const KeySpec& spec, const YAML::Node& node, const Sour
                                                p));
             return providers;
         }
-        case ValueKind::Passes: return normalize_passes(node, src);
+        case ValueKind::Passes: return normalize_plugin_list(node, src, key == "algorithms" ? "algorithm" : "pass");
         case ValueKind::Overrides: return normalize_overrides(node, src);
     }
     throw InternalError("unhandled value kind for " + key);

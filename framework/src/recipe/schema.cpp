@@ -46,6 +46,9 @@ const std::vector<KeySpec>& recipe_keys() {
          "The target plugin: what the device supports and requires."},
         {"passes", K::Passes, "[]", P::Prepare, yes,
          "Pass plugins run in order in the prepare phase: a name, or {name, options}."},
+        {"algorithms", K::Passes, "[]", P::Parameters, yes,
+         "Algorithm plugins run in order once the parameters are computed: a name, or {name, options}. "
+         "weight_only_algorithm: gptq runs the gptq algorithm first."},
         {"overrides", K::Overrides, "[]", P::Plan, yes,
          "Ordered per-node and per-op-type settings and exclusions; the last matching entry wins per setting."},
         {"report", K::OptionalPath, "null", P::Save, yes,
@@ -153,11 +156,6 @@ const std::vector<KeySpec>& recipe_keys() {
          "(rounding with the error pushed into the rows not yet rounded, through the inputs' Hessian).",
          "weight_only",
          {"rtn", "awq_lite", "awq_clip", "awq_full", "gptq"}},
-        {"extra_options.GPTQDamping", K::Float, "0.01", P::Parameters, yes,
-         "GPTQ's damping (percdamp): this fraction of the Hessian's mean diagonal is added to it."},
-        {"extra_options.GPTQActOrder", K::Bool, "false", P::Parameters, yes,
-         "GPTQ's act-order (desc_act): round the input channels in order of falling Hessian diagonal; each "
-         "weight keeps its own block's scale."},
         {"block_size", K::Int, "0", P::Plan, yes,
          "> 0: MatMul weights get a scale per block of this many values along K (16 to 256, a power of two for "
          "MatMulNBits; 128 is the usual); -1: one block spanning K, a scale per column; 0: per tensor or per "

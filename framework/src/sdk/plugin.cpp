@@ -1,5 +1,6 @@
 #include "vaiq/plugin.hpp"
 
+#include "vaiq/algorithm.hpp"
 #include "vaiq/calibrator.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/format.hpp"
@@ -14,12 +15,14 @@ std::string_view kind_name(PluginKind kind) {
         case PluginKind::Format: return "format";
         case PluginKind::Target: return "target";
         case PluginKind::Pass: return "pass";
+        case PluginKind::Algorithm: return "algorithm";
     }
     return "unknown";
 }
 
 std::optional<PluginKind> parse_kind(std::string_view name) {
-    for (auto kind : {PluginKind::Calibrator, PluginKind::Format, PluginKind::Target, PluginKind::Pass}) {
+    for (auto kind :
+         {PluginKind::Calibrator, PluginKind::Format, PluginKind::Target, PluginKind::Pass, PluginKind::Algorithm}) {
         if (kind_name(kind) == name) return kind;
     }
     return std::nullopt;
@@ -28,6 +31,10 @@ std::optional<PluginKind> parse_kind(std::string_view name) {
 std::string_view version() { return VAIQ_VERSION_STRING; }
 
 Plugin::~Plugin() = default;
+
+DataStream::~DataStream() = default;
+ModelRunner::~ModelRunner() = default;
+AlgorithmContext::~AlgorithmContext() = default;
 void Plugin::configure(const Options&) {}
 
 RangeObserver::~RangeObserver() = default;

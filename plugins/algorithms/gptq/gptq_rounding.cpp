@@ -1,14 +1,12 @@
-#include "pipeline/gptq.hpp"
+#include "gptq_rounding.hpp"
 
+#include <fmt/format.h>
 #include <Eigen/Cholesky>
 #include <Eigen/Core>
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 
-#include "pipeline/channel_ranges.hpp"
-#include "util/progress.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
@@ -21,8 +19,8 @@ using MatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::Row
 
 // The grid value nearest to `w` under one scale and zero point, saturated to [qmin, qmax].
 double grid_value(double w, double scale, double zero_point, int64_t qmin, int64_t qmax) {
-    const double q = std::clamp(std::nearbyint(w / scale) + zero_point, static_cast<double>(qmin),
-                                static_cast<double>(qmax));
+    const double q =
+        std::clamp(std::nearbyint(w / scale) + zero_point, static_cast<double>(qmin), static_cast<double>(qmax));
     return (q - zero_point) * scale;
 }
 
@@ -60,8 +58,7 @@ Tensor gptq_round(const Tensor& weight, const QuantParams& params, std::vector<d
     std::vector<Eigen::Index> order(static_cast<size_t>(k));
     for (Eigen::Index i = 0; i < k; ++i) order[static_cast<size_t>(i)] = i;
     if (options.act_order) {
-        std::stable_sort(order.begin(), order.end(),
-                         [&](Eigen::Index a, Eigen::Index b) { return h(a, a) > h(b, b); });
+        std::stable_sort(order.begin(), order.end(), [&](Eigen::Index a, Eigen::Index b) { return h(a, a) > h(b, b); });
         MatrixD permuted_h(k, k), permuted_w(k, n);
         for (Eigen::Index i = 0; i < k; ++i) {
             permuted_w.row(i) = w.row(order[static_cast<size_t>(i)]);
@@ -106,8 +103,9 @@ Tensor gptq_round(const Tensor& weight, const QuantParams& params, std::vector<d
     return out;
 }
 
-GptqResult gptq(const Model& model, const QuantPlan& plan, DataReader& data, const GptqOptions& options,
-                int threads) {
+GptqResult gptq(AlgorithmContext& context, const GptqOptions& options) {
+    const Model& model = context.model();
+    const QuantPlan& plan = context.plan();
     GptqResult result;
     const GraphIndex index(model.graph());
     // Each planned MatMul weight, and the activation its H comes from.
@@ -128,7 +126,7 @@ GptqResult gptq(const Model& model, const QuantPlan& plan, DataReader& data, con
         hessians[x] = MatrixD::Zero(k, k);
         taps.push_back(x);
     }
-    for_each_tapped(model, data, taps, threads, [&](const std::string& name, const Tensor& value) {
+    context.for_each_tapped(model, taps, [&](const std::string& name, const Tensor& value) {
         if (value.type() != DataType::Float) return;
         auto& h = hessians.at(name);
         const auto count = value.size() / h.rows();
@@ -136,12 +134,13 @@ GptqResult gptq(const Model& model, const QuantPlan& plan, DataReader& data, con
         h.noalias() += x.transpose() * x;
         rows[name] += count;
     });
-    int64_t rounded_layers = 0;
+    int64_t rounded_layers = 0, layer_count = 0;
+    for (const auto& [x, nodes] : readers) layer_count += static_cast<int64_t>(nodes.size());
     for (auto& [x, h] : hessians) {
         if (rows[x] == 0) continue;
         h *= 2.0 / static_cast<double>(rows[x]);
         for (const auto* node : readers.at(x)) {
-            report_progress("layer", ++rounded_layers);
+            context.progress("layer", ++rounded_layers, layer_count);
             const auto& name = node->input(1);
             const auto weight = Tensor::from_proto(*index.initializer(name));
             const auto& params = plan.find(name)->params;

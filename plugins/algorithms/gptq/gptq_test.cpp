@@ -1,13 +1,16 @@
 // GPTQ's lazy, Cholesky-based column updates against the direct update of the
-// optimal brain surgeon formula: the inverse Hessian restricted to the rows not
-// yet rounded, updated by Gaussian elimination after each row.
+// optimal brain surgeon formula (the inverse Hessian restricted to the rows not
+// yet rounded, updated by Gaussian elimination after each row), and the plugin
+// named by a recipe.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
-#include "pipeline/gptq.hpp"
+#include "gptq_rounding.hpp"
+#include "plugin/registry.hpp"
 #include "test_support.hpp"
+#include "vaiq/error.hpp"
 
 namespace {
 
@@ -140,6 +143,45 @@ TEST(Gptq, ActOrderRoundsTheHeaviestInputsFirst) {
     const auto rparams = vaiq::constant_params(rw, vaiq::test::blocked_spec(vaiq::QuantType::QInt4, true, 4));
     const auto a = vaiq::gptq_round(rw, rparams, reversed_h, plain), b = vaiq::gptq_round(rw, rparams, reversed_h, act);
     for (int64_t i = 0; i < k * n; ++i) EXPECT_EQ(a.data<float>()[i], b.data<float>()[i]) << i;
+}
+
+// A recipe names the algorithm in `algorithms` (or implies it with
+// weight_only_algorithm: gptq); its extra options reach it, and a bad one is
+// refused as the user's error.
+TEST(GptqPlugin, ARecipeNamesItAndItRoundsTheWeights) {
+    const auto dir = vaiq::test::temp_dir();
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 8, 64}).output("y", {1, 8, 32});
+    b.initializer("w", vaiq::test::ramp({64, 32}, -0.5f, 0.0005f));
+    b.node("MatMul", {"x", "w"}, {"y"});
+    vaiq::save_model(b.build(), dir / "in.onnx");
+    vaiq::PluginRegistry registry;
+    registry.load_default_paths();
+    registry.load_library(vaiq::test::extra_args().front());
+    const std::string int4 =
+        "target: cpu\ncalibrate_method: MinMax\nquant_format: MatMulNBits\nweight_only: true\nweight_type: QInt4\n"
+        "block_size: 32\nop_types_to_quantize: [MatMul]\n";
+    const std::string base = int4 + "extra_options: {WeightSymmetric: true, GPTQActOrder: true}\n";
+    const auto named = vaiq::test::run_recipe_in(dir, registry, base + "algorithms: [gptq]\n");
+    ASSERT_TRUE(named.contains("gptq")) << named.dump();
+    EXPECT_EQ(named["gptq"]["act_order"], true) << "the extra option reaches the plugin";
+    ASSERT_EQ(named["gptq"]["layers"].size(), 1u);
+    const auto& layer = named["gptq"]["layers"][0];
+    EXPECT_LE(layer["output_error_gptq"].get<double>(), layer["output_error_rtn"].get<double>());
+    const auto implied = vaiq::test::run_recipe_in(dir, registry, base + "weight_only_algorithm: gptq\n", "i.yaml");
+    EXPECT_EQ(implied["gptq"]["layers"], named["gptq"]["layers"]) << "the documented setting runs the same";
+    EXPECT_THROW(vaiq::test::run_recipe_in(
+                     dir, registry, base + "algorithms: [{name: gptq, options: {GPTQDamping: 0.1}}]\n", "o.yaml"),
+                 vaiq::InputError)
+        << "a documented extra option is set under extra_options";
+    try {
+        vaiq::test::run_recipe_in(
+            dir, registry, int4 + "algorithms: [gptq]\nextra_options: {WeightSymmetric: true, GPTQDamping: -1}\n",
+            "d.yaml");
+        ADD_FAILURE() << "a negative damping runs";
+    } catch (const vaiq::InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("GPTQDamping must be >= 0"), std::string::npos) << e.what();
+    }
 }
 
 }  // namespace

@@ -13,16 +13,16 @@
 #include <map>
 #include <string>
 
-#include "pipeline/data_reader.hpp"
+#include "vaiq/algorithm.hpp"
 #include "vaiq/model.hpp"
 #include "vaiq/quant.hpp"
 
 namespace vaiq {
 
 struct GptqOptions {
-    double damping = 0.01;  ///< percdamp
-    int batch_rows = 128;   ///< rows rounded before the error reaches the later ones
-    bool act_order = false; ///< rows in order of falling H diagonal (desc_act), each with its own block's scale
+    double damping = 0.01;   ///< percdamp
+    int batch_rows = 128;    ///< rows rounded before the error reaches the later ones
+    bool act_order = false;  ///< rows in order of falling H diagonal (desc_act), each with its own block's scale
 };
 
 struct GptqLayer {
@@ -36,9 +36,9 @@ struct GptqResult {
     std::vector<GptqLayer> layers;
 };
 
-/// Rounds the constant B of every MatMul of `model` that `plan` quantizes.
-GptqResult gptq(const Model& model, const QuantPlan& plan, DataReader& data, const GptqOptions& options,
-                int threads);
+/// Rounds the constant B of every MatMul of the context's model that its plan
+/// quantizes, H measured on the context's data.
+GptqResult gptq(AlgorithmContext& context, const GptqOptions& options);
 
 /// The GPTQ rounding of one weight W [K, N] given H [K, K] (row-major doubles): exposed for tests.
 Tensor gptq_round(const Tensor& weight, const QuantParams& params, std::vector<double> hessian,

@@ -1,0 +1,105 @@
+// vaiq/algorithm.hpp - the algorithm plugin interface: a step of the run that
+// uses the calibration data and evaluations of the model to change what gets
+// written (fitted weights, corrected constants), such as GPTQ.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "vaiq/model.hpp"
+#include "vaiq/pass.hpp"
+#include "vaiq/plugin.hpp"
+#include "vaiq/quant.hpp"
+#include "vaiq/tensor.hpp"
+
+namespace vaiq {
+
+/// One batch of model inputs, by input name.
+using Feeds = std::map<std::string, Tensor>;
+
+/// Called with each tapped tensor of a run as soon as it is computed.
+using TapFunction = std::function<void(const std::string& tensor, const Tensor& value)>;
+
+/// The run's calibration data: read it any number of times, one batch at a time.
+class VAIQ_API DataStream {
+  public:
+    virtual ~DataStream();
+    /// The next batch, or nullopt at the end.
+    virtual std::optional<Feeds> next() = 0;
+    /// Starts again from the first batch.
+    virtual void rewind() = 0;
+};
+
+/// One model compiled once by vaiq's executor and run on any number of batches.
+class VAIQ_API ModelRunner {
+  public:
+    virtual ~ModelRunner();
+    /// The graph outputs in order; `tap` sees each of `taps` as it is computed.
+    virtual std::vector<Tensor> run(const Feeds& feeds, const std::vector<std::string>& taps = {},
+                                    const TapFunction& tap = {}) = 0;
+};
+
+/// What the host gives an algorithm, and the changes it accepts. The host owns
+/// it; it lives for one call of Algorithm::run().
+class VAIQ_API AlgorithmContext {
+  public:
+    virtual ~AlgorithmContext();
+
+    /// The prepared float model, with the changes algorithms made so far.
+    virtual const Model& model() const = 0;
+    /// The quantization plan: every tensor's type and parameters.
+    virtual const QuantPlan& plan() const = 0;
+    /// Weights an earlier algorithm fitted, by initializer name: they replace
+    /// the float values when the model is written.
+    virtual const std::map<std::string, Tensor>& fitted_weights() const = 0;
+    virtual DataStream& data() = 0;
+    /// The threads the run may use.
+    virtual int threads() const = 0;
+
+    /// The model as the run's format writes `plan`, `weights` in place of the float ones.
+    virtual Model quantized(const QuantPlan& plan, const std::map<std::string, Tensor>& weights) = 0;
+    /// Compiles `model` (which must outlive the runner). With `float_values`, a
+    /// quantized model runs its dequantized tensors as float, so that the
+    /// values between QuantizeLinear pairs can be tapped.
+    virtual std::unique_ptr<ModelRunner> runner(const Model& model, bool float_values = false) = 0;
+    /// Runs every batch of data() through `model` once, calling `observe` with
+    /// each of `tensors` as the batch computes it.
+    virtual void for_each_tapped(const Model& model, const std::vector<std::string>& tensors,
+                                 const TapFunction& observe) = 0;
+    /// The largest |value| per channel of float tensors of `model` over data().
+    virtual ChannelRanges channel_ranges(const Model& model, const std::vector<ChannelRangeRequest>& requests) = 0;
+    /// Shows progress ("layer", 3 of 24) where the user has asked for it.
+    virtual void progress(std::string_view what, int64_t done, int64_t total) = 0;
+
+    /// Keeps `weights` (grid values of weights the plan quantizes) in place of
+    /// their float values when the model is written.
+    virtual void set_fitted_weights(std::map<std::string, Tensor> weights) = 0;
+    /// The algorithm's section of the report (under its name).
+    virtual void report(nlohmann::json section) = 0;
+};
+
+/// When in the run an algorithm works.
+enum class AlgorithmStage : uint32_t {
+    /// After the parameters are computed: on the plan, its weights and precisions.
+    Parameters = 1,
+};
+
+/// A named step that changes what gets written, from data.
+class VAIQ_API Algorithm : public Plugin {
+  public:
+    using Interface = Algorithm;
+    static constexpr PluginKind kKind = PluginKind::Algorithm;
+
+    virtual AlgorithmStage stage() const { return AlgorithmStage::Parameters; }
+    /// Does its work through `context`; throws InputError for a model or data it cannot take.
+    virtual void run(AlgorithmContext& context) = 0;
+};
+
+}  // namespace vaiq

@@ -1,0 +1,77 @@
+#include "pipeline/algorithm_context.hpp"
+
+#include "pipeline/channel_ranges.hpp"
+#include "runtime/executor.hpp"
+#include "util/progress.hpp"
+
+namespace vaiq {
+
+namespace {
+
+class ExecutorRunner final : public ModelRunner {
+  public:
+    ExecutorRunner(const Model& model, runtime::ExecutorOptions options) : executor_(model, std::move(options)) {}
+    std::vector<Tensor> run(const Feeds& feeds, const std::vector<std::string>& taps, const TapFunction& tap) override {
+        return executor_.run(feeds, taps, tap);
+    }
+
+  private:
+    runtime::Executor executor_;
+};
+
+}  // namespace
+
+// The run's reader seen as the SDK's stream (batches without their file names).
+class HostAlgorithmContext::Stream final : public DataStream {
+  public:
+    explicit Stream(DataReader& reader) : reader_(reader) {}
+    std::optional<Feeds> next() override {
+        auto batch = reader_.next();
+        if (!batch) return std::nullopt;
+        return std::move(batch->feeds);
+    }
+    void rewind() override { reader_.rewind(); }
+
+  private:
+    DataReader& reader_;
+};
+
+HostAlgorithmContext::HostAlgorithmContext(AlgorithmInputs inputs)
+    : in_(std::move(inputs)), stream_(std::make_unique<Stream>(in_.data)) {}
+
+HostAlgorithmContext::~HostAlgorithmContext() = default;
+
+DataStream& HostAlgorithmContext::data() { return *stream_; }
+
+Model HostAlgorithmContext::quantized(const QuantPlan& plan, const std::map<std::string, Tensor>& weights) {
+    return in_.emit(plan, weights);
+}
+
+std::unique_ptr<ModelRunner> HostAlgorithmContext::runner(const Model& model, bool float_values) {
+    runtime::ExecutorOptions options;
+    options.threads = in_.threads;
+    options.fuse_qdq = !float_values;
+    return std::make_unique<ExecutorRunner>(model, std::move(options));
+}
+
+void HostAlgorithmContext::for_each_tapped(const Model& model, const std::vector<std::string>& tensors,
+                                           const TapFunction& observe) {
+    vaiq::for_each_tapped(model, in_.data, tensors, in_.threads, observe);
+}
+
+ChannelRanges HostAlgorithmContext::channel_ranges(const Model& model,
+                                                   const std::vector<ChannelRangeRequest>& requests) {
+    return measure_channel_ranges(model, in_.data, requests, in_.threads);
+}
+
+void HostAlgorithmContext::progress(std::string_view what, int64_t done, int64_t total) {
+    report_progress(what, done, total);
+}
+
+void HostAlgorithmContext::set_fitted_weights(std::map<std::string, Tensor> weights) {
+    in_.keep_fitted(std::move(weights));
+}
+
+void HostAlgorithmContext::report(nlohmann::json section) { in_.report(std::move(section)); }
+
+}  // namespace vaiq

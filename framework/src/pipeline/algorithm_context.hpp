@@ -1,0 +1,57 @@
+// The host's side of an algorithm plugin's context: what the run gives it and
+// where its changes go.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "pipeline/data_reader.hpp"
+#include "vaiq/algorithm.hpp"
+
+namespace vaiq {
+
+/// What one algorithm works on, taken from the run: read-only views, the
+/// data, and callbacks that apply its changes to the run.
+struct AlgorithmInputs {
+    const Model& model;
+    const QuantPlan& plan;
+    const std::map<std::string, Tensor>& fitted_weights;
+    DataReader& data;
+    int threads = 0;
+    /// The model as the run's format writes a plan, some weights in place of the float ones.
+    std::function<Model(const QuantPlan&, const std::map<std::string, Tensor>&)> emit;
+    /// Keeps fitted weights (in place of earlier fits of the same weights).
+    std::function<void(std::map<std::string, Tensor>)> keep_fitted;
+    /// Takes the algorithm's report section.
+    std::function<void(nlohmann::json)> report;
+};
+
+class HostAlgorithmContext final : public AlgorithmContext {
+  public:
+    explicit HostAlgorithmContext(AlgorithmInputs inputs);
+    ~HostAlgorithmContext() override;
+
+    const Model& model() const override { return in_.model; }
+    const QuantPlan& plan() const override { return in_.plan; }
+    const std::map<std::string, Tensor>& fitted_weights() const override { return in_.fitted_weights; }
+    DataStream& data() override;
+    int threads() const override { return in_.threads; }
+
+    Model quantized(const QuantPlan& plan, const std::map<std::string, Tensor>& weights) override;
+    std::unique_ptr<ModelRunner> runner(const Model& model, bool float_values) override;
+    void for_each_tapped(const Model& model, const std::vector<std::string>& tensors,
+                         const TapFunction& observe) override;
+    ChannelRanges channel_ranges(const Model& model, const std::vector<ChannelRangeRequest>& requests) override;
+    void progress(std::string_view what, int64_t done, int64_t total) override;
+
+    void set_fitted_weights(std::map<std::string, Tensor> weights) override;
+    void report(nlohmann::json section) override;
+
+  private:
+    class Stream;
+    AlgorithmInputs in_;
+    std::unique_ptr<Stream> stream_;
+};
+
+}  // namespace vaiq
