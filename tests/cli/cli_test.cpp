@@ -86,6 +86,26 @@ TEST(Cli, PluginsListsAllFiveKinds) {
     EXPECT_NE(r.out.find("GPTQDamping (float, default 0.01)"), std::string::npos) << r.out;
 }
 
+// The algorithms a recipe runs, with the extra options that reach them; a
+// misspelt algorithm is refused at its line.
+TEST(Cli, ExplainShowsTheAlgorithmsARecipeRuns) {
+    auto r = vaiq_cli("explain " VAIQ_SOURCE_DIR "/recipes/int4_gptq.yaml");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("algorithm:  gptq"), std::string::npos) << r.out;
+    const auto at = r.out.find("    GPTQDamping");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const auto damping = r.out.substr(at, r.out.find('\n', at) - at);
+    EXPECT_NE(damping.find("0.01"), std::string::npos) << damping;
+    EXPECT_NE(damping.find("int4_gptq.yaml:"), std::string::npos) << "set by the recipe: " << damping;
+    const auto dir = temp_dir();
+    const auto recipe = write_text(dir / "r.yaml", "recipe_version: 1\nextends: cpu.yaml\nalgorithms: [gtpq]\n");
+    r = vaiq_cli("validate " + recipe.string());
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("r.yaml:3:14: no algorithm plugin named 'gtpq' is installed; did you mean 'gptq'?"),
+              std::string::npos)
+        << r.err;
+}
+
 TEST(Cli, ValidateAcceptsShippedRecipesAndRejectsBadOnesOnOneLine) {
     auto r = vaiq_cli("validate " VAIQ_SOURCE_DIR "/recipes/cpu.yaml");
     EXPECT_EQ(r.exit_code, 0) << r.err;

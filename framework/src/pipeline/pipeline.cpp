@@ -1548,6 +1548,15 @@ std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, const 
         line("pass:       {} {}", pass.info->name, pass.info->version);
         for (const auto& [name, value] : pass.options.values()) line("    {}: {}", name, value.dump());
     }
+    for (const auto& algorithm : plugins.algorithms) {
+        line("algorithm:  {} {}  ({})", algorithm.info->name, algorithm.info->version,
+             algorithm.info->library.filename().string());
+        for (const auto& [name, value] : algorithm.options.values()) {
+            auto extra = recipe.settings.find("extra_options." + name);
+            const bool set = is_extra_option_name(name) && extra != recipe.settings.end();
+            line("    {:<41} {:<28} {}", name, value.dump(), set ? extra->second.origin : "");
+        }
+    }
     line("");
     line("settings (value, then where it comes from):");
     for (const auto& spec : recipe_keys()) {
