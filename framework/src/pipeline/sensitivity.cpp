@@ -132,16 +132,13 @@ std::vector<int64_t> greedy_decode(std::span<const float> sample, int64_t row_le
 
 std::string OutputMeaning::describe() const {
     switch (kind) {
-        case Kind::Threshold:
-            return fmt::format("decisions at 0.5 ({}: independent probabilities)", source);
-        case Kind::NonZero:
-            return fmt::format("its nonzero elements ({} masks it)", source);
+        case Kind::Threshold: return fmt::format("decisions at 0.5 ({}: independent probabilities)", source);
+        case Kind::NonZero: return fmt::format("its nonzero elements ({} masks it)", source);
         case Kind::Values:
-            return fmt::format("values within {:g} % of the float output's range (no op says it holds classes "
-                               "or decisions)",
-                               100 * kValuesTolerance);
-        case Kind::Argmax:
-            break;
+            return fmt::format(
+                "values within {:g} % of the float output's range (no op says it holds classes or decisions)",
+                100 * kValuesTolerance);
+        case Kind::Argmax: break;
     }
     if (source.empty()) return "the argmax over the last axis (one score a row: its decision)";
     return fmt::format("the argmax over axis {}{} ({})", axis, flattened ? " and after" : "", source);
