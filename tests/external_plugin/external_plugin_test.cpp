@@ -191,4 +191,62 @@ TEST_F(ExternalPlugin, ATargetsOwnOptionIsCheckedWithFileAndLine) {
     EXPECT_FALSE(has(tensors[true], "conv_out")) << "fused: the Conv computes the Relu";
 }
 
+// An algorithm built out of tree is listed with its kind, named by a recipe,
+// and changes the written model: the weight with an outlier gets a clipped
+// scale, which the written model carries.
+TEST_F(ExternalPlugin, AnAlgorithmNamedByARecipeChangesTheWrittenModel) {
+    const auto log = work() / "log5.txt";
+    ASSERT_EQ(
+        shell("VAIQ_PLUGIN_PATH=" + (work() / "plugin-build").string() + " " + vaiq().string() + " plugins --json",
+              log),
+        0)
+        << slurp(log);
+    const auto plugins = nlohmann::json::parse(slurp(log));
+    EXPECT_TRUE(std::any_of(plugins.begin(), plugins.end(), [](const auto& p) {
+        return p["name"] == "clip_search" && p["kind"] == "algorithm";
+    })) << slurp(log);
+
+    // One outlier among 9216 values: clipping it a little costs less than the
+    // coarser grid costs all the others (each rounds with error scale^2 / 12).
+    // Every output channel holds the same ramp, so the weight stays per tensor.
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 32, 6, 6}).output("y", {1, 32, 4, 4});
+    std::vector<float> values(9216);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = -0.35f + 0.7f * static_cast<float>(i % 288) / 288;
+    values[5] = 1.0f;
+    b.initializer("w", vaiq::Tensor::from_values<float>({32, 32, 3, 3}, values));
+    b.node("Conv", {"x", "w"}, {"c"}, "conv");
+    b.node("Relu", {"c"}, {"y"}, "relu");
+    vaiq::save_model(b.build(), work() / "outlier.onnx");
+    std::map<std::string, nlohmann::json> reports;
+    for (const std::string name : {"plain", "clipped"}) {
+        vaiq::test::write_text(
+            work() / (name + ".yaml"),
+            "recipe_version: 1\nextends: cpu.yaml\nplugin_paths: [plugin-build]\nper_channel: false\n" +
+                std::string(name == "clipped" ? "algorithms: [clip_search]\n" : ""));
+        ASSERT_EQ(run("run " + name + ".yaml --model outlier.onnx --output " + name + ".onnx", log), 0) << slurp(log);
+        reports[name] = nlohmann::json::parse(slurp(work() / (name + ".report.json")));
+    }
+    ASSERT_TRUE(reports["clipped"].contains("clip_search")) << reports["clipped"].dump();
+    ASSERT_EQ(reports["clipped"]["clip_search"]["clipped"], 1) << reports["clipped"]["clip_search"].dump();
+    const double ratio = reports["clipped"]["clip_search"]["ratios"]["w"].get<double>();
+    EXPECT_LT(ratio, 1.0);
+    auto scale_of = [](const nlohmann::json& report) {
+        for (const auto& t : report["tensors"])
+            if (t["tensor"] == "w") return t["scale"].get<double>();
+        return -1.0;
+    };
+    EXPECT_NEAR(scale_of(reports["clipped"]), scale_of(reports["plain"]) * ratio, 1e-6 * scale_of(reports["plain"]));
+    // The written model carries it.
+    auto written_scale = [&](const std::string& name) {
+        const auto view = vaiq::read_qdq(vaiq::load_model(work() / (name + ".onnx")));
+        for (const auto& node : view.graph.graph().node())  // the weight the Conv reads
+            if (const auto* t = node.op_type() == "Conv" ? view.plan.find(node.input(1)) : nullptr)
+                return static_cast<double>(t->params.scale[0]);
+        return -1.0;
+    };
+    EXPECT_NEAR(written_scale("clipped"), scale_of(reports["clipped"]), 1e-9);
+    EXPECT_GT(written_scale("plain"), written_scale("clipped"));
+}
+
 }  // namespace

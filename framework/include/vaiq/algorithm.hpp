@@ -81,6 +81,12 @@ class VAIQ_API AlgorithmContext {
     /// Keeps `weights` (grid values of weights the plan quantizes) in place of
     /// their float values when the model is written.
     virtual void set_fitted_weights(std::map<std::string, Tensor> weights) = 0;
+    /// Gives `tensor` (one the plan quantizes) these parameters instead of those
+    /// its calibration gave, for the rest of the run: a weight's clipped scale.
+    /// Same type, and per tensor or per channel as before; the target's
+    /// constraints still apply after. Weights fitted to the old parameters are
+    /// dropped. Throws InputError for a tensor the plan does not quantize.
+    virtual void set_parameters(const std::string& tensor, const QuantParams& params) = 0;
     /// The algorithm's section of the report (under its name).
     virtual void report(nlohmann::json section) = 0;
 };

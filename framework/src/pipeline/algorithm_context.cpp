@@ -72,6 +72,10 @@ void HostAlgorithmContext::set_fitted_weights(std::map<std::string, Tensor> weig
     in_.keep_fitted(std::move(weights));
 }
 
+void HostAlgorithmContext::set_parameters(const std::string& tensor, const QuantParams& params) {
+    in_.keep_parameters(tensor, params);
+}
+
 void HostAlgorithmContext::report(nlohmann::json section) { in_.report(std::move(section)); }
 
 }  // namespace vaiq

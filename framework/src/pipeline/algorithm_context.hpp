@@ -23,6 +23,8 @@ struct AlgorithmInputs {
     std::function<Model(const QuantPlan&, const std::map<std::string, Tensor>&)> emit;
     /// Keeps fitted weights (in place of earlier fits of the same weights).
     std::function<void(std::map<std::string, Tensor>)> keep_fitted;
+    /// Keeps a tensor's chosen parameters (checked) for the rest of the run.
+    std::function<void(const std::string&, const QuantParams&)> keep_parameters;
     /// Takes the algorithm's report section.
     std::function<void(nlohmann::json)> report;
 };
@@ -46,6 +48,7 @@ class HostAlgorithmContext final : public AlgorithmContext {
     void progress(std::string_view what, int64_t done, int64_t total) override;
 
     void set_fitted_weights(std::map<std::string, Tensor> weights) override;
+    void set_parameters(const std::string& tensor, const QuantParams& params) override;
     void report(nlohmann::json section) override;
 
   private:

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -84,10 +85,10 @@ PluginChoice choose(const Recipe& recipe, const PluginRegistry& registry, Plugin
                     std::string_view key) {
     const auto& info = registry.require(kind, name, who_needs(recipe, key, recipe.value(key).get<std::string>()));
     const std::string kind_str(kind_name(kind));
-    return {&info, with_extra_options(recipe, registry, info, recipe.plugin_options(kind_str),
-                                      [&](const std::string& option) {
-                                          return recipe.plugin_option_origin(kind_str, option);
-                                      })};
+    return {&info,
+            with_extra_options(recipe, registry, info, recipe.plugin_options(kind_str), [&](const std::string& option) {
+                return recipe.plugin_option_origin(kind_str, option);
+            })};
 }
 
 // The recipe's algorithms in its order, after those its documented settings
@@ -97,8 +98,8 @@ std::vector<PluginChoice> choose_algorithms(const Recipe& recipe, const PluginRe
     auto add = [&](const std::string& name, const nlohmann::json& options, const std::string& origin) {
         if (std::any_of(out.begin(), out.end(), [&](const PluginChoice& c) { return c.info->name == name; })) return;
         const auto& info = registry.require(PluginKind::Algorithm, name, origin);
-        out.push_back({&info, with_extra_options(recipe, registry, info, options,
-                                                 [&](const std::string&) { return origin; })});
+        out.push_back(
+            {&info, with_extra_options(recipe, registry, info, options, [&](const std::string&) { return origin; })});
     };
     for (const auto& a : defaults::implied_algorithms(recipe)) add(a.name, a.options, a.origin);
     for (const auto& a : recipe.value("algorithms"))
@@ -442,6 +443,8 @@ struct RunState {
     PluginInstance<Format> format;                  ///< created on first use
     std::map<std::string, Tensor> rounded_weights;  ///< fast finetune's grid values, written instead of the weights
     std::map<std::string, QuantParams> rounded_on;  ///< the quantization each was fitted to (see rounded_for)
+    /// Parameters algorithms chose (AlgorithmContext::set_parameters), kept when the plan is recomputed.
+    std::map<std::string, QuantParams> chosen_params;
     std::optional<std::vector<TensorSensitivity>> sensitivity;
     std::optional<CalibrationTables> tables;  ///< kept by calibrate when `keep_tables`
     /// Tensors whose channels differ in scale and that stay on one grid (mixed_scale.hpp):
@@ -1077,6 +1080,29 @@ void next_lever(RunState& s, const MixedPrecisionTarget& target) {
              better ? "kept" : "dropped");
 }
 
+// Algorithm `algorithm` gives `tensor` new parameters: the same form as those
+// calibration gave (type, count, axis), so the format and the target take them.
+void choose_parameters(RunState& s, const std::string& algorithm, const std::string& tensor,
+                       const QuantParams& params) {
+    auto it = std::find_if(s.plan.tensors.begin(), s.plan.tensors.end(),
+                           [&](const TensorQuant& t) { return t.tensor == tensor; });
+    if (it == s.plan.tensors.end())
+        throw InputError(fmt::format("algorithm '{}' chose parameters for '{}', which the plan does not quantize",
+                                     algorithm, tensor));
+    const auto& old = it->params;
+    const bool same_form = params.type == old.type && params.scale.size() == old.scale.size() &&
+                           params.zero_point.size() == old.zero_point.size() && params.axis == old.axis &&
+                           params.block_size == old.block_size;
+    const bool scales_ok = std::all_of(params.scale.begin(), params.scale.end(),
+                                       [](float v) { return std::isfinite(v) && v > 0; });
+    if (!same_form || !scales_ok)
+        throw InputError(fmt::format("algorithm '{}' chose parameters for '{}' of another form than calibration's "
+                                     "({} {} scales, axis {}) or with a scale that is not finite and positive",
+                                     algorithm, tensor, quant_type_name(old.type), old.scale.size(), old.axis));
+    it->params = params;
+    s.chosen_params[tensor] = params;
+}
+
 // The algorithm plugins, in the recipe's order, each given the run as it
 // stands; each one's report section goes under its name.
 void run_algorithms(RunState& s) {
@@ -1096,15 +1122,25 @@ void run_algorithms(RunState& s) {
                                               s.rounded_weights[weight] = std::move(value);
                                           }
                                       },
+                                      [&](const std::string& tensor, const QuantParams& params) {
+                                          choose_parameters(s, name, tensor, params);
+                                      },
                                       [&](nlohmann::json section) { s.report[name] = std::move(section); }});
         algorithm->run(context);
     }
+}
+
+// The parameters the algorithms chose, in place of those calibration gave.
+void apply_chosen_parameters(RunState& s) {
+    for (auto& t : s.plan.tensors)
+        if (auto it = s.chosen_params.find(t.tensor); it != s.chosen_params.end()) t.params = it->second;
 }
 
 void parameters_phase(RunState& s) {
     auto recompute = [&s] {
         s.ranges.clear();
         s.plan = compute_parameters(s.model, s.draft, s.calibration, &s.ranges);
+        apply_chosen_parameters(s);
         return s.target->refine(s.model, s.plan, s.run);
     };
     auto refined = recompute();
@@ -1115,6 +1151,7 @@ void parameters_phase(RunState& s) {
     }
     if (s.recipe.value("include_fast_ft").get<bool>()) finetune_weights(s);
     run_algorithms(s);
+    if (!s.chosen_params.empty()) refined = recompute();  // the target's constraints on what they chose
     if (s.recipe.value("weight_only").get<bool>()) {
         const auto& algorithm = s.recipe.value("weight_only_algorithm");
         if (algorithm == "awq_clip" || algorithm == "awq_full") {
