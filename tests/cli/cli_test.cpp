@@ -804,7 +804,7 @@ TEST(Cli, AwqLiteAndGptqBeatRoundToNearestWhereActivationsHaveLoudChannels) {
         ASSERT_EQ(r.exit_code, 0) << r.err;
         reports[recipe] = nlohmann::json::parse(slurp(dir / (std::string(recipe) + ".report.json")));
     }
-    const auto& awq = reports["int4_awq"]["awq"];
+    const auto& awq = reports["int4_awq"]["awq_lite"];
     EXPECT_EQ(awq["scaled"], 1);
     EXPECT_LT(awq["output_error_awq"].get<double>(), awq["output_error_rtn"].get<double>());
     const double rtn_db = reports["int4_rtn"]["evaluation"]["outputs"][0]["sqnr_db"].get<double>();

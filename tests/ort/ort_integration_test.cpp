@@ -970,8 +970,8 @@ TEST(OnnxRuntimeInt4, AwqLiteAndGptqOutputsRunAndAgreeWithVaiq) {
     // No calibration data: random inputs, as ModelOpt does.
     auto run = quantize_in_mode(mlp_model(), "int4_awq.yaml", "", normal_tensor({1, 5, 256}, 1.0f, 13));
     EXPECT_EQ(op_counts(run.written).at("MatMulNBits"), 2);
-    EXPECT_GE(run.report["awq"]["activations"].get<int>(), 2);
-    EXPECT_LE(run.report["awq"]["output_error_awq"].get<double>(), run.report["awq"]["output_error_rtn"].get<double>());
+    EXPECT_GE(run.report["awq_lite"]["activations"].get<int>(), 2);
+    EXPECT_LE(run.report["awq_lite"]["output_error_awq"].get<double>(), run.report["awq_lite"]["output_error_rtn"].get<double>());
     EXPECT_LT(relative_error(run.ours, run.ort), 1e-5) << "vaiq computes what ONNX Runtime does";
     run = quantize_in_mode(mlp_model(), "int4_gptq.yaml", "", normal_tensor({1, 5, 256}, 1.0f, 13));
     EXPECT_EQ(op_counts(run.written).at("MatMulNBits"), 2);

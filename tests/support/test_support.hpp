@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "pipeline/algorithm_context.hpp"
 #include "pipeline/images.hpp"
 #include "plugin/registry.hpp"
 #include "vaiq/calibrator.hpp"
@@ -18,6 +19,18 @@
 #include "vaiq/tensor.hpp"
 
 namespace vaiq::test {
+
+/// An algorithm's context for tests: `model` (which must outlive it), `plan`,
+/// `data`, one thread; what the algorithm changes is recorded.
+struct TestAlgorithmContext {
+    TestAlgorithmContext(const Model& model, DataReader& data, QuantPlan plan = {});
+    QuantPlan plan;
+    std::map<std::string, Tensor> fitted;
+    std::map<std::string, QuantParams> parameters;
+    std::optional<Model> replaced;
+    nlohmann::json report;
+    HostAlgorithmContext context;
+};
 
 /// Arguments left after GoogleTest's own (a plugin test gets its library path first).
 const std::vector<std::string>& extra_args();

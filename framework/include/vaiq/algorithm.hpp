@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,8 +55,14 @@ class VAIQ_API AlgorithmContext {
 
     /// The prepared float model, with the changes algorithms made so far.
     virtual const Model& model() const = 0;
-    /// The quantization plan: every tensor's type and parameters.
+    /// The quantization plan: every tensor's type and parameters (empty in
+    /// the Prepare stage, before calibration).
     virtual const QuantPlan& plan() const = 0;
+    /// The nodes the recipe quantizes (by name): the target's ops, minus exclusions.
+    virtual std::set<std::string> quantized_nodes() const = 0;
+    /// How the target quantizes a tensor of `role` in this run (type, symmetry,
+    /// per channel, block size): what a weight will be quantized with before the plan exists.
+    virtual QuantSpec default_spec(TensorRole role) const = 0;
     /// Weights an earlier algorithm fitted, by initializer name: they replace
     /// the float values when the model is written.
     virtual const std::map<std::string, Tensor>& fitted_weights() const = 0;
@@ -87,6 +94,10 @@ class VAIQ_API AlgorithmContext {
     /// constraints still apply after. Weights fitted to the old parameters are
     /// dropped. Throws InputError for a tensor the plan does not quantize.
     virtual void set_parameters(const std::string& tensor, const QuantParams& params) = 0;
+    /// Replaces the prepared float model (Prepare stage only): a rewrite that
+    /// keeps the function up to rounding, such as scales moved between an
+    /// activation and the weights that read it. Its inputs must stay as they were.
+    virtual void set_model(Model model) = 0;
     /// The algorithm's section of the report (under its name).
     virtual void report(nlohmann::json section) = 0;
 };
@@ -95,6 +106,8 @@ class VAIQ_API AlgorithmContext {
 enum class AlgorithmStage : uint32_t {
     /// After the parameters are computed: on the plan, its weights and precisions.
     Parameters = 1,
+    /// At the end of preparation, before calibration: on the float model (set_model).
+    Prepare = 2,
 };
 
 /// A named step that changes what gets written, from data.

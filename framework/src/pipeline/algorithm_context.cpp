@@ -3,6 +3,7 @@
 #include "pipeline/channel_ranges.hpp"
 #include "runtime/executor.hpp"
 #include "util/progress.hpp"
+#include "vaiq/error.hpp"
 
 namespace vaiq {
 
@@ -74,6 +75,11 @@ void HostAlgorithmContext::set_fitted_weights(std::map<std::string, Tensor> weig
 
 void HostAlgorithmContext::set_parameters(const std::string& tensor, const QuantParams& params) {
     in_.keep_parameters(tensor, params);
+}
+
+void HostAlgorithmContext::set_model(Model model) {
+    if (!in_.replace_model) throw InternalError("set_model() is for algorithms of the Prepare stage");
+    in_.replace_model(std::move(model));
 }
 
 void HostAlgorithmContext::report(nlohmann::json section) { in_.report(std::move(section)); }

@@ -27,6 +27,11 @@ struct AlgorithmInputs {
     std::function<void(const std::string&, const QuantParams&)> keep_parameters;
     /// Takes the algorithm's report section.
     std::function<void(nlohmann::json)> report;
+    /// The nodes the recipe quantizes, and the target's spec for a role.
+    std::function<std::set<std::string>()> quantized_nodes;
+    std::function<QuantSpec(TensorRole)> default_spec;
+    /// Takes a rewritten float model (Prepare stage); null in the Parameters stage.
+    std::function<void(Model)> replace_model;
 };
 
 class HostAlgorithmContext final : public AlgorithmContext {
@@ -37,6 +42,8 @@ class HostAlgorithmContext final : public AlgorithmContext {
     const Model& model() const override { return in_.model; }
     const QuantPlan& plan() const override { return in_.plan; }
     const std::map<std::string, Tensor>& fitted_weights() const override { return in_.fitted_weights; }
+    std::set<std::string> quantized_nodes() const override { return in_.quantized_nodes(); }
+    QuantSpec default_spec(TensorRole role) const override { return in_.default_spec(role); }
     DataStream& data() override;
     int threads() const override { return in_.threads; }
 
@@ -49,6 +56,7 @@ class HostAlgorithmContext final : public AlgorithmContext {
 
     void set_fitted_weights(std::map<std::string, Tensor> weights) override;
     void set_parameters(const std::string& tensor, const QuantParams& params) override;
+    void set_model(Model model) override;
     void report(nlohmann::json section) override;
 
   private:

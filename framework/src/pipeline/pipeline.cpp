@@ -12,7 +12,6 @@
 #include <set>
 
 #include "pipeline/algorithm_context.hpp"
-#include "pipeline/awq.hpp"
 #include "pipeline/bias_correction.hpp"
 #include "pipeline/calibration.hpp"
 #include "pipeline/channel_ranges.hpp"
@@ -30,7 +29,6 @@
 #include "pipeline/preprocess.hpp"
 #include "pipeline/selection.hpp"
 #include "pipeline/sensitivity.hpp"
-#include "pipeline/smooth_quant.hpp"
 #include "pipeline/statistics_file.hpp"
 #include "recipe/defaults.hpp"
 #include "util/atomic_file.hpp"
@@ -477,26 +475,7 @@ void load_phase(RunState& s) {
                          {"nodes", s.model.graph().node_size()}};
 }
 
-// AWQ-lite on the MatMuls the recipe quantizes, weights as the run plans them.
-void awq_phase(RunState& s) {
-    AwqOptions options;
-    options.spec = s.target->default_spec(TensorRole::Weight, s.run);
-    // B [K, N]: blocks along K, or channels along N.
-    if (options.spec.block_size > 0) options.spec.per_channel = false;
-    options.spec.axis = options.spec.block_size > 0 ? 0 : 1;
-    std::set<std::string> nodes;
-    for (const auto& d : decide_nodes(s.recipe, s.model, *s.target))
-        if (d.quantized) nodes.insert(d.name);
-    s.data = calibration_reader(s.recipe, s.options, s.model);
-    const auto r = awq_lite(s.model, *s.data, options, nodes, s.threads);
-    s.report["awq"] = {{"activations", r.activations},
-                       {"scaled", r.scaled},
-                       {"folded", r.folded},
-                       {"output_error_rtn", r.error_rtn},
-                       {"output_error_awq", r.error_awq}};
-    log_info("AWQ-lite: {} of {} activations scaled ({} folded into their producer); output error {:.4g} -> {:.4g}",
-             r.scaled, r.activations, r.folded, r.error_rtn, r.error_awq);
-}
+void run_algorithms(RunState& s, AlgorithmStage stage);
 
 // The documented preparation steps, then the target's transforms, CLE and the recipe's passes.
 void prepare_phase(RunState& s) {
@@ -531,20 +510,6 @@ void prepare_phase(RunState& s) {
         return measure_channel_ranges(model, *reader, wanted, s.threads);
     };
     s.function_kept = run_passes(passes, s.registry, s.model, s.report["passes"], measure);
-    if (s.recipe.value("extra_options.SmoothQuant").get<bool>()) {
-        SmoothQuantOptions options;
-        options.alpha = s.recipe.value("extra_options.SmoothQuantAlpha").get<double>();
-        options.folding = s.recipe.value("extra_options.SmoothQuantFolding").get<bool>();
-        if (!(options.alpha >= 0 && options.alpha <= 1))
-            throw InputError(fmt::format("{}: extra_options.SmoothQuantAlpha must be within [0, 1], not {}",
-                                         s.recipe.setting("extra_options.SmoothQuantAlpha").origin, options.alpha));
-        s.data = calibration_reader(s.recipe, s.options, s.model);
-        const auto r = smooth_quant(s.model, *s.data, options, s.threads);
-        s.function_kept = false;  // kept in exact arithmetic, but counted as not, as CLE is
-        s.report["smooth_quant"] = {{"activations", r.activations}, {"weights", r.weights}, {"folded", r.folded}};
-        log_info("SmoothQuant: {} activations smoothed ({} folded into their producer), {} weights scaled",
-                 r.activations, r.folded, r.weights);
-    }
     const auto& algorithm = s.recipe.value("weight_only_algorithm");
     if (s.recipe.value("weight_only").get<bool>() && algorithm != "rtn") {
         // AWQ and GPTQ change weights through float32 arithmetic on float32 tensors.
@@ -555,10 +520,7 @@ void prepare_phase(RunState& s) {
                     "use rtn, or convert the model first (convert_fp16_to_fp32: true)",
                     s.recipe.setting("weight_only_algorithm").origin, algorithm.get<std::string>(), init.name()));
     }
-    if (s.recipe.value("weight_only").get<bool>() && (algorithm == "awq_lite" || algorithm == "awq_full")) {
-        awq_phase(s);
-        s.function_kept = false;
-    }
+    run_algorithms(s, AlgorithmStage::Prepare);
     s.inputs_changed = input_signature(s.model) != inputs_before;
 }
 
@@ -1093,39 +1055,63 @@ void choose_parameters(RunState& s, const std::string& algorithm, const std::str
     const bool same_form = params.type == old.type && params.scale.size() == old.scale.size() &&
                            params.zero_point.size() == old.zero_point.size() && params.axis == old.axis &&
                            params.block_size == old.block_size;
-    const bool scales_ok = std::all_of(params.scale.begin(), params.scale.end(),
-                                       [](float v) { return std::isfinite(v) && v > 0; });
+    const bool scales_ok =
+        std::all_of(params.scale.begin(), params.scale.end(), [](float v) { return std::isfinite(v) && v > 0; });
     if (!same_form || !scales_ok)
-        throw InputError(fmt::format("algorithm '{}' chose parameters for '{}' of another form than calibration's "
-                                     "({} {} scales, axis {}) or with a scale that is not finite and positive",
-                                     algorithm, tensor, quant_type_name(old.type), old.scale.size(), old.axis));
+        throw InputError(
+            fmt::format("algorithm '{}' chose parameters for '{}' of another form than calibration's "
+                        "({} {} scales, axis {}) or with a scale that is not finite and positive",
+                        algorithm, tensor, quant_type_name(old.type), old.scale.size(), old.axis));
     it->params = params;
     s.chosen_params[tensor] = params;
 }
 
-// The algorithm plugins, in the recipe's order, each given the run as it
-// stands; each one's report section goes under its name.
-void run_algorithms(RunState& s) {
+// The algorithm plugins of `stage`, in the recipe's order, each given the run
+// as it stands; each one's report section goes under its name.
+void run_algorithms(RunState& s, AlgorithmStage stage) {
     for (const auto& choice : s.plugins.algorithms) {
         const std::string name = choice.info->name;
         auto algorithm = s.registry.create<Algorithm>(name, choice.options);
+        if (algorithm->stage() != stage) continue;
+        const bool prepare = stage == AlgorithmStage::Prepare;
+        // Before calibration the reader is opened for the model as preparation left it.
+        if (prepare) s.data = calibration_reader(s.recipe, s.options, s.model);
         const auto fitted = rounded_for(s, s.plan);
-        HostAlgorithmContext context({s.model, s.plan, fitted, *s.data, s.threads,
-                                      [&](const QuantPlan& plan, const std::map<std::string, Tensor>& weights) {
-                                          return emit_plan(s, plan, weights);
-                                      },
-                                      [&](std::map<std::string, Tensor> weights) {
-                                          for (auto& [weight, value] : weights) {
-                                              const auto* t = s.plan.find(weight);
-                                              if (!t) continue;  // not quantized: nothing to fit
-                                              s.rounded_on[weight] = t->params;
-                                              s.rounded_weights[weight] = std::move(value);
-                                          }
-                                      },
-                                      [&](const std::string& tensor, const QuantParams& params) {
-                                          choose_parameters(s, name, tensor, params);
-                                      },
-                                      [&](nlohmann::json section) { s.report[name] = std::move(section); }});
+        AlgorithmInputs inputs{
+            s.model,
+            s.plan,
+            fitted,
+            *s.data,
+            s.threads,
+            [&](const QuantPlan& plan, const std::map<std::string, Tensor>& weights) {
+                return emit_plan(s, plan, weights);
+            },
+            [&](std::map<std::string, Tensor> weights) {
+                for (auto& [weight, value] : weights) {
+                    const auto* t = s.plan.find(weight);
+                    if (!t) continue;  // not quantized: nothing to fit
+                    s.rounded_on[weight] = t->params;
+                    s.rounded_weights[weight] = std::move(value);
+                }
+            },
+            [&](const std::string& tensor, const QuantParams& params) { choose_parameters(s, name, tensor, params); },
+            [&](nlohmann::json section) { s.report[name] = std::move(section); },
+            [&] {
+                std::set<std::string> out;
+                for (const auto& d : decide_nodes(s.recipe, s.model, *s.target))
+                    if (d.quantized) out.insert(d.name);
+                return out;
+            },
+            [&](TensorRole role) { return s.target->default_spec(role, s.run); },
+            nullptr};
+        if (prepare)
+            inputs.replace_model = [&](Model model) {
+                if (input_signature(model) != input_signature(s.model))
+                    throw InternalError(fmt::format("algorithm '{}' changed the model's inputs", name));
+                s.model = std::move(model);
+                s.function_kept = false;  // kept in exact arithmetic, but counted as not, as CLE is
+            };
+        HostAlgorithmContext context(std::move(inputs));
         algorithm->run(context);
     }
 }
@@ -1150,17 +1136,8 @@ void parameters_phase(RunState& s) {
         next_lever(s, *target);
     }
     if (s.recipe.value("include_fast_ft").get<bool>()) finetune_weights(s);
-    run_algorithms(s);
+    run_algorithms(s, AlgorithmStage::Parameters);
     if (!s.chosen_params.empty()) refined = recompute();  // the target's constraints on what they chose
-    if (s.recipe.value("weight_only").get<bool>()) {
-        const auto& algorithm = s.recipe.value("weight_only_algorithm");
-        if (algorithm == "awq_clip" || algorithm == "awq_full") {
-            constexpr int kClipSampleRows = 64;  // the token rows the clip search weighs, as ModelOpt subsamples
-            const auto r = awq_clip(s.model, s.plan, *s.data, kClipSampleRows, s.threads);
-            s.report["awq_clip"] = {{"weights", r.weights}, {"blocks", r.blocks}, {"clipped", r.clipped}};
-            log_info("AWQ-clip: {} of {} blocks clipped in {} weights", r.clipped, r.blocks, r.weights);
-        }
-    }
     // Last: the corrections are for the weights' final types and values.
     if (s.recipe.value("extra_options.BiasCorrection").get<bool>()) {
         correct_biases(s);

@@ -59,9 +59,17 @@ std::vector<PassRequest> preprocess_passes_after(const PreprocessOptions& option
 }
 
 std::vector<AlgorithmRequest> implied_algorithms(const Recipe& recipe) {
-    if (recipe.value("weight_only").get<bool>() && recipe.value("weight_only_algorithm") == "gptq")
-        return {{"gptq", nlohmann::json::object(), recipe.setting("weight_only_algorithm").origin}};
-    return {};
+    std::vector<AlgorithmRequest> out;
+    auto add = [&](const char* name, const char* key) {
+        out.push_back({name, nlohmann::json::object(), recipe.setting(key).origin});
+    };
+    if (recipe.value("extra_options.SmoothQuant").get<bool>()) add("smooth_quant", "extra_options.SmoothQuant");
+    const bool weight_only = recipe.value("weight_only").get<bool>();
+    const auto& algorithm = recipe.value("weight_only_algorithm");
+    if (weight_only && (algorithm == "awq_lite" || algorithm == "awq_full")) add("awq_lite", "weight_only_algorithm");
+    if (weight_only && algorithm == "gptq") add("gptq", "weight_only_algorithm");
+    if (weight_only && (algorithm == "awq_clip" || algorithm == "awq_full")) add("awq_clip", "weight_only_algorithm");
+    return out;
 }
 
 }  // namespace vaiq::defaults

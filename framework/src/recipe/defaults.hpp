@@ -50,8 +50,8 @@ struct AlgorithmRequest {
     std::string origin;
 };
 
-/// The algorithms the documented settings switch on (weight_only_algorithm:
-/// gptq), run before those the recipe lists.
+/// The algorithms the documented settings switch on (SmoothQuant, and
+/// weight_only_algorithm's awq_lite, gptq, awq_clip), before those the recipe lists.
 std::vector<AlgorithmRequest> implied_algorithms(const Recipe& recipe);
 
 }  // namespace defaults

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/data_reader.hpp"
+#include "vaiq/algorithm.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/model.hpp"
 
@@ -49,7 +49,8 @@ struct SmoothQuantResult {
 };
 
 /// Smooths every float activation read by MatMul (constant B) or Gemm
-/// (constant B, transA 0) nodes; max|X_j| comes from `data` run through `model`.
-SmoothQuantResult smooth_quant(Model& model, DataReader& data, const SmoothQuantOptions& options, int threads);
+/// (constant B, transA 0) nodes; max|X_j| comes from the context's data run
+/// through `model`.
+SmoothQuantResult smooth_quant(Model& model, AlgorithmContext& context, const SmoothQuantOptions& options);
 
 }  // namespace vaiq

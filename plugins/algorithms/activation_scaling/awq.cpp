@@ -1,16 +1,14 @@
-#include "pipeline/awq.hpp"
+#include "awq.hpp"
 
-#include <Eigen/Core>
 #include <fmt/format.h>
+#include <Eigen/Core>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
 
-#include "pipeline/channel_ranges.hpp"
-#include "pipeline/smooth_quant.hpp"
-#include "util/progress.hpp"
+#include "smooth_quant.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
@@ -28,9 +26,9 @@ struct ActivationSample {
     std::vector<std::vector<float>> rows;
 };
 
-std::map<std::string, ActivationSample> sample_activations(const Model& model, DataReader& data,
+std::map<std::string, ActivationSample> sample_activations(const Model& model, AlgorithmContext& context,
                                                            const std::map<std::string, int64_t>& channels,
-                                                           int sample_rows, int threads) {
+                                                           int sample_rows) {
     std::map<std::string, ActivationSample> out;
     std::vector<std::string> taps;
     for (const auto& [x, k] : channels) {
@@ -38,25 +36,26 @@ std::map<std::string, ActivationSample> sample_activations(const Model& model, D
         out[x].abs_sum.assign(static_cast<size_t>(k), 0.0);
     }
     std::mt19937_64 rng(0);
-    for_each_tapped(model, data, taps, threads, [&](const std::string& name, const Tensor& value) {
-            if (value.type() != DataType::Float) return;
-            auto& s = out.at(name);
-            const auto k = s.abs_sum.size();
-            const auto v = value.data<float>();
-            for (size_t r = 0; r + k <= v.size(); r += k) {
-                for (size_t j = 0; j < k; ++j) s.abs_sum[j] += std::abs(v[r + j]);
-                ++s.rows_seen;
-                // Reservoir sampling: every row seen so far is kept with the same chance.
-                if (static_cast<int>(s.rows.size()) < sample_rows) {
-                    s.rows.emplace_back(v.begin() + static_cast<std::ptrdiff_t>(r),
-                                        v.begin() + static_cast<std::ptrdiff_t>(r + k));
-                } else {
-                    std::uniform_int_distribution<int64_t> pick(0, s.rows_seen - 1);
-                    const auto slot = pick(rng);
-                    if (slot < sample_rows)
-                        std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(r), k, s.rows[static_cast<size_t>(slot)].begin());
-                }
+    context.for_each_tapped(model, taps, [&](const std::string& name, const Tensor& value) {
+        if (value.type() != DataType::Float) return;
+        auto& s = out.at(name);
+        const auto k = s.abs_sum.size();
+        const auto v = value.data<float>();
+        for (size_t r = 0; r + k <= v.size(); r += k) {
+            for (size_t j = 0; j < k; ++j) s.abs_sum[j] += std::abs(v[r + j]);
+            ++s.rows_seen;
+            // Reservoir sampling: every row seen so far is kept with the same chance.
+            if (static_cast<int>(s.rows.size()) < sample_rows) {
+                s.rows.emplace_back(v.begin() + static_cast<std::ptrdiff_t>(r),
+                                    v.begin() + static_cast<std::ptrdiff_t>(r + k));
+            } else {
+                std::uniform_int_distribution<int64_t> pick(0, s.rows_seen - 1);
+                const auto slot = pick(rng);
+                if (slot < sample_rows)
+                    std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(r), k,
+                                s.rows[static_cast<size_t>(slot)].begin());
             }
+        }
     });
     return out;
 }
@@ -105,8 +104,8 @@ double output_error(const Matrix& x, const std::vector<Tensor>& weights, const s
 
 }  // namespace
 
-AwqResult awq_lite(Model& model, DataReader& data, const AwqOptions& options, const std::set<std::string>& nodes,
-                   int threads) {
+AwqResult awq_lite(Model& model, AlgorithmContext& context, const AwqOptions& options,
+                   const std::set<std::string>& nodes) {
     AwqResult result;
     // Activations whose every channel reader is a MatMul to quantize with an unshared 2-D weight.
     std::map<std::string, int64_t> channels;
@@ -122,17 +121,18 @@ AwqResult awq_lite(Model& model, DataReader& data, const AwqOptions& options, co
         }
     }
     if (channels.empty()) return result;
-    const auto samples = sample_activations(model, data, channels, options.sample_rows, threads);
+    const auto samples = sample_activations(model, context, channels, options.sample_rows);
 
     int64_t searched = 0;
     for (const auto& [x, k] : channels) {
-        report_progress("input", ++searched, static_cast<int64_t>(channels.size()));
+        context.progress("input", ++searched, static_cast<int64_t>(channels.size()));
         const auto& sample = samples.at(x);
         if (sample.rows.empty()) continue;
         const GraphIndex index(model);
         const auto readers = channel_readers(model, index).at(x);
         std::vector<Tensor> weights;
-        for (const auto& r : readers) weights.push_back(Tensor::from_proto(*index.initializer(model.graph().node(r.node).input(1))));
+        for (const auto& r : readers)
+            weights.push_back(Tensor::from_proto(*index.initializer(model.graph().node(r.node).input(1))));
         Matrix xm(static_cast<Eigen::Index>(sample.rows.size()), k);
         for (size_t r = 0; r < sample.rows.size(); ++r)
             xm.row(static_cast<Eigen::Index>(r)) = Eigen::Map<const Eigen::RowVectorXf>(sample.rows[r].data(), k);
@@ -154,7 +154,8 @@ AwqResult awq_lite(Model& model, DataReader& data, const AwqOptions& options, co
             std::vector<float> s(static_cast<size_t>(k));
             double lo = 1e30, hi = 0;
             for (size_t j = 0; j < s.size(); ++j) {
-                const double v = std::pow(std::max(x_mean[j], 1e-12), alpha) / std::pow(std::max(w_mean[j], 1e-12), 1 - alpha);
+                const double v =
+                    std::pow(std::max(x_mean[j], 1e-12), alpha) / std::pow(std::max(w_mean[j], 1e-12), 1 - alpha);
                 s[j] = static_cast<float>(std::clamp(v, 1e-4, 1e4));
                 lo = std::min(lo, static_cast<double>(s[j]));
                 hi = std::max(hi, static_cast<double>(s[j]));
@@ -178,11 +179,13 @@ AwqResult awq_lite(Model& model, DataReader& data, const AwqOptions& options, co
     return result;
 }
 
-AwqClipResult awq_clip(const Model& model, QuantPlan& plan, DataReader& data, int sample_rows, int threads) {
+AwqClipResult awq_clip(AlgorithmContext& context, int sample_rows) {
+    const Model& model = context.model();
+    const QuantPlan& plan = context.plan();
     AwqClipResult result;
     const GraphIndex index(model.graph());
     // The weights to search, by the activation they multiply.
-    std::map<std::string, std::vector<TensorQuant*>> by_input;
+    std::map<std::string, std::vector<const TensorQuant*>> by_input;
     std::map<std::string, int64_t> channels;
     for (const auto& node : model.graph().node()) {
         if (!is_default_domain(node) || node.op_type() != "MatMul" || node.input_size() != 2) continue;
@@ -196,12 +199,13 @@ AwqClipResult awq_clip(const Model& model, QuantPlan& plan, DataReader& data, in
         channels[node.input(0)] = init->dims(0);
     }
     if (by_input.empty()) return result;
-    const auto samples = sample_activations(model, data, channels, sample_rows, threads);
+    const auto samples = sample_activations(model, context, channels, sample_rows);
     for (auto& [x, weights] : by_input) {
         const auto& rows = samples.at(x).rows;
         if (rows.empty()) continue;
-        for (auto* t : weights) {
-            auto& p = t->params;
+        for (const auto* t : weights) {
+            auto p = t->params;
+            const int64_t clipped_before = result.clipped;
             const auto w = Tensor::from_proto(*index.initializer(t->tensor));
             const auto k = w.shape()[0], n = w.shape()[1], block = p.block_size;
             const auto wv = w.data<float>();
@@ -212,7 +216,8 @@ AwqClipResult awq_clip(const Model& model, QuantPlan& plan, DataReader& data, in
                 const int64_t first = b * block, last = std::min(k, first + block);
                 for (int64_t col = 0; col < n; ++col) {
                     double amax = 0;
-                    for (int64_t j = first; j < last; ++j) amax = std::max(amax, std::abs(static_cast<double>(wv[j * n + col])));
+                    for (int64_t j = first; j < last; ++j)
+                        amax = std::max(amax, std::abs(static_cast<double>(wv[j * n + col])));
                     if (amax == 0) continue;
                     // Output error of the block's rounding over the sampled tokens, for one clip ratio.
                     auto error = [&](double scale) {
@@ -225,7 +230,8 @@ AwqClipResult awq_clip(const Model& model, QuantPlan& plan, DataReader& data, in
                         double e = 0;
                         for (const auto& row : rows) {
                             double dot = 0;
-                            for (int64_t j = first; j < last; ++j) dot += row[static_cast<size_t>(j)] * d[static_cast<size_t>(j - first)];
+                            for (int64_t j = first; j < last; ++j)
+                                dot += row[static_cast<size_t>(j)] * d[static_cast<size_t>(j - first)];
                             e += dot * dot;
                         }
                         return e;
@@ -248,6 +254,7 @@ AwqClipResult awq_clip(const Model& model, QuantPlan& plan, DataReader& data, in
                 }
             }
             ++result.weights;
+            if (result.clipped > clipped_before) context.set_parameters(t->tensor, p);
         }
     }
     return result;

@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "pipeline/data_reader.hpp"
-#include "pipeline/smooth_quant.hpp"
 #include "runtime/executor.hpp"
+#include "smooth_quant.hpp"
 #include "test_support.hpp"
 #include "util/npy.hpp"
 #include "vaiq/graph.hpp"
@@ -55,7 +55,8 @@ class SmoothQuant : public ::testing::Test {
         auto data = vaiq::open_data_reader(dir_ / "x.npy", m);
         vaiq::SmoothQuantOptions options;
         options.folding = folding;
-        return vaiq::smooth_quant(m, *data, options, 1);
+        vaiq::test::TestAlgorithmContext test(m, *data);
+        return vaiq::smooth_quant(m, test.context, options);
     }
     fs::path dir_;
     Tensor x_;

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "pipeline/awq.hpp"
+#include "awq.hpp"
 #include "pipeline/data_reader.hpp"
 #include "runtime/executor.hpp"
 #include "test_support.hpp"
@@ -31,7 +31,8 @@ TEST(AwqLite, FoldsIntoTheLayerNormAndNeverIncreasesTheError) {
     auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 4, 7);
     vaiq::AwqOptions options;
     options.spec = vaiq::test::blocked_spec(vaiq::QuantType::QInt4, true, 16);
-    const auto r = vaiq::awq_lite(model, *data, options, {"proj"}, 1);
+    vaiq::test::TestAlgorithmContext test(model, *data);
+    const auto r = vaiq::awq_lite(model, test.context, options, {"proj"});
     EXPECT_EQ(r.activations, 1);
     EXPECT_EQ(r.scaled, 1);
     EXPECT_EQ(r.folded, 1) << "1/s goes into gamma and beta: no Mul";
@@ -45,7 +46,7 @@ TEST(AwqLite, FoldsIntoTheLayerNormAndNeverIncreasesTheError) {
         EXPECT_NEAR(after.data<float>()[i], before.data<float>()[i], 1e-4f * (1 + std::abs(before.data<float>()[i])));
     // A node left out of the plan is left alone.
     auto untouched = layer_norm_matmul();
-    EXPECT_EQ(vaiq::awq_lite(untouched, *data, options, {}, 1).activations, 0);
+    EXPECT_EQ(vaiq::awq_lite(untouched, test.context, options, {}).activations, 0);
 }
 
 }  // namespace

@@ -1,10 +1,9 @@
-#include "pipeline/smooth_quant.hpp"
+#include "smooth_quant.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 
-#include "pipeline/channel_ranges.hpp"
 #include "vaiq/graph.hpp"
 
 namespace vaiq {
@@ -133,14 +132,14 @@ bool scale_input_channels(Model& model, const std::string& x, const std::vector<
     return folded;
 }
 
-SmoothQuantResult smooth_quant(Model& model, DataReader& data, const SmoothQuantOptions& options, int threads) {
+SmoothQuantResult smooth_quant(Model& model, AlgorithmContext& context, const SmoothQuantOptions& options) {
     SmoothQuantResult result;
     std::vector<std::string> inputs;
     for (const auto& [x, r] : channel_readers(model, GraphIndex(model))) inputs.push_back(x);
     if (inputs.empty()) return result;
     std::vector<ChannelRangeRequest> requests;
     for (const auto& x : inputs) requests.push_back({x, -1});
-    const auto maxima = measure_channel_ranges(model, data, requests, threads);
+    const auto maxima = context.channel_ranges(model, requests);
 
     for (const auto& x : inputs) {
         // Node positions move as Muls are inserted: the readers are found again each time.

@@ -11,7 +11,7 @@
 #include <set>
 #include <string>
 
-#include "pipeline/data_reader.hpp"
+#include "vaiq/algorithm.hpp"
 #include "vaiq/model.hpp"
 #include "vaiq/quant.hpp"
 
@@ -23,29 +23,30 @@ struct AwqOptions {
 };
 
 struct AwqResult {
-    int activations = 0;        ///< activations whose readers were searched
-    int scaled = 0;             ///< of them, scaled (the others kept s = 1, round to nearest)
-    int folded = 0;             ///< of the scaled, with 1/s folded into their producer
-    double error_rtn = 0;       ///< summed mean squared output error with s = 1
-    double error_awq = 0;       ///< the same with the chosen scales (never above error_rtn)
+    int activations = 0;   ///< activations whose readers were searched
+    int scaled = 0;        ///< of them, scaled (the others kept s = 1, round to nearest)
+    int folded = 0;        ///< of the scaled, with 1/s folded into their producer
+    double error_rtn = 0;  ///< summed mean squared output error with s = 1
+    double error_awq = 0;  ///< the same with the chosen scales (never above error_rtn)
 };
 
 /// Searches and applies the scales for the activations read by the MatMuls
-/// named in `nodes` (constant B [K, N]); statistics from `data` through `model`.
-AwqResult awq_lite(Model& model, DataReader& data, const AwqOptions& options, const std::set<std::string>& nodes,
-                   int threads);
+/// named in `nodes` (constant B [K, N]); statistics from the context's data
+/// through `model`.
+AwqResult awq_lite(Model& model, AlgorithmContext& context, const AwqOptions& options,
+                   const std::set<std::string>& nodes);
 
 struct AwqClipResult {
-    int weights = 0;          ///< blocked symmetric MatMul weights searched
-    int64_t clipped = 0;      ///< (block, column) pairs whose range was clipped
-    int64_t blocks = 0;       ///< (block, column) pairs searched
+    int weights = 0;      ///< blocked symmetric MatMul weights searched
+    int64_t clipped = 0;  ///< (block, column) pairs whose range was clipped
+    int64_t blocks = 0;   ///< (block, column) pairs searched
 };
 
 /// AWQ-clip: for each block and output column of every symmetric block-wise
 /// MatMul weight of `plan`, the clip ratio α in 1, 0.95, ..., 0.5 of the block's
 /// max |w| whose scale (α max|w| / qmax) gives the least output error on the
-/// block's inputs over up to `sample_rows` sampled tokens; the plan's scales
-/// are replaced by the chosen ones.
-AwqClipResult awq_clip(const Model& model, QuantPlan& plan, DataReader& data, int sample_rows, int threads);
+/// block's inputs over up to `sample_rows` sampled tokens; the context's plan
+/// takes the chosen scales (set_parameters).
+AwqClipResult awq_clip(AlgorithmContext& context, int sample_rows);
 
 }  // namespace vaiq

@@ -1,0 +1,111 @@
+// Algorithms that scale an activation's channels into the weights that read
+// it, keeping the float function: SmoothQuant and AWQ-lite on the float model
+// before calibration, and AWQ-clip's per-block clip search on the plan.
+#include <fmt/format.h>
+
+#include "awq.hpp"
+#include "smooth_quant.hpp"
+#include "vaiq/error.hpp"
+#include "vaiq/log.hpp"
+
+namespace {
+
+class SmoothQuant final : public vaiq::Algorithm {
+  public:
+    void configure(const vaiq::Options& options) override {
+        options_.alpha = options.get_float("SmoothQuantAlpha");
+        options_.folding = options.get_bool("SmoothQuantFolding");
+        if (!(options_.alpha >= 0 && options_.alpha <= 1))
+            throw vaiq::InputError(
+                fmt::format("extra_options.SmoothQuantAlpha must be within [0, 1], not {}", options_.alpha));
+    }
+    vaiq::AlgorithmStage stage() const override { return vaiq::AlgorithmStage::Prepare; }
+
+    void run(vaiq::AlgorithmContext& context) override {
+        vaiq::Model model = context.model();
+        const auto r = vaiq::smooth_quant(model, context, options_);
+        context.set_model(std::move(model));
+        context.report({{"activations", r.activations}, {"weights", r.weights}, {"folded", r.folded}});
+        vaiq::log_info("SmoothQuant: {} activations smoothed ({} folded into their producer), {} weights scaled",
+                       r.activations, r.folded, r.weights);
+    }
+
+  private:
+    vaiq::SmoothQuantOptions options_;
+};
+
+class AwqLite final : public vaiq::Algorithm {
+  public:
+    void configure(const vaiq::Options& options) override {
+        sample_rows_ = static_cast<int>(options.get_int("sample_rows"));
+        if (sample_rows_ < 1) throw vaiq::InputError("awq_lite: sample_rows must be at least 1");
+    }
+    vaiq::AlgorithmStage stage() const override { return vaiq::AlgorithmStage::Prepare; }
+
+    void run(vaiq::AlgorithmContext& context) override {
+        vaiq::AwqOptions options;
+        options.sample_rows = sample_rows_;
+        options.spec = context.default_spec(vaiq::TensorRole::Weight);
+        // B [K, N]: blocks along K, or channels along N.
+        if (options.spec.block_size > 0) options.spec.per_channel = false;
+        options.spec.axis = options.spec.block_size > 0 ? 0 : 1;
+        vaiq::Model model = context.model();
+        const auto r = vaiq::awq_lite(model, context, options, context.quantized_nodes());
+        context.set_model(std::move(model));
+        context.report({{"activations", r.activations},
+                        {"scaled", r.scaled},
+                        {"folded", r.folded},
+                        {"output_error_rtn", r.error_rtn},
+                        {"output_error_awq", r.error_awq}});
+        vaiq::log_info(
+            "AWQ-lite: {} of {} activations scaled ({} folded into their producer); output error {:.4g} -> {:.4g}",
+            r.scaled, r.activations, r.folded, r.error_rtn, r.error_awq);
+    }
+
+  private:
+    int sample_rows_ = 256;
+};
+
+class AwqClip final : public vaiq::Algorithm {
+  public:
+    void configure(const vaiq::Options& options) override {
+        sample_rows_ = static_cast<int>(options.get_int("sample_rows"));
+        if (sample_rows_ < 1) throw vaiq::InputError("awq_clip: sample_rows must be at least 1");
+    }
+
+    void run(vaiq::AlgorithmContext& context) override {
+        const auto r = vaiq::awq_clip(context, sample_rows_);
+        context.report({{"weights", r.weights}, {"blocks", r.blocks}, {"clipped", r.clipped}});
+        vaiq::log_info("AWQ-clip: {} of {} blocks clipped in {} weights", r.clipped, r.blocks, r.weights);
+    }
+
+  private:
+    int sample_rows_ = 64;
+};
+
+constexpr vaiq_option_descriptor kSmoothQuantOptions[] = {
+    {"SmoothQuantAlpha", VAIQ_OPTION_FLOAT, "0.5",
+     "How much of the difficulty moves: s_j = max|X_j|^alpha / max|W_j|^(1 - alpha)."},
+    {"SmoothQuantFolding", VAIQ_OPTION_BOOL, "true",
+     "Fold 1/s into the producer of X where X has no other reader; else a Mul is inserted."},
+};
+constexpr vaiq_option_descriptor kAwqLiteOptions[] = {
+    {"sample_rows", VAIQ_OPTION_INT, "256", "Token rows per activation kept for the search (reservoir-sampled)."},
+};
+// ModelOpt subsamples the clip search's token rows the same way.
+constexpr vaiq_option_descriptor kAwqClipOptions[] = {
+    {"sample_rows", VAIQ_OPTION_INT, "64", "Token rows per activation the clip search weighs (reservoir-sampled)."},
+};
+
+}  // namespace
+
+VAIQ_PLUGINS(vaiq::describe<SmoothQuant>("smooth_quant", "1.0.0",
+                                         "SmoothQuant: activation outliers moved into the weights of MatMul/Gemm "
+                                         "before calibration",
+                                         kSmoothQuantOptions),
+             vaiq::describe<AwqLite>("awq_lite", "1.0.0",
+                                     "AWQ-lite: per-channel activation-aware scales searched for weight-only MatMuls",
+                                     kAwqLiteOptions),
+             vaiq::describe<AwqClip>("awq_clip", "1.0.0",
+                                     "AWQ-clip: each block's clip ratio searched for the least output error",
+                                     kAwqClipOptions))
