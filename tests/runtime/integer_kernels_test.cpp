@@ -416,6 +416,52 @@ TEST(Executor, QLinearMulIsTheElementwiseFormulaHoweverItBroadcasts) {
     }
 }
 
+// QLinearSigmoid and QLinearLeakyRelu look an 8-bit input's 256 values up in
+// a table: every value, of both types, in a tensor larger than one thread's
+// chunk, is the elementwise formula (dequantize, the function, round half to
+// even and saturate).
+TEST(Executor, QLinearSigmoidAndLeakyReluAreTheFormulaOnEveryValue) {
+    constexpr int64_t kCount = 3 * 65536 + 17;
+    for (const auto type : {DataType::UInt8, DataType::Int8})
+        for (const std::string op : {"QLinearSigmoid", "QLinearLeakyRelu"}) {
+            SCOPED_TRACE(op + (type == DataType::UInt8 ? " uint8" : " int8"));
+            const bool u8 = type == DataType::UInt8;
+            const float sx = 0.07f, sy = op == "QLinearSigmoid" ? 1.0f / 255 : 0.05f;
+            const int32_t zx = u8 ? 131 : -3, zy = u8 ? (op == "QLinearSigmoid" ? 0 : 120) : -7;
+            vaiq::test::GraphBuilder b;
+            b.input("x", {kCount}, type).output("y", {kCount}, type);
+            b.initializer("sx", Tensor::from_values<float>({}, std::vector<float>{sx}));
+            b.initializer("sy", Tensor::from_values<float>({}, std::vector<float>{sy}));
+            if (u8) {
+                b.initializer("zx", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{static_cast<uint8_t>(zx)}));
+                b.initializer("zy", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{static_cast<uint8_t>(zy)}));
+            } else {
+                b.initializer("zx", Tensor::from_values<int8_t>({}, std::vector<int8_t>{static_cast<int8_t>(zx)}));
+                b.initializer("zy", Tensor::from_values<int8_t>({}, std::vector<int8_t>{static_cast<int8_t>(zy)}));
+            }
+            auto& node = b.node(op, {"x", "sx", "zx", "sy", "zy"}, {"y"}, "unary");
+            node.set_domain("com.microsoft");
+            vaiq::set_attribute(node, "alpha", 0.1f);
+            const auto model = contrib_model(b);
+            Tensor x = Tensor::uninitialized(type, {kCount});
+            auto in = x.mutable_bytes();
+            for (int64_t i = 0; i < kCount; ++i) in[static_cast<size_t>(i)] = static_cast<std::byte>((i * 7) % 256);
+            const auto y = Executor(model).run({{"x", x}})[0];
+            ASSERT_EQ(y.type(), type);
+            const auto out = y.bytes();
+            const double lo = u8 ? 0 : -128, hi = u8 ? 255 : 127;
+            for (int64_t i = 0; i < kCount; ++i) {
+                const auto bits = static_cast<uint8_t>(in[static_cast<size_t>(i)]);
+                const int32_t q = u8 ? bits : static_cast<int8_t>(bits);
+                const float f = static_cast<float>(q - zx) * sx;
+                const float r = op == "QLinearSigmoid" ? 1.0f / (1.0f + std::exp(-f)) : (f < 0 ? f * 0.1f : f);
+                const double expected = std::clamp(std::nearbyint(static_cast<double>(r / sy)) + zy, lo, hi);
+                const auto got = static_cast<uint8_t>(out[static_cast<size_t>(i)]);
+                ASSERT_EQ(u8 ? got : static_cast<int8_t>(got), static_cast<int32_t>(expected)) << "input " << q;
+            }
+        }
+}
+
 TEST(Executor, QLinearAddAndMulRoundNearTiesAsOnnxRuntime) {
     auto run = [](const std::string& op, uint8_t a, float sa, uint8_t za, uint8_t bv, float sb, uint8_t zb, float sc,
                   uint8_t zc) {

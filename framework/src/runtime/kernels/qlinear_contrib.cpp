@@ -2,7 +2,9 @@
 // each dequantizes its inputs, computes in float, and requantizes the result
 // (round half to even, saturate), as ONNX Runtime defines them.
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "runtime/cpu_features.hpp"
@@ -101,14 +103,39 @@ void round_in_chunks(size_t n, DataType type, uint8_t* y, Fill&& fill) {
     });
 }
 
-// QLinearLeakyRelu / QLinearSigmoid: (X, X_scale, X_zp, Y_scale, Y_zp).
+bool is_8_bit(DataType type) { return type == DataType::UInt8 || type == DataType::Int8; }
+
+// QLinearLeakyRelu / QLinearSigmoid: (X, X_scale, X_zp, Y_scale, Y_zp). An 8-bit
+// input has 256 values: each one's result is computed once, the same way as
+// element by element, and looked up (ONNX Runtime's kernels keep such a table
+// too; an exp per element made QLinearSigmoid most of a swish network's time).
 template <bool kSigmoid>
 void qlinear_unary(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto x = quantized(ctx, 0, 1, 2);
-    auto v = dequantized(ctx, x);
     const float alpha = ctx.attributes.get_float("alpha", 0.01f);
-    for (auto& f : v) f = kSigmoid ? 1.0f / (1.0f + std::exp(-f)) : (f < 0 ? f * alpha : f);
-    out[0] = requantized(ctx, x.data->shape(), v, 3, 4, x.data->type());
+    auto compute = [&](const QuantizedInput& q, const std::vector<int64_t>& shape) {
+        auto v = dequantized(ctx, q);
+        for (auto& f : v) f = kSigmoid ? 1.0f / (1.0f + std::exp(-f)) : (f < 0 ? f * alpha : f);
+        return requantized(ctx, shape, v, 3, 4, q.data->type());
+    };
+    const DataType y_type = ctx.has_input(4) ? ctx.input(4).type() : x.data->type();
+    if (!is_8_bit(x.data->type()) || !is_8_bit(y_type)) {
+        out[0] = compute(x, x.data->shape());
+        return;
+    }
+    Tensor every = Tensor::uninitialized(x.data->type(), {256});  // byte b holds the value whose bits are b
+    auto bytes = every.mutable_bytes();
+    for (size_t b = 0; b < 256; ++b) bytes[b] = static_cast<std::byte>(b);
+    const Tensor table = compute({&every, x.scale, x.zero_point}, {256});
+    std::array<uint8_t, 256> t{};
+    std::memcpy(t.data(), table.bytes().data(), t.size());
+    const auto* __restrict in = reinterpret_cast<const uint8_t*>(x.data->bytes().data());
+    Tensor y = Tensor::uninitialized(table.type(), x.data->shape());
+    auto* __restrict o = reinterpret_cast<uint8_t*>(y.mutable_bytes().data());
+    for_each_chunk(static_cast<size_t>(x.data->size()), size_t{1} << 16, [&](size_t first, size_t count) {
+        for (size_t i = first; i < first + count; ++i) o[i] = t[in[i]];
+    });
+    out[0] = std::move(y);
 }
 
 // The raw integer values of a quantized input as floats (zero point not subtracted).
