@@ -462,6 +462,41 @@ TEST(Executor, QLinearSigmoidAndLeakyReluAreTheFormulaOnEveryValue) {
         }
 }
 
+// ConvInteger of uint8 x (one zero point) and int8 weights runs on the int8
+// convolution: its sums are the definition's, padding counted as the zero point.
+TEST(Executor, ConvIntegerOfInt8WeightsIsTheDefinition) {
+    constexpr int64_t kC = 5, kM = 6, kH = 7, kW = 9;
+    std::vector<uint8_t> xv(kC * kH * kW);
+    std::vector<int8_t> wv(kM * kC * 3 * 3);
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<uint8_t>((i * 37 + 11) % 256);
+    for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<int8_t>(static_cast<int>((i * 53 + 7) % 255) - 127);
+    constexpr int32_t kZero = 3;
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, kC, kH, kW}, DataType::UInt8).output("y", {1, kM, kH, kW}, DataType::Int32);
+    b.initializer("w", Tensor::from_values<int8_t>({kM, kC, 3, 3}, wv));
+    b.initializer("zx", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{kZero}));
+    vaiq::test::set_ints_attribute(b.node("ConvInteger", {"x", "w", "zx"}, {"y"}, "conv"), "pads", {1, 1, 1, 1});
+    const auto model = b.build();
+    const auto y = Executor(model).run({{"x", Tensor::from_values<uint8_t>({1, kC, kH, kW}, xv)}})[0];
+    ASSERT_EQ(y.shape(), (std::vector<int64_t>{1, kM, kH, kW}));
+    const auto got = y.data<int32_t>();
+    for (int64_t m = 0; m < kM; ++m)
+        for (int64_t i = 0; i < kH; ++i)
+            for (int64_t j = 0; j < kW; ++j) {
+                int32_t sum = 0;
+                for (int64_t c = 0; c < kC; ++c)
+                    for (int64_t u = 0; u < 3; ++u)
+                        for (int64_t v = 0; v < 3; ++v) {
+                            const int64_t r = i + u - 1, q = j + v - 1;
+                            const int32_t xq = r < 0 || r >= kH || q < 0 || q >= kW
+                                                   ? kZero
+                                                   : xv[static_cast<size_t>((c * kH + r) * kW + q)];
+                            sum += (xq - kZero) * wv[static_cast<size_t>(((m * kC + c) * 3 + u) * 3 + v)];
+                        }
+                ASSERT_EQ(got[static_cast<size_t>((m * kH + i) * kW + j)], sum) << m << " " << i << " " << j;
+            }
+}
+
 TEST(Executor, QLinearAddAndMulRoundNearTiesAsOnnxRuntime) {
     auto run = [](const std::string& op, uint8_t a, float sa, uint8_t za, uint8_t bv, float sb, uint8_t zb, float sc,
                   uint8_t zc) {

@@ -326,16 +326,6 @@ Int32Sums int_conv(KernelContext& ctx, const Tensor& x, const std::vector<int32_
     return acc;
 }
 
-void conv_integer(KernelContext& ctx, std::vector<Tensor>& out) {
-    const auto& x = ctx.input(0);
-    const auto& w = ctx.input(1);
-    const auto xv = centred(ctx, x, ctx.has_input(2) ? &ctx.input(2) : nullptr, 1);
-    const auto wv = centred(ctx, w, ctx.has_input(3) ? &ctx.input(3) : nullptr, 0);
-    std::vector<int64_t> shape;
-    const auto acc = int_conv(ctx, x, xv, w, wv, shape);
-    out[0] = Tensor::from_values<int32_t>(shape, acc);
-}
-
 // Whether every zero point of an 8-bit tensor is 0.
 bool all_zero(KernelContext& ctx, const Tensor& zero_point) {
     bool zero = true;
@@ -344,6 +334,27 @@ bool all_zero(KernelContext& ctx, const Tensor& zero_point) {
         for (auto v : view<Z>(zero_point)) zero = zero && v == Z{};
     });
     return zero;
+}
+
+// ConvInteger (dynamic quantization's convolutions): with one zero point for x
+// and none for int8 weights, the int8 convolution QLinearConv runs on (the
+// same exact int32 sums); otherwise the reference loops.
+void conv_integer(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    const auto& w = ctx.input(1);
+    std::vector<int64_t> shape;
+    const bool one_x_zero_point = !ctx.has_input(2) || ctx.input(2).size() == 1;
+    if (one_x_zero_point && (!ctx.has_input(3) || all_zero(ctx, ctx.input(3)))) {
+        const int32_t zero_point = ctx.has_input(2) ? scalar_zero_point(ctx, ctx.input(2)) : 0;
+        if (auto fast = int8_conv(ctx, x, zero_point, w, ctx.is_constant(1), ctx.state, shape)) {
+            out[0] = Tensor::from_values<int32_t>(shape, std::span<const int32_t>(*fast));
+            return;
+        }
+    }
+    const auto xv = centred(ctx, x, ctx.has_input(2) ? &ctx.input(2) : nullptr, 1);
+    const auto wv = centred(ctx, w, ctx.has_input(3) ? &ctx.input(3) : nullptr, 0);
+    const auto acc = int_conv(ctx, x, xv, w, wv, shape);
+    out[0] = Tensor::from_values<int32_t>(shape, acc);
 }
 
 // QLinearConv's requantization multipliers, x_scale * w_scale / y_scale in float32.
