@@ -576,6 +576,35 @@ TEST(Evaluation, APreparationThatKeepsTheFunctionIsComparedWithCalibrationsOutpu
     EXPECT_EQ(changed["evaluation"]["reference"], "input model");
 }
 
+// Without held-out data, evaluation compares the first 32 calibration batches
+// and says so; evaluation_batches: 0 compares them all, and held-out data is
+// compared whole.
+TEST(Evaluation, CalibrationDataIsComparedOnItsFirstThirtyTwoBatchesByDefault) {
+    GraphBuilder b;
+    b.input("x", {1, 4}).output("y", {1, 4});
+    b.initializer("w", ramp({4, 4}, -0.5f, 0.07f));
+    b.node("MatMul", {"x", "w"}, {"y"});
+    const auto dir = temp_dir();
+    vaiq::save_model(b.build(), dir / "in.onnx");
+    fs::create_directories(dir / "data");
+    for (int k = 0; k < 40; ++k)
+        vaiq::write_npy(dir / "data" / fmt::format("s{:02}.npy", k), ramp({1, 4}, -1.0f + 0.05f * k, 0.3f));
+    vaiq::PluginRegistry registry;
+    registry.load_default_paths();
+    auto run = [&](const std::string& extra) {
+        return vaiq::test::run_recipe_in(dir, registry,
+                                         "calibration_data_reader: data\nreport_html: false\n" + extra)["evaluation"];
+    };
+    const auto limited = run("");
+    EXPECT_EQ(limited["samples"], 32);
+    EXPECT_EQ(limited["batches_limit"], 32);
+    const auto all = run("evaluation_batches: 0\n");
+    EXPECT_EQ(all["samples"], 40);
+    EXPECT_FALSE(all.contains("batches_limit"));
+    const auto held_out = run("evaluation_data: data\n");
+    EXPECT_EQ(held_out["samples"], 40) << "held-out data is compared whole";
+}
+
 // A reader that yields fewer batches once rewound (a stream consumed as it is read).
 class ShrinkingReader final : public vaiq::DataReader {
   public:

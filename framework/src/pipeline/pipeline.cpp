@@ -160,6 +160,21 @@ double peak_resident_mb() {
     return static_cast<double>(usage.ru_maxrss) / 1024.0;  // kilobytes on Linux
 }
 
+// Without held-out data, evaluation compares this many calibration batches by
+// default: the quantized model runs once per batch compared, so hundreds of
+// calibration batches would cost the run as much again as calibrating did.
+constexpr int kDefaultEvaluationBatches = 32;
+
+// How many batches evaluation compares (0: all): evaluation_batches, or by default
+// all of evaluation_data (or of labelled calibration data) and the first
+// kDefaultEvaluationBatches of the calibration data.
+int evaluation_batches(const Recipe& recipe) {
+    const auto& v = recipe.value("evaluation_batches");
+    if (!v.is_null()) return static_cast<int>(v.get<int64_t>());
+    const bool all = !recipe.value("evaluation_data").is_null() || !recipe.value("evaluation_labels").is_null();
+    return all ? 0 : kDefaultEvaluationBatches;
+}
+
 // A phase's entry in the report: its time and the peak memory at its end.
 nlohmann::json phase_entry(Phase phase, std::chrono::steady_clock::time_point start) {
     return {{"name", std::string(phase_name(phase))}, {"seconds", seconds_since(start)}, {"peak_mb", peak_resident_mb()}};
@@ -638,7 +653,8 @@ Observations observe_data(RunState& s) {
         const int outputs = joined ? joined->outputs_before : s.model.graph().output_size();
         for (int o = 0; o < outputs; ++o) s.float_outputs->names.push_back(s.model.graph().output(o).name());
         if (joined) preparation.emplace(s.float_outputs->names);
-        keep = [&](const Batch& batch, std::vector<Tensor> values) {
+        keep = [&, limit = evaluation_batches(s.recipe)](const Batch& batch, std::vector<Tensor> values) {
+            if (limit > 0 && static_cast<int>(s.float_outputs->sources.size()) >= limit) return;
             if (joined) {  // the input model's outputs, in the prepared model's order
                 std::vector<Tensor> given;
                 for (int index : joined->given_outputs)  // a shared output is copied: the prepared model's too
@@ -652,7 +668,8 @@ Observations observe_data(RunState& s) {
     } else if (given_apart) {  // what preparation alone changed, compared when the input model runs
         s.prepared_outputs = std::make_unique<ReferenceOutputs>();
         s.prepared_outputs->names = output_names(s.model);
-        keep = [&](const Batch& batch, std::vector<Tensor> values) {
+        keep = [&, limit = evaluation_batches(s.recipe)](const Batch& batch, std::vector<Tensor> values) {
+            if (limit > 0 && static_cast<int>(s.prepared_outputs->sources.size()) >= limit) return;
             s.prepared_outputs->add(batch.source, std::move(values));
         };
     }
@@ -1259,12 +1276,12 @@ void evaluate_phase(RunState& s) {
     }
     const Model& reference = as_given ? given : float_reference(s);
     auto& data = eval_data ? *eval_data : *s.data;
-    const auto batches = static_cast<int>(s.recipe.value("evaluation_batches").get<int64_t>());
+    const int batches = evaluation_batches(s.recipe);
     const Tensor* label_tensor = labels ? &*labels : nullptr;
     if (!from_calibration) s.float_outputs = reference_outputs(reference, data, s.threads, batches);
     const auto evaluation = compare_outputs(*s.float_outputs, s.quantized, data, label_tensor, s.threads, batches);
     if (as_given && !s.function_kept) {  // the prepared model ran on this data in calibration, unless it is held out
-        const auto e = s.prepared_outputs && batches == 0
+        const auto e = s.prepared_outputs  // kept for the batches evaluation compares
                            ? compare_outputs(*s.float_outputs, *s.prepared_outputs)
                            : compare_outputs(*s.float_outputs, float_reference(s), data, nullptr, s.threads, batches);
         report_preparation_error(s, e, eval_data ? "evaluation_data" : "calibration_data");
@@ -1278,7 +1295,11 @@ void evaluate_phase(RunState& s) {
                        : as_given         ? "input model"
                                           : "prepared model";
     out["data"] = eval_data ? "evaluation_data" : "calibration_data";
-    log_info("quantized vs float on {} data: {}", eval_data ? "evaluation" : "calibration", summary_line(evaluation));
+    const bool limited = batches > 0 && evaluation.batches == batches;  // there may be more
+    if (limited) out["batches_limit"] = batches;
+    log_info("quantized vs float on {} data{}: {}", eval_data ? "evaluation" : "calibration",
+             limited ? fmt::format(" (its first {} batches; evaluation_batches: 0 compares all)", batches) : "",
+             summary_line(evaluation));
     const double warn_db = s.recipe.value("warn_output_sqnr_db").get<double>();
     const bool low = std::any_of(evaluation.outputs.begin(), evaluation.outputs.end(),
                                  [&](const auto& o) { return o.sqnr_db < warn_db; });

@@ -312,7 +312,9 @@ nlohmann::json normalize(const KeySpec& spec, const YAML::Node& node, const Sour
                                            node.IsScalar() ? node.Scalar() : "a collection"));
             return v;
         }
-        case ValueKind::Int: return integer(node, src, key);
+        case ValueKind::Int:
+            if (is_null(node) && spec.default_yaml == "null") return nullptr;
+            return integer(node, src, key);
         case ValueKind::Float:
             if (is_null(node) && spec.default_yaml == "null") return nullptr;
             return number(node, src, key);

@@ -64,7 +64,9 @@ const std::vector<KeySpec>& recipe_keys() {
          "Held-out samples to compare the quantized model with the float one (default: the calibration data)."},
         {"evaluation_labels", K::OptionalPath, "null", P::Evaluate, yes,
          "A .npy of integer class labels, one per evaluation sample, for top-1 accuracy."},
-        {"evaluation_batches", K::Int, "0", P::Evaluate, yes, "Evaluate at most this many batches (0: all)."},
+        {"evaluation_batches", K::Int, "null", P::Evaluate, yes,
+         "Evaluate at most this many batches (0: all). Default: all of evaluation_data, or the first 32 batches of "
+         "the calibration data, which calibration has already run through the float model."},
         {"warn_output_sqnr_db", K::Float, "10", P::Evaluate, yes,
          "Warn when an output's SQNR on the evaluation data is below this many dB, naming the first tensor whose "
          "SQNR falls below it."},
