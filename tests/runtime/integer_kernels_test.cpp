@@ -446,18 +446,22 @@ TEST(Executor, QLinearSigmoidAndLeakyReluAreTheFormulaOnEveryValue) {
             Tensor x = Tensor::uninitialized(type, {kCount});
             auto in = x.mutable_bytes();
             for (int64_t i = 0; i < kCount; ++i) in[static_cast<size_t>(i)] = static_cast<std::byte>((i * 7) % 256);
-            const auto y = Executor(model).run({{"x", x}})[0];
-            ASSERT_EQ(y.type(), type);
-            const auto out = y.bytes();
-            const double lo = u8 ? 0 : -128, hi = u8 ? 255 : 127;
-            for (int64_t i = 0; i < kCount; ++i) {
-                const auto bits = static_cast<uint8_t>(in[static_cast<size_t>(i)]);
-                const int32_t q = u8 ? bits : static_cast<int8_t>(bits);
-                const float f = static_cast<float>(q - zx) * sx;
-                const float r = op == "QLinearSigmoid" ? 1.0f / (1.0f + std::exp(-f)) : (f < 0 ? f * 0.1f : f);
-                const double expected = std::clamp(std::nearbyint(static_cast<double>(r / sy)) + zy, lo, hi);
-                const auto got = static_cast<uint8_t>(out[static_cast<size_t>(i)]);
-                ASSERT_EQ(u8 ? got : static_cast<int8_t>(got), static_cast<int32_t>(expected)) << "input " << q;
+            // The kernel's own table, and the LookupTable the QDQ fusion makes of it.
+            for (const bool fuse : {false, true}) {
+                const auto y = Executor(model, {.fuse_qdq = fuse}).run({{"x", x}})[0];
+                ASSERT_EQ(y.type(), type);
+                const auto out = y.bytes();
+                const double lo = u8 ? 0 : -128, hi = u8 ? 255 : 127;
+                for (int64_t i = 0; i < kCount; ++i) {
+                    const auto bits = static_cast<uint8_t>(in[static_cast<size_t>(i)]);
+                    const int32_t q = u8 ? bits : static_cast<int8_t>(bits);
+                    const float f = static_cast<float>(q - zx) * sx;
+                    const float r = op == "QLinearSigmoid" ? 1.0f / (1.0f + std::exp(-f)) : (f < 0 ? f * 0.1f : f);
+                    const double expected = std::clamp(std::nearbyint(static_cast<double>(r / sy)) + zy, lo, hi);
+                    const auto got = static_cast<uint8_t>(out[static_cast<size_t>(i)]);
+                    ASSERT_EQ(u8 ? got : static_cast<int8_t>(got), static_cast<int32_t>(expected))
+                        << "input " << q << (fuse ? ", fused" : "");
+                }
             }
         }
 }
@@ -1218,6 +1222,36 @@ TEST(QdqFusion, ProductsOfATensorByItsTablesAndConstantsFoldIntoOneTable) {
             }
         }
     }
+}
+
+// A swish as a QDQ model writes it, x * q(Sigmoid(x)): ONNX Runtime's fusion gives
+// a QLinearSigmoid and a QLinearMul of x by it; both fold into one table of x,
+// equal to the unfused graph on every integer.
+TEST(QdqFusion, ASwishFoldsIntoOneTable) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {3, 100}).output("y", {3, 100});
+    const auto scalar = scalar_initializers(b);
+    scalar("s", 0.037f), scalar("ss", 1.0f / 255.0f), scalar("sm", 0.021f);
+    scalar("z", uint8_t{131}), scalar("zs", uint8_t{0}), scalar("zm", uint8_t{40});
+    b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
+    b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
+    b.node("Sigmoid", {"xd"}, {"sig"}, "sigmoid");
+    b.node("QuantizeLinear", {"sig", "ss", "zs"}, {"sq"});
+    b.node("DequantizeLinear", {"sq", "ss", "zs"}, {"sd"});
+    b.node("Mul", {"xd", "sd"}, {"m"}, "swish");
+    b.node("QuantizeLinear", {"m", "sm", "zm"}, {"mq"});
+    b.node("DequantizeLinear", {"mq", "sm", "zm"}, {"y"});
+    const auto model = b.build();
+    const auto x = vaiq::test::ramp({3, 100}, -5.3f, 0.037f);  // every integer, then some again
+    Executor fused(model, {.profile = true}), plain(model, {.fuse_qdq = false});
+    const auto a = fused.run({{"x", x}})[0], c = plain.run({{"x", x}})[0];
+    int differing = 0;
+    for (int64_t i = 0; i < a.size(); ++i) differing += a.data<float>()[i] != c.data<float>()[i];
+    EXPECT_EQ(differing, 0);
+    std::map<std::string, int64_t> calls;
+    for (const auto& p : fused.profile()) calls[p.op_type] = p.calls;
+    EXPECT_EQ(calls["LookupTable"], 1);
+    EXPECT_EQ(calls.count("QLinearSigmoid") + calls.count("QLinearMul") + calls.count("Sigmoid"), 0u);
 }
 
 // Not a lookup: an op whose result something else reads too (a graph output), and

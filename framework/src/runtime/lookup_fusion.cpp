@@ -191,8 +191,10 @@ bool is_lookup(const onnx::NodeProto& node) {
 }
 
 // One pass of fold_into_tables: a QLinearMul whose data inputs are an 8-bit tensor
-// x, LookupTables of x that nothing else reads, or constant single values, and a
+// x, LookupTables of x that nothing else reads, or constant single values, a
+// QLinearSigmoid or QLinearLeakyRelu of x (or of such a LookupTable), and a
 // LookupTable of such a LookupTable, compute a function of x alone: one table.
+// A swish, x * QLinearSigmoid(x), becomes one table in two passes.
 // (QLinearMul computes the same whatever its operands' shapes; QLinearAdd folds
 // a single value differently from a tensor, so it is left as it is.)
 bool fold_pass(onnx::ModelProto& model, std::vector<std::string>& gone) {
@@ -203,17 +205,20 @@ bool fold_pass(onnx::ModelProto& model, std::vector<std::string>& gone) {
     for (int n = 0; n < graph.node_size(); ++n) {
         if (removed.count(n)) continue;
         const auto& node = graph.node(n);
-        const bool product = node.domain() == "com.microsoft" && node.op_type() == "QLinearMul" &&
-                             node.input_size() == 8 && node.output_size() == 1;
-        if (!product && !(is_lookup(node) && find_attribute(node, "table"))) continue;
+        const bool contrib = node.domain() == "com.microsoft" && node.output_size() == 1;
+        const bool product = contrib && node.op_type() == "QLinearMul" && node.input_size() == 8;
+        const bool unary = contrib && (node.op_type() == "QLinearSigmoid" || node.op_type() == "QLinearLeakyRelu") &&
+                           node.input_size() == 5;
+        if (!product && !unary && !(is_lookup(node) && find_attribute(node, "table"))) continue;
         const std::vector<int> data = product ? std::vector<int>{0, 3} : std::vector<int>{0};
         std::set<std::string> constants;  // the scales and zero points, constant
         bool fixed = true;
-        if (product)
-            for (int i : {1, 2, 4, 5, 6, 7}) {
-                fixed = fixed && index.initializer(node.input(i));
-                constants.insert(node.input(i));
-            }
+        for (int i : product ? std::vector<int>{1, 2, 4, 5, 6, 7}
+                     : unary ? std::vector<int>{1, 2, 3, 4}
+                             : std::vector<int>{}) {
+            fixed = fixed && index.initializer(node.input(i));
+            constants.insert(node.input(i));
+        }
         if (!fixed) continue;
         std::string source;
         int source_type = onnx::TensorProto::UINT8;  // a table reads the bits alone
@@ -250,15 +255,18 @@ bool fold_pass(onnx::ModelProto& model, std::vector<std::string>& gone) {
                 if (std::find(tables.begin(), tables.end(), p) == tables.end()) tables.push_back(p);
                 unread_dequantizers.insert(dead.begin(), dead.end());
                 rank = std::max(rank, int_attribute(graph.node(p), "rank", 0));
-            } else if (product) {
+            } else if (product || unary) {
                 source_type = index.initializer(node.input(i + 2))->data_type();  // its zero point's
             }
             foldable = foldable && (source.empty() || source == from);
             source = from;
         }
-        if (!foldable || source.empty() || (tables.empty() && !product)) continue;
-        const int output_type =
-            product ? index.initializer(node.input(7))->data_type() : find_attribute(node, "table")->t().data_type();
+        if (!foldable || source.empty() || (tables.empty() && !product && !unary)) continue;
+        const int output_type = product ? index.initializer(node.input(7))->data_type()
+                                : unary ? index.initializer(node.input(4))->data_type()
+                                        : find_attribute(node, "table")->t().data_type();
+        auto eight_bit = [](int t) { return t == onnx::TensorProto::UINT8 || t == onnx::TensorProto::INT8; };
+        if (unary && !(eight_bit(source_type) && eight_bit(output_type))) continue;
         std::vector<int> nodes = tables;
         nodes.push_back(n);
         const auto table =
