@@ -501,6 +501,40 @@ TEST(Executor, ConvIntegerOfInt8WeightsIsTheDefinition) {
             }
 }
 
+// QLinearConcat requantizes each 8-bit input through its own table (a copy
+// where it has the output's parameters): every value as the formula gives it.
+TEST(Executor, QLinearConcatRequantizesEachInputAsTheFormula) {
+    constexpr int64_t kRows = 2, kA = 3, kB = 4, kInner = 50;
+    std::vector<uint8_t> av(kRows * kA * kInner), bv(kRows * kB * kInner);
+    for (size_t i = 0; i < av.size(); ++i) av[i] = static_cast<uint8_t>(i * 7 % 256);
+    for (size_t i = 0; i < bv.size(); ++i) bv[i] = static_cast<uint8_t>(i * 11 % 256);
+    vaiq::test::GraphBuilder b;
+    b.input("a", {kRows, kA, kInner}, DataType::UInt8).input("b", {kRows, kB, kInner}, DataType::UInt8);
+    b.output("y", {kRows, kA + kB, kInner}, DataType::UInt8);
+    const auto scalar = scalar_initializers(b);
+    scalar("sa", 0.031f), scalar("za", uint8_t{10}), scalar("sy", 0.02f), scalar("zy", uint8_t{128});
+    auto& node = b.node("QLinearConcat", {"sy", "zy", "a", "sa", "za", "b", "sy", "zy"}, {"y"}, "concat");
+    node.set_domain("com.microsoft");
+    vaiq::set_attribute(node, "axis", 1);
+    const auto model = contrib_model(b);
+    const auto y = Executor(model).run({{"a", Tensor::from_values<uint8_t>({kRows, kA, kInner}, av)},
+                                        {"b", Tensor::from_values<uint8_t>({kRows, kB, kInner}, bv)}})[0];
+    ASSERT_EQ(y.shape(), (std::vector<int64_t>{kRows, kA + kB, kInner}));
+    const auto out = y.data<uint8_t>();
+    for (int64_t r = 0; r < kRows; ++r)
+        for (int64_t c = 0; c < kA + kB; ++c)
+            for (int64_t i = 0; i < kInner; ++i) {
+                const size_t at = static_cast<size_t>((r * (kA + kB) + c) * kInner + i);
+                if (c >= kA) {  // the output's own parameters: copied
+                    ASSERT_EQ(out[at], bv[static_cast<size_t>((r * kB + c - kA) * kInner + i)]);
+                    continue;
+                }
+                const float f = static_cast<float>(av[static_cast<size_t>((r * kA + c) * kInner + i)] - 10) * 0.031f;
+                const double expected = std::clamp(std::nearbyint(static_cast<double>(f / 0.02f)) + 128, 0.0, 255.0);
+                ASSERT_EQ(out[at], static_cast<uint8_t>(expected)) << r << " " << c << " " << i;
+            }
+}
+
 TEST(Executor, QLinearAddAndMulRoundNearTiesAsOnnxRuntime) {
     auto run = [](const std::string& op, uint8_t a, float sa, uint8_t za, uint8_t bv, float sb, uint8_t zb, float sc,
                   uint8_t zc) {

@@ -105,6 +105,14 @@ void round_in_chunks(size_t n, DataType type, uint8_t* y, Fill&& fill) {
 
 bool is_8_bit(DataType type) { return type == DataType::UInt8 || type == DataType::Int8; }
 
+// The 256 values of an 8-bit type: byte b holds the value whose bits are b.
+Tensor every_8_bit_value(DataType type) {
+    Tensor every = Tensor::uninitialized(type, {256});
+    auto bytes = every.mutable_bytes();
+    for (size_t b = 0; b < 256; ++b) bytes[b] = static_cast<std::byte>(b);
+    return every;
+}
+
 // QLinearLeakyRelu / QLinearSigmoid: (X, X_scale, X_zp, Y_scale, Y_zp). An 8-bit
 // input has 256 values: each one's result is computed once, the same way as
 // element by element, and looked up (ONNX Runtime's kernels keep such a table
@@ -123,9 +131,7 @@ void qlinear_unary(KernelContext& ctx, std::vector<Tensor>& out) {
         out[0] = compute(x, x.data->shape());
         return;
     }
-    Tensor every = Tensor::uninitialized(x.data->type(), {256});  // byte b holds the value whose bits are b
-    auto bytes = every.mutable_bytes();
-    for (size_t b = 0; b < 256; ++b) bytes[b] = static_cast<std::byte>(b);
+    const Tensor every = every_8_bit_value(x.data->type());
     const Tensor table = compute({&every, x.scale, x.zero_point}, {256});
     std::array<uint8_t, 256> t{};
     std::memcpy(t.data(), table.bytes().data(), t.size());
@@ -657,25 +663,65 @@ void qlinear_softmax(KernelContext& ctx, std::vector<Tensor>& out) {
 }
 
 // QLinearConcat: (Y_scale, Y_zp, X0, X0_scale, X0_zp, X1, ...), along `axis`.
+// An 8-bit input's 256 values dequantized with `q`'s parameters and requantized
+// with the output's (inputs `scale` and `zero_point`), by the same code that
+// does it element by element.
+Tensor requantization_table(KernelContext& ctx, const QuantizedInput& q, size_t scale, size_t zero_point,
+                            DataType fallback) {
+    const Tensor every = every_8_bit_value(q.data->type());
+    return requantized(ctx, {256}, dequantized(ctx, {&every, q.scale, q.zero_point}), scale, zero_point, fallback);
+}
+
 void qlinear_concat(KernelContext& ctx, std::vector<Tensor>& out) {
     if (ctx.input_count() < 5 || (ctx.input_count() - 2) % 3 != 0)
         ctx.fail("expects Y_scale, Y_zp and triples of inputs");
     const auto& first = ctx.input(2).shape();
     const auto rank = static_cast<int64_t>(first.size());
     const int64_t axis = normalize_axis(ctx, ctx.attributes.get_int("axis", 0), rank);
-    std::vector<std::vector<float>> parts;
+    std::vector<QuantizedInput> inputs;
     std::vector<std::vector<int64_t>> shapes;
     auto shape = first;
     shape[axis] = 0;
     for (size_t i = 2; i < ctx.input_count(); i += 3) {
-        const auto q = quantized(ctx, i, i + 1, i + 2);
-        parts.push_back(dequantized(ctx, q));
-        shapes.push_back(q.data->shape());
-        shape[axis] += q.data->shape()[axis];
+        inputs.push_back(quantized(ctx, i, i + 1, i + 2));
+        shapes.push_back(inputs.back().data->shape());
+        shape[axis] += shapes.back()[axis];
     }
     int64_t outer = 1, inner = 1;
     for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
     for (int64_t d = axis + 1; d < rank; ++d) inner *= shape[d];
+    const DataType y_type = ctx.has_input(1) ? ctx.input(1).type() : ctx.input(2).type();
+    const bool eight_bit = is_8_bit(y_type) && std::all_of(inputs.begin(), inputs.end(), [](const QuantizedInput& q) {
+                               return is_8_bit(q.data->type());
+                           });
+    if (eight_bit) {  // each input's bytes through its table (a copy where the table is the identity)
+        std::vector<std::array<uint8_t, 256>> tables(inputs.size());
+        std::vector<bool> identity(inputs.size());
+        for (size_t p = 0; p < inputs.size(); ++p) {
+            const Tensor table = requantization_table(ctx, inputs[p], 0, 1, ctx.input(2).type());
+            std::memcpy(tables[p].data(), table.bytes().data(), 256);
+            identity[p] = inputs[p].data->type() == y_type;
+            for (size_t b = 0; b < 256 && identity[p]; ++b) identity[p] = tables[p][b] == b;
+        }
+        Tensor y = Tensor::uninitialized(y_type, shape);
+        auto* o = reinterpret_cast<uint8_t*>(y.mutable_bytes().data());
+        for (int64_t r = 0; r < outer; ++r)
+            for (size_t p = 0; p < inputs.size(); ++p) {
+                const auto chunk = static_cast<size_t>(shapes[p][axis] * inner);
+                const auto* in = reinterpret_cast<const uint8_t*>(inputs[p].data->bytes().data()) + r * chunk;
+                if (identity[p]) {
+                    std::memcpy(o, in, chunk);
+                } else {
+                    const auto& t = tables[p];
+                    for (size_t i = 0; i < chunk; ++i) o[i] = t[in[i]];
+                }
+                o += chunk;
+            }
+        out[0] = std::move(y);
+        return;
+    }
+    std::vector<std::vector<float>> parts;
+    for (const auto& q : inputs) parts.push_back(dequantized(ctx, q));
     std::vector<float> values;
     values.reserve(static_cast<size_t>(element_count(shape)));
     for (int64_t o = 0; o < outer; ++o)
