@@ -46,9 +46,10 @@ const std::vector<KeySpec>& recipe_keys() {
          "The target plugin: what the device supports and requires."},
         {"passes", K::Passes, "[]", P::Prepare, yes,
          "Pass plugins run in order in the prepare phase: a name, or {name, options}."},
-        {"algorithms", K::Passes, "[]", P::Parameters, yes,
-         "Algorithm plugins run in order once the parameters are computed: a name, or {name, options}. "
-         "weight_only_algorithm: gptq runs the gptq algorithm first."},
+        {"algorithms", K::Passes, "[]", P::Prepare, yes,
+         "Algorithm plugins run in order, each at its stage (the end of preparation, or once the parameters are "
+         "computed): a name, or {name, options}. Those the documented settings imply (SmoothQuant, "
+         "weight_only_algorithm) run first."},
         {"overrides", K::Overrides, "[]", P::Plan, yes,
          "Ordered per-node and per-op-type settings and exclusions; the last matching entry wins per setting."},
         {"report", K::OptionalPath, "null", P::Save, yes,
