@@ -1,6 +1,7 @@
 // vaiq/algorithm.hpp - the algorithm plugin interface: a step of the run that
 // uses the calibration data and evaluations of the model to change what gets
-// written (fitted weights, corrected constants), such as GPTQ.
+// written (fitted weights, chosen parameters, a rewritten float model), such
+// as GPTQ, AWQ or SmoothQuant.
 #pragma once
 
 #include <nlohmann/json.hpp>
