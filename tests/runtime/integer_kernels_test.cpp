@@ -44,6 +44,19 @@ auto scalar_initializers(vaiq::test::GraphBuilder& b) {
     };
 }
 
+// Runs `model` on x with the QDQ fusion and without it; expects the two to agree
+// on every value and returns the fused run's calls per op type.
+std::map<std::string, int64_t> fused_calls_agreeing_with_plain(const vaiq::Model& model, const Tensor& x) {
+    Executor fused(model, {.profile = true}), plain(model, {.fuse_qdq = false});
+    const auto a = fused.run({{"x", x}})[0], c = plain.run({{"x", x}})[0];
+    int differing = 0;
+    for (int64_t i = 0; i < a.size(); ++i) differing += a.data<float>()[i] != c.data<float>()[i];
+    EXPECT_EQ(differing, 0);
+    std::map<std::string, int64_t> calls;
+    for (const auto& p : fused.profile()) calls[p.op_type] = p.calls;
+    return calls;
+}
+
 // A one-value 8-bit tensor of type `t` (int8 or uint8) holding `v`.
 Tensor byte_of(DataType t, int v) {
     return t == DataType::Int8 ? Tensor::from_values<int8_t>({}, std::vector<int8_t>{static_cast<int8_t>(v)})
@@ -1240,13 +1253,7 @@ TEST(QdqFusion, ProductsOfATensorByItsTablesAndConstantsFoldIntoOneTable) {
             b.node("DequantizeLinear", {"tq", "so", "z"}, {"y"});
             const auto model = b.build();
             const auto x = vaiq::test::ramp({3, 100}, -5.3f, 0.037f);  // every integer, then some again
-            Executor fused(model, {.profile = true}), plain(model, {.fuse_qdq = false});
-            const auto a = fused.run({{"x", x}})[0], c = plain.run({{"x", x}})[0];
-            int differing = 0;
-            for (int64_t i = 0; i < a.size(); ++i) differing += a.data<float>()[i] != c.data<float>()[i];
-            EXPECT_EQ(differing, 0);
-            std::map<std::string, int64_t> calls;
-            for (const auto& p : fused.profile()) calls[p.op_type] = p.calls;
+            auto calls = fused_calls_agreeing_with_plain(model, x);
             if (type == DataType::UInt8) {
                 EXPECT_EQ(calls["LookupTable"], 1);
                 EXPECT_EQ(calls.count("QLinearMul") + calls.count("Mul"), 0u);
@@ -1276,14 +1283,8 @@ TEST(QdqFusion, ASwishFoldsIntoOneTable) {
     b.node("QuantizeLinear", {"m", "sm", "zm"}, {"mq"});
     b.node("DequantizeLinear", {"mq", "sm", "zm"}, {"y"});
     const auto model = b.build();
-    const auto x = vaiq::test::ramp({3, 100}, -5.3f, 0.037f);  // every integer, then some again
-    Executor fused(model, {.profile = true}), plain(model, {.fuse_qdq = false});
-    const auto a = fused.run({{"x", x}})[0], c = plain.run({{"x", x}})[0];
-    int differing = 0;
-    for (int64_t i = 0; i < a.size(); ++i) differing += a.data<float>()[i] != c.data<float>()[i];
-    EXPECT_EQ(differing, 0);
-    std::map<std::string, int64_t> calls;
-    for (const auto& p : fused.profile()) calls[p.op_type] = p.calls;
+    // Every integer, then some again.
+    auto calls = fused_calls_agreeing_with_plain(model, vaiq::test::ramp({3, 100}, -5.3f, 0.037f));
     EXPECT_EQ(calls["LookupTable"], 1);
     EXPECT_EQ(calls.count("QLinearSigmoid") + calls.count("QLinearMul") + calls.count("Sigmoid"), 0u);
 }

@@ -92,7 +92,9 @@ TestAlgorithmContext::TestAlgorithmContext(const Model& model, DataReader& data,
                [](const QuantPlan&, const std::map<std::string, Tensor>&) -> Model {
                    throw std::runtime_error("no format in a test context");
                },
-               [this](std::map<std::string, Tensor> weights) { fitted.merge(weights); },
+               [this](std::map<std::string, Tensor> weights) {
+                   for (auto& [name, value] : weights) fitted.insert_or_assign(name, std::move(value));
+               },
                [this](const std::string& tensor, const QuantParams& params) { parameters[tensor] = params; },
                [this](nlohmann::json section) { report = std::move(section); }, [] { return std::set<std::string>(); },
                [](TensorRole) { return QuantSpec(); }, [this](Model m) { replaced = std::move(m); }}) {}

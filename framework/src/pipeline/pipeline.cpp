@@ -433,6 +433,8 @@ struct RunState {
     nlohmann::json report;
     ResolvedPlugins plugins;
     PluginInstance<Target> target;
+    /// The instances of s.plugins.algorithms, created at setup.
+    std::vector<PluginInstance<Algorithm>> algorithms;
     CalibratorSet calibrators;         ///< the plan points into them
     QuantRequest run;                  ///< what the recipe asks of the whole run, for the target
     Model model;                       ///< the float model, prepared (and its biases corrected)
@@ -471,11 +473,15 @@ struct RunState {
 void setup_phase(RunState& s) {
     s.plugins = resolve_plugins(s.recipe, s.registry);
     s.target = s.registry.create<Target>(s.plugins.target.info->name, s.plugins.target.options);
+    for (const auto& a : s.plugins.algorithms)  // their options are checked before any work
+        s.algorithms.push_back(s.registry.create<Algorithm>(a.info->name, a.options));
     s.run = quant_request(s.recipe.quantize_config());
     s.run.power_of_two = s.calibrators.get(s.plugins.calibrator.info->name).scale_form() == ScaleForm::PowerOfTwo;
     s.target->check(s.run);
     s.report["plugins"] = nlohmann::json::array();
-    for (const auto* choice : {&s.plugins.target, &s.plugins.format, &s.plugins.calibrator})
+    std::vector<const PluginChoice*> chosen = {&s.plugins.target, &s.plugins.format, &s.plugins.calibrator};
+    for (const auto& a : s.plugins.algorithms) chosen.push_back(&a);
+    for (const auto* choice : chosen)
         s.report["plugins"].push_back({{"kind", kind_name(choice->info->kind)},
                                        {"name", choice->info->name},
                                        {"version", choice->info->version},
@@ -1086,10 +1092,10 @@ void choose_parameters(RunState& s, const std::string& algorithm, const std::str
 // The algorithm plugins of `stage`, in the recipe's order, each given the run
 // as it stands; each one's report section goes under its name.
 void run_algorithms(RunState& s, AlgorithmStage stage) {
-    for (const auto& choice : s.plugins.algorithms) {
-        const std::string name = choice.info->name;
-        auto algorithm = s.registry.create<Algorithm>(name, choice.options);
+    for (size_t a = 0; a < s.algorithms.size(); ++a) {
+        auto& algorithm = s.algorithms[a];
         if (algorithm->stage() != stage) continue;
+        const std::string name = s.plugins.algorithms[a].info->name;
         const bool prepare = stage == AlgorithmStage::Prepare;
         // Before calibration the reader is opened for the model as preparation left it.
         if (prepare) s.data = calibration_reader(s.recipe, s.options, s.model);

@@ -213,9 +213,10 @@ bool fold_pass(onnx::ModelProto& model, std::vector<std::string>& gone) {
         const std::vector<int> data = product ? std::vector<int>{0, 3} : std::vector<int>{0};
         std::set<std::string> constants;  // the scales and zero points, constant
         bool fixed = true;
-        for (int i : product ? std::vector<int>{1, 2, 4, 5, 6, 7}
-                     : unary ? std::vector<int>{1, 2, 3, 4}
-                             : std::vector<int>{}) {
+        std::vector<int> parameters;  // the scales and zero points
+        if (product) parameters = {1, 2, 4, 5, 6, 7};
+        if (unary) parameters = {1, 2, 3, 4};
+        for (int i : parameters) {
             fixed = fixed && index.initializer(node.input(i));
             constants.insert(node.input(i));
         }
