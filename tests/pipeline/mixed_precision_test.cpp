@@ -7,7 +7,6 @@
 #include <cmath>
 #include <set>
 
-#include "pipeline/bias_correction.hpp"
 #include "pipeline/data_reader.hpp"
 #include "pipeline/mixed_precision.hpp"
 #include "pipeline/pipeline.hpp"
@@ -186,47 +185,6 @@ namespace {
 using vaiq::QuantType;
 using vaiq::TensorRole;
 using vaiq::test::quant_entry;
-
-// Gemm(x[2, 4], w[4, 3], b) and a depthwise 1x1 Conv(c[1, 2, 3, 3], k[2, 1, 1, 1], kb):
-// on constant inputs the shift each quantized weight causes is known exactly.
-TEST(BiasCorrection, AddsTheMeanShiftOfTheQuantizedWeight) {
-    GraphBuilder b;
-    b.input("x", {2, 4}).input("c", {1, 2, 3, 3}).output("y", {2, 3}).output("z", {1, 2, 3, 3});
-    const std::vector<float> w = {0.0123f, 1.0f, 0.3f, -0.2f, 0.5f, 0.0123f, 0.7f, 0.05f, -0.9f, 0.25f, 0.0123f, 0.6f};
-    b.initializer("w", Tensor::from_values<float>({4, 3}, w));
-    b.initializer("b", Tensor::from_values<float>({3}, std::vector<float>{0.1f, 0.2f, 0.3f}));
-    b.initializer("k", Tensor::from_values<float>({2, 1, 1, 1}, std::vector<float>{0.0123f, 1.0f}));
-    b.initializer("kb", Tensor::from_values<float>({2}, std::vector<float>{0.0f, -1.0f}));
-    b.node("Gemm", {"x", "w", "b"}, {"y"});
-    auto& conv = b.node("Conv", {"c", "k", "kb"}, {"z"});
-    vaiq::test::set_int_attribute(conv, "group", 2);
-    const auto model = b.build();
-
-    // x's columns are 1, 2, 3, 4 in every row; c's channels 2 and -1.
-    const auto dir = temp_dir();
-    std::vector<float> c(18);
-    for (int i = 0; i < 18; ++i) c[i] = i < 9 ? 2.0f : -1.0f;
-    fs::create_directories(dir / "data" / "s0");
-    vaiq::write_npy(dir / "data" / "s0" / "x.npy",
-                    Tensor::from_values<float>({2, 4}, std::vector<float>{1, 2, 3, 4, 1, 2, 3, 4}));
-    vaiq::write_npy(dir / "data" / "s0" / "c.npy", Tensor::from_values<float>({1, 2, 3, 3}, c));
-    auto data = vaiq::open_data_reader(dir / "data", model);
-
-    vaiq::QuantPlan plan;
-    plan.tensors.push_back(quant_entry("w", TensorRole::Weight, QuantType::QInt8, {1.0f / 127}, {0}));
-    plan.tensors.push_back(quant_entry("k", TensorRole::Weight, QuantType::QInt8, {1.0f / 127}, {0}));
-    // The model itself as the "quantized" one: its inputs are exactly the constants above.
-    const auto biases = vaiq::corrected_biases(model, model, plan, {}, *data, 0, 1);
-    ASSERT_EQ(biases.size(), 2u);
-    auto rounded = [](float v) { return std::nearbyint(v * 127.0f) / 127.0f; };
-    for (int n = 0; n < 3; ++n) {
-        double delta = 0;
-        for (int k = 0; k < 4; ++k) delta += (w[k * 3 + n] - rounded(w[k * 3 + n])) * (k + 1);
-        EXPECT_NEAR(biases.at("b").data<float>()[n], 0.1f * (n + 1) + delta, 1e-6) << n;
-    }
-    EXPECT_NEAR(biases.at("kb").data<float>()[0], (0.0123f - rounded(0.0123f)) * 2.0, 1e-6);
-    EXPECT_NEAR(biases.at("kb").data<float>()[1], -1.0f, 1e-6) << "1.0 quantizes exactly: nothing to correct";
-}
 
 TEST_F(MixedPrecision, BiasCorrectionRemovesASystematicShiftFromTheOutput) {
     // Inputs in [1, 2]: w2's rounding errors add up to a shift rather than cancelling.
@@ -578,23 +536,6 @@ TEST(OutputMeaning, AFeatureMapsValuesAgreeWithinATolerance) {
     const auto error = vaiq::measure_output(plus({1, 2, 1, 4}, e), identity_reference(x, meaning), 1);
     EXPECT_EQ(error.rows, 8);
     EXPECT_DOUBLE_EQ(error.top1_agreement, 6.0 / 8.0);
-}
-
-// Trials are ranked by their metric, the finer measures deciding its ties.
-TEST(TrialOrder, AFinerMeasureDecidesATie) {
-    vaiq::OutputError a, b;
-    a.sequence_agreement = b.sequence_agreement = 28.0 / 32.0;
-    a.top1_agreement = 0.9711, b.top1_agreement = 0.9695;
-    a.sqnr_db = 10, b.sqnr_db = 12;
-    EXPECT_TRUE(vaiq::agrees_better(a, b, "sequence")) << "same lines: more rows agree";
-    EXPECT_FALSE(vaiq::agrees_better(b, a, "sequence"));
-    EXPECT_TRUE(vaiq::agrees_better(a, b, "top1"));
-    EXPECT_TRUE(vaiq::agrees_better(b, a, "sqnr"));
-    b.sequence_agreement = 29.0 / 32.0;
-    EXPECT_TRUE(vaiq::agrees_better(b, a, "sequence")) << "one more line outweighs any number of rows";
-    a.top1_agreement = b.top1_agreement;
-    EXPECT_TRUE(vaiq::agrees_better(b, a, "top1")) << "same rows: the higher SQNR";
-    EXPECT_FALSE(vaiq::agrees_better(a, a, "sequence")) << "a full tie is no gain";
 }
 
 // Fast finetune's Trials: each trial's model is measured on the calibration

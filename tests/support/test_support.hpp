@@ -22,12 +22,18 @@ namespace vaiq::test {
 
 /// An algorithm's context for tests: `model` (which must outlive it), `plan`,
 /// `data`, one thread; what the algorithm changes is recorded.
+/// The model a test context's quantized() gives for a plan and weights.
+using TestEmitter = std::function<Model(const QuantPlan&, const std::map<std::string, Tensor>&)>;
+
+/// A context whose changes land in its members; quantized() calls `emit` (by
+/// default it throws: no format in a test), agreement() is not offered.
 struct TestAlgorithmContext {
-    TestAlgorithmContext(const Model& model, DataReader& data, QuantPlan plan = {});
+    TestAlgorithmContext(const Model& model, DataReader& data, QuantPlan plan = {}, TestEmitter emit = {});
     QuantPlan plan;
     std::map<std::string, Tensor> fitted;
     std::map<std::string, QuantParams> parameters;
     std::optional<Model> replaced;
+    std::map<std::string, Tensor> initializers;
     nlohmann::json report;
     HostAlgorithmContext context;
 };

@@ -1,7 +1,8 @@
 // vaiq/algorithm.hpp - the algorithm plugin interface: a step of the run that
 // uses the calibration data and evaluations of the model to change what gets
-// written (fitted weights, chosen parameters, a rewritten float model), such
-// as GPTQ, AWQ or SmoothQuant.
+// written (fitted weights, chosen parameters, a rewritten float model,
+// corrected biases), such as GPTQ, AWQ, SmoothQuant, fast finetune or bias
+// correction.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -46,6 +47,28 @@ class VAIQ_API ModelRunner {
     /// The graph outputs in order; `tap` sees each of `taps` as it is computed.
     virtual std::vector<Tensor> run(const Feeds& feeds, const std::vector<std::string>& taps = {},
                                     const TapFunction& tap = {}) = 0;
+    /// run() for the taps alone: stops once each of `taps` has reached `tap`
+    /// (what the graph computes after the last of them is skipped).
+    virtual void run_taps(const Feeds& feeds, const std::vector<std::string>& taps, const TapFunction& tap) = 0;
+};
+
+/// How closely a quantized model's output agrees with the float model's over
+/// the calibration data.
+struct OutputAgreement {
+    double sqnr_db = 0;      ///< +inf when exact
+    double relative_l2 = 0;  ///< ||f - q|| / ||f||
+    /// By what the output means: the positions whose class (argmax over the last
+    /// axis, or a Softmax's) agrees with the float model's; for one score a row,
+    /// its decision against 0.5 for probabilities; for decisions (Threshold,
+    /// NonZero) the share of elements that agree, or in maps (rank >= 3: masks,
+    /// peak maps) the IoU of the two models' positive elements, 1 where neither
+    /// has any; for feature values, the share of elements within a tolerance.
+    double top1_agreement = 0;
+    int64_t rows = 0;  ///< the rows, elements or union top1_agreement counts
+    /// Samples (along the first axis) whose decoded output (CTC greedy decoding,
+    /// class 0 the blank; a classifier's top-1) agrees with the float model's.
+    double sequence_agreement = 0;
+    int64_t samples = 0;  ///< the samples sequence_agreement counts
 };
 
 /// What the host gives an algorithm, and the changes it accepts. The host owns
@@ -75,8 +98,14 @@ class VAIQ_API AlgorithmContext {
     virtual Model quantized(const QuantPlan& plan, const std::map<std::string, Tensor>& weights) = 0;
     /// Compiles `model` (which must outlive the runner). With `float_values`, a
     /// quantized model runs its dequantized tensors as float, so that the
-    /// values between QuantizeLinear pairs can be tapped.
-    virtual std::unique_ptr<ModelRunner> runner(const Model& model, bool float_values = false) = 0;
+    /// values between QuantizeLinear pairs can be tapped. `taps`: tensors every
+    /// run will tap, kept computed once instead of recomputed for the tap.
+    virtual std::unique_ptr<ModelRunner> runner(const Model& model, bool float_values = false,
+                                                const std::set<std::string>& taps = {}) = 0;
+    /// How the outputs of `quantized` agree with the float model's (model() as
+    /// it was before any bias was corrected) on output `output_index`, over the
+    /// calibration data. The float outputs are computed once per run.
+    virtual OutputAgreement agreement(const Model& quantized, int output_index = 0) = 0;
     /// Runs every batch of data() through `model` once, calling `observe` with
     /// each of `tensors` as the batch computes it.
     virtual void for_each_tapped(const Model& model, const std::vector<std::string>& tensors,
@@ -95,6 +124,12 @@ class VAIQ_API AlgorithmContext {
     /// constraints still apply after. Weights fitted to the old parameters are
     /// dropped. Throws InputError for a tensor the plan does not quantize.
     virtual void set_parameters(const std::string& tensor, const QuantParams& params) = 0;
+    /// New float values for initializers of model() (Corrections stage): a bias
+    /// corrected for its weight's quantization error. The plan is computed
+    /// anew from them after the algorithm; agreement() still measures against
+    /// the values before. Throws InputError for a name that is no initializer
+    /// or a value of another shape or type.
+    virtual void set_initializers(std::map<std::string, Tensor> values) = 0;
     /// Replaces the prepared float model (Prepare stage only): a rewrite that
     /// keeps the function up to rounding, such as scales moved between an
     /// activation and the weights that read it. Its inputs must stay as they were.
@@ -109,6 +144,9 @@ enum class AlgorithmStage : uint32_t {
     Parameters = 1,
     /// At the end of preparation, before calibration: on the float model (set_model).
     Prepare = 2,
+    /// After every Parameters algorithm, on the weights and types as they will be
+    /// written: corrections for what is left of their error (set_initializers).
+    Corrections = 3,
 };
 
 /// A named step that changes what gets written, from data.

@@ -1,8 +1,12 @@
 #include "pipeline/algorithm_context.hpp"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "pipeline/channel_ranges.hpp"
 #include "runtime/executor.hpp"
 #include "util/progress.hpp"
+#include "vaiq/graph.hpp"
 #include "vaiq/error.hpp"
 
 namespace vaiq {
@@ -14,6 +18,9 @@ class ExecutorRunner final : public ModelRunner {
     ExecutorRunner(const Model& model, runtime::ExecutorOptions options) : executor_(model, std::move(options)) {}
     std::vector<Tensor> run(const Feeds& feeds, const std::vector<std::string>& taps, const TapFunction& tap) override {
         return executor_.run(feeds, taps, tap);
+    }
+    void run_taps(const Feeds& feeds, const std::vector<std::string>& taps, const TapFunction& tap) override {
+        executor_.run_taps(feeds, taps, tap);
     }
 
   private:
@@ -48,11 +55,18 @@ Model HostAlgorithmContext::quantized(const QuantPlan& plan, const std::map<std:
     return in_.emit(plan, weights);
 }
 
-std::unique_ptr<ModelRunner> HostAlgorithmContext::runner(const Model& model, bool float_values) {
+std::unique_ptr<ModelRunner> HostAlgorithmContext::runner(const Model& model, bool float_values,
+                                                          const std::set<std::string>& taps) {
     runtime::ExecutorOptions options;
     options.threads = in_.threads;
     options.fuse_qdq = !float_values;
+    options.taps = taps;
     return std::make_unique<ExecutorRunner>(model, std::move(options));
+}
+
+OutputAgreement HostAlgorithmContext::agreement(const Model& quantized, int output_index) {
+    if (!in_.agreement) throw InternalError("agreement() needs the calibrated plan: not in the Prepare stage");
+    return in_.agreement(quantized, output_index);
 }
 
 void HostAlgorithmContext::for_each_tapped(const Model& model, const std::vector<std::string>& tensors,
@@ -75,6 +89,21 @@ void HostAlgorithmContext::set_fitted_weights(std::map<std::string, Tensor> weig
 
 void HostAlgorithmContext::set_parameters(const std::string& tensor, const QuantParams& params) {
     in_.keep_parameters(tensor, params);
+}
+
+void HostAlgorithmContext::set_initializers(std::map<std::string, Tensor> values) {
+    if (!in_.replace_initializers) throw InternalError("set_initializers() is for algorithms of the Corrections stage");
+    const GraphIndex index(in_.model);
+    for (const auto& [name, value] : values) {
+        const auto* init = index.initializer(name);
+        if (!init) throw InputError(fmt::format("set_initializers(): the model has no initializer '{}'", name));
+        const Tensor old = Tensor::from_proto(*init);
+        if (old.type() != value.type() || old.shape() != value.shape())
+            throw InputError(fmt::format("set_initializers(): '{}' is {} [{}], not {} [{}]", name,
+                                         data_type_name(old.type()), fmt::join(old.shape(), ", "),
+                                         data_type_name(value.type()), fmt::join(value.shape(), ", ")));
+    }
+    in_.replace_initializers(std::move(values));
 }
 
 void HostAlgorithmContext::set_model(Model model) {

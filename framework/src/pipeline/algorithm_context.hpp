@@ -30,8 +30,12 @@ struct AlgorithmInputs {
     /// The nodes the recipe quantizes, and the target's spec for a role.
     std::function<std::set<std::string>()> quantized_nodes;
     std::function<QuantSpec(TensorRole)> default_spec;
-    /// Takes a rewritten float model (Prepare stage); null in the Parameters stage.
+    /// Takes a rewritten float model (Prepare stage); null in the other stages.
     std::function<void(Model)> replace_model;
+    /// Measures a quantized model's output against the float model's; null before calibration.
+    std::function<OutputAgreement(const Model&, int output_index)> agreement;
+    /// Takes new float initializer values (Corrections stage); null in the other stages.
+    std::function<void(std::map<std::string, Tensor>)> replace_initializers;
 };
 
 class HostAlgorithmContext final : public AlgorithmContext {
@@ -48,7 +52,9 @@ class HostAlgorithmContext final : public AlgorithmContext {
     int threads() const override { return in_.threads; }
 
     Model quantized(const QuantPlan& plan, const std::map<std::string, Tensor>& weights) override;
-    std::unique_ptr<ModelRunner> runner(const Model& model, bool float_values) override;
+    std::unique_ptr<ModelRunner> runner(const Model& model, bool float_values,
+                                        const std::set<std::string>& taps) override;
+    OutputAgreement agreement(const Model& quantized, int output_index) override;
     void for_each_tapped(const Model& model, const std::vector<std::string>& tensors,
                          const TapFunction& observe) override;
     ChannelRanges channel_ranges(const Model& model, const std::vector<ChannelRangeRequest>& requests) override;
@@ -56,6 +62,7 @@ class HostAlgorithmContext final : public AlgorithmContext {
 
     void set_fitted_weights(std::map<std::string, Tensor> weights) override;
     void set_parameters(const std::string& tensor, const QuantParams& params) override;
+    void set_initializers(std::map<std::string, Tensor> values) override;
     void set_model(Model model) override;
     void report(nlohmann::json section) override;
 

@@ -12,7 +12,6 @@
 #include <set>
 
 #include "pipeline/algorithm_context.hpp"
-#include "pipeline/bias_correction.hpp"
 #include "pipeline/calibration.hpp"
 #include "pipeline/channel_ranges.hpp"
 #include "pipeline/data_reader.hpp"
@@ -20,7 +19,6 @@
 #include "pipeline/diagnosis.hpp"
 #include "pipeline/dump.hpp"
 #include "pipeline/evaluation.hpp"
-#include "pipeline/fast_finetune.hpp"
 #include "pipeline/html_report.hpp"
 #include "pipeline/joined_reference.hpp"
 #include "pipeline/mixed_precision.hpp"
@@ -89,19 +87,25 @@ PluginChoice choose(const Recipe& recipe, const PluginRegistry& registry, Plugin
             })};
 }
 
+PluginChoice choose_algorithm(const Recipe& recipe, const PluginRegistry& registry,
+                              const defaults::AlgorithmRequest& request) {
+    const auto& info = registry.require(PluginKind::Algorithm, request.name, request.origin);
+    return {&info, with_extra_options(recipe, registry, info, request.options,
+                                      [&](const std::string&) { return request.origin; })};
+}
+
 // The recipe's algorithms in its order, after those its documented settings
 // imply (weight_only_algorithm: gptq); an algorithm named twice runs once.
 std::vector<PluginChoice> choose_algorithms(const Recipe& recipe, const PluginRegistry& registry) {
     std::vector<PluginChoice> out;
-    auto add = [&](const std::string& name, const nlohmann::json& options, const std::string& origin) {
-        if (std::any_of(out.begin(), out.end(), [&](const PluginChoice& c) { return c.info->name == name; })) return;
-        const auto& info = registry.require(PluginKind::Algorithm, name, origin);
-        out.push_back(
-            {&info, with_extra_options(recipe, registry, info, options, [&](const std::string&) { return origin; })});
+    auto add = [&](const defaults::AlgorithmRequest& request) {
+        if (std::any_of(out.begin(), out.end(), [&](const PluginChoice& c) { return c.info->name == request.name; }))
+            return;
+        out.push_back(choose_algorithm(recipe, registry, request));
     };
-    for (const auto& a : defaults::implied_algorithms(recipe)) add(a.name, a.options, a.origin);
+    for (const auto& a : defaults::implied_algorithms(recipe)) add(a);
     for (const auto& a : recipe.value("algorithms"))
-        add(a["name"].get<std::string>(), a["options"], a["origin"].get<std::string>());
+        add({a["name"].get<std::string>(), a["options"], a["origin"].get<std::string>()});
     return out;
 }
 
@@ -195,6 +199,7 @@ void check_extra_options(const Recipe& recipe, const PluginRegistry& registry, c
     std::vector<const PluginInfo*> used = {chosen.target.info, chosen.format.info, chosen.calibrator.info};
     for (const auto& p : chosen.passes) used.push_back(p.info);
     for (const auto& a : chosen.algorithms) used.push_back(a.info);
+    if (chosen.next_lever) used.push_back(chosen.next_lever->info);
     for (const auto& [name, setting] : recipe.plugin_extra_options()) {
         if (std::any_of(used.begin(), used.end(), [&n = name](const auto* info) { return declares(*info, n); }))
             continue;
@@ -240,6 +245,7 @@ ResolvedPlugins resolve_plugins(const Recipe& recipe, PluginRegistry& registry) 
             {&info, registry.resolve_options(info, pass["options"], [&](const std::string&) { return origin; })});
     }
     out.algorithms = choose_algorithms(recipe, registry);
+    if (const auto lever = defaults::next_lever(recipe)) out.next_lever = choose_algorithm(recipe, registry, *lever);
     check_extra_options(recipe, registry, out);
     return out;
 }
@@ -433,12 +439,15 @@ struct RunState {
     nlohmann::json report;
     ResolvedPlugins plugins;
     PluginInstance<Target> target;
-    /// The instances of s.plugins.algorithms, created at setup.
+    /// The instances of s.plugins.algorithms and of its next lever, created at setup.
     std::vector<PluginInstance<Algorithm>> algorithms;
+    PluginInstance<Algorithm> next_lever;
     CalibratorSet calibrators;         ///< the plan points into them
     QuantRequest run;                  ///< what the recipe asks of the whole run, for the target
     Model model;                       ///< the float model, prepared (and its biases corrected)
-    std::optional<Model> uncorrected;  ///< the prepared model before bias correction, when that ran
+    std::optional<Model> uncorrected;  ///< the prepared model before a correction (set_initializers), when one ran
+    /// The float model's outputs on the calibration data, by output index, for AlgorithmContext::agreement().
+    std::map<int, ReferenceBatches> agreement_references;
     bool function_kept = true;         ///< preparation changed only how the model computes, not what
     /// The float outputs on the calibration data as calibration computed them
     /// (the prepared model's, or the input model's joined into it), kept when
@@ -475,12 +484,15 @@ void setup_phase(RunState& s) {
     s.target = s.registry.create<Target>(s.plugins.target.info->name, s.plugins.target.options);
     for (const auto& a : s.plugins.algorithms)  // their options are checked before any work
         s.algorithms.push_back(s.registry.create<Algorithm>(a.info->name, a.options));
+    if (const auto& lever = s.plugins.next_lever)
+        s.next_lever = s.registry.create<Algorithm>(lever->info->name, lever->options);
     s.run = quant_request(s.recipe.quantize_config());
     s.run.power_of_two = s.calibrators.get(s.plugins.calibrator.info->name).scale_form() == ScaleForm::PowerOfTwo;
     s.target->check(s.run);
     s.report["plugins"] = nlohmann::json::array();
     std::vector<const PluginChoice*> chosen = {&s.plugins.target, &s.plugins.format, &s.plugins.calibrator};
     for (const auto& a : s.plugins.algorithms) chosen.push_back(&a);
+    if (s.plugins.next_lever) chosen.push_back(&*s.plugins.next_lever);
     for (const auto* choice : chosen)
         s.report["plugins"].push_back({{"kind", kind_name(choice->info->kind)},
                                        {"name", choice->info->name},
@@ -497,6 +509,7 @@ void load_phase(RunState& s) {
 }
 
 void run_algorithms(RunState& s, AlgorithmStage stage);
+void run_algorithm(RunState& s, Algorithm& algorithm, const std::string& name, AlgorithmStage stage);
 
 // The documented preparation steps, then the target's transforms, CLE and the recipe's passes.
 void prepare_phase(RunState& s) {
@@ -832,14 +845,6 @@ std::map<std::string, Tensor> rounded_for(const RunState& s, const QuantPlan& pl
     return out;
 }
 
-// Keeps `rounded` as the run's fitted weights, with the quantization each was fitted to.
-void keep_rounded(RunState& s, std::map<std::string, Tensor> rounded) {
-    s.rounded_on.clear();
-    for (const auto& [name, value] : rounded)
-        if (const auto* t = s.plan.find(name)) s.rounded_on[name] = t->params;
-    s.rounded_weights = std::move(rounded);
-}
-
 // The prepared float model with `plan` written into it by the run's format,
 // the `rounded` weights in place of the float ones.
 Model emit_plan(RunState& s, const QuantPlan& plan, const std::map<std::string, Tensor>& rounded) {
@@ -926,109 +931,14 @@ void raise_sensitive_tensors(RunState& s, const MixedPrecisionTarget& target) {
     s.report["mixed_precision"] = std::move(result.report);
 }
 
-// extra_options.BiasCorrection: each Conv/Gemm bias takes back the mean shift
-// its quantized weight causes, measured through the quantized model.
-void correct_biases(RunState& s) {
-    auto biases =
-        corrected_biases(s.model, emit_plan(s, s.plan), s.plan, rounded_for(s, s.plan), *s.data, 0, s.threads);
-    s.uncorrected = s.model;
-    auto& graph = s.model.graph();
-    for (auto& init : *graph.mutable_initializer())
-        if (auto it = biases.find(init.name()); it != biases.end()) init = it->second.to_proto(init.name());
-    s.report["bias_correction"] = {{"layers", biases.size()}};
-    log_info("bias correction: {} Conv/Gemm biases corrected", biases.size());
-}
-
-// A fast finetune's model as it would be written: its weights and, with
-// BiasCorrection, the biases corrected for them.
-Model finetuned_model(RunState& s, const std::map<std::string, Tensor>& rounded) {
-    Model quantized = emit_plan(s, s.plan, rounded);
-    if (!s.recipe.value("extra_options.BiasCorrection").get<bool>()) return quantized;
-    auto initializers = rounded;
-    initializers.merge(corrected_biases(s.model, quantized, s.plan, rounded, *s.data, 0, s.threads));
-    return emit_plan(s, s.plan, initializers);
-}
-
-// include_fast_ft: each layer's weights fitted to reproduce the float layer (scales stay).
-// With Trials, whole fits from successive seeds compete on the calibration data:
-// each layer's fit depends on the roundings before it, so one draw can land
-// far from another on the model's task while their layer losses agree.
-void finetune_weights(RunState& s) {
-    const std::string prefix = "extra_options.FastFinetune.";
-    FastFinetuneOptions o;
-    o.algorithm = s.recipe.value(prefix + "OptimAlgorithm").get<std::string>();
-    o.iterations = static_cast<int>(s.recipe.value(prefix + "NumIterations").get<int64_t>());
-    const auto& lr = s.recipe.value(prefix + "LearningRate");
-    o.learning_rate = lr.is_null() ? (o.algorithm == "adaround" ? 0.1 : 1e-5) : lr.get<double>();
-    o.batch_columns = static_cast<int>(s.recipe.value(prefix + "ColumnsPerStep").get<int64_t>());
-    o.reg_param = s.recipe.value(prefix + "RegParam").get<double>();
-    o.warm_start = s.recipe.value(prefix + "WarmStart").get<double>();
-    o.memory_bytes = static_cast<size_t>(s.recipe.value(prefix + "MemoryMB").get<int64_t>()) << 20;
-    o.drop_ratio = s.recipe.value(prefix + "DropRatio").get<double>();
-    o.selective_update = s.recipe.value(prefix + "SelectiveUpdate").get<bool>();
-    o.fits = static_cast<int>(s.recipe.value(prefix + "Fits").get<int64_t>());
-    const auto seed = s.recipe.value(prefix + "FixedSeed").get<int64_t>();
-    const auto trials = s.recipe.value(prefix + "Trials").get<int64_t>();
-    const auto metric = s.recipe.value(prefix + "TrialMetric").get<std::string>();
-    if (o.iterations < 0 || o.batch_columns < 1 || o.fits < 1 || trials < 1 ||
-        !(o.warm_start >= 0 && o.warm_start <= 1) || !(o.drop_ratio >= 0 && o.drop_ratio <= 1) || seed < 0)
-        throw InputError(
-            fmt::format("{}: extra_options.FastFinetune needs NumIterations >= 0, ColumnsPerStep >= 1, Fits >= 1, "
-                        "Trials >= 1, WarmStart and DropRatio within [0, 1] and FixedSeed >= 0",
-                        s.recipe.setting("include_fast_ft").origin));
-    auto fit = [&](uint64_t trial_seed) {
-        o.seed = trial_seed;
-        return fast_finetune(
-            float_reference(s), s.plan,
-            [&](const std::map<std::string, Tensor>& rounded) { return emit_plan(s, s.plan, rounded); }, *s.data, o,
-            s.threads);
-    };
-    const auto first = static_cast<uint64_t>(seed);
-    FastFinetuneResult result;
-    uint64_t chosen = first;
-    nlohmann::json trial_report = nlohmann::json::array();
-    if (trials == 1) {
-        result = fit(first);
-    } else {
-        const auto reference = reference_batches(float_reference(s), *s.data, 0, 0, s.threads);
-        OutputError best;
-        for (uint64_t t = 0; t < static_cast<uint64_t>(trials); ++t) {
-            auto candidate = fit(first + t);
-            const auto e = measure_output(finetuned_model(s, candidate.rounded), reference, s.threads);
-            log_info(
-                "fast finetune trial {} (seed {}): top-1 agreement {:.2f}%, sequence agreement {:.2f}%, "
-                "SQNR {:.2f} dB",
-                t + 1, first + t, 100 * e.top1_agreement, 100 * e.sequence_agreement, e.sqnr_db);
-            trial_report.push_back({{"seed", first + t},
-                                    {"top1_agreement", e.top1_agreement},
-                                    {"sequence_agreement", e.sequence_agreement},
-                                    {"sqnr_db", e.sqnr_db}});
-            if (t == 0 || agrees_better(e, best, metric)) {  // a full tie keeps the earlier
-                best = e, chosen = first + t;
-                result = std::move(candidate);
-            }
-        }
-        log_info("fast finetune: seed {} kept (best {} of {} trials on the calibration data)", chosen, metric, trials);
-    }
-    keep_rounded(s, result.rounded);
-    s.report["fast_finetune"] = {{"algorithm", o.algorithm},
-                                 {"iterations", o.iterations},
-                                 {"drop_ratio", o.drop_ratio},
-                                 {"seed", chosen},
-                                 {"selective_update", o.selective_update},
-                                 {"fits", o.fits},
-                                 {"layers", result.to_json()}};
-    if (trials > 1) s.report["fast_finetune"]["trials"] = {{"metric", metric}, {"runs", trial_report}};
-}
-
 // Mixed precision that missed its target within the budget tries the next
 // lever before giving up: the weights fitted at the precisions it chose (fast
 // finetune), kept only where the output then agrees better.
 void next_lever(RunState& s, const MixedPrecisionTarget& target) {
     auto& mixed = s.report["mixed_precision"];
     if (mixed.value("met", true)) return;
-    const bool enabled = s.recipe.value("extra_options.AutoMixprecision.NextLever").get<bool>();
-    if (!enabled || s.recipe.value("include_fast_ft").get<bool>()) {
+    if (!s.next_lever) {
+        const bool enabled = s.recipe.value("extra_options.AutoMixprecision.NextLever").get<bool>();
         log_warn("mixed precision missed its target ({}){}", target.describe(),
                  enabled ? "; fast finetune (include_fast_ft) follows" : "");
         return;
@@ -1039,19 +949,20 @@ void next_lever(RunState& s, const MixedPrecisionTarget& target) {
              target.describe());
     const auto kept_weights = s.rounded_weights;
     const auto kept_on = s.rounded_on;
-    finetune_weights(s);
+    const std::string lever = s.plugins.next_lever->info->name;
+    run_algorithm(s, *s.next_lever, lever, AlgorithmStage::Parameters);
     const auto after = measure_output(emit_plan(s, s.plan), reference, s.threads);
     const bool better = target.score(after) > target.score(before) ||
                         (target.score(after) == target.score(before) && after.sqnr_db > before.sqnr_db);
     const bool met = better && target.met_by(after);
-    mixed["next_lever"] = {{"tried", "fast_finetune"},
+    mixed["next_lever"] = {{"tried", lever},
                            {"before", error_json(before)},
                            {"after", error_json(after)},
                            {"kept", better},
                            {"met", met}};
     if (!better) {
         s.rounded_weights = kept_weights, s.rounded_on = kept_on;
-        s.report.erase("fast_finetune");
+        s.report.erase(lever);
     }
     if (met) {
         log_info("mixed precision: fast finetune met the target (top-1 agreement {:.4f}, SQNR {:.2f} dB)",
@@ -1089,54 +1000,72 @@ void choose_parameters(RunState& s, const std::string& algorithm, const std::str
     s.chosen_params[tensor] = params;
 }
 
-// The algorithm plugins of `stage`, in the recipe's order, each given the run
-// as it stands; each one's report section goes under its name.
-void run_algorithms(RunState& s, AlgorithmStage stage) {
-    for (size_t a = 0; a < s.algorithms.size(); ++a) {
-        auto& algorithm = s.algorithms[a];
-        if (algorithm->stage() != stage) continue;
-        const std::string name = s.plugins.algorithms[a].info->name;
-        const bool prepare = stage == AlgorithmStage::Prepare;
-        // Before calibration the reader is opened for the model as preparation left it.
-        if (prepare) s.data = calibration_reader(s.recipe, s.options, s.model);
-        const auto fitted = rounded_for(s, s.plan);
-        AlgorithmInputs inputs{
-            s.model,
-            s.plan,
-            fitted,
-            *s.data,
-            s.threads,
-            [&](const QuantPlan& plan, const std::map<std::string, Tensor>& weights) {
-                return emit_plan(s, plan, weights);
-            },
-            [&](std::map<std::string, Tensor> weights) {
-                for (auto& [weight, value] : weights) {
-                    const auto* t = s.plan.find(weight);
-                    if (!t) continue;  // not quantized: nothing to fit
-                    s.rounded_on[weight] = t->params;
-                    s.rounded_weights[weight] = std::move(value);
-                }
-            },
-            [&](const std::string& tensor, const QuantParams& params) { choose_parameters(s, name, tensor, params); },
-            [&](nlohmann::json section) { s.report[name] = std::move(section); },
-            [&] {
-                std::set<std::string> out;
-                for (const auto& d : decide_nodes(s.recipe, s.model, *s.target))
-                    if (d.quantized) out.insert(d.name);
-                return out;
-            },
-            [&](TensorRole role) { return s.target->default_spec(role, s.run); },
-            nullptr};
-        if (prepare)
-            inputs.replace_model = [&](Model model) {
-                if (input_signature(model) != input_signature(s.model))
-                    throw InternalError(fmt::format("algorithm '{}' changed the model's inputs", name));
-                s.model = std::move(model);
-                s.function_kept = false;  // kept in exact arithmetic, but counted as not, as CLE is
-            };
-        HostAlgorithmContext context(std::move(inputs));
-        algorithm->run(context);
+// Runs one algorithm plugin of `stage` on the run as it stands; its report section goes under its name.
+void run_algorithm(RunState& s, Algorithm& algorithm, const std::string& name, AlgorithmStage stage) {
+    const bool prepare = stage == AlgorithmStage::Prepare;
+    // Before calibration the reader is opened for the model as preparation left it.
+    if (prepare) s.data = calibration_reader(s.recipe, s.options, s.model);
+    const auto fitted = rounded_for(s, s.plan);
+    AlgorithmInputs inputs{
+        s.model,
+        s.plan,
+        fitted,
+        *s.data,
+        s.threads,
+        [&](const QuantPlan& plan, const std::map<std::string, Tensor>& weights) { return emit_plan(s, plan, weights); },
+        [&](std::map<std::string, Tensor> weights) {
+            for (auto& [weight, value] : weights) {
+                const auto* t = s.plan.find(weight);
+                if (!t) continue;  // not quantized: nothing to fit
+                s.rounded_on[weight] = t->params;
+                s.rounded_weights[weight] = std::move(value);
+            }
+        },
+        [&](const std::string& tensor, const QuantParams& params) { choose_parameters(s, name, tensor, params); },
+        [&](nlohmann::json section) { s.report[name] = std::move(section); },
+        [&] {
+            std::set<std::string> out;
+            for (const auto& d : decide_nodes(s.recipe, s.model, *s.target))
+                if (d.quantized) out.insert(d.name);
+            return out;
+        },
+        [&](TensorRole role) { return s.target->default_spec(role, s.run); },
+        nullptr,
+        nullptr,
+        nullptr};
+    if (prepare) {
+        inputs.replace_model = [&](Model model) {
+            if (input_signature(model) != input_signature(s.model))
+                throw InternalError(fmt::format("algorithm '{}' changed the model's inputs", name));
+            s.model = std::move(model);
+            s.function_kept = false;  // kept in exact arithmetic, but counted as not, as CLE is
+        };
+    } else {
+        inputs.agreement = [&](const Model& quantized, int output_index) {
+            auto it = s.agreement_references.find(output_index);
+            if (it == s.agreement_references.end())
+                it = s.agreement_references
+                         .emplace(output_index,
+                                  reference_batches(float_reference(s), *s.data, 0, output_index, s.threads))
+                         .first;
+            return measure_output(quantized, it->second, s.threads);
+        };
     }
+    if (stage == AlgorithmStage::Corrections)
+        inputs.replace_initializers = [&](std::map<std::string, Tensor> values) {
+            if (!s.uncorrected) s.uncorrected = s.model;
+            for (auto& init : *s.model.graph().mutable_initializer())
+                if (auto it = values.find(init.name()); it != values.end()) init = it->second.to_proto(init.name());
+        };
+    HostAlgorithmContext context(std::move(inputs));
+    algorithm.run(context);
+}
+
+// The algorithm plugins of `stage`, in the recipe's order.
+void run_algorithms(RunState& s, AlgorithmStage stage) {
+    for (size_t a = 0; a < s.algorithms.size(); ++a)
+        if (s.algorithms[a]->stage() == stage)
+            run_algorithm(s, *s.algorithms[a], s.plugins.algorithms[a].info->name, stage);
 }
 
 // The parameters the algorithms chose, in place of those calibration gave.
@@ -1158,14 +1087,11 @@ void parameters_phase(RunState& s) {
         refined = recompute();
         next_lever(s, *target);
     }
-    if (s.recipe.value("include_fast_ft").get<bool>()) finetune_weights(s);
     run_algorithms(s, AlgorithmStage::Parameters);
     if (!s.chosen_params.empty()) refined = recompute();  // the target's constraints on what they chose
     // Last: the corrections are for the weights' final types and values.
-    if (s.recipe.value("extra_options.BiasCorrection").get<bool>()) {
-        correct_biases(s);
-        refined = recompute();
-    }
+    run_algorithms(s, AlgorithmStage::Corrections);
+    if (s.uncorrected) refined = recompute();
     if (!refined.empty()) s.report["constraints"] = constraints_json(refined, true);
     s.report["tensors"] = nlohmann::json::array();
     for (const auto& t : s.plan.tensors) s.report["tensors"].push_back(params_json(t, s.ranges));
@@ -1589,10 +1515,14 @@ std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, const 
         line("pass:       {} {}", pass.info->name, pass.info->version);
         for (const auto& [name, value] : pass.options.values()) line("    {}: {}", name, value.dump());
     }
-    for (const auto& algorithm : plugins.algorithms) {
-        line("algorithm:  {} {}  ({})", algorithm.info->name, algorithm.info->version,
-             algorithm.info->library.filename().string());
-        for (const auto& [name, value] : algorithm.options.values()) {
+    std::vector<const PluginChoice*> algorithms;
+    for (const auto& a : plugins.algorithms) algorithms.push_back(&a);
+    if (plugins.next_lever) algorithms.push_back(&*plugins.next_lever);
+    for (const auto* algorithm : algorithms) {
+        line("algorithm:  {} {}  ({}){}", algorithm->info->name, algorithm->info->version,
+             algorithm->info->library.filename().string(),
+             algorithm == algorithms.back() && plugins.next_lever ? ", if mixed precision misses its target" : "");
+        for (const auto& [name, value] : algorithm->options.values()) {
             auto extra = recipe.settings.find("extra_options." + name);
             const bool set = is_extra_option_name(name) && extra != recipe.settings.end();
             line("    {:<41} {:<28} {}", name, value.dump(), set ? extra->second.origin : "");

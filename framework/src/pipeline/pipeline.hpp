@@ -33,6 +33,8 @@ struct ResolvedPlugins {
     PluginChoice calibrator;
     std::vector<PluginChoice> passes;      ///< the recipe's own passes, in order
     std::vector<PluginChoice> algorithms;  ///< in the order they run
+    /// What automatic mixed precision tries when it misses its target (AutoMixprecision.NextLever).
+    std::optional<PluginChoice> next_lever;
 };
 
 /// Loads the recipe's plugin_paths into `registry`, then finds every plugin the

@@ -253,15 +253,6 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
     return out;
 }
 
-bool agrees_better(const OutputError& a, const OutputError& b, std::string_view metric) {
-    auto ordered = [](const OutputError& e, std::string_view by) {
-        if (by == "sequence") return std::tuple(e.sequence_agreement, e.top1_agreement, e.sqnr_db);
-        if (by == "sqnr") return std::tuple(e.sqnr_db, 0.0, 0.0);
-        return std::tuple(e.top1_agreement, e.sqnr_db, 0.0);
-    };
-    return ordered(a, metric) > ordered(b, metric);
-}
-
 std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, const QuantPlan& plan,
                                                    const PlanEmitter& emit, DataReader& data, int max_batches,
                                                    int output_index, int threads,

@@ -15,6 +15,7 @@
 
 #include "pipeline/data_reader.hpp"
 #include "runtime/executor.hpp"
+#include "vaiq/algorithm.hpp"
 #include "vaiq/model.hpp"
 #include "vaiq/quant.hpp"
 
@@ -65,23 +66,8 @@ ReferenceBatches reference_batches(const Model& float_model, DataReader& data, i
                                    int threads, const std::vector<std::string>& taps = {},
                                    const runtime::Tap& tap = {});
 
-/// A candidate's output against the reference on its batches.
-struct OutputError {
-    double sqnr_db = 0;         ///< +inf when exact
-    double relative_l2 = 0;     ///< ||f - q|| / ||f||
-    /// By the output's meaning: the positions whose argmax agrees with the float
-    /// model's (rows over the last axis for logits; for one score a row, its decision
-    /// against 0.5 for probabilities, else 0); for decisions (Threshold, NonZero), the
-    /// share of elements that agree, or in maps (rank >= 3: masks, peak maps) the IoU
-    /// of the two models' positive elements, 1 where neither has any; for Values,
-    /// the share of elements within the tolerance.
-    double top1_agreement = 0;
-    int64_t rows = 0;           ///< the rows, elements or union top1_agreement counts
-    /// Samples (along the first axis) whose decoded output agrees with the float
-    /// model's: see `greedy_decode`. For a classifier's [N, C] this is top-1 agreement.
-    double sequence_agreement = 0;
-    int64_t samples = 0;  ///< the samples sequence_agreement counts
-};
+/// A candidate's output against the reference on its batches (see OutputAgreement).
+using OutputError = OutputAgreement;
 
 /// A sample's rows (over the last axis, `row_length` values each) read as CTC
 /// greedy decoding reads them: each row's argmax, repeats merged, class 0 (the
@@ -90,12 +76,6 @@ struct OutputError {
 std::vector<int64_t> greedy_decode(std::span<const float> sample, int64_t row_length);
 
 OutputError measure_output(const Model& candidate, const ReferenceBatches& reference, int threads);
-
-/// Whether `a` agrees with the float model better than `b` by `metric` ("top1",
-/// "sequence" or "sqnr"), the finer measures deciding its ties: a sequence
-/// agreement counts samples (on 32 text lines, steps of 3 %), so candidates
-/// often tie on it while their rows still tell them apart.
-bool agrees_better(const OutputError& a, const OutputError& b, std::string_view metric);
 
 /// One quantized tensor's cost.
 struct TensorSensitivity {

@@ -172,7 +172,11 @@ class GuardedAlgorithm final : public Guarded<Algorithm> {
   public:
     GuardedAlgorithm(PluginInstance<Algorithm> inner, const PluginInfo& info) : Guarded(std::move(inner), info) {}
     AlgorithmStage stage() const override {
-        return who_.call("stage", [&] { return inner_->stage(); });
+        const auto stage = who_.call("stage", [&] { return inner_->stage(); });
+        if (stage != AlgorithmStage::Parameters && stage != AlgorithmStage::Prepare &&
+            stage != AlgorithmStage::Corrections)
+            who_.invalid(fmt::format("stage {}, which is none of vaiq::AlgorithmStage", static_cast<uint32_t>(stage)));
+        return stage;
     }
     void run(AlgorithmContext& context) override {
         who_.call("run", [&] { inner_->run(context); });

@@ -95,7 +95,8 @@ PluginInfo check_descriptor(const vaiq_plugin_descriptor* d, const fs::path& fil
     for (size_t i = 0; i < d->option_count; ++i) {
         const auto& o = d->options[i];
         const std::string name = o.name ? o.name : "";
-        if (!std::regex_match(name, std::regex("[A-Za-z][A-Za-z0-9_]*")))
+        // A dotted name is a documented extra option of a nested section (FastFinetune.NumIterations).
+        if (!std::regex_match(name, std::regex("[A-Za-z][A-Za-z0-9_]*|[A-Z][A-Za-z0-9]*\\.[A-Z][A-Za-z0-9]*")))
             throw InputError(fmt::format("{} declares an option named '{}', which is not a valid name", who, name));
         const auto type = static_cast<vaiq_option_type>(o.type);
         if (option_type_name(type) == "unknown")

@@ -63,6 +63,8 @@ std::vector<AlgorithmRequest> implied_algorithms(const Recipe& recipe) {
     auto add = [&](const char* name, const char* key) {
         out.push_back({name, nlohmann::json::object(), recipe.setting(key).origin});
     };
+    if (recipe.value("include_fast_ft").get<bool>()) add("fast_finetune", "include_fast_ft");
+    if (recipe.value("extra_options.BiasCorrection").get<bool>()) add("bias_correction", "extra_options.BiasCorrection");
     if (recipe.value("extra_options.SmoothQuant").get<bool>()) add("smooth_quant", "extra_options.SmoothQuant");
     const bool weight_only = recipe.value("weight_only").get<bool>();
     const auto& algorithm = recipe.value("weight_only_algorithm");
@@ -70,6 +72,15 @@ std::vector<AlgorithmRequest> implied_algorithms(const Recipe& recipe) {
     if (weight_only && algorithm == "gptq") add("gptq", "weight_only_algorithm");
     if (weight_only && (algorithm == "awq_clip" || algorithm == "awq_full")) add("awq_clip", "weight_only_algorithm");
     return out;
+}
+
+std::optional<AlgorithmRequest> next_lever(const Recipe& recipe) {
+    const std::string prefix = "extra_options.AutoMixprecision.";
+    const bool target = !recipe.value(prefix + "SQNRTarget").is_null() || !recipe.value(prefix + "L2Target").is_null() ||
+                        !recipe.value(prefix + "Top1AccTarget").is_null();
+    if (!target || !recipe.value(prefix + "NextLever").get<bool>() || recipe.value("include_fast_ft").get<bool>())
+        return std::nullopt;
+    return AlgorithmRequest{"fast_finetune", nlohmann::json::object(), recipe.setting(prefix + "NextLever").origin};
 }
 
 }  // namespace vaiq::defaults

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,9 +51,14 @@ struct AlgorithmRequest {
     std::string origin;
 };
 
-/// The algorithms the documented settings switch on (SmoothQuant, and
-/// weight_only_algorithm's awq_lite, gptq, awq_clip), before those the recipe lists.
+/// The algorithms the documented settings switch on (include_fast_ft,
+/// BiasCorrection, SmoothQuant, and weight_only_algorithm's awq_lite, gptq,
+/// awq_clip), before those the recipe lists.
 std::vector<AlgorithmRequest> implied_algorithms(const Recipe& recipe);
+
+/// The algorithm automatic mixed precision tries when it misses its target
+/// (AutoMixprecision.NextLever: fast finetune), unless the recipe runs it anyway.
+std::optional<AlgorithmRequest> next_lever(const Recipe& recipe);
 
 }  // namespace defaults
 }  // namespace vaiq

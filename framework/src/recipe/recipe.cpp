@@ -23,6 +23,13 @@ void resolve_original_tool_settings(Recipe& recipe);
 
 namespace {
 
+// A key's name under extra_options ("FastFinetune.NumIterations" for
+// extra_options.FastFinetune.NumIterations), or "" for a key elsewhere.
+std::string extra_option_name(const std::string& path) {
+    const std::string prefix = "extra_options.";
+    return path.rfind(prefix, 0) == 0 ? path.substr(prefix.size()) : std::string();
+}
+
 // Where values are read from: a recipe file, a --set assignment, or a default.
 struct Source {
     std::string label;  // file path, or "--set key=value"
@@ -463,9 +470,10 @@ void flatten(const YAML::Node& map, const std::string& section, const Source& sr
         } else if (const KeySpec* spec = find_key(path)) {
             out.settings[path] = {normalize(*spec, kv.second, src), src.at(kv.first)};
             if (path == "recipe_version") out.has_version = true;
-        } else if (section == "extra_options" && is_extra_option_name(key)) {
-            // A plugin's documented option (a device's AlignConcat): checked against
-            // the plugins once they are known (check_extra_options).
+        } else if (is_extra_option_name(extra_option_name(path))) {
+            // A plugin's documented option (a device's AlignConcat, fast finetune's
+            // FastFinetune.NumIterations): checked against the plugins once they
+            // are known (check_extra_options).
             out.settings[path] = {yaml_to_json(kv.second), src.at(kv.first)};
         } else {
             unknown_key(kv.first, key, section, src);
@@ -665,7 +673,7 @@ void apply_setting(Recipe& recipe, const std::string& assignment, const fs::path
         return;
     }
     const KeySpec* spec = find_key(path);
-    if (!spec && section == "extra_options" && is_extra_option_name(path.substr(dot + 1))) {
+    if (!spec && is_extra_option_name(extra_option_name(path))) {
         recipe.settings[path] = {yaml_to_json(node), "--set"};
         return;
     }

@@ -1,5 +1,7 @@
 #include "recipe/schema.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <string>
@@ -258,56 +260,6 @@ const std::vector<KeySpec>& recipe_keys() {
          "Adaptive CLE stops when the summed change across layers falls below this.", "include_cle"},
         {"extra_options.SmoothQuant", K::Bool, "false", P::Prepare, yes,
          "Move activation outliers into the weights of MatMul/Gemm nodes before calibration (SmoothQuant)."},
-        {"extra_options.FastFinetune.OptimAlgorithm",
-         K::Choice,
-         "adaround",
-         P::Parameters,
-         yes,
-         "adaround (learn each weight's rounding) or adaquant (move the weights through their quantization).",
-         "include_fast_ft",
-         {"adaround", "adaquant"}},
-        {"extra_options.FastFinetune.NumIterations", K::Int, "1000", P::Parameters, yes, "Steps per layer.",
-         "include_fast_ft"},
-        {"extra_options.FastFinetune.LearningRate", K::Float, "null", P::Parameters, yes,
-         "Adam's learning rate (default: 0.1 for adaround, 1e-5 for adaquant).", "include_fast_ft"},
-        {"extra_options.FastFinetune.ColumnsPerStep", K::Int, "256", P::Parameters, yes,
-         "Output positions (pixels of a Conv, rows of a Gemm/MatMul) per step, drawn from the samples.",
-         "include_fast_ft"},
-        {"extra_options.FastFinetune.RegParam", K::Float, "0.01", P::Parameters, yes,
-         "Weight of AdaRound's rounding regulariser.", "include_fast_ft"},
-        {"extra_options.FastFinetune.WarmStart", K::Float, "0.2", P::Parameters, yes,
-         "Fraction of the steps before the regulariser starts (its beta then falls from 20 to 2).", "include_fast_ft"},
-        {"extra_options.FastFinetune.MemoryMB", K::Int, "512", P::Parameters, yes,
-         "Memory for the sampled input columns and float outputs of the layer being fitted, one at a time "
-         "(reservoir-sampled from the data).",
-         "include_fast_ft"},
-        {"extra_options.FastFinetune.DropRatio", K::Float, "1.0", P::Parameters, yes,
-         "The chance that each value of a layer's input in a step is the quantized model's rather than the float "
-         "model's (QDrop): 1 fits on the quantized inputs only, 0 on the float ones only.",
-         "include_fast_ft"},
-        {"extra_options.FastFinetune.SelectiveUpdate", K::Bool, "false", P::Parameters, yes,
-         "Drop a layer's fit (back to nearest rounding) when it moves the model's output away from the float "
-         "model's over the data (measured in the pass that samples the next layer; one more pass per fit dropped).",
-         "include_fast_ft"},
-        {"extra_options.FastFinetune.Fits", K::Int, "1", P::Parameters, yes,
-         "Fits per layer from different draws; each weight takes the median of their values (with an odd "
-         "number of AdaRound fits, the rounding most of them chose). Costs that many times the fitting.",
-         "include_fast_ft"},
-        {"extra_options.FastFinetune.FixedSeed", K::Int, "0", P::Parameters, yes,
-         "Seed of the column sampling and of DropRatio's draws.", "include_fast_ft"},
-        {"extra_options.FastFinetune.Trials", K::Int, "1", P::Parameters, yes,
-         "Whole fast finetunes from seeds FixedSeed, FixedSeed + 1, ...; the one whose model agrees best with the "
-         "float model on the calibration data (TrialMetric) is kept. Costs that many times the fitting.",
-         "include_fast_ft"},
-        {"extra_options.FastFinetune.TrialMetric",
-         K::Choice,
-         "top1",
-         P::Parameters,
-         yes,
-         "What Trials compares on the first output: top1 (rows over the last axis whose argmax agrees), "
-         "sequence (samples whose CTC greedy decoding, class 0 the blank, agrees; a classifier's top-1) or sqnr.",
-         "include_fast_ft",
-         {"top1", "sequence", "sqnr"}},
         {"extra_options.BiasCorrection", K::Bool, "false", P::Parameters, yes,
          "Add to each Conv/Gemm bias the mean shift its quantized weight causes, measured on the calibration "
          "data through the quantized model."},
@@ -345,8 +297,13 @@ const std::vector<KeySpec>& recipe_keys() {
 }
 
 bool is_extra_option_name(std::string_view name) {
-    if (name.empty() || !std::isupper(static_cast<unsigned char>(name[0]))) return false;
-    return std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
+    auto word = [](std::string_view w) {
+        return !w.empty() && std::isupper(static_cast<unsigned char>(w[0])) &&
+               std::all_of(w.begin(), w.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
+    };
+    const auto dot = name.find('.');
+    if (dot == std::string_view::npos) return word(name);
+    return is_section(fmt::format("extra_options.{}", name.substr(0, dot))) && word(name.substr(dot + 1));
 }
 
 const KeySpec* find_key(std::string_view path) {

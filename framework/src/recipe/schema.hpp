@@ -49,7 +49,8 @@ struct KeySpec {
 const std::vector<KeySpec>& recipe_keys();
 
 /// Whether `name` is spelled like a documented extra option (ActivationSymmetric,
-/// AlignConcat: a capital first). A plugin option spelled so is set under
+/// AlignConcat: a capital first), or one of a nested extra_options section
+/// (FastFinetune.NumIterations). A plugin option spelled so is set under
 /// extra_options, and an extra option the schema does not have is a plugin's.
 bool is_extra_option_name(std::string_view name);
 const KeySpec* find_key(std::string_view path);

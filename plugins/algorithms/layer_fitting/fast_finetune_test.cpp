@@ -10,7 +10,7 @@
 #include <random>
 
 #include "pipeline/data_reader.hpp"
-#include "pipeline/fast_finetune.hpp"
+#include "fast_finetune.hpp"
 #include "runtime/executor.hpp"
 #include "test_support.hpp"
 #include "util/npy.hpp"
@@ -35,9 +35,23 @@ Tensor random_tensor(std::vector<int64_t> shape, uint32_t seed, float lo, float 
     return Tensor::from_values<float>(shape, v);
 }
 
+// The model as written with the given weights in place of the float ones.
+using Emitter = std::function<vaiq::Model(const std::map<std::string, Tensor>& rounded)>;
+
 // An emitter giving the float model itself: the layer inputs are the float ones.
-vaiq::FinetuneEmitter same_model(const vaiq::Model& model) {
+Emitter same_model(const vaiq::Model& model) {
     return [&model](const std::map<std::string, Tensor>&) { return model; };
+}
+
+// Fast finetune of `model`'s layers that `plan` quantizes, through a context
+// whose quantized model `emit` gives.
+vaiq::FastFinetuneResult finetune_with(const vaiq::Model& model, const vaiq::QuantPlan& plan, const Emitter& emit,
+                                       vaiq::DataReader& data, const vaiq::FastFinetuneOptions& options) {
+    vaiq::test::TestAlgorithmContext c(model, data, plan,
+                                       [&](const vaiq::QuantPlan&, const std::map<std::string, Tensor>& weights) {
+                                           return emit(weights);
+                                       });
+    return vaiq::fast_finetune(c.context, options);
 }
 
 class FastFinetune : public ::testing::Test {
@@ -80,7 +94,7 @@ TEST_F(FastFinetune, AdaRoundReconstructsAGemmBetterThanNearestRounding) {
     vaiq::FastFinetuneOptions options;
     options.iterations = 1000;
     options.batch_columns = 64;
-    const auto r = vaiq::fast_finetune(model, plan, same_model(model), *reader, options, 1);
+    const auto r = finetune_with(model, plan, same_model(model), *reader, options);
     ASSERT_EQ(r.layers.size(), 1u);
     EXPECT_EQ(r.layers[0].columns, 64) << "16 rows x 4 samples";
     EXPECT_LT(r.layers[0].loss, 0.9 * r.layers[0].loss_nearest)
@@ -108,7 +122,7 @@ TEST_F(FastFinetune, TheRoundingMakesUpForTheBiasAsWritten) {
     vaiq::FastFinetuneOptions options;
     options.iterations = 1000;
     options.batch_columns = 16;
-    const auto r = vaiq::fast_finetune(model, plan, same_model(model), *reader, options, 1);
+    const auto r = finetune_with(model, plan, same_model(model), *reader, options);
     ASSERT_EQ(r.layers.size(), 1u);
 
     // The written layer against the float one: per row, the summed squared error and the mean error.
@@ -152,7 +166,7 @@ TEST_F(FastFinetune, EachLayerIsFittedOnTheLayersBeforeItAsFitted) {
     plan.tensors.push_back(quant_entry("w1", TensorRole::Weight, QuantType::QInt8, {0.5f / 7}, {0}));
     plan.tensors.push_back(quant_entry("w2", TensorRole::Weight, QuantType::QInt8, {0.5f / 7}, {0}));
     std::vector<std::set<std::string>> given;
-    const vaiq::FinetuneEmitter emit = [&](const std::map<std::string, Tensor>& rounded) {
+    const Emitter emit = [&](const std::map<std::string, Tensor>& rounded) {
         given.emplace_back();
         auto out = model;
         for (auto& init : *out.graph().mutable_initializer())
@@ -164,7 +178,7 @@ TEST_F(FastFinetune, EachLayerIsFittedOnTheLayersBeforeItAsFitted) {
     };
     vaiq::FastFinetuneOptions options;
     options.iterations = 200;
-    const auto r = vaiq::fast_finetune(model, plan, emit, *reader, options, 1);
+    const auto r = finetune_with(model, plan, emit, *reader, options);
     ASSERT_EQ(r.layers.size(), 2u);
     ASSERT_EQ(given.size(), 2u) << "one quantized model per layer";
     EXPECT_TRUE(given[0].empty());
@@ -184,7 +198,7 @@ TEST_F(FastFinetune, AdaQuantDoesNoWorseThanNearestRounding) {
     options.algorithm = "adaquant";
     options.iterations = 300;
     options.learning_rate = 1e-3;
-    const auto r = vaiq::fast_finetune(model, plan, same_model(model), *reader, options, 1);
+    const auto r = finetune_with(model, plan, same_model(model), *reader, options);
     ASSERT_EQ(r.layers.size(), 1u);
     EXPECT_LE(r.layers[0].loss, r.layers[0].loss_nearest);
 }
@@ -209,7 +223,7 @@ TEST_F(FastFinetune, ConvolutionColumnsMatchTheExecutor) {
     plan.tensors.push_back(quant_entry("w", TensorRole::Weight, QuantType::QInt8, {scale}, {0}));
     vaiq::FastFinetuneOptions options;
     options.iterations = 0;  // only the measurement
-    const auto r = vaiq::fast_finetune(model, plan, same_model(model), *reader, options, 1);
+    const auto r = finetune_with(model, plan, same_model(model), *reader, options);
     ASSERT_EQ(r.layers.size(), 1u);
     EXPECT_EQ(r.layers[0].columns, 3 * 4);
 
@@ -255,7 +269,7 @@ TEST_F(FastFinetune, VotedFitsDependLessOnTheSeed) {
             options.batch_columns = 16;
             options.fits = fits;
             options.seed = seed;
-            const auto r = vaiq::fast_finetune(model, plan, same_model(model), *reader, options, 1);
+            const auto r = finetune_with(model, plan, same_model(model), *reader, options);
             expect_on_grid(r.rounded.at("w"), w, scale);
             chosen.push_back(r.rounded.at("w"));
         }
@@ -292,7 +306,7 @@ class DoubledInput : public FastFinetune {
         auto reader = data(float_model, {16, 12}, 10);
         vaiq::QuantPlan plan;
         plan.tensors.push_back(quant_entry("w", TensorRole::Weight, QuantType::QInt8, {kScale}, {0}));
-        const vaiq::FinetuneEmitter emit = [&](const std::map<std::string, Tensor>& rounded) {
+        const Emitter emit = [&](const std::map<std::string, Tensor>& rounded) {
             return model(2.0f, 0.5f, rounded.count("w") ? rounded.at("w") : nearest());
         };
         vaiq::FastFinetuneOptions options;
@@ -300,7 +314,7 @@ class DoubledInput : public FastFinetune {
         options.batch_columns = 64;
         options.drop_ratio = drop_ratio;
         options.selective_update = selective_update;
-        return vaiq::fast_finetune(float_model, plan, emit, *reader, options, 1);
+        return finetune_with(float_model, plan, emit, *reader, options);
     }
     // The mean magnitude of the chosen weights, in grid steps.
     static double mean_steps(const Tensor& t) {
@@ -350,3 +364,20 @@ TEST_F(DoubledInput, SelectiveUpdateDropsAFitThatMovesTheOutputAway) {
 }
 
 }  // namespace
+
+// Trials are ranked by their metric, the finer measures deciding its ties.
+TEST(TrialOrder, AFinerMeasureDecidesATie) {
+    vaiq::OutputAgreement a, b;
+    a.sequence_agreement = b.sequence_agreement = 28.0 / 32.0;
+    a.top1_agreement = 0.9711, b.top1_agreement = 0.9695;
+    a.sqnr_db = 10, b.sqnr_db = 12;
+    EXPECT_TRUE(vaiq::agrees_better(a, b, "sequence")) << "same lines: more rows agree";
+    EXPECT_FALSE(vaiq::agrees_better(b, a, "sequence"));
+    EXPECT_TRUE(vaiq::agrees_better(a, b, "top1"));
+    EXPECT_TRUE(vaiq::agrees_better(b, a, "sqnr"));
+    b.sequence_agreement = 29.0 / 32.0;
+    EXPECT_TRUE(vaiq::agrees_better(b, a, "sequence")) << "one more line outweighs any number of rows";
+    a.top1_agreement = b.top1_agreement;
+    EXPECT_TRUE(vaiq::agrees_better(b, a, "top1")) << "same rows: the higher SQNR";
+    EXPECT_FALSE(vaiq::agrees_better(a, a, "sequence")) << "a full tie is no gain";
+}

@@ -1,8 +1,7 @@
-#include "pipeline/bias_correction.hpp"
+#include "bias_correction.hpp"
 
 #include <set>
 
-#include "runtime/executor.hpp"
 #include "vaiq/graph.hpp"
 
 namespace vaiq {
@@ -55,9 +54,10 @@ struct ChannelMeans {
 
 }  // namespace
 
-std::map<std::string, Tensor> corrected_biases(const Model& float_model, const Model& quantized, const QuantPlan& plan,
-                                               const std::map<std::string, Tensor>& rounded, DataReader& data,
-                                               int max_batches, int threads) {
+std::map<std::string, Tensor> corrected_biases(AlgorithmContext& context, const Model& quantized,
+                                               const std::map<std::string, Tensor>& rounded) {
+    const Model& float_model = context.model();
+    const QuantPlan& plan = context.plan();
     const auto layers = layers_to_correct(float_model, plan);
     std::map<std::string, Tensor> out;
     if (layers.empty()) return out;
@@ -66,18 +66,14 @@ std::map<std::string, Tensor> corrected_biases(const Model& float_model, const M
     std::map<std::string, bool> last_axis;
     for (const auto& l : layers) last_axis[l.input] = l.gemm;
 
-    runtime::ExecutorOptions options;
-    options.threads = threads;
-    options.fuse_qdq = false;  // the tapped inputs are float values of the quantized model
-    options.taps.insert(inputs.begin(), inputs.end());
-    runtime::Executor executor(quantized, options);
+    // Float values: the tapped inputs are the quantized model's, between their Q/DQ.
+    const auto runner = context.runner(quantized, true, inputs);
     const std::vector<std::string> taps(inputs.begin(), inputs.end());
     std::map<std::string, ChannelMeans> means;
-    int batches = 0;
+    auto& data = context.data();
     data.rewind();
     while (auto batch = data.next()) {
-        if (max_batches > 0 && batches++ >= max_batches) break;
-        executor.run(batch->feeds, taps, [&](const std::string& name, const Tensor& value) {
+        runner->run(*batch, taps, [&](const std::string& name, const Tensor& value) {
             if (value.type() == DataType::Float) means[name].add(value, last_axis[name]);
         });
     }

@@ -1,4 +1,4 @@
-#include "pipeline/fast_finetune.hpp"
+#include "fast_finetune.hpp"
 
 #include <fmt/format.h>
 
@@ -7,10 +7,9 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <tuple>
 #include <utility>
 
-#include "runtime/executor.hpp"
-#include "util/progress.hpp"
 #include "vaiq/adam.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
@@ -365,8 +364,8 @@ namespace {
 // Returns the candidate's mean squared output error against the reference
 // (NaN without `output_error`: then both models run only as far as the layer's
 // input). A capacity of 0 only measures that error.
-double sample_layer(Layer& l, int64_t capacity, bool keep_float, runtime::Executor& reference,
-                    runtime::Executor& candidate, DataReader& data, std::mt19937_64& rng, bool output_error) {
+double sample_layer(Layer& l, int64_t capacity, bool keep_float, ModelRunner& reference, ModelRunner& candidate,
+                    DataStream& data, std::mt19937_64& rng, bool output_error) {
     l.x.resize(l.rows, 0);
     l.xf.resize(keep_float ? l.rows : 0, 0);
     l.y.resize(l.outputs, 0);
@@ -404,12 +403,12 @@ double sample_layer(Layer& l, int64_t capacity, bool keep_float, runtime::Execut
             }
         };
         if (!output_error) {  // both models only as far as the layer's input
-            reference.run_taps(batch->feeds, taps, take_float);
-            candidate.run_taps(batch->feeds, taps, take_quantized);
+            reference.run_taps(*batch, taps, take_float);
+            candidate.run_taps(*batch, taps, take_quantized);
             continue;
         }
-        const auto expected = reference.run(batch->feeds, taps, take_float);
-        const auto got = candidate.run(batch->feeds, taps, take_quantized);
+        const auto expected = reference.run(*batch, taps, take_float);
+        const auto got = candidate.run(*batch, taps, take_quantized);
         for (size_t i = 0; i < std::min(expected.size(), got.size()); ++i) {
             if (expected[i].type() != DataType::Float || got[i].type() != DataType::Float ||
                 expected[i].size() != got[i].size())
@@ -425,8 +424,10 @@ double sample_layer(Layer& l, int64_t capacity, bool keep_float, runtime::Execut
 
 }  // namespace
 
-FastFinetuneResult fast_finetune(const Model& float_model, const QuantPlan& plan, const FinetuneEmitter& emit,
-                                 DataReader& data, const FastFinetuneOptions& options, int threads) {
+FastFinetuneResult fast_finetune(AlgorithmContext& context, const FastFinetuneOptions& options) {
+    const Model& float_model = context.model();
+    const QuantPlan& plan = context.plan();
+    DataStream& data = context.data();
     const GraphIndex index(float_model);
     std::vector<Layer> layers;
     for (const auto& n : float_model.graph().node())
@@ -434,25 +435,22 @@ FastFinetuneResult fast_finetune(const Model& float_model, const QuantPlan& plan
     FastFinetuneResult result;
     if (layers.empty()) return result;
 
-    runtime::ExecutorOptions exec;
-    exec.threads = threads;
-    for (const auto& l : layers) exec.taps.insert(l.input);
-    runtime::Executor reference(float_model, exec);
+    std::set<std::string> inputs;
+    for (const auto& l : layers) inputs.insert(l.input);
+    const auto reference = context.runner(float_model, false, inputs);
     std::mt19937_64 rng(options.seed);
     const bool keep_float = options.drop_ratio < 1;
     // Samples layer `l` from the quantized model with the weights chosen so far
     // (with `columns` false, nothing); returns that model's output error, which
     // only SelectiveUpdate reads (else NaN, and the models stop at the layer).
     auto sample = [&](Layer& l, bool columns = true) {
-        runtime::ExecutorOptions q = exec;
-        q.taps = {l.input};
-        q.fuse_qdq = false;                            // the layer's float input must exist to be tapped
-        const Model quantized = emit(result.rounded);  // the executor keeps a reference
-        runtime::Executor candidate(quantized, q);
+        const Model quantized = context.quantized(plan, result.rounded);  // the runner keeps a reference
+        // Float values: the layer's input must exist, before its Q/DQ, to be tapped.
+        const auto candidate = context.runner(quantized, true, {l.input});
         const auto column_bytes = ((keep_float ? 2 : 1) * l.rows + l.outputs) * sizeof(float);
         const auto capacity =
             columns ? std::max<int64_t>(1, static_cast<int64_t>(options.memory_bytes / column_bytes)) : 0;
-        return sample_layer(l, capacity, keep_float, reference, candidate, data, rng, options.selective_update);
+        return sample_layer(l, capacity, keep_float, *reference, *candidate, data, rng, options.selective_update);
     };
     // SelectiveUpdate: the layer fitted last, judged by the output error the
     // next sampling measures; dropped (back to nearest rounding) if it is worse.
@@ -478,7 +476,7 @@ FastFinetuneResult fast_finetune(const Model& float_model, const QuantPlan& plan
     // their rounding still changes (fitting all on inputs from nearest rounding
     // would have each correct errors that are no longer there).
     for (auto& l : layers) {
-        report_progress("layer", ++fitted_layers, static_cast<int64_t>(layers.size()));
+        context.progress("layer", ++fitted_layers, static_cast<int64_t>(layers.size()));
         const auto start = std::chrono::steady_clock::now();
         double error = sample(l);
         if (options.selective_update && judge_pending(error)) error = sample(l);
@@ -506,6 +504,15 @@ FastFinetuneResult fast_finetune(const Model& float_model, const QuantPlan& plan
     }
     if (pending) judge_pending(sample(layers.back(), false));
     return result;
+}
+
+bool agrees_better(const OutputAgreement& a, const OutputAgreement& b, std::string_view metric) {
+    auto ordered = [](const OutputAgreement& e, std::string_view by) {
+        if (by == "sequence") return std::tuple(e.sequence_agreement, e.top1_agreement, e.sqnr_db);
+        if (by == "sqnr") return std::tuple(e.sqnr_db, 0.0, 0.0);
+        return std::tuple(e.top1_agreement, e.sqnr_db, 0.0);
+    };
+    return ordered(a, metric) > ordered(b, metric);
 }
 
 }  // namespace vaiq

@@ -1,0 +1,168 @@
+// Algorithms that fit what a layer writes to the float layer's output on the
+// calibration data: fast finetune (each weight's grid value) on the plan, and
+// bias correction (each bias, for the mean its quantized weight moves) after
+// every other algorithm.
+#include <fmt/format.h>
+
+#include "bias_correction.hpp"
+#include "fast_finetune.hpp"
+#include "vaiq/error.hpp"
+#include "vaiq/log.hpp"
+
+namespace {
+
+// The model a fit writes: its weights and, with bias correction, the biases corrected for them.
+vaiq::Model written_model(vaiq::AlgorithmContext& context, const std::map<std::string, vaiq::Tensor>& rounded,
+                          bool correct_biases) {
+    vaiq::Model quantized = context.quantized(context.plan(), rounded);
+    if (!correct_biases) return quantized;
+    auto initializers = rounded;
+    initializers.merge(vaiq::corrected_biases(context, quantized, rounded));
+    return context.quantized(context.plan(), initializers);
+}
+
+// include_fast_ft: each layer's weights fitted to reproduce the float layer (scales stay).
+// With Trials, whole fits from successive seeds compete on the calibration data:
+// each layer's fit depends on the roundings before it, so one draw can land
+// far from another on the model's task while their layer losses agree.
+class FastFinetune final : public vaiq::Algorithm {
+  public:
+    void configure(const vaiq::Options& options) override {
+        const std::string p = "FastFinetune.";
+        o_.algorithm = options.get_string(p + "OptimAlgorithm");
+        o_.iterations = static_cast<int>(options.get_int(p + "NumIterations"));
+        const double lr = options.get_float(p + "LearningRate");
+        o_.learning_rate = lr > 0 ? lr : (o_.algorithm == "adaround" ? 0.1 : 1e-5);
+        o_.batch_columns = static_cast<int>(options.get_int(p + "ColumnsPerStep"));
+        o_.reg_param = options.get_float(p + "RegParam");
+        o_.warm_start = options.get_float(p + "WarmStart");
+        o_.memory_bytes = static_cast<size_t>(std::max<int64_t>(0, options.get_int(p + "MemoryMB"))) << 20;
+        o_.drop_ratio = options.get_float(p + "DropRatio");
+        o_.selective_update = options.get_bool(p + "SelectiveUpdate");
+        o_.fits = static_cast<int>(options.get_int(p + "Fits"));
+        seed_ = options.get_int(p + "FixedSeed");
+        trials_ = options.get_int(p + "Trials");
+        metric_ = options.get_string(p + "TrialMetric");
+        correct_biases_ = options.get_bool("BiasCorrection");
+        if (o_.algorithm != "adaround" && o_.algorithm != "adaquant")
+            throw vaiq::InputError(fmt::format(
+                "extra_options.FastFinetune.OptimAlgorithm must be adaround or adaquant, not '{}'", o_.algorithm));
+        if (metric_ != "top1" && metric_ != "sequence" && metric_ != "sqnr")
+            throw vaiq::InputError(fmt::format(
+                "extra_options.FastFinetune.TrialMetric must be top1, sequence or sqnr, not '{}'", metric_));
+        if (o_.iterations < 0 || o_.batch_columns < 1 || o_.fits < 1 || trials_ < 1 ||
+            !(o_.warm_start >= 0 && o_.warm_start <= 1) || !(o_.drop_ratio >= 0 && o_.drop_ratio <= 1) ||
+            !(lr >= 0) || seed_ < 0)
+            throw vaiq::InputError(
+                "extra_options.FastFinetune needs NumIterations >= 0, ColumnsPerStep >= 1, Fits >= 1, Trials >= 1, "
+                "WarmStart and DropRatio within [0, 1], LearningRate >= 0 and FixedSeed >= 0");
+    }
+
+    void run(vaiq::AlgorithmContext& context) override {
+        auto o = o_;
+        auto fit = [&](uint64_t seed) {
+            o.seed = seed;
+            return vaiq::fast_finetune(context, o);
+        };
+        const auto first = static_cast<uint64_t>(seed_);
+        vaiq::FastFinetuneResult result;
+        uint64_t chosen = first;
+        nlohmann::json trials = nlohmann::json::array();
+        if (trials_ == 1) {
+            result = fit(first);
+        } else {
+            vaiq::OutputAgreement best;
+            for (uint64_t t = 0; t < static_cast<uint64_t>(trials_); ++t) {
+                auto candidate = fit(first + t);
+                const auto e = context.agreement(written_model(context, candidate.rounded, correct_biases_));
+                vaiq::log_info(
+                    "fast finetune trial {} (seed {}): top-1 agreement {:.2f}%, sequence agreement {:.2f}%, "
+                    "SQNR {:.2f} dB",
+                    t + 1, first + t, 100 * e.top1_agreement, 100 * e.sequence_agreement, e.sqnr_db);
+                trials.push_back({{"seed", first + t},
+                                  {"top1_agreement", e.top1_agreement},
+                                  {"sequence_agreement", e.sequence_agreement},
+                                  {"sqnr_db", e.sqnr_db}});
+                if (t == 0 || vaiq::agrees_better(e, best, metric_)) {  // a full tie keeps the earlier
+                    best = e, chosen = first + t;
+                    result = std::move(candidate);
+                }
+            }
+            vaiq::log_info("fast finetune: seed {} kept (best {} of {} trials on the calibration data)", chosen,
+                           metric_, trials_);
+        }
+        context.set_fitted_weights(result.rounded);
+        nlohmann::json report = {{"algorithm", o.algorithm},   {"iterations", o.iterations},
+                                 {"drop_ratio", o.drop_ratio}, {"seed", chosen},
+                                 {"selective_update", o.selective_update}, {"fits", o.fits},
+                                 {"layers", result.to_json()}};
+        if (trials_ > 1) report["trials"] = {{"metric", metric_}, {"runs", trials}};
+        context.report(std::move(report));
+    }
+
+  private:
+    vaiq::FastFinetuneOptions o_;
+    int64_t seed_ = 0, trials_ = 1;
+    std::string metric_ = "top1";
+    bool correct_biases_ = false;
+};
+
+// extra_options.BiasCorrection: each Conv/Gemm bias takes back the mean shift
+// its quantized weight causes, measured through the model as it will be written.
+class BiasCorrection final : public vaiq::Algorithm {
+  public:
+    vaiq::AlgorithmStage stage() const override { return vaiq::AlgorithmStage::Corrections; }
+
+    void run(vaiq::AlgorithmContext& context) override {
+        const auto& fitted = context.fitted_weights();
+        auto biases = vaiq::corrected_biases(context, context.quantized(context.plan(), fitted), fitted);
+        const auto layers = biases.size();
+        context.set_initializers(std::move(biases));
+        context.report({{"layers", layers}});
+        vaiq::log_info("bias correction: {} Conv/Gemm biases corrected", layers);
+    }
+};
+
+constexpr vaiq_option_descriptor kFastFinetuneOptions[] = {
+    {"FastFinetune.OptimAlgorithm", VAIQ_OPTION_STRING, "adaround",
+     "adaround (learn each weight's rounding) or adaquant (move the weights through their quantization)."},
+    {"FastFinetune.NumIterations", VAIQ_OPTION_INT, "1000", "Steps per layer."},
+    {"FastFinetune.LearningRate", VAIQ_OPTION_FLOAT, "0",
+     "Adam's learning rate; 0: 0.1 for adaround, 1e-5 for adaquant."},
+    {"FastFinetune.ColumnsPerStep", VAIQ_OPTION_INT, "256",
+     "Output positions (pixels of a Conv, rows of a Gemm/MatMul) per step, drawn from the samples."},
+    {"FastFinetune.RegParam", VAIQ_OPTION_FLOAT, "0.01", "Weight of AdaRound's rounding regulariser."},
+    {"FastFinetune.WarmStart", VAIQ_OPTION_FLOAT, "0.2",
+     "Fraction of the steps before the regulariser starts (its beta then falls from 20 to 2)."},
+    {"FastFinetune.MemoryMB", VAIQ_OPTION_INT, "512",
+     "Memory for the sampled input columns and float outputs of the layer being fitted, one at a time "
+     "(reservoir-sampled from the data)."},
+    {"FastFinetune.DropRatio", VAIQ_OPTION_FLOAT, "1.0",
+     "The chance that each value of a layer's input in a step is the quantized model's rather than the float "
+     "model's (QDrop): 1 fits on the quantized inputs only, 0 on the float ones only."},
+    {"FastFinetune.SelectiveUpdate", VAIQ_OPTION_BOOL, "false",
+     "Drop a layer's fit (back to nearest rounding) when it moves the model's output away from the float model's "
+     "over the data (measured in the pass that samples the next layer; one more pass per fit dropped)."},
+    {"FastFinetune.Fits", VAIQ_OPTION_INT, "1",
+     "Fits per layer from different draws; each weight takes the median of their values (with an odd number of "
+     "AdaRound fits, the rounding most of them chose). Costs that many times the fitting."},
+    {"FastFinetune.FixedSeed", VAIQ_OPTION_INT, "0", "Seed of the column sampling and of DropRatio's draws."},
+    {"FastFinetune.Trials", VAIQ_OPTION_INT, "1",
+     "Whole fast finetunes from seeds FixedSeed, FixedSeed + 1, ...; the one whose model agrees best with the "
+     "float model on the calibration data (TrialMetric) is kept. Costs that many times the fitting."},
+    {"FastFinetune.TrialMetric", VAIQ_OPTION_STRING, "top1",
+     "What Trials compares on the first output: top1 (rows over the last axis whose argmax agrees), sequence "
+     "(samples whose CTC greedy decoding, class 0 the blank, agrees; a classifier's top-1) or sqnr."},
+    {"BiasCorrection", VAIQ_OPTION_BOOL, "false",
+     "Trials compare each fit's model with its biases corrected, as bias correction will write them."},
+};
+
+}  // namespace
+
+VAIQ_PLUGINS(vaiq::describe<FastFinetune>("fast_finetune", "1.0.0",
+                                          "AdaRound or AdaQuant: each layer's weights fitted to reproduce the float "
+                                          "layer's output on the calibration data (include_fast_ft)",
+                                          kFastFinetuneOptions),
+             vaiq::describe<BiasCorrection>("bias_correction", "1.0.0",
+                                            "Conv/Gemm biases corrected for the mean shift their quantized weights "
+                                            "cause, after every other algorithm (extra_options.BiasCorrection)"))
