@@ -30,7 +30,8 @@ for model in "${models[@]}"; do
   for recipe in recipes/*.yaml; do
     out="$work/$name.$(basename "$recipe" .yaml).onnx"
     if err="$("$vaiq" -q run "$recipe" --model "$model" --output "$out" "${shape_args[@]}" 2>&1)"; then
-      echo "$name $(basename "$recipe") $(sha256sum < "$out" | cut -c1-16)"
+      # The model and its external data file, when it has one.
+      echo "$name $(basename "$recipe") $(cat "$out" "$out"_data 2>/dev/null | sha256sum | cut -c1-16)"
     else
       echo "$name $(basename "$recipe") error: $(echo "$err" | head -1 | cut -c1-120)"
     fi

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "pipeline/data_reader.hpp"
-#include "pipeline/mixed_precision.hpp"
+#include "pipeline/sensitivity.hpp"
 #include "pipeline/pipeline.hpp"
 #include "plugin/registry.hpp"
 #include "recipe/recipe.hpp"
@@ -204,84 +204,9 @@ TEST_F(MixedPrecision, BiasCorrectionRemovesASystematicShiftFromTheOutput) {
         << output_sqnr(plain) << " dB without, " << output_sqnr(corrected) << " dB with";
 }
 
-// When no prefix of the ranking reaches the target, the search measures what
-// each candidate gains on top of those raised. Here the ranking (by the cost of
-// each tensor alone) lists a and b first, but raising either changes little;
-// only c removes the error. y = x + the error left by the raised set.
-TEST(MixedPrecisionSearch, OutOfReachByTheRankingItRaisesWhatMeasurablyHelps) {
-    auto model_with_error = [](float error) {
-        GraphBuilder b;
-        b.input("x", {2, 4}).output("y", {2, 4});
-        b.initializer("e", Tensor::from_values<float>({1}, std::vector<float>{error}));
-        b.node("Add", {"x", "e"}, {"y"});
-        return b.build();
-    };
-    vaiq::ReferenceBatches reference;
-    reference.output_name = "y";
-    for (int i = 0; i < 3; ++i) {
-        std::vector<float> x(8);
-        for (int k = 0; k < 8; ++k) x[k] = static_cast<float>((k * 3 + i) % 7) - 3.0f;
-        const auto t = Tensor::from_values<float>({2, 4}, x);
-        reference.feeds.push_back({{"x", t}});
-        reference.outputs.push_back(t);
-    }
-    const std::map<std::string, float> removes = {{"a", 0.1f}, {"b", 0.05f}, {"c", 0.9f}};
-    int built = 0;
-    vaiq::Raising raise;
-    raise.count = [](const std::set<std::string>& raised) { return raised.size(); };
-    raise.model = [&](const std::set<std::string>& raised) {
-        ++built;
-        float error = 1.0f;
-        for (const auto& t : raised) error -= removes.at(t);
-        return model_with_error(error);
-    };
-    std::vector<vaiq::TensorSensitivity> ranking;
-    for (const char* t : {"a", "b", "c"})
-        ranking.push_back({t, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0});
-    vaiq::MixedPrecisionTarget target;
-    target.sqnr_db = 15.0;  // the error must fall to 0.1 or below: c is needed
-    const auto result = vaiq::search_mixed_precision(
-        target, [&] { return ranking; }, raise, reference, 1, 1);
-    EXPECT_EQ(result.raised, (std::set<std::string>{"c"}));
-    EXPECT_TRUE(result.report["met"].get<bool>()) << result.report.dump();
-    EXPECT_LE(built, 8) << "each candidate measured once, not every subset";
-}
-
-// A model that meets the target with nothing raised, on the searched and the
-// held-out batches, is not ranked: the ranking costs an inference per tensor.
-TEST(MixedPrecisionSearch, AModelThatMeetsTheTargetIsNotRanked) {
-    vaiq::ReferenceBatches reference;
-    reference.output_name = "y";
-    for (int i = 0; i < 4; ++i) {
-        const auto t = Tensor::from_values<float>({2, 2}, std::vector<float>{1.0f + i, 2, 3, 4});
-        reference.feeds.push_back({{"x", t}});
-        reference.outputs.push_back(t);
-    }
-    vaiq::Raising raise;
-    raise.count = [](const std::set<std::string>& raised) { return raised.size(); };
-    raise.model = [](const std::set<std::string>&) {
-        GraphBuilder b;
-        b.input("x", {2, 2}).output("y", {2, 2});
-        b.node("Identity", {"x"}, {"y"});
-        return b.build();
-    };
-    int ranked = 0;
-    auto rank = [&] {
-        ++ranked;
-        return std::vector<vaiq::TensorSensitivity>{};
-    };
-    vaiq::MixedPrecisionTarget target;
-    target.top1_drop = 0.01;
-    const auto result = vaiq::search_mixed_precision(target, rank, raise, reference, 2, 1);
-    EXPECT_TRUE(result.report["met"].get<bool>()) << result.report.dump();
-    EXPECT_TRUE(result.report["held_out"]["met"].get<bool>());
-    EXPECT_TRUE(result.raised.empty());
-    EXPECT_EQ(ranked, 0);
-}
-
 // One score a row (a wake word's sigmoid): top-1 agreement is whether the
 // decision, the score against 0.5, agrees; an argmax over one value always did.
-TEST(MixedPrecisionSearch, OneScoreARowAgreesByItsDecision) {
+TEST(OutputMeaning, OneScoreARowAgreesByItsDecision) {
     vaiq::ReferenceBatches reference;
     reference.output_name = "y";
     const auto scores = Tensor::from_values<float>({4, 1}, std::vector<float>{0.1f, 0.45f, 0.55f, 0.9f});
@@ -298,98 +223,6 @@ TEST(MixedPrecisionSearch, OneScoreARowAgreesByItsDecision) {
     EXPECT_EQ(same.rows, 4);
     EXPECT_DOUBLE_EQ(same.top1_agreement, 1.0);
     EXPECT_DOUBLE_EQ(vaiq::measure_output(shifted(0.1f), reference, 1).top1_agreement, 0.75) << "0.45 crosses 0.5";
-}
-
-// A choice that meets the target only on the batches it was made on is
-// extended until every fourth batch, held out of the search, meets it too.
-// The candidates clip y = x at 2^|raised set|: the searched batches stay within
-// [-1, 1], the held-out ones (3 and 7) reach 5.
-TEST(MixedPrecisionSearch, TheChoiceIsConfirmedOnBatchesHeldOutOfTheSearch) {
-    vaiq::ReferenceBatches reference;
-    reference.output_name = "y";
-    for (int i = 0; i < 8; ++i) {
-        const float reach = i % 4 == 3 ? 5.0f : 1.0f;
-        std::vector<float> x(8);
-        for (int k = 0; k < 8; ++k) x[k] = reach * (static_cast<float>((k * 3 + i) % 9) / 4.0f - 1.0f);
-        const auto t = Tensor::from_values<float>({2, 4}, x);
-        reference.feeds.push_back({{"x", t}});
-        reference.outputs.push_back(t);
-    }
-    vaiq::Raising raise;
-    raise.count = [](const std::set<std::string>& raised) { return raised.size(); };
-    raise.model = [](const std::set<std::string>& raised) {
-        const float bound = std::ldexp(0.5f, static_cast<int>(raised.size()));
-        GraphBuilder b;
-        b.input("x", {2, 4}).output("y", {2, 4});
-        b.initializer("lo", Tensor::from_values<float>({}, std::vector<float>{-bound}));
-        b.initializer("hi", Tensor::from_values<float>({}, std::vector<float>{bound}));
-        b.node("Clip", {"x", "lo", "hi"}, {"y"});
-        return b.build();
-    };
-    std::vector<vaiq::TensorSensitivity> ranking;
-    for (const char* t : {"a", "b", "c", "d", "e", "f"})
-        ranking.push_back({t, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0});
-    vaiq::MixedPrecisionTarget target;
-    target.sqnr_db = 40.0;
-    const auto result = vaiq::search_mixed_precision(
-        target, [&] { return ranking; }, raise, reference, 6, 1);
-    const auto& held = result.report["held_out"];
-    EXPECT_EQ(held["batches"], 2);
-    EXPECT_TRUE(held["met"].get<bool>()) << result.report.dump();
-    EXPECT_GE(result.raised.size(), 4u) << "a bound of 8 holds the held-out 5s; two raised (a bound of 2) did not";
-    EXPECT_TRUE(result.report["met"].get<bool>());
-    // Within a budget too small for the held-out batches, the run says the choice does not carry.
-    const auto short_of_it = vaiq::search_mixed_precision(
-        target, [&] { return ranking; }, raise, reference, 2, 1);
-    EXPECT_FALSE(short_of_it.report["held_out"]["met"].get<bool>());
-    EXPECT_FALSE(short_of_it.report["met"].get<bool>());
-}
-
-// Out of reach, a set that agrees with the float model on one row more but is
-// much noisier is not the better one: a row or two of top-1 agreement is the
-// calibration data's noise, and SQNR decides. 100 rows; y = x + e(raised set).
-TEST(MixedPrecisionSearch, TopOneAgreementsARowApartAreTiedAndSqnrDecides) {
-    constexpr int64_t kRows = 100;
-    std::vector<float> x(2 * kRows);
-    for (int64_t r = 0; r < kRows; ++r) {
-        x[2 * r] = r < 3 ? 0.5f : 0.0f;  // rows 0-2 are close calls
-        x[2 * r + 1] = r < 3 ? 0.6f : 1.0f;
-    }
-    // The error each raised set leaves on the first column, row by row.
-    auto error_of = [&](const std::set<std::string>& raised) {
-        std::vector<float> e(2 * kRows, 0.0f);
-        const bool a = raised.count("a") > 0, b = raised.count("b") > 0;
-        for (int64_t r = 0; r < kRows; ++r)
-            e[2 * r] = a && b ? (r < 2 ? 0.15f : 0.0f)  // rows 0 and 1 flip, no noise: 98 %
-                       : a    ? (r == 0  ? 0.3f
-                                 : r < 3 ? 0.05f
-                                         : 0.3f)  // row 0 flips, noise everywhere: 99 %
-                              : 0.3f;                // rows 0-2 flip: 97 %
-        return e;
-    };
-    vaiq::ReferenceBatches reference;
-    reference.output_name = "y";
-    const auto input = Tensor::from_values<float>({kRows, 2}, x);
-    reference.feeds.push_back({{"x", input}});
-    reference.outputs.push_back(input);
-    vaiq::Raising raise;
-    raise.count = [](const std::set<std::string>& raised) { return raised.size(); };
-    raise.model = [&](const std::set<std::string>& raised) {
-        GraphBuilder b;
-        b.input("x", {kRows, 2}).output("y", {kRows, 2});
-        b.initializer("e", Tensor::from_values<float>({kRows, 2}, error_of(raised)));
-        b.node("Add", {"x", "e"}, {"y"});
-        return b.build();
-    };
-    std::vector<vaiq::TensorSensitivity> ranking;
-    for (const char* t : {"a", "b"})
-        ranking.push_back({t, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0});
-    vaiq::MixedPrecisionTarget target;
-    target.top1_drop = 0.0;  // every row: out of reach
-    const auto result = vaiq::search_mixed_precision(
-        target, [&] { return ranking; }, raise, reference, 2, 1);
-    EXPECT_FALSE(result.report["met"].get<bool>());
-    EXPECT_EQ(result.raised, (std::set<std::string>{"a", "b"})) << result.report.dump();
 }
 
 }  // namespace

@@ -87,28 +87,27 @@ fs::path write_text(const fs::path& path, const std::string& text) {
 }
 
 TestAlgorithmContext::TestAlgorithmContext(const Model& model, DataReader& data, QuantPlan given, TestEmitter emit)
-    : plan(std::move(given)),
-      context({model,
-               plan,
-               fitted,
-               data,
-               1,
-               emit ? std::move(emit)
-                    : [](const QuantPlan&, const std::map<std::string, Tensor>&) -> Model {
-                   throw std::runtime_error("no format in a test context");
-               },
-               [this](std::map<std::string, Tensor> weights) {
-                   for (auto& [name, value] : weights) fitted.insert_or_assign(name, std::move(value));
-               },
-               [this](const std::string& tensor, const QuantParams& params) { parameters[tensor] = params; },
-               [this](nlohmann::json section) { report = std::move(section); },
-               [] { return std::set<std::string>(); },
-               [](TensorRole) { return QuantSpec(); },
-               [this](Model m) { replaced = std::move(m); },
-               nullptr,
-               [this](std::map<std::string, Tensor> values) {
-                   for (auto& [name, value] : values) initializers.insert_or_assign(name, std::move(value));
-               }}) {}
+    : plan(std::move(given)), context([&] {
+          AlgorithmInputs in(model, plan, data, 1);
+          in.fitted_weights = [this] { return fitted; };
+          in.emit = emit ? std::move(emit) : [](const QuantPlan&, const std::map<std::string, Tensor>&) -> Model {
+              throw std::runtime_error("no format in a test context");
+          };
+          in.keep_fitted = [this](std::map<std::string, Tensor> weights) {
+              for (auto& [name, value] : weights) fitted.insert_or_assign(name, std::move(value));
+          };
+          in.keep_parameters = [this](const std::string& tensor, const QuantParams& params) {
+              parameters[tensor] = params;
+          };
+          in.report = [this](nlohmann::json section) { report = std::move(section); };
+          in.quantized_nodes = [] { return std::set<std::string>(); };
+          in.default_spec = [](TensorRole) { return QuantSpec(); };
+          in.replace_model = [this](Model m) { replaced = std::move(m); };
+          in.replace_initializers = [this](std::map<std::string, Tensor> values) {
+              for (auto& [name, value] : values) initializers.insert_or_assign(name, std::move(value));
+          };
+          return in;
+      }()) {}
 
 nlohmann::json run_recipe_in(const fs::path& dir, PluginRegistry& registry, const std::string& yaml,
                              const std::string& file) {

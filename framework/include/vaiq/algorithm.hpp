@@ -69,6 +69,41 @@ struct OutputAgreement {
     /// class 0 the blank; a classifier's top-1) agrees with the float model's.
     double sequence_agreement = 0;
     int64_t samples = 0;  ///< the samples sequence_agreement counts
+    int64_t batches = 0;  ///< the calibration batches measured
+};
+
+/// Which calibration batches agreement() measures. A search measures its
+/// candidates on the Searched batches and confirms its choice on the HeldOut
+/// ones (every fourth batch once there are four; else none, and Searched is All).
+enum class BatchSet : uint32_t { All = 0, Searched = 1, HeldOut = 2 };
+
+/// The output agreement() measures and how it reads it ("top-1 along the last axis").
+struct MeasuredOutput {
+    std::string name;
+    std::string measure;
+};
+
+/// One quantized tensor's cost to the model's output.
+struct TensorSensitivity {
+    std::string tensor;
+    TensorRole role = TensorRole::Activation;
+    QuantType type = QuantType::QInt8;
+    /// The tensor against itself after quantize-dequantize (its own rounding and
+    /// clipping); nullopt when it has no signal (all zeros).
+    std::optional<double> tensor_sqnr_db;
+    /// The model output with only this tensor quantized; nullopt for biases
+    /// (int32: not measured).
+    std::optional<double> output_sqnr_db;
+    /// Its channels differ in scale but share one grid (a head's scores beside
+    /// its offsets): the output's meaning can suffer more than its SQNR says.
+    bool mixed_scales = false;
+};
+
+/// The types tensors are raised to, or float where the target cannot run them.
+struct Precision {
+    QuantType activation_type = QuantType::QInt16;
+    QuantType weight_type = QuantType::QInt16;
+    bool keep_float = false;
 };
 
 /// What the host gives an algorithm, and the changes it accepts. The host owns
@@ -87,8 +122,9 @@ class VAIQ_API AlgorithmContext {
     /// How the target quantizes a tensor of `role` in this run (type, symmetry,
     /// per channel, block size): what a weight will be quantized with before the plan exists.
     virtual QuantSpec default_spec(TensorRole role) const = 0;
-    /// Weights an earlier algorithm fitted, by initializer name: they replace
-    /// the float values when the model is written.
+    /// Weights fitted so far (by earlier algorithms, or this one), by initializer
+    /// name, that the plan still applies to: they replace the float values when
+    /// the model is written. The map holds until the next call.
     virtual const std::map<std::string, Tensor>& fitted_weights() const = 0;
     virtual DataStream& data() = 0;
     /// The threads the run may use.
@@ -105,7 +141,23 @@ class VAIQ_API AlgorithmContext {
     /// How the outputs of `quantized` agree with the float model's (model() as
     /// it was before any bias was corrected) on output `output_index`, over the
     /// calibration data. The float outputs are computed once per run.
-    virtual OutputAgreement agreement(const Model& quantized, int output_index = 0) = 0;
+    virtual OutputAgreement agreement(const Model& quantized, int output_index = 0,
+                                      BatchSet batches = BatchSet::All) = 0;
+    /// The output agreement() measures at `output_index`.
+    virtual MeasuredOutput measured_output(int output_index) = 0;
+    /// Every tensor of the plan, most harmful first (ascending output SQNR with it
+    /// alone quantized), on the calibration data (the recipe's
+    /// sensitivity_batches); computed once per run and output.
+    virtual std::vector<TensorSensitivity> sensitivity(int output_index) = 0;
+    /// Whether the run's target can run these activation and weight types.
+    virtual bool target_runs(QuantType activation_type, QuantType weight_type) = 0;
+    /// The plan with `tensors`, and those sharing parameters with them, at
+    /// `precision`, computed from calibration as the run's own is (a
+    /// Conv/ConvTranspose/Gemm whose weight is left float has its output left
+    /// float too, or ONNX Runtime would quantize the weight itself). `count`
+    /// gets the number of activations and weights it changes.
+    virtual QuantPlan raised_plan(const std::set<std::string>& tensors, const Precision& precision,
+                                  size_t* count = nullptr) = 0;
     /// Runs every batch of data() through `model` once, calling `observe` with
     /// each of `tensors` as the batch computes it.
     virtual void for_each_tapped(const Model& model, const std::vector<std::string>& tensors,
@@ -124,6 +176,13 @@ class VAIQ_API AlgorithmContext {
     /// constraints still apply after. Weights fitted to the old parameters are
     /// dropped. Throws InputError for a tensor the plan does not quantize.
     virtual void set_parameters(const std::string& tensor, const QuantParams& params) = 0;
+    /// Keeps `tensors` at `precision` (see raised_plan) for the rest of the run;
+    /// plan() is computed anew at once (Parameters stage).
+    virtual void set_precision(const std::set<std::string>& tensors, const Precision& precision) = 0;
+    /// Runs the algorithm plugin `name`, with the recipe's options for it, on the
+    /// run as it stands (Parameters stage); its changes and report stay only if
+    /// `keep()`, called after it, says so. Returns what `keep()` said.
+    virtual bool try_algorithm(const std::string& name, const std::function<bool()>& keep) = 0;
     /// New float values for initializers of model() (Corrections stage): a bias
     /// corrected for its weight's quantization error. The plan is computed
     /// anew from them after the algorithm; agreement() still measures against

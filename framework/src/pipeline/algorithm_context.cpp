@@ -51,6 +51,11 @@ HostAlgorithmContext::~HostAlgorithmContext() = default;
 
 DataStream& HostAlgorithmContext::data() { return *stream_; }
 
+const std::map<std::string, Tensor>& HostAlgorithmContext::fitted_weights() const {
+    fitted_ = in_.fitted_weights ? in_.fitted_weights() : std::map<std::string, Tensor>();
+    return fitted_;
+}
+
 Model HostAlgorithmContext::quantized(const QuantPlan& plan, const std::map<std::string, Tensor>& weights) {
     return in_.emit(plan, weights);
 }
@@ -64,9 +69,39 @@ std::unique_ptr<ModelRunner> HostAlgorithmContext::runner(const Model& model, bo
     return std::make_unique<ExecutorRunner>(model, std::move(options));
 }
 
-OutputAgreement HostAlgorithmContext::agreement(const Model& quantized, int output_index) {
-    if (!in_.agreement) throw InternalError("agreement() needs the calibrated plan: not in the Prepare stage");
-    return in_.agreement(quantized, output_index);
+template <typename F>
+const F& HostAlgorithmContext::service(const F& f, const char* what) const {
+    if (!f) throw InternalError(fmt::format("{} is not offered in this stage of the run", what));
+    return f;
+}
+
+OutputAgreement HostAlgorithmContext::agreement(const Model& quantized, int output_index, BatchSet batches) {
+    return service(in_.agreement, "agreement()")(quantized, output_index, batches);
+}
+
+MeasuredOutput HostAlgorithmContext::measured_output(int output_index) {
+    return service(in_.measured_output, "measured_output()")(output_index);
+}
+
+std::vector<TensorSensitivity> HostAlgorithmContext::sensitivity(int output_index) {
+    return service(in_.sensitivity, "sensitivity()")(output_index);
+}
+
+bool HostAlgorithmContext::target_runs(QuantType activation_type, QuantType weight_type) {
+    return service(in_.target_runs, "target_runs()")(activation_type, weight_type);
+}
+
+QuantPlan HostAlgorithmContext::raised_plan(const std::set<std::string>& tensors, const Precision& precision,
+                                            size_t* count) {
+    return service(in_.raised_plan, "raised_plan()")(tensors, precision, count);
+}
+
+void HostAlgorithmContext::set_precision(const std::set<std::string>& tensors, const Precision& precision) {
+    service(in_.set_precision, "set_precision()")(tensors, precision);
+}
+
+bool HostAlgorithmContext::try_algorithm(const std::string& name, const std::function<bool()>& keep) {
+    return service(in_.try_algorithm, "try_algorithm()")(name, keep);
 }
 
 void HostAlgorithmContext::for_each_tapped(const Model& model, const std::vector<std::string>& tensors,
@@ -92,7 +127,7 @@ void HostAlgorithmContext::set_parameters(const std::string& tensor, const Quant
 }
 
 void HostAlgorithmContext::set_initializers(std::map<std::string, Tensor> values) {
-    if (!in_.replace_initializers) throw InternalError("set_initializers() is for algorithms of the Corrections stage");
+    service(in_.replace_initializers, "set_initializers()");
     const GraphIndex index(in_.model);
     for (const auto& [name, value] : values) {
         const auto* init = index.initializer(name);
@@ -107,8 +142,7 @@ void HostAlgorithmContext::set_initializers(std::map<std::string, Tensor> values
 }
 
 void HostAlgorithmContext::set_model(Model model) {
-    if (!in_.replace_model) throw InternalError("set_model() is for algorithms of the Prepare stage");
-    in_.replace_model(std::move(model));
+    service(in_.replace_model, "set_model()")(std::move(model));
 }
 
 void HostAlgorithmContext::report(nlohmann::json section) { in_.report(std::move(section)); }

@@ -12,13 +12,18 @@
 namespace vaiq {
 
 /// What one algorithm works on, taken from the run: read-only views, the
-/// data, and callbacks that apply its changes to the run.
+/// data, and callbacks that apply its changes to the run. A callback left
+/// empty is a service its stage does not offer (the context says so).
 struct AlgorithmInputs {
+    AlgorithmInputs(const Model& model, const QuantPlan& plan, DataReader& data, int threads)
+        : model(model), plan(plan), data(data), threads(threads) {}
+
     const Model& model;
     const QuantPlan& plan;
-    const std::map<std::string, Tensor>& fitted_weights;
     DataReader& data;
     int threads = 0;
+    /// The fitted weights the plan still applies to.
+    std::function<std::map<std::string, Tensor>()> fitted_weights;
     /// The model as the run's format writes a plan, some weights in place of the float ones.
     std::function<Model(const QuantPlan&, const std::map<std::string, Tensor>&)> emit;
     /// Keeps fitted weights (in place of earlier fits of the same weights).
@@ -30,11 +35,19 @@ struct AlgorithmInputs {
     /// The nodes the recipe quantizes, and the target's spec for a role.
     std::function<std::set<std::string>()> quantized_nodes;
     std::function<QuantSpec(TensorRole)> default_spec;
-    /// Takes a rewritten float model (Prepare stage); null in the other stages.
+    /// Takes a rewritten float model (Prepare stage).
     std::function<void(Model)> replace_model;
-    /// Measures a quantized model's output against the float model's; null before calibration.
-    std::function<OutputAgreement(const Model&, int output_index)> agreement;
-    /// Takes new float initializer values (Corrections stage); null in the other stages.
+    /// After calibration: a quantized model's output against the float model's,
+    /// the output measured, the tensors' sensitivity.
+    std::function<OutputAgreement(const Model&, int output_index, BatchSet)> agreement;
+    std::function<MeasuredOutput(int output_index)> measured_output;
+    std::function<std::vector<TensorSensitivity>(int output_index)> sensitivity;
+    /// Parameters stage: the target's types, raised plans and precisions kept, another algorithm tried.
+    std::function<bool(QuantType activation, QuantType weight)> target_runs;
+    std::function<QuantPlan(const std::set<std::string>&, const Precision&, size_t*)> raised_plan;
+    std::function<void(const std::set<std::string>&, const Precision&)> set_precision;
+    std::function<bool(const std::string&, const std::function<bool()>&)> try_algorithm;
+    /// Takes new float initializer values (Corrections stage).
     std::function<void(std::map<std::string, Tensor>)> replace_initializers;
 };
 
@@ -45,7 +58,7 @@ class HostAlgorithmContext final : public AlgorithmContext {
 
     const Model& model() const override { return in_.model; }
     const QuantPlan& plan() const override { return in_.plan; }
-    const std::map<std::string, Tensor>& fitted_weights() const override { return in_.fitted_weights; }
+    const std::map<std::string, Tensor>& fitted_weights() const override;
     std::set<std::string> quantized_nodes() const override { return in_.quantized_nodes(); }
     QuantSpec default_spec(TensorRole role) const override { return in_.default_spec(role); }
     DataStream& data() override;
@@ -54,7 +67,11 @@ class HostAlgorithmContext final : public AlgorithmContext {
     Model quantized(const QuantPlan& plan, const std::map<std::string, Tensor>& weights) override;
     std::unique_ptr<ModelRunner> runner(const Model& model, bool float_values,
                                         const std::set<std::string>& taps) override;
-    OutputAgreement agreement(const Model& quantized, int output_index) override;
+    OutputAgreement agreement(const Model& quantized, int output_index, BatchSet batches) override;
+    MeasuredOutput measured_output(int output_index) override;
+    std::vector<TensorSensitivity> sensitivity(int output_index) override;
+    bool target_runs(QuantType activation_type, QuantType weight_type) override;
+    QuantPlan raised_plan(const std::set<std::string>& tensors, const Precision& precision, size_t* count) override;
     void for_each_tapped(const Model& model, const std::vector<std::string>& tensors,
                          const TapFunction& observe) override;
     ChannelRanges channel_ranges(const Model& model, const std::vector<ChannelRangeRequest>& requests) override;
@@ -62,14 +79,20 @@ class HostAlgorithmContext final : public AlgorithmContext {
 
     void set_fitted_weights(std::map<std::string, Tensor> weights) override;
     void set_parameters(const std::string& tensor, const QuantParams& params) override;
+    void set_precision(const std::set<std::string>& tensors, const Precision& precision) override;
+    bool try_algorithm(const std::string& name, const std::function<bool()>& keep) override;
     void set_initializers(std::map<std::string, Tensor> values) override;
     void set_model(Model model) override;
     void report(nlohmann::json section) override;
 
   private:
+    /// The callback, or an InternalError saying that `what` is not offered in this stage.
+    template <typename F>
+    const F& service(const F& f, const char* what) const;
     class Stream;
     AlgorithmInputs in_;
     std::unique_ptr<Stream> stream_;
+    mutable std::map<std::string, Tensor> fitted_;  ///< as fitted_weights() last read them
 };
 
 }  // namespace vaiq

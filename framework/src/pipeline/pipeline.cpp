@@ -21,7 +21,6 @@
 #include "pipeline/evaluation.hpp"
 #include "pipeline/html_report.hpp"
 #include "pipeline/joined_reference.hpp"
-#include "pipeline/mixed_precision.hpp"
 #include "pipeline/mixed_scale.hpp"
 #include "pipeline/planner.hpp"
 #include "pipeline/preprocess.hpp"
@@ -442,12 +441,13 @@ struct RunState {
     /// The instances of s.plugins.algorithms and of its next lever, created at setup.
     std::vector<PluginInstance<Algorithm>> algorithms;
     PluginInstance<Algorithm> next_lever;
+    std::vector<PluginInstance<Algorithm>> tried;  ///< algorithms another tried that the run did not create
     CalibratorSet calibrators;         ///< the plan points into them
     QuantRequest run;                  ///< what the recipe asks of the whole run, for the target
     Model model;                       ///< the float model, prepared (and its biases corrected)
     std::optional<Model> uncorrected;  ///< the prepared model before a correction (set_initializers), when one ran
-    /// The float model's outputs on the calibration data, by output index, for AlgorithmContext::agreement().
-    std::map<int, ReferenceBatches> agreement_references;
+    /// The float model's outputs on the calibration data, by output index and part, for agreement().
+    std::map<std::pair<int, BatchSet>, ReferenceBatches> agreement_references;
     bool function_kept = true;         ///< preparation changed only how the model computes, not what
     /// The float outputs on the calibration data as calibration computed them
     /// (the prepared model's, or the input model's joined into it), kept when
@@ -469,7 +469,8 @@ struct RunState {
     std::map<std::string, QuantParams> rounded_on;  ///< the quantization each was fitted to (see rounded_for)
     /// Parameters algorithms chose (AlgorithmContext::set_parameters), kept when the plan is recomputed.
     std::map<std::string, QuantParams> chosen_params;
-    std::optional<std::vector<TensorSensitivity>> sensitivity;
+    std::map<int, std::vector<TensorSensitivity>> sensitivity;  ///< by output index, computed once
+    std::vector<ConstraintCount> refined;  ///< what the target's constraints changed in the last plan computed
     std::optional<CalibrationTables> tables;  ///< kept by calibrate when `keep_tables`
     /// Tensors whose channels differ in scale and that stay on one grid (mixed_scale.hpp):
     /// mixed precision raises them first.
@@ -863,117 +864,63 @@ Model emit_plan(RunState& s, const QuantPlan& plan) { return emit_plan(s, plan, 
 const Model& float_reference(const RunState& s) { return s.uncorrected ? *s.uncorrected : s.model; }
 
 // Every tensor of the plan measured on the calibration data (so that
-// evaluation_data stays held out), most harmful first.
-std::vector<TensorSensitivity> sensitivity_of(RunState& s, int output_index) {
+// evaluation_data stays held out), most harmful first; computed once per output.
+const std::vector<TensorSensitivity>& sensitivity_of(RunState& s, int output_index) {
+    if (auto it = s.sensitivity.find(output_index); it != s.sensitivity.end()) return it->second;
     const int batches = static_cast<int>(s.recipe.value("sensitivity_batches").get<int64_t>());
     log_info("sensitivity analysis: {} tensors, each on {} batches", s.plan.tensors.size(),
              batches > 0 ? std::to_string(batches) : "all");
     size_t reported = 0;
-    return analyze_sensitivity(
+    auto ranking = analyze_sensitivity(
         float_reference(s), s.plan, [&](const QuantPlan& plan) { return emit_plan(s, plan); }, *s.data, batches,
-        output_index, s.threads,
-        [&](size_t done, size_t total) {
+        output_index, s.threads, [&](size_t done, size_t total) {
             report_progress("tensor", static_cast<int64_t>(done), static_cast<int64_t>(total));
             if (done * 10 / total == reported) return;
             reported = done * 10 / total;
             log_info("sensitivity analysis: {} of {} tensors", done, total);
         });
+    for (auto& t : ranking)
+        t.mixed_scales = std::find(s.mixed_scales.begin(), s.mixed_scales.end(), t.tensor) != s.mixed_scales.end();
+    return s.sensitivity.emplace(output_index, std::move(ranking)).first->second;
 }
 
-// Automatic mixed precision (extra_options.AutoMixprecision): raises the most
-// harmful tensors until the target holds on the calibration data.
-void raise_sensitive_tensors(RunState& s, const MixedPrecisionTarget& target) {
-    auto rank = [&] {
-        s.sensitivity = sensitivity_of(s, target.output_index);
-        // A tensor whose channels differ in scale is raised first: its narrow channels
-        // (a head's scores) can ruin what the output means while costing little SQNR.
-        auto ranking = *s.sensitivity;
-        std::stable_partition(ranking.begin(), ranking.end(), [&](const TensorSensitivity& t) {
-            return std::find(s.mixed_scales.begin(), s.mixed_scales.end(), t.tensor) != s.mixed_scales.end();
-        });
-        return ranking;
-    };
-    QuantRequest raised_request = s.run;
-    raised_request.activation_type = target.activation_type;
-    raised_request.weight_type = target.weight_type;
-    bool to_float = false;
-    try {
-        s.target->check(raised_request);
-    } catch (const InputError& e) {
-        to_float = true;
-        log_info("mixed precision: raised tensors stay float: {}", e.what());
-    }
-    auto plan_of = [&](const DraftPlan& draft) {
-        auto plan = compute_parameters(s.model, draft, s.calibration);
-        s.target->refine(s.model, plan, s.run);
-        return plan;
-    };
-    Raising raising;
-    raising.count = [&](const std::set<std::string>& raised) {
-        size_t n = 0;
-        raise_tensors(s.model, s.draft, raised, target, to_float, &n);
-        return n;
-    };
-    raising.model = [&](const std::set<std::string>& raised) {
-        return emit_plan(s, plan_of(raise_tensors(s.model, s.draft, raised, target, to_float, nullptr)));
-    };
-    size_t quantized = 0;
-    for (const auto& t : s.plan.tensors) quantized += t.role != TensorRole::Bias;
-    const auto budget = static_cast<size_t>(std::floor(target.max_fraction * static_cast<double>(quantized)));
-    const auto reference = reference_batches(float_reference(s), *s.data, 0, target.output_index, s.threads);
-    auto result = search_mixed_precision(target, rank, raising, reference, budget, s.threads);
-    s.draft = raise_tensors(s.model, s.draft, result.raised, target, to_float, nullptr);
-    result.report["raised_to"] =
-        to_float ? "float"
-                 : fmt::format("activations {}, weights {}", quant_type_name(target.activation_type),
-                               quant_type_name(target.weight_type));
-    result.report["quantized_tensors"] = quantized;
-    s.report["mixed_precision"] = std::move(result.report);
+// The plan computed from the calibration and `draft`, with the parameters the
+// algorithms chose and the target's constraints (counted in `refined`).
+QuantPlan plan_of(RunState& s, const DraftPlan& draft, std::map<std::string, TensorRange>* ranges,
+                  std::vector<ConstraintCount>* refined) {
+    auto plan = compute_parameters(s.model, draft, s.calibration, ranges);
+    for (auto& t : plan.tensors)
+        if (auto it = s.chosen_params.find(t.tensor); it != s.chosen_params.end()) t.params = it->second;
+    auto counts = s.target->refine(s.model, plan, s.run);
+    if (refined) *refined = std::move(counts);
+    return plan;
 }
 
-// Mixed precision that missed its target within the budget tries the next
-// lever before giving up: the weights fitted at the precisions it chose (fast
-// finetune), kept only where the output then agrees better.
-void next_lever(RunState& s, const MixedPrecisionTarget& target) {
-    auto& mixed = s.report["mixed_precision"];
-    if (mixed.value("met", true)) return;
-    if (!s.next_lever) {
-        const bool enabled = s.recipe.value("extra_options.AutoMixprecision.NextLever").get<bool>();
-        log_warn("mixed precision missed its target ({}){}", target.describe(),
-                 enabled ? "; fast finetune (include_fast_ft) follows" : "");
-        return;
+// The run's plan computed anew (after a change to its draft, parameters or float model).
+void recompute_plan(RunState& s) {
+    s.ranges.clear();
+    s.plan = plan_of(s, s.draft, &s.ranges, &s.refined);
+}
+
+// The float model's outputs on the calibration data for AlgorithmContext::agreement(),
+// computed once per output: every fourth batch is held out once there are four.
+const ReferenceBatches& agreement_reference(RunState& s, int output_index, BatchSet batches) {
+    auto key = std::make_pair(output_index, batches);
+    if (auto it = s.agreement_references.find(key); it != s.agreement_references.end()) return it->second;
+    if (batches == BatchSet::All) {
+        auto all = reference_batches(float_reference(s), *s.data, 0, output_index, s.threads);
+        return s.agreement_references.emplace(key, std::move(all)).first->second;
     }
-    const auto reference = reference_batches(float_reference(s), *s.data, 0, target.output_index, s.threads);
-    const auto before = measure_output(emit_plan(s, s.plan), reference, s.threads);
-    log_info("mixed precision missed its target ({}): trying the next lever, fast finetune of the weights",
-             target.describe());
-    const auto kept_weights = s.rounded_weights;
-    const auto kept_on = s.rounded_on;
-    const std::string lever = s.plugins.next_lever->info->name;
-    run_algorithm(s, *s.next_lever, lever, AlgorithmStage::Parameters);
-    const auto after = measure_output(emit_plan(s, s.plan), reference, s.threads);
-    const bool better = target.score(after) > target.score(before) ||
-                        (target.score(after) == target.score(before) && after.sqnr_db > before.sqnr_db);
-    const bool met = better && target.met_by(after);
-    mixed["next_lever"] = {{"tried", lever},
-                           {"before", error_json(before)},
-                           {"after", error_json(after)},
-                           {"kept", better},
-                           {"met", met}};
-    if (!better) {
-        s.rounded_weights = kept_weights, s.rounded_on = kept_on;
-        s.report.erase(lever);
+    const auto& all = agreement_reference(s, output_index, BatchSet::All);
+    ReferenceBatches part = all;
+    part.feeds.clear(), part.outputs.clear();
+    for (size_t b = 0; b < all.feeds.size(); ++b) {
+        const bool held = all.feeds.size() >= 4 && b % 4 == 3;
+        if (held != (batches == BatchSet::HeldOut)) continue;
+        part.feeds.push_back(all.feeds[b]);
+        part.outputs.push_back(all.outputs[b]);
     }
-    if (met) {
-        log_info("mixed precision: fast finetune met the target (top-1 agreement {:.4f}, SQNR {:.2f} dB)",
-                 after.top1_agreement, after.sqnr_db);
-        return;
-    }
-    log_warn("mixed precision: the target ({}) is out of reach within the budget even with the weights fitted "
-             "(top-1 agreement {:.4f} -> {:.4f}, SQNR {:.2f} -> {:.2f} dB; fit {}): to try, a larger "
-             "MaxRaisedFraction, another calibrate_method, more calibration data",
-             target.describe(), before.top1_agreement, after.top1_agreement, before.sqnr_db, after.sqnr_db,
-             better ? "kept" : "dropped");
+    return s.agreement_references.emplace(key, std::move(part)).first->second;
 }
 
 // Algorithm `algorithm` gives `tensor` new parameters: the same form as those
@@ -1001,62 +948,115 @@ void choose_parameters(RunState& s, const std::string& algorithm, const std::str
 }
 
 // Runs one algorithm plugin of `stage` on the run as it stands; its report section goes under its name.
+// The instance of algorithm `name` for try_algorithm(): the next lever created
+// at setup, one of the recipe's, or one created now with the recipe's options.
+Algorithm& algorithm_named(RunState& s, const std::string& name, const std::string& asked_by) {
+    if (s.plugins.next_lever && s.plugins.next_lever->info->name == name) return *s.next_lever;
+    for (size_t a = 0; a < s.algorithms.size(); ++a)
+        if (s.plugins.algorithms[a].info->name == name) return *s.algorithms[a];
+    const auto choice = choose_algorithm(s.recipe, s.registry,
+                                         {name, nlohmann::json::object(), fmt::format("algorithm '{}'", asked_by)});
+    s.tried.push_back(s.registry.create<Algorithm>(name, choice.options));
+    return *s.tried.back();
+}
+
+// Runs algorithm `other` for algorithm `name` and keeps what it changed only if `keep()` says so.
+bool try_algorithm(RunState& s, const std::string& name, const std::string& other, const std::function<bool()>& keep) {
+    if (other == name) throw InternalError(fmt::format("algorithm '{}' tried itself", name));
+    auto& algorithm = algorithm_named(s, other, name);
+    if (algorithm.stage() != AlgorithmStage::Parameters)
+        throw InputError(fmt::format("algorithm '{}' tried '{}', which does not work on the plan", name, other));
+    const auto weights = s.rounded_weights;
+    const auto on = s.rounded_on;
+    const auto params = s.chosen_params;
+    const auto draft = s.draft;
+    const bool reported = s.report.contains(other);
+    run_algorithm(s, algorithm, other, AlgorithmStage::Parameters);
+    if (keep()) return true;
+    s.rounded_weights = weights, s.rounded_on = on, s.chosen_params = params, s.draft = draft;
+    recompute_plan(s);
+    if (!reported) s.report.erase(other);
+    return false;
+}
+
+// The services of the calibrated run (Parameters and Corrections stages).
+void offer_plan_services(RunState& s, AlgorithmInputs& inputs, const std::string& name, AlgorithmStage stage) {
+    inputs.agreement = [&s](const Model& quantized, int output_index, BatchSet batches) {
+        return measure_output(quantized, agreement_reference(s, output_index, batches), s.threads);
+    };
+    inputs.measured_output = [&s](int output_index) {
+        const auto& reference = agreement_reference(s, output_index, BatchSet::All);
+        return MeasuredOutput{reference.output_name, reference.meaning.describe()};
+    };
+    inputs.sensitivity = [&s](int output_index) { return sensitivity_of(s, output_index); };
+    if (stage == AlgorithmStage::Corrections) {
+        inputs.replace_initializers = [&s](std::map<std::string, Tensor> values) {
+            if (!s.uncorrected) s.uncorrected = s.model;
+            for (auto& init : *s.model.graph().mutable_initializer())
+                if (auto it = values.find(init.name()); it != values.end()) init = it->second.to_proto(init.name());
+        };
+        return;
+    }
+    inputs.target_runs = [&s](QuantType activation, QuantType weight) {
+        QuantRequest request = s.run;
+        request.activation_type = activation;
+        request.weight_type = weight;
+        try {
+            s.target->check(request);
+            return true;
+        } catch (const InputError&) {
+            return false;
+        }
+    };
+    inputs.raised_plan = [&s](const std::set<std::string>& tensors, const Precision& precision, size_t* count) {
+        return plan_of(s, raise_tensors(s.model, s.draft, tensors, precision, count), nullptr, nullptr);
+    };
+    inputs.set_precision = [&s](const std::set<std::string>& tensors, const Precision& precision) {
+        s.draft = raise_tensors(s.model, s.draft, tensors, precision, nullptr);
+        recompute_plan(s);
+    };
+    inputs.try_algorithm = [&s, name](const std::string& other, const std::function<bool()>& keep) {
+        return try_algorithm(s, name, other, keep);
+    };
+}
+
 void run_algorithm(RunState& s, Algorithm& algorithm, const std::string& name, AlgorithmStage stage) {
     const bool prepare = stage == AlgorithmStage::Prepare;
     // Before calibration the reader is opened for the model as preparation left it.
     if (prepare) s.data = calibration_reader(s.recipe, s.options, s.model);
-    const auto fitted = rounded_for(s, s.plan);
-    AlgorithmInputs inputs{
-        s.model,
-        s.plan,
-        fitted,
-        *s.data,
-        s.threads,
-        [&](const QuantPlan& plan, const std::map<std::string, Tensor>& weights) { return emit_plan(s, plan, weights); },
-        [&](std::map<std::string, Tensor> weights) {
-            for (auto& [weight, value] : weights) {
-                const auto* t = s.plan.find(weight);
-                if (!t) continue;  // not quantized: nothing to fit
-                s.rounded_on[weight] = t->params;
-                s.rounded_weights[weight] = std::move(value);
-            }
-        },
-        [&](const std::string& tensor, const QuantParams& params) { choose_parameters(s, name, tensor, params); },
-        [&](nlohmann::json section) { s.report[name] = std::move(section); },
-        [&] {
-            std::set<std::string> out;
-            for (const auto& d : decide_nodes(s.recipe, s.model, *s.target))
-                if (d.quantized) out.insert(d.name);
-            return out;
-        },
-        [&](TensorRole role) { return s.target->default_spec(role, s.run); },
-        nullptr,
-        nullptr,
-        nullptr};
-    if (prepare) {
-        inputs.replace_model = [&](Model model) {
+    AlgorithmInputs inputs(s.model, s.plan, *s.data, s.threads);
+    inputs.fitted_weights = [&s] { return rounded_for(s, s.plan); };
+    inputs.emit = [&s](const QuantPlan& plan, const std::map<std::string, Tensor>& weights) {
+        return emit_plan(s, plan, weights);
+    };
+    inputs.keep_fitted = [&s](std::map<std::string, Tensor> weights) {
+        for (auto& [weight, value] : weights) {
+            const auto* t = s.plan.find(weight);
+            if (!t) continue;  // not quantized: nothing to fit
+            s.rounded_on[weight] = t->params;
+            s.rounded_weights[weight] = std::move(value);
+        }
+    };
+    inputs.keep_parameters = [&s, name](const std::string& tensor, const QuantParams& params) {
+        choose_parameters(s, name, tensor, params);
+    };
+    inputs.report = [&s, name](nlohmann::json section) { s.report[name] = std::move(section); };
+    inputs.quantized_nodes = [&s] {
+        std::set<std::string> out;
+        for (const auto& d : decide_nodes(s.recipe, s.model, *s.target))
+            if (d.quantized) out.insert(d.name);
+        return out;
+    };
+    inputs.default_spec = [&s](TensorRole role) { return s.target->default_spec(role, s.run); };
+    if (prepare)
+        inputs.replace_model = [&s, name](Model model) {
             if (input_signature(model) != input_signature(s.model))
                 throw InternalError(fmt::format("algorithm '{}' changed the model's inputs", name));
             s.model = std::move(model);
             s.function_kept = false;  // kept in exact arithmetic, but counted as not, as CLE is
         };
-    } else {
-        inputs.agreement = [&](const Model& quantized, int output_index) {
-            auto it = s.agreement_references.find(output_index);
-            if (it == s.agreement_references.end())
-                it = s.agreement_references
-                         .emplace(output_index,
-                                  reference_batches(float_reference(s), *s.data, 0, output_index, s.threads))
-                         .first;
-            return measure_output(quantized, it->second, s.threads);
-        };
-    }
-    if (stage == AlgorithmStage::Corrections)
-        inputs.replace_initializers = [&](std::map<std::string, Tensor> values) {
-            if (!s.uncorrected) s.uncorrected = s.model;
-            for (auto& init : *s.model.graph().mutable_initializer())
-                if (auto it = values.find(init.name()); it != values.end()) init = it->second.to_proto(init.name());
-        };
+    else
+        offer_plan_services(s, inputs, name, stage);
     HostAlgorithmContext context(std::move(inputs));
     algorithm.run(context);
 }
@@ -1068,31 +1068,14 @@ void run_algorithms(RunState& s, AlgorithmStage stage) {
             run_algorithm(s, *s.algorithms[a], s.plugins.algorithms[a].info->name, stage);
 }
 
-// The parameters the algorithms chose, in place of those calibration gave.
-void apply_chosen_parameters(RunState& s) {
-    for (auto& t : s.plan.tensors)
-        if (auto it = s.chosen_params.find(t.tensor); it != s.chosen_params.end()) t.params = it->second;
-}
-
 void parameters_phase(RunState& s) {
-    auto recompute = [&s] {
-        s.ranges.clear();
-        s.plan = compute_parameters(s.model, s.draft, s.calibration, &s.ranges);
-        apply_chosen_parameters(s);
-        return s.target->refine(s.model, s.plan, s.run);
-    };
-    auto refined = recompute();
-    if (const auto target = mixed_precision_target(s.recipe)) {
-        raise_sensitive_tensors(s, *target);
-        refined = recompute();
-        next_lever(s, *target);
-    }
+    recompute_plan(s);
     run_algorithms(s, AlgorithmStage::Parameters);
-    if (!s.chosen_params.empty()) refined = recompute();  // the target's constraints on what they chose
+    if (!s.chosen_params.empty()) recompute_plan(s);  // the target's constraints on what they chose
     // Last: the corrections are for the weights' final types and values.
     run_algorithms(s, AlgorithmStage::Corrections);
-    if (s.uncorrected) refined = recompute();
-    if (!refined.empty()) s.report["constraints"] = constraints_json(refined, true);
+    if (s.uncorrected) recompute_plan(s);
+    if (!s.refined.empty()) s.report["constraints"] = constraints_json(s.refined, true);
     s.report["tensors"] = nlohmann::json::array();
     for (const auto& t : s.plan.tensors) s.report["tensors"].push_back(params_json(t, s.ranges));
 }
@@ -1237,13 +1220,15 @@ void evaluate_phase(RunState& s) {
                                  [&](const auto& o) { return o.sqnr_db < warn_db; });
     if (s.recipe.value("sensitivity_analysis").get<bool>()) {
         diagnose(s, "the sensitivity analysis", [&] {
-            const int output_index =
-                static_cast<int>(s.recipe.value("extra_options.AutoMixprecision.OutputIndex").get<int64_t>());
+            // The output mixed precision measures (its option), else the first.
+            const auto chosen = s.recipe.settings.find("extra_options.AutoMixprecision.OutputIndex");
+            const bool given = chosen != s.recipe.settings.end() && chosen->second.value.is_number_integer();
+            const int output_index = given ? chosen->second.value.get<int>() : 0;
             // Mixed precision measured the plan before it raised anything: that is what explains the choice.
-            if (!s.sensitivity) s.sensitivity = sensitivity_of(s, output_index);
+            const auto& ranking = sensitivity_of(s, output_index);
             s.report["sensitivity"] = {{"data", "calibration_data"},
                                        {"batches", s.recipe.value("sensitivity_batches")},
-                                       {"tensors", sensitivity_json(*s.sensitivity)}};
+                                       {"tensors", sensitivity_json(ranking)}};
         });
     }
     data.rewind();
@@ -1368,8 +1353,8 @@ void save_run(const Recipe& recipe, const RunOptions& options, QuantizedRun& run
 // starts; fails (nothing is written yet) below min_output_sqnr_db.
 // The shipped accurate recipe for the run's target, as advice; empty when the
 // run searches mixed precision already.
-std::string accurate_recipe_advice(const Recipe& recipe) {
-    if (mixed_precision_target(recipe)) return {};
+std::string accurate_recipe_advice(const Recipe& recipe, const nlohmann::json& report) {
+    if (report.contains("mixed_precision")) return {};
     static const std::map<std::string, std::string> kAccurate = {{"cpu", "cpu_accurate.yaml"},
                                                                  {"npu_cnn", "cnn_npu_accurate.yaml"},
                                                                  {"npu_transformer", "transformer_npu_accurate.yaml"}};
@@ -1419,7 +1404,7 @@ void judge_outputs(const Recipe& recipe, const nlohmann::json& report) {
                 "target allows, include_cle, another calibrate_method, more "
                 "calibration data; `vaiq explain RECIPE --model M` shows each node's settings",
                 name, db, warn_db, o["cosine_similarity"].get<double>(), where, mixed_scales_named(report),
-                accurate_recipe_advice(recipe));
+                accurate_recipe_advice(recipe, report));
         }
         if (!floor.is_null() && db < floor.get<double>()) failed.push_back(fmt::format("'{}' has {:.2f} dB", name, db));
     }

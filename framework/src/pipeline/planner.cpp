@@ -466,4 +466,62 @@ void drop_tensors(DraftPlan& plan, const std::vector<std::string>& tensors, bool
     for (size_t i = 0; i < plan.tensors.size(); ++i) plan.index[plan.tensors[i].tensor] = i;
 }
 
+namespace {
+
+// ONNX Runtime quantizes a float weight itself (int8, per tensor: its
+// WeightBiasQuantization optimization) when the Conv, ConvTranspose or Gemm
+// reading it takes a dequantized input and feeds, through Relu/Clip only, a
+// QuantizeLinear. A weight left float keeps its values there only when the
+// layer's output is left float too: these are the tensors on that path.
+std::vector<std::string> outputs_of_float_weight_layers(const Model& model, const std::set<std::string>& weights) {
+    std::vector<std::string> out;
+    const GraphIndex index(model);
+    for (const auto& node : model.graph().node()) {
+        const auto& op = node.op_type();
+        if (!is_default_domain(node) || (op != "Conv" && op != "ConvTranspose" && op != "Gemm") ||
+            node.input_size() < 2 || !weights.count(node.input(1)) || node.output_size() < 1)
+            continue;
+        for (std::string t = node.output(0);;) {
+            out.push_back(t);
+            const auto& uses = index.consumers(t);
+            if (uses.size() != 1) break;
+            const auto& next = model.graph().node(uses[0].node);
+            if (next.op_type() != "Relu" && next.op_type() != "Clip") break;
+            t = next.output(0);
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+// Changes the types of the raised groups, then drops them when they are to stay float.
+DraftPlan raise_tensors(const Model& model, const DraftPlan& draft, const std::set<std::string>& raised,
+                        const Precision& precision, size_t* count) {
+    const bool to_float = precision.keep_float;
+    auto root = [&](std::string t) {
+        for (const PlannedTensor* p = draft.find(t); p && !p->share_with.empty(); p = draft.find(t)) t = p->share_with;
+        return t;
+    };
+    std::set<std::string> roots;
+    for (const auto& t : raised) roots.insert(root(t));
+    if (to_float) {
+        std::set<std::string> weights;
+        for (const auto& t : draft.tensors)
+            if (t.role == TensorRole::Weight && roots.count(root(t.tensor))) weights.insert(t.tensor);
+        for (const auto& t : outputs_of_float_weight_layers(model, weights))
+            if (draft.find(t)) roots.insert(root(t));
+    }
+    DraftPlan out = draft;
+    std::vector<std::string> group;
+    for (auto& t : out.tensors) {
+        if (t.role == TensorRole::Bias || !roots.count(root(t.tensor))) continue;
+        group.push_back(t.tensor);
+        t.spec.type = t.role == TensorRole::Weight ? precision.weight_type : precision.activation_type;
+    }
+    if (count) *count = group.size();
+    if (to_float) drop_tensors(out, group, /*ranges_observed=*/true);
+    return out;
+}
+
 }  // namespace vaiq

@@ -8,10 +8,12 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "pipeline/selection.hpp"
+#include "vaiq/algorithm.hpp"
 #include "vaiq/calibrator.hpp"
 #include "vaiq/quant.hpp"
 #include "vaiq/target.hpp"
@@ -86,5 +88,13 @@ void keep_fragile_inputs_float(DraftPlan& plan, const Model& model);
 /// `ranges_observed` (after calibration) a tensor whose range comes from a
 /// dropped one keeps taking it from there.
 void drop_tensors(DraftPlan& plan, const std::vector<std::string>& tensors, bool ranges_observed = false);
+
+/// The draft with `raised` tensors, and those sharing parameters with them, at
+/// `precision`'s types, or left float (`keep_float`: the run's target cannot
+/// run those types; a Conv/ConvTranspose/Gemm whose weight is left float then
+/// has its output left float too, or ONNX Runtime would quantize the weight
+/// itself). `count` gets the number of activations and weights changed.
+DraftPlan raise_tensors(const Model& model, const DraftPlan& draft, const std::set<std::string>& raised,
+                        const Precision& precision, size_t* count);
 
 }  // namespace vaiq

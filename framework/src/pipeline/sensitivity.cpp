@@ -187,6 +187,7 @@ OutputMeaning output_meaning(const Model& model, const std::string& output, size
 }
 
 OutputError measure_output(const Model& candidate, const ReferenceBatches& reference, int threads) {
+    if (reference.feeds.empty()) return {};  // nothing to measure: batches 0
     const auto& meaning = reference.meaning;
     const bool argmax = meaning.kind == OutputMeaning::Kind::Argmax;
     const float threshold = argmax ? decision_threshold(reference) : 0.5f;
@@ -250,6 +251,7 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
     }
     out.sequence_agreement = samples > 0 ? static_cast<double>(samples_agree) / static_cast<double>(samples) : 1.0;
     out.samples = samples;
+    out.batches = static_cast<int64_t>(reference.feeds.size());
     return out;
 }
 

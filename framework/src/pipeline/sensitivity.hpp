@@ -77,18 +77,6 @@ std::vector<int64_t> greedy_decode(std::span<const float> sample, int64_t row_le
 
 OutputError measure_output(const Model& candidate, const ReferenceBatches& reference, int threads);
 
-/// One quantized tensor's cost.
-struct TensorSensitivity {
-    std::string tensor;
-    TensorRole role = TensorRole::Activation;
-    QuantType type = QuantType::QInt8;
-    /// The tensor against itself after quantize-dequantize (its own rounding and
-    /// clipping); nullopt when it has no signal (all zeros).
-    std::optional<double> tensor_sqnr_db;
-    /// The model output with only this tensor quantized; nullopt for biases
-    /// (int32: not measured).
-    std::optional<double> output_sqnr_db;
-};
 
 /// Writes the float model with only the given tensors quantized.
 using PlanEmitter = std::function<Model(const QuantPlan&)>;

@@ -108,7 +108,9 @@ PluginInfo check_descriptor(const vaiq_plugin_descriptor* d, const fs::path& fil
             value = nullptr;
         }
         if (type == VAIQ_OPTION_STRING && !value.is_string() && o.default_value) value = std::string(o.default_value);
-        if (!matches_type(value, type))
+        // A number option may default to null: unset unless the recipe gives it (a target).
+        const bool unset = value.is_null() && (type == VAIQ_OPTION_INT || type == VAIQ_OPTION_FLOAT);
+        if (!unset && !matches_type(value, type))
             throw InputError(fmt::format("{} declares option '{}' with the default '{}', which is not a {}", who, name,
                                          o.default_value ? o.default_value : "", option_type_name(type)));
         info.options.push_back({name, type, value, o.doc ? o.doc : ""});
@@ -254,7 +256,7 @@ Options PluginRegistry::resolve_options(const PluginInfo& plugin, const nlohmann
             throw InputError(fmt::format("{}{} '{}' has no option '{}'{} (options: {})", where(key),
                                          kind_name(plugin.kind), plugin.name, key, did_you_mean(key, known),
                                          known.empty() ? "none" : join(known)));
-        if (!matches_type(value, spec->type))
+        if (!matches_type(value, spec->type) && !(value.is_null() && spec->default_value.is_null()))
             throw InputError(fmt::format("{}option '{}' of {} '{}' must be a {}, not {}", where(key), key,
                                          kind_name(plugin.kind), plugin.name, option_type_name(spec->type),
                                          value.dump()));

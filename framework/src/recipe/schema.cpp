@@ -263,24 +263,7 @@ const std::vector<KeySpec>& recipe_keys() {
         {"extra_options.BiasCorrection", K::Bool, "false", P::Parameters, yes,
          "Add to each Conv/Gemm bias the mean shift its quantized weight causes, measured on the calibration "
          "data through the quantized model."},
-        // Automatic mixed precision: on when one of the targets is set.
-        {"extra_options.AutoMixprecision.ActTargetQuantType", K::QuantType, "QInt16", P::Parameters, yes,
-         "Type a raised activation gets (a target that cannot run it leaves the tensor float)."},
-        {"extra_options.AutoMixprecision.WeightTargetQuantType", K::QuantType, "QInt16", P::Parameters, yes,
-         "Type a raised weight gets."},
-        {"extra_options.AutoMixprecision.OutputIndex", K::Int, "0", P::Parameters, yes,
-         "The model output the targets are measured on."},
-        {"extra_options.AutoMixprecision.SQNRTarget", K::Float, "null", P::Parameters, yes,
-         "Raise tensors until the output's SQNR on the evaluation data reaches this many dB."},
-        {"extra_options.AutoMixprecision.L2Target", K::Float, "null", P::Parameters, yes,
-         "Raise tensors until the output's relative L2 error ||f - q|| / ||f|| is at most this."},
-        {"extra_options.AutoMixprecision.Top1AccTarget", K::Float, "null", P::Parameters, yes,
-         "Raise tensors until top-1 accuracy (with evaluation_labels; else agreement with the float model by what "
-         "the output means: each position's class along a Softmax's axis, else the last axis; a Sigmoid's decisions "
-         "at 0.5, as the IoU of the positives in maps; a masked peak map's nonzero elements) is at most this much "
-         "below the float model's."},
-        {"extra_options.AutoMixprecision.MaxRaisedFraction", K::Float, "0.1", P::Parameters, yes,
-         "Raise at most this fraction of the quantized activations and weights."},
+        // Automatic mixed precision (the mixed_precision algorithm, whose options the other keys are).
         {"extra_options.AutoMixprecision.NextLever", K::Bool, "true", P::Parameters, yes,
          "When the target is out of reach within the budget (or fails on the held-out batches): fit the weights "
          "at their precisions (fast finetune with FastFinetune's settings, unless include_fast_ft does already) and "

@@ -31,8 +31,9 @@ class FastFinetune final : public vaiq::Algorithm {
         const std::string p = "FastFinetune.";
         o_.algorithm = options.get_string(p + "OptimAlgorithm");
         o_.iterations = static_cast<int>(options.get_int(p + "NumIterations"));
-        const double lr = options.get_float(p + "LearningRate");
-        o_.learning_rate = lr > 0 ? lr : (o_.algorithm == "adaround" ? 0.1 : 1e-5);
+        const bool lr_set = !options.get(p + "LearningRate").is_null();
+        const double lr = lr_set ? options.get_float(p + "LearningRate") : 0.0;
+        o_.learning_rate = lr_set ? lr : (o_.algorithm == "adaround" ? 0.1 : 1e-5);
         o_.batch_columns = static_cast<int>(options.get_int(p + "ColumnsPerStep"));
         o_.reg_param = options.get_float(p + "RegParam");
         o_.warm_start = options.get_float(p + "WarmStart");
@@ -52,10 +53,10 @@ class FastFinetune final : public vaiq::Algorithm {
                 "extra_options.FastFinetune.TrialMetric must be top1, sequence or sqnr, not '{}'", metric_));
         if (o_.iterations < 0 || o_.batch_columns < 1 || o_.fits < 1 || trials_ < 1 ||
             !(o_.warm_start >= 0 && o_.warm_start <= 1) || !(o_.drop_ratio >= 0 && o_.drop_ratio <= 1) ||
-            !(lr >= 0) || seed_ < 0)
+            !(lr > 0 || !lr_set) || seed_ < 0)
             throw vaiq::InputError(
                 "extra_options.FastFinetune needs NumIterations >= 0, ColumnsPerStep >= 1, Fits >= 1, Trials >= 1, "
-                "WarmStart and DropRatio within [0, 1], LearningRate >= 0 and FixedSeed >= 0");
+                "WarmStart and DropRatio within [0, 1], LearningRate > 0 and FixedSeed >= 0");
     }
 
     void run(vaiq::AlgorithmContext& context) override {
@@ -127,8 +128,8 @@ constexpr vaiq_option_descriptor kFastFinetuneOptions[] = {
     {"FastFinetune.OptimAlgorithm", VAIQ_OPTION_STRING, "adaround",
      "adaround (learn each weight's rounding) or adaquant (move the weights through their quantization)."},
     {"FastFinetune.NumIterations", VAIQ_OPTION_INT, "1000", "Steps per layer."},
-    {"FastFinetune.LearningRate", VAIQ_OPTION_FLOAT, "0",
-     "Adam's learning rate; 0: 0.1 for adaround, 1e-5 for adaquant."},
+    {"FastFinetune.LearningRate", VAIQ_OPTION_FLOAT, "null",
+     "Adam's learning rate (default: 0.1 for adaround, 1e-5 for adaquant)."},
     {"FastFinetune.ColumnsPerStep", VAIQ_OPTION_INT, "256",
      "Output positions (pixels of a Conv, rows of a Gemm/MatMul) per step, drawn from the samples."},
     {"FastFinetune.RegParam", VAIQ_OPTION_FLOAT, "0.01", "Weight of AdaRound's rounding regulariser."},

@@ -12,9 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/planner.hpp"
-#include "pipeline/sensitivity.hpp"
-#include "recipe/recipe.hpp"
+#include "vaiq/algorithm.hpp"
 
 namespace vaiq {
 
@@ -24,59 +22,50 @@ struct MixedPrecisionTarget {
     std::optional<double> l2;         ///< L2Target: relative L2 error at most this
     std::optional<double> top1_drop;  ///< Top1AccTarget: top-1 agreement at least 1 - this
     int output_index = 0;
-    QuantType activation_type = QuantType::QInt16;
-    QuantType weight_type = QuantType::QInt16;
+    Precision precision;  ///< what a raised tensor gets
     double max_fraction = 0.1;
 
-    bool met_by(const OutputError& e) const;
+    bool met_by(const OutputAgreement& e) const;
     /// Higher is better, in the measure of the first target set (top-1, SQNR, L2).
-    double score(const OutputError& e) const;
+    double score(const OutputAgreement& e) const;
     std::string describe() const;
 };
 
-std::optional<MixedPrecisionTarget> mixed_precision_target(const Recipe& recipe);
-
 /// An output error as the report shows it (SQNR, relative L2, top-1 agreement).
-nlohmann::json error_json(const OutputError& e);
-
-/// The draft with `raised` tensors, and those sharing parameters with them,
-/// at the target's types, or left float (`to_float`: the run's target cannot
-/// run those types; a Conv/ConvTranspose/Gemm whose weight is left float then
-/// has its output left float too, or ONNX Runtime would quantize the weight
-/// itself). `count` gets the number of activations and weights changed.
-DraftPlan raise_tensors(const Model& model, const DraftPlan& draft, const std::set<std::string>& raised,
-                        const MixedPrecisionTarget& target, bool to_float, size_t* count);
+nlohmann::json error_json(const OutputAgreement& e);
 
 /// What raising a set of tensors gives: how many tensors that raises (a
 /// tensor sharing its parameters raises the tensors it shares them with), and
-/// the quantized model.
+/// how the model's output then agrees with the float model's on a part of the
+/// calibration data (see BatchSet: no batches held out measure nothing, and
+/// the choice is not confirmed).
 struct Raising {
     std::function<size_t(const std::set<std::string>&)> count;
-    std::function<Model(const std::set<std::string>&)> model;
+    std::function<OutputAgreement(const std::set<std::string>&, BatchSet)> measure;
+    MeasuredOutput output;  ///< for the report
 };
 
 struct MixedPrecisionResult {
-    std::set<std::string> raised;  ///< as given to RaiseFn
+    std::set<std::string> raised;  ///< as given to Raising
     nlohmann::json report;
 };
 
-/// The tensors most harmful first (an analysis of each: see analyze_sensitivity).
+/// The tensors most harmful first (AlgorithmContext::sensitivity).
 using Ranker = std::function<std::vector<TensorSensitivity>()>;
 
 /// Searches the shortest prefix of `rank()`'s ranking (most harmful first) whose
 /// raising meets `target` within `budget` raised tensors: doubling the prefix,
 /// then bisecting (the error mostly falls as the prefix grows, so a few
-/// evaluations do). When no prefix within the budget meets the target, a
-/// greedy search by measured gain follows; the best state tried is kept and a
-/// warning says when the target was missed. With four batches or more, every
-/// fourth of `reference` is held out of the search and confirms its choice
-/// (the report's held_out); a choice that misses there is extended along the
-/// ranking within the budget, else the run warns that it may not carry.
+/// evaluations do), each measured on the Searched batches. When no prefix
+/// within the budget meets the target, a greedy search by measured gain
+/// follows; the best state tried is kept and a warning says when the target
+/// was missed. With batches held out, they confirm its choice (the report's
+/// held_out); a choice that misses there is extended along the ranking within
+/// the budget, else the run warns that it may not carry.
 /// `rank` is called only when the model with nothing raised misses the target
 /// on either part: an accurate recipe on a model that quantizes well costs
 /// two evaluations more than a plain one.
 MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target, const Ranker& rank,
-                                            const Raising& raise, const ReferenceBatches& reference, size_t budget,
-                                            int threads);
+                                            const Raising& raise, size_t budget);
 
 }  // namespace vaiq

@@ -1,4 +1,4 @@
-#include "pipeline/mixed_precision.hpp"
+#include "mixed_precision.hpp"
 
 #include <fmt/format.h>
 
@@ -6,21 +6,19 @@
 #include <cmath>
 #include <utility>
 
-#include "util/text.hpp"
 #include "vaiq/error.hpp"
-#include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
 
 namespace vaiq {
 
-bool MixedPrecisionTarget::met_by(const OutputError& e) const {
+bool MixedPrecisionTarget::met_by(const OutputAgreement& e) const {
     if (sqnr_db && !(e.sqnr_db >= *sqnr_db)) return false;
     if (l2 && !(e.relative_l2 <= *l2)) return false;
     if (top1_drop && !(e.top1_agreement >= 1.0 - *top1_drop)) return false;
     return true;
 }
 
-double MixedPrecisionTarget::score(const OutputError& e) const {
+double MixedPrecisionTarget::score(const OutputAgreement& e) const {
     if (top1_drop) return e.top1_agreement;
     if (sqnr_db) return e.sqnr_db;
     return -e.relative_l2;
@@ -31,88 +29,12 @@ std::string MixedPrecisionTarget::describe() const {
     if (sqnr_db) parts.push_back(fmt::format("SQNR >= {} dB", *sqnr_db));
     if (l2) parts.push_back(fmt::format("relative L2 <= {}", *l2));
     if (top1_drop) parts.push_back(fmt::format("top-1 agreement >= {}", 1.0 - *top1_drop));
-    return join(parts, " and ");
-}
-
-std::optional<MixedPrecisionTarget> mixed_precision_target(const Recipe& recipe) {
-    const std::string prefix = "extra_options.AutoMixprecision.";
-    auto number = [&](const char* key) -> std::optional<double> {
-        const auto& v = recipe.value(prefix + key);
-        return v.is_null() ? std::nullopt : std::optional<double>(v.get<double>());
-    };
-    MixedPrecisionTarget t;
-    t.sqnr_db = number("SQNRTarget");
-    t.l2 = number("L2Target");
-    t.top1_drop = number("Top1AccTarget");
-    if (!t.sqnr_db && !t.l2 && !t.top1_drop) return std::nullopt;
-    t.output_index = static_cast<int>(recipe.value(prefix + "OutputIndex").get<int64_t>());
-    t.activation_type = *parse_quant_type(recipe.value(prefix + "ActTargetQuantType").get<std::string>());
-    t.weight_type = *parse_quant_type(recipe.value(prefix + "WeightTargetQuantType").get<std::string>());
-    t.max_fraction = recipe.value(prefix + "MaxRaisedFraction").get<double>();
-    if (!(t.max_fraction >= 0 && t.max_fraction <= 1))
-        throw InputError(fmt::format("{}: {}MaxRaisedFraction must be within [0, 1], not {}",
-                                     recipe.setting(prefix + "MaxRaisedFraction").origin, prefix, t.max_fraction));
-    return t;
-}
-
-namespace {
-
-// ONNX Runtime quantizes a float weight itself (int8, per tensor: its
-// WeightBiasQuantization optimization) when the Conv, ConvTranspose or Gemm
-// reading it takes a dequantized input and feeds, through Relu/Clip only, a
-// QuantizeLinear. A weight left float keeps its values there only when the
-// layer's output is left float too: these are the tensors on that path.
-std::vector<std::string> outputs_of_float_weight_layers(const Model& model, const std::set<std::string>& weights) {
-    std::vector<std::string> out;
-    const GraphIndex index(model);
-    for (const auto& node : model.graph().node()) {
-        const auto& op = node.op_type();
-        if (!is_default_domain(node) || (op != "Conv" && op != "ConvTranspose" && op != "Gemm") ||
-            node.input_size() < 2 || !weights.count(node.input(1)) || node.output_size() < 1)
-            continue;
-        for (std::string t = node.output(0);;) {
-            out.push_back(t);
-            const auto& uses = index.consumers(t);
-            if (uses.size() != 1) break;
-            const auto& next = model.graph().node(uses[0].node);
-            if (next.op_type() != "Relu" && next.op_type() != "Clip") break;
-            t = next.output(0);
-        }
-    }
+    std::string out;
+    for (const auto& part : parts) out += (out.empty() ? "" : " and ") + part;
     return out;
 }
 
-}  // namespace
-
-// Changes the types of the raised groups, then drops them when they are to stay float.
-DraftPlan raise_tensors(const Model& model, const DraftPlan& draft, const std::set<std::string>& raised,
-                        const MixedPrecisionTarget& target, bool to_float, size_t* count) {
-    auto root = [&](std::string t) {
-        for (const PlannedTensor* p = draft.find(t); p && !p->share_with.empty(); p = draft.find(t)) t = p->share_with;
-        return t;
-    };
-    std::set<std::string> roots;
-    for (const auto& t : raised) roots.insert(root(t));
-    if (to_float) {
-        std::set<std::string> weights;
-        for (const auto& t : draft.tensors)
-            if (t.role == TensorRole::Weight && roots.count(root(t.tensor))) weights.insert(t.tensor);
-        for (const auto& t : outputs_of_float_weight_layers(model, weights))
-            if (draft.find(t)) roots.insert(root(t));
-    }
-    DraftPlan out = draft;
-    std::vector<std::string> group;
-    for (auto& t : out.tensors) {
-        if (t.role == TensorRole::Bias || !roots.count(root(t.tensor))) continue;
-        group.push_back(t.tensor);
-        t.spec.type = t.role == TensorRole::Weight ? target.weight_type : target.activation_type;
-    }
-    if (count) *count = group.size();
-    if (to_float) drop_tensors(out, group, /*ranges_observed=*/true);
-    return out;
-}
-
-nlohmann::json error_json(const OutputError& e) {
+nlohmann::json error_json(const OutputAgreement& e) {
     return {{"sqnr_db", std::isinf(e.sqnr_db) ? nlohmann::json("inf") : nlohmann::json(e.sqnr_db)},
             {"relative_l2", e.relative_l2},
             {"top1_agreement", e.top1_agreement}};
@@ -126,25 +48,25 @@ namespace {
 // are re-measured lazily: every candidate once, then each step only the few
 // whose last measured gain is highest (a gain mostly shrinks as others are
 // raised, so the best of those is nearly always the best of all).
-std::optional<std::pair<std::set<std::string>, OutputError>> raise_greedily(
+std::optional<std::pair<std::set<std::string>, OutputAgreement>> raise_greedily(
     const MixedPrecisionTarget& target, const std::vector<std::string>& ranked, const Raising& raise,
-    const ReferenceBatches& reference, size_t budget, const OutputError& none,
-    const std::function<bool(const OutputError&, const OutputError&)>& better, nlohmann::json& tried, int threads) {
+    size_t budget, const OutputAgreement& none,
+    const std::function<bool(const OutputAgreement&, const OutputAgreement&)>& better, nlohmann::json& tried) {
     constexpr size_t kRemeasured = 6;
     // The most harmful alone, twice as many as the budget holds and a few more.
     std::vector<std::string> pool(
         ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(std::min(ranked.size(), 2 * budget + 8)));
     struct Candidate {
         std::string tensor;
-        OutputError error;  // with it raised on top of those raised when measured
+        OutputAgreement error;  // with it raised on top of those raised when measured
         size_t measured_at = 0;
     };
     std::set<std::string> raised;
-    OutputError current = none;
+    OutputAgreement current = none;
     auto measure = [&](const std::string& tensor) {
         auto with = raised;
         with.insert(tensor);
-        return measure_output(raise.model(with), reference, threads);
+        return raise.measure(with, BatchSet::Searched);
     };
     std::vector<Candidate> candidates;
     log_info("mixed precision: out of reach by the ranking; measuring {} candidates in turn", pool.size());
@@ -205,31 +127,8 @@ std::optional<std::pair<std::set<std::string>, OutputError>> raise_greedily(
 
 }  // namespace
 
-namespace {
-
-// Every fourth batch, held out of the search to confirm its choice: a set of
-// tensors chosen until it meets the target on the batches it was measured on
-// (the rows of 32 text lines) need not meet it on other data. Fewer than four
-// batches are all searched on, and nothing is held out.
-std::pair<ReferenceBatches, ReferenceBatches> hold_out(const ReferenceBatches& all) {
-    ReferenceBatches search = all, held = all;
-    search.feeds.clear(), search.outputs.clear(), held.feeds.clear(), held.outputs.clear();
-    for (size_t b = 0; b < all.feeds.size(); ++b) {
-        auto& part = all.feeds.size() >= 4 && b % 4 == 3 ? held : search;
-        part.feeds.push_back(all.feeds[b]);
-        part.outputs.push_back(all.outputs[b]);
-    }
-    return {std::move(search), std::move(held)};
-}
-
-}  // namespace
-
 MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target, const Ranker& rank,
-                                            const Raising& raise, const ReferenceBatches& all, size_t budget,
-                                            int threads) {
-    const auto parts = hold_out(all);
-    const auto& reference = parts.first;
-    const auto& held_out = parts.second;
+                                            const Raising& raise, size_t budget) {
     std::vector<TensorSensitivity> ranking;
     std::vector<std::string> candidates;
     auto prefix = [&](size_t k) {
@@ -248,11 +147,11 @@ MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target, 
     };
 
     nlohmann::json tried = nlohmann::json::array();
-    std::map<size_t, OutputError> errors;  // by prefix length
-    auto error_at = [&](size_t k) -> const OutputError& {
+    std::map<size_t, OutputAgreement> errors;  // by prefix length
+    auto error_at = [&](size_t k) -> const OutputAgreement& {
         if (auto it = errors.find(k); it != errors.end()) return it->second;
         const auto raised = prefix(k);
-        const auto e = measure_output(raise.model(raised), reference, threads);
+        const auto e = raise.measure(raised, BatchSet::Searched);
         auto j = error_json(e);
         j["tensors_raised"] = raise.count(raised);
         tried.push_back(j);
@@ -264,14 +163,14 @@ MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target, 
 
     // Top-1 agreements a row or two apart are ties (one row of 1280 is noise
     // of the calibration data, not a better set): the better SQNR decides them.
-    auto better = [&](const OutputError& a, const OutputError& b) {
+    auto better = [&](const OutputAgreement& a, const OutputAgreement& b) {
         constexpr double kTiedRows = 2;
         const double tie = target.top1_drop ? kTiedRows / static_cast<double>(std::max<int64_t>(a.rows, 1)) : 0.0;
         const double da = target.score(a), db = target.score(b);
         return da > db + tie || (std::abs(da - db) <= tie && a.sqnr_db > b.sqnr_db);
     };
     size_t chosen = 0;
-    std::optional<std::pair<std::set<std::string>, OutputError>> greedy;
+    std::optional<std::pair<std::set<std::string>, OutputAgreement>> greedy;
     if (!met(0)) {
         ranked();
         size_t fail = 0, k = 1;
@@ -289,47 +188,47 @@ MixedPrecisionResult search_mixed_precision(const MixedPrecisionTarget& target, 
         } else {  // out of reach: the error need not fall with every tensor raised
             for (const auto& [length, error] : errors)
                 if (better(error, errors.at(chosen))) chosen = length;
-            greedy = raise_greedily(target, candidates, raise, reference, budget, error_at(0), better, tried, threads);
+            greedy = raise_greedily(target, candidates, raise, budget, error_at(0), better, tried);
         }
     }
     auto raised = prefix(chosen);
-    OutputError last = error_at(chosen);
+    OutputAgreement last = error_at(chosen);
     if (greedy && better(greedy->second, last)) raised = greedy->first, last = greedy->second;
     bool reached = target.met_by(last);
     // The choice confirmed on the held-out batches; where it meets the target
     // only on the batches it was chosen on, longer prefixes of the ranking are
     // tried (within the budget) until it meets it on both.
     nlohmann::json confirmation;
-    if (!held_out.feeds.empty() && reached) {
-        auto confirm = measure_output(raise.model(raised), held_out, threads);
+    auto confirm = reached ? raise.measure(raised, BatchSet::HeldOut) : OutputAgreement{};
+    if (confirm.batches > 0) {
         if (!target.met_by(confirm)) ranked();
         for (size_t k = std::max<size_t>(chosen, 1) * 2; !target.met_by(confirm) && k / 2 < longest; k *= 2) {
             const auto longer = prefix(std::min(k, longest));
-            const auto on_search = measure_output(raise.model(longer), reference, threads);
+            const auto on_search = raise.measure(longer, BatchSet::Searched);
             if (!target.met_by(on_search)) continue;
-            const auto on_held = measure_output(raise.model(longer), held_out, threads);
+            const auto on_held = raise.measure(longer, BatchSet::HeldOut);
             log_info("mixed precision: {} tensors raised to carry to the held-out batches: top-1 agreement {:.4f} "
                      "there",
                      raise.count(longer), on_held.top1_agreement);
             raised = longer, last = on_search, confirm = on_held;
         }
         confirmation = error_json(confirm);
-        confirmation["batches"] = held_out.feeds.size();
+        confirmation["batches"] = confirm.batches;
         confirmation["met"] = target.met_by(confirm);
         if (!target.met_by(confirm)) {
             reached = false;
             log_warn("mixed precision: the target ({}) holds on the batches the search measured but not on the {} "
                      "held out of it (SQNR {:.2f} dB, top-1 agreement {:.4f}): the choice may not carry to other "
                      "data; more calibration data or a larger MaxRaisedFraction help",
-                     target.describe(), held_out.feeds.size(), confirm.sqnr_db, confirm.top1_agreement);
+                     target.describe(), confirm.batches, confirm.sqnr_db, confirm.top1_agreement);
         }
     }
     MixedPrecisionResult out;
     out.raised = raised;
     out.report = {{"target", target.describe()},
-                  {"output", reference.output_name},
-                  {"measure", reference.meaning.describe()},
-                  {"batches", reference.feeds.size()},
+                  {"output", raise.output.name},
+                  {"measure", raise.output.measure},
+                  {"batches", error_at(0).batches},
                   {"budget", budget},
                   {"met", reached},
                   {"before", error_json(error_at(0))},
