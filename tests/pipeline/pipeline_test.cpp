@@ -927,3 +927,33 @@ TEST(PerChannel, UpgradesAnOlderModelToOpset13) {
 }
 
 }  // namespace
+
+// An algorithm's context offers each service only in the stages that have it,
+// and takes corrected initializers only of the names, shapes and types the model has.
+TEST(AlgorithmContext, AServiceItsStageLacksIsNamedAndInitializersKeepTheirForm) {
+    GraphBuilder b;
+    b.input("x", {1, 4}).output("y", {1, 4});
+    b.initializer("bias", Tensor::from_values<float>({4}, std::vector<float>{1, 2, 3, 4}));
+    b.node("Add", {"x", "bias"}, {"y"});
+    const auto model = b.build();
+    const auto dir = temp_dir();
+    vaiq::write_npy(dir / "x.npy", Tensor::from_values<float>({1, 4}, std::vector<float>{0, 1, 2, 3}));
+    auto data = vaiq::open_data_reader(dir / "x.npy", model);
+    vaiq::test::TestAlgorithmContext c(model, *data);
+    vaiq::AlgorithmContext& context = c.context;  // as a plugin sees it
+    try {
+        context.agreement(model);
+        ADD_FAILURE() << "a test context measures agreement";
+    } catch (const vaiq::InternalError& e) {
+        EXPECT_NE(std::string(e.what()).find("agreement() is not offered"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(context.set_precision({"x"}, {}), vaiq::InternalError);
+    EXPECT_THROW(context.set_initializers({{"nothing", Tensor::from_values<float>({4}, std::vector<float>(4))}}),
+                 vaiq::InputError);
+    EXPECT_THROW(context.set_initializers({{"bias", Tensor::from_values<float>({2}, std::vector<float>(2))}}),
+                 vaiq::InputError)
+        << "another shape";
+    context.set_initializers({{"bias", Tensor::from_values<float>({4}, std::vector<float>{4, 3, 2, 1})}});
+    ASSERT_EQ(c.initializers.count("bias"), 1u);
+    EXPECT_EQ(c.initializers.at("bias").data<float>()[0], 4.0f);
+}
