@@ -1,6 +1,6 @@
 // Calibration data as it arrives from users: NaN and infinity, all zeros,
 // constants, the wrong dtype, a shape that changes mid-stream, nothing at all.
-// Each is either handled as documented (README, "Calibration data") or refused
+// Each is either handled as documented (docs/data.md) or refused
 // with one error line naming the file, with nothing written; never a garbage scale.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -6,7 +6,7 @@
 
 namespace vaiq {
 
-/// The pipeline phases, in order (README.md, "Quantizing"). A key belongs to the phase that reads it.
+/// The pipeline phases, in order (docs/quantizing.md). A key belongs to the phase that reads it.
 enum class Phase { Setup, Load, Prepare, Plan, Calibrate, Parameters, Emit, Check, Evaluate, Save };
 std::string_view phase_name(Phase phase);
 
