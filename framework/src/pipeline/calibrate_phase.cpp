@@ -1,0 +1,311 @@
+// The calibrate phase: ranges observed on the data (or read from statistics files), channel scales checked.
+#include "pipeline/run_state.hpp"
+
+#include <fmt/format.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+
+#include "pipeline/algorithm_context.hpp"
+#include "pipeline/calibration.hpp"
+#include "pipeline/channel_ranges.hpp"
+#include "pipeline/data_reader.hpp"
+#include "pipeline/diagnosis.hpp"
+#include "pipeline/dump.hpp"
+#include "pipeline/evaluation.hpp"
+#include "pipeline/fragile_inputs.hpp"
+#include "pipeline/html_report.hpp"
+#include "pipeline/joined_reference.hpp"
+#include "pipeline/mixed_scale.hpp"
+#include "pipeline/planner.hpp"
+#include "pipeline/preprocess.hpp"
+#include "pipeline/selection.hpp"
+#include "pipeline/sensitivity.hpp"
+#include "pipeline/statistics_file.hpp"
+#include "recipe/defaults.hpp"
+#include "util/atomic_file.hpp"
+#include "util/model_size.hpp"
+#include "util/npy.hpp"
+#include "util/progress.hpp"
+#include "util/spool.hpp"
+#include "util/text.hpp"
+#include "vaiq/error.hpp"
+#include "vaiq/log.hpp"
+
+namespace fs = std::filesystem;
+
+namespace vaiq::phases {
+
+namespace {
+
+// What the run's statistics belong to: the prepared model and its calibrators' options.
+StatisticsIdentity statistics_identity(const RunState& s) {
+    StatisticsIdentity id{model_fingerprint(s.model), {}};
+    for (const auto& t : s.draft.tensors)
+        if (t.observed() && !id.calibrators.count(t.calibrate_method))
+            id.calibrators[t.calibrate_method] = s.calibrator_choice(t.calibrate_method).options.values();
+    return id;
+}
+
+// Observers fed from statistics files, shard by shard; the data, if any, serves the later phases.
+Observations observe_files(RunState& s, const StatisticsIdentity& identity) {
+    auto observations = make_observers(s.draft);
+    for (const auto& path : s.options.calibration_files) {
+        std::ifstream in(path);
+        if (!in) throw InputError(fmt::format("{}: cannot read the statistics file", path.string()));
+        nlohmann::json file;
+        try {
+            file = nlohmann::json::parse(in);
+        } catch (const nlohmann::json::exception& e) {
+            throw InputError(fmt::format("{}: not JSON: {}", path.string(), e.what()));
+        }
+        merge_statistics_file(observations, s.draft, identity, file, path);
+    }
+    if (has_calibration_data(s.recipe, s.options)) {
+        s.data = calibration_reader(s.recipe, s.options, s.model);
+    } else {
+        log_info("calibrated from statistics files; with no calibration data, evaluation runs on random data");
+        s.data = random_reader(s.recipe, s.model);
+    }
+    return observations;
+}
+
+}  // namespace
+
+// The prepared float model against the input model, where preparation changed
+// what it computes (the DPU simulations): error no quantization setting removes.
+void report_preparation_error(RunState& s, const Evaluation& e, const char* data) {
+    if (e.outputs.empty()) return;
+    auto& out = s.report["preparation_error"] = e.to_json();
+    out["data"] = data;
+    std::vector<std::string> changers;  // the passes that changed what the model computes
+    for (const auto& p : s.report["passes"])
+        if (p.value("changed", false) && !p.value("keeps_function", true)) changers.push_back(p["name"]);
+    out["passes"] = changers;
+    const auto line =
+        fmt::format("the prepared float model against the input model ({} changed what it computes): {}",
+                    changers.empty() ? std::string("preparation") : join(changers, ", "), summary_line(e));
+    const double warn_db = s.recipe.value("warn_output_sqnr_db").get<double>();
+    if (std::none_of(e.outputs.begin(), e.outputs.end(), [&](const auto& o) { return o.sqnr_db < warn_db; }))
+        return log_info("{}", line);
+    log_warn(
+        "{}; below warn_output_sqnr_db {} before anything is quantized: the target's options switch those "
+        "transforms off (`vaiq explain RECIPE` lists them)",
+        line, warn_db);
+}
+
+namespace {
+
+// Observers fed the calibration data.
+Observations observe_data(RunState& s) {
+    const auto observed = s.draft.observed();
+    if (!s.data && !has_calibration_data(s.recipe, s.options)) {
+        // Given parameters are meant to replace calibration: random data must not fill the gaps.
+        const bool given = !s.recipe.value("input_quantization_params").empty() ||
+                           !s.recipe.value("output_quantization_params").empty();
+        if (given && !observed.empty())
+            throw InputError(
+                fmt::format("these activations have neither given parameters nor calibration data: {} "
+                            "(add them to input_quantization_params/output_quantization_params or set "
+                            "calibration_data_reader)",
+                            join(observed, ", ")));
+        if (observed.empty()) {
+            log_info("nothing to calibrate: activations are quantized at run time or have given parameters");
+            s.data = random_reader(s.recipe, s.model);  // types the tensors; evaluation runs on it too
+        }
+    }
+    if (!s.data) s.data = calibration_reader(s.recipe, s.options, s.model);
+    // Evaluation on this data against a model whose function preparation kept can
+    // compare against these outputs instead of running the given model again
+    // (calibration runs every batch when it observes anything).
+    OutputSink keep;
+    const bool evaluated_here =
+        s.last >= Phase::Evaluate && s.recipe.value("evaluation_data").is_null() && !observed.empty();
+    // Where preparation changed the function, the given model's outputs are
+    // computed beside, from what the two models share (see joined_reference.hpp).
+    std::optional<JoinedReference> joined;
+    bool given_apart = false;  // evaluation will run the input model on the same data
+    if (evaluated_here && !s.function_kept) {
+        const Model given = load_model(s.input);
+        if (same_inputs(given, s.model)) joined = join_given_model(s.model, given);
+        given_apart = !joined && same_inputs(given, s.model);
+        if (joined)
+            log_info("evaluation's reference, the input model, joins calibration: {} of its nodes shared, {} added",
+                     joined->shared_nodes, joined->added_nodes);
+    }
+    // With the two joined, what preparation alone changed in the outputs comes for free.
+    std::optional<OutputComparison> preparation;
+    if (evaluated_here && (s.function_kept || joined)) {
+        s.float_outputs = std::make_unique<ReferenceOutputs>();
+        s.float_outputs_from_input = joined.has_value();
+        const int outputs = joined ? joined->outputs_before : s.model.graph().output_size();
+        for (int o = 0; o < outputs; ++o) s.float_outputs->names.push_back(s.model.graph().output(o).name());
+        if (joined) preparation.emplace(s.float_outputs->names);
+        keep = [&, limit = evaluation_batches(s.recipe)](const Batch& batch, std::vector<Tensor> values) {
+            if (limit > 0 && static_cast<int>(s.float_outputs->sources.size()) >= limit) return;
+            if (joined) {  // the input model's outputs, in the prepared model's order
+                std::vector<Tensor> given;
+                for (int index : joined->given_outputs)  // a shared output is copied: the prepared model's too
+                    given.push_back(index < joined->outputs_before ? values.at(index) : std::move(values.at(index)));
+                values.resize(given.size());
+                preparation->add(given, values, batch.source);
+                values = std::move(given);
+            }
+            s.float_outputs->add(batch.source, std::move(values));
+        };
+    } else if (given_apart) {  // what preparation alone changed, compared when the input model runs
+        s.prepared_outputs = std::make_unique<ReferenceOutputs>();
+        s.prepared_outputs->names = output_names(s.model);
+        keep = [&, limit = evaluation_batches(s.recipe)](const Batch& batch, std::vector<Tensor> values) {
+            if (limit > 0 && static_cast<int>(s.prepared_outputs->sources.size()) >= limit) return;
+            s.prepared_outputs->add(batch.source, std::move(values));
+        };
+    }
+    auto observations = make_observers(s.draft);
+    try {
+        observe(
+            observations, s.model, s.draft, *s.data, s.threads,
+            [&](int batch) { log_debug("calibration batch {} of {} files", batch, s.data->items()); }, keep);
+    } catch (...) {
+        if (joined) remove_joined(s.model, *joined);
+        throw;
+    }
+    if (joined) remove_joined(s.model, *joined);
+    if (preparation) {
+        Evaluation e;
+        e.batches = static_cast<int>(s.float_outputs->sources.size());
+        for (auto rows : s.float_outputs->batch_samples) e.samples += rows;
+        e.outputs = preparation->metrics();
+        report_preparation_error(s, e, "calibration_data");
+    }
+    return observations;
+}
+
+// The first `limit` batches of another reader.
+class FirstBatches final : public DataReader {
+  public:
+    FirstBatches(DataReader& all, size_t limit) : all_(all), limit_(limit) {}
+    std::optional<Batch> next() override { return read_++ < limit_ ? all_.next() : std::nullopt; }
+    void rewind() override {
+        all_.rewind();
+        read_ = 0;
+    }
+    size_t items() const override { return std::min(limit_, all_.items()); }
+
+  private:
+    DataReader& all_;
+    size_t limit_, read_ = 0;
+};
+
+// Tensors whose channels live on different scales (mixed_scale.hpp), measured
+// on the first calibration batches, and the heads' weights: split where the
+// graph splits them, weights per channel where the target allows it, named
+// with what to do elsewhere. Statistics files (sharded calibration) are made and
+// read without the measurement, which would need the data before calibrating,
+// so that the plan a shard observes is the plan the run reads them into.
+void check_channel_scales(RunState& s, bool measure) {
+    const double ratio = s.recipe.value("mixed_scale_ratio").get<double>();
+    const auto batches = s.recipe.value("mixed_scale_batches").get<int64_t>();
+    if (!(ratio > 0)) return;
+    const auto requests =
+        measure && batches > 0 ? mixed_scale_candidates(s.model, s.draft) : std::vector<ChannelRangeRequest>{};
+    // Given parameters replace calibration: random data must not decide anything then.
+    const bool given =
+        !s.recipe.value("input_quantization_params").empty() || !s.recipe.value("output_quantization_params").empty();
+    ChannelRanges ranges;
+    if (!requests.empty() && (s.data || has_calibration_data(s.recipe, s.options) || !given)) {
+        if (!s.data) s.data = calibration_reader(s.recipe, s.options, s.model);
+        FirstBatches first(*s.data, static_cast<size_t>(batches));
+        try {
+            ranges = measure_channel_ranges(s.model, first, requests, s.threads);
+        } catch (const InputError& e) {  // a check, like a diagnosis, never fails the run
+            ranges.clear();
+            if (std::string(e.what()).find("input '") != std::string::npos) {
+                log_debug("the channel-scale check is skipped: {}", e.what());  // calibration reports the data
+            } else {
+                log_warn("the channel-scale check could not measure the model, and is skipped: {}", e.what());
+                s.report["diagnoses_unavailable"].push_back(
+                    {{"diagnosis", "the channel-scale check"}, {"error", e.what()}});
+            }
+        }
+        s.data->rewind();
+    }
+    QuantRequest per_channel = s.run;
+    per_channel.per_channel = true;
+    bool per_channel_ok = true;
+    try {
+        s.target->check(per_channel);
+    } catch (const InputError&) {
+        per_channel_ok = false;
+    }
+    auto& out = s.report["mixed_scale_tensors"] = nlohmann::json::array();
+    constexpr size_t kWarned = 3;  // a network of many concatenations names the rest in one line
+    size_t warned = 0;
+    std::vector<std::string> unwarned;
+    for (const auto& m : split_mixed_scales(s.model, s.draft, requests, ranges, ratio, per_channel_ok)) {
+        out.push_back(m.to_json());
+        const double apart = m.widest / m.narrowest;
+        if (m.action == "split")
+            log_info(
+                "'{}' holds channels on scales {:.0f}x apart: it stays float and each Slice/Split reading it is "
+                "quantized on its own range",
+                m.tensor, apart);
+        else if (m.action == "per_channel")
+            log_info("the weight '{}' of '{}' holds output channels on scales {:.0f}x apart: quantized per channel",
+                     m.tensor, m.node, apart);
+        else if (warned++ < kWarned)
+            log_warn("'{}' holds channels on scales {:.0f}x apart: {}", m.tensor, apart, m.advice);
+        else
+            unwarned.push_back(m.tensor);
+        if (m.action.empty() && m.role == "activation") s.mixed_scales.push_back(m.tensor);
+    }
+    if (!unwarned.empty())
+        log_warn(
+            "{} more tensors hold channels on scales {}x or more apart, each with what to try in the report's "
+            "mixed_scale_tensors: {}{}",
+            unwarned.size(), ratio,
+            join({unwarned.begin(), unwarned.begin() + std::min<std::ptrdiff_t>(6, std::ssize(unwarned))}),
+            unwarned.size() > 6 ? ", ..." : "");
+}
+
+// Observes the calibration data; where preparation changed the model's inputs,
+// an input the data does not fit says that the data must fit the prepared model.
+Observations observe_calibration(RunState& s, const std::optional<StatisticsIdentity>& identity) {
+    try {
+        return identity && !s.options.calibration_files.empty() ? observe_files(s, *identity) : observe_data(s);
+    } catch (const InputError& e) {
+        const std::string what = e.what();
+        if (!s.inputs_changed || what.find("input '") == std::string::npos) throw;
+        throw InputError(what +
+                         "; preparation changed the model's inputs (convert_nchw_to_nhwc channels-last, "
+                         "convert_fp16_to_fp32 float): the calibration data must fit the prepared model "
+                         "(--stop-after prepare writes it)");
+    }
+}
+
+}  // namespace
+
+void calibrate_phase(RunState& s) {
+    const bool from_files = !s.options.calibration_files.empty();
+    check_channel_scales(s, !from_files && !s.keep_tables);
+    std::optional<StatisticsIdentity> identity;
+    if (from_files || s.keep_tables) identity = statistics_identity(s);
+    const auto observations = observe_calibration(s, identity);
+    s.calibration = conclude(s.draft, observations);
+    if (s.keep_tables)
+        s.tables = CalibrationTables{statistics_file(observations, s.draft, *identity),
+                                     ort_calibration_json(s.calibration), tensorrt_calibration_cache(s.calibration)};
+    s.report["calibration"] = {{"batches", s.calibration.batches},
+                               {"observed_tensors", s.calibration.results.size()},
+                               {"not_float", s.calibration.not_float}};
+    if (from_files) s.report["calibration"]["statistics_files"] = s.options.calibration_files;
+    drop_tensors(s.draft, s.calibration.not_float);
+}
+
+}  // namespace vaiq::phases

@@ -1,0 +1,199 @@
+// Which plugins a recipe runs, with their options: the target, format, calibrator, passes and algorithms.
+#include "pipeline/run_state.hpp"
+
+#include <fmt/format.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+
+#include "pipeline/algorithm_context.hpp"
+#include "pipeline/calibration.hpp"
+#include "pipeline/channel_ranges.hpp"
+#include "pipeline/data_reader.hpp"
+#include "pipeline/diagnosis.hpp"
+#include "pipeline/dump.hpp"
+#include "pipeline/evaluation.hpp"
+#include "pipeline/fragile_inputs.hpp"
+#include "pipeline/html_report.hpp"
+#include "pipeline/joined_reference.hpp"
+#include "pipeline/mixed_scale.hpp"
+#include "pipeline/planner.hpp"
+#include "pipeline/preprocess.hpp"
+#include "pipeline/selection.hpp"
+#include "pipeline/sensitivity.hpp"
+#include "pipeline/statistics_file.hpp"
+#include "recipe/defaults.hpp"
+#include "util/atomic_file.hpp"
+#include "util/model_size.hpp"
+#include "util/npy.hpp"
+#include "util/progress.hpp"
+#include "util/spool.hpp"
+#include "util/text.hpp"
+#include "vaiq/error.hpp"
+#include "vaiq/log.hpp"
+
+namespace fs = std::filesystem;
+
+namespace vaiq::phases {
+
+namespace {
+
+std::string who_needs(const Recipe& recipe, std::string_view key, const std::string& value) {
+    const auto& origin = recipe.setting(key).origin;
+    return origin == "default" ? fmt::format("{} {} (the default)", key, value)
+                               : fmt::format("{}: {} {}", origin, key, value);
+}
+
+// A plugin option named like a documented extra option (CalibMovingAverage,
+// DedicatedQDQPair, a device's AlignConcat: a capital first) takes the
+// recipe's extra_options value, so a recipe moved from a Python call needs no
+// second spelling of it.
+// `given` holds the plugin's other options, `given_origin` says where each was set.
+Options with_extra_options(const Recipe& recipe, const PluginRegistry& registry, const PluginInfo& info,
+                           nlohmann::json given, const OptionOrigin& given_origin) {
+    std::map<std::string, std::string> origins;
+    for (const auto& spec : info.options) {
+        if (!is_extra_option_name(spec.name)) continue;
+        if (given.contains(spec.name))
+            throw InputError(fmt::format("{}: {} is a documented extra option; set it under extra_options",
+                                         given_origin(spec.name), spec.name));
+        auto it = recipe.settings.find("extra_options." + spec.name);
+        if (it == recipe.settings.end() || it->second.value.is_null()) continue;
+        given[spec.name] = it->second.value;
+        origins[spec.name] = it->second.origin;
+    }
+    return registry.resolve_options(info, given, [&](const std::string& option) {
+        auto it = origins.find(option);
+        return it != origins.end() ? it->second : given_origin(option);
+    });
+}
+
+}  // namespace
+
+PluginChoice choose(const Recipe& recipe, const PluginRegistry& registry, PluginKind kind, const std::string& name,
+                    std::string_view key) {
+    const auto& info = registry.require(kind, name, who_needs(recipe, key, recipe.value(key).get<std::string>()));
+    const std::string kind_str(kind_name(kind));
+    return {&info,
+            with_extra_options(recipe, registry, info, recipe.plugin_options(kind_str), [&](const std::string& option) {
+                return recipe.plugin_option_origin(kind_str, option);
+            })};
+}
+
+PluginChoice choose_algorithm(const Recipe& recipe, const PluginRegistry& registry,
+                              const defaults::AlgorithmRequest& request) {
+    const auto& info = registry.require(PluginKind::Algorithm, request.name, request.origin);
+    return {&info, with_extra_options(recipe, registry, info, request.options,
+                                      [&](const std::string&) { return request.origin; })};
+}
+
+namespace {
+
+// The recipe's algorithms in its order, after those its documented settings
+// imply (weight_only_algorithm: gptq); an algorithm named twice runs once.
+std::vector<PluginChoice> choose_algorithms(const Recipe& recipe, const PluginRegistry& registry) {
+    std::vector<PluginChoice> out;
+    auto add = [&](const defaults::AlgorithmRequest& request) {
+        if (std::any_of(out.begin(), out.end(), [&](const PluginChoice& c) { return c.info->name == request.name; }))
+            return;
+        out.push_back(choose_algorithm(recipe, registry, request));
+    };
+    for (const auto& a : defaults::implied_algorithms(recipe)) add(a);
+    for (const auto& a : recipe.value("algorithms"))
+        add({a["name"].get<std::string>(), a["options"], a["origin"].get<std::string>()});
+    return out;
+}
+
+}  // namespace
+
+}  // namespace vaiq::phases
+
+namespace vaiq {
+
+namespace {
+
+bool declares(const PluginInfo& info, const std::string& option) {
+    return std::any_of(info.options.begin(), info.options.end(), [&](const auto& o) { return o.name == option; });
+}
+
+// Every extra option the schema does not have must be an option of a chosen
+// plugin. One of a plugin the recipe does not use has no effect (a warning, as
+// for a switch that is off); one no plugin declares is a typo.
+void check_extra_options(const Recipe& recipe, const PluginRegistry& registry, const ResolvedPlugins& chosen) {
+    std::vector<const PluginInfo*> used = {chosen.target.info, chosen.format.info, chosen.calibrator.info};
+    for (const auto& p : chosen.passes) used.push_back(p.info);
+    for (const auto& a : chosen.algorithms) used.push_back(a.info);
+    if (chosen.next_lever) used.push_back(chosen.next_lever->info);
+    for (const auto& [name, setting] : recipe.plugin_extra_options()) {
+        if (std::any_of(used.begin(), used.end(), [&n = name](const auto* info) { return declares(*info, n); }))
+            continue;
+        std::vector<std::string> owners, known;
+        for (const auto* info : registry.list()) {
+            if (declares(*info, name)) owners.push_back(fmt::format("{} '{}'", kind_name(info->kind), info->name));
+            for (const auto& o : info->options)
+                if (is_extra_option_name(o.name)) known.push_back(o.name);
+        }
+        if (!owners.empty()) {
+            log_warn("{}: extra_options.{} has no effect: it is an option of {}, which this recipe does not use",
+                     setting->origin, name, join(owners, ", "));
+            continue;
+        }
+        for (const auto& k : keys_in_section("extra_options")) known.push_back(k);
+        std::string hint = did_you_mean(name, known);
+        throw InputError(fmt::format("{}: unknown key '{}' in extra_options{}", setting->origin, name,
+                                     hint.empty() ? " (neither quantize_static nor a loaded plugin has it; "
+                                                    "`vaiq plugins` lists the plugins' options)"
+                                                  : hint));
+    }
+}
+
+}  // namespace
+
+}  // namespace vaiq
+
+namespace vaiq {
+
+using namespace phases;
+
+ResolvedPlugins resolve_plugins(const Recipe& recipe, PluginRegistry& registry) {
+    for (const auto& p : recipe.value("plugin_paths")) {
+        try {
+            registry.load_path(p.get<std::string>());
+        } catch (const InputError& e) {
+            throw InputError(fmt::format("{}: plugin_paths: {}", recipe.setting("plugin_paths").origin, e.what()));
+        }
+    }
+    ResolvedPlugins out;
+    out.target = choose(recipe, registry, PluginKind::Target, recipe.value("target").get<std::string>(), "target");
+    out.format = choose(recipe, registry, PluginKind::Format, recipe.format_plugin(), "quant_format");
+    out.calibrator = choose(recipe, registry, PluginKind::Calibrator, recipe.calibrator_plugin(), "calibrate_method");
+    for (const auto& pass : recipe.value("passes")) {
+        const auto name = pass["name"].get<std::string>();
+        const auto origin = pass["origin"].get<std::string>();
+        const auto& info = registry.require(PluginKind::Pass, name, origin);
+        out.passes.push_back(
+            {&info, registry.resolve_options(info, pass["options"], [&](const std::string&) { return origin; })});
+    }
+    out.algorithms = choose_algorithms(recipe, registry);
+    if (const auto lever = defaults::next_lever(recipe)) out.next_lever = choose_algorithm(recipe, registry, *lever);
+    check_extra_options(recipe, registry, out);
+    return out;
+}
+
+std::vector<std::string> unsupported_settings(const Recipe& recipe, Phase last) {
+    std::vector<std::string> out;
+    for (const auto& spec : recipe_keys()) {
+        const auto& s = recipe.setting(spec.path);
+        if (spec.implemented || s.is_default() || spec.phase > last || !recipe.in_effect(spec.path)) continue;
+        out.push_back(fmt::format("{} ({})", spec.path, s.origin));
+    }
+    return out;
+}
+
+}  // namespace vaiq

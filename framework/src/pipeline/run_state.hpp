@@ -1,0 +1,213 @@
+// What a run carries from phase to phase, and the phases and helpers the
+// pipeline's files share (internal to the host).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pipeline/algorithm_context.hpp"
+#include "pipeline/calibration.hpp"
+#include "pipeline/data_reader.hpp"
+#include "pipeline/evaluation.hpp"
+#include "pipeline/images.hpp"
+#include "pipeline/joined_reference.hpp"
+#include "pipeline/pipeline.hpp"
+#include "pipeline/planner.hpp"
+#include "pipeline/sensitivity.hpp"
+#include "pipeline/statistics_file.hpp"
+#include "recipe/defaults.hpp"
+#include "util/spool.hpp"
+#include "vaiq/algorithm.hpp"
+
+namespace vaiq::phases {
+
+// The plugin `name` of `kind` with the recipe's options for it (`key` names the setting that chose it).
+PluginChoice choose(const Recipe& recipe, const PluginRegistry& registry, PluginKind kind, const std::string& name,
+                    std::string_view key);
+
+PluginChoice choose_algorithm(const Recipe& recipe, const PluginRegistry& registry,
+                              const defaults::AlgorithmRequest& request);
+
+// A run up to, not including, saving: the quantized model and its report.
+struct QuantizedRun {
+    Model quantized;
+    std::shared_ptr<TensorSpool> parked;  ///< holds the quantized model's large weights, when evaluation parked them
+    nlohmann::json report;
+    std::filesystem::path input, output, report_path;
+    std::optional<CalibrationTables> tables;  ///< when asked for
+};
+
+// What a run carries from phase to phase.
+struct RunState {
+    RunState(const Recipe& r, PluginRegistry& reg, const RunOptions& o)
+        : recipe(r),
+          registry(reg),
+          last(o.stop_after.value_or(Phase::Save)),
+          options(o),
+          calibrators([this](const std::string& method) {
+              const auto choice = calibrator_choice(method);
+              return registry.create<Calibrator>(choice.info->name, choice.options);
+          }) {}
+
+    // The run's calibrator with its resolved options; another method (an override's) resolved now.
+    PluginChoice calibrator_choice(const std::string& method) const {
+        return method == plugins.calibrator.info->name
+                   ? plugins.calibrator
+                   : choose(recipe, registry, PluginKind::Calibrator, method, "calibrate_method");
+    }
+
+    const Recipe& recipe;
+    PluginRegistry& registry;
+    const Phase last;
+    const RunOptions& options;
+    std::filesystem::path input, output, report_path;
+    nlohmann::json report;
+    ResolvedPlugins plugins;
+    PluginInstance<Target> target;
+    /// The instances of s.plugins.algorithms and of its next lever, created at setup.
+    std::vector<PluginInstance<Algorithm>> algorithms;
+    PluginInstance<Algorithm> next_lever;
+    std::vector<PluginInstance<Algorithm>> tried;  ///< algorithms another tried that the run did not create
+    CalibratorSet calibrators;                     ///< the plan points into them
+    QuantRequest run;                              ///< what the recipe asks of the whole run, for the target
+    Model model;                                   ///< the float model, prepared (and its biases corrected)
+    std::optional<Model> uncorrected;  ///< the prepared model before a correction (set_initializers), when one ran
+    /// The float model's outputs on the calibration data, by output index and part, for agreement().
+    std::map<std::pair<int, BatchSet>, ReferenceBatches> agreement_references;
+    bool function_kept = true;  ///< preparation changed only how the model computes, not what
+    /// The float outputs on the calibration data as calibration computed them
+    /// (the prepared model's, or the input model's joined into it), kept when
+    /// evaluation will compare against them.
+    std::unique_ptr<ReferenceOutputs> float_outputs;
+    /// The prepared model's outputs on the calibration data, kept where preparation
+    /// changed the function and evaluation, on that data, runs the input model apart.
+    std::unique_ptr<ReferenceOutputs> prepared_outputs;
+    bool float_outputs_from_input = false;  ///< they are the input model's, joined into calibration
+    DraftPlan draft;
+    std::unique_ptr<DataReader> data;
+    CalibrationOutcome calibration;
+    QuantPlan plan;
+    std::map<std::string, TensorRange> ranges;
+    Model quantized;
+    std::shared_ptr<TensorSpool> parked;            ///< the file the quantized model's large weights wait in
+    PluginInstance<Format> format;                  ///< created on first use
+    std::map<std::string, Tensor> rounded_weights;  ///< fast finetune's grid values, written instead of the weights
+    std::map<std::string, QuantParams> rounded_on;  ///< the quantization each was fitted to (see rounded_for)
+    /// Parameters algorithms chose (AlgorithmContext::set_parameters), kept when the plan is recomputed.
+    std::map<std::string, QuantParams> chosen_params;
+    std::map<int, std::vector<TensorSensitivity>> sensitivity;  ///< by output index, computed once
+    std::vector<ConstraintCount> refined;     ///< what the target's constraints changed in the last plan computed
+    std::optional<CalibrationTables> tables;  ///< kept by calibrate when `keep_tables`
+    /// Tensors whose channels differ in scale and that stay on one grid (mixed_scale.hpp):
+    /// mixed precision raises them first.
+    std::vector<std::string> mixed_scales;
+    bool inputs_changed = false;  ///< preparation changed the model's inputs (NCHW to NHWC, float16 to float32)
+    bool keep_tables = false;
+    const int threads = 0;
+};
+
+// A default that would switch behaviour on, in a phase that does not have it yet.
+void warn_unimplemented_defaults(const Recipe& recipe, Phase phase);
+
+// Initializers listed as graph inputs can be overridden by a caller, so they are
+// not constants; removing them from the inputs lets their values be quantized.
+int remove_initializer_inputs(Model& model);
+
+// How many batches evaluation compares (0: all): evaluation_batches, or by default
+// all of evaluation_data (or of labelled calibration data) and the first
+// kDefaultEvaluationBatches of the calibration data.
+int evaluation_batches(const Recipe& recipe);
+
+// A phase's entry in the report: its time and the peak memory at its end.
+nlohmann::json phase_entry(Phase phase, std::chrono::steady_clock::time_point start);
+
+// The readers the recipe asks for: files, or random data when none are given.
+std::unique_ptr<DataReader> random_reader(const Recipe& recipe, const Model& model);
+
+// How images in a data folder become inputs: the data_preprocess preset, with
+// the image_preprocess keys set explicitly in its place.
+ImagePipeline image_pipeline(const Recipe& recipe);
+
+// Whether the run has calibration data: files the recipe names, or the caller's reader.
+bool has_calibration_data(const Recipe& recipe, const RunOptions& options);
+
+std::unique_ptr<DataReader> calibration_reader(const Recipe& recipe, const RunOptions& options, const Model& model);
+
+nlohmann::json params_json(const TensorQuant& t, const std::map<std::string, TensorRange>& ranges);
+
+// Per constraint: nodes checked, adjusted by refinement, still violated.
+nlohmann::json constraints_json(const std::vector<ConstraintCount>& counts, bool refined);
+
+// The inputs a model takes (names, element types, dimensions), comparable.
+std::vector<std::string> input_signature(const Model& m);
+
+// Whether two models take the same inputs.
+bool same_inputs(const Model& a, const Model& b);
+
+std::string summary_line(const Evaluation& e);
+
+// The report before any phase ran: versions, the recipe's explicit settings.
+nlohmann::json initial_report(const Recipe& recipe, Phase last);
+
+void setup_phase(RunState& s);
+
+void load_phase(RunState& s);
+
+// The documented preparation steps, then the target's transforms, CLE and the recipe's passes.
+void prepare_phase(RunState& s);
+
+void plan_phase(RunState& s);
+
+// The prepared float model against the input model, where preparation changed
+// what it computes (the DPU simulations): error no quantization setting removes.
+void report_preparation_error(RunState& s, const Evaluation& e, const char* data);
+
+void calibrate_phase(RunState& s);
+
+// The fitted weights that `plan` still quantizes as they were fitted: a weight
+// whose parameters changed since (a recomputed plan refined anew, a tensor
+// raised) is rounded to nearest on its new grid instead.
+std::map<std::string, Tensor> rounded_for(const RunState& s, const QuantPlan& plan);
+
+// The prepared float model with `plan` written into it by the run's format,
+// the `rounded` weights in place of the float ones.
+Model emit_plan(RunState& s, const QuantPlan& plan, const std::map<std::string, Tensor>& rounded);
+
+// The same with the run's fitted weights that `plan` still applies to.
+Model emit_plan(RunState& s, const QuantPlan& plan);
+
+// What quantized candidates are measured against: the prepared float model.
+const Model& float_reference(const RunState& s);
+
+// Every tensor of the plan measured on the calibration data (so that
+// evaluation_data stays held out), most harmful first; computed once per output.
+const std::vector<TensorSensitivity>& sensitivity_of(RunState& s, int output_index);
+
+// Runs one algorithm plugin of `stage` on the run as it stands; its report section goes under its name.
+void run_algorithm(RunState& s, Algorithm& algorithm, const std::string& name, AlgorithmStage stage);
+
+// The algorithm plugins of `stage`, in the recipe's order.
+void run_algorithms(RunState& s, AlgorithmStage stage);
+
+void parameters_phase(RunState& s);
+
+void emit_phase(RunState& s);
+
+// What refinement promised, checked on what was written.
+void check_phase(RunState& s);
+
+// The quantized model against the float one on the evaluation (or calibration)
+// data; with a low output SQNR, where the error starts.
+void evaluate_phase(RunState& s);
+
+}  // namespace vaiq::phases
