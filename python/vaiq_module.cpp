@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/dump.hpp"
 #include "pipeline/pipeline.hpp"
 #include "pipeline/preprocess.hpp"
 #include "plugin/registry.hpp"
 #include "recipe/recipe.hpp"
+#include "report/dump.hpp"
 #include "runtime/executor.hpp"
 #include "util/progress.hpp"
 #include "vaiq/error.hpp"

@@ -12,11 +12,11 @@
 #include <limits>
 #include <memory>
 
-#include "pipeline/dump.hpp"
 #include "pipeline/pipeline.hpp"
 #include "pipeline/preprocess.hpp"
 #include "plugin/registry.hpp"
 #include "recipe/recipe.hpp"
+#include "report/dump.hpp"
 #include "runtime/infer.hpp"
 #include "util/atomic_file.hpp"
 #include "util/huge_pages.hpp"

@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "pipeline/batch_workers.hpp"
+#include "data/batch_workers.hpp"
 #include "vaiq/error.hpp"
 
 namespace {

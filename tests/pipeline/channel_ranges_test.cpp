@@ -4,8 +4,8 @@
 
 #include <cmath>
 
+#include "data/data_reader.hpp"
 #include "pipeline/channel_ranges.hpp"
-#include "pipeline/data_reader.hpp"
 #include "pipeline/pipeline.hpp"
 #include "test_support.hpp"
 #include "util/npy.hpp"

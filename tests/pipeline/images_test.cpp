@@ -6,8 +6,8 @@
 
 #include <cmath>
 
-#include "pipeline/data_reader.hpp"
-#include "pipeline/images.hpp"
+#include "data/data_reader.hpp"
+#include "data/images.hpp"
 #include "test_support.hpp"
 #include "util/npy.hpp"
 #include "vaiq/error.hpp"

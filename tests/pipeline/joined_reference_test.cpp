@@ -4,10 +4,10 @@
 
 #include <fstream>
 
-#include "pipeline/data_reader.hpp"
-#include "pipeline/evaluation.hpp"
+#include "data/data_reader.hpp"
 #include "pipeline/joined_reference.hpp"
 #include "pipeline/pipeline.hpp"
+#include "report/evaluation.hpp"
 #include "runtime/executor.hpp"
 #include "test_support.hpp"
 #include "util/npy.hpp"

@@ -7,11 +7,11 @@
 #include <cmath>
 #include <set>
 
-#include "pipeline/data_reader.hpp"
-#include "pipeline/sensitivity.hpp"
+#include "data/data_reader.hpp"
 #include "pipeline/pipeline.hpp"
 #include "plugin/registry.hpp"
 #include "recipe/recipe.hpp"
+#include "report/sensitivity.hpp"
 #include "test_support.hpp"
 #include "util/npy.hpp"
 #include "vaiq/error.hpp"

@@ -7,12 +7,12 @@
 #include <cmath>
 #include <fstream>
 
+#include "data/data_reader.hpp"
 #include "pipeline/calibration.hpp"
-#include "pipeline/data_reader.hpp"
-#include "pipeline/diagnosis.hpp"
-#include "pipeline/evaluation.hpp"
 #include "pipeline/pipeline.hpp"
 #include "pipeline/planner.hpp"
+#include "report/diagnosis.hpp"
+#include "report/evaluation.hpp"
 #include "runtime/executor.hpp"
 #include "test_support.hpp"
 #include "util/npy.hpp"

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "pipeline/html_report.hpp"
+#include "report/html_report.hpp"
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;

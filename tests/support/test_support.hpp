@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/images.hpp"
 #include "pipeline/algorithm_context.hpp"
-#include "pipeline/images.hpp"
 #include "plugin/registry.hpp"
 #include "vaiq/calibrator.hpp"
 #include "vaiq/format.hpp"

@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "pipeline/data_reader.hpp"
+#include "data/data_reader.hpp"
 #include "vaiq/algorithm.hpp"
 
 namespace vaiq {

@@ -8,7 +8,7 @@
 #include <mutex>
 #include <set>
 
-#include "pipeline/batch_workers.hpp"
+#include "data/batch_workers.hpp"
 #include "runtime/executor.hpp"
 #include "util/progress.hpp"
 #include "vaiq/error.hpp"

@@ -8,7 +8,7 @@
 #include <set>
 #include <string>
 
-#include "pipeline/data_reader.hpp"
+#include "data/data_reader.hpp"
 #include "pipeline/planner.hpp"
 #include "vaiq/calibrator.hpp"
 

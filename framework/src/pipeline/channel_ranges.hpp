@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/data_reader.hpp"
+#include "data/data_reader.hpp"
 #include "vaiq/model.hpp"
 #include "vaiq/pass.hpp"
 

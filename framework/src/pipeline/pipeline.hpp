@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/data_reader.hpp"
+#include "data/data_reader.hpp"
 #include "plugin/registry.hpp"
 #include "recipe/recipe.hpp"
 #include "vaiq/calibrator.hpp"

@@ -15,17 +15,17 @@
 #include <string_view>
 #include <vector>
 
+#include "data/data_reader.hpp"
+#include "data/images.hpp"
+#include "data/statistics_file.hpp"
 #include "pipeline/algorithm_context.hpp"
 #include "pipeline/calibration.hpp"
-#include "pipeline/data_reader.hpp"
-#include "pipeline/evaluation.hpp"
-#include "pipeline/images.hpp"
 #include "pipeline/joined_reference.hpp"
 #include "pipeline/pipeline.hpp"
 #include "pipeline/planner.hpp"
-#include "pipeline/sensitivity.hpp"
-#include "pipeline/statistics_file.hpp"
 #include "recipe/defaults.hpp"
+#include "report/evaluation.hpp"
+#include "report/sensitivity.hpp"
 #include "util/spool.hpp"
 #include "vaiq/algorithm.hpp"
 

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "awq.hpp"
-#include "pipeline/data_reader.hpp"
+#include "data/data_reader.hpp"
 #include "runtime/executor.hpp"
 #include "test_support.hpp"
 

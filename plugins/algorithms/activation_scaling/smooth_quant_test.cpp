@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "pipeline/data_reader.hpp"
+#include "data/data_reader.hpp"
 #include "runtime/executor.hpp"
 #include "smooth_quant.hpp"
 #include "test_support.hpp"

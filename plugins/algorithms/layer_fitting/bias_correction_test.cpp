@@ -5,11 +5,11 @@
 #include <cmath>
 
 #include "bias_correction.hpp"
+#include "data/data_reader.hpp"
 #include "plugin/registry.hpp"
-#include "vaiq/error.hpp"
-#include "pipeline/data_reader.hpp"
 #include "test_support.hpp"
 #include "util/npy.hpp"
+#include "vaiq/error.hpp"
 
 namespace fs = std::filesystem;
 using vaiq::QuantType;

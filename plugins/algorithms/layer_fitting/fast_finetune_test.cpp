@@ -9,7 +9,7 @@
 #include <functional>
 #include <random>
 
-#include "pipeline/data_reader.hpp"
+#include "data/data_reader.hpp"
 #include "fast_finetune.hpp"
 #include "runtime/executor.hpp"
 #include "test_support.hpp"

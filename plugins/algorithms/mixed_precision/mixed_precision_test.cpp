@@ -10,7 +10,7 @@
 #include <set>
 
 #include "mixed_precision.hpp"
-#include "pipeline/sensitivity.hpp"
+#include "report/sensitivity.hpp"
 #include "test_support.hpp"
 
 using vaiq::Tensor;

@@ -1,4 +1,4 @@
-#include "pipeline/batch_workers.hpp"
+#include "data/batch_workers.hpp"
 
 #include <omp.h>
 

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "pipeline/data_reader.hpp"
+#include "data/data_reader.hpp"
 #include "runtime/executor.hpp"
 #include "vaiq/algorithm.hpp"
 #include "vaiq/model.hpp"

@@ -1,4 +1,4 @@
-#include "pipeline/statistics_file.hpp"
+#include "data/statistics_file.hpp"
 
 #include <fmt/format.h>
 

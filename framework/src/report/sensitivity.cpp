@@ -1,4 +1,4 @@
-#include "pipeline/sensitivity.hpp"
+#include "report/sensitivity.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "pipeline/html_report.hpp"
+#include "report/html_report.hpp"
 
 #include <fmt/format.h>
 

@@ -9,7 +9,7 @@
 #include <memory>
 #include <optional>
 
-#include "pipeline/data_reader.hpp"
+#include "data/data_reader.hpp"
 
 namespace vaiq {
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "pipeline/data_reader.hpp"
+#include "data/data_reader.hpp"
 #include "vaiq/model.hpp"
 
 namespace vaiq {

@@ -1,4 +1,4 @@
-#include "pipeline/data_reader.hpp"
+#include "data/data_reader.hpp"
 
 #include <fmt/format.h>
 

@@ -1,11 +1,11 @@
-#include "pipeline/dump.hpp"
+#include "report/dump.hpp"
 
 #include <fmt/format.h>
 
 #include <map>
 
 #include "custom_ops.hpp"
-#include "pipeline/data_reader.hpp"
+#include "data/data_reader.hpp"
 #include "runtime/executor.hpp"
 #include "util/atomic_file.hpp"
 #include "vaiq/error.hpp"

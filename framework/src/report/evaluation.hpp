@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/data_reader.hpp"
+#include "data/data_reader.hpp"
 #include "util/spool.hpp"
 #include "vaiq/model.hpp"
 

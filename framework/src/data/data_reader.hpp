@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/images.hpp"
+#include "data/images.hpp"
 #include "vaiq/model.hpp"
 #include "vaiq/tensor.hpp"
 

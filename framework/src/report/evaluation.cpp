@@ -1,4 +1,4 @@
-#include "pipeline/evaluation.hpp"
+#include "report/evaluation.hpp"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 #include <limits>
 #include <memory>
 
-#include "pipeline/batch_workers.hpp"
+#include "data/batch_workers.hpp"
 #include "runtime/executor.hpp"
 #include "util/progress.hpp"
 #include "util/spool.hpp"

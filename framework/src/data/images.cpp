@@ -1,4 +1,4 @@
-#include "pipeline/images.hpp"
+#include "data/images.hpp"
 
 #include <fmt/format.h>
 #include <png.h>

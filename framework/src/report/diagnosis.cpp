@@ -1,4 +1,4 @@
-#include "pipeline/diagnosis.hpp"
+#include "report/diagnosis.hpp"
 
 #include <algorithm>
 #include <cmath>
