@@ -92,7 +92,7 @@ class Converter {
                 node.clear_attribute();
                 node.mutable_input()->DeleteSubrange(1, node.input_size() - 1);
                 node.set_op_type("Cast");
-                set_int_attribute(node, "to", static_cast<int64_t>(quantize ? type : DataType::Float));
+                set_attribute(node, "to", static_cast<int64_t>(quantize ? type : DataType::Float));
                 use_domain(node, "");
                 if (quantize)
                     warnings_.push_back(

@@ -634,7 +634,7 @@ TEST(Cli, ConvertOpset) {
     vaiq::test::GraphBuilder b(9);
     b.input("x", {1, 3, 8}).output("y", {1, 3, 8});
     b.node("Relu", {"x"}, {"r"});
-    vaiq::set_int_attribute(b.node("Softmax", {"r"}, {"y"}), "axis", 2);
+    vaiq::set_attribute(b.node("Softmax", {"r"}, {"y"}), "axis", 2);
     vaiq::save_model(b.build(), dir / "softmax9.onnx");
     r = vaiq_cli("convert-opset " + (dir / "softmax9.onnx").string() + " " + (dir / "softmax13.onnx").string() +
                  " --opset 13");

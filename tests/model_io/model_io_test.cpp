@@ -231,7 +231,7 @@ vaiq::Model undeclared_softmax_model() {
     vaiq::test::GraphBuilder b(9);
     b.input("x", {2, 3, 4}).output("y", {2, 3, 4});
     b.node("Relu", {"x"}, {"r"});
-    vaiq::set_int_attribute(b.node("Softmax", {"r"}, {"y"}), "axis", 2);
+    vaiq::set_attribute(b.node("Softmax", {"r"}, {"y"}), "axis", 2);
     return b.build();
 }
 

@@ -382,7 +382,7 @@ std::pair<vaiq::Model, vaiq::Tensor> conv_chain(bool relu_after_add = false, boo
     b.node("Clip", {"e", "zero", "six"}, {"e6"});
     auto& dw = b.node("Conv", {"e6", "w_dw", "b_dw"}, {"d"});
     vaiq::test::set_ints_attribute(dw, "pads", {1, 1, 1, 1});
-    vaiq::test::set_int_attribute(dw, "group", 24);
+    vaiq::test::set_attribute(dw, "group", 24);
     b.node("Clip", {"d", "zero", "six"}, {"d6"});
     b.node("Conv", {"d6", "w_project"}, {"p"});
     b.node("Add", {"p", "a"}, {relu_after_add ? "sum" : "r"});
@@ -390,7 +390,7 @@ std::pair<vaiq::Model, vaiq::Tensor> conv_chain(bool relu_after_add = false, boo
     auto& down = b.node("Conv", {"r", "w_down"}, {hard_swish ? "s0" : "s"});
     vaiq::test::set_ints_attribute(down, "pads", {0, 1, 1, 0});
     vaiq::test::set_ints_attribute(down, "strides", {2, 2});
-    vaiq::test::set_int_attribute(down, "group", 8);
+    vaiq::test::set_attribute(down, "group", 8);
     if (hard_swish) {
         b.node("HardSigmoid", {"s0"}, {"hs"});
         b.node("Mul", {"s0", "hs"}, {"s"});
@@ -398,7 +398,7 @@ std::pair<vaiq::Model, vaiq::Tensor> conv_chain(bool relu_after_add = false, boo
     b.node("GlobalAveragePool", {"s"}, {"g"});
     b.node("Flatten", {"g"}, {"f"});
     auto& fc = b.node("Gemm", {"f", "w_fc", "b_fc"}, {"y"});
-    vaiq::test::set_int_attribute(fc, "transB", 1);
+    vaiq::test::set_attribute(fc, "transB", 1);
     std::vector<float> x(2 * 8 * 1600);
     for (size_t i = 0; i < x.size(); ++i) x[i] = noise(static_cast<int64_t>(i) + 1000, 1.5f);
     return {b.build(), Tensor::from_values<float>({2, 8, 40, 40}, x)};
@@ -571,8 +571,8 @@ TEST(OnnxRuntimeFloat, LayerNormGeluErfAndBfloat16AgreeToTheBit) {
         eps->set_type(onnx::AttributeProto::FLOAT);
         eps->set_f(1e-6f);
         b.node("Gelu", {"n"}, {"g"}).set_domain("com.microsoft");
-        vaiq::test::set_int_attribute(b.node("Cast", {"g"}, {"h"}), "to", onnx::TensorProto::BFLOAT16);
-        vaiq::test::set_int_attribute(b.node("Cast", {"h"}, {"y"}), "to", onnx::TensorProto::FLOAT);
+        vaiq::test::set_attribute(b.node("Cast", {"g"}, {"h"}), "to", onnx::TensorProto::BFLOAT16);
+        vaiq::test::set_attribute(b.node("Cast", {"h"}, {"y"}), "to", onnx::TensorProto::FLOAT);
         auto model = b.build();
         auto* ms = model.proto().add_opset_import();
         ms->set_domain("com.microsoft");
@@ -642,7 +642,7 @@ vaiq::Model encoder_layer() {
     vaiq::test::set_ints_attribute(b.node("Transpose", {"k"}, {"kt"}), "perm", {0, 2, 1});
     b.node("MatMul", {"q", "kt"}, {"scores_raw"});
     b.node("Mul", {"scores_raw", "inv_sqrt_d"}, {"scores"});
-    vaiq::test::set_int_attribute(b.node("Softmax", {"scores"}, {"probs"}), "axis", -1);
+    vaiq::test::set_attribute(b.node("Softmax", {"scores"}, {"probs"}), "axis", -1);
     b.node("MatMul", {"probs", "v"}, {"context"});
     linear("context", "attn", kHidden, kHidden);
     b.node("Add", {"x", "attn"}, {"res1"});
@@ -783,7 +783,7 @@ vaiq::Model lstm_model() {
     b.initializer("w", wave_tensor({2, 64, 8}, 0.4f, 1)).initializer("r", wave_tensor({2, 64, 16}, 0.3f, 2));
     b.initializer("b", wave_tensor({2, 128}, 0.1f, 3));
     auto& lstm = b.node("LSTM", {"x", "w", "r", "b"}, {"y"});
-    vaiq::test::set_int_attribute(lstm, "hidden_size", 16);
+    vaiq::test::set_attribute(lstm, "hidden_size", 16);
     auto* direction = lstm.add_attribute();
     direction->set_name("direction");
     direction->set_type(onnx::AttributeProto::STRING);
@@ -827,7 +827,7 @@ vaiq::Model fused_attention_model() {
     b.initializer("out_w", wave_tensor({16, 16}, 0.25f, 3));
     auto& attention = b.node("Attention", {"x", "w", "b", "mask"}, {"context"}, "attention");
     attention.set_domain("com.microsoft");
-    vaiq::test::set_int_attribute(attention, "num_heads", 2);
+    vaiq::test::set_attribute(attention, "num_heads", 2);
     b.node("MatMul", {"context", "out_w"}, {"y"}, "out_proj");
     auto model = b.build();
     auto* ms = model.proto().add_opset_import();
@@ -865,7 +865,7 @@ TEST(OnnxRuntimeFloat, FusedAttentionAgreesWithOnnxRuntime) {
             auto& graph = model.graph();
             for (auto& init : *graph.mutable_initializer())
                 if (init.name() == "mask") init = mask.to_proto("mask");
-            vaiq::test::set_int_attribute(*graph.mutable_node(0), "unidirectional", unidirectional);
+            vaiq::test::set_attribute(*graph.mutable_node(0), "unidirectional", unidirectional);
             const auto path = dir / (name + std::to_string(unidirectional) + ".onnx");
             vaiq::save_model(model, path);
             const auto input = wave_tensor({2, 6, 16}, 1.5f, 9);

@@ -141,7 +141,7 @@ vaiq::Model peak_model() {
     vaiq::test::set_ints_attribute(pool, "kernel_shape", {3, 3});
     vaiq::test::set_ints_attribute(pool, "pads", {1, 1, 1, 1});
     b.node("Equal", {"pooled", "prob"}, {"is_peak"}, "peak_test");
-    vaiq::set_int_attribute(b.node("Cast", {"is_peak"}, {"peak_mask"}, "mask"), "to", 1);
+    vaiq::set_attribute(b.node("Cast", {"is_peak"}, {"peak_mask"}, "mask"), "to", 1);
     b.node("Mul", {"peak_mask", "prob"}, {"peaks"}, "keep_peaks");
     return b.build();
 }
@@ -285,7 +285,7 @@ vaiq::Model concat_model(float scale) {
     b.initializer("wb", Tensor::from_values<float>({2, 1, 1, 1}, std::vector<float>{scale, -scale}));
     b.node("Conv", {"x", "wa"}, {"a"}, "branch_a");
     b.node("Conv", {"x", "wb"}, {"b"}, "branch_b");
-    vaiq::set_int_attribute(b.node("Concat", {"a", "b"}, {"joined"}, "join"), "axis", 1);
+    vaiq::set_attribute(b.node("Concat", {"a", "b"}, {"joined"}, "join"), "axis", 1);
     b.node("Conv", {"joined", "wy"}, {"y"}, "mix");
     return b.build();
 }

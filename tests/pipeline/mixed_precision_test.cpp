@@ -265,13 +265,13 @@ TEST(OutputMeaning, ComesFromTheOpThatComputesTheOutput) {
     GraphBuilder b;
     b.input("x", {1, 3, 2, 2}).output("classes", {1, 3, 2, 2}).output("mask", {1, 12}).output("peaks", {1, 3, 2, 2});
     b.output("logits", {1, 3, 2, 2});
-    vaiq::set_int_attribute(b.node("Softmax", {"x"}, {"classes"}, "per_pixel"), "axis", 1);
+    vaiq::set_attribute(b.node("Softmax", {"x"}, {"classes"}, "per_pixel"), "axis", 1);
     b.node("Sigmoid", {"x"}, {"p"}, "squash");
     b.node("Flatten", {"p"}, {"mask"});
     auto& pool = b.node("MaxPool", {"p"}, {"pooled"});
     vaiq::test::set_ints_attribute(pool, "kernel_shape", {1, 1});
     b.node("Equal", {"pooled", "p"}, {"is_peak"});
-    vaiq::set_int_attribute(b.node("Cast", {"is_peak"}, {"peak_mask"}), "to", 1);
+    vaiq::set_attribute(b.node("Cast", {"is_peak"}, {"peak_mask"}), "to", 1);
     b.node("Mul", {"peak_mask", "p"}, {"peaks"}, "keep_peaks");
     b.node("Identity", {"x"}, {"logits"});
     const auto model = b.build();

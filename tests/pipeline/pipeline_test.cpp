@@ -303,7 +303,7 @@ vaiq::Model class_token_layer_norm() {
     GraphBuilder b(13);
     b.input("x", {1, 3, 8}).output("y", {1, 4, 8});
     b.initializer("token", Tensor::from_values<float>({1, 1, 8}, std::vector<float>(8, 0.0f)));
-    vaiq::set_int_attribute(b.node("Concat", {"token", "x"}, {"tokens"}, "concat"), "axis", 1);
+    vaiq::set_attribute(b.node("Concat", {"token", "x"}, {"tokens"}, "concat"), "axis", 1);
     vaiq::test::add_spelled_layer_norm(b, "tokens", "y", 8);
     return b.build();
 }
@@ -885,7 +885,7 @@ TEST(FloatTypes, LeaveUntypedShapeArithmeticAlone) {
     b.initializer("pos", ramp({1, 4, 8}, -1.0f, 0.05f));
     b.node("Shape", {"x"}, {"shape"});
     b.node("Gather", {"shape", "i0"}, {"n"});
-    vaiq::test::set_int_attribute(b.node("Concat", {"n", "rest"}, {"target"}), "axis", 0);
+    vaiq::test::set_attribute(b.node("Concat", {"n", "rest"}, {"target"}), "axis", 0);
     b.node("Add", {"x", "pos"}, {"xp"});
     b.node("Reshape", {"xp", "target"}, {"y"});
     auto model = b.build();

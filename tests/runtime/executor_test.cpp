@@ -337,7 +337,7 @@ TEST(Executor, AScanCarriesItsStateThroughTheSlicesInTheirDirections) {
     b.initializer("k", Tensor::from_values<float>({}, std::vector<float>{10}));
     auto& node = b.node("Scan", {"init", "x"}, {"last", "each"}, "scan");
     set_graph(node, "body", body);
-    vaiq::test::set_int_attribute(node, "num_scan_inputs", 1);
+    vaiq::test::set_attribute(node, "num_scan_inputs", 1);
     vaiq::test::set_ints_attribute(node, "scan_input_directions", {1});
     vaiq::test::set_ints_attribute(node, "scan_output_axes", {-1});
     const auto model = b.build();

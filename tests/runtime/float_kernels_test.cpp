@@ -167,7 +167,7 @@ TEST(Executor, GemmOfAFewRowsMatchesTheDefinition) {
                 vaiq::test::ramp(tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, -1.0f, 0.003f);
             const Tensor cv = vaiq::test::ramp({n}, 0.5f, -0.05f);
             b.initializer("b", bv).initializer("c", cv);
-            vaiq::test::set_int_attribute(b.node("Gemm", {"a", "b", "c"}, {"y"}), "transB", tb ? 1 : 0);
+            vaiq::test::set_attribute(b.node("Gemm", {"a", "b", "c"}, {"y"}), "transB", tb ? 1 : 0);
             const auto model = b.build();
             const Tensor av = vaiq::test::ramp({m, k}, 0.7f, -0.021f);
             const auto y = Executor(model, {.threads = 2}).run({{"a", av}})[0];
@@ -217,7 +217,7 @@ TEST(Executor, AnLstmMatchesTheDefinition) {
     const Tensor r = vaiq::test::ramp({1, 4 * hidden, hidden}, 0.3f, -0.0013f);
     const Tensor bias = vaiq::test::ramp({1, 8 * hidden}, -0.2f, 0.004f);
     b.initializer("w", w).initializer("r", r).initializer("b", bias);
-    vaiq::test::set_int_attribute(b.node("LSTM", {"x", "w", "r", "b"}, {"y"}), "hidden_size", hidden);
+    vaiq::test::set_attribute(b.node("LSTM", {"x", "w", "r", "b"}, {"y"}), "hidden_size", hidden);
     const Tensor x = vaiq::test::ramp({seq, batch, in}, 0.9f, -0.017f);
     const auto model = b.build();
     const auto y = Executor(model).run({{"x", x}})[0];
@@ -607,10 +607,10 @@ void check(const Case& c) {
     }
     auto& node = g.node("MatMulNBits", inputs, {"y"}, "mm");
     node.set_domain("com.microsoft");
-    vaiq::test::set_int_attribute(node, "K", c.k);
-    vaiq::test::set_int_attribute(node, "N", c.n);
-    vaiq::test::set_int_attribute(node, "bits", c.bits);
-    vaiq::test::set_int_attribute(node, "block_size", c.block);
+    vaiq::test::set_attribute(node, "K", c.k);
+    vaiq::test::set_attribute(node, "N", c.n);
+    vaiq::test::set_attribute(node, "bits", c.bits);
+    vaiq::test::set_attribute(node, "block_size", c.block);
     auto model = g.build();
     auto* domain = model.proto().add_opset_import();
     domain->set_domain("com.microsoft");
@@ -667,10 +667,10 @@ vaiq::Model gather_model(const Tensor& data, const Tensor& scales, const Tensor*
     }
     auto& node = g.node("GatherBlockQuantized", inputs, {"y"}, "gather");
     node.set_domain("com.microsoft");
-    vaiq::test::set_int_attribute(node, "gather_axis", gather_axis);
-    vaiq::test::set_int_attribute(node, "quantize_axis", quantize_axis);
-    vaiq::test::set_int_attribute(node, "block_size", 16);
-    vaiq::test::set_int_attribute(node, "bits", bits);
+    vaiq::test::set_attribute(node, "gather_axis", gather_axis);
+    vaiq::test::set_attribute(node, "quantize_axis", quantize_axis);
+    vaiq::test::set_attribute(node, "block_size", 16);
+    vaiq::test::set_attribute(node, "bits", bits);
     auto model = g.build();
     auto* domain = model.proto().add_opset_import();
     domain->set_domain("com.microsoft");

@@ -619,7 +619,7 @@ TEST(Executor, QLinearGlobalAveragePoolChannelsLastEqualsChannelsFirst) {
         b.initializer("sy", Tensor::from_values<float>({}, std::vector<float>{0.07f}));
         auto& gap = b.node("QLinearGlobalAveragePool", {"x", "s", "z", "sy", "z"}, {"y"}, "gap");
         gap.set_domain("com.microsoft");
-        vaiq::test::set_int_attribute(gap, "channels_last", channels_last ? 1 : 0);
+        vaiq::test::set_attribute(gap, "channels_last", channels_last ? 1 : 0);
         const auto model = contrib_model(b);
         return Executor(model, {.threads = threads})
             .run({{"x", Tensor::from_values<uint8_t>(shape, channels_last ? nhwc : nchw)}})[0];
@@ -673,7 +673,7 @@ void check_qlinear_conv(const ConvGeometry& geometry) {
     auto& conv = b.node("QLinearConv", {"x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "bias"}, {"y"}, "conv");
     vaiq::test::set_ints_attribute(conv, "pads", {pad, pad, pad, pad});
     vaiq::test::set_ints_attribute(conv, "strides", {stride, stride});
-    vaiq::test::set_int_attribute(conv, "group", group);
+    vaiq::test::set_attribute(conv, "group", group);
     const auto model = b.build();
     Executor e(model);
     const Tensor y = e.run({{"x", Tensor::from_values<X>({n, c, h, w}, x)}})[0];
@@ -776,7 +776,7 @@ TEST(Executor, ChannelsLastConvolutionBandsAgreeWithTheWholeConvolution) {
         vaiq::test::set_ints_attribute(conv, "pads", l.pads);
         vaiq::test::set_ints_attribute(conv, "strides", {l.stride, l.stride});
         vaiq::test::set_ints_attribute(conv, "dilations", {l.dilation, l.dilation});
-        vaiq::test::set_int_attribute(conv, "group", l.group);
+        vaiq::test::set_attribute(conv, "group", l.group);
         input = "c" + id, zero_point = "zy" + id, scale = "sy" + id, channels = l.m;
     }
     const auto model = b.build();
@@ -868,7 +868,7 @@ TEST(Executor, DepthwiseConvolutionsAgreeWithTheWholeConvolution) {
         auto& conv = b.node("QLinearConv", {"x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "bias"}, {"y"}, "dw");
         vaiq::test::set_ints_attribute(conv, "pads", k.pads);
         vaiq::test::set_ints_attribute(conv, "strides", {k.stride, k.stride});
-        vaiq::test::set_int_attribute(conv, "group", k.c);
+        vaiq::test::set_attribute(conv, "group", k.c);
         const auto model = b.build();
         const Tensor feed = random_bytes(k.x_type, {n, k.c, h, w}, rng);
         for (const int threads : {1, 2}) {
@@ -918,8 +918,8 @@ TEST(Executor, PointwiseConvolutionsAgreeWithTheWholeConvolution) {
         auto& conv = b.node("QLinearConv", {"x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "bias"}, {"y"}, "pw");
         vaiq::test::set_ints_attribute(conv, "strides", {k.stride, k.stride});
         if (k.bounds) {
-            vaiq::test::set_int_attribute(conv, vaiq::runtime::kOutputMinAttribute, k.bounds->first);
-            vaiq::test::set_int_attribute(conv, vaiq::runtime::kOutputMaxAttribute, k.bounds->second);
+            vaiq::test::set_attribute(conv, vaiq::runtime::kOutputMinAttribute, k.bounds->first);
+            vaiq::test::set_attribute(conv, vaiq::runtime::kOutputMaxAttribute, k.bounds->second);
         }
         const auto model = b.build();
         const Tensor feed = random_bytes(k.x_type, {n, k.c, h, w}, rng);
@@ -994,13 +994,13 @@ vaiq::Model depthwise_pair_model(const DepthwisePair& k, int64_t n, int64_t h, i
     b.initializer("bd", bias(20));
     auto& pointwise = b.node("QLinearConv", {"x", "sx", "zx", "wp", "sp", "zw", "se", "ze", "bp"}, {"e"}, "pw");
     auto& depthwise = b.node("QLinearConv", {"e", "se", "ze", "wd", "sd", "zd", "sy", "zy", "bd"}, {"y"}, "dw");
-    vaiq::test::set_int_attribute(depthwise, "group", k.m);
+    vaiq::test::set_attribute(depthwise, "group", k.m);
     vaiq::test::set_ints_attribute(depthwise, "pads", k.pads);
     vaiq::test::set_ints_attribute(depthwise, "strides", {k.stride, k.stride});
     for (auto [node, bounds] : {std::pair{&pointwise, k.e_bounds}, std::pair{&depthwise, k.y_bounds}})
         if (bounds) {
-            vaiq::test::set_int_attribute(*node, vaiq::runtime::kOutputMinAttribute, bounds->first);
-            vaiq::test::set_int_attribute(*node, vaiq::runtime::kOutputMaxAttribute, bounds->second);
+            vaiq::test::set_attribute(*node, vaiq::runtime::kOutputMinAttribute, bounds->first);
+            vaiq::test::set_attribute(*node, vaiq::runtime::kOutputMaxAttribute, bounds->second);
         }
     return b.build();
 }
@@ -1387,7 +1387,7 @@ TEST(Executor, QGemmAddsTheInt32BiasAndRequantizesPerColumn) {
     b.initializer("zy", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{100}));
     auto& g = b.node("QGemm", {"a", "sa", "za", "w", "sw", "zw", "c", "sy", "zy"}, {"y"}, "qgemm");
     g.set_domain("com.microsoft");
-    vaiq::test::set_int_attribute(g, "transB", 1);
+    vaiq::test::set_attribute(g, "transB", 1);
     const auto model = contrib_model(b);
     Executor e(model);
     const auto y = e.run({{"a", Tensor::from_values<uint8_t>({1, 2}, std::vector<uint8_t>{130, 126})}})[0];
@@ -1446,7 +1446,7 @@ TEST(Executor, QGemmSumsBeyondFloatPrecisionExactly) {
     scalar("zy", uint8_t{128});
     auto& g = b.node("QGemm", {"a", "one", "za", "w", "one", "zw", "c", "one", "zy"}, {"y"}, "qgemm");
     g.set_domain("com.microsoft");
-    vaiq::test::set_int_attribute(g, "transB", 1);
+    vaiq::test::set_attribute(g, "transB", 1);
     const auto model = contrib_model(b);
     Executor e(model);
     const auto y = e.run({{"a", Tensor::from_values<uint8_t>({1, k}, std::vector<uint8_t>(k, 255))}})[0];
@@ -1540,7 +1540,7 @@ TEST(Executor, EightBitProductsAreExactAtTheMagnitudeWherePairsCouldSaturate) {
             scalar_model(b);
             auto& g = b.node("QGemm", {"a", "one", "zx", "w", "one", "zw", "c", "one", "zy"}, {"y"}, "qgemm");
             g.set_domain("com.microsoft");
-            vaiq::test::set_int_attribute(g, "transB", 1);
+            vaiq::test::set_attribute(g, "transB", 1);
             // Without a bias to cancel it, the product is scaled to 100 steps: a saturated pair still moves it.
             b.node("QLinearMatMul", {"a", "one", "zx", "bu", "one", "zb", "big", "zy"}, {"z"});
             const auto model = contrib_model(b);
@@ -1569,8 +1569,8 @@ TEST(Executor, QLinearSoftmaxBuildsItsTableAsOnnxRuntimeDoes) {
     scalar("xs", 0x1.0f4a4cp-5f), scalar("xz", uint8_t{150}), scalar("ys", 0x1.010102p-8f), scalar("yz", uint8_t{0});
     auto& softmax = b.node("QLinearSoftmax", {"x", "xs", "xz", "ys", "yz"}, {"y"}, "softmax");
     softmax.set_domain("com.microsoft");
-    vaiq::test::set_int_attribute(softmax, "opset", 11);
-    vaiq::test::set_int_attribute(softmax, "axis", 1);
+    vaiq::test::set_attribute(softmax, "opset", 11);
+    vaiq::test::set_attribute(softmax, "axis", 1);
     const auto model = contrib_model(b);
     const auto y = Executor(model).run({{"x", Tensor::from_values<uint8_t>({1, 40}, x)}})[0];
     EXPECT_EQ(std::vector<uint8_t>(y.data<uint8_t>().begin(), y.data<uint8_t>().end()), expected);
@@ -1585,7 +1585,7 @@ TEST(Executor, QLinearSoftmaxRowsSumToOneStep) {
     b.initializer("zy", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{0}));
     auto& s = b.node("QLinearSoftmax", {"x", "sx", "zx", "sy", "zy"}, {"y"}, "softmax");
     s.set_domain("com.microsoft");
-    vaiq::test::set_int_attribute(s, "opset", 13);
+    vaiq::test::set_attribute(s, "opset", 13);
     const auto model = contrib_model(b);
     Executor e(model);
     const auto y =
@@ -1679,11 +1679,11 @@ vaiq::Model npu_conv(const NpuConv& p) {
     b.node("QuantizeLinear", {"x", "sx", "zx"}, {"xq"});
     b.node("DequantizeLinear", {"xq", "sx", "zx"}, {"xd"});
     auto& wd = b.node("DequantizeLinear", {"wq", "sw", "zw"}, {"wd"});
-    if (p.per_channel) vaiq::set_int_attribute(wd, "axis", 0);
+    if (p.per_channel) vaiq::set_attribute(wd, "axis", 0);
     b.node("DequantizeLinear", {"bq", "sb", "zb"}, {"bd"});
     auto& conv = b.node("Conv", {"xd", "wd", "bd"}, {"c"}, "conv");
     vaiq::test::set_ints_attribute(conv, "pads", {1, 1, 1, 1});
-    vaiq::set_int_attribute(conv, "group", p.group);
+    vaiq::set_attribute(conv, "group", p.group);
     std::string out = "c";
     if (p.activation == "Relu") b.node("Relu", {"c"}, {out = "r"}, "relu");
     if (p.activation == "Clip") b.node("Clip", {"c", "lo", "hi"}, {out = "r"}, "clip");

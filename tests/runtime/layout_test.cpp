@@ -251,7 +251,7 @@ vaiq::Model inverted_residual(int64_t stride = 2, int64_t batch = 1, int64_t siz
     b.node("Conv", {in, "we", "be"}, {"e"}, "expand");
     b.node("Clip", {"e", "lo", "hi"}, {"e6"}, "expand_clip");
     auto& dw = b.node("Conv", {"e6", "wd"}, {"d"}, "depthwise");
-    vaiq::test::set_int_attribute(dw, "group", expanded);
+    vaiq::test::set_attribute(dw, "group", expanded);
     vaiq::test::set_ints_attribute(dw, "pads", {1, 1, 1, 1});
     vaiq::test::set_ints_attribute(dw, "strides", {stride, stride});
     b.node("Clip", {"d", "lo", "hi"}, {"d6"}, "depthwise_clip");

@@ -95,7 +95,7 @@ QuantSpec blocked_spec(QuantType type, bool symmetric, int64_t block_size);
 /// A float tensor with the given shape, filled with start, start+step, ...
 Tensor ramp(std::vector<int64_t> shape, float start = 0.0f, float step = 1.0f);
 
-using vaiq::set_int_attribute;
+using vaiq::set_attribute;
 void set_ints_attribute(onnx::NodeProto& node, const std::string& name, const std::vector<int64_t>& values);
 
 /// The graph as text for golden files: nodes in order as

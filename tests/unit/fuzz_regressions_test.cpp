@@ -174,8 +174,8 @@ TEST(FuzzRegressions, BlockedDequantizationWithAZeroPointOfAnotherTypeIsRefused)
     b.initializer("scale", Tensor::from_values<float>({2}, std::vector<float>{1, 2}));
     b.initializer("zp", Tensor::from_values<uint8_t>({2}, std::vector<uint8_t>{1, 2}));
     auto& node = b.node("DequantizeLinear", {"x", "scale", "zp"}, {"y"}, "dq");
-    test::set_int_attribute(node, "block_size", 2);
-    test::set_int_attribute(node, "axis", 0);
+    test::set_attribute(node, "block_size", 2);
+    test::set_attribute(node, "axis", 0);
     const Model model = b.build();
     runtime::Executor executor(model);
     EXPECT_THROW(executor.run({{"x", Tensor(DataType::Int16, {4})}}), InputError);
@@ -318,7 +318,7 @@ TEST(FuzzRegressions, AnAxisOfAScalarIsRefusedByEveryOpWithOne) {
         if (std::string(c.attribute) == "axes")
             test::set_ints_attribute(node, "axes", {0});
         else
-            test::set_int_attribute(node, c.attribute, 0);
+            test::set_attribute(node, c.attribute, 0);
         const Model model = b.build();
         try {
             runtime::Executor executor(model);
@@ -384,7 +384,7 @@ TEST(FuzzRegressions, ATransposeWhosePermRepeatsAnAxisIsRefused) {
 TEST(FuzzRegressions, CastOfNanAndOutOfRangeFloatsToIntegersIsDefined) {
     test::GraphBuilder b(13);
     b.input("x", {4}).output("y", {4}, DataType::UInt8);
-    test::set_int_attribute(b.node("Cast", {"x"}, {"y"}, "cast"), "to", static_cast<int64_t>(DataType::UInt8));
+    test::set_attribute(b.node("Cast", {"x"}, {"y"}, "cast"), "to", static_cast<int64_t>(DataType::UInt8));
     const Model model = b.build();
     runtime::Executor executor(model);
     const float nan = std::numeric_limits<float>::quiet_NaN();

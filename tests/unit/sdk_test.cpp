@@ -298,8 +298,8 @@ TEST(Graph, TopologicalOrderRepairsAndDetectsCycles) {
 
 TEST(Graph, UniqueNamesAndCleanup) {
     auto model = vaiq::test::conv_relu_model();
-    EXPECT_EQ(vaiq::unique_name(model.graph(), "fresh"), "fresh");
-    EXPECT_EQ(vaiq::unique_name(model.graph(), "conv_out"), "conv_out_1");
+    EXPECT_EQ(vaiq::UniqueNames(model.graph()).fresh("fresh"), "fresh");
+    EXPECT_EQ(vaiq::UniqueNames(model.graph()).fresh("conv_out"), "conv_out_1");
     vaiq::UniqueNames names(model.graph());
     EXPECT_EQ(names.fresh("conv_out"), "conv_out_1");
     EXPECT_EQ(names.fresh("conv_out"), "conv_out_2") << "a name handed out is taken";

@@ -114,9 +114,6 @@ VAIQ_API onnx::NodeProto& append_node(onnx::GraphProto& graph, UniqueNames& name
                                       const std::string& domain, std::initializer_list<std::string> inputs,
                                       const std::string& output);
 
-/// Adds an INT attribute to a node.
-VAIQ_API void set_int_attribute(onnx::NodeProto& node, const std::string& name, int64_t value);
-
 // --- the rewrite toolkit: what passes and graph rewrites share ---------------
 
 /// Sets attribute `name` of a node to a typed value: replaces it where it is,
@@ -180,9 +177,6 @@ VAIQ_API void import_opset(onnx::ModelProto& model, const std::string& domain, i
 /// Reorders the nodes so that every node follows its producers (after edits
 /// that appended nodes). Throws like topological_order.
 VAIQ_API void sort_nodes(onnx::GraphProto& graph);
-
-/// A name not yet used in the graph (one-off; use UniqueNames for many).
-VAIQ_API std::string unique_name(const onnx::GraphProto& graph, std::string_view base);
 
 /// Makes every node (and subgraph) reading `from` read `to` instead. Graph
 /// outputs are the model's interface and keep their names: when `from` is a graph

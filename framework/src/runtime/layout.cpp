@@ -391,7 +391,7 @@ void fuse_depthwise(onnx::GraphProto& graph, const std::set<std::string>& tapped
             copy_float_attribute(pointwise, "activation_max", fused, "activation_max");
             copy_float_attribute(depthwise, "activation_min", fused, "depthwise_activation_min");
             copy_float_attribute(depthwise, "activation_max", fused, "depthwise_activation_max");
-            set_int_attribute(fused, "depthwise_stride", fusable_depthwise_stride(depthwise, index));
+            set_attribute(fused, "depthwise_stride", fusable_depthwise_stride(depthwise, index));
             *graph.mutable_node(use.node) = std::move(fused);
         }
     }

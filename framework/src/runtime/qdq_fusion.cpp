@@ -716,7 +716,7 @@ std::string dequantized(onnx::GraphProto& graph, UniqueNames& names, const std::
                                                                         zero_point_tensor(params))},
                                              output)
                                : append_node(graph, names, "DequantizeLinear", "", {q, scale}, output);
-    if (params.axis >= 0) set_int_attribute(dq, "axis", params.axis);
+    if (params.axis >= 0) set_attribute(dq, "axis", params.axis);
     return output;
 }
 

@@ -184,8 +184,6 @@ std::string UniqueNames::fresh(std::string_view base) {
     return name;
 }
 
-std::string unique_name(const onnx::GraphProto& graph, std::string_view base) { return UniqueNames(graph).fresh(base); }
-
 namespace {
 void rename_reads(onnx::GraphProto& graph, std::string_view from, std::string_view to) {
     for (auto& node : *graph.mutable_node()) {
@@ -248,13 +246,6 @@ onnx::NodeProto& append_node(onnx::GraphProto& graph, UniqueNames& names, const 
     for (const auto& in : inputs) n->add_input(in);
     n->add_output(output);
     return *n;
-}
-
-void set_int_attribute(onnx::NodeProto& node, const std::string& name, int64_t value) {
-    auto* a = node.add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::INT);
-    a->set_i(value);
 }
 
 namespace {

@@ -127,7 +127,7 @@ std::vector<PatternMatch> find_layer_norms(const onnx::GraphProto& graph) {
         if (!scale.empty()) match.fused.add_input(scale);
         if (!bias.empty()) match.fused.add_input(bias);
         match.fused.add_output(out);
-        set_int_attribute(match.fused, "axis", -1);
+        set_attribute(match.fused, "axis", -1);
         auto* epsilon = match.fused.add_attribute();
         epsilon->set_name("epsilon");
         epsilon->set_type(onnx::AttributeProto::FLOAT);

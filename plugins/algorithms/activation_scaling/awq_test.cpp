@@ -20,7 +20,7 @@ vaiq::Model layer_norm_matmul() {
     b.initializer("gamma", vaiq::Tensor::from_values<float>({32}, gamma))
         .initializer("beta", vaiq::Tensor::from_values<float>({32}, beta))
         .initializer("w", vaiq::Tensor::from_values<float>({32, 48}, w));
-    vaiq::test::set_int_attribute(b.node("LayerNormalization", {"x", "gamma", "beta"}, {"n"}, "ln"), "axis", -1);
+    vaiq::test::set_attribute(b.node("LayerNormalization", {"x", "gamma", "beta"}, {"n"}, "ln"), "axis", -1);
     b.node("MatMul", {"n", "w"}, {"y"}, "proj");
     return b.build();
 }

@@ -33,7 +33,7 @@ TEST(BiasCorrection, AddsTheMeanShiftOfTheQuantizedWeight) {
     b.initializer("kb", Tensor::from_values<float>({2}, std::vector<float>{0.0f, -1.0f}));
     b.node("Gemm", {"x", "w", "b"}, {"y"});
     auto& conv = b.node("Conv", {"c", "k", "kb"}, {"z"});
-    vaiq::test::set_int_attribute(conv, "group", 2);
+    vaiq::test::set_attribute(conv, "group", 2);
     const auto model = b.build();
 
     // x's columns are 1, 2, 3, 4 in every row; c's channels 2 and -1.

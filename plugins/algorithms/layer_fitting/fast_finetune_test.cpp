@@ -212,7 +212,7 @@ TEST_F(FastFinetune, ConvolutionColumnsMatchTheExecutor) {
     b.initializer("w", w);
     b.initializer("b", random_tensor({6}, 12, -0.1f, 0.1f));
     auto& conv = b.node("Conv", {"x", "w", "b"}, {"y"});
-    vaiq::test::set_int_attribute(conv, "group", 2);
+    vaiq::test::set_attribute(conv, "group", 2);
     vaiq::test::set_ints_attribute(conv, "strides", {2, 2});
     vaiq::test::set_ints_attribute(conv, "pads", {1, 1, 1, 0});
     const auto model = b.build();

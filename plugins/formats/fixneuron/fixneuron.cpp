@@ -70,9 +70,9 @@ class FixNeuron final : public vaiq::Format, vaiq::PairEmitter {
         vaiq::import_opset(model.proto(), std::string(vaiq::kVaiqDomain), vaiq::kVaiqDomainVersion);
         auto& n = vaiq::append_node(model.graph(), names, std::string(vaiq::kFixNeuronOp),
                                     std::string(vaiq::kVaiqDomain), {input}, output);
-        vaiq::set_int_attribute(n, "bit_width", a.bit_width);
-        vaiq::set_int_attribute(n, "pos", a.pos);
-        if (a.is_unsigned) vaiq::set_int_attribute(n, "unsigned", 1);
+        vaiq::set_attribute(n, "bit_width", a.bit_width);
+        vaiq::set_attribute(n, "pos", a.pos);
+        if (a.is_unsigned) vaiq::set_attribute(n, "unsigned", 1);
     }
 };
 

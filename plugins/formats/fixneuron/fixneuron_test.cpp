@@ -75,21 +75,21 @@ TEST(FixNeuron, ComputesTheFloatModelOnRoundedValues) {
 TEST(FixNeuron, RoundsHalfToEvenAndSaturates) {
     onnx::NodeProto node;
     node.set_name("fn");
-    vaiq::set_int_attribute(node, "bit_width", 8);
-    vaiq::set_int_attribute(node, "pos", 1);
+    vaiq::set_attribute(node, "bit_width", 8);
+    vaiq::set_attribute(node, "pos", 1);
     const auto a = vaiq::fixneuron_attributes(node);
     EXPECT_EQ(vaiq::fixneuron_integer(1.25f, a), 2);  // 2.5 -> 2
     EXPECT_EQ(vaiq::fixneuron_integer(1.75f, a), 4);  // 3.5 -> 4
     EXPECT_EQ(vaiq::fixneuron_integer(100.0f, a), 127);
     EXPECT_EQ(vaiq::fixneuron_integer(-100.0f, a), -128);
     EXPECT_EQ(vaiq::fixneuron_value(-0.74f, a), -0.5f);
-    vaiq::set_int_attribute(node, "unsigned", 1);
+    vaiq::set_attribute(node, "unsigned", 1);
     EXPECT_EQ(vaiq::fixneuron_integer(-3.0f, vaiq::fixneuron_attributes(node)), 0);
 }
 
 TEST(FixNeuron, ReadsAPositionWrittenAsAString) {
     onnx::NodeProto node;
-    vaiq::set_int_attribute(node, "bit_width", 16);
+    vaiq::set_attribute(node, "bit_width", 16);
     auto* pos = node.add_attribute();
     pos->set_name("pos");
     pos->set_type(onnx::AttributeProto::STRING);

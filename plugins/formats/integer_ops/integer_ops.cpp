@@ -181,7 +181,7 @@ class Writer {
         if (conv)
             for (const auto& a : node.attribute()) *op.add_attribute() = a;
         auto& cast = vaiq::make_node(graph_, names_, "Cast", {int_out}, {int_out + "_cast_output"}, int_out + "_cast");
-        vaiq::set_int_attribute(cast, "to", static_cast<int64_t>(vaiq::DataType::Float));
+        vaiq::set_attribute(cast, "to", static_cast<int64_t>(vaiq::DataType::Float));
         const std::string scales = names_.fresh(base + "_quant_scales_mul:0");
         vaiq::make_node(graph_, names_, "Mul", {xq.scale, wq.scale}, {scales}, base + "_quant_scales_mul");
         const bool bias = conv && node.input_size() > 2 && !node.input(2).empty();

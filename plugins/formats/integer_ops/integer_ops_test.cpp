@@ -177,7 +177,7 @@ TEST(IntegerOps, AnLstmBecomesDynamicQuantizeLstmWithTransposedWeights) {
     vaiq::test::GraphBuilder b(13);
     b.input("x", {3, 1, 2}).output("y", {3, 1, 1, 1});
     b.initializer("w", ramp({1, 4, 2}, -0.4f, 0.1f)).initializer("r", ramp({1, 4, 1}, 0.1f, 0.1f));
-    vaiq::test::set_int_attribute(b.node("LSTM", {"x", "w", "r"}, {"y"}, "lstm"), "hidden_size", 1);
+    vaiq::test::set_attribute(b.node("LSTM", {"x", "w", "r"}, {"y"}, "lstm"), "hidden_size", 1);
     auto model = b.build();
     const vaiq::QuantPlan plan{{dynamic("x"), entry("w", TensorRole::Weight, QuantType::QInt8, {0.01f}, {0}),
                                 entry("r", TensorRole::Weight, QuantType::QInt8, {0.1f, 0.2f, 0.3f, 0.4f}, {0, 0, 0, 0}, 1)}};

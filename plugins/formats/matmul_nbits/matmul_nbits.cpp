@@ -140,10 +140,10 @@ class Writer {
             inputs.push_back(add_packed(w.tensor + "_zero_points",
                                         pack_rows(zero_points, static_cast<size_t>(blocks), bits), {rows}));
         auto out = contrib_node("GatherBlockQuantized", node, bits, inputs);
-        vaiq::set_int_attribute(out, "gather_axis", 0);
-        vaiq::set_int_attribute(out, "quantize_axis", 1);
-        vaiq::set_int_attribute(out, "block_size", block);
-        vaiq::set_int_attribute(out, "bits", bits);
+        vaiq::set_attribute(out, "gather_axis", 0);
+        vaiq::set_attribute(out, "quantize_axis", 1);
+        vaiq::set_attribute(out, "block_size", block);
+        vaiq::set_attribute(out, "bits", bits);
         node = std::move(out);
     }
 
@@ -233,11 +233,11 @@ class Writer {
             inputs.push_back(add_packed(w.tensor + "_zero_points",
                                         pack_rows(zero_points, static_cast<size_t>(blocks), bits), {n}));
         auto out = contrib_node("MatMulNBits", node, bits, inputs);
-        vaiq::set_int_attribute(out, "K", k);
-        vaiq::set_int_attribute(out, "N", n);
-        vaiq::set_int_attribute(out, "bits", bits);
-        vaiq::set_int_attribute(out, "block_size", block);
-        if (settings_.accuracy_level != 0) vaiq::set_int_attribute(out, "accuracy_level", settings_.accuracy_level);
+        vaiq::set_attribute(out, "K", k);
+        vaiq::set_attribute(out, "N", n);
+        vaiq::set_attribute(out, "bits", bits);
+        vaiq::set_attribute(out, "block_size", block);
+        if (settings_.accuracy_level != 0) vaiq::set_attribute(out, "accuracy_level", settings_.accuracy_level);
         node = std::move(out);
     }
 

@@ -101,14 +101,14 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
         auto& n = default_zero_point
                       ? vaiq::append_node(model.graph(), names, op, domain, {input, params.first}, output)
                       : vaiq::append_node(model.graph(), names, op, domain, {input, params.first, params.second}, output);
-        if (t.params.axis >= 0) vaiq::set_int_attribute(n, "axis", t.params.axis);
-        if (t.params.block_size > 0) vaiq::set_int_attribute(n, "block_size", t.params.block_size);
+        if (t.params.axis >= 0) vaiq::set_attribute(n, "axis", t.params.axis);
+        if (t.params.block_size > 0) vaiq::set_attribute(n, "block_size", t.params.block_size);
     }
 
     static void add_cast(onnx::GraphProto& graph, vaiq::UniqueNames& names, const std::string& input,
                          const std::string& output, vaiq::DataType to) {
         auto& cast = vaiq::append_node(graph, names, "Cast", "", {input}, output);
-        vaiq::set_int_attribute(cast, "to", static_cast<int64_t>(to));
+        vaiq::set_attribute(cast, "to", static_cast<int64_t>(to));
     }
 
     vaiq::PairEmitter::Settings settings_;

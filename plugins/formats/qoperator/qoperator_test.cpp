@@ -145,7 +145,7 @@ TEST(QOperator, GemmBecomesQGemmWithTheInt32Bias) {
     vaiq::test::GraphBuilder b;
     b.input("x", {2, 4}).output("y", {2, 3});
     b.initializer("w", ramp({3, 4}, -0.3f, 0.05f)).initializer("c", ramp({3}, 0.1f, 0.1f));
-    vaiq::test::set_int_attribute(b.node("Gemm", {"x", "w", "c"}, {"y"}, "gemm"), "transB", 1);
+    vaiq::test::set_attribute(b.node("Gemm", {"x", "w", "c"}, {"y"}, "gemm"), "transB", 1);
     const auto float_model = b.build();
     auto model = b.build();
     const float sx = 0.01f, sw = 0.003f;

@@ -66,7 +66,7 @@ class VitisQdq final : public vaiq::Format, vaiq::PairEmitter {
             vaiq::import_opset(model.proto(), domain, vaiq::kVaiqDomainVersion);
         }
         auto& n = vaiq::append_node(model.graph(), names, op, domain, {input, params.first, params.second}, output);
-        if (t.params.axis >= 0) vaiq::set_int_attribute(n, "axis", t.params.axis);
+        if (t.params.axis >= 0) vaiq::set_attribute(n, "axis", t.params.axis);
     }
 
     vaiq::PairEmitter::Settings settings_;

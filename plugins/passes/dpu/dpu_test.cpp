@@ -13,7 +13,7 @@ namespace {
 
 using vaiq::test::GraphBuilder;
 using vaiq::test::ramp;
-using vaiq::test::set_int_attribute;
+using vaiq::test::set_attribute;
 using vaiq::test::set_ints_attribute;
 
 bool run_pass(const std::string& name, vaiq::Model& model) {
@@ -105,7 +105,7 @@ TEST(ConvertReduceMeanToGlobalAvgPool, SpatialMeansOnly) {
             .output("y", keepdims ? std::vector<int64_t>{1, 2, 1, 1} : std::vector<int64_t>{1, 2});
         auto& mean = b.node("ReduceMean", {"x"}, {"y"});
         set_ints_attribute(mean, "axes", {-2, -1});
-        set_int_attribute(mean, "keepdims", keepdims);
+        set_attribute(mean, "keepdims", keepdims);
         expect_same_function("convert_reduce_mean_to_global_avg_pool", b.build(), ramp({1, 2, 3, 3}, 0.0f, 0.3f),
                              keepdims ? std::vector<std::string>{"GlobalAveragePool"}
                                       : std::vector<std::string>{"GlobalAveragePool", "Squeeze"});
@@ -152,12 +152,12 @@ TEST(ConvertSplitToSlice, GivenAndEqualSizes) {
     GraphBuilder given;
     given.input("x", {1, 6, 2}).output("a", {1, 2, 2}).output("c", {1, 4, 2});
     given.initializer("sizes", int64s({2, 4}));
-    set_int_attribute(given.node("Split", {"x", "sizes"}, {"a", "c"}), "axis", 1);
+    set_attribute(given.node("Split", {"x", "sizes"}, {"a", "c"}), "axis", 1);
     expect_same_function("convert_split_to_slice", given.build(), ramp({1, 6, 2}), {"Slice", "Slice"});
 
     GraphBuilder equal;
     equal.input("x", {1, 6, 2}).output("a", {1, 3, 2}).output("c", {1, 3, 2});
-    set_int_attribute(equal.node("Split", {"x"}, {"a", "c"}), "axis", -2);
+    set_attribute(equal.node("Split", {"x"}, {"a", "c"}), "axis", -2);
     auto model = equal.build();
     auto rewritten = model;
     EXPECT_TRUE(run_pass("convert_split_to_slice", rewritten));
@@ -315,7 +315,7 @@ TEST(SimulateDpu, SoftmaxInBfloat16WithThePolynomialExp) {
     for (int64_t opset : {13, 17}) {
         GraphBuilder b(opset);
         b.input("x", {2, 12}).output("y", {2, 12});
-        set_int_attribute(b.node("Softmax", {"x"}, {"y"}), "axis", 1);
+        set_attribute(b.node("Softmax", {"x"}, {"y"}), "axis", 1);
         const auto model = b.build();
         auto simulated = model;
         EXPECT_TRUE(run_pass("convert_softmax_to_dpu_version", simulated));

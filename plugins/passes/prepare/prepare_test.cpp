@@ -14,7 +14,7 @@ namespace {
 
 using vaiq::test::GraphBuilder;
 using vaiq::test::ramp;
-using vaiq::test::set_int_attribute;
+using vaiq::test::set_attribute;
 using vaiq::test::set_ints_attribute;
 
 bool run_pass(const std::string& name, vaiq::Model& model, const nlohmann::json& options = nullptr) {
@@ -240,7 +240,7 @@ TEST(FoldBiasAdd, IntoConvTransposeConvAndGemmWhenItLinesUpWithTheChannels) {
         GraphBuilder b;
         b.input("x", {2, 4}).output("y", {2, 3});
         b.initializer("w", values({3, 4}, noise)).initializer("b", values({1, 3}, noise));
-        set_int_attribute(b.node("Gemm", {"x", "w"}, {"g"}), "transB", 1);
+        set_attribute(b.node("Gemm", {"x", "w"}, {"g"}), "transB", 1);
         b.node("Add", {"g", "b"}, {"y"});
         const auto folded = expect_same_function("fold_bias_add", b.build(), values({2, 4}, noise));
         EXPECT_EQ(op_types(folded), (std::vector<std::string>{"Gemm"}));
@@ -501,8 +501,8 @@ TEST(InferSymbolicShapes, PropagatesComputedShapesAndCustomOps) {
     *g.add_initializer() = int64s({24}).to_proto("flat");
     add("Gelu", {"x"}, "gx", "com.microsoft");
     add("Shape", {"gx"}, "s");
-    set_int_attribute(*add("Gather", {"s", "zero"}, "n"), "axis", 0);
-    set_int_attribute(*add("Concat", {"n", "flat"}, "target"), "axis", 0);
+    set_attribute(*add("Gather", {"s", "zero"}, "n"), "axis", 0);
+    set_attribute(*add("Concat", {"n", "flat"}, "target"), "axis", 0);
     add("Reshape", {"gx", "target"}, "r");
     add("Relu", {"r"}, "y");
     auto* o = model.proto().add_opset_import();
@@ -529,7 +529,7 @@ TEST(ConvertFp16ToFp32, WidensEverythingAndDropsIdleCasts) {
     const auto k = ramp({4}, 0.1f, 0.3f).convert_float(vaiq::DataType::Float16);
     b.initializer("k", k);
     b.node("Add", {"x", "k"}, {"z"});
-    set_int_attribute(b.node("Cast", {"z"}, {"y"}), "to", onnx::TensorProto::FLOAT);
+    set_attribute(b.node("Cast", {"z"}, {"y"}), "to", onnx::TensorProto::FLOAT);
     auto model = b.build();
     EXPECT_TRUE(run_pass("convert_fp16_to_fp32", model));
     EXPECT_EQ(op_types(model), (std::vector<std::string>{"Add", "Identity"})) << "the output's Cast ties two outputs";
@@ -546,9 +546,9 @@ TEST(ConvertFp16ToFp32, WidensEverythingAndDropsIdleCasts) {
 TEST(ConvertFp16ToFp32, RemovesCastPairsAroundFloat16Islands) {
     GraphBuilder b;
     b.input("x", {4}).output("y", {4});
-    set_int_attribute(b.node("Cast", {"x"}, {"h"}), "to", onnx::TensorProto::FLOAT16);
+    set_attribute(b.node("Cast", {"x"}, {"h"}), "to", onnx::TensorProto::FLOAT16);
     b.node("Relu", {"h"}, {"r"});
-    set_int_attribute(b.node("Cast", {"r"}, {"y"}), "to", onnx::TensorProto::FLOAT);
+    set_attribute(b.node("Cast", {"r"}, {"y"}), "to", onnx::TensorProto::FLOAT);
     auto model = b.build();
     EXPECT_TRUE(run_pass("convert_fp16_to_fp32", model));
     EXPECT_EQ(op_types(model), (std::vector<std::string>{"Relu"}));
@@ -635,7 +635,7 @@ TEST(CrossLayerEqualization, DepthwiseGemmAndAdaptiveSteps) {
     b.node("Conv", {"x", "w1"}, {"a"});
     b.node("Relu", {"a"}, {"ar"});
     auto& dw = b.node("Conv", {"ar", "dw"}, {"d"});
-    set_int_attribute(dw, "group", 4);
+    set_attribute(dw, "group", 4);
     set_ints_attribute(dw, "pads", {1, 1, 1, 1});
     b.node("LeakyRelu", {"d"}, {"dr"});
     set_ints_attribute(b.node("Conv", {"dr", "w3"}, {"p"}), "strides", {3, 3});
