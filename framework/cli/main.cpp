@@ -328,7 +328,7 @@ class ExplainCommand final : public Command {
         registry.load_default_paths();
         const auto resolved = resolve_plugins(recipe, registry);
         std::optional<Model> model;
-        if (!model_.empty()) model = load_model(model_);
+        if (!model_.empty()) model = load_model_to_quantize(model_, registry);
         std::cout << explain(recipe, resolved, registry, model ? &*model : nullptr);
         return kExitOk;
     }

@@ -64,7 +64,9 @@ void setup_phase(RunState& s) {
 }
 
 void load_phase(RunState& s) {
-    s.model = load_model(s.input);
+    nlohmann::json converted;
+    s.model = load_model_to_quantize(s.input, s.registry, &converted);
+    if (!converted.is_null()) s.report["opset_converted"] = converted;
     s.report["model"] = {{"input", s.input.string()},
                          {"output", s.output.string()},
                          {"opset", s.model.opset()},

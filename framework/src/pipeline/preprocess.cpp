@@ -56,10 +56,28 @@ Model convert_opset_with_shapes(const Model& model, int64_t opset, PluginRegistr
     });
 }
 
+Model load_model_to_quantize(const std::filesystem::path& path, PluginRegistry& registry, nlohmann::json* converted) {
+    Model model = load_model(path, {.check_opset = false});
+    const int64_t opset = model.opset();
+    if (opset == 0 || opset >= kMinimumOpset) return model;
+    if (opset < kOldestConvertedOpset)
+        throw InputError(fmt::format(
+            "{} uses opset {} of the default domain; vaiq converts models of opset {} to {} itself and needs {} or "
+            "newer otherwise. Re-export the model from its framework with opset 10 or above (13 recommended)",
+            path.string(), opset, kOldestConvertedOpset, kMinimumOpset - 1, kMinimumOpset));
+    model = convert_opset_with_shapes(model, kConvertedOpset, registry);
+    log_warn("{} uses opset {}: converted to opset {} to quantize it (as vaiq convert-opset does; the input is "
+             "unchanged)",
+             path.string(), opset, kConvertedOpset);
+    if (converted) *converted = {{"from", opset}, {"to", kConvertedOpset}, {"why", "opset below 10"}};
+    return model;
+}
+
 nlohmann::json preprocess(const std::filesystem::path& input, const std::filesystem::path& output,
                           const PreprocessOptions& options, PluginRegistry& registry) {
     if (options.int_max <= 0) throw InputError(fmt::format("int_max must be positive, not {}", options.int_max));
-    Model model = load_model(input);
+    nlohmann::json converted;
+    Model model = load_model_to_quantize(input, registry, &converted);
     std::vector<PluginChoice> passes;
     const std::string origin = "vaiq preprocess";
     for (const auto& p : defaults::preprocess_passes_before(options))
@@ -79,6 +97,7 @@ nlohmann::json preprocess(const std::filesystem::path& input, const std::filesys
     store_externally_if_oversize(model, save, output, "save_as_external_data");
     save_model(model, output, save, input);
     report["nodes"] = model.graph().node_size();
+    if (!converted.is_null()) report["opset_converted"] = converted;
     return report;
 }
 

@@ -35,6 +35,18 @@ PluginChoice pass_choice(PluginRegistry& registry, const std::string& name, cons
 /// inference pass where ONNX's adapters need them (convert_opset).
 Model convert_opset_with_shapes(const Model& model, int64_t opset, PluginRegistry& registry);
 
+/// The oldest opset a model to quantize may have: one of 7 to 9 is converted
+/// to kConvertedOpset as it is loaded (ONNX Runtime's quantize_static upgrades
+/// such models too); one before 7 is refused with advice.
+inline constexpr int64_t kOldestConvertedOpset = 7;
+inline constexpr int64_t kConvertedOpset = 13;
+
+/// Loads `path` to quantize or prepare it: an opset-7-to-9 model is converted
+/// to opset 13 (convert_opset_with_shapes) with one warning, and `converted`
+/// (when given) gets {from, to, why}; the input file is not touched.
+Model load_model_to_quantize(const std::filesystem::path& path, PluginRegistry& registry,
+                             nlohmann::json* converted = nullptr);
+
 /// quant_pre_process's arguments, with their documented defaults.
 struct PreprocessOptions {
     bool skip_optimization = false;
