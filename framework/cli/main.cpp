@@ -17,6 +17,7 @@
 #include "plugin/registry.hpp"
 #include "recipe/recipe.hpp"
 #include "report/dump.hpp"
+#include "report/html_report.hpp"
 #include "runtime/infer.hpp"
 #include "util/atomic_file.hpp"
 #include "util/huge_pages.hpp"
@@ -255,7 +256,11 @@ class AnalyzeCommand final : public PipelineCommand {
                                                 "Quantize in memory and rank the quantized tensors by the error each "
                                                 "adds (nothing is written but --report)"),
                           quiet) {
-        app_->add_option("--report", report_, "Write the whole report, with every tensor's figures, as JSON here");
+        app_->add_option("--report", report_,
+                         "Write the whole report, with every tensor's figures, as JSON here, and its page beside "
+                         "it (.html)");
+        app_->add_option("--html", html_, "Write the report's page here (the sensitivity ranking, per-tensor error, "
+                                          "histograms, what to try)");
         app_->add_option("--top", top_, "Print this many tensors, most harmful first")->capture_default_str();
     }
 
@@ -263,6 +268,12 @@ class AnalyzeCommand final : public PipelineCommand {
         const Recipe recipe = load();
         const auto report = analyze_pipeline(recipe, registry_, run_options());
         if (!report_.empty()) write_file_atomically(report_, [&](std::ostream& out) { out << report.dump(2) << '\n'; });
+        std::string page_path = html_;
+        if (page_path.empty() && !report_.empty()) page_path = fs::path(report_).replace_extension(".html").string();
+        if (!page_path.empty()) {
+            const auto page = html_report(report);
+            write_file_atomically(page_path, [&](std::ostream& out) { out << page; });
+        }
         for (const auto& o : report["evaluation"]["outputs"])
             fmt::print("output {}: SQNR {} dB with every tensor quantized\n", o["name"].get<std::string>(),
                        o["sqnr_db"].dump());
@@ -285,7 +296,7 @@ class AnalyzeCommand final : public PipelineCommand {
     }
 
   private:
-    std::string report_;
+    std::string report_, html_;
     int top_ = 20;
 };
 

@@ -50,6 +50,56 @@ TEST(HtmlReport, EscapesWhatModelsAndRecipesNameAndSortsTensorsByHarm) {
         EXPECT_NE(page.find(std::string("id=\"") + section + "\""), std::string::npos) << section;
 }
 
+// A tensor below 0 dB draws a bar (the axis starts below the lowest value),
+// the error is drawn along graph order too, and a poor output's advice comes first.
+TEST(HtmlReport, NegativeErrorsDrawBarsAndAPoorOutputsAdviceComesFirst) {
+    auto report = report_with("bad");
+    report["evaluation"]["tensors"][1]["sqnr_db"] = -3.5;
+    report["advice"] = {{"outputs", {{{"output", "y"}, {"sqnr_db", 1.7}}}},
+                        {"warn_output_sqnr_db", 10},
+                        {"where", "the error first reaches that at tensor 'bad'"},
+                        {"try", {"the accurate recipe for this target", "per_channel: true"}}};
+    const std::string page = html_report(report);
+    const auto errors = page.find("id=\"errors\"");
+    ASSERT_NE(errors, std::string::npos);
+    const auto bar = page.find("-3.5 dB", errors);
+    ASSERT_NE(bar, std::string::npos);
+    // The bar's rect precedes its value text: its width is more than the 1-pixel stub.
+    const auto width_at = page.rfind("width=\"", bar);
+    ASSERT_NE(width_at, std::string::npos);
+    EXPECT_GT(std::stod(page.substr(width_at + 7)), 1.0) << page.substr(width_at, 40);
+    EXPECT_NE(page.find("id=\"graph-order\"", errors), std::string::npos);
+    const auto advice = page.find("id=\"advice\"");
+    ASSERT_NE(advice, std::string::npos);
+    EXPECT_LT(advice, page.find("id=\"summary\"")) << "the advice comes first";
+    EXPECT_NE(page.find("<li>the accurate recipe for this target</li>", advice), std::string::npos);
+    EXPECT_EQ(html_report(report_with("bad")).find("id=\"advice\""), std::string::npos) << "no advice: no box";
+}
+
+// vaiq analyze writes the page a run writes beside its JSON report.
+TEST(HtmlReport, AnalyzeWritesThePageBesideItsReport) {
+    const auto dir = vaiq::test::temp_dir();
+    const auto r = run_command(std::string(VAIQ_CLI) + " -q analyze " VAIQ_SOURCE_DIR
+                               "/examples/mnist/mnist_npu.yaml --report " + (dir / "a.json").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto page = slurp(dir / "a.html");
+    for (const char* id : {"id=\"summary\"", "id=\"errors\"", "id=\"graph-order\"", "Sensitivity"})
+        EXPECT_NE(page.find(id), std::string::npos) << id;
+    EXPECT_FALSE(fs::exists(dir / "mnist_cnn_npu.onnx")) << "analyze writes no model";
+    // In the same headless Chromium as the run's page: clean, and every chart drawn.
+    const auto shown = run_command("NODE_PATH=" + vaiq::test::npm_modules().string() + " " VAIQ_NODE " " VAIQ_SOURCE_DIR
+                                   "/tests/report/render_report.js " + (dir / "a.html").string());
+    ASSERT_EQ(shown.exit_code, 0) << shown.err;
+    const auto seen = json::parse(shown.out);
+    EXPECT_TRUE(seen["console"].empty() && seen["page_errors"].empty()) << seen.dump();
+    int charts = 0;
+    for (const auto& chart : seen["charts"]) {
+        EXPECT_GT(chart["marks"].get<int>(), 0) << chart.dump();
+        charts += chart["class"] == "chart";
+    }
+    EXPECT_EQ(charts, 4) << "error per tensor, along the graph, sensitivity, phase times";
+}
+
 TEST(HtmlReport, AReportThatStoppedEarlyStillMakesAPage) {
     for (const json& report : {json::object(), json{{"stopped_after", "plan"}, {"quantized", false}},
                                json{{"evaluation", {{"tensors", {{{"tensor", "x"}, {"sqnr_db", nullptr}}}}}}}}) {
@@ -86,7 +136,7 @@ TEST(HtmlReport, TheExamplesPageRendersInChromiumWithItsCharts) {
         bar_charts += chart["class"] == "chart";
         histograms += chart["class"] == "hist";
     }
-    EXPECT_EQ(bar_charts, 2) << "error per tensor and phase times";
+    EXPECT_EQ(bar_charts, 3) << "error per tensor, the same along the graph, and phase times";
     const auto report = json::parse(slurp(dir / "mnist.report.json"));
     EXPECT_EQ(histograms, static_cast<int>(report["evaluation"]["tensors"].size()));
     EXPECT_GE(histograms, 5);

@@ -23,7 +23,7 @@ const { chromium } = require('playwright-core');
     result.charts = await page.$$eval('svg', (svgs) => svgs.map((s) => {
       const box = s.getBoundingClientRect();
       return { class: s.getAttribute('class'), width: box.width, height: box.height,
-               marks: s.querySelectorAll('rect').length };
+               marks: s.querySelectorAll('rect, circle').length };
     }));
     result.sections = await page.$$eval('section', (all) => all.map((s) => s.id));
     if (screenshot) await page.screenshot({ path: screenshot, fullPage: true });

@@ -161,8 +161,6 @@ void save_run(const Recipe& recipe, const RunOptions& options, QuantizedRun& run
                               [&](std::ostream& out) { out << html; });
 }
 
-// Warns about every output below warn_output_sqnr_db, naming where the error
-// starts; fails (nothing is written yet) below min_output_sqnr_db.
 // The shipped accurate recipe for the run's target, as advice; empty when the
 // run searches mixed precision already.
 std::string accurate_recipe_advice(const Recipe& recipe, const nlohmann::json& report) {
@@ -189,38 +187,72 @@ std::string mixed_scales_named(const nlohmann::json& report) {
                        named.size() == 1 ? "holds" : "hold");
 }
 
-void judge_outputs(const Recipe& recipe, const nlohmann::json& report) {
+// What to try for a poor output, most promising first: the accurate recipe,
+// raising the tensors that cost most alone, the preparation that changed the
+// function, then the general levers.
+std::vector<std::string> what_to_try(const Recipe& recipe, const nlohmann::json& report) {
+    std::vector<std::string> out;
+    if (auto accurate = accurate_recipe_advice(recipe, report); !accurate.empty())
+        out.push_back(accurate.substr(0, accurate.size() - 2));  // without its ", "
+    std::vector<std::string> harmful;
+    for (const auto& t : report.value("sensitivity", nlohmann::json::object()).value("tensors", nlohmann::json::array()))
+        if (harmful.size() < 3 && t["output_sqnr_db"].is_number()) harmful.push_back("'" + t["tensor"].get<std::string>() + "'");
+    if (!harmful.empty())
+        out.push_back(fmt::format("16 bits for the tensors that cost the output most alone ({}; an override setting "
+                                  "activation_type: QInt16, or exclude their nodes)",
+                                  join(harmful, ", ")));
+    else
+        out.push_back("exclude that node (nodes_to_exclude) or give it 16 bits (an override setting activation_type: "
+                      "QInt16) where the target allows");
+    if (report.contains("preparation_error")) {
+        const auto passes =
+            report["preparation_error"].value("passes", nlohmann::json::array()).get<std::vector<std::string>>();
+        if (!passes.empty())
+            out.push_back(fmt::format("without the preparation that changed what the model computes ({}: the "
+                                      "target's options switch it off)",
+                                      join(passes, ", ")));
+    }
+    out.push_back("per_channel: true (depthwise convolutions need it)");
+    out.push_back("include_cle, another calibrate_method, more calibration data");
+    return out;
+}
+
+// Warns of each output below warn_output_sqnr_db, naming where the error
+// starts, and records what to try in the report (its "advice", which the page
+// shows first); fails (nothing is written yet) below min_output_sqnr_db.
+void judge_outputs(const Recipe& recipe, nlohmann::json& report) {
     if (!report.contains("evaluation")) return;
     const auto& evaluation = report["evaluation"];
     const double warn_db = recipe.value("warn_output_sqnr_db").get<double>();
     const auto& floor = recipe.value("min_output_sqnr_db");
     std::vector<std::string> failed;
+    nlohmann::json poor = nlohmann::json::array();
+    std::string where = "no single tensor falls below that on the first batch";
+    if (evaluation.contains("first_divergence")) {
+        const auto& d = evaluation["first_divergence"];
+        const double db = d["sqnr_db"].get<double>();
+        where = fmt::format("the error first reaches that at tensor '{}' (node '{}': {} on {})",
+                            d["tensor"].get<std::string>(), d["node"].get<std::string>(),
+                            std::isfinite(db) ? fmt::format("SQNR {:.2f} dB", db)
+                                              : std::string("the quantized values hold NaN or infinity"),
+                            d["data"].get<std::string>());
+    }
+    const auto to_try = what_to_try(recipe, report);
     for (const auto& o : evaluation["outputs"]) {
         if (!o["sqnr_db"].is_number()) continue;  // "inf": exact
         const double db = o["sqnr_db"].get<double>();
         const auto name = o["name"].get<std::string>();
         if (db < warn_db) {
-            std::string where = "no single tensor falls below that on the first batch";
-            if (evaluation.contains("first_divergence")) {
-                const auto& d = evaluation["first_divergence"];
-                const double db = d["sqnr_db"].get<double>();
-                where = fmt::format("the error first reaches that at tensor '{}' (node '{}': {} on {})",
-                                    d["tensor"].get<std::string>(), d["node"].get<std::string>(),
-                                    std::isfinite(db) ? fmt::format("SQNR {:.2f} dB", db)
-                                                      : std::string("the quantized values hold NaN or infinity"),
-                                    d["data"].get<std::string>());
-            }
-            log_warn(
-                "output '{}' is far from the float model's: SQNR {:.2f} dB (warn_output_sqnr_db {}), cosine "
-                "{:.4f}; {}{}. To try: {}per_channel: true (depthwise convolutions need it), exclude that node "
-                "(nodes_to_exclude) or give it 16 bits (an override setting activation_type: QInt16) where the "
-                "target allows, include_cle, another calibrate_method, more "
-                "calibration data; `vaiq explain RECIPE --model M` shows each node's settings",
-                name, db, warn_db, o["cosine_similarity"].get<double>(), where, mixed_scales_named(report),
-                accurate_recipe_advice(recipe, report));
+            poor.push_back({{"output", name}, {"sqnr_db", db}});
+            log_warn("output '{}' is far from the float model's: SQNR {:.2f} dB (warn_output_sqnr_db {}), cosine "
+                     "{:.4f}; {}{}. To try: {}; `vaiq explain RECIPE --model M` shows each node's settings",
+                     name, db, warn_db, o["cosine_similarity"].get<double>(), where, mixed_scales_named(report),
+                     join(to_try, "; "));
         }
         if (!floor.is_null() && db < floor.get<double>()) failed.push_back(fmt::format("'{}' has {:.2f} dB", name, db));
     }
+    if (!poor.empty())
+        report["advice"] = {{"outputs", poor}, {"warn_output_sqnr_db", warn_db}, {"where", where}, {"try", to_try}};
     if (!failed.empty())
         throw InputError(fmt::format("{}: min_output_sqnr_db {}: output {} on the evaluation data; nothing was written",
                                      recipe.setting("min_output_sqnr_db").origin, floor.get<double>(),
@@ -287,7 +319,9 @@ CalibrationTables calibrate_pipeline(const Recipe& recipe, PluginRegistry& regis
 nlohmann::json analyze_pipeline(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options) {
     Recipe analyzed = recipe;
     apply_setting(analyzed, "sensitivity_analysis=true", {});
-    return quantize(analyzed, registry, options, /*writes=*/false).report;
+    auto report = quantize(analyzed, registry, options, /*writes=*/false).report;
+    judge_outputs(analyzed, report);  // its advice, for the page
+    return report;
 }
 
 std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, const PluginRegistry& registry,

@@ -82,9 +82,10 @@ struct Bar {
 };
 
 // A horizontal bar chart, one row per bar, scaled to `scale_max`.
-std::string bar_chart(const std::vector<Bar>& bars, double scale_max, const std::string& unit) {
+std::string bar_chart(const std::vector<Bar>& bars, double scale_min, double scale_max, const std::string& unit) {
     constexpr int kLabel = 300, kPlot = 420, kRow = 18, kPad = 60;
     const int height = static_cast<int>(bars.size()) * kRow + 24;
+    const double span = std::max(scale_max - scale_min, 1e-9);
     std::string svg = fmt::format(
         "<svg class=\"chart\" role=\"img\" viewBox=\"0 0 {} {}\" width=\"{}\" height=\"{}\">", kLabel + kPlot + kPad,
         height, kLabel + kPlot + kPad, height);
@@ -92,12 +93,12 @@ std::string bar_chart(const std::vector<Bar>& bars, double scale_max, const std:
         const double x = kLabel + kPlot * tick / 4.0;
         svg += fmt::format("<line x1=\"{:.1f}\" y1=\"0\" x2=\"{:.1f}\" y2=\"{}\" class=\"grid\"/>", x, x, height - 18);
         svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"tick\">{:.3g}{}</text>", x, height - 4,
-                           scale_max * tick / 4, tick == 4 ? " " + unit : "");
+                           scale_min + span * tick / 4, tick == 4 ? " " + unit : "");
     }
     for (size_t i = 0; i < bars.size(); ++i) {
         const auto& b = bars[i];
         const double y = static_cast<double>(i) * kRow;
-        const double w = std::clamp(b.value / scale_max, 0.0, 1.0) * kPlot;
+        const double w = std::clamp((b.value - scale_min) / span, 0.0, 1.0) * kPlot;
         svg += fmt::format(
             "<g><title>{}</title><text x=\"{}\" y=\"{:.1f}\" class=\"label\">{}</text>"
             "<rect x=\"{}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\"/>"
@@ -105,6 +106,54 @@ std::string bar_chart(const std::vector<Bar>& bars, double scale_max, const std:
             escape(b.title), kLabel - 6, y + 13, escape(b.label), kLabel, y + 3, std::max(w, 1.0), kRow - 5,
             b.colour, kLabel + w + 4, y + 13, escape(b.text));
     }
+    return svg + "</svg>";
+}
+
+// Where a chart of dB values starts: 0, or below the lowest value in steps of 10
+// (an output or tensor below 0 dB still draws a bar).
+double chart_floor(double lowest) { return std::min(0.0, std::floor(lowest / 10) * 10); }
+
+// Each quantized activation's SQNR in graph order, as a line: where the error
+// starts to grow is what a reader looks for. The warning threshold is drawn.
+std::string graph_order_svg(const json& tensors, double warn_db) {
+    std::vector<std::pair<std::string, double>> points;
+    double lo = 0, hi = 40;
+    for (const auto& t : tensors) {
+        if (!t["sqnr_db"].is_number()) continue;  // exact
+        const double db = t["sqnr_db"].get<double>();
+        points.emplace_back(str(t, "tensor"), db);
+        lo = std::min(lo, db), hi = std::max(hi, db);
+    }
+    if (points.size() < 2) return {};
+    lo = chart_floor(lo), hi = std::ceil(hi / 10) * 10;
+    constexpr double kW = 720, kH = 180, kLeft = 40, kBottom = 20;
+    const double plot_w = kW - kLeft - 10, plot_h = kH - kBottom - 8;
+    auto x_of = [&](size_t i) { return kLeft + plot_w * static_cast<double>(i) / static_cast<double>(points.size() - 1); };
+    auto y_of = [&](double db) { return 8 + plot_h * (1 - (db - lo) / (hi - lo)); };
+    std::string svg = fmt::format("<svg class=\"chart\" role=\"img\" id=\"graph-order\" viewBox=\"0 0 {} {}\" "
+                                  "width=\"{}\" height=\"{}\">",
+                                  kW, kH, kW, kH);
+    for (int tick = 0; tick <= 4; ++tick) {
+        const double db = lo + (hi - lo) * tick / 4, y = y_of(db);
+        svg += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" class=\"grid\"/>"
+                           "<text x=\"2\" y=\"{:.1f}\" class=\"tick\">{:.3g}</text>",
+                           kLeft, y, kW - 10, y, y + 4, db);
+    }
+    svg += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#c0392b\" "
+                       "stroke-dasharray=\"4 3\"><title>warn_output_sqnr_db {}</title></line>",
+                       kLeft, y_of(warn_db), kW - 10, y_of(warn_db), warn_db);
+    std::string path;
+    for (size_t i = 0; i < points.size(); ++i)
+        path += fmt::format("{}{:.1f},{:.1f}", i ? " " : "", x_of(i), y_of(points[i].second));
+    svg += "<polyline fill=\"none\" stroke=\"#2c6fbb\" stroke-width=\"1.5\" points=\"" + path + "\"/>";
+    for (size_t i = 0; i < points.size(); ++i)
+        svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"{}\"><title>{}: {:.1f} dB</title>"
+                           "</circle>",
+                           x_of(i), y_of(points[i].second), sqnr_colour(points[i].second, warn_db),
+                           escape(points[i].first), points[i].second);
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\">first quantized tensor</text>"
+                       "<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"end\">last (dB)</text>",
+                       kLeft, kH - 4, kW - 10, kH - 4);
     return svg + "</svg>";
 }
 
@@ -211,11 +260,12 @@ std::string errors_section(const json& report, double warn_db) {
     std::stable_sort(sorted.begin(), sorted.end(), [&](auto a, auto b) { return db_of(a) < db_of(b); });
     constexpr size_t kShown = 40;
     std::vector<Bar> bars;
-    double top = 40;
+    double top = 40, lowest = 0;
     for (size_t i = 0; i < std::min(kShown, sorted.size()); ++i) {
         const double db = db_of(sorted[i]);
         const std::string name = str(*sorted[i], "tensor");
         top = std::max(top, std::isfinite(db) ? db : 0);
+        if (std::isfinite(db)) lowest = std::min(lowest, db);
         bars.push_back({shorten(name), fmt::format("{} (node {})", name, str(*sorted[i], "node")),
                         std::isfinite(db) ? db : top, sqnr_colour(db, warn_db),
                         std::isfinite(db) ? fmt::format("{:.1f} dB", db) : "exact"});
@@ -225,23 +275,28 @@ std::string errors_section(const json& report, double warn_db) {
         "Each quantized activation's SQNR in the quantized model against the float model on one batch: the error "
         "accumulated from the inputs up to that tensor. Lowest (most harmful) first{}.",
         sorted.size() > kShown ? fmt::format("; the {} worst of {}", kShown, sorted.size()) : ""));
-    out += "</p>" + bar_chart(bars, std::ceil(top / 10) * 10, "dB");
+    out += "</p>" + bar_chart(bars, chart_floor(lowest), std::ceil(top / 10) * 10, "dB");
+    const std::string along = graph_order_svg(tensors, warn_db);
+    if (!along.empty())
+        out += "<h3>Along the graph</h3><p class=\"note\">The same SQNR in graph order, the warning threshold dashed: "
+               "where the line starts to fall is where the error begins.</p>" +
+               along;
     const auto& sensitivity = member(member(report, "sensitivity"), "tensors");
     if (!sensitivity.empty()) {
         std::vector<Bar> harm;
-        double best = 40;
+        double best = 40, worst = 0;
         for (size_t i = 0; i < std::min(kShown, sensitivity.size()); ++i) {
             const auto& s = sensitivity[i];
             const json& v = member(s, "output_sqnr_db");  // a number, "inf" (exact) or null (not measured)
             if (!v.is_number() && v != "inf") continue;
             const bool exact = !v.is_number();
             const double db = exact ? best : v.get<double>();
-            best = std::max(best, db);
+            best = std::max(best, db), worst = std::min(worst, db);
             harm.push_back({shorten(str(s, "tensor")), str(s, "tensor"), db, sqnr_colour(db, warn_db),
                             exact ? "exact" : fmt::format("{:.1f} dB ({})", db, str(s, "role"))});
         }
         out += "<h3>Sensitivity: the output's SQNR with only that tensor quantized</h3>" +
-               bar_chart(harm, std::ceil(best / 10) * 10, "dB");
+               bar_chart(harm, chart_floor(worst), std::ceil(best / 10) * 10, "dB");
     }
     return out + "</section>";
 }
@@ -299,6 +354,23 @@ std::string plan_section(const json& report) {
 
 // What the plan left float on purpose, the tensors whose channels differ in
 // scale and what was done about them, and the diagnoses that could not run.
+// A box first on the page when an output is poor: which, where its error
+// starts, and what to try (the run's "advice").
+std::string advice_section(const json& report) {
+    const auto& advice = member(report, "advice");
+    if (advice.empty()) return {};
+    std::vector<std::string> outputs;
+    for (const auto& o : member(advice, "outputs"))
+        outputs.push_back(fmt::format("<b>{}</b> {:.1f} dB", escape(str(o, "output")), value_or(o, "sqnr_db", 0.0)));
+    std::string out = "<section id=\"advice\" class=\"advice\"><h2>The output is far from the float model's</h2><p>";
+    for (size_t i = 0; i < outputs.size(); ++i) out += (i ? ", " : "") + outputs[i];
+    out += escape(fmt::format(" (SQNR; warn_output_sqnr_db {}): {}.", number(member(advice, "warn_output_sqnr_db")),
+                              str(advice, "where")));
+    out += "</p><p>To try, most promising first:</p><ol>";
+    for (const auto& t : member(advice, "try")) out += "<li>" + escape(t.get<std::string>()) + "</li>";
+    return out + "</ol></section>";
+}
+
 std::string attention_section(const json& report) {
     const auto& kept = member(member(report, "plan"), "kept_float");
     const auto& scales = member(report, "mixed_scale_tensors");
@@ -366,7 +438,7 @@ std::string phases_section(const json& report) {
     if (bars.empty()) return {};
     std::string out = fmt::format("<section id=\"phases\"><h2>Phase times</h2><p class=\"note\">{:.2f} s in all.</p>",
                                   total);
-    out += bar_chart(bars, longest > 0 ? longest : 1, "s");
+    out += bar_chart(bars, 0, longest > 0 ? longest : 1, "s");
     std::vector<std::vector<std::string>> passes;
     for (const auto& p : member(report, "passes"))
         passes.push_back({escape(str(p, "name")), value_or(p, "changed", false) ? "changed the model" : "no change",
@@ -395,6 +467,7 @@ body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#
 header{background:#1c2330;color:#fff;padding:18px 32px}header h1{margin:0;font-size:22px}
 header .sub{color:#b8c0cc;font-size:13px}main{padding:8px 32px 40px;max-width:1200px}
 section{background:#fff;border-radius:8px;padding:4px 20px 16px;margin:16px 0;box-shadow:0 1px 2px #0002}
+.advice{border-left:5px solid #c0392b}.advice h2{color:#c0392b}
 h2{font-size:17px;margin:14px 0 8px}h3{font-size:14px;margin:16px 0 6px}.note{color:#555;margin:4px 0 10px}
 .cards{display:flex;flex-wrap:wrap;gap:12px}.card{border:1px solid #dde1e7;border-radius:6px;padding:10px 14px;min-width:200px;flex:1}
 .card-title{color:#666;font-size:12px;text-transform:uppercase;letter-spacing:.04em}.card-value{font-size:20px;font-weight:600;margin:2px 0;word-break:break-all}
@@ -424,6 +497,7 @@ std::string html_report(const json& report) {
             escape(fmt::format("{}, quantized by vaiq {} from {}", str(model, "output", "?"),
                                str(report, "vaiq_version", "?"), str(model, "input", "?"))) +
             (value_or(report, "quantized", true) ? "" : " \u2014 not quantized: the run stopped early") + "</div></header><main>";
+    html += advice_section(report);
     html += summary_section(report, warn_db);
     html += errors_section(report, warn_db);
     html += histograms_section(report);
