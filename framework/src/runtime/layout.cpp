@@ -32,7 +32,7 @@ const std::set<std::string> kBinary = {"Add", "Sub", "Mul", "Div", "Max", "Min",
 // inputs are scalars (per-tensor quantization parameters); empty for other ops.
 std::vector<int> elementwise_inputs(const onnx::NodeProto& node) {
     const auto& op = node.op_type();
-    if (node.domain().empty()) {
+    if (is_default_domain(node)) {
         if (kUnary.count(op) || op == "QuantizeLinear" || op == "DequantizeLinear") return {0};
         if (kBinary.count(op) && node.input_size() == 2) return {0, 1};
     } else if (node.domain() == "com.microsoft") {
@@ -53,7 +53,7 @@ std::vector<int64_t> perm_of(const onnx::NodeProto& node) {
 }
 
 bool is_transpose(const onnx::NodeProto& node, const std::vector<int64_t>& perm) {
-    return node.op_type() == "Transpose" && node.domain().empty() && perm_of(node) == perm;
+    return node.op_type() == "Transpose" && is_default_domain(node) && perm_of(node) == perm;
 }
 
 int64_t attribute_count(const onnx::NodeProto& node, const std::string& name) {
@@ -84,7 +84,7 @@ std::set<std::string> scalar_constants(const onnx::GraphProto& graph) {
     for (const auto& init : graph.initializer())
         if (one_element(init)) out.insert(init.name());
     for (const auto& node : graph.node()) {
-        if (node.op_type() != "Constant" || !node.domain().empty() || node.output_size() != 1) continue;
+        if (node.op_type() != "Constant" || !is_default_domain(node) || node.output_size() != 1) continue;
         for (const auto& a : node.attribute())
             if ((a.name() == "value" && one_element(a.t())) || a.name() == "value_float" || a.name() == "value_int")
                 out.insert(node.output(0));
@@ -99,19 +99,19 @@ bool wrap_nhwc_ops(onnx::GraphProto& graph, UniqueNames& names) {
     bool changed = false;
     for (const auto& node : graph.node()) {
         bool wrap = false;
-        if (node.domain().empty() && node.op_type() == "Conv" && node.input_size() >= 2) {
+        if (is_default_domain(node) && node.op_type() == "Conv" && node.input_size() >= 2) {
             // A 2-D convolution with constant weights: stored, or the DequantizeLinear of
             // stored ones (a QDQ Conv left in float, as int8 pairs are on x86).
             const auto* w = index.initializer(node.input(1));
             const int p = index.producer(node.input(1));
-            if (!w && p >= 0 && graph.node(p).op_type() == "DequantizeLinear" && graph.node(p).domain().empty())
+            if (!w && p >= 0 && graph.node(p).op_type() == "DequantizeLinear" && is_default_domain(graph.node(p)))
                 w = index.initializer(graph.node(p).input(0));
             wrap = w && w->dims_size() == 4;
-        } else if (node.domain().empty() && node.op_type() == "QLinearConv" && node.input_size() >= 8) {
+        } else if (is_default_domain(node) && node.op_type() == "QLinearConv" && node.input_size() >= 8) {
             // Channels-last, as oneDNN's kernels work (int8 ones, or float ones on CPUs without exact int8).
             const auto* w = index.initializer(node.input(3));
             wrap = w && w->dims_size() == 4;
-        } else if (node.domain().empty() && (node.op_type() == "MaxPool" || node.op_type() == "AveragePool")) {
+        } else if (is_default_domain(node) && (node.op_type() == "MaxPool" || node.op_type() == "AveragePool")) {
             wrap = attribute_count(node, "kernel_shape") == 2 && (node.output_size() < 2 || node.output(1).empty());
         }
         if (!wrap) {
@@ -245,7 +245,7 @@ void fuse_residual_adds(onnx::GraphProto& graph, const std::set<std::string>& ta
     const GraphIndex index(graph);
     for (int i = 0; i < graph.node_size(); ++i) {
         const auto& add = graph.node(i);
-        if (add.op_type() != "Add" || !add.domain().empty() || add.input_size() != 2 || add.input(0) == add.input(1))
+        if (add.op_type() != "Add" || !is_default_domain(add) || add.input_size() != 2 || add.input(0) == add.input(1))
             continue;
         for (int k = 0; k < 2; ++k) {
             const int p = index.producer(add.input(k));
@@ -278,7 +278,7 @@ void fuse_activations(onnx::GraphProto& graph, const std::set<std::string>& tapp
         bool conv_tapped = false;
         for (const auto& use : index.consumers(conv.output(0))) {
             const auto& n = graph.node(use.node);
-            if (n.domain().empty() && (n.op_type() == "Relu" || n.op_type() == "Clip")) activations.push_back(use.node);
+            if (is_default_domain(n) && (n.op_type() == "Relu" || n.op_type() == "Clip")) activations.push_back(use.node);
             conv_tapped = conv_tapped || (is_transpose(n, kToNchw) && tapped.count(n.output(0)));
         }
         if (activations.size() != 1 || conv_tapped) continue;
@@ -533,7 +533,7 @@ bool fuse_matmul_bias(onnx::GraphProto& graph, const std::set<std::string>& tapp
     bool changed = false;
     for (int i = 0; i < graph.node_size(); ++i) {
         const auto& add = graph.node(i);
-        if (add.op_type() != "Add" || !add.domain().empty() || add.input_size() != 2) continue;
+        if (add.op_type() != "Add" || !is_default_domain(add) || add.input_size() != 2) continue;
         for (int k = 0; k < 2; ++k) {
             const int p = index.producer(add.input(k));
             if (p < 0) continue;
@@ -541,7 +541,7 @@ bool fuse_matmul_bias(onnx::GraphProto& graph, const std::set<std::string>& tapp
             const auto* b = matmul.input_size() == 2 ? index.initializer(matmul.input(1)) : nullptr;
             const auto* bias = index.initializer(add.input(1 - k));
             const auto& product = matmul.output(0);
-            if (matmul.op_type() != "MatMul" || !matmul.domain().empty() || !b || !bias ||
+            if (matmul.op_type() != "MatMul" || !is_default_domain(matmul) || !b || !bias ||
                 b->data_type() != onnx::TensorProto::FLOAT || b->dims_size() != 2 ||
                 bias->data_type() != onnx::TensorProto::FLOAT || bias->dims_size() != 1 ||
                 bias->dims(0) != b->dims(1) || index.consumers(product).size() != 1 || index.is_graph_output(product) ||

@@ -593,14 +593,14 @@ bool remove_activations_before_quantize(onnx::GraphProto& graph, int64_t opset, 
     std::set<int> removed;
     for (int n = 0; n < graph.node_size(); ++n) {
         const auto& act = graph.node(n);
-        if (!act.domain().empty() && act.domain() != "ai.onnx") continue;
+        if (!is_default_domain(act)) continue;
         if (act.op_type() != "Relu" && act.op_type() != "Clip") continue;
         if (act.input_size() < 1 || act.output_size() != 1 || index.is_graph_output(act.output(0))) continue;
         const auto& uses = index.consumers(act.output(0));
         if (uses.size() != 1) continue;
         const int q = uses[0].node;
         auto& qnode = *graph.mutable_node(q);
-        if ((!qnode.domain().empty() && qnode.domain() != "ai.onnx") || qnode.op_type() != "QuantizeLinear" ||
+        if (!is_default_domain(qnode) || qnode.op_type() != "QuantizeLinear" ||
             qnode.input_size() != 3 || uses[0].slot != 0)
             continue;
         const auto zp = scalar_constant(graph, index, qnode.input(2));
