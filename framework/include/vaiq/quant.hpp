@@ -28,6 +28,8 @@ VAIQ_API DataType storage_type(QuantType type);
 /// Bits of a quantized value (4 for QInt4/QUInt4).
 VAIQ_API int quant_bits(QuantType type);
 VAIQ_API bool is_integer(QuantType type);
+/// QInt8 or QUInt8: what integer kernels and the NPUs take for activations.
+inline bool is_eight_bit(QuantType type) { return type == QuantType::QInt8 || type == QuantType::QUInt8; }
 /// Integer range of a quant type: [qmin, qmax]. With `reduce_range` one bit fewer,
 /// with `symmetric` on signed types the range is [-qmax, qmax] (e.g. [-127, 127]).
 VAIQ_API std::pair<int64_t, int64_t> integer_range(QuantType type, bool symmetric = false, bool reduce_range = false);

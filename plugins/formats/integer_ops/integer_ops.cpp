@@ -23,8 +23,6 @@ using vaiq::Tensor;
 using vaiq::TensorQuant;
 using vaiq::TensorRole;
 
-bool is_eight_bit(QuantType t) { return t == QuantType::QInt8 || t == QuantType::QUInt8; }
-
 // A quantized input as the integer ops read it.
 struct Quantized {
     std::string values, scale, zero_point;

@@ -32,7 +32,6 @@ const std::set<std::string, std::less<>> kDataMovement = {"Reshape", "Transpose"
                                                           "Split",   "DepthToSpace", "SpaceToDepth"};
 const std::set<std::string, std::less<>> kAbsorbable = {"Relu", "Clip"};
 
-bool is_eight_bit(QuantType t) { return t == QuantType::QInt8 || t == QuantType::QUInt8; }
 
 bool same_params(const vaiq::QuantParams& a, const vaiq::QuantParams& b) {
     return a.type == b.type && a.scale == b.scale && a.zero_point == b.zero_point && a.axis == b.axis;

@@ -13,8 +13,6 @@
 
 namespace {
 
-bool is_eight_bit(vaiq::QuantType t) { return t == vaiq::QuantType::QInt8 || t == vaiq::QuantType::QUInt8; }
-
 // The enable_dpu graph transforms: documented switch -> pass plugin, in the order they run.
 struct Transform {
     const char* option;
@@ -103,7 +101,7 @@ class NpuCnn final : public vaiq::Target {
         if (run.weight_type != vaiq::QuantType::QInt8)
             refuse(
                 fmt::format("takes int8 weights (weight_type: QInt8), not {}", vaiq::quant_type_name(run.weight_type)));
-        if (!is_eight_bit(run.activation_type))
+        if (!vaiq::is_eight_bit(run.activation_type))
             refuse(fmt::format("takes 8-bit activations (QUInt8 or QInt8), not {}",
                                vaiq::quant_type_name(run.activation_type)));
     }

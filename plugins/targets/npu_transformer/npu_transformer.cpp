@@ -9,7 +9,6 @@
 
 namespace {
 
-bool is_eight_bit(vaiq::QuantType t) { return t == vaiq::QuantType::QInt8 || t == vaiq::QuantType::QUInt8; }
 
 class NpuTransformer final : public vaiq::Target {
   public:
@@ -39,7 +38,7 @@ class NpuTransformer final : public vaiq::Target {
         if (run.weight_type != vaiq::QuantType::QInt8)
             refuse(
                 fmt::format("takes int8 weights (weight_type: QInt8), not {}", vaiq::quant_type_name(run.weight_type)));
-        if (!is_eight_bit(run.activation_type))
+        if (!vaiq::is_eight_bit(run.activation_type))
             refuse(fmt::format("takes 8-bit activations (QInt8 or QUInt8), not {}",
                                vaiq::quant_type_name(run.activation_type)));
     }
