@@ -170,7 +170,7 @@ std::string accurate_recipe_advice(const Recipe& recipe, const nlohmann::json& r
                                                                  {"npu_transformer", "transformer_npu_accurate.yaml"}};
     const auto it = kAccurate.find(recipe.value("target").get<std::string>());
     if (it == kAccurate.end()) return {};
-    return fmt::format("the accurate recipe for this target ({}: more bits where 8 cost the output most), ",
+    return fmt::format("the accurate recipe for this target ({}: more bits where 8 cost the output most)",
                        it->second);
 }
 
@@ -192,8 +192,7 @@ std::string mixed_scales_named(const nlohmann::json& report) {
 // function, then the general levers.
 std::vector<std::string> what_to_try(const Recipe& recipe, const nlohmann::json& report) {
     std::vector<std::string> out;
-    if (auto accurate = accurate_recipe_advice(recipe, report); !accurate.empty())
-        out.push_back(accurate.substr(0, accurate.size() - 2));  // without its ", "
+    if (auto accurate = accurate_recipe_advice(recipe, report); !accurate.empty()) out.push_back(accurate);
     std::vector<std::string> harmful;
     for (const auto& t : report.value("sensitivity", nlohmann::json::object()).value("tensors", nlohmann::json::array()))
         if (harmful.size() < 3 && t["output_sqnr_db"].is_number()) harmful.push_back("'" + t["tensor"].get<std::string>() + "'");
