@@ -15,6 +15,7 @@
 #include "test_support.hpp"
 #include "util/npy.hpp"
 #include "vaiq/error.hpp"
+#include "vaiq/format.hpp"
 
 namespace fs = std::filesystem;
 using vaiq::Tensor;
@@ -96,6 +97,97 @@ TEST_F(MixedPrecision, TheAnalysisRanksTheWeightThatLosesItsValuesFirst) {
     }
     EXPECT_LT(tensors[0]["tensor_sqnr_db"].get<double>(), 45.0) << "its own error is large too";
     EXPECT_FALSE(fs::exists(dir_ / "out.onnx")) << "analyze writes nothing";
+}
+
+// The analysis forks the float model's run where each tensor is computed and
+// runs only what follows; it must measure what a whole inference of the model
+// written with that tensor alone quantized measures. Two convolutions (which
+// the emitted model's executor runs channels-last), a fitted weight, and a
+// constant only a folded Transpose reads (measured on its emitted model).
+// With 4 batches and 6 tensors, the head of the ranking (16 at least) is all of
+// it: every figure is of every batch.
+TEST_F(MixedPrecision, ForkedRunsMeasureWhatTheEmittedModelsMeasure) {
+    GraphBuilder b;
+    b.input("x", {1, 2, 6, 6}).output("y", {1, 2, 6, 6});
+    auto ramp = [](size_t n, float step, int period) {
+        std::vector<float> v(n);
+        for (size_t i = 0; i < n; ++i) v[i] = step * static_cast<float>(static_cast<int>(i * 7 % period) - period / 2);
+        return v;
+    };
+    b.initializer("w1", Tensor::from_values<float>({4, 2, 3, 3}, ramp(72, 0.07f, 13)));
+    b.initializer("w2", Tensor::from_values<float>({2, 4, 1, 1}, ramp(8, 0.3f, 5)));
+    b.initializer("t", Tensor::from_values<float>({6, 6, 2, 1}, ramp(72, 0.11f, 17)));
+    vaiq::set_attribute(b.node("Conv", {"x", "w1"}, {"c1"}), "pads", std::vector<int64_t>{1, 1, 1, 1});
+    b.node("Relu", {"c1"}, {"r1"});
+    b.node("Conv", {"r1", "w2"}, {"c2"});
+    vaiq::set_attribute(b.node("Transpose", {"t"}, {"s"}), "perm", std::vector<int64_t>{3, 2, 0, 1});
+    b.node("Mul", {"c2", "s"}, {"y"});
+    const auto model = b.build();
+    auto params = [](vaiq::QuantType type, float scale, int64_t zero_point) {
+        return vaiq::QuantParams(type, {scale}, {zero_point});
+    };
+    vaiq::QuantPlan plan;
+    using vaiq::QuantType, vaiq::TensorRole;
+    plan.tensors.push_back({"x", TensorRole::Activation, {}, params(QuantType::QUInt8, 1.0f / 255, 0)});
+    plan.tensors.push_back({"w1", TensorRole::Weight, {}, params(QuantType::QInt8, 0.43f / 127, 0)});
+    plan.tensors.push_back({"r1", TensorRole::Activation, {}, params(QuantType::QUInt8, 0.02f, 0)});
+    plan.tensors.push_back({"w2", TensorRole::Weight, {}, params(QuantType::QInt8, 0.6f / 127, 0)});
+    plan.tensors.push_back({"c2", TensorRole::Activation, {}, params(QuantType::QInt8, 0.03f, 3)});
+    plan.tensors.push_back({"t", TensorRole::Weight, {}, params(QuantType::QInt8, 0.9f / 127, 0)});
+    // A fitted w2: rounded otherwise than to nearest, as an algorithm may.
+    const std::map<std::string, Tensor> fitted = {{"w2", Tensor::from_values<float>({2, 4, 1, 1}, ramp(8, 0.31f, 5))}};
+    const auto* info = registry_.find(vaiq::PluginKind::Format, "qdq");
+    ASSERT_NE(info, nullptr);
+    auto format = registry_.create<vaiq::Format>("qdq", registry_.resolve_options(*info, nullptr));
+    const vaiq::PlanEmitter emit = [&](const vaiq::QuantPlan& alone) {
+        vaiq::Model out = model;
+        for (auto& init : *out.graph().mutable_initializer())
+            if (auto it = fitted.find(init.name()); it != fitted.end() && alone.find(init.name()))
+                init = it->second.to_proto(init.name());
+        format->emit(out, alone);
+        return out;
+    };
+    auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 4, 7);
+    const auto ranking = vaiq::analyze_sensitivity(model, model, plan, emit, fitted, *data, 0, 0, 1);
+    ASSERT_EQ(ranking.size(), plan.tensors.size());
+    const auto reference = vaiq::reference_batches(model, *data, 0, 0, 1);
+    for (const auto& s : ranking) {
+        vaiq::QuantPlan alone;
+        alone.tensors.push_back(*plan.find(s.tensor));
+        const double whole = vaiq::measure_output(emit(alone), reference, 1).sqnr_db;
+        ASSERT_TRUE(s.output_sqnr_db.has_value()) << s.tensor;
+        EXPECT_LT(whole, 80.0) << s.tensor << " costs the output something";
+        EXPECT_NEAR(*s.output_sqnr_db, whole, 0.01) << s.tensor;
+        EXPECT_EQ(s.output_batches, 4) << s.tensor;
+    }
+}
+
+// Every tensor is measured on the first batch, and the most harmful 40 % (16
+// at least) on every batch: a chain of 30 Muls by growing constants, each
+// product quantized on one grid, so that the later products (larger, on the
+// same step) cost the output less.
+TEST_F(MixedPrecision, TheHeadOfTheRankingIsMeasuredOnEveryBatchAndTheTailOnOne) {
+    GraphBuilder b;
+    b.input("x", {1, 8}).output("y", {1, 8});
+    std::string last = "x";
+    vaiq::QuantPlan plan;
+    for (int i = 0; i < 30; ++i) {
+        const auto name = fmt::format("m{}", i);
+        b.initializer("c" + name, Tensor::from_values<float>({}, std::vector<float>{1.1f}));
+        b.node("Mul", {last, "c" + name}, {i == 29 ? "y" : name});
+        if (i < 29)
+            plan.tensors.push_back(
+                {name, vaiq::TensorRole::Activation, {}, vaiq::QuantParams(vaiq::QuantType::QUInt8, {0.01f}, {0})});
+        last = name;
+    }
+    const auto model = b.build();
+    auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 3, 5);
+    const auto ranking = vaiq::analyze_sensitivity(
+        model, model, plan, [](const vaiq::QuantPlan&) -> vaiq::Model { throw std::logic_error("not forked"); }, {},
+        *data, 0, 0, 1);
+    ASSERT_EQ(ranking.size(), 29u);
+    for (size_t i = 0; i < ranking.size(); ++i)
+        EXPECT_EQ(ranking[i].output_batches, i < 16 ? 3 : 1) << i << ": " << ranking[i].tensor;
 }
 
 TEST_F(MixedPrecision, RaisesOnlyWhatTheTargetNeeds) {

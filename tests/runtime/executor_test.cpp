@@ -390,6 +390,71 @@ TEST(Executor, ARunForTapsStopsAtTheLastTappedTensor) {
               std::vector<float>(whole["n"].data<float>().begin(), whole["n"].data<float>().end()));
 }
 
+// A run forks where a tensor is computed (a weight: before its first reader; a
+// graph output: at the end) and resumes from the values live there with that
+// tensor replaced: x -> Relu r -> Neg n -> Add(n, x) a -> Mul(a, w) y. Only the
+// steps after the fork run again; the run itself goes on unchanged.
+TEST(Executor, ARunForksAndResumesWithATensorReplaced) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {4}).output("y", {4});
+    b.initializer("w", Tensor::from_values<float>({4}, std::vector<float>{1, 2, 3, 4}));
+    b.node("Relu", {"x"}, {"r"});
+    b.node("Neg", {"r"}, {"n"});
+    b.node("Add", {"n", "x"}, {"a"});
+    b.node("Mul", {"a", "w"}, {"y"});
+    const auto model = b.build();
+    Executor executor(model, {.threads = 1, .profile = true});
+    const std::vector<float> x{-1, 2, -3, 4}, w{1, 2, 3, 4};
+    auto relu = [](float v) { return std::max(v, 0.0f); };
+    // y from r (n = -r) or from n when given.
+    auto y_of = [&](const std::vector<float>& r, const std::vector<float>& n, const std::vector<float>& weight) {
+        std::vector<float> y(4);
+        for (size_t i = 0; i < 4; ++i) y[i] = ((n.empty() ? -r[i] : n[i]) + x[i]) * weight[i];
+        return y;
+    };
+    std::vector<float> r(4), twice_r(4);
+    for (size_t i = 0; i < 4; ++i) r[i] = relu(x[i]), twice_r[i] = 2 * r[i];
+    auto values = [](const Tensor& t) { return std::vector<float>(t.data<float>().begin(), t.data<float>().end()); };
+    auto doubled = [&](const Tensor& t) {
+        auto v = values(t);
+        for (auto& e : v) e *= 2;
+        return Tensor::from_values<float>(t.shape(), std::span<const float>(v));
+    };
+    std::map<std::string, std::vector<float>> seen, resumed;
+    std::vector<std::string> order;
+    const auto y = executor.run_forking(
+        {{"x", Tensor::from_values<float>({4}, std::span<const float>(x))}}, {"w", "n", "r", "y"},
+        [&](const std::string& name, const Tensor& value, const vaiq::runtime::Resume& resume) {
+            order.push_back(name);
+            seen[name] = values(value);
+            const auto first = resume(doubled(value));
+            ASSERT_EQ(first.size(), 1u);
+            EXPECT_EQ(values(resume(doubled(value))[0]), values(first[0])) << "resumed twice from " << name;
+            resumed[name] = values(first[0]);
+        });
+    EXPECT_EQ(order, (std::vector<std::string>{"r", "n", "w", "y"})) << "each fork comes before its first reader";
+    ASSERT_EQ(y.size(), 1u);
+    const auto plain = y_of(r, {}, w);
+    EXPECT_EQ(values(y[0]), plain) << "the run itself is unchanged by its forks";
+    EXPECT_EQ(seen["r"], r);
+    EXPECT_EQ(resumed["r"], y_of(twice_r, {}, w));
+    std::vector<float> twice_n(4), twice_w(4), twice_y(4);
+    for (size_t i = 0; i < 4; ++i) twice_n[i] = -2 * r[i], twice_w[i] = 2 * w[i], twice_y[i] = 2 * plain[i];
+    EXPECT_EQ(resumed["n"], y_of(r, twice_n, w));
+    EXPECT_EQ(resumed["w"], y_of(r, {}, twice_w));
+    EXPECT_EQ(resumed["y"], twice_y);
+    std::map<std::string, int64_t> calls;
+    for (const auto& p : executor.profile()) calls[p.op_type] = p.calls;
+    EXPECT_EQ(calls["Relu"], 1) << "no resumed run computes what comes before its fork";
+    EXPECT_EQ(calls["Neg"], 1 + 2);
+    EXPECT_EQ(calls["Mul"], 1 + 2 * 3);
+    EXPECT_TRUE(executor.can_fork("x"));
+    EXPECT_FALSE(executor.can_fork("nothing"));
+    EXPECT_THROW(executor.run_forking({{"x", Tensor::from_values<float>({4}, std::span<const float>(x))}}, {"nothing"},
+                                      [](const std::string&, const Tensor&, const vaiq::runtime::Resume&) {}),
+                 vaiq::InputError);
+}
+
 // What reads only constants runs once, when the model is compiled: a stored
 // weight's DequantizeLinear never shows up in a run, and its value is still tappable.
 TEST(Executor, StepsOfConstantsRunOnceAtCompileTime) {

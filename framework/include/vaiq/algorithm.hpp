@@ -40,6 +40,12 @@ class VAIQ_API DataStream {
     virtual void rewind() = 0;
 };
 
+/// Continues a run from a fork with the forked tensor replaced; returns the graph outputs.
+using ResumeFunction = std::function<std::vector<Tensor>(Tensor replacement)>;
+/// Called at each fork of a run with the tensor, its value there and the way to resume from there.
+using ForkFunction =
+    std::function<void(const std::string& tensor, const Tensor& value, const ResumeFunction& resume)>;
+
 /// One model compiled once by vaiq's executor and run on any number of batches.
 class VAIQ_API ModelRunner {
   public:
@@ -50,6 +56,15 @@ class VAIQ_API ModelRunner {
     /// run() for the taps alone: stops once each of `taps` has reached `tap`
     /// (what the graph computes after the last of them is skipped).
     virtual void run_taps(const Feeds& feeds, const std::vector<std::string>& taps, const TapFunction& tap) = 0;
+    /// The run, forking just before the first step that reads each of `forks`:
+    /// there `fork` may resume any number of times with that tensor replaced,
+    /// which runs only the steps from there on, reading what the run holds at
+    /// that point (what one changed tensor does to the outputs, without the
+    /// steps before it). The run itself goes on unchanged. Returns the graph
+    /// outputs. Throws InputError for a tensor the runner cannot fork at (see
+    /// AlgorithmContext::forking_runner).
+    virtual std::vector<Tensor> run_forking(const Feeds& feeds, const std::vector<std::string>& forks,
+                                            const ForkFunction& fork) = 0;
 };
 
 /// How closely a quantized model's output agrees with the float model's over
@@ -94,6 +109,9 @@ struct TensorSensitivity {
     /// The model output with only this tensor quantized; nullopt for biases
     /// (int32: not measured).
     std::optional<double> output_sqnr_db;
+    /// The calibration batches output_sqnr_db was measured on: all of the
+    /// analysis' for the head of the ranking, fewer for the tail.
+    int64_t output_batches = 0;
     /// Its channels differ in scale but share one grid (a head's scores beside
     /// its offsets): the output's meaning can suffer more than its SQNR says.
     bool mixed_scales = false;
@@ -138,6 +156,11 @@ class VAIQ_API AlgorithmContext {
     /// run will tap, kept computed once instead of recomputed for the tap.
     virtual std::unique_ptr<ModelRunner> runner(const Model& model, bool float_values = false,
                                                 const std::set<std::string>& taps = {}) = 0;
+    /// Compiles `model` (which must outlive the runner) for run_forking() at
+    /// `forks`: each is computed under its own name, as a step of every run reads
+    /// it (convolutions run channels-first, no fusion hides it). Weights and
+    /// inputs can be forked at too, unless only constant folding reads them.
+    virtual std::unique_ptr<ModelRunner> forking_runner(const Model& model, const std::set<std::string>& forks) = 0;
     /// How the outputs of `quantized` agree with the float model's (model() as
     /// it was before any bias was corrected) on output `output_index`, over the
     /// calibration data. The float outputs are computed once per run.

@@ -22,6 +22,10 @@ class ExecutorRunner final : public ModelRunner {
     void run_taps(const Feeds& feeds, const std::vector<std::string>& taps, const TapFunction& tap) override {
         executor_.run_taps(feeds, taps, tap);
     }
+    std::vector<Tensor> run_forking(const Feeds& feeds, const std::vector<std::string>& forks,
+                                    const ForkFunction& fork) override {
+        return executor_.run_forking(feeds, forks, fork);
+    }
 
   private:
     runtime::Executor executor_;
@@ -67,6 +71,11 @@ std::unique_ptr<ModelRunner> HostAlgorithmContext::runner(const Model& model, bo
     options.fuse_qdq = !float_values;
     options.taps = taps;
     return std::make_unique<ExecutorRunner>(model, std::move(options));
+}
+
+std::unique_ptr<ModelRunner> HostAlgorithmContext::forking_runner(const Model& model,
+                                                                  const std::set<std::string>& forks) {
+    return std::make_unique<ExecutorRunner>(model, runtime::forking_options(in_.threads, forks));
 }
 
 template <typename F>

@@ -67,6 +67,7 @@ class HostAlgorithmContext final : public AlgorithmContext {
     Model quantized(const QuantPlan& plan, const std::map<std::string, Tensor>& weights) override;
     std::unique_ptr<ModelRunner> runner(const Model& model, bool float_values,
                                         const std::set<std::string>& taps) override;
+    std::unique_ptr<ModelRunner> forking_runner(const Model& model, const std::set<std::string>& forks) override;
     OutputAgreement agreement(const Model& quantized, int output_index, BatchSet batches) override;
     MeasuredOutput measured_output(int output_index) override;
     std::vector<TensorSensitivity> sensitivity(int output_index) override;

@@ -85,13 +85,12 @@ const std::vector<TensorSensitivity>& sensitivity_of(RunState& s, int output_ind
              batches > 0 ? std::to_string(batches) : "all");
     size_t reported = 0;
     auto ranking = analyze_sensitivity(
-        float_reference(s), s.plan, [&](const QuantPlan& plan) { return emit_plan(s, plan); }, *s.data, batches,
-        output_index, s.threads,
-        [&](size_t done, size_t total) {
-            report_progress("tensor", static_cast<int64_t>(done), static_cast<int64_t>(total));
+        float_reference(s), s.model, s.plan, [&](const QuantPlan& plan) { return emit_plan(s, plan); },
+        rounded_for(s, s.plan), *s.data, batches, output_index, s.threads, [&](size_t done, size_t total) {
+            report_progress("measurement", static_cast<int64_t>(done), static_cast<int64_t>(total));
             if (done * 10 / total == reported) return;
             reported = done * 10 / total;
-            log_info("sensitivity analysis: {} of {} tensors", done, total);
+            log_info("sensitivity analysis: {} of {} measurements (a tensor on a batch)", done, total);
         });
     for (auto& t : ranking)
         t.mixed_scales = std::find(s.mixed_scales.begin(), s.mixed_scales.end(), t.tensor) != s.mixed_scales.end();

@@ -255,10 +255,48 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
     return out;
 }
 
-std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, const QuantPlan& plan,
-                                                   const PlanEmitter& emit, DataReader& data, int max_batches,
-                                                   int output_index, int threads,
-                                                   const std::function<void(size_t, size_t)>& on_tensor) {
+namespace {
+
+// The output error of every tensor in `forked` quantized alone, on reference
+// batches [first, end): the run of `executor` (of the float model the plan is
+// written into) forks where the tensor is computed (a weight: before its first
+// reader) and only the steps from there run again with its quantized values.
+// `fitted` weights are quantized in place of the float ones, as the emitted
+// model writes them. Measured against the run's own outputs, or against the
+// reference's where `own_reference` is false (a model whose biases were
+// corrected against it).
+std::map<std::string, ErrorSums> forked_output_errors(const QuantPlan& plan,
+                                                      const std::vector<std::string>& forked,
+                                                      const std::map<std::string, Tensor>& fitted,
+                                                      const ReferenceBatches& reference, runtime::Executor& executor,
+                                                      bool own_reference, size_t first, size_t end,
+                                                      const std::function<void()>& on_measured) {
+    std::map<std::string, ErrorSums> out;
+    for (size_t b = first; b < end; ++b) {
+        const auto& feeds = reference.feeds[b];
+        std::map<std::string, std::vector<Tensor>> resumed;
+        auto outputs = executor.run_forking(feeds, forked, [&](const std::string& name, const Tensor& value,
+                                                               const runtime::Resume& resume) {
+            const auto* t = plan.find(name);
+            const auto weight = fitted.find(name);
+            resumed[name] = resume(fake_quantize(weight != fitted.end() ? weight->second : value, t->params, name));
+            on_measured();
+        });
+        const Tensor& f = own_reference ? checked_output(outputs, reference.output_index, "a forked run")
+                                        : reference.outputs[b];
+        for (const auto& [name, q] : resumed)
+            out[name].add(f.data<float>(), checked_output(q, reference.output_index, "a forked run").data<float>());
+    }
+    return out;
+}
+
+}  // namespace
+
+std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, const Model& written,
+                                                   const QuantPlan& plan, const PlanEmitter& emit,
+                                                   const std::map<std::string, Tensor>& fitted,
+                                                   DataReader& data, int max_batches, int output_index, int threads,
+                                                   const std::function<void(size_t, size_t)>& on_measured) {
     const GraphIndex index(float_model);
     std::vector<std::string> taps;
     for (const auto& t : plan.tensors)
@@ -272,9 +310,62 @@ std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, con
             const auto quantized = fake_quantize(value, t->params, name);
             own[name].add(value.data<float>(), quantized.data<float>());
         });
+    // Float tensors the float model's run can fork at are measured that way;
+    // the others (a constant only folded steps read) on the emitted model, a
+    // whole inference per batch.
+    runtime::Executor executor(written, runtime::forking_options(threads, {taps.begin(), taps.end()}));
+    std::vector<std::string> forked;
+    std::vector<const TensorQuant*> emitted;
+    for (const auto& t : plan.tensors) {
+        if (t.role == TensorRole::Bias) continue;
+        const auto* init = index.initializer(t.tensor);
+        const bool is_float = init ? init->data_type() == onnx::TensorProto::FLOAT : own.count(t.tensor) > 0;
+        if (is_float && executor.can_fork(t.tensor))
+            forked.push_back(t.tensor);
+        else
+            emitted.push_back(&t);
+    }
+    // Every forked tensor is measured on the first batch, and the most harmful
+    // of them (kHeadShare, at least kHeadMin) on the others too: a search raises
+    // from the head of the ranking (mixed precision's candidates are its first
+    // fifth), where the figures must be those of every batch; the tail keeps its
+    // first batch's figure (output_batches says so), enough to order it.
+    constexpr double kHeadShare = 0.4;
+    constexpr size_t kHeadMin = 16;
+    const size_t batches = reference.feeds.size();
+    const size_t head = std::min(forked.size(), std::max(kHeadMin, static_cast<size_t>(std::ceil(
+                                                                         kHeadShare * static_cast<double>(forked.size())))));
+    const size_t total = forked.size() + (batches - 1) * head + emitted.size();
+    size_t done = 0;
+    auto measured = [&] {
+        if (on_measured) on_measured(++done, total);
+    };
+    const bool own_reference = &written == &float_model;
+    auto errors = forked_output_errors(plan, forked, fitted, reference, executor, own_reference, 0, 1, measured);
+    const double inf = std::numeric_limits<double>::infinity();
+    auto sqnr_of = [&](const std::string& name) { return errors[name].sqnr_db().value_or(inf); };
+    std::stable_sort(forked.begin(), forked.end(),
+                     [&](const auto& a, const auto& b) { return sqnr_of(a) < sqnr_of(b); });
+    forked.resize(head);
+    if (batches > 1)
+        for (auto& [name, sums] :
+             forked_output_errors(plan, forked, fitted, reference, executor, own_reference, 1, batches, measured)) {
+            errors[name].signal += sums.signal;
+            errors[name].noise += sums.noise;
+        }
+    std::map<std::string, std::pair<double, int64_t>> output_sqnr;  // and the batches it was measured on
+    for (const auto& [name, sums] : errors) {
+        const bool in_head = std::find(forked.begin(), forked.end(), name) != forked.end();
+        output_sqnr[name] = {sums.sqnr_db().value_or(inf), in_head ? static_cast<int64_t>(batches) : 1};
+    }
+    for (const auto* t : emitted) {
+        QuantPlan alone;
+        alone.tensors.push_back(*t);
+        output_sqnr[t->tensor] = {measure_output(emit(alone), reference, threads).sqnr_db, static_cast<int64_t>(batches)};
+        measured();
+    }
     std::vector<TensorSensitivity> out;
-    for (size_t i = 0; i < plan.tensors.size(); ++i) {
-        const auto& t = plan.tensors[i];
+    for (const auto& t : plan.tensors) {
         TensorSensitivity s{t.tensor, t.role, t.params.type, std::nullopt, std::nullopt};
         if (const auto* init = index.initializer(t.tensor)) {
             const auto value = Tensor::from_proto(*init);
@@ -287,15 +378,10 @@ std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, con
         } else if (auto it = own.find(t.tensor); it != own.end()) {
             s.tensor_sqnr_db = it->second.sqnr_db();
         }
-        if (t.role != TensorRole::Bias) {
-            QuantPlan alone;
-            alone.tensors.push_back(t);
-            s.output_sqnr_db = measure_output(emit(alone), reference, threads).sqnr_db;
-        }
+        if (auto it = output_sqnr.find(t.tensor); it != output_sqnr.end())
+            s.output_sqnr_db = it->second.first, s.output_batches = it->second.second;
         out.push_back(std::move(s));
-        if (on_tensor) on_tensor(i + 1, plan.tensors.size());
     }
-    const double inf = std::numeric_limits<double>::infinity();
     std::stable_sort(out.begin(), out.end(), [&](const auto& a, const auto& b) {
         return a.output_sqnr_db.value_or(inf) < b.output_sqnr_db.value_or(inf);
     });
@@ -313,7 +399,8 @@ nlohmann::json sensitivity_json(const std::vector<TensorSensitivity>& tensors) {
                        {"role", role_name(t.role)},
                        {"type", quant_type_name(t.type)},
                        {"tensor_sqnr_db", db(t.tensor_sqnr_db)},
-                       {"output_sqnr_db", db(t.output_sqnr_db)}});
+                       {"output_sqnr_db", db(t.output_sqnr_db)},
+                       {"output_batches", t.output_batches}});
     return out;
 }
 

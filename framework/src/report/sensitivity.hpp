@@ -82,11 +82,17 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
 using PlanEmitter = std::function<Model(const QuantPlan&)>;
 
 /// Every tensor of `plan` measured on `data` (the first `max_batches`), most
-/// harmful first: ascending output SQNR. `on_tensor(done, total)` reports progress.
-std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, const QuantPlan& plan,
-                                                   const PlanEmitter& emit, DataReader& data, int max_batches,
-                                                   int output_index, int threads,
-                                                   const std::function<void(size_t, size_t)>& on_tensor = {});
+/// harmful first: ascending output SQNR against `float_model` with the tensor
+/// alone quantized in `written` (the float model `emit` writes the plan into;
+/// `fitted` weights quantized in place of its float ones, as `emit` writes
+/// them). The run of `written` forks where each tensor is computed and runs
+/// only what follows it; a tensor it cannot fork at is measured on its emitted
+/// model. `on_measured(done, total)` reports progress, a tensor and batch at a time.
+std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, const Model& written,
+                                                   const QuantPlan& plan, const PlanEmitter& emit,
+                                                   const std::map<std::string, Tensor>& fitted,
+                                                   DataReader& data, int max_batches, int output_index, int threads,
+                                                   const std::function<void(size_t, size_t)>& on_measured = {});
 
 nlohmann::json sensitivity_json(const std::vector<TensorSensitivity>& tensors);
 

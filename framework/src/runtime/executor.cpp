@@ -393,8 +393,70 @@ std::vector<Tensor> Executor::run_nested(const std::map<std::string, Tensor>& fe
     return run(values, {}, {}, true);
 }
 
+// Where run_forking() forks: the value ids to fork at, before each step (and at the end).
+struct Executor::Forks {
+    std::vector<std::vector<int>> before;  ///< steps_.size() + 1 entries
+    const Fork& fork;
+};
+
+std::optional<size_t> Executor::fork_step(int id) const {
+    if (id < 0 || fused_away_.count(value_names_[id])) return std::nullopt;
+    std::optional<size_t> producer;
+    for (size_t s = 0; s < steps_.size(); ++s) {
+        const auto& step = steps_[s];
+        if (std::find(step.outputs.begin(), step.outputs.end(), id) != step.outputs.end()) {
+            if (step.lazy) return std::nullopt;  // computed only for taps
+            producer = s;
+        }
+        if (step.lazy) continue;
+        for (const auto* ids : {&step.inputs, &step.implicit})
+            if (std::find(ids->begin(), ids->end(), id) != ids->end()) return s;
+    }
+    const bool known = is_constant_[id] || producer ||
+                       std::find(input_names_.begin(), input_names_.end(), value_names_[id]) != input_names_.end();
+    const bool output = std::find(output_names_.begin(), output_names_.end(), value_names_[id]) != output_names_.end();
+    if (!known || !output) return std::nullopt;
+    return producer ? *producer + 1 : 0;
+}
+
+bool Executor::can_fork(const std::string& tensor) const { return fork_step(value_id(tensor)).has_value(); }
+
+std::vector<Tensor> Executor::run_forking(const std::map<std::string, Tensor>& feeds,
+                                          const std::vector<std::string>& forks, const Fork& fork) {
+    Forks points{std::vector<std::vector<int>>(steps_.size() + 1), fork};
+    for (const auto& name : forks) {
+        const int id = value_id(name);
+        const auto s = fork_step(id);
+        if (!s) throw InputError(fmt::format("cannot fork at '{}': no step of every run reads it", name));
+        points.before[*s].push_back(id);
+    }
+    Values values(*this);
+    bind_feeds(feeds, values);
+    return run(values, {}, {}, true, 0, &points);
+}
+
+// The forks before step s (s = steps_.size(): after the last): each resumed
+// run reads what `values` holds now and owns only what it computes itself.
+void Executor::fork_at(size_t s, Values& values, const Forks& forks) {
+    for (const int id : forks.before[s]) {
+        const Tensor* value = values.get(id);
+        if (!value) throw InputError(fmt::format("cannot fork at '{}': the run has no value for it", value_names_[id]));
+        const Resume resume = [&, id](Tensor replacement) {
+            Values rest(*this);
+            rest.borrowed.resize(value_names_.size());
+            for (size_t v = 0; v < value_names_.size(); ++v) {
+                if (values.slots[v]) rest.borrowed[v] = {&*values.slots[v], false};
+                else if (!values.borrowed.empty()) rest.borrowed[v] = values.borrowed[v];
+            }
+            rest.slots[id] = std::move(replacement);
+            return run(rest, {}, {}, true, s);
+        };
+        forks.fork(value_names_[id], *value, resume);
+    }
+}
+
 std::vector<Tensor> Executor::run(Values& values, const std::vector<std::string>& taps, const Tap& tap,
-                                  bool want_outputs) {
+                                  bool want_outputs, size_t first, const Forks* forks) {
     // For this run only: a count left set held for everything after it (constant
     // folding's one-thread runs left whole calibrations on one core).
     std::optional<ThreadCount> threads;
@@ -447,6 +509,7 @@ std::vector<Tensor> Executor::run(Values& values, const std::vector<std::string>
     // one (a step whose outputs go to a tap does not: the tap's own loops would
     // run on one thread there).
     const int team = TeamSession::leading() || omp_in_parallel() ? 1 : omp_get_max_threads();
+    auto forks_before = [&](size_t s) { return forks && !forks->before[s].empty(); };
     auto in_session = [&](size_t s) {
         if (!steps_[s].in_team) return false;
         for (int id : steps_[s].outputs)
@@ -454,9 +517,11 @@ std::vector<Tensor> Executor::run(Values& values, const std::vector<std::string>
         return true;
     };
     bool going = true;
-    for (size_t s = 0; s < steps_.size() && going;) {
+    for (size_t s = first; s < steps_.size() && going;) {
+        // A fork's resumed runs start their own sessions: none is open here.
+        if (forks_before(s)) fork_at(s, values, *forks);
         size_t end = s;
-        while (team > 1 && end < steps_.size() && in_session(end)) ++end;
+        while (team > 1 && end < steps_.size() && in_session(end) && (end == s || !forks_before(end))) ++end;
         if (end - s >= 2) {
             TeamSession::run(team, [&] {
                 for (; s < end && going; ++s) going = run_one(s);
@@ -466,6 +531,7 @@ std::vector<Tensor> Executor::run(Values& values, const std::vector<std::string>
         }
     }
     if (!going) return {};
+    if (forks_before(steps_.size())) fork_at(steps_.size(), values, *forks);
     return want_outputs ? take_outputs(values) : std::vector<Tensor>();
 }
 

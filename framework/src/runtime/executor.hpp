@@ -33,6 +33,13 @@ struct ExecutorOptions {
     std::set<std::string> any_order_taps{};
 };
 
+/// Options under which Executor::run_forking() can fork at `forks`: each is
+/// computed under its own name by a step of every run (no layout change or
+/// fusion computes it only for taps); dequantized values stay float.
+inline ExecutorOptions forking_options(int threads, const std::set<std::string>& forks) {
+    return {.threads = threads, .optimize_layout = false, .fuse_qdq = false, .taps = forks};
+}
+
 /// Time spent per op type over all runs, when profiling.
 struct OpProfile {
     std::string op_type;
@@ -43,6 +50,13 @@ struct OpProfile {
 /// Called with each tapped tensor as soon as it is computed; the value is
 /// released after the call unless a later node needs it.
 using Tap = std::function<void(const std::string& tensor, const Tensor& value)>;
+
+/// Continues a run from a fork with the forked tensor replaced by the given
+/// value; returns the graph outputs.
+using Resume = std::function<std::vector<Tensor>(Tensor replacement)>;
+/// Called at each fork with the tensor's name, its value in the run, and a way
+/// to continue from there with another value in its place.
+using Fork = std::function<void(const std::string& tensor, const Tensor& value, const Resume& resume)>;
 
 /// Compiles a model once (node order, kernels, when each value can be freed)
 /// and runs it on any number of input batches. Memory holds the constants plus
@@ -80,6 +94,22 @@ class Executor {
     /// (steps run in graph order, so what follows the last of them is skipped).
     void run_taps(const std::map<std::string, Tensor>& feeds, const std::vector<std::string>& taps, const Tap& tap);
 
+    /// run() that forks just before the first step reading each of `forks`:
+    /// there `fork` may resume any number of times with that tensor replaced,
+    /// which runs only the steps from the fork on, reading the values the run
+    /// holds at that point (what one changed tensor does to the outputs, without
+    /// the steps before it). The run itself goes on unchanged after each fork.
+    /// Memory holds its live values plus one resumed run's. Throws InputError
+    /// for a tensor can_fork() refuses.
+    std::vector<Tensor> run_forking(const std::map<std::string, Tensor>& feeds, const std::vector<std::string>& forks,
+                                    const Fork& fork);
+
+    /// Whether run_forking() can fork at `tensor`: an input, a constant or a
+    /// step's output that a step of every run reads (or a graph output). A
+    /// tensor that a rewrite computes only for taps (see ExecutorOptions::taps),
+    /// or a constant only folded steps read, is not.
+    bool can_fork(const std::string& tensor) const;
+
     /// Whether run() can tap `tensor`: the compiled graph computes it, not inside
     /// a fused operator. Rewrites may drop a tensor that no tap asked for.
     bool can_tap(const std::string& tensor) const { return value_id(tensor) >= 0 && !fused_away_.count(tensor); }
@@ -90,7 +120,14 @@ class Executor {
   private:
     struct Step;
     struct Values;
-    std::vector<Tensor> run(Values& values, const std::vector<std::string>& taps, const Tap& tap, bool want_outputs);
+    struct Forks;
+    /// Runs steps `first` on; `forks` (optional) says where to fork on the way.
+    std::vector<Tensor> run(Values& values, const std::vector<std::string>& taps, const Tap& tap, bool want_outputs,
+                            size_t first = 0, const Forks* forks = nullptr);
+    /// The step before which run_forking() forks at value `id`: its first reader
+    /// among the steps every run runs, else (a graph output) the step after its producer.
+    std::optional<size_t> fork_step(int id) const;
+    void fork_at(size_t s, Values& values, const Forks& forks);
     // The constructor's jobs, in order.
     void rewrite(const Model& original);
     void number_values();
