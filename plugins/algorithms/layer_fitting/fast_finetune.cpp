@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "vaiq/adam.hpp"
+#include "vaiq/gemm.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
 
@@ -156,12 +157,7 @@ struct Grid {
         }
     }
     float value(int64_t o, float q) const { return (std::clamp(q + zero[o], qmin, qmax) - zero[o]) * scale[o]; }
-    bool inside(int64_t o, float q) const { return q + zero[o] >= qmin && q + zero[o] <= qmax; }
 };
-
-float rectified_sigmoid(float v) {
-    return std::clamp(1.0f / (1.0f + std::exp(-v)) * (kZeta - kGamma) + kGamma, 0.0f, 1.0f);
-}
 
 // The sampled columns a layer is fitted on, and those held out to judge the
 // fit: the reservoir's last fifth once there are enough (the last samples'
@@ -176,15 +172,34 @@ struct Split {
     static constexpr int64_t kMinHeldOutSplit = 20;
 };
 
+// The layer's outputs on sampled columns, minus the float outputs: per group g,
+// (W_g x_g + b - y) for `count` columns from `first` of `x` (col-major, a
+// column per sample) into `err`, row-major [count, per_group] (a column's
+// errors together), by the executor's GEMM.
+void output_errors(const Layer& l, const float* w, const Eigen::MatrixXf& x, const Eigen::MatrixXf& y, int64_t first,
+                   int64_t count, int64_t g, std::vector<float>& err) {
+    const int64_t k = l.w.cols(), per_group = l.outputs / l.group;
+    err.resize(static_cast<size_t>(count * per_group));
+    gemm(false, true, count, per_group, k, 1.0f, x.data() + first * x.rows() + g * k, x.rows(), w + g * per_group * k,
+         k, 0.0f, err.data(), per_group);
+    for (int64_t c = 0; c < count; ++c) {
+        float* row = err.data() + c * per_group;
+        const float* target = y.data() + (first + c) * y.rows() + g * per_group;
+        const float* bias = l.fitted_bias.data() + g * per_group;
+        for (int64_t o = 0; o < per_group; ++o) row[o] += bias[o] - target[o];
+    }
+}
+
 // Mean over columns [first, first + count) of the summed squared output error of weights `w`.
 double reconstruction_loss(const Layer& l, const RowMatrix& w, int64_t first, int64_t count) {
-    const int64_t k = w.cols(), per_group = l.outputs / l.group;
+    constexpr int64_t kChunk = 4096;  // columns at a time: the errors' memory stays small
+    std::vector<float> err;
     double sum = 0;
-    for (int64_t g = 0; g < l.group; ++g) {
-        Eigen::MatrixXf out = w.middleRows(g * per_group, per_group) * l.x.block(g * k, first, k, count);
-        for (int64_t o = 0; o < per_group; ++o) out.row(o).array() += l.fitted_bias[g * per_group + o];
-        sum += (out - l.y.block(g * per_group, first, per_group, count)).squaredNorm();
-    }
+    for (int64_t g = 0; g < l.group; ++g)
+        for (int64_t c = first; c < first + count; c += kChunk) {
+            output_errors(l, w.data(), l.x, l.y, c, std::min(kChunk, first + count - c), g, err);
+            for (const float e : err) sum += static_cast<double>(e) * e;
+        }
     return sum / static_cast<double>(std::max<int64_t>(count, 1));
 }
 
@@ -194,40 +209,45 @@ double judged_loss(const Layer& l, const RowMatrix& w) {
     return split.held > 0 ? reconstruction_loss(l, w, split.fit, split.held) : reconstruction_loss(l, w, 0, l.stored);
 }
 
-// Fits the layer's grid values; returns them as a [outputs, k] matrix.
+// Fits the layer's grid values; returns them as a [outputs, k] matrix. Each
+// step's products run on the executor's GEMM and its elementwise updates on
+// whole arrays (Eigen's vectorised exp).
 RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng) {
+    using RowArray = Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
     const Grid grid(l);
+    const Eigen::ArrayXf scale = Eigen::Map<const Eigen::ArrayXf>(grid.scale.data(), l.outputs);
+    const Eigen::ArrayXf zero = Eigen::Map<const Eigen::ArrayXf>(grid.zero.data(), l.outputs);
     const int64_t k = l.w.cols(), per_group = l.outputs / l.group, n = l.stored;
     const bool adaround = o.algorithm == "adaround";
     const Split split(n);
     // AdaRound: floor(w / s) plus a learned h in [0, 1]; AdaQuant: w itself.
-    RowMatrix base(l.outputs, k), param(l.outputs, k);
-    for (int64_t r = 0; r < l.outputs; ++r)
-        for (int64_t c = 0; c < k; ++c) {
-            const float scaled = l.w(r, c) / grid.scale[r];
-            base(r, c) = std::floor(scaled);
-            const float rest = std::clamp(scaled - base(r, c), 0.01f, 0.99f);
-            param(r, c) = adaround ? -std::log((kZeta - kGamma) / (rest - kGamma) - 1.0f) : l.w(r, c);
-        }
-    auto soft = [&](int64_t r, int64_t c) {
-        return adaround ? grid.value(r, base(r, c) + rectified_sigmoid(param(r, c)))
-                        : grid.value(r, std::nearbyint(param(r, c) / grid.scale[r]));
+    const RowArray scaled = l.w.array().colwise() / scale;
+    const RowArray base = scaled.floor();
+    RowArray param = l.w.array();
+    if (adaround) {
+        const RowArray rest = (scaled - base).cwiseMax(0.01f).cwiseMin(0.99f);
+        param = -(((kZeta - kGamma) / (rest - kGamma) - 1.0f).log());
+    }
+    // Grid values (before the zero point) -> the weights they stand for, and whether they lie in the range.
+    auto on_grid = [&](const RowArray& q) -> RowArray {
+        return ((q.colwise() + zero).cwiseMax(grid.qmin).cwiseMin(grid.qmax).colwise() - zero).colwise() * scale;
+    };
+    auto in_range = [&](const RowArray& q) {
+        const RowArray shifted = q.colwise() + zero;
+        return ((shifted >= grid.qmin) && (shifted <= grid.qmax)).eval();
+    };
+    auto sigmoid = [](const RowArray& v) -> RowArray { return (1.0f + (-v).exp()).inverse(); };
+    // The weights as they would be written now: AdaRound's rounding decided, AdaQuant's on the grid.
+    auto hard = [&]() -> RowMatrix {
+        if (!adaround) return on_grid((param.colwise() / scale).rint()).matrix();
+        const RowArray h = sigmoid(param) * (kZeta - kGamma) + kGamma;
+        return on_grid(base + (h.cwiseMax(0.0f).cwiseMin(1.0f) >= 0.5f).cast<float>()).matrix();
     };
     Adam adam(static_cast<size_t>(param.size()), o.learning_rate);
     const int64_t batch = std::min<int64_t>(o.batch_columns, split.fit);
     const int warm = static_cast<int>(o.warm_start * o.iterations);
     std::uniform_int_distribution<int64_t> pick(0, split.fit - 1);
     RowMatrix w(l.outputs, k), grad(l.outputs, k);
-    // The weights as they would be written now: AdaRound's rounding decided, AdaQuant's on the grid.
-    auto hard = [&] {
-        RowMatrix out(l.outputs, k);
-        for (int64_t r = 0; r < l.outputs; ++r)
-            for (int64_t c = 0; c < k; ++c)
-                out(r, c) = adaround
-                                ? grid.value(r, base(r, c) + (rectified_sigmoid(param(r, c)) >= 0.5f ? 1.0f : 0.0f))
-                                : grid.value(r, std::nearbyint(param(r, c) / grid.scale[r]));
-        return out;
-    };
     // Early stopping on the held-out columns, checked twenty times (AdaRound only
     // once its regulariser has pushed the rounding towards a decision).
     const int every = std::max(1, o.iterations / 20);
@@ -235,9 +255,9 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
     double best_loss = std::numeric_limits<double>::infinity();
     auto checkpoint = [&](int it) {
         if (split.held == 0 || (adaround && it < warm)) return;
-        const RowMatrix now = hard();
+        RowMatrix now = hard();
         const double loss = reconstruction_loss(l, now, split.fit, split.held);
-        if (loss < best_loss) best_loss = loss, best = now;
+        if (loss < best_loss) best_loss = loss, best = std::move(now);
     };
     // QDrop: each input value of a step is the quantized one with probability
     // DropRatio, else the float one, so the rounding is not fitted to one
@@ -245,6 +265,7 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
     const bool mixed = l.xf.size() > 0;
     const auto quantized_below = static_cast<uint64_t>(std::clamp(o.drop_ratio, 0.0, 1.0) * 65536.0);
     Eigen::MatrixXf xb(l.rows, batch), yb(l.outputs, batch);
+    std::vector<float> err;
     for (int it = 0; it < o.iterations; ++it) {
         for (int64_t b = 0; b < batch; ++b) {
             const int64_t c = pick(rng);
@@ -259,36 +280,38 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
                     xb(r + j, b) = ((bits >> (16 * j)) & 0xffff) < quantized_below ? l.x(r + j, c) : l.xf(r + j, c);
             }
         }
-        for (int64_t r = 0; r < l.outputs; ++r)
-            for (int64_t c = 0; c < k; ++c) w(r, c) = soft(r, c);
-        for (int64_t g = 0; g < l.group; ++g) {
-            Eigen::MatrixXf err = w.middleRows(g * per_group, per_group) * xb.middleRows(g * k, k);
-            for (int64_t r = 0; r < per_group; ++r) err.row(r).array() += l.fitted_bias[g * per_group + r];
-            err -= yb.middleRows(g * per_group, per_group);
-            grad.middleRows(g * per_group, per_group) =
-                (2.0f / static_cast<float>(batch)) * err * xb.middleRows(g * k, k).transpose();
+        RowArray sig, h, q;
+        if (adaround) {
+            sig = sigmoid(param);
+            h = sig * (kZeta - kGamma) + kGamma;
+            q = base + h.cwiseMax(0.0f).cwiseMin(1.0f);
+        } else {
+            q = (param.colwise() / scale).rint();
         }
-        const float beta = it < warm ? 0.0f
-                                     : static_cast<float>(o.beta_start + (o.beta_end - o.beta_start) * (it - warm) /
-                                                                             std::max(1, o.iterations - warm));
-        for (int64_t r = 0; r < l.outputs; ++r)
-            for (int64_t c = 0; c < k; ++c) {
-                float& g = grad(r, c);
-                if (!adaround) {  // straight through the rounding, not through the clipping
-                    if (!grid.inside(r, std::nearbyint(param(r, c) / grid.scale[r]))) g = 0;
-                    continue;
-                }
-                const float sig = 1.0f / (1.0f + std::exp(-param(r, c)));
-                const float h = sig * (kZeta - kGamma) + kGamma;
-                const float dh = (h > 0 && h < 1) ? (kZeta - kGamma) * sig * (1 - sig) : 0.0f;
-                float d = grid.inside(r, base(r, c) + std::clamp(h, 0.0f, 1.0f)) ? g * grid.scale[r] : 0.0f;
-                if (beta > 0) {  // d/dh of reg * (1 - |2h - 1|^beta)
-                    const float t = 2 * std::clamp(h, 0.0f, 1.0f) - 1;
-                    d -=
-                        static_cast<float>(o.reg_param) * beta * std::pow(std::abs(t), beta - 1) * 2 * (t < 0 ? -1 : 1);
-                }
-                g = d * dh;
+        w = on_grid(q).matrix();
+        // d loss / d W_g = 2 / batch * (W_g x_g + b - y) x_g^T
+        for (int64_t g = 0; g < l.group; ++g) {
+            output_errors(l, w.data(), xb, yb, 0, batch, g, err);
+            gemm(true, false, per_group, k, batch, 2.0f / static_cast<float>(batch), err.data(), per_group,
+                 xb.data() + g * k, xb.rows(), 0.0f, grad.data() + g * per_group * k, k);
+        }
+        const auto inside = in_range(q);
+        if (!adaround) {  // straight through the rounding, not through the clipping
+            grad.array() = inside.select(grad.array(), 0.0f);
+        } else {
+            RowArray d = inside.select(grad.array().colwise() * scale, 0.0f);
+            const float beta =
+                it < warm ? 0.0f
+                          : static_cast<float>(o.beta_start + (o.beta_end - o.beta_start) * (it - warm) /
+                                                                  std::max(1, o.iterations - warm));
+            if (beta > 0) {  // d/dh of reg * (1 - |2h - 1|^beta)
+                const RowArray t = 2.0f * h.cwiseMax(0.0f).cwiseMin(1.0f) - 1.0f;
+                d -= static_cast<float>(o.reg_param) * beta * 2.0f * t.abs().pow(beta - 1) *
+                     (t < 0.0f).select(RowArray::Constant(t.rows(), t.cols(), -1.0f), 1.0f);
             }
+            const RowArray dh = ((h > 0.0f) && (h < 1.0f)).select((kZeta - kGamma) * sig * (1.0f - sig), 0.0f);
+            grad.array() = d * dh;
+        }
         adam.step(std::span<float>(param.data(), static_cast<size_t>(param.size())),
                   std::span<const float>(grad.data(), static_cast<size_t>(grad.size())));
         if ((it + 1) % every == 0) checkpoint(it + 1);
