@@ -32,9 +32,9 @@ maps() {  # maps MODEL TAG: one output folder a page, printed
 mapfile -t reference < <(maps "$model" float)
 for recipe in "${recipes[@]}"; do
   name="$(basename "$recipe" .yaml)"
-  start=$(date +%s)
+  start=$(date +%s.%N)
   "$vaiq" -q run "$recipe" --model "$model" --data "$work/calib" --output "$work/$name.onnx" --report "$work/$name.json"
-  echo "$name quantized in $(( $(date +%s) - start )) s"
+  echo "$name quantized in $(echo "$(date +%s.%N) - $start" | bc) s"
   mapfile -t quantized < <(maps "$work/$name.onnx" "$name")
   echo "$name $(cd bench/accuracy && "$python" ocr_pages.py score "${reference[@]}" -- "${quantized[@]}")"
 done

@@ -45,8 +45,8 @@ score() {  # score MODEL TAG
 score "$model" float
 for recipe in "${recipes[@]}"; do
   name="$(basename "$recipe" .yaml)"
-  start=$(date +%s)
+  start=$(date +%s.%N)
   "$vaiq" -q run "$recipe" --model "$model" --data "$work/calib" --output "$work/$name.onnx" --report "$work/$name.json"
-  echo "$name quantized in $(( $(date +%s) - start )) s"
+  echo "$name quantized in $(echo "$(date +%s.%N) - $start" | bc) s"
   score "$work/$name.onnx" "$name"
 done

@@ -22,7 +22,7 @@
 #endif
 
 /** The ABI revision of this SDK; a plugin must carry exactly this number. */
-/* 10: ModelRunner::run_forking(), AlgorithmContext::forking_runner(), TensorSensitivity::output_batches;
+/* 10: ModelRunner::run_forking(), AlgorithmContext::forking_runner();
  * 9: ModelRunner::run_taps(), AlgorithmContext::agreement() and set_initializers(), the Corrections stage;
  * 8: the algorithm kind (vaiq/algorithm.hpp);
  * 7: RangeObserver::order_free(), Pass::keeps_function();

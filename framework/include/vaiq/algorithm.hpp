@@ -74,7 +74,8 @@ struct OutputAgreement {
     double relative_l2 = 0;  ///< ||f - q|| / ||f||
     /// By what the output means: the positions whose class (argmax over the last
     /// axis, or a Softmax's) agrees with the float model's; for one score a row,
-    /// its decision against 0.5 for probabilities; for decisions (Threshold,
+    /// its decision against 0.5 for probabilities, or the share of pairs of rows
+    /// the scores order alike where that is lower (a ranking); for decisions (Threshold,
     /// NonZero) the share of elements that agree, or in maps (rank >= 3: masks,
     /// peak maps) the IoU of the two models' positive elements, 1 where neither
     /// has any; for feature values, the share of elements within a tolerance.
@@ -109,9 +110,6 @@ struct TensorSensitivity {
     /// The model output with only this tensor quantized; nullopt for biases
     /// (int32: not measured).
     std::optional<double> output_sqnr_db;
-    /// The calibration batches output_sqnr_db was measured on: all of the
-    /// analysis' for the head of the ranking, fewer for the tail.
-    int64_t output_batches = 0;
     /// Its channels differ in scale but share one grid (a head's scores beside
     /// its offsets): the output's meaning can suffer more than its SQNR says.
     bool mixed_scales = false;

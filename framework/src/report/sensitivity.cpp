@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <set>
 #include <tuple>
 
@@ -132,7 +133,9 @@ std::vector<int64_t> greedy_decode(std::span<const float> sample, int64_t row_le
 
 std::string OutputMeaning::describe() const {
     switch (kind) {
-        case Kind::Threshold: return fmt::format("decisions at 0.5 ({}: independent probabilities)", source);
+        case Kind::Threshold:
+            return fmt::format(
+                "decisions at 0.5 ({}: independent probabilities), and with one score a row the rows' order", source);
         case Kind::NonZero: return fmt::format("its nonzero elements ({} masks it)", source);
         case Kind::Values:
             return fmt::format(
@@ -140,7 +143,7 @@ std::string OutputMeaning::describe() const {
                 100 * kValuesTolerance);
         case Kind::Argmax: break;
     }
-    if (source.empty()) return "the argmax over the last axis (one score a row: its decision)";
+    if (source.empty()) return "the argmax over the last axis (one score a row: its decision and the rows' order)";
     return fmt::format("the argmax over axis {}{} ({})", axis, flattened ? " and after" : "", source);
 }
 
@@ -186,6 +189,61 @@ OutputMeaning output_meaning(const Model& model, const std::string& output, size
     return m;
 }
 
+namespace {
+
+// Strict inversions of `v` (i < j, v[i] > v[j]), counted while merge-sorting it.
+uint64_t inversions(std::vector<float>& v, std::vector<float>& scratch, size_t lo, size_t hi) {
+    if (hi - lo < 2) return 0;
+    const size_t mid = lo + (hi - lo) / 2;
+    uint64_t count = inversions(v, scratch, lo, mid) + inversions(v, scratch, mid, hi);
+    size_t i = lo, j = mid, k = lo;
+    while (i < mid || j < hi) {
+        if (j == hi || (i < mid && v[i] <= v[j])) {
+            scratch[k++] = v[i++];
+        } else {
+            count += mid - i;  // every value left in the first half is greater
+            scratch[k++] = v[j++];
+        }
+    }
+    std::copy(scratch.begin() + static_cast<std::ptrdiff_t>(lo), scratch.begin() + static_cast<std::ptrdiff_t>(hi),
+              v.begin() + static_cast<std::ptrdiff_t>(lo));
+    return count;
+}
+
+// Pairs among equal neighbours of sorted `v`.
+uint64_t tied_pairs(const std::vector<float>& sorted) {
+    uint64_t pairs = 0;
+    for (size_t i = 0, j = 0; i < sorted.size(); i = j) {
+        while (j < sorted.size() && sorted[j] == sorted[i]) ++j;
+        pairs += (j - i) * (j - i - 1) / 2;
+    }
+    return pairs;
+}
+
+}  // namespace
+
+double order_agreement(std::span<const float> f, std::span<const float> q) {
+    const size_t n = f.size();
+    std::vector<size_t> order(n);
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return std::tie(f[a], q[a]) < std::tie(f[b], q[b]); });
+    std::vector<float> fs(n), qs(n), scratch(n);
+    uint64_t tied_both = 0;
+    for (size_t i = 0, j = 0; i < n; i = j) {
+        while (j < n && f[order[j]] == f[order[i]] && q[order[j]] == q[order[i]]) ++j;
+        tied_both += (j - i) * (j - i - 1) / 2;
+    }
+    for (size_t i = 0; i < n; ++i) fs[i] = f[order[i]], qs[i] = q[order[i]];
+    const uint64_t tied_f = tied_pairs(fs);
+    const uint64_t discordant = inversions(qs, scratch, 0, n);  // leaves qs sorted
+    const uint64_t tied_q_only = tied_pairs(qs) - tied_both;
+    const uint64_t comparable = static_cast<uint64_t>(n) * (n > 0 ? n - 1 : 0) / 2 - tied_f;
+    if (comparable == 0) return 1.0;
+    return 1.0 - (static_cast<double>(discordant) + 0.5 * static_cast<double>(tied_q_only)) /
+                     static_cast<double>(comparable);
+}
+
 OutputError measure_output(const Model& candidate, const ReferenceBatches& reference, int threads) {
     if (reference.feeds.empty()) return {};  // nothing to measure: batches 0
     const auto& meaning = reference.meaning;
@@ -197,6 +255,7 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
     ErrorSums sums;
     int64_t rows = 0, agree = 0, samples = 0, samples_agree = 0, both = 0, either = 0;
     bool map = false;
+    std::vector<float> f_scores, q_scores;
     for (size_t b = 0; b < reference.feeds.size(); ++b) {
         const auto outputs = executor.run(reference.feeds[b]);
         const Tensor& q = checked_output(outputs, reference.output_index, "a reference batch");
@@ -213,6 +272,14 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
             for (size_t i = 0; i < fv.size(); ++i, ++rows)
                 agree += std::abs(static_cast<double>(qv[i]) - fv[i]) <= tolerance;
             continue;
+        }
+        // One score a row (a wake word's, a detector's): the rows' order counts too.
+        const bool one_score = meaning.kind != OutputMeaning::Kind::NonZero && f.shape().size() <= 2 &&
+                               row_length(f) <= 1 && (meaning.kind == OutputMeaning::Kind::Threshold ||
+                                                      meaning.source.empty());
+        if (one_score) {
+            f_scores.insert(f_scores.end(), fv.begin(), fv.end());
+            q_scores.insert(q_scores.end(), qv.begin(), qv.end());
         }
         if (!argmax) {  // each element a decision
             const bool nonzero = meaning.kind == OutputMeaning::Kind::NonZero;
@@ -249,6 +316,7 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
         out.top1_agreement = rows > 0 ? static_cast<double>(agree) / static_cast<double>(rows) : 1.0;
         out.rows = rows;
     }
+    if (f_scores.size() >= 2) out.top1_agreement = std::min(out.top1_agreement, order_agreement(f_scores, q_scores));
     out.sequence_agreement = samples > 0 ? static_cast<double>(samples_agree) / static_cast<double>(samples) : 1.0;
     out.samples = samples;
     out.batches = static_cast<int64_t>(reference.feeds.size());
@@ -257,8 +325,8 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
 
 namespace {
 
-// The output error of every tensor in `forked` quantized alone, on reference
-// batches [first, end): the run of `executor` (of the float model the plan is
+// The output error of every tensor in `forked` quantized alone, on every
+// reference batch: the run of `executor` (of the float model the plan is
 // written into) forks where the tensor is computed (a weight: before its first
 // reader) and only the steps from there run again with its quantized values.
 // `fitted` weights are quantized in place of the float ones, as the emitted
@@ -269,10 +337,9 @@ std::map<std::string, ErrorSums> forked_output_errors(const QuantPlan& plan,
                                                       const std::vector<std::string>& forked,
                                                       const std::map<std::string, Tensor>& fitted,
                                                       const ReferenceBatches& reference, runtime::Executor& executor,
-                                                      bool own_reference, size_t first, size_t end,
-                                                      const std::function<void()>& on_measured) {
+                                                      bool own_reference, const std::function<void()>& on_measured) {
     std::map<std::string, ErrorSums> out;
-    for (size_t b = first; b < end; ++b) {
+    for (size_t b = 0; b < reference.feeds.size(); ++b) {
         const auto& feeds = reference.feeds[b];
         std::map<std::string, std::vector<Tensor>> resumed;
         auto outputs = executor.run_forking(feeds, forked, [&](const std::string& name, const Tensor& value,
@@ -325,43 +392,20 @@ std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, con
         else
             emitted.push_back(&t);
     }
-    // Every forked tensor is measured on the first batch, and the most harmful
-    // of them (kHeadShare, at least kHeadMin) on the others too: a search raises
-    // from the head of the ranking (mixed precision's candidates are its first
-    // fifth), where the figures must be those of every batch; the tail keeps its
-    // first batch's figure (output_batches says so), enough to order it.
-    constexpr double kHeadShare = 0.4;
-    constexpr size_t kHeadMin = 16;
-    const size_t batches = reference.feeds.size();
-    const size_t head = std::min(forked.size(), std::max(kHeadMin, static_cast<size_t>(std::ceil(
-                                                                         kHeadShare * static_cast<double>(forked.size())))));
-    const size_t total = forked.size() + (batches - 1) * head + emitted.size();
+    const size_t total = forked.size() * reference.feeds.size() + emitted.size();
     size_t done = 0;
     auto measured = [&] {
         if (on_measured) on_measured(++done, total);
     };
-    const bool own_reference = &written == &float_model;
-    auto errors = forked_output_errors(plan, forked, fitted, reference, executor, own_reference, 0, 1, measured);
     const double inf = std::numeric_limits<double>::infinity();
-    auto sqnr_of = [&](const std::string& name) { return errors[name].sqnr_db().value_or(inf); };
-    std::stable_sort(forked.begin(), forked.end(),
-                     [&](const auto& a, const auto& b) { return sqnr_of(a) < sqnr_of(b); });
-    forked.resize(head);
-    if (batches > 1)
-        for (auto& [name, sums] :
-             forked_output_errors(plan, forked, fitted, reference, executor, own_reference, 1, batches, measured)) {
-            errors[name].signal += sums.signal;
-            errors[name].noise += sums.noise;
-        }
-    std::map<std::string, std::pair<double, int64_t>> output_sqnr;  // and the batches it was measured on
-    for (const auto& [name, sums] : errors) {
-        const bool in_head = std::find(forked.begin(), forked.end(), name) != forked.end();
-        output_sqnr[name] = {sums.sqnr_db().value_or(inf), in_head ? static_cast<int64_t>(batches) : 1};
-    }
+    std::map<std::string, double> output_sqnr;
+    for (const auto& [name, sums] : forked_output_errors(plan, forked, fitted, reference, executor,
+                                                         &written == &float_model, measured))
+        output_sqnr[name] = sums.sqnr_db().value_or(inf);
     for (const auto* t : emitted) {
         QuantPlan alone;
         alone.tensors.push_back(*t);
-        output_sqnr[t->tensor] = {measure_output(emit(alone), reference, threads).sqnr_db, static_cast<int64_t>(batches)};
+        output_sqnr[t->tensor] = measure_output(emit(alone), reference, threads).sqnr_db;
         measured();
     }
     std::vector<TensorSensitivity> out;
@@ -378,8 +422,7 @@ std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, con
         } else if (auto it = own.find(t.tensor); it != own.end()) {
             s.tensor_sqnr_db = it->second.sqnr_db();
         }
-        if (auto it = output_sqnr.find(t.tensor); it != output_sqnr.end())
-            s.output_sqnr_db = it->second.first, s.output_batches = it->second.second;
+        if (auto it = output_sqnr.find(t.tensor); it != output_sqnr.end()) s.output_sqnr_db = it->second;
         out.push_back(std::move(s));
     }
     std::stable_sort(out.begin(), out.end(), [&](const auto& a, const auto& b) {
@@ -399,8 +442,7 @@ nlohmann::json sensitivity_json(const std::vector<TensorSensitivity>& tensors) {
                        {"role", role_name(t.role)},
                        {"type", quant_type_name(t.type)},
                        {"tensor_sqnr_db", db(t.tensor_sqnr_db)},
-                       {"output_sqnr_db", db(t.output_sqnr_db)},
-                       {"output_batches", t.output_batches}});
+                       {"output_sqnr_db", db(t.output_sqnr_db)}});
     return out;
 }
 

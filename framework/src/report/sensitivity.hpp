@@ -66,7 +66,6 @@ ReferenceBatches reference_batches(const Model& float_model, DataReader& data, i
                                    int threads, const std::vector<std::string>& taps = {},
                                    const runtime::Tap& tap = {});
 
-/// A candidate's output against the reference on its batches (see OutputAgreement).
 using OutputError = OutputAgreement;
 
 /// A sample's rows (over the last axis, `row_length` values each) read as CTC
@@ -75,6 +74,15 @@ using OutputError = OutputAgreement;
 /// most of its rows (blanks, a character's repeats) can change without effect.
 std::vector<int64_t> greedy_decode(std::span<const float> sample, int64_t row_length);
 
+/// The share of pairs of rows whose scores `q` orders as `f` does, among the
+/// pairs `f` orders (a tie there is no order to keep); a pair `q` ties counts
+/// half. Kendall's concordance, in O(n log n): what a ranking metric (an AUC, a
+/// threshold anywhere) keeps of one score a row.
+double order_agreement(std::span<const float> f, std::span<const float> q);
+
+/// A candidate's output against the reference on its batches (see
+/// OutputAgreement). With one score a row, top1_agreement is the lesser of the
+/// decisions' agreement and order_agreement() over every batch's rows.
 OutputError measure_output(const Model& candidate, const ReferenceBatches& reference, int threads);
 
 
