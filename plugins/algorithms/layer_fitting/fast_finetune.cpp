@@ -212,7 +212,7 @@ double judged_loss(const Layer& l, const RowMatrix& w) {
 // Fits the layer's grid values; returns them as a [outputs, k] matrix. Each
 // step's products run on the executor's GEMM and its elementwise updates on
 // whole arrays (Eigen's vectorised exp).
-RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng) {
+RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng, int64_t& iterations) {
     using RowArray = Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
     const Grid grid(l);
     const Eigen::ArrayXf scale = Eigen::Map<const Eigen::ArrayXf>(grid.scale.data(), l.outputs);
@@ -249,15 +249,22 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
     std::uniform_int_distribution<int64_t> pick(0, split.fit - 1);
     RowMatrix w(l.outputs, k), grad(l.outputs, k);
     // Early stopping on the held-out columns, checked twenty times (AdaRound only
-    // once its regulariser has pushed the rounding towards a decision).
+    // once its regulariser has pushed the rounding towards a decision): the best
+    // weights seen are kept, and the fit ends once kPatience checks in a row
+    // found none better (a quarter of the iterations without progress).
+    constexpr int kPatience = 5;
     const int every = std::max(1, o.iterations / 20);
     RowMatrix best;
     double best_loss = std::numeric_limits<double>::infinity();
+    int stale = 0;
     auto checkpoint = [&](int it) {
         if (split.held == 0 || (adaround && it < warm)) return;
         RowMatrix now = hard();
         const double loss = reconstruction_loss(l, now, split.fit, split.held);
-        if (loss < best_loss) best_loss = loss, best = std::move(now);
+        if (loss < best_loss)
+            best_loss = loss, best = std::move(now), stale = 0;
+        else
+            ++stale;
     };
     // QDrop: each input value of a step is the quantized one with probability
     // DropRatio, else the float one, so the rounding is not fitted to one
@@ -266,7 +273,8 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
     const auto quantized_below = static_cast<uint64_t>(std::clamp(o.drop_ratio, 0.0, 1.0) * 65536.0);
     Eigen::MatrixXf xb(l.rows, batch), yb(l.outputs, batch);
     std::vector<float> err;
-    for (int it = 0; it < o.iterations; ++it) {
+    int it = 0;
+    for (; it < o.iterations && stale < kPatience; ++it) {
         for (int64_t b = 0; b < batch; ++b) {
             const int64_t c = pick(rng);
             yb.col(b) = l.y.col(c);
@@ -316,8 +324,9 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
                   std::span<const float>(grad.data(), static_cast<size_t>(grad.size())));
         if ((it + 1) % every == 0) checkpoint(it + 1);
     }
+    iterations += it;
     if (split.held == 0) return hard();
-    checkpoint(o.iterations);
+    if (it % every != 0) checkpoint(it);
     return best.size() > 0 ? best : hard();
 }
 
@@ -326,10 +335,10 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
 // the rounding most of them chose). One fit's decisions for the weights its
 // loss barely distinguishes follow the draw; the vote keeps those that the
 // data decides.
-RowMatrix voted_fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng) {
-    if (o.fits <= 1) return fit(l, o, rng);
+RowMatrix voted_fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng, int64_t& iterations) {
+    if (o.fits <= 1) return fit(l, o, rng, iterations);
     std::vector<RowMatrix> fits;
-    for (int k = 0; k < o.fits; ++k) fits.push_back(fit(l, o, rng));
+    for (int k = 0; k < o.fits; ++k) fits.push_back(fit(l, o, rng, iterations));
     RowMatrix out(fits[0].rows(), fits[0].cols());
     std::vector<float> values(fits.size());
     for (int64_t i = 0; i < out.size(); ++i) {
@@ -366,9 +375,10 @@ Tensor as_weight(const Layer& l, const RowMatrix& w, const Tensor& original) {
 nlohmann::json FastFinetuneResult::to_json() const {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& l : layers) {
-        nlohmann::json layer = {{"node", l.node},       {"weight", l.weight},
-                                {"columns", l.columns}, {"loss_nearest", l.loss_nearest},
-                                {"loss", l.loss},       {"seconds", l.seconds}};
+        nlohmann::json layer = {{"node", l.node},         {"weight", l.weight},
+                                {"columns", l.columns},   {"iterations", l.iterations},
+                                {"loss_nearest", l.loss_nearest}, {"loss", l.loss},
+                                {"seconds", l.seconds}};
         if (!std::isnan(l.output_error))
             layer["selective_update"] = {{"output_error_nearest", l.output_error_nearest},
                                          {"output_error", l.output_error},
@@ -505,8 +515,9 @@ FastFinetuneResult fast_finetune(AlgorithmContext& context, const FastFinetuneOp
         if (options.selective_update && judge_pending(error)) error = sample(l);
         if (l.stored == 0) continue;
         const RowMatrix plain = nearest(l);
-        const RowMatrix fitted = voted_fit(l, options, rng);
-        FinetunedLayer r{l.node, l.weight, judged_loss(l, plain), judged_loss(l, fitted), l.stored, 0};
+        int64_t iterations = 0;
+        const RowMatrix fitted = voted_fit(l, options, rng, iterations);
+        FinetunedLayer r{l.node, l.weight, judged_loss(l, plain), judged_loss(l, fitted), l.stored, iterations, 0};
         // Keep nearest rounding when fitting did not help (on the held-out columns).
         const bool improved = r.loss < r.loss_nearest;
         const Tensor original = Tensor::from_proto(*index.initializer(l.weight));
@@ -514,8 +525,8 @@ FastFinetuneResult fast_finetune(AlgorithmContext& context, const FastFinetuneOp
         r.loss = std::min(r.loss, r.loss_nearest);
         r.output_error_nearest = error;
         r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        log_info("fast finetune: {} ({} columns): output error {:.4g} -> {:.4g} in {:.1f} s", l.node, l.stored,
-                 r.loss_nearest, r.loss, r.seconds);
+        log_info("fast finetune: {} ({} columns): output error {:.4g} -> {:.4g} in {:.1f} s ({} iterations)", l.node,
+                 l.stored, r.loss_nearest, r.loss, r.seconds, r.iterations);
         result.layers.push_back(r);
         if (options.selective_update && improved) {
             pending = &result.layers.back();

@@ -47,6 +47,7 @@ struct FinetunedLayer {
     double loss_nearest = 0;  ///< mean squared output error with nearest rounding, on the held-out columns
     double loss = 0;          ///< the same after finetuning (the better of the two is kept)
     int64_t columns = 0;      ///< output positions it was fitted on
+    int64_t iterations = 0;   ///< steps run (over all its fits): fewer where the held-out loss stopped improving
     double seconds = 0;
     /// The model's mean squared output error against the float model with this
     /// layer rounded to nearest and (SelectiveUpdate only, else NaN) as fitted,

@@ -102,6 +102,30 @@ TEST_F(FastFinetune, AdaRoundReconstructsAGemmBetterThanNearestRounding) {
     expect_on_grid(r.rounded.at("w"), w, scale);
 }
 
+// Weights already on their grid reconstruct the held-out columns exactly at the
+// first check after the warm start; no later check can do better, so the fit
+// ends five checks (a quarter of its iterations) after it.
+TEST_F(FastFinetune, AFitThatStopsImprovingStopsEarly) {
+    GraphBuilder b;
+    b.input("x", {16, 12}).output("y", {16, 6});
+    const float scale = 0.5f / 7;
+    std::vector<float> on_grid(72);
+    for (size_t i = 0; i < on_grid.size(); ++i) on_grid[i] = scale * static_cast<float>(static_cast<int>(i % 9) - 4);
+    b.initializer("w", Tensor::from_values<float>({12, 6}, on_grid));
+    b.node("Gemm", {"x", "w"}, {"y"});
+    const auto model = b.build();
+    auto reader = data(model, {16, 12}, 4);
+    vaiq::QuantPlan plan;
+    plan.tensors.push_back(quant_entry("w", TensorRole::Weight, QuantType::QInt8, {scale}, {0}));
+    vaiq::FastFinetuneOptions options;
+    options.iterations = 1000;
+    options.batch_columns = 32;
+    const auto r = finetune_with(model, plan, same_model(model), *reader, options);
+    ASSERT_EQ(r.layers.size(), 1u);
+    EXPECT_LT(r.layers[0].loss, 1e-9) << "exact but for the sums' rounding";
+    EXPECT_EQ(r.layers[0].iterations, 200 + 5 * 50) << "the warm start, then five checks without progress";
+}
+
 // An int8 bias has a grid of its own (here a step of 1, so 0.3 is written as
 // 0): the layer is fitted as the quantized model computes it, with that bias,
 // and the rounding of the weights takes the bias's error back where the inputs
