@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 #include <set>
 
 #include "data/data_reader.hpp"
@@ -375,41 +374,6 @@ vaiq::Model plus(const std::vector<int64_t>& shape, const std::vector<float>& e)
 }
 
 }  // namespace
-
-// A wake word's score below every threshold still ranks the clips (what its
-// AUC reads): decisions at 0.5 that all agree do not make two models agree
-// when the order of their low scores differs, nor when a grid ties them.
-TEST(OutputMeaning, OneScoreARowAlsoKeepsTheRowsOrder) {
-    const std::vector<float> low{0.01f, 0.02f, 0.03f, 0.04f, 0.05f, 0.06f, 0.07f, 0.9f};
-    vaiq::OutputMeaning sigmoid;
-    sigmoid.kind = vaiq::OutputMeaning::Kind::Threshold;
-    sigmoid.source = "Sigmoid 'y'";
-    const auto reference = identity_reference(Tensor::from_values<float>({8, 1}, low), sigmoid);
-    std::vector<float> swap(8, 0.0f);
-    swap[0] = 0.015f, swap[1] = -0.015f;  // 0.025 and 0.005: one pair of 28 in the other order
-    const auto swapped = vaiq::measure_output(plus({8, 1}, swap), reference, 1);
-    EXPECT_NEAR(swapped.top1_agreement, 1.0 - 1.0 / 28, 1e-9) << "every decision at 0.5 agrees";
-    std::vector<float> tie(8, 0.0f);
-    tie[1] = -0.01f;  // 0.01 and 0.01: a tie counts half
-    EXPECT_NEAR(vaiq::measure_output(plus({8, 1}, tie), reference, 1).top1_agreement, 1.0 - 0.5 / 28, 1e-9);
-}
-
-// The O(n log n) count against every pair, on scores with ties on both sides.
-TEST(OutputMeaning, OrderAgreementCountsEveryPair) {
-    std::mt19937 rng(3);
-    std::uniform_int_distribution<int> level(0, 9);
-    std::vector<float> f(300), q(300);
-    for (size_t i = 0; i < f.size(); ++i) f[i] = static_cast<float>(level(rng)), q[i] = static_cast<float>(level(rng));
-    double kept = 0, comparable = 0;
-    for (size_t i = 0; i < f.size(); ++i)
-        for (size_t j = i + 1; j < f.size(); ++j) {
-            if (f[i] == f[j]) continue;
-            ++comparable;
-            kept += q[i] == q[j] ? 0.5 : ((f[i] < f[j]) == (q[i] < q[j]) ? 1.0 : 0.0);
-        }
-    EXPECT_NEAR(vaiq::order_agreement(f, q), kept / comparable, 1e-12);
-    EXPECT_DOUBLE_EQ(vaiq::order_agreement(f, f), 1.0);
-}
 
 // A segmenter's [N, C, H, W] Softmax: each pixel's class along axis 1, not the
 // argmax over a row of pixels.

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <set>
 #include <tuple>
 
@@ -133,9 +132,7 @@ std::vector<int64_t> greedy_decode(std::span<const float> sample, int64_t row_le
 
 std::string OutputMeaning::describe() const {
     switch (kind) {
-        case Kind::Threshold:
-            return fmt::format(
-                "decisions at 0.5 ({}: independent probabilities), and with one score a row the rows' order", source);
+        case Kind::Threshold: return fmt::format("decisions at 0.5 ({}: independent probabilities)", source);
         case Kind::NonZero: return fmt::format("its nonzero elements ({} masks it)", source);
         case Kind::Values:
             return fmt::format(
@@ -143,7 +140,7 @@ std::string OutputMeaning::describe() const {
                 100 * kValuesTolerance);
         case Kind::Argmax: break;
     }
-    if (source.empty()) return "the argmax over the last axis (one score a row: its decision and the rows' order)";
+    if (source.empty()) return "the argmax over the last axis (one score a row: its decision)";
     return fmt::format("the argmax over axis {}{} ({})", axis, flattened ? " and after" : "", source);
 }
 
@@ -189,61 +186,6 @@ OutputMeaning output_meaning(const Model& model, const std::string& output, size
     return m;
 }
 
-namespace {
-
-// Strict inversions of `v` (i < j, v[i] > v[j]), counted while merge-sorting it.
-uint64_t inversions(std::vector<float>& v, std::vector<float>& scratch, size_t lo, size_t hi) {
-    if (hi - lo < 2) return 0;
-    const size_t mid = lo + (hi - lo) / 2;
-    uint64_t count = inversions(v, scratch, lo, mid) + inversions(v, scratch, mid, hi);
-    size_t i = lo, j = mid, k = lo;
-    while (i < mid || j < hi) {
-        if (j == hi || (i < mid && v[i] <= v[j])) {
-            scratch[k++] = v[i++];
-        } else {
-            count += mid - i;  // every value left in the first half is greater
-            scratch[k++] = v[j++];
-        }
-    }
-    std::copy(scratch.begin() + static_cast<std::ptrdiff_t>(lo), scratch.begin() + static_cast<std::ptrdiff_t>(hi),
-              v.begin() + static_cast<std::ptrdiff_t>(lo));
-    return count;
-}
-
-// Pairs among equal neighbours of sorted `v`.
-uint64_t tied_pairs(const std::vector<float>& sorted) {
-    uint64_t pairs = 0;
-    for (size_t i = 0, j = 0; i < sorted.size(); i = j) {
-        while (j < sorted.size() && sorted[j] == sorted[i]) ++j;
-        pairs += (j - i) * (j - i - 1) / 2;
-    }
-    return pairs;
-}
-
-}  // namespace
-
-double order_agreement(std::span<const float> f, std::span<const float> q) {
-    const size_t n = f.size();
-    std::vector<size_t> order(n);
-    std::iota(order.begin(), order.end(), size_t{0});
-    std::sort(order.begin(), order.end(),
-              [&](size_t a, size_t b) { return std::tie(f[a], q[a]) < std::tie(f[b], q[b]); });
-    std::vector<float> fs(n), qs(n), scratch(n);
-    uint64_t tied_both = 0;
-    for (size_t i = 0, j = 0; i < n; i = j) {
-        while (j < n && f[order[j]] == f[order[i]] && q[order[j]] == q[order[i]]) ++j;
-        tied_both += (j - i) * (j - i - 1) / 2;
-    }
-    for (size_t i = 0; i < n; ++i) fs[i] = f[order[i]], qs[i] = q[order[i]];
-    const uint64_t tied_f = tied_pairs(fs);
-    const uint64_t discordant = inversions(qs, scratch, 0, n);  // leaves qs sorted
-    const uint64_t tied_q_only = tied_pairs(qs) - tied_both;
-    const uint64_t comparable = static_cast<uint64_t>(n) * (n > 0 ? n - 1 : 0) / 2 - tied_f;
-    if (comparable == 0) return 1.0;
-    return 1.0 - (static_cast<double>(discordant) + 0.5 * static_cast<double>(tied_q_only)) /
-                     static_cast<double>(comparable);
-}
-
 OutputError measure_output(const Model& candidate, const ReferenceBatches& reference, int threads) {
     if (reference.feeds.empty()) return {};  // nothing to measure: batches 0
     const auto& meaning = reference.meaning;
@@ -255,7 +197,6 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
     ErrorSums sums;
     int64_t rows = 0, agree = 0, samples = 0, samples_agree = 0, both = 0, either = 0;
     bool map = false;
-    std::vector<float> f_scores, q_scores;
     for (size_t b = 0; b < reference.feeds.size(); ++b) {
         const auto outputs = executor.run(reference.feeds[b]);
         const Tensor& q = checked_output(outputs, reference.output_index, "a reference batch");
@@ -272,14 +213,6 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
             for (size_t i = 0; i < fv.size(); ++i, ++rows)
                 agree += std::abs(static_cast<double>(qv[i]) - fv[i]) <= tolerance;
             continue;
-        }
-        // One score a row (a wake word's, a detector's): the rows' order counts too.
-        const bool one_score = meaning.kind != OutputMeaning::Kind::NonZero && f.shape().size() <= 2 &&
-                               row_length(f) <= 1 && (meaning.kind == OutputMeaning::Kind::Threshold ||
-                                                      meaning.source.empty());
-        if (one_score) {
-            f_scores.insert(f_scores.end(), fv.begin(), fv.end());
-            q_scores.insert(q_scores.end(), qv.begin(), qv.end());
         }
         if (!argmax) {  // each element a decision
             const bool nonzero = meaning.kind == OutputMeaning::Kind::NonZero;
@@ -316,7 +249,6 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
         out.top1_agreement = rows > 0 ? static_cast<double>(agree) / static_cast<double>(rows) : 1.0;
         out.rows = rows;
     }
-    if (f_scores.size() >= 2) out.top1_agreement = std::min(out.top1_agreement, order_agreement(f_scores, q_scores));
     out.sequence_agreement = samples > 0 ? static_cast<double>(samples_agree) / static_cast<double>(samples) : 1.0;
     out.samples = samples;
     out.batches = static_cast<int64_t>(reference.feeds.size());

@@ -74,15 +74,7 @@ using OutputError = OutputAgreement;
 /// most of its rows (blanks, a character's repeats) can change without effect.
 std::vector<int64_t> greedy_decode(std::span<const float> sample, int64_t row_length);
 
-/// The share of pairs of rows whose scores `q` orders as `f` does, among the
-/// pairs `f` orders (a tie there is no order to keep); a pair `q` ties counts
-/// half. Kendall's concordance, in O(n log n): what a ranking metric (an AUC, a
-/// threshold anywhere) keeps of one score a row.
-double order_agreement(std::span<const float> f, std::span<const float> q);
-
-/// A candidate's output against the reference on its batches (see
-/// OutputAgreement). With one score a row, top1_agreement is the lesser of the
-/// decisions' agreement and order_agreement() over every batch's rows.
+/// A candidate's output against the reference on its batches (see OutputAgreement).
 OutputError measure_output(const Model& candidate, const ReferenceBatches& reference, int threads);
 
 

@@ -314,7 +314,8 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
                                                                   std::max(1, o.iterations - warm));
             if (beta > 0) {  // d/dh of reg * (1 - |2h - 1|^beta)
                 const RowArray t = 2.0f * h.cwiseMax(0.0f).cwiseMin(1.0f) - 1.0f;
-                d -= static_cast<float>(o.reg_param) * beta * 2.0f * t.abs().pow(beta - 1) *
+                // |t|^(beta - 1) through Eigen's vectorised log and exp (pow is not); 0 at t = 0.
+                d -= static_cast<float>(o.reg_param) * beta * 2.0f * ((beta - 1) * t.abs().log()).exp() *
                      (t < 0.0f).select(RowArray::Constant(t.rows(), t.cols(), -1.0f), 1.0f);
             }
             const RowArray dh = ((h > 0.0f) && (h < 1.0f)).select((kZeta - kGamma) * sig * (1.0f - sig), 0.0f);
