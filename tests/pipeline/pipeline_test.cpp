@@ -957,3 +957,37 @@ TEST(AlgorithmContext, AServiceItsStageLacksIsNamedAndInitializersKeepTheirForm)
     ASSERT_EQ(c.initializers.count("bias"), 1u);
     EXPECT_EQ(c.initializers.at("bias").data<float>()[0], 4.0f);
 }
+
+// A plugin's forking runner forks at a convolution's output, which the
+// executor's channels-last layout would otherwise compute only for taps, and
+// resumes from there: the Relu after it sees the replacement.
+TEST(AlgorithmContext, AForkingRunnerResumesFromAConvolutionsOutput) {
+    GraphBuilder b;
+    b.input("x", {1, 1, 2, 2}).output("y", {1, 1, 2, 2});
+    b.initializer("w", Tensor::from_values<float>({1, 1, 1, 1}, std::vector<float>{2}));
+    b.node("Conv", {"x", "w"}, {"c"});
+    b.node("Relu", {"c"}, {"y"});
+    const auto model = b.build();
+    const auto dir = temp_dir();
+    const auto x = Tensor::from_values<float>({1, 1, 2, 2}, std::vector<float>{-1, 1, 2, 3});
+    vaiq::write_npy(dir / "x.npy", x);
+    auto data = vaiq::open_data_reader(dir / "x.npy", model);
+    vaiq::test::TestAlgorithmContext c(model, *data);
+    vaiq::AlgorithmContext& context = c.context;
+    const auto runner = context.forking_runner(model, {"c"});
+    std::vector<float> seen, resumed;
+    const auto y = runner->run_forking({{"x", x}}, {"c"},
+                                       [&](const std::string&, const Tensor& value, const vaiq::ResumeFunction& resume) {
+                                           seen.assign(value.data<float>().begin(), value.data<float>().end());
+                                           const auto out = resume(Tensor::from_values<float>(
+                                               {1, 1, 2, 2}, std::vector<float>{5, -5, 1, -1}));
+                                           resumed.assign(out[0].data<float>().begin(), out[0].data<float>().end());
+                                       });
+    EXPECT_EQ(seen, (std::vector<float>{-2, 2, 4, 6}));
+    EXPECT_EQ(resumed, (std::vector<float>{5, 0, 1, 0})) << "the Relu of the replacement";
+    EXPECT_EQ(std::vector<float>(y[0].data<float>().begin(), y[0].data<float>().end()),
+              (std::vector<float>{0, 2, 4, 6}));
+    EXPECT_THROW(context.runner(model)->run_forking({{"x", x}}, {"c"}, {}), vaiq::InputError)
+        << "a plain runner computes the output in channels-last and hides it";
+}
+
