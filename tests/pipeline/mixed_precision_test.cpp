@@ -286,7 +286,6 @@ TEST(OutputMeaning, OneScoreARowAgreesByItsDecision) {
     EXPECT_DOUBLE_EQ(vaiq::measure_output(shifted(0.1f), reference, 1).top1_agreement, 0.75) << "0.45 crosses 0.5";
 }
 
-
 }  // namespace
 
 TEST(SequenceAgreement, GreedyDecodingMergesRepeatsAndDropsTheBlank) {

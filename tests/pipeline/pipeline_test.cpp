@@ -976,13 +976,12 @@ TEST(AlgorithmContext, AForkingRunnerResumesFromAConvolutionsOutput) {
     vaiq::AlgorithmContext& context = c.context;
     const auto runner = context.forking_runner(model, {"c"});
     std::vector<float> seen, resumed;
-    const auto y = runner->run_forking({{"x", x}}, {"c"},
-                                       [&](const std::string&, const Tensor& value, const vaiq::ResumeFunction& resume) {
-                                           seen.assign(value.data<float>().begin(), value.data<float>().end());
-                                           const auto out = resume(Tensor::from_values<float>(
-                                               {1, 1, 2, 2}, std::vector<float>{5, -5, 1, -1}));
-                                           resumed.assign(out[0].data<float>().begin(), out[0].data<float>().end());
-                                       });
+    const auto y = runner->run_forking(
+        {{"x", x}}, {"c"}, [&](const std::string&, const Tensor& value, const vaiq::ResumeFunction& resume) {
+            seen.assign(value.data<float>().begin(), value.data<float>().end());
+            const auto out = resume(Tensor::from_values<float>({1, 1, 2, 2}, std::vector<float>{5, -5, 1, -1}));
+            resumed.assign(out[0].data<float>().begin(), out[0].data<float>().end());
+        });
     EXPECT_EQ(seen, (std::vector<float>{-2, 2, 4, 6}));
     EXPECT_EQ(resumed, (std::vector<float>{5, 0, 1, 0})) << "the Relu of the replacement";
     EXPECT_EQ(std::vector<float>(y[0].data<float>().begin(), y[0].data<float>().end()),
@@ -990,4 +989,3 @@ TEST(AlgorithmContext, AForkingRunnerResumesFromAConvolutionsOutput) {
     EXPECT_THROW(context.runner(model)->run_forking({{"x", x}}, {"c"}, {}), vaiq::InputError)
         << "a plain runner computes the output in channels-last and hides it";
 }
-

@@ -43,8 +43,7 @@ class VAIQ_API DataStream {
 /// Continues a run from a fork with the forked tensor replaced; returns the graph outputs.
 using ResumeFunction = std::function<std::vector<Tensor>(Tensor replacement)>;
 /// Called at each fork of a run with the tensor, its value there and the way to resume from there.
-using ForkFunction =
-    std::function<void(const std::string& tensor, const Tensor& value, const ResumeFunction& resume)>;
+using ForkFunction = std::function<void(const std::string& tensor, const Tensor& value, const ResumeFunction& resume)>;
 
 /// One model compiled once by vaiq's executor and run on any number of batches.
 class VAIQ_API ModelRunner {

@@ -86,7 +86,8 @@ const std::vector<TensorSensitivity>& sensitivity_of(RunState& s, int output_ind
     size_t reported = 0;
     auto ranking = analyze_sensitivity(
         float_reference(s), s.model, s.plan, [&](const QuantPlan& plan) { return emit_plan(s, plan); },
-        rounded_for(s, s.plan), *s.data, batches, output_index, s.threads, [&](size_t done, size_t total) {
+        rounded_for(s, s.plan), *s.data, batches, output_index, s.threads,
+        [&](size_t done, size_t total) {
             report_progress("measurement", static_cast<int64_t>(done), static_cast<int64_t>(total));
             if (done * 10 / total == reported) return;
             reported = done * 10 / total;

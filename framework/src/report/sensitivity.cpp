@@ -265,8 +265,7 @@ namespace {
 // model writes them. Measured against the run's own outputs, or against the
 // reference's where `own_reference` is false (a model whose biases were
 // corrected against it).
-std::map<std::string, ErrorSums> forked_output_errors(const QuantPlan& plan,
-                                                      const std::vector<std::string>& forked,
+std::map<std::string, ErrorSums> forked_output_errors(const QuantPlan& plan, const std::vector<std::string>& forked,
                                                       const std::map<std::string, Tensor>& fitted,
                                                       const ReferenceBatches& reference, runtime::Executor& executor,
                                                       bool own_reference, const std::function<void()>& on_measured) {
@@ -274,15 +273,15 @@ std::map<std::string, ErrorSums> forked_output_errors(const QuantPlan& plan,
     for (size_t b = 0; b < reference.feeds.size(); ++b) {
         const auto& feeds = reference.feeds[b];
         std::map<std::string, std::vector<Tensor>> resumed;
-        auto outputs = executor.run_forking(feeds, forked, [&](const std::string& name, const Tensor& value,
-                                                               const runtime::Resume& resume) {
-            const auto* t = plan.find(name);
-            const auto weight = fitted.find(name);
-            resumed[name] = resume(fake_quantize(weight != fitted.end() ? weight->second : value, t->params, name));
-            on_measured();
-        });
-        const Tensor& f = own_reference ? checked_output(outputs, reference.output_index, "a forked run")
-                                        : reference.outputs[b];
+        auto outputs = executor.run_forking(
+            feeds, forked, [&](const std::string& name, const Tensor& value, const runtime::Resume& resume) {
+                const auto* t = plan.find(name);
+                const auto weight = fitted.find(name);
+                resumed[name] = resume(fake_quantize(weight != fitted.end() ? weight->second : value, t->params, name));
+                on_measured();
+            });
+        const Tensor& f =
+            own_reference ? checked_output(outputs, reference.output_index, "a forked run") : reference.outputs[b];
         for (const auto& [name, q] : resumed)
             out[name].add(f.data<float>(), checked_output(q, reference.output_index, "a forked run").data<float>());
     }
@@ -293,8 +292,8 @@ std::map<std::string, ErrorSums> forked_output_errors(const QuantPlan& plan,
 
 std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, const Model& written,
                                                    const QuantPlan& plan, const PlanEmitter& emit,
-                                                   const std::map<std::string, Tensor>& fitted,
-                                                   DataReader& data, int max_batches, int output_index, int threads,
+                                                   const std::map<std::string, Tensor>& fitted, DataReader& data,
+                                                   int max_batches, int output_index, int threads,
                                                    const std::function<void(size_t, size_t)>& on_measured) {
     const GraphIndex index(float_model);
     std::vector<std::string> taps;
@@ -331,8 +330,8 @@ std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, con
     };
     const double inf = std::numeric_limits<double>::infinity();
     std::map<std::string, double> output_sqnr;
-    for (const auto& [name, sums] : forked_output_errors(plan, forked, fitted, reference, executor,
-                                                         &written == &float_model, measured))
+    for (const auto& [name, sums] :
+         forked_output_errors(plan, forked, fitted, reference, executor, &written == &float_model, measured))
         output_sqnr[name] = sums.sqnr_db().value_or(inf);
     for (const auto* t : emitted) {
         QuantPlan alone;

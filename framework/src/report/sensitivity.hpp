@@ -90,8 +90,8 @@ using PlanEmitter = std::function<Model(const QuantPlan&)>;
 /// model. `on_measured(done, total)` reports progress, a tensor and batch at a time.
 std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, const Model& written,
                                                    const QuantPlan& plan, const PlanEmitter& emit,
-                                                   const std::map<std::string, Tensor>& fitted,
-                                                   DataReader& data, int max_batches, int output_index, int threads,
+                                                   const std::map<std::string, Tensor>& fitted, DataReader& data,
+                                                   int max_batches, int output_index, int threads,
                                                    const std::function<void(size_t, size_t)>& on_measured = {});
 
 nlohmann::json sensitivity_json(const std::vector<TensorSensitivity>& tensors);

@@ -445,8 +445,10 @@ void Executor::fork_at(size_t s, Values& values, const Forks& forks) {
             Values rest(*this);
             rest.borrowed.resize(value_names_.size());
             for (size_t v = 0; v < value_names_.size(); ++v) {
-                if (values.slots[v]) rest.borrowed[v] = {&*values.slots[v], false};
-                else if (!values.borrowed.empty()) rest.borrowed[v] = values.borrowed[v];
+                if (values.slots[v])
+                    rest.borrowed[v] = {&*values.slots[v], false};
+                else if (!values.borrowed.empty())
+                    rest.borrowed[v] = values.borrowed[v];
             }
             rest.slots[id] = std::move(replacement);
             return run(rest, {}, {}, true, s);

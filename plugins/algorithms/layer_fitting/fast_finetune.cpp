@@ -308,10 +308,9 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
             grad.array() = inside.select(grad.array(), 0.0f);
         } else {
             RowArray d = inside.select(grad.array().colwise() * scale, 0.0f);
-            const float beta =
-                it < warm ? 0.0f
-                          : static_cast<float>(o.beta_start + (o.beta_end - o.beta_start) * (it - warm) /
-                                                                  std::max(1, o.iterations - warm));
+            const float beta = it < warm ? 0.0f
+                                         : static_cast<float>(o.beta_start + (o.beta_end - o.beta_start) * (it - warm) /
+                                                                                 std::max(1, o.iterations - warm));
             if (beta > 0) {  // d/dh of reg * (1 - |2h - 1|^beta)
                 const RowArray t = 2.0f * h.cwiseMax(0.0f).cwiseMin(1.0f) - 1.0f;
                 // |t|^(beta - 1) through Eigen's vectorised log and exp (pow is not); 0 at t = 0.
@@ -376,9 +375,12 @@ Tensor as_weight(const Layer& l, const RowMatrix& w, const Tensor& original) {
 nlohmann::json FastFinetuneResult::to_json() const {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& l : layers) {
-        nlohmann::json layer = {{"node", l.node},         {"weight", l.weight},
-                                {"columns", l.columns},   {"iterations", l.iterations},
-                                {"loss_nearest", l.loss_nearest}, {"loss", l.loss},
+        nlohmann::json layer = {{"node", l.node},
+                                {"weight", l.weight},
+                                {"columns", l.columns},
+                                {"iterations", l.iterations},
+                                {"loss_nearest", l.loss_nearest},
+                                {"loss", l.loss},
                                 {"seconds", l.seconds}};
         if (!std::isnan(l.output_error))
             layer["selective_update"] = {{"output_error_nearest", l.output_error_nearest},
