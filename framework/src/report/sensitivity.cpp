@@ -260,11 +260,11 @@ namespace {
 // The output error of every tensor in `forked` quantized alone, on every
 // reference batch: the run of `executor` (of the float model the plan is
 // written into) forks where the tensor is computed (a weight: before its first
-// reader) and only the steps from there run again with its quantized values.
-// `fitted` weights are quantized in place of the float ones, as the emitted
-// model writes them. Measured against the run's own outputs, or against the
-// reference's where `own_reference` is false (a model whose biases were
-// corrected against it).
+// reader) and only the steps from there run again with its quantized values,
+// each resumed output measured at once (not held: an output a tensor). `fitted`
+// weights are quantized in place of the float ones, as the emitted model writes
+// them. Measured against that model's own outputs, or against the reference's
+// where `own_reference` is false (a model whose biases were corrected against it).
 std::map<std::string, ErrorSums> forked_output_errors(const QuantPlan& plan, const std::vector<std::string>& forked,
                                                       const std::map<std::string, Tensor>& fitted,
                                                       const ReferenceBatches& reference, runtime::Executor& executor,
@@ -272,18 +272,16 @@ std::map<std::string, ErrorSums> forked_output_errors(const QuantPlan& plan, con
     std::map<std::string, ErrorSums> out;
     for (size_t b = 0; b < reference.feeds.size(); ++b) {
         const auto& feeds = reference.feeds[b];
-        std::map<std::string, std::vector<Tensor>> resumed;
-        auto outputs = executor.run_forking(
+        const Tensor f = own_reference ? checked_output(executor.run(feeds), reference.output_index, "a forked run")
+                                       : reference.outputs[b];
+        executor.run_forking(
             feeds, forked, [&](const std::string& name, const Tensor& value, const runtime::Resume& resume) {
-                const auto* t = plan.find(name);
                 const auto weight = fitted.find(name);
-                resumed[name] = resume(fake_quantize(weight != fitted.end() ? weight->second : value, t->params, name));
+                const auto q = resume(
+                    fake_quantize(weight != fitted.end() ? weight->second : value, plan.find(name)->params, name));
+                out[name].add(f.data<float>(), checked_output(q, reference.output_index, "a forked run").data<float>());
                 on_measured();
             });
-        const Tensor& f =
-            own_reference ? checked_output(outputs, reference.output_index, "a forked run") : reference.outputs[b];
-        for (const auto& [name, q] : resumed)
-            out[name].add(f.data<float>(), checked_output(q, reference.output_index, "a forked run").data<float>());
     }
     return out;
 }

@@ -66,6 +66,24 @@ class FastFinetune : public ::testing::Test {
             vaiq::write_npy(dir_ / "data" / fmt::format("s{}.npy", i), random_tensor(shape, 100 + i, lo, 1.0f));
         return vaiq::open_data_reader(dir_ / "data", model);
     }
+    // AdaRound (1000 iterations) of one Gemm, x [16, 12] by `w` [12, 6] (plus
+    // `bias`), `w` on a per-tensor grid of step `scale`, over 4 samples.
+    vaiq::FastFinetuneResult fit_one_gemm(const Tensor& w, float scale, int batch_columns,
+                                          std::optional<Tensor> bias = std::nullopt) {
+        GraphBuilder b;
+        b.input("x", {16, 12}).output("y", {16, 6});
+        b.initializer("w", w);
+        if (bias) b.initializer("b", *bias);
+        b.node("Gemm", bias ? std::vector<std::string>{"x", "w", "b"} : std::vector<std::string>{"x", "w"}, {"y"});
+        const auto model = b.build();
+        auto reader = data(model, {16, 12}, 4);
+        vaiq::QuantPlan plan;
+        plan.tensors.push_back(quant_entry("w", TensorRole::Weight, QuantType::QInt8, {scale}, {0}));
+        vaiq::FastFinetuneOptions options;
+        options.iterations = 1000;
+        options.batch_columns = batch_columns;
+        return finetune_with(model, plan, same_model(model), *reader, options);
+    }
     fs::path dir_;
 };
 
@@ -80,21 +98,9 @@ void expect_on_grid(const Tensor& chosen, const Tensor& w, float scale) {
 }
 
 TEST_F(FastFinetune, AdaRoundReconstructsAGemmBetterThanNearestRounding) {
-    GraphBuilder b;
-    b.input("x", {16, 12}).output("y", {16, 6});
     const auto w = random_tensor({12, 6}, 7, -0.5f, 0.5f);
-    b.initializer("w", w);
-    b.initializer("b", Tensor::from_values<float>({6}, std::vector<float>(6, 0.1f)));
-    b.node("Gemm", {"x", "w", "b"}, {"y"});
-    const auto model = b.build();
-    auto reader = data(model, {16, 12}, 4);
-    vaiq::QuantPlan plan;
     const float scale = 0.5f / 7;  // a coarse 4-bit-like grid makes rounding matter
-    plan.tensors.push_back(quant_entry("w", TensorRole::Weight, QuantType::QInt8, {scale}, {0}));
-    vaiq::FastFinetuneOptions options;
-    options.iterations = 1000;
-    options.batch_columns = 64;
-    const auto r = finetune_with(model, plan, same_model(model), *reader, options);
+    const auto r = fit_one_gemm(w, scale, 64, Tensor::from_values<float>({6}, std::vector<float>(6, 0.1f)));
     ASSERT_EQ(r.layers.size(), 1u);
     EXPECT_EQ(r.layers[0].columns, 64) << "16 rows x 4 samples";
     EXPECT_LT(r.layers[0].loss, 0.9 * r.layers[0].loss_nearest)
@@ -106,21 +112,10 @@ TEST_F(FastFinetune, AdaRoundReconstructsAGemmBetterThanNearestRounding) {
 // first check after the warm start; no later check can do better, so the fit
 // ends five checks (a quarter of its iterations) after it.
 TEST_F(FastFinetune, AFitThatStopsImprovingStopsEarly) {
-    GraphBuilder b;
-    b.input("x", {16, 12}).output("y", {16, 6});
     const float scale = 0.5f / 7;
     std::vector<float> on_grid(72);
     for (size_t i = 0; i < on_grid.size(); ++i) on_grid[i] = scale * static_cast<float>(static_cast<int>(i % 9) - 4);
-    b.initializer("w", Tensor::from_values<float>({12, 6}, on_grid));
-    b.node("Gemm", {"x", "w"}, {"y"});
-    const auto model = b.build();
-    auto reader = data(model, {16, 12}, 4);
-    vaiq::QuantPlan plan;
-    plan.tensors.push_back(quant_entry("w", TensorRole::Weight, QuantType::QInt8, {scale}, {0}));
-    vaiq::FastFinetuneOptions options;
-    options.iterations = 1000;
-    options.batch_columns = 32;
-    const auto r = finetune_with(model, plan, same_model(model), *reader, options);
+    const auto r = fit_one_gemm(Tensor::from_values<float>({12, 6}, on_grid), scale, 32);
     ASSERT_EQ(r.layers.size(), 1u);
     EXPECT_LT(r.layers[0].loss, 1e-9) << "exact but for the sums' rounding";
     EXPECT_EQ(r.layers[0].iterations, 200 + 5 * 50) << "the warm start, then five checks without progress";
