@@ -11,6 +11,7 @@
 
 #include "test_support.hpp"
 #include "vaiq/error.hpp"
+#include "vaiq/gemm.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/histogram.hpp"
 #include "vaiq/options.hpp"
@@ -735,4 +736,42 @@ TEST(BlockwiseQuantization, ALastShortBlockAndBadLayoutsAreHandled) {
     EXPECT_THROW(vaiq::check_quant_params(t, 17), vaiq::InputError) << "DequantizeLinear takes blocks from opset 21";
     t.params.type = vaiq::QuantType::QInt4;
     EXPECT_THROW(vaiq::check_quant_params(t, 21), vaiq::InputError) << "4 bits: MatMulNBits only, for now";
+}
+
+// Each way vaiq::gemm computes (a matrix-vector product on Eigen, small products
+// on one thread, large ones threaded) against a plain loop, with transposes,
+// padded strides, alpha and beta; the thread count is restored after a small one.
+TEST(Gemm, EveryPathComputesAlphaOpAOpBPlusBetaC) {
+    struct Shape {
+        int64_t m, n, k;
+    };
+    for (const Shape s : {Shape{37, 1, 9}, Shape{5, 7, 3}, Shape{160, 96, 300}})
+        for (const bool ta : {false, true})
+            for (const bool tb : {false, true}) {
+                const int64_t lda = (ta ? s.m : s.k) + 2, ldb = (tb ? s.k : s.n) + 1, ldc = s.n + 3;
+                std::vector<float> a(static_cast<size_t>((ta ? s.k : s.m) * lda)),
+                    b(static_cast<size_t>((tb ? s.n : s.k) * ldb)), c(static_cast<size_t>(s.m * ldc));
+                for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>((i * 7) % 13) - 6.0f;
+                for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>((i * 5) % 11) * 0.25f - 1.0f;
+                for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<float>(i % 3);
+                std::vector<float> expected = c;
+                for (int64_t i = 0; i < s.m; ++i)
+                    for (int64_t j = 0; j < s.n; ++j) {
+                        double sum = 0;
+                        for (int64_t p = 0; p < s.k; ++p)
+                            sum += static_cast<double>(ta ? a[p * lda + i] : a[i * lda + p]) *
+                                   (tb ? b[j * ldb + p] : b[p * ldb + j]);
+                        expected[i * ldc + j] = static_cast<float>(0.5 * sum + 2.0 * expected[i * ldc + j]);
+                    }
+                const int threads = omp_get_max_threads();
+                vaiq::gemm(ta, tb, s.m, s.n, s.k, 0.5f, a.data(), lda, b.data(), ldb, 2.0f, c.data(), ldc);
+                EXPECT_EQ(omp_get_max_threads(), threads);
+                for (int64_t i = 0; i < s.m; ++i)
+                    for (int64_t j = 0; j < ldc; ++j) {
+                        const float want = expected[i * ldc + j];
+                        ASSERT_NEAR(c[i * ldc + j], want, 1e-4f * (1.0f + std::abs(want)))
+                            << s.m << "x" << s.n << "x" << s.k << " ta=" << ta << " tb=" << tb << " at " << i << ","
+                            << j;
+                    }
+            }
 }
