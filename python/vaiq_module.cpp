@@ -17,6 +17,7 @@
 #include "recipe/recipe.hpp"
 #include "report/dump.hpp"
 #include "runtime/executor.hpp"
+#include "util/atomic_file.hpp"
 #include "util/progress.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/model.hpp"
@@ -185,15 +186,44 @@ auto without_gil(const ReaderBinding& binding, Work&& work) {
     }
 }
 
-// Runs a loaded recipe with the caller's reader; the report as JSON text.
-std::string run_with_reader(const Recipe& recipe, const py::object& reader) {
-    ReaderBinding binding(reader);
-    PluginRegistry registry;
-    registry.load_default_paths();
+RunOptions run_options(const ReaderBinding& binding, const std::vector<std::string>& statistics) {
     RunOptions options;
     options.progress = stderr_is_terminal();
     options.calibration_reader = binding.factory;
+    options.calibration_files.assign(statistics.begin(), statistics.end());
+    return options;
+}
+
+// Runs a loaded recipe with the caller's reader (or from statistics files); the report as JSON text.
+std::string run_with_reader(const Recipe& recipe, const py::object& reader,
+                            const std::vector<std::string>& statistics = {}) {
+    ReaderBinding binding(reader);
+    PluginRegistry registry;
+    registry.load_default_paths();
+    const RunOptions options = run_options(binding, statistics);
     return without_gil(binding, [&] { return run_pipeline(recipe, registry, options).report_json.dump(); });
+}
+
+// `vaiq calibrate`: the statistics of the recipe's data (or the caller's reader),
+// or of statistics files merged, written atomically to `output`; returns the
+// tensor and batch counts.
+py::dict calibrate(const std::string& path, const std::vector<std::string>& assignments, const py::object& reader,
+                   const std::vector<std::string>& statistics, const std::string& output) {
+    ReaderBinding binding(reader);
+    PluginRegistry registry;
+    registry.load_default_paths();
+    const RunOptions options = run_options(binding, statistics);
+    const Recipe recipe = load_recipe(path, assignments);
+    const auto tables = without_gil(binding, [&] {
+        auto t = calibrate_pipeline(recipe, registry, options);
+        write_file_atomically(output, [&](std::ostream& out) { out << t.statistics.dump() << '\n'; });
+        return t;
+    });
+    py::dict out;
+    out["tensors"] = tables.statistics["tensors"].size();
+    out["batches"] = tables.statistics["batches"].get<int>();
+    out["output"] = output;
+    return out;
 }
 
 std::string run_document(const std::string& document, const std::string& label, const std::string& base_dir,
@@ -201,8 +231,9 @@ std::string run_document(const std::string& document, const std::string& label, 
     return run_with_reader(load_recipe_text(document, label, base_dir), reader);
 }
 
-std::string run_recipe(const std::string& path, const std::vector<std::string>& assignments, const py::object& reader) {
-    return run_with_reader(load_recipe(path, assignments), reader);
+std::string run_recipe(const std::string& path, const std::vector<std::string>& assignments, const py::object& reader,
+                       const std::vector<std::string>& statistics) {
+    return run_with_reader(load_recipe(path, assignments), reader, statistics);
 }
 
 std::string preprocess_model(const std::string& input, const std::string& output, const py::dict& args) {
@@ -274,8 +305,11 @@ PYBIND11_MODULE(_vaiq, m) {
     });
     m.def("run_document", &run_document, py::arg("document"), py::arg("label"), py::arg("base_dir"),
           py::arg("reader"), "Runs a recipe given as a YAML/JSON document; returns the report as JSON text");
-    m.def("run_recipe", &run_recipe, py::arg("path"), py::arg("assignments"), py::arg("reader"),
-          "Runs a recipe file with key=value assignments; returns the report as JSON text");
+    m.def("run_recipe", &run_recipe, py::arg("path"), py::arg("assignments"), py::arg("reader"), py::arg("statistics"),
+          "Runs a recipe file with key=value assignments (from statistics files when given); returns the report as "
+          "JSON text");
+    m.def("calibrate", &calibrate, py::arg("path"), py::arg("assignments"), py::arg("reader"), py::arg("statistics"),
+          py::arg("output"), "Writes the statistics of a recipe's calibration (or of statistics files merged)");
     m.def("preprocess", &preprocess_model, py::arg("input"), py::arg("output"), py::arg("args"));
     m.def("dump", &dump, py::arg("model"), py::arg("reader"), py::arg("shapes_json"), py::arg("dump_float"),
           py::arg("output_dir"));

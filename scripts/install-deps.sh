@@ -19,6 +19,8 @@ packages=(
   bc time jq
   # The Python module (import vaiq) and its tests, with Debian's own python3.
   python3-dev python3-numpy python3-pytest pybind11-dev
+  # The wheel (python3 -m build --wheel --no-isolation; pip into a venv) and sharded calibration on Dask.
+  python3-build python3-setuptools python3-wheel python3-venv python3-distributed
   # The HTML report's test renders it in a real browser.
   chromium
   # The fuzz targets (scripts/fuzz.sh): clang with libFuzzer and its OpenMP runtime.

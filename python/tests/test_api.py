@@ -196,6 +196,30 @@ def test_run_recipe_with_overrides(tmp_path):
                         overrides={"extra_options.Nope": 1})
 
 
+def test_calibrate_merge_and_quantize_from_statistics_as_the_command_does(tmp_path):
+    images = np.load(EXAMPLE / "calibration.npy")
+    np.save(tmp_path / "a.npy", images[:50])
+    np.save(tmp_path / "b.npy", images[50:])
+    a = vaiq.calibrate("cpu.yaml", tmp_path / "a.npy", tmp_path / "a.json", model_input=MODEL)
+    vaiq.calibrate("cpu.yaml", Reader(batch=30), tmp_path / "all.json", model_input=MODEL)  # a reader too
+    vaiq.calibrate("cpu.yaml", tmp_path / "b.npy", tmp_path / "b.json", model_input=MODEL)
+    assert a["tensors"] > 0 and a["batches"] == 1
+    assert json.loads((tmp_path / "all.json").read_text())["batches"] == 7
+    merged = vaiq.merge_statistics([tmp_path / "a.json", tmp_path / "b.json"], tmp_path / "m.json", "cpu.yaml",
+                                   model_input=MODEL)
+    assert merged["batches"] == 2
+    vaiq.run_recipe("cpu.yaml", statistics=[tmp_path / "m.json"], model_input=MODEL, model_output=tmp_path / "p.onnx")
+    cli = subprocess.run([CLI, "-q", "run", "cpu.yaml", "--model", MODEL, "--calibration", tmp_path / "a.json",
+                          tmp_path / "b.json", "--output", tmp_path / "c.onnx"], capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    assert (tmp_path / "p.onnx").read_bytes() == (tmp_path / "c.onnx").read_bytes()
+    with pytest.raises(ValueError, match="no statistics files"):
+        vaiq.merge_statistics([], tmp_path / "n.json", "cpu.yaml", model_input=MODEL)
+    with pytest.raises(ValueError, match="a.json"):  # statistics of the cpu plan, read for another recipe's
+        vaiq.calibrate("cnn_npu.yaml", None, tmp_path / "x.json", statistics=[tmp_path / "a.json"], model_input=MODEL)
+    assert not (tmp_path / "x.json").exists()
+
+
 def test_quant_pre_process_and_dump_model(tmp_path):
     result = vaiq.quant_pre_process(MODEL, tmp_path / "pre.onnx", skip_symbolic_shape=True)
     assert (tmp_path / "pre.onnx").exists()
@@ -265,3 +289,9 @@ def test_the_installed_package_finds_its_libraries_and_plugins(tmp_path):
     assert package.startswith(str(site))
     assert plugin.startswith(str(prefix))
     assert (tmp_path / "q.onnx").exists()
+    # python3 -m vaiq is the installed command; the SDK's CMake package is found beside it.
+    command = subprocess.run([sys.executable, "-m", "vaiq", "--version"], capture_output=True, text=True, env=env)
+    assert command.returncode == 0 and command.stdout.strip() == vaiq.__version__, command.stderr
+    where = subprocess.run([sys.executable, "-c", "import vaiq; print(vaiq.cmake_dir())"], capture_output=True,
+                           text=True, env=env)
+    assert pathlib.Path(where.stdout.strip()).resolve() == (prefix / "lib" / "cmake" / "vaiq").resolve(), where

@@ -17,7 +17,7 @@ __version__ = _vaiq.version()
 __all__ = [
     "CalibrationDataReader", "CalibrationMethod", "PowerOfTwoMethod", "QuantFormat", "QuantType",
     "VitisQuantFormat", "VitisQuantType", "dump_model", "infer", "quant_pre_process", "quantize_static",
-    "run_recipe", "set_log_level",
+    "calibrate", "cmake_dir", "merge_statistics", "run_recipe", "set_log_level",
 ]
 
 
@@ -148,21 +148,58 @@ def quantize_static(model_input, model_output, calibration_data_reader=None, **k
     return _report(_vaiq.run_document(text, "quantize_static", os.getcwd(), reader))
 
 
-def run_recipe(path, calibration_data_reader=None, overrides=None, **settings):
-    """Runs a recipe file as ``vaiq run`` does. ``settings`` are top-level keys
-    (``model_input=...``), ``overrides`` a dict of dotted keys
-    (``{"extra_options.ActivationSymmetric": True}``); both act like ``--set``.
-    ``calibration_data_reader`` as in quantize_static. Returns the report."""
-    reader, data_path = _reader_and_path(calibration_data_reader)
-    assignments = []
+def _assignments(settings, overrides, data_path):
+    """`--set` assignments for top-level settings and dotted overrides; paths absolute."""
+    settings = dict(settings)
     if data_path is not None:
         settings["calibration_data_reader"] = data_path
+    assignments = []
     for key, value in list(settings.items()) + list((overrides or {}).items()):
         value = _plain(value)
         if key in ("model_input", "model_output", "calibration_data_reader", "report") and isinstance(value, str):
             value = os.path.abspath(value)
         assignments.append(f"{key}={json.dumps(value)}")
-    return _report(_vaiq.run_recipe(os.fspath(path), assignments, reader))
+    return assignments
+
+
+def _paths(statistics):
+    return [os.path.abspath(os.fspath(p)) for p in (statistics or ())]
+
+
+def run_recipe(path, calibration_data_reader=None, overrides=None, statistics=None, **settings):
+    """Runs a recipe file as ``vaiq run`` does. ``settings`` are top-level keys
+    (``model_input=...``), ``overrides`` a dict of dotted keys
+    (``{"extra_options.ActivationSymmetric": True}``); both act like ``--set``.
+    ``calibration_data_reader`` as in quantize_static. ``statistics``: files
+    written by :func:`calibrate` (one per data shard) to calibrate from instead
+    of the data, merged as if one process had seen every shard (``vaiq run
+    --calibration``). A bare recipe name not in the current folder is a shipped
+    recipe. Returns the report."""
+    reader, data_path = _reader_and_path(calibration_data_reader)
+    return _report(_vaiq.run_recipe(os.fspath(path), _assignments(settings, overrides, data_path), reader,
+                                    _paths(statistics)))
+
+
+def calibrate(recipe, data, output, overrides=None, statistics=None, **settings):
+    """Calibrates as ``recipe`` says on ``data`` (a data path, or a
+    CalibrationDataReader) and writes the statistics file ``output`` (``vaiq
+    calibrate``): what one shard of a data set contributes, to be merged by
+    :func:`merge_statistics` or passed to :func:`run_recipe` as ``statistics``.
+    ``settings`` and ``overrides`` as in run_recipe. Returns the tensor and
+    batch counts written."""
+    reader, data_path = _reader_and_path(data)
+    return _vaiq.calibrate(os.fspath(recipe), _assignments(settings, overrides, data_path), reader,
+                           _paths(statistics), os.path.abspath(os.fspath(output)))
+
+
+def merge_statistics(statistics, output, recipe, overrides=None, **settings):
+    """Merges statistics files of the same recipe and model (one per shard) into
+    one file ``output``, equal to what one process calibrating on every shard
+    writes. Files of another model, plan or calibrator options are refused
+    (ValueError naming the file)."""
+    if not statistics:
+        raise ValueError("merge_statistics: no statistics files given")
+    return calibrate(recipe, None, output, overrides=overrides, statistics=statistics, **settings)
 
 
 def quant_pre_process(input_model_path, output_model_path, skip_optimization=False, skip_onnx_shape=False,
@@ -202,3 +239,15 @@ def infer(model, feeds, threads=0):
 def set_log_level(level):
     """'debug', 'info' (the default), 'warn', 'err' or 'off'."""
     _vaiq.set_log_level(level)
+
+
+def cmake_dir():
+    """The folder of vaiq's CMake package (the plugin SDK) when it is installed
+    with the module (the wheel): ``cmake -Dvaiq_DIR=$(python3 -c 'import vaiq;
+    print(vaiq.cmake_dir())')``. None when it is not (the build tree)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for candidate in (os.path.join(here, "lib", "cmake", "vaiq"),
+                      os.path.join(here, "..", "..", "..", "cmake", "vaiq")):
+        if os.path.isfile(os.path.join(candidate, "vaiqConfig.cmake")):
+            return os.path.normpath(candidate)
+    return None

@@ -253,6 +253,21 @@ TEST(Recipes, ExtendsFindsShippedRecipesByName) {
     EXPECT_EQ(r.files.back().filename(), "cpu.yaml");
 }
 
+TEST(Recipes, ABareNameOutsideItsFolderIsTheShippedRecipe) {
+    const auto dir = temp_dir();
+    const auto previous = std::filesystem::current_path();
+    std::filesystem::current_path(dir);
+    const Recipe shipped = load_recipe("cpu.yaml");
+    write_text(dir / "cpu.yaml", "recipe_version: 1\nextends: cnn_npu.yaml\n");
+    const Recipe own = load_recipe("cpu.yaml");  // one in the current folder comes first
+    EXPECT_THROW(load_recipe("no_such_recipe.yaml"), vaiq::InputError);
+    std::filesystem::current_path(previous);
+    EXPECT_EQ(shipped.value("activation_type"), "QUInt8");
+    EXPECT_NE(shipped.files.front().parent_path(), dir);
+    EXPECT_EQ(own.files.front().filename(), "cpu.yaml");
+    EXPECT_EQ(own.files.back().filename(), "cnn_npu.yaml");
+}
+
 TEST(Recipes, SetOverridesAnyField) {
     const Recipe r = recipe_from(
         "per_channel: false\n", {"per_channel=true", "extra_options.ActivationSymmetric=True",

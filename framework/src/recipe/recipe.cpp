@@ -307,7 +307,8 @@ void resolve_original_tool_settings(Recipe& recipe) {
 
 Recipe load_recipe(const fs::path& file, const std::vector<std::string>& assignments) {
     std::vector<fs::path> chain, files;
-    ParsedFile parsed = parse_chain(file, chain, files);
+    // A bare name not in the current folder is a shipped recipe (`vaiq run cnn_npu.yaml` anywhere).
+    ParsedFile parsed = parse_chain(file.has_parent_path() ? file : find_parent(file.string(), "."), chain, files);
     return complete(std::move(parsed), std::move(files), file.string(), assignments);
 }
 
