@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <Eigen/Dense>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <random>
 #include <tuple>
 #include <utility>
@@ -401,7 +403,8 @@ namespace {
 // (NaN without `output_error`: then both models run only as far as the layer's
 // input). A capacity of 0 only measures that error.
 double sample_layer(Layer& l, int64_t capacity, bool keep_float, ModelRunner& reference, ModelRunner& candidate,
-                    DataStream& data, std::mt19937_64& rng, bool output_error) {
+                    DataStream& data, std::mt19937_64& rng, bool output_error,
+                    const std::vector<Tensor>* cached_float_inputs) {
     l.x.resize(l.rows, 0);
     l.xf.resize(keep_float ? l.rows : 0, 0);
     l.y.resize(l.outputs, 0);
@@ -412,7 +415,7 @@ double sample_layer(Layer& l, int64_t capacity, bool keep_float, ModelRunner& re
     double squared_error = 0;
     int64_t output_values = 0;
     data.rewind();
-    while (auto batch = data.next()) {
+    for (size_t b = 0; auto batch = data.next(); ++b) {
         std::optional<Tensor> float_input;
         const auto take_float = [&](const std::string&, const Tensor& v) { float_input = v; };
         const auto take_quantized = [&](const std::string& name, const Tensor& value) {
@@ -439,7 +442,10 @@ double sample_layer(Layer& l, int64_t capacity, bool keep_float, ModelRunner& re
             }
         };
         if (!output_error) {  // both models only as far as the layer's input
-            reference.run_taps(*batch, taps, take_float);
+            if (cached_float_inputs && b < cached_float_inputs->size())
+                float_input = (*cached_float_inputs)[b];
+            else
+                reference.run_taps(*batch, taps, take_float);
             candidate.run_taps(*batch, taps, take_quantized);
             continue;
         }
@@ -456,6 +462,44 @@ double sample_layer(Layer& l, int64_t capacity, bool keep_float, ModelRunner& re
     }
     return output_values > 0 ? squared_error / static_cast<double>(output_values)
                              : std::numeric_limits<double>::quiet_NaN();
+}
+
+// The float model's value of each layer input over the data, from one run per
+// batch, where they fit in `budget` bytes: the layers are then sampled with one
+// run of the quantized model each instead of two (the float run up to each
+// layer's input repeats the same prefix for every layer). Inputs that do not
+// fit are left out, in graph order from the end, and sampled as before.
+std::map<std::string, std::vector<Tensor>> cache_float_inputs(const std::vector<Layer>& layers, ModelRunner& reference,
+                                                              DataStream& data, size_t budget) {
+    std::map<std::string, std::vector<Tensor>> cache;
+    std::vector<std::string> taps;
+    for (const auto& l : layers)
+        if (std::find(taps.begin(), taps.end(), l.input) == taps.end()) taps.push_back(l.input);
+    // The first batch's sizes decide which inputs fit (batches of one stream share their shapes, or nearly).
+    data.rewind();
+    size_t batches = 0;
+    std::map<std::string, size_t> bytes;
+    while (auto batch = data.next()) {
+        if (batches++ == 0)
+            reference.run_taps(*batch, taps, [&](const std::string& name, const Tensor& v) {
+                bytes[name] = static_cast<size_t>(v.size()) * element_size(v.type());
+            });
+    }
+    std::vector<std::string> kept;
+    size_t total = 0;
+    for (const auto& name : taps) {
+        const size_t need = bytes[name] * batches;
+        if (total + need > budget) break;
+        total += need;
+        kept.push_back(name);
+    }
+    if (kept.empty()) return cache;
+    data.rewind();
+    while (auto batch = data.next())
+        reference.run_taps(*batch, kept, [&](const std::string& name, const Tensor& v) { cache[name].push_back(v); });
+    log_info("fast finetune: the float inputs of {} of {} layers cached ({:.0f} MB over {} batches)", kept.size(),
+             taps.size(), static_cast<double>(total) / (1 << 20), batches);
+    return cache;
 }
 
 }  // namespace
@@ -476,6 +520,10 @@ FastFinetuneResult fast_finetune(AlgorithmContext& context, const FastFinetuneOp
     const auto reference = context.runner(float_model, false, inputs);
     std::mt19937_64 rng(options.seed);
     const bool keep_float = options.drop_ratio < 1;
+    // SelectiveUpdate runs the float model to its outputs for each layer anyway.
+    const auto float_inputs = options.selective_update
+                                  ? std::map<std::string, std::vector<Tensor>>{}
+                                  : cache_float_inputs(layers, *reference, data, options.float_cache_bytes);
     // Samples layer `l` from the quantized model with the weights chosen so far
     // (with `columns` false, nothing); returns that model's output error, which
     // only SelectiveUpdate reads (else NaN, and the models stop at the layer).
@@ -486,7 +534,9 @@ FastFinetuneResult fast_finetune(AlgorithmContext& context, const FastFinetuneOp
         const auto column_bytes = ((keep_float ? 2 : 1) * l.rows + l.outputs) * sizeof(float);
         const auto capacity =
             columns ? std::max<int64_t>(1, static_cast<int64_t>(options.memory_bytes / column_bytes)) : 0;
-        return sample_layer(l, capacity, keep_float, *reference, *candidate, data, rng, options.selective_update);
+        const auto cached = float_inputs.find(l.input);
+        return sample_layer(l, capacity, keep_float, *reference, *candidate, data, rng, options.selective_update,
+                            cached == float_inputs.end() ? nullptr : &cached->second);
     };
     // SelectiveUpdate: the layer fitted last, judged by the output error the
     // next sampling measures; dropped (back to nearest rounding) if it is worse.

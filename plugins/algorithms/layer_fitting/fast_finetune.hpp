@@ -30,6 +30,9 @@ struct FastFinetuneOptions {
     double beta_start = 20, beta_end = 2;  ///< BetaRange, annealed linearly
     /// The sampled input columns and float outputs kept for the layer being fitted (bytes).
     size_t memory_bytes = size_t{512} << 20;
+    /// The float model's inputs of the layers, kept over the data so that it runs
+    /// once rather than once per layer (bytes; what does not fit is recomputed).
+    size_t float_cache_bytes = size_t{1} << 30;
     /// DropRatio: the chance that a value of the layer's input in a step is the
     /// quantized model's rather than the float model's (1: always quantized).
     double drop_ratio = 1.0;

@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -202,6 +203,48 @@ TEST_F(FastFinetune, EachLayerIsFittedOnTheLayersBeforeItAsFitted) {
     ASSERT_EQ(given.size(), 2u) << "one quantized model per layer";
     EXPECT_TRUE(given[0].empty());
     EXPECT_EQ(given[1], (std::set<std::string>{"w1"}));
+}
+
+// The float inputs of the layers kept over the data (all, some, none within the
+// budget) give the fits exactly what running the float model per layer gives.
+TEST_F(FastFinetune, CachedFloatInputsFitAsRunningTheFloatModelPerLayerDoes) {
+    GraphBuilder b;
+    b.input("x", {8, 6}).output("y", {8, 4});
+    b.initializer("w1", random_tensor({6, 5}, 3, -0.5f, 0.5f));
+    b.initializer("w2", random_tensor({5, 7}, 4, -0.5f, 0.5f));
+    b.initializer("w3", random_tensor({7, 4}, 5, -0.5f, 0.5f));
+    b.node("MatMul", {"x", "w1"}, {"h1"});
+    b.node("Relu", {"h1"}, {"r1"});
+    b.node("MatMul", {"r1", "w2"}, {"h2"});
+    b.node("MatMul", {"h2", "w3"}, {"y"});
+    const auto model = b.build();
+    vaiq::QuantPlan plan;
+    for (const char* w : {"w1", "w2", "w3"})
+        plan.tensors.push_back(quant_entry(w, TensorRole::Weight, QuantType::QInt8, {0.5f / 7}, {0}));
+    const Emitter emit = [&](const std::map<std::string, Tensor>& rounded) {
+        auto out = model;
+        for (auto& init : *out.graph().mutable_initializer())
+            if (auto it = rounded.find(init.name()); it != rounded.end()) init = it->second.to_proto(init.name());
+        return out;
+    };
+    std::vector<vaiq::FastFinetuneResult> results;
+    // x's and r1's values over 3 batches take 3 x (8 x 6 + 8 x 5) x 4 bytes: a budget of 700 keeps x's alone.
+    for (const size_t budget : {size_t{1} << 30, size_t{700}, size_t{0}}) {
+        auto reader = data(model, {8, 6}, 3);
+        vaiq::FastFinetuneOptions options;
+        options.iterations = 100;
+        options.drop_ratio = 0.5;  // the float inputs enter the fit itself too
+        options.float_cache_bytes = budget;
+        results.push_back(finetune_with(model, plan, emit, *reader, options));
+    }
+    for (size_t i = 1; i < results.size(); ++i) {
+        ASSERT_EQ(results[i].layers.size(), 3u);
+        for (size_t l = 0; l < 3; ++l) EXPECT_EQ(results[i].layers[l].loss, results[0].layers[l].loss) << i << " " << l;
+        for (const auto& [name, weight] : results[0].rounded) {
+            const auto other = results[i].rounded.at(name).data<float>();
+            EXPECT_TRUE(std::equal(other.begin(), other.end(), weight.data<float>().begin())) << i << " " << name;
+        }
+    }
 }
 
 TEST_F(FastFinetune, AdaQuantDoesNoWorseThanNearestRounding) {
