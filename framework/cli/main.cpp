@@ -8,6 +8,7 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -20,8 +21,8 @@
 #include "report/html_report.hpp"
 #include "runtime/infer.hpp"
 #include "util/atomic_file.hpp"
-#include "util/huge_pages.hpp"
 #include "util/model_size.hpp"
+#include "util/process_start.hpp"
 #include "util/progress.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/model.hpp"
@@ -30,6 +31,13 @@ namespace fs = std::filesystem;
 using namespace vaiq;
 
 namespace {
+
+// How OpenMP's idle threads wait in this process, for infer's timings.
+std::string openmp_wait() {
+    if (const char* policy = std::getenv("OMP_WAIT_POLICY")) return fmt::format("OMP_WAIT_POLICY={}", policy);
+    const char* spins = std::getenv("GOMP_SPINCOUNT");
+    return fmt::format("GOMP_SPINCOUNT={}", spins ? spins : "default");
+}
 
 constexpr int kExitOk = 0;
 constexpr int kExitBadInput = 1;
@@ -529,7 +537,11 @@ class InferCommand final : public Command {
                                    {"type", data_type_name(r.outputs[i].type())}});
             for (const auto& p : r.profile)
                 ops.push_back({{"op_type", p.op_type}, {"calls", p.calls}, {"ms", p.milliseconds}});
-            nlohmann::json j{{"min_ms", r.min_ms}, {"median_ms", r.median_ms}, {"runs", repeat_}, {"outputs", outputs}};
+            nlohmann::json j{{"min_ms", r.min_ms},
+                             {"median_ms", r.median_ms},
+                             {"runs", repeat_},
+                             {"outputs", outputs},
+                             {"openmp_wait", openmp_wait()}};
             if (profile_) j["profile"] = ops;
             std::cout << j.dump() << '\n';
             return kExitOk;
@@ -554,7 +566,7 @@ class InferCommand final : public Command {
 }  // namespace
 
 int main(int argc, char** argv) {
-    restart_with_huge_pages(argv);
+    restart_tuned(argv);
     // Every run allocates and frees the same activations; served from the heap and
     // never handed back, they are reused instead of being faulted in page by page
     // on each run (glibc maps blocks over 32 MB afresh every time otherwise).

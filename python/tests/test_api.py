@@ -220,6 +220,16 @@ def test_calibrate_merge_and_quantize_from_statistics_as_the_command_does(tmp_pa
     assert not (tmp_path / "x.json").exists()
 
 
+def test_openmp_threads_spin_briefly_unless_the_user_chose():
+    script = "import os, vaiq; print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))"
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    seen = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert seen.stdout.split() == ["5000", "None"], seen.stderr
+    seen = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={**env, "OMP_WAIT_POLICY": "passive"})
+    assert seen.stdout.split() == ["None", "passive"], seen.stderr
+
+
 def test_quant_pre_process_and_dump_model(tmp_path):
     result = vaiq.quant_pre_process(MODEL, tmp_path / "pre.onnx", skip_symbolic_shape=True)
     assert (tmp_path / "pre.onnx").exists()

@@ -10,7 +10,13 @@ import enum
 import json
 import os
 
-from . import _vaiq
+# OpenMP's idle threads spin briefly, then sleep: libgomp's default spinning
+# takes the cores a busy machine's other work holds from the thread with work
+# (docs/performance.md). Read as the module loads libgomp; a user's setting wins.
+if "OMP_WAIT_POLICY" not in os.environ:
+    os.environ.setdefault("GOMP_SPINCOUNT", "5000")
+
+from . import _vaiq  # noqa: E402
 
 __version__ = _vaiq.version()
 

@@ -64,6 +64,22 @@ TEST(Cli, VersionAndHelp) {
     }
 }
 
+// OpenMP's idle threads spin briefly unless the user says how they wait (the
+// setting reaches libgomp before it loads; infer reports it with its timings).
+TEST(Cli, OpenMpThreadsSpinBrieflyUnlessTheUserSaysOtherwise) {
+    const std::string model = VAIQ_SOURCE_DIR "/examples/mnist/mnist_cnn.onnx";
+    const auto wait_of = [&](const std::string& env) {
+        const auto r =
+            vaiq::test::run_command("env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT " + env + " " VAIQ_CLI " infer " + model +
+                                    " -i " VAIQ_SOURCE_DIR "/examples/mnist/calibration.npy --json");
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        return nlohmann::json::parse(r.out).value("openmp_wait", "");
+    };
+    EXPECT_EQ(wait_of(""), "GOMP_SPINCOUNT=5000");
+    EXPECT_EQ(wait_of("OMP_WAIT_POLICY=passive"), "OMP_WAIT_POLICY=passive");
+    EXPECT_EQ(wait_of("GOMP_SPINCOUNT=77"), "GOMP_SPINCOUNT=77");
+}
+
 TEST(Cli, UsageErrorsExitOne) {
     EXPECT_EQ(vaiq_cli("").exit_code, 1);
     EXPECT_EQ(vaiq_cli("frobnicate").exit_code, 1);
