@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 
 #include "report/html_report.hpp"
 #include "test_support.hpp"
@@ -92,12 +93,22 @@ TEST(HtmlReport, AnalyzeWritesThePageBesideItsReport) {
     ASSERT_EQ(shown.exit_code, 0) << shown.err;
     const auto seen = json::parse(shown.out);
     EXPECT_TRUE(seen["console"].empty() && seen["page_errors"].empty()) << seen.dump();
-    int charts = 0;
+    int charts = 0, histograms = 0;
     for (const auto& chart : seen["charts"]) {
         EXPECT_GT(chart["marks"].get<int>(), 0) << chart.dump();
         charts += chart["class"] == "chart";
+        histograms += chart["class"] == "hist";
     }
     EXPECT_EQ(charts, 4) << "error per tensor, along the graph, sensitivity, phase times";
+    // One histogram per measured tensor that has a calibrated range (the report's tensors).
+    const auto report = json::parse(slurp(dir / "a.json"));
+    std::set<std::string> ranged;
+    for (const auto& t : report["tensors"])
+        if (t.contains("range")) ranged.insert(t["tensor"].get<std::string>());
+    int measured = 0;
+    for (const auto& t : report["evaluation"]["tensors"]) measured += ranged.count(t["tensor"].get<std::string>());
+    EXPECT_GT(measured, 0);
+    EXPECT_EQ(histograms, measured);
 }
 
 TEST(HtmlReport, AReportThatStoppedEarlyStillMakesAPage) {
