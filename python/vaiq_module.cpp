@@ -17,7 +17,7 @@
 #include "recipe/recipe.hpp"
 #include "report/dump.hpp"
 #include "runtime/executor.hpp"
-#include "util/atomic_file.hpp"
+#include "sdk/atomic_file.hpp"
 #include "util/progress.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/model.hpp"

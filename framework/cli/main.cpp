@@ -20,7 +20,7 @@
 #include "report/dump.hpp"
 #include "report/html_report.hpp"
 #include "runtime/infer.hpp"
-#include "util/atomic_file.hpp"
+#include "sdk/atomic_file.hpp"
 #include "util/model_size.hpp"
 #include "util/process_start.hpp"
 #include "util/progress.hpp"

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <limits>
 
+#include "sdk/npy.hpp"
 #include "test_support.hpp"
-#include "util/npy.hpp"
 #include "vaiq/model.hpp"
 
 namespace fs = std::filesystem;

@@ -11,8 +11,8 @@
 
 #include "custom_ops.hpp"
 #include "runtime/executor.hpp"
+#include "sdk/npy.hpp"
 #include "test_support.hpp"
-#include "util/npy.hpp"
 #include "vaiq/model.hpp"
 
 namespace fs = std::filesystem;

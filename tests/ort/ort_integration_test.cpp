@@ -16,8 +16,8 @@
 
 #include "runtime/executor.hpp"
 #include "runtime/kernels/int8_conv.hpp"
+#include "sdk/npy.hpp"
 #include "test_support.hpp"
-#include "util/npy.hpp"
 
 namespace fs = std::filesystem;
 

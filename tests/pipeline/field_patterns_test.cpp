@@ -11,8 +11,8 @@
 
 #include "pipeline/pipeline.hpp"
 #include "runtime/executor.hpp"
+#include "sdk/npy.hpp"
 #include "test_support.hpp"
-#include "util/npy.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 

@@ -8,8 +8,8 @@
 
 #include "data/data_reader.hpp"
 #include "data/images.hpp"
+#include "sdk/npy.hpp"
 #include "test_support.hpp"
-#include "util/npy.hpp"
 #include "vaiq/error.hpp"
 
 namespace fs = std::filesystem;

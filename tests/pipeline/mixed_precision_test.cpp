@@ -12,8 +12,8 @@
 #include "plugin/registry.hpp"
 #include "recipe/recipe.hpp"
 #include "report/sensitivity.hpp"
+#include "sdk/npy.hpp"
 #include "test_support.hpp"
-#include "util/npy.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/format.hpp"
 

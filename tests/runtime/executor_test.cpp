@@ -13,8 +13,8 @@
 #include "runtime/infer.hpp"
 #include "runtime/kernels/ort_float.hpp"
 #include "runtime/layout.hpp"
+#include "sdk/npy.hpp"
 #include "test_support.hpp"
-#include "util/npy.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/quant.hpp"
 

@@ -21,8 +21,8 @@
 #include "runtime/kernels/ort_float.hpp"
 #include "runtime/layout.hpp"
 #include "runtime/qdq_fusion.hpp"
+#include "sdk/npy.hpp"
 #include "test_support.hpp"
-#include "util/npy.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/quant.hpp"
 

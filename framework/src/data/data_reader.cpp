@@ -7,8 +7,8 @@
 #include <random>
 #include <set>
 
-#include "util/npy.hpp"
-#include "util/text.hpp"
+#include "sdk/npy.hpp"
+#include "sdk/text.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "util/text.hpp"
+#include "sdk/text.hpp"
 #include "vaiq/error.hpp"
 
 namespace vaiq {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <set>
 
-#include "util/text.hpp"
+#include "sdk/text.hpp"
 #include "vaiq/fold.hpp"
 #include "vaiq/graph.hpp"
 

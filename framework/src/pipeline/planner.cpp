@@ -7,7 +7,7 @@
 
 #include "pipeline/fragile_inputs.hpp"
 #include "recipe/defaults.hpp"
-#include "util/text.hpp"
+#include "sdk/text.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"

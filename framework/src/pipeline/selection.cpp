@@ -6,7 +6,7 @@
 #include <set>
 #include <unordered_set>
 
-#include "util/text.hpp"
+#include "sdk/text.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/patterns.hpp"

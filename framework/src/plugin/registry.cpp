@@ -7,8 +7,8 @@
 #include <cstddef>
 #include <regex>
 
+#include "sdk/text.hpp"
 #include "util/paths.hpp"
-#include "util/text.hpp"
 #include "util/yaml_json.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/log.hpp"

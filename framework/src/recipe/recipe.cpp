@@ -10,8 +10,8 @@
 
 #include "recipe/defaults.hpp"
 #include "recipe/values.hpp"
+#include "sdk/text.hpp"
 #include "util/paths.hpp"
-#include "util/text.hpp"
 #include "util/yaml_json.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/quant.hpp"

@@ -9,8 +9,8 @@
 #include <regex>
 #include <set>
 
+#include "sdk/text.hpp"
 #include "util/paths.hpp"
-#include "util/text.hpp"
 #include "util/yaml_json.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/quant.hpp"

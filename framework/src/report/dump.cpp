@@ -7,7 +7,7 @@
 #include "custom_ops.hpp"
 #include "data/data_reader.hpp"
 #include "runtime/executor.hpp"
-#include "util/atomic_file.hpp"
+#include "sdk/atomic_file.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"

@@ -15,7 +15,7 @@
 #include "runtime/qdq_fusion.hpp"
 #include "runtime/team_session.hpp"
 #include "runtime/thread_count.hpp"
-#include "util/text.hpp"
+#include "sdk/text.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 

@@ -7,8 +7,8 @@
 #include <map>
 
 #include "runtime/executor.hpp"
-#include "util/npy.hpp"
-#include "util/text.hpp"
+#include "sdk/npy.hpp"
+#include "sdk/text.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/model.hpp"
 

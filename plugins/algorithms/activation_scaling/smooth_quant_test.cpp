@@ -5,9 +5,9 @@
 
 #include "data/data_reader.hpp"
 #include "runtime/executor.hpp"
+#include "sdk/npy.hpp"
 #include "smooth_quant.hpp"
 #include "test_support.hpp"
-#include "util/npy.hpp"
 #include "vaiq/graph.hpp"
 
 namespace fs = std::filesystem;

@@ -7,8 +7,8 @@
 #include "bias_correction.hpp"
 #include "data/data_reader.hpp"
 #include "plugin/registry.hpp"
+#include "sdk/npy.hpp"
 #include "test_support.hpp"
-#include "util/npy.hpp"
 #include "vaiq/error.hpp"
 
 namespace fs = std::filesystem;

@@ -13,8 +13,8 @@
 #include "data/data_reader.hpp"
 #include "fast_finetune.hpp"
 #include "runtime/executor.hpp"
+#include "sdk/npy.hpp"
 #include "test_support.hpp"
-#include "util/npy.hpp"
 
 namespace fs = std::filesystem;
 using vaiq::QuantType;

@@ -1,4 +1,4 @@
-#include "util/protobuf_file.hpp"
+#include "sdk/protobuf_file.hpp"
 
 #include <fmt/format.h>
 
@@ -16,9 +16,10 @@ bool parse_protobuf_file(const std::filesystem::path& file, google::protobuf::Me
     const std::streamoff size = in.tellg();
     if (size < 0) throw InputError(fmt::format("{}: cannot read its size", file.string()));
     if (size > std::numeric_limits<int>::max())
-        throw InputError(fmt::format("{}: {} bytes, over the 2 GiB a protobuf can hold (larger models keep their "
-                                     "tensors in external data)",
-                                     file.string(), size));
+        throw InputError(
+            fmt::format("{}: {} bytes, over the 2 GiB a protobuf can hold (larger models keep their "
+                        "tensors in external data)",
+                        file.string(), size));
     // Uninitialised: the read fills every byte.
     const auto bytes = std::make_unique_for_overwrite<char[]>(static_cast<size_t>(size));
     in.seekg(0);

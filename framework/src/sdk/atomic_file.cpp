@@ -1,8 +1,8 @@
-#include "util/atomic_file.hpp"
+#include "sdk/atomic_file.hpp"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <fmt/format.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>

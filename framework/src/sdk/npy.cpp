@@ -1,13 +1,13 @@
-#include "util/npy.hpp"
+#include "sdk/npy.hpp"
 
 #include <fmt/format.h>
 
 #include <fstream>
 #include <regex>
 
-#include "util/atomic_file.hpp"
-#include "util/protobuf_file.hpp"
-#include "util/text.hpp"
+#include "sdk/atomic_file.hpp"
+#include "sdk/protobuf_file.hpp"
+#include "sdk/text.hpp"
 #include "vaiq/error.hpp"
 
 namespace fs = std::filesystem;

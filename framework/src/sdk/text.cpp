@@ -1,4 +1,4 @@
-#include "util/text.hpp"
+#include "sdk/text.hpp"
 
 #include <algorithm>
 #include <cctype>

@@ -10,8 +10,8 @@
 #include <optional>
 #include <set>
 
-#include "util/atomic_file.hpp"
-#include "util/protobuf_file.hpp"
+#include "sdk/atomic_file.hpp"
+#include "sdk/protobuf_file.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
@@ -310,7 +310,8 @@ std::string int64_initializer(onnx::GraphProto& graph, const std::string& base, 
     for (const auto& t : graph.initializer()) taken.insert(t.name());
     std::string name = base;
     for (int i = 1; taken.count(name); ++i) name = base + "_" + std::to_string(i);
-    *graph.add_initializer() = Tensor::from_values<int64_t>({static_cast<int64_t>(values.size())}, values).to_proto(name);
+    *graph.add_initializer() =
+        Tensor::from_values<int64_t>({static_cast<int64_t>(values.size())}, values).to_proto(name);
     return name;
 }
 
@@ -321,9 +322,9 @@ std::string int64_initializer(onnx::GraphProto& graph, const std::string& base, 
 // meaning in 21 and are refused. Every other change in 18-21 only added types
 // or attributes whose defaults keep the old behaviour.
 void upgrade_nodes(onnx::GraphProto& graph, int64_t from, int64_t to) {
-    static const std::set<std::string> kReduceAxesToInput = {
-        "ReduceL1",  "ReduceL2",  "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",
-        "ReduceMean", "ReduceMin", "ReduceProd",   "ReduceSumSquare"};
+    static const std::set<std::string> kReduceAxesToInput = {"ReduceL1",        "ReduceL2",   "ReduceLogSum",
+                                                             "ReduceLogSumExp", "ReduceMax",  "ReduceMean",
+                                                             "ReduceMin",       "ReduceProd", "ReduceSumSquare"};
     for (auto& node : *graph.mutable_node()) {
         for (auto& a : *node.mutable_attribute())
             if (a.has_g()) upgrade_nodes(*a.mutable_g(), from, to);
@@ -342,9 +343,10 @@ void upgrade_nodes(onnx::GraphProto& graph, int64_t from, int64_t to) {
             for (auto& a : *node.mutable_attribute())
                 if (a.name() == "mode") a.set_s(a.s() == "bilinear" ? "linear" : a.s() == "bicubic" ? "cubic" : a.s());
         } else if (to >= 21 && op == "GroupNormalization") {
-            throw InputError(fmt::format("node '{}': GroupNormalization's scale and bias changed meaning in opset 21; "
-                                         "this vaiq cannot convert it",
-                                         node.name()));
+            throw InputError(
+                fmt::format("node '{}': GroupNormalization's scale and bias changed meaning in opset 21; "
+                            "this vaiq cannot convert it",
+                            node.name()));
         }
     }
 }
@@ -373,8 +375,8 @@ Model convert_opset(const Model& model, int64_t target_opset, const std::functio
     try {
         if (target_opset > onnx_max_opset()) {
             if (current > target_opset)
-                throw InputError(fmt::format("cannot convert down from opset {} past ONNX {}'s", current,
-                                             onnx_max_opset()));
+                throw InputError(
+                    fmt::format("cannot convert down from opset {} past ONNX {}'s", current, onnx_max_opset()));
             return upgrade_past_onnx(model, target_opset, declare_shapes);
         }
         return Model(with_deferred_data(converted(model, static_cast<int>(target_opset), declare_shapes), model));
@@ -416,7 +418,7 @@ struct Placement {
 // Where each tensor of at least the threshold's bytes goes (raw_data or
 // deferred), file by file, relative to the model's folder.
 std::map<fs::path, std::vector<Placement>> place_external(onnx::ModelProto& proto, const fs::path& model_path,
-                                                         const SaveOptions& options) {
+                                                          const SaveOptions& options) {
     const fs::path folder =
         options.external_data_location == "./" ? fs::path() : fs::path(options.external_data_location);
     std::map<fs::path, std::vector<Placement>> files;
@@ -503,9 +505,10 @@ void save_model(const Model& model, const fs::path& path, const SaveOptions& opt
     const fs::path data_name(options.external_data_file);
     if (!options.external_data_file.empty() &&
         (data_name.has_parent_path() || data_name == "." || data_name == ".." || data_name == path.filename()))
-        throw InputError(fmt::format("the external data file name '{}' must be a plain file name other than the "
-                                     "model's",
-                                     options.external_data_file));
+        throw InputError(
+            fmt::format("the external data file name '{}' must be a plain file name other than the "
+                        "model's",
+                        options.external_data_file));
     onnx::ModelProto proto = model.proto();
     // Deferred tensors under the threshold stay inline, as raw_data would.
     inline_deferred(proto, options.external_data_size_threshold);
@@ -519,9 +522,10 @@ void save_model(const Model& model, const fs::path& path, const SaveOptions& opt
         const fs::path file = dir / entry.first;
         for (const auto& source : sources)
             if (same_file(file, source))
-                throw InputError(fmt::format("{} would replace {}, which the model's weights are read from; choose "
-                                             "another output name or external_data_location",
-                                             file.string(), source.string()));
+                throw InputError(
+                    fmt::format("{} would replace {}, which the model's weights are read from; choose "
+                                "another output name or external_data_location",
+                                file.string(), source.string()));
         fs::create_directories(file.parent_path(), ec);
         written.emplace_back(file, [&](std::ostream& out) {
             for (const auto& p : placements) {
@@ -542,9 +546,8 @@ void save_model(const Model& model, const fs::path& path, const SaveOptions& opt
     // Everything is on disk; now the renames. A model left over from an earlier run goes first when its
     // data files are about to be replaced: a process killed between the renames then leaves no model,
     // never an old one reading new data.
-    const bool replaces_data = std::any_of(files.begin(), files.end(), [&](const auto& f) {
-        return fs::exists(dir / f.first, ec);
-    });
+    const bool replaces_data =
+        std::any_of(files.begin(), files.end(), [&](const auto& f) { return fs::exists(dir / f.first, ec); });
     failpoint("save:before-renames");
     if (replaces_data) fs::remove(path, ec);
     for (auto& file : written) file.commit();

@@ -1,10 +1,10 @@
 // Shape and type inference: ONNX's, made safe for what vaiq reads (custom ops,
 // models its inference would crash on), with the shapes stored or returned.
 #include <fmt/format.h>
-#include <onnx/defs/schema.h>
-#include <onnx/shape_inference/implementation.h>
 #include <google/protobuf/field_mask.pb.h>
 #include <google/protobuf/util/field_mask_util.h>
+#include <onnx/defs/schema.h>
+#include <onnx/shape_inference/implementation.h>
 
 #include <functional>
 #include <map>
@@ -100,9 +100,10 @@ void refuse_what_onnx_inference_crashes_on(const onnx::ModelProto& proto) {
         const auto x = ranks.find(n.input(0)), w = ranks.find(n.input(w_index));
         if (x == ranks.end() || w == ranks.end()) continue;
         if (x->second < 3 || w->second != x->second)
-            throw InputError(fmt::format("node '{}' ({}): the input has {} dimensions and the weight {}; both need "
-                                         "the same number, at least 3",
-                                         n.name(), n.op_type(), x->second, w->second));
+            throw InputError(
+                fmt::format("node '{}' ({}): the input has {} dimensions and the weight {}; both need "
+                            "the same number, at least 3",
+                            n.name(), n.op_type(), x->second, w->second));
         if (n.output_size() > 0) ranks[n.output(0)] = x->second;
     }
 }
