@@ -79,11 +79,10 @@ class BuildWithCMake(build_py):
         run("cmake", "--install", build_dir, "--prefix", staging)
 
         package = Path(self.build_lib) / "vaiq"
-        module_dir = staging / cache_value(build_dir, "VAIQ_PYTHON_INSTALL_DIR") / "vaiq"
-        for built in module_dir.iterdir():  # the compiled module beside the Python sources
-            if built.suffix == ".so":
-                shutil.copy2(built, package / built.name)
-        shutil.rmtree(module_dir.parent.parent if module_dir.parent.name.endswith("-packages") else module_dir)
+        site = staging / cache_value(build_dir, "VAIQ_PYTHON_INSTALL_DIR")
+        for built in (site / "vaiq").glob("*.so"):  # the compiled module beside the Python sources
+            shutil.copy2(built, package / built.name)
+        shutil.rmtree(site)  # the rest of the installed package is build_py's
         flatten_library_links(staging / "lib")
         for part in ("bin", "lib", "share", "include"):
             if (staging / part).exists():

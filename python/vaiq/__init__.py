@@ -154,18 +154,26 @@ def quantize_static(model_input, model_output, calibration_data_reader=None, **k
     return _report(_vaiq.run_document(text, "quantize_static", os.getcwd(), reader))
 
 
+_PATH_SETTINGS = ("model_input", "model_output", "calibration_data_reader", "report")
+
+
+def _absolute_paths(settings):
+    """Settings as JSON values, the paths among them absolute (resolved here,
+    where the caller's current folder is meant)."""
+    out = {}
+    for key, value in settings.items():
+        value = _plain(value)
+        out[key] = os.path.abspath(value) if key in _PATH_SETTINGS and isinstance(value, str) else value
+    return out
+
+
 def _assignments(settings, overrides, data_path):
     """`--set` assignments for top-level settings and dotted overrides; paths absolute."""
     settings = dict(settings)
     if data_path is not None:
         settings["calibration_data_reader"] = data_path
-    assignments = []
-    for key, value in list(settings.items()) + list((overrides or {}).items()):
-        value = _plain(value)
-        if key in ("model_input", "model_output", "calibration_data_reader", "report") and isinstance(value, str):
-            value = os.path.abspath(value)
-        assignments.append(f"{key}={json.dumps(value)}")
-    return assignments
+    merged = _absolute_paths({**settings, **(overrides or {})})
+    return [f"{key}={json.dumps(value)}" for key, value in merged.items()]
 
 
 def _paths(statistics):

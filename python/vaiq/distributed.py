@@ -21,7 +21,7 @@ import os
 import tempfile
 import uuid
 
-from . import _paths, calibrate, run_recipe
+from . import _absolute_paths, _paths, calibrate, run_recipe
 
 __all__ = ["calibrate_shard", "calibrate_sharded"]
 
@@ -56,7 +56,7 @@ def calibrate_sharded(client, recipe, shards, output=None, work_dir=None, reader
         raise ValueError("calibrate_sharded: no shards given")
     if quantize and output is None:
         raise ValueError("calibrate_sharded: give the output model path (or quantize=False)")
-    settings = {k: _absolute(k, v) for k, v in settings.items()}
+    settings = _absolute_paths(settings)
     recipe = _recipe_path(recipe)
     shards = [os.path.abspath(os.fspath(s)) if reader is None else s for s in shards]
     work_dir = os.path.abspath(work_dir or tempfile.mkdtemp(prefix="vaiq-shards-"))
@@ -79,12 +79,6 @@ def calibrate_sharded(client, recipe, shards, output=None, work_dir=None, reader
     if not quantize:
         return files
     return run_recipe(recipe, overrides=overrides, statistics=_paths(files), model_output=output, **settings)
-
-
-def _absolute(key, value):
-    if isinstance(value, (str, os.PathLike)) and key in ("model_input", "model_output", "report"):
-        return os.path.abspath(os.fspath(value))
-    return value
 
 
 def _recipe_path(recipe):

@@ -467,38 +467,37 @@ double sample_layer(Layer& l, int64_t capacity, bool keep_float, ModelRunner& re
 // The float model's value of each layer input over the data, from one run per
 // batch, where they fit in `budget` bytes: the layers are then sampled with one
 // run of the quantized model each instead of two (the float run up to each
-// layer's input repeats the same prefix for every layer). Inputs that do not
-// fit are left out, in graph order from the end, and sampled as before.
+// layer's input repeats the same prefix for every layer). One pass: when the
+// values kept outgrow the budget, the inputs last in graph order are dropped
+// and sampled as before.
 std::map<std::string, std::vector<Tensor>> cache_float_inputs(const std::vector<Layer>& layers, ModelRunner& reference,
                                                               DataStream& data, size_t budget) {
-    std::map<std::string, std::vector<Tensor>> cache;
-    std::vector<std::string> taps;
-    for (const auto& l : layers)
-        if (std::find(taps.begin(), taps.end(), l.input) == taps.end()) taps.push_back(l.input);
-    // The first batch's sizes decide which inputs fit (batches of one stream share their shapes, or nearly).
-    data.rewind();
-    size_t batches = 0;
-    std::map<std::string, size_t> bytes;
-    while (auto batch = data.next()) {
-        if (batches++ == 0)
-            reference.run_taps(*batch, taps, [&](const std::string& name, const Tensor& v) {
-                bytes[name] = static_cast<size_t>(v.size()) * element_size(v.type());
-            });
-    }
     std::vector<std::string> kept;
-    size_t total = 0;
-    for (const auto& name : taps) {
-        const size_t need = bytes[name] * batches;
-        if (total + need > budget) break;
-        total += need;
-        kept.push_back(name);
-    }
-    if (kept.empty()) return cache;
+    for (const auto& l : layers)
+        if (std::find(kept.begin(), kept.end(), l.input) == kept.end()) kept.push_back(l.input);
+    const size_t layer_inputs = kept.size();
+    std::map<std::string, std::vector<Tensor>> cache;
+    std::map<std::string, size_t> bytes;
+    size_t total = 0, batches = 0;
     data.rewind();
-    while (auto batch = data.next())
-        reference.run_taps(*batch, kept, [&](const std::string& name, const Tensor& v) { cache[name].push_back(v); });
-    log_info("fast finetune: the float inputs of {} of {} layers cached ({:.0f} MB over {} batches)", kept.size(),
-             taps.size(), static_cast<double>(total) / (1 << 20), batches);
+    while (!kept.empty()) {
+        auto batch = data.next();
+        if (!batch) break;
+        ++batches;
+        reference.run_taps(*batch, kept, [&](const std::string& name, const Tensor& v) {
+            const size_t size = static_cast<size_t>(v.size()) * element_size(v.type());
+            bytes[name] += size;
+            total += size;
+            cache[name].push_back(v);
+        });
+        for (; total > budget && !kept.empty(); kept.pop_back()) {
+            total -= bytes[kept.back()];
+            cache.erase(kept.back());
+        }
+    }
+    if (!kept.empty())
+        log_info("fast finetune: the float inputs of {} of {} layers cached ({:.1f} MB over {} batches)", kept.size(),
+                 layer_inputs, static_cast<double>(total) / (1 << 20), batches);
     return cache;
 }
 
