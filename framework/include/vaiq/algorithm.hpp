@@ -86,6 +86,10 @@ struct OutputAgreement {
     int64_t batches = 0;  ///< the calibration batches measured
 };
 
+/// agreement() and sensitivity() on every float output of the model at once: a
+/// detector's scores, boxes and landmarks, each by what it means, the worst counting.
+inline constexpr int kEveryOutput = -1;
+
 /// Which calibration batches agreement() measures. A search measures its
 /// candidates on the Searched batches and confirms its choice on the HeldOut
 /// ones (every fourth batch once there are four; else none, and Searched is All).
@@ -158,9 +162,10 @@ class VAIQ_API AlgorithmContext {
     /// inputs can be forked at too, unless only constant folding reads them.
     virtual std::unique_ptr<ModelRunner> forking_runner(const Model& model, const std::set<std::string>& forks) = 0;
     /// How the outputs of `quantized` agree with the float model's (model() as
-    /// it was before any bias was corrected) on output `output_index`, over the
-    /// calibration data. The float outputs are computed once per run.
-    virtual OutputAgreement agreement(const Model& quantized, int output_index = 0,
+    /// it was before any bias was corrected) on output `output_index` (or, for
+    /// kEveryOutput, the worst of its float outputs, each by what it means),
+    /// over the calibration data. The float outputs are computed once per run.
+    virtual OutputAgreement agreement(const Model& quantized, int output_index = kEveryOutput,
                                       BatchSet batches = BatchSet::All) = 0;
     /// The output agreement() measures at `output_index`.
     virtual MeasuredOutput measured_output(int output_index) = 0;

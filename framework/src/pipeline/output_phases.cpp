@@ -186,10 +186,10 @@ void evaluate_phase(RunState& s) {
                                  [&](const auto& o) { return o.sqnr_db < warn_db; });
     if (s.recipe.value("sensitivity_analysis").get<bool>()) {
         diagnose(s, "the sensitivity analysis", [&] {
-            // The output mixed precision measures (its option), else the first.
+            // The output mixed precision measures (its option), else every output.
             const auto chosen = s.recipe.settings.find("extra_options.AutoMixprecision.OutputIndex");
             const bool given = chosen != s.recipe.settings.end() && chosen->second.value.is_number_integer();
-            const int output_index = given ? chosen->second.value.get<int>() : 0;
+            const int output_index = given ? chosen->second.value.get<int>() : kEveryOutput;
             // Mixed precision measured the plan before it raised anything: that is what explains the choice.
             const auto& ranking = sensitivity_of(s, output_index);
             s.report["sensitivity"] = {{"data", "calibration_data"},

@@ -201,7 +201,7 @@ void offer_plan_services(RunState& s, AlgorithmInputs& inputs, const std::string
     };
     inputs.measured_output = [&s](int output_index) {
         const auto& reference = agreement_reference(s, output_index, BatchSet::All);
-        return MeasuredOutput{reference.output_name, reference.meaning.describe()};
+        return MeasuredOutput{reference.describe_outputs(), reference.describe_measures()};
     };
     inputs.sensitivity = [&s](int output_index) { return sensitivity_of(s, output_index); };
     if (stage == AlgorithmStage::Corrections) {

@@ -62,18 +62,42 @@ ReferenceBatches reference_batches(const Model& float_model, DataReader& data, i
     options.taps.insert(taps.begin(), taps.end());
     runtime::Executor executor(float_model, options);
     ReferenceBatches out;
-    out.output_index = output_index;
     data.rewind();
     while (auto batch = data.next()) {
         if (max_batches > 0 && static_cast<int>(out.feeds.size()) >= max_batches) break;
         auto outputs = executor.run(batch->feeds, taps, tap);
-        out.outputs.push_back(checked_output(outputs, output_index, batch->source));
+        if (out.feeds.empty()) {  // which outputs: one, or every float one
+            if (output_index != kEveryOutput) checked_output(outputs, output_index, batch->source);
+            for (int i = 0; i < static_cast<int>(outputs.size()); ++i)
+                if (i == output_index || (output_index == kEveryOutput && outputs[i].type() == DataType::Float))
+                    out.measured.push_back(
+                        {i, executor.output_names()[i],
+                         output_meaning(float_model, executor.output_names()[i], outputs[i].shape().size())});
+            if (out.measured.empty()) throw InputError("the model has no float output: its error cannot be measured");
+        }
+        auto& kept = out.outputs.emplace_back();
+        for (const auto& m : out.measured) kept.push_back(checked_output(outputs, m.index, batch->source));
         out.feeds.push_back(std::move(batch->feeds));
     }
     if (out.feeds.empty()) throw InputError("the data holds no batches");
-    out.output_name = executor.output_names()[output_index];
-    out.meaning = output_meaning(float_model, out.output_name, out.outputs.front().shape().size());
     return out;
+}
+
+std::string ReferenceBatches::describe_outputs() const {
+    if (measured.size() == 1) return measured.front().name;
+    std::string names;
+    for (size_t i = 0; i < measured.size() && i < 3; ++i)
+        names += fmt::format("{}'{}'", i ? ", " : "", measured[i].name);
+    return fmt::format("every output ({}: {}{})", measured.size(), names, measured.size() > 3 ? ", ..." : "");
+}
+
+std::string ReferenceBatches::describe_measures() const {
+    std::vector<std::string> seen;
+    for (const auto& m : measured)
+        if (auto d = m.meaning.describe(); std::find(seen.begin(), seen.end(), d) == seen.end()) seen.push_back(d);
+    std::string out;
+    for (const auto& d : seen) out += (out.empty() ? "" : "; ") + d;
+    return measured.size() > 1 ? out + " (the worst output counts)" : out;
 }
 
 namespace {
@@ -81,9 +105,9 @@ namespace {
 // One score a row (a wake word's or a detector's logit): what the model says is
 // the score against 0.5 where every reference value is a probability, against 0
 // otherwise. An argmax over one value always agrees.
-float decision_threshold(const ReferenceBatches& reference) {
-    for (const auto& f : reference.outputs)
-        for (float v : f.data<float>())
+float decision_threshold(const ReferenceBatches& reference, size_t k) {
+    for (const auto& batch : reference.outputs)
+        for (float v : batch[k].data<float>())
             if (!(v >= 0.0f && v <= 1.0f)) return 0.0f;
     return 0.5f;
 }
@@ -186,71 +210,114 @@ OutputMeaning output_meaning(const Model& model, const std::string& output, size
     return m;
 }
 
-OutputError measure_output(const Model& candidate, const ReferenceBatches& reference, int threads) {
-    if (reference.feeds.empty()) return {};  // nothing to measure: batches 0
-    const auto& meaning = reference.meaning;
-    const bool argmax = meaning.kind == OutputMeaning::Kind::Argmax;
-    const float threshold = argmax ? decision_threshold(reference) : 0.5f;
-    runtime::ExecutorOptions options;
-    options.threads = threads;
-    runtime::Executor executor(candidate, options);
-    ErrorSums sums;
-    int64_t rows = 0, agree = 0, samples = 0, samples_agree = 0, both = 0, either = 0;
-    bool map = false;
-    for (size_t b = 0; b < reference.feeds.size(); ++b) {
-        const auto outputs = executor.run(reference.feeds[b]);
-        const Tensor& q = checked_output(outputs, reference.output_index, "a reference batch");
-        const Tensor& f = reference.outputs[b];
+namespace {
+
+// One output's agreement, counted batch by batch by what it means.
+class AgreementCount {
+  public:
+    AgreementCount(const OutputMeaning& meaning, float threshold) : meaning_(meaning), threshold_(threshold) {}
+
+    void add(const Tensor& f, const Tensor& q) {
         if (q.size() != f.size())
             throw InternalError(
                 fmt::format("a candidate's output has {} values, the float model's {}", q.size(), f.size()));
-        sums.add(f.data<float>(), q.data<float>());
+        sums_.add(f.data<float>(), q.data<float>());
         const auto fv = f.data<float>(), qv = q.data<float>();
-        if (meaning.kind == OutputMeaning::Kind::Values) {
-            if (fv.empty()) continue;
+        if (meaning_.kind == OutputMeaning::Kind::Values) {
+            if (fv.empty()) return;
             const auto [lo, hi] = std::minmax_element(fv.begin(), fv.end());
             const double tolerance = OutputMeaning::kValuesTolerance * (static_cast<double>(*hi) - *lo);
-            for (size_t i = 0; i < fv.size(); ++i, ++rows)
-                agree += std::abs(static_cast<double>(qv[i]) - fv[i]) <= tolerance;
-            continue;
+            for (size_t i = 0; i < fv.size(); ++i, ++rows_)
+                agree_ += std::abs(static_cast<double>(qv[i]) - fv[i]) <= tolerance;
+            return;
         }
-        if (!argmax) {  // each element a decision
-            const bool nonzero = meaning.kind == OutputMeaning::Kind::NonZero;
-            map = map || f.shape().size() >= 3;
-            for (size_t i = 0; i < fv.size(); ++i, ++rows) {
-                const bool yes_f = nonzero ? fv[i] != 0.0f : fv[i] >= threshold;
-                const bool yes_q = nonzero ? qv[i] != 0.0f : qv[i] >= threshold;
-                agree += yes_f == yes_q, both += yes_f && yes_q, either += yes_f || yes_q;
+        if (meaning_.kind != OutputMeaning::Kind::Argmax) {  // each element a decision
+            const bool nonzero = meaning_.kind == OutputMeaning::Kind::NonZero;
+            map_ = map_ || f.shape().size() >= 3;
+            for (size_t i = 0; i < fv.size(); ++i, ++rows_) {
+                const bool yes_f = nonzero ? fv[i] != 0.0f : fv[i] >= 0.5f;
+                const bool yes_q = nonzero ? qv[i] != 0.0f : qv[i] >= 0.5f;
+                agree_ += yes_f == yes_q, both_ += yes_f && yes_q, either_ += yes_f || yes_q;
             }
-            continue;
+            return;
         }
-        if (meaning.source.empty() && row_length(f) < 2) {  // no Softmax says where the classes are
+        if (meaning_.source.empty() && row_length(f) < 2) {  // no Softmax says where the classes are
             if (row_length(f) == 1)  // one score a row: its decision
-                for (size_t r = 0; r < fv.size(); ++r, ++rows) agree += (fv[r] >= threshold) == (qv[r] >= threshold);
-            continue;
+                for (size_t r = 0; r < fv.size(); ++r, ++rows_)
+                    agree_ += (fv[r] >= threshold_) == (qv[r] >= threshold_);
+            return;
         }
-        const auto fa = argmaxes(fv, f.shape(), meaning.axis, meaning.flattened),
-                   qa = argmaxes(qv, q.shape(), meaning.axis, meaning.flattened);
-        for (size_t r = 0; r < fa.size(); ++r, ++rows) agree += qa[r] == fa[r];
-        if (f.shape().empty() || f.shape()[0] <= 0) continue;
+        const auto fa = argmaxes(fv, f.shape(), meaning_.axis, meaning_.flattened),
+                   qa = argmaxes(qv, q.shape(), meaning_.axis, meaning_.flattened);
+        for (size_t r = 0; r < fa.size(); ++r, ++rows_) agree_ += qa[r] == fa[r];
+        if (f.shape().empty() || f.shape()[0] <= 0) return;
         const std::span<const int64_t> fs(fa), qs(qa);
         const auto per_sample = fa.size() / static_cast<size_t>(f.shape()[0]);
-        for (size_t i = 0; i < static_cast<size_t>(f.shape()[0]); ++i, ++samples)
-            samples_agree += collapse(qs.subspan(i * per_sample, per_sample)) ==
-                             collapse(fs.subspan(i * per_sample, per_sample));
+        for (size_t i = 0; i < static_cast<size_t>(f.shape()[0]); ++i, ++samples_)
+            samples_agree_ +=
+                collapse(qs.subspan(i * per_sample, per_sample)) == collapse(fs.subspan(i * per_sample, per_sample));
     }
-    OutputError out;
-    out.sqnr_db = sums.sqnr_db().value_or(std::numeric_limits<double>::infinity());
-    out.relative_l2 = sums.signal > 0 ? std::sqrt(sums.noise / sums.signal) : 0.0;
-    if (map) {  // a mask's or peak map's positives: their IoU (its background agrees trivially)
-        out.top1_agreement = either > 0 ? static_cast<double>(both) / static_cast<double>(either) : 1.0;
-        out.rows = either;
-    } else {
-        out.top1_agreement = rows > 0 ? static_cast<double>(agree) / static_cast<double>(rows) : 1.0;
-        out.rows = rows;
+
+    OutputError result() const {
+        OutputError out;
+        out.sqnr_db = sums_.sqnr_db().value_or(std::numeric_limits<double>::infinity());
+        out.relative_l2 = sums_.signal > 0 ? std::sqrt(sums_.noise / sums_.signal) : 0.0;
+        if (map_) {  // a mask's or peak map's positives: their IoU (its background agrees trivially)
+            out.top1_agreement = either_ > 0 ? static_cast<double>(both_) / static_cast<double>(either_) : 1.0;
+            out.rows = either_;
+        } else {
+            out.top1_agreement = rows_ > 0 ? static_cast<double>(agree_) / static_cast<double>(rows_) : 1.0;
+            out.rows = rows_;
+        }
+        out.sequence_agreement =
+            samples_ > 0 ? static_cast<double>(samples_agree_) / static_cast<double>(samples_) : 1.0;
+        out.samples = samples_;
+        return out;
     }
-    out.sequence_agreement = samples > 0 ? static_cast<double>(samples_agree) / static_cast<double>(samples) : 1.0;
-    out.samples = samples;
+
+  private:
+    const OutputMeaning& meaning_;
+    float threshold_;
+    ErrorSums sums_;
+    int64_t rows_ = 0, agree_ = 0, samples_ = 0, samples_agree_ = 0, both_ = 0, either_ = 0;
+    bool map_ = false;
+};
+
+// The worst of each measure over several outputs' agreements.
+OutputError worst(const std::vector<OutputError>& each) {
+    OutputError out = each.front();
+    for (const auto& e : each) {
+        if (e.sqnr_db < out.sqnr_db) out.sqnr_db = e.sqnr_db;
+        if (e.relative_l2 > out.relative_l2) out.relative_l2 = e.relative_l2;
+        if (e.top1_agreement < out.top1_agreement) out.top1_agreement = e.top1_agreement, out.rows = e.rows;
+        if (e.sequence_agreement < out.sequence_agreement)
+            out.sequence_agreement = e.sequence_agreement, out.samples = e.samples;
+    }
+    return out;
+}
+
+}  // namespace
+
+OutputError measure_output(const Model& candidate, const ReferenceBatches& reference, int threads) {
+    if (reference.feeds.empty()) return {};  // nothing to measure: batches 0
+    std::vector<AgreementCount> counts;
+    for (size_t k = 0; k < reference.measured.size(); ++k) {
+        const auto& meaning = reference.measured[k].meaning;
+        counts.emplace_back(meaning,
+                            meaning.kind == OutputMeaning::Kind::Argmax ? decision_threshold(reference, k) : 0.5f);
+    }
+    runtime::ExecutorOptions options;
+    options.threads = threads;
+    runtime::Executor executor(candidate, options);
+    for (size_t b = 0; b < reference.feeds.size(); ++b) {
+        const auto outputs = executor.run(reference.feeds[b]);
+        for (size_t k = 0; k < counts.size(); ++k)
+            counts[k].add(reference.outputs[b][k],
+                          checked_output(outputs, reference.measured[k].index, "a reference batch"));
+    }
+    std::vector<OutputError> each;
+    for (const auto& c : counts) each.push_back(c.result());
+    auto out = worst(each);
     out.batches = static_cast<int64_t>(reference.feeds.size());
     return out;
 }
@@ -265,21 +332,30 @@ namespace {
 // weights are quantized in place of the float ones, as the emitted model writes
 // them. Measured against that model's own outputs, or against the reference's
 // where `own_reference` is false (a model whose biases were corrected against it).
-std::map<std::string, ErrorSums> forked_output_errors(const QuantPlan& plan, const std::vector<std::string>& forked,
-                                                      const std::map<std::string, Tensor>& fitted,
-                                                      const ReferenceBatches& reference, runtime::Executor& executor,
-                                                      bool own_reference, const std::function<void()>& on_measured) {
-    std::map<std::string, ErrorSums> out;
+std::map<std::string, std::vector<ErrorSums>> forked_output_errors(const QuantPlan& plan,
+                                                                   const std::vector<std::string>& forked,
+                                                                   const std::map<std::string, Tensor>& fitted,
+                                                                   const ReferenceBatches& reference,
+                                                                   runtime::Executor& executor, bool own_reference,
+                                                                   const std::function<void()>& on_measured) {
+    std::map<std::string, std::vector<ErrorSums>> out;
+    const auto& measured = reference.measured;
     for (size_t b = 0; b < reference.feeds.size(); ++b) {
         const auto& feeds = reference.feeds[b];
-        const Tensor f = own_reference ? checked_output(executor.run(feeds), reference.output_index, "a forked run")
-                                       : reference.outputs[b];
+        std::vector<Tensor> f = reference.outputs[b];
+        if (own_reference) {
+            const auto own = executor.run(feeds);
+            for (size_t k = 0; k < measured.size(); ++k) f[k] = checked_output(own, measured[k].index, "a forked run");
+        }
         executor.run_forking(
             feeds, forked, [&](const std::string& name, const Tensor& value, const runtime::Resume& resume) {
                 const auto weight = fitted.find(name);
                 const auto q = resume(
                     fake_quantize(weight != fitted.end() ? weight->second : value, plan.find(name)->params, name));
-                out[name].add(f.data<float>(), checked_output(q, reference.output_index, "a forked run").data<float>());
+                auto& sums = out[name];
+                sums.resize(measured.size());
+                for (size_t k = 0; k < measured.size(); ++k)
+                    sums[k].add(f[k].data<float>(), checked_output(q, measured[k].index, "a forked run").data<float>());
                 on_measured();
             });
     }
@@ -329,8 +405,11 @@ std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, con
     const double inf = std::numeric_limits<double>::infinity();
     std::map<std::string, double> output_sqnr;
     for (const auto& [name, sums] :
-         forked_output_errors(plan, forked, fitted, reference, executor, &written == &float_model, measured))
-        output_sqnr[name] = sums.sqnr_db().value_or(inf);
+         forked_output_errors(plan, forked, fitted, reference, executor, &written == &float_model, measured)) {
+        double lowest = inf;  // the worst output's
+        for (const auto& s : sums) lowest = std::min(lowest, s.sqnr_db().value_or(inf));
+        output_sqnr[name] = lowest;
+    }
     for (const auto* t : emitted) {
         QuantPlan alone;
         alone.tensors.push_back(*t);

@@ -49,19 +49,30 @@ struct OutputMeaning {
 /// (logits: [N, C], a sequence's [N, T, C]), one score a row deciding against 0.5 or 0.
 OutputMeaning output_meaning(const Model& model, const std::string& output, size_t rank = 2);
 
-/// The first batches of some data with the float model's output on each, kept
-/// in memory (feeds and one output per batch: bounded by the batch count), so
-/// that any number of candidate models is measured against them.
-struct ReferenceBatches {
-    std::vector<std::map<std::string, Tensor>> feeds;
-    std::vector<Tensor> outputs;  ///< the float model's output `output_index`, per batch
-    int output_index = 0;
-    std::string output_name;
+/// One output a reference measures, and what it means.
+struct ReferenceOutput {
+    int index = 0;  ///< in the model's outputs
+    std::string name;
     OutputMeaning meaning;
 };
 
+/// The first batches of some data with the float model's outputs on each, kept
+/// in memory (feeds and the measured outputs per batch: bounded by the batch
+/// count), so that any number of candidate models is measured against them.
+struct ReferenceBatches {
+    std::vector<std::map<std::string, Tensor>> feeds;
+    std::vector<std::vector<Tensor>> outputs;  ///< per batch, one per `measured` output
+    std::vector<ReferenceOutput> measured;     ///< one output, or every float output (kEveryOutput)
+
+    /// "'y'", or "every output (9: 'a', 'b', ...)".
+    std::string describe_outputs() const;
+    /// Each measured output's meaning, the same ones once.
+    std::string describe_measures() const;
+};
+
 /// Runs up to `max_batches` batches (0: all) of `data` through the float
-/// model; `taps`/`tap` see each batch's intermediate values on the way.
+/// model, keeping output `output_index`, or every float output for
+/// kEveryOutput; `taps`/`tap` see each batch's intermediate values on the way.
 ReferenceBatches reference_batches(const Model& float_model, DataReader& data, int max_batches, int output_index,
                                    int threads, const std::vector<std::string>& taps = {},
                                    const runtime::Tap& tap = {});
@@ -74,7 +85,10 @@ using OutputError = OutputAgreement;
 /// most of its rows (blanks, a character's repeats) can change without effect.
 std::vector<int64_t> greedy_decode(std::span<const float> sample, int64_t row_length);
 
-/// A candidate's output against the reference on its batches (see OutputAgreement).
+/// A candidate's outputs against the reference on its batches (see
+/// OutputAgreement); of several outputs, the worst: the least agreement and
+/// sequence agreement, the lowest SQNR, the largest relative L2 error, each
+/// wherever it is.
 OutputError measure_output(const Model& candidate, const ReferenceBatches& reference, int threads);
 
 

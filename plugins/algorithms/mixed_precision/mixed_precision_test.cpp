@@ -38,7 +38,7 @@ vaiq::Raising raising_on(const vaiq::ReferenceBatches& reference,
         if (part.feeds.empty()) return vaiq::OutputAgreement{};
         return vaiq::measure_output(model_of(raised), part, 1);
     };
-    raise.output = {reference.output_name, reference.meaning.describe()};
+    raise.output = {reference.describe_outputs(), reference.describe_measures()};
     return raise;
 }
 
@@ -55,13 +55,13 @@ TEST(MixedPrecisionSearch, OutOfReachByTheRankingItRaisesWhatMeasurablyHelps) {
         return b.build();
     };
     vaiq::ReferenceBatches reference;
-    reference.output_name = "y";
+    reference.measured = {{0, "y", {}}};
     for (int i = 0; i < 3; ++i) {
         std::vector<float> x(8);
         for (int k = 0; k < 8; ++k) x[k] = static_cast<float>((k * 3 + i) % 7) - 3.0f;
         const auto t = Tensor::from_values<float>({2, 4}, x);
         reference.feeds.push_back({{"x", t}});
-        reference.outputs.push_back(t);
+        reference.outputs.push_back({t});
     }
     const std::map<std::string, float> removes = {{"a", 0.1f}, {"b", 0.05f}, {"c", 0.9f}};
     int built = 0;
@@ -86,11 +86,11 @@ TEST(MixedPrecisionSearch, OutOfReachByTheRankingItRaisesWhatMeasurablyHelps) {
 // held-out batches, is not ranked: the ranking costs an inference per tensor.
 TEST(MixedPrecisionSearch, AModelThatMeetsTheTargetIsNotRanked) {
     vaiq::ReferenceBatches reference;
-    reference.output_name = "y";
+    reference.measured = {{0, "y", {}}};
     for (int i = 0; i < 4; ++i) {
         const auto t = Tensor::from_values<float>({2, 2}, std::vector<float>{1.0f + i, 2, 3, 4});
         reference.feeds.push_back({{"x", t}});
-        reference.outputs.push_back(t);
+        reference.outputs.push_back({t});
     }
     const auto raise = raising_on(reference, [](const std::set<std::string>&) {
         GraphBuilder b;
@@ -118,14 +118,14 @@ TEST(MixedPrecisionSearch, AModelThatMeetsTheTargetIsNotRanked) {
 // [-1, 1], the held-out ones (3 and 7) reach 5.
 TEST(MixedPrecisionSearch, TheChoiceIsConfirmedOnBatchesHeldOutOfTheSearch) {
     vaiq::ReferenceBatches reference;
-    reference.output_name = "y";
+    reference.measured = {{0, "y", {}}};
     for (int i = 0; i < 8; ++i) {
         const float reach = i % 4 == 3 ? 5.0f : 1.0f;
         std::vector<float> x(8);
         for (int k = 0; k < 8; ++k) x[k] = reach * (static_cast<float>((k * 3 + i) % 9) / 4.0f - 1.0f);
         const auto t = Tensor::from_values<float>({2, 4}, x);
         reference.feeds.push_back({{"x", t}});
-        reference.outputs.push_back(t);
+        reference.outputs.push_back({t});
     }
     const auto raise = raising_on(reference, [](const std::set<std::string>& raised) {
         const float bound = std::ldexp(0.5f, static_cast<int>(raised.size()));
@@ -176,10 +176,10 @@ TEST(MixedPrecisionSearch, TopOneAgreementsARowApartAreTiedAndSqnrDecides) {
         return e;
     };
     vaiq::ReferenceBatches reference;
-    reference.output_name = "y";
+    reference.measured = {{0, "y", {}}};
     const auto input = Tensor::from_values<float>({kRows, 2}, x);
     reference.feeds.push_back({{"x", input}});
-    reference.outputs.push_back(input);
+    reference.outputs.push_back({input});
     const auto raise = raising_on(reference, [&](const std::set<std::string>& raised) {
         GraphBuilder b;
         b.input("x", {kRows, 2}).output("y", {kRows, 2});

@@ -40,8 +40,10 @@ class MixedPrecision final : public vaiq::Algorithm {
             throw vaiq::InputError(fmt::format("extra_options.AutoMixprecision.MaxRaisedFraction must be within [0, 1], "
                                                "not {}",
                                                target_.max_fraction));
-        if (target_.output_index < 0)
-            throw vaiq::InputError("extra_options.AutoMixprecision.OutputIndex must be at least 0");
+        if (target_.output_index < vaiq::kEveryOutput)
+            throw vaiq::InputError(
+                "extra_options.AutoMixprecision.OutputIndex must be an output's index, or -1 for "
+                "every output");
     }
 
     void run(vaiq::AlgorithmContext& context) override {
@@ -145,7 +147,9 @@ constexpr vaiq_option_descriptor kOptions[] = {
      "Softmax's axis, else the last axis; a Sigmoid's decisions at 0.5, as the IoU of the positives in maps; a "
      "masked peak map's nonzero elements; feature values within 5 % of the output's range) is at most this much "
      "below 1."},
-    {"AutoMixprecision.OutputIndex", VAIQ_OPTION_INT, "0", "The model output the targets are measured on."},
+    {"AutoMixprecision.OutputIndex", VAIQ_OPTION_INT, "-1",
+     "The model output the targets are measured on; -1: every float output, each by what it means, the worst "
+     "counting (a detector's scores and boxes)."},
     {"AutoMixprecision.ActTargetQuantType", VAIQ_OPTION_STRING, "QInt16",
      "Type a raised activation gets (a target that cannot run it leaves the tensor float)."},
     {"AutoMixprecision.WeightTargetQuantType", VAIQ_OPTION_STRING, "QInt16", "Type a raised weight gets."},
