@@ -157,6 +157,27 @@ TEST_F(MixedPrecision, ForkedRunsMeasureWhatTheEmittedModelsMeasure) {
         EXPECT_LT(whole, 80.0) << s.tensor << " costs the output something";
         EXPECT_NEAR(*s.output_sqnr_db, whole, 0.01) << s.tensor;
     }
+
+    // Only the two whose own error is largest measured: they lead, with their
+    // figures as before; the rest follow by their own error, unmeasured.
+    const auto limited = vaiq::analyze_sensitivity(model, model, plan, emit, fitted, *data, 0, 0, 1, {}, 2);
+    ASSERT_EQ(limited.size(), plan.tensors.size());
+    std::vector<std::pair<double, std::string>> by_own;
+    for (const auto& s : ranking) by_own.emplace_back(s.tensor_sqnr_db.value(), s.tensor);
+    std::sort(by_own.begin(), by_own.end());
+    const std::set<std::string> worst_own = {by_own[0].second, by_own[1].second};
+    for (size_t i = 0; i < limited.size(); ++i) {
+        const auto& s = limited[i];
+        EXPECT_EQ(s.output_sqnr_db.has_value(), i < 2) << s.tensor;
+        if (i < 2) {
+            EXPECT_TRUE(worst_own.count(s.tensor)) << s.tensor;
+            const auto full =
+                std::find_if(ranking.begin(), ranking.end(), [&](auto& r) { return r.tensor == s.tensor; });
+            EXPECT_DOUBLE_EQ(*s.output_sqnr_db, *full->output_sqnr_db) << s.tensor;
+        } else if (i > 2) {
+            EXPECT_LE(limited[i - 1].tensor_sqnr_db.value(), s.tensor_sqnr_db.value()) << "by their own error";
+        }
+    }
 }
 
 TEST_F(MixedPrecision, RaisesOnlyWhatTheTargetNeeds) {
@@ -286,6 +307,33 @@ TEST(OutputMeaning, OneScoreARowAgreesByItsDecision) {
     EXPECT_DOUBLE_EQ(vaiq::measure_output(shifted(0.1f), reference, 1).top1_agreement, 0.75) << "0.45 crosses 0.5";
 }
 
+// A score is read at a threshold its user picks (a wake word's, an AUC over
+// every threshold): one score a row agrees by its rows' order too. Scores far
+// below 0.5 that a candidate squeezes together keep every decision at 0.5 but
+// lose the ranking a lower threshold would have used.
+TEST(OutputMeaning, OneScoreARowAgreesByTheOrderOfItsScores) {
+    vaiq::ReferenceBatches reference;
+    reference.measured = {{0, "y", {}}};
+    reference.measured.front().meaning.kind = vaiq::OutputMeaning::Kind::Threshold;
+    for (const auto& values : {std::vector<float>{0.01f, 0.02f}, std::vector<float>{0.03f, 0.9f}}) {
+        const auto t = Tensor::from_values<float>({2, 1}, values);
+        reference.feeds.push_back({{"x", t}});
+        reference.outputs.push_back({t});
+    }
+    auto floored = [](float at) {  // max(x, at): every score below `at` tied at it
+        GraphBuilder b;
+        b.input("x", {2, 1}).output("y", {2, 1});
+        b.initializer("at", Tensor::from_values<float>({}, std::vector<float>{at}));
+        b.node("Max", {"x", "at"}, {"y"});
+        return b.build();
+    };
+    EXPECT_DOUBLE_EQ(vaiq::measure_output(floored(0.0f), reference, 1).top1_agreement, 1.0);
+    // Floored at 0.025: 0.01 and 0.02 tie (half a pair), of 6 pairs across both batches.
+    EXPECT_DOUBLE_EQ(vaiq::measure_output(floored(0.025f), reference, 1).top1_agreement, 5.5 / 6.0);
+    // At 0.05: the three low scores tie, 3 pairs of 6 count half; every decision at 0.5 still agrees.
+    EXPECT_DOUBLE_EQ(vaiq::measure_output(floored(0.05f), reference, 1).top1_agreement, 4.5 / 6.0);
+}
+
 }  // namespace
 
 TEST(SequenceAgreement, GreedyDecodingMergesRepeatsAndDropsTheBlank) {
@@ -319,6 +367,42 @@ TEST(SequenceAgreement, CountsTheSamplesWhoseDecodingAgrees) {
     EXPECT_DOUBLE_EQ(error.top1_agreement, 6.0 / 8.0);
     EXPECT_EQ(error.samples, 2);
     EXPECT_DOUBLE_EQ(error.sequence_agreement, 0.5);
+}
+
+// A detector's outputs: class scores and box values. Measured on every output,
+// a candidate whose scores agree but whose boxes are off counts as its boxes:
+// each output by what it means, the worst counting; an integer output is not measured.
+TEST(OutputAgreement, EveryOutputIsMeasuredAndTheWorstCounts) {
+    auto detector = [](float box_error) {
+        GraphBuilder b;
+        b.input("x", {4, 3})
+            .output("scores", {4, 3})
+            .output("boxes", {4, 3})
+            .output("best", {4, 1}, vaiq::DataType::Int64);
+        vaiq::set_attribute(b.node("Softmax", {"x"}, {"scores"}, "classify"), "axis", 1);
+        b.initializer("e", Tensor::from_values<float>({1}, std::vector<float>{box_error}));
+        b.node("Add", {"x", "e"}, {"boxes"});
+        auto& best = b.node("ArgMax", {"x"}, {"best"});
+        vaiq::set_attribute(best, "axis", 1);
+        return b.build();
+    };
+    const auto float_model = detector(0.0f);
+    auto data = vaiq::random_data_reader(float_model, nlohmann::json::array(), nullptr, 3, 7);
+    const auto every = vaiq::reference_batches(float_model, *data, 0, vaiq::kEveryOutput, 1);
+    ASSERT_EQ(every.measured.size(), 2u) << "the int64 ArgMax is not measured";
+    EXPECT_EQ(every.measured[0].meaning.source, "Softmax 'classify'");
+    EXPECT_EQ(every.describe_outputs(), "every output (2: 'scores', 'boxes')");
+    const auto first = vaiq::reference_batches(float_model, *data, 0, 0, 1);
+
+    const auto candidate = detector(0.25f);
+    const auto on_first = vaiq::measure_output(candidate, first, 1);
+    EXPECT_EQ(on_first.top1_agreement, 1.0);
+    EXPECT_TRUE(std::isinf(on_first.sqnr_db)) << "the scores are exact";
+    const auto on_every = vaiq::measure_output(candidate, every, 1);
+    EXPECT_LT(on_every.sqnr_db, 40.0) << "the boxes' error counts";
+    EXPECT_GT(on_every.relative_l2, 0.0);
+    EXPECT_EQ(on_every.batches, 3);
+    EXPECT_THROW(vaiq::reference_batches(float_model, *data, 0, 2, 1), vaiq::InputError) << "ArgMax is not float";
 }
 
 // What an output means is read from the op that computes it.

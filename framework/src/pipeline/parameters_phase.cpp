@@ -81,6 +81,9 @@ const Model& float_reference(const RunState& s) { return s.uncorrected ? *s.unco
 const std::vector<TensorSensitivity>& sensitivity_of(RunState& s, int output_index) {
     if (auto it = s.sensitivity.find(output_index); it != s.sensitivity.end()) return it->second;
     const int batches = static_cast<int>(s.recipe.value("sensitivity_batches").get<int64_t>());
+    const auto& tensors = s.recipe.value("sensitivity_tensors");
+    const int max_tensors = tensors.is_null() ? -1 : static_cast<int>(tensors.get<int64_t>());
+    if (!tensors.is_null() && max_tensors < 0) throw InputError("sensitivity_tensors must be 0 (every tensor) or more");
     log_info("sensitivity analysis: {} tensors, each on {} batches", s.plan.tensors.size(),
              batches > 0 ? std::to_string(batches) : "all");
     size_t reported = 0;
@@ -92,7 +95,8 @@ const std::vector<TensorSensitivity>& sensitivity_of(RunState& s, int output_ind
             if (done * 10 / total == reported) return;
             reported = done * 10 / total;
             log_info("sensitivity analysis: {} of {} measurements (a tensor on a batch)", done, total);
-        });
+        },
+        max_tensors);
     for (auto& t : ranking)
         t.mixed_scales = std::find(s.mixed_scales.begin(), s.mixed_scales.end(), t.tensor) != s.mixed_scales.end();
     return s.sensitivity.emplace(output_index, std::move(ranking)).first->second;

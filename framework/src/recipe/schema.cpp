@@ -81,6 +81,11 @@ const std::vector<KeySpec>& recipe_keys() {
         {"sensitivity_batches", K::Int, "4", P::Evaluate, yes,
          "Batches of the evaluation (else calibration) data the sensitivity analysis runs on (0: all): each "
          "tensor costs one run of the model per batch."},
+        {"sensitivity_tensors", K::Int, "null", P::Evaluate, yes,
+         "Tensors the sensitivity analysis measures (0: every one): those whose own error after quantize-dequantize "
+         "is largest; the others follow them in the ranking by that error, unmeasured. Default: every tensor, unless "
+         "the plan's activations times the tensors exceed 5e10 values (a large model at a large input: IMG.LY's ISNet "
+         "at 1024x1024 measures about 40)."},
 
         {"float_fragile_inputs", K::Bool, "true", P::Plan, yes,
          "Ops whose meaning breaks under rounding read float values: what comparisons (Equal, Greater, Less, ...) and "
@@ -119,13 +124,23 @@ const std::vector<KeySpec>& recipe_keys() {
          {"None", "preprocess_method1", "preprocess_method2"}},
         {"image_preprocess.size", K::NumberList, "[]", P::Calibrate, yes,
          "[height, width] the images are brought to; [] takes the model input's."},
-        {"image_preprocess.resize", K::Choice, "stretch", P::Calibrate, yes,
-         "stretch: straight to the size; keep_aspect: the shorter side to the size, the other in proportion.", {},
+        {"image_preprocess.resize",
+         K::Choice,
+         "stretch",
+         P::Calibrate,
+         yes,
+         "stretch: straight to the size; keep_aspect: the shorter side to the size, the other in proportion.",
+         {},
          {"stretch", "keep_aspect"}},
         {"image_preprocess.crop_fraction", K::Float, "1.0", P::Calibrate, yes,
          "The centre crop keeps this fraction of the resized image (MLPerf: 0.875); 1 keeps all."},
-        {"image_preprocess.interpolation", K::Choice, "bilinear", P::Calibrate, yes,
-         "bilinear (half-pixel centres), or area (the mean over each output pixel's footprint when shrinking).", {},
+        {"image_preprocess.interpolation",
+         K::Choice,
+         "bilinear",
+         P::Calibrate,
+         yes,
+         "bilinear (half-pixel centres), or area (the mean over each output pixel's footprint when shrinking).",
+         {},
          {"bilinear", "area"}},
         {"image_preprocess.mean", K::NumberList, "[0]", P::Calibrate, yes,
          "Subtracted from pixels (0..255): one value, or one per channel in the model's channel order."},

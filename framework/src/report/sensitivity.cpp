@@ -10,6 +10,7 @@
 
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
+#include "vaiq/log.hpp"
 
 namespace vaiq {
 
@@ -156,7 +157,8 @@ std::vector<int64_t> greedy_decode(std::span<const float> sample, int64_t row_le
 
 std::string OutputMeaning::describe() const {
     switch (kind) {
-        case Kind::Threshold: return fmt::format("decisions at 0.5 ({}: independent probabilities)", source);
+        case Kind::Threshold:
+            return fmt::format("decisions at 0.5 ({}: independent probabilities; one a row: and their order)", source);
         case Kind::NonZero: return fmt::format("its nonzero elements ({} masks it)", source);
         case Kind::Values:
             return fmt::format(
@@ -164,7 +166,7 @@ std::string OutputMeaning::describe() const {
                 100 * kValuesTolerance);
         case Kind::Argmax: break;
     }
-    if (source.empty()) return "the argmax over the last axis (one score a row: its decision)";
+    if (source.empty()) return "the argmax over the last axis (one score a row: its decision and the rows' order)";
     return fmt::format("the argmax over axis {}{} ({})", axis, flattened ? " and after" : "", source);
 }
 
@@ -231,6 +233,10 @@ class AgreementCount {
                 agree_ += std::abs(static_cast<double>(qv[i]) - fv[i]) <= tolerance;
             return;
         }
+        if (one_score_a_row(f) && meaning_.kind != OutputMeaning::Kind::NonZero) {
+            scores_f_.insert(scores_f_.end(), fv.begin(), fv.end());
+            scores_q_.insert(scores_q_.end(), qv.begin(), qv.end());
+        }
         if (meaning_.kind != OutputMeaning::Kind::Argmax) {  // each element a decision
             const bool nonzero = meaning_.kind == OutputMeaning::Kind::NonZero;
             map_ = map_ || f.shape().size() >= 3;
@@ -268,6 +274,8 @@ class AgreementCount {
         } else {
             out.top1_agreement = rows_ > 0 ? static_cast<double>(agree_) / static_cast<double>(rows_) : 1.0;
             out.rows = rows_;
+            // A score is read at a threshold its user picks: its order counts as much as its decision at 0.5.
+            if (!scores_f_.empty()) out.top1_agreement = std::min(out.top1_agreement, order_agreement());
         }
         out.sequence_agreement =
             samples_ > 0 ? static_cast<double>(samples_agree_) / static_cast<double>(samples_) : 1.0;
@@ -276,11 +284,34 @@ class AgreementCount {
     }
 
   private:
+    // [N] or [N, 1]: one score a row (a wake word's, a binary classifier's).
+    static bool one_score_a_row(const Tensor& t) {
+        return t.shape().size() == 1 || (t.shape().size() == 2 && t.shape()[1] == 1);
+    }
+
+    // The share of pairs of rows whose scores the candidate orders as the float
+    // model does (a tie it makes counts half, as in an AUC): what every threshold
+    // decides at once. Over at most 2,048 rows, evenly spaced.
+    double order_agreement() const {
+        const size_t n = scores_f_.size(), step = (n + 2047) / 2048;
+        double agree = 0;
+        int64_t pairs = 0;
+        for (size_t i = 0; i < n; i += step)
+            for (size_t j = i + step; j < n; j += step) {
+                const float df = scores_f_[i] - scores_f_[j], dq = scores_q_[i] - scores_q_[j];
+                if (df == 0.0f) continue;
+                ++pairs;
+                agree += dq == 0.0f ? 0.5 : (df > 0) == (dq > 0) ? 1.0 : 0.0;
+            }
+        return pairs > 0 ? agree / static_cast<double>(pairs) : 1.0;
+    }
+
     const OutputMeaning& meaning_;
     float threshold_;
     ErrorSums sums_;
     int64_t rows_ = 0, agree_ = 0, samples_ = 0, samples_agree_ = 0, both_ = 0, either_ = 0;
     bool map_ = false;
+    std::vector<float> scores_f_, scores_q_;  ///< one score a row: every row's, for their order
 };
 
 // The worst of each measure over several outputs' agreements.
@@ -368,41 +399,77 @@ std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, con
                                                    const QuantPlan& plan, const PlanEmitter& emit,
                                                    const std::map<std::string, Tensor>& fitted, DataReader& data,
                                                    int max_batches, int output_index, int threads,
-                                                   const std::function<void(size_t, size_t)>& on_measured) {
+                                                   const std::function<void(size_t, size_t)>& on_measured,
+                                                   int max_tensors) {
     const GraphIndex index(float_model);
     std::vector<std::string> taps;
     for (const auto& t : plan.tensors)
         if (!index.initializer(t.tensor)) taps.push_back(t.tensor);
     // Each activation's own error, accumulated while the reference batches are computed.
     std::map<std::string, ErrorSums> own;
+    double tapped_values = 0;  // what a measurement costs, roughly: the activations' size
     const auto reference = reference_batches(
         float_model, data, max_batches, output_index, threads, taps, [&](const std::string& name, const Tensor& value) {
             const auto* t = plan.find(name);
             if (!t || value.type() != DataType::Float) return;
+            tapped_values += static_cast<double>(value.size());
             const auto quantized = fake_quantize(value, t->params, name);
             own[name].add(value.data<float>(), quantized.data<float>());
         });
+    // Each tensor's own SQNR after quantize-dequantize (weights: their fitted values).
+    std::map<std::string, std::optional<double>> own_sqnr;
+    for (const auto& t : plan.tensors) {
+        if (const auto* init = index.initializer(t.tensor)) {
+            const auto value = Tensor::from_proto(*init);
+            if (value.type() != DataType::Float) continue;
+            ErrorSums sums;
+            const auto quantized = fake_quantize(value, t.params, t.tensor);
+            sums.add(value.data<float>(), quantized.data<float>());
+            own_sqnr[t.tensor] = sums.sqnr_db();
+        } else if (auto it = own.find(t.tensor); it != own.end()) {
+            own_sqnr[t.tensor] = it->second.sqnr_db();
+        }
+    }
+    const double inf = std::numeric_limits<double>::infinity();
+    auto own_of = [&](const std::string& tensor) {
+        const auto it = own_sqnr.find(tensor);
+        return it != own_sqnr.end() && it->second ? *it->second : inf;
+    };
+    // Which tensors are measured: every one, or, where that costs too much (a
+    // large model at a large input), those whose own error is largest.
+    std::vector<const TensorQuant*> candidates;
+    for (const auto& t : plan.tensors)
+        if (t.role != TensorRole::Bias) candidates.push_back(&t);
+    size_t limit = candidates.size();
+    if (max_tensors > 0) limit = std::min(limit, static_cast<size_t>(max_tensors));
+    if (max_tensors < 0 && tapped_values > 0)
+        limit = std::min(limit, static_cast<size_t>(std::max(1.0, kSensitivityBudgetValues / tapped_values)));
+    if (limit < candidates.size()) {
+        std::stable_sort(candidates.begin(), candidates.end(),
+                         [&](const auto* a, const auto* b) { return own_of(a->tensor) < own_of(b->tensor); });
+        candidates.resize(limit);
+        log_info("sensitivity analysis: the {} tensors whose own error is largest are measured, of {}{}", limit,
+                 plan.tensors.size(), max_tensors < 0 ? " (sensitivity_tensors: 0 measures every one)" : "");
+    }
     // Float tensors the float model's run can fork at are measured that way;
     // the others (a constant only folded steps read) on the emitted model, a
     // whole inference per batch.
     runtime::Executor executor(written, runtime::forking_options(threads, {taps.begin(), taps.end()}));
     std::vector<std::string> forked;
     std::vector<const TensorQuant*> emitted;
-    for (const auto& t : plan.tensors) {
-        if (t.role == TensorRole::Bias) continue;
-        const auto* init = index.initializer(t.tensor);
-        const bool is_float = init ? init->data_type() == onnx::TensorProto::FLOAT : own.count(t.tensor) > 0;
-        if (is_float && executor.can_fork(t.tensor))
-            forked.push_back(t.tensor);
+    for (const auto* t : candidates) {
+        const auto* init = index.initializer(t->tensor);
+        const bool is_float = init ? init->data_type() == onnx::TensorProto::FLOAT : own.count(t->tensor) > 0;
+        if (is_float && executor.can_fork(t->tensor))
+            forked.push_back(t->tensor);
         else
-            emitted.push_back(&t);
+            emitted.push_back(t);
     }
     const size_t total = forked.size() * reference.feeds.size() + emitted.size();
     size_t done = 0;
     auto measured = [&] {
         if (on_measured) on_measured(++done, total);
     };
-    const double inf = std::numeric_limits<double>::infinity();
     std::map<std::string, double> output_sqnr;
     for (const auto& [name, sums] :
          forked_output_errors(plan, forked, fitted, reference, executor, &written == &float_model, measured)) {
@@ -419,22 +486,15 @@ std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, con
     std::vector<TensorSensitivity> out;
     for (const auto& t : plan.tensors) {
         TensorSensitivity s{t.tensor, t.role, t.params.type, std::nullopt, std::nullopt};
-        if (const auto* init = index.initializer(t.tensor)) {
-            const auto value = Tensor::from_proto(*init);
-            if (value.type() == DataType::Float) {
-                ErrorSums sums;
-                const auto quantized = fake_quantize(value, t.params, t.tensor);
-                sums.add(value.data<float>(), quantized.data<float>());
-                s.tensor_sqnr_db = sums.sqnr_db();
-            }
-        } else if (auto it = own.find(t.tensor); it != own.end()) {
-            s.tensor_sqnr_db = it->second.sqnr_db();
-        }
+        if (auto it = own_sqnr.find(t.tensor); it != own_sqnr.end()) s.tensor_sqnr_db = it->second;
         if (auto it = output_sqnr.find(t.tensor); it != output_sqnr.end()) s.output_sqnr_db = it->second;
         out.push_back(std::move(s));
     }
+    // Measured tensors by their cost to the output; those not measured after, by their own error.
     std::stable_sort(out.begin(), out.end(), [&](const auto& a, const auto& b) {
-        return a.output_sqnr_db.value_or(inf) < b.output_sqnr_db.value_or(inf);
+        if (a.output_sqnr_db.has_value() != b.output_sqnr_db.has_value()) return a.output_sqnr_db.has_value();
+        if (a.output_sqnr_db) return *a.output_sqnr_db < *b.output_sqnr_db;
+        return a.tensor_sqnr_db.value_or(inf) < b.tensor_sqnr_db.value_or(inf);
     });
     return out;
 }

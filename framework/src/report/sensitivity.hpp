@@ -26,7 +26,8 @@ namespace vaiq {
 struct OutputMeaning {
     enum class Kind {
         Argmax,     ///< classes along `axis` (a Softmax's, else the last): each position's argmax
-        Threshold,  ///< independent probabilities (a Sigmoid: masks, multi-label, one score a row): v >= 0.5
+        Threshold,  ///< independent probabilities (a Sigmoid: masks, multi-label, one score a row): v >= 0.5;
+                    ///< one score a row: its order too
         NonZero,    ///< a map a comparison masked (a peak map, a Cast of a boolean): v != 0
         /// values no op gives a meaning, in a map of rank >= 4 (an embedding, a
         /// feature map, a depth map): none of its axes is known to hold classes, so
@@ -95,18 +96,29 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
 /// Writes the float model with only the given tensors quantized.
 using PlanEmitter = std::function<Model(const QuantPlan&)>;
 
+/// What the automatic sensitivity_tensors lets the analysis measure: about this
+/// many activation values (the plan's activations on the batches measured)
+/// times the tensors measured. PP-OCRv4's recognizer (460 tensors, 3 M values a
+/// line, 4 lines) stays far below; IMG.LY's ISNet at 1024x1024 measures about 40.
+inline constexpr double kSensitivityBudgetValues = 5e10;
+
 /// Every tensor of `plan` measured on `data` (the first `max_batches`), most
 /// harmful first: ascending output SQNR against `float_model` with the tensor
 /// alone quantized in `written` (the float model `emit` writes the plan into;
 /// `fitted` weights quantized in place of its float ones, as `emit` writes
 /// them). The run of `written` forks where each tensor is computed and runs
 /// only what follows it; a tensor it cannot fork at is measured on its emitted
-/// model. `on_measured(done, total)` reports progress, a tensor and batch at a time.
+/// model. `on_measured(done, total)` reports progress, a tensor and batch at a
+/// time. `max_tensors`: 0 measures every tensor; N > 0 only the N whose own
+/// error (SQNR after quantize-dequantize) is largest, the others listed after
+/// them by that error, without an output SQNR; -1 picks N from
+/// kSensitivityBudgetValues (every tensor unless that costs more).
 std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, const Model& written,
                                                    const QuantPlan& plan, const PlanEmitter& emit,
                                                    const std::map<std::string, Tensor>& fitted, DataReader& data,
                                                    int max_batches, int output_index, int threads,
-                                                   const std::function<void(size_t, size_t)>& on_measured = {});
+                                                   const std::function<void(size_t, size_t)>& on_measured = {},
+                                                   int max_tensors = 0);
 
 nlohmann::json sensitivity_json(const std::vector<TensorSensitivity>& tensors);
 
