@@ -307,33 +307,6 @@ TEST(OutputMeaning, OneScoreARowAgreesByItsDecision) {
     EXPECT_DOUBLE_EQ(vaiq::measure_output(shifted(0.1f), reference, 1).top1_agreement, 0.75) << "0.45 crosses 0.5";
 }
 
-// A score is read at a threshold its user picks (a wake word's, an AUC over
-// every threshold): one score a row agrees by its rows' order too. Scores far
-// below 0.5 that a candidate squeezes together keep every decision at 0.5 but
-// lose the ranking a lower threshold would have used.
-TEST(OutputMeaning, OneScoreARowAgreesByTheOrderOfItsScores) {
-    vaiq::ReferenceBatches reference;
-    reference.measured = {{0, "y", {}}};
-    reference.measured.front().meaning.kind = vaiq::OutputMeaning::Kind::Threshold;
-    for (const auto& values : {std::vector<float>{0.01f, 0.02f}, std::vector<float>{0.03f, 0.9f}}) {
-        const auto t = Tensor::from_values<float>({2, 1}, values);
-        reference.feeds.push_back({{"x", t}});
-        reference.outputs.push_back({t});
-    }
-    auto floored = [](float at) {  // max(x, at): every score below `at` tied at it
-        GraphBuilder b;
-        b.input("x", {2, 1}).output("y", {2, 1});
-        b.initializer("at", Tensor::from_values<float>({}, std::vector<float>{at}));
-        b.node("Max", {"x", "at"}, {"y"});
-        return b.build();
-    };
-    EXPECT_DOUBLE_EQ(vaiq::measure_output(floored(0.0f), reference, 1).top1_agreement, 1.0);
-    // Floored at 0.025: 0.01 and 0.02 tie (half a pair), of 6 pairs across both batches.
-    EXPECT_DOUBLE_EQ(vaiq::measure_output(floored(0.025f), reference, 1).top1_agreement, 5.5 / 6.0);
-    // At 0.05: the three low scores tie, 3 pairs of 6 count half; every decision at 0.5 still agrees.
-    EXPECT_DOUBLE_EQ(vaiq::measure_output(floored(0.05f), reference, 1).top1_agreement, 4.5 / 6.0);
-}
-
 }  // namespace
 
 TEST(SequenceAgreement, GreedyDecodingMergesRepeatsAndDropsTheBlank) {

@@ -73,8 +73,7 @@ struct OutputAgreement {
     double relative_l2 = 0;  ///< ||f - q|| / ||f||
     /// By what the output means: the positions whose class (argmax over the last
     /// axis, or a Softmax's) agrees with the float model's; for one score a row,
-    /// the lower of its decision's agreement (against 0.5 for probabilities, else
-    /// 0) and the share of pairs of rows ordered alike; for decisions (Threshold,
+    /// its decision against 0.5 for probabilities; for decisions (Threshold,
     /// NonZero) the share of elements that agree, or in maps (rank >= 3: masks,
     /// peak maps) the IoU of the two models' positive elements, 1 where neither
     /// has any; for feature values, the share of elements within a tolerance.

@@ -158,7 +158,7 @@ std::vector<int64_t> greedy_decode(std::span<const float> sample, int64_t row_le
 std::string OutputMeaning::describe() const {
     switch (kind) {
         case Kind::Threshold:
-            return fmt::format("decisions at 0.5 ({}: independent probabilities; one a row: and their order)", source);
+            return fmt::format("decisions at 0.5 ({}: independent probabilities)", source);
         case Kind::NonZero: return fmt::format("its nonzero elements ({} masks it)", source);
         case Kind::Values:
             return fmt::format(
@@ -166,7 +166,7 @@ std::string OutputMeaning::describe() const {
                 100 * kValuesTolerance);
         case Kind::Argmax: break;
     }
-    if (source.empty()) return "the argmax over the last axis (one score a row: its decision and the rows' order)";
+    if (source.empty()) return "the argmax over the last axis (one score a row: its decision)";
     return fmt::format("the argmax over axis {}{} ({})", axis, flattened ? " and after" : "", source);
 }
 
@@ -233,10 +233,6 @@ class AgreementCount {
                 agree_ += std::abs(static_cast<double>(qv[i]) - fv[i]) <= tolerance;
             return;
         }
-        if (one_score_a_row(f) && meaning_.kind != OutputMeaning::Kind::NonZero) {
-            scores_f_.insert(scores_f_.end(), fv.begin(), fv.end());
-            scores_q_.insert(scores_q_.end(), qv.begin(), qv.end());
-        }
         if (meaning_.kind != OutputMeaning::Kind::Argmax) {  // each element a decision
             const bool nonzero = meaning_.kind == OutputMeaning::Kind::NonZero;
             map_ = map_ || f.shape().size() >= 3;
@@ -274,8 +270,6 @@ class AgreementCount {
         } else {
             out.top1_agreement = rows_ > 0 ? static_cast<double>(agree_) / static_cast<double>(rows_) : 1.0;
             out.rows = rows_;
-            // A score is read at a threshold its user picks: its order counts as much as its decision at 0.5.
-            if (!scores_f_.empty()) out.top1_agreement = std::min(out.top1_agreement, order_agreement());
         }
         out.sequence_agreement =
             samples_ > 0 ? static_cast<double>(samples_agree_) / static_cast<double>(samples_) : 1.0;
@@ -284,34 +278,11 @@ class AgreementCount {
     }
 
   private:
-    // [N] or [N, 1]: one score a row (a wake word's, a binary classifier's).
-    static bool one_score_a_row(const Tensor& t) {
-        return t.shape().size() == 1 || (t.shape().size() == 2 && t.shape()[1] == 1);
-    }
-
-    // The share of pairs of rows whose scores the candidate orders as the float
-    // model does (a tie it makes counts half, as in an AUC): what every threshold
-    // decides at once. Over at most 2,048 rows, evenly spaced.
-    double order_agreement() const {
-        const size_t n = scores_f_.size(), step = (n + 2047) / 2048;
-        double agree = 0;
-        int64_t pairs = 0;
-        for (size_t i = 0; i < n; i += step)
-            for (size_t j = i + step; j < n; j += step) {
-                const float df = scores_f_[i] - scores_f_[j], dq = scores_q_[i] - scores_q_[j];
-                if (df == 0.0f) continue;
-                ++pairs;
-                agree += dq == 0.0f ? 0.5 : (df > 0) == (dq > 0) ? 1.0 : 0.0;
-            }
-        return pairs > 0 ? agree / static_cast<double>(pairs) : 1.0;
-    }
-
     const OutputMeaning& meaning_;
     float threshold_;
     ErrorSums sums_;
     int64_t rows_ = 0, agree_ = 0, samples_ = 0, samples_agree_ = 0, both_ = 0, either_ = 0;
     bool map_ = false;
-    std::vector<float> scores_f_, scores_q_;  ///< one score a row: every row's, for their order
 };
 
 // The worst of each measure over several outputs' agreements.

@@ -26,8 +26,7 @@ namespace vaiq {
 struct OutputMeaning {
     enum class Kind {
         Argmax,     ///< classes along `axis` (a Softmax's, else the last): each position's argmax
-        Threshold,  ///< independent probabilities (a Sigmoid: masks, multi-label, one score a row): v >= 0.5;
-                    ///< one score a row: its order too
+        Threshold,  ///< independent probabilities (a Sigmoid: masks, multi-label, one score a row): v >= 0.5
         NonZero,    ///< a map a comparison masked (a peak map, a Cast of a boolean): v != 0
         /// values no op gives a meaning, in a map of rank >= 4 (an embedding, a
         /// feature map, a depth map): none of its axes is known to hold classes, so
