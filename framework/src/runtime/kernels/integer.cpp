@@ -293,36 +293,59 @@ Int32Sums int_conv(KernelContext& ctx, const Tensor& x, const std::vector<int32_
     shape = {n, m};
     shape.insert(shape.end(), g.out.begin(), g.out.end());
     const int64_t out_plane = element_count(g.out), in_plane = element_count(in), k_plane = element_count(kernel);
+    const int64_t rows = cg * k_plane;  // a group's weight row: (input channel, kernel offset)
     const auto in_strides = strides_of(in);
+    // Where each kernel offset lands, per spatial axis, relative to an output position's origin.
+    std::vector<std::vector<int64_t>> offset(spatial, std::vector<int64_t>(static_cast<size_t>(k_plane)));
+    for (int64_t kk = 0; kk < k_plane; ++kk)
+        for (int64_t d = static_cast<int64_t>(spatial) - 1, r = kk; d >= 0; --d) {
+            offset[d][kk] = (r % kernel[d]) * g.dilations[d];
+            r /= kernel[d];
+        }
     Int32Sums acc(static_cast<size_t>(n * m * out_plane), 0);
-    std::vector<int64_t> pos(spatial), k(spatial);
+    // Columns of output positions, a block at a time (im2col, centred values, 0
+    // outside the input), multiplied by each output channel's weight row: the
+    // same integer sums as a loop per output, in a bounded buffer.
+    constexpr int64_t kBlock = 1024;
+    std::vector<int32_t> columns(static_cast<size_t>(rows * kBlock));
+    std::vector<int64_t> origin(spatial * kBlock);
     for (int64_t b = 0; b < n; ++b)
-        for (int64_t oc = 0; oc < m; ++oc) {
-            const int64_t grp = oc / mg;
-            for (int64_t o = 0; o < out_plane; ++o) {
-                int64_t rest = o;
-                for (int d = static_cast<int>(spatial) - 1; d >= 0; --d) {
-                    pos[d] = rest % g.out[d];
-                    rest /= g.out[d];
-                }
-                int32_t sum = 0;
+        for (int64_t grp = 0; grp < group; ++grp)
+            for (int64_t first = 0; first < out_plane; first += kBlock) {
+                const int64_t width = std::min(kBlock, out_plane - first);
+                for (int64_t o = 0; o < width; ++o)
+                    for (int64_t d = static_cast<int64_t>(spatial) - 1, rest = first + o; d >= 0; --d) {
+                        origin[d * kBlock + o] = (rest % g.out[d]) * g.strides[d] - g.pad_begin[d];
+                        rest /= g.out[d];
+                    }
+                const int32_t* image = xv.data() + (b * c + grp * cg) * in_plane;
                 for (int64_t ic = 0; ic < cg; ++ic)
                     for (int64_t kk = 0; kk < k_plane; ++kk) {
-                        int64_t r = kk, flat = 0;
-                        bool inside = true;
-                        for (int d = static_cast<int>(spatial) - 1; d >= 0; --d) {
-                            k[d] = r % kernel[d];
-                            r /= kernel[d];
-                            const int64_t at = pos[d] * g.strides[d] - g.pad_begin[d] + k[d] * g.dilations[d];
-                            inside &= at >= 0 && at < in[d];
-                            flat += at * in_strides[d];
+                        int32_t* column = columns.data() + (ic * k_plane + kk) * width;
+                        for (int64_t o = 0; o < width; ++o) {
+                            int64_t flat = 0;
+                            bool inside = true;
+                            for (size_t d = 0; d < spatial; ++d) {
+                                const int64_t at = origin[static_cast<int64_t>(d) * kBlock + o] + offset[d][kk];
+                                inside &= at >= 0 && at < in[d];
+                                flat += at * in_strides[d];
+                            }
+                            column[o] = inside ? image[ic * in_plane + flat] : 0;
                         }
-                        if (!inside) continue;
-                        sum += xv[(b * c + grp * cg + ic) * in_plane + flat] * wv[(oc * cg + ic) * k_plane + kk];
                     }
-                acc[(b * m + oc) * out_plane + o] = sum;
+                parallel_for(mg, mg * rows * width > kParallelGrain, [&](int64_t j) {
+                    const int64_t oc = grp * mg + j;
+                    // Wrapping (unsigned) sums: what int32 accumulators give, without overflow being undefined.
+                    auto* y = reinterpret_cast<uint32_t*>(acc.data() + (b * m + oc) * out_plane + first);
+                    const int32_t* weights = wv.data() + oc * rows;
+                    for (int64_t r = 0; r < rows; ++r) {
+                        const auto wr = static_cast<uint32_t>(weights[r]);
+                        if (wr == 0) continue;
+                        const int32_t* column = columns.data() + r * width;
+                        for (int64_t o = 0; o < width; ++o) y[o] += wr * static_cast<uint32_t>(column[o]);
+                    }
+                });
             }
-        }
     return acc;
 }
 
