@@ -514,6 +514,50 @@ TEST(Executor, ConvIntegerOfInt8WeightsIsTheDefinition) {
             }
 }
 
+// ConvInteger of uint8 weights with a zero point per output channel (the
+// QUInt8 weights of QLinearOps models) runs as column blocks times weight rows:
+// two groups, a stride, padding, and more output positions (40 x 34) than one
+// block of 1,024 holds. Its sums are the definition's.
+TEST(Executor, ConvIntegerOfUint8WeightsWithZeroPointsIsTheDefinition) {
+    constexpr int64_t kC = 4, kM = 6, kH = 80, kW = 67, kGroups = 2, kStride = 2, kOh = 40, kOw = 34;
+    constexpr int64_t kCg = kC / kGroups, kMg = kM / kGroups;
+    std::vector<uint8_t> xv(kC * kH * kW), wv(kM * kCg * 3 * 3), wz(kM);
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<uint8_t>((i * 37 + 11) % 256);
+    for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<uint8_t>((i * 53 + 7) % 256);
+    for (size_t i = 0; i < wz.size(); ++i) wz[i] = static_cast<uint8_t>(100 + 10 * i);
+    constexpr int32_t kZero = 3;
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, kC, kH, kW}, DataType::UInt8).output("y", {1, kM, kOh, kOw}, DataType::Int32);
+    b.initializer("w", Tensor::from_values<uint8_t>({kM, kCg, 3, 3}, wv));
+    b.initializer("zx", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{kZero}));
+    b.initializer("zw", Tensor::from_values<uint8_t>({kM}, wz));
+    auto& conv = b.node("ConvInteger", {"x", "w", "zx", "zw"}, {"y"}, "conv");
+    vaiq::test::set_ints_attribute(conv, "pads", {1, 1, 1, 1});
+    vaiq::test::set_ints_attribute(conv, "strides", {kStride, kStride});
+    vaiq::set_attribute(conv, "group", kGroups);
+    const auto model = b.build();
+    const auto y = Executor(model).run({{"x", Tensor::from_values<uint8_t>({1, kC, kH, kW}, xv)}})[0];
+    ASSERT_EQ(y.shape(), (std::vector<int64_t>{1, kM, kOh, kOw}));
+    const auto got = y.data<int32_t>();
+    for (int64_t m = 0; m < kM; ++m)
+        for (int64_t i = 0; i < kOh; ++i)
+            for (int64_t j = 0; j < kOw; ++j) {
+                int32_t sum = 0;
+                for (int64_t c = 0; c < kCg; ++c)
+                    for (int64_t u = 0; u < 3; ++u)
+                        for (int64_t v = 0; v < 3; ++v) {
+                            const int64_t r = i * kStride + u - 1, q = j * kStride + v - 1;
+                            const int64_t channel = m / kMg * kCg + c;
+                            const int32_t xq = r < 0 || r >= kH || q < 0 || q >= kW
+                                                   ? kZero
+                                                   : xv[static_cast<size_t>((channel * kH + r) * kW + q)];
+                            const int32_t wq = wv[static_cast<size_t>(((m * kCg + c) * 3 + u) * 3 + v)];
+                            sum += (xq - kZero) * (wq - wz[static_cast<size_t>(m)]);
+                        }
+                ASSERT_EQ(got[static_cast<size_t>((m * kOh + i) * kOw + j)], sum) << m << " " << i << " " << j;
+            }
+}
+
 // QLinearConcat requantizes each 8-bit input through its own table (a copy
 // where it has the output's parameters): every value as the formula gives it.
 TEST(Executor, QLinearConcatRequantizesEachInputAsTheFormula) {
