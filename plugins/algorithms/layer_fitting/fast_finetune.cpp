@@ -12,6 +12,7 @@
 #include <tuple>
 #include <utility>
 
+#include "segmented_run.hpp"
 #include "vaiq/adam.hpp"
 #include "vaiq/gemm.hpp"
 #include "vaiq/graph.hpp"
@@ -402,9 +403,11 @@ namespace {
 // Returns the candidate's mean squared output error against the reference
 // (NaN without `output_error`: then both models run only as far as the layer's
 // input). A capacity of 0 only measures that error.
-double sample_layer(Layer& l, int64_t capacity, bool keep_float, ModelRunner& reference, ModelRunner& candidate,
+// `quantized_inputs`, when given, holds the candidate's value of the layer's
+// input for every batch (then `candidate` is not run).
+double sample_layer(Layer& l, int64_t capacity, bool keep_float, ModelRunner& reference, ModelRunner* candidate,
                     DataStream& data, std::mt19937_64& rng, bool output_error,
-                    const std::vector<Tensor>* cached_float_inputs) {
+                    const std::vector<Tensor>* cached_float_inputs, const std::vector<Tensor>* quantized_inputs) {
     l.x.resize(l.rows, 0);
     l.xf.resize(keep_float ? l.rows : 0, 0);
     l.y.resize(l.outputs, 0);
@@ -446,11 +449,14 @@ double sample_layer(Layer& l, int64_t capacity, bool keep_float, ModelRunner& re
                 float_input = (*cached_float_inputs)[b];
             else
                 reference.run_taps(*batch, taps, take_float);
-            candidate.run_taps(*batch, taps, take_quantized);
+            if (quantized_inputs)
+                take_quantized(l.input, quantized_inputs->at(b));
+            else
+                candidate->run_taps(*batch, taps, take_quantized);
             continue;
         }
         const auto expected = reference.run(*batch, taps, take_float);
-        const auto got = candidate.run(*batch, taps, take_quantized);
+        const auto got = candidate->run(*batch, taps, take_quantized);
         for (size_t i = 0; i < std::min(expected.size(), got.size()); ++i) {
             if (expected[i].type() != DataType::Float || got[i].type() != DataType::Float ||
                 expected[i].size() != got[i].size())
@@ -523,19 +529,30 @@ FastFinetuneResult fast_finetune(AlgorithmContext& context, const FastFinetuneOp
     const auto float_inputs = options.selective_update
                                   ? std::map<std::string, std::vector<Tensor>>{}
                                   : cache_float_inputs(layers, *reference, data, options.float_cache_bytes);
+    // Without SelectiveUpdate (which runs the quantized model to its outputs),
+    // each layer's quantized input comes from the nodes after the previous
+    // layer's only, with the values before kept (within the float cache's budget).
+    SegmentedRun segments(context, options.float_cache_bytes);
     // Samples layer `l` from the quantized model with the weights chosen so far
     // (with `columns` false, nothing); returns that model's output error, which
     // only SelectiveUpdate reads (else NaN, and the models stop at the layer).
     auto sample = [&](Layer& l, bool columns = true) {
         const Model quantized = context.quantized(plan, result.rounded);  // the runner keeps a reference
+        std::vector<Tensor> quantized_inputs;
+        const bool segmented =
+            !options.selective_update && segments.compute(quantized, l.input, [&](size_t b, const Tensor& v) {
+                if (quantized_inputs.size() <= b) quantized_inputs.resize(b + 1);
+                quantized_inputs[b] = v;
+            });
         // Float values: the layer's input must exist, before its Q/DQ, to be tapped.
-        const auto candidate = context.runner(quantized, true, {l.input});
+        const auto candidate = segmented ? nullptr : context.runner(quantized, true, {l.input});
         const auto column_bytes = ((keep_float ? 2 : 1) * l.rows + l.outputs) * sizeof(float);
         const auto capacity =
             columns ? std::max<int64_t>(1, static_cast<int64_t>(options.memory_bytes / column_bytes)) : 0;
         const auto cached = float_inputs.find(l.input);
-        return sample_layer(l, capacity, keep_float, *reference, *candidate, data, rng, options.selective_update,
-                            cached == float_inputs.end() ? nullptr : &cached->second);
+        return sample_layer(l, capacity, keep_float, *reference, candidate.get(), data, rng, options.selective_update,
+                            cached == float_inputs.end() ? nullptr : &cached->second,
+                            segmented ? &quantized_inputs : nullptr);
     };
     // SelectiveUpdate: the layer fitted last, judged by the output error the
     // next sampling measures; dropped (back to nearest rounding) if it is worse.

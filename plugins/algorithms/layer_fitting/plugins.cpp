@@ -152,8 +152,9 @@ constexpr vaiq_option_descriptor kFastFinetuneOptions[] = {
      "Whole fast finetunes from seeds FixedSeed, FixedSeed + 1, ...; the one whose model agrees best with the "
      "float model on the calibration data (TrialMetric) is kept. Costs that many times the fitting."},
     {"FastFinetune.TrialMetric", VAIQ_OPTION_STRING, "top1",
-     "What Trials compares on the first output: top1 (rows over the last axis whose argmax agrees), sequence "
-     "(samples whose CTC greedy decoding, class 0 the blank, agrees; a classifier's top-1) or sqnr."},
+     "What Trials compares, on every float output (the worst counting): top1 (what the output means agrees: "
+     "rows whose argmax does, decisions, masks), sequence (samples whose CTC greedy decoding, class 0 the blank, "
+     "agrees; a classifier's top-1) or sqnr."},
     {"BiasCorrection", VAIQ_OPTION_BOOL, "false",
      "Trials compare each fit's model with its biases corrected, as bias correction will write them."},
 };
