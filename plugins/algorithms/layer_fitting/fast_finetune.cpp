@@ -134,16 +134,43 @@ struct Columns {
     }
 };
 
-// The layer's output for one input column: per group, W_g x_g + b.
-void layer_output(const Layer& l, const float* column, float* out) {
-    const int64_t k = l.w.cols(), per_group = l.outputs / l.group;
-    for (int64_t o = 0; o < l.outputs; ++o) {
-        const float* x = column + (o / per_group) * k;
-        double sum = l.bias[o];
-        for (int64_t r = 0; r < k; ++r) sum += static_cast<double>(l.w(o, r)) * x[r];
-        out[o] = static_cast<float>(sum);
+// The float layer's outputs of sampled columns, computed a block at a time by
+// the executor's GEMM (one column at a time, the products took most of the sampling).
+class PendingOutputs {
+  public:
+    explicit PendingOutputs(Layer& l) : l_(l), columns_(l.rows, kBlock) {}
+    // Column `column` (the layer's float input) is the float input of sample `slot`.
+    void add(int64_t slot, const float* column) {
+        std::copy_n(column, l_.rows, columns_.col(static_cast<int64_t>(slots_.size())).data());
+        slots_.push_back(slot);
+        if (static_cast<int64_t>(slots_.size()) == kBlock) flush();
     }
-}
+    // Writes each pending sample's output, W_g x_g + b per group, into l.y (in
+    // the order added: a slot the reservoir refilled takes its last column's).
+    void flush() {
+        const auto n = static_cast<int64_t>(slots_.size());
+        if (n == 0) return;
+        const int64_t k = l_.w.cols(), per_group = l_.outputs / l_.group;
+        // Row-major views: the columns as [n, rows], the outputs as [n, outputs].
+        outputs_.resize(static_cast<size_t>(n * l_.outputs));
+        for (int64_t g = 0; g < l_.group; ++g)
+            gemm(false, true, n, per_group, k, 1.0f, columns_.data() + g * k, l_.rows, l_.w.data() + g * per_group * k,
+                 k, 0.0f, outputs_.data() + g * per_group, l_.outputs);
+        for (int64_t c = 0; c < n; ++c) {
+            float* y = l_.y.col(slots_[static_cast<size_t>(c)]).data();
+            const float* o = outputs_.data() + c * l_.outputs;
+            for (int64_t j = 0; j < l_.outputs; ++j) y[j] = o[j] + l_.bias[static_cast<size_t>(j)];
+        }
+        slots_.clear();
+    }
+
+  private:
+    static constexpr int64_t kBlock = 512;
+    Layer& l_;
+    Eigen::MatrixXf columns_;  // [rows, kBlock], a column per pending sample
+    std::vector<int64_t> slots_;
+    std::vector<float> outputs_;
+};
 
 // Per output channel: scale, zero point and the integer range of the weight's quantization.
 struct Grid {
@@ -415,6 +442,8 @@ double sample_layer(Layer& l, int64_t capacity, bool keep_float, ModelRunner& re
     std::vector<std::string> taps;
     if (capacity > 0) taps.push_back(l.input);
     std::vector<float> q_column(l.rows), f_column(l.rows);
+    PendingOutputs outputs(l);
+    int64_t allocated = 0;  // columns of l.x, l.xf and l.y: grown by doubling, cut to l.stored at the end
     double squared_error = 0;
     int64_t output_values = 0;
     data.rewind();
@@ -432,16 +461,19 @@ double sample_layer(Layer& l, int64_t capacity, bool keep_float, ModelRunner& re
                 ++l.seen;
                 if (slot >= capacity) continue;
                 if (slot == l.stored) {
-                    l.x.conservativeResize(Eigen::NoChange, l.stored + 1);
-                    if (keep_float) l.xf.conservativeResize(Eigen::NoChange, l.stored + 1);
-                    l.y.conservativeResize(Eigen::NoChange, l.stored + 1);
+                    if (l.stored == allocated) {
+                        allocated = std::min(capacity, std::max<int64_t>(1024, 2 * allocated));
+                        l.x.conservativeResize(Eigen::NoChange, allocated);
+                        if (keep_float) l.xf.conservativeResize(Eigen::NoChange, allocated);
+                        l.y.conservativeResize(Eigen::NoChange, allocated);
+                    }
                     ++l.stored;
                 }
                 qc.fill(c, q_column.data());
                 fc.fill(c, f_column.data());
                 l.x.col(slot) = Eigen::Map<const Eigen::VectorXf>(q_column.data(), l.rows);
                 if (keep_float) l.xf.col(slot) = Eigen::Map<const Eigen::VectorXf>(f_column.data(), l.rows);
-                layer_output(l, f_column.data(), l.y.col(slot).data());
+                outputs.add(slot, f_column.data());
             }
         };
         if (!output_error) {  // both models only as far as the layer's input
@@ -466,6 +498,10 @@ double sample_layer(Layer& l, int64_t capacity, bool keep_float, ModelRunner& re
             output_values += static_cast<int64_t>(e.size());
         }
     }
+    outputs.flush();
+    l.x.conservativeResize(Eigen::NoChange, l.stored);
+    if (keep_float) l.xf.conservativeResize(Eigen::NoChange, l.stored);
+    l.y.conservativeResize(Eigen::NoChange, l.stored);
     return output_values > 0 ? squared_error / static_cast<double>(output_values)
                              : std::numeric_limits<double>::quiet_NaN();
 }

@@ -56,7 +56,7 @@ vaiq::FastFinetuneResult finetune_with(const vaiq::Model& model, const vaiq::Qua
 }
 
 class FastFinetune : public ::testing::Test {
-  protected:
+  public:  // the helpers below the fixture build their data here too
     // Samples of `input` (one file each) for the data reader.
     // Sample i holds random_tensor(shape, 100 + i, lo, 1).
     std::unique_ptr<vaiq::DataReader> data(const vaiq::Model& model, std::vector<int64_t> shape, int samples,
@@ -267,9 +267,13 @@ TEST_F(FastFinetune, AdaQuantDoesNoWorseThanNearestRounding) {
 
 // The columns a strided, padded, grouped convolution is fitted on are its own:
 // the error reported for nearest rounding is the executor's, computed apart.
-TEST_F(FastFinetune, ConvolutionColumnsMatchTheExecutor) {
+// A grouped, strided, padded Conv on `samples` inputs of h x w: the loss of
+// nearest rounding that fast finetune measures on its sampled columns (the
+// held-out fifth once there are 20) against the executor's outputs.
+void expect_columns_match_the_executor(FastFinetune& test, int64_t h, int64_t w_, int samples) {
     GraphBuilder b;
-    b.input("x", {1, 4, 7, 6}).output("y", {1, 6, 4, 3});
+    const int64_t oh = (h + 2 - 3) / 2 + 1, ow = (w_ + 1 - 3) / 2 + 1;
+    b.input("x", {1, 4, h, w_}).output("y", {1, 6, oh, ow});
     const auto w = random_tensor({6, 2, 3, 3}, 11, -0.4f, 0.4f);
     b.initializer("w", w);
     b.initializer("b", random_tensor({6}, 12, -0.1f, 0.1f));
@@ -278,8 +282,7 @@ TEST_F(FastFinetune, ConvolutionColumnsMatchTheExecutor) {
     vaiq::test::set_ints_attribute(conv, "strides", {2, 2});
     vaiq::test::set_ints_attribute(conv, "pads", {1, 1, 1, 0});
     const auto model = b.build();
-    // One sample: its 12 positions are too few to hold any out, so the loss is on all of them.
-    auto reader = data(model, {1, 4, 7, 6}, 1);
+    auto reader = test.data(model, {1, 4, h, w_}, samples);
     const float scale = 0.4f / 7;
     vaiq::QuantPlan plan;
     plan.tensors.push_back(quant_entry("w", TensorRole::Weight, QuantType::QInt8, {scale}, {0}));
@@ -287,7 +290,10 @@ TEST_F(FastFinetune, ConvolutionColumnsMatchTheExecutor) {
     options.iterations = 0;  // only the measurement
     const auto r = finetune_with(model, plan, same_model(model), *reader, options);
     ASSERT_EQ(r.layers.size(), 1u);
-    EXPECT_EQ(r.layers[0].columns, 3 * 4);
+    const int64_t columns = samples * oh * ow;
+    EXPECT_EQ(r.layers[0].columns, columns);
+    // Every column fits in the reservoir, in order: the held-out ones are the last fifth.
+    const int64_t held = columns >= 20 ? columns / 5 : 0, judged_from = held > 0 ? columns - held : 0;
 
     auto rounded = model;
     for (auto& init : *rounded.graph().mutable_initializer()) {
@@ -299,14 +305,26 @@ TEST_F(FastFinetune, ConvolutionColumnsMatchTheExecutor) {
     vaiq::runtime::Executor f(model), q(rounded);
     double sum = 0;
     reader->rewind();
-    while (auto batch = reader->next()) {
+    for (int64_t n = 0; auto batch = reader->next(); ++n) {
         const auto a = f.run(batch->feeds)[0], c = q.run(batch->feeds)[0];
         for (int64_t i = 0; i < a.size(); ++i) {
+            if (n * oh * ow + i % (oh * ow) < judged_from) continue;
             const double d = a.data<float>()[i] - c.data<float>()[i];
             sum += d * d;
         }
     }
-    EXPECT_NEAR(r.layers[0].loss_nearest, sum / (3 * 4), 1e-4 * (sum / 12) + 1e-9);
+    const double expected = sum / static_cast<double>(columns - judged_from);
+    EXPECT_NEAR(r.layers[0].loss_nearest, expected, 1e-4 * expected + 1e-9);
+}
+
+TEST_F(FastFinetune, ConvolutionColumnsMatchTheExecutor) {
+    // One sample: its 12 positions are too few to hold any out, so the loss is on all of them.
+    expect_columns_match_the_executor(*this, 7, 6, 1);
+}
+
+TEST_F(FastFinetune, ManyColumnsMatchTheExecutorToo) {
+    // 1,500 positions: the float layer's outputs are computed in several blocks.
+    expect_columns_match_the_executor(*this, 50, 40, 3);
 }
 
 // Fits: the roundings that several fits vote for depend less on the draws
