@@ -25,7 +25,10 @@ using vaiq::test::write_text;
 using vaiq::test::slurp;
 
 vaiq::test::CommandResult vaiq_cli(const std::string& args) {
-    return vaiq::test::run_command(std::string(VAIQ_CLI) + " " + args);
+    // Appended rather than `std::string(VAIQ_CLI) + " "`, which GCC 12 wrongly calls out of bounds.
+    std::string command = VAIQ_CLI;
+    command.append(" ").append(args);
+    return vaiq::test::run_command(command);
 }
 
 size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
