@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "vaiq/graph.hpp"
+#include "vaiq/log.hpp"
 
 namespace vaiq {
 
@@ -139,6 +140,8 @@ bool SegmentedRun::compute(const Model& model, const std::string& tensor,
             return done;
         });
     if (kept_bytes_ > budget_) {  // this call delivered; the next ones run the whole model
+        log_info("the values kept between segments of the run outgrew {:.0f} MB: it runs whole from here on",
+                 static_cast<double>(budget_) / (1 << 20));
         failed_ = true;
         kept_.clear();
         kept_bytes_ = 0;
