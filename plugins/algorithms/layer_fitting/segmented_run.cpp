@@ -66,8 +66,7 @@ bool SegmentedRun::compute(const Model& model, const std::string& tensor,
             if (run.insert(p->second).second)
                 for (auto& r : reads(g.node(p->second))) pending.push_back(std::move(r));
         } else {
-            failed_ = true;  // read from outside the graph: not a model this can split
-            return false;
+            return give_up();  // read from outside the graph: not a model this can split
         }
     }
     auto is_run = [&](int i) { return run.count(i) > 0 || computed_.count(g.node(i).output(0)) > 0; };
@@ -116,10 +115,7 @@ bool SegmentedRun::compute(const Model& model, const std::string& tensor,
         Feeds feeds;
         for (const auto& t : from_inputs) {
             auto it = batch->find(t);
-            if (it == batch->end()) {
-                failed_ = true;
-                return false;
-            }
+            if (it == batch->end()) return give_up();
             feeds.emplace(t, std::move(it->second));
         }
         for (const auto& t : from_kept) feeds.emplace(t, kept.at(t));
@@ -142,11 +138,16 @@ bool SegmentedRun::compute(const Model& model, const std::string& tensor,
     if (kept_bytes_ > budget_) {  // this call delivered; the next ones run the whole model
         log_info("the values kept between segments of the run outgrew {:.0f} MB: it runs whole from here on",
                  static_cast<double>(budget_) / (1 << 20));
-        failed_ = true;
-        kept_.clear();
-        kept_bytes_ = 0;
+        give_up();
     }
     return true;
+}
+
+bool SegmentedRun::give_up() {
+    failed_ = true;
+    kept_.clear();
+    kept_bytes_ = 0;
+    return false;
 }
 
 }  // namespace vaiq

@@ -33,6 +33,9 @@ class SegmentedRun {
     size_t kept_bytes() const { return kept_bytes_; }
 
   private:
+    // Every later call declines; the values kept are freed. Returns false.
+    bool give_up();
+
     AlgorithmContext& context_;
     size_t budget_;
     bool failed_ = false;
