@@ -94,12 +94,6 @@ TEST(Recipes, DefaultsAreTheDocumentedOnes) {
     EXPECT_EQ(r.value("execution_providers"), nlohmann::json::array({"CPUExecutionProvider"}));
     EXPECT_EQ(r.value("extra_options.WeightSymmetric"), true);
     EXPECT_EQ(r.value("extra_options.QuantizeBias"), true);
-    EXPECT_EQ(r.value("extra_options.UseQDQVitisCustomOps"), true);
-    EXPECT_EQ(r.value("extra_options.CalibMovingAverageConstant"), 0.01);
-    EXPECT_EQ(r.value("extra_options.MinMSEMode"), "All");
-    EXPECT_EQ(r.value("extra_options.CLESteps"), 1);
-    EXPECT_DOUBLE_EQ(r.value("extra_options.CLETotalLayerDiffThreshold").get<double>(), 2e-7);
-    EXPECT_TRUE(r.value("extra_options.CalibTensorRangeSymmetric").is_null()) << "depends on the method";
     EXPECT_TRUE(r.setting("per_channel").is_default());
 }
 
@@ -178,6 +172,42 @@ TEST(Recipes, EveryDocumentedArgumentAndExtraOptionIsAccepted) {
         EXPECT_TRUE(vaiq::find_key(std::string("extra_options.") + key) != nullptr || declared(key)) << key;
     EXPECT_FALSE(vaiq::find_key("extra_options.AlignConcat")) << "the NPU target owns it";
     EXPECT_TRUE(declared("AlignConcat"));
+    // Those a plugin reads are its options only: the plugin's table has their defaults and docs.
+    for (const char* key : {"AddQDQPairToWeight", "DedicatedQDQPair", "UseQDQVitisCustomOps",
+                            "CalibTensorRangeSymmetric", "CalibMovingAverage", "CalibMovingAverageConstant",
+                            "MinMSEMode", "CLESteps", "CLETotalLayerDiffThreshold", "CLEScaleAppendBias"}) {
+        EXPECT_FALSE(vaiq::find_key(std::string("extra_options.") + key)) << key;
+        EXPECT_TRUE(declared(key)) << key;
+    }
+}
+
+// The documented defaults of the options the plugins own reach them when the
+// recipe does not set them, and a recipe's extra_options value when it does.
+TEST(Recipes, PluginOwnedExtraOptionsTakeThePluginDefaultsOrTheRecipeValue) {
+    vaiq::PluginRegistry registry;
+    registry.load_default_paths();
+    auto plugins = vaiq::resolve_plugins(recipe_from("quant_format: VitisQuantFormat.QDQ\n"), registry);
+    EXPECT_EQ(plugins.format.options.get_bool("UseQDQVitisCustomOps"), true);
+    EXPECT_EQ(plugins.format.options.get_bool("DedicatedQDQPair"), false);
+    EXPECT_EQ(plugins.calibrator.options.get_string("MinMSEMode"), "All");
+    EXPECT_EQ(plugins.calibrator.options.get_bool("CalibTensorRangeSymmetric"), true) << "power of two: symmetric";
+    EXPECT_FALSE(plugins.equalization) << "include_cle is off";
+
+    plugins = vaiq::resolve_plugins(
+        recipe_from("calibrate_method: MinMax\ninclude_cle: true\n"
+                    "extra_options: {CalibMovingAverage: true, CLESteps: -1, CLEScaleAppendBias: false}\n"),
+        registry);
+    EXPECT_EQ(plugins.calibrator.options.get_bool("CalibMovingAverage"), true);
+    EXPECT_DOUBLE_EQ(plugins.calibrator.options.get_float("CalibMovingAverageConstant"), 0.01);
+    EXPECT_EQ(plugins.calibrator.options.get_bool("CalibTensorRangeSymmetric"), false);
+    ASSERT_TRUE(plugins.equalization);
+    EXPECT_EQ(plugins.equalization->info->name, "cross_layer_equalization");
+    EXPECT_EQ(plugins.equalization->options.get_int("CLESteps"), -1);
+    EXPECT_EQ(plugins.equalization->options.get_bool("CLEScaleAppendBias"), false);
+    EXPECT_DOUBLE_EQ(plugins.equalization->options.get_float("CLETotalLayerDiffThreshold"), 2e-7);
+    EXPECT_NE(plugins.equalization->set_by.at("CLESteps").find("r.yaml:4:"), std::string::npos)
+        << plugins.equalization->set_by.at("CLESteps");
+    EXPECT_FALSE(plugins.equalization->set_by.count("CLETotalLayerDiffThreshold")) << "the default";
 }
 
 // A device's documented switches are its target's options: set under
@@ -190,8 +220,8 @@ TEST(Recipes, ATargetsOwnExtraOptionsReachIt) {
         vaiq::resolve_plugins(recipe_from("extends: cnn_npu.yaml\nextra_options: {AlignConcat: false}\n"), registry);
     EXPECT_FALSE(npu.target.options.get_bool("AlignConcat"));
     EXPECT_TRUE(npu.target.options.get_bool("AlignPool")) << "its default";
-    const auto explained = vaiq::explain(recipe_from("extends: cnn_npu.yaml\nextra_options:\n  AlignConcat: false\n"),
-                                         npu, registry, nullptr);
+    const auto spread = recipe_from("extends: cnn_npu.yaml\nextra_options:\n  AlignConcat: false\n");
+    const auto explained = vaiq::explain(spread, vaiq::resolve_plugins(spread, registry), registry, nullptr);
     EXPECT_NE(explained.find("r.yaml:4:3"), std::string::npos) << "explain says where the target's option is set\n"
                                                                << explained;
     const auto set =
@@ -296,10 +326,9 @@ TEST(Recipes, VariablesExpandInStrings) {
 }
 
 TEST(Recipes, SwitchesDecideWhetherDependentKeysTakeEffect) {
-    EXPECT_FALSE(recipe_from("").in_effect("extra_options.CLESteps"));
-    EXPECT_TRUE(recipe_from("include_cle: true\n").in_effect("extra_options.CLESteps"));
-    EXPECT_FALSE(recipe_from("").in_effect("extra_options.UseQDQVitisCustomOps"));
-    EXPECT_TRUE(recipe_from("quant_format: VitisQuantFormat.QDQ\n").in_effect("extra_options.UseQDQVitisCustomOps"));
+    EXPECT_FALSE(recipe_from("").in_effect("cle_guard"));
+    EXPECT_TRUE(recipe_from("include_cle: true\n").in_effect("cle_guard"));
+    EXPECT_TRUE(recipe_from("").in_effect("include_cle"));
 }
 
 TEST(Recipes, ExplicitUnimplementedSettingsAreReported) {

@@ -283,6 +283,9 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
         options.calibration_files.empty()) {
         Recipe plain = recipe;
         apply_setting(plain, "include_cle=false", {});
+        // The equalization's own extra options (CLESteps, ...) do not apply without it.
+        if (const auto* cle = registry.find(PluginKind::Pass, defaults::kEqualizationPass))
+            for (const auto& o : cle->options) plain.settings.erase("extra_options." + o.name);
         auto without = quantize(plain, registry, options);
         const double with_db = mean_sqnr(run.report), without_db = mean_sqnr(without.report);
         const bool keep = with_db >= without_db;
@@ -330,35 +333,20 @@ std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, const 
     std::vector<std::string> files;
     for (const auto& f : recipe.files) files.push_back(f.string());
     line("recipe: {}", join(files, " extends "));
-    for (const auto* choice : {&plugins.target, &plugins.format, &plugins.calibrator}) {
-        line("{:<11} {} {}  ({})", std::string(kind_name(choice->info->kind)) + ":", choice->info->name,
-             choice->info->version, choice->info->library.filename().string());
-        const std::string kind(kind_name(choice->info->kind));
-        for (const auto& [name, value] : choice->options.values()) {
-            // Where the value comes from: extra_options, plugin_options, or the plugin's default.
-            auto extra = recipe.settings.find("extra_options." + name);
-            std::string origin = recipe.plugin_option_origin(kind, name);
-            if (is_extra_option_name(name) && extra != recipe.settings.end()) origin = extra->second.origin;
-            line("    {:<41} {:<28} {}", name, value.dump(), origin.empty() ? "default" : origin);
+    // Each plugin's options, with where the recipe sets them (extra_options, plugin_options, its entry).
+    auto plugin = [&](const PluginChoice& choice, std::string_view note) {
+        line("{:<11} {} {}  ({}){}", std::string(kind_name(choice.info->kind)) + ":", choice.info->name,
+             choice.info->version, choice.info->library.filename().string(), note);
+        for (const auto& [name, value] : choice.options.values()) {
+            const auto set = choice.set_by.find(name);
+            line("    {:<41} {:<28} {}", name, value.dump(), set == choice.set_by.end() ? "default" : set->second);
         }
-    }
-    for (const auto& pass : plugins.passes) {
-        line("pass:       {} {}", pass.info->name, pass.info->version);
-        for (const auto& [name, value] : pass.options.values()) line("    {}: {}", name, value.dump());
-    }
-    std::vector<const PluginChoice*> algorithms;
-    for (const auto& a : plugins.algorithms) algorithms.push_back(&a);
-    if (plugins.next_lever) algorithms.push_back(&*plugins.next_lever);
-    for (const auto* algorithm : algorithms) {
-        line("algorithm:  {} {}  ({}){}", algorithm->info->name, algorithm->info->version,
-             algorithm->info->library.filename().string(),
-             algorithm == algorithms.back() && plugins.next_lever ? ", if mixed precision misses its target" : "");
-        for (const auto& [name, value] : algorithm->options.values()) {
-            auto extra = recipe.settings.find("extra_options." + name);
-            const bool set = is_extra_option_name(name) && extra != recipe.settings.end();
-            line("    {:<41} {:<28} {}", name, value.dump(), set ? extra->second.origin : "");
-        }
-    }
+    };
+    for (const auto* choice : {&plugins.target, &plugins.format, &plugins.calibrator}) plugin(*choice, "");
+    for (const auto& pass : plugins.passes) plugin(pass, "");
+    if (plugins.equalization) plugin(*plugins.equalization, ", include_cle");
+    for (const auto& algorithm : plugins.algorithms) plugin(algorithm, "");
+    if (plugins.next_lever) plugin(*plugins.next_lever, ", if mixed precision misses its target");
     line("");
     line("settings (value, then where it comes from):");
     for (const auto& spec : recipe_keys()) {

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +25,8 @@ namespace vaiq {
 struct PluginChoice {
     const PluginInfo* info = nullptr;
     Options options;
+    /// Where the recipe sets each option it sets ("recipe.yaml:3:5"); the rest are the plugin's defaults.
+    std::map<std::string, std::string> set_by;
 };
 
 /// The plugins a recipe names, found and their options checked.
@@ -32,6 +35,7 @@ struct ResolvedPlugins {
     PluginChoice format;
     PluginChoice calibrator;
     std::vector<PluginChoice> passes;      ///< the recipe's own passes, in order
+    std::optional<PluginChoice> equalization;  ///< include_cle's pass
     std::vector<PluginChoice> algorithms;  ///< in the order they run
     /// What automatic mixed precision tries when it misses its target (AutoMixprecision.NextLever).
     std::optional<PluginChoice> next_lever;

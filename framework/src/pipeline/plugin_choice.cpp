@@ -55,9 +55,11 @@ std::string who_needs(const Recipe& recipe, std::string_view key, const std::str
 // recipe's extra_options value, so a recipe moved from a Python call needs no
 // second spelling of it.
 // `given` holds the plugin's other options, `given_origin` says where each was set.
-Options with_extra_options(const Recipe& recipe, const PluginRegistry& registry, const PluginInfo& info,
-                           nlohmann::json given, const OptionOrigin& given_origin) {
+PluginChoice with_extra_options(const Recipe& recipe, const PluginRegistry& registry, const PluginInfo& info,
+                                nlohmann::json given, const OptionOrigin& given_origin) {
     std::map<std::string, std::string> origins;
+    if (given.is_object())
+        for (const auto& [name, value] : given.items()) origins[name] = given_origin(name);
     for (const auto& spec : info.options) {
         if (!is_extra_option_name(spec.name)) continue;
         if (given.contains(spec.name))
@@ -68,10 +70,11 @@ Options with_extra_options(const Recipe& recipe, const PluginRegistry& registry,
         given[spec.name] = it->second.value;
         origins[spec.name] = it->second.origin;
     }
-    return registry.resolve_options(info, given, [&](const std::string& option) {
+    Options options = registry.resolve_options(info, given, [&](const std::string& option) {
         auto it = origins.find(option);
         return it != origins.end() ? it->second : given_origin(option);
     });
+    return {&info, std::move(options), std::move(origins)};
 }
 
 }  // namespace
@@ -80,17 +83,15 @@ PluginChoice choose(const Recipe& recipe, const PluginRegistry& registry, Plugin
                     std::string_view key) {
     const auto& info = registry.require(kind, name, who_needs(recipe, key, recipe.value(key).get<std::string>()));
     const std::string kind_str(kind_name(kind));
-    return {&info,
-            with_extra_options(recipe, registry, info, recipe.plugin_options(kind_str), [&](const std::string& option) {
-                return recipe.plugin_option_origin(kind_str, option);
-            })};
+    return with_extra_options(recipe, registry, info, recipe.plugin_options(kind_str),
+                              [&](const std::string& option) { return recipe.plugin_option_origin(kind_str, option); });
 }
 
 PluginChoice choose_algorithm(const Recipe& recipe, const PluginRegistry& registry,
                               const defaults::AlgorithmRequest& request) {
     const auto& info = registry.require(PluginKind::Algorithm, request.name, request.origin);
-    return {&info, with_extra_options(recipe, registry, info, request.options,
-                                      [&](const std::string&) { return request.origin; })};
+    return with_extra_options(recipe, registry, info, request.options,
+                              [&](const std::string&) { return request.origin; });
 }
 
 namespace {
@@ -128,6 +129,7 @@ bool declares(const PluginInfo& info, const std::string& option) {
 void check_extra_options(const Recipe& recipe, const PluginRegistry& registry, const ResolvedPlugins& chosen) {
     std::vector<const PluginInfo*> used = {chosen.target.info, chosen.format.info, chosen.calibrator.info};
     for (const auto& p : chosen.passes) used.push_back(p.info);
+    if (chosen.equalization) used.push_back(chosen.equalization->info);
     for (const auto& a : chosen.algorithms) used.push_back(a.info);
     if (chosen.next_lever) used.push_back(chosen.next_lever->info);
     for (const auto& [name, setting] : recipe.plugin_extra_options()) {
@@ -150,6 +152,19 @@ void check_extra_options(const Recipe& recipe, const PluginRegistry& registry, c
                                      hint.empty() ? " (neither quantize_static nor a loaded plugin has it; "
                                                     "`vaiq plugins` lists the plugins' options)"
                                                   : hint));
+    }
+}
+
+// A value the plugin refuses, found before anything runs; the message points at
+// the recipe line of the option it names.
+void check_configuration(const PluginRegistry& registry, const PluginChoice& choice) {
+    try {
+        registry.check_configuration(*choice.info, choice.options);
+    } catch (const InputError& e) {
+        const std::string what = e.what();
+        for (const auto& [option, origin] : choice.set_by)
+            if (what.find(option) != std::string::npos) throw InputError(fmt::format("{}: {}", origin, what));
+        throw;
     }
 }
 
@@ -178,11 +193,22 @@ ResolvedPlugins resolve_plugins(const Recipe& recipe, PluginRegistry& registry) 
         const auto origin = pass["origin"].get<std::string>();
         const auto& info = registry.require(PluginKind::Pass, name, origin);
         out.passes.push_back(
-            {&info, registry.resolve_options(info, pass["options"], [&](const std::string&) { return origin; })});
+            with_extra_options(recipe, registry, info, pass["options"], [&](const std::string&) { return origin; }));
+    }
+    if (recipe.value("include_cle").get<bool>()) {
+        const auto origin = who_needs(recipe, "include_cle", "true");
+        const auto& info = registry.require(PluginKind::Pass, defaults::kEqualizationPass, origin);
+        out.equalization =
+            with_extra_options(recipe, registry, info, nullptr, [&](const std::string&) { return origin; });
     }
     out.algorithms = choose_algorithms(recipe, registry);
     if (const auto lever = defaults::next_lever(recipe)) out.next_lever = choose_algorithm(recipe, registry, *lever);
     check_extra_options(recipe, registry, out);
+    for (const auto* choice : {&out.target, &out.format, &out.calibrator}) check_configuration(registry, *choice);
+    for (const auto* list : {&out.passes, &out.algorithms})
+        for (const auto& choice : *list) check_configuration(registry, choice);
+    for (const auto& choice : {out.equalization, out.next_lever})
+        if (choice) check_configuration(registry, *choice);
     return out;
 }
 

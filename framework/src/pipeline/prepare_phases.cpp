@@ -96,8 +96,7 @@ void prepare_phase(RunState& s) {
         passes.push_back(pass_choice(s.registry, p.name, p.options, origin));
     for (const auto& name : s.target->legalization_passes(s.run))
         passes.push_back(pass_choice(s.registry, name, nullptr, origin));
-    for (const auto& p : defaults::equalization_passes(s.recipe))
-        passes.push_back(pass_choice(s.registry, p.name, p.options, origin));
+    if (s.plugins.equalization) passes.push_back(*s.plugins.equalization);
     passes.insert(passes.end(), s.plugins.passes.begin(), s.plugins.passes.end());
     // Data-aware passes measure the model as it stands when they run, through a reader of its own
     // (an earlier pass may have changed the inputs the run's reader was opened for).

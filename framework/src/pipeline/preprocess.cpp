@@ -46,7 +46,7 @@ bool run_passes(const std::vector<PluginChoice>& passes, PluginRegistry& registr
 PluginChoice pass_choice(PluginRegistry& registry, const std::string& name, const nlohmann::json& options,
                          const std::string& origin) {
     const auto& info = registry.require(PluginKind::Pass, name, origin);
-    return {&info, registry.resolve_options(info, options)};
+    return {&info, registry.resolve_options(info, options), {}};
 }
 
 Model convert_opset_with_shapes(const Model& model, int64_t opset, PluginRegistry& registry) {

@@ -10,8 +10,13 @@
 #include "sdk/text.hpp"
 #include "util/paths.hpp"
 #include "util/yaml_json.hpp"
+#include "vaiq/algorithm.hpp"
+#include "vaiq/calibrator.hpp"
 #include "vaiq/error.hpp"
+#include "vaiq/format.hpp"
 #include "vaiq/log.hpp"
+#include "vaiq/pass.hpp"
+#include "vaiq/target.hpp"
 
 namespace fs = std::filesystem;
 
@@ -272,6 +277,16 @@ void* PluginRegistry::create_raw(const PluginInfo& info) const {
         throw InputError(fmt::format("{} '{}' ({}) failed to create an instance: {}", kind_name(info.kind), info.name,
                                      info.library.filename().string(), error[0] ? error : "no reason given"));
     return instance;
+}
+
+void PluginRegistry::check_configuration(const PluginInfo& info, const Options& options) const {
+    switch (info.kind) {  // through the instance's own type, as the run creates it
+        case PluginKind::Target: create<Target>(info.name, options); return;
+        case PluginKind::Format: create<Format>(info.name, options); return;
+        case PluginKind::Calibrator: create<Calibrator>(info.name, options); return;
+        case PluginKind::Pass: create<Pass>(info.name, options); return;
+        case PluginKind::Algorithm: create<Algorithm>(info.name, options); return;
+    }
 }
 
 void PluginRegistry::configure(const PluginInfo& info, Plugin& plugin, const Options& options) const {

@@ -97,6 +97,11 @@ class PluginRegistry {
         return guard_plugin(std::move(instance), info);
     }
 
+    /// Configures a throwaway instance with `options`: what a plugin refuses
+    /// (a value outside its choices) is found when the recipe is checked, before
+    /// anything runs. Throws InputError "<kind> '<name>': <the plugin's reason>".
+    void check_configuration(const PluginInfo& info, const Options& options) const;
+
   private:
     void* create_raw(const PluginInfo& info) const;
     void configure(const PluginInfo& info, Plugin& plugin, const Options& options) const;

@@ -35,15 +35,6 @@ std::vector<PassRequest> preparation_passes(const Recipe& recipe) {
     return out;
 }
 
-std::vector<PassRequest> equalization_passes(const Recipe& recipe) {
-    if (!recipe.value("include_cle").get<bool>()) return {};
-    return {{"cross_layer_equalization",
-             {{"steps", recipe.value("extra_options.CLESteps")},
-              {"total_layer_diff_threshold", recipe.value("extra_options.CLETotalLayerDiffThreshold")},
-              {"scale_append_bias", recipe.value("extra_options.CLEScaleAppendBias")},
-              {"activation_aware", recipe.value("extra_options.CLEActivationAware")}}}};
-}
-
 std::vector<PassRequest> preprocess_passes_before(const PreprocessOptions& options) {
     std::vector<PassRequest> out;
     if (!options.skip_symbolic_shape)

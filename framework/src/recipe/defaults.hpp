@@ -38,8 +38,9 @@ struct PassRequest {
 /// The documented preparation steps the recipe switches on, in the order they
 /// run before the target's legalisation passes.
 std::vector<PassRequest> preparation_passes(const Recipe& recipe);
-/// The steps that run after the target's passes (include_cle).
-std::vector<PassRequest> equalization_passes(const Recipe& recipe);
+/// The pass include_cle runs after the target's passes; the CLE* extra options
+/// are its options.
+inline constexpr std::string_view kEqualizationPass = "cross_layer_equalization";
 /// quant_pre_process's steps: those before the caller's own passes, and after.
 std::vector<PassRequest> preprocess_passes_before(const PreprocessOptions& options);
 std::vector<PassRequest> preprocess_passes_after(const PreprocessOptions& options);

@@ -230,10 +230,6 @@ std::vector<std::string> Recipe::explicit_keys() const {
 bool Recipe::in_effect(std::string_view path) const {
     const KeySpec* spec = find_key(path);
     if (!spec || spec->enabled_by.empty()) return true;
-    if (const auto eq = spec->enabled_by.find('='); eq != std::string_view::npos) {  // "key=value"
-        const auto& v = value(spec->enabled_by.substr(0, eq));
-        return v.is_string() && v.get<std::string>() == spec->enabled_by.substr(eq + 1);
-    }
     const auto& v = value(spec->enabled_by);
     return v.is_boolean() && v.get<bool>() && in_effect(spec->enabled_by);
 }

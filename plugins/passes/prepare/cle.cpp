@@ -280,10 +280,10 @@ std::vector<std::vector<int>> chains(const onnx::GraphProto& graph, const vaiq::
 }  // namespace
 
 void CrossLayerEqualization::configure(const vaiq::Options& options) {
-    steps_ = static_cast<int>(options.get_int("steps"));
-    threshold_ = options.get_float("total_layer_diff_threshold");
-    append_bias_ = options.get_bool("scale_append_bias");
-    activation_aware_ = options.get_bool("activation_aware");
+    steps_ = static_cast<int>(options.get_int("CLESteps"));
+    threshold_ = options.get_float("CLETotalLayerDiffThreshold");
+    append_bias_ = options.get_bool("CLEScaleAppendBias");
+    activation_aware_ = options.get_bool("CLEActivationAware");
     if (steps_ == 0 || steps_ < -1)
         throw vaiq::InputError(fmt::format("CLESteps must be -1 (adaptive) or at least 1, not {}", steps_));
 }

@@ -11,12 +11,13 @@ namespace p = prepare_passes;
 
 namespace {
 
+// Named as the documented extra options, which set them (include_cle turns the pass on).
 const vaiq_option_descriptor kCleOptions[] = {
-    {"steps", VAIQ_OPTION_INT, "1", "Equalization sweeps over every pair; -1 sweeps until the change is small."},
-    {"total_layer_diff_threshold", VAIQ_OPTION_FLOAT, "2e-7",
+    {"CLESteps", VAIQ_OPTION_INT, "1", "Equalization sweeps over every pair; -1 sweeps until the change is small."},
+    {"CLETotalLayerDiffThreshold", VAIQ_OPTION_FLOAT, "2e-7",
      "Adaptive steps stop when the summed mean weight change of a sweep falls below this."},
-    {"scale_append_bias", VAIQ_OPTION_BOOL, "true", "Count the first layer's bias in its channel ranges."},
-    {"activation_aware", VAIQ_OPTION_BOOL, "false",
+    {"CLEScaleAppendBias", VAIQ_OPTION_BOOL, "true", "Count the first layer's bias in its channel ranges."},
+    {"CLEActivationAware", VAIQ_OPTION_BOOL, "false",
      "Balance each channel's scale between the weights and the activation they produce, measured on the "
      "calibration data, instead of the weights alone."},
 };

@@ -610,7 +610,7 @@ TEST(CrossLayerEqualization, EqualizesChannelRangesAndKeepsTheFunction) {
     const auto model = conv_relu_conv();
     const auto x = values({1, 2, 6, 6}, noise);
     const auto equalized =
-        expect_same_function("cross_layer_equalization", model, x, 1e-5, {{"scale_append_bias", false}});
+        expect_same_function("cross_layer_equalization", model, x, 1e-5, {{"CLEScaleAppendBias", false}});
     const auto [before1, before2] = ranges(model, "w1", "w2");
     const auto [r1, r2] = ranges(equalized, "w1", "w2");
     for (size_t c = 0; c < r1.size(); ++c) {
@@ -646,14 +646,15 @@ TEST(CrossLayerEqualization, DepthwiseGemmAndAdaptiveSteps) {
     const auto model = b.build();
     const auto x = values({1, 2, 5, 5}, noise);
     const auto one = expect_same_function("cross_layer_equalization", model, x, 1e-5);
-    const auto adaptive = expect_same_function("cross_layer_equalization", model, x, 1e-5, {{"steps", -1}});
+    const auto adaptive = expect_same_function("cross_layer_equalization", model, x, 1e-5, {{"CLESteps", -1}});
     auto bad = model;
-    EXPECT_THROW(run_pass("cross_layer_equalization", bad, {{"steps", 0}}), vaiq::InputError);
+    EXPECT_THROW(run_pass("cross_layer_equalization", bad, {{"CLESteps", 0}}), vaiq::InputError);
     // A triple (conv -> depthwise -> conv) and a pair (gemm -> gemm); all weights moved.
     for (const auto* w : {"w1", "dw", "w3", "g1", "g2"})
         EXPECT_NE(find_initializer(one, w)->raw_data(), find_initializer(model, w)->raw_data()) << w;
     // In the triple each channel's three ranges become their geometric mean.
-    const auto plain = expect_same_function("cross_layer_equalization", model, x, 1e-5, {{"scale_append_bias", false}});
+    const auto plain =
+        expect_same_function("cross_layer_equalization", model, x, 1e-5, {{"CLEScaleAppendBias", false}});
     const auto before_conv = ranges(model, "w1", "w3").first, after_conv = ranges(plain, "w1", "w3").first;
     const auto [before_dw, before_pw] = ranges(model, "dw", "w3");
     const auto [after_dw, after_pw] = ranges(plain, "dw", "w3");
@@ -697,7 +698,7 @@ TEST(CrossLayerEqualization, ActivationAwareBalancesTheTensorBetweenTheLayers) {
     b.node("Conv", {"r", "w2"}, {"y"});
     const auto model = b.build();
     const auto x = values({1, 2, 6, 6}, noise);
-    const nlohmann::json options = {{"scale_append_bias", false}, {"activation_aware", true}};
+    const nlohmann::json options = {{"CLEScaleAppendBias", false}, {"CLEActivationAware", true}};
 
     static auto registry = vaiq::test::registry_with_test_plugin();
     const auto& info = registry.require(vaiq::PluginKind::Pass, "cross_layer_equalization");
@@ -715,7 +716,7 @@ TEST(CrossLayerEqualization, ActivationAwareBalancesTheTensorBetweenTheLayers) {
     vaiq::check_model(aware);
     EXPECT_LT(relative_difference(run(model, {{"x", x}})[0], run(aware, {{"x", x}})[0]), 1e-5);
     const auto weights_only =
-        expect_same_function("cross_layer_equalization", model, x, 1e-5, {{"scale_append_bias", false}});
+        expect_same_function("cross_layer_equalization", model, x, 1e-5, {{"CLEScaleAppendBias", false}});
     const float plain_spread = spread(channel_maxima(weights_only, x, "r"));
     const float aware_spread = spread(channel_maxima(aware, x, "r"));
     EXPECT_GT(plain_spread, 50.0f) << "weights alone leave the activation as it was";
