@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -32,6 +33,7 @@ Progress::~Progress() { done(); }
 void Progress::step(std::string_view label) {
     ++current_;
     label_ = label;
+    counting_.clear();
     draw("");
 }
 
@@ -59,13 +61,31 @@ void Progress::done() {
     active.compare_exchange_strong(self, nullptr);
 }
 
+std::string progress_detail(std::string_view what, int64_t done, int64_t total, int64_t started,
+                            std::chrono::duration<double> elapsed) {
+    if (total <= 0) return fmt::format("{} {}", what, done);
+    const std::string count = fmt::format("{} {}/{}", what, done, total);
+    if (done <= started || done >= total || elapsed.count() < 1) return count;
+    const auto left = static_cast<int64_t>(
+        std::ceil(elapsed.count() / static_cast<double>(done - started) * static_cast<double>(total - done)));
+    if (left < 60) return fmt::format("{}, about {} s left", count, left);
+    if (left < 3600) return fmt::format("{}, about {} min {} s left", count, left / 60, left % 60);
+    return fmt::format("{}, about {} h {} min left", count, left / 3600, left % 3600 / 60);
+}
+
 void report_progress(std::string_view what, int64_t done, int64_t total) {
     Progress* bar = active.load();
     if (!bar || !bar->enabled_) return;
     const auto now = std::chrono::steady_clock::now();
+    if (what != bar->counting_ || done < bar->last_done_) {
+        bar->counting_ = what;
+        bar->counted_from_ = done;
+        bar->counting_since_ = now;
+    }
+    bar->last_done_ = done;
     const bool last = total > 0 && done >= total;
     if (!last && now - bar->last_draw_ < std::chrono::milliseconds(100)) return;
-    bar->draw(total > 0 ? fmt::format("{} {}/{}", what, done, total) : fmt::format("{} {}", what, done));
+    bar->draw(progress_detail(what, done, total, bar->counted_from_, now - bar->counting_since_));
 }
 
 // Log lines go above the bar: the bar is cleared, the line written, the bar redrawn.

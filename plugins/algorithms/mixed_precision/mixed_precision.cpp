@@ -70,8 +70,10 @@ std::optional<std::pair<std::set<std::string>, OutputAgreement>> raise_greedily(
     };
     std::vector<Candidate> candidates;
     log_info("mixed precision: out of reach by the ranking; measuring {} candidates in turn", pool.size());
-    for (const auto& t : pool)
-        if (raise.count({t}) <= budget) candidates.push_back({t, measure(t), 0});  // measured at step 0
+    for (size_t i = 0; i < pool.size(); ++i) {
+        if (raise.progress) raise.progress("candidate", static_cast<int64_t>(i) + 1, static_cast<int64_t>(pool.size()));
+        if (raise.count({pool[i]}) <= budget) candidates.push_back({pool[i], measure(pool[i]), 0});  // at step 0
+    }
     for (size_t step = 0; !target.met_by(current); ++step) {
         // Those the budget no longer holds drop out.
         std::erase_if(candidates, [&](const Candidate& c) {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "vaiq/algorithm.hpp"
@@ -43,6 +44,8 @@ struct Raising {
     std::function<size_t(const std::set<std::string>&)> count;
     std::function<OutputAgreement(const std::set<std::string>&, BatchSet)> measure;
     MeasuredOutput output;  ///< for the report
+    /// Where the greedy search's measurements are counted ("candidate", 3 of 34); may be empty.
+    std::function<void(std::string_view, int64_t, int64_t)> progress;
 };
 
 struct MixedPrecisionResult {

@@ -78,6 +78,9 @@ class MixedPrecision final : public vaiq::Algorithm {
                                      target.output_index, batches);
         };
         raising.output = context.measured_output(target.output_index);
+        raising.progress = [&](std::string_view what, int64_t done, int64_t total) {
+            context.progress(what, done, total);
+        };
         size_t quantized = 0;
         for (const auto& t : context.plan().tensors) quantized += t.role != vaiq::TensorRole::Bias;
         const auto budget = static_cast<size_t>(std::floor(target.max_fraction * static_cast<double>(quantized)));
