@@ -19,14 +19,25 @@ class Adam {
     /// gradient. In float, one pass over the parameters: compiled with
     /// -fno-math-errno, the loop runs on vector registers.
     void step(std::span<float> params, std::span<const float> gradient) {
+        next();
+        update(params, gradient, 0);
+    }
+
+    /// The same step in parts, which may run in parallel: next() once, then
+    /// update() for disjoint ranges of the parameters, `first` the offset of
+    /// `params` and `gradient` in the whole.
+    void next() {
         ++t_;
+        rate_ = static_cast<float>(lr_ / (1.0 - std::pow(b1_, static_cast<double>(t_))));
+        second_ = static_cast<float>(1.0 / (1.0 - std::pow(b2_, static_cast<double>(t_))));
+    }
+    void update(std::span<float> params, std::span<const float> gradient, size_t first) {
         const auto b1 = static_cast<float>(b1_), b2 = static_cast<float>(b2_), eps = static_cast<float>(eps_);
-        const auto rate = static_cast<float>(lr_ / (1.0 - std::pow(b1_, static_cast<double>(t_))));
-        const auto second = static_cast<float>(1.0 / (1.0 - std::pow(b2_, static_cast<double>(t_))));
+        const float rate = rate_, second = second_;
         float* __restrict p = params.data();
         const float* __restrict g = gradient.data();
-        float* __restrict m = m_.data();
-        float* __restrict v = v_.data();
+        float* __restrict m = m_.data() + first;
+        float* __restrict v = v_.data() + first;
         for (size_t i = 0; i < params.size(); ++i) {
             m[i] = b1 * m[i] + (1.0f - b1) * g[i];
             v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
@@ -38,6 +49,7 @@ class Adam {
     double lr_, b1_, b2_, eps_;
     std::vector<float> m_, v_;
     long t_ = 0;
+    float rate_ = 0, second_ = 0;
 };
 
 }  // namespace vaiq

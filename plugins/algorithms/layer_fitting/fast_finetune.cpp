@@ -24,6 +24,7 @@ namespace {
 
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 constexpr float kZeta = 1.1f, kGamma = -0.1f;  // AdaRound's rectified sigmoid stretch
+constexpr int64_t kElementsPerBlock = 16384;   // weights a thread updates at a time in a step
 
 // One layer: how its weight reads its input, and the columns sampled for it.
 struct Layer {
@@ -262,11 +263,11 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
     auto on_grid = [&](const RowArray& q) -> RowArray {
         return ((q.colwise() + zero).cwiseMax(grid.qmin).cwiseMin(grid.qmax).colwise() - zero).colwise() * scale;
     };
-    auto in_range = [&](const RowArray& q) {
-        const RowArray shifted = q.colwise() + zero;
+    auto in_range = [&](const auto& q, const auto& zero_points) {
+        const RowArray shifted = q.colwise() + zero_points;
         return ((shifted >= grid.qmin) && (shifted <= grid.qmax)).eval();
     };
-    auto sigmoid = [](const RowArray& v) -> RowArray { return (1.0f + (-v).exp()).inverse(); };
+    auto sigmoid = [](const auto& v) -> RowArray { return (1.0f + (-v).exp()).inverse(); };
     // The weights as they would be written now: AdaRound's rounding decided, AdaQuant's on the grid.
     auto hard = [&]() -> RowMatrix {
         if (!adaround) return on_grid((param.colwise() / scale).rint()).matrix();
@@ -303,6 +304,16 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
     const auto quantized_below = static_cast<uint64_t>(std::clamp(o.drop_ratio, 0.0, 1.0) * 65536.0);
     Eigen::MatrixXf xb(l.rows, batch), yb(l.outputs, batch);
     std::vector<float> err;
+    // The elementwise work of a step runs a block of output channels at a time on
+    // the run's threads (each weight's update is its own): single-threaded, it
+    // took as long as the step's two products on the GEMM's threads.
+    RowArray q(l.outputs, k), sig(adaround ? l.outputs : 0, k), h(adaround ? l.outputs : 0, k);
+    const int64_t chunk = std::max<int64_t>(1, kElementsPerBlock / k), chunks = (l.outputs + chunk - 1) / chunk;
+    const bool parallel = l.outputs * k >= 2 * kElementsPerBlock;
+    auto blocks = [&](const auto& body) {
+#pragma omp parallel for schedule(static) if (parallel)
+        for (int64_t c = 0; c < chunks; ++c) body(c * chunk, std::min(chunk, l.outputs - c * chunk));
+    };
     int it = 0;
     for (; it < o.iterations && stale < kPatience; ++it) {
         for (int64_t b = 0; b < batch; ++b) {
@@ -318,40 +329,53 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
                     xb(r + j, b) = ((bits >> (16 * j)) & 0xffff) < quantized_below ? l.x(r + j, c) : l.xf(r + j, c);
             }
         }
-        RowArray sig, h, q;
-        if (adaround) {
-            sig = sigmoid(param);
-            h = sig * (kZeta - kGamma) + kGamma;
-            q = base + h.cwiseMax(0.0f).cwiseMin(1.0f);
-        } else {
-            q = (param.colwise() / scale).rint();
-        }
-        w = on_grid(q).matrix();
+        blocks([&](int64_t r, int64_t n) {  // the grid values and weights of this step
+            auto qb = q.middleRows(r, n);
+            if (adaround) {
+                sig.middleRows(r, n) = sigmoid(param.middleRows(r, n));
+                h.middleRows(r, n) = sig.middleRows(r, n) * (kZeta - kGamma) + kGamma;
+                qb = base.middleRows(r, n) + h.middleRows(r, n).cwiseMax(0.0f).cwiseMin(1.0f);
+            } else {
+                qb = (param.middleRows(r, n).colwise() / scale.segment(r, n)).rint();
+            }
+            const auto zp = zero.segment(r, n);
+            w.middleRows(r, n) =
+                (((qb.colwise() + zp).cwiseMax(grid.qmin).cwiseMin(grid.qmax).colwise() - zp).colwise() *
+                 scale.segment(r, n))
+                    .matrix();
+        });
         // d loss / d W_g = 2 / batch * (W_g x_g + b - y) x_g^T
         for (int64_t g = 0; g < l.group; ++g) {
             output_errors(l, w.data(), xb, yb, 0, batch, g, err);
             gemm(true, false, per_group, k, batch, 2.0f / static_cast<float>(batch), err.data(), per_group,
                  xb.data() + g * k, xb.rows(), 0.0f, grad.data() + g * per_group * k, k);
         }
-        const auto inside = in_range(q);
-        if (!adaround) {  // straight through the rounding, not through the clipping
-            grad.array() = inside.select(grad.array(), 0.0f);
-        } else {
-            RowArray d = inside.select(grad.array().colwise() * scale, 0.0f);
-            const float beta = it < warm ? 0.0f
-                                         : static_cast<float>(o.beta_start + (o.beta_end - o.beta_start) * (it - warm) /
-                                                                                 std::max(1, o.iterations - warm));
-            if (beta > 0) {  // d/dh of reg * (1 - |2h - 1|^beta)
-                const RowArray t = 2.0f * h.cwiseMax(0.0f).cwiseMin(1.0f) - 1.0f;
-                // |t|^(beta - 1) through Eigen's vectorised log and exp (pow is not); 0 at t = 0.
-                d -= static_cast<float>(o.reg_param) * beta * 2.0f * ((beta - 1) * t.abs().log()).exp() *
-                     (t < 0.0f).select(RowArray::Constant(t.rows(), t.cols(), -1.0f), 1.0f);
+        const float beta = !adaround || it < warm
+                               ? 0.0f
+                               : static_cast<float>(o.beta_start + (o.beta_end - o.beta_start) * (it - warm) /
+                                                                       std::max(1, o.iterations - warm));
+        adam.next();
+        blocks([&](int64_t r, int64_t n) {  // the gradient by the parameters, and Adam's update
+            auto gb = grad.middleRows(r, n).array();
+            const auto inside = in_range(q.middleRows(r, n), zero.segment(r, n));
+            if (!adaround) {  // straight through the rounding, not through the clipping
+                gb = inside.select(gb, 0.0f);
+            } else {
+                RowArray d = inside.select(gb.colwise() * scale.segment(r, n), 0.0f);
+                const auto hb = h.middleRows(r, n);
+                if (beta > 0) {  // d/dh of reg * (1 - |2h - 1|^beta)
+                    const RowArray t = 2.0f * hb.cwiseMax(0.0f).cwiseMin(1.0f) - 1.0f;
+                    // |t|^(beta - 1) through Eigen's vectorised log and exp (pow is not); 0 at t = 0.
+                    d -= static_cast<float>(o.reg_param) * beta * 2.0f * ((beta - 1) * t.abs().log()).exp() *
+                         (t < 0.0f).select(RowArray::Constant(t.rows(), t.cols(), -1.0f), 1.0f);
+                }
+                const auto sb = sig.middleRows(r, n);
+                gb = d * ((hb > 0.0f) && (hb < 1.0f)).select((kZeta - kGamma) * sb * (1.0f - sb), 0.0f);
             }
-            const RowArray dh = ((h > 0.0f) && (h < 1.0f)).select((kZeta - kGamma) * sig * (1.0f - sig), 0.0f);
-            grad.array() = d * dh;
-        }
-        adam.step(std::span<float>(param.data(), static_cast<size_t>(param.size())),
-                  std::span<const float>(grad.data(), static_cast<size_t>(grad.size())));
+            const auto first = static_cast<size_t>(r * k), count = static_cast<size_t>(n * k);
+            adam.update(std::span<float>(param.data() + first, count),
+                        std::span<const float>(grad.data() + first, count), first);
+        });
         if ((it + 1) % every == 0) checkpoint(it + 1);
     }
     iterations += it;
