@@ -5,6 +5,7 @@
 #include <regex>
 
 #include "pipeline/pipeline.hpp"
+#include "pipeline/run_settings.hpp"
 #include "pipeline/selection.hpp"
 #include "recipe/recipe.hpp"
 #include "test_support.hpp"
@@ -208,6 +209,25 @@ TEST(Recipes, PluginOwnedExtraOptionsTakeThePluginDefaultsOrTheRecipeValue) {
     EXPECT_NE(plugins.equalization->set_by.at("CLESteps").find("r.yaml:4:"), std::string::npos)
         << plugins.equalization->set_by.at("CLESteps");
     EXPECT_FALSE(plugins.equalization->set_by.count("CLETotalLayerDiffThreshold")) << "the default";
+}
+
+// The run reads its settings once, typed; what only makes sense together is
+// checked then, at the recipe line.
+TEST(Recipes, RunSettingsAreReadOnceAndTyped) {
+    const auto s =
+        vaiq::RunSettings::of(recipe_from("model_input: m.onnx\nevaluation_batches: 3\nsensitivity_tensors: "
+                                          "5\nextra_options: {RemoveInputInit: false}\n"));
+    ASSERT_TRUE(s.model_input);
+    EXPECT_EQ(fs::path(*s.model_input).filename(), "m.onnx");
+    EXPECT_FALSE(s.model_output);
+    EXPECT_EQ(s.evaluation_batches, 3);
+    EXPECT_EQ(s.sensitivity_tensors, 5);
+    EXPECT_FALSE(s.remove_input_init);
+    EXPECT_TRUE(s.float_fragile_inputs) << "the default";
+    EXPECT_FALSE(s.quantization_params_given);
+    const auto error = error_of([] { vaiq::RunSettings::of(recipe_from("sensitivity_tensors: -1\n")); });
+    EXPECT_NE(error.find("r.yaml:2:"), std::string::npos) << error;
+    EXPECT_NE(error.find("sensitivity_tensors must be 0 (every tensor) or more"), std::string::npos) << error;
 }
 
 // A device's documented switches are its target's options: set under

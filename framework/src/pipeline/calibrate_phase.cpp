@@ -67,11 +67,11 @@ Observations observe_files(RunState& s, const StatisticsIdentity& identity) {
         }
         merge_statistics_file(observations, s.draft, identity, file, path);
     }
-    if (has_calibration_data(s.recipe, s.options)) {
-        s.data = calibration_reader(s.recipe, s.options, s.model);
+    if (has_calibration_data(s.settings, s.options)) {
+        s.data = calibration_reader(s.settings, s.options, s.model);
     } else {
         log_info("calibrated from statistics files; with no calibration data, evaluation runs on random data");
-        s.data = random_reader(s.recipe, s.model);
+        s.data = random_reader(s.settings, s.model);
     }
     return observations;
 }
@@ -91,7 +91,7 @@ void report_preparation_error(RunState& s, const Evaluation& e, const char* data
     const auto line =
         fmt::format("the prepared float model against the input model ({} changed what it computes): {}",
                     changers.empty() ? std::string("preparation") : join(changers, ", "), summary_line(e));
-    const double warn_db = s.recipe.value("warn_output_sqnr_db").get<double>();
+    const double warn_db = s.settings.warn_output_sqnr_db;
     if (std::none_of(e.outputs.begin(), e.outputs.end(), [&](const auto& o) { return o.sqnr_db < warn_db; }))
         return log_info("{}", line);
     log_warn(
@@ -105,10 +105,9 @@ namespace {
 // Observers fed the calibration data.
 Observations observe_data(RunState& s) {
     const auto observed = s.draft.observed();
-    if (!s.data && !has_calibration_data(s.recipe, s.options)) {
+    if (!s.data && !has_calibration_data(s.settings, s.options)) {
         // Given parameters are meant to replace calibration: random data must not fill the gaps.
-        const bool given = !s.recipe.value("input_quantization_params").empty() ||
-                           !s.recipe.value("output_quantization_params").empty();
+        const bool given = s.settings.quantization_params_given;
         if (given && !observed.empty())
             throw InputError(
                 fmt::format("these activations have neither given parameters nor calibration data: {} "
@@ -117,16 +116,15 @@ Observations observe_data(RunState& s) {
                             join(observed, ", ")));
         if (observed.empty()) {
             log_info("nothing to calibrate: activations are quantized at run time or have given parameters");
-            s.data = random_reader(s.recipe, s.model);  // types the tensors; evaluation runs on it too
+            s.data = random_reader(s.settings, s.model);  // types the tensors; evaluation runs on it too
         }
     }
-    if (!s.data) s.data = calibration_reader(s.recipe, s.options, s.model);
+    if (!s.data) s.data = calibration_reader(s.settings, s.options, s.model);
     // Evaluation on this data against a model whose function preparation kept can
     // compare against these outputs instead of running the given model again
     // (calibration runs every batch when it observes anything).
     OutputSink keep;
-    const bool evaluated_here =
-        s.last >= Phase::Evaluate && s.recipe.value("evaluation_data").is_null() && !observed.empty();
+    const bool evaluated_here = s.last >= Phase::Evaluate && !s.settings.evaluation_data && !observed.empty();
     // Where preparation changed the function, the given model's outputs are
     // computed beside, from what the two models share (see joined_reference.hpp).
     std::optional<JoinedReference> joined;
@@ -147,7 +145,7 @@ Observations observe_data(RunState& s) {
         const int outputs = joined ? joined->outputs_before : s.model.graph().output_size();
         for (int o = 0; o < outputs; ++o) s.float_outputs->names.push_back(s.model.graph().output(o).name());
         if (joined) preparation.emplace(s.float_outputs->names);
-        keep = [&, limit = evaluation_batches(s.recipe)](const Batch& batch, std::vector<Tensor> values) {
+        keep = [&, limit = evaluation_batches(s.settings)](const Batch& batch, std::vector<Tensor> values) {
             if (limit > 0 && static_cast<int>(s.float_outputs->sources.size()) >= limit) return;
             if (joined) {  // the input model's outputs, in the prepared model's order
                 std::vector<Tensor> given;
@@ -162,7 +160,7 @@ Observations observe_data(RunState& s) {
     } else if (given_apart) {  // what preparation alone changed, compared when the input model runs
         s.prepared_outputs = std::make_unique<ReferenceOutputs>();
         s.prepared_outputs->names = output_names(s.model);
-        keep = [&, limit = evaluation_batches(s.recipe)](const Batch& batch, std::vector<Tensor> values) {
+        keep = [&, limit = evaluation_batches(s.settings)](const Batch& batch, std::vector<Tensor> values) {
             if (limit > 0 && static_cast<int>(s.prepared_outputs->sources.size()) >= limit) return;
             s.prepared_outputs->add(batch.source, std::move(values));
         };
@@ -210,17 +208,16 @@ class FirstBatches final : public DataReader {
 // read without the measurement, which would need the data before calibrating,
 // so that the plan a shard observes is the plan the run reads them into.
 void check_channel_scales(RunState& s, bool measure) {
-    const double ratio = s.recipe.value("mixed_scale_ratio").get<double>();
-    const auto batches = s.recipe.value("mixed_scale_batches").get<int64_t>();
+    const double ratio = s.settings.mixed_scale_ratio;
+    const auto batches = s.settings.mixed_scale_batches;
     if (!(ratio > 0)) return;
     const auto requests =
         measure && batches > 0 ? mixed_scale_candidates(s.model, s.draft) : std::vector<ChannelRangeRequest>{};
     // Given parameters replace calibration: random data must not decide anything then.
-    const bool given =
-        !s.recipe.value("input_quantization_params").empty() || !s.recipe.value("output_quantization_params").empty();
+    const bool given = s.settings.quantization_params_given;
     ChannelRanges ranges;
-    if (!requests.empty() && (s.data || has_calibration_data(s.recipe, s.options) || !given)) {
-        if (!s.data) s.data = calibration_reader(s.recipe, s.options, s.model);
+    if (!requests.empty() && (s.data || has_calibration_data(s.settings, s.options) || !given)) {
+        if (!s.data) s.data = calibration_reader(s.settings, s.options, s.model);
         FirstBatches first(*s.data, static_cast<size_t>(batches));
         try {
             ranges = measure_channel_ranges(s.model, first, requests, s.threads);

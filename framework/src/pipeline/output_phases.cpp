@@ -131,14 +131,10 @@ void evaluate_phase(RunState& s) {
     if (const size_t parked = s.parked->park_initializers(s.quantized, size_t{1} << 20))
         log_debug("evaluation: {:.1f} MB of quantized weights parked in a temporary file", parked / 1e6);
     std::unique_ptr<DataReader> eval_data;
-    if (!s.recipe.value("evaluation_data").is_null()) {
-        const auto images = image_pipeline(s.recipe);
-        eval_data =
-            open_data_reader(s.recipe.value("evaluation_data").get<std::string>(), s.model, "evaluation data", &images);
-    }
+    if (s.settings.evaluation_data)
+        eval_data = open_data_reader(*s.settings.evaluation_data, s.model, "evaluation data", &s.settings.images);
     std::optional<Tensor> labels;
-    if (!s.recipe.value("evaluation_labels").is_null())
-        labels = read_tensor_file(s.recipe.value("evaluation_labels").get<std::string>());
+    if (s.settings.evaluation_labels) labels = read_tensor_file(*s.settings.evaluation_labels);
     // The reference is the model as given, so function-changing preparation (the DPU
     // simulations, ReplaceClip6Relu) counts as error; a model whose inputs preparation
     // changed (NHWC, float16) cannot take the same data and is compared as prepared.
@@ -158,7 +154,7 @@ void evaluate_phase(RunState& s) {
     }
     const Model& reference = as_given ? given : float_reference(s);
     auto& data = eval_data ? *eval_data : *s.data;
-    const int batches = evaluation_batches(s.recipe);
+    const int batches = evaluation_batches(s.settings);
     const Tensor* label_tensor = labels ? &*labels : nullptr;
     if (!from_calibration) s.float_outputs = reference_outputs(reference, data, s.threads, batches);
     const auto evaluation = compare_outputs(*s.float_outputs, s.quantized, data, label_tensor, s.threads, batches);
@@ -181,10 +177,10 @@ void evaluate_phase(RunState& s) {
     log_info("quantized vs float on {} data{}: {}", eval_data ? "evaluation" : "calibration",
              limited ? fmt::format(" (its first {} batches; evaluation_batches: 0 compares all)", batches) : "",
              summary_line(evaluation));
-    const double warn_db = s.recipe.value("warn_output_sqnr_db").get<double>();
+    const double warn_db = s.settings.warn_output_sqnr_db;
     const bool low = std::any_of(evaluation.outputs.begin(), evaluation.outputs.end(),
                                  [&](const auto& o) { return o.sqnr_db < warn_db; });
-    if (s.recipe.value("sensitivity_analysis").get<bool>()) {
+    if (s.settings.sensitivity_analysis) {
         diagnose(s, "the sensitivity analysis", [&] {
             // The output mixed precision measures (its option), else every output.
             const auto chosen = s.recipe.settings.find("extra_options.AutoMixprecision.OutputIndex");
@@ -193,12 +189,12 @@ void evaluate_phase(RunState& s) {
             // Mixed precision measured the plan before it raised anything: that is what explains the choice.
             const auto& ranking = sensitivity_of(s, output_index);
             s.report["sensitivity"] = {{"data", "calibration_data"},
-                                       {"batches", s.recipe.value("sensitivity_batches")},
+                                       {"batches", s.settings.sensitivity_batches},
                                        {"tensors", sensitivity_json(ranking)}};
         });
     }
     data.rewind();
-    const bool per_tensor = s.recipe.value("report_html").get<bool>();
+    const bool per_tensor = s.settings.report_html;
     auto batch = low || per_tensor ? data.next() : std::nullopt;
     if (batch && per_tensor)
         diagnose(s, "the per-tensor error",

@@ -80,10 +80,8 @@ const Model& float_reference(const RunState& s) { return s.uncorrected ? *s.unco
 // evaluation_data stays held out), most harmful first; computed once per output.
 const std::vector<TensorSensitivity>& sensitivity_of(RunState& s, int output_index) {
     if (auto it = s.sensitivity.find(output_index); it != s.sensitivity.end()) return it->second;
-    const int batches = static_cast<int>(s.recipe.value("sensitivity_batches").get<int64_t>());
-    const auto& tensors = s.recipe.value("sensitivity_tensors");
-    const int max_tensors = tensors.is_null() ? -1 : static_cast<int>(tensors.get<int64_t>());
-    if (!tensors.is_null() && max_tensors < 0) throw InputError("sensitivity_tensors must be 0 (every tensor) or more");
+    const int batches = static_cast<int>(s.settings.sensitivity_batches);
+    const int max_tensors = s.settings.sensitivity_tensors ? static_cast<int>(*s.settings.sensitivity_tensors) : -1;
     log_info("sensitivity analysis: {} tensors, each on {} batches", s.plan.tensors.size(),
              batches > 0 ? std::to_string(batches) : "all");
     size_t reported = 0;
@@ -244,7 +242,7 @@ void offer_plan_services(RunState& s, AlgorithmInputs& inputs, const std::string
 void run_algorithm(RunState& s, Algorithm& algorithm, const std::string& name, AlgorithmStage stage) {
     const bool prepare = stage == AlgorithmStage::Prepare;
     // Before calibration the reader is opened for the model as preparation left it.
-    if (prepare) s.data = calibration_reader(s.recipe, s.options, s.model);
+    if (prepare) s.data = calibration_reader(s.settings, s.options, s.model);
     AlgorithmInputs inputs(s.model, s.plan, *s.data, s.threads);
     inputs.fitted_weights = [&s] { return rounded_for(s, s.plan); };
     inputs.emit = [&s](const QuantPlan& plan, const std::map<std::string, Tensor>& weights) {

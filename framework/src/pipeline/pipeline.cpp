@@ -71,17 +71,13 @@ constexpr PhaseStep kSteps[] = {
 };
 
 // How the recipe saves the model at `output`.
-SaveOptions save_options(const Recipe& recipe, const fs::path& output) {
+SaveOptions save_options(const RunSettings& settings, const fs::path& output) {
     SaveOptions save;
-    save.use_external_data_format = recipe.value("use_external_data_format").get<bool>();
-    save.external_data_file = recipe.value("external_data_name").get<std::string>();
+    save.use_external_data_format = settings.use_external_data_format;
+    save.external_data_file = settings.external_data_name;
     for (size_t at; (at = save.external_data_file.find("{model}")) != std::string::npos;)
         save.external_data_file.replace(at, 7, output.filename().string());
-    const auto threshold = recipe.value("external_data_size_threshold").get<int64_t>();
-    if (threshold < 0)
-        throw InputError(fmt::format("{}: external_data_size_threshold must not be negative",
-                                     recipe.setting("external_data_size_threshold").origin));
-    save.external_data_size_threshold = static_cast<size_t>(threshold);
+    save.external_data_size_threshold = static_cast<size_t>(settings.external_data_size_threshold);
     return save;
 }
 
@@ -92,22 +88,22 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
     s.keep_tables = keep_tables;
     if (auto unsupported = unsupported_settings(recipe, s.last); !unsupported.empty())
         throw InputError(fmt::format("not supported yet by this vaiq: {}", join(unsupported, "; ")));
-    const auto& input = recipe.value("model_input");
-    const auto& output = recipe.value("model_output");
-    if (input.is_null()) throw InputError("no model to quantize: set model_input in the recipe or pass --model");
-    if (writes && output.is_null()) throw InputError("no output path: set model_output in the recipe or pass --output");
-    s.input = input.get<std::string>();
-    if (!output.is_null()) s.output = output.get<std::string>();
+    const auto& input = s.settings.model_input;
+    const auto& output = s.settings.model_output;
+    if (!input) throw InputError("no model to quantize: set model_input in the recipe or pass --model");
+    if (writes && !output) throw InputError("no output path: set model_output in the recipe or pass --output");
+    s.input = *input;
+    if (output) s.output = *output;
     // Checked now as well as when saving, so that a long run does not fail at its end.
     if (writes) {
         const fs::path dir = s.output.has_parent_path() ? s.output.parent_path() : fs::path(".");
         std::error_code ec;
         if (!fs::is_directory(dir, ec))
             throw InputError(fmt::format("{}: the output folder {} does not exist", s.output.string(), dir.string()));
-        save_options(recipe, s.output);
+        save_options(s.settings, s.output);
     }
-    s.report_path = recipe.value("report").is_null() ? fs::path(s.output).replace_extension(".report.json")
-                                                     : fs::path(recipe.value("report").get<std::string>());
+    s.report_path =
+        s.settings.report ? fs::path(*s.settings.report) : fs::path(s.output).replace_extension(".report.json");
     s.report = initial_report(recipe, s.last);
 
     auto runs = [&](Phase p) { return p <= s.last || p == Phase::Check; };
@@ -131,24 +127,24 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
 }
 
 // Writes the model, the dump a recipe asks for, and the report.
-void save_run(const Recipe& recipe, const RunOptions& options, QuantizedRun& run) {
+void save_run(const RunSettings& settings, const RunOptions& options, QuantizedRun& run) {
     const auto start = std::chrono::steady_clock::now();
     // Made before anything is written: a page that cannot be made leaves nothing half-written.
-    const std::string html = recipe.value("report_html").get<bool>() ? html_report(run.report) : std::string();
-    SaveOptions save = save_options(recipe, run.output);
+    const std::string html = settings.report_html ? html_report(run.report) : std::string();
+    SaveOptions save = save_options(settings, run.output);
     save.check = false;  // the check phase just ran
     store_externally_if_oversize(run.quantized, save, run.output, "use_external_data_format");
     save_model(run.quantized, run.output, save, run.input);
-    if (const auto& dir = recipe.value("dump_output_dir"); !dir.is_null()) {
+    if (settings.dump_output_dir) {
         DumpOptions dump;
         if (options.calibration_reader)
             dump.reader = options.calibration_reader;
-        else if (const auto& data = recipe.value("calibration_data_reader"); !data.is_null())
-            dump.data = data.get<std::string>();
+        else if (settings.calibration_data_reader)
+            dump.data = *settings.calibration_data_reader;
         else
-            dump.random_input_shapes = recipe.value("random_data_reader_input_shape");
-        dump.dump_float = recipe.value("dump_float").get<bool>();
-        dump.output_dir = dir.get<std::string>();
+            dump.random_input_shapes = settings.random_input_shapes;
+        dump.dump_float = settings.dump_float;
+        dump.output_dir = *settings.dump_output_dir;
         const auto dumped = dump_model(run.output, dump);
         run.report["dump"] = {{"output_dir", dump.output_dir.string()},
                               {"quantized_tensors", dumped.quantized},
@@ -163,12 +159,12 @@ void save_run(const Recipe& recipe, const RunOptions& options, QuantizedRun& run
 
 // The shipped accurate recipe for the run's target, as advice; empty when the
 // run searches mixed precision already.
-std::string accurate_recipe_advice(const Recipe& recipe, const nlohmann::json& report) {
+std::string accurate_recipe_advice(const RunSettings& settings, const nlohmann::json& report) {
     if (report.contains("mixed_precision")) return {};
     static const std::map<std::string, std::string> kAccurate = {{"cpu", "cpu_accurate.yaml"},
                                                                  {"npu_cnn", "cnn_npu_accurate.yaml"},
                                                                  {"npu_transformer", "transformer_npu_accurate.yaml"}};
-    const auto it = kAccurate.find(recipe.value("target").get<std::string>());
+    const auto it = kAccurate.find(settings.target);
     if (it == kAccurate.end()) return {};
     return fmt::format("the accurate recipe for this target ({}: more bits where 8 cost the output most)",
                        it->second);
@@ -190,9 +186,9 @@ std::string mixed_scales_named(const nlohmann::json& report) {
 // What to try for a poor output, most promising first: the accurate recipe,
 // raising the tensors that cost most alone, the preparation that changed the
 // function, then the general levers.
-std::vector<std::string> what_to_try(const Recipe& recipe, const nlohmann::json& report) {
+std::vector<std::string> what_to_try(const RunSettings& settings, const nlohmann::json& report) {
     std::vector<std::string> out;
-    if (auto accurate = accurate_recipe_advice(recipe, report); !accurate.empty()) out.push_back(accurate);
+    if (auto accurate = accurate_recipe_advice(settings, report); !accurate.empty()) out.push_back(accurate);
     std::vector<std::string> harmful;
     for (const auto& t : report.value("sensitivity", nlohmann::json::object()).value("tensors", nlohmann::json::array()))
         if (harmful.size() < 3 && t["output_sqnr_db"].is_number()) harmful.push_back("'" + t["tensor"].get<std::string>() + "'");
@@ -219,11 +215,12 @@ std::vector<std::string> what_to_try(const Recipe& recipe, const nlohmann::json&
 // Warns of each output below warn_output_sqnr_db, naming where the error
 // starts, and records what to try in the report (its "advice", which the page
 // shows first); fails (nothing is written yet) below min_output_sqnr_db.
-void judge_outputs(const Recipe& recipe, nlohmann::json& report) {
+// `recipe` says where min_output_sqnr_db is set.
+void judge_outputs(const Recipe& recipe, const RunSettings& settings, nlohmann::json& report) {
     if (!report.contains("evaluation")) return;
     const auto& evaluation = report["evaluation"];
-    const double warn_db = recipe.value("warn_output_sqnr_db").get<double>();
-    const auto& floor = recipe.value("min_output_sqnr_db");
+    const double warn_db = settings.warn_output_sqnr_db;
+    const auto& floor = settings.min_output_sqnr_db;
     std::vector<std::string> failed;
     nlohmann::json poor = nlohmann::json::array();
     std::string where = "no single tensor falls below that on the first batch";
@@ -236,7 +233,7 @@ void judge_outputs(const Recipe& recipe, nlohmann::json& report) {
                                               : std::string("the quantized values hold NaN or infinity"),
                             d["data"].get<std::string>());
     }
-    const auto to_try = what_to_try(recipe, report);
+    const auto to_try = what_to_try(settings, report);
     for (const auto& o : evaluation["outputs"]) {
         if (!o["sqnr_db"].is_number()) continue;  // "inf": exact
         const double db = o["sqnr_db"].get<double>();
@@ -248,14 +245,13 @@ void judge_outputs(const Recipe& recipe, nlohmann::json& report) {
                      name, db, warn_db, o["cosine_similarity"].get<double>(), where, mixed_scales_named(report),
                      join(to_try, "; "));
         }
-        if (!floor.is_null() && db < floor.get<double>()) failed.push_back(fmt::format("'{}' has {:.2f} dB", name, db));
+        if (floor && db < *floor) failed.push_back(fmt::format("'{}' has {:.2f} dB", name, db));
     }
     if (!poor.empty())
         report["advice"] = {{"outputs", poor}, {"warn_output_sqnr_db", warn_db}, {"where", where}, {"try", to_try}};
     if (!failed.empty())
         throw InputError(fmt::format("{}: min_output_sqnr_db {}: output {} on the evaluation data; nothing was written",
-                                     recipe.setting("min_output_sqnr_db").origin, floor.get<double>(),
-                                     join(failed, ", ")));
+                                     recipe.setting("min_output_sqnr_db").origin, *floor, join(failed, ", ")));
 }
 
 // The mean output SQNR of an evaluated run (an exact output reports "inf").
@@ -279,8 +275,8 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
     // output, on the evaluation data, is kept.
     const bool evaluated = !options.stop_after || *options.stop_after >= Phase::Evaluate;
     // Statistics files belong to one prepared model: the model without CLE has none.
-    if (evaluated && recipe.value("include_cle").get<bool>() && recipe.value("cle_guard").get<bool>() &&
-        options.calibration_files.empty()) {
+    const auto settings = RunSettings::of(recipe);
+    if (evaluated && settings.include_cle && settings.cle_guard && options.calibration_files.empty()) {
         Recipe plain = recipe;
         apply_setting(plain, "include_cle=false", {});
         // The equalization's own extra options (CLESteps, ...) do not apply without it.
@@ -304,8 +300,8 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
         }
         run.report["cle_guard"] = guard;
     }
-    judge_outputs(recipe, run.report);
-    save_run(recipe, options, run);
+    judge_outputs(recipe, settings, run.report);
+    save_run(settings, options, run);
     return {run.output, run.report_path, run.report};
 }
 
@@ -322,7 +318,7 @@ nlohmann::json analyze_pipeline(const Recipe& recipe, PluginRegistry& registry, 
     Recipe analyzed = recipe;
     apply_setting(analyzed, "sensitivity_analysis=true", {});
     auto report = quantize(analyzed, registry, options, /*writes=*/false).report;
-    judge_outputs(analyzed, report);  // its advice, for the page
+    judge_outputs(analyzed, RunSettings::of(analyzed), report);  // its advice, for the page
     return report;
 }
 
@@ -378,7 +374,7 @@ std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, const 
     }
     line("{} of {} nodes quantized", quantized, decisions.size());
     const auto kept =
-        recipe.value("float_fragile_inputs").get<bool>() ? fragile_inputs(*model) : std::vector<FragileInput>{};
+        RunSettings::of(recipe).float_fragile_inputs ? fragile_inputs(*model) : std::vector<FragileInput>{};
     if (!kept.empty()) {
         line("");
         line("tensors left float (float_fragile_inputs):");

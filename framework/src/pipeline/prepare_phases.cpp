@@ -78,14 +78,14 @@ void prepare_phase(RunState& s) {
     const auto inputs_before = input_signature(s.model);
     // Per-channel weights need DequantizeLinear's axis (opset 13): older models are upgraded, as asked.
     constexpr int64_t kPerChannelOpset = 13;
-    if (s.recipe.value("per_channel").get<bool>() && s.model.opset() < kPerChannelOpset) {
+    if (s.settings.per_channel && s.model.opset() < kPerChannelOpset) {
         const int64_t from = s.model.opset();
         s.model = convert_opset_with_shapes(s.model, kPerChannelOpset, s.registry);
         s.report["opset_converted"] = {{"from", from}, {"to", kPerChannelOpset}, {"why", "per_channel"}};
         log_info("per_channel: the model was converted from opset {} to {} (DequantizeLinear's axis)", from,
                  kPerChannelOpset);
     }
-    if (s.recipe.value("extra_options.RemoveInputInit").get<bool>()) {
+    if (s.settings.remove_input_init) {
         const int removed = remove_initializer_inputs(s.model);
         if (removed > 0) log_info("RemoveInputInit: {} initializers are no longer graph inputs", removed);
         s.report["removed_initializer_inputs"] = removed;
@@ -101,19 +101,19 @@ void prepare_phase(RunState& s) {
     // Data-aware passes measure the model as it stands when they run, through a reader of its own
     // (an earlier pass may have changed the inputs the run's reader was opened for).
     const ChannelMeasurer measure = [&s](const Model& model, const std::vector<ChannelRangeRequest>& wanted) {
-        const auto reader = calibration_reader(s.recipe, s.options, model);
+        const auto reader = calibration_reader(s.settings, s.options, model);
         return measure_channel_ranges(model, *reader, wanted, s.threads);
     };
     s.function_kept = run_passes(passes, s.registry, s.model, s.report["passes"], measure);
-    const auto& algorithm = s.recipe.value("weight_only_algorithm");
-    if (s.recipe.value("weight_only").get<bool>() && algorithm != "rtn") {
+    const auto& algorithm = s.settings.weight_only_algorithm;
+    if (s.settings.weight_only && algorithm != "rtn") {
         // AWQ and GPTQ change weights through float32 arithmetic on float32 tensors.
         for (const auto& init : s.model.graph().initializer())
             if (init.data_type() == onnx::TensorProto::FLOAT16)
-                throw InputError(fmt::format(
-                    "{}: weight_only_algorithm {} needs float32 weights and '{}' is float16: "
-                    "use rtn, or convert the model first (convert_fp16_to_fp32: true)",
-                    s.recipe.setting("weight_only_algorithm").origin, algorithm.get<std::string>(), init.name()));
+                throw InputError(
+                    fmt::format("{}: weight_only_algorithm {} needs float32 weights and '{}' is float16: "
+                                "use rtn, or convert the model first (convert_fp16_to_fp32: true)",
+                                s.recipe.setting("weight_only_algorithm").origin, algorithm, init.name()));
     }
     run_algorithms(s, AlgorithmStage::Prepare);
     s.inputs_changed = input_signature(s.model) != inputs_before;

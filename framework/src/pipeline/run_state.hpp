@@ -23,6 +23,7 @@
 #include "pipeline/joined_reference.hpp"
 #include "pipeline/pipeline.hpp"
 #include "pipeline/planner.hpp"
+#include "pipeline/run_settings.hpp"
 #include "recipe/defaults.hpp"
 #include "report/evaluation.hpp"
 #include "report/sensitivity.hpp"
@@ -51,6 +52,7 @@ struct QuantizedRun {
 struct RunState {
     RunState(const Recipe& r, PluginRegistry& reg, const RunOptions& o)
         : recipe(r),
+          settings(RunSettings::of(r)),
           registry(reg),
           last(o.stop_after.value_or(Phase::Save)),
           options(o),
@@ -67,6 +69,7 @@ struct RunState {
     }
 
     const Recipe& recipe;
+    const RunSettings settings;
     PluginRegistry& registry;
     const Phase last;
     const RunOptions& options;
@@ -126,22 +129,19 @@ int remove_initializer_inputs(Model& model);
 // How many batches evaluation compares (0: all): evaluation_batches, or by default
 // all of evaluation_data (or of labelled calibration data) and the first
 // kDefaultEvaluationBatches of the calibration data.
-int evaluation_batches(const Recipe& recipe);
+int evaluation_batches(const RunSettings& settings);
 
 // A phase's entry in the report: its time and the peak memory at its end.
 nlohmann::json phase_entry(Phase phase, std::chrono::steady_clock::time_point start);
 
 // The readers the recipe asks for: files, or random data when none are given.
-std::unique_ptr<DataReader> random_reader(const Recipe& recipe, const Model& model);
-
-// How images in a data folder become inputs: the data_preprocess preset, with
-// the image_preprocess keys set explicitly in its place.
-ImagePipeline image_pipeline(const Recipe& recipe);
+std::unique_ptr<DataReader> random_reader(const RunSettings& settings, const Model& model);
 
 // Whether the run has calibration data: files the recipe names, or the caller's reader.
-bool has_calibration_data(const Recipe& recipe, const RunOptions& options);
+bool has_calibration_data(const RunSettings& settings, const RunOptions& options);
 
-std::unique_ptr<DataReader> calibration_reader(const Recipe& recipe, const RunOptions& options, const Model& model);
+std::unique_ptr<DataReader> calibration_reader(const RunSettings& settings, const RunOptions& options,
+                                               const Model& model);
 
 nlohmann::json params_json(const TensorQuant& t, const std::map<std::string, TensorRange>& ranges);
 

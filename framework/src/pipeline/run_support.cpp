@@ -103,10 +103,9 @@ constexpr int kDefaultEvaluationBatches = 32;
 // How many batches evaluation compares (0: all): evaluation_batches, or by default
 // all of evaluation_data (or of labelled calibration data) and the first
 // kDefaultEvaluationBatches of the calibration data.
-int evaluation_batches(const Recipe& recipe) {
-    const auto& v = recipe.value("evaluation_batches");
-    if (!v.is_null()) return static_cast<int>(v.get<int64_t>());
-    const bool all = !recipe.value("evaluation_data").is_null() || !recipe.value("evaluation_labels").is_null();
+int evaluation_batches(const RunSettings& settings) {
+    if (settings.evaluation_batches) return static_cast<int>(*settings.evaluation_batches);
+    const bool all = settings.evaluation_data || settings.evaluation_labels;
     return all ? 0 : kDefaultEvaluationBatches;
 }
 
@@ -117,65 +116,22 @@ nlohmann::json phase_entry(Phase phase, std::chrono::steady_clock::time_point st
 }
 
 // The readers the recipe asks for: files, or random data when none are given.
-std::unique_ptr<DataReader> random_reader(const Recipe& recipe, const Model& model) {
-    return random_data_reader(model, recipe.value("random_data_reader_input_shape"),
-                              recipe.value("extra_options.RandomDataReaderInputDataRange"), 1);
-}
-
-// How images in a data folder become inputs: the data_preprocess preset, with
-// the image_preprocess keys set explicitly in its place.
-ImagePipeline image_pipeline(const Recipe& recipe) {
-    auto p = preset_image_pipeline(recipe.value("data_preprocess").get<std::string>());
-    auto given = [&](const char* key) -> const nlohmann::json* {
-        const auto& setting = recipe.setting(key);
-        return setting.is_default() ? nullptr : &setting.value;
-    };
-    auto fail = [&](const char* key, const std::string& what) {
-        throw InputError(fmt::format("{}: {} {}", recipe.setting(key).origin, key, what));
-    };
-    if (const auto* size = given("image_preprocess.size"); size && !size->empty()) {
-        const auto& v = *size;
-        if (v.size() != 2 || !(v[0] >= 1) || !(v[1] >= 1) || v[0] != std::floor(v[0].get<double>()) ||
-            v[1] != std::floor(v[1].get<double>()))
-            fail("image_preprocess.size", "must be [height, width], two positive integers");
-        p.size = std::array<int64_t, 2>{v[0].get<int64_t>(), v[1].get<int64_t>()};
-    }
-    if (const auto* v = given("image_preprocess.resize"))
-        p.resize = *v == "keep_aspect" ? ImagePipeline::Resize::KeepAspect : ImagePipeline::Resize::Stretch;
-    if (const auto* v = given("image_preprocess.crop_fraction")) {
-        p.crop_fraction = v->get<double>();
-        if (!(p.crop_fraction > 0 && p.crop_fraction <= 1)) fail("image_preprocess.crop_fraction", "must be in (0, 1]");
-    }
-    if (const auto* v = given("image_preprocess.interpolation"))
-        p.interpolation = *v == "area" ? ImagePipeline::Interpolation::Area : ImagePipeline::Interpolation::Bilinear;
-    for (const char* key : {"image_preprocess.mean", "image_preprocess.std"}) {
-        const auto* v = given(key);
-        if (!v) continue;
-        if (v->size() != 1 && v->size() != 3) fail(key, "takes one value or one per channel");
-        auto& values = std::string(key) == "image_preprocess.mean" ? p.mean : p.std;
-        values = v->get<std::vector<float>>();
-    }
-    for (float s : p.std)
-        if (!(s > 0)) fail("image_preprocess.std", "values must be positive");
-    if (const auto* v = given("image_preprocess.channel_order")) p.bgr = *v == "BGR";
-    if (const auto* v = given("image_preprocess.layout")) p.nhwc = *v == "NHWC";
-    return p;
+std::unique_ptr<DataReader> random_reader(const RunSettings& settings, const Model& model) {
+    return random_data_reader(model, settings.random_input_shapes, settings.random_input_ranges, 1);
 }
 
 // Whether the run has calibration data: files the recipe names, or the caller's reader.
-bool has_calibration_data(const Recipe& recipe, const RunOptions& options) {
-    return options.calibration_reader || !recipe.value("calibration_data_reader").is_null();
+bool has_calibration_data(const RunSettings& settings, const RunOptions& options) {
+    return options.calibration_reader || settings.calibration_data_reader.has_value();
 }
 
-std::unique_ptr<DataReader> calibration_reader(const Recipe& recipe, const RunOptions& options, const Model& model) {
+std::unique_ptr<DataReader> calibration_reader(const RunSettings& settings, const RunOptions& options,
+                                               const Model& model) {
     if (options.calibration_reader) return options.calibration_reader(model);
-    const auto& path = recipe.value("calibration_data_reader");
-    if (!path.is_null()) {
-        const auto images = image_pipeline(recipe);
-        return open_data_reader(path.get<std::string>(), model, "calibration data", &images);
-    }
+    if (settings.calibration_data_reader)
+        return open_data_reader(*settings.calibration_data_reader, model, "calibration data", &settings.images);
     log_info("no calibration data given: calibrating on random data (a quick test, not an accurate model)");
-    return random_reader(recipe, model);
+    return random_reader(settings, model);
 }
 
 nlohmann::json params_json(const TensorQuant& t, const std::map<std::string, TensorRange>& ranges) {

@@ -1,0 +1,111 @@
+#include "pipeline/run_settings.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cmath>
+
+#include "vaiq/error.hpp"
+
+namespace vaiq {
+
+namespace {
+
+// How images in a data folder become inputs: the data_preprocess preset, with
+// the image_preprocess keys set explicitly in its place.
+ImagePipeline image_pipeline(const Recipe& recipe, const std::string& preset) {
+    auto p = preset_image_pipeline(preset);
+    auto given = [&](const char* key) -> const nlohmann::json* {
+        const auto& setting = recipe.setting(key);
+        return setting.is_default() ? nullptr : &setting.value;
+    };
+    auto fail = [&](const char* key, const std::string& what) {
+        throw InputError(fmt::format("{}: {} {}", recipe.setting(key).origin, key, what));
+    };
+    if (const auto* size = given("image_preprocess.size"); size && !size->empty()) {
+        const auto& v = *size;
+        if (v.size() != 2 || !(v[0] >= 1) || !(v[1] >= 1) || v[0] != std::floor(v[0].get<double>()) ||
+            v[1] != std::floor(v[1].get<double>()))
+            fail("image_preprocess.size", "must be [height, width], two positive integers");
+        p.size = std::array<int64_t, 2>{v[0].get<int64_t>(), v[1].get<int64_t>()};
+    }
+    if (const auto* v = given("image_preprocess.resize"))
+        p.resize = *v == "keep_aspect" ? ImagePipeline::Resize::KeepAspect : ImagePipeline::Resize::Stretch;
+    if (const auto* v = given("image_preprocess.crop_fraction")) {
+        p.crop_fraction = v->get<double>();
+        if (!(p.crop_fraction > 0 && p.crop_fraction <= 1)) fail("image_preprocess.crop_fraction", "must be in (0, 1]");
+    }
+    if (const auto* v = given("image_preprocess.interpolation"))
+        p.interpolation = *v == "area" ? ImagePipeline::Interpolation::Area : ImagePipeline::Interpolation::Bilinear;
+    for (const char* key : {"image_preprocess.mean", "image_preprocess.std"}) {
+        const auto* v = given(key);
+        if (!v) continue;
+        if (v->size() != 1 && v->size() != 3) fail(key, "takes one value or one per channel");
+        auto& values = std::string(key) == "image_preprocess.mean" ? p.mean : p.std;
+        values = v->get<std::vector<float>>();
+    }
+    for (float s : p.std)
+        if (!(s > 0)) fail("image_preprocess.std", "values must be positive");
+    if (const auto* v = given("image_preprocess.channel_order")) p.bgr = *v == "BGR";
+    if (const auto* v = given("image_preprocess.layout")) p.nhwc = *v == "NHWC";
+    return p;
+}
+
+template <typename T>
+std::optional<T> optional_value(const Recipe& recipe, std::string_view key) {
+    const auto& v = recipe.value(key);
+    return v.is_null() ? std::nullopt : std::optional<T>(v.get<T>());
+}
+
+}  // namespace
+
+RunSettings RunSettings::of(const Recipe& recipe) {
+    RunSettings s;
+    auto flag = [&](std::string_view key) { return recipe.value(key).get<bool>(); };
+    s.model_input = optional_value<std::string>(recipe, "model_input");
+    s.model_output = optional_value<std::string>(recipe, "model_output");
+    s.report = optional_value<std::string>(recipe, "report");
+    s.report_html = flag("report_html");
+    s.use_external_data_format = flag("use_external_data_format");
+    s.external_data_name = recipe.value("external_data_name").get<std::string>();
+    s.external_data_size_threshold = recipe.value("external_data_size_threshold").get<int64_t>();
+    s.dump_output_dir = optional_value<std::string>(recipe, "dump_output_dir");
+    s.dump_float = flag("dump_float");
+
+    s.calibration_data_reader = optional_value<std::string>(recipe, "calibration_data_reader");
+    s.evaluation_data = optional_value<std::string>(recipe, "evaluation_data");
+    s.evaluation_labels = optional_value<std::string>(recipe, "evaluation_labels");
+    s.random_input_shapes = recipe.value("random_data_reader_input_shape");
+    s.random_input_ranges = recipe.value("extra_options.RandomDataReaderInputDataRange");
+    s.images = image_pipeline(recipe, recipe.value("data_preprocess").get<std::string>());
+    s.evaluation_batches = optional_value<int64_t>(recipe, "evaluation_batches");
+
+    s.name = recipe.value("name").get<std::string>();
+    s.target = recipe.value("target").get<std::string>();
+    s.per_channel = flag("per_channel");
+    s.remove_input_init = flag("extra_options.RemoveInputInit");
+    s.include_cle = flag("include_cle");
+    s.cle_guard = flag("cle_guard");
+    s.weight_only = flag("weight_only");
+    s.float_fragile_inputs = flag("float_fragile_inputs");
+    s.weight_only_algorithm = recipe.value("weight_only_algorithm").get<std::string>();
+    s.quantization_params_given =
+        !recipe.value("input_quantization_params").empty() || !recipe.value("output_quantization_params").empty();
+    s.mixed_scale_ratio = recipe.value("mixed_scale_ratio").get<double>();
+    s.mixed_scale_batches = recipe.value("mixed_scale_batches").get<int64_t>();
+
+    s.warn_output_sqnr_db = recipe.value("warn_output_sqnr_db").get<double>();
+    s.min_output_sqnr_db = optional_value<double>(recipe, "min_output_sqnr_db");
+    s.sensitivity_analysis = flag("sensitivity_analysis");
+    s.sensitivity_batches = recipe.value("sensitivity_batches").get<int64_t>();
+    s.sensitivity_tensors = optional_value<int64_t>(recipe, "sensitivity_tensors");
+    if (s.sensitivity_tensors && *s.sensitivity_tensors < 0)
+        throw InputError(fmt::format("{}: sensitivity_tensors must be 0 (every tensor) or more",
+                                     recipe.setting("sensitivity_tensors").origin));
+    if (s.external_data_size_threshold < 0)
+        throw InputError(fmt::format("{}: external_data_size_threshold must not be negative",
+                                     recipe.setting("external_data_size_threshold").origin));
+    return s;
+}
+
+}  // namespace vaiq

@@ -1,0 +1,57 @@
+// The recipe's settings that the run reads, parsed once and typed: a phase reads
+// a member, never a key by its name. The planner's per-node settings, the
+// plugins' options and the recipe's structure (passes, algorithms, overrides)
+// are read where they are resolved.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "data/images.hpp"
+#include "recipe/recipe.hpp"
+
+namespace vaiq {
+
+struct RunSettings {
+    // Files
+    std::optional<std::string> model_input, model_output, report;
+    bool report_html = true;
+    bool use_external_data_format = false;
+    std::string external_data_name;
+    int64_t external_data_size_threshold = 0;
+    std::optional<std::string> dump_output_dir;
+    bool dump_float = false;
+
+    // Data
+    std::optional<std::string> calibration_data_reader, evaluation_data, evaluation_labels;
+    nlohmann::json random_input_shapes;  ///< random_data_reader_input_shape
+    nlohmann::json random_input_ranges;  ///< extra_options.RandomDataReaderInputDataRange
+    ImagePipeline images;                ///< data_preprocess, with the image_preprocess keys set in its place
+    std::optional<int64_t> evaluation_batches;
+
+    // What the run does
+    std::string name, target;
+    bool per_channel = false, remove_input_init = true, include_cle = false, cle_guard = true;
+    bool weight_only = false, float_fragile_inputs = true;
+    std::string weight_only_algorithm;
+    bool quantization_params_given = false;  ///< input_ or output_quantization_params
+    double mixed_scale_ratio = 0;
+    int64_t mixed_scale_batches = 0;
+
+    // Judging the result
+    double warn_output_sqnr_db = 0;
+    std::optional<double> min_output_sqnr_db;
+    bool sensitivity_analysis = false;
+    int64_t sensitivity_batches = 0;
+    std::optional<int64_t> sensitivity_tensors;
+
+    /// Reads them from a recipe whose values the schema has checked; throws
+    /// InputError at the recipe line for what only makes sense together (an
+    /// image size, a negative count).
+    static RunSettings of(const Recipe& recipe);
+};
+
+}  // namespace vaiq
