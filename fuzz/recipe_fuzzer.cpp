@@ -1,12 +1,13 @@
 // Recipes: YAML, `extends:` (a parent sits in the scratch folder), ${VAR}
 // expansion, every key's normalisation, and a --set assignment taken from the
 // input's first line. A recipe that loads must also resolve into the settings
-// targets and formats read.
+// targets and formats read, and into the run's typed settings.
 #include <fstream>
 #include <string>
 
 #include "fuzz_support.hpp"
 #include "pipeline/pipeline.hpp"
+#include "pipeline/run_settings.hpp"
 #include "recipe/recipe.hpp"
 
 using namespace vaiq;
@@ -30,6 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         (void)recipe.format_plugin();
         (void)recipe.calibrator_plugin();
         (void)recipe.explicit_keys();
+        (void)RunSettings::of(recipe);
     });
     return 0;
 }

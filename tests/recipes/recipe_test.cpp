@@ -228,6 +228,11 @@ TEST(Recipes, RunSettingsAreReadOnceAndTyped) {
     const auto error = error_of([] { vaiq::RunSettings::of(recipe_from("sensitivity_tensors: -1\n")); });
     EXPECT_NE(error.find("r.yaml:2:"), std::string::npos) << error;
     EXPECT_NE(error.find("sensitivity_tensors must be 0 (every tensor) or more"), std::string::npos) << error;
+    EXPECT_NE(error_of([] {
+                  vaiq::RunSettings::of(recipe_from("image_preprocess: {size: [1.0e30, 2]}\n"));
+              }).find("image_preprocess.size must be [height, width], two integers from 1 to 65536"),
+              std::string::npos)
+        << "a side no image has, not an integer overflow";
 }
 
 // A device's documented switches are its target's options: set under

@@ -24,9 +24,13 @@ ImagePipeline image_pipeline(const Recipe& recipe, const std::string& preset) {
     };
     if (const auto* size = given("image_preprocess.size"); size && !size->empty()) {
         const auto& v = *size;
-        if (v.size() != 2 || !(v[0] >= 1) || !(v[1] >= 1) || v[0] != std::floor(v[0].get<double>()) ||
-            v[1] != std::floor(v[1].get<double>()))
-            fail("image_preprocess.size", "must be [height, width], two positive integers");
+        constexpr double kLargestSide = 1 << 16;
+        auto side = [&](const nlohmann::json& x) {
+            const double d = x.get<double>();
+            return d >= 1 && d <= kLargestSide && d == std::floor(d);
+        };
+        if (v.size() != 2 || !side(v[0]) || !side(v[1]))
+            fail("image_preprocess.size", "must be [height, width], two integers from 1 to 65536");
         p.size = std::array<int64_t, 2>{v[0].get<int64_t>(), v[1].get<int64_t>()};
     }
     if (const auto* v = given("image_preprocess.resize"))
