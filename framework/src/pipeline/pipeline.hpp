@@ -42,7 +42,9 @@ struct ResolvedPlugins {
 };
 
 /// Loads the recipe's plugin_paths into `registry`, then finds every plugin the
-/// recipe names and checks its options. Throws InputError at the recipe line.
+/// recipe names (include_cle's pass among them) and checks its options: their
+/// types, then their values, by configuring an instance of each once. Throws
+/// InputError at the recipe line.
 ResolvedPlugins resolve_plugins(const Recipe& recipe, PluginRegistry& registry);
 
 /// Recipe keys set explicitly (not defaults) that this build cannot honour yet

@@ -207,8 +207,8 @@ ResolvedPlugins resolve_plugins(const Recipe& recipe, PluginRegistry& registry) 
     for (const auto* choice : {&out.target, &out.format, &out.calibrator}) check_configuration(registry, *choice);
     for (const auto* list : {&out.passes, &out.algorithms})
         for (const auto& choice : *list) check_configuration(registry, choice);
-    for (const auto& choice : {out.equalization, out.next_lever})
-        if (choice) check_configuration(registry, *choice);
+    for (const auto* choice : {&out.equalization, &out.next_lever})
+        if (*choice) check_configuration(registry, **choice);
     return out;
 }
 
