@@ -260,8 +260,9 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
         param = -(((kZeta - kGamma) / (rest - kGamma) - 1.0f).log());
     }
     // Grid values (before the zero point) -> the weights they stand for, and whether they lie in the range.
-    auto on_grid = [&](const RowArray& q) -> RowArray {
-        return ((q.colwise() + zero).cwiseMax(grid.qmin).cwiseMin(grid.qmax).colwise() - zero).colwise() * scale;
+    // (of rows whose zero points and scales are `zp` and `sc`: all, or a block's)
+    auto on_grid = [&](const auto& q, const auto& zp, const auto& sc) -> RowArray {
+        return ((q.colwise() + zp).cwiseMax(grid.qmin).cwiseMin(grid.qmax).colwise() - zp).colwise() * sc;
     };
     auto in_range = [&](const auto& q, const auto& zero_points) {
         const RowArray shifted = q.colwise() + zero_points;
@@ -270,9 +271,9 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
     auto sigmoid = [](const auto& v) -> RowArray { return (1.0f + (-v).exp()).inverse(); };
     // The weights as they would be written now: AdaRound's rounding decided, AdaQuant's on the grid.
     auto hard = [&]() -> RowMatrix {
-        if (!adaround) return on_grid((param.colwise() / scale).rint()).matrix();
+        if (!adaround) return on_grid((param.colwise() / scale).rint(), zero, scale).matrix();
         const RowArray h = sigmoid(param) * (kZeta - kGamma) + kGamma;
-        return on_grid(base + (h.cwiseMax(0.0f).cwiseMin(1.0f) >= 0.5f).cast<float>()).matrix();
+        return on_grid(base + (h.cwiseMax(0.0f).cwiseMin(1.0f) >= 0.5f).cast<float>(), zero, scale).matrix();
     };
     Adam adam(static_cast<size_t>(param.size()), o.learning_rate);
     const int64_t batch = std::min<int64_t>(o.batch_columns, split.fit);
@@ -338,11 +339,7 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
             } else {
                 qb = (param.middleRows(r, n).colwise() / scale.segment(r, n)).rint();
             }
-            const auto zp = zero.segment(r, n);
-            w.middleRows(r, n) =
-                (((qb.colwise() + zp).cwiseMax(grid.qmin).cwiseMin(grid.qmax).colwise() - zp).colwise() *
-                 scale.segment(r, n))
-                    .matrix();
+            w.middleRows(r, n) = on_grid(qb, zero.segment(r, n), scale.segment(r, n)).matrix();
         });
         // d loss / d W_g = 2 / batch * (W_g x_g + b - y) x_g^T
         for (int64_t g = 0; g < l.group; ++g) {
