@@ -16,7 +16,15 @@ struct Layer {
     int64_t group = 1;
 };
 
-std::vector<Layer> layers_to_correct(const Model& model, const QuantPlan& plan) {
+// Whether a fit moved the weight off nearest rounding (the grids differ).
+bool fitted(const Tensor& original, const Tensor& rounded, const QuantParams& params, const std::string& name) {
+    const Tensor a = fake_quantize(original, params, name), b = fake_quantize(rounded, params, name);
+    const auto av = a.data<float>(), bv = b.data<float>();
+    return !std::equal(av.begin(), av.end(), bv.begin(), bv.end());
+}
+
+std::vector<Layer> layers_to_correct(const Model& model, const QuantPlan& plan,
+                                     const std::map<std::string, Tensor>& rounded, int64_t& fitted_left) {
     const GraphIndex index(model);
     std::vector<Layer> out;
     for (const auto& node : model.graph().node()) {
@@ -28,6 +36,12 @@ std::vector<Layer> layers_to_correct(const Model& model, const QuantPlan& plan) 
         if (!w || !b || !plan.find(node.input(1)) || w->data_type() != onnx::TensorProto::FLOAT ||
             b->data_type() != onnx::TensorProto::FLOAT)
             continue;
+        const auto chosen = rounded.find(node.input(1));
+        if (chosen != rounded.end() &&
+            fitted(Tensor::from_proto(*w), chosen->second, plan.find(node.input(1))->params, node.input(1))) {
+            ++fitted_left;
+            continue;
+        }
         out.push_back({node.input(0), node.input(1), node.input(2), gemm, int_attribute(node, "transB", 0) != 0,
                        int_attribute(node, "group", 1)});
     }
@@ -54,13 +68,14 @@ struct ChannelMeans {
 
 }  // namespace
 
-std::map<std::string, Tensor> corrected_biases(AlgorithmContext& context, const Model& quantized,
-                                               const std::map<std::string, Tensor>& rounded) {
+BiasCorrections corrected_biases(AlgorithmContext& context, const Model& quantized,
+                                 const std::map<std::string, Tensor>& rounded) {
     const Model& float_model = context.model();
     const QuantPlan& plan = context.plan();
-    const auto layers = layers_to_correct(float_model, plan);
-    std::map<std::string, Tensor> out;
-    if (layers.empty()) return out;
+    BiasCorrections result;
+    const auto layers = layers_to_correct(float_model, plan, rounded, result.fitted_left);
+    auto& out = result.biases;
+    if (layers.empty()) return result;
     std::set<std::string> inputs;
     for (const auto& l : layers) inputs.insert(l.input);
     std::map<std::string, bool> last_axis;
@@ -83,9 +98,7 @@ std::map<std::string, Tensor> corrected_biases(AlgorithmContext& context, const 
         const auto& m = means[l.input];
         const Tensor w = Tensor::from_proto(*index.initializer(l.weight));
         Tensor b = Tensor::from_proto(*index.initializer(l.bias));
-        const auto chosen = rounded.find(l.weight);
-        const Tensor wq =
-            fake_quantize(chosen != rounded.end() ? chosen->second : w, plan.find(l.weight)->params, l.weight);
+        const Tensor wq = fake_quantize(w, plan.find(l.weight)->params, l.weight);  // a fit left it at nearest
         const auto& shape = w.shape();
         const auto wv = w.data<float>(), qv = wq.data<float>();
         auto bias = b.mutable_data<float>();
@@ -119,7 +132,7 @@ std::map<std::string, Tensor> corrected_biases(AlgorithmContext& context, const 
         }
         out.emplace(l.bias, std::move(b));
     }
-    return out;
+    return result;
 }
 
 }  // namespace vaiq

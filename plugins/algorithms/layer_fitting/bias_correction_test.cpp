@@ -51,7 +51,7 @@ TEST(BiasCorrection, AddsTheMeanShiftOfTheQuantizedWeight) {
     plan.tensors.push_back(quant_entry("k", TensorRole::Weight, QuantType::QInt8, {1.0f / 127}, {0}));
     // The model itself as the "quantized" one: its inputs are exactly the constants above.
     vaiq::test::TestAlgorithmContext context(model, *data, plan);
-    const auto biases = vaiq::corrected_biases(context.context, model, {});
+    const auto biases = vaiq::corrected_biases(context.context, model, {}).biases;
     ASSERT_EQ(biases.size(), 2u);
     auto rounded = [](float v) { return std::nearbyint(v * 127.0f) / 127.0f; };
     for (int n = 0; n < 3; ++n) {
@@ -61,6 +61,19 @@ TEST(BiasCorrection, AddsTheMeanShiftOfTheQuantizedWeight) {
     }
     EXPECT_NEAR(biases.at("kb").data<float>()[0], (0.0123f - rounded(0.0123f)) * 2.0, 1e-6);
     EXPECT_NEAR(biases.at("kb").data<float>()[1], -1.0f, 1e-6) << "1.0 quantizes exactly: nothing to correct";
+
+    // A fit that moved one of w's values a grid step keeps its bias; k, which a
+    // fit left at nearest rounding, is corrected as before.
+    auto fitted_w = w;
+    fitted_w[0] = rounded(w[0]) + 1.0f / 127;
+    const std::map<std::string, Tensor> fitted = {
+        {"w", Tensor::from_values<float>({4, 3}, fitted_w)},
+        {"k", Tensor::from_values<float>({2, 1, 1, 1}, std::vector<float>{0.0123f, 1.0f})}};
+    const auto after_fit = vaiq::corrected_biases(context.context, model, fitted);
+    EXPECT_EQ(after_fit.fitted_left, 1);
+    EXPECT_FALSE(after_fit.biases.contains("b"));
+    ASSERT_TRUE(after_fit.biases.contains("kb"));
+    EXPECT_EQ(after_fit.biases.at("kb").data<float>()[0], biases.at("kb").data<float>()[0]);
 }
 
 }  // namespace
@@ -90,12 +103,13 @@ TEST(LayerFittingPlugins, TheDocumentedSwitchesRunThemAndBiasCorrectionComesLast
     EXPECT_EQ(implied["fast_finetune"]["iterations"], 20) << "a nested extra option reaches the plugin";
     EXPECT_EQ(implied["fast_finetune"]["trials"]["runs"].size(), 2u);
     ASSERT_TRUE(implied.contains("bias_correction"));
-    EXPECT_EQ(implied["bias_correction"]["layers"], 1);
+    EXPECT_EQ(implied["bias_correction"]["layers"], 0);
+    EXPECT_EQ(implied["bias_correction"]["left_as_fitted"], 1) << "the Gemm fast finetune fitted keeps its bias";
     const auto first = vaiq::test::slurp(dir / "out.onnx");
 
     const auto named = vaiq::test::run_recipe_in(
         dir, registry, recipe("false", options) + "algorithms: [bias_correction, fast_finetune]\n", "n.yaml");
-    EXPECT_EQ(named["bias_correction"]["layers"], 1);
+    EXPECT_EQ(named["bias_correction"]["left_as_fitted"], 1);
     EXPECT_EQ(vaiq::test::slurp(dir / "out.onnx"), first) << "the same model whatever order names them";
 
     try {

@@ -17,7 +17,7 @@ vaiq::Model written_model(vaiq::AlgorithmContext& context, const std::map<std::s
     vaiq::Model quantized = context.quantized(context.plan(), rounded);
     if (!correct_biases) return quantized;
     auto initializers = rounded;
-    initializers.merge(vaiq::corrected_biases(context, quantized, rounded));
+    initializers.merge(vaiq::corrected_biases(context, quantized, rounded).biases);
     return context.quantized(context.plan(), initializers);
 }
 
@@ -109,18 +109,23 @@ class FastFinetune final : public vaiq::Algorithm {
 };
 
 // extra_options.BiasCorrection: each Conv/Gemm bias takes back the mean shift
-// its quantized weight causes, measured through the model as it will be written.
+// its quantized weight causes, measured through the model as it will be written;
+// the layers fast finetune fitted keep their bias.
 class BiasCorrection final : public vaiq::Algorithm {
   public:
     vaiq::AlgorithmStage stage() const override { return vaiq::AlgorithmStage::Corrections; }
 
     void run(vaiq::AlgorithmContext& context) override {
         const auto& fitted = context.fitted_weights();
-        auto biases = vaiq::corrected_biases(context, context.quantized(context.plan(), fitted), fitted);
-        const auto layers = biases.size();
-        context.set_initializers(std::move(biases));
-        context.report({{"layers", layers}});
-        vaiq::log_info("bias correction: {} Conv/Gemm biases corrected", layers);
+        auto corrections = vaiq::corrected_biases(context, context.quantized(context.plan(), fitted), fitted);
+        const auto layers = corrections.biases.size();
+        context.set_initializers(std::move(corrections.biases));
+        context.report({{"layers", layers}, {"left_as_fitted", corrections.fitted_left}});
+        if (corrections.fitted_left > 0)
+            vaiq::log_info("bias correction: {} Conv/Gemm biases corrected; {} left as fast finetune fitted them",
+                           layers, corrections.fitted_left);
+        else
+            vaiq::log_info("bias correction: {} Conv/Gemm biases corrected", layers);
     }
 };
 
