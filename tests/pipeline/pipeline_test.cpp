@@ -217,7 +217,8 @@ class Plan : public ::testing::Test {
         return plan_recipe(model, recipe_from(yaml));
     }
     vaiq::DraftPlan plan_recipe(const vaiq::Model& model, const vaiq::Recipe& recipe) {
-        return vaiq::plan_tensors(recipe, model, *target_, vaiq::decide_nodes(recipe, model, *target_), calibrators_);
+        return vaiq::plan_tensors(vaiq::RunSettings::of(recipe), model, *target_,
+                                  vaiq::decide_nodes(recipe, model, *target_), calibrators_);
     }
     vaiq::PluginRegistry registry_;
     vaiq::PluginInstance<vaiq::Target> target_;

@@ -224,7 +224,22 @@ TEST(Recipes, RunSettingsAreReadOnceAndTyped) {
     EXPECT_EQ(s.sensitivity_tensors, 5);
     EXPECT_FALSE(s.remove_input_init);
     EXPECT_TRUE(s.float_fragile_inputs) << "the default";
-    EXPECT_FALSE(s.quantization_params_given);
+    EXPECT_TRUE(s.given_params.empty());
+    EXPECT_EQ(s.request.weight_type, vaiq::QuantType::QInt8) << "what the defaults ask of the target";
+
+    const auto planning = vaiq::RunSettings::of(recipe_from(
+        "static: false\nactivation_type: QUInt8\noutput_quantization_params: {y: [3, 0.5]}\nextra_options:\n"
+        "  OpTypesToExcludeOutputQuantization: [Conv]\n  QDQOpTypePerChannelSupportToAxis: {MatMul: 1}\n"));
+    EXPECT_FALSE(planning.static_quantization);
+    EXPECT_EQ(planning.request.activation_type, vaiq::QuantType::QUInt8);
+    EXPECT_EQ(planning.ops_without_output_quantization, std::set<std::string>{"Conv"});
+    EXPECT_EQ(planning.per_channel_axes.at("MatMul"), 1);
+    ASSERT_EQ(planning.given_params.size(), 1u);
+    const auto& given = planning.given_params.at("y");
+    EXPECT_EQ(given.zero_point, 3);
+    EXPECT_FLOAT_EQ(given.scale, 0.5f);
+    EXPECT_EQ(given.key, "output_quantization_params");
+    EXPECT_NE(given.origin.find("r.yaml:4:"), std::string::npos) << given.origin;
     const auto error = error_of([] { vaiq::RunSettings::of(recipe_from("sensitivity_tensors: -1\n")); });
     EXPECT_NE(error.find("r.yaml:2:"), std::string::npos) << error;
     EXPECT_NE(error.find("sensitivity_tensors must be 0 (every tensor) or more"), std::string::npos) << error;

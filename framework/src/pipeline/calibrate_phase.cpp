@@ -107,7 +107,7 @@ Observations observe_data(RunState& s) {
     const auto observed = s.draft.observed();
     if (!s.data && !has_calibration_data(s.settings, s.options)) {
         // Given parameters are meant to replace calibration: random data must not fill the gaps.
-        const bool given = s.settings.quantization_params_given;
+        const bool given = !s.settings.given_params.empty();
         if (given && !observed.empty())
             throw InputError(
                 fmt::format("these activations have neither given parameters nor calibration data: {} "
@@ -214,7 +214,7 @@ void check_channel_scales(RunState& s, bool measure) {
     const auto requests =
         measure && batches > 0 ? mixed_scale_candidates(s.model, s.draft) : std::vector<ChannelRangeRequest>{};
     // Given parameters replace calibration: random data must not decide anything then.
-    const bool given = s.settings.quantization_params_given;
+    const bool given = !s.settings.given_params.empty();
     ChannelRanges ranges;
     if (!requests.empty() && (s.data || has_calibration_data(s.settings, s.options) || !given)) {
         if (!s.data) s.data = calibration_reader(s.settings, s.options, s.model);

@@ -37,37 +37,37 @@ const std::set<std::string, std::less<>> kRemovableActivations = {"Relu", "Clip"
 const std::set<std::string, std::less<>> kNormalizations = {"InstanceNormalization", "LayerNormalization",
                                                             "BatchNormalization"};
 
+// A node's settings, its overrides applied, typed once.
+struct NodeSettings {
+    QuantRequest request;          ///< what they ask of the target, power_of_two from the calibrator
+    std::string calibrate_method;  ///< the calibrator plugin
+    bool unsigned_relu = false;    ///< extra_options.UseUnsignedReLU
+};
+
 class Planner {
   public:
-    Planner(const Recipe& recipe, const Model& model, const Target& target, CalibratorSet& calibrators)
-        : model_(model), target_(target), calibrators_(calibrators), index_(model), base_(recipe.quantize_config()) {
-        for (const auto& t : recipe.value("extra_options.OpTypesToExcludeOutputQuantization"))
-            no_output_.insert(t.get<std::string>());
-        for (const auto& [op, axis] : recipe.value("extra_options.QDQOpTypePerChannelSupportToAxis").items())
-            axes_[op] = axis.get<int>();
-        force_ = recipe.value("extra_options.ForceQuantizeNoInputCheck").get<bool>();
-        const_b_only_ = recipe.value("extra_options.MatMulConstBOnly").get<bool>();
-        static_ = recipe.value("static").get<bool>();
-        weight_only_ = recipe.value("weight_only").get<bool>();
-        for (const char* key : {"input_quantization_params", "output_quantization_params"})
-            for (const auto& [tensor, p] : recipe.value(key).items()) {
-                if (index_.producer(tensor) < 0 && !index_.initializer(tensor) && !index_.is_graph_input(tensor))
-                    throw InputError(fmt::format("{}: {} names '{}', which the model does not have",
-                                                 recipe.setting(key).origin, key, tensor));
-                given_[tensor] = {p[0].get<int64_t>(), p[1].get<float>(), recipe.setting(key).origin};
-            }
+    Planner(const RunSettings& settings, const Model& model, const Target& target, CalibratorSet& calibrators)
+        : settings_(settings), model_(model), target_(target), calibrators_(calibrators), index_(model) {
+        for (const auto& [tensor, g] : settings.given_params)
+            if (index_.producer(tensor) < 0 && !index_.initializer(tensor) && !index_.is_graph_input(tensor))
+                throw InputError(
+                    fmt::format("{}: {} names '{}', which the model does not have", g.origin, g.key, tensor));
     }
 
     DraftPlan run(const std::vector<NodeDecision>& decisions) {
         const auto& graph = model_.graph();
         std::vector<const NodeDecision*> by_node(graph.node_size(), nullptr);
-        for (const auto& d : decisions) by_node[d.node] = &d;
+        node_settings_.resize(graph.node_size());
+        for (const auto& d : decisions) {
+            by_node[d.node] = &d;
+            if (d.quantized) node_settings_[d.node] = node_settings(d);
+        }
         find_absorbed(by_node);
         for (int n : topological_order(graph)) {
             const auto* d = by_node[n];
-            if (d && d->quantized) plan_node(graph.node(n), *d);
+            if (d && d->quantized) plan_node(graph.node(n), *d, node_settings_[n]);
         }
-        for (const auto& [tensor, g] : given_)
+        for (const auto& [tensor, g] : settings_.given_params)
             if (!plan_.find(tensor))
                 log_warn("{}: '{}' is given quantization parameters, but no quantized node reads or writes it",
                          g.origin, tensor);
@@ -75,22 +75,15 @@ class Planner {
     }
 
   private:
-    Options node_config(const NodeDecision& d) const {
-        Options config = base_;
+    NodeSettings node_settings(const NodeDecision& d) const {
+        Options config = settings_.node_defaults;
         for (const auto& [key, setting] : d.settings) config.set(key, setting.value);
-        return config;
-    }
-
-    // What the node's settings ask of the target.
-    QuantRequest request(const Options& config) const {
-        auto r = quant_request(config);
-        r.power_of_two = calibrators_.get(method_of(config)).scale_form() == ScaleForm::PowerOfTwo;
-        return r;
-    }
-
-    // The calibrator plugin of the node's calibrate_method.
-    static std::string method_of(const Options& config) {
-        return defaults::calibrator_plugin(config.get_string("calibrate_method"));
+        NodeSettings out;
+        out.request = quant_request(config);
+        out.calibrate_method = defaults::calibrator_plugin(config.get_string("calibrate_method"));
+        out.request.power_of_two = calibrators_.get(out.calibrate_method).scale_form() == ScaleForm::PowerOfTwo;
+        out.unsigned_relu = config.get_bool("extra_options.UseUnsignedReLU");
+        return out;
     }
 
     // An initializer that is also a graph input can be fed a new value: not a constant.
@@ -114,14 +107,17 @@ class Planner {
             const int producer = index_.producer(in);
             if (producer < 0 || index_.consumers(in).size() != 1 || index_.is_graph_output(in)) continue;
             const auto* pd = by_node[producer];
-            if (!pd || !pd->quantized || no_output_.count(graph.node(producer).op_type())) continue;
-            if (target_.fuses(graph.node(producer), node, index_, request(node_config(*d)))) {
+            if (!pd || !pd->quantized ||
+                settings_.ops_without_output_quantization.count(graph.node(producer).op_type()))
+                continue;
+            const auto& config = node_settings_[n];
+            if (target_.fuses(graph.node(producer), node, index_, config.request)) {
                 absorbed_.insert(in);
                 continue;
             }
             if (!kRemovableActivations.count(node.op_type()) || kSameAsInput.count(graph.node(producer).op_type()))
                 continue;
-            const auto spec = activation_spec(node, node_config(*d), true);
+            const auto spec = activation_spec(node, config, true);
             if (!spec.symmetric)
                 absorbed_.insert(in);
             else
@@ -129,21 +125,20 @@ class Planner {
         }
     }
 
-    QuantSpec activation_spec(const onnx::NodeProto& node, const Options& config, bool output) const {
-        auto spec = target_.default_spec(TensorRole::Activation, request(config));
-        if (output && kRemovableActivations.count(node.op_type()) && config.get_bool("extra_options.UseUnsignedReLU"))
-            spec.symmetric = false;
+    QuantSpec activation_spec(const onnx::NodeProto& node, const NodeSettings& config, bool output) const {
+        auto spec = target_.default_spec(TensorRole::Activation, config.request);
+        if (output && kRemovableActivations.count(node.op_type()) && config.unsigned_relu) spec.symmetric = false;
         return spec;
     }
 
     PlannedTensor* add(const std::string& tensor, const onnx::NodeProto& node, TensorRole role, const QuantSpec& spec,
-                       const Options& config) {
+                       const NodeSettings& config) {
         if (tensor.empty() || absorbed_.count(tensor)) return nullptr;
         if (auto it = plan_.index.find(tensor); it != plan_.index.end()) return nullptr;  // the first request wins
         // Shapes, indices, axes: not values to quantize; a float16 model's weights are, weight-only.
         if (const auto* init = index_.initializer(tensor);
             init && init->data_type() != onnx::TensorProto::FLOAT &&
-            !(weight_only_ && init->data_type() == onnx::TensorProto::FLOAT16))
+            !(settings_.weight_only && init->data_type() == onnx::TensorProto::FLOAT16))
             return nullptr;
         PlannedTensor t;
         t.tensor = tensor;
@@ -155,7 +150,7 @@ class Planner {
             // Float types round to their own precision: there is no range to calibrate.
             t.fixed_range = TensorRange{};
         } else {
-            t.calibrate_method = method_of(config);
+            t.calibrate_method = config.calibrate_method;
             t.calibrator = &calibrators_.get(t.calibrate_method);
             // A power-of-two calibrator gives every tensor of the node a power-of-two
             // scale (an int32 bias gets one too: input scale x weight scale).
@@ -174,7 +169,7 @@ class Planner {
     // An activation with given parameters takes them; without, under `static:
     // false`, DynamicQuantizeLinear computes them at run time (uint8 only).
     void set_run_time_params(PlannedTensor& t) const {
-        if (auto it = given_.find(t.tensor); it != given_.end()) {
+        if (auto it = settings_.given_params.find(t.tensor); it != settings_.given_params.end()) {
             const auto& g = it->second;
             const auto [qmin, qmax] = integer_range(t.spec.type);
             if (g.zero_point < qmin || g.zero_point > qmax)
@@ -184,7 +179,7 @@ class Planner {
             t.spec.power_of_two = false;
             return;
         }
-        if (static_) return;
+        if (settings_.static_quantization) return;
         if (t.spec.type != QuantType::QUInt8)
             throw InputError(fmt::format("static: false quantizes activations at run time with DynamicQuantizeLinear, "
                                          "which writes uint8; '{}' is planned as {} (set activation_type: QUInt8)",
@@ -209,13 +204,13 @@ class Planner {
 
     // An input read as an activation; an initializer there is stored quantized
     // with the activation type, per tensor.
-    void add_activation(const std::string& tensor, const onnx::NodeProto& node, const Options& config) {
+    void add_activation(const std::string& tensor, const onnx::NodeProto& node, const NodeSettings& config) {
         const auto spec = activation_spec(node, config, false);
         add(tensor, node, is_constant(tensor) ? TensorRole::Weight : TensorRole::Activation, spec, config);
     }
 
-    void add_outputs(const onnx::NodeProto& node, const Options& config) {
-        if (no_output_.count(node.op_type())) return;
+    void add_outputs(const onnx::NodeProto& node, const NodeSettings& config) {
+        if (settings_.ops_without_output_quantization.count(node.op_type())) return;
         for (const auto& out : node.output()) {
             auto* t = add(out, node, TensorRole::Activation, activation_spec(node, config, true), config);
             if (t && node.op_type() == "Softmax") t->fixed_range = TensorRange{0.0f, 1.0f};
@@ -224,13 +219,13 @@ class Planner {
 
     // `axis`: the channel axis for per-channel weights; `blocked_axis`: the axis
     // block_size runs along (-1: the op's weights are not quantized in blocks).
-    PlannedTensor* add_weight(const std::string& tensor, const onnx::NodeProto& node, const Options& config,
+    PlannedTensor* add_weight(const std::string& tensor, const onnx::NodeProto& node, const NodeSettings& config,
                               int axis, int blocked_axis = -1) {
         if (!is_constant(tensor)) {
             add_activation(tensor, node, config);
             return nullptr;
         }
-        auto spec = target_.default_spec(TensorRole::Weight, request(config));
+        auto spec = target_.default_spec(TensorRole::Weight, config.request);
         if (spec.block_size == -1 && blocked_axis >= 0) {
             // One block spanning the whole axis: a scale per channel (ModelOpt's and ONNX Runtime's -1).
             const auto* init = index_.initializer(tensor);
@@ -247,7 +242,7 @@ class Planner {
             return add(tensor, node, TensorRole::Weight, spec, config);
         }
         spec.block_size = 0;
-        if (quant_bits(spec.type) == 4 && !weight_only_)
+        if (quant_bits(spec.type) == 4 && !settings_.weight_only)
             throw InputError(fmt::format("weight_type {} is for weight-only quantization of MatMul (weight_only: "
                                          "true, block_size)",
                                          quant_type_name(spec.type)));
@@ -266,11 +261,11 @@ class Planner {
         return add(tensor, node, TensorRole::Weight, spec, config);
     }
 
-    void add_bias(const onnx::NodeProto& node, int slot, const Options& config) {
+    void add_bias(const onnx::NodeProto& node, int slot, const NodeSettings& config) {
         if (node.input_size() <= slot || node.input(slot).empty()) return;
         const auto& bias = node.input(slot);
         const auto* weight = plan_.find(node.input(1));
-        if (!config.get_bool("extra_options.QuantizeBias") || !is_constant(bias)) return;
+        if (!config.request.quantize_bias || !is_constant(bias)) return;
         if (!plan_.find(node.input(0)) || !weight || !weight->constant) {
             add_activation(bias, node, config);
             return;
@@ -278,7 +273,7 @@ class Planner {
         // A scale known only at run time cannot make an int32 bias: it stays float.
         if (plan_.find(node.input(0))->spec.dynamic) return;
         // An int32 bias takes input scale x weight scale; other types are quantized from their data.
-        auto* t = add(bias, node, TensorRole::Bias, target_.default_spec(TensorRole::Bias, request(config)), config);
+        auto* t = add(bias, node, TensorRole::Bias, target_.default_spec(TensorRole::Bias, config.request), config);
         if (t && t->spec.type == QuantType::QInt32) {
             t->bias_input = node.input(0);
             t->bias_weight = node.input(1);
@@ -286,8 +281,8 @@ class Planner {
     }
 
     int per_channel_axis(const std::string& op, int fallback) const {
-        auto it = axes_.find(op);
-        return it == axes_.end() ? fallback : it->second;
+        auto it = settings_.per_channel_axes.find(op);
+        return it == settings_.per_channel_axes.end() ? fallback : it->second;
     }
 
     int rank_of(const std::string& tensor) const {
@@ -295,10 +290,9 @@ class Planner {
         return init ? init->dims_size() : 0;
     }
 
-    void plan_node(const onnx::NodeProto& node, const NodeDecision& d) {
-        const auto config = node_config(d);
+    void plan_node(const onnx::NodeProto& node, const NodeDecision& d, const NodeSettings& config) {
         const auto& op = node.op_type();
-        if (weight_only_) {
+        if (settings_.weight_only) {
             // Only constant weights, activations stay float: MatMul's B blocked along K (its rows), an
             // embedding table (Gather's data, gathered along axis 0) blocked along its rows' values.
             if (op == "MatMul" && is_constant(node.input(1))) {
@@ -328,7 +322,7 @@ class Planner {
                 add_activation(node.input(2), node, config);
             add_outputs(node, config);
         } else if (op == "MatMul") {
-            if (const_b_only_ && !is_constant(node.input(1))) {
+            if (settings_.matmul_const_b_only && !is_constant(node.input(1))) {
                 plan_.skipped.emplace_back(d.name, "MatMulConstBOnly and B is not a constant");
                 return;
             }
@@ -339,7 +333,7 @@ class Planner {
         } else if (op == "LSTM") {
             // Only ONNX Runtime's DynamicQuantizeLSTM runs an LSTM on integers: its input is
             // quantized inside, at run time, and its outputs are float.
-            if (static_) {
+            if (settings_.static_quantization) {
                 plan_.skipped.emplace_back(d.name, "an LSTM is quantized only dynamically (static: false)");
                 return;
             }
@@ -349,7 +343,7 @@ class Planner {
             // QAttention, as ONNX Runtime's dynamic quantizer writes it: the input quantized at
             // run time, the packed weights per tensor or per column, in 7 bits (reduce_range) as
             // it forces for this op; the output is float.
-            if (static_) {
+            if (settings_.static_quantization) {
                 plan_.skipped.emplace_back(d.name, "an Attention is quantized only dynamically (static: false)");
                 return;
             }
@@ -369,7 +363,7 @@ class Planner {
             add_outputs(node, config);
         } else if (kSameAsInput.count(op)) {
             const auto& in = node.input(0);
-            if (!plan_.find(in) && !force_) {
+            if (!plan_.find(in) && !settings_.force_quantize_no_input_check) {
                 plan_.skipped.emplace_back(d.name, fmt::format("its input '{}' is not quantized (set "
                                                                "ForceQuantizeNoInputCheck to quantize it anyway)",
                                                                in));
@@ -377,7 +371,7 @@ class Planner {
             }
             add_activation(in, node, config);
             if (!plan_.find(in)) return;
-            if (no_output_.count(op)) return;
+            if (settings_.ops_without_output_quantization.count(op)) return;
             for (const auto& out : node.output()) {
                 auto* t = add(out, node, TensorRole::Activation, plan_.find(in)->spec, config);
                 if (t) t->share_with = in;
@@ -389,23 +383,12 @@ class Planner {
         }
     }
 
+    const RunSettings& settings_;
     const Model& model_;
     const Target& target_;
     CalibratorSet& calibrators_;
     GraphIndex index_;
-    Options base_;
-    std::set<std::string> no_output_;
-    std::map<std::string, int> axes_;
-    bool force_ = false;
-    bool const_b_only_ = false;
-    bool static_ = true;
-    bool weight_only_ = false;
-    struct Given {
-        int64_t zero_point;
-        float scale;
-        std::string origin;  ///< the recipe line that gave them
-    };
-    std::map<std::string, Given> given_;
+    std::vector<NodeSettings> node_settings_;  ///< by node, for the quantized ones
     std::set<std::string> absorbed_;
     std::map<std::string, std::string> inherit_;
     DraftPlan plan_;
@@ -419,10 +402,10 @@ const Calibrator& CalibratorSet::get(const std::string& method) {
     return *it->second;
 }
 
-DraftPlan plan_tensors(const Recipe& recipe, const Model& model, const Target& target,
+DraftPlan plan_tensors(const RunSettings& settings, const Model& model, const Target& target,
                        const std::vector<NodeDecision>& decisions, CalibratorSet& calibrators) {
-    auto plan = Planner(recipe, model, target, calibrators).run(decisions);
-    if (recipe.value("float_fragile_inputs").get<bool>()) keep_fragile_inputs_float(plan, model);
+    auto plan = Planner(settings, model, target, calibrators).run(decisions);
+    if (settings.float_fragile_inputs) keep_fragile_inputs_float(plan, model);
     return plan;
 }
 

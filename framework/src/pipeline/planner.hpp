@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/run_settings.hpp"
 #include "pipeline/selection.hpp"
 #include "vaiq/algorithm.hpp"
 #include "vaiq/calibrator.hpp"
@@ -76,7 +77,7 @@ class CalibratorSet {
 
 /// Plans every tensor of the quantized nodes. Throws InputError for a plan the
 /// settings make impossible (e.g. per-channel weights below opset 13).
-DraftPlan plan_tensors(const Recipe& recipe, const Model& model, const Target& target,
+DraftPlan plan_tensors(const RunSettings& settings, const Model& model, const Target& target,
                        const std::vector<NodeDecision>& decisions, CalibratorSet& calibrators);
 
 /// Leaves float the planned tensors that ops whose meaning breaks under

@@ -49,7 +49,7 @@ void setup_phase(RunState& s) {
         s.algorithms.push_back(s.registry.create<Algorithm>(a.info->name, a.options));
     if (const auto& lever = s.plugins.next_lever)
         s.next_lever = s.registry.create<Algorithm>(lever->info->name, lever->options);
-    s.run = quant_request(s.recipe.quantize_config());
+    s.run = s.settings.request;
     s.run.power_of_two = s.calibrators.get(s.plugins.calibrator.info->name).scale_form() == ScaleForm::PowerOfTwo;
     s.target->check(s.run);
     s.report["plugins"] = nlohmann::json::array();
@@ -121,7 +121,7 @@ void prepare_phase(RunState& s) {
 
 void plan_phase(RunState& s) {
     const auto decisions = decide_nodes(s.recipe, s.model, *s.target);
-    s.draft = plan_tensors(s.recipe, s.model, *s.target, decisions, s.calibrators);
+    s.draft = plan_tensors(s.settings, s.model, *s.target, decisions, s.calibrators);
     int selected = 0;
     for (const auto& d : decisions) selected += d.quantized;
     s.report["plan"] = {{"nodes", decisions.size()},

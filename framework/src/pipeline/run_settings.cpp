@@ -93,10 +93,21 @@ RunSettings RunSettings::of(const Recipe& recipe) {
     s.weight_only = flag("weight_only");
     s.float_fragile_inputs = flag("float_fragile_inputs");
     s.weight_only_algorithm = recipe.value("weight_only_algorithm").get<std::string>();
-    s.quantization_params_given =
-        !recipe.value("input_quantization_params").empty() || !recipe.value("output_quantization_params").empty();
     s.mixed_scale_ratio = recipe.value("mixed_scale_ratio").get<double>();
     s.mixed_scale_batches = recipe.value("mixed_scale_batches").get<int64_t>();
+
+    s.node_defaults = recipe.quantize_config();
+    s.request = quant_request(s.node_defaults);
+    for (const auto& t : recipe.value("extra_options.OpTypesToExcludeOutputQuantization"))
+        s.ops_without_output_quantization.insert(t.get<std::string>());
+    for (const auto& [op, axis] : recipe.value("extra_options.QDQOpTypePerChannelSupportToAxis").items())
+        s.per_channel_axes[op] = axis.get<int>();
+    s.force_quantize_no_input_check = flag("extra_options.ForceQuantizeNoInputCheck");
+    s.matmul_const_b_only = flag("extra_options.MatMulConstBOnly");
+    s.static_quantization = flag("static");
+    for (const char* key : {"input_quantization_params", "output_quantization_params"})
+        for (const auto& [tensor, p] : recipe.value(key).items())
+            s.given_params[tensor] = {p[0].get<int64_t>(), p[1].get<float>(), key, recipe.setting(key).origin};
 
     s.warn_output_sqnr_db = recipe.value("warn_output_sqnr_db").get<double>();
     s.min_output_sqnr_db = optional_value<double>(recipe, "min_output_sqnr_db");

@@ -1,13 +1,15 @@
 // The recipe's settings that the run reads, parsed once and typed: a phase reads
-// a member, never a key by its name. The planner's per-node settings, the
-// plugins' options and the recipe's structure (passes, algorithms, overrides)
-// are read where they are resolved.
+// a member, never a key by its name. The plugins' options and the recipe's
+// structure (passes, algorithms, overrides) are read where they are resolved;
+// the planner types each node's settings, overrides applied, once per node.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "data/images.hpp"
@@ -37,9 +39,21 @@ struct RunSettings {
     bool per_channel = false, remove_input_init = true, include_cle = false, cle_guard = true;
     bool weight_only = false, float_fragile_inputs = true;
     std::string weight_only_algorithm;
-    bool quantization_params_given = false;  ///< input_ or output_quantization_params
     double mixed_scale_ratio = 0;
     int64_t mixed_scale_batches = 0;
+
+    // Planning
+    Options node_defaults;  ///< every node's settings before its overrides (Recipe::quantize_config)
+    QuantRequest request;   ///< what node_defaults ask of the target
+    std::set<std::string> ops_without_output_quantization;  ///< extra_options.OpTypesToExcludeOutputQuantization
+    std::map<std::string, int> per_channel_axes;            ///< extra_options.QDQOpTypePerChannelSupportToAxis
+    bool force_quantize_no_input_check = false, matmul_const_b_only = false, static_quantization = true;
+    struct GivenParams {
+        int64_t zero_point = 0;
+        float scale = 0;
+        std::string key, origin;  ///< the recipe key and line that gave them
+    };
+    std::map<std::string, GivenParams> given_params;  ///< input_ and output_quantization_params by tensor
 
     // Judging the result
     double warn_output_sqnr_db = 0;
