@@ -131,9 +131,13 @@ class Converter {
             *graph.add_initializer() = stored.to_proto(dq_input);
         } else {
             dq_input = names_.fresh(node.output(0) + "_QuantizeLinear_Output");
-            use_domain(append_node(graph, names_, "QuantizeLinear", "", {node.input(0), scale, zp}, dq_input), domain);
+            use_domain(make_node(graph, names_, "QuantizeLinear", {node.input(0), scale, zp}, {dq_input},
+                                 dq_input + "_node", ""),
+                       domain);
         }
-        use_domain(append_node(graph, names_, "DequantizeLinear", "", {dq_input, scale, zp}, node.output(0)), domain);
+        use_domain(make_node(graph, names_, "DequantizeLinear", {dq_input, scale, zp}, {node.output(0)},
+                             node.output(0) + "_node", ""),
+                   domain);
         graph.mutable_node(index)->Clear();  // removed once every node has been visited
         ++converted_;
     }

@@ -108,12 +108,6 @@ class VAIQ_API UniqueNames {
     std::unordered_set<std::string> used_;
 };
 
-/// Appends a node `op` in `domain` reading `inputs`, writing `output`; its name
-/// derives from the output.
-VAIQ_API onnx::NodeProto& append_node(onnx::GraphProto& graph, UniqueNames& names, const std::string& op,
-                                      const std::string& domain, std::initializer_list<std::string> inputs,
-                                      const std::string& output);
-
 // --- the rewrite toolkit: what passes and graph rewrites share ---------------
 
 /// Sets attribute `name` of a node to a typed value: replaces it where it is,
@@ -132,11 +126,12 @@ VAIQ_API bool remove_attribute(onnx::NodeProto& node, std::string_view name);
 VAIQ_API std::string add_initializer(onnx::GraphProto& graph, UniqueNames& names, std::string_view base,
                                      const Tensor& value);
 
-/// Appends a node `op` (default domain) reading `inputs` and writing `outputs`,
-/// named freshly from `name`.
+/// Appends a node `op` reading `inputs` and writing `outputs`, named freshly
+/// from `name`. `domain`, when given, is written even when empty (the default
+/// domain spelt out); without it the node has no domain field.
 VAIQ_API onnx::NodeProto& make_node(onnx::GraphProto& graph, UniqueNames& names, const std::string& op,
                                     std::vector<std::string> inputs, std::vector<std::string> outputs,
-                                    std::string_view name);
+                                    std::string_view name, const std::optional<std::string>& domain = std::nullopt);
 
 /// Replaces the nodes at `nodes` by `fused`, which takes the place of node `at`
 /// (one of them, usually the last, so the graph stays in order); the others go.

@@ -711,11 +711,10 @@ std::string dequantized(onnx::GraphProto& graph, UniqueNames& names, const std::
     const auto q = add_initializer(graph, names, base + "_quantized", quantized);
     const auto scale = add_initializer(graph, names, base + "_scale", scale_tensor(params));
     const auto output = names.fresh(base + "_DequantizeLinear_Output");
-    auto& dq = with_zero_point ? append_node(graph, names, "DequantizeLinear", "",
-                                             {q, scale, add_initializer(graph, names, base + "_zero_point",
-                                                                        zero_point_tensor(params))},
-                                             output)
-                               : append_node(graph, names, "DequantizeLinear", "", {q, scale}, output);
+    std::vector<std::string> inputs = {q, scale};
+    if (with_zero_point)
+        inputs.push_back(add_initializer(graph, names, base + "_zero_point", zero_point_tensor(params)));
+    auto& dq = make_node(graph, names, "DequantizeLinear", std::move(inputs), {output}, output + "_node", "");
     if (params.axis >= 0) set_attribute(dq, "axis", params.axis);
     return output;
 }

@@ -236,18 +236,6 @@ void sort_nodes(onnx::GraphProto& graph) {
     graph.mutable_node()->Swap(&nodes);
 }
 
-onnx::NodeProto& append_node(onnx::GraphProto& graph, UniqueNames& names, const std::string& op,
-                             const std::string& domain, std::initializer_list<std::string> inputs,
-                             const std::string& output) {
-    auto* n = graph.add_node();
-    n->set_op_type(op);
-    n->set_domain(domain);
-    n->set_name(names.fresh(output + "_node"));
-    for (const auto& in : inputs) n->add_input(in);
-    n->add_output(output);
-    return *n;
-}
-
 namespace {
 
 // The node's attribute `name`, emptied and typed `type`; appended when missing.
@@ -300,9 +288,11 @@ std::string add_initializer(onnx::GraphProto& graph, UniqueNames& names, std::st
 }
 
 onnx::NodeProto& make_node(onnx::GraphProto& graph, UniqueNames& names, const std::string& op,
-                           std::vector<std::string> inputs, std::vector<std::string> outputs, std::string_view name) {
+                           std::vector<std::string> inputs, std::vector<std::string> outputs, std::string_view name,
+                           const std::optional<std::string>& domain) {
     auto* n = graph.add_node();
     n->set_op_type(op);
+    if (domain) n->set_domain(*domain);
     n->set_name(names.fresh(name));
     for (auto& i : inputs) n->add_input(std::move(i));
     for (auto& o : outputs) n->add_output(std::move(o));

@@ -68,8 +68,8 @@ class FixNeuron final : public vaiq::Format, vaiq::PairEmitter {
                   const std::string& output) const override {
         const auto a = attributes_for(t);
         vaiq::import_opset(model.proto(), std::string(vaiq::kVaiqDomain), vaiq::kVaiqDomainVersion);
-        auto& n = vaiq::append_node(model.graph(), names, std::string(vaiq::kFixNeuronOp),
-                                    std::string(vaiq::kVaiqDomain), {input}, output);
+        auto& n = vaiq::make_node(model.graph(), names, std::string(vaiq::kFixNeuronOp), {input}, {output},
+                                  output + "_node", std::string(vaiq::kVaiqDomain));
         vaiq::set_attribute(n, "bit_width", a.bit_width);
         vaiq::set_attribute(n, "pos", a.pos);
         if (a.is_unsigned) vaiq::set_attribute(n, "unsigned", 1);

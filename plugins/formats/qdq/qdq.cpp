@@ -98,16 +98,16 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
         const bool default_zero_point =
             t.params.type == QuantType::QInt4 &&
             std::all_of(t.params.zero_point.begin(), t.params.zero_point.end(), [](int64_t z) { return z == 0; });
-        auto& n = default_zero_point
-                      ? vaiq::append_node(model.graph(), names, op, domain, {input, params.first}, output)
-                      : vaiq::append_node(model.graph(), names, op, domain, {input, params.first, params.second}, output);
+        std::vector<std::string> inputs = {input, params.first};
+        if (!default_zero_point) inputs.push_back(params.second);
+        auto& n = vaiq::make_node(model.graph(), names, op, std::move(inputs), {output}, output + "_node", domain);
         if (t.params.axis >= 0) vaiq::set_attribute(n, "axis", t.params.axis);
         if (t.params.block_size > 0) vaiq::set_attribute(n, "block_size", t.params.block_size);
     }
 
     static void add_cast(onnx::GraphProto& graph, vaiq::UniqueNames& names, const std::string& input,
                          const std::string& output, vaiq::DataType to) {
-        auto& cast = vaiq::append_node(graph, names, "Cast", "", {input}, output);
+        auto& cast = vaiq::make_node(graph, names, "Cast", {input}, {output}, output + "_node", "");
         vaiq::set_attribute(cast, "to", static_cast<int64_t>(to));
     }
 

@@ -65,7 +65,8 @@ class VitisQdq final : public vaiq::Format, vaiq::PairEmitter {
             domain = vaiq::kVaiqDomain;
             vaiq::import_opset(model.proto(), domain, vaiq::kVaiqDomainVersion);
         }
-        auto& n = vaiq::append_node(model.graph(), names, op, domain, {input, params.first, params.second}, output);
+        auto& n = vaiq::make_node(model.graph(), names, op, {input, params.first, params.second}, {output},
+                                  output + "_node", domain);
         if (t.params.axis >= 0) vaiq::set_attribute(n, "axis", t.params.axis);
     }
 
