@@ -90,6 +90,13 @@ TEST(Executor, SpelledOutLayerNormAndGeluRunAsOneKernelEach) {
     EXPECT_EQ(calls["Erf"], 1);
     EXPECT_EQ(calls.count("Gelu"), 0u);
     EXPECT_EQ(calls["LayerNormalization"], 1);
+
+    // The default domain spelt out ("ai.onnx") is the default domain: the same fusions.
+    auto spelt = model;
+    for (auto& node : *spelt.graph().mutable_node()) node.set_domain("ai.onnx");
+    calls = compare_rewrites(spelt, x, {}, 1e-5f);
+    EXPECT_EQ(calls["LayerNormalization"], 1);
+    EXPECT_EQ(calls["Gelu"], 1);
 }
 
 // A linear layer as exported for 3-D inputs: MatMul by a weight, then Add of a

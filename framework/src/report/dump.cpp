@@ -65,14 +65,14 @@ bool is_float_dequantize(const onnx::NodeProto& n, const GraphIndex& index, cons
     auto is_half = [](int64_t t) {
         return t == static_cast<int64_t>(DataType::Float16) || t == static_cast<int64_t>(DataType::BFloat16);
     };
-    if (n.op_type() != "Cast" || !n.domain().empty() || n.input_size() < 1 ||
+    if (n.op_type() != "Cast" || !is_default_domain(n) || n.input_size() < 1 ||
         int_attribute(n, "to", 0) != static_cast<int64_t>(DataType::Float))
         return false;
     if (const auto* init = index.initializer(n.input(0))) return is_half(init->data_type());
     const int producer = index.producer(n.input(0));
     if (producer < 0) return false;
     const auto& p = graph.node(producer);
-    return p.op_type() == "Cast" && p.domain().empty() && is_half(int_attribute(p, "to", 0));
+    return p.op_type() == "Cast" && is_default_domain(p) && is_half(int_attribute(p, "to", 0));
 }
 
 }  // namespace

@@ -52,7 +52,7 @@ bool computes_in_float(const onnx::NodeProto& node) {
         "ReduceMin", "MatMul", "Gemm", "Gelu", "Erf", "Cos", "Sin", "Clip", "Max", "Min", "DequantizeLinear"};
     static const std::set<std::string, std::less<>> kMicrosoft = {"MatMulNBits", "Gelu", "FastGelu",
                                                                   "SimplifiedLayerNormalization", "SkipLayerNormalization"};
-    if (node.domain().empty() || node.domain() == "ai.onnx") return kDefault.count(node.op_type()) > 0;
+    if (is_default_domain(node)) return kDefault.count(node.op_type()) > 0;
     return node.domain() == "com.microsoft" && kMicrosoft.count(node.op_type()) > 0;
 }
 
@@ -243,7 +243,7 @@ void Executor::find_transposed_taps() {
     transposed_from_.assign(value_names_.size(), -1);
     for (const auto& step : steps_) {
         const auto& node = model_->graph().node(step.node);
-        if (!step.lazy || node.op_type() != "Transpose" || !node.domain().empty() || step.inputs.size() != 1 ||
+        if (!step.lazy || node.op_type() != "Transpose" || !is_default_domain(node) || step.inputs.size() != 1 ||
             step.outputs.size() != 1 || step.inputs[0] < 0 || step.outputs[0] < 0)
             continue;
         if (options_.any_order_taps.count(value_names_[step.outputs[0]]))

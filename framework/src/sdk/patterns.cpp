@@ -93,7 +93,7 @@ std::vector<PatternMatch> find_layer_norms(const onnx::GraphProto& graph) {
     std::vector<PatternMatch> found;
     for (int n = 0; n < graph.node_size(); ++n) {
         const auto& div = graph.node(n);
-        if (div.op_type() != "Div" || !div.domain().empty() || div.input_size() != 2) continue;
+        if (div.op_type() != "Div" || !is_default_domain(div) || div.input_size() != 2) continue;
         Matcher m(graph, index);
         const auto* sub = m.from(div.input(0), "Sub", 2);
         const auto* sqrt = m.from(div.input(1), "Sqrt");
@@ -142,7 +142,7 @@ std::vector<PatternMatch> find_gelus(const onnx::GraphProto& graph) {
     std::vector<PatternMatch> found;
     for (int n = 0; n < graph.node_size(); ++n) {
         const auto& erf = graph.node(n);
-        if (erf.op_type() != "Erf" || !erf.domain().empty()) continue;
+        if (erf.op_type() != "Erf" || !is_default_domain(erf)) continue;
         Matcher m(graph, index);
         std::string x;
         if (const auto* div = m.from(erf.input(0), "Div"); div && near(m.scalar(div->input(1)), std::sqrt(2.0)))

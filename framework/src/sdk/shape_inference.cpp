@@ -77,7 +77,7 @@ onnx::ModelProto shape_probe(const onnx::ModelProto& proto) {
 void refuse_what_onnx_inference_crashes_on(const onnx::ModelProto& proto) {
     // The convolutions and where their weight is.
     auto weight_input = [](const onnx::NodeProto& n) {
-        if (!n.domain().empty() && n.domain() != "ai.onnx") return -1;
+        if (!is_default_domain(n)) return -1;
         const auto& op = n.op_type();
         if (op == "Conv" || op == "ConvTranspose" || op == "ConvInteger") return 1;
         return op == "QLinearConv" ? 3 : -1;
