@@ -93,7 +93,25 @@ inline constexpr int kEveryOutput = -1;
 /// Which calibration batches agreement() measures. A search measures its
 /// candidates on the Searched batches and confirms its choice on the HeldOut
 /// ones (every fourth batch once there are four; else none, and Searched is All).
-enum class BatchSet : uint32_t { All = 0, Searched = 1, HeldOut = 2 };
+/// Screening is a third of the Searched batches (every third of them once there
+/// are six), for a first look at many candidates, the best then measured on Searched.
+enum class BatchSet : uint32_t { All = 0, Searched = 1, HeldOut = 2, Screening = 3 };
+
+/// Whether batch `b` of `batches` belongs to `set`.
+inline bool in_batch_set(size_t b, size_t batches, BatchSet set) {
+    const bool held = batches >= 4 && b % 4 == 3;
+    switch (set) {
+        case BatchSet::All: return true;
+        case BatchSet::HeldOut: return held;
+        case BatchSet::Searched: return !held;
+        case BatchSet::Screening: {
+            const size_t searched = batches - (batches >= 4 ? batches / 4 : 0);
+            const size_t index = b - (batches >= 4 ? b / 4 : 0);  // among the searched
+            return !held && (searched < 6 || index % 3 == 0);
+        }
+    }
+    return false;
+}
 
 /// The output agreement() measures and how it reads it ("top-1 along the last axis").
 struct MeasuredOutput {

@@ -121,7 +121,7 @@ void recompute_plan(RunState& s) {
 }
 
 // The float model's outputs on the calibration data for AlgorithmContext::agreement(),
-// computed once per output: every fourth batch is held out once there are four.
+// computed once per output and split into the batch sets (vaiq::in_batch_set).
 const ReferenceBatches& agreement_reference(RunState& s, int output_index, BatchSet batches) {
     auto key = std::make_pair(output_index, batches);
     if (auto it = s.agreement_references.find(key); it != s.agreement_references.end()) return it->second;
@@ -133,8 +133,7 @@ const ReferenceBatches& agreement_reference(RunState& s, int output_index, Batch
     ReferenceBatches part = all;
     part.feeds.clear(), part.outputs.clear();
     for (size_t b = 0; b < all.feeds.size(); ++b) {
-        const bool held = all.feeds.size() >= 4 && b % 4 == 3;
-        if (held != (batches == BatchSet::HeldOut)) continue;
+        if (!in_batch_set(b, all.feeds.size(), batches)) continue;
         part.feeds.push_back(all.feeds[b]);
         part.outputs.push_back(all.outputs[b]);
     }

@@ -45,9 +45,10 @@ namespace {
 // When no prefix of the ranking reaches the target, the tensors' costs do not
 // add up (errors compound, and some cancel): each step then raises the
 // candidate that improves the output most given those already raised. Gains
-// are re-measured lazily: every candidate once, then each step only the few
-// whose last measured gain is highest (a gain mostly shrinks as others are
-// raised, so the best of those is nearly always the best of all).
+// are re-measured lazily: every candidate once, on the Screening batches (a
+// third of the searched ones), then each step only the few whose last
+// measured gain is highest, on the Searched batches (a gain mostly shrinks as
+// others are raised, so the best of those is nearly always the best of all).
 std::optional<std::pair<std::set<std::string>, OutputAgreement>> raise_greedily(
     const MixedPrecisionTarget& target, const std::vector<std::string>& ranked, const Raising& raise,
     size_t budget, const OutputAgreement& none,
@@ -60,20 +61,42 @@ std::optional<std::pair<std::set<std::string>, OutputAgreement>> raise_greedily(
         std::string tensor;
         OutputAgreement error;  // with it raised on top of those raised when measured
         size_t measured_at = 0;
+        bool screened = false;  // measured on fewer batches than the searched ones
     };
     std::set<std::string> raised;
     OutputAgreement current = none;
-    auto measure = [&](const std::string& tensor) {
+    auto measure = [&](Candidate& c, size_t step, BatchSet batches) {
         auto with = raised;
-        with.insert(tensor);
-        return raise.measure(with, BatchSet::Searched);
+        with.insert(c.tensor);
+        c.error = raise.measure(with, batches);
+        c.measured_at = step;
+        c.screened = c.error.batches < none.batches;
     };
+    // Measured on the searched batches with those raised now: comparable with `current`.
+    auto fresh = [](const Candidate& c, size_t step) { return c.measured_at == step && !c.screened; };
     std::vector<Candidate> candidates;
     log_info("mixed precision: out of reach by the ranking; measuring {} candidates in turn", pool.size());
     for (size_t i = 0; i < pool.size(); ++i) {
         if (raise.progress) raise.progress("candidate", static_cast<int64_t>(i) + 1, static_cast<int64_t>(pool.size()));
-        if (raise.count({pool[i]}) <= budget) candidates.push_back({pool[i], measure(pool[i]), 0});  // at step 0
+        if (raise.count({pool[i]}) > budget) continue;
+        candidates.push_back({pool[i], {}, 0, false});
+        measure(candidates.back(), 0, BatchSet::Screening);
     }
+    // Re-measures the best by its last gain until the best is fresh, or
+    // kRemeasured have been (then the fresh ones first, best first).
+    auto settle = [&](size_t step) {
+        for (size_t remeasured = 0;; ++remeasured) {
+            std::stable_sort(candidates.begin(), candidates.end(),
+                             [&](const Candidate& a, const Candidate& b) { return better(a.error, b.error); });
+            if (fresh(candidates.front(), step)) return;
+            if (remeasured >= kRemeasured) break;
+            measure(candidates.front(), step, BatchSet::Searched);
+        }
+        std::stable_sort(candidates.begin(), candidates.end(), [&](const Candidate& a, const Candidate& b) {
+            if (fresh(a, step) != fresh(b, step)) return fresh(a, step);
+            return better(a.error, b.error);
+        });
+    };
     for (size_t step = 0; !target.met_by(current); ++step) {
         // Those the budget no longer holds drop out.
         std::erase_if(candidates, [&](const Candidate& c) {
@@ -82,36 +105,19 @@ std::optional<std::pair<std::set<std::string>, OutputAgreement>> raise_greedily(
             return raise.count(with) > budget;
         });
         if (candidates.empty()) break;
-        // Re-measure the best by its last gain until the best is one measured now,
-        // or kRemeasured have been (then the best of those measured now; when
-        // that one helps nothing, every candidate is measured before giving up).
-        auto fresh_first = [&](const Candidate& a, const Candidate& b) {
-            if ((a.measured_at == step) != (b.measured_at == step)) return a.measured_at == step;
-            return better(a.error, b.error);
-        };
-        size_t remeasured = 0;
-        for (;;) {
-            std::stable_sort(candidates.begin(), candidates.end(),
-                             [&](const Candidate& a, const Candidate& b) { return better(a.error, b.error); });
-            auto& top = candidates.front();
-            if (top.measured_at == step) break;
-            if (remeasured >= kRemeasured) {
-                std::stable_sort(candidates.begin(), candidates.end(), fresh_first);
-                if (!better(candidates.front().error, current))  // all of them, before giving up
-                    for (auto& c : candidates)
-                        if (c.measured_at != step) c.error = measure(c.tensor), c.measured_at = step;
-                std::stable_sort(candidates.begin(), candidates.end(), fresh_first);
-                break;
-            }
-            top.error = measure(top.tensor);
-            top.measured_at = step;
-            ++remeasured;
+        settle(step);
+        if (!better(candidates.front().error, current) || !fresh(candidates.front(), step)) {
+            // Before giving up, every other candidate is screened again on top of
+            // those raised now, and the best of them measured.
+            for (auto& c : candidates)
+                if (!fresh(c, step)) measure(c, step, BatchSet::Screening);
+            settle(step);
         }
         // Stop when no candidate measurably helps: past that point each step
         // would follow the measurement's noise on the calibration data (tried:
         // going on to the budget fitted it and read fewer held-out lines).
         const auto& best = candidates.front();
-        if (best.measured_at != step || !better(best.error, current)) break;
+        if (!fresh(best, step) || !better(best.error, current)) break;
         raised.insert(best.tensor);
         const size_t count = raise.count(raised);
         current = best.error;

@@ -19,21 +19,26 @@ using vaiq::test::GraphBuilder;
 namespace {
 
 // Candidates that `model_of` builds for each raised set, counted one tensor a
-// tensor and measured against `reference` as the run's context measures them:
-// every fourth batch held out of the search once there are four.
+// tensor and measured against `reference` as the run's context measures them,
+// on the batch sets of vaiq::in_batch_set; `measured` counts them by set.
 vaiq::Raising raising_on(const vaiq::ReferenceBatches& reference,
-                         std::function<vaiq::Model(const std::set<std::string>&)> model_of) {
-    auto parts = std::make_shared<std::array<vaiq::ReferenceBatches, 3>>();  // by BatchSet
-    for (auto& part : *parts) part = reference;
-    (*parts)[1].feeds.clear(), (*parts)[1].outputs.clear(), (*parts)[2].feeds.clear(), (*parts)[2].outputs.clear();
-    for (size_t b = 0; b < reference.feeds.size(); ++b) {
-        auto& part = (*parts)[reference.feeds.size() >= 4 && b % 4 == 3 ? 2 : 1];
-        part.feeds.push_back(reference.feeds[b]);
-        part.outputs.push_back(reference.outputs[b]);
+                         std::function<vaiq::Model(const std::set<std::string>&)> model_of,
+                         std::shared_ptr<std::array<int, 4>> measured = nullptr) {
+    auto parts = std::make_shared<std::array<vaiq::ReferenceBatches, 4>>();  // by BatchSet
+    for (size_t set = 0; set < parts->size(); ++set) {
+        auto& part = (*parts)[set];
+        part = reference;
+        part.feeds.clear(), part.outputs.clear();
+        for (size_t b = 0; b < reference.feeds.size(); ++b) {
+            if (!vaiq::in_batch_set(b, reference.feeds.size(), static_cast<vaiq::BatchSet>(set))) continue;
+            part.feeds.push_back(reference.feeds[b]);
+            part.outputs.push_back(reference.outputs[b]);
+        }
     }
     vaiq::Raising raise;
     raise.count = [](const std::set<std::string>& raised) { return raised.size(); };
-    raise.measure = [parts, model_of](const std::set<std::string>& raised, vaiq::BatchSet batches) {
+    raise.measure = [parts, model_of, measured](const std::set<std::string>& raised, vaiq::BatchSet batches) {
+        if (measured) ++(*measured)[static_cast<size_t>(batches)];
         const auto& part = (*parts)[static_cast<size_t>(batches)];
         if (part.feeds.empty()) return vaiq::OutputAgreement{};
         return vaiq::measure_output(model_of(raised), part, 1);
@@ -80,6 +85,37 @@ TEST(MixedPrecisionSearch, OutOfReachByTheRankingItRaisesWhatMeasurablyHelps) {
     EXPECT_EQ(result.raised, (std::set<std::string>{"c"}));
     EXPECT_TRUE(result.report["met"].get<bool>()) << result.report.dump();
     EXPECT_LE(built, 8) << "each candidate measured once, not every subset";
+
+    // With eight batches (six searched, two held out) the candidates are first
+    // measured on a third of the searched ones, the best then on all of them.
+    for (int i = 3; i < 8; ++i) {
+        reference.feeds.push_back(reference.feeds[i % 3]);
+        reference.outputs.push_back(reference.outputs[i % 3]);
+    }
+    auto measured = std::make_shared<std::array<int, 4>>();
+    const auto screened = raising_on(
+        reference,
+        [&](const std::set<std::string>& raised) {
+            float error = 1.0f;
+            for (const auto& t : raised) error -= removes.at(t);
+            return model_with_error(error);
+        },
+        measured);
+    const auto again = vaiq::search_mixed_precision(
+        target, [&] { return ranking; }, screened, 1);
+    EXPECT_EQ(again.raised, (std::set<std::string>{"c"}));
+    EXPECT_EQ((*measured)[static_cast<size_t>(vaiq::BatchSet::Screening)], 3) << "each candidate screened once";
+    EXPECT_LE((*measured)[static_cast<size_t>(vaiq::BatchSet::Searched)], 4)
+        << "nothing raised, the whole budget, and the best candidate on the searched batches";
+}
+
+TEST(MixedPrecisionSearch, ScreeningIsEveryThirdSearchedBatch) {
+    std::vector<size_t> screening;
+    for (size_t b = 0; b < 12; ++b)
+        if (vaiq::in_batch_set(b, 12, vaiq::BatchSet::Screening)) screening.push_back(b);
+    EXPECT_EQ(screening, (std::vector<size_t>{0, 4, 8})) << "searched: 0 1 2 4 5 6 8 9 10";
+    for (size_t b = 0; b < 5; ++b)
+        EXPECT_EQ(vaiq::in_batch_set(b, 5, vaiq::BatchSet::Screening), b != 3) << "fewer than six searched: all";
 }
 
 // A model that meets the target with nothing raised, on the searched and the
