@@ -121,11 +121,10 @@ class BiasCorrection final : public vaiq::Algorithm {
         const auto layers = corrections.biases.size();
         context.set_initializers(std::move(corrections.biases));
         context.report({{"layers", layers}, {"left_as_fitted", corrections.fitted_left}});
-        if (corrections.fitted_left > 0)
-            vaiq::log_info("bias correction: {} Conv/Gemm biases corrected; {} left as fast finetune fitted them",
-                           layers, corrections.fitted_left);
-        else
-            vaiq::log_info("bias correction: {} Conv/Gemm biases corrected", layers);
+        vaiq::log_info("bias correction: {} Conv/Gemm biases corrected{}", layers,
+                       corrections.fitted_left > 0
+                           ? fmt::format("; {} left as fast finetune fitted them", corrections.fitted_left)
+                           : "");
     }
 };
 
