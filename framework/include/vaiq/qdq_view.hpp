@@ -19,9 +19,10 @@ struct QdqView {
     QuantPlan plan;
 };
 
-/// Reads a QDQ model (default-domain or com.microsoft Q/DQ, vaiq's Vitis pairs,
-/// FixNeuron as a fused pair with scale 2^-pos). Scales and zero points must be
-/// initializers; a pair whose Q and DQ disagree keeps the Q's.
+/// Reads a QDQ model (default-domain or com.microsoft Q/DQ). A format that
+/// writes pairs of its own (Vitis Q/DQ, FixNeuron) is read after its
+/// Format::to_native(). Scales and zero points must be initializers; a pair
+/// whose Q and DQ disagree keeps the Q's.
 VAIQ_API QdqView read_qdq(const Model& model);
 
 }  // namespace vaiq

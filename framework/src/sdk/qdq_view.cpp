@@ -5,7 +5,6 @@
 #include <cmath>
 #include <map>
 
-#include "custom_ops.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/tensor.hpp"
@@ -14,9 +13,10 @@ namespace vaiq {
 
 namespace {
 
-// ONNX's and com.microsoft's Q/DQ, and vaiq's Vitis pair.
-bool is_q(const onnx::NodeProto& n) { return n.op_type() == "QuantizeLinear" || is_vitis_quantize(n); }
-bool is_dq(const onnx::NodeProto& n) { return n.op_type() == "DequantizeLinear" || is_vitis_dequantize(n); }
+// ONNX's and com.microsoft's Q/DQ (a format's own pairs are read after its to_native()).
+bool is_standard_domain(const onnx::NodeProto& n) { return is_default_domain(n) || n.domain() == "com.microsoft"; }
+bool is_q(const onnx::NodeProto& n) { return n.op_type() == "QuantizeLinear" && is_standard_domain(n); }
+bool is_dq(const onnx::NodeProto& n) { return n.op_type() == "DequantizeLinear" && is_standard_domain(n); }
 
 std::optional<QuantType> quant_type_of(DataType t) {
     switch (t) {
@@ -92,17 +92,6 @@ QdqView read_qdq(const Model& model) {
         view.plan.tensors.push_back(std::move(t));
     };
     for (const auto& n : graph.node()) {
-        if (is_fixneuron(n)) {  // a fused pair
-            const auto params = fixneuron_quant_params(fixneuron_attributes(n));
-            if (index.initializer(n.input(0)) || index.is_graph_output(n.output(0))) {
-                record(n.output(0), params);
-                if (!index.initializer(n.input(0))) alias[n.input(0)] = n.output(0);
-            } else {
-                record(n.input(0), params);
-                alias[n.output(0)] = n.input(0);
-            }
-            continue;
-        }
         if (!is_dq(n) || n.input_size() < 2) continue;
         const auto& source = n.input(0);
         const int producer = index.producer(source);
@@ -131,7 +120,7 @@ QdqView read_qdq(const Model& model) {
             if (all_dq) continue;
         }
         // A stored weight's DQ output name stands for the weight; a pair's for its source.
-        if ((is_dq(n) || is_fixneuron(n)) && (alias.count(n.output(0)) || view.plan.find(n.output(0)))) continue;
+        if (is_dq(n) && (alias.count(n.output(0)) || view.plan.find(n.output(0)))) continue;
         auto* copy = kept.Add();
         *copy = n;
         for (auto& in : *copy->mutable_input())
