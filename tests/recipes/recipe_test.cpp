@@ -211,6 +211,29 @@ TEST(Recipes, PluginOwnedExtraOptionsTakeThePluginDefaultsOrTheRecipeValue) {
     EXPECT_FALSE(plugins.equalization->set_by.count("CLETotalLayerDiffThreshold")) << "the default";
 }
 
+// enable_dpu is the CNN NPU target's option: that target takes the recipe's
+// value, and a recipe whose plugins have no DPU transforms is refused at its line.
+TEST(Recipes, EnableDpuIsReadByTheTargetThatHasTheTransforms) {
+    vaiq::PluginRegistry registry;
+    registry.load_default_paths();
+    auto npu = vaiq::resolve_plugins(recipe_from("target: npu_cnn\nenable_dpu: true\n"), registry);
+    EXPECT_TRUE(npu.target.options.get_bool("enable_dpu"));
+    EXPECT_NE(npu.target.set_by.at("enable_dpu").find("r.yaml:3:"), std::string::npos);
+    EXPECT_FALSE(
+        vaiq::resolve_plugins(recipe_from("target: npu_cnn\n"), registry).target.options.get_bool("enable_dpu"));
+    EXPECT_NO_THROW(vaiq::resolve_plugins(recipe_from("target: cpu\nenable_dpu: false\n"), registry));
+    for (const std::string target : {"cpu", "npu_transformer"}) {
+        try {
+            vaiq::resolve_plugins(recipe_from("target: " + target + "\nenable_dpu: true\n"), registry);
+            ADD_FAILURE() << target << " took enable_dpu";
+        } catch (const vaiq::InputError& e) {
+            const std::string what = e.what();
+            EXPECT_NE(what.find("r.yaml:3:"), std::string::npos) << what;
+            EXPECT_NE(what.find("target 'npu_cnn'"), std::string::npos) << what;
+        }
+    }
+}
+
 // The run reads its settings once, typed; what only makes sense together is
 // checked then, at the recipe line.
 TEST(Recipes, RunSettingsAreReadOnceAndTyped) {

@@ -27,7 +27,6 @@ struct QuantRequest {
     int64_t block_size = 0;                         ///< block_size: weights in blocks (0: per tensor or channel)
     bool quantize_bias = true;                      ///< extra_options.QuantizeBias
     bool int16_scale = false;                       ///< extra_options.Int16Scale
-    bool enable_dpu = false;                        ///< enable_dpu: the device's transforms and limits apply
     bool power_of_two = false;                      ///< the node's calibrator gives power-of-two scales
 };
 

@@ -35,6 +35,7 @@
 #include "util/model_size.hpp"
 #include "util/progress.hpp"
 #include "util/spool.hpp"
+#include "util/yaml_json.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/log.hpp"
 
@@ -61,6 +62,12 @@ PluginChoice with_extra_options(const Recipe& recipe, const PluginRegistry& regi
     if (given.is_object())
         for (const auto& [name, value] : given.items()) origins[name] = given_origin(name);
     for (const auto& spec : info.options) {
+        if (const auto* key = find_key(spec.name); key && key->read_by_plugin) {  // enable_dpu
+            const auto& setting = recipe.setting(spec.name);
+            given[spec.name] = setting.value;
+            origins[spec.name] = setting.origin;
+            continue;
+        }
         if (!is_extra_option_name(spec.name)) continue;
         if (given.contains(spec.name))
             throw InputError(fmt::format("{}: {} is a documented extra option; set it under extra_options",
@@ -132,6 +139,20 @@ void check_extra_options(const Recipe& recipe, const PluginRegistry& registry, c
     if (chosen.equalization) used.push_back(chosen.equalization->info);
     for (const auto& a : chosen.algorithms) used.push_back(a.info);
     if (chosen.next_lever) used.push_back(chosen.next_lever->info);
+    // A documented argument only plugins read, set where none of the chosen ones does.
+    for (const auto& key : recipe_keys()) {
+        const std::string name(key.path);
+        if (!key.read_by_plugin || recipe.value(name) == parse_yaml_value(std::string(key.default_yaml)) ||
+            std::any_of(used.begin(), used.end(), [&](const auto* info) { return declares(*info, name); }))
+            continue;
+        std::vector<std::string> readers;
+        for (const auto* info : registry.list())
+            if (declares(*info, name)) readers.push_back(fmt::format("{} '{}'", kind_name(info->kind), info->name));
+        throw InputError(fmt::format("{}: {} is read by none of this recipe's plugins (target '{}', format '{}'){}",
+                                     recipe.setting(name).origin, name, chosen.target.info->name,
+                                     chosen.format.info->name,
+                                     readers.empty() ? std::string() : "; it applies to " + join(readers, ", ")));
+    }
     for (const auto& [name, setting] : recipe.plugin_extra_options()) {
         if (std::any_of(used.begin(), used.end(), [&n = name](const auto* info) { return declares(*info, n); }))
             continue;

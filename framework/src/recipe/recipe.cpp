@@ -216,7 +216,6 @@ QuantRequest quant_request(const Options& config) {
     r.block_size = config.get_int("block_size");
     r.quantize_bias = config.get_bool("extra_options.QuantizeBias");
     r.int16_scale = config.get_bool("extra_options.Int16Scale");
-    r.enable_dpu = config.get_bool("enable_dpu");
     return r;
 }
 

@@ -44,6 +44,9 @@ struct KeySpec {
     std::string_view doc;
     std::string_view enabled_by = {};  ///< a bool key this one only matters under
     std::vector<std::string_view> choices = {};
+    /// A documented argument a plugin reads, not the host: a chosen plugin that
+    /// declares an option of the same name takes the recipe's value.
+    bool read_by_plugin = false;
 };
 
 const std::vector<KeySpec>& recipe_keys();

@@ -49,11 +49,6 @@ class Cpu final : public vaiq::Target {
     vaiq::QuantSpec default_spec(vaiq::TensorRole role, const vaiq::QuantRequest& request) const override {
         return vaiq::spec_from_request(role, request);
     }
-
-    void check(const vaiq::QuantRequest& run) const override {
-        if (run.enable_dpu)
-            throw vaiq::InputError("target 'cpu' has no DPU: enable_dpu needs an NPU target (target: npu_cnn)");
-    }
 };
 
 }  // namespace

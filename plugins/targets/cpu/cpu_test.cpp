@@ -50,11 +50,4 @@ TEST(CpuTarget, DefaultSpecsFollowTheRecipe) {
     EXPECT_EQ(cpu->default_spec(vaiq::TensorRole::Bias, c).type, vaiq::QuantType::QInt32);
 }
 
-TEST(CpuTarget, RefusesEnableDpu) {
-    auto registry = vaiq::test::registry_with_test_plugin();
-    auto cpu = make_cpu(registry);
-    EXPECT_NO_THROW(cpu->check(config("enable_dpu: false\n")));
-    EXPECT_THROW(cpu->check(config("enable_dpu: true\n")), vaiq::InputError);
-}
-
 }  // namespace

@@ -46,6 +46,7 @@ const std::set<std::string, std::less<>> kRescaled = {"AveragePool", "GlobalAver
 class NpuCnn final : public vaiq::Target {
   public:
     void configure(const vaiq::Options& options) override {
+        enable_dpu_ = options.get_bool("enable_dpu");
         int32_bias_ = options.get_bool("int32_bias");
         max_sweeps_ = static_cast<int>(options.get_int("max_refinement_sweeps"));
         for (const auto& t : kLegalizations)
@@ -106,8 +107,8 @@ class NpuCnn final : public vaiq::Target {
                                vaiq::quant_type_name(run.activation_type)));
     }
 
-    std::vector<std::string> legalization_passes(const vaiq::QuantRequest& run) const override {
-        if (!run.enable_dpu) return {};
+    std::vector<std::string> legalization_passes(const vaiq::QuantRequest&) const override {
+        if (!enable_dpu_) return {};
         auto out = legalizations_;
         out.insert(out.end(), simulations_.begin(), simulations_.end());
         return out;
@@ -132,7 +133,7 @@ class NpuCnn final : public vaiq::Target {
 
     std::vector<vaiq::ConstraintCount> refine(const vaiq::Model& model, vaiq::QuantPlan& plan,
                                               const vaiq::QuantRequest& run) const override {
-        if (!checks_limits(run)) return {};
+        if (!checks_limits()) return {};
         const vaiq::GraphIndex index(model);
         return npu_cnn::refine_positions(model.graph(), plan, rules_, fused(index, run), max_sweeps_);
     }
@@ -142,12 +143,12 @@ class NpuCnn final : public vaiq::Target {
         const auto view = vaiq::read_qdq(quantized);
         warn_if_not_a_cnn(view.graph);
         const vaiq::GraphIndex index(view.graph);
-        const auto r = checks_limits(run) ? rules_ : npu_cnn::Rules::none();
+        const auto r = checks_limits() ? rules_ : npu_cnn::Rules::none();
         return npu_cnn::check_positions(view.graph.graph(), view.plan, r, fused(index, run));
     }
 
   private:
-    bool checks_limits(const vaiq::QuantRequest& run) const { return run.enable_dpu && check_limits_; }
+    bool checks_limits() const { return enable_dpu_ && check_limits_; }
 
     // This target's per-tensor power-of-two scales suit convolutions; attention
     // and linear layers lose far more (a ViT: 98 % top-1 to 24 %), and the
@@ -173,6 +174,7 @@ class NpuCnn final : public vaiq::Target {
         };
     }
 
+    bool enable_dpu_ = false;
     bool int32_bias_ = false;
     int max_sweeps_ = 20;
     std::vector<std::string> legalizations_, simulations_;
@@ -184,6 +186,8 @@ class NpuCnn final : public vaiq::Target {
 // Options whose names start with a capital are documented extra_options: a
 // recipe sets them under extra_options, as in a quantize_static call.
 const vaiq_option_descriptor kOptions[] = {
+    {"enable_dpu", VAIQ_OPTION_BOOL, "false",
+     "The device's graph transforms and limits apply (the recipe's documented enable_dpu)."},
     {"int32_bias", VAIQ_OPTION_BOOL, "false",
      "Quantize biases to int32 at input scale x weight scale instead of int8 with their own position."},
     {"max_refinement_sweeps", VAIQ_OPTION_INT, "20",

@@ -50,9 +50,11 @@ const vaiq::ConstraintCount& count(const std::vector<vaiq::ConstraintCount>& cou
 
 class NpuCnn : public ::testing::Test {
   protected:
-    void SetUp() override { target_ = make(nullptr); }
-    vaiq::PluginInstance<vaiq::Target> make(const nlohmann::json& options) {
+    void SetUp() override { target_ = make({}); }
+    // The target as a recipe with enable_dpu (the default here) and these options configures it.
+    vaiq::PluginInstance<vaiq::Target> make(nlohmann::json options, bool enable_dpu = true) {
         const auto& info = registry_.require(vaiq::PluginKind::Target, "npu_cnn");
+        options["enable_dpu"] = enable_dpu;
         return registry_.create<vaiq::Target>("npu_cnn", registry_.resolve_options(info, options));
     }
     std::string refusal(const std::string& yaml) {
@@ -110,7 +112,7 @@ TEST_F(NpuCnn, LegalisationsFollowTheirDocumentedSwitches) {
                            ->legalization_passes(config(kDocumented));
     EXPECT_EQ(fewer, (std::vector<std::string>{"convert_reduce_mean_to_global_avg_pool", "split_large_kernel_pool",
                                                "convert_split_to_slice", "fuse_l2_norm"}));
-    EXPECT_TRUE(target_->legalization_passes(config("extra_options: {ActivationSymmetric: true}\n")).empty());
+    EXPECT_TRUE(make({}, false)->legalization_passes(config(kDocumented)).empty());
 }
 
 TEST_F(NpuCnn, FusesReluAfterComputeAndLeakyReluOnlyWhenAsked) {
@@ -202,7 +204,7 @@ TEST_F(NpuCnn, RefinementReachesAFixedPointWhereEveryLimitHolds) {
     // The switches turn checks off.
     const auto off = make({{"AdjustShiftCut", false}})->refine(model, plan, c);
     EXPECT_THROW(count(off, "AdjustShiftCut"), std::runtime_error);
-    EXPECT_TRUE(target_->refine(model, plan, config("extra_options: {ActivationSymmetric: true}\n")).empty());
+    EXPECT_TRUE(make({}, false)->refine(model, plan, c).empty());
 }
 
 TEST_F(NpuCnn, ShiftBiasAndHardSigmoidLimits) {

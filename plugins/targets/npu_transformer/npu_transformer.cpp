@@ -31,7 +31,6 @@ class NpuTransformer final : public vaiq::Target {
 
     void check(const vaiq::QuantRequest& run) const override {
         auto refuse = [](const std::string& what) { throw vaiq::InputError("target 'npu_transformer' " + what); };
-        if (run.enable_dpu) refuse("does not take enable_dpu: the DPU transforms are for CNNs (target: npu_cnn)");
         if (run.per_channel) refuse("computes per tensor: set per_channel to false");
         if (run.reduce_range) refuse("uses the full 8-bit weight range: set reduce_range to false");
         if (!run.weight_symmetric) refuse("needs symmetric weights: set extra_options.WeightSymmetric to true");

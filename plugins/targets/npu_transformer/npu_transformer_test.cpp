@@ -47,7 +47,6 @@ TEST_F(NpuTransformer, AcceptsTheDocumentedConfigurationAndRefusesWhatTheNpuCann
     EXPECT_EQ(refusal("activation_type: QInt8\nweight_type: QInt8\n"), "accepted");
     EXPECT_NE(refusal("per_channel: true\n").find("per tensor"), std::string::npos);
     EXPECT_NE(refusal("reduce_range: true\n").find("reduce_range"), std::string::npos);
-    EXPECT_NE(refusal("enable_dpu: true\n").find("npu_cnn"), std::string::npos);
     EXPECT_NE(refusal("weight_type: QUInt8\n").find("int8 weights"), std::string::npos);
     EXPECT_NE(refusal("activation_type: QInt16\n").find("8-bit activations"), std::string::npos);
     EXPECT_NE(refusal("extra_options: {WeightSymmetric: false}\n").find("symmetric weights"), std::string::npos);
