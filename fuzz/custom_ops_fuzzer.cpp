@@ -4,11 +4,11 @@
 // types and shapes. Each is run, and converted to native QDQ and run again.
 #include <fuzzer/FuzzedDataProvider.h>
 
-#include "custom_ops.hpp"
 #include "fuzz_support.hpp"
 #include "native_qdq.hpp"
 #include "runtime/executor.hpp"
 #include "vaiq/model.hpp"
+#include "vaiq/vaiq_ops.hpp"
 
 using namespace vaiq;
 

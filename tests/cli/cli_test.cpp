@@ -9,11 +9,11 @@
 #include <sstream>
 #include <tuple>
 
-#include "custom_ops.hpp"
 #include "runtime/executor.hpp"
 #include "sdk/npy.hpp"
 #include "test_support.hpp"
 #include "vaiq/model.hpp"
+#include "vaiq/vaiq_ops.hpp"
 
 namespace fs = std::filesystem;
 

@@ -5,7 +5,6 @@
 
 #include <limits>
 
-#include "native_qdq.hpp"
 #include "runtime/executor.hpp"
 #include "test_support.hpp"
 #include "vaiq/error.hpp"
@@ -27,19 +26,6 @@ TEST(FuzzRegressions, IntegerPowOfZeroToANegativePowerSaturates) {
                                  {"e", Tensor::from_values<int64_t>({2}, std::vector<int64_t>{-1, 2})}});
     EXPECT_EQ(y[0].data<int64_t>()[0], std::numeric_limits<int64_t>::max());
     EXPECT_EQ(y[0].data<int64_t>()[1], 9);
-}
-
-// A VitisQuantizeLinear with a float16 zero point and a scale that is not float
-// failed an internal type check in the native conversion; it has no native form.
-TEST(FuzzRegressions, ANonFloatScaleWithAFloat16ZeroPointHasNoNativeForm) {
-    test::GraphBuilder b(13);
-    b.input("x", {2}).output("y", {2}, DataType::Float16);
-    b.initializer("scale", Tensor::from_values<int8_t>({1}, std::vector<int8_t>{1}));
-    b.initializer("zp", Tensor(DataType::Float16, {1}));
-    auto& node = b.node("VitisQuantizeLinear", {"x", "scale", "zp"}, {"y"}, "q");
-    node.set_domain("com.vaiq");
-    Model model = b.build();
-    EXPECT_THROW(to_native_qdq(model), InputError);
 }
 
 // A fuzzed graph asked for an 8.8 TB tensor: the allocator's out-of-memory

@@ -4,13 +4,13 @@
 
 #include <map>
 
-#include "custom_ops.hpp"
 #include "data/data_reader.hpp"
 #include "runtime/executor.hpp"
 #include "sdk/atomic_file.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
+#include "vaiq/vaiq_ops.hpp"
 
 namespace fs = std::filesystem;
 

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <limits>
 
-#include "custom_ops.hpp"
 #include "runtime/kernels/intrinsics.hpp"
+#include "vaiq/vaiq_ops.hpp"
 
 #include "runtime/kernels/common.hpp"
 

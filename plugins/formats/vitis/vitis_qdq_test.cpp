@@ -1,10 +1,11 @@
 #include <gtest/gtest.h>
 
-#include "custom_ops.hpp"
+#include "native_qdq.hpp"
 #include "test_support.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/fold.hpp"
 #include "vaiq/graph.hpp"
+#include "vaiq/vaiq_ops.hpp"
 
 namespace {
 
@@ -117,6 +118,20 @@ TEST(VitisQdq, RefusesBadParameters) {
                  vaiq::InputError);
     EXPECT_THROW(emit(model, {{quant_entry("x", TensorRole::Activation, QuantType::QFloat16, {1.0f}, {3})}}),
                  vaiq::InputError);
+}
+
+// Found by fuzzing: a VitisQuantizeLinear with a float16 zero point and a scale
+// that is not float failed an internal type check in the native conversion; it
+// has no native form.
+TEST(VitisQdq, ANonFloatScaleWithAFloat16ZeroPointHasNoNativeForm) {
+    vaiq::test::GraphBuilder b(13);
+    b.input("x", {2}).output("y", {2}, vaiq::DataType::Float16);
+    b.initializer("scale", vaiq::Tensor::from_values<int8_t>({1}, std::vector<int8_t>{1}));
+    b.initializer("zp", vaiq::Tensor(vaiq::DataType::Float16, {1}));
+    auto& node = b.node("VitisQuantizeLinear", {"x", "scale", "zp"}, {"y"}, "q");
+    node.set_domain(std::string(vaiq::kVaiqDomain));
+    vaiq::Model model = b.build();
+    EXPECT_THROW(vaiq::to_native_qdq(model), vaiq::InputError);
 }
 
 }  // namespace

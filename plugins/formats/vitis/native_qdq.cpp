@@ -7,10 +7,10 @@
 #include <cmath>
 #include <set>
 
-#include "custom_ops.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/quant.hpp"
+#include "vaiq/vaiq_ops.hpp"
 
 namespace vaiq {
 
@@ -84,10 +84,9 @@ class Converter {
                 const auto* scale = constant(node.input(1));
                 const auto zero = Tensor::from_proto(*zp).convert_float(DataType::Float);
                 const auto scale_values = scale ? Tensor::from_proto(*scale) : Tensor();
-                const bool unit =
-                    scale && scale_values.type() == DataType::Float &&
-                    std::ranges::all_of(scale_values.data<float>(), [](float s) { return s == 1.0f; }) &&
-                    std::ranges::all_of(zero.data<float>(), [](float z) { return z == 0.0f; });
+                const bool unit = scale && scale_values.type() == DataType::Float &&
+                                  std::ranges::all_of(scale_values.data<float>(), [](float s) { return s == 1.0f; }) &&
+                                  std::ranges::all_of(zero.data<float>(), [](float z) { return z == 0.0f; });
                 if (!unit) return refuse_once("a float type with a scale or zero point; a Cast cannot scale");
                 node.clear_attribute();
                 node.mutable_input()->DeleteSubrange(1, node.input_size() - 1);

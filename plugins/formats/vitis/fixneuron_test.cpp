@@ -1,10 +1,10 @@
 #include <gtest/gtest.h>
 
-#include "custom_ops.hpp"
 #include "test_support.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/fold.hpp"
 #include "vaiq/graph.hpp"
+#include "vaiq/vaiq_ops.hpp"
 
 namespace {
 

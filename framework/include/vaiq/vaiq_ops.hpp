@@ -1,7 +1,9 @@
-// custom_ops.hpp - vaiq's own quantization ops (docs/formats.md is their
-// specification): VitisQuantizeLinear/VitisDequantizeLinear, the Q/DQ pair of
-// VitisQuantFormat.QDQ for every quant type, and FixNeuron, the fused
-// power-of-two quantize-dequantize of VitisQuantFormat.FixNeuron.
+// vaiq/vaiq_ops.hpp - vaiq's own quantization ops, as the formats that write
+// them and the tools that read them (the executor, dump) name and compute them
+// (docs/formats.md is their specification): VitisQuantizeLinear/
+// VitisDequantizeLinear, the Q/DQ pair of VitisQuantFormat.QDQ for every quant
+// type, and FixNeuron, the fused power-of-two quantize-dequantize of
+// VitisQuantFormat.FixNeuron.
 #pragma once
 
 #include <algorithm>
@@ -25,9 +27,9 @@ inline constexpr std::string_view kContribDomain = "ai.onnx.contrib";
 
 /// Whether a node is vaiq's VitisQuantizeLinear / VitisDequantizeLinear, or a
 /// FixNeuron (in vaiq's domain or the one other tools use).
-bool is_vitis_quantize(const onnx::NodeProto& node);
-bool is_vitis_dequantize(const onnx::NodeProto& node);
-bool is_fixneuron(const onnx::NodeProto& node);
+VAIQ_API bool is_vitis_quantize(const onnx::NodeProto& node);
+VAIQ_API bool is_vitis_dequantize(const onnx::NodeProto& node);
+VAIQ_API bool is_fixneuron(const onnx::NodeProto& node);
 
 /// A FixNeuron's attributes: values are integers of `bit_width` bits (signed,
 /// or unsigned when `is_unsigned`) times 2^-pos.
@@ -40,12 +42,12 @@ struct FixNeuronAttributes {
 /// Reads a FixNeuron node's attributes; `pos` may be an INT or, as other tools
 /// write it, a STRING holding an integer. Throws InputError naming the node when
 /// they are missing or out of range (bit_width 2..32, |pos| <= 127).
-FixNeuronAttributes fixneuron_attributes(const onnx::NodeProto& node);
+VAIQ_API FixNeuronAttributes fixneuron_attributes(const onnx::NodeProto& node);
 
 /// What a FixNeuron computes as Q/DQ parameters: scale 2^-pos, zero point 0, in
 /// the integer type that holds its values (8 bits or fewer: QInt8/QUInt8, then
 /// 16, then 32 bits).
-QuantParams fixneuron_quant_params(const FixNeuronAttributes& attributes);
+VAIQ_API QuantParams fixneuron_quant_params(const FixNeuronAttributes& attributes);
 
 /// The integer FixNeuron stores for x: x * 2^pos rounded half to even, saturated
 /// to the bit width's range.

@@ -8,8 +8,9 @@
 
 #include <algorithm>
 
-#include "custom_ops.hpp"
+#include "formats.hpp"
 #include "native_qdq.hpp"
+#include "vaiq/vaiq_ops.hpp"
 
 namespace {
 
@@ -84,7 +85,9 @@ const vaiq_option_descriptor kOptions[] = {
 
 }  // namespace
 
-VAIQ_PLUGINS(vaiq::describe<VitisQdq>("vitis_qdq", "0.1.0",
-                                      "vaiq's VitisQuantizeLinear/VitisDequantizeLinear pairs for every quant type "
-                                      "(VitisQuantFormat.QDQ)",
-                                      kOptions))
+vaiq_plugin_descriptor vitis::vitis_qdq_descriptor() {
+    return vaiq::describe<VitisQdq>("vitis_qdq", "0.1.0",
+                                    "vaiq's VitisQuantizeLinear/VitisDequantizeLinear pairs for every quant type "
+                                    "(VitisQuantFormat.QDQ)",
+                                    kOptions);
+}

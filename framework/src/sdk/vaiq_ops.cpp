@@ -1,4 +1,4 @@
-#include "custom_ops.hpp"
+#include "vaiq/vaiq_ops.hpp"
 
 #include <fmt/format.h>
 

@@ -9,8 +9,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "custom_ops.hpp"
+#include "formats.hpp"
 #include "native_qdq.hpp"
+#include "vaiq/vaiq_ops.hpp"
 
 namespace {
 
@@ -78,6 +79,8 @@ class FixNeuron final : public vaiq::Format, vaiq::PairEmitter {
 
 }  // namespace
 
-VAIQ_PLUGINS(vaiq::describe<FixNeuron>("fixneuron", "0.1.0",
-                                       "one fused power-of-two quantize-dequantize op per tensor "
-                                       "(VitisQuantFormat.FixNeuron)"))
+vaiq_plugin_descriptor vitis::fixneuron_descriptor() {
+    return vaiq::describe<FixNeuron>("fixneuron", "0.1.0",
+                                     "one fused power-of-two quantize-dequantize op per tensor "
+                                     "(VitisQuantFormat.FixNeuron)");
+}

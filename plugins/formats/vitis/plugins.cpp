@@ -1,0 +1,4 @@
+// The library's entry: both VitisQuantFormat writers.
+#include "formats.hpp"
+
+VAIQ_PLUGINS(vitis::vitis_qdq_descriptor(), vitis::fixneuron_descriptor())
