@@ -61,6 +61,8 @@ TEST_F(ExternalPlugin, BuildsAgainstTheInstalledSdkAndRunsInARecipe) {
     const auto build = work / "plugin-build";
     const auto plugin = build / "vaiq-pass-strip_doc_strings.so";
     ASSERT_TRUE(fs::exists(plugin));
+    // The Vitis formats' folder builds against the installed SDK alone, as any plugin.
+    EXPECT_TRUE(fs::exists(build / "builtin-copies" / "vaiq-format-vitis.so"));
 
     // The installed vaiq lists its built-in plugins and, through VAIQ_PLUGIN_PATH, the new one.
     ASSERT_EQ(shell("VAIQ_PLUGIN_PATH=" + build.string() + " " + vaiq.string() + " plugins --json", log), 0)
