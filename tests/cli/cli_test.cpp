@@ -276,6 +276,27 @@ TEST(Cli, QuantizesTheBundledExampleAndReportsAccuracy) {
     EXPECT_EQ(weights, 4);
 }
 
+// The device checks of the written model read the Vitis formats' own pairs as
+// they read standard Q/DQ: the same nodes checked whatever the format.
+TEST(Cli, TheNpuChecksTheWrittenModelInEveryFormat) {
+    const auto dir = temp_dir();
+    std::map<std::string, int> checked;
+    for (const std::string format : {"QDQ", "VitisQuantFormat.QDQ", "VitisQuantFormat.FixNeuron"}) {
+        const auto out = dir / (format + ".onnx");
+        auto r = vaiq_cli("run " VAIQ_SOURCE_DIR "/examples/mnist/mnist_npu.yaml --set quant_format=" + format +
+                          " --output " + out.string() + " --report " + (dir / (format + ".json")).string());
+        ASSERT_EQ(r.exit_code, 0) << format << ": " << r.err;
+        const auto report = nlohmann::json::parse(slurp(dir / (format + ".json")));
+        for (const auto& c : report["constraints_written"]) {
+            EXPECT_EQ(c["violated"], 0) << format << " " << c.dump();
+            checked[format] += c["checked"].get<int>();
+        }
+    }
+    EXPECT_GT(checked["QDQ"], 20);
+    EXPECT_EQ(checked["VitisQuantFormat.QDQ"], checked["QDQ"]);
+    EXPECT_EQ(checked["VitisQuantFormat.FixNeuron"], checked["QDQ"]);
+}
+
 // The NPU recipe: every scale a power of two, every device limit holding in
 // the written model, and the example's accuracy within a point of float.
 TEST(Cli, QuantizesTheBundledExampleForTheNpu) {
