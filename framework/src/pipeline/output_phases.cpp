@@ -56,14 +56,18 @@ void emit_phase(RunState& s) {
 void check_phase(RunState& s) {
     check_model(s.quantized);
     if (s.last < Phase::Emit) return;
-    Model readable = s.quantized;
-    if (s.format->wrote(readable)) {
+    // Only a model with the format's own ops is copied (a large model's weights would double).
+    const Model* readable = &s.quantized;
+    Model native;
+    if (s.format->wrote(s.quantized)) {
+        native = s.quantized;
         try {
-            s.format->to_native(readable);
-        } catch (const InputError&) {  // not for every tensor (32-bit ones): it is left as written
+            s.format->to_native(native);
+            readable = &native;
+        } catch (const InputError&) {  // not for every tensor (32-bit ones): checked as written
         }
     }
-    const auto checked = s.target->verify(readable, s.run);
+    const auto checked = s.target->verify(*readable, s.run);
     if (checked.empty()) return;
     s.report["constraints_written"] = constraints_json(checked, false);
     std::vector<std::string> broken;
