@@ -455,6 +455,49 @@ TEST(Executor, ARunForksAndResumesWithATensorReplaced) {
                  vaiq::InputError);
 }
 
+// A rewrite sees each rewritten tensor as it is fed or computed, in the run
+// and in every resumed one, before anything reads it: x -> Relu r -> Neg n ->
+// Add(n, x) a -> Mul(a, w) y, with x and n rounded to integers (a quantized
+// model simulated on the float one) and a fork at r.
+TEST(Executor, ARewriteChangesValuesInTheRunAndInItsResumedRuns) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {4}).output("y", {4});
+    b.initializer("w", Tensor::from_values<float>({4}, std::vector<float>{1, 2, 3, 4}));
+    b.node("Relu", {"x"}, {"r"});
+    b.node("Neg", {"r"}, {"n"});
+    b.node("Add", {"n", "x"}, {"a"});
+    b.node("Mul", {"a", "w"}, {"y"});
+    const auto model = b.build();
+    Executor executor(model, vaiq::runtime::forking_options(1, {"x", "r", "n"}));
+    const std::vector<float> x{-1.4f, 2.6f, -3.2f, 4.4f}, w{1, 2, 3, 4};
+    auto values = [](const Tensor& t) { return std::vector<float>(t.data<float>().begin(), t.data<float>().end()); };
+    std::vector<std::string> rewritten_order;
+    const vaiq::runtime::Rewrite round = [&](const std::string& name, Tensor& value) {
+        rewritten_order.push_back(name);
+        auto v = values(value);
+        for (auto& e : v) e = std::round(e);
+        value = Tensor::from_values<float>(value.shape(), std::span<const float>(v));
+    };
+    std::vector<float> seen_r, resumed;
+    const auto y = executor.run_forking(
+        {{"x", Tensor::from_values<float>({4}, std::span<const float>(x))}}, {"r"},
+        [&](const std::string&, const Tensor& value, const vaiq::runtime::Resume& resume) {
+            seen_r = values(value);
+            resumed = values(resume(Tensor::from_values<float>({4}, std::vector<float>{0.4f, 0.4f, 0.4f, 0.4f}))[0]);
+        },
+        {"x", "n"}, round);
+    // x fed as {-1, 3, -3, 4}: r = {0, 3, 0, 4}, n = -r, a = n + x.
+    EXPECT_EQ(seen_r, (std::vector<float>{0, 3, 0, 4})) << "r is computed from the rewritten x";
+    EXPECT_EQ(values(y[0]), (std::vector<float>{-1, 0, -9, 0}));
+    // Resumed with r = 0.4: n = round(-0.4) = 0 (rewritten again), a = x.
+    EXPECT_EQ(resumed, (std::vector<float>{-1, 6, -9, 16})) << "the resumed run rewrites n too";
+    EXPECT_EQ(rewritten_order, (std::vector<std::string>{"x", "n", "n"}));
+    EXPECT_THROW(executor.run_forking(
+                     {{"x", Tensor::from_values<float>({4}, std::span<const float>(x))}}, {},
+                     [](const std::string&, const Tensor&, const vaiq::runtime::Resume&) {}, {"nothing"}, round),
+                 vaiq::InputError);
+}
+
 // What reads only constants runs once, when the model is compiled: a stored
 // weight's DequantizeLinear never shows up in a run, and its value is still tappable.
 TEST(Executor, StepsOfConstantsRunOnceAtCompileTime) {

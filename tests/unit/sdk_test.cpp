@@ -213,6 +213,34 @@ TEST(Quant, FakeQuantizeIsWhatAQuantizeDequantizePairComputes) {
               (std::vector<float>{-3.0f, 245.0f, 0.5f, 0.0f}));
 }
 
+// A tensor's one scale takes a one-pass path; it must give what the general
+// path (quantize, then dequantize; here per channel with equal channels) gives,
+// bit for bit, for every type, halves, saturation, NaN and large values.
+TEST(Quant, FakeQuantizeWithOneScaleIsTheGeneralPathsBitForBit) {
+    std::vector<float> x;
+    for (int i = -300; i <= 300; ++i) x.push_back(static_cast<float>(i) * 0.05f);  // halves of 0.1 steps
+    for (const float v :
+         {1e9f, -1e9f, 3e38f, -3e38f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+          0.15f, -0.25f, -0.0f, -0.04f, 419430.45f, -419430.35f, 838860.75f, 6553.45f, -6553.55f, 3276.75f})
+        x.push_back(v);
+    const auto values = vaiq::Tensor::from_values<float>({static_cast<int64_t>(x.size()), 1}, x);
+    for (const auto type : {QuantType::QInt8, QuantType::QUInt8, QuantType::QInt16, QuantType::QUInt16,
+                            QuantType::QInt4, QuantType::QUInt4, QuantType::QInt32}) {
+        const int64_t zp = type == QuantType::QUInt8    ? 128
+                           : type == QuantType::QUInt16 ? 30000
+                           : type == QuantType::QUInt4  ? 8
+                                                        : 0;
+        const vaiq::QuantParams one{type, {0.1f}, {zp}, -1};
+        const vaiq::QuantParams channels{type, {0.1f}, {zp}, 1};  // one channel along axis 1: the general path
+        const auto fast = vaiq::fake_quantize(values, one, "x");
+        const auto general = vaiq::fake_quantize(values, channels, "x");
+        ASSERT_EQ(fast.size(), general.size());
+        for (size_t i = 0; i < x.size(); ++i)
+            ASSERT_EQ(std::bit_cast<uint32_t>(fast.data<float>()[i]), std::bit_cast<uint32_t>(general.data<float>()[i]))
+                << vaiq::quant_type_name(type) << " at " << x[i];
+    }
+}
+
 TEST(Quant, FloatTypesRoundToTheirPrecisionAndSaturate) {
     const vaiq::QuantSpec half{QuantType::QFloat16, false};
     const auto p = vaiq::compute_quant_params({-5.0f, 7.0f}, half);

@@ -44,6 +44,8 @@ class VAIQ_API DataStream {
 using ResumeFunction = std::function<std::vector<Tensor>(Tensor replacement)>;
 /// Called at each fork of a run with the tensor, its value there and the way to resume from there.
 using ForkFunction = std::function<void(const std::string& tensor, const Tensor& value, const ResumeFunction& resume)>;
+/// Called with a rewritten tensor as the run computes it (or is fed it): may assign it another value.
+using RewriteFunction = std::function<void(const std::string& tensor, Tensor& value)>;
 
 /// One model compiled once by vaiq's executor and run on any number of batches.
 class VAIQ_API ModelRunner {
@@ -61,9 +63,16 @@ class VAIQ_API ModelRunner {
     /// that point (what one changed tensor does to the outputs, without the
     /// steps before it). The run itself goes on unchanged. Returns the graph
     /// outputs. Throws InputError for a tensor the runner cannot fork at (see
-    /// AlgorithmContext::forking_runner).
+    /// AlgorithmContext::forking_runner). `rewrite` sees each of `rewritten`
+    /// (forkable too) as this run and every resumed one computes it, before
+    /// anything reads it: a quantized model simulated on the float one, each
+    /// tensor quantize-dequantized where it is computed. Constants are never
+    /// rewritten (quantize a weight in the model given to the runner).
     virtual std::vector<Tensor> run_forking(const Feeds& feeds, const std::vector<std::string>& forks,
-                                            const ForkFunction& fork) = 0;
+                                            const ForkFunction& fork, const std::vector<std::string>& rewritten = {},
+                                            const RewriteFunction& rewrite = {}) = 0;
+    /// Whether run_forking() can fork at (or rewrite) `tensor`.
+    virtual bool can_fork(const std::string& tensor) const = 0;
 };
 
 /// How closely a quantized model's output agrees with the float model's over
@@ -185,6 +194,17 @@ class VAIQ_API AlgorithmContext {
     /// over the calibration data. The float outputs are computed once per run.
     virtual OutputAgreement agreement(const Model& quantized, int output_index = kEveryOutput,
                                       BatchSet batches = BatchSet::All) = 0;
+    /// Gives one variant's graph outputs on the batch being measured.
+    using VariantOutputs = std::function<void(size_t variant, const std::vector<Tensor>& outputs)>;
+    /// agreement() of `variants` models at once, without a model for each: for
+    /// each batch of `batches`, `run(feeds, give)` calls `give` once per variant
+    /// (any order) with that variant's graph outputs on `feeds`, such as the
+    /// resumed runs of one forking run. Throws InternalError for a variant given
+    /// no outputs or twice on a batch.
+    virtual std::vector<OutputAgreement> agreements(size_t variants,
+                                                    const std::function<void(const Feeds&, const VariantOutputs&)>& run,
+                                                    int output_index = kEveryOutput,
+                                                    BatchSet batches = BatchSet::All) = 0;
     /// The output agreement() measures at `output_index`.
     virtual MeasuredOutput measured_output(int output_index) = 0;
     /// Every tensor of the plan, most harmful first (ascending output SQNR with it

@@ -22,10 +22,12 @@ class ExecutorRunner final : public ModelRunner {
     void run_taps(const Feeds& feeds, const std::vector<std::string>& taps, const TapFunction& tap) override {
         executor_.run_taps(feeds, taps, tap);
     }
-    std::vector<Tensor> run_forking(const Feeds& feeds, const std::vector<std::string>& forks,
-                                    const ForkFunction& fork) override {
-        return executor_.run_forking(feeds, forks, fork);
+    std::vector<Tensor> run_forking(const Feeds& feeds, const std::vector<std::string>& forks, const ForkFunction& fork,
+                                    const std::vector<std::string>& rewritten,
+                                    const RewriteFunction& rewrite) override {
+        return executor_.run_forking(feeds, forks, fork, rewritten, rewrite);
     }
+    bool can_fork(const std::string& tensor) const override { return executor_.can_fork(tensor); }
 
   private:
     runtime::Executor executor_;
@@ -86,6 +88,12 @@ const F& HostAlgorithmContext::service(const F& f, const char* what) const {
 
 OutputAgreement HostAlgorithmContext::agreement(const Model& quantized, int output_index, BatchSet batches) {
     return service(in_.agreement, "agreement()")(quantized, output_index, batches);
+}
+
+std::vector<OutputAgreement> HostAlgorithmContext::agreements(
+    size_t variants, const std::function<void(const Feeds&, const VariantOutputs&)>& run, int output_index,
+    BatchSet batches) {
+    return service(in_.agreements, "agreements()")(variants, run, output_index, batches);
 }
 
 MeasuredOutput HostAlgorithmContext::measured_output(int output_index) {

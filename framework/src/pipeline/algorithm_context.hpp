@@ -40,6 +40,10 @@ struct AlgorithmInputs {
     /// After calibration: a quantized model's output against the float model's,
     /// the output measured, the tensors' sensitivity.
     std::function<OutputAgreement(const Model&, int output_index, BatchSet)> agreement;
+    std::function<std::vector<OutputAgreement>(
+        size_t, const std::function<void(const Feeds&, const AlgorithmContext::VariantOutputs&)>&, int output_index,
+        BatchSet)>
+        agreements;
     std::function<MeasuredOutput(int output_index)> measured_output;
     std::function<std::vector<TensorSensitivity>(int output_index)> sensitivity;
     /// Parameters stage: the target's types, raised plans and precisions kept, another algorithm tried.
@@ -69,6 +73,9 @@ class HostAlgorithmContext final : public AlgorithmContext {
                                         const std::set<std::string>& taps) override;
     std::unique_ptr<ModelRunner> forking_runner(const Model& model, const std::set<std::string>& forks) override;
     OutputAgreement agreement(const Model& quantized, int output_index, BatchSet batches) override;
+    std::vector<OutputAgreement> agreements(size_t variants,
+                                            const std::function<void(const Feeds&, const VariantOutputs&)>& run,
+                                            int output_index, BatchSet batches) override;
     MeasuredOutput measured_output(int output_index) override;
     std::vector<TensorSensitivity> sensitivity(int output_index) override;
     bool target_runs(QuantType activation_type, QuantType weight_type) override;

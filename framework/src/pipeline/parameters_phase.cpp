@@ -200,6 +200,9 @@ void offer_plan_services(RunState& s, AlgorithmInputs& inputs, const std::string
     inputs.agreement = [&s](const Model& quantized, int output_index, BatchSet batches) {
         return measure_output(quantized, agreement_reference(s, output_index, batches), s.threads);
     };
+    inputs.agreements = [&s](size_t variants, const VariantRun& run, int output_index, BatchSet batches) {
+        return measure_outputs(variants, run, agreement_reference(s, output_index, batches));
+    };
     inputs.measured_output = [&s](int output_index) {
         const auto& reference = agreement_reference(s, output_index, BatchSet::All);
         return MeasuredOutput{reference.describe_outputs(), reference.describe_measures()};

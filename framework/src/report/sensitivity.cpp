@@ -300,28 +300,51 @@ OutputError worst(const std::vector<OutputError>& each) {
 
 }  // namespace
 
-OutputError measure_output(const Model& candidate, const ReferenceBatches& reference, int threads) {
-    if (reference.feeds.empty()) return {};  // nothing to measure: batches 0
-    std::vector<AgreementCount> counts;
-    for (size_t k = 0; k < reference.measured.size(); ++k) {
-        const auto& meaning = reference.measured[k].meaning;
-        counts.emplace_back(meaning,
-                            meaning.kind == OutputMeaning::Kind::Argmax ? decision_threshold(reference, k) : 0.5f);
+std::vector<OutputError> measure_outputs(size_t variants, const VariantRun& run, const ReferenceBatches& reference) {
+    std::vector<OutputError> out(variants);
+    if (reference.feeds.empty()) return out;  // nothing to measure: batches 0
+    std::vector<std::vector<AgreementCount>> counts(variants);
+    for (auto& each : counts)
+        for (size_t k = 0; k < reference.measured.size(); ++k) {
+            const auto& meaning = reference.measured[k].meaning;
+            each.emplace_back(meaning,
+                              meaning.kind == OutputMeaning::Kind::Argmax ? decision_threshold(reference, k) : 0.5f);
+        }
+    for (size_t b = 0; b < reference.feeds.size(); ++b) {
+        std::vector<bool> given(variants, false);
+        run(reference.feeds[b], [&](size_t variant, const std::vector<Tensor>& outputs) {
+            if (variant >= variants || given[variant])
+                throw InternalError(fmt::format("variant {} of {} given outputs twice on a batch", variant, variants));
+            given[variant] = true;
+            for (size_t k = 0; k < reference.measured.size(); ++k)
+                counts[variant][k].add(reference.outputs[b][k],
+                                       checked_output(outputs, reference.measured[k].index, "a reference batch"));
+        });
+        if (const auto missing = std::find(given.begin(), given.end(), false); missing != given.end())
+            throw InternalError(
+                fmt::format("variant {} of {} was given no outputs on a batch", missing - given.begin(), variants));
     }
+    for (size_t v = 0; v < variants; ++v) {
+        std::vector<OutputError> each;
+        for (const auto& c : counts[v]) each.push_back(c.result());
+        out[v] = worst(each);
+        out[v].batches = static_cast<int64_t>(reference.feeds.size());
+    }
+    return out;
+}
+
+OutputError measure_output(const Model& candidate, const ReferenceBatches& reference, int threads) {
+    if (reference.feeds.empty()) return {};  // compiles nothing
     runtime::ExecutorOptions options;
     options.threads = threads;
     runtime::Executor executor(candidate, options);
-    for (size_t b = 0; b < reference.feeds.size(); ++b) {
-        const auto outputs = executor.run(reference.feeds[b]);
-        for (size_t k = 0; k < counts.size(); ++k)
-            counts[k].add(reference.outputs[b][k],
-                          checked_output(outputs, reference.measured[k].index, "a reference batch"));
-    }
-    std::vector<OutputError> each;
-    for (const auto& c : counts) each.push_back(c.result());
-    auto out = worst(each);
-    out.batches = static_cast<int64_t>(reference.feeds.size());
-    return out;
+    return measure_outputs(
+               1,
+               [&](const std::map<std::string, Tensor>& feeds, const VariantOutputs& give) {
+                   give(0, executor.run(feeds));
+               },
+               reference)
+        .front();
 }
 
 namespace {

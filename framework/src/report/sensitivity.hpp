@@ -91,6 +91,11 @@ std::vector<int64_t> greedy_decode(std::span<const float> sample, int64_t row_le
 /// wherever it is.
 OutputError measure_output(const Model& candidate, const ReferenceBatches& reference, int threads);
 
+using VariantOutputs = AlgorithmContext::VariantOutputs;
+/// Computes the outputs of several variants on one batch (see AlgorithmContext::agreements).
+using VariantRun = std::function<void(const std::map<std::string, Tensor>& feeds, const VariantOutputs& give)>;
+/// measure_output() of `variants` candidates whose outputs `run` gives batch by batch.
+std::vector<OutputError> measure_outputs(size_t variants, const VariantRun& run, const ReferenceBatches& reference);
 
 /// Writes the float model with only the given tensors quantized.
 using PlanEmitter = std::function<Model(const QuantPlan&)>;

@@ -352,6 +352,9 @@ struct Executor::Values {
     const Executor& executor;
     std::vector<std::optional<Tensor>> slots;
     std::vector<ScopeValue> borrowed;  ///< by id; empty unless the run is nested
+    /// run_forking()'s rewritten values (by id) and its rewrite, shared with the resumed runs.
+    const std::vector<bool>* rewritten = nullptr;
+    const Rewrite* rewrite = nullptr;
 
     explicit Values(const Executor& e) : executor(e), slots(e.value_names_.size()) {}
     const Tensor* get(int id) const {
@@ -422,16 +425,28 @@ std::optional<size_t> Executor::fork_step(int id) const {
 bool Executor::can_fork(const std::string& tensor) const { return fork_step(value_id(tensor)).has_value(); }
 
 std::vector<Tensor> Executor::run_forking(const std::map<std::string, Tensor>& feeds,
-                                          const std::vector<std::string>& forks, const Fork& fork) {
+                                          const std::vector<std::string>& forks, const Fork& fork,
+                                          const std::vector<std::string>& rewritten, const Rewrite& rewrite) {
     Forks points{std::vector<std::vector<int>>(steps_.size() + 1), fork};
-    for (const auto& name : forks) {
+    auto forkable = [&](const std::string& name) {
         const int id = value_id(name);
         const auto s = fork_step(id);
         if (!s) throw InputError(fmt::format("cannot fork at '{}': no step of every run reads it", name));
-        points.before[*s].push_back(id);
+        return std::make_pair(id, *s);
+    };
+    for (const auto& name : forks) {
+        const auto [id, s] = forkable(name);
+        points.before[s].push_back(id);
     }
+    std::vector<bool> rewrites(value_names_.size());
+    for (const auto& name : rewritten) rewrites[forkable(name).first] = true;
     Values values(*this);
     bind_feeds(feeds, values);
+    if (rewrite && !rewritten.empty()) {
+        values.rewritten = &rewrites, values.rewrite = &rewrite;
+        for (size_t id = 0; id < rewrites.size(); ++id)  // a graph input's as it is fed
+            if (rewrites[id] && values.slots[id]) rewrite(value_names_[id], *values.slots[id]);
+    }
     return run(values, {}, {}, true, 0, &points);
 }
 
@@ -443,6 +458,7 @@ void Executor::fork_at(size_t s, Values& values, const Forks& forks) {
         if (!value) throw InputError(fmt::format("cannot fork at '{}': the run has no value for it", value_names_[id]));
         const Resume resume = [&, id](Tensor replacement) {
             Values rest(*this);
+            rest.rewritten = values.rewritten, rest.rewrite = values.rewrite;
             rest.borrowed.resize(value_names_.size());
             for (size_t v = 0; v < value_names_.size(); ++v) {
                 if (values.slots[v])
@@ -497,6 +513,7 @@ std::vector<Tensor> Executor::run(Values& values, const std::vector<std::string>
                 const int id = step.outputs[o];
                 if (id < 0) continue;
                 values.slots[id] = std::move(outputs[o]);
+                if (values.rewrite && (*values.rewritten)[id]) (*values.rewrite)(value_names_[id], *values.slots[id]);
                 if (tapped[id] && tap) tap(value_names_[id], *values.slots[id]);
                 if (auto at = tapped_at.find(id); at != tapped_at.end() && tap)
                     for (int name : at->second) tap(value_names_[name], *values.slots[id]);
@@ -508,14 +525,15 @@ std::vector<Tensor> Executor::run(Values& values, const std::vector<std::string>
         return true;
     };
     // Runs of two or more steps whose kernels may share one TeamSession run in
-    // one (a step whose outputs go to a tap does not: the tap's own loops would
-    // run on one thread there).
+    // one (a step whose outputs go to a tap or a rewrite does not: their own
+    // loops would run on one thread there).
     const int team = TeamSession::leading() || omp_in_parallel() ? 1 : omp_get_max_threads();
     auto forks_before = [&](size_t s) { return forks && !forks->before[s].empty(); };
     auto in_session = [&](size_t s) {
         if (!steps_[s].in_team) return false;
         for (int id : steps_[s].outputs)
-            if (id >= 0 && (tapped[id] || tapped_at.count(id))) return false;
+            if (id >= 0 && (tapped[id] || tapped_at.count(id) || (values.rewrite && (*values.rewritten)[id])))
+                return false;
         return true;
     };
     bool going = true;

@@ -57,6 +57,11 @@ using Resume = std::function<std::vector<Tensor>(Tensor replacement)>;
 /// Called at each fork with the tensor's name, its value in the run, and a way
 /// to continue from there with another value in its place.
 using Fork = std::function<void(const std::string& tensor, const Tensor& value, const Resume& resume)>;
+/// Called with each rewritten tensor as a step computes it (in the run and in
+/// every resumed run) or as it is fed, before any step, tap or fork reads it:
+/// it may assign another value of its own (a quantized model simulated on the
+/// float one). Constants are never rewritten.
+using Rewrite = std::function<void(const std::string& tensor, Tensor& value)>;
 
 /// Compiles a model once (node order, kernels, when each value can be freed)
 /// and runs it on any number of input batches. Memory holds the constants plus
@@ -100,9 +105,11 @@ class Executor {
     /// holds at that point (what one changed tensor does to the outputs, without
     /// the steps before it). The run itself goes on unchanged after each fork.
     /// Memory holds its live values plus one resumed run's. Throws InputError
-    /// for a tensor can_fork() refuses.
+    /// for a tensor can_fork() refuses. `rewrite` sees each of `rewritten` (which
+    /// must be forkable too) as it is computed, in this run and the resumed ones.
     std::vector<Tensor> run_forking(const std::map<std::string, Tensor>& feeds, const std::vector<std::string>& forks,
-                                    const Fork& fork);
+                                    const Fork& fork, const std::vector<std::string>& rewritten = {},
+                                    const Rewrite& rewrite = {});
 
     /// Whether run_forking() can fork at `tensor`: an input, a constant or a
     /// step's output that a step of every run reads (or a graph output). A

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <utility>
 
@@ -65,22 +66,62 @@ std::optional<std::pair<std::set<std::string>, OutputAgreement>> raise_greedily(
     };
     std::set<std::string> raised;
     OutputAgreement current = none;
+    // Where the search's time goes, for the debug log.
+    struct Cost {
+        size_t count = 0;
+        double seconds = 0;
+    } measured, estimated;
+    auto timed = [](Cost& cost, size_t count, const auto& work) {
+        const auto start = std::chrono::steady_clock::now();
+        work();
+        cost.count += count;
+        cost.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
     auto measure = [&](Candidate& c, size_t step, BatchSet batches) {
         auto with = raised;
         with.insert(c.tensor);
-        c.error = raise.measure(with, batches);
+        timed(measured, 1, [&] { c.error = raise.measure(with, batches); });
         c.measured_at = step;
         c.screened = c.error.batches < none.batches;
+    };
+    // A first look at several candidates: estimated at once where the search
+    // can, else each measured on the Screening batches.
+    auto screen = [&](const std::vector<Candidate*>& some, size_t step) {
+        std::vector<std::string> tensors;
+        for (const auto* c : some) tensors.push_back(c->tensor);
+        Estimates estimates;
+        if (raise.screen)
+            timed(estimated, some.size(), [&] { estimates = raise.screen(raised, tensors, BatchSet::Screening); });
+        estimates.raised.resize(some.size());
+        for (size_t i = 0; i < some.size(); ++i) {
+            if (raise.progress)
+                raise.progress("candidate", static_cast<int64_t>(i) + 1, static_cast<int64_t>(some.size()));
+            if (!estimates.base || !estimates.raised[i]) {
+                measure(*some[i], step, BatchSet::Screening);
+                continue;
+            }
+            // The estimated change, applied to the measured state.
+            const auto& e = *estimates.raised[i];
+            auto& error = some[i]->error;
+            error = current;
+            error.sqnr_db += e.sqnr_db - estimates.base->sqnr_db;
+            error.relative_l2 += e.relative_l2 - estimates.base->relative_l2;
+            error.top1_agreement += e.top1_agreement - estimates.base->top1_agreement;
+            error.sequence_agreement += e.sequence_agreement - estimates.base->sequence_agreement;
+            some[i]->measured_at = step;
+            some[i]->screened = true;
+        }
     };
     // Measured on the searched batches with those raised now: comparable with `current`.
     auto fresh = [](const Candidate& c, size_t step) { return c.measured_at == step && !c.screened; };
     std::vector<Candidate> candidates;
     log_info("mixed precision: out of reach by the ranking; measuring {} candidates in turn", pool.size());
-    for (size_t i = 0; i < pool.size(); ++i) {
-        if (raise.progress) raise.progress("candidate", static_cast<int64_t>(i) + 1, static_cast<int64_t>(pool.size()));
-        if (raise.count({pool[i]}) > budget) continue;
-        candidates.push_back({pool[i], {}, 0, false});
-        measure(candidates.back(), 0, BatchSet::Screening);
+    for (const auto& tensor : pool)
+        if (raise.count({tensor}) <= budget) candidates.push_back({tensor, {}, 0, false});
+    {
+        std::vector<Candidate*> all;
+        for (auto& c : candidates) all.push_back(&c);
+        screen(all, 0);
     }
     // Re-measures the best by its last gain until the best is fresh, or
     // kRemeasured have been (then the fresh ones first, best first).
@@ -109,8 +150,10 @@ std::optional<std::pair<std::set<std::string>, OutputAgreement>> raise_greedily(
         if (!better(candidates.front().error, current) || !fresh(candidates.front(), step)) {
             // Before giving up, every other candidate is screened again on top of
             // those raised now, and the best of them measured.
+            std::vector<Candidate*> stale;
             for (auto& c : candidates)
-                if (!fresh(c, step)) measure(c, step, BatchSet::Screening);
+                if (!fresh(c, step)) stale.push_back(&c);
+            screen(stale, step);
             settle(step);
         }
         // Stop when no candidate measurably helps: past that point each step
@@ -129,6 +172,8 @@ std::optional<std::pair<std::set<std::string>, OutputAgreement>> raise_greedily(
                  step + 1, best.tensor, count, current.sqnr_db, current.top1_agreement);
         candidates.erase(candidates.begin());
     }
+    log_debug("mixed precision: the greedy search estimated {} candidates in {:.1f} s and measured {} in {:.1f} s",
+              estimated.count, estimated.seconds, measured.count, measured.seconds);
     if (raised.empty()) return std::nullopt;
     return std::make_pair(raised, current);
 }

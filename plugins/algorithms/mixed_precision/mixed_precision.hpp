@@ -35,6 +35,15 @@ struct MixedPrecisionTarget {
 /// An output error as the report shows it (SQNR, relative L2, top-1 agreement).
 nlohmann::json error_json(const OutputAgreement& e);
 
+/// Estimates of raisings on top of a set: the set's own estimate, and each
+/// tensor's raised on top (nullopt where there is none: measure it instead).
+/// They are compared with each other; the search reads each as a change from
+/// `base`, so that the simulation's own error cancels.
+struct Estimates {
+    std::optional<OutputAgreement> base;
+    std::vector<std::optional<OutputAgreement>> raised;
+};
+
 /// What raising a set of tensors gives: how many tensors that raises (a
 /// tensor sharing its parameters raises the tensors it shares them with), and
 /// how the model's output then agrees with the float model's on a part of the
@@ -43,6 +52,10 @@ nlohmann::json error_json(const OutputAgreement& e);
 struct Raising {
     std::function<size_t(const std::set<std::string>&)> count;
     std::function<OutputAgreement(const std::set<std::string>&, BatchSet)> measure;
+    /// Optional: a cheaper estimate of measure() for each of several tensors
+    /// raised on top of a set, all at once (see Estimates).
+    std::function<Estimates(const std::set<std::string>& raised, const std::vector<std::string>& tensors, BatchSet)>
+        screen;
     MeasuredOutput output;  ///< for the report
     /// Where the greedy search's measurements are counted ("candidate", 3 of 34); may be empty.
     std::function<void(std::string_view, int64_t, int64_t)> progress;

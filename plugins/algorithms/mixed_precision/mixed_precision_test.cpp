@@ -9,9 +9,15 @@
 #include <memory>
 #include <set>
 
+#include "data/data_reader.hpp"
 #include "mixed_precision.hpp"
+#include "pipeline/algorithm_context.hpp"
 #include "report/sensitivity.hpp"
+#include "runtime/executor.hpp"
+#include "screening.hpp"
+#include "sdk/npy.hpp"
 #include "test_support.hpp"
+#include "vaiq/pair_emitter.hpp"
 
 using vaiq::Tensor;
 using vaiq::test::GraphBuilder;
@@ -234,3 +240,115 @@ TEST(MixedPrecisionSearch, TopOneAgreementsARowApartAreTiedAndSqnrDecides) {
 }
 
 }  // namespace
+
+namespace {
+
+// Standard QuantizeLinear/DequantizeLinear pairs, weights stored quantized.
+class QdqPairs final : public vaiq::PairEmitter {
+  protected:
+    void check(const vaiq::TensorQuant&, const vaiq::Model&) const override {}
+    void add_pair(vaiq::Model& model, vaiq::UniqueNames& names, const vaiq::TensorQuant& t, const std::string& input,
+                  const std::string& output) const override {
+        auto& graph = model.graph();
+        const auto [scale, zero_point] = add_params(graph, names, t);
+        const auto quantized = names.fresh(t.tensor + "_q");
+        vaiq::make_node(graph, names, "QuantizeLinear", {input, scale, zero_point}, {quantized}, t.tensor + "_Q");
+        vaiq::make_node(graph, names, "DequantizeLinear", {quantized, scale, zero_point}, {output}, t.tensor + "_DQ");
+    }
+};
+
+}  // namespace
+
+// The greedy search's screening simulates the quantized model on the float one
+// and forks where each candidate's change first matters: x -> MatMul(w1) h ->
+// Relu r -> MatMul(w2) y. Its estimate of each raising (to 16 bits, or float
+// with a weight's product) agrees with the emitted QDQ model's measurement.
+TEST(MixedPrecisionScreening, EstimatesAgreeWithTheQuantizedModels) {
+    GraphBuilder b;
+    b.input("x", {2, 8}).output("y", {2, 4});
+    std::vector<float> w1(64), w2(32), x(64);
+    for (size_t i = 0; i < w1.size(); ++i) w1[i] = std::sin(0.7f * static_cast<float>(i)) * 0.6f;
+    for (size_t i = 0; i < w2.size(); ++i) w2[i] = std::cos(1.3f * static_cast<float>(i)) * 0.8f;
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i * i % 17)) * 2.0f;
+    b.initializer("w1", Tensor::from_values<float>({8, 8}, w1));
+    b.initializer("w2", Tensor::from_values<float>({8, 4}, w2));
+    b.node("MatMul", {"x", "w1"}, {"h"});
+    b.node("Relu", {"h"}, {"r"});
+    b.node("MatMul", {"r", "w2"}, {"y"});
+    const auto model = b.build();
+    const auto dir = vaiq::test::temp_dir();
+    vaiq::write_npy(dir / "x.npy", Tensor::from_values<float>({8, 8}, x));  // four batches of two
+    auto data = vaiq::open_data_reader(dir / "x.npy", model);
+
+    // Ranges from the float model on the data, then the plan at 8 or 16 bits.
+    std::map<std::string, vaiq::TensorRange> ranges;
+    vaiq::runtime::Executor float_run(model, {.threads = 1});
+    auto widen = [&](const std::string& name, const Tensor& value) {
+        auto& r = ranges[name];
+        for (const float v : value.data<float>()) r.min = std::min(r.min, v), r.max = std::max(r.max, v);
+    };
+    for (auto batch = data->next(); batch; batch = data->next())
+        float_run.run(batch->feeds, {"x", "h", "r", "y"}, widen);
+    data->rewind();
+    widen("w1", Tensor::from_values<float>({8, 8}, w1));
+    widen("w2", Tensor::from_values<float>({8, 4}, w2));
+    auto plan_with = [&](const std::set<std::string>& raised, const vaiq::Precision& precision) {
+        vaiq::QuantPlan plan;
+        std::set<std::string> left_float;
+        for (const char* w : {"w1", "w2"})  // a weight left float leaves its product float
+            if (precision.keep_float && raised.count(w)) left_float.insert({w, w == std::string("w1") ? "h" : "y"});
+        for (const char* t : {"x", "w1", "h", "r", "w2", "y"}) {
+            if (raised.count(t) && precision.keep_float) continue;
+            if (left_float.count(t)) continue;
+            const bool weight = t[0] == 'w';
+            vaiq::QuantSpec spec;
+            spec.type = raised.count(t) ? precision.activation_type : vaiq::QuantType::QInt8;
+            spec.symmetric = weight;
+            plan.tensors.push_back({t, weight ? vaiq::TensorRole::Weight : vaiq::TensorRole::Activation, spec,
+                                    vaiq::compute_quant_params(ranges.at(t), spec)});
+        }
+        return plan;
+    };
+    auto emit = [&](const vaiq::QuantPlan& plan) {
+        auto out = model;
+        QdqPairs().emit(out, plan, {});
+        return out;
+    };
+    const auto reference = vaiq::reference_batches(model, *data, 0, 0, 1);
+    const auto base_plan = plan_with({}, {});
+    vaiq::AlgorithmInputs in(model, base_plan, *data, 1);
+    in.raised_plan = [&](const std::set<std::string>& raised, const vaiq::Precision& precision, size_t*) {
+        return plan_with(raised, precision);
+    };
+    in.agreements = [&](size_t variants, const vaiq::VariantRun& run, int, vaiq::BatchSet) {
+        return vaiq::measure_outputs(variants, run, reference);
+    };
+    vaiq::HostAlgorithmContext context(std::move(in));
+
+    const std::vector<std::string> candidates{"x", "w1", "h", "r", "w2"};
+    for (const bool keep_float : {false, true}) {
+        vaiq::Precision precision{vaiq::QuantType::QInt16, vaiq::QuantType::QInt16, keep_float};
+        for (const std::set<std::string>& raised : {std::set<std::string>{}, std::set<std::string>{"r"}}) {
+            const auto estimates =
+                vaiq::screen_raisings(context, precision, 0, raised, candidates, vaiq::BatchSet::All);
+            ASSERT_EQ(estimates.raised.size(), candidates.size());
+            const auto before = vaiq::measure_output(emit(plan_with(raised, precision)), reference, 1);
+            ASSERT_TRUE(estimates.base.has_value());
+            EXPECT_NEAR(estimates.base->sqnr_db, before.sqnr_db, 0.5) << "the shared plan's own estimate";
+            for (size_t i = 0; i < candidates.size(); ++i) {
+                auto with = raised;
+                with.insert(candidates[i]);
+                ASSERT_TRUE(estimates.raised[i].has_value()) << candidates[i];
+                const auto exact = vaiq::measure_output(emit(plan_with(with, precision)), reference, 1);
+                EXPECT_NEAR(estimates.raised[i]->sqnr_db, exact.sqnr_db, 0.5)
+                    << candidates[i] << (keep_float ? " left float" : " at 16 bits") << " on top of " << raised.size()
+                    << " raised";
+                EXPECT_EQ(estimates.raised[i]->batches, 4);
+            }
+            // The estimates tell the candidates apart: raising the first weight helps.
+            const auto w1 =
+                static_cast<size_t>(std::find(candidates.begin(), candidates.end(), "w1") - candidates.begin());
+            EXPECT_GT(estimates.raised[w1]->sqnr_db, before.sqnr_db + 1.0);
+        }
+    }
+}

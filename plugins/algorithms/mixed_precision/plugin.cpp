@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "mixed_precision.hpp"
+#include "screening.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/log.hpp"
 
@@ -76,6 +77,10 @@ class MixedPrecision final : public vaiq::Algorithm {
         raising.measure = [&](const std::set<std::string>& raised, vaiq::BatchSet batches) {
             return context.agreement(context.quantized(context.raised_plan(raised, target.precision), {}),
                                      target.output_index, batches);
+        };
+        raising.screen = [&](const std::set<std::string>& raised, const std::vector<std::string>& tensors,
+                             vaiq::BatchSet batches) {
+            return vaiq::screen_raisings(context, target.precision, target.output_index, raised, tensors, batches);
         };
         raising.output = context.measured_output(target.output_index);
         raising.progress = [&](std::string_view what, int64_t done, int64_t total) {
