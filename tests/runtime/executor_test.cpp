@@ -390,11 +390,8 @@ TEST(Executor, ARunForTapsStopsAtTheLastTappedTensor) {
               std::vector<float>(whole["n"].data<float>().begin(), whole["n"].data<float>().end()));
 }
 
-// A run forks where a tensor is computed (a weight: before its first reader; a
-// graph output: at the end) and resumes from the values live there with that
-// tensor replaced: x -> Relu r -> Neg n -> Add(n, x) a -> Mul(a, w) y. Only the
-// steps after the fork run again; the run itself goes on unchanged.
-TEST(Executor, ARunForksAndResumesWithATensorReplaced) {
+// x -> Relu r -> Neg n -> Add(n, x) a -> Mul(a, w) y, w = {1, 2, 3, 4}: the forking tests' model.
+vaiq::Model relu_neg_add_mul() {
     vaiq::test::GraphBuilder b;
     b.input("x", {4}).output("y", {4});
     b.initializer("w", Tensor::from_values<float>({4}, std::vector<float>{1, 2, 3, 4}));
@@ -403,6 +400,15 @@ TEST(Executor, ARunForksAndResumesWithATensorReplaced) {
     b.node("Add", {"n", "x"}, {"a"});
     b.node("Mul", {"a", "w"}, {"y"});
     const auto model = b.build();
+    return model;
+}
+
+// A run forks where a tensor is computed (a weight: before its first reader; a
+// graph output: at the end) and resumes from the values live there with that
+// tensor replaced: x -> Relu r -> Neg n -> Add(n, x) a -> Mul(a, w) y. Only the
+// steps after the fork run again; the run itself goes on unchanged.
+TEST(Executor, ARunForksAndResumesWithATensorReplaced) {
+    const auto model = relu_neg_add_mul();
     Executor executor(model, {.threads = 1, .profile = true});
     const std::vector<float> x{-1, 2, -3, 4}, w{1, 2, 3, 4};
     auto relu = [](float v) { return std::max(v, 0.0f); };
@@ -460,14 +466,7 @@ TEST(Executor, ARunForksAndResumesWithATensorReplaced) {
 // Add(n, x) a -> Mul(a, w) y, with x and n rounded to integers (a quantized
 // model simulated on the float one) and a fork at r.
 TEST(Executor, ARewriteChangesValuesInTheRunAndInItsResumedRuns) {
-    vaiq::test::GraphBuilder b;
-    b.input("x", {4}).output("y", {4});
-    b.initializer("w", Tensor::from_values<float>({4}, std::vector<float>{1, 2, 3, 4}));
-    b.node("Relu", {"x"}, {"r"});
-    b.node("Neg", {"r"}, {"n"});
-    b.node("Add", {"n", "x"}, {"a"});
-    b.node("Mul", {"a", "w"}, {"y"});
-    const auto model = b.build();
+    const auto model = relu_neg_add_mul();
     Executor executor(model, vaiq::runtime::forking_options(1, {"x", "r", "n"}));
     const std::vector<float> x{-1.4f, 2.6f, -3.2f, 4.4f}, w{1, 2, 3, 4};
     auto values = [](const Tensor& t) { return std::vector<float>(t.data<float>().begin(), t.data<float>().end()); };

@@ -149,13 +149,10 @@ Estimates screen_raisings(AlgorithmContext& context, const Precision& precision,
         if (const auto* params = params_of(tensor); params && value.type() == DataType::Float)
             value = fake_quantize(value, *params, tensor);
     };
-    const auto& initializers = float_model.graph().initializer();
     auto float_value = [&](const std::string& tensor) {
         if (const auto it = unquantized.find(tensor); it != unquantized.end()) return it->second;
-        const auto init =
-            std::find_if(initializers.begin(), initializers.end(), [&](const auto& i) { return i.name() == tensor; });
-        if (init == initializers.end())
-            throw InternalError(fmt::format("screening: no float value of '{}' at its fork", tensor));
+        const auto* init = index.initializer(tensor);
+        if (!init) throw InternalError(fmt::format("screening: no float value of '{}' at its fork", tensor));
         return Tensor::from_proto(*init);
     };
 
