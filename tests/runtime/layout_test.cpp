@@ -386,3 +386,99 @@ TEST(Layout, ResidualAddsFuseIntoTheConvolutionAndStillBroadcast) {
 }
 
 }  // namespace
+
+// DenseNet's pattern: two branches' convolutions joined by a Concat, then a
+// BatchNormalization that no convolution folds, a Relu and the next 1x1
+// convolution. The Concat (along the channels, now the last axis) and the
+// BatchNormalization run channels-last too, so no transpose sits between the
+// convolutions, and every value is what the channels-first ops compute, to the bit.
+TEST(Layout, ConcatAndBatchNormalizationRunChannelsLastBetweenConvolutions) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {2, 3, 6, 5}).output("y", {2, 4, 6, 5});
+    b.initializer("w1", vaiq::test::ramp({5, 3, 3, 3}, -0.4f, 0.013f));
+    b.initializer("w2", vaiq::test::ramp({3, 3, 1, 1}, 0.3f, -0.07f));
+    b.initializer("w3", vaiq::test::ramp({4, 8, 1, 1}, -0.2f, 0.011f));
+    b.initializer("gamma", vaiq::test::ramp({8}, 0.5f, 0.1f));
+    b.initializer("beta", vaiq::test::ramp({8}, -0.3f, 0.07f));
+    b.initializer("mean", vaiq::test::ramp({8}, 0.1f, -0.05f));
+    b.initializer("var", vaiq::test::ramp({8}, 0.2f, 0.3f));
+    vaiq::test::set_ints_attribute(b.node("Conv", {"x", "w1"}, {"c1"}, "conv1"), "pads", {1, 1, 1, 1});
+    b.node("Conv", {"x", "w2"}, {"c2"}, "conv2");
+    vaiq::test::set_attribute(b.node("Concat", {"c1", "c2"}, {"cat"}, "concat"), "axis", int64_t{-3});
+    b.node("BatchNormalization", {"cat", "gamma", "beta", "mean", "var"}, {"bn"}, "bn");
+    b.node("Relu", {"bn"}, {"r"}, "relu");
+    b.node("Conv", {"r", "w3"}, {"y"}, "conv3");
+    const auto model = b.build();
+    const Tensor x = vaiq::test::ramp({2, 3, 6, 5}, -1.5f, 0.017f);
+    auto calls = compare_rewrites(model, x, {"c1", "c2", "cat", "bn", "r"}, 0.0f);
+    EXPECT_EQ(calls["NhwcBatchNormalization"], 1);
+    EXPECT_EQ(calls["BatchNormalization"], 0);
+    // What runs: the input into channels-last once per convolution that reads
+    // it, the output back (the other transposes back are there for taps alone).
+    auto optimized = model;
+    ASSERT_TRUE(vaiq::runtime::optimize_layout(optimized.graph()));
+    std::set<std::string> read{"y"};
+    for (const auto& n : optimized.graph().node()) read.insert(n.input().begin(), n.input().end());
+    int transposes = 0, concat_axis = -1;
+    for (const auto& n : optimized.graph().node()) {
+        transposes += n.op_type() == "Transpose" && read.count(n.output(0));
+        if (n.op_type() == "Concat") concat_axis = static_cast<int>(n.attribute(0).i());
+    }
+    EXPECT_EQ(concat_axis, 3);
+    EXPECT_EQ(transposes, 3);
+}
+
+// The same join between integer convolutions: QLinearConcat, one input on the
+// output's grid (a copy) and one requantized, runs channels-last between them.
+TEST(Layout, QLinearConcatRunsChannelsLastBetweenIntegerConvolutions) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 4, 7, 6}, DataType::UInt8).output("y", {1, 3, 7, 6}, DataType::UInt8);
+    auto scalar = [&](const std::string& name, float v) {
+        b.initializer(name, Tensor::from_values<float>({}, std::vector<float>{v}));
+    };
+    auto zero = [&](const std::string& name, uint8_t v) {
+        b.initializer(name, Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{v}));
+    };
+    auto weights = [&](const std::string& name, std::vector<int64_t> shape, int seed) {
+        std::vector<int8_t> w(static_cast<size_t>(vaiq::element_count(shape)));
+        for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<int8_t>((static_cast<int>(i) * 37 + seed) % 201 - 100);
+        b.initializer(name, Tensor::from_values<int8_t>(shape, w));
+        b.initializer(name + "_s", Tensor::from_values<float>({}, std::vector<float>{0.004f}));
+        b.initializer(name + "_z", Tensor::from_values<int8_t>({}, std::vector<int8_t>{0}));
+    };
+    scalar("sx", 0.02f), zero("zx", 128), scalar("sa", 0.05f), zero("za", 120), scalar("sb", 0.03f), zero("zb", 100);
+    scalar("sy", 0.07f), zero("zy", 90);
+    weights("w1", {6, 4, 3, 3}, 5), weights("w2", {5, 4, 1, 1}, 11), weights("w3", {3, 11, 1, 1}, 17);
+    auto& c1 = b.node("QLinearConv", {"x", "sx", "zx", "w1", "w1_s", "w1_z", "sa", "za"}, {"a"}, "conv1");
+    vaiq::test::set_ints_attribute(c1, "pads", {1, 1, 1, 1});
+    b.node("QLinearConv", {"x", "sx", "zx", "w2", "w2_s", "w2_z", "sb", "zb"}, {"b"}, "conv2");
+    auto& cat = b.node("QLinearConcat", {"sa", "za", "a", "sa", "za", "b", "sb", "zb"}, {"cat"}, "concat");
+    cat.set_domain("com.microsoft");
+    vaiq::test::set_attribute(cat, "axis", int64_t{1});
+    b.node("QLinearConv", {"cat", "sa", "za", "w3", "w3_s", "w3_z", "sy", "zy"}, {"y"}, "conv3");
+    auto model = b.build();
+    auto* ms = model.proto().add_opset_import();
+    ms->set_domain("com.microsoft");
+    ms->set_version(1);
+    std::vector<uint8_t> xs(4 * 7 * 6);
+    for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<uint8_t>((i * 53) % 256);
+    const Tensor x = Tensor::from_values<uint8_t>({1, 4, 7, 6}, xs);
+    Executor plain(model, {.threads = 1, .optimize_layout = false, .fuse_patterns = false});
+    Executor nhwc(model, {.threads = 1, .profile = true});
+    std::map<std::string, Tensor> want, got;
+    const std::vector<std::string> taps{"cat"};
+    want["y"] = plain.run({{"x", x}}, taps, [&](const std::string& n, const Tensor& t) { want[n] = t; })[0];
+    got["y"] = nhwc.run({{"x", x}}, taps, [&](const std::string& n, const Tensor& t) { got[n] = t; })[0];
+    for (const auto& [name, t] : want) {
+        ASSERT_EQ(got[name].shape(), t.shape()) << name;
+        const auto p = t.bytes(), q = got[name].bytes();
+        size_t differ = 0, spread = 0;
+        for (size_t i = 0; i < p.size(); ++i) differ += p[i] != q[i], spread += p[i] != p[0];
+        EXPECT_EQ(differ, 0u) << name;
+        EXPECT_GT(spread, p.size() / 2) << name << " is not all one value";
+    }
+    std::map<std::string, int64_t> calls;
+    for (const auto& p : nhwc.profile()) calls[p.op_type] = p.calls;
+    EXPECT_EQ(calls["Transpose"], 4)
+        << "the input into channels-last for each convolution, the output and the tap back";
+}

@@ -1,6 +1,7 @@
 #include "runtime/layout.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -134,6 +135,65 @@ bool wrap_nhwc_ops(onnx::GraphProto& graph, UniqueNames& names) {
     return changed;
 }
 
+// An op that runs on channels-last values as it runs on channels-first ones
+// once `adapt` has rewritten it: which inputs are its data, whether all of them
+// must come channels-last, and whether its other inputs may be any constants
+// that mean the same in either layout (one value per channel, pads of 0) rather
+// than scalars.
+struct ChannelsLastForm {
+    std::vector<int> data;
+    bool every_data_input = false;
+    bool layout_free_constants = false;
+    std::function<void(onnx::NodeProto&)> adapt = [](onnx::NodeProto&) {};
+};
+
+// A Pad that pads nothing (an exporter's AveragePool), with constant pads.
+bool pads_nothing(const onnx::NodeProto& node, const GraphIndex& index) {
+    if (node.input_size() < 2 || node.input_size() > 3 || find_attribute(node, "pads")) return false;
+    const auto pads = constant_tensor(index, node.input(1));
+    if (!pads || pads->type() != DataType::Int64) return false;
+    const auto v = pads->data<int64_t>();
+    return std::all_of(v.begin(), v.end(), [](int64_t p) { return p == 0; });
+}
+
+ChannelsLastForm channels_last_form(const onnx::NodeProto& node, const GraphIndex& index) {
+    const auto& op = node.op_type();
+    // A 4-D axis of the channels-first value, as an axis of its channels-last form.
+    auto nhwc_axis = [](onnx::NodeProto& moved) {
+        int64_t axis = int_attribute(moved, "axis", 0);
+        if (axis < 0) axis += 4;
+        if (axis >= 0 && axis < 4) set_attribute(moved, "axis", kToNchw[axis]);
+    };
+    ChannelsLastForm form;
+    if (node.domain() == "com.microsoft" && (op == "QLinearGlobalAveragePool" || op == "QLinearAveragePool") &&
+        int_attribute(node, "channels_last", 0) == 0) {
+        form.data = {0};
+        form.adapt = [](onnx::NodeProto& moved) { set_attribute(moved, "channels_last", int64_t{1}); };
+    } else if (is_default_domain(node) && op == "Concat") {
+        for (int i = 0; i < node.input_size(); ++i) form.data.push_back(i);
+        form.every_data_input = true;
+        form.adapt = nhwc_axis;
+    } else if (node.domain() == "com.microsoft" && op == "QLinearConcat" && node.input_size() >= 5) {
+        for (int i = 2; i < node.input_size(); i += 3) form.data.push_back(i);
+        form.every_data_input = true;
+        form.adapt = nhwc_axis;
+    } else if (is_default_domain(node) && op == "Pad" && pads_nothing(node, index)) {
+        form.data = {0};
+        form.layout_free_constants = true;
+    } else if (is_default_domain(node) && op == "BatchNormalization" && node.input_size() == 5 &&
+               int_attribute(node, "training_mode", 0) == 0) {
+        form.data = {0};
+        form.layout_free_constants = true;
+        form.adapt = [](onnx::NodeProto& moved) {
+            moved.set_op_type("NhwcBatchNormalization");
+            moved.set_domain(kInternalDomain);
+        };
+    } else {
+        form.data = elementwise_inputs(node);
+    }
+    return form;
+}
+
 // Step 2, one pass over the nodes; returns false when nothing applies. One index
 // serves the pass: a rewrite replaces its node in place, appends a node, or renames
 // the reads of a cancelled transpose (removed after the pass). What the index then
@@ -162,19 +222,24 @@ bool push_or_cancel_pass(onnx::GraphProto& graph, const std::set<std::string>& s
             }
         }
         if (node.output_size() != 1) continue;
-        // A channels-last pool: QLinearGlobalAveragePool(T(a)) -> T(the pool of a, channels last).
-        const bool pool = node.domain() == "com.microsoft" && node.op_type() == "QLinearGlobalAveragePool" &&
-                          int_attribute(node, "channels_last", 0) == 0;
-        const auto data = pool ? std::vector<int>{0} : elementwise_inputs(node);
-        if (data.empty()) continue;
+        const auto movable = channels_last_form(node, index);
+        if (movable.data.empty()) continue;
         // Which data inputs come through a to-NCHW transpose, and are the other inputs scalars?
         std::vector<int> transposed;
         bool ok = true;
         for (int i = 0; i < node.input_size(); ++i) {
             const int p = index.producer(node.input(i));
-            const bool is_data = std::find(data.begin(), data.end(), i) != data.end();
+            const bool is_data = std::find(movable.data.begin(), movable.data.end(), i) != movable.data.end();
             if (is_data && p >= 0 && is_transpose(graph.node(p), kToNchw)) {
                 transposed.push_back(i);
+            } else if (is_data && movable.every_data_input) {
+                ok = false;
+            } else if (!is_data && movable.layout_free_constants) {
+                // A constant, or a quantized weight's DequantizeLinear (ONNX Runtime's tool quantizes a
+                // BatchNormalization's scale).
+                const bool dequantized = p >= 0 && graph.node(p).op_type() == "DequantizeLinear" &&
+                                         index.initializer(graph.node(p).input(0));
+                ok = ok && (dequantized || constant_tensor(index, node.input(i)).has_value());
             } else if (!node.input(i).empty() && !scalars.count(node.input(i))) {
                 ok = false;
             }
@@ -182,7 +247,7 @@ bool push_or_cancel_pass(onnx::GraphProto& graph, const std::set<std::string>& s
         if (!ok || transposed.empty()) continue;
         // op(T(a), ...) -> T(op(a, ...)): the op runs in NHWC, the transpose moves below it.
         onnx::NodeProto moved = node;
-        if (pool) set_attribute(moved, "channels_last", int64_t{1});
+        movable.adapt(moved);
         for (int i : transposed) moved.set_input(i, graph.node(index.producer(node.input(i))).input(0));
         const std::string nhwc_out = names.fresh(node.output(0) + "_nhwc");
         moved.set_output(0, nhwc_out);

@@ -2,6 +2,7 @@
 // LpNormalization and the softmax family.
 #include <cmath>
 #include <limits>
+#include <span>
 
 #include "runtime/kernels/common.hpp"
 #include "runtime/kernels/ort_float.hpp"
@@ -10,13 +11,29 @@
 namespace vaiq::runtime {
 namespace {
 
+// BatchNormalization as one multiply and one add per value, with the scale and
+// shift per channel computed in float in ONNX Runtime's order, so that quantized
+// models whose Q follows a BatchNormalization round the same way.
+struct Affine {
+    std::vector<float> scale, shift;
+};
+Affine batch_norm_affine(std::span<const float> scale, std::span<const float> bias, const std::vector<double>& mean,
+                         const std::vector<double>& var, float epsilon) {
+    Affine a;
+    for (size_t ch = 0; ch < mean.size(); ++ch) {
+        const float inv_std = 1.0f / std::sqrt(static_cast<float>(var[ch]) + epsilon);
+        a.scale.push_back(inv_std * scale[ch]);
+        a.shift.push_back(bias[ch] - static_cast<float>(mean[ch]) * a.scale.back());
+    }
+    return a;
+}
+
 // Inference uses the running statistics; training mode (opset 14+) normalises
 // with the batch's own and also returns the updated running statistics.
 void batch_norm(KernelContext& ctx, std::vector<Tensor>& out) {
     const bool training = ctx.attributes.get_int("training_mode", 0) != 0;
     const auto& x = ctx.input(0);
     if (x.type() != DataType::Float) ctx.fail("only float is supported");
-    const double eps = ctx.attributes.get_float("epsilon", 1e-5f);
     const double momentum = ctx.attributes.get_float("momentum", 0.9f);
     if (x.shape().empty()) ctx.fail("the input must have a batch dimension");
     const int64_t n = x.shape()[0], c = x.shape().size() > 1 ? x.shape()[1] : 1;
@@ -43,22 +60,15 @@ void batch_norm(KernelContext& ctx, std::vector<Tensor>& out) {
     }
     out[0] = Tensor(DataType::Float, x.shape());
     auto y = out[0].mutable_data<float>();
-    // In float, in ONNX Runtime's order (scale and shift per channel, then one
-    // multiply and one add per value), so that quantized models whose Q follows a
-    // BatchNormalization round the same way.
-    const float epsilon = static_cast<float>(eps);
-    for (int64_t ch = 0; ch < c; ++ch) {
-        const float inv_std = 1.0f / std::sqrt(static_cast<float>(var[ch]) + epsilon);
-        const float s = inv_std * scale[ch];
-        const float t = bias[ch] - static_cast<float>(mean[ch]) * s;
+    const auto [s, t] = batch_norm_affine(scale, bias, mean, var, ctx.attributes.get_float("epsilon", 1e-5f));
+    for (int64_t ch = 0; ch < c; ++ch)
         for (int64_t b = 0; b < n; ++b) {
             const int64_t base = (b * c + ch) * inner;
             for (int64_t i = 0; i < inner; ++i) {
-                const float scaled = xv[base + i] * s;
-                y[base + i] = scaled + t;
+                const float scaled = xv[base + i] * s[ch];
+                y[base + i] = scaled + t[ch];
             }
         }
-    }
     for (size_t o = 1; o < out.size() && o < 3; ++o) {
         const auto& batch = o == 1 ? mean : var;
         const auto running = o == 1 ? running_mean : running_var;
@@ -67,6 +77,31 @@ void batch_norm(KernelContext& ctx, std::vector<Tensor>& out) {
         for (int64_t ch = 0; ch < c; ++ch)
             r[ch] = static_cast<float>(running[ch] * momentum + batch[ch] * (1 - momentum));
     }
+}
+
+// BatchNormalization in inference of a channels-last value (runtime/layout.hpp
+// moves it there between channels-last convolutions): the same arithmetic.
+void nhwc_batch_norm(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    if (x.type() != DataType::Float || x.shape().empty()) ctx.fail("expects a float channels-last tensor");
+    const int64_t c = x.shape().back();
+    for (size_t i = 1; i <= 4; ++i)
+        if (ctx.input(i).size() != c) ctx.fail(fmt::format("input {} must hold one value per channel ({})", i, c));
+    const auto mean = ctx.input(3).data<float>(), var = ctx.input(4).data<float>();
+    const auto [s, t] =
+        batch_norm_affine(ctx.input(1).data<float>(), ctx.input(2).data<float>(), {mean.begin(), mean.end()},
+                          {var.begin(), var.end()}, ctx.attributes.get_float("epsilon", 1e-5f));
+    out[0] = Tensor::uninitialized(DataType::Float, x.shape());
+    float* y = out[0].mutable_data<float>().data();
+    const float* xv = x.data<float>().data();
+    const int64_t pixels = c != 0 ? x.size() / c : 0;
+    parallel_for_pieces(pixels, 4096, x.size() >= (int64_t{1} << 16), [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; ++p)
+            for (int64_t ch = 0; ch < c; ++ch) {
+                const float scaled = xv[p * c + ch] * s[ch];
+                y[p * c + ch] = scaled + t[ch];
+            }
+    });
 }
 
 void instance_norm(KernelContext& ctx, std::vector<Tensor>& out) {
@@ -252,15 +287,18 @@ void lp_norm(KernelContext& ctx, std::vector<Tensor>& out) {
 
 // Every kernel here shares its work only through parallel_for.hpp.
 const KernelRegistrations kKernels(always_in_team, {
-    {"", "LpNormalization", 1, 21, lp_norm},
-    {"", "BatchNormalization", 9, 21, batch_norm},
-    {"", "InstanceNormalization", 6, 21, instance_norm},
-    {"", "LayerNormalization", 17, 21, layer_norm},
-    {kInternalDomain, "LayerNormalization", 0, 1, layer_norm},  // fused from older opsets (runtime/layout.hpp)
-    {"", "Softmax", 1, 21, softmax<SoftmaxKind::Softmax>},
-    {"", "LogSoftmax", 1, 21, softmax<SoftmaxKind::LogSoftmax>},
-    {"", "Hardmax", 1, 21, softmax<SoftmaxKind::Hardmax>},
-});
+                                                       {"", "LpNormalization", 1, 21, lp_norm},
+                                                       {"", "BatchNormalization", 9, 21, batch_norm},
+                                                       {kInternalDomain, "NhwcBatchNormalization", 0, 1,
+                                                        nhwc_batch_norm},  // runtime/layout.hpp
+                                                       {"", "InstanceNormalization", 6, 21, instance_norm},
+                                                       {"", "LayerNormalization", 17, 21, layer_norm},
+                                                       {kInternalDomain, "LayerNormalization", 0, 1,
+                                                        layer_norm},  // fused from older opsets (runtime/layout.hpp)
+                                                       {"", "Softmax", 1, 21, softmax<SoftmaxKind::Softmax>},
+                                                       {"", "LogSoftmax", 1, 21, softmax<SoftmaxKind::LogSoftmax>},
+                                                       {"", "Hardmax", 1, 21, softmax<SoftmaxKind::Hardmax>},
+                                                   });
 
 }  // namespace
 }  // namespace vaiq::runtime

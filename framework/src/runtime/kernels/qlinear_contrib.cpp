@@ -511,39 +511,49 @@ void qlinear_global_average_pool(KernelContext& ctx, std::vector<Tensor>& out) {
     out[0] = quantized_tensor(ctx, type, shape, zp, [&](size_t i) { return static_cast<float>(sums[i]) * scale; });
 }
 
-// QLinearAveragePool: (X, x_scale, x_zp, y_scale, y_zp), 2-D NCHW. As ONNX Runtime
-// computes it: dequantize, sum each window in float in row order, divide by the
-// count, then round(y / y_scale + y_zp) with the zero point added before rounding.
+// QLinearAveragePool: (X, x_scale, x_zp, y_scale, y_zp), 2-D, NCHW or
+// channels_last. As ONNX Runtime computes it: dequantize, sum each window in
+// float in row order, divide by the count, then round(y / y_scale + y_zp) with
+// the zero point added before rounding.
 void qlinear_average_pool(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto x = quantized(ctx, 0, 1, 2);
     const auto& s = x.data->shape();
-    if (s.size() != 4 || ctx.attributes.get_int("channels_last", 0) != 0)
-        ctx.fail("only 2-D NCHW pooling is supported");
+    const bool channels_last = ctx.attributes.get_int("channels_last", 0) != 0;
+    if (s.size() != 4) ctx.fail("only 2-D pooling is supported");
     const auto kernel = ctx.attributes.get_ints("kernel_shape");
     if (kernel.size() != 2) ctx.fail("kernel_shape must have 2 values");
-    const auto g = WindowGeometry::from(ctx, {s[2], s[3]}, kernel, ctx.attributes.get_int("ceil_mode", 0) != 0);
+    const int64_t n = s[0], c = channels_last ? s[3] : s[1], h = channels_last ? s[1] : s[2],
+                  w = channels_last ? s[2] : s[3];
+    const auto g = WindowGeometry::from(ctx, {h, w}, kernel, ctx.attributes.get_int("ceil_mode", 0) != 0);
     const bool include_pad = ctx.attributes.get_int("count_include_pad", 0) != 0;
     const auto v = dequantized(ctx, x);
     const float y_scale = ctx.input(3).data<float>()[0];
     const float y_zp = ctx.has_input(4) ? static_cast<float>(read_scalar(ctx, ctx.input(4))) : 0.0f;
-    const int64_t planes = s[0] * s[1], h = s[2], w = s[3], oh = g.out[0], ow = g.out[1];
-    std::vector<float> y(static_cast<size_t>(planes * oh * ow));
-    for (int64_t p = 0; p < planes; ++p)
-        for (int64_t i = 0; i < oh; ++i) {
-            const int64_t h0 = std::max<int64_t>(i * g.strides[0] - g.pad_begin[0], 0);
-            const int64_t h1 = std::min(i * g.strides[0] - g.pad_begin[0] + kernel[0], h);
-            for (int64_t j = 0; j < ow; ++j) {
-                const int64_t w0 = std::max<int64_t>(j * g.strides[1] - g.pad_begin[1], 0);
-                const int64_t w1 = std::min(j * g.strides[1] - g.pad_begin[1] + kernel[1], w);
-                float sum = 0.0f;
-                for (int64_t r = h0; r < h1; ++r)
-                    for (int64_t c = w0; c < w1; ++c) sum += v[(p * h + r) * w + c];
-                const int64_t count = include_pad ? kernel[0] * kernel[1] : (h1 - h0) * (w1 - w0);
-                y[(p * oh + i) * ow + j] = sum / static_cast<float>(count) / y_scale + y_zp;
+    const int64_t oh = g.out[0], ow = g.out[1];
+    // Where value (image, channel, row, column) of an h x w plane sits.
+    auto at = [&](int64_t b, int64_t ch, int64_t r, int64_t col, int64_t rows, int64_t cols) {
+        return channels_last ? ((b * rows + r) * cols + col) * c + ch : ((b * c + ch) * rows + r) * cols + col;
+    };
+    std::vector<float> y(static_cast<size_t>(n * c * oh * ow));
+    for (int64_t b = 0; b < n; ++b)
+        for (int64_t ch = 0; ch < c; ++ch)
+            for (int64_t i = 0; i < oh; ++i) {
+                const int64_t h0 = std::max<int64_t>(i * g.strides[0] - g.pad_begin[0], 0);
+                const int64_t h1 = std::min(i * g.strides[0] - g.pad_begin[0] + kernel[0], h);
+                for (int64_t j = 0; j < ow; ++j) {
+                    const int64_t w0 = std::max<int64_t>(j * g.strides[1] - g.pad_begin[1], 0);
+                    const int64_t w1 = std::min(j * g.strides[1] - g.pad_begin[1] + kernel[1], w);
+                    float sum = 0.0f;
+                    for (int64_t r = h0; r < h1; ++r)
+                        for (int64_t col = w0; col < w1; ++col) sum += v[at(b, ch, r, col, h, w)];
+                    const int64_t count = include_pad ? kernel[0] * kernel[1] : (h1 - h0) * (w1 - w0);
+                    y[at(b, ch, i, j, oh, ow)] = sum / static_cast<float>(count) / y_scale + y_zp;
+                }
             }
-        }
     const DataType type = ctx.has_input(4) ? ctx.input(4).type() : x.data->type();
-    out[0] = quantized_tensor(ctx, type, {s[0], s[1], oh, ow}, 0.0, [&](size_t i) { return y[i]; });
+    const std::vector<int64_t> shape =
+        channels_last ? std::vector<int64_t>{n, oh, ow, c} : std::vector<int64_t>{n, c, oh, ow};
+    out[0] = quantized_tensor(ctx, type, shape, 0.0, [&](size_t i) { return y[i]; });
 }
 
 // QLinearSoftmax's outputs for one row, sixteen at a time: round(e * y_scale /
