@@ -1378,6 +1378,69 @@ TEST(QdqFusion, ALookupTableKeepsTheRankItsConstantsGive) {
     EXPECT_FLOAT_EQ(y.data<float>()[0], 2.4f);
 }
 
+// DenseNet's DQ -> BatchNormalization -> Relu -> Q after a Concat, the
+// normalization's scale a quantized weight: one table per channel of what the
+// group computes on each integer, looked up channels-first (a graph input) and
+// channels-last (between convolutions), every value equal to the group's: 20
+// channels go through the vector lookups sixteen at a time and the scalar rest.
+TEST(QdqFusion, ABatchNormalizationBetweenAPairRunsAsATableAChannel) {
+    for (const bool between_convolutions : {false, true}) {
+        vaiq::test::GraphBuilder b;
+        const int64_t c = 20;
+        b.input("x", {2, between_convolutions ? 3 : c, 6, 7}).output("y", {2, c, 6, 7});
+        b.initializer("s", Tensor::from_values<float>({}, std::vector<float>{0.043f}));
+        b.initializer("z", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{121}));
+        b.initializer("so", Tensor::from_values<float>({}, std::vector<float>{0.031f}));
+        b.initializer("zo", Tensor::from_values<uint8_t>({}, std::vector<uint8_t>{0}));
+        std::vector<int8_t> gamma(c);
+        for (int64_t i = 0; i < c; ++i) gamma[i] = static_cast<int8_t>(40 + 7 * i - (i % 3) * 90);
+        b.initializer("gamma_q", Tensor::from_values<int8_t>({c}, gamma));
+        b.initializer("gamma_s", Tensor::from_values<float>({}, std::vector<float>{0.011f}));
+        b.initializer("gamma_z", Tensor::from_values<int8_t>({}, std::vector<int8_t>{0}));
+        b.initializer("beta", vaiq::test::ramp({c}, -0.4f, 0.05f));
+        b.initializer("mean", vaiq::test::ramp({c}, 0.3f, -0.07f));
+        b.initializer("var", vaiq::test::ramp({c}, 0.5f, 0.21f));
+        std::string in = "x";
+        if (between_convolutions) {
+            b.initializer("w1", vaiq::test::ramp({c, 3, 1, 1}, -0.5f, 0.017f));
+            b.node("Conv", {"x", "w1"}, {"c1"}, "conv1");
+            in = "c1";
+        }
+        b.node("QuantizeLinear", {in, "s", "z"}, {"xq"});
+        b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
+        b.node("DequantizeLinear", {"gamma_q", "gamma_s", "gamma_z"}, {"gamma"});
+        b.node("BatchNormalization", {"xd", "gamma", "beta", "mean", "var"}, {"bn"}, "bn");
+        b.node("Relu", {"bn"}, {"r"}, "relu");
+        b.node("QuantizeLinear", {"r", "so", "zo"}, {"rq"});
+        b.node("DequantizeLinear", {"rq", "so", "zo"}, {between_convolutions ? "rd" : "y"});
+        if (between_convolutions) {
+            b.initializer("w2", vaiq::test::ramp({c, c, 1, 1}, 0.2f, -0.001f));
+            b.node("Conv", {"rd", "w2"}, {"y"}, "conv2");
+        }
+        const auto model = b.build();
+        const auto x = vaiq::test::ramp({2, between_convolutions ? 3 : c, 6, 7}, -6.0f, 0.0043f);
+        // The unfused group in the same layout (float convolutions sum alike in both).
+        Executor fused(model, {.profile = true}), plain(model, {.fuse_qdq = false});
+        EXPECT_NE(tap_error(fused, x, "bn").find("inside an integer operator"), std::string::npos);
+        const auto a = fused.run({{"x", x}})[0], want = plain.run({{"x", x}})[0];
+        ASSERT_EQ(a.shape(), want.shape());
+        int differing = 0, zero = 0;
+        for (int64_t i = 0; i < a.size(); ++i) {
+            differing += a.data<float>()[i] != want.data<float>()[i];
+            zero += a.data<float>()[i] == 0.0f;
+        }
+        EXPECT_EQ(differing, 0) << between_convolutions;
+        if (!between_convolutions) {
+            EXPECT_GT(zero, 0) << "the Relu cuts";
+            EXPECT_LT(zero, a.size() / 2);
+        }
+        std::map<std::string, int64_t> calls;
+        for (const auto& p : fused.profile()) calls[p.op_type] = p.calls;
+        EXPECT_EQ(calls["ChannelLookupTable"], 1) << between_convolutions;
+        EXPECT_EQ(calls["Transpose"], between_convolutions ? 2 : 0) << "the table looks up channels-last";
+    }
+}
+
 // DQ -> MaxPool -> Q (padded, strided) with one scale: the pool takes the max of
 // the uint8 values themselves, exactly the float pool's quantized result.
 TEST(QdqFusion, MaxPoolBetweenAnEqualPairRunsOnTheIntegers) {

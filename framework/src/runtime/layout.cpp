@@ -177,6 +177,9 @@ ChannelsLastForm channels_last_form(const onnx::NodeProto& node, const GraphInde
         for (int i = 2; i < node.input_size(); i += 3) form.data.push_back(i);
         form.every_data_input = true;
         form.adapt = nhwc_axis;
+    } else if (node.domain() == kInternalDomain && op == "ChannelLookupTable" && int_attribute(node, "axis", 1) == 1) {
+        form.data = {0};
+        form.adapt = nhwc_axis;
     } else if (is_default_domain(node) && op == "Pad" && pads_nothing(node, index)) {
         form.data = {0};
         form.layout_free_constants = true;

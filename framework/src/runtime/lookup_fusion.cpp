@@ -45,12 +45,40 @@ std::optional<int> per_tensor_8_bit(const onnx::NodeProto& node, const GraphInde
 
 // The group behind one QuantizeLinear: the DequantizeLinear it starts from, the
 // ops in between, the constants they read and the largest rank among those.
+// With a BatchNormalization among the ops, its values depend on the channel
+// too (axis 1): `channels` tables, and `parameters`, the DequantizeLinears of
+// its quantized weights.
 struct Group {
     int dequantize = -1;
     std::vector<int> ops;
     std::set<std::string> constants;
     int64_t constant_rank = 0;
+    int64_t channels = 0;
+    std::vector<int> parameters;
 };
+
+// A BatchNormalization's per-channel input: its channel count when it is a
+// constant of one dimension, or the DequantizeLinear of stored values (its node
+// joins `parameters`); 0 otherwise.
+int64_t per_channel_parameter(const GraphIndex& index, const onnx::GraphProto& graph, const std::string& name,
+                              std::set<std::string>& constants, std::vector<int>& parameters) {
+    if (const auto value = constant_tensor(index, name)) {
+        if (value->type() != DataType::Float || value->shape().size() != 1) return 0;
+        constants.insert(name);
+        return value->size();
+    }
+    const int p = index.producer(name);
+    if (p < 0) return 0;
+    const auto& dq = graph.node(p);
+    if (!is_default_domain(dq) || dq.op_type() != "DequantizeLinear" || dq.input_size() < 2) return 0;
+    const auto* stored = index.initializer(dq.input(0));
+    for (const auto& in : dq.input())
+        if (!in.empty() && !index.initializer(in)) return 0;
+    if (!stored || stored->dims_size() != 1) return 0;
+    constants.insert(dq.input().begin(), dq.input().end());
+    parameters.push_back(p);
+    return stored->dims(0);
+}
 
 std::optional<Group> group_of(const onnx::GraphProto& graph, const GraphIndex& index, int quantize) {
     Group g;
@@ -67,6 +95,17 @@ std::optional<Group> group_of(const onnx::GraphProto& graph, const GraphIndex& i
             if (g.dequantize >= 0 && g.dequantize != p) return std::nullopt;
             if (!per_tensor_8_bit(node, index) || constant_tensor(index, node.input(0))) return std::nullopt;
             g.dequantize = p;
+            continue;
+        }
+        if (node.op_type() == "BatchNormalization" && node.input_size() == 5 && node.output_size() == 1 &&
+            int_attribute(node, "training_mode", 0) == 0 && g.channels == 0) {
+            for (int i = 1; i < 5; ++i) {
+                const int64_t c = per_channel_parameter(index, graph, node.input(i), g.constants, g.parameters);
+                if (c <= 0 || (g.channels != 0 && c != g.channels)) return std::nullopt;
+                g.channels = c;
+            }
+            ops.insert(p);
+            pending.push_back(node.input(0));
             continue;
         }
         if (!kLookupOps.count(node.op_type()) || node.output_size() != 1) return std::nullopt;
@@ -96,23 +135,29 @@ std::optional<Group> group_of(const onnx::GraphProto& graph, const GraphIndex& i
     return g;
 }
 
+// The shape a group is run in to make its tables: 256 values, or 256 in each of
+// `channels` channels (axis 1).
+std::vector<int64_t> table_shape(int64_t channels) {
+    return channels > 0 ? std::vector<int64_t>{1, channels, 256} : std::vector<int64_t>{256};
+}
+
 // Nodes of the model (with the initializers among `constants` they read, and the
 // Constant nodes that make the others) as a model of their own: one input, 256
 // elements of `input_type`, and one output.
 Model sub_model(const onnx::ModelProto& model, const GraphIndex& index, std::vector<int> nodes,
                 const std::set<std::string>& constants, const std::string& input, int input_type,
-                const std::string& output, int output_type) {
+                const std::string& output, int output_type, const std::vector<int64_t>& shape = {256}) {
     const auto& graph = model.graph();
     onnx::ModelProto out;
     out.set_ir_version(model.ir_version());
     *out.mutable_opset_import() = model.opset_import();
     auto& sub = *out.mutable_graph();
     sub.set_name("lookup");
-    auto value_info = [](onnx::ValueInfoProto& v, const std::string& name, int type) {
+    auto value_info = [&shape](onnx::ValueInfoProto& v, const std::string& name, int type) {
         v.set_name(name);
         auto& t = *v.mutable_type()->mutable_tensor_type();
         t.set_elem_type(type);
-        t.mutable_shape()->add_dim()->set_dim_value(256);
+        for (int64_t d : shape) t.mutable_shape()->add_dim()->set_dim_value(d);
     };
     value_info(*sub.add_input(), input, input_type);
     value_info(*sub.add_output(), output, output_type);
@@ -134,24 +179,28 @@ Model group_model(const onnx::ModelProto& model, const GraphIndex& index, const 
                   int output_type) {
     const auto& graph = model.graph();
     std::vector<int> nodes = g.ops;
+    nodes.insert(nodes.end(), g.parameters.begin(), g.parameters.end());
     nodes.push_back(g.dequantize);
     nodes.push_back(quantize);
     std::set<std::string> needed(g.constants.begin(), g.constants.end());
     for (int n : {g.dequantize, quantize}) needed.insert({graph.node(n).input(1), graph.node(n).input(2)});
     return sub_model(model, index, nodes, needed, graph.node(g.dequantize).input(0), input_type,
-                     graph.node(quantize).output(0), output_type);
+                     graph.node(quantize).output(0), output_type, table_shape(g.channels));
 }
 
-// The 256 results of the group, indexed by the input's bits as an unsigned byte.
-std::optional<Tensor> table_of(const Model& group, const std::string& input, int input_type) {
-    Tensor feed = input_type == onnx::TensorProto::UINT8 ? Tensor::uninitialized(DataType::UInt8, {256})
-                                                         : Tensor::uninitialized(DataType::Int8, {256});
+// The 256 results of the group (per channel: `channels` rows of them), indexed
+// by the input's bits as an unsigned byte.
+std::optional<Tensor> table_of(const Model& group, const std::string& input, int input_type, int64_t channels = 0) {
+    const auto shape = table_shape(channels);
+    Tensor feed =
+        Tensor::uninitialized(input_type == onnx::TensorProto::UINT8 ? DataType::UInt8 : DataType::Int8, shape);
     auto bytes = feed.mutable_bytes();
-    for (size_t i = 0; i < 256; ++i) bytes[i] = static_cast<std::byte>(i);
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>(i % 256);
     try {
         Executor executor(group, {.threads = 1, .optimize_layout = false, .fuse_patterns = false, .fuse_qdq = false});
         auto results = executor.run({{input, feed}});
-        if (results.size() != 1 || results[0].size() != 256) return std::nullopt;
+        if (results.size() != 1 || results[0].size() != feed.size()) return std::nullopt;
+        if (channels > 0) results[0].reshape({channels, 256});
         return std::move(results[0]);
     } catch (const InputError&) {
         return std::nullopt;  // left as it is: running the group reports the problem
@@ -305,10 +354,14 @@ bool fuse_lookup_tables(onnx::ModelProto& model, std::vector<std::string>& gone)
         if (!group) continue;
         const auto& dq = graph.node(group->dequantize);
         const int input_type = index.initializer(dq.input(2))->data_type();
-        const auto table =
-            table_of(group_model(model, index, *group, n, input_type, *output_type), dq.input(0), input_type);
+        const auto table = table_of(group_model(model, index, *group, n, input_type, *output_type), dq.input(0),
+                                    input_type, group->channels);
         if (!table) continue;
         replaced[n] = lookup_node(q, dq.input(0), *table, group->constant_rank);
+        if (group->channels > 0) {
+            replaced[n].set_op_type("ChannelLookupTable");
+            set_attribute(replaced[n], "axis", int64_t{1});
+        }
         for (int op : group->ops) {
             removed.insert(op);
             gone.push_back(graph.node(op).output(0));

@@ -18,7 +18,11 @@ namespace vaiq::runtime {
 /// DequantizeLinear of a uint8/int8 tensor through float elementwise ops alone
 /// (kLookupOps in the source; their other operands one-element constants; their
 /// outputs read by nothing else), becomes a vaiq.internal LookupTable of the
-/// DequantizeLinear's input. Its table holds what the executor's own kernels
+/// DequantizeLinear's input. A BatchNormalization among the ops (inference,
+/// its parameters constants or DequantizeLinears of stored values: DenseNet's
+/// normalization after each Concat) makes the values depend on the channel too:
+/// a vaiq.internal ChannelLookupTable then holds a table per channel (axis 1).
+/// Its table holds what the executor's own kernels
 /// compute for the group on each of the 256 integers, so every value is the
 /// one running the group would give. Returns whether anything changed; `gone`
 /// receives the group's float tensors. Run after fuse_qdq's other fusions: the

@@ -844,6 +844,79 @@ void lookup_table(KernelContext& ctx, std::vector<Tensor>& out) {
     });
 }
 
+// A row of c channels-last values, each through its channel's 256-entry row of
+// `rows` (which has 3 bytes to spare at its end for the gathers' 4-byte reads).
+void look_up_channels(const uint8_t* x, uint8_t* y, int64_t c, const uint8_t* rows) {
+    for (int64_t k = 0; k < c; ++k) y[k] = rows[k * 256 + x[k]];
+}
+
+// The same, sixteen channels at a time: a gather of the four bytes at each
+// value's entry, the first of which is kept.
+[[gnu::target("avx512f")]] void look_up_channels_avx512(const uint8_t* x, uint8_t* y, int64_t c, const uint8_t* rows) {
+    const __m512i lanes = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                             _mm512_set1_epi32(256));
+    int64_t k = 0;
+    for (; k + 16 <= c; k += 16) {
+        const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + k)));
+        const __m512i at = _mm512_add_epi32(_mm512_add_epi32(v, lanes), _mm512_set1_epi32(static_cast<int>(k * 256)));
+        const __m512i got = _mm512_i32gather_epi32(at, rows, 1);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(y + k), _mm512_cvtepi32_epi8(got));
+    }
+    look_up_channels(x + k, y + k, c - k, rows + k * 256);
+}
+
+// ChannelLookupTable (vaiq.internal, see lookup_fusion.hpp): y = table[c][x] for
+// x in channel c along `axis`; `table` holds one row of 256 8-bit values per
+// channel. Channels-first, each plane goes through its row as LookupTable's
+// values do; channels-last (the last axis), each value looks up its own.
+void channel_lookup_table(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    if (x.type() != DataType::UInt8 && x.type() != DataType::Int8) ctx.fail("the input must be uint8 or int8");
+    const auto rank = static_cast<int64_t>(x.shape().size());
+    const int64_t axis = normalize_axis(ctx, ctx.attributes.get_int("axis", 1), rank);
+    struct Table {
+        DataType type;
+        int64_t channels;
+        std::vector<uint8_t> rows;  // and 3 bytes more
+    };
+    auto table = std::static_pointer_cast<Table>(ctx.state);
+    if (!table) {  // read from its attribute once and kept
+        const auto* proto = ctx.attributes.get_tensor("table");
+        if (!proto) ctx.fail("the table attribute is missing");
+        const Tensor t = Tensor::from_proto(*proto);
+        if (t.shape().size() != 2 || t.shape()[1] != 256 || (t.type() != DataType::UInt8 && t.type() != DataType::Int8))
+            ctx.fail("the table must hold rows of 256 uint8 or int8 values");
+        const auto* bytes = reinterpret_cast<const uint8_t*>(t.bytes().data());
+        table = std::make_shared<Table>(Table{t.type(), t.shape()[0], {bytes, bytes + t.size()}});
+        table->rows.resize(table->rows.size() + 3);
+        ctx.state = table;
+    }
+    const int64_t c = x.shape()[axis];
+    if (table->channels != c) ctx.fail(fmt::format("the table has {} rows for {} channels", table->channels, c));
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= x.shape()[d];
+    for (int64_t d = axis + 1; d < rank; ++d) inner *= x.shape()[d];
+    out[0] = Tensor::uninitialized(table->type, x.shape());
+    const auto* in = reinterpret_cast<const uint8_t*>(x.bytes().data());
+    const uint8_t* rows = table->rows.data();
+    auto* y = reinterpret_cast<uint8_t*>(out[0].mutable_bytes().data());
+    const bool permutes = cpu_features().avx512vbmi && cpu_features().avx512bw;
+    const bool gathers = cpu_features().avx512f;
+    const int64_t piece = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, c * inner));
+    parallel_for_pieces(outer, piece, x.size() >= (int64_t{1} << 16), [&](int64_t begin, int64_t end) {
+        for (int64_t o = begin; o < end; ++o) {
+            const int64_t base = o * c * inner;
+            if (inner == 1) {
+                (gathers ? look_up_channels_avx512 : look_up_channels)(in + base, y + base, c, rows);
+                continue;
+            }
+            for (int64_t k = 0; k < c; ++k)
+                (permutes ? look_up_vbmi : look_up)(in + base + k * inner, y + base + k * inner,
+                                                    static_cast<size_t>(inner), rows + k * 256);
+        }
+    });
+}
+
 // PowerOfTwoQLinearAdd, the executor's form of an Add between power-of-two
 // DequantizeLinears and a QuantizeLinear (through a Relu/Clip, as output bounds;
 // see qdq_fusion.hpp): QLinearAdd's inputs, computed exactly in integers, which is
@@ -908,6 +981,7 @@ const KernelRegistration kKernels[] = {
     {kMicrosoft, "QLinearSoftmax", 1, 1, qlinear_softmax, always_in_team},
     {kInternalDomain, "PowerOfTwoQLinearAdd", 0, 1, power_of_two_qlinear_add},
     {kInternalDomain, "LookupTable", 0, 1, lookup_table},
+    {kInternalDomain, "ChannelLookupTable", 0, 1, channel_lookup_table},
 };
 
 }  // namespace
