@@ -429,10 +429,11 @@ TEST(Layout, ConcatAndBatchNormalizationRunChannelsLastBetweenConvolutions) {
 }
 
 // The same join between integer convolutions: QLinearConcat, one input on the
-// output's grid (a copy) and one requantized, runs channels-last between them.
+// output's grid (a copy) and one requantized, and a QLinearAveragePool with
+// partial windows after it run channels-last between them.
 TEST(Layout, QLinearConcatRunsChannelsLastBetweenIntegerConvolutions) {
     vaiq::test::GraphBuilder b;
-    b.input("x", {1, 4, 7, 6}, DataType::UInt8).output("y", {1, 3, 7, 6}, DataType::UInt8);
+    b.input("x", {1, 4, 7, 6}, DataType::UInt8).output("y", {1, 3, 4, 4}, DataType::UInt8);
     auto scalar = [&](const std::string& name, float v) {
         b.initializer(name, Tensor::from_values<float>({}, std::vector<float>{v}));
     };
@@ -455,7 +456,12 @@ TEST(Layout, QLinearConcatRunsChannelsLastBetweenIntegerConvolutions) {
     auto& cat = b.node("QLinearConcat", {"sa", "za", "a", "sa", "za", "b", "sb", "zb"}, {"cat"}, "concat");
     cat.set_domain("com.microsoft");
     vaiq::test::set_attribute(cat, "axis", int64_t{1});
-    b.node("QLinearConv", {"cat", "sa", "za", "w3", "w3_s", "w3_z", "sy", "zy"}, {"y"}, "conv3");
+    auto& pool = b.node("QLinearAveragePool", {"cat", "sa", "za", "sb", "zb"}, {"pooled"}, "pool");
+    pool.set_domain("com.microsoft");
+    vaiq::test::set_ints_attribute(pool, "kernel_shape", {2, 2});
+    vaiq::test::set_ints_attribute(pool, "strides", {2, 2});
+    vaiq::test::set_ints_attribute(pool, "pads", {1, 0, 0, 1});
+    b.node("QLinearConv", {"pooled", "sb", "zb", "w3", "w3_s", "w3_z", "sy", "zy"}, {"y"}, "conv3");
     auto model = b.build();
     auto* ms = model.proto().add_opset_import();
     ms->set_domain("com.microsoft");
@@ -466,7 +472,7 @@ TEST(Layout, QLinearConcatRunsChannelsLastBetweenIntegerConvolutions) {
     Executor plain(model, {.threads = 1, .optimize_layout = false, .fuse_patterns = false});
     Executor nhwc(model, {.threads = 1, .profile = true});
     std::map<std::string, Tensor> want, got;
-    const std::vector<std::string> taps{"cat"};
+    const std::vector<std::string> taps{"cat", "pooled"};
     want["y"] = plain.run({{"x", x}}, taps, [&](const std::string& n, const Tensor& t) { want[n] = t; })[0];
     got["y"] = nhwc.run({{"x", x}}, taps, [&](const std::string& n, const Tensor& t) { got[n] = t; })[0];
     for (const auto& [name, t] : want) {
@@ -479,6 +485,6 @@ TEST(Layout, QLinearConcatRunsChannelsLastBetweenIntegerConvolutions) {
     }
     std::map<std::string, int64_t> calls;
     for (const auto& p : nhwc.profile()) calls[p.op_type] = p.calls;
-    EXPECT_EQ(calls["Transpose"], 4)
-        << "the input into channels-last for each convolution, the output and the tap back";
+    EXPECT_EQ(calls["Transpose"], 5)
+        << "the input into channels-last for each convolution, the output and the taps back";
 }

@@ -530,24 +530,35 @@ void qlinear_average_pool(KernelContext& ctx, std::vector<Tensor>& out) {
     const float y_scale = ctx.input(3).data<float>()[0];
     const float y_zp = ctx.has_input(4) ? static_cast<float>(read_scalar(ctx, ctx.input(4))) : 0.0f;
     const int64_t oh = g.out[0], ow = g.out[1];
-    // Where value (image, channel, row, column) of an h x w plane sits.
-    auto at = [&](int64_t b, int64_t ch, int64_t r, int64_t col, int64_t rows, int64_t cols) {
-        return channels_last ? ((b * rows + r) * cols + col) * c + ch : ((b * c + ch) * rows + r) * cols + col;
-    };
+    // Each window's values summed in row order, each channel's apart; channels-last,
+    // a window's channels side by side.
     std::vector<float> y(static_cast<size_t>(n * c * oh * ow));
+    std::vector<float> sums(static_cast<size_t>(channels_last ? c : 1));
     for (int64_t b = 0; b < n; ++b)
-        for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t ch = 0; ch < (channels_last ? 1 : c); ++ch)
             for (int64_t i = 0; i < oh; ++i) {
                 const int64_t h0 = std::max<int64_t>(i * g.strides[0] - g.pad_begin[0], 0);
                 const int64_t h1 = std::min(i * g.strides[0] - g.pad_begin[0] + kernel[0], h);
                 for (int64_t j = 0; j < ow; ++j) {
                     const int64_t w0 = std::max<int64_t>(j * g.strides[1] - g.pad_begin[1], 0);
                     const int64_t w1 = std::min(j * g.strides[1] - g.pad_begin[1] + kernel[1], w);
-                    float sum = 0.0f;
+                    std::fill(sums.begin(), sums.end(), 0.0f);
                     for (int64_t r = h0; r < h1; ++r)
-                        for (int64_t col = w0; col < w1; ++col) sum += v[at(b, ch, r, col, h, w)];
-                    const int64_t count = include_pad ? kernel[0] * kernel[1] : (h1 - h0) * (w1 - w0);
-                    y[at(b, ch, i, j, oh, ow)] = sum / static_cast<float>(count) / y_scale + y_zp;
+                        for (int64_t col = w0; col < w1; ++col) {
+                            if (channels_last) {
+                                const float* px = v.data() + ((b * h + r) * w + col) * c;
+                                for (int64_t k = 0; k < c; ++k) sums[k] += px[k];
+                            } else {
+                                sums[0] += v[((b * c + ch) * h + r) * w + col];
+                            }
+                        }
+                    const auto count = static_cast<float>(include_pad ? kernel[0] * kernel[1] : (h1 - h0) * (w1 - w0));
+                    if (channels_last) {
+                        float* py = y.data() + ((b * oh + i) * ow + j) * c;
+                        for (int64_t k = 0; k < c; ++k) py[k] = sums[k] / count / y_scale + y_zp;
+                    } else {
+                        y[((b * c + ch) * oh + i) * ow + j] = sums[0] / count / y_scale + y_zp;
+                    }
                 }
             }
     const DataType type = ctx.has_input(4) ? ctx.input(4).type() : x.data->type();
