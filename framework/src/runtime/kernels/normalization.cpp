@@ -88,9 +88,11 @@ void nhwc_batch_norm(KernelContext& ctx, std::vector<Tensor>& out) {
     for (size_t i = 1; i <= 4; ++i)
         if (ctx.input(i).size() != c) ctx.fail(fmt::format("input {} must hold one value per channel ({})", i, c));
     const auto mean = ctx.input(3).data<float>(), var = ctx.input(4).data<float>();
-    const auto [s, t] =
+    const Affine affine =
         batch_norm_affine(ctx.input(1).data<float>(), ctx.input(2).data<float>(), {mean.begin(), mean.end()},
                           {var.begin(), var.end()}, ctx.attributes.get_float("epsilon", 1e-5f));
+    const auto& s = affine.scale;  // (named, not bound: the loop below captures them)
+    const auto& t = affine.shift;
     out[0] = Tensor::uninitialized(DataType::Float, x.shape());
     float* y = out[0].mutable_data<float>().data();
     const float* xv = x.data<float>().data();
