@@ -257,6 +257,31 @@ TEST(ModelIo, ConvertsSoftmaxOnceShapesAreDeclared) {
     EXPECT_THROW(vaiq::convert_opset(old, 13, [](vaiq::Model&) {}), InputError);
 }
 
+// ONNX's converter knows the default domain alone: a com.microsoft Gelu (as
+// preparation fuses one) stands aside while the rest converts and comes back in
+// its place; ReduceMean's axes move from an attribute to an input (opset 18).
+TEST(ModelIo, ConvertsAModelWithOpsOfAnotherDomain) {
+    vaiq::test::GraphBuilder b(13);
+    b.input("x", {2, 3, 4}).output("y", {2, 3, 1});
+    b.node("Relu", {"x"}, {"r"});
+    b.node("Gelu", {"r"}, {"g"}, "gelu").set_domain("com.microsoft");
+    vaiq::set_attribute(b.node("ReduceMean", {"g"}, {"y"}, "mean"), "axes", std::vector<int64_t>{2});
+    auto old = b.build();
+    vaiq::import_opset(old.proto(), "com.microsoft", 1);
+    const auto converted = vaiq::convert_opset(old, 19);
+    EXPECT_EQ(converted.opset(), 19);
+    std::vector<std::string> ops;
+    for (const auto& n : converted.graph().node()) ops.push_back(n.domain() + ":" + n.op_type());
+    EXPECT_EQ(ops, (std::vector<std::string>{":Relu", "com.microsoft:Gelu", ":ReduceMean"}));
+    EXPECT_EQ(converted.graph().node(2).input_size(), 2) << "axes as an input";
+    const auto x = vaiq::test::ramp({2, 3, 4}, -1.0f, 0.25f);
+    const auto old_outputs = vaiq::evaluate(old, {{"x", x}});
+    const auto new_outputs = vaiq::evaluate(converted, {{"x", x}});
+    ASSERT_EQ(new_outputs[0].shape(), old_outputs[0].shape());
+    for (int64_t i = 0; i < new_outputs[0].size(); ++i)
+        EXPECT_EQ(new_outputs[0].data<float>()[i], old_outputs[0].data<float>()[i]) << i;
+}
+
 TEST(ModelIo, NeverWritesOverTheInput) {
     const auto dir = temp_dir();
     vaiq::save_model(vaiq::test::conv_relu_model(), dir / "in.onnx");

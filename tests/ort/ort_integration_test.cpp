@@ -7,12 +7,13 @@
 
 #include <sys/resource.h>
 
+#include <bit>
 #include <cmath>
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <tuple>
 #include <numeric>
+#include <tuple>
 
 #include "runtime/executor.hpp"
 #include "runtime/kernels/int8_conv.hpp"
@@ -52,18 +53,20 @@ std::string exact_int8_settings() { return ort_int8_sums_exact() ? "" : "--set r
 
 // Runs `model` in ONNX Runtime on `inputs` (.npy files, in input order), writing
 // out/output_<i>.npy; `optimized`, when given, receives the graph ONNX Runtime runs.
+// `level` is ONNX Runtime's graph optimization level (all, extended, basic, disabled).
 vaiq::test::CommandResult run_in_ort(const fs::path& model, const fs::path& out, const std::vector<fs::path>& inputs,
-                                     const fs::path& optimized = {}) {
+                                     const fs::path& optimized = {}, const std::string& level = "all") {
     std::string files;
     for (const auto& input : inputs) files += fmt::format(" {}", input.string());
-    return run_command("NODE_PATH=" + ort_modules().string() + " " VAIQ_NODE " " VAIQ_SOURCE_DIR
-                       "/tests/ort/run_model.js " + model.string() + " " + out.string() +
-                       (optimized.empty() ? "" : " --optimized " + optimized.string()) + files);
+    return run_command("NODE_PATH=" + ort_modules().string() +
+                       " " VAIQ_NODE " " VAIQ_SOURCE_DIR "/tests/ort/run_model.js " + model.string() + " " +
+                       out.string() + (optimized.empty() ? "" : " --optimized " + optimized.string()) + " --level " +
+                       level + files);
 }
 
 vaiq::test::CommandResult run_in_ort(const fs::path& model, const fs::path& out, const fs::path& input,
-                                     const fs::path& optimized = {}) {
-    return run_in_ort(model, out, std::vector<fs::path>{input}, optimized);
+                                     const fs::path& optimized = {}, const std::string& level = "all") {
+    return run_in_ort(model, out, std::vector<fs::path>{input}, optimized, level);
 }
 
 // Quantizes the example with `recipe` (plus `settings`), runs the result in ONNX
@@ -536,6 +539,87 @@ TEST(OnnxRuntimeFloatTypes, RunsFloat16AndBfloat16CastPairs) {
         fmt::print("{}: {:.2f} % within one step, agreement {:.1f} dB\n", recipe,
                    100.0 * static_cast<double>(within) / static_cast<double>(ours.size()), agreement_db);
     }
+}
+
+// Float8 QuantizeLinear/DequantizeLinear (opset 19) compute in vaiq what they
+// compute in ONNX Runtime, bit for bit: every code of each type times the scale,
+// the values halfway between neighbouring codes (ties go to the even one),
+// beyond the largest value, infinities and NaN, with and without saturation.
+TEST(OnnxRuntimeFloat8, QuantizeDequantizePairsAgreeToTheBit) {
+    for (const auto type : {vaiq::DataType::Float8E4M3FN, vaiq::DataType::Float8E5M2}) {
+        const float scale = 0.37f;
+        std::vector<float> x;
+        std::vector<float> codes;
+        for (int bits = 0; bits < 256; ++bits) {
+            const float v = vaiq::float8_to_float(static_cast<uint8_t>(bits), type);
+            if (std::isfinite(v)) codes.push_back(v);
+        }
+        std::sort(codes.begin(), codes.end());
+        for (size_t i = 0; i < codes.size(); ++i) {
+            x.push_back(codes[i] * scale);
+            if (i + 1 < codes.size()) x.push_back((codes[i] + codes[i + 1]) / 2 * scale);
+        }
+        const float max = vaiq::float8_max(type);
+        for (float v : {1.04f * max, 1.5f * max, -3.0f * max, INFINITY, -INFINITY, NAN, 1e-30f, -1e-30f})
+            x.push_back(v * scale);
+        const auto n = static_cast<int64_t>(x.size());
+        vaiq::test::GraphBuilder b(19);
+        b.input("x", {n}).output("y", {n}).output("y_unsaturated", {n});
+        b.initializer("s", vaiq::Tensor::from_values<float>({}, std::vector<float>{scale}));
+        b.initializer("z", vaiq::Tensor(type, {}));
+        b.node("QuantizeLinear", {"x", "s", "z"}, {"q"});
+        b.node("DequantizeLinear", {"q", "s", "z"}, {"y"});
+        vaiq::test::set_attribute(b.node("QuantizeLinear", {"x", "s", "z"}, {"q2"}), "saturate", int64_t{0});
+        b.node("DequantizeLinear", {"q2", "s", "z"}, {"y_unsaturated"});
+        const auto model = b.build();
+        const auto dir = vaiq::test::temp_dir();
+        vaiq::save_model(model, dir / "fp8.onnx");
+        const auto input = vaiq::Tensor::from_values<float>({n}, x);
+        vaiq::write_npy(dir / "x.npy", input);
+        const auto r = run_in_ort(dir / "fp8.onnx", dir / "ort", dir / "x.npy");
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        const auto ours = vaiq::runtime::Executor(model).run({{"x", input}});
+        for (int o = 0; o < 2; ++o) {
+            const auto theirs = vaiq::read_npy(dir / "ort" / fmt::format("output_{}.npy", o));
+            int differ = 0;
+            for (int64_t i = 0; i < n; ++i) {
+                const float a = ours[o].data<float>()[i], t = theirs.data<float>()[i];
+                differ +=
+                    !(std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(t) || (std::isnan(a) && std::isnan(t)));
+            }
+            EXPECT_EQ(differ, 0) << static_cast<int>(type) << " output " << o << " of " << n;
+        }
+    }
+}
+
+// fp8.yaml on the example: float8 pairs at opset 19 that ONNX Runtime runs and
+// computes as vaiq does, and the digits still read. ONNX Runtime 1.30's graph
+// optimizations take float8 pairs for integer ones (its QDQ fusions around
+// MaxPool and GlobalAveragePool, its transpose optimizer) and refuse the model
+// they make, so it runs with them disabled, as docs/formats.md says to.
+TEST(OnnxRuntimeFloat8, TheFp8RecipeRunsTheExampleAsVaiqDoes) {
+    const auto dir = vaiq::test::temp_dir();
+    auto r = run_command(std::string(VAIQ_CLI) + " -q run " VAIQ_SOURCE_DIR "/recipes/fp8.yaml --model " +
+                         (kExample / "mnist_cnn.onnx").string() + " --data " + (kExample / "calibration.npy").string() +
+                         " --output " + (dir / "fp8.onnx").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto model = vaiq::load_model(dir / "fp8.onnx");
+    EXPECT_EQ(model.opset(), 19);
+    int float8_zero_points = 0;
+    for (const auto& init : model.graph().initializer())
+        float8_zero_points += init.data_type() == static_cast<int>(vaiq::DataType::Float8E4M3FN) &&
+                              init.dims_size() <= 1 && init.name().find("zero_point") != std::string::npos;
+    EXPECT_GE(float8_zero_points, 8);
+    r = run_in_ort(dir / "fp8.onnx", dir / "ort", kExample / "test_images.npy", {}, "disabled");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto theirs = vaiq::read_npy(dir / "ort" / "output_0.npy");
+    EXPECT_GE(accuracy(theirs), 0.95);
+    const auto ours = vaiq::runtime::Executor(model).run({{"pixels", vaiq::read_npy(kExample / "test_images.npy")}})[0];
+    ASSERT_EQ(ours.shape(), theirs.shape());
+    double worst = 0;
+    for (int64_t i = 0; i < ours.size(); ++i)
+        worst = std::max(worst, static_cast<double>(std::abs(ours.data<float>()[i] - theirs.data<float>()[i])));
+    EXPECT_LT(worst, 1e-4) << "float ops between the pairs sum alike";
 }
 
 // A FixNeuron model converted by vaiq convert-format runs in ONNX Runtime and

@@ -3,10 +3,11 @@
 // outputs as .npy: what vaiq's integration tests use to check that quantized
 // models work where users deploy them.
 //
-//   node run_model.js MODEL OUT_DIR [--optimized FILE] INPUT.npy...
+//   node run_model.js MODEL OUT_DIR [--optimized FILE] [--level LEVEL] INPUT.npy...
 //
 // Input i binds to the model's input i. Output i is written as OUT_DIR/output_<i>.npy.
-// --optimized writes the graph ONNX Runtime runs after its optimizations.
+// --optimized writes the graph ONNX Runtime runs after its optimizations;
+// --level sets its graph optimization level (default 'all').
 const fs = require('fs');
 const path = require('path');
 const ort = require('onnxruntime-node');
@@ -57,11 +58,17 @@ async function main() {
     optimizedFile = args[optimized + 1];
     args.splice(optimized, 2);
   }
+  const levelAt = args.indexOf('--level');
+  let level = 'all';
+  if (levelAt >= 0) {
+    level = args[levelAt + 1];
+    args.splice(levelAt, 2);
+  }
   const [model, outDir, ...inputs] = args;
   if (!model || !outDir || inputs.length === 0) {
-    throw new Error('usage: node run_model.js MODEL OUT_DIR [--optimized FILE] INPUT.npy...');
+    throw new Error('usage: node run_model.js MODEL OUT_DIR [--optimized FILE] [--level LEVEL] INPUT.npy...');
   }
-  const options = { executionProviders: ['cpu'], graphOptimizationLevel: 'all', intraOpNumThreads: 1 };
+  const options = { executionProviders: ['cpu'], graphOptimizationLevel: level, intraOpNumThreads: 1 };
   if (optimizedFile) options.optimizedModelFilePath = optimizedFile;
   const session = await ort.InferenceSession.create(model, options);
   const feeds = {};

@@ -262,6 +262,75 @@ TEST(Quant, FloatTypesRoundToTheirPrecisionAndSaturate) {
     EXPECT_EQ(back[1], 65504.0f);
 }
 
+// Float8 E4M3FN (largest 448, no infinity) and E5M2 (largest 57344): every
+// code decodes and encodes back to itself; halfway values go to the even code;
+// beyond the largest value (infinities too) saturate, or without saturation
+// become NaN (E4M3FN) or infinity (E5M2); below half the smallest subnormal
+// round to a zero that keeps the sign.
+TEST(Quant, Float8RoundsToNearestEvenAndSaturates) {
+    using vaiq::DataType;
+    for (const auto type : {DataType::Float8E4M3FN, DataType::Float8E5M2}) {
+        int finite = 0;
+        for (int bits = 0; bits < 256; ++bits) {
+            const float v = vaiq::float8_to_float(static_cast<uint8_t>(bits), type);
+            if (std::isnan(v)) {
+                EXPECT_EQ(vaiq::float_to_float8(v, type) & 0x7f, 0x7f);
+                continue;
+            }
+            if (std::isinf(v)) continue;
+            ++finite;
+            ASSERT_EQ(vaiq::float_to_float8(v, type), bits) << static_cast<int>(type) << " " << v;
+        }
+        EXPECT_EQ(finite, type == DataType::Float8E4M3FN ? 254 : 248);
+        EXPECT_EQ(vaiq::float8_to_float(vaiq::float_to_float8(1e6f, type), type), vaiq::float8_max(type));
+        EXPECT_EQ(vaiq::float8_to_float(vaiq::float_to_float8(-INFINITY, type), type), -vaiq::float8_max(type));
+    }
+    const auto e4m3 = [](float v, bool saturate = true) {
+        return vaiq::float8_to_float(vaiq::float_to_float8(v, DataType::Float8E4M3FN, saturate),
+                                     DataType::Float8E4M3FN);
+    };
+    EXPECT_EQ(vaiq::float8_max(DataType::Float8E4M3FN), 448.0f);
+    EXPECT_EQ(e4m3(1.0625f), 1.0f);     // halfway between 1 and 1.125: the even mantissa
+    EXPECT_EQ(e4m3(1.1875f), 1.25f);    // halfway between 1.125 and 1.25: the even one
+    EXPECT_EQ(e4m3(1.07f), 1.125f);     // above halfway
+    EXPECT_EQ(e4m3(15.5f), 16.0f);      // into the next binade
+    EXPECT_EQ(e4m3(464.0f), 448.0f);    // halfway to 480, which E4M3FN does not have: even, 448
+    EXPECT_EQ(e4m3(0x1p-9f), 0x1p-9f);  // the smallest subnormal
+    EXPECT_EQ(e4m3(0x1.8p-9f), 0x1p-8f);
+    EXPECT_EQ(e4m3(0x1p-10f), 0.0f);  // half the smallest subnormal: to the even zero
+    EXPECT_EQ(vaiq::float_to_float8(-1e-6f, DataType::Float8E4M3FN), 0x80);
+    EXPECT_TRUE(std::isnan(e4m3(500.0f, false)));
+    EXPECT_TRUE(std::isnan(e4m3(INFINITY, false)));
+    const auto e5m2 = [](float v, bool saturate = true) {
+        return vaiq::float8_to_float(vaiq::float_to_float8(v, DataType::Float8E5M2, saturate), DataType::Float8E5M2);
+    };
+    EXPECT_EQ(e5m2(1.125f), 1.0f);  // two mantissa bits: halfway between 1 and 1.25
+    EXPECT_EQ(e5m2(61440.0f), 57344.0f);
+    EXPECT_TRUE(std::isinf(e5m2(61440.0f, false)));
+    EXPECT_EQ(e5m2(0x1p-16f), 0x1p-16f);
+    EXPECT_EQ(e5m2(0x1p-17f), 0.0f);
+
+    // A tensor's parameters: its largest magnitude onto 448, zero point 0; the
+    // stored values and their fake-quantized floats are what the pair computes.
+    const vaiq::QuantSpec spec{QuantType::QFloat8E4M3FN, true};
+    const auto p = vaiq::compute_quant_params({-3.5f, 2.0f}, spec);
+    EXPECT_FLOAT_EQ(p.scale[0], 3.5f / 448.0f);
+    EXPECT_EQ(p.zero_point, std::vector<int64_t>{0});
+    const auto x = vaiq::Tensor::from_values<float>({4}, std::vector<float>{-3.5f, 0.1f, 1.0f, 5.0f});
+    const auto q = vaiq::quantize_tensor(x, p, "t");
+    EXPECT_EQ(q.type(), DataType::Float8E4M3FN);
+    const auto fake = vaiq::fake_quantize(x, p, "t");
+    const auto f = fake.data<float>();
+    for (int i = 0; i < 4; ++i) {
+        const auto bits = static_cast<uint8_t>(q.bytes()[i]);
+        EXPECT_EQ(f[i], vaiq::float8_to_float(bits, DataType::Float8E4M3FN) * p.scale[0]) << i;
+    }
+    EXPECT_EQ(f[0], -3.5f);
+    EXPECT_EQ(f[3], 3.5f) << "saturated";
+    EXPECT_NEAR(f[1], 0.1f, 0.1f / 16);
+    EXPECT_EQ(vaiq::parse_quant_type("QuantType.QFloat8E4M3FN"), QuantType::QFloat8E4M3FN);
+}
+
 TEST(Options, TypedAccess) {
     vaiq::Options o;
     o.set("flag", true);

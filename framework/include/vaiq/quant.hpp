@@ -17,7 +17,20 @@ namespace vaiq {
 /// The documented quant types (QuantType / VitisQuantType), and the 4-bit
 /// weight types of weight-only quantization (held one value per byte in
 /// memory, packed two per byte by the formats that write them).
-enum class QuantType { QInt8, QUInt8, QInt16, QUInt16, QInt32, QUInt32, QFloat16, QBFloat16, QInt4, QUInt4 };
+enum class QuantType {
+    QInt8,
+    QUInt8,
+    QInt16,
+    QUInt16,
+    QInt32,
+    QUInt32,
+    QFloat16,
+    QBFloat16,
+    QInt4,
+    QUInt4,
+    QFloat8E4M3FN,
+    QFloat8E5M2
+};
 
 /// Parses a documented name, with or without its prefix ("QuantType.QInt8",
 /// "vai_q_onnx.VitisQuantType.QInt16"); nullopt when it is not one.
@@ -28,6 +41,9 @@ VAIQ_API DataType storage_type(QuantType type);
 /// Bits of a quantized value (4 for QInt4/QUInt4).
 VAIQ_API int quant_bits(QuantType type);
 VAIQ_API bool is_integer(QuantType type);
+/// QFloat8E4M3FN or QFloat8E5M2: a scale per tensor or channel and a float8
+/// grid (QuantizeLinear/DequantizeLinear from opset 19, zero point 0).
+VAIQ_API bool is_float8(QuantType type);
 /// QInt8 or QUInt8: what integer kernels and the NPUs take for activations.
 inline bool is_eight_bit(QuantType type) { return type == QuantType::QInt8 || type == QuantType::QUInt8; }
 /// Integer range of a quant type: [qmin, qmax]. With `reduce_range` one bit fewer,
@@ -82,7 +98,9 @@ struct QuantParams {
 /// half to even. A degenerate range gets scale 1. With spec.power_of_two the
 /// scale is rounded to the nearest power of two (scale_to_position); with
 /// spec.int16_scale to the nearest M * 2^-N (nearest_int16_scale). Float types
-/// (QFloat16, QBFloat16) get scale 1 and zero point 0: they round, not scale.
+/// (QFloat16, QBFloat16) get scale 1 and zero point 0: they round, not scale;
+/// float8 types map the range's largest magnitude onto their largest finite
+/// value (448 for E4M3FN, 57344 for E5M2), zero point 0.
 VAIQ_API QuantParams compute_quant_params(TensorRange range, const QuantSpec& spec);
 
 /// The value M * 2^-N nearest to `scale`, M in [1, 32767] (a positive int16) and

@@ -35,7 +35,9 @@ enum class DataType : int32_t {
     UInt32 = 12,
     UInt64 = 13,
     BFloat16 = 16,
-    UInt4 = 21,  ///< one value per byte in memory; two per byte, low nibble first, in a TensorProto
+    Float8E4M3FN = 17,  ///< 8-bit float: 4 exponent bits, 3 mantissa bits, no infinity (largest 448)
+    Float8E5M2 = 19,    ///< 8-bit float: 5 exponent bits, 2 mantissa bits (largest finite 57344)
+    UInt4 = 21,         ///< one value per byte in memory; two per byte, low nibble first, in a TensorProto
     Int4 = 22,
 };
 
@@ -101,6 +103,15 @@ constexpr DataType data_type_of<uint64_t>() {
 /// ONNX Runtime's Cast does); NaN stays NaN, overflow becomes infinity.
 VAIQ_API uint16_t float_to_half(float value);
 VAIQ_API float half_to_float(uint16_t bits);
+inline bool is_float8(DataType type) { return type == DataType::Float8E4M3FN || type == DataType::Float8E5M2; }
+/// A float as a float8 of `type` (Float8E4M3FN or Float8E5M2), rounded to the
+/// nearest value, ties to even; with `saturate` (QuantizeLinear's default)
+/// values beyond the largest finite one, infinities included, become it, else
+/// they become infinity (E5M2) or NaN (E4M3FN). The sign of a zero is kept.
+VAIQ_API uint8_t float_to_float8(float value, DataType type, bool saturate = true);
+VAIQ_API float float8_to_float(uint8_t bits, DataType type);
+/// The largest finite float8 of `type`: 448 (E4M3FN), 57344 (E5M2).
+VAIQ_API float float8_max(DataType type);
 VAIQ_API uint16_t float_to_bfloat16(float value);
 VAIQ_API float bfloat16_to_float(uint16_t bits);
 

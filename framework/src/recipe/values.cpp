@@ -342,7 +342,7 @@ nlohmann::json normalize(const KeySpec& spec, const YAML::Node& node, const Sour
             std::vector<std::string> names;
             for (auto t : {QuantType::QInt8, QuantType::QUInt8, QuantType::QInt16, QuantType::QUInt16,
                            QuantType::QInt32, QuantType::QUInt32, QuantType::QFloat16, QuantType::QBFloat16,
-                           QuantType::QInt4, QuantType::QUInt4})
+                           QuantType::QInt4, QuantType::QUInt4, QuantType::QFloat8E4M3FN, QuantType::QFloat8E5M2})
                 names.push_back(quant_type_name(t));
             src.fail(node, fmt::format("{} '{}' is not a quant type{} (choices: {})", key, raw,
                                        did_you_mean(raw, names), join(names)));

@@ -272,7 +272,73 @@ onnx::ModelProto with_deferred_data(onnx::ModelProto out, const Model& model) {
     return out;
 }
 
+// ONNX's converter has adapters for the default domain alone and refuses a node
+// of any other (a com.microsoft Gelu that preparation fused): while it converts,
+// each such node of the main graph stands aside as Identity nodes of its first
+// input, one per output, named after its place; restore() puts it back.
+struct SetAside {
+    static constexpr const char* kPrefix = "vaiq_set_aside_";
+    std::vector<onnx::NodeProto> nodes;
+
+    // `model` with its foreign nodes set aside, or nullopt when it has none.
+    std::optional<Model> set_aside(const Model& model) {
+        const auto& graph = model.graph();
+        const bool any = std::any_of(graph.node().begin(), graph.node().end(), [](const onnx::NodeProto& n) {
+            return !is_default_domain(n) && n.input_size() > 0 && !n.input(0).empty();
+        });
+        if (!any) return std::nullopt;
+        onnx::ModelProto proto = model.proto();
+        google::protobuf::RepeatedPtrField<onnx::NodeProto> kept;
+        for (const auto& node : proto.graph().node()) {
+            if (is_default_domain(node) || node.input_size() == 0 || node.input(0).empty()) {
+                *kept.Add() = node;
+                continue;
+            }
+            for (int k = 0; k < node.output_size(); ++k) {
+                auto& stand_in = *kept.Add();
+                stand_in.set_op_type("Identity");
+                stand_in.set_name(fmt::format("{}{}_{}", kPrefix, nodes.size(), k));
+                stand_in.add_input(node.input(0));
+                stand_in.add_output(node.output(k));
+            }
+            nodes.push_back(node);
+        }
+        proto.mutable_graph()->mutable_node()->Swap(&kept);
+        return Model(std::move(proto));
+    }
+
+    // The converted model with the nodes set aside back in their places, and their domains imported.
+    void restore(onnx::ModelProto& converted, const onnx::ModelProto& original) const {
+        google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+        for (const auto& node : converted.graph().node()) {
+            if (node.name().rfind(kPrefix, 0) != 0) {
+                *nodes.Add() = node;
+                continue;
+            }
+            const std::string place = node.name().substr(std::string_view(kPrefix).size());
+            const auto cut = place.rfind('_');
+            if (place.substr(cut + 1) == "0") *nodes.Add() = this->nodes.at(std::stoul(place.substr(0, cut)));
+        }
+        converted.mutable_graph()->mutable_node()->Swap(&nodes);
+        for (const auto& o : original.opset_import())
+            if (!o.domain().empty() && o.domain() != "ai.onnx") import_opset(converted, o.domain(), o.version());
+    }
+};
+
+onnx::ModelProto converted_plain(const Model& model, int target_opset,
+                                 const std::function<void(Model&)>& declare_shapes);
+
 onnx::ModelProto converted(const Model& model, int target_opset, const std::function<void(Model&)>& declare_shapes) {
+    SetAside aside;
+    const auto plain = aside.set_aside(model);
+    if (!plain) return converted_plain(model, target_opset, declare_shapes);
+    auto out = converted_plain(*plain, target_opset, declare_shapes);
+    aside.restore(out, model.proto());
+    return out;
+}
+
+onnx::ModelProto converted_plain(const Model& model, int target_opset,
+                                 const std::function<void(Model&)>& declare_shapes) {
     std::exception_ptr plain_error;
     try {
         return onnx::version_conversion::ConvertVersion(model.proto(), target_opset);

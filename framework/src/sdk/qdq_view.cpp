@@ -28,6 +28,8 @@ std::optional<QuantType> quant_type_of(DataType t) {
         case DataType::UInt32: return QuantType::QUInt32;
         case DataType::Float16: return QuantType::QFloat16;
         case DataType::BFloat16: return QuantType::QBFloat16;
+        case DataType::Float8E4M3FN: return QuantType::QFloat8E4M3FN;
+        case DataType::Float8E5M2: return QuantType::QFloat8E5M2;
         default: return std::nullopt;
     }
 }

@@ -13,7 +13,7 @@
 namespace vaiq {
 
 namespace {
-constexpr std::array<std::pair<QuantType, std::string_view>, 10> kQuantTypeNames{{
+constexpr std::array<std::pair<QuantType, std::string_view>, 12> kQuantTypeNames{{
     {QuantType::QInt8, "QInt8"},
     {QuantType::QUInt8, "QUInt8"},
     {QuantType::QInt16, "QInt16"},
@@ -24,6 +24,8 @@ constexpr std::array<std::pair<QuantType, std::string_view>, 10> kQuantTypeNames
     {QuantType::QBFloat16, "QBFloat16"},
     {QuantType::QInt4, "QInt4"},
     {QuantType::QUInt4, "QUInt4"},
+    {QuantType::QFloat8E4M3FN, "QFloat8E4M3FN"},
+    {QuantType::QFloat8E5M2, "QFloat8E5M2"},
 }};
 }  // namespace
 
@@ -60,6 +62,8 @@ DataType storage_type(QuantType type) {
         case QuantType::QBFloat16: return DataType::BFloat16;
         case QuantType::QInt4: return DataType::Int4;
         case QuantType::QUInt4: return DataType::UInt4;
+        case QuantType::QFloat8E4M3FN: return DataType::Float8E4M3FN;
+        case QuantType::QFloat8E5M2: return DataType::Float8E5M2;
     }
     return DataType::Undefined;
 }
@@ -69,7 +73,11 @@ int quant_bits(QuantType type) {
     return static_cast<int>(element_size(storage_type(type)) * 8);
 }
 
-bool is_integer(QuantType type) { return type != QuantType::QFloat16 && type != QuantType::QBFloat16; }
+bool is_integer(QuantType type) {
+    return type != QuantType::QFloat16 && type != QuantType::QBFloat16 && !is_float8(type);
+}
+
+bool is_float8(QuantType type) { return type == QuantType::QFloat8E4M3FN || type == QuantType::QFloat8E5M2; }
 
 std::pair<int64_t, int64_t> integer_range(QuantType type, bool symmetric, bool reduce_range) {
     if (!is_integer(type)) throw InternalError(fmt::format("{} has no integer range", quant_type_name(type)));
@@ -108,6 +116,14 @@ QuantParams float_type_params(QuantType type) { return QuantParams{type, {1.0f},
 QuantParams compute_quant_params(TensorRange range, const QuantSpec& spec) {
     if (!std::isfinite(range.min) || !std::isfinite(range.max) || range.min > range.max)
         throw InputError(fmt::format("cannot quantize the range [{}, {}]", range.min, range.max));
+    if (is_float8(spec.type)) {
+        // Symmetric by construction: the largest magnitude onto the largest finite value.
+        const double absmax =
+            std::max(std::abs(static_cast<double>(range.min)), std::abs(static_cast<double>(range.max)));
+        const double scale = absmax / float8_max(storage_type(spec.type));
+        return QuantParams{
+            spec.type, {scale >= std::numeric_limits<float>::min() ? static_cast<float>(scale) : 1.0f}, {0}, -1};
+    }
     if (!is_integer(spec.type)) return float_type_params(spec.type);
     const auto [qmin, qmax] = integer_range(spec.type, spec.symmetric, spec.reduce_range);
     double rmin = std::min<double>(range.min, 0.0);
@@ -153,6 +169,14 @@ int scale_to_position(double scale) {
 }
 
 QuantParams power_of_two_params(TensorRange range, int position, const QuantSpec& spec) {
+    if (is_float8(spec.type)) {
+        // Symmetric by construction: the largest magnitude onto the largest finite value.
+        const double absmax =
+            std::max(std::abs(static_cast<double>(range.min)), std::abs(static_cast<double>(range.max)));
+        const double scale = absmax / float8_max(storage_type(spec.type));
+        return QuantParams{
+            spec.type, {scale >= std::numeric_limits<float>::min() ? static_cast<float>(scale) : 1.0f}, {0}, -1};
+    }
     if (!is_integer(spec.type)) return float_type_params(spec.type);
     QuantSpec float_spec = spec;
     float_spec.power_of_two = false;
@@ -502,6 +526,12 @@ Tensor quantize_tensor(const Tensor& values, const QuantParams& p, std::string_v
     const auto& shape = values.shape();
     const ParamLayout layout(shape, p, tensor);
     Tensor q = Tensor::uninitialized(storage_type(p.type), shape);
+    if (is_float8(p.type)) {  // as QuantizeLinear computes it: x / scale as a float8 (the zero point is 0)
+        const auto in = values.data<float>();
+        auto* out = reinterpret_cast<uint8_t*>(q.mutable_bytes().data());
+        for (size_t i = 0; i < in.size(); ++i) out[i] = float_to_float8(in[i] / p.scale[layout.index(i)], q.type());
+        return q;
+    }
     if (!is_integer(p.type)) {
         const auto in = values.data<float>();
         auto* out = reinterpret_cast<uint16_t*>(q.mutable_bytes().data());  // float16/bfloat16 bits
@@ -545,6 +575,11 @@ Tensor fake_quantize(const Tensor& values, const QuantParams& p, std::string_vie
         return out;
     }
     const Tensor q = quantize_tensor(values, p, tensor);
+    if (is_float8(p.type)) {  // as DequantizeLinear computes it: the float8's value times the scale
+        const auto* bits = reinterpret_cast<const uint8_t*>(q.bytes().data());
+        for (size_t i = 0; i < dst.size(); ++i) dst[i] = float8_to_float(bits[i], q.type()) * p.scale[layout.index(i)];
+        return out;
+    }
     if (!is_integer(p.type)) {
         const auto* bits = reinterpret_cast<const uint16_t*>(q.bytes().data());
         for (size_t i = 0; i < dst.size(); ++i) {

@@ -22,6 +22,8 @@ size_t element_size(DataType type) {
         case DataType::Bool:
         case DataType::UInt8:
         case DataType::Int8:
+        case DataType::Float8E4M3FN:
+        case DataType::Float8E5M2:
         case DataType::UInt4:
         case DataType::Int4: return 1;
         case DataType::UInt16:
@@ -443,7 +445,9 @@ Tensor Tensor::from_proto(const onnx::TensorProto& proto) {
         case DataType::Int16: copy_field<int16_t>(proto.int32_data(), t.bytes_); break;
         case DataType::Int8: copy_field<int8_t>(proto.int32_data(), t.bytes_); break;
         case DataType::Bool:
-        case DataType::UInt8: copy_field<uint8_t>(proto.int32_data(), t.bytes_); break;
+        case DataType::UInt8:
+        case DataType::Float8E4M3FN:  // float8s travel as their bit patterns too
+        case DataType::Float8E5M2: copy_field<uint8_t>(proto.int32_data(), t.bytes_); break;
         // 16-bit floats travel as their bit patterns in the low half of int32_data.
         case DataType::UInt16:
         case DataType::Float16:
@@ -497,6 +501,66 @@ float half_to_float(uint16_t bits) {
     }
     if (exponent == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
     return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+namespace {
+
+// A float8 layout: mantissa bits, exponent bias, the largest finite value's bits
+// and value, and infinity's bits (0 where there is none).
+struct Float8Layout {
+    int mantissa_bits, bias;
+    uint8_t max_bits;
+    float max;
+    uint8_t infinity;
+};
+
+Float8Layout float8_layout(DataType type) {
+    if (type == DataType::Float8E4M3FN) return {3, 7, 0x7e, 448.0f, 0};
+    if (type == DataType::Float8E5M2) return {2, 15, 0x7b, 57344.0f, 0x7c};
+    throw InternalError(fmt::format("{} is not a float8 type", static_cast<int>(type)));
+}
+
+}  // namespace
+
+float float8_max(DataType type) { return float8_layout(type).max; }
+
+uint8_t float_to_float8(float value, DataType type, bool saturate) {
+    const auto f = float8_layout(type);
+    const uint8_t sign = std::signbit(value) ? 0x80 : 0;
+    const uint8_t beyond = saturate ? f.max_bits : (f.infinity != 0 ? f.infinity : 0x7f);
+    if (std::isnan(value)) return sign | 0x7f;
+    const float a = std::fabs(value);
+    if (std::isinf(a)) return sign | beyond;
+    // Rounded to the spacing of the values of a's binade (at least the smallest
+    // normal's): dividing by a power of two is exact, nearbyint ties to even.
+    int e = 0;
+    std::frexp(a, &e);
+    const int exponent = std::max(e - 1, 1 - f.bias);
+    const float step = std::ldexp(1.0f, exponent - f.mantissa_bits);
+    const float r = std::nearbyint(a / step) * step;
+    if (r > f.max) return sign | beyond;
+    if (r == 0.0f) return sign;
+    std::frexp(r, &e);
+    const int field = e - 1 + f.bias;
+    if (field <= 0)  // subnormal: a multiple of the smallest step
+        return sign | static_cast<uint8_t>(r / std::ldexp(1.0f, 1 - f.bias - f.mantissa_bits));
+    const auto mantissa =
+        static_cast<uint8_t>((std::ldexp(r, 1 - e) - 1.0f) * static_cast<float>(1 << f.mantissa_bits));
+    return sign | static_cast<uint8_t>(field << f.mantissa_bits) | mantissa;
+}
+
+float float8_to_float(uint8_t bits, DataType type) {
+    const auto f = float8_layout(type);
+    const float sign = (bits & 0x80) != 0 ? -1.0f : 1.0f;
+    const uint8_t magnitude = bits & 0x7f;
+    if (magnitude == 0x7f || (f.infinity != 0 && magnitude > f.infinity))
+        return std::numeric_limits<float>::quiet_NaN();
+    if (f.infinity != 0 && magnitude == f.infinity) return sign * std::numeric_limits<float>::infinity();
+    const int field = magnitude >> f.mantissa_bits;
+    const int mantissa = magnitude & ((1 << f.mantissa_bits) - 1);
+    if (field == 0) return sign * std::ldexp(static_cast<float>(mantissa), 1 - f.bias - f.mantissa_bits);
+    return sign *
+           std::ldexp(1.0f + static_cast<float>(mantissa) / static_cast<float>(1 << f.mantissa_bits), field - f.bias);
 }
 
 uint16_t float_to_bfloat16(float value) {

@@ -4,7 +4,9 @@
 // AddQDQPairToWeight is set); activations get a Q/DQ pair shared by their
 // consumers (or one pair per consumer with DedicatedQDQPair). 16-bit types use
 // ONNX Runtime's com.microsoft Q/DQ (the default domain from opset 21); the float
-// types QFloat16/QBFloat16 are Cast pairs, the form ONNX Runtime runs natively.
+// types QFloat16/QBFloat16 are Cast pairs, the form ONNX Runtime runs natively;
+// the float8 types (QFloat8E4M3FN, QFloat8E5M2) are Q/DQ pairs with a float8
+// zero point, which needs opset 19: an older model is converted to it first.
 // Weights planned in blocks (block_size, QInt4/QUInt4 among others) get a
 // DequantizeLinear with block_size, which needs opset 21: an older model is
 // converted to it first.
@@ -17,7 +19,7 @@ using vaiq::QuantType;
 using vaiq::TensorQuant;
 
 bool is_16_bit(QuantType t) { return t == QuantType::QInt16 || t == QuantType::QUInt16; }
-bool is_float(QuantType t) { return !vaiq::is_integer(t); }
+bool is_cast_pair(QuantType t) { return t == QuantType::QFloat16 || t == QuantType::QBFloat16; }
 
 // 16-bit pairs are ONNX Runtime's com.microsoft QuantizeLinear/DequantizeLinear:
 // the default domain has 16-bit types only from opset 21.
@@ -41,6 +43,14 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
                            model.opset(), kBlockedOpset);
             model = vaiq::convert_opset(model, kBlockedOpset);
         }
+        constexpr int64_t kFloat8Opset = 19;
+        const bool float8 = std::any_of(plan.tensors.begin(), plan.tensors.end(),
+                                        [](const TensorQuant& t) { return vaiq::is_float8(t.params.type); });
+        if (float8 && model.opset() < kFloat8Opset) {
+            vaiq::log_info("qdq: the model is converted from opset {} to {} for float8 QuantizeLinear/DequantizeLinear",
+                           model.opset(), kFloat8Opset);
+            model = vaiq::convert_opset(model, kFloat8Opset);
+        }
         vaiq::PairEmitter::emit(model, plan, settings_);
     }
 
@@ -49,15 +59,16 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
         const auto type = t.params.type;
         const bool int32_bias = t.role == vaiq::TensorRole::Bias && type == QuantType::QInt32;
         const bool four_bit = vaiq::quant_bits(type) == 4;
-        if (type != QuantType::QInt8 && type != QuantType::QUInt8 && !is_16_bit(type) && !is_float(type) &&
-            !int32_bias && !four_bit)
-            throw InputError(
-                fmt::format("format 'qdq' writes QInt8, QUInt8, QInt16, QUInt16, QFloat16 and QBFloat16 "
-                            "(and QInt32 biases, and QInt4/QUInt4 weights in blocks), not {} for tensor '{}': ONNX "
-                            "Runtime has no native form for it; use quant_format VitisQuantFormat.QDQ",
-                            vaiq::quant_type_name(type), t.tensor));
+        if (type != QuantType::QInt8 && type != QuantType::QUInt8 && !is_16_bit(type) && !is_cast_pair(type) &&
+            !vaiq::is_float8(type) && !int32_bias && !four_bit)
+            throw InputError(fmt::format(
+                "format 'qdq' writes QInt8, QUInt8, QInt16, QUInt16, QFloat16, QBFloat16, QFloat8E4M3FN and "
+                "QFloat8E5M2 "
+                "(and QInt32 biases, and QInt4/QUInt4 weights in blocks), not {} for tensor '{}': ONNX "
+                "Runtime has no native form for it; use quant_format VitisQuantFormat.QDQ",
+                vaiq::quant_type_name(type), t.tensor));
         vaiq::check_quant_params(t, model.opset(), /*blocks=*/true);
-        if (is_float(type))
+        if (is_cast_pair(type))
             for (float s : t.params.scale)
                 if (s != 1.0f)
                     throw InputError(
@@ -69,7 +80,7 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
     void add_pair(vaiq::Model& model, vaiq::UniqueNames& names, const TensorQuant& t, const std::string& input,
                   const std::string& output) const override {
         const auto q_out = names.fresh(t.tensor + "_QuantizeLinear_Output");
-        if (is_float(t.params.type)) {
+        if (is_cast_pair(t.params.type)) {
             add_cast(model.graph(), names, input, q_out, vaiq::storage_type(t.params.type));
             add_cast(model.graph(), names, q_out, output, vaiq::DataType::Float);
             return;
@@ -83,7 +94,7 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
                            const std::string& output) const override {
         auto& graph = model.graph();
         const auto q_name = store_quantized(graph, names, t, name);
-        if (is_float(t.params.type))
+        if (is_cast_pair(t.params.type))
             add_cast(graph, names, q_name, output, vaiq::DataType::Float);
         else
             add_qdq_node(model, names, t, "DequantizeLinear", q_name, add_params(graph, names, t), output);

@@ -109,6 +109,34 @@ void check_zero_point(KernelContext& ctx, const Tensor& scale, const Tensor* mus
                              data_type_name(must_match->type())));
 }
 
+// To float8, as ONNX Runtime computes it: x / scale as a float8, saturated to
+// the largest finite value unless `saturate` is 0; a float8 zero point is 0.
+void quantize_float8(KernelContext& ctx, std::vector<Tensor>& out, const Channels& ch, DataType type) {
+    const auto xv = ctx.input(0).data<float>();
+    const auto s = ctx.input(1).data<float>();
+    if (ctx.has_input(2))
+        for (const auto b : ctx.input(2).bytes())
+            if ((static_cast<uint8_t>(b) & 0x7f) != 0) ctx.fail("a float8 zero point must be 0");
+    const bool saturate = ctx.attributes.get_int("saturate", 1) != 0;
+    out[0] = Tensor::uninitialized(type, ctx.input(0).shape());
+    auto* y = reinterpret_cast<uint8_t*>(out[0].mutable_bytes().data());
+    for (size_t i = 0; i < xv.size(); ++i)
+        y[i] = float_to_float8(xv[i] / s[ch.of(static_cast<int64_t>(i))], type, saturate);
+}
+
+// From float8: the float8's value times the scale (its zero point must be 0).
+void dequantize_float8(KernelContext& ctx, std::vector<Tensor>& out, const Channels& ch) {
+    const auto& x = ctx.input(0);
+    const auto s = ctx.input(1).data<float>();
+    if (ctx.has_input(2))
+        for (const auto b : ctx.input(2).bytes())
+            if ((static_cast<uint8_t>(b) & 0x7f) != 0) ctx.fail("a float8 zero point must be 0");
+    out[0] = Tensor::uninitialized(DataType::Float, x.shape());
+    auto o = out[0].mutable_data<float>();
+    const auto* bits = reinterpret_cast<const uint8_t*>(x.bytes().data());
+    for (size_t i = 0; i < o.size(); ++i) o[i] = float8_to_float(bits[i], x.type()) * s[ch.of(static_cast<int64_t>(i))];
+}
+
 void quantize(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     const auto& scale = ctx.input(1);
@@ -119,6 +147,7 @@ void quantize(KernelContext& ctx, std::vector<Tensor>& out) {
     // Opset 21 may name the type with output_dtype when there is no zero point.
     const DataType type =
         ctx.has_input(2) ? ctx.input(2).type() : static_cast<DataType>(ctx.attributes.get_int("output_dtype", 2));
+    if (is_float8(type)) return quantize_float8(ctx, out, ch, type);
     dispatch_numeric(type, ctx, [&](auto tag) {
         using Q = typename decltype(tag)::type;
         if constexpr (std::is_floating_point_v<Q> || sizeof(Q) > 4) {
@@ -200,6 +229,7 @@ void dequantize(KernelContext& ctx, std::vector<Tensor>& out) {
     const DataType type = x.type() == DataType::Int4 ? DataType::Int8 : x.type() == DataType::UInt4 ? DataType::UInt8 : x.type();
     const auto ch = channels(ctx, x, scale);
     check_zero_point(ctx, scale, &x);
+    if (is_float8(type)) return dequantize_float8(ctx, out, ch);
     dispatch_numeric(type, ctx, [&](auto tag) {
         using Q = typename decltype(tag)::type;
         if constexpr (std::is_floating_point_v<Q> || std::is_same_v<Q, bool>) {
