@@ -551,6 +551,33 @@ TEST(Executor, ALargeWeightIsDequantizedInEachRunNotHeldInFloat) {
     EXPECT_TRUE(std::equal(y.bytes().begin(), y.bytes().end(), expected.bytes().begin(), expected.bytes().end()));
 }
 
+// Resize at opset 19 (what converting a model to opset 19 for float8 pairs
+// gives): half_pixel_symmetric centres the sampling when the output length was
+// rounded down (5 values at scale 0.5: 2.5 -> 2 outputs, sampled at 1 and 3,
+// where half_pixel samples 0.5 and 2.5); opset 18's antialias is refused.
+TEST(Executor, ResizeOfOpset19CentresHalfPixelSymmetric) {
+    for (const std::string mode : {"half_pixel_symmetric", "half_pixel"}) {
+        vaiq::test::GraphBuilder b(19);
+        b.input("x", {1, 1, 1, 5}).output("y", {1, 1, 1, 2});
+        b.initializer("scales", Tensor::from_values<float>({4}, std::vector<float>{1, 1, 1, 0.5f}));
+        auto& resize = b.node("Resize", {"x", "", "scales"}, {"y"}, "resize");
+        vaiq::test::set_attribute(resize, "mode", std::string("linear"));
+        vaiq::test::set_attribute(resize, "coordinate_transformation_mode", mode);
+        const auto model = b.build();
+        const auto y = Executor(model).run({{"x", vaiq::test::ramp({1, 1, 1, 5}, 0.0f, 10.0f)}})[0];
+        ASSERT_EQ(y.shape(), (std::vector<int64_t>{1, 1, 1, 2}));
+        const std::vector<float> want = mode == "half_pixel" ? std::vector<float>{5, 25} : std::vector<float>{10, 30};
+        EXPECT_FLOAT_EQ(y.data<float>()[0], want[0]) << mode;
+        EXPECT_FLOAT_EQ(y.data<float>()[1], want[1]) << mode;
+        vaiq::test::set_attribute(resize, "antialias", int64_t{1});
+        const auto antialiased = b.build();
+        EXPECT_NE(error_of([&] {
+                      Executor(antialiased).run({{"x", vaiq::test::ramp({1, 1, 1, 5}, 0.0f, 10.0f)}});
+                  }).find("antialias"),
+                  std::string::npos);
+    }
+}
+
 TEST(Npy, ReadsTheFormatAsSpecified) {
     // A (2, 3) int16 array as numpy writes it: magic, version 1.0, header, data.
     std::string header = "{'descr': '<i2', 'fortran_order': False, 'shape': (2, 3), }";

@@ -35,6 +35,10 @@ double original_coordinate(const Settings& s, double x, double scale, int64_t in
     if (m == "align_corners") return out_len == 1 ? 0.0 : x * static_cast<double>(in_len - 1) / (out_len - 1);
     if (m == "asymmetric") return x / scale;
     if (m == "tf_half_pixel_for_nn") return (x + 0.5) / scale;
+    if (m == "half_pixel_symmetric") {  // opset 19: half_pixel, centred when the length was rounded down
+        const double adjustment = std::floor(out_len) / out_len;
+        return static_cast<double>(in_len) / 2 * (1 - adjustment) + (x + 0.5) / scale - 0.5;
+    }
     // tf_crop_and_resize
     return out_len > 1 ? start * static_cast<double>(in_len - 1) +
                              x * (end - start) * static_cast<double>(in_len - 1) / (out_len - 1)
@@ -138,6 +142,11 @@ void resize(KernelContext& ctx, std::vector<Tensor>& out) {
                ctx.attributes.get_float("cubic_coeff_a", -0.75f), ctx.attributes.get_int("exclude_outside", 0) != 0};
     if (s.mode != "nearest" && s.mode != "linear" && s.mode != "cubic")
         ctx.fail("mode '" + s.mode + "' is not supported");
+    // Opset 18's additions, at their defaults only.
+    if (ctx.attributes.get_int("antialias", 0) != 0) ctx.fail("antialias is not supported");
+    if (!ctx.attributes.get_ints("axes").empty()) ctx.fail("axes is not supported");
+    if (ctx.attributes.get_string("keep_aspect_ratio_policy", "stretch") != "stretch")
+        ctx.fail("keep_aspect_ratio_policy other than stretch is not supported");
     const double extrapolation = ctx.attributes.get_float("extrapolation_value", 0.0f);
     const bool crop = s.coordinates == "tf_crop_and_resize";
     std::vector<double> roi(2 * rank, 0.0);
@@ -214,7 +223,7 @@ void resize(KernelContext& ctx, std::vector<Tensor>& out) {
 }
 
 const KernelRegistration kKernels[] = {
-    {"", "Resize", 11, 17, resize},
+    {"", "Resize", 11, kLatest, resize},
 };
 
 }  // namespace
