@@ -320,6 +320,16 @@ struct SetAside {
             if (place.substr(cut + 1) == "0") *nodes.Add() = this->nodes.at(std::stoul(place.substr(0, cut)));
         }
         converted.mutable_graph()->mutable_node()->Swap(&nodes);
+        // What the converter inferred for a stand-in's output (its input's type) is not the node's.
+        std::set<std::string> stood_in, declared;
+        for (const auto& node : this->nodes) stood_in.insert(node.output().begin(), node.output().end());
+        for (const auto& v : original.graph().value_info()) declared.insert(v.name());
+        auto* infos = converted.mutable_graph()->mutable_value_info();
+        infos->erase(std::remove_if(infos->begin(), infos->end(),
+                                    [&](const onnx::ValueInfoProto& v) {
+                                        return stood_in.count(v.name()) && !declared.count(v.name());
+                                    }),
+                     infos->end());
         for (const auto& o : original.opset_import())
             if (!o.domain().empty() && o.domain() != "ai.onnx") import_opset(converted, o.domain(), o.version());
     }
