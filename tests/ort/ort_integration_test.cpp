@@ -603,6 +603,17 @@ TEST(OnnxRuntimeFloat8, TheFp8RecipeRunsTheExampleAsVaiqDoes) {
                          (kExample / "mnist_cnn.onnx").string() + " --data " + (kExample / "calibration.npy").string() +
                          " --output " + (dir / "fp8.onnx").string());
     ASSERT_EQ(r.exit_code, 0) << r.err;
+    // Activations are calibrated: the range's largest magnitude onto 448.
+    const auto report = nlohmann::json::parse(slurp(dir / "fp8.report.json"));
+    int calibrated = 0;
+    for (const auto& t : report["tensors"]) {
+        if (t["role"] != "activation" || !t.contains("range")) continue;  // a shared one has none
+        const double absmax = std::max(std::abs(t["range"][0].get<double>()), std::abs(t["range"][1].get<double>()));
+        EXPECT_GT(absmax, 0.0) << t["tensor"];
+        EXPECT_NEAR(t["scale"].get<double>(), absmax / 448, absmax / 448 * 1e-6) << t["tensor"];
+        ++calibrated;
+    }
+    EXPECT_GE(calibrated, 4);
     const auto model = vaiq::load_model(dir / "fp8.onnx");
     EXPECT_EQ(model.opset(), 19);
     int float8_zero_points = 0;

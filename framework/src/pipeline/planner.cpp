@@ -146,8 +146,8 @@ class Planner {
         t.spec = spec;
         t.constant = is_constant(tensor);
         t.node = node.name().empty() ? node.op_type() : node.name();
-        if (!is_integer(spec.type)) {
-            // Float types round to their own precision: there is no range to calibrate.
+        if (!is_integer(spec.type) && !is_float8(spec.type)) {
+            // Float16 types round to their own precision: there is no range to calibrate.
             t.fixed_range = TensorRange{};
         } else {
             t.calibrate_method = config.calibrate_method;

@@ -108,6 +108,16 @@ std::string role_name(TensorRole role) {
 
 namespace {
 
+// A float8 grid is relative: a power-of-two calibrator's position (an integer
+// grid's step) has no meaning for it.
+void refuse_power_of_two_float8(const QuantSpec& spec) {
+    if (spec.power_of_two && is_float8(spec.type))
+        throw InputError(
+            fmt::format("{} takes a float scale; the power-of-two calibrators (PowerOfTwoMethod) do "
+                        "not apply to it: use MinMax or Percentile",
+                        quant_type_name(spec.type)));
+}
+
 // Float quant types keep the value's own scale: the rounding is the quantization.
 QuantParams float_type_params(QuantType type) { return QuantParams{type, {1.0f}, {0}, -1}; }
 
@@ -116,6 +126,7 @@ QuantParams float_type_params(QuantType type) { return QuantParams{type, {1.0f},
 QuantParams compute_quant_params(TensorRange range, const QuantSpec& spec) {
     if (!std::isfinite(range.min) || !std::isfinite(range.max) || range.min > range.max)
         throw InputError(fmt::format("cannot quantize the range [{}, {}]", range.min, range.max));
+    refuse_power_of_two_float8(spec);
     if (is_float8(spec.type)) {
         // Symmetric by construction: the largest magnitude onto the largest finite value.
         const double absmax =
@@ -169,14 +180,7 @@ int scale_to_position(double scale) {
 }
 
 QuantParams power_of_two_params(TensorRange range, int position, const QuantSpec& spec) {
-    if (is_float8(spec.type)) {
-        // Symmetric by construction: the largest magnitude onto the largest finite value.
-        const double absmax =
-            std::max(std::abs(static_cast<double>(range.min)), std::abs(static_cast<double>(range.max)));
-        const double scale = absmax / float8_max(storage_type(spec.type));
-        return QuantParams{
-            spec.type, {scale >= std::numeric_limits<float>::min() ? static_cast<float>(scale) : 1.0f}, {0}, -1};
-    }
+    refuse_power_of_two_float8(spec);
     if (!is_integer(spec.type)) return float_type_params(spec.type);
     QuantSpec float_spec = spec;
     float_spec.power_of_two = false;
@@ -308,6 +312,7 @@ int best_power_of_two_position(const Tensor& data, int axis, size_t channel, Ten
 
 QuantParams constant_params(const Tensor& data, const QuantSpec& spec) {
     if (spec.block_size > 0) return blocked_constant_params(data, spec);
+    refuse_power_of_two_float8(spec);
     const int axis = spec.per_channel ? spec.axis : -1;
     const auto ranges = channel_ranges(data, axis);
     QuantParams out;

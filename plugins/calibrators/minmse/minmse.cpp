@@ -38,6 +38,11 @@ class MinMseObserver final : public vaiq::RangeObserver {
     MinMseObserver(std::string tensor, vaiq::QuantSpec spec, Settings s)
         : tensor_(std::move(tensor)), spec_(spec), s_(s), hist_(s.bins, false) {
         spec_.power_of_two = false;
+        if (!vaiq::is_integer(spec_.type))
+            throw vaiq::InputError(
+                fmt::format("tensor '{}' is {}: MinMSE searches an integer grid; use MinMax, "
+                            "Percentile or Entropy",
+                            tensor_, vaiq::quant_type_name(spec_.type)));
         std::tie(qmin_, qmax_) = vaiq::integer_range(spec_.type, spec_.symmetric, spec_.reduce_range);
     }
 
