@@ -60,3 +60,24 @@ TEST(MinMse, ModesAgreeOnACleanDistribution) {
 TEST(MinMse, BadModeIsRefused) { EXPECT_THROW(calibrate({{"MinMSEMode", "Mean"}}, {{1.0f}}), vaiq::InputError); }
 
 }  // namespace
+
+namespace {
+
+// A float8 grid is relative: MinMSE's search over an integer grid's clipping
+// does not apply, and it says which calibrators do.
+TEST(MinMse, AFloat8TensorIsRefusedNamingTheCalibratorsToUse) {
+    auto registry = vaiq::test::registry_with_test_plugin();
+    const auto& info = registry.require(vaiq::PluginKind::Calibrator, "minmse");
+    auto calibrator = registry.create<vaiq::Calibrator>("minmse", registry.resolve_options(info, {}));
+    vaiq::QuantSpec spec;
+    spec.type = vaiq::QuantType::QFloat8E4M3FN;
+    spec.symmetric = true;
+    try {
+        calibrator->make_observer("t", spec);
+        ADD_FAILURE() << "no error";
+    } catch (const vaiq::InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("MinMax"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace
