@@ -5,9 +5,10 @@
 #include <unistd.h>
 #include <malloc.h>
 
+#include <array>
 #include <bit>
-#include <cstdlib>
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -526,41 +527,62 @@ float float8_max(DataType type) { return float8_layout(type).max; }
 
 uint8_t float_to_float8(float value, DataType type, bool saturate) {
     const auto f = float8_layout(type);
-    const uint8_t sign = std::signbit(value) ? 0x80 : 0;
+    const uint32_t bits = std::bit_cast<uint32_t>(value);
+    const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+    const uint32_t u = bits & 0x7fffffffu;
     const uint8_t beyond = saturate ? f.max_bits : (f.infinity != 0 ? f.infinity : 0x7f);
-    if (std::isnan(value)) return sign | 0x7f;
-    const float a = std::fabs(value);
-    if (std::isinf(a)) return sign | beyond;
-    // Rounded to the spacing of the values of a's binade (at least the smallest
-    // normal's): dividing by a power of two is exact, nearbyint ties to even.
-    int e = 0;
-    std::frexp(a, &e);
-    const int exponent = std::max(e - 1, 1 - f.bias);
-    const float step = std::ldexp(1.0f, exponent - f.mantissa_bits);
-    const float r = std::nearbyint(a / step) * step;
-    if (r > f.max) return sign | beyond;
-    if (r == 0.0f) return sign;
-    std::frexp(r, &e);
-    const int field = e - 1 + f.bias;
-    if (field <= 0)  // subnormal: a multiple of the smallest step
-        return sign | static_cast<uint8_t>(r / std::ldexp(1.0f, 1 - f.bias - f.mantissa_bits));
-    const auto mantissa =
-        static_cast<uint8_t>((std::ldexp(r, 1 - e) - 1.0f) * static_cast<float>(1 << f.mantissa_bits));
-    return sign | static_cast<uint8_t>(field << f.mantissa_bits) | mantissa;
+    if (u > 0x7f800000u) return sign | 0x7f;  // NaN
+    const int shift = 23 - f.mantissa_bits;
+    const auto min_normal = static_cast<uint32_t>(127 + 1 - f.bias) << 23;
+    uint32_t code = 0;
+    if (u < min_normal) {
+        // Subnormal: adding 2^(24 - bias - mantissa bits) lines the float's last
+        // mantissa bit up with float8's smallest step, and the addition rounds to
+        // nearest even; what is left over counts the steps (8 of them: the smallest normal).
+        const float offset = std::ldexp(1.0f, 24 - f.bias - f.mantissa_bits);
+        code = std::bit_cast<uint32_t>(std::bit_cast<float>(u) + offset) - std::bit_cast<uint32_t>(offset);
+    } else {
+        // Normal: round the mantissa half to even in the integer bits, then rebias the exponent
+        // (infinity lands beyond every finite code).
+        const uint32_t rounded = u + (1u << (shift - 1)) - 1 + ((u >> shift) & 1u);
+        code = (rounded >> shift) - (static_cast<uint32_t>(127 - f.bias) << f.mantissa_bits);
+    }
+    return sign | (code > f.max_bits ? beyond : static_cast<uint8_t>(code));
 }
 
-float float8_to_float(uint8_t bits, DataType type) {
+namespace {
+
+// Every float8 code's value, computed once per type.
+std::array<float, 256> float8_values(DataType type) {
     const auto f = float8_layout(type);
-    const float sign = (bits & 0x80) != 0 ? -1.0f : 1.0f;
-    const uint8_t magnitude = bits & 0x7f;
-    if (magnitude == 0x7f || (f.infinity != 0 && magnitude > f.infinity))
-        return std::numeric_limits<float>::quiet_NaN();
-    if (f.infinity != 0 && magnitude == f.infinity) return sign * std::numeric_limits<float>::infinity();
-    const int field = magnitude >> f.mantissa_bits;
-    const int mantissa = magnitude & ((1 << f.mantissa_bits) - 1);
-    if (field == 0) return sign * std::ldexp(static_cast<float>(mantissa), 1 - f.bias - f.mantissa_bits);
-    return sign *
-           std::ldexp(1.0f + static_cast<float>(mantissa) / static_cast<float>(1 << f.mantissa_bits), field - f.bias);
+    std::array<float, 256> values{};
+    for (int bits = 0; bits < 256; ++bits) {
+        const float sign = (bits & 0x80) != 0 ? -1.0f : 1.0f;
+        const int magnitude = bits & 0x7f;
+        const int field = magnitude >> f.mantissa_bits;
+        const int mantissa = magnitude & ((1 << f.mantissa_bits) - 1);
+        float& v = values[static_cast<size_t>(bits)];
+        if (magnitude == 0x7f || (f.infinity != 0 && magnitude > f.infinity))
+            v = std::numeric_limits<float>::quiet_NaN();
+        else if (f.infinity != 0 && magnitude == f.infinity)
+            v = sign * std::numeric_limits<float>::infinity();
+        else if (field == 0)
+            v = sign * std::ldexp(static_cast<float>(mantissa), 1 - f.bias - f.mantissa_bits);
+        else
+            v = sign * std::ldexp(1.0f + static_cast<float>(mantissa) / static_cast<float>(1 << f.mantissa_bits),
+                                  field - f.bias);
+    }
+    return values;
+}
+
+}  // namespace
+
+float float8_to_float(uint8_t bits, DataType type) {
+    static const auto e4m3 = float8_values(DataType::Float8E4M3FN), e5m2 = float8_values(DataType::Float8E5M2);
+    if (type == DataType::Float8E4M3FN) return e4m3[bits];
+    if (type == DataType::Float8E5M2) return e5m2[bits];
+    float8_layout(type);  // throws: not a float8 type
+    return 0.0f;
 }
 
 uint16_t float_to_bfloat16(float value) {

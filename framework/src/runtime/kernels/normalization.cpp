@@ -288,19 +288,19 @@ void lp_norm(KernelContext& ctx, std::vector<Tensor>& out) {
 }
 
 // Every kernel here shares its work only through parallel_for.hpp.
-const KernelRegistrations kKernels(always_in_team, {
-                                                       {"", "LpNormalization", 1, 21, lp_norm},
-                                                       {"", "BatchNormalization", 9, 21, batch_norm},
-                                                       {kInternalDomain, "NhwcBatchNormalization", 0, 1,
-                                                        nhwc_batch_norm},  // runtime/layout.hpp
-                                                       {"", "InstanceNormalization", 6, 21, instance_norm},
-                                                       {"", "LayerNormalization", 17, 21, layer_norm},
-                                                       {kInternalDomain, "LayerNormalization", 0, 1,
-                                                        layer_norm},  // fused from older opsets (runtime/layout.hpp)
-                                                       {"", "Softmax", 1, 21, softmax<SoftmaxKind::Softmax>},
-                                                       {"", "LogSoftmax", 1, 21, softmax<SoftmaxKind::LogSoftmax>},
-                                                       {"", "Hardmax", 1, 21, softmax<SoftmaxKind::Hardmax>},
-                                                   });
+const KernelRegistrations kKernels(always_in_team,
+                                   {
+                                       {"", "LpNormalization", 1, 21, lp_norm},
+                                       {"", "BatchNormalization", 9, 21, batch_norm},
+                                       {kInternalDomain, "NhwcBatchNormalization", 0, 1, nhwc_batch_norm},
+                                       {"", "InstanceNormalization", 6, 21, instance_norm},
+                                       {"", "LayerNormalization", 17, 21, layer_norm},
+                                       {kInternalDomain, "LayerNormalization", 0, 1,
+                                        layer_norm},  // fused from older opsets (runtime/layout.hpp)
+                                       {"", "Softmax", 1, 21, softmax<SoftmaxKind::Softmax>},
+                                       {"", "LogSoftmax", 1, 21, softmax<SoftmaxKind::LogSoftmax>},
+                                       {"", "Hardmax", 1, 21, softmax<SoftmaxKind::Hardmax>},
+                                   });
 
 }  // namespace
 }  // namespace vaiq::runtime

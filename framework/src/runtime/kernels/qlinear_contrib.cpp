@@ -826,27 +826,43 @@ void look_up(const uint8_t* x, uint8_t* y, size_t n, const uint8_t* table) {
 // LookupTable (vaiq.internal, see lookup_fusion.hpp): y = table[x], x's bits
 // read as an unsigned byte; `table` holds 256 8-bit values, `rank` (when set)
 // is the least rank of y (constants of rank 1 in the group it stands for).
-void lookup_table(KernelContext& ctx, std::vector<Tensor>& out) {
-    const auto& x = ctx.input(0);
-    if (x.type() != DataType::UInt8 && x.type() != DataType::Int8) ctx.fail("the input must be uint8 or int8");
-    // The table, read from its attribute once and kept.
-    auto cached = std::static_pointer_cast<Tensor>(ctx.state);
+// The `table` attribute of a LookupTable or ChannelLookupTable, read once and
+// kept in the kernel's state: rows of 256 8-bit values, with 3 bytes to spare
+// after the last for 4-byte gathers.
+struct LookupRows {
+    DataType type;
+    int64_t rows;
+    std::vector<uint8_t> bytes;
+};
+
+const LookupRows& lookup_rows(KernelContext& ctx) {
+    auto cached = std::static_pointer_cast<LookupRows>(ctx.state);
     if (!cached) {
         const auto* proto = ctx.attributes.get_tensor("table");
         if (!proto) ctx.fail("the table attribute is missing");
-        cached = std::make_shared<Tensor>(Tensor::from_proto(*proto));
-        if (cached->size() != 256 || (cached->type() != DataType::UInt8 && cached->type() != DataType::Int8))
-            ctx.fail("the table must hold 256 uint8 or int8 values");
+        const Tensor t = Tensor::from_proto(*proto);
+        if (t.size() % 256 != 0 || t.size() == 0 || (t.type() != DataType::UInt8 && t.type() != DataType::Int8))
+            ctx.fail("the table must hold rows of 256 uint8 or int8 values");
+        const auto* bytes = reinterpret_cast<const uint8_t*>(t.bytes().data());
+        cached = std::make_shared<LookupRows>(LookupRows{t.type(), t.size() / 256, {bytes, bytes + t.size()}});
+        cached->bytes.resize(cached->bytes.size() + 3);
         ctx.state = cached;
     }
-    const Tensor& table = *cached;
+    return *cached;
+}
+
+void lookup_table(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    if (x.type() != DataType::UInt8 && x.type() != DataType::Int8) ctx.fail("the input must be uint8 or int8");
+    const auto& table = lookup_rows(ctx);
+    if (table.rows != 1) ctx.fail("the table must hold 256 uint8 or int8 values");
     auto shape = x.shape();
     const auto rank = ctx.attributes.get_int("rank", 0);
     if (rank < 0 || rank > 8) ctx.fail("rank must be from 0 to 8");
     while (static_cast<int64_t>(shape.size()) < rank) shape.insert(shape.begin(), 1);
-    out[0] = Tensor::uninitialized(table.type(), shape);
+    out[0] = Tensor::uninitialized(table.type, shape);
     const auto* in = reinterpret_cast<const uint8_t*>(x.bytes().data());
-    const auto* values = reinterpret_cast<const uint8_t*>(table.bytes().data());
+    const auto* values = table.bytes.data();
     auto* y = reinterpret_cast<uint8_t*>(out[0].mutable_bytes().data());
     const auto n = static_cast<size_t>(x.size());
     const bool permutes = cpu_features().avx512vbmi && cpu_features().avx512bw;
@@ -885,31 +901,15 @@ void channel_lookup_table(KernelContext& ctx, std::vector<Tensor>& out) {
     if (x.type() != DataType::UInt8 && x.type() != DataType::Int8) ctx.fail("the input must be uint8 or int8");
     const auto rank = static_cast<int64_t>(x.shape().size());
     const int64_t axis = normalize_axis(ctx, ctx.attributes.get_int("axis", 1), rank);
-    struct Table {
-        DataType type;
-        int64_t channels;
-        std::vector<uint8_t> rows;  // and 3 bytes more
-    };
-    auto table = std::static_pointer_cast<Table>(ctx.state);
-    if (!table) {  // read from its attribute once and kept
-        const auto* proto = ctx.attributes.get_tensor("table");
-        if (!proto) ctx.fail("the table attribute is missing");
-        const Tensor t = Tensor::from_proto(*proto);
-        if (t.shape().size() != 2 || t.shape()[1] != 256 || (t.type() != DataType::UInt8 && t.type() != DataType::Int8))
-            ctx.fail("the table must hold rows of 256 uint8 or int8 values");
-        const auto* bytes = reinterpret_cast<const uint8_t*>(t.bytes().data());
-        table = std::make_shared<Table>(Table{t.type(), t.shape()[0], {bytes, bytes + t.size()}});
-        table->rows.resize(table->rows.size() + 3);
-        ctx.state = table;
-    }
+    const auto& table = lookup_rows(ctx);
     const int64_t c = x.shape()[axis];
-    if (table->channels != c) ctx.fail(fmt::format("the table has {} rows for {} channels", table->channels, c));
+    if (table.rows != c) ctx.fail(fmt::format("the table has {} rows for {} channels", table.rows, c));
     int64_t outer = 1, inner = 1;
     for (int64_t d = 0; d < axis; ++d) outer *= x.shape()[d];
     for (int64_t d = axis + 1; d < rank; ++d) inner *= x.shape()[d];
-    out[0] = Tensor::uninitialized(table->type, x.shape());
+    out[0] = Tensor::uninitialized(table.type, x.shape());
     const auto* in = reinterpret_cast<const uint8_t*>(x.bytes().data());
-    const uint8_t* rows = table->rows.data();
+    const uint8_t* rows = table.bytes.data();
     auto* y = reinterpret_cast<uint8_t*>(out[0].mutable_bytes().data());
     const bool permutes = cpu_features().avx512vbmi && cpu_features().avx512bw;
     const bool gathers = cpu_features().avx512f;

@@ -109,14 +109,19 @@ void check_zero_point(KernelContext& ctx, const Tensor& scale, const Tensor* mus
                              data_type_name(must_match->type())));
 }
 
-// To float8, as ONNX Runtime computes it: x / scale as a float8, saturated to
-// the largest finite value unless `saturate` is 0; a float8 zero point is 0.
-void quantize_float8(KernelContext& ctx, std::vector<Tensor>& out, const Channels& ch, DataType type) {
-    const auto xv = ctx.input(0).data<float>();
-    const auto s = ctx.input(1).data<float>();
+// A float8 zero point, when given, is (plus or minus) 0.
+void check_float8_zero_point(KernelContext& ctx) {
     if (ctx.has_input(2))
         for (const auto b : ctx.input(2).bytes())
             if ((static_cast<uint8_t>(b) & 0x7f) != 0) ctx.fail("a float8 zero point must be 0");
+}
+
+// To float8, as ONNX Runtime computes it: x / scale as a float8, saturated to
+// the largest finite value unless `saturate` is 0.
+void quantize_float8(KernelContext& ctx, std::vector<Tensor>& out, const Channels& ch, DataType type) {
+    const auto xv = ctx.input(0).data<float>();
+    const auto s = ctx.input(1).data<float>();
+    check_float8_zero_point(ctx);
     const bool saturate = ctx.attributes.get_int("saturate", 1) != 0;
     out[0] = Tensor::uninitialized(type, ctx.input(0).shape());
     auto* y = reinterpret_cast<uint8_t*>(out[0].mutable_bytes().data());
@@ -124,13 +129,11 @@ void quantize_float8(KernelContext& ctx, std::vector<Tensor>& out, const Channel
         y[i] = float_to_float8(xv[i] / s[ch.of(static_cast<int64_t>(i))], type, saturate);
 }
 
-// From float8: the float8's value times the scale (its zero point must be 0).
+// From float8: the float8's value times the scale.
 void dequantize_float8(KernelContext& ctx, std::vector<Tensor>& out, const Channels& ch) {
     const auto& x = ctx.input(0);
     const auto s = ctx.input(1).data<float>();
-    if (ctx.has_input(2))
-        for (const auto b : ctx.input(2).bytes())
-            if ((static_cast<uint8_t>(b) & 0x7f) != 0) ctx.fail("a float8 zero point must be 0");
+    check_float8_zero_point(ctx);
     out[0] = Tensor::uninitialized(DataType::Float, x.shape());
     auto o = out[0].mutable_data<float>();
     const auto* bits = reinterpret_cast<const uint8_t*>(x.bytes().data());
