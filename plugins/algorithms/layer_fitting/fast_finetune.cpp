@@ -12,8 +12,9 @@
 #include <tuple>
 #include <utility>
 
+#include "column_sums.hpp"
+#include "rounding_step.hpp"
 #include "segmented_run.hpp"
-#include "vaiq/adam.hpp"
 #include "vaiq/gemm.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
@@ -23,7 +24,7 @@ namespace vaiq {
 namespace {
 
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-constexpr float kZeta = 1.1f, kGamma = -0.1f;  // AdaRound's rectified sigmoid stretch
+constexpr float kZeta = kAdaRoundZeta, kGamma = kAdaRoundGamma;  // the rectified sigmoid's stretch
 constexpr int64_t kElementsPerBlock = 16384;   // weights a thread updates at a time in a step
 
 // One layer: how its weight reads its input, and the columns sampled for it.
@@ -41,7 +42,21 @@ struct Layer {
     Eigen::MatrixXf x, y;            // sampled columns: quantized inputs [rows, n], float outputs [outputs, n]
     Eigen::MatrixXf xf;              // the float model's inputs of the same columns (for QDrop; empty when not mixed)
     int64_t stored = 0, seen = 0;
+    // Instead of the columns, their sums (column_sums.hpp): where a group's
+    // inputs are few enough that a step over the sums costs less than one over
+    // sampled columns, and no step mixes float inputs in (QDrop).
+    std::optional<ColumnSums> sums;
 };
+
+// Whether `l` is fitted on the sums of its columns rather than on sampled ones:
+// a step then costs outputs x k x k instead of two products of outputs x k x
+// ColumnsPerStep, and the sums hold every column in k x k values a group (and
+// outputs x k more), within MemoryMB.
+bool summed(const Layer& l, const FastFinetuneOptions& o, bool keep_float) {
+    const int64_t k = l.rows / l.group;
+    return !keep_float && k <= 2 * static_cast<int64_t>(o.batch_columns) &&
+           ColumnSums::bytes(l.outputs, l.group, k) <= o.memory_bytes;
+}
 
 std::optional<Layer> layer_of(const onnx::NodeProto& n, const GraphIndex& index, const QuantPlan& plan) {
     if (!is_default_domain(n) || n.input_size() < 2) return std::nullopt;
@@ -234,23 +249,128 @@ double reconstruction_loss(const Layer& l, const RowMatrix& w, int64_t first, in
     return sum / static_cast<double>(std::max<int64_t>(count, 1));
 }
 
-// The loss that judges a layer's weights: on the held-out columns, or on all when none are held out.
-double judged_loss(const Layer& l, const RowMatrix& w) {
+// The fold a summed layer's fit number `fit` holds out, or -1 (too few columns to spare any).
+int held_fold(const Layer& l, int fit) { return l.stored >= Split::kMinHeldOutSplit ? fit % ColumnSums::kFolds : -1; }
+
+// The sums of a summed layer's columns in fold `fold` (`in` true) or in every other (`in` false).
+ColumnSet fold_sums(const Layer& l, int fold, bool in) {
+    std::array<bool, ColumnSums::kFolds> folds;
+    folds.fill(!in);
+    if (fold >= 0) folds[static_cast<size_t>(fold)] = in;
+    return l.sums->folds(folds);
+}
+
+// The loss that judges a layer's weights: on the held-out columns, or on all
+// when none are held out (with several fits of a summed layer, each held out
+// another fold: none is left out of all).
+double judged_loss(const Layer& l, const RowMatrix& w, int fits) {
+    if (l.sums) {
+        const int fold = fits == 1 ? held_fold(l, 0) : -1;
+        const RowMatrix d = w - l.w;
+        return fold_sums(l, fold, fold >= 0).loss(d.data());
+    }
     const Split split(l.stored);
     return split.held > 0 ? reconstruction_loss(l, w, split.fit, split.held) : reconstruction_loss(l, w, 0, l.stored);
 }
 
+// What a fit descends, and the held-out loss that judges its steps.
+class Objective {
+  public:
+    virtual ~Objective() = default;
+    /// d (mean squared output error over the fitted columns) / dW at `w`, into `grad`.
+    virtual void gradient(const RowMatrix& w, RowMatrix& grad) = 0;
+    virtual bool holds_out() const = 0;
+    virtual double held_loss(const RowMatrix& w) const = 0;
+};
+
+// ColumnsPerStep columns a step, drawn from the sampled ones; with QDrop each
+// input value of a step is the quantized one with probability DropRatio, else
+// the float one, so the rounding is not fitted to one particular pattern of
+// the quantization noise before it (16 bits of a draw each).
+class SampledColumns final : public Objective {
+  public:
+    SampledColumns(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng)
+        : l_(l),
+          rng_(rng),
+          split_(l.stored),
+          batch_(std::min<int64_t>(o.batch_columns, split_.fit)),
+          pick_(0, split_.fit - 1),
+          mixed_(l.xf.size() > 0),
+          quantized_below_(static_cast<uint64_t>(std::clamp(o.drop_ratio, 0.0, 1.0) * 65536.0)),
+          xb_(l.rows, batch_),
+          yb_(l.outputs, batch_) {}
+
+    void gradient(const RowMatrix& w, RowMatrix& grad) override {
+        for (int64_t b = 0; b < batch_; ++b) {
+            const int64_t c = pick_(rng_);
+            yb_.col(b) = l_.y.col(c);
+            if (!mixed_) {
+                xb_.col(b) = l_.x.col(c);
+                continue;
+            }
+            for (int64_t r = 0; r < l_.rows; r += 4) {
+                const uint64_t bits = rng_();
+                for (int64_t j = 0; j < 4 && r + j < l_.rows; ++j)
+                    xb_(r + j, b) = ((bits >> (16 * j)) & 0xffff) < quantized_below_ ? l_.x(r + j, c) : l_.xf(r + j, c);
+            }
+        }
+        // d loss / d W_g = 2 / batch * (W_g x_g + b - y) x_g^T
+        const int64_t k = l_.w.cols(), per_group = l_.outputs / l_.group;
+        for (int64_t g = 0; g < l_.group; ++g) {
+            output_errors(l_, w.data(), xb_, yb_, 0, batch_, g, err_);
+            gemm(true, false, per_group, k, batch_, 2.0f / static_cast<float>(batch_), err_.data(), per_group,
+                 xb_.data() + g * k, xb_.rows(), 0.0f, grad.data() + g * per_group * k, k);
+        }
+    }
+    bool holds_out() const override { return split_.held > 0; }
+    double held_loss(const RowMatrix& w) const override { return reconstruction_loss(l_, w, split_.fit, split_.held); }
+
+  private:
+    const Layer& l_;
+    std::mt19937_64& rng_;
+    const Split split_;
+    const int64_t batch_;
+    std::uniform_int_distribution<int64_t> pick_;
+    const bool mixed_;
+    const uint64_t quantized_below_;
+    Eigen::MatrixXf xb_, yb_;
+    std::vector<float> err_;
+};
+
+// Every column but those of the held-out fold, in every step, through their sums.
+class SummedColumns final : public Objective {
+  public:
+    SummedColumns(const Layer& l, int held)
+        : l_(l), fitted_(fold_sums(l, held, false)), held_(fold_sums(l, held, true)), d_(l.w.rows(), l.w.cols()) {
+        if (held < 0) held_ = ColumnSet{};
+    }
+    void gradient(const RowMatrix& w, RowMatrix& grad) override {
+        d_ = w - l_.w;
+        fitted_.gradient(d_.data(), grad.data());
+    }
+    bool holds_out() const override { return held_.count > 0; }
+    double held_loss(const RowMatrix& w) const override {
+        const RowMatrix d = w - l_.w;
+        return held_.loss(d.data());
+    }
+
+  private:
+    const Layer& l_;
+    const ColumnSet fitted_;
+    ColumnSet held_;
+    RowMatrix d_;
+};
+
 // Fits the layer's grid values; returns them as a [outputs, k] matrix. Each
-// step's products run on the executor's GEMM and its elementwise updates on
-// whole arrays (Eigen's vectorised exp).
-RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng, int64_t& iterations) {
+// step's products run on the executor's GEMM (in `objective`) and its
+// per-weight work in RoundingStep's vectorised loops.
+RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, Objective& objective, int64_t& iterations) {
     using RowArray = Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
     const Grid grid(l);
     const Eigen::ArrayXf scale = Eigen::Map<const Eigen::ArrayXf>(grid.scale.data(), l.outputs);
     const Eigen::ArrayXf zero = Eigen::Map<const Eigen::ArrayXf>(grid.zero.data(), l.outputs);
-    const int64_t k = l.w.cols(), per_group = l.outputs / l.group, n = l.stored;
+    const int64_t k = l.w.cols();
     const bool adaround = o.algorithm == "adaround";
-    const Split split(n);
     // AdaRound: floor(w / s) plus a learned h in [0, 1]; AdaQuant: w itself.
     const RowArray scaled = l.w.array().colwise() / scale;
     const RowArray base = scaled.floor();
@@ -259,14 +379,10 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
         const RowArray rest = (scaled - base).cwiseMax(0.01f).cwiseMin(0.99f);
         param = -(((kZeta - kGamma) / (rest - kGamma) - 1.0f).log());
     }
-    // Grid values (before the zero point) -> the weights they stand for, and whether they lie in the range.
+    // Grid values (before the zero point) -> the weights they stand for.
     // (of rows whose zero points and scales are `zp` and `sc`: all, or a block's)
     auto on_grid = [&](const auto& q, const auto& zp, const auto& sc) -> RowArray {
         return ((q.colwise() + zp).cwiseMax(grid.qmin).cwiseMin(grid.qmax).colwise() - zp).colwise() * sc;
-    };
-    auto in_range = [&](const auto& q, const auto& zero_points) {
-        const RowArray shifted = q.colwise() + zero_points;
-        return ((shifted >= grid.qmin) && (shifted <= grid.qmax)).eval();
     };
     auto sigmoid = [](const auto& v) -> RowArray { return (1.0f + (-v).exp()).inverse(); };
     // The weights as they would be written now: AdaRound's rounding decided, AdaQuant's on the grid.
@@ -276,107 +392,68 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
         return on_grid(base + (h.cwiseMax(0.0f).cwiseMin(1.0f) >= 0.5f).cast<float>(), zero, scale).matrix();
     };
     Adam adam(static_cast<size_t>(param.size()), o.learning_rate);
-    const int64_t batch = std::min<int64_t>(o.batch_columns, split.fit);
     const int warm = static_cast<int>(o.warm_start * o.iterations);
-    std::uniform_int_distribution<int64_t> pick(0, split.fit - 1);
     RowMatrix w(l.outputs, k), grad(l.outputs, k);
-    // Early stopping on the held-out columns, checked twenty times (AdaRound only
-    // once its regulariser has pushed the rounding towards a decision): the best
-    // weights seen are kept, and the fit ends once kPatience checks in a row
-    // found none better (a quarter of the iterations without progress).
+    // Early stopping on the held-out columns, checked twenty times (AdaRound from
+    // the warm start's end): the best weights seen are kept, and the fit ends
+    // once kPatience checks in a row found none better (a quarter of the
+    // iterations without progress). AdaRound's checks count towards it from
+    // halfway through the regulariser's annealing: before, the rounding is not
+    // decided yet (fitted on the columns' sums, the warm start ends with every
+    // weight at its float value, which rounds to nearest, and the first steps of
+    // the regulariser move away from it before they improve on it).
     constexpr int kPatience = 5;
     const int every = std::max(1, o.iterations / 20);
     RowMatrix best;
     double best_loss = std::numeric_limits<double>::infinity();
     int stale = 0;
+    const int decided = warm + (o.iterations - warm) / 2;
     auto checkpoint = [&](int it) {
-        if (split.held == 0 || (adaround && it < warm)) return;
+        if (!objective.holds_out() || (adaround && it < warm)) return;
         RowMatrix now = hard();
-        const double loss = reconstruction_loss(l, now, split.fit, split.held);
+        const double loss = objective.held_loss(now);
         if (loss < best_loss)
             best_loss = loss, best = std::move(now), stale = 0;
-        else
+        else if (!adaround || it >= decided)
             ++stale;
     };
-    // QDrop: each input value of a step is the quantized one with probability
-    // DropRatio, else the float one, so the rounding is not fitted to one
-    // particular pattern of the quantization noise before it (16 bits of a draw each).
-    const bool mixed = l.xf.size() > 0;
-    const auto quantized_below = static_cast<uint64_t>(std::clamp(o.drop_ratio, 0.0, 1.0) * 65536.0);
-    Eigen::MatrixXf xb(l.rows, batch), yb(l.outputs, batch);
-    std::vector<float> err;
     // The elementwise work of a step runs a block of output channels at a time on
     // the run's threads (each weight's update is its own): single-threaded, it
     // took as long as the step's two products on the GEMM's threads.
     RowArray q(l.outputs, k), sig(adaround ? l.outputs : 0, k), h(adaround ? l.outputs : 0, k);
+    const RoundingStep step{.k = k,
+                            .scale = grid.scale.data(),
+                            .zero = grid.zero.data(),
+                            .qmin = grid.qmin,
+                            .qmax = grid.qmax,
+                            .adaround = adaround,
+                            .param = param.data(),
+                            .base = base.data(),
+                            .q = q.data(),
+                            .sig = sig.data(),
+                            .h = h.data()};
     const int64_t chunk = std::max<int64_t>(1, kElementsPerBlock / k), chunks = (l.outputs + chunk - 1) / chunk;
     const bool parallel = l.outputs * k >= 2 * kElementsPerBlock;
     auto blocks = [&](const auto& body) {
 #pragma omp parallel for schedule(static) if (parallel)
-        for (int64_t c = 0; c < chunks; ++c) body(c * chunk, std::min(chunk, l.outputs - c * chunk));
+        for (int64_t c = 0; c < chunks; ++c) body(c * chunk, std::min(l.outputs, (c + 1) * chunk));
     };
     int it = 0;
     for (; it < o.iterations && stale < kPatience; ++it) {
-        for (int64_t b = 0; b < batch; ++b) {
-            const int64_t c = pick(rng);
-            yb.col(b) = l.y.col(c);
-            if (!mixed) {
-                xb.col(b) = l.x.col(c);
-                continue;
-            }
-            for (int64_t r = 0; r < l.rows; r += 4) {
-                const uint64_t bits = rng();
-                for (int64_t j = 0; j < 4 && r + j < l.rows; ++j)
-                    xb(r + j, b) = ((bits >> (16 * j)) & 0xffff) < quantized_below ? l.x(r + j, c) : l.xf(r + j, c);
-            }
-        }
-        blocks([&](int64_t r, int64_t n) {  // the grid values and weights of this step
-            auto qb = q.middleRows(r, n);
-            if (adaround) {
-                sig.middleRows(r, n) = sigmoid(param.middleRows(r, n));
-                h.middleRows(r, n) = sig.middleRows(r, n) * (kZeta - kGamma) + kGamma;
-                qb = base.middleRows(r, n) + h.middleRows(r, n).cwiseMax(0.0f).cwiseMin(1.0f);
-            } else {
-                qb = (param.middleRows(r, n).colwise() / scale.segment(r, n)).rint();
-            }
-            w.middleRows(r, n) = on_grid(qb, zero.segment(r, n), scale.segment(r, n)).matrix();
-        });
-        // d loss / d W_g = 2 / batch * (W_g x_g + b - y) x_g^T
-        for (int64_t g = 0; g < l.group; ++g) {
-            output_errors(l, w.data(), xb, yb, 0, batch, g, err);
-            gemm(true, false, per_group, k, batch, 2.0f / static_cast<float>(batch), err.data(), per_group,
-                 xb.data() + g * k, xb.rows(), 0.0f, grad.data() + g * per_group * k, k);
-        }
+        blocks([&](int64_t first, int64_t last) { step.weights(first, last, w.data()); });
+        objective.gradient(w, grad);
         const float beta = !adaround || it < warm
                                ? 0.0f
                                : static_cast<float>(o.beta_start + (o.beta_end - o.beta_start) * (it - warm) /
                                                                        std::max(1, o.iterations - warm));
         adam.next();
-        blocks([&](int64_t r, int64_t n) {  // the gradient by the parameters, and Adam's update
-            auto gb = grad.middleRows(r, n).array();
-            const auto inside = in_range(q.middleRows(r, n), zero.segment(r, n));
-            if (!adaround) {  // straight through the rounding, not through the clipping
-                gb = inside.select(gb, 0.0f);
-            } else {
-                RowArray d = inside.select(gb.colwise() * scale.segment(r, n), 0.0f);
-                const auto hb = h.middleRows(r, n);
-                if (beta > 0) {  // d/dh of reg * (1 - |2h - 1|^beta)
-                    const RowArray t = 2.0f * hb.cwiseMax(0.0f).cwiseMin(1.0f) - 1.0f;
-                    // |t|^(beta - 1) through Eigen's vectorised log and exp (pow is not); 0 at t = 0.
-                    d -= static_cast<float>(o.reg_param) * beta * 2.0f * ((beta - 1) * t.abs().log()).exp() *
-                         (t < 0.0f).select(RowArray::Constant(t.rows(), t.cols(), -1.0f), 1.0f);
-                }
-                const auto sb = sig.middleRows(r, n);
-                gb = d * ((hb > 0.0f) && (hb < 1.0f)).select((kZeta - kGamma) * sb * (1.0f - sb), 0.0f);
-            }
-            const auto first = static_cast<size_t>(r * k), count = static_cast<size_t>(n * k);
-            adam.update(std::span<float>(param.data() + first, count),
-                        std::span<const float>(grad.data() + first, count), first);
+        blocks([&](int64_t first, int64_t last) {
+            step.update(first, last, grad.data(), beta, static_cast<float>(o.reg_param), adam);
         });
         if ((it + 1) % every == 0) checkpoint(it + 1);
     }
     iterations += it;
-    if (split.held == 0) return hard();
+    if (!objective.holds_out()) return hard();
     if (it % every != 0) checkpoint(it);
     return best.size() > 0 ? best : hard();
 }
@@ -385,11 +462,19 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng
 // weight the median of the values chosen (with an odd number of AdaRound fits:
 // the rounding most of them chose). One fit's decisions for the weights its
 // loss barely distinguishes follow the draw; the vote keeps those that the
-// data decides.
+// data decides. A summed layer's fits differ by the fold they hold out.
 RowMatrix voted_fit(const Layer& l, const FastFinetuneOptions& o, std::mt19937_64& rng, int64_t& iterations) {
-    if (o.fits <= 1) return fit(l, o, rng, iterations);
+    auto one = [&](int number) {
+        if (!l.sums) {
+            SampledColumns sampled(l, o, rng);
+            return fit(l, o, sampled, iterations);
+        }
+        SummedColumns summed(l, held_fold(l, number));
+        return fit(l, o, summed, iterations);
+    };
+    if (o.fits <= 1) return one(0);
     std::vector<RowMatrix> fits;
-    for (int k = 0; k < o.fits; ++k) fits.push_back(fit(l, o, rng, iterations));
+    for (int k = 0; k < o.fits; ++k) fits.push_back(one(k));
     RowMatrix out(fits[0].rows(), fits[0].cols());
     std::vector<float> values(fits.size());
     for (int64_t i = 0; i < out.size(); ++i) {
@@ -455,11 +540,20 @@ namespace {
 // input for every batch (then `candidate` is not run).
 double sample_layer(Layer& l, int64_t capacity, bool keep_float, ModelRunner& reference, ModelRunner* candidate,
                     DataStream& data, std::mt19937_64& rng, bool output_error,
-                    const std::vector<Tensor>* cached_float_inputs, const std::vector<Tensor>* quantized_inputs) {
+                    const std::vector<Tensor>* cached_float_inputs, const std::vector<Tensor>* quantized_inputs,
+                    std::optional<uint64_t> summed_with_seed) {
     l.x.resize(l.rows, 0);
     l.xf.resize(keep_float ? l.rows : 0, 0);
     l.y.resize(l.outputs, 0);
     l.stored = l.seen = 0;
+    l.sums.reset();
+    if (summed_with_seed && capacity > 0) {
+        std::vector<float> shift(l.bias.size());
+        for (size_t o = 0; o < shift.size(); ++o) shift[o] = l.fitted_bias[o] - l.bias[o];
+        l.sums.emplace(l.w.data(), l.outputs, l.group, l.w.cols(), std::move(shift), *summed_with_seed);
+    }
+    constexpr int64_t kSummedAtOnce = 1024;  // columns gathered before they are added to the sums
+    std::vector<float> q_columns, f_columns;
     std::vector<std::string> taps;
     if (capacity > 0) taps.push_back(l.input);
     std::vector<float> q_column(l.rows), f_column(l.rows);
@@ -476,9 +570,27 @@ double sample_layer(Layer& l, int64_t capacity, bool keep_float, ModelRunner& re
             const Tensor q = l.input_quant ? fake_quantize(value, l.input_quant->params, name) : value;
             const Columns qc(l, q), fc(l, *float_input);
             if (qc.count == 0 || qc.count != fc.count) return;
+            if (l.sums) {
+                for (int64_t first = 0; first < qc.count; first += kSummedAtOnce) {
+                    const int64_t n = std::min(kSummedAtOnce, qc.count - first);
+                    q_columns.resize(static_cast<size_t>(n * l.rows));
+                    f_columns.resize(q_columns.size());
+                    for (int64_t c = 0; c < n; ++c) {
+                        qc.fill(first + c, q_columns.data() + c * l.rows);
+                        fc.fill(first + c, f_columns.data() + c * l.rows);
+                    }
+                    l.sums->add(q_columns.data(), f_columns.data(), n);
+                }
+            }
             for (int64_t c = 0; c < qc.count; ++c) {
                 int64_t slot = l.stored;
-                if (l.stored >= capacity) slot = std::uniform_int_distribution<int64_t>(0, l.seen)(rng);
+                if (l.stored >= capacity) {
+                    if (l.sums) {  // the sums hold it
+                        ++l.seen;
+                        continue;
+                    }
+                    slot = std::uniform_int_distribution<int64_t>(0, l.seen)(rng);
+                }
                 ++l.seen;
                 if (slot >= capacity) continue;
                 if (slot == l.stored) {
@@ -520,9 +632,13 @@ double sample_layer(Layer& l, int64_t capacity, bool keep_float, ModelRunner& re
         }
     }
     outputs.flush();
-    l.x.conservativeResize(Eigen::NoChange, l.stored);
-    if (keep_float) l.xf.conservativeResize(Eigen::NoChange, l.stored);
-    l.y.conservativeResize(Eigen::NoChange, l.stored);
+    const bool use_sums = l.sums && l.seen > capacity;  // more columns than kept: the fit runs on the sums
+    if (!use_sums) l.sums.reset();
+    const int64_t kept = use_sums ? 0 : l.stored;
+    l.x.conservativeResize(Eigen::NoChange, kept);
+    if (keep_float) l.xf.conservativeResize(Eigen::NoChange, kept);
+    l.y.conservativeResize(Eigen::NoChange, kept);
+    if (use_sums) l.stored = l.seen;
     return output_values > 0 ? squared_error / static_cast<double>(output_values)
                              : std::numeric_limits<double>::quiet_NaN();
 }
@@ -604,12 +720,15 @@ FastFinetuneResult fast_finetune(AlgorithmContext& context, const FastFinetuneOp
         // Float values: the layer's input must exist, before its Q/DQ, to be tapped.
         const auto candidate = segmented ? nullptr : context.runner(quantized, true, {l.input});
         const auto column_bytes = ((keep_float ? 2 : 1) * l.rows + l.outputs) * sizeof(float);
-        const auto capacity =
-            columns ? std::max<int64_t>(1, static_cast<int64_t>(options.memory_bytes / column_bytes)) : 0;
+        auto capacity = columns ? std::max<int64_t>(1, static_cast<int64_t>(options.memory_bytes / column_bytes)) : 0;
+        // A summed layer keeps its columns while they are fewer than half its
+        // inputs a group: then a step over them all costs less than one over the sums.
+        const bool sums = summed(l, options, keep_float);
+        if (sums && columns) capacity = std::min(capacity, (l.rows / l.group + 1) / 2);
         const auto cached = float_inputs.find(l.input);
         return sample_layer(l, capacity, keep_float, *reference, candidate.get(), data, rng, options.selective_update,
                             cached == float_inputs.end() ? nullptr : &cached->second,
-                            segmented ? &quantized_inputs : nullptr);
+                            segmented ? &quantized_inputs : nullptr, sums ? std::optional(options.seed) : std::nullopt);
     };
     // SelectiveUpdate: the layer fitted last, judged by the output error the
     // next sampling measures; dropped (back to nearest rounding) if it is worse.
@@ -643,7 +762,9 @@ FastFinetuneResult fast_finetune(AlgorithmContext& context, const FastFinetuneOp
         const RowMatrix plain = nearest(l);
         int64_t iterations = 0;
         const RowMatrix fitted = voted_fit(l, options, rng, iterations);
-        FinetunedLayer r{l.node, l.weight, judged_loss(l, plain), judged_loss(l, fitted), l.stored, iterations, 0};
+        FinetunedLayer r{
+            l.node,     l.weight, judged_loss(l, plain, options.fits), judged_loss(l, fitted, options.fits), l.stored,
+            iterations, 0};
         // Keep nearest rounding when fitting did not help (on the held-out columns).
         const bool improved = r.loss < r.loss_nearest;
         const Tensor original = Tensor::from_proto(*index.initializer(l.weight));
@@ -661,6 +782,7 @@ FastFinetuneResult fast_finetune(AlgorithmContext& context, const FastFinetuneOp
         l.x.resize(0, 0);  // the next layer gets the memory
         l.xf.resize(0, 0);
         l.y.resize(0, 0);
+        l.sums.reset();
     }
     if (pending) judge_pending(sample(layers.back(), false));
     return result;

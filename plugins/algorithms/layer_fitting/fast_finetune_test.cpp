@@ -10,6 +10,7 @@
 #include <functional>
 #include <random>
 
+#include "column_sums.hpp"
 #include "data/data_reader.hpp"
 #include "fast_finetune.hpp"
 #include "runtime/executor.hpp"
@@ -98,10 +99,12 @@ void expect_on_grid(const Tensor& chosen, const Tensor& w, float scale) {
     }
 }
 
+// On sampled columns: 4 a step, fewer than half the layer's 12 inputs (with
+// more, the fit runs on the columns' sums; TheRoundingMakesUpForTheBiasAsWritten).
 TEST_F(FastFinetune, AdaRoundReconstructsAGemmBetterThanNearestRounding) {
     const auto w = random_tensor({12, 6}, 7, -0.5f, 0.5f);
     const float scale = 0.5f / 7;  // a coarse 4-bit-like grid makes rounding matter
-    const auto r = fit_one_gemm(w, scale, 64, Tensor::from_values<float>({6}, std::vector<float>(6, 0.1f)));
+    const auto r = fit_one_gemm(w, scale, 4, Tensor::from_values<float>({6}, std::vector<float>(6, 0.1f)));
     ASSERT_EQ(r.layers.size(), 1u);
     EXPECT_EQ(r.layers[0].columns, 64) << "16 rows x 4 samples";
     EXPECT_LT(r.layers[0].loss, 0.9 * r.layers[0].loss_nearest)
@@ -111,7 +114,8 @@ TEST_F(FastFinetune, AdaRoundReconstructsAGemmBetterThanNearestRounding) {
 
 // Weights already on their grid reconstruct the held-out columns exactly at the
 // first check after the warm start; no later check can do better, so the fit
-// ends five checks (a quarter of its iterations) after it.
+// ends after five checks without progress, counted from halfway through the
+// regulariser's annealing (before it, AdaRound's rounding is still undecided).
 TEST_F(FastFinetune, AFitThatStopsImprovingStopsEarly) {
     const float scale = 0.5f / 7;
     std::vector<float> on_grid(72);
@@ -119,7 +123,8 @@ TEST_F(FastFinetune, AFitThatStopsImprovingStopsEarly) {
     const auto r = fit_one_gemm(Tensor::from_values<float>({12, 6}, on_grid), scale, 32);
     ASSERT_EQ(r.layers.size(), 1u);
     EXPECT_LT(r.layers[0].loss, 1e-9) << "exact but for the sums' rounding";
-    EXPECT_EQ(r.layers[0].iterations, 200 + 5 * 50) << "the warm start, then five checks without progress";
+    EXPECT_EQ(r.layers[0].iterations, 200 + 400 + 4 * 50)
+        << "the warm start, half the annealing, then five checks (from its end) without progress";
 }
 
 // An int8 bias has a grid of its own (here a step of 1, so 0.3 is written as
@@ -135,7 +140,8 @@ TEST_F(FastFinetune, TheRoundingMakesUpForTheBiasAsWritten) {
     b.initializer("b", Tensor::from_values<float>({6}, std::vector<float>(6, bias)));
     b.node("Gemm", {"x", "w", "b"}, {"y"});
     const auto model = b.build();
-    auto reader = data(model, {16, 12}, 1, 0.0f);  // 16 columns: too few to hold any out
+    // 16 columns: too few to hold any out, more than half the 12 inputs: fitted on their sums
+    auto reader = data(model, {16, 12}, 1, 0.0f);
     vaiq::QuantPlan plan;
     plan.tensors.push_back(quant_entry("w", TensorRole::Weight, QuantType::QInt8, {scale}, {0}));
     plan.tensors.push_back(quant_entry("b", TensorRole::Bias, QuantType::QInt8, {1.0f}, {0}));
@@ -268,9 +274,10 @@ TEST_F(FastFinetune, AdaQuantDoesNoWorseThanNearestRounding) {
 // The columns a strided, padded, grouped convolution is fitted on are its own:
 // the error reported for nearest rounding is the executor's, computed apart.
 // A grouped, strided, padded Conv on `samples` inputs of h x w: the loss of
-// nearest rounding that fast finetune measures on its sampled columns (the
-// held-out fifth once there are 20) against the executor's outputs.
-void expect_columns_match_the_executor(FastFinetune& test, int64_t h, int64_t w_, int samples) {
+// nearest rounding that fast finetune measures on its columns (the held-out
+// ones once there are 20) against the executor's outputs. `summed`: the fit
+// runs on the columns' sums (column_sums.hpp), else on the columns kept.
+void expect_columns_match_the_executor(FastFinetune& test, int64_t h, int64_t w_, int samples, bool summed) {
     GraphBuilder b;
     const int64_t oh = (h + 2 - 3) / 2 + 1, ow = (w_ + 1 - 3) / 2 + 1;
     b.input("x", {1, 4, h, w_}).output("y", {1, 6, oh, ow});
@@ -288,12 +295,17 @@ void expect_columns_match_the_executor(FastFinetune& test, int64_t h, int64_t w_
     plan.tensors.push_back(quant_entry("w", TensorRole::Weight, QuantType::QInt8, {scale}, {0}));
     vaiq::FastFinetuneOptions options;
     options.iterations = 0;  // only the measurement
+    options.batch_columns = summed ? 256 : 8;  // k is 18 a group: summed up to 2 x ColumnsPerStep
     const auto r = finetune_with(model, plan, same_model(model), *reader, options);
     ASSERT_EQ(r.layers.size(), 1u);
     const int64_t columns = samples * oh * ow;
     EXPECT_EQ(r.layers[0].columns, columns);
-    // Every column fits in the reservoir, in order: the held-out ones are the last fifth.
-    const int64_t held = columns >= 20 ? columns / 5 : 0, judged_from = held > 0 ? columns - held : 0;
+    // The held-out columns: those of the sums' first fold, or the reservoir's
+    // last fifth (every column fits in it, in order).
+    auto judged = [&](int64_t column) {
+        if (columns < 20) return true;
+        return summed ? vaiq::ColumnSums::fold_of(options.seed, column) == 0 : column >= columns - columns / 5;
+    };
 
     auto rounded = model;
     for (auto& init : *rounded.graph().mutable_initializer()) {
@@ -304,27 +316,31 @@ void expect_columns_match_the_executor(FastFinetune& test, int64_t h, int64_t w_
     }
     vaiq::runtime::Executor f(model), q(rounded);
     double sum = 0;
+    int64_t count = 0;
     reader->rewind();
     for (int64_t n = 0; auto batch = reader->next(); ++n) {
         const auto a = f.run(batch->feeds)[0], c = q.run(batch->feeds)[0];
         for (int64_t i = 0; i < a.size(); ++i) {
-            if (n * oh * ow + i % (oh * ow) < judged_from) continue;
+            if (!judged(n * oh * ow + i % (oh * ow))) continue;
             const double d = a.data<float>()[i] - c.data<float>()[i];
             sum += d * d;
         }
+        for (int64_t p = 0; p < oh * ow; ++p) count += judged(n * oh * ow + p);
     }
-    const double expected = sum / static_cast<double>(columns - judged_from);
+    const double expected = sum / static_cast<double>(count);
     EXPECT_NEAR(r.layers[0].loss_nearest, expected, 1e-4 * expected + 1e-9);
 }
 
 TEST_F(FastFinetune, ConvolutionColumnsMatchTheExecutor) {
     // One sample: its 12 positions are too few to hold any out, so the loss is on all of them.
-    expect_columns_match_the_executor(*this, 7, 6, 1);
+    expect_columns_match_the_executor(*this, 7, 6, 1, false);
+    expect_columns_match_the_executor(*this, 7, 6, 1, true);
 }
 
 TEST_F(FastFinetune, ManyColumnsMatchTheExecutorToo) {
     // 1,500 positions: the float layer's outputs are computed in several blocks.
-    expect_columns_match_the_executor(*this, 50, 40, 3);
+    expect_columns_match_the_executor(*this, 50, 40, 3, false);
+    expect_columns_match_the_executor(*this, 50, 40, 3, true);
 }
 
 // Fits: the roundings that several fits vote for depend less on the draws

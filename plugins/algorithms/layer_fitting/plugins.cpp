@@ -135,13 +135,15 @@ constexpr vaiq_option_descriptor kFastFinetuneOptions[] = {
     {"FastFinetune.LearningRate", VAIQ_OPTION_FLOAT, "null",
      "Adam's learning rate (default: 0.1 for adaround, 1e-5 for adaquant)."},
     {"FastFinetune.ColumnsPerStep", VAIQ_OPTION_INT, "256",
-     "Output positions (pixels of a Conv, rows of a Gemm/MatMul) per step, drawn from the samples."},
+     "Output positions (pixels of a Conv, rows of a Gemm/MatMul) per step, drawn from the samples, for layers with "
+     "more than twice as many inputs per group (or with DropRatio below 1). The other layers take every position "
+     "in every step, through the sums of their inputs' products (k x k values a group), which cost less."},
     {"FastFinetune.RegParam", VAIQ_OPTION_FLOAT, "0.01", "Weight of AdaRound's rounding regulariser."},
     {"FastFinetune.WarmStart", VAIQ_OPTION_FLOAT, "0.2",
      "Fraction of the steps before the regulariser starts (its beta then falls from 20 to 2)."},
     {"FastFinetune.MemoryMB", VAIQ_OPTION_INT, "512",
      "Memory for the sampled input columns and float outputs of the layer being fitted, one at a time "
-     "(reservoir-sampled from the data)."},
+     "(reservoir-sampled from the data; a layer fitted through its sums keeps none)."},
     {"FastFinetune.DropRatio", VAIQ_OPTION_FLOAT, "1.0",
      "The chance that each value of a layer's input in a step is the quantized model's rather than the float "
      "model's (QDrop): 1 fits on the quantized inputs only, 0 on the float ones only."},

@@ -1,0 +1,174 @@
+#include "column_sums.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "vaiq/gemm.hpp"
+
+namespace vaiq {
+
+namespace {
+
+// Up to this many values per group the products run as plain loops: a
+// depthwise layer's groups (k = 9) would each make tiny GEMM calls.
+constexpr int64_t kLoopsUpTo = 16;
+constexpr int64_t kChunk = 4096;  // columns summed at a time: the copies stay small
+
+uint64_t mixed(uint64_t v) {  // splitmix64's finaliser: neighbouring indices land in unrelated folds
+    v += 0x9e3779b97f4a7c15ull;
+    v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ull;
+    v = (v ^ (v >> 27)) * 0x94d049bb133111ebull;
+    return v ^ (v >> 31);
+}
+
+}  // namespace
+
+int ColumnSums::fold_of(uint64_t seed, int64_t index) {
+    return static_cast<int>(mixed(seed * 0x2545f4914f6cdd1dull + static_cast<uint64_t>(index)) % kFolds);
+}
+
+void ColumnSet::times_gram(const float* d, float* out) const {
+    const int64_t per_group = outputs / groups;
+    for (int64_t g = 0; g < groups; ++g) {
+        const float* gram_g = gram.data() + g * k * k;
+        const float* d_g = d + g * per_group * k;
+        float* out_g = out + g * per_group * k;
+        if (k > kLoopsUpTo) {
+            gemm(false, false, per_group, k, k, 1.0f, d_g, k, gram_g, k, 0.0f, out_g, k);
+            continue;
+        }
+        for (int64_t o = 0; o < per_group; ++o)
+            for (int64_t j = 0; j < k; ++j) {
+                float sum = 0;  // G is symmetric: its row j is its column j
+                for (int64_t i = 0; i < k; ++i) sum += d_g[o * k + i] * gram_g[j * k + i];
+                out_g[o * k + j] = sum;
+            }
+    }
+}
+
+double ColumnSet::loss(const float* d) const {
+    if (count == 0) return 0;
+    std::vector<float> product(cross.size());
+    times_gram(d, product.data());
+    double sum = base;
+    for (size_t i = 0; i < product.size(); ++i) sum += static_cast<double>(d[i]) * (product[i] + 2.0f * cross[i]);
+    return std::max(sum, 0.0) / static_cast<double>(count);
+}
+
+void ColumnSet::gradient(const float* d, float* grad) const {
+    times_gram(d, grad);
+    const float scale = 2.0f / static_cast<float>(std::max<int64_t>(count, 1));
+    for (size_t i = 0; i < cross.size(); ++i) grad[i] = scale * (grad[i] + cross[i]);
+}
+
+ColumnSums::ColumnSums(const float* weights, int64_t outputs, int64_t groups, int64_t k, std::vector<float> shift,
+                       uint64_t seed)
+    : weights_(weights, weights + outputs * k),
+      outputs_(outputs),
+      groups_(groups),
+      k_(k),
+      shift_(std::move(shift)),
+      seed_(seed) {}
+
+void ColumnSums::add(const float* x, const float* xf, int64_t count) {
+    const int64_t rows = groups_ * k_;
+    std::array<std::vector<int64_t>, kFolds> members;
+    for (int64_t first = 0; first < count; first += kChunk) {
+        const int64_t n = std::min(kChunk, count - first);
+        for (auto& m : members) m.clear();
+        for (int64_t c = first; c < first + n; ++c) members[static_cast<size_t>(fold_of(seed_, seen_++))].push_back(c);
+        for (int f = 0; f < kFolds; ++f) {
+            const auto& columns = members[static_cast<size_t>(f)];
+            if (columns.empty()) continue;
+            x_.resize(columns.size() * static_cast<size_t>(rows));
+            xf_.resize(x_.size());
+            for (size_t i = 0; i < columns.size(); ++i) {
+                std::copy_n(x + columns[i] * rows, rows, x_.data() + i * rows);
+                std::copy_n(xf + columns[i] * rows, rows, xf_.data() + i * rows);
+            }
+            add_fold(f, x_.data(), xf_.data(), static_cast<int64_t>(columns.size()));
+        }
+    }
+}
+
+// Adds `count` columns (row-major [count, rows] here: a column's values
+// together) to fold `fold`: e = W_f (x - x_f) + shift per column, then per
+// group sum x x^T and sum e x^T.
+void ColumnSums::add_fold(int fold, const float* x, float* xf, int64_t count) {
+    const auto f = static_cast<size_t>(fold);
+    const int64_t rows = groups_ * k_, per_group = outputs_ / groups_;
+    if (gram_[f].empty()) {
+        gram_[f].assign(static_cast<size_t>(groups_ * k_ * k_), 0.0);
+        cross_[f].assign(static_cast<size_t>(outputs_ * k_), 0.0);
+    }
+    // xf becomes x - x_f; e_ the errors, [count, outputs].
+    float* diff = xf;
+    for (int64_t i = 0; i < count * rows; ++i) diff[i] = x[i] - diff[i];
+    e_.resize(static_cast<size_t>(count * outputs_));
+    for (int64_t g = 0; g < groups_; ++g) {
+        const float* w_g = weights_.data() + g * per_group * k_;
+        if (k_ > kLoopsUpTo) {
+            gemm(false, true, count, per_group, k_, 1.0f, diff + g * k_, rows, w_g, k_, 0.0f, e_.data() + g * per_group,
+                 outputs_);
+            continue;
+        }
+        for (int64_t c = 0; c < count; ++c)
+            for (int64_t o = 0; o < per_group; ++o) {
+                float sum = 0;
+                for (int64_t i = 0; i < k_; ++i) sum += w_g[o * k_ + i] * diff[c * rows + g * k_ + i];
+                e_[static_cast<size_t>(c * outputs_ + g * per_group + o)] = sum;
+            }
+    }
+    double base = 0;
+    for (int64_t c = 0; c < count; ++c)
+        for (int64_t o = 0; o < outputs_; ++o) {
+            float& e = e_[static_cast<size_t>(c * outputs_ + o)];
+            e += shift_[static_cast<size_t>(o)];
+            base += static_cast<double>(e) * e;
+        }
+    base_[f] += base;
+    count_[f] += count;
+    // Per group: the partial sums in float, then into the double totals.
+    part_.resize(static_cast<size_t>(k_ * k_ + per_group * k_));
+    float* gram = part_.data();
+    float* cross = gram + k_ * k_;
+    for (int64_t g = 0; g < groups_; ++g) {
+        const float* x_g = x + g * k_;
+        const float* e_g = e_.data() + g * per_group;
+        if (k_ > kLoopsUpTo) {
+            gemm(true, false, k_, k_, count, 1.0f, x_g, rows, x_g, rows, 0.0f, gram, k_);
+            gemm(true, false, per_group, k_, count, 1.0f, e_g, outputs_, x_g, rows, 0.0f, cross, k_);
+        } else {
+            std::fill(part_.begin(), part_.end(), 0.0f);
+            for (int64_t c = 0; c < count; ++c) {
+                const float* xc = x_g + c * rows;
+                for (int64_t i = 0; i < k_; ++i)
+                    for (int64_t j = 0; j < k_; ++j) gram[i * k_ + j] += xc[i] * xc[j];
+                for (int64_t o = 0; o < per_group; ++o)
+                    for (int64_t j = 0; j < k_; ++j) cross[o * k_ + j] += e_g[c * outputs_ + o] * xc[j];
+            }
+        }
+        double* total_gram = gram_[f].data() + g * k_ * k_;
+        double* total_cross = cross_[f].data() + g * per_group * k_;
+        for (int64_t i = 0; i < k_ * k_; ++i) total_gram[i] += gram[i];
+        for (int64_t i = 0; i < per_group * k_; ++i) total_cross[i] += cross[i];
+    }
+}
+
+ColumnSet ColumnSums::folds(const std::array<bool, kFolds>& in) const {
+    ColumnSet set;
+    set.outputs = outputs_, set.groups = groups_, set.k = k_;
+    std::vector<double> gram(static_cast<size_t>(groups_ * k_ * k_), 0.0), cross(static_cast<size_t>(outputs_ * k_));
+    for (size_t f = 0; f < kFolds; ++f) {
+        if (!in[f] || count_[f] == 0) continue;
+        for (size_t i = 0; i < gram.size(); ++i) gram[i] += gram_[f][i];
+        for (size_t i = 0; i < cross.size(); ++i) cross[i] += cross_[f][i];
+        set.base += base_[f];
+        set.count += count_[f];
+    }
+    set.gram.assign(gram.begin(), gram.end());
+    set.cross.assign(cross.begin(), cross.end());
+    return set;
+}
+
+}  // namespace vaiq

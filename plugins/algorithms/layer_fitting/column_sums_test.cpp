@@ -1,0 +1,95 @@
+// Column sums: the loss and gradient they give are those computed from the
+// columns themselves, for groups small enough for the loops and large enough
+// for the GEMM, and the folds split the columns.
+#include "column_sums.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+namespace {
+
+struct Case {
+    int64_t outputs, groups, k, columns;
+};
+
+class ColumnSumsTest : public ::testing::TestWithParam<Case> {};
+
+std::vector<float> uniform(size_t n, std::mt19937& rng, float lo = -1, float hi = 1) {
+    std::uniform_real_distribution<float> u(lo, hi);
+    std::vector<float> v(n);
+    for (auto& x : v) x = u(rng);
+    return v;
+}
+
+TEST_P(ColumnSumsTest, LossAndGradientAreThoseOfTheColumns) {
+    const auto [outputs, groups, k, columns] = GetParam();
+    const int64_t rows = groups * k, per_group = outputs / groups;
+    std::mt19937 rng(5);
+    const auto w = uniform(static_cast<size_t>(outputs * k), rng), shift = uniform(static_cast<size_t>(outputs), rng);
+    const auto x = uniform(static_cast<size_t>(rows * columns), rng);
+    auto xf = x;  // the float input: the quantized one plus a little noise
+    const auto noise = uniform(xf.size(), rng, -0.05f, 0.05f);
+    for (size_t i = 0; i < xf.size(); ++i) xf[i] += noise[i];
+    const auto d = uniform(w.size(), rng, -0.1f, 0.1f);
+
+    vaiq::ColumnSums sums(w.data(), outputs, groups, k, shift, 3);
+    sums.add(x.data(), xf.data(), columns / 3);  // in two parts, as batches come
+    sums.add(x.data() + columns / 3 * rows, xf.data() + columns / 3 * rows, columns - columns / 3);
+    ASSERT_EQ(sums.columns(), columns);
+
+    // Directly: per column, r = (W_f + d) x + shift - W_f xf, over the folds chosen.
+    std::array<bool, vaiq::ColumnSums::kFolds> in{true, false, true, true, false};
+    double loss = 0;
+    int64_t count = 0;
+    std::vector<double> grad(w.size(), 0.0);
+    for (int64_t c = 0; c < columns; ++c) {
+        if (!in[static_cast<size_t>(vaiq::ColumnSums::fold_of(3, c))]) continue;
+        ++count;
+        for (int64_t g = 0; g < groups; ++g)
+            for (int64_t o = g * per_group; o < (g + 1) * per_group; ++o) {
+                double r = shift[static_cast<size_t>(o)];
+                for (int64_t i = 0; i < k; ++i) {
+                    const auto wi = static_cast<size_t>(o * k + i), xi = static_cast<size_t>(c * rows + g * k + i);
+                    r += (w[wi] + d[wi]) * x[xi] - w[wi] * xf[xi];
+                }
+                loss += r * r;
+                for (int64_t i = 0; i < k; ++i)
+                    grad[static_cast<size_t>(o * k + i)] += 2 * r * x[static_cast<size_t>(c * rows + g * k + i)];
+            }
+    }
+    const auto set = sums.folds(in);
+    ASSERT_EQ(set.count, count);
+    EXPECT_NEAR(set.loss(d.data()), loss / count, 1e-4 * loss / count);
+    std::vector<float> got(w.size());
+    set.gradient(d.data(), got.data());
+    double largest = 0;
+    for (double v : grad) largest = std::max(largest, std::abs(v / count));
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], grad[i] / count, 1e-4 * largest) << i;
+
+    // The folds split the columns: every fold has some, and together they are all.
+    int64_t total = 0;
+    for (int f = 0; f < vaiq::ColumnSums::kFolds; ++f) {
+        std::array<bool, vaiq::ColumnSums::kFolds> one{};
+        one[static_cast<size_t>(f)] = true;
+        const auto part = sums.folds(one).count;
+        EXPECT_GT(part, columns / 10) << "fold " << f;
+        total += part;
+    }
+    EXPECT_EQ(total, columns);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ColumnSumsTest,
+                         ::testing::Values(Case{8, 8, 9, 500},      // depthwise 3x3: the loops
+                                           Case{6, 2, 12, 300},     // two groups, the loops
+                                           Case{5, 1, 40, 5000}));  // the GEMM, over more than one chunk
+
+// Another seed puts the columns in other folds.
+TEST(ColumnSumsFolds, AnotherSeedSplitsTheColumnsOtherwise) {
+    int same = 0;
+    for (int64_t c = 0; c < 1000; ++c) same += vaiq::ColumnSums::fold_of(0, c) == vaiq::ColumnSums::fold_of(1, c);
+    EXPECT_LT(same, 300) << "about a fifth agree by chance";
+}
+
+}  // namespace
