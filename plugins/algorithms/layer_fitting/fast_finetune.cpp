@@ -252,7 +252,8 @@ double reconstruction_loss(const Layer& l, const RowMatrix& w, int64_t first, in
 // The fold a summed layer's fit number `fit` holds out, or -1 (too few columns to spare any).
 int held_fold(const Layer& l, int fit) { return l.stored >= Split::kMinHeldOutSplit ? fit % ColumnSums::kFolds : -1; }
 
-// The sums of a summed layer's columns in fold `fold` (`in` true) or in every other (`in` false).
+// The sums of a summed layer's columns in fold `fold` (`in` true) or in every
+// other (`in` false); fold -1 is none, and every other is all.
 ColumnSet fold_sums(const Layer& l, int fold, bool in) {
     std::array<bool, ColumnSums::kFolds> folds;
     folds.fill(!in);
@@ -340,10 +341,8 @@ class SampledColumns final : public Objective {
 // Every column but those of the held-out fold, in every step, through their sums.
 class SummedColumns final : public Objective {
   public:
-    SummedColumns(const Layer& l, int held)
-        : l_(l), fitted_(fold_sums(l, held, false)), held_(fold_sums(l, held, true)), d_(l.w.rows(), l.w.cols()) {
-        if (held < 0) held_ = ColumnSet{};
-    }
+    SummedColumns(const Layer& l, int held)  // held < 0: none held out
+        : l_(l), fitted_(fold_sums(l, held, false)), held_(fold_sums(l, held, true)), d_(l.w.rows(), l.w.cols()) {}
     void gradient(const RowMatrix& w, RowMatrix& grad) override {
         d_ = w - l_.w;
         fitted_.gradient(d_.data(), grad.data());
@@ -356,8 +355,7 @@ class SummedColumns final : public Objective {
 
   private:
     const Layer& l_;
-    const ColumnSet fitted_;
-    ColumnSet held_;
+    const ColumnSet fitted_, held_;
     RowMatrix d_;
 };
 

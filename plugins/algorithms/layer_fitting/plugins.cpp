@@ -153,7 +153,8 @@ constexpr vaiq_option_descriptor kFastFinetuneOptions[] = {
     {"FastFinetune.Fits", VAIQ_OPTION_INT, "1",
      "Fits per layer from different draws; each weight takes the median of their values (with an odd number of "
      "AdaRound fits, the rounding most of them chose). Costs that many times the fitting."},
-    {"FastFinetune.FixedSeed", VAIQ_OPTION_INT, "0", "Seed of the column sampling and of DropRatio's draws."},
+    {"FastFinetune.FixedSeed", VAIQ_OPTION_INT, "0",
+     "Seed of the column sampling, the held-out folds and DropRatio's draws."},
     {"FastFinetune.Trials", VAIQ_OPTION_INT, "1",
      "Whole fast finetunes from seeds FixedSeed, FixedSeed + 1, ...; the one whose model agrees best with the "
      "float model on the calibration data (TrialMetric) is kept. Costs that many times the fitting."},
