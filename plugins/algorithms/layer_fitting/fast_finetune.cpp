@@ -760,9 +760,8 @@ FastFinetuneResult fast_finetune(AlgorithmContext& context, const FastFinetuneOp
         const RowMatrix plain = nearest(l);
         int64_t iterations = 0;
         const RowMatrix fitted = voted_fit(l, options, rng, iterations);
-        FinetunedLayer r{
-            l.node,     l.weight, judged_loss(l, plain, options.fits), judged_loss(l, fitted, options.fits), l.stored,
-            iterations, 0};
+        const double loss_nearest = judged_loss(l, plain, options.fits), loss = judged_loss(l, fitted, options.fits);
+        FinetunedLayer r{l.node, l.weight, loss_nearest, loss, l.stored, iterations, 0};
         // Keep nearest rounding when fitting did not help (on the held-out columns).
         const bool improved = r.loss < r.loss_nearest;
         const Tensor original = Tensor::from_proto(*index.initializer(l.weight));
