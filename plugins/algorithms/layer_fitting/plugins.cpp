@@ -136,8 +136,9 @@ constexpr vaiq_option_descriptor kFastFinetuneOptions[] = {
      "Adam's learning rate (default: 0.1 for adaround, 1e-5 for adaquant)."},
     {"FastFinetune.ColumnsPerStep", VAIQ_OPTION_INT, "256",
      "Output positions (pixels of a Conv, rows of a Gemm/MatMul) per step, drawn from the samples, for layers with "
-     "more than twice as many inputs per group (or with DropRatio below 1). The other layers take every position "
-     "in every step, through the sums of their inputs' products (k x k values a group), which cost less."},
+     "more than twice as many inputs per group, with fewer positions than half their inputs, or with DropRatio "
+     "below 1. The other layers take every position in every step, through the sums of their inputs' products "
+     "(k x k values a group), which cost less."},
     {"FastFinetune.RegParam", VAIQ_OPTION_FLOAT, "0.01", "Weight of AdaRound's rounding regulariser."},
     {"FastFinetune.WarmStart", VAIQ_OPTION_FLOAT, "0.2",
      "Fraction of the steps before the regulariser starts (its beta then falls from 20 to 2)."},
