@@ -24,7 +24,6 @@ namespace vaiq {
 namespace {
 
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-constexpr float kZeta = kAdaRoundZeta, kGamma = kAdaRoundGamma;  // the rectified sigmoid's stretch
 constexpr int64_t kElementsPerBlock = 16384;   // weights a thread updates at a time in a step
 
 // One layer: how its weight reads its input, and the columns sampled for it.
@@ -366,7 +365,6 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, Objective& objective
     using RowArray = Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
     const Grid grid(l);
     const Eigen::ArrayXf scale = Eigen::Map<const Eigen::ArrayXf>(grid.scale.data(), l.outputs);
-    const Eigen::ArrayXf zero = Eigen::Map<const Eigen::ArrayXf>(grid.zero.data(), l.outputs);
     const int64_t k = l.w.cols();
     const bool adaround = o.algorithm == "adaround";
     // AdaRound: floor(w / s) plus a learned h in [0, 1]; AdaQuant: w itself.
@@ -375,19 +373,24 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, Objective& objective
     RowArray param = l.w.array();
     if (adaround) {
         const RowArray rest = (scaled - base).cwiseMax(0.01f).cwiseMin(0.99f);
-        param = -(((kZeta - kGamma) / (rest - kGamma) - 1.0f).log());
+        param = -(((kAdaRoundZeta - kAdaRoundGamma) / (rest - kAdaRoundGamma) - 1.0f).log());
     }
-    // Grid values (before the zero point) -> the weights they stand for.
-    // (of rows whose zero points and scales are `zp` and `sc`: all, or a block's)
-    auto on_grid = [&](const auto& q, const auto& zp, const auto& sc) -> RowArray {
-        return ((q.colwise() + zp).cwiseMax(grid.qmin).cwiseMin(grid.qmax).colwise() - zp).colwise() * sc;
-    };
-    auto sigmoid = [](const auto& v) -> RowArray { return (1.0f + (-v).exp()).inverse(); };
-    // The weights as they would be written now: AdaRound's rounding decided, AdaQuant's on the grid.
-    auto hard = [&]() -> RowMatrix {
-        if (!adaround) return on_grid((param.colwise() / scale).rint(), zero, scale).matrix();
-        const RowArray h = sigmoid(param) * (kZeta - kGamma) + kGamma;
-        return on_grid(base + (h.cwiseMax(0.0f).cwiseMin(1.0f) >= 0.5f).cast<float>(), zero, scale).matrix();
+    RowArray q(l.outputs, k), sig(adaround ? l.outputs : 0, k), h(adaround ? l.outputs : 0, k);
+    const RoundingStep step{.k = k,
+                            .scale = grid.scale.data(),
+                            .zero = grid.zero.data(),
+                            .qmin = grid.qmin,
+                            .qmax = grid.qmax,
+                            .adaround = adaround,
+                            .param = param.data(),
+                            .base = base.data(),
+                            .q = q.data(),
+                            .sig = sig.data(),
+                            .h = h.data()};
+    auto hard = [&] {
+        RowMatrix now(l.outputs, k);
+        step.decided(l.outputs, now.data());
+        return now;
     };
     Adam adam(static_cast<size_t>(param.size()), o.learning_rate);
     const int warm = static_cast<int>(o.warm_start * o.iterations);
@@ -418,18 +421,6 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, Objective& objective
     // The elementwise work of a step runs a block of output channels at a time on
     // the run's threads (each weight's update is its own): single-threaded, it
     // took as long as the step's two products on the GEMM's threads.
-    RowArray q(l.outputs, k), sig(adaround ? l.outputs : 0, k), h(adaround ? l.outputs : 0, k);
-    const RoundingStep step{.k = k,
-                            .scale = grid.scale.data(),
-                            .zero = grid.zero.data(),
-                            .qmin = grid.qmin,
-                            .qmax = grid.qmax,
-                            .adaround = adaround,
-                            .param = param.data(),
-                            .base = base.data(),
-                            .q = q.data(),
-                            .sig = sig.data(),
-                            .h = h.data()};
     const int64_t chunk = std::max<int64_t>(1, kElementsPerBlock / k), chunks = (l.outputs + chunk - 1) / chunk;
     const bool parallel = l.outputs * k >= 2 * kElementsPerBlock;
     auto blocks = [&](const auto& body) {

@@ -177,6 +177,16 @@ void RoundingStep::update(int64_t first, int64_t last, float* grad, float beta, 
     }
 }
 
+void RoundingStep::decided(int64_t rows, float* w) const {
+    for (int64_t r = 0; r < rows; ++r) {
+        const float lo = qmin - zero[r], hi = qmax - zero[r];
+        for (int64_t i = r * k; i < (r + 1) * k; ++i) {
+            const float q = adaround ? base[i] + (param[i] >= 0.0f ? 1.0f : 0.0f) : std::nearbyint(param[i] / scale[r]);
+            w[i] = std::min(std::max(q, lo), hi) * scale[r];
+        }
+    }
+}
+
 float exp_approx(float x) { return exp_of(x); }
 float log_approx(float x) { return log_of(x); }
 

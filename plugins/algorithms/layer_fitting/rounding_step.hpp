@@ -30,6 +30,9 @@ struct RoundingStep {
 
     /// This step's grid values and the weights they stand for (into `w`), rows [first, last).
     void weights(int64_t first, int64_t last, float* w) const;
+    /// The weights as they would be written now, all `rows` (into `w`):
+    /// AdaRound's rounding decided (up where h >= 0.5, that is v >= 0), AdaQuant's on the grid.
+    void decided(int64_t rows, float* w) const;
     /// `grad` (by the weights, rows [first, last)) becomes the gradient by the
     /// parameters (AdaRound's regulariser with `beta` > 0 weighted by `reg`), and
     /// Adam, after its next(), updates them.

@@ -45,6 +45,13 @@ TEST(RoundingStep, OneAdaRoundStepFollowsItsFormulas) {
         // the grid values plus the zero point lie in [-8, 7]: the last (6 + 1 + 1) is clipped to 7
         EXPECT_NEAR(w[i], (std::clamp(base[i] + hc + zero, -8.0f, 7.0f) - zero) * scale, 1e-6f) << i;
     }
+    // Decided: rounded up where the logit is not negative (h >= 0.5), clipped like the rest.
+    std::vector<float> decided(4);
+    step.decided(1, decided.data());
+    for (size_t i = 0; i < 4; ++i)
+        EXPECT_FLOAT_EQ(decided[i],
+                        (std::clamp(base[i] + (logits[i] >= 0 ? 1.0f : 0.0f) + zero, -8.0f, 7.0f) - zero) * scale)
+            << i;
     std::vector<float> grad{1.0f, -2.0f, 0.5f, 3.0f};
     const std::vector<float> by_weight = grad;
     vaiq::Adam adam(4, 0.1);
