@@ -75,6 +75,17 @@ def test_enums_and_strings_are_the_same_settings(tmp_path):
     assert (tmp_path / "enums.onnx").read_bytes() == (tmp_path / "strings.onnx").read_bytes()
 
 
+def test_block_float_types_as_quark_names_them(tmp_path):
+    # ExtendedQuantType.QMX takes its element from MXAttributes, as the same recipe keys do.
+    report = vaiq.quantize_static(MODEL, tmp_path / "mx.onnx", Reader(), quant_format=vaiq.QuantFormat.QDQ,
+                                  activation_type=vaiq.ExtendedQuantType.QMX,
+                                  weight_type=vaiq.ExtendedQuantType.QMX, target="cpu",
+                                  extra_options={"MXAttributes": {"element_dtype": "fp4_e2m1", "block_size": 16}})
+    tensors = [t for t in report["tensors"] if t["role"] != "bias"]
+    assert tensors and all(t["type"] == "QMXFP4E2M1" and t["block_size"] == 16 for t in tensors)
+    assert report["evaluation"]["outputs"][0]["sqnr_db"] > 5
+
+
 def test_power_of_two_method_and_vitis_format(tmp_path):
     report = vaiq.quantize_static(MODEL, tmp_path / "npu.onnx", Reader(), quant_format=vaiq.VitisQuantFormat.QDQ,
                                   calibrate_method=vaiq.PowerOfTwoMethod.MinMSE, enable_dpu=True,

@@ -21,7 +21,7 @@ from . import _vaiq  # noqa: E402
 __version__ = _vaiq.version()
 
 __all__ = [
-    "CalibrationDataReader", "CalibrationMethod", "PowerOfTwoMethod", "QuantFormat", "QuantType",
+    "CalibrationDataReader", "CalibrationMethod", "ExtendedQuantType", "PowerOfTwoMethod", "QuantFormat", "QuantType",
     "VitisQuantFormat", "VitisQuantType", "dump_model", "infer", "quant_pre_process", "quantize_static",
     "calibrate", "cmake_dir", "merge_statistics", "run_recipe", "set_log_level",
 ]
@@ -56,9 +56,26 @@ class QuantType(_Spelling):
     QBFloat16 = "QBFloat16"
     QInt4 = "QInt4"
     QUInt4 = "QUInt4"
+    QFloat8E4M3FN = "QFloat8E4M3FN"
+    QFloat8E5M2 = "QFloat8E5M2"
 
 
 VitisQuantType = QuantType
+
+
+class ExtendedQuantType(_Spelling):
+    """Block floating point and MX (docs/formats.md): QBFP with
+    extra_options BFPAttributes, QMX with MXAttributes' element_dtype, or an
+    MX element named directly."""
+    QBFP = "QBFP16"
+    QBFP16 = "QBFP16"
+    QMX = "QMX"
+    QMXINT8 = "QMXINT8"
+    QMXFP8E4M3 = "QMXFP8E4M3"
+    QMXFP8E5M2 = "QMXFP8E5M2"
+    QMXFP6E3M2 = "QMXFP6E3M2"
+    QMXFP6E2M3 = "QMXFP6E2M3"
+    QMXFP4E2M1 = "QMXFP4E2M1"
 
 
 class CalibrationMethod(_Spelling):

@@ -13,12 +13,15 @@
 #include <iostream>
 #include <map>
 #include <numeric>
+#include <random>
 #include <tuple>
 
 #include "runtime/executor.hpp"
 #include "runtime/kernels/int8_conv.hpp"
 #include "sdk/npy.hpp"
 #include "test_support.hpp"
+#include "vaiq/block_float.hpp"
+#include "vaiq/vaiq_ops.hpp"
 
 namespace fs = std::filesystem;
 
@@ -592,6 +595,53 @@ TEST(OnnxRuntimeFloat8, QuantizeDequantizePairsAgreeToTheBit) {
     }
 }
 
+// The block float types' simulation in standard ops (vaiq/block_float.hpp)
+// runs in ONNX Runtime without a custom-op library and computes what vaiq's own
+// op computes, bit for bit: ties at every grid, subnormals, zeros of both signs,
+// a short last block, blocks along a middle and the last axis.
+TEST(OnnxRuntimeBlockFloat, TheSimulationComputesTheOpsValuesToTheBit) {
+    const std::vector<int64_t> shape = {2, 20, 6};
+    std::vector<float> x;
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+    std::uniform_int_distribution<int> exponent(-24, 14), pick(0, 7);
+    for (int i = 0; i < 240; ++i) {
+        const float m = unit(rng);
+        const int kind = pick(rng);
+        x.push_back(kind == 0   ? 0.0f
+                    : kind == 1 ? -0.0f
+                    : kind == 2 ? std::ldexp(std::round(m * 64.0f) + 0.5f, exponent(rng) - 6)
+                    : kind == 3 ? std::ldexp(m, -136)
+                                : std::ldexp(m, exponent(rng)));
+    }
+    const auto input = vaiq::Tensor::from_values<float>(shape, x);
+    const auto dir = vaiq::test::temp_dir();
+    vaiq::write_npy(dir / "x.npy", input);
+    for (const auto type :
+         {vaiq::QuantType::QBFP16, vaiq::QuantType::QMXInt8, vaiq::QuantType::QMXFP8E4M3, vaiq::QuantType::QMXFP8E5M2,
+          vaiq::QuantType::QMXFP6E3M2, vaiq::QuantType::QMXFP6E2M3, vaiq::QuantType::QMXFP4E2M1})
+        for (const auto blocks : {vaiq::SharedExponentBlocks{1, 8}, vaiq::SharedExponentBlocks{-1, 4}}) {
+            vaiq::TensorQuant t;
+            t.tensor = "x";
+            t.params = vaiq::compute_quant_params({}, vaiq::QuantSpec{.type = type, .shared_exponent = blocks});
+            vaiq::test::GraphBuilder b(vaiq::block_float_simulation_opset(type));
+            b.input("x", shape).output("y", shape);
+            auto model = b.build();
+            vaiq::UniqueNames names(model.graph());
+            vaiq::add_block_float_simulation(model, names, t, shape, "x", "y");
+            vaiq::save_model(model, dir / "bf.onnx");
+            const auto r = run_in_ort(dir / "bf.onnx", dir / "ort", dir / "x.npy");
+            ASSERT_EQ(r.exit_code, 0) << r.err;
+            const auto theirs = vaiq::read_npy(dir / "ort" / "output_0.npy");
+            const auto ours = vaiq::block_float_fake_quantize(input, type, blocks);
+            int differ = 0;
+            for (int64_t i = 0; i < ours.size(); ++i)
+                differ +=
+                    std::bit_cast<uint32_t>(ours.data<float>()[i]) != std::bit_cast<uint32_t>(theirs.data<float>()[i]);
+            EXPECT_EQ(differ, 0) << vaiq::quant_type_name(type) << " axis " << blocks.axis;
+        }
+}
+
 // fp8.yaml on the example: float8 pairs at opset 19 that ONNX Runtime runs and
 // computes as vaiq does, and the digits still read. ONNX Runtime 1.30's graph
 // optimizations take float8 pairs for integer ones (its QDQ fusions around
@@ -631,6 +681,45 @@ TEST(OnnxRuntimeFloat8, TheFp8RecipeRunsTheExampleAsVaiqDoes) {
     for (int64_t i = 0; i < ours.size(); ++i)
         worst = std::max(worst, static_cast<double>(std::abs(ours.data<float>()[i] - theirs.data<float>()[i])));
     EXPECT_LT(worst, 1e-4) << "float ops between the pairs sum alike";
+}
+
+// transformer_npu_bfp16.yaml on the example, in both forms: the simulation in
+// standard ops runs in ONNX Runtime and reads the digits; in vaiq it computes
+// what the custom-op form (VitisQuantFormat.QDQ) computes, bit for bit.
+TEST(OnnxRuntimeBlockFloat, TheBfp16RecipeWritesTwoFormsThatAgree) {
+    const auto dir = vaiq::test::temp_dir();
+    const auto images = vaiq::read_npy(kExample / "test_images.npy");
+    std::vector<vaiq::Tensor> logits;
+    for (const std::string format : {"QDQ", "VitisQuantFormat.QDQ"}) {
+        const auto out = dir / (format == "QDQ" ? "qdq.onnx" : "custom.onnx");
+        const auto r = run_command(
+            std::string(VAIQ_CLI) + " -q run " VAIQ_SOURCE_DIR "/recipes/transformer_npu_bfp16.yaml --model " +
+            (kExample / "mnist_cnn.onnx").string() + " --data " + (kExample / "calibration.npy").string() +
+            " --output " + out.string() + " --set quant_format=" + format);
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        const auto model = vaiq::load_model(out);
+        int custom_ops = 0;
+        for (const auto& n : model.graph().node()) custom_ops += vaiq::block_float_node(n).has_value();
+        if (format == "QDQ")
+            EXPECT_EQ(custom_ops, 0);
+        else
+            EXPECT_GE(custom_ops, 6);  // activations and weights
+        logits.push_back(vaiq::runtime::Executor(model).run({{"pixels", images}})[0]);
+    }
+    int differ = 0;
+    for (int64_t i = 0; i < logits[0].size(); ++i)
+        differ +=
+            std::bit_cast<uint32_t>(logits[0].data<float>()[i]) != std::bit_cast<uint32_t>(logits[1].data<float>()[i]);
+    EXPECT_EQ(differ, 0);
+    EXPECT_GE(accuracy(logits[0]), 0.95);  // float reads 0.957
+    const auto r = run_in_ort(dir / "qdq.onnx", dir / "ort", kExample / "test_images.npy");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto theirs = vaiq::read_npy(dir / "ort" / "output_0.npy");
+    EXPECT_GE(accuracy(theirs), 0.95);
+    double worst = 0;
+    for (int64_t i = 0; i < theirs.size(); ++i)
+        worst = std::max(worst, static_cast<double>(std::abs(logits[0].data<float>()[i] - theirs.data<float>()[i])));
+    EXPECT_LT(worst, 0.5) << "float sums in another order can move a value across a block's step";
 }
 
 // A FixNeuron model converted by vaiq convert-format runs in ONNX Runtime and

@@ -347,6 +347,29 @@ TEST(LayerNormStatistics, AZeroVarianceRowNormalizesToItsShiftInsteadOfNaN) {
     }
 }
 
+// Block float attributes vaiq does not compute are refused by name, not computed otherwise.
+TEST(BlockFloatSettings, WhatIsNotComputedIsRefusedByName) {
+    vaiq::PluginRegistry registry;
+    registry.load_default_paths();
+    const std::pair<const char*, const char*> cases[] = {
+        {"activation_type: QBFP\nextra_options: {BFPAttributes: {bfp_method: to_bfp_prime}}\n", "to_bfp_prime"},
+        {"activation_type: QBFP\nextra_options: {BFPAttributes: {bit_width: 12}}\n", "bit_width 12"},
+        {"weight_type: QMX\nextra_options: {MXAttributes: {rounding_mode: 0}}\n", "rounding_mode 0"},
+        {"activation_type: QMXINT8\nextra_options: {MXAttributes: {block_size: 0}}\n", "block_size 0"},
+    };
+    for (const auto& [yaml, expected] : cases) {
+        const auto dir = temp_dir();
+        vaiq::save_model(vaiq::test::conv_relu_model(), dir / "in.onnx");
+        try {
+            vaiq::test::run_recipe_in(dir, registry, std::string("target: cpu\n") + yaml);
+            ADD_FAILURE() << yaml << " was accepted";
+        } catch (const vaiq::InputError& e) {
+            EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+        }
+        EXPECT_FALSE(fs::exists(dir / "out.onnx"));
+    }
+}
+
 // Each phase reports its time and the process's peak memory at its end, which can only grow.
 TEST(Report, EachPhaseHasItsTimeAndThePeakMemorySoFar) {
     vaiq::PluginRegistry registry;

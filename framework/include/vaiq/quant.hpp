@@ -29,7 +29,17 @@ enum class QuantType {
     QInt4,
     QUInt4,
     QFloat8E4M3FN,
-    QFloat8E5M2
+    QFloat8E5M2,
+    /// Block floating point and OCP microscaling (vaiq/block_float.hpp): values
+    /// stay float, each block of them rounded onto a grid set by its largest
+    /// exponent at run time; nothing is calibrated.
+    QBFP16,
+    QMXInt8,
+    QMXFP8E4M3,
+    QMXFP8E5M2,
+    QMXFP6E3M2,
+    QMXFP6E2M3,
+    QMXFP4E2M1
 };
 
 /// Parses a documented name, with or without its prefix ("QuantType.QInt8",
@@ -44,6 +54,8 @@ VAIQ_API bool is_integer(QuantType type);
 /// QFloat8E4M3FN or QFloat8E5M2: a scale per tensor or channel and a float8
 /// grid (QuantizeLinear/DequantizeLinear from opset 19, zero point 0).
 VAIQ_API bool is_float8(QuantType type);
+/// QBFP16 or one of the QMX types: blocks sharing an exponent (vaiq/block_float.hpp).
+VAIQ_API bool is_block_float(QuantType type);
 /// QInt8 or QUInt8: what integer kernels and the NPUs take for activations.
 inline bool is_eight_bit(QuantType type) { return type == QuantType::QInt8 || type == QuantType::QUInt8; }
 /// Integer range of a quant type: [qmin, qmax]. With `reduce_range` one bit fewer,
@@ -53,6 +65,14 @@ VAIQ_API std::pair<int64_t, int64_t> integer_range(QuantType type, bool symmetri
 /// What a tensor is to the node that reads it.
 enum class TensorRole { Activation, Weight, Bias };
 VAIQ_API std::string role_name(TensorRole role);
+
+/// The blocks of a block floating point or MX type (is_block_float): `size`
+/// consecutive values along `axis` (the only axis of a vector) share an exponent.
+struct SharedExponentBlocks {
+    int axis = 1;
+    int64_t size = 0;
+    bool operator==(const SharedExponentBlocks&) const = default;
+};
 
 /// How one tensor is to be quantized.
 struct QuantSpec {
@@ -67,6 +87,7 @@ struct QuantSpec {
     /// Quantized at run time by DynamicQuantizeLinear (`static: false`): the
     /// plan carries the type only, no scale or zero point.
     bool dynamic = false;
+    SharedExponentBlocks shared_exponent{};  ///< block float types only
 };
 
 /// The observed float range of a tensor.
@@ -91,6 +112,8 @@ struct QuantParams {
     int axis = -1;  ///< -1: per tensor; the channel axis, or the blocked axis when block_size > 0
     int64_t block_size = 0;
     std::vector<int64_t> block_shape;  ///< the scale tensor's shape when block_size > 0
+    /// Block float types (scale 1, zero point 0, per tensor): their shared-exponent blocks.
+    SharedExponentBlocks shared_exponent{};
 };
 
 /// Scale and zero point for [rmin, rmax] as ONNX Runtime computes them: the range

@@ -28,6 +28,8 @@ struct QuantRequest {
     bool quantize_bias = true;                      ///< extra_options.QuantizeBias
     bool int16_scale = false;                       ///< extra_options.Int16Scale
     bool power_of_two = false;                      ///< the node's calibrator gives power-of-two scales
+    SharedExponentBlocks bfp_blocks{1, 8};          ///< extra_options.BFPAttributes: QBFP16's blocks
+    SharedExponentBlocks mx_blocks{1, 32};          ///< extra_options.MXAttributes: the MX types' blocks
 };
 
 /// The spec `request` asks for a tensor in `role`: activation_type with

@@ -3,6 +3,7 @@
 
 #include "vaiq/abi.h"
 #include "vaiq/algorithm.hpp"
+#include "vaiq/block_float.hpp"
 #include "vaiq/calibrator.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/fold.hpp"

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "vaiq/export.hpp"
@@ -22,6 +23,14 @@ inline constexpr int64_t kVaiqDomainVersion = 1;
 inline constexpr std::string_view kVitisQuantizeOp = "VitisQuantizeLinear";
 inline constexpr std::string_view kVitisDequantizeOp = "VitisDequantizeLinear";
 inline constexpr std::string_view kFixNeuronOp = "FixNeuron";
+/// Block floating point and MX quantize-dequantize (vaiq/block_float.hpp), with
+/// the attributes AMD Quark gives its ops of these names: BFPQuantizeDequantize
+/// (bfp_method "to_bfp", bit_width 16, block_size, axis, rounding_mode) and
+/// MXQuantizeDequantize (element_dtype, block_size, axis, rounding_mode).
+inline constexpr std::string_view kBFPOp = "BFPQuantizeDequantize";
+inline constexpr std::string_view kMXOp = "MXQuantizeDequantize";
+/// The only rounding vaiq computes: half to even (Quark's rounding_mode 2).
+inline constexpr int64_t kHalfToEvenRoundingMode = 2;
 /// The domain other tools write FixNeuron in; vaiq reads it there too.
 inline constexpr std::string_view kContribDomain = "ai.onnx.contrib";
 
@@ -30,6 +39,16 @@ inline constexpr std::string_view kContribDomain = "ai.onnx.contrib";
 VAIQ_API bool is_vitis_quantize(const onnx::NodeProto& node);
 VAIQ_API bool is_vitis_dequantize(const onnx::NodeProto& node);
 VAIQ_API bool is_fixneuron(const onnx::NodeProto& node);
+
+/// What a BFPQuantizeDequantize/MXQuantizeDequantize node of vaiq's domain
+/// computes; nullopt for another node. Throws InputError naming the node for
+/// attributes vaiq does not compute (another method, bit width, element type or
+/// rounding).
+struct BlockFloatNode {
+    QuantType type = QuantType::QBFP16;
+    SharedExponentBlocks blocks;
+};
+VAIQ_API std::optional<BlockFloatNode> block_float_node(const onnx::NodeProto& node);
 
 /// A FixNeuron's attributes: values are integers of `bit_width` bits (signed,
 /// or unsigned when `is_unsigned`) times 2^-pos.

@@ -242,7 +242,7 @@ class Planner {
             return add(tensor, node, TensorRole::Weight, spec, config);
         }
         spec.block_size = 0;
-        if (quant_bits(spec.type) == 4 && !settings_.weight_only)
+        if (quant_bits(spec.type) == 4 && is_integer(spec.type) && !settings_.weight_only)
             throw InputError(fmt::format("weight_type {} is for weight-only quantization of MatMul (weight_only: "
                                          "true, block_size)",
                                          quant_type_name(spec.type)));
@@ -265,7 +265,8 @@ class Planner {
         if (node.input_size() <= slot || node.input(slot).empty()) return;
         const auto& bias = node.input(slot);
         const auto* weight = plan_.find(node.input(1));
-        if (!config.request.quantize_bias || !is_constant(bias)) return;
+        // Block float weights keep a float bias: it is added to the wide sum, and has no block.
+        if (!config.request.quantize_bias || !is_constant(bias) || is_block_float(config.request.weight_type)) return;
         if (!plan_.find(node.input(0)) || !weight || !weight->constant) {
             add_activation(bias, node, config);
             return;

@@ -141,6 +141,9 @@ nlohmann::json params_json(const TensorQuant& t, const std::map<std::string, Ten
                         {"symmetric", t.spec.symmetric}};
     if (t.spec.dynamic) {
         j["dynamic"] = true;  // DynamicQuantizeLinear's parameters, at run time
+    } else if (is_block_float(t.params.type)) {  // a shared exponent per block, at run time
+        j["block_axis"] = t.params.shared_exponent.axis;
+        j["block_size"] = t.params.shared_exponent.size;
     } else if (t.params.axis >= 0) {
         j["axis"] = t.params.axis;
         j["channels"] = t.params.scale.size();

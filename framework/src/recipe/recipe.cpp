@@ -13,8 +13,10 @@
 #include "sdk/text.hpp"
 #include "util/paths.hpp"
 #include "util/yaml_json.hpp"
+#include "vaiq/block_float.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/quant.hpp"
+#include "vaiq/vaiq_ops.hpp"
 
 namespace fs = std::filesystem;
 
@@ -205,10 +207,48 @@ std::map<std::string, const Setting*> Recipe::plugin_extra_options() const {
     return out;
 }
 
+namespace {
+
+// activation_type/weight_type: QMX (ExtendedQuantType.QMX) takes its element from
+// MXAttributes.element_dtype; BFPAttributes and MXAttributes must be what vaiq computes.
+QuantType resolved_quant_type(const Options& config, const std::string& key) {
+    const auto name = config.get_string(key);
+    const auto type = name == "QMX" ? *mx_type_of_element(config.get_string("extra_options.MXAttributes.element_dtype"))
+                                    : *parse_quant_type(name);
+    if (type == QuantType::QBFP16) {
+        if (config.get_string("extra_options.BFPAttributes.bfp_method") != "to_bfp")
+            throw InputError(
+                fmt::format("{} QBFP16: BFPAttributes.bfp_method to_bfp_prime (MicroeXponents) is not "
+                            "supported yet; use to_bfp or an MX type",
+                            key));
+        if (const auto bits = config.get_int("extra_options.BFPAttributes.bit_width"); bits != 16)
+            throw InputError(fmt::format("{} QBFP16: BFPAttributes.bit_width {} is not computed (16 is)", key, bits));
+    }
+    const auto* mode_key = type == QuantType::QBFP16 ? "extra_options.BFPAttributes.rounding_mode"
+                                                     : "extra_options.MXAttributes.rounding_mode";
+    if (is_block_float(type) && config.get_int(mode_key) != kHalfToEvenRoundingMode)
+        throw InputError(fmt::format("{} {}: {} {} is not computed (2, half to even, is)", key, quant_type_name(type),
+                                     std::string_view(mode_key).substr(std::string_view("extra_options.").size()),
+                                     config.get_int(mode_key)));
+    return type;
+}
+
+SharedExponentBlocks blocks_of(const Options& config, const std::string& section) {
+    SharedExponentBlocks b;
+    b.axis = static_cast<int>(config.get_int(section + ".axis"));
+    b.size = config.get_int(section + ".block_size");
+    if (b.size < 1) throw InputError(fmt::format("{}.block_size {} is not a block size", section, b.size));
+    return b;
+}
+
+}  // namespace
+
 QuantRequest quant_request(const Options& config) {
     QuantRequest r;
-    r.activation_type = *parse_quant_type(config.get_string("activation_type"));
-    r.weight_type = *parse_quant_type(config.get_string("weight_type"));
+    r.activation_type = resolved_quant_type(config, "activation_type");
+    r.weight_type = resolved_quant_type(config, "weight_type");
+    r.bfp_blocks = blocks_of(config, "extra_options.BFPAttributes");
+    r.mx_blocks = blocks_of(config, "extra_options.MXAttributes");
     r.activation_symmetric = config.get_bool("extra_options.ActivationSymmetric");
     r.weight_symmetric = config.get_bool("extra_options.WeightSymmetric");
     r.per_channel = config.get_bool("per_channel");

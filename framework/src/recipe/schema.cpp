@@ -251,6 +251,36 @@ const std::vector<KeySpec>& recipe_keys() {
          "Per-channel axis by op type, e.g. {MatMul: 1} (only with per_channel)."},
         {"extra_options.RandomDataReaderInputDataRange", K::RangeMap, "null", P::Calibrate, yes,
          "Value range per input for the random data reader."},
+        {"extra_options.BFPAttributes.bfp_method",
+         K::Choice,
+         "to_bfp",
+         P::Plan,
+         yes,
+         "QBFP16's method: to_bfp (one shared exponent a block); to_bfp_prime (MicroeXponents) is not computed.",
+         {},
+         {"to_bfp", "to_bfp_prime"}},
+        {"extra_options.BFPAttributes.axis", K::Int, "1", P::Plan, yes,
+         "The axis QBFP16's blocks run along (a vector's only axis; negative: from the end)."},
+        {"extra_options.BFPAttributes.bit_width", K::Int, "16", P::Plan, yes,
+         "QBFP16's bits a value with its shared exponent (vaiq computes 16)."},
+        {"extra_options.BFPAttributes.block_size", K::Int, "8", P::Plan, yes, "Values sharing an exponent in QBFP16."},
+        {"extra_options.BFPAttributes.rounding_mode", K::Int, "2", P::Plan, yes,
+         "QBFP16's rounding: 2, half to even (the only one computed)."},
+        {"extra_options.MXAttributes.element_dtype",
+         K::Choice,
+         "int8",
+         P::Plan,
+         yes,
+         "The element of activation_type/weight_type QMX: int8, fp8_e4m3, fp8_e5m2, fp6_e3m2, fp6_e2m3 or "
+         "fp4_e2m1 (QMXINT8, QMXFP8E4M3, ... name one directly).",
+         {},
+         {"int8", "fp8_e4m3", "fp8_e5m2", "fp6_e3m2", "fp6_e2m3", "fp4_e2m1"}},
+        {"extra_options.MXAttributes.axis", K::Int, "1", P::Plan, yes,
+         "The axis the MX types' blocks run along (a vector's only axis; negative: from the end)."},
+        {"extra_options.MXAttributes.block_size", K::Int, "32", P::Plan, yes,
+         "Values sharing an E8M0 scale in the MX types."},
+        {"extra_options.MXAttributes.rounding_mode", K::Int, "2", P::Plan, yes,
+         "The MX types' rounding: 2, half to even (the only one computed)."},
         {"extra_options.Int16Scale", K::Bool, "false", P::Parameters, yes,
          "Replace float scales by the nearest M * 2^-N, M a positive int16 and N a uint16 shift."},
         {"extra_options.ConvertClipToRelu", K::Bool, "false", P::Prepare, yes,
@@ -300,7 +330,8 @@ bool is_plugin_options_section(std::string_view path) {
 
 bool is_section(std::string_view path) {
     return path == "extra_options" || path == "extra_options.AutoMixprecision" || path == "image_preprocess" ||
-           path == "extra_options.FastFinetune" || path == "plugin_options" || is_plugin_options_section(path);
+           path == "extra_options.FastFinetune" || path == "extra_options.BFPAttributes" ||
+           path == "extra_options.MXAttributes" || path == "plugin_options" || is_plugin_options_section(path);
 }
 
 std::vector<std::string> keys_in_section(std::string_view section) {
@@ -316,8 +347,9 @@ std::vector<std::string> keys_in_section(std::string_view section) {
         if (!child.empty() && std::find(out.begin(), out.end(), child) == out.end()) out.push_back(child);
     }
     for (std::string_view s :
-         {"extra_options", "extra_options.AutoMixprecision", "extra_options.FastFinetune", "plugin_options",
-          "plugin_options.target", "plugin_options.format", "plugin_options.calibrator", "extends"}) {
+         {"extra_options", "extra_options.AutoMixprecision", "extra_options.FastFinetune",
+          "extra_options.BFPAttributes", "extra_options.MXAttributes", "plugin_options", "plugin_options.target",
+          "plugin_options.format", "plugin_options.calibrator", "extends"}) {
         auto child = direct_child(s);
         if (!child.empty() && std::find(out.begin(), out.end(), child) == out.end()) out.push_back(child);
     }

@@ -339,11 +339,16 @@ nlohmann::json normalize(const KeySpec& spec, const YAML::Node& node, const Sour
         case ValueKind::QuantType: {
             const auto raw = scalar_string(node, src, key);
             if (auto t = parse_quant_type(raw)) return quant_type_name(*t);
+            // QMX's element comes from MXAttributes.element_dtype (quant_request resolves it).
+            if (raw == "QMX" || raw == "ExtendedQuantType.QMX") return std::string("QMX");
             std::vector<std::string> names;
             for (auto t : {QuantType::QInt8, QuantType::QUInt8, QuantType::QInt16, QuantType::QUInt16,
                            QuantType::QInt32, QuantType::QUInt32, QuantType::QFloat16, QuantType::QBFloat16,
-                           QuantType::QInt4, QuantType::QUInt4, QuantType::QFloat8E4M3FN, QuantType::QFloat8E5M2})
+                           QuantType::QInt4, QuantType::QUInt4, QuantType::QFloat8E4M3FN, QuantType::QFloat8E5M2,
+                           QuantType::QBFP16, QuantType::QMXInt8, QuantType::QMXFP8E4M3, QuantType::QMXFP8E5M2,
+                           QuantType::QMXFP6E3M2, QuantType::QMXFP6E2M3, QuantType::QMXFP4E2M1})
                 names.push_back(quant_type_name(t));
+            names.push_back("QMX");
             src.fail(node, fmt::format("{} '{}' is not a quant type{} (choices: {})", key, raw,
                                        did_you_mean(raw, names), join(names)));
         }

@@ -75,6 +75,8 @@ QuantSpec spec_from_request(TensorRole role, const QuantRequest& request) {
             break;
     }
     spec.int16_scale = request.int16_scale;
+    if (is_block_float(spec.type))
+        spec.shared_exponent = spec.type == QuantType::QBFP16 ? request.bfp_blocks : request.mx_blocks;
     return spec;
 }
 

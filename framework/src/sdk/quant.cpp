@@ -8,12 +8,13 @@
 #include <limits>
 #include <vector>
 
+#include "vaiq/block_float.hpp"
 #include "vaiq/error.hpp"
 
 namespace vaiq {
 
 namespace {
-constexpr std::array<std::pair<QuantType, std::string_view>, 12> kQuantTypeNames{{
+constexpr std::array<std::pair<QuantType, std::string_view>, 19> kQuantTypeNames{{
     {QuantType::QInt8, "QInt8"},
     {QuantType::QUInt8, "QUInt8"},
     {QuantType::QInt16, "QInt16"},
@@ -26,6 +27,13 @@ constexpr std::array<std::pair<QuantType, std::string_view>, 12> kQuantTypeNames
     {QuantType::QUInt4, "QUInt4"},
     {QuantType::QFloat8E4M3FN, "QFloat8E4M3FN"},
     {QuantType::QFloat8E5M2, "QFloat8E5M2"},
+    {QuantType::QBFP16, "QBFP16"},
+    {QuantType::QMXInt8, "QMXINT8"},
+    {QuantType::QMXFP8E4M3, "QMXFP8E4M3"},
+    {QuantType::QMXFP8E5M2, "QMXFP8E5M2"},
+    {QuantType::QMXFP6E3M2, "QMXFP6E3M2"},
+    {QuantType::QMXFP6E2M3, "QMXFP6E2M3"},
+    {QuantType::QMXFP4E2M1, "QMXFP4E2M1"},
 }};
 }  // namespace
 
@@ -41,6 +49,7 @@ std::optional<QuantType> parse_quant_type(std::string_view name) {
     }
     for (const auto& [type, type_name] : kQuantTypeNames)
         if (type_name == name) return type;
+    if (name == "QBFP") return QuantType::QBFP16;  // ExtendedQuantType.QBFP: vaiq computes bit_width 16
     return std::nullopt;
 }
 
@@ -64,17 +73,42 @@ DataType storage_type(QuantType type) {
         case QuantType::QUInt4: return DataType::UInt4;
         case QuantType::QFloat8E4M3FN: return DataType::Float8E4M3FN;
         case QuantType::QFloat8E5M2: return DataType::Float8E5M2;
+        case QuantType::QBFP16:
+        case QuantType::QMXInt8:
+        case QuantType::QMXFP8E4M3:
+        case QuantType::QMXFP8E5M2:
+        case QuantType::QMXFP6E3M2:
+        case QuantType::QMXFP6E2M3:
+        case QuantType::QMXFP4E2M1: return DataType::Float;  // quantized and dequantized at run time
     }
     return DataType::Undefined;
 }
 
 int quant_bits(QuantType type) {
     if (type == QuantType::QInt4 || type == QuantType::QUInt4) return 4;
+    if (type == QuantType::QBFP16) return 16;  // with its share of the exponent: 8 bits of sign and magnitude
+    if (is_block_float(type)) {
+        const auto f = block_float_format(type);
+        return f.float_elements ? 1 + f.exponent_bits + f.mantissa_bits : 8;
+    }
     return static_cast<int>(element_size(storage_type(type)) * 8);
 }
 
 bool is_integer(QuantType type) {
-    return type != QuantType::QFloat16 && type != QuantType::QBFloat16 && !is_float8(type);
+    return type != QuantType::QFloat16 && type != QuantType::QBFloat16 && !is_float8(type) && !is_block_float(type);
+}
+
+bool is_block_float(QuantType type) {
+    switch (type) {
+        case QuantType::QBFP16:
+        case QuantType::QMXInt8:
+        case QuantType::QMXFP8E4M3:
+        case QuantType::QMXFP8E5M2:
+        case QuantType::QMXFP6E3M2:
+        case QuantType::QMXFP6E2M3:
+        case QuantType::QMXFP4E2M1: return true;
+        default: return false;
+    }
 }
 
 bool is_float8(QuantType type) { return type == QuantType::QFloat8E4M3FN || type == QuantType::QFloat8E5M2; }
@@ -135,7 +169,11 @@ QuantParams compute_quant_params(TensorRange range, const QuantSpec& spec) {
         return QuantParams{
             spec.type, {scale >= std::numeric_limits<float>::min() ? static_cast<float>(scale) : 1.0f}, {0}, -1};
     }
-    if (!is_integer(spec.type)) return float_type_params(spec.type);
+    if (!is_integer(spec.type)) {
+        auto params = float_type_params(spec.type);
+        if (is_block_float(spec.type)) params.shared_exponent = spec.shared_exponent;
+        return params;
+    }
     const auto [qmin, qmax] = integer_range(spec.type, spec.symmetric, spec.reduce_range);
     double rmin = std::min<double>(range.min, 0.0);
     double rmax = std::max<double>(range.max, 0.0);
@@ -311,6 +349,7 @@ int best_power_of_two_position(const Tensor& data, int axis, size_t channel, Ten
 }
 
 QuantParams constant_params(const Tensor& data, const QuantSpec& spec) {
+    if (is_block_float(spec.type)) return compute_quant_params({}, spec);  // blocks at run time, no range
     if (spec.block_size > 0) return blocked_constant_params(data, spec);
     refuse_power_of_two_float8(spec);
     const int axis = spec.per_channel ? spec.axis : -1;
@@ -345,11 +384,12 @@ void check_quant_params(const TensorQuant& t, int64_t opset, bool blocks) {
                                      "write; use quant_format IntegerOps or QLinearOps",
                                      t.tensor));
     const auto& p = t.params;
-    if ((quant_bits(p.type) == 4 || p.block_size > 0) && !blocks)
+    const bool four_bit_integer = quant_bits(p.type) == 4 && is_integer(p.type);
+    if ((four_bit_integer || p.block_size > 0) && !blocks)
         throw InputError(fmt::format("tensor '{}' is {}{}, which this format cannot write; weights in blocks are "
                                      "written by quant_format QDQ or MatMulNBits",
                                      t.tensor, quant_type_name(p.type), p.block_size > 0 ? " in blocks" : ""));
-    if (quant_bits(p.type) == 4 && p.block_size == 0)
+    if (four_bit_integer && p.block_size == 0)
         throw InputError(fmt::format("tensor '{}' is {}: 4-bit weights are quantized in blocks (set block_size)",
                                      t.tensor, quant_type_name(p.type)));
     if (p.scale.empty() || p.scale.size() != p.zero_point.size())
@@ -369,6 +409,9 @@ void check_quant_params(const TensorQuant& t, int64_t opset, bool blocks) {
             fmt::format("tensor '{}' is quantized per channel, which needs opset 13 or newer (the model "
                         "has opset {})",
                         t.tensor, opset));
+    if (is_block_float(p.type) && p.shared_exponent.size < 1)
+        throw InputError(fmt::format("tensor '{}' is {} in blocks of {} values; blocks hold one value or more",
+                                     t.tensor, quant_type_name(p.type), p.shared_exponent.size));
     if (!is_integer(p.type)) {
         for (int64_t z : p.zero_point)
             if (z != 0)
@@ -528,6 +571,7 @@ Tensor zero_point_tensor(const QuantParams& params) {
 }
 
 Tensor quantize_tensor(const Tensor& values, const QuantParams& p, std::string_view tensor) {
+    if (is_block_float(p.type)) return block_float_fake_quantize(values, p.type, p.shared_exponent, tensor);
     const auto& shape = values.shape();
     const ParamLayout layout(shape, p, tensor);
     Tensor q = Tensor::uninitialized(storage_type(p.type), shape);
@@ -554,6 +598,7 @@ Tensor quantize_tensor(const Tensor& values, const QuantParams& p, std::string_v
 }
 
 Tensor fake_quantize(const Tensor& values, const QuantParams& p, std::string_view tensor) {
+    if (is_block_float(p.type)) return block_float_fake_quantize(values, p.type, p.shared_exponent, tensor);
     const auto& shape = values.shape();
     const ParamLayout layout(shape, p, tensor);
     Tensor out = Tensor::uninitialized(DataType::Float, shape);

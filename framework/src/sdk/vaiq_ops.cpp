@@ -6,7 +6,9 @@
 #include <charconv>
 #include <cmath>
 
+#include "vaiq/block_float.hpp"
 #include "vaiq/error.hpp"
+#include "vaiq/graph.hpp"
 
 namespace vaiq {
 
@@ -20,6 +22,41 @@ bool is_vitis_dequantize(const onnx::NodeProto& node) {
 
 bool is_fixneuron(const onnx::NodeProto& node) {
     return node.op_type() == kFixNeuronOp && (node.domain() == kVaiqDomain || node.domain() == kContribDomain);
+}
+
+std::optional<BlockFloatNode> block_float_node(const onnx::NodeProto& node) {
+    const bool bfp = node.op_type() == kBFPOp, mx = node.op_type() == kMXOp;
+    if ((!bfp && !mx) || node.domain() != kVaiqDomain) return std::nullopt;
+    auto fail = [&](const std::string& why) {
+        throw InputError(fmt::format("{} node '{}': {}", node.op_type(), node.name(), why));
+    };
+    auto text = [&](std::string_view name, std::string_view fallback) {
+        const auto* a = find_attribute(node, name);
+        return a ? a->s() : std::string(fallback);
+    };
+    BlockFloatNode out;
+    if (bfp) {
+        if (const auto method = text("bfp_method", "to_bfp"); method != "to_bfp")
+            fail(fmt::format("bfp_method '{}' is not computed (vaiq computes 'to_bfp')", method));
+        if (const auto bits = int_attribute(node, "bit_width", 16); bits != 16)
+            fail(fmt::format("bit_width {} is not computed (vaiq computes BFP16: bit_width 16)", bits));
+    } else {
+        const auto element = text("element_dtype", "int8");
+        const auto type = mx_type_of_element(element);
+        if (!type)
+            fail(
+                fmt::format("element_dtype '{}' is not one of int8, fp8_e4m3, fp8_e5m2, fp6_e3m2, "
+                            "fp6_e2m3, fp4_e2m1",
+                            element));
+        out.type = *type;
+    }
+    if (const auto mode = int_attribute(node, "rounding_mode", bfp ? 0 : kHalfToEvenRoundingMode);
+        mode != kHalfToEvenRoundingMode)
+        fail(fmt::format("rounding_mode {} is not computed (vaiq rounds half to even: rounding_mode 2)", mode));
+    out.blocks.axis = static_cast<int>(int_attribute(node, "axis", 1));
+    out.blocks.size = int_attribute(node, "block_size", bfp ? 8 : 32);
+    if (out.blocks.size < 1) fail(fmt::format("block_size {} is not a block size", out.blocks.size));
+    return out;
 }
 
 QuantParams fixneuron_quant_params(const FixNeuronAttributes& a) {

@@ -7,6 +7,8 @@
 // types QFloat16/QBFloat16 are Cast pairs, the form ONNX Runtime runs natively;
 // the float8 types (QFloat8E4M3FN, QFloat8E5M2) are Q/DQ pairs with a float8
 // zero point, which needs opset 19: an older model is converted to it first.
+// Block float types (QBFP16, the QMX types) are a simulation in standard ops
+// (vaiq/block_float.hpp) on activations, and their rounded values on weights.
 // Weights planned in blocks (block_size, QInt4/QUInt4 among others) get a
 // DequantizeLinear with block_size, which needs opset 21: an older model is
 // converted to it first.
@@ -51,7 +53,22 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
                            model.opset(), kFloat8Opset);
             model = vaiq::convert_opset(model, kFloat8Opset);
         }
+        const bool block_float = std::any_of(plan.tensors.begin(), plan.tensors.end(),
+                                             [](const TensorQuant& t) { return vaiq::is_block_float(t.params.type); });
+        if (block_float) {
+            int64_t needed = 0;
+            for (const auto& t : plan.tensors)
+                if (vaiq::is_block_float(t.params.type))
+                    needed = std::max(needed, vaiq::block_float_simulation_opset(t.params.type));
+            if (model.opset() < needed) {
+                vaiq::log_info("qdq: the model is converted from opset {} to {} for the block float simulation",
+                               model.opset(), needed);
+                model = vaiq::convert_opset(model, needed);
+            }
+            shapes_ = vaiq::infer_shapes(model);  // the simulation's Reshape needs each tensor's rank and blocks
+        }
         vaiq::PairEmitter::emit(model, plan, settings_);
+        shapes_.clear();
     }
 
   private:
@@ -60,13 +77,13 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
         const bool int32_bias = t.role == vaiq::TensorRole::Bias && type == QuantType::QInt32;
         const bool four_bit = vaiq::quant_bits(type) == 4;
         if (type != QuantType::QInt8 && type != QuantType::QUInt8 && !is_16_bit(type) && !is_cast_pair(type) &&
-            !vaiq::is_float8(type) && !int32_bias && !four_bit)
-            throw InputError(fmt::format(
-                "format 'qdq' writes QInt8, QUInt8, QInt16, QUInt16, QFloat16, QBFloat16, QFloat8E4M3FN and "
-                "QFloat8E5M2 "
-                "(and QInt32 biases, and QInt4/QUInt4 weights in blocks), not {} for tensor '{}': ONNX "
-                "Runtime has no native form for it; use quant_format VitisQuantFormat.QDQ",
-                vaiq::quant_type_name(type), t.tensor));
+            !vaiq::is_float8(type) && !vaiq::is_block_float(type) && !int32_bias && !four_bit)
+            throw InputError(
+                fmt::format("format 'qdq' writes QInt8, QUInt8, QInt16, QUInt16, QFloat16, QBFloat16, QFloat8E4M3FN, "
+                            "QFloat8E5M2, QBFP16 and the QMX types (and QInt32 biases, and QInt4/QUInt4 weights in "
+                            "blocks), not {} for tensor '{}': ONNX "
+                            "Runtime has no native form for it; use quant_format VitisQuantFormat.QDQ",
+                            vaiq::quant_type_name(type), t.tensor));
         vaiq::check_quant_params(t, model.opset(), /*blocks=*/true);
         if (is_cast_pair(type))
             for (float s : t.params.scale)
@@ -79,6 +96,16 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
 
     void add_pair(vaiq::Model& model, vaiq::UniqueNames& names, const TensorQuant& t, const std::string& input,
                   const std::string& output) const override {
+        if (vaiq::is_block_float(t.params.type)) {
+            const auto shape = shapes_.find(t.tensor);
+            if (shape == shapes_.end())
+                throw InputError(
+                    fmt::format("tensor '{}' has no known rank: its {} blocks cannot be written in "
+                                "standard ops (quant_format VitisQuantFormat.QDQ writes vaiq's own op)",
+                                t.tensor, vaiq::quant_type_name(t.params.type)));
+            vaiq::add_block_float_simulation(model, names, t, shape->second, input, output);
+            return;
+        }
         const auto q_out = names.fresh(t.tensor + "_QuantizeLinear_Output");
         if (is_cast_pair(t.params.type)) {
             add_cast(model.graph(), names, input, q_out, vaiq::storage_type(t.params.type));
@@ -93,6 +120,12 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
     void add_stored_weight(vaiq::Model& model, vaiq::UniqueNames& names, const TensorQuant& t, const std::string& name,
                            const std::string& output) const override {
         auto& graph = model.graph();
+        if (vaiq::is_block_float(t.params.type)) {  // a constant: stored already rounded, as float
+            const auto* init = vaiq::GraphIndex(graph).initializer(name);
+            *graph.add_initializer() =
+                vaiq::quantize_tensor(vaiq::Tensor::from_proto(*init), t.params, name).to_proto(output);
+            return;
+        }
         const auto q_name = store_quantized(graph, names, t, name);
         if (is_cast_pair(t.params.type))
             add_cast(graph, names, q_name, output, vaiq::DataType::Float);
@@ -123,6 +156,7 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
     }
 
     vaiq::PairEmitter::Settings settings_;
+    mutable std::map<std::string, std::vector<int64_t>> shapes_;  ///< during emit(), for block float types
 };
 
 const vaiq_option_descriptor kOptions[] = {

@@ -1,6 +1,7 @@
 // vitis_qdq: writes a plan as vaiq's VitisQuantizeLinear/VitisDequantizeLinear
 // pairs (VitisQuantFormat.QDQ, docs/formats.md): every quant type, 8 to 32
-// bits and float16/bfloat16, per tensor or per channel. With
+// bits and float16/bfloat16, per tensor or per channel; block float types
+// (QBFP16, the QMX types) as vaiq's BFPQuantizeDequantize/MXQuantizeDequantize. With
 // UseQDQVitisCustomOps off, int8/uint8 tensors get ONNX's own Q/DQ instead.
 // Weights are stored quantized behind a VitisDequantizeLinear (or kept float
 // behind a pair with AddQDQPairToWeight).
@@ -43,6 +44,7 @@ class VitisQdq final : public vaiq::Format, vaiq::PairEmitter {
 
     void add_pair(vaiq::Model& model, vaiq::UniqueNames& names, const TensorQuant& t, const std::string& input,
                   const std::string& output) const override {
+        if (vaiq::is_block_float(t.params.type)) return vaiq::add_block_float_op(model, names, t, input, output);
         const auto params = add_params(model.graph(), names, t);
         const auto q_out = names.fresh(t.tensor + "_QuantizeLinear_Output");
         add_qdq_node(model, names, t, true, input, params, q_out);
@@ -51,6 +53,8 @@ class VitisQdq final : public vaiq::Format, vaiq::PairEmitter {
 
     void add_stored_weight(vaiq::Model& model, vaiq::UniqueNames& names, const TensorQuant& t, const std::string& name,
                            const std::string& output) const override {
+        // A block float weight stays float behind the op, as Quark writes it.
+        if (vaiq::is_block_float(t.params.type)) return vaiq::add_block_float_op(model, names, t, name, output);
         auto& graph = model.graph();
         const auto q_name = store_quantized(graph, names, t, name);
         add_qdq_node(model, names, t, false, q_name, add_params(graph, names, t), output);

@@ -1,8 +1,9 @@
 // npu_transformer: transformer models on the NPU, as the documented "Transformers
 // on NPU" configuration quantizes them (QDQ, MinMax, int8 activations and
 // weights). The NPU computes per tensor with symmetric int8 weights and int32
-// biases; the op set is what transformer blocks are made of (projections,
-// attention, normalisation, activations) plus the data movement between them.
+// biases, or BFP16 activations and weights; the op set is what transformer
+// blocks are made of (projections, attention, normalisation, activations) plus
+// the data movement between them.
 #include <vaiq/vaiq.hpp>
 
 #include <set>
@@ -34,6 +35,8 @@ class NpuTransformer final : public vaiq::Target {
         if (run.per_channel) refuse("computes per tensor: set per_channel to false");
         if (run.reduce_range) refuse("uses the full 8-bit weight range: set reduce_range to false");
         if (!run.weight_symmetric) refuse("needs symmetric weights: set extra_options.WeightSymmetric to true");
+        // BFP16 (transformer_npu_bfp16.yaml): activations and weights both, no scales to constrain.
+        if (run.activation_type == vaiq::QuantType::QBFP16 && run.weight_type == vaiq::QuantType::QBFP16) return;
         if (run.weight_type != vaiq::QuantType::QInt8)
             refuse(
                 fmt::format("takes int8 weights (weight_type: QInt8), not {}", vaiq::quant_type_name(run.weight_type)));
@@ -45,5 +48,5 @@ class NpuTransformer final : public vaiq::Target {
 
 }  // namespace
 
-VAIQ_PLUGINS(vaiq::describe<NpuTransformer>("npu_transformer", "0.1.0",
-                                            "NPU for transformers: per-tensor int8, symmetric weights, int32 bias"))
+VAIQ_PLUGINS(vaiq::describe<NpuTransformer>(
+    "npu_transformer", "0.1.0", "NPU for transformers: per-tensor int8, symmetric weights, int32 bias; or BFP16"))

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "runtime/kernels/intrinsics.hpp"
+#include "vaiq/block_float.hpp"
 #include "vaiq/vaiq_ops.hpp"
 
 #include "runtime/kernels/common.hpp"
@@ -317,6 +318,14 @@ void fixneuron(KernelContext& ctx, std::vector<Tensor>& out) {
     for (size_t i = 0; i < o.size(); ++i) o[i] = fixneuron_value(xv[i], attributes);
 }
 
+// BFPQuantizeDequantize / MXQuantizeDequantize (vaiq/block_float.hpp).
+void block_float(KernelContext& ctx, std::vector<Tensor>& out) {
+    const auto& x = ctx.input(0);
+    if (x.type() != DataType::Float) ctx.fail("the input must be float");
+    const auto node = block_float_node(ctx.node);
+    out[0] = block_float_fake_quantize(x, node->type, node->blocks, ctx.node.name());
+}
+
 const KernelRegistration kKernels[] = {
     {"", "QuantizeLinear", 10, 21, quantize, always_in_team},
     {"", "DequantizeLinear", 10, 21, dequantize, always_in_team},
@@ -326,6 +335,8 @@ const KernelRegistration kKernels[] = {
     {std::string(kVaiqDomain), std::string(kVitisDequantizeOp), 1, 1, vitis_dequantize},
     {std::string(kVaiqDomain), std::string(kFixNeuronOp), 1, 1, fixneuron},
     {std::string(kContribDomain), std::string(kFixNeuronOp), 1, 1, fixneuron},
+    {std::string(kVaiqDomain), std::string(kBFPOp), 1, 1, block_float},
+    {std::string(kVaiqDomain), std::string(kMXOp), 1, 1, block_float},
 };
 
 }  // namespace

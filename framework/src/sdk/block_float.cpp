@@ -1,0 +1,294 @@
+#include "vaiq/block_float.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <vector>
+
+#include "vaiq/error.hpp"
+#include "vaiq/vaiq_ops.hpp"
+
+namespace vaiq {
+
+namespace {
+
+// A float format's element: E exponent and M mantissa bits, largest exponent
+// emax, largest finite value (OCP MX v1.0; E4M3 has no infinity, so 448).
+BlockFloatFormat float_element(int e, int m, int emax, float max_norm, DataType float8 = DataType::Undefined) {
+    BlockFloatFormat f;
+    f.float_elements = true;
+    f.exponent_bits = e;
+    f.mantissa_bits = m;
+    f.emax = emax;
+    f.max_norm = max_norm;
+    f.float8 = float8;
+    return f;
+}
+
+constexpr std::array<std::pair<QuantType, std::string_view>, 6> kMxElements{{
+    {QuantType::QMXInt8, "int8"},
+    {QuantType::QMXFP8E4M3, "fp8_e4m3"},
+    {QuantType::QMXFP8E5M2, "fp8_e5m2"},
+    {QuantType::QMXFP6E3M2, "fp6_e3m2"},
+    {QuantType::QMXFP6E2M3, "fp6_e2m3"},
+    {QuantType::QMXFP4E2M1, "fp4_e2m1"},
+}};
+
+// A float element rounded to its grid, ties to even, saturated (see the header).
+float round_to_element(float e, const BlockFloatFormat& f, float min_normal) {
+    if (f.float8 != DataType::Undefined) return float8_to_float(float_to_float8(e, f.float8, true), f.float8);
+    const float step = std::ldexp(std::max(floor_power_of_two(e), min_normal), -f.mantissa_bits);
+    const float q = std::nearbyint(e / step) * step;
+    return std::clamp(q, -f.max_norm, f.max_norm);
+}
+
+}  // namespace
+
+BlockFloatFormat block_float_format(QuantType type) {
+    switch (type) {
+        case QuantType::QBFP16: return BlockFloatFormat{};
+        case QuantType::QMXInt8: {
+            BlockFloatFormat f;
+            f.qmin = -128;
+            return f;
+        }
+        case QuantType::QMXFP8E4M3: return float_element(4, 3, 8, 448.0f, DataType::Float8E4M3FN);
+        case QuantType::QMXFP8E5M2: return float_element(5, 2, 15, 57344.0f, DataType::Float8E5M2);
+        case QuantType::QMXFP6E3M2: return float_element(3, 2, 4, 28.0f);
+        case QuantType::QMXFP6E2M3: return float_element(2, 3, 2, 7.5f);
+        case QuantType::QMXFP4E2M1: return float_element(2, 1, 2, 6.0f);
+        default: break;
+    }
+    throw InternalError(fmt::format("{} is not a block float type", quant_type_name(type)));
+}
+
+std::optional<QuantType> mx_type_of_element(std::string_view element_dtype) {
+    for (const auto& [type, name] : kMxElements)
+        if (name == element_dtype) return type;
+    return std::nullopt;
+}
+
+std::string_view mx_element_name(QuantType type) {
+    for (const auto& [t, name] : kMxElements)
+        if (t == type) return name;
+    return {};
+}
+
+int shared_exponent_axis(int axis, size_t rank, std::string_view tensor) {
+    if (rank <= 1) return 0;
+    const int r = static_cast<int>(rank);
+    if (axis < -r || axis >= r)
+        throw InputError(
+            fmt::format("the shared-exponent blocks of '{}' run along axis {}, which a tensor of rank {} "
+                        "does not have (set the block axis: BFPAttributes.axis or MXAttributes.axis)",
+                        tensor, axis, rank));
+    return axis < 0 ? axis + r : axis;
+}
+
+float floor_power_of_two(float a) {
+    a = std::abs(a);
+    if (a == 0.0f || !std::isfinite(a)) return a;
+    int exponent = 0;
+    std::frexp(a, &exponent);  // a = m * 2^exponent, m in [0.5, 1)
+    return std::ldexp(1.0f, exponent - 1);
+}
+
+Tensor block_float_fake_quantize(const Tensor& values, QuantType type, const SharedExponentBlocks& blocks,
+                                 std::string_view tensor) {
+    const auto f = block_float_format(type);
+    if (blocks.size < 1)
+        throw InputError(fmt::format("the shared-exponent blocks of '{}' have size {}", tensor, blocks.size));
+    if (values.type() != DataType::Float)
+        throw InputError(
+            fmt::format("'{}' is {}: block float types quantize float values", tensor, data_type_name(values.type())));
+    const auto& shape = values.shape();
+    Tensor out = values;  // a copy
+    if (values.size() <= 1) return out;
+    const int axis = shared_exponent_axis(blocks.axis, shape.size(), tensor);
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < axis; ++d) outer *= shape[d];
+    for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+    const int64_t channels = shape.empty() ? 1 : shape[axis];
+    const int64_t per_row = (channels + blocks.size - 1) / blocks.size;
+    const auto in = values.data<float>();
+    auto dst = out.mutable_data<float>();
+    const float kSmallest = std::ldexp(1.0f, -127);  // a block of zeros or subnormals
+    const float fixed_up = std::ldexp(1.0f, f.fraction_bits), fixed_down = std::ldexp(1.0f, -f.fraction_bits);
+    const float element_scale = std::ldexp(1.0f, -f.emax);
+    // A float element's smallest normal power, 2^(1 - bias), bias = 2^(E-1) - 1.
+    const float min_normal = f.float_elements ? std::ldexp(1.0f, 2 - (1 << (f.exponent_bits - 1))) : 0.0f;
+    const auto lo = static_cast<float>(f.qmin), hi = static_cast<float>(f.qmax);
+    const int64_t jobs = outer * per_row;
+#pragma omp parallel for schedule(static) if (values.size() >= (int64_t{1} << 16))
+    for (int64_t job = 0; job < jobs; ++job) {
+        const int64_t o = job / per_row, b = job % per_row;
+        const int64_t c0 = b * blocks.size, c1 = std::min(c0 + blocks.size, channels);
+        const float* from = in.data() + o * channels * inner;
+        float* to = dst.data() + o * channels * inner;
+        std::vector<float> power(static_cast<size_t>(inner), 0.0f);
+        for (int64_t c = c0; c < c1; ++c)
+            for (int64_t i = 0; i < inner; ++i) power[i] = std::max(power[i], std::abs(from[c * inner + i]));
+        for (auto& p : power) {
+            p = std::max(floor_power_of_two(p), kSmallest);
+            if (f.float_elements) p *= element_scale;
+        }
+        for (int64_t c = c0; c < c1; ++c)
+            for (int64_t i = 0; i < inner; ++i) {
+                const float x = from[c * inner + i], p = power[i];
+                if (f.float_elements) {
+                    to[c * inner + i] = round_to_element(x / p, f, min_normal) * p;
+                } else {
+                    const float q = std::clamp(std::nearbyint(x / p * fixed_up), lo, hi);
+                    to[c * inner + i] = q * fixed_down * p;
+                }
+            }
+    }
+    return out;
+}
+
+}  // namespace vaiq
+
+namespace vaiq {
+
+void add_block_float_op(Model& model, UniqueNames& names, const TensorQuant& t, const std::string& input,
+                        const std::string& output) {
+    const auto type = t.params.type;
+    const bool bfp = type == QuantType::QBFP16;
+    import_opset(model.proto(), std::string(kVaiqDomain), kVaiqDomainVersion);
+    auto& n = make_node(model.graph(), names, std::string(bfp ? kBFPOp : kMXOp), {input}, {output}, output + "_node",
+                        std::string(kVaiqDomain));
+    if (bfp) {
+        set_attribute(n, "bfp_method", std::string("to_bfp"));
+        set_attribute(n, "bit_width", int64_t{16});
+    } else {
+        set_attribute(n, "element_dtype", std::string(mx_element_name(type)));
+    }
+    set_attribute(n, "axis", static_cast<int64_t>(t.params.shared_exponent.axis));
+    set_attribute(n, "block_size", t.params.shared_exponent.size);
+    set_attribute(n, "rounding_mode", kHalfToEvenRoundingMode);
+}
+
+int64_t block_float_simulation_opset(QuantType type) {
+    return block_float_format(type).float8 != DataType::Undefined ? 19 : 13;
+}
+
+namespace {
+
+// Writes the nodes of one simulation: each step names its output after the tensor.
+class SimulationWriter {
+  public:
+    SimulationWriter(Model& model, UniqueNames& names, std::string base)
+        : model_(model), names_(names), base_(std::move(base)) {}
+
+    std::string scalar(float value) {
+        const float v[] = {value};
+        return add_initializer(model_.graph(), names_, base_ + "_bf_constant", Tensor::from_values<float>({}, v));
+    }
+    std::string ints(const std::vector<int64_t>& values) {
+        return add_initializer(model_.graph(), names_, base_ + "_bf_shape",
+                               Tensor::from_values<int64_t>({static_cast<int64_t>(values.size())}, values));
+    }
+    std::string node(const std::string& op, std::vector<std::string> inputs, const std::string& output = {}) {
+        const auto out = output.empty() ? names_.fresh(base_ + "_bf_" + op) : output;
+        last_ = &make_node(model_.graph(), names_, op, std::move(inputs), {out}, out + "_node", "");
+        return out;
+    }
+    onnx::NodeProto& last() { return *last_; }
+
+    // The largest power of two not above a (a >= 0): 2^floor(log2 a) from Log
+    // and Pow, then halved where above a and doubled where its double is not,
+    // so that Log's last bit does not matter (floor is off by at most one).
+    std::string floor_power_of_two(const std::string& a) {
+        const auto log2 = node("Mul", {node("Log", {a}), scalar(static_cast<float>(1.0 / std::log(2.0)))});
+        auto p = node("Pow", {scalar(2.0f), node("Floor", {log2})});
+        p = node("Where", {node("Greater", {p, a}), node("Mul", {p, scalar(0.5f)}), p});
+        const auto twice = node("Mul", {p, scalar(2.0f)});
+        return node("Where", {node("Greater", {twice, a}), p, twice});
+    }
+
+  private:
+    Model& model_;
+    UniqueNames& names_;
+    std::string base_;
+    onnx::NodeProto* last_ = nullptr;
+};
+
+}  // namespace
+
+void add_block_float_simulation(Model& model, UniqueNames& names, const TensorQuant& t,
+                                const std::vector<int64_t>& shape, const std::string& input,
+                                const std::string& output) {
+    const auto type = t.params.type;
+    const auto f = block_float_format(type);
+    const auto& blocks = t.params.shared_exponent;
+    if (model.opset() < block_float_simulation_opset(type))
+        throw InternalError(fmt::format("the simulation of {} needs opset {}", quant_type_name(type),
+                                        block_float_simulation_opset(type)));
+    if (blocks.size < 1) throw InputError(fmt::format("tensor '{}' has blocks of {} values", t.tensor, blocks.size));
+    int64_t count = 1;
+    for (auto d : shape) count = d < 0 || count < 0 ? -1 : count * d;
+    if (count == 1) {  // a single value is left as it is (as the op leaves it)
+        make_node(model.graph(), names, "Identity", {input}, {output}, output + "_node", "");
+        return;
+    }
+    const int axis = shared_exponent_axis(blocks.axis, shape.size(), t.tensor);
+    const int64_t channels = shape.empty() ? 1 : shape[axis];
+    if (channels <= 0)
+        throw InputError(
+            fmt::format("tensor '{}' has no known size along axis {}, where its {} blocks run: the "
+                        "simulation in standard ops needs it (quant_format VitisQuantFormat.QDQ "
+                        "writes vaiq's own op instead, or set the block axis)",
+                        t.tensor, axis, quant_type_name(type)));
+    const auto rank = static_cast<int64_t>(std::max<size_t>(shape.size(), 1));
+    const int64_t padding = (blocks.size - channels % blocks.size) % blocks.size;
+    SimulationWriter w(model, names, t.tensor);
+
+    auto x = input;
+    if (padding > 0) {
+        std::vector<int64_t> pads(static_cast<size_t>(2 * rank), 0);
+        pads[static_cast<size_t>(rank + axis)] = padding;
+        x = w.node("Pad", {input, w.ints(pads)});
+    }
+    std::vector<int64_t> blocked(static_cast<size_t>(axis), 0);  // 0: the dimension as it is
+    blocked.insert(blocked.end(), {(channels + padding) / blocks.size, blocks.size, -1});
+    const auto xb = w.node("Reshape", {x, w.ints(blocked)});
+    const auto amax = w.node("ReduceMax", {w.node("Abs", {xb})});
+    set_attribute(w.last(), "axes", std::vector<int64_t>{axis + 1});
+    set_attribute(w.last(), "keepdims", int64_t{1});
+    if (model.opset() >= 18) {  // axes became an input
+        remove_attribute(w.last(), "axes");
+        w.last().add_input(w.ints({axis + 1}));
+    }
+    auto scale = w.node("Max", {w.floor_power_of_two(amax), w.scalar(std::ldexp(1.0f, -127))});
+    if (f.float_elements) scale = w.node("Mul", {scale, w.scalar(std::ldexp(1.0f, -f.emax))});
+    const auto e = w.node("Div", {xb, scale});
+    std::string element;
+    if (!f.float_elements) {
+        const auto q = w.node("Round", {w.node("Mul", {e, w.scalar(std::ldexp(1.0f, f.fraction_bits))})});
+        element = w.node(
+            "Mul", {w.node("Clip", {q, w.scalar(static_cast<float>(f.qmin)), w.scalar(static_cast<float>(f.qmax))}),
+                    w.scalar(std::ldexp(1.0f, -f.fraction_bits))});
+    } else if (f.float8 != DataType::Undefined) {
+        // A float8 Q/DQ pair with scale 1 rounds to the element's grid and saturates.
+        const auto one = w.scalar(1.0f);
+        const auto zero = add_initializer(model.graph(), names, t.tensor + "_bf_zero_point", Tensor(f.float8, {}));
+        element = w.node("DequantizeLinear", {w.node("QuantizeLinear", {e, one, zero}), one, zero});
+    } else {
+        const auto power = w.node("Max", {w.floor_power_of_two(w.node("Abs", {e})),
+                                          w.scalar(std::ldexp(1.0f, 2 - (1 << (f.exponent_bits - 1))))});
+        const auto step = w.node("Mul", {power, w.scalar(std::ldexp(1.0f, -f.mantissa_bits))});
+        element = w.node("Clip", {w.node("Mul", {w.node("Round", {w.node("Div", {e, step})}), step}),
+                                  w.scalar(-f.max_norm), w.scalar(f.max_norm)});
+    }
+    const auto y = w.node("Mul", {element, scale});
+    if (padding == 0) {
+        w.node("Reshape", {y, w.node("Shape", {input})}, output);
+        return;
+    }
+    const auto unblocked = w.node("Reshape", {y, w.node("Shape", {x})});
+    w.node("Slice", {unblocked, w.ints({0}), w.ints({channels}), w.ints({axis})}, output);
+}
+
+}  // namespace vaiq
