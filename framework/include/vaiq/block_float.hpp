@@ -75,15 +75,14 @@ VAIQ_API Tensor block_float_fake_quantize(const Tensor& values, QuantType type, 
 VAIQ_API void add_block_float_op(Model& model, UniqueNames& names, const TensorQuant& t, const std::string& input,
                                  const std::string& output);
 
-/// The opset the simulation in standard ops needs: 13 (Pad, Clip and ReduceMax
-/// as written), 19 for MXFP8 (a float8 QuantizeLinear/DequantizeLinear rounds the elements).
+/// The opset the simulation in standard ops needs: 11 (Pad, Clip and Round as written).
 VAIQ_API int64_t block_float_simulation_opset(QuantType type);
 
 /// Writes the same computation in standard ONNX ops that ONNX Runtime runs with
 /// no extra library, value for value: the blocks as a Reshape (after a Pad to
 /// whole blocks), their largest magnitude by ReduceMax, its power of two from
 /// Log and Pow corrected by two comparisons (so exact whatever Log's last bit),
-/// then the element's rounding (Round and Clip, or a float8 Q/DQ pair). `shape`
+/// then the element's rounding (Round and Clip at the element's step). `shape`
 /// is the tensor's: its rank and its size along the block axis must be known.
 /// The model must have at least block_float_simulation_opset(). Throws
 /// InputError naming the tensor otherwise.

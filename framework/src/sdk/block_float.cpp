@@ -127,7 +127,8 @@ Tensor block_float_fake_quantize(const Tensor& values, QuantType type, const Sha
         const int64_t c0 = b * blocks.size, c1 = std::min(c0 + blocks.size, channels);
         const float* from = in.data() + o * channels * inner;
         float* to = dst.data() + o * channels * inner;
-        std::vector<float> power(static_cast<size_t>(inner), 0.0f);
+        thread_local std::vector<float> power;  // each position's power of two, kept between blocks
+        power.assign(static_cast<size_t>(inner), 0.0f);
         for (int64_t c = c0; c < c1; ++c)
             for (int64_t i = 0; i < inner; ++i) power[i] = std::max(power[i], std::abs(from[c * inner + i]));
         for (auto& p : power) {
@@ -170,9 +171,7 @@ void add_block_float_op(Model& model, UniqueNames& names, const TensorQuant& t, 
     set_attribute(n, "rounding_mode", kHalfToEvenRoundingMode);
 }
 
-int64_t block_float_simulation_opset(QuantType type) {
-    return block_float_format(type).float8 != DataType::Undefined ? 19 : 13;
-}
+int64_t block_float_simulation_opset(QuantType) { return 11; }
 
 namespace {
 
@@ -270,12 +269,10 @@ void add_block_float_simulation(Model& model, UniqueNames& names, const TensorQu
         element = w.node(
             "Mul", {w.node("Clip", {q, w.scalar(static_cast<float>(f.qmin)), w.scalar(static_cast<float>(f.qmax))}),
                     w.scalar(std::ldexp(1.0f, -f.fraction_bits))});
-    } else if (f.float8 != DataType::Undefined) {
-        // A float8 Q/DQ pair with scale 1 rounds to the element's grid and saturates.
-        const auto one = w.scalar(1.0f);
-        const auto zero = add_initializer(model.graph(), names, t.tensor + "_bf_zero_point", Tensor(f.float8, {}));
-        element = w.node("DequantizeLinear", {w.node("QuantizeLinear", {e, one, zero}), one, zero});
     } else {
+        // The element's step at e's own power of two (at least the smallest normal one):
+        // for FP8 what a float8 conversion computes, without float8 types (opset 19),
+        // which ONNX Runtime's graph optimizations mistake for integer pairs.
         const auto power = w.node("Max", {w.floor_power_of_two(w.node("Abs", {e})),
                                           w.scalar(std::ldexp(1.0f, 2 - (1 << (f.exponent_bits - 1))))});
         const auto step = w.node("Mul", {power, w.scalar(std::ldexp(1.0f, -f.mantissa_bits))});
