@@ -106,6 +106,17 @@ TEST(BlockFloat, ZerosSubnormalsAndSingleValuesStay) {
     EXPECT_EQ(kept.data<float>()[0], 0.123456f);
 }
 
+TEST(BlockFloat, ASimulationWithNoKnownSizeAlongNorAfterTheAxisIsRefused) {
+    TensorQuant t;
+    t.tensor = "act";
+    t.params = compute_quant_params({}, QuantSpec{.type = QuantType::QBFP16, .shared_exponent = {1, 8}});
+    test::GraphBuilder b(11);
+    b.input("x", {1, -1, -1}).output("y", {1, -1, -1});
+    auto model = b.build();
+    UniqueNames names(model.graph());
+    EXPECT_THROW(add_block_float_simulation(model, names, t, {1, -1, -1}, "x", "y"), InputError);
+}
+
 TEST(BlockFloat, AnAxisOutsideTheRankIsRefusedByName) {
     const Tensor x(DataType::Float, {4, 4});
     try {
@@ -141,7 +152,8 @@ struct Form {
     Model custom, simulated;
 };
 
-// One tensor through `type` both ways: vaiq's op and its simulation.
+// One tensor through `type` both ways: vaiq's op and its simulation, for a
+// tensor declared as `shape` (-1: a size known only at run time).
 Form both_forms(QuantType type, std::vector<int64_t> shape, SharedExponentBlocks blocks) {
     TensorQuant t;
     t.tensor = "x";
@@ -151,6 +163,9 @@ Form both_forms(QuantType type, std::vector<int64_t> shape, SharedExponentBlocks
         test::GraphBuilder b(block_float_simulation_opset(type));
         b.input("x", shape).output("y", shape);
         auto model = b.build();
+        for (auto* value : {model.graph().mutable_input(0), model.graph().mutable_output(0)})
+            for (auto& d : *value->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim())
+                if (d.has_dim_value() && d.dim_value() < 0) d.set_dim_param("n");  // known at run time
         UniqueNames names(model.graph());
         if (simulate)
             add_block_float_simulation(model, names, t, shape, "x", "y");
@@ -170,21 +185,25 @@ int bits_that_differ(const Tensor& a, const Tensor& b) {
 }
 
 // The op and its simulation in standard ops give the same bits for every type,
-// with and without padding, along a middle and the last axis, and on a vector.
+// with and without padding, along a middle and the last axis, on a vector, and
+// where the size along the axis is known only at run time.
 TEST(BlockFloat, TheSimulationInStandardOpsIsTheOpBitForBit) {
     const struct {
-        std::vector<int64_t> shape;
+        std::vector<int64_t> shape, declared;
         SharedExponentBlocks blocks;
-    } cases[] = {{{2, 10, 3}, {1, 4}}, {{1, 16, 4, 4}, {1, 8}}, {{3, 40}, {-1, 32}}, {{37}, {1, 8}}};
+    } cases[] = {{{2, 10, 3}, {2, 10, 3}, {1, 4}},  {{1, 16, 4, 4}, {1, 16, 4, 4}, {1, 8}},
+                 {{3, 40}, {3, 40}, {-1, 32}},      {{37}, {37}, {1, 8}},
+                 {{2, 10, 3}, {-1, -1, 3}, {1, 4}}, {{3, 40}, {3, -1}, {-1, 16}},
+                 {{2, 16, 3}, {2, -1, 3}, {1, 8}}};  // a size along the axis known only at run time
     for (const auto type : {QuantType::QBFP16, QuantType::QMXInt8, QuantType::QMXFP8E4M3, QuantType::QMXFP8E5M2,
                             QuantType::QMXFP6E3M2, QuantType::QMXFP6E2M3, QuantType::QMXFP4E2M1})
         for (const auto& c : cases) {
-            const auto forms = both_forms(type, c.shape, c.blocks);
+            const auto forms = both_forms(type, c.declared, c.blocks);
             const auto x = awkward_values(c.shape, 7);
             const auto op = runtime::Executor(forms.custom).run({{"x", x}})[0];
             const auto simulated = runtime::Executor(forms.simulated).run({{"x", x}})[0];
             ASSERT_EQ(op.shape(), c.shape);
-            EXPECT_EQ(bits_that_differ(op, simulated), 0) << quant_type_name(type) << " " << c.shape.size();
+            EXPECT_EQ(bits_that_differ(op, simulated), 0) << quant_type_name(type) << " " << c.declared[1];
             // and the op is the SDK's function
             EXPECT_EQ(bits_that_differ(op, block_float_fake_quantize(x, type, c.blocks)), 0);
         }

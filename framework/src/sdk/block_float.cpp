@@ -234,24 +234,42 @@ void add_block_float_simulation(Model& model, UniqueNames& names, const TensorQu
     }
     const int axis = shared_exponent_axis(blocks.axis, shape.size(), t.tensor);
     const int64_t channels = shape.empty() ? 1 : shape[axis];
-    if (channels <= 0)
+    int64_t inner = 1;  // the values after the axis, flattened: known, or -1
+    for (size_t d = axis + 1; d < shape.size(); ++d) inner = shape[d] < 0 || inner < 0 ? -1 : inner * shape[d];
+    if (channels < 0 && inner < 0)
         throw InputError(
-            fmt::format("tensor '{}' has no known size along axis {}, where its {} blocks run: the "
-                        "simulation in standard ops needs it (quant_format VitisQuantFormat.QDQ "
-                        "writes vaiq's own op instead, or set the block axis)",
+            fmt::format("tensor '{}' has no known size along axis {}, where its {} blocks run, nor "
+                        "after it: the simulation in standard ops needs one of them (quant_format "
+                        "VitisQuantFormat.QDQ writes vaiq's own op instead, or set the block axis)",
                         t.tensor, axis, quant_type_name(type)));
     const auto rank = static_cast<int64_t>(std::max<size_t>(shape.size(), 1));
-    const int64_t padding = (blocks.size - channels % blocks.size) % blocks.size;
     SimulationWriter w(model, names, t.tensor);
 
+    // Whole blocks: a Pad of zeros at the axis' end, by as much as the size
+    // needs, known now or (a dynamic size) computed from the tensor's shape.
     auto x = input;
+    std::string size_along;  // the dynamic size along the axis, as a 1-D int64
+    int64_t padding = channels >= 0 ? (blocks.size - channels % blocks.size) % blocks.size : -1;
     if (padding > 0) {
         std::vector<int64_t> pads(static_cast<size_t>(2 * rank), 0);
         pads[static_cast<size_t>(rank + axis)] = padding;
         x = w.node("Pad", {input, w.ints(pads)});
+    } else if (padding < 0) {
+        size_along = w.node("Slice", {w.node("Shape", {input}), w.ints({axis}), w.ints({axis + 1})});
+        const auto block = w.ints({blocks.size});
+        const auto missing = w.node("Mod", {w.node("Sub", {block, w.node("Mod", {size_along, block})}), block});
+        std::vector<std::string> parts = {w.ints(std::vector<int64_t>(static_cast<size_t>(rank + axis), 0)), missing};
+        if (rank - axis - 1 > 0) parts.push_back(w.ints(std::vector<int64_t>(static_cast<size_t>(rank - axis - 1), 0)));
+        const auto pads = w.node("Concat", std::move(parts));
+        set_attribute(w.last(), "axis", int64_t{0});
+        x = w.node("Pad", {input, pads});
     }
-    std::vector<int64_t> blocked(static_cast<size_t>(axis), 0);  // 0: the dimension as it is
-    blocked.insert(blocked.end(), {(channels + padding) / blocks.size, blocks.size, -1});
+    // [dims before the axis (0: as they are), blocks, block, values after]: one of the last two unknown.
+    std::vector<int64_t> blocked(static_cast<size_t>(axis), 0);
+    if (channels >= 0)
+        blocked.insert(blocked.end(), {(channels + padding) / blocks.size, blocks.size, -1});
+    else
+        blocked.insert(blocked.end(), {-1, blocks.size, inner});
     const auto xb = w.node("Reshape", {x, w.ints(blocked)});
     const auto amax = w.node("ReduceMax", {w.node("Abs", {xb})});
     set_attribute(w.last(), "axes", std::vector<int64_t>{axis + 1});
@@ -285,7 +303,8 @@ void add_block_float_simulation(Model& model, UniqueNames& names, const TensorQu
         return;
     }
     const auto unblocked = w.node("Reshape", {y, w.node("Shape", {x})});
-    w.node("Slice", {unblocked, w.ints({0}), w.ints({channels}), w.ints({axis})}, output);
+    w.node("Slice", {unblocked, w.ints({0}), size_along.empty() ? w.ints({channels}) : size_along, w.ints({axis})},
+           output);
 }
 
 }  // namespace vaiq
