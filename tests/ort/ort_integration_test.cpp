@@ -725,6 +725,17 @@ TEST(OnnxRuntimeBlockFloat, TheBfp16RecipeWritesTwoFormsThatAgree) {
     for (int64_t i = 0; i < theirs.size(); ++i)
         worst = std::max(worst, static_cast<double>(std::abs(logits[0].data<float>()[i] - theirs.data<float>()[i])));
     EXPECT_LT(worst, 0.5) << "float sums in another order can move a value across a block's step";
+    // The custom-op form converted to native ops is the qdq form, value for value.
+    auto c = run_command(std::string(VAIQ_CLI) + " -q convert-format " + (dir / "custom.onnx").string() + " " +
+                         (dir / "native.onnx").string());
+    ASSERT_EQ(c.exit_code, 0) << c.err;
+    const auto native_model = vaiq::load_model(dir / "native.onnx");
+    const auto native = vaiq::runtime::Executor(native_model).run({{"pixels", images}})[0];
+    int native_differ = 0;
+    for (int64_t i = 0; i < native.size(); ++i)
+        native_differ +=
+            std::bit_cast<uint32_t>(native.data<float>()[i]) != std::bit_cast<uint32_t>(logits[0].data<float>()[i]);
+    EXPECT_EQ(native_differ, 0);
 }
 
 // A FixNeuron model converted by vaiq convert-format runs in ONNX Runtime and

@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <optional>
 #include <set>
 
+#include "vaiq/block_float.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/quant.hpp"
@@ -30,6 +33,8 @@ class Converter {
                 convert_vitis(node);
             else if (is_fixneuron(node))
                 convert_fixneuron(i);
+            else if (block_float_node(node))
+                convert_block_float(i);
         }
         if (!refused_.empty())
             throw InputError(fmt::format("{} tensor{} ha{} no ONNX Runtime-native form: {}", refused_.size(),
@@ -141,6 +146,35 @@ class Converter {
         ++converted_;
     }
 
+    // A block float op becomes its simulation in standard ops; on a constant, the rounded values.
+    void convert_block_float(int index) {
+        auto& graph = model_.graph();
+        const onnx::NodeProto node = graph.node(index);
+        const auto bf = *block_float_node(node);
+        TensorQuant t;
+        t.tensor = node.input(0);
+        t.params = compute_quant_params({}, QuantSpec{.type = bf.type, .shared_exponent = bf.blocks});
+        if (const auto* weight = constant(node.input(0))) {
+            *graph.add_initializer() =
+                quantize_tensor(Tensor::from_proto(*weight), t.params, t.tensor).to_proto(node.output(0));
+        } else {
+            if (model_.opset() < block_float_simulation_opset(bf.type))
+                return refuse(t.tensor, fmt::format("its simulation in standard ops needs opset {} (vaiq "
+                                                    "convert-opset first)",
+                                                    block_float_simulation_opset(bf.type)));
+            if (!shapes_) shapes_ = infer_shapes(model_);
+            const auto shape = shapes_->find(t.tensor);
+            if (shape == shapes_->end()) return refuse(t.tensor, "its rank is not known");
+            try {
+                add_block_float_simulation(model_, names_, t, shape->second, node.input(0), node.output(0));
+            } catch (const InputError& e) {
+                return refuse(t.tensor, e.what());
+            }
+        }
+        graph.mutable_node(index)->Clear();  // removed once every node has been visited
+        ++converted_;
+    }
+
     void drop_unused_domains() {
         std::set<std::string> used;
         for (const auto& n : model_.graph().node()) used.insert(n.domain());
@@ -157,6 +191,7 @@ class Converter {
     int converted_ = 0;
     std::vector<std::string> refused_;
     std::vector<std::string> warnings_;
+    std::optional<std::map<std::string, std::vector<int64_t>>> shapes_;  ///< of the model as given, when needed
 };
 
 }  // namespace

@@ -16,7 +16,9 @@ namespace vaiq {
 /// com.microsoft Q/DQ (int16/uint16; the default domain from opset 21) or Cast
 /// pairs (float16/bfloat16 with scale 1 and zero point 0), and each FixNeuron
 /// of 8 or 16 bits as a Q/DQ pair with scale 2^-pos (on a constant: stored
-/// quantized behind a DequantizeLinear, which also covers 32-bit biases).
+/// quantized behind a DequantizeLinear, which also covers 32-bit biases), and
+/// each BFPQuantizeDequantize/MXQuantizeDequantize as its simulation in
+/// standard ops (on a constant: the rounded values, stored float).
 /// Throws InputError listing every tensor that has no native form (32-bit
 /// activations, uint32, other bit widths, scaled float types, parameters that
 /// are not constants).
