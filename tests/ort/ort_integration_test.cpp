@@ -598,7 +598,7 @@ TEST(OnnxRuntimeFloat8, QuantizeDequantizePairsAgreeToTheBit) {
 // The block float types' simulation in standard ops (vaiq/block_float.hpp)
 // runs in ONNX Runtime without a custom-op library and computes what vaiq's own
 // op computes, bit for bit: ties at every grid, subnormals, zeros of both signs,
-// a short last block, blocks along a middle and the last axis, an axis sized at run time.
+// a short last block, blocks along a middle and the last axis, an axis or a rank known at run time.
 TEST(OnnxRuntimeBlockFloat, TheSimulationComputesTheOpsValuesToTheBit) {
     const std::vector<int64_t> shape = {2, 20, 6};
     std::vector<float> x;
@@ -622,16 +622,21 @@ TEST(OnnxRuntimeBlockFloat, TheSimulationComputesTheOpsValuesToTheBit) {
           vaiq::QuantType::QMXFP6E3M2, vaiq::QuantType::QMXFP6E2M3, vaiq::QuantType::QMXFP4E2M1})
         for (const auto& [blocks, declared] :
              {std::pair{vaiq::SharedExponentBlocks{1, 8}, shape}, std::pair{vaiq::SharedExponentBlocks{-1, 4}, shape},
-              std::pair{vaiq::SharedExponentBlocks{1, 8}, std::vector<int64_t>{2, -1, 6}}}) {
+              std::pair{vaiq::SharedExponentBlocks{1, 8}, std::vector<int64_t>{2, -1, 6}},
+              std::pair{vaiq::SharedExponentBlocks{-1, 4}, std::vector<int64_t>{}}}) {
             vaiq::TensorQuant t;
             t.tensor = "x";
             t.params = vaiq::compute_quant_params({}, vaiq::QuantSpec{.type = type, .shared_exponent = blocks});
             vaiq::test::GraphBuilder b(vaiq::block_float_simulation_opset(type));
             b.input("x", shape).output("y", shape);
             auto model = b.build();
-            if (declared[1] < 0)  // the blocks' axis sized only at run time: the padding is computed there
-                for (auto* v : {model.graph().mutable_input(0), model.graph().mutable_output(0)})
-                    v->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(1)->set_dim_param("n");
+            // The blocks' axis sized only at run time (and with no shape at all, the rank):
+            // the padding and the blocks are computed there.
+            for (auto* v : {model.graph().mutable_input(0), model.graph().mutable_output(0)})
+                for (int d = 0; d < 3; ++d)
+                    if (declared.empty() || declared[d] < 0)
+                        v->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(d)->set_dim_param(
+                            fmt::format("n{}", d));
             vaiq::UniqueNames names(model.graph());
             vaiq::add_block_float_simulation(model, names, t, declared, "x", "y");
             vaiq::save_model(model, dir / "bf.onnx");
@@ -643,7 +648,7 @@ TEST(OnnxRuntimeBlockFloat, TheSimulationComputesTheOpsValuesToTheBit) {
             for (int64_t i = 0; i < ours.size(); ++i)
                 differ +=
                     std::bit_cast<uint32_t>(ours.data<float>()[i]) != std::bit_cast<uint32_t>(theirs.data<float>()[i]);
-            EXPECT_EQ(differ, 0) << vaiq::quant_type_name(type) << " axis " << blocks.axis << " " << declared[1];
+            EXPECT_EQ(differ, 0) << vaiq::quant_type_name(type) << " axis " << blocks.axis << " " << declared.size();
         }
 }
 

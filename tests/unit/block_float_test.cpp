@@ -3,6 +3,8 @@
 // written forms (vaiq's op and the simulation in standard ops) value for value.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <bit>
 #include <cmath>
 #include <random>
@@ -106,17 +108,6 @@ TEST(BlockFloat, ZerosSubnormalsAndSingleValuesStay) {
     EXPECT_EQ(kept.data<float>()[0], 0.123456f);
 }
 
-TEST(BlockFloat, ASimulationWithNoKnownSizeAlongNorAfterTheAxisIsRefused) {
-    TensorQuant t;
-    t.tensor = "act";
-    t.params = compute_quant_params({}, QuantSpec{.type = QuantType::QBFP16, .shared_exponent = {1, 8}});
-    test::GraphBuilder b(11);
-    b.input("x", {1, -1, -1}).output("y", {1, -1, -1});
-    auto model = b.build();
-    UniqueNames names(model.graph());
-    EXPECT_THROW(add_block_float_simulation(model, names, t, {1, -1, -1}, "x", "y"), InputError);
-}
-
 TEST(BlockFloat, AnAxisOutsideTheRankIsRefusedByName) {
     const Tensor x(DataType::Float, {4, 4});
     try {
@@ -153,8 +144,10 @@ struct Form {
 };
 
 // One tensor through `type` both ways: vaiq's op and its simulation, for a
-// tensor declared as `shape` (-1: a size known only at run time).
-Form both_forms(QuantType type, std::vector<int64_t> shape, SharedExponentBlocks blocks) {
+// tensor of `shape` declared as `declared` (-1: a size known only at run time;
+// empty: not even the rank is known when the simulation is written).
+Form both_forms(QuantType type, const std::vector<int64_t>& shape, const std::vector<int64_t>& declared,
+                SharedExponentBlocks blocks) {
     TensorQuant t;
     t.tensor = "x";
     t.params = compute_quant_params({}, QuantSpec{.type = type, .shared_exponent = blocks});
@@ -163,12 +156,14 @@ Form both_forms(QuantType type, std::vector<int64_t> shape, SharedExponentBlocks
         test::GraphBuilder b(block_float_simulation_opset(type));
         b.input("x", shape).output("y", shape);
         auto model = b.build();
-        for (auto* value : {model.graph().mutable_input(0), model.graph().mutable_output(0)})
-            for (auto& d : *value->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim())
-                if (d.has_dim_value() && d.dim_value() < 0) d.set_dim_param("n");  // known at run time
+        for (auto* value : {model.graph().mutable_input(0), model.graph().mutable_output(0)}) {
+            auto& dims = *value->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim();
+            for (int d = 0; d < dims.size(); ++d)
+                if (declared.empty() || declared[d] < 0) dims[d].set_dim_param(fmt::format("n{}", d));
+        }
         UniqueNames names(model.graph());
         if (simulate)
-            add_block_float_simulation(model, names, t, shape, "x", "y");
+            add_block_float_simulation(model, names, t, declared, "x", "y");
         else
             add_block_float_op(model, names, t, "x", "y");
         check_model(model);
@@ -186,24 +181,31 @@ int bits_that_differ(const Tensor& a, const Tensor& b) {
 
 // The op and its simulation in standard ops give the same bits for every type,
 // with and without padding, along a middle and the last axis, on a vector, and
-// where the size along the axis is known only at run time.
+// where the size along the axis, or even the rank, is known only at run time.
 TEST(BlockFloat, TheSimulationInStandardOpsIsTheOpBitForBit) {
     const struct {
         std::vector<int64_t> shape, declared;
         SharedExponentBlocks blocks;
-    } cases[] = {{{2, 10, 3}, {2, 10, 3}, {1, 4}},  {{1, 16, 4, 4}, {1, 16, 4, 4}, {1, 8}},
-                 {{3, 40}, {3, 40}, {-1, 32}},      {{37}, {37}, {1, 8}},
-                 {{2, 10, 3}, {-1, -1, 3}, {1, 4}}, {{3, 40}, {3, -1}, {-1, 16}},
-                 {{2, 16, 3}, {2, -1, 3}, {1, 8}}};  // a size along the axis known only at run time
+    } cases[] = {{{2, 10, 3}, {2, 10, 3}, {1, 4}},
+                 {{1, 16, 4, 4}, {1, 16, 4, 4}, {1, 8}},
+                 {{3, 40}, {3, 40}, {-1, 32}},
+                 {{37}, {37}, {1, 8}},
+                 {{2, 10, 3}, {-1, -1, 3}, {1, 4}},
+                 {{3, 40}, {3, -1}, {-1, 16}},
+                 {{2, 16, 3}, {2, -1, 3}, {1, 8}},  // a size along the axis known only at run time
+                 {{2, 10, 3}, {}, {1, 4}},
+                 {{2, 10, 3}, {}, {-2, 4}},
+                 {{3, 40}, {}, {-1, 16}}};  // nor the rank
     for (const auto type : {QuantType::QBFP16, QuantType::QMXInt8, QuantType::QMXFP8E4M3, QuantType::QMXFP8E5M2,
                             QuantType::QMXFP6E3M2, QuantType::QMXFP6E2M3, QuantType::QMXFP4E2M1})
         for (const auto& c : cases) {
-            const auto forms = both_forms(type, c.declared, c.blocks);
+            const auto forms = both_forms(type, c.shape, c.declared, c.blocks);
             const auto x = awkward_values(c.shape, 7);
             const auto op = runtime::Executor(forms.custom).run({{"x", x}})[0];
             const auto simulated = runtime::Executor(forms.simulated).run({{"x", x}})[0];
             ASSERT_EQ(op.shape(), c.shape);
-            EXPECT_EQ(bits_that_differ(op, simulated), 0) << quant_type_name(type) << " " << c.declared[1];
+            EXPECT_EQ(bits_that_differ(op, simulated), 0)
+                << quant_type_name(type) << " " << c.declared.size() << " " << c.blocks.axis;
             // and the op is the SDK's function
             EXPECT_EQ(bits_that_differ(op, block_float_fake_quantize(x, type, c.blocks)), 0);
         }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "vaiq/error.hpp"
@@ -195,6 +196,15 @@ class SimulationWriter {
         return out;
     }
     onnx::NodeProto& last() { return *last_; }
+    // int64 zeros, as many as the 1-D `count` says at run time.
+    std::string zeros(const std::string& count) {
+        const auto out = node("ConstantOfShape", {count});
+        auto* value = last_->add_attribute();
+        value->set_name("value");
+        value->set_type(onnx::AttributeProto::TENSOR);
+        *value->mutable_t() = Tensor(DataType::Int64, {1}).to_proto("zero");
+        return out;
+    }
 
     // The largest power of two not above a (a >= 0): 2^floor(log2 a) from Log
     // and Pow, then halved where above a and doubled where its double is not,
@@ -226,57 +236,62 @@ void add_block_float_simulation(Model& model, UniqueNames& names, const TensorQu
         throw InternalError(fmt::format("the simulation of {} needs opset {}", quant_type_name(type),
                                         block_float_simulation_opset(type)));
     if (blocks.size < 1) throw InputError(fmt::format("tensor '{}' has blocks of {} values", t.tensor, blocks.size));
-    int64_t count = 1;
+    int64_t count = shape.empty() ? -1 : 1;  // a rank not known: empty
     for (auto d : shape) count = d < 0 || count < 0 ? -1 : count * d;
     if (count == 1) {  // a single value is left as it is (as the op leaves it)
         make_node(model.graph(), names, "Identity", {input}, {output}, output + "_node", "");
         return;
     }
-    const int axis = shared_exponent_axis(blocks.axis, shape.size(), t.tensor);
-    const int64_t channels = shape.empty() ? 1 : shape[axis];
-    int64_t inner = 1;  // the values after the axis, flattened: known, or -1
-    for (size_t d = axis + 1; d < shape.size(); ++d) inner = shape[d] < 0 || inner < 0 ? -1 : inner * shape[d];
-    if (channels < 0 && inner < 0)
-        throw InputError(
-            fmt::format("tensor '{}' has no known size along axis {}, where its {} blocks run, nor "
-                        "after it: the simulation in standard ops needs one of them (quant_format "
-                        "VitisQuantFormat.QDQ writes vaiq's own op instead, or set the block axis)",
-                        t.tensor, axis, quant_type_name(type)));
-    const auto rank = static_cast<int64_t>(std::max<size_t>(shape.size(), 1));
     SimulationWriter w(model, names, t.tensor);
-
-    // Whole blocks: a Pad of zeros at the axis' end, by as much as the size
-    // needs, known now or (a dynamic size) computed from the tensor's shape.
-    auto x = input;
-    std::string size_along;  // the dynamic size along the axis, as a 1-D int64
-    int64_t padding = channels >= 0 ? (blocks.size - channels % blocks.size) % blocks.size : -1;
-    if (padding > 0) {
-        std::vector<int64_t> pads(static_cast<size_t>(2 * rank), 0);
-        pads[static_cast<size_t>(rank + axis)] = padding;
-        x = w.node("Pad", {input, w.ints(pads)});
-    } else if (padding < 0) {
-        size_along = w.node("Slice", {w.node("Shape", {input}), w.ints({axis}), w.ints({axis + 1})});
+    // The blocks as an axis of their own: [dims before, blocks, block size, dims after], from the
+    // shape as written when it gives the axis' size, else from the tensor's shape at run time.
+    const bool rank_known = !shape.empty();
+    const int axis = rank_known ? shared_exponent_axis(blocks.axis, shape.size(), t.tensor) : blocks.axis;
+    const int64_t channels = rank_known ? shape[axis] : -1;
+    const auto rank = static_cast<int64_t>(shape.size());
+    std::string x = input, size_along;  // size_along: the size at run time, a 1-D int64
+    int64_t padding = 0;
+    int block_axis = axis + 1;  // of the blocked tensor
+    std::string blocked;
+    if (channels >= 0) {
+        padding = (blocks.size - channels % blocks.size) % blocks.size;
+        if (padding > 0) {
+            std::vector<int64_t> pads(static_cast<size_t>(2 * rank), 0);
+            pads[static_cast<size_t>(rank + axis)] = padding;
+            x = w.node("Pad", {input, w.ints(pads)});
+        }
+        std::vector<int64_t> dims(static_cast<size_t>(axis), 0);  // 0: the dimension as it is
+        dims.insert(dims.end(), {(channels + padding) / blocks.size, blocks.size, -1});
+        blocked = w.ints(dims);
+    } else {
+        // Whole blocks: zeros at the axis' end, as many as its size at run time needs
+        // (pads [begin of each axis, end of each axis], the rank at run time too).
+        constexpr int64_t kEnd = std::numeric_limits<int64_t>::max();
+        const auto s = w.node("Shape", {input});
+        size_along = w.node("Slice", {s, w.ints({axis}), w.ints({axis == -1 ? kEnd : axis + 1})});
         const auto block = w.ints({blocks.size});
         const auto missing = w.node("Mod", {w.node("Sub", {block, w.node("Mod", {size_along, block})}), block});
-        std::vector<std::string> parts = {w.ints(std::vector<int64_t>(static_cast<size_t>(rank + axis), 0)), missing};
-        if (rank - axis - 1 > 0) parts.push_back(w.ints(std::vector<int64_t>(static_cast<size_t>(rank - axis - 1), 0)));
-        const auto pads = w.node("Concat", std::move(parts));
+        const auto r = w.node("Shape", {s});
+        const auto before = axis >= 0 ? w.node("Add", {r, w.ints({axis})})  // r + axis zeros, then the axis' end
+                                      : w.node("Add", {w.node("Add", {r, r}), w.ints({axis})});
+        const auto after = axis >= 0 ? w.node("Sub", {r, w.ints({axis + 1})}) : w.ints({-axis - 1});
+        const auto pad_list = w.node("Concat", {w.zeros(before), missing, w.zeros(after)});
         set_attribute(w.last(), "axis", int64_t{0});
-        x = w.node("Pad", {input, pads});
+        x = w.node("Pad", {input, pad_list});
+        std::vector<std::string> parts = {w.node("Slice", {s, w.ints({0}), w.ints({axis})}), w.ints({-1, blocks.size})};
+        if (axis != -1) parts.push_back(w.node("Slice", {s, w.ints({axis + 1}), w.ints({kEnd})}));
+        blocked = w.node("Concat", std::move(parts));
+        set_attribute(w.last(), "axis", int64_t{0});
+        if (axis < 0) block_axis = axis;  // counted from the end: the dims after the axis follow it
+        padding = -1;                     // known at run time
     }
-    // [dims before the axis (0: as they are), blocks, block, values after]: one of the last two unknown.
-    std::vector<int64_t> blocked(static_cast<size_t>(axis), 0);
-    if (channels >= 0)
-        blocked.insert(blocked.end(), {(channels + padding) / blocks.size, blocks.size, -1});
-    else
-        blocked.insert(blocked.end(), {-1, blocks.size, inner});
-    const auto xb = w.node("Reshape", {x, w.ints(blocked)});
+    const auto xb = w.node("Reshape", {x, blocked});
     const auto amax = w.node("ReduceMax", {w.node("Abs", {xb})});
-    set_attribute(w.last(), "axes", std::vector<int64_t>{axis + 1});
+    set_attribute(w.last(), "axes", std::vector<int64_t>{block_axis});
     set_attribute(w.last(), "keepdims", int64_t{1});
     if (model.opset() >= 18) {  // axes became an input
         remove_attribute(w.last(), "axes");
-        w.last().add_input(w.ints({axis + 1}));
+        w.last().add_input(w.ints({block_axis}));
     }
     auto scale = w.node("Max", {w.floor_power_of_two(amax), w.scalar(std::ldexp(1.0f, -127))});
     if (f.float_elements) scale = w.node("Mul", {scale, w.scalar(std::ldexp(1.0f, -f.emax))});

@@ -65,7 +65,7 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
                                model.opset(), needed);
                 model = vaiq::convert_opset(model, needed);
             }
-            shapes_ = vaiq::infer_shapes(model);  // the simulation's Reshape needs each tensor's rank and blocks
+            shapes_ = vaiq::infer_shapes(model);  // the simulation is smallest where shapes are known
         }
         vaiq::PairEmitter::emit(model, plan, settings_);
         shapes_.clear();
@@ -97,13 +97,9 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
     void add_pair(vaiq::Model& model, vaiq::UniqueNames& names, const TensorQuant& t, const std::string& input,
                   const std::string& output) const override {
         if (vaiq::is_block_float(t.params.type)) {
-            const auto shape = shapes_.find(t.tensor);
-            if (shape == shapes_.end())
-                throw InputError(
-                    fmt::format("tensor '{}' has no known rank: its {} blocks cannot be written in "
-                                "standard ops (quant_format VitisQuantFormat.QDQ writes vaiq's own op)",
-                                t.tensor, vaiq::quant_type_name(t.params.type)));
-            vaiq::add_block_float_simulation(model, names, t, shape->second, input, output);
+            const auto shape = shapes_.find(t.tensor);  // none: the rank too is read at run time
+            vaiq::add_block_float_simulation(
+                model, names, t, shape == shapes_.end() ? std::vector<int64_t>{} : shape->second, input, output);
             return;
         }
         const auto q_out = names.fresh(t.tensor + "_QuantizeLinear_Output");

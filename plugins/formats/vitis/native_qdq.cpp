@@ -164,9 +164,10 @@ class Converter {
                                                     block_float_simulation_opset(bf.type)));
             if (!shapes_) shapes_ = infer_shapes(model_);
             const auto shape = shapes_->find(t.tensor);
-            if (shape == shapes_->end()) return refuse(t.tensor, "its rank is not known");
             try {
-                add_block_float_simulation(model_, names_, t, shape->second, node.input(0), node.output(0));
+                add_block_float_simulation(model_, names_, t,
+                                           shape == shapes_->end() ? std::vector<int64_t>{} : shape->second,
+                                           node.input(0), node.output(0));
             } catch (const InputError& e) {
                 return refuse(t.tensor, e.what());
             }
