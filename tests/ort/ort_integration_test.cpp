@@ -638,7 +638,8 @@ TEST(OnnxRuntimeBlockFloat, TheSimulationComputesTheOpsValuesToTheBit) {
                         v->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(d)->set_dim_param(
                             fmt::format("n{}", d));
             vaiq::UniqueNames names(model.graph());
-            vaiq::add_block_float_simulation(model, names, t, declared, "x", "y");
+            vaiq::add_block_float_simulation(model, names, t, declared.empty() ? std::nullopt : std::optional(declared),
+                                             "x", "y");
             vaiq::save_model(model, dir / "bf.onnx");
             const auto r = run_in_ort(dir / "bf.onnx", dir / "ort", dir / "x.npy");
             ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -163,7 +163,8 @@ Form both_forms(QuantType type, const std::vector<int64_t>& shape, const std::ve
         }
         UniqueNames names(model.graph());
         if (simulate)
-            add_block_float_simulation(model, names, t, declared, "x", "y");
+            add_block_float_simulation(model, names, t, declared.empty() ? std::nullopt : std::optional(declared), "x",
+                                       "y");
         else
             add_block_float_op(model, names, t, "x", "y");
         check_model(model);

@@ -25,7 +25,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
+#include <vector>
 
 #include "vaiq/export.hpp"
 #include "vaiq/graph.hpp"
@@ -83,12 +85,12 @@ VAIQ_API int64_t block_float_simulation_opset(QuantType type);
 /// whole blocks), their largest magnitude by ReduceMax, its power of two from
 /// Log and Pow corrected by two comparisons (so exact whatever Log's last bit),
 /// then the element's rounding (Round and Clip at the element's step). `shape`
-/// is the tensor's as far as it is known (-1: a size known at run time; empty:
-/// the rank too): where it gives the size along the axis, the Pad and Reshape
+/// is the tensor's as far as it is known (-1: a size known at run time;
+/// nullopt: the rank too): where it gives the size along the axis, the Pad and Reshape
 /// are constants, else they are computed from the tensor's shape at run time.
 /// The model must have at least block_float_simulation_opset().
 VAIQ_API void add_block_float_simulation(Model& model, UniqueNames& names, const TensorQuant& t,
-                                         const std::vector<int64_t>& shape, const std::string& input,
+                                         const std::optional<std::vector<int64_t>>& shape, const std::string& input,
                                          const std::string& output);
 
 }  // namespace vaiq

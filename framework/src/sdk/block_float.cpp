@@ -227,7 +227,7 @@ class SimulationWriter {
 }  // namespace
 
 void add_block_float_simulation(Model& model, UniqueNames& names, const TensorQuant& t,
-                                const std::vector<int64_t>& shape, const std::string& input,
+                                const std::optional<std::vector<int64_t>>& declared, const std::string& input,
                                 const std::string& output) {
     const auto type = t.params.type;
     const auto f = block_float_format(type);
@@ -236,7 +236,9 @@ void add_block_float_simulation(Model& model, UniqueNames& names, const TensorQu
         throw InternalError(fmt::format("the simulation of {} needs opset {}", quant_type_name(type),
                                         block_float_simulation_opset(type)));
     if (blocks.size < 1) throw InputError(fmt::format("tensor '{}' has blocks of {} values", t.tensor, blocks.size));
-    int64_t count = shape.empty() ? -1 : 1;  // a rank not known: empty
+    const bool rank_known = declared.has_value();
+    const auto shape = declared.value_or(std::vector<int64_t>{});
+    int64_t count = rank_known ? 1 : -1;
     for (auto d : shape) count = d < 0 || count < 0 ? -1 : count * d;
     if (count == 1) {  // a single value is left as it is (as the op leaves it)
         make_node(model.graph(), names, "Identity", {input}, {output}, output + "_node", "");
@@ -245,7 +247,6 @@ void add_block_float_simulation(Model& model, UniqueNames& names, const TensorQu
     SimulationWriter w(model, names, t.tensor);
     // The blocks as an axis of their own: [dims before, blocks, block size, dims after], from the
     // shape as written when it gives the axis' size, else from the tensor's shape at run time.
-    const bool rank_known = !shape.empty();
     const int axis = rank_known ? shared_exponent_axis(blocks.axis, shape.size(), t.tensor) : blocks.axis;
     const int64_t channels = rank_known ? shape[axis] : -1;
     const auto rank = static_cast<int64_t>(shape.size());

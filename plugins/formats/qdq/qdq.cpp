@@ -99,7 +99,9 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
         if (vaiq::is_block_float(t.params.type)) {
             const auto shape = shapes_.find(t.tensor);  // none: the rank too is read at run time
             vaiq::add_block_float_simulation(
-                model, names, t, shape == shapes_.end() ? std::vector<int64_t>{} : shape->second, input, output);
+                model, names, t,
+                shape == shapes_.end() ? std::nullopt : std::optional<std::vector<int64_t>>(shape->second), input,
+                output);
             return;
         }
         const auto q_out = names.fresh(t.tensor + "_QuantizeLinear_Output");

@@ -165,9 +165,10 @@ class Converter {
             if (!shapes_) shapes_ = infer_shapes(model_);
             const auto shape = shapes_->find(t.tensor);
             try {
-                add_block_float_simulation(model_, names_, t,
-                                           shape == shapes_->end() ? std::vector<int64_t>{} : shape->second,
-                                           node.input(0), node.output(0));
+                add_block_float_simulation(
+                    model_, names_, t,
+                    shape == shapes_->end() ? std::nullopt : std::optional<std::vector<int64_t>>(shape->second),
+                    node.input(0), node.output(0));
             } catch (const InputError& e) {
                 return refuse(t.tensor, e.what());
             }
