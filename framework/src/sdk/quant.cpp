@@ -60,6 +60,7 @@ std::string quant_type_name(QuantType type) {
 }
 
 DataType storage_type(QuantType type) {
+    if (is_block_float(type)) return DataType::Float;  // quantized and dequantized at run time
     switch (type) {
         case QuantType::QInt8: return DataType::Int8;
         case QuantType::QUInt8: return DataType::UInt8;
@@ -73,20 +74,14 @@ DataType storage_type(QuantType type) {
         case QuantType::QUInt4: return DataType::UInt4;
         case QuantType::QFloat8E4M3FN: return DataType::Float8E4M3FN;
         case QuantType::QFloat8E5M2: return DataType::Float8E5M2;
-        case QuantType::QBFP16:
-        case QuantType::QMXInt8:
-        case QuantType::QMXFP8E4M3:
-        case QuantType::QMXFP8E5M2:
-        case QuantType::QMXFP6E3M2:
-        case QuantType::QMXFP6E2M3:
-        case QuantType::QMXFP4E2M1: return DataType::Float;  // quantized and dequantized at run time
+        default: break;
     }
     return DataType::Undefined;
 }
 
 int quant_bits(QuantType type) {
     if (type == QuantType::QInt4 || type == QuantType::QUInt4) return 4;
-    if (type == QuantType::QBFP16) return 16;  // with its share of the exponent: 8 bits of sign and magnitude
+    if (type == QuantType::QBFP16) return 16;  // its name's bit_width: the shared exponent's 8 bits counted too
     if (is_block_float(type)) {
         const auto f = block_float_format(type);
         return f.float_elements ? 1 + f.exponent_bits + f.mantissa_bits : 8;
