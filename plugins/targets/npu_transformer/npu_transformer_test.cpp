@@ -50,6 +50,9 @@ TEST_F(NpuTransformer, AcceptsTheDocumentedConfigurationAndRefusesWhatTheNpuCann
     EXPECT_NE(refusal("weight_type: QUInt8\n").find("int8 weights"), std::string::npos);
     EXPECT_NE(refusal("activation_type: QInt16\n").find("8-bit activations"), std::string::npos);
     EXPECT_NE(refusal("extra_options: {WeightSymmetric: false}\n").find("symmetric weights"), std::string::npos);
+    // BFP16 (transformer_npu_bfp16.yaml) for activations and weights together, not one of them.
+    EXPECT_EQ(refusal("activation_type: QBFP16\nweight_type: QBFP16\n"), "accepted");
+    EXPECT_NE(refusal("activation_type: QBFP16\nweight_type: QInt8\n").find("8-bit activations"), std::string::npos);
 }
 
 TEST_F(NpuTransformer, WeightsAreSymmetricPerTensorAndBiasIsInt32) {
