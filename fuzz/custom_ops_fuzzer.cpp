@@ -1,7 +1,8 @@
 // vaiq's own ops as other tools write them: VitisQuantizeLinear/
 // VitisDequantizeLinear, FixNeuron (vaiq's and the contrib domain's, `pos` as
-// INT or STRING) and com.microsoft Q/DQ, with fuzzed attributes, parameter
-// types and shapes. Each is run, and converted to native QDQ and run again.
+// INT or STRING), BFPQuantizeDequantize/MXQuantizeDequantize and com.microsoft
+// Q/DQ, with fuzzed attributes, parameter types and shapes. Each is run, and
+// converted to native QDQ (the block float ops: their simulation) and run again.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include "fuzz_support.hpp"
@@ -58,11 +59,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     g.set_name("fuzz");
     auto& node = *g.add_node();
     node.set_name("op");
-    switch (in.ConsumeIntegralInRange<int>(0, 4)) {
+    switch (in.ConsumeIntegralInRange<int>(0, 6)) {
         case 0: node.set_op_type("VitisQuantizeLinear"), node.set_domain("com.vaiq"); break;
         case 1: node.set_op_type("VitisDequantizeLinear"), node.set_domain("com.vaiq"); break;
         case 2: node.set_op_type("FixNeuron"), node.set_domain(in.ConsumeBool() ? "com.vaiq" : "ai.onnx.contrib"); break;
         case 3: node.set_op_type("QuantizeLinear"), node.set_domain("com.microsoft"); break;
+        case 4: node.set_op_type("BFPQuantizeDequantize"), node.set_domain("com.vaiq"); break;
+        case 5: node.set_op_type("MXQuantizeDequantize"), node.set_domain("com.vaiq"); break;
         default: node.set_op_type("DequantizeLinear"), node.set_domain("com.microsoft"); break;
     }
     // The data input: rank 0-3, small dimensions (0 allowed).
@@ -108,6 +111,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     int_attr("unsigned", -1, 2);
     int_attr("block_size", -2, 8);
     int_attr("saturate", -1, 2);
+    int_attr("rounding_mode", 0, 3);
+    for (const char* name : {"bfp_method", "element_dtype"})
+        if (in.ConsumeBool()) {
+            auto* a = node.add_attribute();
+            a->set_name(name);
+            a->set_type(onnx::AttributeProto::STRING);
+            constexpr const char* kValues[] = {"to_bfp",   "to_bfp_prime", "int8",     "fp8_e4m3", "fp8_e5m2",
+                                               "fp6_e3m2", "fp6_e2m3",     "fp4_e2m1", "fp3"};
+            a->set_s(kValues[in.ConsumeIntegralInRange<size_t>(0, std::size(kValues) - 1)]);
+        }
 
     const std::map<std::string, Tensor> feeds{{"x", x}};
     fuzz::expect_only_input_errors([&] { run(Model(proto), feeds); });

@@ -112,7 +112,7 @@ Tensor block_float_fake_quantize(const Tensor& values, QuantType type, const Sha
     for (int d = 0; d < axis; ++d) outer *= shape[d];
     for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
     const int64_t channels = shape.empty() ? 1 : shape[axis];
-    const int64_t per_row = (channels + blocks.size - 1) / blocks.size;
+    const int64_t per_row = channels / blocks.size + (channels % blocks.size != 0);  // no overflow for any size
     const auto in = values.data<float>();
     auto dst = out.mutable_data<float>();
     const float kSmallest = std::ldexp(1.0f, -127);  // a block of zeros or subnormals
@@ -240,7 +240,7 @@ void add_block_float_simulation(Model& model, UniqueNames& names, const TensorQu
     const auto shape = declared.value_or(std::vector<int64_t>{});
     int64_t count = rank_known ? 1 : -1;
     for (auto d : shape) count = d < 0 || count < 0 ? -1 : count * d;
-    if (count == 1) {  // a single value is left as it is (as the op leaves it)
+    if (count == 0 || count == 1) {  // no value, or a single one left as it is (as the op leaves it)
         make_node(model.graph(), names, "Identity", {input}, {output}, output + "_node", "");
         return;
     }
