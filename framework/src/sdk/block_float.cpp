@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <vector>
 
 #include "vaiq/error.hpp"
@@ -182,9 +184,14 @@ class SimulationWriter {
     SimulationWriter(Model& model, UniqueNames& names, std::string base)
         : model_(model), names_(names), base_(std::move(base)) {}
 
+    // One initializer a value, however often the simulation reads it.
     std::string scalar(float value) {
-        const float v[] = {value};
-        return add_initializer(model_.graph(), names_, base_ + "_bf_constant", Tensor::from_values<float>({}, v));
+        auto& name = scalars_[std::bit_cast<uint32_t>(value)];
+        if (name.empty()) {
+            const float v[] = {value};
+            name = add_initializer(model_.graph(), names_, base_ + "_bf_constant", Tensor::from_values<float>({}, v));
+        }
+        return name;
     }
     std::string ints(const std::vector<int64_t>& values) {
         return add_initializer(model_.graph(), names_, base_ + "_bf_shape",
@@ -222,6 +229,7 @@ class SimulationWriter {
     UniqueNames& names_;
     std::string base_;
     onnx::NodeProto* last_ = nullptr;
+    std::map<uint32_t, std::string> scalars_;  ///< by the float's bits
 };
 
 }  // namespace

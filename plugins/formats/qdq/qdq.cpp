@@ -56,10 +56,7 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
         const bool block_float = std::any_of(plan.tensors.begin(), plan.tensors.end(),
                                              [](const TensorQuant& t) { return vaiq::is_block_float(t.params.type); });
         if (block_float) {
-            int64_t needed = 0;
-            for (const auto& t : plan.tensors)
-                if (vaiq::is_block_float(t.params.type))
-                    needed = std::max(needed, vaiq::block_float_simulation_opset(t.params.type));
+            const int64_t needed = vaiq::block_float_simulation_opset(QuantType::QBFP16);  // the same for every type
             if (model.opset() < needed) {
                 vaiq::log_info("qdq: the model is converted from opset {} to {} for the block float simulation",
                                model.opset(), needed);
@@ -118,13 +115,11 @@ class Qdq final : public vaiq::Format, vaiq::PairEmitter {
     void add_stored_weight(vaiq::Model& model, vaiq::UniqueNames& names, const TensorQuant& t, const std::string& name,
                            const std::string& output) const override {
         auto& graph = model.graph();
-        if (vaiq::is_block_float(t.params.type)) {  // a constant: stored already rounded, as float
-            const auto* init = vaiq::GraphIndex(graph).initializer(name);
-            *graph.add_initializer() =
-                vaiq::quantize_tensor(vaiq::Tensor::from_proto(*init), t.params, name).to_proto(output);
+        const auto q_name = store_quantized(graph, names, t, name);
+        if (vaiq::is_block_float(t.params.type)) {  // stored already rounded, as float: read as it is
+            graph.mutable_initializer(graph.initializer_size() - 1)->set_name(output);
             return;
         }
-        const auto q_name = store_quantized(graph, names, t, name);
         if (is_cast_pair(t.params.type))
             add_cast(graph, names, q_name, output, vaiq::DataType::Float);
         else
