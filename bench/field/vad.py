@@ -2,9 +2,11 @@
 
   vad.py data DIR                clips of speech between stretches of a quiet room, and the
                                  model's calibration samples (input, state, sr: one folder each)
-  vad.py score DIR MODEL         frame accuracy of speech probability >= 0.5 against the truth
+  vad.py score DIR MODEL [FLOAT] frame accuracy of speech probability >= 0.5 against the truth
                                  (a 32 ms frame is speech where the clean speech's energy there
-                                 is within 40 dB of its loudest frame); prints one JSON object
+                                 is within 40 dB of its loudest frame); with the float model, also
+                                 the frames whose decision agrees with its and the mean absolute
+                                 difference of the probabilities; prints one JSON object
 
 The model runs frame by frame with its state carried, in vaiq's executor.
 """
@@ -64,27 +66,42 @@ def make_data(directory):
             _, state = vaiq.infer(model, {"input": frame, "state": state, "sr": np.array(RATE, np.int64)}, threads=1)
 
 
-def score(directory, model):
+def probabilities(directory, model):
+    """Each evaluation clip's speech probabilities and truth, frame by frame."""
     import vaiq
-    right = total = 0
+    out = []
     for f in sorted(os.listdir(os.path.join(directory, "eval"))):
         if not f.startswith("clip_"):
             continue
         audio = np.load(os.path.join(directory, "eval", f))
         truth = np.load(os.path.join(directory, "eval", f.replace("clip_", "truth_")))
         state = np.zeros((2, 1, 128), np.float32)
+        p = np.zeros(truth.size)
         for i in range(truth.size):
             frame = audio[None, i * FRAME:(i + 1) * FRAME]
-            p, state = vaiq.infer(model, {"input": frame, "state": state, "sr": np.array(RATE, np.int64)}, threads=1)
-            right += int((float(p.reshape(-1)[0]) >= 0.5) == truth[i])
-            total += 1
-    return {"metric": round(100.0 * right / total, 1), "frames": total}
+            q, state = vaiq.infer(model, {"input": frame, "state": state, "sr": np.array(RATE, np.int64)}, threads=1)
+            p[i] = float(q.reshape(-1)[0])
+        out.append((p, truth))
+    return out
+
+
+def score(directory, model, reference=None):
+    p = probabilities(directory, model)
+    right = sum(int(np.sum((q >= 0.5) == t)) for q, t in p)
+    total = sum(t.size for _, t in p)
+    result = {"metric": round(100.0 * right / total, 1), "frames": total}
+    if reference:
+        f = probabilities(directory, reference)
+        result["decisions_agree"] = round(100.0 * sum(int(np.sum((q >= 0.5) == (r >= 0.5))) for (q, _), (r, _) in
+                                                      zip(p, f)) / total, 1)
+        result["mean_abs_diff"] = round(float(np.mean(np.concatenate([np.abs(q - r) for (q, _), (r, _) in zip(p, f)]))), 4)
+    return result
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "data":
         make_data(sys.argv[2])
     elif sys.argv[1] == "score":
-        print(json.dumps(score(sys.argv[2], sys.argv[3])))
+        print(json.dumps(score(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)))
     else:
         sys.exit(__doc__)

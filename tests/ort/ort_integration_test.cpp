@@ -1526,3 +1526,36 @@ TEST(LargeModel, OverTwoGigabytesQuantizesAndConvertsWithinItsMemoryGoals) {
     EXPECT_LT(large::children_peak_rss(), model_bytes * 23 / 20);
     fs::remove_all(dir, ec);
 }
+
+// An If branch quantized by EnableSubgraph runs in ONNX Runtime as in vaiq.
+TEST(OnnxRuntimeSubgraphs, AQuantizedBranchRunsAsInVaiq) {
+    const auto dir = vaiq::test::temp_dir();
+    const auto model = vaiq::test::branching_model();
+    vaiq::save_model(model, dir / "in.onnx");
+    for (int i = 0; i < 4; ++i) {
+        const auto sample = dir / "data" / std::to_string(i);
+        fs::create_directories(sample);
+        vaiq::write_npy(sample / "x.npy", vaiq::test::ramp({1, 8}, -1.0f + 0.2f * static_cast<float>(i), 0.25f));
+        vaiq::Tensor flag(vaiq::DataType::Bool, {});
+        flag.mutable_bytes()[0] = std::byte{i % 2 == 0};
+        vaiq::write_npy(sample / "flag.npy", flag);
+    }
+    auto r =
+        run_command(std::string(VAIQ_CLI) + " -q run " + VAIQ_SOURCE_DIR "/recipes/cpu.yaml --model " +
+                    (dir / "in.onnx").string() + " --data " + (dir / "data").string() + " --output " +
+                    (dir / "out.onnx").string() + " --set extra_options.EnableSubgraph=true " + exact_int8_settings());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto written = vaiq::load_model(dir / "out.onnx");
+    vaiq::runtime::Executor executor(written);
+    for (int i : {0, 1}) {  // one sample down each branch
+        const auto sample = dir / "data" / std::to_string(i);
+        r = run_in_ort(dir / "out.onnx", dir / "ort", {sample / "x.npy", sample / "flag.npy"});
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        const auto theirs = vaiq::read_npy(dir / "ort" / "output_0.npy");
+        const auto ours =
+            executor.run({{"x", vaiq::read_npy(sample / "x.npy")}, {"flag", vaiq::read_npy(sample / "flag.npy")}})[0];
+        ASSERT_EQ(theirs.size(), ours.size());
+        for (int64_t k = 0; k < ours.size(); ++k)
+            EXPECT_NEAR(theirs.data<float>()[k], ours.data<float>()[k], 1e-5f) << "sample " << i << ", value " << k;
+    }
+}

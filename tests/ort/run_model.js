@@ -15,6 +15,7 @@ const ort = require('onnxruntime-node');
 const TYPES = {  // numpy descr -> [ORT type, array type]
   '<f4': ['float32', Float32Array], '|u1': ['uint8', Uint8Array], '|i1': ['int8', Int8Array],
   '<i8': ['int64', BigInt64Array], '<i4': ['int32', Int32Array], '<f2': ['float16', Uint16Array],
+  '|b1': ['bool', Uint8Array],
 };
 
 function readNpy(file) {

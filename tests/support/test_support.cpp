@@ -325,6 +325,43 @@ ShardedCalibration calibrate_in_shards(const std::string& calibrator, const nloh
     return {whole->result(), merged->result(), extent};
 }
 
+// y = If(flag, then: Relu(x @ W), else: x @ V); the branches read x, W and V from the main graph.
+Model branching_model() {
+    GraphBuilder b;
+    b.input("x", {1, 8}).input("flag", {}, DataType::Bool).output("y", {1, 8});
+    b.initializer("W", ramp({8, 8}, -0.5f, 0.0157f)).initializer("V", ramp({8, 8}, 0.4f, -0.011f));
+    auto branch = [](const std::string& name, const std::string& weight, bool relu) {
+        onnx::GraphProto g;
+        g.set_name(name);
+        auto* mm = g.add_node();
+        mm->set_op_type("MatMul");
+        mm->set_name(name + "_mm");
+        mm->add_input("x");
+        mm->add_input(weight);
+        mm->add_output(name + "_product");
+        std::string out = name + "_product";
+        if (relu) {
+            auto* r = g.add_node();
+            r->set_op_type("Relu");
+            r->set_name(name + "_relu");
+            r->add_input(out);
+            out = name + "_out";
+            r->add_output(out);
+        }
+        g.add_output()->set_name(out);  // typed by the If, as exporters leave it
+        return g;
+    };
+    auto& node = b.node("If", {"flag"}, {"y"}, "choose");
+    for (const auto& [attr, graph] :
+         {std::pair{"then_branch", branch("then", "W", true)}, std::pair{"else_branch", branch("else", "V", false)}}) {
+        auto* a = node.add_attribute();
+        a->set_name(attr);
+        a->set_type(onnx::AttributeProto::GRAPH);
+        *a->mutable_g() = graph;
+    }
+    return b.build();
+}
+
 }  // namespace vaiq::test
 
 int main(int argc, char** argv) {

@@ -110,6 +110,10 @@ std::string compare_golden(const std::filesystem::path& golden, const std::strin
 /// Conv(x, w, b) -> Relu -> y on a [1, 2, 4, 4] input, 3 output channels.
 Model conv_relu_model(int64_t opset = 13);
 
+/// y = If(flag, then: Relu(x @ W), else: x @ V), x [1, 8], flag a bool scalar: the
+/// branches read x, W and V from the main graph (nodes then_mm, then_relu, else_mm).
+Model branching_model();
+
 /// Adds a LayerNorm over the last axis (length `width`) of `x` as exporters
 /// spell it before opset 17, writing `y`: (x - mean) / sqrt(mean((x - mean)^2)
 /// + 1e-5) * gamma + beta, gamma 0.5 + 0.1 i and beta 0.2 i - 0.3. Its nodes

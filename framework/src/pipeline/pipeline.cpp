@@ -23,6 +23,7 @@
 #include "pipeline/planner.hpp"
 #include "pipeline/preprocess.hpp"
 #include "pipeline/selection.hpp"
+#include "pipeline/subgraphs.hpp"
 #include "recipe/defaults.hpp"
 #include "report/diagnosis.hpp"
 #include "report/dump.hpp"
@@ -118,6 +119,10 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
         warn_unimplemented_defaults(recipe, step.phase);
         const auto start = std::chrono::steady_clock::now();
         step.run(s);
+        if (step.phase == Phase::Emit && s.settings.enable_subgraph)
+            quantize_subgraphs(s, [&registry](const Recipe& branch, const RunOptions& nested) {
+                return quantize(branch, registry, nested, /*writes=*/false);
+            });
         s.report["phases"].push_back(phase_entry(step.phase, start));
         log_debug("phase {} took {:.3f} s", phase_name(step.phase), s.report["phases"].back()["seconds"].get<double>());
     }

@@ -47,6 +47,19 @@ std::set<std::string> name_set(const Recipe& recipe, std::string_view key, const
     return out;
 }
 
+// The nodes of the graphs inside a graph's nodes (If branches, Loop bodies), at every depth.
+void collect_nested_nodes(const onnx::GraphProto& graph, std::vector<const onnx::NodeProto*>& out) {
+    auto visit = [&](const onnx::GraphProto& g) {
+        for (const auto& node : g.node()) out.push_back(&node);
+        collect_nested_nodes(g, out);
+    };
+    for (const auto& node : graph.node())
+        for (const auto& attr : node.attribute()) {
+            if (attr.has_g()) visit(attr.g());
+            for (const auto& g : attr.graphs()) visit(g);
+        }
+}
+
 // Nodes downstream of `starts` (inclusive) or, with `upstream`, the nodes they depend on.
 std::vector<bool> reachable(const onnx::GraphProto& graph, const std::vector<std::string>& names,
                             const std::set<std::string>& starts, bool upstream) {
@@ -100,11 +113,17 @@ std::vector<NodeDecision> decide_nodes(const Recipe& recipe, const Model& model,
     const auto& graph = model.graph();
     std::vector<std::string> names;
     for (int n = 0; n < graph.node_size(); ++n) names.push_back(display_name(graph.node(n), n));
+    // With EnableSubgraph the settings may name the nodes of branches, which their own runs decide.
+    std::vector<const onnx::NodeProto*> nested;
+    if (recipe.value("extra_options.EnableSubgraph").get<bool>()) collect_nested_nodes(graph, nested);
+    auto known = names;
+    for (const auto* node : nested)
+        if (!node->name().empty()) known.push_back(node->name());
 
-    const auto to_quantize = name_set(recipe, "nodes_to_quantize", names);
-    const auto to_exclude = name_set(recipe, "nodes_to_exclude", names);
-    const auto inputs = name_set(recipe, "input_nodes", names);
-    const auto outputs = name_set(recipe, "output_nodes", names);
+    const auto to_quantize = name_set(recipe, "nodes_to_quantize", known);
+    const auto to_exclude = name_set(recipe, "nodes_to_exclude", known);
+    const auto inputs = name_set(recipe, "input_nodes", known);
+    const auto outputs = name_set(recipe, "output_nodes", known);
     const auto after_inputs = reachable(graph, names, inputs, false);
     const auto before_outputs = reachable(graph, names, outputs, true);
     std::set<std::string> op_types;
@@ -158,6 +177,9 @@ std::vector<NodeDecision> decide_nodes(const Recipe& recipe, const Model& model,
         }
         decisions.push_back(std::move(d));
     }
+    for (const auto* node : nested)
+        for (size_t i = 0; i < overrides.size(); ++i)
+            match_count[i] += override_matches(overrides[i]["match"], *node, node->name());
     for (size_t i = 0; i < overrides.size(); ++i) {
         const auto& o = overrides[i];
         if (match_count[i] == 0 && !o["match"]["optional"].get<bool>()) {

@@ -240,7 +240,9 @@ const std::vector<KeySpec>& recipe_keys() {
          "it writes infinities. Its scale and shift are quantized as usual."},
         {"extra_options.RemoveInputInit", K::Bool, "true", P::Prepare, yes,
          "Remove initializers from the graph inputs so they are treated as constants."},
-        {"extra_options.EnableSubgraph", K::Bool, "false", P::Plan, no, "Quantize subgraphs too."},
+        {"extra_options.EnableSubgraph", K::Bool, "false", P::Emit, yes,
+         "Quantize the branches of If nodes too, each on the calibration batches that take it (Loop and Scan bodies "
+         "stay float)."},
         {"extra_options.ForceQuantizeNoInputCheck", K::Bool, "false", P::Plan, yes,
          "Quantize latent operators (MaxPool, Transpose, ...) even when their input is not quantized."},
         {"extra_options.MatMulConstBOnly", K::Bool, "false", P::Plan, yes,

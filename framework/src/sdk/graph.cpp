@@ -171,6 +171,11 @@ UniqueNames::UniqueNames(const onnx::GraphProto& graph) {
     for (const auto& node : graph.node()) {
         used_.insert(node.name());
         for (const auto& o : node.output()) used_.insert(o);
+        // ONNX names are unique across scopes: a branch's names are taken too.
+        for (const auto& attr : node.attribute()) {
+            if (attr.has_g()) used_.merge(UniqueNames(attr.g()).used_);
+            for (const auto& g : attr.graphs()) used_.merge(UniqueNames(g).used_);
+        }
     }
     for (const auto& i : graph.input()) used_.insert(i.name());
     for (const auto& i : graph.initializer()) used_.insert(i.name());

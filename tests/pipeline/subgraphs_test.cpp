@@ -1,0 +1,145 @@
+// EnableSubgraph: If branches quantized by nested runs of the recipe.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "pipeline/pipeline.hpp"
+#include "pipeline/subgraphs.hpp"
+#include "runtime/executor.hpp"
+#include "sdk/npy.hpp"
+#include "test_support.hpp"
+#include "vaiq/error.hpp"
+
+namespace fs = std::filesystem;
+using vaiq::DataType;
+using vaiq::Tensor;
+
+namespace {
+
+// Calibration samples: x a ramp that moves, flag as `flags` says.
+void write_samples(const fs::path& dir, const std::vector<bool>& flags) {
+    for (size_t i = 0; i < flags.size(); ++i) {
+        const auto sample = dir / "data" / std::to_string(i);
+        fs::create_directories(sample);
+        vaiq::write_npy(sample / "x.npy", vaiq::test::ramp({1, 8}, -1.0f + 0.1f * static_cast<float>(i), 0.25f));
+        Tensor flag(DataType::Bool, {});
+        flag.mutable_bytes()[0] = std::byte{flags[i]};
+        vaiq::write_npy(sample / "flag.npy", flag);
+    }
+}
+
+const onnx::GraphProto& branch_of(const vaiq::Model& model, const std::string& attr) {
+    for (const auto& node : model.graph().node())
+        for (const auto& a : node.attribute())
+            if (node.op_type() == "If" && a.name() == attr) return a.g();
+    throw std::runtime_error("no " + attr);
+}
+
+int count_ops(const onnx::GraphProto& graph, const std::string& op) {
+    int n = 0;
+    for (const auto& node : graph.node()) n += node.op_type() == op;
+    return n;
+}
+
+// Every value the model defines, at every depth, with how often.
+void count_defined(const onnx::GraphProto& graph, std::map<std::string, int>& seen) {
+    for (const auto& i : graph.initializer()) ++seen[i.name()];
+    for (const auto& node : graph.node()) {
+        for (const auto& o : node.output()) ++seen[o];
+        for (const auto& a : node.attribute())
+            if (a.has_g()) count_defined(a.g(), seen);
+    }
+}
+
+const std::string kRecipe =
+    "target: cpu\ncalibrate_method: MinMax\ncalibration_data_reader: data\nextra_options: {EnableSubgraph: true}\n";
+
+class Subgraphs : public ::testing::Test {
+  protected:
+    void SetUp() override { registry.load_default_paths(); }
+    vaiq::PluginRegistry registry;
+    fs::path dir = vaiq::test::temp_dir();
+};
+
+}  // namespace
+
+TEST(OuterReferences, AreWhatAGraphReadsAndDefinesNowhereInside) {
+    const auto model = vaiq::test::branching_model();
+    EXPECT_EQ(vaiq::phases::outer_references(branch_of(model, "then_branch")), (std::vector<std::string>{"W", "x"}));
+    EXPECT_EQ(vaiq::phases::outer_references(model.graph()), std::vector<std::string>{});
+}
+
+TEST_F(Subgraphs, TheBranchTheDataTakesIsQuantizedAndTheOtherStaysFloat) {
+    const auto model = vaiq::test::branching_model();
+    vaiq::save_model(model, dir / "in.onnx");
+    write_samples(dir, {true, true, true, true});
+    const auto report = vaiq::test::run_recipe_in(dir, registry, kRecipe);
+
+    ASSERT_EQ(report["subgraphs"].size(), 2u) << report["subgraphs"].dump();
+    for (const auto& entry : report["subgraphs"]) {
+        EXPECT_EQ(entry["node"], "choose");
+        if (entry["branch"] == "then_branch") {
+            EXPECT_TRUE(entry["quantized"].get<bool>());
+            EXPECT_EQ(entry["batches"], 4);
+            EXPECT_GT(entry["quantized_tensors"].get<int>(), 0);
+        } else {
+            EXPECT_FALSE(entry["quantized"].get<bool>());
+            EXPECT_EQ(entry["why"], "no calibration batch took it");
+        }
+    }
+    const auto written = vaiq::load_model(dir / "out.onnx");
+    const auto& then = branch_of(written, "then_branch");
+    EXPECT_GT(count_ops(then, "QuantizeLinear"), 0);
+    EXPECT_EQ(then.input_size(), 0) << "the branch reads x from the main graph again";
+    EXPECT_EQ(count_ops(branch_of(written, "else_branch"), "QuantizeLinear"), 0);
+    EXPECT_EQ(count_ops(written.graph(), "QuantizeLinear"), 0) << "the main graph has nothing to quantize";
+
+    // The written model computes what the float one does, within 8-bit error.
+    vaiq::runtime::Executor quantized(written), reference(model);
+    const std::map<std::string, Tensor> feeds = {{"x", vaiq::read_npy(dir / "data" / "2" / "x.npy")},
+                                                 {"flag", vaiq::read_npy(dir / "data" / "2" / "flag.npy")}};
+    const auto q = quantized.run(feeds).at(0), f = reference.run(feeds).at(0);
+    ASSERT_EQ(q.size(), f.size());
+    float largest = 0;
+    for (int64_t i = 0; i < f.size(); ++i) largest = std::max(largest, std::abs(f.data<float>()[i]));
+    ASSERT_GT(largest, 0.1f);
+    for (int64_t i = 0; i < f.size(); ++i) EXPECT_NEAR(q.data<float>()[i], f.data<float>()[i], 0.03f * largest) << i;
+}
+
+TEST_F(Subgraphs, BothBranchesQuantizedKeepEveryNameUnique) {
+    vaiq::save_model(vaiq::test::branching_model(), dir / "in.onnx");
+    write_samples(dir, {true, false, true, false, false});
+    const auto report = vaiq::test::run_recipe_in(dir, registry, kRecipe);
+    for (const auto& entry : report["subgraphs"]) EXPECT_TRUE(entry["quantized"].get<bool>()) << entry.dump();
+
+    const auto written = vaiq::load_model(dir / "out.onnx");
+    EXPECT_GT(count_ops(branch_of(written, "then_branch"), "QuantizeLinear"), 0);
+    EXPECT_GT(count_ops(branch_of(written, "else_branch"), "QuantizeLinear"), 0);
+    std::map<std::string, int> defined;
+    count_defined(written.graph(), defined);
+    for (const auto& [name, count] : defined) EXPECT_EQ(count, 1) << name << " is defined more than once";
+    EXPECT_NO_THROW(vaiq::check_model(written));
+    for (const auto& init : written.graph().initializer())
+        EXPECT_TRUE(init.name() != "W" && init.name() != "V") << init.name() << ": each branch holds its own now";
+}
+
+TEST_F(Subgraphs, NodeListsMayNameTheNodesOfBranches) {
+    vaiq::save_model(vaiq::test::branching_model(), dir / "in.onnx");
+    write_samples(dir, {true, false});
+    const auto report = vaiq::test::run_recipe_in(dir, registry, kRecipe + "nodes_to_exclude: [then_mm, then_relu]\n");
+    for (const auto& entry : report["subgraphs"])
+        EXPECT_EQ(entry["quantized_tensors"].get<int>() > 0, entry["branch"] == "else_branch") << entry.dump();
+
+    // Without EnableSubgraph a branch's node is not one the run decides.
+    const auto other = vaiq::test::temp_dir();
+    vaiq::save_model(vaiq::test::branching_model(), other / "in.onnx");
+    write_samples(other, {true});
+    try {
+        vaiq::test::run_recipe_in(other, registry,
+                                  "target: cpu\ncalibration_data_reader: data\nnodes_to_exclude: [then_mm]\n");
+        ADD_FAILURE() << "a branch's node was accepted without EnableSubgraph";
+    } catch (const vaiq::InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("which is not a node of the model"), std::string::npos) << e.what();
+    }
+}
