@@ -204,8 +204,10 @@ void record(RunState& s, std::vector<Branch>& branches, TensorSpool& spool) {
         for (auto& b : branches) {
             const auto c = conditions.find(b.condition);
             if (c == conditions.end() || c->second != b.taken_when) continue;
-            auto& feeds = b.batches.emplace_back();
-            for (const auto& name : b.inputs) feeds[name] = stored.at(name);
+            std::map<std::string, size_t> feeds;
+            for (const auto& name : b.inputs)
+                if (const auto it = stored.find(name); it != stored.end()) feeds[name] = it->second;
+            if (feeds.size() == b.inputs.size()) b.batches.push_back(std::move(feeds));
         }
     }
 }
