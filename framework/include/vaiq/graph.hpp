@@ -89,6 +89,32 @@ VAIQ_API std::optional<std::pair<float, float>> clip_bounds(const onnx::NodeProt
 /// Whether a Pad fills with zeros (constant mode, value 0 or none).
 VAIQ_API bool pads_with_zeros(const onnx::NodeProto& pad, const GraphIndex& index);
 
+/// Calls `visit` on each graph a node holds in its attributes (If branches,
+/// Loop and Scan bodies), or on each graph the nodes of `graph` hold. One level:
+/// a visitor that needs every depth calls it again.
+template <typename F>
+void for_each_subgraph(const onnx::NodeProto& node, const F& visit) {
+    for (const auto& attr : node.attribute()) {
+        if (attr.has_g()) visit(attr.g());
+        for (const auto& g : attr.graphs()) visit(g);
+    }
+}
+template <typename F>
+void for_each_subgraph(onnx::NodeProto& node, const F& visit) {
+    for (auto& attr : *node.mutable_attribute()) {
+        if (attr.has_g()) visit(*attr.mutable_g());
+        for (auto& g : *attr.mutable_graphs()) visit(g);
+    }
+}
+template <typename F>
+void for_each_subgraph(const onnx::GraphProto& graph, const F& visit) {
+    for (const auto& node : graph.node()) for_each_subgraph(node, visit);
+}
+template <typename F>
+void for_each_subgraph(onnx::GraphProto& graph, const F& visit) {
+    for (auto& node : *graph.mutable_node()) for_each_subgraph(node, visit);
+}
+
 /// Tensors a node's subgraphs (If branches, Loop and Scan bodies) read from
 /// the enclosing scope, sorted.
 VAIQ_API std::vector<std::string> outer_scope_reads(const onnx::NodeProto& node);

@@ -49,15 +49,10 @@ std::set<std::string> name_set(const Recipe& recipe, std::string_view key, const
 
 // The nodes of the graphs inside a graph's nodes (If branches, Loop bodies), at every depth.
 void collect_nested_nodes(const onnx::GraphProto& graph, std::vector<const onnx::NodeProto*>& out) {
-    auto visit = [&](const onnx::GraphProto& g) {
+    for_each_subgraph(graph, [&](const onnx::GraphProto& g) {
         for (const auto& node : g.node()) out.push_back(&node);
         collect_nested_nodes(g, out);
-    };
-    for (const auto& node : graph.node())
-        for (const auto& attr : node.attribute()) {
-            if (attr.has_g()) visit(attr.g());
-            for (const auto& g : attr.graphs()) visit(g);
-        }
+    });
 }
 
 // Nodes downstream of `starts` (inclusive) or, with `upstream`, the nodes they depend on.

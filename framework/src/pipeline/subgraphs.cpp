@@ -22,24 +22,6 @@ namespace vaiq::phases {
 
 namespace {
 
-template <typename F>
-void for_each_subgraph(const onnx::GraphProto& graph, const F& visit) {
-    for (const auto& node : graph.node())
-        for (const auto& attr : node.attribute()) {
-            if (attr.has_g()) visit(attr.g());
-            for (const auto& g : attr.graphs()) visit(g);
-        }
-}
-
-template <typename F>
-void for_each_subgraph(onnx::GraphProto& graph, const F& visit) {
-    for (auto& node : *graph.mutable_node())
-        for (auto& attr : *node.mutable_attribute()) {
-            if (attr.has_g()) visit(*attr.mutable_g());
-            for (auto& g : *attr.mutable_graphs()) visit(g);
-        }
-}
-
 // Every value a graph and the graphs inside it define.
 void collect_defined(const onnx::GraphProto& graph, std::set<std::string>& defined) {
     for (const auto& i : graph.input()) defined.insert(i.name());

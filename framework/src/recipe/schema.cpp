@@ -30,7 +30,6 @@ namespace {
 using K = ValueKind;
 using P = Phase;
 constexpr bool yes = true;
-constexpr bool no = false;
 }  // namespace
 
 // Defaults and wording follow the Vitis AI ONNX quantizer reference

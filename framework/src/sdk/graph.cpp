@@ -29,10 +29,7 @@ void collect_outer_reads(const onnx::GraphProto& graph, std::unordered_set<std::
     for (const auto& node : graph.node()) {
         for (const auto& in : node.input()) outer(in);
         std::unordered_set<std::string> nested;
-        for (const auto& attr : node.attribute()) {
-            if (attr.has_g()) collect_outer_reads(attr.g(), nested);
-            for (const auto& g : attr.graphs()) collect_outer_reads(g, nested);
-        }
+        for_each_subgraph(node, [&](const onnx::GraphProto& g) { collect_outer_reads(g, nested); });
         for (const auto& name : nested) outer(name);
     }
     for (const auto& o : graph.output()) outer(o.name());
@@ -40,10 +37,7 @@ void collect_outer_reads(const onnx::GraphProto& graph, std::unordered_set<std::
 
 std::unordered_set<std::string> subgraph_reads(const onnx::NodeProto& node) {
     std::unordered_set<std::string> reads;
-    for (const auto& attr : node.attribute()) {
-        if (attr.has_g()) collect_outer_reads(attr.g(), reads);
-        for (const auto& g : attr.graphs()) collect_outer_reads(g, reads);
-    }
+    for_each_subgraph(node, [&](const onnx::GraphProto& g) { collect_outer_reads(g, reads); });
     return reads;
 }
 }  // namespace
@@ -172,10 +166,7 @@ UniqueNames::UniqueNames(const onnx::GraphProto& graph) {
         used_.insert(node.name());
         for (const auto& o : node.output()) used_.insert(o);
         // ONNX names are unique across scopes: a branch's names are taken too.
-        for (const auto& attr : node.attribute()) {
-            if (attr.has_g()) used_.merge(UniqueNames(attr.g()).used_);
-            for (const auto& g : attr.graphs()) used_.merge(UniqueNames(g).used_);
-        }
+        for_each_subgraph(node, [&](const onnx::GraphProto& g) { used_.merge(UniqueNames(g).used_); });
     }
     for (const auto& i : graph.input()) used_.insert(i.name());
     for (const auto& i : graph.initializer()) used_.insert(i.name());
@@ -195,10 +186,7 @@ void rename_reads(onnx::GraphProto& graph, std::string_view from, std::string_vi
         for (auto& in : *node.mutable_input())
             if (in == from) in = std::string(to);
         // ONNX names are unique across scopes, so a subgraph naming `from` reads ours.
-        for (auto& attr : *node.mutable_attribute()) {
-            if (attr.has_g()) rename_reads(*attr.mutable_g(), from, to);
-            for (auto& g : *attr.mutable_graphs()) rename_reads(g, from, to);
-        }
+        for_each_subgraph(node, [&](onnx::GraphProto& g) { rename_reads(g, from, to); });
     }
 }
 }  // namespace

@@ -226,8 +226,7 @@ void check_structure(const onnx::GraphProto& graph, std::set<std::string> define
             if (!in.empty() && !defined.count(in))
                 throw InputError(fmt::format("the model's node '{}' ({}) reads '{}' before anything defines it",
                                              node.name(), node.op_type(), in));
-        for (const auto& a : node.attribute())
-            if (a.has_g()) check_structure(a.g(), defined);
+        for_each_subgraph(node, [&](const onnx::GraphProto& g) { check_structure(g, defined); });
         for (const auto& out : node.output())
             if (!out.empty() && !defined.insert(out).second)
                 throw InputError(fmt::format("the model defines '{}' twice (node '{}')", out, node.name()));
@@ -402,8 +401,7 @@ void upgrade_nodes(onnx::GraphProto& graph, int64_t from, int64_t to) {
                                                              "ReduceLogSumExp", "ReduceMax",  "ReduceMean",
                                                              "ReduceMin",       "ReduceProd", "ReduceSumSquare"};
     for (auto& node : *graph.mutable_node()) {
-        for (auto& a : *node.mutable_attribute())
-            if (a.has_g()) upgrade_nodes(*a.mutable_g(), from, to);
+        for_each_subgraph(node, [&](onnx::GraphProto& g) { upgrade_nodes(g, from, to); });
         if (!is_default_domain(node)) continue;
         const auto& op = node.op_type();
         if (from < 18 && to >= 18 && kReduceAxesToInput.count(op)) {
