@@ -55,6 +55,11 @@ std::optional<std::pair<std::set<std::string>, OutputAgreement>> raise_greedily(
     size_t budget, const OutputAgreement& none,
     const std::function<bool(const OutputAgreement&, const OutputAgreement&)>& better, nlohmann::json& tried) {
     constexpr size_t kRemeasured = 6;
+    // When no candidate measurably helps any more, the candidates are screened
+    // again on top of those raised, but only those whose last estimate was best:
+    // on the PP-OCRv4 recognizer each such step's winner had been within the first
+    // 22 of 88 by its last estimate, and screening all 88 cost 11 s a step.
+    constexpr size_t kRescreened = 32;
     // The most harmful alone, twice as many as the budget holds and a few more.
     std::vector<std::string> pool(
         ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(std::min(ranked.size(), 2 * budget + 8)));
@@ -148,11 +153,12 @@ std::optional<std::pair<std::set<std::string>, OutputAgreement>> raise_greedily(
         if (candidates.empty()) break;
         settle(step);
         if (!better(candidates.front().error, current) || !fresh(candidates.front(), step)) {
-            // Before giving up, every other candidate is screened again on top of
-            // those raised now, and the best of them measured.
+            // Before giving up, the most promising others are screened again on
+            // top of those raised now (candidates are in order of their last
+            // estimate), and the best of them measured.
             std::vector<Candidate*> stale;
             for (auto& c : candidates)
-                if (!fresh(c, step)) stale.push_back(&c);
+                if (!fresh(c, step) && stale.size() < kRescreened) stale.push_back(&c);
             screen(stale, step);
             settle(step);
         }

@@ -115,6 +115,46 @@ TEST(MixedPrecisionSearch, OutOfReachByTheRankingItRaisesWhatMeasurablyHelps) {
         << "nothing raised, the whole budget, and the best candidate on the searched batches";
 }
 
+// Once no candidate measurably helps, only the most promising by their last
+// estimate are screened again before the search stops, not all of them: here
+// 50 candidates, of which only c helps; after c is raised, six are measured
+// again on the searched batches and at most 32 of the rest screened.
+TEST(MixedPrecisionSearch, ARescreenCoversTheMostPromisingCandidatesOnly) {
+    auto model_with_error = [](float error) {
+        GraphBuilder b;
+        b.input("x", {2, 4}).output("y", {2, 4});
+        b.initializer("e", Tensor::from_values<float>({1}, std::vector<float>{error}));
+        b.node("Add", {"x", "e"}, {"y"});
+        return b.build();
+    };
+    vaiq::ReferenceBatches reference;
+    reference.measured = {{0, "y", {}}};
+    for (int i = 0; i < 8; ++i) {
+        std::vector<float> x(8);
+        for (int k = 0; k < 8; ++k) x[k] = static_cast<float>((k * 3 + i) % 7) - 3.0f;
+        const auto t = Tensor::from_values<float>({2, 4}, x);
+        reference.feeds.push_back({{"x", t}});
+        reference.outputs.push_back({t});
+    }
+    auto measured = std::make_shared<std::array<int, 4>>();
+    const auto raise = raising_on(
+        reference,
+        [&](const std::set<std::string>& raised) { return model_with_error(raised.count("c") ? 0.1f : 1.0f); },
+        measured);
+    std::vector<vaiq::TensorSensitivity> ranking;
+    for (int k = 0; k < 49; ++k)
+        ranking.push_back(
+            {"t" + std::to_string(k), vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0, false});
+    ranking.push_back({"c", vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0, false});
+    vaiq::MixedPrecisionTarget target;
+    target.sqnr_db = 40.0;  // out of reach: the search stops when nothing helps
+    const auto result = vaiq::search_mixed_precision(
+        target, [&] { return ranking; }, raise, 21);
+    EXPECT_EQ(result.raised, (std::set<std::string>{"c"}));
+    EXPECT_EQ((*measured)[static_cast<size_t>(vaiq::BatchSet::Screening)], 50 + 32)
+        << "every candidate screened once, then the 32 best of the rest again";
+}
+
 TEST(MixedPrecisionSearch, ScreeningIsEveryThirdSearchedBatch) {
     std::vector<size_t> screening;
     for (size_t b = 0; b < 12; ++b)
