@@ -1185,6 +1185,20 @@ TEST(OnnxRuntimeInt4, AwqLiteAndGptqOutputsRunAndAgreeWithVaiq) {
     EXPECT_LT(relative_error(run.ours, run.ort), 1e-5) << "vaiq computes what ONNX Runtime does";
 }
 
+// HQQ's float zero points: MatMulNBits takes them unpacked, in the scales' type.
+TEST(OnnxRuntimeInt4, HqqFloatZeroPointsRunAsMatMulNBitsAndAgreeWithVaiq) {
+    const auto input = normal_tensor({1, 5, 256}, 1.0f, 13);
+    const auto hqq = quantize_in_mode(mlp_model(), "int4_hqq.yaml", "", input);
+    EXPECT_EQ(op_counts(hqq.written).at("MatMulNBits"), 2);
+    EXPECT_EQ(hqq.report["hqq"]["weights"].size(), 2u);
+    EXPECT_LT(relative_error(hqq.ours, hqq.ort), 1e-5) << "vaiq computes what ONNX Runtime does";
+    const auto rtn = quantize_in_mode(mlp_model(), "int4_rtn.yaml",
+                                      "--set weight_type=QUInt4 --set extra_options.WeightSymmetric=false", input);
+    EXPECT_GT(hqq.report["evaluation"]["outputs"][0]["sqnr_db"].get<double>(),
+              rtn.report["evaluation"]["outputs"][0]["sqnr_db"].get<double>() - 0.5)
+        << "normal weights: HQQ's lower weight error keeps the output about as close";
+}
+
 TEST(OnnxRuntimeInt4, RtnAsOpset21QdqComputesWhatMatMulNBitsDoes) {
     const auto input = normal_tensor({1, 5, 256}, 1.0f, 13);
     const auto nbits = quantize_in_mode(mlp_model(), "int4_rtn.yaml", "", input);

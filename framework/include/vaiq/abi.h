@@ -22,7 +22,8 @@
 #endif
 
 /** The ABI revision of this SDK; a plugin must carry exactly this number. */
-/* 13: block floating point and MX quant types, QuantSpec/QuantParams::shared_exponent;
+/* 14: QuantParams::float_zero_point (HQQ);
+ * 13: block floating point and MX quant types, QuantSpec/QuantParams::shared_exponent;
  * 12: run_forking() rewrites values (RewriteFunction), ModelRunner::can_fork(), AlgorithmContext::agreements();
  * 11: QuantRequest without enable_dpu (a target option), BatchSet::Screening;
  * 10: ModelRunner::run_forking(), AlgorithmContext::forking_runner();
@@ -30,7 +31,7 @@
  * 8: the algorithm kind (vaiq/algorithm.hpp);
  * 7: RangeObserver::order_free(), Pass::keeps_function();
  * 6: QuantSpec::dynamic, RangeObserver statistics() and merge(), 4-bit types and block-wise parameters */
-#define VAIQ_ABI_VERSION 13u
+#define VAIQ_ABI_VERSION 14u
 
 /** Name of the one symbol a plugin library exports. */
 #define VAIQ_PLUGIN_ENTRY_NAME "vaiq_plugin_entry"

@@ -114,6 +114,10 @@ struct QuantParams {
     std::vector<int64_t> block_shape;  ///< the scale tensor's shape when block_size > 0
     /// Block float types (scale 1, zero point 0, per tensor): their shared-exponent blocks.
     SharedExponentBlocks shared_exponent{};
+    /// Non-empty: a float zero point per scale (HQQ's), used in place of
+    /// zero_point (which holds them rounded): q = round(x / scale + z), then
+    /// (q - z) * scale. Only MatMulNBits stores them; other formats refuse them.
+    std::vector<float> float_zero_point;
 };
 
 /// Scale and zero point for [rmin, rmax] as ONNX Runtime computes them: the range
@@ -206,7 +210,8 @@ struct TensorQuant {
 /// Checks that parameters can be written: as many zero points as scales, scales
 /// positive and finite, zero points inside the type's range, per-channel only on
 /// opset >= 13, block-wise (and 4-bit, always block-wise) only when the format
-/// writes `blocks` and on opset >= 21. Throws InputError naming the tensor, also
+/// writes `blocks` and on opset >= 21, no float zero points (MatMulNBits writes
+/// those and does not call this). Throws InputError naming the tensor, also
 /// for a dynamic tensor (formats that write DynamicQuantizeLinear check those
 /// themselves).
 VAIQ_API void check_quant_params(const TensorQuant& t, int64_t opset, bool blocks = false);

@@ -154,11 +154,15 @@ void choose_parameters(RunState& s, const std::string& algorithm, const std::str
                            params.zero_point.size() == old.zero_point.size() && params.axis == old.axis &&
                            params.block_size == old.block_size;
     const bool scales_ok =
-        std::all_of(params.scale.begin(), params.scale.end(), [](float v) { return std::isfinite(v) && v > 0; });
+        std::all_of(params.scale.begin(), params.scale.end(), [](float v) { return std::isfinite(v) && v > 0; }) &&
+        (params.float_zero_point.empty() || params.float_zero_point.size() == params.scale.size()) &&
+        std::all_of(params.float_zero_point.begin(), params.float_zero_point.end(),
+                    [](float v) { return std::isfinite(v); });
     if (!same_form || !scales_ok)
         throw InputError(
             fmt::format("algorithm '{}' chose parameters for '{}' of another form than calibration's "
-                        "({} {} scales, axis {}) or with a scale that is not finite and positive",
+                        "({} {} scales, axis {}) or with a scale that is not finite and positive (or a float "
+                        "zero point that is not finite, or not one a scale)",
                         algorithm, tensor, quant_type_name(old.type), old.scale.size(), old.axis));
     it->params = params;
     s.chosen_params[tensor] = params;

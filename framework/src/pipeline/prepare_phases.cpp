@@ -106,8 +106,8 @@ void prepare_phase(RunState& s) {
     };
     s.function_kept = run_passes(passes, s.registry, s.model, s.report["passes"], measure);
     const auto& algorithm = s.settings.weight_only_algorithm;
-    if (s.settings.weight_only && algorithm != "rtn") {
-        // AWQ and GPTQ change weights through float32 arithmetic on float32 tensors.
+    if (s.settings.weight_only && algorithm != "rtn" && algorithm != "hqq") {
+        // AWQ and GPTQ change weights through float32 arithmetic on float32 tensors (HQQ only reads them).
         for (const auto& init : s.model.graph().initializer())
             if (init.data_type() == onnx::TensorProto::FLOAT16)
                 throw InputError(

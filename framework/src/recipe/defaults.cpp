@@ -86,6 +86,7 @@ std::vector<AlgorithmRequest> implied_algorithms(const Recipe& recipe) {
     const auto& algorithm = recipe.value("weight_only_algorithm");
     if (weight_only && (algorithm == "awq_lite" || algorithm == "awq_full")) add("awq_lite", "weight_only_algorithm");
     if (weight_only && algorithm == "gptq") add("gptq", "weight_only_algorithm");
+    if (weight_only && algorithm == "hqq") add("hqq", "weight_only_algorithm");
     if (weight_only && (algorithm == "awq_clip" || algorithm == "awq_full")) add("awq_clip", "weight_only_algorithm");
     return out;
 }

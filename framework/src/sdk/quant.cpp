@@ -387,6 +387,11 @@ void check_quant_params(const TensorQuant& t, int64_t opset, bool blocks) {
     if (four_bit_integer && p.block_size == 0)
         throw InputError(fmt::format("tensor '{}' is {}: 4-bit weights are quantized in blocks (set block_size)",
                                      t.tensor, quant_type_name(p.type)));
+    if (!p.float_zero_point.empty())
+        throw InputError(
+            fmt::format("tensor '{}' has float zero points (weight_only_algorithm: hqq), which "
+                        "DequantizeLinear cannot hold; quant_format MatMulNBits stores them",
+                        t.tensor));
     if (p.scale.empty() || p.scale.size() != p.zero_point.size())
         throw InputError(
             fmt::format("tensor '{}' has {} scales and {} zero points", t.tensor, p.scale.size(), p.zero_point.size()));
@@ -456,7 +461,9 @@ void quantize_into(std::span<const float> in, std::span<Q> out, const QuantParam
 #pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
     for (int64_t i = 0; i < n; ++i) {
         const size_t c = layout.index(static_cast<size_t>(i));
-        const Q q = quantize_value<Q>(in[i] / p.scale[c], static_cast<double>(p.zero_point[c]));
+        const Q q = p.float_zero_point.empty()
+                        ? quantize_value<Q>(in[i] / p.scale[c], static_cast<double>(p.zero_point[c]))
+                        : quantize_value<Q>(in[i] / p.scale[c] + p.float_zero_point[c], 0.0);
         // 4-bit values live in a byte: saturate to their own range.
         out[i] = static_cast<Q>(std::clamp<int64_t>(q, qmin, qmax));
     }
@@ -598,7 +605,8 @@ Tensor fake_quantize(const Tensor& values, const QuantParams& p, std::string_vie
     const ParamLayout layout(shape, p, tensor);
     Tensor out = Tensor::uninitialized(DataType::Float, shape);
     auto dst = out.mutable_data<float>();
-    if (is_integer(p.type) && quant_bits(p.type) <= 16 && p.scale.size() == 1 && p.block_size == 0) {
+    if (is_integer(p.type) && quant_bits(p.type) <= 16 && p.scale.size() == 1 && p.block_size == 0 &&
+        p.float_zero_point.empty()) {
         // One scale of at most 16 bits (an activation's): both steps in one pass
         // that vectorises, giving what they give bit for bit. Adding and taking
         // away 1.5 * 2^23 rounds to the nearest integer, ties to even, below 2^22
@@ -635,6 +643,13 @@ Tensor fake_quantize(const Tensor& values, const QuantParams& p, std::string_vie
     }
     with_storage_type(p.type, [&](auto v) {
         const auto in = q.data<decltype(v)>();
+        if (!p.float_zero_point.empty()) {
+            for (size_t i = 0; i < dst.size(); ++i) {
+                const size_t c = layout.index(i);
+                dst[i] = (static_cast<float>(in[i]) - p.float_zero_point[c]) * p.scale[c];
+            }
+            return;
+        }
         for (size_t i = 0; i < dst.size(); ++i) {
             const size_t c = layout.index(i);
             // As DequantizeLinear computes it: the integer difference, then one float multiply.

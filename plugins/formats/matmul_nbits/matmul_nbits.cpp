@@ -3,9 +3,10 @@
 // blocks along K becomes one MatMulNBits node, B stored column by column as
 // `bits`-bit values packed into bytes (first value in the low nibble), the
 // scales [N, blocks] and, when not the default 2^(bits - 1), the zero points
-// packed the same way. Each Gather whose table [rows, cols] the plan quantizes
-// in blocks along its rows becomes a GatherBlockQuantized, the table packed row
-// by row the same way (uint8 [rows, cols * bits / 8]). Signed plans are stored
+// packed the same way (float zero points, HQQ's: unpacked, in the scales'
+// type). Each Gather whose table [rows, cols] the plan quantizes in blocks
+// along its rows becomes a GatherBlockQuantized, the table packed row by row
+// the same way (uint8 [rows, cols * bits / 8]). Signed plans are stored
 // offset by 2^(bits - 1), which changes no dequantized value. Nothing else may
 // be planned: activations stay float in this form.
 #include <vaiq/vaiq.hpp>
@@ -123,6 +124,11 @@ class Writer {
         if (cols * bits % 8 != 0)
             throw InputError(fmt::format("GatherBlockQuantized packs whole bytes per row: '{}' has {} values a row",
                                          w.tensor, cols));
+        if (!p.float_zero_point.empty())
+            throw InputError(
+                fmt::format("GatherBlockQuantized takes integer zero points; '{}' has float ones (HQQ "
+                            "quantizes MatMul weights only)",
+                            w.tensor));
         const auto codes = stored_codes(w, init);  // [rows, cols]
         std::vector<uint8_t> values(static_cast<size_t>(rows * cols)), zero_points(p.zero_point.size());
         for (size_t i = 0; i < values.size(); ++i) values[i] = codes.value(i);
@@ -209,13 +215,19 @@ class Writer {
         std::vector<uint8_t> values(static_cast<size_t>(n * blocks * block));
         std::vector<uint8_t> zero_points(static_cast<size_t>(n * blocks));
         std::vector<float> scales(static_cast<size_t>(n * blocks));
-        bool default_zero_points = true;
+        // Float zero points (HQQ's) are written unpacked, [N, blocks] in the scales' type, moved up like the codes.
+        const bool float_zero_points = !p.float_zero_point.empty();
+        std::vector<float> float_zeros(float_zero_points ? static_cast<size_t>(n * blocks) : 0);
+        bool default_zero_points = !float_zero_points;
         for (int64_t col = 0; col < n; ++col)
             for (int64_t b = 0; b < blocks; ++b) {
                 const auto param = static_cast<size_t>(b * n + col);  // the [blocks, N] layout of the plan
                 const auto zp = codes.zero_point(p.zero_point[param]);
                 zero_points[static_cast<size_t>(col * blocks + b)] = zp;
                 scales[static_cast<size_t>(col * blocks + b)] = p.scale[param];
+                if (float_zero_points)
+                    float_zeros[static_cast<size_t>(col * blocks + b)] =
+                        p.float_zero_point[param] + static_cast<float>(codes.offset);
                 default_zero_points &= codes.is_default(zp);
                 for (int64_t r = 0; r < block; ++r) {
                     const int64_t row = b * block + r;
@@ -229,7 +241,11 @@ class Writer {
                        {n, blocks}),
             vaiq::add_initializer(graph_, names_, w.tensor + "_scales",
                                   in_weight_type(Tensor::from_values<float>({n, blocks}, scales), init))};
-        if (!default_zero_points)
+        if (float_zero_points)
+            inputs.push_back(
+                vaiq::add_initializer(graph_, names_, w.tensor + "_zero_points",
+                                      in_weight_type(Tensor::from_values<float>({n, blocks}, float_zeros), init)));
+        else if (!default_zero_points)
             inputs.push_back(add_packed(w.tensor + "_zero_points",
                                         pack_rows(zero_points, static_cast<size_t>(blocks), bits), {n}));
         auto out = contrib_node("MatMulNBits", node, bits, inputs);
