@@ -914,6 +914,18 @@ TEST(Cli, TheLanguageModelExampleKeepsItsPerplexityInFourBits) {
     EXPECT_LT(perplexity["awq_clip"], perplexity["rtn"]);
     EXPECT_LT(perplexity["awq_full"], perplexity["awq_lite"]) << "clipping after the scales helps again";
     EXPECT_LT(perplexity["gptq"], perplexity["rtn"]);
+    // HQQ's float zero points against round to nearest on the same unsigned grid (4.436 and 4.455 measured).
+    for (const char* algorithm : {"rtn", "hqq"}) {
+        const auto out = dir / (std::string("unsigned_") + algorithm + ".onnx");
+        const auto run = vaiq_cli("-q run " VAIQ_SOURCE_DIR "/examples/charlm/charlm_int4.yaml --output " +
+                                  out.string() + " --set weight_only_algorithm=" + algorithm +
+                                  " --set weight_type=QUInt4 --set extra_options.WeightSymmetric=false");
+        ASSERT_EQ(run.exit_code, 0) << run.err;
+        const auto report = nlohmann::json::parse(slurp(dir / (std::string("unsigned_") + algorithm + ".report.json")));
+        perplexity[std::string("unsigned_") + algorithm] =
+            report["evaluation"]["perplexity"]["quantized"].get<double>();
+    }
+    EXPECT_LT(perplexity["unsigned_hqq"], perplexity["unsigned_rtn"]);
 }
 
 TEST(Cli, TheInt4RecipesLeaveTheLanguageModelHeadFloat) {

@@ -53,27 +53,35 @@ vaiq::Raising raising_on(const vaiq::ReferenceBatches& reference,
     return raise;
 }
 
-// When no prefix of the ranking reaches the target, the search measures what
-// each candidate gains on top of those raised. Here the ranking (by the cost of
-// each tensor alone) lists a and b first, but raising either changes little;
-// only c removes the error. y = x + the error left by the raised set.
-TEST(MixedPrecisionSearch, OutOfReachByTheRankingItRaisesWhatMeasurablyHelps) {
-    auto model_with_error = [](float error) {
-        GraphBuilder b;
-        b.input("x", {2, 4}).output("y", {2, 4});
-        b.initializer("e", Tensor::from_values<float>({1}, std::vector<float>{error}));
-        b.node("Add", {"x", "e"}, {"y"});
-        return b.build();
-    };
+// y = x + error: what a model computes when `error` is left by the tensors raised.
+vaiq::Model model_with_error(float error) {
+    GraphBuilder b;
+    b.input("x", {2, 4}).output("y", {2, 4});
+    b.initializer("e", Tensor::from_values<float>({1}, std::vector<float>{error}));
+    b.node("Add", {"x", "e"}, {"y"});
+    return b.build();
+}
+
+// `batches` reference batches of the float model y = x.
+vaiq::ReferenceBatches identity_reference(int batches) {
     vaiq::ReferenceBatches reference;
     reference.measured = {{0, "y", {}}};
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < batches; ++i) {
         std::vector<float> x(8);
         for (int k = 0; k < 8; ++k) x[k] = static_cast<float>((k * 3 + i) % 7) - 3.0f;
         const auto t = Tensor::from_values<float>({2, 4}, x);
         reference.feeds.push_back({{"x", t}});
         reference.outputs.push_back({t});
     }
+    return reference;
+}
+
+// When no prefix of the ranking reaches the target, the search measures what
+// each candidate gains on top of those raised. Here the ranking (by the cost of
+// each tensor alone) lists a and b first, but raising either changes little;
+// only c removes the error. y = x + the error left by the raised set.
+TEST(MixedPrecisionSearch, OutOfReachByTheRankingItRaisesWhatMeasurablyHelps) {
+    vaiq::ReferenceBatches reference = identity_reference(3);
     const std::map<std::string, float> removes = {{"a", 0.1f}, {"b", 0.05f}, {"c", 0.9f}};
     int built = 0;
     const auto raise = raising_on(reference, [&](const std::set<std::string>& raised) {
@@ -120,22 +128,7 @@ TEST(MixedPrecisionSearch, OutOfReachByTheRankingItRaisesWhatMeasurablyHelps) {
 // 50 candidates, of which only c helps; after c is raised, six are measured
 // again on the searched batches and at most 32 of the rest screened.
 TEST(MixedPrecisionSearch, ARescreenCoversTheMostPromisingCandidatesOnly) {
-    auto model_with_error = [](float error) {
-        GraphBuilder b;
-        b.input("x", {2, 4}).output("y", {2, 4});
-        b.initializer("e", Tensor::from_values<float>({1}, std::vector<float>{error}));
-        b.node("Add", {"x", "e"}, {"y"});
-        return b.build();
-    };
-    vaiq::ReferenceBatches reference;
-    reference.measured = {{0, "y", {}}};
-    for (int i = 0; i < 8; ++i) {
-        std::vector<float> x(8);
-        for (int k = 0; k < 8; ++k) x[k] = static_cast<float>((k * 3 + i) % 7) - 3.0f;
-        const auto t = Tensor::from_values<float>({2, 4}, x);
-        reference.feeds.push_back({{"x", t}});
-        reference.outputs.push_back({t});
-    }
+    const vaiq::ReferenceBatches reference = identity_reference(8);
     auto measured = std::make_shared<std::array<int, 4>>();
     const auto raise = raising_on(
         reference,
