@@ -623,7 +623,10 @@ TEST(OnnxRuntimeBlockFloat, TheSimulationComputesTheOpsValuesToTheBit) {
         for (const auto& [blocks, declared] :
              {std::pair{vaiq::SharedExponentBlocks{1, 8}, shape}, std::pair{vaiq::SharedExponentBlocks{-1, 4}, shape},
               std::pair{vaiq::SharedExponentBlocks{1, 8}, std::vector<int64_t>{2, -1, 6}},
-              std::pair{vaiq::SharedExponentBlocks{-1, 4}, std::vector<int64_t>{}}}) {
+              std::pair{vaiq::SharedExponentBlocks{-1, 4}, std::vector<int64_t>{}},
+              // ties away from zero and upward (Quark's rounding_mode 0 and 1)
+              std::pair{vaiq::SharedExponentBlocks{1, 8, 0}, shape},
+              std::pair{vaiq::SharedExponentBlocks{-1, 4, 1}, shape}}) {
             vaiq::TensorQuant t;
             t.tensor = "x";
             t.params = vaiq::compute_quant_params({}, vaiq::QuantSpec{.type = type, .shared_exponent = blocks});
@@ -649,7 +652,8 @@ TEST(OnnxRuntimeBlockFloat, TheSimulationComputesTheOpsValuesToTheBit) {
             for (int64_t i = 0; i < ours.size(); ++i)
                 differ +=
                     std::bit_cast<uint32_t>(ours.data<float>()[i]) != std::bit_cast<uint32_t>(theirs.data<float>()[i]);
-            EXPECT_EQ(differ, 0) << vaiq::quant_type_name(type) << " axis " << blocks.axis << " " << declared.size();
+            EXPECT_EQ(differ, 0) << vaiq::quant_type_name(type) << " axis " << blocks.axis << " " << declared.size()
+                                 << " mode " << blocks.rounding_mode;
         }
 }
 

@@ -354,7 +354,7 @@ TEST(BlockFloatSettings, WhatIsNotComputedIsRefusedByName) {
     const std::pair<const char*, const char*> cases[] = {
         {"activation_type: QBFP\nextra_options: {BFPAttributes: {bfp_method: to_bfp_prime}}\n", "to_bfp_prime"},
         {"activation_type: QBFP\nextra_options: {BFPAttributes: {bit_width: 12}}\n", "bit_width 12"},
-        {"weight_type: QMX\nextra_options: {MXAttributes: {rounding_mode: 0}}\n", "rounding_mode 0"},
+        {"weight_type: QMX\nextra_options: {MXAttributes: {rounding_mode: 3}}\n", "rounding_mode 3"},
         {"activation_type: QMXINT8\nextra_options: {MXAttributes: {block_size: 0}}\n", "block_size 0"},
     };
     for (const auto& [yaml, expected] : cases) {

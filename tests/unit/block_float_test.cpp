@@ -199,17 +199,33 @@ TEST(BlockFloat, TheSimulationInStandardOpsIsTheOpBitForBit) {
                  {{3, 40}, {}, {-1, 16}}};  // nor the rank
     for (const auto type : {QuantType::QBFP16, QuantType::QMXInt8, QuantType::QMXFP8E4M3, QuantType::QMXFP8E5M2,
                             QuantType::QMXFP6E3M2, QuantType::QMXFP6E2M3, QuantType::QMXFP4E2M1})
-        for (const auto& c : cases) {
-            const auto forms = both_forms(type, c.shape, c.declared, c.blocks);
-            const auto x = awkward_values(c.shape, 7);
-            const auto op = runtime::Executor(forms.custom).run({{"x", x}})[0];
-            const auto simulated = runtime::Executor(forms.simulated).run({{"x", x}})[0];
-            ASSERT_EQ(op.shape(), c.shape);
-            EXPECT_EQ(bits_that_differ(op, simulated), 0)
-                << quant_type_name(type) << " " << c.declared.size() << " " << c.blocks.axis;
-            // and the op is the SDK's function
-            EXPECT_EQ(bits_that_differ(op, block_float_fake_quantize(x, type, c.blocks)), 0);
-        }
+        for (const int mode : {2, 0, 1})  // ties to even, away from zero, upward
+            for (auto c : cases) {
+                c.blocks.rounding_mode = mode;
+                const auto forms = both_forms(type, c.shape, c.declared, c.blocks);
+                const auto x = awkward_values(c.shape, 7);
+                const auto op = runtime::Executor(forms.custom).run({{"x", x}})[0];
+                const auto simulated = runtime::Executor(forms.simulated).run({{"x", x}})[0];
+                ASSERT_EQ(op.shape(), c.shape);
+                EXPECT_EQ(bits_that_differ(op, simulated), 0)
+                    << quant_type_name(type) << " " << c.declared.size() << " " << c.blocks.axis << " mode " << mode;
+                // and the op is the SDK's function
+                EXPECT_EQ(bits_that_differ(op, block_float_fake_quantize(x, type, c.blocks)), 0);
+            }
+}
+
+// Ties round as Quark's rounding_mode says. In a BFP16 block whose largest
+// value is 1 (P = 1), x * 64 is 2.5, -2.5, 1.5 and -1.5 for these values.
+TEST(BlockFloat, TiesRoundAsTheRoundingModeSays) {
+    const std::vector<float> x = {1.0f, 5.0f / 128, -5.0f / 128, 3.0f / 128, -3.0f / 128, 0.0f, 0.0f, 0.0f};
+    const auto t = Tensor::from_values<float>({1, 8}, x);
+    const std::map<int, std::vector<float>> expected = {{2, {2, -2, 2, -2}}, {0, {3, -3, 2, -2}}, {1, {3, -2, 2, -1}}};
+    for (const auto& [mode, steps] : expected) {
+        const auto y = block_float_fake_quantize(t, QuantType::QBFP16, {1, 8, mode});
+        for (size_t i = 0; i < steps.size(); ++i)
+            EXPECT_EQ(y.data<float>()[i + 1] * 64, steps[i]) << "mode " << mode << ", value " << i;
+    }
+    EXPECT_THROW(block_float_fake_quantize(t, QuantType::QBFP16, {1, 8, 3}), InputError);
 }
 
 TEST(BlockFloat, TheOpReadsQuarksAttributesAndRefusesWhatItDoesNotCompute) {
@@ -223,6 +239,8 @@ TEST(BlockFloat, TheOpReadsQuarksAttributesAndRefusesWhatItDoesNotCompute) {
     EXPECT_EQ(read->type, QuantType::QMXFP4E2M1);
     EXPECT_EQ(read->blocks, (SharedExponentBlocks{1, 16}));
     set_attribute(node, "rounding_mode", int64_t{0});
+    EXPECT_EQ(block_float_node(node)->blocks.rounding_mode, 0);
+    set_attribute(node, "rounding_mode", int64_t{3});
     EXPECT_THROW(block_float_node(node), InputError);
     node.set_op_type(std::string(kBFPOp));
     set_attribute(node, "rounding_mode", int64_t{2});

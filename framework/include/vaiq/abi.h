@@ -22,7 +22,7 @@
 #endif
 
 /** The ABI revision of this SDK; a plugin must carry exactly this number. */
-/* 14: QuantParams::float_zero_point (HQQ);
+/* 14: QuantParams::float_zero_point (HQQ), SharedExponentBlocks::rounding_mode;
  * 13: block floating point and MX quant types, QuantSpec/QuantParams::shared_exponent;
  * 12: run_forking() rewrites values (RewriteFunction), ModelRunner::can_fork(), AlgorithmContext::agreements();
  * 11: QuantRequest without enable_dpu (a target option), BatchSet::Screening;

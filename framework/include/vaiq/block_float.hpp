@@ -17,8 +17,9 @@
 //     S = P * 2^-emax, e = x / S, then e rounded to the element's grid (the
 //     step 2^(max(floor(log2 |e|), 1 - bias) - M), bias = 2^(E-1) - 1),
 //     saturated to its largest finite value, times S.
-// Every rounding is to nearest, ties to even (Quark's rounding_mode 2, the
-// one its BFP16 and MX configurations use). Each step is one float32
+// Every rounding is to nearest; ties as the blocks' rounding_mode says (Quark's:
+// 0 away from zero, 1 upward, 2 to even, the one its BFP16 and MX
+// configurations use). Each step is one float32
 // operation, exact but for the rounding, so the same values come out of the
 // custom ops and of their simulation in standard ONNX ops (formats.md).
 // Blocks holding an infinity or a NaN are not defined.

@@ -67,10 +67,12 @@ enum class TensorRole { Activation, Weight, Bias };
 VAIQ_API std::string role_name(TensorRole role);
 
 /// The blocks of a block floating point or MX type (is_block_float): `size`
-/// consecutive values along `axis` (the only axis of a vector) share an exponent.
+/// consecutive values along `axis` (the only axis of a vector) share an exponent;
+/// `rounding_mode` is Quark's: 0 half away from zero, 1 half upward, 2 half to even.
 struct SharedExponentBlocks {
     int axis = 1;
     int64_t size = 0;
+    int rounding_mode = 2;
     bool operator==(const SharedExponentBlocks&) const = default;
 };
 

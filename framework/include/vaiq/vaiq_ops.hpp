@@ -29,7 +29,8 @@ inline constexpr std::string_view kFixNeuronOp = "FixNeuron";
 /// MXQuantizeDequantize (element_dtype, block_size, axis, rounding_mode).
 inline constexpr std::string_view kBFPOp = "BFPQuantizeDequantize";
 inline constexpr std::string_view kMXOp = "MXQuantizeDequantize";
-/// The only rounding vaiq computes: half to even (Quark's rounding_mode 2).
+/// Quark's rounding_mode 2, ties to even: what its BFP16 and MX configurations
+/// use (0, ties away from zero, and 1, ties upward, are computed too).
 inline constexpr int64_t kHalfToEvenRoundingMode = 2;
 /// The domain other tools write FixNeuron in; vaiq reads it there too.
 inline constexpr std::string_view kContribDomain = "ai.onnx.contrib";

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <regex>
@@ -226,10 +227,12 @@ QuantType resolved_quant_type(const Options& config, const std::string& key) {
     }
     const auto* mode_key = type == QuantType::QBFP16 ? "extra_options.BFPAttributes.rounding_mode"
                                                      : "extra_options.MXAttributes.rounding_mode";
-    if (is_block_float(type) && config.get_int(mode_key) != kHalfToEvenRoundingMode)
-        throw InputError(fmt::format("{} {}: {} {} is not computed (2, half to even, is)", key, quant_type_name(type),
-                                     std::string_view(mode_key).substr(std::string_view("extra_options.").size()),
-                                     config.get_int(mode_key)));
+    if (const auto mode = config.get_int(mode_key); is_block_float(type) && (mode < 0 || mode > 2))
+        throw InputError(
+            fmt::format("{} {}: {} {} is not 0 (half away from zero), 1 (half upward) or 2 (half to "
+                        "even)",
+                        key, quant_type_name(type),
+                        std::string_view(mode_key).substr(std::string_view("extra_options.").size()), mode));
     return type;
 }
 
@@ -238,6 +241,7 @@ SharedExponentBlocks blocks_of(const Options& config, const std::string& section
     b.axis = static_cast<int>(config.get_int(section + ".axis"));
     b.size = config.get_int(section + ".block_size");
     if (b.size < 1) throw InputError(fmt::format("{}.block_size {} is not a block size", section, b.size));
+    b.rounding_mode = static_cast<int>(std::clamp<int64_t>(config.get_int(section + ".rounding_mode"), 0, 2));
     return b;
 }
 

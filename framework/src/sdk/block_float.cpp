@@ -39,11 +39,23 @@ constexpr std::array<std::pair<QuantType, std::string_view>, 6> kMxElements{{
     {QuantType::QMXFP4E2M1, "fp4_e2m1"},
 }};
 
-// A float element rounded to its grid, ties to even, saturated (see the header).
-float round_to_element(float e, const BlockFloatFormat& f, float min_normal) {
-    if (f.float8 != DataType::Undefined) return float8_to_float(float_to_float8(e, f.float8, true), f.float8);
+// y rounded to an integer, ties as Quark's rounding_mode says (0 away from zero,
+// 1 upward, 2 to even). y - floor(y) is exact, so the tie test is too.
+float round_half(float y, int mode) {
+    if (mode == kHalfToEvenRoundingMode) return std::nearbyint(y);
+    const float a = mode == 0 ? std::abs(y) : y, t = std::floor(a);
+    const float q = a - t < 0.5f ? t : t + 1.0f;
+    // A zero comes out +0 (adding +0 makes -0 so), as ONNX Runtime computes the
+    // simulation's Where; Quark's kernels keep some -0: the same value.
+    return (mode == 0 && y < 0.0f ? -q : q) + 0.0f;
+}
+
+// A float element rounded to its grid, saturated (see the header).
+float round_to_element(float e, const BlockFloatFormat& f, float min_normal, int mode) {
+    if (f.float8 != DataType::Undefined && mode == kHalfToEvenRoundingMode)
+        return float8_to_float(float_to_float8(e, f.float8, true), f.float8);
     const float step = std::ldexp(std::max(floor_power_of_two(e), min_normal), -f.mantissa_bits);
-    const float q = std::nearbyint(e / step) * step;
+    const float q = round_half(e / step, mode) * step;
     return std::clamp(q, -f.max_norm, f.max_norm);
 }
 
@@ -103,6 +115,8 @@ Tensor block_float_fake_quantize(const Tensor& values, QuantType type, const Sha
     const auto f = block_float_format(type);
     if (blocks.size < 1)
         throw InputError(fmt::format("the shared-exponent blocks of '{}' have size {}", tensor, blocks.size));
+    if (blocks.rounding_mode < 0 || blocks.rounding_mode > 2)
+        throw InputError(fmt::format("the rounding_mode of '{}' is {}, not 0, 1 or 2", tensor, blocks.rounding_mode));
     if (values.type() != DataType::Float)
         throw InputError(
             fmt::format("'{}' is {}: block float types quantize float values", tensor, data_type_name(values.type())));
@@ -142,9 +156,9 @@ Tensor block_float_fake_quantize(const Tensor& values, QuantType type, const Sha
             for (int64_t i = 0; i < inner; ++i) {
                 const float x = from[c * inner + i], p = power[i];
                 if (f.float_elements) {
-                    to[c * inner + i] = round_to_element(x / p, f, min_normal) * p;
+                    to[c * inner + i] = round_to_element(x / p, f, min_normal, blocks.rounding_mode) * p;
                 } else {
-                    const float q = std::clamp(std::nearbyint(x / p * fixed_up), lo, hi);
+                    const float q = std::clamp(round_half(x / p * fixed_up, blocks.rounding_mode), lo, hi);
                     to[c * inner + i] = q * fixed_down * p;
                 }
             }
@@ -171,7 +185,7 @@ void add_block_float_op(Model& model, UniqueNames& names, const TensorQuant& t, 
     }
     set_attribute(n, "axis", static_cast<int64_t>(t.params.shared_exponent.axis));
     set_attribute(n, "block_size", t.params.shared_exponent.size);
-    set_attribute(n, "rounding_mode", kHalfToEvenRoundingMode);
+    set_attribute(n, "rounding_mode", static_cast<int64_t>(t.params.shared_exponent.rounding_mode));
 }
 
 int64_t block_float_simulation_opset(QuantType) { return 11; }
@@ -203,6 +217,16 @@ class SimulationWriter {
         return out;
     }
     onnx::NodeProto& last() { return *last_; }
+    // v rounded to an integer, ties as Quark's rounding_mode says; as round_half computes it.
+    std::string rounded(const std::string& v, int mode) {
+        if (mode == kHalfToEvenRoundingMode) return node("Round", {v});
+        const auto a = mode == 0 ? node("Abs", {v}) : v;
+        const auto t = node("Floor", {a});
+        const auto q =
+            node("Where", {node("Less", {node("Sub", {a, t}), scalar(0.5f)}), t, node("Add", {t, scalar(1.0f)})});
+        const auto sign = mode == 0 ? node("Where", {node("Less", {v, scalar(0.0f)}), node("Neg", {q}), q}) : q;
+        return node("Add", {sign, scalar(0.0f)});
+    }
     // int64 zeros, as many as the 1-D `count` says at run time.
     std::string zeros(const std::string& count) {
         const auto out = node("ConstantOfShape", {count});
@@ -307,7 +331,7 @@ void add_block_float_simulation(Model& model, UniqueNames& names, const TensorQu
     const auto e = w.node("Div", {xb, scale});
     std::string element;
     if (!f.float_elements) {
-        const auto q = w.node("Round", {w.node("Mul", {e, w.scalar(std::ldexp(1.0f, f.fraction_bits))})});
+        const auto q = w.rounded(w.node("Mul", {e, w.scalar(std::ldexp(1.0f, f.fraction_bits))}), blocks.rounding_mode);
         element = w.node(
             "Mul", {w.node("Clip", {q, w.scalar(static_cast<float>(f.qmin)), w.scalar(static_cast<float>(f.qmax))}),
                     w.scalar(std::ldexp(1.0f, -f.fraction_bits))});
@@ -318,7 +342,7 @@ void add_block_float_simulation(Model& model, UniqueNames& names, const TensorQu
         const auto power = w.node("Max", {w.floor_power_of_two(w.node("Abs", {e})),
                                           w.scalar(std::ldexp(1.0f, 2 - (1 << (f.exponent_bits - 1))))});
         const auto step = w.node("Mul", {power, w.scalar(std::ldexp(1.0f, -f.mantissa_bits))});
-        element = w.node("Clip", {w.node("Mul", {w.node("Round", {w.node("Div", {e, step})}), step}),
+        element = w.node("Clip", {w.node("Mul", {w.rounded(w.node("Div", {e, step}), blocks.rounding_mode), step}),
                                   w.scalar(-f.max_norm), w.scalar(f.max_norm)});
     }
     const auto y = w.node("Mul", {element, scale});

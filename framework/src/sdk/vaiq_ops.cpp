@@ -50,9 +50,10 @@ std::optional<BlockFloatNode> block_float_node(const onnx::NodeProto& node) {
                             element));
         out.type = *type;
     }
-    if (const auto mode = int_attribute(node, "rounding_mode", bfp ? 0 : kHalfToEvenRoundingMode);
-        mode != kHalfToEvenRoundingMode)
-        fail(fmt::format("rounding_mode {} is not computed (vaiq rounds half to even: rounding_mode 2)", mode));
+    const auto mode = int_attribute(node, "rounding_mode", bfp ? 0 : kHalfToEvenRoundingMode);
+    if (mode < 0 || mode > 2)
+        fail(fmt::format("rounding_mode {} is not 0 (half away from zero), 1 (half upward) or 2 (half to even)", mode));
+    out.blocks.rounding_mode = static_cast<int>(mode);
     out.blocks.axis = static_cast<int>(int_attribute(node, "axis", 1));
     out.blocks.size = int_attribute(node, "block_size", bfp ? 8 : 32);
     if (out.blocks.size < 1) fail(fmt::format("block_size {} is not a block size", out.blocks.size));

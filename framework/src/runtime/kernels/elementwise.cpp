@@ -416,6 +416,8 @@ const KernelRegistrations kKernels(always_in_team, {
     {"", "Abs", 6, kLatest, unary_numeric([](auto v) {
          if constexpr (std::is_unsigned_v<decltype(v)>)
              return v;
+         else if constexpr (std::is_floating_point_v<decltype(v)>)
+             return std::abs(v);  // -0 becomes +0, as ONNX Runtime computes it
          else
              return static_cast<decltype(v)>(v < 0 ? -v : v);
      })},
