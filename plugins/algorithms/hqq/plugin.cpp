@@ -36,7 +36,7 @@ class Hqq final : public vaiq::Algorithm {
             const auto& p = t.params;
             if (p.block_size <= 0 || p.axis != 0 || !vaiq::is_integer(p.type) || vaiq::quant_bits(p.type) > 8) continue;
             const auto* init = index.initializer(t.tensor);
-            if (!init) continue;
+            if (!init || init->dims_size() != 2) continue;  // a stacked weight keeps round to nearest
             const auto weight = vaiq::convert_float_type(vaiq::Tensor::from_proto(*init), vaiq::DataType::Float);
             auto params = vaiq::hqq_params(weight, p, o_);
             const double rtn = vaiq::mean_absolute_error(weight, p, t.tensor);
