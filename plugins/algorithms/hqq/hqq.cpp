@@ -61,9 +61,9 @@ QuantParams hqq_params(const Tensor& weight, const QuantParams& plan, const HqqO
         quant_bits(plan.type) > 8)
         throw InputError("HQQ takes a weight [K, N] quantized in blocks along K at 8 bits or fewer");
     const int64_t k = shape[0], n = shape[1], block = plan.block_size, blocks = (k + block - 1) / block;
-    if (static_cast<int64_t>(plan.scale.size()) != blocks * n)
-        throw InputError(
-            fmt::format("HQQ: {} scales for a weight of {} blocks and {} columns", plan.scale.size(), blocks, n));
+    if (static_cast<int64_t>(plan.scale.size()) != blocks * n || plan.zero_point.size() != plan.scale.size())
+        throw InputError(fmt::format("HQQ: {} scales and {} zero points for a weight of {} blocks and {} columns",
+                                     plan.scale.size(), plan.zero_point.size(), blocks, n));
     const auto [qmin, qmax] = integer_range(plan.type);
     const auto values = weight.data<float>();
     QuantParams out = plan;
