@@ -914,8 +914,9 @@ TEST(Cli, TheLanguageModelExampleKeepsItsPerplexityInFourBits) {
     EXPECT_LT(perplexity["awq_clip"], perplexity["rtn"]);
     EXPECT_LT(perplexity["awq_full"], perplexity["awq_lite"]) << "clipping after the scales helps again";
     EXPECT_LT(perplexity["gptq"], perplexity["rtn"]);
-    // HQQ's float zero points against round to nearest on the same unsigned grid (4.436 and 4.455 measured).
-    for (const char* algorithm : {"rtn", "hqq"}) {
+    // HQQ's float zero points and k-quant's searched grids against round to nearest on the same unsigned grid
+    // (4.436, 4.401 and 4.455 measured).
+    for (const char* algorithm : {"rtn", "hqq", "k_quant"}) {
         const auto out = dir / (std::string("unsigned_") + algorithm + ".onnx");
         const auto run = vaiq_cli("-q run " VAIQ_SOURCE_DIR "/examples/charlm/charlm_int4.yaml --output " +
                                   out.string() + " --set weight_only_algorithm=" + algorithm +
@@ -926,6 +927,7 @@ TEST(Cli, TheLanguageModelExampleKeepsItsPerplexityInFourBits) {
             report["evaluation"]["perplexity"]["quantized"].get<double>();
     }
     EXPECT_LT(perplexity["unsigned_hqq"], perplexity["unsigned_rtn"]);
+    EXPECT_LT(perplexity["unsigned_k_quant"], perplexity["unsigned_rtn"]);
 }
 
 TEST(Cli, TheInt4RecipesLeaveTheLanguageModelHeadFloat) {

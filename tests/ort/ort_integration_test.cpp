@@ -1203,6 +1203,21 @@ TEST(OnnxRuntimeInt4, HqqFloatZeroPointsRunAsMatMulNBitsAndAgreeWithVaiq) {
         << "normal weights: HQQ's lower weight error keeps the output about as close";
 }
 
+// k-quant's integer zero points: MatMulNBits packs them, DequantizeLinear (opset 21) holds them too.
+TEST(OnnxRuntimeInt4, KQuantRunsAsMatMulNBitsAndAsQdqAndAgreesWithVaiq) {
+    const auto input = normal_tensor({1, 5, 256}, 1.0f, 13);
+    const auto nbits = quantize_in_mode(mlp_model(), "int4_k_quant.yaml", "", input);
+    EXPECT_EQ(op_counts(nbits.written).at("MatMulNBits"), 2);
+    EXPECT_EQ(nbits.report["k_quant"]["weights"].size(), 2u);
+    EXPECT_LT(relative_error(nbits.ours, nbits.ort), 1e-5) << "vaiq computes what ONNX Runtime does";
+    const auto qdq = quantize_in_mode(mlp_model(), "int4_k_quant.yaml", "--set quant_format=QDQ", input);
+    EXPECT_EQ(op_counts(qdq.written).at("DequantizeLinear"), 2);
+    EXPECT_EQ(qdq.written.graph().node(0).input_size(), 3) << "uint4 with zero points";
+    // ONNX Runtime runs this form with int8 activations (see the next test): agreement to that rounding.
+    EXPECT_LT(relative_error(qdq.ours, qdq.ort), 0.02);
+    EXPECT_LT(relative_error(qdq.ours, nbits.ours), 1e-6) << "the same weights in either form";
+}
+
 TEST(OnnxRuntimeInt4, RtnAsOpset21QdqComputesWhatMatMulNBitsDoes) {
     const auto input = normal_tensor({1, 5, 256}, 1.0f, 13);
     const auto nbits = quantize_in_mode(mlp_model(), "int4_rtn.yaml", "", input);

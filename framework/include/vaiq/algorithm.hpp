@@ -281,4 +281,8 @@ class VAIQ_API Algorithm : public Plugin {
     virtual void run(AlgorithmContext& context) = 0;
 };
 
+/// For algorithms that change weights through float32 arithmetic: throws
+/// InputError naming `algorithm` when the model holds a float16 initializer.
+VAIQ_API void require_float32_weights(const Model& model, std::string_view algorithm);
+
 }  // namespace vaiq

@@ -1,7 +1,6 @@
 // The phases before calibration: setup (plugins), load, prepare (passes, Prepare-stage algorithms) and plan.
 #include "pipeline/run_state.hpp"
 
-#include <fmt/format.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -105,16 +104,6 @@ void prepare_phase(RunState& s) {
         return measure_channel_ranges(model, *reader, wanted, s.threads);
     };
     s.function_kept = run_passes(passes, s.registry, s.model, s.report["passes"], measure);
-    const auto& algorithm = s.settings.weight_only_algorithm;
-    if (s.settings.weight_only && algorithm != "rtn" && algorithm != "hqq") {
-        // AWQ and GPTQ change weights through float32 arithmetic on float32 tensors (HQQ only reads them).
-        for (const auto& init : s.model.graph().initializer())
-            if (init.data_type() == onnx::TensorProto::FLOAT16)
-                throw InputError(
-                    fmt::format("{}: weight_only_algorithm {} needs float32 weights and '{}' is float16: "
-                                "use rtn, or convert the model first (convert_fp16_to_fp32: true)",
-                                s.recipe.setting("weight_only_algorithm").origin, algorithm, init.name()));
-    }
     run_algorithms(s, AlgorithmStage::Prepare);
     s.inputs_changed = input_signature(s.model) != inputs_before;
 }

@@ -87,6 +87,7 @@ std::vector<AlgorithmRequest> implied_algorithms(const Recipe& recipe) {
     if (weight_only && (algorithm == "awq_lite" || algorithm == "awq_full")) add("awq_lite", "weight_only_algorithm");
     if (weight_only && algorithm == "gptq") add("gptq", "weight_only_algorithm");
     if (weight_only && algorithm == "hqq") add("hqq", "weight_only_algorithm");
+    if (weight_only && algorithm == "k_quant") add("k_quant", "weight_only_algorithm");
     if (weight_only && (algorithm == "awq_clip" || algorithm == "awq_full")) add("awq_clip", "weight_only_algorithm");
     return out;
 }

@@ -173,9 +173,10 @@ const std::vector<KeySpec>& recipe_keys() {
          "activation-aware scales searched on the calibration data, or random inputs, first), awq_clip (each "
          "block's clip ratio searched for the least output error), awq_full (awq_lite, then awq_clip), gptq "
          "(rounding with the error pushed into the rows not yet rounded, through the inputs' Hessian), hqq "
-         "(each block's zero point a float fitted by a half-quadratic solver, no data; MatMulNBits only).",
+         "(each block's zero point a float fitted by a half-quadratic solver, no data; MatMulNBits only), k_quant "
+         "(each block's step and zero point searched for the least importance-weighted error, no data).",
          "weight_only",
-         {"rtn", "awq_lite", "awq_clip", "awq_full", "gptq", "hqq"}},
+         {"rtn", "awq_lite", "awq_clip", "awq_full", "gptq", "hqq", "k_quant"}},
         {"block_size", K::Int, "0", P::Plan, yes,
          "> 0: MatMul weights get a scale per block of this many values along K (16 to 256, a power of two for "
          "MatMulNBits; 128 is the usual); -1: one block spanning K, a scale per column; 0: per tensor or per "

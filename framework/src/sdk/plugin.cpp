@@ -1,5 +1,7 @@
 #include "vaiq/plugin.hpp"
 
+#include <fmt/format.h>
+
 #include "vaiq/algorithm.hpp"
 #include "vaiq/calibrator.hpp"
 #include "vaiq/error.hpp"
@@ -87,5 +89,14 @@ bool Target::fuses(const onnx::NodeProto&, const onnx::NodeProto&, const GraphIn
 std::vector<ConstraintCount> Target::refine(const Model&, QuantPlan&, const QuantRequest&) const { return {}; }
 std::vector<ConstraintCount> Target::verify(const Model&, const QuantRequest&) const { return {}; }
 std::vector<std::string> Target::legalization_passes(const QuantRequest&) const { return {}; }
+
+void require_float32_weights(const Model& model, std::string_view algorithm) {
+    for (const auto& init : model.graph().initializer())
+        if (init.data_type() == onnx::TensorProto::FLOAT16)
+            throw InputError(
+                fmt::format("{} needs float32 weights and '{}' is float16: convert the model first "
+                            "(convert_fp16_to_fp32: true), or use weight_only_algorithm rtn",
+                            algorithm, init.name()));
+}
 
 }  // namespace vaiq

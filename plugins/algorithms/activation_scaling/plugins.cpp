@@ -43,6 +43,7 @@ class AwqLite final : public vaiq::Algorithm {
     vaiq::AlgorithmStage stage() const override { return vaiq::AlgorithmStage::Prepare; }
 
     void run(vaiq::AlgorithmContext& context) override {
+        vaiq::require_float32_weights(context.model(), "awq_lite");
         vaiq::AwqOptions options;
         options.sample_rows = sample_rows_;
         options.spec = context.default_spec(vaiq::TensorRole::Weight);
@@ -74,6 +75,7 @@ class AwqClip final : public vaiq::Algorithm {
     }
 
     void run(vaiq::AlgorithmContext& context) override {
+        vaiq::require_float32_weights(context.model(), "awq_clip");
         const auto r = vaiq::awq_clip(context, sample_rows_);
         context.report({{"weights", r.weights}, {"blocks", r.blocks}, {"clipped", r.clipped}});
         vaiq::log_info("AWQ-clip: {} of {} blocks clipped in {} weights", r.clipped, r.blocks, r.weights);

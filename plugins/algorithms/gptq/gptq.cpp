@@ -18,6 +18,8 @@ class Gptq final : public vaiq::Algorithm {
     }
 
     void run(vaiq::AlgorithmContext& context) override {
+        vaiq::require_float32_weights(context.model(), "gptq");
+        vaiq::require_float32_weights(context.model(), "gptq");
         auto result = vaiq::gptq(context, options_);
         nlohmann::json layers = nlohmann::json::array();
         for (const auto& l : result.layers)

@@ -184,4 +184,30 @@ TEST(GptqPlugin, ARecipeNamesItAndItRoundsTheWeights) {
     }
 }
 
+// GPTQ's arithmetic is float32: a float16 weight is refused, naming the way out.
+TEST(GptqPlugin, AFloat16WeightIsRefusedWithTheConversionToAsk) {
+    const auto dir = vaiq::test::temp_dir();
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 8, 64}, vaiq::DataType::Float16).output("y", {1, 8, 32}, vaiq::DataType::Float16);
+    b.initializer("w", vaiq::convert_float_type(vaiq::test::ramp({64, 32}, -0.5f, 0.0005f), vaiq::DataType::Float16));
+    b.node("MatMul", {"x", "w"}, {"y"});
+    vaiq::save_model(b.build(), dir / "in.onnx");
+    vaiq::PluginRegistry registry;
+    registry.load_default_paths();
+    registry.load_library(vaiq::test::extra_args().front());
+    const std::string recipe =
+        "target: cpu\ncalibrate_method: MinMax\nquant_format: MatMulNBits\nweight_only: true\nweight_type: QInt4\n"
+        "block_size: 32\nop_types_to_quantize: [MatMul]\nweight_only_algorithm: gptq\n";
+    try {
+        vaiq::test::run_recipe_in(dir, registry, recipe);
+        ADD_FAILURE() << "GPTQ ran on float16 weights";
+    } catch (const vaiq::InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("gptq needs float32 weights and 'w' is float16"), std::string::npos)
+            << e.what();
+        EXPECT_NE(std::string(e.what()).find("convert_fp16_to_fp32: true"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir / "out.onnx")) << "nothing written";
+    EXPECT_NO_THROW(vaiq::test::run_recipe_in(dir, registry, recipe + "convert_fp16_to_fp32: true\n", "c.yaml"));
+}
+
 }  // namespace
