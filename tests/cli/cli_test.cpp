@@ -859,8 +859,14 @@ TEST(Cli, AwqLiteAndGptqBeatRoundToNearestWhereActivationsHaveLoudChannels) {
     b.node("MatMul", {"x", "w"}, {"y"}, "proj");
     vaiq::save_model(b.build(), dir / "m.onnx");
     fs::create_directories(dir / "data");
-    for (int s = 0; s < 4; ++s) {
+    // Channels that move together (four shared factors), as a language model's do: GPTQ's gain
+    // comes from those correlations. 256 token rows: H fitted on 192, GPTQ judged on the other 64.
+    for (int s = 0; s < 16; ++s) {
         auto batch = vaiq::test::normal_batches(1, 16 * 64, 1.0f, static_cast<unsigned>(s + 1))[0];
+        const auto factors = vaiq::test::normal_batches(1, 16 * 4, 1.0f, static_cast<unsigned>(s + 101))[0];
+        for (size_t i = 0; i < batch.size(); ++i)
+            for (size_t f = 0; f < 4; ++f)
+                batch[i] += 2.0f * factors[i / 64 * 4 + f] * std::sin(static_cast<float>((i % 64) * (f + 1)));
         for (size_t i = 0; i < batch.size(); ++i)
             if (i % 64 < 4) batch[i] *= 30.0f;  // loud channels, as language models have
         vaiq::write_npy(dir / "data" / ("s" + std::to_string(s) + ".npy"),

@@ -19,14 +19,26 @@ class Gptq final : public vaiq::Algorithm {
 
     void run(vaiq::AlgorithmContext& context) override {
         vaiq::require_float32_weights(context.model(), "gptq");
-        vaiq::require_float32_weights(context.model(), "gptq");
         auto result = vaiq::gptq(context, options_);
         nlohmann::json layers = nlohmann::json::array();
-        for (const auto& l : result.layers)
-            layers.push_back(
-                {{"weight", l.weight}, {"output_error_rtn", l.error_rtn}, {"output_error_gptq", l.error_gptq}});
-        context.report({{"damping", options_.damping}, {"act_order", options_.act_order}, {"layers", layers}});
-        vaiq::log_info("GPTQ: {} weights rounded", result.layers.size());
+        int kept = 0;
+        for (const auto& l : result.layers) {
+            layers.push_back({{"weight", l.weight},
+                              {"output_error_rtn", l.error_rtn},
+                              {"output_error_gptq", l.error_gptq},
+                              {"fitted_rows", l.fitted_rows},
+                              {"held_out_rows", l.held_out_rows},
+                              {"kept", l.kept ? "gptq" : "rtn"}});
+            kept += l.kept;
+        }
+        context.report({{"damping", options_.damping},
+                        {"act_order", options_.act_order},
+                        {"judged_on", "every fourth token row, held out of the fit"},
+                        {"layers", layers}});
+        vaiq::log_info(
+            "GPTQ: {} weights; {} keep GPTQ's rounding, the others round to nearest (judged on held-out "
+            "tokens)",
+            result.layers.size(), kept);
         context.set_fitted_weights(std::move(result.rounded));
     }
 

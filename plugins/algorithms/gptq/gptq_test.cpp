@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <random>
 
 #include "gptq_rounding.hpp"
 #include "plugin/registry.hpp"
+#include "sdk/npy.hpp"
 #include "test_support.hpp"
 #include "vaiq/error.hpp"
 
@@ -167,7 +169,11 @@ TEST(GptqPlugin, ARecipeNamesItAndItRoundsTheWeights) {
     EXPECT_EQ(named["gptq"]["act_order"], true) << "the extra option reaches the plugin";
     ASSERT_EQ(named["gptq"]["layers"].size(), 1u);
     const auto& layer = named["gptq"]["layers"][0];
-    EXPECT_LE(layer["output_error_gptq"].get<double>(), layer["output_error_rtn"].get<double>());
+    EXPECT_EQ(layer["kept"] == "gptq",
+              layer["output_error_gptq"].get<double>() < layer["output_error_rtn"].get<double>())
+        << "kept by the held-out error";
+    EXPECT_EQ(layer["fitted_rows"], 6) << "8 token rows, every fourth held out";
+    EXPECT_EQ(layer["held_out_rows"], 2);
     const auto implied = vaiq::test::run_recipe_in(dir, registry, base + "weight_only_algorithm: gptq\n", "i.yaml");
     EXPECT_EQ(implied["gptq"]["layers"], named["gptq"]["layers"]) << "the documented setting runs the same";
     EXPECT_THROW(vaiq::test::run_recipe_in(
@@ -208,6 +214,40 @@ TEST(GptqPlugin, AFloat16WeightIsRefusedWithTheConversionToAsk) {
     }
     EXPECT_FALSE(std::filesystem::exists(dir / "out.onnx")) << "nothing written";
     EXPECT_NO_THROW(vaiq::test::run_recipe_in(dir, registry, recipe + "convert_fp16_to_fp32: true\n", "c.yaml"));
+}
+
+// Inputs whose channels are independent: H's off-diagonal terms on a few
+// rows are noise, and GPTQ's compensation through them fits the rows it saw.
+// Judged on the rows it did not see, it loses to round to nearest, which the
+// weight keeps.
+TEST(GptqPlugin, ARoundingThatOnlyWinsOnTheRowsItFittedIsNotKept) {
+    const auto dir = vaiq::test::temp_dir();
+    vaiq::test::GraphBuilder b(17);
+    b.input("x", {1, 16, 64}).output("y", {1, 16, 128});
+    std::vector<float> w(64 * 128);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = std::sin(static_cast<float>(i * i % 977) * 0.37f) * 0.1f;
+    b.initializer("w", vaiq::Tensor::from_values<float>({64, 128}, w));
+    b.node("MatMul", {"x", "w"}, {"y"});
+    vaiq::save_model(b.build(), dir / "in.onnx");
+    std::filesystem::create_directories(dir / "data");
+    for (int s = 0; s < 4; ++s)
+        vaiq::write_npy(
+            dir / "data" / ("s" + std::to_string(s) + ".npy"),
+            vaiq::Tensor::from_values<float>(
+                {1, 16, 64}, vaiq::test::normal_batches(1, 16 * 64, 1.0f, static_cast<unsigned>(s + 1))[0]));
+    vaiq::PluginRegistry registry;
+    registry.load_default_paths();
+    registry.load_library(vaiq::test::extra_args().front());
+    const auto report = vaiq::test::run_recipe_in(
+        dir, registry,
+        "target: cpu\ncalibrate_method: MinMax\nquant_format: MatMulNBits\nweight_only: true\nweight_type: QInt4\n"
+        "block_size: 32\nop_types_to_quantize: [MatMul]\nweight_only_algorithm: gptq\ncalibration_data_reader: " +
+            (dir / "data").string() + "\nextra_options: {WeightSymmetric: true}\n");
+    const auto& layer = report["gptq"]["layers"][0];
+    EXPECT_EQ(layer["fitted_rows"], 48);
+    EXPECT_EQ(layer["held_out_rows"], 16);
+    EXPECT_GT(layer["output_error_gptq"].get<double>(), layer["output_error_rtn"].get<double>());
+    EXPECT_EQ(layer["kept"], "rtn");
 }
 
 }  // namespace
