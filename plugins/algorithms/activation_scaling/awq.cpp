@@ -60,6 +60,12 @@ std::map<std::string, ActivationSample> sample_activations(const Model& model, A
     return out;
 }
 
+// Every kHeldOutEvery-th sampled token row judges the search instead of feeding it.
+constexpr size_t kHeldOutEvery = 4;
+
+// The rows to sample for a search over `searched` rows and the held-out ones besides.
+int with_held_out(int searched) { return searched + searched / static_cast<int>(kHeldOutEvery - 1); }
+
 // Mean over outputs of |W_jn| / max |W| of its block (its column when per channel or per tensor).
 std::vector<double> normalised_weight_magnitude(const std::vector<Tensor>& weights, const QuantSpec& spec) {
     const auto k = static_cast<size_t>(weights[0].shape()[0]);
@@ -81,6 +87,18 @@ std::vector<double> normalised_weight_magnitude(const std::vector<Tensor>& weigh
     }
     for (auto& x : out) x /= static_cast<double>(std::max<size_t>(columns, 1));
     return out;
+}
+
+// ||X (W - Q(W))||² over the token rows `rows` (X), W quantized with `params`.
+double rows_error(const Tensor& w, const QuantParams& params, const std::vector<const std::vector<float>*>& rows) {
+    const auto k = w.shape()[0], n = w.shape()[1];
+    const Tensor q = fake_quantize(w, params, "weight");
+    const Matrix d =
+        Eigen::Map<const Matrix>(w.data<float>().data(), k, n) - Eigen::Map<const Matrix>(q.data<float>().data(), k, n);
+    Matrix x(static_cast<Eigen::Index>(rows.size()), k);
+    for (size_t r = 0; r < rows.size(); ++r)
+        x.row(static_cast<Eigen::Index>(r)) = Eigen::Map<const Eigen::RowVectorXf>(rows[r]->data(), k);
+    return static_cast<double>((x * d).squaredNorm());
 }
 
 // Summed over the readers: mean squared difference between X W and (X / s) Q(diag(s) W).
@@ -121,7 +139,7 @@ AwqResult awq_lite(Model& model, AlgorithmContext& context, const AwqOptions& op
         }
     }
     if (channels.empty()) return result;
-    const auto samples = sample_activations(model, context, channels, options.sample_rows);
+    const auto samples = sample_activations(model, context, channels, with_held_out(options.sample_rows));
 
     int64_t searched = 0;
     for (const auto& [x, k] : channels) {
@@ -133,12 +151,25 @@ AwqResult awq_lite(Model& model, AlgorithmContext& context, const AwqOptions& op
         std::vector<Tensor> weights;
         for (const auto& r : readers)
             weights.push_back(Tensor::from_proto(*index.initializer(model.graph().node(r.node).input(1))));
-        Matrix xm(static_cast<Eigen::Index>(sample.rows.size()), k);
-        for (size_t r = 0; r < sample.rows.size(); ++r)
-            xm.row(static_cast<Eigen::Index>(r)) = Eigen::Map<const Eigen::RowVectorXf>(sample.rows[r].data(), k);
-        std::vector<Matrix> reference;
-        for (const auto& w : weights)
-            reference.emplace_back(xm * Eigen::Map<const Matrix>(w.data<float>().data(), k, w.shape()[1]));
+        // Every fourth sampled row is held out: α is searched on the others, and the
+        // scales are kept only when they beat s = 1 on the held-out rows.
+        const auto held = static_cast<Eigen::Index>(sample.rows.size() / kHeldOutEvery);
+        const auto fitted = static_cast<Eigen::Index>(sample.rows.size()) - held;
+        Matrix fit_x(fitted, k), held_x(held, k);
+        for (size_t r = 0; r < sample.rows.size(); ++r) {
+            const Eigen::Map<const Eigen::RowVectorXf> row(sample.rows[r].data(), k);
+            const auto i = static_cast<Eigen::Index>(r / kHeldOutEvery);
+            if (r % kHeldOutEvery == kHeldOutEvery - 1)
+                held_x.row(i) = row;
+            else
+                fit_x.row(static_cast<Eigen::Index>(r) - i) = row;
+        }
+        std::vector<Matrix> fit_reference, held_reference;
+        for (const auto& w : weights) {
+            const Eigen::Map<const Matrix> wm(w.data<float>().data(), k, w.shape()[1]);
+            fit_reference.emplace_back(fit_x * wm);
+            held_reference.emplace_back(held_x * wm);
+        }
 
         std::vector<double> x_mean(static_cast<size_t>(k));
         for (size_t j = 0; j < x_mean.size(); ++j)
@@ -146,8 +177,7 @@ AwqResult awq_lite(Model& model, AlgorithmContext& context, const AwqOptions& op
         const auto w_mean = normalised_weight_magnitude(weights, options.spec);
 
         const std::vector<float> identity(static_cast<size_t>(k), 1.0f);
-        const double rtn = output_error(xm, weights, reference, identity, options.spec);
-        double best_error = rtn;
+        double best_error = output_error(fit_x, weights, fit_reference, identity, options.spec);
         std::vector<float> best = identity;
         for (int step = 0; step <= 10; ++step) {
             const double alpha = step / 10.0;
@@ -162,19 +192,27 @@ AwqResult awq_lite(Model& model, AlgorithmContext& context, const AwqOptions& op
             }
             const double centre = std::sqrt(lo * hi);
             for (auto& v : s) v = static_cast<float>(v / centre);
-            const double error = output_error(xm, weights, reference, s, options.spec);
+            const double error = output_error(fit_x, weights, fit_reference, s, options.spec);
             if (error < best_error) {
                 best_error = error;
                 best = s;
             }
         }
+        // Fewer than four rows: judged on the fitted ones.
+        const bool judge_fitted = held == 0;
+        const double rtn = output_error(judge_fitted ? fit_x : held_x, weights,
+                                        judge_fitted ? fit_reference : held_reference, identity, options.spec);
+        const double awq = best == identity
+                               ? rtn
+                               : output_error(judge_fitted ? fit_x : held_x, weights,
+                                              judge_fitted ? fit_reference : held_reference, best, options.spec);
         ++result.activations;
         result.error_rtn += rtn;
-        result.error_awq += best_error;
-        if (best == identity) continue;
+        result.error_awq += std::min(awq, rtn);
+        if (!(awq < rtn)) continue;
         result.folded += scale_input_channels(model, x, best, true, "pre_quant");
         ++result.scaled;
-        log_debug("awq_lite: '{}': output error {:.4g} -> {:.4g}", x, rtn, best_error);
+        log_debug("awq_lite: '{}': held-out output error {:.4g} -> {:.4g}", x, rtn, awq);
     }
     return result;
 }
@@ -199,10 +237,15 @@ AwqClipResult awq_clip(AlgorithmContext& context, int sample_rows) {
         channels[node.input(0)] = init->dims(0);
     }
     if (by_input.empty()) return result;
-    const auto samples = sample_activations(model, context, channels, sample_rows);
+    const auto samples = sample_activations(model, context, channels, with_held_out(sample_rows));
     for (auto& [x, weights] : by_input) {
-        const auto& rows = samples.at(x).rows;
+        // The search weighs three of every four sampled rows; the fourth judges each weight's result.
+        std::vector<const std::vector<float>*> rows, held;
+        const auto& sampled = samples.at(x).rows;
+        for (size_t r = 0; r < sampled.size(); ++r)
+            (r % kHeldOutEvery == kHeldOutEvery - 1 ? held : rows).push_back(&sampled[r]);
         if (rows.empty()) continue;
+        if (held.empty()) held = rows;  // fewer than four rows: judged on the searched ones
         for (const auto* t : weights) {
             auto p = t->params;
             const int64_t clipped_before = result.clipped;
@@ -228,10 +271,10 @@ AwqClipResult awq_clip(AlgorithmContext& context, int sample_rows) {
                             d[static_cast<size_t>(j - first)] = v - q * scale;
                         }
                         double e = 0;
-                        for (const auto& row : rows) {
+                        for (const auto* row : rows) {
                             double dot = 0;
                             for (int64_t j = first; j < last; ++j)
-                                dot += row[static_cast<size_t>(j)] * d[static_cast<size_t>(j - first)];
+                                dot += (*row)[static_cast<size_t>(j)] * d[static_cast<size_t>(j - first)];
                             e += dot * dot;
                         }
                         return e;
@@ -254,7 +297,13 @@ AwqClipResult awq_clip(AlgorithmContext& context, int sample_rows) {
                 }
             }
             ++result.weights;
-            if (result.clipped > clipped_before) context.set_parameters(t->tensor, p);
+            if (result.clipped == clipped_before) continue;
+            if (!(rows_error(w, p, held) < rows_error(w, t->params, held))) {
+                result.clipped = clipped_before;
+                ++result.rejected;
+                continue;
+            }
+            context.set_parameters(t->tensor, p);
         }
     }
     return result;

@@ -49,4 +49,55 @@ TEST(AwqLite, FoldsIntoTheLayerNormAndNeverIncreasesTheError) {
     EXPECT_EQ(vaiq::awq_lite(untouched, test.context, options, {}).activations, 0);
 }
 
+// One batch of token rows, given.
+class RowsReader final : public vaiq::DataReader {
+  public:
+    explicit RowsReader(vaiq::Tensor x) : x_(std::move(x)) {}
+    std::optional<vaiq::Batch> next() override {
+        if (done_) return std::nullopt;
+        done_ = true;
+        return vaiq::Batch{{{"x", x_}}, "rows"};
+    }
+    void rewind() override { done_ = false; }
+    size_t items() const override { return 1; }
+
+  private:
+    vaiq::Tensor x_;
+    bool done_ = false;
+};
+
+// Three channels are loud on the rows the search weighs and silent on the
+// held-out ones (every fourth): scales that help the searched rows only cost
+// the others, and the activation keeps s = 1.
+TEST(AwqLite, ScalesThatOnlyHelpTheSearchedRowsAreNotKept) {
+    vaiq::test::GraphBuilder b(17);
+    b.input("x", {8, 32}).output("y", {8, 48});
+    std::vector<float> w(32 * 48);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = std::cos(static_cast<float>(i * i % 613) * 0.11f) * 0.2f;
+    b.initializer("w", vaiq::Tensor::from_values<float>({32, 48}, w));
+    b.node("MatMul", {"x", "w"}, {"y"}, "proj");
+    const auto model = b.build();
+    vaiq::AwqOptions options;
+    options.spec = vaiq::test::blocked_spec(vaiq::QuantType::QInt4, true, 16);
+    auto run = [&](bool held_rows_loud) {
+        std::vector<float> x(8 * 32);
+        for (size_t i = 0; i < x.size(); ++i) {
+            const size_t row = i / 32, channel = i % 32;
+            x[i] = std::sin(static_cast<float>(i) * 0.7f);
+            if (channel == 3 || channel == 17 || channel == 29) x[i] = row % 4 == 3 && !held_rows_loud ? 0.0f : 25.0f;
+        }
+        RowsReader data(vaiq::Tensor::from_values<float>({8, 32}, x));
+        auto scaled = model;
+        vaiq::test::TestAlgorithmContext test(scaled, data);
+        return vaiq::awq_lite(scaled, test.context, options, {"proj"});
+    };
+    const auto everywhere = run(true);
+    EXPECT_EQ(everywhere.scaled, 1) << "loud on every row: the scales help the held-out rows too";
+    EXPECT_LT(everywhere.error_awq, everywhere.error_rtn);
+    const auto searched_only = run(false);
+    EXPECT_EQ(searched_only.activations, 1);
+    EXPECT_EQ(searched_only.scaled, 0);
+    EXPECT_EQ(searched_only.error_awq, searched_only.error_rtn);
+}
+
 }  // namespace

@@ -57,7 +57,8 @@ class AwqLite final : public vaiq::Algorithm {
                         {"scaled", r.scaled},
                         {"folded", r.folded},
                         {"output_error_rtn", r.error_rtn},
-                        {"output_error_awq", r.error_awq}});
+                        {"output_error_awq", r.error_awq},
+                        {"judged_on", "every fourth sampled token row, held out of the search"}});
         vaiq::log_info(
             "AWQ-lite: {} of {} activations scaled ({} folded into their producer); output error {:.4g} -> {:.4g}",
             r.scaled, r.activations, r.folded, r.error_rtn, r.error_awq);
@@ -77,8 +78,13 @@ class AwqClip final : public vaiq::Algorithm {
     void run(vaiq::AlgorithmContext& context) override {
         vaiq::require_float32_weights(context.model(), "awq_clip");
         const auto r = vaiq::awq_clip(context, sample_rows_);
-        context.report({{"weights", r.weights}, {"blocks", r.blocks}, {"clipped", r.clipped}});
-        vaiq::log_info("AWQ-clip: {} of {} blocks clipped in {} weights", r.clipped, r.blocks, r.weights);
+        context.report({{"weights", r.weights},
+                        {"blocks", r.blocks},
+                        {"clipped", r.clipped},
+                        {"rejected_weights", r.rejected},
+                        {"judged_on", "every fourth sampled token row, held out of the search"}});
+        vaiq::log_info("AWQ-clip: {} of {} blocks clipped in {} weights ({} weights' clipping lost on held-out rows)",
+                       r.clipped, r.blocks, r.weights, r.rejected);
     }
 
   private:
@@ -92,11 +98,13 @@ constexpr vaiq_option_descriptor kSmoothQuantOptions[] = {
      "Fold 1/s into the producer of X where X has no other reader; else a Mul is inserted."},
 };
 constexpr vaiq_option_descriptor kAwqLiteOptions[] = {
-    {"sample_rows", VAIQ_OPTION_INT, "256", "Token rows per activation kept for the search (reservoir-sampled)."},
+    {"sample_rows", VAIQ_OPTION_INT, "256",
+     "Token rows per activation kept for the search (reservoir-sampled), and a third as many to judge it."},
 };
 // ModelOpt subsamples the clip search's token rows the same way.
 constexpr vaiq_option_descriptor kAwqClipOptions[] = {
-    {"sample_rows", VAIQ_OPTION_INT, "64", "Token rows per activation the clip search weighs (reservoir-sampled)."},
+    {"sample_rows", VAIQ_OPTION_INT, "64",
+     "Token rows per activation the clip search weighs (reservoir-sampled), and a third as many to judge it."},
 };
 
 }  // namespace
