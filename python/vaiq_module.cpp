@@ -13,6 +13,7 @@
 
 #include "pipeline/pipeline.hpp"
 #include "pipeline/preprocess.hpp"
+#include "pipeline/tune.hpp"
 #include "plugin/registry.hpp"
 #include "recipe/recipe.hpp"
 #include "report/dump.hpp"
@@ -236,6 +237,29 @@ std::string run_recipe(const std::string& path, const std::vector<std::string>& 
     return run_with_reader(load_recipe(path, assignments), reader, statistics);
 }
 
+// `vaiq tune`, with the caller's metric (a callable of the model path and the
+// report dict) when the target's measure is `metric`; returns the tune report.
+std::string tune_recipe(const std::string& path, const std::vector<std::string>& assignments, const std::string& space,
+                        const std::string& target_text, const py::object& metric, const py::object& reader) {
+    ReaderBinding binding(reader);
+    auto target = TuneTarget::parse(target_text);
+    if (!metric.is_none()) {
+        if (!PyCallable_Check(metric.ptr())) throw InputError("tune: metric is not callable");
+        // `metric` outlives the search (the caller's frame holds it); called with the GIL taken back.
+        target.metric = [&metric](const std::filesystem::path& model, const nlohmann::json& report) {
+            py::gil_scoped_acquire gil;
+            const auto as_dict = py::module_::import("json").attr("loads")(report.dump());
+            return metric(model.string(), as_dict).cast<double>();
+        };
+    }
+    const auto candidates = load_tune_space(space);
+    PluginRegistry registry;
+    registry.load_default_paths();
+    const RunOptions options = run_options(binding, {});
+    return without_gil(
+        binding, [&] { return tune(path, assignments, candidates, target, registry, options).to_json(target).dump(); });
+}
+
 std::string preprocess_model(const std::string& input, const std::string& output, const py::dict& args) {
     PreprocessOptions o;
     auto get = [&](const char* name, auto& into) {
@@ -310,6 +334,8 @@ PYBIND11_MODULE(_vaiq, m) {
           "JSON text");
     m.def("calibrate", &calibrate, py::arg("path"), py::arg("assignments"), py::arg("reader"), py::arg("statistics"),
           py::arg("output"), "Writes the statistics of a recipe's calibration (or of statistics files merged)");
+    m.def("tune", &tune_recipe, py::arg("path"), py::arg("assignments"), py::arg("space"), py::arg("target"),
+          py::arg("metric"), py::arg("reader"));
     m.def("preprocess", &preprocess_model, py::arg("input"), py::arg("output"), py::arg("args"));
     m.def("dump", &dump, py::arg("model"), py::arg("reader"), py::arg("shapes_json"), py::arg("dump_float"),
           py::arg("output_dir"));

@@ -15,6 +15,7 @@
 
 #include "pipeline/pipeline.hpp"
 #include "pipeline/preprocess.hpp"
+#include "pipeline/tune.hpp"
 #include "plugin/registry.hpp"
 #include "recipe/recipe.hpp"
 #include "report/dump.hpp"
@@ -42,6 +43,7 @@ std::string openmp_wait() {
 constexpr int kExitOk = 0;
 constexpr int kExitBadInput = 1;
 constexpr int kExitInternal = 2;
+constexpr int kExitTargetNotMet = 3;  ///< `tune`: no candidate met the target (the best was written)
 
 void setup_logging(const std::string& level, bool quiet) {
     install_stderr_logger();
@@ -162,14 +164,21 @@ class PipelineCommand : public Command {
     // The flags are shorthands for --set (`shorthands` after --model and --data); an
     // explicit --set of the same key comes later and wins. Loads the plugins too.
     Recipe load(const std::vector<std::string>& shorthands = {}) {
-        std::vector<std::string> assignments;
-        inputs_.append_to(assignments);
-        assignments.insert(assignments.end(), shorthands.begin(), shorthands.end());
-        assignments.insert(assignments.end(), recipe_.sets.begin(), recipe_.sets.end());
-        auto recipe = load_recipe(recipe_.file, assignments);
+        auto recipe = load_recipe(recipe_.file, assignments(shorthands));
         registry_.load_default_paths();
         return recipe;
     }
+
+    // --model and --data, then `shorthands`, then --set.
+    std::vector<std::string> assignments(const std::vector<std::string>& shorthands) const {
+        std::vector<std::string> out;
+        inputs_.append_to(out);
+        out.insert(out.end(), shorthands.begin(), shorthands.end());
+        out.insert(out.end(), recipe_.sets.begin(), recipe_.sets.end());
+        return out;
+    }
+
+    const std::string& recipe_file() const { return recipe_.file; }
 
     RunOptions run_options() const {
         RunOptions options;
@@ -220,6 +229,49 @@ class RunCommand final : public PipelineCommand {
 
   private:
     std::string output_, report_, stop_after_;
+};
+
+class TuneCommand final : public PipelineCommand {
+  public:
+    TuneCommand(CLI::App& parent, const bool& quiet)
+        : PipelineCommand(parent.add_subcommand("tune",
+                                                "Run candidate recipes, cheapest first, until one's model meets a "
+                                                "target measure; keep that one"),
+                          quiet) {
+        app_->add_option("--space", space_,
+                         "The candidates (YAML: candidates and/or dimensions), or a shipped space: cpu.yaml, "
+                         "cnn_npu.yaml, transformer_npu.yaml")
+            ->required();
+        app_->add_option("--target", target_,
+                         "MEASURE>=VALUE or MEASURE<=VALUE: accuracy, accuracy_drop, perplexity, "
+                         "perplexity_increase, sqnr_db, cosine, top1_agreement")
+            ->required();
+        app_->add_option("--output", output_, "The quantized model to write (overrides model_output)");
+        app_->add_option("--report", report_, "The kept model's JSON report (overrides report)");
+    }
+
+    int run() override {
+        const auto target = TuneTarget::parse(target_);
+        const auto candidates = load_tune_space(space_);
+        std::vector<std::string> shorthands;
+        if (!output_.empty()) shorthands.push_back("model_output=" + fs::absolute(output_).string());
+        if (!report_.empty()) shorthands.push_back("report=" + fs::absolute(report_).string());
+        registry_.load_default_paths();
+        const auto result = tune(recipe_file(), assignments(shorthands), candidates, target, registry_, run_options());
+        const auto& kept = result.trials[*result.kept];
+        if (!result.met) {
+            spdlog::warn("no candidate met {}: wrote the best, '{}' ({} {:.6g}); every trial is in {}", target.text(),
+                         kept.name, target.measure, *kept.score, result.tune_report.string());
+            return kExitTargetNotMet;
+        }
+        spdlog::info("'{}' meets {} ({} {:.6g}) after {} trials: wrote {}, {} and {}", kept.name, target.text(),
+                     target.measure, *kept.score, result.trials.size(), result.output.string(), result.report.string(),
+                     result.tune_report.string());
+        return kExitOk;
+    }
+
+  private:
+    std::string space_, target_, output_, report_;
 };
 
 class CalibrateCommand final : public PipelineCommand {
@@ -588,6 +640,7 @@ int main(int argc, char** argv) {
 
     std::vector<std::unique_ptr<Command>> commands;
     commands.push_back(std::make_unique<RunCommand>(app, quiet));
+    commands.push_back(std::make_unique<TuneCommand>(app, quiet));
     commands.push_back(std::make_unique<CalibrateCommand>(app, quiet));
     commands.push_back(std::make_unique<AnalyzeCommand>(app, quiet));
     commands.push_back(std::make_unique<ValidateCommand>(app));

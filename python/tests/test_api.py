@@ -207,6 +207,40 @@ def test_run_recipe_with_overrides(tmp_path):
                         overrides={"extra_options.Nope": 1})
 
 
+def test_tune_with_a_metric_of_our_own_keeps_the_first_candidate_that_meets_it(tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text("candidates:\n"
+                     "  - {name: clipped, set: {calibrate_method: Percentile,"
+                     " plugin_options: {calibrator: {percentile: 50}}}}\n"
+                     "  - {name: as written}\n"
+                     "  - {name: per channel, set: {per_channel: true}}\n")
+    images, labels = np.load(EXAMPLE / "test_images.npy")[:200], np.load(EXAMPLE / "test_labels.npy")[:200]
+    seen = []
+
+    def accuracy(model_path, report):  # the user's own measure: top-1 on 200 digits in vaiq's executor
+        assert "evaluation" in report
+        seen.append(model_path)
+        logits = vaiq.infer(model_path, {"pixels": images})[0]
+        return float((logits.argmax(axis=1) == labels).mean())
+
+    result = vaiq.tune(EXAMPLE / "mnist_cpu.yaml", space, "metric>=0.9", metric=accuracy,
+                       model_output=tmp_path / "m.onnx")
+    assert [t["name"] for t in result["trials"]] == ["clipped", "as written"]
+    assert result["trials"][0]["score"] < 0.9 <= result["trials"][1]["score"]
+    assert result["kept"] == "as written" and result["met"]
+    assert len(seen) == 2 and (tmp_path / "m.onnx").exists() and (tmp_path / "m.tune.json").exists()
+    with pytest.raises(ValueError, match="no metric was given"):
+        vaiq.tune(EXAMPLE / "mnist_cpu.yaml", space, "metric>=0.9", model_output=tmp_path / "x.onnx")
+
+    def broken(model_path, report):
+        raise RuntimeError("the evaluation set went away")
+
+    with pytest.raises(RuntimeError, match="went away"):
+        vaiq.tune(EXAMPLE / "mnist_cpu.yaml", space, "metric>=0.9", metric=broken, model_output=tmp_path / "y.onnx")
+    assert not (tmp_path / "y.onnx").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".vaiq-tune")]
+
+
 def test_calibrate_merge_and_quantize_from_statistics_as_the_command_does(tmp_path):
     images = np.load(EXAMPLE / "calibration.npy")
     np.save(tmp_path / "a.npy", images[:50])

@@ -23,7 +23,7 @@ __version__ = _vaiq.version()
 __all__ = [
     "CalibrationDataReader", "CalibrationMethod", "ExtendedQuantType", "PowerOfTwoMethod", "QuantFormat", "QuantType",
     "VitisQuantFormat", "VitisQuantType", "dump_model", "infer", "quant_pre_process", "quantize_static",
-    "calibrate", "cmake_dir", "merge_statistics", "run_recipe", "set_log_level",
+    "calibrate", "cmake_dir", "merge_statistics", "run_recipe", "set_log_level", "tune",
 ]
 
 
@@ -209,6 +209,24 @@ def run_recipe(path, calibration_data_reader=None, overrides=None, statistics=No
     reader, data_path = _reader_and_path(calibration_data_reader)
     return _report(_vaiq.run_recipe(os.fspath(path), _assignments(settings, overrides, data_path), reader,
                                     _paths(statistics)))
+
+
+def tune(recipe, space, target, metric=None, calibration_data_reader=None, overrides=None, **settings):
+    """Runs the candidates of ``space`` (a space file, or a shipped space's
+    name: ``cpu.yaml``, ``cnn_npu.yaml``, ``transformer_npu.yaml``) over
+    ``recipe``, cheapest first, until one's model meets ``target``, and keeps
+    that one at the recipe's output (``vaiq tune``). ``target`` is
+    ``"MEASURE>=X"`` or ``"MEASURE<=X"`` over the report (accuracy,
+    accuracy_drop, perplexity, perplexity_increase, sqnr_db, cosine,
+    top1_agreement), or ``"metric>=X"`` with ``metric`` a callable of the
+    quantized model's path and its report (a dict) returning a number, e.g.
+    your own accuracy in ONNX Runtime. ``calibration_data_reader``,
+    ``settings`` and ``overrides`` as in run_recipe. Returns the tune report:
+    every trial with its settings, seconds and score, ``kept`` and ``met``
+    (False when no candidate met the target and the best was written)."""
+    reader, data_path = _reader_and_path(calibration_data_reader)
+    return json.loads(_vaiq.tune(os.fspath(recipe), _assignments(settings, overrides, data_path), os.fspath(space),
+                                 target, metric, reader))
 
 
 def calibrate(recipe, data, output, overrides=None, statistics=None, **settings):

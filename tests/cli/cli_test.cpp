@@ -255,6 +255,57 @@ TEST(Cli, ASimulationThatAloneCostsTheOutputIsAWarning) {
     EXPECT_EQ(usual.err.find("before anything is quantized"), std::string::npos) << usual.err;
 }
 
+// vaiq tune on the bundled example: a candidate that clips every activation
+// to its median misses the target, the recipe as written meets it and is kept;
+// a target no candidate meets writes the best and exits with 3.
+TEST(Cli, TuneKeepsTheFirstCandidateThatMeetsTheTarget) {
+    const auto dir = temp_dir();
+    const auto space = vaiq::test::write_text(dir / "space.yaml", R"(
+candidates:
+  - name: clipped
+    set: {calibrate_method: Percentile, plugin_options: {calibrator: {percentile: 50}}}
+  - name: as written
+  - recipe: cpu_accurate.yaml
+)");
+    const std::string tune = "tune " VAIQ_SOURCE_DIR "/examples/mnist/mnist_cpu.yaml --space " + space.string();
+    auto r = vaiq_cli(tune + " --target 'accuracy_drop<=0.01' --output " + (dir / "m.onnx").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto trials = nlohmann::json::parse(slurp(dir / "m.tune.json"));
+    EXPECT_EQ(trials["kept"], "as written");
+    EXPECT_EQ(trials["met"], true);
+    ASSERT_EQ(trials["trials"].size(), 2u) << "it stops at the first that meets the target";
+    EXPECT_EQ(trials["trials"][0]["met"], false);
+    EXPECT_GT(trials["trials"][0]["score"].get<double>(), 0.5) << "clipped at the median: the digits are lost";
+    EXPECT_LE(trials["trials"][1]["score"].get<double>(), 0.01);
+    const auto report = nlohmann::json::parse(slurp(dir / "m.report.json"));
+    EXPECT_NEAR(report["evaluation"]["accuracy"]["float"].get<double>() -
+                    report["evaluation"]["accuracy"]["quantized"].get<double>(),
+                trials["trials"][1]["score"].get<double>(), 1e-12)
+        << "the report is the kept trial's";
+    EXPECT_TRUE(fs::exists(dir / "m.onnx"));
+    for (const auto& e : fs::directory_iterator(dir))
+        EXPECT_EQ(e.path().filename().string().find(".vaiq-tune"), std::string::npos) << "trial files are gone";
+
+    // Nothing meets it: every candidate runs, the best is written, exit 3.
+    r = vaiq_cli(tune + " --target 'accuracy>=1.01' --output " + (dir / "best.onnx").string());
+    EXPECT_EQ(r.exit_code, 3) << r.err;
+    EXPECT_NE(r.err.find("no candidate met accuracy>=1.01"), std::string::npos) << r.err;
+    const auto all = nlohmann::json::parse(slurp(dir / "best.tune.json"));
+    EXPECT_EQ(all["trials"].size(), 3u);
+    EXPECT_EQ(all["met"], false);
+    EXPECT_NE(all["kept"], "clipped");
+    EXPECT_TRUE(fs::exists(dir / "best.onnx"));
+
+    // A target it cannot read, and one the report cannot score: the user's error, nothing written.
+    r = vaiq_cli(tune + " --target accuracy=0.9 --output " + (dir / "bad.onnx").string());
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("MEASURE>=VALUE"), std::string::npos) << r.err;
+    r = vaiq_cli(tune + " --target 'perplexity<=5' --output " + (dir / "bad.onnx").string());
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("evaluation_labels of tokens"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(dir / "bad.onnx"));
+}
+
 TEST(Cli, QuantizesTheBundledExampleAndReportsAccuracy) {
     const auto dir = temp_dir();
     auto r =
