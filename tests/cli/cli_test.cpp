@@ -116,6 +116,14 @@ TEST(Cli, ExplainShowsTheAlgorithmsARecipeRuns) {
     const auto damping = r.out.substr(at, r.out.find('\n', at) - at);
     EXPECT_NE(damping.find("0.01"), std::string::npos) << damping;
     EXPECT_NE(damping.find("int4_gptq.yaml:"), std::string::npos) << "set by the recipe: " << damping;
+    // An algorithm a documented setting implies takes the options `algorithms:` gives it.
+    r = vaiq_cli("explain " VAIQ_SOURCE_DIR
+                 "/recipes/int4_awq.yaml --set weight_only_algorithm=awq_clip "
+                 "--set 'algorithms=[{name: awq_clip, options: {sample_rows: 60}}]'");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto rows = r.out.find("    sample_rows");
+    ASSERT_NE(rows, std::string::npos) << r.out;
+    EXPECT_NE(r.out.substr(rows, r.out.find('\n', rows) - rows).find("60"), std::string::npos) << r.out;
     const auto dir = temp_dir();
     const auto recipe = write_text(dir / "r.yaml", "recipe_version: 1\nextends: cpu.yaml\nalgorithms: [gtpq]\n");
     r = vaiq_cli("validate " + recipe.string());

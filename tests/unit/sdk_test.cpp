@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "test_support.hpp"
+#include "vaiq/algorithm.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/gemm.hpp"
 #include "vaiq/graph.hpp"
@@ -871,4 +872,19 @@ TEST(Gemm, EveryPathComputesAlphaOpAOpBPlusBetaC) {
                             << j;
                     }
             }
+}
+
+// The held-out rows algorithms judge their fits on: about a quarter, and in
+// sequences of 64 tokens every position is held out in some and fitted in others.
+TEST(HeldOutRow, AQuarterOfTheRowsWithNoPatternOfPositions) {
+    int held = 0;
+    std::vector<int> by_position(64, 0);
+    for (uint64_t row = 0; row < 64 * 64; ++row)
+        if (vaiq::held_out_row(row)) ++held, ++by_position[row % 64];
+    EXPECT_NEAR(held / 4096.0, 0.25, 0.02);
+    for (int p = 0; p < 64; ++p) {
+        EXPECT_GT(by_position[static_cast<size_t>(p)], 4) << "position " << p;
+        EXPECT_LT(by_position[static_cast<size_t>(p)], 30) << "position " << p;
+    }
+    EXPECT_EQ(vaiq::held_out_row(12345), vaiq::held_out_row(12345)) << "deterministic";
 }

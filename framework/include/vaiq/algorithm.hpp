@@ -281,6 +281,17 @@ class VAIQ_API Algorithm : public Plugin {
     virtual void run(AlgorithmContext& context) = 0;
 };
 
+/// Whether token row `index` (counted from the first row an algorithm saw) is
+/// held out of its fit, to judge the fit by: one row in four, chosen by a hash
+/// of the index so that no pattern of positions or batches decides which (a
+/// stride of 4 would hold out the same positions of every sequence).
+inline bool held_out_row(uint64_t index) {
+    uint64_t z = index + 0x9e3779b97f4a7c15ull;  // splitmix64's finaliser
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return ((z ^ (z >> 31)) >> 62) == 0;
+}
+
 /// For algorithms that change weights through float32 arithmetic: throws
 /// InputError naming `algorithm` when the model holds a float16 initializer.
 VAIQ_API void require_float32_weights(const Model& model, std::string_view algorithm);

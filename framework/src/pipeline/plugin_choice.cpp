@@ -104,13 +104,18 @@ PluginChoice choose_algorithm(const Recipe& recipe, const PluginRegistry& regist
 namespace {
 
 // The recipe's algorithms in its order, after those its documented settings
-// imply (weight_only_algorithm: gptq); an algorithm named twice runs once.
+// imply (weight_only_algorithm: gptq); an algorithm named twice runs once, with
+// the options the later naming gives (`algorithms: [{name: awq_clip, options:
+// ...}]` next to weight_only_algorithm: awq_clip).
 std::vector<PluginChoice> choose_algorithms(const Recipe& recipe, const PluginRegistry& registry) {
     std::vector<PluginChoice> out;
     auto add = [&](const defaults::AlgorithmRequest& request) {
-        if (std::any_of(out.begin(), out.end(), [&](const PluginChoice& c) { return c.info->name == request.name; }))
-            return;
-        out.push_back(choose_algorithm(recipe, registry, request));
+        const auto same =
+            std::find_if(out.begin(), out.end(), [&](const PluginChoice& c) { return c.info->name == request.name; });
+        if (same == out.end())
+            out.push_back(choose_algorithm(recipe, registry, request));
+        else if (request.options.is_object() && !request.options.empty())
+            *same = choose_algorithm(recipe, registry, request);
     };
     for (const auto& a : defaults::implied_algorithms(recipe)) add(a);
     for (const auto& a : recipe.value("algorithms"))

@@ -60,11 +60,9 @@ std::map<std::string, ActivationSample> sample_activations(const Model& model, A
     return out;
 }
 
-// Every kHeldOutEvery-th sampled token row judges the search instead of feeding it.
-constexpr size_t kHeldOutEvery = 4;
-
-// The rows to sample for a search over `searched` rows and the held-out ones besides.
-int with_held_out(int searched) { return searched + searched / static_cast<int>(kHeldOutEvery - 1); }
+// The rows to sample for a search over `searched` rows and the held-out ones
+// besides (held_out_row: a quarter of the sample judges the search instead of feeding it).
+int with_held_out(int searched) { return searched + searched / 3; }
 
 // Mean over outputs of |W_jn| / max |W| of its block (its column when per channel or per tensor).
 std::vector<double> normalised_weight_magnitude(const std::vector<Tensor>& weights, const QuantSpec& spec) {
@@ -89,16 +87,75 @@ std::vector<double> normalised_weight_magnitude(const std::vector<Tensor>& weigh
     return out;
 }
 
+// Token rows of `k` values, one matrix row each.
+Matrix stack(const std::vector<const std::vector<float>*>& rows, Eigen::Index k) {
+    Matrix x(static_cast<Eigen::Index>(rows.size()), k);
+    for (size_t r = 0; r < rows.size(); ++r)
+        x.row(static_cast<Eigen::Index>(r)) = Eigen::Map<const Eigen::RowVectorXf>(rows[r]->data(), k);
+    return x;
+}
+
 // ||X (W - Q(W))||² over the token rows `rows` (X), W quantized with `params`.
 double rows_error(const Tensor& w, const QuantParams& params, const std::vector<const std::vector<float>*>& rows) {
     const auto k = w.shape()[0], n = w.shape()[1];
     const Tensor q = fake_quantize(w, params, "weight");
     const Matrix d =
         Eigen::Map<const Matrix>(w.data<float>().data(), k, n) - Eigen::Map<const Matrix>(q.data<float>().data(), k, n);
-    Matrix x(static_cast<Eigen::Index>(rows.size()), k);
-    for (size_t r = 0; r < rows.size(); ++r)
-        x.row(static_cast<Eigen::Index>(r)) = Eigen::Map<const Eigen::RowVectorXf>(rows[r]->data(), k);
-    return static_cast<double>((x * d).squaredNorm());
+    return static_cast<double>((stack(rows, k) * d).squaredNorm());
+}
+
+struct ClipSearch {
+    QuantParams params;
+    int64_t blocks = 0;  ///< (block, column) pairs searched (not all zero)
+};
+
+// AWQ-clip's search on a symmetric weight blocked along K: each (block,
+// column)'s clip ratio in 1, 0.95, ..., 0.5 of its max |w| with the least
+// output error over `rows`; `plan` with the chosen scales.
+ClipSearch search_clip(const Tensor& w, const QuantParams& plan, const std::vector<const std::vector<float>*>& rows) {
+    ClipSearch out{plan};
+    auto& p = out.params;
+    const auto k = w.shape()[0], n = w.shape()[1], block = p.block_size;
+    const auto wv = w.data<float>();
+    const auto range = integer_range(p.type, true);  // not a structured binding: the lambda reads it (clang 14)
+    const auto qmin = range.first, qmax = range.second;
+    std::vector<double> d(static_cast<size_t>(block));
+    for (int64_t b = 0; b * block < k; ++b) {
+        const int64_t first = b * block, last = std::min(k, first + block);
+        for (int64_t col = 0; col < n; ++col) {
+            double amax = 0;
+            for (int64_t j = first; j < last; ++j)
+                amax = std::max(amax, std::abs(static_cast<double>(wv[j * n + col])));
+            if (amax == 0) continue;
+            // Output error of the block's rounding over the rows, for one clip ratio.
+            auto error = [&](double scale) {
+                for (int64_t j = first; j < last; ++j) {
+                    const double v = wv[j * n + col];
+                    const double q =
+                        std::clamp(std::nearbyint(v / scale), static_cast<double>(qmin), static_cast<double>(qmax));
+                    d[static_cast<size_t>(j - first)] = v - q * scale;
+                }
+                double e = 0;
+                for (const auto* row : rows) {
+                    double dot = 0;
+                    for (int64_t j = first; j < last; ++j)
+                        dot += (*row)[static_cast<size_t>(j)] * d[static_cast<size_t>(j - first)];
+                    e += dot * dot;
+                }
+                return e;
+            };
+            const auto param = static_cast<size_t>(b * n + col);
+            double best_scale = p.scale[param], best = error(best_scale);
+            for (int step = 0; step <= 10; ++step) {
+                const double scale = amax * (1.0 - 0.05 * step) / static_cast<double>(qmax);
+                const double e = error(scale);
+                if (e < best) best = e, best_scale = scale;
+            }
+            ++out.blocks;
+            p.scale[param] = static_cast<float>(best_scale);
+        }
+    }
+    return out;
 }
 
 // Summed over the readers: mean squared difference between X W and (X / s) Q(diag(s) W).
@@ -151,19 +208,14 @@ AwqResult awq_lite(Model& model, AlgorithmContext& context, const AwqOptions& op
         std::vector<Tensor> weights;
         for (const auto& r : readers)
             weights.push_back(Tensor::from_proto(*index.initializer(model.graph().node(r.node).input(1))));
-        // Every fourth sampled row is held out: α is searched on the others, and the
+        // A quarter of the sampled rows is held out: α is searched on the others, and the
         // scales are kept only when they beat s = 1 on the held-out rows.
-        const auto held = static_cast<Eigen::Index>(sample.rows.size() / kHeldOutEvery);
-        const auto fitted = static_cast<Eigen::Index>(sample.rows.size()) - held;
-        Matrix fit_x(fitted, k), held_x(held, k);
-        for (size_t r = 0; r < sample.rows.size(); ++r) {
-            const Eigen::Map<const Eigen::RowVectorXf> row(sample.rows[r].data(), k);
-            const auto i = static_cast<Eigen::Index>(r / kHeldOutEvery);
-            if (r % kHeldOutEvery == kHeldOutEvery - 1)
-                held_x.row(i) = row;
-            else
-                fit_x.row(static_cast<Eigen::Index>(r) - i) = row;
-        }
+        std::vector<const std::vector<float>*> fit_rows, held_rows;
+        for (size_t r = 0; r < sample.rows.size(); ++r)
+            (held_out_row(r) ? held_rows : fit_rows).push_back(&sample.rows[r]);
+        if (fit_rows.empty()) std::swap(fit_rows, held_rows);  // a sample too small to split
+        const auto held = static_cast<Eigen::Index>(held_rows.size());
+        Matrix fit_x = stack(fit_rows, k), held_x = stack(held_rows, k);
         std::vector<Matrix> fit_reference, held_reference;
         for (const auto& w : weights) {
             const Eigen::Map<const Matrix> wm(w.data<float>().data(), k, w.shape()[1]);
@@ -177,28 +229,30 @@ AwqResult awq_lite(Model& model, AlgorithmContext& context, const AwqOptions& op
         const auto w_mean = normalised_weight_magnitude(weights, options.spec);
 
         const std::vector<float> identity(static_cast<size_t>(k), 1.0f);
-        double best_error = output_error(fit_x, weights, fit_reference, identity, options.spec);
-        std::vector<float> best = identity;
-        for (int step = 0; step <= 10; ++step) {
-            const double alpha = step / 10.0;
-            std::vector<float> s(static_cast<size_t>(k));
-            double lo = 1e30, hi = 0;
-            for (size_t j = 0; j < s.size(); ++j) {
-                const double v =
-                    std::pow(std::max(x_mean[j], 1e-12), alpha) / std::pow(std::max(w_mean[j], 1e-12), 1 - alpha);
-                s[j] = static_cast<float>(std::clamp(v, 1e-4, 1e4));
-                lo = std::min(lo, static_cast<double>(s[j]));
-                hi = std::max(hi, static_cast<double>(s[j]));
+        // α in 0, 0.1, ..., 1 for the least output error over the rows `x` (s = 1 unless one beats it).
+        auto search = [&](const Matrix& x, const std::vector<Matrix>& reference) {
+            double best_error = output_error(x, weights, reference, identity, options.spec);
+            std::vector<float> best = identity;
+            for (int step = 0; step <= 10; ++step) {
+                const double alpha = step / 10.0;
+                std::vector<float> s(static_cast<size_t>(k));
+                double lo = 1e30, hi = 0;
+                for (size_t j = 0; j < s.size(); ++j) {
+                    const double v =
+                        std::pow(std::max(x_mean[j], 1e-12), alpha) / std::pow(std::max(w_mean[j], 1e-12), 1 - alpha);
+                    s[j] = static_cast<float>(std::clamp(v, 1e-4, 1e4));
+                    lo = std::min(lo, static_cast<double>(s[j]));
+                    hi = std::max(hi, static_cast<double>(s[j]));
+                }
+                const double centre = std::sqrt(lo * hi);
+                for (auto& v : s) v = static_cast<float>(v / centre);
+                const double error = output_error(x, weights, reference, s, options.spec);
+                if (error < best_error) best_error = error, best = s;
             }
-            const double centre = std::sqrt(lo * hi);
-            for (auto& v : s) v = static_cast<float>(v / centre);
-            const double error = output_error(fit_x, weights, fit_reference, s, options.spec);
-            if (error < best_error) {
-                best_error = error;
-                best = s;
-            }
-        }
-        // Fewer than four rows: judged on the fitted ones.
+            return best;
+        };
+        const auto best = search(fit_x, fit_reference);
+        // No row held out: judged on the fitted ones.
         const bool judge_fitted = held == 0;
         const double rtn = output_error(judge_fitted ? fit_x : held_x, weights,
                                         judge_fitted ? fit_reference : held_reference, identity, options.spec);
@@ -210,7 +264,20 @@ AwqResult awq_lite(Model& model, AlgorithmContext& context, const AwqOptions& op
         result.error_rtn += rtn;
         result.error_awq += std::min(awq, rtn);
         if (!(awq < rtn)) continue;
-        result.folded += scale_input_channels(model, x, best, true, "pre_quant");
+        // Kept: searched again on every sampled row (the same method, a third more data).
+        std::vector<float> chosen = best;
+        if (held > 0) {
+            Matrix all_x(fit_x.rows() + held, k);
+            all_x << fit_x, held_x;
+            std::vector<Matrix> all_reference;
+            for (size_t i = 0; i < weights.size(); ++i) {
+                all_reference.emplace_back(all_x.rows(), fit_reference[i].cols());
+                all_reference.back() << fit_reference[i], held_reference[i];
+            }
+            chosen = search(all_x, all_reference);
+            if (chosen == identity) continue;
+        }
+        result.folded += scale_input_channels(model, x, chosen, true, "pre_quant");
         ++result.scaled;
         log_debug("awq_lite: '{}': held-out output error {:.4g} -> {:.4g}", x, rtn, awq);
     }
@@ -239,70 +306,28 @@ AwqClipResult awq_clip(AlgorithmContext& context, int sample_rows) {
     if (by_input.empty()) return result;
     const auto samples = sample_activations(model, context, channels, with_held_out(sample_rows));
     for (auto& [x, weights] : by_input) {
-        // The search weighs three of every four sampled rows; the fourth judges each weight's result.
+        // The search weighs three quarters of the sampled rows; the rest judges each weight's result.
         std::vector<const std::vector<float>*> rows, held;
         const auto& sampled = samples.at(x).rows;
-        for (size_t r = 0; r < sampled.size(); ++r)
-            (r % kHeldOutEvery == kHeldOutEvery - 1 ? held : rows).push_back(&sampled[r]);
+        for (size_t r = 0; r < sampled.size(); ++r) (held_out_row(r) ? held : rows).push_back(&sampled[r]);
+        if (rows.empty()) std::swap(rows, held);  // a sample too small to split
         if (rows.empty()) continue;
-        if (held.empty()) held = rows;  // fewer than four rows: judged on the searched ones
+        if (held.empty()) held = rows;  // none held out: judged on the searched ones
+        std::vector<const std::vector<float>*> every_row(rows);
+        if (held != rows) every_row.insert(every_row.end(), held.begin(), held.end());
         for (const auto* t : weights) {
-            auto p = t->params;
-            const int64_t clipped_before = result.clipped;
             const auto w = Tensor::from_proto(*index.initializer(t->tensor));
-            const auto k = w.shape()[0], n = w.shape()[1], block = p.block_size;
-            const auto wv = w.data<float>();
-            const auto range = integer_range(p.type, true);  // not a structured binding: the lambda reads it (clang 14)
-            const auto qmin = range.first, qmax = range.second;
-            std::vector<double> d(static_cast<size_t>(block));
-            for (int64_t b = 0; b * block < k; ++b) {
-                const int64_t first = b * block, last = std::min(k, first + block);
-                for (int64_t col = 0; col < n; ++col) {
-                    double amax = 0;
-                    for (int64_t j = first; j < last; ++j)
-                        amax = std::max(amax, std::abs(static_cast<double>(wv[j * n + col])));
-                    if (amax == 0) continue;
-                    // Output error of the block's rounding over the sampled tokens, for one clip ratio.
-                    auto error = [&](double scale) {
-                        for (int64_t j = first; j < last; ++j) {
-                            const double v = wv[j * n + col];
-                            const double q = std::clamp(std::nearbyint(v / scale), static_cast<double>(qmin),
-                                                        static_cast<double>(qmax));
-                            d[static_cast<size_t>(j - first)] = v - q * scale;
-                        }
-                        double e = 0;
-                        for (const auto* row : rows) {
-                            double dot = 0;
-                            for (int64_t j = first; j < last; ++j)
-                                dot += (*row)[static_cast<size_t>(j)] * d[static_cast<size_t>(j - first)];
-                            e += dot * dot;
-                        }
-                        return e;
-                    };
-                    const auto param = static_cast<size_t>(b * n + col);
-                    double best_scale = p.scale[param], best = error(best_scale);
-                    for (int step = 0; step <= 10; ++step) {
-                        const double scale = amax * (1.0 - 0.05 * step) / static_cast<double>(qmax);
-                        const double e = error(scale);
-                        if (e < best) {
-                            best = e;
-                            best_scale = scale;
-                        }
-                    }
-                    ++result.blocks;
-                    if (static_cast<float>(best_scale) != p.scale[param]) {
-                        p.scale[param] = static_cast<float>(best_scale);
-                        ++result.clipped;
-                    }
-                }
-            }
+            const auto fitted = search_clip(w, t->params, rows);
             ++result.weights;
-            if (result.clipped == clipped_before) continue;
-            if (!(rows_error(w, p, held) < rows_error(w, t->params, held))) {
-                result.clipped = clipped_before;
+            result.blocks += fitted.blocks;
+            if (fitted.params.scale == t->params.scale) continue;
+            if (!(rows_error(w, fitted.params, held) < rows_error(w, t->params, held))) {
                 ++result.rejected;
                 continue;
             }
+            // Kept: searched again on every sampled row (the same method, a third more data).
+            const auto p = every_row.size() > rows.size() ? search_clip(w, t->params, every_row).params : fitted.params;
+            for (size_t i = 0; i < p.scale.size(); ++i) result.clipped += p.scale[i] != t->params.scale[i];
             context.set_parameters(t->tensor, p);
         }
     }

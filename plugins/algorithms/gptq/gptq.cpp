@@ -33,7 +33,8 @@ class Gptq final : public vaiq::Algorithm {
         }
         context.report({{"damping", options_.damping},
                         {"act_order", options_.act_order},
-                        {"judged_on", "every fourth token row, held out of the fit"},
+                        {"judged_on",
+                         "a quarter of the token rows, held out of the fit; the kept weights then fitted on every row"},
                         {"layers", layers}});
         vaiq::log_info(
             "GPTQ: {} weights; {} keep GPTQ's rounding, the others round to nearest (judged on held-out "

@@ -2,9 +2,10 @@
 // channel (row of B [K, N]) at a time, in K order, and the rounding error of a
 // row is pushed into the rows not yet rounded through the inverse Hessian of
 // the layer's reconstruction loss, H = 2/n Σ xᵀx over the calibration tokens
-// at the MatMul's input but every fourth (damped by `damping` x mean(diag H);
-// channels that are never non-zero are dropped). A weight keeps round to
-// nearest when GPTQ's output error is not lower on the held-out tokens. Rows are processed in lazy batches of 128. The
+// at the MatMul's input but a quarter held out (damped by `damping` x mean(diag
+// H); channels that are never non-zero are dropped). A weight keeps round to
+// nearest when GPTQ's output error is not lower on the held-out tokens, and is
+// rounded again with every token's H when it is. Rows are processed in lazy batches of 128. The
 // scales and zero points are the plan's (computed from the float weights
 // beforehand, GPTQ's static groups), so the result is a grid value for each
 // weight that the format stores exactly. With act_order the rows are rounded
@@ -30,7 +31,7 @@ struct GptqLayer {
     std::string weight;
     double error_rtn = 0;   ///< mean squared output error of round to nearest, over the held-out tokens' H
     double error_gptq = 0;  ///< the same for GPTQ's rounding
-    int64_t fitted_rows = 0, held_out_rows = 0;  ///< token rows H was fitted on, and held out (every fourth)
+    int64_t fitted_rows = 0, held_out_rows = 0;  ///< token rows H was fitted on, and held out (a quarter)
     bool kept = false;                           ///< GPTQ's rounding kept (its error the lower), else round to nearest
 };
 

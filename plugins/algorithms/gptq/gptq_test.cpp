@@ -172,8 +172,8 @@ TEST(GptqPlugin, ARecipeNamesItAndItRoundsTheWeights) {
     EXPECT_EQ(layer["kept"] == "gptq",
               layer["output_error_gptq"].get<double>() < layer["output_error_rtn"].get<double>())
         << "kept by the held-out error";
-    EXPECT_EQ(layer["fitted_rows"], 6) << "8 token rows, every fourth held out";
-    EXPECT_EQ(layer["held_out_rows"], 2);
+    EXPECT_EQ(layer["fitted_rows"].get<int>() + layer["held_out_rows"].get<int>(), 8) << "8 token rows";
+    EXPECT_GE(layer["held_out_rows"].get<int>(), 1);
     const auto implied = vaiq::test::run_recipe_in(dir, registry, base + "weight_only_algorithm: gptq\n", "i.yaml");
     EXPECT_EQ(implied["gptq"]["layers"], named["gptq"]["layers"]) << "the documented setting runs the same";
     EXPECT_THROW(vaiq::test::run_recipe_in(
@@ -244,8 +244,8 @@ TEST(GptqPlugin, ARoundingThatOnlyWinsOnTheRowsItFittedIsNotKept) {
         "block_size: 32\nop_types_to_quantize: [MatMul]\nweight_only_algorithm: gptq\ncalibration_data_reader: " +
             (dir / "data").string() + "\nextra_options: {WeightSymmetric: true}\n");
     const auto& layer = report["gptq"]["layers"][0];
-    EXPECT_EQ(layer["fitted_rows"], 48);
-    EXPECT_EQ(layer["held_out_rows"], 16);
+    EXPECT_EQ(layer["fitted_rows"].get<int>() + layer["held_out_rows"].get<int>(), 64);
+    EXPECT_NEAR(layer["held_out_rows"].get<int>(), 16, 8) << "about a quarter held out";
     EXPECT_GT(layer["output_error_gptq"].get<double>(), layer["output_error_rtn"].get<double>());
     EXPECT_EQ(layer["kept"], "rtn");
 }
