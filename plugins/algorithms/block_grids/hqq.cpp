@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "vaiq/error.hpp"
+#include "weight_blocks.hpp"
 
 namespace vaiq {
 
@@ -56,31 +57,15 @@ BlockResult solve_block(const std::vector<float>& w, int64_t qmin, int64_t qmax,
 }  // namespace
 
 QuantParams hqq_params(const Tensor& weight, const QuantParams& plan, const HqqOptions& options) {
-    const auto& shape = weight.shape();
-    if (shape.size() != 2 || plan.axis != 0 || plan.block_size <= 0 || !is_integer(plan.type) ||
-        quant_bits(plan.type) > 8)
-        throw InputError("HQQ takes a weight [K, N] quantized in blocks along K at 8 bits or fewer");
-    const int64_t k = shape[0], n = shape[1], block = plan.block_size, blocks = (k + block - 1) / block;
-    if (static_cast<int64_t>(plan.scale.size()) != blocks * n || plan.zero_point.size() != plan.scale.size())
-        throw InputError(fmt::format("HQQ: {} scales and {} zero points for a weight of {} blocks and {} columns",
-                                     plan.scale.size(), plan.zero_point.size(), blocks, n));
     const auto [qmin, qmax] = integer_range(plan.type);
-    const auto values = weight.data<float>();
     QuantParams out = plan;
     out.float_zero_point.assign(plan.scale.size(), 0.0f);
-    std::vector<float> w;
-    for (int64_t b = 0; b < blocks; ++b)
-        for (int64_t col = 0; col < n; ++col) {
-            w.clear();
-            for (int64_t row = b * block; row < std::min(k, (b + 1) * block); ++row)
-                w.push_back(values[static_cast<size_t>(row * n + col)]);
-            const auto r = solve_block(w, qmin, qmax, options);
-            const auto param = static_cast<size_t>(b * n + col);  // scales are [blocks, N]
-            out.scale[param] = r.scale;
-            out.float_zero_point[param] = r.zero;
-            out.zero_point[param] =
-                std::clamp(static_cast<int64_t>(std::nearbyint(r.zero)), int64_t{qmin}, int64_t{qmax});
-        }
+    for_each_weight_block(weight, plan, "HQQ", [&](const std::vector<float>& w, size_t param) {
+        const auto r = solve_block(w, qmin, qmax, options);
+        out.scale[param] = r.scale;
+        out.float_zero_point[param] = r.zero;
+        out.zero_point[param] = std::clamp(static_cast<int64_t>(std::nearbyint(r.zero)), int64_t{qmin}, int64_t{qmax});
+    });
     return out;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "vaiq/error.hpp"
+#include "weight_blocks.hpp"
 
 namespace vaiq {
 
@@ -102,32 +103,20 @@ Grid fit_block(const Block& block, const Grid& planned) {
     return best;
 }
 
-// Runs `visit(block, param)` over the blocks of W [K, N] blocked along K.
+// Runs `visit(block, param)` over the blocks of W [K, N] blocked along K, with their importance.
 template <typename Visit>
 void for_each_block(const Tensor& weight, const QuantParams& plan, Visit&& visit) {
-    const auto& shape = weight.shape();
-    if (shape.size() != 2 || plan.axis != 0 || plan.block_size <= 0 || !is_integer(plan.type) ||
-        quant_bits(plan.type) > 8)
-        throw InputError("k-quant takes a weight [K, N] quantized in blocks along K at 8 bits or fewer");
-    const int64_t k = shape[0], n = shape[1], size = plan.block_size, blocks = (k + size - 1) / size;
-    if (static_cast<int64_t>(plan.scale.size()) != blocks * n || plan.zero_point.size() != plan.scale.size())
-        throw InputError(fmt::format("k-quant: {} scales and {} zero points for a weight of {} blocks and {} columns",
-                                     plan.scale.size(), plan.zero_point.size(), blocks, n));
-    const auto values = weight.data<float>();
     Block block;
     std::tie(block.qmin, block.qmax) = integer_range(plan.type);
-    for (int64_t b = 0; b < blocks; ++b)
-        for (int64_t col = 0; col < n; ++col) {
-            block.w.clear();
-            for (int64_t row = b * size; row < std::min(k, (b + 1) * size); ++row)
-                block.w.push_back(values[static_cast<size_t>(row * n + col)]);
-            double squares = 0;
-            for (float x : block.w) squares += static_cast<double>(x) * x;
-            const auto rms = static_cast<float>(std::sqrt(squares / static_cast<double>(block.w.size())));
-            block.importance.resize(block.w.size());
-            for (size_t i = 0; i < block.w.size(); ++i) block.importance[i] = rms + std::abs(block.w[i]);
-            visit(block, static_cast<size_t>(b * n + col));  // scales are [blocks, N]
-        }
+    for_each_weight_block(weight, plan, "k-quant", [&](const std::vector<float>& w, size_t param) {
+        block.w = w;
+        double squares = 0;
+        for (float x : w) squares += static_cast<double>(x) * x;
+        const auto rms = static_cast<float>(std::sqrt(squares / static_cast<double>(w.size())));
+        block.importance.resize(w.size());
+        for (size_t i = 0; i < w.size(); ++i) block.importance[i] = rms + std::abs(w[i]);
+        visit(block, param);
+    });
 }
 
 }  // namespace

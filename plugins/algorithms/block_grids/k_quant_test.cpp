@@ -9,40 +9,16 @@
 #include "k_quant.hpp"
 #include "plugin/registry.hpp"
 #include "test_support.hpp"
+#include "test_weights.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/model.hpp"
 
 namespace {
 
-// [k, n] values of a Student t with 3 degrees of freedom: mostly small, a few large.
-vaiq::Tensor heavy_tailed(int64_t k, int64_t n, unsigned seed) {
-    std::mt19937 rng(seed);
-    std::student_t_distribution<float> t(3.0f);
-    std::vector<float> v(static_cast<size_t>(k * n));
-    for (auto& x : v) x = 0.02f * t(rng);
-    return vaiq::Tensor::from_values<float>({k, n}, v);
-}
+using vaiq::test::extremes_plan;
+using vaiq::test::heavy_tailed;
 
-// Unsigned 4-bit blocks along K with each block's extremes (round to nearest, as the plan gives them).
-vaiq::QuantParams extremes_plan(const vaiq::Tensor& w, int64_t block) {
-    const int64_t k = w.shape()[0], n = w.shape()[1], blocks = (k + block - 1) / block;
-    vaiq::QuantParams p(vaiq::QuantType::QUInt4, {}, {}, 0);
-    p.block_size = block;
-    p.block_shape = {blocks, n};
-    for (int64_t b = 0; b < blocks; ++b)
-        for (int64_t c = 0; c < n; ++c) {
-            float lo = 0, hi = 0;
-            for (int64_t r = b * block; r < std::min(k, (b + 1) * block); ++r) {
-                lo = std::min(lo, w.data<float>()[static_cast<size_t>(r * n + c)]);
-                hi = std::max(hi, w.data<float>()[static_cast<size_t>(r * n + c)]);
-            }
-            p.scale.push_back((hi - lo) / 15.0f);
-            p.zero_point.push_back(static_cast<int64_t>(std::nearbyint(-lo / ((hi - lo) / 15.0f))));
-        }
-    return p;
-}
-
-// ONNX Runtime's k-quant of one column's blocks, as its quantizer computes it:
+// ONNX Runtime's k-quant of every block, as its quantizer computes it:
 // candidates judged by the unrounded fit, the winner's minimum then rounded.
 vaiq::QuantParams onnx_runtime_k_quant(const vaiq::Tensor& w, int64_t block) {
     auto p = extremes_plan(w, block);
