@@ -32,6 +32,8 @@ TEST(TuneTarget, ReadsABoundAndScoresEachMeasureOnAReport) {
     EXPECT_NEAR(drop.score(report, "m.onnx"), 0.02, 1e-12);
     EXPECT_FALSE(drop.met(drop.score(report, "m.onnx")));
     EXPECT_TRUE(drop.met(0.01)) << "the bound itself meets it";
+    EXPECT_TRUE(TuneTarget::parse("accuracy_drop<=0.005").met(0.975 - 0.97)) << "0.0050000000000000044 too";
+    EXPECT_FALSE(TuneTarget::parse("accuracy_drop<=0.005").met(0.0051));
     EXPECT_DOUBLE_EQ(TuneTarget::parse("accuracy>=0.9").score(report, "m.onnx"), 0.93);
     EXPECT_NEAR(TuneTarget::parse("perplexity_increase<=0.1").score(report, "m.onnx"), 0.05, 1e-12);
     EXPECT_DOUBLE_EQ(TuneTarget::parse("perplexity<=5").score(report, "m.onnx"), 4.2);
