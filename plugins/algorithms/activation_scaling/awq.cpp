@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <random>
 
+#include "activation_sample.hpp"
 #include "smooth_quant.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
@@ -16,53 +16,6 @@
 namespace vaiq {
 
 namespace {
-
-using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-// What the search needs of one activation: the mean |x_j| and a sample of token rows.
-struct ActivationSample {
-    std::vector<double> abs_sum;
-    int64_t rows_seen = 0;
-    std::vector<std::vector<float>> rows;
-};
-
-std::map<std::string, ActivationSample> sample_activations(const Model& model, AlgorithmContext& context,
-                                                           const std::map<std::string, int64_t>& channels,
-                                                           int sample_rows) {
-    std::map<std::string, ActivationSample> out;
-    std::vector<std::string> taps;
-    for (const auto& [x, k] : channels) {
-        taps.push_back(x);
-        out[x].abs_sum.assign(static_cast<size_t>(k), 0.0);
-    }
-    std::mt19937_64 rng(0);
-    context.for_each_tapped(model, taps, [&](const std::string& name, const Tensor& value) {
-        if (value.type() != DataType::Float) return;
-        auto& s = out.at(name);
-        const auto k = s.abs_sum.size();
-        const auto v = value.data<float>();
-        for (size_t r = 0; r + k <= v.size(); r += k) {
-            for (size_t j = 0; j < k; ++j) s.abs_sum[j] += std::abs(v[r + j]);
-            ++s.rows_seen;
-            // Reservoir sampling: every row seen so far is kept with the same chance.
-            if (static_cast<int>(s.rows.size()) < sample_rows) {
-                s.rows.emplace_back(v.begin() + static_cast<std::ptrdiff_t>(r),
-                                    v.begin() + static_cast<std::ptrdiff_t>(r + k));
-            } else {
-                std::uniform_int_distribution<int64_t> pick(0, s.rows_seen - 1);
-                const auto slot = pick(rng);
-                if (slot < sample_rows)
-                    std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(r), k,
-                                s.rows[static_cast<size_t>(slot)].begin());
-            }
-        }
-    });
-    return out;
-}
-
-// The rows to sample for a search over `searched` rows and the held-out ones
-// besides (held_out_row: a quarter of the sample judges the search instead of feeding it).
-int with_held_out(int searched) { return searched + searched / 3; }
 
 // Mean over outputs of |W_jn| / max |W| of its block (its column when per channel or per tensor).
 std::vector<double> normalised_weight_magnitude(const std::vector<Tensor>& weights, const QuantSpec& spec) {
@@ -85,14 +38,6 @@ std::vector<double> normalised_weight_magnitude(const std::vector<Tensor>& weigh
     }
     for (auto& x : out) x /= static_cast<double>(std::max<size_t>(columns, 1));
     return out;
-}
-
-// Token rows of `k` values, one matrix row each.
-Matrix stack(const std::vector<const std::vector<float>*>& rows, Eigen::Index k) {
-    Matrix x(static_cast<Eigen::Index>(rows.size()), k);
-    for (size_t r = 0; r < rows.size(); ++r)
-        x.row(static_cast<Eigen::Index>(r)) = Eigen::Map<const Eigen::RowVectorXf>(rows[r]->data(), k);
-    return x;
 }
 
 // ||X (W - Q(W))||² over the token rows `rows` (X), W quantized with `params`.
@@ -210,12 +155,9 @@ AwqResult awq_lite(Model& model, AlgorithmContext& context, const AwqOptions& op
             weights.push_back(Tensor::from_proto(*index.initializer(model.graph().node(r.node).input(1))));
         // A quarter of the sampled rows is held out: α is searched on the others, and the
         // scales are kept only when they beat s = 1 on the held-out rows.
-        std::vector<const std::vector<float>*> fit_rows, held_rows;
-        for (size_t r = 0; r < sample.rows.size(); ++r)
-            (held_out_row(r) ? held_rows : fit_rows).push_back(&sample.rows[r]);
-        if (fit_rows.empty()) std::swap(fit_rows, held_rows);  // a sample too small to split
-        const auto held = static_cast<Eigen::Index>(held_rows.size());
-        Matrix fit_x = stack(fit_rows, k), held_x = stack(held_rows, k);
+        const auto split = split_rows(sample);
+        const auto held = static_cast<Eigen::Index>(split.held.size());
+        Matrix fit_x = stack(split.fitted, k), held_x = stack(split.held, k);
         std::vector<Matrix> fit_reference, held_reference;
         for (const auto& w : weights) {
             const Eigen::Map<const Matrix> wm(w.data<float>().data(), k, w.shape()[1]);
@@ -307,10 +249,7 @@ AwqClipResult awq_clip(AlgorithmContext& context, int sample_rows) {
     const auto samples = sample_activations(model, context, channels, with_held_out(sample_rows));
     for (auto& [x, weights] : by_input) {
         // The search weighs three quarters of the sampled rows; the rest judges each weight's result.
-        std::vector<const std::vector<float>*> rows, held;
-        const auto& sampled = samples.at(x).rows;
-        for (size_t r = 0; r < sampled.size(); ++r) (held_out_row(r) ? held : rows).push_back(&sampled[r]);
-        if (rows.empty()) std::swap(rows, held);  // a sample too small to split
+        auto [rows, held] = split_rows(samples.at(x));
         if (rows.empty()) continue;
         if (held.empty()) held = rows;  // none held out: judged on the searched ones
         std::vector<const std::vector<float>*> every_row(rows);
