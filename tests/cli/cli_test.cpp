@@ -995,6 +995,28 @@ TEST(Cli, TheLanguageModelExampleKeepsItsPerplexityInFourBits) {
     EXPECT_LT(perplexity["unsigned_k_quant"], perplexity["unsigned_rtn"]);
 }
 
+// The language model in 8 bits (cpu.yaml): its attention masks hold -inf (the
+// masked scores and the fill constant) and its past is empty in every
+// calibration sample; those stay float, the rest is quantized.
+TEST(Cli, EightBitsOnTheLanguageModelLeaveItsMasksAndEmptyPastFloat) {
+    const auto dir = temp_dir();
+    const std::string example = VAIQ_SOURCE_DIR "/examples/charlm/";
+    const auto r =
+        vaiq_cli("-q run cpu.yaml --model " + example + "charlm.onnx --data " + example +
+                 "calibration --set evaluation_data=" + example + "evaluation --set evaluation_labels=" + example +
+                 "evaluation_labels.npy --output " + (dir / "q.onnx").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto report = nlohmann::json::parse(slurp(dir / "q.report.json"));
+    const auto& calibration = report["calibration"];
+    auto listed = [](const nlohmann::json& list, const std::string& name) {
+        return std::find(list.begin(), list.end(), name) != list.end();
+    };
+    EXPECT_TRUE(listed(calibration["not_finite"], "/blocks.0/Where_output_0")) << calibration.dump();
+    EXPECT_TRUE(listed(calibration["not_finite"], "/blocks.0/Constant_17_output_0")) << "the -inf fill";
+    EXPECT_TRUE(listed(calibration["empty"], "past_key_values.0.key")) << calibration.dump();
+    EXPECT_LT(report["evaluation"]["perplexity"]["quantized"].get<double>(), 4.385 * 1.02) << "float 4.385";
+}
+
 TEST(Cli, TheInt4RecipesLeaveTheLanguageModelHeadFloat) {
     const auto dir = temp_dir();
     vaiq::test::GraphBuilder b(17);

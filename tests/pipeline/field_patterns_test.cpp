@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <set>
 
@@ -341,6 +342,61 @@ TEST_F(FieldRun, AHeadsWeightsAreNamedWhereTheTargetComputesPerTensor) {
     const auto& w = mixed_scale(report, "weight");
     EXPECT_EQ(w["action"], "named");
     EXPECT_NE(w["advice"].get<std::string>().find("per_channel: true"), std::string::npos) << w.dump();
+}
+
+// A mask: Where(hidden, -inf, scores) before the Softmax, as decoders are
+// exported. The masked scores and the -inf fill have no range; they stay float
+// and the rest is quantized, where the run used to fail.
+TEST_F(FieldRun, AnAttentionMasksInfinitiesStayFloat) {
+    GraphBuilder b(17);
+    b.input("x", {1, 8, 8}).output("y", {1, 8, 8});
+    std::vector<float> w(64);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = std::sin(static_cast<float>(i) * 0.7f);
+    b.initializer("w", Tensor::from_values<float>({8, 8}, w));
+    vaiq::test::set_attribute(b.node("Constant", {}, {"masked"}), "value_float",
+                              -std::numeric_limits<float>::infinity());
+    b.initializer("low", Tensor::from_values<float>({}, std::vector<float>{0.2f}));
+    b.node("Less", {"x", "low"}, {"hidden"});  // a mask computed from the input, as exporters build one
+    b.node("MatMul", {"x", "w"}, {"scores"});
+    b.node("Where", {"hidden", "masked", "scores"}, {"kept"});
+    vaiq::test::set_attribute(b.node("Softmax", {"kept"}, {"y"}), "axis", -1);
+    const auto report = run(b.build());
+    const auto& not_finite = report["calibration"]["not_finite"];
+    EXPECT_NE(std::find(not_finite.begin(), not_finite.end(), "kept"), not_finite.end()) << not_finite.dump();
+    EXPECT_GT(output_sqnr(report, "y"), 20.0);
+    const auto written = vaiq::load_model(dir_ / "out.onnx");
+    int quantized = 0;
+    for (const auto& node : written.graph().node()) {
+        quantized += node.op_type() == "QuantizeLinear";
+        for (const auto& in : node.input()) {
+            if (in == "masked") {
+                EXPECT_EQ(node.op_type(), "Where") << "the -inf fill is read as it is";
+            }
+        }
+    }
+    EXPECT_GE(quantized, 1) << "the MatMul's input is still quantized";
+}
+
+// A decoder's past is empty in every calibration batch: no range, so it stays float.
+TEST_F(FieldRun, AnInputEmptyInEveryBatchStaysFloat) {
+    GraphBuilder b(17);
+    b.input("x", {1, 2, 4}).input("past", {1, 0, 4}).output("y", {1, 2, 4});
+    b.initializer("w", vaiq::test::ramp({4, 4}, -0.5f, 0.07f));
+    vaiq::test::set_attribute(b.node("Concat", {"past", "x"}, {"all"}), "axis", 1);
+    b.node("MatMul", {"all", "w"}, {"y"});
+    dir_ = temp_dir();
+    vaiq::save_model(b.build(), dir_ / "in.onnx");
+    for (int i = 0; i < 3; ++i) {
+        const auto sample = dir_ / "data" / std::to_string(i);
+        fs::create_directories(sample);
+        vaiq::write_npy(sample / "x.npy", vaiq::test::ramp({1, 2, 4}, -1.0f + 0.2f * static_cast<float>(i), 0.3f));
+        vaiq::write_npy(sample / "past.npy", Tensor(vaiq::DataType::Float, {1, 0, 4}));
+    }
+    const auto report = vaiq::test::run_recipe_in(
+        dir_, registry_, std::string(kCpu) + "calibration_data_reader: " + (dir_ / "data").string() + "\n");
+    const auto& empty = report["calibration"]["empty"];
+    EXPECT_NE(std::find(empty.begin(), empty.end(), "past"), empty.end()) << report["calibration"].dump();
+    EXPECT_GT(output_sqnr(report, "y"), 20.0);
 }
 
 }  // namespace

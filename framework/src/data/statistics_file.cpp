@@ -63,9 +63,11 @@ nlohmann::json statistics_file(const Observations& observations, const DraftPlan
                           {"calibrators", identity.calibrators},
                           {"batches", observations.batches},
                           {"not_float", observations.not_float},
+                          {"not_finite", observations.not_finite},
                           {"tensors", nlohmann::json::object()}};
     const auto owners = observing_tensors(plan);
     for (const auto& [name, observer] : observations.observers) {
+        if (observations.not_finite.count(name)) continue;  // no range: it stays float
         const auto& owner = *owners.at(name);
         auto stats = observer->statistics();
         if (stats.empty())
@@ -112,7 +114,10 @@ void merge_statistics_file(Observations& into, const DraftPlan& plan, const Stat
         const auto& tensors = field("tensors");
         const auto owners = observing_tensors(plan);
         std::vector<std::string> missing;
+        for (const auto& name : file.value("not_finite", nlohmann::json::array()))
+            into.not_finite.insert(name.get<std::string>());
         for (auto& [name, observer] : into.observers) {
+            if (into.not_finite.count(name)) continue;
             if (!tensors.contains(name)) {
                 missing.push_back(name);
                 continue;
@@ -124,6 +129,7 @@ void merge_statistics_file(Observations& into, const DraftPlan& plan, const Stat
                                              where, name, saved.at("calibrator").dump(), saved.at("spec").dump(),
                                              owner.calibrate_method, spec_text(owner.spec)));
             observer->merge(saved.at("statistics").get<Statistics>());
+            into.held_values.insert(name);
         }
         if (!missing.empty())
             throw InputError(fmt::format("{}: no statistics of {} tensor(s) this run observes: {}", where,

@@ -286,6 +286,29 @@ Observations observe_calibration(RunState& s, const std::optional<StatisticsIden
     }
 }
 
+// Small float constants of the plan (a mask's -inf fill) that hold an infinity
+// or NaN: no range holds them either. A large weight is not decoded here; one
+// with an infinity is refused when it is quantized.
+std::vector<std::string> constants_not_finite(const Model& model, const DraftPlan& draft) {
+    constexpr int64_t kSmallConstant = 4096;
+    std::vector<std::string> out;
+    const GraphIndex index(model);
+    for (const auto& t : draft.tensors) {
+        const auto* init = t.constant ? index.initializer(t.tensor) : nullptr;
+        if (!init) continue;
+        const auto type = static_cast<DataType>(init->data_type());
+        int64_t elements = 1;
+        for (const auto d : init->dims()) elements *= d;
+        if (elements > kSmallConstant ||
+            (type != DataType::Float && type != DataType::Float16 && type != DataType::BFloat16))
+            continue;
+        const auto values = convert_float_type(Tensor::from_proto(*init), DataType::Float);
+        const auto data = values.data<float>();
+        if (!std::all_of(data.begin(), data.end(), [](float v) { return std::isfinite(v); })) out.push_back(t.tensor);
+    }
+    return out;
+}
+
 }  // namespace
 
 void calibrate_phase(RunState& s) {
@@ -295,14 +318,27 @@ void calibrate_phase(RunState& s) {
     if (from_files || s.keep_tables) identity = statistics_identity(s);
     const auto observations = observe_calibration(s, identity);
     s.calibration = conclude(s.draft, observations);
+    for (auto& name : constants_not_finite(s.model, s.draft)) s.calibration.not_finite.push_back(std::move(name));
     if (s.keep_tables)
         s.tables = CalibrationTables{statistics_file(observations, s.draft, *identity),
                                      ort_calibration_json(s.calibration), tensorrt_calibration_cache(s.calibration)};
     s.report["calibration"] = {{"batches", s.calibration.batches},
                                {"observed_tensors", s.calibration.results.size()},
-                               {"not_float", s.calibration.not_float}};
+                               {"not_float", s.calibration.not_float},
+                               {"not_finite", s.calibration.not_finite},
+                               {"empty", s.calibration.empty}};
     if (from_files) s.report["calibration"]["statistics_files"] = s.options.calibration_files;
+    if (!s.calibration.not_finite.empty())
+        log_warn(
+            "{} tensor(s) held an infinity or NaN on the calibration data and stay float (an attention mask's "
+            "-inf, a log of 0): {}",
+            s.calibration.not_finite.size(), join(s.calibration.not_finite, ", "));
     drop_tensors(s.draft, s.calibration.not_float);
+    if (!s.calibration.empty.empty())
+        log_warn("{} tensor(s) held no value in any calibration batch and stay float (a decoder's empty past): {}",
+                 s.calibration.empty.size(), join(s.calibration.empty, ", "));
+    drop_tensors(s.draft, s.calibration.not_finite);
+    drop_tensors(s.draft, s.calibration.empty);
 }
 
 }  // namespace vaiq::phases

@@ -62,6 +62,8 @@ void observe(Observations& into, const Model& model, const DraftPlan& plan, Data
         if (auto it = observers.find(name); it == observers.end() || it->second->order_free())
             options.any_order_taps.insert(name);
     std::mutex not_float;
+    std::set<std::string> inputs;
+    for (const auto& i : model.graph().input()) inputs.insert(i.name());
     // Each observer sees the batches one at a time and in order (see batch_workers.hpp);
     // different observers may observe at once.
     auto observe_in_turn = [&](BatchTurns& turns, size_t index, const std::string& name, const Tensor& value) {
@@ -74,13 +76,31 @@ void observe(Observations& into, const Model& model, const DraftPlan& plan, Data
         if (observer == observers.end()) return;  // only its type was wanted
         auto clamp = clamps.find(name);
         turns.await(name, index);
-        if (clamp == clamps.end()) {
-            observer->second->observe(value.view<float>());
-        } else {  // the reader saturates outside the interval: observe what it sees
-            Tensor clamped = value;
-            for (float& v : clamped.mutable_data<float>())
-                if (!std::isnan(v)) v = std::clamp(v, clamp->second.min, clamp->second.max);
-            observer->second->observe(clamped.view<float>());
+        auto unobserved = [&] {
+            std::lock_guard lock(not_float);
+            return into.not_finite.count(name) > 0;
+        };
+        if (unobserved()) return turns.passed(name, index);
+        if (value.size() > 0) {
+            std::lock_guard lock(not_float);
+            into.held_values.insert(name);
+        }
+        try {
+            if (clamp == clamps.end()) {
+                observer->second->observe(value.view<float>());
+            } else {  // the reader saturates outside the interval: observe what it sees
+                Tensor clamped = value;
+                for (float& v : clamped.mutable_data<float>())
+                    if (!std::isnan(v)) v = std::clamp(v, clamp->second.min, clamp->second.max);
+                observer->second->observe(clamped.view<float>());
+            }
+        } catch (const InputError&) {
+            // The calibrators refuse values no range holds. A tensor the model computes that way
+            // (an attention mask's -inf) stays float; an input that holds them is bad data.
+            const auto v = value.data<float>();
+            if (inputs.count(name) || std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); })) throw;
+            std::lock_guard lock(not_float);
+            into.not_finite.insert(name);
         }
         turns.passed(name, index);
     };
@@ -114,13 +134,25 @@ CalibrationOutcome conclude(const DraftPlan& plan, const Observations& observati
     CalibrationOutcome outcome;
     outcome.batches = observations.batches;
     const auto& not_float = observations.not_float;
+    const auto& not_finite = observations.not_finite;
+    std::set<std::string> empty;
     for (const auto& [name, observer] : observations.observers)
-        if (!not_float.count(name)) outcome.results[name] = observer->result();
-    // A planned tensor is dropped when the value it is observed through is not float.
+        if (!not_float.count(name) && !not_finite.count(name)) {
+            if (observations.batches > 0 && !observations.held_values.count(name)) {
+                empty.insert(name);  // every batch held none of it: no range to conclude
+                continue;
+            }
+            outcome.results[name] = observer->result();
+        }
+    // A planned tensor is dropped when the value it is observed through is not float, or held no finite range.
     for (const auto& t : plan.tensors) {
         const auto& source = t.range_from.empty() ? t.tensor : t.range_from;
         if ((t.observed() && not_float.count(source)) || (!t.observed() && not_float.count(t.tensor)))
             outcome.not_float.push_back(t.tensor);
+        else if (not_finite.count(source))  // observed itself, or taking its range from one that was
+            outcome.not_finite.push_back(t.tensor);
+        else if (empty.count(source))
+            outcome.empty.push_back(t.tensor);
     }
     return outcome;
 }
@@ -174,63 +206,67 @@ QuantPlan compute_parameters(const Model& model, const DraftPlan& plan, const Ca
     for (const auto& t : plan.tensors)
         if (!t.bias_input.empty()) order.push_back(&t);
 
-    for (const auto* t : order) {
-        TensorQuant q{t->tensor, t->role, t->spec, {}};
-        if (!t->bias_input.empty()) {
-            const auto& in = params_of(t->bias_input);
-            const auto& w = params_of(t->bias_weight);
-            q.params.type = t->spec.type;
-            for (float ws : w.scale) {
-                q.params.scale.push_back(in.scale[0] * ws);
-                q.params.zero_point.push_back(0);
-            }
-            q.params.axis = w.axis >= 0 ? 0 : -1;
-            widen_saturating_bias_scales(Tensor::from_proto(*index.initializer(t->tensor)), q);
-        } else if (t->given) {
-            q.params = *t->given;
-        } else if (t->spec.dynamic) {
-            q.params.type = t->spec.type;  // DynamicQuantizeLinear's at run time
-        } else if (!t->share_with.empty()) {
-            q.params = params_of(t->share_with);
-        } else if (t->constant && t->spec.block_size > 0) {
-            // A float16 weight's blocks are measured in float (its scales are written back in float16).
-            const auto data = convert_float_type(Tensor::from_proto(*index.initializer(t->tensor)), DataType::Float);
-            q.params = t->calibrator ? t->calibrator->constant_params(data, t->spec) : constant_params(data, t->spec);
-        } else if (t->constant) {
-            const auto data = Tensor::from_proto(*index.initializer(t->tensor));
-            const int rank = static_cast<int>(data.shape().size());
-            int axis = t->spec.per_channel ? t->spec.axis : -1;
-            if (axis < 0 && t->spec.per_channel) axis += rank;
-            if (axis >= rank) axis = -1;
-            auto spec = t->spec;
-            spec.per_channel = axis >= 0;
-            spec.axis = std::max(axis, 0);
-            q.params = t->calibrator ? t->calibrator->constant_params(data, spec) : constant_params(data, spec);
-            q.params.axis = axis;
-            q.spec.per_channel = spec.per_channel;
-            q.spec.axis = spec.axis;
-            if (ranges && axis < 0) (*ranges)[t->tensor] = channel_ranges(data, -1)[0];
-        } else {
-            TensorRange range;
-            if (t->fixed_range) {
-                range = *t->fixed_range;
+    for (const auto* t : order) try {
+            TensorQuant q{t->tensor, t->role, t->spec, {}};
+            if (!t->bias_input.empty()) {
+                const auto& in = params_of(t->bias_input);
+                const auto& w = params_of(t->bias_weight);
+                q.params.type = t->spec.type;
+                for (float ws : w.scale) {
+                    q.params.scale.push_back(in.scale[0] * ws);
+                    q.params.zero_point.push_back(0);
+                }
+                q.params.axis = w.axis >= 0 ? 0 : -1;
+                widen_saturating_bias_scales(Tensor::from_proto(*index.initializer(t->tensor)), q);
+            } else if (t->given) {
+                q.params = *t->given;
+            } else if (t->spec.dynamic) {
+                q.params.type = t->spec.type;  // DynamicQuantizeLinear's at run time
+            } else if (!t->share_with.empty()) {
+                q.params = params_of(t->share_with);
+            } else if (t->constant && t->spec.block_size > 0) {
+                // A float16 weight's blocks are measured in float (its scales are written back in float16).
+                const auto data =
+                    convert_float_type(Tensor::from_proto(*index.initializer(t->tensor)), DataType::Float);
+                q.params =
+                    t->calibrator ? t->calibrator->constant_params(data, t->spec) : constant_params(data, t->spec);
+            } else if (t->constant) {
+                const auto data = Tensor::from_proto(*index.initializer(t->tensor));
+                const int rank = static_cast<int>(data.shape().size());
+                int axis = t->spec.per_channel ? t->spec.axis : -1;
+                if (axis < 0 && t->spec.per_channel) axis += rank;
+                if (axis >= rank) axis = -1;
+                auto spec = t->spec;
+                spec.per_channel = axis >= 0;
+                spec.axis = std::max(axis, 0);
+                q.params = t->calibrator ? t->calibrator->constant_params(data, spec) : constant_params(data, spec);
+                q.params.axis = axis;
+                q.spec.per_channel = spec.per_channel;
+                q.spec.axis = spec.axis;
+                if (ranges && axis < 0) (*ranges)[t->tensor] = channel_ranges(data, -1)[0];
             } else {
+                TensorRange range;
+                if (t->fixed_range) {
+                    range = *t->fixed_range;
+                } else {
+                    const auto& source = t->range_from.empty() ? t->tensor : t->range_from;
+                    auto it = calibration.results.find(source);
+                    if (it == calibration.results.end())
+                        throw InternalError(fmt::format("tensor '{}' was planned but never calibrated", source));
+                    range = it->second.range;
+                }
+                if (ranges) (*ranges)[t->tensor] = range;
                 const auto& source = t->range_from.empty() ? t->tensor : t->range_from;
-                auto it = calibration.results.find(source);
-                if (it == calibration.results.end())
-                    throw InternalError(fmt::format("tensor '{}' was planned but never calibrated", source));
-                range = it->second.range;
+                const auto it = calibration.results.find(source);
+                const bool positioned = !t->fixed_range && it != calibration.results.end() && it->second.position;
+                q.params = positioned ? power_of_two_params(range, *it->second.position, t->spec)
+                                      : compute_quant_params(range, t->spec);
             }
-            if (ranges) (*ranges)[t->tensor] = range;
-            const auto& source = t->range_from.empty() ? t->tensor : t->range_from;
-            const auto it = calibration.results.find(source);
-            const bool positioned = !t->fixed_range && it != calibration.results.end() && it->second.position;
-            q.params = positioned ? power_of_two_params(range, *it->second.position, t->spec)
-                                  : compute_quant_params(range, t->spec);
+            position[t->tensor] = out.tensors.size();
+            out.tensors.push_back(std::move(q));
+        } catch (const InputError& e) {
+            throw InputError(fmt::format("tensor '{}': {}", t->tensor, e.what()));
         }
-        position[t->tensor] = out.tensors.size();
-        out.tensors.push_back(std::move(q));
-    }
     return out;
 }
 

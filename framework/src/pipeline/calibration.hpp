@@ -17,6 +17,11 @@ namespace vaiq {
 struct CalibrationOutcome {
     std::map<std::string, CalibrationResult> results;  ///< by observed tensor
     std::vector<std::string> not_float;                ///< planned tensors that are not float: not quantized
+    /// Planned tensors whose observed values held an infinity or NaN (an attention
+    /// mask's -inf, a log of 0): no range holds them, so they stay float.
+    std::vector<std::string> not_finite;
+    /// Planned tensors that held no value in any batch (a decoder's empty past): no range, so they stay float.
+    std::vector<std::string> empty;
     int batches = 0;
 };
 
@@ -24,7 +29,9 @@ struct CalibrationOutcome {
 struct Observations {
     /// By observed tensor; each made by the tensor's planned calibrator.
     std::map<std::string, std::unique_ptr<RangeObserver>> observers;
-    std::set<std::string> not_float;  ///< tapped tensors whose values are not float
+    std::set<std::string> not_float;    ///< tapped tensors whose values are not float
+    std::set<std::string> not_finite;   ///< observed tensors that held an infinity or NaN: no longer observed
+    std::set<std::string> held_values;  ///< observed tensors that held a value in some batch
     int batches = 0;
 };
 

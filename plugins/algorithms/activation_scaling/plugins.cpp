@@ -15,6 +15,9 @@ class SmoothQuant final : public vaiq::Algorithm {
     void configure(const vaiq::Options& options) override {
         options_.alpha = options.get_float("SmoothQuantAlpha");
         options_.folding = options.get_bool("SmoothQuantFolding");
+        options_.alpha_search = options.get_bool("alpha_search");
+        options_.sample_rows = static_cast<int>(options.get_int("sample_rows"));
+        if (options_.sample_rows < 1) throw vaiq::InputError("smooth_quant: sample_rows must be at least 1");
         if (!(options_.alpha >= 0 && options_.alpha <= 1))
             throw vaiq::InputError(
                 fmt::format("extra_options.SmoothQuantAlpha must be within [0, 1], not {}", options_.alpha));
@@ -23,9 +26,23 @@ class SmoothQuant final : public vaiq::Algorithm {
 
     void run(vaiq::AlgorithmContext& context) override {
         vaiq::Model model = context.model();
-        const auto r = vaiq::smooth_quant(model, context, options_);
+        auto options = options_;
+        options.activation_spec = context.default_spec(vaiq::TensorRole::Activation);
+        options.weight_spec = context.default_spec(vaiq::TensorRole::Weight);
+        options.weight_spec.axis = 1;  // the search holds every weight as [K, N]: its output channels along 1
+        options.weight_spec.block_size = 0;
+        // An activation that stays float, or is quantized at run time, has no grid to search against.
+        options.alpha_search =
+            options.alpha_search && vaiq::is_integer(options.activation_spec.type) && !options.activation_spec.dynamic;
+        const auto r = vaiq::smooth_quant(model, context, options);
         context.set_model(std::move(model));
-        context.report({{"activations", r.activations}, {"weights", r.weights}, {"folded", r.folded}});
+        nlohmann::json section = {{"activations", r.activations}, {"weights", r.weights}, {"folded", r.folded}};
+        if (options.alpha_search) {
+            section["alphas"] = nlohmann::json::object();
+            for (const auto& [x, alpha] : r.alphas) section["alphas"][x] = alpha ? nlohmann::json(*alpha) : nullptr;
+            section["judged_on"] = "a quarter of the sampled token rows, held out of the search";
+        }
+        context.report(section);
         vaiq::log_info("SmoothQuant: {} activations smoothed ({} folded into their producer), {} weights scaled",
                        r.activations, r.folded, r.weights);
     }
@@ -96,6 +113,12 @@ constexpr vaiq_option_descriptor kSmoothQuantOptions[] = {
      "How much of the difficulty moves: s_j = max|X_j|^alpha / max|W_j|^(1 - alpha)."},
     {"SmoothQuantFolding", VAIQ_OPTION_BOOL, "true",
      "Fold 1/s into the producer of X where X has no other reader; else a Mul is inserted."},
+    {"alpha_search", VAIQ_OPTION_BOOL, "false",
+     "Search each input's alpha (0.1 to 0.9, or none) for the least error of the quantized product on sampled "
+     "token rows, instead of SmoothQuantAlpha; smoothing is kept where it beats none on held-out rows."},
+    {"sample_rows", VAIQ_OPTION_INT, "256",
+     "With alpha_search: token rows per input the search weighs (reservoir-sampled), and a third as many to "
+     "judge it."},
 };
 constexpr vaiq_option_descriptor kAwqLiteOptions[] = {
     {"sample_rows", VAIQ_OPTION_INT, "256",

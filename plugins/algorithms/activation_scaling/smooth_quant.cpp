@@ -1,14 +1,60 @@
 #include "smooth_quant.hpp"
 
+#include <Eigen/Core>
+
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
+#include <optional>
 
+#include "activation_sample.hpp"
 #include "vaiq/graph.hpp"
 
 namespace vaiq {
 
 namespace {
+
+// One smoothing tried on sampled rows: the weights it quantizes and the grid
+// its scaled activation takes over the searched rows.
+struct Trial {
+    std::vector<float> s;
+    QuantParams activation;
+    std::vector<Matrix> dequantized;  ///< Q(diag(s) W), one per reader
+};
+
+Trial try_smoothing(const std::vector<float>& s, const Matrix& searched, const std::vector<Matrix>& weights,
+                    const SmoothQuantOptions& o) {
+    Trial t{s, {}, {}};
+    Matrix xs = searched;
+    for (Eigen::Index j = 0; j < xs.cols(); ++j) xs.col(j) /= s[static_cast<size_t>(j)];
+    t.activation =
+        compute_quant_params({std::min(xs.minCoeff(), 0.0f), std::max(xs.maxCoeff(), 0.0f)}, o.activation_spec);
+    for (const auto& w : weights) {
+        Matrix scaled = w;
+        for (Eigen::Index j = 0; j < scaled.rows(); ++j) scaled.row(j) *= s[static_cast<size_t>(j)];
+        auto tensor = Tensor::from_values<float>({scaled.rows(), scaled.cols()},
+                                                 std::vector<float>(scaled.data(), scaled.data() + scaled.size()));
+        const auto q = fake_quantize(tensor, constant_params(tensor, o.weight_spec), "weight");
+        t.dequantized.emplace_back(Eigen::Map<const Matrix>(q.data<float>().data(), scaled.rows(), scaled.cols()));
+    }
+    return t;
+}
+
+// Squared error of the quantized product X/s · Q(diag(s) W) against X W over the rows `x`.
+double trial_error(const Trial& t, const Matrix& x, const std::vector<Matrix>& reference) {
+    if (x.rows() == 0) return 0;
+    Matrix xs = x;
+    for (Eigen::Index j = 0; j < xs.cols(); ++j) xs.col(j) /= t.s[static_cast<size_t>(j)];
+    auto tensor =
+        Tensor::from_values<float>({xs.rows(), xs.cols()}, std::vector<float>(xs.data(), xs.data() + xs.size()));
+    const auto q = fake_quantize(tensor, t.activation, "activation");
+    const Eigen::Map<const Matrix> xq(q.data<float>().data(), xs.rows(), xs.cols());
+    double error = 0;
+    for (size_t i = 0; i < reference.size(); ++i)
+        error += static_cast<double>((xq * t.dequantized[i] - reference[i]).squaredNorm());
+    return error;
+}
 
 bool constant_float(const GraphIndex& index, const std::string& name) {
     const auto* t = index.initializer(name);
@@ -132,6 +178,45 @@ bool scale_input_channels(Model& model, const std::string& x, const std::vector<
     return folded;
 }
 
+namespace {
+
+// The alpha whose smoothing gives the least error on the searched rows, when it
+// also beats no smoothing on the held-out ones.
+std::optional<double> search_alpha(const Model& model, const GraphIndex& index, const std::vector<ChannelReader>& rs,
+                                   const ActivationSample& sample,
+                                   const std::function<std::vector<float>(double)>& scales,
+                                   const SmoothQuantOptions& options) {
+    if (sample.rows.empty()) return std::nullopt;
+    const auto k = static_cast<Eigen::Index>(sample.rows.front().size());
+    std::vector<Matrix> weights;  // [K, N] whatever the storage
+    for (const auto& r : rs) {
+        const Tensor w = Tensor::from_proto(*index.initializer(model.graph().node(r.node).input(1)));
+        const Eigen::Map<const Matrix> stored(w.data<float>().data(), w.shape()[0], w.shape()[1]);
+        weights.push_back(r.rows_are_columns ? Matrix(stored.transpose()) : Matrix(stored));
+    }
+    const auto split = split_rows(sample);
+    const Matrix searched = stack(split.fitted, k), held = stack(split.held, k);
+    std::vector<Matrix> searched_reference, held_reference;
+    for (const auto& w : weights) {
+        searched_reference.emplace_back(searched * w);
+        held_reference.emplace_back(held * w);
+    }
+    const auto none = try_smoothing(std::vector<float>(static_cast<size_t>(k), 1.0f), searched, weights, options);
+    double best_error = trial_error(none, searched, searched_reference);
+    std::optional<double> best_alpha;
+    std::optional<Trial> best;
+    for (int step = 1; step <= 9; ++step) {
+        auto t = try_smoothing(scales(step / 10.0), searched, weights, options);
+        if (const double e = trial_error(t, searched, searched_reference); e < best_error)
+            best_error = e, best_alpha = step / 10.0, best = std::move(t);
+    }
+    if (!best || split.held.empty()) return best_alpha;
+    return trial_error(*best, held, held_reference) < trial_error(none, held, held_reference) ? best_alpha
+                                                                                              : std::nullopt;
+}
+
+}  // namespace
+
 SmoothQuantResult smooth_quant(Model& model, AlgorithmContext& context, const SmoothQuantOptions& options) {
     SmoothQuantResult result;
     std::vector<std::string> inputs;
@@ -140,6 +225,12 @@ SmoothQuantResult smooth_quant(Model& model, AlgorithmContext& context, const Sm
     std::vector<ChannelRangeRequest> requests;
     for (const auto& x : inputs) requests.push_back({x, -1});
     const auto maxima = context.channel_ranges(model, requests);
+    std::map<std::string, ActivationSample> samples;
+    if (options.alpha_search) {
+        std::map<std::string, int64_t> channels;
+        for (const auto& [x, m] : maxima) channels[x] = static_cast<int64_t>(m.size());
+        samples = sample_activations(model, context, channels, with_held_out(options.sample_rows));
+    }
 
     for (const auto& x : inputs) {
         // Node positions move as Muls are inserted: the readers are found again each time.
@@ -171,11 +262,22 @@ SmoothQuantResult smooth_quant(Model& model, AlgorithmContext& context, const Sm
             }
         }
         if (!fits) continue;
-        std::vector<float> s(k);
-        for (size_t j = 0; j < k; ++j) {
-            const double denominator = std::max(std::pow(static_cast<double>(wmax[j]), 1.0 - options.alpha), 1e-5);
-            s[j] =
-                static_cast<float>(std::max(std::pow(static_cast<double>(amax[j]), options.alpha) / denominator, 1e-5));
+        auto scales = [&](double alpha) {
+            std::vector<float> s(k);
+            for (size_t j = 0; j < k; ++j) {
+                const double denominator = std::max(std::pow(static_cast<double>(wmax[j]), 1.0 - alpha), 1e-5);
+                s[j] = static_cast<float>(std::max(std::pow(static_cast<double>(amax[j]), alpha) / denominator, 1e-5));
+            }
+            return s;
+        };
+        std::vector<float> s;
+        if (options.alpha_search) {
+            const auto alpha = search_alpha(model, index, rs, samples[x], scales, options);
+            result.alphas[x] = alpha;
+            if (!alpha) continue;
+            s = scales(*alpha);
+        } else {
+            s = scales(options.alpha);
         }
         result.folded += scale_input_channels(model, x, s, options.folding, "smooth");
         result.weights += static_cast<int>(rs.size());

@@ -7,12 +7,14 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "vaiq/algorithm.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/model.hpp"
+#include "vaiq/quant.hpp"
 
 namespace vaiq {
 
@@ -40,12 +42,22 @@ struct SmoothQuantOptions {
     /// Mul or Add by a constant, a MatMul/Gemm's constant weight and bias) when X
     /// has no other reader; else a Mul(X, 1/s) is inserted.
     bool folding = true;
+    /// Instead of `alpha`: each input's alpha in 0.1, 0.2, ..., 0.9, or none, for
+    /// the least error of the quantized product X/s · Q(diag(s) W) on sampled token
+    /// rows (X/s per tensor on `activation_spec` over the rows' range, the weights
+    /// on `weight_spec`); smoothing is kept only where it beats none on a share of
+    /// rows held out of the search.
+    bool alpha_search = false;
+    int sample_rows = 256;
+    QuantSpec activation_spec, weight_spec;
 };
 
 struct SmoothQuantResult {
     int activations = 0;  ///< inputs smoothed
     int weights = 0;      ///< weights scaled
     int folded = 0;       ///< of the inputs, how many into their producer
+    /// With alpha_search: each searched input's alpha (null: left unsmoothed).
+    std::map<std::string, std::optional<double>> alphas;
 };
 
 /// Smooths every float activation read by MatMul (constant B) or Gemm

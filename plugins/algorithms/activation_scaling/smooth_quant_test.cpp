@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "data/data_reader.hpp"
+#include "plugin/registry.hpp"
 #include "runtime/executor.hpp"
 #include "sdk/npy.hpp"
 #include "smooth_quant.hpp"
@@ -107,6 +108,60 @@ TEST_F(SmoothQuant, ScalesFollowTheDocumentedFormula) {
     const auto w = Tensor::from_proto(initializer(model, "w"));
     const float amax[] = {0.4f, 1.5f, 2.0f, 2.2f}, wmax[] = {0.5f, 2.0f, 1.0f, 0.25f};
     for (int j = 0; j < 4; ++j) EXPECT_NEAR(w.data<float>()[j], wmax[j] * std::sqrt(amax[j] / wmax[j]), 1e-5) << j;
+}
+
+// x [64, 32] -> LayerNormalization (three channels 25x louder through gamma) -> MatMul(w [32, 48]).
+vaiq::Model loud_channels() {
+    GraphBuilder b(17);
+    b.input("x", {64, 32}).output("y", {64, 48});
+    std::vector<float> gamma(32, 1.0f), w(32 * 48);
+    for (int j : {3, 17, 29}) gamma[static_cast<size_t>(j)] = 25.0f;
+    for (size_t i = 0; i < w.size(); ++i) w[i] = std::cos(static_cast<float>(i * i % 613) * 0.11f) * 0.2f;
+    b.initializer("gamma", Tensor::from_values<float>({32}, gamma))
+        .initializer("beta", Tensor::from_values<float>({32}, std::vector<float>(32, 0.0f)))
+        .initializer("w", Tensor::from_values<float>({32, 48}, w));
+    vaiq::test::set_attribute(b.node("LayerNormalization", {"x", "gamma", "beta"}, {"ln"}), "axis", -1);
+    b.node("MatMul", {"ln", "w"}, {"y"});
+    return b.build();
+}
+
+// alpha_search: an alpha is chosen where 8-bit activations lose the quiet channels,
+// the float function is kept, and the plugin reports each input's alpha.
+TEST_F(SmoothQuant, AlphaSearchChoosesASmoothingThatBeatsNone) {
+    auto model = loud_channels();
+    const auto original = model;
+    const auto x = vaiq::test::normal_batches(1, 64 * 32, 1.0f, 4)[0];
+    vaiq::write_npy(dir_ / "rows.npy", Tensor::from_values<float>({64, 32}, x));
+    auto data = vaiq::open_data_reader(dir_ / "rows.npy", model);
+    vaiq::SmoothQuantOptions options;
+    options.alpha_search = true;
+    options.activation_spec.type = vaiq::QuantType::QUInt8;
+    options.weight_spec.symmetric = true;
+    options.weight_spec.axis = 1;
+    vaiq::test::TestAlgorithmContext test(model, *data);
+    const auto r = vaiq::smooth_quant(model, test.context, options);
+    ASSERT_EQ(r.alphas.count("ln"), 1u);
+    ASSERT_TRUE(r.alphas.at("ln").has_value()) << "smoothing beats none on the held-out rows";
+    EXPECT_GT(*r.alphas.at("ln"), 0.0);
+    EXPECT_LT(*r.alphas.at("ln"), 1.0);
+    EXPECT_EQ(r.activations, 1);
+    const auto input = Tensor::from_values<float>({64, 32}, x);
+    const auto before = vaiq::runtime::Executor(original).run({{"x", input}})[0];
+    const auto after = vaiq::runtime::Executor(model).run({{"x", input}})[0];
+    for (int64_t i = 0; i < before.size(); ++i)
+        EXPECT_NEAR(after.data<float>()[i], before.data<float>()[i], 1e-3f * (1 + std::abs(before.data<float>()[i])));
+
+    vaiq::save_model(loud_channels(), dir_ / "in.onnx");
+    vaiq::PluginRegistry registry;
+    registry.load_default_paths();
+    registry.load_library(vaiq::test::extra_args().front());
+    const auto report = vaiq::test::run_recipe_in(
+        dir_, registry,
+        "target: cpu\nquant_format: QDQ\ncalibration_data_reader: " + (dir_ / "rows.npy").string() +
+            "\nextra_options: {SmoothQuant: true}\nalgorithms: [{name: smooth_quant, options: {alpha_search: "
+            "true}}]\n");
+    ASSERT_TRUE(report["smooth_quant"].contains("alphas")) << report["smooth_quant"].dump();
+    EXPECT_TRUE(report["smooth_quant"]["alphas"]["ln"].is_number()) << report["smooth_quant"].dump();
 }
 
 }  // namespace
