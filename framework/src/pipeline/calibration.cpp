@@ -61,14 +61,14 @@ void observe(Observations& into, const Model& model, const DraftPlan& plan, Data
     for (const auto& name : typed)
         if (auto it = observers.find(name); it == observers.end() || it->second->order_free())
             options.any_order_taps.insert(name);
-    std::mutex not_float;
+    std::mutex sets;  // guards into.not_float, not_finite and held_values
     std::set<std::string> inputs;
     for (const auto& i : model.graph().input()) inputs.insert(i.name());
     // Each observer sees the batches one at a time and in order (see batch_workers.hpp);
     // different observers may observe at once.
     auto observe_in_turn = [&](BatchTurns& turns, size_t index, const std::string& name, const Tensor& value) {
         if (value.type() != DataType::Float) {
-            std::lock_guard lock(not_float);
+            std::lock_guard lock(sets);
             into.not_float.insert(name);
             return;
         }
@@ -77,12 +77,12 @@ void observe(Observations& into, const Model& model, const DraftPlan& plan, Data
         auto clamp = clamps.find(name);
         turns.await(name, index);
         auto unobserved = [&] {
-            std::lock_guard lock(not_float);
+            std::lock_guard lock(sets);
             return into.not_finite.count(name) > 0;
         };
         if (unobserved()) return turns.passed(name, index);
         if (value.size() > 0) {
-            std::lock_guard lock(not_float);
+            std::lock_guard lock(sets);
             into.held_values.insert(name);
         }
         try {
@@ -99,7 +99,7 @@ void observe(Observations& into, const Model& model, const DraftPlan& plan, Data
             // (an attention mask's -inf) stays float; an input that holds them is bad data.
             const auto v = value.data<float>();
             if (inputs.count(name) || std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); })) throw;
-            std::lock_guard lock(not_float);
+            std::lock_guard lock(sets);
             into.not_finite.insert(name);
         }
         turns.passed(name, index);
