@@ -204,8 +204,10 @@ AwqResult awq_lite(Model& model, AlgorithmContext& context, const AwqOptions& op
                                               judge_fitted ? fit_reference : held_reference, best, options.spec);
         ++result.activations;
         result.error_rtn += rtn;
-        result.error_awq += std::min(awq, rtn);
-        if (!(awq < rtn)) continue;
+        if (!(awq < rtn)) {
+            result.error_awq += rtn;
+            continue;
+        }
         // Kept: searched again on every sampled row (the same method, a third more data).
         std::vector<float> chosen = best;
         if (held > 0) {
@@ -217,8 +219,12 @@ AwqResult awq_lite(Model& model, AlgorithmContext& context, const AwqOptions& op
                 all_reference.back() << fit_reference[i], held_reference[i];
             }
             chosen = search(all_x, all_reference);
-            if (chosen == identity) continue;
         }
+        if (chosen == identity) {
+            result.error_awq += rtn;
+            continue;
+        }
+        result.error_awq += awq;
         result.folded += scale_input_channels(model, x, chosen, true, "pre_quant");
         ++result.scaled;
         log_debug("awq_lite: '{}': held-out output error {:.4g} -> {:.4g}", x, rtn, awq);
