@@ -66,6 +66,20 @@ PluginRegistry registry_with_test_plugin() {
     return registry;
 }
 
+PluginRegistry registry_with_installed_plugins() {
+    auto registry = registry_with_test_plugin();
+    registry.load_default_paths();
+    return registry;
+}
+
+Model matmul_model(const Tensor& w, int64_t rows, int64_t opset) {
+    GraphBuilder b(opset);
+    b.input("x", {1, rows, w.shape()[0]}).output("y", {1, rows, w.shape()[1]});
+    b.initializer("w", w);
+    b.node("MatMul", {"x", "w"}, {"y"});
+    return b.build();
+}
+
 fs::path npm_modules() {
     const char* home = std::getenv("VAIQ_ORT_HOME");
     const fs::path base = home ? fs::path(home) : fs::path(std::getenv("HOME")) / ".cache/vaiq/onnxruntime-node";

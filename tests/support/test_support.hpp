@@ -44,6 +44,13 @@ const std::vector<std::string>& extra_args();
 /// A registry holding the plugin library this test was given.
 PluginRegistry registry_with_test_plugin();
 
+/// A registry holding the installed plugins and the library this test was given
+/// (what a recipe naming this test's plugin next to the built-in ones needs).
+PluginRegistry registry_with_installed_plugins();
+
+/// x [1, rows, K] -> MatMul(w [K, N], named "w") -> y [1, rows, N].
+Model matmul_model(const Tensor& w, int64_t rows = 8, int64_t opset = 13);
+
 /// A fresh, empty folder under the system temp folder, removed at exit.
 std::filesystem::path temp_dir();
 

@@ -297,9 +297,7 @@ std::vector<std::string> constants_not_finite(const Model& model, const DraftPla
         const auto* init = t.constant ? index.initializer(t.tensor) : nullptr;
         if (!init) continue;
         const auto type = static_cast<DataType>(init->data_type());
-        int64_t elements = 1;
-        for (const auto d : init->dims()) elements *= d;
-        if (elements > kSmallConstant ||
+        if (element_count({init->dims().data(), static_cast<size_t>(init->dims_size())}) > kSmallConstant ||
             (type != DataType::Float && type != DataType::Float16 && type != DataType::BFloat16))
             continue;
         const auto values = convert_float_type(Tensor::from_proto(*init), DataType::Float);

@@ -61,14 +61,23 @@ void observe(Observations& into, const Model& model, const DraftPlan& plan, Data
     for (const auto& name : typed)
         if (auto it = observers.find(name); it == observers.end() || it->second->order_free())
             options.any_order_taps.insert(name);
-    std::mutex sets;  // guards into.not_float, not_finite and held_values
+    std::mutex not_float;
+    // What each observed tensor has held so far. Only the tensor's own turn touches its entry
+    // (see batch_workers.hpp), so no lock: the map itself does not change while batches run.
+    struct Seen {
+        bool values = false;
+        bool not_finite = false;
+    };
+    std::map<std::string, Seen> seen;
+    for (const auto& [name, observer] : observers)
+        seen[name] = {into.held_values.count(name) > 0, into.not_finite.count(name) > 0};
     std::set<std::string> inputs;
     for (const auto& i : model.graph().input()) inputs.insert(i.name());
     // Each observer sees the batches one at a time and in order (see batch_workers.hpp);
     // different observers may observe at once.
     auto observe_in_turn = [&](BatchTurns& turns, size_t index, const std::string& name, const Tensor& value) {
         if (value.type() != DataType::Float) {
-            std::lock_guard lock(sets);
+            std::lock_guard lock(not_float);
             into.not_float.insert(name);
             return;
         }
@@ -76,15 +85,9 @@ void observe(Observations& into, const Model& model, const DraftPlan& plan, Data
         if (observer == observers.end()) return;  // only its type was wanted
         auto clamp = clamps.find(name);
         turns.await(name, index);
-        auto unobserved = [&] {
-            std::lock_guard lock(sets);
-            return into.not_finite.count(name) > 0;
-        };
-        if (unobserved()) return turns.passed(name, index);
-        if (value.size() > 0) {
-            std::lock_guard lock(sets);
-            into.held_values.insert(name);
-        }
+        auto& state = seen.at(name);
+        if (state.not_finite) return turns.passed(name, index);
+        state.values = state.values || value.size() > 0;
         try {
             if (clamp == clamps.end()) {
                 observer->second->observe(value.view<float>());
@@ -99,8 +102,7 @@ void observe(Observations& into, const Model& model, const DraftPlan& plan, Data
             // (an attention mask's -inf) stays float; an input that holds them is bad data.
             const auto v = value.data<float>();
             if (inputs.count(name) || std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); })) throw;
-            std::lock_guard lock(sets);
-            into.not_finite.insert(name);
+            state.not_finite = true;
         }
         turns.passed(name, index);
     };
@@ -128,6 +130,10 @@ void observe(Observations& into, const Model& model, const DraftPlan& plan, Data
         };
     });
     if (read == 0) throw InputError("the calibration data holds no batches");
+    for (const auto& [name, state] : seen) {
+        if (state.values) into.held_values.insert(name);
+        if (state.not_finite) into.not_finite.insert(name);
+    }
 }
 
 CalibrationOutcome conclude(const DraftPlan& plan, const Observations& observations) {

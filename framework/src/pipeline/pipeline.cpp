@@ -34,6 +34,7 @@
 #include "sdk/npy.hpp"
 #include "sdk/text.hpp"
 #include "util/model_size.hpp"
+#include "util/paths.hpp"
 #include "util/progress.hpp"
 #include "util/spool.hpp"
 #include "vaiq/error.hpp"
@@ -97,10 +98,7 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
     if (output) s.output = *output;
     // Checked now as well as when saving, so that a long run does not fail at its end.
     if (writes) {
-        const fs::path dir = s.output.has_parent_path() ? s.output.parent_path() : fs::path(".");
-        std::error_code ec;
-        if (!fs::is_directory(dir, ec))
-            throw InputError(fmt::format("{}: the output folder {} does not exist", s.output.string(), dir.string()));
+        output_folder(s.output);
         save_options(s.settings, s.output);
     }
     s.report_path =

@@ -9,7 +9,9 @@
 #include <cmath>
 #include <numeric>
 
+#include "pipeline/run_settings.hpp"
 #include "sdk/atomic_file.hpp"
+#include "sdk/text.hpp"
 #include "util/paths.hpp"
 #include "util/yaml_json.hpp"
 #include "vaiq/error.hpp"
@@ -38,12 +40,6 @@ void flatten_settings(const nlohmann::json& map, const std::string& prefix, std:
         else
             out.push_back(path + "=" + value.dump());  // JSON is YAML, as apply_setting reads it
     }
-}
-
-std::string describe(const std::vector<std::string>& assignments) {
-    std::string out;
-    for (const auto& a : assignments) out += (out.empty() ? "" : ", ") + a;
-    return out;
 }
 
 // The grid of `dimensions`: combinations ordered by the sum of their values' positions.
@@ -79,7 +75,7 @@ std::vector<TuneCandidate> grid(const nlohmann::json& dimensions, const std::str
             flatten_settings(one, "", candidate.assignments);
             if (c[a] > 0) changed.push_back(axes[a].first + "=" + axes[a].second[c[a]].dump());
         }
-        candidate.name = changed.empty() ? "first values" : describe(changed);
+        candidate.name = changed.empty() ? "first values" : join(changed);
         out.push_back(std::move(candidate));
     }
     return out;
@@ -202,8 +198,8 @@ std::vector<TuneCandidate> load_tune_space(const fs::path& given) {
         flatten_settings(set, "", candidate.assignments);
         candidate.name = c.contains("name") ? c.at("name").get<std::string>()
                          : candidate.recipe ? candidate.recipe->filename().string() +
-                                                  (set.empty() ? "" : " + " + describe(candidate.assignments))
-                                            : (set.empty() ? "as written" : describe(candidate.assignments));
+                                                  (set.empty() ? "" : " + " + join(candidate.assignments))
+                                            : (set.empty() ? "as written" : join(candidate.assignments));
         out.push_back(std::move(candidate));
     }
     if (space.contains("dimensions"))
@@ -236,19 +232,15 @@ TuneResult tune(const fs::path& recipe, const std::vector<std::string>& assignme
                 const std::vector<TuneCandidate>& candidates, const TuneTarget& target, PluginRegistry& registry,
                 const RunOptions& options) {
     const Recipe base = load_recipe(recipe, assignments);
-    const auto& output_setting = base.value("model_output");
-    if (output_setting.is_null()) throw InputError("no output path: set model_output in the recipe or pass --output");
+    const auto settings = RunSettings::of(base);
+    if (!settings.model_output) throw InputError("no output path: set model_output in the recipe or pass --output");
     TuneResult result;
-    result.output = output_setting.get<std::string>();
-    const auto& report_setting = base.value("report");
-    result.report = report_setting.is_null() ? fs::path(result.output).replace_extension(".report.json")
-                                             : fs::path(report_setting.get<std::string>());
+    result.output = *settings.model_output;
+    result.report =
+        settings.report ? fs::path(*settings.report) : fs::path(result.output).replace_extension(".report.json");
     result.tune_report = fs::path(result.output).replace_extension(".tune.json");
-    const fs::path out_dir = result.output.has_parent_path() ? result.output.parent_path() : fs::path(".");
+    const fs::path out_dir = output_folder(result.output);
     std::error_code ec;
-    if (!fs::is_directory(out_dir, ec))
-        throw InputError(
-            fmt::format("{}: the output folder {} does not exist", result.output.string(), out_dir.string()));
     std::vector<std::string> carried;
     for (const char* key : kCarriedSettings)
         if (!base.setting(key).is_default()) carried.push_back(std::string(key) + "=" + base.value(key).dump());

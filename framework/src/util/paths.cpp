@@ -4,9 +4,21 @@
 #include <cstdlib>
 #include <string>
 
+#include <fmt/format.h>
+
+#include "vaiq/error.hpp"
+
 namespace fs = std::filesystem;
 
 namespace vaiq {
+
+fs::path output_folder(const fs::path& output) {
+    const fs::path dir = output.has_parent_path() ? output.parent_path() : fs::path(".");
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec))
+        throw InputError(fmt::format("{}: the output folder {} does not exist", output.string(), dir.string()));
+    return dir;
+}
 
 fs::path library_dir() { return fs::path(boost::dll::this_line_location().parent_path().string()); }
 

@@ -55,4 +55,19 @@ Matrix stack(const std::vector<const std::vector<float>*>& rows, Eigen::Index k)
     return x;
 }
 
+Matrix divide_channels(const Matrix& x, const std::vector<float>& s) {
+    Matrix out = x;
+    for (Eigen::Index j = 0; j < out.cols(); ++j) out.col(j) /= s[static_cast<size_t>(j)];
+    return out;
+}
+
+Matrix quantize_scaled_weight(const Eigen::Ref<const Matrix>& w, const std::vector<float>& s, const QuantSpec& spec) {
+    Matrix scaled = w;
+    for (Eigen::Index j = 0; j < scaled.rows(); ++j) scaled.row(j) *= s[static_cast<size_t>(j)];
+    const auto tensor = Tensor::from_values<float>({scaled.rows(), scaled.cols()},
+                                                   std::vector<float>(scaled.data(), scaled.data() + scaled.size()));
+    const auto q = fake_quantize(tensor, constant_params(tensor, spec), "weight");
+    return Eigen::Map<const Matrix>(q.data<float>().data(), scaled.rows(), scaled.cols());
+}
+
 }  // namespace vaiq

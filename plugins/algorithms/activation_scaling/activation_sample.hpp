@@ -1,5 +1,6 @@
-// Token rows of the activations AWQ and SmoothQuant search scales for: a
-// reservoir sample of each, and the share held out to judge a search by.
+// What AWQ and SmoothQuant search per-channel scales s on: a reservoir sample
+// of each activation's token rows, the share held out to judge a search by,
+// and the two sides of a scaling, X / s and Q(diag(s) W).
 #pragma once
 
 #include <Eigen/Core>
@@ -10,6 +11,7 @@
 
 #include "vaiq/algorithm.hpp"
 #include "vaiq/model.hpp"
+#include "vaiq/quant.hpp"
 
 namespace vaiq {
 
@@ -43,5 +45,11 @@ SplitRows split_rows(const ActivationSample& sample);
 
 /// Token rows of `k` values, one matrix row each.
 Matrix stack(const std::vector<const std::vector<float>*>& rows, Eigen::Index k);
+
+/// X with channel (column) j divided by s_j.
+Matrix divide_channels(const Matrix& x, const std::vector<float>& s);
+
+/// diag(s) W for W [K, N], quantized with `spec` (its parameters from those values) and dequantized.
+Matrix quantize_scaled_weight(const Eigen::Ref<const Matrix>& w, const std::vector<float>& s, const QuantSpec& spec);
 
 }  // namespace vaiq

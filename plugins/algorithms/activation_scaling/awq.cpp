@@ -106,18 +106,12 @@ ClipSearch search_clip(const Tensor& w, const QuantParams& plan, const std::vect
 // Summed over the readers: mean squared difference between X W and (X / s) Q(diag(s) W).
 double output_error(const Matrix& x, const std::vector<Tensor>& weights, const std::vector<Matrix>& reference,
                     const std::vector<float>& s, const QuantSpec& spec) {
-    const auto k = static_cast<Eigen::Index>(s.size());
-    Matrix xs = x;
-    for (Eigen::Index j = 0; j < k; ++j) xs.col(j) /= s[static_cast<size_t>(j)];
+    const Matrix xs = divide_channels(x, s);
     double error = 0;
     for (size_t i = 0; i < weights.size(); ++i) {
-        Tensor scaled = weights[i];
-        const auto n = static_cast<size_t>(scaled.shape()[1]);
-        auto v = scaled.mutable_data<float>();
-        for (size_t e = 0; e < v.size(); ++e) v[e] *= s[e / n];
-        const Tensor q = fake_quantize(scaled, constant_params(scaled, spec), "weight");
-        const Eigen::Map<const Matrix> qm(q.data<float>().data(), k, static_cast<Eigen::Index>(n));
-        error += static_cast<double>((xs * qm - reference[i]).squaredNorm()) / static_cast<double>(reference[i].size());
+        const Eigen::Map<const Matrix> w(weights[i].data<float>().data(), weights[i].shape()[0], weights[i].shape()[1]);
+        error += static_cast<double>((xs * quantize_scaled_weight(w, s, spec) - reference[i]).squaredNorm()) /
+                 static_cast<double>(reference[i].size());
     }
     return error;
 }

@@ -26,27 +26,18 @@ struct Trial {
 Trial try_smoothing(const std::vector<float>& s, const Matrix& searched, const std::vector<Matrix>& weights,
                     const SmoothQuantOptions& o) {
     Trial t{s, {}, {}};
-    Matrix xs = searched;
-    for (Eigen::Index j = 0; j < xs.cols(); ++j) xs.col(j) /= s[static_cast<size_t>(j)];
+    const Matrix xs = divide_channels(searched, s);
     t.activation =
         compute_quant_params({std::min(xs.minCoeff(), 0.0f), std::max(xs.maxCoeff(), 0.0f)}, o.activation_spec);
-    for (const auto& w : weights) {
-        Matrix scaled = w;
-        for (Eigen::Index j = 0; j < scaled.rows(); ++j) scaled.row(j) *= s[static_cast<size_t>(j)];
-        auto tensor = Tensor::from_values<float>({scaled.rows(), scaled.cols()},
-                                                 std::vector<float>(scaled.data(), scaled.data() + scaled.size()));
-        const auto q = fake_quantize(tensor, constant_params(tensor, o.weight_spec), "weight");
-        t.dequantized.emplace_back(Eigen::Map<const Matrix>(q.data<float>().data(), scaled.rows(), scaled.cols()));
-    }
+    for (const auto& w : weights) t.dequantized.push_back(quantize_scaled_weight(w, s, o.weight_spec));
     return t;
 }
 
 // Squared error of the quantized product X/s · Q(diag(s) W) against X W over the rows `x`.
 double trial_error(const Trial& t, const Matrix& x, const std::vector<Matrix>& reference) {
     if (x.rows() == 0) return 0;
-    Matrix xs = x;
-    for (Eigen::Index j = 0; j < xs.cols(); ++j) xs.col(j) /= t.s[static_cast<size_t>(j)];
-    auto tensor =
+    const Matrix xs = divide_channels(x, t.s);
+    const auto tensor =
         Tensor::from_values<float>({xs.rows(), xs.cols()}, std::vector<float>(xs.data(), xs.data() + xs.size()));
     const auto q = fake_quantize(tensor, t.activation, "activation");
     const Eigen::Map<const Matrix> xq(q.data<float>().data(), xs.rows(), xs.cols());

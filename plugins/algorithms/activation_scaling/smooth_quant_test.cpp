@@ -152,9 +152,7 @@ TEST_F(SmoothQuant, AlphaSearchChoosesASmoothingThatBeatsNone) {
         EXPECT_NEAR(after.data<float>()[i], before.data<float>()[i], 1e-3f * (1 + std::abs(before.data<float>()[i])));
 
     vaiq::save_model(loud_channels(), dir_ / "in.onnx");
-    vaiq::PluginRegistry registry;
-    registry.load_default_paths();
-    registry.load_library(vaiq::test::extra_args().front());
+    auto registry = vaiq::test::registry_with_installed_plugins();
     const auto report = vaiq::test::run_recipe_in(
         dir_, registry,
         "target: cpu\nquant_format: QDQ\ncalibration_data_reader: " + (dir_ / "rows.npy").string() +

@@ -54,14 +54,8 @@ TEST(Hqq, EachBlockKeepsItsBestIterationAndEqualValuesGetAStepOfOne) {
 
 TEST(HqqPlugin, ARecipeNamesItAndMatMulNBitsStoresFloatZeroPoints) {
     const auto dir = vaiq::test::temp_dir();
-    vaiq::test::GraphBuilder b;
-    b.input("x", {1, 8, 128}).output("y", {1, 8, 16});
-    b.initializer("w", heavy_tailed(128, 16, 3));
-    b.node("MatMul", {"x", "w"}, {"y"});
-    vaiq::save_model(b.build(), dir / "in.onnx");
-    vaiq::PluginRegistry registry;
-    registry.load_default_paths();
-    registry.load_library(vaiq::test::extra_args().front());
+    vaiq::save_model(vaiq::test::matmul_model(heavy_tailed(128, 16, 3)), dir / "in.onnx");
+    auto registry = vaiq::test::registry_with_installed_plugins();
     const std::string int4 =
         "target: cpu\ncalibrate_method: MinMax\nweight_only: true\nweight_type: QUInt4\nblock_size: 32\n"
         "op_types_to_quantize: [MatMul]\nweight_only_algorithm: hqq\n";

@@ -30,10 +30,9 @@ MatrixD as_matrix(const float* data, Eigen::Index rows, Eigen::Index cols) {
         .cast<double>();
 }
 
-// A quarter of the token rows at a MatMul's input (held_out_row) judge whether
-// GPTQ, fitted on the others, beats round to nearest: on the rows it fitted, a
-// fit nearly always looks better.
-// XᵀX over all the token rows at one input, and over the held-out ones.
+// XᵀX over all the token rows at one input, and over the quarter held out
+// (held_out_row), which judges whether GPTQ fitted on the others beats round to
+// nearest: on the rows it fitted, a fit nearly always looks better.
 struct TokenRows {
     MatrixD all, held;
     int64_t rows = 0, held_rows = 0;

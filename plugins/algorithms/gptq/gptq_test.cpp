@@ -152,14 +152,8 @@ TEST(Gptq, ActOrderRoundsTheHeaviestInputsFirst) {
 // refused as the user's error.
 TEST(GptqPlugin, ARecipeNamesItAndItRoundsTheWeights) {
     const auto dir = vaiq::test::temp_dir();
-    vaiq::test::GraphBuilder b;
-    b.input("x", {1, 8, 64}).output("y", {1, 8, 32});
-    b.initializer("w", vaiq::test::ramp({64, 32}, -0.5f, 0.0005f));
-    b.node("MatMul", {"x", "w"}, {"y"});
-    vaiq::save_model(b.build(), dir / "in.onnx");
-    vaiq::PluginRegistry registry;
-    registry.load_default_paths();
-    registry.load_library(vaiq::test::extra_args().front());
+    vaiq::save_model(vaiq::test::matmul_model(vaiq::test::ramp({64, 32}, -0.5f, 0.0005f)), dir / "in.onnx");
+    auto registry = vaiq::test::registry_with_installed_plugins();
     const std::string int4 =
         "target: cpu\ncalibrate_method: MinMax\nquant_format: MatMulNBits\nweight_only: true\nweight_type: QInt4\n"
         "block_size: 32\nop_types_to_quantize: [MatMul]\n";
@@ -198,9 +192,7 @@ TEST(GptqPlugin, AFloat16WeightIsRefusedWithTheConversionToAsk) {
     b.initializer("w", vaiq::convert_float_type(vaiq::test::ramp({64, 32}, -0.5f, 0.0005f), vaiq::DataType::Float16));
     b.node("MatMul", {"x", "w"}, {"y"});
     vaiq::save_model(b.build(), dir / "in.onnx");
-    vaiq::PluginRegistry registry;
-    registry.load_default_paths();
-    registry.load_library(vaiq::test::extra_args().front());
+    auto registry = vaiq::test::registry_with_installed_plugins();
     const std::string recipe =
         "target: cpu\ncalibrate_method: MinMax\nquant_format: MatMulNBits\nweight_only: true\nweight_type: QInt4\n"
         "block_size: 32\nop_types_to_quantize: [MatMul]\nweight_only_algorithm: gptq\n";
@@ -222,22 +214,16 @@ TEST(GptqPlugin, AFloat16WeightIsRefusedWithTheConversionToAsk) {
 // weight keeps.
 TEST(GptqPlugin, ARoundingThatOnlyWinsOnTheRowsItFittedIsNotKept) {
     const auto dir = vaiq::test::temp_dir();
-    vaiq::test::GraphBuilder b(17);
-    b.input("x", {1, 16, 64}).output("y", {1, 16, 128});
     std::vector<float> w(64 * 128);
     for (size_t i = 0; i < w.size(); ++i) w[i] = std::sin(static_cast<float>(i * i % 977) * 0.37f) * 0.1f;
-    b.initializer("w", vaiq::Tensor::from_values<float>({64, 128}, w));
-    b.node("MatMul", {"x", "w"}, {"y"});
-    vaiq::save_model(b.build(), dir / "in.onnx");
+    vaiq::save_model(vaiq::test::matmul_model(vaiq::Tensor::from_values<float>({64, 128}, w), 16, 17), dir / "in.onnx");
     std::filesystem::create_directories(dir / "data");
     for (int s = 0; s < 4; ++s)
         vaiq::write_npy(
             dir / "data" / ("s" + std::to_string(s) + ".npy"),
             vaiq::Tensor::from_values<float>(
                 {1, 16, 64}, vaiq::test::normal_batches(1, 16 * 64, 1.0f, static_cast<unsigned>(s + 1))[0]));
-    vaiq::PluginRegistry registry;
-    registry.load_default_paths();
-    registry.load_library(vaiq::test::extra_args().front());
+    auto registry = vaiq::test::registry_with_installed_plugins();
     const auto report = vaiq::test::run_recipe_in(
         dir, registry,
         "target: cpu\ncalibrate_method: MinMax\nquant_format: MatMulNBits\nweight_only: true\nweight_type: QInt4\n"

@@ -89,9 +89,7 @@ TEST(LayerFittingPlugins, TheDocumentedSwitchesRunThemAndBiasCorrectionComesLast
     b.initializer("b", Tensor::from_values<float>({8}, std::vector<float>(8, 0.1f)));
     b.node("Gemm", {"x", "w", "b"}, {"y"});
     vaiq::save_model(b.build(), dir / "in.onnx");
-    vaiq::PluginRegistry registry;
-    registry.load_default_paths();
-    registry.load_library(vaiq::test::extra_args().front());
+    auto registry = vaiq::test::registry_with_installed_plugins();
     auto recipe = [](const std::string& bias_correction, const std::string& fast_finetune) {
         return "target: cpu\ncalibrate_method: MinMax\nextra_options:\n  RandomDataReaderInputDataRange: {x: [0.5, 1.5]}\n"
                "  BiasCorrection: " +
