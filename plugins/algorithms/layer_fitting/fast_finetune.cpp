@@ -1,13 +1,16 @@
 #include "fast_finetune.hpp"
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <Eigen/Dense>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <map>
+#include <memory>
 #include <random>
 #include <tuple>
 #include <utility>
@@ -671,7 +674,36 @@ std::map<std::string, std::vector<Tensor>> cache_float_inputs(const std::vector<
 
 }  // namespace
 
-FastFinetuneResult fast_finetune(AlgorithmContext& context, const FastFinetuneOptions& options) {
+namespace {
+
+// One whole fit from one seed: its own draws, the weights it has chosen so far
+// and the quantized values its segmented run keeps.
+struct Trial {
+    Trial(AlgorithmContext& context, const std::vector<Layer>& all, uint64_t seed, size_t budget)
+        : seed(seed), rng(seed), layers(all), segments(context, budget) {
+        result.layers.reserve(all.size());  // `pending` points into it
+    }
+    uint64_t seed;
+    std::mt19937_64 rng;
+    std::vector<Layer> layers;  // each trial samples its own columns
+    SegmentedRun segments;
+    FastFinetuneResult result;
+    FinetunedLayer* pending = nullptr;  // SelectiveUpdate: the layer fitted last, judged by the next sampling
+    Tensor pending_nearest;
+};
+
+// A trial's fit of one layer, computed on a thread of its own.
+struct LayerFit {
+    double error = 0, loss_nearest = 0, loss = 0;
+    int64_t iterations = 0;
+    RowMatrix plain, fitted;
+    std::chrono::steady_clock::time_point start;
+};
+
+}  // namespace
+
+std::vector<FastFinetuneResult> fast_finetune(AlgorithmContext& context, const FastFinetuneOptions& options,
+                                              const std::vector<uint64_t>& seeds) {
     const Model& float_model = context.model();
     const QuantPlan& plan = context.plan();
     DataStream& data = context.data();
@@ -679,30 +711,32 @@ FastFinetuneResult fast_finetune(AlgorithmContext& context, const FastFinetuneOp
     std::vector<Layer> layers;
     for (const auto& n : float_model.graph().node())
         if (auto l = layer_of(n, index, plan)) layers.push_back(std::move(*l));
-    FastFinetuneResult result;
-    if (layers.empty()) return result;
+    if (layers.empty()) return std::vector<FastFinetuneResult>(seeds.size());
 
     std::set<std::string> inputs;
     for (const auto& l : layers) inputs.insert(l.input);
     const auto reference = context.runner(float_model, false, inputs);
-    std::mt19937_64 rng(options.seed);
     const bool keep_float = options.drop_ratio < 1;
     // SelectiveUpdate runs the float model to its outputs for each layer anyway.
+    // The float inputs are the same for every trial: cached once.
     const auto float_inputs = options.selective_update
                                   ? std::map<std::string, std::vector<Tensor>>{}
                                   : cache_float_inputs(layers, *reference, data, options.float_cache_bytes);
     // Without SelectiveUpdate (which runs the quantized model to its outputs),
     // each layer's quantized input comes from the nodes after the previous
     // layer's only, with the values before kept (within the float cache's budget).
-    SegmentedRun segments(context, options.float_cache_bytes);
-    // Samples layer `l` from the quantized model with the weights chosen so far
-    // (with `columns` false, nothing); returns that model's output error, which
-    // only SelectiveUpdate reads (else NaN, and the models stop at the layer).
-    auto sample = [&](Layer& l, bool columns = true) {
-        const Model quantized = context.quantized(plan, result.rounded);  // the runner keeps a reference
+    std::vector<std::unique_ptr<Trial>> trials;
+    for (const auto seed : seeds)
+        trials.push_back(std::make_unique<Trial>(context, layers, seed, options.float_cache_bytes));
+    // Samples layer `l` of trial `t` from the quantized model with the weights
+    // the trial chose so far (with `columns` false, nothing); returns that
+    // model's output error, which only SelectiveUpdate reads (else NaN, and the
+    // models stop at the layer).
+    auto sample = [&](Trial& t, Layer& l, bool columns = true) {
+        const Model quantized = context.quantized(plan, t.result.rounded);  // the runner keeps a reference
         std::vector<Tensor> quantized_inputs;
         const bool segmented =
-            !options.selective_update && segments.compute(quantized, l.input, [&](size_t b, const Tensor& v) {
+            !options.selective_update && t.segments.compute(quantized, l.input, [&](size_t b, const Tensor& v) {
                 if (quantized_inputs.size() <= b) quantized_inputs.resize(b + 1);
                 quantized_inputs[b] = v;
             });
@@ -715,65 +749,106 @@ FastFinetuneResult fast_finetune(AlgorithmContext& context, const FastFinetuneOp
         const bool sums = summed(l, options, keep_float);
         if (sums && columns) capacity = std::min(capacity, (l.rows / l.group + 1) / 2);
         const auto cached = float_inputs.find(l.input);
-        return sample_layer(l, capacity, keep_float, *reference, candidate.get(), data, rng, options.selective_update,
+        return sample_layer(l, capacity, keep_float, *reference, candidate.get(), data, t.rng, options.selective_update,
                             cached == float_inputs.end() ? nullptr : &cached->second,
-                            segmented ? &quantized_inputs : nullptr, sums ? std::optional(options.seed) : std::nullopt);
+                            segmented ? &quantized_inputs : nullptr, sums ? std::optional(t.seed) : std::nullopt);
     };
-    // SelectiveUpdate: the layer fitted last, judged by the output error the
-    // next sampling measures; dropped (back to nearest rounding) if it is worse.
-    FinetunedLayer* pending = nullptr;
-    Tensor pending_nearest;
-    auto judge_pending = [&](double error_now) {
-        if (!pending) return false;
-        auto& p = *std::exchange(pending, nullptr);
+    // SelectiveUpdate: the layer a trial fitted last, judged by the output error
+    // the next sampling measures; dropped (back to nearest rounding) if it is worse.
+    auto judge_pending = [&](Trial& t, double error_now) {
+        if (!t.pending) return false;
+        auto& p = *std::exchange(t.pending, nullptr);
         p.output_error = error_now;
         p.reverted = !(error_now <= p.output_error_nearest);
         if (p.reverted) {
-            result.rounded[p.weight] = std::move(pending_nearest);
+            t.result.rounded[p.weight] = std::move(t.pending_nearest);
             p.loss = p.loss_nearest;
             log_info("fast finetune: {} dropped: the model's output error went from {:.4g} to {:.4g} with it", p.node,
                      p.output_error_nearest, error_now);
         }
         return p.reverted;
     };
-    result.layers.reserve(layers.size());
-    int64_t fitted_layers = 0;
+    // The trials' fits of a layer are independent: they run side by side, one
+    // thread each (a fit's products are small; a second thread made one 12 %
+    // faster on the PP-OCRv4 recognizer), while the sampling, which runs the
+    // model on every thread, goes one trial after the other.
+    const int team = std::min(static_cast<int>(trials.size()), std::max(1, omp_get_max_threads()));
+    std::vector<LayerFit> fits(trials.size());
+    std::vector<std::exception_ptr> failures(trials.size());
     // Layer by layer, in graph order: each is fitted on its input as the layers
     // before it, already fitted, now compute it, so it also makes up for what
     // their rounding still changes (fitting all on inputs from nearest rounding
     // would have each correct errors that are no longer there).
-    for (auto& l : layers) {
-        context.progress("layer", ++fitted_layers, static_cast<int64_t>(layers.size()));
-        const auto start = std::chrono::steady_clock::now();
-        double error = sample(l);
-        if (options.selective_update && judge_pending(error)) error = sample(l);
-        if (l.stored == 0) continue;
-        const RowMatrix plain = nearest(l);
-        int64_t iterations = 0;
-        const RowMatrix fitted = voted_fit(l, options, rng, iterations);
-        const double loss_nearest = judged_loss(l, plain, options.fits), loss = judged_loss(l, fitted, options.fits);
-        FinetunedLayer r{l.node, l.weight, loss_nearest, loss, l.stored, iterations, 0};
-        // Keep nearest rounding when fitting did not help (on the held-out columns).
-        const bool improved = r.loss < r.loss_nearest;
-        const Tensor original = Tensor::from_proto(*index.initializer(l.weight));
-        result.rounded[l.weight] = as_weight(l, improved ? fitted : plain, original);
-        r.loss = std::min(r.loss, r.loss_nearest);
-        r.output_error_nearest = error;
-        r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        log_info("fast finetune: {} ({} columns): output error {:.4g} -> {:.4g} in {:.1f} s ({} iterations)", l.node,
-                 l.stored, r.loss_nearest, r.loss, r.seconds, r.iterations);
-        result.layers.push_back(r);
-        if (options.selective_update && improved) {
-            pending = &result.layers.back();
-            pending_nearest = as_weight(l, plain, original);
+    for (size_t i = 0; i < layers.size(); ++i) {
+        context.progress("layer", static_cast<int64_t>(i) + 1, static_cast<int64_t>(layers.size()));
+        for (size_t t = 0; t < trials.size(); ++t) {
+            auto& trial = *trials[t];
+            auto& l = trial.layers[i];
+            fits[t] = LayerFit{};
+            fits[t].start = std::chrono::steady_clock::now();
+            fits[t].error = sample(trial, l);
+            if (options.selective_update && judge_pending(trial, fits[t].error)) fits[t].error = sample(trial, l);
         }
-        l.x.resize(0, 0);  // the next layer gets the memory
-        l.xf.resize(0, 0);
-        l.y.resize(0, 0);
-        l.sums.reset();
+        auto fit_trial = [&](size_t t) {
+            const auto& l = trials[t]->layers[i];
+            if (l.stored == 0) return;
+            try {
+                auto& f = fits[t];
+                f.plain = nearest(l);
+                f.fitted = voted_fit(l, options, trials[t]->rng, f.iterations);
+                f.loss_nearest = judged_loss(l, f.plain, options.fits);
+                f.loss = judged_loss(l, f.fitted, options.fits);
+            } catch (...) {
+                failures[t] = std::current_exception();
+            }
+        };
+        // One trial: no enclosing region, so that the fit's own regions keep the
+        // thread pool (nested in even an inactive region, each would start new threads).
+        if (team > 1) {
+#pragma omp parallel for schedule(dynamic) num_threads(team)
+            for (size_t t = 0; t < trials.size(); ++t) fit_trial(t);
+        } else {
+            for (size_t t = 0; t < trials.size(); ++t) fit_trial(t);
+        }
+        for (const auto& failure : failures)
+            if (failure) std::rethrow_exception(failure);
+        for (size_t t = 0; t < trials.size(); ++t) {
+            auto& trial = *trials[t];
+            auto& l = trial.layers[i];
+            if (l.stored == 0) continue;
+            auto& f = fits[t];
+            FinetunedLayer r{l.node, l.weight, f.loss_nearest, f.loss, l.stored, f.iterations, 0};
+            // Keep nearest rounding when fitting did not help (on the held-out columns).
+            const bool improved = r.loss < r.loss_nearest;
+            const Tensor original = Tensor::from_proto(*index.initializer(l.weight));
+            trial.result.rounded[l.weight] = as_weight(l, improved ? f.fitted : f.plain, original);
+            r.loss = std::min(r.loss, r.loss_nearest);
+            r.output_error_nearest = f.error;
+            r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - f.start).count();
+            log_info("fast finetune: {} ({} columns): output error {:.4g} -> {:.4g} in {:.1f} s ({} iterations){}",
+                     l.node, l.stored, r.loss_nearest, r.loss, r.seconds, r.iterations,
+                     trials.size() > 1 ? fmt::format(", seed {}", trial.seed) : "");
+            trial.result.layers.push_back(r);
+            if (options.selective_update && improved) {
+                trial.pending = &trial.result.layers.back();
+                trial.pending_nearest = as_weight(l, f.plain, original);
+            }
+            l.x.resize(0, 0);  // the next layer gets the memory
+            l.xf.resize(0, 0);
+            l.y.resize(0, 0);
+            l.sums.reset();
+        }
     }
-    if (pending) judge_pending(sample(layers.back(), false));
-    return result;
+    std::vector<FastFinetuneResult> results;
+    for (auto& trial : trials) {
+        if (trial->pending) judge_pending(*trial, sample(*trial, trial->layers.back(), false));
+        results.push_back(std::move(trial->result));
+    }
+    return results;
+}
+
+FastFinetuneResult fast_finetune(AlgorithmContext& context, const FastFinetuneOptions& options) {
+    return std::move(fast_finetune(context, options, {options.seed}).front());
 }
 
 bool agrees_better(const OutputAgreement& a, const OutputAgreement& b, std::string_view metric) {

@@ -15,6 +15,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "vaiq/algorithm.hpp"
 
@@ -73,6 +74,13 @@ struct FastFinetuneResult {
 /// model context.quantized() writes (whose layer inputs are tapped before their
 /// Q/DQ and quantized with the plan's parameters).
 FastFinetuneResult fast_finetune(AlgorithmContext& context, const FastFinetuneOptions& options);
+
+/// One whole fit per seed (options.seed unused), in step: each layer is sampled
+/// for every trial, then the trials' fits of it run side by side, and the float
+/// model's layer inputs are computed once for all. Results in the seeds' order,
+/// each what fast_finetune with that seed gives.
+std::vector<FastFinetuneResult> fast_finetune(AlgorithmContext& context, const FastFinetuneOptions& options,
+                                              const std::vector<uint64_t>& seeds);
 
 /// Whether `a` agrees with the float model better than `b` by `metric` ("top1",
 /// "sequence" or "sqnr"), the finer measures deciding its ties: a sequence

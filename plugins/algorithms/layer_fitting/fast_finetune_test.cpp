@@ -253,6 +253,65 @@ TEST_F(FastFinetune, CachedFloatInputsFitAsRunningTheFloatModelPerLayerDoes) {
     }
 }
 
+// Trials run in step (the float inputs cached once, each layer's fits side by
+// side) give each seed what a fast finetune with that seed alone gives, with
+// and without SelectiveUpdate (which keeps a pending layer per trial).
+TEST_F(FastFinetune, TrialsInStepFitAsOneSeedAtATimeDoes) {
+    GraphBuilder b;
+    b.input("x", {8, 6}).output("y", {8, 4});
+    b.initializer("w1", random_tensor({6, 5}, 3, -0.5f, 0.5f));
+    b.initializer("w2", random_tensor({5, 7}, 4, -0.5f, 0.5f));
+    b.initializer("w3", random_tensor({7, 4}, 5, -0.5f, 0.5f));
+    b.node("MatMul", {"x", "w1"}, {"h1"});
+    b.node("Relu", {"h1"}, {"r1"});
+    b.node("MatMul", {"r1", "w2"}, {"h2"});
+    b.node("MatMul", {"h2", "w3"}, {"y"});
+    const auto model = b.build();
+    vaiq::QuantPlan plan;
+    for (const char* w : {"w1", "w2", "w3"})
+        plan.tensors.push_back(quant_entry(w, TensorRole::Weight, QuantType::QInt8, {0.5f / 7}, {0}));
+    const Emitter emit = [&](const std::map<std::string, Tensor>& rounded) {
+        auto out = model;
+        for (auto& init : *out.graph().mutable_initializer())
+            if (auto it = rounded.find(init.name()); it != rounded.end()) init = it->second.to_proto(init.name());
+        return out;
+    };
+    const std::vector<uint64_t> seeds{0, 1, 2};
+    for (const bool selective : {false, true}) {
+        vaiq::FastFinetuneOptions options;
+        options.iterations = 100;
+        options.batch_columns = 8;
+        options.drop_ratio = 0.5;  // draws of their own in every step
+        options.selective_update = selective;
+        auto reader = data(model, {8, 6}, 3);
+        vaiq::test::TestAlgorithmContext c(
+            model, *reader, plan,
+            [&](const vaiq::QuantPlan&, const std::map<std::string, Tensor>& weights) { return emit(weights); });
+        const auto together = vaiq::fast_finetune(c.context, options, seeds);
+        ASSERT_EQ(together.size(), seeds.size());
+        std::set<std::vector<float>> distinct;
+        for (size_t t = 0; t < seeds.size(); ++t) {
+            options.seed = seeds[t];
+            const auto alone = finetune_with(model, plan, emit, *reader, options);
+            ASSERT_EQ(together[t].layers.size(), alone.layers.size());
+            for (size_t l = 0; l < alone.layers.size(); ++l) {
+                EXPECT_EQ(together[t].layers[l].loss, alone.layers[l].loss) << selective << " " << t << " " << l;
+                EXPECT_EQ(together[t].layers[l].reverted, alone.layers[l].reverted) << selective << " " << t;
+            }
+            for (const auto& [name, weight] : alone.rounded) {
+                const auto got = together[t].rounded.at(name).data<float>();
+                EXPECT_TRUE(std::equal(got.begin(), got.end(), weight.data<float>().begin()))
+                    << selective << " " << t << " " << name;
+            }
+            std::vector<float> all;
+            for (const auto& [name, weight] : together[t].rounded)
+                all.insert(all.end(), weight.data<float>().begin(), weight.data<float>().end());
+            distinct.insert(std::move(all));
+        }
+        EXPECT_GT(distinct.size(), 1u) << "the seeds must matter for the comparison to mean anything";
+    }
+}
+
 TEST_F(FastFinetune, AdaQuantDoesNoWorseThanNearestRounding) {
     GraphBuilder b;
     b.input("x", {8, 10}).output("y", {8, 5});

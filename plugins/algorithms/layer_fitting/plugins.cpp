@@ -61,20 +61,20 @@ class FastFinetune final : public vaiq::Algorithm {
 
     void run(vaiq::AlgorithmContext& context) override {
         auto o = o_;
-        auto fit = [&](uint64_t seed) {
-            o.seed = seed;
-            return vaiq::fast_finetune(context, o);
-        };
         const auto first = static_cast<uint64_t>(seed_);
+        o.seed = first;
         vaiq::FastFinetuneResult result;
         uint64_t chosen = first;
         nlohmann::json trials = nlohmann::json::array();
         if (trials_ == 1) {
-            result = fit(first);
+            result = vaiq::fast_finetune(context, o);
         } else {
+            std::vector<uint64_t> seeds;
+            for (uint64_t t = 0; t < static_cast<uint64_t>(trials_); ++t) seeds.push_back(first + t);
+            auto fitted = vaiq::fast_finetune(context, o, seeds);
             vaiq::OutputAgreement best;
             for (uint64_t t = 0; t < static_cast<uint64_t>(trials_); ++t) {
-                auto candidate = fit(first + t);
+                auto& candidate = fitted[t];
                 const auto e = context.agreement(written_model(context, candidate.rounded, correct_biases_));
                 vaiq::log_info(
                     "fast finetune trial {} (seed {}): top-1 agreement {:.2f}%, sequence agreement {:.2f}%, "
@@ -158,7 +158,9 @@ constexpr vaiq_option_descriptor kFastFinetuneOptions[] = {
      "Seed of the column sampling, the held-out folds and DropRatio's draws."},
     {"FastFinetune.Trials", VAIQ_OPTION_INT, "1",
      "Whole fast finetunes from seeds FixedSeed, FixedSeed + 1, ...; the one whose model agrees best with the "
-     "float model on the calibration data (TrialMetric) is kept. Costs that many times the fitting."},
+     "float model on the calibration data (TrialMetric) is kept. They run in step, the float model once for all "
+     "and their fits of each layer side by side on the run's threads; each holds its own samples of the layer "
+     "(MemoryMB each)."},
     {"FastFinetune.TrialMetric", VAIQ_OPTION_STRING, "top1",
      "What Trials compares, on every float output (the worst counting): top1 (what the output means agrees: "
      "rows whose argmax does, decisions, masks), sequence (samples whose CTC greedy decoding, class 0 the blank, "
