@@ -143,12 +143,26 @@ struct Columns {
             return;
         }
         const int64_t n = c / (oh * ow), y0 = (c / ow) % oh * l.sh - l.pt, x0 = c % ow * l.sw - l.pl;
+        // A kernel row wholly inside the image (most of them) is one copy; the
+        // sampling fills every column of a summed layer twice.
+        const bool inside = x0 >= 0 && x0 + (l.kw - 1) * l.dw < wd;
         for (int64_t ch = 0; ch < channels; ++ch)
-            for (int64_t i = 0; i < l.kh; ++i)
-                for (int64_t j = 0; j < l.kw; ++j) {
-                    const int64_t y = y0 + i * l.dh, x = x0 + j * l.dw;
-                    *out++ = (y < 0 || y >= h || x < 0 || x >= wd) ? 0.0f : v[((n * channels + ch) * h + y) * wd + x];
+            for (int64_t i = 0; i < l.kh; ++i, out += l.kw) {
+                const int64_t y = y0 + i * l.dh;
+                if (y < 0 || y >= h) {
+                    std::fill_n(out, l.kw, 0.0f);
+                    continue;
                 }
+                const float* row = v.data() + ((n * channels + ch) * h + y) * wd;
+                if (inside && l.dw == 1) {
+                    std::copy_n(row + x0, l.kw, out);
+                    continue;
+                }
+                for (int64_t j = 0; j < l.kw; ++j) {
+                    const int64_t x = x0 + j * l.dw;
+                    out[j] = x < 0 || x >= wd ? 0.0f : row[x];
+                }
+            }
     }
 };
 
