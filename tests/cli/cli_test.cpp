@@ -301,6 +301,9 @@ candidates:
     const auto all = nlohmann::json::parse(slurp(dir / "best.tune.json"));
     EXPECT_EQ(all["trials"].size(), 3u);
     EXPECT_EQ(all["met"], false);
+    // cpu_accurate.yaml calibrates as the recipe as written does: once for both.
+    EXPECT_EQ(all["trials"][1]["calibration_reused"], false);
+    EXPECT_EQ(all["trials"][2]["calibration_reused"], true);
     EXPECT_NE(all["kept"], "clipped");
     EXPECT_TRUE(fs::exists(dir / "best.onnx"));
 

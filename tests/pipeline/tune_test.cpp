@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "pipeline/calibration_cache.hpp"
 #include "pipeline/tune.hpp"
 #include "recipe/recipe.hpp"
 #include "test_support.hpp"
@@ -122,3 +123,39 @@ TEST(TuneSpace, RefusesUnknownKeysAndFindsTheShippedSpaces) {
 }
 
 }  // namespace
+
+// Runs sharing a calibration cache (vaiq tune's trials): a run that observes the
+// same tensors of the same prepared model on the same data with the same
+// calibrators takes the first run's calibration and writes what calibrating
+// afresh writes; another calibrator calibrates.
+TEST(CalibrationCache, ARunOfTheSameCalibrationTakesItAndWritesTheSameModel) {
+    vaiq::PluginRegistry registry;
+    registry.load_default_paths();
+    const auto dir = vaiq::test::temp_dir();
+    auto run = [&](const std::string& name, std::vector<std::string> settings,
+                   std::shared_ptr<vaiq::CalibrationCache> cache) {
+        settings.push_back("model_output=" + nlohmann::json((dir / (name + ".onnx")).string()).dump());
+        vaiq::RunOptions options;
+        options.calibration_cache = std::move(cache);
+        return vaiq::run_pipeline(vaiq::load_recipe(VAIQ_SOURCE_DIR "/examples/mnist/mnist_cpu.yaml", settings),
+                                  registry, options)
+            .report_json;
+    };
+    auto reused = [](const nlohmann::json& report) { return report["calibration"].value("reused", false); };
+    const auto cache = std::make_shared<vaiq::CalibrationCache>();
+    EXPECT_FALSE(reused(run("first", {}, cache)));
+    ASSERT_EQ(cache->entries.size(), 1u);
+    // Weights are not observed: per-channel weights calibrate the same activations.
+    const auto second = run("second", {"per_channel=true"}, cache);
+    EXPECT_TRUE(reused(second));
+    EXPECT_EQ(cache->reused, 1);
+    const auto alone = run("alone", {"per_channel=true"}, nullptr);
+    EXPECT_FALSE(reused(alone));
+    EXPECT_EQ(vaiq::test::slurp(dir / "second.onnx"), vaiq::test::slurp(dir / "alone.onnx"));
+    EXPECT_EQ(second["evaluation"]["outputs"], alone["evaluation"]["outputs"]) << "compared against the same outputs";
+    EXPECT_EQ(second["mixed_scale_tensors"], alone["mixed_scale_tensors"]);
+    // Another calibrator observes anew, and is kept too.
+    EXPECT_FALSE(reused(run("percentile", {"calibrate_method=Percentile"}, cache)));
+    EXPECT_EQ(cache->entries.size(), 2u);
+    EXPECT_EQ(cache->reused, 1);
+}

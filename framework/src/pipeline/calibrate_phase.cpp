@@ -16,6 +16,7 @@
 #include "data/statistics_file.hpp"
 #include "pipeline/algorithm_context.hpp"
 #include "pipeline/calibration.hpp"
+#include "pipeline/calibration_cache.hpp"
 #include "pipeline/channel_ranges.hpp"
 #include "pipeline/fragile_inputs.hpp"
 #include "pipeline/joined_reference.hpp"
@@ -140,7 +141,7 @@ Observations observe_data(RunState& s) {
     // With the two joined, what preparation alone changed in the outputs comes for free.
     std::optional<OutputComparison> preparation;
     if (evaluated_here && (s.function_kept || joined)) {
-        s.float_outputs = std::make_unique<ReferenceOutputs>();
+        s.float_outputs = std::make_shared<ReferenceOutputs>();
         s.float_outputs_from_input = joined.has_value();
         const int outputs = joined ? joined->outputs_before : s.model.graph().output_size();
         for (int o = 0; o < outputs; ++o) s.float_outputs->names.push_back(s.model.graph().output(o).name());
@@ -158,7 +159,7 @@ Observations observe_data(RunState& s) {
             s.float_outputs->add(batch.source, std::move(values));
         };
     } else if (given_apart) {  // what preparation alone changed, compared when the input model runs
-        s.prepared_outputs = std::make_unique<ReferenceOutputs>();
+        s.prepared_outputs = std::make_shared<ReferenceOutputs>();
         s.prepared_outputs->names = output_names(s.model);
         keep = [&, limit = evaluation_batches(s.settings)](const Batch& batch, std::vector<Tensor> values) {
             if (limit > 0 && static_cast<int>(s.prepared_outputs->sources.size()) >= limit) return;
@@ -207,16 +208,20 @@ class FirstBatches final : public DataReader {
 // with what to do elsewhere. Statistics files (sharded calibration) are made and
 // read without the measurement, which would need the data before calibrating,
 // so that the plan a shard observes is the plan the run reads them into.
-void check_channel_scales(RunState& s, bool measure) {
+// `measured`: the measurement an earlier run with the same calibration key made.
+// Returns the ranges measured.
+ChannelRanges check_channel_scales(RunState& s, bool measure, const ChannelRanges* measured) {
     const double ratio = s.settings.mixed_scale_ratio;
     const auto batches = s.settings.mixed_scale_batches;
-    if (!(ratio > 0)) return;
+    if (!(ratio > 0)) return {};
     const auto requests =
         measure && batches > 0 ? mixed_scale_candidates(s.model, s.draft) : std::vector<ChannelRangeRequest>{};
     // Given parameters replace calibration: random data must not decide anything then.
     const bool given = !s.settings.given_params.empty();
     ChannelRanges ranges;
-    if (!requests.empty() && (s.data || has_calibration_data(s.settings, s.options) || !given)) {
+    if (measured) {
+        ranges = *measured;
+    } else if (!requests.empty() && (s.data || has_calibration_data(s.settings, s.options) || !given)) {
         if (!s.data) s.data = calibration_reader(s.settings, s.options, s.model);
         FirstBatches first(*s.data, static_cast<size_t>(batches));
         try {
@@ -269,6 +274,7 @@ void check_channel_scales(RunState& s, bool measure) {
             unwarned.size(), ratio,
             join({unwarned.begin(), unwarned.begin() + std::min<std::ptrdiff_t>(6, std::ssize(unwarned))}),
             unwarned.size() > 6 ? ", ..." : "");
+    return ranges;
 }
 
 // Observes the calibration data; where preparation changed the model's inputs,
@@ -307,14 +313,96 @@ std::vector<std::string> constants_not_finite(const Model& model, const DraftPla
     return out;
 }
 
+// The settings that decide what calibration reads (recipe keys and the groups they begin).
+constexpr const char* kCalibrationDataSettings[] = {"calibration_data_reader",
+                                                    "data_preprocess",
+                                                    "image_preprocess",
+                                                    "random_data_reader_input_shape",
+                                                    "extra_options.RandomDataReaderInputDataRange",
+                                                    "evaluation_"};
+
+// What decides every value the calibrate phase computes: the input and prepared
+// models, the tensors observed and their calibrators, the data, the channel-scale
+// check and whether evaluation's float outputs are kept.
+std::string calibration_key(const RunState& s) {
+    const auto id = statistics_identity(s);
+    nlohmann::json data = nlohmann::json::object();
+    for (const auto& [path, setting] : s.recipe.settings)
+        for (const char* prefix : kCalibrationDataSettings)
+            if (path.starts_with(prefix)) data[path] = setting.value;
+    return nlohmann::json{{"input", s.input.string()},
+                          {"model", id.model_fingerprint},
+                          {"calibrators", id.calibrators},
+                          {"observed", s.draft.observed()},
+                          {"data", data},
+                          {"mixed_scale", {s.settings.mixed_scale_ratio, s.settings.mixed_scale_batches}},
+                          {"evaluate", s.last >= Phase::Evaluate}}
+        .dump();
+}
+
+// The observations an earlier run kept under the same key, merged into this
+// run's observers; nullopt (and the run calibrates) where they do not fit.
+std::optional<Observations> reuse_calibration(RunState& s, const CachedCalibration& kept,
+                                              const StatisticsIdentity& identity) {
+    auto observations = make_observers(s.draft);
+    try {
+        merge_statistics_file(observations, s.draft, identity, kept.statistics, "an earlier run's calibration");
+    } catch (const InputError& e) {
+        log_debug("the calibration of an earlier run does not fit this one ({}): calibrating", e.what());
+        return std::nullopt;
+    }
+    s.data = calibration_reader(s.settings, s.options, s.model);
+    s.float_outputs = kept.float_outputs;
+    s.prepared_outputs = kept.prepared_outputs;
+    s.float_outputs_from_input = kept.float_outputs_from_input;
+    if (!kept.preparation_error.is_null()) s.report["preparation_error"] = kept.preparation_error;
+    log_info("calibration: an earlier run's, of the same model, data and calibrators ({} batches)",
+             observations.batches);
+    return observations;
+}
+
+// Keeps this run's calibration for later runs (a calibrator that cannot save
+// its statistics keeps the run from being kept).
+void keep_calibration(const RunState& s, CalibrationCache& cache, const std::string& key, ChannelRanges ranges,
+                      const Observations& observations, const StatisticsIdentity& identity) {
+    CachedCalibration kept;
+    try {
+        kept.statistics = statistics_file(observations, s.draft, identity);
+    } catch (const InputError& e) {
+        log_debug("this run's calibration is not kept for later runs: {}", e.what());
+        return;
+    }
+    kept.channel_ranges = std::move(ranges);
+    kept.float_outputs = s.float_outputs;
+    kept.prepared_outputs = s.prepared_outputs;
+    kept.float_outputs_from_input = s.float_outputs_from_input;
+    if (s.report.contains("preparation_error")) kept.preparation_error = s.report["preparation_error"];
+    cache.entries[key] = std::move(kept);
+}
+
 }  // namespace
 
 void calibrate_phase(RunState& s) {
     const bool from_files = !s.options.calibration_files.empty();
-    check_channel_scales(s, !from_files && !s.keep_tables);
+    // A calibration an earlier run of the process kept (vaiq tune's trials), on calibration data.
+    auto* cache =
+        from_files || s.keep_tables || !has_calibration_data(s.settings, s.options) || s.draft.observed().empty()
+            ? nullptr
+            : s.options.calibration_cache.get();
+    std::string key;
+    const CachedCalibration* kept = nullptr;
+    if (cache) {
+        key = calibration_key(s);
+        if (const auto it = cache->entries.find(key); it != cache->entries.end()) kept = &it->second;
+    }
+    auto ranges = check_channel_scales(s, !from_files && !s.keep_tables, kept ? &kept->channel_ranges : nullptr);
     std::optional<StatisticsIdentity> identity;
-    if (from_files || s.keep_tables) identity = statistics_identity(s);
-    const auto observations = observe_calibration(s, identity);
+    if (from_files || s.keep_tables || cache) identity = statistics_identity(s);
+    std::optional<Observations> reused;
+    if (kept) reused = reuse_calibration(s, *kept, *identity);
+    if (reused) ++cache->reused;
+    const auto observations = reused ? std::move(*reused) : observe_calibration(s, identity);
+    if (cache && !reused) keep_calibration(s, *cache, key, std::move(ranges), observations, *identity);
     s.calibration = conclude(s.draft, observations);
     for (auto& name : constants_not_finite(s.model, s.draft)) s.calibration.not_finite.push_back(std::move(name));
     if (s.keep_tables)
@@ -326,6 +414,7 @@ void calibrate_phase(RunState& s) {
                                {"not_finite", s.calibration.not_finite},
                                {"empty", s.calibration.empty}};
     if (from_files) s.report["calibration"]["statistics_files"] = s.options.calibration_files;
+    if (reused) s.report["calibration"]["reused"] = true;
     if (!s.calibration.not_finite.empty())
         log_warn(
             "{} tensor(s) held an infinity or NaN on the calibration data and stay float (an attention mask's "

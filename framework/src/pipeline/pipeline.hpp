@@ -21,6 +21,8 @@
 
 namespace vaiq {
 
+struct CalibrationCache;  // pipeline/calibration_cache.hpp
+
 /// A plugin chosen by a recipe, with its checked options.
 struct PluginChoice {
     const PluginInfo* info = nullptr;
@@ -63,6 +65,12 @@ struct RunOptions {
     /// in place of calibration_data_reader: opens a reader for the model as it
     /// stands; called for every pass over the data.
     std::function<std::unique_ptr<DataReader>(const Model&)> calibration_reader;
+    /// Calibrations kept across the runs of one process (`vaiq tune`'s trials):
+    /// a run that observes the same tensors of the same prepared model on the
+    /// same data with the same calibrators takes an earlier run's statistics,
+    /// channel-scale measurement and float outputs instead of calibrating again.
+    /// Null: every run calibrates.
+    std::shared_ptr<CalibrationCache> calibration_cache;
 };
 
 struct RunResult {

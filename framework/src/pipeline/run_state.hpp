@@ -91,10 +91,10 @@ struct RunState {
     /// The float outputs on the calibration data as calibration computed them
     /// (the prepared model's, or the input model's joined into it), kept when
     /// evaluation will compare against them.
-    std::unique_ptr<ReferenceOutputs> float_outputs;
+    std::shared_ptr<ReferenceOutputs> float_outputs;  ///< shared with the calibration cache, if any
     /// The prepared model's outputs on the calibration data, kept where preparation
     /// changed the function and evaluation, on that data, runs the input model apart.
-    std::unique_ptr<ReferenceOutputs> prepared_outputs;
+    std::shared_ptr<ReferenceOutputs> prepared_outputs;
     bool float_outputs_from_input = false;  ///< they are the input model's, joined into calibration
     DraftPlan draft;
     std::unique_ptr<DataReader> data;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "pipeline/calibration_cache.hpp"
 #include "pipeline/run_settings.hpp"
 #include "sdk/atomic_file.hpp"
 #include "sdk/text.hpp"
@@ -215,6 +216,7 @@ nlohmann::json TuneResult::to_json(const TuneTarget& target) const {
                                 {"recipe", t.recipe},
                                 {"settings", t.assignments},
                                 {"seconds", t.seconds},
+                                {"calibration_reused", t.calibration_reused},
                                 {"met", t.met}};
         if (t.score) trial["score"] = std::isfinite(*t.score) ? nlohmann::json(*t.score) : nlohmann::json(nullptr);
         if (!t.error.empty()) trial["error"] = t.error;
@@ -267,6 +269,10 @@ TuneResult tune(const fs::path& recipe, const std::vector<std::string>& assignme
         return load_recipe(c.recipe ? *c.recipe : recipe, all);
     };
     auto trial_dir = [&](size_t i) { return work / fmt::format("trial{}", i); };
+    // Trials that calibrate the same tensors of the same prepared model on the same
+    // data with the same calibrators calibrate once.
+    RunOptions trial_options = options;
+    trial_options.calibration_cache = std::make_shared<CalibrationCache>();
     std::optional<size_t> best;  // its files stay until a better trial replaces them
     std::string first_error;
     for (size_t i = 0; i < candidates.size(); ++i) {
@@ -280,7 +286,8 @@ TuneResult tune(const fs::path& recipe, const std::vector<std::string>& assignme
         const auto start = std::chrono::steady_clock::now();
         nlohmann::json report;
         try {
-            report = run_pipeline(trial_recipe(c, trial_dir(i)), registry, options).report_json;
+            report = run_pipeline(trial_recipe(c, trial_dir(i)), registry, trial_options).report_json;
+            trial.calibration_reused = report.contains("calibration") && report["calibration"].value("reused", false);
         } catch (const InputError& e) {
             trial.error = e.what();
             if (first_error.empty()) first_error = fmt::format("trial '{}': {}", c.name, e.what());

@@ -62,7 +62,8 @@ struct TuneTrial {
     std::string recipe;                    ///< the recipe it started from
     std::vector<std::string> assignments;  ///< the candidate's own settings
     double seconds = 0;
-    std::optional<double> score;  ///< none when the run failed
+    bool calibration_reused = false;  ///< it took an earlier trial's calibration
+    std::optional<double> score;      ///< none when the run failed
     bool met = false;
     std::string error;  ///< why the run failed
 };
