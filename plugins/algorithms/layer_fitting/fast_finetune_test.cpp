@@ -45,6 +45,38 @@ Emitter same_model(const vaiq::Model& model) {
     return [&model](const std::map<std::string, Tensor>&) { return model; };
 }
 
+// Three MatMuls, a Relu after the first: x [8, 6] -> [8, 4].
+vaiq::Model three_layers() {
+    GraphBuilder b;
+    b.input("x", {8, 6}).output("y", {8, 4});
+    b.initializer("w1", random_tensor({6, 5}, 3, -0.5f, 0.5f));
+    b.initializer("w2", random_tensor({5, 7}, 4, -0.5f, 0.5f));
+    b.initializer("w3", random_tensor({7, 4}, 5, -0.5f, 0.5f));
+    b.node("MatMul", {"x", "w1"}, {"h1"});
+    b.node("Relu", {"h1"}, {"r1"});
+    b.node("MatMul", {"r1", "w2"}, {"h2"});
+    b.node("MatMul", {"h2", "w3"}, {"y"});
+    return b.build();
+}
+
+// Its weights on int8 grids of step 0.5 / 7.
+vaiq::QuantPlan three_layers_plan() {
+    vaiq::QuantPlan plan;
+    for (const char* w : {"w1", "w2", "w3"})
+        plan.tensors.push_back(quant_entry(w, TensorRole::Weight, QuantType::QInt8, {0.5f / 7}, {0}));
+    return plan;
+}
+
+// An emitter giving `model` with the chosen weights in place of the float ones.
+Emitter with_weights(const vaiq::Model& model) {
+    return [&model](const std::map<std::string, Tensor>& rounded) {
+        auto out = model;
+        for (auto& init : *out.graph().mutable_initializer())
+            if (auto it = rounded.find(init.name()); it != rounded.end()) init = it->second.to_proto(init.name());
+        return out;
+    };
+}
+
 // Fast finetune of `model`'s layers that `plan` quantizes, through a context
 // whose quantized model `emit` gives.
 vaiq::FastFinetuneResult finetune_with(const vaiq::Model& model, const vaiq::QuantPlan& plan, const Emitter& emit,
@@ -214,25 +246,9 @@ TEST_F(FastFinetune, EachLayerIsFittedOnTheLayersBeforeItAsFitted) {
 // The float inputs of the layers kept over the data (all, some, none within the
 // budget) give the fits exactly what running the float model per layer gives.
 TEST_F(FastFinetune, CachedFloatInputsFitAsRunningTheFloatModelPerLayerDoes) {
-    GraphBuilder b;
-    b.input("x", {8, 6}).output("y", {8, 4});
-    b.initializer("w1", random_tensor({6, 5}, 3, -0.5f, 0.5f));
-    b.initializer("w2", random_tensor({5, 7}, 4, -0.5f, 0.5f));
-    b.initializer("w3", random_tensor({7, 4}, 5, -0.5f, 0.5f));
-    b.node("MatMul", {"x", "w1"}, {"h1"});
-    b.node("Relu", {"h1"}, {"r1"});
-    b.node("MatMul", {"r1", "w2"}, {"h2"});
-    b.node("MatMul", {"h2", "w3"}, {"y"});
-    const auto model = b.build();
-    vaiq::QuantPlan plan;
-    for (const char* w : {"w1", "w2", "w3"})
-        plan.tensors.push_back(quant_entry(w, TensorRole::Weight, QuantType::QInt8, {0.5f / 7}, {0}));
-    const Emitter emit = [&](const std::map<std::string, Tensor>& rounded) {
-        auto out = model;
-        for (auto& init : *out.graph().mutable_initializer())
-            if (auto it = rounded.find(init.name()); it != rounded.end()) init = it->second.to_proto(init.name());
-        return out;
-    };
+    const auto model = three_layers();
+    const auto plan = three_layers_plan();
+    const Emitter emit = with_weights(model);
     std::vector<vaiq::FastFinetuneResult> results;
     // x's and r1's values over 3 batches take 3 x (8 x 6 + 8 x 5) x 4 bytes: a budget of 700 keeps x's alone.
     for (const size_t budget : {size_t{1} << 30, size_t{700}, size_t{0}}) {
@@ -257,25 +273,9 @@ TEST_F(FastFinetune, CachedFloatInputsFitAsRunningTheFloatModelPerLayerDoes) {
 // side) give each seed what a fast finetune with that seed alone gives, with
 // and without SelectiveUpdate (which keeps a pending layer per trial).
 TEST_F(FastFinetune, TrialsInStepFitAsOneSeedAtATimeDoes) {
-    GraphBuilder b;
-    b.input("x", {8, 6}).output("y", {8, 4});
-    b.initializer("w1", random_tensor({6, 5}, 3, -0.5f, 0.5f));
-    b.initializer("w2", random_tensor({5, 7}, 4, -0.5f, 0.5f));
-    b.initializer("w3", random_tensor({7, 4}, 5, -0.5f, 0.5f));
-    b.node("MatMul", {"x", "w1"}, {"h1"});
-    b.node("Relu", {"h1"}, {"r1"});
-    b.node("MatMul", {"r1", "w2"}, {"h2"});
-    b.node("MatMul", {"h2", "w3"}, {"y"});
-    const auto model = b.build();
-    vaiq::QuantPlan plan;
-    for (const char* w : {"w1", "w2", "w3"})
-        plan.tensors.push_back(quant_entry(w, TensorRole::Weight, QuantType::QInt8, {0.5f / 7}, {0}));
-    const Emitter emit = [&](const std::map<std::string, Tensor>& rounded) {
-        auto out = model;
-        for (auto& init : *out.graph().mutable_initializer())
-            if (auto it = rounded.find(init.name()); it != rounded.end()) init = it->second.to_proto(init.name());
-        return out;
-    };
+    const auto model = three_layers();
+    const auto plan = three_layers_plan();
+    const Emitter emit = with_weights(model);
     const std::vector<uint64_t> seeds{0, 1, 2};
     for (const bool selective : {false, true}) {
         vaiq::FastFinetuneOptions options;
