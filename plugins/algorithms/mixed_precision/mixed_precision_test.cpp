@@ -148,6 +148,37 @@ TEST(MixedPrecisionSearch, ARescreenCoversTheMostPromisingCandidatesOnly) {
         << "every candidate screened once, then the 32 best of the rest again";
 }
 
+// Raising the ten tensors of the budget together removes most of the error (they
+// act together), one at a time each removes little, less and less: once the
+// greedy search's shrinking steps cannot reach the prefix's error within the
+// budget, it stops, and the prefix is kept.
+TEST(MixedPrecisionSearch, AGreedySearchThatCannotOvertakeThePrefixStops) {
+    const vaiq::ReferenceBatches reference = identity_reference(3);
+    std::vector<vaiq::TensorSensitivity> ranking;
+    std::map<std::string, float> removes;
+    for (int k = 0; k < 10; ++k) {
+        const auto name = "t" + std::to_string(k);
+        ranking.push_back({name, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0, false});
+        removes[name] = 0.02f / static_cast<float>(k + 1);
+    }
+    auto error_of = [&](const std::set<std::string>& raised) {
+        if (raised.size() == removes.size()) return 0.3f;
+        float error = 1.0f;
+        for (const auto& t : raised) error -= removes.at(t);
+        return error;
+    };
+    const auto raise =
+        raising_on(reference, [&](const std::set<std::string>& raised) { return model_with_error(error_of(raised)); });
+    vaiq::MixedPrecisionTarget target;
+    target.sqnr_db = 40.0;  // out of reach
+    const auto result = vaiq::search_mixed_precision(
+        target, [&] { return ranking; }, raise, 10);
+    EXPECT_EQ(result.raised.size(), 10u) << "the prefix, better than any greedy step";
+    int greedy_steps = 0;
+    for (const auto& t : result.report["tried"]) greedy_steps += t.value("search", "") == "greedy";
+    EXPECT_EQ(greedy_steps, 2) << "two steps show the gains shrink: " << result.report["tried"].dump();
+}
+
 TEST(MixedPrecisionSearch, ScreeningIsEveryThirdSearchedBatch) {
     std::vector<size_t> screening;
     for (size_t b = 0; b < 12; ++b)
