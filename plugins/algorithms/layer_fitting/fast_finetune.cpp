@@ -739,6 +739,9 @@ std::vector<FastFinetuneResult> fast_finetune(AlgorithmContext& context, const F
     // Without SelectiveUpdate (which runs the quantized model to its outputs),
     // each layer's quantized input comes from the nodes after the previous
     // layer's only, with the values before kept (within the float cache's budget).
+    // The float inputs of the layer being sampled, where the cache could not hold
+    // them and several trials sample it: computed once for all of them.
+    std::vector<Tensor> layer_floats;
     std::vector<std::unique_ptr<Trial>> trials;
     for (const auto seed : seeds)
         trials.push_back(std::make_unique<Trial>(context, layers, seed, options.float_cache_bytes));
@@ -763,9 +766,12 @@ std::vector<FastFinetuneResult> fast_finetune(AlgorithmContext& context, const F
         const bool sums = summed(l, options, keep_float);
         if (sums && columns) capacity = std::min(capacity, (l.rows / l.group + 1) / 2);
         const auto cached = float_inputs.find(l.input);
+        const auto* floats = cached != float_inputs.end() ? &cached->second
+                             : layer_floats.empty()       ? nullptr
+                                                          : &layer_floats;
         return sample_layer(l, capacity, keep_float, *reference, candidate.get(), data, t.rng, options.selective_update,
-                            cached == float_inputs.end() ? nullptr : &cached->second,
-                            segmented ? &quantized_inputs : nullptr, sums ? std::optional(t.seed) : std::nullopt);
+                            floats, segmented ? &quantized_inputs : nullptr,
+                            sums ? std::optional(t.seed) : std::nullopt);
     };
     // SelectiveUpdate: the layer a trial fitted last, judged by the output error
     // the next sampling measures; dropped (back to nearest rounding) if it is worse.
@@ -795,6 +801,13 @@ std::vector<FastFinetuneResult> fast_finetune(AlgorithmContext& context, const F
     // would have each correct errors that are no longer there).
     for (size_t i = 0; i < layers.size(); ++i) {
         context.progress("layer", static_cast<int64_t>(i) + 1, static_cast<int64_t>(layers.size()));
+        layer_floats.clear();
+        if (trials.size() > 1 && !options.selective_update && !float_inputs.count(layers[i].input)) {
+            data.rewind();
+            while (auto batch = data.next())
+                reference->run_taps(*batch, {layers[i].input},
+                                    [&](const std::string&, const Tensor& v) { layer_floats.push_back(v); });
+        }
         for (size_t t = 0; t < trials.size(); ++t) {
             auto& trial = *trials[t];
             auto& l = trial.layers[i];

@@ -269,20 +269,24 @@ TEST_F(FastFinetune, CachedFloatInputsFitAsRunningTheFloatModelPerLayerDoes) {
     }
 }
 
-// Trials run in step (the float inputs cached once, each layer's fits side by
-// side) give each seed what a fast finetune with that seed alone gives, with
-// and without SelectiveUpdate (which keeps a pending layer per trial).
+// Trials run in step (the float inputs cached once, or a layer's computed once
+// for all where the cache holds none; each layer's fits side by side) give each
+// seed what a fast finetune with that seed alone gives, with and without
+// SelectiveUpdate (which keeps a pending layer per trial).
 TEST_F(FastFinetune, TrialsInStepFitAsOneSeedAtATimeDoes) {
     const auto model = three_layers();
     const auto plan = three_layers_plan();
     const Emitter emit = with_weights(model);
     const std::vector<uint64_t> seeds{0, 1, 2};
-    for (const bool selective : {false, true}) {
+    // Cached float inputs, none (each layer's computed once for the three), and SelectiveUpdate.
+    for (const auto& [selective, budget] :
+         {std::pair{false, size_t{1} << 30}, {false, size_t{0}}, {true, size_t{1} << 30}}) {
         vaiq::FastFinetuneOptions options;
         options.iterations = 100;
         options.batch_columns = 8;
         options.drop_ratio = 0.5;  // draws of their own in every step
         options.selective_update = selective;
+        options.float_cache_bytes = budget;
         auto reader = data(model, {8, 6}, 3);
         vaiq::test::TestAlgorithmContext c(
             model, *reader, plan,
