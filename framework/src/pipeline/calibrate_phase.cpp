@@ -45,9 +45,10 @@ namespace vaiq::phases {
 
 namespace {
 
-// What the run's statistics belong to: the prepared model and its calibrators' options.
-StatisticsIdentity statistics_identity(const RunState& s) {
-    StatisticsIdentity id{model_fingerprint(s.model), {}};
+// What the run's statistics belong to: the prepared model (`fingerprint`, of
+// s.model) and its calibrators' options.
+StatisticsIdentity statistics_identity(const RunState& s, std::string fingerprint) {
+    StatisticsIdentity id{std::move(fingerprint), {}};
     for (const auto& t : s.draft.tensors)
         if (t.observed() && !id.calibrators.count(t.calibrate_method))
             id.calibrators[t.calibrate_method] = s.calibrator_choice(t.calibrate_method).options.values();
@@ -324,8 +325,8 @@ constexpr const char* kCalibrationDataSettings[] = {"calibration_data_reader",
 // What decides every value the calibrate phase computes: the input and prepared
 // models, the tensors observed and their calibrators, the data, the channel-scale
 // check and whether evaluation's float outputs are kept.
-std::string calibration_key(const RunState& s) {
-    const auto id = statistics_identity(s);
+std::string calibration_key(const RunState& s, const std::string& fingerprint) {
+    const auto id = statistics_identity(s, fingerprint);
     nlohmann::json data = nlohmann::json::object();
     for (const auto& [path, setting] : s.recipe.settings)
         for (const char* prefix : kCalibrationDataSettings)
@@ -389,15 +390,17 @@ void calibrate_phase(RunState& s) {
         from_files || s.keep_tables || !has_calibration_data(s.settings, s.options) || s.draft.observed().empty()
             ? nullptr
             : s.options.calibration_cache.get();
+    // The prepared model is hashed once: the channel-scale check changes the plan only.
+    const auto fingerprint = from_files || s.keep_tables || cache ? model_fingerprint(s.model) : std::string();
     std::string key;
     const CachedCalibration* kept = nullptr;
     if (cache) {
-        key = calibration_key(s);
+        key = calibration_key(s, fingerprint);
         if (const auto it = cache->entries.find(key); it != cache->entries.end()) kept = &it->second;
     }
     auto ranges = check_channel_scales(s, !from_files && !s.keep_tables, kept ? &kept->channel_ranges : nullptr);
     std::optional<StatisticsIdentity> identity;
-    if (from_files || s.keep_tables || cache) identity = statistics_identity(s);
+    if (from_files || s.keep_tables || cache) identity = statistics_identity(s, fingerprint);
     std::optional<Observations> reused;
     if (kept) reused = reuse_calibration(s, *kept, *identity);
     if (reused) ++cache->reused;

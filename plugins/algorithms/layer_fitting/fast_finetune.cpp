@@ -711,8 +711,12 @@ struct LayerFit {
     double error = 0, loss_nearest = 0, loss = 0;
     int64_t iterations = 0;
     RowMatrix plain, fitted;
-    std::chrono::steady_clock::time_point start;
+    double seconds = 0;  ///< the trial's own sampling and fit, not the other trials' beside them
 };
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 }  // namespace
 
@@ -812,19 +816,22 @@ std::vector<FastFinetuneResult> fast_finetune(AlgorithmContext& context, const F
             auto& trial = *trials[t];
             auto& l = trial.layers[i];
             fits[t] = LayerFit{};
-            fits[t].start = std::chrono::steady_clock::now();
+            const auto start = std::chrono::steady_clock::now();
             fits[t].error = sample(trial, l);
             if (options.selective_update && judge_pending(trial, fits[t].error)) fits[t].error = sample(trial, l);
+            fits[t].seconds = seconds_since(start);
         }
         auto fit_trial = [&](size_t t) {
             const auto& l = trials[t]->layers[i];
             if (l.stored == 0) return;
             try {
+                const auto start = std::chrono::steady_clock::now();
                 auto& f = fits[t];
                 f.plain = nearest(l);
                 f.fitted = voted_fit(l, options, trials[t]->rng, f.iterations);
                 f.loss_nearest = judged_loss(l, f.plain, options.fits);
                 f.loss = judged_loss(l, f.fitted, options.fits);
+                f.seconds += seconds_since(start);
             } catch (...) {
                 failures[t] = std::current_exception();
             }
@@ -851,7 +858,7 @@ std::vector<FastFinetuneResult> fast_finetune(AlgorithmContext& context, const F
             trial.result.rounded[l.weight] = as_weight(l, improved ? f.fitted : f.plain, original);
             r.loss = std::min(r.loss, r.loss_nearest);
             r.output_error_nearest = f.error;
-            r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - f.start).count();
+            r.seconds = f.seconds;
             log_info("fast finetune: {} ({} columns): output error {:.4g} -> {:.4g} in {:.1f} s ({} iterations){}",
                      l.node, l.stored, r.loss_nearest, r.loss, r.seconds, r.iterations,
                      trials.size() > 1 ? fmt::format(", seed {}", trial.seed) : "");
