@@ -1560,6 +1560,46 @@ TEST(LargeModel, OverTwoGigabytesQuantizesAndConvertsWithinItsMemoryGoals) {
     fs::remove_all(dir, ec);
 }
 
+// Loop and Scan bodies quantized by EnableSubgraph run in ONNX Runtime as in vaiq,
+// every output of every iteration.
+TEST(OnnxRuntimeSubgraphs, QuantizedLoopAndScanBodiesRunAsInVaiq) {
+    for (const auto& [model, input, shape] :
+         {std::tuple{vaiq::test::looping_model(6), "x", std::vector<int64_t>{1, 8}},
+          std::tuple{vaiq::test::scanning_model(5), "xs", std::vector<int64_t>{5, 8}}}) {
+        const auto dir = vaiq::test::temp_dir();
+        vaiq::save_model(model, dir / "in.onnx");
+        for (int i = 0; i < 4; ++i) {
+            const auto sample = dir / "data" / std::to_string(i);
+            fs::create_directories(sample);
+            vaiq::write_npy(sample / (std::string(input) + ".npy"),
+                            vaiq::test::ramp(shape, -0.8f + 0.3f * static_cast<float>(i), 0.04f));
+        }
+        auto r = run_command(std::string(VAIQ_CLI) + " -q run " + VAIQ_SOURCE_DIR "/recipes/cpu.yaml --model " +
+                             (dir / "in.onnx").string() + " --data " + (dir / "data").string() + " --output " +
+                             (dir / "out.onnx").string() + " --set extra_options.EnableSubgraph=true " +
+                             exact_int8_settings());
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        const auto written = vaiq::load_model(dir / "out.onnx");
+        int quantize_nodes = 0;
+        for (const auto& node : written.graph().node())
+            for (const auto& a : node.attribute())
+                if (a.name() == "body")
+                    for (const auto& inner : a.g().node()) quantize_nodes += inner.op_type() == "QuantizeLinear";
+        EXPECT_GT(quantize_nodes, 0) << input;
+        const auto sample = dir / "data" / "2" / (std::string(input) + ".npy");
+        r = run_in_ort(dir / "out.onnx", dir / "ort", {sample});
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        const auto ours = vaiq::runtime::Executor(written).run({{input, vaiq::read_npy(sample)}});
+        for (size_t o = 0; o < ours.size(); ++o) {
+            const auto theirs = vaiq::read_npy(dir / "ort" / fmt::format("output_{}.npy", o));
+            ASSERT_EQ(theirs.shape(), ours[o].shape()) << input << " output " << o;
+            for (int64_t k = 0; k < ours[o].size(); ++k)
+                EXPECT_NEAR(theirs.data<float>()[k], ours[o].data<float>()[k], 1e-5f)
+                    << input << " output " << o << ", value " << k;
+        }
+    }
+}
+
 // An If branch quantized by EnableSubgraph runs in ONNX Runtime as in vaiq.
 TEST(OnnxRuntimeSubgraphs, AQuantizedBranchRunsAsInVaiq) {
     const auto dir = vaiq::test::temp_dir();

@@ -143,3 +143,96 @@ TEST_F(Subgraphs, NodeListsMayNameTheNodesOfBranches) {
         EXPECT_NE(std::string(e.what()).find("which is not a node of the model"), std::string::npos) << e.what();
     }
 }
+
+namespace {
+
+// `count` calibration samples of one input, ramps that move from sample to sample.
+void write_ramps(const fs::path& dir, const std::string& name, const std::vector<int64_t>& shape, int count) {
+    for (int i = 0; i < count; ++i) {
+        const auto sample = dir / "data" / std::to_string(i);
+        fs::create_directories(sample);
+        vaiq::write_npy(sample / (name + ".npy"),
+                        vaiq::test::ramp(shape, -0.9f + 0.15f * static_cast<float>(i), 0.05f));
+    }
+}
+
+const onnx::GraphProto& body_of(const vaiq::Model& model) {
+    for (const auto& node : model.graph().node())
+        for (const auto& a : node.attribute())
+            if (a.name() == "body") return a.g();
+    throw std::runtime_error("no body");
+}
+
+// Every output of the written model within 8-bit error of the float one's.
+void expect_outputs_near(const vaiq::Model& written, const vaiq::Model& model,
+                         const std::map<std::string, Tensor>& feeds) {
+    vaiq::runtime::Executor quantized(written), reference(model);
+    const auto q = quantized.run(feeds), f = reference.run(feeds);
+    ASSERT_EQ(q.size(), f.size());
+    for (size_t o = 0; o < f.size(); ++o) {
+        ASSERT_EQ(q[o].shape(), f[o].shape()) << "output " << o;
+        float largest = 0;
+        for (auto v : f[o].data<float>()) largest = std::max(largest, std::abs(v));
+        ASSERT_GT(largest, 0.1f) << "output " << o;
+        for (int64_t i = 0; i < f[o].size(); ++i)
+            EXPECT_NEAR(q[o].data<float>()[i], f[o].data<float>()[i], 0.03f * largest) << "output " << o << ", " << i;
+    }
+}
+
+}  // namespace
+
+TEST_F(Subgraphs, ALoopsBodyCalibratesOnItsIterations) {
+    const auto model = vaiq::test::looping_model(4);
+    vaiq::save_model(model, dir / "in.onnx");
+    write_ramps(dir, "x", {1, 8}, 3);
+    const auto report = vaiq::test::run_recipe_in(dir, registry, kRecipe);
+
+    ASSERT_EQ(report["subgraphs"].size(), 1u) << report["subgraphs"].dump();
+    const auto& entry = report["subgraphs"][0];
+    EXPECT_EQ(entry["node"], "repeat");
+    EXPECT_EQ(entry["op_type"], "Loop");
+    EXPECT_TRUE(entry["quantized"].get<bool>()) << entry.dump();
+    EXPECT_EQ(entry["batches"], 3);
+    EXPECT_EQ(entry["iterations"], 12) << "four iterations of each of three batches";
+    EXPECT_GT(entry["quantized_tensors"].get<int>(), 0);
+
+    const auto written = vaiq::load_model(dir / "out.onnx");
+    const auto& body = body_of(written);
+    EXPECT_GT(count_ops(body, "QuantizeLinear"), 0);
+    ASSERT_EQ(body.input_size(), 3) << "the body takes the iteration, the condition and h, and reads x no more";
+    EXPECT_EQ(body.input(2).name(), "h_in");
+    EXPECT_EQ(body.input(2).type().tensor_type().shape().dim(1).dim_value(), 8) << "as declared";
+    for (const auto& init : written.graph().initializer()) EXPECT_NE(init.name(), "W") << "the body holds its own";
+    EXPECT_NO_THROW(vaiq::check_model(written));
+    expect_outputs_near(written, model, {{"x", vaiq::read_npy(dir / "data" / "1" / "x.npy")}});
+}
+
+TEST_F(Subgraphs, ALongLoopKeepsIterationsSpreadOverItsTrips) {
+    vaiq::save_model(vaiq::test::looping_model(100), dir / "in.onnx");
+    write_ramps(dir, "x", {1, 8}, 2);
+    const auto report = vaiq::test::run_recipe_in(dir, registry, kRecipe);
+    ASSERT_EQ(report["subgraphs"].size(), 1u);
+    EXPECT_TRUE(report["subgraphs"][0]["quantized"].get<bool>());
+    EXPECT_EQ(report["subgraphs"][0]["iterations"], 64) << "32 of each batch's 100";
+}
+
+TEST_F(Subgraphs, AScansBodyCalibratesOnItsSteps) {
+    const auto model = vaiq::test::scanning_model(5);
+    vaiq::save_model(model, dir / "in.onnx");
+    write_ramps(dir, "xs", {5, 8}, 3);
+    const auto report = vaiq::test::run_recipe_in(dir, registry, kRecipe);
+
+    ASSERT_EQ(report["subgraphs"].size(), 1u) << report["subgraphs"].dump();
+    const auto& entry = report["subgraphs"][0];
+    EXPECT_EQ(entry["op_type"], "Scan");
+    EXPECT_TRUE(entry["quantized"].get<bool>()) << entry.dump();
+    EXPECT_EQ(entry["iterations"], 15);
+
+    const auto written = vaiq::load_model(dir / "out.onnx");
+    const auto& body = body_of(written);
+    EXPECT_GT(count_ops(body, "QuantizeLinear"), 0);
+    ASSERT_EQ(body.input_size(), 2);
+    EXPECT_EQ(body.input(1).name(), "x_t");
+    EXPECT_NO_THROW(vaiq::check_model(written));
+    expect_outputs_near(written, model, {{"xs", vaiq::read_npy(dir / "data" / "2" / "xs.npy")}});
+}

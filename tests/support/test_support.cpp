@@ -376,6 +376,75 @@ Model branching_model() {
     return b.build();
 }
 
+namespace {
+
+onnx::ValueInfoProto typed_value(const std::string& name, DataType type, const std::vector<int64_t>& shape) {
+    onnx::ValueInfoProto v;
+    v.set_name(name);
+    auto* t = v.mutable_type()->mutable_tensor_type();
+    t->set_elem_type(static_cast<int>(type));
+    auto* s = t->mutable_shape();
+    for (auto d : shape) s->add_dim()->set_dim_value(d);
+    return v;
+}
+
+onnx::NodeProto* add_node(onnx::GraphProto& g, const std::string& op, std::vector<std::string> inputs,
+                          std::vector<std::string> outputs, const std::string& name) {
+    auto* node = g.add_node();
+    node->set_op_type(op);
+    node->set_name(name);
+    for (const auto& i : inputs) node->add_input(i);
+    for (const auto& o : outputs) node->add_output(o);
+    return node;
+}
+
+void set_body(onnx::NodeProto& node, onnx::GraphProto body) {
+    auto* a = node.add_attribute();
+    a->set_name("body");
+    a->set_type(onnx::AttributeProto::GRAPH);
+    *a->mutable_g() = std::move(body);
+}
+
+}  // namespace
+
+Model looping_model(int64_t trips) {
+    GraphBuilder b;
+    b.input("x", {1, 8}).output("h", {1, 8}).output("ys", {trips, 1, 8});
+    b.initializer("W", ramp({8, 8}, -0.45f, 0.0141f));
+    b.initializer("trips", Tensor::from_values<int64_t>({}, std::vector<int64_t>{trips}));
+    onnx::GraphProto body;
+    body.set_name("step");
+    *body.add_input() = typed_value("i", DataType::Int64, {});
+    *body.add_input() = typed_value("going", DataType::Bool, {});
+    *body.add_input() = typed_value("h_in", DataType::Float, {1, 8});
+    add_node(body, "MatMul", {"h_in", "W"}, {"product"}, "loop_mm");
+    add_node(body, "Tanh", {"product"}, {"h_out"}, "loop_tanh");
+    add_node(body, "Relu", {"product"}, {"y"}, "loop_relu");
+    add_node(body, "Identity", {"going"}, {"going_out"}, "loop_going");
+    for (const auto& name : {"going_out", "h_out", "y"}) body.add_output()->set_name(name);
+    set_body(b.node("Loop", {"trips", "", "x"}, {"h", "ys"}, "repeat"), std::move(body));
+    return b.build();
+}
+
+Model scanning_model(int64_t steps) {
+    GraphBuilder b;
+    b.input("xs", {steps, 8}).output("s", {8}).output("zs", {steps, 8});
+    b.initializer("U", ramp({8, 8}, 0.3f, -0.0093f));
+    b.initializer("s0", Tensor(DataType::Float, {8}));
+    onnx::GraphProto body;
+    body.set_name("scan_step");
+    *body.add_input() = typed_value("s_in", DataType::Float, {8});
+    *body.add_input() = typed_value("x_t", DataType::Float, {8});
+    add_node(body, "MatMul", {"x_t", "U"}, {"q"}, "scan_mm");
+    add_node(body, "Add", {"s_in", "q"}, {"s_out"}, "scan_add");
+    add_node(body, "Relu", {"q"}, {"z"}, "scan_relu");
+    for (const auto& name : {"s_out", "z"}) body.add_output()->set_name(name);
+    auto& scan = b.node("Scan", {"s0", "xs"}, {"s", "zs"}, "scan");
+    set_attribute(scan, "num_scan_inputs", int64_t{1});
+    set_body(scan, std::move(body));
+    return b.build();
+}
+
 }  // namespace vaiq::test
 
 int main(int argc, char** argv) {

@@ -121,6 +121,15 @@ Model conv_relu_model(int64_t opset = 13);
 /// branches read x, W and V from the main graph (nodes then_mm, then_relu, else_mm).
 Model branching_model();
 
+/// (h, ys) = Loop(trips, x): h <- Tanh(h @ W), ys stacks Relu(h @ W) of each
+/// iteration; x [1, 8], W a main-graph weight the body reads (nodes loop_mm,
+/// loop_tanh, loop_relu, loop_going).
+Model looping_model(int64_t trips);
+
+/// (s, zs) = Scan(s0, xs) over the rows of xs [steps, 8]: s <- s + x_t @ U,
+/// zs stacks Relu(x_t @ U); U and s0 main-graph initializers.
+Model scanning_model(int64_t steps);
+
 /// Adds a LayerNorm over the last axis (length `width`) of `x` as exporters
 /// spell it before opset 17, writing `y`: (x - mean) / sqrt(mean((x - mean)^2)
 /// + 1e-5) * gamma + beta, gamma 0.5 + 0.1 i and beta 0.2 i - 0.3. Its nodes

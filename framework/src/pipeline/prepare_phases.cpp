@@ -122,15 +122,19 @@ void plan_phase(RunState& s) {
     auto& kept = s.report["plan"]["kept_float"] = nlohmann::json::array();
     for (const auto& [tensor, why] : s.draft.kept_float) kept.push_back({{"tensor", tensor}, {"reason", why}});
     if (s.draft.tensors.empty()) {
-        const bool branches = std::any_of(s.model.graph().node().begin(), s.model.graph().node().end(),
-                                          [](const onnx::NodeProto& n) { return n.op_type() == "If"; });
-        if (!branches)
+        const bool bodies =
+            std::any_of(s.model.graph().node().begin(), s.model.graph().node().end(), [](const onnx::NodeProto& n) {
+                return n.op_type() == "If" || n.op_type() == "Loop" || n.op_type() == "Scan";
+            });
+        if (!bodies)
             log_warn("the recipe selects nothing to quantize in this model");
         else if (s.settings.enable_subgraph)
-            log_info("nothing to quantize outside the model's If branches, which EnableSubgraph quantizes next");
+            log_info(
+                "nothing to quantize outside the model's If, Loop and Scan bodies, which EnableSubgraph "
+                "quantizes next");
         else
             log_warn(
-                "the recipe selects nothing to quantize outside the model's If branches: "
+                "the recipe selects nothing to quantize outside the model's If, Loop and Scan bodies: "
                 "extra_options.EnableSubgraph: true quantizes them");
     }
 }

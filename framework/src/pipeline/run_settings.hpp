@@ -38,7 +38,7 @@ struct RunSettings {
     std::string name, target;
     bool per_channel = false, remove_input_init = true, include_cle = false, cle_guard = true;
     bool weight_only = false, float_fragile_inputs = true;
-    bool enable_subgraph = false;  ///< extra_options.EnableSubgraph: If branches quantized too
+    bool enable_subgraph = false;  ///< extra_options.EnableSubgraph: If, Loop and Scan bodies quantized too
     std::string weight_only_algorithm;
     double mixed_scale_ratio = 0;
     int64_t mixed_scale_batches = 0;

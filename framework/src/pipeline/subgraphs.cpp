@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <set>
 
 #include "runtime/executor.hpp"
+#include "runtime/kernels/control_flow.hpp"
 #include "sdk/text.hpp"
 #include "util/spool.hpp"
 #include "vaiq/error.hpp"
@@ -66,27 +68,28 @@ void rename_values(onnx::GraphProto& graph, const std::map<std::string, std::str
     for_each_subgraph(graph, [&](onnx::GraphProto& g) { rename_values(g, renames); });
 }
 
-// One branch of an If node of the run's model, and the batches that took it.
-struct Branch {
-    std::string node;       // the If node's name, or its first output's when it has none
-    std::string attribute;  // then_branch or else_branch
-    std::string condition;
-    bool taken_when = true;
+// A graph that runs inside a node of the run's model: a branch of an If, or the
+// body a Loop or Scan runs once an iteration; and the batches it calibrates on.
+struct Body {
+    const onnx::NodeProto* node = nullptr;
+    std::string key;        // the node's name, or its first output's when it has none
+    std::string attribute;  // then_branch, else_branch or body
     const onnx::GraphProto* graph = nullptr;
     std::vector<std::string> inputs;                     // the outer values it reads that the run computes or is fed
     std::vector<std::string> constants;                  // the outer values it reads that are the model's initializers
     std::vector<std::map<std::string, size_t>> batches;  // its inputs, by name, in the spool
+    // A Loop's or Scan's: per calibration batch, the node's inputs (nullopt where omitted)
+    std::vector<std::vector<std::optional<size_t>>> node_inputs;
+    size_t runs = 0;  // calibration batches that ran it
+
+    bool iterates() const { return node->op_type() != "If"; }
 };
 
 std::string node_key(const onnx::NodeProto& node) { return node.name().empty() ? node.output(0) : node.name(); }
 
-// A branch's inputs as the model declares them; where it does not, the
-// recorded type with every dimension left open, so that no pass of the
-// nested run folds a shape that other data would change.
-onnx::ValueInfoProto declared_input(const onnx::GraphProto& parent, const std::string& name, const Tensor& sample) {
-    for (const auto* list : {&parent.input(), &parent.value_info(), &parent.output()})
-        for (const auto& v : *list)
-            if (v.name() == name && v.type().has_tensor_type() && v.type().tensor_type().elem_type() != 0) return v;
+// An input with the recorded type and every dimension left open, so that no
+// pass of the nested run folds a shape that other data would change.
+onnx::ValueInfoProto open_input(const std::string& name, const Tensor& sample) {
     onnx::ValueInfoProto v;
     v.set_name(name);
     auto* type = v.mutable_type()->mutable_tensor_type();
@@ -96,16 +99,24 @@ onnx::ValueInfoProto declared_input(const onnx::GraphProto& parent, const std::s
     return v;
 }
 
-// A branch may leave its outputs' types to the If; a model declares them:
+// An outer value as the model declares it; where it does not, open_input.
+onnx::ValueInfoProto declared_input(const onnx::GraphProto& parent, const std::string& name, const Tensor& sample) {
+    for (const auto* list : {&parent.input(), &parent.value_info(), &parent.output()})
+        for (const auto& v : *list)
+            if (v.name() == name && v.type().has_tensor_type() && v.type().tensor_type().elem_type() != 0) return v;
+    return open_input(name, sample);
+}
+
+// A body may leave its outputs' types to its node; a model declares them:
 // the element type and rank of a run on its first batch, every dimension open.
-void declare_outputs(Model& model, const Branch& branch, const TensorSpool& spool) {
+void declare_outputs(Model& model, const Body& body, const TensorSpool& spool) {
     auto& outputs = *model.graph().mutable_output();
     const bool declared = std::all_of(outputs.begin(), outputs.end(), [](const onnx::ValueInfoProto& o) {
         return o.type().has_tensor_type() && o.type().tensor_type().has_shape();
     });
     if (declared) return;
     std::map<std::string, Tensor> feeds;
-    for (const auto& [name, index] : branch.batches.front()) feeds.emplace(name, spool.get(index));
+    for (const auto& [name, index] : body.batches.front()) feeds.emplace(name, spool.get(index));
     runtime::Executor executor(model, {.threads = 1});
     const auto values = executor.run(feeds);
     for (int i = 0; i < outputs.size(); ++i) {
@@ -119,90 +130,222 @@ void declare_outputs(Model& model, const Branch& branch, const TensorSpool& spoo
     }
 }
 
-// The branch as a model: its outer values are inputs or initializers.
-Model branch_model(const Model& parent, const Branch& branch, TensorSpool& spool) {
+// The body as a model: its outer values are inputs or initializers.
+Model body_model(const Model& parent, const Body& body, TensorSpool& spool) {
     onnx::ModelProto proto;
     proto.set_ir_version(parent.proto().ir_version());
     *proto.mutable_opset_import() = parent.proto().opset_import();
     *proto.mutable_functions() = parent.proto().functions();
     auto& graph = *proto.mutable_graph();
-    graph = *branch.graph;
-    graph.set_name(fmt::format("{}.{}", branch.node, branch.attribute));
+    graph = *body.graph;
+    graph.set_name(fmt::format("{}.{}", body.key, body.attribute));
     // A value info without a type says nothing, and the checker of a model refuses it.
     auto& infos = *graph.mutable_value_info();
     for (int i = infos.size() - 1; i >= 0; --i)
         if (infos[i].type().value_case() == onnx::TypeProto::VALUE_NOT_SET) infos.DeleteSubrange(i, 1);
-    for (const auto& name : branch.constants)
+    for (const auto& name : body.constants)
         for (const auto& init : parent.graph().initializer())
             if (init.name() == name) *graph.add_initializer() = init;
-    const auto& first = branch.batches.front();
-    for (const auto& name : branch.inputs)
+    const auto& first = body.batches.front();
+    // A Loop's or Scan's own inputs: what the iterations were fed, every
+    // dimension open (a loop-carried value may change shape as it goes).
+    for (auto& input : *graph.mutable_input()) input = open_input(input.name(), spool.get(first.at(input.name())));
+    for (const auto& name : body.inputs)
         *graph.add_input() = declared_input(parent.graph(), name, spool.get(first.at(name)));
     Model model(std::move(proto), parent.source());
-    declare_outputs(model, branch, spool);
+    declare_outputs(model, body, spool);
     return model;
 }
 
-// Reads a branch's recorded batches.
+// Reads a body's recorded batches.
 class RecordedReader final : public DataReader {
   public:
-    RecordedReader(const Branch& branch, const TensorSpool& spool) : branch_(branch), spool_(spool) {}
+    RecordedReader(const Body& body, const TensorSpool& spool) : body_(body), spool_(spool) {}
     std::optional<Batch> next() override {
-        if (at_ >= branch_.batches.size()) return std::nullopt;
+        if (at_ >= body_.batches.size()) return std::nullopt;
         Batch batch;
-        for (const auto& [name, index] : branch_.batches[at_]) batch.feeds.emplace(name, spool_.get(index));
-        batch.source = fmt::format("{} (batch {} of the calibration data that took it)", branch_.graph->name(), at_);
+        for (const auto& [name, index] : body_.batches[at_]) batch.feeds.emplace(name, spool_.get(index));
+        batch.source = fmt::format("{} (batch {} of the calibration data that took it)", body_.graph->name(), at_);
         ++at_;
         return batch;
     }
     void rewind() override { at_ = 0; }
-    size_t items() const override { return branch_.batches.size(); }
+    size_t items() const override { return body_.batches.size(); }
 
   private:
-    const Branch& branch_;
+    const Body& body_;
     const TensorSpool& spool_;
     size_t at_ = 0;
 };
 
-// Runs the float model over the calibration data, keeping what each branch
-// reads on the batches where its If takes it.
-void record(RunState& s, std::vector<Branch>& branches, TensorSpool& spool) {
+// Runs the float model over the calibration data, keeping what each body
+// reads on the batches that run it: where an If takes the branch, and every
+// batch for a Loop's or Scan's body, with the node's own inputs.
+void record(RunState& s, std::vector<Body>& bodies, TensorSpool& spool) {
     std::set<std::string> wanted;
-    for (const auto& b : branches) {
+    for (const auto& b : bodies) {
         wanted.insert(b.inputs.begin(), b.inputs.end());
-        wanted.insert(b.condition);
+        for (const auto& name : b.node->input())
+            if (!name.empty()) wanted.insert(name);
     }
     const std::vector<std::string> taps(wanted.begin(), wanted.end());
     runtime::Executor executor(s.model, {.threads = s.threads});
     const auto reader = calibration_reader(s.settings, s.options, s.model);
     while (auto batch = reader->next()) {
         std::map<std::string, size_t> stored;
-        std::map<std::string, bool> conditions;
-        executor.run_taps(batch->feeds, taps, [&](const std::string& name, const Tensor& value) {
-            stored[name] = spool.put(value);
-            if (value.type() == DataType::Bool && value.size() == 1)
-                conditions[name] = value.bytes()[0] != std::byte{0};
-        });
-        for (auto& b : branches) {
-            const auto c = conditions.find(b.condition);
-            if (c == conditions.end() || c->second != b.taken_when) continue;
+        executor.run_taps(batch->feeds, taps,
+                          [&](const std::string& name, const Tensor& value) { stored[name] = spool.put(value); });
+        for (auto& b : bodies) {
+            if (!b.iterates()) {
+                const auto c = stored.find(b.node->input(0));
+                if (c == stored.end()) continue;
+                const auto condition = spool.get(c->second);
+                if (condition.type() != DataType::Bool || condition.size() != 1) continue;
+                if ((condition.bytes()[0] != std::byte{0}) != (b.attribute == "then_branch")) continue;
+            }
             std::map<std::string, size_t> feeds;
             for (const auto& name : b.inputs)
                 if (const auto it = stored.find(name); it != stored.end()) feeds[name] = it->second;
-            if (feeds.size() == b.inputs.size()) b.batches.push_back(std::move(feeds));
+            if (feeds.size() != b.inputs.size()) continue;
+            if (b.iterates()) {
+                std::vector<std::optional<size_t>> in;
+                for (const auto& name : b.node->input()) {
+                    const auto it = stored.find(name);
+                    if (!name.empty() && it == stored.end()) break;  // not seen: this batch does not count
+                    in.push_back(name.empty() ? std::nullopt : std::optional(it->second));
+                }
+                if (in.size() != static_cast<size_t>(b.node->input_size())) continue;
+                b.node_inputs.push_back(std::move(in));
+            }
+            b.batches.push_back(std::move(feeds));
         }
+    }
+    for (auto& b : bodies) b.runs = b.batches.size();
+}
+
+// Iterations kept per calibration batch for a Loop's or Scan's body.
+constexpr int64_t kIterationsKept = 32;
+
+// Whether iteration `i` is kept: spread evenly over `count` iterations when
+// that is known ahead (else 0), the first ones otherwise.
+bool kept_iteration(int64_t i, int64_t count) {
+    if (count <= 0) return i < kIterationsKept;
+    return i == 0 || i * kIterationsKept / count != (i - 1) * kIterationsKept / count;
+}
+
+// One iteration: the body's inputs, by name, to its outputs.
+using Step = std::function<std::vector<Tensor>(int64_t i, int64_t count, std::map<std::string, Tensor> feeds)>;
+
+// A Loop's or Scan's iterations on one batch's node inputs, as the runtime
+// runs them (runtime/kernels/control_flow.cpp); `step` computes each.
+void iterate(const onnx::NodeProto& node, int64_t opset, const onnx::GraphProto& body,
+             const std::vector<std::optional<Tensor>>& in, const Step& step) {
+    const auto& formal = body.input();
+    auto name = [&](size_t i) { return formal[static_cast<int>(i)].name(); };
+    const size_t required = node.op_type() == "Loop" ? 2 : 0;  // M and cond may be omitted
+    for (size_t i = required; i < in.size(); ++i)
+        if (!in[i]) throw InputError(fmt::format("its input {} is omitted", i));
+    if (node.op_type() == "Loop") {
+        const size_t carried = in.size() - std::min<size_t>(in.size(), 2);
+        if (in.size() < 2 || static_cast<size_t>(formal.size()) != carried + 2)
+            throw InputError(fmt::format("the body takes {} inputs; the node gives it {} loop-carried values",
+                                         formal.size(), carried));
+        const bool bounded = in[0].has_value();
+        if (bounded && (in[0]->type() != DataType::Int64 || in[0]->size() != 1))
+            throw InputError("its trip count is not a single int64");
+        if (in[1] && (in[1]->type() != DataType::Bool || in[1]->size() != 1))
+            throw InputError("its condition is not a single bool");
+        const int64_t trips = bounded ? in[0]->data<int64_t>()[0] : 0;
+        bool going = !in[1] || in[1]->bytes()[0] != std::byte{0};
+        std::vector<Tensor> state;
+        for (size_t v = 0; v < carried; ++v) state.push_back(*in[2 + v]);
+        const int64_t count = bounded && trips <= (int64_t{1} << 20) ? trips : 0;
+        for (int64_t i = 0; (!bounded || i < trips) && going; ++i) {
+            std::map<std::string, Tensor> feeds;
+            feeds[name(0)] = Tensor::from_values<int64_t>({}, std::vector<int64_t>{i});
+            Tensor condition(DataType::Bool, {});
+            condition.mutable_bytes()[0] = std::byte{going};
+            feeds[name(1)] = std::move(condition);
+            for (size_t v = 0; v < carried; ++v) feeds[name(2 + v)] = std::move(state[v]);
+            auto out = step(i, count, std::move(feeds));
+            if (out.size() < carried + 1 || out[0].type() != DataType::Bool || out[0].size() != 1)
+                throw InputError("its body's condition is not a single bool");
+            going = out[0].bytes()[0] != std::byte{0};
+            for (size_t v = 0; v < carried; ++v) state[v] = std::move(out[1 + v]);
+        }
+        return;
+    }
+    if (opset < 9) throw InputError("a Scan of opset 8 (batched, with sequence lengths) is not quantized");
+    const int64_t m = int_attribute(node, "num_scan_inputs", -1);
+    if (m < 1 || m > static_cast<int64_t>(in.size()) || formal.size() != static_cast<int>(in.size()))
+        throw InputError("num_scan_inputs does not match its inputs and body");
+    const size_t n = in.size() - static_cast<size_t>(m);
+    auto axes = ints_attribute(node, "scan_input_axes").value_or(std::vector<int64_t>(static_cast<size_t>(m), 0));
+    const auto reversed =
+        ints_attribute(node, "scan_input_directions").value_or(std::vector<int64_t>(static_cast<size_t>(m), 0));
+    if (axes.size() != static_cast<size_t>(m) || reversed.size() != axes.size())
+        throw InputError("scan_input_axes and scan_input_directions need one value per scanned input");
+    int64_t length = -1;
+    for (size_t j = 0; j < axes.size(); ++j) {
+        const auto& shape = in[n + j]->shape();
+        if (axes[j] < 0) axes[j] += static_cast<int64_t>(shape.size());
+        if (axes[j] < 0 || axes[j] >= static_cast<int64_t>(shape.size()) || (length >= 0 && shape[axes[j]] != length))
+            throw InputError("its scanned inputs do not share a length along their axes");
+        length = shape[axes[j]];
+    }
+    std::vector<Tensor> state;
+    for (size_t v = 0; v < n; ++v) state.push_back(*in[v]);
+    for (int64_t t = 0; t < length; ++t) {
+        std::map<std::string, Tensor> feeds;
+        for (size_t v = 0; v < n; ++v) feeds[name(v)] = std::move(state[v]);
+        for (size_t j = 0; j < axes.size(); ++j)
+            feeds[name(n + j)] = runtime::slice_at(*in[n + j], axes[j], reversed[j] ? length - 1 - t : t);
+        auto out = step(t, length, std::move(feeds));
+        if (out.size() < n) throw InputError("its body gives fewer outputs than it has states");
+        for (size_t v = 0; v < n; ++v) state[v] = std::move(out[v]);
     }
 }
 
-// Makes the names the quantized branch added unique in the whole model, and
+// Replaces a Loop's or Scan's recorded batches by its iterations': the float
+// body runs them (the model it returns, built on the first one's types).
+Model record_iterations(const Model& parent, Body& b, TensorSpool& spool, int threads) {
+    const auto outer = std::move(b.batches);
+    b.batches.clear();
+    std::optional<Model> model;
+    std::unique_ptr<runtime::Executor> executor;
+    for (size_t k = 0; k < outer.size(); ++k) {
+        std::vector<std::optional<Tensor>> in;
+        for (const auto& index : b.node_inputs[k])
+            in.push_back(index ? std::optional(spool.get(*index)) : std::nullopt);
+        iterate(*b.node, parent.opset(), *b.graph, in,
+                [&](int64_t i, int64_t count, std::map<std::string, Tensor> feeds) {
+                    if (kept_iteration(i, count)) {
+                        auto kept = outer[k];
+                        for (const auto& [name, value] : feeds) kept[name] = spool.put(value);
+                        b.batches.push_back(std::move(kept));
+                    }
+                    if (!model) {
+                        model = body_model(parent, b, spool);
+                        executor =
+                            std::make_unique<runtime::Executor>(*model, runtime::ExecutorOptions{.threads = threads});
+                    }
+                    for (const auto& [name, index] : outer[k]) feeds.emplace(name, spool.get(index));
+                    return executor->run(feeds);
+                });
+    }
+    if (!model) throw InputError("no calibration batch ran an iteration");
+    return std::move(*model);
+}
+
+// Makes the names the quantized body added unique in the whole model, and
 // removes what became outer values again: its inputs, and copies of the
 // model's initializers it left as they were.
-void fit_into(onnx::GraphProto& quantized, const Branch& branch, const Model& parent, std::set<std::string>& taken) {
-    quantized.clear_input();
+void fit_into(onnx::GraphProto& quantized, const Body& body, const Model& parent, std::set<std::string>& taken) {
+    *quantized.mutable_input() = body.graph->input();  // a Loop's or Scan's own, as declared
     std::map<std::string, const onnx::TensorProto*> outer;
     for (const auto& init : parent.graph().initializer()) outer[init.name()] = &init;
     std::set<std::string> original;
-    collect_names(*branch.graph, original);
+    collect_names(*body.graph, original);
     std::map<std::string, std::string> renames;
     auto& inits = *quantized.mutable_initializer();
     for (int i = inits.size() - 1; i >= 0; --i) {
@@ -210,7 +353,7 @@ void fit_into(onnx::GraphProto& quantized, const Branch& branch, const Model& pa
         if (it == outer.end()) continue;
         if (inits[i].SerializeAsString() == it->second->SerializeAsString())
             inits.DeleteSubrange(i, 1);
-        else  // changed in place (a weight stored rounded): the branch's own, under a name of its own
+        else  // changed in place (a weight stored rounded): the body's own, under a name of its own
             renames[inits[i].name()] = "";
     }
     std::set<std::string> added;
@@ -224,18 +367,18 @@ void fit_into(onnx::GraphProto& quantized, const Branch& branch, const Model& pa
     }
     rename_values(quantized, renames);
     collect_names(quantized, taken);
-    // Shapes the nested run inferred hold for its data only: the branch keeps the value infos it had.
+    // Shapes the nested run inferred hold for its data only: the body keeps the value infos it had.
     std::set<std::string> present;
     collect_defined(quantized, present);
     quantized.clear_value_info();
-    for (const auto& v : branch.graph->value_info())
+    for (const auto& v : body.graph->value_info())
         if (present.count(v.name())) *quantized.add_value_info() = v;
 }
 
-// Takes the domains the quantized branch imports into the model; false when an
+// Takes the domains the quantized body imports into the model; false when an
 // opset differs.
-bool merge_opsets(Model& model, const Model& branch, std::string& why) {
-    for (const auto& o : branch.proto().opset_import()) {
+bool merge_opsets(Model& model, const Model& body, std::string& why) {
+    for (const auto& o : body.proto().opset_import()) {
         const std::string domain = o.domain() == "ai.onnx" ? "" : o.domain();
         const int64_t have = model.opset(domain);
         if (have == 0) {
@@ -243,7 +386,7 @@ bool merge_opsets(Model& model, const Model& branch, std::string& why) {
             added->set_domain(domain);
             added->set_version(o.version());
         } else if (have != o.version()) {
-            why = fmt::format("the quantized branch needs opset {} of '{}', the model has {}", o.version(),
+            why = fmt::format("the quantized body needs opset {} of '{}', the model has {}", o.version(),
                               domain.empty() ? "ai.onnx" : domain, have);
             return false;
         }
@@ -251,13 +394,13 @@ bool merge_opsets(Model& model, const Model& branch, std::string& why) {
     return true;
 }
 
-onnx::NodeProto* find_node(Model& model, const std::string& key) {
+onnx::NodeProto* find_node(Model& model, const onnx::NodeProto& original) {
     for (auto& node : *model.graph().mutable_node())
-        if (node.op_type() == "If" && node_key(node) == key) return &node;
+        if (node.op_type() == original.op_type() && node_key(node) == node_key(original)) return &node;
     return nullptr;
 }
 
-onnx::GraphProto* branch_attribute(onnx::NodeProto& node, const std::string& name) {
+onnx::GraphProto* body_attribute(onnx::NodeProto& node, const std::string& name) {
     for (auto& attr : *node.mutable_attribute())
         if (attr.name() == name && attr.has_g()) return attr.mutable_g();
     return nullptr;
@@ -274,7 +417,7 @@ struct TemporaryFile {
 
 fs::path temporary_model_path() {
     static std::atomic<int> counter{0};
-    return fs::temp_directory_path() / fmt::format("vaiq-branch-{}-{}.onnx", getpid(), counter++);
+    return fs::temp_directory_path() / fmt::format("vaiq-body-{}-{}.onnx", getpid(), counter++);
 }
 
 void collect_node_names(const onnx::GraphProto& graph, std::set<std::string>& names) {
@@ -282,18 +425,18 @@ void collect_node_names(const onnx::GraphProto& graph, std::set<std::string>& na
     for_each_subgraph(graph, [&](const onnx::GraphProto& g) { collect_node_names(g, names); });
 }
 
-// The recipe for a branch: the run's, reading the branch model and the data
-// given to it, writing nothing. Its node lists keep the nodes the branch has
+// The recipe for a body: the run's, reading the body model and the data
+// given to it, writing nothing. Its node lists keep the nodes the body has
 // (the run checked them against the whole model); nullopt when
 // nodes_to_quantize names none of them.
-std::optional<Recipe> branch_recipe(const Recipe& recipe, const fs::path& model, const onnx::GraphProto& branch) {
+std::optional<Recipe> body_recipe(const Recipe& recipe, const fs::path& model, const onnx::GraphProto& body) {
     Recipe nested = recipe;
-    nested.settings["model_input"] = {model.string(), "a branch of the model"};
+    nested.settings["model_input"] = {model.string(), "a body of the model"};
     for (const char* key : {"model_output", "report", "calibration_data_reader", "evaluation_data", "evaluation_labels",
                             "dump_output_dir"})
         nested.settings[key] = {nullptr, "default"};
     std::set<std::string> nodes;
-    collect_node_names(branch, nodes);
+    collect_node_names(body, nodes);
     for (const char* key : {"nodes_to_quantize", "nodes_to_exclude", "input_nodes", "output_nodes"}) {
         auto& listed = nested.settings.at(key).value;
         auto kept = nlohmann::json::array();
@@ -322,69 +465,77 @@ void quantize_subgraphs(RunState& s, const NestedRun& nested) {
     auto& out = s.report["subgraphs"] = nlohmann::json::array();
     std::set<std::string> initializers;
     for (const auto& init : s.model.graph().initializer()) initializers.insert(init.name());
-    std::vector<Branch> branches;
+    std::vector<Body> bodies;
     for (const auto& node : s.model.graph().node()) {
-        bool has_body = false;
-        for (const auto& attr : node.attribute()) has_body = has_body || attr.has_g() || attr.graphs_size() > 0;
-        if (!has_body) continue;
-        if (node.op_type() != "If") {
-            log_info("EnableSubgraph: the body of {} '{}' stays float (a Loop's or Scan's body is not quantized yet)",
-                     node.op_type(), node_key(node));
-            out.push_back({{"node", node_key(node)},
-                           {"op_type", node.op_type()},
-                           {"quantized", false},
-                           {"why", "Loop and Scan bodies are not quantized yet"}});
-            continue;
-        }
+        const bool control_flow =
+            is_default_domain(node) && (node.op_type() == "If" || node.op_type() == "Loop" || node.op_type() == "Scan");
         for (const auto& attr : node.attribute()) {
-            if (!attr.has_g()) continue;
-            Branch b{node_key(node), attr.name(), node.input(0), attr.name() == "then_branch", &attr.g(), {}, {}, {}};
+            if (!attr.has_g() && attr.graphs_size() == 0) continue;
+            if (!control_flow || !attr.has_g()) {
+                log_info("EnableSubgraph: the {} of {} '{}' stays float: only If, Loop and Scan bodies are quantized",
+                         attr.name(), node.op_type(), node_key(node));
+                out.push_back({{"node", node_key(node)},
+                               {"op_type", node.op_type()},
+                               {"branch", attr.name()},
+                               {"quantized", false},
+                               {"why", "only If, Loop and Scan bodies are quantized"}});
+                continue;
+            }
+            Body b{&node, node_key(node), attr.name(), &attr.g(), {}, {}, {}, {}, 0};
             for (const auto& name : outer_references(attr.g()))
                 (initializers.count(name) ? b.constants : b.inputs).push_back(name);
-            branches.push_back(std::move(b));
+            bodies.push_back(std::move(b));
         }
     }
-    if (branches.empty()) return;
+    if (bodies.empty()) return;
     if (!has_calibration_data(s.settings, s.options) && !s.options.calibration_files.empty()) {
         log_warn(
-            "EnableSubgraph: the If branches stay float: they calibrate on data, and this run has statistics "
-            "files only");
-        for (const auto& b : branches)
-            out.push_back({{"node", b.node},
+            "EnableSubgraph: the If, Loop and Scan bodies stay float: they calibrate on data, and this run has "
+            "statistics files only");
+        for (const auto& b : bodies)
+            out.push_back({{"node", b.key},
+                           {"op_type", b.node->op_type()},
                            {"branch", b.attribute},
                            {"quantized", false},
                            {"why", "no calibration data (statistics files only)"}});
         return;
     }
     TensorSpool spool;
-    record(s, branches, spool);
+    record(s, bodies, spool);
     std::set<std::string> taken;
     collect_names(s.quantized.graph(), taken);
-    for (const auto& b : branches) {
-        nlohmann::json entry = {{"node", b.node}, {"branch", b.attribute}, {"batches", b.batches.size()}};
+    for (auto& b : bodies) {
+        nlohmann::json entry = {
+            {"node", b.key}, {"op_type", b.node->op_type()}, {"branch", b.attribute}, {"batches", b.runs}};
         auto leave_float = [&](const std::string& why) {
-            log_info("EnableSubgraph: {} of '{}' stays float: {}", b.attribute, b.node, why);
+            log_info("EnableSubgraph: {} of '{}' stays float: {}", b.attribute, b.key, why);
             entry["quantized"] = false;
             entry["why"] = why;
             out.push_back(entry);
         };
         if (b.batches.empty()) {
-            leave_float("no calibration batch took it");
+            leave_float(b.iterates() ? "no calibration batch ran it" : "no calibration batch took it");
             continue;
         }
         TemporaryFile file{temporary_model_path()};
         try {
-            save_model(branch_model(s.model, b, spool), file.path);
+            save_model(b.iterates() ? record_iterations(s.model, b, spool, s.threads) : body_model(s.model, b, spool),
+                       file.path);
         } catch (const InputError& e) {
             leave_float(fmt::format("it cannot stand as a model: {}", e.what()));
             continue;
         }
+        if (b.iterates()) entry["iterations"] = b.batches.size();
         RunOptions options;
         options.stop_after = Phase::Emit;
         options.calibration_reader = [&](const Model&) { return std::make_unique<RecordedReader>(b, spool); };
-        log_info("EnableSubgraph: quantizing {} of '{}' on the {} batches that took it", b.attribute, b.node,
-                 b.batches.size());
-        const auto recipe = branch_recipe(s.recipe, file.path, *b.graph);
+        if (b.iterates())
+            log_info("EnableSubgraph: quantizing the body of {} '{}' on {} of its iterations over {} batches",
+                     b.node->op_type(), b.key, b.batches.size(), b.runs);
+        else
+            log_info("EnableSubgraph: quantizing {} of '{}' on the {} batches that took it", b.attribute, b.key,
+                     b.batches.size());
+        const auto recipe = body_recipe(s.recipe, file.path, *b.graph);
         if (!recipe) {
             leave_float("nodes_to_quantize names none of its nodes");
             continue;
@@ -397,8 +548,8 @@ void quantize_subgraphs(RunState& s, const NestedRun& nested) {
             continue;
         }
         std::string why;
-        onnx::NodeProto* node = find_node(s.quantized, b.node);
-        onnx::GraphProto* target = node ? branch_attribute(*node, b.attribute) : nullptr;
+        onnx::NodeProto* node = find_node(s.quantized, *b.node);
+        onnx::GraphProto* target = node ? body_attribute(*node, b.attribute) : nullptr;
         if (!target) {
             leave_float("the written model no longer has the node");
             continue;
@@ -418,9 +569,9 @@ void quantize_subgraphs(RunState& s, const NestedRun& nested) {
             entry["subgraphs"] = run.report["subgraphs"];
         out.push_back(entry);
     }
-    // The weights the quantized branches now hold themselves are no longer read where they were defined.
+    // The weights the quantized bodies now hold themselves are no longer read where they were defined.
     std::set<std::string> constants, read;
-    for (const auto& b : branches) constants.insert(b.constants.begin(), b.constants.end());
+    for (const auto& b : bodies) constants.insert(b.constants.begin(), b.constants.end());
     collect_read(s.quantized.graph(), read);
     auto& inits = *s.quantized.graph().mutable_initializer();
     for (int i = inits.size() - 1; i >= 0; --i)

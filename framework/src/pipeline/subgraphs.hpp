@@ -1,14 +1,16 @@
-// EnableSubgraph: the branches of If nodes quantized with the run's own recipe.
+// EnableSubgraph: the bodies of If, Loop and Scan nodes quantized with the run's
+// own recipe.
 //
-// A branch reads values of the graph around it by name. Each branch becomes a
+// A body reads values of the graph around it by name. Each body becomes a
 // model of its own: those values are its inputs (constants among them are its
 // initializers, so weights defined outside are quantized too), its outputs are
-// the branch's. The float model runs over the calibration data once more,
-// tapping what each If reads; a branch calibrates on the batches that took it.
-// The branch model is quantized by a nested run of the same recipe (its own
-// If nodes in turn) and put back in place of the float branch, with every name
-// it added made unique in the whole model. Loop and Scan bodies, whose inputs
-// change from one iteration to the next, stay float and are named in the report.
+// the body's. The float model runs over the calibration data once more,
+// tapping what each node reads: an If's branch calibrates on the batches that
+// took it; a Loop's or Scan's body on its iterations, which the float body
+// replays from the node's inputs (up to 32 a batch, spread over the trip count
+// when it is known ahead). The body model is quantized by a nested run of the
+// same recipe (its own control flow in turn) and put back in place of the float
+// body, with every name it added made unique in the whole model.
 #pragma once
 
 #include <functional>
@@ -20,7 +22,7 @@ namespace vaiq::phases {
 // A nested run of the pipeline up to emit, on a branch model and its data.
 using NestedRun = std::function<QuantizedRun(const Recipe& recipe, const RunOptions& options)>;
 
-// Quantizes the If branches of the run's prepared model into s.quantized,
+// Quantizes the If, Loop and Scan bodies of the run's prepared model into s.quantized,
 // recording what it did in s.report["subgraphs"].
 void quantize_subgraphs(RunState& s, const NestedRun& nested);
 

@@ -242,8 +242,8 @@ const std::vector<KeySpec>& recipe_keys() {
         {"extra_options.RemoveInputInit", K::Bool, "true", P::Prepare, yes,
          "Remove initializers from the graph inputs so they are treated as constants."},
         {"extra_options.EnableSubgraph", K::Bool, "false", P::Emit, yes,
-         "Quantize the branches of If nodes too, each on the calibration batches that take it (Loop and Scan bodies "
-         "stay float)."},
+         "Quantize the bodies of If, Loop and Scan nodes too: an If's branches each on the calibration batches "
+         "that take it, a Loop's or Scan's body on its iterations (up to 32 a batch)."},
         {"extra_options.ForceQuantizeNoInputCheck", K::Bool, "false", P::Plan, yes,
          "Quantize latent operators (MaxPool, Transpose, ...) even when their input is not quantized."},
         {"extra_options.MatMulConstBOnly", K::Bool, "false", P::Plan, yes,

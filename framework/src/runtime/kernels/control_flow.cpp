@@ -1,4 +1,6 @@
 // Control flow: If, Loop and Scan run subgraphs, which may read the enclosing scope.
+#include "runtime/kernels/control_flow.hpp"
+
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -9,6 +11,22 @@
 #include "runtime/kernels/common.hpp"
 
 namespace vaiq::runtime {
+
+Tensor slice_at(const Tensor& t, int64_t axis, int64_t index) {
+    std::vector<int64_t> shape = t.shape();
+    int64_t before = 1, after = 1;
+    for (int64_t d = 0; d < axis; ++d) before *= shape[d];
+    for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d) after *= shape[d];
+    const int64_t length = shape[axis];
+    shape.erase(shape.begin() + axis);
+    Tensor out(t.type(), shape);
+    const size_t row = static_cast<size_t>(after) * element_size(t.type());
+    for (int64_t o = 0; o < before; ++o)
+        std::memcpy(out.mutable_bytes().data() + static_cast<size_t>(o) * row,
+                    t.bytes().data() + static_cast<size_t>(o * length + index) * row, row);
+    return out;
+}
+
 namespace {
 
 // A graph attribute compiled once: the graph as a model (with the parent's
@@ -59,22 +77,6 @@ std::vector<ScopeValue> enclosing_values(KernelContext& ctx, const Subgraph& g) 
 }
 
 const std::string& input_name(const Subgraph& g, int i) { return g.model.graph().input(i).name(); }
-
-// Slice `index` of `t` along `axis`, that axis removed.
-Tensor slice_at(const Tensor& t, int64_t axis, int64_t index) {
-    std::vector<int64_t> shape = t.shape();
-    int64_t before = 1, after = 1;
-    for (int64_t d = 0; d < axis; ++d) before *= shape[d];
-    for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d) after *= shape[d];
-    const int64_t length = shape[axis];
-    shape.erase(shape.begin() + axis);
-    Tensor out(t.type(), shape);
-    const size_t row = static_cast<size_t>(after) * element_size(t.type());
-    for (int64_t o = 0; o < before; ++o)
-        std::memcpy(out.mutable_bytes().data() + static_cast<size_t>(o) * row,
-                    t.bytes().data() + static_cast<size_t>(o * length + index) * row, row);
-    return out;
-}
 
 // `parts` (one shape and type) stacked along a new axis `axis`.
 Tensor stack(const KernelContext& ctx, const std::vector<Tensor>& parts, int64_t axis, DataType empty_type) {
