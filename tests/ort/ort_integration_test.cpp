@@ -1560,11 +1560,12 @@ TEST(LargeModel, OverTwoGigabytesQuantizesAndConvertsWithinItsMemoryGoals) {
     fs::remove_all(dir, ec);
 }
 
-// Loop and Scan bodies quantized by EnableSubgraph run in ONNX Runtime as in vaiq,
-// every output of every iteration.
+// Loop and Scan bodies quantized by EnableSubgraph (one with an If inside) run in
+// ONNX Runtime as in vaiq, every output of every iteration.
 TEST(OnnxRuntimeSubgraphs, QuantizedLoopAndScanBodiesRunAsInVaiq) {
     for (const auto& [model, input, shape] :
          {std::tuple{vaiq::test::looping_model(6), "x", std::vector<int64_t>{1, 8}},
+          std::tuple{vaiq::test::looping_branching_model(5), "x", std::vector<int64_t>{1, 8}},
           std::tuple{vaiq::test::scanning_model(5), "xs", std::vector<int64_t>{5, 8}}}) {
         const auto dir = vaiq::test::temp_dir();
         vaiq::save_model(model, dir / "in.onnx");

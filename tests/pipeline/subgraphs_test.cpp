@@ -236,3 +236,32 @@ TEST_F(Subgraphs, AScansBodyCalibratesOnItsSteps) {
     EXPECT_NO_THROW(vaiq::check_model(written));
     expect_outputs_near(written, model, {{"xs", vaiq::read_npy(dir / "data" / "2" / "xs.npy")}});
 }
+
+TEST_F(Subgraphs, AnIfInsideALoopsBodyIsQuantizedOnTheIterationsThatTakeEachBranch) {
+    const auto model = vaiq::test::looping_branching_model(5);
+    vaiq::save_model(model, dir / "in.onnx");
+    write_ramps(dir, "x", {1, 8}, 3);
+    const auto report = vaiq::test::run_recipe_in(dir, registry, kRecipe);
+
+    ASSERT_EQ(report["subgraphs"].size(), 1u) << report["subgraphs"].dump();
+    const auto& loop = report["subgraphs"][0];
+    EXPECT_TRUE(loop["quantized"].get<bool>()) << loop.dump();
+    EXPECT_EQ(loop["iterations"], 15);
+    ASSERT_EQ(loop["subgraphs"].size(), 2u) << loop.dump();
+    for (const auto& branch : loop["subgraphs"]) {
+        EXPECT_TRUE(branch["quantized"].get<bool>()) << branch.dump();
+        EXPECT_EQ(branch["batches"], branch["branch"] == "then_branch" ? 6 : 9) << "iterations 0-1, then 2-4";
+    }
+    const auto written = vaiq::load_model(dir / "out.onnx");
+    const onnx::GraphProto* then = nullptr;
+    for (const auto& node : body_of(written).node())
+        for (const auto& a : node.attribute())
+            if (a.name() == "then_branch") then = &a.g();
+    ASSERT_NE(then, nullptr);
+    EXPECT_GT(count_ops(*then, "QuantizeLinear"), 0);
+    std::map<std::string, int> defined;
+    count_defined(written.graph(), defined);
+    for (const auto& [name, count] : defined) EXPECT_EQ(count, 1) << name << " is defined more than once";
+    EXPECT_NO_THROW(vaiq::check_model(written));
+    expect_outputs_near(written, model, {{"x", vaiq::read_npy(dir / "data" / "0" / "x.npy")}});
+}

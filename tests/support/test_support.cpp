@@ -426,6 +426,41 @@ Model looping_model(int64_t trips) {
     return b.build();
 }
 
+Model looping_branching_model(int64_t trips) {
+    GraphBuilder b;
+    b.input("x", {1, 8}).output("h", {1, 8}).output("ys", {trips, 1, 8});
+    b.initializer("W", ramp({8, 8}, -0.45f, 0.0141f)).initializer("V", ramp({8, 8}, 0.35f, -0.0102f));
+    b.initializer("trips", Tensor::from_values<int64_t>({}, std::vector<int64_t>{trips}));
+    b.initializer("two", Tensor::from_values<int64_t>({}, std::vector<int64_t>{2}));
+    auto branch = [](const std::string& name, const std::string& weight) {
+        onnx::GraphProto g;
+        g.set_name(name);
+        add_node(g, "MatMul", {"h_in", weight}, {name + "_product"}, name + "_mm");
+        g.add_output()->set_name(name + "_product");
+        return g;
+    };
+    onnx::GraphProto body;
+    body.set_name("step");
+    *body.add_input() = typed_value("i", DataType::Int64, {});
+    *body.add_input() = typed_value("going", DataType::Bool, {});
+    *body.add_input() = typed_value("h_in", DataType::Float, {1, 8});
+    add_node(body, "Less", {"i", "two"}, {"early"}, "loop_early");
+    auto* choose = add_node(body, "If", {"early"}, {"product"}, "loop_choose");
+    for (const auto& [attr, graph] :
+         {std::pair{"then_branch", branch("then", "W")}, std::pair{"else_branch", branch("else", "V")}}) {
+        auto* a = choose->add_attribute();
+        a->set_name(attr);
+        a->set_type(onnx::AttributeProto::GRAPH);
+        *a->mutable_g() = graph;
+    }
+    add_node(body, "Tanh", {"product"}, {"h_out"}, "loop_tanh");
+    add_node(body, "Relu", {"product"}, {"y"}, "loop_relu");
+    add_node(body, "Identity", {"going"}, {"going_out"}, "loop_going");
+    for (const auto& name : {"going_out", "h_out", "y"}) body.add_output()->set_name(name);
+    set_body(b.node("Loop", {"trips", "", "x"}, {"h", "ys"}, "repeat"), std::move(body));
+    return b.build();
+}
+
 Model scanning_model(int64_t steps) {
     GraphBuilder b;
     b.input("xs", {steps, 8}).output("s", {8}).output("zs", {steps, 8});

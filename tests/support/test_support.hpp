@@ -126,6 +126,10 @@ Model branching_model();
 /// loop_tanh, loop_relu, loop_going).
 Model looping_model(int64_t trips);
 
+/// looping_model with an If in the body: h @ W for the first two iterations,
+/// h @ V after (nodes loop_early, loop_choose, then_mm, else_mm, loop_tanh, ...).
+Model looping_branching_model(int64_t trips);
+
 /// (s, zs) = Scan(s0, xs) over the rows of xs [steps, 8]: s <- s + x_t @ U,
 /// zs stacks Relu(x_t @ U); U and s0 main-graph initializers.
 Model scanning_model(int64_t steps);
