@@ -165,7 +165,7 @@ class RecordedReader final : public DataReader {
         if (at_ >= body_.batches.size()) return std::nullopt;
         Batch batch;
         for (const auto& [name, index] : body_.batches[at_]) batch.feeds.emplace(name, spool_.get(index));
-        batch.source = fmt::format("{} (batch {} of the calibration data that took it)", body_.graph->name(), at_);
+        batch.source = fmt::format("{} (its calibration batch {})", body_.graph->name(), at_);
         ++at_;
         return batch;
     }
@@ -338,10 +338,11 @@ Model record_iterations(const Model& parent, Body& b, TensorSpool& spool, int th
 }
 
 // Makes the names the quantized body added unique in the whole model, and
-// removes what became outer values again: its inputs, and copies of the
-// model's initializers it left as they were.
+// removes what became outer values again: the inputs it was given for them
+// (a Loop's or Scan's own inputs stay, as declared), and copies of the model's
+// initializers it left as they were.
 void fit_into(onnx::GraphProto& quantized, const Body& body, const Model& parent, std::set<std::string>& taken) {
-    *quantized.mutable_input() = body.graph->input();  // a Loop's or Scan's own, as declared
+    *quantized.mutable_input() = body.graph->input();
     std::map<std::string, const onnx::TensorProto*> outer;
     for (const auto& init : parent.graph().initializer()) outer[init.name()] = &init;
     std::set<std::string> original;
