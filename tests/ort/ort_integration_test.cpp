@@ -1001,6 +1001,27 @@ vaiq::Model lstm_model() {
     return b.build();
 }
 
+// The float LSTM as ONNX Runtime computes it: one product for every step's
+// inputs, each step's recurrent product, MLAS's logistic and tanh.
+TEST(OnnxRuntimeLstm, AFloatLstmComputesWhatOnnxRuntimeDoes) {
+    const auto dir = vaiq::test::temp_dir();
+    const auto model = lstm_model();
+    vaiq::save_model(model, dir / "lstm.onnx");
+    const auto x = wave_tensor({5, 2, 8}, 1.5f, 7);
+    vaiq::write_npy(dir / "x.npy", x);
+    const auto r = run_in_ort(dir / "lstm.onnx", dir / "ort", dir / "x.npy");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto theirs = vaiq::read_npy(dir / "ort" / "output_0.npy");
+    const vaiq::Tensor ours = vaiq::runtime::Executor(model).run({{"x", x}})[0];
+    ASSERT_EQ(theirs.shape(), ours.shape());
+    float largest = 0;
+    for (int64_t i = 0; i < ours.size(); ++i) {
+        largest = std::max(largest, std::abs(ours.data<float>()[i]));
+        EXPECT_NEAR(theirs.data<float>()[i], ours.data<float>()[i], 1e-6f) << i;
+    }
+    EXPECT_GT(largest, 0.1f);
+}
+
 class OnnxRuntimeDynamicLstm : public ::testing::TestWithParam<bool> {};
 
 TEST_P(OnnxRuntimeDynamicLstm, RunsAsDynamicQuantizeLstmAndAgreesWithVaiq) {

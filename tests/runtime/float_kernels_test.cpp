@@ -458,28 +458,32 @@ TEST(OrtFloat, SgemmSumsInThePanelsMlasPicks) {
     // narrower B, MLAS widens the panel: 256 for N up to 64, 512 up to 32, 1024 up
     // to 16. Each panel is a chain of fused multiply-adds, the panels added in order.
     // M = 27: tiles of six rows and a part one; N = 37: two whole vectors and a part one.
-    const int64_t m = 27, k = 300;
-    for (const auto& [n, panel] : {std::pair<int64_t, int64_t>{301, 128}, {37, 256}, {20, 512}, {12, 1024}}) {
-        std::mt19937 rng(5);
-        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-        std::vector<float> a(m * k), b(k * n), c(m * n);
-        for (auto& v : a) v = u(rng);
-        for (auto& v : b) v = u(rng);
-        vaiq::runtime::ort_sgemm(a.data(), b.data(), c.data(), m, k, n);
-        int differ = 0;
-        for (int64_t i = 0; i < m; ++i)
-            for (int64_t j = 0; j < n; ++j) {
-                float total = 0.0f;
-                for (int64_t k0 = 0; k0 < k; k0 += panel) {
-                    float acc = 0.0f;
-                    for (int64_t p = k0; p < std::min<int64_t>(k, k0 + panel); ++p)
-                        acc = std::fma(a[i * k + p], b[p * n + j], acc);
-                    total = k0 == 0 ? acc : total + acc;
+    // One or two rows (a recurrent step) run in wider tiles: N = 301 is a tile of
+    // sixteen vectors and one of three, N = 200 one of thirteen.
+    const int64_t k = 300;
+    for (const int64_t m : {27, 2, 1})
+        for (const auto& [n, panel] :
+             {std::pair<int64_t, int64_t>{301, 128}, {200, 128}, {37, 256}, {20, 512}, {12, 1024}}) {
+            std::mt19937 rng(5);
+            std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+            std::vector<float> a(m * k), b(k * n), c(m * n);
+            for (auto& v : a) v = u(rng);
+            for (auto& v : b) v = u(rng);
+            vaiq::runtime::ort_sgemm(a.data(), b.data(), c.data(), m, k, n);
+            int differ = 0;
+            for (int64_t i = 0; i < m; ++i)
+                for (int64_t j = 0; j < n; ++j) {
+                    float total = 0.0f;
+                    for (int64_t k0 = 0; k0 < k; k0 += panel) {
+                        float acc = 0.0f;
+                        for (int64_t p = k0; p < std::min<int64_t>(k, k0 + panel); ++p)
+                            acc = std::fma(a[i * k + p], b[p * n + j], acc);
+                        total = k0 == 0 ? acc : total + acc;
+                    }
+                    differ += c[i * n + j] != total;
                 }
-                differ += c[i * n + j] != total;
-            }
-        EXPECT_EQ(differ, 0) << "N = " << n << ", panels of " << panel;
-    }
+            EXPECT_EQ(differ, 0) << "M = " << m << ", N = " << n << ", panels of " << panel;
+        }
 }
 
 TEST(OrtFloat, SgemmOfNothingIsZero) {
@@ -512,10 +516,10 @@ TEST(OrtFloat, RowSumAndErf) {
 // their one-lane tails compute, to the bit: a sweep over [-20, 20], erf's split
 // and clamp boundaries and the logistic's clamp and their neighbours, zeros,
 // tiny values and infinities.
-TEST(OrtFloat, ErfAndLogisticAreTheSameWhetherVectorsOrOneLaneAtATimeComputeThem) {
+TEST(OrtFloat, ErfLogisticAndTanhAreTheSameWhetherVectorsOrOneLaneAtATimeComputeThem) {
     std::vector<float> in;
     for (int i = -20000; i <= 20000; ++i) in.push_back(static_cast<float>(i) * 1e-3f + 3e-5f);
-    for (float b : {0.921875f, 3.725f, 3.925f, 1.0f, 18.0f}) {
+    for (float b : {0.921875f, 3.725f, 3.925f, 1.0f, 9.0f, 18.0f}) {
         for (float v : {b, std::nextafter(b, 0.0f), std::nextafter(b, 100.0f)}) {
             in.push_back(v);
             in.push_back(-v);
@@ -524,15 +528,32 @@ TEST(OrtFloat, ErfAndLogisticAreTheSameWhetherVectorsOrOneLaneAtATimeComputeThem
     for (float v : {0.0f, -0.0f, 1e-30f, -1e-38f, 1e-45f, 100.0f, std::numeric_limits<float>::infinity(),
                     -std::numeric_limits<float>::infinity()})
         in.push_back(v);
-    for (auto* f : {&vaiq::runtime::ort_erf, &vaiq::runtime::ort_logistic}) {
+    for (const auto& [f, name] :
+         {std::pair{&vaiq::runtime::ort_erf, "erf"}, std::pair{&vaiq::runtime::ort_logistic, "logistic"},
+          std::pair{&vaiq::runtime::ort_tanh, "tanh"}}) {
         std::vector<float> whole(in.size()), single(in.size());
         f(in.data(), whole.data(), static_cast<int64_t>(in.size()));
         for (size_t i = 0; i < in.size(); ++i) f(&in[i], &single[i], 1);
         size_t differ = 0;
         for (size_t i = 0; i < in.size(); ++i)
             differ += std::bit_cast<uint32_t>(whole[i]) != std::bit_cast<uint32_t>(single[i]);
-        EXPECT_EQ(differ, 0u) << "of " << in.size() << (f == &vaiq::runtime::ort_erf ? " (erf)" : " (logistic)");
+        EXPECT_EQ(differ, 0u) << "of " << in.size() << " (" << name << ")";
     }
+    // MLAS's tanh: within 3e-7 of tanh over the sweep, clamped at |x| = 9, odd, a NaN kept.
+    std::vector<float> tanh(in.size());
+    vaiq::runtime::ort_tanh(in.data(), tanh.data(), static_cast<int64_t>(in.size()));
+    for (size_t i = 0; i < 40001; ++i) EXPECT_NEAR(tanh[i], std::tanh(in[i]), 3e-7f) << in[i];
+    float at_nine = 0, beyond = 0, negative = 0, nan = std::numeric_limits<float>::quiet_NaN();
+    const float nine = 9.0f, hundred = 100.0f, minus = -0.7f, plus = 0.7f;
+    vaiq::runtime::ort_tanh(&nine, &at_nine, 1);
+    vaiq::runtime::ort_tanh(&hundred, &beyond, 1);
+    EXPECT_EQ(beyond, at_nine);
+    vaiq::runtime::ort_tanh(&minus, &negative, 1);
+    float positive = 0;
+    vaiq::runtime::ort_tanh(&plus, &positive, 1);
+    EXPECT_EQ(negative, -positive);
+    vaiq::runtime::ort_tanh(&nan, &nan, 1);
+    EXPECT_TRUE(std::isnan(nan));
     float erf = 0, logistic = 0;
     vaiq::runtime::ort_erf(&in[20000], &erf, 1);
     vaiq::runtime::ort_logistic(&in[20000], &logistic, 1);

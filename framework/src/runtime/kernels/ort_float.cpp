@@ -284,8 +284,23 @@ constexpr float kLogisticBeta[] = {6.10247389755681e-13f, 5.76102136993427e-09f,
     return r < 0.0f ? 0.0f : (r > 1.0f ? 1.0f : r);  // the SSE2 kernel clamps to [0, 1]
 }
 
+// Sixteen lanes of logistic_lane(x, true), each max/min with the operand order
+// that keeps a NaN as its comparisons do.
 [[gnu::target("avx512f,fma")]] void logistic_avx512(const float* in, float* out, int64_t n) {
-    for (int64_t j = 0; j < n; ++j) out[j] = logistic_lane(in[j], true);
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        const __m512 v =
+            _mm512_min_ps(_mm512_set1_ps(18.0f), _mm512_max_ps(_mm512_set1_ps(-18.0f), _mm512_loadu_ps(in + j)));
+        const __m512 v2 = _mm512_mul_ps(v, v);
+        __m512 p = _mm512_fmadd_ps(v2, _mm512_set1_ps(kLogisticAlpha[0]), _mm512_set1_ps(kLogisticAlpha[1]));
+        for (int i = 2; i < 5; ++i) p = _mm512_fmadd_ps(p, v2, _mm512_set1_ps(kLogisticAlpha[i]));
+        p = _mm512_mul_ps(v, p);
+        __m512 q = _mm512_fmadd_ps(v2, _mm512_set1_ps(kLogisticBeta[0]), _mm512_set1_ps(kLogisticBeta[1]));
+        for (int i = 2; i < 6; ++i) q = _mm512_fmadd_ps(q, v2, _mm512_set1_ps(kLogisticBeta[i]));
+        const __m512 r = _mm512_add_ps(_mm512_div_ps(p, q), _mm512_set1_ps(0.5f));
+        _mm512_storeu_ps(out + j, _mm512_max_ps(_mm512_setzero_ps(), r));
+    }
+    for (; j < n; ++j) out[j] = logistic_lane(in[j], true);
 }
 // Eight lanes of logistic_lane(x, true), each max/min with the operand order
 // that keeps a NaN as its comparisons do.
@@ -311,6 +326,64 @@ constexpr float kLogisticBeta[] = {6.10247389755681e-13f, 5.76102136993427e-09f,
 // Without FMA: separate multiplies and adds (the SSE2 kernel's arithmetic).
 void logistic_generic(const float* in, float* out, int64_t n) {
     for (int64_t j = 0; j < n; ++j) out[j] = logistic_lane(in[j], false);
+}
+
+// MLAS's tanh: x clamped to [-9, 9], x p(x^2) / q(x^2) with Eigen's coefficients.
+constexpr float kTanhAlpha[] = {-2.76076847742355e-16f, 2.00018790482477e-13f, -8.60467152213735e-11f,
+                                5.12229709037114e-08f,  1.48572235717979e-05f, 6.37261928875436e-04f,
+                                4.89352455891786e-03f};
+constexpr float kTanhBeta[] = {1.19825839466702e-06f, 1.18534705686654e-04f, 2.26843463243900e-03f,
+                               4.89352518554385e-03f};
+
+// The comparisons keep a NaN, as the scalar kernel's do.
+[[gnu::always_inline]] inline float tanh_lane(float x, bool fused) {
+    const float low = x < -9.0f ? -9.0f : x;
+    const float v = low > 9.0f ? 9.0f : low;
+    const float v2 = v * v;
+    auto multiply_add = [fused](float a, float b, float c) { return fused ? std::fma(a, b, c) : a * b + c; };
+    float p = multiply_add(v2, kTanhAlpha[0], kTanhAlpha[1]);
+#pragma GCC unroll 6
+    for (int i = 2; i < 7; ++i) p = multiply_add(p, v2, kTanhAlpha[i]);
+    p = p * v;
+    float q = multiply_add(v2, kTanhBeta[0], kTanhBeta[1]);
+#pragma GCC unroll 3
+    for (int i = 2; i < 4; ++i) q = multiply_add(q, v2, kTanhBeta[i]);
+    return p / q;
+}
+
+// Sixteen, then eight lanes of tanh_lane(x, true); max/min keep a NaN as its comparisons do.
+[[gnu::target("avx512f,fma")]] void tanh_avx512(const float* in, float* out, int64_t n) {
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        const __m512 v =
+            _mm512_min_ps(_mm512_set1_ps(9.0f), _mm512_max_ps(_mm512_set1_ps(-9.0f), _mm512_loadu_ps(in + j)));
+        const __m512 v2 = _mm512_mul_ps(v, v);
+        __m512 p = _mm512_fmadd_ps(v2, _mm512_set1_ps(kTanhAlpha[0]), _mm512_set1_ps(kTanhAlpha[1]));
+        for (int i = 2; i < 7; ++i) p = _mm512_fmadd_ps(p, v2, _mm512_set1_ps(kTanhAlpha[i]));
+        p = _mm512_mul_ps(p, v);
+        __m512 q = _mm512_fmadd_ps(v2, _mm512_set1_ps(kTanhBeta[0]), _mm512_set1_ps(kTanhBeta[1]));
+        for (int i = 2; i < 4; ++i) q = _mm512_fmadd_ps(q, v2, _mm512_set1_ps(kTanhBeta[i]));
+        _mm512_storeu_ps(out + j, _mm512_div_ps(p, q));
+    }
+    for (; j < n; ++j) out[j] = tanh_lane(in[j], true);
+}
+[[gnu::target("avx2,fma")]] void tanh_avx2(const float* in, float* out, int64_t n) {
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const __m256 v =
+            _mm256_min_ps(_mm256_set1_ps(9.0f), _mm256_max_ps(_mm256_set1_ps(-9.0f), _mm256_loadu_ps(in + j)));
+        const __m256 v2 = _mm256_mul_ps(v, v);
+        __m256 p = _mm256_fmadd_ps(v2, _mm256_set1_ps(kTanhAlpha[0]), _mm256_set1_ps(kTanhAlpha[1]));
+        for (int i = 2; i < 7; ++i) p = _mm256_fmadd_ps(p, v2, _mm256_set1_ps(kTanhAlpha[i]));
+        p = _mm256_mul_ps(p, v);
+        __m256 q = _mm256_fmadd_ps(v2, _mm256_set1_ps(kTanhBeta[0]), _mm256_set1_ps(kTanhBeta[1]));
+        for (int i = 2; i < 4; ++i) q = _mm256_fmadd_ps(q, v2, _mm256_set1_ps(kTanhBeta[i]));
+        _mm256_storeu_ps(out + j, _mm256_div_ps(p, q));
+    }
+    for (; j < n; ++j) out[j] = tanh_lane(in[j], true);
+}
+void tanh_generic(const float* in, float* out, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) out[j] = tanh_lane(in[j], false);
 }
 
 // ONNX Runtime picks its AVX-512 erf and GELU kernels where the CPU has AVX-512.
@@ -489,10 +562,47 @@ struct Avx2Tile {
     }
 };
 
+// One or two rows (a matrix-vector product, a recurrent step) in tiles of
+// eight vectors: twice the independent sums of the square tiles, which one row
+// leaves waiting on each fused multiply-add's latency. Each lane sums in the
+// same order as in the square tiles.
+void sgemm_wide_avx512(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n, int64_t panel) {
+    constexpr int64_t lanes = 16;
+    const int64_t wide = m == 1 ? 16 : 8;  // a row of B read whole for one row
+    for (int64_t j0 = 0; j0 < n; j0 += lanes * wide) {
+        const int64_t columns = std::min<int64_t>(lanes * wide, n - j0);
+        const int64_t vectors = (columns + lanes - 1) / lanes;
+        const auto tail = static_cast<int>(columns - lanes * (vectors - 1));
+        auto run = [&]<int R>() {
+            switch (vectors) {
+                case 16: return sgemm_tile_avx512<1, 16>(a, b, c, 0, j0, k, n, panel, tail);
+                case 15: return sgemm_tile_avx512<1, 15>(a, b, c, 0, j0, k, n, panel, tail);
+                case 14: return sgemm_tile_avx512<1, 14>(a, b, c, 0, j0, k, n, panel, tail);
+                case 13: return sgemm_tile_avx512<1, 13>(a, b, c, 0, j0, k, n, panel, tail);
+                case 12: return sgemm_tile_avx512<1, 12>(a, b, c, 0, j0, k, n, panel, tail);
+                case 11: return sgemm_tile_avx512<1, 11>(a, b, c, 0, j0, k, n, panel, tail);
+                case 10: return sgemm_tile_avx512<1, 10>(a, b, c, 0, j0, k, n, panel, tail);
+                case 9: return sgemm_tile_avx512<1, 9>(a, b, c, 0, j0, k, n, panel, tail);
+                case 8: return sgemm_tile_avx512<R, 8>(a, b, c, 0, j0, k, n, panel, tail);
+                case 7: return sgemm_tile_avx512<R, 7>(a, b, c, 0, j0, k, n, panel, tail);
+                case 6: return sgemm_tile_avx512<R, 6>(a, b, c, 0, j0, k, n, panel, tail);
+                case 5: return sgemm_tile_avx512<R, 5>(a, b, c, 0, j0, k, n, panel, tail);
+                case 4: return sgemm_tile_avx512<R, 4>(a, b, c, 0, j0, k, n, panel, tail);
+                case 3: return sgemm_tile_avx512<R, 3>(a, b, c, 0, j0, k, n, panel, tail);
+                case 2: return sgemm_tile_avx512<R, 2>(a, b, c, 0, j0, k, n, panel, tail);
+                default: return sgemm_tile_avx512<R, 1>(a, b, c, 0, j0, k, n, panel, tail);
+            }
+        };
+        m == 2 ? run.template operator()<2>() : run.template operator()<1>();
+    }
+}
+
 // sgemm_rows in Tile's register tiles: kTileRows rows by Tile::kVectors vectors
 // of Tile::kLanes columns, the right edge's last vector `tail` lanes wide.
 template <typename Tile>
 void sgemm_tiles(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n, int64_t panel) {
+    if constexpr (Tile::kLanes == 16)
+        if (m <= 2) return sgemm_wide_avx512(a, b, c, m, k, n, panel);
     constexpr int64_t lanes = Tile::kLanes;
     for (int64_t j0 = 0; j0 < n; j0 += lanes * Tile::kVectors) {
         const int64_t columns = std::min<int64_t>(lanes * Tile::kVectors, n - j0);
@@ -559,6 +669,11 @@ void ort_logistic(const float* in, float* out, int64_t n) {
     if (has_avx512f()) return logistic_avx512(in, out, n);
     if (has_fma() && cpu_features().avx2) return logistic_avx2(in, out, n);
     has_fma() ? logistic_fma(in, out, n) : logistic_generic(in, out, n);
+}
+
+void ort_tanh(const float* in, float* out, int64_t n) {
+    if (has_avx512f()) return tanh_avx512(in, out, n);
+    has_fma() && cpu_features().avx2 ? tanh_avx2(in, out, n) : tanh_generic(in, out, n);
 }
 
 void ort_gelu(const float* in, float* out, int64_t n) {

@@ -23,6 +23,11 @@ void ort_erf(const float* in, float* out, int64_t n);
 /// the CPU has it, 16 lanes at a time with AVX-512). `out` may be `in`.
 void ort_logistic(const float* in, float* out, int64_t n);
 
+/// Tanh as ONNX Runtime's recurrent ops compute it (MLAS's tanh): x clamped to
+/// [-9, 9], x p(x^2) / q(x^2) with Eigen's coefficients (FMA where the CPU has
+/// it). `out` may be `in`.
+void ort_tanh(const float* in, float* out, int64_t n);
+
 /// Exact (erf) GELU as ONNX Runtime computes it: MLAS's fused AVX-512 kernel
 /// where the CPU has AVX-512, else x / sqrt 2, the FMA erf, 0.5 x (erf + 1).
 /// `out` may be `in`.

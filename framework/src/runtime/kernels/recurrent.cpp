@@ -9,6 +9,7 @@
 
 #include "runtime/kernels/common.hpp"
 #include "runtime/kernels/intrinsics.hpp"
+#include "runtime/kernels/ort_float.hpp"
 
 namespace vaiq::runtime {
 namespace {
@@ -39,40 +40,53 @@ double dot(const float* a, const float* b, int64_t n) {
     return avx2 ? dot_avx2(a, b, n) : dot_portable(a, b, n);
 }
 
-using Activation = std::function<float(float)>;
+// An activation, one value at a time; a row at a time, Sigmoid and Tanh as
+// ONNX Runtime's LSTM computes them (MLAS's logistic and tanh).
+struct Activation {
+    enum class Kind { Sigmoid, Tanh, Other } kind = Kind::Other;
+    std::function<float(float)> fn;
+
+    float operator()(float x) const { return fn(x); }
+    void row(float* v, int64_t n) const {
+        if (kind == Kind::Sigmoid) return ort_logistic(v, v, n);
+        if (kind == Kind::Tanh) return ort_tanh(v, v, n);
+        for (int64_t i = 0; i < n; ++i) v[i] = fn(v[i]);
+    }
+};
 
 // Builds activation `name`, taking its alpha/beta from the lists as the spec orders them.
 Activation activation(const KernelContext& ctx, const std::string& name, const std::vector<float>& alphas,
                       const std::vector<float>& betas, size_t& ai, size_t& bi) {
     auto take = [](const std::vector<float>& v, size_t& i, float fallback) { return i < v.size() ? v[i++] : fallback; };
-    if (name == "Sigmoid") return [](float x) { return 1.0f / (1.0f + std::exp(-x)); };
-    if (name == "Tanh") return [](float x) { return std::tanh(x); };
-    if (name == "Relu") return [](float x) { return std::max(x, 0.0f); };
-    if (name == "Softsign") return [](float x) { return x / (1.0f + std::abs(x)); };
-    if (name == "Softplus") return [](float x) { return std::log1p(std::exp(x)); };
+    using Kind = Activation::Kind;
+    if (name == "Sigmoid") return {Kind::Sigmoid, [](float x) { return 1.0f / (1.0f + std::exp(-x)); }};
+    if (name == "Tanh") return {Kind::Tanh, [](float x) { return std::tanh(x); }};
+    if (name == "Relu") return {Kind::Other, [](float x) { return std::max(x, 0.0f); }};
+    if (name == "Softsign") return {Kind::Other, [](float x) { return x / (1.0f + std::abs(x)); }};
+    if (name == "Softplus") return {Kind::Other, [](float x) { return std::log1p(std::exp(x)); }};
     if (name == "HardSigmoid") {
         const float a = take(alphas, ai, 0.2f), b = take(betas, bi, 0.5f);
-        return [a, b](float x) { return std::clamp(a * x + b, 0.0f, 1.0f); };
+        return {Kind::Other, [a, b](float x) { return std::clamp(a * x + b, 0.0f, 1.0f); }};
     }
     if (name == "LeakyRelu") {
         const float a = take(alphas, ai, 0.01f);
-        return [a](float x) { return x < 0 ? a * x : x; };
+        return {Kind::Other, [a](float x) { return x < 0 ? a * x : x; }};
     }
     if (name == "ThresholdedRelu") {
         const float a = take(alphas, ai, 1.0f);
-        return [a](float x) { return x > a ? x : 0.0f; };
+        return {Kind::Other, [a](float x) { return x > a ? x : 0.0f; }};
     }
     if (name == "Elu") {
         const float a = take(alphas, ai, 1.0f);
-        return [a](float x) { return x < 0 ? a * std::expm1(x) : x; };
+        return {Kind::Other, [a](float x) { return x < 0 ? a * std::expm1(x) : x; }};
     }
     if (name == "Affine") {
         const float a = take(alphas, ai, 1.0f), b = take(betas, bi, 0.0f);
-        return [a, b](float x) { return a * x + b; };
+        return {Kind::Other, [a, b](float x) { return a * x + b; }};
     }
     if (name == "ScaledTanh") {
         const float a = take(alphas, ai, 1.0f), b = take(betas, bi, 1.0f);
-        return [a, b](float x) { return a * std::tanh(b * x); };
+        return {Kind::Other, [a, b](float x) { return a * std::tanh(b * x); }};
     }
     ctx.fail("activation '" + name + "' is not supported");
 }
@@ -143,9 +157,8 @@ struct Recurrence {
     std::vector<int64_t> state_shape() const {
         return batch_major ? std::vector<int64_t>{batch, dirs, hidden} : std::vector<int64_t>{dirs, batch, hidden};
     }
-    const float* x_row(int64_t t, int64_t b) const {
-        return x.data() + (batch_major ? (b * seq + t) * in_size : (t * batch + b) * in_size);
-    }
+    int64_t x_index(int64_t t, int64_t b) const { return batch_major ? b * seq + t : t * batch + b; }
+    const float* x_row(int64_t t, int64_t b) const { return x.data() + x_index(t, b) * in_size; }
     int64_t y_index(int64_t t, int64_t d, int64_t b, int64_t k) const {
         return batch_major ? ((b * seq + t) * dirs + d) * hidden + k : ((t * dirs + d) * batch + b) * hidden + k;
     }
@@ -242,51 +255,118 @@ void gru(KernelContext& ctx, std::vector<Tensor>& out) {
     rc.finish(out);
 }
 
-// The LSTM steps, time-major so that every batch row's hidden state at a step
-// is known before the next: `quantize_state` sees them together (the rows of
-// one direction) before they enter the recurrent product.
-void run_lstm(KernelContext& ctx, Recurrence& rc, std::vector<Tensor>& out,
+// Rows of `m` ([rows, cols], row-major) as columns: [cols, rows].
+std::vector<float> transposed(const float* m, int64_t rows, int64_t cols) {
+    std::vector<float> t(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) t[static_cast<size_t>(c * rows + r)] = m[r * cols + c];
+    return t;
+}
+
+// An LSTM's W and R of each direction as the columns its products read
+// ([inputs, 4 x hidden] and [hidden, 4 x hidden]); kept across runs when
+// they are constants.
+struct LstmColumns {
+    std::vector<std::vector<float>> w, r;
+};
+
+LstmColumns lstm_columns(const Recurrence& rc) {
+    LstmColumns out;
+    const int64_t width = 4 * rc.hidden;
+    for (int64_t d = 0; d < rc.dirs; ++d) {
+        out.w.push_back(transposed(rc.w.data() + d * width * rc.in_size, width, rc.in_size));
+        out.r.push_back(transposed(rc.r.data() + d * width * rc.hidden, width, rc.hidden));
+    }
+    return out;
+}
+
+// The columns of `rc`, from the node's state when `constant` (built on its first run).
+const LstmColumns& cached_columns(KernelContext& ctx, const Recurrence& rc, bool constant, LstmColumns& fresh) {
+    if (!constant) return fresh = lstm_columns(rc);
+    auto state = std::static_pointer_cast<LstmColumns>(ctx.state);
+    if (!state) {
+        state = std::make_shared<LstmColumns>(lstm_columns(rc));
+        ctx.state = state;
+    }
+    return *state;
+}
+
+// The LSTM as ONNX Runtime computes it: the input products of every step in one
+// product, then each step's recurrent products, gate = (x W + h R) + (Wb + Rb),
+// MLAS's logistic and tanh a gate row at a time. Time-major, so that every
+// batch row's hidden state at a step is known before the next: `quantize_state`
+// sees them together (the rows of one direction) before they enter the
+// recurrent product (when given).
+void run_lstm(KernelContext& ctx, Recurrence& rc, const LstmColumns& columns, std::vector<Tensor>& out,
               const std::function<void(std::vector<std::vector<float>>&)>& quantize_state) {
     const bool input_forget = ctx.attributes.get_int("input_forget", 0) != 0;
     if (ctx.has_input(7) && (ctx.input(7).type() != DataType::Float || ctx.input(7).size() != rc.dirs * 3 * rc.hidden))
         ctx.fail(fmt::format("P must hold {} float values", rc.dirs * 3 * rc.hidden));
     const std::span<const float> peep = ctx.has_input(7) ? ctx.input(7).data<float>() : std::span<const float>();
-    const int64_t n = rc.hidden;
+    const int64_t n = rc.hidden, width = 4 * n;
     Tensor y_c(DataType::Float, rc.state_shape());
     auto yv = rc.y.mutable_data<float>();
     int64_t longest = 0;
     for (auto l : rc.lengths) longest = std::max(longest, l);
+    std::vector<float> input_products(static_cast<size_t>(rc.seq * rc.batch * width));
+    std::vector<float> recurrent_products(static_cast<size_t>(rc.batch * width)),
+        states(static_cast<size_t>(rc.batch * n));
+    std::vector<float> gates(static_cast<size_t>(width)), squashed(static_cast<size_t>(n)),
+        bias(static_cast<size_t>(width));
     for (int64_t d = 0; d < rc.dirs; ++d) {
         const Activation &f = rc.act[3 * d], &g = rc.act[3 * d + 1], &h = rc.act[3 * d + 2];
+        ort_sgemm(rc.x.data(), columns.w[d].data(), input_products.data(), rc.seq * rc.batch, rc.in_size, width);
+        for (int64_t gi = 0; gi < width; ++gi) bias[gi] = rc.wb(d, 4, gi) + rc.rb(d, 4, gi);
         std::vector<std::vector<float>> hs, cs;
         for (int64_t b = 0; b < rc.batch; ++b) {
             hs.push_back(rc.initial(ctx, 5, d, b));
             cs.push_back(rc.initial(ctx, 6, d, b));
         }
-        std::vector<float> gates(4 * n);
+        const float* peep_i = peep.empty() ? nullptr : peep.data() + d * 3 * n;
         for (int64_t step = 0; step < longest; ++step) {
-            auto seen = hs;  // the state the recurrent product reads
-            quantize_state(seen);
+            if (quantize_state) {
+                auto seen = hs;  // the state the recurrent product reads
+                quantize_state(seen);
+                for (int64_t b = 0; b < rc.batch; ++b)
+                    std::copy(seen[b].begin(), seen[b].end(), states.begin() + b * n);
+            } else {
+                for (int64_t b = 0; b < rc.batch; ++b) std::copy(hs[b].begin(), hs[b].end(), states.begin() + b * n);
+            }
+            ort_sgemm(states.data(), columns.r[d].data(), recurrent_products.data(), rc.batch, n, width);
             for (int64_t b = 0; b < rc.batch; ++b) {
                 if (step >= rc.lengths[b]) continue;
                 const int64_t t = rc.reversed(d) ? rc.lengths[b] - 1 - step : step;
-                for (int64_t gi = 0; gi < 4 * n; ++gi)
-                    gates[gi] = static_cast<float>(rc.input_term(d, 4, gi, t, b) + rc.recurrent_term(d, 4, gi, seen[b]) +
-                                                   rc.wb(d, 4, gi) + rc.rb(d, 4, gi));
+                const float* xr = input_products.data() + rc.x_index(t, b) * width;
+                const float* hr = recurrent_products.data() + b * width;
+                for (int64_t gi = 0; gi < width; ++gi) gates[gi] = (xr[gi] + hr[gi]) + bias[gi];
+                float *in_gate = gates.data(), *out_gate = in_gate + n, *forget = in_gate + 2 * n,
+                      *cell = in_gate + 3 * n;
                 auto& c = cs[b];
-                for (int64_t k = 0; k < n; ++k) {
-                    float gi_ = gates[k], go = gates[n + k], gf = gates[2 * n + k], gc = gates[3 * n + k];
-                    if (!peep.empty()) {
-                        gi_ += peep[d * 3 * n + k] * c[k];
-                        gf += peep[d * 3 * n + 2 * n + k] * c[k];
+                if (peep_i)
+                    for (int64_t k = 0; k < n; ++k) {
+                        in_gate[k] += peep_i[k] * c[k];
+                        forget[k] += peep_i[2 * n + k] * c[k];
                     }
-                    const float it = f(rc.clipped(gi_));
-                    const float ft = input_forget ? 1.0f - it : f(rc.clipped(gf));
-                    const float ct = g(rc.clipped(gc));
-                    c[k] = ft * c[k] + it * ct;
-                    if (!peep.empty()) go += peep[d * 3 * n + n + k] * c[k];
-                    const float ot = f(rc.clipped(go));
-                    hs[b][k] = ot * h(c[k]);
+                // The clip bounds what enters the gates' activations.
+                auto activate = [&](const Activation& a, float* row) {
+                    if (rc.clip > 0)
+                        for (int64_t k = 0; k < n; ++k) row[k] = rc.clipped(row[k]);
+                    a.row(row, n);
+                };
+                activate(f, in_gate);
+                if (input_forget)
+                    for (int64_t k = 0; k < n; ++k) forget[k] = 1.0f - in_gate[k];
+                else
+                    activate(f, forget);
+                activate(g, cell);
+                for (int64_t k = 0; k < n; ++k) c[k] = c[k] * forget[k] + in_gate[k] * cell[k];
+                if (peep_i)
+                    for (int64_t k = 0; k < n; ++k) out_gate[k] += peep_i[n + k] * c[k];
+                activate(f, out_gate);
+                std::copy(c.begin(), c.end(), squashed.begin());
+                h.row(squashed.data(), n);
+                for (int64_t k = 0; k < n; ++k) {
+                    hs[b][k] = out_gate[k] * squashed[k];
                     yv[rc.y_index(t, d, b, k)] = hs[b][k];
                 }
             }
@@ -303,7 +383,8 @@ void run_lstm(KernelContext& ctx, Recurrence& rc, std::vector<Tensor>& out,
 
 void lstm(KernelContext& ctx, std::vector<Tensor>& out) {
     Recurrence rc(ctx, 4, {"Sigmoid", "Tanh", "Tanh"});
-    run_lstm(ctx, rc, out, [](std::vector<std::vector<float>>&) {});
+    LstmColumns fresh;
+    run_lstm(ctx, rc, cached_columns(ctx, rc, ctx.is_constant(1) && ctx.is_constant(2), fresh), out, {});
 }
 
 // ONNX Runtime's run-time quantization of a GEMM input: uint8 over the
@@ -366,7 +447,10 @@ void dynamic_quantize_lstm(KernelContext& ctx, std::vector<Tensor>& out) {
     Tensor x = ctx.input(0);
     fake_quantize_u8(x.mutable_data<float>());
     Recurrence rc(ctx, 4, {"Sigmoid", "Tanh", "Tanh"}, x, w, r);
-    run_lstm(ctx, rc, out, [&](std::vector<std::vector<float>>& states) {
+    bool constant = true;
+    for (size_t slot : {1, 2, 8, 9, 10, 11}) constant = constant && ctx.is_constant(slot);
+    LstmColumns fresh;
+    run_lstm(ctx, rc, cached_columns(ctx, rc, constant, fresh), out, [&](std::vector<std::vector<float>>& states) {
         std::vector<float> block;
         for (const auto& s : states) block.insert(block.end(), s.begin(), s.end());
         fake_quantize_u8(block);
