@@ -265,3 +265,70 @@ TEST_F(Subgraphs, AnIfInsideALoopsBodyIsQuantizedOnTheIterationsThatTakeEachBran
     EXPECT_NO_THROW(vaiq::check_model(written));
     expect_outputs_near(written, model, {{"x", vaiq::read_npy(dir / "data" / "0" / "x.npy")}});
 }
+
+namespace {
+
+// h = x @ U, y = If(flag, then: Relu(h @ W), else: h @ V), z = y @ T: the main
+// graph quantizes h and y, which the branches read and write.
+vaiq::Model quantized_around_branches() {
+    auto model = vaiq::test::branching_model();
+    auto& graph = model.graph();
+    for (auto& node : *graph.mutable_node())
+        for (auto& a : *node.mutable_attribute())
+            for (auto& n : *a.mutable_g()->mutable_node())
+                for (auto& i : *n.mutable_input())
+                    if (i == "x") i = "h";
+    auto* mm = graph.add_node();
+    mm->set_op_type("MatMul");
+    mm->set_name("before");
+    mm->add_input("x");
+    mm->add_input("U");
+    mm->add_output("h");
+    auto* after = graph.add_node();
+    after->set_op_type("MatMul");
+    after->set_name("after");
+    after->add_input("y");
+    after->add_input("T");
+    after->add_output("z");
+    *graph.add_initializer() = vaiq::test::ramp({8, 8}, 0.2f, -0.006f).to_proto("U");
+    *graph.add_initializer() = vaiq::test::ramp({8, 8}, -0.3f, 0.009f).to_proto("T");
+    graph.mutable_output(0)->set_name("z");
+    vaiq::sort_nodes(graph);
+    return model;
+}
+
+// The scale of the first QuantizeLinear of `tensor` in `graph`, or of the
+// DequantizeLinear that writes it (a graph output the writer renamed the producer of).
+float scale_of(const onnx::GraphProto& graph, const vaiq::Model& model, const std::string& tensor) {
+    for (const auto& node : graph.node())
+        if ((node.op_type() == "QuantizeLinear" && node.input(0) == tensor) ||
+            (node.op_type() == "DequantizeLinear" && node.output(0) == tensor))
+            for (const auto* g : {&graph, &model.graph()})
+                for (const auto& init : g->initializer())
+                    if (init.name() == node.input(1)) {
+                        const auto scale = Tensor::from_proto(init);
+                        return scale.data<float>()[0];
+                    }
+    return 0.0f;
+}
+
+}  // namespace
+
+TEST_F(Subgraphs, ABranchTakesTheEnclosingGraphsParametersOfTheValuesItShares) {
+    vaiq::save_model(quantized_around_branches(), dir / "in.onnx");
+    write_samples(dir, {true, true, false, false});  // each branch sees part of the main graph's range
+    const auto report = vaiq::test::run_recipe_in(dir, registry, kRecipe);
+    const auto written = vaiq::load_model(dir / "out.onnx");
+    const float h = scale_of(written.graph(), written, "h"), y = scale_of(written.graph(), written, "y");
+    ASSERT_GT(h, 0.0f) << "the main graph quantizes h";
+    ASSERT_GT(y, 0.0f) << "and y";
+    for (const auto& entry : report["subgraphs"]) {
+        ASSERT_TRUE(entry["quantized"].get<bool>()) << entry.dump();
+        const bool then = entry["branch"] == "then_branch";
+        EXPECT_EQ(entry.value("shared_parameters", nlohmann::json()),
+                  nlohmann::json::array({"h", then ? "then_out" : "else_product"}));
+        const auto& branch = branch_of(written, entry["branch"].get<std::string>());
+        EXPECT_EQ(scale_of(branch, written, "h"), h) << entry["branch"];
+        EXPECT_EQ(scale_of(branch, written, then ? "then_out" : "else_product"), y) << entry["branch"];
+    }
+}

@@ -68,7 +68,7 @@ class Planner {
             if (d && d->quantized) plan_node(graph.node(n), *d, node_settings_[n]);
         }
         for (const auto& [tensor, g] : settings_.given_params)
-            if (!plan_.find(tensor))
+            if (!plan_.find(tensor) && g.origin != RunSettings::kSharedParamsOrigin)
                 log_warn("{}: '{}' is given quantization parameters, but no quantized node reads or writes it",
                          g.origin, tensor);
         return std::move(plan_);

@@ -55,6 +55,8 @@ struct RunSettings {
         std::string key, origin;  ///< the recipe key and line that gave them
     };
     std::map<std::string, GivenParams> given_params;  ///< input_ and output_quantization_params by tensor
+    /// The origin of parameters a body's run takes from its enclosing graph (EnableSubgraph).
+    static constexpr std::string_view kSharedParamsOrigin = "the enclosing graph's parameters";
 
     // Judging the result
     double warn_output_sqnr_db = 0;

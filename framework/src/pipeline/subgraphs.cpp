@@ -426,12 +426,52 @@ void collect_node_names(const onnx::GraphProto& graph, std::set<std::string>& na
     for_each_subgraph(graph, [&](const onnx::GraphProto& g) { collect_node_names(g, names); });
 }
 
+// The enclosing plan's parameters of the values a body shares with it, as
+// input_ and output_quantization_params of the body's run: the outer values it
+// reads, and its outputs that are the node's own (an If's outputs; a Loop's or
+// Scan's scanned outputs, which hold every iteration's), where the enclosing
+// plan quantizes them per tensor to integers.
+std::pair<nlohmann::json, nlohmann::json> shared_params(const QuantPlan& plan, const Body& b) {
+    auto params = [&](const std::string& name) -> std::optional<nlohmann::json> {
+        const auto* t = plan.find(name);
+        if (!t || t->role != TensorRole::Activation || !is_integer(t->spec.type) || t->params.scale.size() != 1 ||
+            t->params.zero_point.size() != 1)
+            return std::nullopt;
+        return nlohmann::json::array({t->params.zero_point[0], t->params.scale[0]});
+    };
+    auto inputs = nlohmann::json::object(), outputs = nlohmann::json::object();
+    for (const auto& name : b.inputs)
+        if (auto p = params(name)) inputs[name] = *p;
+    const auto& node = *b.node;
+    // The node's first output that a body output is, and that body output.
+    int from = 0, offset = 0;
+    if (node.op_type() == "Loop") {
+        from = node.input_size() - 2;  // after the loop-carried values' last ones
+        offset = 1;                    // the body's condition comes first
+    } else if (node.op_type() == "Scan") {
+        from = node.input_size() - static_cast<int>(int_attribute(node, "num_scan_inputs", 0));
+    }
+    for (int j = std::max(from, 0); j < node.output_size() && j + offset < b.graph->output_size(); ++j)
+        if (auto p = params(node.output(j))) outputs[b.graph->output(j + offset).name()] = *p;
+    return {inputs, outputs};
+}
+
 // The recipe for a body: the run's, reading the body model and the data
 // given to it, writing nothing. Its node lists keep the nodes the body has
 // (the run checked them against the whole model); nullopt when
 // nodes_to_quantize names none of them.
-std::optional<Recipe> body_recipe(const Recipe& recipe, const fs::path& model, const onnx::GraphProto& body) {
+std::optional<Recipe> body_recipe(const Recipe& recipe, const fs::path& model, const onnx::GraphProto& body,
+                                  const std::pair<nlohmann::json, nlohmann::json>& shared) {
     Recipe nested = recipe;
+    // The enclosing graph's parameters where the body shares values with it; the recipe's own stay.
+    for (const auto& [key, given] : {std::pair{"input_quantization_params", &shared.first},
+                                     std::pair{"output_quantization_params", &shared.second}}) {
+        auto& setting = nested.settings.at(key);
+        if (given->empty()) continue;
+        if (setting.value.empty()) setting.origin = std::string(RunSettings::kSharedParamsOrigin);
+        for (const auto& [tensor, p] : given->items())
+            if (!setting.value.contains(tensor)) setting.value[tensor] = p;
+    }
     nested.settings["model_input"] = {model.string(), "a body of the model"};
     for (const char* key : {"model_output", "report", "calibration_data_reader", "evaluation_data", "evaluation_labels",
                             "dump_output_dir"})
@@ -536,7 +576,8 @@ void quantize_subgraphs(RunState& s, const NestedRun& nested) {
         else
             log_info("EnableSubgraph: quantizing {} of '{}' on the {} batches that took it", b.attribute, b.key,
                      b.batches.size());
-        const auto recipe = body_recipe(s.recipe, file.path, *b.graph);
+        const auto shared = shared_params(s.plan, b);
+        const auto recipe = body_recipe(s.recipe, file.path, *b.graph, shared);
         if (!recipe) {
             leave_float("nodes_to_quantize names none of its nodes");
             continue;
@@ -565,6 +606,12 @@ void quantize_subgraphs(RunState& s, const NestedRun& nested) {
         *target = std::move(graph);
         entry["quantized"] = true;
         entry["quantized_tensors"] = run.report["model"].value("quantized_tensors", 0);
+        if (!shared.first.empty() || !shared.second.empty()) {
+            std::vector<std::string> names;
+            for (const auto* given : {&shared.first, &shared.second})
+                for (const auto& [tensor, p] : given->items()) names.push_back(tensor);
+            entry["shared_parameters"] = names;
+        }
         entry["nodes_after"] = target->node_size();
         if (!run.report.value("subgraphs", nlohmann::json::array()).empty())
             entry["subgraphs"] = run.report["subgraphs"];
