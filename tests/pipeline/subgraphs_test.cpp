@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "pipeline/loop_iterations.hpp"
 #include "pipeline/pipeline.hpp"
 #include "pipeline/subgraphs.hpp"
 #include "runtime/executor.hpp"
@@ -331,4 +332,58 @@ TEST_F(Subgraphs, ABranchTakesTheEnclosingGraphsParametersOfTheValuesItShares) {
         EXPECT_EQ(scale_of(branch, written, "h"), h) << entry["branch"];
         EXPECT_EQ(scale_of(branch, written, then ? "then_out" : "else_product"), y) << entry["branch"];
     }
+}
+
+namespace {
+
+onnx::GraphProto body_with_inputs(const std::vector<std::string>& names) {
+    onnx::GraphProto g;
+    for (const auto& n : names) g.add_input()->set_name(n);
+    return g;
+}
+
+}  // namespace
+
+// The replay follows the node's semantics: a Loop without a trip count runs
+// until its body's condition is false; a Scan slices along its axes, reversed
+// where its directions say so; iterations kept spread over a known count.
+TEST(LoopIterations, ReplayLoopsAndScansAsTheRuntimeRunsThem) {
+    onnx::NodeProto loop;
+    loop.set_op_type("Loop");
+    std::vector<int64_t> seen;
+    const auto counter = Tensor::from_values<float>({}, std::vector<float>{0.0f});
+    vaiq::phases::iterate(loop, 13, body_with_inputs({"i", "going", "n"}), {std::nullopt, std::nullopt, counter},
+                          [&](int64_t i, int64_t count, std::map<std::string, Tensor> feeds) {
+                              EXPECT_EQ(count, 0) << "no trip count: not known ahead";
+                              EXPECT_EQ(feeds.at("i").data<int64_t>()[0], i);
+                              EXPECT_EQ(feeds.at("n").data<float>()[0], static_cast<float>(i)) << "carried";
+                              seen.push_back(i);
+                              Tensor going(DataType::Bool, {});
+                              going.mutable_bytes()[0] = std::byte{i < 3};
+                              return std::vector<Tensor>{
+                                  going, Tensor::from_values<float>({}, std::vector<float>{static_cast<float>(i + 1)})};
+                          });
+    EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 2, 3}));
+
+    onnx::NodeProto scan;
+    scan.set_op_type("Scan");
+    vaiq::set_attribute(scan, "num_scan_inputs", int64_t{1});
+    vaiq::set_attribute(scan, "scan_input_axes", std::vector<int64_t>{1});
+    vaiq::set_attribute(scan, "scan_input_directions", std::vector<int64_t>{1});
+    const auto xs = Tensor::from_values<float>({2, 3}, std::vector<float>{0, 1, 2, 10, 11, 12});
+    std::vector<std::vector<float>> columns;
+    vaiq::phases::iterate(scan, 13, body_with_inputs({"x_t"}), {xs},
+                          [&](int64_t, int64_t count, std::map<std::string, Tensor> feeds) {
+                              EXPECT_EQ(count, 3);
+                              const auto v = feeds.at("x_t").data<float>();
+                              columns.emplace_back(v.begin(), v.end());
+                              return std::vector<Tensor>{};
+                          });
+    EXPECT_EQ(columns, (std::vector<std::vector<float>>{{2, 12}, {1, 11}, {0, 10}}));
+
+    int kept = 0;
+    for (int64_t i = 0; i < 1000; ++i) kept += vaiq::phases::kept_iteration(i, 1000);
+    EXPECT_EQ(kept, vaiq::phases::kIterationsKept);
+    EXPECT_TRUE(vaiq::phases::kept_iteration(31, 0));
+    EXPECT_FALSE(vaiq::phases::kept_iteration(32, 0)) << "the first ones when the count is not known";
 }
