@@ -1022,6 +1022,39 @@ TEST(OnnxRuntimeLstm, AFloatLstmComputesWhatOnnxRuntimeDoes) {
     EXPECT_GT(largest, 0.1f);
 }
 
+// A bidirectional GRU (8 inputs, 16 hidden units) over 5 steps of a batch of 2,
+// the second row 3 steps long, with or without linear_before_reset.
+TEST(OnnxRuntimeGru, AFloatGruComputesWhatOnnxRuntimeDoesWithinRounding) {
+    for (const int64_t linear_before_reset : {0, 1}) {
+        vaiq::test::GraphBuilder b(14);
+        b.input("x", {5, 2, 8}).output("y", {5, 2, 2, 16});
+        b.initializer("w", wave_tensor({2, 48, 8}, 0.4f, 4)).initializer("r", wave_tensor({2, 48, 16}, 0.3f, 5));
+        b.initializer("b", wave_tensor({2, 96}, 0.1f, 6));
+        b.initializer("lengths", vaiq::Tensor::from_values<int32_t>({2}, std::vector<int32_t>{5, 3}));
+        auto& gru = b.node("GRU", {"x", "w", "r", "b", "lengths"}, {"y"});
+        vaiq::test::set_attribute(gru, "hidden_size", 16);
+        vaiq::test::set_attribute(gru, "linear_before_reset", linear_before_reset);
+        vaiq::set_attribute(gru, "direction", std::string("bidirectional"));
+        const auto model = b.build();
+        const auto dir = vaiq::test::temp_dir();
+        vaiq::save_model(model, dir / "gru.onnx");
+        const auto x = wave_tensor({5, 2, 8}, 1.5f, 9);
+        vaiq::write_npy(dir / "x.npy", x);
+        const auto r = run_in_ort(dir / "gru.onnx", dir / "ort", dir / "x.npy");
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        const auto theirs = vaiq::read_npy(dir / "ort" / "output_0.npy");
+        const vaiq::Tensor ours = vaiq::runtime::Executor(model).run({{"x", x}})[0];
+        ASSERT_EQ(theirs.shape(), ours.shape());
+        float largest = 0;
+        for (int64_t i = 0; i < ours.size(); ++i) {
+            largest = std::max(largest, std::abs(ours.data<float>()[i]));
+            EXPECT_NEAR(theirs.data<float>()[i], ours.data<float>()[i], 2e-6f)
+                << "linear_before_reset " << linear_before_reset << ", value " << i;
+        }
+        EXPECT_GT(largest, 0.1f);
+    }
+}
+
 class OnnxRuntimeDynamicLstm : public ::testing::TestWithParam<bool> {};
 
 TEST_P(OnnxRuntimeDynamicLstm, RunsAsDynamicQuantizeLstmAndAgreesWithVaiq) {

@@ -216,45 +216,6 @@ void rnn(KernelContext& ctx, std::vector<Tensor>& out) {
     rc.finish(out);
 }
 
-void gru(KernelContext& ctx, std::vector<Tensor>& out) {
-    Recurrence rc(ctx, 3, {"Sigmoid", "Tanh"});
-    const bool linear_before_reset = ctx.attributes.get_int("linear_before_reset", 0) != 0;
-    const int64_t n = rc.hidden;
-    auto yv = rc.y.mutable_data<float>();
-    for (int64_t d = 0; d < rc.dirs; ++d) {
-        const Activation &f = rc.act[2 * d], &g = rc.act[2 * d + 1];
-        for (int64_t b = 0; b < rc.batch; ++b) {
-            auto h = rc.initial(ctx, 5, d, b);
-            std::vector<float> z(n), r(n), gated(n), next(n);
-            for (int64_t step = 0; step < rc.lengths[b]; ++step) {
-                const int64_t t = rc.reversed(d) ? rc.lengths[b] - 1 - step : step;
-                for (int64_t k = 0; k < n; ++k) {
-                    z[k] =
-                        f(rc.clipped(static_cast<float>(rc.input_term(d, 3, k, t, b) + rc.recurrent_term(d, 3, k, h) +
-                                                        rc.wb(d, 3, k) + rc.rb(d, 3, k))));
-                    r[k] = f(rc.clipped(static_cast<float>(rc.input_term(d, 3, n + k, t, b) +
-                                                           rc.recurrent_term(d, 3, n + k, h) + rc.wb(d, 3, n + k) +
-                                                           rc.rb(d, 3, n + k))));
-                }
-                for (int64_t k = 0; k < n; ++k) gated[k] = r[k] * h[k];
-                for (int64_t k = 0; k < n; ++k) {
-                    const int64_t gi = 2 * n + k;
-                    const double recurrent = linear_before_reset
-                                                 ? r[k] * (rc.recurrent_term(d, 3, gi, h) + rc.rb(d, 3, gi))
-                                                 : rc.recurrent_term(d, 3, gi, gated) + rc.rb(d, 3, gi);
-                    const float candidate =
-                        g(rc.clipped(static_cast<float>(rc.input_term(d, 3, gi, t, b) + recurrent + rc.wb(d, 3, gi))));
-                    next[k] = (1.0f - z[k]) * candidate + z[k] * h[k];
-                    yv[rc.y_index(t, d, b, k)] = next[k];
-                }
-                h.swap(next);
-            }
-            for (int64_t k = 0; k < n; ++k) rc.y_h.mutable_data<float>()[rc.state_index(d, b, k)] = h[k];
-        }
-    }
-    rc.finish(out);
-}
-
 // Rows of `m` ([rows, cols], row-major) as columns: [cols, rows].
 std::vector<float> transposed(const float* m, int64_t rows, int64_t cols) {
     std::vector<float> t(static_cast<size_t>(rows * cols));
@@ -280,15 +241,108 @@ LstmColumns lstm_columns(const Recurrence& rc) {
     return out;
 }
 
-// The columns of `rc`, from the node's state when `constant` (built on its first run).
-const LstmColumns& cached_columns(KernelContext& ctx, const Recurrence& rc, bool constant, LstmColumns& fresh) {
-    if (!constant) return fresh = lstm_columns(rc);
-    auto state = std::static_pointer_cast<LstmColumns>(ctx.state);
+// What `make` builds, from the node's state when `constant` (built on its first run).
+template <typename T, typename Make>
+const T& cached(KernelContext& ctx, bool constant, T& fresh, const Make& make) {
+    if (!constant) return fresh = make();
+    auto state = std::static_pointer_cast<T>(ctx.state);
     if (!state) {
-        state = std::make_shared<LstmColumns>(lstm_columns(rc));
+        state = std::make_shared<T>(make());
         ctx.state = state;
     }
     return *state;
+}
+
+// A GRU's W and R of each direction as the columns its products read: W's
+// [inputs, 3 x hidden], R's update and reset rows [hidden, 2 x hidden] and its
+// hidden rows [hidden, hidden] (which read the reset state unless
+// linear_before_reset).
+struct GruColumns {
+    std::vector<std::vector<float>> w, update_reset, hidden;
+};
+
+GruColumns gru_columns(const Recurrence& rc) {
+    GruColumns out;
+    const int64_t n = rc.hidden, width = 3 * n;
+    for (int64_t d = 0; d < rc.dirs; ++d) {
+        const float* r = rc.r.data() + d * width * n;
+        out.w.push_back(transposed(rc.w.data() + d * width * rc.in_size, width, rc.in_size));
+        out.update_reset.push_back(transposed(r, 2 * n, n));
+        out.hidden.push_back(transposed(r + 2 * n * n, n, n));
+    }
+    return out;
+}
+
+// The GRU on whole products: every step's input products at once, then each
+// step's recurrent ones; the gates' activations a row at a time.
+void gru(KernelContext& ctx, std::vector<Tensor>& out) {
+    Recurrence rc(ctx, 3, {"Sigmoid", "Tanh"});
+    const bool linear_before_reset = ctx.attributes.get_int("linear_before_reset", 0) != 0;
+    const int64_t n = rc.hidden, width = 3 * n;
+    GruColumns fresh;
+    const auto& columns = cached(ctx, ctx.is_constant(1) && ctx.is_constant(2), fresh, [&] { return gru_columns(rc); });
+    auto yv = rc.y.mutable_data<float>();
+    int64_t longest = 0;
+    for (auto l : rc.lengths) longest = std::max(longest, l);
+    const auto rows = static_cast<size_t>(rc.batch);
+    std::vector<float> input_products(static_cast<size_t>(rc.seq * rc.batch * width));
+    std::vector<float> states(rows * n), update_reset(rows * 2 * n), hidden(rows * n), reset_states(rows * n);
+    std::vector<float> gates(rows * 2 * n), candidate(static_cast<size_t>(n));
+    auto activate = [&](const Activation& a, float* row, int64_t count) {
+        if (rc.clip > 0)
+            for (int64_t k = 0; k < count; ++k) row[k] = rc.clipped(row[k]);
+        a.row(row, count);
+    };
+    for (int64_t d = 0; d < rc.dirs; ++d) {
+        const Activation &f = rc.act[2 * d], &g = rc.act[2 * d + 1];
+        ort_sgemm(rc.x.data(), columns.w[d].data(), input_products.data(), rc.seq * rc.batch, rc.in_size, width);
+        for (int64_t b = 0; b < rc.batch; ++b) {
+            const auto h = rc.initial(ctx, 5, d, b);
+            std::copy(h.begin(), h.end(), states.begin() + b * n);
+        }
+        for (int64_t step = 0; step < longest; ++step) {
+            ort_sgemm(states.data(), columns.update_reset[d].data(), update_reset.data(), rc.batch, n, 2 * n);
+            if (linear_before_reset) ort_sgemm(states.data(), columns.hidden[d].data(), hidden.data(), rc.batch, n, n);
+            auto time = [&](int64_t b) { return rc.reversed(d) ? rc.lengths[b] - 1 - step : step; };
+            // z and r of every row that still runs; r h for the hidden product that reads it.
+            for (int64_t b = 0; b < rc.batch; ++b) {
+                float* zr = gates.data() + b * 2 * n;
+                const float* h = states.data() + b * n;
+                if (step >= rc.lengths[b]) {
+                    std::fill(reset_states.begin() + b * n, reset_states.begin() + (b + 1) * n, 0.0f);
+                    continue;
+                }
+                const float* xr = input_products.data() + rc.x_index(time(b), b) * width;
+                for (int64_t gi = 0; gi < 2 * n; ++gi)
+                    zr[gi] = (xr[gi] + update_reset[b * 2 * n + gi]) + (rc.wb(d, 3, gi) + rc.rb(d, 3, gi));
+                activate(f, zr, n);
+                activate(f, zr + n, n);
+                for (int64_t k = 0; k < n; ++k) reset_states[b * n + k] = zr[n + k] * h[k];
+            }
+            if (!linear_before_reset)
+                ort_sgemm(reset_states.data(), columns.hidden[d].data(), hidden.data(), rc.batch, n, n);
+            for (int64_t b = 0; b < rc.batch; ++b) {
+                if (step >= rc.lengths[b]) continue;
+                const int64_t t = time(b);
+                const float* xr = input_products.data() + rc.x_index(t, b) * width + 2 * n;
+                const float *z = gates.data() + b * 2 * n, *r = z + n, *hh = hidden.data() + b * n;
+                float* h = states.data() + b * n;
+                for (int64_t k = 0; k < n; ++k) {
+                    const float rb = rc.rb(d, 3, 2 * n + k), wb = rc.wb(d, 3, 2 * n + k);
+                    candidate[k] =
+                        linear_before_reset ? (xr[k] + r[k] * (hh[k] + rb)) + wb : ((xr[k] + hh[k]) + rb) + wb;
+                }
+                activate(g, candidate.data(), n);
+                for (int64_t k = 0; k < n; ++k) {
+                    h[k] = (1.0f - z[k]) * candidate[k] + z[k] * h[k];
+                    yv[rc.y_index(t, d, b, k)] = h[k];
+                }
+            }
+        }
+        for (int64_t b = 0; b < rc.batch; ++b)
+            for (int64_t k = 0; k < n; ++k) rc.y_h.mutable_data<float>()[rc.state_index(d, b, k)] = states[b * n + k];
+    }
+    rc.finish(out);
 }
 
 // The LSTM as ONNX Runtime computes it: the input products of every step in one
@@ -384,7 +438,8 @@ void run_lstm(KernelContext& ctx, Recurrence& rc, const LstmColumns& columns, st
 void lstm(KernelContext& ctx, std::vector<Tensor>& out) {
     Recurrence rc(ctx, 4, {"Sigmoid", "Tanh", "Tanh"});
     LstmColumns fresh;
-    run_lstm(ctx, rc, cached_columns(ctx, rc, ctx.is_constant(1) && ctx.is_constant(2), fresh), out, {});
+    run_lstm(ctx, rc, cached(ctx, ctx.is_constant(1) && ctx.is_constant(2), fresh, [&] { return lstm_columns(rc); }),
+             out, {});
 }
 
 // ONNX Runtime's run-time quantization of a GEMM input: uint8 over the
@@ -450,14 +505,15 @@ void dynamic_quantize_lstm(KernelContext& ctx, std::vector<Tensor>& out) {
     bool constant = true;
     for (size_t slot : {1, 2, 8, 9, 10, 11}) constant = constant && ctx.is_constant(slot);
     LstmColumns fresh;
-    run_lstm(ctx, rc, cached_columns(ctx, rc, constant, fresh), out, [&](std::vector<std::vector<float>>& states) {
-        std::vector<float> block;
-        for (const auto& s : states) block.insert(block.end(), s.begin(), s.end());
-        fake_quantize_u8(block);
-        for (size_t b = 0; b < states.size(); ++b)
-            std::copy_n(block.begin() + static_cast<std::ptrdiff_t>(b * states[b].size()), states[b].size(),
-                        states[b].begin());
-    });
+    run_lstm(ctx, rc, cached(ctx, constant, fresh, [&] { return lstm_columns(rc); }), out,
+             [&](std::vector<std::vector<float>>& states) {
+                 std::vector<float> block;
+                 for (const auto& s : states) block.insert(block.end(), s.begin(), s.end());
+                 fake_quantize_u8(block);
+                 for (size_t b = 0; b < states.size(); ++b)
+                     std::copy_n(block.begin() + static_cast<std::ptrdiff_t>(b * states[b].size()), states[b].size(),
+                                 states[b].begin());
+             });
 }
 
 const KernelRegistration kKernels[] = {
