@@ -1001,25 +1001,30 @@ vaiq::Model lstm_model() {
     return b.build();
 }
 
-// The float LSTM as ONNX Runtime computes it: one product for every step's
-// inputs, each step's recurrent product, MLAS's logistic and tanh.
-TEST(OnnxRuntimeLstm, AFloatLstmComputesWhatOnnxRuntimeDoes) {
+// `model` (one input "x", one output) in ONNX Runtime and in vaiq on `x`:
+// within `tolerance` of each other, and not all near zero.
+void expect_runs_as_in_onnx_runtime(const vaiq::Model& model, const vaiq::Tensor& x, float tolerance,
+                                    const std::string& what) {
     const auto dir = vaiq::test::temp_dir();
-    const auto model = lstm_model();
-    vaiq::save_model(model, dir / "lstm.onnx");
-    const auto x = wave_tensor({5, 2, 8}, 1.5f, 7);
+    vaiq::save_model(model, dir / "model.onnx");
     vaiq::write_npy(dir / "x.npy", x);
-    const auto r = run_in_ort(dir / "lstm.onnx", dir / "ort", dir / "x.npy");
+    const auto r = run_in_ort(dir / "model.onnx", dir / "ort", dir / "x.npy");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto theirs = vaiq::read_npy(dir / "ort" / "output_0.npy");
     const vaiq::Tensor ours = vaiq::runtime::Executor(model).run({{"x", x}})[0];
-    ASSERT_EQ(theirs.shape(), ours.shape());
+    ASSERT_EQ(theirs.shape(), ours.shape()) << what;
     float largest = 0;
     for (int64_t i = 0; i < ours.size(); ++i) {
         largest = std::max(largest, std::abs(ours.data<float>()[i]));
-        EXPECT_NEAR(theirs.data<float>()[i], ours.data<float>()[i], 1e-6f) << i;
+        EXPECT_NEAR(theirs.data<float>()[i], ours.data<float>()[i], tolerance) << what << ", value " << i;
     }
-    EXPECT_GT(largest, 0.1f);
+    EXPECT_GT(largest, 0.1f) << what;
+}
+
+// The float LSTM as ONNX Runtime computes it: one product for every step's
+// inputs, each step's recurrent product, MLAS's logistic and tanh.
+TEST(OnnxRuntimeLstm, AFloatLstmComputesWhatOnnxRuntimeDoes) {
+    expect_runs_as_in_onnx_runtime(lstm_model(), wave_tensor({5, 2, 8}, 1.5f, 7), 1e-6f, "LSTM");
 }
 
 // A bidirectional GRU (8 inputs, 16 hidden units) over 5 steps of a batch of 2,
@@ -1035,23 +1040,8 @@ TEST(OnnxRuntimeGru, AFloatGruComputesWhatOnnxRuntimeDoesWithinRounding) {
         vaiq::test::set_attribute(gru, "hidden_size", 16);
         vaiq::test::set_attribute(gru, "linear_before_reset", linear_before_reset);
         vaiq::set_attribute(gru, "direction", std::string("bidirectional"));
-        const auto model = b.build();
-        const auto dir = vaiq::test::temp_dir();
-        vaiq::save_model(model, dir / "gru.onnx");
-        const auto x = wave_tensor({5, 2, 8}, 1.5f, 9);
-        vaiq::write_npy(dir / "x.npy", x);
-        const auto r = run_in_ort(dir / "gru.onnx", dir / "ort", dir / "x.npy");
-        ASSERT_EQ(r.exit_code, 0) << r.err;
-        const auto theirs = vaiq::read_npy(dir / "ort" / "output_0.npy");
-        const vaiq::Tensor ours = vaiq::runtime::Executor(model).run({{"x", x}})[0];
-        ASSERT_EQ(theirs.shape(), ours.shape());
-        float largest = 0;
-        for (int64_t i = 0; i < ours.size(); ++i) {
-            largest = std::max(largest, std::abs(ours.data<float>()[i]));
-            EXPECT_NEAR(theirs.data<float>()[i], ours.data<float>()[i], 2e-6f)
-                << "linear_before_reset " << linear_before_reset << ", value " << i;
-        }
-        EXPECT_GT(largest, 0.1f);
+        expect_runs_as_in_onnx_runtime(b.build(), wave_tensor({5, 2, 8}, 1.5f, 9), 2e-6f,
+                                       fmt::format("GRU, linear_before_reset {}", linear_before_reset));
     }
 }
 

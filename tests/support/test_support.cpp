@@ -1,5 +1,7 @@
 #include "test_support.hpp"
 
+#include <functional>
+
 #include "pipeline/pipeline.hpp"
 #include "recipe/recipe.hpp"
 
@@ -405,19 +407,21 @@ void set_body(onnx::NodeProto& node, onnx::GraphProto body) {
     *a->mutable_g() = std::move(body);
 }
 
-}  // namespace
-
-Model looping_model(int64_t trips) {
+// (h, ys) = Loop(trips, x) whose body computes `product` from h_in and the
+// main graph's `weights` (what `add_product` adds), then h <- Tanh(product)
+// and ys stacks Relu(product).
+Model loop_model(int64_t trips, const std::vector<std::pair<std::string, Tensor>>& weights,
+                 const std::function<void(onnx::GraphProto&)>& add_product) {
     GraphBuilder b;
     b.input("x", {1, 8}).output("h", {1, 8}).output("ys", {trips, 1, 8});
-    b.initializer("W", ramp({8, 8}, -0.45f, 0.0141f));
+    for (const auto& [name, value] : weights) b.initializer(name, value);
     b.initializer("trips", Tensor::from_values<int64_t>({}, std::vector<int64_t>{trips}));
     onnx::GraphProto body;
     body.set_name("step");
     *body.add_input() = typed_value("i", DataType::Int64, {});
     *body.add_input() = typed_value("going", DataType::Bool, {});
     *body.add_input() = typed_value("h_in", DataType::Float, {1, 8});
-    add_node(body, "MatMul", {"h_in", "W"}, {"product"}, "loop_mm");
+    add_product(body);
     add_node(body, "Tanh", {"product"}, {"h_out"}, "loop_tanh");
     add_node(body, "Relu", {"product"}, {"y"}, "loop_relu");
     add_node(body, "Identity", {"going"}, {"going_out"}, "loop_going");
@@ -426,39 +430,37 @@ Model looping_model(int64_t trips) {
     return b.build();
 }
 
+}  // namespace
+
+Model looping_model(int64_t trips) {
+    return loop_model(trips, {{"W", ramp({8, 8}, -0.45f, 0.0141f)}}, [](onnx::GraphProto& body) {
+        add_node(body, "MatMul", {"h_in", "W"}, {"product"}, "loop_mm");
+    });
+}
+
 Model looping_branching_model(int64_t trips) {
-    GraphBuilder b;
-    b.input("x", {1, 8}).output("h", {1, 8}).output("ys", {trips, 1, 8});
-    b.initializer("W", ramp({8, 8}, -0.45f, 0.0141f)).initializer("V", ramp({8, 8}, 0.35f, -0.0102f));
-    b.initializer("trips", Tensor::from_values<int64_t>({}, std::vector<int64_t>{trips}));
-    b.initializer("two", Tensor::from_values<int64_t>({}, std::vector<int64_t>{2}));
-    auto branch = [](const std::string& name, const std::string& weight) {
-        onnx::GraphProto g;
-        g.set_name(name);
-        add_node(g, "MatMul", {"h_in", weight}, {name + "_product"}, name + "_mm");
-        g.add_output()->set_name(name + "_product");
-        return g;
-    };
-    onnx::GraphProto body;
-    body.set_name("step");
-    *body.add_input() = typed_value("i", DataType::Int64, {});
-    *body.add_input() = typed_value("going", DataType::Bool, {});
-    *body.add_input() = typed_value("h_in", DataType::Float, {1, 8});
-    add_node(body, "Less", {"i", "two"}, {"early"}, "loop_early");
-    auto* choose = add_node(body, "If", {"early"}, {"product"}, "loop_choose");
-    for (const auto& [attr, graph] :
-         {std::pair{"then_branch", branch("then", "W")}, std::pair{"else_branch", branch("else", "V")}}) {
-        auto* a = choose->add_attribute();
-        a->set_name(attr);
-        a->set_type(onnx::AttributeProto::GRAPH);
-        *a->mutable_g() = graph;
-    }
-    add_node(body, "Tanh", {"product"}, {"h_out"}, "loop_tanh");
-    add_node(body, "Relu", {"product"}, {"y"}, "loop_relu");
-    add_node(body, "Identity", {"going"}, {"going_out"}, "loop_going");
-    for (const auto& name : {"going_out", "h_out", "y"}) body.add_output()->set_name(name);
-    set_body(b.node("Loop", {"trips", "", "x"}, {"h", "ys"}, "repeat"), std::move(body));
-    return b.build();
+    const std::vector<std::pair<std::string, Tensor>> weights = {
+        {"W", ramp({8, 8}, -0.45f, 0.0141f)},
+        {"V", ramp({8, 8}, 0.35f, -0.0102f)},
+        {"two", Tensor::from_values<int64_t>({}, std::vector<int64_t>{2})}};
+    return loop_model(trips, weights, [](onnx::GraphProto& body) {
+        auto branch = [](const std::string& name, const std::string& weight) {
+            onnx::GraphProto g;
+            g.set_name(name);
+            add_node(g, "MatMul", {"h_in", weight}, {name + "_product"}, name + "_mm");
+            g.add_output()->set_name(name + "_product");
+            return g;
+        };
+        add_node(body, "Less", {"i", "two"}, {"early"}, "loop_early");
+        auto* choose = add_node(body, "If", {"early"}, {"product"}, "loop_choose");
+        for (const auto& [attr, graph] :
+             {std::pair{"then_branch", branch("then", "W")}, std::pair{"else_branch", branch("else", "V")}}) {
+            auto* a = choose->add_attribute();
+            a->set_name(attr);
+            a->set_type(onnx::AttributeProto::GRAPH);
+            *a->mutable_g() = graph;
+        }
+    });
 }
 
 Model scanning_model(int64_t steps) {
