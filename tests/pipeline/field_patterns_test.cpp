@@ -347,7 +347,9 @@ TEST_F(FieldRun, AHeadsWeightsAreNamedWhereTheTargetComputesPerTensor) {
 // A mask: Where(hidden, -inf, scores) before the Softmax, as decoders are
 // exported. The masked scores and the -inf fill have no range; they stay float
 // and the rest is quantized, where the run used to fail.
-TEST_F(FieldRun, AnAttentionMasksInfinitiesStayFloat) {
+// scores = x w, kept = Where(x < 0.2, -inf, scores), y = Softmax(kept): an
+// attention mask's fill, as exporters write it.
+vaiq::Model masked_softmax() {
     GraphBuilder b(17);
     b.input("x", {1, 8, 8}).output("y", {1, 8, 8});
     std::vector<float> w(64);
@@ -360,7 +362,11 @@ TEST_F(FieldRun, AnAttentionMasksInfinitiesStayFloat) {
     b.node("MatMul", {"x", "w"}, {"scores"});
     b.node("Where", {"hidden", "masked", "scores"}, {"kept"});
     vaiq::test::set_attribute(b.node("Softmax", {"kept"}, {"y"}), "axis", -1);
-    const auto report = run(b.build());
+    return b.build();
+}
+
+TEST_F(FieldRun, AnAttentionMasksInfinitiesStayFloat) {
+    const auto report = run(masked_softmax());
     const auto& not_finite = report["calibration"]["not_finite"];
     EXPECT_NE(std::find(not_finite.begin(), not_finite.end(), "kept"), not_finite.end()) << not_finite.dump();
     EXPECT_GT(output_sqnr(report, "y"), 20.0);
@@ -375,6 +381,15 @@ TEST_F(FieldRun, AnAttentionMasksInfinitiesStayFloat) {
         }
     }
     EXPECT_GE(quantized, 1) << "the MatMul's input is still quantized";
+}
+
+// Block float activations calibrate nothing, but calibration still watches
+// them: a block holding the mask's -inf would turn into NaNs.
+TEST_F(FieldRun, ABlockFloatActivationHoldingAMasksInfinityStaysFloat) {
+    const auto report = run(masked_softmax(), "activation_type: QBFP16\n", "target: cpu\ncalibrate_method: MinMax\n");
+    const auto& not_finite = report["calibration"]["not_finite"];
+    EXPECT_NE(std::find(not_finite.begin(), not_finite.end(), "kept"), not_finite.end()) << not_finite.dump();
+    EXPECT_GT(output_sqnr(report, "y"), 20.0) << "no NaN reaches the output";
 }
 
 // A decoder's past is empty in every calibration batch: no range, so it stays float.

@@ -182,7 +182,8 @@ int bits_that_differ(const Tensor& a, const Tensor& b) {
 
 // The op and its simulation in standard ops give the same bits for every type,
 // with and without padding, along a middle and the last axis, on a vector, and
-// where the size along the axis, or even the rank, is known only at run time.
+// where the size along the axis, or even the rank, is known only at run time,
+// and on empty tensors whose emptiness only the run knows.
 TEST(BlockFloat, TheSimulationInStandardOpsIsTheOpBitForBit) {
     const struct {
         std::vector<int64_t> shape, declared;
@@ -196,7 +197,9 @@ TEST(BlockFloat, TheSimulationInStandardOpsIsTheOpBitForBit) {
                  {{2, 16, 3}, {2, -1, 3}, {1, 8}},  // a size along the axis known only at run time
                  {{2, 10, 3}, {}, {1, 4}},
                  {{2, 10, 3}, {}, {-2, 4}},
-                 {{3, 40}, {}, {-1, 16}}};  // nor the rank
+                 {{3, 40}, {}, {-1, 16}},                   // nor the rank
+                 {{1, 4, 0, 24}, {1, 4, -1, 24}, {-1, 8}},  // empty along a size known only at run time
+                 {{0, 16, 3}, {-1, 16, 3}, {1, 8}}};        // (a decoder's empty key/value cache)
     for (const auto type : {QuantType::QBFP16, QuantType::QMXInt8, QuantType::QMXFP8E4M3, QuantType::QMXFP8E5M2,
                             QuantType::QMXFP6E3M2, QuantType::QMXFP6E2M3, QuantType::QMXFP4E2M1})
         for (const int mode : {2, 0, 1})  // ties to even, away from zero, upward

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -47,6 +48,16 @@ void observe(Observations& into, const Model& model, const DraftPlan& plan, Data
         if (!t.constant && t.role == TensorRole::Activation && !t.observed() && t.share_with.empty())
             typed.push_back(t.tensor);
     if (typed.empty()) return;
+    // Block float activations calibrate nothing, but a block that holds an
+    // infinity (an attention mask's -inf) turns into NaNs: every batch tells
+    // whether they stay finite.
+    std::set<std::string> watched;
+    for (const auto& t : plan.tensors)
+        if (!t.constant && t.role == TensorRole::Activation && is_block_float(t.spec.type) && t.share_with.empty() &&
+            !into.not_finite.count(t.tensor))
+            watched.insert(t.tensor);
+    auto tapped = observed;
+    tapped.insert(tapped.end(), watched.begin(), watched.end());
 
     std::map<std::string, TensorRange> clamps;
     for (const auto& [name, t] : observing_tensors(plan))
@@ -61,7 +72,7 @@ void observe(Observations& into, const Model& model, const DraftPlan& plan, Data
     for (const auto& name : typed)
         if (auto it = observers.find(name); it == observers.end() || it->second->order_free())
             options.any_order_taps.insert(name);
-    std::mutex not_float;
+    std::mutex not_float;  // guards into.not_float, and into.not_finite for the watched tensors
     // What each observed tensor has held so far. Only the tensor's own turn touches its entry
     // (see batch_workers.hpp), so no lock: the map itself does not change while batches run.
     struct Seen {
@@ -82,7 +93,14 @@ void observe(Observations& into, const Model& model, const DraftPlan& plan, Data
             return;
         }
         auto observer = observers.find(name);
-        if (observer == observers.end()) return;  // only its type was wanted
+        if (observer == observers.end()) {  // only its type was wanted, or whether it stays finite
+            const auto v = value.data<float>();
+            if (watched.count(name) && !std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); })) {
+                std::lock_guard lock(not_float);
+                into.not_finite.insert(name);
+            }
+            return;
+        }
         auto clamp = clamps.find(name);
         turns.await(name, index);
         auto& state = seen.at(name);
@@ -108,8 +126,8 @@ void observe(Observations& into, const Model& model, const DraftPlan& plan, Data
     };
     const int first = into.batches;
     data.rewind();
-    // Past the first batch only what is observed is tapped; nothing observed: one batch.
-    const size_t read = run_batches(data, split.batches, observed.empty() ? 1 : 0, [&]() -> BatchWork {
+    // Past the first batch only what is observed (or watched) is tapped; nothing: one batch.
+    const size_t read = run_batches(data, split.batches, tapped.empty() ? 1 : 0, [&]() -> BatchWork {
         auto executor = std::make_shared<runtime::Executor>(model, options);
         return [&, executor](size_t index, const Batch& batch, BatchTurns& turns) {
             const runtime::Tap tap = [&](const std::string& name, const Tensor& value) {
@@ -117,7 +135,7 @@ void observe(Observations& into, const Model& model, const DraftPlan& plan, Data
             };
             std::vector<Tensor> results;
             try {
-                results = executor->run(batch.feeds, index == 0 ? typed : observed, tap);
+                results = executor->run(batch.feeds, index == 0 ? typed : tapped, tap);
             } catch (const InputError& e) {
                 throw InputError(fmt::format("calibration data {}: {}", batch.source, e.what()));
             }

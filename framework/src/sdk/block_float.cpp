@@ -294,7 +294,14 @@ void add_block_float_simulation(Model& model, UniqueNames& names, const TensorQu
             x = w.node("Pad", {input, w.ints(pads)});
         }
         std::vector<int64_t> dims(static_cast<size_t>(axis), 0);  // 0: the dimension as it is
-        dims.insert(dims.end(), {(channels + padding) / blocks.size, blocks.size, -1});
+        dims.insert(dims.end(), {(channels + padding) / blocks.size, blocks.size});
+        // The dimensions after the axis as written; -1 only where one is not known (a
+        // -1 cannot be inferred in an empty tensor, as an empty key/value cache is).
+        const bool after_known = std::all_of(shape.begin() + axis + 1, shape.end(), [](int64_t d) { return d >= 0; });
+        if (after_known)
+            dims.insert(dims.end(), shape.begin() + axis + 1, shape.end());
+        else
+            dims.push_back(-1);
         blocked = w.ints(dims);
     } else {
         // Whole blocks: zeros at the axis' end, as many as its size at run time needs
