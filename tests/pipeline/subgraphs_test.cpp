@@ -384,6 +384,17 @@ TEST(LoopIterations, ReplayLoopsAndScansAsTheRuntimeRunsThem) {
     int kept = 0;
     for (int64_t i = 0; i < 1000; ++i) kept += vaiq::phases::kept_iteration(i, 1000);
     EXPECT_EQ(kept, vaiq::phases::kIterationsKept);
-    EXPECT_TRUE(vaiq::phases::kept_iteration(31, 0));
-    EXPECT_FALSE(vaiq::phases::kept_iteration(32, 0)) << "the first ones when the count is not known";
+    // Without a count known ahead: spread over the whole run, however long.
+    for (const int64_t run : {10, 64, 1000}) {
+        vaiq::phases::IterationSample<int64_t> sample;
+        for (int64_t i = 0; i < run; ++i) sample.offer(i, 0, [i] { return i; });
+        const auto iterations = sample.take();
+        ASSERT_FALSE(iterations.empty());
+        EXPECT_EQ(iterations.front(), 0);
+        EXPECT_LE(iterations.size(), static_cast<size_t>(2 * vaiq::phases::kIterationsKept)) << run;
+        EXPECT_GE(iterations.size(), static_cast<size_t>(std::min<int64_t>(run, vaiq::phases::kIterationsKept))) << run;
+        EXPECT_GT(iterations.back(), run / 2) << "the last half of the run is sampled too (" << run << ")";
+        for (size_t j = 1; j < iterations.size(); ++j)
+            EXPECT_EQ(iterations[j] - iterations[j - 1], iterations[1] - iterations[0]) << "evenly, " << run;
+    }
 }

@@ -11,7 +11,6 @@
 namespace vaiq::phases {
 
 bool kept_iteration(int64_t i, int64_t count) {
-    if (count <= 0) return i < kIterationsKept;
     return i == 0 || i * kIterationsKept / count != (i - 1) * kIterationsKept / count;
 }
 
