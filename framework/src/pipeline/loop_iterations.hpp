@@ -39,7 +39,6 @@ class IterationSample {
         items_.resize(items_.size() / 2);
         stride_ *= 2;
     }
-    bool empty() const { return items_.empty(); }
     const T& first() const { return items_.front(); }
     std::vector<T> take() { return std::exchange(items_, {}); }
 
