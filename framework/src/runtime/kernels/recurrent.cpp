@@ -1,7 +1,9 @@
 // The recurrent ops as the ONNX spec defines them: RNN, GRU (z, r, h gates,
 // linear_before_reset) and LSTM (i, o, f, c gates, peepholes, input_forget);
 // forward, reverse or bidirectional; clip, sequence_lens, batch-major layout
-// and configurable activations.
+// and configurable activations. LSTM and GRU run on whole products (every
+// step's input products at once, then each step's recurrent ones) with
+// Sigmoid and Tanh as ONNX Runtime computes them; RNN sums each gate in double.
 #include <algorithm>
 #include <cmath>
 #include <functional>
