@@ -410,12 +410,14 @@ void set_body(onnx::NodeProto& node, onnx::GraphProto body) {
 // (h, ys) = Loop(trips, x) whose body computes `product` from h_in and the
 // main graph's `weights` (what `add_product` adds), then h <- Tanh(product)
 // and ys stacks Relu(product).
+// With `conditional`, no trip count: the body's condition (i < trips - 1) ends it.
 Model loop_model(int64_t trips, const std::vector<std::pair<std::string, Tensor>>& weights,
-                 const std::function<void(onnx::GraphProto&)>& add_product) {
+                 const std::function<void(onnx::GraphProto&)>& add_product, bool conditional = false) {
     GraphBuilder b;
     b.input("x", {1, 8}).output("h", {1, 8}).output("ys", {trips, 1, 8});
     for (const auto& [name, value] : weights) b.initializer(name, value);
     b.initializer("trips", Tensor::from_values<int64_t>({}, std::vector<int64_t>{trips}));
+    b.initializer("last", Tensor::from_values<int64_t>({}, std::vector<int64_t>{trips - 1}));
     onnx::GraphProto body;
     body.set_name("step");
     *body.add_input() = typed_value("i", DataType::Int64, {});
@@ -424,18 +426,24 @@ Model loop_model(int64_t trips, const std::vector<std::pair<std::string, Tensor>
     add_product(body);
     add_node(body, "Tanh", {"product"}, {"h_out"}, "loop_tanh");
     add_node(body, "Relu", {"product"}, {"y"}, "loop_relu");
-    add_node(body, "Identity", {"going"}, {"going_out"}, "loop_going");
+    if (conditional)
+        add_node(body, "Less", {"i", "last"}, {"going_out"}, "loop_going");
+    else
+        add_node(body, "Identity", {"going"}, {"going_out"}, "loop_going");
     for (const auto& name : {"going_out", "h_out", "y"}) body.add_output()->set_name(name);
-    set_body(b.node("Loop", {"trips", "", "x"}, {"h", "ys"}, "repeat"), std::move(body));
+    set_body(b.node("Loop", {conditional ? "" : "trips", "", "x"}, {"h", "ys"}, "repeat"), std::move(body));
     return b.build();
 }
 
 }  // namespace
 
-Model looping_model(int64_t trips) {
-    return loop_model(trips, {{"W", ramp({8, 8}, -0.45f, 0.0141f)}}, [](onnx::GraphProto& body) {
-        add_node(body, "MatMul", {"h_in", "W"}, {"product"}, "loop_mm");
-    });
+Model looping_model(int64_t trips, bool conditional) {
+    return loop_model(
+        trips, {{"W", ramp({8, 8}, -0.45f, 0.0141f)}},
+        [](onnx::GraphProto& body) {
+            add_node(body, "MatMul", {"h_in", "W"}, {"product"}, "loop_mm");
+        },
+        conditional);
 }
 
 Model looping_branching_model(int64_t trips) {

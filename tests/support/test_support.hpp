@@ -123,8 +123,9 @@ Model branching_model();
 
 /// (h, ys) = Loop(trips, x): h <- Tanh(h @ W), ys stacks Relu(h @ W) of each
 /// iteration; x [1, 8], W a main-graph weight the body reads (nodes loop_mm,
-/// loop_tanh, loop_relu, loop_going).
-Model looping_model(int64_t trips);
+/// loop_tanh, loop_relu, loop_going). `conditional`: no trip count, the body's
+/// condition ends it after as many iterations.
+Model looping_model(int64_t trips, bool conditional = false);
 
 /// looping_model with an If in the body: h @ W for the first two iterations,
 /// h @ V after (nodes loop_early, loop_choose, then_mm, else_mm, loop_tanh, ...).

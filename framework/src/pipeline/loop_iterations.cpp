@@ -10,10 +10,6 @@
 
 namespace vaiq::phases {
 
-bool kept_iteration(int64_t i, int64_t count) {
-    return i == 0 || i * kIterationsKept / count != (i - 1) * kIterationsKept / count;
-}
-
 void iterate(const onnx::NodeProto& node, int64_t opset, const onnx::GraphProto& body,
              const std::vector<std::optional<Tensor>>& in, const Step& step) {
     const auto& formal = body.input();
@@ -35,7 +31,6 @@ void iterate(const onnx::NodeProto& node, int64_t opset, const onnx::GraphProto&
         bool going = !in[1] || in[1]->bytes()[0] != std::byte{0};
         std::vector<Tensor> state;
         for (size_t v = 0; v < carried; ++v) state.push_back(*in[2 + v]);
-        const int64_t count = bounded && trips <= (int64_t{1} << 20) ? trips : 0;
         for (int64_t i = 0; (!bounded || i < trips) && going; ++i) {
             std::map<std::string, Tensor> feeds;
             feeds[name(0)] = Tensor::from_values<int64_t>({}, std::vector<int64_t>{i});
@@ -43,7 +38,7 @@ void iterate(const onnx::NodeProto& node, int64_t opset, const onnx::GraphProto&
             condition.mutable_bytes()[0] = std::byte{going};
             feeds[name(1)] = std::move(condition);
             for (size_t v = 0; v < carried; ++v) feeds[name(2 + v)] = std::move(state[v]);
-            auto out = step(i, count, std::move(feeds));
+            auto out = step(i, std::move(feeds));
             if (out.size() < carried + 1 || out[0].type() != DataType::Bool || out[0].size() != 1)
                 throw InputError("its body's condition is not a single bool");
             going = out[0].bytes()[0] != std::byte{0};
@@ -76,7 +71,7 @@ void iterate(const onnx::NodeProto& node, int64_t opset, const onnx::GraphProto&
         for (size_t v = 0; v < n; ++v) feeds[name(v)] = std::move(state[v]);
         for (size_t j = 0; j < axes.size(); ++j)
             feeds[name(n + j)] = runtime::slice_at(*in[n + j], axes[j], reversed[j] ? length - 1 - t : t);
-        auto out = step(t, length, std::move(feeds));
+        auto out = step(t, std::move(feeds));
         if (out.size() < n) throw InputError("its body gives fewer outputs than it has states");
         for (size_t v = 0; v < n; ++v) state[v] = std::move(out[v]);
     }

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,40 +17,34 @@
 namespace vaiq::phases {
 
 /// Iterations kept per calibration batch for a Loop's or Scan's body.
-inline constexpr int64_t kIterationsKept = 32;
+inline constexpr int64_t kIterationsKept = 256;
 
-/// Whether iteration `i` of `count` (known ahead) is one of the
-/// kIterationsKept spread evenly over them.
-bool kept_iteration(int64_t i, int64_t count);
-
-/// The iterations one batch keeps. With the count known ahead, kept_iteration;
-/// without, every stride-th, the stride doubling (and every other one kept so
-/// far dropped) whenever twice kIterationsKept are kept: kIterationsKept to
-/// twice as many remain, spread over the whole run however long it is.
+/// The iterations one batch keeps: all of a run of up to kIterationsKept (a
+/// range needs the extremes, and a loop's may sit in a few iterations, as a
+/// decaying state's first ones); of a longer run, kIterationsKept drawn
+/// uniformly from all of it (reservoir sampling, a fixed seed). A regular
+/// stride would alias with a loop whose iterations alternate (every other
+/// one's sign, say) and calibrate on half of what the body computes.
 template <typename T>
 class IterationSample {
   public:
-    /// Iteration `i` (`count`: known ahead, else 0); `make` builds it where kept.
+    /// Iteration `i` (0, 1, ... in order); `make` builds it where kept.
     template <typename Make>
-    void offer(int64_t i, int64_t count, const Make& make) {
-        if (count > 0 ? !kept_iteration(i, count) : i % stride_ != 0) return;
-        items_.push_back(make());
-        if (count > 0 || items_.size() < static_cast<size_t>(2 * kIterationsKept)) return;
-        for (size_t j = 0; 2 * j < items_.size(); ++j) items_[j] = std::move(items_[2 * j]);
-        items_.resize(items_.size() / 2);
-        stride_ *= 2;
+    void offer(int64_t i, const Make& make) {
+        if (i < kIterationsKept) return items_.push_back(make());
+        const auto j = std::uniform_int_distribution<int64_t>(0, i)(rng_);
+        if (j < kIterationsKept) items_[static_cast<size_t>(j)] = make();
     }
     const T& first() const { return items_.front(); }
     std::vector<T> take() { return std::exchange(items_, {}); }
 
   private:
     std::vector<T> items_;
-    int64_t stride_ = 1;
+    std::mt19937_64 rng_{0};
 };
 
-/// One iteration: its number, the count known ahead (or 0), the body's inputs
-/// by name; returns the body's outputs.
-using Step = std::function<std::vector<Tensor>(int64_t i, int64_t count, std::map<std::string, Tensor> feeds)>;
+/// One iteration: its number and the body's inputs by name; returns the body's outputs.
+using Step = std::function<std::vector<Tensor>(int64_t i, std::map<std::string, Tensor> feeds)>;
 
 /// A Loop's or Scan's iterations on the node's inputs `in` (nullopt where
 /// omitted), as the runtime runs them (runtime/kernels/control_flow.cpp);

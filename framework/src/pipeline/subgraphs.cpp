@@ -236,23 +236,21 @@ Model record_iterations(const Model& parent, Body& b, TensorSpool& spool, int th
         for (const auto& index : b.node_inputs[k])
             in.push_back(index ? std::optional(spool.get(*index)) : std::nullopt);
         IterationSample<std::map<std::string, size_t>> sample;
-        iterate(*b.node, parent.opset(), *b.graph, in,
-                [&](int64_t i, int64_t count, std::map<std::string, Tensor> feeds) {
-                    sample.offer(i, count, [&] {
-                        auto kept = outer[k];
-                        for (const auto& [name, value] : feeds) kept[name] = spool.put(value);
-                        return kept;
-                    });
-                    if (!model) {  // the body as a model, typed by its first iteration (always kept)
-                        b.batches = {sample.first()};
-                        model = body_model(parent, b, spool);
-                        b.batches.clear();
-                        executor =
-                            std::make_unique<runtime::Executor>(*model, runtime::ExecutorOptions{.threads = threads});
-                    }
-                    for (const auto& [name, index] : outer[k]) feeds.emplace(name, spool.get(index));
-                    return executor->run(feeds);
-                });
+        iterate(*b.node, parent.opset(), *b.graph, in, [&](int64_t i, std::map<std::string, Tensor> feeds) {
+            sample.offer(i, [&] {
+                auto kept = outer[k];
+                for (const auto& [name, value] : feeds) kept[name] = spool.put(value);
+                return kept;
+            });
+            if (!model) {  // the body as a model, typed by its first iteration (always kept)
+                b.batches = {sample.first()};
+                model = body_model(parent, b, spool);
+                b.batches.clear();
+                executor = std::make_unique<runtime::Executor>(*model, runtime::ExecutorOptions{.threads = threads});
+            }
+            for (const auto& [name, index] : outer[k]) feeds.emplace(name, spool.get(index));
+            return executor->run(feeds);
+        });
         for (auto& kept : sample.take()) b.batches.push_back(std::move(kept));
     }
     if (!model) throw InputError("no calibration batch ran an iteration");

@@ -7,10 +7,10 @@
 // the body's. The float model runs over the calibration data once more,
 // tapping what each node reads: an If's branch calibrates on the batches that
 // took it; a Loop's or Scan's body on its iterations, which the float body
-// replays from the node's inputs (32 a batch spread over the trip count when
-// it is known ahead, else 32 to 63 spread over the run). The body model is quantized by a nested run of the
-// same recipe (its own control flow in turn) and put back in place of the float
-// body, with every name it added made unique in the whole model.
+// replays from the node's inputs (every iteration of a batch up to 256, else
+// 256 drawn uniformly from its run). The body model is quantized by a nested
+// run of the same recipe (its own control flow in turn) and put back in place of the float body, with every name it
+// added made unique in the whole model.
 #pragma once
 
 #include <functional>

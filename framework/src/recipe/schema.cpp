@@ -243,7 +243,7 @@ const std::vector<KeySpec>& recipe_keys() {
          "Remove initializers from the graph inputs so they are treated as constants."},
         {"extra_options.EnableSubgraph", K::Bool, "false", P::Emit, yes,
          "Quantize the bodies of If, Loop and Scan nodes too: an If's branches each on the calibration batches "
-         "that take it, a Loop's or Scan's body on its iterations (32 or so a batch, spread over the run)."},
+         "that take it, a Loop's or Scan's body on its iterations (up to 256 a batch, drawn from the whole run)."},
         {"extra_options.ForceQuantizeNoInputCheck", K::Bool, "false", P::Plan, yes,
          "Quantize latent operators (MaxPool, Transpose, ...) even when their input is not quantized."},
         {"extra_options.MatMulConstBOnly", K::Bool, "false", P::Plan, yes,
