@@ -169,6 +169,21 @@ struct Recurrence {
     }
     bool reversed(int64_t d) const { return direction == "reverse" || d == 1; }
     float clipped(float v) const { return clip > 0 ? std::clamp(v, -clip, clip) : v; }
+    // A gate row through activation `a`, the clip bounding what enters it.
+    void activate(const Activation& a, float* row) const {
+        if (clip > 0)
+            for (int64_t k = 0; k < hidden; ++k) row[k] = clipped(row[k]);
+        a.row(row, hidden);
+    }
+    // Every batch row's initial state (input `slot`, or zeros) of direction d, [batch, hidden].
+    std::vector<float> initial_rows(KernelContext& ctx, size_t slot, int64_t d) const {
+        std::vector<float> rows;
+        for (int64_t b = 0; b < batch; ++b) {
+            const auto s = initial(ctx, slot, d, b);
+            rows.insert(rows.end(), s.begin(), s.end());
+        }
+        return rows;
+    }
     // Initial state input `slot` (or zeros) for direction d, batch b.
     std::vector<float> initial(KernelContext& ctx, size_t slot, int64_t d, int64_t b) const {
         std::vector<float> s(static_cast<size_t>(hidden), 0.0f);
@@ -290,18 +305,10 @@ void gru(KernelContext& ctx, std::vector<Tensor>& out) {
     std::vector<float> input_products(static_cast<size_t>(rc.seq * rc.batch * width));
     std::vector<float> states(rows * n), update_reset(rows * 2 * n), hidden(rows * n), reset_states(rows * n);
     std::vector<float> gates(rows * 2 * n), candidate(static_cast<size_t>(n));
-    auto activate = [&](const Activation& a, float* row, int64_t count) {
-        if (rc.clip > 0)
-            for (int64_t k = 0; k < count; ++k) row[k] = rc.clipped(row[k]);
-        a.row(row, count);
-    };
     for (int64_t d = 0; d < rc.dirs; ++d) {
         const Activation &f = rc.act[2 * d], &g = rc.act[2 * d + 1];
         ort_sgemm(rc.x.data(), columns.w[d].data(), input_products.data(), rc.seq * rc.batch, rc.in_size, width);
-        for (int64_t b = 0; b < rc.batch; ++b) {
-            const auto h = rc.initial(ctx, 5, d, b);
-            std::copy(h.begin(), h.end(), states.begin() + b * n);
-        }
+        states = rc.initial_rows(ctx, 5, d);
         for (int64_t step = 0; step < longest; ++step) {
             ort_sgemm(states.data(), columns.update_reset[d].data(), update_reset.data(), rc.batch, n, 2 * n);
             if (linear_before_reset) ort_sgemm(states.data(), columns.hidden[d].data(), hidden.data(), rc.batch, n, n);
@@ -317,8 +324,8 @@ void gru(KernelContext& ctx, std::vector<Tensor>& out) {
                 const float* xr = input_products.data() + rc.x_index(time(b), b) * width;
                 for (int64_t gi = 0; gi < 2 * n; ++gi)
                     zr[gi] = (xr[gi] + update_reset[b * 2 * n + gi]) + (rc.wb(d, 3, gi) + rc.rb(d, 3, gi));
-                activate(f, zr, n);
-                activate(f, zr + n, n);
+                rc.activate(f, zr);
+                rc.activate(f, zr + n);
                 for (int64_t k = 0; k < n; ++k) reset_states[b * n + k] = zr[n + k] * h[k];
             }
             if (!linear_before_reset)
@@ -334,7 +341,7 @@ void gru(KernelContext& ctx, std::vector<Tensor>& out) {
                     candidate[k] =
                         linear_before_reset ? (xr[k] + r[k] * (hh[k] + rb)) + wb : ((xr[k] + hh[k]) + rb) + wb;
                 }
-                activate(g, candidate.data(), n);
+                rc.activate(g, candidate.data());
                 for (int64_t k = 0; k < n; ++k) {
                     h[k] = (1.0f - z[k]) * candidate[k] + z[k] * h[k];
                     yv[rc.y_index(t, d, b, k)] = h[k];
@@ -354,7 +361,7 @@ void gru(KernelContext& ctx, std::vector<Tensor>& out) {
 // sees them together (the rows of one direction) before they enter the
 // recurrent product (when given).
 void run_lstm(KernelContext& ctx, Recurrence& rc, const LstmColumns& columns, std::vector<Tensor>& out,
-              const std::function<void(std::vector<std::vector<float>>&)>& quantize_state) {
+              const std::function<void(std::span<float> states)>& quantize_state) {
     const bool input_forget = ctx.attributes.get_int("input_forget", 0) != 0;
     if (ctx.has_input(7) && (ctx.input(7).type() != DataType::Float || ctx.input(7).size() != rc.dirs * 3 * rc.hidden))
         ctx.fail(fmt::format("P must hold {} float values", rc.dirs * 3 * rc.hidden));
@@ -373,21 +380,11 @@ void run_lstm(KernelContext& ctx, Recurrence& rc, const LstmColumns& columns, st
         const Activation &f = rc.act[3 * d], &g = rc.act[3 * d + 1], &h = rc.act[3 * d + 2];
         ort_sgemm(rc.x.data(), columns.w[d].data(), input_products.data(), rc.seq * rc.batch, rc.in_size, width);
         for (int64_t gi = 0; gi < width; ++gi) bias[gi] = rc.wb(d, 4, gi) + rc.rb(d, 4, gi);
-        std::vector<std::vector<float>> hs, cs;
-        for (int64_t b = 0; b < rc.batch; ++b) {
-            hs.push_back(rc.initial(ctx, 5, d, b));
-            cs.push_back(rc.initial(ctx, 6, d, b));
-        }
+        auto hs = rc.initial_rows(ctx, 5, d), cs = rc.initial_rows(ctx, 6, d);
         const float* peep_i = peep.empty() ? nullptr : peep.data() + d * 3 * n;
         for (int64_t step = 0; step < longest; ++step) {
-            if (quantize_state) {
-                auto seen = hs;  // the state the recurrent product reads
-                quantize_state(seen);
-                for (int64_t b = 0; b < rc.batch; ++b)
-                    std::copy(seen[b].begin(), seen[b].end(), states.begin() + b * n);
-            } else {
-                for (int64_t b = 0; b < rc.batch; ++b) std::copy(hs[b].begin(), hs[b].end(), states.begin() + b * n);
-            }
+            states = hs;  // the state the recurrent product reads
+            if (quantize_state) quantize_state(states);
             ort_sgemm(states.data(), columns.r[d].data(), recurrent_products.data(), rc.batch, n, width);
             for (int64_t b = 0; b < rc.batch; ++b) {
                 if (step >= rc.lengths[b]) continue;
@@ -397,40 +394,34 @@ void run_lstm(KernelContext& ctx, Recurrence& rc, const LstmColumns& columns, st
                 for (int64_t gi = 0; gi < width; ++gi) gates[gi] = (xr[gi] + hr[gi]) + bias[gi];
                 float *in_gate = gates.data(), *out_gate = in_gate + n, *forget = in_gate + 2 * n,
                       *cell = in_gate + 3 * n;
-                auto& c = cs[b];
+                float* c = cs.data() + b * n;
                 if (peep_i)
                     for (int64_t k = 0; k < n; ++k) {
                         in_gate[k] += peep_i[k] * c[k];
                         forget[k] += peep_i[2 * n + k] * c[k];
                     }
-                // The clip bounds what enters the gates' activations.
-                auto activate = [&](const Activation& a, float* row) {
-                    if (rc.clip > 0)
-                        for (int64_t k = 0; k < n; ++k) row[k] = rc.clipped(row[k]);
-                    a.row(row, n);
-                };
-                activate(f, in_gate);
+                rc.activate(f, in_gate);
                 if (input_forget)
                     for (int64_t k = 0; k < n; ++k) forget[k] = 1.0f - in_gate[k];
                 else
-                    activate(f, forget);
-                activate(g, cell);
+                    rc.activate(f, forget);
+                rc.activate(g, cell);
                 for (int64_t k = 0; k < n; ++k) c[k] = c[k] * forget[k] + in_gate[k] * cell[k];
                 if (peep_i)
                     for (int64_t k = 0; k < n; ++k) out_gate[k] += peep_i[n + k] * c[k];
-                activate(f, out_gate);
-                std::copy(c.begin(), c.end(), squashed.begin());
+                rc.activate(f, out_gate);
+                std::copy(c, c + n, squashed.begin());
                 h.row(squashed.data(), n);
                 for (int64_t k = 0; k < n; ++k) {
-                    hs[b][k] = out_gate[k] * squashed[k];
-                    yv[rc.y_index(t, d, b, k)] = hs[b][k];
+                    hs[b * n + k] = out_gate[k] * squashed[k];
+                    yv[rc.y_index(t, d, b, k)] = hs[b * n + k];
                 }
             }
         }
         for (int64_t b = 0; b < rc.batch; ++b)
             for (int64_t k = 0; k < n; ++k) {
-                rc.y_h.mutable_data<float>()[rc.state_index(d, b, k)] = hs[b][k];
-                y_c.mutable_data<float>()[rc.state_index(d, b, k)] = cs[b][k];
+                rc.y_h.mutable_data<float>()[rc.state_index(d, b, k)] = hs[b * n + k];
+                y_c.mutable_data<float>()[rc.state_index(d, b, k)] = cs[b * n + k];
             }
     }
     rc.finish(out);
@@ -507,15 +498,7 @@ void dynamic_quantize_lstm(KernelContext& ctx, std::vector<Tensor>& out) {
     bool constant = true;
     for (size_t slot : {1, 2, 8, 9, 10, 11}) constant = constant && ctx.is_constant(slot);
     LstmColumns fresh;
-    run_lstm(ctx, rc, cached(ctx, constant, fresh, [&] { return lstm_columns(rc); }), out,
-             [&](std::vector<std::vector<float>>& states) {
-                 std::vector<float> block;
-                 for (const auto& s : states) block.insert(block.end(), s.begin(), s.end());
-                 fake_quantize_u8(block);
-                 for (size_t b = 0; b < states.size(); ++b)
-                     std::copy_n(block.begin() + static_cast<std::ptrdiff_t>(b * states[b].size()), states[b].size(),
-                                 states[b].begin());
-             });
+    run_lstm(ctx, rc, cached(ctx, constant, fresh, [&] { return lstm_columns(rc); }), out, fake_quantize_u8);
 }
 
 const KernelRegistration kKernels[] = {
