@@ -22,6 +22,7 @@
 #include "report/html_report.hpp"
 #include "runtime/infer.hpp"
 #include "sdk/atomic_file.hpp"
+#include "sdk/text.hpp"
 #include "util/model_size.hpp"
 #include "util/process_start.hpp"
 #include "util/progress.hpp"
@@ -55,8 +56,15 @@ nlohmann::json plugin_json(const PluginInfo& p) {
     for (const auto& o : p.options)
         options.push_back(
             {{"name", o.name}, {"type", option_type_name(o.type)}, {"default", o.default_value}, {"doc", o.doc}});
-    return {{"kind", kind_name(p.kind)},     {"name", p.name},    {"version", p.version}, {"summary", p.summary},
-            {"library", p.library.string()}, {"options", options}};
+    nlohmann::json out = {{"kind", kind_name(p.kind)},     {"name", p.name},
+                          {"version", p.version},          {"summary", p.summary},
+                          {"library", p.library.string()}, {"options", options}};
+    if (!p.enabled_by.empty()) {
+        out["enabled_by"] = nlohmann::json::array();
+        for (const auto& sw : p.enabled_by) out["enabled_by"].push_back(sw.describe());
+    }
+    if (!p.may_try.empty()) out["may_try"] = p.may_try;
+    return out;
 }
 
 int list_plugins(const PluginRegistry& registry, bool as_json) {
@@ -69,6 +77,10 @@ int list_plugins(const PluginRegistry& registry, bool as_json) {
     }
     for (const auto* p : plugins) {
         fmt::print("{:<11} {:<20} {:<8} {}\n", kind_name(p->kind), p->name, p->version, p->summary);
+        std::vector<std::string> switches;
+        for (const auto& sw : p->enabled_by) switches.push_back(sw.describe());
+        if (!switches.empty()) fmt::print("    enabled by {}\n", join(switches, ", "));
+        if (!p->may_try.empty()) fmt::print("    may try {}\n", join(p->may_try, ", "));
         for (const auto& o : p->options)
             fmt::print("    {} ({}, default {}): {}\n", o.name, option_type_name(o.type), o.default_value.dump(),
                        o.doc);

@@ -1,7 +1,9 @@
 // clip_search: a third-party algorithm that searches each per-tensor weight's
 // clip ratio: the scale max|w| / qmax shrunk by the ratio, among 1, 1 - step,
 // ..., min_ratio, with the least squared error over the weight's values.
-// One outlier no longer spreads the grid over every other value.
+// One outlier no longer spreads the grid over every other value. A recipe
+// names it, or switches it on as a documented option would be:
+// extra_options: {ClipSearch: {Enable: true, MinRatio: 0.8}}.
 #include <vaiq/vaiq.hpp>
 
 #include <cmath>
@@ -21,10 +23,10 @@ double squared_error(const vaiq::Tensor& w, const vaiq::QuantParams& params, con
 class ClipSearch final : public vaiq::Algorithm {
   public:
     void configure(const vaiq::Options& options) override {
-        min_ratio_ = options.get_float("min_ratio");
-        steps_ = options.get_int("steps");
+        min_ratio_ = options.get_float("ClipSearch.MinRatio");
+        steps_ = options.get_int("ClipSearch.Steps");
         if (!(min_ratio_ > 0 && min_ratio_ <= 1) || steps_ < 1)
-            throw vaiq::InputError("clip_search needs 0 < min_ratio <= 1 and steps >= 1");
+            throw vaiq::InputError("clip_search needs 0 < ClipSearch.MinRatio <= 1 and ClipSearch.Steps >= 1");
     }
 
     void run(vaiq::AlgorithmContext& context) override {
@@ -62,11 +64,12 @@ class ClipSearch final : public vaiq::Algorithm {
 };
 
 const vaiq_option_descriptor kOptions[] = {
-    {"min_ratio", VAIQ_OPTION_FLOAT, "0.5", "The smallest clip ratio tried."},
-    {"steps", VAIQ_OPTION_INT, "10", "Ratios tried below 1, evenly down to min_ratio."},
+    {"ClipSearch.MinRatio", VAIQ_OPTION_FLOAT, "0.5", "The smallest clip ratio tried."},
+    {"ClipSearch.Steps", VAIQ_OPTION_INT, "10", "Ratios tried below 1, evenly down to MinRatio."},
 };
 
 }  // namespace
 
-VAIQ_PLUGINS(vaiq::describe<ClipSearch>("clip_search", "1.0.0", "Clip each per-tensor weight where it rounds best",
-                                        kOptions))
+VAIQ_PLUGINS(vaiq::enabled_by(vaiq::describe<ClipSearch>("clip_search", "1.0.0",
+                                                         "Clip each per-tensor weight where it rounds best", kOptions),
+                              "extra_options.ClipSearch.Enable"))

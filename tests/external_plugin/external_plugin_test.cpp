@@ -205,7 +205,8 @@ TEST_F(ExternalPlugin, AnAlgorithmNamedByARecipeChangesTheWrittenModel) {
         << slurp(log);
     const auto plugins = nlohmann::json::parse(slurp(log));
     EXPECT_TRUE(std::any_of(plugins.begin(), plugins.end(), [](const auto& p) {
-        return p["name"] == "clip_search" && p["kind"] == "algorithm";
+        return p["name"] == "clip_search" && p["kind"] == "algorithm" &&
+               p["enabled_by"] == nlohmann::json::array({"extra_options.ClipSearch.Enable"});
     })) << slurp(log);
 
     // One outlier among 9216 values: clipping it a little costs less than the
@@ -221,11 +222,16 @@ TEST_F(ExternalPlugin, AnAlgorithmNamedByARecipeChangesTheWrittenModel) {
     b.node("Relu", {"c"}, {"y"}, "relu");
     vaiq::save_model(b.build(), work() / "outlier.onnx");
     std::map<std::string, nlohmann::json> reports;
-    for (const std::string name : {"plain", "clipped"}) {
+    const std::map<std::string, std::string> asks = {
+        {"plain", ""},
+        {"clipped", "algorithms: [clip_search]\n"},
+        // Its own switch and option, spelled as documented extra options are: no host change.
+        {"switched", "extra_options:\n  ClipSearch: {Enable: true, MinRatio: 0.9}\n"},
+        {"switched_off", "extra_options:\n  ClipSearch: {Enable: false}\n"}};
+    for (const auto& [name, ask] : asks) {
         vaiq::test::write_text(
             work() / (name + ".yaml"),
-            "recipe_version: 1\nextends: cpu.yaml\nplugin_paths: [plugin-build]\nper_channel: false\n" +
-                std::string(name == "clipped" ? "algorithms: [clip_search]\n" : ""));
+            "recipe_version: 1\nextends: cpu.yaml\nplugin_paths: [plugin-build]\nper_channel: false\n" + ask);
         ASSERT_EQ(run("run " + name + ".yaml --model outlier.onnx --output " + name + ".onnx", log), 0) << slurp(log);
         reports[name] = nlohmann::json::parse(slurp(work() / (name + ".report.json")));
     }
@@ -233,6 +239,11 @@ TEST_F(ExternalPlugin, AnAlgorithmNamedByARecipeChangesTheWrittenModel) {
     ASSERT_EQ(reports["clipped"]["clip_search"]["clipped"], 1) << reports["clipped"]["clip_search"].dump();
     const double ratio = reports["clipped"]["clip_search"]["ratios"]["w"].get<double>();
     EXPECT_LT(ratio, 1.0);
+    EXPECT_FALSE(reports["switched_off"].contains("clip_search"));
+    ASSERT_TRUE(reports["switched"].contains("clip_search")) << reports["switched"].dump();
+    const double switched_ratio = reports["switched"]["clip_search"]["ratios"]["w"].get<double>();
+    EXPECT_GE(switched_ratio, 0.9) << "its MinRatio reached it";
+    EXPECT_LT(switched_ratio, 1.0);
     auto scale_of = [](const nlohmann::json& report) {
         for (const auto& t : report["tensors"])
             if (t["tensor"] == "w") return t["scale"].get<double>();

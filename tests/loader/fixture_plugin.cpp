@@ -28,6 +28,11 @@ class FixtureCalibrator final : public vaiq::Calibrator {
     }
 };
 
+class FixtureAlgorithm final : public vaiq::Algorithm {
+  public:
+    void run(vaiq::AlgorithmContext&) override {}
+};
+
 [[maybe_unused]] const vaiq_option_descriptor kLimit[] = {
     {"limit", VAIQ_OPTION_INT, "3", "Nodes above which the pass reports a change."}};
 [[maybe_unused]] const vaiq_option_descriptor kBadDefault[] = {{"ratio", VAIQ_OPTION_FLOAT, "abc", "A ratio."}};
@@ -64,6 +69,17 @@ VAIQ_PLUGINS(hand_made(VAIQ_ABI_VERSION, VAIQ_TOOLCHAIN_TAG, VAIQ_KIND_PASS, "on
 #elif defined(FIXTURE_BAD_DEFAULT)
 VAIQ_PLUGINS(vaiq::describe<CountingPass>("fixture_bad_default", "1.0.0", "An option default of the wrong type",
                                           kBadDefault))
+#elif defined(FIXTURE_SWITCHED)
+VAIQ_PLUGINS(vaiq::enabled_by(vaiq::describe<FixtureAlgorithm>("fixture_algorithm", "1.0.0", "Switched on by settings"),
+                              "extra_options.FixtureSearch, weight_only_algorithm=fixture|fixture_full",
+                              "fast_finetune"))
+#elif defined(FIXTURE_SWITCHED_PASS)
+VAIQ_PLUGINS(vaiq::enabled_by(vaiq::describe<CountingPass>("fixture_switched_pass", "1.0.0", "A pass with a switch",
+                                                           kLimit),
+                              "extra_options.FixtureSearch"))
+#elif defined(FIXTURE_BAD_SWITCH)
+VAIQ_PLUGINS(vaiq::enabled_by(vaiq::describe<FixtureAlgorithm>("fixture_bad_switch", "1.0.0", "A switch mis-spelled"),
+                              "weight_only_algorithm="))
 #elif defined(FIXTURE_NO_ENTRY)
 extern "C" __attribute__((visibility("default"))) int not_the_entry() { return 42; }
 #else

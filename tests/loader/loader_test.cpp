@@ -111,6 +111,26 @@ TEST(Loader, RejectsAnOptionDefaultOfTheWrongType) {
               std::string::npos);
 }
 
+// An algorithm declares the settings that run it and what it may try; only algorithms do.
+TEST(Loader, AnAlgorithmsSwitchesAreReadAndCheckedWhereDeclared) {
+    PluginRegistry registry;
+    registry.load_library(fixture("switched"));
+    const auto* info = registry.find(vaiq::PluginKind::Algorithm, "fixture_algorithm");
+    ASSERT_NE(info, nullptr);
+    ASSERT_EQ(info->enabled_by.size(), 2u);
+    EXPECT_EQ(info->enabled_by[0].setting, "extra_options.FixtureSearch");
+    EXPECT_TRUE(info->enabled_by[0].values.empty());
+    EXPECT_EQ(info->enabled_by[1].setting, "weight_only_algorithm");
+    EXPECT_EQ(info->enabled_by[1].values, (std::vector<std::string>{"fixture", "fixture_full"}));
+    EXPECT_EQ(info->enabled_by[1].describe(), "weight_only_algorithm=fixture|fixture_full");
+    EXPECT_EQ(info->may_try, std::vector<std::string>{"fast_finetune"});
+    EXPECT_NE(load_error(registry, fixture("switched_pass")).find("is a pass but declares enabled_by or may_try"),
+              std::string::npos);
+    EXPECT_NE(load_error(registry, fixture("bad_switch"))
+                  .find("is enabled by 'weight_only_algorithm=', which is neither a setting nor setting=value|value"),
+              std::string::npos);
+}
+
 TEST(Loader, ACreateThatThrowsIsReported) {
     PluginRegistry registry;
     registry.load_library(fixture("throwing"));

@@ -214,6 +214,16 @@ TEST_F(MixedPrecision, KeepsWithinTheBudgetAndSaysTheTargetWasMissed) {
         run("extra_options:\n  AutoMixprecision: {SQNRTarget: 30, MaxRaisedFraction: 0, NextLever: false}\n");
     EXPECT_FALSE(warned_only["mixed_precision"].contains("next_lever"));
     EXPECT_FALSE(warned_only.contains("fast_finetune"));
+    // A run that fits the weights anyway does not try it: it fits them after the
+    // precisions are chosen, whatever order the recipe names them in.
+    const std::string both = "extra_options:\n  AutoMixprecision: {SQNRTarget: 30, MaxRaisedFraction: 0}\n";
+    const auto implied = run(both + "include_fast_ft: true\n");
+    EXPECT_FALSE(implied["mixed_precision"].contains("next_lever")) << implied["mixed_precision"].dump();
+    ASSERT_TRUE(implied.contains("fast_finetune"));
+    const auto fitted = vaiq::test::slurp(dir_ / "out.onnx");
+    const auto named = run(both + "algorithms: [fast_finetune, mixed_precision]\n");
+    EXPECT_FALSE(named["mixed_precision"].contains("next_lever"));
+    EXPECT_EQ(vaiq::test::slurp(dir_ / "out.onnx"), fitted);
 }
 
 TEST_F(MixedPrecision, ATargetThatCannotRunSixteenBitsLeavesTheTensorFloat) {

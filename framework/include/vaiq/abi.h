@@ -22,7 +22,8 @@
 #endif
 
 /** The ABI revision of this SDK; a plugin must carry exactly this number. */
-/* 14: QuantParams::float_zero_point (HQQ), SharedExponentBlocks::rounding_mode;
+/* 15: the descriptor's enabled_by and may_try, AlgorithmStage::Precision, AlgorithmContext::runs();
+ * 14: QuantParams::float_zero_point (HQQ), SharedExponentBlocks::rounding_mode;
  * 13: block floating point and MX quant types, QuantSpec/QuantParams::shared_exponent;
  * 12: run_forking() rewrites values (RewriteFunction), ModelRunner::can_fork(), AlgorithmContext::agreements();
  * 11: QuantRequest without enable_dpu (a target option), BatchSet::Screening;
@@ -31,7 +32,7 @@
  * 8: the algorithm kind (vaiq/algorithm.hpp);
  * 7: RangeObserver::order_free(), Pass::keeps_function();
  * 6: QuantSpec::dynamic, RangeObserver statistics() and merge(), 4-bit types and block-wise parameters */
-#define VAIQ_ABI_VERSION 14u
+#define VAIQ_ABI_VERSION 15u
 
 /** Name of the one symbol a plugin library exports. */
 #define VAIQ_PLUGIN_ENTRY_NAME "vaiq_plugin_entry"
@@ -111,6 +112,16 @@ typedef struct vaiq_plugin_descriptor {
     void* (*create)(char* error, size_t error_size);
     /** Destroys an instance create() returned, in the module that allocated it. */
     void (*destroy)(void* instance);
+    /** Algorithms: the recipe settings that run it without the recipe's
+     *  `algorithms` naming it, separated by ", " (any of them):
+     *  "extra_options.SmoothQuant" runs it when the setting is true (a number:
+     *  when it is set), "weight_only_algorithm=gptq|awq_full" when the setting
+     *  has one of the values; a setting that is not in effect (its switch off)
+     *  runs nothing. NULL or "": only when named. */
+    const char* enabled_by;
+    /** Algorithms: the algorithms it may run through try_algorithm(), ", "-separated;
+     *  the host checks the recipe's options for them before anything runs. */
+    const char* may_try;
 } vaiq_plugin_descriptor;
 
 /** The exported entry: the library's descriptors and their count. */

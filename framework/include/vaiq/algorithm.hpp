@@ -241,10 +241,14 @@ class VAIQ_API AlgorithmContext {
     /// Keeps `tensors` at `precision` (see raised_plan) for the rest of the run;
     /// plan() is computed anew at once (Parameters stage).
     virtual void set_precision(const std::set<std::string>& tensors, const Precision& precision) = 0;
-    /// Runs the algorithm plugin `name`, with the recipe's options for it, on the
-    /// run as it stands (Parameters stage); its changes and report stay only if
+    /// Runs the algorithm plugin `name` (a Parameters one that the descriptor's
+    /// may_try lists), with the recipe's options for it, on the run as it stands
+    /// (Precision and Parameters stages); its changes and report stay only if
     /// `keep()`, called after it, says so. Returns what `keep()` said.
     virtual bool try_algorithm(const std::string& name, const std::function<bool()>& keep) = 0;
+    /// Whether the run runs algorithm `name` in its own turn (the recipe names
+    /// it, or a setting enables it): trying it too would do its work twice.
+    virtual bool runs(const std::string& name) const = 0;
     /// New float values for initializers of model() (Corrections stage): a bias
     /// corrected for its weight's quantization error. The plan is computed
     /// anew from them after the algorithm; agreement() still measures against
@@ -268,6 +272,9 @@ enum class AlgorithmStage : uint32_t {
     /// After every Parameters algorithm, on the weights and types as they will be
     /// written: corrections for what is left of their error (set_initializers).
     Corrections = 3,
+    /// After the parameters are computed, before any Parameters algorithm: which
+    /// precision each tensor gets (set_precision), so that weights are fitted at it.
+    Precision = 4,
 };
 
 /// A named step that changes what gets written, from data.

@@ -85,7 +85,9 @@ constexpr vaiq_plugin_descriptor describe(const char* name, const char* version,
             options,
             N,
             &detail::create_instance<T>,
-            &detail::destroy_instance<T>};
+            &detail::destroy_instance<T>,
+            nullptr,
+            nullptr};
 }
 
 /// The same, for a plugin without options.
@@ -101,7 +103,19 @@ constexpr vaiq_plugin_descriptor describe(const char* name, const char* version,
             nullptr,
             0,
             &detail::create_instance<T>,
-            &detail::destroy_instance<T>};
+            &detail::destroy_instance<T>,
+            nullptr,
+            nullptr};
+}
+
+/// An algorithm's descriptor that the recipe `settings` run without naming it
+/// (see vaiq_plugin_descriptor::enabled_by) and that may try the algorithms
+/// `may_try` names: enabled_by(describe<Mine>(...), "extra_options.MySearch").
+constexpr vaiq_plugin_descriptor enabled_by(vaiq_plugin_descriptor descriptor, const char* settings,
+                                            const char* may_try = nullptr) {
+    descriptor.enabled_by = settings;
+    descriptor.may_try = may_try;
+    return descriptor;
 }
 
 }  // namespace vaiq

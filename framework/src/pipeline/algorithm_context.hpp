@@ -51,6 +51,8 @@ struct AlgorithmInputs {
     std::function<QuantPlan(const std::set<std::string>&, const Precision&, size_t*)> raised_plan;
     std::function<void(const std::set<std::string>&, const Precision&)> set_precision;
     std::function<bool(const std::string&, const std::function<bool()>&)> try_algorithm;
+    /// Whether the run runs an algorithm in its own turn.
+    std::function<bool(const std::string&)> runs;
     /// Takes new float initializer values (Corrections stage).
     std::function<void(std::map<std::string, Tensor>)> replace_initializers;
 };
@@ -89,6 +91,7 @@ class HostAlgorithmContext final : public AlgorithmContext {
     void set_parameters(const std::string& tensor, const QuantParams& params) override;
     void set_precision(const std::set<std::string>& tensors, const Precision& precision) override;
     bool try_algorithm(const std::string& name, const std::function<bool()>& keep) override;
+    bool runs(const std::string& name) const override { return in_.runs(name); }
     void set_initializers(std::map<std::string, Tensor> values) override;
     void set_model(Model model) override;
     void report(nlohmann::json section) override;

@@ -195,11 +195,9 @@ void evaluate_phase(RunState& s) {
                                  [&](const auto& o) { return o.sqnr_db < warn_db; });
     if (s.settings.sensitivity_analysis) {
         diagnose(s, "the sensitivity analysis", [&] {
-            // The output mixed precision measures (its option), else every output.
-            const auto chosen = s.recipe.settings.find("extra_options.AutoMixprecision.OutputIndex");
-            const bool given = chosen != s.recipe.settings.end() && chosen->second.value.is_number_integer();
-            const int output_index = given ? chosen->second.value.get<int>() : kEveryOutput;
-            // Mixed precision measured the plan before it raised anything: that is what explains the choice.
+            // The ranking an algorithm asked for (on the plan before it raised
+            // anything: what explains its choice), else one over every output.
+            const int output_index = s.sensitivity.size() == 1 ? s.sensitivity.begin()->first : kEveryOutput;
             const auto& ranking = sensitivity_of(s, output_index);
             s.report["sensitivity"] = {{"data", "calibration_data"},
                                        {"batches", s.settings.sensitivity_batches},

@@ -168,16 +168,20 @@ void choose_parameters(RunState& s, const std::string& algorithm, const std::str
     s.chosen_params[tensor] = params;
 }
 
-// The instance of algorithm `name` for try_algorithm(): the next lever created
-// at setup, one of the recipe's, or one created now with the recipe's options.
+// The instance of algorithm `name` for try_algorithm() by `asked_by`: the run's
+// own, or one of those it may try, created the first time.
 Algorithm& algorithm_named(RunState& s, const std::string& name, const std::string& asked_by) {
-    if (s.plugins.next_lever && s.plugins.next_lever->info->name == name) return *s.next_lever;
+    const auto& declared = s.registry.require(PluginKind::Algorithm, asked_by).may_try;
+    if (std::find(declared.begin(), declared.end(), name) == declared.end())
+        throw InputError(
+            fmt::format("algorithm '{}' tried '{}', which its descriptor's may_try does not list", asked_by, name));
     for (size_t a = 0; a < s.algorithms.size(); ++a)
         if (s.plugins.algorithms[a].info->name == name) return *s.algorithms[a];
-    const auto choice = choose_algorithm(s.recipe, s.registry,
-                                         {name, nlohmann::json::object(), fmt::format("algorithm '{}'", asked_by)});
-    s.tried.push_back(s.registry.create<Algorithm>(name, choice.options));
-    return *s.tried.back();
+    auto& instance = s.tried[name];
+    for (const auto& choice : s.plugins.tried)
+        if (!instance && choice.info->name == name) instance = s.registry.create<Algorithm>(name, choice.options);
+    if (!instance) throw InternalError(fmt::format("algorithm '{}' was not resolved for '{}'", name, asked_by));
+    return *instance;
 }
 
 // Runs algorithm `other` for algorithm `name` and keeps what it changed only if `keep()` says so.
@@ -266,6 +270,10 @@ void run_algorithm(RunState& s, Algorithm& algorithm, const std::string& name, A
         choose_parameters(s, name, tensor, params);
     };
     inputs.report = [&s, name](nlohmann::json section) { s.report[name] = std::move(section); };
+    inputs.runs = [&s](const std::string& other) {
+        return std::any_of(s.plugins.algorithms.begin(), s.plugins.algorithms.end(),
+                           [&](const PluginChoice& c) { return c.info->name == other; });
+    };
     inputs.quantized_nodes = [&s] {
         std::set<std::string> out;
         for (const auto& d : decide_nodes(s.recipe, s.model, *s.target))
@@ -295,6 +303,7 @@ void run_algorithms(RunState& s, AlgorithmStage stage) {
 
 void parameters_phase(RunState& s) {
     recompute_plan(s);
+    run_algorithms(s, AlgorithmStage::Precision);  // before the weights are fitted at the precisions
     run_algorithms(s, AlgorithmStage::Parameters);
     if (!s.chosen_params.empty()) recompute_plan(s);  // the target's constraints on what they chose
     // Last: the corrections are for the weights' final types and values.

@@ -160,10 +160,11 @@ void save_run(const RunSettings& settings, const RunOptions& options, QuantizedR
                               [&](std::ostream& out) { out << html; });
 }
 
-// The shipped accurate recipe for the run's target, as advice; empty when the
-// run searches mixed precision already.
+// The shipped accurate recipe for the run's target, as advice; empty when an
+// algorithm of the run chooses precisions already.
 std::string accurate_recipe_advice(const RunSettings& settings, const nlohmann::json& report) {
-    if (report.contains("mixed_precision")) return {};
+    for (const auto& p : report.value("plugins", nlohmann::json::array()))
+        if (p.value("stage", "") == algorithm_stage_name(AlgorithmStage::Precision)) return {};
     static const std::map<std::string, std::string> kAccurate = {{"cpu", "cpu_accurate.yaml"},
                                                                  {"npu_cnn", "cnn_npu_accurate.yaml"},
                                                                  {"npu_transformer", "transformer_npu_accurate.yaml"}};
@@ -345,7 +346,7 @@ std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, const 
     for (const auto& pass : plugins.passes) plugin(pass, "");
     if (plugins.equalization) plugin(*plugins.equalization, ", include_cle");
     for (const auto& algorithm : plugins.algorithms) plugin(algorithm, "");
-    if (plugins.next_lever) plugin(*plugins.next_lever, ", if mixed precision misses its target");
+    for (const auto& algorithm : plugins.tried) plugin(algorithm, ", which an algorithm may try");
     line("");
     line("settings (value, then where it comes from):");
     for (const auto& spec : recipe_keys()) {

@@ -39,8 +39,8 @@ struct ResolvedPlugins {
     std::vector<PluginChoice> passes;      ///< the recipe's own passes, in order
     std::optional<PluginChoice> equalization;  ///< include_cle's pass
     std::vector<PluginChoice> algorithms;  ///< in the order they run
-    /// What automatic mixed precision tries when it misses its target (AutoMixprecision.NextLever).
-    std::optional<PluginChoice> next_lever;
+    /// What the algorithms may try (their may_try) and the run does not run anyway.
+    std::vector<PluginChoice> tried;
 };
 
 /// Loads the recipe's plugin_paths into `registry`, then finds every plugin the

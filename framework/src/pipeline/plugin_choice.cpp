@@ -41,6 +41,23 @@
 
 namespace fs = std::filesystem;
 
+namespace vaiq {
+namespace {
+
+// Where `sw` is on in the recipe, the setting's origin; else nullopt.
+std::optional<std::string> switched_on(const Recipe& recipe, const AlgorithmSwitch& sw) {
+    const auto it = recipe.settings.find(sw.setting);
+    if (it == recipe.settings.end() || !recipe.in_effect(sw.setting)) return std::nullopt;
+    const auto& v = it->second.value;
+    const bool on = sw.values.empty() ? (v.is_boolean() ? v.get<bool>() : !v.is_null())
+                                      : v.is_string() && std::find(sw.values.begin(), sw.values.end(),
+                                                                   v.get<std::string>()) != sw.values.end();
+    return on ? std::optional(it->second.origin) : std::nullopt;
+}
+
+}  // namespace
+}  // namespace vaiq
+
 namespace vaiq::phases {
 
 namespace {
@@ -94,32 +111,52 @@ PluginChoice choose(const Recipe& recipe, const PluginRegistry& registry, Plugin
                               [&](const std::string& option) { return recipe.plugin_option_origin(kind_str, option); });
 }
 
-PluginChoice choose_algorithm(const Recipe& recipe, const PluginRegistry& registry,
-                              const defaults::AlgorithmRequest& request) {
-    const auto& info = registry.require(PluginKind::Algorithm, request.name, request.origin);
-    return with_extra_options(recipe, registry, info, request.options,
-                              [&](const std::string&) { return request.origin; });
+PluginChoice choose_algorithm(const Recipe& recipe, const PluginRegistry& registry, const std::string& name,
+                              const nlohmann::json& options, const std::string& origin) {
+    const auto& info = registry.require(PluginKind::Algorithm, name, origin);
+    return with_extra_options(recipe, registry, info, options, [&](const std::string&) { return origin; });
 }
 
 namespace {
 
-// The recipe's algorithms in its order, after those its documented settings
-// imply (weight_only_algorithm: gptq); an algorithm named twice runs once, with
-// the options the later naming gives (`algorithms: [{name: awq_clip, options:
-// ...}]` next to weight_only_algorithm: awq_clip).
+// The recipe's algorithms in its order, after those its settings enable (in
+// the registry's order; weight_only_algorithm: gptq); an algorithm named twice
+// runs once, with the options the later naming gives (`algorithms: [{name:
+// awq_clip, options: ...}]` next to weight_only_algorithm: awq_clip).
 std::vector<PluginChoice> choose_algorithms(const Recipe& recipe, const PluginRegistry& registry) {
     std::vector<PluginChoice> out;
-    auto add = [&](const defaults::AlgorithmRequest& request) {
+    auto add = [&](const std::string& name, const nlohmann::json& options, const std::string& origin) {
         const auto same =
-            std::find_if(out.begin(), out.end(), [&](const PluginChoice& c) { return c.info->name == request.name; });
+            std::find_if(out.begin(), out.end(), [&](const PluginChoice& c) { return c.info->name == name; });
         if (same == out.end())
-            out.push_back(choose_algorithm(recipe, registry, request));
-        else if (request.options.is_object() && !request.options.empty())
-            *same = choose_algorithm(recipe, registry, request);
+            out.push_back(choose_algorithm(recipe, registry, name, options, origin));
+        else if (options.is_object() && !options.empty())
+            *same = choose_algorithm(recipe, registry, name, options, origin);
     };
-    for (const auto& a : defaults::implied_algorithms(recipe)) add(a);
+    for (const auto* info : registry.list(PluginKind::Algorithm))
+        for (const auto& sw : info->enabled_by)
+            if (const auto origin = switched_on(recipe, sw)) {
+                add(info->name, nlohmann::json::object(), *origin);
+                break;
+            }
     for (const auto& a : recipe.value("algorithms"))
-        add({a["name"].get<std::string>(), a["options"], a["origin"].get<std::string>()});
+        add(a["name"].get<std::string>(), a["options"], a["origin"].get<std::string>());
+    return out;
+}
+
+// The algorithms those chosen may try and the run does not run anyway.
+std::vector<PluginChoice> choose_tried(const Recipe& recipe, const PluginRegistry& registry,
+                                       const std::vector<PluginChoice>& chosen) {
+    std::vector<PluginChoice> out;
+    auto known = [&](const std::string& name) {
+        auto named = [&](const PluginChoice& c) { return c.info->name == name; };
+        return std::any_of(chosen.begin(), chosen.end(), named) || std::any_of(out.begin(), out.end(), named);
+    };
+    for (const auto& c : chosen)
+        for (const auto& other : c.info->may_try)
+            if (!known(other))
+                out.push_back(choose_algorithm(recipe, registry, other, nlohmann::json::object(),
+                                               fmt::format("algorithm '{}', which may try it", c.info->name)));
     return out;
 }
 
@@ -135,6 +172,12 @@ bool declares(const PluginInfo& info, const std::string& option) {
     return std::any_of(info.options.begin(), info.options.end(), [&](const auto& o) { return o.name == option; });
 }
 
+// Whether `setting`, as the recipe has it, runs algorithm `info`.
+bool enabled_by(const PluginInfo& info, const Recipe& recipe, const std::string& setting) {
+    return std::any_of(info.enabled_by.begin(), info.enabled_by.end(),
+                       [&](const auto& sw) { return sw.setting == setting && switched_on(recipe, sw); });
+}
+
 // Every extra option the schema does not have must be an option of a chosen
 // plugin. One of a plugin the recipe does not use has no effect (a warning, as
 // for a switch that is off); one no plugin declares is a typo.
@@ -142,24 +185,40 @@ void check_extra_options(const Recipe& recipe, const PluginRegistry& registry, c
     std::vector<const PluginInfo*> used = {chosen.target.info, chosen.format.info, chosen.calibrator.info};
     for (const auto& p : chosen.passes) used.push_back(p.info);
     if (chosen.equalization) used.push_back(chosen.equalization->info);
-    for (const auto& a : chosen.algorithms) used.push_back(a.info);
-    if (chosen.next_lever) used.push_back(chosen.next_lever->info);
+    for (const auto* list : {&chosen.algorithms, &chosen.tried})
+        for (const auto& a : *list) used.push_back(a.info);
     // A documented argument only plugins read, set where none of the chosen ones does.
     for (const auto& key : recipe_keys()) {
         const std::string name(key.path);
-        if (!key.read_by_plugin || recipe.value(name) == parse_yaml_value(std::string(key.default_yaml)) ||
-            std::any_of(used.begin(), used.end(), [&](const auto* info) { return declares(*info, name); }))
+        if (!key.read_by_plugin || !recipe.in_effect(name) ||
+            recipe.value(name) == parse_yaml_value(std::string(key.default_yaml)))
+            continue;
+        // An option of a chosen plugin (enable_dpu), or a switch that runs one (weight_only_algorithm: gptq).
+        if (std::any_of(used.begin(), used.end(), [&](const auto* info) { return declares(*info, name); }) ||
+            std::any_of(chosen.algorithms.begin(), chosen.algorithms.end(),
+                        [&](const auto& a) { return enabled_by(*a.info, recipe, name); }))
             continue;
         std::vector<std::string> readers;
-        for (const auto* info : registry.list())
+        for (const auto* info : registry.list()) {
             if (declares(*info, name)) readers.push_back(fmt::format("{} '{}'", kind_name(info->kind), info->name));
+            for (const auto& sw : info->enabled_by)
+                if (sw.setting == name)
+                    readers.push_back(fmt::format("{} '{}' ({})", kind_name(info->kind), info->name, sw.describe()));
+        }
         throw InputError(fmt::format("{}: {} is read by none of this recipe's plugins (target '{}', format '{}'){}",
                                      recipe.setting(name).origin, name, chosen.target.info->name,
                                      chosen.format.info->name,
                                      readers.empty() ? std::string() : "; it applies to " + join(readers, ", ")));
     }
+    const auto algorithms = registry.list(PluginKind::Algorithm);
     for (const auto& [name, setting] : recipe.plugin_extra_options()) {
         if (std::any_of(used.begin(), used.end(), [&n = name](const auto* info) { return declares(*info, n); }))
+            continue;
+        const auto path = "extra_options." + name;  // a switch that runs an algorithm, on or off
+        if (std::any_of(algorithms.begin(), algorithms.end(), [&](const auto* info) {
+                return std::any_of(info->enabled_by.begin(), info->enabled_by.end(),
+                                   [&](const auto& sw) { return sw.setting == path; });
+            }))
             continue;
         std::vector<std::string> owners, known;
         for (const auto* info : registry.list()) {
@@ -228,13 +287,12 @@ ResolvedPlugins resolve_plugins(const Recipe& recipe, PluginRegistry& registry) 
             with_extra_options(recipe, registry, info, nullptr, [&](const std::string&) { return origin; });
     }
     out.algorithms = choose_algorithms(recipe, registry);
-    if (const auto lever = defaults::next_lever(recipe)) out.next_lever = choose_algorithm(recipe, registry, *lever);
+    out.tried = choose_tried(recipe, registry, out.algorithms);
     check_extra_options(recipe, registry, out);
     for (const auto* choice : {&out.target, &out.format, &out.calibrator}) check_configuration(registry, *choice);
-    for (const auto* list : {&out.passes, &out.algorithms})
+    for (const auto* list : {&out.passes, &out.algorithms, &out.tried})
         for (const auto& choice : *list) check_configuration(registry, choice);
-    for (const auto* choice : {&out.equalization, &out.next_lever})
-        if (*choice) check_configuration(registry, **choice);
+    if (out.equalization) check_configuration(registry, *out.equalization);
     return out;
 }
 

@@ -46,20 +46,21 @@ void setup_phase(RunState& s) {
     s.target = s.registry.create<Target>(s.plugins.target.info->name, s.plugins.target.options);
     for (const auto& a : s.plugins.algorithms)  // their options are checked before any work
         s.algorithms.push_back(s.registry.create<Algorithm>(a.info->name, a.options));
-    if (const auto& lever = s.plugins.next_lever)
-        s.next_lever = s.registry.create<Algorithm>(lever->info->name, lever->options);
     s.run = s.settings.request;
     s.run.power_of_two = s.calibrators.get(s.plugins.calibrator.info->name).scale_form() == ScaleForm::PowerOfTwo;
     s.target->check(s.run);
     s.report["plugins"] = nlohmann::json::array();
-    std::vector<const PluginChoice*> chosen = {&s.plugins.target, &s.plugins.format, &s.plugins.calibrator};
-    for (const auto& a : s.plugins.algorithms) chosen.push_back(&a);
-    if (s.plugins.next_lever) chosen.push_back(&*s.plugins.next_lever);
-    for (const auto* choice : chosen)
-        s.report["plugins"].push_back({{"kind", kind_name(choice->info->kind)},
-                                       {"name", choice->info->name},
-                                       {"version", choice->info->version},
-                                       {"library", choice->info->library.string()}});
+    auto add = [&](const PluginChoice& choice) -> nlohmann::json& {
+        return s.report["plugins"].emplace_back(nlohmann::json{{"kind", kind_name(choice.info->kind)},
+                                                               {"name", choice.info->name},
+                                                               {"version", choice.info->version},
+                                                               {"library", choice.info->library.string()}});
+    };
+    for (const auto* choice : {&s.plugins.target, &s.plugins.format, &s.plugins.calibrator}) add(*choice);
+    // When each algorithm works (advice reads it: a run that chooses precisions).
+    for (size_t a = 0; a < s.algorithms.size(); ++a)
+        add(s.plugins.algorithms[a])["stage"] = algorithm_stage_name(s.algorithms[a]->stage());
+    for (const auto& a : s.plugins.tried) add(a);
 }
 
 void load_phase(RunState& s) {

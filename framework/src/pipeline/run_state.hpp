@@ -36,8 +36,9 @@ namespace vaiq::phases {
 PluginChoice choose(const Recipe& recipe, const PluginRegistry& registry, PluginKind kind, const std::string& name,
                     std::string_view key);
 
-PluginChoice choose_algorithm(const Recipe& recipe, const PluginRegistry& registry,
-                              const defaults::AlgorithmRequest& request);
+// Algorithm `name` with `options` and the recipe's extra options for it (`origin`: what asks for it).
+PluginChoice choose_algorithm(const Recipe& recipe, const PluginRegistry& registry, const std::string& name,
+                              const nlohmann::json& options, const std::string& origin);
 
 // A run up to, not including, saving: the quantized model and its report.
 struct QuantizedRun {
@@ -77,10 +78,9 @@ struct RunState {
     nlohmann::json report;
     ResolvedPlugins plugins;
     PluginInstance<Target> target;
-    /// The instances of s.plugins.algorithms and of its next lever, created at setup.
+    /// The instances of s.plugins.algorithms, created at setup, and of s.plugins.tried, once tried.
     std::vector<PluginInstance<Algorithm>> algorithms;
-    PluginInstance<Algorithm> next_lever;
-    std::vector<PluginInstance<Algorithm>> tried;  ///< algorithms another tried that the run did not create
+    std::map<std::string, PluginInstance<Algorithm>> tried;
     CalibratorSet calibrators;                     ///< the plan points into them
     QuantRequest run;                              ///< what the recipe asks of the whole run, for the target
     Model model;                                   ///< the float model, prepared (and its biases corrected)

@@ -173,8 +173,7 @@ class GuardedAlgorithm final : public Guarded<Algorithm> {
     GuardedAlgorithm(PluginInstance<Algorithm> inner, const PluginInfo& info) : Guarded(std::move(inner), info) {}
     AlgorithmStage stage() const override {
         const auto stage = who_.call("stage", [&] { return inner_->stage(); });
-        if (stage != AlgorithmStage::Parameters && stage != AlgorithmStage::Prepare &&
-            stage != AlgorithmStage::Corrections)
+        if (algorithm_stage_name(stage).empty())
             who_.invalid(fmt::format("stage {}, which is none of vaiq::AlgorithmStage", static_cast<uint32_t>(stage)));
         return stage;
     }

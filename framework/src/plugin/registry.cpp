@@ -33,7 +33,35 @@ std::string option_type_name(vaiq_option_type type) {
     return "unknown";
 }
 
+std::string_view algorithm_stage_name(AlgorithmStage stage) {
+    switch (stage) {
+        case AlgorithmStage::Prepare: return "prepare";
+        case AlgorithmStage::Precision: return "precision";
+        case AlgorithmStage::Parameters: return "parameters";
+        case AlgorithmStage::Corrections: return "corrections";
+    }
+    return "";
+}
+
+std::string AlgorithmSwitch::describe() const {
+    return values.empty() ? setting : fmt::format("{}={}", setting, join(values, "|"));
+}
+
 namespace {
+
+// The items of a descriptor list separated by `separator` and spaces (NULL: none).
+std::vector<std::string> split_list(std::string_view text, char separator = ',') {
+    std::vector<std::string> out;
+    while (!text.empty()) {
+        const auto end = std::min(text.find(separator), text.size());
+        auto item = text.substr(0, end);
+        const auto first = item.find_first_not_of(' ');
+        if (first != std::string_view::npos)
+            out.emplace_back(item.substr(first, item.find_last_not_of(' ') - first + 1));
+        text.remove_prefix(std::min(end + 1, text.size()));
+    }
+    return out;
+}
 
 // Libraries stay loaded for the life of the process: objects, vtables and
 // exception types from a plugin may outlive any handle we could drop. The
@@ -96,7 +124,27 @@ PluginInfo check_descriptor(const vaiq_plugin_descriptor* d, const fs::path& fil
     if (d->option_count > 0 && !d->options)
         throw InputError(fmt::format("{} declares {} options but no option table", who, d->option_count));
 
-    PluginInfo info{kind, raw_name, version, d->summary ? d->summary : "", {}, file, d};
+    PluginInfo info{kind, raw_name, version, d->summary ? d->summary : "", {}, file, d, {}, {}};
+    const bool switched = (d->enabled_by && *d->enabled_by) || (d->may_try && *d->may_try);
+    if (switched && kind != PluginKind::Algorithm)
+        throw InputError(fmt::format("{} is a {} but declares enabled_by or may_try, which only algorithms have", who,
+                                     kind_name(kind)));
+    for (const auto& clause : split_list(d->enabled_by ? d->enabled_by : "")) {
+        static const std::regex kSwitch(
+            "([A-Za-z][A-Za-z0-9_]*(?:\\.[A-Za-z][A-Za-z0-9_]*)*)(?:=([A-Za-z0-9_.+-]+(?:\\|[A-Za-z0-9_.+-]+)*))?");
+        std::smatch m;
+        if (!std::regex_match(clause, m, kSwitch))
+            throw InputError(
+                fmt::format("{} is enabled by '{}', which is neither a setting nor setting=value|value", who, clause));
+        AlgorithmSwitch sw{m[1].str(), {}};
+        if (m[2].matched) sw.values = split_list(m[2].str(), '|');
+        info.enabled_by.push_back(std::move(sw));
+    }
+    for (const auto& other : split_list(d->may_try ? d->may_try : "")) {
+        if (!std::regex_match(other, kName) || other == info.name)
+            throw InputError(fmt::format("{} may try '{}', which is no other plugin's name", who, other));
+        info.may_try.push_back(other);
+    }
     for (size_t i = 0; i < d->option_count; ++i) {
         const auto& o = d->options[i];
         const std::string name = o.name ? o.name : "";

@@ -24,6 +24,19 @@ struct OptionSpec {
 /// "bool", "int", "float", "string", "list of strings".
 std::string option_type_name(vaiq_option_type type);
 
+enum class AlgorithmStage : uint32_t;
+/// "prepare", "precision", "parameters", "corrections"; "" for a value that is none.
+std::string_view algorithm_stage_name(AlgorithmStage stage);
+
+/// A recipe setting that runs an algorithm the recipe does not name: on when
+/// the setting is true (a number: set), or has one of `values`.
+struct AlgorithmSwitch {
+    std::string setting;              ///< "extra_options.SmoothQuant", "weight_only_algorithm"
+    std::vector<std::string> values;  ///< empty: true or set
+    /// "extra_options.SmoothQuant", "weight_only_algorithm=gptq|awq_full".
+    std::string describe() const;
+};
+
 /// A plugin the registry accepted: its descriptor checked, its options parsed.
 struct PluginInfo {
     PluginKind kind;
@@ -33,6 +46,8 @@ struct PluginInfo {
     std::vector<OptionSpec> options;
     std::filesystem::path library;
     const vaiq_plugin_descriptor* descriptor = nullptr;
+    std::vector<AlgorithmSwitch> enabled_by;  ///< algorithms: the settings that run it unnamed
+    std::vector<std::string> may_try;         ///< algorithms: those it may try
 };
 
 /// An instance that is destroyed by the library that created it.

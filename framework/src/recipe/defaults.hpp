@@ -2,11 +2,12 @@
 // for (quant_format: QDQ is the qdq format, optimize_model the optimize_model
 // pass, ...). The one place in the host that names built-in plugins; anything
 // else reaches plugins through what a recipe names and their interfaces.
+// Algorithms are not named here: each declares the settings that run it (its
+// descriptor's enabled_by).
 #pragma once
 
 #include <nlohmann/json.hpp>
 
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,22 +45,6 @@ inline constexpr std::string_view kEqualizationPass = "cross_layer_equalization"
 /// quant_pre_process's steps: those before the caller's own passes, and after.
 std::vector<PassRequest> preprocess_passes_before(const PreprocessOptions& options);
 std::vector<PassRequest> preprocess_passes_after(const PreprocessOptions& options);
-
-/// An algorithm a documented setting asks for, and the setting's origin.
-struct AlgorithmRequest {
-    std::string name;
-    nlohmann::json options;
-    std::string origin;
-};
-
-/// The algorithms the documented settings switch on (include_fast_ft,
-/// BiasCorrection, SmoothQuant, and weight_only_algorithm's awq_lite, gptq,
-/// awq_clip), before those the recipe lists.
-std::vector<AlgorithmRequest> implied_algorithms(const Recipe& recipe);
-
-/// The algorithm automatic mixed precision tries when it misses its target
-/// (AutoMixprecision.NextLever: fast finetune), unless the recipe runs it anyway.
-std::optional<AlgorithmRequest> next_lever(const Recipe& recipe);
 
 }  // namespace defaults
 }  // namespace vaiq

@@ -69,6 +69,8 @@ void flatten(const YAML::Node& map, const std::string& section, const Source& sr
         } else if (const KeySpec* spec = find_key(path)) {
             out.settings[path] = {normalize(*spec, kv.second, src), src.at(kv.first)};
             if (path == "recipe_version") out.has_version = true;
+        } else if (section == "extra_options" && kv.second.IsMap() && is_extra_option_name(key)) {
+            flatten(kv.second, path, src, out);  // a plugin's section (AutoMixprecision): checked with its options
         } else if (is_extra_option_name(extra_option_name(path))) {
             // A plugin's documented option (a device's AlignConcat, fast finetune's
             // FastFinetune.NumIterations): checked against the plugins once they

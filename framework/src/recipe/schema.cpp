@@ -165,18 +165,15 @@ const std::vector<KeySpec>& recipe_keys() {
          "Quantize only the constant weights of MatMul; activations stay float (INT4 weight-only for language "
          "models)."},
         {"weight_only_algorithm",
-         K::Choice,
+         K::String,
          "rtn",
          P::Prepare,
          yes,
-         "How weight-only weights are chosen: rtn (each block rounded to nearest), awq_lite (per-channel "
-         "activation-aware scales searched on the calibration data, or random inputs, first), awq_clip (each "
-         "block's clip ratio searched for the least output error), awq_full (awq_lite, then awq_clip), gptq "
-         "(rounding with the error pushed into the rows not yet rounded, through the inputs' Hessian), hqq "
-         "(each block's zero point a float fitted by a half-quadratic solver, no data; MatMulNBits only), k_quant "
-         "(each block's step and zero point searched for the least importance-weighted error, no data).",
+         "How weight-only weights are chosen: rtn (each block rounded to nearest), or a value that runs the "
+         "algorithm plugins enabled by it (`vaiq plugins` lists them under 'enabled by').",
          "weight_only",
-         {"rtn", "awq_lite", "awq_clip", "awq_full", "gptq", "hqq", "k_quant"}},
+         {},
+         true},
         {"block_size", K::Int, "0", P::Plan, yes,
          "> 0: MatMul weights get a scale per block of this many values along K (16 to 256, a power of two for "
          "MatMulNBits; 128 is the usual); -1: one block spanning K, a scale per column; 0: per tensor or per "
@@ -208,9 +205,16 @@ const std::vector<KeySpec>& recipe_keys() {
         {"convert_nchw_to_nhwc", K::Bool, "false", P::Prepare, yes,
          "Convert an NCHW-input model to NHWC inputs first."},
         {"include_cle", K::Bool, "false", P::Prepare, yes, "Apply Cross Layer Equalization."},
-        {"include_fast_ft", K::Bool, "false", P::Parameters, yes,
-         "Fast finetune: fit each Conv/Gemm/MatMul's quantized weights to reproduce the float layer's output "
-         "(extra_options.FastFinetune)."},
+        {"include_fast_ft",
+         K::Bool,
+         "false",
+         P::Parameters,
+         yes,
+         "Fast finetune: fit each Conv/Gemm/MatMul's quantized weights to reproduce the float layer's output (the "
+         "algorithm plugin it enables; its options under extra_options).",
+         {},
+         {},
+         true},
         {"cle_guard", K::Bool, "true", P::Evaluate, yes,
          "Also quantize without CLE and keep CLE only if the output SQNR on the evaluation data is no lower.",
          "include_cle"},
@@ -289,17 +293,26 @@ const std::vector<KeySpec>& recipe_keys() {
         {"extra_options.ConvertClipToRelu", K::Bool, "false", P::Prepare, yes,
          "Clip with min 0 and no max to Relu (a finite max is kept: dropping it changes the function)."},
         {"extra_options.ReplaceClip6Relu", K::Bool, "false", P::Prepare, yes, "Replace Clip(0, 6) with Relu."},
-        {"extra_options.SmoothQuant", K::Bool, "false", P::Prepare, yes,
-         "Move activation outliers into the weights of MatMul/Gemm nodes before calibration (SmoothQuant)."},
-        {"extra_options.BiasCorrection", K::Bool, "false", P::Parameters, yes,
+        {"extra_options.SmoothQuant",
+         K::Bool,
+         "false",
+         P::Prepare,
+         yes,
+         "Move activation outliers into the weights of MatMul/Gemm nodes before calibration (the algorithm plugin "
+         "it enables).",
+         {},
+         {},
+         true},
+        {"extra_options.BiasCorrection",
+         K::Bool,
+         "false",
+         P::Parameters,
+         yes,
          "Add to each Conv/Gemm bias the mean shift its quantized weight causes, measured on the calibration "
-         "data through the quantized model."},
-        // Automatic mixed precision (the mixed_precision algorithm, whose options the other keys are).
-        {"extra_options.AutoMixprecision.NextLever", K::Bool, "true", P::Parameters, yes,
-         "When the target is out of reach within the budget (or fails on the held-out batches): fit the weights "
-         "at their precisions (fast finetune with FastFinetune's settings, unless include_fast_ft does already) and "
-         "keep the fit where the output then agrees better; a warning says whether the target was met. false: the "
-         "warning only."},
+         "data through the quantized model (the algorithm plugin it enables).",
+         {},
+         {},
+         true},
     };
     return keys;
 }
@@ -309,9 +322,10 @@ bool is_extra_option_name(std::string_view name) {
         return !w.empty() && std::isupper(static_cast<unsigned char>(w[0])) &&
                std::all_of(w.begin(), w.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
     };
+    // A dotted name is an option of a plugin's section (a map under extra_options).
     const auto dot = name.find('.');
     if (dot == std::string_view::npos) return word(name);
-    return is_section(fmt::format("extra_options.{}", name.substr(0, dot))) && word(name.substr(dot + 1));
+    return word(name.substr(0, dot)) && word(name.substr(dot + 1));
 }
 
 const KeySpec* find_key(std::string_view path) {
@@ -332,8 +346,7 @@ bool is_plugin_options_section(std::string_view path) {
 }
 
 bool is_section(std::string_view path) {
-    return path == "extra_options" || path == "extra_options.AutoMixprecision" || path == "image_preprocess" ||
-           path == "extra_options.FastFinetune" || path == "extra_options.BFPAttributes" ||
+    return path == "extra_options" || path == "image_preprocess" || path == "extra_options.BFPAttributes" ||
            path == "extra_options.MXAttributes" || path == "plugin_options" || is_plugin_options_section(path);
 }
 
@@ -350,9 +363,8 @@ std::vector<std::string> keys_in_section(std::string_view section) {
         if (!child.empty() && std::find(out.begin(), out.end(), child) == out.end()) out.push_back(child);
     }
     for (std::string_view s :
-         {"extra_options", "extra_options.AutoMixprecision", "extra_options.FastFinetune",
-          "extra_options.BFPAttributes", "extra_options.MXAttributes", "plugin_options", "plugin_options.target",
-          "plugin_options.format", "plugin_options.calibrator", "extends"}) {
+         {"extra_options", "extra_options.BFPAttributes", "extra_options.MXAttributes", "plugin_options",
+          "plugin_options.target", "plugin_options.format", "plugin_options.calibrator", "extends"}) {
         auto child = direct_child(s);
         if (!child.empty() && std::find(out.begin(), out.end(), child) == out.end()) out.push_back(child);
     }

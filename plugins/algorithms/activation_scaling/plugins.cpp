@@ -132,13 +132,18 @@ constexpr vaiq_option_descriptor kAwqClipOptions[] = {
 
 }  // namespace
 
-VAIQ_PLUGINS(vaiq::describe<SmoothQuant>("smooth_quant", "1.0.0",
-                                         "SmoothQuant: activation outliers moved into the weights of MatMul/Gemm "
-                                         "before calibration",
-                                         kSmoothQuantOptions),
-             vaiq::describe<AwqLite>("awq_lite", "1.0.0",
-                                     "AWQ-lite: per-channel activation-aware scales searched for weight-only MatMuls",
-                                     kAwqLiteOptions),
-             vaiq::describe<AwqClip>("awq_clip", "1.0.0",
-                                     "AWQ-clip: each block's clip ratio searched for the least output error",
-                                     kAwqClipOptions))
+VAIQ_PLUGINS(vaiq::enabled_by(vaiq::describe<SmoothQuant>("smooth_quant", "1.0.0",
+                                                          "SmoothQuant: activation outliers moved into the weights of "
+                                                          "MatMul/Gemm before calibration",
+                                                          kSmoothQuantOptions),
+                              "extra_options.SmoothQuant"),
+             vaiq::enabled_by(vaiq::describe<AwqLite>("awq_lite", "1.0.0",
+                                                      "AWQ-lite: per-channel activation-aware scales searched for "
+                                                      "weight-only MatMuls",
+                                                      kAwqLiteOptions),
+                              "weight_only_algorithm=awq_lite|awq_full"),
+             vaiq::enabled_by(vaiq::describe<AwqClip>("awq_clip", "1.0.0",
+                                                      "AWQ-clip: each block's clip ratio searched for the least output "
+                                                      "error",
+                                                      kAwqClipOptions),
+                              "weight_only_algorithm=awq_clip|awq_full"))

@@ -122,10 +122,13 @@ constexpr vaiq_option_descriptor kHqqOptions[] = {
 
 }  // namespace
 
-VAIQ_PLUGINS(vaiq::describe<Hqq>("hqq", "1.0.0",
-                                 "HQQ: weight-only MatMul weights with each block's zero point a float fitted by a "
-                                 "half-quadratic solver (no data; MatMulNBits)",
-                                 kHqqOptions),
-             vaiq::describe<KQuant>("k_quant", "1.0.0",
-                                    "k-quant: weight-only MatMul weights with each block's step and zero point "
-                                    "searched for the least importance-weighted error (no data)"))
+VAIQ_PLUGINS(vaiq::enabled_by(vaiq::describe<Hqq>("hqq", "1.0.0",
+                                                  "HQQ: weight-only MatMul weights with each block's zero point a "
+                                                  "float fitted by a half-quadratic solver (no data; MatMulNBits)",
+                                                  kHqqOptions),
+                              "weight_only_algorithm=hqq"),
+             vaiq::enabled_by(vaiq::describe<KQuant>("k_quant", "1.0.0",
+                                                     "k-quant: weight-only MatMul weights with each block's step and "
+                                                     "zero point searched for the least importance-weighted error (no "
+                                                     "data)"),
+                              "weight_only_algorithm=k_quant"))

@@ -57,7 +57,8 @@ constexpr vaiq_option_descriptor kOptions[] = {
 
 }  // namespace
 
-VAIQ_PLUGINS(vaiq::describe<Gptq>("gptq", "1.0.0",
-                                  "GPTQ: weight-only MatMul weights rounded with the error pushed into the rows not "
-                                  "yet rounded, through the inputs' Hessian",
-                                  kOptions))
+VAIQ_PLUGINS(vaiq::enabled_by(vaiq::describe<Gptq>("gptq", "1.0.0",
+                                                   "GPTQ: weight-only MatMul weights rounded with the error pushed "
+                                                   "into the rows not yet rounded, through the inputs' Hessian",
+                                                   kOptions),
+                              "weight_only_algorithm=gptq"))

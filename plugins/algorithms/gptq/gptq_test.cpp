@@ -170,6 +170,16 @@ TEST(GptqPlugin, ARecipeNamesItAndItRoundsTheWeights) {
     EXPECT_GE(layer["held_out_rows"].get<int>(), 1);
     const auto implied = vaiq::test::run_recipe_in(dir, registry, base + "weight_only_algorithm: gptq\n", "i.yaml");
     EXPECT_EQ(implied["gptq"]["layers"], named["gptq"]["layers"]) << "the documented setting runs the same";
+    try {  // a value no algorithm is enabled by: refused, with those that are
+        vaiq::test::run_recipe_in(dir, registry, base + "weight_only_algorithm: gptqq\n", "u.yaml");
+        ADD_FAILURE() << "weight_only_algorithm: gptqq runs";
+    } catch (const vaiq::InputError& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("u.yaml:"), std::string::npos) << what;
+        EXPECT_NE(what.find("algorithm 'gptq' (weight_only_algorithm=gptq)"), std::string::npos) << what;
+        EXPECT_NE(what.find("algorithm 'awq_lite' (weight_only_algorithm=awq_lite|awq_full)"), std::string::npos)
+            << what;
+    }
     EXPECT_THROW(vaiq::test::run_recipe_in(
                      dir, registry, base + "algorithms: [{name: gptq, options: {GPTQDamping: 0.1}}]\n", "o.yaml"),
                  vaiq::InputError)

@@ -171,10 +171,12 @@ constexpr vaiq_option_descriptor kFastFinetuneOptions[] = {
 
 }  // namespace
 
-VAIQ_PLUGINS(vaiq::describe<FastFinetune>("fast_finetune", "1.0.0",
-                                          "AdaRound or AdaQuant: each layer's weights fitted to reproduce the float "
-                                          "layer's output on the calibration data (include_fast_ft)",
-                                          kFastFinetuneOptions),
-             vaiq::describe<BiasCorrection>("bias_correction", "1.0.0",
-                                            "Conv/Gemm biases corrected for the mean shift their quantized weights "
-                                            "cause, after every other algorithm (extra_options.BiasCorrection)"))
+VAIQ_PLUGINS(vaiq::enabled_by(vaiq::describe<FastFinetune>("fast_finetune", "1.0.0",
+                                                           "AdaRound or AdaQuant: each layer's weights fitted to "
+                                                           "reproduce the float layer's output on the calibration data",
+                                                           kFastFinetuneOptions),
+                              "include_fast_ft"),
+             vaiq::enabled_by(vaiq::describe<BiasCorrection>("bias_correction", "1.0.0",
+                                                             "Conv/Gemm biases corrected for the mean shift their "
+                                                             "quantized weights cause, after every other algorithm"),
+                              "extra_options.BiasCorrection"))

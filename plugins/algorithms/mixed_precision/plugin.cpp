@@ -25,8 +25,14 @@ vaiq::QuantType quant_type(const vaiq::Options& options, const std::string& name
     return *type;
 }
 
+// What a target missed within the budget tries: the weights fitted at the precisions chosen.
+constexpr const char* kNextLever = "fast_finetune";
+
 class MixedPrecision final : public vaiq::Algorithm {
   public:
+    // Precisions first: the weights are fitted at them.
+    vaiq::AlgorithmStage stage() const override { return vaiq::AlgorithmStage::Precision; }
+
     void configure(const vaiq::Options& options) override {
         const std::string p = "AutoMixprecision.";
         target_.sqnr_db = optional_float(options, p + "SQNRTarget");
@@ -36,7 +42,7 @@ class MixedPrecision final : public vaiq::Algorithm {
         target_.precision.activation_type = quant_type(options, p + "ActTargetQuantType");
         target_.precision.weight_type = quant_type(options, p + "WeightTargetQuantType");
         target_.max_fraction = options.get_float(p + "MaxRaisedFraction");
-        next_lever_ = options.get_string("next_lever");
+        next_lever_ = options.get_bool(p + "NextLever") ? kNextLever : "";
         if (!(target_.max_fraction >= 0 && target_.max_fraction <= 1))
             throw vaiq::InputError(fmt::format("extra_options.AutoMixprecision.MaxRaisedFraction must be within [0, 1], "
                                                "not {}",
@@ -107,7 +113,7 @@ class MixedPrecision final : public vaiq::Algorithm {
     // where the output then agrees better.
     void try_next_lever(vaiq::AlgorithmContext& context, const vaiq::MixedPrecisionTarget& target,
                         nlohmann::json& report) {
-        if (next_lever_.empty()) {
+        if (next_lever_.empty() || context.runs(next_lever_)) {
             vaiq::log_warn("mixed precision missed its target ({})", target.describe());
             return;
         }
@@ -163,14 +169,19 @@ constexpr vaiq_option_descriptor kOptions[] = {
     {"AutoMixprecision.WeightTargetQuantType", VAIQ_OPTION_STRING, "QInt16", "Type a raised weight gets."},
     {"AutoMixprecision.MaxRaisedFraction", VAIQ_OPTION_FLOAT, "0.1",
      "Raise at most this fraction of the quantized activations and weights."},
-    {"next_lever", VAIQ_OPTION_STRING, "",
-     "The algorithm tried when the target is out of reach within the budget, kept where the output then agrees "
-     "better (extra_options.AutoMixprecision.NextLever: fast_finetune unless the recipe runs it anyway)."},
+    {"AutoMixprecision.NextLever", VAIQ_OPTION_BOOL, "true",
+     "When the target is out of reach within the budget (or fails on the held-out batches): fit the weights at "
+     "their precisions (fast finetune with FastFinetune's settings, unless the run has it anyway) and keep the fit "
+     "where the output then agrees better; a warning says whether the target was met. false: the warning only."},
 };
 
 }  // namespace
 
-VAIQ_PLUGINS(vaiq::describe<MixedPrecision>("mixed_precision", "1.0.0",
-                                            "Automatic mixed precision: the most harmful tensors raised to 16 bits "
-                                            "(or float) until the output meets a target on the calibration data",
-                                            kOptions))
+VAIQ_PLUGINS(vaiq::enabled_by(vaiq::describe<MixedPrecision>("mixed_precision", "1.0.0",
+                                                             "Automatic mixed precision: the most harmful tensors "
+                                                             "raised to 16 bits (or float) until the output meets a "
+                                                             "target on the calibration data",
+                                                             kOptions),
+                              "extra_options.AutoMixprecision.SQNRTarget, extra_options.AutoMixprecision.L2Target, "
+                              "extra_options.AutoMixprecision.Top1AccTarget",
+                              kNextLever))
