@@ -104,7 +104,7 @@ struct RunState {
     Model quantized;
     std::shared_ptr<TensorSpool> parked;            ///< the file the quantized model's large weights wait in
     PluginInstance<Format> format;                  ///< created on first use
-    std::map<std::string, Tensor> rounded_weights;  ///< fast finetune's grid values, written instead of the weights
+    std::map<std::string, Tensor> rounded_weights;  ///< algorithms' fitted grid values, written instead of the weights
     std::map<std::string, QuantParams> rounded_on;  ///< the quantization each was fitted to (see rounded_for)
     /// Parameters algorithms chose (AlgorithmContext::set_parameters), kept when the plan is recomputed.
     std::map<std::string, QuantParams> chosen_params;
@@ -112,7 +112,7 @@ struct RunState {
     std::vector<ConstraintCount> refined;     ///< what the target's constraints changed in the last plan computed
     std::optional<CalibrationTables> tables;  ///< kept by calibrate when `keep_tables`
     /// Tensors whose channels differ in scale and that stay on one grid (mixed_scale.hpp):
-    /// mixed precision raises them first.
+    /// the sensitivity ranking marks them, and a precision search raises them first.
     std::vector<std::string> mixed_scales;
     bool inputs_changed = false;  ///< preparation changed the model's inputs (NCHW to NHWC, float16 to float32)
     bool keep_tables = false;
