@@ -84,6 +84,35 @@ bool matches_type(const nlohmann::json& value, vaiq_option_type type) {
     return false;
 }
 
+bool is_plugin_name(const std::string& name) {
+    static const std::regex kName("[a-z][a-z0-9_]*");
+    return std::regex_match(name, kName);
+}
+
+// An algorithm's enabled_by and may_try, checked; any other kind must have neither.
+void read_switches(const vaiq_plugin_descriptor& d, const std::string& who, PluginInfo& info) {
+    const auto clauses = split_list(d.enabled_by ? d.enabled_by : "");
+    const auto others = split_list(d.may_try ? d.may_try : "");
+    if (info.kind != PluginKind::Algorithm && (!clauses.empty() || !others.empty()))
+        throw InputError(fmt::format("{} is a {} but declares enabled_by or may_try, which only algorithms have", who,
+                                     kind_name(info.kind)));
+    static const std::regex kSwitch(
+        "([A-Za-z][A-Za-z0-9_]*(?:\\.[A-Za-z][A-Za-z0-9_]*)*)(?:=([A-Za-z0-9_.+-]+(?:\\|[A-Za-z0-9_.+-]+)*))?");
+    for (const auto& clause : clauses) {
+        std::smatch m;
+        if (!std::regex_match(clause, m, kSwitch))
+            throw InputError(
+                fmt::format("{} is enabled by '{}', which is neither a setting nor setting=value|value", who, clause));
+        info.enabled_by.push_back(
+            {m[1].str(), m[2].matched ? split_list(m[2].str(), '|') : std::vector<std::string>{}});
+    }
+    for (const auto& other : others) {
+        if (!is_plugin_name(other) || other == info.name)
+            throw InputError(fmt::format("{} may try '{}', which is no other plugin's name", who, other));
+        info.may_try.push_back(other);
+    }
+}
+
 // Everything a descriptor must satisfy before the host calls into the plugin.
 // Returns the accepted plugin or throws one sentence naming both sides.
 PluginInfo check_descriptor(const vaiq_plugin_descriptor* d, const fs::path& file) {
@@ -105,8 +134,7 @@ PluginInfo check_descriptor(const vaiq_plugin_descriptor* d, const fs::path& fil
     if (toolchain != VAIQ_TOOLCHAIN_TAG)
         throw InputError(fmt::format("{} was built with toolchain '{}'; this vaiq was built with '{}'", who, toolchain,
                                      VAIQ_TOOLCHAIN_TAG));
-    static const std::regex kName("[a-z][a-z0-9_]*");
-    if (!raw_name || !std::regex_match(raw_name, kName))
+    if (!raw_name || !is_plugin_name(raw_name))
         throw InputError(fmt::format("{} has the name '{}'; plugin names must match [a-z][a-z0-9_]*", who,
                                      raw_name ? raw_name : ""));
     const auto kind = static_cast<PluginKind>(d->kind);
@@ -125,26 +153,7 @@ PluginInfo check_descriptor(const vaiq_plugin_descriptor* d, const fs::path& fil
         throw InputError(fmt::format("{} declares {} options but no option table", who, d->option_count));
 
     PluginInfo info{kind, raw_name, version, d->summary ? d->summary : "", {}, file, d, {}, {}};
-    const bool switched = (d->enabled_by && *d->enabled_by) || (d->may_try && *d->may_try);
-    if (switched && kind != PluginKind::Algorithm)
-        throw InputError(fmt::format("{} is a {} but declares enabled_by or may_try, which only algorithms have", who,
-                                     kind_name(kind)));
-    for (const auto& clause : split_list(d->enabled_by ? d->enabled_by : "")) {
-        static const std::regex kSwitch(
-            "([A-Za-z][A-Za-z0-9_]*(?:\\.[A-Za-z][A-Za-z0-9_]*)*)(?:=([A-Za-z0-9_.+-]+(?:\\|[A-Za-z0-9_.+-]+)*))?");
-        std::smatch m;
-        if (!std::regex_match(clause, m, kSwitch))
-            throw InputError(
-                fmt::format("{} is enabled by '{}', which is neither a setting nor setting=value|value", who, clause));
-        AlgorithmSwitch sw{m[1].str(), {}};
-        if (m[2].matched) sw.values = split_list(m[2].str(), '|');
-        info.enabled_by.push_back(std::move(sw));
-    }
-    for (const auto& other : split_list(d->may_try ? d->may_try : "")) {
-        if (!std::regex_match(other, kName) || other == info.name)
-            throw InputError(fmt::format("{} may try '{}', which is no other plugin's name", who, other));
-        info.may_try.push_back(other);
-    }
+    read_switches(*d, who, info);
     for (size_t i = 0; i < d->option_count; ++i) {
         const auto& o = d->options[i];
         const std::string name = o.name ? o.name : "";
