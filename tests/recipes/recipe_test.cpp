@@ -319,6 +319,25 @@ TEST(Recipes, PythonSpellingsAreNormalised) {
               nlohmann::json({{1, 2}, {3, 4}}));
 }
 
+// A map under extra_options is a plugin's section, in a file and on the command
+// line: its keys are flattened and checked later against the plugins' options;
+// --set takes one key of it, not the whole map.
+TEST(Recipes, AMapUnderExtraOptionsIsAPluginsSection) {
+    const auto r = recipe_from("extra_options:\n  MySearch: {Enable: true, Steps: 4}\n",
+                               {"extra_options.AutoMixprecision.SQNRTarget=30"});
+    EXPECT_EQ(r.settings.at("extra_options.MySearch.Enable").value, true);
+    EXPECT_EQ(r.settings.at("extra_options.MySearch.Steps").value, 4);
+    EXPECT_EQ(r.settings.at("extra_options.AutoMixprecision.SQNRTarget").value, 30);
+    EXPECT_EQ(r.settings.at("extra_options.AutoMixprecision.SQNRTarget").origin, "--set");
+    EXPECT_NE(error_of([] {
+                  recipe_from("", {"extra_options.AutoMixprecision={SQNRTarget: 30}"});
+              }).find("extra_options.AutoMixprecision is a section; set one key in it"),
+              std::string::npos);
+    EXPECT_EQ(error_of([] { recipe_from("", {"extra_options.RandomDataReaderInputDataRange={x: [0, 1]}"}); }),
+              "no error")
+        << "a host key whose value is a map";
+}
+
 TEST(Recipes, ExtendsDeepMergesMapsAndReplacesLists) {
     const auto dir = temp_dir();
     write_text(dir / "base" / "parent.yaml",

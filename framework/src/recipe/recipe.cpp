@@ -300,7 +300,8 @@ void apply_setting(Recipe& recipe, const std::string& assignment, const fs::path
     }
     const auto dot = path.rfind('.');
     const std::string section = dot == std::string::npos ? "" : path.substr(0, dot);
-    if (is_section(path))
+    // A host section, or a plugin's (a map under extra_options that is no host key).
+    if (is_section(path) || (section == "extra_options" && node.IsMap() && !find_key(path)))
         throw InputError(
             fmt::format("{}: {} is a section; set one key in it, e.g. {}.<key>=...", src.label, path, path));
     if (is_plugin_options_section(section)) {
