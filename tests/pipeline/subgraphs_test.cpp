@@ -399,8 +399,19 @@ TEST(LoopIterations, ReplayLoopsAndScansAsTheRuntimeRunsThem) {
     // Iterations kept: drawn uniformly from the whole run, however long.
     for (const int64_t run : {10, 256, 3000}) {
         vaiq::phases::IterationSample<int64_t> sample;
-        for (int64_t i = 0; i < run; ++i) sample.offer(i, [i] { return i; });
+        int64_t made = 0, displaced = 0;
+        for (int64_t i = 0; i < run; ++i)
+            sample.offer(
+                i,
+                [&made, i] {
+                    ++made;
+                    return i;
+                },
+                [&](int64_t) { ++displaced; });
         auto iterations = sample.take();
+        EXPECT_EQ(made, static_cast<int64_t>(iterations.size()) + displaced)
+            << "every one made and not kept is given back";
+        EXPECT_EQ(displaced > 0, run > vaiq::phases::kIterationsKept);
         EXPECT_EQ(iterations.size(), static_cast<size_t>(std::min<int64_t>(run, vaiq::phases::kIterationsKept)));
         std::sort(iterations.begin(), iterations.end());
         EXPECT_EQ(std::adjacent_find(iterations.begin(), iterations.end()), iterations.end()) << "each once";

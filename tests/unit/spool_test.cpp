@@ -56,6 +56,21 @@ TEST_F(SpoolTest, KeepsTheBudgetInMemoryAndTheRestInAFileWithoutAName) {
     EXPECT_THROW(spool.get(3), std::out_of_range);
 }
 
+// A dropped value gives its memory back to the budget and cannot be read.
+TEST_F(SpoolTest, ADroppedValueFreesItsShareOfTheBudget) {
+    vaiq::TensorSpool spool(/*memory_budget=*/64);
+    const auto small = vaiq::test::ramp({4, 4});  // 64 bytes: the whole budget
+    EXPECT_EQ(spool.put(small), 0u);
+    spool.drop(0);
+    EXPECT_EQ(spool.put(small), 1u);
+    EXPECT_EQ(spool.spilled_bytes(), 0u) << "held in memory, in the budget the first one left";
+    EXPECT_TRUE(same_bytes(spool.get(1), small));
+    EXPECT_THROW(spool.get(0), vaiq::InternalError);
+    spool.drop(0);  // twice: nothing more to free
+    EXPECT_EQ(spool.put(small), 2u);
+    EXPECT_EQ(spool.spilled_bytes(), small.bytes().size()) << "the budget is full again";
+}
+
 TEST_F(SpoolTest, ATemporaryFolderThatCannotBeWrittenIsAClearError) {
     ::setenv("TMPDIR", (dir_ / "missing").c_str(), 1);
     vaiq::TensorSpool spool(/*memory_budget=*/0);

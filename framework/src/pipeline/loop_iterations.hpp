@@ -28,12 +28,15 @@ inline constexpr int64_t kIterationsKept = 256;
 template <typename T>
 class IterationSample {
   public:
-    /// Iteration `i` (0, 1, ... in order); `make` builds it where kept.
-    template <typename Make>
-    void offer(int64_t i, const Make& make) {
+    /// Iteration `i` (0, 1, ... in order); `make` builds it where kept, and
+    /// `displaced` is given an earlier one it replaces.
+    template <typename Make, typename Displaced>
+    void offer(int64_t i, const Make& make, const Displaced& displaced) {
         if (i < kIterationsKept) return items_.push_back(make());
         const auto j = std::uniform_int_distribution<int64_t>(0, i)(rng_);
-        if (j < kIterationsKept) items_[static_cast<size_t>(j)] = make();
+        if (j >= kIterationsKept) return;
+        displaced(items_[static_cast<size_t>(j)]);
+        items_[static_cast<size_t>(j)] = make();
     }
     const T& first() const { return items_.front(); }
     std::vector<T> take() { return std::exchange(items_, {}); }

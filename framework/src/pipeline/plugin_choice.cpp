@@ -172,10 +172,17 @@ bool declares(const PluginInfo& info, const std::string& option) {
     return std::any_of(info.options.begin(), info.options.end(), [&](const auto& o) { return o.name == option; });
 }
 
+// Algorithm `info`'s switch on `setting`, or null.
+const AlgorithmSwitch* switch_on(const PluginInfo& info, const std::string& setting) {
+    const auto it = std::find_if(info.enabled_by.begin(), info.enabled_by.end(),
+                                 [&](const auto& sw) { return sw.setting == setting; });
+    return it == info.enabled_by.end() ? nullptr : &*it;
+}
+
 // Whether `setting`, as the recipe has it, runs algorithm `info`.
 bool enabled_by(const PluginInfo& info, const Recipe& recipe, const std::string& setting) {
-    return std::any_of(info.enabled_by.begin(), info.enabled_by.end(),
-                       [&](const auto& sw) { return sw.setting == setting && switched_on(recipe, sw); });
+    const auto* sw = switch_on(info, setting);
+    return sw && switched_on(recipe, *sw);
 }
 
 // Every extra option the schema does not have must be an option of a chosen
@@ -201,9 +208,8 @@ void check_extra_options(const Recipe& recipe, const PluginRegistry& registry, c
         std::vector<std::string> readers;
         for (const auto* info : registry.list()) {
             if (declares(*info, name)) readers.push_back(fmt::format("{} '{}'", kind_name(info->kind), info->name));
-            for (const auto& sw : info->enabled_by)
-                if (sw.setting == name)
-                    readers.push_back(fmt::format("{} '{}' ({})", kind_name(info->kind), info->name, sw.describe()));
+            if (const auto* sw = switch_on(*info, name))
+                readers.push_back(fmt::format("{} '{}' ({})", kind_name(info->kind), info->name, sw->describe()));
         }
         throw InputError(fmt::format("{}: {} is read by none of this recipe's plugins (target '{}', format '{}'){}",
                                      recipe.setting(name).origin, name, chosen.target.info->name,
@@ -215,10 +221,7 @@ void check_extra_options(const Recipe& recipe, const PluginRegistry& registry, c
         if (std::any_of(used.begin(), used.end(), [&n = name](const auto* info) { return declares(*info, n); }))
             continue;
         const auto path = "extra_options." + name;  // a switch that runs an algorithm, on or off
-        if (std::any_of(algorithms.begin(), algorithms.end(), [&](const auto* info) {
-                return std::any_of(info->enabled_by.begin(), info->enabled_by.end(),
-                                   [&](const auto& sw) { return sw.setting == path; });
-            }))
+        if (std::any_of(algorithms.begin(), algorithms.end(), [&](const auto* info) { return switch_on(*info, path); }))
             continue;
         std::vector<std::string> owners, known;
         for (const auto* info : registry.list()) {

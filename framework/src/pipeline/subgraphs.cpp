@@ -237,11 +237,17 @@ Model record_iterations(const Model& parent, Body& b, TensorSpool& spool, int th
             in.push_back(index ? std::optional(spool.get(*index)) : std::nullopt);
         IterationSample<std::map<std::string, size_t>> sample;
         iterate(*b.node, parent.opset(), *b.graph, in, [&](int64_t i, std::map<std::string, Tensor> feeds) {
-            sample.offer(i, [&] {
-                auto kept = outer[k];
-                for (const auto& [name, value] : feeds) kept[name] = spool.put(value);
-                return kept;
-            });
+            sample.offer(
+                i,
+                [&] {
+                    auto kept = outer[k];
+                    for (const auto& [name, value] : feeds) kept[name] = spool.put(value);
+                    return kept;
+                },
+                [&](const std::map<std::string, size_t>& replaced) {  // its own values, not the shared outer ones
+                    for (const auto& [name, index] : replaced)
+                        if (!outer[k].count(name)) spool.drop(index);
+                });
             if (!model) {  // the body as a model, typed by its first iteration (always kept)
                 b.batches = {sample.first()};
                 model = body_model(parent, b, spool);

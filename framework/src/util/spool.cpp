@@ -98,8 +98,16 @@ size_t TensorSpool::park_initializers(Model& model, size_t min_bytes) {
     return moved;
 }
 
+void TensorSpool::drop(size_t index) {
+    auto& entry = entries_.at(index);
+    if (!entry.in_file && !entry.dropped) held_bytes_ -= entry.held.bytes().size();
+    entry.held = Tensor();
+    entry.dropped = true;
+}
+
 Tensor TensorSpool::get(size_t index) const {
     const auto& entry = entries_.at(index);
+    if (entry.dropped) throw InternalError(fmt::format("put-aside value {} was read after it was dropped", index));
     if (!entry.in_file) return entry.held;
     auto out = Tensor::uninitialized(entry.type, entry.shape);
     auto bytes = out.mutable_bytes();

@@ -25,6 +25,9 @@ class TensorSpool {
     size_t put(const Tensor& value);
     /// The tensor stored under `index`, read back from the file if it went there.
     Tensor get(size_t index) const;
+    /// Frees what `index` holds in memory (the budget it took serves later puts);
+    /// it cannot be read after.
+    void drop(size_t index);
     size_t size() const { return entries_.size(); }
     /// Bytes that went to the file.
     size_t spilled_bytes() const { return file_bytes_; }
@@ -39,6 +42,7 @@ class TensorSpool {
     struct Entry {
         Tensor held;  ///< the value, unless it went to the file
         bool in_file = false;
+        bool dropped = false;
         DataType type = DataType::Float;
         std::vector<int64_t> shape;
         size_t offset = 0;
