@@ -432,6 +432,32 @@ TEST_F(Plan, CalibrationAndParametersFollowTheDocumentedFormulas) {
     EXPECT_EQ(bias->params.type, vaiq::QuantType::QInt32);
 }
 
+// A search computes a plan per candidate: the weights' parameters are kept
+// from the first, and computed again only for a weight planned another way.
+TEST_F(Plan, AWeightsParametersAreKeptForTheNextPlanOfTheSameSpec) {
+    const auto model = vaiq::test::conv_relu_model();
+    auto draft = plan(model, "per_channel: true\n");
+    auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 2);
+    const auto outcome = vaiq::calibrate(model, draft, *data, 1);
+    vaiq::ConstantParamsCache cache;
+    const auto first = vaiq::compute_parameters(model, draft, outcome, nullptr, &cache);
+    ASSERT_EQ(cache.weights.count("w"), 1u);
+    EXPECT_EQ(cache.weights.at("w").params.scale, first.find("w")->params.scale);
+    EXPECT_EQ(cache.weights.count("b"), 0u) << "a bias follows its input's and weight's scales";
+    // Marked, so that a second plan shows where its parameters came from.
+    cache.weights.at("w").params.scale[0] = 0.5f;
+    const auto second = vaiq::compute_parameters(model, draft, outcome, nullptr, &cache);
+    EXPECT_EQ(second.find("w")->params.scale[0], 0.5f);
+    EXPECT_EQ(second.find("w")->spec, first.find("w")->spec);
+    EXPECT_EQ(second.find("b")->params.scale[0], second.find("x")->params.scale[0] * 0.5f);
+    auto wider = draft;
+    for (auto& t : wider.tensors)
+        if (t.tensor == "w") t.spec.type = vaiq::QuantType::QInt16;
+    const auto third = vaiq::compute_parameters(model, wider, outcome, nullptr, &cache);
+    EXPECT_EQ(third.find("w")->params.type, vaiq::QuantType::QInt16);
+    EXPECT_LT(third.find("w")->params.scale[0], first.find("w")->params.scale[0]) << "computed for its new type";
+}
+
 TEST_F(Plan, FloatTypesNeedNoCalibrationAndKeepAFloatBias) {
     const auto model = vaiq::test::conv_relu_model();
     auto draft = plan(model, "activation_type: QBFloat16\nweight_type: QFloat16\n");

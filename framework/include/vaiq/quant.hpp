@@ -90,6 +90,7 @@ struct QuantSpec {
     /// plan carries the type only, no scale or zero point.
     bool dynamic = false;
     SharedExponentBlocks shared_exponent{};  ///< block float types only
+    bool operator==(const QuantSpec&) const = default;
 };
 
 /// The observed float range of a tensor.

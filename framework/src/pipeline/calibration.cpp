@@ -8,6 +8,8 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <tuple>
+#include <utility>
 
 #include "data/batch_workers.hpp"
 #include "runtime/executor.hpp"
@@ -214,8 +216,35 @@ void widen_saturating_bias_scales(const Tensor& bias, TensorQuant& q) {
 }  // namespace
 
 QuantPlan compute_parameters(const Model& model, const DraftPlan& plan, const CalibrationOutcome& calibration,
-                             std::map<std::string, TensorRange>* ranges) {
+                             std::map<std::string, TensorRange>* ranges, ConstantParamsCache* constants) {
     const GraphIndex index(model.graph());
+    // A weight's parameters from its values, with its spec as they took it
+    // (per channel only along an axis it has).
+    auto weight_params = [&](const PlannedTensor& t) -> std::pair<QuantSpec, QuantParams> {
+        if (constants)
+            if (const auto it = constants->weights.find(t.tensor);
+                it != constants->weights.end() && it->second.planned == t.spec && it->second.calibrator == t.calibrator)
+                return {it->second.spec, it->second.params};
+        auto spec = t.spec;
+        QuantParams params;
+        if (t.spec.block_size > 0) {
+            // A float16 weight's blocks are measured in float (its scales are written back in float16).
+            const auto data = convert_float_type(Tensor::from_proto(*index.initializer(t.tensor)), DataType::Float);
+            params = t.calibrator ? t.calibrator->constant_params(data, spec) : constant_params(data, spec);
+        } else {
+            const auto data = Tensor::from_proto(*index.initializer(t.tensor));
+            const int rank = static_cast<int>(data.shape().size());
+            int axis = t.spec.per_channel ? t.spec.axis : -1;
+            if (axis < 0 && t.spec.per_channel) axis += rank;
+            if (axis >= rank) axis = -1;
+            spec.per_channel = axis >= 0;
+            spec.axis = std::max(axis, 0);
+            params = t.calibrator ? t.calibrator->constant_params(data, spec) : constant_params(data, spec);
+            params.axis = axis;
+        }
+        if (constants) constants->weights[t.tensor] = {t.spec, t.calibrator, spec, params};
+        return {spec, params};
+    };
     QuantPlan out;
     std::map<std::string, size_t> position;
     auto params_of = [&](const std::string& tensor) -> const QuantParams& {
@@ -248,26 +277,10 @@ QuantPlan compute_parameters(const Model& model, const DraftPlan& plan, const Ca
                 q.params.type = t->spec.type;  // DynamicQuantizeLinear's at run time
             } else if (!t->share_with.empty()) {
                 q.params = params_of(t->share_with);
-            } else if (t->constant && t->spec.block_size > 0) {
-                // A float16 weight's blocks are measured in float (its scales are written back in float16).
-                const auto data =
-                    convert_float_type(Tensor::from_proto(*index.initializer(t->tensor)), DataType::Float);
-                q.params =
-                    t->calibrator ? t->calibrator->constant_params(data, t->spec) : constant_params(data, t->spec);
             } else if (t->constant) {
-                const auto data = Tensor::from_proto(*index.initializer(t->tensor));
-                const int rank = static_cast<int>(data.shape().size());
-                int axis = t->spec.per_channel ? t->spec.axis : -1;
-                if (axis < 0 && t->spec.per_channel) axis += rank;
-                if (axis >= rank) axis = -1;
-                auto spec = t->spec;
-                spec.per_channel = axis >= 0;
-                spec.axis = std::max(axis, 0);
-                q.params = t->calibrator ? t->calibrator->constant_params(data, spec) : constant_params(data, spec);
-                q.params.axis = axis;
-                q.spec.per_channel = spec.per_channel;
-                q.spec.axis = spec.axis;
-                if (ranges && axis < 0) (*ranges)[t->tensor] = channel_ranges(data, -1)[0];
+                std::tie(q.spec, q.params) = weight_params(*t);
+                if (ranges && q.params.axis < 0 && t->spec.block_size == 0)
+                    (*ranges)[t->tensor] = channel_ranges(Tensor::from_proto(*index.initializer(t->tensor)), -1)[0];
             } else {
                 TensorRange range;
                 if (t->fixed_range) {

@@ -59,10 +59,26 @@ CalibrationOutcome conclude(const DraftPlan& plan, const Observations& observati
 CalibrationOutcome calibrate(const Model& model, const DraftPlan& plan, DataReader& data, int threads,
                              const std::function<void(int)>& on_batch = {});
 
+/// Weights' parameters as compute_parameters() found them, by weight, kept for
+/// its next call: a search computes a plan for every candidate, and a weight's
+/// parameters depend only on its values, spec and calibrator. Whoever changes
+/// the model's initializers clears it.
+struct ConstantParamsCache {
+    struct Entry {
+        QuantSpec planned;  ///< the spec and calibrator they were computed for
+        const Calibrator* calibrator = nullptr;
+        QuantSpec spec;  ///< as the parameters took it (per channel only along an axis the weight has)
+        QuantParams params;
+    };
+    std::map<std::string, Entry> weights;
+};
+
 /// Scales and zero points for the plan: weights from their data (per channel
 /// where planned), activations from the calibrated ranges, shared parameters
 /// copied, int32 biases at input scale x weight scale.
+/// `constants`: parameters of weights from earlier calls on the same model.
 QuantPlan compute_parameters(const Model& model, const DraftPlan& plan, const CalibrationOutcome& calibration,
-                             std::map<std::string, TensorRange>* ranges = nullptr);
+                             std::map<std::string, TensorRange>* ranges = nullptr,
+                             ConstantParamsCache* constants = nullptr);
 
 }  // namespace vaiq

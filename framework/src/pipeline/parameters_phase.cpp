@@ -106,7 +106,7 @@ namespace {
 // algorithms chose and the target's constraints (counted in `refined`).
 QuantPlan plan_of(RunState& s, const DraftPlan& draft, std::map<std::string, TensorRange>* ranges,
                   std::vector<ConstraintCount>* refined) {
-    auto plan = compute_parameters(s.model, draft, s.calibration, ranges);
+    auto plan = compute_parameters(s.model, draft, s.calibration, ranges, &s.constant_params);
     for (auto& t : plan.tensors)
         if (auto it = s.chosen_params.find(t.tensor); it != s.chosen_params.end()) t.params = it->second;
     auto counts = s.target->refine(s.model, plan, s.run);
@@ -219,6 +219,7 @@ void offer_plan_services(RunState& s, AlgorithmInputs& inputs, const std::string
     if (stage == AlgorithmStage::Corrections) {
         inputs.replace_initializers = [&s](std::map<std::string, Tensor> values) {
             if (!s.uncorrected) s.uncorrected = s.model;
+            s.constant_params.weights.clear();
             for (auto& init : *s.model.graph().mutable_initializer())
                 if (auto it = values.find(init.name()); it != values.end()) init = it->second.to_proto(init.name());
         };
@@ -286,6 +287,7 @@ void run_algorithm(RunState& s, Algorithm& algorithm, const std::string& name, A
             if (input_signature(model) != input_signature(s.model))
                 throw InternalError(fmt::format("algorithm '{}' changed the model's inputs", name));
             s.model = std::move(model);
+            s.constant_params.weights.clear();
             s.function_kept = false;  // kept in exact arithmetic, but counted as not, as CLE is
         };
     else

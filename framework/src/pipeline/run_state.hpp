@@ -101,6 +101,7 @@ struct RunState {
     CalibrationOutcome calibration;
     QuantPlan plan;
     std::map<std::string, TensorRange> ranges;
+    ConstantParamsCache constant_params;  ///< cleared where the model's initializers change
     Model quantized;
     std::shared_ptr<TensorSpool> parked;            ///< the file the quantized model's large weights wait in
     PluginInstance<Format> format;                  ///< created on first use

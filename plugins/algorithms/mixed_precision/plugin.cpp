@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <set>
 
 #include "mixed_precision.hpp"
 #include "screening.hpp"
@@ -75,10 +77,12 @@ class MixedPrecision final : public vaiq::Algorithm {
             return ranking;
         };
         vaiq::Raising raising;
+        std::map<std::set<std::string>, size_t> counted;  // the search asks again for the same sets
         raising.count = [&](const std::set<std::string>& raised) {
+            if (const auto it = counted.find(raised); it != counted.end()) return it->second;
             size_t n = 0;
             context.raised_plan(raised, target.precision, &n);
-            return n;
+            return counted[raised] = n;
         };
         raising.measure = [&](const std::set<std::string>& raised, vaiq::BatchSet batches) {
             return context.agreement(context.quantized(context.raised_plan(raised, target.precision), {}),
