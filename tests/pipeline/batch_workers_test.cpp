@@ -156,4 +156,37 @@ TEST(BatchWorkers, EachWorkerMakesItsWorkOnItsOwnThread) {
     EXPECT_EQ(makers.count(std::this_thread::get_id()), 0u);
 }
 
+// Items the caller holds (batches already in memory) run as batches do: every
+// item once, points passed in their order, no more workers than items.
+TEST(BatchWorkers, ItemsInMemoryRunOnceEachAndPassPointsInOrder) {
+    std::mutex mutex;
+    std::vector<size_t> at_point;
+    std::set<std::thread::id> makers;
+    vaiq::run_items(7, 3, [&]() -> vaiq::ItemWork {
+        {
+            std::lock_guard lock(mutex);
+            makers.insert(std::this_thread::get_id());
+        }
+        return [&](size_t index, BatchTurns& turns) {
+            stall(index);
+            turns.await("p", index);
+            at_point.push_back(index);
+            turns.passed("p", index);
+            turns.finish(index, {});
+        };
+    });
+    EXPECT_EQ(at_point, (std::vector<size_t>{0, 1, 2, 3, 4, 5, 6}));
+    EXPECT_EQ(makers.size(), 3u);
+    makers.clear();
+    size_t ran = 0;
+    vaiq::run_items(1, 4, [&]() -> vaiq::ItemWork {
+        makers.insert(std::this_thread::get_id());
+        return [&](size_t, BatchTurns&) { ++ran; };
+    });
+    EXPECT_EQ(ran, 1u);
+    EXPECT_EQ(makers, std::set<std::thread::id>{std::this_thread::get_id()}) << "one item: one worker, this thread";
+    vaiq::run_items(0, 2, [&]() -> vaiq::ItemWork { return [&](size_t, BatchTurns&) { ++ran; }; });
+    EXPECT_EQ(ran, 1u) << "no items: nothing runs";
+}
+
 }  // namespace

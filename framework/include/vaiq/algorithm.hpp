@@ -187,7 +187,9 @@ class VAIQ_API AlgorithmContext {
     /// `forks`: each is computed under its own name, as a step of every run reads
     /// it (convolutions run channels-first, no fusion hides it). Weights and
     /// inputs can be forked at too, unless only constant folding reads them.
-    virtual std::unique_ptr<ModelRunner> forking_runner(const Model& model, const std::set<std::string>& forks) = 0;
+    /// `threads`: what its runs may use (0: the run's threads).
+    virtual std::unique_ptr<ModelRunner> forking_runner(const Model& model, const std::set<std::string>& forks,
+                                                        int threads = 0) = 0;
     /// How the outputs of `quantized` agree with the float model's (model() as
     /// it was before any bias was corrected) on output `output_index` (or, for
     /// kEveryOutput, the worst of its float outputs, each by what it means),
@@ -196,13 +198,20 @@ class VAIQ_API AlgorithmContext {
                                       BatchSet batches = BatchSet::All) = 0;
     /// Gives one variant's graph outputs on the batch being measured.
     using VariantOutputs = std::function<void(size_t variant, const std::vector<Tensor>& outputs)>;
-    /// agreement() of `variants` models at once, without a model for each: for
-    /// each batch of `batches`, `run(feeds, give)` calls `give` once per variant
-    /// (any order) with that variant's graph outputs on `feeds`, such as the
-    /// resumed runs of one forking run. Throws InternalError for a variant given
-    /// no outputs or twice on a batch.
-    virtual std::vector<OutputAgreement> agreements(size_t variants,
-                                                    const std::function<void(const Feeds&, const VariantOutputs&)>& run,
+    /// One worker's way to compute the variants on a batch: `run(feeds, give)`
+    /// calls `give` once per variant (any order) with that variant's graph
+    /// outputs on `feeds`, such as the resumed runs of one forking run.
+    using VariantRun = std::function<void(const Feeds& feeds, const VariantOutputs& give)>;
+    /// agreement() of `variants` models at once, without a model for each. The
+    /// batches of `batches` run on workers, several at a time where `compiled`
+    /// (what each worker compiles) is small enough for the cores:
+    /// `make_run(threads)` is called once on each worker's thread (a runner is
+    /// made where it runs; `threads` is what it may use), and what it returns is
+    /// called for each batch that worker takes. Each variant's outputs count in
+    /// the batches' order: the agreements do not depend on the workers. Throws
+    /// InternalError for a variant given no outputs or twice on a batch.
+    virtual std::vector<OutputAgreement> agreements(size_t variants, const Model& compiled,
+                                                    const std::function<VariantRun(int threads)>& make_run,
                                                     int output_index = kEveryOutput,
                                                     BatchSet batches = BatchSet::All) = 0;
     /// The output agreement() measures at `output_index`.

@@ -72,45 +72,56 @@ BatchThreads batch_threads(int threads, const Model& model) {
     return {at_once, std::max(1, cores / at_once)};
 }
 
-size_t run_batches(DataReader& data, int batches, size_t max_batches, const std::function<BatchWork()>& make_work) {
+namespace {
+
+// `at_once` workers (one: on the calling thread), each making its work once and
+// then running items until `take` has none: `take(index)` runs under a lock and
+// gives item `index` or nothing, `run(work, index, item, turns)` runs unlocked.
+// The first failure in the items' order is rethrown once every worker has stopped.
+template <typename Work, typename Item>
+void run_workers(int at_once, const std::function<Work()>& make_work,
+                 const std::function<std::optional<Item>(size_t)>& take,
+                 const std::function<void(Work&, size_t, Item&, BatchTurns&)>& run) {
     BatchTurns turns;
-    std::mutex reading;
-    size_t read = 0;
+    std::mutex taking;
+    size_t taken = 0;
     bool stop = false;
     std::vector<std::pair<size_t, std::exception_ptr>> failures;
     auto failed = [&](size_t index, std::exception_ptr error) {
-        std::lock_guard lock(reading);
+        std::lock_guard lock(taking);
         failures.emplace_back(index, std::move(error));
         stop = true;
         turns.fail(index);
     };
     auto worker = [&] {
-        BatchWork work;
+        Work work;
         try {
             work = make_work();
         } catch (...) {
             return failed(0, std::current_exception());
         }
         while (true) {
-            std::optional<Batch> batch;
+            std::optional<Item> item;
             size_t index = 0;
-            std::exception_ptr unreadable;
+            std::exception_ptr untaken;
             {
-                std::lock_guard lock(reading);
-                if (stop || (max_batches > 0 && read >= max_batches)) return;
-                index = read;
+                std::lock_guard lock(taking);
+                if (stop) return;
+                index = taken;
                 try {
-                    batch = data.next();
+                    item = take(index);
                 } catch (...) {
-                    unreadable = std::current_exception();
+                    untaken = std::current_exception();
                 }
-                if (!batch) stop = true;
-                else ++read;
+                if (!item)
+                    stop = true;
+                else
+                    ++taken;
             }
-            if (unreadable) return failed(index, unreadable);
-            if (!batch) return;
+            if (untaken) return failed(index, untaken);
+            if (!item) return;
             try {
-                work(index, *batch, turns);
+                run(work, index, *item, turns);
             } catch (const BatchTurns::Stopped&) {
                 return;
             } catch (...) {
@@ -118,11 +129,11 @@ size_t run_batches(DataReader& data, int batches, size_t max_batches, const std:
             }
         }
     };
-    if (batches <= 1) {
+    if (at_once <= 1) {
         worker();
     } else {
         std::vector<std::thread> threads;
-        for (int w = 0; w < batches; ++w) threads.emplace_back(worker);
+        for (int w = 0; w < at_once; ++w) threads.emplace_back(worker);
         for (auto& t : threads) t.join();
     }
     if (!failures.empty())
@@ -130,7 +141,29 @@ size_t run_batches(DataReader& data, int batches, size_t max_batches, const std:
             std::min_element(failures.begin(), failures.end(), [](const auto& a, const auto& b) {
                 return a.first < b.first;
             })->second);
+}
+
+}  // namespace
+
+size_t run_batches(DataReader& data, int batches, size_t max_batches, const std::function<BatchWork()>& make_work) {
+    size_t read = 0;
+    run_workers<BatchWork, Batch>(
+        batches, make_work,
+        [&](size_t index) -> std::optional<Batch> {
+            if (max_batches > 0 && index >= max_batches) return std::nullopt;
+            auto batch = data.next();
+            if (batch) read = index + 1;
+            return batch;
+        },
+        [](BatchWork& work, size_t index, Batch& batch, BatchTurns& turns) { work(index, batch, turns); });
     return read;
+}
+
+void run_items(size_t count, int at_once, const std::function<ItemWork()>& make_work) {
+    run_workers<ItemWork, size_t>(
+        static_cast<int>(std::min<size_t>(static_cast<size_t>(std::max(at_once, 1)), std::max<size_t>(count, 1))),
+        make_work, [&](size_t index) { return index < count ? std::optional<size_t>(index) : std::nullopt; },
+        [](ItemWork& work, size_t index, size_t&, BatchTurns& turns) { work(index, turns); });
 }
 
 }  // namespace vaiq

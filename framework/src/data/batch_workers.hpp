@@ -75,4 +75,10 @@ using BatchWork = std::function<void(size_t index, const Batch& batch, BatchTurn
 /// Returns how many batches were read.
 size_t run_batches(DataReader& data, int batches, size_t max_batches, const std::function<BatchWork()>& make_work);
 
+/// One worker's work on item `index` of those a caller holds (batches already in memory).
+using ItemWork = std::function<void(size_t index, BatchTurns& turns)>;
+
+/// run_batches() over items 0 .. count - 1, `at_once` at a time (at most one a worker).
+void run_items(size_t count, int at_once, const std::function<ItemWork()>& make_work);
+
 }  // namespace vaiq

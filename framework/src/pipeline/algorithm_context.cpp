@@ -76,8 +76,9 @@ std::unique_ptr<ModelRunner> HostAlgorithmContext::runner(const Model& model, bo
 }
 
 std::unique_ptr<ModelRunner> HostAlgorithmContext::forking_runner(const Model& model,
-                                                                  const std::set<std::string>& forks) {
-    return std::make_unique<ExecutorRunner>(model, runtime::forking_options(in_.threads, forks));
+                                                                  const std::set<std::string>& forks, int threads) {
+    return std::make_unique<ExecutorRunner>(model,
+                                            runtime::forking_options(threads > 0 ? threads : in_.threads, forks));
 }
 
 template <typename F>
@@ -90,10 +91,10 @@ OutputAgreement HostAlgorithmContext::agreement(const Model& quantized, int outp
     return service(in_.agreement, "agreement()")(quantized, output_index, batches);
 }
 
-std::vector<OutputAgreement> HostAlgorithmContext::agreements(
-    size_t variants, const std::function<void(const Feeds&, const VariantOutputs&)>& run, int output_index,
-    BatchSet batches) {
-    return service(in_.agreements, "agreements()")(variants, run, output_index, batches);
+std::vector<OutputAgreement> HostAlgorithmContext::agreements(size_t variants, const Model& compiled,
+                                                              const std::function<VariantRun(int threads)>& make_run,
+                                                              int output_index, BatchSet batches) {
+    return service(in_.agreements, "agreements()")(variants, compiled, make_run, output_index, batches);
 }
 
 MeasuredOutput HostAlgorithmContext::measured_output(int output_index) {

@@ -41,8 +41,7 @@ struct AlgorithmInputs {
     /// the output measured, the tensors' sensitivity.
     std::function<OutputAgreement(const Model&, int output_index, BatchSet)> agreement;
     std::function<std::vector<OutputAgreement>(
-        size_t, const std::function<void(const Feeds&, const AlgorithmContext::VariantOutputs&)>&, int output_index,
-        BatchSet)>
+        size_t, const Model&, const std::function<AlgorithmContext::VariantRun(int)>&, int output_index, BatchSet)>
         agreements;
     std::function<MeasuredOutput(int output_index)> measured_output;
     std::function<std::vector<TensorSensitivity>(int output_index)> sensitivity;
@@ -73,11 +72,12 @@ class HostAlgorithmContext final : public AlgorithmContext {
     Model quantized(const QuantPlan& plan, const std::map<std::string, Tensor>& weights) override;
     std::unique_ptr<ModelRunner> runner(const Model& model, bool float_values,
                                         const std::set<std::string>& taps) override;
-    std::unique_ptr<ModelRunner> forking_runner(const Model& model, const std::set<std::string>& forks) override;
+    std::unique_ptr<ModelRunner> forking_runner(const Model& model, const std::set<std::string>& forks,
+                                                int threads = 0) override;
     OutputAgreement agreement(const Model& quantized, int output_index, BatchSet batches) override;
-    std::vector<OutputAgreement> agreements(size_t variants,
-                                            const std::function<void(const Feeds&, const VariantOutputs&)>& run,
-                                            int output_index, BatchSet batches) override;
+    std::vector<OutputAgreement> agreements(size_t variants, const Model& compiled,
+                                            const std::function<VariantRun(int threads)>& make_run,
+                                            int output_index = kEveryOutput, BatchSet batches = BatchSet::All) override;
     MeasuredOutput measured_output(int output_index) override;
     std::vector<TensorSensitivity> sensitivity(int output_index) override;
     bool target_runs(QuantType activation_type, QuantType weight_type) override;

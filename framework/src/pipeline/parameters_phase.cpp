@@ -12,6 +12,7 @@
 #include <limits>
 #include <set>
 
+#include "data/batch_workers.hpp"
 #include "data/data_reader.hpp"
 #include "data/statistics_file.hpp"
 #include "pipeline/algorithm_context.hpp"
@@ -208,8 +209,10 @@ void offer_plan_services(RunState& s, AlgorithmInputs& inputs, const std::string
     inputs.agreement = [&s](const Model& quantized, int output_index, BatchSet batches) {
         return measure_output(quantized, agreement_reference(s, output_index, batches), s.threads);
     };
-    inputs.agreements = [&s](size_t variants, const VariantRun& run, int output_index, BatchSet batches) {
-        return measure_outputs(variants, run, agreement_reference(s, output_index, batches));
+    inputs.agreements = [&s](size_t variants, const Model& compiled, const std::function<VariantRun(int)>& make_run,
+                             int output_index, BatchSet batches) {
+        return measure_outputs(variants, make_run, batch_threads(s.threads, compiled),
+                               agreement_reference(s, output_index, batches));
     };
     inputs.measured_output = [&s](int output_index) {
         const auto& reference = agreement_reference(s, output_index, BatchSet::All);

@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <tuple>
 
+#include "data/batch_workers.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
@@ -300,7 +303,8 @@ OutputError worst(const std::vector<OutputError>& each) {
 
 }  // namespace
 
-std::vector<OutputError> measure_outputs(size_t variants, const VariantRun& run, const ReferenceBatches& reference) {
+std::vector<OutputError> measure_outputs(size_t variants, const std::function<VariantRun(int threads)>& make_run,
+                                         BatchThreads split, const ReferenceBatches& reference) {
     std::vector<OutputError> out(variants);
     if (reference.feeds.empty()) return out;  // nothing to measure: batches 0
     std::vector<std::vector<AgreementCount>> counts(variants);
@@ -310,20 +314,30 @@ std::vector<OutputError> measure_outputs(size_t variants, const VariantRun& run,
             each.emplace_back(meaning,
                               meaning.kind == OutputMeaning::Kind::Argmax ? decision_threshold(reference, k) : 0.5f);
         }
-    for (size_t b = 0; b < reference.feeds.size(); ++b) {
-        std::vector<bool> given(variants, false);
-        run(reference.feeds[b], [&](size_t variant, const std::vector<Tensor>& outputs) {
-            if (variant >= variants || given[variant])
-                throw InternalError(fmt::format("variant {} of {} given outputs twice on a batch", variant, variants));
-            given[variant] = true;
-            for (size_t k = 0; k < reference.measured.size(); ++k)
-                counts[variant][k].add(reference.outputs[b][k],
-                                       checked_output(outputs, reference.measured[k].index, "a reference batch"));
-        });
-        if (const auto missing = std::find(given.begin(), given.end(), false); missing != given.end())
-            throw InternalError(
-                fmt::format("variant {} of {} was given no outputs on a batch", missing - given.begin(), variants));
-    }
+    const int at_once = std::min<int>(split.batches, static_cast<int>(reference.feeds.size()));
+    run_items(reference.feeds.size(), at_once, [&]() -> ItemWork {
+        auto run = make_run(split.threads_each);
+        return [&, run](size_t b, BatchTurns& turns) {
+            std::vector<bool> given(variants, false);
+            run(reference.feeds[b], [&](size_t variant, const std::vector<Tensor>& outputs) {
+                if (variant >= variants || given[variant])
+                    throw InternalError(
+                        fmt::format("variant {} of {} given outputs twice on a batch", variant, variants));
+                given[variant] = true;
+                // Each variant's counts see the batches in order.
+                const auto point = std::to_string(variant);
+                turns.await(point, b);
+                for (size_t k = 0; k < reference.measured.size(); ++k)
+                    counts[variant][k].add(reference.outputs[b][k],
+                                           checked_output(outputs, reference.measured[k].index, "a reference batch"));
+                turns.passed(point, b);
+            });
+            if (const auto missing = std::find(given.begin(), given.end(), false); missing != given.end())
+                throw InternalError(
+                    fmt::format("variant {} of {} was given no outputs on a batch", missing - given.begin(), variants));
+            turns.finish(b, {});
+        };
+    });
     for (size_t v = 0; v < variants; ++v) {
         std::vector<OutputError> each;
         for (const auto& c : counts[v]) each.push_back(c.result());
@@ -335,55 +349,68 @@ std::vector<OutputError> measure_outputs(size_t variants, const VariantRun& run,
 
 OutputError measure_output(const Model& candidate, const ReferenceBatches& reference, int threads) {
     if (reference.feeds.empty()) return {};  // compiles nothing
-    runtime::ExecutorOptions options;
-    options.threads = threads;
-    runtime::Executor executor(candidate, options);
-    return measure_outputs(
-               1,
-               [&](const std::map<std::string, Tensor>& feeds, const VariantOutputs& give) {
-                   give(0, executor.run(feeds));
-               },
-               reference)
-        .front();
+    auto make_run = [&](int each) -> VariantRun {
+        runtime::ExecutorOptions options;
+        options.threads = each;
+        auto executor = std::make_shared<runtime::Executor>(candidate, options);
+        return [executor](const std::map<std::string, Tensor>& feeds, const VariantOutputs& give) {
+            give(0, executor->run(feeds));
+        };
+    };
+    // One batch at a time: on the recognizer two at once, each compiling the
+    // candidate, took as long (3.1 against 3.25 s for its seven prefixes).
+    return measure_outputs(1, make_run, {1, threads}, reference).front();
 }
 
 namespace {
 
 // The output error of every tensor in `forked` quantized alone, on every
-// reference batch: the run of `executor` (of the float model the plan is
-// written into) forks where the tensor is computed (a weight: before its first
-// reader) and only the steps from there run again with its quantized values,
-// each resumed output measured at once (not held: an output a tensor). `fitted`
-// weights are quantized in place of the float ones, as the emitted model writes
-// them. Measured against that model's own outputs, or against the reference's
-// where `own_reference` is false (a model whose biases were corrected against it).
-std::map<std::string, std::vector<ErrorSums>> forked_output_errors(const QuantPlan& plan,
-                                                                   const std::vector<std::string>& forked,
-                                                                   const std::map<std::string, Tensor>& fitted,
-                                                                   const ReferenceBatches& reference,
-                                                                   runtime::Executor& executor, bool own_reference,
-                                                                   const std::function<void()>& on_measured) {
+// reference batch: the run of the model the plan is written into (an executor
+// `make_executor` compiles) forks where the tensor is computed (a weight: before
+// its first reader) and only the steps from there run again with its quantized
+// values, each resumed output measured at once (not held: an output a tensor).
+// `fitted` weights are quantized in place of the float ones, as the emitted
+// model writes them. Measured against that model's own outputs, or against the
+// reference's where `own_reference` is false (a model whose biases were
+// corrected against it). Batches run `at_once` at a time, an executor each,
+// and add to each tensor's sums in their order: the sums do not depend on it.
+std::map<std::string, std::vector<ErrorSums>> forked_output_errors(
+    const QuantPlan& plan, const std::vector<std::string>& forked, const std::map<std::string, Tensor>& fitted,
+    const ReferenceBatches& reference, const std::function<std::shared_ptr<runtime::Executor>()>& make_executor,
+    int at_once, bool own_reference, const std::function<void()>& on_measured) {
     std::map<std::string, std::vector<ErrorSums>> out;
     const auto& measured = reference.measured;
-    for (size_t b = 0; b < reference.feeds.size(); ++b) {
-        const auto& feeds = reference.feeds[b];
-        std::vector<Tensor> f = reference.outputs[b];
-        if (own_reference) {
-            const auto own = executor.run(feeds);
-            for (size_t k = 0; k < measured.size(); ++k) f[k] = checked_output(own, measured[k].index, "a forked run");
-        }
-        executor.run_forking(
-            feeds, forked, [&](const std::string& name, const Tensor& value, const runtime::Resume& resume) {
-                const auto weight = fitted.find(name);
-                const auto q = resume(
-                    fake_quantize(weight != fitted.end() ? weight->second : value, plan.find(name)->params, name));
-                auto& sums = out[name];
-                sums.resize(measured.size());
+    for (const auto& name : forked) out[name].resize(measured.size());
+    std::mutex counting;
+    run_items(reference.feeds.size(), at_once, [&]() -> ItemWork {
+        auto executor = make_executor();
+        return [&, executor](size_t b, BatchTurns& turns) {
+            const auto& feeds = reference.feeds[b];
+            std::vector<Tensor> f = reference.outputs[b];
+            if (own_reference) {
+                const auto own = executor->run(feeds);
                 for (size_t k = 0; k < measured.size(); ++k)
-                    sums[k].add(f[k].data<float>(), checked_output(q, measured[k].index, "a forked run").data<float>());
-                on_measured();
-            });
-    }
+                    f[k] = checked_output(own, measured[k].index, "a forked run");
+            }
+            executor->run_forking(
+                feeds, forked, [&](const std::string& name, const Tensor& value, const runtime::Resume& resume) {
+                    const auto weight = fitted.find(name);
+                    const auto q = resume(
+                        fake_quantize(weight != fitted.end() ? weight->second : value, plan.find(name)->params, name));
+                    turns.await(name, b);
+                    auto& sums = out.at(name);
+                    for (size_t k = 0; k < measured.size(); ++k)
+                        sums[k].add(f[k].data<float>(),
+                                    checked_output(q, measured[k].index, "a forked run").data<float>());
+                    {
+                        std::lock_guard lock(counting);
+                        on_measured();
+                    }
+                    turns.passed(name, b);
+                });
+            turns.finish(b, {});
+        };
+    });
     return out;
 }
 
@@ -448,7 +475,12 @@ std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, con
     // Float tensors the float model's run can fork at are measured that way;
     // the others (a constant only folded steps read) on the emitted model, a
     // whole inference per batch.
-    runtime::Executor executor(written, runtime::forking_options(threads, {taps.begin(), taps.end()}));
+    // Batches at once, an executor each, where the model is small enough.
+    const auto split = batch_threads(threads, written);
+    const int at_once = std::min<int>(split.batches, static_cast<int>(reference.feeds.size()));
+    auto probe = std::make_shared<runtime::Executor>(
+        written, runtime::forking_options(at_once > 1 ? split.threads_each : threads, {taps.begin(), taps.end()}));
+    auto& executor = *probe;
     std::vector<std::string> forked;
     std::vector<const TensorQuant*> emitted;
     for (const auto* t : candidates) {
@@ -465,8 +497,15 @@ std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, con
         if (on_measured) on_measured(++done, total);
     };
     std::map<std::string, double> output_sqnr;
-    for (const auto& [name, sums] :
-         forked_output_errors(plan, forked, fitted, reference, executor, &written == &float_model, measured)) {
+    for (const auto& [name, sums] : forked_output_errors(
+             plan, forked, fitted, reference,
+             [&] {  // the probe where it runs on this thread, alone
+                 return at_once > 1
+                            ? std::make_shared<runtime::Executor>(
+                                  written, runtime::forking_options(split.threads_each, {taps.begin(), taps.end()}))
+                            : probe;
+             },
+             at_once, &written == &float_model, measured)) {
         double lowest = inf;  // the worst output's
         for (const auto& s : sums) lowest = std::min(lowest, s.sqnr_db().value_or(inf));
         output_sqnr[name] = lowest;

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "data/batch_workers.hpp"
 #include "data/data_reader.hpp"
 #include "runtime/executor.hpp"
 #include "vaiq/algorithm.hpp"
@@ -93,9 +94,12 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
 
 using VariantOutputs = AlgorithmContext::VariantOutputs;
 /// Computes the outputs of several variants on one batch (see AlgorithmContext::agreements).
-using VariantRun = std::function<void(const std::map<std::string, Tensor>& feeds, const VariantOutputs& give)>;
-/// measure_output() of `variants` candidates whose outputs `run` gives batch by batch.
-std::vector<OutputError> measure_outputs(size_t variants, const VariantRun& run, const ReferenceBatches& reference);
+using VariantRun = AlgorithmContext::VariantRun;
+/// measure_output() of `variants` candidates whose outputs the runs made by
+/// `make_run(threads)` give, batch by batch: `split.batches` workers at a time,
+/// each making its run on its own thread, their outputs counted in the batches' order.
+std::vector<OutputError> measure_outputs(size_t variants, const std::function<VariantRun(int threads)>& make_run,
+                                         BatchThreads split, const ReferenceBatches& reference);
 
 /// Writes the float model with only the given tensors quantized.
 using PlanEmitter = std::function<Model(const QuantPlan&)>;

@@ -384,18 +384,28 @@ TEST(MixedPrecisionScreening, EstimatesAgreeWithTheQuantizedModels) {
     in.raised_plan = [&](const std::set<std::string>& raised, const vaiq::Precision& precision, size_t*) {
         return plan_with(raised, precision);
     };
-    in.agreements = [&](size_t variants, const vaiq::VariantRun& run, int, vaiq::BatchSet) {
-        return vaiq::measure_outputs(variants, run, reference);
-    };
+    vaiq::BatchThreads split{1, 1};  // batches one at a time, then two (below)
+    in.agreements = [&](size_t variants, const vaiq::Model&, const std::function<vaiq::VariantRun(int)>& make_run, int,
+                        vaiq::BatchSet) { return vaiq::measure_outputs(variants, make_run, split, reference); };
     vaiq::HostAlgorithmContext context(std::move(in));
 
     const std::vector<std::string> candidates{"x", "w1", "h", "r", "w2"};
     for (const bool keep_float : {false, true}) {
         vaiq::Precision precision{vaiq::QuantType::QInt16, vaiq::QuantType::QInt16, keep_float};
         for (const std::set<std::string>& raised : {std::set<std::string>{}, std::set<std::string>{"r"}}) {
+            split = {1, 1};
             const auto estimates =
                 vaiq::screen_raisings(context, precision, 0, raised, candidates, vaiq::BatchSet::All);
             ASSERT_EQ(estimates.raised.size(), candidates.size());
+            // Two batches at a time, a runner each, count in the batches' order: the same sums to the bit.
+            split = {2, 1};
+            const auto at_twice = vaiq::screen_raisings(context, precision, 0, raised, candidates, vaiq::BatchSet::All);
+            ASSERT_EQ(at_twice.raised.size(), candidates.size());
+            for (size_t i = 0; i < candidates.size(); ++i) {
+                ASSERT_TRUE(at_twice.raised[i] && estimates.raised[i]) << candidates[i];
+                EXPECT_EQ(at_twice.raised[i]->sqnr_db, estimates.raised[i]->sqnr_db) << candidates[i];
+                EXPECT_EQ(at_twice.raised[i]->top1_agreement, estimates.raised[i]->top1_agreement) << candidates[i];
+            }
             const auto before = vaiq::measure_output(emit(plan_with(raised, precision)), reference, 1);
             ASSERT_TRUE(estimates.base.has_value());
             EXPECT_NEAR(estimates.base->sqnr_db, before.sqnr_db, 0.5) << "the shared plan's own estimate";

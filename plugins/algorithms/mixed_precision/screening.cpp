@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "vaiq/error.hpp"
@@ -104,9 +107,9 @@ Estimates screen_raisings(AlgorithmContext& context, const Precision& precision,
         for (const auto& [tensor, params] : overrides[i])
             if (!index.initializer(tensor)) kept.insert(tensor);
     }
-    std::unique_ptr<ModelRunner> runner;
+    std::unique_ptr<ModelRunner> probe;  // what can be forked at; then one worker's runner
     try {
-        runner = context.forking_runner(simulated, kept);
+        probe = context.forking_runner(simulated, kept);
     } catch (const InputError& e) {
         log_info("mixed precision: candidates measured one model each: the simulation does not compile ({})", e.what());
         return out;
@@ -115,7 +118,7 @@ Estimates screen_raisings(AlgorithmContext& context, const Precision& precision,
     // stays float in the simulation, and a candidate changing it is not screened.
     std::vector<std::string> rewritten;
     for (const auto& tensor : kept)
-        if (!index.initializer(tensor) && runner->can_fork(tensor)) rewritten.push_back(tensor);
+        if (!index.initializer(tensor) && probe->can_fork(tensor)) rewritten.push_back(tensor);
     std::map<std::string, std::vector<size_t>> by_fork;  // fork tensor -> candidates
     std::vector<size_t> unchanged, screened;
     for (size_t i = 0; i < candidates.size(); ++i) {
@@ -125,58 +128,71 @@ Estimates screen_raisings(AlgorithmContext& context, const Precision& precision,
         }
         const bool forkable =
             expressible[i] && std::all_of(overrides[i].begin(), overrides[i].end(),
-                                          [&](const auto& change) { return runner->can_fork(change.first); });
+                                          [&](const auto& change) { return probe->can_fork(change.first); });
         if (!forkable) continue;
         by_fork[fork_of[i]].push_back(i), screened.push_back(i);
     }
     std::vector<std::string> forks;
     for (const auto& [tensor, which] : by_fork) forks.push_back(tensor);
 
-    const Overrides* active = nullptr;  // the candidate a resumed run simulates; nullptr: the shared plan
-    auto params_of = [&](const std::string& tensor) -> const QuantParams* {
-        if (active)
-            if (const auto it = active->find(tensor); it != active->end()) return it->second ? &*it->second : nullptr;
-        const auto it = base_params.find(tensor);
-        return it == base_params.end() ? nullptr : it->second;
-    };
-    auto simulate = [&](const std::string& tensor, const Tensor& value) {
-        const auto* params = params_of(tensor);
-        return params && value.type() == DataType::Float ? fake_quantize(value, *params, tensor) : value;
-    };
-    std::map<std::string, Tensor> unquantized;  // the run's fork activations before their rewrite
-    const RewriteFunction rewrite = [&](const std::string& tensor, Tensor& value) {
-        if (!active && by_fork.count(tensor)) unquantized[tensor] = value;
-        if (const auto* params = params_of(tensor); params && value.type() == DataType::Float)
-            value = fake_quantize(value, *params, tensor);
-    };
-    auto float_value = [&](const std::string& tensor) {
-        if (const auto it = unquantized.find(tensor); it != unquantized.end()) return it->second;
+    auto float_initializer = [&](const std::string& tensor) {
         const auto* init = index.initializer(tensor);
         if (!init) throw InternalError(fmt::format("screening: no float value of '{}' at its fork", tensor));
         return Tensor::from_proto(*init);
     };
-
     std::vector<size_t> variant_of(candidates.size());
     for (size_t v = 0; v < screened.size(); ++v) variant_of[screened[v]] = v;
     const size_t base_variant = screened.size();  // the shared plan's own outputs
-    const auto measured = context.agreements(
-        screened.size() + 1,
-        [&](const Feeds& feeds, const AlgorithmContext::VariantOutputs& give) {
-            unquantized.clear();
-            const ForkFunction fork = [&](const std::string& tensor, const Tensor&, const ResumeFunction& resume) {
-                const auto value = float_value(tensor);
-                for (const size_t i : by_fork.at(tensor)) {
-                    active = &overrides[i];
-                    give(variant_of[i], resume(simulate(tensor, value)));
-                    active = nullptr;
-                }
-                unquantized.erase(tensor);
+
+    // One worker's runs: its runner (the probe, where the worker is this thread)
+    // and the candidate its resumed run simulates.
+    struct Worker {
+        std::unique_ptr<ModelRunner> runner;
+        const Overrides* active = nullptr;          // nullptr: the shared plan
+        std::map<std::string, Tensor> unquantized;  // the run's fork activations before their rewrite
+    };
+    const auto probe_thread = std::this_thread::get_id();
+    std::mutex making;
+    auto make_run = [&](int threads) -> AlgorithmContext::VariantRun {
+        auto w = std::make_shared<Worker>();
+        {
+            std::lock_guard lock(making);
+            if (probe && std::this_thread::get_id() == probe_thread) w->runner = std::move(probe);
+        }
+        if (!w->runner) w->runner = context.forking_runner(simulated, kept, threads);
+        return [&, w](const Feeds& feeds, const AlgorithmContext::VariantOutputs& give) {
+            auto params_of = [&](const std::string& tensor) -> const QuantParams* {
+                if (w->active)
+                    if (const auto it = w->active->find(tensor); it != w->active->end())
+                        return it->second ? &*it->second : nullptr;
+                const auto it = base_params.find(tensor);
+                return it == base_params.end() ? nullptr : it->second;
             };
-            const auto outputs = runner->run_forking(feeds, forks, fork, rewritten, rewrite);
+            const RewriteFunction rewrite = [&](const std::string& tensor, Tensor& value) {
+                if (!w->active && by_fork.count(tensor)) w->unquantized[tensor] = value;
+                if (const auto* params = params_of(tensor); params && value.type() == DataType::Float)
+                    value = fake_quantize(value, *params, tensor);
+            };
+            const ForkFunction fork = [&](const std::string& tensor, const Tensor&, const ResumeFunction& resume) {
+                const auto it = w->unquantized.find(tensor);
+                const auto value = it != w->unquantized.end() ? it->second : float_initializer(tensor);
+                for (const size_t i : by_fork.at(tensor)) {
+                    w->active = &overrides[i];
+                    const auto* params = params_of(tensor);
+                    give(variant_of[i],
+                         resume(params && value.type() == DataType::Float ? fake_quantize(value, *params, tensor)
+                                                                          : value));
+                    w->active = nullptr;
+                }
+                w->unquantized.erase(tensor);
+            };
+            w->unquantized.clear();
+            const auto outputs = w->runner->run_forking(feeds, forks, fork, rewritten, rewrite);
             for (const size_t i : unchanged) give(variant_of[i], outputs);
             give(base_variant, outputs);
-        },
-        output_index, batches);
+        };
+    };
+    const auto measured = context.agreements(screened.size() + 1, simulated, make_run, output_index, batches);
     for (size_t v = 0; v < screened.size(); ++v) out.raised[screened[v]] = measured[v];
     out.base = measured[base_variant];
     log_debug("mixed precision: {} of {} candidates screened on a simulation, {} forks", screened.size(),
