@@ -380,7 +380,8 @@ std::map<std::string, std::vector<ErrorSums>> forked_output_errors(
     int at_once, bool own_reference, const std::function<void()>& on_measured) {
     std::map<std::string, std::vector<ErrorSums>> out;
     const auto& measured = reference.measured;
-    for (const auto& name : forked) out[name].resize(measured.size());
+    for (const auto& name : forked) out[name].resize(measured.size());  // made before the workers add to them
+    std::set<std::string> forked_at;
     std::mutex counting;
     run_items(reference.feeds.size(), at_once, [&]() -> ItemWork {
         auto executor = make_executor();
@@ -404,6 +405,7 @@ std::map<std::string, std::vector<ErrorSums>> forked_output_errors(
                                     checked_output(q, measured[k].index, "a forked run").data<float>());
                     {
                         std::lock_guard lock(counting);
+                        forked_at.insert(name);
                         on_measured();
                     }
                     turns.passed(name, b);
@@ -411,6 +413,7 @@ std::map<std::string, std::vector<ErrorSums>> forked_output_errors(
             turns.finish(b, {});
         };
     });
+    std::erase_if(out, [&](const auto& entry) { return !forked_at.count(entry.first); });  // never computed
     return out;
 }
 
