@@ -148,6 +148,14 @@ TEST_F(MixedPrecision, ForkedRunsMeasureWhatTheEmittedModelsMeasure) {
     auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 4, 7);
     const auto ranking = vaiq::analyze_sensitivity(model, model, plan, emit, fitted, *data, 0, 0, 1);
     ASSERT_EQ(ranking.size(), plan.tensors.size());
+    // On two threads the batches run two at a time, an executor each, and add up
+    // in their order: the same figures to the bit.
+    const auto two_at_once = vaiq::analyze_sensitivity(model, model, plan, emit, fitted, *data, 0, 0, 2);
+    ASSERT_EQ(two_at_once.size(), ranking.size());
+    for (size_t i = 0; i < ranking.size(); ++i) {
+        EXPECT_EQ(two_at_once[i].tensor, ranking[i].tensor);
+        EXPECT_EQ(two_at_once[i].output_sqnr_db, ranking[i].output_sqnr_db) << ranking[i].tensor;
+    }
     const auto reference = vaiq::reference_batches(model, *data, 0, 0, 1);
     for (const auto& s : ranking) {
         vaiq::QuantPlan alone;
