@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <climits>
 #include <exception>
 #include <optional>
 #include <thread>
@@ -161,8 +162,8 @@ size_t run_batches(DataReader& data, int batches, size_t max_batches, const std:
 
 void run_items(size_t count, int at_once, const std::function<ItemWork()>& make_work) {
     run_workers<ItemWork, size_t>(
-        static_cast<int>(std::min<size_t>(static_cast<size_t>(std::max(at_once, 1)), std::max<size_t>(count, 1))),
-        make_work, [&](size_t index) { return index < count ? std::optional<size_t>(index) : std::nullopt; },
+        std::clamp(static_cast<int>(std::min<size_t>(count, INT_MAX)), 1, std::max(at_once, 1)), make_work,
+        [&](size_t index) { return index < count ? std::optional<size_t>(index) : std::nullopt; },
         [](ItemWork& work, size_t index, size_t&, BatchTurns& turns) { work(index, turns); });
 }
 

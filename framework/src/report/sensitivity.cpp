@@ -314,8 +314,7 @@ std::vector<OutputError> measure_outputs(size_t variants, const std::function<Va
             each.emplace_back(meaning,
                               meaning.kind == OutputMeaning::Kind::Argmax ? decision_threshold(reference, k) : 0.5f);
         }
-    const int at_once = std::min<int>(split.batches, static_cast<int>(reference.feeds.size()));
-    run_items(reference.feeds.size(), at_once, [&]() -> ItemWork {
+    run_items(reference.feeds.size(), split.batches, [&]() -> ItemWork {
         auto run = make_run(split.threads_each);
         return [&, run](size_t b, BatchTurns& turns) {
             std::vector<bool> given(variants, false);

@@ -6,7 +6,6 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <unordered_map>
 
@@ -151,14 +150,11 @@ Estimates screen_raisings(AlgorithmContext& context, const Precision& precision,
         const Overrides* active = nullptr;          // nullptr: the shared plan
         std::map<std::string, Tensor> unquantized;  // the run's fork activations before their rewrite
     };
+    // Workers on other threads never touch the probe: one worker alone runs on this one.
     const auto probe_thread = std::this_thread::get_id();
-    std::mutex making;
     auto make_run = [&](int threads) -> AlgorithmContext::VariantRun {
         auto w = std::make_shared<Worker>();
-        {
-            std::lock_guard lock(making);
-            if (probe && std::this_thread::get_id() == probe_thread) w->runner = std::move(probe);
-        }
+        if (std::this_thread::get_id() == probe_thread) w->runner = std::move(probe);
         if (!w->runner) w->runner = context.forking_runner(simulated, kept, threads);
         return [&, w](const Feeds& feeds, const AlgorithmContext::VariantOutputs& give) {
             auto params_of = [&](const std::string& tensor) -> const QuantParams* {
