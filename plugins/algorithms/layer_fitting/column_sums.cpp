@@ -1,7 +1,10 @@
 #include "column_sums.hpp"
 
 #include <algorithm>
+#include <exception>
 #include <utility>
+
+#include <omp.h>
 
 #include "vaiq/gemm.hpp"
 
@@ -13,6 +16,7 @@ namespace {
 // depthwise layer's groups (k = 9) would each make tiny GEMM calls.
 constexpr int64_t kLoopsUpTo = 16;
 constexpr int64_t kChunk = 4096;  // columns summed at a time: the copies stay small
+constexpr int64_t kParallelValues = 1 << 16;  // column values an add needs for the folds to go side by side
 
 uint64_t mixed(uint64_t v) {  // splitmix64's finaliser: neighbouring indices land in unrelated folds
     v += 0x9e3779b97f4a7c15ull;
@@ -72,74 +76,96 @@ ColumnSums::ColumnSums(const float* weights, int64_t outputs, int64_t groups, in
 
 void ColumnSums::add(const float* x, const float* xf, int64_t count) {
     const int64_t rows = groups_ * k_;
+    add(count, [&](int64_t index, float* to_x, float* to_xf) {
+        std::copy_n(x + index * rows, rows, to_x);
+        std::copy_n(xf + index * rows, rows, to_xf);
+    });
+}
+
+void ColumnSums::add(int64_t count, const ColumnWriter& write) {
+    const int64_t rows = groups_ * k_;
     std::array<std::vector<int64_t>, kFolds> members;
+    // The folds' sums are apart, so they are added side by side, each thread
+    // with its own copies (a fold still adds its columns in their order: the
+    // sums are those of one thread).
+    const int workers = std::min(kFolds, std::max(1, omp_get_max_threads()));
+    if (scratch_.size() < static_cast<size_t>(workers)) scratch_.resize(static_cast<size_t>(workers));
+    std::array<std::exception_ptr, kFolds> failures;
     for (int64_t first = 0; first < count; first += kChunk) {
         const int64_t n = std::min(kChunk, count - first);
         for (auto& m : members) m.clear();
         for (int64_t c = first; c < first + n; ++c) members[static_cast<size_t>(fold_of(seed_, seen_++))].push_back(c);
+#pragma omp parallel for schedule(dynamic) num_threads(workers) if (workers > 1 && n * rows >= kParallelValues)
         for (int f = 0; f < kFolds; ++f) {
             const auto& columns = members[static_cast<size_t>(f)];
             if (columns.empty()) continue;
-            x_.resize(columns.size() * static_cast<size_t>(rows));
-            xf_.resize(x_.size());
-            for (size_t i = 0; i < columns.size(); ++i) {
-                std::copy_n(x + columns[i] * rows, rows, x_.data() + i * rows);
-                std::copy_n(xf + columns[i] * rows, rows, xf_.data() + i * rows);
+            auto& own = scratch_[static_cast<size_t>(omp_get_thread_num())];
+            try {
+                own.x.resize(columns.size() * static_cast<size_t>(rows));
+                own.xf.resize(own.x.size());
+                for (size_t i = 0; i < columns.size(); ++i)
+                    write(columns[i], own.x.data() + i * rows, own.xf.data() + i * rows);
+                add_fold(f, own, static_cast<int64_t>(columns.size()));
+            } catch (...) {
+                failures[static_cast<size_t>(f)] = std::current_exception();
             }
-            add_fold(f, x_.data(), xf_.data(), static_cast<int64_t>(columns.size()));
         }
+        for (const auto& failure : failures)
+            if (failure) std::rethrow_exception(failure);
     }
 }
 
 // Adds `count` columns (row-major [count, rows] here: a column's values
 // together) to fold `fold`: e = W_f (x - x_f) + shift per column, then per
 // group sum x x^T and sum e x^T.
-void ColumnSums::add_fold(int fold, const float* x, float* xf, int64_t count) {
+void ColumnSums::add_fold(int fold, Scratch& own, int64_t count) {
+    const float* x = own.x.data();
     const auto f = static_cast<size_t>(fold);
     const int64_t rows = groups_ * k_, per_group = outputs_ / groups_;
     if (gram_[f].empty()) {
         gram_[f].assign(static_cast<size_t>(groups_ * k_ * k_), 0.0);
         cross_[f].assign(static_cast<size_t>(outputs_ * k_), 0.0);
     }
-    // xf becomes x - x_f; e_ the errors, [count, outputs].
-    float* diff = xf;
+    // xf becomes x - x_f; e the errors, [count, outputs].
+    float* diff = own.xf.data();
+    auto& errors = own.e;
     for (int64_t i = 0; i < count * rows; ++i) diff[i] = x[i] - diff[i];
-    e_.resize(static_cast<size_t>(count * outputs_));
+    errors.resize(static_cast<size_t>(count * outputs_));
     for (int64_t g = 0; g < groups_; ++g) {
         const float* w_g = weights_.data() + g * per_group * k_;
         if (k_ > kLoopsUpTo) {
-            gemm(false, true, count, per_group, k_, 1.0f, diff + g * k_, rows, w_g, k_, 0.0f, e_.data() + g * per_group,
-                 outputs_);
+            gemm(false, true, count, per_group, k_, 1.0f, diff + g * k_, rows, w_g, k_, 0.0f,
+                 errors.data() + g * per_group, outputs_);
             continue;
         }
         for (int64_t c = 0; c < count; ++c)
             for (int64_t o = 0; o < per_group; ++o) {
                 float sum = 0;
                 for (int64_t i = 0; i < k_; ++i) sum += w_g[o * k_ + i] * diff[c * rows + g * k_ + i];
-                e_[static_cast<size_t>(c * outputs_ + g * per_group + o)] = sum;
+                errors[static_cast<size_t>(c * outputs_ + g * per_group + o)] = sum;
             }
     }
     double base = 0;
     for (int64_t c = 0; c < count; ++c)
         for (int64_t o = 0; o < outputs_; ++o) {
-            float& e = e_[static_cast<size_t>(c * outputs_ + o)];
+            float& e = errors[static_cast<size_t>(c * outputs_ + o)];
             e += shift_[static_cast<size_t>(o)];
             base += static_cast<double>(e) * e;
         }
     base_[f] += base;
     count_[f] += count;
     // Per group: the partial sums in float, then into the double totals.
-    part_.resize(static_cast<size_t>(k_ * k_ + per_group * k_));
-    float* gram = part_.data();
+    own.part.resize(static_cast<size_t>(k_ * k_ + per_group * k_));
+    float* gram = own.part.data();
     float* cross = gram + k_ * k_;
     for (int64_t g = 0; g < groups_; ++g) {
         const float* x_g = x + g * k_;
-        const float* e_g = e_.data() + g * per_group;
+        const float* e_g = errors.data() + g * per_group;
         if (k_ > kLoopsUpTo) {
             gemm(true, false, k_, k_, count, 1.0f, x_g, rows, x_g, rows, 0.0f, gram, k_);
             gemm(true, false, per_group, k_, count, 1.0f, e_g, outputs_, x_g, rows, 0.0f, cross, k_);
         } else {
-            std::fill(part_.begin(), part_.end(), 0.0f);
+            std::fill(own.part.begin(), own.part.end(), 0.0f);
             for (int64_t c = 0; c < count; ++c) {
                 const float* xc = x_g + c * rows;
                 for (int64_t i = 0; i < k_; ++i)

@@ -18,6 +18,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace vaiq {
@@ -49,8 +50,13 @@ class ColumnSums {
     ColumnSums(const float* weights, int64_t outputs, int64_t groups, int64_t k, std::vector<float> shift,
                uint64_t seed);
 
-    /// Adds `count` columns, each groups x k values, column-major: the quantized
-    /// model's input `x` and the float model's `xf`.
+    /// Writes column `index` (of those being added) of the quantized model's
+    /// input into `x` and of the float model's into `xf`, groups x k values each;
+    /// called from several threads at once.
+    using ColumnWriter = std::function<void(int64_t index, float* x, float* xf)>;
+    /// Adds `count` columns, each written straight into its fold's place.
+    void add(int64_t count, const ColumnWriter& write);
+    /// Adds `count` columns held column-major in `x` and `xf`.
     void add(const float* x, const float* xf, int64_t count);
 
     int64_t columns() const { return seen_; }
@@ -64,7 +70,10 @@ class ColumnSums {
     ColumnSet folds(const std::array<bool, kFolds>& in) const;
 
   private:
-    void add_fold(int fold, const float* x, float* xf, int64_t count);  // overwrites xf
+    struct Scratch {  // a chunk's columns of one fold, their errors, partial sums
+        std::vector<float> x, xf, e, part;
+    };
+    void add_fold(int fold, Scratch& own, int64_t count);  // the columns in own.x, own.xf (overwritten)
 
     std::vector<float> weights_;
     int64_t outputs_, groups_, k_;
@@ -74,7 +83,7 @@ class ColumnSums {
     std::array<std::vector<double>, kFolds> gram_, cross_;
     std::array<double, kFolds> base_{};
     std::array<int64_t, kFolds> count_{};
-    std::vector<float> x_, xf_, e_, part_;  // a chunk's columns of one fold, their errors, partial sums
+    std::vector<Scratch> scratch_;  // a thread's each
 };
 
 }  // namespace vaiq

@@ -1,11 +1,16 @@
 // Column sums: the loss and gradient they give are those computed from the
 // columns themselves, for groups small enough for the loops and large enough
-// for the GEMM, and the folds split the columns.
+// for the GEMM, the folds split the columns, and folds added on several
+// threads sum what one thread sums.
 #include "column_sums.hpp"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <mutex>
 #include <random>
+#include <set>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -84,6 +89,45 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ColumnSumsTest,
                          ::testing::Values(Case{8, 8, 9, 500},      // depthwise 3x3: the loops
                                            Case{6, 2, 12, 300},     // two groups, the loops
                                            Case{5, 1, 40, 5000}));  // the GEMM, over more than one chunk
+
+// The folds are added side by side, each on a thread with its own copies of
+// the columns: the sums are those that one thread adds, to the bit.
+TEST(ColumnSumsThreads, FoldsAddedSideBySideAreTheSumsOfOneThread) {
+    const int64_t outputs = 16, k = 40, columns = 3000;  // 120,000 values: enough to go side by side
+    std::mt19937 rng(9);
+    const auto w = uniform(static_cast<size_t>(outputs * k), rng), shift = uniform(static_cast<size_t>(outputs), rng);
+    const auto x = uniform(static_cast<size_t>(k * columns), rng), xf = uniform(x.size(), rng);
+    const int threads = omp_get_max_threads();
+
+    omp_set_num_threads(1);
+    vaiq::ColumnSums alone(w.data(), outputs, 1, k, shift, 7);
+    alone.add(x.data(), xf.data(), columns);
+
+    omp_set_num_threads(4);
+    vaiq::ColumnSums side_by_side(w.data(), outputs, 1, k, shift, 7);
+    std::mutex mutex;
+    std::set<std::thread::id> writers;
+    side_by_side.add(columns, [&](int64_t c, float* to_x, float* to_xf) {
+        {
+            const std::lock_guard lock(mutex);
+            writers.insert(std::this_thread::get_id());
+        }
+        std::copy_n(x.data() + c * k, k, to_x);
+        std::copy_n(xf.data() + c * k, k, to_xf);
+    });
+    omp_set_num_threads(threads);
+    EXPECT_GT(writers.size(), 1u) << "the folds must have gone side by side for the comparison to mean anything";
+
+    for (int f = 0; f < vaiq::ColumnSums::kFolds; ++f) {
+        std::array<bool, vaiq::ColumnSums::kFolds> one{};
+        one[static_cast<size_t>(f)] = true;
+        const auto a = alone.folds(one), b = side_by_side.folds(one);
+        EXPECT_EQ(a.count, b.count) << "fold " << f;
+        EXPECT_EQ(a.base, b.base) << "fold " << f;
+        EXPECT_EQ(a.gram, b.gram) << "fold " << f;
+        EXPECT_EQ(a.cross, b.cross) << "fold " << f;
+    }
+}
 
 // Another seed puts the columns in other folds.
 TEST(ColumnSumsFolds, AnotherSeedSplitsTheColumnsOtherwise) {

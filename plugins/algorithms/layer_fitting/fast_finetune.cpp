@@ -558,8 +558,8 @@ double sample_layer(Layer& l, int64_t capacity, bool keep_float, ModelRunner& re
         for (size_t o = 0; o < shift.size(); ++o) shift[o] = l.fitted_bias[o] - l.bias[o];
         l.sums.emplace(l.w.data(), l.outputs, l.group, l.w.cols(), std::move(shift), *summed_with_seed);
     }
-    constexpr int64_t kSummedAtOnce = 1024;  // columns gathered before they are added to the sums
-    std::vector<float> q_columns, f_columns;
+    // Columns added to the sums at a time: each fold sums its share in float first.
+    constexpr int64_t kSummedAtOnce = 1024;
     std::vector<std::string> taps;
     if (capacity > 0) taps.push_back(l.input);
     std::vector<float> q_column(l.rows), f_column(l.rows);
@@ -577,16 +577,11 @@ double sample_layer(Layer& l, int64_t capacity, bool keep_float, ModelRunner& re
             const Columns qc(l, q), fc(l, *float_input);
             if (qc.count == 0 || qc.count != fc.count) return;
             if (l.sums) {
-                for (int64_t first = 0; first < qc.count; first += kSummedAtOnce) {
-                    const int64_t n = std::min(kSummedAtOnce, qc.count - first);
-                    q_columns.resize(static_cast<size_t>(n * l.rows));
-                    f_columns.resize(q_columns.size());
-                    for (int64_t c = 0; c < n; ++c) {
-                        qc.fill(first + c, q_columns.data() + c * l.rows);
-                        fc.fill(first + c, f_columns.data() + c * l.rows);
-                    }
-                    l.sums->add(q_columns.data(), f_columns.data(), n);
-                }
+                for (int64_t first = 0; first < qc.count; first += kSummedAtOnce)
+                    l.sums->add(std::min(kSummedAtOnce, qc.count - first), [&](int64_t c, float* x, float* xf) {
+                        qc.fill(first + c, x);
+                        fc.fill(first + c, xf);
+                    });
             }
             for (int64_t c = 0; c < qc.count; ++c) {
                 int64_t slot = l.stored;
