@@ -30,7 +30,8 @@ using Feeds = std::map<std::string, Tensor>;
 /// Called with each tapped tensor of a run as soon as it is computed.
 using TapFunction = std::function<void(const std::string& tensor, const Tensor& value)>;
 
-/// The run's calibration data: read it any number of times, one batch at a time.
+/// The run's calibration data: read it any number of times, one batch at a time
+/// (the host may replay the passes after a whole one from memory).
 class VAIQ_API DataStream {
   public:
     virtual ~DataStream();

@@ -36,22 +36,53 @@ class ExecutorRunner final : public ModelRunner {
 }  // namespace
 
 // The run's reader seen as the SDK's stream (batches without their file names).
+// An algorithm reads the data many times (fast finetune a few passes a layer),
+// so the first whole pass from a rewind is kept when it fits in `budget` bytes,
+// and the passes after it are replayed from memory: the files are neither read
+// nor decoded again. Larger data is read from its files every pass.
 class HostAlgorithmContext::Stream final : public DataStream {
   public:
-    explicit Stream(DataReader& reader) : reader_(reader) {}
+    Stream(DataReader& reader, size_t budget) : reader_(reader), budget_(budget) {}
     std::optional<Feeds> next() override {
+        if (complete_) return at_ < kept_.size() ? std::optional(kept_[at_++]) : std::nullopt;
         auto batch = reader_.next();
-        if (!batch) return std::nullopt;
+        if (!batch) {
+            complete_ = keeping_;
+            keeping_ = false;
+            return std::nullopt;
+        }
+        if (keeping_) {
+            for (const auto& [name, value] : batch->feeds) bytes_ += value.size() * element_size(value.type());
+            outgrown_ = bytes_ > budget_;
+            keeping_ = !outgrown_;
+            if (keeping_)
+                kept_.push_back(batch->feeds);
+            else
+                kept_ = {};
+        }
         return std::move(batch->feeds);
     }
-    void rewind() override { reader_.rewind(); }
+    void rewind() override {
+        at_ = 0;
+        if (complete_) return;
+        reader_.rewind();
+        kept_.clear();  // a pass left unfinished
+        bytes_ = 0;
+        keeping_ = !outgrown_;
+    }
 
   private:
     DataReader& reader_;
+    const size_t budget_;
+    std::vector<Feeds> kept_;
+    size_t bytes_ = 0, at_ = 0;
+    bool keeping_ = false;   // a pass from a rewind, kept as it is read
+    bool complete_ = false;  // kept_ holds every batch
+    bool outgrown_ = false;  // the data is larger than the budget: read every pass
 };
 
 HostAlgorithmContext::HostAlgorithmContext(AlgorithmInputs inputs)
-    : in_(std::move(inputs)), stream_(std::make_unique<Stream>(in_.data)) {}
+    : in_(std::move(inputs)), stream_(std::make_unique<Stream>(in_.data, in_.data_kept_bytes)) {}
 
 HostAlgorithmContext::~HostAlgorithmContext() = default;
 

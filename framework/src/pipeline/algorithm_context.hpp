@@ -22,6 +22,8 @@ struct AlgorithmInputs {
     const QuantPlan& plan;
     DataReader& data;
     int threads = 0;
+    /// The data an algorithm's passes replay from memory after the first, when it fits (bytes).
+    size_t data_kept_bytes = size_t{256} << 20;
     /// The fitted weights the plan still applies to.
     std::function<std::map<std::string, Tensor>()> fitted_weights;
     /// The model as the run's format writes a plan, some weights in place of the float ones.
