@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <random>
 #include <set>
@@ -106,11 +108,16 @@ TEST(ColumnSumsThreads, FoldsAddedSideBySideAreTheSumsOfOneThread) {
     omp_set_num_threads(4);
     vaiq::ColumnSums side_by_side(w.data(), outputs, 1, k, shift, 7);
     std::mutex mutex;
+    std::condition_variable arrived;
     std::set<std::thread::id> writers;
     side_by_side.add(columns, [&](int64_t c, float* to_x, float* to_xf) {
         {
-            const std::lock_guard lock(mutex);
+            // The first writer waits for a second (at most 10 s), so that the folds
+            // go side by side however busy the machine is.
+            std::unique_lock lock(mutex);
             writers.insert(std::this_thread::get_id());
+            arrived.notify_all();
+            arrived.wait_for(lock, std::chrono::seconds(10), [&] { return writers.size() > 1; });
         }
         std::copy_n(x.data() + c * k, k, to_x);
         std::copy_n(xf.data() + c * k, k, to_xf);
