@@ -74,14 +74,6 @@ ColumnSums::ColumnSums(const float* weights, int64_t outputs, int64_t groups, in
       shift_(std::move(shift)),
       seed_(seed) {}
 
-void ColumnSums::add(const float* x, const float* xf, int64_t count) {
-    const int64_t rows = groups_ * k_;
-    add(count, [&](int64_t index, float* to_x, float* to_xf) {
-        std::copy_n(x + index * rows, rows, to_x);
-        std::copy_n(xf + index * rows, rows, to_xf);
-    });
-}
-
 void ColumnSums::add(int64_t count, const ColumnWriter& write) {
     const int64_t rows = groups_ * k_;
     std::array<std::vector<int64_t>, kFolds> members;

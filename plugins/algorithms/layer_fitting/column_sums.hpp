@@ -56,8 +56,6 @@ class ColumnSums {
     using ColumnWriter = std::function<void(int64_t index, float* x, float* xf)>;
     /// Adds `count` columns, each written straight into its fold's place.
     void add(int64_t count, const ColumnWriter& write);
-    /// Adds `count` columns held column-major in `x` and `xf`.
-    void add(const float* x, const float* xf, int64_t count);
 
     int64_t columns() const { return seen_; }
     /// The fold of the layer's column number `index` (in the order added).

@@ -23,6 +23,15 @@ struct Case {
 
 class ColumnSumsTest : public ::testing::TestWithParam<Case> {};
 
+// Adds `count` columns of `rows` values each, held column-major in x and xf from column `first`.
+void add_columns(vaiq::ColumnSums& sums, const std::vector<float>& x, const std::vector<float>& xf, int64_t rows,
+                 int64_t first, int64_t count) {
+    sums.add(count, [&](int64_t c, float* to_x, float* to_xf) {
+        std::copy_n(x.data() + (first + c) * rows, rows, to_x);
+        std::copy_n(xf.data() + (first + c) * rows, rows, to_xf);
+    });
+}
+
 std::vector<float> uniform(size_t n, std::mt19937& rng, float lo = -1, float hi = 1) {
     std::uniform_real_distribution<float> u(lo, hi);
     std::vector<float> v(n);
@@ -42,8 +51,8 @@ TEST_P(ColumnSumsTest, LossAndGradientAreThoseOfTheColumns) {
     const auto d = uniform(w.size(), rng, -0.1f, 0.1f);
 
     vaiq::ColumnSums sums(w.data(), outputs, groups, k, shift, 3);
-    sums.add(x.data(), xf.data(), columns / 3);  // in two parts, as batches come
-    sums.add(x.data() + columns / 3 * rows, xf.data() + columns / 3 * rows, columns - columns / 3);
+    add_columns(sums, x, xf, rows, 0, columns / 3);  // in two parts, as batches come
+    add_columns(sums, x, xf, rows, columns / 3, columns - columns / 3);
     ASSERT_EQ(sums.columns(), columns);
 
     // Directly: per column, r = (W_f + d) x + shift - W_f xf, over the folds chosen.
@@ -103,7 +112,7 @@ TEST(ColumnSumsThreads, FoldsAddedSideBySideAreTheSumsOfOneThread) {
 
     omp_set_num_threads(1);
     vaiq::ColumnSums alone(w.data(), outputs, 1, k, shift, 7);
-    alone.add(x.data(), xf.data(), columns);
+    add_columns(alone, x, xf, k, 0, columns);
 
     omp_set_num_threads(4);
     vaiq::ColumnSums side_by_side(w.data(), outputs, 1, k, shift, 7);
