@@ -29,6 +29,8 @@ struct MixedPrecisionTarget {
     bool met_by(const OutputAgreement& e) const;
     /// Higher is better, in the measure of the first target set (top-1, SQNR, L2).
     double score(const OutputAgreement& e) const;
+    /// The score at which that first target holds.
+    double threshold() const;
     std::string describe() const;
 };
 

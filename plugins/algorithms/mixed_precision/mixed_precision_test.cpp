@@ -179,6 +179,36 @@ TEST(MixedPrecisionSearch, AGreedySearchThatCannotOvertakeThePrefixStops) {
     EXPECT_EQ(greedy_steps, 2) << "two steps show the gains shrink: " << result.report["tried"].dump();
 }
 
+// The ranking lists four tensors that hurt when raised before six that help
+// less and less, so the greedy search soon passes every prefix. Once the
+// larger of its last two gains per tensor, over the budget left, cannot reach
+// the target, it stops: after three steps here, where every one of the six
+// would still have helped a little.
+TEST(MixedPrecisionSearch, AGreedySearchThatCannotReachTheTargetStops) {
+    const vaiq::ReferenceBatches reference = identity_reference(3);
+    std::vector<vaiq::TensorSensitivity> ranking;
+    std::map<std::string, float> removes;  // negative: adds error
+    for (int k = 0; k < 4; ++k) removes["bad" + std::to_string(k)] = -0.1f;
+    const std::vector<float> gains = {0.3f, 0.1f, 0.05f, 0.03f, 0.02f, 0.01f};
+    for (size_t k = 0; k < gains.size(); ++k) removes["good" + std::to_string(k)] = gains[k];
+    for (const auto& [name, removed] : removes)  // "bad..." sort first
+        ranking.push_back({name, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0, false});
+    const auto raise = raising_on(reference, [&](const std::set<std::string>& raised) {
+        float error = 1.0f;
+        for (const auto& t : raised) error -= removes.at(t);
+        return model_with_error(error);
+    });
+    vaiq::MixedPrecisionTarget target;
+    // 30 dB needs the error below 0.07; all six leave 0.49. After two steps
+    // (6.0 -> 9.1 -> 10.5 dB) eight more at 3.1 dB a tensor would reach it;
+    // after the third (11.2 dB), seven more at 1.3 dB would not.
+    target.sqnr_db = 30.0;
+    const auto result = vaiq::search_mixed_precision(
+        target, [&] { return ranking; }, raise, 10);
+    EXPECT_EQ(result.raised, (std::set<std::string>{"good0", "good1", "good2"})) << result.report.dump();
+    EXPECT_FALSE(result.report["met"].get<bool>());
+}
+
 TEST(MixedPrecisionSearch, ScreeningIsEveryThirdSearchedBatch) {
     std::vector<size_t> screening;
     for (size_t b = 0; b < 12; ++b)
