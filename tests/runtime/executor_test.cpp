@@ -578,6 +578,49 @@ TEST(Executor, ResizeOfOpset19CentresHalfPixelSymmetric) {
     }
 }
 
+// Linear Resize of many planes (N and C kept) on several threads, and of the
+// channels too (which blends planes), against the definition: per axis, the
+// half_pixel coordinate's two neighbours (clamped at the borders), weighted by
+// distance, the axes' weights multiplied.
+TEST(Executor, LinearResizeOfPlanesAndOfChannelsMatchesTheDefinition) {
+    const std::vector<int64_t> in = {2, 3, 4, 5};
+    std::vector<float> values(2 * 3 * 4 * 5);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((i * 37) % 23) - 11.0f;
+    const auto x = Tensor::from_values<float>(in, values);
+    for (const auto& out : {std::vector<int64_t>{2, 3, 7, 9}, std::vector<int64_t>{2, 6, 3, 8}}) {
+        vaiq::test::GraphBuilder b;
+        b.input("x", in).output("y", out);
+        b.initializer("sizes", Tensor::from_values<int64_t>({4}, out));
+        auto& resize = b.node("Resize", {"x", "", "", "sizes"}, {"y"}, "resize");
+        vaiq::test::set_attribute(resize, "mode", std::string("linear"));
+        const auto model = b.build();
+        const auto y = Executor(model, {.threads = 4}).run({{"x", x}})[0];
+        ASSERT_EQ(y.shape(), out);
+        // Per axis and output coordinate: the two input coordinates and their weights.
+        std::vector<std::vector<std::array<std::pair<int64_t, double>, 2>>> taps(4);
+        for (size_t d = 0; d < 4; ++d)
+            for (int64_t o = 0; o < out[d]; ++o) {
+                const double scale = static_cast<double>(out[d]) / static_cast<double>(in[d]);
+                const double at = (static_cast<double>(o) + 0.5) / scale - 0.5, floor = std::floor(at);
+                auto clamp = [&](double i) { return std::clamp<int64_t>(static_cast<int64_t>(i), 0, in[d] - 1); };
+                taps[d].push_back({std::pair(clamp(floor), 1 - (at - floor)), std::pair(clamp(floor + 1), at - floor)});
+            }
+        int64_t i = 0;
+        for (int64_t n = 0; n < out[0]; ++n)
+            for (int64_t c = 0; c < out[1]; ++c)
+                for (int64_t h = 0; h < out[2]; ++h)
+                    for (int64_t w = 0; w < out[3]; ++w, ++i) {
+                        double want = 0;
+                        for (const auto& [tn, wn] : taps[0][n])
+                            for (const auto& [tc, wc] : taps[1][c])
+                                for (const auto& [th, wh] : taps[2][h])
+                                    for (const auto& [tw, ww] : taps[3][w])
+                                        want += wn * wc * wh * ww * values[((tn * 3 + tc) * 4 + th) * 5 + tw];
+                        ASSERT_NEAR(y.data<float>()[i], want, 1e-5) << "at " << n << "," << c << "," << h << "," << w;
+                    }
+    }
+}
+
 TEST(Npy, ReadsTheFormatAsSpecified) {
     // A (2, 3) int16 array as numpy writes it: magic, version 1.0, header, data.
     std::string header = "{'descr': '<i2', 'fortran_order': False, 'shape': (2, 3), }";

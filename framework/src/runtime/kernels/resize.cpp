@@ -132,6 +132,71 @@ bool copy_nearest(const Tensor& x, const std::vector<std::vector<Taps>>& taps, c
     }
 }
 
+// Linear and cubic when every axis but the last two reads one input coordinate
+// (the image planes of NCHW resized, N and C kept): the output's rows, each of
+// one plane, split over the threads, each row's taps read from tables. The
+// arithmetic is the general path's below, in the same order and in double, so
+// the two give the same bits; that path, one recursive call per tap and on one
+// thread, took 1.4 s of the 1.6 s of a 1024 x 1024 segmenter's inference.
+// False when an outer axis blends coordinates.
+template <class T>
+bool resize_planes(const Tensor& x, const std::vector<std::vector<Taps>>& taps, const std::vector<int64_t>& strides,
+                   Tensor& y) {
+    const size_t rank = taps.size(), outer = rank - 2;
+    const auto height = static_cast<int64_t>(taps[rank - 2].size()),
+               width = static_cast<int64_t>(taps[rank - 1].size());
+    // Per outer output coordinate: its one input coordinate's offset and weight.
+    std::vector<std::vector<std::pair<int64_t, double>>> picks(outer);
+    for (size_t d = 0; d < outer; ++d)
+        for (const auto& t : taps[d]) {
+            int nonzero = 0;
+            for (size_t k = 0; k < t.index.size(); ++k)
+                if (t.weight[k] != 0) ++nonzero, picks[d].emplace_back(t.index[k] * strides[d], t.weight[k]);
+            if (nonzero != 1) return false;
+        }
+    int64_t planes = 1;
+    for (size_t d = 0; d < outer; ++d) planes *= static_cast<int64_t>(picks[d].size());
+    std::vector<int64_t> plane_offset(static_cast<size_t>(planes));
+    std::vector<double> plane_weights(static_cast<size_t>(planes) * outer);  // outermost first
+    for (int64_t p = 0; p < planes; ++p) {
+        int64_t offset = 0;
+        for (int64_t d = static_cast<int64_t>(outer) - 1, rest = p; d >= 0; --d) {
+            const auto& pick = picks[static_cast<size_t>(d)];
+            const auto& [o, w] = pick[static_cast<size_t>(rest % static_cast<int64_t>(pick.size()))];
+            offset += o;
+            plane_weights[static_cast<size_t>(p) * outer + static_cast<size_t>(d)] = w;
+            rest /= static_cast<int64_t>(pick.size());
+        }
+        plane_offset[static_cast<size_t>(p)] = offset;
+    }
+    const auto v = view<T>(x);
+    auto out = mutable_view<T>(y);
+    const auto& columns = taps[rank - 1];
+    const int64_t row_stride = strides[rank - 2];
+    parallel_for(planes * height, y.size() > kParallelGrain, [&](int64_t r) {
+        const int64_t p = r / height;
+        const auto& rows = taps[rank - 2][static_cast<size_t>(r % height)];
+        const int64_t base = plane_offset[static_cast<size_t>(p)];
+        const double* weights = plane_weights.data() + static_cast<size_t>(p) * outer;
+        for (int64_t o = 0; o < width; ++o) {
+            const auto& column = columns[static_cast<size_t>(o)];
+            double acc = 0;
+            for (size_t ky = 0; ky < rows.index.size(); ++ky) {
+                if (rows.weight[ky] == 0) continue;
+                const int64_t from = base + rows.index[ky] * row_stride;
+                double inner = 0;
+                for (size_t kx = 0; kx < column.index.size(); ++kx)
+                    if (column.weight[kx] != 0)
+                        inner += column.weight[kx] * static_cast<double>(v[from + column.index[kx]]);
+                acc += rows.weight[ky] * inner;
+            }
+            for (size_t d = outer; d-- > 0;) acc = 0.0 + weights[d] * acc;  // as each outer call adds its one tap
+            out[r * width + o] = static_cast<T>(acc);
+        }
+    });
+    return true;
+}
+
 void resize(KernelContext& ctx, std::vector<Tensor>& out) {
     const auto& x = ctx.input(0);
     const auto& in = x.shape();
@@ -199,6 +264,7 @@ void resize(KernelContext& ctx, std::vector<Tensor>& out) {
     if (s.mode == "nearest" && !crop && rank > 0 && out[0].size() > 0 && copy_nearest(x, taps, strides, out[0])) return;
     dispatch_float(x.type(), ctx, [&](auto tag) {
         using T = typename decltype(tag)::type;
+        if (!crop && rank >= 2 && out[0].size() > 0 && resize_planes<T>(x, taps, strides, out[0])) return;
         auto y = mutable_view<T>(out[0]);
         const auto v = view<T>(x);
         std::vector<int64_t> counter(rank, 0);
