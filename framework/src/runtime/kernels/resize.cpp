@@ -145,6 +145,11 @@ bool resize_planes(const Tensor& x, const std::vector<std::vector<Taps>>& taps, 
     const size_t rank = taps.size(), outer = rank - 2;
     const auto height = static_cast<int64_t>(taps[rank - 2].size()),
                width = static_cast<int64_t>(taps[rank - 1].size());
+    // Linear reads two coordinates an axis, cubic four.
+    const size_t per_column = taps[rank - 1].front().index.size();
+    for (size_t d = rank - 2; d < rank; ++d)
+        for (const auto& t : taps[d])
+            if (t.extrapolated || t.index.size() != per_column || (per_column != 2 && per_column != 4)) return false;
     // Per outer output coordinate: its one input coordinate's offset and weight.
     std::vector<std::vector<std::pair<int64_t, double>>> picks(outer);
     for (size_t d = 0; d < outer; ++d)
@@ -169,27 +174,46 @@ bool resize_planes(const Tensor& x, const std::vector<std::vector<Taps>>& taps, 
         }
         plane_offset[static_cast<size_t>(p)] = offset;
     }
-    const auto v = view<T>(x);
-    auto out = mutable_view<T>(y);
+    // The columns' taps as flat tables. A tap the general path skips (weight 0)
+    // adds +0.0 here instead, which leaves a sum begun at +0.0 as it was: such a
+    // sum is never -0.0.
     const auto& columns = taps[rank - 1];
+    std::vector<int64_t> column_index(static_cast<size_t>(width) * per_column);
+    std::vector<double> column_weight(column_index.size());
+    for (size_t o = 0; o < columns.size(); ++o)
+        for (size_t k = 0; k < per_column; ++k) {
+            column_index[o * per_column + k] = columns[o].index[k];
+            column_weight[o * per_column + k] = columns[o].weight[k];
+        }
+    const T* v = view<T>(x).data();
+    auto out = mutable_view<T>(y);
     const int64_t row_stride = strides[rank - 2];
+    // Adds weight x (one input row, interpolated at every output column) to `sums`.
+    auto add_row = [&]<size_t K>(std::integral_constant<size_t, K>, const T* from, double weight, double* sums) {
+        const int64_t* index = column_index.data();
+        const double* w = column_weight.data();
+        for (int64_t o = 0; o < width; ++o, index += K, w += K) {
+            double inner = 0;
+            for (size_t k = 0; k < K; ++k) inner += w[k] != 0 ? w[k] * static_cast<double>(from[index[k]]) : 0.0;
+            sums[o] += weight * inner;
+        }
+    };
     parallel_for(planes * height, y.size() > kParallelGrain, [&](int64_t r) {
+        thread_local std::vector<double> sums;
+        sums.assign(static_cast<size_t>(width), 0.0);
         const int64_t p = r / height;
         const auto& rows = taps[rank - 2][static_cast<size_t>(r % height)];
-        const int64_t base = plane_offset[static_cast<size_t>(p)];
+        for (size_t ky = 0; ky < rows.index.size(); ++ky) {
+            if (rows.weight[ky] == 0) continue;
+            const T* from = v + plane_offset[static_cast<size_t>(p)] + rows.index[ky] * row_stride;
+            if (per_column == 2)
+                add_row(std::integral_constant<size_t, 2>{}, from, rows.weight[ky], sums.data());
+            else
+                add_row(std::integral_constant<size_t, 4>{}, from, rows.weight[ky], sums.data());
+        }
         const double* weights = plane_weights.data() + static_cast<size_t>(p) * outer;
         for (int64_t o = 0; o < width; ++o) {
-            const auto& column = columns[static_cast<size_t>(o)];
-            double acc = 0;
-            for (size_t ky = 0; ky < rows.index.size(); ++ky) {
-                if (rows.weight[ky] == 0) continue;
-                const int64_t from = base + rows.index[ky] * row_stride;
-                double inner = 0;
-                for (size_t kx = 0; kx < column.index.size(); ++kx)
-                    if (column.weight[kx] != 0)
-                        inner += column.weight[kx] * static_cast<double>(v[from + column.index[kx]]);
-                acc += rows.weight[ky] * inner;
-            }
+            double acc = sums[static_cast<size_t>(o)];
             for (size_t d = outer; d-- > 0;) acc = 0.0 + weights[d] * acc;  // as each outer call adds its one tap
             out[r * width + o] = static_cast<T>(acc);
         }
