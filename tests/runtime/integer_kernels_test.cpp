@@ -1378,6 +1378,61 @@ TEST(QdqFusion, ALookupTableKeepsTheRankItsConstantsGive) {
     EXPECT_FLOAT_EQ(y.data<float>()[0], 2.4f);
 }
 
+// A TensorFlow export's maximum(x, -0.4) reads a constant of rank 4 holding one
+// value: between convolutions it is one table, looked up channels-last with no
+// transpose around it; on a tensor of rank 2 its output has rank 4, as
+// broadcasting makes it. Every value equal to the unfused group's.
+TEST(QdqFusion, AMaxByOneValueOfRankFourIsATable) {
+    for (const bool between_convolutions : {true, false}) {
+        vaiq::test::GraphBuilder b;
+        const std::vector<int64_t> in =
+            between_convolutions ? std::vector<int64_t>{2, 3, 6, 7} : std::vector<int64_t>{5, 7};
+        const std::vector<int64_t> out =
+            between_convolutions ? std::vector<int64_t>{2, 8, 6, 7} : std::vector<int64_t>{1, 1, 5, 7};
+        b.input("x", in).output("y", out);
+        const auto scalar = scalar_initializers(b);
+        scalar("s", 0.043f), scalar("so", 0.031f), scalar("z", uint8_t{121}), scalar("zo", uint8_t{30});
+        b.initializer("floor", Tensor::from_values<float>({1, 1, 1, 1}, std::vector<float>{-0.4f}));
+        std::string from = "x";
+        if (between_convolutions) {
+            b.initializer("w1", vaiq::test::ramp({8, 3, 1, 1}, -0.5f, 0.037f));
+            b.node("Conv", {"x", "w1"}, {"c1"}, "conv1");
+            from = "c1";
+        }
+        b.node("QuantizeLinear", {from, "s", "z"}, {"xq"});
+        b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
+        b.node("Max", {"xd", "floor"}, {"m"}, "maximum");
+        b.node("QuantizeLinear", {"m", "so", "zo"}, {"mq"});
+        b.node("DequantizeLinear", {"mq", "so", "zo"}, {between_convolutions ? "md" : "y"});
+        if (between_convolutions) {
+            b.initializer("w2", vaiq::test::ramp({8, 8, 1, 1}, 0.2f, -0.003f));
+            b.node("Conv", {"md", "w2"}, {"y"}, "conv2");
+        }
+        const auto model = b.build();
+        const auto x = vaiq::test::ramp(in, -2.0f, 0.011f);
+        Executor fused(model, {.profile = true}), plain(model, {.fuse_qdq = false});
+        const auto a = fused.run({{"x", x}})[0], want = plain.run({{"x", x}})[0];
+        ASSERT_EQ(a.shape(), want.shape());
+        EXPECT_EQ(a.shape(), out);
+        int differing = 0, floored = 0;
+        for (int64_t i = 0; i < a.size(); ++i) {
+            differing += a.data<float>()[i] != want.data<float>()[i];
+            floored += std::abs(want.data<float>()[i] + 0.4f) < 0.02f;
+        }
+        EXPECT_EQ(differing, 0) << between_convolutions;
+        if (!between_convolutions) {
+            EXPECT_GT(floored, 0) << "the maximum cuts";
+        }
+        std::map<std::string, int64_t> calls;
+        for (const auto& p : fused.profile()) calls[p.op_type] = p.calls;
+        EXPECT_EQ(calls["LookupTable"], 1) << between_convolutions;
+        EXPECT_EQ(calls.count("Max"), 0u) << between_convolutions;
+        if (between_convolutions) {
+            EXPECT_EQ(calls["Transpose"], 2) << "the table looks up channels-last";
+        }
+    }
+}
+
 // DenseNet's DQ -> BatchNormalization -> Relu -> Q after a Concat, the
 // normalization's scale a quantized weight: one table per channel of what the
 // group computes on each integer, looked up channels-first (a graph input) and

@@ -41,8 +41,8 @@ std::vector<int> elementwise_inputs(const onnx::NodeProto& node) {
         if (op == "QLinearLeakyRelu" || op == "QLinearSigmoid") return {0};
     } else if (node.domain() == kInternalDomain && op == "PowerOfTwoQLinearAdd") {
         return {0, 3};
-    } else if (node.domain() == kInternalDomain && op == "LookupTable" && int_attribute(node, "rank", 0) <= 1) {
-        return {0};  // a least rank of 1 leaves the 4-D tensors layouts move as they are
+    } else if (node.domain() == kInternalDomain && op == "LookupTable" && int_attribute(node, "rank", 0) <= 4) {
+        return {0};  // a least rank of up to 4 leaves the 4-D tensors layouts move as they are
     }
     return {};
 }

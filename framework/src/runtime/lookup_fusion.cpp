@@ -23,6 +23,7 @@ const std::set<std::string> kLookupOps = {"Add",  "Sub", "Mul", "Div",       "Ma
                                           "Clip", "Neg", "Abs", "LeakyRelu", "HardSigmoid", "HardSwish"};
 
 constexpr size_t kMostNodes = 32;  // a group larger than this is not what exporters write
+constexpr size_t kMostRank = 8;    // the LookupTable kernel's `rank`
 
 bool is_8_bit(int elem_type) { return elem_type == onnx::TensorProto::UINT8 || elem_type == onnx::TensorProto::INT8; }
 
@@ -114,7 +115,9 @@ std::optional<Group> group_of(const onnx::GraphProto& graph, const GraphIndex& i
         for (const auto& in : node.input()) {
             if (in.empty()) continue;
             if (const auto value = constant_tensor(index, in)) {
-                if (value->size() != 1 || value->type() != DataType::Float || value->shape().size() > 1)
+                // One value of any rank the table's kernel pads to (a TensorFlow export's
+                // maximum(x, -0.4) reads a [1, 1, 1, 1] constant).
+                if (value->size() != 1 || value->type() != DataType::Float || value->shape().size() > kMostRank)
                     return std::nullopt;
                 g.constants.insert(in);
                 g.constant_rank = std::max<int64_t>(g.constant_rank, static_cast<int64_t>(value->shape().size()));
