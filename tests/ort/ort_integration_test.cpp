@@ -1192,6 +1192,35 @@ TEST(OnnxRuntimeFloat, AConvTransposeOfNonOverlappingPatchesIsBitForBitWhatOnnxR
     }
 }
 
+// A linear Resize of image planes, up and down, in the coordinate modes models
+// use: ONNX Runtime sums each output's four neighbours in float with its own
+// weights, and a QuantizeLinear after the Resize rounds what the last bit decides.
+TEST(OnnxRuntimeFloat, ALinearResizeIsBitForBitWhatOnnxRuntimeComputes) {
+    for (const std::string mode : {"half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners"})
+        for (const std::vector<int64_t>& size :
+             {std::vector<int64_t>{2, 3, 14, 21}, std::vector<int64_t>{2, 3, 3, 4}}) {
+            const auto dir = vaiq::test::temp_dir();
+            vaiq::test::GraphBuilder b(13);
+            b.input("x", {2, 3, 7, 9}).output("y", size);
+            b.initializer("sizes", vaiq::Tensor::from_values<int64_t>({4}, size));
+            auto& node = b.node("Resize", {"x", "", "", "sizes"}, {"y"}, "resize");
+            vaiq::test::set_attribute(node, "mode", std::string("linear"));
+            vaiq::test::set_attribute(node, "coordinate_transformation_mode", mode);
+            const auto model = b.build();
+            vaiq::save_model(model, dir / "resize.onnx");
+            const auto x = normal_tensor({2, 3, 7, 9}, 1.0f, 31);
+            vaiq::write_npy(dir / "x.npy", x);
+            const auto r = run_in_ort(dir / "resize.onnx", dir / "ort", dir / "x.npy");
+            ASSERT_EQ(r.exit_code, 0) << r.err;
+            const auto ort = vaiq::read_npy(dir / "ort" / "output_0.npy");
+            const auto ours = vaiq::runtime::Executor(model).run({{"x", x}})[0];
+            ASSERT_EQ(ours.shape(), ort.shape());
+            int differ = 0;
+            for (int64_t i = 0; i < ours.size(); ++i) differ += ours.data<float>()[i] != ort.data<float>()[i];
+            EXPECT_EQ(differ, 0) << "of " << ours.size() << ", " << mode << " to " << size[2] << " x " << size[3];
+        }
+}
+
 // A transformer MLP as language models have it: [1, 5, 256] -> 512 -> 256.
 vaiq::Model mlp_model() {
     vaiq::test::GraphBuilder b(17);

@@ -3,10 +3,13 @@
 // which is read by nearest (nearest_mode), linear or cubic (cubic_coeff_a,
 // exclude_outside) interpolation with edge values beyond the borders;
 // tf_crop_and_resize reads extrapolation_value outside the region of interest.
-// Axes are interpolated one inside the other, innermost first.
+// Axes are interpolated one inside the other, innermost first. A float bilinear
+// Resize of image planes computes as ONNX Runtime does instead (see
+// bilinear_as_onnx_runtime), since that is where the quantized model runs.
 #include <fmt/format.h>
 
 #include <cmath>
+#include <optional>
 
 #include "runtime/kernels/common.hpp"
 
@@ -132,6 +135,88 @@ bool copy_nearest(const Tensor& x, const std::vector<std::vector<Taps>>& taps, c
     }
 }
 
+// ONNX Runtime's coordinate in float (its CPU Resize's transforms); nullopt
+// for a mode it computes otherwise or not at all here.
+std::optional<float> onnx_runtime_coordinate(const std::string& mode, float x, float scale, float out_len,
+                                             float in_len) {
+    if (mode == "half_pixel") return ((x + 0.5f) / scale) - 0.5f;
+    if (mode == "pytorch_half_pixel") return out_len > 1 ? (x + 0.5f) / scale - 0.5f : 0.0f;
+    if (mode == "asymmetric") return x / scale;
+    if (mode == "tf_half_pixel_for_nn") return (x + 0.5f) / scale;
+    if (mode == "align_corners") return out_len == 1 ? 0.0f : x * (in_len - 1) / (out_len - 1);
+    return std::nullopt;
+}
+
+// One axis as ONNX Runtime's bilinear Resize reads it: per output coordinate
+// the input coordinate clamped into the axis, its neighbours below and above
+// and its float distances to them (both 0.5 where the two are one).
+struct BilinearAxis {
+    std::vector<int64_t> below, above;
+    std::vector<float> from_below, from_above;
+};
+
+// `whole`: the output length is in_len * scale, as the reference takes it (sizes
+// given, or scales whose product is whole); ONNX Runtime takes the output's
+// length, so the modes that read it are computed by the reference otherwise.
+std::optional<BilinearAxis> bilinear_axis(const std::string& mode, int64_t in_len, int64_t out_len, float scale,
+                                          bool whole) {
+    if (!whole && (mode == "align_corners" || mode == "pytorch_half_pixel")) return std::nullopt;
+    BilinearAxis a;
+    for (int64_t o = 0; o < out_len; ++o) {
+        float at = static_cast<float>(o);
+        if (scale != 1.0f) {
+            const auto c =
+                onnx_runtime_coordinate(mode, at, scale, static_cast<float>(out_len), static_cast<float>(in_len));
+            if (!c) return std::nullopt;
+            at = *c;
+        }
+        at = std::max(0.0f, std::min(at, static_cast<float>(in_len - 1)));
+        const int64_t below = std::min(static_cast<int64_t>(at), in_len - 1), above = std::min(below + 1, in_len - 1);
+        a.below.push_back(below), a.above.push_back(above);
+        a.from_below.push_back(below == above ? 0.5f : std::fabs(at - static_cast<float>(below)));
+        a.from_above.push_back(below == above ? 0.5f : std::fabs(at - static_cast<float>(above)));
+    }
+    return a;
+}
+
+// A float linear Resize of the last two axes of a 2-D or 4-D tensor (N and C
+// kept) as ONNX Runtime 1.30's CPU kernel computes it, bit for bit: each
+// output is ((c11 X11 + c21 X21) + c12 X12) + c22 X22, its neighbours' values
+// times products of the two axes' distances, in float. The ONNX reference's
+// double sums differ in the last bit, which a QuantizeLinear after the Resize
+// turns into whole steps (ISNet's mask: 37 % of its values off ONNX Runtime's).
+// False where ONNX Runtime computes otherwise (other ranks, modes or a
+// resized N or C): the general path then computes it.
+bool bilinear_as_onnx_runtime(const Settings& s, const Tensor& x, const std::vector<float>& scales,
+                              const std::vector<bool>& whole, Tensor& y) {
+    const auto& in = x.shape();
+    const auto& out = y.shape();
+    const size_t rank = in.size();
+    if ((rank != 2 && rank != 4) || (rank == 4 && (out[0] != in[0] || out[1] != in[1]))) return false;
+    const int64_t h = in[rank - 2], w = in[rank - 1], oh = out[rank - 2], ow = out[rank - 1];
+    if (h <= 0 || w <= 0) return false;
+    const auto rows = bilinear_axis(s.coordinates, h, oh, scales[rank - 2], whole[rank - 2]);
+    const auto columns = bilinear_axis(s.coordinates, w, ow, scales[rank - 1], whole[rank - 1]);
+    if (!rows || !columns) return false;
+    const int64_t planes = rank == 4 ? in[0] * in[1] : 1;
+    const float* v = x.data<float>().data();
+    float* o = y.mutable_data<float>().data();
+    parallel_for(planes * oh, y.size() > kParallelGrain, [&](int64_t r) {
+        const int64_t p = r / oh, row = r % oh;
+        const float* top = v + (p * h + rows->below[static_cast<size_t>(row)]) * w;
+        const float* bottom = v + (p * h + rows->above[static_cast<size_t>(row)]) * w;
+        const float dy1 = rows->from_below[static_cast<size_t>(row)], dy2 = rows->from_above[static_cast<size_t>(row)];
+        float* line = o + r * ow;
+        for (int64_t c = 0; c < ow; ++c) {
+            const auto k = static_cast<size_t>(c);
+            const float dx1 = columns->from_below[k], dx2 = columns->from_above[k];
+            const int64_t x1 = columns->below[k], x2 = columns->above[k];
+            line[c] = dx2 * dy2 * top[x1] + dx1 * dy2 * top[x2] + dx2 * dy1 * bottom[x1] + dx1 * dy1 * bottom[x2];
+        }
+    });
+    return true;
+}
+
 // Linear and cubic when every axis but the last two reads one input coordinate
 // (the image planes of NCHW resized, N and C kept): the output's rows, each of
 // one plane, split over the threads, each row's taps read from tables. The
@@ -246,6 +331,8 @@ void resize(KernelContext& ctx, std::vector<Tensor>& out) {
             roi[i] = r.type() == DataType::Float ? r.data<float>()[i] : read_ints(ctx, r)[i];
     }
     std::vector<double> scales(rank, 1.0);
+    std::vector<float> float_scales(rank, 1.0f);  // as ONNX Runtime holds them
+    std::vector<bool> whole(rank, true);          // the output length is in * scale
     std::vector<int64_t> shape(in);
     if (ctx.has_input(3) && ctx.input(3).size() > 0) {
         const auto sizes = read_ints(ctx, ctx.input(3));
@@ -253,6 +340,7 @@ void resize(KernelContext& ctx, std::vector<Tensor>& out) {
         for (int64_t d = 0; d < rank; ++d) {
             shape[d] = sizes[d];
             scales[d] = static_cast<double>(sizes[d]) / static_cast<double>(in[d]);
+            float_scales[d] = static_cast<float>(sizes[d]) / static_cast<float>(in[d]);
         }
     } else if (ctx.has_input(2) && ctx.input(2).size() > 0) {
         const auto sc = ctx.input(2).data<float>();
@@ -260,10 +348,12 @@ void resize(KernelContext& ctx, std::vector<Tensor>& out) {
         for (int64_t d = 0; d < rank; ++d) {
             if (!(std::isfinite(sc[d]) && sc[d] > 0)) ctx.fail(fmt::format("scale {} is not a positive number", sc[d]));
             scales[d] = sc[d];
+            float_scales[d] = sc[d];
             const double span = crop ? roi[rank + d] - roi[d] : 1.0;
             const double size = std::floor(static_cast<double>(in[d]) * span * scales[d]);
             if (!(size >= 0 && size < 9.2e18)) ctx.fail(fmt::format("scale {} gives no output size", sc[d]));
             shape[d] = static_cast<int64_t>(size);
+            whole[d] = static_cast<double>(in[d]) * scales[d] == size;
         }
     } else {
         ctx.fail("neither scales nor sizes is given");
@@ -272,6 +362,9 @@ void resize(KernelContext& ctx, std::vector<Tensor>& out) {
         if (shape[d] < 0) ctx.fail(fmt::format("output dimension {} is negative ({})", d, shape[d]));
     // The output first: a size beyond what can be allocated is refused before the taps are built.
     out[0] = Tensor::uninitialized(x.type(), shape);
+    if (s.mode == "linear" && x.type() == DataType::Float && out[0].size() > 0 &&
+        bilinear_as_onnx_runtime(s, x, float_scales, whole, out[0]))
+        return;
     // Taps per axis and output coordinate.
     std::vector<std::vector<Taps>> taps(rank);
     for (int64_t d = 0; d < rank; ++d)
