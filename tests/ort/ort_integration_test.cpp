@@ -1133,28 +1133,34 @@ TEST(OnnxRuntimeFloat, FusedAttentionAgreesWithOnnxRuntime) {
     }
 }
 
+// Elements of `model`'s first output on `x` (its input "x") where vaiq's executor
+// and ONNX Runtime differ in any bit; -1 when ONNX Runtime fails or the shapes differ.
+int64_t bits_differing_from_ort(const vaiq::Model& model, const vaiq::Tensor& x) {
+    const auto dir = vaiq::test::temp_dir();
+    vaiq::save_model(model, dir / "model.onnx");
+    vaiq::write_npy(dir / "x.npy", x);
+    const auto r = run_in_ort(dir / "model.onnx", dir / "ort", dir / "x.npy");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    if (r.exit_code != 0) return -1;
+    const auto ort = vaiq::read_npy(dir / "ort" / "output_0.npy");
+    const auto ours = vaiq::runtime::Executor(model).run({{"x", x}})[0];
+    if (ours.shape() != ort.shape()) return -1;
+    int64_t differ = 0;
+    for (int64_t i = 0; i < ours.size(); ++i) differ += ours.data<float>()[i] != ort.data<float>()[i];
+    return differ;
+}
+
 TEST(OnnxRuntimeFloat, SigmoidIsBitForBitWhatOnnxRuntimeComputes) {
     // MLAS's polynomial, not the exact logistic: the last bits decide what a following QuantizeLinear rounds to.
-    const auto dir = vaiq::test::temp_dir();
     vaiq::test::GraphBuilder b(13);
     b.input("x", {4099}).output("y", {4099});
     b.node("Sigmoid", {"x"}, {"y"});
-    const auto model = b.build();
-    vaiq::save_model(model, dir / "sigmoid.onnx");
     std::vector<float> v(4099);
     for (size_t i = 0; i < v.size(); ++i) v[i] = -24.0f + 48.0f * static_cast<float>(i) / 4098.0f;
     v[7] = 0.0f;
     v[8] = -0.0f;
     v[9] = 1e-30f;
-    const auto x = vaiq::Tensor::from_values<float>({4099}, v);
-    vaiq::write_npy(dir / "x.npy", x);
-    const auto r = run_in_ort(dir / "sigmoid.onnx", dir / "ort", dir / "x.npy");
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    const auto ort = vaiq::read_npy(dir / "ort" / "output_0.npy");
-    const auto ours = vaiq::runtime::Executor(model).run({{"x", x}})[0];
-    int differ = 0;
-    for (int64_t i = 0; i < ours.size(); ++i) differ += ours.data<float>()[i] != ort.data<float>()[i];
-    EXPECT_EQ(differ, 0) << "of " << ours.size();
+    EXPECT_EQ(bits_differing_from_ort(b.build(), vaiq::Tensor::from_values<float>({4099}, v)), 0) << "of 4099";
 }
 
 // Normally distributed values (wave_tensor's neighbours are too alike for a large weight: its rank is low).
@@ -1169,7 +1175,6 @@ vaiq::Tensor normal_tensor(std::vector<int64_t> shape, float stddev, unsigned se
 // panels of 128), 2 x 2 and 3 x 3, with and without a bias.
 TEST(OnnxRuntimeFloat, AConvTransposeOfNonOverlappingPatchesIsBitForBitWhatOnnxRuntimeComputes) {
     for (const int64_t k : {2, 3}) {
-        const auto dir = vaiq::test::temp_dir();
         vaiq::test::GraphBuilder b(13);
         b.input("x", {2, 130, 5, 7}).output("y", {2, 3, 5 * k, 7 * k});
         b.initializer("w", normal_tensor({130, 3, k, k}, 0.3f, 21)).initializer("bias", normal_tensor({3}, 0.5f, 22));
@@ -1177,18 +1182,7 @@ TEST(OnnxRuntimeFloat, AConvTransposeOfNonOverlappingPatchesIsBitForBitWhatOnnxR
                             k == 2 ? std::vector<std::string>{"x", "w", "bias"} : std::vector<std::string>{"x", "w"},
                             {"y"}, "up");
         vaiq::test::set_ints_attribute(node, "strides", {k, k});
-        const auto model = b.build();
-        vaiq::save_model(model, dir / "up.onnx");
-        const auto x = normal_tensor({2, 130, 5, 7}, 1.0f, 23);
-        vaiq::write_npy(dir / "x.npy", x);
-        const auto r = run_in_ort(dir / "up.onnx", dir / "ort", dir / "x.npy");
-        ASSERT_EQ(r.exit_code, 0) << r.err;
-        const auto ort = vaiq::read_npy(dir / "ort" / "output_0.npy");
-        const auto ours = vaiq::runtime::Executor(model).run({{"x", x}})[0];
-        ASSERT_EQ(ours.shape(), ort.shape());
-        int differ = 0;
-        for (int64_t i = 0; i < ours.size(); ++i) differ += ours.data<float>()[i] != ort.data<float>()[i];
-        EXPECT_EQ(differ, 0) << "of " << ours.size() << ", kernel " << k;
+        EXPECT_EQ(bits_differing_from_ort(b.build(), normal_tensor({2, 130, 5, 7}, 1.0f, 23)), 0) << "kernel " << k;
     }
 }
 
@@ -1199,25 +1193,14 @@ TEST(OnnxRuntimeFloat, ALinearResizeIsBitForBitWhatOnnxRuntimeComputes) {
     for (const std::string mode : {"half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners"})
         for (const std::vector<int64_t>& size :
              {std::vector<int64_t>{2, 3, 14, 21}, std::vector<int64_t>{2, 3, 3, 4}}) {
-            const auto dir = vaiq::test::temp_dir();
             vaiq::test::GraphBuilder b(13);
             b.input("x", {2, 3, 7, 9}).output("y", size);
             b.initializer("sizes", vaiq::Tensor::from_values<int64_t>({4}, size));
             auto& node = b.node("Resize", {"x", "", "", "sizes"}, {"y"}, "resize");
             vaiq::test::set_attribute(node, "mode", std::string("linear"));
             vaiq::test::set_attribute(node, "coordinate_transformation_mode", mode);
-            const auto model = b.build();
-            vaiq::save_model(model, dir / "resize.onnx");
-            const auto x = normal_tensor({2, 3, 7, 9}, 1.0f, 31);
-            vaiq::write_npy(dir / "x.npy", x);
-            const auto r = run_in_ort(dir / "resize.onnx", dir / "ort", dir / "x.npy");
-            ASSERT_EQ(r.exit_code, 0) << r.err;
-            const auto ort = vaiq::read_npy(dir / "ort" / "output_0.npy");
-            const auto ours = vaiq::runtime::Executor(model).run({{"x", x}})[0];
-            ASSERT_EQ(ours.shape(), ort.shape());
-            int differ = 0;
-            for (int64_t i = 0; i < ours.size(); ++i) differ += ours.data<float>()[i] != ort.data<float>()[i];
-            EXPECT_EQ(differ, 0) << "of " << ours.size() << ", " << mode << " to " << size[2] << " x " << size[3];
+            EXPECT_EQ(bits_differing_from_ort(b.build(), normal_tensor({2, 3, 7, 9}, 1.0f, 31)), 0)
+                << mode << " to " << size[2] << " x " << size[3];
         }
 }
 
