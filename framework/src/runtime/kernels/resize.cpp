@@ -218,12 +218,12 @@ bool bilinear_as_onnx_runtime(const Settings& s, const Tensor& x, const std::vec
 }
 
 // Linear and cubic when every axis but the last two reads one input coordinate
-// (the image planes of NCHW resized, N and C kept): the output's rows, each of
-// one plane, split over the threads, each row's taps read from tables. The
-// arithmetic is the general path's below, in the same order and in double, so
-// the two give the same bits; that path, one recursive call per tap and on one
-// thread, took 1.4 s of the 1.6 s of a 1024 x 1024 segmenter's inference.
-// False when an outer axis blends coordinates.
+// (the image planes of NCHW resized, N and C kept) and ONNX Runtime's bilinear
+// does not apply: the output's rows, each of one plane, split over the threads,
+// each row's taps read from tables. The arithmetic is the general path's below,
+// in the same order and in double, so the two give the same bits; that path, one
+// recursive call per tap and on one thread, had taken 1.4 s of the 1.6 s of a
+// 1024 x 1024 segmenter's inference. False when an outer axis blends coordinates.
 template <class T>
 bool resize_planes(const Tensor& x, const std::vector<std::vector<Taps>>& taps, const std::vector<int64_t>& strides,
                    Tensor& y) {
