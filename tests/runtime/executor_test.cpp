@@ -578,24 +578,29 @@ TEST(Executor, ResizeOfOpset19CentresHalfPixelSymmetric) {
     }
 }
 
-// Linear Resize of many planes (N and C kept) on several threads, and of the
-// channels too (which blends planes), against the definition: per axis, the
-// half_pixel coordinate's two neighbours (clamped at the borders), weighted by
-// distance, the axes' weights multiplied.
+// Linear Resize of many planes (N and C kept) on several threads, 4-D (as ONNX
+// Runtime computes it) and the same planes as 3-D (the planes' tap tables), and
+// of the channels too (which blends planes, the general path), against the
+// definition: per axis, the half_pixel coordinate's two neighbours (clamped at
+// the borders), weighted by distance, the axes' weights multiplied.
 TEST(Executor, LinearResizeOfPlanesAndOfChannelsMatchesTheDefinition) {
     const std::vector<int64_t> in = {2, 3, 4, 5};
     std::vector<float> values(2 * 3 * 4 * 5);
     for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((i * 37) % 23) - 11.0f;
-    const auto x = Tensor::from_values<float>(in, values);
-    for (const auto& out : {std::vector<int64_t>{2, 3, 7, 9}, std::vector<int64_t>{2, 6, 3, 8}}) {
+    auto resized = [&](const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
         vaiq::test::GraphBuilder b;
-        b.input("x", in).output("y", out);
-        b.initializer("sizes", Tensor::from_values<int64_t>({4}, out));
+        b.input("x", from).output("y", to);
+        b.initializer("sizes", Tensor::from_values<int64_t>({static_cast<int64_t>(to.size())}, to));
         auto& resize = b.node("Resize", {"x", "", "", "sizes"}, {"y"}, "resize");
         vaiq::test::set_attribute(resize, "mode", std::string("linear"));
         const auto model = b.build();
-        const auto y = Executor(model, {.threads = 4}).run({{"x", x}})[0];
+        return Executor(model, {.threads = 4}).run({{"x", Tensor::from_values<float>(from, values)}})[0];
+    };
+    for (const auto& out : {std::vector<int64_t>{2, 3, 7, 9}, std::vector<int64_t>{2, 6, 3, 8}}) {
+        const auto y = resized(in, out);
         ASSERT_EQ(y.shape(), out);
+        const bool planes = out[1] == in[1];
+        const auto y3 = planes ? resized({6, 4, 5}, {6, out[2], out[3]}) : y;
         // Per axis and output coordinate: the two input coordinates and their weights.
         std::vector<std::vector<std::array<std::pair<int64_t, double>, 2>>> taps(4);
         for (size_t d = 0; d < 4; ++d)
@@ -617,6 +622,8 @@ TEST(Executor, LinearResizeOfPlanesAndOfChannelsMatchesTheDefinition) {
                                     for (const auto& [tw, ww] : taps[3][w])
                                         want += wn * wc * wh * ww * values[((tn * 3 + tc) * 4 + th) * 5 + tw];
                         ASSERT_NEAR(y.data<float>()[i], want, 1e-5) << "at " << n << "," << c << "," << h << "," << w;
+                        ASSERT_NEAR(y3.data<float>()[i], want, 1e-5)
+                            << "3-D, at " << n << "," << c << "," << h << "," << w;
                     }
     }
 }

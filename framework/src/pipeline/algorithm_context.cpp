@@ -52,7 +52,7 @@ class HostAlgorithmContext::Stream final : public DataStream {
             return std::nullopt;
         }
         if (keeping_) {
-            for (const auto& [name, value] : batch->feeds) bytes_ += value.size() * element_size(value.type());
+            for (const auto& [name, value] : batch->feeds) bytes_ += value.bytes().size();
             outgrown_ = bytes_ > budget_;
             keeping_ = !outgrown_;
             if (keeping_)

@@ -810,12 +810,14 @@ std::vector<FastFinetuneResult> fast_finetune(AlgorithmContext& context, const F
                 if (layer_floats.size() <= b) layer_floats.resize(b + 1);
                 layer_floats[b] = v;
             });
-            if (!segmented) layer_floats.clear();
-            if (!segmented && trials.size() > 1) {
-                data.rewind();
-                while (auto batch = data.next())
-                    reference->run_taps(*batch, {layers[i].input},
-                                        [&](const std::string&, const Tensor& v) { layer_floats.push_back(v); });
+            if (!segmented) {
+                layer_floats.clear();
+                if (trials.size() > 1) {
+                    data.rewind();
+                    while (auto batch = data.next())
+                        reference->run_taps(*batch, {layers[i].input},
+                                            [&](const std::string&, const Tensor& v) { layer_floats.push_back(v); });
+                }
             }
         }
         for (size_t t = 0; t < trials.size(); ++t) {

@@ -8,6 +8,7 @@
 // bilinear_as_onnx_runtime), since that is where the quantized model runs.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -235,30 +236,26 @@ bool resize_planes(const Tensor& x, const std::vector<std::vector<Taps>>& taps, 
     for (size_t d = rank - 2; d < rank; ++d)
         for (const auto& t : taps[d])
             if (t.extrapolated || t.index.size() != per_column || (per_column != 2 && per_column != 4)) return false;
-    // Per outer output coordinate: its one input coordinate's offset and weight.
-    std::vector<std::vector<std::pair<int64_t, double>>> picks(outer);
+    // Per outer output coordinate: the offset of the one input coordinate it reads,
+    // with weight 1 (linear or cubic at a whole coordinate): the general path's
+    // 0 + 1 x sum there is the sum itself, which is never -0.0 (see below).
+    std::vector<std::vector<int64_t>> picks(outer);
     for (size_t d = 0; d < outer; ++d)
         for (const auto& t : taps[d]) {
             int nonzero = 0;
             for (size_t k = 0; k < t.index.size(); ++k)
-                if (t.weight[k] != 0) ++nonzero, picks[d].emplace_back(t.index[k] * strides[d], t.weight[k]);
-            if (nonzero != 1) return false;
+                if (t.weight[k] != 0) ++nonzero, picks[d].push_back(t.index[k] * strides[d]);
+            if (nonzero != 1 || std::find(t.weight.begin(), t.weight.end(), 1.0) == t.weight.end()) return false;
         }
     int64_t planes = 1;
     for (size_t d = 0; d < outer; ++d) planes *= static_cast<int64_t>(picks[d].size());
     std::vector<int64_t> plane_offset(static_cast<size_t>(planes));
-    std::vector<double> plane_weights(static_cast<size_t>(planes) * outer);  // outermost first
-    for (int64_t p = 0; p < planes; ++p) {
-        int64_t offset = 0;
+    for (int64_t p = 0; p < planes; ++p)
         for (int64_t d = static_cast<int64_t>(outer) - 1, rest = p; d >= 0; --d) {
             const auto& pick = picks[static_cast<size_t>(d)];
-            const auto& [o, w] = pick[static_cast<size_t>(rest % static_cast<int64_t>(pick.size()))];
-            offset += o;
-            plane_weights[static_cast<size_t>(p) * outer + static_cast<size_t>(d)] = w;
+            plane_offset[static_cast<size_t>(p)] += pick[static_cast<size_t>(rest % static_cast<int64_t>(pick.size()))];
             rest /= static_cast<int64_t>(pick.size());
         }
-        plane_offset[static_cast<size_t>(p)] = offset;
-    }
     // The columns' taps as flat tables. A tap the general path skips (weight 0)
     // adds +0.0 here instead, which leaves a sum begun at +0.0 as it was: such a
     // sum is never -0.0.
@@ -296,12 +293,7 @@ bool resize_planes(const Tensor& x, const std::vector<std::vector<Taps>>& taps, 
             else
                 add_row(std::integral_constant<size_t, 4>{}, from, rows.weight[ky], sums.data());
         }
-        const double* weights = plane_weights.data() + static_cast<size_t>(p) * outer;
-        for (int64_t o = 0; o < width; ++o) {
-            double acc = sums[static_cast<size_t>(o)];
-            for (size_t d = outer; d-- > 0;) acc = 0.0 + weights[d] * acc;  // as each outer call adds its one tap
-            out[r * width + o] = static_cast<T>(acc);
-        }
+        for (int64_t o = 0; o < width; ++o) out[r * width + o] = static_cast<T>(sums[static_cast<size_t>(o)]);
     });
     return true;
 }
