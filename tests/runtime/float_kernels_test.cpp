@@ -416,6 +416,32 @@ TEST(Executor, HardSigmoidRoundsTheProductThenTheSum) {
     EXPECT_EQ(y.data<float>()[2], 1.0f);
 }
 
+// LeakyRelu on float multiplies in float: the product of two floats is exact in
+// double, so it is the double product rounded once. Both its ways: into the
+// donated input (x read last) and into a new tensor (x also an output).
+TEST(Executor, LeakyReluOnFloatIsTheDoubleProductRounded) {
+    std::vector<float> x;
+    for (float v = -3.0f; v < 3.0f; v += 0.0173f) x.push_back(v);
+    x.insert(x.end(), {-0.0f, 0x1.fffffep127f, -0x1.fffffep127f, -1e-40f, std::nanf("")});
+    const auto n = static_cast<int64_t>(x.size());
+    for (const float alpha : {0.01f, 0.1015625f, 0.3f})
+        for (const bool donated : {true, false}) {
+            vaiq::test::GraphBuilder b;
+            b.input("x", {n}).output("y", {n});
+            if (!donated) b.output("x", {n});
+            vaiq::set_attribute(b.node("LeakyRelu", {"x"}, {"y"}), "alpha", alpha);
+            const auto model = b.build();
+            const auto outputs = Executor(model).run({{"x", Tensor::from_values<float>({n}, x)}});
+            const auto y = outputs[0].data<float>();
+            for (size_t i = 0; i < x.size(); ++i) {
+                const double v = x[i];
+                const float expected = static_cast<float>(v < 0 ? v * static_cast<double>(alpha) : v);
+                EXPECT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(expected))
+                    << x[i] << " alpha " << alpha << (donated ? " donated" : "");
+            }
+        }
+}
+
 TEST(OrtSoftmax, RowMaximumFindsEveryPosition) {
     for (int64_t n = 1; n <= 40; ++n)
         for (int64_t at = 0; at < n; ++at) {
