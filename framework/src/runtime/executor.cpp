@@ -616,6 +616,9 @@ std::vector<Tensor> Executor::run_step(size_t s, Values& values, const std::vect
             const int id = value_id(name);
             return id >= 0 ? ScopeValue{values.get(id), values.constant(id)} : ScopeValue{};
         };
+    ctx.inputs.reserve(step.inputs.size());  // one allocation each, not one per doubling
+    ctx.constant.reserve(step.inputs.size());
+    ctx.donated.reserve(step.inputs.size());
     for (int id : step.inputs) {
         if (id >= 0 && !values.get(id))
             throw InputError(
