@@ -2,6 +2,7 @@
 // output better than rounding to nearest, with weights on the grid.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <set>
 
@@ -274,10 +275,13 @@ TEST_F(FastFinetune, CachedFloatInputsFitAsRunningTheFloatModelPerLayerDoes) {
 }
 
 // Trials run in step (the float inputs cached once, or a layer's computed once
-// for all where the cache holds none; each layer's fits side by side) give each
+// for all where the cache holds none; each layer's samplings, on passes of
+// their own over the batches, and fits side by side on two threads) give each
 // seed what a fast finetune with that seed alone gives, with and without
-// SelectiveUpdate (which keeps a pending layer per trial).
+// SelectiveUpdate (which keeps a pending layer per trial and samples in turns).
 TEST_F(FastFinetune, TrialsInStepFitAsOneSeedAtATimeDoes) {
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(2);
     const auto model = three_layers();
     const auto plan = three_layers_plan();
     const Emitter emit = with_weights(model);
@@ -318,6 +322,7 @@ TEST_F(FastFinetune, TrialsInStepFitAsOneSeedAtATimeDoes) {
         }
         EXPECT_GT(distinct.size(), 1u) << "the seeds must matter for the comparison to mean anything";
     }
+    omp_set_num_threads(threads);
 }
 
 TEST_F(FastFinetune, AdaQuantDoesNoWorseThanNearestRounding) {

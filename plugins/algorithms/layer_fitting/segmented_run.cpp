@@ -70,7 +70,7 @@ bool SegmentedRun::compute(const Model& model, const std::string& tensor,
         }
     }
     auto is_run = [&](int i) { return run.count(i) > 0 || computed_.count(g.node(i).output(0)) > 0; };
-    DataStream& data = context_.data();
+    DataStream& data = data_;
     if (run.empty()) {  // kept, or an input of the model
         data.rewind();
         size_t b = 0;
