@@ -153,7 +153,10 @@ struct Precision {
 };
 
 /// What the host gives an algorithm, and the changes it accepts. The host owns
-/// it; it lives for one call of Algorithm::run().
+/// it; it lives for one call of Algorithm::run(). Its calls are made from one
+/// thread at a time, but for runner() and forking_runner(), which several
+/// threads may call at once; each runner then runs on one thread at a time
+/// (inside an OpenMP parallel region, its runs use that thread alone).
 class VAIQ_API AlgorithmContext {
   public:
     virtual ~AlgorithmContext();

@@ -860,7 +860,7 @@ std::vector<FastFinetuneResult> fast_finetune(AlgorithmContext& context, const F
             }
         }
         // Each trial's model with the weights it chose so far, written on this
-        // thread (the context's calls are not for several threads at once):
+        // thread (only the context's runners are made on several at once):
         // beforehand when the trials sample side by side, else one at a time.
         std::vector<Model> quantized(trials.size());
         auto emit = [&](size_t t) { quantized[t] = context.quantized(plan, trials[t]->result.rounded); };
