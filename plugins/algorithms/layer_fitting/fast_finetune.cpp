@@ -28,7 +28,9 @@ namespace {
 
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 constexpr int64_t kElementsPerBlock = 16384;   // weights a thread updates at a time in a step
-constexpr size_t kKeptBatchesBytes = size_t{256} << 20;  // the batches' feeds held for the trials' own passes
+// The most the batches' feeds may take for the trials to sample side by side,
+// each on a pass of its own (see fast_finetune).
+constexpr size_t kKeptBatchesBytes = size_t{32} << 20;
 
 // One layer: how its weight reads its input, and the columns sampled for it.
 struct Layer {
@@ -776,11 +778,13 @@ std::vector<FastFinetuneResult> fast_finetune(AlgorithmContext& context, const F
     // to the layer when the values it keeps outgrow the budget too.
     std::vector<Tensor> layer_floats;
     SegmentedRun float_segments(context, options.float_cache_bytes);
-    // The trials sample a layer side by side, one thread each, when the batches
-    // fit in memory for each to read them on its own pass: a thread then keeps
-    // busy with its trial's small runs and sums, where two shared each run (a
-    // speech embedding CNN's three trials: 15.1 -> 13.5 s; the same values, as
-    // the models' kernels give the same bits on one thread as on two).
+    // The trials sample a layer side by side, one thread each, when the data is
+    // small (kKeptBatchesBytes), held in memory for each to read on a pass of
+    // its own. Small inputs make small runs, which two threads share poorly: a
+    // speech embedding CNN's three trials took 15.1 -> 13.5 s (the same values:
+    // its kernels give the same bits on one thread as on two). Large inputs keep
+    // both threads busy in one run, and side by side they only held more: the
+    // PP-OCRv4 detector on 16 pages (78 MB) took as long, its peak 5.2 -> 5.7 GB.
     const bool side_by_side = seeds.size() > 1 && omp_get_max_threads() > 1 && !options.selective_update;
     const auto kept = side_by_side ? KeptBatches::read(data, kKeptBatchesBytes) : nullptr;
     std::vector<std::unique_ptr<Trial>> trials;
