@@ -840,7 +840,26 @@ std::vector<FastFinetuneResult> fast_finetune(AlgorithmContext& context, const F
     // running alone (three on two cores: 1.5 fits' time, not 2).
     const int team = omp_get_max_threads() > 1 ? static_cast<int>(trials.size()) : 1;
     std::vector<LayerFit> fits(trials.size());
-    std::vector<std::exception_ptr> failures(trials.size());
+    // Calls `work(t)` for every trial, side by side (a thread each) when `together`;
+    // then rethrows the first trial's failure.
+    auto for_each_trial = [&](bool together, const auto& work) {
+        std::vector<std::exception_ptr> failures(trials.size());
+        auto guarded = [&](size_t t) {
+            try {
+                work(t);
+            } catch (...) {
+                failures[t] = std::current_exception();
+            }
+        };
+        if (together) {
+#pragma omp parallel for schedule(dynamic) num_threads(team)
+            for (size_t t = 0; t < trials.size(); ++t) guarded(t);
+        } else {
+            for (size_t t = 0; t < trials.size(); ++t) guarded(t);
+        }
+        for (const auto& failure : failures)
+            if (failure) std::rethrow_exception(failure);
+    };
     // Layer by layer, in graph order: each is fitted on its input as the layers
     // before it, already fitted, now compute it, so it also makes up for what
     // their rounding still changes (fitting all on inputs from nearest rounding
@@ -870,57 +889,33 @@ std::vector<FastFinetuneResult> fast_finetune(AlgorithmContext& context, const F
         auto emit = [&](size_t t) { quantized[t] = context.quantized(plan, trials[t]->result.rounded); };
         if (kept)
             for (size_t t = 0; t < trials.size(); ++t) emit(t);
-        auto sample_trial = [&](size_t t) {
+        std::fill(fits.begin(), fits.end(), LayerFit{});
+        for_each_trial(kept != nullptr, [&](size_t t) {
             auto& trial = *trials[t];
             auto& l = trial.layers[i];
-            fits[t] = LayerFit{};
-            try {
-                const auto start = std::chrono::steady_clock::now();
-                if (!kept) emit(t);
+            const auto start = std::chrono::steady_clock::now();
+            if (!kept) emit(t);
+            fits[t].error = sample(trial, l, quantized[t]);
+            if (options.selective_update && judge_pending(trial, fits[t].error)) {
+                emit(t);
                 fits[t].error = sample(trial, l, quantized[t]);
-                if (options.selective_update && judge_pending(trial, fits[t].error)) {
-                    emit(t);
-                    fits[t].error = sample(trial, l, quantized[t]);
-                }
-                quantized[t] = Model();  // its runs are done
-                fits[t].seconds = seconds_since(start);
-            } catch (...) {
-                failures[t] = std::current_exception();
             }
-        };
-        if (kept) {
-#pragma omp parallel for schedule(dynamic) num_threads(team)
-            for (size_t t = 0; t < trials.size(); ++t) sample_trial(t);
-        } else {
-            for (size_t t = 0; t < trials.size(); ++t) sample_trial(t);
-        }
-        for (const auto& failure : failures)
-            if (failure) std::rethrow_exception(failure);
-        auto fit_trial = [&](size_t t) {
-            const auto& l = trials[t]->layers[i];
-            if (l.stored == 0) return;
-            try {
-                const auto start = std::chrono::steady_clock::now();
-                auto& f = fits[t];
-                f.plain = nearest(l);
-                f.fitted = voted_fit(l, options, trials[t]->rng, f.iterations);
-                f.loss_nearest = judged_loss(l, f.plain, options.fits);
-                f.loss = judged_loss(l, f.fitted, options.fits);
-                f.seconds += seconds_since(start);
-            } catch (...) {
-                failures[t] = std::current_exception();
-            }
-        };
+            quantized[t] = Model();  // its runs are done
+            fits[t].seconds = seconds_since(start);
+        });
         // One trial: no enclosing region, so that the fit's own regions keep the
         // thread pool (nested in even an inactive region, each would start new threads).
-        if (team > 1) {
-#pragma omp parallel for schedule(dynamic) num_threads(team)
-            for (size_t t = 0; t < trials.size(); ++t) fit_trial(t);
-        } else {
-            for (size_t t = 0; t < trials.size(); ++t) fit_trial(t);
-        }
-        for (const auto& failure : failures)
-            if (failure) std::rethrow_exception(failure);
+        for_each_trial(team > 1, [&](size_t t) {
+            const auto& l = trials[t]->layers[i];
+            if (l.stored == 0) return;
+            const auto start = std::chrono::steady_clock::now();
+            auto& f = fits[t];
+            f.plain = nearest(l);
+            f.fitted = voted_fit(l, options, trials[t]->rng, f.iterations);
+            f.loss_nearest = judged_loss(l, f.plain, options.fits);
+            f.loss = judged_loss(l, f.fitted, options.fits);
+            f.seconds += seconds_since(start);
+        });
         for (size_t t = 0; t < trials.size(); ++t) {
             auto& trial = *trials[t];
             auto& l = trial.layers[i];
