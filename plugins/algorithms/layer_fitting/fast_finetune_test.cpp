@@ -2,7 +2,6 @@
 // output better than rounding to nearest, with weights on the grid.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <set>
 
@@ -15,6 +14,7 @@
 #include "data/data_reader.hpp"
 #include "fast_finetune.hpp"
 #include "runtime/executor.hpp"
+#include "runtime/thread_count.hpp"
 #include "sdk/npy.hpp"
 #include "test_support.hpp"
 
@@ -280,8 +280,7 @@ TEST_F(FastFinetune, CachedFloatInputsFitAsRunningTheFloatModelPerLayerDoes) {
 // seed what a fast finetune with that seed alone gives, with and without
 // SelectiveUpdate (which keeps a pending layer per trial and samples in turns).
 TEST_F(FastFinetune, TrialsInStepFitAsOneSeedAtATimeDoes) {
-    const int threads = omp_get_max_threads();
-    omp_set_num_threads(2);
+    const vaiq::runtime::ThreadCount two(2);
     const auto model = three_layers();
     const auto plan = three_layers_plan();
     const Emitter emit = with_weights(model);
@@ -322,7 +321,6 @@ TEST_F(FastFinetune, TrialsInStepFitAsOneSeedAtATimeDoes) {
         }
         EXPECT_GT(distinct.size(), 1u) << "the seeds must matter for the comparison to mean anything";
     }
-    omp_set_num_threads(threads);
 }
 
 TEST_F(FastFinetune, AdaQuantDoesNoWorseThanNearestRounding) {
