@@ -721,11 +721,17 @@ class KeptBatches final : public DataStream {
 struct Trial {
     Trial(AlgorithmContext& context, const std::vector<Layer>& all, uint64_t seed, size_t budget,
           std::unique_ptr<DataStream> own_data)
-        : seed(seed), data(std::move(own_data)), rng(seed), layers(all), segments(context, budget, data.get()) {
+        : seed(seed),
+          own(std::move(own_data)),
+          data(own ? *own : context.data()),
+          rng(seed),
+          layers(all),
+          segments(context, data, budget) {
         result.layers.reserve(all.size());  // `pending` points into it
     }
     uint64_t seed;
-    std::unique_ptr<DataStream> data;  // its own pass over the batches, when trials sample side by side
+    std::unique_ptr<DataStream> own;  // its own pass over the batches, when trials sample side by side
+    DataStream& data;                 // that, or the context's
     std::mt19937_64 rng;
     std::vector<Layer> layers;  // each trial samples its own columns
     SegmentedRun segments;
@@ -777,7 +783,7 @@ std::vector<FastFinetuneResult> fast_finetune(AlgorithmContext& context, const F
     // detector's last 17 layers at 640 x 640 cost 40 s that way), else by a run up
     // to the layer when the values it keeps outgrow the budget too.
     std::vector<Tensor> layer_floats;
-    SegmentedRun float_segments(context, options.float_cache_bytes);
+    SegmentedRun float_segments(context, data, options.float_cache_bytes);
     // The trials sample a layer side by side, one thread each, when the data is
     // small (kKeptBatchesBytes), held in memory for each to read on a pass of
     // its own. Small inputs make small runs, which two threads share poorly: a
@@ -814,7 +820,7 @@ std::vector<FastFinetuneResult> fast_finetune(AlgorithmContext& context, const F
         const auto* floats = cached != float_inputs.end() ? &cached->second
                              : layer_floats.empty()       ? nullptr
                                                           : &layer_floats;
-        return sample_layer(l, capacity, keep_float, *reference, candidate.get(), t.data ? *t.data : data, t.rng,
+        return sample_layer(l, capacity, keep_float, *reference, candidate.get(), t.data, t.rng,
                             options.selective_update, floats, segmented ? &quantized_inputs : nullptr,
                             sums ? std::optional(t.seed) : std::nullopt);
     };

@@ -70,11 +70,10 @@ bool SegmentedRun::compute(const Model& model, const std::string& tensor,
         }
     }
     auto is_run = [&](int i) { return run.count(i) > 0 || computed_.count(g.node(i).output(0)) > 0; };
-    DataStream& data = data_;
     if (run.empty()) {  // kept, or an input of the model
-        data.rewind();
+        data_.rewind();
         size_t b = 0;
-        for (auto batch = data.next(); batch; batch = data.next(), ++b) {
+        for (auto batch = data_.next(); batch; batch = data_.next(), ++b) {
             const auto it = batch->find(tensor);
             take(b, it != batch->end() ? it->second : kept_.at(b).at(tensor));
         }
@@ -107,9 +106,9 @@ bool SegmentedRun::compute(const Model& model, const std::string& tensor,
     const Model segment_model(std::move(segment));
     const auto runner = context_.runner(segment_model, true);
 
-    data.rewind();
+    data_.rewind();
     size_t b = 0;
-    for (auto batch = data.next(); batch; batch = data.next(), ++b) {
+    for (auto batch = data_.next(); batch; batch = data_.next(), ++b) {
         if (kept_.size() <= b) kept_.resize(b + 1);
         auto& kept = kept_[b];
         Feeds feeds;

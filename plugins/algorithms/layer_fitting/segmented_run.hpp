@@ -17,10 +17,10 @@ namespace vaiq {
 
 class SegmentedRun {
   public:
-    /// `budget`: the bytes of kept values (over every batch) past which the run
-    /// gives up. `data`: the batches to run, when not the context's stream.
-    SegmentedRun(AlgorithmContext& context, size_t budget, DataStream* data = nullptr)
-        : context_(context), budget_(budget), data_(data ? *data : context.data()) {}
+    /// Runs over the batches of `data`. `budget`: the bytes of kept values (over
+    /// every batch) past which the run gives up.
+    SegmentedRun(AlgorithmContext& context, DataStream& data, size_t budget)
+        : context_(context), data_(data), budget_(budget) {}
 
     /// Calls `take(batch index, value)` with `tensor` of `model` for each batch of
     /// the data. `model` may differ from the models of earlier calls only in
@@ -39,8 +39,8 @@ class SegmentedRun {
     bool give_up();
 
     AlgorithmContext& context_;
-    size_t budget_;
     DataStream& data_;
+    size_t budget_;
     bool failed_ = false;
     std::set<std::string> computed_;                   // nodes run, by first output
     std::vector<std::map<std::string, Tensor>> kept_;  // per batch: values later nodes read

@@ -77,7 +77,7 @@ TEST_F(SegmentedRun, GivesEachLayerInputAsTheWholeRunAndKeepsOnlyWhatIsStillRead
     const auto model = skip_model(random_tensor({4, 4}, 2));
     auto reader = vaiq::open_data_reader(dir_ / "data", model);
     vaiq::test::TestAlgorithmContext c(model, *reader);
-    vaiq::SegmentedRun run(c.context, size_t{1} << 20);
+    vaiq::SegmentedRun run(c.context, c.context.data(), size_t{1} << 20);
     for (const std::string tensor : {"x", "r", "s"}) {
         std::vector<Tensor> got(3);
         ASSERT_TRUE(run.compute(model, tensor, [&](size_t b, const Tensor& v) { got.at(b) = v; })) << tensor;
@@ -94,7 +94,7 @@ TEST_F(SegmentedRun, AWeightNoNodeRunSoFarReadsMayChangeBetweenCalls) {
     const auto fitted = skip_model(random_tensor({4, 4}, 7));  // layer2 fitted after r was computed
     auto reader = vaiq::open_data_reader(dir_ / "data", before);
     vaiq::test::TestAlgorithmContext c(before, *reader);
-    vaiq::SegmentedRun run(c.context, size_t{1} << 20);
+    vaiq::SegmentedRun run(c.context, c.context.data(), size_t{1} << 20);
     ASSERT_TRUE(run.compute(before, "r", [](size_t, const Tensor&) {}));
     std::vector<Tensor> got(3);
     ASSERT_TRUE(run.compute(fitted, "s", [&](size_t b, const Tensor& v) { got.at(b) = v; }));
@@ -105,7 +105,7 @@ TEST_F(SegmentedRun, PastItsBudgetTheCallDeliversAndLaterCallsDecline) {
     const auto model = skip_model(random_tensor({4, 4}, 2));
     auto reader = vaiq::open_data_reader(dir_ / "data", model);
     vaiq::test::TestAlgorithmContext c(model, *reader);
-    vaiq::SegmentedRun run(c.context, 16);  // bytes: less than r over three batches
+    vaiq::SegmentedRun run(c.context, c.context.data(), 16);  // bytes: less than r over three batches
     size_t delivered = 0;
     EXPECT_TRUE(run.compute(model, "r", [&](size_t, const Tensor&) { ++delivered; }));
     EXPECT_EQ(delivered, 3u);
