@@ -1,64 +1,48 @@
 // The calibrate phase: ranges observed on the data (or read from statistics files), channel scales checked.
-#include "pipeline/run_state.hpp"
-
 #include <fmt/format.h>
-#include <sys/resource.h>
 
 #include <algorithm>
-#include <array>
-#include <chrono>
 #include <cmath>
 #include <fstream>
-#include <limits>
-#include <set>
 
-#include "data/data_reader.hpp"
 #include "data/statistics_file.hpp"
-#include "pipeline/algorithm_context.hpp"
-#include "pipeline/calibration.hpp"
 #include "pipeline/calibration_cache.hpp"
 #include "pipeline/channel_ranges.hpp"
-#include "pipeline/fragile_inputs.hpp"
 #include "pipeline/joined_reference.hpp"
 #include "pipeline/mixed_scale.hpp"
-#include "pipeline/planner.hpp"
-#include "pipeline/preprocess.hpp"
-#include "pipeline/selection.hpp"
-#include "recipe/defaults.hpp"
-#include "report/diagnosis.hpp"
-#include "report/dump.hpp"
-#include "report/evaluation.hpp"
-#include "report/html_report.hpp"
-#include "report/sensitivity.hpp"
-#include "sdk/atomic_file.hpp"
-#include "sdk/npy.hpp"
+#include "pipeline/run_state.hpp"
 #include "sdk/text.hpp"
-#include "util/model_size.hpp"
-#include "util/progress.hpp"
-#include "util/spool.hpp"
 #include "vaiq/error.hpp"
+#include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
-
-namespace fs = std::filesystem;
 
 namespace vaiq::phases {
 
 namespace {
 
+// What the calibrate phase reads and writes.
+struct Parts {
+    RunSetup& setup;
+    FloatModel& floats;
+    DraftPlan& draft;
+    Calibrated& out;
+    nlohmann::json& report;
+};
+
 // What the run's statistics belong to: the prepared model (`fingerprint`, of
-// s.model) and its calibrators' options.
-StatisticsIdentity statistics_identity(const RunState& s, std::string fingerprint) {
+// s.floats.model) and its calibrators' options.
+StatisticsIdentity statistics_identity(const Parts& s, std::string fingerprint) {
     StatisticsIdentity id{std::move(fingerprint), {}};
     for (const auto& t : s.draft.tensors)
         if (t.observed() && !id.calibrators.count(t.calibrate_method))
-            id.calibrators[t.calibrate_method] = s.calibrator_choice(t.calibrate_method).options.values();
+            id.calibrators[t.calibrate_method] = s.setup.calibrator_choice(t.calibrate_method).options.values();
     return id;
 }
 
 // Observers fed from statistics files, shard by shard; the data, if any, serves the later phases.
-Observations observe_files(RunState& s, const StatisticsIdentity& identity) {
+Observations observe_files(Parts& s, const StatisticsIdentity& identity) {
     auto observations = make_observers(s.draft);
-    for (const auto& path : s.options.calibration_files) {
+    for (const auto& path : s.setup.options.calibration_files) {
         std::ifstream in(path);
         if (!in) throw InputError(fmt::format("{}: cannot read the statistics file", path.string()));
         nlohmann::json file;
@@ -69,11 +53,11 @@ Observations observe_files(RunState& s, const StatisticsIdentity& identity) {
         }
         merge_statistics_file(observations, s.draft, identity, file, path);
     }
-    if (has_calibration_data(s.settings, s.options)) {
-        s.data = calibration_reader(s.settings, s.options, s.model);
+    if (has_calibration_data(s.setup.settings, s.setup.options)) {
+        s.out.data = calibration_reader(s.setup.settings, s.setup.options, s.floats.model);
     } else {
         log_info("calibrated from statistics files; with no calibration data, evaluation runs on random data");
-        s.data = random_reader(s.settings, s.model);
+        s.out.data = random_reader(s.setup.settings, s.floats.model);
     }
     return observations;
 }
@@ -82,18 +66,17 @@ Observations observe_files(RunState& s, const StatisticsIdentity& identity) {
 
 // The prepared float model against the input model, where preparation changed
 // what it computes (the DPU simulations): error no quantization setting removes.
-void report_preparation_error(RunState& s, const Evaluation& e, const char* data) {
+void report_preparation_error(double warn_db, const Evaluation& e, const char* data, nlohmann::json& report) {
     if (e.outputs.empty()) return;
-    auto& out = s.report["preparation_error"] = e.to_json();
+    auto& out = report["preparation_error"] = e.to_json();
     out["data"] = data;
     std::vector<std::string> changers;  // the passes that changed what the model computes
-    for (const auto& p : s.report["passes"])
+    for (const auto& p : report["passes"])
         if (p.value("changed", false) && !p.value("keeps_function", true)) changers.push_back(p["name"]);
     out["passes"] = changers;
     const auto line =
         fmt::format("the prepared float model against the input model ({} changed what it computes): {}",
                     changers.empty() ? std::string("preparation") : join(changers, ", "), summary_line(e));
-    const double warn_db = s.settings.warn_output_sqnr_db;
     if (std::none_of(e.outputs.begin(), e.outputs.end(), [&](const auto& o) { return o.sqnr_db < warn_db; }))
         return log_info("{}", line);
     log_warn(
@@ -105,11 +88,11 @@ void report_preparation_error(RunState& s, const Evaluation& e, const char* data
 namespace {
 
 // Observers fed the calibration data.
-Observations observe_data(RunState& s) {
+Observations observe_data(Parts& s) {
     const auto observed = s.draft.observed();
-    if (!s.data && !has_calibration_data(s.settings, s.options)) {
+    if (!s.out.data && !has_calibration_data(s.setup.settings, s.setup.options)) {
         // Given parameters are meant to replace calibration: random data must not fill the gaps.
-        const bool given = !s.settings.given_params.empty();
+        const bool given = !s.setup.settings.given_params.empty();
         if (given && !observed.empty())
             throw InputError(
                 fmt::format("these activations have neither given parameters nor calibration data: {} "
@@ -118,37 +101,39 @@ Observations observe_data(RunState& s) {
                             join(observed, ", ")));
         if (observed.empty()) {
             log_info("nothing to calibrate: activations are quantized at run time or have given parameters");
-            s.data = random_reader(s.settings, s.model);  // types the tensors; evaluation runs on it too
+            s.out.data =
+                random_reader(s.setup.settings, s.floats.model);  // types the tensors; evaluation runs on it too
         }
     }
-    if (!s.data) s.data = calibration_reader(s.settings, s.options, s.model);
+    if (!s.out.data) s.out.data = calibration_reader(s.setup.settings, s.setup.options, s.floats.model);
     // Evaluation on this data against a model whose function preparation kept can
     // compare against these outputs instead of running the given model again
     // (calibration runs every batch when it observes anything).
     OutputSink keep;
-    const bool evaluated_here = s.last >= Phase::Evaluate && !s.settings.evaluation_data && !observed.empty();
+    const bool evaluated_here =
+        s.setup.last >= Phase::Evaluate && !s.setup.settings.evaluation_data && !observed.empty();
     // Where preparation changed the function, the given model's outputs are
     // computed beside, from what the two models share (see joined_reference.hpp).
     std::optional<JoinedReference> joined;
     bool given_apart = false;  // evaluation will run the input model on the same data
-    if (evaluated_here && !s.function_kept) {
-        const Model given = load_model(s.input);
-        if (same_inputs(given, s.model)) joined = join_given_model(s.model, given);
-        given_apart = !joined && same_inputs(given, s.model);
+    if (evaluated_here && !s.floats.function_kept) {
+        const Model given = load_model(s.setup.input);
+        if (same_inputs(given, s.floats.model)) joined = join_given_model(s.floats.model, given);
+        given_apart = !joined && same_inputs(given, s.floats.model);
         if (joined)
             log_info("evaluation's reference, the input model, joins calibration: {} of its nodes shared, {} added",
                      joined->shared_nodes, joined->added_nodes);
     }
     // With the two joined, what preparation alone changed in the outputs comes for free.
     std::optional<OutputComparison> preparation;
-    if (evaluated_here && (s.function_kept || joined)) {
-        s.float_outputs = std::make_shared<ReferenceOutputs>();
-        s.float_outputs_from_input = joined.has_value();
-        const int outputs = joined ? joined->outputs_before : s.model.graph().output_size();
-        for (int o = 0; o < outputs; ++o) s.float_outputs->names.push_back(s.model.graph().output(o).name());
-        if (joined) preparation.emplace(s.float_outputs->names);
-        keep = [&, limit = evaluation_batches(s.settings)](const Batch& batch, std::vector<Tensor> values) {
-            if (limit > 0 && static_cast<int>(s.float_outputs->sources.size()) >= limit) return;
+    if (evaluated_here && (s.floats.function_kept || joined)) {
+        s.out.float_outputs = std::make_shared<ReferenceOutputs>();
+        s.out.float_outputs_from_input = joined.has_value();
+        const int outputs = joined ? joined->outputs_before : s.floats.model.graph().output_size();
+        for (int o = 0; o < outputs; ++o) s.out.float_outputs->names.push_back(s.floats.model.graph().output(o).name());
+        if (joined) preparation.emplace(s.out.float_outputs->names);
+        keep = [&, limit = evaluation_batches(s.setup.settings)](const Batch& batch, std::vector<Tensor> values) {
+            if (limit > 0 && static_cast<int>(s.out.float_outputs->sources.size()) >= limit) return;
             if (joined) {  // the input model's outputs, in the prepared model's order
                 std::vector<Tensor> given;
                 for (int index : joined->given_outputs)  // a shared output is copied: the prepared model's too
@@ -157,32 +142,32 @@ Observations observe_data(RunState& s) {
                 preparation->add(given, values, batch.source);
                 values = std::move(given);
             }
-            s.float_outputs->add(batch.source, std::move(values));
+            s.out.float_outputs->add(batch.source, std::move(values));
         };
     } else if (given_apart) {  // what preparation alone changed, compared when the input model runs
-        s.prepared_outputs = std::make_shared<ReferenceOutputs>();
-        s.prepared_outputs->names = output_names(s.model);
-        keep = [&, limit = evaluation_batches(s.settings)](const Batch& batch, std::vector<Tensor> values) {
-            if (limit > 0 && static_cast<int>(s.prepared_outputs->sources.size()) >= limit) return;
-            s.prepared_outputs->add(batch.source, std::move(values));
+        s.out.prepared_outputs = std::make_shared<ReferenceOutputs>();
+        s.out.prepared_outputs->names = output_names(s.floats.model);
+        keep = [&, limit = evaluation_batches(s.setup.settings)](const Batch& batch, std::vector<Tensor> values) {
+            if (limit > 0 && static_cast<int>(s.out.prepared_outputs->sources.size()) >= limit) return;
+            s.out.prepared_outputs->add(batch.source, std::move(values));
         };
     }
     auto observations = make_observers(s.draft);
     try {
         observe(
-            observations, s.model, s.draft, *s.data, s.threads,
-            [&](int batch) { log_debug("calibration batch {} of {} files", batch, s.data->items()); }, keep);
+            observations, s.floats.model, s.draft, *s.out.data, s.setup.threads,
+            [&](int batch) { log_debug("calibration batch {} of {} files", batch, s.out.data->items()); }, keep);
     } catch (...) {
-        if (joined) remove_joined(s.model, *joined);
+        if (joined) remove_joined(s.floats.model, *joined);
         throw;
     }
-    if (joined) remove_joined(s.model, *joined);
+    if (joined) remove_joined(s.floats.model, *joined);
     if (preparation) {
         Evaluation e;
-        e.batches = static_cast<int>(s.float_outputs->sources.size());
-        for (auto rows : s.float_outputs->batch_samples) e.samples += rows;
+        e.batches = static_cast<int>(s.out.float_outputs->sources.size());
+        for (auto rows : s.out.float_outputs->batch_samples) e.samples += rows;
         e.outputs = preparation->metrics();
-        report_preparation_error(s, e, "calibration_data");
+        report_preparation_error(s.setup.settings.warn_output_sqnr_db, e, "calibration_data", s.report);
     }
     return observations;
 }
@@ -211,22 +196,22 @@ class FirstBatches final : public DataReader {
 // so that the plan a shard observes is the plan the run reads them into.
 // `measured`: the measurement an earlier run with the same calibration key made.
 // Returns the ranges measured.
-ChannelRanges check_channel_scales(RunState& s, bool measure, const ChannelRanges* measured) {
-    const double ratio = s.settings.mixed_scale_ratio;
-    const auto batches = s.settings.mixed_scale_batches;
+ChannelRanges check_channel_scales(Parts& s, bool measure, const ChannelRanges* measured) {
+    const double ratio = s.setup.settings.mixed_scale_ratio;
+    const auto batches = s.setup.settings.mixed_scale_batches;
     if (!(ratio > 0)) return {};
     const auto requests =
-        measure && batches > 0 ? mixed_scale_candidates(s.model, s.draft) : std::vector<ChannelRangeRequest>{};
+        measure && batches > 0 ? mixed_scale_candidates(s.floats.model, s.draft) : std::vector<ChannelRangeRequest>{};
     // Given parameters replace calibration: random data must not decide anything then.
-    const bool given = !s.settings.given_params.empty();
+    const bool given = !s.setup.settings.given_params.empty();
     ChannelRanges ranges;
     if (measured) {
         ranges = *measured;
-    } else if (!requests.empty() && (s.data || has_calibration_data(s.settings, s.options) || !given)) {
-        if (!s.data) s.data = calibration_reader(s.settings, s.options, s.model);
-        FirstBatches first(*s.data, static_cast<size_t>(batches));
+    } else if (!requests.empty() && (s.out.data || has_calibration_data(s.setup.settings, s.setup.options) || !given)) {
+        if (!s.out.data) s.out.data = calibration_reader(s.setup.settings, s.setup.options, s.floats.model);
+        FirstBatches first(*s.out.data, static_cast<size_t>(batches));
         try {
-            ranges = measure_channel_ranges(s.model, first, requests, s.threads);
+            ranges = measure_channel_ranges(s.floats.model, first, requests, s.setup.threads);
         } catch (const InputError& e) {  // a check, like a diagnosis, never fails the run
             ranges.clear();
             if (std::string(e.what()).find("input '") != std::string::npos) {
@@ -237,13 +222,13 @@ ChannelRanges check_channel_scales(RunState& s, bool measure, const ChannelRange
                     {{"diagnosis", "the channel-scale check"}, {"error", e.what()}});
             }
         }
-        s.data->rewind();
+        s.out.data->rewind();
     }
-    QuantRequest per_channel = s.run;
+    QuantRequest per_channel = s.setup.run;
     per_channel.per_channel = true;
     bool per_channel_ok = true;
     try {
-        s.target->check(per_channel);
+        s.setup.target->check(per_channel);
     } catch (const InputError&) {
         per_channel_ok = false;
     }
@@ -251,7 +236,7 @@ ChannelRanges check_channel_scales(RunState& s, bool measure, const ChannelRange
     constexpr size_t kWarned = 3;  // a network of many concatenations names the rest in one line
     size_t warned = 0;
     std::vector<std::string> unwarned;
-    for (const auto& m : split_mixed_scales(s.model, s.draft, requests, ranges, ratio, per_channel_ok)) {
+    for (const auto& m : split_mixed_scales(s.floats.model, s.draft, requests, ranges, ratio, per_channel_ok)) {
         out.push_back(m.to_json());
         const double apart = m.widest / m.narrowest;
         if (m.action == "split")
@@ -266,7 +251,7 @@ ChannelRanges check_channel_scales(RunState& s, bool measure, const ChannelRange
             log_warn("'{}' holds channels on scales {:.0f}x apart: {}", m.tensor, apart, m.advice);
         else
             unwarned.push_back(m.tensor);
-        if (m.action.empty() && m.role == "activation") s.mixed_scales.push_back(m.tensor);
+        if (m.action.empty() && m.role == "activation") s.out.mixed_scales.push_back(m.tensor);
     }
     if (!unwarned.empty())
         log_warn(
@@ -280,12 +265,12 @@ ChannelRanges check_channel_scales(RunState& s, bool measure, const ChannelRange
 
 // Observes the calibration data; where preparation changed the model's inputs,
 // an input the data does not fit says that the data must fit the prepared model.
-Observations observe_calibration(RunState& s, const std::optional<StatisticsIdentity>& identity) {
+Observations observe_calibration(Parts& s, const std::optional<StatisticsIdentity>& identity) {
     try {
-        return identity && !s.options.calibration_files.empty() ? observe_files(s, *identity) : observe_data(s);
+        return identity && !s.setup.options.calibration_files.empty() ? observe_files(s, *identity) : observe_data(s);
     } catch (const InputError& e) {
         const std::string what = e.what();
-        if (!s.inputs_changed || what.find("input '") == std::string::npos) throw;
+        if (!s.floats.inputs_changed || what.find("input '") == std::string::npos) throw;
         throw InputError(what +
                          "; preparation changed the model's inputs (convert_nchw_to_nhwc channels-last, "
                          "convert_fp16_to_fp32 float): the calibration data must fit the prepared model "
@@ -325,25 +310,25 @@ constexpr const char* kCalibrationDataSettings[] = {"calibration_data_reader",
 // What decides every value the calibrate phase computes: the input and prepared
 // models, the tensors observed and their calibrators, the data, the channel-scale
 // check and whether evaluation's float outputs are kept.
-std::string calibration_key(const RunState& s, const std::string& fingerprint) {
+std::string calibration_key(const Parts& s, const std::string& fingerprint) {
     const auto id = statistics_identity(s, fingerprint);
     nlohmann::json data = nlohmann::json::object();
-    for (const auto& [path, setting] : s.recipe.settings)
+    for (const auto& [path, setting] : s.setup.recipe.settings)
         for (const char* prefix : kCalibrationDataSettings)
             if (path.starts_with(prefix)) data[path] = setting.value;
-    return nlohmann::json{{"input", s.input.string()},
+    return nlohmann::json{{"input", s.setup.input.string()},
                           {"model", id.model_fingerprint},
                           {"calibrators", id.calibrators},
                           {"observed", s.draft.observed()},
                           {"data", data},
-                          {"mixed_scale", {s.settings.mixed_scale_ratio, s.settings.mixed_scale_batches}},
-                          {"evaluate", s.last >= Phase::Evaluate}}
+                          {"mixed_scale", {s.setup.settings.mixed_scale_ratio, s.setup.settings.mixed_scale_batches}},
+                          {"evaluate", s.setup.last >= Phase::Evaluate}}
         .dump();
 }
 
 // The observations an earlier run kept under the same key, merged into this
 // run's observers; nullopt (and the run calibrates) where they do not fit.
-std::optional<Observations> reuse_calibration(RunState& s, const CachedCalibration& kept,
+std::optional<Observations> reuse_calibration(Parts& s, const CachedCalibration& kept,
                                               const StatisticsIdentity& identity) {
     auto observations = make_observers(s.draft);
     try {
@@ -352,10 +337,10 @@ std::optional<Observations> reuse_calibration(RunState& s, const CachedCalibrati
         log_debug("the calibration of an earlier run does not fit this one ({}): calibrating", e.what());
         return std::nullopt;
     }
-    s.data = calibration_reader(s.settings, s.options, s.model);
-    s.float_outputs = kept.float_outputs;
-    s.prepared_outputs = kept.prepared_outputs;
-    s.float_outputs_from_input = kept.float_outputs_from_input;
+    s.out.data = calibration_reader(s.setup.settings, s.setup.options, s.floats.model);
+    s.out.float_outputs = kept.float_outputs;
+    s.out.prepared_outputs = kept.prepared_outputs;
+    s.out.float_outputs_from_input = kept.float_outputs_from_input;
     if (!kept.preparation_error.is_null()) s.report["preparation_error"] = kept.preparation_error;
     log_info("calibration: an earlier run's, of the same model, data and calibrators ({} batches)",
              observations.batches);
@@ -364,7 +349,7 @@ std::optional<Observations> reuse_calibration(RunState& s, const CachedCalibrati
 
 // Keeps this run's calibration for later runs (a calibrator that cannot save
 // its statistics keeps the run from being kept).
-void keep_calibration(const RunState& s, CalibrationCache& cache, const std::string& key, ChannelRanges ranges,
+void keep_calibration(const Parts& s, CalibrationCache& cache, const std::string& key, ChannelRanges ranges,
                       const Observations& observations, const StatisticsIdentity& identity) {
     CachedCalibration kept;
     try {
@@ -374,61 +359,65 @@ void keep_calibration(const RunState& s, CalibrationCache& cache, const std::str
         return;
     }
     kept.channel_ranges = std::move(ranges);
-    kept.float_outputs = s.float_outputs;
-    kept.prepared_outputs = s.prepared_outputs;
-    kept.float_outputs_from_input = s.float_outputs_from_input;
+    kept.float_outputs = s.out.float_outputs;
+    kept.prepared_outputs = s.out.prepared_outputs;
+    kept.float_outputs_from_input = s.out.float_outputs_from_input;
     if (s.report.contains("preparation_error")) kept.preparation_error = s.report["preparation_error"];
     cache.entries[key] = std::move(kept);
 }
 
 }  // namespace
 
-void calibrate_phase(RunState& s) {
-    const bool from_files = !s.options.calibration_files.empty();
+void calibrate_phase(RunSetup& setup, FloatModel& floats, DraftPlan& draft, Calibrated& out, nlohmann::json& report) {
+    Parts s{setup, floats, draft, out, report};
+    const bool from_files = !s.setup.options.calibration_files.empty();
     // A calibration an earlier run of the process kept (vaiq tune's trials), on calibration data.
-    auto* cache =
-        from_files || s.keep_tables || !has_calibration_data(s.settings, s.options) || s.draft.observed().empty()
-            ? nullptr
-            : s.options.calibration_cache.get();
+    auto* cache = from_files || s.setup.keep_tables || !has_calibration_data(s.setup.settings, s.setup.options) ||
+                          s.draft.observed().empty()
+                      ? nullptr
+                      : s.setup.options.calibration_cache.get();
     // The prepared model is hashed once: the channel-scale check changes the plan only.
-    const auto fingerprint = from_files || s.keep_tables || cache ? model_fingerprint(s.model) : std::string();
+    const auto fingerprint =
+        from_files || s.setup.keep_tables || cache ? model_fingerprint(s.floats.model) : std::string();
     std::string key;
     const CachedCalibration* kept = nullptr;
     if (cache) {
         key = calibration_key(s, fingerprint);
         if (const auto it = cache->entries.find(key); it != cache->entries.end()) kept = &it->second;
     }
-    auto ranges = check_channel_scales(s, !from_files && !s.keep_tables, kept ? &kept->channel_ranges : nullptr);
+    auto ranges = check_channel_scales(s, !from_files && !s.setup.keep_tables, kept ? &kept->channel_ranges : nullptr);
     std::optional<StatisticsIdentity> identity;
-    if (from_files || s.keep_tables || cache) identity = statistics_identity(s, fingerprint);
+    if (from_files || s.setup.keep_tables || cache) identity = statistics_identity(s, fingerprint);
     std::optional<Observations> reused;
     if (kept) reused = reuse_calibration(s, *kept, *identity);
     if (reused) ++cache->reused;
     const auto observations = reused ? std::move(*reused) : observe_calibration(s, identity);
     if (cache && !reused) keep_calibration(s, *cache, key, std::move(ranges), observations, *identity);
-    s.calibration = conclude(s.draft, observations);
-    for (auto& name : constants_not_finite(s.model, s.draft)) s.calibration.not_finite.push_back(std::move(name));
-    if (s.keep_tables)
-        s.tables = CalibrationTables{statistics_file(observations, s.draft, *identity),
-                                     ort_calibration_json(s.calibration), tensorrt_calibration_cache(s.calibration)};
-    s.report["calibration"] = {{"batches", s.calibration.batches},
-                               {"observed_tensors", s.calibration.results.size()},
-                               {"not_float", s.calibration.not_float},
-                               {"not_finite", s.calibration.not_finite},
-                               {"empty", s.calibration.empty}};
-    if (from_files) s.report["calibration"]["statistics_files"] = s.options.calibration_files;
+    s.out.outcome = conclude(s.draft, observations);
+    for (auto& name : constants_not_finite(s.floats.model, s.draft))
+        s.out.outcome.not_finite.push_back(std::move(name));
+    if (s.setup.keep_tables)
+        s.out.tables =
+            CalibrationTables{statistics_file(observations, s.draft, *identity), ort_calibration_json(s.out.outcome),
+                              tensorrt_calibration_cache(s.out.outcome)};
+    s.report["calibration"] = {{"batches", s.out.outcome.batches},
+                               {"observed_tensors", s.out.outcome.results.size()},
+                               {"not_float", s.out.outcome.not_float},
+                               {"not_finite", s.out.outcome.not_finite},
+                               {"empty", s.out.outcome.empty}};
+    if (from_files) s.report["calibration"]["statistics_files"] = s.setup.options.calibration_files;
     if (reused) s.report["calibration"]["reused"] = true;
-    if (!s.calibration.not_finite.empty())
+    if (!s.out.outcome.not_finite.empty())
         log_warn(
             "{} tensor(s) held an infinity or NaN on the calibration data and stay float (an attention mask's "
             "-inf, a log of 0): {}",
-            s.calibration.not_finite.size(), join(s.calibration.not_finite, ", "));
-    drop_tensors(s.draft, s.calibration.not_float);
-    if (!s.calibration.empty.empty())
+            s.out.outcome.not_finite.size(), join(s.out.outcome.not_finite, ", "));
+    drop_tensors(s.draft, s.out.outcome.not_float);
+    if (!s.out.outcome.empty.empty())
         log_warn("{} tensor(s) held no value in any calibration batch and stay float (a decoder's empty past): {}",
-                 s.calibration.empty.size(), join(s.calibration.empty, ", "));
-    drop_tensors(s.draft, s.calibration.not_finite);
-    drop_tensors(s.draft, s.calibration.empty);
+                 s.out.outcome.empty.size(), join(s.out.outcome.empty, ", "));
+    drop_tensors(s.draft, s.out.outcome.not_finite);
+    drop_tensors(s.draft, s.out.outcome.empty);
 }
 
 }  // namespace vaiq::phases

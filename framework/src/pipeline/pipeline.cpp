@@ -1,42 +1,24 @@
 // The pipeline: the phases in order, saving, the judgement of the outputs, and the entry points.
-#include "pipeline/run_state.hpp"
-
 #include <fmt/format.h>
-#include <sys/resource.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <limits>
-#include <set>
 
-#include "data/data_reader.hpp"
-#include "data/statistics_file.hpp"
-#include "pipeline/algorithm_context.hpp"
-#include "pipeline/calibration.hpp"
-#include "pipeline/channel_ranges.hpp"
 #include "pipeline/fragile_inputs.hpp"
-#include "pipeline/joined_reference.hpp"
-#include "pipeline/mixed_scale.hpp"
-#include "pipeline/planner.hpp"
-#include "pipeline/preprocess.hpp"
+#include "pipeline/run_state.hpp"
 #include "pipeline/selection.hpp"
 #include "pipeline/subgraphs.hpp"
 #include "recipe/defaults.hpp"
-#include "report/diagnosis.hpp"
+#include "recipe/schema.hpp"
 #include "report/dump.hpp"
-#include "report/evaluation.hpp"
 #include "report/html_report.hpp"
-#include "report/sensitivity.hpp"
 #include "sdk/atomic_file.hpp"
-#include "sdk/npy.hpp"
 #include "sdk/text.hpp"
 #include "util/model_size.hpp"
 #include "util/paths.hpp"
 #include "util/progress.hpp"
-#include "util/spool.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/log.hpp"
 
@@ -61,15 +43,27 @@ struct Lines {
 constexpr Phase kAllPhases[] = {Phase::Setup,      Phase::Load, Phase::Prepare, Phase::Plan,     Phase::Calibrate,
                                 Phase::Parameters, Phase::Emit, Phase::Check,   Phase::Evaluate, Phase::Save};
 
-// The phases a run goes through, in order; check runs whatever the last phase.
+// The phases a run goes through, in order, each given the parts of the run it
+// reads and writes; check runs whatever the last phase.
 struct PhaseStep {
     Phase phase;
     void (*run)(RunState&);
 };
 constexpr PhaseStep kSteps[] = {
-    {Phase::Setup, setup_phase}, {Phase::Load, load_phase},           {Phase::Prepare, prepare_phase},
-    {Phase::Plan, plan_phase},   {Phase::Calibrate, calibrate_phase}, {Phase::Parameters, parameters_phase},
-    {Phase::Emit, emit_phase},   {Phase::Check, check_phase},         {Phase::Evaluate, evaluate_phase},
+    {Phase::Setup, [](RunState& s) { setup_phase(s.setup, s.report); }},
+    {Phase::Load, [](RunState& s) { load_phase(s.setup, s.floats, s.report); }},
+    {Phase::Prepare, prepare_phase},
+    {Phase::Plan, [](RunState& s) { plan_phase(s.setup, s.floats.model, s.planning.draft, s.report); }},
+    {Phase::Calibrate,
+     [](RunState& s) { calibrate_phase(s.setup, s.floats, s.planning.draft, s.calibrated, s.report); }},
+    {Phase::Parameters, parameters_phase},
+    {Phase::Emit, [](RunState& s) { emit_phase(s.setup, s.floats.model, s.planning, s.written, s.report); }},
+    {Phase::Check, [](RunState& s) { check_phase(s.setup, s.written.quantized, s.report); }},
+    {Phase::Evaluate,
+     [](RunState& s) {
+         evaluate_phase(s.setup, s.floats, s.calibrated, s.written, s.report);
+         if (s.setup.settings.sensitivity_analysis) report_sensitivity(s);
+     }},
 };
 
 // How the recipe saves the model at `output`.
@@ -87,46 +81,49 @@ SaveOptions save_options(const RunSettings& settings, const fs::path& output) {
 QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options, bool writes = true,
                       bool keep_tables = false) {
     RunState s(recipe, registry, options);
-    s.keep_tables = keep_tables;
-    if (auto unsupported = unsupported_settings(recipe, s.last); !unsupported.empty())
+    auto& setup = s.setup;
+    setup.keep_tables = keep_tables;
+    if (auto unsupported = unsupported_settings(recipe, setup.last); !unsupported.empty())
         throw InputError(fmt::format("not supported yet by this vaiq: {}", join(unsupported, "; ")));
-    const auto& input = s.settings.model_input;
-    const auto& output = s.settings.model_output;
+    const auto& input = setup.settings.model_input;
+    const auto& output = setup.settings.model_output;
     if (!input) throw InputError("no model to quantize: set model_input in the recipe or pass --model");
     if (writes && !output) throw InputError("no output path: set model_output in the recipe or pass --output");
-    s.input = *input;
-    if (output) s.output = *output;
+    setup.input = *input;
+    if (output) setup.output = *output;
     // Checked now as well as when saving, so that a long run does not fail at its end.
     if (writes) {
-        output_folder(s.output);
-        save_options(s.settings, s.output);
+        output_folder(setup.output);
+        save_options(setup.settings, setup.output);
     }
-    s.report_path =
-        s.settings.report ? fs::path(*s.settings.report) : fs::path(s.output).replace_extension(".report.json");
-    s.report = initial_report(recipe, s.last);
+    setup.report_path = setup.settings.report ? fs::path(*setup.settings.report)
+                                              : fs::path(setup.output).replace_extension(".report.json");
+    s.report = initial_report(recipe, setup.last);
 
-    auto runs = [&](Phase p) { return p <= s.last || p == Phase::Check; };
+    auto runs = [&](Phase p) { return p <= setup.last || p == Phase::Check; };
     int phases_run = 0;
     for (Phase p : kAllPhases) phases_run += runs(p);
     Progress progress(phases_run, options.progress);
     for (const auto& step : kSteps) {
         if (!runs(step.phase)) continue;
         // A run stopped before emit writes the model as it is then.
-        if (step.phase == Phase::Check && s.last < Phase::Emit) s.quantized = s.model;
+        if (step.phase == Phase::Check && setup.last < Phase::Emit) s.written.quantized = s.floats.model;
         progress.step(phase_name(step.phase));
         warn_unimplemented_defaults(recipe, step.phase);
         const auto start = std::chrono::steady_clock::now();
         step.run(s);
-        if (step.phase == Phase::Emit && s.settings.enable_subgraph)
-            quantize_subgraphs(s, [&registry](const Recipe& branch, const RunOptions& nested) {
-                return quantize(branch, registry, nested, /*writes=*/false);
-            });
+        if (step.phase == Phase::Emit && setup.settings.enable_subgraph)
+            quantize_subgraphs(setup, s.floats.model, s.planning.plan, s.written.quantized, s.report,
+                               [&registry](const Recipe& branch, const RunOptions& nested) {
+                                   return quantize(branch, registry, nested, /*writes=*/false);
+                               });
         s.report["phases"].push_back(phase_entry(step.phase, start));
         log_debug("phase {} took {:.3f} s", phase_name(step.phase), s.report["phases"].back()["seconds"].get<double>());
     }
     progress.done();
-    return {std::move(s.quantized),   std::move(s.parked), std::move(s.report), s.input, s.output,
-            std::move(s.report_path), std::move(s.tables)};
+    return {
+        std::move(s.written.quantized), std::move(s.written.parked),   std::move(s.report), setup.input, setup.output,
+        std::move(setup.report_path),   std::move(s.calibrated.tables)};
 }
 
 // Writes the model, the dump a recipe asks for, and the report.

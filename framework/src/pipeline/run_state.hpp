@@ -6,25 +6,18 @@
 
 #include <chrono>
 #include <filesystem>
-#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "data/data_reader.hpp"
-#include "data/images.hpp"
-#include "data/statistics_file.hpp"
-#include "pipeline/algorithm_context.hpp"
 #include "pipeline/calibration.hpp"
-#include "pipeline/joined_reference.hpp"
 #include "pipeline/pipeline.hpp"
 #include "pipeline/planner.hpp"
 #include "pipeline/run_settings.hpp"
-#include "recipe/defaults.hpp"
 #include "report/evaluation.hpp"
 #include "report/sensitivity.hpp"
 #include "util/spool.hpp"
@@ -49,9 +42,11 @@ struct QuantizedRun {
     std::optional<CalibrationTables> tables;  ///< when asked for
 };
 
-// What a run carries from phase to phase.
-struct RunState {
-    RunState(const Recipe& r, PluginRegistry& reg, const RunOptions& o)
+// What setup decides and every later phase reads: the recipe, its settings
+// and plugins, the paths. The plugins are made at setup, but for the format
+// (on first use) and an algorithm another tries (when first tried).
+struct RunSetup {
+    RunSetup(const Recipe& r, PluginRegistry& reg, const RunOptions& o)
         : recipe(r),
           settings(RunSettings::of(r)),
           registry(reg),
@@ -68,6 +63,11 @@ struct RunState {
                    ? plugins.calibrator
                    : choose(recipe, registry, PluginKind::Calibrator, method, "calibrate_method");
     }
+    // The run's format, made on first use.
+    Format& format() {
+        if (!format_) format_ = registry.create<Format>(plugins.format.info->name, plugins.format.options);
+        return *format_;
+    }
 
     const Recipe& recipe;
     const RunSettings settings;
@@ -75,19 +75,37 @@ struct RunState {
     const Phase last;
     const RunOptions& options;
     std::filesystem::path input, output, report_path;
-    nlohmann::json report;
     ResolvedPlugins plugins;
     PluginInstance<Target> target;
-    /// The instances of s.plugins.algorithms, created at setup, and of s.plugins.tried, once tried.
+    /// The instances of plugins.algorithms, made at setup, and of plugins.tried, once tried.
     std::vector<PluginInstance<Algorithm>> algorithms;
     std::map<std::string, PluginInstance<Algorithm>> tried;
-    CalibratorSet calibrators;                     ///< the plan points into them
-    QuantRequest run;                              ///< what the recipe asks of the whole run, for the target
-    Model model;                                   ///< the float model, prepared (and its biases corrected)
+    CalibratorSet calibrators;  ///< the plan points into them
+    QuantRequest run;           ///< what the recipe asks of the whole run, for the target
+    bool keep_tables = false;   ///< calibration keeps its statistics (vaiq calibrate)
+    const int threads = 0;
+
+  private:
+    PluginInstance<Format> format_;
+};
+
+// The float model as preparation, and then bias correction, leave it.
+struct FloatModel {
+    Model model;
     std::optional<Model> uncorrected;  ///< the prepared model before a correction (set_initializers), when one ran
-    /// The float model's outputs on the calibration data, by output index and part, for agreement().
-    std::map<std::pair<int, BatchSet>, ReferenceBatches> agreement_references;
-    bool function_kept = true;  ///< preparation changed only how the model computes, not what
+    bool function_kept = true;         ///< preparation changed only how the model computes, not what
+    bool inputs_changed = false;       ///< preparation changed the model's inputs (NCHW to NHWC, float16 to float32)
+
+    // What quantized candidates are measured against: the prepared model, uncorrected.
+    const Model& reference() const { return uncorrected ? *uncorrected : model; }
+};
+
+// What calibration leaves the later phases: its outcome, the data, and the
+// float outputs on it that evaluation and the algorithms' measurements reuse.
+struct Calibrated {
+    std::unique_ptr<DataReader> data;
+    CalibrationOutcome outcome;
+    std::optional<CalibrationTables> tables;  ///< when setup.keep_tables
     /// The float outputs on the calibration data as calibration computed them
     /// (the prepared model's, or the input model's joined into it), kept when
     /// evaluation will compare against them.
@@ -96,28 +114,45 @@ struct RunState {
     /// changed the function and evaluation, on that data, runs the input model apart.
     std::shared_ptr<ReferenceOutputs> prepared_outputs;
     bool float_outputs_from_input = false;  ///< they are the input model's, joined into calibration
+    /// The float model's outputs on the calibration data, by output index and part, for agreement().
+    std::map<std::pair<int, BatchSet>, ReferenceBatches> agreement_references;
+    /// Tensors whose channels differ in scale and that stay on one grid (mixed_scale.hpp):
+    /// the sensitivity ranking marks them, and a precision search raises them first.
+    std::vector<std::string> mixed_scales;
+};
+
+// The plan, from the draft to the parameters, and what the algorithms chose on it.
+struct Planning {
     DraftPlan draft;
-    std::unique_ptr<DataReader> data;
-    CalibrationOutcome calibration;
     QuantPlan plan;
     std::map<std::string, TensorRange> ranges;
-    ConstantParamsCache constant_params;  ///< cleared where the model's initializers change
-    Model quantized;
-    std::shared_ptr<TensorSpool> parked;            ///< the file the quantized model's large weights wait in
-    PluginInstance<Format> format;                  ///< created on first use
+    ConstantParamsCache constant_params;            ///< cleared where the model's initializers change
     std::map<std::string, Tensor> rounded_weights;  ///< algorithms' fitted grid values, written instead of the weights
     std::map<std::string, QuantParams> rounded_on;  ///< the quantization each was fitted to (see rounded_for)
     /// Parameters algorithms chose (AlgorithmContext::set_parameters), kept when the plan is recomputed.
     std::map<std::string, QuantParams> chosen_params;
+    std::vector<ConstraintCount> refined;  ///< what the target's constraints changed in the last plan computed
     std::map<int, std::vector<TensorSensitivity>> sensitivity;  ///< by output index, computed once
-    std::vector<ConstraintCount> refined;     ///< what the target's constraints changed in the last plan computed
-    std::optional<CalibrationTables> tables;  ///< kept by calibrate when `keep_tables`
-    /// Tensors whose channels differ in scale and that stay on one grid (mixed_scale.hpp):
-    /// the sensitivity ranking marks them, and a precision search raises them first.
-    std::vector<std::string> mixed_scales;
-    bool inputs_changed = false;  ///< preparation changed the model's inputs (NCHW to NHWC, float16 to float32)
-    bool keep_tables = false;
-    const int threads = 0;
+};
+
+// The written model.
+struct Written {
+    Model quantized;
+    std::shared_ptr<TensorSpool> parked;  ///< the file the quantized model's large weights wait in
+};
+
+// A run's parts, from phase to phase. Each phase takes the parts it reads and
+// writes; the algorithm stages take the whole run, as their context offers
+// services on all of it.
+struct RunState {
+    RunState(const Recipe& r, PluginRegistry& reg, const RunOptions& o) : setup(r, reg, o) {}
+
+    RunSetup setup;
+    FloatModel floats;
+    Calibrated calibrated;
+    Planning planning;
+    Written written;
+    nlohmann::json report;
 };
 
 // A default that would switch behaviour on, in a phase that does not have it yet.
@@ -160,35 +195,44 @@ std::string summary_line(const Evaluation& e);
 // The report before any phase ran: versions, the recipe's explicit settings.
 nlohmann::json initial_report(const Recipe& recipe, Phase last);
 
-void setup_phase(RunState& s);
+// The phases, in order. The orchestration (pipeline.cpp) hands each the parts
+// it needs; `report` gets its sections.
 
-void load_phase(RunState& s);
+// Resolves and makes the recipe's plugins; checks what the run asks of the target.
+void setup_phase(RunSetup& setup, nlohmann::json& report);
 
-// The documented preparation steps, then the target's transforms, CLE and the recipe's passes.
+void load_phase(const RunSetup& setup, FloatModel& floats, nlohmann::json& report);
+
+// The documented preparation steps, then the target's transforms, CLE and the
+// recipe's passes; then the algorithms of the Prepare stage.
 void prepare_phase(RunState& s);
 
-void plan_phase(RunState& s);
+// Which tensors are quantized, and how, before calibration.
+void plan_phase(RunSetup& setup, const Model& model, DraftPlan& draft, nlohmann::json& report);
+
+// Observes the calibration data (or statistics files) for `draft`, dropping
+// the tensors that cannot be quantized. The prepared model is borrowed while
+// the input model's outputs are computed beside it.
+void calibrate_phase(RunSetup& setup, FloatModel& floats, DraftPlan& draft, Calibrated& out, nlohmann::json& report);
 
 // The prepared float model against the input model, where preparation changed
 // what it computes (the DPU simulations): error no quantization setting removes.
-void report_preparation_error(RunState& s, const Evaluation& e, const char* data);
+void report_preparation_error(double warn_output_sqnr_db, const Evaluation& e, const char* data,
+                              nlohmann::json& report);
 
-void calibrate_phase(RunState& s);
+// The parameters from the calibration, then the algorithms of the Precision,
+// Parameters and Corrections stages.
+void parameters_phase(RunState& s);
 
 // The fitted weights that `plan` still quantizes as they were fitted: a weight
 // whose parameters changed since (a recomputed plan refined anew, a tensor
 // raised) is rounded to nearest on its new grid instead.
-std::map<std::string, Tensor> rounded_for(const RunState& s, const QuantPlan& plan);
+std::map<std::string, Tensor> rounded_for(const Planning& planning, const QuantPlan& plan);
 
-// The prepared float model with `plan` written into it by the run's format,
+// The prepared float `model` with `plan` written into it by the run's format,
 // the `rounded` weights in place of the float ones.
-Model emit_plan(RunState& s, const QuantPlan& plan, const std::map<std::string, Tensor>& rounded);
-
-// The same with the run's fitted weights that `plan` still applies to.
-Model emit_plan(RunState& s, const QuantPlan& plan);
-
-// What quantized candidates are measured against: the prepared float model.
-const Model& float_reference(const RunState& s);
+Model emit_plan(RunSetup& setup, const Model& model, const QuantPlan& plan,
+                const std::map<std::string, Tensor>& rounded);
 
 // Every tensor of the plan measured on the calibration data (so that
 // evaluation_data stays held out), most harmful first; computed once per output.
@@ -200,15 +244,19 @@ void run_algorithm(RunState& s, Algorithm& algorithm, const std::string& name, A
 // The algorithm plugins of `stage`, in the recipe's order.
 void run_algorithms(RunState& s, AlgorithmStage stage);
 
-void parameters_phase(RunState& s);
-
-void emit_phase(RunState& s);
+void emit_phase(RunSetup& setup, const Model& model, const Planning& planning, Written& out, nlohmann::json& report);
 
 // What refinement promised, checked on what was written.
-void check_phase(RunState& s);
+void check_phase(RunSetup& setup, const Model& quantized, nlohmann::json& report);
 
 // The quantized model against the float one on the evaluation (or calibration)
 // data; with a low output SQNR, where the error starts.
-void evaluate_phase(RunState& s);
+void evaluate_phase(const RunSetup& setup, const FloatModel& floats, Calibrated& calibrated, Written& written,
+                    nlohmann::json& report);
+
+// The sensitivity ranking in the report (sensitivity_analysis): the one an
+// algorithm asked for, on the plan before it raised anything (what explains its
+// choice), else one over every output.
+void report_sensitivity(RunState& s);
 
 }  // namespace vaiq::phases

@@ -1,44 +1,14 @@
 // What the phases share: the data readers a recipe asks for, report fragments, small checks.
-#include "pipeline/run_state.hpp"
-
 #include <fmt/format.h>
 #include <sys/resource.h>
 
-#include <algorithm>
-#include <array>
 #include <chrono>
 #include <cmath>
-#include <fstream>
-#include <limits>
-#include <set>
 
-#include "data/data_reader.hpp"
-#include "data/statistics_file.hpp"
-#include "pipeline/algorithm_context.hpp"
-#include "pipeline/calibration.hpp"
-#include "pipeline/channel_ranges.hpp"
-#include "pipeline/fragile_inputs.hpp"
-#include "pipeline/joined_reference.hpp"
-#include "pipeline/mixed_scale.hpp"
-#include "pipeline/planner.hpp"
-#include "pipeline/preprocess.hpp"
-#include "pipeline/selection.hpp"
-#include "recipe/defaults.hpp"
-#include "report/diagnosis.hpp"
-#include "report/dump.hpp"
-#include "report/evaluation.hpp"
-#include "report/html_report.hpp"
-#include "report/sensitivity.hpp"
-#include "sdk/atomic_file.hpp"
-#include "sdk/npy.hpp"
+#include "pipeline/run_state.hpp"
+#include "recipe/schema.hpp"
 #include "sdk/text.hpp"
-#include "util/model_size.hpp"
-#include "util/progress.hpp"
-#include "util/spool.hpp"
-#include "vaiq/error.hpp"
 #include "vaiq/log.hpp"
-
-namespace fs = std::filesystem;
 
 namespace vaiq::phases {
 

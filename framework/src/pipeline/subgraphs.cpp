@@ -182,7 +182,7 @@ class RecordedReader final : public DataReader {
 // Runs the float model over the calibration data, keeping what each body
 // reads on the batches that run it: where an If takes the branch, and every
 // batch for a Loop's or Scan's body, with the node's own inputs.
-void record(RunState& s, std::vector<Body>& bodies, TensorSpool& spool) {
+void record(const RunSetup& s, const Model& model, std::vector<Body>& bodies, TensorSpool& spool) {
     std::set<std::string> wanted;
     for (const auto& b : bodies) {
         wanted.insert(b.inputs.begin(), b.inputs.end());
@@ -190,8 +190,8 @@ void record(RunState& s, std::vector<Body>& bodies, TensorSpool& spool) {
             if (!name.empty()) wanted.insert(name);
     }
     const std::vector<std::string> taps(wanted.begin(), wanted.end());
-    runtime::Executor executor(s.model, {.threads = s.threads});
-    const auto reader = calibration_reader(s.settings, s.options, s.model);
+    runtime::Executor executor(model, {.threads = s.threads});
+    const auto reader = calibration_reader(s.settings, s.options, model);
     while (auto batch = reader->next()) {
         std::map<std::string, size_t> stored;
         executor.run_taps(batch->feeds, taps,
@@ -428,12 +428,13 @@ std::vector<std::string> outer_references(const onnx::GraphProto& graph) {
     return out;
 }
 
-void quantize_subgraphs(RunState& s, const NestedRun& nested) {
-    auto& out = s.report["subgraphs"] = nlohmann::json::array();
+void quantize_subgraphs(const RunSetup& s, const Model& model, const QuantPlan& plan, Model& quantized,
+                        nlohmann::json& report, const NestedRun& nested) {
+    auto& out = report["subgraphs"] = nlohmann::json::array();
     std::set<std::string> initializers;
-    for (const auto& init : s.model.graph().initializer()) initializers.insert(init.name());
+    for (const auto& init : model.graph().initializer()) initializers.insert(init.name());
     std::vector<Body> bodies;
-    for (const auto& node : s.model.graph().node()) {
+    for (const auto& node : model.graph().node()) {
         const bool control_flow =
             is_default_domain(node) && (node.op_type() == "If" || node.op_type() == "Loop" || node.op_type() == "Scan");
         for (const auto& attr : node.attribute()) {
@@ -468,9 +469,9 @@ void quantize_subgraphs(RunState& s, const NestedRun& nested) {
         return;
     }
     TensorSpool spool;
-    record(s, bodies, spool);
+    record(s, model, bodies, spool);
     std::set<std::string> taken;
-    collect_names(s.quantized.graph(), taken);
+    collect_names(quantized.graph(), taken);
     for (auto& b : bodies) {
         nlohmann::json entry = {
             {"node", b.key}, {"op_type", b.node->op_type()}, {"branch", b.attribute}, {"batches", b.runs}};
@@ -486,7 +487,7 @@ void quantize_subgraphs(RunState& s, const NestedRun& nested) {
         }
         TemporaryFile file{temporary_model_path()};
         try {
-            save_model(b.iterates() ? record_iterations(s.model, b, spool, s.threads) : body_model(s.model, b, spool),
+            save_model(b.iterates() ? record_iterations(model, b, spool, s.threads) : body_model(model, b, spool),
                        file.path);
         } catch (const InputError& e) {
             leave_float(fmt::format("it cannot stand as a model: {}", e.what()));
@@ -502,7 +503,7 @@ void quantize_subgraphs(RunState& s, const NestedRun& nested) {
         else
             log_info("EnableSubgraph: quantizing {} of '{}' on the {} batches that took it", b.attribute, b.key,
                      b.batches.size());
-        const auto shared = shared_params(s.plan, b);
+        const auto shared = shared_params(plan, b);
         const auto recipe = body_recipe(s.recipe, file.path, *b.graph, shared);
         if (!recipe) {
             leave_float("nodes_to_quantize names none of its nodes");
@@ -516,18 +517,18 @@ void quantize_subgraphs(RunState& s, const NestedRun& nested) {
             continue;
         }
         std::string why;
-        onnx::NodeProto* node = find_node(s.quantized, *b.node);
+        onnx::NodeProto* node = find_node(quantized, *b.node);
         onnx::GraphProto* target = node ? body_attribute(*node, b.attribute) : nullptr;
         if (!target) {
             leave_float("the written model no longer has the node");
             continue;
         }
-        if (run.quantized.opset() != s.quantized.opset() || !merge_opsets(s.quantized, run.quantized, why)) {
+        if (run.quantized.opset() != quantized.opset() || !merge_opsets(quantized, run.quantized, why)) {
             leave_float(why.empty() ? fmt::format("its run converted it to opset {}", run.quantized.opset()) : why);
             continue;
         }
         auto graph = std::move(run.quantized.graph());
-        fit_into(graph, b, s.model, taken);
+        fit_into(graph, b, model, taken);
         graph.set_name(target->name());
         *target = std::move(graph);
         entry["quantized"] = true;
@@ -546,8 +547,8 @@ void quantize_subgraphs(RunState& s, const NestedRun& nested) {
     // The weights the quantized bodies now hold themselves are no longer read where they were defined.
     std::set<std::string> constants, read;
     for (const auto& b : bodies) constants.insert(b.constants.begin(), b.constants.end());
-    collect_read(s.quantized.graph(), read);
-    auto& inits = *s.quantized.graph().mutable_initializer();
+    collect_read(quantized.graph(), read);
+    auto& inits = *quantized.graph().mutable_initializer();
     for (int i = inits.size() - 1; i >= 0; --i)
         if (constants.count(inits[i].name()) && !read.count(inits[i].name())) inits.DeleteSubrange(i, 1);
 }

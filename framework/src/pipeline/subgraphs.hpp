@@ -22,9 +22,11 @@ namespace vaiq::phases {
 // A nested run of the pipeline up to emit, on a branch model and its data.
 using NestedRun = std::function<QuantizedRun(const Recipe& recipe, const RunOptions& options)>;
 
-// Quantizes the If, Loop and Scan bodies of the run's prepared model into s.quantized,
-// recording what it did in s.report["subgraphs"].
-void quantize_subgraphs(RunState& s, const NestedRun& nested);
+// Quantizes the If, Loop and Scan bodies of the prepared float `model` into
+// `quantized` (the model `plan` was written into), recording what it did in
+// report["subgraphs"].
+void quantize_subgraphs(const RunSetup& setup, const Model& model, const QuantPlan& plan, Model& quantized,
+                        nlohmann::json& report, const NestedRun& nested);
 
 // The names a graph reads that neither it nor a graph inside it defines: the
 // values of enclosing scopes it uses, sorted.

@@ -1,0 +1,165 @@
+// The evaluate phase: the quantized model against the float one, with the
+// diagnoses that explain a poor result (per-tensor error, where it starts, the
+// sensitivity ranking).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <set>
+
+#include "pipeline/run_state.hpp"
+#include "report/diagnosis.hpp"
+#include "sdk/npy.hpp"
+#include "util/spool.hpp"
+#include "vaiq/log.hpp"
+
+namespace vaiq::phases {
+
+namespace {
+
+// Bins of a value histogram: fine enough to show a distribution's shape and
+// where a range clips it, small enough for a report on a large model.
+constexpr int kHistogramBins = 48;
+
+// Every quantized activation's SQNR in the quantized model on one batch, and a
+// histogram of its float values spanning the calibrated range, for the HTML report.
+nlohmann::json tensor_errors_json(const Model& reference, const Model& quantized, const Batch& batch,
+                                  const nlohmann::json& report, int threads) {
+    std::map<std::string, std::array<double, 2>> ranges;
+    const auto planned = report.find("tensors");
+    if (planned != report.end())
+        for (const auto& t : *planned)
+            if (t.value("role", "") == "activation" && t.contains("range"))
+                ranges[t["tensor"].get<std::string>()] = {t["range"][0].get<double>(), t["range"][1].get<double>()};
+    std::set<std::string> wanted;
+    for (const auto& [name, range] : ranges) wanted.insert(name);
+    auto out = nlohmann::json::array();
+    if (wanted.empty()) return out;
+    compare_tensors(reference, quantized, batch.feeds, threads, wanted, [&](const TensorComparison& c) {
+        const auto values = c.reference.data<float>();
+        const auto& range = ranges.at(c.tensor);
+        double lo = range[0], hi = range[1];
+        for (float v : values)
+            if (std::isfinite(v)) lo = std::min<double>(lo, v), hi = std::max<double>(hi, v);
+        if (!(hi > lo)) hi = lo + 1;
+        std::vector<int64_t> counts(kHistogramBins, 0);
+        for (float v : values)
+            if (std::isfinite(v))
+                ++counts[std::clamp(static_cast<int>((v - lo) / (hi - lo) * kHistogramBins), 0, kHistogramBins - 1)];
+        out.push_back({{"tensor", c.tensor},
+                       {"node", c.node},
+                       {"sqnr_db", std::isfinite(c.sqnr_db) ? nlohmann::json(c.sqnr_db) : nlohmann::json(nullptr)},
+                       {"histogram", {{"min", lo}, {"max", hi}, {"counts", counts}}}});
+        return true;
+    });
+    return out;
+}
+
+// Runs a diagnosis, which explains a result: one that cannot be computed is
+// named in the log and in the report's `diagnoses_unavailable`, and the run goes
+// on to write its model. Input errors of the run itself were raised before evaluation.
+template <class Diagnosis>
+void diagnose(nlohmann::json& report, const char* what, Diagnosis&& diagnosis) {
+    try {
+        diagnosis();
+    } catch (const std::exception& e) {
+        log_warn("{} could not be computed, and is left out of the report: {}", what, e.what());
+        report["diagnoses_unavailable"].push_back({{"diagnosis", what}, {"error", e.what()}});
+    }
+}
+
+}  // namespace
+
+// The quantized model against the float one on the evaluation (or calibration)
+// data; with a low output SQNR, where the error starts.
+void evaluate_phase(const RunSetup& setup, const FloatModel& floats, Calibrated& calibrated, Written& written,
+                    nlohmann::json& report) {
+    // The quantized model's large weights wait on disk while the float model runs:
+    // the two models' weights are never in memory together.
+    written.parked = std::make_shared<TensorSpool>(0);
+    if (const size_t parked = written.parked->park_initializers(written.quantized, size_t{1} << 20))
+        log_debug("evaluation: {:.1f} MB of quantized weights parked in a temporary file", parked / 1e6);
+    std::unique_ptr<DataReader> eval_data;
+    if (setup.settings.evaluation_data)
+        eval_data =
+            open_data_reader(*setup.settings.evaluation_data, floats.model, "evaluation data", &setup.settings.images);
+    std::optional<Tensor> labels;
+    if (setup.settings.evaluation_labels) labels = read_tensor_file(*setup.settings.evaluation_labels);
+    // The reference is the model as given, so function-changing preparation (the DPU
+    // simulations, ReplaceClip6Relu) counts as error; a model whose inputs preparation
+    // changed (NHWC, float16) cannot take the same data and is compared as prepared.
+    // When preparation kept the function, the prepared model's outputs calibration
+    // computed stand for the given model's: it does not run again.
+    // (Calibration keeps them only for a run evaluated on its data.)
+    const bool from_calibration = calibrated.float_outputs != nullptr;
+    Model given;
+    bool as_given = false;
+    if (!from_calibration) {
+        given = load_model(setup.input);
+        as_given = same_inputs(given, floats.model);
+        if (!as_given) {
+            given = Model();
+            log_info("evaluating against the prepared float model: preparation changed the model's inputs");
+        }
+    }
+    const Model& reference = as_given ? given : floats.reference();
+    auto& data = eval_data ? *eval_data : *calibrated.data;
+    const int batches = evaluation_batches(setup.settings);
+    const Tensor* label_tensor = labels ? &*labels : nullptr;
+    if (!from_calibration) calibrated.float_outputs = reference_outputs(reference, data, setup.threads, batches);
+    const auto evaluation =
+        compare_outputs(*calibrated.float_outputs, written.quantized, data, label_tensor, setup.threads, batches);
+    if (as_given &&
+        !floats.function_kept) {  // the prepared model ran on this data in calibration, unless it is held out
+        const auto e =
+            calibrated.prepared_outputs  // kept for the batches evaluation compares
+                ? compare_outputs(*calibrated.float_outputs, *calibrated.prepared_outputs)
+                : compare_outputs(*calibrated.float_outputs, floats.reference(), data, nullptr, setup.threads, batches);
+        report_preparation_error(setup.settings.warn_output_sqnr_db, e,
+                                 eval_data ? "evaluation_data" : "calibration_data", report);
+    }
+    calibrated.float_outputs.reset();
+    calibrated.prepared_outputs.reset();
+    auto& out = report["evaluation"] = evaluation.to_json();
+    out["reference"] = from_calibration && calibrated.float_outputs_from_input ? "input model, joined into calibration"
+                       : from_calibration ? "prepared model (its preparation keeps the function), as calibrated"
+                       : as_given         ? "input model"
+                                          : "prepared model";
+    out["data"] = eval_data ? "evaluation_data" : "calibration_data";
+    const bool limited = batches > 0 && evaluation.batches == batches;  // there may be more
+    if (limited) out["batches_limit"] = batches;
+    log_info("quantized vs float on {} data{}: {}", eval_data ? "evaluation" : "calibration",
+             limited ? fmt::format(" (its first {} batches; evaluation_batches: 0 compares all)", batches) : "",
+             summary_line(evaluation));
+    const double warn_db = setup.settings.warn_output_sqnr_db;
+    const bool low = std::any_of(evaluation.outputs.begin(), evaluation.outputs.end(),
+                                 [&](const auto& o) { return o.sqnr_db < warn_db; });
+    data.rewind();
+    const bool per_tensor = setup.settings.report_html;
+    auto batch = low || per_tensor ? data.next() : std::nullopt;
+    if (batch && per_tensor)
+        diagnose(report, "the per-tensor error", [&] {
+            out["tensors"] = tensor_errors_json(reference, written.quantized, *batch, report, setup.threads);
+        });
+    if (batch && low)
+        diagnose(report, "the first diverging tensor", [&] {
+            const auto d = first_divergence(reference, written.quantized, batch->feeds, warn_db, setup.threads);
+            if (d)
+                out["first_divergence"] = {
+                    {"tensor", d->tensor}, {"node", d->node}, {"sqnr_db", d->sqnr_db}, {"data", batch->source}};
+        });
+}
+
+void report_sensitivity(RunState& s) {
+    diagnose(s.report, "the sensitivity analysis", [&] {
+        const auto& computed = s.planning.sensitivity;
+        const int output_index = computed.size() == 1 ? computed.begin()->first : kEveryOutput;
+        const auto& ranking = sensitivity_of(s, output_index);
+        s.report["sensitivity"] = {{"data", "calibration_data"},
+                                   {"batches", s.setup.settings.sensitivity_batches},
+                                   {"tensors", sensitivity_json(ranking)}};
+    });
+}
+
+}  // namespace vaiq::phases
