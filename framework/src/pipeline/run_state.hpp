@@ -1,5 +1,6 @@
-// What a run carries from phase to phase, and the phases and helpers the
-// pipeline's files share (internal to the host).
+// A run's parts (setup, float model, calibration, planning, written model),
+// the phases that take them, and the helpers the pipeline's files share
+// (internal to the host).
 #pragma once
 
 #include <nlohmann/json.hpp>
