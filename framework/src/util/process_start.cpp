@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <system_error>
 
 namespace vaiq {
 
@@ -16,7 +18,11 @@ void restart_tuned(char** argv) {
     if (ld_preload && std::string_view(ld_preload).find("vgpreload") != std::string_view::npos) return;
     const auto spins = openmp_spin_count(std::getenv("OMP_WAIT_POLICY"), std::getenv("GOMP_SPINCOUNT"));
     if (!spins || ::setenv("GOMP_SPINCOUNT", spins->c_str(), 1) != 0) return;
-    ::execv("/proc/self/exe", argv);  // returns only when it failed: go on as started
+    // By its own path, not /proc/self/exe, so that the process keeps its name (ps, top, pkill).
+    std::error_code error;
+    const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+    if (error) return;
+    ::execv(self.c_str(), argv);  // returns only when it failed: go on as started
 }
 
 }  // namespace vaiq
