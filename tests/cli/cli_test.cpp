@@ -83,6 +83,28 @@ TEST(Cli, OpenMpThreadsSpinBrieflyUnlessTheUserSaysOtherwise) {
     EXPECT_EQ(wait_of("GOMP_SPINCOUNT=77"), "GOMP_SPINCOUNT=77");
 }
 
+// The restart that sets OpenMP's wait keeps the process's name (ps, top and
+// pkill find "vaiq", not "exe"): read once the restarted program's environment
+// has the spin count it set.
+TEST(Cli, TheRestartedProcessKeepsItsName) {
+    const auto dir = temp_dir();
+    const auto script = dir / "name.sh";
+    std::ofstream(script) << "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT " VAIQ_CLI " infer " VAIQ_SOURCE_DIR
+                             "/examples/mnist/mnist_cnn.onnx -i " VAIQ_SOURCE_DIR
+                             "/examples/mnist/calibration.npy --repeat 100000000 --output-dir "
+                          << (dir / "out").string()
+                          << " >/dev/null 2>&1 &\n"
+                             "pid=$!\n"
+                             "for i in $(seq 200); do\n"
+                             "  tr '\\0' '\\n' < /proc/$pid/environ 2>/dev/null | grep -q '^GOMP_SPINCOUNT=' && break\n"
+                             "  sleep 0.05\n"
+                             "done\n"
+                             "cat /proc/$pid/comm\n"
+                             "kill $pid\n";
+    const auto r = vaiq::test::run_command("sh " + script.string());
+    EXPECT_EQ(r.out, "vaiq\n") << r.err;
+}
+
 TEST(Cli, UsageErrorsExitOne) {
     EXPECT_EQ(vaiq_cli("").exit_code, 1);
     EXPECT_EQ(vaiq_cli("frobnicate").exit_code, 1);
