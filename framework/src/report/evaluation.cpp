@@ -38,14 +38,18 @@ int64_t label_at(const Tensor& labels, int64_t i) {
     }
 }
 
-// Runs `model` on the batches of `data` (`max_batches` 0: all), several at
-// once, and hands each batch's outputs to `take` in the data's order.
-// Returns how many batches ran.
+// Runs `model` on the batches of `data` (`max_batches` 0: all), one at a time
+// on every thread, and hands each batch's outputs to `take` in the data's order.
+// Returns how many batches ran. One executor, not one for each batch in flight
+// as calibration has: a second one's compile (the quantized weights packed
+// again) costs more than it wins over the batches evaluation runs (mobilenet_v2's
+// cpu.yaml model, 32 batches: 85-113 ms two at a time, 63-85 ms one; 100 batches:
+// 175-194 against 159-160 ms; the text direction classifier's cnn_npu.yaml
+// model, 32 batches: 160-164 against 107-113 ms).
 size_t run_model_on_batches(const Model& model, DataReader& data, int threads, int max_batches,
                             const std::function<void(const Batch&, std::vector<Tensor>)>& take) {
-    const auto split = batch_threads(threads, model);
-    return run_batches(data, split.batches, static_cast<size_t>(std::max(max_batches, 0)), [&]() -> BatchWork {
-        auto executor = std::make_shared<runtime::Executor>(model, runtime::ExecutorOptions{split.threads_each});
+    return run_batches(data, 1, static_cast<size_t>(std::max(max_batches, 0)), [&]() -> BatchWork {
+        auto executor = std::make_shared<runtime::Executor>(model, runtime::ExecutorOptions{threads});
         return [&, executor](size_t index, const Batch& batch, BatchTurns& turns) {
             std::vector<Tensor> outputs;
             try {
