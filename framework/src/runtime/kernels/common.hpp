@@ -141,14 +141,34 @@ bool quantizes(const Model& model);
 /// Loops over big enough work in parallel (OpenMP, the executor's thread count).
 constexpr int64_t kParallelGrain = 1 << 14;
 
+/// out[k] = f(in[k]) over [0, n) (`out` may be `in`), a thread's share of it
+/// in one loop when n is above `grain`. Each loop calls a copy of `f` of its
+/// own: through a reference, a store to `out` might change what f captured, so
+/// every element would reload it and the loop would not vectorise.
+template <typename T, typename R, typename F>
+void map_range(const T* in, R* out, int64_t n, int64_t grain, const F& f) {
+    const int64_t shares = std::clamp<int64_t>(team_threads(), 1, std::max<int64_t>(n, 1));
+    parallel_for(shares, n > grain, [&](int64_t share) {
+        const F g = f;
+        const auto [begin, end] = share_of(n, share, shares);  // as parallel_for over the elements splits them
+        if constexpr (std::is_same_v<T, R>) {
+            if (in == out) {
+                R* values = out;  // one pointer: nothing for the compiler to check for overlap
+                for (int64_t k = begin; k < end; ++k) values[k] = g(values[k]);
+                return;
+            }
+        }
+        for (int64_t k = begin; k < end; ++k) out[k] = g(in[k]);
+    });
+}
+
 /// Elementwise f(x) -> R into a new tensor of x's shape, in parallel above `grain` elements.
 template <typename T, typename R = T, typename F>
 Tensor map_elements(const Tensor& x, F f, int64_t grain = kParallelGrain) {
     Tensor out = make_tensor<R>(x.shape());
     auto o = mutable_view<R>(out);
     const auto i = view<T>(x);
-    const auto n = static_cast<int64_t>(o.size());
-    parallel_for(n, n > grain, [&](int64_t k) { o[k] = f(i[k]); });
+    map_range(i.data(), o.data(), static_cast<int64_t>(o.size()), grain, f);
     return out;
 }
 
@@ -160,8 +180,7 @@ Tensor map_input(KernelContext& ctx, size_t i, F f) {
     if (i >= ctx.donated.size() || !ctx.donated[i]) return map_elements<T>(ctx.input(i), f);
     Tensor x = ctx.take_input(i);
     auto o = mutable_view<T>(x);
-    const auto n = static_cast<int64_t>(o.size());
-    parallel_for(n, n > kParallelGrain, [&](int64_t k) { o[k] = f(o[k]); });
+    map_range(o.data(), o.data(), static_cast<int64_t>(o.size()), kParallelGrain, f);
     return x;
 }
 
