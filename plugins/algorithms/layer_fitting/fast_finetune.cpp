@@ -972,4 +972,9 @@ bool agrees_better(const OutputAgreement& a, const OutputAgreement& b, std::stri
     return ordered(a, metric) > ordered(b, metric);
 }
 
+bool agrees_fully(const OutputAgreement& e, std::string_view metric) {
+    if (metric == "sqnr") return false;
+    return e.top1_agreement >= 1.0 && (metric != "sequence" || e.sequence_agreement >= 1.0);
+}
+
 }  // namespace vaiq

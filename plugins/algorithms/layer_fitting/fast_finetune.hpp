@@ -88,4 +88,8 @@ std::vector<FastFinetuneResult> fast_finetune(AlgorithmContext& context, const F
 /// tie on it while their rows still tell them apart.
 bool agrees_better(const OutputAgreement& a, const OutputAgreement& b, std::string_view metric);
 
+/// Whether no agreement can be better than `e` by `metric` except on SQNR:
+/// every row agrees ("top1"), and every sample too ("sequence"); never for "sqnr".
+bool agrees_fully(const OutputAgreement& e, std::string_view metric);
+
 }  // namespace vaiq

@@ -13,6 +13,7 @@
 #include "column_sums.hpp"
 #include "data/data_reader.hpp"
 #include "fast_finetune.hpp"
+#include "plugin/registry.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/thread_count.hpp"
 #include "sdk/npy.hpp"
@@ -546,4 +547,45 @@ TEST(TrialOrder, AFinerMeasureDecidesATie) {
     a.top1_agreement = b.top1_agreement;
     EXPECT_TRUE(vaiq::agrees_better(b, a, "top1")) << "same rows: the higher SQNR";
     EXPECT_FALSE(vaiq::agrees_better(a, a, "sequence")) << "a full tie is no gain";
+}
+
+// A recipe's trials: on a model that agrees fully after the first fit (one
+// class far ahead in every row), one runs; with TrialMetric sqnr, all do.
+TEST(FastFinetuneTrials, StopWhenTheFirstAgreesFully) {
+    const auto dir = temp_dir();
+    GraphBuilder b;
+    b.input("x", {4, 16}).output("y", {4, 8});
+    std::vector<float> w(16 * 8, 0.01f);
+    for (size_t i = 0; i < 16; ++i) w[i * 8 + 2] = 0.5f;  // column 2 wins every row by far
+    b.initializer("w", Tensor::from_values<float>({16, 8}, w));
+    b.node("Gemm", {"x", "w"}, {"y"});
+    vaiq::save_model(b.build(), dir / "in.onnx");
+    auto registry = vaiq::test::registry_with_installed_plugins();
+    auto recipe = [](const std::string& metric) {
+        return "target: cpu\ncalibrate_method: MinMax\ninclude_fast_ft: true\nextra_options:\n"
+               "  RandomDataReaderInputDataRange: {x: [0.5, 1.5]}\n"
+               "  FastFinetune: {NumIterations: 20, Trials: 3, TrialMetric: " +
+               metric + "}\n";
+    };
+    const auto top1 = vaiq::test::run_recipe_in(dir, registry, recipe("top1"));
+    const auto& trials = top1["fast_finetune"]["trials"];
+    EXPECT_EQ(trials["asked"], 3);
+    ASSERT_EQ(trials["runs"].size(), 1u) << trials.dump();
+    EXPECT_EQ(trials["runs"][0]["top1_agreement"], 1.0);
+    const auto sqnr = vaiq::test::run_recipe_in(dir, registry, recipe("sqnr"), "s.yaml");
+    EXPECT_EQ(sqnr["fast_finetune"]["trials"]["runs"].size(), 3u);
+}
+
+// Trials stop after a fit that agrees on every row (and sample): nothing but SQNR could beat it.
+TEST(TrialOrder, FullAgreementLeavesOnlySqnrToGain) {
+    vaiq::OutputAgreement e;
+    e.top1_agreement = e.sequence_agreement = 1.0;
+    EXPECT_TRUE(vaiq::agrees_fully(e, "top1"));
+    EXPECT_TRUE(vaiq::agrees_fully(e, "sequence"));
+    EXPECT_FALSE(vaiq::agrees_fully(e, "sqnr")) << "SQNR can always improve";
+    e.sequence_agreement = 31.0 / 32.0;
+    EXPECT_TRUE(vaiq::agrees_fully(e, "top1"));
+    EXPECT_FALSE(vaiq::agrees_fully(e, "sequence"));
+    e.sequence_agreement = 1.0, e.top1_agreement = 0.9995;
+    EXPECT_FALSE(vaiq::agrees_fully(e, "sequence")) << "every line read, not every row";
 }
