@@ -78,9 +78,13 @@ FastFinetuneResult fast_finetune(AlgorithmContext& context, const FastFinetuneOp
 /// One whole fit per seed (options.seed unused), in step: each layer is sampled
 /// for every trial, then the trials' fits of it run side by side, and the float
 /// model's layer inputs are computed once for all. Results in the seeds' order,
-/// each what fast_finetune with that seed gives.
+/// each what fast_finetune with that seed gives. With `enough`, when the float
+/// model's layer inputs are all cached (so a trial alone repeats no float work),
+/// the first seed's fit runs alone, and if `enough` accepts it, it is the only
+/// result.
 std::vector<FastFinetuneResult> fast_finetune(AlgorithmContext& context, const FastFinetuneOptions& options,
-                                              const std::vector<uint64_t>& seeds);
+                                              const std::vector<uint64_t>& seeds,
+                                              const std::function<bool(const FastFinetuneResult&)>& enough = {});
 
 /// Whether `a` agrees with the float model better than `b` by `metric` ("top1",
 /// "sequence" or "sqnr"), the finer measures deciding its ties: a sequence

@@ -4,6 +4,8 @@
 // every other algorithm.
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "bias_correction.hpp"
 #include "fast_finetune.hpp"
 #include "vaiq/error.hpp"
@@ -69,39 +71,44 @@ class FastFinetune final : public vaiq::Algorithm {
         if (trials_ == 1) {
             result = vaiq::fast_finetune(context, o);
         } else {
+            // The model each fit would write, against the float model.
+            auto agreement = [&](const vaiq::FastFinetuneResult& fit) {
+                return context.agreement(written_model(context, fit.rounded, correct_biases_));
+            };
+            // A first fit whose model agrees on every sample and row cannot be
+            // beaten on what the trials compare (only on SQNR): the others are not run.
+            std::optional<vaiq::OutputAgreement> first_agreement;
+            auto enough = [&](const vaiq::FastFinetuneResult& fit) {
+                first_agreement = agreement(fit);
+                return vaiq::agrees_fully(*first_agreement, metric_);
+            };
+            std::vector<uint64_t> seeds;
+            for (uint64_t t = 0; t < static_cast<uint64_t>(trials_); ++t) seeds.push_back(first + t);
+            auto fitted = vaiq::fast_finetune(context, o, seeds, enough);
             vaiq::OutputAgreement best;
-            auto judge = [&](uint64_t seed, vaiq::FastFinetuneResult& candidate) {
-                const auto e = context.agreement(written_model(context, candidate.rounded, correct_biases_));
+            for (size_t t = 0; t < fitted.size(); ++t) {
+                const auto e = t == 0 && first_agreement ? *first_agreement : agreement(fitted[t]);
                 vaiq::log_info(
                     "fast finetune trial {} (seed {}): top-1 agreement {:.2f}%, sequence agreement {:.2f}%, "
                     "SQNR {:.2f} dB",
-                    trials.size() + 1, seed, 100 * e.top1_agreement, 100 * e.sequence_agreement, e.sqnr_db);
-                trials.push_back({{"seed", seed},
+                    t + 1, seeds[t], 100 * e.top1_agreement, 100 * e.sequence_agreement, e.sqnr_db);
+                trials.push_back({{"seed", seeds[t]},
                                   {"top1_agreement", e.top1_agreement},
                                   {"sequence_agreement", e.sequence_agreement},
                                   {"sqnr_db", e.sqnr_db}});
-                if (seed == first || vaiq::agrees_better(e, best, metric_)) {  // a full tie keeps the earlier
-                    best = e, chosen = seed;
-                    result = std::move(candidate);
+                if (t == 0 || vaiq::agrees_better(e, best, metric_)) {  // a full tie keeps the earlier
+                    best = e, chosen = seeds[t];
+                    result = std::move(fitted[t]);
                 }
-            };
-            // The first trial alone: when its model agrees on every sample and row,
-            // no other can beat it on what the trials are compared by (only on
-            // SQNR), and they are not run. The others then run side by side.
-            judge(first, vaiq::fast_finetune(context, o, {first}).front());
-            if (vaiq::agrees_fully(best, metric_)) {
+            }
+            if (fitted.size() < seeds.size())
                 vaiq::log_info(
                     "fast finetune: seed {} agrees with the float model on every sample of the calibration "
                     "data: the other {} trials are not run",
                     first, trials_ - 1);
-            } else {
-                std::vector<uint64_t> seeds;
-                for (uint64_t t = 1; t < static_cast<uint64_t>(trials_); ++t) seeds.push_back(first + t);
-                auto fitted = vaiq::fast_finetune(context, o, seeds);
-                for (size_t t = 0; t < seeds.size(); ++t) judge(seeds[t], fitted[t]);
+            else
                 vaiq::log_info("fast finetune: seed {} kept (best {} of {} trials on the calibration data)", chosen,
                                metric_, trials_);
-            }
         }
         context.set_fitted_weights(result.rounded);
         nlohmann::json report = {{"algorithm", o.algorithm},   {"iterations", o.iterations},
@@ -169,10 +176,10 @@ constexpr vaiq_option_descriptor kFastFinetuneOptions[] = {
      "Seed of the column sampling, the held-out folds and DropRatio's draws."},
     {"FastFinetune.Trials", VAIQ_OPTION_INT, "1",
      "Whole fast finetunes from seeds FixedSeed, FixedSeed + 1, ...; the one whose model agrees best with the "
-     "float model on the calibration data (TrialMetric) is kept. The first runs alone; when its model agrees on "
-     "every sample and row (TrialMetric top1 or sequence), the others are not run. They run in step, the float "
-     "model once for all and their fits of each layer side by side on the run's threads; each holds its own "
-     "samples of the layer (MemoryMB each)."},
+     "float model on the calibration data (TrialMetric) is kept. They run in step, the float model once for all "
+     "and their fits of each layer side by side on the run's threads; each holds its own samples of the layer "
+     "(MemoryMB each). When the float model's layer inputs all fit its cache, the first runs alone, and if its "
+     "model agrees on every sample and row (TrialMetric top1 or sequence), the others are not run."},
     {"FastFinetune.TrialMetric", VAIQ_OPTION_STRING, "top1",
      "What Trials compares, on every float output (the worst counting): top1 (what the output means agrees: "
      "rows whose argmax does, decisions, masks), sequence (samples whose CTC greedy decoding, class 0 the blank, "
