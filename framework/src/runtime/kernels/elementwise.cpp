@@ -232,12 +232,7 @@ void hard_sigmoid(KernelContext& ctx, std::vector<Tensor>& out) {
 void leaky_relu(KernelContext& ctx, std::vector<Tensor>& out) {
     const float alpha = ctx.attributes.get_float("alpha", 0.01f);
     if (ctx.input(0).type() == DataType::Float) {
-        // The product taken for every value, so that the loop vectorises: a
-        // product only for negative values is a branch per element.
-        out[0] = map_input<float>(ctx, 0, [alpha](float v) {
-            const float scaled = v * alpha;
-            return v < 0 ? scaled : v;
-        });
+        out[0] = map_input<float>(ctx, 0, [alpha](float v) { return v < 0 ? v * alpha : v; });
         return;
     }
     dispatch_float(ctx.input(0).type(), ctx, [&](auto tag) {
