@@ -105,14 +105,14 @@ class FastFinetune : public ::testing::Test {
     // AdaRound (1000 iterations) of one Gemm, x [16, 12] by `w` [12, 6] (plus
     // `bias`), `w` on a per-tensor grid of step `scale`, over 4 samples.
     vaiq::FastFinetuneResult fit_one_gemm(const Tensor& w, float scale, int batch_columns,
-                                          std::optional<Tensor> bias = std::nullopt) {
+                                          std::optional<Tensor> bias = std::nullopt, int samples = 4) {
         GraphBuilder b;
         b.input("x", {16, 12}).output("y", {16, 6});
         b.initializer("w", w);
         if (bias) b.initializer("b", *bias);
         b.node("Gemm", bias ? std::vector<std::string>{"x", "w", "b"} : std::vector<std::string>{"x", "w"}, {"y"});
         const auto model = b.build();
-        auto reader = data(model, {16, 12}, 4);
+        auto reader = data(model, {16, 12}, samples);
         vaiq::QuantPlan plan;
         plan.tensors.push_back(quant_entry("w", TensorRole::Weight, QuantType::QInt8, {scale}, {0}));
         vaiq::FastFinetuneOptions options;
@@ -146,19 +146,61 @@ TEST_F(FastFinetune, AdaRoundReconstructsAGemmBetterThanNearestRounding) {
     expect_on_grid(r.rounded.at("w"), w, scale);
 }
 
-// Weights already on their grid reconstruct the held-out columns exactly at the
-// first check after the warm start; no later check can do better, so the fit
-// ends after five checks without progress, counted from halfway through the
-// regulariser's annealing (before it, AdaRound's rounding is still undecided).
-TEST_F(FastFinetune, AFitThatStopsImprovingStopsEarly) {
+// Weights already on their grid: nearest rounding reconstructs the held-out
+// columns exactly, and the relaxed weights at the warm start's end do no
+// better, so no rounding is sought past it. With fewer held-out columns than
+// it takes to judge that (a squeeze-excitation Conv sees one a sample), the
+// fit ends after five checks without progress, counted from halfway through
+// the regulariser's annealing (before it, AdaRound's rounding is undecided).
+TEST_F(FastFinetune, AFitThatCannotBeatNearestRoundingStopsAtTheWarmStartsEnd) {
     const float scale = 0.5f / 7;
     std::vector<float> on_grid(72);
     for (size_t i = 0; i < on_grid.size(); ++i) on_grid[i] = scale * static_cast<float>(static_cast<int>(i % 9) - 4);
-    const auto r = fit_one_gemm(Tensor::from_values<float>({12, 6}, on_grid), scale, 32);
-    ASSERT_EQ(r.layers.size(), 1u);
-    EXPECT_LT(r.layers[0].loss, 1e-9) << "exact but for the sums' rounding";
-    EXPECT_EQ(r.layers[0].iterations, 200 + 400 + 4 * 50)
+    const auto weights = Tensor::from_values<float>({12, 6}, on_grid);
+    const auto judged = fit_one_gemm(weights, scale, 32, std::nullopt, 64);  // 1024 columns, a fifth held out
+    ASSERT_EQ(judged.layers.size(), 1u);
+    EXPECT_LT(judged.layers[0].loss, 1e-9) << "exact but for the sums' rounding";
+    EXPECT_EQ(judged.layers[0].iterations, 200) << "the warm start only";
+    const auto few = fit_one_gemm(weights, scale, 32);  // 64 columns
+    ASSERT_EQ(few.layers.size(), 1u);
+    EXPECT_LT(few.layers[0].loss, 1e-9);
+    EXPECT_EQ(few.layers[0].iterations, 200 + 400 + 4 * 50)
         << "the warm start, half the annealing, then five checks (from its end) without progress";
+}
+
+// A fit that helps ends once a rounding is within 0.1 % of the loss the
+// relaxed weights reached, before the patience rule could end it (five checks
+// without progress from halfway through the annealing: 800 steps at the
+// least). As in a quantized model, the layer's input there differs from the
+// float one (the MatMul before it computes it from other weights), so no
+// weights reproduce the float output, and a rounding can come as close as the
+// relaxed weights do.
+TEST_F(FastFinetune, AFitEndsOnceARoundingReachesTheRelaxedLoss) {
+    auto layers = [](const Tensor& mix) {
+        GraphBuilder b;
+        b.input("z", {16, 24}).output("y", {16, 8});
+        b.initializer("mix", mix);
+        b.initializer("w", random_tensor({24, 8}, 7, -0.5f, 0.5f));
+        b.node("MatMul", {"z", "mix"}, {"x"});
+        b.node("Gemm", {"x", "w"}, {"y"});
+        return b.build();
+    };
+    const auto mix = random_tensor({24, 24}, 5, -0.2f, 0.2f);
+    auto noisy_mix = mix;
+    const auto noise = random_tensor({24, 24}, 6, -0.02f, 0.02f);
+    for (int64_t i = 0; i < mix.size(); ++i) noisy_mix.mutable_data<float>()[i] += noise.data<float>()[i];
+    const auto model = layers(mix), quantized = layers(noisy_mix);
+    auto reader = data(model, {16, 24}, 64);
+    vaiq::QuantPlan plan;
+    plan.tensors.push_back(quant_entry("w", TensorRole::Weight, QuantType::QInt8, {0.5f / 31}, {0}));
+    vaiq::FastFinetuneOptions options;
+    options.iterations = 1000;
+    const auto r = finetune_with(model, plan, with_weights(quantized), *reader, options);
+    ASSERT_EQ(r.layers.size(), 1u);
+    EXPECT_LT(r.layers[0].loss, 0.8 * r.layers[0].loss_nearest)
+        << r.layers[0].loss << " vs nearest " << r.layers[0].loss_nearest;
+    EXPECT_LT(r.layers[0].iterations, 800);
+    EXPECT_GE(r.layers[0].iterations, 200) << "not before the warm start's end";
 }
 
 // An int8 bias has a grid of its own (here a step of 1, so 0.3 is written as

@@ -149,7 +149,9 @@ class BiasCorrection final : public vaiq::Algorithm {
 constexpr vaiq_option_descriptor kFastFinetuneOptions[] = {
     {"FastFinetune.OptimAlgorithm", VAIQ_OPTION_STRING, "adaround",
      "adaround (learn each weight's rounding) or adaquant (move the weights through their quantization)."},
-    {"FastFinetune.NumIterations", VAIQ_OPTION_INT, "1000", "Steps per layer."},
+    {"FastFinetune.NumIterations", VAIQ_OPTION_INT, "1000",
+     "Steps per layer at most: a fit ends sooner once its held-out loss stops improving, or (AdaRound) once a "
+     "rounding comes within 0.1 % of the loss its relaxed weights reached by the warm start's end."},
     {"FastFinetune.LearningRate", VAIQ_OPTION_FLOAT, "null",
      "Adam's learning rate (default: 0.1 for adaround, 1e-5 for adaquant)."},
     {"FastFinetune.ColumnsPerStep", VAIQ_OPTION_INT, "256",
