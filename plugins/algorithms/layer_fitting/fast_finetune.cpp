@@ -454,7 +454,7 @@ RowMatrix fit(const Layer& l, const FastFinetuneOptions& o, Objective& objective
     // is one of the relaxation's points, so the annealing has little left to
     // find. Fed the quantized model's input, no weights reproduce the float
     // output, and a rounding mostly comes that close at once: on the PP-OCRv4
-    // recognizer 32 of 47 layers stopped at the warm start's end, where their
+    // recognizer 31 of 47 layers stopped at the warm start's end, where their
     // rounding was within 0.1 % of what 600-800 more steps reached. Where the
     // relaxed weights do no better than nearest rounding on the held-out
     // columns, no rounding is likely to: the fit stops there (nearest rounding
