@@ -103,7 +103,7 @@ class FastFinetune : public ::testing::Test {
         return vaiq::open_data_reader(dir_ / "data", model);
     }
     // AdaRound (1000 iterations) of one Gemm, x [16, 12] by `w` [12, 6] (plus
-    // `bias`), `w` on a per-tensor grid of step `scale`, over 4 samples.
+    // `bias`), `w` on a per-tensor grid of step `scale`, over `samples` samples.
     vaiq::FastFinetuneResult fit_one_gemm(const Tensor& w, float scale, int batch_columns,
                                           std::optional<Tensor> bias = std::nullopt, int samples = 4) {
         GraphBuilder b;
