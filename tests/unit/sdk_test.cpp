@@ -235,10 +235,22 @@ TEST(Quant, FakeQuantizeWithOneScaleIsTheGeneralPathsBitForBit) {
         const vaiq::QuantParams channels{type, {0.1f}, {zp}, 1};  // one channel along axis 1: the general path
         const auto fast = vaiq::fake_quantize(values, one, "x");
         const auto general = vaiq::fake_quantize(values, channels, "x");
+        // In the buffer of a tensor given up (a simulated run's): the same values, where they were.
+        auto given = values;
+        const float* buffer = given.data<float>().data();
+        const auto in_place = vaiq::fake_quantize(std::move(given), one, "x");
+        if (vaiq::quant_bits(type) <= 16) {
+            EXPECT_EQ(in_place.data<float>().data(), buffer);
+        }
         ASSERT_EQ(fast.size(), general.size());
-        for (size_t i = 0; i < x.size(); ++i)
+        ASSERT_EQ(in_place.size(), general.size());
+        for (size_t i = 0; i < x.size(); ++i) {
             ASSERT_EQ(std::bit_cast<uint32_t>(fast.data<float>()[i]), std::bit_cast<uint32_t>(general.data<float>()[i]))
                 << vaiq::quant_type_name(type) << " at " << x[i];
+            ASSERT_EQ(std::bit_cast<uint32_t>(in_place.data<float>()[i]),
+                      std::bit_cast<uint32_t>(general.data<float>()[i]))
+                << vaiq::quant_type_name(type) << " at " << x[i] << ", in place";
+        }
     }
 }
 

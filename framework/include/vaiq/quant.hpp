@@ -251,6 +251,9 @@ VAIQ_API Tensor quantize_tensor(const Tensor& values, const QuantParams& params,
 /// Float values as they come back from quantize_tensor and a DequantizeLinear
 /// with the same parameters: what a model computes on after a Q/DQ pair.
 VAIQ_API Tensor fake_quantize(const Tensor& values, const QuantParams& params, std::string_view tensor);
+/// The same, in `values`' own buffer where it can (one scale of up to 16 bits:
+/// an activation's), which a simulated run does for every tensor it computes.
+VAIQ_API Tensor fake_quantize(Tensor&& values, const QuantParams& params, std::string_view tensor);
 
 /// Everything a format needs to write a quantized model.
 struct QuantPlan {

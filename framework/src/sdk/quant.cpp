@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "vaiq/block_float.hpp"
@@ -599,32 +600,48 @@ Tensor quantize_tensor(const Tensor& values, const QuantParams& p, std::string_v
     return q;
 }
 
+namespace {
+
+bool one_scale_up_to_16_bits(const Tensor& values, const QuantParams& p) {
+    return values.type() == DataType::Float && is_integer(p.type) && quant_bits(p.type) <= 16 && p.scale.size() == 1 &&
+           p.block_size == 0 && p.float_zero_point.empty();
+}
+
+// One scale of at most 16 bits: both steps in one pass that vectorises, giving
+// what they give bit for bit. Adding and taking away 1.5 * 2^23 rounds to the
+// nearest integer, ties to even, below 2^22 in magnitude; larger values
+// saturate either way. A NaN ends at qmin. `to` may be `from`.
+void fake_quantize_one_scale(const float* from, float* to, int64_t n, const QuantParams& p) {
+    const auto [qmin, qmax] = integer_range(p.type);
+    const float scale = p.scale[0];
+    const auto lo = static_cast<float>(qmin - p.zero_point[0]), hi = static_cast<float>(qmax - p.zero_point[0]);
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
+    for (int64_t i = 0; i < n; ++i) {
+        constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
+        const float steps = (from[i] / scale + kRound) - kRound;
+        const float above = steps > lo ? steps : lo;  // maxps: NaN gives lo
+        to[i] = (hi < above ? hi : above) * scale;
+    }
+}
+
+}  // namespace
+
+Tensor fake_quantize(Tensor&& values, const QuantParams& p, std::string_view tensor) {
+    if (!one_scale_up_to_16_bits(values, p)) return fake_quantize(std::as_const(values), p, tensor);
+    const auto data = values.mutable_data<float>();
+    fake_quantize_one_scale(data.data(), data.data(), static_cast<int64_t>(data.size()), p);
+    return std::move(values);
+}
+
 Tensor fake_quantize(const Tensor& values, const QuantParams& p, std::string_view tensor) {
     if (is_block_float(p.type)) return block_float_fake_quantize(values, p.type, p.shared_exponent, tensor);
     const auto& shape = values.shape();
     const ParamLayout layout(shape, p, tensor);
     Tensor out = Tensor::uninitialized(DataType::Float, shape);
     auto dst = out.mutable_data<float>();
-    if (is_integer(p.type) && quant_bits(p.type) <= 16 && p.scale.size() == 1 && p.block_size == 0 &&
-        p.float_zero_point.empty()) {
-        // One scale of at most 16 bits (an activation's): both steps in one pass
-        // that vectorises, giving what they give bit for bit. Adding and taking
-        // away 1.5 * 2^23 rounds to the nearest integer, ties to even, below 2^22
-        // in magnitude; larger values saturate either way. A NaN ends at qmin.
+    if (one_scale_up_to_16_bits(values, p)) {
         const auto in = values.data<float>();
-        const auto [qmin, qmax] = integer_range(p.type);
-        const float scale = p.scale[0];
-        const auto lo = static_cast<float>(qmin - p.zero_point[0]), hi = static_cast<float>(qmax - p.zero_point[0]);
-        const auto n = static_cast<int64_t>(in.size());
-        const float* from = in.data();
-        float* to = dst.data();
-#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
-        for (int64_t i = 0; i < n; ++i) {
-            constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
-            const float steps = (from[i] / scale + kRound) - kRound;
-            const float above = steps > lo ? steps : lo;  // maxps: NaN gives lo
-            to[i] = (hi < above ? hi : above) * scale;
-        }
+        fake_quantize_one_scale(in.data(), dst.data(), static_cast<int64_t>(in.size()), p);
         return out;
     }
     const Tensor q = quantize_tensor(values, p, tensor);

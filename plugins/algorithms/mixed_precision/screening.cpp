@@ -8,6 +8,7 @@
 #include <memory>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
@@ -167,7 +168,7 @@ Estimates screen_raisings(AlgorithmContext& context, const Precision& precision,
             const RewriteFunction rewrite = [&](const std::string& tensor, Tensor& value) {
                 if (!w->active && by_fork.count(tensor)) w->unquantized[tensor] = value;
                 if (const auto* params = params_of(tensor); params && value.type() == DataType::Float)
-                    value = fake_quantize(value, *params, tensor);
+                    value = fake_quantize(std::move(value), *params, tensor);
             };
             const ForkFunction fork = [&](const std::string& tensor, const Tensor&, const ResumeFunction& resume) {
                 const auto it = w->unquantized.find(tensor);
