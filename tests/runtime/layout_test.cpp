@@ -353,6 +353,36 @@ TEST(Layout, TheProjectionAddsTheResidual) {
             }
 }
 
+// Weights stored as Constant nodes (as exports from other frameworks write
+// them) are weights to the layout too: the convolutions run channels-last,
+// and a Constant that is a graph output stays one.
+TEST(Layout, ConvolutionsWhoseWeightsConstantNodesGiveRunChannelsLast) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 3, 8, 8}).output("y", {1, 3, 8, 8}).output("k", {1});
+    auto constant = [&](const std::string& name, const Tensor& value) {
+        auto& c = b.node("Constant", {}, {name}, name + "_node");
+        auto* a = c.add_attribute();
+        a->set_name("value");
+        a->set_type(onnx::AttributeProto::TENSOR);
+        *a->mutable_t() = value.to_proto(name);
+    };
+    constant("w1", vaiq::test::ramp({3, 3, 3, 3}, -0.4f, 0.01f));
+    constant("w2", vaiq::test::ramp({3, 3, 1, 1}, 0.3f, -0.07f));
+    constant("k", Tensor::from_values<float>({1}, std::vector<float>{2.5f}));
+    vaiq::test::set_ints_attribute(b.node("Conv", {"x", "w1"}, {"c1"}, "conv1"), "pads", {1, 1, 1, 1});
+    b.node("Relu", {"c1"}, {"r1"}, "relu1");
+    b.node("Conv", {"r1", "w2"}, {"y"}, "conv2");
+    const auto model = b.build();
+    const Tensor x = vaiq::test::ramp({1, 3, 8, 8}, -1.0f, 0.01f);
+    const auto calls = compare_rewrites(model, x, {}, 1e-5f);
+    EXPECT_EQ(calls.at("NhwcConv"), 2);
+    EXPECT_EQ(calls.count("Conv"), 0u);
+    Executor executor(model);
+    const auto out = executor.run({{"x", x}});
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_EQ(out[1].data<float>()[0], 2.5f);
+}
+
 TEST(Layout, ADepthwiseConvolutionOfAnotherStrideIsNotFused) {
     const auto model = inverted_residual(3);
     const Tensor x = vaiq::test::ramp({1, 3, 9, 9}, -3.0f, 0.025f);

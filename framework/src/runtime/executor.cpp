@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <vector>
 
 #include "runtime/layout.hpp"
 #include "runtime/qdq_fusion.hpp"
@@ -95,6 +96,30 @@ void schema_types(const onnx::NodeProto& node, int64_t opset, std::vector<std::v
         if (positions.size() > 1) same_type.push_back(std::move(positions));
 }
 
+// Constant nodes holding a tensor become initializers of the same name (as ONNX
+// Runtime makes them at load), so that the rewrites see them as the weights
+// they are: exports from other frameworks often store every weight so, and a
+// convolution whose weight a Constant node gives would otherwise stay
+// channels-first. Not those that are graph outputs.
+bool constants_as_initializers(onnx::GraphProto& graph) {
+    std::set<std::string> outputs;
+    for (const auto& o : graph.output()) outputs.insert(o.name());
+    std::vector<int> moved;
+    for (int i = 0; i < graph.node_size(); ++i) {
+        const auto& node = graph.node(i);
+        if (node.op_type() != "Constant" || !is_default_domain(node) || node.output_size() != 1 ||
+            node.attribute_size() != 1 || node.attribute(0).name() != "value" || !node.attribute(0).has_t() ||
+            outputs.count(node.output(0)))
+            continue;
+        auto* init = graph.add_initializer();
+        *init = node.attribute(0).t();
+        init->set_name(node.output(0));
+        moved.push_back(i);
+    }
+    remove_nodes(graph, moved);
+    return !moved.empty();
+}
+
 int64_t domain_opset(const Model& model, const std::string& domain) {
     const auto d = canonical_domain(domain);
     return model.opset(d.empty() ? "" : d);
@@ -120,7 +145,7 @@ Executor::Executor(const Model& original, ExecutorOptions options) : model_(&ori
 void Executor::rewrite(const Model& original) {
     if (!options_.optimize_layout && !options_.fuse_qdq && !options_.fuse_patterns) return;
     onnx::ModelProto copy = original.proto();
-    bool changed = false;
+    bool changed = constants_as_initializers(*copy.mutable_graph());
     if (options_.fuse_qdq) {
         std::vector<std::string> gone;
         changed = fuse_qdq(copy, gone);
