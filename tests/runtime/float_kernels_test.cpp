@@ -99,6 +99,41 @@ TEST(Executor, SpelledOutLayerNormAndGeluRunAsOneKernelEach) {
     EXPECT_EQ(calls["Gelu"], 1);
 }
 
+// HardSwish as exported before opset 14 (x * Clip(x + 3, 0, 6) / 6, or * 1/6
+// with the product's operands the other way round) between two convolutions:
+// one kernel each, giving what the four nodes give bit for bit, channels-last
+// between the convolutions.
+TEST(Executor, SpelledOutHardSwishesRunAsOneKernelEachBitForBit) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 3, 6, 6}).output("y", {1, 3, 6, 6});
+    b.initializer("w1", vaiq::test::ramp({3, 3, 1, 1}, -0.9f, 0.21f));
+    b.initializer("w2", vaiq::test::ramp({3, 3, 1, 1}, 0.7f, -0.17f));
+    b.initializer("three", Tensor::from_values<float>({}, std::vector<float>{3.0f}));
+    b.initializer("zero", Tensor::from_values<float>({}, std::vector<float>{0.0f}));
+    b.initializer("six", Tensor::from_values<float>({}, std::vector<float>{6.0f}));
+    b.initializer("sixth", Tensor::from_values<float>({}, std::vector<float>{1.0f / 6.0f}));
+    b.node("Conv", {"x", "w1"}, {"c1"});
+    b.node("Add", {"c1", "three"}, {"a1"});
+    b.node("Clip", {"a1", "zero", "six"}, {"k1"});
+    b.node("Mul", {"c1", "k1"}, {"p1"});
+    b.node("Div", {"p1", "six"}, {"h1"});
+    b.node("Conv", {"h1", "w2"}, {"c2"});
+    b.node("Add", {"three", "c2"}, {"a2"});
+    b.node("Clip", {"a2", "zero", "six"}, {"k2"});
+    b.node("Mul", {"k2", "c2"}, {"p2"});
+    b.node("Mul", {"sixth", "p2"}, {"y"});
+    const auto model = b.build();
+    const Tensor x = vaiq::test::ramp({1, 3, 6, 6}, -9.0f, 0.173f);
+    auto calls = compare_rewrites(model, x, {"h1"}, 0.0f);
+    EXPECT_EQ(calls["HardSwish"], 2);
+    EXPECT_EQ(calls.count("Clip") + calls.count("Div") + calls.count("Mul") + calls.count("Add"), 0u);
+    EXPECT_EQ(calls["Transpose"], 3) << "channels-last from the input to the output (and back for the tap)";
+    // A tap inside a pattern known beforehand keeps it spelled out.
+    calls = compare_rewrites(model, x, {"k2"}, 0.0f, true);
+    EXPECT_EQ(calls["HardSwish"], 1);
+    EXPECT_EQ(calls["Clip"], 1);
+}
+
 // A linear layer as exported for 3-D inputs: MatMul by a weight, then Add of a
 // bias. The bias goes into the product; a tap of the product still works.
 TEST(Executor, ABiasAddedToAMatMulByAWeightRunsInsideIt) {

@@ -1,5 +1,5 @@
-// vaiq/patterns.hpp - spelled-out ops found in a graph: LayerNorm and Gelu as
-// exporters write them. The prepare passes replace them in the model; the
+// vaiq/patterns.hpp - spelled-out ops found in a graph: LayerNorm, Gelu and
+// HardSwish as exporters write them. The prepare passes replace them in the model; the
 // executor computes them in one kernel and keeps the spelled-out nodes for taps.
 #pragma once
 
@@ -27,5 +27,10 @@ VAIQ_API std::vector<PatternMatch> find_layer_norms(const onnx::GraphProto& grap
 /// x * 0.5 * (1 + erf(x / sqrt 2)) in any of the orders exporters write it, as
 /// ONNX Runtime's com.microsoft Gelu.
 VAIQ_API std::vector<PatternMatch> find_gelus(const onnx::GraphProto& graph);
+
+/// x * Clip(x + 3, 0, 6) / 6 (or * 1/6), as PP-LCNet and MobileNetV3 exports
+/// spell HardSwish before opset 14, as an ONNX HardSwish. Its nodes are the
+/// product's Mul, the Clip, the Add and the last node, in that order.
+VAIQ_API std::vector<PatternMatch> find_hard_swishes(const onnx::GraphProto& graph);
 
 }  // namespace vaiq

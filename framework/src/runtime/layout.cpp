@@ -39,6 +39,8 @@ std::vector<int> elementwise_inputs(const onnx::NodeProto& node) {
     } else if (node.domain() == "com.microsoft") {
         if ((op == "QLinearAdd" || op == "QLinearMul") && node.input_size() >= 7) return {0, 3};
         if (op == "QLinearLeakyRelu" || op == "QLinearSigmoid") return {0};
+    } else if (node.domain() == kInternalDomain && op == "HardSwish") {
+        return {0};
     } else if (node.domain() == kInternalDomain && op == "PowerOfTwoQLinearAdd") {
         return {0, 3};
     } else if (node.domain() == kInternalDomain && op == "LookupTable" && int_attribute(node, "rank", 0) <= 4) {
@@ -662,6 +664,10 @@ bool fuse_patterns(onnx::GraphProto& graph, const std::set<std::string>& tapped)
     auto matches = find_layer_norms(graph);
     auto gelus = find_gelus(graph);
     matches.insert(matches.end(), gelus.begin(), gelus.end());
+    for (auto& swish : find_hard_swishes(graph)) {
+        if (graph.node(swish.last).op_type() == "Mul") set_attribute(swish.fused, "by_reciprocal", int64_t{1});
+        matches.push_back(std::move(swish));
+    }
     bool changed = false;
     for (auto& match : matches) {
         if (match.fused.op_type() == "LayerNormalization" && match.fused.input_size() < 2) continue;  // no scale

@@ -32,8 +32,9 @@ inline constexpr const char* kPointwiseOutputMaxAttribute = "pointwise_output_ma
 bool optimize_layout(onnx::GraphProto& graph, const std::set<std::string>& tapped = {});
 
 /// Rewrites `graph` in place: the last node of each spelled-out LayerNorm (with
-/// a scale) and Gelu (vaiq/patterns.hpp) becomes one internal LayerNormalization
-/// or Gelu writing the same tensor, and an Add of a bias to a MatMul by a weight
+/// a scale), Gelu and HardSwish (vaiq/patterns.hpp) becomes one internal
+/// LayerNormalization, Gelu or HardSwish (the spelled-out float arithmetic in
+/// one pass) writing the same tensor, and an Add of a bias to a MatMul by a weight
 /// an internal MatMul with the bias (and a Gelu of such a product the product
 /// with attribute activation = "gelu"); the other nodes stay and run only when
 /// a tap wants their values; patterns with a tensor in `tapped` inside stay as

@@ -67,6 +67,9 @@ class Matcher {
 
 bool near(std::optional<float> v, double want) { return v && std::abs(*v - want) <= 1e-4 * std::abs(want); }
 
+// Equal to `want` within float rounding.
+bool equal(std::optional<float> v, float want) { return v && std::abs(*v - want) <= 1e-6f * std::abs(want); }
+
 // ReduceMean over the last axis only, keeping it.
 bool mean_over_last_axis(const onnx::NodeProto& node, const onnx::GraphProto& graph, const GraphIndex& index) {
     if (int_attribute(node, "keepdims", 1) != 1) return false;
@@ -188,6 +191,43 @@ std::vector<PatternMatch> find_gelus(const onnx::GraphProto& graph) {
         match.fused.add_input(x);
         match.fused.add_output(out);
         found.push_back(std::move(match));
+    }
+    return found;
+}
+
+std::vector<PatternMatch> find_hard_swishes(const onnx::GraphProto& graph) {
+    const GraphIndex index(graph);
+    std::vector<PatternMatch> found;
+    for (int n = 0; n < graph.node_size(); ++n) {
+        const auto& last = graph.node(n);
+        if (!is_default_domain(last) || last.input_size() != 2 || last.output_size() != 1 ||
+            (last.op_type() != "Div" && last.op_type() != "Mul"))
+            continue;
+        // The product's side of the last node: / 6 (the divisor second), or * 1/6 either way.
+        for (int slot = 0; slot < (last.op_type() == "Div" ? 1 : 2); ++slot) {
+            Matcher m(graph, index);
+            if (!equal(m.scalar(last.input(1 - slot)), last.op_type() == "Div" ? 6.0f : 1.0f / 6.0f)) continue;
+            const auto* product = m.from(last.input(slot), "Mul");
+            if (!product || product->input_size() != 2) continue;
+            for (int side = 0; side < 2; ++side) {  // the Clip's side of the product
+                Matcher g = m;
+                const auto* clip = g.from(product->input(side), "Clip");
+                const auto bounds = clip ? clip_bounds(*clip, index) : std::nullopt;
+                if (!bounds || bounds->first != 0.0f || bounds->second != 6.0f) continue;
+                const auto* add = g.from(clip->input(0), "Add");
+                const auto& x = product->input(1 - side);
+                if (!add || !equal(g.scalar(Matcher::other_input(*add, x)), 3.0f)) continue;
+                PatternMatch match{g.matched(), n, {}};
+                match.nodes.push_back(n);
+                if (overlaps(found, match.nodes)) continue;
+                match.fused.set_op_type("HardSwish");
+                match.fused.add_input(x);
+                match.fused.add_output(last.output(0));
+                found.push_back(std::move(match));
+                break;
+            }
+            if (!found.empty() && found.back().last == n) break;
+        }
     }
     return found;
 }

@@ -1,7 +1,7 @@
 // Fusions that help quantization: a spelled-out LayerNorm or Gelu becomes one
 // op, so its intermediate tensors (means, variances, erf) are never quantized;
-// a spelled-out HardSwish becomes x * HardSigmoid(x). The LayerNorm and Gelu
-// patterns are the SDK's (vaiq/patterns.hpp).
+// a spelled-out HardSwish becomes x * HardSigmoid(x). The patterns are the
+// SDK's (vaiq/patterns.hpp).
 #include <cmath>
 
 #include "passes.hpp"
@@ -66,34 +66,6 @@ bool fuse_gelu(vaiq::Model& model) {
     return true;
 }
 
-namespace {
-
-// A scalar float constant equal to `value` (within float rounding).
-bool is_scalar(const vaiq::GraphIndex& index, const std::string& name, float value) {
-    const auto v = scalar_constant(index, name);
-    return v && std::abs(*v - value) <= 1e-6f * std::abs(value);
-}
-
-// The node producing `tensor` when it is a default-domain `op` whose output
-// only `reader` reads; -1 else.
-int private_producer(const onnx::GraphProto& graph, const vaiq::GraphIndex& index, const std::string& tensor,
-                     std::string_view op) {
-    const int n = index.producer(tensor);
-    if (n < 0 || graph.node(n).op_type() != op || !vaiq::is_default_domain(graph.node(n))) return -1;
-    if (index.consumers(tensor).size() != 1 || index.is_graph_output(tensor)) return -1;
-    return n;
-}
-
-// Of a binary node, the input that is not the constant `value`; "" when neither is.
-std::string other_than(const vaiq::GraphIndex& index, const onnx::NodeProto& node, float value) {
-    if (node.input_size() != 2) return "";
-    if (is_scalar(index, node.input(1), value)) return node.input(0);
-    if (is_scalar(index, node.input(0), value)) return node.input(1);
-    return "";
-}
-
-}  // namespace
-
 // x * Clip(x + 3, 0, 6) / 6 (or * 1/6), as PP-LCNet and MobileNetV3 exports
 // spell HardSwish before opset 14, becomes x * HardSigmoid(x) (alpha 1/6, beta
 // 1/2): two quantized tensors instead of four, none of them the product
@@ -101,54 +73,32 @@ std::string other_than(const vaiq::GraphIndex& index, const onnx::NodeProto& nod
 // activations two and a half bits. It is also the form the DPU computes.
 bool fuse_hard_swish(vaiq::Model& model) {
     auto& graph = model.graph();
-    const vaiq::GraphIndex index(graph);
+    const auto found = vaiq::find_hard_swishes(graph);
+    if (found.empty()) return false;
     vaiq::UniqueNames names(graph);
     std::vector<int> removed;
-    std::set<int> used;
-    for (int d = 0; d < graph.node_size(); ++d) {
-        const auto& div = graph.node(d);
-        if (!vaiq::is_default_domain(div) || div.output_size() != 1) continue;
-        const std::string product = div.op_type() == "Div" ? (is_scalar(index, div.input(1), 6.0f) ? div.input(0) : "")
-                                    : div.op_type() == "Mul" ? other_than(index, div, 1.0f / 6.0f)
-                                                             : "";
-        if (product.empty()) continue;
-        const int m = private_producer(graph, index, product, "Mul");
-        if (m < 0 || graph.node(m).input_size() != 2) continue;
-        for (int slot = 0; slot < 2; ++slot) {
-            const auto& mul = graph.node(m);
-            const int c = private_producer(graph, index, mul.input(slot), "Clip");
-            if (c < 0) continue;
-            const auto bounds = vaiq::clip_bounds(graph.node(c), index);
-            if (!bounds || bounds->first != 0.0f || bounds->second != 6.0f) continue;
-            const int a = private_producer(graph, index, graph.node(c).input(0), "Add");
-            if (a < 0) continue;
-            const auto x = other_than(index, graph.node(a), 3.0f);
-            if (x.empty() || x != mul.input(1 - slot)) continue;
-            if (used.count(d) || used.count(m) || used.count(c) || used.count(a)) break;
-            used.insert({d, m, c, a});
-            // The Clip becomes the HardSigmoid, the Mul reads it and writes the Div's output.
-            const auto gate = names.fresh(graph.node(c).output(0) + "_hard_sigmoid");
-            auto& hs = *graph.mutable_node(c);
-            hs.set_op_type("HardSigmoid");
-            hs.clear_input();
-            hs.add_input(x);
-            hs.clear_attribute();
-            vaiq::set_attribute(hs, "alpha", 1.0f / 6.0f);
-            vaiq::set_attribute(hs, "beta", 0.5f);
-            hs.set_output(0, gate);
-            auto& out = *graph.mutable_node(m);
-            out.set_input(0, x);
-            out.set_input(1, gate);
-            out.set_output(0, graph.node(d).output(0));
-            removed.insert(removed.end(), {a, d});
-            break;
-        }
+    for (const auto& match : found) {
+        const int product = match.nodes[0], clip = match.nodes[1], add = match.nodes[2];
+        const std::string x = match.fused.input(0);
+        // The Clip becomes the HardSigmoid, the Mul reads it and writes the pattern's output.
+        const auto gate = names.fresh(graph.node(clip).output(0) + "_hard_sigmoid");
+        auto& hs = *graph.mutable_node(clip);
+        hs.set_op_type("HardSigmoid");
+        hs.clear_input();
+        hs.add_input(x);
+        hs.clear_attribute();
+        vaiq::set_attribute(hs, "alpha", 1.0f / 6.0f);
+        vaiq::set_attribute(hs, "beta", 0.5f);
+        hs.set_output(0, gate);
+        auto& out = *graph.mutable_node(product);
+        out.set_input(0, x);
+        out.set_input(1, gate);
+        out.set_output(0, match.fused.output(0));
+        removed.insert(removed.end(), {add, match.last});
     }
-    if (removed.empty()) return false;
-    std::sort(removed.begin(), removed.end());
     vaiq::remove_nodes(graph, removed);
     vaiq::remove_unused_initializers(graph);
-    vaiq::log_debug("fuse_hard_swish: {} HardSwish patterns to x * HardSigmoid(x)", removed.size() / 2);
+    vaiq::log_debug("fuse_hard_swish: {} HardSwish patterns to x * HardSigmoid(x)", found.size());
     return true;
 }
 
