@@ -29,8 +29,9 @@ VAIQ_API std::vector<PatternMatch> find_layer_norms(const onnx::GraphProto& grap
 VAIQ_API std::vector<PatternMatch> find_gelus(const onnx::GraphProto& graph);
 
 /// x * Clip(x + 3, 0, 6) / 6 (or * 1/6), as PP-LCNet and MobileNetV3 exports
-/// spell HardSwish before opset 14, as an ONNX HardSwish. Its nodes are the
-/// product's Mul, the Clip, the Add and the last node, in that order.
+/// spell HardSwish before opset 14, as an ONNX HardSwish; the constants 3 and
+/// 6 (or 1/6) stored as initializers. Its nodes are the product's Mul, the
+/// Clip, the Add and the last node, in that order.
 VAIQ_API std::vector<PatternMatch> find_hard_swishes(const onnx::GraphProto& graph);
 
 }  // namespace vaiq

@@ -49,6 +49,14 @@ class Matcher {
         return t->data<float>()[0];
     }
 
+    // A float scalar stored as an initializer, finite.
+    std::optional<float> stored_scalar(const std::string& tensor) const {
+        const auto t = constant_tensor(index_, tensor);
+        if (!t || t->type() != DataType::Float || t->size() != 1 || !std::isfinite(t->data<float>()[0]))
+            return std::nullopt;
+        return t->data<float>()[0];
+    }
+
     // The input of a binary node that is not `known`, or "" when neither or both are.
     static std::string other_input(const onnx::NodeProto& node, const std::string& known) {
         if (node.input_size() != 2) return {};
@@ -206,7 +214,7 @@ std::vector<PatternMatch> find_hard_swishes(const onnx::GraphProto& graph) {
         // The product's side of the last node: / 6 (the divisor second), or * 1/6 either way.
         for (int slot = 0; slot < (last.op_type() == "Div" ? 1 : 2); ++slot) {
             Matcher m(graph, index);
-            if (!equal(m.scalar(last.input(1 - slot)), last.op_type() == "Div" ? 6.0f : 1.0f / 6.0f)) continue;
+            if (!equal(m.stored_scalar(last.input(1 - slot)), last.op_type() == "Div" ? 6.0f : 1.0f / 6.0f)) continue;
             const auto* product = m.from(last.input(slot), "Mul");
             if (!product || product->input_size() != 2) continue;
             for (int side = 0; side < 2; ++side) {  // the Clip's side of the product
@@ -216,7 +224,7 @@ std::vector<PatternMatch> find_hard_swishes(const onnx::GraphProto& graph) {
                 if (!bounds || bounds->first != 0.0f || bounds->second != 6.0f) continue;
                 const auto* add = g.from(clip->input(0), "Add");
                 const auto& x = product->input(1 - side);
-                if (!add || !equal(g.scalar(Matcher::other_input(*add, x)), 3.0f)) continue;
+                if (!add || !equal(g.stored_scalar(Matcher::other_input(*add, x)), 3.0f)) continue;
                 PatternMatch match{g.matched(), n, {}};
                 match.nodes.push_back(n);
                 if (overlaps(found, match.nodes)) continue;
