@@ -411,100 +411,97 @@ void spelled_hard_swish(KernelContext& ctx, std::vector<Tensor>& out) {
 }
 
 // Every kernel here shares its work only through parallel_for.hpp.
-const KernelRegistrations kKernels(
-    always_in_team,
-    {
-        {"com.microsoft", "Gelu", 1, 1, gelu},
-        {"", "Gelu", 20, kLatest, gelu},
-        {kInternalDomain, "Gelu", 0, 1, gelu},  // fused (runtime/layout.hpp)
-        {"", "Add", 7, kLatest, arithmetic<std::plus<>>},
-        {"", "Sub", 7, kLatest, arithmetic<std::minus<>>},
-        {"", "Mul", 7, kLatest, arithmetic<std::multiplies<>>},
-        {"", "Div", 7, kLatest, arithmetic<Divide>},
-        {"", "Pow", 7, kLatest, pow_kernel},
-        {"", "Mod", 10, kLatest, mod_kernel},
-        {"", "Equal", 7, kLatest, comparison<std::equal_to<>>},
-        {"", "Less", 7, kLatest, comparison<std::less<>>},
-        {"", "Greater", 7, kLatest, comparison<std::greater<>>},
-        {"", "LessOrEqual", 12, kLatest, comparison<std::less_equal<>>},
-        {"", "GreaterOrEqual", 12, kLatest, comparison<std::greater_equal<>>},
-        {"", "And", 7, kLatest, logical<std::logical_and<>>},
-        {"", "Or", 7, kLatest, logical<std::logical_or<>>},
-        {"", "Xor", 7, kLatest, logical<NotEqual>},
-        {"", "Not", 1, kLatest, not_kernel},
-        {"", "Max", 8, kLatest, variadic<Extreme<true>>},
-        {"", "Min", 8, kLatest, variadic<Extreme<false>>},
-        {"", "Sum", 8, kLatest, variadic<std::plus<>>},
-        {"", "Mean", 8, kLatest, variadic<std::plus<>, true>},
-        {"", "Where", 9, kLatest, where_kernel},
-        {"", "Identity", 1, kLatest, identity},
-        {"", "Cast", 6, kLatest, cast},
-        {"", "CastLike", 15, kLatest, cast},
-        {"", "IsNaN", 9, kLatest, is_nan},
-        {"", "IsInf", 10, kLatest, is_inf},
-        {"", "Clip", 6, kLatest, clip},
-        {"", "PRelu", 9, kLatest, prelu},
-        {"", "Relu", 6, kLatest, unary_numeric([](auto v) { return v < 0 ? decltype(v){0} : v; })},
-        {"", "Neg", 6, kLatest, unary_numeric([](auto v) { return static_cast<decltype(v)>(-v); })},
-        {"", "Abs", 6, kLatest, unary_numeric([](auto v) {
-             if constexpr (std::is_unsigned_v<decltype(v)>)
-                 return v;
-             else if constexpr (std::is_floating_point_v<decltype(v)>)
-                 return std::abs(v);  // -0 becomes +0, as ONNX Runtime computes it
-             else
-                 return static_cast<decltype(v)>(v < 0 ? -v : v);
-         })},
-        {"", "Sign", 9, kLatest, unary_numeric([](auto v) {
-             using T = decltype(v);
-             return static_cast<T>(v > T{0} ? 1 : (v < T{0} ? -1 : 0));
-         })},
-        {"", "Exp", 6, kLatest, unary_float_fn([](double v) { return std::exp(v); })},
-        {"", "Log", 6, kLatest, unary_float_fn([](double v) { return std::log(v); })},
-        {"", "Sqrt", 6, kLatest, unary_float_fn([](double v) { return std::sqrt(v); })},
-        {"", "Reciprocal", 6, kLatest, unary_float_fn([](double v) { return 1.0 / v; })},
-        {"", "Floor", 6, kLatest, unary_float_fn([](double v) { return std::floor(v); })},
-        {"", "Ceil", 6, kLatest, unary_float_fn([](double v) { return std::ceil(v); })},
-        {"", "Round", 11, kLatest, unary_float_fn([](double v) { return std::nearbyint(v); })},
-        {"", "Erf", 9, kLatest, erf},
-        {"", "Tanh", 6, kLatest, unary_float_fn([](double v) { return std::tanh(v); })},
-        {"", "Sigmoid", 6, kLatest, sigmoid_kernel},
-        {"", "Sin", 7, kLatest, unary_float_fn([](double v) { return std::sin(v); })},
-        {"", "Cos", 7, kLatest, unary_float_fn([](double v) { return std::cos(v); })},
-        {"", "Tan", 7, kLatest, unary_float_fn([](double v) { return std::tan(v); })},
-        {"", "Asin", 7, kLatest, unary_float_fn([](double v) { return std::asin(v); })},
-        {"", "Acos", 7, kLatest, unary_float_fn([](double v) { return std::acos(v); })},
-        {"", "Atan", 7, kLatest, unary_float_fn([](double v) { return std::atan(v); })},
-        {"", "Sinh", 9, kLatest, unary_float_fn([](double v) { return std::sinh(v); })},
-        {"", "Cosh", 9, kLatest, unary_float_fn([](double v) { return std::cosh(v); })},
-        {"", "Asinh", 9, kLatest, unary_float_fn([](double v) { return std::asinh(v); })},
-        {"", "Acosh", 9, kLatest, unary_float_fn([](double v) { return std::acosh(v); })},
-        {"", "Atanh", 9, kLatest, unary_float_fn([](double v) { return std::atanh(v); })},
-        {"", "Softplus", 1, kLatest,
-         unary_float_fn([](double v) { return v > 0 ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v)); })},
-        {"", "Softsign", 1, kLatest, unary_float_fn([](double v) { return v / (1.0 + std::abs(v)); })},
-        {"", "LeakyRelu", 6, kLatest, leaky_relu},
-        {"", "Elu", 6, kLatest, unary_float([](A a) {
-             const double alpha = a.get_float("alpha", 1.0f);
-             return [alpha](double v) { return v < 0 ? alpha * std::expm1(v) : v; };
-         })},
-        {"", "Celu", 12, kLatest, unary_float([](A a) {
-             const double alpha = a.get_float("alpha", 1.0f);
-             return [alpha](double v) { return std::max(0.0, v) + std::min(0.0, alpha * std::expm1(v / alpha)); };
-         })},
-        {"", "Selu", 6, kLatest, unary_float([](A a) {
-             const double alpha = a.get_float("alpha", 1.67326319217681884765625f);
-             const double gamma = a.get_float("gamma", 1.05070102214813232421875f);
-             return [alpha, gamma](double v) { return gamma * (v > 0 ? v : alpha * std::expm1(v)); };
-         })},
-        {"", "ThresholdedRelu", 10, kLatest, unary_float([](A a) {
-             const double alpha = a.get_float("alpha", 1.0f);
-             return [alpha](double v) { return v > alpha ? v : 0.0; };
-         })},
-        {"", "HardSigmoid", 6, kLatest, hard_sigmoid},
-        {"", "HardSwish", 14, kLatest,
-         unary_float_fn([](double v) { return v * std::clamp(v / 6.0 + 0.5, 0.0, 1.0); })},
-        {kInternalDomain, "HardSwish", 0, 1, spelled_hard_swish},
-    });
+const KernelRegistrations kKernels(always_in_team, {
+    {"com.microsoft", "Gelu", 1, 1, gelu},
+    {"", "Gelu", 20, kLatest, gelu},
+    {kInternalDomain, "Gelu", 0, 1, gelu},  // fused (runtime/layout.hpp)
+    {"", "Add", 7, kLatest, arithmetic<std::plus<>>},
+    {"", "Sub", 7, kLatest, arithmetic<std::minus<>>},
+    {"", "Mul", 7, kLatest, arithmetic<std::multiplies<>>},
+    {"", "Div", 7, kLatest, arithmetic<Divide>},
+    {"", "Pow", 7, kLatest, pow_kernel},
+    {"", "Mod", 10, kLatest, mod_kernel},
+    {"", "Equal", 7, kLatest, comparison<std::equal_to<>>},
+    {"", "Less", 7, kLatest, comparison<std::less<>>},
+    {"", "Greater", 7, kLatest, comparison<std::greater<>>},
+    {"", "LessOrEqual", 12, kLatest, comparison<std::less_equal<>>},
+    {"", "GreaterOrEqual", 12, kLatest, comparison<std::greater_equal<>>},
+    {"", "And", 7, kLatest, logical<std::logical_and<>>},
+    {"", "Or", 7, kLatest, logical<std::logical_or<>>},
+    {"", "Xor", 7, kLatest, logical<NotEqual>},
+    {"", "Not", 1, kLatest, not_kernel},
+    {"", "Max", 8, kLatest, variadic<Extreme<true>>},
+    {"", "Min", 8, kLatest, variadic<Extreme<false>>},
+    {"", "Sum", 8, kLatest, variadic<std::plus<>>},
+    {"", "Mean", 8, kLatest, variadic<std::plus<>, true>},
+    {"", "Where", 9, kLatest, where_kernel},
+    {"", "Identity", 1, kLatest, identity},
+    {"", "Cast", 6, kLatest, cast},
+    {"", "CastLike", 15, kLatest, cast},
+    {"", "IsNaN", 9, kLatest, is_nan},
+    {"", "IsInf", 10, kLatest, is_inf},
+    {"", "Clip", 6, kLatest, clip},
+    {"", "PRelu", 9, kLatest, prelu},
+    {"", "Relu", 6, kLatest, unary_numeric([](auto v) { return v < 0 ? decltype(v){0} : v; })},
+    {"", "Neg", 6, kLatest, unary_numeric([](auto v) { return static_cast<decltype(v)>(-v); })},
+    {"", "Abs", 6, kLatest, unary_numeric([](auto v) {
+         if constexpr (std::is_unsigned_v<decltype(v)>)
+             return v;
+         else if constexpr (std::is_floating_point_v<decltype(v)>)
+             return std::abs(v);  // -0 becomes +0, as ONNX Runtime computes it
+         else
+             return static_cast<decltype(v)>(v < 0 ? -v : v);
+     })},
+    {"", "Sign", 9, kLatest, unary_numeric([](auto v) {
+         using T = decltype(v);
+         return static_cast<T>(v > T{0} ? 1 : (v < T{0} ? -1 : 0));
+     })},
+    {"", "Exp", 6, kLatest, unary_float_fn([](double v) { return std::exp(v); })},
+    {"", "Log", 6, kLatest, unary_float_fn([](double v) { return std::log(v); })},
+    {"", "Sqrt", 6, kLatest, unary_float_fn([](double v) { return std::sqrt(v); })},
+    {"", "Reciprocal", 6, kLatest, unary_float_fn([](double v) { return 1.0 / v; })},
+    {"", "Floor", 6, kLatest, unary_float_fn([](double v) { return std::floor(v); })},
+    {"", "Ceil", 6, kLatest, unary_float_fn([](double v) { return std::ceil(v); })},
+    {"", "Round", 11, kLatest, unary_float_fn([](double v) { return std::nearbyint(v); })},
+    {"", "Erf", 9, kLatest, erf},
+    {"", "Tanh", 6, kLatest, unary_float_fn([](double v) { return std::tanh(v); })},
+    {"", "Sigmoid", 6, kLatest, sigmoid_kernel},
+    {"", "Sin", 7, kLatest, unary_float_fn([](double v) { return std::sin(v); })},
+    {"", "Cos", 7, kLatest, unary_float_fn([](double v) { return std::cos(v); })},
+    {"", "Tan", 7, kLatest, unary_float_fn([](double v) { return std::tan(v); })},
+    {"", "Asin", 7, kLatest, unary_float_fn([](double v) { return std::asin(v); })},
+    {"", "Acos", 7, kLatest, unary_float_fn([](double v) { return std::acos(v); })},
+    {"", "Atan", 7, kLatest, unary_float_fn([](double v) { return std::atan(v); })},
+    {"", "Sinh", 9, kLatest, unary_float_fn([](double v) { return std::sinh(v); })},
+    {"", "Cosh", 9, kLatest, unary_float_fn([](double v) { return std::cosh(v); })},
+    {"", "Asinh", 9, kLatest, unary_float_fn([](double v) { return std::asinh(v); })},
+    {"", "Acosh", 9, kLatest, unary_float_fn([](double v) { return std::acosh(v); })},
+    {"", "Atanh", 9, kLatest, unary_float_fn([](double v) { return std::atanh(v); })},
+    {"", "Softplus", 1, kLatest,
+     unary_float_fn([](double v) { return v > 0 ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v)); })},
+    {"", "Softsign", 1, kLatest, unary_float_fn([](double v) { return v / (1.0 + std::abs(v)); })},
+    {"", "LeakyRelu", 6, kLatest, leaky_relu},
+    {"", "Elu", 6, kLatest, unary_float([](A a) {
+         const double alpha = a.get_float("alpha", 1.0f);
+         return [alpha](double v) { return v < 0 ? alpha * std::expm1(v) : v; };
+     })},
+    {"", "Celu", 12, kLatest, unary_float([](A a) {
+         const double alpha = a.get_float("alpha", 1.0f);
+         return [alpha](double v) { return std::max(0.0, v) + std::min(0.0, alpha * std::expm1(v / alpha)); };
+     })},
+    {"", "Selu", 6, kLatest, unary_float([](A a) {
+         const double alpha = a.get_float("alpha", 1.67326319217681884765625f);
+         const double gamma = a.get_float("gamma", 1.05070102214813232421875f);
+         return [alpha, gamma](double v) { return gamma * (v > 0 ? v : alpha * std::expm1(v)); };
+     })},
+    {"", "ThresholdedRelu", 10, kLatest, unary_float([](A a) {
+         const double alpha = a.get_float("alpha", 1.0f);
+         return [alpha](double v) { return v > alpha ? v : 0.0; };
+     })},
+    {"", "HardSigmoid", 6, kLatest, hard_sigmoid},
+    {"", "HardSwish", 14, kLatest, unary_float_fn([](double v) { return v * std::clamp(v / 6.0 + 0.5, 0.0, 1.0); })},
+    {kInternalDomain, "HardSwish", 0, 1, spelled_hard_swish},  // fused (runtime/layout.hpp)
+});
 
 }  // namespace
 }  // namespace vaiq::runtime
