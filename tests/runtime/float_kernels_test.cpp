@@ -101,14 +101,16 @@ TEST(Executor, SpelledOutLayerNormAndGeluRunAsOneKernelEach) {
 
 // HardSwish as exported before opset 14 (x * Clip(x + 3, 0, 6) / 6, or * 1/6
 // with the product's operands the other way round) between two convolutions:
-// one kernel each, giving what the four nodes give bit for bit, channels-last
-// between the convolutions.
+// one kernel each, giving what the four nodes give bit for bit (with the
+// constants they hold, here a float step off 3 and 6), channels-last between
+// the convolutions.
 TEST(Executor, SpelledOutHardSwishesRunAsOneKernelEachBitForBit) {
     vaiq::test::GraphBuilder b;
     b.input("x", {1, 3, 6, 6}).output("y", {1, 3, 6, 6});
     b.initializer("w1", vaiq::test::ramp({3, 3, 1, 1}, -0.9f, 0.21f));
     b.initializer("w2", vaiq::test::ramp({3, 3, 1, 1}, 0.7f, -0.17f));
-    b.initializer("three", Tensor::from_values<float>({}, std::vector<float>{3.0f}));
+    b.initializer("three", Tensor::from_values<float>({}, std::vector<float>{std::nextafter(3.0f, 4.0f)}));
+    b.initializer("six_off", Tensor::from_values<float>({}, std::vector<float>{std::nextafter(6.0f, 7.0f)}));
     b.initializer("zero", Tensor::from_values<float>({}, std::vector<float>{0.0f}));
     b.initializer("six", Tensor::from_values<float>({}, std::vector<float>{6.0f}));
     b.initializer("sixth", Tensor::from_values<float>({}, std::vector<float>{1.0f / 6.0f}));
@@ -116,7 +118,7 @@ TEST(Executor, SpelledOutHardSwishesRunAsOneKernelEachBitForBit) {
     b.node("Add", {"c1", "three"}, {"a1"});
     b.node("Clip", {"a1", "zero", "six"}, {"k1"});
     b.node("Mul", {"c1", "k1"}, {"p1"});
-    b.node("Div", {"p1", "six"}, {"h1"});
+    b.node("Div", {"p1", "six_off"}, {"h1"});
     b.node("Conv", {"h1", "w2"}, {"c2"});
     b.node("Add", {"three", "c2"}, {"a2"});
     b.node("Clip", {"a2", "zero", "six"}, {"k2"});

@@ -664,8 +664,19 @@ bool fuse_patterns(onnx::GraphProto& graph, const std::set<std::string>& tapped)
     auto matches = find_layer_norms(graph);
     auto gelus = find_gelus(graph);
     matches.insert(matches.end(), gelus.begin(), gelus.end());
+    // A HardSwish carries the constants it was spelled with (3, and 6 or 1/6 to
+    // within a rounding), so that the fused kernel computes what the nodes do.
+    const GraphIndex index(graph);
     for (auto& swish : find_hard_swishes(graph)) {
-        if (graph.node(swish.last).op_type() == "Mul") set_attribute(swish.fused, "by_reciprocal", int64_t{1});
+        const auto& last = graph.node(swish.last);
+        const auto& product = graph.node(swish.nodes[0]).output(0);
+        const auto& add = graph.node(swish.nodes[2]);
+        const auto& x = swish.fused.input(0);
+        const auto offset = scalar_value(graph, index, add.input(add.input(0) == x ? 1 : 0));
+        const auto scale = scalar_value(graph, index, last.input(last.input(0) == product ? 1 : 0));
+        if (!offset || !scale) continue;
+        set_attribute(swish.fused, "offset", *offset);
+        set_attribute(swish.fused, last.op_type() == "Mul" ? "factor" : "divisor", *scale);
         matches.push_back(std::move(swish));
     }
     bool changed = false;

@@ -44,17 +44,12 @@ class Matcher {
 
     // A constant float scalar (any shape with one element).
     std::optional<float> scalar(const std::string& tensor) const {
-        const auto t = constant_value(graph_, index_, tensor);
-        if (!t || t->type() != DataType::Float || t->size() != 1) return std::nullopt;
-        return t->data<float>()[0];
+        return float_scalar(constant_value(graph_, index_, tensor));
     }
 
-    // A float scalar stored as an initializer, finite.
+    // The same, stored as an initializer (not a Constant node's).
     std::optional<float> stored_scalar(const std::string& tensor) const {
-        const auto t = constant_tensor(index_, tensor);
-        if (!t || t->type() != DataType::Float || t->size() != 1 || !std::isfinite(t->data<float>()[0]))
-            return std::nullopt;
-        return t->data<float>()[0];
+        return float_scalar(constant_tensor(index_, tensor));
     }
 
     // The input of a binary node that is not `known`, or "" when neither or both are.
@@ -68,6 +63,11 @@ class Matcher {
     const std::vector<int>& matched() const { return matched_; }
 
   private:
+    static std::optional<float> float_scalar(const std::optional<Tensor>& t) {
+        if (!t || t->type() != DataType::Float || t->size() != 1) return std::nullopt;
+        return t->data<float>()[0];
+    }
+
     const onnx::GraphProto& graph_;
     const GraphIndex& index_;
     std::vector<int> matched_;
@@ -205,37 +205,41 @@ std::vector<PatternMatch> find_gelus(const onnx::GraphProto& graph) {
 
 std::vector<PatternMatch> find_hard_swishes(const onnx::GraphProto& graph) {
     const GraphIndex index(graph);
+    // The pattern ending at node n, its product on input `slot` of n and its Clip on input `side` of the product.
+    auto match_at = [&](int n, int slot, int side) -> std::optional<PatternMatch> {
+        const auto& last = graph.node(n);
+        Matcher m(graph, index);
+        if (!equal(m.stored_scalar(last.input(1 - slot)), last.op_type() == "Div" ? 6.0f : 1.0f / 6.0f)) return {};
+        const auto* product = m.from(last.input(slot), "Mul");
+        if (!product || product->input_size() != 2) return {};
+        const auto* clip = m.from(product->input(side), "Clip");
+        const auto bounds = clip ? clip_bounds(*clip, index) : std::nullopt;
+        if (!bounds || bounds->first != 0.0f || bounds->second != 6.0f) return {};
+        const auto* add = m.from(clip->input(0), "Add");
+        const auto& x = product->input(1 - side);
+        if (!add || !equal(m.stored_scalar(Matcher::other_input(*add, x)), 3.0f)) return {};
+        PatternMatch match{m.matched(), n, {}};
+        match.nodes.push_back(n);
+        match.fused.set_op_type("HardSwish");
+        match.fused.add_input(x);
+        match.fused.add_output(last.output(0));
+        return match;
+    };
     std::vector<PatternMatch> found;
     for (int n = 0; n < graph.node_size(); ++n) {
         const auto& last = graph.node(n);
         if (!is_default_domain(last) || last.input_size() != 2 || last.output_size() != 1 ||
             (last.op_type() != "Div" && last.op_type() != "Mul"))
             continue;
-        // The product's side of the last node: / 6 (the divisor second), or * 1/6 either way.
-        for (int slot = 0; slot < (last.op_type() == "Div" ? 1 : 2); ++slot) {
-            Matcher m(graph, index);
-            if (!equal(m.stored_scalar(last.input(1 - slot)), last.op_type() == "Div" ? 6.0f : 1.0f / 6.0f)) continue;
-            const auto* product = m.from(last.input(slot), "Mul");
-            if (!product || product->input_size() != 2) continue;
-            for (int side = 0; side < 2; ++side) {  // the Clip's side of the product
-                Matcher g = m;
-                const auto* clip = g.from(product->input(side), "Clip");
-                const auto bounds = clip ? clip_bounds(*clip, index) : std::nullopt;
-                if (!bounds || bounds->first != 0.0f || bounds->second != 6.0f) continue;
-                const auto* add = g.from(clip->input(0), "Add");
-                const auto& x = product->input(1 - side);
-                if (!add || !equal(g.stored_scalar(Matcher::other_input(*add, x)), 3.0f)) continue;
-                PatternMatch match{g.matched(), n, {}};
-                match.nodes.push_back(n);
-                if (overlaps(found, match.nodes)) continue;
-                match.fused.set_op_type("HardSwish");
-                match.fused.add_input(x);
-                match.fused.add_output(last.output(0));
-                found.push_back(std::move(match));
-                break;
+        // The product / 6 (the divisor second), or * 1/6 either way; the Clip either side of the product.
+        const int slots = last.op_type() == "Div" ? 1 : 2;
+        std::optional<PatternMatch> match;
+        for (int slot = 0; slot < slots && !match; ++slot)
+            for (int side = 0; side < 2 && !match; ++side) {
+                match = match_at(n, slot, side);
+                if (match && overlaps(found, match->nodes)) match.reset();
             }
-            if (!found.empty() && found.back().last == n) break;
-        }
+        if (match) found.push_back(std::move(*match));
     }
     return found;
 }

@@ -399,14 +399,17 @@ void gelu(KernelContext& ctx, std::vector<Tensor>& out) {
 }
 
 // A spelled-out HardSwish fused (runtime/layout.hpp): the float operations of
-// x * Clip(x + 3, 0, 6) / 6 (or * 1/6, `by_reciprocal`) in their order, so
-// that it gives what the nodes give, bit for bit, in one pass over memory.
+// x * Clip(x + offset, 0, 6), then / divisor or * factor, in their order and
+// with the constants the nodes hold, so that it gives what they give, bit for
+// bit, in one pass over memory.
 void spelled_hard_swish(KernelContext& ctx, std::vector<Tensor>& out) {
     if (ctx.input(0).type() != DataType::Float) ctx.fail("only float is supported");
-    const bool by_reciprocal = ctx.attributes.get_int("by_reciprocal", 0) != 0;
-    out[0] = map_input<float>(ctx, 0, [by_reciprocal](float x) {
-        const float product = x * std::min(std::max(x + 3.0f, 0.0f), 6.0f);
-        return by_reciprocal ? product * (1.0f / 6.0f) : product / 6.0f;
+    const float offset = ctx.attributes.get_float("offset", 3.0f);
+    const float divisor = ctx.attributes.get_float("divisor", 0.0f), factor = ctx.attributes.get_float("factor", 0.0f);
+    if ((divisor == 0.0f) == (factor == 0.0f)) ctx.fail("needs one of the attributes divisor and factor");
+    out[0] = map_input<float>(ctx, 0, [offset, divisor, factor](float x) {
+        const float product = x * std::min(std::max(x + offset, 0.0f), 6.0f);
+        return divisor != 0.0f ? product / divisor : product * factor;
     });
 }
 
