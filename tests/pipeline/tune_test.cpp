@@ -153,7 +153,7 @@ TEST(CalibrationCache, ARunOfTheSameCalibrationTakesItAndWritesTheSameModel) {
     EXPECT_FALSE(reused(alone));
     EXPECT_EQ(vaiq::test::slurp(dir / "second.onnx"), vaiq::test::slurp(dir / "alone.onnx"));
     EXPECT_EQ(second["evaluation"]["outputs"], alone["evaluation"]["outputs"]) << "compared against the same outputs";
-    EXPECT_EQ(second["mixed_scale_tensors"], alone["mixed_scale_tensors"]);
+    EXPECT_EQ(second["mixed_scales"], alone["mixed_scales"]);
     // Another calibrator observes anew, and is kept too.
     EXPECT_FALSE(reused(run("percentile", {"calibrate_method=Percentile"}, cache)));
     EXPECT_EQ(cache->entries.size(), 2u);

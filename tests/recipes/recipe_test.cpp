@@ -246,7 +246,6 @@ TEST(Recipes, RunSettingsAreReadOnceAndTyped) {
     EXPECT_EQ(s.evaluation_batches, 3);
     EXPECT_EQ(s.sensitivity_tensors, 5);
     EXPECT_FALSE(s.remove_input_init);
-    EXPECT_TRUE(s.float_fragile_inputs) << "the default";
     EXPECT_TRUE(s.given_params.empty());
     EXPECT_EQ(s.request.weight_type, vaiq::QuantType::QInt8) << "what the defaults ask of the target";
 

@@ -22,7 +22,8 @@
 #endif
 
 /** The ABI revision of this SDK; a plugin must carry exactly this number. */
-/* 16: AlgorithmContext::agreements() runs batches on workers (VariantRun made per worker), forking_runner()'s threads;
+/* 17: AlgorithmStage::Plan (draft(), keep_float(), set_per_channel(), mark_mixed_scales()), note(), channel_ranges()'s batches;
+ * 16: AlgorithmContext::agreements() runs batches on workers (VariantRun made per worker), forking_runner()'s threads;
  * 15: the descriptor's enabled_by and may_try, AlgorithmStage::Precision, AlgorithmContext::runs();
  * 14: QuantParams::float_zero_point (HQQ), SharedExponentBlocks::rounding_mode;
  * 13: block floating point and MX quant types, QuantSpec/QuantParams::shared_exponent;
@@ -33,7 +34,7 @@
  * 8: the algorithm kind (vaiq/algorithm.hpp);
  * 7: RangeObserver::order_free(), Pass::keeps_function();
  * 6: QuantSpec::dynamic, RangeObserver statistics() and merge(), 4-bit types and block-wise parameters */
-#define VAIQ_ABI_VERSION 16u
+#define VAIQ_ABI_VERSION 17u
 
 /** Name of the one symbol a plugin library exports. */
 #define VAIQ_PLUGIN_ENTRY_NAME "vaiq_plugin_entry"

@@ -145,6 +145,24 @@ struct TensorSensitivity {
     bool mixed_scales = false;
 };
 
+/// One tensor the drafted plan quantizes (Plan stage), before any parameter exists.
+struct DraftTensor {
+    std::string tensor;
+    TensorRole role = TensorRole::Activation;
+    QuantSpec spec;
+    bool constant = false;  ///< an initializer: its parameters come from its values
+    /// An activation calibration observes on its own range: it neither shares
+    /// another tensor's parameters nor takes its range, and has no fixed or given range.
+    bool own_range = false;
+};
+
+/// The plan as drafted (Plan stage): the tensors it quantizes, and those left
+/// float on purpose so far, with why.
+struct Draft {
+    std::vector<DraftTensor> tensors;
+    std::vector<std::pair<std::string, std::string>> kept_float;
+};
+
 /// The types tensors are raised to, or float where the target cannot run them.
 struct Precision {
     QuantType activation_type = QuantType::QInt16;
@@ -237,8 +255,12 @@ class VAIQ_API AlgorithmContext {
     /// each of `tensors` as the batch computes it.
     virtual void for_each_tapped(const Model& model, const std::vector<std::string>& tensors,
                                  const TapFunction& observe) = 0;
-    /// The largest |value| per channel of float tensors of `model` over data().
-    virtual ChannelRanges channel_ranges(const Model& model, const std::vector<ChannelRangeRequest>& requests) = 0;
+    /// The largest |value| per channel of float tensors of `model` over data()
+    /// (its first `batches`; 0: all). In the Plan stage, empty where the run
+    /// has no data to decide by before calibrating (statistics files, given
+    /// parameters without data, `vaiq explain`).
+    virtual ChannelRanges channel_ranges(const Model& model, const std::vector<ChannelRangeRequest>& requests,
+                                         size_t batches = 0) = 0;
     /// Shows progress ("layer", 3 of 24) where the user has asked for it.
     virtual void progress(std::string_view what, int64_t done, int64_t total) = 0;
 
@@ -274,6 +296,26 @@ class VAIQ_API AlgorithmContext {
     virtual void set_model(Model model) = 0;
     /// The algorithm's section of the report (under its name).
     virtual void report(nlohmann::json section) = 0;
+    /// Something about `tensor` a person should know (what was done to it, or
+    /// what to try): the report's notes, shown on its page.
+    virtual void note(const std::string& tensor, std::string text) = 0;
+
+    /// The plan as drafted (Plan stage).
+    virtual Draft draft() const = 0;
+    /// Leaves `tensor` float, with why (Plan stage; the report's plan.kept_float).
+    /// What takes its parameters from it stays float too, or, with
+    /// `sharers_on_own_range`, is calibrated on its own range (each Slice of a
+    /// tensor left float on its own grid). A tensor the draft does not hold
+    /// (any longer: one that went with a tensor left float before) is only recorded.
+    virtual void keep_float(const std::string& tensor, const std::string& reason,
+                            bool sharers_on_own_range = false) = 0;
+    /// Quantizes weight `tensor` per channel along `axis` (Plan stage); false,
+    /// changing nothing, where the run's target or the model's opset (below 13)
+    /// does not allow it or the draft does not hold the weight.
+    virtual bool set_per_channel(const std::string& tensor, int axis) = 0;
+    /// Marks `tensor` as holding channels on scales far apart on one grid (Plan
+    /// stage): sensitivity() says so (TensorSensitivity::mixed_scales).
+    virtual void mark_mixed_scales(const std::string& tensor) = 0;
 };
 
 /// When in the run an algorithm works.
@@ -288,6 +330,9 @@ enum class AlgorithmStage : uint32_t {
     /// After the parameters are computed, before any Parameters algorithm: which
     /// precision each tensor gets (set_precision), so that weights are fitted at it.
     Precision = 4,
+    /// After the plan is drafted, before calibration: which tensors stay float,
+    /// which weights go per channel (draft(), keep_float(), set_per_channel()).
+    Plan = 5,
 };
 
 /// A named step that changes what gets written, from data.

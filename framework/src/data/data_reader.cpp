@@ -17,6 +17,34 @@ namespace fs = std::filesystem;
 
 namespace vaiq {
 
+std::unique_ptr<DataReader> no_data() {
+    class None final : public DataReader {
+      public:
+        std::optional<Batch> next() override { return std::nullopt; }
+        void rewind() override {}
+        size_t items() const override { return 0; }
+    };
+    return std::make_unique<None>();
+}
+
+std::unique_ptr<DataReader> first_batches(DataReader& all, size_t limit) {
+    class First final : public DataReader {
+      public:
+        First(DataReader& all, size_t limit) : all_(all), limit_(limit) {}
+        std::optional<Batch> next() override { return read_++ < limit_ ? all_.next() : std::nullopt; }
+        void rewind() override {
+            all_.rewind();
+            read_ = 0;
+        }
+        size_t items() const override { return std::min(limit_, all_.items()); }
+
+      private:
+        DataReader& all_;
+        size_t limit_, read_ = 0;
+    };
+    return std::make_unique<First>(all, limit);
+}
+
 std::vector<const onnx::ValueInfoProto*> feed_inputs(const onnx::GraphProto& graph) {
     std::set<std::string> constants;
     for (const auto& init : graph.initializer()) constants.insert(init.name());

@@ -64,6 +64,12 @@ std::unique_ptr<DataReader> open_data_reader(const std::filesystem::path& path, 
 std::unique_ptr<DataReader> random_data_reader(const Model& model, const nlohmann::json& shapes,
                                                const nlohmann::json& ranges, int batches, uint64_t seed = 0);
 
+/// A reader without a batch.
+std::unique_ptr<DataReader> no_data();
+
+/// The first `limit` batches of `all` (which must outlive it).
+std::unique_ptr<DataReader> first_batches(DataReader& all, size_t limit);
+
 /// The inputs a caller must feed: graph inputs without an initializer.
 std::vector<const onnx::ValueInfoProto*> feed_inputs(const onnx::GraphProto& graph);
 

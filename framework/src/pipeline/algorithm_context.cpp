@@ -158,9 +158,14 @@ void HostAlgorithmContext::for_each_tapped(const Model& model, const std::vector
     vaiq::for_each_tapped(model, in_.data, tensors, in_.threads, observe);
 }
 
-ChannelRanges HostAlgorithmContext::channel_ranges(const Model& model,
-                                                   const std::vector<ChannelRangeRequest>& requests) {
-    return measure_channel_ranges(model, in_.data, requests, in_.threads);
+ChannelRanges HostAlgorithmContext::channel_ranges(const Model& model, const std::vector<ChannelRangeRequest>& requests,
+                                                   size_t batches) {
+    if (!in_.measurable) return {};
+    if (batches == 0) return measure_channel_ranges(model, in_.data, requests, in_.threads);
+    auto first = first_batches(in_.data, batches);
+    auto ranges = measure_channel_ranges(model, *first, requests, in_.threads);
+    in_.data.rewind();
+    return ranges;
 }
 
 void HostAlgorithmContext::progress(std::string_view what, int64_t done, int64_t total) {
@@ -188,6 +193,20 @@ void HostAlgorithmContext::set_initializers(std::map<std::string, Tensor> values
                                          data_type_name(value.type()), fmt::join(value.shape(), ", ")));
     }
     in_.replace_initializers(std::move(values));
+}
+
+Draft HostAlgorithmContext::draft() const { return service(in_.draft, "draft()")(); }
+
+void HostAlgorithmContext::keep_float(const std::string& tensor, const std::string& reason, bool sharers_on_own_range) {
+    service(in_.keep_float, "keep_float()")(tensor, reason, sharers_on_own_range);
+}
+
+bool HostAlgorithmContext::set_per_channel(const std::string& tensor, int axis) {
+    return service(in_.set_per_channel, "set_per_channel()")(tensor, axis);
+}
+
+void HostAlgorithmContext::mark_mixed_scales(const std::string& tensor) {
+    service(in_.mark_mixed_scales, "mark_mixed_scales()")(tensor);
 }
 
 void HostAlgorithmContext::set_model(Model model) {

@@ -22,6 +22,8 @@ struct AlgorithmInputs {
     const QuantPlan& plan;
     DataReader& data;
     int threads = 0;
+    /// false: channel_ranges() measures nothing (a Plan stage without data to decide by).
+    bool measurable = true;
     /// The data an algorithm's passes replay from memory after the first, when it fits (bytes).
     size_t data_kept_bytes = size_t{256} << 20;
     /// The fitted weights the plan still applies to.
@@ -32,13 +34,19 @@ struct AlgorithmInputs {
     std::function<void(std::map<std::string, Tensor>)> keep_fitted;
     /// Keeps a tensor's chosen parameters (checked) for the rest of the run.
     std::function<void(const std::string&, const QuantParams&)> keep_parameters;
-    /// Takes the algorithm's report section.
+    /// Takes the algorithm's report section, and its notes on tensors.
     std::function<void(nlohmann::json)> report;
+    std::function<void(const std::string&, std::string)> note;
     /// The nodes the recipe quantizes, and the target's spec for a role.
     std::function<std::set<std::string>()> quantized_nodes;
     std::function<QuantSpec(TensorRole)> default_spec;
     /// Takes a rewritten float model (Prepare stage).
     std::function<void(Model)> replace_model;
+    /// Plan stage: the draft, and its changes.
+    std::function<Draft()> draft;
+    std::function<void(const std::string&, const std::string&, bool)> keep_float;
+    std::function<bool(const std::string&, int)> set_per_channel;
+    std::function<void(const std::string&)> mark_mixed_scales;
     /// After calibration: a quantized model's output against the float model's,
     /// the output measured, the tensors' sensitivity.
     std::function<OutputAgreement(const Model&, int output_index, BatchSet)> agreement;
@@ -86,7 +94,8 @@ class HostAlgorithmContext final : public AlgorithmContext {
     QuantPlan raised_plan(const std::set<std::string>& tensors, const Precision& precision, size_t* count) override;
     void for_each_tapped(const Model& model, const std::vector<std::string>& tensors,
                          const TapFunction& observe) override;
-    ChannelRanges channel_ranges(const Model& model, const std::vector<ChannelRangeRequest>& requests) override;
+    ChannelRanges channel_ranges(const Model& model, const std::vector<ChannelRangeRequest>& requests,
+                                 size_t batches) override;
     void progress(std::string_view what, int64_t done, int64_t total) override;
 
     void set_fitted_weights(std::map<std::string, Tensor> weights) override;
@@ -97,6 +106,11 @@ class HostAlgorithmContext final : public AlgorithmContext {
     void set_initializers(std::map<std::string, Tensor> values) override;
     void set_model(Model model) override;
     void report(nlohmann::json section) override;
+    void note(const std::string& tensor, std::string text) override { in_.note(tensor, std::move(text)); }
+    Draft draft() const override;
+    void keep_float(const std::string& tensor, const std::string& reason, bool sharers_on_own_range) override;
+    bool set_per_channel(const std::string& tensor, int axis) override;
+    void mark_mixed_scales(const std::string& tensor) override;
 
   private:
     /// The callback, or an InternalError saying that `what` is not offered in this stage.

@@ -7,9 +7,7 @@
 
 #include "data/statistics_file.hpp"
 #include "pipeline/calibration_cache.hpp"
-#include "pipeline/channel_ranges.hpp"
 #include "pipeline/joined_reference.hpp"
-#include "pipeline/mixed_scale.hpp"
 #include "pipeline/run_state.hpp"
 #include "sdk/text.hpp"
 #include "vaiq/error.hpp"
@@ -172,97 +170,6 @@ Observations observe_data(Parts& s) {
     return observations;
 }
 
-// The first `limit` batches of another reader.
-class FirstBatches final : public DataReader {
-  public:
-    FirstBatches(DataReader& all, size_t limit) : all_(all), limit_(limit) {}
-    std::optional<Batch> next() override { return read_++ < limit_ ? all_.next() : std::nullopt; }
-    void rewind() override {
-        all_.rewind();
-        read_ = 0;
-    }
-    size_t items() const override { return std::min(limit_, all_.items()); }
-
-  private:
-    DataReader& all_;
-    size_t limit_, read_ = 0;
-};
-
-// Tensors whose channels live on different scales (mixed_scale.hpp), measured
-// on the first calibration batches, and the heads' weights: split where the
-// graph splits them, weights per channel where the target allows it, named
-// with what to do elsewhere. Statistics files (sharded calibration) are made and
-// read without the measurement, which would need the data before calibrating,
-// so that the plan a shard observes is the plan the run reads them into.
-// `measured`: the measurement an earlier run with the same calibration key made.
-// Returns the ranges measured.
-ChannelRanges check_channel_scales(Parts& s, bool measure, const ChannelRanges* measured) {
-    const double ratio = s.setup.settings.mixed_scale_ratio;
-    const auto batches = s.setup.settings.mixed_scale_batches;
-    if (!(ratio > 0)) return {};
-    const auto requests =
-        measure && batches > 0 ? mixed_scale_candidates(s.floats.model, s.draft) : std::vector<ChannelRangeRequest>{};
-    // Given parameters replace calibration: random data must not decide anything then.
-    const bool given = !s.setup.settings.given_params.empty();
-    ChannelRanges ranges;
-    if (measured) {
-        ranges = *measured;
-    } else if (!requests.empty() && (s.out.data || has_calibration_data(s.setup.settings, s.setup.options) || !given)) {
-        if (!s.out.data) s.out.data = calibration_reader(s.setup.settings, s.setup.options, s.floats.model);
-        FirstBatches first(*s.out.data, static_cast<size_t>(batches));
-        try {
-            ranges = measure_channel_ranges(s.floats.model, first, requests, s.setup.threads);
-        } catch (const InputError& e) {  // a check, like a diagnosis, never fails the run
-            ranges.clear();
-            if (std::string(e.what()).find("input '") != std::string::npos) {
-                log_debug("the channel-scale check is skipped: {}", e.what());  // calibration reports the data
-            } else {
-                log_warn("the channel-scale check could not measure the model, and is skipped: {}", e.what());
-                s.report["diagnoses_unavailable"].push_back(
-                    {{"diagnosis", "the channel-scale check"}, {"error", e.what()}});
-            }
-        }
-        s.out.data->rewind();
-    }
-    QuantRequest per_channel = s.setup.run;
-    per_channel.per_channel = true;
-    bool per_channel_ok = true;
-    try {
-        s.setup.target->check(per_channel);
-    } catch (const InputError&) {
-        per_channel_ok = false;
-    }
-    auto& out = s.report["mixed_scale_tensors"] = nlohmann::json::array();
-    constexpr size_t kWarned = 3;  // a network of many concatenations names the rest in one line
-    size_t warned = 0;
-    std::vector<std::string> unwarned;
-    for (const auto& m : split_mixed_scales(s.floats.model, s.draft, requests, ranges, ratio, per_channel_ok)) {
-        out.push_back(m.to_json());
-        const double apart = m.widest / m.narrowest;
-        if (m.action == "split")
-            log_info(
-                "'{}' holds channels on scales {:.0f}x apart: it stays float and each Slice/Split reading it is "
-                "quantized on its own range",
-                m.tensor, apart);
-        else if (m.action == "per_channel")
-            log_info("the weight '{}' of '{}' holds output channels on scales {:.0f}x apart: quantized per channel",
-                     m.tensor, m.node, apart);
-        else if (warned++ < kWarned)
-            log_warn("'{}' holds channels on scales {:.0f}x apart: {}", m.tensor, apart, m.advice);
-        else
-            unwarned.push_back(m.tensor);
-        if (m.action.empty() && m.role == "activation") s.out.mixed_scales.push_back(m.tensor);
-    }
-    if (!unwarned.empty())
-        log_warn(
-            "{} more tensors hold channels on scales {}x or more apart, each with what to try in the report's "
-            "mixed_scale_tensors: {}{}",
-            unwarned.size(), ratio,
-            join({unwarned.begin(), unwarned.begin() + std::min<std::ptrdiff_t>(6, std::ssize(unwarned))}),
-            unwarned.size() > 6 ? ", ..." : "");
-    return ranges;
-}
-
 // Observes the calibration data; where preparation changed the model's inputs,
 // an input the data does not fit says that the data must fit the prepared model.
 Observations observe_calibration(Parts& s, const std::optional<StatisticsIdentity>& identity) {
@@ -308,8 +215,8 @@ constexpr const char* kCalibrationDataSettings[] = {"calibration_data_reader",
                                                     "evaluation_"};
 
 // What decides every value the calibrate phase computes: the input and prepared
-// models, the tensors observed and their calibrators, the data, the channel-scale
-// check and whether evaluation's float outputs are kept.
+// models, the tensors observed and their calibrators, the data and whether
+// evaluation's float outputs are kept.
 std::string calibration_key(const Parts& s, const std::string& fingerprint) {
     const auto id = statistics_identity(s, fingerprint);
     nlohmann::json data = nlohmann::json::object();
@@ -321,7 +228,6 @@ std::string calibration_key(const Parts& s, const std::string& fingerprint) {
                           {"calibrators", id.calibrators},
                           {"observed", s.draft.observed()},
                           {"data", data},
-                          {"mixed_scale", {s.setup.settings.mixed_scale_ratio, s.setup.settings.mixed_scale_batches}},
                           {"evaluate", s.setup.last >= Phase::Evaluate}}
         .dump();
 }
@@ -349,8 +255,8 @@ std::optional<Observations> reuse_calibration(Parts& s, const CachedCalibration&
 
 // Keeps this run's calibration for later runs (a calibrator that cannot save
 // its statistics keeps the run from being kept).
-void keep_calibration(const Parts& s, CalibrationCache& cache, const std::string& key, ChannelRanges ranges,
-                      const Observations& observations, const StatisticsIdentity& identity) {
+void keep_calibration(const Parts& s, CalibrationCache& cache, const std::string& key, const Observations& observations,
+                      const StatisticsIdentity& identity) {
     CachedCalibration kept;
     try {
         kept.statistics = statistics_file(observations, s.draft, identity);
@@ -358,7 +264,6 @@ void keep_calibration(const Parts& s, CalibrationCache& cache, const std::string
         log_debug("this run's calibration is not kept for later runs: {}", e.what());
         return;
     }
-    kept.channel_ranges = std::move(ranges);
     kept.float_outputs = s.out.float_outputs;
     kept.prepared_outputs = s.out.prepared_outputs;
     kept.float_outputs_from_input = s.out.float_outputs_from_input;
@@ -376,7 +281,6 @@ void calibrate_phase(RunSetup& setup, FloatModel& floats, DraftPlan& draft, Cali
                           s.draft.observed().empty()
                       ? nullptr
                       : s.setup.options.calibration_cache.get();
-    // The prepared model is hashed once: the channel-scale check changes the plan only.
     const auto fingerprint =
         from_files || s.setup.keep_tables || cache ? model_fingerprint(s.floats.model) : std::string();
     std::string key;
@@ -385,14 +289,13 @@ void calibrate_phase(RunSetup& setup, FloatModel& floats, DraftPlan& draft, Cali
         key = calibration_key(s, fingerprint);
         if (const auto it = cache->entries.find(key); it != cache->entries.end()) kept = &it->second;
     }
-    auto ranges = check_channel_scales(s, !from_files && !s.setup.keep_tables, kept ? &kept->channel_ranges : nullptr);
     std::optional<StatisticsIdentity> identity;
     if (from_files || s.setup.keep_tables || cache) identity = statistics_identity(s, fingerprint);
     std::optional<Observations> reused;
     if (kept) reused = reuse_calibration(s, *kept, *identity);
     if (reused) ++cache->reused;
     const auto observations = reused ? std::move(*reused) : observe_calibration(s, identity);
-    if (cache && !reused) keep_calibration(s, *cache, key, std::move(ranges), observations, *identity);
+    if (cache && !reused) keep_calibration(s, *cache, key, observations, *identity);
     s.out.outcome = conclude(s.draft, observations);
     for (auto& name : constants_not_finite(s.floats.model, s.draft))
         s.out.outcome.not_finite.push_back(std::move(name));

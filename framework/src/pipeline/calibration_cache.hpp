@@ -11,14 +11,12 @@
 #include <string>
 
 #include "report/evaluation.hpp"
-#include "vaiq/pass.hpp"
 
 namespace vaiq {
 
 /// What a calibrate phase computed that a later run with the same key takes as is.
 struct CachedCalibration {
-    ChannelRanges channel_ranges;  ///< the channel-scale measurement (mixed_scale.hpp)
-    nlohmann::json statistics;     ///< the observers' state, as a statistics file holds it
+    nlohmann::json statistics;  ///< the observers' state, as a statistics file holds it
     /// The float outputs evaluation compares against (read only once kept).
     std::shared_ptr<ReferenceOutputs> float_outputs, prepared_outputs;
     bool float_outputs_from_input = false;

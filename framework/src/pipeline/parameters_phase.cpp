@@ -68,8 +68,8 @@ const std::vector<TensorSensitivity>& sensitivity_of(RunState& s, int output_ind
         },
         max_tensors);
     for (auto& t : ranking)
-        t.mixed_scales = std::find(s.calibrated.mixed_scales.begin(), s.calibrated.mixed_scales.end(), t.tensor) !=
-                         s.calibrated.mixed_scales.end();
+        t.mixed_scales = std::find(s.planning.mixed_scales.begin(), s.planning.mixed_scales.end(), t.tensor) !=
+                         s.planning.mixed_scales.end();
     return s.planning.sensitivity.emplace(output_index, std::move(ranking)).first->second;
 }
 
@@ -229,10 +229,15 @@ void offer_plan_services(RunState& s, AlgorithmInputs& inputs, const std::string
 }  // namespace
 
 void run_algorithm(RunState& s, Algorithm& algorithm, const std::string& name, AlgorithmStage stage) {
-    const bool prepare = stage == AlgorithmStage::Prepare;
+    const bool prepare = stage == AlgorithmStage::Prepare, plan = stage == AlgorithmStage::Plan;
     // Before calibration the reader is opened for the model as preparation left it.
     if (prepare) s.calibrated.data = calibration_reader(s.setup.settings, s.setup.options, s.floats.model);
-    AlgorithmInputs inputs(s.floats.model, s.planning.plan, *s.calibrated.data, s.setup.threads);
+    const bool measurable = !plan || data_decides_plan(s.setup);
+    if (plan && measurable && !s.calibrated.data)
+        s.calibrated.data = calibration_reader(s.setup.settings, s.setup.options, s.floats.model);
+    const auto none = measurable ? nullptr : no_data();
+    AlgorithmInputs inputs(s.floats.model, s.planning.plan, none ? *none : *s.calibrated.data, s.setup.threads);
+    inputs.measurable = measurable;
     inputs.fitted_weights = [&s] { return rounded_for(s.planning, s.planning.plan); };
     inputs.emit = [&s](const QuantPlan& plan, const std::map<std::string, Tensor>& weights) {
         return emit_plan(s.setup, s.floats.model, plan, weights);
@@ -249,6 +254,9 @@ void run_algorithm(RunState& s, Algorithm& algorithm, const std::string& name, A
         choose_parameters(s, name, tensor, params);
     };
     inputs.report = [&s, name](nlohmann::json section) { s.report[name] = std::move(section); };
+    inputs.note = [&s, name](const std::string& tensor, std::string text) {
+        s.report["notes"].push_back({{"tensor", tensor}, {"by", name}, {"note", std::move(text)}});
+    };
     inputs.runs = [&s](const std::string& other) {
         return std::any_of(s.setup.plugins.algorithms.begin(), s.setup.plugins.algorithms.end(),
                            [&](const PluginChoice& c) { return c.info->name == other; });
@@ -268,6 +276,8 @@ void run_algorithm(RunState& s, Algorithm& algorithm, const std::string& name, A
             s.planning.constant_params.weights.clear();
             s.floats.function_kept = false;  // kept in exact arithmetic, but counted as not, as CLE is
         };
+    else if (plan)
+        offer_draft_services(s, inputs);
     else
         offer_plan_services(s, inputs, name, stage);
     HostAlgorithmContext context(std::move(inputs));

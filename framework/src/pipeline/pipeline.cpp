@@ -6,7 +6,6 @@
 #include <cmath>
 #include <limits>
 
-#include "pipeline/fragile_inputs.hpp"
 #include "pipeline/run_state.hpp"
 #include "pipeline/selection.hpp"
 #include "pipeline/subgraphs.hpp"
@@ -53,7 +52,7 @@ constexpr PhaseStep kSteps[] = {
     {Phase::Setup, [](RunState& s) { setup_phase(s.setup, s.report); }},
     {Phase::Load, [](RunState& s) { load_phase(s.setup, s.floats, s.report); }},
     {Phase::Prepare, prepare_phase},
-    {Phase::Plan, [](RunState& s) { plan_phase(s.setup, s.floats.model, s.planning.draft, s.report); }},
+    {Phase::Plan, plan_phase},
     {Phase::Calibrate,
      [](RunState& s) { calibrate_phase(s.setup, s.floats, s.planning.draft, s.calibrated, s.report); }},
     {Phase::Parameters, parameters_phase},
@@ -174,11 +173,11 @@ std::string accurate_recipe_advice(const RunSettings& settings, const nlohmann::
 // The tensors the run found holding channels on different scales, left on one grid.
 std::string mixed_scales_named(const nlohmann::json& report) {
     std::vector<std::string> named;
-    for (const auto& m : report.value("mixed_scale_tensors", nlohmann::json::array()))
-        if (m["action"] == "named") named.push_back("'" + m["tensor"].get<std::string>() + "'");
+    for (const auto& m : report.value("plan", nlohmann::json::object()).value("mixed_scales", nlohmann::json::array()))
+        named.push_back("'" + m.get<std::string>() + "'");
     if (named.empty()) return {};
     const size_t shown = std::min<size_t>(named.size(), 4);
-    return fmt::format("; {}{} {} channels on scales far apart (the report's mixed_scale_tensors)",
+    return fmt::format("; {}{} {} channels on scales far apart (the report's notes say what to try)",
                        join({named.begin(), named.begin() + static_cast<std::ptrdiff_t>(shown)}, ", "),
                        shown < named.size() ? fmt::format(" and {} more", named.size() - shown) : "",
                        named.size() == 1 ? "holds" : "hold");
@@ -323,7 +322,7 @@ nlohmann::json analyze_pipeline(const Recipe& recipe, PluginRegistry& registry, 
     return report;
 }
 
-std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, const PluginRegistry& registry,
+std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, PluginRegistry& registry,
                     const Model* model) {
     std::string out;
     Lines line{out};
@@ -357,8 +356,13 @@ std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, const 
     }
     if (!model) return out;
 
-    auto target = registry.create<Target>(plugins.target.info->name, plugins.target.options);
-    const auto decisions = decide_nodes(recipe, *model, *target);
+    // The plan, its algorithms run as a run's would, without data.
+    RunOptions upto;
+    upto.stop_after = Phase::Plan;
+    RunState s(recipe, registry, upto);
+    setup_phase(s.setup, s.report);
+    s.floats.model = *model;
+    const auto decisions = decide_nodes(recipe, *model, *s.setup.target);
     int quantized = 0;
     line("");
     line("nodes ({} of the model):", decisions.size());
@@ -374,12 +378,17 @@ std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, const 
              d.settings.at("weight_type").value.get<std::string>(), d.reason);
     }
     line("{} of {} nodes quantized", quantized, decisions.size());
-    const auto kept =
-        RunSettings::of(recipe).float_fragile_inputs ? fragile_inputs(*model) : std::vector<FragileInput>{};
-    if (!kept.empty()) {
+    try {
+        plan_phase(s);
+    } catch (const InputError& e) {  // preparation would change the model first (an opset upgrade)
         line("");
-        line("tensors left float (float_fragile_inputs):");
-        for (const auto& k : kept) line("  {:<32} {}", k.tensor, k.reason);
+        line("the plan on the model as given: {}", e.what());
+        return out;
+    }
+    if (const auto& kept = s.planning.draft.kept_float; !kept.empty()) {
+        line("");
+        line("tensors left float by the plan:");
+        for (const auto& [tensor, why] : kept) line("  {:<32} {}", tensor, why);
     }
     return out;
 }

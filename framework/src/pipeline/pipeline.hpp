@@ -101,7 +101,6 @@ nlohmann::json analyze_pipeline(const Recipe& recipe, PluginRegistry& registry, 
 
 /// The resolved recipe as text: plugins, every setting with its origin; with a
 /// model, what applies to each node.
-std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, const PluginRegistry& registry,
-                    const Model* model);
+std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, PluginRegistry& registry, const Model* model);
 
 }  // namespace vaiq

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <set>
 
-#include "pipeline/fragile_inputs.hpp"
 #include "recipe/defaults.hpp"
 #include "sdk/text.hpp"
 #include "vaiq/error.hpp"
@@ -405,24 +404,22 @@ const Calibrator& CalibratorSet::get(const std::string& method) {
 
 DraftPlan plan_tensors(const RunSettings& settings, const Model& model, const Target& target,
                        const std::vector<NodeDecision>& decisions, CalibratorSet& calibrators) {
-    auto plan = Planner(settings, model, target, calibrators).run(decisions);
-    if (settings.float_fragile_inputs) keep_fragile_inputs_float(plan, model);
-    return plan;
+    return Planner(settings, model, target, calibrators).run(decisions);
 }
 
-void keep_fragile_inputs_float(DraftPlan& plan, const Model& model) {
-    std::vector<std::string> dropped;
-    for (const auto& d : fragile_inputs(model)) {
-        if (!plan.find(d.tensor)) continue;
-        dropped.push_back(d.tensor);
-        plan.kept_float.emplace_back(d.tensor, d.reason);
+void keep_float(DraftPlan& plan, const std::string& tensor, const std::string& reason, bool sharers_on_own_range) {
+    plan.kept_float.emplace_back(tensor, reason);
+    if (!plan.find(tensor)) return;
+    const auto before = plan.tensors;
+    drop_tensors(plan, {tensor});
+    if (!sharers_on_own_range) return;
+    // Those that shared its parameters come back from what dropping it took away.
+    for (auto t : before) {
+        if (t.tensor == tensor || plan.find(t.tensor)) continue;
+        if (t.share_with == tensor) t.share_with.clear();
+        plan.index[t.tensor] = plan.tensors.size();
+        plan.tensors.push_back(std::move(t));
     }
-    if (dropped.empty()) return;
-    drop_tensors(plan, dropped);
-    const size_t shown = std::min<size_t>(dropped.size(), 6);
-    log_info("{} tensors that comparisons, rankings or singular ops read are left float (float_fragile_inputs): {}{}",
-             dropped.size(), join({dropped.begin(), dropped.begin() + static_cast<std::ptrdiff_t>(shown)}),
-             shown < dropped.size() ? fmt::format(" and {} more", dropped.size() - shown) : "");
 }
 
 void drop_tensors(DraftPlan& plan, const std::vector<std::string>& tensors, bool ranges_observed) {

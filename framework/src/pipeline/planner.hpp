@@ -80,9 +80,11 @@ class CalibratorSet {
 DraftPlan plan_tensors(const RunSettings& settings, const Model& model, const Target& target,
                        const std::vector<NodeDecision>& decisions, CalibratorSet& calibrators);
 
-/// Leaves float the planned tensors that ops whose meaning breaks under
-/// rounding read (pipeline/fragile_inputs.hpp), recording them in `kept_float`.
-void keep_fragile_inputs_float(DraftPlan& plan, const Model& model);
+/// Leaves `tensor` float, recording `reason` in `kept_float`: what takes its
+/// parameters from it goes too, or, with `sharers_on_own_range`, stays on a
+/// range of its own. A tensor the plan does not hold (any longer: what a tensor
+/// left float before took with it) is only recorded.
+void keep_float(DraftPlan& plan, const std::string& tensor, const std::string& reason, bool sharers_on_own_range);
 
 /// Drops tensors (and whatever takes its parameters from them): those that
 /// turned out not to be float, or that mixed precision leaves float. With

@@ -150,12 +150,6 @@ const AlgorithmSwitch* switch_on(const PluginInfo& info, const std::string& sett
     return it == info.enabled_by.end() ? nullptr : &*it;
 }
 
-// Whether `setting`, as the recipe has it, runs algorithm `info`.
-bool enabled_by(const PluginInfo& info, const Recipe& recipe, const std::string& setting) {
-    const auto* sw = switch_on(info, setting);
-    return sw && switched_on(recipe, *sw);
-}
-
 // Every extra option the schema does not have must be an option of a chosen
 // plugin. One of a plugin the recipe does not use has no effect (a warning, as
 // for a switch that is off); one no plugin declares is a typo.
@@ -165,16 +159,24 @@ void check_extra_options(const Recipe& recipe, const PluginRegistry& registry, c
     if (chosen.equalization) used.push_back(chosen.equalization->info);
     for (const auto* list : {&chosen.algorithms, &chosen.tried})
         for (const auto& a : *list) used.push_back(a.info);
+    const auto algorithms = registry.list(PluginKind::Algorithm);
+    // A setting that runs an algorithm, on or off (for one with values: one of them).
+    auto switches = [&](const std::string& setting) {
+        return std::any_of(algorithms.begin(), algorithms.end(), [&](const auto* info) {
+            const auto* sw = switch_on(*info, setting);
+            return sw && (sw->values.empty() || switched_on(recipe, *sw));
+        });
+    };
     // A documented argument only plugins read, set where none of the chosen ones does.
     for (const auto& key : recipe_keys()) {
         const std::string name(key.path);
         if (!key.read_by_plugin || !recipe.in_effect(name) ||
             recipe.value(name) == parse_yaml_value(std::string(key.default_yaml)))
             continue;
-        // An option of a chosen plugin (enable_dpu), or a switch that runs one (weight_only_algorithm: gptq).
+        // An option of a chosen plugin (enable_dpu), or a switch that runs one (weight_only_algorithm: gptq,
+        // float_fragile_inputs: false).
         if (std::any_of(used.begin(), used.end(), [&](const auto* info) { return declares(*info, name); }) ||
-            std::any_of(chosen.algorithms.begin(), chosen.algorithms.end(),
-                        [&](const auto& a) { return enabled_by(*a.info, recipe, name); }))
+            switches(name))
             continue;
         std::vector<std::string> readers;
         for (const auto* info : registry.list()) {
@@ -187,12 +189,9 @@ void check_extra_options(const Recipe& recipe, const PluginRegistry& registry, c
                                      chosen.format.info->name,
                                      readers.empty() ? std::string() : "; it applies to " + join(readers, ", ")));
     }
-    const auto algorithms = registry.list(PluginKind::Algorithm);
     for (const auto& [name, setting] : recipe.plugin_extra_options()) {
-        if (std::any_of(used.begin(), used.end(), [&n = name](const auto* info) { return declares(*info, n); }))
-            continue;
-        const auto path = "extra_options." + name;  // a switch that runs an algorithm, on or off
-        if (std::any_of(algorithms.begin(), algorithms.end(), [&](const auto* info) { return switch_on(*info, path); }))
+        if (std::any_of(used.begin(), used.end(), [&n = name](const auto* info) { return declares(*info, n); }) ||
+            switches("extra_options." + name))
             continue;
         std::vector<std::string> owners, known;
         for (const auto* info : registry.list()) {

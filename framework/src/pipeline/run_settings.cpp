@@ -91,11 +91,8 @@ RunSettings RunSettings::of(const Recipe& recipe) {
     s.include_cle = flag("include_cle");
     s.cle_guard = flag("cle_guard");
     s.weight_only = flag("weight_only");
-    s.float_fragile_inputs = flag("float_fragile_inputs");
     s.enable_subgraph = flag("extra_options.EnableSubgraph");
     s.weight_only_algorithm = recipe.value("weight_only_algorithm").get<std::string>();
-    s.mixed_scale_ratio = recipe.value("mixed_scale_ratio").get<double>();
-    s.mixed_scale_batches = recipe.value("mixed_scale_batches").get<int64_t>();
 
     s.node_defaults = recipe.quantize_config();
     s.request = quant_request(s.node_defaults);

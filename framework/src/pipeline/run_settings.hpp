@@ -37,11 +37,9 @@ struct RunSettings {
     // What the run does
     std::string name, target;
     bool per_channel = false, remove_input_init = true, include_cle = false, cle_guard = true;
-    bool weight_only = false, float_fragile_inputs = true;
+    bool weight_only = false;
     bool enable_subgraph = false;  ///< extra_options.EnableSubgraph: If, Loop and Scan bodies quantized too
     std::string weight_only_algorithm;
-    double mixed_scale_ratio = 0;
-    int64_t mixed_scale_batches = 0;
 
     // Planning
     Options node_defaults;  ///< every node's settings before its overrides (Recipe::quantize_config)

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "data/data_reader.hpp"
+#include "pipeline/algorithm_context.hpp"
 #include "pipeline/calibration.hpp"
 #include "pipeline/pipeline.hpp"
 #include "pipeline/planner.hpp"
@@ -117,9 +118,6 @@ struct Calibrated {
     bool float_outputs_from_input = false;  ///< they are the input model's, joined into calibration
     /// The float model's outputs on the calibration data, by output index and part, for agreement().
     std::map<std::pair<int, BatchSet>, ReferenceBatches> agreement_references;
-    /// Tensors whose channels differ in scale and that stay on one grid (mixed_scale.hpp):
-    /// the sensitivity ranking marks them, and a precision search raises them first.
-    std::vector<std::string> mixed_scales;
 };
 
 // The plan, from the draft to the parameters, and what the algorithms chose on it.
@@ -134,6 +132,9 @@ struct Planning {
     std::map<std::string, QuantParams> chosen_params;
     std::vector<ConstraintCount> refined;  ///< what the target's constraints changed in the last plan computed
     std::map<int, std::vector<TensorSensitivity>> sensitivity;  ///< by output index, computed once
+    /// Tensors the Plan stage found holding channels on different scales on one grid
+    /// (AlgorithmContext::mark_mixed_scales): the sensitivity ranking marks them.
+    std::vector<std::string> mixed_scales;
 };
 
 // The written model.
@@ -208,8 +209,18 @@ void load_phase(const RunSetup& setup, FloatModel& floats, nlohmann::json& repor
 // recipe's passes; then the algorithms of the Prepare stage.
 void prepare_phase(RunState& s);
 
-// Which tensors are quantized, and how, before calibration.
-void plan_phase(RunSetup& setup, const Model& model, DraftPlan& draft, nlohmann::json& report);
+// Which tensors are quantized, and how, before calibration; then the algorithms of the Plan stage.
+void plan_phase(RunState& s);
+
+// Whether data may decide the plan before calibration (channel ranges in the
+// Plan stage): not where the run calibrates from statistics files or makes
+// them (a shard must observe the plan the run reads them into), nor with given
+// parameters and no data (random data must not decide), nor in a run that
+// stops before calibrating (vaiq explain, --stop-after plan).
+bool data_decides_plan(const RunSetup& setup);
+
+// The Plan stage's services: the draft and its changes.
+void offer_draft_services(RunState& s, AlgorithmInputs& inputs);
 
 // Observes the calibration data (or statistics files) for `draft`, dropping
 // the tensors that cannot be quantized. The prepared model is borrowed while

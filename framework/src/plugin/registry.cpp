@@ -36,6 +36,7 @@ std::string option_type_name(vaiq_option_type type) {
 std::string_view algorithm_stage_name(AlgorithmStage stage) {
     switch (stage) {
         case AlgorithmStage::Prepare: return "prepare";
+        case AlgorithmStage::Plan: return "plan";
         case AlgorithmStage::Precision: return "precision";
         case AlgorithmStage::Parameters: return "parameters";
         case AlgorithmStage::Corrections: return "corrections";

@@ -25,7 +25,7 @@ struct OptionSpec {
 std::string option_type_name(vaiq_option_type type);
 
 enum class AlgorithmStage : uint32_t;
-/// "prepare", "precision", "parameters", "corrections"; "" for a value that is none.
+/// "prepare", "plan", "precision", "parameters", "corrections"; "" for a value that is none.
 std::string_view algorithm_stage_name(AlgorithmStage stage);
 
 /// A recipe setting that runs an algorithm the recipe does not name: on when

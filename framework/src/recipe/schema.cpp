@@ -93,16 +93,22 @@ const std::vector<KeySpec>& recipe_keys() {
          "a grid rounds small values to 0; with the tensors those come from through ops that keep equal values "
          "equal (MaxPool, Reshape, Slice, a Sigmoid, an eps Clip, a scale by a constant); and a score the model "
          "outputs (a graph output a Sigmoid or Softmax computes), since an 8-bit grid rounds every probability below "
-         "0.002 to 0 and ties what users rank. false quantizes them as any activation."},
+         "0.002 to 0 and ties what users rank. false quantizes them as any activation.",
+         {},
+         {},
+         true},
 
-        {"mixed_scale_ratio", K::Float, "16", P::Calibrate, yes,
+        {"mixed_scale_ratio", K::Float, "16", P::Plan, yes,
          "Channels on different scales: where a tensor the graph splits (every reader a Slice or Split), a Concat's "
          "output or a Conv head's graph output has a channel whose largest |value| on the first calibration "
-         "batches exceeds this many times another's, the tensor is named in the log and the report "
-         "(mixed_scale_tensors) with what to do; one the graph splits stays float and each Slice/Split output is "
-         "quantized on its own range. 0 turns the check off."},
-        {"mixed_scale_batches", K::Int, "4", P::Calibrate, yes,
-         "Calibration batches the channel-scale check measures (one float run of each)."},
+         "batches exceeds this many times another's, the tensor is named in the log and the report's "
+         "notes with what to do; one the graph splits stays float and each Slice/Split output is quantized on its "
+         "own range. 0 turns the check off.",
+         {},
+         {},
+         true},
+        {"mixed_scale_batches", K::Int, "4", P::Plan, yes,
+         "Calibration batches the channel-scale check measures (one float run of each).", {}, {}, true},
 
         // --- quantize_static arguments -------------------------------------------
         {"model_input", K::OptionalPath, "null", P::Load, yes, "The float model to quantize."},

@@ -373,28 +373,21 @@ std::string advice_section(const json& report) {
 
 std::string attention_section(const json& report) {
     const auto& kept = member(member(report, "plan"), "kept_float");
-    const auto& scales = member(report, "mixed_scale_tensors");
+    const auto& notes = member(report, "notes");
     const auto& unavailable = member(report, "diagnoses_unavailable");
-    if (kept.empty() && scales.empty() && unavailable.empty()) return {};
+    if (kept.empty() && notes.empty() && unavailable.empty()) return {};
     std::string out = "<section id=\"attention\"><h2>Worth knowing</h2>";
     if (!kept.empty()) {
         std::vector<std::vector<std::string>> rows;
         for (const auto& k : kept) rows.push_back({"<code>" + escape(str(k, "tensor")) + "</code>", escape(str(k, "reason"))});
         out += "<h3>Left float on purpose</h3>" + table({"tensor", "why"}, rows);
     }
-    if (!scales.empty()) {
+    if (!notes.empty()) {
         std::vector<std::vector<std::string>> rows;
-        for (const auto& m : scales) {
-            const std::string action = str(m, "action");
-            rows.push_back({"<code>" + escape(str(m, "tensor")) + "</code>", escape(str(m, "role")),
-                            fmt::format("{} / {}", number(member(m, "widest")), number(member(m, "narrowest"))),
-                            action == "named" ? "<span class=\"bad\">" + escape(str(m, "advice")) + "</span>"
-                                              : escape(action == "split" ? "split at its Slice/Split readers"
-                                                                         : "quantized per channel")});
-        }
-        out += "<h3>Channels on different scales</h3><p class=\"note\">One 8-bit grid per tensor is sized by its "
-               "widest channel; the narrow ones keep a few of its steps.</p>" +
-               table({"tensor", "role", "widest / narrowest channel", "what was done"}, rows);
+        for (const auto& n : notes)
+            rows.push_back(
+                {"<code>" + escape(str(n, "tensor")) + "</code>", escape(str(n, "by")), escape(str(n, "note"))});
+        out += "<h3>Notes from the algorithms</h3>" + table({"tensor", "algorithm", "note"}, rows);
     }
     if (!unavailable.empty()) {
         std::vector<std::vector<std::string>> rows;

@@ -21,7 +21,7 @@ bool convert_leaky_relu_to_dpu_version(vaiq::Model& model) {
 }
 
 // A Sigmoid whose output leaves the model stays: it is a score its users
-// threshold and rank, the host keeps it float (float_fragile_inputs), so it runs
+// threshold and rank, the fragile_inputs algorithm keeps it float, so it runs
 // after the DPU, where HardSigmoid would only tie every score whose logit is
 // below -3 at 0 (a keyword model's clips then ranked at chance).
 bool convert_sigmoid_to_hard_sigmoid(vaiq::Model& model) {

@@ -1,16 +1,47 @@
-#include "pipeline/fragile_inputs.hpp"
-
+// The fragile_inputs algorithm (Plan stage): ops whose meaning breaks under
+// rounding, and what they read stays float (float_fragile_inputs).
+// - Comparisons (Equal, Greater, ...) and rankings (ArgMax, ArgMin, TopK)
+//   decide on their inputs' values, and an 8-bit grid turns near values into
+//   equal ones: equality holds where it did not (a peak test
+//   Equal(MaxPool(x), x) finds a peak on every flat stretch of the grid), an
+//   ordering flips at a threshold, a ranking's ties go to the lowest index.
+//   The walk goes back through the ops that keep equal values equal (MaxPool,
+//   Reshape, Slice, a Sigmoid, a scale by a constant) to the op that computes
+//   the values (a Conv's sums from quantized inputs rarely tie), so that both
+//   sides of a comparison hold the values they held in float.
+// - Log and Reciprocal are singular at 0, and a grid rounds
+//   small values to 0: a log-mel front end's energies, clamped to 1e-10 in
+//   float, become log(0) = -inf. The walk goes back through the clamp, and
+//   through what the energies are computed from where small values stay small
+//   (powers, sums and products of such tensors, a non-negative filter bank),
+//   to the op that makes them (the spectrum's convolution): magnitudes whose
+//   range spans decades that no 8-bit grid holds.
+// None of these ops has an integer kernel in ONNX Runtime, so a quantized input
+// only adds error there.
+// - A score the model outputs (a graph output a Sigmoid or Softmax computes, or a
+//   reshape of one) is thresholded and ranked by its users, and an 8-bit grid
+//   ties every probability below 0.002 at 0: it stays float, computed from its
+//   quantized logits, at the cost of one float op at the end of the graph.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <set>
 
+#include "vaiq/algorithm.hpp"
 #include "vaiq/fold.hpp"
 #include "vaiq/graph.hpp"
+#include "vaiq/log.hpp"
+#include "vaiq/plugin.hpp"
 
 namespace vaiq {
 
 namespace {
+
+/// A tensor a fragile op reads, with why it stays float.
+struct FragileInput {
+    std::string tensor;
+    std::string reason;
+};
 
 const std::set<std::string, std::less<>> kComparisons = {"Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual"};
 const std::set<std::string, std::less<>> kRankings = {"ArgMax", "ArgMin", "TopK"};
@@ -93,8 +124,9 @@ std::vector<std::string> score_output_path(const onnx::GraphProto& graph, const 
     return {};
 }
 
-}  // namespace
-
+// The tensors that comparisons, rankings and singular ops in the main graph
+// read, directly or through the ops above, in graph order of those ops; then
+// the score outputs.
 std::vector<FragileInput> fragile_inputs(const Model& model) {
     const auto& graph = model.graph();
     const GraphIndex index(graph);
@@ -147,4 +179,33 @@ std::vector<FragileInput> fragile_inputs(const Model& model) {
     return out;
 }
 
+class FragileInputs final : public Algorithm {
+  public:
+    AlgorithmStage stage() const override { return AlgorithmStage::Plan; }
+    void run(AlgorithmContext& context) override {
+        std::set<std::string> planned;
+        for (const auto& t : context.draft().tensors) planned.insert(t.tensor);
+        std::vector<std::string> kept;
+        for (const auto& d : fragile_inputs(context.model())) {
+            if (!planned.count(d.tensor)) continue;
+            context.keep_float(d.tensor, d.reason);
+            kept.push_back(d.tensor);
+        }
+        if (kept.empty()) return;
+        const size_t shown = std::min<size_t>(kept.size(), 6);
+        log_info(
+            "{} tensors that comparisons, rankings or singular ops read are left float (float_fragile_inputs): {}{}",
+            kept.size(), fmt::join(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+            shown < kept.size() ? fmt::format(" and {} more", kept.size() - shown) : "");
+    }
+};
+
+}  // namespace
+
 }  // namespace vaiq
+
+VAIQ_PLUGINS(vaiq::enabled_by(
+    vaiq::describe<vaiq::FragileInputs>("fragile_inputs", "1.0.0",
+                                        "What comparisons, rankings, Log and Reciprocal read, and the scores a model "
+                                        "outputs, stay float: rounding would change what they decide"),
+    "float_fragile_inputs"))

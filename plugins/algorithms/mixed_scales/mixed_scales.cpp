@@ -1,18 +1,47 @@
-#include "pipeline/mixed_scale.hpp"
-
+// The mixed_scales algorithm (Plan stage; mixed_scale_ratio, mixed_scale_batches).
+// Tensors whose channels live on different scales: a detector head that packs
+// score logits of a few units next to box offsets of hundreds in one tensor,
+// a Concat of differently ranged branches. One per-tensor grid is sized by the
+// widest channel, and the narrow ones keep only a few of its steps (M-LSD's
+// centre scores on the grid of its ±480 displacements: every pixel a "peak").
+// Found from the float model's per-channel ranges on the first calibration
+// batches; where the graph already splits such a tensor (every reader is a
+// Slice or Split), each piece is quantized on its own grid and the tensor stays
+// float; elsewhere the tensor is named with what to do.
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <set>
 
-#include "sdk/text.hpp"
+#include "vaiq/algorithm.hpp"
+#include "vaiq/error.hpp"
 #include "vaiq/fold.hpp"
 #include "vaiq/graph.hpp"
+#include "vaiq/log.hpp"
+#include "vaiq/plugin.hpp"
 
 namespace vaiq {
 
 namespace {
+
+/// One tensor whose channel ranges differ by more than the threshold.
+struct MixedScaleTensor {
+    std::string tensor;
+    std::string role = "activation";  ///< or "weight": a head's weight planned per tensor
+    std::string node;                 ///< its producer (for a weight: the layer reading it)
+    int axis = 1;                     ///< the channel axis measured
+    double widest = 0;                ///< the largest |value| of its widest channel
+    double narrowest = 0;             ///< that of its narrowest channel that is not constant zero
+    std::vector<int> narrow;          ///< channels below widest / threshold
+    /// What was done: "split" (each Slice/Split reading it quantized on its own range,
+    /// the tensor float), "per_channel" (a weight), or "" (named, with `advice`).
+    std::string action;
+    std::string advice;
+
+    nlohmann::json to_json() const;
+};
 
 bool is_split(const onnx::NodeProto& node) {
     return is_default_domain(node) && (node.op_type() == "Slice" || node.op_type() == "Split");
@@ -61,24 +90,9 @@ bool is_conv_head(const Model& model, const GraphIndex& index, const std::string
 std::string channel_list(const std::vector<int>& channels) {
     std::vector<std::string> shown;
     for (size_t i = 0; i < channels.size() && i < 8; ++i) shown.push_back(std::to_string(channels[i]));
-    return join(shown, ", ") + (channels.size() > 8 ? fmt::format(" and {} more", channels.size() - 8) : "");
+    return fmt::format("{}", fmt::join(shown, ", ")) +
+           (channels.size() > 8 ? fmt::format(" and {} more", channels.size() - 8) : "");
 }
-
-// Leaves `tensor` float and quantizes every Slice/Split output reading it on
-// its own range: those outputs (and what shares their parameters) come back
-// into the plan from the entries dropping `tensor` took away.
-void split_at_readers(DraftPlan& draft, const std::string& tensor) {
-    const auto before = draft.tensors;
-    drop_tensors(draft, {tensor});
-    for (auto t : before) {
-        if (t.tensor == tensor || draft.find(t.tensor)) continue;
-        if (t.share_with == tensor) t.share_with.clear();
-        draft.index[t.tensor] = draft.tensors.size();
-        draft.tensors.push_back(std::move(t));
-    }
-}
-
-}  // namespace
 
 nlohmann::json MixedScaleTensor::to_json() const {
     nlohmann::json j = {{"tensor", tensor},
@@ -92,8 +106,6 @@ nlohmann::json MixedScaleTensor::to_json() const {
     if (!advice.empty()) j["advice"] = advice;
     return j;
 }
-
-namespace {
 
 // Fills in the ranges of `m` from per-channel maxima; false when they do not differ by `ratio`.
 bool differ(MixedScaleTensor& m, const std::vector<float>& r, double ratio) {
@@ -144,9 +156,12 @@ int output_channel_axis(const onnx::NodeProto& node, const Tensor& weight) {
 
 // The per-tensor weights of the layers computing the heads: one grid sized by
 // the widest output channel can round a narrow channel's weights (a score's,
-// next to an offset's) to a few steps or to zero.
-void check_head_weights(const Model& model, const GraphIndex& index, DraftPlan& draft, double ratio,
-                        bool per_channel_weights, std::vector<MixedScaleTensor>& out) {
+// next to an offset's) to a few steps or to zero. Quantized per channel where
+// the run allows it, else named.
+void check_head_weights(AlgorithmContext& context, const GraphIndex& index, double ratio,
+                        std::vector<MixedScaleTensor>& out) {
+    const Model& model = context.model();
+    const auto draft = context.draft();
     std::set<int> layers;
     auto add_producer = [&](const std::string& tensor) {
         if (const int p = index.producer(tensor); p >= 0) layers.insert(p);
@@ -157,10 +172,11 @@ void check_head_weights(const Model& model, const GraphIndex& index, DraftPlan& 
     for (int n : layers) {
         const auto& node = model.graph().node(n);
         if (node.input_size() < 2) continue;
-        const auto planned = draft.index.find(node.input(1));
-        if (planned == draft.index.end()) continue;
-        auto* t = &draft.tensors[planned->second];
-        if (!t->constant || t->role != TensorRole::Weight || t->spec.per_channel || t->spec.block_size > 0) continue;
+        const auto t = std::find_if(draft.tensors.begin(), draft.tensors.end(),
+                                    [&](const DraftTensor& d) { return d.tensor == node.input(1); });
+        if (t == draft.tensors.end() || !t->constant || t->role != TensorRole::Weight || t->spec.per_channel ||
+            t->spec.block_size > 0)
+            continue;
         const auto weight = constant_tensor(index, node.input(1));
         if (!weight || weight->type() != DataType::Float) continue;
         const int axis = output_channel_axis(node, *weight);
@@ -173,9 +189,7 @@ void check_head_weights(const Model& model, const GraphIndex& index, DraftPlan& 
         m.node = node_label(node);
         m.axis = axis;
         if (!differ(m, maxima, ratio)) continue;
-        if (per_channel_weights && model.opset() >= 13) {
-            t->spec.per_channel = true;
-            t->spec.axis = axis;
+        if (context.set_per_channel(m.tensor, axis)) {
             m.action = "per_channel";
         } else {
             m.advice = fmt::format(
@@ -188,13 +202,14 @@ void check_head_weights(const Model& model, const GraphIndex& index, DraftPlan& 
     }
 }
 
-}  // namespace
-
-std::vector<ChannelRangeRequest> mixed_scale_candidates(const Model& model, const DraftPlan& draft) {
-    const GraphIndex index(model);
+// The planned activations worth measuring: those the graph splits (every
+// reader a Slice or Split), the outputs of Concat, and graph outputs computed
+// by a Conv or ConvTranspose (a head), each with its channel axis.
+std::vector<ChannelRangeRequest> mixed_scale_candidates(const Model& model, const GraphIndex& index,
+                                                        const Draft& draft) {
     std::vector<ChannelRangeRequest> out;
     for (const auto& t : draft.tensors) {
-        if (!t.observed() || !t.share_with.empty() || !t.range_from.empty()) continue;
+        if (!t.own_range) continue;
         if (const auto axis = split_axis(model, index, t.tensor)) {
             out.push_back({t.tensor, static_cast<int>(*axis)});
             continue;
@@ -219,10 +234,14 @@ std::vector<ChannelRangeRequest> mixed_scale_candidates(const Model& model, cons
     return out;
 }
 
-std::vector<MixedScaleTensor> split_mixed_scales(const Model& model, DraftPlan& draft,
+// Of the `measured` candidates, those whose widest channel exceeds `ratio` times
+// their narrowest non-zero one. Those the graph splits leave the plan: each
+// Slice/Split output is then quantized on its own range, and whatever took its
+// parameters from them keeps taking them. Then the heads' weights.
+std::vector<MixedScaleTensor> split_mixed_scales(AlgorithmContext& context, const GraphIndex& index,
                                                  const std::vector<ChannelRangeRequest>& measured,
-                                                 const ChannelRanges& ranges, double ratio, bool per_channel_weights) {
-    const GraphIndex index(model);
+                                                 const ChannelRanges& ranges, double ratio) {
+    const Model& model = context.model();
     std::vector<MixedScaleTensor> out;
     for (const auto& request : measured) {
         const auto it = ranges.find(request.tensor);
@@ -245,11 +264,12 @@ std::vector<MixedScaleTensor> split_mixed_scales(const Model& model, DraftPlan& 
         const auto steps = std::max(1.0, std::round(255.0 * m.narrowest / m.widest));
         if (split_axis(model, index, m.tensor) == request.axis) {
             m.action = "split";
-            split_at_readers(draft, m.tensor);
-            draft.kept_float.emplace_back(
-                m.tensor, fmt::format("its channels differ in scale by {:.0f}x (channels {} reach {:.3g}, the widest "
-                                      "{:.3g}): each Slice/Split reading it is quantized on its own range instead",
-                                      m.widest / m.narrowest, channel_list(m.narrow), m.narrowest, m.widest));
+            context.keep_float(
+                m.tensor,
+                fmt::format("its channels differ in scale by {:.0f}x (channels {} reach {:.3g}, the widest "
+                            "{:.3g}): each Slice/Split reading it is quantized on its own range instead",
+                            m.widest / m.narrowest, channel_list(m.narrow), m.narrowest, m.widest),
+                /*sharers_on_own_range=*/true);
         } else {
             m.advice = fmt::format(
                 "channels {} of '{}' reach at most {:.3g} where the widest reaches {:.3g}: one 8-bit grid leaves them "
@@ -261,8 +281,97 @@ std::vector<MixedScaleTensor> split_mixed_scales(const Model& model, DraftPlan& 
         }
         out.push_back(std::move(m));
     }
-    check_head_weights(model, index, draft, ratio, per_channel_weights, out);
+    check_head_weights(context, index, ratio, out);
     return out;
 }
 
+class MixedScales final : public Algorithm {
+  public:
+    AlgorithmStage stage() const override { return AlgorithmStage::Plan; }
+    void configure(const Options& options) override {
+        ratio_ = options.get_float("mixed_scale_ratio");
+        batches_ = options.get_int("mixed_scale_batches");
+        if (batches_ < 0) throw InputError("mixed_scale_batches must be 0 or more");
+    }
+    void run(AlgorithmContext& context) override {
+        if (!(ratio_ > 0)) return;
+        const GraphIndex index(context.model());
+        const auto requests = batches_ > 0 ? mixed_scale_candidates(context.model(), index, context.draft())
+                                           : std::vector<ChannelRangeRequest>{};
+        nlohmann::json section = {{"tensors", nlohmann::json::array()}};
+        ChannelRanges ranges;
+        try {
+            if (!requests.empty())
+                ranges = context.channel_ranges(context.model(), requests, static_cast<size_t>(batches_));
+        } catch (const InputError& e) {  // a check, like a diagnosis, never fails the run
+            if (std::string(e.what()).find("input '") != std::string::npos) {
+                log_debug("the channel-scale check is skipped: {}", e.what());  // calibration reports the data
+            } else {
+                log_warn("the channel-scale check could not measure the model, and is skipped: {}", e.what());
+                section["unavailable"] = e.what();
+            }
+        }
+        report(context, split_mixed_scales(context, index, requests, ranges, ratio_), section);
+    }
+
+  private:
+    // Logs, notes and reports what was found; marks the activations left on one grid.
+    void report(AlgorithmContext& context, const std::vector<MixedScaleTensor>& found, nlohmann::json& section) {
+        constexpr size_t kWarned = 3;  // a network of many concatenations names the rest in one line
+        size_t warned = 0;
+        std::vector<std::string> unwarned;
+        for (const auto& m : found) {
+            section["tensors"].push_back(m.to_json());
+            const double apart = m.widest / m.narrowest;
+            if (m.action == "split") {  // plan.kept_float says why
+                log_info(
+                    "'{}' holds channels on scales {:.0f}x apart: it stays float and each Slice/Split reading it is "
+                    "quantized on its own range",
+                    m.tensor, apart);
+                continue;
+            }
+            std::string what;
+            if (m.action == "per_channel") {
+                what = fmt::format("holds output channels on scales {:.0f}x apart: quantized per channel", apart);
+                log_info("the weight '{}' of '{}' {}", m.tensor, m.node, what);
+            } else {
+                what = fmt::format("holds channels on scales {:.0f}x apart: {}", apart, m.advice);
+                if (warned++ < kWarned)
+                    log_warn("'{}' {}", m.tensor, what);
+                else
+                    unwarned.push_back(m.tensor);
+                if (m.role == "activation") context.mark_mixed_scales(m.tensor);
+            }
+            context.note(m.tensor, what);
+        }
+        if (!unwarned.empty())
+            log_warn(
+                "{} more tensors hold channels on scales {}x or more apart, each with what to try in the report's "
+                "notes: {}{}",
+                unwarned.size(), ratio_,
+                fmt::join(unwarned.begin(), unwarned.begin() + std::min<std::ptrdiff_t>(6, std::ssize(unwarned)), ", "),
+                unwarned.size() > 6 ? ", ..." : "");
+        context.report(std::move(section));
+    }
+
+    double ratio_ = 16;
+    int64_t batches_ = 4;
+};
+
+constexpr vaiq_option_descriptor kOptions[] = {
+    {"mixed_scale_ratio", VAIQ_OPTION_FLOAT, "16",
+     "A tensor whose widest channel exceeds this many times its narrowest is on mixed scales; 0 turns the check "
+     "off."},
+    {"mixed_scale_batches", VAIQ_OPTION_INT, "4", "Calibration batches measured (one float run of each)."},
+};
+
+}  // namespace
+
 }  // namespace vaiq
+
+VAIQ_PLUGINS(vaiq::enabled_by(
+    vaiq::describe<vaiq::MixedScales>("mixed_scales", "1.0.0",
+                                      "Tensors whose channels live on scales far apart: split where the graph splits "
+                                      "them, heads' weights per channel, the rest named with what to do",
+                                      vaiq::kOptions),
+    "mixed_scale_ratio"))
