@@ -11,7 +11,7 @@
 #include "pipeline/pipeline.hpp"
 #include "plugin/registry.hpp"
 #include "recipe/recipe.hpp"
-#include "report/sensitivity.hpp"
+#include "report/agreement.hpp"
 #include "sdk/npy.hpp"
 #include "test_support.hpp"
 #include "vaiq/error.hpp"
@@ -97,95 +97,6 @@ TEST_F(MixedPrecision, TheAnalysisRanksTheWeightThatLosesItsValuesFirst) {
     }
     EXPECT_LT(tensors[0]["tensor_sqnr_db"].get<double>(), 45.0) << "its own error is large too";
     EXPECT_FALSE(fs::exists(dir_ / "out.onnx")) << "analyze writes nothing";
-}
-
-// The analysis forks the float model's run where each tensor is computed and
-// runs only what follows; it must measure what a whole inference of the model
-// written with that tensor alone quantized measures. Two convolutions (which
-// the emitted model's executor runs channels-last), a fitted weight, and a
-// constant only a folded Transpose reads (measured on its emitted model).
-TEST_F(MixedPrecision, ForkedRunsMeasureWhatTheEmittedModelsMeasure) {
-    GraphBuilder b;
-    b.input("x", {1, 2, 6, 6}).output("y", {1, 2, 6, 6});
-    auto ramp = [](size_t n, float step, int period) {
-        std::vector<float> v(n);
-        for (size_t i = 0; i < n; ++i) v[i] = step * static_cast<float>(static_cast<int>(i * 7 % period) - period / 2);
-        return v;
-    };
-    b.initializer("w1", Tensor::from_values<float>({4, 2, 3, 3}, ramp(72, 0.07f, 13)));
-    b.initializer("w2", Tensor::from_values<float>({2, 4, 1, 1}, ramp(8, 0.3f, 5)));
-    b.initializer("t", Tensor::from_values<float>({6, 6, 2, 1}, ramp(72, 0.11f, 17)));
-    vaiq::set_attribute(b.node("Conv", {"x", "w1"}, {"c1"}), "pads", std::vector<int64_t>{1, 1, 1, 1});
-    b.node("Relu", {"c1"}, {"r1"});
-    b.node("Conv", {"r1", "w2"}, {"c2"});
-    vaiq::set_attribute(b.node("Transpose", {"t"}, {"s"}), "perm", std::vector<int64_t>{3, 2, 0, 1});
-    b.node("Mul", {"c2", "s"}, {"y"});
-    const auto model = b.build();
-    auto params = [](vaiq::QuantType type, float scale, int64_t zero_point) {
-        return vaiq::QuantParams(type, {scale}, {zero_point});
-    };
-    vaiq::QuantPlan plan;
-    using vaiq::QuantType, vaiq::TensorRole;
-    plan.tensors.push_back({"x", TensorRole::Activation, {}, params(QuantType::QUInt8, 1.0f / 255, 0)});
-    plan.tensors.push_back({"w1", TensorRole::Weight, {}, params(QuantType::QInt8, 0.43f / 127, 0)});
-    plan.tensors.push_back({"r1", TensorRole::Activation, {}, params(QuantType::QUInt8, 0.02f, 0)});
-    plan.tensors.push_back({"w2", TensorRole::Weight, {}, params(QuantType::QInt8, 0.6f / 127, 0)});
-    plan.tensors.push_back({"c2", TensorRole::Activation, {}, params(QuantType::QInt8, 0.03f, 3)});
-    plan.tensors.push_back({"t", TensorRole::Weight, {}, params(QuantType::QInt8, 0.9f / 127, 0)});
-    // A fitted w2: rounded otherwise than to nearest, as an algorithm may.
-    const std::map<std::string, Tensor> fitted = {{"w2", Tensor::from_values<float>({2, 4, 1, 1}, ramp(8, 0.31f, 5))}};
-    const auto* info = registry_.find(vaiq::PluginKind::Format, "qdq");
-    ASSERT_NE(info, nullptr);
-    auto format = registry_.create<vaiq::Format>("qdq", registry_.resolve_options(*info, nullptr));
-    const vaiq::PlanEmitter emit = [&](const vaiq::QuantPlan& alone) {
-        vaiq::Model out = model;
-        for (auto& init : *out.graph().mutable_initializer())
-            if (auto it = fitted.find(init.name()); it != fitted.end() && alone.find(init.name()))
-                init = it->second.to_proto(init.name());
-        format->emit(out, alone);
-        return out;
-    };
-    auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 4, 7);
-    const auto ranking = vaiq::analyze_sensitivity(model, model, plan, emit, fitted, *data, 0, 0, 1);
-    ASSERT_EQ(ranking.size(), plan.tensors.size());
-    // On two threads the batches run two at a time, an executor each, and add up
-    // in their order: the same figures to the bit.
-    const auto two_at_once = vaiq::analyze_sensitivity(model, model, plan, emit, fitted, *data, 0, 0, 2);
-    ASSERT_EQ(two_at_once.size(), ranking.size());
-    for (size_t i = 0; i < ranking.size(); ++i) {
-        EXPECT_EQ(two_at_once[i].tensor, ranking[i].tensor);
-        EXPECT_EQ(two_at_once[i].output_sqnr_db, ranking[i].output_sqnr_db) << ranking[i].tensor;
-    }
-    const auto reference = vaiq::reference_batches(model, *data, 0, 0, 1);
-    for (const auto& s : ranking) {
-        vaiq::QuantPlan alone;
-        alone.tensors.push_back(*plan.find(s.tensor));
-        const double whole = vaiq::measure_output(emit(alone), reference, 1).sqnr_db;
-        ASSERT_TRUE(s.output_sqnr_db.has_value()) << s.tensor;
-        EXPECT_LT(whole, 80.0) << s.tensor << " costs the output something";
-        EXPECT_NEAR(*s.output_sqnr_db, whole, 0.01) << s.tensor;
-    }
-
-    // Only the two whose own error is largest measured: they lead, with their
-    // figures as before; the rest follow by their own error, unmeasured.
-    const auto limited = vaiq::analyze_sensitivity(model, model, plan, emit, fitted, *data, 0, 0, 1, {}, 2);
-    ASSERT_EQ(limited.size(), plan.tensors.size());
-    std::vector<std::pair<double, std::string>> by_own;
-    for (const auto& s : ranking) by_own.emplace_back(s.tensor_sqnr_db.value(), s.tensor);
-    std::sort(by_own.begin(), by_own.end());
-    const std::set<std::string> worst_own = {by_own[0].second, by_own[1].second};
-    for (size_t i = 0; i < limited.size(); ++i) {
-        const auto& s = limited[i];
-        EXPECT_EQ(s.output_sqnr_db.has_value(), i < 2) << s.tensor;
-        if (i < 2) {
-            EXPECT_TRUE(worst_own.count(s.tensor)) << s.tensor;
-            const auto full =
-                std::find_if(ranking.begin(), ranking.end(), [&](auto& r) { return r.tensor == s.tensor; });
-            EXPECT_DOUBLE_EQ(*s.output_sqnr_db, *full->output_sqnr_db) << s.tensor;
-        } else if (i > 2) {
-            EXPECT_LE(limited[i - 1].tensor_sqnr_db.value(), s.tensor_sqnr_db.value()) << "by their own error";
-        }
-    }
 }
 
 TEST_F(MixedPrecision, RaisesOnlyWhatTheTargetNeeds) {

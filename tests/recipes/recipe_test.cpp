@@ -238,13 +238,12 @@ TEST(Recipes, EnableDpuIsReadByTheTargetThatHasTheTransforms) {
 // checked then, at the recipe line.
 TEST(Recipes, RunSettingsAreReadOnceAndTyped) {
     const auto s =
-        vaiq::RunSettings::of(recipe_from("model_input: m.onnx\nevaluation_batches: 3\nsensitivity_tensors: "
-                                          "5\nextra_options: {RemoveInputInit: false}\n"));
+        vaiq::RunSettings::of(recipe_from("model_input: m.onnx\nevaluation_batches: 3\n"
+                                          "extra_options: {RemoveInputInit: false}\n"));
     ASSERT_TRUE(s.model_input);
     EXPECT_EQ(fs::path(*s.model_input).filename(), "m.onnx");
     EXPECT_FALSE(s.model_output);
     EXPECT_EQ(s.evaluation_batches, 3);
-    EXPECT_EQ(s.sensitivity_tensors, 5);
     EXPECT_FALSE(s.remove_input_init);
     EXPECT_TRUE(s.given_params.empty());
     EXPECT_EQ(s.request.weight_type, vaiq::QuantType::QInt8) << "what the defaults ask of the target";
@@ -262,9 +261,9 @@ TEST(Recipes, RunSettingsAreReadOnceAndTyped) {
     EXPECT_FLOAT_EQ(given.scale, 0.5f);
     EXPECT_EQ(given.key, "output_quantization_params");
     EXPECT_NE(given.origin.find("r.yaml:4:"), std::string::npos) << given.origin;
-    const auto error = error_of([] { vaiq::RunSettings::of(recipe_from("sensitivity_tensors: -1\n")); });
+    const auto error = error_of([] { vaiq::RunSettings::of(recipe_from("external_data_size_threshold: -1\n")); });
     EXPECT_NE(error.find("r.yaml:2:"), std::string::npos) << error;
-    EXPECT_NE(error.find("sensitivity_tensors must be 0 (every tensor) or more"), std::string::npos) << error;
+    EXPECT_NE(error.find("external_data_size_threshold must not be negative"), std::string::npos) << error;
     EXPECT_NE(error_of([] {
                   vaiq::RunSettings::of(recipe_from("image_preprocess: {size: [1.0e30, 2]}\n"));
               }).find("image_preprocess.size must be [height, width], two integers from 1 to 65536"),

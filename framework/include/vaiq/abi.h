@@ -23,6 +23,8 @@
 
 /** The ABI revision of this SDK; a plugin must carry exactly this number. */
 /* 17: AlgorithmStage::Plan (draft(), keep_float(), set_per_channel(), mark_mixed_scales()), note(), channel_ranges()'s batches;
+ *     agreement()/agreements() take Batches (a set's first batches) and a reference variant; sensitivity() left the
+ *     context (the ranking is the mixed_precision plugins'), mixed_scale_tensors(), reported();
  * 16: AlgorithmContext::agreements() runs batches on workers (VariantRun made per worker), forking_runner()'s threads;
  * 15: the descriptor's enabled_by and may_try, AlgorithmStage::Precision, AlgorithmContext::runs();
  * 14: QuantParams::float_zero_point (HQQ), SharedExponentBlocks::rounding_mode;

@@ -96,7 +96,7 @@ struct OutputAgreement {
     int64_t batches = 0;  ///< the calibration batches measured
 };
 
-/// agreement() and sensitivity() on every float output of the model at once: a
+/// agreement() on every float output of the model at once: a
 /// detector's scores, boxes and landmarks, each by what it means, the worst counting.
 inline constexpr int kEveryOutput = -1;
 
@@ -123,26 +123,17 @@ inline bool in_batch_set(size_t b, size_t batches, BatchSet set) {
     return false;
 }
 
+/// The batches of a BatchSet a measurement takes: all of them, or only the first `first`.
+struct Batches {
+    Batches(BatchSet set = BatchSet::All, size_t first = 0) : set(set), first(first) {}  // NOLINT: from a BatchSet
+    BatchSet set;
+    size_t first;  ///< 0: every batch of `set`
+};
+
 /// The output agreement() measures and how it reads it ("top-1 along the last axis").
 struct MeasuredOutput {
     std::string name;
     std::string measure;
-};
-
-/// One quantized tensor's cost to the model's output.
-struct TensorSensitivity {
-    std::string tensor;
-    TensorRole role = TensorRole::Activation;
-    QuantType type = QuantType::QInt8;
-    /// The tensor against itself after quantize-dequantize (its own rounding and
-    /// clipping); nullopt when it has no signal (all zeros).
-    std::optional<double> tensor_sqnr_db;
-    /// The model output with only this tensor quantized; nullopt for biases
-    /// (int32: not measured).
-    std::optional<double> output_sqnr_db;
-    /// Its channels differ in scale but share one grid (a head's scores beside
-    /// its offsets): the output's meaning can suffer more than its SQNR says.
-    bool mixed_scales = false;
 };
 
 /// One tensor the drafted plan quantizes (Plan stage), before any parameter exists.
@@ -217,7 +208,7 @@ class VAIQ_API AlgorithmContext {
     /// kEveryOutput, the worst of its float outputs, each by what it means),
     /// over the calibration data. The float outputs are computed once per run.
     virtual OutputAgreement agreement(const Model& quantized, int output_index = kEveryOutput,
-                                      BatchSet batches = BatchSet::All) = 0;
+                                      Batches batches = {}) = 0;
     /// Gives one variant's graph outputs on the batch being measured.
     using VariantOutputs = std::function<void(size_t variant, const std::vector<Tensor>& outputs)>;
     /// One worker's way to compute the variants on a batch: `run(feeds, give)`
@@ -230,18 +221,18 @@ class VAIQ_API AlgorithmContext {
     /// `make_run(threads)` is called once on each worker's thread (a runner is
     /// made where it runs; `threads` is what it may use), and what it returns is
     /// called for each batch that worker takes. Each variant's outputs count in
-    /// the batches' order: the agreements do not depend on the workers. Throws
-    /// InternalError for a variant given no outputs or twice on a batch.
+    /// the batches' order: the agreements do not depend on the workers. With a
+    /// `reference_variant`, the others are measured against the outputs given
+    /// for it on the same batch (first, before theirs) instead of the float
+    /// model's, and it against the float model's: a run's own unchanged outputs,
+    /// so that differences between executors do not count. Throws InternalError
+    /// for a variant given no outputs or twice on a batch, or before the reference.
     virtual std::vector<OutputAgreement> agreements(size_t variants, const Model& compiled,
                                                     const std::function<VariantRun(int threads)>& make_run,
-                                                    int output_index = kEveryOutput,
-                                                    BatchSet batches = BatchSet::All) = 0;
+                                                    int output_index = kEveryOutput, Batches batches = {},
+                                                    std::optional<size_t> reference_variant = std::nullopt) = 0;
     /// The output agreement() measures at `output_index`.
     virtual MeasuredOutput measured_output(int output_index) = 0;
-    /// Every tensor of the plan, most harmful first (ascending output SQNR with it
-    /// alone quantized), on the calibration data (the recipe's
-    /// sensitivity_batches); computed once per run and output.
-    virtual std::vector<TensorSensitivity> sensitivity(int output_index) = 0;
     /// Whether the run's target can run these activation and weight types.
     virtual bool target_runs(QuantType activation_type, QuantType weight_type) = 0;
     /// The plan with `tensors`, and those sharing parameters with them, at
@@ -314,8 +305,13 @@ class VAIQ_API AlgorithmContext {
     /// does not allow it or the draft does not hold the weight.
     virtual bool set_per_channel(const std::string& tensor, int axis) = 0;
     /// Marks `tensor` as holding channels on scales far apart on one grid (Plan
-    /// stage): sensitivity() says so (TensorSensitivity::mixed_scales).
+    /// stage): a later algorithm may treat it first (mixed precision raises it first).
     virtual void mark_mixed_scales(const std::string& tensor) = 0;
+    /// The tensors marked so (in the Plan stage).
+    virtual std::set<std::string> mixed_scale_tensors() const = 0;
+    /// An algorithm's report section so far (null where it has none): what one
+    /// found that another may report or build on.
+    virtual nlohmann::json reported(const std::string& algorithm) const = 0;
 };
 
 /// When in the run an algorithm works.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -259,6 +260,24 @@ VAIQ_API Tensor fake_quantize(Tensor&& values, const QuantParams& params, std::s
 struct QuantPlan {
     std::vector<TensorQuant> tensors;
     const TensorQuant* find(std::string_view tensor) const;
+};
+
+/// Running sums of a quantization error: the SQNR of q against f,
+/// 10 log10(sum f^2 / sum (f - q)^2), accumulated in double.
+struct ErrorSums {
+    double signal = 0, noise = 0;
+    void add(std::span<const float> f, std::span<const float> q) {
+        for (size_t i = 0; i < f.size(); ++i) {
+            const double d = static_cast<double>(f[i]) - q[i];
+            signal += static_cast<double>(f[i]) * f[i];
+            noise += d * d;
+        }
+    }
+    /// nullopt without a signal (all zeros); +infinity when exact.
+    std::optional<double> sqnr_db() const {
+        if (!(signal > 0)) return std::nullopt;
+        return noise == 0 ? std::numeric_limits<double>::infinity() : 10.0 * std::log10(signal / noise);
+    }
 };
 
 }  // namespace vaiq

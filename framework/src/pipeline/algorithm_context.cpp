@@ -118,22 +118,20 @@ const F& HostAlgorithmContext::service(const F& f, const char* what) const {
     return f;
 }
 
-OutputAgreement HostAlgorithmContext::agreement(const Model& quantized, int output_index, BatchSet batches) {
+OutputAgreement HostAlgorithmContext::agreement(const Model& quantized, int output_index, Batches batches) {
     return service(in_.agreement, "agreement()")(quantized, output_index, batches);
 }
 
 std::vector<OutputAgreement> HostAlgorithmContext::agreements(size_t variants, const Model& compiled,
                                                               const std::function<VariantRun(int threads)>& make_run,
-                                                              int output_index, BatchSet batches) {
-    return service(in_.agreements, "agreements()")(variants, compiled, make_run, output_index, batches);
+                                                              int output_index, Batches batches,
+                                                              std::optional<size_t> reference_variant) {
+    return service(in_.agreements, "agreements()")(variants, compiled, make_run, output_index, batches,
+                                                   reference_variant);
 }
 
 MeasuredOutput HostAlgorithmContext::measured_output(int output_index) {
     return service(in_.measured_output, "measured_output()")(output_index);
-}
-
-std::vector<TensorSensitivity> HostAlgorithmContext::sensitivity(int output_index) {
-    return service(in_.sensitivity, "sensitivity()")(output_index);
 }
 
 bool HostAlgorithmContext::target_runs(QuantType activation_type, QuantType weight_type) {

@@ -47,14 +47,16 @@ struct AlgorithmInputs {
     std::function<void(const std::string&, const std::string&, bool)> keep_float;
     std::function<bool(const std::string&, int)> set_per_channel;
     std::function<void(const std::string&)> mark_mixed_scales;
-    /// After calibration: a quantized model's output against the float model's,
-    /// the output measured, the tensors' sensitivity.
-    std::function<OutputAgreement(const Model&, int output_index, BatchSet)> agreement;
-    std::function<std::vector<OutputAgreement>(
-        size_t, const Model&, const std::function<AlgorithmContext::VariantRun(int)>&, int output_index, BatchSet)>
+    /// The tensors marked so, and the report's sections so far.
+    std::function<std::set<std::string>()> mixed_scale_tensors;
+    std::function<nlohmann::json(const std::string&)> reported;
+    /// After calibration: a quantized model's output against the float model's, the output measured.
+    std::function<OutputAgreement(const Model&, int output_index, Batches)> agreement;
+    std::function<std::vector<OutputAgreement>(size_t, const Model&,
+                                               const std::function<AlgorithmContext::VariantRun(int)>&,
+                                               int output_index, Batches, std::optional<size_t> reference_variant)>
         agreements;
     std::function<MeasuredOutput(int output_index)> measured_output;
-    std::function<std::vector<TensorSensitivity>(int output_index)> sensitivity;
     /// Parameters stage: the target's types, raised plans and precisions kept, another algorithm tried.
     std::function<bool(QuantType activation, QuantType weight)> target_runs;
     std::function<QuantPlan(const std::set<std::string>&, const Precision&, size_t*)> raised_plan;
@@ -84,12 +86,11 @@ class HostAlgorithmContext final : public AlgorithmContext {
                                         const std::set<std::string>& taps) override;
     std::unique_ptr<ModelRunner> forking_runner(const Model& model, const std::set<std::string>& forks,
                                                 int threads = 0) override;
-    OutputAgreement agreement(const Model& quantized, int output_index, BatchSet batches) override;
+    OutputAgreement agreement(const Model& quantized, int output_index, Batches batches) override;
     std::vector<OutputAgreement> agreements(size_t variants, const Model& compiled,
-                                            const std::function<VariantRun(int threads)>& make_run,
-                                            int output_index = kEveryOutput, BatchSet batches = BatchSet::All) override;
+                                            const std::function<VariantRun(int threads)>& make_run, int output_index,
+                                            Batches batches, std::optional<size_t> reference_variant) override;
     MeasuredOutput measured_output(int output_index) override;
-    std::vector<TensorSensitivity> sensitivity(int output_index) override;
     bool target_runs(QuantType activation_type, QuantType weight_type) override;
     QuantPlan raised_plan(const std::set<std::string>& tensors, const Precision& precision, size_t* count) override;
     void for_each_tapped(const Model& model, const std::vector<std::string>& tensors,
@@ -111,6 +112,12 @@ class HostAlgorithmContext final : public AlgorithmContext {
     void keep_float(const std::string& tensor, const std::string& reason, bool sharers_on_own_range) override;
     bool set_per_channel(const std::string& tensor, int axis) override;
     void mark_mixed_scales(const std::string& tensor) override;
+    std::set<std::string> mixed_scale_tensors() const override {
+        return in_.mixed_scale_tensors ? in_.mixed_scale_tensors() : std::set<std::string>{};
+    }
+    nlohmann::json reported(const std::string& algorithm) const override {
+        return in_.reported ? in_.reported(algorithm) : nlohmann::json();
+    }
 
   private:
     /// The callback, or an InternalError saying that `what` is not offered in this stage.

@@ -1,6 +1,5 @@
 // The evaluate phase: the quantized model against the float one, with the
-// diagnoses that explain a poor result (per-tensor error, where it starts, the
-// sensitivity ranking).
+// diagnoses that explain a poor result (per-tensor error, where it starts).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -149,17 +148,6 @@ void evaluate_phase(const RunSetup& setup, const FloatModel& floats, Calibrated&
                 out["first_divergence"] = {
                     {"tensor", d->tensor}, {"node", d->node}, {"sqnr_db", d->sqnr_db}, {"data", batch->source}};
         });
-}
-
-void report_sensitivity(RunState& s) {
-    diagnose(s.report, "the sensitivity analysis", [&] {
-        const auto& computed = s.planning.sensitivity;
-        const int output_index = computed.size() == 1 ? computed.begin()->first : kEveryOutput;
-        const auto& ranking = sensitivity_of(s, output_index);
-        s.report["sensitivity"] = {{"data", "calibration_data"},
-                                   {"batches", s.setup.settings.sensitivity_batches},
-                                   {"tensors", sensitivity_json(ranking)}};
-    });
 }
 
 }  // namespace vaiq::phases

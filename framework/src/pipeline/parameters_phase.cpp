@@ -39,42 +39,6 @@ Model emit_plan(RunSetup& setup, const Model& model, const QuantPlan& plan,
 
 namespace {
 
-// The prepared float model with `plan` written into it, the run's fitted weights that it still applies to.
-Model emit_plan(RunState& s, const QuantPlan& plan) {
-    return emit_plan(s.setup, s.floats.model, plan, rounded_for(s.planning, plan));
-}
-
-}  // namespace
-
-// Every tensor of the plan measured on the calibration data (so that
-// evaluation_data stays held out), most harmful first; computed once per output.
-const std::vector<TensorSensitivity>& sensitivity_of(RunState& s, int output_index) {
-    if (auto it = s.planning.sensitivity.find(output_index); it != s.planning.sensitivity.end()) return it->second;
-    const int batches = static_cast<int>(s.setup.settings.sensitivity_batches);
-    const int max_tensors =
-        s.setup.settings.sensitivity_tensors ? static_cast<int>(*s.setup.settings.sensitivity_tensors) : -1;
-    log_info("sensitivity analysis: {} tensors, each on {} batches", s.planning.plan.tensors.size(),
-             batches > 0 ? std::to_string(batches) : "all");
-    size_t reported = 0;
-    auto ranking = analyze_sensitivity(
-        s.floats.reference(), s.floats.model, s.planning.plan,
-        [&](const QuantPlan& plan) { return emit_plan(s, plan); }, rounded_for(s.planning, s.planning.plan),
-        *s.calibrated.data, batches, output_index, s.setup.threads,
-        [&](size_t done, size_t total) {
-            report_progress("measurement", static_cast<int64_t>(done), static_cast<int64_t>(total));
-            if (done * 10 / total == reported) return;
-            reported = done * 10 / total;
-            log_info("sensitivity analysis: {} of {} measurements (a tensor on a batch)", done, total);
-        },
-        max_tensors);
-    for (auto& t : ranking)
-        t.mixed_scales = std::find(s.planning.mixed_scales.begin(), s.planning.mixed_scales.end(), t.tensor) !=
-                         s.planning.mixed_scales.end();
-    return s.planning.sensitivity.emplace(output_index, std::move(ranking)).first->second;
-}
-
-namespace {
-
 // The plan computed from the calibration and `draft`, with the parameters the
 // algorithms chose and the target's constraints (counted in `refined`).
 QuantPlan plan_of(RunState& s, const DraftPlan& draft, std::map<std::string, TensorRange>* ranges,
@@ -96,11 +60,11 @@ void recompute_plan(RunState& s) {
 
 // The float model's outputs on the calibration data for AlgorithmContext::agreement(),
 // computed once per output and split into the batch sets (vaiq::in_batch_set).
-const ReferenceBatches& agreement_reference(RunState& s, int output_index, BatchSet batches) {
-    auto key = std::make_pair(output_index, batches);
+const ReferenceBatches& agreement_reference(RunState& s, int output_index, Batches batches) {
+    auto key = std::make_tuple(output_index, batches.set, batches.first);
     if (auto it = s.calibrated.agreement_references.find(key); it != s.calibrated.agreement_references.end())
         return it->second;
-    if (batches == BatchSet::All) {
+    if (batches.set == BatchSet::All && batches.first == 0) {
         auto all = reference_batches(s.floats.reference(), *s.calibrated.data, 0, output_index, s.setup.threads);
         return s.calibrated.agreement_references.emplace(key, std::move(all)).first->second;
     }
@@ -108,7 +72,8 @@ const ReferenceBatches& agreement_reference(RunState& s, int output_index, Batch
     ReferenceBatches part = all;
     part.feeds.clear(), part.outputs.clear();
     for (size_t b = 0; b < all.feeds.size(); ++b) {
-        if (!in_batch_set(b, all.feeds.size(), batches)) continue;
+        if (!in_batch_set(b, all.feeds.size(), batches.set)) continue;
+        if (batches.first > 0 && part.feeds.size() == batches.first) break;
         part.feeds.push_back(all.feeds[b]);
         part.outputs.push_back(all.outputs[b]);
     }
@@ -181,19 +146,18 @@ bool try_algorithm(RunState& s, const std::string& name, const std::string& othe
 
 // The services of the calibrated run (Parameters and Corrections stages).
 void offer_plan_services(RunState& s, AlgorithmInputs& inputs, const std::string& name, AlgorithmStage stage) {
-    inputs.agreement = [&s](const Model& quantized, int output_index, BatchSet batches) {
+    inputs.agreement = [&s](const Model& quantized, int output_index, Batches batches) {
         return measure_output(quantized, agreement_reference(s, output_index, batches), s.setup.threads);
     };
     inputs.agreements = [&s](size_t variants, const Model& compiled, const std::function<VariantRun(int)>& make_run,
-                             int output_index, BatchSet batches) {
+                             int output_index, Batches batches, std::optional<size_t> reference_variant) {
         return measure_outputs(variants, make_run, batch_threads(s.setup.threads, compiled),
-                               agreement_reference(s, output_index, batches));
+                               agreement_reference(s, output_index, batches), reference_variant);
     };
     inputs.measured_output = [&s](int output_index) {
         const auto& reference = agreement_reference(s, output_index, BatchSet::All);
         return MeasuredOutput{reference.describe_outputs(), reference.describe_measures()};
     };
-    inputs.sensitivity = [&s](int output_index) { return sensitivity_of(s, output_index); };
     if (stage == AlgorithmStage::Corrections) {
         inputs.replace_initializers = [&s](std::map<std::string, Tensor> values) {
             if (!s.floats.uncorrected) s.floats.uncorrected = s.floats.model;
@@ -254,6 +218,10 @@ void run_algorithm(RunState& s, Algorithm& algorithm, const std::string& name, A
         choose_parameters(s, name, tensor, params);
     };
     inputs.report = [&s, name](nlohmann::json section) { s.report[name] = std::move(section); };
+    inputs.mixed_scale_tensors = [&s] {
+        return std::set<std::string>(s.planning.mixed_scales.begin(), s.planning.mixed_scales.end());
+    };
+    inputs.reported = [&s](const std::string& algorithm) { return s.report.value(algorithm, nlohmann::json()); };
     inputs.note = [&s, name](const std::string& tensor, std::string text) {
         s.report["notes"].push_back({{"tensor", tensor}, {"by", name}, {"note", std::move(text)}});
     };

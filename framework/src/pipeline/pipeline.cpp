@@ -58,11 +58,7 @@ constexpr PhaseStep kSteps[] = {
     {Phase::Parameters, parameters_phase},
     {Phase::Emit, [](RunState& s) { emit_phase(s.setup, s.floats.model, s.planning, s.written, s.report); }},
     {Phase::Check, [](RunState& s) { check_phase(s.setup, s.written.quantized, s.report); }},
-    {Phase::Evaluate,
-     [](RunState& s) {
-         evaluate_phase(s.setup, s.floats, s.calibrated, s.written, s.report);
-         if (s.setup.settings.sensitivity_analysis) report_sensitivity(s);
-     }},
+    {Phase::Evaluate, [](RunState& s) { evaluate_phase(s.setup, s.floats, s.calibrated, s.written, s.report); }},
 };
 
 // How the recipe saves the model at `output`.

@@ -109,12 +109,6 @@ RunSettings RunSettings::of(const Recipe& recipe) {
 
     s.warn_output_sqnr_db = recipe.value("warn_output_sqnr_db").get<double>();
     s.min_output_sqnr_db = optional_value<double>(recipe, "min_output_sqnr_db");
-    s.sensitivity_analysis = flag("sensitivity_analysis");
-    s.sensitivity_batches = recipe.value("sensitivity_batches").get<int64_t>();
-    s.sensitivity_tensors = optional_value<int64_t>(recipe, "sensitivity_tensors");
-    if (s.sensitivity_tensors && *s.sensitivity_tensors < 0)
-        throw InputError(fmt::format("{}: sensitivity_tensors must be 0 (every tensor) or more",
-                                     recipe.setting("sensitivity_tensors").origin));
     if (s.external_data_size_threshold < 0)
         throw InputError(fmt::format("{}: external_data_size_threshold must not be negative",
                                      recipe.setting("external_data_size_threshold").origin));

@@ -59,9 +59,6 @@ struct RunSettings {
     // Judging the result
     double warn_output_sqnr_db = 0;
     std::optional<double> min_output_sqnr_db;
-    bool sensitivity_analysis = false;
-    int64_t sensitivity_batches = 0;
-    std::optional<int64_t> sensitivity_tensors;
 
     /// Reads them from a recipe whose values the schema has checked; throws
     /// InputError at the recipe line for what only makes sense together (an

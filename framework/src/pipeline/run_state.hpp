@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "data/data_reader.hpp"
@@ -20,8 +21,8 @@
 #include "pipeline/pipeline.hpp"
 #include "pipeline/planner.hpp"
 #include "pipeline/run_settings.hpp"
+#include "report/agreement.hpp"
 #include "report/evaluation.hpp"
-#include "report/sensitivity.hpp"
 #include "util/spool.hpp"
 #include "vaiq/algorithm.hpp"
 
@@ -117,7 +118,7 @@ struct Calibrated {
     std::shared_ptr<ReferenceOutputs> prepared_outputs;
     bool float_outputs_from_input = false;  ///< they are the input model's, joined into calibration
     /// The float model's outputs on the calibration data, by output index and part, for agreement().
-    std::map<std::pair<int, BatchSet>, ReferenceBatches> agreement_references;
+    std::map<std::tuple<int, BatchSet, size_t>, ReferenceBatches> agreement_references;
 };
 
 // The plan, from the draft to the parameters, and what the algorithms chose on it.
@@ -131,9 +132,8 @@ struct Planning {
     /// Parameters algorithms chose (AlgorithmContext::set_parameters), kept when the plan is recomputed.
     std::map<std::string, QuantParams> chosen_params;
     std::vector<ConstraintCount> refined;  ///< what the target's constraints changed in the last plan computed
-    std::map<int, std::vector<TensorSensitivity>> sensitivity;  ///< by output index, computed once
     /// Tensors the Plan stage found holding channels on different scales on one grid
-    /// (AlgorithmContext::mark_mixed_scales): the sensitivity ranking marks them.
+    /// (AlgorithmContext::mark_mixed_scales).
     std::vector<std::string> mixed_scales;
 };
 
@@ -246,10 +246,6 @@ std::map<std::string, Tensor> rounded_for(const Planning& planning, const QuantP
 Model emit_plan(RunSetup& setup, const Model& model, const QuantPlan& plan,
                 const std::map<std::string, Tensor>& rounded);
 
-// Every tensor of the plan measured on the calibration data (so that
-// evaluation_data stays held out), most harmful first; computed once per output.
-const std::vector<TensorSensitivity>& sensitivity_of(RunState& s, int output_index);
-
 // Runs one algorithm plugin of `stage` on the run as it stands; its report section goes under its name.
 void run_algorithm(RunState& s, Algorithm& algorithm, const std::string& name, AlgorithmStage stage);
 
@@ -265,10 +261,5 @@ void check_phase(RunSetup& setup, const Model& quantized, nlohmann::json& report
 // data; with a low output SQNR, where the error starts.
 void evaluate_phase(const RunSetup& setup, const FloatModel& floats, Calibrated& calibrated, Written& written,
                     nlohmann::json& report);
-
-// The sensitivity ranking in the report (sensitivity_analysis): the one an
-// algorithm asked for, on the plan before it raised anything (what explains its
-// choice), else one over every output.
-void report_sensitivity(RunState& s);
 
 }  // namespace vaiq::phases

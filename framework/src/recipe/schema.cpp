@@ -74,17 +74,20 @@ const std::vector<KeySpec>& recipe_keys() {
          "SQNR falls below it."},
         {"min_output_sqnr_db", K::Float, "null", P::Evaluate, yes,
          "Fail (exit 1, nothing written) when an output's SQNR on the evaluation data is below this many dB."},
-        {"sensitivity_analysis", K::Bool, "false", P::Evaluate, yes,
+        {"sensitivity_analysis", K::Bool, "false", P::Parameters, yes,
          "Add every quantized tensor's error to the report, most harmful first: its own SQNR after "
-         "quantize-dequantize and the output's SQNR with only it quantized (`vaiq analyze` prints it)."},
-        {"sensitivity_batches", K::Int, "4", P::Evaluate, yes,
-         "Batches of the evaluation (else calibration) data the sensitivity analysis runs on (0: all): each "
-         "tensor costs one run of the model per batch."},
-        {"sensitivity_tensors", K::Int, "null", P::Evaluate, yes,
+         "quantize-dequantize and the output's SQNR with only it quantized (`vaiq analyze` prints it).",
+         {}, {}, true},
+        {"sensitivity_batches", K::Int, "4", P::Parameters, yes,
+         "Batches of the calibration data the sensitivity analysis (and mixed precision's ranking) runs on "
+         "(0: all): each tensor costs one run of the model per batch.",
+         {}, {}, true},
+        {"sensitivity_tensors", K::Int, "null", P::Parameters, yes,
          "Tensors the sensitivity analysis measures (0: every one): those whose own error after quantize-dequantize "
          "is largest; the others follow them in the ranking by that error, unmeasured. Default: every tensor, unless "
          "the plan's activations times the tensors exceed 5e10 values (a large model at a large input: IMG.LY's ISNet "
-         "at 1024x1024 measures 59 of 471)."},
+         "at 1024x1024 measures 59 of 471).",
+         {}, {}, true},
 
         {"float_fragile_inputs", K::Bool, "true", P::Plan, yes,
          "Ops whose meaning breaks under rounding read float values: what comparisons (Equal, Greater, Less, ...) and "

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ranking.hpp"
 #include "vaiq/algorithm.hpp"
 
 namespace vaiq {
@@ -68,7 +69,7 @@ struct MixedPrecisionResult {
     nlohmann::json report;
 };
 
-/// The tensors most harmful first (AlgorithmContext::sensitivity).
+/// The tensors most harmful first (rank_tensors).
 using Ranker = std::function<std::vector<TensorSensitivity>()>;
 
 /// Searches the shortest prefix of `rank()`'s ranking (most harmful first) whose

@@ -12,7 +12,7 @@
 #include "data/data_reader.hpp"
 #include "mixed_precision.hpp"
 #include "pipeline/algorithm_context.hpp"
-#include "report/sensitivity.hpp"
+#include "report/agreement.hpp"
 #include "runtime/executor.hpp"
 #include "screening.hpp"
 #include "sdk/npy.hpp"
@@ -416,7 +416,8 @@ TEST(MixedPrecisionScreening, EstimatesAgreeWithTheQuantizedModels) {
     };
     vaiq::BatchThreads split{1, 1};  // batches one at a time, then two (below)
     in.agreements = [&](size_t variants, const vaiq::Model&, const std::function<vaiq::VariantRun(int)>& make_run, int,
-                        vaiq::BatchSet) { return vaiq::measure_outputs(variants, make_run, split, reference); };
+                        vaiq::Batches,
+                        std::optional<size_t>) { return vaiq::measure_outputs(variants, make_run, split, reference); };
     vaiq::HostAlgorithmContext context(std::move(in));
 
     const std::vector<std::string> candidates{"x", "w1", "h", "r", "w2"};
@@ -453,6 +454,111 @@ TEST(MixedPrecisionScreening, EstimatesAgreeWithTheQuantizedModels) {
             const auto w1 =
                 static_cast<size_t>(std::find(candidates.begin(), candidates.end(), "w1") - candidates.begin());
             EXPECT_GT(estimates.raised[w1]->sqnr_db, before.sqnr_db + 1.0);
+        }
+    }
+}
+
+// The ranking forks the float model's run where each tensor is computed and
+// runs only what follows; it must measure what a whole inference of the model
+// written with that tensor alone quantized measures. Two convolutions (which
+// the written model's executor runs channels-last), a fitted weight, and a
+// constant only a folded Transpose reads (measured on its written model).
+TEST(Ranking, ForkedRunsMeasureWhatTheWrittenModelsMeasure) {
+    GraphBuilder b;
+    b.input("x", {1, 2, 6, 6}).output("y", {1, 2, 6, 6});
+    auto ramp = [](size_t n, float step, int period) {
+        std::vector<float> v(n);
+        for (size_t i = 0; i < n; ++i) v[i] = step * static_cast<float>(static_cast<int>(i * 7 % period) - period / 2);
+        return v;
+    };
+    b.initializer("w1", Tensor::from_values<float>({4, 2, 3, 3}, ramp(72, 0.07f, 13)));
+    b.initializer("w2", Tensor::from_values<float>({2, 4, 1, 1}, ramp(8, 0.3f, 5)));
+    b.initializer("t", Tensor::from_values<float>({6, 6, 2, 1}, ramp(72, 0.11f, 17)));
+    vaiq::set_attribute(b.node("Conv", {"x", "w1"}, {"c1"}), "pads", std::vector<int64_t>{1, 1, 1, 1});
+    b.node("Relu", {"c1"}, {"r1"});
+    b.node("Conv", {"r1", "w2"}, {"c2"});
+    vaiq::set_attribute(b.node("Transpose", {"t"}, {"s"}), "perm", std::vector<int64_t>{3, 2, 0, 1});
+    b.node("Mul", {"c2", "s"}, {"y"});
+    const auto model = b.build();
+    auto params = [](vaiq::QuantType type, float scale, int64_t zero_point) {
+        return vaiq::QuantParams(type, {scale}, {zero_point});
+    };
+    vaiq::QuantPlan plan;
+    using vaiq::QuantType, vaiq::TensorRole;
+    plan.tensors.push_back({"x", TensorRole::Activation, {}, params(QuantType::QUInt8, 1.0f / 255, 0)});
+    plan.tensors.push_back({"w1", TensorRole::Weight, {}, params(QuantType::QInt8, 0.43f / 127, 0)});
+    plan.tensors.push_back({"r1", TensorRole::Activation, {}, params(QuantType::QUInt8, 0.02f, 0)});
+    plan.tensors.push_back({"w2", TensorRole::Weight, {}, params(QuantType::QInt8, 0.6f / 127, 0)});
+    plan.tensors.push_back({"c2", TensorRole::Activation, {}, params(QuantType::QInt8, 0.03f, 3)});
+    plan.tensors.push_back({"t", TensorRole::Weight, {}, params(QuantType::QInt8, 0.9f / 127, 0)});
+    // A fitted w2: rounded otherwise than to nearest, as an algorithm may.
+    const std::map<std::string, Tensor> fitted = {{"w2", Tensor::from_values<float>({2, 4, 1, 1}, ramp(8, 0.31f, 5))}};
+    auto emit = [&](const vaiq::QuantPlan& alone, const std::map<std::string, Tensor>& weights) {
+        vaiq::Model out = model;
+        for (auto& init : *out.graph().mutable_initializer())
+            if (auto it = weights.find(init.name()); it != weights.end()) init = it->second.to_proto(init.name());
+        QdqPairs().emit(out, alone, {});
+        return out;
+    };
+    auto data = vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 4, 7);
+    const auto reference = vaiq::reference_batches(model, *data, 0, 0, 1);
+    vaiq::BatchThreads split{1, 1};
+    vaiq::AlgorithmInputs in(model, plan, *data, 1);
+    in.fitted_weights = [&] { return fitted; };
+    in.emit = emit;
+    in.agreement = [&](const vaiq::Model& candidate, int, vaiq::Batches) {
+        return vaiq::measure_output(candidate, reference, 1);
+    };
+    in.agreements = [&](size_t variants, const vaiq::Model&, const std::function<vaiq::VariantRun(int)>& make_run, int,
+                        vaiq::Batches, std::optional<size_t> own) {
+        return vaiq::measure_outputs(variants, make_run, split, reference, own);
+    };
+    vaiq::HostAlgorithmContext context(std::move(in));
+    vaiq::RankingOptions options;
+    options.output_index = 0;
+    options.batches = 0;
+    options.max_tensors = 0;
+    const auto ranking = vaiq::rank_tensors(context, options);
+    ASSERT_EQ(ranking.size(), plan.tensors.size());
+    // Two batches at a time, a runner each, add up in their order: the same figures to the bit.
+    split = {2, 1};
+    const auto two_at_once = vaiq::rank_tensors(context, options);
+    ASSERT_EQ(two_at_once.size(), ranking.size());
+    for (size_t i = 0; i < ranking.size(); ++i) {
+        EXPECT_EQ(two_at_once[i].tensor, ranking[i].tensor);
+        EXPECT_EQ(two_at_once[i].output_sqnr_db, ranking[i].output_sqnr_db) << ranking[i].tensor;
+    }
+    split = {1, 1};
+    for (const auto& s : ranking) {
+        vaiq::QuantPlan alone;
+        alone.tensors.push_back(*plan.find(s.tensor));
+        std::map<std::string, Tensor> weights;
+        if (auto it = fitted.find(s.tensor); it != fitted.end()) weights.insert(*it);
+        const double whole = vaiq::measure_output(emit(alone, weights), reference, 1).sqnr_db;
+        ASSERT_TRUE(s.output_sqnr_db.has_value()) << s.tensor;
+        EXPECT_LT(whole, 80.0) << s.tensor << " costs the output something";
+        EXPECT_NEAR(*s.output_sqnr_db, whole, 0.01) << s.tensor;
+    }
+
+    // Only the two whose own error is largest measured: they lead, with their
+    // figures as before; the rest follow by their own error, unmeasured.
+    options.max_tensors = 2;
+    const auto limited = vaiq::rank_tensors(context, options);
+    ASSERT_EQ(limited.size(), plan.tensors.size());
+    std::vector<std::pair<double, std::string>> by_own;
+    for (const auto& s : ranking) by_own.emplace_back(s.tensor_sqnr_db.value(), s.tensor);
+    std::sort(by_own.begin(), by_own.end());
+    const std::set<std::string> worst_own = {by_own[0].second, by_own[1].second};
+    for (size_t i = 0; i < limited.size(); ++i) {
+        const auto& s = limited[i];
+        EXPECT_EQ(s.output_sqnr_db.has_value(), i < 2) << s.tensor;
+        if (i < 2) {
+            EXPECT_TRUE(worst_own.count(s.tensor)) << s.tensor;
+            const auto full =
+                std::find_if(ranking.begin(), ranking.end(), [&](auto& r) { return r.tensor == s.tensor; });
+            EXPECT_DOUBLE_EQ(*s.output_sqnr_db, *full->output_sqnr_db) << s.tensor;
+        } else if (i > 2) {
+            EXPECT_LE(limited[i - 1].tensor_sqnr_db.value(), s.tensor_sqnr_db.value()) << "by their own error";
         }
     }
 }

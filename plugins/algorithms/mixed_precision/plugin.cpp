@@ -1,6 +1,7 @@
 // Automatic mixed precision (extra_options.AutoMixprecision) as an algorithm:
 // raises the most harmful tensors until the output meets the target on the
-// calibration data, then, where it still misses, tries the next lever.
+// calibration data, then, where it still misses, tries the next lever. And the
+// sensitivity analysis (sensitivity_analysis): that ranking in the report.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <set>
 
 #include "mixed_precision.hpp"
+#include "ranking.hpp"
 #include "screening.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/log.hpp"
@@ -25,6 +27,24 @@ vaiq::QuantType quant_type(const vaiq::Options& options, const std::string& name
     const auto type = vaiq::parse_quant_type(value);
     if (!type) throw vaiq::InputError(fmt::format("extra_options.{} must be a QuantType, not '{}'", name, value));
     return *type;
+}
+
+// The ranking's settings (sensitivity_batches, sensitivity_tensors), read by both algorithms.
+vaiq::RankingOptions ranking_options(const vaiq::Options& options) {
+    vaiq::RankingOptions out;
+    const auto batches = options.get_int("sensitivity_batches");
+    if (batches < 0) throw vaiq::InputError("sensitivity_batches must be 0 (every batch) or more");
+    out.batches = static_cast<size_t>(batches);
+    if (!options.get("sensitivity_tensors").is_null()) {
+        out.max_tensors = options.get_int("sensitivity_tensors");
+        if (out.max_tensors < 0) throw vaiq::InputError("sensitivity_tensors must be 0 (every tensor) or more");
+    }
+    return out;
+}
+
+// The ranking as the report's sensitivity section holds it.
+nlohmann::json ranking_section(const std::vector<vaiq::TensorSensitivity>& ranking, size_t batches) {
+    return {{"data", "calibration_data"}, {"batches", batches}, {"tensors", vaiq::ranking_json(ranking)}};
 }
 
 // What a target missed within the budget tries: the weights fitted at the precisions chosen.
@@ -45,6 +65,8 @@ class MixedPrecision final : public vaiq::Algorithm {
         target_.precision.weight_type = quant_type(options, p + "WeightTargetQuantType");
         target_.max_fraction = options.get_float(p + "MaxRaisedFraction");
         next_lever_ = options.get_bool(p + "NextLever") ? kNextLever : "";
+        ranking_ = ranking_options(options);
+        ranking_.output_index = target_.output_index;
         if (!(target_.max_fraction >= 0 && target_.max_fraction <= 1))
             throw vaiq::InputError(fmt::format("extra_options.AutoMixprecision.MaxRaisedFraction must be within [0, 1], "
                                                "not {}",
@@ -68,10 +90,12 @@ class MixedPrecision final : public vaiq::Algorithm {
             vaiq::log_info("mixed precision: raised tensors stay float: the target cannot run activations {} with "
                            "weights {}",
                            vaiq::quant_type_name(wanted.activation_type), vaiq::quant_type_name(wanted.weight_type));
+        nlohmann::json ranked;  // the ranking, when the search asked for it: the report's sensitivity
         auto rank = [&] {
+            auto ranking = vaiq::rank_tensors(context, ranking_);
+            ranked = ranking_section(ranking, ranking_.batches);
             // A tensor whose channels differ in scale is raised first: its narrow channels
             // (a head's scores) can ruin what the output means while costing little SQNR.
-            auto ranking = context.sensitivity(target.output_index);
             std::stable_partition(ranking.begin(), ranking.end(),
                                   [](const vaiq::TensorSensitivity& t) { return t.mixed_scales; });
             return ranking;
@@ -107,6 +131,7 @@ class MixedPrecision final : public vaiq::Algorithm {
                 : fmt::format("activations {}, weights {}", vaiq::quant_type_name(wanted.activation_type),
                               vaiq::quant_type_name(wanted.weight_type));
         result.report["quantized_tensors"] = quantized;
+        if (!ranked.is_null()) result.report["sensitivity"] = std::move(ranked);
         if (!result.report["met"].get<bool>()) try_next_lever(context, target, result.report);
         context.report(std::move(result.report));
     }
@@ -152,7 +177,39 @@ class MixedPrecision final : public vaiq::Algorithm {
     }
 
     vaiq::MixedPrecisionTarget target_;
+    vaiq::RankingOptions ranking_;
     std::string next_lever_;
+};
+
+// The ranking in the report: mixed precision's where it ranked (on the plan
+// before it raised anything: what explains its choice), else one over every output.
+class Sensitivity final : public vaiq::Algorithm {
+  public:
+    vaiq::AlgorithmStage stage() const override { return vaiq::AlgorithmStage::Corrections; }
+    void configure(const vaiq::Options& options) override { ranking_ = ranking_options(options); }
+    void run(vaiq::AlgorithmContext& context) override {
+        const auto earlier = context.reported("mixed_precision");
+        auto section = earlier.is_object() ? earlier.value("sensitivity", nlohmann::json()) : nlohmann::json();
+        try {
+            if (section.is_null()) section = ranking_section(vaiq::rank_tensors(context, ranking_), ranking_.batches);
+        } catch (const vaiq::InputError& e) {  // a diagnosis never fails the run
+            vaiq::log_warn("the sensitivity analysis could not be computed, and is left out of the report: {}",
+                           e.what());
+            return;
+        }
+        context.report(std::move(section));
+    }
+
+  private:
+    vaiq::RankingOptions ranking_;
+};
+
+constexpr vaiq_option_descriptor kRankingOptions[] = {
+    {"sensitivity_batches", VAIQ_OPTION_INT, "4",
+     "The first calibration batches the ranking measures (0: all): each tensor costs one run a batch."},
+    {"sensitivity_tensors", VAIQ_OPTION_INT, "null",
+     "Tensors the ranking measures (0: every one): those whose own error is largest; the others follow by that "
+     "error, unmeasured. Default: every tensor, unless the activations times the tensors exceed 5e10 values."},
 };
 
 constexpr vaiq_option_descriptor kOptions[] = {
@@ -173,6 +230,8 @@ constexpr vaiq_option_descriptor kOptions[] = {
     {"AutoMixprecision.WeightTargetQuantType", VAIQ_OPTION_STRING, "QInt16", "Type a raised weight gets."},
     {"AutoMixprecision.MaxRaisedFraction", VAIQ_OPTION_FLOAT, "0.1",
      "Raise at most this fraction of the quantized activations and weights."},
+    kRankingOptions[0],
+    kRankingOptions[1],
     {"AutoMixprecision.NextLever", VAIQ_OPTION_BOOL, "true",
      "When the target is out of reach within the budget (or fails on the held-out batches): fit the weights at "
      "their precisions (fast finetune with FastFinetune's settings, unless the run has it anyway) and keep the fit "
@@ -188,4 +247,9 @@ VAIQ_PLUGINS(vaiq::enabled_by(vaiq::describe<MixedPrecision>("mixed_precision", 
                                                              kOptions),
                               "extra_options.AutoMixprecision.SQNRTarget, extra_options.AutoMixprecision.L2Target, "
                               "extra_options.AutoMixprecision.Top1AccTarget",
-                              kNextLever))
+                              kNextLever),
+             vaiq::enabled_by(vaiq::describe<Sensitivity>("sensitivity", "1.0.0",
+                                                          "Every quantized tensor's cost to the output, most harmful "
+                                                          "first, in the report (vaiq analyze)",
+                                                          kRankingOptions),
+                              "sensitivity_analysis"))

@@ -1,4 +1,4 @@
-#include "report/sensitivity.hpp"
+#include "report/agreement.hpp"
 
 #include <fmt/format.h>
 
@@ -18,21 +18,6 @@
 namespace vaiq {
 
 namespace {
-
-struct ErrorSums {
-    double signal = 0, noise = 0;
-    void add(std::span<const float> f, std::span<const float> q) {
-        for (size_t i = 0; i < f.size(); ++i) {
-            const double d = static_cast<double>(f[i]) - q[i];
-            signal += static_cast<double>(f[i]) * f[i];
-            noise += d * d;
-        }
-    }
-    std::optional<double> sqnr_db() const {
-        if (!(signal > 0)) return std::nullopt;
-        return noise == 0 ? std::numeric_limits<double>::infinity() : 10.0 * std::log10(signal / noise);
-    }
-};
 
 // Rows over the last axis (a classifier's [N, C], a sequence model's [N, T, C]).
 int64_t row_length(const Tensor& t) { return t.shape().size() >= 2 ? t.shape().back() : 0; }
@@ -116,9 +101,9 @@ float decision_threshold(const ReferenceBatches& reference, size_t k) {
     return 0.5f;
 }
 
-const std::set<std::string, std::less<>> kBooleanOps = {"Equal", "Greater",   "GreaterOrEqual", "Less", "LessOrEqual",
-                                                        "Not",   "And",       "Or",             "Xor",  "IsNaN",
-                                                        "IsInf", "BitwiseNot"};
+const std::set<std::string, std::less<>> kBooleanOps = {
+    "Equal", "Greater", "GreaterOrEqual", "Less",  "LessOrEqual", "Not", "And",
+    "Or",    "Xor",     "IsNaN",          "IsInf", "BitwiseNot"};
 const std::set<std::string, std::less<>> kReshapes = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"};
 
 // A Cast of a comparison's or a logical op's result: a 0/1 mask.
@@ -160,8 +145,7 @@ std::vector<int64_t> greedy_decode(std::span<const float> sample, int64_t row_le
 
 std::string OutputMeaning::describe() const {
     switch (kind) {
-        case Kind::Threshold:
-            return fmt::format("decisions at 0.5 ({}: independent probabilities)", source);
+        case Kind::Threshold: return fmt::format("decisions at 0.5 ({}: independent probabilities)", source);
         case Kind::NonZero: return fmt::format("its nonzero elements ({} masks it)", source);
         case Kind::Values:
             return fmt::format(
@@ -196,10 +180,9 @@ OutputMeaning output_meaning(const Model& model, const std::string& output, size
             m.source = describe_node(node);
             return m;
         }
-        const bool masked =
-            is_mask(graph, index, tensor) ||
-            (op == "Mul" && node.input_size() == 2 &&
-             (is_mask(graph, index, node.input(0)) || is_mask(graph, index, node.input(1))));
+        const bool masked = is_mask(graph, index, tensor) ||
+                            (op == "Mul" && node.input_size() == 2 &&
+                             (is_mask(graph, index, node.input(0)) || is_mask(graph, index, node.input(1))));
         if (masked) {
             m.kind = OutputMeaning::Kind::NonZero;
             m.source = describe_node(node);
@@ -247,7 +230,7 @@ class AgreementCount {
             return;
         }
         if (meaning_.source.empty() && row_length(f) < 2) {  // no Softmax says where the classes are
-            if (row_length(f) == 1)  // one score a row: its decision
+            if (row_length(f) == 1)                          // one score a row: its decision
                 for (size_t r = 0; r < fv.size(); ++r, ++rows_)
                     agree_ += (fv[r] >= threshold_) == (qv[r] >= threshold_);
             return;
@@ -304,7 +287,8 @@ OutputError worst(const std::vector<OutputError>& each) {
 }  // namespace
 
 std::vector<OutputError> measure_outputs(size_t variants, const std::function<VariantRun(int threads)>& make_run,
-                                         BatchThreads split, const ReferenceBatches& reference) {
+                                         BatchThreads split, const ReferenceBatches& reference,
+                                         std::optional<size_t> reference_variant) {
     std::vector<OutputError> out(variants);
     if (reference.feeds.empty()) return out;  // nothing to measure: batches 0
     std::vector<std::vector<AgreementCount>> counts(variants);
@@ -318,17 +302,23 @@ std::vector<OutputError> measure_outputs(size_t variants, const std::function<Va
         auto run = make_run(split.threads_each);
         return [&, run](size_t b, BatchTurns& turns) {
             std::vector<bool> given(variants, false);
+            std::vector<Tensor> own;  // the reference variant's measured outputs on this batch
             run(reference.feeds[b], [&](size_t variant, const std::vector<Tensor>& outputs) {
                 if (variant >= variants || given[variant])
                     throw InternalError(
                         fmt::format("variant {} of {} given outputs twice on a batch", variant, variants));
+                const bool is_reference = variant == reference_variant;
+                if (reference_variant && !is_reference && !given[*reference_variant])
+                    throw InternalError(fmt::format("variant {} given outputs before the reference", variant));
                 given[variant] = true;
                 // Each variant's counts see the batches in order.
                 const auto point = std::to_string(variant);
                 turns.await(point, b);
-                for (size_t k = 0; k < reference.measured.size(); ++k)
-                    counts[variant][k].add(reference.outputs[b][k],
-                                           checked_output(outputs, reference.measured[k].index, "a reference batch"));
+                for (size_t k = 0; k < reference.measured.size(); ++k) {
+                    const auto& q = checked_output(outputs, reference.measured[k].index, "a reference batch");
+                    counts[variant][k].add(reference_variant && !is_reference ? own[k] : reference.outputs[b][k], q);
+                    if (is_reference) own.push_back(q);
+                }
                 turns.passed(point, b);
             });
             if (const auto missing = std::find(given.begin(), given.end(), false); missing != given.end())
@@ -359,194 +349,6 @@ OutputError measure_output(const Model& candidate, const ReferenceBatches& refer
     // One batch at a time: on the recognizer two at once, each compiling the
     // candidate, took as long (3.1 against 3.25 s for its seven prefixes).
     return measure_outputs(1, make_run, {1, threads}, reference).front();
-}
-
-namespace {
-
-// The output error of every tensor in `forked` quantized alone, on every
-// reference batch: the run of the model the plan is written into (an executor
-// `make_executor` compiles) forks where the tensor is computed (a weight: before
-// its first reader) and only the steps from there run again with its quantized
-// values, each resumed output measured at once (not held: an output a tensor).
-// `fitted` weights are quantized in place of the float ones, as the emitted
-// model writes them. Measured against that model's own outputs, or against the
-// reference's where `own_reference` is false (a model whose biases were
-// corrected against it). Batches run `at_once` at a time, an executor each,
-// and add to each tensor's sums in their order: the sums do not depend on it.
-std::map<std::string, std::vector<ErrorSums>> forked_output_errors(
-    const QuantPlan& plan, const std::vector<std::string>& forked, const std::map<std::string, Tensor>& fitted,
-    const ReferenceBatches& reference, const std::function<std::shared_ptr<runtime::Executor>()>& make_executor,
-    int at_once, bool own_reference, const std::function<void()>& on_measured) {
-    std::map<std::string, std::vector<ErrorSums>> out;
-    const auto& measured = reference.measured;
-    for (const auto& name : forked) out[name].resize(measured.size());  // made before the workers add to them
-    std::set<std::string> forked_at;
-    std::mutex counting;
-    run_items(reference.feeds.size(), at_once, [&]() -> ItemWork {
-        auto executor = make_executor();
-        return [&, executor](size_t b, BatchTurns& turns) {
-            const auto& feeds = reference.feeds[b];
-            std::vector<Tensor> f = reference.outputs[b];
-            if (own_reference) {
-                const auto own = executor->run(feeds);
-                for (size_t k = 0; k < measured.size(); ++k)
-                    f[k] = checked_output(own, measured[k].index, "a forked run");
-            }
-            executor->run_forking(
-                feeds, forked, [&](const std::string& name, const Tensor& value, const runtime::Resume& resume) {
-                    const auto weight = fitted.find(name);
-                    const auto q = resume(
-                        fake_quantize(weight != fitted.end() ? weight->second : value, plan.find(name)->params, name));
-                    turns.await(name, b);
-                    auto& sums = out.at(name);
-                    for (size_t k = 0; k < measured.size(); ++k)
-                        sums[k].add(f[k].data<float>(),
-                                    checked_output(q, measured[k].index, "a forked run").data<float>());
-                    {
-                        std::lock_guard lock(counting);
-                        forked_at.insert(name);
-                        on_measured();
-                    }
-                    turns.passed(name, b);
-                });
-            turns.finish(b, {});
-        };
-    });
-    std::erase_if(out, [&](const auto& entry) { return !forked_at.count(entry.first); });  // never computed
-    return out;
-}
-
-}  // namespace
-
-std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, const Model& written,
-                                                   const QuantPlan& plan, const PlanEmitter& emit,
-                                                   const std::map<std::string, Tensor>& fitted, DataReader& data,
-                                                   int max_batches, int output_index, int threads,
-                                                   const std::function<void(size_t, size_t)>& on_measured,
-                                                   int max_tensors) {
-    const GraphIndex index(float_model);
-    std::vector<std::string> taps;
-    for (const auto& t : plan.tensors)
-        if (!index.initializer(t.tensor)) taps.push_back(t.tensor);
-    // Each activation's own error, accumulated while the reference batches are computed.
-    std::map<std::string, ErrorSums> own;
-    double tapped_values = 0;  // what a measurement costs, roughly: the activations' size
-    const auto reference = reference_batches(
-        float_model, data, max_batches, output_index, threads, taps, [&](const std::string& name, const Tensor& value) {
-            const auto* t = plan.find(name);
-            if (!t || value.type() != DataType::Float) return;
-            tapped_values += static_cast<double>(value.size());
-            const auto quantized = fake_quantize(value, t->params, name);
-            own[name].add(value.data<float>(), quantized.data<float>());
-        });
-    // Each tensor's own SQNR after quantize-dequantize (weights: their fitted values).
-    std::map<std::string, std::optional<double>> own_sqnr;
-    for (const auto& t : plan.tensors) {
-        if (const auto* init = index.initializer(t.tensor)) {
-            const auto value = Tensor::from_proto(*init);
-            if (value.type() != DataType::Float) continue;
-            ErrorSums sums;
-            const auto quantized = fake_quantize(value, t.params, t.tensor);
-            sums.add(value.data<float>(), quantized.data<float>());
-            own_sqnr[t.tensor] = sums.sqnr_db();
-        } else if (auto it = own.find(t.tensor); it != own.end()) {
-            own_sqnr[t.tensor] = it->second.sqnr_db();
-        }
-    }
-    const double inf = std::numeric_limits<double>::infinity();
-    auto own_of = [&](const std::string& tensor) {
-        const auto it = own_sqnr.find(tensor);
-        return it != own_sqnr.end() && it->second ? *it->second : inf;
-    };
-    // Which tensors are measured: every one, or, where that costs too much (a
-    // large model at a large input), those whose own error is largest.
-    std::vector<const TensorQuant*> candidates;
-    for (const auto& t : plan.tensors)
-        if (t.role != TensorRole::Bias) candidates.push_back(&t);
-    size_t limit = candidates.size();
-    if (max_tensors > 0) limit = std::min(limit, static_cast<size_t>(max_tensors));
-    if (max_tensors < 0 && tapped_values > 0)
-        limit = std::min(limit, static_cast<size_t>(std::max(1.0, kSensitivityBudgetValues / tapped_values)));
-    if (limit < candidates.size()) {
-        std::stable_sort(candidates.begin(), candidates.end(),
-                         [&](const auto* a, const auto* b) { return own_of(a->tensor) < own_of(b->tensor); });
-        candidates.resize(limit);
-        log_info("sensitivity analysis: the {} tensors whose own error is largest are measured, of {}{}", limit,
-                 plan.tensors.size(), max_tensors < 0 ? " (sensitivity_tensors: 0 measures every one)" : "");
-    }
-    // Float tensors the float model's run can fork at are measured that way;
-    // the others (a constant only folded steps read) on the emitted model, a
-    // whole inference per batch.
-    // Batches at once, an executor each, where the model is small enough.
-    const auto split = batch_threads(threads, written);
-    const int at_once = std::min<int>(split.batches, static_cast<int>(reference.feeds.size()));
-    auto probe = std::make_shared<runtime::Executor>(
-        written, runtime::forking_options(at_once > 1 ? split.threads_each : threads, {taps.begin(), taps.end()}));
-    auto& executor = *probe;
-    std::vector<std::string> forked;
-    std::vector<const TensorQuant*> emitted;
-    for (const auto* t : candidates) {
-        const auto* init = index.initializer(t->tensor);
-        const bool is_float = init ? init->data_type() == onnx::TensorProto::FLOAT : own.count(t->tensor) > 0;
-        if (is_float && executor.can_fork(t->tensor))
-            forked.push_back(t->tensor);
-        else
-            emitted.push_back(t);
-    }
-    const size_t total = forked.size() * reference.feeds.size() + emitted.size();
-    size_t done = 0;
-    auto measured = [&] {
-        if (on_measured) on_measured(++done, total);
-    };
-    std::map<std::string, double> output_sqnr;
-    for (const auto& [name, sums] : forked_output_errors(
-             plan, forked, fitted, reference,
-             [&] {  // the probe where it runs on this thread, alone
-                 return at_once > 1
-                            ? std::make_shared<runtime::Executor>(
-                                  written, runtime::forking_options(split.threads_each, {taps.begin(), taps.end()}))
-                            : probe;
-             },
-             at_once, &written == &float_model, measured)) {
-        double lowest = inf;  // the worst output's
-        for (const auto& s : sums) lowest = std::min(lowest, s.sqnr_db().value_or(inf));
-        output_sqnr[name] = lowest;
-    }
-    for (const auto* t : emitted) {
-        QuantPlan alone;
-        alone.tensors.push_back(*t);
-        output_sqnr[t->tensor] = measure_output(emit(alone), reference, threads).sqnr_db;
-        measured();
-    }
-    std::vector<TensorSensitivity> out;
-    for (const auto& t : plan.tensors) {
-        TensorSensitivity s{t.tensor, t.role, t.params.type, std::nullopt, std::nullopt};
-        if (auto it = own_sqnr.find(t.tensor); it != own_sqnr.end()) s.tensor_sqnr_db = it->second;
-        if (auto it = output_sqnr.find(t.tensor); it != output_sqnr.end()) s.output_sqnr_db = it->second;
-        out.push_back(std::move(s));
-    }
-    // Measured tensors by their cost to the output; those not measured after, by their own error.
-    std::stable_sort(out.begin(), out.end(), [&](const auto& a, const auto& b) {
-        if (a.output_sqnr_db.has_value() != b.output_sqnr_db.has_value()) return a.output_sqnr_db.has_value();
-        if (a.output_sqnr_db) return *a.output_sqnr_db < *b.output_sqnr_db;
-        return a.tensor_sqnr_db.value_or(inf) < b.tensor_sqnr_db.value_or(inf);
-    });
-    return out;
-}
-
-nlohmann::json sensitivity_json(const std::vector<TensorSensitivity>& tensors) {
-    auto db = [](const std::optional<double>& v) -> nlohmann::json {
-        if (!v) return nullptr;
-        return std::isinf(*v) ? nlohmann::json("inf") : nlohmann::json(*v);
-    };
-    nlohmann::json out = nlohmann::json::array();
-    for (const auto& t : tensors)
-        out.push_back({{"tensor", t.tensor},
-                       {"role", role_name(t.role)},
-                       {"type", quant_type_name(t.type)},
-                       {"tensor_sqnr_db", db(t.tensor_sqnr_db)},
-                       {"output_sqnr_db", db(t.output_sqnr_db)}});
-    return out;
 }
 
 }  // namespace vaiq

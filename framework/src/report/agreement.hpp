@@ -1,6 +1,6 @@
-// Which quantized tensors cost a model its accuracy, and a model's error on a
-// fixed set of batches. Automatic mixed precision ranks tensors by the first
-// and checks its target with the second.
+// How a candidate's outputs agree with the float model's on a fixed set of
+// batches, each output by what it means: what the algorithms' agreement() and
+// agreements() measure (mixed precision's target, a ranking's cost per tensor).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -97,37 +97,11 @@ using VariantOutputs = AlgorithmContext::VariantOutputs;
 using VariantRun = AlgorithmContext::VariantRun;
 /// measure_output() of `variants` candidates whose outputs the runs made by
 /// `make_run(threads)` give, batch by batch: `split.batches` workers at a time,
-/// each making its run on its own thread, their outputs counted in the batches' order.
+/// each making its run on its own thread, their outputs counted in the batches'
+/// order; with a `reference_variant`, the others against its outputs on the same
+/// batch (see AlgorithmContext::agreements).
 std::vector<OutputError> measure_outputs(size_t variants, const std::function<VariantRun(int threads)>& make_run,
-                                         BatchThreads split, const ReferenceBatches& reference);
-
-/// Writes the float model with only the given tensors quantized.
-using PlanEmitter = std::function<Model(const QuantPlan&)>;
-
-/// What the automatic sensitivity_tensors lets the analysis measure: about this
-/// many activation values (the plan's activations on the batches measured)
-/// times the tensors measured. PP-OCRv4's recognizer (460 tensors, 3 M values a
-/// line, 4 lines) stays far below; IMG.LY's ISNet at 1024x1024 measures 59 of 471.
-inline constexpr double kSensitivityBudgetValues = 5e10;
-
-/// Every tensor of `plan` measured on `data` (the first `max_batches`), most
-/// harmful first: ascending output SQNR against `float_model` with the tensor
-/// alone quantized in `written` (the float model `emit` writes the plan into;
-/// `fitted` weights quantized in place of its float ones, as `emit` writes
-/// them). The run of `written` forks where each tensor is computed and runs
-/// only what follows it; a tensor it cannot fork at is measured on its emitted
-/// model. `on_measured(done, total)` reports progress, a tensor and batch at a
-/// time. `max_tensors`: 0 measures every tensor; N > 0 only the N whose own
-/// error (SQNR after quantize-dequantize) is largest, the others listed after
-/// them by that error, without an output SQNR; -1 picks N from
-/// kSensitivityBudgetValues (every tensor unless that costs more).
-std::vector<TensorSensitivity> analyze_sensitivity(const Model& float_model, const Model& written,
-                                                   const QuantPlan& plan, const PlanEmitter& emit,
-                                                   const std::map<std::string, Tensor>& fitted, DataReader& data,
-                                                   int max_batches, int output_index, int threads,
-                                                   const std::function<void(size_t, size_t)>& on_measured = {},
-                                                   int max_tensors = 0);
-
-nlohmann::json sensitivity_json(const std::vector<TensorSensitivity>& tensors);
+                                         BatchThreads split, const ReferenceBatches& reference,
+                                         std::optional<size_t> reference_variant = std::nullopt);
 
 }  // namespace vaiq
