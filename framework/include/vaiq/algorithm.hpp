@@ -125,7 +125,8 @@ inline bool in_batch_set(size_t b, size_t batches, BatchSet set) {
 
 /// The batches of a BatchSet a measurement takes: all of them, or only the first `first`.
 struct Batches {
-    Batches(BatchSet set = BatchSet::All, size_t first = 0) : set(set), first(first) {}  // NOLINT: from a BatchSet
+    /// Implicit, so that a BatchSet stands for all its batches.
+    Batches(BatchSet set = BatchSet::All, size_t first = 0) : set(set), first(first) {}
     BatchSet set;
     size_t first;  ///< 0: every batch of `set`
 };
