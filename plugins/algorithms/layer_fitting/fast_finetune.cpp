@@ -1017,6 +1017,10 @@ bool agrees_better(const OutputAgreement& a, const OutputAgreement& b, std::stri
     return ordered(a, metric) > ordered(b, metric);
 }
 
+bool nothing_to_compare(const OutputAgreement& e, std::string_view metric) {
+    return metric == "sequence" && e.samples == 0;
+}
+
 bool agrees_fully(const OutputAgreement& e, std::string_view metric) {
     if (metric == "sqnr") return false;
     return e.top1_agreement >= 1.0 && (metric != "sequence" || e.sequence_agreement >= 1.0);

@@ -618,6 +618,36 @@ TEST(FastFinetuneTrials, StopWhenTheFirstAgreesFully) {
     EXPECT_EQ(sqnr["fast_finetune"]["trials"]["runs"].size(), 3u);
 }
 
+// TrialMetric sequence on an output that decodes no samples (independent
+// decisions, as a detector's map): nothing to compare, so the first fit is
+// kept and the others are not run; by top1 the trials still compete.
+TEST(FastFinetuneTrials, SequenceOnAnOutputWithoutSamplesKeepsTheFirst) {
+    const auto dir = temp_dir();
+    GraphBuilder b;
+    b.input("x", {64, 16}).output("p", {64, 8});
+    std::vector<float> w(16 * 8);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = 0.2f * std::sin(1.7f * static_cast<float>(i));
+    w[0] = 12.0f;  // one grid for the weight, sized by it: the others round coarsely
+    b.initializer("w", Tensor::from_values<float>({16, 8}, w));
+    b.node("Gemm", {"x", "w"}, {"z"});
+    b.node("Sigmoid", {"z"}, {"p"});  // decisions near 0.5 flip when quantized
+    vaiq::save_model(b.build(), dir / "in.onnx");
+    auto registry = vaiq::test::registry_with_installed_plugins();
+    auto recipe = [](const std::string& metric) {
+        return "target: cpu\ncalibrate_method: MinMax\ninclude_fast_ft: true\nextra_options:\n"
+               "  RandomDataReaderInputDataRange: {x: [-1, 1]}\n"
+               "  FastFinetune: {NumIterations: 20, Trials: 3, TrialMetric: " +
+               metric + "}\n";
+    };
+    const auto sequence = vaiq::test::run_recipe_in(dir, registry, recipe("sequence"));
+    const auto& trials = sequence["fast_finetune"]["trials"];
+    ASSERT_EQ(trials["runs"].size(), 1u) << trials.dump();
+    ASSERT_LT(trials["runs"][0]["top1_agreement"].get<double>(), 1.0) << "else every row agreeing stops them anyway";
+    EXPECT_EQ(sequence["fast_finetune"]["seed"], 0);
+    const auto top1 = vaiq::test::run_recipe_in(dir, registry, recipe("top1"), "t.yaml");
+    EXPECT_EQ(top1["fast_finetune"]["trials"]["runs"].size(), 3u);
+}
+
 // Trials stop after a fit that agrees on every row (and sample): nothing but SQNR could beat it.
 TEST(TrialOrder, FullAgreementLeavesOnlySqnrToGain) {
     vaiq::OutputAgreement e;

@@ -68,13 +68,32 @@ class FastFinetune final : public vaiq::Algorithm {
         vaiq::FastFinetuneResult result;
         uint64_t chosen = first;
         nlohmann::json trials = nlohmann::json::array();
-        if (trials_ == 1) {
+        // The model a fit would write, against the float model, and its entry in the report.
+        auto agreement = [&](const vaiq::FastFinetuneResult& fit) {
+            return context.agreement(written_model(context, fit.rounded, correct_biases_));
+        };
+        auto trial_json = [](uint64_t seed, const vaiq::OutputAgreement& e) {
+            return nlohmann::json{{"seed", seed},
+                                  {"top1_agreement", e.top1_agreement},
+                                  {"sequence_agreement", e.sequence_agreement},
+                                  {"sqnr_db", e.sqnr_db}};
+        };
+        bool one_fit = trials_ == 1;
+        if (!one_fit && metric_ == "sequence") {
+            // Known before any fit: an output that decodes no samples leaves the
+            // trials nothing to compare (nothing_to_compare), so one fit runs.
+            const auto unfitted = context.agreement(context.quantized(context.plan(), context.fitted_weights()));
+            one_fit = vaiq::nothing_to_compare(unfitted, metric_);
+            if (one_fit)
+                vaiq::log_info(
+                    "fast finetune: the output decodes no samples for TrialMetric sequence to compare "
+                    "trials by: one fit (seed {}), not {}",
+                    first, trials_);
+        }
+        if (one_fit) {
             result = vaiq::fast_finetune(context, o);
+            if (trials_ > 1) trials.push_back(trial_json(first, agreement(result)));
         } else {
-            // The model each fit would write, against the float model.
-            auto agreement = [&](const vaiq::FastFinetuneResult& fit) {
-                return context.agreement(written_model(context, fit.rounded, correct_biases_));
-            };
             // A first fit whose model agrees on every sample and row cannot be
             // beaten on what the trials compare (only on SQNR): the others are not run.
             std::optional<vaiq::OutputAgreement> first_agreement;
@@ -92,10 +111,7 @@ class FastFinetune final : public vaiq::Algorithm {
                     "fast finetune trial {} (seed {}): top-1 agreement {:.2f}%, sequence agreement {:.2f}%, "
                     "SQNR {:.2f} dB",
                     t + 1, seeds[t], 100 * e.top1_agreement, 100 * e.sequence_agreement, e.sqnr_db);
-                trials.push_back({{"seed", seeds[t]},
-                                  {"top1_agreement", e.top1_agreement},
-                                  {"sequence_agreement", e.sequence_agreement},
-                                  {"sqnr_db", e.sqnr_db}});
+                trials.push_back(trial_json(seeds[t], e));
                 if (t == 0 || vaiq::agrees_better(e, best, metric_)) {  // a full tie keeps the earlier
                     best = e, chosen = seeds[t];
                     result = std::move(fitted[t]);
@@ -181,7 +197,9 @@ constexpr vaiq_option_descriptor kFastFinetuneOptions[] = {
      "float model on the calibration data (TrialMetric) is kept. They run in step, the float model once for all "
      "and their fits of each layer side by side on the run's threads; each holds its own samples of the layer "
      "(MemoryMB each). When the float model's layer inputs all fit its cache, the first runs alone, and if its "
-     "model agrees on every sample and row (TrialMetric top1 or sequence), the others are not run."},
+     "model agrees on every sample and row (TrialMetric top1 or sequence), the others are not run. With "
+     "TrialMetric sequence, an output that decodes no samples (a map, feature values) gives the trials nothing to "
+     "compare: one fit runs."},
     {"FastFinetune.TrialMetric", VAIQ_OPTION_STRING, "top1",
      "What Trials compares, on every float output (the worst counting): top1 (what the output means agrees: "
      "rows whose argmax does, decisions, masks), sequence (samples whose CTC greedy decoding, class 0 the blank, "
