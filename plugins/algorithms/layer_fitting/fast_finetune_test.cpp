@@ -591,6 +591,13 @@ TEST(TrialOrder, AFinerMeasureDecidesATie) {
     EXPECT_FALSE(vaiq::agrees_better(a, a, "sequence")) << "a full tie is no gain";
 }
 
+// Three trials compared by `metric`, on random inputs of x in `range`.
+static std::string trials_recipe(const std::string& metric, const std::string& range) {
+    return "target: cpu\ncalibrate_method: MinMax\ninclude_fast_ft: true\nextra_options:\n"
+           "  RandomDataReaderInputDataRange: {x: " +
+           range + "}\n  FastFinetune: {NumIterations: 20, Trials: 3, TrialMetric: " + metric + "}\n";
+}
+
 // A recipe's trials: on a model that agrees fully after the first fit (one
 // class far ahead in every row), one runs; with TrialMetric sqnr, all do.
 TEST(FastFinetuneTrials, StopWhenTheFirstAgreesFully) {
@@ -603,12 +610,7 @@ TEST(FastFinetuneTrials, StopWhenTheFirstAgreesFully) {
     b.node("Gemm", {"x", "w"}, {"y"});
     vaiq::save_model(b.build(), dir / "in.onnx");
     auto registry = vaiq::test::registry_with_installed_plugins();
-    auto recipe = [](const std::string& metric) {
-        return "target: cpu\ncalibrate_method: MinMax\ninclude_fast_ft: true\nextra_options:\n"
-               "  RandomDataReaderInputDataRange: {x: [0.5, 1.5]}\n"
-               "  FastFinetune: {NumIterations: 20, Trials: 3, TrialMetric: " +
-               metric + "}\n";
-    };
+    auto recipe = [](const std::string& metric) { return trials_recipe(metric, "[0.5, 1.5]"); };
     const auto top1 = vaiq::test::run_recipe_in(dir, registry, recipe("top1"));
     const auto& trials = top1["fast_finetune"]["trials"];
     EXPECT_EQ(trials["asked"], 3);
@@ -633,12 +635,7 @@ TEST(FastFinetuneTrials, SequenceOnAnOutputWithoutSamplesKeepsTheFirst) {
     b.node("Sigmoid", {"z"}, {"p"});  // decisions near 0.5 flip when quantized
     vaiq::save_model(b.build(), dir / "in.onnx");
     auto registry = vaiq::test::registry_with_installed_plugins();
-    auto recipe = [](const std::string& metric) {
-        return "target: cpu\ncalibrate_method: MinMax\ninclude_fast_ft: true\nextra_options:\n"
-               "  RandomDataReaderInputDataRange: {x: [-1, 1]}\n"
-               "  FastFinetune: {NumIterations: 20, Trials: 3, TrialMetric: " +
-               metric + "}\n";
-    };
+    auto recipe = [](const std::string& metric) { return trials_recipe(metric, "[-1, 1]"); };
     const auto sequence = vaiq::test::run_recipe_in(dir, registry, recipe("sequence"));
     const auto& trials = sequence["fast_finetune"]["trials"];
     ASSERT_EQ(trials["runs"].size(), 1u) << trials.dump();
