@@ -269,6 +269,7 @@ TEST(SequenceAgreement, CountsTheSamplesWhoseDecodingAgrees) {
     EXPECT_DOUBLE_EQ(error.top1_agreement, 6.0 / 8.0);
     EXPECT_EQ(error.samples, 2);
     EXPECT_DOUBLE_EQ(error.sequence_agreement, 0.5);
+    EXPECT_TRUE(reference.decodes_samples()) << "the samples sequence_agreement counted";
 }
 
 // A detector's outputs: class scores and box values. Measured on every output,
@@ -294,6 +295,7 @@ TEST(OutputAgreement, EveryOutputIsMeasuredAndTheWorstCounts) {
     ASSERT_EQ(every.measured.size(), 2u) << "the int64 ArgMax is not measured";
     EXPECT_EQ(every.measured[0].meaning.source, "Softmax 'classify'");
     EXPECT_EQ(every.describe_outputs(), "every output (2: 'scores', 'boxes')");
+    EXPECT_TRUE(every.decodes_samples()) << "the Softmax's classes, a sample each row";
     const auto first = vaiq::reference_batches(float_model, *data, 0, 0, 1);
 
     const auto candidate = detector(0.25f);
@@ -392,6 +394,7 @@ TEST(OutputMeaning, AMasksAgreementIsTheIouOfItsPositives) {
     const auto error = vaiq::measure_output(plus({1, 1, 10, 10}, e), identity_reference(x, meaning), 1);
     EXPECT_DOUBLE_EQ(error.top1_agreement, 0.5);
     EXPECT_EQ(error.rows, 4) << "the union of the positives";
+    EXPECT_FALSE(identity_reference(x, meaning).decodes_samples()) << "a map decodes no samples";
     // A peak map: its nonzero elements.
     meaning.kind = vaiq::OutputMeaning::Kind::NonZero;
     std::vector<float> peaks(100, 0.0f), moved(100, 0.0f);
@@ -416,6 +419,7 @@ TEST(OutputMeaning, AFeatureMapsValuesAgreeWithinATolerance) {
     const auto error = vaiq::measure_output(plus({1, 2, 1, 4}, e), identity_reference(x, meaning), 1);
     EXPECT_EQ(error.rows, 8);
     EXPECT_DOUBLE_EQ(error.top1_agreement, 6.0 / 8.0);
+    EXPECT_FALSE(identity_reference(x, meaning).decodes_samples()) << "nor do feature values";
 }
 
 // Fast finetune's Trials: each trial's model is measured on the calibration

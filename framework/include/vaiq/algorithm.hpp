@@ -135,6 +135,10 @@ struct Batches {
 struct MeasuredOutput {
     std::string name;
     std::string measure;
+    /// Whether it decodes samples (a sequence's CTC decoding, a classifier's
+    /// top-1), which OutputAgreement::sequence_agreement counts; a map or
+    /// feature values decode none, and their sequence agreement is always 1.
+    bool decodes_samples = false;
 };
 
 /// One tensor the drafted plan quantizes (Plan stage), before any parameter exists.

@@ -156,7 +156,7 @@ void offer_plan_services(RunState& s, AlgorithmInputs& inputs, const std::string
     };
     inputs.measured_output = [&s](int output_index) {
         const auto& reference = agreement_reference(s, output_index, BatchSet::All);
-        return MeasuredOutput{reference.describe_outputs(), reference.describe_measures()};
+        return MeasuredOutput{reference.describe_outputs(), reference.describe_measures(), reference.decodes_samples()};
     };
     if (stage == AlgorithmStage::Corrections) {
         inputs.replace_initializers = [&s](std::map<std::string, Tensor> values) {

@@ -22,6 +22,14 @@ namespace {
 // Rows over the last axis (a classifier's [N, C], a sequence model's [N, T, C]).
 int64_t row_length(const Tensor& t) { return t.shape().size() >= 2 ? t.shape().back() : 0; }
 
+// Whether `meaning`, read on output `f`, decodes samples (a sequence's, a
+// classifier's), which sequence_agreement counts: classes along an axis a
+// Softmax names or rows of two or more, and a first axis to take samples along.
+bool decodes_samples(const OutputMeaning& meaning, const Tensor& f) {
+    return meaning.kind == OutputMeaning::Kind::Argmax && !(meaning.source.empty() && row_length(f) < 2) &&
+           !f.shape().empty() && f.shape()[0] > 0;
+}
+
 // CTC greedy decoding of a row argmax sequence: repeats merged, the blank (0) dropped.
 std::vector<int64_t> collapse(std::span<const int64_t> classes) {
     std::vector<int64_t> out;
@@ -70,6 +78,12 @@ ReferenceBatches reference_batches(const Model& float_model, DataReader& data, i
     }
     if (out.feeds.empty()) throw InputError("the data holds no batches");
     return out;
+}
+
+bool ReferenceBatches::decodes_samples() const {
+    for (size_t k = 0; k < measured.size() && !outputs.empty(); ++k)
+        if (vaiq::decodes_samples(measured[k].meaning, outputs.front()[k])) return true;
+    return false;
 }
 
 std::string ReferenceBatches::describe_outputs() const {
@@ -238,7 +252,7 @@ class AgreementCount {
         const auto fa = argmaxes(fv, f.shape(), meaning_.axis, meaning_.flattened),
                    qa = argmaxes(qv, q.shape(), meaning_.axis, meaning_.flattened);
         for (size_t r = 0; r < fa.size(); ++r, ++rows_) agree_ += qa[r] == fa[r];
-        if (f.shape().empty() || f.shape()[0] <= 0) return;
+        if (!decodes_samples(meaning_, f)) return;
         const std::span<const int64_t> fs(fa), qs(qa);
         const auto per_sample = fa.size() / static_cast<size_t>(f.shape()[0]);
         for (size_t i = 0; i < static_cast<size_t>(f.shape()[0]); ++i, ++samples_)

@@ -69,6 +69,8 @@ struct ReferenceBatches {
     std::string describe_outputs() const;
     /// Each measured output's meaning, the same ones once.
     std::string describe_measures() const;
+    /// Whether a measured output decodes samples (see MeasuredOutput::decodes_samples).
+    bool decodes_samples() const;
 };
 
 /// Runs up to `max_batches` batches (0: all) of `data` through the float

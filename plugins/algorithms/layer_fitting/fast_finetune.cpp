@@ -1017,8 +1017,8 @@ bool agrees_better(const OutputAgreement& a, const OutputAgreement& b, std::stri
     return ordered(a, metric) > ordered(b, metric);
 }
 
-bool nothing_to_compare(const OutputAgreement& e, std::string_view metric) {
-    return metric == "sequence" && e.samples == 0;
+bool nothing_to_compare(const MeasuredOutput& output, std::string_view metric) {
+    return metric == "sequence" && !output.decodes_samples;
 }
 
 bool agrees_fully(const OutputAgreement& e, std::string_view metric) {

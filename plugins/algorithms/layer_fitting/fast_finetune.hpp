@@ -99,9 +99,9 @@ bool agrees_fully(const OutputAgreement& e, std::string_view metric);
 /// Whether trials compared by `metric` cannot be told apart at all: "sequence"
 /// on an output that decodes no samples (a probability map, feature values).
 /// Compared by rows instead, the PP-OCRv4 detector's three trials differed by
-/// 0.2 % of its map's IoU and found the same boxes (143 of 143, each seed
-/// alone), and the speech embedding's by 0.01 % of its values, the trial kept
-/// scoring 81.2 AUC against 81.9 for the first: one fit runs.
-bool nothing_to_compare(const OutputAgreement& e, std::string_view metric);
+/// 0.2 % of its map's IoU and each seed alone found the same boxes (143 of 143),
+/// and the speech embedding's by 0.01 % of its values, the trial kept scoring
+/// 81.2 AUC against 81.9 for the first: one fit runs.
+bool nothing_to_compare(const MeasuredOutput& output, std::string_view metric);
 
 }  // namespace vaiq

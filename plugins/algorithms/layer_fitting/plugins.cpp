@@ -82,8 +82,7 @@ class FastFinetune final : public vaiq::Algorithm {
         if (!one_fit && metric_ == "sequence") {
             // Known before any fit: an output that decodes no samples leaves the
             // trials nothing to compare (nothing_to_compare), so one fit runs.
-            const auto unfitted = context.agreement(context.quantized(context.plan(), context.fitted_weights()));
-            one_fit = vaiq::nothing_to_compare(unfitted, metric_);
+            one_fit = vaiq::nothing_to_compare(context.measured_output(vaiq::kEveryOutput), metric_);
             if (one_fit)
                 vaiq::log_info(
                     "fast finetune: the output decodes no samples for TrialMetric sequence to compare "
