@@ -246,6 +246,30 @@ TEST(SequenceAgreement, GreedyDecodingMergesRepeatsAndDropsTheBlank) {
     EXPECT_EQ(vaiq::greedy_decode(std::vector<float>{0, 1, 5}, 3), (std::vector<int64_t>{2})) << "a classifier's row";
 }
 
+// Long rows take a vectorised argmax where the CPU has it: the same first
+// greatest value as the scalar loop, ties, NaN, signed zeros and a tail included.
+TEST(SequenceAgreement, LongRowsDecodeAsTheScalarArgmaxDoes) {
+    constexpr int64_t kClasses = 70;  // four vectors of 16 and a tail of 6
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    auto row = [](std::vector<std::pair<int64_t, float>> set, float rest) {
+        std::vector<float> r(kClasses, rest);
+        for (const auto& [c, v] : set) r[static_cast<size_t>(c)] = v;
+        return r;
+    };
+    const std::vector<std::vector<float>> rows = {
+        row({{40, 3}, {45, 3}, {55, 3}}, 1),  // a tie: the first, 40
+        row({{0, nan}, {40, 9}}, 1),          // NaN first: nothing is greater, 0 (the blank)
+        row({{40, 3}}, 1),                    // 40 again, after the blank
+        row({{10, nan}, {66, 7}}, 1),         // NaN passed over; the greatest in the tail, 66
+        row({{60, nan}, {20, 7}}, 1),         // NaN in the last whole vector passed over: 20
+        row({{33, -0.0f}, {36, 0.0f}}, -1),   // -0 and +0 equal: the first, 33
+        row({}, -inf),                        // all equal: 0
+    };
+    std::vector<float> flat;
+    for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+    EXPECT_EQ(vaiq::greedy_decode(flat, kClasses), (std::vector<int64_t>{40, 40, 66, 20, 33}));
+}
+
 // Two samples of 4 rows of 3 classes. The candidate adds `e` to the float
 // output: in sample 0 it turns a repeat into a blank (a row differs, the
 // decoding does not), in sample 1 a leading blank into a character.

@@ -826,6 +826,58 @@ TEST(GatherBlockQuantizedKernel, Uint8DataOfEightBitsAndBadIndices) {
 // Relu, Abs, Clip, Sub and Add write into an input the executor donated (this
 // step reads it last): the results, taps, graph outputs and the caller's feeds
 // must be as if each step had written a new tensor.
+// Broadcasting binary ops take trailing dimensions that are contiguous or
+// broadcast in each operand as one run: every pattern must still pair the
+// elements numpy does (Sub: the operands' order shows), on one thread and two.
+TEST(Executor, BroadcastSubPairsTheElementsNumpyPairs) {
+    using Shape = std::vector<int64_t>;
+    const std::vector<std::pair<Shape, Shape>> cases = {{{2, 3, 4, 5}, {2, 3, 1, 1}},
+                                                        {{2, 3, 1, 1}, {2, 3, 4, 5}},
+                                                        {{2, 3, 4, 5}, {1, 3, 1, 5}},
+                                                        {{2, 1, 4, 5}, {3, 1, 1}},
+                                                        {{4, 1}, {1, 5}},
+                                                        {{2, 3, 4, 5}, {5}},
+                                                        {{3, 1, 5}, {3, 4, 1}},
+                                                        {{1, 64, 40, 40}, {1, 64, 1, 1}},
+                                                        {{1, 1, 40, 40}, {1, 64, 40, 1}}};
+    for (const auto& [sa, sb] : cases) {
+        const size_t rank = std::max(sa.size(), sb.size());
+        auto padded = [&](Shape s) {
+            s.insert(s.begin(), rank - s.size(), 1);
+            return s;
+        };
+        const Shape pa = padded(sa), pb = padded(sb);
+        Shape out(rank);
+        for (size_t d = 0; d < rank; ++d) out[d] = std::max(pa[d], pb[d]);
+        vaiq::test::GraphBuilder b;
+        b.input("a", sa).input("b", sb).output("d", out);
+        b.node("Sub", {"a", "b"}, {"d"});
+        const auto model = b.build();
+        const Tensor a = vaiq::test::ramp(sa, -1.0f, 0.37f), bt = vaiq::test::ramp(sb, 2.0f, -0.11f);
+        // Each output index's element of an operand: its own index, 0 where it is broadcast.
+        auto element = [&](const Shape& s, const Tensor& t, int64_t flat) {
+            int64_t at = 0, stride = 1;
+            for (size_t d = rank; d-- > 0;) {
+                const int64_t c = flat % out[d];
+                flat /= out[d];
+                at += (s[d] == 1 ? 0 : c) * stride;
+                stride *= s[d];
+            }
+            return t.data<float>()[static_cast<size_t>(at)];
+        };
+        for (int threads : {1, 2}) {
+            vaiq::runtime::ExecutorOptions options;
+            options.threads = threads;
+            Executor executor(model, options);
+            const auto d = executor.run({{"a", a}, {"b", bt}});
+            ASSERT_EQ(d[0].shape(), out);
+            for (int64_t i = 0; i < static_cast<int64_t>(d[0].size()); ++i)
+                ASSERT_EQ(d[0].data<float>()[static_cast<size_t>(i)], element(pa, a, i) - element(pb, bt, i))
+                    << fmt::format("[{}] - [{}] at {}, {} threads", fmt::join(sa, ","), fmt::join(sb, ","), i, threads);
+        }
+    }
+}
+
 TEST(Executor, ElementwiseStepsWritingIntoDonatedInputsGiveTheSameValues) {
     constexpr int64_t kRows = 4, kColumns = 5000;  // above the parallel grain
     vaiq::test::GraphBuilder b;

@@ -254,6 +254,23 @@ TEST(Quant, FakeQuantizeWithOneScaleIsTheGeneralPathsBitForBit) {
     }
 }
 
+// A tensor large enough to be split across threads, of a length that leaves a
+// tail for the vector loops: still the general path's bits, each value where it was.
+TEST(Quant, FakeQuantizeWithOneScaleOnThreadsIsTheGeneralPathsBitForBit) {
+    std::vector<float> x(100003);
+    for (size_t i = 0; i < x.size(); ++i)
+        x[i] = i % 997 == 0 ? std::numeric_limits<float>::quiet_NaN() : static_cast<float>(i % 6007) * 0.0125f - 37.5f;
+    const auto values = vaiq::Tensor::from_values<float>({static_cast<int64_t>(x.size()), 1}, x);
+    const vaiq::QuantParams one{QuantType::QUInt8, {0.1f}, {128}, -1};
+    const vaiq::QuantParams channels{QuantType::QUInt8, {0.1f}, {128}, 1};
+    const auto fast = vaiq::fake_quantize(values, one, "x");
+    const auto general = vaiq::fake_quantize(values, channels, "x");
+    ASSERT_EQ(fast.size(), general.size());
+    for (size_t i = 0; i < x.size(); ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(fast.data<float>()[i]), std::bit_cast<uint32_t>(general.data<float>()[i]))
+            << "at " << i;
+}
+
 TEST(Quant, FloatTypesRoundToTheirPrecisionAndSaturate) {
     const vaiq::QuantSpec half{QuantType::QFloat16, false};
     const auto p = vaiq::compute_quant_params({-5.0f, 7.0f}, half);

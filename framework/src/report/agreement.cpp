@@ -4,6 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+// GCC 12 warns inside its own AVX-512 headers (their _mm512_undefined_* placeholders).
+#pragma GCC diagnostic push
+#ifndef __clang__  // clang has no such warning
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+#pragma GCC diagnostic pop
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -130,6 +138,36 @@ bool is_mask(const onnx::GraphProto& graph, const GraphIndex& index, const std::
 
 // The argmax along `axis` at every other position: the classes of
 // `values` (of `shape`) lie along `axis`, or from `axis` on when `flattened`.
+// The first index of a row's greatest value: no NaN is greater than anything,
+// so a NaN first stays the choice and others are passed over.
+int64_t first_greatest_portable(const float* row, int64_t n) {
+    int64_t best = 0;
+    for (int64_t c = 1; c < n; ++c)
+        if (row[c] > row[best]) best = c;
+    return best;
+}
+
+// The same with AVX-512: the greatest value (max keeps its second operand,
+// the running one, over a NaN), then the first index holding it (-0 and +0
+// compare equal, and the scalar loop keeps the first of them too). A
+// recognizer's rows of 6,625 classes made this a measurable share of every
+// candidate's measurement.
+[[gnu::target("avx512f")]] int64_t first_greatest_avx512(const float* row, int64_t n) {
+    if (n < 32 || std::isnan(row[0])) return first_greatest_portable(row, n);
+    __m512 greatest = _mm512_set1_ps(row[0]);
+    int64_t c = 0;
+    for (; c + 16 <= n; c += 16) greatest = _mm512_max_ps(_mm512_loadu_ps(row + c), greatest);
+    const auto rest = static_cast<__mmask16>((1u << (n - c)) - 1);
+    greatest = _mm512_mask_max_ps(greatest, rest, _mm512_maskz_loadu_ps(rest, row + c), greatest);
+    const __m512 value = _mm512_set1_ps(_mm512_reduce_max_ps(greatest));
+    for (c = 0; c < n; c += 16) {
+        const auto in = static_cast<__mmask16>(c + 16 <= n ? 0xffffu : (1u << (n - c)) - 1);
+        if (const __mmask16 hit = _mm512_mask_cmp_ps_mask(in, _mm512_maskz_loadu_ps(in, row + c), value, _CMP_EQ_OQ))
+            return c + __builtin_ctz(hit);
+    }
+    return 0;  // not reached: the greatest value is in the row
+}
+
 std::vector<int64_t> argmaxes(std::span<const float> values, const std::vector<int64_t>& shape, int64_t axis,
                               bool flattened) {
     const auto rank = static_cast<int64_t>(shape.size());
@@ -139,6 +177,13 @@ std::vector<int64_t> argmaxes(std::span<const float> values, const std::vector<i
     int64_t outer = 1, classes = 1, inner = 1;
     for (int64_t d = 0; d < rank; ++d) (d < axis ? outer : d == axis || flattened ? classes : inner) *= shape[d];
     std::vector<int64_t> out(static_cast<size_t>(outer * inner));
+    if (inner == 1) {  // classes along the last axis: each row contiguous
+        static const auto first_greatest =
+            __builtin_cpu_supports("avx512f") ? first_greatest_avx512 : first_greatest_portable;
+        for (int64_t o = 0; o < outer; ++o)
+            out[static_cast<size_t>(o)] = first_greatest(values.data() + o * classes, classes);
+        return out;
+    }
     for (int64_t o = 0; o < outer; ++o)
         for (int64_t i = 0; i < inner; ++i) {
             const float* base = values.data() + o * classes * inner + i;

@@ -5,6 +5,14 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+// GCC 12 warns inside its own AVX-512 headers (their _mm512_undefined_* placeholders).
+#pragma GCC diagnostic push
+#ifndef __clang__  // clang has no such warning
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+#pragma GCC diagnostic pop
 #include <limits>
 #include <utility>
 #include <vector>
@@ -607,21 +615,65 @@ bool one_scale_up_to_16_bits(const Tensor& values, const QuantParams& p) {
            p.block_size == 0 && p.float_zero_point.empty();
 }
 
-// One scale of at most 16 bits: both steps in one pass that vectorises, giving
-// what they give bit for bit. Adding and taking away 1.5 * 2^23 rounds to the
-// nearest integer, ties to even, below 2^22 in magnitude; larger values
-// saturate either way. A NaN ends at qmin. `to` may be `from`.
-void fake_quantize_one_scale(const float* from, float* to, int64_t n, const QuantParams& p) {
-    const auto [qmin, qmax] = integer_range(p.type);
-    const float scale = p.scale[0];
-    const auto lo = static_cast<float>(qmin - p.zero_point[0]), hi = static_cast<float>(qmax - p.zero_point[0]);
-#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
+// One scale of at most 16 bits: both steps in one pass, giving what they give
+// bit for bit. Adding and taking away 1.5 * 2^23 rounds to the nearest
+// integer, ties to even, below 2^22 in magnitude; larger values saturate
+// either way. A NaN ends at lo (max(NaN, lo) is lo). Written out for AVX-512
+// and AVX2, where the division (as QuantizeLinear divides) runs 16 or 8 lanes
+// at a time; the baseline build's loop runs 4: the precision search's
+// simulations spent 7 % of their time here. `to` may be `from`.
+struct OneScale {
+    float scale, lo, hi;
+};
+constexpr float kRoundingShift = 12582912.0f;  // 1.5 * 2^23
+
+void one_scale_portable(const float* from, float* to, int64_t n, OneScale s) {
     for (int64_t i = 0; i < n; ++i) {
-        constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
-        const float steps = (from[i] / scale + kRound) - kRound;
-        const float above = steps > lo ? steps : lo;  // maxps: NaN gives lo
-        to[i] = (hi < above ? hi : above) * scale;
+        const float steps = (from[i] / s.scale + kRoundingShift) - kRoundingShift;
+        const float above = steps > s.lo ? steps : s.lo;  // maxps: NaN gives lo
+        to[i] = (s.hi < above ? s.hi : above) * s.scale;
     }
+}
+
+[[gnu::target("avx2")]] void one_scale_avx2(const float* from, float* to, int64_t n, OneScale s) {
+    const __m256 scale = _mm256_set1_ps(s.scale), lo = _mm256_set1_ps(s.lo), hi = _mm256_set1_ps(s.hi),
+                 shift = _mm256_set1_ps(kRoundingShift);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 steps =
+            _mm256_sub_ps(_mm256_add_ps(_mm256_div_ps(_mm256_loadu_ps(from + i), scale), shift), shift);
+        // max and min return their second operand on NaN, as the portable loop's comparisons do.
+        _mm256_storeu_ps(to + i, _mm256_mul_ps(_mm256_min_ps(hi, _mm256_max_ps(steps, lo)), scale));
+    }
+    one_scale_portable(from + i, to + i, n - i, s);
+}
+
+[[gnu::target("avx512f")]] void one_scale_avx512(const float* from, float* to, int64_t n, OneScale s) {
+    const __m512 scale = _mm512_set1_ps(s.scale), lo = _mm512_set1_ps(s.lo), hi = _mm512_set1_ps(s.hi),
+                 shift = _mm512_set1_ps(kRoundingShift);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 steps =
+            _mm512_sub_ps(_mm512_add_ps(_mm512_div_ps(_mm512_loadu_ps(from + i), scale), shift), shift);
+        _mm512_storeu_ps(to + i, _mm512_mul_ps(_mm512_min_ps(hi, _mm512_max_ps(steps, lo)), scale));
+    }
+    one_scale_portable(from + i, to + i, n - i, s);
+}
+
+void fake_quantize_one_scale(const float* from, float* to, int64_t n, const QuantParams& p) {
+    static const auto kernel = __builtin_cpu_supports("avx512f") ? one_scale_avx512
+                               : __builtin_cpu_supports("avx2")  ? one_scale_avx2
+                                                                 : one_scale_portable;
+    const auto [qmin, qmax] = integer_range(p.type);
+    const OneScale s{p.scale[0], static_cast<float>(qmin - p.zero_point[0]),
+                     static_cast<float>(qmax - p.zero_point[0])};
+    // Pieces of whole cache lines, one a thread.
+    constexpr int64_t kParallelFrom = int64_t{1} << 16, kPiece = int64_t{1} << 14;
+    if (n < kParallelFrom) return kernel(from, to, n, s);
+    const int64_t pieces = (n + kPiece - 1) / kPiece;
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < pieces; ++k)
+        kernel(from + k * kPiece, to + k * kPiece, std::min(kPiece, n - k * kPiece), s);
 }
 
 }  // namespace

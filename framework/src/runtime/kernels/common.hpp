@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #if defined(__SSE2__)
@@ -330,19 +332,44 @@ Tensor broadcast_binary(const KernelContext& ctx, const Tensor& a, const Tensor&
     }
     const auto sa = broadcast_strides(a.shape(), shape);
     const auto sb = broadcast_strides(b.shape(), shape);
-    const size_t rank = shape.size();
-    const int64_t inner = shape.back(), ia = sa.back(), ib = sb.back();
-    const int64_t rows = inner ? n / inner : 0;
+    // The trailing dimensions along which each operand is either contiguous or
+    // broadcast throughout make one inner run, a loop that vectorises: an SE
+    // block's [N, C, H, W] * [N, C, 1, 1] is C runs of H * W values times one.
+    // (The last dimension longer than 1 is one or the other in each operand, so
+    // `mode` is set wherever there is a value.)
+    enum Along { Broadcast, Contiguous, Strided };
+    auto along = [](int64_t stride, int64_t run) {
+        return stride == 0 ? Broadcast : stride == run ? Contiguous : Strided;
+    };
+    int64_t run = 1;
+    size_t outer = shape.size();
+    std::optional<std::pair<Along, Along>> mode;
+    for (; outer > 0; --outer) {
+        const size_t d = outer - 1;
+        if (shape[d] == 1) continue;
+        const std::pair<Along, Along> here{along(sa[d], run), along(sb[d], run)};
+        if (here.first == Strided || here.second == Strided || (mode && here != *mode)) break;
+        mode = here;
+        run *= shape[d];
+    }
+    const int64_t rows = run ? n / run : 0;
     parallel_for(rows, n > kParallelGrain, [&](int64_t r) {
         int64_t pa = 0, pb = 0, rest = r;
-        for (int d = static_cast<int>(rank) - 2; d >= 0; --d) {
+        for (size_t d = outer; d-- > 0;) {
             const int64_t c = rest % shape[d];
             rest /= shape[d];
             pa += c * sa[d];
             pb += c * sb[d];
         }
-        R* row = o.data() + r * inner;
-        for (int64_t j = 0; j < inner; ++j) row[j] = f(x[pa + j * ia], y[pb + j * ib]);
+        R* row = o.data() + r * run;
+        const T* xs = x.data() + pa;
+        const T* ys = y.data() + pb;
+        if (mode->first == Contiguous && mode->second == Contiguous)
+            for (int64_t j = 0; j < run; ++j) row[j] = f(xs[j], ys[j]);
+        else if (mode->first == Contiguous)
+            for (int64_t j = 0; j < run; ++j) row[j] = f(xs[j], *ys);
+        else
+            for (int64_t j = 0; j < run; ++j) row[j] = f(*xs, ys[j]);
     });
     return out;
 }

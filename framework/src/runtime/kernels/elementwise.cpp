@@ -218,9 +218,14 @@ void hard_sigmoid(KernelContext& ctx, std::vector<Tensor>& out) {
     dispatch_float(x.type(), ctx, [&](auto tag) {
         using T = typename decltype(tag)::type;
         using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
-        out[0] = map_elements<T>(x, [&](T v) {
+        // Captured by value and clamped as max(0, r) then min(1, r) (std::clamp's
+        // branches, NaN kept), so that the loop vectorises (see map_range).
+        out[0] = map_input<T>(ctx, 0, [alpha, beta](T v) {
             const C product = static_cast<C>(alpha) * static_cast<C>(v);
-            return static_cast<T>(std::clamp(product + static_cast<C>(beta), C{0}, C{1}));
+            C r = product + static_cast<C>(beta);
+            r = C{0} > r ? C{0} : r;
+            r = C{1} < r ? C{1} : r;
+            return static_cast<T>(r);
         });
     });
 }
