@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <numeric>
 #include <utility>
 
 #include "vaiq/error.hpp"
@@ -135,6 +136,29 @@ std::optional<std::pair<std::set<std::string>, OutputAgreement>> raise_greedily(
         std::vector<Candidate*> all;
         for (auto& c : candidates) all.push_back(&c);
         screen(all, 0);
+    }
+    // Gains shrink as tensors are raised (as the stop rule below assumes): the
+    // search cannot gain more than the best single gains of this first
+    // screening together, one a tensor of the budget. Where those cannot lift
+    // the output to the best prefix of the ranking, which it must beat to be
+    // kept, it ends before its first step. Only for a top-1 target: single
+    // gains in SQNR or L2 add up to less than raising the tensors together
+    // removes. On the PP-OCRv4 detector (cpu_accurate: 0.034 against 0.063;
+    // transformer_npu_accurate: 0.029 against 0.044) the greedy search had
+    // taken three and nine steps without reaching the prefix.
+    if (target.top1_drop) {
+        std::vector<double> gains;
+        for (const auto& c : candidates) gains.push_back(std::max(0.0, target.score(c.error) - target.score(none)));
+        std::sort(gains.rbegin(), gains.rend());
+        gains.resize(std::min(gains.size(), budget));
+        const double reachable = target.score(none) + std::accumulate(gains.begin(), gains.end(), 0.0);
+        if (reachable < target.score(to_beat)) {
+            log_info(
+                "mixed precision: the greedy search does not start: its candidates' best {} gains together reach "
+                "{:.4g}, short of the best prefix of the ranking ({:.4g})",
+                gains.size(), reachable, target.score(to_beat));
+            return std::nullopt;
+        }
     }
     // Re-measures the best by its last gain until the best is fresh, or
     // kRemeasured have been (then the fresh ones first, best first).

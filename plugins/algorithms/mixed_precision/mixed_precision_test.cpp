@@ -562,3 +562,49 @@ TEST(Ranking, ForkedRunsMeasureWhatTheWrittenModelsMeasure) {
         }
     }
 }
+
+// With a top-1 target, a greedy search whose candidates' single gains together
+// cannot reach the best prefix does not start. 100 rows of four classes, class
+// 1 ahead of class 0 by 0.01, 0.02, ..., 1.0; the candidate adds the error left
+// to class 0, so a row agrees while its lead is above the error. Raising the
+// ten together takes the error from 0.9 to 0.3 (70 rows agree, from 10); each
+// alone removes 0.02 / k, two rows at most.
+TEST(MixedPrecisionSearch, AGreedySearchWhoseSingleGainsCannotReachThePrefixDoesNotStart) {
+    std::vector<float> x;
+    for (int r = 0; r < 100; ++r)
+        for (const float v : {0.0f, static_cast<float>(r + 1) / 100.0f, -1.0f, -1.0f}) x.push_back(v);
+    vaiq::ReferenceBatches reference;
+    reference.measured = {{0, "y", {}}};
+    const auto rows = Tensor::from_values<float>({100, 4}, x);
+    reference.feeds.push_back({{"x", rows}});
+    reference.outputs.push_back({rows});
+    std::vector<vaiq::TensorSensitivity> ranking;
+    std::map<std::string, float> removes;
+    for (int k = 0; k < 10; ++k) {
+        const auto name = "t" + std::to_string(k);
+        ranking.push_back({name, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0, false});
+        removes[name] = 0.02f / static_cast<float>(k + 1);
+    }
+    auto measured = std::make_shared<std::array<int, 4>>();
+    const auto raise = raising_on(
+        reference,
+        [&](const std::set<std::string>& raised) {
+            float error = 0.9f;
+            for (const auto& t : raised) error -= removes.at(t);
+            if (raised.size() == removes.size()) error = 0.3f;
+            GraphBuilder b;
+            b.input("x", {100, 4}).output("y", {100, 4});
+            b.initializer("e", Tensor::from_values<float>({4}, std::vector<float>{error, 0, 0, 0}));
+            b.node("Add", {"x", "e"}, {"y"});
+            return b.build();
+        },
+        measured);
+    vaiq::MixedPrecisionTarget target;
+    target.top1_drop = 0.01;  // out of reach: 99 rows
+    const auto result = vaiq::search_mixed_precision(
+        target, [&] { return ranking; }, raise, 10);
+    EXPECT_EQ(result.raised.size(), 10u) << "the prefix";
+    EXPECT_NEAR(result.report["after"]["top1_agreement"].get<double>(), 0.7, 1e-9) << result.report.dump();
+    for (const auto& t : result.report["tried"]) EXPECT_NE(t.value("search", ""), "greedy") << t.dump();
+    EXPECT_EQ((*measured)[static_cast<size_t>(vaiq::BatchSet::Screening)], 10) << "screened once, then no step";
+}
