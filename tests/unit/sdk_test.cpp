@@ -9,6 +9,7 @@
 #include <numeric>
 #include <thread>
 
+#include "sdk/one_scale.hpp"
 #include "test_support.hpp"
 #include "vaiq/algorithm.hpp"
 #include "vaiq/error.hpp"
@@ -250,6 +251,32 @@ TEST(Quant, FakeQuantizeWithOneScaleIsTheGeneralPathsBitForBit) {
             ASSERT_EQ(std::bit_cast<uint32_t>(in_place.data<float>()[i]),
                       std::bit_cast<uint32_t>(general.data<float>()[i]))
                 << vaiq::quant_type_name(type) << " at " << x[i] << ", in place";
+        }
+    }
+}
+
+// Each instruction set's loop this CPU runs (the library uses the widest) gives
+// the general path's bits, over a length that leaves each a tail.
+TEST(Quant, EveryOneScaleKernelIsTheGeneralPathsBitForBit) {
+    std::vector<float> x;
+    for (int i = -700; i <= 700; ++i) x.push_back(static_cast<float>(i) * 0.05f);  // halves of 0.1 steps
+    for (const float v : {1e9f, -1e9f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                          -0.0f, 419430.45f, -6553.55f})
+        x.push_back(v);
+    const auto values = vaiq::Tensor::from_values<float>({static_cast<int64_t>(x.size()), 1}, x);
+    for (const auto type : {QuantType::QInt8, QuantType::QUInt8, QuantType::QInt16, QuantType::QUInt4}) {
+        const int64_t zp = type == QuantType::QUInt8 ? 128 : type == QuantType::QUInt4 ? 8 : 0;
+        const auto general = vaiq::fake_quantize(values, vaiq::QuantParams{type, {0.1f}, {zp}, 1}, "x");
+        const auto [qmin, qmax] = vaiq::integer_range(type);
+        const vaiq::detail::OneScale s{0.1f, static_cast<float>(qmin - zp), static_cast<float>(qmax - zp)};
+        const auto kernels = vaiq::detail::one_scale_kernels();
+        EXPECT_STREQ(kernels.front().first, "portable");
+        for (const auto& [name, kernel] : kernels) {
+            std::vector<float> out(x.size());
+            kernel(x.data(), out.data(), static_cast<int64_t>(x.size()), s);
+            for (size_t i = 0; i < x.size(); ++i)
+                ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(general.data<float>()[i]))
+                    << name << ", " << vaiq::quant_type_name(type) << " at " << x[i];
         }
     }
 }

@@ -136,8 +136,6 @@ bool is_mask(const onnx::GraphProto& graph, const GraphIndex& index, const std::
     return q >= 0 && kBooleanOps.count(graph.node(q).op_type()) > 0;
 }
 
-// The argmax along `axis` at every other position: the classes of
-// `values` (of `shape`) lie along `axis`, or from `axis` on when `flattened`.
 // The first index of a row's greatest value: no NaN is greater than anything,
 // so a NaN first stays the choice and others are passed over.
 int64_t first_greatest_portable(const float* row, int64_t n) {
@@ -168,6 +166,8 @@ int64_t first_greatest_portable(const float* row, int64_t n) {
     return 0;  // not reached: the greatest value is in the row
 }
 
+// The argmax along `axis` at every other position: the classes of
+// `values` (of `shape`) lie along `axis`, or from `axis` on when `flattened`.
 std::vector<int64_t> argmaxes(std::span<const float> values, const std::vector<int64_t>& shape, int64_t axis,
                               bool flattened) {
     const auto rank = static_cast<int64_t>(shape.size());

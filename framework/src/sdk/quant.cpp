@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "sdk/one_scale.hpp"
 #include "vaiq/block_float.hpp"
 #include "vaiq/error.hpp"
 
@@ -620,11 +621,10 @@ bool one_scale_up_to_16_bits(const Tensor& values, const QuantParams& p) {
 // integer, ties to even, below 2^22 in magnitude; larger values saturate
 // either way. A NaN ends at lo (max(NaN, lo) is lo). Written out for AVX-512
 // and AVX2, where the division (as QuantizeLinear divides) runs 16 or 8 lanes
-// at a time; the baseline build's loop runs 4: the precision search's
-// simulations spent 7 % of their time here. `to` may be `from`.
-struct OneScale {
-    float scale, lo, hi;
-};
+// at a time; the baseline build's loop runs 4 (the recognizer's cpu_accurate
+// run spent 7 % of its samples there, in the precision search's simulated
+// runs). `to` may be `from`.
+using detail::OneScale;
 constexpr float kRoundingShift = 12582912.0f;  // 1.5 * 2^23
 
 void one_scale_portable(const float* from, float* to, int64_t n, OneScale s) {
@@ -661,9 +661,7 @@ void one_scale_portable(const float* from, float* to, int64_t n, OneScale s) {
 }
 
 void fake_quantize_one_scale(const float* from, float* to, int64_t n, const QuantParams& p) {
-    static const auto kernel = __builtin_cpu_supports("avx512f") ? one_scale_avx512
-                               : __builtin_cpu_supports("avx2")  ? one_scale_avx2
-                                                                 : one_scale_portable;
+    static const auto kernel = detail::one_scale_kernels().back().second;
     const auto [qmin, qmax] = integer_range(p.type);
     const OneScale s{p.scale[0], static_cast<float>(qmin - p.zero_point[0]),
                      static_cast<float>(qmax - p.zero_point[0])};
@@ -677,6 +675,13 @@ void fake_quantize_one_scale(const float* from, float* to, int64_t n, const Quan
 }
 
 }  // namespace
+
+std::vector<std::pair<const char*, detail::OneScaleKernel>> detail::one_scale_kernels() {
+    std::vector<std::pair<const char*, OneScaleKernel>> out{{"portable", one_scale_portable}};
+    if (__builtin_cpu_supports("avx2")) out.emplace_back("avx2", one_scale_avx2);
+    if (__builtin_cpu_supports("avx512f")) out.emplace_back("avx512", one_scale_avx512);
+    return out;
+}
 
 Tensor fake_quantize(Tensor&& values, const QuantParams& p, std::string_view tensor) {
     if (!one_scale_up_to_16_bits(values, p)) return fake_quantize(std::as_const(values), p, tensor);
