@@ -4,14 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-// GCC 12 warns inside its own AVX-512 headers (their _mm512_undefined_* placeholders).
-#pragma GCC diagnostic push
-#ifndef __clang__  // clang has no such warning
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-#pragma GCC diagnostic pop
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -19,6 +11,7 @@
 #include <tuple>
 
 #include "data/batch_workers.hpp"
+#include "sdk/vector_intrinsics.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"

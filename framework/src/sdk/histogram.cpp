@@ -6,17 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-// GCC 12 warns inside its own AVX-512 headers (their _mm512_undefined_* placeholders).
-#pragma GCC diagnostic push
-#ifndef __clang__  // clang has no such warning
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-#pragma GCC diagnostic pop
 #include <limits>
 #include <optional>
 
+#include "sdk/vector_intrinsics.hpp"
 #include "vaiq/error.hpp"
 
 namespace vaiq {

@@ -5,19 +5,12 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-// GCC 12 warns inside its own AVX-512 headers (their _mm512_undefined_* placeholders).
-#pragma GCC diagnostic push
-#ifndef __clang__  // clang has no such warning
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-#pragma GCC diagnostic pop
 #include <limits>
 #include <utility>
 #include <vector>
 
 #include "sdk/one_scale.hpp"
+#include "sdk/vector_intrinsics.hpp"
 #include "vaiq/block_float.hpp"
 #include "vaiq/error.hpp"
 

@@ -1,19 +1,11 @@
 // <immintrin.h> for the kernels' vector paths, and the AVX2 stand-ins for
-// AVX-512's 8-bit narrowing that several kernels share. GCC 12 warns inside its
-// own AVX-512 headers (their _mm512_undefined_* placeholders), so the include is
-// made with those warnings off; they stay on for the kernels' own code.
+// AVX-512's 8-bit narrowing that several kernels share.
 #pragma once
-
-#pragma GCC diagnostic push
-#ifndef __clang__  // clang has no such warning
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
 
 #include <cstdint>
 #include <cstring>
+
+#include "sdk/vector_intrinsics.hpp"
 
 namespace vaiq::runtime {
 
