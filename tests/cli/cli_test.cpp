@@ -222,6 +222,13 @@ TEST(Cli, ALowOutputNamesTheAccurateRecipeToTry) {
     ASSERT_EQ(accurate.exit_code, 0) << accurate.err;
     EXPECT_EQ(accurate.err.find("the accurate recipe for this target"), std::string::npos)
         << "an accurate run is not told to use itself";
+    // With a tensor ranking in the report (its section's kind says so), the advice names its most harmful tensors.
+    auto ranked =
+        vaiq_cli("run " VAIQ_SOURCE_DIR "/recipes/cpu.yaml --model " + model.string() + " --output " +
+                 (dir / "out.onnx").string() + " --set warn_output_sqnr_db=200 --set sensitivity_analysis=true");
+    ASSERT_EQ(ranked.exit_code, 0) << ranked.err;
+    EXPECT_NE(ranked.err.find("16 bits for the tensors that cost the output most alone ('"), std::string::npos)
+        << ranked.err;
 }
 
 TEST(Cli, AnalyzeRanksTheQuantizedTensorsAndWritesOnlyTheReport) {

@@ -8,6 +8,7 @@
 
 #include "report/html_report.hpp"
 #include "test_support.hpp"
+#include "vaiq/algorithm.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -75,6 +76,23 @@ TEST(HtmlReport, NegativeErrorsDrawBarsAndAPoorOutputsAdviceComesFirst) {
     EXPECT_LT(advice, page.find("id=\"summary\"")) << "the advice comes first";
     EXPECT_NE(page.find("<li>the accurate recipe for this target</li>", advice), std::string::npos);
     EXPECT_EQ(html_report(report_with("bad")).find("id=\"advice\""), std::string::npos) << "no advice: no box";
+}
+
+// The page draws a tensor ranking by its section's kind, whichever algorithm
+// wrote it (a third party's under its own name), not by a section's name.
+TEST(HtmlReport, ATensorRankingIsFoundByItsKindNotItsName) {
+    const json ranked = {{{"tensor", "conv_out"}, {"role", "activation"}, {"output_sqnr_db", 7.25}},
+                         {{"tensor", "w"}, {"role", "weight"}, {"output_sqnr_db", "inf"}}};
+    auto report = report_with("bad");
+    report["sensitivity"] = {{"tensors", ranked}};  // no kind: not a ranking the host knows
+    EXPECT_TRUE(vaiq::tensor_ranking(report).empty());
+    EXPECT_EQ(html_report(report).find("Sensitivity:"), std::string::npos);
+    report["clip_search"] = {{"kind", vaiq::kTensorRankingSection}, {"tensors", ranked}};
+    EXPECT_EQ(vaiq::tensor_ranking(report), ranked);
+    const std::string page = html_report(report);
+    const auto chart = page.find("Sensitivity:");
+    ASSERT_NE(chart, std::string::npos);
+    EXPECT_NE(page.find("7.2 dB (activation)", chart), std::string::npos);
 }
 
 // vaiq analyze writes the page a run writes beside its JSON report.

@@ -290,7 +290,8 @@ class VAIQ_API AlgorithmContext {
     /// keeps the function up to rounding, such as scales moved between an
     /// activation and the weights that read it. Its inputs must stay as they were.
     virtual void set_model(Model model) = 0;
-    /// The algorithm's section of the report (under its name).
+    /// The algorithm's section of the report (under its name). A section whose
+    /// "kind" is kTensorRankingSection is a ranking the host shows and advises from.
     virtual void report(nlohmann::json section) = 0;
     /// Something about `tensor` a person should know (what was done to it, or
     /// what to try): the report's notes, shown on its page.
@@ -318,6 +319,13 @@ class VAIQ_API AlgorithmContext {
     /// found that another may report or build on.
     virtual nlohmann::json reported(const std::string& algorithm) const = 0;
 };
+
+/// A report section of this "kind" ranks quantized tensors by their cost to the
+/// output: "tensors", most harmful first, each with "tensor", "role" and
+/// "output_sqnr_db" (the output's SQNR with that tensor alone quantized; "inf"
+/// when exact, null when not measured). The report's page draws the first of
+/// them and its advice names the most harmful, whichever algorithm ranked.
+inline constexpr const char* kTensorRankingSection = "tensor_ranking";
 
 /// When in the run an algorithm works.
 enum class AlgorithmStage : uint32_t {

@@ -186,7 +186,7 @@ std::vector<std::string> what_to_try(const RunSettings& settings, const nlohmann
     std::vector<std::string> out;
     if (auto accurate = accurate_recipe_advice(settings, report); !accurate.empty()) out.push_back(accurate);
     std::vector<std::string> harmful;
-    for (const auto& t : report.value("sensitivity", nlohmann::json::object()).value("tensors", nlohmann::json::array()))
+    for (const auto& t : tensor_ranking(report))
         if (harmful.size() < 3 && t["output_sqnr_db"].is_number()) harmful.push_back("'" + t["tensor"].get<std::string>() + "'");
     if (!harmful.empty())
         out.push_back(fmt::format("16 bits for the tensors that cost the output most alone ({}; an override setting "

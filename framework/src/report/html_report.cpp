@@ -8,6 +8,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "vaiq/algorithm.hpp"
+
 namespace vaiq {
 
 namespace {
@@ -51,6 +53,20 @@ const json& member(const json& j, const char* key) {
     auto it = j.find(key);
     return it == j.end() ? kNone : *it;
 }
+
+}  // namespace
+
+const json& tensor_ranking(const json& report) {
+    static const json none = json::array();
+    if (!report.is_object()) return none;
+    for (const auto& section : report)
+        if (section.is_object() && section.value("kind", "") == kTensorRankingSection && section.contains("tensors") &&
+            section["tensors"].is_array())
+            return section["tensors"];
+    return none;
+}
+
+namespace {
 
 // A boolean or number member, or `fallback` when absent or of another type.
 template <typename T>
@@ -281,7 +297,7 @@ std::string errors_section(const json& report, double warn_db) {
         out += "<h3>Along the graph</h3><p class=\"note\">The same SQNR in graph order, the warning threshold dashed: "
                "where the line starts to fall is where the error begins.</p>" +
                along;
-    const auto& sensitivity = member(member(report, "sensitivity"), "tensors");
+    const auto& sensitivity = tensor_ranking(report);
     if (!sensitivity.empty()) {
         std::vector<Bar> harm;
         double best = 40, worst = 0;

@@ -14,4 +14,9 @@ namespace vaiq {
 /// passes, phase times and the explicit settings.
 std::string html_report(const nlohmann::json& report);
 
+/// The tensors of the report's first section whose "kind" is a tensor ranking
+/// (vaiq::kTensorRankingSection, whichever algorithm wrote it), most harmful
+/// first; an empty array when there is none.
+const nlohmann::json& tensor_ranking(const nlohmann::json& report);
+
 }  // namespace vaiq

@@ -44,7 +44,10 @@ vaiq::RankingOptions ranking_options(const vaiq::Options& options) {
 
 // The ranking as the report's sensitivity section holds it.
 nlohmann::json ranking_section(const std::vector<vaiq::TensorSensitivity>& ranking, size_t batches) {
-    return {{"data", "calibration_data"}, {"batches", batches}, {"tensors", vaiq::ranking_json(ranking)}};
+    return {{"kind", vaiq::kTensorRankingSection},
+            {"data", "calibration_data"},
+            {"batches", batches},
+            {"tensors", vaiq::ranking_json(ranking)}};
 }
 
 // What a target missed within the budget tries: the weights fitted at the precisions chosen.
