@@ -54,20 +54,6 @@ const json& member(const json& j, const char* key) {
     return it == j.end() ? kNone : *it;
 }
 
-}  // namespace
-
-const json& tensor_ranking(const json& report) {
-    static const json none = json::array();
-    if (!report.is_object()) return none;
-    for (const auto& section : report)
-        if (section.is_object() && section.value("kind", "") == kTensorRankingSection && section.contains("tensors") &&
-            section["tensors"].is_array())
-            return section["tensors"];
-    return none;
-}
-
-namespace {
-
 // A boolean or number member, or `fallback` when absent or of another type.
 template <typename T>
 T value_or(const json& j, const char* key, T fallback) {
@@ -491,6 +477,16 @@ figure{margin:0;border:1px solid #eceff3;border-radius:6px;padding:6px}figcaptio
 )";
 
 }  // namespace
+
+const json& tensor_ranking(const json& report) {
+    static const json none = json::array();
+    if (!report.is_object()) return none;
+    for (const auto& section : report)
+        if (section.is_object() && section.value("kind", "") == kTensorRankingSection && section.contains("tensors") &&
+            section["tensors"].is_array())
+            return section["tensors"];
+    return none;
+}
 
 std::string html_report(const json& report) {
     const auto& recipe = member(report, "recipe");

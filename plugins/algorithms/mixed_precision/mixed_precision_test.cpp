@@ -6,8 +6,11 @@
 #include <array>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "data/data_reader.hpp"
 #include "mixed_precision.hpp"
@@ -76,6 +79,28 @@ vaiq::ReferenceBatches identity_reference(int batches) {
     return reference;
 }
 
+// A ranking of `tensors` in this order, every one an activation costing the same alone.
+std::vector<vaiq::TensorSensitivity> ranking_of(const std::vector<std::string>& tensors) {
+    std::vector<vaiq::TensorSensitivity> out;
+    for (const auto& t : tensors)
+        out.push_back({t, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0, false});
+    return out;
+}
+
+// Ten tensors t0..t9, ranked in that order, each removing 0.02 / (k + 1) of the error alone.
+struct ShrinkingGains {
+    std::vector<vaiq::TensorSensitivity> ranking;
+    std::map<std::string, float> removes;
+    ShrinkingGains() {
+        std::vector<std::string> names;
+        for (int k = 0; k < 10; ++k) {
+            names.push_back("t" + std::to_string(k));
+            removes[names.back()] = 0.02f / static_cast<float>(k + 1);
+        }
+        ranking = ranking_of(names);
+    }
+};
+
 // When no prefix of the ranking reaches the target, the search measures what
 // each candidate gains on top of those raised. Here the ranking (by the cost of
 // each tensor alone) lists a and b first, but raising either changes little;
@@ -90,9 +115,7 @@ TEST(MixedPrecisionSearch, OutOfReachByTheRankingItRaisesWhatMeasurablyHelps) {
         for (const auto& t : raised) error -= removes.at(t);
         return model_with_error(error);
     });
-    std::vector<vaiq::TensorSensitivity> ranking;
-    for (const char* t : {"a", "b", "c"})
-        ranking.push_back({t, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0, false});
+    const auto ranking = ranking_of({"a", "b", "c"});
     vaiq::MixedPrecisionTarget target;
     target.sqnr_db = 15.0;  // the error must fall to 0.1 or below: c is needed
     const auto result = vaiq::search_mixed_precision(target, [&] { return ranking; }, raise, 1);
@@ -134,11 +157,10 @@ TEST(MixedPrecisionSearch, ARescreenCoversTheMostPromisingCandidatesOnly) {
         reference,
         [&](const std::set<std::string>& raised) { return model_with_error(raised.count("c") ? 0.1f : 1.0f); },
         measured);
-    std::vector<vaiq::TensorSensitivity> ranking;
-    for (int k = 0; k < 49; ++k)
-        ranking.push_back(
-            {"t" + std::to_string(k), vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0, false});
-    ranking.push_back({"c", vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0, false});
+    std::vector<std::string> names;
+    for (int k = 0; k < 49; ++k) names.push_back("t" + std::to_string(k));
+    names.push_back("c");
+    const auto ranking = ranking_of(names);
     vaiq::MixedPrecisionTarget target;
     target.sqnr_db = 40.0;  // out of reach: the search stops when nothing helps
     const auto result = vaiq::search_mixed_precision(
@@ -154,13 +176,8 @@ TEST(MixedPrecisionSearch, ARescreenCoversTheMostPromisingCandidatesOnly) {
 // budget, it stops, and the prefix is kept.
 TEST(MixedPrecisionSearch, AGreedySearchThatCannotOvertakeThePrefixStops) {
     const vaiq::ReferenceBatches reference = identity_reference(3);
-    std::vector<vaiq::TensorSensitivity> ranking;
-    std::map<std::string, float> removes;
-    for (int k = 0; k < 10; ++k) {
-        const auto name = "t" + std::to_string(k);
-        ranking.push_back({name, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0, false});
-        removes[name] = 0.02f / static_cast<float>(k + 1);
-    }
+    const ShrinkingGains tensors;
+    const auto& [ranking, removes] = tensors;
     auto error_of = [&](const std::set<std::string>& raised) {
         if (raised.size() == removes.size()) return 0.3f;
         float error = 1.0f;
@@ -186,13 +203,13 @@ TEST(MixedPrecisionSearch, AGreedySearchThatCannotOvertakeThePrefixStops) {
 // would still have helped a little.
 TEST(MixedPrecisionSearch, AGreedySearchThatCannotReachTheTargetStops) {
     const vaiq::ReferenceBatches reference = identity_reference(3);
-    std::vector<vaiq::TensorSensitivity> ranking;
     std::map<std::string, float> removes;  // negative: adds error
     for (int k = 0; k < 4; ++k) removes["bad" + std::to_string(k)] = -0.1f;
     const std::vector<float> gains = {0.3f, 0.1f, 0.05f, 0.03f, 0.02f, 0.01f};
     for (size_t k = 0; k < gains.size(); ++k) removes["good" + std::to_string(k)] = gains[k];
-    for (const auto& [name, removed] : removes)  // "bad..." sort first
-        ranking.push_back({name, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0, false});
+    std::vector<std::string> names;
+    for (const auto& [name, removed] : removes) names.push_back(name);  // "bad..." sort first
+    const auto ranking = ranking_of(names);
     const auto raise = raising_on(reference, [&](const std::set<std::string>& raised) {
         float error = 1.0f;
         for (const auto& t : raised) error -= removes.at(t);
@@ -272,9 +289,7 @@ TEST(MixedPrecisionSearch, TheChoiceIsConfirmedOnBatchesHeldOutOfTheSearch) {
         b.node("Clip", {"x", "lo", "hi"}, {"y"});
         return b.build();
     });
-    std::vector<vaiq::TensorSensitivity> ranking;
-    for (const char* t : {"a", "b", "c", "d", "e", "f"})
-        ranking.push_back({t, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0, false});
+    const auto ranking = ranking_of({"a", "b", "c", "d", "e", "f"});
     vaiq::MixedPrecisionTarget target;
     target.sqnr_db = 40.0;
     const auto result = vaiq::search_mixed_precision(target, [&] { return ranking; }, raise, 6);
@@ -323,9 +338,7 @@ TEST(MixedPrecisionSearch, TopOneAgreementsARowApartAreTiedAndSqnrDecides) {
         b.node("Add", {"x", "e"}, {"y"});
         return b.build();
     });
-    std::vector<vaiq::TensorSensitivity> ranking;
-    for (const char* t : {"a", "b"})
-        ranking.push_back({t, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0, false});
+    const auto ranking = ranking_of({"a", "b"});
     vaiq::MixedPrecisionTarget target;
     target.top1_drop = 0.0;  // every row: out of reach
     const auto result = vaiq::search_mixed_precision(target, [&] { return ranking; }, raise, 2);
@@ -578,13 +591,8 @@ TEST(MixedPrecisionSearch, AGreedySearchWhoseSingleGainsCannotReachThePrefixDoes
     const auto rows = Tensor::from_values<float>({100, 4}, x);
     reference.feeds.push_back({{"x", rows}});
     reference.outputs.push_back({rows});
-    std::vector<vaiq::TensorSensitivity> ranking;
-    std::map<std::string, float> removes;
-    for (int k = 0; k < 10; ++k) {
-        const auto name = "t" + std::to_string(k);
-        ranking.push_back({name, vaiq::TensorRole::Activation, vaiq::QuantType::QInt8, 10.0, 5.0, false});
-        removes[name] = 0.02f / static_cast<float>(k + 1);
-    }
+    const ShrinkingGains tensors;
+    const auto& [ranking, removes] = tensors;
     auto measured = std::make_shared<std::array<int, 4>>();
     const auto raise = raising_on(
         reference,
