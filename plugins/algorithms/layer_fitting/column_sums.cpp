@@ -16,7 +16,12 @@ namespace {
 // depthwise layer's groups (k = 9) would each make tiny GEMM calls.
 constexpr int64_t kLoopsUpTo = 16;
 constexpr int64_t kChunk = 4096;  // columns summed at a time: the copies stay small
-constexpr int64_t kParallelValues = 1 << 16;  // column values an add needs for the folds to go side by side
+// The multiply-adds a chunk needs for its folds to go side by side (a parallel
+// region costs a few microseconds; this is about 100 us of work). Counted by
+// work, not by values: a depthwise layer's 1,024 columns of 27 values each
+// take a million multiply-adds, and summed one fold after another they left
+// the second core idle for a fifth of a fit of the PP-OCRv4 detector.
+constexpr int64_t kParallelWork = 1 << 18;
 
 uint64_t mixed(uint64_t v) {  // splitmix64's finaliser: neighbouring indices land in unrelated folds
     v += 0x9e3779b97f4a7c15ull;
@@ -81,13 +86,15 @@ void ColumnSums::add(int64_t count, const ColumnWriter& write) {
     // with its own copies (a fold still adds its columns in their order: the
     // sums are those of one thread).
     const int workers = std::min(kFolds, std::max(1, omp_get_max_threads()));
+    // A column's share of the sums: its errors (outputs x k), its Gram and cross products.
+    const int64_t work_per_column = groups_ * k_ * k_ + 2 * outputs_ * k_ + rows;
     if (scratch_.size() < static_cast<size_t>(workers)) scratch_.resize(static_cast<size_t>(workers));
     std::array<std::exception_ptr, kFolds> failures;
     for (int64_t first = 0; first < count; first += kChunk) {
         const int64_t n = std::min(kChunk, count - first);
         for (auto& m : members) m.clear();
         for (int64_t c = first; c < first + n; ++c) members[static_cast<size_t>(fold_of(seed_, seen_++))].push_back(c);
-#pragma omp parallel for schedule(dynamic) num_threads(workers) if (workers > 1 && n * rows >= kParallelValues)
+#pragma omp parallel for schedule(dynamic) num_threads(workers) if (workers > 1 && n * work_per_column >= kParallelWork)
         for (int f = 0; f < kFolds; ++f) {
             const auto& columns = members[static_cast<size_t>(f)];
             if (columns.empty()) continue;
@@ -158,13 +165,16 @@ void ColumnSums::add_fold(int fold, Scratch& own, int64_t count) {
             gemm(true, false, per_group, k_, count, 1.0f, e_g, outputs_, x_g, rows, 0.0f, cross, k_);
         } else {
             std::fill(own.part.begin(), own.part.end(), 0.0f);
+            // The Gram matrix's upper triangle, mirrored after: x_i x_j is x_j x_i to the bit.
             for (int64_t c = 0; c < count; ++c) {
                 const float* xc = x_g + c * rows;
                 for (int64_t i = 0; i < k_; ++i)
-                    for (int64_t j = 0; j < k_; ++j) gram[i * k_ + j] += xc[i] * xc[j];
+                    for (int64_t j = i; j < k_; ++j) gram[i * k_ + j] += xc[i] * xc[j];
                 for (int64_t o = 0; o < per_group; ++o)
                     for (int64_t j = 0; j < k_; ++j) cross[o * k_ + j] += e_g[c * outputs_ + o] * xc[j];
             }
+            for (int64_t i = 0; i < k_; ++i)
+                for (int64_t j = 0; j < i; ++j) gram[i * k_ + j] = gram[j * k_ + i];
         }
         double* total_gram = gram_[f].data() + g * k_ * k_;
         double* total_cross = cross_[f].data() + g * per_group * k_;
