@@ -66,6 +66,31 @@ TEST(Tensor, ElementCountRefusesNegativeAndOverflowingShapes) {
     EXPECT_THROW(vaiq::element_count(std::vector<int64_t>{int64_t{1} << 40, int64_t{1} << 40}), vaiq::InputError);
 }
 
+// A copy holds its own values: the type, the shape and every byte, apart from
+// the original's; assignment replaces what the target held, and a tensor
+// assigned to itself keeps its values.
+TEST(Tensor, ACopyHoldsItsOwnValues) {
+    vaiq::Tensor original(vaiq::DataType::Float, {2, 3});
+    auto values = original.mutable_data<float>();
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) + 0.5f;
+    const vaiq::Tensor copy(original);
+    vaiq::Tensor assigned(vaiq::DataType::Int8, {7});
+    assigned = original;
+    values[0] = -1.0f;
+    for (const vaiq::Tensor* t : {&copy, static_cast<const vaiq::Tensor*>(&assigned)}) {
+        EXPECT_EQ(t->type(), vaiq::DataType::Float);
+        EXPECT_EQ(t->shape(), (std::vector<int64_t>{2, 3}));
+        ASSERT_EQ(t->size(), 6);
+        for (int64_t i = 0; i < 6; ++i)
+            EXPECT_EQ(t->data<float>()[static_cast<size_t>(i)], static_cast<float>(i) + 0.5f);
+    }
+    auto& self = assigned;
+    assigned = self;
+    EXPECT_EQ(assigned.data<float>()[5], 5.5f);
+    const vaiq::Tensor empty_copy{vaiq::Tensor()};
+    EXPECT_EQ(empty_copy.size(), 0);
+}
+
 TEST(Tensor, HalfAndBfloat16RoundToNearestEven) {
     // Exactly halfway between two bfloat16 values: the even one wins.
     EXPECT_EQ(vaiq::float_to_bfloat16(std::bit_cast<float>(0x3f808000u)), 0x3f80);

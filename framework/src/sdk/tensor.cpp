@@ -9,6 +9,7 @@
 #include <bit>
 #include <cctype>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -91,6 +92,15 @@ uint64_t physical_memory_bytes() {
 }
 
 }  // namespace
+
+Tensor::Tensor(const Tensor& other) : type_(other.type_), shape_(other.shape_), bytes_(other.bytes_.size()) {
+    if (!bytes_.empty()) std::memcpy(bytes_.data(), other.bytes_.data(), bytes_.size());
+}
+
+Tensor& Tensor::operator=(const Tensor& other) {
+    if (this != &other) *this = Tensor(other);
+    return *this;
+}
 
 Tensor Tensor::uninitialized(DataType type, std::vector<int64_t> shape) {
     if (element_size(type) == 0) throw InputError(fmt::format("tensors of {} are not supported", data_type_name(type)));
