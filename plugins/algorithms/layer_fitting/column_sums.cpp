@@ -77,7 +77,76 @@ ColumnSums::ColumnSums(const float* weights, int64_t outputs, int64_t groups, in
       groups_(groups),
       k_(k),
       shift_(std::move(shift)),
-      seed_(seed) {}
+      seed_(seed) {
+    if (!groups_side_by_side()) return;
+    weights_by_input_.resize(weights_.size());
+    for (int64_t g = 0; g < groups_; ++g)
+        for (int64_t i = 0; i < k_; ++i) weights_by_input_[i * groups_ + g] = weights_[g * k_ + i];
+}
+
+// A depthwise layer (one output a group, a few inputs each: 9 for a 3 x 3
+// kernel) sums its groups side by side, each column's values transposed to
+// [k][groups]: the loops over a group's few inputs left most of the time to
+// their own overhead. Every sum adds the same terms in the same order as the
+// loops, from the same start: the bits are theirs.
+bool ColumnSums::groups_side_by_side() const {
+    constexpr int64_t kFewestGroups = 8;
+    return outputs_ == groups_ && k_ <= kLoopsUpTo && groups_ >= kFewestGroups;
+}
+
+void ColumnSums::depthwise_errors(const float* diff, int64_t count, Scratch& own) {
+    const int64_t groups = groups_, k = k_;
+    own.t.resize(static_cast<size_t>(k * groups));
+    float* by_input = own.t.data();
+    for (int64_t c = 0; c < count; ++c) {
+        const float* d = diff + c * groups * k;
+        for (int64_t g = 0; g < groups; ++g)
+            for (int64_t i = 0; i < k; ++i) by_input[i * groups + g] = d[g * k + i];
+        float* e = own.e.data() + c * groups;
+        std::fill(e, e + groups, 0.0f);
+        for (int64_t i = 0; i < k; ++i) {
+            const float* w = weights_by_input_.data() + i * groups;
+            const float* di = by_input + i * groups;
+            for (int64_t g = 0; g < groups; ++g) e[g] += w[g] * di[g];
+        }
+    }
+}
+
+void ColumnSums::depthwise_sums(int fold, const float* x, int64_t count, Scratch& own) {
+    const int64_t groups = groups_, k = k_;
+    own.t.resize(static_cast<size_t>(k * groups));
+    float* by_input = own.t.data();
+    // [k][k][groups] (the upper triangle: j >= i) and [k][groups].
+    own.part.assign(static_cast<size_t>((k * k + k) * groups), 0.0f);
+    float* gram = own.part.data();
+    float* cross = gram + k * k * groups;
+    for (int64_t c = 0; c < count; ++c) {
+        const float* xc = x + c * groups * k;
+        for (int64_t g = 0; g < groups; ++g)
+            for (int64_t i = 0; i < k; ++i) by_input[i * groups + g] = xc[g * k + i];
+        const float* e = own.e.data() + c * groups;
+        for (int64_t i = 0; i < k; ++i)
+            for (int64_t j = i; j < k; ++j) {
+                float* p = gram + (i * k + j) * groups;
+                const float *a = by_input + i * groups, *b = by_input + j * groups;
+                for (int64_t g = 0; g < groups; ++g) p[g] += a[g] * b[g];
+            }
+        for (int64_t j = 0; j < k; ++j) {
+            float* p = cross + j * groups;
+            const float* b = by_input + j * groups;
+            for (int64_t g = 0; g < groups; ++g) p[g] += e[g] * b[g];
+        }
+    }
+    const auto f = static_cast<size_t>(fold);
+    for (int64_t g = 0; g < groups; ++g) {
+        double* total_gram = gram_[f].data() + g * k * k;
+        double* total_cross = cross_[f].data() + g * k;
+        for (int64_t i = 0; i < k; ++i)
+            for (int64_t j = 0; j < k; ++j)
+                total_gram[i * k + j] += gram[(std::min(i, j) * k + std::max(i, j)) * groups + g];
+        for (int64_t j = 0; j < k; ++j) total_cross[j] += cross[j * groups + g];
+    }
+}
 
 void ColumnSums::add(int64_t count, const ColumnWriter& write) {
     const int64_t rows = groups_ * k_;
@@ -130,7 +199,9 @@ void ColumnSums::add_fold(int fold, Scratch& own, int64_t count) {
     auto& errors = own.e;
     for (int64_t i = 0; i < count * rows; ++i) diff[i] = x[i] - diff[i];
     errors.resize(static_cast<size_t>(count * outputs_));
-    for (int64_t g = 0; g < groups_; ++g) {
+    const bool side_by_side = groups_side_by_side();
+    if (side_by_side) depthwise_errors(diff, count, own);
+    for (int64_t g = 0; g < groups_ && !side_by_side; ++g) {
         const float* w_g = weights_.data() + g * per_group * k_;
         if (k_ > kLoopsUpTo) {
             gemm(false, true, count, per_group, k_, 1.0f, diff + g * k_, rows, w_g, k_, 0.0f,
@@ -154,6 +225,7 @@ void ColumnSums::add_fold(int fold, Scratch& own, int64_t count) {
     base_[f] += base;
     count_[f] += count;
     // Per group: the partial sums in float, then into the double totals.
+    if (side_by_side) return depthwise_sums(fold, x, count, own);
     own.part.resize(static_cast<size_t>(k_ * k_ + per_group * k_));
     float* gram = own.part.data();
     float* cross = gram + k_ * k_;

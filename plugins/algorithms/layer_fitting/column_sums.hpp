@@ -68,12 +68,17 @@ class ColumnSums {
     ColumnSet folds(const std::array<bool, kFolds>& in) const;
 
   private:
-    struct Scratch {  // a chunk's columns of one fold, their errors, partial sums
-        std::vector<float> x, xf, e, part;
+    struct Scratch {  // a chunk's columns of one fold, their errors, partial sums, a transposed column
+        std::vector<float> x, xf, e, part, t;
     };
     void add_fold(int fold, Scratch& own, int64_t count);  // the columns in own.x, own.xf (overwritten)
+    // A depthwise layer's errors and partial sums with its groups side by side.
+    bool groups_side_by_side() const;
+    void depthwise_errors(const float* diff, int64_t count, Scratch& own);
+    void depthwise_sums(int fold, const float* x, int64_t count, Scratch& own);
 
     std::vector<float> weights_;
+    std::vector<float> weights_by_input_;  // a depthwise layer's, [k][groups], when its groups go side by side
     int64_t outputs_, groups_, k_;
     std::vector<float> shift_;
     uint64_t seed_;

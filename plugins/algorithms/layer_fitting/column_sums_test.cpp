@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -142,6 +143,37 @@ TEST(ColumnSumsThreads, FoldsAddedSideBySideAreTheSumsOfOneThread) {
         EXPECT_EQ(a.base, b.base) << "fold " << f;
         EXPECT_EQ(a.gram, b.gram) << "fold " << f;
         EXPECT_EQ(a.cross, b.cross) << "fold " << f;
+    }
+}
+
+// A depthwise layer of 12 groups sums them side by side; each group alone (one
+// group, below the side-by-side path) sums its inputs with the loops. The sums
+// are the same to the bit: the same terms added in the same order.
+TEST(ColumnSumsDepthwise, GroupsSideBySideSumAsEachGroupAlone) {
+    const int64_t groups = 12, k = 9, columns = 700;
+    const int64_t rows = groups * k;
+    std::mt19937 rng(5);
+    const auto w = uniform(static_cast<size_t>(groups * k), rng), shift = uniform(static_cast<size_t>(groups), rng);
+    const auto x = uniform(static_cast<size_t>(rows * columns), rng), xf = uniform(x.size(), rng);
+    vaiq::ColumnSums together(w.data(), groups, groups, k, shift, 3);
+    add_columns(together, x, xf, rows, 0, columns);
+    std::array<bool, vaiq::ColumnSums::kFolds> every{};
+    every.fill(true);
+    const auto all = together.folds(every);
+    for (int64_t g = 0; g < groups; ++g) {
+        std::vector<float> xg, xfg;  // group g's inputs of each column
+        for (int64_t c = 0; c < columns; ++c)
+            for (int64_t i = 0; i < k; ++i) {
+                xg.push_back(x[static_cast<size_t>(c * rows + g * k + i)]);
+                xfg.push_back(xf[static_cast<size_t>(c * rows + g * k + i)]);
+            }
+        vaiq::ColumnSums alone(w.data() + g * k, 1, 1, k, {shift[static_cast<size_t>(g)]}, 3);
+        add_columns(alone, xg, xfg, k, 0, columns);
+        const auto one = alone.folds(every);
+        for (int64_t i = 0; i < k * k; ++i)
+            ASSERT_EQ(all.gram[static_cast<size_t>(g * k * k + i)], one.gram[static_cast<size_t>(i)]) << g << " " << i;
+        for (int64_t i = 0; i < k; ++i)
+            ASSERT_EQ(all.cross[static_cast<size_t>(g * k + i)], one.cross[static_cast<size_t>(i)]) << g << " " << i;
     }
 }
 
