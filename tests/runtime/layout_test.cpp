@@ -458,6 +458,40 @@ TEST(Layout, ConcatAndBatchNormalizationRunChannelsLastBetweenConvolutions) {
     EXPECT_EQ(transposes, 3);
 }
 
+// A squeeze-excitation block: the convolution's output is pooled where it is,
+// channels-last (average for the scale, max for a second output), on one
+// thread and on two, to the bit of the channels-first pools; no transpose of
+// the whole map runs for the pools.
+TEST(Layout, GlobalPoolsOfAConvolutionRunChannelsLast) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {2, 3, 9, 7}).output("y", {2, 40, 9, 7}).output("m", {2, 40, 1, 1});
+    b.initializer("w1", vaiq::test::ramp({40, 3, 3, 3}, -0.4f, 0.0013f));
+    b.initializer("w2", vaiq::test::ramp({40, 40, 1, 1}, 0.3f, -0.00037f));
+    vaiq::test::set_ints_attribute(b.node("Conv", {"x", "w1"}, {"c"}, "conv"), "pads", {1, 1, 1, 1});
+    b.node("GlobalAveragePool", {"c"}, {"avg"}, "avg");
+    b.node("GlobalMaxPool", {"c"}, {"m"}, "max");
+    b.node("Conv", {"avg", "w2"}, {"e"}, "excite");
+    b.node("HardSigmoid", {"e"}, {"s"}, "gate");
+    b.node("Mul", {"c", "s"}, {"y"}, "scale");
+    const auto model = b.build();
+    const Tensor x = vaiq::test::ramp({2, 3, 9, 7}, -1.5f, 0.0071f);
+    for (int threads : {1, 2}) {
+        auto calls = compare_rewrites(model, x, {"avg", "m", "e"}, 0.0f, false, threads);
+        EXPECT_EQ(calls["NhwcGlobalAveragePool"], 1) << threads;
+        EXPECT_EQ(calls["NhwcGlobalMaxPool"], 1) << threads;
+        EXPECT_EQ(calls["GlobalAveragePool"] + calls["GlobalMaxPool"], 0) << threads;
+    }
+    auto optimized = model;
+    ASSERT_TRUE(vaiq::runtime::optimize_layout(optimized.graph()));
+    const vaiq::GraphIndex index(optimized.graph());
+    for (const auto& n : optimized.graph().node())
+        if (n.op_type() == "NhwcGlobalAveragePool" || n.op_type() == "NhwcGlobalMaxPool") {
+            const int producer = index.producer(n.input(0));
+            ASSERT_GE(producer, 0);
+            EXPECT_NE(optimized.graph().node(producer).op_type(), "Transpose") << n.op_type();
+        }
+}
+
 // The same join between integer convolutions: QLinearConcat, one input on the
 // output's grid (a copy) and one requantized, and a QLinearAveragePool with
 // partial windows after it run channels-last between them.

@@ -185,6 +185,12 @@ ChannelsLastForm channels_last_form(const onnx::NodeProto& node, const GraphInde
     } else if (is_default_domain(node) && op == "Pad" && pads_nothing(node, index)) {
         form.data = {0};
         form.layout_free_constants = true;
+    } else if (is_default_domain(node) && (op == "GlobalAveragePool" || op == "GlobalMaxPool")) {
+        form.data = {0};
+        form.adapt = [](onnx::NodeProto& moved) {
+            moved.set_op_type("Nhwc" + moved.op_type());
+            moved.set_domain(kInternalDomain);
+        };
     } else if (is_default_domain(node) && op == "BatchNormalization" && node.input_size() == 5 &&
                int_attribute(node, "training_mode", 0) == 0) {
         form.data = {0};
