@@ -492,6 +492,44 @@ TEST(Layout, GlobalPoolsOfAConvolutionRunChannelsLast) {
         }
 }
 
+// A feature pyramid's top-down path: a coarse map upsampled by a nearest
+// Resize (by scales, and by sizes), added to the finer one and joined along the
+// channels. The Resizes, the Add and the Concat run channels-last between the
+// convolutions, on one thread and on two, to the bit; of the transposes only
+// the input's and the output's run.
+TEST(Layout, NearestResizesRunChannelsLastBetweenConvolutions) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 3, 8, 10}).output("y", {1, 4, 8, 10});
+    b.initializer("w_fine", vaiq::test::ramp({24, 3, 3, 3}, -0.4f, 0.0013f));
+    b.initializer("w_coarse", vaiq::test::ramp({24, 3, 3, 3}, 0.3f, -0.0011f));
+    b.initializer("w_out", vaiq::test::ramp({4, 48, 1, 1}, -0.2f, 0.0023f));
+    b.initializer("scales", Tensor::from_values<float>({4}, std::vector<float>{1, 1, 2, 2}));
+    b.initializer("sizes", Tensor::from_values<int64_t>({4}, std::vector<int64_t>{1, 24, 8, 10}));
+    vaiq::test::set_ints_attribute(b.node("Conv", {"x", "w_fine"}, {"fine"}, "fine"), "pads", {1, 1, 1, 1});
+    auto& coarse = b.node("Conv", {"x", "w_coarse"}, {"coarse"}, "coarse");
+    vaiq::test::set_ints_attribute(coarse, "pads", {1, 1, 1, 1});
+    vaiq::test::set_ints_attribute(coarse, "strides", {2, 2});
+    vaiq::test::set_attribute(b.node("Resize", {"coarse", "", "scales"}, {"up"}, "up"), "mode", std::string("nearest"));
+    b.node("Resize", {"coarse", "", "", "sizes"}, {"up_sized"}, "up_sized");  // nearest by default
+    b.node("Add", {"fine", "up"}, {"merged"}, "merge");
+    vaiq::test::set_attribute(b.node("Concat", {"merged", "up_sized"}, {"cat"}, "join"), "axis", int64_t{1});
+    b.node("Conv", {"cat", "w_out"}, {"y"}, "out");
+    const auto model = b.build();
+    const Tensor x = vaiq::test::ramp({1, 3, 8, 10}, -1.5f, 0.0071f);
+    for (int threads : {1, 2}) {
+        auto calls = compare_rewrites(model, x, {"up", "up_sized", "merged", "cat"}, 0.0f, false, threads);
+        EXPECT_EQ(calls["NhwcResize"], 2) << threads;
+        EXPECT_EQ(calls["Resize"], 0) << threads;
+    }
+    auto optimized = model;
+    ASSERT_TRUE(vaiq::runtime::optimize_layout(optimized.graph()));
+    std::set<std::string> read{"y"};
+    for (const auto& n : optimized.graph().node()) read.insert(n.input().begin(), n.input().end());
+    int transposes = 0;
+    for (const auto& n : optimized.graph().node()) transposes += n.op_type() == "Transpose" && read.count(n.output(0));
+    EXPECT_EQ(transposes, 3);  // x into each of the two convolutions that read it, y back
+}
+
 // The same join between integer convolutions: QLinearConcat, one input on the
 // output's grid (a copy) and one requantized, and a QLinearAveragePool with
 // partial windows after it run channels-last between them.

@@ -158,6 +158,20 @@ bool pads_nothing(const onnx::NodeProto& node, const GraphIndex& index) {
     return std::all_of(v.begin(), v.end(), [](int64_t p) { return p == 0; });
 }
 
+// A Resize that copies the nearest input element (an FPN's upsampling), with
+// scales or sizes (opset 11 and later) and none of opset 18's options: the
+// same copies channels-last.
+bool nearest_resize(const onnx::NodeProto& node) {
+    auto text = [&](std::string_view name, std::string_view fallback) {
+        const auto* a = find_attribute(node, name);
+        return a ? std::string_view(a->s()) : fallback;
+    };
+    return node.input_size() >= 3 && text("mode", "nearest") == "nearest" &&
+           text("coordinate_transformation_mode", "half_pixel") != "tf_crop_and_resize" &&
+           int_attribute(node, "antialias", 0) == 0 && !find_attribute(node, "axes") &&
+           text("keep_aspect_ratio_policy", "stretch") == "stretch";
+}
+
 ChannelsLastForm channels_last_form(const onnx::NodeProto& node, const GraphIndex& index) {
     const auto& op = node.op_type();
     // A 4-D axis of the channels-first value, as an axis of its channels-last form.
@@ -185,6 +199,13 @@ ChannelsLastForm channels_last_form(const onnx::NodeProto& node, const GraphInde
     } else if (is_default_domain(node) && op == "Pad" && pads_nothing(node, index)) {
         form.data = {0};
         form.layout_free_constants = true;
+    } else if (is_default_domain(node) && op == "Resize" && nearest_resize(node)) {
+        form.data = {0};
+        form.layout_free_constants = true;  // roi, scales, sizes: NhwcResize reads them as the channels-first axes'
+        form.adapt = [](onnx::NodeProto& moved) {
+            moved.set_op_type("NhwcResize");
+            moved.set_domain(kInternalDomain);
+        };
     } else if (is_default_domain(node) && (op == "GlobalAveragePool" || op == "GlobalMaxPool")) {
         form.data = {0};
         form.adapt = [](onnx::NodeProto& moved) {
@@ -245,6 +266,8 @@ bool push_or_cancel_pass(onnx::GraphProto& graph, const std::set<std::string>& s
                 transposed.push_back(i);
             } else if (is_data && movable.every_data_input) {
                 ok = false;
+            } else if (!is_data && movable.layout_free_constants && node.input(i).empty()) {
+                // an optional input left out
             } else if (!is_data && movable.layout_free_constants) {
                 // A constant, or a quantized weight's DequantizeLinear (ONNX Runtime's tool quantizes a
                 // BatchNormalization's scale).

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "runtime/kernels/common.hpp"
+#include "runtime/layout.hpp"
 
 namespace vaiq::runtime {
 namespace {
@@ -112,6 +113,9 @@ bool copy_nearest(const Tensor& x, const std::vector<std::vector<Taps>>& taps, c
     const auto& inner = offsets[rank - 1];
     const auto width = static_cast<int64_t>(inner.size());
     const int64_t rows = y.size() / width;
+    // An innermost axis copied as it is (a channels-last value's channels): one block a row.
+    bool contiguous = true;
+    for (int64_t o = 0; o < width && contiguous; ++o) contiguous = inner[static_cast<size_t>(o)] == o;
     auto copy = [&](auto element) {
         using E = decltype(element);
         const auto* from = reinterpret_cast<const E*>(x.bytes().data());
@@ -124,6 +128,10 @@ bool copy_nearest(const Tensor& x, const std::vector<std::vector<Taps>>& taps, c
                 rest /= count;
             }
             E* row = to + r * width;
+            if (contiguous) {
+                std::copy_n(from + base, width, row);
+                return;
+            }
             for (int64_t o = 0; o < width; ++o) row[o] = from[base + inner[o]];
         });
     };
@@ -298,10 +306,15 @@ bool resize_planes(const Tensor& x, const std::vector<std::vector<Taps>>& taps, 
     return true;
 }
 
-void resize(KernelContext& ctx, std::vector<Tensor>& out) {
+// Resize; `axis_of`, when given, names for each axis of the input the axis of
+// the scales and sizes that it takes (a channels-last value's, whose scales
+// and sizes are still the channels-first model's).
+void resize_axes(KernelContext& ctx, std::vector<Tensor>& out, const std::vector<int64_t>* axis_of) {
     const auto& x = ctx.input(0);
     const auto& in = x.shape();
     const auto rank = static_cast<int64_t>(in.size());
+    if (axis_of && static_cast<int64_t>(axis_of->size()) != rank) ctx.fail("the input must be 4-D (NHWC)");
+    auto given = [&](int64_t d) { return axis_of ? (*axis_of)[static_cast<size_t>(d)] : d; };
     Settings s{ctx.attributes.get_string("coordinate_transformation_mode", "half_pixel"),
                ctx.attributes.get_string("mode", "nearest"),
                ctx.attributes.get_string("nearest_mode", "round_prefer_floor"),
@@ -330,20 +343,22 @@ void resize(KernelContext& ctx, std::vector<Tensor>& out) {
         const auto sizes = read_ints(ctx, ctx.input(3));
         if (static_cast<int64_t>(sizes.size()) != rank) ctx.fail("sizes must give every dimension");
         for (int64_t d = 0; d < rank; ++d) {
-            shape[d] = sizes[d];
-            scales[d] = static_cast<double>(sizes[d]) / static_cast<double>(in[d]);
-            float_scales[d] = static_cast<float>(sizes[d]) / static_cast<float>(in[d]);
+            const int64_t size = sizes[given(d)];
+            shape[d] = size;
+            scales[d] = static_cast<double>(size) / static_cast<double>(in[d]);
+            float_scales[d] = static_cast<float>(size) / static_cast<float>(in[d]);
         }
     } else if (ctx.has_input(2) && ctx.input(2).size() > 0) {
         const auto sc = ctx.input(2).data<float>();
         if (static_cast<int64_t>(sc.size()) != rank) ctx.fail("scales must give every dimension");
         for (int64_t d = 0; d < rank; ++d) {
-            if (!(std::isfinite(sc[d]) && sc[d] > 0)) ctx.fail(fmt::format("scale {} is not a positive number", sc[d]));
-            scales[d] = sc[d];
-            float_scales[d] = sc[d];
+            const float scale = sc[given(d)];
+            if (!(std::isfinite(scale) && scale > 0)) ctx.fail(fmt::format("scale {} is not a positive number", scale));
+            scales[d] = scale;
+            float_scales[d] = scale;
             const double span = crop ? roi[rank + d] - roi[d] : 1.0;
             const double size = std::floor(static_cast<double>(in[d]) * span * scales[d]);
-            if (!(size >= 0 && size < 9.2e18)) ctx.fail(fmt::format("scale {} gives no output size", sc[d]));
+            if (!(size >= 0 && size < 9.2e18)) ctx.fail(fmt::format("scale {} gives no output size", scale));
             shape[d] = static_cast<int64_t>(size);
             whole[d] = static_cast<double>(in[d]) * scales[d] == size;
         }
@@ -397,8 +412,19 @@ void resize(KernelContext& ctx, std::vector<Tensor>& out) {
     });
 }
 
+void resize(KernelContext& ctx, std::vector<Tensor>& out) { resize_axes(ctx, out, nullptr); }
+
+// Nearest Resize of a channels-last value (see runtime/layout.cpp): the same
+// copies, each axis with the scale or size the model gives its channels-first axis.
+void nhwc_resize(KernelContext& ctx, std::vector<Tensor>& out) {
+    if (ctx.attributes.get_string("mode", "nearest") != "nearest") ctx.fail("only nearest runs channels-last");
+    static const std::vector<int64_t> kNhwcAxes{0, 2, 3, 1};
+    resize_axes(ctx, out, &kNhwcAxes);
+}
+
 const KernelRegistration kKernels[] = {
     {"", "Resize", 11, kLatest, resize},
+    {kInternalDomain, "NhwcResize", 0, 1, nhwc_resize},
 };
 
 }  // namespace
