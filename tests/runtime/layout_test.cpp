@@ -29,6 +29,16 @@ using vaiq::runtime::test::compare_rewrites;
 using vaiq::runtime::test::error_of;
 using vaiq::runtime::test::reference_conv_relu;
 
+// The transposes of `graph` that run: those read by a node or giving the
+// output `y` (a transpose back left unread is there for a tap, run only for one).
+int transposes_that_run(const onnx::GraphProto& graph) {
+    std::set<std::string> read{"y"};
+    for (const auto& n : graph.node()) read.insert(n.input().begin(), n.input().end());
+    int transposes = 0;
+    for (const auto& n : graph.node()) transposes += n.op_type() == "Transpose" && read.count(n.output(0));
+    return transposes;
+}
+
 // x -> Conv -> Relu -> Conv -> Add(with the Relu output) -> MaxPool -> y
 vaiq::Model residual_block() {
     vaiq::test::GraphBuilder b;
@@ -113,15 +123,10 @@ TEST(Layout, FloatConvolutionsOfDequantizedWeightsChainChannelsLast) {
     const auto model = b.build();
     auto rewritten = model;
     ASSERT_TRUE(vaiq::runtime::optimize_layout(rewritten.graph()));
-    std::set<std::string> read{"y"};
-    for (const auto& n : rewritten.graph().node()) read.insert(n.input().begin(), n.input().end());
-    int transposes = 0, nhwc_convs = 0;  // transposes back left unread are there for taps, run only for one
-    for (const auto& n : rewritten.graph().node()) {
-        transposes += n.op_type() == "Transpose" && read.count(n.output(0));
-        nhwc_convs += n.op_type() == "NhwcConv";
-    }
+    int nhwc_convs = 0;
+    for (const auto& n : rewritten.graph().node()) nhwc_convs += n.op_type() == "NhwcConv";
     EXPECT_EQ(nhwc_convs, 2);
-    EXPECT_EQ(transposes, 2) << "one into NHWC at the input, one back at the output";
+    EXPECT_EQ(transposes_that_run(rewritten.graph()), 2) << "one into NHWC at the input, one back at the output";
     const Tensor x = vaiq::test::ramp({1, 4, 6, 6}, -3.0f, 0.041f);
     const auto plain = Executor(model, {.threads = 1, .optimize_layout = false}).run({{"x", x}})[0];
     const auto nhwc = Executor(model, {.threads = 1, .optimize_layout = true}).run({{"x", x}})[0];
@@ -447,13 +452,10 @@ TEST(Layout, ConcatAndBatchNormalizationRunChannelsLastBetweenConvolutions) {
     // it, the output back (the other transposes back are there for taps alone).
     auto optimized = model;
     ASSERT_TRUE(vaiq::runtime::optimize_layout(optimized.graph()));
-    std::set<std::string> read{"y"};
-    for (const auto& n : optimized.graph().node()) read.insert(n.input().begin(), n.input().end());
-    int transposes = 0, concat_axis = -1;
-    for (const auto& n : optimized.graph().node()) {
-        transposes += n.op_type() == "Transpose" && read.count(n.output(0));
+    const int transposes = transposes_that_run(optimized.graph());
+    int concat_axis = -1;
+    for (const auto& n : optimized.graph().node())
         if (n.op_type() == "Concat") concat_axis = static_cast<int>(n.attribute(0).i());
-    }
     EXPECT_EQ(concat_axis, 3);
     EXPECT_EQ(transposes, 3);
 }
@@ -523,11 +525,7 @@ TEST(Layout, NearestResizesRunChannelsLastBetweenConvolutions) {
     }
     auto optimized = model;
     ASSERT_TRUE(vaiq::runtime::optimize_layout(optimized.graph()));
-    std::set<std::string> read{"y"};
-    for (const auto& n : optimized.graph().node()) read.insert(n.input().begin(), n.input().end());
-    int transposes = 0;
-    for (const auto& n : optimized.graph().node()) transposes += n.op_type() == "Transpose" && read.count(n.output(0));
-    EXPECT_EQ(transposes, 3);  // x into each of the two convolutions that read it, y back
+    EXPECT_EQ(transposes_that_run(optimized.graph()), 3);  // x into each of the two convolutions that read it, y back
 }
 
 // The same join between integer convolutions: QLinearConcat, one input on the
