@@ -438,17 +438,21 @@ bool patch_conv_transpose(KernelContext& ctx, std::vector<Tensor>& out) {
     std::vector<float> columns(static_cast<size_t>(rows * plane));
     for (int64_t b = 0; b < n; ++b) {
         ort_sgemm(a.data(), x.data<float>().data() + b * c * plane, columns.data(), rows, c, plane);
-        for (int64_t oc = 0; oc < m; ++oc) {
+        // Each output channel's patches scattered into place, the channels on the
+        // run's threads, each output row written in order (it was one core's
+        // strided writes: 3 % of the PP-OCRv4 detector's accurate recipes).
+        parallel_for(m, rows * plane > kParallelGrain, [&](int64_t oc) {
             const float bias = ctx.has_input(2) ? ctx.input(2).data<float>()[oc] : 0.0f;
             float* yc = y + (b * m + oc) * plane * kh * kw;
-            for (int64_t i = 0; i < kh; ++i)
-                for (int64_t j = 0; j < kw; ++j) {
-                    const float* col = columns.data() + ((oc * kh + i) * kw + j) * plane;
-                    for (int64_t p = 0; p < h; ++p)
-                        for (int64_t q = 0; q < wd; ++q)
-                            yc[(p * kh + i) * wd * kw + q * kw + j] = col[p * wd + q] + bias;
+            const float* patch = columns.data() + oc * kh * kw * plane;  // [kh][kw][h][wd]
+            for (int64_t p = 0; p < h; ++p)
+                for (int64_t i = 0; i < kh; ++i) {
+                    float* row = yc + (p * kh + i) * wd * kw;
+                    for (int64_t q = 0; q < wd; ++q)
+                        for (int64_t j = 0; j < kw; ++j)
+                            row[q * kw + j] = patch[(i * kw + j) * plane + p * wd + q] + bias;
                 }
-        }
+        });
     }
     return true;
 }
