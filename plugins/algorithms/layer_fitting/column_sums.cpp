@@ -94,14 +94,22 @@ bool ColumnSums::groups_side_by_side() const {
     return outputs_ == groups_ && k_ <= kLoopsUpTo && groups_ >= kFewestGroups;
 }
 
+namespace {
+
+// A column's values, [groups][k], as [k][groups].
+void by_input_of(const float* column, int64_t groups, int64_t k, float* by_input) {
+    for (int64_t g = 0; g < groups; ++g)
+        for (int64_t i = 0; i < k; ++i) by_input[i * groups + g] = column[g * k + i];
+}
+
+}  // namespace
+
 void ColumnSums::depthwise_errors(const float* diff, int64_t count, Scratch& own) {
     const int64_t groups = groups_, k = k_;
     own.t.resize(static_cast<size_t>(k * groups));
     float* by_input = own.t.data();
     for (int64_t c = 0; c < count; ++c) {
-        const float* d = diff + c * groups * k;
-        for (int64_t g = 0; g < groups; ++g)
-            for (int64_t i = 0; i < k; ++i) by_input[i * groups + g] = d[g * k + i];
+        by_input_of(diff + c * groups * k, groups, k, by_input);
         float* e = own.e.data() + c * groups;
         std::fill(e, e + groups, 0.0f);
         for (int64_t i = 0; i < k; ++i) {
@@ -121,9 +129,7 @@ void ColumnSums::depthwise_sums(int fold, const float* x, int64_t count, Scratch
     float* gram = own.part.data();
     float* cross = gram + k * k * groups;
     for (int64_t c = 0; c < count; ++c) {
-        const float* xc = x + c * groups * k;
-        for (int64_t g = 0; g < groups; ++g)
-            for (int64_t i = 0; i < k; ++i) by_input[i * groups + g] = xc[g * k + i];
+        by_input_of(x + c * groups * k, groups, k, by_input);
         const float* e = own.e.data() + c * groups;
         for (int64_t i = 0; i < k; ++i)
             for (int64_t j = i; j < k; ++j) {

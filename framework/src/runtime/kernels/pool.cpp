@@ -195,8 +195,7 @@ void global_pool(KernelContext& ctx, std::vector<Tensor>& out, bool is_max) {
     // The planes on the run's threads, each summed in order as on one: a
     // squeeze-excitation block's pool of a 160 x 160 map took one core (3 % of
     // the PP-OCRv4 detector's accurate recipe, the other core idle).
-    constexpr int64_t kWorthSharing = int64_t{1} << 15;
-    parallel_for(planes, planes > 1 && x.size() >= kWorthSharing, [&](int64_t p) {
+    parallel_for(planes, planes > 1 && x.size() > kParallelGrain, [&](int64_t p) {
         const float* v = xv.data() + p * plane;
         if (is_max) {
             float best = -std::numeric_limits<float>::infinity();
@@ -226,8 +225,7 @@ void nhwc_global_pool(KernelContext& ctx, std::vector<Tensor>& out, bool is_max)
     auto yv = y.mutable_data<float>();
     constexpr int64_t kBlock = 16;
     const int64_t blocks = (channels + kBlock - 1) / kBlock;
-    constexpr int64_t kWorthSharing = int64_t{1} << 15;
-    parallel_for(batch * blocks, x.size() >= kWorthSharing, [&](int64_t task) {
+    parallel_for(batch * blocks, x.size() > kParallelGrain, [&](int64_t task) {
         const int64_t b = task / blocks, first = task % blocks * kBlock;
         const int64_t width = std::min(kBlock, channels - first);
         const float* v = xv.data() + b * positions * channels + first;
