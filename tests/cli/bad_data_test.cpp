@@ -8,9 +8,9 @@
 #include <cmath>
 #include <limits>
 
-#include "sdk/npy.hpp"
 #include "test_support.hpp"
 #include "vaiq/model.hpp"
+#include "vaiq/reader.hpp"
 
 namespace fs = std::filesystem;
 using namespace vaiq;

@@ -10,9 +10,9 @@
 #include <tuple>
 
 #include "runtime/executor.hpp"
-#include "sdk/npy.hpp"
 #include "test_support.hpp"
 #include "vaiq/model.hpp"
+#include "vaiq/reader.hpp"
 #include "vaiq/vaiq_ops.hpp"
 
 namespace fs = std::filesystem;
@@ -111,7 +111,7 @@ TEST(Cli, UsageErrorsExitOne) {
     EXPECT_EQ(vaiq_cli("run").exit_code, 1);
 }
 
-TEST(Cli, PluginsListsAllFiveKinds) {
+TEST(Cli, PluginsListsAllSixKinds) {
     auto r = vaiq_cli("plugins --json");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto plugins = nlohmann::json::parse(r.out);
@@ -120,11 +120,12 @@ TEST(Cli, PluginsListsAllFiveKinds) {
         kinds.insert(p["kind"].get<std::string>());
         EXPECT_TRUE(p.contains("version") && p.contains("summary") && p.contains("options"));
     }
-    EXPECT_EQ(kinds, (std::set<std::string>{"calibrator", "format", "target", "pass", "algorithm"}));
+    EXPECT_EQ(kinds, (std::set<std::string>{"calibrator", "format", "target", "pass", "algorithm", "reader"}));
     r = vaiq_cli("plugins");
     EXPECT_NE(r.out.find("minmax"), std::string::npos);
     EXPECT_NE(r.out.find("CalibMovingAverage (bool, default false)"), std::string::npos);
     EXPECT_NE(r.out.find("GPTQDamping (float, default 0.01)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("image_preprocess.mean (list of numbers, default null)"), std::string::npos) << r.out;
 }
 
 // The algorithms a recipe runs, with the extra options that reach them; a
@@ -910,10 +911,8 @@ TEST(Cli, AFolderOfPngDigitsCalibratesAsTheSameDigitsAsNpy) {
     fs::create_directories(dir / "png");
     fs::create_directories(dir / "npy");
     for (int64_t i = 0; i < 20; ++i) {
-        vaiq::Image image{28, 28, 1, {}};
         const auto* first = digits.data<uint8_t>().data() + i * 28 * 28;
-        image.pixels.assign(first, first + 28 * 28);
-        vaiq::test::write_png(dir / "png" / ("digit_" + std::to_string(i) + ".png"), image);
+        vaiq::test::write_png(dir / "png" / ("digit_" + std::to_string(i) + ".png"), 28, 28, 1, first);
         vaiq::Tensor one(vaiq::DataType::UInt8, {1, 1, 28, 28});
         std::memcpy(one.mutable_bytes().data(), first, 28 * 28);
         vaiq::write_npy(dir / "npy" / ("digit_" + std::to_string(i) + ".npy"), one);

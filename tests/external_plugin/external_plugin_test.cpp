@@ -262,4 +262,33 @@ TEST_F(ExternalPlugin, AnAlgorithmNamedByARecipeChangesTheWrittenModel) {
     EXPECT_GT(written_scale("plain"), written_scale("clipped"));
 }
 
+// A reader built out of tree takes the data paths it claims: a recipe's run
+// calibrates on its .csv samples, and its extra option reaches it.
+TEST_F(ExternalPlugin, AReaderOpensTheDataItClaims) {
+    const auto log = work() / "log6.txt";
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 4}).output("y", {1, 2});
+    b.initializer("w", vaiq::test::ramp({4, 2}, -0.5f, 0.1f));
+    b.node("MatMul", {"x", "w"}, {"y"}, "matmul");
+    vaiq::save_model(b.build(), work() / "rows.onnx");
+    fs::create_directories(work() / "csv");
+    vaiq::test::write_text(work() / "csv" / "a.csv", "0.5, 1.0\n2.0, -1.0\n");
+    vaiq::test::write_text(work() / "csv" / "b.csv", "3.0,1,1,1\n");
+    std::map<std::string, double> largest;
+    for (const std::string scale : {"1", "2"}) {
+        vaiq::test::write_text(work() / ("csv" + scale + ".yaml"),
+                               "recipe_version: 1\nextends: cpu.yaml\nplugin_paths: [plugin-build]\n"
+                               "calibrate_method: MinMax\nextra_options: {CsvScale: " +
+                                   scale + "}\n");
+        ASSERT_EQ(run("run csv" + scale + ".yaml --model rows.onnx --data csv --output csv" + scale + ".onnx", log), 0)
+            << slurp(log);
+        const auto report = nlohmann::json::parse(slurp(work() / ("csv" + scale + ".report.json")));
+        EXPECT_EQ(report["calibration"]["batches"], 2) << report["calibration"].dump();
+        for (const auto& t : report["tensors"])
+            if (t["tensor"] == "x") largest[scale] = t["range"][1].get<double>();
+    }
+    EXPECT_FLOAT_EQ(largest["1"], 3.0f) << "the largest number of the samples";
+    EXPECT_FLOAT_EQ(largest["2"], 6.0f) << "CsvScale reached the reader";
+}
+
 }  // namespace

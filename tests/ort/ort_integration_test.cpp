@@ -18,9 +18,9 @@
 
 #include "runtime/executor.hpp"
 #include "runtime/kernels/int8_conv.hpp"
-#include "sdk/npy.hpp"
 #include "test_support.hpp"
 #include "vaiq/block_float.hpp"
+#include "vaiq/reader.hpp"
 #include "vaiq/vaiq_ops.hpp"
 
 namespace fs = std::filesystem;

@@ -7,8 +7,8 @@
 #include "data/data_reader.hpp"
 #include "pipeline/channel_ranges.hpp"
 #include "pipeline/pipeline.hpp"
-#include "sdk/npy.hpp"
 #include "test_support.hpp"
+#include "vaiq/reader.hpp"
 
 namespace fs = std::filesystem;
 using vaiq::Tensor;

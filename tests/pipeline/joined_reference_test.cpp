@@ -9,8 +9,8 @@
 #include "pipeline/pipeline.hpp"
 #include "report/evaluation.hpp"
 #include "runtime/executor.hpp"
-#include "sdk/npy.hpp"
 #include "test_support.hpp"
+#include "vaiq/reader.hpp"
 
 namespace fs = std::filesystem;
 using vaiq::Tensor;

@@ -12,10 +12,10 @@
 #include "plugin/registry.hpp"
 #include "recipe/recipe.hpp"
 #include "report/agreement.hpp"
-#include "sdk/npy.hpp"
 #include "test_support.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/format.hpp"
+#include "vaiq/reader.hpp"
 
 namespace fs = std::filesystem;
 using vaiq::Tensor;

@@ -14,11 +14,11 @@
 #include "report/diagnosis.hpp"
 #include "report/evaluation.hpp"
 #include "runtime/executor.hpp"
-#include "sdk/npy.hpp"
 #include "test_support.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/format.hpp"
 #include "vaiq/qdq_view.hpp"
+#include "vaiq/reader.hpp"
 
 namespace fs = std::filesystem;
 using vaiq::DataType;
@@ -44,11 +44,6 @@ vaiq::Recipe recipe_from(const std::string& yaml) {
     return vaiq::load_recipe(write_text(temp_dir() / "r.yaml", "recipe_version: 1\ncalibrate_method: MinMax\n" + yaml));
 }
 
-void write_pb(const fs::path& file, const Tensor& t, const std::string& name) {
-    std::ofstream out(file, std::ios::binary);
-    t.to_proto(name).SerializeToOstream(&out);
-}
-
 std::vector<vaiq::Batch> all(vaiq::DataReader& reader) {
     std::vector<vaiq::Batch> out;
     while (auto b = reader.next()) out.push_back(std::move(*b));
@@ -64,78 +59,59 @@ vaiq::Model two_input_model() {
 
 // ---------------------------------------------------------------- data readers
 
-TEST(DataReader, ReadsTheOnnxTestDataLayoutByTensorName) {
-    const auto dir = temp_dir();
-    for (int s = 0; s < 2; ++s) {
-        const auto set = dir / ("test_data_set_" + std::to_string(s));
-        fs::create_directories(set);
-        // Named after the inputs but stored in the opposite order.
-        write_pb(set / "input_0.pb", Tensor::from_values<float>({1, 3}, std::vector<float>{1, 1, 1}), "b");
-        write_pb(set / "input_1.pb", Tensor::from_values<float>({1, 3}, std::vector<float>{2, 2, float(s)}), "a");
+// A reader plugin that claims every path at `claim` and yields one batch named after itself.
+class FixedClaim final : public vaiq::Reader {
+  public:
+    FixedClaim(int claim, std::string name) : claim_(claim), name_(std::move(name)) {}
+    int claim(const fs::path&) const override { return claim_; }
+    std::unique_ptr<vaiq::DataReader> open(const fs::path&, const vaiq::Model& model,
+                                           const std::string&) const override {
+        return vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 1);
     }
-    auto reader = vaiq::open_data_reader(dir, two_input_model());
-    const auto batches = all(*reader);
-    ASSERT_EQ(batches.size(), 2u);
-    EXPECT_EQ(batches[1].feeds.at("a").data<float>()[2], 1.0f);
-    EXPECT_EQ(batches[1].feeds.at("b").data<float>()[0], 1.0f);
-    reader->rewind();
-    EXPECT_EQ(all(*reader).size(), 2u) << "rewind starts again";
+
+  private:
+    int claim_;
+    std::string name_;
+};
+
+vaiq::PluginInstance<vaiq::Reader> fixed_claim(int claim) {
+    return {new FixedClaim(claim, "fixed"), [](vaiq::Reader* r) { delete r; }};
 }
 
-TEST(DataReader, BindsSampleFolderFilesByNameThenInOrder) {
+TEST(DataReaders, APathOpensWithTheReaderThatClaimsItMost) {
     const auto dir = temp_dir();
-    fs::create_directories(dir / "s1");
-    vaiq::write_npy(dir / "s1" / "b.npy", Tensor::from_values<float>({1, 3}, std::vector<float>{7, 7, 7}));
-    vaiq::write_npy(dir / "s1" / "z.npy", Tensor::from_values<float>({1, 3}, std::vector<float>{5, 5, 5}));
-    auto reader = vaiq::open_data_reader(dir, two_input_model());
-    const auto batches = all(*reader);
-    ASSERT_EQ(batches.size(), 1u);
-    EXPECT_EQ(batches[0].feeds.at("b").data<float>()[0], 7.0f);
-    EXPECT_EQ(batches[0].feeds.at("a").data<float>()[0], 5.0f) << "the unnamed file goes to the unbound input";
+    const auto model = two_input_model();
+    vaiq::DataReaders readers;
+    readers.add("low", fixed_claim(1));
+    readers.add("none", fixed_claim(0));
+    EXPECT_TRUE(readers.open(dir, model, "calibration data")->next());
+    readers.add("high", fixed_claim(3));
+    readers.add("also_high", fixed_claim(3));
+    const auto tie = error_of([&] { readers.open(dir, model, "calibration data"); });
+    EXPECT_NE(tie.find("readers 'high' and 'also_high' both claim it at 3"), std::string::npos) << tie;
+    EXPECT_NE(error_of([&] {
+                  readers.open(dir / "missing", model, "evaluation data");
+              }).find("evaluation data " + (dir / "missing").string() + " does not exist"),
+              std::string::npos);
+    vaiq::DataReaders none;
+    none.add("none", fixed_claim(0));
+    const auto unclaimed = error_of([&] { none.open(dir, model, "calibration data"); });
+    EXPECT_NE(unclaimed.find("is nothing the readers take (readers: none;"), std::string::npos) << unclaimed;
 }
 
-TEST(DataReader, SplitsFilesIntoTheModelsBatchAndAddsAMissingBatchDimension) {
-    const auto dir = temp_dir();
-    const auto model = vaiq::test::conv_relu_model();  // x: [1, 2, 4, 4]
-    vaiq::write_npy(dir / "s10.npy", ramp({3, 2, 4, 4}));
-    vaiq::write_npy(dir / "s2.npy", ramp({2, 4, 4}, 100.0f));
-    auto reader = vaiq::open_data_reader(dir, model);
-    const auto batches = all(*reader);
-    ASSERT_EQ(batches.size(), 4u);
-    EXPECT_EQ(batches[0].feeds.at("x").data<float>()[0], 100.0f) << "s2 sorts before s10";
-    EXPECT_EQ(batches[0].feeds.at("x").shape(), (std::vector<int64_t>{1, 2, 4, 4}));
-    EXPECT_EQ(batches[2].feeds.at("x").data<float>()[0], 32.0f) << "the second sample of s10";
-    EXPECT_NE(batches[3].source.find("batch 3 of 3"), std::string::npos) << batches[3].source;
-}
-
-TEST(DataReader, ATensorProtoStackOfBatchesIsReadBatchByBatch) {
-    // The original tool's calibration .pb: (dataset size, N, C, H, W) for an NCHW input.
-    const auto dir = temp_dir();
-    write_pb(dir / "stack.pb", ramp({3, 1, 2, 4, 4}), "images");
-    auto reader = vaiq::open_data_reader(dir / "stack.pb", vaiq::test::conv_relu_model());
-    const auto batches = all(*reader);
-    ASSERT_EQ(batches.size(), 3u);
-    EXPECT_EQ(batches[2].feeds.at("x").shape(), (std::vector<int64_t>{1, 2, 4, 4}));
-    EXPECT_EQ(batches[2].feeds.at("x").data<float>()[0], 64.0f);
-}
-
-TEST(DataReader, ACorruptTensorProtoIsAnErrorNamingTheFile) {
-    const auto dir = temp_dir();
-    std::ofstream(dir / "junk.pb", std::ios::binary) << "\xff\xff\xff not a tensor";
-    const auto error = error_of([&] { all(*vaiq::open_data_reader(dir / "junk.pb", vaiq::test::conv_relu_model())); });
-    EXPECT_NE(error.find("junk.pb: not an ONNX TensorProto file"), std::string::npos) << error;
-}
-
-TEST(DataReader, RefusesLayoutsItCannotBind) {
+TEST(DataReaders, TheInstalledReadersTakeTensorFilesAndImages) {
     const auto dir = temp_dir();
     vaiq::write_npy(dir / "a.npy", ramp({1, 3}));
-    EXPECT_NE(error_of([&] { vaiq::open_data_reader(dir, two_input_model()); }).find("one folder per sample"),
-              std::string::npos);
-    EXPECT_NE(error_of([&] { vaiq::open_data_reader(dir / "missing", two_input_model()); }).find("does not exist"),
-              std::string::npos);
+    GraphBuilder b;
+    b.input("x", {1, 3}).output("y", {1, 3});
+    b.node("Relu", {"x"}, {"y"});
+    auto reader = vaiq::open_data_reader(dir, b.build());
+    const auto batch = reader->next();
+    ASSERT_TRUE(batch);
+    EXPECT_EQ(batch->feeds.at("x").data<float>()[1], 1.0f);
     const auto empty = temp_dir();
-    EXPECT_NE(error_of([&] { vaiq::open_data_reader(empty, two_input_model()); }).find("holds no .npy, .pb or image"),
-              std::string::npos);
+    const auto error = error_of([&] { vaiq::open_data_reader(empty, two_input_model()); });
+    EXPECT_NE(error.find("(readers: images, tensor_files;"), std::string::npos) << error;
 }
 
 TEST(RandomDataReader, FeedsADecoderAsLanguageModelsAreCalibrated) {

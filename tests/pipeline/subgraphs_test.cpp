@@ -8,9 +8,9 @@
 #include "pipeline/pipeline.hpp"
 #include "pipeline/subgraphs.hpp"
 #include "runtime/executor.hpp"
-#include "sdk/npy.hpp"
 #include "test_support.hpp"
 #include "vaiq/error.hpp"
+#include "vaiq/reader.hpp"
 
 namespace fs = std::filesystem;
 using vaiq::DataType;

@@ -21,10 +21,10 @@
 #include "runtime/kernels/ort_float.hpp"
 #include "runtime/layout.hpp"
 #include "runtime/qdq_fusion.hpp"
-#include "sdk/npy.hpp"
 #include "test_support.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/quant.hpp"
+#include "vaiq/reader.hpp"
 
 namespace fs = std::filesystem;
 

@@ -13,10 +13,10 @@
 #include "runtime/infer.hpp"
 #include "runtime/kernels/ort_float.hpp"
 #include "runtime/layout.hpp"
-#include "sdk/npy.hpp"
 #include "test_support.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/quant.hpp"
+#include "vaiq/reader.hpp"
 
 namespace fs = std::filesystem;
 

@@ -15,8 +15,8 @@
 
 #include "plugin/registry.hpp"
 #include "runtime/executor.hpp"
-#include "sdk/npy.hpp"
 #include "test_support.hpp"
+#include "vaiq/reader.hpp"
 
 namespace vaiq::test {
 

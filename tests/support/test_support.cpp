@@ -309,13 +309,13 @@ QuantSpec blocked_spec(QuantType type, bool symmetric, int64_t block_size) {
     return spec;
 }
 
-void write_png(const fs::path& path, const Image& image) {
+void write_png(const fs::path& path, int64_t height, int64_t width, int64_t channels, const uint8_t* pixels) {
     png_image png{};
     png.version = PNG_IMAGE_VERSION;
-    png.width = static_cast<png_uint_32>(image.width);
-    png.height = static_cast<png_uint_32>(image.height);
-    png.format = image.channels == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
-    if (!png_image_write_to_file(&png, path.c_str(), 0, image.pixels.data(), 0, nullptr))
+    png.width = static_cast<png_uint_32>(width);
+    png.height = static_cast<png_uint_32>(height);
+    png.format = channels == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
+    if (!png_image_write_to_file(&png, path.c_str(), 0, pixels, 0, nullptr))
         throw std::runtime_error(std::string("cannot write ") + path.string() + ": " + png.message);
 }
 

@@ -8,7 +8,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/images.hpp"
 #include "pipeline/algorithm_context.hpp"
 #include "plugin/registry.hpp"
 #include "vaiq/calibrator.hpp"
@@ -69,8 +68,9 @@ struct CommandResult {
 /// Runs `command` through the shell with stdin closed, capturing its output.
 CommandResult run_command(const std::string& command);
 
-/// Writes an 8-bit grey or RGB image as a PNG file.
-void write_png(const std::filesystem::path& path, const Image& image);
+/// Writes an 8-bit grey (1 channel) or RGB (3) image of height x width x channels pixels as a PNG file.
+void write_png(const std::filesystem::path& path, int64_t height, int64_t width, int64_t channels,
+               const uint8_t* pixels);
 
 /// Writes text to a file and returns its path.
 std::filesystem::path write_text(const std::filesystem::path& path, const std::string& text);

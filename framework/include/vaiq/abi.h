@@ -22,7 +22,8 @@
 #endif
 
 /** The ABI revision of this SDK; a plugin must carry exactly this number. */
-/* 17: AlgorithmStage::Plan (draft(), keep_float(), set_per_channel(), mark_mixed_scales()), note(), channel_ranges()'s batches;
+/* 18: the reader kind (vaiq/reader.hpp), VAIQ_OPTION_FLOAT_LIST;
+ * 17: AlgorithmStage::Plan (draft(), keep_float(), set_per_channel(), mark_mixed_scales()), note(), channel_ranges()'s batches;
  *     agreement()/agreements() take Batches (a set's first batches) and a reference variant; sensitivity() left the
  *     context (the ranking is the mixed_precision plugins'), mixed_scale_tensors(), reported();
  * 16: AlgorithmContext::agreements() runs batches on workers (VariantRun made per worker), forking_runner()'s threads;
@@ -36,7 +37,7 @@
  * 8: the algorithm kind (vaiq/algorithm.hpp);
  * 7: RangeObserver::order_free(), Pass::keeps_function();
  * 6: QuantSpec::dynamic, RangeObserver statistics() and merge(), 4-bit types and block-wise parameters */
-#define VAIQ_ABI_VERSION 17u
+#define VAIQ_ABI_VERSION 18u
 
 /** Name of the one symbol a plugin library exports. */
 #define VAIQ_PLUGIN_ENTRY_NAME "vaiq_plugin_entry"
@@ -80,7 +81,8 @@ typedef enum vaiq_plugin_kind {
     VAIQ_KIND_FORMAT = 2,     /**< writes a quantization plan into the graph */
     VAIQ_KIND_TARGET = 3,     /**< what a device supports and requires */
     VAIQ_KIND_PASS = 4,       /**< a named graph rewrite */
-    VAIQ_KIND_ALGORITHM = 5   /**< changes what gets written, from data (GPTQ) */
+    VAIQ_KIND_ALGORITHM = 5,  /**< changes what gets written, from data (GPTQ) */
+    VAIQ_KIND_READER = 6      /**< opens calibration and evaluation data (a folder of images) */
 } vaiq_plugin_kind;
 
 /** Type of a plugin option. */
@@ -89,7 +91,8 @@ typedef enum vaiq_option_type {
     VAIQ_OPTION_INT = 2,
     VAIQ_OPTION_FLOAT = 3,
     VAIQ_OPTION_STRING = 4,
-    VAIQ_OPTION_STRING_LIST = 5
+    VAIQ_OPTION_STRING_LIST = 5,
+    VAIQ_OPTION_FLOAT_LIST = 6 /**< numbers; a single number is a list of one */
 } vaiq_option_type;
 
 /** One option a plugin accepts. The default is written as YAML ("true", "0.5", "[a, b]"). */
@@ -111,7 +114,7 @@ typedef struct vaiq_plugin_descriptor {
     const char* summary;   /**< one line */
     const vaiq_option_descriptor* options;
     size_t option_count;
-    /** Creates an instance (a vaiq::Calibrator*, Format*, Target*, Pass* or Algorithm* by kind).
+    /** Creates an instance (a vaiq::Calibrator*, Format*, Target*, Pass*, Algorithm* or Reader* by kind).
      *  Never throws: on failure returns NULL and writes a message into error. */
     void* (*create)(char* error, size_t error_size);
     /** Destroys an instance create() returned, in the module that allocated it. */

@@ -19,6 +19,7 @@
 #include "vaiq/plugin.hpp"
 #include "vaiq/qdq_view.hpp"
 #include "vaiq/quant.hpp"
+#include "vaiq/reader.hpp"
 #include "vaiq/statistics.hpp"
 #include "vaiq/target.hpp"
 #include "vaiq/tensor.hpp"

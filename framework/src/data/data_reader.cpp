@@ -7,11 +7,11 @@
 #include <random>
 #include <set>
 
-#include "sdk/npy.hpp"
 #include "sdk/text.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
+#include "vaiq/reader.hpp"
 
 namespace fs = std::filesystem;
 
@@ -45,331 +45,55 @@ std::unique_ptr<DataReader> first_batches(DataReader& all, size_t limit) {
     return std::make_unique<First>(all, limit);
 }
 
-std::vector<const onnx::ValueInfoProto*> feed_inputs(const onnx::GraphProto& graph) {
-    std::set<std::string> constants;
-    for (const auto& init : graph.initializer()) constants.insert(init.name());
-    std::vector<const onnx::ValueInfoProto*> out;
-    for (const auto& in : graph.input())
-        if (!constants.count(in.name())) out.push_back(&in);
+void DataReaders::add(std::string name, PluginInstance<Reader> reader) {
+    readers_.emplace_back(std::move(name), std::move(reader));
+}
+
+DataReaders DataReaders::all_of(const PluginRegistry& registry) {
+    DataReaders out;
+    for (const auto* info : registry.list(PluginKind::Reader))
+        out.add(info->name, registry.create<Reader>(info->name, registry.resolve_options(*info, nullptr)));
     return out;
 }
 
-namespace {
-
-// "sample_2" before "sample_10": digit runs compare as numbers.
-bool natural_less(const std::string& a, const std::string& b) {
-    size_t i = 0, j = 0;
-    while (i < a.size() && j < b.size()) {
-        if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
-            size_t ie = i, je = j;
-            while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie]))) ++ie;
-            while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je]))) ++je;
-            const auto na = a.substr(i, ie - i), nb = b.substr(j, je - j);
-            const auto ta = na.substr(std::min(na.find_first_not_of('0'), na.size()));
-            const auto tb = nb.substr(std::min(nb.find_first_not_of('0'), nb.size()));
-            if (ta.size() != tb.size()) return ta.size() < tb.size();
-            if (ta != tb) return ta < tb;
-            i = ie;
-            j = je;
-        } else {
-            if (a[i] != b[j]) return a[i] < b[j];
-            ++i;
-            ++j;
-        }
-    }
-    return a.size() - i < b.size() - j;
-}
-
-bool is_tensor_file(const fs::path& p) {
-    return fs::is_regular_file(p) && (p.extension() == ".npy" || p.extension() == ".pb");
-}
-
-std::vector<fs::path> sorted_entries(const fs::path& dir, bool folders) {
-    std::vector<fs::path> out;
-    for (const auto& e : fs::directory_iterator(dir))
-        if (folders ? e.is_directory() : is_tensor_file(e.path())) out.push_back(e.path());
-    std::sort(out.begin(), out.end(), [](const fs::path& a, const fs::path& b) {
-        return natural_less(a.filename().string(), b.filename().string());
-    });
-    return out;
-}
-
-// The declared dimensions of an input: a value, or nullopt when symbolic or unknown.
-using Dims = std::optional<std::vector<std::optional<int64_t>>>;
-Dims declared_dims(const onnx::ValueInfoProto& input) {
-    if (!input.type().has_tensor_type() || !input.type().tensor_type().has_shape()) return std::nullopt;
-    std::vector<std::optional<int64_t>> dims;
-    for (const auto& d : input.type().tensor_type().shape().dim())
-        dims.push_back(d.has_dim_value() ? std::optional<int64_t>(d.dim_value()) : std::nullopt);
-    return dims;
-}
-
-// One sample: a file per input, bound to the inputs when the sample is read.
-struct Item {
-    std::vector<fs::path> files;
-    std::string label;
-};
-
-class FileReader final : public DataReader {
-  public:
-    FileReader(std::vector<Item> items, const Model& model, std::string what)
-        : items_(std::move(items)), what_(std::move(what)) {
-        for (const auto* in : feed_inputs(model.graph())) {
-            inputs_.push_back(in->name());
-            dims_[in->name()] = declared_dims(*in);
-        }
-    }
-
-    std::optional<Batch> next() override {
-        while (chunk_ >= chunks_) {
-            if (item_ >= items_.size()) return std::nullopt;
-            load(items_[item_++]);
-        }
-        Batch batch;
-        batch.source = chunks_ > 1 ? fmt::format("{} (batch {} of {})", label_, chunk_ + 1, chunks_) : label_;
-        for (const auto& [name, tensor] : loaded_) batch.feeds[name] = chunks_ > 1 ? slice(tensor, chunk_) : tensor;
-        ++chunk_;
-        return batch;
-    }
-
-    void rewind() override {
-        item_ = 0;
-        chunk_ = chunks_ = 0;
-        loaded_.clear();
-    }
-
-    size_t items() const override { return items_.size(); }
-
-  private:
-    // Reads every file of a sample once and binds it: by name first ("<input>.npy", or
-    // a .pb named after an input or whose TensorProto names one), the rest in order.
-    std::vector<std::pair<std::string, Tensor>> read_bound(const Item& item) const {
-        std::vector<std::pair<std::string, Tensor>> named, unnamed;
-        std::set<std::string> bound;
-        auto is_input = [&](const std::string& n) {
-            return std::find(inputs_.begin(), inputs_.end(), n) != inputs_.end() && !bound.count(n);
-        };
-        for (const auto& file : item.files) {
-            std::string proto_name;
-            Tensor t;
-            try {
-                t = read_tensor_file(file, &proto_name);
-            } catch (const InputError& e) {
-                throw InputError(fmt::format("{}: {}", what_, e.what()));
-            }
-            std::string name = file.stem().string();
-            if (!is_input(name)) name = proto_name;
-            if (is_input(name)) {
-                bound.insert(name);
-                named.emplace_back(name, std::move(t));
-            } else {
-                unnamed.emplace_back(std::string(), std::move(t));
-            }
-        }
-        size_t next = 0;
-        for (const auto& input : inputs_)
-            if (!bound.count(input) && next < unnamed.size())
-                named.emplace_back(input, std::move(unnamed[next++].second));
-        return named;
-    }
-
-    void load(const Item& item) {
-        loaded_.clear();
-        stacked_ = false;
-        label_ = item.label;
-        chunks_ = 1;
-        chunk_ = 0;
-        std::optional<int64_t> common;
-        for (auto& [name, t] : read_bound(item)) {
-            const auto& dims = dims_.at(name);
-            int64_t chunks = 1;
-            if (dims && !dims->empty()) {
-                const auto& shape = t.shape();
-                if (shape.size() + 1 == dims->size() && (!(*dims)[0] || *(*dims)[0] == 1)) {
-                    // One sample without its batch dimension.
-                    auto with_batch = shape;
-                    with_batch.insert(with_batch.begin(), 1);
-                    Tensor b(t.type(), with_batch);
-                    copy_bytes(b.mutable_bytes().data(), t.bytes().data(), t.bytes().size());
-                    t = std::move(b);
-                } else if (shape.size() == dims->size() && (*dims)[0] && !shape.empty() && shape[0] != *(*dims)[0] &&
-                           *(*dims)[0] > 0 && shape[0] % *(*dims)[0] == 0) {
-                    chunks = shape[0] / *(*dims)[0];
-                } else if (shape.size() == dims->size() + 1 && shape[0] > 0) {
-                    // A stack of batches (dataset size, N, C, H, W), as the original tool's .pb files hold.
-                    chunks = shape[0];
-                    stacked_ = true;
-                }
-            }
-            if (common && *common != chunks)
-                throw InputError(
-                    fmt::format("{} {}: input '{}' holds {} batches but the sample's other "
-                                "inputs hold {}",
-                                what_, item.label, name, chunks, *common));
-            common = chunks;
-            loaded_.emplace_back(name, std::move(t));
-        }
-        chunks_ = common.value_or(1);
-    }
-
-    Tensor slice(const Tensor& t, size_t chunk) const {
-        auto shape = t.shape();
-        shape[0] /= static_cast<int64_t>(chunks_);
-        if (stacked_) shape.erase(shape.begin());
-        Tensor out = Tensor::uninitialized(t.type(), shape);
-        const size_t bytes = out.bytes().size();
-        copy_bytes(out.mutable_bytes().data(), t.bytes().data() + chunk * bytes, bytes);
-        return out;
-    }
-
-    std::vector<Item> items_;
-    std::vector<std::string> inputs_;   ///< the model's feed inputs, in order
-    std::string what_;                  ///< "calibration data", "evaluation data": for messages
-    std::map<std::string, Dims> dims_;  // copied: the reader may outlive the model
-    size_t item_ = 0;
-    std::string label_;
-    std::vector<std::pair<std::string, Tensor>> loaded_;
-    size_t chunk_ = 0;
-    size_t chunks_ = 0;
-    bool stacked_ = false;  ///< the loaded tensors hold one batch per leading index
-};
-
-// A folder of images: batches of the model's batch size (1 when it is not
-// fixed), each image decoded and preprocessed when its batch is read.
-class ImageReader final : public DataReader {
-  public:
-    ImageReader(std::vector<fs::path> files, const onnx::ValueInfoProto& input, const ImagePipeline& pipeline,
-                std::string what)
-        : files_(std::move(files)), input_(input.name()), pipeline_(pipeline), what_(std::move(what)) {
-        const auto dims = declared_dims(input);
-        if (!dims || dims->size() != 4)
-            throw InputError(fmt::format("{}: images feed an input of rank 4 (NCHW or NHWC); '{}' is not", what_,
-                                         input_));
-        const auto& d = *dims;
-        batch_ = d[0].value_or(1);
-        const auto& c = pipeline_.nhwc ? d[3] : d[1];
-        channels_ = c.value_or(3);
-        const auto& h = pipeline_.nhwc ? d[1] : d[2];
-        const auto& w = pipeline_.nhwc ? d[2] : d[3];
-        if (pipeline_.size) {
-            height_ = (*pipeline_.size)[0];
-            width_ = (*pipeline_.size)[1];
-        } else if (h && w) {
-            height_ = *h;
-            width_ = *w;
-        } else {
-            throw InputError(fmt::format("{}: input '{}' has no fixed height and width; set image_preprocess.size",
-                                         what_, input_));
-        }
-        type_ = static_cast<DataType>(input.type().tensor_type().elem_type());
-        if (static_cast<int64_t>(files_.size()) < batch_)
-            throw InputError(fmt::format("{}: {} images do not fill one batch of {}", what_, files_.size(), batch_));
-        if (files_.size() % static_cast<size_t>(batch_) != 0)
-            log_warn("{}: the last {} images do not fill a batch of {} and are not read", what_,
-                     files_.size() % static_cast<size_t>(batch_), batch_);
-    }
-
-    std::optional<Batch> next() override {
-        const auto n = static_cast<size_t>(batch_);
-        if (next_ + n > files_.size()) return std::nullopt;
-        Tensor stacked;
-        for (size_t i = 0; i < n; ++i) {
-            const auto& file = files_[next_ + i];
-            const auto one = image_to_input(decode_image(file), pipeline_, channels_, height_, width_, type_,
-                                            fmt::format("{} {}", what_, file.string()));
-            if (i == 0) {
-                auto shape = one.shape();
-                shape[0] = batch_;
-                stacked = Tensor::uninitialized(one.type(), shape);
-            }
-            const size_t bytes = one.bytes().size();
-            copy_bytes(stacked.mutable_bytes().data() + i * bytes, one.bytes().data(), bytes);
-        }
-        Batch batch;
-        batch.source = n == 1 ? files_[next_].string() : fmt::format("{} (and {} more)", files_[next_].string(), n - 1);
-        batch.feeds[input_] = std::move(stacked);
-        next_ += n;
-        return batch;
-    }
-
-    void rewind() override { next_ = 0; }
-    size_t items() const override { return files_.size(); }
-
-  private:
-    std::vector<fs::path> files_;
-    std::string input_;
-    ImagePipeline pipeline_;
-    std::string what_;
-    int64_t batch_ = 1, channels_ = 3, height_ = 0, width_ = 0;
-    DataType type_ = DataType::Float;
-    size_t next_ = 0;
-};
-
-std::vector<fs::path> sorted_images(const fs::path& dir) {
-    std::vector<fs::path> out;
-    for (const auto& e : fs::directory_iterator(dir))
-        if (e.is_regular_file() && is_image_file(e.path())) out.push_back(e.path());
-    std::sort(out.begin(), out.end(), [](const fs::path& a, const fs::path& b) {
-        return natural_less(a.filename().string(), b.filename().string());
-    });
-    return out;
-}
-
-// One sample folder: as many tensor files as the model has inputs.
-Item sample_folder(const fs::path& dir, const std::vector<std::string>& inputs, const std::string& what) {
-    auto files = sorted_entries(dir, false);
-    if (files.size() != inputs.size())
-        throw InputError(fmt::format("{} {}: holds {} tensor files, but the model has {} inputs ({})", what,
-                                     dir.string(), files.size(), inputs.size(), join(inputs)));
-    return {std::move(files), dir.string()};
-}
-
-}  // namespace
-
-std::unique_ptr<DataReader> open_data_reader(const fs::path& path, const Model& model, const std::string& what,
-                                             const ImagePipeline* images) {
-    std::vector<std::string> inputs;
-    for (const auto* in : feed_inputs(model.graph())) inputs.push_back(in->name());
-    if (inputs.empty()) throw InputError(fmt::format("the model has no inputs to feed {} to", what));
+std::unique_ptr<DataReader> DataReaders::open(const fs::path& path, const Model& model, const std::string& what) const {
+    if (feed_inputs(model.graph()).empty())
+        throw InputError(fmt::format("the model has no inputs to feed {} to", what));
     std::error_code ec;
     if (!fs::exists(path, ec)) throw InputError(fmt::format("{} {} does not exist", what, path.string()));
-    std::vector<Item> items;
-    if (fs::is_regular_file(path)) {
-        if (!is_tensor_file(path))
-            throw InputError(fmt::format("{} {} is not a .npy or .pb file", what, path.string()));
-        if (inputs.size() != 1)
-            throw InputError(
-                fmt::format("{} {} is one file, but the model has {} inputs ({}); give a "
-                            "folder with one folder per sample",
-                            what, path.string(), inputs.size(), join(inputs)));
-        items.push_back({{path}, path.string()});
-    } else if (auto pictures = sorted_images(path); !pictures.empty()) {
-        const auto inputs_fed = feed_inputs(model.graph());
-        if (inputs_fed.size() != 1)
-            throw InputError(fmt::format("{} {} holds images, which feed a model of one input; this one has {} ({})",
-                                         what, path.string(), inputs.size(), join(inputs)));
-        if (!sorted_entries(path, false).empty() || !sorted_entries(path, true).empty())
-            throw InputError(fmt::format("{} {} mixes images with tensor files or folders", what, path.string()));
-        return std::make_unique<ImageReader>(std::move(pictures), *inputs_fed[0],
-                                             images ? *images : preset_image_pipeline("None"), what);
-    } else {
-        const auto folders = sorted_entries(path, true);
-        const auto files = sorted_entries(path, false);
-        if (!folders.empty() && !files.empty())
-            throw InputError(
-                fmt::format("{} {} mixes tensor files and folders; use one folder per "
-                            "sample or one file per sample",
-                            what, path.string()));
-        for (const auto& f : folders) items.push_back(sample_folder(f, inputs, what));
-        if (!files.empty() && inputs.size() != 1)
-            throw InputError(
-                fmt::format("{} {} holds tensor files, but the model has {} inputs ({}); "
-                            "give one folder per sample with one file per input",
-                            what, path.string(), inputs.size(), join(inputs)));
-        for (const auto& f : files) items.push_back({{f}, f.string()});
+    int best = 0;
+    std::vector<const std::pair<std::string, PluginInstance<Reader>>*> claimants;
+    for (const auto& reader : readers_) {
+        const int claim = reader.second->claim(path);
+        if (claim > best) claimants.clear();
+        if (claim > 0 && claim >= best) {
+            best = claim;
+            claimants.push_back(&reader);
+        }
     }
-    if (items.empty()) throw InputError(fmt::format("{} {} holds no .npy, .pb or image (JPEG, PNG) files", what, path.string()));
-    return std::make_unique<FileReader>(std::move(items), model, what);
+    std::vector<std::string> names;
+    for (const auto& [name, reader] : readers_) names.push_back(name);
+    if (claimants.empty())
+        throw InputError(
+            fmt::format("{} {} is nothing the readers take (readers: {}; `vaiq plugins` says what "
+                        "each reads)",
+                        what, path.string(), names.empty() ? "none" : join(names)));
+    if (claimants.size() > 1)
+        throw InputError(
+            fmt::format("{} {}: readers '{}' and '{}' both claim it at {}; a reader meant to replace "
+                        "another claims more",
+                        what, path.string(), claimants[0]->first, claimants[1]->first, best));
+    log_debug("{} {}: read by reader '{}'", what, path.string(), claimants[0]->first);
+    return claimants[0]->second->open(path, model, what);
+}
+
+std::unique_ptr<DataReader> open_data_reader(const fs::path& path, const Model& model, const std::string& what) {
+    static const DataReaders installed = [] {
+        static PluginRegistry registry;  // outlives the readers it made
+        registry.load_default_paths();
+        return DataReaders::all_of(registry);
+    }();
+    return installed.open(path, model, what);
 }
 
 namespace {

@@ -1,5 +1,5 @@
-// Calibration and evaluation data: batches of model inputs read from files, one
-// batch at a time, or generated at random.
+// Calibration and evaluation data: data paths opened by the reader plugins, and
+// the host's own readers (random inputs, none, the first batches of another).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -11,50 +11,34 @@
 #include <string>
 #include <vector>
 
-#include "data/images.hpp"
+#include "plugin/registry.hpp"
 #include "vaiq/model.hpp"
+#include "vaiq/reader.hpp"
 #include "vaiq/tensor.hpp"
 
 namespace vaiq {
 
-/// One batch of model inputs, and where it came from (for messages).
-struct Batch {
-    std::map<std::string, Tensor> feeds;
-    std::string source;
-};
-
-/// Yields batches in order. Only the current file is held in memory, so a
-/// reader over a million samples costs what one sample costs.
-class DataReader {
+/// The reader plugins a run opens data paths with, each configured with the
+/// recipe's settings it declares.
+class DataReaders {
   public:
-    virtual ~DataReader() = default;
-    /// The next batch, or nullopt at the end. Throws InputError naming the file
-    /// and input when a file cannot be read or does not fit the model.
-    virtual std::optional<Batch> next() = 0;
-    /// Starts again from the first batch.
-    virtual void rewind() = 0;
-    /// Number of sample files or folders (a file may hold several batches).
-    virtual size_t items() const = 0;
+    void add(std::string name, PluginInstance<Reader> reader);
+    /// Every reader plugin of `registry`, with its default options.
+    static DataReaders all_of(const PluginRegistry& registry);
+    /// Opens `path` (a folder or file) with the reader that claims it most.
+    /// `what` names the data in messages. Throws InputError when the path does
+    /// not exist, when no reader or two readers claim it, or the reader refuses it.
+    std::unique_ptr<DataReader> open(const std::filesystem::path& path, const Model& model,
+                                     const std::string& what) const;
+
+  private:
+    std::vector<std::pair<std::string, PluginInstance<Reader>>> readers_;
 };
 
-/// Reads `path`, one of:
-///  - a folder of `test_data_set_*` folders (the ONNX test-data layout): each
-///    holds one sample as `input_<i>.pb`, bound by the tensor's name when it
-///    names an input, else by index;
-///  - a folder of folders: each holds one sample, one .npy/.pb file per input,
-///    named after the input (`<input>.npy`) or bound in sorted order;
-///  - a folder of .npy/.pb files, one sample each (single-input models);
-///  - a folder of JPEG/PNG images (single-input models of rank 4), decoded one
-///    at a time and turned into inputs by `images` (default: the "None" preset);
-///  - a single .npy/.pb file (single-input models).
-/// A file whose leading dimension is a multiple of the model's fixed batch
-/// dimension is split into batches of that size; a file that lacks the batch
-/// dimension gets one; a file with one dimension more than the input holds a
-/// stack of batches along its first.
-/// `what` names the data in messages.
+/// Opens `path` with the installed readers (the built-in plugin folder and
+/// VAIQ_PLUGIN_PATH), each with its default options.
 std::unique_ptr<DataReader> open_data_reader(const std::filesystem::path& path, const Model& model,
-                                             const std::string& what = "calibration data",
-                                             const ImagePipeline* images = nullptr);
+                                             const std::string& what = "calibration data");
 
 /// Random inputs, as the documented random data reader makes them. `shapes`:
 /// [] (the model's own shapes; a dynamic leading dimension becomes 1), one
@@ -69,8 +53,5 @@ std::unique_ptr<DataReader> no_data();
 
 /// The first `limit` batches of `all` (which must outlive it).
 std::unique_ptr<DataReader> first_batches(DataReader& all, size_t limit);
-
-/// The inputs a caller must feed: graph inputs without an initializer.
-std::vector<const onnx::ValueInfoProto*> feed_inputs(const onnx::GraphProto& graph);
 
 }  // namespace vaiq

@@ -52,7 +52,7 @@ Observations observe_files(Parts& s, const StatisticsIdentity& identity) {
         merge_statistics_file(observations, s.draft, identity, file, path);
     }
     if (has_calibration_data(s.setup.settings, s.setup.options)) {
-        s.out.data = calibration_reader(s.setup.settings, s.setup.options, s.floats.model);
+        s.out.data = calibration_reader(s.setup, s.floats.model);
     } else {
         log_info("calibrated from statistics files; with no calibration data, evaluation runs on random data");
         s.out.data = random_reader(s.setup.settings, s.floats.model);
@@ -103,7 +103,7 @@ Observations observe_data(Parts& s) {
                 random_reader(s.setup.settings, s.floats.model);  // types the tensors; evaluation runs on it too
         }
     }
-    if (!s.out.data) s.out.data = calibration_reader(s.setup.settings, s.setup.options, s.floats.model);
+    if (!s.out.data) s.out.data = calibration_reader(s.setup, s.floats.model);
     // Evaluation on this data against a model whose function preparation kept can
     // compare against these outputs instead of running the given model again
     // (calibration runs every batch when it observes anything).
@@ -207,12 +207,9 @@ std::vector<std::string> constants_not_finite(const Model& model, const DraftPla
 }
 
 // The settings that decide what calibration reads (recipe keys and the groups they begin).
-constexpr const char* kCalibrationDataSettings[] = {"calibration_data_reader",
-                                                    "data_preprocess",
-                                                    "image_preprocess",
-                                                    "random_data_reader_input_shape",
-                                                    "extra_options.RandomDataReaderInputDataRange",
-                                                    "evaluation_"};
+// (The readers' options count too: they decide how the data's files become inputs.)
+constexpr const char* kCalibrationDataSettings[] = {"calibration_data_reader", "random_data_reader_input_shape",
+                                                    "extra_options.RandomDataReaderInputDataRange", "evaluation_"};
 
 // What decides every value the calibrate phase computes: the input and prepared
 // models, the tensors observed and their calibrators, the data and whether
@@ -223,6 +220,8 @@ std::string calibration_key(const Parts& s, const std::string& fingerprint) {
     for (const auto& [path, setting] : s.setup.recipe.settings)
         for (const char* prefix : kCalibrationDataSettings)
             if (path.starts_with(prefix)) data[path] = setting.value;
+    for (const auto& reader : s.setup.plugins.readers)
+        for (const auto& [option, value] : reader.options.values()) data[reader.info->name + "." + option] = value;
     return nlohmann::json{{"input", s.setup.input.string()},
                           {"model", id.model_fingerprint},
                           {"calibrators", id.calibrators},
@@ -243,7 +242,7 @@ std::optional<Observations> reuse_calibration(Parts& s, const CachedCalibration&
         log_debug("the calibration of an earlier run does not fit this one ({}): calibrating", e.what());
         return std::nullopt;
     }
-    s.out.data = calibration_reader(s.setup.settings, s.setup.options, s.floats.model);
+    s.out.data = calibration_reader(s.setup, s.floats.model);
     s.out.float_outputs = kept.float_outputs;
     s.out.prepared_outputs = kept.prepared_outputs;
     s.out.float_outputs_from_input = kept.float_outputs_from_input;

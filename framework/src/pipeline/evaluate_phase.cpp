@@ -9,9 +9,9 @@
 
 #include "pipeline/run_state.hpp"
 #include "report/diagnosis.hpp"
-#include "sdk/npy.hpp"
 #include "util/spool.hpp"
 #include "vaiq/log.hpp"
+#include "vaiq/reader.hpp"
 
 namespace vaiq::phases {
 
@@ -81,8 +81,7 @@ void evaluate_phase(const RunSetup& setup, const FloatModel& floats, Calibrated&
         log_debug("evaluation: {:.1f} MB of quantized weights parked in a temporary file", parked / 1e6);
     std::unique_ptr<DataReader> eval_data;
     if (setup.settings.evaluation_data)
-        eval_data =
-            open_data_reader(*setup.settings.evaluation_data, floats.model, "evaluation data", &setup.settings.images);
+        eval_data = setup.readers.open(*setup.settings.evaluation_data, floats.model, "evaluation data");
     std::optional<Tensor> labels;
     if (setup.settings.evaluation_labels) labels = read_tensor_file(*setup.settings.evaluation_labels);
     // The reference is the model as given, so function-changing preparation (the DPU

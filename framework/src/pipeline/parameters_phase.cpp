@@ -195,10 +195,9 @@ void offer_plan_services(RunState& s, AlgorithmInputs& inputs, const std::string
 void run_algorithm(RunState& s, Algorithm& algorithm, const std::string& name, AlgorithmStage stage) {
     const bool prepare = stage == AlgorithmStage::Prepare, plan = stage == AlgorithmStage::Plan;
     // Before calibration the reader is opened for the model as preparation left it.
-    if (prepare) s.calibrated.data = calibration_reader(s.setup.settings, s.setup.options, s.floats.model);
+    if (prepare) s.calibrated.data = calibration_reader(s.setup, s.floats.model);
     const bool measurable = !plan || data_decides_plan(s.setup);
-    if (plan && measurable && !s.calibrated.data)
-        s.calibrated.data = calibration_reader(s.setup.settings, s.setup.options, s.floats.model);
+    if (plan && measurable && !s.calibrated.data) s.calibrated.data = calibration_reader(s.setup, s.floats.model);
     const auto none = measurable ? nullptr : no_data();
     AlgorithmInputs inputs(s.floats.model, s.planning.plan, none ? *none : *s.calibrated.data, s.setup.threads);
     inputs.measurable = measurable;

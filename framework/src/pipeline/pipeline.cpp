@@ -339,6 +339,7 @@ std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, Plugin
     if (plugins.equalization) plugin(*plugins.equalization, ", include_cle");
     for (const auto& algorithm : plugins.algorithms) plugin(algorithm, "");
     for (const auto& algorithm : plugins.tried) plugin(algorithm, ", which an algorithm may try");
+    for (const auto& reader : plugins.readers) plugin(reader, ", for the data paths it claims most");
     line("");
     line("settings (value, then where it comes from):");
     for (const auto& spec : recipe_keys()) {

@@ -41,6 +41,8 @@ struct ResolvedPlugins {
     std::vector<PluginChoice> algorithms;  ///< in the order they run
     /// What the algorithms may try (their may_try) and the run does not run anyway.
     std::vector<PluginChoice> tried;
+    /// Every loaded reader: a data path opens with the one that claims it most.
+    std::vector<PluginChoice> readers;
 };
 
 /// Loads the recipe's plugin_paths into `registry`, then finds every plugin the

@@ -56,6 +56,13 @@ PluginChoice with_extra_options(const Recipe& recipe, const PluginRegistry& regi
             origins[spec.name] = setting.origin;
             continue;
         }
+        if (in_plugin_section(spec.name)) {  // image_preprocess.size
+            if (auto it = recipe.settings.find(spec.name); it != recipe.settings.end()) {
+                given[spec.name] = it->second.value;
+                origins[spec.name] = it->second.origin;
+            }
+            continue;
+        }
         if (!is_extra_option_name(spec.name)) continue;
         if (given.contains(spec.name))
             throw InputError(fmt::format("{}: {} is a documented extra option; set it under extra_options",
@@ -157,7 +164,7 @@ void check_extra_options(const Recipe& recipe, const PluginRegistry& registry, c
     std::vector<const PluginInfo*> used = {chosen.target.info, chosen.format.info, chosen.calibrator.info};
     for (const auto& p : chosen.passes) used.push_back(p.info);
     if (chosen.equalization) used.push_back(chosen.equalization->info);
-    for (const auto* list : {&chosen.algorithms, &chosen.tried})
+    for (const auto* list : {&chosen.algorithms, &chosen.tried, &chosen.readers})
         for (const auto& a : *list) used.push_back(a.info);
     const auto algorithms = registry.list(PluginKind::Algorithm);
     // A setting that runs an algorithm, on or off (for one with values: one of them).
@@ -188,6 +195,20 @@ void check_extra_options(const Recipe& recipe, const PluginRegistry& registry, c
                                      recipe.setting(name).origin, name, chosen.target.info->name,
                                      chosen.format.info->name,
                                      readers.empty() ? std::string() : "; it applies to " + join(readers, ", ")));
+    }
+    // A key of a plugins' section (image_preprocess) that no loaded plugin declares is a typo.
+    for (const auto& [name, setting] : recipe.settings) {
+        if (!in_plugin_section(name)) continue;
+        std::vector<std::string> known;
+        for (const auto* info : registry.list())
+            for (const auto& o : info->options)
+                if (in_plugin_section(o.name) && o.name.substr(0, o.name.rfind('.')) == name.substr(0, name.rfind('.')))
+                    known.push_back(o.name);
+        if (std::find(known.begin(), known.end(), name) == known.end())
+            throw InputError(fmt::format("{}: unknown key '{}'{}", setting.origin, name,
+                                         known.empty()
+                                             ? std::string(" (no loaded plugin reads this section)")
+                                             : did_you_mean(name, known) + " (valid keys: " + join(known) + ")"));
     }
     for (const auto& [name, setting] : recipe.plugin_extra_options()) {
         if (std::any_of(used.begin(), used.end(), [&n = name](const auto* info) { return declares(*info, n); }) ||
@@ -261,9 +282,12 @@ ResolvedPlugins resolve_plugins(const Recipe& recipe, PluginRegistry& registry) 
     }
     out.algorithms = choose_algorithms(recipe, registry);
     out.tried = choose_tried(recipe, registry, out.algorithms);
+    for (const auto* info : registry.list(PluginKind::Reader))
+        out.readers.push_back(
+            with_extra_options(recipe, registry, *info, nullptr, [](const std::string&) { return std::string(); }));
     check_extra_options(recipe, registry, out);
     for (const auto* choice : {&out.target, &out.format, &out.calibrator}) check_configuration(registry, *choice);
-    for (const auto* list : {&out.passes, &out.algorithms, &out.tried})
+    for (const auto* list : {&out.passes, &out.algorithms, &out.tried, &out.readers})
         for (const auto& choice : *list) check_configuration(registry, choice);
     if (out.equalization) check_configuration(registry, *out.equalization);
     return out;

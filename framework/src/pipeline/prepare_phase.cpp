@@ -15,6 +15,8 @@ void setup_phase(RunSetup& s, nlohmann::json& report) {
     s.target = s.registry.create<Target>(s.plugins.target.info->name, s.plugins.target.options);
     for (const auto& a : s.plugins.algorithms)  // their options are checked before any work
         s.algorithms.push_back(s.registry.create<Algorithm>(a.info->name, a.options));
+    for (const auto& r : s.plugins.readers)
+        s.readers.add(r.info->name, s.registry.create<Reader>(r.info->name, r.options));
     s.run = s.settings.request;
     s.run.power_of_two = s.calibrators.get(s.plugins.calibrator.info->name).scale_form() == ScaleForm::PowerOfTwo;
     s.target->check(s.run);
@@ -72,7 +74,7 @@ void run_preparation(const RunSetup& setup, FloatModel& floats, nlohmann::json& 
     // Data-aware passes measure the model as it stands when they run, through a reader of its own
     // (an earlier pass may have changed the inputs the run's reader was opened for).
     const ChannelMeasurer measure = [&setup](const Model& m, const std::vector<ChannelRangeRequest>& wanted) {
-        const auto reader = calibration_reader(setup.settings, setup.options, m);
+        const auto reader = calibration_reader(setup, m);
         return measure_channel_ranges(m, *reader, wanted, setup.threads);
     };
     floats.function_kept = run_passes(passes, setup.registry, model, report["passes"], measure);

@@ -11,50 +11,6 @@ namespace vaiq {
 
 namespace {
 
-// How images in a data folder become inputs: the data_preprocess preset, with
-// the image_preprocess keys set explicitly in its place.
-ImagePipeline image_pipeline(const Recipe& recipe, const std::string& preset) {
-    auto p = preset_image_pipeline(preset);
-    auto given = [&](const char* key) -> const nlohmann::json* {
-        const auto& setting = recipe.setting(key);
-        return setting.is_default() ? nullptr : &setting.value;
-    };
-    auto fail = [&](const char* key, const std::string& what) {
-        throw InputError(fmt::format("{}: {} {}", recipe.setting(key).origin, key, what));
-    };
-    if (const auto* size = given("image_preprocess.size"); size && !size->empty()) {
-        const auto& v = *size;
-        constexpr double kLargestSide = 1 << 16;
-        auto side = [&](const nlohmann::json& x) {
-            const double d = x.get<double>();
-            return d >= 1 && d <= kLargestSide && d == std::floor(d);
-        };
-        if (v.size() != 2 || !side(v[0]) || !side(v[1]))
-            fail("image_preprocess.size", "must be [height, width], two integers from 1 to 65536");
-        p.size = std::array<int64_t, 2>{v[0].get<int64_t>(), v[1].get<int64_t>()};
-    }
-    if (const auto* v = given("image_preprocess.resize"))
-        p.resize = *v == "keep_aspect" ? ImagePipeline::Resize::KeepAspect : ImagePipeline::Resize::Stretch;
-    if (const auto* v = given("image_preprocess.crop_fraction")) {
-        p.crop_fraction = v->get<double>();
-        if (!(p.crop_fraction > 0 && p.crop_fraction <= 1)) fail("image_preprocess.crop_fraction", "must be in (0, 1]");
-    }
-    if (const auto* v = given("image_preprocess.interpolation"))
-        p.interpolation = *v == "area" ? ImagePipeline::Interpolation::Area : ImagePipeline::Interpolation::Bilinear;
-    for (const char* key : {"image_preprocess.mean", "image_preprocess.std"}) {
-        const auto* v = given(key);
-        if (!v) continue;
-        if (v->size() != 1 && v->size() != 3) fail(key, "takes one value or one per channel");
-        auto& values = std::string(key) == "image_preprocess.mean" ? p.mean : p.std;
-        values = v->get<std::vector<float>>();
-    }
-    for (float s : p.std)
-        if (!(s > 0)) fail("image_preprocess.std", "values must be positive");
-    if (const auto* v = given("image_preprocess.channel_order")) p.bgr = *v == "BGR";
-    if (const auto* v = given("image_preprocess.layout")) p.nhwc = *v == "NHWC";
-    return p;
-}
-
 template <typename T>
 std::optional<T> optional_value(const Recipe& recipe, std::string_view key) {
     const auto& v = recipe.value(key);
@@ -81,7 +37,6 @@ RunSettings RunSettings::of(const Recipe& recipe) {
     s.evaluation_labels = optional_value<std::string>(recipe, "evaluation_labels");
     s.random_input_shapes = recipe.value("random_data_reader_input_shape");
     s.random_input_ranges = recipe.value("extra_options.RandomDataReaderInputDataRange");
-    s.images = image_pipeline(recipe, recipe.value("data_preprocess").get<std::string>());
     s.evaluation_batches = optional_value<int64_t>(recipe, "evaluation_batches");
 
     s.name = recipe.value("name").get<std::string>();

@@ -12,7 +12,6 @@
 #include <set>
 #include <string>
 
-#include "data/images.hpp"
 #include "recipe/recipe.hpp"
 
 namespace vaiq {
@@ -31,7 +30,6 @@ struct RunSettings {
     std::optional<std::string> calibration_data_reader, evaluation_data, evaluation_labels;
     nlohmann::json random_input_shapes;  ///< random_data_reader_input_shape
     nlohmann::json random_input_ranges;  ///< extra_options.RandomDataReaderInputDataRange
-    ImagePipeline images;                ///< data_preprocess, with the image_preprocess keys set in its place
     std::optional<int64_t> evaluation_batches;
 
     // What the run does

@@ -83,6 +83,7 @@ struct RunSetup {
     /// The instances of plugins.algorithms, made at setup, and of plugins.tried, once tried.
     std::vector<PluginInstance<Algorithm>> algorithms;
     std::map<std::string, PluginInstance<Algorithm>> tried;
+    DataReaders readers;        ///< the data paths' readers, made at setup
     CalibratorSet calibrators;  ///< the plan points into them
     QuantRequest run;           ///< what the recipe asks of the whole run, for the target
     bool keep_tables = false;   ///< calibration keeps its statistics (vaiq calibrate)
@@ -178,8 +179,7 @@ std::unique_ptr<DataReader> random_reader(const RunSettings& settings, const Mod
 // Whether the run has calibration data: files the recipe names, or the caller's reader.
 bool has_calibration_data(const RunSettings& settings, const RunOptions& options);
 
-std::unique_ptr<DataReader> calibration_reader(const RunSettings& settings, const RunOptions& options,
-                                               const Model& model);
+std::unique_ptr<DataReader> calibration_reader(const RunSetup& setup, const Model& model);
 
 nlohmann::json params_json(const TensorQuant& t, const std::map<std::string, TensorRange>& ranges);
 

@@ -95,13 +95,12 @@ bool has_calibration_data(const RunSettings& settings, const RunOptions& options
     return options.calibration_reader || settings.calibration_data_reader.has_value();
 }
 
-std::unique_ptr<DataReader> calibration_reader(const RunSettings& settings, const RunOptions& options,
-                                               const Model& model) {
-    if (options.calibration_reader) return options.calibration_reader(model);
-    if (settings.calibration_data_reader)
-        return open_data_reader(*settings.calibration_data_reader, model, "calibration data", &settings.images);
+std::unique_ptr<DataReader> calibration_reader(const RunSetup& setup, const Model& model) {
+    if (setup.options.calibration_reader) return setup.options.calibration_reader(model);
+    if (setup.settings.calibration_data_reader)
+        return setup.readers.open(*setup.settings.calibration_data_reader, model, "calibration data");
     log_info("no calibration data given: calibrating on random data (a quick test, not an accurate model)");
-    return random_reader(settings, model);
+    return random_reader(setup.settings, model);
 }
 
 nlohmann::json params_json(const TensorQuant& t, const std::map<std::string, TensorRange>& ranges) {

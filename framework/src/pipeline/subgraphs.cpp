@@ -191,7 +191,7 @@ void record(const RunSetup& s, const Model& model, std::vector<Body>& bodies, Te
     }
     const std::vector<std::string> taps(wanted.begin(), wanted.end());
     runtime::Executor executor(model, {.threads = s.threads});
-    const auto reader = calibration_reader(s.settings, s.options, model);
+    const auto reader = calibration_reader(s, model);
     while (auto batch = reader->next()) {
         std::map<std::string, size_t> stored;
         executor.run_taps(batch->feeds, taps,

@@ -7,6 +7,7 @@
 #include "vaiq/calibrator.hpp"
 #include "vaiq/format.hpp"
 #include "vaiq/pass.hpp"
+#include "vaiq/reader.hpp"
 #include "vaiq/target.hpp"
 
 #include <cmath>
@@ -181,6 +182,20 @@ class GuardedAlgorithm final : public Guarded<Algorithm> {
         who_.call("run", [&] { inner_->run(context); });
     }
 };
+
+class GuardedReader final : public Guarded<Reader> {
+  public:
+    GuardedReader(PluginInstance<Reader> inner, const PluginInfo& info) : Guarded(std::move(inner), info) {}
+    int claim(const std::filesystem::path& path) const override {
+        return who_.call("claim", [&] { return inner_->claim(path); });
+    }
+    std::unique_ptr<DataReader> open(const std::filesystem::path& path, const Model& model,
+                                     const std::string& what) const override {
+        auto reader = who_.call("open", [&] { return inner_->open(path, model, what); });
+        if (!reader) who_.invalid(fmt::format("no reader for {} {}", what, path.string()));
+        return reader;
+    }
+};
 }  // namespace
 
 PluginInstance<Target> guard_plugin(PluginInstance<Target> inner, const PluginInfo& info) {
@@ -197,6 +212,9 @@ PluginInstance<Pass> guard_plugin(PluginInstance<Pass> inner, const PluginInfo& 
 }
 PluginInstance<Algorithm> guard_plugin(PluginInstance<Algorithm> inner, const PluginInfo& info) {
     return wrap<GuardedAlgorithm>(std::move(inner), info);
+}
+PluginInstance<Reader> guard_plugin(PluginInstance<Reader> inner, const PluginInfo& info) {
+    return wrap<GuardedReader>(std::move(inner), info);
 }
 
 }  // namespace vaiq

@@ -16,6 +16,7 @@
 #include "vaiq/format.hpp"
 #include "vaiq/log.hpp"
 #include "vaiq/pass.hpp"
+#include "vaiq/reader.hpp"
 #include "vaiq/target.hpp"
 
 namespace fs = std::filesystem;
@@ -29,6 +30,7 @@ std::string option_type_name(vaiq_option_type type) {
         case VAIQ_OPTION_FLOAT: return "float";
         case VAIQ_OPTION_STRING: return "string";
         case VAIQ_OPTION_STRING_LIST: return "list of strings";
+        case VAIQ_OPTION_FLOAT_LIST: return "list of numbers";
     }
     return "unknown";
 }
@@ -81,6 +83,9 @@ bool matches_type(const nlohmann::json& value, vaiq_option_type type) {
         case VAIQ_OPTION_STRING_LIST:
             return value.is_array() &&
                    std::all_of(value.begin(), value.end(), [](const auto& v) { return v.is_string(); });
+        case VAIQ_OPTION_FLOAT_LIST:
+            return value.is_number() || (value.is_array() && std::all_of(value.begin(), value.end(),
+                                                                         [](const auto& v) { return v.is_number(); }));
     }
     return false;
 }
@@ -142,7 +147,7 @@ PluginInfo check_descriptor(const vaiq_plugin_descriptor* d, const fs::path& fil
     if (kind_name(kind) == "unknown")
         throw InputError(
             fmt::format("{} declares kind {}; this vaiq knows calibrator (1), format (2), target (3), "
-                        "pass (4) and algorithm (5)",
+                        "pass (4), algorithm (5) and reader (6)",
                         who, d->kind));
     static const std::regex kVersion("[0-9]+\\.[0-9]+\\.[0-9]+([-+][0-9A-Za-z.+-]*)?");
     const std::string version = d->version ? d->version : "";
@@ -155,9 +160,11 @@ PluginInfo check_descriptor(const vaiq_plugin_descriptor* d, const fs::path& fil
 
     PluginInfo info{kind, raw_name, version, d->summary ? d->summary : "", {}, file, d, {}, {}};
     read_switches(*d, who, info);
-    // A dotted name is a documented extra option of a nested section (FastFinetune.NumIterations).
+    // A dotted name is a documented extra option of a nested section (FastFinetune.NumIterations) or
+    // a key of a recipe section plugins own (image_preprocess.size).
     // (Compiled once: compiled for each option, it took 7 of the 17 ms of `vaiq plugins`.)
-    static const std::regex kOptionName("[A-Za-z][A-Za-z0-9_]*|[A-Z][A-Za-z0-9]*\\.[A-Z][A-Za-z0-9]*");
+    static const std::regex kOptionName(
+        "[A-Za-z][A-Za-z0-9_]*|[A-Z][A-Za-z0-9]*\\.[A-Z][A-Za-z0-9]*|[a-z][a-z0-9_]*\\.[a-z][a-z0-9_]*");
     for (size_t i = 0; i < d->option_count; ++i) {
         const auto& o = d->options[i];
         const std::string name = o.name ? o.name : "";
@@ -174,7 +181,8 @@ PluginInfo check_descriptor(const vaiq_plugin_descriptor* d, const fs::path& fil
         }
         if (type == VAIQ_OPTION_STRING && !value.is_string() && o.default_value) value = std::string(o.default_value);
         // A number option may default to null: unset unless the recipe gives it (a target).
-        const bool unset = value.is_null() && (type == VAIQ_OPTION_INT || type == VAIQ_OPTION_FLOAT);
+        const bool unset =
+            value.is_null() && (type == VAIQ_OPTION_INT || type == VAIQ_OPTION_FLOAT || type == VAIQ_OPTION_FLOAT_LIST);
         if (!unset && !matches_type(value, type))
             throw InputError(fmt::format("{} declares option '{}' with the default '{}', which is not a {}", who, name,
                                          o.default_value ? o.default_value : "", option_type_name(type)));
@@ -346,6 +354,7 @@ void PluginRegistry::check_configuration(const PluginInfo& info, const Options& 
         case PluginKind::Calibrator: create<Calibrator>(info.name, options); return;
         case PluginKind::Pass: create<Pass>(info.name, options); return;
         case PluginKind::Algorithm: create<Algorithm>(info.name, options); return;
+        case PluginKind::Reader: create<Reader>(info.name, options); return;
     }
 }
 

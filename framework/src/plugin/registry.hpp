@@ -59,6 +59,7 @@ class Format;
 class Calibrator;
 class Pass;
 class Algorithm;
+class Reader;
 
 /// Plugin guards (guard.cpp): create() wraps every instance so that each call
 /// into the plugin is guarded. A refusal (InputError) passes through unchanged:
@@ -71,6 +72,7 @@ PluginInstance<Format> guard_plugin(PluginInstance<Format> inner, const PluginIn
 PluginInstance<Calibrator> guard_plugin(PluginInstance<Calibrator> inner, const PluginInfo& info);
 PluginInstance<Pass> guard_plugin(PluginInstance<Pass> inner, const PluginInfo& info);
 PluginInstance<Algorithm> guard_plugin(PluginInstance<Algorithm> inner, const PluginInfo& info);
+PluginInstance<Reader> guard_plugin(PluginInstance<Reader> inner, const PluginInfo& info);
 
 /// Where an option value came from, for error messages ("recipe.yaml:3:5").
 using OptionOrigin = std::function<std::string(const std::string& option)>;

@@ -62,7 +62,7 @@ void flatten(const YAML::Node& map, const std::string& section, const Source& sr
             if (kv.second.IsNull()) continue;
             if (!kv.second.IsMap()) src.fail(kv.second, fmt::format("{} must be a map", path));
             flatten(kv.second, path, src, out);
-        } else if (is_plugin_options_section(section)) {
+        } else if (is_plugin_options_section(section) || in_plugin_section(path)) {
             auto value = yaml_to_json(kv.second);
             if (value.is_string()) value = expand_variables(value.get<std::string>(), src, kv.second);
             out.settings[path] = {value, src.at(kv.first)};
@@ -304,7 +304,7 @@ void apply_setting(Recipe& recipe, const std::string& assignment, const fs::path
     if (is_section(path) || (section == "extra_options" && node.IsMap() && !find_key(path)))
         throw InputError(
             fmt::format("{}: {} is a section; set one key in it, e.g. {}.<key>=...", src.label, path, path));
-    if (is_plugin_options_section(section)) {
+    if (is_plugin_options_section(section) || in_plugin_section(path)) {
         auto value = yaml_to_json(node);
         if (value.is_string()) value = expand_variables(value.get<std::string>(), src, node);
         recipe.settings[path] = {value, "--set"};

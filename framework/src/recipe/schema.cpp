@@ -74,22 +74,44 @@ const std::vector<KeySpec>& recipe_keys() {
          "SQNR falls below it."},
         {"min_output_sqnr_db", K::Float, "null", P::Evaluate, yes,
          "Fail (exit 1, nothing written) when an output's SQNR on the evaluation data is below this many dB."},
-        {"sensitivity_analysis", K::Bool, "false", P::Parameters, yes,
+        {"sensitivity_analysis",
+         K::Bool,
+         "false",
+         P::Parameters,
+         yes,
          "Add every quantized tensor's error to the report, most harmful first: its own SQNR after "
          "quantize-dequantize and the output's SQNR with only it quantized (`vaiq analyze` prints it).",
-         {}, {}, true},
-        {"sensitivity_batches", K::Int, "4", P::Parameters, yes,
+         {},
+         {},
+         true},
+        {"sensitivity_batches",
+         K::Int,
+         "4",
+         P::Parameters,
+         yes,
          "Batches of the calibration data the sensitivity analysis (and mixed precision's ranking) runs on "
          "(0: all): each tensor costs one run of the model per batch.",
-         {}, {}, true},
-        {"sensitivity_tensors", K::Int, "null", P::Parameters, yes,
+         {},
+         {},
+         true},
+        {"sensitivity_tensors",
+         K::Int,
+         "null",
+         P::Parameters,
+         yes,
          "Tensors the sensitivity analysis measures (0: every one): those whose own error after quantize-dequantize "
          "is largest; the others follow them in the ranking by that error, unmeasured. Default: every tensor, unless "
          "the plan's activations times the tensors exceed 5e10 values (a large model at a large input: IMG.LY's ISNet "
          "at 1024x1024 measures 59 of 471).",
-         {}, {}, true},
+         {},
+         {},
+         true},
 
-        {"float_fragile_inputs", K::Bool, "true", P::Plan, yes,
+        {"float_fragile_inputs",
+         K::Bool,
+         "true",
+         P::Plan,
+         yes,
          "Ops whose meaning breaks under rounding read float values: what comparisons (Equal, Greater, Less, ...) and "
          "rankings (ArgMax, ArgMin, TopK) read, since an 8-bit grid turns near values into equal ones (a peak test "
          "Equal(MaxPool(x), x) then finds peaks everywhere), and what Log and Reciprocal read, since "
@@ -101,7 +123,11 @@ const std::vector<KeySpec>& recipe_keys() {
          {},
          true},
 
-        {"mixed_scale_ratio", K::Float, "16", P::Plan, yes,
+        {"mixed_scale_ratio",
+         K::Float,
+         "16",
+         P::Plan,
+         yes,
          "Channels on different scales: where a tensor the graph splits (every reader a Slice or Split), a Concat's "
          "output or a Conv head's graph output has a channel whose largest |value| on the first calibration "
          "batches exceeds this many times another's, the tensor is named in the log and the report's "
@@ -110,8 +136,15 @@ const std::vector<KeySpec>& recipe_keys() {
          {},
          {},
          true},
-        {"mixed_scale_batches", K::Int, "4", P::Plan, yes,
-         "Calibration batches the channel-scale check measures (one float run of each).", {}, {}, true},
+        {"mixed_scale_batches",
+         K::Int,
+         "4",
+         P::Plan,
+         yes,
+         "Calibration batches the channel-scale check measures (one float run of each).",
+         {},
+         {},
+         true},
 
         // --- quantize_static arguments -------------------------------------------
         {"model_input", K::OptionalPath, "null", P::Load, yes, "The float model to quantize."},
@@ -127,35 +160,10 @@ const std::vector<KeySpec>& recipe_keys() {
          "How images become inputs: preprocess_method1 (MLPerf 0.5 MobileNet: aspect-preserving bilinear resize to "
          "size / 0.875, centre crop, pixels to [-1, 1]), preprocess_method2 (MLPerf 0.5 ResNet: the same with area "
          "resampling, ImageNet channel means subtracted), None (image_preprocess alone). image_preprocess keys "
-         "set explicitly override the preset's.",
+         "(options of the images reader) set explicitly override the preset's.",
          {},
-         {"None", "preprocess_method1", "preprocess_method2"}},
-        {"image_preprocess.size", K::NumberList, "[]", P::Calibrate, yes,
-         "[height, width] the images are brought to; [] takes the model input's."},
-        {"image_preprocess.resize",
-         K::Choice,
-         "stretch",
-         P::Calibrate,
-         yes,
-         "stretch: straight to the size; keep_aspect: the shorter side to the size, the other in proportion.",
-         {},
-         {"stretch", "keep_aspect"}},
-        {"image_preprocess.crop_fraction", K::Float, "1.0", P::Calibrate, yes,
-         "The centre crop keeps this fraction of the resized image (MLPerf: 0.875); 1 keeps all."},
-        {"image_preprocess.interpolation",
-         K::Choice,
-         "bilinear",
-         P::Calibrate,
-         yes,
-         "bilinear (half-pixel centres), or area (the mean over each output pixel's footprint when shrinking).",
-         {},
-         {"bilinear", "area"}},
-        {"image_preprocess.mean", K::NumberList, "[0]", P::Calibrate, yes,
-         "Subtracted from pixels (0..255): one value, or one per channel in the model's channel order."},
-        {"image_preprocess.std", K::NumberList, "[1]", P::Calibrate, yes,
-         "Divides pixels after the mean: one value, or one per channel."},
-        {"image_preprocess.channel_order", K::Choice, "RGB", P::Calibrate, yes, "RGB or BGR.", {}, {"RGB", "BGR"}},
-        {"image_preprocess.layout", K::Choice, "NCHW", P::Calibrate, yes, "NCHW or NHWC.", {}, {"NCHW", "NHWC"}},
+         {"None", "preprocess_method1", "preprocess_method2"},
+         true},
         {"quant_format", K::QuantFormat, "QDQ", P::Emit, yes,
          "QDQ, QOperator, IntegerOps, QLinearOps (= QOperator), MatMulNBits, VitisQuantFormat.QDQ, "
          "VitisQuantFormat.FixNeuron, or the name of a format plugin."},
@@ -352,6 +360,11 @@ bool is_plugin_options_section(std::string_view path) {
     for (auto s : kPluginOptionSections)
         if (s == path) return true;
     return false;
+}
+
+bool in_plugin_section(std::string_view path) {
+    const auto dot = path.rfind('.');
+    return dot != std::string_view::npos && path.substr(0, dot) == "image_preprocess";
 }
 
 bool is_section(std::string_view path) {

@@ -62,6 +62,9 @@ const KeySpec* find_key(std::string_view path);
 bool is_section(std::string_view path);
 /// Sections whose keys are a plugin's options, checked against its schema later.
 bool is_plugin_options_section(std::string_view path);
+/// Whether `path` is a key of a section plugins declare the keys of
+/// (image_preprocess.size: an option of the images reader).
+bool in_plugin_section(std::string_view path);
 /// Every key and section directly under `section` ("" for the top level).
 std::vector<std::string> keys_in_section(std::string_view section);
 

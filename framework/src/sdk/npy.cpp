@@ -1,4 +1,4 @@
-#include "sdk/npy.hpp"
+#include "vaiq/reader.hpp"
 
 #include <fmt/format.h>
 

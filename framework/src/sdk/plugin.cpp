@@ -18,13 +18,14 @@ std::string_view kind_name(PluginKind kind) {
         case PluginKind::Target: return "target";
         case PluginKind::Pass: return "pass";
         case PluginKind::Algorithm: return "algorithm";
+        case PluginKind::Reader: return "reader";
     }
     return "unknown";
 }
 
 std::optional<PluginKind> parse_kind(std::string_view name) {
-    for (auto kind :
-         {PluginKind::Calibrator, PluginKind::Format, PluginKind::Target, PluginKind::Pass, PluginKind::Algorithm}) {
+    for (auto kind : {PluginKind::Calibrator, PluginKind::Format, PluginKind::Target, PluginKind::Pass,
+                      PluginKind::Algorithm, PluginKind::Reader}) {
         if (kind_name(kind) == name) return kind;
     }
     return std::nullopt;

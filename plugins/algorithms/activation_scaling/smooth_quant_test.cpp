@@ -6,10 +6,10 @@
 #include "data/data_reader.hpp"
 #include "plugin/registry.hpp"
 #include "runtime/executor.hpp"
-#include "sdk/npy.hpp"
 #include "smooth_quant.hpp"
 #include "test_support.hpp"
 #include "vaiq/graph.hpp"
+#include "vaiq/reader.hpp"
 
 namespace fs = std::filesystem;
 using vaiq::Tensor;

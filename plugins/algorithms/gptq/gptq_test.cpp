@@ -10,9 +10,9 @@
 
 #include "gptq_rounding.hpp"
 #include "plugin/registry.hpp"
-#include "sdk/npy.hpp"
 #include "test_support.hpp"
 #include "vaiq/error.hpp"
+#include "vaiq/reader.hpp"
 
 namespace {
 

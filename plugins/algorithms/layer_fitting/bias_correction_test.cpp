@@ -7,9 +7,9 @@
 #include "bias_correction.hpp"
 #include "data/data_reader.hpp"
 #include "plugin/registry.hpp"
-#include "sdk/npy.hpp"
 #include "test_support.hpp"
 #include "vaiq/error.hpp"
+#include "vaiq/reader.hpp"
 
 namespace fs = std::filesystem;
 using vaiq::QuantType;

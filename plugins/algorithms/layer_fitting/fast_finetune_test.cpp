@@ -16,8 +16,8 @@
 #include "plugin/registry.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/thread_count.hpp"
-#include "sdk/npy.hpp"
 #include "test_support.hpp"
+#include "vaiq/reader.hpp"
 
 namespace fs = std::filesystem;
 using vaiq::QuantType;

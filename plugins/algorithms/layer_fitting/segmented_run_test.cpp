@@ -8,9 +8,9 @@
 
 #include "data/data_reader.hpp"
 #include "runtime/executor.hpp"
-#include "sdk/npy.hpp"
 #include "segmented_run.hpp"
 #include "test_support.hpp"
+#include "vaiq/reader.hpp"
 
 namespace fs = std::filesystem;
 using vaiq::Tensor;

@@ -18,9 +18,9 @@
 #include "report/agreement.hpp"
 #include "runtime/executor.hpp"
 #include "screening.hpp"
-#include "sdk/npy.hpp"
 #include "test_support.hpp"
 #include "vaiq/pair_emitter.hpp"
+#include "vaiq/reader.hpp"
 
 using vaiq::Tensor;
 using vaiq::test::GraphBuilder;

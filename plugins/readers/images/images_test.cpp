@@ -1,16 +1,17 @@
 // Image folders as calibration data: decoding and the preprocessing presets.
 #include <gtest/gtest.h>
 // jpeglib.h needs FILE and size_t declared first.
-#include <cstdio>
 #include <jpeglib.h>
+#include <cstdio>
 
 #include <cmath>
+#include <functional>
 
 #include "data/data_reader.hpp"
-#include "data/images.hpp"
-#include "sdk/npy.hpp"
+#include "pixels.hpp"
 #include "test_support.hpp"
 #include "vaiq/error.hpp"
+#include "vaiq/reader.hpp"
 
 namespace fs = std::filesystem;
 
@@ -19,9 +20,36 @@ namespace {
 using vaiq::DataType;
 using vaiq::Image;
 using vaiq::ImagePipeline;
+using vaiq::Tensor;
 using vaiq::test::temp_dir;
-using vaiq::test::write_png;
 using vaiq::test::write_text;
+
+void write_png(const fs::path& path, const Image& image) {
+    vaiq::test::write_png(path, image.height, image.width, image.channels, image.pixels.data());
+}
+
+// The images reader of this test's library, configured with `options` (a recipe's settings).
+vaiq::DataReaders images_reader(const nlohmann::json& options = nullptr) {
+    static const auto registry = vaiq::test::registry_with_test_plugin();
+    const auto& info = registry.require(vaiq::PluginKind::Reader, "images");
+    vaiq::DataReaders readers;
+    readers.add("images", registry.create<vaiq::Reader>("images", registry.resolve_options(info, options)));
+    return readers;
+}
+
+std::unique_ptr<vaiq::DataReader> open_images(const fs::path& dir, const vaiq::Model& model,
+                                              const nlohmann::json& options = nullptr) {
+    return images_reader(options).open(dir, model, "calibration data");
+}
+
+std::string error_of(const std::function<void()>& body) {
+    try {
+        body();
+    } catch (const vaiq::InputError& e) {
+        return e.what();
+    }
+    return "no error";
+}
 
 void write_jpeg(const fs::path& path, const Image& image) {
     FILE* file = std::fopen(path.c_str(), "wb");
@@ -177,14 +205,16 @@ TEST(Images, ChannelsLayoutAndIntegerInputs) {
 
 TEST(Images, AFolderOfImagesIsReadInTheModelsBatchSize) {
     const auto dir = temp_dir();
-    for (int i : {10, 2, 1}) write_png(dir / ("img_" + std::to_string(i) + ".png"), Image{4, 4, 1, std::vector<uint8_t>(16, static_cast<uint8_t>(i))});
+    for (int i : {10, 2, 1})
+        write_png(dir / ("img_" + std::to_string(i) + ".png"),
+                  Image{4, 4, 1, std::vector<uint8_t>(16, static_cast<uint8_t>(i))});
     const auto model = vaiq::test::conv_relu_model();  // x: [1, 2, 4, 4]: 2 channels, which images cannot feed
-    EXPECT_THROW(vaiq::open_data_reader(dir, model)->next(), vaiq::InputError);
+    EXPECT_THROW(open_images(dir, model)->next(), vaiq::InputError);
     vaiq::test::GraphBuilder b;
     b.input("x", {2, 1, 4, 4}).output("y", {2, 1, 4, 4});
     b.node("Relu", {"x"}, {"y"});
     const auto batched = b.build();
-    auto reader = vaiq::open_data_reader(dir, batched);
+    auto reader = open_images(dir, batched);
     const auto first = reader->next();
     ASSERT_TRUE(first);
     const auto& x = first->feeds.at("x");
@@ -193,7 +223,42 @@ TEST(Images, AFolderOfImagesIsReadInTheModelsBatchSize) {
     EXPECT_EQ(x.data<float>()[16], 2.0f);
     EXPECT_FALSE(reader->next()) << "img_10 alone does not fill a batch of 2";
     vaiq::write_npy(dir / "extra.npy", vaiq::test::ramp({1, 1, 4, 4}));
-    EXPECT_THROW(vaiq::open_data_reader(dir, batched), vaiq::InputError) << "images mixed with tensor files";
+    EXPECT_THROW(open_images(dir, batched), vaiq::InputError) << "images mixed with tensor files";
+}
+
+// The recipe's data_preprocess and image_preprocess keys reach the reader as its
+// options: a preset, a key set in its place, and values it refuses.
+TEST(Images, TheRecipesPresetAndKeysSetHowPixelsBecomeInputs) {
+    const auto dir = temp_dir();
+    write_png(dir / "a.png", Image{2, 2, 1, {0, 255, 0, 255}});
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 1, 2, 2}).output("y", {1, 1, 2, 2});
+    b.node("Relu", {"x"}, {"y"});
+    const auto model = b.build();
+    auto first = [&](const nlohmann::json& options) -> Tensor {
+        return open_images(dir, model, options)->next()->feeds.at("x");
+    };
+    const auto none = first(nullptr);
+    EXPECT_EQ(none.data<float>()[1], 255.0f) << "None: pixels as they are";
+    const auto m1 = first({{"data_preprocess", "preprocess_method1"}});
+    EXPECT_FLOAT_EQ(m1.data<float>()[0], -1.0f) << "method 1: pixels to [-1, 1]";
+    const auto own_mean = first({{"data_preprocess", "preprocess_method1"}, {"image_preprocess.mean", 0}});
+    EXPECT_FLOAT_EQ(own_mean.data<float>()[0], 0.0f) << "a key set replaces the preset's";
+    const auto halved = first({{"image_preprocess.std", {2.0}}});
+    EXPECT_FLOAT_EQ(halved.data<float>()[1], 127.5f);
+    EXPECT_NE(error_of([&] {
+                  images_reader({{"image_preprocess.size", {1.0e30, 2}}});
+              }).find("image_preprocess.size must be [height, width], two integers from 1 to 65536"),
+              std::string::npos)
+        << "a side no image has, not an integer overflow";
+    EXPECT_NE(error_of([&] {
+                  images_reader({{"image_preprocess.resize", "squash"}});
+              }).find("image_preprocess.resize 'squash' is not valid (valid: stretch, keep_aspect)"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] {
+                  images_reader({{"image_preprocess.std", {1, 0, 1}}});
+              }).find("must be positive"),
+              std::string::npos);
 }
 
 }  // namespace
