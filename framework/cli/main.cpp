@@ -22,12 +22,12 @@
 #include "report/html_report.hpp"
 #include "runtime/infer.hpp"
 #include "sdk/atomic_file.hpp"
-#include "sdk/text.hpp"
 #include "util/model_size.hpp"
 #include "util/process_start.hpp"
 #include "util/progress.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/model.hpp"
+#include "vaiq/text.hpp"
 
 namespace fs = std::filesystem;
 using namespace vaiq;

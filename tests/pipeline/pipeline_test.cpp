@@ -44,12 +44,6 @@ vaiq::Recipe recipe_from(const std::string& yaml) {
     return vaiq::load_recipe(write_text(temp_dir() / "r.yaml", "recipe_version: 1\ncalibrate_method: MinMax\n" + yaml));
 }
 
-std::vector<vaiq::Batch> all(vaiq::DataReader& reader) {
-    std::vector<vaiq::Batch> out;
-    while (auto b = reader.next()) out.push_back(std::move(*b));
-    return out;
-}
-
 vaiq::Model two_input_model() {
     GraphBuilder b;
     b.input("a", {1, 3}).input("b", {1, 3}).output("y", {1, 3});
@@ -111,74 +105,7 @@ TEST(DataReaders, TheInstalledReadersTakeTensorFilesAndImages) {
     EXPECT_EQ(batch->feeds.at("x").data<float>()[1], 1.0f);
     const auto empty = temp_dir();
     const auto error = error_of([&] { vaiq::open_data_reader(empty, two_input_model()); });
-    EXPECT_NE(error.find("(readers: images, tensor_files;"), std::string::npos) << error;
-}
-
-TEST(RandomDataReader, FeedsADecoderAsLanguageModelsAreCalibrated) {
-    // input_ids [batch, sequence] into an embedding of 50 rows, an empty past, a mask and positions.
-    GraphBuilder b;
-    b.input("input_ids", {1, 1}, DataType::Int64)
-        .input("attention_mask", {1, 1}, DataType::Int64)
-        .input("position_ids", {1, 1}, DataType::Int64)
-        .input("past_key_values.0.key", {1, 2, 1, 4})
-        .output("y", {1, 1, 8});
-    b.initializer("table", ramp({50, 8}));
-    b.node("Gather", {"table", "input_ids"}, {"y"});
-    auto model = b.build();
-    for (auto& in : *model.graph().mutable_input())
-        for (int d = 1; d < in.type().tensor_type().shape().dim_size(); ++d)
-            if (in.name() != "past_key_values.0.key" || d == 2)
-                in.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(d)->set_dim_param("dynamic");
-    auto reader = vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 1, 0);
-    const auto batch = reader->next();
-    ASSERT_TRUE(batch);
-    const auto& ids = batch->feeds.at("input_ids");
-    EXPECT_EQ(ids.shape(), (std::vector<int64_t>{1, 32}));
-    int64_t top = 0;
-    for (auto v : ids.data<int64_t>()) top = std::max(top, v);
-    EXPECT_LT(top, 50);
-    EXPECT_GT(top, 1) << "tokens over the vocabulary, not 0 or 1";
-    EXPECT_EQ(batch->feeds.at("attention_mask").data<int64_t>()[31], 1);
-    EXPECT_EQ(batch->feeds.at("position_ids").data<int64_t>()[31], 31);
-    EXPECT_EQ(batch->feeds.at("past_key_values.0.key").shape(), (std::vector<int64_t>{1, 2, 0, 4})) << "an empty past";
-}
-
-TEST(RandomDataReader, FollowsTheDocumentedShapeForms) {
-    GraphBuilder b;
-    b.input("x", {1, 3}).input("ids", {1, 4}, DataType::Int64).output("y", {1, 3});
-    b.node("Relu", {"x"}, {"y"});
-    auto model = b.build();
-    model.graph()
-        .mutable_input(0)
-        ->mutable_type()
-        ->mutable_tensor_type()
-        ->mutable_shape()
-        ->mutable_dim(0)
-        ->set_dim_param("N");
-    auto reader = vaiq::random_data_reader(model, nlohmann::json::parse(R"({"x": [2, 3]})"), nullptr, 2);
-    const auto batches = all(*reader);
-    ASSERT_EQ(batches.size(), 2u);
-    EXPECT_EQ(batches[0].feeds.at("x").shape(), (std::vector<int64_t>{2, 3}));
-    for (float v : batches[0].feeds.at("x").data<float>()) EXPECT_TRUE(v >= 0.0f && v < 1.0f);
-    for (int64_t v : batches[0].feeds.at("ids").data<int64_t>()) EXPECT_TRUE(v == 0 || v == 1);
-
-    // The model's own shapes, with the dynamic batch dimension as 1; a data range.
-    reader = vaiq::random_data_reader(model, nlohmann::json::array(), nlohmann::json::parse(R"({"ids": [5, 9]})"), 1);
-    const auto one = all(*reader);
-    EXPECT_EQ(one[0].feeds.at("x").shape(), (std::vector<int64_t>{1, 3}));
-    for (int64_t v : one[0].feeds.at("ids").data<int64_t>()) EXPECT_TRUE(v >= 5 && v <= 9);
-
-    reader = vaiq::random_data_reader(model, nlohmann::json::parse("[[4, 3], [1, 4]]"), nullptr, 1);
-    EXPECT_EQ(all(*reader)[0].feeds.at("x").shape()[0], 4);
-
-    EXPECT_NE(error_of([&] {
-                  vaiq::random_data_reader(model, nlohmann::json::parse(R"({"xx": [1, 3]})"), nullptr, 1);
-              }).find("'xx', which is not an input of the model (inputs: x, ids); did you mean 'x'?"),
-              std::string::npos);
-    EXPECT_NE(error_of([&] {
-                  vaiq::random_data_reader(model, nlohmann::json::parse("[1, 3]"), nullptr, 1);
-              }).find("gives one shape, but the model has 2 inputs"),
-              std::string::npos);
+    EXPECT_NE(error.find("(readers: images, random, tensor_files;"), std::string::npos) << error;
 }
 
 // ------------------------------------------------------------------ the plan

@@ -22,7 +22,7 @@
 #endif
 
 /** The ABI revision of this SDK; a plugin must carry exactly this number. */
-/* 18: the reader kind (vaiq/reader.hpp), VAIQ_OPTION_FLOAT_LIST;
+/* 18: the reader kind (vaiq/reader.hpp), VAIQ_OPTION_FLOAT_LIST and VAIQ_OPTION_ANY;
  * 17: AlgorithmStage::Plan (draft(), keep_float(), set_per_channel(), mark_mixed_scales()), note(), channel_ranges()'s batches;
  *     agreement()/agreements() take Batches (a set's first batches) and a reference variant; sensitivity() left the
  *     context (the ranking is the mixed_precision plugins'), mixed_scale_tensors(), reported();
@@ -92,7 +92,8 @@ typedef enum vaiq_option_type {
     VAIQ_OPTION_FLOAT = 3,
     VAIQ_OPTION_STRING = 4,
     VAIQ_OPTION_STRING_LIST = 5,
-    VAIQ_OPTION_FLOAT_LIST = 6 /**< numbers; a single number is a list of one */
+    VAIQ_OPTION_FLOAT_LIST = 6, /**< numbers; a single number is a list of one */
+    VAIQ_OPTION_ANY = 7         /**< any value (lists of lists, maps): one the recipe's schema checked, or the plugin checks */
 } vaiq_option_type;
 
 /** One option a plugin accepts. The default is written as YAML ("true", "0.5", "[a, b]"). */

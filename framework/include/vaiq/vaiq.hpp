@@ -23,3 +23,4 @@
 #include "vaiq/statistics.hpp"
 #include "vaiq/target.hpp"
 #include "vaiq/tensor.hpp"
+#include "vaiq/text.hpp"

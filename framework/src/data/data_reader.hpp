@@ -30,6 +30,8 @@ class DataReaders {
     /// not exist, when no reader or two readers claim it, or the reader refuses it.
     std::unique_ptr<DataReader> open(const std::filesystem::path& path, const Model& model,
                                      const std::string& what) const;
+    /// Random inputs for `model` from the random reader (a run without data).
+    std::unique_ptr<DataReader> open_random(const Model& model) const;
 
   private:
     std::vector<std::pair<std::string, PluginInstance<Reader>>> readers_;
@@ -40,11 +42,12 @@ class DataReaders {
 std::unique_ptr<DataReader> open_data_reader(const std::filesystem::path& path, const Model& model,
                                              const std::string& what = "calibration data");
 
-/// Random inputs, as the documented random data reader makes them. `shapes`:
-/// [] (the model's own shapes; a dynamic leading dimension becomes 1), one
-/// shape, a list of shapes in input order, or {input: shape}. `ranges`: null or
-/// {input: [low, high]}; without one, float inputs are uniform in [0, 1) and
-/// integer and bool inputs are 0 or 1. Deterministic for a given seed.
+/// Random inputs from the installed random reader, as the documented random
+/// data reader makes them. `shapes`: [] (the model's own shapes; a dynamic
+/// leading dimension becomes 1), one shape, a list of shapes in input order, or
+/// {input: shape}. `ranges`: null or {input: [low, high]}; without one, float
+/// inputs are uniform in [0, 1) and integer and bool inputs are 0 or 1.
+/// Deterministic for a given seed.
 std::unique_ptr<DataReader> random_data_reader(const Model& model, const nlohmann::json& shapes,
                                                const nlohmann::json& ranges, int batches, uint64_t seed = 0);
 

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "sdk/text.hpp"
 #include "vaiq/error.hpp"
+#include "vaiq/text.hpp"
 
 namespace vaiq {
 

@@ -9,10 +9,10 @@
 #include "pipeline/calibration_cache.hpp"
 #include "pipeline/joined_reference.hpp"
 #include "pipeline/run_state.hpp"
-#include "sdk/text.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
+#include "vaiq/text.hpp"
 
 namespace vaiq::phases {
 
@@ -55,7 +55,7 @@ Observations observe_files(Parts& s, const StatisticsIdentity& identity) {
         s.out.data = calibration_reader(s.setup, s.floats.model);
     } else {
         log_info("calibrated from statistics files; with no calibration data, evaluation runs on random data");
-        s.out.data = random_reader(s.setup.settings, s.floats.model);
+        s.out.data = random_reader(s.setup, s.floats.model);
     }
     return observations;
 }
@@ -99,8 +99,7 @@ Observations observe_data(Parts& s) {
                             join(observed, ", ")));
         if (observed.empty()) {
             log_info("nothing to calibrate: activations are quantized at run time or have given parameters");
-            s.out.data =
-                random_reader(s.setup.settings, s.floats.model);  // types the tensors; evaluation runs on it too
+            s.out.data = random_reader(s.setup, s.floats.model);  // types the tensors; evaluation runs on it too
         }
     }
     if (!s.out.data) s.out.data = calibration_reader(s.setup, s.floats.model);
@@ -206,10 +205,9 @@ std::vector<std::string> constants_not_finite(const Model& model, const DraftPla
     return out;
 }
 
-// The settings that decide what calibration reads (recipe keys and the groups they begin).
-// (The readers' options count too: they decide how the data's files become inputs.)
-constexpr const char* kCalibrationDataSettings[] = {"calibration_data_reader", "random_data_reader_input_shape",
-                                                    "extra_options.RandomDataReaderInputDataRange", "evaluation_"};
+// The settings that decide what calibration reads (recipe keys and the groups they begin);
+// the readers' options count too (how files become inputs, random data's shapes).
+constexpr const char* kCalibrationDataSettings[] = {"calibration_data_reader", "evaluation_"};
 
 // What decides every value the calibrate phase computes: the input and prepared
 // models, the tensors observed and their calibrators, the data and whether

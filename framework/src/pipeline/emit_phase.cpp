@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include "pipeline/run_state.hpp"
-#include "sdk/text.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/log.hpp"
+#include "vaiq/text.hpp"
 
 namespace vaiq::phases {
 

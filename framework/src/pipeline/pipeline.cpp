@@ -14,12 +14,12 @@
 #include "report/dump.hpp"
 #include "report/html_report.hpp"
 #include "sdk/atomic_file.hpp"
-#include "sdk/text.hpp"
 #include "util/model_size.hpp"
 #include "util/paths.hpp"
 #include "util/progress.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/log.hpp"
+#include "vaiq/text.hpp"
 
 namespace fs = std::filesystem;
 

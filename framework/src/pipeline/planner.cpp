@@ -6,10 +6,10 @@
 #include <set>
 
 #include "recipe/defaults.hpp"
-#include "sdk/text.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
+#include "vaiq/text.hpp"
 
 namespace vaiq {
 

@@ -7,10 +7,10 @@
 #include "pipeline/run_state.hpp"
 #include "recipe/defaults.hpp"
 #include "recipe/schema.hpp"
-#include "sdk/text.hpp"
 #include "util/yaml_json.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/log.hpp"
+#include "vaiq/text.hpp"
 
 namespace vaiq {
 namespace {

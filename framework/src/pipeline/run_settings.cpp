@@ -36,7 +36,6 @@ RunSettings RunSettings::of(const Recipe& recipe) {
     s.evaluation_data = optional_value<std::string>(recipe, "evaluation_data");
     s.evaluation_labels = optional_value<std::string>(recipe, "evaluation_labels");
     s.random_input_shapes = recipe.value("random_data_reader_input_shape");
-    s.random_input_ranges = recipe.value("extra_options.RandomDataReaderInputDataRange");
     s.evaluation_batches = optional_value<int64_t>(recipe, "evaluation_batches");
 
     s.name = recipe.value("name").get<std::string>();

@@ -29,7 +29,6 @@ struct RunSettings {
     // Data
     std::optional<std::string> calibration_data_reader, evaluation_data, evaluation_labels;
     nlohmann::json random_input_shapes;  ///< random_data_reader_input_shape
-    nlohmann::json random_input_ranges;  ///< extra_options.RandomDataReaderInputDataRange
     std::optional<int64_t> evaluation_batches;
 
     // What the run does

@@ -174,7 +174,7 @@ int evaluation_batches(const RunSettings& settings);
 nlohmann::json phase_entry(Phase phase, std::chrono::steady_clock::time_point start);
 
 // The readers the recipe asks for: files, or random data when none are given.
-std::unique_ptr<DataReader> random_reader(const RunSettings& settings, const Model& model);
+std::unique_ptr<DataReader> random_reader(const RunSetup& setup, const Model& model);
 
 // Whether the run has calibration data: files the recipe names, or the caller's reader.
 bool has_calibration_data(const RunSettings& settings, const RunOptions& options);

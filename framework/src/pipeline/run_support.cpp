@@ -7,8 +7,8 @@
 
 #include "pipeline/run_state.hpp"
 #include "recipe/schema.hpp"
-#include "sdk/text.hpp"
 #include "vaiq/log.hpp"
+#include "vaiq/text.hpp"
 
 namespace vaiq::phases {
 
@@ -86,8 +86,8 @@ nlohmann::json phase_entry(Phase phase, std::chrono::steady_clock::time_point st
 }
 
 // The readers the recipe asks for: files, or random data when none are given.
-std::unique_ptr<DataReader> random_reader(const RunSettings& settings, const Model& model) {
-    return random_data_reader(model, settings.random_input_shapes, settings.random_input_ranges, 1);
+std::unique_ptr<DataReader> random_reader(const RunSetup& setup, const Model& model) {
+    return setup.readers.open_random(model);
 }
 
 // Whether the run has calibration data: files the recipe names, or the caller's reader.
@@ -100,7 +100,7 @@ std::unique_ptr<DataReader> calibration_reader(const RunSetup& setup, const Mode
     if (setup.settings.calibration_data_reader)
         return setup.readers.open(*setup.settings.calibration_data_reader, model, "calibration data");
     log_info("no calibration data given: calibrating on random data (a quick test, not an accurate model)");
-    return random_reader(setup.settings, model);
+    return random_reader(setup, model);
 }
 
 nlohmann::json params_json(const TensorQuant& t, const std::map<std::string, TensorRange>& ranges) {

@@ -6,10 +6,10 @@
 #include <set>
 #include <unordered_set>
 
-#include "sdk/text.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/patterns.hpp"
+#include "vaiq/text.hpp"
 
 namespace vaiq {
 

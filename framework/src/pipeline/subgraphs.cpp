@@ -13,11 +13,11 @@
 #include <set>
 
 #include "runtime/executor.hpp"
-#include "sdk/text.hpp"
 #include "util/spool.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
+#include "vaiq/text.hpp"
 
 namespace fs = std::filesystem;
 

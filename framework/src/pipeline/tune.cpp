@@ -12,11 +12,11 @@
 #include "pipeline/calibration_cache.hpp"
 #include "pipeline/run_settings.hpp"
 #include "sdk/atomic_file.hpp"
-#include "sdk/text.hpp"
 #include "util/paths.hpp"
 #include "util/yaml_json.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/log.hpp"
+#include "vaiq/text.hpp"
 
 namespace fs = std::filesystem;
 

@@ -7,7 +7,6 @@
 #include <cstddef>
 #include <regex>
 
-#include "sdk/text.hpp"
 #include "util/paths.hpp"
 #include "util/yaml_json.hpp"
 #include "vaiq/algorithm.hpp"
@@ -18,6 +17,7 @@
 #include "vaiq/pass.hpp"
 #include "vaiq/reader.hpp"
 #include "vaiq/target.hpp"
+#include "vaiq/text.hpp"
 
 namespace fs = std::filesystem;
 
@@ -31,6 +31,7 @@ std::string option_type_name(vaiq_option_type type) {
         case VAIQ_OPTION_STRING: return "string";
         case VAIQ_OPTION_STRING_LIST: return "list of strings";
         case VAIQ_OPTION_FLOAT_LIST: return "list of numbers";
+        case VAIQ_OPTION_ANY: return "any value";
     }
     return "unknown";
 }
@@ -83,6 +84,7 @@ bool matches_type(const nlohmann::json& value, vaiq_option_type type) {
         case VAIQ_OPTION_STRING_LIST:
             return value.is_array() &&
                    std::all_of(value.begin(), value.end(), [](const auto& v) { return v.is_string(); });
+        case VAIQ_OPTION_ANY: return true;
         case VAIQ_OPTION_FLOAT_LIST:
             return value.is_number() || (value.is_array() && std::all_of(value.begin(), value.end(),
                                                                          [](const auto& v) { return v.is_number(); }));

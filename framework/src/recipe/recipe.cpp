@@ -11,12 +11,12 @@
 
 #include "recipe/defaults.hpp"
 #include "recipe/values.hpp"
-#include "sdk/text.hpp"
 #include "util/paths.hpp"
 #include "util/yaml_json.hpp"
 #include "vaiq/block_float.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/quant.hpp"
+#include "vaiq/text.hpp"
 #include "vaiq/vaiq_ops.hpp"
 
 namespace fs = std::filesystem;

@@ -9,11 +9,11 @@
 #include <regex>
 #include <set>
 
-#include "sdk/text.hpp"
 #include "util/paths.hpp"
 #include "util/yaml_json.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/quant.hpp"
+#include "vaiq/text.hpp"
 
 namespace fs = std::filesystem;
 

@@ -16,9 +16,9 @@
 #include "runtime/qdq_fusion.hpp"
 #include "runtime/team_session.hpp"
 #include "runtime/thread_count.hpp"
-#include "sdk/text.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
+#include "vaiq/text.hpp"
 
 namespace vaiq::runtime {
 

@@ -7,10 +7,10 @@
 #include <map>
 
 #include "runtime/executor.hpp"
-#include "sdk/text.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/model.hpp"
 #include "vaiq/reader.hpp"
+#include "vaiq/text.hpp"
 
 namespace fs = std::filesystem;
 

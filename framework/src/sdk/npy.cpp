@@ -7,8 +7,8 @@
 
 #include "sdk/atomic_file.hpp"
 #include "sdk/protobuf_file.hpp"
-#include "sdk/text.hpp"
 #include "vaiq/error.hpp"
+#include "vaiq/text.hpp"
 
 namespace fs = std::filesystem;
 

@@ -1,4 +1,4 @@
-#include "sdk/text.hpp"
+#include "vaiq/text.hpp"
 
 #include <algorithm>
 #include <cctype>

@@ -7,6 +7,7 @@
 
 #include "vaiq/error.hpp"
 #include "vaiq/reader.hpp"
+#include "vaiq/text.hpp"
 
 namespace fs = std::filesystem;
 
@@ -32,8 +33,6 @@ std::vector<fs::path> sorted_entries(const fs::path& dir, bool folders) {
     });
     return out;
 }
-
-std::string joined(const std::vector<std::string>& names) { return fmt::format("{}", fmt::join(names, ", ")); }
 
 // One sample: a file per input, bound to the inputs when the sample is read.
 struct Item {
@@ -170,7 +169,7 @@ Item sample_folder(const fs::path& dir, const std::vector<std::string>& inputs, 
     auto files = sorted_entries(dir, false);
     if (files.size() != inputs.size())
         throw InputError(fmt::format("{} {}: holds {} tensor files, but the model has {} inputs ({})", what,
-                                     dir.string(), files.size(), inputs.size(), joined(inputs)));
+                                     dir.string(), files.size(), inputs.size(), vaiq::join(inputs)));
     return {std::move(files), dir.string()};
 }
 
@@ -194,7 +193,7 @@ class TensorFiles final : public vaiq::Reader {
                 throw InputError(
                     fmt::format("{} {} is one file, but the model has {} inputs ({}); give a folder "
                                 "with one folder per sample",
-                                what, path.string(), inputs.size(), joined(inputs)));
+                                what, path.string(), inputs.size(), vaiq::join(inputs)));
             items.push_back({{path}, path.string()});
         } else {
             const auto folders = sorted_entries(path, true);
@@ -209,7 +208,7 @@ class TensorFiles final : public vaiq::Reader {
                 throw InputError(
                     fmt::format("{} {} holds tensor files, but the model has {} inputs ({}); give one "
                                 "folder per sample with one file per input",
-                                what, path.string(), inputs.size(), joined(inputs)));
+                                what, path.string(), inputs.size(), vaiq::join(inputs)));
             for (const auto& f : files) items.push_back({{f}, f.string()});
         }
         return std::make_unique<FileReader>(std::move(items), model, what);
