@@ -3,13 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
-#include <random>
-#include <set>
 
 #include "recipe/defaults.hpp"
 #include "vaiq/error.hpp"
-#include "vaiq/graph.hpp"
 #include "vaiq/log.hpp"
 #include "vaiq/reader.hpp"
 #include "vaiq/text.hpp"
@@ -95,20 +91,29 @@ std::unique_ptr<DataReader> DataReaders::open_random(const Model& model) const {
                                  defaults::kRandomReader));
 }
 
-std::unique_ptr<DataReader> open_data_reader(const fs::path& path, const Model& model, const std::string& what) {
-    static const DataReaders installed = [] {
-        static PluginRegistry registry;  // outlives the readers it made
-        registry.load_default_paths();
-        return DataReaders::all_of(registry);
+namespace {
+
+// The installed plugins (the built-in folder and VAIQ_PLUGIN_PATH), loaded once:
+// the readers of callers outside a run (dump_model, tests).
+const PluginRegistry& installed_plugins() {
+    static const PluginRegistry registry = [] {
+        PluginRegistry r;
+        r.load_default_paths();
+        return r;
     }();
+    return registry;
+}
+
+}  // namespace
+
+std::unique_ptr<DataReader> open_data_reader(const fs::path& path, const Model& model, const std::string& what) {
+    static const DataReaders installed = DataReaders::all_of(installed_plugins());
     return installed.open(path, model, what);
 }
 
 std::unique_ptr<DataReader> random_data_reader(const Model& model, const nlohmann::json& shapes,
                                                const nlohmann::json& ranges, int batches, uint64_t seed) {
-    static PluginRegistry registry;  // the installed readers, loaded once
-    static const bool loaded = (registry.load_default_paths(), true);
-    (void)loaded;
+    const auto& registry = installed_plugins();
     const auto& info = registry.require(PluginKind::Reader, defaults::kRandomReader, "random data");
     const nlohmann::json options = {{"random_data_reader_input_shape", shapes},
                                     {"RandomDataReaderInputDataRange", ranges},

@@ -1,8 +1,8 @@
 // Image folders as calibration data: decoding and the preprocessing presets.
 #include <gtest/gtest.h>
 // jpeglib.h needs FILE and size_t declared first.
-#include <jpeglib.h>
 #include <cstdio>
+#include <jpeglib.h>
 
 #include <cmath>
 #include <functional>

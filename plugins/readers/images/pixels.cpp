@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 #include <png.h>
 // jpeglib.h needs FILE and size_t declared first.
-#include <jpeglib.h>
 #include <csetjmp>
 #include <cstdio>
+#include <jpeglib.h>
 
 #include <algorithm>
 #include <cmath>
@@ -67,8 +67,8 @@ void decode_jpeg_into(FILE* file, jpeg_decompress_struct& info, JpegError& error
     image.channels = info.output_components;
     image.pixels.resize(static_cast<size_t>(image.height * image.width * image.channels));
     while (info.output_scanline < info.output_height) {
-        JSAMPROW row = image.pixels.data() +
-                       static_cast<size_t>(info.output_scanline) * static_cast<size_t>(image.width * image.channels);
+        JSAMPROW row = image.pixels.data() + static_cast<size_t>(info.output_scanline) *
+                                                 static_cast<size_t>(image.width * image.channels);
         jpeg_read_scanlines(&info, &row, 1);
     }
     jpeg_finish_decompress(&info);
@@ -173,9 +173,7 @@ void pixel_channels(const Image& image, size_t p, int64_t channels, bool bgr, fl
     const uint8_t* px = image.pixels.data() + p * static_cast<size_t>(image.channels);
     if (channels == 1) {
         // ITU-R 601 luma in the fixed point image libraries use for RGB -> L.
-        out[0] = image.channels == 1
-                     ? px[0]
-                     : static_cast<float>((px[0] * 19595 + px[1] * 38470 + px[2] * 7471 + 0x8000) >> 16);
+        out[0] = image.channels == 1 ? px[0] : static_cast<float>((px[0] * 19595 + px[1] * 38470 + px[2] * 7471 + 0x8000) >> 16);
         return;
     }
     for (int64_t k = 0; k < 3; ++k) {
@@ -230,8 +228,7 @@ ImagePipeline preset_image_pipeline(const std::string& name) {
         p.std = {1.0f};
         return p;
     }
-    throw InputError(
-        fmt::format("unknown data_preprocess '{}' (preprocess_method1, preprocess_method2 or None)", name));
+    throw InputError(fmt::format("unknown data_preprocess '{}' (preprocess_method1, preprocess_method2 or None)", name));
 }
 
 Tensor image_to_input(const Image& image, const ImagePipeline& pipeline, int64_t channels, int64_t height,
@@ -276,8 +273,8 @@ Tensor image_to_input(const Image& image, const ImagePipeline& pipeline, int64_t
                 case DataType::UInt8: store<uint8_t>(out, index, v); break;
                 case DataType::Int8: store<int8_t>(out, index, v); break;
                 default:
-                    throw InputError(
-                        fmt::format("{}: images feed float, uint8 or int8 inputs, not {}", what, data_type_name(type)));
+                    throw InputError(fmt::format("{}: images feed float, uint8 or int8 inputs, not {}", what,
+                                                 data_type_name(type)));
             }
         }
     }
