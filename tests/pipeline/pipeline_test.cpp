@@ -28,17 +28,9 @@ using vaiq::test::ramp;
 using vaiq::test::temp_dir;
 using vaiq::test::write_text;
 
-namespace {
+using vaiq::test::error_of;
 
-template <typename F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const vaiq::InputError& e) {
-        return e.what();
-    }
-    return "no error";
-}
+namespace {
 
 vaiq::Recipe recipe_from(const std::string& yaml) {
     return vaiq::load_recipe(write_text(temp_dir() / "r.yaml", "recipe_version: 1\ncalibrate_method: MinMax\n" + yaml));

@@ -4,6 +4,7 @@
 
 #include "pipeline/pipeline.hpp"
 #include "recipe/recipe.hpp"
+#include "vaiq/error.hpp"
 
 #include <gtest/gtest.h>
 #include <png.h>
@@ -307,6 +308,21 @@ QuantSpec blocked_spec(QuantType type, bool symmetric, int64_t block_size) {
     spec.axis = 0;
     spec.block_size = block_size;
     return spec;
+}
+
+std::string error_of(const std::function<void()>& body) {
+    try {
+        body();
+    } catch (const InputError& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+std::vector<Batch> all_batches(DataReader& reader) {
+    std::vector<Batch> out;
+    while (auto b = reader.next()) out.push_back(std::move(*b));
+    return out;
 }
 
 void write_png(const fs::path& path, int64_t height, int64_t width, int64_t channels, const uint8_t* pixels) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "vaiq/model.hpp"
 #include "vaiq/pair_emitter.hpp"
 #include "vaiq/quant.hpp"
+#include "vaiq/reader.hpp"
 #include "vaiq/tensor.hpp"
 
 namespace vaiq::test {
@@ -65,6 +67,12 @@ struct CommandResult {
     std::string out;
     std::string err;
 };
+/// The message of the InputError `body` throws, or "no error".
+std::string error_of(const std::function<void()>& body);
+
+/// Every batch `reader` yields, from where it stands.
+std::vector<Batch> all_batches(DataReader& reader);
+
 /// Runs `command` through the shell with stdin closed, capturing its output.
 CommandResult run_command(const std::string& command);
 

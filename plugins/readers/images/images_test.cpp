@@ -15,6 +15,8 @@
 
 namespace fs = std::filesystem;
 
+using vaiq::test::error_of;
+
 namespace {
 
 using vaiq::DataType;
@@ -40,15 +42,6 @@ vaiq::DataReaders images_reader(const nlohmann::json& options = nullptr) {
 std::unique_ptr<vaiq::DataReader> open_images(const fs::path& dir, const vaiq::Model& model,
                                               const nlohmann::json& options = nullptr) {
     return images_reader(options).open(dir, model, "calibration data");
-}
-
-std::string error_of(const std::function<void()>& body) {
-    try {
-        body();
-    } catch (const vaiq::InputError& e) {
-        return e.what();
-    }
-    return "no error";
 }
 
 void write_jpeg(const fs::path& path, const Image& image) {

@@ -10,17 +10,10 @@ using vaiq::DataType;
 using vaiq::test::GraphBuilder;
 using vaiq::test::ramp;
 
-namespace {
+using vaiq::test::all_batches;
+using vaiq::test::error_of;
 
-template <typename F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const vaiq::InputError& e) {
-        return e.what();
-    }
-    return "no error";
-}
+namespace {
 
 // This test's plugin with the given options, opened for `model`.
 std::unique_ptr<vaiq::DataReader> random_reader(const vaiq::Model& model, const nlohmann::json& shapes,
@@ -34,12 +27,6 @@ std::unique_ptr<vaiq::DataReader> random_reader(const vaiq::Model& model, const 
     const auto reader = registry.create<vaiq::Reader>("random", registry.resolve_options(info, options));
     EXPECT_EQ(reader->claim("."), 0) << "it reads no path";
     return reader->open({}, model, "random data");
-}
-
-std::vector<vaiq::Batch> all(vaiq::DataReader& reader) {
-    std::vector<vaiq::Batch> out;
-    while (auto b = reader.next()) out.push_back(std::move(*b));
-    return out;
 }
 
 TEST(Random, FeedsADecoderAsLanguageModelsAreCalibrated) {
@@ -84,7 +71,7 @@ TEST(Random, FollowsTheDocumentedShapeForms) {
         ->mutable_dim(0)
         ->set_dim_param("N");
     auto reader = random_reader(model, nlohmann::json::parse(R"({"x": [2, 3]})"), nullptr, 2);
-    const auto batches = all(*reader);
+    const auto batches = all_batches(*reader);
     ASSERT_EQ(batches.size(), 2u);
     EXPECT_EQ(batches[0].feeds.at("x").shape(), (std::vector<int64_t>{2, 3}));
     for (float v : batches[0].feeds.at("x").data<float>()) EXPECT_TRUE(v >= 0.0f && v < 1.0f);
@@ -92,12 +79,12 @@ TEST(Random, FollowsTheDocumentedShapeForms) {
 
     // The model's own shapes, with the dynamic batch dimension as 1; a data range.
     reader = random_reader(model, nlohmann::json::array(), nlohmann::json::parse(R"({"ids": [5, 9]})"), 1);
-    const auto one = all(*reader);
+    const auto one = all_batches(*reader);
     EXPECT_EQ(one[0].feeds.at("x").shape(), (std::vector<int64_t>{1, 3}));
     for (int64_t v : one[0].feeds.at("ids").data<int64_t>()) EXPECT_TRUE(v >= 5 && v <= 9);
 
     reader = random_reader(model, nlohmann::json::parse("[[4, 3], [1, 4]]"), nullptr, 1);
-    EXPECT_EQ(all(*reader)[0].feeds.at("x").shape()[0], 4);
+    EXPECT_EQ(all_batches(*reader)[0].feeds.at("x").shape()[0], 4);
 
     EXPECT_NE(error_of([&] {
                   random_reader(model, nlohmann::json::parse(R"({"xx": [1, 3]})"), nullptr, 1);

@@ -14,17 +14,10 @@ using vaiq::test::GraphBuilder;
 using vaiq::test::ramp;
 using vaiq::test::temp_dir;
 
-namespace {
+using vaiq::test::all_batches;
+using vaiq::test::error_of;
 
-template <typename F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const vaiq::InputError& e) {
-        return e.what();
-    }
-    return "no error";
-}
+namespace {
 
 // Opens `path` with this test's plugin, as a run does.
 std::unique_ptr<vaiq::DataReader> open_files(const fs::path& path, const vaiq::Model& model) {
@@ -36,12 +29,6 @@ std::unique_ptr<vaiq::DataReader> open_files(const fs::path& path, const vaiq::M
 void write_pb(const fs::path& file, const Tensor& t, const std::string& name) {
     std::ofstream out(file, std::ios::binary);
     t.to_proto(name).SerializeToOstream(&out);
-}
-
-std::vector<vaiq::Batch> all(vaiq::DataReader& reader) {
-    std::vector<vaiq::Batch> out;
-    while (auto b = reader.next()) out.push_back(std::move(*b));
-    return out;
 }
 
 vaiq::Model two_input_model() {
@@ -61,12 +48,12 @@ TEST(TensorFiles, ReadsTheOnnxTestDataLayoutByTensorName) {
         write_pb(set / "input_1.pb", Tensor::from_values<float>({1, 3}, std::vector<float>{2, 2, float(s)}), "a");
     }
     auto reader = open_files(dir, two_input_model());
-    const auto batches = all(*reader);
+    const auto batches = all_batches(*reader);
     ASSERT_EQ(batches.size(), 2u);
     EXPECT_EQ(batches[1].feeds.at("a").data<float>()[2], 1.0f);
     EXPECT_EQ(batches[1].feeds.at("b").data<float>()[0], 1.0f);
     reader->rewind();
-    EXPECT_EQ(all(*reader).size(), 2u) << "rewind starts again";
+    EXPECT_EQ(all_batches(*reader).size(), 2u) << "rewind starts again";
 }
 
 TEST(TensorFiles, BindsSampleFolderFilesByNameThenInOrder) {
@@ -75,7 +62,7 @@ TEST(TensorFiles, BindsSampleFolderFilesByNameThenInOrder) {
     vaiq::write_npy(dir / "s1" / "b.npy", Tensor::from_values<float>({1, 3}, std::vector<float>{7, 7, 7}));
     vaiq::write_npy(dir / "s1" / "z.npy", Tensor::from_values<float>({1, 3}, std::vector<float>{5, 5, 5}));
     auto reader = open_files(dir, two_input_model());
-    const auto batches = all(*reader);
+    const auto batches = all_batches(*reader);
     ASSERT_EQ(batches.size(), 1u);
     EXPECT_EQ(batches[0].feeds.at("b").data<float>()[0], 7.0f);
     EXPECT_EQ(batches[0].feeds.at("a").data<float>()[0], 5.0f) << "the unnamed file goes to the unbound input";
@@ -87,7 +74,7 @@ TEST(TensorFiles, SplitsFilesIntoTheModelsBatchAndAddsAMissingBatchDimension) {
     vaiq::write_npy(dir / "s10.npy", ramp({3, 2, 4, 4}));
     vaiq::write_npy(dir / "s2.npy", ramp({2, 4, 4}, 100.0f));
     auto reader = open_files(dir, model);
-    const auto batches = all(*reader);
+    const auto batches = all_batches(*reader);
     ASSERT_EQ(batches.size(), 4u);
     EXPECT_EQ(batches[0].feeds.at("x").data<float>()[0], 100.0f) << "s2 sorts before s10";
     EXPECT_EQ(batches[0].feeds.at("x").shape(), (std::vector<int64_t>{1, 2, 4, 4}));
@@ -100,7 +87,7 @@ TEST(TensorFiles, ATensorProtoStackOfBatchesIsReadBatchByBatch) {
     const auto dir = temp_dir();
     write_pb(dir / "stack.pb", ramp({3, 1, 2, 4, 4}), "images");
     auto reader = open_files(dir / "stack.pb", vaiq::test::conv_relu_model());
-    const auto batches = all(*reader);
+    const auto batches = all_batches(*reader);
     ASSERT_EQ(batches.size(), 3u);
     EXPECT_EQ(batches[2].feeds.at("x").shape(), (std::vector<int64_t>{1, 2, 4, 4}));
     EXPECT_EQ(batches[2].feeds.at("x").data<float>()[0], 64.0f);
@@ -109,7 +96,7 @@ TEST(TensorFiles, ATensorProtoStackOfBatchesIsReadBatchByBatch) {
 TEST(TensorFiles, ACorruptTensorProtoIsAnErrorNamingTheFile) {
     const auto dir = temp_dir();
     std::ofstream(dir / "junk.pb", std::ios::binary) << "\xff\xff\xff not a tensor";
-    const auto error = error_of([&] { all(*open_files(dir / "junk.pb", vaiq::test::conv_relu_model())); });
+    const auto error = error_of([&] { all_batches(*open_files(dir / "junk.pb", vaiq::test::conv_relu_model())); });
     EXPECT_NE(error.find("junk.pb: not an ONNX TensorProto file"), std::string::npos) << error;
 }
 
