@@ -588,3 +588,43 @@ TEST(Layout, QLinearConcatRunsChannelsLastBetweenIntegerConvolutions) {
     EXPECT_EQ(calls["Transpose"], 5)
         << "the input into channels-last for each convolution, the output and the taps back";
 }
+
+// Forks and rewrites at tensors the layout optimisation holds channels-last
+// (the forking executors of mixed precision's ranking and screening) see and
+// give them channels-first, and every value is the channels-first executor's,
+// to the bit: each fork's value, each resumed run's output, the run's own.
+TEST(Layout, ForksAndRewritesAtChannelsLastTensorsAgreeWithChannelsFirst) {
+    const auto model = residual_block();
+    const std::set<std::string> kept{"c1", "r1", "c2"};
+    Executor first(model, {.threads = 1, .optimize_layout = false, .fuse_qdq = false, .taps = kept});
+    auto options = vaiq::runtime::forking_options(1, kept);
+    options.profile = true;
+    Executor last(model, options);
+    EXPECT_TRUE(last.can_fork("r1") && last.can_fork("c2"));
+    const Tensor x = vaiq::test::ramp({1, 3, 8, 8}, -2.0f, 0.037f);
+    auto values = [](const Tensor& t) { return std::vector<float>(t.data<float>().begin(), t.data<float>().end()); };
+    const vaiq::runtime::Rewrite round = [](const std::string&, Tensor& value) {
+        for (auto& v : value.mutable_data<float>()) v = std::round(v * 8) / 8;
+    };
+    auto run = [&](Executor& executor) {
+        std::vector<std::vector<float>> seen;
+        const auto y = executor.run_forking(
+            {{"x", x}}, {"r1", "c2"},
+            [&](const std::string& name, const Tensor& value, const vaiq::runtime::Resume& resume) {
+                EXPECT_EQ(value.shape(), (std::vector<int64_t>{1, 3, 8, 8})) << name << " is given channels-first";
+                seen.push_back(values(value));
+                Tensor half = value;
+                for (auto& v : half.mutable_data<float>()) v *= 0.5f;
+                seen.push_back(values(resume(half)[0]));
+            },
+            {"c1"}, round);
+        seen.push_back(values(y[0]));
+        return seen;
+    };
+    const auto channels_first = run(first), channels_last = run(last);
+    ASSERT_EQ(channels_first.size(), 5u);
+    EXPECT_EQ(channels_last, channels_first);
+    std::map<std::string, int64_t> calls;
+    for (const auto& p : last.profile()) calls[p.op_type] = p.calls;
+    EXPECT_GT(calls["Transpose"], 0) << "the forking executor ran channels-last";
+}

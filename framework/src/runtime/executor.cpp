@@ -12,6 +12,7 @@
 #include <set>
 #include <vector>
 
+#include "runtime/kernels/common.hpp"
 #include "runtime/layout.hpp"
 #include "runtime/qdq_fusion.hpp"
 #include "runtime/team_session.hpp"
@@ -138,6 +139,7 @@ Executor::Executor(const Model& original, ExecutorOptions options) : model_(&ori
     plan_releases();
     find_lazy_steps();
     find_transposed_taps();
+    find_channels_last_forms();
     last_reader_ = last_readers(std::vector<bool>(steps_.size(), false));
 }
 
@@ -276,6 +278,39 @@ void Executor::find_transposed_taps() {
     }
 }
 
+void Executor::find_channels_last_forms() {
+    channels_last_form_.assign(value_names_.size(), -1);
+    static const std::vector<int64_t> kToNchw{0, 3, 1, 2};
+    for (const auto& step : steps_) {
+        const auto& node = model_->graph().node(step.node);
+        if (!step.lazy || node.op_type() != "Transpose" || !is_default_domain(node) || step.inputs.size() != 1 ||
+            step.outputs.size() != 1 || step.inputs[0] < 0 || step.outputs[0] < 0 ||
+            !options_.taps.count(value_names_[step.outputs[0]]))
+            continue;
+        const auto* perm = find_attribute(node, "perm");
+        if (perm && std::vector<int64_t>(perm->ints().begin(), perm->ints().end()) == kToNchw)
+            channels_last_form_[step.outputs[0]] = step.inputs[0];
+    }
+}
+
+namespace {
+
+// A 4-D tensor moved between channels-last and channels-first: rows of `rows`
+// by `cols` per batch item transposed (4-byte elements by the fast kernel).
+Tensor move_channels(const Tensor& t, bool to_last) {
+    const auto& s = t.shape();
+    if (s.size() != 4) throw std::logic_error("a channels-last fork or rewrite of a tensor that is not 4-D");
+    if (element_size(t.type()) != 4)
+        return permute4(t, to_last ? std::vector<int64_t>{0, 2, 3, 1} : std::vector<int64_t>{0, 3, 1, 2});
+    Tensor out = Tensor::uninitialized(t.type(), to_last ? std::vector<int64_t>{s[0], s[2], s[3], s[1]}
+                                                         : std::vector<int64_t>{s[0], s[3], s[1], s[2]});
+    const int64_t rows = to_last ? s[1] : s[1] * s[2], cols = to_last ? s[2] * s[3] : s[3];
+    transpose_4_byte(t.bytes().data(), out.mutable_bytes().data(), s[0], rows, cols);
+    return out;
+}
+
+}  // namespace
+
 std::vector<int> Executor::last_readers(const std::vector<bool>& run_lazy) const {
     std::vector<int> last(value_names_.size(), -1);
     for (size_t s = 0; s < steps_.size(); ++s) {
@@ -377,8 +412,10 @@ struct Executor::Values {
     const Executor& executor;
     std::vector<std::optional<Tensor>> slots;
     std::vector<ScopeValue> borrowed;  ///< by id; empty unless the run is nested
-    /// run_forking()'s rewritten values (by id) and its rewrite, shared with the resumed runs.
-    const std::vector<bool>* rewritten = nullptr;
+    /// run_forking()'s rewritten values: by id, the value whose name the rewrite
+    /// sees (itself, or the channels-first tensor a channels-last one stands
+    /// for), -1 for one not rewritten; and its rewrite. Shared with the resumed runs.
+    const std::vector<int>* rewritten = nullptr;
     const Rewrite* rewrite = nullptr;
 
     explicit Values(const Executor& e) : executor(e), slots(e.value_names_.size()) {}
@@ -428,6 +465,7 @@ struct Executor::Forks {
 };
 
 std::optional<size_t> Executor::fork_step(int id) const {
+    if (id >= 0 && channels_last_form_[id] >= 0) return fork_step(channels_last_form_[id]);
     if (id < 0 || fused_away_.count(value_names_[id])) return std::nullopt;
     std::optional<size_t> producer;
     for (size_t s = 0; s < steps_.size(); ++s) {
@@ -463,25 +501,42 @@ std::vector<Tensor> Executor::run_forking(const std::map<std::string, Tensor>& f
         const auto [id, s] = forkable(name);
         points.before[s].push_back(id);
     }
-    std::vector<bool> rewrites(value_names_.size());
-    for (const auto& name : rewritten) rewrites[forkable(name).first] = true;
+    std::vector<int> rewrites(value_names_.size(), -1);
+    for (const auto& name : rewritten) {
+        const int id = forkable(name).first;
+        rewrites[channels_last_form_[id] >= 0 ? channels_last_form_[id] : id] = id;
+    }
     Values values(*this);
     bind_feeds(feeds, values);
     if (rewrite && !rewritten.empty()) {
         values.rewritten = &rewrites, values.rewrite = &rewrite;
         for (size_t id = 0; id < rewrites.size(); ++id)  // a graph input's as it is fed
-            if (rewrites[id] && values.slots[id]) rewrite(value_names_[id], *values.slots[id]);
+            if (rewrites[id] >= 0 && values.slots[id]) rewrite_value(static_cast<int>(id), values);
     }
     return run(values, {}, {}, true, 0, &points);
 }
 
+void Executor::rewrite_value(int id, Values& values) const {
+    const int as = (*values.rewritten)[id];
+    auto& value = *values.slots[id];
+    if (as == id) return (*values.rewrite)(value_names_[id], value);
+    Tensor channels_first = move_channels(value, false);
+    (*values.rewrite)(value_names_[as], channels_first);
+    value = move_channels(channels_first, true);
+}
+
 // The forks before step s (s = steps_.size(): after the last): each resumed
-// run reads what `values` holds now and owns only what it computes itself.
+// run reads what `values` holds now and owns only what it computes itself. A
+// tensor held channels-last is given channels-first and resumes transposed back.
 void Executor::fork_at(size_t s, Values& values, const Forks& forks) {
-    for (const int id : forks.before[s]) {
+    for (const int forked : forks.before[s]) {
+        const int id = channels_last_form_[forked] >= 0 ? channels_last_form_[forked] : forked;
         const Tensor* value = values.get(id);
-        if (!value) throw InputError(fmt::format("cannot fork at '{}': the run has no value for it", value_names_[id]));
-        const Resume resume = [&, id](Tensor replacement) {
+        if (!value)
+            throw InputError(fmt::format("cannot fork at '{}': the run has no value for it", value_names_[forked]));
+        std::optional<Tensor> channels_first;
+        if (id != forked) channels_first = move_channels(*value, false);
+        const Resume resume = [&, id, forked](Tensor replacement) {
             Values rest(*this);
             rest.rewritten = values.rewritten, rest.rewrite = values.rewrite;
             rest.borrowed.resize(value_names_.size());
@@ -491,10 +546,10 @@ void Executor::fork_at(size_t s, Values& values, const Forks& forks) {
                 else if (!values.borrowed.empty())
                     rest.borrowed[v] = values.borrowed[v];
             }
-            rest.slots[id] = std::move(replacement);
+            rest.slots[id] = id == forked ? std::move(replacement) : move_channels(replacement, true);
             return run(rest, {}, {}, true, s);
         };
-        forks.fork(value_names_[id], *value, resume);
+        forks.fork(value_names_[forked], channels_first ? *channels_first : *value, resume);
     }
 }
 
@@ -538,7 +593,7 @@ std::vector<Tensor> Executor::run(Values& values, const std::vector<std::string>
                 const int id = step.outputs[o];
                 if (id < 0) continue;
                 values.slots[id] = std::move(outputs[o]);
-                if (values.rewrite && (*values.rewritten)[id]) (*values.rewrite)(value_names_[id], *values.slots[id]);
+                if (values.rewrite && (*values.rewritten)[id] >= 0) rewrite_value(id, values);
                 if (tapped[id] && tap) tap(value_names_[id], *values.slots[id]);
                 if (auto at = tapped_at.find(id); at != tapped_at.end() && tap)
                     for (int name : at->second) tap(value_names_[name], *values.slots[id]);
@@ -557,7 +612,7 @@ std::vector<Tensor> Executor::run(Values& values, const std::vector<std::string>
     auto in_session = [&](size_t s) {
         if (!steps_[s].in_team) return false;
         for (int id : steps_[s].outputs)
-            if (id >= 0 && (tapped[id] || tapped_at.count(id) || (values.rewrite && (*values.rewritten)[id])))
+            if (id >= 0 && (tapped[id] || tapped_at.count(id) || (values.rewrite && (*values.rewritten)[id] >= 0)))
                 return false;
         return true;
     };

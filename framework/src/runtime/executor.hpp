@@ -33,11 +33,11 @@ struct ExecutorOptions {
     std::set<std::string> any_order_taps{};
 };
 
-/// Options under which Executor::run_forking() can fork at `forks`: each is
-/// computed under its own name by a step of every run (no layout change or
-/// fusion computes it only for taps); dequantized values stay float.
+/// Options under which Executor::run_forking() can fork at (or rewrite) `forks`:
+/// no fusion computes one only for taps; dequantized values stay float. One the
+/// layout optimisation holds channels-last is forked and rewritten there.
 inline ExecutorOptions forking_options(int threads, const std::set<std::string>& forks) {
-    return {.threads = threads, .optimize_layout = false, .fuse_qdq = false, .taps = forks};
+    return {.threads = threads, .fuse_qdq = false, .taps = forks};
 }
 
 /// Time spent per op type over all runs, when profiling.
@@ -112,9 +112,11 @@ class Executor {
                                     const Rewrite& rewrite = {});
 
     /// Whether run_forking() can fork at `tensor`: an input, a constant or a
-    /// step's output that a step of every run reads (or a graph output). A
-    /// tensor that a rewrite computes only for taps (see ExecutorOptions::taps),
-    /// or a constant only folded steps read, is not.
+    /// step's output that a step of every run reads (or a graph output), or a
+    /// tapped tensor the layout optimisation holds channels-last (the fork and a
+    /// rewrite see and give it channels-first). A tensor that a rewrite computes
+    /// only for taps (see ExecutorOptions::taps), or a constant only folded steps
+    /// read, is not.
     bool can_fork(const std::string& tensor) const;
 
     /// Whether run() can tap `tensor`: the compiled graph computes it, not inside
@@ -135,6 +137,8 @@ class Executor {
     /// among the steps every run runs, else (a graph output) the step after its producer.
     std::optional<size_t> fork_step(int id) const;
     void fork_at(size_t s, Values& values, const Forks& forks);
+    /// Applies run_forking()'s rewrite to value `id` as computed (channels-first).
+    void rewrite_value(int id, Values& values) const;
     // The constructor's jobs, in order.
     void rewrite(const Model& original);
     void number_values();
@@ -144,6 +148,7 @@ class Executor {
     void plan_releases();
     void find_lazy_steps();
     void find_transposed_taps();
+    void find_channels_last_forms();
     int id_of(const std::string& name);
     // A run's jobs.
     void bind_feeds(const std::map<std::string, Tensor>& feeds, Values& values) const;
@@ -171,6 +176,10 @@ class Executor {
     /// Per value, for an any-order tap computed by a lazy Transpose: the value
     /// that transpose reads (tapped instead); -1 otherwise.
     std::vector<int> transposed_from_;
+    /// Per value, for a tap the layout optimisation computes only for taps by a
+    /// lazy NHWC -> NCHW Transpose: the channels-last value it transposes, at
+    /// which run_forking() forks and rewrites it; -1 otherwise.
+    std::vector<int> channels_last_form_;
     /// Per value, the last step that reads it among those that run (`run_lazy`
     /// says which lazy ones do); -1 for the caller's outputs and unread values.
     std::vector<int> last_readers(const std::vector<bool>& run_lazy) const;
