@@ -22,7 +22,7 @@
 #endif
 
 /** The ABI revision of this SDK; a plugin must carry exactly this number. */
-/* 18: the reader kind (vaiq/reader.hpp), VAIQ_OPTION_FLOAT_LIST and VAIQ_OPTION_ANY;
+/* 18: the reader kind (vaiq/reader.hpp), VAIQ_OPTION_FLOAT_LIST and VAIQ_OPTION_ANY, forking_runner()'s rewrites;
  * 17: AlgorithmStage::Plan (draft(), keep_float(), set_per_channel(), mark_mixed_scales()), note(), channel_ranges()'s batches;
  *     agreement()/agreements() take Batches (a set's first batches) and a reference variant; sensitivity() left the
  *     context (the ranking is the mixed_precision plugins'), mixed_scale_tensors(), reported();

@@ -202,12 +202,14 @@ class VAIQ_API AlgorithmContext {
     virtual std::unique_ptr<ModelRunner> runner(const Model& model, bool float_values = false,
                                                 const std::set<std::string>& taps = {}) = 0;
     /// Compiles `model` (which must outlive the runner) for run_forking() at
-    /// `forks`: each is computed under its own name, as a step of every run reads
-    /// it (convolutions run channels-first, no fusion hides it). Weights and
-    /// inputs can be forked at too, unless only constant folding reads them.
-    /// `threads`: what its runs may use (0: the run's threads).
+    /// `forks`: each is computed under its own name (no fusion hides it), and
+    /// given to a fork or a rewrite channels-first. Weights and inputs can be
+    /// forked at too, unless only constant folding reads them. `threads`: what
+    /// its runs may use (0: the run's threads). `rewrites`: its runs rewrite most
+    /// of `forks` (a simulation); convolutions then run channels-first, where a
+    /// rewrite costs no transposes, else channels-last, where they run fastest.
     virtual std::unique_ptr<ModelRunner> forking_runner(const Model& model, const std::set<std::string>& forks,
-                                                        int threads = 0) = 0;
+                                                        int threads = 0, bool rewrites = false) = 0;
     /// How the outputs of `quantized` agree with the float model's (model() as
     /// it was before any bias was corrected) on output `output_index` (or, for
     /// kEveryOutput, the worst of its float outputs, each by what it means),

@@ -107,9 +107,10 @@ std::unique_ptr<ModelRunner> HostAlgorithmContext::runner(const Model& model, bo
 }
 
 std::unique_ptr<ModelRunner> HostAlgorithmContext::forking_runner(const Model& model,
-                                                                  const std::set<std::string>& forks, int threads) {
-    return std::make_unique<ExecutorRunner>(model,
-                                            runtime::forking_options(threads > 0 ? threads : in_.threads, forks));
+                                                                  const std::set<std::string>& forks, int threads,
+                                                                  bool rewrites) {
+    return std::make_unique<ExecutorRunner>(
+        model, runtime::forking_options(threads > 0 ? threads : in_.threads, forks, !rewrites));
 }
 
 template <typename F>

@@ -84,8 +84,8 @@ class HostAlgorithmContext final : public AlgorithmContext {
     Model quantized(const QuantPlan& plan, const std::map<std::string, Tensor>& weights) override;
     std::unique_ptr<ModelRunner> runner(const Model& model, bool float_values,
                                         const std::set<std::string>& taps) override;
-    std::unique_ptr<ModelRunner> forking_runner(const Model& model, const std::set<std::string>& forks,
-                                                int threads = 0) override;
+    std::unique_ptr<ModelRunner> forking_runner(const Model& model, const std::set<std::string>& forks, int threads = 0,
+                                                bool rewrites = false) override;
     OutputAgreement agreement(const Model& quantized, int output_index, Batches batches) override;
     std::vector<OutputAgreement> agreements(size_t variants, const Model& compiled,
                                             const std::function<VariantRun(int threads)>& make_run, int output_index,

@@ -34,10 +34,12 @@ struct ExecutorOptions {
 };
 
 /// Options under which Executor::run_forking() can fork at (or rewrite) `forks`:
-/// no fusion computes one only for taps; dequantized values stay float. One the
-/// layout optimisation holds channels-last is forked and rewritten there.
-inline ExecutorOptions forking_options(int threads, const std::set<std::string>& forks) {
-    return {.threads = threads, .fuse_qdq = false, .taps = forks};
+/// no fusion computes one only for taps; dequantized values stay float. With
+/// `channels_last`, one the layout optimisation holds channels-last is forked
+/// and rewritten there (transposed for the fork or rewrite: convolutions run
+/// fastest, but a run that rewrites most tensors pays two transposes each).
+inline ExecutorOptions forking_options(int threads, const std::set<std::string>& forks, bool channels_last = true) {
+    return {.threads = threads, .optimize_layout = channels_last, .fuse_qdq = false, .taps = forks};
 }
 
 /// Time spent per op type over all runs, when profiling.

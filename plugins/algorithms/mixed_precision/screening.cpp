@@ -109,7 +109,7 @@ Estimates screen_raisings(AlgorithmContext& context, const Precision& precision,
     }
     std::unique_ptr<ModelRunner> probe;  // what can be forked at; then one worker's runner
     try {
-        probe = context.forking_runner(simulated, kept);
+        probe = context.forking_runner(simulated, kept, 0, true);
     } catch (const InputError& e) {
         log_info("mixed precision: candidates measured one model each: the simulation does not compile ({})", e.what());
         return out;
@@ -156,7 +156,7 @@ Estimates screen_raisings(AlgorithmContext& context, const Precision& precision,
     auto make_run = [&](int threads) -> AlgorithmContext::VariantRun {
         auto w = std::make_shared<Worker>();
         if (std::this_thread::get_id() == probe_thread) w->runner = std::move(probe);
-        if (!w->runner) w->runner = context.forking_runner(simulated, kept, threads);
+        if (!w->runner) w->runner = context.forking_runner(simulated, kept, threads, true);
         return [&, w](const Feeds& feeds, const AlgorithmContext::VariantOutputs& give) {
             auto params_of = [&](const std::string& tensor) -> const QuantParams* {
                 if (w->active)
