@@ -139,7 +139,6 @@ Executor::Executor(const Model& original, ExecutorOptions options) : model_(&ori
     plan_releases();
     find_lazy_steps();
     find_transposed_taps();
-    find_channels_last_forms();
     last_reader_ = last_readers(std::vector<bool>(steps_.size(), false));
 }
 
@@ -266,29 +265,22 @@ void Executor::find_lazy_steps() {
     }
 }
 
+// The lazy Transposes that compute a tap only for taps: an any-order tap reads
+// their input instead, and a fork or rewrite of an NHWC -> NCHW one works there.
 void Executor::find_transposed_taps() {
     transposed_from_.assign(value_names_.size(), -1);
-    for (const auto& step : steps_) {
-        const auto& node = model_->graph().node(step.node);
-        if (!step.lazy || node.op_type() != "Transpose" || !is_default_domain(node) || step.inputs.size() != 1 ||
-            step.outputs.size() != 1 || step.inputs[0] < 0 || step.outputs[0] < 0)
-            continue;
-        if (options_.any_order_taps.count(value_names_[step.outputs[0]]))
-            transposed_from_[step.outputs[0]] = step.inputs[0];
-    }
-}
-
-void Executor::find_channels_last_forms() {
     channels_last_form_.assign(value_names_.size(), -1);
     static const std::vector<int64_t> kToNchw{0, 3, 1, 2};
     for (const auto& step : steps_) {
         const auto& node = model_->graph().node(step.node);
         if (!step.lazy || node.op_type() != "Transpose" || !is_default_domain(node) || step.inputs.size() != 1 ||
-            step.outputs.size() != 1 || step.inputs[0] < 0 || step.outputs[0] < 0 ||
-            !options_.taps.count(value_names_[step.outputs[0]]))
+            step.outputs.size() != 1 || step.inputs[0] < 0 || step.outputs[0] < 0)
             continue;
+        const auto& name = value_names_[step.outputs[0]];
+        if (options_.any_order_taps.count(name)) transposed_from_[step.outputs[0]] = step.inputs[0];
         const auto* perm = find_attribute(node, "perm");
-        if (perm && std::vector<int64_t>(perm->ints().begin(), perm->ints().end()) == kToNchw)
+        if (options_.taps.count(name) && perm &&
+            std::vector<int64_t>(perm->ints().begin(), perm->ints().end()) == kToNchw)
             channels_last_form_[step.outputs[0]] = step.inputs[0];
     }
 }

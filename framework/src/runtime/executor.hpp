@@ -150,7 +150,6 @@ class Executor {
     void plan_releases();
     void find_lazy_steps();
     void find_transposed_taps();
-    void find_channels_last_forms();
     int id_of(const std::string& name);
     // A run's jobs.
     void bind_feeds(const std::map<std::string, Tensor>& feeds, Values& values) const;
