@@ -45,14 +45,30 @@ vaiq::Model two_input_model() {
 
 // ---------------------------------------------------------------- data readers
 
-// A reader plugin that claims every path at `claim` and yields one batch named after itself.
+// A reader plugin that claims every path at `claim`; its batches' source names it.
 class FixedClaim final : public vaiq::Reader {
   public:
     FixedClaim(int claim, std::string name) : claim_(claim), name_(std::move(name)) {}
     int claim(const fs::path&) const override { return claim_; }
     std::unique_ptr<vaiq::DataReader> open(const fs::path&, const vaiq::Model& model,
                                            const std::string&) const override {
-        return vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 1);
+        class Named final : public vaiq::DataReader {
+          public:
+            Named(std::unique_ptr<vaiq::DataReader> inner, std::string name)
+                : inner_(std::move(inner)), name_(std::move(name)) {}
+            std::optional<vaiq::Batch> next() override {
+                auto batch = inner_->next();
+                if (batch) batch->source = name_;
+                return batch;
+            }
+            void rewind() override { inner_->rewind(); }
+            size_t items() const override { return inner_->items(); }
+
+          private:
+            std::unique_ptr<vaiq::DataReader> inner_;
+            std::string name_;
+        };
+        return std::make_unique<Named>(vaiq::random_data_reader(model, nlohmann::json::array(), nullptr, 1), name_);
     }
 
   private:
@@ -60,19 +76,20 @@ class FixedClaim final : public vaiq::Reader {
     std::string name_;
 };
 
-vaiq::PluginInstance<vaiq::Reader> fixed_claim(int claim) {
-    return {new FixedClaim(claim, "fixed"), [](vaiq::Reader* r) { delete r; }};
+vaiq::PluginInstance<vaiq::Reader> fixed_claim(int claim, const std::string& name) {
+    return {new FixedClaim(claim, name), [](vaiq::Reader* r) { delete r; }};
 }
 
 TEST(DataReaders, APathOpensWithTheReaderThatClaimsItMost) {
     const auto dir = temp_dir();
     const auto model = two_input_model();
     vaiq::DataReaders readers;
-    readers.add("low", fixed_claim(1));
-    readers.add("none", fixed_claim(0));
-    EXPECT_TRUE(readers.open(dir, model, "calibration data")->next());
-    readers.add("high", fixed_claim(3));
-    readers.add("also_high", fixed_claim(3));
+    readers.add("low", fixed_claim(1, "low"));
+    readers.add("none", fixed_claim(0, "none"));
+    EXPECT_EQ(readers.open(dir, model, "calibration data")->next()->source, "low");
+    readers.add("high", fixed_claim(3, "high"));
+    EXPECT_EQ(readers.open(dir, model, "calibration data")->next()->source, "high") << "the highest claim";
+    readers.add("also_high", fixed_claim(3, "also_high"));
     const auto tie = error_of([&] { readers.open(dir, model, "calibration data"); });
     EXPECT_NE(tie.find("readers 'high' and 'also_high' both claim it at 3"), std::string::npos) << tie;
     EXPECT_NE(error_of([&] {
@@ -80,7 +97,7 @@ TEST(DataReaders, APathOpensWithTheReaderThatClaimsItMost) {
               }).find("evaluation data " + (dir / "missing").string() + " does not exist"),
               std::string::npos);
     vaiq::DataReaders none;
-    none.add("none", fixed_claim(0));
+    none.add("none", fixed_claim(0, "none"));
     const auto unclaimed = error_of([&] { none.open(dir, model, "calibration data"); });
     EXPECT_NE(unclaimed.find("is nothing the readers take (readers: none;"), std::string::npos) << unclaimed;
 }

@@ -68,13 +68,14 @@ std::unique_ptr<DataReader> DataReaders::open(const fs::path& path, const Model&
             claimants.push_back(&reader);
         }
     }
-    std::vector<std::string> names;
-    for (const auto& [name, reader] : readers_) names.push_back(name);
-    if (claimants.empty())
+    if (claimants.empty()) {
+        std::vector<std::string> names;
+        for (const auto& [name, reader] : readers_) names.push_back(name);
         throw InputError(
             fmt::format("{} {} is nothing the readers take (readers: {}; `vaiq plugins` says what "
                         "each reads)",
                         what, path.string(), names.empty() ? "none" : join(names)));
+    }
     if (claimants.size() > 1)
         throw InputError(
             fmt::format("{} {}: readers '{}' and '{}' both claim it at {}; a reader meant to replace "

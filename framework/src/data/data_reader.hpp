@@ -5,9 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
