@@ -1,7 +1,7 @@
 // Tensor files as calibration data and `vaiq infer` inputs: .npy (header,
 // dtype, shape, sizes) and ONNX TensorProto .pb, chosen by the first byte.
 #include "fuzz_support.hpp"
-#include "sdk/npy.hpp"
+#include "vaiq/reader.hpp"
 #include "vaiq/tensor.hpp"
 
 using namespace vaiq;
