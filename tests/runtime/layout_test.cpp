@@ -628,3 +628,53 @@ TEST(Layout, ForksAndRewritesAtChannelsLastTensorsAgreeWithChannelsFirst) {
     for (const auto& p : last.profile()) calls[p.op_type] = p.calls;
     EXPECT_GT(calls["Transpose"], 0) << "the forking executor ran channels-last";
 }
+
+// A tensor that convolutions read channels-last and a Flatten channels-first:
+// a fork or rewrite reaches both (it works where the tensor is computed,
+// channels-last). A transpose of the model's own that the layout optimisation
+// cancels against its own is computed only for taps, from a value of the
+// model's that others may read: no fork or rewrite there, rather than one that
+// changes what those others read.
+TEST(Layout, ForksAndRewritesReachEveryReaderOfATensorHeldChannelsLast) {
+    vaiq::test::GraphBuilder b;
+    b.input("x", {1, 3, 8, 8}).output("y", {1, 3, 8, 8}).output("f", {1, 192}).output("z", {1, 2, 3, 8});
+    b.initializer("w1", vaiq::test::ramp({3, 3, 3, 3}, -0.4f, 0.01f));
+    b.initializer("w2", vaiq::test::ramp({3, 3, 1, 1}, 0.3f, -0.07f));
+    b.initializer("w3", vaiq::test::ramp({2, 8, 1, 1}, -0.2f, 0.05f));
+    vaiq::test::set_ints_attribute(b.node("Conv", {"x", "w1"}, {"c1"}, "conv1"), "pads", {1, 1, 1, 1});
+    b.node("Conv", {"c1", "w2"}, {"y"}, "conv2");
+    b.node("Flatten", {"c1"}, {"f"}, "flatten");
+    b.node("Relu", {"c1"}, {"r"}, "relu");
+    vaiq::test::set_ints_attribute(b.node("Transpose", {"r"}, {"t"}, "own_transpose"), "perm", {0, 3, 1, 2});
+    b.node("Conv", {"t", "w3"}, {"z"}, "conv3");
+    const auto model = b.build();
+    const std::set<std::string> kept{"c1", "r", "t"};
+    Executor first(model, {.threads = 1, .optimize_layout = false, .fuse_qdq = false, .taps = kept});
+    Executor last(model, vaiq::runtime::forking_options(1, kept));
+    EXPECT_TRUE(first.can_fork("t"));
+    EXPECT_FALSE(last.can_fork("t"));
+    const Tensor x = vaiq::test::ramp({1, 3, 8, 8}, -2.0f, 0.037f);
+    auto values = [](const Tensor& t) { return std::vector<float>(t.data<float>().begin(), t.data<float>().end()); };
+    // Not idempotent: a rewrite applied twice, or to another tensor's value, shows.
+    const vaiq::runtime::Rewrite shift = [](const std::string& name, Tensor& value) {
+        const float by = name == "c1" ? 0.25f : name == "r" ? 0.5f : 1.0f;
+        for (auto& v : value.mutable_data<float>()) v = std::round(v * 4) / 4 + by;
+    };
+    auto run = [&](Executor& executor) {
+        std::vector<std::vector<float>> seen;
+        auto keep = [&](const std::vector<Tensor>& outputs) {
+            for (const auto& t : outputs) seen.push_back(values(t));
+        };
+        keep(executor.run_forking({{"x", x}}, {"c1", "r"},
+                                  [&](const std::string&, const Tensor& value, const vaiq::runtime::Resume& resume) {
+                                      Tensor half = value;
+                                      for (auto& v : half.mutable_data<float>()) v *= 0.5f;
+                                      keep(resume(half));
+                                  }));
+        keep(executor.run_forking({{"x", x}}, {}, {}, {"c1", "r"}, shift));
+        return seen;
+    };
+    const auto channels_first = run(first), channels_last = run(last);
+    ASSERT_EQ(channels_first.size(), 12u);  // two forks' outputs, the run's, the rewritten run's
+    for (size_t i = 0; i < channels_first.size(); ++i) EXPECT_EQ(channels_last[i], channels_first[i]) << i;
+}

@@ -138,7 +138,7 @@ Executor::Executor(const Model& original, ExecutorOptions options) : model_(&ori
     fold_constants();
     plan_releases();
     find_lazy_steps();
-    find_transposed_taps();
+    find_transposed_taps(original);
     last_reader_ = last_readers(std::vector<bool>(steps_.size(), false));
 }
 
@@ -265,21 +265,30 @@ void Executor::find_lazy_steps() {
     }
 }
 
-// The lazy Transposes that compute a tap only for taps: an any-order tap reads
-// their input instead, and a fork or rewrite of an NHWC -> NCHW one works there.
-void Executor::find_transposed_taps() {
+// The Transposes that give a tap channels-first. A lazy one computes it only
+// for taps: an any-order tap reads its input instead. At an NHWC -> NCHW one
+// the layout optimisation made, lazy or not, a fork or rewrite of the tap works
+// on its input, which the channels-last readers read (a fork or rewrite of the
+// output alone would miss them). A transpose of the model's own is left as it
+// is: its input is a value of its own, perhaps forked or rewritten too.
+void Executor::find_transposed_taps(const Model& original) {
     transposed_from_.assign(value_names_.size(), -1);
     channels_last_form_.assign(value_names_.size(), -1);
     static const std::vector<int64_t> kToNchw{0, 3, 1, 2};
+    std::set<std::string> own;  // the values of the model as given
+    if (optimized_) {
+        for (const auto& in : original.graph().input()) own.insert(in.name());
+        for (const auto& node : original.graph().node()) own.insert(node.output().begin(), node.output().end());
+    }
     for (const auto& step : steps_) {
         const auto& node = model_->graph().node(step.node);
-        if (!step.lazy || node.op_type() != "Transpose" || !is_default_domain(node) || step.inputs.size() != 1 ||
+        if (node.op_type() != "Transpose" || !is_default_domain(node) || step.inputs.size() != 1 ||
             step.outputs.size() != 1 || step.inputs[0] < 0 || step.outputs[0] < 0)
             continue;
         const auto& name = value_names_[step.outputs[0]];
-        if (options_.any_order_taps.count(name)) transposed_from_[step.outputs[0]] = step.inputs[0];
+        if (step.lazy && options_.any_order_taps.count(name)) transposed_from_[step.outputs[0]] = step.inputs[0];
         const auto* perm = find_attribute(node, "perm");
-        if (options_.taps.count(name) && perm &&
+        if (optimized_ && options_.taps.count(name) && !own.count(value_names_[step.inputs[0]]) && perm &&
             std::vector<int64_t>(perm->ints().begin(), perm->ints().end()) == kToNchw)
             channels_last_form_[step.outputs[0]] = step.inputs[0];
     }

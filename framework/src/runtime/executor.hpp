@@ -149,7 +149,7 @@ class Executor {
     void fold_constants();
     void plan_releases();
     void find_lazy_steps();
-    void find_transposed_taps();
+    void find_transposed_taps(const Model& original);
     int id_of(const std::string& name);
     // A run's jobs.
     void bind_feeds(const std::map<std::string, Tensor>& feeds, Values& values) const;
@@ -177,9 +177,9 @@ class Executor {
     /// Per value, for an any-order tap computed by a lazy Transpose: the value
     /// that transpose reads (tapped instead); -1 otherwise.
     std::vector<int> transposed_from_;
-    /// Per value, for a tap the layout optimisation computes only for taps by a
-    /// lazy NHWC -> NCHW Transpose: the channels-last value it transposes, at
-    /// which run_forking() forks and rewrites it; -1 otherwise.
+    /// Per value, for a tap the layout optimisation computes by an NHWC -> NCHW
+    /// Transpose of its own (lazy or not): the channels-last value it transposes,
+    /// at which run_forking() forks and rewrites it; -1 otherwise.
     std::vector<int> channels_last_form_;
     /// Per value, the last step that reads it among those that run (`run_lazy`
     /// says which lazy ones do); -1 for the caller's outputs and unread values.
