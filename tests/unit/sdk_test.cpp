@@ -6,7 +6,9 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <numeric>
+#include <set>
 #include <thread>
 
 #include "sdk/one_scale.hpp"
@@ -159,13 +161,50 @@ TEST(Tensor, FreedBlocksServeTheSameThreadsNextRequestsOfTheirSize) {
     EXPECT_EQ(vaiq::allocate_tensor_bytes(100000), b);
     vaiq::free_tensor_bytes(b, 100000);
 
-    // Over 64 MiB kept, the oldest go back to the heap: of five 16 MiB blocks
-    // the last four stay (and a, b with them are gone).
+    // Over 64 MiB kept, the oldest go back to the heap: of 65 blocks of 1 MiB
+    // the last 64 stay (and a, b with them are gone).
     std::vector<void*> big;
-    for (int i = 0; i < 5; ++i) big.push_back(vaiq::allocate_tensor_bytes(16 * kMiB));
-    for (void* p : big) vaiq::free_tensor_bytes(p, 16 * kMiB);
-    for (int i = 4; i >= 1; --i) EXPECT_EQ(vaiq::allocate_tensor_bytes(16 * kMiB), big[static_cast<size_t>(i)]);
-    for (int i = 1; i <= 4; ++i) vaiq::free_tensor_bytes(big[static_cast<size_t>(i)], 16 * kMiB);
+    for (int i = 0; i < 65; ++i) big.push_back(vaiq::allocate_tensor_bytes(kMiB));
+    for (void* p : big) vaiq::free_tensor_bytes(p, kMiB);
+    for (int i = 64; i >= 1; --i) EXPECT_EQ(vaiq::allocate_tensor_bytes(kMiB), big[static_cast<size_t>(i)]);
+    for (int i = 1; i <= 64; ++i) vaiq::free_tensor_bytes(big[static_cast<size_t>(i)], kMiB);
+}
+
+TEST(Tensor, FreedLargeBlocksServeLaterRequestsOfAnyThreadThatFitInThem) {
+    if (!kBlocksKept) GTEST_SKIP() << "blocks are not kept under AddressSanitizer";
+    // Sizes over anything the other tests of this process leave kept.
+    constexpr size_t kMiB = size_t{1} << 20;
+    auto fill = [](void* block, size_t bytes) {  // every byte usable
+        std::memset(block, 0x5a, bytes);
+        EXPECT_EQ(static_cast<unsigned char*>(block)[bytes - 1], 0x5a);
+    };
+    void* a = vaiq::allocate_tensor_bytes(130 * kMiB);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 64, 0u);
+    fill(a, 130 * kMiB);
+    vaiq::free_tensor_bytes(a, 130 * kMiB);
+    void* elsewhere = nullptr;  // another thread's request takes it
+    std::thread([&] {
+        elsewhere = vaiq::allocate_tensor_bytes(130 * kMiB - 100);
+        vaiq::free_tensor_bytes(elsewhere, 130 * kMiB - 100);
+    }).join();
+    EXPECT_EQ(elsewhere, a);
+    // A smaller request takes the smallest kept block that holds it, cut to its size.
+    void* b = vaiq::allocate_tensor_bytes(190 * kMiB);
+    vaiq::free_tensor_bytes(b, 190 * kMiB);
+    void* c = vaiq::allocate_tensor_bytes(70 * kMiB);
+    EXPECT_EQ(c, a);
+    fill(c, 70 * kMiB);
+    vaiq::free_tensor_bytes(c, 70 * kMiB);
+    EXPECT_EQ(vaiq::allocate_tensor_bytes(150 * kMiB), b);
+    vaiq::free_tensor_bytes(b, 150 * kMiB);
+    // At most 512 MiB are kept: of three 200 MiB blocks (never touched: only
+    // address space) freed after those, the first freed goes, the other two serve again.
+    std::vector<void*> huge;
+    for (int i = 0; i < 3; ++i) huge.push_back(vaiq::allocate_tensor_bytes(200 * kMiB));
+    for (void* p : huge) vaiq::free_tensor_bytes(p, 200 * kMiB);
+    const std::set<void*> kept{vaiq::allocate_tensor_bytes(200 * kMiB), vaiq::allocate_tensor_bytes(200 * kMiB)};
+    EXPECT_EQ(kept, (std::set<void*>{huge[1], huge[2]}));
+    for (void* p : kept) vaiq::free_tensor_bytes(p, 200 * kMiB);
 }
 
 TEST(Quant, ParsesEveryDocumentedSpelling) {

@@ -137,11 +137,11 @@ struct TensorView {
     std::span<const T> data;
 };
 
-/// Hands memory the C library keeps after frees back to the system. Called
-/// when a large tensor is freed: glibc serves such blocks from its heap once it
-/// has room there, and a smaller long-lived allocation above a freed block
-/// pins it, so that reading a model's weights one at a time would otherwise
-/// grow the process by a weight per tensor.
+/// Hands memory the C library's heap keeps after frees back to the system,
+/// when it keeps kReturnedFreeBytes or more. Called when a large tensor is
+/// freed: a smaller long-lived allocation above a freed block pins it, so that
+/// reading a model's weights one at a time (their serialized bytes are heap
+/// blocks) would otherwise grow the process by a weight per tensor.
 VAIQ_API void return_freed_memory() noexcept;
 
 /// Frees of at least this many bytes call return_freed_memory(). Smaller ones
@@ -151,11 +151,12 @@ VAIQ_API void return_freed_memory() noexcept;
 inline constexpr size_t kReturnedFreeBytes = size_t{64} << 20;
 
 /// Storage for tensors: 64-byte aligned, not zero-filled. A block of 16 KiB to
-/// 16 MiB freed here is kept by the freeing thread (up to 64 MiB each) for its
+/// 1 MiB freed here is kept by the freeing thread (up to 64 MiB each) for its
 /// next request of the same size: an executor's runs allocate and free the
 /// same activations over and over, which the C library's one shared heap
-/// served with its bookkeeping and lock each time. Frees of at least
-/// kReturnedFreeBytes call return_freed_memory(). Not kept under AddressSanitizer.
+/// served with its bookkeeping and lock each time. Larger blocks are mapped
+/// from the system on their own and kept when freed, up to 512 MiB in all, for
+/// any thread's next request that fits in one. Not kept under AddressSanitizer.
 VAIQ_API void* allocate_tensor_bytes(size_t bytes);
 VAIQ_API void free_tensor_bytes(void* block, size_t bytes) noexcept;
 

@@ -2,8 +2,9 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <unistd.h>
 #include <malloc.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <array>
 #include <bit>
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <mutex>
 #include <optional>
 
 #include "vaiq/error.hpp"
@@ -268,7 +270,9 @@ Tensor convert_float_type(const Tensor& t, DataType to) {
 
 void return_freed_memory() noexcept {
 #ifndef VAIQ_SANITIZED_HEAP
-    malloc_trim(0);
+    // Only where the heap holds that much unused: a trim hands back every free
+    // page, which the next allocations fault in again.
+    if (mallinfo2().fordblks >= kReturnedFreeBytes) malloc_trim(0);
 #endif
 }
 
@@ -281,14 +285,14 @@ constexpr bool kKeepBlocks = true;
 #endif
 
 constexpr std::align_val_t kTensorAlignment{64};
-constexpr size_t kSmallestKept = size_t{16} << 10, kLargestKept = size_t{16} << 20;
+constexpr size_t kSmallestKept = size_t{16} << 10, kLargestKept = size_t{1} << 20;  // by the thread
 constexpr size_t kKeptBytesPerThread = size_t{64} << 20, kKeptBlocksPerThread = 256;
 
-// Kept sizes are whole pages, so that blocks of nearly the same size serve each other.
+// Kept sizes are whole pages (larger blocks: 64 KiB), so that blocks of nearly
+// the same size serve each other.
 size_t block_size(size_t bytes) {
-    constexpr size_t kPage = 4096;
-    return kKeepBlocks && bytes >= kSmallestKept && bytes <= kLargestKept ? (bytes + kPage - 1) / kPage * kPage
-                                                                            : bytes;
+    const size_t unit = bytes > kLargestKept ? size_t{64} << 10 : 4096;
+    return kKeepBlocks && bytes >= kSmallestKept ? (bytes + unit - 1) / unit * unit : bytes;
 }
 
 void release_block(void* block, [[maybe_unused]] size_t size) noexcept {
@@ -335,6 +339,84 @@ class KeptBlocks {
 };
 
 thread_local KeptBlocks kept_blocks;
+
+// Blocks over kLargestKept are mapped from the system on their own and kept
+// when freed, up to kLargeKeptBytes in all, for the next request that fits,
+// from any thread. An executor's runs free such activations and allocate them
+// again at the next steps and runs: from the C library's heap, which a large
+// free trimmed (return_freed_memory(): every free page handed back, else the
+// heap grew around them), they were faulted in anew each time, 39 % of a
+// 1024 x 1024 segmentation model's simulated runs in the kernel. Unmapped, a
+// block returns to the system whole. (In 4 KB pages: see docs/performance.md
+// on huge pages.)
+class LargeBlocks {
+  public:
+    static constexpr size_t kLargeKeptBytes = size_t{512} << 20;
+
+    // The smallest kept block that holds `size` (the most recently freed of
+    // those), its pages past `size` unmapped; else a new one.
+    void* take(size_t size) {
+        Block best{nullptr, 0};
+        {
+            std::lock_guard lock(mutex_);
+            size_t at = blocks_.size();
+            for (size_t i = blocks_.size(); i-- > 0;)  // of equal sizes the most recently freed
+                if (blocks_[i].size >= size && (at == blocks_.size() || blocks_[i].size < blocks_[at].size)) at = i;
+            if (at < blocks_.size()) {
+                best = blocks_[at];
+                bytes_ -= best.size;
+                blocks_.erase(blocks_.begin() + static_cast<std::ptrdiff_t>(at));
+            }
+        }
+        if (!best.block) return map(size);
+        if (best.size > size) munmap(static_cast<std::byte*>(best.block) + size, best.size - size);
+        return best.block;
+    }
+
+    void keep(void* block, size_t size) noexcept {
+        std::vector<Block> released;
+        {
+            std::lock_guard lock(mutex_);
+            if (size <= kLargeKeptBytes && blocks_.size() < kMostBlocks) {
+                while (bytes_ + size > kLargeKeptBytes) {
+                    released.push_back(blocks_.front());
+                    bytes_ -= blocks_.front().size;
+                    blocks_.erase(blocks_.begin());
+                }
+                blocks_.push_back({block, size});  // capacity reserved: cannot throw
+                bytes_ += size;
+                block = nullptr;
+            }
+        }
+        if (block) munmap(block, size);
+        for (const auto& b : released) munmap(b.block, b.size);
+    }
+
+    LargeBlocks() { blocks_.reserve(kMostBlocks); }
+
+  private:
+    static constexpr size_t kMostBlocks = 256;
+    struct Block {
+        void* block;
+        size_t size;
+    };
+
+    static void* map(size_t size) {
+        void* block = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (block == MAP_FAILED) throw std::bad_alloc();
+        return block;
+    }
+
+    std::mutex mutex_;
+    std::vector<Block> blocks_;  // oldest first
+    size_t bytes_ = 0;
+};
+
+// Never destroyed: tensors that static objects hold may be freed after any other static is.
+LargeBlocks& large_blocks() {
+    static auto* blocks = new LargeBlocks;
+    return *blocks;
+}
 // Set once the thread's blocks are gone: another thread-local object's
 // destructor may still free a tensor after them.
 thread_local bool blocks_gone = false;
@@ -352,6 +434,7 @@ KeptBlocks::~KeptBlocks() {
 
 void* allocate_tensor_bytes(size_t bytes) {
     const size_t size = block_size(bytes);
+    if (kKeepBlocks && size > kLargestKept) return large_blocks().take(size);
     if (kept(size))
         if (void* block = kept_blocks.take(size)) return block;
     return ::operator new(size, kTensorAlignment);
@@ -360,6 +443,12 @@ void* allocate_tensor_bytes(size_t bytes) {
 void free_tensor_bytes(void* block, size_t bytes) noexcept {
     if (!block) return;
     const size_t size = block_size(bytes);
+    if (kKeepBlocks && size > kLargestKept) {
+        large_blocks().keep(block, size);
+        if (size >= kReturnedFreeBytes)
+            return_freed_memory();  // the heap's own frees (a model's weights read one by one)
+        return;
+    }
     if (kept(size)) return kept_blocks.keep(block, size);
     release_block(block, size);
     if (size >= kReturnedFreeBytes) return_freed_memory();

@@ -143,9 +143,10 @@ void execute_conv(KernelContext& ctx, ConvState& state, Tensor& y) {
     const auto& w = ctx.input(1);
     const int64_t m = w.shape()[0];
     dnnl::stream stream(cpu_engine());
-    const memory src = reordered(stream, wrap(state.user_src, x), state.pd.src_desc());
-    const memory weights =
-        operand(stream, w, ctx.is_constant(1), state.user_weights, state.pd.weights_desc(), state.weights);
+    Tensor src_storage, weights_storage, dst_storage;  // this call's reordered copies
+    const memory src = reordered(stream, wrap(state.user_src, x), state.pd.src_desc(), &src_storage);
+    const memory weights = operand(stream, w, ctx.is_constant(1), state.user_weights, state.pd.weights_desc(),
+                                   state.weights, weights_storage);
     Tensor zero_bias;
     if (!ctx.has_input(2)) zero_bias = Tensor(DataType::Float, {m});
     const Tensor& b = ctx.has_input(2) ? ctx.input(2) : zero_bias;
@@ -153,7 +154,7 @@ void execute_conv(KernelContext& ctx, ConvState& state, Tensor& y) {
     const memory bias = wrap({{m}, memory::data_type::f32, memory::format_tag::a}, b);
     memory user_dst(state.user_dst, cpu_engine(), y.mutable_bytes().data());
     const bool direct = state.pd.dst_desc() == state.user_dst;
-    memory dst = direct ? user_dst : memory(state.pd.dst_desc(), cpu_engine());
+    memory dst = direct ? user_dst : call_memory(state.pd.dst_desc(), dst_storage);
     state.primitive.execute(
         stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, dst}});
     if (!direct) dnnl::reorder(dst, user_dst).execute(stream, dst, user_dst);
@@ -256,10 +257,11 @@ void conv_depthwise_dnnl(KernelContext& ctx, std::shared_ptr<DepthwiseState>& st
         state->depthwise = dnnl::convolution_forward(state->depthwise_pd);
     }
     dnnl::stream stream(cpu_engine());
+    Tensor pw_storage, dw_storage;  // this call's reordered weights, where they are not constants
     const memory pw_weights = operand(stream, pw, ctx.is_constant(1), {{m, c, 1, 1}, f32, memory::format_tag::oihw},
-                                      state->pointwise_pd.weights_desc(), state->pointwise_weights);
+                                      state->pointwise_pd.weights_desc(), state->pointwise_weights, pw_storage);
     const memory dw_weights = operand(stream, dw, ctx.is_constant(3), {{m, 1, 1, 3, 3}, f32, memory::format_tag::goihw},
-                                      state->depthwise_pd.weights_desc(), state->depthwise_weights);
+                                      state->depthwise_pd.weights_desc(), state->depthwise_weights, dw_storage);
     Tensor zero_bias;  // made only for a missing bias
     if (!ctx.has_input(2) || !ctx.has_input(4)) zero_bias = Tensor(DataType::Float, {m});
     auto bias = [&](size_t slot) {
@@ -547,8 +549,9 @@ void conv_transpose(KernelContext& ctx, std::vector<Tensor>& out) {
         ctx.state = state;
     }
     dnnl::stream stream(cpu_engine());
-    const memory src = reordered(stream, wrap(state->user_src, x), state->pd.src_desc());
-    const memory weights = reordered(stream, wrap(state->user_weights, w), state->pd.weights_desc());
+    Tensor src_storage, weights_storage, dst_storage;  // this call's reordered copies
+    const memory src = reordered(stream, wrap(state->user_src, x), state->pd.src_desc(), &src_storage);
+    const memory weights = reordered(stream, wrap(state->user_weights, w), state->pd.weights_desc(), &weights_storage);
     Tensor zero_bias;
     if (!ctx.has_input(2)) zero_bias = Tensor(DataType::Float, {m});
     const Tensor& b = ctx.has_input(2) ? ctx.input(2) : zero_bias;
@@ -556,7 +559,7 @@ void conv_transpose(KernelContext& ctx, std::vector<Tensor>& out) {
     Tensor y = Tensor::uninitialized(DataType::Float, state->computed_shape);
     memory user_dst(state->user_dst, cpu_engine(), y.mutable_bytes().data());
     const bool direct = state->pd.dst_desc() == state->user_dst;
-    memory dst = direct ? user_dst : memory(state->pd.dst_desc(), cpu_engine());
+    memory dst = direct ? user_dst : call_memory(state->pd.dst_desc(), dst_storage);
     state->primitive.execute(stream, {{DNNL_ARG_SRC, src},
                                       {DNNL_ARG_WEIGHTS, weights},
                                       {DNNL_ARG_BIAS, wrap({{m}, memory::data_type::f32, memory::format_tag::a}, b)},

@@ -54,17 +54,22 @@ memory wrap(const memory::desc& desc, const Tensor& t) {
     return memory(desc, cpu_engine(), const_cast<std::byte*>(t.bytes().data()));
 }
 
-memory reordered(dnnl::stream& stream, memory src, const memory::desc& wanted) {
+memory call_memory(const memory::desc& desc, Tensor& storage) {
+    storage = Tensor::uninitialized(DataType::UInt8, {static_cast<int64_t>(desc.get_size())});
+    return memory(desc, cpu_engine(), storage.mutable_bytes().data());
+}
+
+memory reordered(dnnl::stream& stream, memory src, const memory::desc& wanted, Tensor* storage) {
     if (src.get_desc() == wanted) return src;
-    memory dst(wanted, cpu_engine());
+    memory dst = storage ? call_memory(wanted, *storage) : memory(wanted, cpu_engine());
     dnnl::reorder(src, dst).execute(stream, src, dst);
     return dst;
 }
 
 memory operand(dnnl::stream& stream, const Tensor& t, bool constant, const memory::desc& user,
-               const memory::desc& wanted, ConstantOperand& cache) {
+               const memory::desc& wanted, ConstantOperand& cache, Tensor& storage) {
     if (constant && cache.of == &t) return cache.memory;
-    memory m = reordered(stream, wrap(user, t), wanted);
+    memory m = reordered(stream, wrap(user, t), wanted, constant ? nullptr : &storage);
     if (!constant) return m;
     // Keep a copy of our own: the cache must not alias a tensor it does not own.
     if (m.get_data_handle() == t.bytes().data()) {

@@ -20,8 +20,18 @@ dnnl::memory::dims dims_of(const std::vector<int64_t>& shape);
 /// A memory object over a tensor's bytes (no copy).
 dnnl::memory wrap(const dnnl::memory::desc& desc, const Tensor& t);
 
-/// `src` in layout `wanted`: itself when it already is, else a reordered copy.
-dnnl::memory reordered(dnnl::stream& stream, dnnl::memory src, const dnnl::memory::desc& wanted);
+/// Memory of layout `desc` for one call, in `storage` (made here): tensor
+/// storage, which keeps freed blocks for the next call (large ones in huge
+/// pages), where oneDNN's own allocation is the C library's heap, which a large
+/// free trims. A 1024 x 1024 convolution's channels-first input and output,
+/// reordered to and from oneDNN's blocked layout, were faulted in page by page
+/// on every call.
+dnnl::memory call_memory(const dnnl::memory::desc& desc, Tensor& storage);
+
+/// `src` in layout `wanted`: itself when it already is, else a reordered copy in
+/// `storage` (call_memory), or, without it, in memory oneDNN allocates and owns.
+dnnl::memory reordered(dnnl::stream& stream, dnnl::memory src, const dnnl::memory::desc& wanted,
+                       Tensor* storage = nullptr);
 
 /// The layout a constant matrix product operand B (float, plain `b`) is kept
 /// in: oneDNN's choice, except that without AVX-512 rows a multiple of 4 KB
@@ -38,8 +48,8 @@ struct ConstantOperand {
 };
 
 /// `t` in layout `wanted`. When `constant`, the reordered copy is made once and
-/// kept in `cache`; otherwise it is made per call (or `t` is used in place).
+/// kept in `cache`; otherwise it is made per call in `storage` (or `t` is used in place).
 dnnl::memory operand(dnnl::stream& stream, const Tensor& t, bool constant, const dnnl::memory::desc& user,
-                     const dnnl::memory::desc& wanted, ConstantOperand& cache);
+                     const dnnl::memory::desc& wanted, ConstantOperand& cache, Tensor& storage);
 
 }  // namespace vaiq::runtime

@@ -76,6 +76,7 @@ struct Int8ConvBand {
     dnnl::convolution_forward primitive;
     ConstantOperand weights;  ///< used when its weights layout differs from the first band's
     memory run_weights;       ///< the weights this run passes
+    Tensor run_weights_storage;                ///< their bytes, where they are not constants
     std::vector<memory> src, dst, scratchpad;  ///< per worker, pointed at each band's data
 };
 
@@ -257,15 +258,17 @@ std::optional<Int32Sums> int8_conv(KernelContext& ctx, const Tensor& x, int32_t 
     }
     const Tensor padded = state->padded ? padded_input(*state, x, x_zero_point, false) : Tensor();
     dnnl::stream stream(cpu_engine());
-    const memory src = reordered(stream, wrap(state->user_src, state->padded ? padded : x), state->pd.src_desc());
+    Tensor src_storage, weights_storage, dst_storage;  // this call's reordered copies
+    const memory src =
+        reordered(stream, wrap(state->user_src, state->padded ? padded : x), state->pd.src_desc(), &src_storage);
     const memory weights =
-        operand(stream, w, w_constant, state->user_weights, state->pd.weights_desc(), state->weights);
+        operand(stream, w, w_constant, state->user_weights, state->pd.weights_desc(), state->weights, weights_storage);
     shape = state->y_shape;
     const auto count = static_cast<size_t>(element_count(shape));
     Int32Sums nhwc(count);  // written in full by oneDNN
     memory user_dst(state->user_dst, cpu_engine(), nhwc.data());
     const bool direct = state->pd.dst_desc() == state->user_dst;
-    memory dst = direct ? user_dst : memory(state->pd.dst_desc(), cpu_engine());
+    memory dst = direct ? user_dst : call_memory(state->pd.dst_desc(), dst_storage);
     state->primitive.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
     if (!direct) dnnl::reorder(dst, user_dst).execute(stream, dst, user_dst);
     stream.wait();
@@ -389,7 +392,7 @@ bool int8_conv_channels_last(KernelContext& ctx, const Tensor& x, int32_t x_zero
     for (auto& kind : state->bands) {
         const bool own = kind.pd.weights_desc() != state->bands.front().pd.weights_desc();
         kind.run_weights = operand(state->workers[0].stream, w, w_constant, state->user_weights, kind.pd.weights_desc(),
-                                   own ? kind.weights : state->bands.front().weights);
+                                   own ? kind.weights : state->bands.front().weights, kind.run_weights_storage);
         for (int t = static_cast<int>(kind.src.size()); t < workers; ++t) {
             kind.src.emplace_back(kind.pd.src_desc(), cpu_engine(), nullptr);
             kind.dst.emplace_back(kind.pd.dst_desc(), cpu_engine(), nullptr);
@@ -529,7 +532,9 @@ std::optional<Int32Sums> int8_matmul(KernelContext& ctx, const Tensor& a, int32_
     }
     const Tensor& b_int8 = shift ? state->b_int8 : b;
     dnnl::stream stream(cpu_engine());
-    const memory weights = operand(stream, b_int8, b_constant, state->b, state->pd.weights_desc(), state->weights);
+    Tensor weights_storage;  // this call's reordered B, where it is not a constant
+    const memory weights =
+        operand(stream, b_int8, b_constant, state->b, state->pd.weights_desc(), state->weights, weights_storage);
     shape = batch;
     shape.push_back(m);
     shape.push_back(n);

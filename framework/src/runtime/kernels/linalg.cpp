@@ -65,7 +65,9 @@ void dnnl_product(KernelContext& ctx, std::vector<int64_t> key, const dnnl::memo
         ctx.state = state;
     }
     dnnl::stream stream(cpu_engine());
-    const dnnl::memory weights = operand(stream, b, constant_b, state->b, state->pd.weights_desc(), state->cached_b);
+    Tensor b_storage;  // this call's reordered B, where it is not a constant
+    const dnnl::memory weights =
+        operand(stream, b, constant_b, state->b, state->pd.weights_desc(), state->cached_b, b_storage);
     dnnl::memory c(state->c, cpu_engine(), y.mutable_bytes().data());
     std::unordered_map<int, dnnl::memory> args{
         {DNNL_ARG_SRC, wrap(state->a, a)}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c}};
