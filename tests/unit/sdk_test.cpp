@@ -172,6 +172,7 @@ TEST(Tensor, FreedBlocksServeTheSameThreadsNextRequestsOfTheirSize) {
 
 TEST(Tensor, FreedLargeBlocksServeLaterRequestsOfAnyThreadThatFitInThem) {
     if (!kBlocksKept) GTEST_SKIP() << "blocks are not kept under AddressSanitizer";
+    const vaiq::KeptLargeBlocks as_in_a_run;
     // Sizes over anything the other tests of this process leave kept.
     constexpr size_t kMiB = size_t{1} << 20;
     auto fill = [](void* block, size_t bytes) {  // every byte usable

@@ -155,10 +155,26 @@ inline constexpr size_t kReturnedFreeBytes = size_t{64} << 20;
 /// next request of the same size: an executor's runs allocate and free the
 /// same activations over and over, which the C library's one shared heap
 /// served with its bookkeeping and lock each time. Larger blocks are mapped
-/// from the system on their own and kept when freed, up to 512 MiB in all, for
-/// any thread's next request that fits in one. Not kept under AddressSanitizer.
+/// from the system on their own; one freed while a KeptLargeBlocks lives is kept,
+/// up to 512 MiB in all, for any thread's next request that fits in one (else
+/// it is unmapped at once). Not kept under AddressSanitizer.
 VAIQ_API void* allocate_tensor_bytes(size_t bytes);
 VAIQ_API void free_tensor_bytes(void* block, size_t bytes) noexcept;
+
+/// While one lives, in any thread, freed tensor blocks over 1 MiB are kept for
+/// later requests (see allocate_tensor_bytes). An executor's run holds one: its
+/// steps and its next runs allocate the same activations again. Elsewhere (a
+/// model's weights converted one by one) a freed block goes back at once.
+class VAIQ_API KeptLargeBlocks {
+  public:
+    KeptLargeBlocks() noexcept;
+    ~KeptLargeBlocks();
+    KeptLargeBlocks(const KeptLargeBlocks&) = delete;
+    KeptLargeBlocks& operator=(const KeptLargeBlocks&) = delete;
+};
+
+/// Hands the kept blocks over 1 MiB back to the system (a run's phase is over).
+VAIQ_API void release_kept_large_blocks() noexcept;
 
 /// Allocates without zero-filling, for buffers that are written in full anyway,
 /// on 64-byte boundaries: a vector register or cache line never straddles two

@@ -19,6 +19,7 @@
 #include "util/progress.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/log.hpp"
+#include "vaiq/tensor.hpp"
 #include "vaiq/text.hpp"
 
 namespace fs = std::filesystem;
@@ -113,6 +114,7 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
                                    return quantize(branch, registry, nested, /*writes=*/false);
                                });
         s.report["phases"].push_back(phase_entry(step.phase, start));
+        release_kept_large_blocks();  // what the phase's runs kept for each other
         log_debug("phase {} took {:.3f} s", phase_name(step.phase), s.report["phases"].back()["seconds"].get<double>());
     }
     progress.done();

@@ -560,6 +560,7 @@ std::vector<Tensor> Executor::run(Values& values, const std::vector<std::string>
     // folding's one-thread runs left whole calibrations on one core).
     std::optional<ThreadCount> threads;
     if (options_.threads > 0) threads.emplace(options_.threads);
+    const KeptLargeBlocks for_the_next_steps_and_runs;
     auto tapped = start_taps(taps, tap, values);
     // An any-order tap behind a layout transpose is tapped at the transpose's input.
     std::map<int, std::vector<int>> tapped_at;  // value id -> the tapped names it stands for

@@ -340,9 +340,9 @@ class KeptBlocks {
 
 thread_local KeptBlocks kept_blocks;
 
-// Blocks over kLargestKept are mapped from the system on their own and kept
-// when freed, up to kLargeKeptBytes in all, for the next request that fits,
-// from any thread. An executor's runs free such activations and allocate them
+// Blocks over kLargestKept are mapped from the system on their own and, freed
+// during a run (KeptLargeBlocks), kept up to kLargeKeptBytes in all for the
+// next request that fits, from any thread. An executor's runs free such activations and allocate them
 // again at the next steps and runs: from the C library's heap, which a large
 // free trimmed (return_freed_memory(): every free page handed back, else the
 // heap grew around them), they were faulted in anew each time, 39 % of a
@@ -373,23 +373,32 @@ class LargeBlocks {
         return best.block;
     }
 
+    // Kept while a KeptLargeBlocks lives (the oldest unmapped to make room), else unmapped.
     void keep(void* block, size_t size) noexcept {
-        std::vector<Block> released;
-        {
-            std::lock_guard lock(mutex_);
-            if (size <= kLargeKeptBytes && blocks_.size() < kMostBlocks) {
-                while (bytes_ + size > kLargeKeptBytes) {
-                    released.push_back(blocks_.front());
-                    bytes_ -= blocks_.front().size;
-                    blocks_.erase(blocks_.begin());
-                }
-                blocks_.push_back({block, size});  // capacity reserved: cannot throw
-                bytes_ += size;
-                block = nullptr;
-            }
+        std::lock_guard lock(mutex_);
+        if (keepers_ == 0 || size > kLargeKeptBytes || blocks_.size() >= kMostBlocks) {
+            munmap(block, size);
+            return;
         }
-        if (block) munmap(block, size);
-        for (const auto& b : released) munmap(b.block, b.size);
+        while (bytes_ + size > kLargeKeptBytes) {
+            munmap(blocks_.front().block, blocks_.front().size);
+            bytes_ -= blocks_.front().size;
+            blocks_.erase(blocks_.begin());
+        }
+        blocks_.push_back({block, size});  // capacity reserved: cannot throw
+        bytes_ += size;
+    }
+
+    void release_all() noexcept {
+        std::lock_guard lock(mutex_);
+        for (const auto& b : blocks_) munmap(b.block, b.size);
+        blocks_.clear();
+        bytes_ = 0;
+    }
+
+    void add_keeper(int by) noexcept {
+        std::lock_guard lock(mutex_);
+        keepers_ += by;
     }
 
     LargeBlocks() { blocks_.reserve(kMostBlocks); }
@@ -410,6 +419,7 @@ class LargeBlocks {
     std::mutex mutex_;
     std::vector<Block> blocks_;  // oldest first
     size_t bytes_ = 0;
+    int keepers_ = 0;  // KeptLargeBlocks alive
 };
 
 // Never destroyed: tensors that static objects hold may be freed after any other static is.
@@ -431,6 +441,11 @@ KeptBlocks::~KeptBlocks() {
 }
 
 }  // namespace
+
+KeptLargeBlocks::KeptLargeBlocks() noexcept { large_blocks().add_keeper(1); }
+KeptLargeBlocks::~KeptLargeBlocks() { large_blocks().add_keeper(-1); }
+
+void release_kept_large_blocks() noexcept { large_blocks().release_all(); }
 
 void* allocate_tensor_bytes(size_t bytes) {
     const size_t size = block_size(bytes);
