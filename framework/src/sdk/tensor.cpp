@@ -342,13 +342,13 @@ thread_local KeptBlocks kept_blocks;
 
 // Blocks over kLargestKept are mapped from the system on their own and, freed
 // during a run (KeptLargeBlocks), kept up to kLargeKeptBytes in all for the
-// next request that fits, from any thread. An executor's runs free such activations and allocate them
-// again at the next steps and runs: from the C library's heap, which a large
-// free trimmed (return_freed_memory(): every free page handed back, else the
-// heap grew around them), they were faulted in anew each time, 39 % of a
-// 1024 x 1024 segmentation model's simulated runs in the kernel. Unmapped, a
-// block returns to the system whole. (In 4 KB pages: see docs/performance.md
-// on huge pages.)
+// next request that fits, from any thread. An executor's runs free such
+// activations and allocate them again at the next steps and runs: from the C
+// library's heap, which a large free trimmed (return_freed_memory(): every free
+// page handed back, else the heap grew around them), they were faulted in anew
+// each time, 39 % of a 1024 x 1024 segmentation model's simulated runs in the
+// kernel. Unmapped, a block returns to the system whole. (In 4 KB pages: see
+// docs/performance.md on huge pages.)
 class LargeBlocks {
   public:
     static constexpr size_t kLargeKeptBytes = size_t{512} << 20;
