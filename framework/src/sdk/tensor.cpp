@@ -458,14 +458,12 @@ void* allocate_tensor_bytes(size_t bytes) {
 void free_tensor_bytes(void* block, size_t bytes) noexcept {
     if (!block) return;
     const size_t size = block_size(bytes);
-    if (kKeepBlocks && size > kLargestKept) {
-        large_blocks().keep(block, size);
-        if (size >= kReturnedFreeBytes)
-            return_freed_memory();  // the heap's own frees (a model's weights read one by one)
-        return;
-    }
     if (kept(size)) return kept_blocks.keep(block, size);
-    release_block(block, size);
+    if (kKeepBlocks && size > kLargestKept)
+        large_blocks().keep(block, size);
+    else
+        release_block(block, size);
+    // Also after a block outside the heap: the heap's own frees (a model's weights read one by one).
     if (size >= kReturnedFreeBytes) return_freed_memory();
 }
 
