@@ -13,12 +13,12 @@
 
 #include "pipeline/pipeline.hpp"
 #include "pipeline/preprocess.hpp"
-#include "pipeline/tune.hpp"
 #include "plugin/registry.hpp"
 #include "recipe/recipe.hpp"
 #include "report/dump.hpp"
 #include "runtime/executor.hpp"
 #include "sdk/atomic_file.hpp"
+#include "tune/tune.hpp"
 #include "util/progress.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/model.hpp"

@@ -1,4 +1,4 @@
-#include "pipeline/tune.hpp"
+#include "tune/tune.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>

@@ -5,9 +5,9 @@
 #include <cmath>
 
 #include "pipeline/calibration_cache.hpp"
-#include "pipeline/tune.hpp"
 #include "recipe/recipe.hpp"
 #include "test_support.hpp"
+#include "tune/tune.hpp"
 #include "vaiq/error.hpp"
 
 namespace {
