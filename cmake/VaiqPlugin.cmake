@@ -1,4 +1,4 @@
-# vaiq_add_plugin(NAME <name> KIND <calibrator|format|target|pass|algorithm|reader> SOURCES <src>...
+# vaiq_add_plugin(NAME <name> KIND <calibrator|format|target|pass|algorithm|reader|report> SOURCES <src>...
 #                 [OUTPUT_DIRECTORY <dir>] [INSTALL])
 #
 # Builds a vaiq plugin: a MODULE library named vaiq-<kind>-<name>.so that links
@@ -13,7 +13,7 @@ function(vaiq_add_plugin)
   if(NOT ARG_NAME OR NOT ARG_KIND OR NOT ARG_SOURCES)
     message(FATAL_ERROR "vaiq_add_plugin: NAME, KIND and SOURCES are required")
   endif()
-  set(_kinds calibrator format target pass algorithm reader)
+  set(_kinds calibrator format target pass algorithm reader report)
   if(NOT ARG_KIND IN_LIST _kinds)
     message(FATAL_ERROR "vaiq_add_plugin(${ARG_NAME}): KIND '${ARG_KIND}' is not one of ${_kinds}")
   endif()

@@ -16,9 +16,9 @@
 #include "pipeline/pipeline.hpp"
 #include "pipeline/preprocess.hpp"
 #include "plugin/registry.hpp"
+#include "recipe/defaults.hpp"
 #include "recipe/recipe.hpp"
 #include "report/dump.hpp"
-#include "report/html_report.hpp"
 #include "runtime/infer.hpp"
 #include "sdk/atomic_file.hpp"
 #include "tune/tune.hpp"
@@ -228,11 +228,9 @@ class RunCommand final : public PipelineCommand {
         auto options = run_options();
         if (!stop_after_.empty()) options.stop_after = parse_phase(stop_after_);
         const auto result = run_pipeline(recipe, registry_, options);
-        if (recipe.value("report_html").get<bool>())
-            spdlog::info("wrote {}, {} and {}", result.output.string(), result.report.string(),
-                         fs::path(result.report).replace_extension(".html").string());
-        else
-            spdlog::info("wrote {} and {}", result.output.string(), result.report.string());
+        std::vector<std::string> written = {result.output.string(), result.report.string()};
+        for (const auto& d : result.documents) written.push_back(d.string());
+        spdlog::info("wrote {} and {}", join({written.begin(), written.end() - 1}, ", "), written.back());
         if (!result.report_json["quantized"].get<bool>())
             spdlog::warn("the output is not quantized: the run stopped after the {} phase",
                          result.report_json["stopped_after"].get<std::string>());
@@ -343,7 +341,7 @@ class AnalyzeCommand final : public PipelineCommand {
         std::string page_path = html_;
         if (page_path.empty() && !report_.empty()) page_path = fs::path(report_).replace_extension(".html").string();
         if (!page_path.empty()) {
-            const auto page = html_report(report);
+            const auto page = render_report(registry_, defaults::kHtmlReport, report);
             write_file_atomically(page_path, [&](std::ostream& out) { out << page; });
         }
         for (const auto& o : report["evaluation"]["outputs"])

@@ -111,7 +111,7 @@ TEST(Cli, UsageErrorsExitOne) {
     EXPECT_EQ(vaiq_cli("run").exit_code, 1);
 }
 
-TEST(Cli, PluginsListsAllSixKinds) {
+TEST(Cli, PluginsListsAllSevenKinds) {
     auto r = vaiq_cli("plugins --json");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto plugins = nlohmann::json::parse(r.out);
@@ -120,7 +120,8 @@ TEST(Cli, PluginsListsAllSixKinds) {
         kinds.insert(p["kind"].get<std::string>());
         EXPECT_TRUE(p.contains("version") && p.contains("summary") && p.contains("options"));
     }
-    EXPECT_EQ(kinds, (std::set<std::string>{"calibrator", "format", "target", "pass", "algorithm", "reader"}));
+    EXPECT_EQ(kinds,
+              (std::set<std::string>{"calibrator", "format", "target", "pass", "algorithm", "reader", "report"}));
     r = vaiq_cli("plugins");
     EXPECT_NE(r.out.find("minmax"), std::string::npos);
     EXPECT_NE(r.out.find("CalibMovingAverage (bool, default false)"), std::string::npos);

@@ -291,4 +291,50 @@ TEST_F(ExternalPlugin, AReaderOpensTheDataItClaims) {
     EXPECT_FLOAT_EQ(largest["2"], 6.0f) << "CsvScale reached the reader";
 }
 
+// A report built out of tree is written beside the JSON report with its own
+// extension and options, in place of the page or beside it; a misspelt one is
+// refused at its recipe line before anything runs.
+TEST_F(ExternalPlugin, AReportNamedByARecipeIsWrittenBesideTheJson) {
+    const auto log = work() / "log7.txt";
+    ASSERT_EQ(
+        shell("VAIQ_PLUGIN_PATH=" + (work() / "plugin-build").string() + " " + vaiq().string() + " plugins --json",
+              log),
+        0)
+        << slurp(log);
+    const auto plugins = nlohmann::json::parse(slurp(log));
+    EXPECT_TRUE(std::any_of(plugins.begin(), plugins.end(), [](const auto& p) {
+        return p["name"] == "markdown_summary" && p["kind"] == "report" && p["options"][0]["name"] == "title";
+    })) << slurp(log);
+    vaiq::save_model(vaiq::test::conv_relu_model(), work() / "summary.onnx");
+    vaiq::test::write_text(work() / "summary.yaml",
+                           "recipe_version: 1\nplugin_paths: [plugin-build]\nreport_html: false\n"
+                           "reports:\n  - {name: markdown_summary, options: {title: Edge camera}}\n");
+    ASSERT_EQ(run("run summary.yaml --model summary.onnx --output summary.q.onnx", log), 0) << slurp(log);
+    EXPECT_NE(slurp(log).find("summary.q.report.md"), std::string::npos)
+        << "the run names what it wrote: " << slurp(log);
+    const auto page = slurp(work() / "summary.q.report.md");
+    EXPECT_EQ(page.rfind("# Edge camera\n", 0), 0u) << page;
+    const auto report = nlohmann::json::parse(slurp(work() / "summary.q.report.json"));
+    const auto output = report["evaluation"]["outputs"][0];
+    EXPECT_NE(page.find("| " + output["name"].get<std::string>() + " | " + output["sqnr_db"].dump() + " |"),
+              std::string::npos)
+        << page;
+    EXPECT_FALSE(fs::exists(work() / "summary.q.report.html")) << "report_html: false";
+    EXPECT_TRUE(std::any_of(report["plugins"].begin(), report["plugins"].end(),
+                            [](const auto& p) { return p["kind"] == "report" && p["name"] == "markdown_summary"; }));
+
+    vaiq::test::write_text(work() / "both.yaml",
+                           "recipe_version: 1\nplugin_paths: [plugin-build]\nreports: [markdown_summary]\n");
+    ASSERT_EQ(run("run both.yaml --model summary.onnx --output both.onnx", log), 0) << slurp(log);
+    EXPECT_EQ(slurp(work() / "both.report.md").rfind("# vaiq run\n", 0), 0u) << "its option's default";
+    EXPECT_TRUE(fs::exists(work() / "both.report.html")) << "report_html's page as well";
+
+    vaiq::test::write_text(work() / "typo.yaml",
+                           "recipe_version: 1\nplugin_paths: [plugin-build]\nreports: [markdown_sumary]\n");
+    EXPECT_EQ(run("run typo.yaml --model summary.onnx --output typo.onnx", log), 1);
+    EXPECT_NE(slurp(log).find("typo.yaml:3:11"), std::string::npos) << slurp(log);
+    EXPECT_NE(slurp(log).find("markdown_summary"), std::string::npos) << "what is installed: " << slurp(log);
+    EXPECT_FALSE(fs::exists(work() / "typo.onnx"));
+}
+
 }  // namespace

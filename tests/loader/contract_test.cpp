@@ -24,7 +24,7 @@ TEST(PluginContract, EveryBuiltinPluginKeepsIt) {
         for (const auto& o : p->options) EXPECT_FALSE(o.doc.empty()) << o.name;
         EXPECT_NO_THROW(registry.check_configuration(*p, registry.resolve_options(*p, nullptr)));
     }
-    EXPECT_EQ(kinds.size(), 6u) << "built-in plugins of all six kinds";
+    EXPECT_EQ(kinds.size(), 7u) << "built-in plugins of all seven kinds";
 }
 
 }  // namespace

@@ -22,7 +22,8 @@
 #endif
 
 /** The ABI revision of this SDK; a plugin must carry exactly this number. */
-/* 18: the reader kind (vaiq/reader.hpp), VAIQ_OPTION_FLOAT_LIST and VAIQ_OPTION_ANY, forking_runner()'s rewrites;
+/* 19: the report kind (vaiq/report.hpp);
+ * 18: the reader kind (vaiq/reader.hpp), VAIQ_OPTION_FLOAT_LIST and VAIQ_OPTION_ANY, forking_runner()'s rewrites;
  * 17: AlgorithmStage::Plan (draft(), keep_float(), set_per_channel(), mark_mixed_scales()), note(), channel_ranges()'s batches;
  *     agreement()/agreements() take Batches (a set's first batches) and a reference variant; sensitivity() left the
  *     context (the ranking is the mixed_precision plugins'), mixed_scale_tensors(), reported();
@@ -37,7 +38,7 @@
  * 8: the algorithm kind (vaiq/algorithm.hpp);
  * 7: RangeObserver::order_free(), Pass::keeps_function();
  * 6: QuantSpec::dynamic, RangeObserver statistics() and merge(), 4-bit types and block-wise parameters */
-#define VAIQ_ABI_VERSION 18u
+#define VAIQ_ABI_VERSION 19u
 
 /** Name of the one symbol a plugin library exports. */
 #define VAIQ_PLUGIN_ENTRY_NAME "vaiq_plugin_entry"
@@ -82,7 +83,8 @@ typedef enum vaiq_plugin_kind {
     VAIQ_KIND_TARGET = 3,     /**< what a device supports and requires */
     VAIQ_KIND_PASS = 4,       /**< a named graph rewrite */
     VAIQ_KIND_ALGORITHM = 5,  /**< changes what gets written, from data (GPTQ) */
-    VAIQ_KIND_READER = 6      /**< opens calibration and evaluation data (a folder of images) */
+    VAIQ_KIND_READER = 6,     /**< opens calibration and evaluation data (a folder of images) */
+    VAIQ_KIND_REPORT = 7      /**< renders the run's report as a document beside it (the HTML page) */
 } vaiq_plugin_kind;
 
 /** Type of a plugin option. */
@@ -115,7 +117,7 @@ typedef struct vaiq_plugin_descriptor {
     const char* summary;   /**< one line */
     const vaiq_option_descriptor* options;
     size_t option_count;
-    /** Creates an instance (a vaiq::Calibrator*, Format*, Target*, Pass*, Algorithm* or Reader* by kind).
+    /** Creates an instance (a vaiq::Calibrator*, Format*, Target*, Pass*, Algorithm*, Reader* or ReportWriter* by kind).
      *  Never throws: on failure returns NULL and writes a message into error. */
     void* (*create)(char* error, size_t error_size);
     /** Destroys an instance create() returned, in the module that allocated it. */

@@ -20,6 +20,7 @@
 #include "vaiq/pass.hpp"
 #include "vaiq/plugin.hpp"
 #include "vaiq/quant.hpp"
+#include "vaiq/report.hpp"  // kTensorRankingSection
 #include "vaiq/tensor.hpp"
 
 namespace vaiq {
@@ -321,13 +322,6 @@ class VAIQ_API AlgorithmContext {
     /// found that another may report or build on.
     virtual nlohmann::json reported(const std::string& algorithm) const = 0;
 };
-
-/// A report section of this "kind" ranks quantized tensors by their cost to the
-/// output: "tensors", most harmful first, each with "tensor", "role" and
-/// "output_sqnr_db" (the output's SQNR with that tensor alone quantized; "inf"
-/// when exact, null when not measured). The report's page draws the first of
-/// them and its advice names the most harmful, whichever algorithm ranked.
-inline constexpr const char* kTensorRankingSection = "tensor_ranking";
 
 /// When in the run an algorithm works.
 enum class AlgorithmStage : uint32_t {

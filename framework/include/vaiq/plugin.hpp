@@ -20,16 +20,17 @@ enum class PluginKind : uint32_t {
     Pass = VAIQ_KIND_PASS,
     Algorithm = VAIQ_KIND_ALGORITHM,
     Reader = VAIQ_KIND_READER,
+    Report = VAIQ_KIND_REPORT,
 };
 
-/// "calibrator", "format", "target", "pass", "algorithm", "reader".
+/// "calibrator", "format", "target", "pass", "algorithm", "reader", "report".
 VAIQ_API std::string_view kind_name(PluginKind kind);
 VAIQ_API std::optional<PluginKind> parse_kind(std::string_view name);
 
 /// The version of this vaiq (and of its SDK).
 VAIQ_API std::string_view version();
 
-/// Base of the six plugin interfaces.
+/// Base of the seven plugin interfaces.
 class VAIQ_API Plugin {
   public:
     virtual ~Plugin();
@@ -71,7 +72,7 @@ std::array<const vaiq_plugin_descriptor*, N> pointers_to(const vaiq_plugin_descr
 
 }  // namespace detail
 
-/// Describes plugin class T (derived from Calibrator, Format, Target, Pass, Algorithm or Reader and
+/// Describes plugin class T (derived from Calibrator, Format, Target, Pass, Algorithm, Reader or ReportWriter and
 /// default-constructible) for VAIQ_PLUGINS.
 template <typename T, size_t N>
 constexpr vaiq_plugin_descriptor describe(const char* name, const char* version, const char* summary,

@@ -20,6 +20,7 @@
 #include "vaiq/qdq_view.hpp"
 #include "vaiq/quant.hpp"
 #include "vaiq/reader.hpp"
+#include "vaiq/report.hpp"
 #include "vaiq/statistics.hpp"
 #include "vaiq/target.hpp"
 #include "vaiq/tensor.hpp"

@@ -134,7 +134,7 @@ void evaluate_phase(const RunSetup& setup, const FloatModel& floats, Calibrated&
     const bool low = std::any_of(evaluation.outputs.begin(), evaluation.outputs.end(),
                                  [&](const auto& o) { return o.sqnr_db < warn_db; });
     data.rewind();
-    const bool per_tensor = setup.settings.report_html;
+    const bool per_tensor = !setup.plugins.reports.empty();  // for the pages they draw
     auto batch = low || per_tensor ? data.next() : std::nullopt;
     if (batch && per_tensor)
         diagnose(report, "the per-tensor error", [&] {

@@ -12,7 +12,6 @@
 #include "recipe/defaults.hpp"
 #include "recipe/schema.hpp"
 #include "report/dump.hpp"
-#include "report/html_report.hpp"
 #include "sdk/atomic_file.hpp"
 #include "util/model_size.hpp"
 #include "util/paths.hpp"
@@ -118,16 +117,25 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
         log_debug("phase {} took {:.3f} s", phase_name(step.phase), s.report["phases"].back()["seconds"].get<double>());
     }
     progress.done();
-    return {
-        std::move(s.written.quantized), std::move(s.written.parked),   std::move(s.report), setup.input, setup.output,
-        std::move(setup.report_path),   std::move(s.calibrated.tables)};
+    return {std::move(s.written.quantized),
+            std::move(s.written.parked),
+            std::move(s.report),
+            setup.input,
+            setup.output,
+            std::move(setup.report_path),
+            std::move(s.calibrated.tables),
+            std::move(setup.reports)};
 }
 
-// Writes the model, the dump a recipe asks for, and the report.
-void save_run(const RunSettings& settings, const RunOptions& options, QuantizedRun& run) {
+// Writes the model, the dump a recipe asks for, the report and what the report
+// plugins render of it; returns the paths of their documents.
+std::vector<fs::path> save_run(const RunSettings& settings, const RunOptions& options, QuantizedRun& run) {
     const auto start = std::chrono::steady_clock::now();
-    // Made before anything is written: a page that cannot be made leaves nothing half-written.
-    const std::string html = settings.report_html ? html_report(run.report) : std::string();
+    // Rendered before anything is written: a report that cannot be rendered leaves nothing half-written.
+    std::vector<std::pair<fs::path, std::string>> documents;
+    for (const auto& writer : run.reports)
+        documents.emplace_back(fs::path(run.report_path).replace_extension(writer->extension()),
+                               writer->render(run.report));
     SaveOptions save = save_options(settings, run.output);
     save.check = false;  // the check phase just ran
     store_externally_if_oversize(run.quantized, save, run.output, "use_external_data_format");
@@ -149,9 +157,12 @@ void save_run(const RunSettings& settings, const RunOptions& options, QuantizedR
     }
     run.report["phases"].push_back(phase_entry(Phase::Save, start));
     write_file_atomically(run.report_path, [&](std::ostream& out) { out << run.report.dump(2) << '\n'; });
-    if (!html.empty())
-        write_file_atomically(fs::path(run.report_path).replace_extension(".html"),
-                              [&](std::ostream& out) { out << html; });
+    std::vector<fs::path> written;
+    for (const auto& [path, text] : documents) {
+        write_file_atomically(path, [&](std::ostream& out) { out << text; });
+        written.push_back(path);
+    }
+    return written;
 }
 
 // The shipped accurate recipe for the run's target, as advice; empty when an
@@ -299,8 +310,8 @@ RunResult run_pipeline(const Recipe& recipe, PluginRegistry& registry, const Run
         run.report["cle_guard"] = guard;
     }
     judge_outputs(recipe, settings, run.report);
-    save_run(settings, options, run);
-    return {run.output, run.report_path, run.report};
+    auto documents = save_run(settings, options, run);
+    return {run.output, run.report_path, std::move(documents), run.report};
 }
 
 CalibrationTables calibrate_pipeline(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options) {
@@ -318,6 +329,11 @@ nlohmann::json analyze_pipeline(const Recipe& recipe, PluginRegistry& registry, 
     auto report = quantize(analyzed, registry, options, /*writes=*/false).report;
     judge_outputs(analyzed, RunSettings::of(analyzed), report);  // its advice, for the page
     return report;
+}
+
+std::string render_report(const PluginRegistry& registry, std::string_view name, const nlohmann::json& report) {
+    const auto& info = registry.require(PluginKind::Report, name);
+    return registry.create<ReportWriter>(name, registry.resolve_options(info, nullptr))->render(report);
 }
 
 std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, PluginRegistry& registry,
@@ -342,6 +358,7 @@ std::string explain(const Recipe& recipe, const ResolvedPlugins& plugins, Plugin
     for (const auto& algorithm : plugins.algorithms) plugin(algorithm, "");
     for (const auto& algorithm : plugins.tried) plugin(algorithm, ", which an algorithm may try");
     for (const auto& reader : plugins.readers) plugin(reader, ", for the data paths it claims most");
+    for (const auto& report : plugins.reports) plugin(report, "");
     line("");
     line("settings (value, then where it comes from):");
     for (const auto& spec : recipe_keys()) {

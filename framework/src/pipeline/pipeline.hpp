@@ -43,6 +43,7 @@ struct ResolvedPlugins {
     std::vector<PluginChoice> tried;
     /// Every loaded reader: a data path opens with the one that claims it most.
     std::vector<PluginChoice> readers;
+    std::vector<PluginChoice> reports;  ///< report_html's page, then the recipe's reports
 };
 
 /// Loads the recipe's plugin_paths into `registry`, then finds every plugin the
@@ -78,6 +79,7 @@ struct RunOptions {
 struct RunResult {
     std::filesystem::path output;
     std::filesystem::path report;
+    std::vector<std::filesystem::path> documents;  ///< what the report plugins wrote beside the report
     nlohmann::json report_json;
 };
 
@@ -100,6 +102,9 @@ CalibrationTables calibrate_pipeline(const Recipe& recipe, PluginRegistry& regis
 /// Quantizes in memory with sensitivity_analysis on and returns the report:
 /// nothing is written (model_output is not needed).
 nlohmann::json analyze_pipeline(const Recipe& recipe, PluginRegistry& registry, const RunOptions& options);
+
+/// `report` as report plugin `name` renders it with its default options.
+std::string render_report(const PluginRegistry& registry, std::string_view name, const nlohmann::json& report);
 
 /// The resolved recipe as text: plugins, every setting with its origin; with a
 /// model, what applies to each node.

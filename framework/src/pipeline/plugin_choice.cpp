@@ -1,4 +1,4 @@
-// Which plugins a recipe runs, with their options: the target, format, calibrator, passes and algorithms.
+// Which plugins a recipe runs, with their options: the target, format, calibrator, passes, algorithms and reports.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -122,6 +122,26 @@ std::vector<PluginChoice> choose_algorithms(const Recipe& recipe, const PluginRe
     return out;
 }
 
+// report_html's page, then the recipe's reports (one named twice is written once,
+// with the options of its later naming).
+std::vector<PluginChoice> choose_reports(const Recipe& recipe, const PluginRegistry& registry) {
+    std::vector<PluginChoice> out;
+    auto add = [&](std::string_view name, const nlohmann::json& options, const std::string& origin) {
+        const auto& info = registry.require(PluginKind::Report, name, origin);
+        auto choice = with_extra_options(recipe, registry, info, options, [&](const std::string&) { return origin; });
+        const auto same = std::find_if(out.begin(), out.end(), [&](const PluginChoice& c) { return c.info == &info; });
+        if (same == out.end())
+            out.push_back(std::move(choice));
+        else
+            *same = std::move(choice);
+    };
+    if (recipe.value("report_html").get<bool>())
+        add(defaults::kHtmlReport, nullptr, who_needs(recipe, "report_html", "true"));
+    for (const auto& r : recipe.value("reports"))
+        add(r["name"].get<std::string>(), r["options"], r["origin"].get<std::string>());
+    return out;
+}
+
 // The algorithms those chosen may try and the run does not run anyway.
 std::vector<PluginChoice> choose_tried(const Recipe& recipe, const PluginRegistry& registry,
                                        const std::vector<PluginChoice>& chosen) {
@@ -164,7 +184,7 @@ void check_extra_options(const Recipe& recipe, const PluginRegistry& registry, c
     std::vector<const PluginInfo*> used = {chosen.target.info, chosen.format.info, chosen.calibrator.info};
     for (const auto& p : chosen.passes) used.push_back(p.info);
     if (chosen.equalization) used.push_back(chosen.equalization->info);
-    for (const auto* list : {&chosen.algorithms, &chosen.tried, &chosen.readers})
+    for (const auto* list : {&chosen.algorithms, &chosen.tried, &chosen.readers, &chosen.reports})
         for (const auto& a : *list) used.push_back(a.info);
     const auto algorithms = registry.list(PluginKind::Algorithm);
     // A setting that runs an algorithm, on or off (for one with values: one of them).
@@ -285,9 +305,10 @@ ResolvedPlugins resolve_plugins(const Recipe& recipe, PluginRegistry& registry) 
     for (const auto* info : registry.list(PluginKind::Reader))
         out.readers.push_back(
             with_extra_options(recipe, registry, *info, nullptr, [](const std::string&) { return std::string(); }));
+    out.reports = choose_reports(recipe, registry);
     check_extra_options(recipe, registry, out);
     for (const auto* choice : {&out.target, &out.format, &out.calibrator}) check_configuration(registry, *choice);
-    for (const auto* list : {&out.passes, &out.algorithms, &out.tried, &out.readers})
+    for (const auto* list : {&out.passes, &out.algorithms, &out.tried, &out.readers, &out.reports})
         for (const auto& choice : *list) check_configuration(registry, choice);
     if (out.equalization) check_configuration(registry, *out.equalization);
     return out;

@@ -17,6 +17,8 @@ void setup_phase(RunSetup& s, nlohmann::json& report) {
         s.algorithms.push_back(s.registry.create<Algorithm>(a.info->name, a.options));
     for (const auto& r : s.plugins.readers)
         s.readers.add(r.info->name, s.registry.create<Reader>(r.info->name, r.options));
+    for (const auto& r : s.plugins.reports)
+        s.reports.push_back(s.registry.create<ReportWriter>(r.info->name, r.options));
     s.run = s.settings.request;
     s.run.power_of_two = s.calibrators.get(s.plugins.calibrator.info->name).scale_form() == ScaleForm::PowerOfTwo;
     s.target->check(s.run);
@@ -32,6 +34,7 @@ void setup_phase(RunSetup& s, nlohmann::json& report) {
     for (size_t a = 0; a < s.algorithms.size(); ++a)
         add(s.plugins.algorithms[a])["stage"] = algorithm_stage_name(s.algorithms[a]->stage());
     for (const auto& a : s.plugins.tried) add(a);
+    for (const auto& r : s.plugins.reports) add(r);
 }
 
 void load_phase(const RunSetup& setup, FloatModel& floats, nlohmann::json& report) {

@@ -25,7 +25,6 @@ RunSettings RunSettings::of(const Recipe& recipe) {
     s.model_input = optional_value<std::string>(recipe, "model_input");
     s.model_output = optional_value<std::string>(recipe, "model_output");
     s.report = optional_value<std::string>(recipe, "report");
-    s.report_html = flag("report_html");
     s.use_external_data_format = flag("use_external_data_format");
     s.external_data_name = recipe.value("external_data_name").get<std::string>();
     s.external_data_size_threshold = recipe.value("external_data_size_threshold").get<int64_t>();

@@ -19,7 +19,6 @@ namespace vaiq {
 struct RunSettings {
     // Files
     std::optional<std::string> model_input, model_output, report;
-    bool report_html = true;
     bool use_external_data_format = false;
     std::string external_data_name;
     int64_t external_data_size_threshold = 0;

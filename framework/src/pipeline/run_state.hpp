@@ -25,6 +25,7 @@
 #include "report/evaluation.hpp"
 #include "util/spool.hpp"
 #include "vaiq/algorithm.hpp"
+#include "vaiq/report.hpp"
 
 namespace vaiq::phases {
 
@@ -43,6 +44,7 @@ struct QuantizedRun {
     nlohmann::json report;
     std::filesystem::path input, output, report_path;
     std::optional<CalibrationTables> tables;  ///< when asked for
+    std::vector<PluginInstance<ReportWriter>> reports;  ///< what renders the report when it is saved
 };
 
 // What setup decides and every later phase reads: the recipe, its settings
@@ -84,6 +86,7 @@ struct RunSetup {
     std::vector<PluginInstance<Algorithm>> algorithms;
     std::map<std::string, PluginInstance<Algorithm>> tried;
     DataReaders readers;        ///< the data paths' readers, made at setup
+    std::vector<PluginInstance<ReportWriter>> reports;  ///< made at setup: their options are checked before any work
     CalibratorSet calibrators;  ///< the plan points into them
     QuantRequest run;           ///< what the recipe asks of the whole run, for the target
     bool keep_tables = false;   ///< calibration keeps its statistics (vaiq calibrate)

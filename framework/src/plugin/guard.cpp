@@ -8,6 +8,7 @@
 #include "vaiq/format.hpp"
 #include "vaiq/pass.hpp"
 #include "vaiq/reader.hpp"
+#include "vaiq/report.hpp"
 #include "vaiq/target.hpp"
 
 #include <cmath>
@@ -196,6 +197,22 @@ class GuardedReader final : public Guarded<Reader> {
         return reader;
     }
 };
+
+class GuardedReportWriter final : public Guarded<ReportWriter> {
+  public:
+    GuardedReportWriter(PluginInstance<ReportWriter> inner, const PluginInfo& info) : Guarded(std::move(inner), info) {}
+    std::string extension() const override {
+        auto extension = who_.call("extension", [&] { return inner_->extension(); });
+        // It names a file beside the JSON report: ".html", not a path or the report itself.
+        if (extension.size() < 2 || extension[0] != '.' || extension == ".json" ||
+            extension.find_first_of("/\\", 1) != std::string::npos)
+            who_.invalid(fmt::format("extension '{}' is not a file name extension such as \".html\"", extension));
+        return extension;
+    }
+    std::string render(const nlohmann::json& report) const override {
+        return who_.call("render", [&] { return inner_->render(report); });
+    }
+};
 }  // namespace
 
 PluginInstance<Target> guard_plugin(PluginInstance<Target> inner, const PluginInfo& info) {
@@ -215,6 +232,9 @@ PluginInstance<Algorithm> guard_plugin(PluginInstance<Algorithm> inner, const Pl
 }
 PluginInstance<Reader> guard_plugin(PluginInstance<Reader> inner, const PluginInfo& info) {
     return wrap<GuardedReader>(std::move(inner), info);
+}
+PluginInstance<ReportWriter> guard_plugin(PluginInstance<ReportWriter> inner, const PluginInfo& info) {
+    return wrap<GuardedReportWriter>(std::move(inner), info);
 }
 
 }  // namespace vaiq

@@ -16,6 +16,7 @@
 #include "vaiq/log.hpp"
 #include "vaiq/pass.hpp"
 #include "vaiq/reader.hpp"
+#include "vaiq/report.hpp"
 #include "vaiq/target.hpp"
 #include "vaiq/text.hpp"
 
@@ -149,7 +150,7 @@ PluginInfo check_descriptor(const vaiq_plugin_descriptor* d, const fs::path& fil
     if (kind_name(kind) == "unknown")
         throw InputError(
             fmt::format("{} declares kind {}; this vaiq knows calibrator (1), format (2), target (3), "
-                        "pass (4), algorithm (5) and reader (6)",
+                        "pass (4), algorithm (5), reader (6) and report (7)",
                         who, d->kind));
     static const std::regex kVersion("[0-9]+\\.[0-9]+\\.[0-9]+([-+][0-9A-Za-z.+-]*)?");
     const std::string version = d->version ? d->version : "";
@@ -357,6 +358,7 @@ void PluginRegistry::check_configuration(const PluginInfo& info, const Options& 
         case PluginKind::Pass: create<Pass>(info.name, options); return;
         case PluginKind::Algorithm: create<Algorithm>(info.name, options); return;
         case PluginKind::Reader: create<Reader>(info.name, options); return;
+        case PluginKind::Report: create<ReportWriter>(info.name, options); return;
     }
 }
 

@@ -60,6 +60,7 @@ class Calibrator;
 class Pass;
 class Algorithm;
 class Reader;
+class ReportWriter;
 
 /// Plugin guards (guard.cpp): create() wraps every instance so that each call
 /// into the plugin is guarded. A refusal (InputError) passes through unchanged:
@@ -73,6 +74,7 @@ PluginInstance<Calibrator> guard_plugin(PluginInstance<Calibrator> inner, const 
 PluginInstance<Pass> guard_plugin(PluginInstance<Pass> inner, const PluginInfo& info);
 PluginInstance<Algorithm> guard_plugin(PluginInstance<Algorithm> inner, const PluginInfo& info);
 PluginInstance<Reader> guard_plugin(PluginInstance<Reader> inner, const PluginInfo& info);
+PluginInstance<ReportWriter> guard_plugin(PluginInstance<ReportWriter> inner, const PluginInfo& info);
 
 /// Where an option value came from, for error messages ("recipe.yaml:3:5").
 using OptionOrigin = std::function<std::string(const std::string& option)>;

@@ -42,6 +42,8 @@ std::vector<PassRequest> preparation_passes(const Recipe& recipe);
 /// The pass include_cle runs after the target's passes; the CLE* extra options
 /// are its options.
 inline constexpr std::string_view kEqualizationPass = "cross_layer_equalization";
+/// The report report_html: true writes: the HTML page.
+inline constexpr std::string_view kHtmlReport = "html";
 /// The reader of a run without calibration data (the documented random data reader).
 inline constexpr std::string_view kRandomReader = "random";
 /// quant_pre_process's steps: those before the caller's own passes, and after.

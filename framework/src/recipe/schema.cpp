@@ -58,7 +58,12 @@ const std::vector<KeySpec>& recipe_keys() {
         {"report_html", K::Bool, "true", P::Save, yes,
          "Also write the report as one self-contained HTML page beside the JSON one (<report>.html): summary, "
          "per-tensor error, activation histograms with the chosen ranges, the plan, device adjustments, phase "
-         "times. Its per-tensor figures cost one more run of both models on one evaluation batch."},
+         "times (the html report plugin). Its per-tensor figures cost one more run of both models on one "
+         "evaluation batch."},
+        {"reports", K::Passes, "[]", P::Save, yes,
+         "Report plugins that render the JSON report as other documents beside it (<report> with each one's "
+         "extension): a name, or {name, options}. report_html: true adds the HTML page. With any report, "
+         "evaluation measures every tensor's error on one batch for them."},
         {"dump_output_dir", K::OptionalPath, "null", P::Save, yes,
          "After saving, dump the quantized model's values on the first calibration batch here (dump_model)."},
         {"dump_float", K::Bool, "false", P::Save, yes, "With dump_output_dir: every node's float output too."},
@@ -74,22 +79,44 @@ const std::vector<KeySpec>& recipe_keys() {
          "SQNR falls below it."},
         {"min_output_sqnr_db", K::Float, "null", P::Evaluate, yes,
          "Fail (exit 1, nothing written) when an output's SQNR on the evaluation data is below this many dB."},
-        {"sensitivity_analysis", K::Bool, "false", P::Parameters, yes,
+        {"sensitivity_analysis",
+         K::Bool,
+         "false",
+         P::Parameters,
+         yes,
          "Add every quantized tensor's error to the report, most harmful first: its own SQNR after "
          "quantize-dequantize and the output's SQNR with only it quantized (`vaiq analyze` prints it).",
-         {}, {}, true},
-        {"sensitivity_batches", K::Int, "4", P::Parameters, yes,
+         {},
+         {},
+         true},
+        {"sensitivity_batches",
+         K::Int,
+         "4",
+         P::Parameters,
+         yes,
          "Batches of the calibration data the sensitivity analysis (and mixed precision's ranking) runs on "
          "(0: all): each tensor costs one run of the model per batch.",
-         {}, {}, true},
-        {"sensitivity_tensors", K::Int, "null", P::Parameters, yes,
+         {},
+         {},
+         true},
+        {"sensitivity_tensors",
+         K::Int,
+         "null",
+         P::Parameters,
+         yes,
          "Tensors the sensitivity analysis measures (0: every one): those whose own error after quantize-dequantize "
          "is largest; the others follow them in the ranking by that error, unmeasured. Default: every tensor, unless "
          "the plan's activations times the tensors exceed 5e10 values (a large model at a large input: IMG.LY's ISNet "
          "at 1024x1024 measures 59 of 471).",
-         {}, {}, true},
+         {},
+         {},
+         true},
 
-        {"float_fragile_inputs", K::Bool, "true", P::Plan, yes,
+        {"float_fragile_inputs",
+         K::Bool,
+         "true",
+         P::Plan,
+         yes,
          "Ops whose meaning breaks under rounding read float values: what comparisons (Equal, Greater, Less, ...) and "
          "rankings (ArgMax, ArgMin, TopK) read, since an 8-bit grid turns near values into equal ones (a peak test "
          "Equal(MaxPool(x), x) then finds peaks everywhere), and what Log and Reciprocal read, since "
@@ -101,7 +128,11 @@ const std::vector<KeySpec>& recipe_keys() {
          {},
          true},
 
-        {"mixed_scale_ratio", K::Float, "16", P::Plan, yes,
+        {"mixed_scale_ratio",
+         K::Float,
+         "16",
+         P::Plan,
+         yes,
          "Channels on different scales: where a tensor the graph splits (every reader a Slice or Split), a Concat's "
          "output or a Conv head's graph output has a channel whose largest |value| on the first calibration "
          "batches exceeds this many times another's, the tensor is named in the log and the report's "
@@ -110,8 +141,15 @@ const std::vector<KeySpec>& recipe_keys() {
          {},
          {},
          true},
-        {"mixed_scale_batches", K::Int, "4", P::Plan, yes,
-         "Calibration batches the channel-scale check measures (one float run of each).", {}, {}, true},
+        {"mixed_scale_batches",
+         K::Int,
+         "4",
+         P::Plan,
+         yes,
+         "Calibration batches the channel-scale check measures (one float run of each).",
+         {},
+         {},
+         true},
 
         // --- quantize_static arguments -------------------------------------------
         {"model_input", K::OptionalPath, "null", P::Load, yes, "The float model to quantize."},
@@ -141,8 +179,14 @@ const std::vector<KeySpec>& recipe_keys() {
         {"output_nodes", K::StringList, "[]", P::Plan, yes, "End nodes: nodes after them are not quantized."},
         {"op_types_to_quantize", K::StringList, "[]", P::Plan, yes,
          "Only quantize these op types (empty: every op type the target supports)."},
-        {"random_data_reader_input_shape", K::ShapeSpec, "[]", P::Calibrate, yes,
-         "Input shapes for the random data reader: [1, 3, 224, 224], [[...], [...]] or {name: [...]}.", {}, {},
+        {"random_data_reader_input_shape",
+         K::ShapeSpec,
+         "[]",
+         P::Calibrate,
+         yes,
+         "Input shapes for the random data reader: [1, 3, 224, 224], [[...], [...]] or {name: [...]}.",
+         {},
+         {},
          true},
         {"per_channel", K::Bool, "false", P::Plan, yes, "Quantize weights per channel."},
         {"reduce_range", K::Bool, "false", P::Plan, yes, "Quantize weights with 7 bits."},

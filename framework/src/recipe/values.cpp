@@ -416,7 +416,11 @@ nlohmann::json normalize(const KeySpec& spec, const YAML::Node& node, const Sour
                                                p));
             return providers;
         }
-        case ValueKind::Passes: return normalize_plugin_list(node, src, key == "algorithms" ? "algorithm" : "pass");
+        case ValueKind::Passes:
+            return normalize_plugin_list(node, src,
+                                         key == "algorithms" ? "algorithm"
+                                         : key == "reports"  ? "report"
+                                                             : "pass");
         case ValueKind::Overrides: return normalize_overrides(node, src);
     }
     throw InternalError("unhandled value kind for " + key);

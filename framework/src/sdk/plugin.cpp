@@ -19,13 +19,14 @@ std::string_view kind_name(PluginKind kind) {
         case PluginKind::Pass: return "pass";
         case PluginKind::Algorithm: return "algorithm";
         case PluginKind::Reader: return "reader";
+        case PluginKind::Report: return "report";
     }
     return "unknown";
 }
 
 std::optional<PluginKind> parse_kind(std::string_view name) {
     for (auto kind : {PluginKind::Calibrator, PluginKind::Format, PluginKind::Target, PluginKind::Pass,
-                      PluginKind::Algorithm, PluginKind::Reader}) {
+                      PluginKind::Algorithm, PluginKind::Reader, PluginKind::Report}) {
         if (kind_name(kind) == name) return kind;
     }
     return std::nullopt;

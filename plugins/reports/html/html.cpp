@@ -1,6 +1,11 @@
-#include "report/html_report.hpp"
-
+// The `html` report: the run's report as one self-contained page (inline CSS
+// and SVG, no script, nothing fetched): what a person reads to see which
+// layers lost what. Summary (float vs quantized accuracy and SQNR), per-tensor
+// error sorted by harm, activation histograms with the chosen ranges,
+// sensitivity when measured, the plan, device adjustments, passes, phase times
+// and the explicit settings.
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +13,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "vaiq/algorithm.hpp"
+#include "vaiq/report.hpp"
 
 namespace vaiq {
 
@@ -88,9 +93,8 @@ std::string bar_chart(const std::vector<Bar>& bars, double scale_min, double sca
     constexpr int kLabel = 300, kPlot = 420, kRow = 18, kPad = 60;
     const int height = static_cast<int>(bars.size()) * kRow + 24;
     const double span = std::max(scale_max - scale_min, 1e-9);
-    std::string svg = fmt::format(
-        "<svg class=\"chart\" role=\"img\" viewBox=\"0 0 {} {}\" width=\"{}\" height=\"{}\">", kLabel + kPlot + kPad,
-        height, kLabel + kPlot + kPad, height);
+    std::string svg = fmt::format("<svg class=\"chart\" role=\"img\" viewBox=\"0 0 {} {}\" width=\"{}\" height=\"{}\">",
+                                  kLabel + kPlot + kPad, height, kLabel + kPlot + kPad, height);
     for (int tick = 0; tick <= 4; ++tick) {
         const double x = kLabel + kPlot * tick / 4.0;
         svg += fmt::format("<line x1=\"{:.1f}\" y1=\"0\" x2=\"{:.1f}\" y2=\"{}\" class=\"grid\"/>", x, x, height - 18);
@@ -105,8 +109,8 @@ std::string bar_chart(const std::vector<Bar>& bars, double scale_min, double sca
             "<g><title>{}</title><text x=\"{}\" y=\"{:.1f}\" class=\"label\">{}</text>"
             "<rect x=\"{}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\"/>"
             "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"value\">{}</text></g>",
-            escape(b.title), kLabel - 6, y + 13, escape(b.label), kLabel, y + 3, std::max(w, 1.0), kRow - 5,
-            b.colour, kLabel + w + 4, y + 13, escape(b.text));
+            escape(b.title), kLabel - 6, y + 13, escape(b.label), kLabel, y + 3, std::max(w, 1.0), kRow - 5, b.colour,
+            kLabel + w + 4, y + 13, escape(b.text));
     }
     return svg + "</svg>";
 }
@@ -130,32 +134,39 @@ std::string graph_order_svg(const json& tensors, double warn_db) {
     lo = chart_floor(lo), hi = std::ceil(hi / 10) * 10;
     constexpr double kW = 720, kH = 180, kLeft = 40, kBottom = 20;
     const double plot_w = kW - kLeft - 10, plot_h = kH - kBottom - 8;
-    auto x_of = [&](size_t i) { return kLeft + plot_w * static_cast<double>(i) / static_cast<double>(points.size() - 1); };
+    auto x_of = [&](size_t i) {
+        return kLeft + plot_w * static_cast<double>(i) / static_cast<double>(points.size() - 1);
+    };
     auto y_of = [&](double db) { return 8 + plot_h * (1 - (db - lo) / (hi - lo)); };
-    std::string svg = fmt::format("<svg class=\"chart\" role=\"img\" id=\"graph-order\" viewBox=\"0 0 {} {}\" "
-                                  "width=\"{}\" height=\"{}\">",
-                                  kW, kH, kW, kH);
+    std::string svg = fmt::format(
+        "<svg class=\"chart\" role=\"img\" id=\"graph-order\" viewBox=\"0 0 {} {}\" "
+        "width=\"{}\" height=\"{}\">",
+        kW, kH, kW, kH);
     for (int tick = 0; tick <= 4; ++tick) {
         const double db = lo + (hi - lo) * tick / 4, y = y_of(db);
-        svg += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" class=\"grid\"/>"
-                           "<text x=\"2\" y=\"{:.1f}\" class=\"tick\">{:.3g}</text>",
-                           kLeft, y, kW - 10, y, y + 4, db);
+        svg += fmt::format(
+            "<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" class=\"grid\"/>"
+            "<text x=\"2\" y=\"{:.1f}\" class=\"tick\">{:.3g}</text>",
+            kLeft, y, kW - 10, y, y + 4, db);
     }
-    svg += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#c0392b\" "
-                       "stroke-dasharray=\"4 3\"><title>warn_output_sqnr_db {}</title></line>",
-                       kLeft, y_of(warn_db), kW - 10, y_of(warn_db), warn_db);
+    svg += fmt::format(
+        "<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#c0392b\" "
+        "stroke-dasharray=\"4 3\"><title>warn_output_sqnr_db {}</title></line>",
+        kLeft, y_of(warn_db), kW - 10, y_of(warn_db), warn_db);
     std::string path;
     for (size_t i = 0; i < points.size(); ++i)
         path += fmt::format("{}{:.1f},{:.1f}", i ? " " : "", x_of(i), y_of(points[i].second));
     svg += "<polyline fill=\"none\" stroke=\"#2c6fbb\" stroke-width=\"1.5\" points=\"" + path + "\"/>";
     for (size_t i = 0; i < points.size(); ++i)
-        svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"{}\"><title>{}: {:.1f} dB</title>"
-                           "</circle>",
-                           x_of(i), y_of(points[i].second), sqnr_colour(points[i].second, warn_db),
-                           escape(points[i].first), points[i].second);
-    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\">first quantized tensor</text>"
-                       "<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"end\">last (dB)</text>",
-                       kLeft, kH - 4, kW - 10, kH - 4);
+        svg += fmt::format(
+            "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"{}\"><title>{}: {:.1f} dB</title>"
+            "</circle>",
+            x_of(i), y_of(points[i].second), sqnr_colour(points[i].second, warn_db), escape(points[i].first),
+            points[i].second);
+    svg += fmt::format(
+        "<text x=\"{}\" y=\"{}\" class=\"tick\">first quantized tensor</text>"
+        "<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"end\">last (dB)</text>",
+        kLeft, kH - 4, kW - 10, kH - 4);
     return svg + "</svg>";
 }
 
@@ -198,9 +209,10 @@ std::string table(const std::vector<std::string>& head, const std::vector<std::v
 }
 
 std::string card(const std::string& title, const std::string& value, const std::string& note = "") {
-    return fmt::format("<div class=\"card\"><div class=\"card-title\">{}</div><div class=\"card-value\">{}</div>"
-                       "<div class=\"card-note\">{}</div></div>",
-                       escape(title), value, note);
+    return fmt::format(
+        "<div class=\"card\"><div class=\"card-title\">{}</div><div class=\"card-value\">{}</div>"
+        "<div class=\"card-note\">{}</div></div>",
+        escape(title), value, note);
 }
 
 std::string percent(const json& v) { return v.is_number() ? fmt::format("{:.2f} %", 100 * v.get<double>()) : "\u2013"; }
@@ -208,31 +220,31 @@ std::string percent(const json& v) { return v.is_number() ? fmt::format("{:.2f} 
 std::string summary_section(const json& report, double warn_db) {
     std::string out = "<section id=\"summary\"><h2>Summary</h2><div class=\"cards\">";
     const auto& model = member(report, "model");
-    out += card("Model", escape(shorten(file_name(str(model, "input")), 40)),
-                fmt::format("{} nodes \u2192 {} after quantization, {} tensors quantized",
-                            number(member(model, "nodes")), number(member(model, "nodes_after")),
-                            number(member(model, "quantized_tensors"))));
+    out +=
+        card("Model", escape(shorten(file_name(str(model, "input")), 40)),
+             fmt::format("{} nodes \u2192 {} after quantization, {} tensors quantized", number(member(model, "nodes")),
+                         number(member(model, "nodes_after")), number(member(model, "quantized_tensors"))));
     const auto& settings = member(member(report, "recipe"), "settings");
     auto setting = [&](const char* key) {
         return settings.contains(key) ? escape(member(settings[key], "value").dump()) : std::string("\u2013");
     };
     out += card("Recipe", escape(str(member(report, "recipe"), "name", "(unnamed)")),
-                fmt::format("target {}, {}, {}, activations {}, weights {}", setting("target"),
-                            setting("quant_format"), setting("calibrate_method"), setting("activation_type"),
-                            setting("weight_type")));
+                fmt::format("target {}, {}, {}, activations {}, weights {}", setting("target"), setting("quant_format"),
+                            setting("calibrate_method"), setting("activation_type"), setting("weight_type")));
     if (report.contains("evaluation")) {
         const auto& e = report["evaluation"];
         if (e.contains("accuracy"))
-            out += card("Top-1 accuracy",
-                        fmt::format("{} \u2192 {}", percent(e["accuracy"]["float"]), percent(e["accuracy"]["quantized"])),
-                        fmt::format("float \u2192 quantized, {} samples", number(member(e, "samples"))));
+            out +=
+                card("Top-1 accuracy",
+                     fmt::format("{} \u2192 {}", percent(e["accuracy"]["float"]), percent(e["accuracy"]["quantized"])),
+                     fmt::format("float \u2192 quantized, {} samples", number(member(e, "samples"))));
         for (const auto& o : member(e, "outputs")) {
             const double db = value_or(o, "sqnr_db", 0.0);
             out += card(fmt::format("Output {}", escape(str(o, "name"))),
                         fmt::format("<span style=\"color:{}\">{:.2f} dB</span>", sqnr_colour(db, warn_db), db),
                         fmt::format("SQNR; cosine {}, max |error| {}, top-1 agreement {}",
-                                    number(member(o, "cosine_similarity"), 5),
-                                    number(member(o, "max_abs_error")), percent(member(o, "top1_agreement"))));
+                                    number(member(o, "cosine_similarity"), 5), number(member(o, "max_abs_error")),
+                                    percent(member(o, "top1_agreement"))));
         }
         out += "</div><p class=\"note\">" +
                escape(fmt::format("Quantized against the {} on {} ({} samples).", str(e, "reference", "float model"),
@@ -280,9 +292,10 @@ std::string errors_section(const json& report, double warn_db) {
     out += "</p>" + bar_chart(bars, chart_floor(lowest), std::ceil(top / 10) * 10, "dB");
     const std::string along = graph_order_svg(tensors, warn_db);
     if (!along.empty())
-        out += "<h3>Along the graph</h3><p class=\"note\">The same SQNR in graph order, the warning threshold dashed: "
-               "where the line starts to fall is where the error begins.</p>" +
-               along;
+        out +=
+            "<h3>Along the graph</h3><p class=\"note\">The same SQNR in graph order, the warning threshold dashed: "
+            "where the line starts to fall is where the error begins.</p>" +
+            along;
     const auto& sensitivity = tensor_ranking(report);
     if (!sensitivity.empty()) {
         std::vector<Bar> harm;
@@ -308,7 +321,8 @@ std::string histograms_section(const json& report) {
     if (tensors.empty()) return {};
     const auto plan = plan_by_tensor(report);
     std::string out =
-        "<section id=\"histograms\"><h2>Activation histograms</h2><p class=\"note\">In graph order, the float values of each "
+        "<section id=\"histograms\"><h2>Activation histograms</h2><p class=\"note\">In graph order, the float values "
+        "of each "
         "quantized activation on one batch (log counts), with the calibrated range it is quantized to in red: "
         "values outside it saturate, a range much wider than the values wastes levels.</p><div class=\"hists\">";
     for (const auto& t : tensors) {
@@ -318,13 +332,15 @@ std::string histograms_section(const json& report) {
         const auto& p = *it->second;
         const std::array<double, 2> range{p["range"][0].get<double>(), p["range"][1].get<double>()};
         std::string params = fmt::format("{} [{:.4g}, {:.4g}]", str(p, "type"), range[0], range[1]);
-        if (p.contains("scale")) params += fmt::format(", scale {:.4g}, zero point {}", p["scale"].get<double>(),
-                                                       number(member(p, "zero_point")));
-        const std::string db = t["sqnr_db"].is_number() ? fmt::format("{:.1f} dB", t["sqnr_db"].get<double>()) : "exact";
-        out += fmt::format("<figure><figcaption title=\"{}\">{} <span class=\"db\">{}</span></figcaption>{}"
-                           "<div class=\"params\">{}</div></figure>",
-                           escape(name), escape(shorten(name, 38)), db, histogram_svg(t["histogram"], range),
-                           escape(params));
+        if (p.contains("scale"))
+            params +=
+                fmt::format(", scale {:.4g}, zero point {}", p["scale"].get<double>(), number(member(p, "zero_point")));
+        const std::string db =
+            t["sqnr_db"].is_number() ? fmt::format("{:.1f} dB", t["sqnr_db"].get<double>()) : "exact";
+        out += fmt::format(
+            "<figure><figcaption title=\"{}\">{} <span class=\"db\">{}</span></figcaption>{}"
+            "<div class=\"params\">{}</div></figure>",
+            escape(name), escape(shorten(name, 38)), db, histogram_svg(t["histogram"], range), escape(params));
     }
     return out + "</div></section>";
 }
@@ -338,20 +354,21 @@ std::string plan_section(const json& report) {
         if (value_or(t, "dynamic", false)) {
             scale = "at run time";
         } else if (t.contains("axis")) {
-            scale = fmt::format("{} \u2013 {} ({} channels, axis {})", number(member(t, "scale_min")),
-                                number(member(t, "scale_max")), number(member(t, "channels")),
-                                number(member(t, "axis")));
+            scale =
+                fmt::format("{} \u2013 {} ({} channels, axis {})", number(member(t, "scale_min")),
+                            number(member(t, "scale_max")), number(member(t, "channels")), number(member(t, "axis")));
         } else {
             scale = number(member(t, "scale"));
         }
-        const std::string range = t.contains("range") ? fmt::format("[{}, {}]", number(t["range"][0]), number(t["range"][1]))
-                                                      : "\u2013";
-        rows.push_back({"<code>" + escape(str(t, "tensor")) + "</code>", escape(str(t, "role")),
-                        escape(str(t, "type")), scale, zero, range, value_or(t, "symmetric", false) ? "yes" : "no"});
+        const std::string range =
+            t.contains("range") ? fmt::format("[{}, {}]", number(t["range"][0]), number(t["range"][1])) : "\u2013";
+        rows.push_back({"<code>" + escape(str(t, "tensor")) + "</code>", escape(str(t, "role")), escape(str(t, "type")),
+                        scale, zero, range, value_or(t, "symmetric", false) ? "yes" : "no"});
     }
     return fmt::format("<section id=\"plan\"><h2>The plan</h2><details{}><summary>{} quantized tensors</summary>",
                        rows.size() <= 200 ? " open" : "", rows.size()) +
-           table({"tensor", "role", "type", "scale", "zero point", "range", "symmetric"}, rows) + "</details></section>";
+           table({"tensor", "role", "type", "scale", "zero point", "range", "symmetric"}, rows) +
+           "</details></section>";
 }
 
 // What the plan left float on purpose, the tensors whose channels differ in
@@ -381,7 +398,8 @@ std::string attention_section(const json& report) {
     std::string out = "<section id=\"attention\"><h2>Worth knowing</h2>";
     if (!kept.empty()) {
         std::vector<std::vector<std::string>> rows;
-        for (const auto& k : kept) rows.push_back({"<code>" + escape(str(k, "tensor")) + "</code>", escape(str(k, "reason"))});
+        for (const auto& k : kept)
+            rows.push_back({"<code>" + escape(str(k, "tensor")) + "</code>", escape(str(k, "reason"))});
         out += "<h3>Left float on purpose</h3>" + table({"tensor", "why"}, rows);
     }
     if (!notes.empty()) {
@@ -403,14 +421,14 @@ std::string constraints_section(const json& report) {
     if (!report.contains("constraints") && !report.contains("constraints_written")) return {};
     std::map<std::string, std::vector<std::string>> rows;
     for (const auto& c : member(report, "constraints"))
-        rows[str(c, "name")] = {escape(str(c, "name")), number(member(c, "checked")),
-                                number(member(c, "adjusted")), number(member(c, "violated")), "\u2013"};
+        rows[str(c, "name")] = {escape(str(c, "name")), number(member(c, "checked")), number(member(c, "adjusted")),
+                                number(member(c, "violated")), "\u2013"};
     for (const auto& c : member(report, "constraints_written")) {
         auto& row = rows[str(c, "name")];
         if (row.empty()) row = {escape(str(c, "name")), "\u2013", "\u2013", "\u2013", ""};
         row[4] = value_or(c, "violated", 0) == 0 ? "holds"
-                                             : fmt::format("<span class=\"bad\">broken on {} of {}</span>",
-                                                           number(c["violated"]), number(member(c, "checked")));
+                                                 : fmt::format("<span class=\"bad\">broken on {} of {}</span>",
+                                                               number(c["violated"]), number(member(c, "checked")));
     }
     std::vector<std::vector<std::string>> list;
     for (auto& [name, row] : rows) list.push_back(std::move(row));
@@ -431,8 +449,8 @@ std::string phases_section(const json& report) {
                         peak > 0 ? fmt::format("{:.3f} s, peak {:.0f} MB", s, peak) : fmt::format("{:.3f} s", s)});
     }
     if (bars.empty()) return {};
-    std::string out = fmt::format("<section id=\"phases\"><h2>Phase times</h2><p class=\"note\">{:.2f} s in all.</p>",
-                                  total);
+    std::string out =
+        fmt::format("<section id=\"phases\"><h2>Phase times</h2><p class=\"note\">{:.2f} s in all.</p>", total);
     out += bar_chart(bars, 0, longest > 0 ? longest : 1, "s");
     std::vector<std::vector<std::string>> passes;
     for (const auto& p : member(report, "passes"))
@@ -476,32 +494,21 @@ figure{margin:0;border:1px solid #eceff3;border-radius:6px;padding:6px}figcaptio
 .db{color:#666}.params{font-size:11px;color:#555}
 )";
 
-}  // namespace
-
-const json& tensor_ranking(const json& report) {
-    static const json none = json::array();
-    if (!report.is_object()) return none;
-    for (const auto& section : report)
-        if (section.is_object() && section.value("kind", "") == kTensorRankingSection && section.contains("tensors") &&
-            section["tensors"].is_array())
-            return section["tensors"];
-    return none;
-}
-
-std::string html_report(const json& report) {
+std::string page(const json& report) {
     const auto& recipe = member(report, "recipe");
-    const double warn_db =
-        value_or(member(member(recipe, "settings"), "warn_output_sqnr_db"), "value", 10.0);
+    const double warn_db = value_or(member(member(recipe, "settings"), "warn_output_sqnr_db"), "value", 10.0);
     const auto& model = member(report, "model");
     const std::string title = model.contains("output") ? file_name(str(model, "output")) : "vaiq report";
-    std::string html = "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-                       "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
-                       "<title>vaiq report: " +
-                       escape(title) + "</title><style>" + kStyle + "</style></head><body>";
+    std::string html =
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
+        "<title>vaiq report: " +
+        escape(title) + "</title><style>" + kStyle + "</style></head><body>";
     html += "<header><h1>" + escape(title) + "</h1><div class=\"sub\">" +
             escape(fmt::format("{}, quantized by vaiq {} from {}", str(model, "output", "?"),
                                str(report, "vaiq_version", "?"), str(model, "input", "?"))) +
-            (value_or(report, "quantized", true) ? "" : " \u2014 not quantized: the run stopped early") + "</div></header><main>";
+            (value_or(report, "quantized", true) ? "" : " \u2014 not quantized: the run stopped early") +
+            "</div></header><main>";
     html += advice_section(report);
     html += summary_section(report, warn_db);
     html += errors_section(report, warn_db);
@@ -514,4 +521,16 @@ std::string html_report(const json& report) {
     return html + "</main></body></html>\n";
 }
 
+class HtmlReport final : public ReportWriter {
+  public:
+    std::string extension() const override { return ".html"; }
+    std::string render(const json& report) const override { return page(report); }
+};
+
+}  // namespace
+
 }  // namespace vaiq
+
+VAIQ_PLUGINS(vaiq::describe<vaiq::HtmlReport>("html", "1.0.0",
+                                              "The report as one self-contained HTML page: per-tensor error, "
+                                              "histograms with the chosen ranges, sensitivity, the plan, what to try"))

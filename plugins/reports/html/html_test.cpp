@@ -1,4 +1,4 @@
-// The HTML report: its content from a report, and the page as Chromium renders it.
+// The html report plugin: its page from a report, and the page as Chromium renders it.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -6,17 +6,24 @@
 #include <filesystem>
 #include <set>
 
-#include "report/html_report.hpp"
 #include "test_support.hpp"
-#include "vaiq/algorithm.hpp"
+#include "vaiq/report.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using vaiq::html_report;
 using vaiq::test::run_command;
 using vaiq::test::slurp;
 
 namespace {
+
+// The page this test's plugin renders for `report`.
+std::string html_report(const json& report) {
+    static const auto registry = vaiq::test::registry_with_test_plugin();
+    const auto& info = registry.require(vaiq::PluginKind::Report, "html");
+    const auto writer = registry.create<vaiq::ReportWriter>("html", registry.resolve_options(info, nullptr));
+    EXPECT_EQ(writer->extension(), ".html");
+    return writer->render(report);
+}
 
 json histogram() { return {{"min", -1.0}, {"max", 1.0}, {"counts", {1, 5, 0, 2}}}; }
 
@@ -25,9 +32,17 @@ json report_with(const std::string& bad_name) {
             {"model", {{"input", "in.onnx"}, {"output", "out.onnx"}, {"nodes", 3}}},
             {"recipe", {{"name", "r"}, {"settings", {{"target", {{"value", "cpu"}, {"origin", "r.yaml:2:1"}}}}}}},
             {"tensors",
-             {{{"tensor", "good"}, {"role", "activation"}, {"type", "QUInt8"}, {"range", {-1, 1}}, {"scale", 0.01},
+             {{{"tensor", "good"},
+               {"role", "activation"},
+               {"type", "QUInt8"},
+               {"range", {-1, 1}},
+               {"scale", 0.01},
                {"zero_point", 128}},
-              {{"tensor", bad_name}, {"role", "activation"}, {"type", "QUInt8"}, {"range", {-1, 1}}, {"scale", 0.01},
+              {{"tensor", bad_name},
+               {"role", "activation"},
+               {"type", "QUInt8"},
+               {"range", {-1, 1}},
+               {"scale", 0.01},
                {"zero_point", 128}}}},
             {"evaluation",
              {{"samples", 4},
@@ -98,16 +113,18 @@ TEST(HtmlReport, ATensorRankingIsFoundByItsKindNotItsName) {
 // vaiq analyze writes the page a run writes beside its JSON report.
 TEST(HtmlReport, AnalyzeWritesThePageBesideItsReport) {
     const auto dir = vaiq::test::temp_dir();
-    const auto r = run_command(std::string(VAIQ_CLI) + " -q analyze " VAIQ_SOURCE_DIR
-                               "/examples/mnist/mnist_npu.yaml --report " + (dir / "a.json").string());
+    const auto r =
+        run_command(std::string(VAIQ_CLI) + " -q analyze " VAIQ_SOURCE_DIR "/examples/mnist/mnist_npu.yaml --report " +
+                    (dir / "a.json").string());
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto page = slurp(dir / "a.html");
     for (const char* id : {"id=\"summary\"", "id=\"errors\"", "id=\"graph-order\"", "Sensitivity"})
         EXPECT_NE(page.find(id), std::string::npos) << id;
     EXPECT_FALSE(fs::exists(dir / "mnist_cnn_npu.onnx")) << "analyze writes no model";
     // In the same headless Chromium as the run's page: clean, and every chart drawn.
-    const auto shown = run_command("NODE_PATH=" + vaiq::test::npm_modules().string() + " " VAIQ_NODE " " VAIQ_SOURCE_DIR
-                                   "/tests/report/render_report.js " + (dir / "a.html").string());
+    const auto shown = run_command("NODE_PATH=" + vaiq::test::npm_modules().string() +
+                                   " " VAIQ_NODE " " VAIQ_SOURCE_DIR "/plugins/reports/html/render_report.js " +
+                                   (dir / "a.html").string());
     ASSERT_EQ(shown.exit_code, 0) << shown.err;
     const auto seen = json::parse(shown.out);
     EXPECT_TRUE(seen["console"].empty() && seen["page_errors"].empty()) << seen.dump();
@@ -149,10 +166,12 @@ TEST(HtmlReport, TheExamplesPageRendersInChromiumWithItsCharts) {
     const fs::path page = dir / "mnist.report.html";
     ASSERT_TRUE(fs::exists(page));
     const char* shot = std::getenv("VAIQ_REPORT_SCREENSHOT");
-    r = run_command("NODE_PATH=" + vaiq::test::npm_modules().string() + " " VAIQ_NODE " " VAIQ_SOURCE_DIR
-                    "/tests/report/render_report.js " + page.string() + (shot ? std::string(" ") + shot : ""));
-    ASSERT_EQ(r.exit_code, 0) << r.err << "\n(scripts/install-ort.sh installs playwright-core; scripts/install-deps.sh "
-                                          "installs chromium)";
+    r = run_command("NODE_PATH=" + vaiq::test::npm_modules().string() +
+                    " " VAIQ_NODE " " VAIQ_SOURCE_DIR "/plugins/reports/html/render_report.js " + page.string() +
+                    (shot ? std::string(" ") + shot : ""));
+    ASSERT_EQ(r.exit_code, 0) << r.err
+                              << "\n(scripts/install-ort.sh installs playwright-core; scripts/install-deps.sh "
+                                 "installs chromium)";
     const auto seen = json::parse(r.out);
     EXPECT_TRUE(seen["console"].empty()) << seen["console"].dump();
     EXPECT_TRUE(seen["page_errors"].empty()) << seen["page_errors"].dump();
@@ -176,9 +195,10 @@ TEST(HtmlReport, TheExamplesPageRendersInChromiumWithItsCharts) {
 
 TEST(HtmlReport, ReportHtmlFalseWritesOnlyTheJson) {
     const auto dir = vaiq::test::temp_dir();
-    const auto r = run_command(std::string(VAIQ_CLI) + " -q run " VAIQ_SOURCE_DIR
-                               "/examples/mnist/mnist_cpu.yaml --set report_html=false --output " +
-                               (dir / "m.onnx").string());
+    const auto r =
+        run_command(std::string(VAIQ_CLI) +
+                    " -q run " VAIQ_SOURCE_DIR "/examples/mnist/mnist_cpu.yaml --set report_html=false --output " +
+                    (dir / "m.onnx").string());
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_TRUE(fs::exists(dir / "m.report.json"));
     EXPECT_FALSE(fs::exists(dir / "m.report.html"));
