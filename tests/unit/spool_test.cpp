@@ -7,8 +7,8 @@
 
 #include "runtime/executor.hpp"
 #include "test_support.hpp"
-#include "util/spool.hpp"
 #include "vaiq/error.hpp"
+#include "vaiq/spool.hpp"
 
 namespace fs = std::filesystem;
 using vaiq::DataType;

@@ -22,7 +22,8 @@
 #endif
 
 /** The ABI revision of this SDK; a plugin must carry exactly this number. */
-/* 19: the report kind (vaiq/report.hpp);
+/* 19: the report kind (vaiq/report.hpp); AlgorithmStage::Written (written(), set_written(), quantize_nested(),
+ *     has_data()); TensorSpool (vaiq/spool.hpp) and slice_at() in the SDK;
  * 18: the reader kind (vaiq/reader.hpp), VAIQ_OPTION_FLOAT_LIST and VAIQ_OPTION_ANY, forking_runner()'s rewrites;
  * 17: AlgorithmStage::Plan (draft(), keep_float(), set_per_channel(), mark_mixed_scales()), note(), channel_ranges()'s batches;
  *     agreement()/agreements() take Batches (a set's first batches) and a reference variant; sensitivity() left the

@@ -20,6 +20,7 @@
 #include "vaiq/pass.hpp"
 #include "vaiq/plugin.hpp"
 #include "vaiq/quant.hpp"
+#include "vaiq/reader.hpp"
 #include "vaiq/report.hpp"  // kTensorRankingSection
 #include "vaiq/tensor.hpp"
 
@@ -165,6 +166,12 @@ struct Precision {
     QuantType activation_type = QuantType::QInt16;
     QuantType weight_type = QuantType::QInt16;
     bool keep_float = false;
+};
+
+/// What a nested run of the recipe wrote (AlgorithmContext::quantize_nested).
+struct NestedQuantization {
+    Model quantized;
+    nlohmann::json report;
 };
 
 /// What the host gives an algorithm, and the changes it accepts. The host owns
@@ -321,6 +328,26 @@ class VAIQ_API AlgorithmContext {
     /// An algorithm's report section so far (null where it has none): what one
     /// found that another may report or build on.
     virtual nlohmann::json reported(const std::string& algorithm) const = 0;
+
+    /// Whether the run has calibration data: false for one calibrated from
+    /// statistics files only (Written stage; data() then yields no batch).
+    virtual bool has_data() const = 0;
+    /// The model as the format wrote it (Written stage).
+    virtual const Model& written() const = 0;
+    /// Replaces the written model (Written stage): its control flow's bodies quantized.
+    virtual void set_written(Model model) = 0;
+    /// A nested run of the recipe (Written stage): `model` quantized up to the
+    /// written model on `data`, with the recipe's algorithms (this one among
+    /// them, for control flow inside). The recipe's node lists keep the nodes
+    /// `model` has, and its overrides match optionally. `shared_inputs` and
+    /// `shared_outputs` (tensor -> [zero point, scale]) give the values it shares
+    /// with the model around it their parameters there, where the recipe's
+    /// input_/output_quantization_params give none. nullopt when
+    /// nodes_to_quantize names none of its nodes; throws InputError where the
+    /// run refuses the model or its data.
+    virtual std::optional<NestedQuantization> quantize_nested(const Model& model, DataReader& data,
+                                                              const nlohmann::json& shared_inputs,
+                                                              const nlohmann::json& shared_outputs) = 0;
 };
 
 /// When in the run an algorithm works.
@@ -338,6 +365,10 @@ enum class AlgorithmStage : uint32_t {
     /// After the plan is drafted, before calibration: which tensors stay float,
     /// which weights go per channel (draft(), keep_float(), set_per_channel()).
     Plan = 5,
+    /// Once the model is written, before it is checked: on the written model
+    /// (written(), set_written(), quantize_nested()), such as the bodies of its
+    /// If, Loop and Scan nodes quantized by nested runs.
+    Written = 6,
 };
 
 /// A named step that changes what gets written, from data.

@@ -270,6 +270,9 @@ class VAIQ_API Tensor {
     std::vector<std::byte, DefaultInitAllocator<std::byte>> bytes_;
 };
 
+/// Slice `index` of `t` along `axis`, that axis removed (a Scan's step).
+VAIQ_API Tensor slice_at(const Tensor& t, int64_t axis, int64_t index);
+
 /// `t` (float, float16 or bfloat16) as `to` (one of the three), rounding to
 /// nearest even; a copy when the types agree.
 VAIQ_API Tensor convert_float_type(const Tensor& t, DataType to);

@@ -21,6 +21,7 @@
 #include "vaiq/quant.hpp"
 #include "vaiq/reader.hpp"
 #include "vaiq/report.hpp"
+#include "vaiq/spool.hpp"
 #include "vaiq/statistics.hpp"
 #include "vaiq/target.hpp"
 #include "vaiq/tensor.hpp"

@@ -119,6 +119,16 @@ const F& HostAlgorithmContext::service(const F& f, const char* what) const {
     return f;
 }
 
+const Model& HostAlgorithmContext::written() const { return service(in_.written, "written()")(); }
+
+void HostAlgorithmContext::set_written(Model model) { service(in_.set_written, "set_written()")(std::move(model)); }
+
+std::optional<NestedQuantization> HostAlgorithmContext::quantize_nested(const Model& model, DataReader& data,
+                                                                        const nlohmann::json& shared_inputs,
+                                                                        const nlohmann::json& shared_outputs) {
+    return service(in_.quantize_nested, "quantize_nested()")(model, data, shared_inputs, shared_outputs);
+}
+
 OutputAgreement HostAlgorithmContext::agreement(const Model& quantized, int output_index, Batches batches) {
     return service(in_.agreement, "agreement()")(quantized, output_index, batches);
 }

@@ -66,6 +66,13 @@ struct AlgorithmInputs {
     std::function<bool(const std::string&)> runs;
     /// Takes new float initializer values (Corrections stage).
     std::function<void(std::map<std::string, Tensor>)> replace_initializers;
+    /// Written stage: whether the run has data, the written model, its replacement and nested runs.
+    bool has_data = true;
+    std::function<const Model&()> written;
+    std::function<void(Model)> set_written;
+    std::function<std::optional<NestedQuantization>(const Model&, DataReader&, const nlohmann::json&,
+                                                    const nlohmann::json&)>
+        quantize_nested;
 };
 
 class HostAlgorithmContext final : public AlgorithmContext {
@@ -118,6 +125,12 @@ class HostAlgorithmContext final : public AlgorithmContext {
     nlohmann::json reported(const std::string& algorithm) const override {
         return in_.reported ? in_.reported(algorithm) : nlohmann::json();
     }
+    bool has_data() const override { return in_.has_data; }
+    const Model& written() const override;
+    void set_written(Model model) override;
+    std::optional<NestedQuantization> quantize_nested(const Model& model, DataReader& data,
+                                                      const nlohmann::json& shared_inputs,
+                                                      const nlohmann::json& shared_outputs) override;
 
   private:
     /// The callback, or an InternalError saying that `what` is not offered in this stage.

@@ -9,9 +9,9 @@
 
 #include "pipeline/run_state.hpp"
 #include "report/diagnosis.hpp"
-#include "util/spool.hpp"
 #include "vaiq/log.hpp"
 #include "vaiq/reader.hpp"
+#include "vaiq/spool.hpp"
 
 namespace vaiq::phases {
 

@@ -190,17 +190,36 @@ void offer_plan_services(RunState& s, AlgorithmInputs& inputs, const std::string
     };
 }
 
+// Whether the Written stage has data: a run calibrated from statistics files
+// alone has only the random data its evaluation runs on.
+bool written_model_measurable(const RunState& s) {
+    return s.calibrated.data &&
+           (has_calibration_data(s.setup.settings, s.setup.options) || s.setup.options.calibration_files.empty());
+}
+
+// The services of the written model (Written stage).
+void offer_written_services(RunState& s, AlgorithmInputs& inputs) {
+    inputs.data_kept_bytes = 0;  // one pass
+    inputs.written = [&s]() -> const Model& { return s.written.quantized; };
+    inputs.set_written = [&s](Model model) { s.written.quantized = std::move(model); };
+    inputs.quantize_nested = [&s](const Model& model, DataReader& data, const nlohmann::json& shared_inputs,
+                                  const nlohmann::json& shared_outputs) {
+        return quantize_nested(s.setup.recipe, s.setup.nested, model, data, shared_inputs, shared_outputs);
+    };
+}
+
 }  // namespace
 
 void run_algorithm(RunState& s, Algorithm& algorithm, const std::string& name, AlgorithmStage stage) {
-    const bool prepare = stage == AlgorithmStage::Prepare, plan = stage == AlgorithmStage::Plan;
+    const bool prepare = stage == AlgorithmStage::Prepare, plan = stage == AlgorithmStage::Plan,
+               written = stage == AlgorithmStage::Written;
     // Before calibration the reader is opened for the model as preparation left it.
     if (prepare) s.calibrated.data = calibration_reader(s.setup, s.floats.model);
-    const bool measurable = !plan || data_decides_plan(s.setup);
+    const bool measurable = plan ? data_decides_plan(s.setup) : written ? written_model_measurable(s) : true;
     if (plan && measurable && !s.calibrated.data) s.calibrated.data = calibration_reader(s.setup, s.floats.model);
     const auto none = measurable ? nullptr : no_data();
     AlgorithmInputs inputs(s.floats.model, s.planning.plan, none ? *none : *s.calibrated.data, s.setup.threads);
-    inputs.measurable = measurable;
+    inputs.measurable = inputs.has_data = measurable;
     inputs.fitted_weights = [&s] { return rounded_for(s.planning, s.planning.plan); };
     inputs.emit = [&s](const QuantPlan& plan, const std::map<std::string, Tensor>& weights) {
         return emit_plan(s.setup, s.floats.model, plan, weights);
@@ -245,6 +264,8 @@ void run_algorithm(RunState& s, Algorithm& algorithm, const std::string& name, A
         };
     else if (plan)
         offer_draft_services(s, inputs);
+    else if (written)
+        offer_written_services(s, inputs);
     else
         offer_plan_services(s, inputs, name, stage);
     HostAlgorithmContext context(std::move(inputs));

@@ -8,7 +8,6 @@
 
 #include "pipeline/run_state.hpp"
 #include "pipeline/selection.hpp"
-#include "pipeline/subgraphs.hpp"
 #include "recipe/defaults.hpp"
 #include "recipe/schema.hpp"
 #include "report/dump.hpp"
@@ -56,7 +55,11 @@ constexpr PhaseStep kSteps[] = {
     {Phase::Calibrate,
      [](RunState& s) { calibrate_phase(s.setup, s.floats, s.planning.draft, s.calibrated, s.report); }},
     {Phase::Parameters, parameters_phase},
-    {Phase::Emit, [](RunState& s) { emit_phase(s.setup, s.floats.model, s.planning, s.written, s.report); }},
+    {Phase::Emit,
+     [](RunState& s) {
+         emit_phase(s.setup, s.floats.model, s.planning, s.written, s.report);
+         run_algorithms(s, AlgorithmStage::Written);
+     }},
     {Phase::Check, [](RunState& s) { check_phase(s.setup, s.written.quantized, s.report); }},
     {Phase::Evaluate, [](RunState& s) { evaluate_phase(s.setup, s.floats, s.calibrated, s.written, s.report); }},
 };
@@ -78,6 +81,9 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
     RunState s(recipe, registry, options);
     auto& setup = s.setup;
     setup.keep_tables = keep_tables;
+    setup.nested = [&registry](const Recipe& nested, const RunOptions& nested_options) {
+        return quantize(nested, registry, nested_options, /*writes=*/false);
+    };
     if (auto unsupported = unsupported_settings(recipe, setup.last); !unsupported.empty())
         throw InputError(fmt::format("not supported yet by this vaiq: {}", join(unsupported, "; ")));
     const auto& input = setup.settings.model_input;
@@ -107,11 +113,6 @@ QuantizedRun quantize(const Recipe& recipe, PluginRegistry& registry, const RunO
         warn_unimplemented_defaults(recipe, step.phase);
         const auto start = std::chrono::steady_clock::now();
         step.run(s);
-        if (step.phase == Phase::Emit && setup.settings.enable_subgraph)
-            quantize_subgraphs(setup, s.floats.model, s.planning.plan, s.written.quantized, s.report,
-                               [&registry](const Recipe& branch, const RunOptions& nested) {
-                                   return quantize(branch, registry, nested, /*writes=*/false);
-                               });
         s.report["phases"].push_back(phase_entry(step.phase, start));
         release_kept_large_blocks();  // what the phase's runs kept for each other
         log_debug("phase {} took {:.3f} s", phase_name(step.phase), s.report["phases"].back()["seconds"].get<double>());

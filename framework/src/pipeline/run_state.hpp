@@ -18,14 +18,15 @@
 #include "data/data_reader.hpp"
 #include "pipeline/algorithm_context.hpp"
 #include "pipeline/calibration.hpp"
+#include "pipeline/nested_run.hpp"
 #include "pipeline/pipeline.hpp"
 #include "pipeline/planner.hpp"
 #include "pipeline/run_settings.hpp"
 #include "report/agreement.hpp"
 #include "report/evaluation.hpp"
-#include "util/spool.hpp"
 #include "vaiq/algorithm.hpp"
 #include "vaiq/report.hpp"
+#include "vaiq/spool.hpp"
 
 namespace vaiq::phases {
 
@@ -90,6 +91,7 @@ struct RunSetup {
     CalibratorSet calibrators;  ///< the plan points into them
     QuantRequest run;           ///< what the recipe asks of the whole run, for the target
     bool keep_tables = false;   ///< calibration keeps its statistics (vaiq calibrate)
+    NestedRun nested;           ///< the pipeline, for the nested runs of Written algorithms
     const int threads = 0;
 
   private:

@@ -44,6 +44,7 @@ std::string_view algorithm_stage_name(AlgorithmStage stage) {
         case AlgorithmStage::Precision: return "precision";
         case AlgorithmStage::Parameters: return "parameters";
         case AlgorithmStage::Corrections: return "corrections";
+        case AlgorithmStage::Written: return "written";
     }
     return "";
 }

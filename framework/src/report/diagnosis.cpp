@@ -6,8 +6,8 @@
 #include <set>
 
 #include "runtime/executor.hpp"
-#include "util/spool.hpp"
 #include "vaiq/graph.hpp"
+#include "vaiq/spool.hpp"
 
 namespace vaiq {
 

@@ -10,8 +10,8 @@
 #include "data/batch_workers.hpp"
 #include "runtime/executor.hpp"
 #include "util/progress.hpp"
-#include "util/spool.hpp"
 #include "vaiq/error.hpp"
+#include "vaiq/spool.hpp"
 
 namespace vaiq {
 

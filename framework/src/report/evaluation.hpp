@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "data/data_reader.hpp"
-#include "util/spool.hpp"
 #include "vaiq/model.hpp"
+#include "vaiq/spool.hpp"
 
 namespace vaiq {
 

@@ -1,6 +1,4 @@
 // Control flow: If, Loop and Scan run subgraphs, which may read the enclosing scope.
-#include "runtime/kernels/control_flow.hpp"
-
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -11,21 +9,6 @@
 #include "runtime/kernels/common.hpp"
 
 namespace vaiq::runtime {
-
-Tensor slice_at(const Tensor& t, int64_t axis, int64_t index) {
-    std::vector<int64_t> shape = t.shape();
-    int64_t before = 1, after = 1;
-    for (int64_t d = 0; d < axis; ++d) before *= shape[d];
-    for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d) after *= shape[d];
-    const int64_t length = shape[axis];
-    shape.erase(shape.begin() + axis);
-    Tensor out(t.type(), shape);
-    const size_t row = static_cast<size_t>(after) * element_size(t.type());
-    for (int64_t o = 0; o < before; ++o)
-        std::memcpy(out.mutable_bytes().data() + static_cast<size_t>(o) * row,
-                    t.bytes().data() + static_cast<size_t>(o * length + index) * row, row);
-    return out;
-}
 
 namespace {
 

@@ -1,48 +1,30 @@
-#include "pipeline/subgraphs.hpp"
-
-#include "pipeline/loop_iterations.hpp"
-
+// The `subgraphs` algorithm (EnableSubgraph): the bodies of If, Loop and Scan
+// nodes quantized with the run's own recipe.
+//
+// A body reads values of the graph around it by name. Each body becomes a
+// model of its own: those values are its inputs (constants among them are its
+// initializers, so weights defined outside are quantized too), its outputs are
+// the body's. The float model runs over the calibration data once more,
+// tapping what each node reads: an If's branch calibrates on the batches that
+// took it; a Loop's or Scan's body on its iterations, which the float body
+// replays from the node's inputs (every iteration of a batch up to 256, else
+// 256 drawn uniformly from its run). The body model is quantized by a nested
+// run of the same recipe (its own control flow in turn) and put back in place
+// of the float body, with every name it added made unique in the whole model.
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <filesystem>
 #include <functional>
 #include <optional>
 #include <set>
+#include <vaiq/vaiq.hpp>
 
-#include "runtime/executor.hpp"
-#include "util/spool.hpp"
-#include "vaiq/error.hpp"
-#include "vaiq/graph.hpp"
-#include "vaiq/log.hpp"
-#include "vaiq/text.hpp"
+#include "loop_iterations.hpp"
+#include "scopes.hpp"
 
-namespace fs = std::filesystem;
-
-namespace vaiq::phases {
+namespace vaiq::subgraphs {
 
 namespace {
-
-// Every value a graph and the graphs inside it define.
-void collect_defined(const onnx::GraphProto& graph, std::set<std::string>& defined) {
-    for (const auto& i : graph.input()) defined.insert(i.name());
-    for (const auto& i : graph.initializer()) defined.insert(i.name());
-    for (const auto& i : graph.sparse_initializer()) defined.insert(i.values().name());
-    for (const auto& node : graph.node())
-        for (const auto& o : node.output())
-            if (!o.empty()) defined.insert(o);
-    for_each_subgraph(graph, [&](const onnx::GraphProto& g) { collect_defined(g, defined); });
-}
-
-void collect_read(const onnx::GraphProto& graph, std::set<std::string>& read) {
-    for (const auto& node : graph.node())
-        for (const auto& i : node.input())
-            if (!i.empty()) read.insert(i);
-    for (const auto& o : graph.output()) read.insert(o.name());
-    for_each_subgraph(graph, [&](const onnx::GraphProto& g) { collect_read(g, read); });
-}
 
 // Every name a graph and the graphs inside it use, node names included.
 void collect_names(const onnx::GraphProto& graph, std::set<std::string>& names) {
@@ -110,7 +92,7 @@ onnx::ValueInfoProto declared_input(const onnx::GraphProto& parent, const std::s
 
 // A body may leave its outputs' types to its node; a model declares them:
 // the element type and rank of a run on its first batch, every dimension open.
-void declare_outputs(Model& model, const Body& body, const TensorSpool& spool) {
+void declare_outputs(AlgorithmContext& c, Model& model, const Body& body, const TensorSpool& spool) {
     auto& outputs = *model.graph().mutable_output();
     const bool declared = std::all_of(outputs.begin(), outputs.end(), [](const onnx::ValueInfoProto& o) {
         return o.type().has_tensor_type() && o.type().tensor_type().has_shape();
@@ -118,8 +100,7 @@ void declare_outputs(Model& model, const Body& body, const TensorSpool& spool) {
     if (declared) return;
     std::map<std::string, Tensor> feeds;
     for (const auto& [name, index] : body.batches.front()) feeds.emplace(name, spool.get(index));
-    runtime::Executor executor(model, {.threads = 1});
-    const auto values = executor.run(feeds);
+    const auto values = c.runner(model)->run(feeds);
     for (int i = 0; i < outputs.size(); ++i) {
         auto& o = outputs[i];
         if (o.type().has_tensor_type() && o.type().tensor_type().has_shape()) continue;
@@ -132,7 +113,7 @@ void declare_outputs(Model& model, const Body& body, const TensorSpool& spool) {
 }
 
 // The body as a model: its outer values are inputs or initializers.
-Model body_model(const Model& parent, const Body& body, TensorSpool& spool) {
+Model body_model(AlgorithmContext& c, const Model& parent, const Body& body, TensorSpool& spool) {
     onnx::ModelProto proto;
     proto.set_ir_version(parent.proto().ir_version());
     *proto.mutable_opset_import() = parent.proto().opset_import();
@@ -154,7 +135,7 @@ Model body_model(const Model& parent, const Body& body, TensorSpool& spool) {
     for (const auto& name : body.inputs)
         *graph.add_input() = declared_input(parent.graph(), name, spool.get(first.at(name)));
     Model model(std::move(proto), parent.source());
-    declare_outputs(model, body, spool);
+    declare_outputs(c, model, body, spool);
     return model;
 }
 
@@ -182,7 +163,7 @@ class RecordedReader final : public DataReader {
 // Runs the float model over the calibration data, keeping what each body
 // reads on the batches that run it: where an If takes the branch, and every
 // batch for a Loop's or Scan's body, with the node's own inputs.
-void record(const RunSetup& s, const Model& model, std::vector<Body>& bodies, TensorSpool& spool) {
+void record(AlgorithmContext& c, std::vector<Body>& bodies, TensorSpool& spool) {
     std::set<std::string> wanted;
     for (const auto& b : bodies) {
         wanted.insert(b.inputs.begin(), b.inputs.end());
@@ -190,17 +171,18 @@ void record(const RunSetup& s, const Model& model, std::vector<Body>& bodies, Te
             if (!name.empty()) wanted.insert(name);
     }
     const std::vector<std::string> taps(wanted.begin(), wanted.end());
-    runtime::Executor executor(model, {.threads = s.threads});
-    const auto reader = calibration_reader(s, model);
-    while (auto batch = reader->next()) {
+    const auto runner = c.runner(c.model());
+    auto& data = c.data();
+    data.rewind();
+    while (auto batch = data.next()) {
         std::map<std::string, size_t> stored;
-        executor.run_taps(batch->feeds, taps,
-                          [&](const std::string& name, const Tensor& value) { stored[name] = spool.put(value); });
+        runner->run_taps(*batch, taps,
+                         [&](const std::string& name, const Tensor& value) { stored[name] = spool.put(value); });
         for (auto& b : bodies) {
             if (!b.iterates()) {
-                const auto c = stored.find(b.node->input(0));
-                if (c == stored.end()) continue;
-                const auto condition = spool.get(c->second);
+                const auto at = stored.find(b.node->input(0));
+                if (at == stored.end()) continue;
+                const auto condition = spool.get(at->second);
                 if (condition.type() != DataType::Bool || condition.size() != 1) continue;
                 if ((condition.bytes()[0] != std::byte{0}) != (b.attribute == "then_branch")) continue;
             }
@@ -226,11 +208,12 @@ void record(const RunSetup& s, const Model& model, std::vector<Body>& bodies, Te
 
 // Replaces a Loop's or Scan's recorded batches by its iterations': the float
 // body runs them (the model it returns, built on the first one's types).
-Model record_iterations(const Model& parent, Body& b, TensorSpool& spool, int threads) {
+Model record_iterations(AlgorithmContext& c, Body& b, TensorSpool& spool) {
+    const Model& parent = c.model();
     const auto outer = std::move(b.batches);
     b.batches.clear();
     std::optional<Model> model;
-    std::unique_ptr<runtime::Executor> executor;
+    std::unique_ptr<ModelRunner> runner;
     for (size_t k = 0; k < outer.size(); ++k) {
         std::vector<std::optional<Tensor>> in;
         for (const auto& index : b.node_inputs[k])
@@ -250,12 +233,12 @@ Model record_iterations(const Model& parent, Body& b, TensorSpool& spool, int th
                 });
             if (!model) {  // the body as a model, typed by its first iteration (always kept)
                 b.batches = {sample.first()};
-                model = body_model(parent, b, spool);
+                model = body_model(c, parent, b, spool);
                 b.batches.clear();
-                executor = std::make_unique<runtime::Executor>(*model, runtime::ExecutorOptions{.threads = threads});
+                runner = c.runner(*model);
             }
             for (const auto& [name, index] : outer[k]) feeds.emplace(name, spool.get(index));
-            return executor->run(feeds);
+            return runner->run(feeds);
         });
         for (auto& kept : sample.take()) b.batches.push_back(std::move(kept));
     }
@@ -333,25 +316,6 @@ onnx::GraphProto* body_attribute(onnx::NodeProto& node, const std::string& name)
     return nullptr;
 }
 
-// Removes a file when it goes out of scope.
-struct TemporaryFile {
-    fs::path path;
-    ~TemporaryFile() {
-        std::error_code ec;
-        fs::remove(path, ec);
-    }
-};
-
-fs::path temporary_model_path() {
-    static std::atomic<int> counter{0};
-    return fs::temp_directory_path() / fmt::format("vaiq-body-{}-{}.onnx", getpid(), counter++);
-}
-
-void collect_node_names(const onnx::GraphProto& graph, std::set<std::string>& names) {
-    for (const auto& node : graph.node()) names.insert(node.name());
-    for_each_subgraph(graph, [&](const onnx::GraphProto& g) { collect_node_names(g, names); });
-}
-
 // The enclosing plan's parameters of the values a body shares with it, as
 // input_ and output_quantization_params of the body's run: the outer values it
 // reads, and its outputs that are the node's own (an If's outputs; a Loop's or
@@ -382,55 +346,14 @@ std::pair<nlohmann::json, nlohmann::json> shared_params(const QuantPlan& plan, c
     return {inputs, outputs};
 }
 
-// The recipe for a body: the run's, reading the body model and the data
-// given to it, writing nothing. Its node lists keep the nodes the body has
-// (the run checked them against the whole model); nullopt when
-// nodes_to_quantize names none of them.
-std::optional<Recipe> body_recipe(const Recipe& recipe, const fs::path& model, const onnx::GraphProto& body,
-                                  const std::pair<nlohmann::json, nlohmann::json>& shared) {
-    Recipe nested = recipe;
-    // The enclosing graph's parameters where the body shares values with it; the recipe's own stay.
-    for (const auto& [key, given] : {std::pair{"input_quantization_params", &shared.first},
-                                     std::pair{"output_quantization_params", &shared.second}}) {
-        auto& setting = nested.settings.at(key);
-        if (given->empty()) continue;
-        if (setting.value.empty()) setting.origin = std::string(RunSettings::kSharedParamsOrigin);
-        for (const auto& [tensor, p] : given->items())
-            if (!setting.value.contains(tensor)) setting.value[tensor] = p;
-    }
-    nested.settings["model_input"] = {model.string(), "a body of the model"};
-    for (const char* key : {"model_output", "report", "calibration_data_reader", "evaluation_data", "evaluation_labels",
-                            "dump_output_dir"})
-        nested.settings[key] = {nullptr, "default"};
-    std::set<std::string> nodes;
-    collect_node_names(body, nodes);
-    for (const char* key : {"nodes_to_quantize", "nodes_to_exclude", "input_nodes", "output_nodes"}) {
-        auto& listed = nested.settings.at(key).value;
-        auto kept = nlohmann::json::array();
-        for (const auto& name : listed)
-            if (nodes.count(name.get<std::string>())) kept.push_back(name);
-        if (std::string_view(key) == "nodes_to_quantize" && !listed.empty() && kept.empty()) return std::nullopt;
-        listed = kept;
-    }
-    for (auto& o : nested.settings.at("overrides").value) o["match"]["optional"] = true;
-    return nested;
-}
-
 }  // namespace
 
-std::vector<std::string> outer_references(const onnx::GraphProto& graph) {
-    std::set<std::string> defined, read;
-    collect_defined(graph, defined);
-    collect_read(graph, read);
-    std::vector<std::string> out;
-    for (const auto& name : read)
-        if (!defined.count(name)) out.push_back(name);
-    return out;
-}
+namespace {
 
-void quantize_subgraphs(const RunSetup& s, const Model& model, const QuantPlan& plan, Model& quantized,
-                        nlohmann::json& report, const NestedRun& nested) {
-    auto& out = report["subgraphs"] = nlohmann::json::array();
+// Quantizes the If, Loop and Scan bodies of the prepared float model into the
+// written one, and says in `out` what it did with each.
+void quantize_bodies(AlgorithmContext& c, nlohmann::json& out) {
+    const Model& model = c.model();
     std::set<std::string> initializers;
     for (const auto& init : model.graph().initializer()) initializers.insert(init.name());
     std::vector<Body> bodies;
@@ -456,7 +379,7 @@ void quantize_subgraphs(const RunSetup& s, const Model& model, const QuantPlan& 
         }
     }
     if (bodies.empty()) return;
-    if (!has_calibration_data(s.settings, s.options) && !s.options.calibration_files.empty()) {
+    if (!c.has_data()) {
         log_warn(
             "EnableSubgraph: the If, Loop and Scan bodies stay float: they calibrate on data, and this run has "
             "statistics files only");
@@ -469,7 +392,8 @@ void quantize_subgraphs(const RunSetup& s, const Model& model, const QuantPlan& 
         return;
     }
     TensorSpool spool;
-    record(s, model, bodies, spool);
+    record(c, bodies, spool);
+    Model quantized = c.written();
     std::set<std::string> taken;
     collect_names(quantized.graph(), taken);
     for (auto& b : bodies) {
@@ -485,35 +409,31 @@ void quantize_subgraphs(const RunSetup& s, const Model& model, const QuantPlan& 
             leave_float(b.iterates() ? "no calibration batch ran it" : "no calibration batch took it");
             continue;
         }
-        TemporaryFile file{temporary_model_path()};
+        std::optional<Model> body;
         try {
-            save_model(b.iterates() ? record_iterations(model, b, spool, s.threads) : body_model(model, b, spool),
-                       file.path);
+            body = b.iterates() ? record_iterations(c, b, spool) : body_model(c, model, b, spool);
         } catch (const InputError& e) {
             leave_float(fmt::format("it cannot stand as a model: {}", e.what()));
             continue;
         }
         if (b.iterates()) entry["iterations"] = b.batches.size();
-        RunOptions options;
-        options.stop_after = Phase::Emit;
-        options.calibration_reader = [&](const Model&) { return std::make_unique<RecordedReader>(b, spool); };
         if (b.iterates())
             log_info("EnableSubgraph: quantizing the body of {} '{}' on {} of its iterations over {} batches",
                      b.node->op_type(), b.key, b.batches.size(), b.runs);
         else
             log_info("EnableSubgraph: quantizing {} of '{}' on the {} batches that took it", b.attribute, b.key,
                      b.batches.size());
-        const auto shared = shared_params(plan, b);
-        const auto recipe = body_recipe(s.recipe, file.path, *b.graph, shared);
-        if (!recipe) {
-            leave_float("nodes_to_quantize names none of its nodes");
-            continue;
-        }
-        QuantizedRun run;
+        const auto shared = shared_params(c.plan(), b);
+        std::optional<NestedQuantization> run;
         try {
-            run = nested(*recipe, options);
+            RecordedReader data(b, spool);
+            run = c.quantize_nested(*body, data, shared.first, shared.second);
         } catch (const InputError& e) {
             leave_float(e.what());
+            continue;
+        }
+        if (!run) {
+            leave_float("nodes_to_quantize names none of its nodes");
             continue;
         }
         std::string why;
@@ -523,16 +443,16 @@ void quantize_subgraphs(const RunSetup& s, const Model& model, const QuantPlan& 
             leave_float("the written model no longer has the node");
             continue;
         }
-        if (run.quantized.opset() != quantized.opset() || !merge_opsets(quantized, run.quantized, why)) {
-            leave_float(why.empty() ? fmt::format("its run converted it to opset {}", run.quantized.opset()) : why);
+        if (run->quantized.opset() != quantized.opset() || !merge_opsets(quantized, run->quantized, why)) {
+            leave_float(why.empty() ? fmt::format("its run converted it to opset {}", run->quantized.opset()) : why);
             continue;
         }
-        auto graph = std::move(run.quantized.graph());
+        auto graph = std::move(run->quantized.graph());
         fit_into(graph, b, model, taken);
         graph.set_name(target->name());
         *target = std::move(graph);
         entry["quantized"] = true;
-        entry["quantized_tensors"] = run.report["model"].value("quantized_tensors", 0);
+        entry["quantized_tensors"] = run->report["model"].value("quantized_tensors", 0);
         if (!shared.first.empty() || !shared.second.empty()) {
             std::vector<std::string> names;
             for (const auto* given : {&shared.first, &shared.second})
@@ -540,8 +460,8 @@ void quantize_subgraphs(const RunSetup& s, const Model& model, const QuantPlan& 
             entry["shared_parameters"] = names;
         }
         entry["nodes_after"] = target->node_size();
-        if (!run.report.value("subgraphs", nlohmann::json::array()).empty())
-            entry["subgraphs"] = run.report["subgraphs"];
+        if (!run->report.value("subgraphs", nlohmann::json::array()).empty())
+            entry["subgraphs"] = run->report["subgraphs"];
         out.push_back(entry);
     }
     // The weights the quantized bodies now hold themselves are no longer read where they were defined.
@@ -551,6 +471,26 @@ void quantize_subgraphs(const RunSetup& s, const Model& model, const QuantPlan& 
     auto& inits = *quantized.graph().mutable_initializer();
     for (int i = inits.size() - 1; i >= 0; --i)
         if (constants.count(inits[i].name()) && !read.count(inits[i].name())) inits.DeleteSubrange(i, 1);
+    c.set_written(std::move(quantized));
 }
 
-}  // namespace vaiq::phases
+class Subgraphs final : public Algorithm {
+  public:
+    AlgorithmStage stage() const override { return AlgorithmStage::Written; }
+    void run(AlgorithmContext& context) override {
+        auto out = nlohmann::json::array();
+        quantize_bodies(context, out);
+        context.report(std::move(out));
+    }
+};
+
+}  // namespace
+
+}  // namespace vaiq::subgraphs
+
+VAIQ_PLUGINS(
+    vaiq::enabled_by(vaiq::describe<vaiq::subgraphs::Subgraphs>(
+                         "subgraphs", "1.0.0",
+                         "EnableSubgraph: the bodies of If, Loop and Scan nodes quantized by nested runs of the "
+                         "recipe, each calibrated on the batches or iterations that run it"),
+                     "extra_options.EnableSubgraph"))

@@ -1,4 +1,4 @@
-#include "util/spool.hpp"
+#include "vaiq/spool.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -20,8 +20,8 @@ int open_unnamed_file() {
     std::error_code ec;
     const auto dir = std::filesystem::temp_directory_path(ec);
     if (ec)
-        throw InputError(fmt::format("cannot create a temporary file: the temporary folder (TMPDIR): {}",
-                                     ec.message()));
+        throw InputError(
+            fmt::format("cannot create a temporary file: the temporary folder (TMPDIR): {}", ec.message()));
 #ifdef O_TMPFILE
     const int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (fd >= 0) return fd;
@@ -30,8 +30,8 @@ int open_unnamed_file() {
     std::string name = (dir / "vaiq-spool-XXXXXX").string();
     const int named = ::mkostemp(name.data(), O_CLOEXEC);
     if (named < 0)
-        throw InputError(fmt::format("cannot create a temporary file in {} (TMPDIR): {}", dir.string(),
-                                     std::strerror(errno)));
+        throw InputError(
+            fmt::format("cannot create a temporary file in {} (TMPDIR): {}", dir.string(), std::strerror(errno)));
     ::unlink(name.c_str());
     return named;
 }
@@ -67,9 +67,10 @@ size_t TensorSpool::append(std::span<const std::byte> bytes) {
         const auto n = ::pwrite(fd_, bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset + done));
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0)
-            throw InputError(fmt::format("cannot write {} bytes of put-aside values to a temporary file (disk full? "
-                                         "TMPDIR chooses the folder): {}",
-                                         bytes.size(), std::strerror(errno)));
+            throw InputError(
+                fmt::format("cannot write {} bytes of put-aside values to a temporary file (disk full? "
+                            "TMPDIR chooses the folder): {}",
+                            bytes.size(), std::strerror(errno)));
         done += static_cast<size_t>(n);
     }
     file_bytes_ += bytes.size();
@@ -83,9 +84,10 @@ size_t TensorSpool::park_initializers(Model& model, size_t min_bytes) {
         const auto& raw = init.raw_data();
         const size_t offset = append(std::as_bytes(std::span(raw.data(), raw.size())));
         // The file has no name; this process reaches it through its descriptor.
-        for (const auto& [key, value] : {std::pair<std::string, std::string>{"location", fmt::format("/proc/self/fd/{}", fd_)},
-                                         {"offset", std::to_string(offset)},
-                                         {"length", std::to_string(raw.size())}}) {
+        for (const auto& [key, value] :
+             {std::pair<std::string, std::string>{"location", fmt::format("/proc/self/fd/{}", fd_)},
+              {"offset", std::to_string(offset)},
+              {"length", std::to_string(raw.size())}}) {
             auto* entry = init.add_external_data();
             entry->set_key(key);
             entry->set_value(value);

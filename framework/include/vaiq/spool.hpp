@@ -1,6 +1,6 @@
-// Tensors put aside to be read back later: in memory up to a budget, beyond it in
-// an unnamed temporary file that disappears with the process, even a killed one.
-// Lets a comparison run one model over its data, drop it, then run the other,
+// vaiq/spool.hpp - tensors put aside to be read back later: in memory up to a
+// budget, beyond it in an unnamed temporary file that disappears with the
+// process, even a killed one. Lets a comparison run one model over its data, drop it, then run the other,
 // instead of holding both models' weights at once; and parks a model's weights
 // on disk while another model runs.
 #pragma once
@@ -9,12 +9,13 @@
 #include <span>
 #include <vector>
 
+#include "vaiq/export.hpp"
 #include "vaiq/model.hpp"
 #include "vaiq/tensor.hpp"
 
 namespace vaiq {
 
-class TensorSpool {
+class VAIQ_API TensorSpool {
   public:
     explicit TensorSpool(size_t memory_budget = size_t{256} << 20);
     ~TensorSpool();

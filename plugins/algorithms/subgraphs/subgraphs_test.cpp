@@ -4,10 +4,10 @@
 #include <map>
 #include <set>
 
-#include "pipeline/loop_iterations.hpp"
+#include "loop_iterations.hpp"
 #include "pipeline/pipeline.hpp"
-#include "pipeline/subgraphs.hpp"
 #include "runtime/executor.hpp"
+#include "scopes.hpp"
 #include "test_support.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/reader.hpp"
@@ -67,8 +67,8 @@ class Subgraphs : public ::testing::Test {
 
 TEST(OuterReferences, AreWhatAGraphReadsAndDefinesNowhereInside) {
     const auto model = vaiq::test::branching_model();
-    EXPECT_EQ(vaiq::phases::outer_references(branch_of(model, "then_branch")), (std::vector<std::string>{"W", "x"}));
-    EXPECT_EQ(vaiq::phases::outer_references(model.graph()), std::vector<std::string>{});
+    EXPECT_EQ(vaiq::subgraphs::outer_references(branch_of(model, "then_branch")), (std::vector<std::string>{"W", "x"}));
+    EXPECT_EQ(vaiq::subgraphs::outer_references(model.graph()), std::vector<std::string>{});
 }
 
 TEST_F(Subgraphs, TheBranchTheDataTakesIsQuantizedAndTheOtherStaysFloat) {
@@ -215,7 +215,7 @@ TEST_F(Subgraphs, ALongLoopKeepsASampleOfItsIterations) {
     const auto report = vaiq::test::run_recipe_in(dir, registry, kRecipe);
     ASSERT_EQ(report["subgraphs"].size(), 1u);
     EXPECT_TRUE(report["subgraphs"][0]["quantized"].get<bool>());
-    EXPECT_EQ(report["subgraphs"][0]["iterations"], 2 * vaiq::phases::kIterationsKept) << "of each batch's 300";
+    EXPECT_EQ(report["subgraphs"][0]["iterations"], 2 * vaiq::subgraphs::kIterationsKept) << "of each batch's 300";
 }
 
 // Without a trip count the loop's length is known only as it runs. This
@@ -370,16 +370,17 @@ TEST(LoopIterations, ReplayLoopsAndScansAsTheRuntimeRunsThem) {
     loop.set_op_type("Loop");
     std::vector<int64_t> seen;
     const auto counter = Tensor::from_values<float>({}, std::vector<float>{0.0f});
-    vaiq::phases::iterate(loop, 13, body_with_inputs({"i", "going", "n"}), {std::nullopt, std::nullopt, counter},
-                          [&](int64_t i, std::map<std::string, Tensor> feeds) {
-                              EXPECT_EQ(feeds.at("i").data<int64_t>()[0], i);
-                              EXPECT_EQ(feeds.at("n").data<float>()[0], static_cast<float>(i)) << "carried";
-                              seen.push_back(i);
-                              Tensor going(DataType::Bool, {});
-                              going.mutable_bytes()[0] = std::byte{i < 3};
-                              return std::vector<Tensor>{
-                                  going, Tensor::from_values<float>({}, std::vector<float>{static_cast<float>(i + 1)})};
-                          });
+    vaiq::subgraphs::iterate(loop, 13, body_with_inputs({"i", "going", "n"}), {std::nullopt, std::nullopt, counter},
+                             [&](int64_t i, std::map<std::string, Tensor> feeds) {
+                                 EXPECT_EQ(feeds.at("i").data<int64_t>()[0], i);
+                                 EXPECT_EQ(feeds.at("n").data<float>()[0], static_cast<float>(i)) << "carried";
+                                 seen.push_back(i);
+                                 Tensor going(DataType::Bool, {});
+                                 going.mutable_bytes()[0] = std::byte{i < 3};
+                                 return std::vector<Tensor>{
+                                     going,
+                                     Tensor::from_values<float>({}, std::vector<float>{static_cast<float>(i + 1)})};
+                             });
     EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 2, 3}));
 
     onnx::NodeProto scan;
@@ -389,16 +390,17 @@ TEST(LoopIterations, ReplayLoopsAndScansAsTheRuntimeRunsThem) {
     vaiq::set_attribute(scan, "scan_input_directions", std::vector<int64_t>{1});
     const auto xs = Tensor::from_values<float>({2, 3}, std::vector<float>{0, 1, 2, 10, 11, 12});
     std::vector<std::vector<float>> columns;
-    vaiq::phases::iterate(scan, 13, body_with_inputs({"x_t"}), {xs}, [&](int64_t, std::map<std::string, Tensor> feeds) {
-        const auto v = feeds.at("x_t").data<float>();
-        columns.emplace_back(v.begin(), v.end());
-        return std::vector<Tensor>{};
-    });
+    vaiq::subgraphs::iterate(scan, 13, body_with_inputs({"x_t"}), {xs},
+                             [&](int64_t, std::map<std::string, Tensor> feeds) {
+                                 const auto v = feeds.at("x_t").data<float>();
+                                 columns.emplace_back(v.begin(), v.end());
+                                 return std::vector<Tensor>{};
+                             });
     EXPECT_EQ(columns, (std::vector<std::vector<float>>{{2, 12}, {1, 11}, {0, 10}}));
 
     // Iterations kept: drawn uniformly from the whole run, however long.
     for (const int64_t run : {10, 256, 3000}) {
-        vaiq::phases::IterationSample<int64_t> sample;
+        vaiq::subgraphs::IterationSample<int64_t> sample;
         int64_t made = 0, displaced = 0;
         for (int64_t i = 0; i < run; ++i)
             sample.offer(
@@ -411,13 +413,13 @@ TEST(LoopIterations, ReplayLoopsAndScansAsTheRuntimeRunsThem) {
         auto iterations = sample.take();
         EXPECT_EQ(made, static_cast<int64_t>(iterations.size()) + displaced)
             << "every one made and not kept is given back";
-        EXPECT_EQ(displaced > 0, run > vaiq::phases::kIterationsKept);
-        EXPECT_EQ(iterations.size(), static_cast<size_t>(std::min<int64_t>(run, vaiq::phases::kIterationsKept)));
+        EXPECT_EQ(displaced > 0, run > vaiq::subgraphs::kIterationsKept);
+        EXPECT_EQ(iterations.size(), static_cast<size_t>(std::min<int64_t>(run, vaiq::subgraphs::kIterationsKept)));
         std::sort(iterations.begin(), iterations.end());
         EXPECT_EQ(std::adjacent_find(iterations.begin(), iterations.end()), iterations.end()) << "each once";
         EXPECT_GT(iterations.back(), run / 2) << "the last half of the run is sampled too (" << run << ")";
         const auto odd = std::count_if(iterations.begin(), iterations.end(), [](int64_t i) { return i % 2 == 1; });
-        if (run > vaiq::phases::kIterationsKept) {
+        if (run > vaiq::subgraphs::kIterationsKept) {
             EXPECT_GT(odd, 4) << "no stride that sees only even iterations";
         }
     }

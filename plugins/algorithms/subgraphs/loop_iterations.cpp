@@ -1,14 +1,13 @@
-#include "pipeline/loop_iterations.hpp"
+#include "loop_iterations.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "runtime/kernels/control_flow.hpp"
 #include "vaiq/error.hpp"
 #include "vaiq/graph.hpp"
 
-namespace vaiq::phases {
+namespace vaiq::subgraphs {
 
 void iterate(const onnx::NodeProto& node, int64_t opset, const onnx::GraphProto& body,
              const std::vector<std::optional<Tensor>>& in, const Step& step) {
@@ -70,11 +69,11 @@ void iterate(const onnx::NodeProto& node, int64_t opset, const onnx::GraphProto&
         std::map<std::string, Tensor> feeds;
         for (size_t v = 0; v < n; ++v) feeds[name(v)] = std::move(state[v]);
         for (size_t j = 0; j < axes.size(); ++j)
-            feeds[name(n + j)] = runtime::slice_at(*in[n + j], axes[j], reversed[j] ? length - 1 - t : t);
+            feeds[name(n + j)] = slice_at(*in[n + j], axes[j], reversed[j] ? length - 1 - t : t);
         auto out = step(t, std::move(feeds));
         if (out.size() < n) throw InputError("its body gives fewer outputs than it has states");
         for (size_t v = 0; v < n; ++v) state[v] = std::move(out[v]);
     }
 }
 
-}  // namespace vaiq::phases
+}  // namespace vaiq::subgraphs

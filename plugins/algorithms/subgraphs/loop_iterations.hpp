@@ -14,7 +14,7 @@
 #include "vaiq/model.hpp"
 #include "vaiq/tensor.hpp"
 
-namespace vaiq::phases {
+namespace vaiq::subgraphs {
 
 /// Iterations kept per calibration batch for a Loop's or Scan's body.
 inline constexpr int64_t kIterationsKept = 256;
@@ -50,9 +50,9 @@ class IterationSample {
 using Step = std::function<std::vector<Tensor>(int64_t i, std::map<std::string, Tensor> feeds)>;
 
 /// A Loop's or Scan's iterations on the node's inputs `in` (nullopt where
-/// omitted), as the runtime runs them (runtime/kernels/control_flow.cpp);
+/// omitted), as the runtime runs them (the executor's control-flow kernels);
 /// `step` computes each. Throws InputError for inputs the node cannot run on.
 void iterate(const onnx::NodeProto& node, int64_t opset, const onnx::GraphProto& body,
              const std::vector<std::optional<Tensor>>& in, const Step& step);
 
-}  // namespace vaiq::phases
+}  // namespace vaiq::subgraphs
