@@ -21,38 +21,61 @@ namespace {
 // where a range clips it, small enough for a report on a large model.
 constexpr int kHistogramBins = 48;
 
-// Every quantized activation's SQNR in the quantized model on one batch, and a
-// histogram of its float values spanning the calibrated range, for the HTML report.
-nlohmann::json tensor_errors_json(const Model& reference, const Model& quantized, const Batch& batch,
-                                  const nlohmann::json& report, int threads) {
+// A tensor's SQNR in the quantized model and a histogram of its float values
+// spanning (at least) the calibrated `range`.
+nlohmann::json tensor_error_json(const TensorComparison& c, const std::array<double, 2>& range) {
+    const auto values = c.reference.data<float>();
+    double lo = range[0], hi = range[1];
+    for (float v : values)
+        if (std::isfinite(v)) lo = std::min<double>(lo, v), hi = std::max<double>(hi, v);
+    if (!(hi > lo)) hi = lo + 1;
+    std::vector<int64_t> counts(kHistogramBins, 0);
+    for (float v : values)
+        if (std::isfinite(v))
+            ++counts[std::clamp(static_cast<int>((v - lo) / (hi - lo) * kHistogramBins), 0, kHistogramBins - 1)];
+    return {{"tensor", c.tensor},
+            {"node", c.node},
+            {"sqnr_db", std::isfinite(c.sqnr_db) ? nlohmann::json(c.sqnr_db) : nlohmann::json(nullptr)},
+            {"histogram", {{"min", lo}, {"max", hi}, {"counts", counts}}}};
+}
+
+// One batch's per-tensor diagnoses, from one run of each model: with
+// `per_tensor`, every quantized activation's SQNR in the quantized model and a
+// histogram of its float values spanning the calibrated range, for the
+// report's page (out["tensors"]); with `divergence_below`, the first tensor in
+// graph order whose SQNR is below it (out["first_divergence"]).
+void tensor_diagnoses(const Model& reference, const Model& quantized, const Batch& batch, const nlohmann::json& report,
+                      int threads, bool per_tensor, std::optional<double> divergence_below, nlohmann::json& out) {
     std::map<std::string, std::array<double, 2>> ranges;
     const auto planned = report.find("tensors");
-    if (planned != report.end())
+    if (per_tensor && planned != report.end())
         for (const auto& t : *planned)
             if (t.value("role", "") == "activation" && t.contains("range"))
                 ranges[t["tensor"].get<std::string>()] = {t["range"][0].get<double>(), t["range"][1].get<double>()};
+    // The divergence is looked for among every tensor both models compute; the page shows the planned ones.
     std::set<std::string> wanted;
-    for (const auto& [name, range] : ranges) wanted.insert(name);
-    auto out = nlohmann::json::array();
-    if (wanted.empty()) return out;
+    if (!divergence_below) {
+        for (const auto& [name, range] : ranges) wanted.insert(name);
+        if (wanted.empty()) {
+            out["tensors"] = nlohmann::json::array();
+            return;
+        }
+    }
+    auto tensors = nlohmann::json::array();
+    std::optional<Divergence> divergence;
     compare_tensors(reference, quantized, batch.feeds, threads, wanted, [&](const TensorComparison& c) {
-        const auto values = c.reference.data<float>();
-        const auto& range = ranges.at(c.tensor);
-        double lo = range[0], hi = range[1];
-        for (float v : values)
-            if (std::isfinite(v)) lo = std::min<double>(lo, v), hi = std::max<double>(hi, v);
-        if (!(hi > lo)) hi = lo + 1;
-        std::vector<int64_t> counts(kHistogramBins, 0);
-        for (float v : values)
-            if (std::isfinite(v))
-                ++counts[std::clamp(static_cast<int>((v - lo) / (hi - lo) * kHistogramBins), 0, kHistogramBins - 1)];
-        out.push_back({{"tensor", c.tensor},
-                       {"node", c.node},
-                       {"sqnr_db", std::isfinite(c.sqnr_db) ? nlohmann::json(c.sqnr_db) : nlohmann::json(nullptr)},
-                       {"histogram", {{"min", lo}, {"max", hi}, {"counts", counts}}}});
-        return true;
+        if (divergence_below && !divergence && c.sqnr_db < *divergence_below)
+            divergence = Divergence{c.tensor, c.node, c.sqnr_db};
+        const auto range = ranges.find(c.tensor);
+        if (range != ranges.end()) tensors.push_back(tensor_error_json(c, range->second));
+        return per_tensor || !divergence;
     });
-    return out;
+    if (per_tensor) out["tensors"] = std::move(tensors);
+    if (divergence)
+        out["first_divergence"] = {{"tensor", divergence->tensor},
+                                   {"node", divergence->node},
+                                   {"sqnr_db", divergence->sqnr_db},
+                                   {"data", batch.source}};
 }
 
 // Runs a diagnosis, which explains a result: one that cannot be computed is
@@ -136,17 +159,15 @@ void evaluate_phase(const RunSetup& setup, const FloatModel& floats, Calibrated&
     data.rewind();
     const bool per_tensor = !setup.plugins.reports.empty();  // for the pages they draw
     auto batch = low || per_tensor ? data.next() : std::nullopt;
-    if (batch && per_tensor)
-        diagnose(report, "the per-tensor error", [&] {
-            out["tensors"] = tensor_errors_json(reference, written.quantized, *batch, report, setup.threads);
-        });
-    if (batch && low)
-        diagnose(report, "the first diverging tensor", [&] {
-            const auto d = first_divergence(reference, written.quantized, batch->feeds, warn_db, setup.threads);
-            if (d)
-                out["first_divergence"] = {
-                    {"tensor", d->tensor}, {"node", d->node}, {"sqnr_db", d->sqnr_db}, {"data", batch->source}};
-        });
+    if (batch)
+        diagnose(report,
+                 per_tensor && low ? "the per-tensor error and the first diverging tensor"
+                 : per_tensor      ? "the per-tensor error"
+                                   : "the first diverging tensor",
+                 [&] {
+                     tensor_diagnoses(reference, written.quantized, *batch, report, setup.threads, per_tensor,
+                                      low ? std::optional(warn_db) : std::nullopt, out);
+                 });
 }
 
 }  // namespace vaiq::phases

@@ -94,19 +94,4 @@ void compare_tensors(const Model& float_model, const Model& quantized, const std
     }
 }
 
-std::optional<Divergence> first_divergence(const Model& float_model, const Model& quantized,
-                                           const std::map<std::string, Tensor>& feeds, double threshold_db, int threads,
-                                           size_t budget_bytes) {
-    std::optional<Divergence> found;
-    compare_tensors(
-        float_model, quantized, feeds, threads, {},
-        [&](const TensorComparison& c) {
-            if (c.sqnr_db >= threshold_db) return true;
-            found = Divergence{c.tensor, c.node, c.sqnr_db};
-            return false;
-        },
-        budget_bytes);
-    return found;
-}
-
 }  // namespace vaiq

@@ -1,6 +1,7 @@
-// Where a quantized model goes wrong: the first tensor, in graph order, whose
-// value in the quantized model is far from the float model's on one batch. Run
-// when an output's SQNR is low, so that the warning can name a place to look.
+// Where a quantized model goes wrong, tensor by tensor on one batch: each
+// tensor's SQNR for the report's page, and, when an output's SQNR is low, the
+// first tensor in graph order far from the float model's value, so that the
+// warning can name a place to look.
 #pragma once
 
 #include <functional>
@@ -33,18 +34,12 @@ void compare_tensors(const Model& float_model, const Model& quantized, const std
                      int threads, const std::set<std::string>& only, const ComparisonVisitor& visit,
                      size_t budget_bytes = size_t{256} << 20);
 
+/// The first tensor, in graph order, whose SQNR falls below a threshold (a
+/// tensor whose quantized values hold NaN or infinity has an SQNR of -infinity).
 struct Divergence {
     std::string tensor;
     std::string node;  ///< the node producing it
     double sqnr_db = 0;
 };
-
-/// Compares every float tensor the two models both compute (in the float
-/// model's graph order) on `feeds`, and returns the first whose SQNR is below
-/// `threshold_db`; nullopt when none is. A tensor whose quantized values hold
-/// NaN or infinity has an SQNR of -infinity.
-std::optional<Divergence> first_divergence(const Model& float_model, const Model& quantized,
-                                           const std::map<std::string, Tensor>& feeds, double threshold_db, int threads,
-                                           size_t budget_bytes = size_t{256} << 20);
 
 }  // namespace vaiq
