@@ -329,8 +329,9 @@ class VAIQ_API AlgorithmContext {
     /// found that another may report or build on.
     virtual nlohmann::json reported(const std::string& algorithm) const = 0;
 
-    /// Whether the run has calibration data: false for one calibrated from
-    /// statistics files only (Written stage; data() then yields no batch).
+    /// Whether data() yields the run's data: false in the Plan stage where no
+    /// data may decide the plan (see channel_ranges()), and in the Written stage
+    /// for a run calibrated from statistics files only.
     virtual bool has_data() const = 0;
     /// The model as the format wrote it (Written stage).
     virtual const Model& written() const = 0;

@@ -1,8 +1,9 @@
 // vaiq/spool.hpp - tensors put aside to be read back later: in memory up to a
 // budget, beyond it in an unnamed temporary file that disappears with the
-// process, even a killed one. Lets a comparison run one model over its data, drop it, then run the other,
-// instead of holding both models' weights at once; and parks a model's weights
-// on disk while another model runs.
+// process, even a killed one. Lets a comparison run one model over its data,
+// drop it, then run the other, instead of holding both models' weights at once;
+// parks a model's weights on disk while another model runs; keeps what an
+// algorithm records (a loop body's iterations) within a memory budget.
 #pragma once
 
 #include <cstddef>

@@ -66,8 +66,9 @@ struct AlgorithmInputs {
     std::function<bool(const std::string&)> runs;
     /// Takes new float initializer values (Corrections stage).
     std::function<void(std::map<std::string, Tensor>)> replace_initializers;
-    /// Written stage: whether the run has data, the written model, its replacement and nested runs.
+    /// Whether data() yields the run's data (see AlgorithmContext::has_data).
     bool has_data = true;
+    /// Written stage: the written model, its replacement and nested runs.
     std::function<const Model&()> written;
     std::function<void(Model)> set_written;
     std::function<std::optional<NestedQuantization>(const Model&, DataReader&, const nlohmann::json&,
