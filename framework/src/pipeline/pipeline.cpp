@@ -159,9 +159,9 @@ std::vector<fs::path> save_run(const RunSettings& settings, const RunOptions& op
     run.report["phases"].push_back(phase_entry(Phase::Save, start));
     write_file_atomically(run.report_path, [&](std::ostream& out) { out << run.report.dump(2) << '\n'; });
     std::vector<fs::path> written;
-    for (const auto& [path, text] : documents) {
-        write_file_atomically(path, [&](std::ostream& out) { out << text; });
-        written.push_back(path);
+    for (const auto& document : documents) {
+        write_file_atomically(document.first, [&](std::ostream& out) { out << document.second; });
+        written.push_back(document.first);
     }
     return written;
 }
