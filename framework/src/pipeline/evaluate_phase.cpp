@@ -21,10 +21,9 @@ namespace {
 // where a range clips it, small enough for a report on a large model.
 constexpr int kHistogramBins = 48;
 
-// A tensor's SQNR in the quantized model and a histogram of its float values
-// spanning (at least) the calibrated `range`.
-nlohmann::json tensor_error_json(const TensorComparison& c, const std::array<double, 2>& range) {
-    const auto values = c.reference.data<float>();
+// A histogram of a tensor's float values spanning (at least) the calibrated `range`.
+nlohmann::json value_histogram(const Tensor& value, const std::array<double, 2>& range) {
+    const auto values = value.data<float>();
     double lo = range[0], hi = range[1];
     for (float v : values)
         if (std::isfinite(v)) lo = std::min<double>(lo, v), hi = std::max<double>(hi, v);
@@ -33,10 +32,7 @@ nlohmann::json tensor_error_json(const TensorComparison& c, const std::array<dou
     for (float v : values)
         if (std::isfinite(v))
             ++counts[std::clamp(static_cast<int>((v - lo) / (hi - lo) * kHistogramBins), 0, kHistogramBins - 1)];
-    return {{"tensor", c.tensor},
-            {"node", c.node},
-            {"sqnr_db", std::isfinite(c.sqnr_db) ? nlohmann::json(c.sqnr_db) : nlohmann::json(nullptr)},
-            {"histogram", {{"min", lo}, {"max", hi}, {"counts", counts}}}};
+    return {{"min", lo}, {"max", hi}, {"counts", counts}};
 }
 
 // One batch's per-tensor diagnoses, from one run of each model: with
@@ -63,13 +59,24 @@ void tensor_diagnoses(const Model& reference, const Model& quantized, const Batc
     }
     auto tensors = nlohmann::json::array();
     std::optional<Divergence> divergence;
-    compare_tensors(reference, quantized, batch.feeds, threads, wanted, [&](const TensorComparison& c) {
-        if (divergence_below && !divergence && c.sqnr_db < *divergence_below)
-            divergence = Divergence{c.tensor, c.node, c.sqnr_db};
-        const auto range = ranges.find(c.tensor);
-        if (range != ranges.end()) tensors.push_back(tensor_error_json(c, range->second));
-        return per_tensor || !divergence;
-    });
+    std::map<std::string, nlohmann::json> histograms;  // made while the float values are at hand
+    compare_tensors(
+        reference, quantized, batch.feeds, threads, wanted,
+        [&](const TensorComparison& c) {
+            if (divergence_below && !divergence && c.sqnr_db < *divergence_below)
+                divergence = Divergence{c.tensor, c.node, c.sqnr_db};
+            if (const auto h = histograms.find(c.tensor); h != histograms.end())
+                tensors.push_back(
+                    {{"tensor", c.tensor},
+                     {"node", c.node},
+                     {"sqnr_db", std::isfinite(c.sqnr_db) ? nlohmann::json(c.sqnr_db) : nlohmann::json(nullptr)},
+                     {"histogram", std::move(h->second)}});
+            return per_tensor || !divergence;
+        },
+        [&](const std::string& tensor, const Tensor& value) {
+            if (const auto range = ranges.find(tensor); range != ranges.end())
+                histograms[tensor] = value_histogram(value, range->second);
+        });
     if (per_tensor) out["tensors"] = std::move(tensors);
     if (divergence)
         out["first_divergence"] = {{"tensor", divergence->tensor},

@@ -50,7 +50,7 @@ std::optional<double> sqnr_db(const Tensor& f, const Tensor& q) {
 
 void compare_tensors(const Model& float_model, const Model& quantized, const std::map<std::string, Tensor>& feeds,
                      int threads, const std::set<std::string>& only, const ComparisonVisitor& visit,
-                     size_t budget_bytes) {
+                     const ReferenceVisitor& reference, size_t budget_bytes) {
     auto tensors = shared_tensors(float_model, quantized);
     if (!only.empty())
         std::erase_if(tensors, [&](const auto& t) { return !only.count(t.first); });
@@ -72,10 +72,12 @@ void compare_tensors(const Model& float_model, const Model& quantized, const std
     TensorSpool spool(budget_bytes);
     std::map<std::string, size_t> float_values;
     {
-        runtime::Executor reference(float_model, options);
-        names = tappable(reference, std::move(names));
-        reference.run(feeds, names, [&](const std::string& name, const Tensor& value) {
-            if (value.type() == DataType::Float) float_values.emplace(name, spool.put(value));
+        runtime::Executor executor(float_model, options);
+        names = tappable(executor, std::move(names));
+        executor.run(feeds, names, [&](const std::string& name, const Tensor& value) {
+            if (value.type() != DataType::Float) return;
+            float_values.emplace(name, spool.put(value));
+            if (reference) reference(name, value);
         });
     }
     options.fuse_qdq = false;  // integer kernels would compute the tapped float values away
@@ -86,11 +88,12 @@ void compare_tensors(const Model& float_model, const Model& quantized, const std
         auto it = float_values.find(name);
         if (it == float_values.end()) return;
         if (auto db = sqnr_db(spool.get(it->second), value)) sqnr[name] = *db;
+        spool.drop(it->second);  // read once: what it held in memory serves no one now
     });
     for (const auto& [tensor, node] : tensors) {
         auto it = sqnr.find(tensor);
         if (it == sqnr.end()) continue;
-        if (!visit({tensor, node, it->second, spool.get(float_values.at(tensor))})) return;
+        if (!visit({tensor, node, it->second})) return;
     }
 }
 

@@ -15,24 +15,25 @@
 
 namespace vaiq {
 
-/// One tensor both models compute: its SQNR in the quantized model and its
-/// float value (valid during the visit).
+/// One tensor both models compute: its SQNR in the quantized model.
 struct TensorComparison {
     const std::string& tensor;
     const std::string& node;  ///< the node producing it
     double sqnr_db;
-    const Tensor& reference;
 };
 /// Returns false to stop.
 using ComparisonVisitor = std::function<bool(const TensorComparison&)>;
+/// Sees a compared tensor's float value as the float model computes it.
+using ReferenceVisitor = std::function<void(const std::string& tensor, const Tensor& value)>;
 
 /// Visits every float tensor the two models both compute on `feeds` (only those
 /// in `only` unless it is empty), in the float model's graph order. One run of
 /// each model, one after the other; the float values wait in memory up to
-/// `budget_bytes` and in a temporary file beyond.
+/// `budget_bytes` and in a temporary file beyond, and `reference` sees each as
+/// the float model computes it (no second read of what went to the file).
 void compare_tensors(const Model& float_model, const Model& quantized, const std::map<std::string, Tensor>& feeds,
                      int threads, const std::set<std::string>& only, const ComparisonVisitor& visit,
-                     size_t budget_bytes = size_t{256} << 20);
+                     const ReferenceVisitor& reference = {}, size_t budget_bytes = size_t{256} << 20);
 
 /// The first tensor, in graph order, whose SQNR falls below a threshold (a
 /// tensor whose quantized values hold NaN or infinity has an SQNR of -infinity).
