@@ -89,6 +89,7 @@ void compare_tensors(const Model& float_model, const Model& quantized, const std
         if (it == float_values.end()) return;
         if (auto db = sqnr_db(spool.get(it->second), value)) sqnr[name] = *db;
         spool.drop(it->second);  // read once: what it held in memory serves no one now
+        float_values.erase(it);
     });
     for (const auto& [tensor, node] : tensors) {
         auto it = sqnr.find(tensor);
