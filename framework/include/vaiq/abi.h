@@ -22,23 +22,21 @@
 #endif
 
 /** The ABI revision of this SDK; a plugin must carry exactly this number. */
-/* 19: the report kind (vaiq/report.hpp); AlgorithmStage::Written (written(), set_written(), quantize_nested(),
- *     has_data()); TensorSpool (vaiq/spool.hpp) and slice_at() in the SDK;
+/* 19: the report kind (vaiq/report.hpp); AlgorithmStage::Written (written(), quantize_nested(), has_data());
+ *     TensorSpool (vaiq/spool.hpp) and slice_at() in the SDK;
  * 18: the reader kind (vaiq/reader.hpp), VAIQ_OPTION_FLOAT_LIST and VAIQ_OPTION_ANY, forking_runner()'s rewrites;
- * 17: AlgorithmStage::Plan (draft(), keep_float(), set_per_channel(), mark_mixed_scales()), note(), channel_ranges()'s batches;
- *     agreement()/agreements() take Batches (a set's first batches) and a reference variant; sensitivity() left the
- *     context (the ranking is the mixed_precision plugins'), mixed_scale_tensors(), reported();
- * 16: AlgorithmContext::agreements() runs batches on workers (VariantRun made per worker), forking_runner()'s threads;
- * 15: the descriptor's enabled_by and may_try, AlgorithmStage::Precision, AlgorithmContext::runs();
- * 14: QuantParams::float_zero_point (HQQ), SharedExponentBlocks::rounding_mode;
- * 13: block floating point and MX quant types, QuantSpec/QuantParams::shared_exponent;
- * 12: run_forking() rewrites values (RewriteFunction), ModelRunner::can_fork(), AlgorithmContext::agreements();
- * 11: QuantRequest without enable_dpu (a target option), BatchSet::Screening;
- * 10: ModelRunner::run_forking(), AlgorithmContext::forking_runner();
- * 9: ModelRunner::run_taps(), AlgorithmContext::agreement() and set_initializers(), the Corrections stage;
- * 8: the algorithm kind (vaiq/algorithm.hpp);
- * 7: RangeObserver::order_free(), Pass::keeps_function();
- * 6: QuantSpec::dynamic, RangeObserver statistics() and merge(), 4-bit types and block-wise parameters */
+ * 17: AlgorithmStage::Plan (draft(), keep_float(), set_per_channel(), mark_mixed_scales()), note(), channel_ranges()'s
+ * batches; agreement()/agreements() take Batches (a set's first batches) and a reference variant; sensitivity() left
+ * the context (the ranking is the mixed_precision plugins'), mixed_scale_tensors(), reported(); 16:
+ * AlgorithmContext::agreements() runs batches on workers (VariantRun made per worker), forking_runner()'s threads; 15:
+ * the descriptor's enabled_by and may_try, AlgorithmStage::Precision, AlgorithmContext::runs(); 14:
+ * QuantParams::float_zero_point (HQQ), SharedExponentBlocks::rounding_mode; 13: block floating point and MX quant
+ * types, QuantSpec/QuantParams::shared_exponent; 12: run_forking() rewrites values (RewriteFunction),
+ * ModelRunner::can_fork(), AlgorithmContext::agreements(); 11: QuantRequest without enable_dpu (a target option),
+ * BatchSet::Screening; 10: ModelRunner::run_forking(), AlgorithmContext::forking_runner(); 9: ModelRunner::run_taps(),
+ * AlgorithmContext::agreement() and set_initializers(), the Corrections stage; 8: the algorithm kind
+ * (vaiq/algorithm.hpp); 7: RangeObserver::order_free(), Pass::keeps_function(); 6: QuantSpec::dynamic, RangeObserver
+ * statistics() and merge(), 4-bit types and block-wise parameters */
 #define VAIQ_ABI_VERSION 19u
 
 /** Name of the one symbol a plugin library exports. */

@@ -333,10 +333,9 @@ class VAIQ_API AlgorithmContext {
     /// data may decide the plan (see channel_ranges()), and in the Written stage
     /// for a run calibrated from statistics files only.
     virtual bool has_data() const = 0;
-    /// The model as the format wrote it (Written stage).
-    virtual const Model& written() const = 0;
-    /// Replaces the written model (Written stage): its control flow's bodies quantized.
-    virtual void set_written(Model model) = 0;
+    /// The model as the format wrote it (Written stage), changed in place: its
+    /// control flow's bodies quantized.
+    virtual Model& written() = 0;
     /// A nested run of the recipe (Written stage): `model` quantized up to the
     /// written model on `data`, with the recipe's algorithms (this one among
     /// them, for control flow inside). The recipe's node lists keep the nodes
@@ -367,7 +366,7 @@ enum class AlgorithmStage : uint32_t {
     /// which weights go per channel (draft(), keep_float(), set_per_channel()).
     Plan = 5,
     /// Once the model is written, before it is checked: on the written model
-    /// (written(), set_written(), quantize_nested()), such as the bodies of its
+    /// (written(), quantize_nested()), such as the bodies of its
     /// If, Loop and Scan nodes quantized by nested runs.
     Written = 6,
 };

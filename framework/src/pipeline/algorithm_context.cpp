@@ -119,9 +119,7 @@ const F& HostAlgorithmContext::service(const F& f, const char* what) const {
     return f;
 }
 
-const Model& HostAlgorithmContext::written() const { return service(in_.written, "written()")(); }
-
-void HostAlgorithmContext::set_written(Model model) { service(in_.set_written, "set_written()")(std::move(model)); }
+Model& HostAlgorithmContext::written() { return service(in_.written, "written()")(); }
 
 std::optional<NestedQuantization> HostAlgorithmContext::quantize_nested(const Model& model, DataReader& data,
                                                                         const nlohmann::json& shared_inputs,

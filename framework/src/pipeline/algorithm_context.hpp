@@ -22,7 +22,8 @@ struct AlgorithmInputs {
     const QuantPlan& plan;
     DataReader& data;
     int threads = 0;
-    /// false: channel_ranges() measures nothing (a Plan stage without data to decide by).
+    /// false: data() yields nothing and channel_ranges() measures nothing (a Plan stage without
+    /// data to decide by, a Written stage of a run calibrated from statistics files only).
     bool measurable = true;
     /// The data an algorithm's passes replay from memory after the first, when it fits (bytes).
     size_t data_kept_bytes = size_t{256} << 20;
@@ -66,11 +67,8 @@ struct AlgorithmInputs {
     std::function<bool(const std::string&)> runs;
     /// Takes new float initializer values (Corrections stage).
     std::function<void(std::map<std::string, Tensor>)> replace_initializers;
-    /// Whether data() yields the run's data (see AlgorithmContext::has_data).
-    bool has_data = true;
-    /// Written stage: the written model, its replacement and nested runs.
-    std::function<const Model&()> written;
-    std::function<void(Model)> set_written;
+    /// Written stage: the written model and nested runs.
+    std::function<Model&()> written;
     std::function<std::optional<NestedQuantization>(const Model&, DataReader&, const nlohmann::json&,
                                                     const nlohmann::json&)>
         quantize_nested;
@@ -126,9 +124,8 @@ class HostAlgorithmContext final : public AlgorithmContext {
     nlohmann::json reported(const std::string& algorithm) const override {
         return in_.reported ? in_.reported(algorithm) : nlohmann::json();
     }
-    bool has_data() const override { return in_.has_data; }
-    const Model& written() const override;
-    void set_written(Model model) override;
+    bool has_data() const override { return in_.measurable; }
+    Model& written() override;
     std::optional<NestedQuantization> quantize_nested(const Model& model, DataReader& data,
                                                       const nlohmann::json& shared_inputs,
                                                       const nlohmann::json& shared_outputs) override;

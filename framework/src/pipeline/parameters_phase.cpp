@@ -200,8 +200,7 @@ bool written_model_measurable(const RunState& s) {
 // The services of the written model (Written stage).
 void offer_written_services(RunState& s, AlgorithmInputs& inputs) {
     inputs.data_kept_bytes = 0;  // one pass
-    inputs.written = [&s]() -> const Model& { return s.written.quantized; };
-    inputs.set_written = [&s](Model model) { s.written.quantized = std::move(model); };
+    inputs.written = [&s]() -> Model& { return s.written.quantized; };
     inputs.quantize_nested = [&s](const Model& model, DataReader& data, const nlohmann::json& shared_inputs,
                                   const nlohmann::json& shared_outputs) {
         return quantize_nested(s.setup.recipe, s.setup.nested, model, data, shared_inputs, shared_outputs);
@@ -219,7 +218,7 @@ void run_algorithm(RunState& s, Algorithm& algorithm, const std::string& name, A
     if (plan && measurable && !s.calibrated.data) s.calibrated.data = calibration_reader(s.setup, s.floats.model);
     const auto none = measurable ? nullptr : no_data();
     AlgorithmInputs inputs(s.floats.model, s.planning.plan, none ? *none : *s.calibrated.data, s.setup.threads);
-    inputs.measurable = inputs.has_data = measurable;
+    inputs.measurable = measurable;
     inputs.fitted_weights = [&s] { return rounded_for(s.planning, s.planning.plan); };
     inputs.emit = [&s](const QuantPlan& plan, const std::map<std::string, Tensor>& weights) {
         return emit_plan(s.setup, s.floats.model, plan, weights);

@@ -393,7 +393,7 @@ void quantize_bodies(AlgorithmContext& c, nlohmann::json& out) {
     }
     TensorSpool spool;
     record(c, bodies, spool);
-    Model quantized = c.written();
+    Model& quantized = c.written();
     std::set<std::string> taken;
     collect_names(quantized.graph(), taken);
     for (auto& b : bodies) {
@@ -471,7 +471,6 @@ void quantize_bodies(AlgorithmContext& c, nlohmann::json& out) {
     auto& inits = *quantized.graph().mutable_initializer();
     for (int i = inits.size() - 1; i >= 0; --i)
         if (constants.count(inits[i].name()) && !read.count(inits[i].name())) inits.DeleteSubrange(i, 1);
-    c.set_written(std::move(quantized));
 }
 
 class Subgraphs final : public Algorithm {
